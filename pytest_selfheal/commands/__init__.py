@@ -1,0 +1,1 @@
+"""Subcommands of the ``selfheal`` console script, one module each (see ``cli.py``)."""

@@ -1,0 +1,68 @@
+"""Errors that reach the user as one line and a documented exit code (docs/exit-codes.md)."""
+
+from __future__ import annotations
+
+# Exit codes of the `selfheal` command. Stable: scripts and the Action depend on them.
+EXIT_OK = 0
+EXIT_UNRESOLVED = 1  # the loop stopped without resolving the incident
+EXIT_USAGE = 2  # bad arguments, bad config, invalid incident id
+EXIT_BAD_INPUT = 3  # malformed junit XML, corrupted or schema-invalid incident files
+EXIT_NOT_FOUND = 4  # the incident (or file) does not exist
+EXIT_REFUSED = 5  # refused by policy: command not allowlisted, status transition refused
+EXIT_IO = 6  # the reports root cannot be written or locked (disk full, read-only, lock timeout)
+EXIT_CANCELLED = 130  # Ctrl-C / SIGTERM: state saved, clean exit
+
+
+class SelfhealError(Exception):
+    """Base error: its message is printed as one line, its exit code returned."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(SelfhealError):
+    """Bad command-line arguments or an invalid incident id."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(SelfhealError):
+    """A config file is malformed, has an unknown key or a value of the wrong type."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(SelfhealError):
+    """Input that cannot be read: malformed junit XML, corrupted incident files."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class NotFoundError(SelfhealError):
+    """An incident or file that does not exist."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+class RefusedError(SelfhealError):
+    """Refused by policy: a command not on the allowlist, a status transition not allowed."""
+
+    exit_code = EXIT_REFUSED
+
+
+class StoreIOError(SelfhealError):
+    """The reports root cannot be written or locked."""
+
+    exit_code = EXIT_IO
+
+
+class Cancelled(SelfhealError):
+    """Interrupted by Ctrl-C or SIGTERM after state was saved."""
+
+    exit_code = EXIT_CANCELLED

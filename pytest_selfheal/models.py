@@ -1,0 +1,108 @@
+"""Plain data passed between the stages of the flow (docs/architecture.md).
+
+junit XML -> TestCaseResult -> Failure (fingerprint + classification) -> incident -> plan
+-> loop observations -> attempts and run result -> report.
+
+Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to_dict``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+# Outcomes of one testcase, as read from junit XML.
+OUTCOME_PASSED = "passed"
+OUTCOME_FAILED = "failed"  # a <failure> element
+OUTCOME_ERROR = "error"  # an <error> element (setup/teardown/collection errors)
+OUTCOME_SKIPPED = "skipped"
+OUTCOME_MISSING = "missing"  # a selected test that did not appear in the junit at all
+
+FAILING_OUTCOMES = (OUTCOME_FAILED, OUTCOME_ERROR)
+
+# Failure types (SPEC §6).
+TEST_ASSERTION = "TEST_ASSERTION"
+TYPECHECK = "TYPECHECK"
+LINT = "LINT"
+BUILD_COMPILE = "BUILD_COMPILE"
+TOOLING_ENV = "TOOLING_ENV"
+TIMEOUT = "TIMEOUT"
+UNKNOWN = "UNKNOWN"
+FAILURE_TYPES = (TEST_ASSERTION, TYPECHECK, LINT, BUILD_COMPILE, TOOLING_ENV, TIMEOUT, UNKNOWN)
+
+# The contract's failure_class values (seed: error automation contract).
+FAILURE_CLASS_DETERMINISTIC = "deterministic"
+FAILURE_CLASS_TRANSIENT = "transient"
+FAILURE_CLASS_ENVIRONMENT = "environment"
+
+
+@dataclass(frozen=True)
+class TestCaseResult:
+    """One <testcase> as read from a junit file of any runner."""
+
+    __test__ = False  # not a pytest test class
+
+    classname: str
+    name: str
+    outcome: str  # one of the OUTCOME_* values
+    message: str = ""  # the message attribute of <failure>/<error>, "" when absent
+    exc_type: str = ""  # the type attribute of <failure>/<error>, "" when absent
+    text: str = ""  # the element text (traceback or runner output), bounded
+    file: Optional[str] = None
+    line: Optional[int] = None
+    time: float = 0.0
+
+    @property
+    def test(self) -> str:
+        """Runner-independent test identity used in signatures: ``classname::name``."""
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What kind of failure this is and whether code changes can fix it (SPEC §6)."""
+
+    failure_type: str  # one of FAILURE_TYPES
+    code_fixable: bool
+    transient: bool
+    failure_class: str  # deterministic | transient | environment
+    rule: str = ""  # name of the rule that matched, for explanations
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A failure's stable identity across reruns and machines (SPEC §5)."""
+
+    signature: str  # "<failure_type> | <test> | <normalised message>"
+    fingerprint: str  # short stable hash of the signature
+    scheme: int  # version of the normalisation scheme that produced it
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failing testcase with its fingerprint and classification.
+
+    ``nodeid`` is the pytest node id when known (captured by the plugin), else None.
+    """
+
+    test: str
+    fingerprint: str
+    signature: str
+    scheme: int
+    failure_type: str
+    code_fixable: bool
+    transient: bool
+    failure_class: str
+    message: str  # the first stable failure line, before normalisation (redacted)
+    outcome: str = OUTCOME_FAILED
+    nodeid: Optional[str] = None
+    target_paths: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
