@@ -1,0 +1,101 @@
+"""Incident event records (SPEC §9): names, building, encoding and tolerant parsing. Pure.
+
+One event is one JSON object on one line of the incident's ``audit_tail.jsonl``:
+``{"ts": <ISO-8601 UTC>, "event": <name>, "incident_id": <id>, ...data}``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
+
+INCIDENT_CAPTURED = "incident_captured"
+FAILURE_CLASSIFIED = "failure_classified"
+PLAN_GENERATED = "plan_generated"
+REPAIR_ATTEMPT_STARTED = "repair_attempt_started"
+DIFF_PROPOSED = "diff_proposed"
+SCOPE_EXPANSION_REQUESTED = "scope_expansion_requested"
+REPAIR_ATTEMPT_COMPLETED = "repair_attempt_completed"
+VERIFICATION_FINISHED = "verification_finished"
+REPEATED_FAILURE_DETECTED = "repeated_failure_detected"
+DECISION_POINT_NEEDED = "decision_point_needed"
+LOOP_STOPPED = "loop_stopped"
+INCIDENT_ARCHIVED = "incident_archived"
+# Not in SPEC §9: written by Store.set_status so replay can follow status changes.
+STATUS_CHANGED = "status_changed"
+
+SPEC_EVENTS: Tuple[str, ...] = (
+    INCIDENT_CAPTURED,
+    FAILURE_CLASSIFIED,
+    PLAN_GENERATED,
+    REPAIR_ATTEMPT_STARTED,
+    DIFF_PROPOSED,
+    SCOPE_EXPANSION_REQUESTED,
+    REPAIR_ATTEMPT_COMPLETED,
+    VERIFICATION_FINISHED,
+    REPEATED_FAILURE_DETECTED,
+    DECISION_POINT_NEEDED,
+    LOOP_STOPPED,
+    INCIDENT_ARCHIVED,
+)
+EVENT_NAMES: Tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED,)
+
+RESERVED_KEYS: Tuple[str, ...] = ("ts", "event", "incident_id")
+
+
+def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:
+    """ISO-8601 in UTC with an explicit ``+00:00`` offset (a naive datetime is taken as UTC)."""
+    if moment is None:
+        moment = datetime.now(timezone.utc)
+    elif moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec=timespec)
+
+
+def build_event(name: str, incident_id: str, data: Optional[Dict[str, Any]] = None, *, ts: Optional[datetime] = None) -> Dict[str, Any]:
+    """One event record. An unknown ``name`` or a data key that shadows ``ts``/``event``/
+    ``incident_id`` is a programming error: ``ValueError``."""
+    if name not in EVENT_NAMES:
+        raise ValueError(f"unknown event name {name!r} (expected one of {', '.join(EVENT_NAMES)})")
+    payload = dict(data or {})
+    clash = [key for key in RESERVED_KEYS if key in payload]
+    if clash:
+        raise ValueError(f"event data must not set {', '.join(clash)}")
+    record: Dict[str, Any] = {"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id}
+    record.update(payload)
+    return record
+
+
+def encode_event(record: Dict[str, Any]) -> str:
+    """The single-line JSON text of ``record`` (no trailing newline)."""
+    # json.dumps escapes newlines inside strings, so the result is always one line.
+    return json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Parse a JSONL event log into ``(events, warnings)``; never raises for bad content.
+
+    A torn last line (a writer killed mid-append) and any other undecodable line are
+    skipped and reported in ``warnings``, each naming the line number.
+    """
+    events: List[Dict[str, Any]] = []
+    warnings: List[str] = []
+    lines = text.split("\n")
+    complete = text.endswith("\n")
+    for index, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        torn = index == len(lines) and not complete
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            kind = "torn last line" if torn else "corrupted line"
+            warnings.append(f"{source} line {index}: {kind} skipped ({reason})")
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            warnings.append(f"{source} line {index}: not an event object, skipped")
+            continue
+        events.append(record)
+    return events, warnings
