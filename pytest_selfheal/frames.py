@@ -1,0 +1,120 @@
+"""Repo-relative target paths from traceback text (pure: no filesystem access).
+
+The plan's ``target_paths`` (SPEC §7) are the files a failure's traceback points at
+*inside the repository*: where a fix most likely goes. Recognised references:
+
+- Python tracebacks: ``File "/abs/or/rel/path.py", line 3, in func``
+- pytest's short form: ``tests/test_x.py:12: in test_x`` / ``src/x.py:3: AssertionError``
+- jest/node stacks: ``at fn (/repo/src/x.js:12:5)`` / ``at /repo/src/x.js:12:5``
+- go test output: ``    x_test.go:12: message``
+
+Paths are normalised with ``posixpath`` (backslashes become ``/``), relative ones are
+taken relative to the repository root; anything outside it (``..`` escapes, other
+absolute paths) and anything in an installed-packages or virtualenv directory is dropped.
+Existence is *not* checked: the frames describe the run that failed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Iterator, List, Optional, Sequence
+
+# Source-like extensions accepted in the ``path:line`` forms; the explicit Python
+# ``File "..."`` form accepts any file name. The list keeps host:port pairs such as
+# ``db.example.com:5432`` out of the plan.
+_EXTENSIONS = (
+    "py|pyi|pyx|pxd|js|jsx|mjs|cjs|ts|tsx|mts|cts|vue|svelte|go|java|kt|kts|scala|groovy|rb|rs|"
+    "c|h|cc|cpp|cxx|hpp|hh|m|mm|cs|fs|php|swift|dart|ex|exs|erl|lua|pl|pm|sh|bash|feature|"
+    "robot|sql|ya?ml|json|toml|ini|cfg|tpl|j2|jinja2?|html?|css|scss"
+)
+
+_FRAME_RE = re.compile(
+    # Python traceback line.
+    r'File "(?P<py>[^"\n]+)", line \d+'
+    # Every "path.ext:LINE" form: pytest short tracebacks, jest/node stacks, go output.
+    # It must start at a delimiter so that "xfoo.py:1" inside a word is not cut in two.
+    r"|(?<![^\s(\"'\[=,;])(?P<loc>(?:[A-Za-z]:)?[^\s:\"'()<>\[\],;]+\.(?:" + _EXTENSIONS + r")):\d+",
+)
+
+# Directory names that hold installed or generated code, never a fix target.
+_EXCLUDED_DIRS = frozenset(
+    {
+        "site-packages",
+        "dist-packages",
+        "__pypackages__",
+        "node_modules",
+        ".venv",
+        "venv",
+        "virtualenv",
+        ".virtualenvs",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".git",
+        "__pycache__",
+        ".selfheal",
+    }
+)
+# lib/python3.11/ (a virtualenv or an interpreter's stdlib), also lib64/.
+_PYTHON_LIB_RE = re.compile(r"(?:^|/)lib(?:64)?/(?:python|pypy)\d+(?:\.\d+)*(?:/|$)")
+_DRIVE_RE = re.compile(r"^[A-Za-z]:")
+
+
+def _posix(path: str) -> str:
+    path = path.replace("\\", "/")
+    # Windows drive letters compare case-insensitively.
+    if _DRIVE_RE.match(path):
+        path = path[0].lower() + path[1:]
+    return path
+
+
+def _is_absolute(path: str) -> bool:
+    return path.startswith("/") or bool(_DRIVE_RE.match(path))
+
+
+def repo_relative(path: str, repo_root: str) -> Optional[str]:
+    """``path`` as a repo-relative POSIX path, or None when it is outside ``repo_root``.
+
+    Relative paths are taken relative to ``repo_root``. Installed-package, virtualenv and
+    cache directories count as outside.
+    """
+    path = _posix(path.strip())
+    if not path or path.startswith("<"):  # <string>, <frozen importlib._bootstrap>
+        return None
+    root = posixpath.normpath(_posix(repo_root.strip() or "."))
+    if _is_absolute(path):
+        norm = posixpath.normpath(path)
+        prefix = root if root.endswith("/") else root + "/"
+        if not norm.startswith(prefix):
+            return None
+        rel = norm[len(prefix):]
+    else:
+        rel = posixpath.normpath(path)
+    if rel in (".", "") or rel == ".." or rel.startswith("../") or _is_absolute(rel):
+        return None
+    parts = rel.split("/")
+    if any(part in _EXCLUDED_DIRS for part in parts[:-1]) or _PYTHON_LIB_RE.search(rel):
+        return None
+    return rel
+
+
+def frame_paths(text: str) -> Iterator[str]:
+    """Every file reference in ``text`` as written, in order of appearance (with repeats)."""
+    for match in _FRAME_RE.finditer(text):
+        yield match.group("py") or match.group("loc")
+
+
+def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = ()) -> List[str]:
+    """Repo-relative POSIX paths of the traceback frames in ``text`` inside ``repo_root``.
+
+    Order of first appearance, each path once; ``extra`` paths (e.g. the test file of the
+    node id, the junit ``file`` attribute) go through the same filter and come after the
+    frames.
+    """
+    seen: List[str] = []
+    for raw in list(frame_paths(text)) + list(extra):
+        rel = repo_relative(raw, repo_root)
+        if rel is not None and rel not in seen:
+            seen.append(rel)
+    return seen
