@@ -1,0 +1,240 @@
+"""The pytest plugin: ``pytest --selfheal`` (edge: pytest hooks only).
+
+Recording is kept to the cheap minimum during the run (counters and the failing reports);
+all the work happens once, at session end, on the controller: xdist workers never write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+import pytest
+
+from . import hookspecs
+from .junit_writer import FailedReport
+
+if TYPE_CHECKING:
+    from _pytest.terminal import TerminalReporter
+
+    from .config import EffectiveConfig
+
+# Flags of the plugin and the config key each one overrides (None: not a config key).
+_FLAG_KEYS = {
+    "selfheal_dir": "reports_dir",
+    "selfheal_report": "report_path",
+    "selfheal_max_iterations": "max_iterations",
+    "selfheal_approve": "repair.approve",
+}
+_PLUGIN_NAME = "selfheal-recorder"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the plugin's own hookspecs (the extension API, see hookspecs.py)."""
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``--selfheal*`` flags and their ini twins."""
+    from .config import INI_KEYS
+
+    group = parser.getgroup("selfheal", "self-healing: incidents and the RALF-Lite loop")
+    group.addoption(
+        "--selfheal",
+        action="store_true",
+        default=None,
+        help="capture failing runs as incidents under the reports root (ini: selfheal)",
+    )
+    group.addoption(
+        "--selfheal-dir",
+        metavar="DIR",
+        default=None,
+        help="reports root, relative to the invocation directory (ini: selfheal_dir; default .selfheal in the rootdir)",
+    )
+    group.addoption(
+        "--selfheal-loop",
+        action="store_true",
+        default=None,
+        help="after capturing, run the RALF-Lite loop on the new incident (ini: selfheal_loop)",
+    )
+    group.addoption(
+        "--selfheal-report",
+        metavar="PATH",
+        default=None,
+        help="write the RALF Lite Loop Report (markdown) to PATH (ini: selfheal_report)",
+    )
+    group.addoption(
+        "--selfheal-approve",
+        action="store_true",
+        default=None,
+        help="approve applying a repair provider's patch to the working tree (ini: selfheal_approve)",
+    )
+    group.addoption(
+        "--selfheal-max-iterations",
+        metavar="N",
+        default=None,
+        help="override ralf_lite.max_iterations (ini: selfheal_max_iterations)",
+    )
+    group.addoption(
+        "--selfheal-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override any ralf_lite config key, e.g. --selfheal-set verification.timeout_seconds=60",
+    )
+    parser.addini("selfheal", type="bool", default=False, help="enable pytest-selfheal")
+    parser.addini("selfheal_loop", type="bool", default=False, help="run the loop after capture")
+    for ini_name in INI_KEYS:
+        if ini_name == "selfheal_config":
+            parser.addini(ini_name, type="linelist", default=[], help="ralf_lite KEY=VALUE overrides")
+        else:
+            parser.addini(ini_name, default=None, help=f"ralf_lite.{INI_KEYS[ini_name]}")
+
+
+def _enabled(config: pytest.Config) -> bool:
+    flag = config.getoption("selfheal")
+    return bool(flag) if flag is not None else bool(config.getini("selfheal"))
+
+
+def _ini_values(config: pytest.Config) -> Dict[str, str]:
+    from .config import INI_KEYS
+
+    values: Dict[str, str] = {}
+    for ini_name in INI_KEYS:
+        value = config.getini(ini_name)
+        if ini_name == "selfheal_config":
+            if value:
+                values[ini_name] = "\n".join(value)
+        elif value not in (None, ""):
+            values[ini_name] = str(value)
+    return values
+
+
+def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
+    """The effective config for this pytest run (files ← ini ← flags)."""
+    from .config import Override, parse_override
+    from .config_files import load_config
+
+    overrides: List[Override] = []
+    for dest, key in _FLAG_KEYS.items():
+        value = config.getoption(dest)
+        if value is None:
+            continue
+        if dest == "selfheal_dir":
+            # A path given on the command line is relative to where pytest was invoked.
+            value = str(Path(config.invocation_params.dir, value))
+        flag = "--" + dest.replace("_", "-")
+        overrides.append(Override(key, value, flag))
+    for text in config.getoption("selfheal_set") or []:
+        overrides.append(parse_override(text, "--selfheal-set"))
+    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
+    return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
+    if not _enabled(config):
+        return
+    from .errors import SelfhealError
+
+    try:
+        effective = load_effective_config(config)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+    if hasattr(config, "workerinput"):
+        return  # xdist worker: reports reach the controller, which alone writes
+    config.pluginmanager.register(Recorder(config, effective), _PLUGIN_NAME)
+
+
+def _crash_message(report: Any) -> str:
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = str(report.longreprtext or "")
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+class Recorder:
+    """Collects failing reports during the run and captures the incident at session end."""
+
+    def __init__(self, config: pytest.Config, effective: "EffectiveConfig") -> None:
+        self.config = config
+        self.effective = effective
+        self.failed: List[FailedReport] = []
+        self.tests = 0
+        self.skipped = 0
+        self.lines: List[str] = []  # the terminal summary section
+        self.incident_id: Optional[str] = None
+
+    def _record(self, report: Any, when: str) -> None:
+        location = getattr(report, "location", None)
+        self.failed.append(
+            FailedReport(
+                nodeid=report.nodeid,
+                when=when,
+                message=_crash_message(report),
+                text=str(report.longreprtext or ""),
+                file=location[0] if location else None,
+                line=(location[1] + 1) if location and location[1] is not None else None,
+                duration=float(getattr(report, "duration", 0.0) or 0.0),
+            )
+        )
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._record(report, "collect")
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Hot path: three calls per test. Keep it to comparisons and increments.
+        if report.when == "setup":
+            self.tests += 1
+            if report.skipped:
+                self.skipped += 1
+        if report.failed:
+            self._record(report, report.when)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # trylast: pytest's own junitxml has written --junitxml by now.
+        if not self.failed:
+            return
+        from .errors import SelfhealError
+
+        try:
+            self._capture(session)
+        except SelfhealError as exc:
+            self.lines.append(f"selfheal: capture failed: {exc}")
+        except Exception as exc:  # the plugin never changes pytest's outcome
+            self.lines.append(
+                f"selfheal: capture failed ({type(exc).__name__}: {exc}); the test run itself is unaffected"
+            )
+
+    def _reports_root(self) -> Path:
+        return Path(self.config.rootpath, str(self.effective.get("reports_dir")))
+
+    def _capture(self, session: pytest.Session) -> None:
+        from .capture_run import capture_incident
+
+        result = capture_incident(
+            config=self.config,
+            effective=self.effective,
+            reports=self.failed,
+            counts={"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped},
+            reports_root=self._reports_root(),
+        )
+        self.incident_id = result.incident_id
+        self.lines.extend(result.summary_lines)
+
+    def pytest_terminal_summary(self, terminalreporter: "TerminalReporter") -> None:
+        if not self.lines:
+            return
+        terminalreporter.section("selfheal", sep="-")
+        for line in self.lines:
+            terminalreporter.write_line(line)
+

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+from _pytest.junitxml import mangle_test_address
+
+from pytest_selfheal.junit_writer import (
+    FailedReport,
+    build_junit,
+    junit_message,
+    mangle_nodeid,
+    nodeid_by_identity,
+    xml_escape_visible,
+)
+
+NODEIDS = [
+    "tests/test_a.py::test_b",
+    "tests/test_a.py::TestX::test_b[1-2]",
+    "tests/sub/test_c.py::test_d[a::b.py]",
+    "test_top.py::test_e[x y]",
+    "tests/test_mod.py",
+]
+
+
+@pytest.mark.parametrize("nodeid", NODEIDS)
+def test_mangle_matches_pytest(nodeid: str) -> None:
+    names = mangle_test_address(nodeid)
+    assert mangle_nodeid(nodeid) == (".".join(names[:-1]), names[-1])
+
+
+def test_identity_maps_back_to_nodeid() -> None:
+    mapping = nodeid_by_identity(NODEIDS)
+    for nodeid in NODEIDS:
+        classname, name = mangle_nodeid(nodeid)
+        assert mapping[f"{classname}::{name}" if classname else name] == nodeid
+
+
+def test_messages_follow_pytest_junitxml() -> None:
+    base = dict(nodeid="t.py::x", message="ValueError: boom", text="tb")
+    assert junit_message(FailedReport(when="call", **base)) == "ValueError: boom"
+    assert junit_message(FailedReport(when="setup", **base)) == 'failed on setup with "ValueError: boom"'
+    assert junit_message(FailedReport(when="teardown", **base)) == 'failed on teardown with "ValueError: boom"'
+    assert junit_message(FailedReport(when="collect", **base)) == "collection failure"
+
+
+def test_build_junit_is_parseable_and_escapes_control_chars() -> None:
+    reports = [
+        FailedReport("tests/test_a.py::test_b", "call", "assert 1 == 2\x1b[31m", "E  assert 1 == 2\x00", "tests/test_a.py", 3),
+        FailedReport("tests/test_a.py::test_c", "setup", "RuntimeError: <db> & co", "tb"),
+    ]
+    doc = build_junit(reports, tests=10, skipped=1, duration=1.5)
+    root = ET.fromstring(doc)
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert suite.attrib["tests"] == "10"
+    assert suite.attrib["failures"] == "1" and suite.attrib["errors"] == "1"
+    cases = suite.findall("testcase")
+    assert [c.attrib["name"] for c in cases] == ["test_b", "test_c"]
+    failure = cases[0].find("failure")
+    assert failure is not None and failure.attrib["message"] == "assert 1 == 2#x1B[31m"
+    assert failure.text == "E  assert 1 == 2#x00"
+    error = cases[1].find("error")
+    assert error is not None and error.attrib["message"] == 'failed on setup with "RuntimeError: <db> & co"'
+    assert cases[0].attrib["file"] == "tests/test_a.py" and cases[0].attrib["line"] == "3"
+
+
+def test_escape_keeps_legal_text() -> None:
+    assert xml_escape_visible("héllo\tworld\n") == "héllo\tworld\n"
+    assert xml_escape_visible("\x07") == "#x07"

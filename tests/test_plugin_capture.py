@@ -1,0 +1,205 @@
+"""`pytest --selfheal` capture, driven through real pytest runs (pytester)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from schema_check import assert_valid
+
+BUGGY = """
+def add(a, b):
+    return a - b
+"""
+TESTS = """
+from mod import add
+
+def test_add(tmp_path):
+    assert add(2, 3) == 5, f"add returned {add(2, 3)} in {tmp_path}"
+
+def test_ok():
+    assert add(0, 0) == 0
+"""
+
+
+def incidents(root: Path) -> List[Path]:
+    inbox = root / ".selfheal" / "error_inbox"
+    return sorted(p for p in inbox.iterdir() if p.is_dir() and not p.name.startswith(".")) if inbox.exists() else []
+
+
+def read(path: Path) -> Dict[str, Any]:
+    data: Dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(mod=BUGGY, test_mod=TESTS)
+    return pytester
+
+
+def test_green_run_writes_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_ok="def test_ok():\n    assert True\n")
+    result = pytester.runpytest("--selfheal")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / ".selfheal").exists()
+    assert "selfheal" not in result.stdout.str().split("passed")[0].split("=")[-1]
+
+
+def test_disabled_by_default_writes_nothing(project: pytest.Pytester) -> None:
+    result = project.runpytest()
+    assert result.ret == 1
+    assert not (project.path / ".selfheal").exists()
+
+
+def test_failing_run_captures_incident_with_contract_files(project: pytest.Pytester) -> None:
+    result = project.runpytest("--selfheal")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the plugin never changes the exit code
+    (folder,) = incidents(project.path)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "audit_tail.jsonl",
+        "context.json",
+        "incident.json",
+        "log_tail.txt",
+        "status.txt",
+    ]
+    incident = read(folder / "incident.json")
+    assert_valid("incident", incident)
+    assert incident["incident_id"] == folder.name
+    assert incident["step"] == "test_mod.py::test_add"
+    assert incident["failure_class"] == "deterministic"
+    assert incident["error_signature"].startswith("TEST_ASSERTION | test_mod::test_add | AssertionError")
+    (failure,) = incident["failures"]
+    assert failure["nodeid"] == "test_mod.py::test_add"
+    assert failure["failure_type"] == "TEST_ASSERTION" and failure["code_fixable"] is True
+    assert failure["target_paths"][:1] == ["mod.py"] or "mod.py" in failure["target_paths"]
+    assert (folder / "status.txt").read_text().strip() == "planned"
+    events = [json.loads(line)["event"] for line in (folder / "audit_tail.jsonl").read_text().splitlines()]
+    assert events[:3] == ["incident_captured", "failure_classified", "plan_generated"]
+    assert "assert add(2, 3) == 5" in (folder / "log_tail.txt").read_text()
+    context = read(folder / "context.json")
+    assert context["pytest"] == pytest.__version__ and "platform" in context and context["git"] is None
+    plan = read(project.path / ".selfheal" / "error_plans" / folder.name / "plan.json")
+    assert_valid("plan", plan)
+    assert plan["verification_commands"] == ["python -m pytest -q test_mod.py::test_add"]
+    result.stdout.fnmatch_lines(["*selfheal*", f"captured {folder.name}: 1 failure(s) -> .selfheal*"])
+
+
+def test_same_bug_same_fingerprint_across_basetemp(project: pytest.Pytester, tmp_path: Path) -> None:
+    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'one'}")
+    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'second-run-with-a-longer-name'}")
+    first, second = (read(p / "incident.json") for p in incidents(project.path))
+    assert first["fingerprint"] == second["fingerprint"]
+    assert first["error_signature"] == second["error_signature"]
+    # A different bug gives a different fingerprint.
+    project.makepyfile(mod="def add(a, b):\n    return a * b\n")
+    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'three'}")
+    third = read(incidents(project.path)[-1] / "incident.json")
+    assert third["fingerprint"] != first["fingerprint"]
+
+
+def test_user_junitxml_is_reused_and_agrees(project: pytest.Pytester) -> None:
+    project.runpytest("--selfheal")
+    project.runpytest("--selfheal", "--junitxml=report.xml")
+    assert (project.path / "report.xml").exists()
+    first, second = (read(p / "incident.json") for p in incidents(project.path))
+    assert first["fingerprints"] == second["fingerprints"]
+
+
+def test_collection_error_is_captured_as_build_compile(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_broken="def test_x(:\n    pass\n")
+    result = pytester.runpytest("--selfheal")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    (folder,) = incidents(pytester.path)
+    incident = read(folder / "incident.json")
+    assert incident["step"] == "collection"
+    assert incident["failures"][0]["failure_type"] == "BUILD_COMPILE"
+    assert incident["failures"][0]["outcome"] == "error"
+
+
+def test_setup_error_is_an_error_outcome(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_fx="""
+import pytest
+
+@pytest.fixture
+def db():
+    raise RuntimeError("database fixture exploded")
+
+def test_uses_db(db):
+    pass
+"""
+    )
+    pytester.runpytest("--selfheal")
+    (folder,) = incidents(pytester.path)
+    failure = read(folder / "incident.json")["failures"][0]
+    assert failure["outcome"] == "error"
+    assert "database fixture exploded" in failure["message"]
+
+
+def test_ini_switch_enables_capture(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nselfheal = true\n")
+    project.runpytest()
+    assert len(incidents(project.path)) == 1
+
+
+def test_selfheal_dir_flag_moves_the_root(project: pytest.Pytester) -> None:
+    project.runpytest("--selfheal", "--selfheal-dir=elsewhere")
+    assert not (project.path / ".selfheal").exists()
+    assert len(list((project.path / "elsewhere" / "error_inbox").glob("incident_*"))) == 1
+
+
+def test_bad_config_stops_the_run_with_one_line(project: pytest.Pytester) -> None:
+    (project.path / ".planning").mkdir()
+    (project.path / ".planning" / "config.json").write_text('{"ralf_lite": {"max_iterations": "three"}}')
+    result = project.runpytest_subprocess("--selfheal")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "max_iterations" in err and "config.json" in err
+    assert "Traceback" not in err + result.stdout.str()
+    assert not (project.path / ".selfheal").exists()
+
+
+def test_secrets_in_failure_output_are_redacted(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_TOKEN", "s3cr3t-deploy-value")
+    pytester.makepyfile(
+        test_leak="""
+import os
+
+def test_leak():
+    token = os.environ["DEPLOY_TOKEN"]
+    raise AssertionError("login failed with ghp_" + "a" * 36 + " and " + token)
+"""
+    )
+    pytester.runpytest("--selfheal")
+    (folder,) = incidents(pytester.path)
+    written = "".join(p.read_text() for p in folder.iterdir())
+    written += "".join(p.read_text() for p in (pytester.path / ".selfheal" / "error_plans").rglob("*.*"))
+    assert "s3cr3t-deploy-value" not in written
+    assert "ghp_" + "a" * 36 not in written
+    assert "[REDACTED]" in written
+
+
+def test_git_context_is_recorded(project: pytest.Pytester) -> None:
+    import git
+
+    repo = git.Repo.init(project.path)
+    repo.git.add(A=True)
+    repo.index.commit("init")
+    (project.path / "mod.py").write_text(BUGGY + "\n# touched\n")
+    project.runpytest("--selfheal")
+    (folder,) = incidents(project.path)
+    context = read(folder / "context.json")
+    assert context["git"]["commit"] == repo.head.commit.hexsha
+    assert context["git"]["dirty"] is True
+    assert "mod.py" in context["git"]["diff_stat"]
+
+
+def test_xdist_controller_alone_writes_one_incident(project: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    result = project.runpytest_subprocess("--selfheal", "-n", "2")
+    assert result.ret == 1
+    (folder,) = incidents(project.path)
+    assert read(folder / "incident.json")["nodeids"] == ["test_mod.py::test_add"]
