@@ -6,6 +6,7 @@ all the work happens once, at session end, on the controller: xdist workers neve
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -91,7 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(ini_name, default=None, help=f"ralf_lite.{INI_KEYS[ini_name]}")
 
 
+# Set by the loop in the verification runs it starts: the child run stays passive, so a
+# verification run never captures an incident or records an attempt of its own.
+VERIFYING_ENV = "SELFHEAL_VERIFYING"
+
+
 def _enabled(config: pytest.Config) -> bool:
+    if os.environ.get(VERIFYING_ENV):
+        return False
     flag = config.getoption("selfheal")
     return bool(flag) if flag is not None else bool(config.getini("selfheal"))
 
@@ -133,6 +141,9 @@ def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
 
 def pytest_configure(config: pytest.Config) -> None:
     """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
+    config.addinivalue_line(
+        "markers", "tdd: a red-first (TDD) test, kept out of the RALF-Lite loop unless ralf_lite.apply_to.tdd_tasks"
+    )
     if not _enabled(config):
         return
     from .errors import SelfhealError
