@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "fake_github"]
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,19 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
         "GIT_PYTHON_REFRESH": "quiet",
     }.items():
         monkeypatch.setenv(key, value)
-    for key in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "GITHUB_EVENT_PATH", "GITHUB_TOKEN"):
+    for key in (
+        "GITHUB_ACTIONS",
+        "GITHUB_STEP_SUMMARY",
+        "GITHUB_OUTPUT",
+        "GITHUB_EVENT_PATH",
+        "GITHUB_EVENT_NAME",
+        "GITHUB_TOKEN",
+        "GITHUB_API_URL",
+        "GITHUB_REPOSITORY",
+        "GITHUB_RUN_ID",
+        "GITHUB_SHA",
+        "CI",
+    ):
         monkeypatch.delenv(key, raising=False)
     yield
 

@@ -1,0 +1,476 @@
+"""Secrets redaction (SPEC §12): everything written to disk or posted goes through here.
+
+Pure: no I/O. A :class:`Redactor` is built once (from the config and the environment) and
+then applied to log tails, context, prompts, reports, the job summary and the PR comment.
+docs/redaction.md lists every pattern.
+
+What is replaced with ``[REDACTED]``:
+
+- well-known token formats (GitHub, AWS key ids, Slack, JWTs, PEM private key blocks, ...);
+- the value after a label: ``Authorization: Bearer <x>``, ``password=<x>``,
+  ``"api_key": "<x>"``, ``secret: <x>`` (the label is kept so the text still reads);
+- the password of URL credentials: ``https://user:<x>@host`` -> ``https://user:***@host``;
+- the values (>= 4 characters) of environment variables whose names match ``env_names``
+  (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*`` by default, case-insensitive);
+- matches of the user's own ``redaction.patterns``.
+
+Speed (10 MB logs): Python's ``re`` is fast only when a pattern starts with a literal, so
+the token formats are several small passes, each skipped unless its literal occurs at all.
+The case-insensitive labels (``Authorization``, ``password``...) are matched on a
+lower-cased copy of the text (same length, same indexes) with a case-sensitive pattern,
+several times faster than ``(?i)``. Every repetition is bounded or over a character class
+that cannot overlap what follows, so hostile input cannot trigger catastrophic backtracking.
+
+No pattern needs a word boundary on its left: a secret glued to other text is still found
+(over-redaction is the safe direction).
+
+Idempotent: ``redact(redact(x)) == redact(x)``. Replacing a secret can create a new match
+next to the marker (``ABCDpassword=x`` with ``ABCD`` an env value), so :meth:`Redactor.redact`
+repeats the passes until the text no longer changes (bounded).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import ConfigError
+
+#: What a redacted value is replaced with.
+REDACTED = "[REDACTED]"
+#: What the password of URL credentials is replaced with: brackets are not allowed in the
+#: userinfo part of a URL, so ``***`` keeps the URL parseable (same convention as git).
+URL_MASK = "***"
+
+DEFAULT_ENV_NAMES: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
+
+#: Environment values shorter than this are never redacted (a ``*KEY*`` variable set to "1"
+#: must not turn every "1" of the log into the marker).
+MIN_ENV_VALUE_LENGTH = 4
+
+# Values that are obviously not secrets even when the variable is named like one
+# (``USE_KEYRING=true``): redacting them would wreck the log for nothing.
+_NON_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off"})
+
+# Passes of the substitution until a fixpoint; 2 are enough in practice (see module doc).
+_MAX_PASSES = 4
+
+_Replacer = Callable[["re.Match[str]", str], str]
+
+
+def _quote_aware(value: str) -> str:
+    """The replacement for a label's value: quotes are kept around the marker."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[0] + REDACTED + value[0]
+    return REDACTED
+
+
+# --- token formats: case-sensitive, each with a literal prefix -------------------------------
+
+# (kind, needles (pass skipped unless one occurs), regex). The whole match is replaced.
+_TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
+    # GitHub: classic PAT, OAuth, user-to-server, server-to-server, refresh; fine-grained PAT.
+    ("github_token", ("gh", "github_pat_"), r"g(?:h[pousr]_[A-Za-z0-9]{20,255}|ithub_pat_[A-Za-z0-9_]{22,255})"),
+    # AWS access key ids (long-term AKIA, temporary ASIA) and Google API keys.
+    ("aws_key_id", ("AKIA", "ASIA"), r"AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}"),
+    ("google_api_key", ("AIza",), r"AIza[0-9A-Za-z_\-]{35}"),
+    # Slack bot/user/app/refresh tokens.
+    ("slack_token", ("xox", "xapp-"), r"x(?:ox[abprse]-[A-Za-z0-9-]{10,255}|app-[0-9]-[A-Za-z0-9-]{10,255})"),
+    # JWTs: base64url header and payload both start with '{"' -> "eyJ".
+    ("jwt", ("eyJ",), r"eyJ[A-Za-z0-9_\-]{2,8192}\.eyJ[A-Za-z0-9_\-]{2,65536}\.[A-Za-z0-9_\-]{0,8192}"),
+    ("pypi_token", ("pypi-AgE",), r"pypi-AgE[A-Za-z0-9_\-]{20,512}"),
+    ("npm_token", ("npm_",), r"npm_[A-Za-z0-9]{36}"),
+    ("stripe_key", ("k_live_", "k_test_"), r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,255}"),
+)
+
+_TOKEN_PASSES: Tuple[Tuple[str, Tuple[str, ...], "re.Pattern[str]"], ...] = tuple(
+    (kind, needles, re.compile(rx)) for kind, needles, rx in _TOKEN_KINDS
+)
+# Used to decide whether a URL user name is itself a secret.
+_ANY_TOKEN = re.compile("|".join(rx for _, _, rx in _TOKEN_KINDS))
+
+# --- structured kinds: case-sensitive, own replacement ---------------------------------------
+
+# PEM private key blocks, multi-line. The body is the PEM alphabet (base64, whitespace, the
+# "Proc-Type:"/"DEK-Info:" headers) up to the END line; a block cut short (a log tail) is
+# redacted up to where the alphabet stops. Once BEGIN matched the match cannot fail, so each
+# character is scanned once.
+_PEM = re.compile(
+    r"(?P<begin>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
+    r"[A-Za-z0-9+/=\s:,.]*(?:(?:\[REDACTED\]|-(?!----END))[A-Za-z0-9+/=\s:,.]*)*"
+    r"(?P<end>-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"
+)
+
+
+def _pem_repl(m: "re.Match[str]", text: str) -> str:
+    return f"{m.group('begin')}\n{REDACTED}\n{m.group('end') or ''}"
+
+
+# URL credentials: scheme://user:password@host, or a long user-only token
+# (https://<token>@host: at least 20 characters with a digit and a letter, so not a user
+# name). Anchored on "://" (the scheme is left alone) so the scan has a literal prefix.
+_URL = re.compile(
+    r"://(?:"
+    r"(?P<user>[^\s:/@\[\]\"'<>]{0,256}):(?P<pw>[^\s/@\"'<>]{1,1024})@"
+    r"|(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])(?P<only>[A-Za-z0-9_\-]{20,256})@"
+    r")"
+)
+
+
+def _url_repl(m: "re.Match[str]", text: str) -> str:
+    if m.group("only") is not None:
+        return f"://{URL_MASK}@"
+    user = m.group("user")
+    # A user name that is itself a token (https://ghp_x:x-oauth-basic@...) goes too.
+    if user and user != URL_MASK and (_ANY_TOKEN.search(user) or REDACTED in user):
+        user = URL_MASK
+    return f"://{user}:{URL_MASK}@"
+
+
+# Slack incoming webhooks: the path is the secret.
+_SLACK_WEBHOOK = re.compile(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
+
+
+def _slack_repl(m: "re.Match[str]", text: str) -> str:
+    return m.group("pre") + REDACTED
+
+
+# --- labels: matched case-insensitively on a lower-cased copy --------------------------------
+
+# The value after a label: the marker (listed first, so an already redacted value is matched
+# whole: idempotence), a quoted string (kept quoted), an unquoted run, or a quoted value cut
+# short (no closing quote). Written lower-case: it runs on the lower-cased text.
+_VALUE = (
+    r"(?:\[redacted\]"
+    # Quoted strings matched atomically (lookahead + backreference): an unterminated quote
+    # over megabytes must not be retried at every shorter length.
+    r"|\"(?=(?P<dq>[^\"\\\n]*(?:\\.[^\"\\\n]*)*))(?P=dq)\""
+    r"|'(?=(?P<sq>[^'\\\n]*(?:\\.[^'\\\n]*)*))(?P=sq)'"
+    r"|[\"']?[^\s\"'`,;&]+)"
+)
+# Assignment operators; "==" is a comparison (``assert tokens == [...]``): redacting it would
+# garble assertion messages and their fingerprints.
+_OP = r"(?:=>|:=|:|=(?!=))"
+
+_LABELS = re.compile(
+    # Authorization headers: HTTP, curl -H, dict reprs, JSON; the scheme word is kept.
+    r"(?P<auth_label>(?:proxy-)?authorization[\"']?\s{0,10}[:=]\s{0,10}[\"']?"
+    r"(?:(?:bearer|basic|token|digest|negotiate|bot)\s{1,10})?)"
+    r"(?P<auth_value>\[redacted\]|[^\s\"',;]+)"
+    # AWS secret access keys after their label.
+    r"|(?P<aws_label>(?:aws_?secret_?access_?key|aws_?secret_?key|secret_?access_?key)"
+    r"[\"']?\s{0,10}" + _OP + r"\s{0,10}[\"']?)"
+    r"(?P<aws_value>\[redacted\]|[a-z0-9/+=]{30,80})"
+    # A bare bearer token (no header label), long enough not to be English prose.
+    r"|(?P<bearer_label>bearer\s{1,10})(?P<bearer_value>[a-z0-9._~+/=_\-]{16,})"
+    # Assignments: password=..., "password": "...", secret: ..., api_key=..., token=...
+    # The label may carry a suffix (password_hash, secret_access_key) of bounded length
+    # (unbounded, a long word full of keywords makes the scan quadratic), matched atomically
+    # (lookahead + backreference: Python < 3.11 has no atomic groups) so a failed label is
+    # not retried at every shorter suffix, and without "." (``tokenize.py:12`` is a
+    # traceback line, not an assignment).
+    r"|(?P<assign_label>(?:pass(?:word|wd|phrase)|secret|token|a(?:pi|ccess|uth)[_-]?key"
+    r"|private[_-]?key|client[_-]?key|signing[_-]?key)"
+    r"(?=(?P<suffix>[a-z0-9_\-]{0,40}))(?P=suffix)[\"']?\s{0,10}" + _OP + r"\s{0,10})"
+    r"(?P<assign_value>" + _VALUE + r")"
+)
+# Where a label can start. Each alternative starts with a literal, so ``re`` skips every other
+# position in C; the full (slower) ``_LABELS`` pattern then runs anchored at each candidate
+# only. Scanning 10 MB with ``_LABELS`` itself costs seconds.
+_LABEL_TRIGGER = re.compile(
+    r"a(?:uth|ws|pi|ccess)|bearer|pass|secret|token|private|client|signing"
+)
+# The labels pass is skipped unless one of these occurs in the lower-cased text.
+_LABEL_NEEDLES: Tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key")
+
+
+_LABEL_KINDS = ("auth", "aws", "bearer", "assign")
+# The longest a label can be from its keyword to its value (keyword, suffix, quote, spaces,
+# operator, spaces, quote, scheme word): bounds the search for a label hidden in a value.
+_MAX_LABEL_SPAN = 100
+
+
+def _label_kind(m: "re.Match[str]") -> str:
+    for kind in _LABEL_KINDS:
+        if m.start(f"{kind}_label") != -1:
+            return kind
+    raise AssertionError("no label group matched")  # pragma: no cover - regex invariant
+
+
+def _labels_repl(m: "re.Match[str]", text: str, end: int) -> str:
+    """The label (original case) and the marker; ``end`` > ``m.end()`` when the value was
+    extended over a label it swallowed (then quotes are not kept)."""
+    kind = _label_kind(m)
+    label = text[m.start(f"{kind}_label") : m.end(f"{kind}_label")]
+    if kind == "assign" and end == m.end():
+        return label + _quote_aware(text[m.start("assign_value") : m.end("assign_value")])
+    return label + REDACTED
+
+
+#: Names of the built-in kinds (docs/redaction.md, tests).
+BUILTIN_KINDS: Tuple[str, ...] = (
+    "pem_private_key",
+    "authorization_header",
+    "aws_secret_access_key",
+    "bearer_token",
+    "assignment",
+    "url_credentials",
+    "slack_webhook",
+) + tuple(kind for kind, _, _ in _TOKEN_KINDS)
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _fold(text: str) -> str:
+    """Lower-case ``text`` keeping every index (``str.lower`` may grow "İ" into 2 chars)."""
+    folded = text.lower()
+    return folded if len(folded) == len(text) else text.translate(_ASCII_LOWER)
+
+
+def _sub_spans(regex: "re.Pattern[str]", scanned: str, text: str, repl: _Replacer) -> str:
+    """Like ``regex.sub`` but matching on ``scanned`` (same length as ``text``) and keeping
+    ``text`` between the matches."""
+    out: List[str] = []
+    last = 0
+    for m in regex.finditer(scanned):
+        out.append(text[last : m.start()])
+        out.append(repl(m, text))
+        last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> int:
+    """Where the redaction of a value must end.
+
+    A value can swallow the start of another label: in ``PASSWD=DB_PASSWORD='x'`` the
+    unquoted value of ``PASSWD`` is ``DB_PASSWORD=``, and ``'x'`` would be left bare. A label
+    that starts inside the value and ends past it extends the redaction over its own value.
+    Only the last _MAX_LABEL_SPAN characters of the value can hold such a label, which keeps
+    this linear.
+    """
+    while True:
+        for inner in _LABEL_TRIGGER.finditer(folded, max(value_start, end - _MAX_LABEL_SPAN), end):
+            nested = _LABELS.match(folded, inner.start())
+            if nested is not None and nested.end() > end:
+                value_start = nested.start(f"{_label_kind(nested)}_value")
+                end = nested.end()
+                break
+        else:
+            return end
+
+
+def _labels_pass(text: str, folded: str) -> str:
+    """Replace label values, matching on ``folded`` (lower-cased ``text``, same indexes)."""
+    out: List[str] = []
+    last = 0
+    for candidate in _LABEL_TRIGGER.finditer(folded):
+        start = candidate.start()
+        if start < last:  # inside a value already replaced
+            continue
+        m = _LABELS.match(folded, start)
+        if m is None:
+            continue
+        # Prefer the label nearest its value: "TOKENAuthorization: Bearer x" is an
+        # Authorization header, not token="Authorization:" (the suffix swallowed a label).
+        while m.start("assign_label") != -1:
+            for inner in _LABEL_TRIGGER.finditer(folded, start + 1, m.start("assign_value")):
+                nearer = _LABELS.match(folded, inner.start())
+                if nearer is not None:
+                    start, m = inner.start(), nearer
+                    break
+            else:
+                break
+        end = _extend_over_swallowed_labels(folded, m.start(f"{_label_kind(m)}_value"), m.end())
+        out.append(text[last:start])
+        out.append(_labels_repl(m, text, end))
+        last = end
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _builtin_pass(text: str) -> str:
+    if "-----BEGIN" in text:
+        text = _sub_spans(_PEM, text, text, _pem_repl)
+    folded = _fold(text)
+    if any(n in folded for n in _LABEL_NEEDLES):
+        text = _labels_pass(text, folded)
+    if "://" in text:
+        text = _sub_spans(_URL, text, text, _url_repl)
+    if "hooks.slack.com/" in text:
+        text = _sub_spans(_SLACK_WEBHOOK, text, text, _slack_repl)
+    for _kind, needles, regex in _TOKEN_PASSES:
+        if any(n in text for n in needles):
+            text = regex.sub(REDACTED, text)
+    return text
+
+
+def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in patterns)
+
+
+def _is_redactable_env_value(value: str) -> bool:
+    if len(value) < MIN_ENV_VALUE_LENGTH or not value.strip():
+        return False
+    if value.strip().lower() in _NON_SECRET_VALUES:
+        return False
+    # A value found inside our own markers would make redaction non-idempotent
+    # ("[REDACTED]" -> "[[REDACTED]CTED]" ...), and is no secret worth hiding.
+    return value not in REDACTED and value not in URL_MASK
+
+
+class _CustomPattern:
+    """A user pattern: with capturing groups only the first group is replaced (keeps a label
+    matched for context), otherwise the whole match."""
+
+    def __init__(self, regex: "re.Pattern[str]") -> None:
+        self.regex = regex
+
+    def sub(self, text: str) -> str:
+        if self.regex.groups == 0:
+            return self.regex.sub(REDACTED, text)
+
+        def repl(m: "re.Match[str]") -> str:
+            if m.group(1) is None:
+                return m.group(0)
+            base = m.start(0)
+            whole = m.group(0)
+            return whole[: m.start(1) - base] + REDACTED + whole[m.end(1) - base :]
+
+        return self.regex.sub(repl, text)
+
+
+class Redactor:
+    """Replaces secrets in text with ``[REDACTED]`` (see the module docstring for what).
+
+    ``env`` supplies the values to hide: every variable whose name matches one of
+    ``env_names`` (fnmatch, case-insensitive) and whose value has at least 4 characters.
+    ``patterns`` are extra regular expressions (invalid ones raise :class:`ConfigError`).
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        env_names: Sequence[str] = DEFAULT_ENV_NAMES,
+        patterns: Sequence[str] = (),
+    ) -> None:
+        self.env_names: Tuple[str, ...] = tuple(env_names)
+        values = {
+            v
+            for k, v in env.items()
+            if isinstance(v, str) and _env_name_matches(k, self.env_names) and _is_redactable_env_value(v)
+        }
+        # Longest first: a value that contains another is replaced whole.
+        self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
+        self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
+        custom: List[_CustomPattern] = []
+        for raw in patterns:
+            if not isinstance(raw, str) or not raw:
+                raise ConfigError(f"redaction.patterns: expected a non-empty regular expression, got {raw!r}")
+            try:
+                custom.append(_CustomPattern(re.compile(raw)))
+            except re.error as exc:
+                raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
+        self._custom: Tuple[_CustomPattern, ...] = tuple(custom)
+
+    @property
+    def env_value_count(self) -> int:
+        """How many environment values are being hidden (for diagnostics; never the values)."""
+        return len(self._env_values)
+
+    def _env_pass(self, text: str) -> str:
+        # Only the values present in this text go into the alternation: a substring test is a
+        # fast C search, an alternation of literals is not.
+        present = tuple(v for v in self._env_values if v in text)
+        if not present:
+            return text
+        regex = self._env_regex_cache.get(present)
+        if regex is None:
+            regex = re.compile("|".join(re.escape(v) for v in present))
+            if len(self._env_regex_cache) < 64:
+                self._env_regex_cache[present] = regex
+        return regex.sub(REDACTED, text)
+
+    def _one_pass(self, text: str) -> str:
+        # Built-ins first, then env values: "password=<env value>" keeps its label, and an
+        # env value that happens to be a label word cannot hide the secret behind it.
+        text = _builtin_pass(text)
+        for custom in self._custom:
+            text = custom.sub(text)
+        return self._env_pass(text)
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every secret replaced; idempotent."""
+        if not text:
+            return text
+        for _ in range(_MAX_PASSES):
+            new = self._one_pass(text)
+            if new == text:
+                return new
+            text = new
+        return text
+
+    def __call__(self, text: str) -> str:
+        """Same as :meth:`redact`, so a redactor can be passed where a function is expected."""
+        return self.redact(text)
+
+    def redact_obj(self, obj: Any) -> Any:
+        """Redact every string inside ``obj`` (dict values, list/tuple items, recursively).
+
+        Dict keys are left alone (they are field names, not data); other values are returned
+        unchanged. Returns new containers, never mutates ``obj``.
+        """
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, dict):
+            return {k: self.redact_obj(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.redact_obj(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.redact_obj(v) for v in obj)
+        return obj
+
+
+def default_redactor(
+    config_redaction: Optional[Mapping[str, Any]] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Redactor:
+    """Build the redactor from the ``redaction`` config section and the environment.
+
+    ``config_redaction`` is the ``redaction`` mapping of the effective config
+    (``{"patterns": [...], "env_names": [...]}``); its ``env_names`` *add to* the defaults
+    ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*`` (which cannot be removed: SPEC §12).
+    ``env`` defaults to ``os.environ`` read at call time. Bad values raise ConfigError.
+    """
+    section: Mapping[str, Any] = config_redaction or {}
+    patterns = section.get("patterns") or []
+    extra_names = section.get("env_names") or []
+    if not isinstance(patterns, (list, tuple)):
+        raise ConfigError("redaction.patterns: expected a list of regular expressions")
+    if not isinstance(extra_names, (list, tuple)) or not all(isinstance(n, str) and n for n in extra_names):
+        raise ConfigError("redaction.env_names: expected a list of name patterns like '*TOKEN*'")
+    names: List[str] = list(DEFAULT_ENV_NAMES)
+    for name in extra_names:
+        if name.upper() not in {n.upper() for n in names}:
+            names.append(name)
+    source: Mapping[str, str] = os.environ if env is None else env
+    return Redactor(source, env_names=names, patterns=list(patterns))
+
+
+__all__ = [
+    "BUILTIN_KINDS",
+    "DEFAULT_ENV_NAMES",
+    "MIN_ENV_VALUE_LENGTH",
+    "REDACTED",
+    "URL_MASK",
+    "Redactor",
+    "default_redactor",
+]
