@@ -150,38 +150,53 @@ def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def capture_incident(
+def analyse_run(
     *,
     config: "pytest.Config",
     effective: "EffectiveConfig",
     reports: Sequence[FailedReport],
     counts: Mapping[str, int],
-    reports_root: Path,
-) -> CaptureResult:
-    """Capture this run's failing reports as a new incident under ``reports_root``."""
-    from .context import run_context
+    warnings: List[str],
+) -> List["Failure"]:
+    """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
     from .redact import default_redactor
-    from .store import Store
 
-    rootdir = Path(config.rootpath)
-    prefix = _junit_prefix(config)
     hook_rules: List[Mapping[str, Any]] = []
     for rules in config.hook.pytest_selfheal_classification_rules():
         hook_rules.extend(rules or [])
-    warnings: List[str] = []
-    redactor = default_redactor(effective.get("redaction"))
     xmlpath = getattr(config.option, "xmlpath", None)
     failures = fingerprint_reports(
         reports,
         counts=counts,
         rules=classification_rules(effective, hook_rules),
         junit_path=Path(xmlpath) if xmlpath else None,
-        prefix=prefix,
+        prefix=_junit_prefix(config),
         warnings=warnings,
-        redactor=redactor,
+        redactor=default_redactor(effective.get("redaction")),
     )
-    failures = with_target_paths(failures, reports, rootdir)
+    return with_target_paths(failures, reports, Path(config.rootpath))
+
+
+def capture_incident(
+    *,
+    config: "pytest.Config",
+    effective: "EffectiveConfig",
+    reports: Sequence[FailedReport],
+    failures: Sequence["Failure"],
+    counts: Mapping[str, int],
+    reports_root: Path,
+) -> CaptureResult:
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
+    from .context import run_context
+    from .gitstate import diff_hash
+    from .redact import default_redactor
+    from .store import Store
+
+    rootdir = Path(config.rootpath)
+    redactor = default_redactor(effective.get("redaction"))
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
+    # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
+    incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
     tail = redactor.redact(log_tail(reports, int(effective.get("log_tail_lines"))))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
@@ -191,7 +206,6 @@ def capture_incident(
         lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {failure.nodeid or failure.test}")
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
-    lines.extend(f"warning: {w}" for w in warnings)
     return CaptureResult(incident_id, list(failures), lines)
 
 

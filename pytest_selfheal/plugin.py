@@ -7,8 +7,9 @@ all the work happens once, at session end, on the controller: xdist workers neve
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 import pytest
 
@@ -18,6 +19,7 @@ from .junit_writer import FailedReport
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
+    from .agent_mode import OpenIncident
     from .config import EffectiveConfig
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
@@ -169,8 +171,12 @@ def _crash_message(report: Any) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+# Worst outcome wins when a test has several reports (setup, call, teardown).
+_OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
 class Recorder:
-    """Collects failing reports during the run and captures the incident at session end."""
+    """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(self, config: pytest.Config, effective: "EffectiveConfig") -> None:
         self.config = config
@@ -180,6 +186,25 @@ class Recorder:
         self.skipped = 0
         self.lines: List[str] = []  # the terminal summary section
         self.incident_id: Optional[str] = None
+        self.started_at = datetime.now(timezone.utc)
+        self.reports_root = Path(config.rootpath, str(effective.get("reports_dir")))
+        self.open_incidents: List["OpenIncident"] = self._open_incidents()
+        # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
+        self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
+        self.outcomes: Dict[str, str] = {}
+
+    def _open_incidents(self) -> List["OpenIncident"]:
+        if not (self.reports_root / "error_inbox").is_dir():
+            return []
+        from .agent_mode import open_incidents
+        from .errors import SelfhealError
+        from .store import Store
+
+        try:
+            return open_incidents(Store(self.reports_root))
+        except SelfhealError as exc:
+            self.lines.append(f"selfheal: open incidents not read: {exc}")
+            return []
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
@@ -202,45 +227,149 @@ class Recorder:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Hot path: three calls per test. Keep it to comparisons and increments.
+        # Hot path: three calls per test. Keep it to comparisons, increments and one lookup.
         if report.when == "setup":
             self.tests += 1
             if report.skipped:
                 self.skipped += 1
         if report.failed:
             self._record(report, report.when)
+        if self.watched and report.nodeid in self.watched:
+            if report.failed:
+                outcome = "failed" if report.when == "call" else "error"
+            elif report.skipped:
+                outcome = "skipped"
+            elif report.when == "call":
+                outcome = "passed"
+            else:
+                return
+            previous = self.outcomes.get(report.nodeid)
+            if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
+                self.outcomes[report.nodeid] = outcome
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # trylast: pytest's own junitxml has written --junitxml by now.
-        if not self.failed:
+        if not self.failed and not self.outcomes:
             return
         from .errors import SelfhealError
 
         try:
-            self._capture(session)
+            self._finish(int(exitstatus))
         except SelfhealError as exc:
-            self.lines.append(f"selfheal: capture failed: {exc}")
+            self.lines.append(f"selfheal: error: {exc}")
         except Exception as exc:  # the plugin never changes pytest's outcome
             self.lines.append(
-                f"selfheal: capture failed ({type(exc).__name__}: {exc}); the test run itself is unaffected"
+                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"
             )
 
-    def _reports_root(self) -> Path:
-        return Path(self.config.rootpath, str(self.effective.get("reports_dir")))
+    def _finish(self, exitstatus: int) -> None:
+        from .capture_run import analyse_run, capture_incident
 
-    def _capture(self, session: pytest.Session) -> None:
-        from .capture_run import capture_incident
-
-        result = capture_incident(
-            config=self.config,
-            effective=self.effective,
-            reports=self.failed,
-            counts={"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped},
-            reports_root=self._reports_root(),
+        counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
+        warnings: List[str] = []
+        failures = analyse_run(
+            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
         )
-        self.incident_id = result.incident_id
-        self.lines.extend(result.summary_lines)
+        covered: Set[str] = set()
+        still_open: List[str] = []
+        if self.outcomes:
+            from .agent_mode import record_agent_attempts
+            from .store import Store
+
+            agent = record_agent_attempts(
+                store=Store(self.reports_root),
+                effective=self.effective,
+                incidents=self.open_incidents,
+                outcomes=self.outcomes,
+                failures=failures,
+                project_root=Path(self.config.rootpath),
+                reports_root=self.reports_root,
+                invocation=list(self.config.invocation_params.args),
+                started_at=self.started_at,
+                exit_code=exitstatus,
+            )
+            self.lines.extend(agent.lines)
+            covered, still_open = agent.covered, agent.still_open
+        remaining = [f for f in failures if f.nodeid not in covered]
+        if remaining and still_open:
+            # One incident at a time: new failures wait in the attempt until the open one closes.
+            self.lines.append(
+                f"{len(remaining)} new failure(s) outside the open incident's selection: recorded in its attempt; "
+                "they are captured as their own incident once it closes"
+            )
+        elif remaining:
+            nodeids = {f.nodeid for f in remaining}
+            result = capture_incident(
+                config=self.config,
+                effective=self.effective,
+                reports=[r for r in self.failed if r.nodeid in nodeids],
+                failures=remaining,
+                counts=counts,
+                reports_root=self.reports_root,
+            )
+            self.incident_id = result.incident_id
+            self.lines.extend(result.summary_lines)
+            if self._loop_requested():
+                self._run_loop(result.incident_id)
+            else:
+                self.lines.append(f"next: selfheal loop {result.incident_id}  (or fix the code and run pytest --selfheal again)")
+        self.lines.extend(f"warning: {w}" for w in warnings)
+        self._write_report()
+
+    def _loop_requested(self) -> bool:
+        flag = self.config.getoption("selfheal_loop")
+        return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
+
+    def _run_loop(self, incident_id: str) -> None:
+        from .loop_entry import run_incident_loop
+        from .store import Store
+
+        approve = bool(self.effective.get("repair.approve"))
+        run_incident_loop(
+            Store(self.reports_root),
+            incident_id,
+            effective=self.effective,
+            project_root=Path(self.config.rootpath),
+            approve=approve,
+            out=self.lines.append,
+            pluginmanager=self.config.pluginmanager,
+        )
+
+    def _write_report(self) -> None:
+        """The compact report in the terminal; the full markdown to report_path when set."""
+        from .commands.report import load_incident_run
+        from .fsio import atomic_write_text
+        from .redact import default_redactor
+        from .report import build_report, render_markdown, render_terminal
+        from .store import Store
+
+        store = Store(self.reports_root)
+        ids = [i for i in [self.incident_id] if i] + [
+            i.incident_id for i in self.open_incidents if i.incident_id in self.outcomes_incidents()
+        ]
+        if not ids:
+            return
+        report = build_report(
+            incidents=[load_incident_run(store, i) for i in dict.fromkeys(ids)],
+            effective_config=self.effective.values,
+            origins=self.effective.origins,
+            enabled=bool(self.effective.get("enabled")),
+        )
+        self.lines.extend(render_terminal(report))
+        path = self.effective.get("report_path")
+        if path:
+            extra: List[Dict[str, str]] = []
+            for sections in self.config.hook.pytest_selfheal_report_sections(report=report):
+                extra.extend(sections or [])
+            redactor = default_redactor(self.effective.get("redaction"))
+            target = Path(self.config.rootpath, str(path))
+            atomic_write_text(target, redactor.redact(render_markdown(report, extra_sections=extra)))
+            self.lines.append(f"report written to {target}")
+
+    def outcomes_incidents(self) -> Set[str]:
+        """Open incidents this run recorded an attempt for."""
+        return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
 
     def pytest_terminal_summary(self, terminalreporter: "TerminalReporter") -> None:
         if not self.lines:
@@ -248,4 +377,3 @@ class Recorder:
         terminalreporter.section("selfheal", sep="-")
         for line in self.lines:
             terminalreporter.write_line(line)
-

@@ -88,23 +88,25 @@ def test_failing_run_captures_incident_with_contract_files(project: pytest.Pytes
 
 
 def test_same_bug_same_fingerprint_across_basetemp(project: pytest.Pytester, tmp_path: Path) -> None:
-    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'one'}")
-    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'second-run-with-a-longer-name'}")
-    first, second = (read(p / "incident.json") for p in incidents(project.path))
+    # Separate reports roots: on one root the second run would be the open incident's next iteration.
+    def capture(name: str) -> Dict[str, Any]:
+        project.runpytest("--selfheal", f"--selfheal-dir={name}", f"--basetemp={tmp_path / name}")
+        (folder,) = (project.path / name / "error_inbox").glob("incident_*")
+        return read(folder / "incident.json")
+
+    first, second = capture("one"), capture("second-run-with-a-longer-name")
     assert first["fingerprint"] == second["fingerprint"]
     assert first["error_signature"] == second["error_signature"]
     # A different bug gives a different fingerprint.
     project.makepyfile(mod="def add(a, b):\n    return a * b\n")
-    project.runpytest("--selfheal", f"--basetemp={tmp_path / 'three'}")
-    third = read(incidents(project.path)[-1] / "incident.json")
-    assert third["fingerprint"] != first["fingerprint"]
+    assert capture("three")["fingerprint"] != first["fingerprint"]
 
 
 def test_user_junitxml_is_reused_and_agrees(project: pytest.Pytester) -> None:
-    project.runpytest("--selfheal")
-    project.runpytest("--selfheal", "--junitxml=report.xml")
+    project.runpytest("--selfheal", "--selfheal-dir=own")
+    project.runpytest("--selfheal", "--selfheal-dir=theirs", "--junitxml=report.xml")
     assert (project.path / "report.xml").exists()
-    first, second = (read(p / "incident.json") for p in incidents(project.path))
+    first, second = (read(next((project.path / d / "error_inbox").glob("incident_*")) / "incident.json") for d in ("own", "theirs"))
     assert first["fingerprints"] == second["fingerprints"]
 
 
