@@ -1,0 +1,242 @@
+"""action.yml, this repository's workflows and the workflows in docs/action.md: composite,
+inputs only through ``env:``, no ``${{ }}`` in shell code, least-privilege permissions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+import pytest
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+from pytest_selfheal import ci
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTION = ROOT / "action.yml"
+DOC = ROOT / "docs" / "action.md"
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
+
+_INPUT_REF = re.compile(r"\$\{\{\s*inputs\.([A-Za-z0-9_-]+)\s*\}\}")
+_STEP_OUTPUT = re.compile(r"^\$\{\{\s*steps\.([A-Za-z0-9_-]+)\.outputs\.([A-Za-z0-9_-]+)\s*\}\}$")
+
+
+def _load(path: Path) -> Dict[Any, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), path
+    return data
+
+
+def _action() -> Dict[Any, Any]:
+    return _load(ACTION)
+
+
+def _steps() -> List[Dict[str, Any]]:
+    return list(_action()["runs"]["steps"])
+
+
+def _doc_yaml_blocks() -> List[Tuple[int, Any]]:
+    """Every ```yaml block of docs/action.md, parsed: (line number, document)."""
+    text = DOC.read_text(encoding="utf-8")
+    blocks = []
+    for match in re.finditer(r"^```ya?ml\n(.*?)^```", text, flags=re.S | re.M):
+        line = text.count("\n", 0, match.start()) + 1
+        body = match.group(1)
+        try:
+            blocks.append((line, yaml.safe_load(body)))
+        except yaml.YAMLError:
+            # A job or step snippet indented as inside a workflow: parse it dedented.
+            import textwrap
+
+            blocks.append((line, yaml.safe_load(textwrap.dedent(body))))
+    return blocks
+
+
+def _doc_workflows() -> List[Tuple[int, Dict[Any, Any]]]:
+    return [(line, doc) for line, doc in _doc_yaml_blocks() if isinstance(doc, dict) and "jobs" in doc]
+
+
+def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, Any, Any]]:
+    """(path, key, value) of every mapping entry, recursively."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}"
+            yield here, key, value
+            yield from _walk(value, here)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _walk(value, f"{path}[{index}]")
+
+
+def _doc_table(heading: str) -> Set[str]:
+    """The first-column names (`name`) of the table under ``## heading`` in docs/action.md."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([A-Za-z0-9_-]+)` \|", section, flags=re.M))
+
+
+# --------------------------------------------------------------------------- action.yml
+
+
+def test_action_is_composite_and_installs_from_its_own_path() -> None:
+    action = _action()
+    assert action["runs"]["using"] == "composite"
+    install = _steps()[0]
+    assert install["env"]["ACTION_PATH"] == "${{ github.action_path }}"
+    assert '"$ACTION_PATH"' in install["run"]
+    for step in _steps():
+        if "run" in step:
+            assert step.get("shell") == "bash"
+
+
+def test_every_input_reaches_a_step_through_env_only() -> None:
+    inputs = set(_action()["inputs"])
+    referenced: Set[str] = set()
+    for step in _steps():
+        for value in (step.get("env") or {}).values():
+            referenced.update(_INPUT_REF.findall(str(value)))
+    assert inputs == referenced
+    # Nowhere else: not in `with:`, `working-directory:`, `if:`, names…
+    for step in _steps():
+        outside = {k: v for k, v in step.items() if k != "env"}
+        assert not _INPUT_REF.search(str(outside)), step.get("id")
+
+
+def test_the_brief_inputs_and_defaults() -> None:
+    inputs = _action()["inputs"]
+    assert inputs["pytest-args"]["default"] == ""
+    assert inputs["working-directory"]["default"] == "."
+    assert inputs["comment"]["default"] == "true"
+    assert inputs["fail-on-unresolved"]["default"] == "true"
+    assert inputs["report-name"]["default"] == "default"
+    assert inputs["github-token"]["default"] == "${{ github.token }}"
+    for name in ("config", "repair-command", "python"):
+        assert inputs[name]["default"] == ""
+    selfheal = next(s for s in _steps() if s.get("id") == "selfheal")
+    assert selfheal["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    assert "--action-inputs" in selfheal["run"]
+
+
+def test_no_expression_in_shell_code_of_the_action() -> None:
+    for step in _steps():
+        assert "${{" not in str(step.get("run", "")), step.get("id")
+
+
+def test_input_variables_are_exactly_what_python_reads() -> None:
+    selfheal = next(s for s in _steps() if s.get("id") == "selfheal")
+    passed = {k for k in selfheal["env"] if k.startswith("INPUT_")}
+    assert passed == set(ci.ACTION_INPUT_VARS)
+
+
+def test_outputs_map_to_the_outputs_selfheal_ci_writes() -> None:
+    action = _action()
+    step_ids = {s.get("id") for s in _steps()}
+    written = set(ci.CiResult(0, ci.Verdict("passed", "none", 0, None, 0), {}, "").outputs())
+    assert {"final-status", "stop-reason", "iterations", "incident-id", "report-path"} <= set(action["outputs"])
+    for name, spec in action["outputs"].items():
+        match = _STEP_OUTPUT.match(str(spec["value"]))
+        assert match, name
+        assert match.group(1) == "selfheal" and match.group(1) in step_ids
+        assert match.group(2) == name
+        assert name in written
+    assert set(action["outputs"]) == written
+
+
+def test_every_input_and_output_is_documented() -> None:
+    action = _action()
+    assert _doc_table("Inputs") == set(action["inputs"])
+    assert _doc_table("Outputs") == set(action["outputs"])
+    for name, spec in action["inputs"].items():
+        assert spec.get("description"), name
+
+
+# --------------------------------------------------------------------------- workflows
+
+
+def _workflow_sources() -> List[Tuple[str, Any]]:
+    found: List[Tuple[str, Any]] = [(str(p.relative_to(ROOT)), _load(p)) for p in WORKFLOWS]
+    found += [(f"docs/action.md:{line}", doc) for line, doc in _doc_yaml_blocks()]
+    return found
+
+
+def test_there_is_something_to_check() -> None:
+    assert any(p.name == "selfheal.yml" for p in WORKFLOWS)
+    assert len(_doc_workflows()) >= 3
+
+
+@pytest.mark.parametrize(("where", "doc"), _workflow_sources(), ids=lambda v: v if isinstance(v, str) else "")
+def test_no_expression_in_any_run_script(where: str, doc: Any) -> None:
+    for path, key, value in _walk(doc):
+        if key == "run":
+            assert "${{" not in str(value), f"{where}: {path}"
+
+
+def _permission_sets(doc: Dict[Any, Any]) -> List[Any]:
+    sets = [doc.get("permissions")]
+    for job in (doc.get("jobs") or {}).values():
+        if isinstance(job, dict) and "permissions" in job:
+            sets.append(job["permissions"])
+    return sets
+
+
+@pytest.mark.parametrize(
+    ("where", "doc"),
+    [(str(p.relative_to(ROOT)), _load(p)) for p in WORKFLOWS] + [(f"docs/action.md:{n}", d) for n, d in _doc_workflows()],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_workflows_request_least_privilege(where: str, doc: Dict[Any, Any]) -> None:
+    assert isinstance(doc.get("permissions"), dict), f"{where}: top-level permissions: missing"
+    for perms in _permission_sets(doc):
+        assert perms not in ("write-all", "read-all"), where
+        assert isinstance(perms, dict), where
+        for scope, level in perms.items():
+            assert level in ("read", "none") or (scope, level) == ("pull-requests", "write"), f"{where}: {scope}: {level}"
+
+
+def test_the_copy_paste_workflow_asks_for_exactly_the_comment_permission() -> None:
+    first = _doc_workflows()[0][1]
+    assert first["permissions"] == {"contents": "read", "pull-requests": "write"}
+    own = _load(ROOT / ".github" / "workflows" / "selfheal.yml")
+    assert own["permissions"] == {"contents": "read", "pull-requests": "write"}
+
+
+def test_the_dogfood_workflow_uses_this_action_on_this_repository() -> None:
+    own = _load(ROOT / ".github" / "workflows" / "selfheal.yml")
+    steps = [s for job in own["jobs"].values() for s in job["steps"]]
+    uses = [s.get("uses", "") for s in steps]
+    assert any(u.startswith("actions/checkout@") for u in uses)
+    assert any(u.startswith("actions/setup-python@") for u in uses)
+    action_step = next(s for s in steps if s.get("uses") == "./")
+    assert "pytest-args" in action_step["with"]
+
+
+def _nodes(node: Any) -> Iterator[Any]:
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    for child in children:
+        yield from _nodes(child)
+
+
+def test_examples_only_use_inputs_the_action_has() -> None:
+    inputs = set(_action()["inputs"])
+    seen = 0
+    for where, doc in _workflow_sources():
+        for node in _nodes(doc):
+            if isinstance(node, dict) and (node.get("uses") == "./" or "pytest-selfheal@" in str(node.get("uses", ""))):
+                seen += 1
+                unknown = set(node.get("with") or {}) - inputs
+                assert not unknown, f"{where}: {unknown}"
+    assert seen >= 6
+
+
+def test_the_fork_recipe_is_split_safely() -> None:
+    """The trusted workflow_run half checks out nothing and posts with comment-from."""
+    trusted = [d for _, d in _doc_workflows() if "workflow_run" in (d.get("on") or d.get(True) or {})]
+    assert trusted
+    for doc in trusted:
+        steps = [s for job in doc["jobs"].values() for s in job["steps"]]
+        assert not any(str(s.get("uses", "")).startswith("actions/checkout@") for s in steps)
+        action = next(s for s in steps if "pytest-selfheal@" in str(s.get("uses", "")))
+        assert action["with"]["comment-from"] and "head_sha" in action["with"]["expected-head-sha"]
+    untrusted = next(d for _, d in _doc_workflows() if set(d.get("on") or d.get(True) or {}) == {"pull_request"})
+    assert untrusted["permissions"] == {"contents": "read"}
