@@ -30,8 +30,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import yaml  # type: ignore[import-untyped,unused-ignore]
-
 from .errors import ConfigError
 from .models import (
     FAILURE_CLASS_DETERMINISTIC,
@@ -443,6 +441,8 @@ def _known_key(origin: str, key: str) -> str:
 
 def _yaml_text(text: str) -> Any:
     """YAML (flow) syntax to a value; ValueError when it does not parse."""
+    import yaml  # type: ignore[import-untyped,unused-ignore]  # lazy: pytest startup pays nothing
+
     try:
         return yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:

@@ -1,0 +1,84 @@
+"""Plugin overhead: `pytest --selfheal` vs plain `pytest` on a generated suite (issue 3).
+
+Prints wall-time ratios (median of interleaved runs) for an all-green suite and for the
+same suite with some failing tests. Each --selfheal run uses a fresh reports root so every
+failing run pays a full capture. Targets: green <= 1.03, with failures <= 1.05.
+
+    python benchmarks/bench_plugin_overhead.py [--tests 5000] [--failures 50] [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Sequence
+
+PER_FILE = 100
+
+
+def make_suite(root: Path, tests: int, failures: int) -> None:
+    """``tests`` trivial tests in files of 100; the first ``failures`` of them fail."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / ".gitignore").write_text(".selfheal*/\n__pycache__/\n")
+    for start in range(0, tests, PER_FILE):
+        lines = []
+        for i in range(start, min(start + PER_FILE, tests)):
+            body = f"assert {i} == -1" if i < failures else "pass"
+            lines.append(f"def test_{i}():\n    {body}\n")
+        (root / f"test_gen_{start // PER_FILE:03d}.py").write_text("\n".join(lines))
+    import git
+
+    repo = git.Repo.init(root)
+    repo.git.add(A=True)
+    actor = git.Actor("bench", "bench@localhost")
+    repo.index.commit("suite", author=actor, committer=actor)
+    repo.close()
+
+
+def timed(argv: Sequence[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(list(argv), cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - start
+
+
+def ratio(root: Path, repeat: int) -> "tuple[float, float, float]":
+    """(median plain, median selfheal, ratio), runs interleaved so load drifts hit both."""
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    plain: List[float] = []
+    healed: List[float] = []
+    timed(base, root)  # warm the file cache and .pyc files
+    for n in range(repeat):
+        plain.append(timed(base, root))
+        healed.append(timed(base + ["--selfheal", f"--selfheal-dir=.selfheal-bench-{n}"], root))
+    p, h = statistics.median(plain), statistics.median(healed)
+    return p, h, h / p
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tests", type=int, default=5000)
+    parser.add_argument("--failures", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args(list(argv) or None)
+    with tempfile.TemporaryDirectory(prefix="selfheal-bench-") as tmp:
+        green, red = Path(tmp, "green"), Path(tmp, "red")
+        make_suite(green, args.tests, 0)
+        make_suite(red, args.tests, args.failures)
+        p, h, r = ratio(green, args.repeat)
+        print(f"green suite ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, ratio {r:.3f} (target <= 1.03)")
+        p, h, r = ratio(red, args.repeat)
+        print(
+            f"with {args.failures} failures ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
+            f"ratio {r:.3f} (target <= 1.05)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
