@@ -1,0 +1,196 @@
+"""Benchmark: one verify-only loop iteration vs running the failing tests by hand vs the whole suite.
+
+Usage::
+
+    python benchmarks/bench_loop.py [--tests 2000] [--failing 3] [--sleep 0.005] [--repeat 7] [--full-repeat 3]
+
+Generates a pytest project in a temporary git repository (``--tests`` tests in files of 50,
+each sleeping ``--sleep`` seconds, ``--failing`` of them failing deterministically), captures
+it once with ``pytest --selfheal``, then times, in interleaved runs (median reported):
+
+* (a) one verify-only iteration, exactly what ``selfheal loop`` does per iteration
+  (``loop.verify_iteration``: diff hash, ``python -m pytest -q <node ids> --junitxml``,
+  read + fingerprint the junit, write ``attempt_XX.json`` and the events, decide) — the
+  loop is configured not to stop (high repeat thresholds) so nothing is archived;
+* (b) ``python -m pytest -q <the failing node ids>`` run directly;
+* (c) the whole suite, ``python -m pytest -q``.
+
+Wall time is what the targets are about; the CPU time of each side (this process and its
+children) is printed too, since it barely moves when the machine is busy with other work.
+Every child runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (the capture loads the plugin
+with ``-p``): other installed plugins would add the same startup cost to (a) and (b) and
+flatter the ratio. Targets (issue 4): a/b <= 1.15 and c/a >= 20. Results are recorded in
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+TEST_FILE_SIZE = 50
+
+
+def generate(root: Path, tests: int, failing: int, sleep: float) -> List[str]:
+    """Write the project; returns the failing node ids (spread over the first files)."""
+    root.mkdir(parents=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / ".gitignore").write_text(".selfheal/\n__pycache__/\n.pytest_cache/\n")
+    tests_dir = root / "tests"
+    tests_dir.mkdir()
+    failing_ids: List[str] = []
+    files = (tests + TEST_FILE_SIZE - 1) // TEST_FILE_SIZE
+    # Spread evenly over the suite: one failing test per region.
+    chosen = {int((k + 0.5) * tests / failing) for k in range(min(failing, tests))}
+    for index in range(files):
+        lines = ["import time", "", ""]
+        for number in range(TEST_FILE_SIZE):
+            global_number = index * TEST_FILE_SIZE + number
+            if global_number >= tests:
+                break
+            lines.append(f"def test_{number:03d}():")
+            lines.append(f"    time.sleep({sleep})")
+            if global_number in chosen:
+                lines.append(f"    assert {number} * 2 == {number * 2 + 1}, 'deterministic failure {len(failing_ids)}'")
+                failing_ids.append(f"tests/test_mod{index:03d}.py::test_{number:03d}")
+            lines.append("")
+        (tests_dir / f"test_mod{index:03d}.py").write_text("\n".join(lines) + "\n")
+    import git
+
+    repo = git.Repo.init(root)
+    repo.git.add(A=True)
+    actor = git.Actor("bench", "bench@example.invalid")
+    repo.index.commit("bench", author=actor, committer=actor)
+    repo.close()
+    return failing_ids
+
+
+def child_env(config_dir: Path) -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["OPENCODE_CONFIG_DIR"] = str(config_dir)  # no global config of the machine
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def capture(root: Path, env: Dict[str, str]) -> str:
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+    )
+    inbox = root / ".selfheal" / "error_inbox"
+    ids = sorted(p.name for p in inbox.iterdir() if p.name.startswith("incident_"))
+    if len(ids) != 1:
+        raise SystemExit(f"expected one incident after the capture, found {ids}")
+    return ids[0]
+
+
+def timed(fn: Callable[[], None]) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and its children) of one call.
+
+    CPU time is far less sensitive to other load on the machine than wall time, so the
+    a/b ratio is also reported in CPU terms (the c/a ratio is wall-only: the suite's tests
+    sleep, which costs no CPU).
+    """
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time()
+    start = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
+    return wall, child_cpu + (time.process_time() - cpu)
+
+
+def main(argv: "List[str] | None" = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=2000)
+    parser.add_argument("--failing", type=int, default=3)
+    parser.add_argument("--sleep", type=float, default=0.005)
+    parser.add_argument("--repeat", type=int, default=7, help="interleaved runs of (a) and (b)")
+    parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
+    args = parser.parse_args(argv)
+
+    from pytest_selfheal.config import parse_override
+    from pytest_selfheal.config_files import load_config
+    from pytest_selfheal.loop import verify_iteration
+    from pytest_selfheal.store import Store
+
+    work = Path(tempfile.mkdtemp(prefix="selfheal-bench-loop-"))
+    try:
+        config_dir = work / "opencode"
+        config_dir.mkdir()
+        os.environ["OPENCODE_CONFIG_DIR"] = str(config_dir)
+        root = work / "project"
+        failing = generate(root, args.tests, args.failing, args.sleep)
+        env = child_env(config_dir)
+        started = time.perf_counter()
+        incident_id = capture(root, env)
+        print(f"project: {args.tests} tests ({args.sleep * 1000:g} ms each), {len(failing)} failing; "
+              f"captured {incident_id} in {time.perf_counter() - started:.1f}s")
+        store = Store(root / ".selfheal")
+        # Never stop: each measured iteration is a plain "continue" (nothing archived).
+        overrides = [parse_override(text, "bench") for text in (
+            "max_iterations=100000", "error_fingerprint_repeats=100000", "no_progress_repeats=100000")]
+        effective = load_config(root, overrides=overrides)
+
+        def iteration() -> None:
+            outcome = verify_iteration(store, incident_id, effective=effective, project_root=root, env=env)
+            assert not outcome.closed and len(outcome.attempt["failures"]) == len(failing), outcome.attempt
+
+        def direct() -> None:
+            subprocess.run([sys.executable, "-m", "pytest", "-q", *failing], cwd=root, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+        def full() -> None:
+            subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=root, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+        iteration()  # warm-up: imports (gitpython, junit reader) happen once per process
+        direct()
+        times: Dict[str, List[float]] = {"a": [], "b": [], "c": []}
+        cpu: Dict[str, List[float]] = {"a": [], "b": [], "c": []}
+        for index in range(max(args.repeat, args.full_repeat)):
+            runs = [("a", iteration), ("b", direct)] if index < args.repeat else []
+            if index % 2:
+                runs.reverse()  # alternate the order: neither side always runs second
+            if index < args.full_repeat:
+                runs.append(("c", full))
+            for key, fn in runs:
+                wall, used = timed(fn)
+                times[key].append(wall)
+                cpu[key].append(used)
+        median: Dict[str, float] = {key: statistics.median(values) for key, values in times.items()}
+        median_cpu: Dict[str, float] = {key: statistics.median(values) for key, values in cpu.items()}
+        rows: Tuple[Tuple[str, str], ...] = (
+            ("a", "one verify-only iteration (verify_iteration)"),
+            ("b", f"python -m pytest -q <{len(failing)} node ids>"),
+            ("c", "python -m pytest -q (whole suite)"),
+        )
+        for key, label in rows:
+            spread = ", ".join(f"{t:.3f}" for t in times[key])
+            print(f"({key}) {label}: median {median[key]:.3f}s wall, {median_cpu[key]:.3f}s CPU  [{spread}]")
+        ratio_ab = median["a"] / median["b"]
+        ratio_ca = median["c"] / median["a"]
+        print(f"ratio a/b (iteration vs direct pytest of the failing tests): {ratio_ab:.3f} (target <= 1.15)")
+        print(f"ratio c/a (whole suite vs one iteration): {ratio_ca:.1f} (target >= 20)")
+        print(f"CPU ratio a/b: {median_cpu['a'] / median_cpu['b']:.3f}; load average now: "
+              f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+        print(f"attempts recorded: {store.count_attempts(incident_id)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

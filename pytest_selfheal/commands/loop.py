@@ -1,0 +1,91 @@
+"""``selfheal loop ID``: run (or resume) the RALF-Lite loop of one incident."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import EXIT_OK, EXIT_UNRESOLVED
+from ._common import add_dir_argument, print_json
+
+if TYPE_CHECKING:
+    from ..config import EffectiveConfig
+    from ..store import Store
+
+NAME = "loop"
+HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "
+        "repair provider in between, when one is configured) until it stops")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ID [--json] [--dir DIR] [--approve] [--set KEY=VALUE]``."""
+    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the run result as JSON on stdout (progress lines go to stderr)")
+    add_dir_argument(parser)
+    parser.add_argument("--approve", action="store_true",
+                        help="approve up front: unattended loops (apply_to.autonomous_plans: false) and "
+                             "applying a repair provider's patch")
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override a ralf_lite key for this run, e.g. --set max_iterations=5 (repeatable)")
+
+
+def reports_store(args: argparse.Namespace, project: Path, effective: "EffectiveConfig") -> "Store":
+    """``--dir DIR``, else the configured ``reports_dir`` under the project (default ``.selfheal``)."""
+    from ..store import Store
+
+    if getattr(args, "dir", None):
+        return Store(Path(args.dir))
+    return Store(project / str(effective.get("reports_dir")))
+
+
+def verification_root(incident: Mapping[str, Any], fallback: Path) -> Path:
+    """Where the verification commands run: the capture's rootdir (node ids are relative
+    to it) when it still exists, else ``fallback`` (the current directory)."""
+    rootdir = incident.get("rootdir")
+    if isinstance(rootdir, str) and rootdir and Path(rootdir).is_dir():
+        return Path(rootdir)
+    return fallback
+
+
+def exit_code_for(result: Mapping[str, Any]) -> int:
+    """0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled)."""
+    return EXIT_OK if result.get("final_status") == "resolved" else EXIT_UNRESOLVED
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the loop; exit codes in docs/exit-codes.md (0 resolved, 1 not resolved, 130 cancelled)."""
+    from ..config import parse_override
+    from ..config_files import load_config
+    from ..ids import validate_incident_id
+    from ..loop_entry import run_incident_loop
+    from ..repair import cli_plugin_manager
+
+    incident_id = validate_incident_id(args.incident_id)
+    project = Path.cwd()
+    overrides = [parse_override(text, "--set") for text in args.overrides]
+    effective = load_config(project, overrides=overrides)
+    store = reports_store(args, project, effective)
+    incident = store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
+
+    def progress(line: str) -> None:
+        stream = sys.stderr if args.json else sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    # With a repair provider (repair.command, or a hook from the `pytest_selfheal` entry
+    # points) the loop repairs in an isolated worktree (repair.py); else it is verify-only.
+    result = run_incident_loop(
+        store,
+        incident_id,
+        effective=effective,
+        project_root=verification_root(incident, project),
+        approve=bool(args.approve),
+        out=progress,
+        pluginmanager=cli_plugin_manager(),
+    )
+    if args.json:
+        print_json(result)
+    return exit_code_for(result)

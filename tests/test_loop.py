@@ -1,0 +1,496 @@
+"""The loop driver in-process (``loop.run_loop`` / ``record_iteration`` / ``finalize``) on real
+pytest projects in real git repos: every verification is a real subprocess.
+
+The helpers at the top are shared by test_loop_cli.py, test_replay.py and
+test_crash_safety.py (``from test_loop import ...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import pytest
+from schema_check import assert_valid
+
+from pytest_selfheal import policy
+from pytest_selfheal.config import parse_override
+from pytest_selfheal.config_files import load_config
+from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.loop import (
+    KILL_ENV,
+    agent_status_line,
+    finalize,
+    loop_lock,
+    observations_from_disk,
+    pending_stop,
+    record_iteration,
+    run_loop,
+    split_runs,
+)
+from pytest_selfheal.models import Failure
+from pytest_selfheal.replay import differences, replay, state_from_disk
+from pytest_selfheal.store import Store
+
+PY = sys.executable
+GITIGNORE = ".selfheal/\n__pycache__/\n.pytest_cache/\n*.state\n"
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of every child: no plugin autoload (pytest starts in ~0.5 s instead of
+    seconds with hypothesis & co.), no bytecode files in the repos, nothing of the outer run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    for key in ("SELFHEAL_VERIFYING", KILL_ENV, "PYTEST_ADDOPTS"):
+        env.pop(key, None)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def git_commit_all(path: Path, message: str = "init") -> None:
+    """``git add -A && git commit`` through gitpython."""
+    import git
+
+    repo = git.Repo.init(path)
+    try:
+        repo.git.add(A=True)
+        actor = git.Actor("Test Author", "author@example.invalid")
+        repo.index.commit(message, author=actor, committer=actor)
+    finally:
+        repo.close()
+
+
+def make_project(root: Path, files: Mapping[str, str], *, ini: str = "") -> Path:
+    """A tiny pytest project in a fresh git repo (committed, reports root gitignored)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n" + ini)
+    (root / ".gitignore").write_text(GITIGNORE)
+    for name, text in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+    git_commit_all(root)
+    return root
+
+
+def capture(project: Path, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
+    """Run ``python -m pytest --selfheal`` in ``project``; return the new incident id."""
+    store = Store(project / ".selfheal")
+    before = {row["incident_id"] for row in store.list_incidents()}
+    result = subprocess.run(
+        [PY, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider", *args],
+        cwd=project, capture_output=True, text=True, timeout=120, env=run_env(env),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    new = [str(row["incident_id"]) for row in store.list_incidents() if row["incident_id"] not in before]
+    assert len(new) == 1, result.stdout + result.stderr
+    return new[0]
+
+
+def selfheal(project: Path, *args: str, env: Optional[Mapping[str, str]] = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest_selfheal ARGS`` in ``project`` (a real subprocess); never a traceback."""
+    result = subprocess.run([PY, "-m", "pytest_selfheal", *args], cwd=project, capture_output=True, text=True,
+                            timeout=timeout, env=run_env(env))
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    return result
+
+
+def effective_config(project: Path, *settings: str) -> Any:
+    """The effective config of ``project`` with ``KEY=VALUE`` overrides."""
+    return load_config(project, overrides=[parse_override(s, "test") for s in settings])
+
+
+def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> Dict[str, Any]:
+    """``run_loop`` in this process (verifications are still real subprocesses)."""
+    kwargs.setdefault("unattended", False)
+    kwargs.setdefault("env", run_env())
+    return run_loop(Store(project / ".selfheal"), incident_id, effective=effective_config(project, *settings),
+                    project_root=project, **kwargs)
+
+
+def assert_replay_equals_disk(store: Store, incident_id: str) -> Dict[str, Any]:
+    """The events alone rebuild exactly the state on disk; returns the replayed state."""
+    records, warnings = store.read_events(incident_id)
+    assert warnings == []
+    replayed = replay(records)
+    assert differences(replayed, state_from_disk(store, incident_id)) == []
+    return replayed
+
+
+def assert_files_valid(store: Store, incident_id: str) -> None:
+    """Every attempt and the run result fit the shipped schemas; attempts are 1..n."""
+    attempts = store.read_attempts(incident_id)
+    assert [a["iteration"] for a in attempts] == list(range(1, len(attempts) + 1))
+    for attempt in attempts:
+        assert_valid("attempt", attempt)
+    result = store.read_run_result(incident_id)
+    if result is not None:
+        assert_valid("run_result", result)
+
+
+def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:
+    """The incident's events called ``name``."""
+    return [e for e in store.read_events(incident_id)[0] if e["event"] == name]
+
+
+FLAKY = """
+    import os
+    STATE = {state!r}
+
+    def test_ok():
+        assert True
+
+    def test_flaky():
+        if not os.path.exists(STATE):
+            open(STATE, "w").close()
+            assert False, "first run fails"
+"""
+
+DETERMINISTIC = """
+    def sub(a, b):
+        return a + b
+
+    def test_sub():
+        assert sub(5, 2) == 3
+"""
+
+FIXED = DETERMINISTIC.replace("return a + b", "return a - b")
+
+# A failure whose message changes at every run: progress by "fingerprint changed" each time.
+MOVING = """
+    import os
+    # Per project (gitignored): a copied project keeps counting where its template stopped.
+    STATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moving.state")
+    WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+    def test_moving():
+        n = int(open(STATE).read()) if os.path.exists(STATE) else 0
+        with open(STATE, "w") as handle:
+            handle.write(str(n + 1))
+        assert WORDS[n % len(WORDS)] == "zulu"
+"""
+
+# Fails at capture, hangs in every verification run (the loop sets SELFHEAL_VERIFYING).
+HANGING = """
+    import os, time
+    PIDFILE = {pidfile!r}
+    STOP = {stop!r}
+
+    def test_hang():
+        if os.environ.get("SELFHEAL_VERIFYING") and not os.path.exists(STOP):
+            with open(PIDFILE, "w") as handle:
+                handle.write(str(os.getpid()))
+            time.sleep(60)
+        assert False, "fails at capture"
+"""
+
+TOOLING = """
+    def test_env():
+        import nonexistent_dep_xyz  # noqa: F401
+"""
+
+
+def flaky_project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "flaky", {"test_flaky.py": FLAKY.format(state=str(tmp_path / "flaky.state"))})
+
+
+def deterministic_project(tmp_path: Path, name: str = "det") -> Path:
+    return make_project(tmp_path / name, {"test_calc.py": DETERMINISTIC})
+
+
+def moving_project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "moving", {"test_moving.py": MOVING})
+
+
+def hanging_project(tmp_path: Path) -> Path:
+    return make_project(
+        tmp_path / "hang",
+        {"test_hang.py": HANGING.format(pidfile=str(tmp_path / "hang.pid"), stop=str(tmp_path / "hang.stop"))},
+    )
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def _attempt(iteration: int, result: str = "continue", stop_reason: Optional[str] = None) -> Dict[str, Any]:
+    return {"iteration": iteration, "result": result, "stop_reason": stop_reason, "outcomes": {}, "failures": []}
+
+
+def test_split_runs_starts_a_fresh_run_after_a_replan() -> None:
+    attempts = [_attempt(1), _attempt(2, "stop", "replan_requested"), _attempt(3), _attempt(4)]
+    baseline, run = split_runs(attempts)
+    assert baseline is not None and baseline["iteration"] == 2
+    assert [a["iteration"] for a in run] == [3, 4]
+    assert split_runs(attempts[:1]) == (None, attempts[:1])
+
+
+def test_pending_stop_prefers_the_newest_record() -> None:
+    stop = {"action": "stop", "stop_reason": "repeated_fingerprint", "iteration": 1}
+    attempts = [dict(_attempt(1, "stop", "repeated_fingerprint"), decision=stop)]
+    decision = pending_stop(attempts, None, "running")
+    assert decision is not None and decision.stop_reason == "repeated_fingerprint"
+    # A run result of the same iteration wins (e.g. a stop decided between iterations).
+    later = {"iteration": 1, "stop_reason": "runtime_budget", "decision": {"action": "stop", "stop_reason": "runtime_budget"}}
+    decision = pending_stop(attempts, later, "running")
+    assert decision is not None and decision.stop_reason == "runtime_budget"
+    # A run result of an older iteration does not.
+    assert pending_stop([_attempt(1), _attempt(2)], later, "running") is None
+    # A completed replan is not pending.
+    replan = [dict(_attempt(1, "stop", "replan_requested"), decision={"action": "stop", "stop_reason": "replan_requested"})]
+    assert pending_stop(replan, None, "planned") is None
+    assert pending_stop(replan, None, "plan_proposed") is not None
+
+
+def test_agent_status_line_grammar() -> None:
+    progress = policy.Progress(False, (), False, ())
+    stop = policy.Decision("stop", "repeated_fingerprint", "escalated", progress, 2, 2, False, "m", 1)
+    line = agent_status_line("incident_20260101_000000_ab", stop, 1, 3)
+    assert line == (
+        "selfheal: incident incident_20260101_000000_ab iteration 1 of 3: "
+        "fingerprint same, progress no -> STOP repeated_fingerprint"
+    )
+    go = policy.Decision("continue", None, None, policy.Progress(True, ("tests_fixed",), True, ("t",)), 0, 0, False, "m", 2)
+    assert agent_status_line("incident_20260101_000000_ab", go, 2, 3).endswith(
+        "iteration 2 of 3: fingerprint changed, progress yes -> CONTINUE"
+    )
+
+
+# --------------------------------------------------------------------------- run_loop
+
+
+def test_flaky_test_resolves_and_is_flagged(tmp_path: Path) -> None:
+    project = flaky_project(tmp_path)
+    incident_id = capture(project)
+    lines: List[str] = []
+    result = loop_in_process(project, incident_id, out=lines.append)
+    store = Store(project / ".selfheal")
+    assert result["stop_reason"] == "success" and result["final_status"] == "resolved"
+    assert result["flaky_tests"] == ["test_flaky.py::test_flaky"]
+    assert result["loops_used"] == 1
+    assert store.locate(incident_id)[0] == "resolved"
+    assert result["archived_to"] == f"error_archive/resolved/{incident_id}"
+    assert any(line.endswith("-> STOP success") for line in lines)
+    assert_files_valid(store, incident_id)
+    assert_replay_equals_disk(store, incident_id)
+
+
+def test_deterministic_failure_stops_by_repetition_not_by_budget(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    result = loop_in_process(project, incident_id)
+    store = Store(project / ".selfheal")
+    assert result["stop_reason"] == "repeated_fingerprint"
+    assert result["loops_used"] == 1 and result["same_error_repeats"] == 2
+    assert result["flaky_tests"] == [] and result["tests_fixed"] == []
+    assert store.locate(incident_id)[0] == "escalated"
+    attempt = store.read_attempts(incident_id)[0]
+    assert attempt["result"] == "stop" and attempt["verification_passed"] is False
+    assert attempt["outcomes"] == {"test_calc.py::test_sub": "failed"}
+    assert attempt["diff_hash"] and attempt["mode"] == "verify"
+    assert result["decision_point"]["reason"] == "repeated_fingerprint"
+    assert result["handoff"]["iterations"] == 1
+    assert len(events_named(store, incident_id, "repeated_failure_detected")) == 1
+    assert_files_valid(store, incident_id)
+    assert_replay_equals_disk(store, incident_id)
+
+
+def test_a_second_loop_on_the_same_incident_is_refused(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    store = Store(project / ".selfheal")
+    holder = subprocess.Popen(
+        [PY, "-c", "import sys, time; from pytest_selfheal.loop import loop_lock; from pytest_selfheal.store import Store\n"
+                   "with loop_lock(Store(sys.argv[1]), sys.argv[2]):\n    print('held', flush=True); time.sleep(30)",
+         str(store.root), incident_id],
+        stdout=subprocess.PIPE, text=True, env=run_env(),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(RefusedError, match="already running"):
+            loop_in_process(project, incident_id)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert store.count_attempts(incident_id) == 0
+    with loop_lock(store, incident_id):  # released by the dead holder
+        pass
+
+
+
+
+def test_replan_requested_regenerates_the_plan_and_a_resume_starts_a_new_run(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    store = Store(project / ".selfheal")
+    result = loop_in_process(project, incident_id, "auto_replan_on_no_progress=true")
+    assert result["stop_reason"] == "replan_requested" and result["final_status"] == "replan_requested"
+    assert result["archived_to"] is None
+    assert store.read_status(incident_id) == "planned" and store.locate(incident_id)[0] == "inbox"
+    plan = store.read_plan(incident_id)
+    assert plan["revision"] == 2 and plan["replanned_at_iteration"] == 1
+    statuses = [(e["from"], e["to"]) for e in events_named(store, incident_id, "status_changed")]
+    assert ("running", "plan_proposed") in statuses and ("plan_proposed", "planned") in statuses
+    assert_replay_equals_disk(store, incident_id)
+    # The next loop is a new run on the new plan: attempt 2, baseline = attempt 1.
+    again = loop_in_process(project, incident_id)
+    assert again["stop_reason"] == "repeated_fingerprint" and again["loops_used"] == 1
+    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert store.locate(incident_id)[0] == "escalated"
+    assert_replay_equals_disk(store, incident_id)
+
+
+
+
+
+
+
+
+def test_autonomous_plans_false_refuses_unattended_loops_without_approval(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    result = loop_in_process(project, incident_id, "apply_to.autonomous_plans=false", unattended=True)
+    assert result["stop_reason"] == "disabled" and "autonomous_plans" in result["message"]
+    approved = loop_in_process(project, incident_id, "apply_to.autonomous_plans=false", unattended=True, approve=True)
+    assert approved["stop_reason"] == "repeated_fingerprint"
+
+
+
+
+
+
+# --------------------------------------------------------------------------- the provider seam
+
+
+def test_provider_seam_no_fix_found(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    calls: List[Dict[str, Any]] = []
+
+    def provider(**request: Any) -> Dict[str, Any]:
+        calls.append(request)
+        return {"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}
+
+    result = loop_in_process(project, incident_id, provider=provider)
+    store = Store(project / ".selfheal")
+    assert result["stop_reason"] == "no_fix_found" and result["loops_used"] == 2
+    assert [c["iteration"] for c in calls] == [1, 2]
+    assert calls[0]["last_attempt"] is None and calls[1]["last_attempt"]["iteration"] == 1
+    assert calls[0]["plan"]["incident_id"] == incident_id and calls[0]["store"].root == store.root
+    attempts = store.read_attempts(incident_id)
+    assert [a["mode"] for a in attempts] == ["repair", "repair"]
+    assert attempts[0]["repair"]["result"] == "no_fix_found"
+    assert_replay_equals_disk(store, incident_id)
+
+
+
+
+def test_provider_returning_none_is_verify_only(tmp_path: Path) -> None:
+    project = flaky_project(tmp_path)
+    incident_id = capture(project)
+    result = loop_in_process(project, incident_id, provider=lambda **request: None)
+    assert result["stop_reason"] == "success"
+    assert Store(project / ".selfheal").read_attempts(incident_id)[0]["mode"] == "verify"
+
+
+# --------------------------------------------------------------------------- record_iteration (agent mode)
+
+
+def _failure(nodeid: str, fingerprint: str, failure_type: str = "TEST_ASSERTION") -> Failure:
+    return Failure(test=nodeid.replace(".py", "").replace("/", "."), fingerprint=fingerprint,
+                   signature=f"{failure_type} | {nodeid} | boom {fingerprint}", scheme=1, failure_type=failure_type,
+                   code_fixable=True, transient=False, failure_class="deterministic", message="boom",
+                   nodeid=nodeid)
+
+
+def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    store = Store(project / ".selfheal")
+    effective = effective_config(project)
+    nodeid = "test_calc.py::test_sub"
+    fp = store.read_incident(incident_id)["fingerprint"]
+    common = dict(ralf_lite=effective.values, mode="agent", verification_commands=["python -m pytest"],
+                  project_root=project, effective_config=effective, exit_code=1)
+    first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
+                             diff_hash="aaaa", started_at="2026-01-01T00:00:00+00:00",
+                             finished_at="2026-01-01T00:00:05+00:00", **common)
+    assert not first.closed and first.attempt["iteration"] == 1
+    assert first.status_line.endswith("iteration 1 of 3: fingerprint changed, progress yes -> CONTINUE")
+    assert store.read_status(incident_id) == "running"
+    # Outcomes cover the incident's selection; a failure elsewhere is a new failure.
+    second = record_iteration(store, incident_id, outcomes={nodeid: "passed"}, failures=[],
+                              new_failures=[_failure("test_new.py::t", "new")], diff_hash="bbbb",
+                              started_at="2026-01-01T00:01:00+00:00", finished_at="2026-01-01T00:01:30+00:00",
+                              **common)
+    assert second.closed and second.decision.stop_reason == "success"
+    assert second.attempt["new_failures"][0]["fingerprint"] == "new"
+    assert second.run_result is not None and second.run_result["runtime_minutes"] == 1.5
+    assert second.run_result["tests_fixed"] == [nodeid] and second.run_result["flaky_tests"] == []
+    assert fp in second.run_result["fingerprints_per_iteration"][0]
+    assert store.locate(incident_id)[0] == "resolved"
+    with pytest.raises(RefusedError, match="already archived"):
+        record_iteration(store, incident_id, outcomes={}, failures=[], diff_hash=None,
+                         started_at="2026-01-01T00:02:00+00:00", finished_at="2026-01-01T00:02:01+00:00",
+                         **common)
+    assert_files_valid(store, incident_id)
+    assert_replay_equals_disk(store, incident_id)
+
+
+def test_finalize_is_idempotent(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    store = Store(project / ".selfheal")
+    effective = effective_config(project, "max_iterations=5")
+    nodeid = "test_calc.py::test_sub"
+    outcome = record_iteration(
+        store, incident_id, ralf_lite=effective.values, outcomes={nodeid: "failed"},
+        failures=[_failure(nodeid, "zzz")], diff_hash=None, started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:00:01+00:00", mode="agent", verification_commands=[], exit_code=1,
+        project_root=project,
+    )
+    assert not outcome.closed
+    stop = policy.Decision("stop", "max_iterations", "escalated", policy.Progress(False, (), False, ()), 1, 1, False,
+                           "All iterations are used.", 1, ("max_iterations",))
+    # Run the close-out's first half twice (as a resume after a kill would), then completely.
+    observations = observations_from_disk(store.read_incident(incident_id), store.read_attempts(incident_id))
+    first = finalize(store, incident_id, stop, ralf_lite=effective.values, observations=observations, project_root=project)
+    again = finalize(store, incident_id, stop, ralf_lite=effective.values, observations=observations, project_root=project)
+    assert first == again
+    for name in ("decision_point_needed", "loop_stopped", "incident_archived"):
+        assert len(events_named(store, incident_id, name)) == 1, name
+    assert store.locate(incident_id)[0] == "escalated"
+    assert_replay_equals_disk(store, incident_id)
+
+
+def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tmp_path: Path) -> None:
+    project = flaky_project(tmp_path)
+    incident_id = capture(project)
+    secret = "s3cr3t-value-123456"
+    token = "ghp_" + "a1B2" * 9
+    result = loop_in_process(project, incident_id, f'repair.command=["agent", "--token", "{secret}", "{token}"]')
+    assert result["effective_config"]["max_iterations"] == 3
+    assert result["effective_config"]["repair"]["command"][:2] == ["agent", "--token"]
+    assert result["effective_config_origins"]["repair.command"] == "test"
+    on_disk = Store(project / ".selfheal").read_run_result(incident_id)
+    for text in (json.dumps(result), json.dumps(on_disk)):
+        assert secret not in text and token not in text
+
+
+def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
+    from pytest_selfheal.loop import _exclude_from_argvs, selection_nodeids
+
+    plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
+    argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]
+    assert selection_nodeids(plan, {}, argvs) == ["t.py::a", "t.py::b"]
+    assert _exclude_from_argvs(argvs, ["t.py::b"]) == [["python", "-m", "pytest", "-q", "t.py::a"]]
+    # Never turn a selection into the whole suite.
+    assert _exclude_from_argvs(argvs, ["t.py::a", "t.py::b"]) == []
