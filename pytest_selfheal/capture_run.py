@@ -69,23 +69,16 @@ def fingerprint_reports(
     Secrets are redacted from the junit text *before* fingerprinting, so a signature on
     disk never holds one and its hash is the hash of what is written.
     """
-    import dataclasses
-
     from .analyse import failures_from_cases
     from .junit import iter_testcases
+    from .redact import redact_cases
 
     source: Union[Path, BinaryIO]
     if junit_path is not None and junit_path.is_file():
         source = junit_path
     else:
         source = io.BytesIO(build_junit(reports, tests=counts.get("tests", 0), skipped=counts.get("skipped", 0), prefix=prefix))
-    cases = iter_testcases(source, warnings=warnings)
-    if redactor is not None:
-        scrub = redactor.redact
-        cases = (
-            dataclasses.replace(c, message=scrub(c.message), text=scrub(c.text), exc_type=scrub(c.exc_type))
-            for c in cases
-        )
+    cases = redact_cases(iter_testcases(source, warnings=warnings), redactor)
     failures = failures_from_cases(cases, extra_rules=rules)
     known = {r.nodeid for r in reports}
     failures = attach_nodeids(failures, reports, prefix)
@@ -159,11 +152,10 @@ def analyse_run(
     warnings: List[str],
 ) -> List["Failure"]:
     """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
+    from .loop_entry import hook_classification_rules
     from .redact import default_redactor
 
-    hook_rules: List[Mapping[str, Any]] = []
-    for rules in config.hook.pytest_selfheal_classification_rules():
-        hook_rules.extend(rules or [])
+    hook_rules = hook_classification_rules(config.pluginmanager)
     xmlpath = getattr(config.option, "xmlpath", None)
     failures = fingerprint_reports(
         reports,
@@ -185,6 +177,7 @@ def capture_incident(
     failures: Sequence["Failure"],
     counts: Mapping[str, int],
     reports_root: Path,
+    tdd_nodeids: Sequence[str] = (),
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
     from .context import run_context
@@ -197,6 +190,8 @@ def capture_incident(
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
     # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
     incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
+    if tdd_nodeids:
+        incident["tdd_nodeids"] = list(tdd_nodeids)
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
     tail = redactor.redact(log_tail(reports, int(effective.get("log_tail_lines"))))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
 if TYPE_CHECKING:
     import pluggy
@@ -27,6 +27,19 @@ def has_repair_provider(effective: "EffectiveConfig", pluginmanager: Optional["p
         return False
     hook = getattr(pluginmanager.hook, "pytest_selfheal_repair", None)
     return bool(hook is not None and hook.get_hookimpls())
+
+
+def hook_classification_rules(pluginmanager: Optional["pluggy.PluginManager"]) -> List[Mapping[str, Any]]:
+    """Classification rules contributed by ``pytest_selfheal_classification_rules`` implementations.
+
+    Verification must classify (and so fingerprint) exactly like the capture did.
+    """
+    hook = getattr(pluginmanager.hook, "pytest_selfheal_classification_rules", None) if pluginmanager else None
+    rules: List[Mapping[str, Any]] = []
+    if hook is not None:
+        for contributed in hook():
+            rules.extend(contributed or [])
+    return rules
 
 
 def run_incident_loop(
@@ -58,4 +71,12 @@ def run_incident_loop(
         )
     from .loop import run_loop
 
-    return run_loop(store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out)
+    return run_loop(
+        store,
+        incident_id,
+        effective=effective,
+        project_root=project_root,
+        approve=approve,
+        out=out,
+        hook_rules=hook_classification_rules(pluginmanager),
+    )

@@ -192,6 +192,7 @@ class Recorder:
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
         self.outcomes: Dict[str, str] = {}
+        self.tdd_nodeids: List[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
@@ -208,6 +209,8 @@ class Recorder:
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
+        if "tdd" in getattr(report, "keywords", {}) and report.nodeid not in self.tdd_nodeids:
+            self.tdd_nodeids.append(report.nodeid)
         self.failed.append(
             FailedReport(
                 nodeid=report.nodeid,
@@ -307,6 +310,7 @@ class Recorder:
                 failures=remaining,
                 counts=counts,
                 reports_root=self.reports_root,
+                tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
             )
             self.incident_id = result.incident_id
             self.lines.extend(result.summary_lines)

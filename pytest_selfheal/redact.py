@@ -31,12 +31,16 @@ repeats the passes until the text no longer changes (bounded).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .models import TestCaseResult
 
 #: What a redacted value is replaced with.
 REDACTED = "[REDACTED]"
@@ -474,3 +478,16 @@ __all__ = [
     "Redactor",
     "default_redactor",
 ]
+
+
+def redact_cases(
+    cases: Iterable["TestCaseResult"], redactor: Optional["Redactor"]
+) -> Iterator["TestCaseResult"]:
+    """The cases with secrets removed from their message, type and text (before fingerprinting,
+    so a signature on disk never holds one and its hash is the hash of what is written)."""
+    if redactor is None:
+        yield from cases
+        return
+    scrub = redactor.redact
+    for case in cases:
+        yield dataclasses.replace(case, message=scrub(case.message), text=scrub(case.text), exc_type=scrub(case.exc_type))

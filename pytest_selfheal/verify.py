@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from . import models
 from .errors import InputError, RefusedError
+from .redact import redact_cases
 
 if TYPE_CHECKING:
     from .classify import Rule
@@ -264,19 +265,6 @@ def run_selection(
 
 
 # --------------------------------------------------------------------------- observing
-
-
-def redact_cases(
-    cases: Iterable[models.TestCaseResult], redactor: Optional["Redactor"]
-) -> Iterator[models.TestCaseResult]:
-    """The cases with secrets removed from their message, type and text (before fingerprinting,
-    so a signature on disk never holds one and its hash is the hash of what is written)."""
-    if redactor is None:
-        yield from cases
-        return
-    scrub = redactor.redact
-    for case in cases:
-        yield dataclasses.replace(case, message=scrub(case.message), text=scrub(case.text), exc_type=scrub(case.exc_type))
 
 
 def _identity_map(nodeids: Sequence[str]) -> Dict[str, str]:

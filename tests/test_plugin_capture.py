@@ -205,3 +205,23 @@ def test_xdist_controller_alone_writes_one_incident(project: pytest.Pytester) ->
     assert result.ret == 1
     (folder,) = incidents(project.path)
     assert read(folder / "incident.json")["nodeids"] == ["test_mod.py::test_add"]
+
+
+def test_tdd_marked_failures_are_recorded_for_apply_to(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_t="""
+import pytest
+
+@pytest.mark.tdd
+def test_red_first():
+    assert False, "not implemented yet"
+
+def test_plain():
+    assert False
+"""
+    )
+    pytester.runpytest("--selfheal", "--strict-markers")
+    (folder,) = incidents(pytester.path)
+    incident = read(folder / "incident.json")
+    assert incident["tdd_nodeids"] == ["test_t.py::test_red_first"]
+    assert incident["nodeids"] == ["test_t.py::test_red_first", "test_t.py::test_plain"]

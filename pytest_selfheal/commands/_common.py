@@ -8,6 +8,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from typing import Optional
+
+    from ..config import EffectiveConfig
     from ..store import Store
 
 
@@ -27,15 +30,25 @@ def add_dir_argument(parser: argparse.ArgumentParser) -> None:
         "--dir",
         metavar="DIR",
         default=None,
-        help=f"reports root (default: {DEFAULT_REPORTS_DIR} in the current directory)",
+        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the current directory)",
     )
 
 
-def store_from_args(args: argparse.Namespace) -> "Store":
-    """The ``Store`` for ``args.dir`` (or ``./.selfheal``); nothing is created until a write."""
+def store_from_args(args: argparse.Namespace, effective: "Optional[EffectiveConfig]" = None) -> "Store":
+    """The ``Store`` for ``--dir``, else the configured ``reports_dir`` under the current directory.
+
+    Nothing is created until a write. The config is loaded only when ``--dir`` is absent
+    and no ``effective`` config is given (a bad config is then a one-line error, exit 2).
+    """
     from pathlib import Path
 
     from ..store import Store
 
     root = getattr(args, "dir", None)
-    return Store(Path(root) if root else Path.cwd() / DEFAULT_REPORTS_DIR)
+    if root:
+        return Store(Path(root))
+    if effective is None:
+        from ..config_files import load_config
+
+        effective = load_config(Path.cwd())
+    return Store(Path.cwd() / str(effective.get("reports_dir") or DEFAULT_REPORTS_DIR))

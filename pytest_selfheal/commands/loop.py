@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import EXIT_OK, EXIT_UNRESOLVED
-from ._common import add_dir_argument, print_json
+from ._common import add_dir_argument, store_from_args, print_json
 
 if TYPE_CHECKING:
     from ..config import EffectiveConfig
@@ -30,15 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "applying a repair provider's patch")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                         help="override a ralf_lite key for this run, e.g. --set max_iterations=5 (repeatable)")
-
-
-def reports_store(args: argparse.Namespace, project: Path, effective: "EffectiveConfig") -> "Store":
-    """``--dir DIR``, else the configured ``reports_dir`` under the project (default ``.selfheal``)."""
-    from ..store import Store
-
-    if getattr(args, "dir", None):
-        return Store(Path(args.dir))
-    return Store(project / str(effective.get("reports_dir")))
 
 
 def verification_root(incident: Mapping[str, Any], fallback: Path) -> Path:
@@ -67,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     project = Path.cwd()
     overrides = [parse_override(text, "--set") for text in args.overrides]
     effective = load_config(project, overrides=overrides)
-    store = reports_store(args, project, effective)
+    store = store_from_args(args, effective)
     incident = store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
 
     def progress(line: str) -> None:
