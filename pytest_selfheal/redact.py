@@ -76,7 +76,9 @@ def _quote_aware(value: str) -> str:
 # (kind, needles (pass skipped unless one occurs), regex). The whole match is replaced.
 _TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     # GitHub: classic PAT, OAuth, user-to-server, server-to-server, refresh; fine-grained PAT.
-    ("github_token", ("gh", "github_pat_"), r"g(?:h[pousr]_[A-Za-z0-9]{20,255}|ithub_pat_[A-Za-z0-9_]{22,255})"),
+    ("github_token", ("gh", "github_pat_"), r"g(?:h[pousr]_[A-Za-z0-9]{10,255}|ithub_pat_[A-Za-z0-9_]{10,255})"),
+    # OpenAI-style secret keys (sk-..., sk-proj-...).
+    ("sk_key", ("sk-",), r"sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,255}"),
     # AWS access key ids (long-term AKIA, temporary ASIA) and Google API keys.
     ("aws_key_id", ("AKIA", "ASIA"), r"AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}"),
     ("google_api_key", ("AIza",), r"AIza[0-9A-Za-z_\-]{35}"),
@@ -299,7 +301,18 @@ def _labels_pass(text: str, folded: str) -> str:
     return "".join(out)
 
 
+# Command-line options carrying a secret: ``--api-key VALUE``, ``--token VALUE``, ``-p`` is not
+# covered (too ambiguous). The value must not look like another option.
+_OPTION_SECRET = re.compile(
+    r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|pass(?:word|wd)?|secret|[a-z]*[_-]?secret)[ \t]+)"
+    r"(?!-|\[REDACTED\])(?P<value>[^\s\"']+)",
+    re.IGNORECASE,
+)
+
+
 def _builtin_pass(text: str) -> str:
+    if "--" in text or " -" in text:
+        text = _OPTION_SECRET.sub(lambda m: m.group("label") + REDACTED, text)
     if "-----BEGIN" in text:
         text = _sub_spans(_PEM, text, text, _pem_repl)
     folded = _fold(text)

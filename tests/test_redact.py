@@ -306,3 +306,21 @@ def test_planted_secret_never_survives(prefix: str, suffix: str, data: st.DataOb
     kind, planted, secret = data.draw(st.sampled_from(PLANTED), label="kind")
     out = Redactor(ENV).redact(prefix + planted + suffix)
     assert secret not in out, kind
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("aider --api-key abcdef123456 --yes", "aider --api-key [REDACTED] --yes"),
+        ("codex --TOKEN xyz123 --model o3", "codex --TOKEN [REDACTED] --model o3"),
+        ("E  assert 'ghp_abcdefghijkl...' == x", "E  assert '[REDACTED]...' == x"),
+        ("key=sk-proj-abcdefghijklmnopqrstuvwxyz0123", "key=[REDACTED]"),
+    ],
+)
+def test_cli_options_shortened_tokens_and_sk_keys(text: str, kept: str) -> None:
+    assert Redactor({}).redact(text) == kept
+
+
+def test_option_form_leaves_prose_and_flags_alone() -> None:
+    for text in ("the token is valid", "pytest --tb=short -p no:cacheprovider", "--token --other"):
+        assert Redactor({}).redact(text) == text
