@@ -1,0 +1,284 @@
+"""Repair providers end to end: `pytest --selfheal` captures an injected bug, then
+`selfheal loop ID` runs a real agent command (a small Python script) in an isolated
+worktree. Every case is a real subprocess in a real git repository (issue 5 "Done when")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import git
+import pytest
+
+from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+# The "agent": MODE COUNTER WORKTREE PROMPT_FILE. Counts its starts in COUNTER.
+AGENT = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    mode, counter, worktree, prompt = sys.argv[1:5]
+    count = pathlib.Path(counter)
+    count.write_text(str(int(count.read_text() or 0) + 1) if count.exists() else "1")
+    if not pathlib.Path(prompt).read_text().startswith("# Repair request"):
+        sys.exit(9)
+    calc = pathlib.Path(worktree, "calc.py")
+    if mode in ("fix", "out_of_scope"):
+        calc.write_text(calc.read_text().replace("a - b", "a + b"))
+        print("fixed calc.py")
+    if mode == "out_of_scope":
+        pathlib.Path(worktree, "other.py").write_text("o = 2\\n")
+    if mode == "hang":
+        time.sleep(60)
+    if mode == "crash":
+        print("agent: model quota exceeded", file=sys.stderr)
+        sys.exit(3)
+    """
+)
+
+
+def run(argv: List[str], cwd: Path, pythonpath: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    paths = [*pythonpath, str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env.pop("SELFHEAL_VERIFYING", None)
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+class Project:
+    """A tiny project with an injected bug, committed with gitpython, and its captured incident."""
+
+    def __init__(self, tmp_path: Path, *, use_git: bool = True, capture: bool = True) -> None:
+        self.top = tmp_path / "proj"
+        self.top.mkdir()
+        (self.top / "calc.py").write_text(BUGGY)
+        (self.top / "test_calc.py").write_text(TESTS)
+        (self.top / "other.py").write_text("o = 1\n")
+        # No .gitignore on purpose: the reports root and bytecode caches are untracked, not ignored.
+        if use_git:
+            repo = git.Repo.init(self.top)
+            repo.git.add(A=True)
+            repo.index.commit("calc with a bug")
+            repo.close()
+        self.agent = tmp_path / "fix_agent.py"
+        self.agent.write_text(AGENT)
+        self.counter = tmp_path / "starts"
+        if capture:
+            self.capture()
+
+    def command(self, mode: str) -> str:
+        return json.dumps([sys.executable, str(self.agent), mode, str(self.counter), "{worktree}", "{prompt_file}"])
+
+    def capture(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        captured = run([sys.executable, "-m", "pytest", "-q", "--selfheal", "-p", "no:cacheprovider", *extra], self.top)
+        assert captured.returncode == 1, captured.stdout  # the plugin never changes pytest's outcome
+        incidents = [p for p in (self.top / ".selfheal").glob("error_*/**/incident_*") if p.is_dir()]
+        self.incident_id = incidents[0].name
+        return captured
+
+    def loop(self, mode: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return run([sys.executable, "-m", "pytest_selfheal", "loop", self.incident_id,
+                    "--set", f"repair.command={self.command(mode)}", *extra], self.top)
+
+    @property
+    def runs(self) -> Path:
+        return self.top / ".selfheal" / "error_runs" / self.incident_id
+
+    def run_result(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = json.loads((self.runs / "run_result.json").read_text())
+        return data
+
+    def attempts(self) -> List[Dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.runs.glob("attempt_*.json"))]
+
+    def starts(self) -> int:
+        return int(self.counter.read_text()) if self.counter.exists() else 0
+
+    def archived(self, bucket: str) -> bool:
+        return (self.top / ".selfheal" / "error_archive" / bucket / self.incident_id).is_dir()
+
+    def events(self, bucket: str) -> List[str]:
+        log = self.top / ".selfheal" / "error_archive" / bucket / self.incident_id / "audit_tail.jsonl"
+        return [json.loads(line)["event"] for line in log.read_text().splitlines()]
+
+    def only_main_worktree(self) -> bool:
+        repo = git.Repo(self.top)
+        try:
+            return len(repo.git.worktree("list", "--porcelain").split("\n\n")) == 1
+        finally:
+            repo.close()
+
+
+def test_fix_without_approval_proposes_a_correct_patch(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("fix")
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    # The user's tree is untouched; the fix is proposed with the exact command to apply it.
+    assert (project.top / "calc.py").read_text() == BUGGY
+    assert f"selfheal apply {project.incident_id}" in result.stdout
+    outcome = project.run_result()
+    assert outcome["final_status"] == "resolved" and outcome["stop_reason"] == "success"
+    assert outcome["repair"]["applied"] is False
+    assert outcome["repair"]["apply_command"] == f"selfheal apply {project.incident_id}"
+    assert project.archived("resolved") and project.starts() == 1
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["result"] == "diff" and attempt["repair"]["files_changed"] == ["calc.py"]
+    assert attempt["repair"]["patch"] == "attempt_01.patch" and attempt["mode"] == "repair"
+    for name in ("prompt_01.md", "repair_01.log", "attempt_01.patch", "final.patch"):
+        assert (project.runs / name).is_file(), name
+    events = project.events("resolved")
+    for name in ("repair_attempt_started", "diff_proposed", "repair_attempt_completed", "verification_finished"):
+        assert name in events
+    assert project.only_main_worktree()
+    # The proposed patch is correct: applied to the user's tree, the test passes.
+    patch = (project.runs / "final.patch").read_text()
+    assert "-    return a - b\n+    return a + b\n" in patch and ".selfheal" not in patch and "__pycache__" not in patch
+    applied = run([sys.executable, "-m", "pytest_selfheal", "apply", project.incident_id, "--yes"], project.top)
+    assert applied.returncode == EXIT_OK, applied.stderr
+    assert (project.top / "calc.py").read_text() == FIXED  # exactly the fix the verification saw pass
+
+
+def test_fix_with_approve_lands_in_the_working_tree(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("fix", "--approve", "--json")
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert (project.top / "calc.py").read_text() == FIXED
+    assert project.archived("resolved")
+    data = json.loads(result.stdout)  # --json: the run result on stdout, progress on stderr
+    assert data["final_status"] == "resolved" and data["repair"]["applied"] is True
+    assert data["repair"]["final_patch"] == "final.patch" and data["repair"]["apply_command"] is None
+    assert project.run_result()["repair"]["applied"] is True
+    assert "fix applied to your working tree" in result.stderr
+    assert project.only_main_worktree()
+
+
+def test_pytest_selfheal_loop_with_selfheal_approve(tmp_path: Path) -> None:
+    project = Project(tmp_path, capture=False)
+    result = project.capture("--selfheal-loop", "--selfheal-approve",
+                             "--selfheal-set", f"repair.command={project.command('fix')}")
+    assert "fix applied to your working tree" in result.stdout
+    assert (project.top / "calc.py").read_text() == FIXED
+    assert project.archived("resolved") and project.run_result()["repair"]["applied"] is True
+    assert project.only_main_worktree()
+
+
+def test_out_of_scope_edit_stops_scope_expansion_denied(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("out_of_scope")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    outcome = project.run_result()
+    assert outcome["stop_reason"] == "scope_expansion_denied" and project.archived("escalated")
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["scope_denied"] is True and attempt["repair"]["out_of_scope"] == ["other.py"]
+    assert attempt["scope_denied"] is True
+    assert "scope_expansion_requested" in project.events("escalated")
+    # Nothing reached the user, and the denied change was not kept as a proposal.
+    assert (project.top / "other.py").read_text() == "o = 1\n" and (project.top / "calc.py").read_text() == BUGGY
+    assert outcome["repair"]["final_patch"] is None
+
+
+def test_hanging_agent_stops_timeout_after_one_retry(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("hang", "--set", "repair.timeout_seconds=1")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    assert project.run_result()["stop_reason"] == "timeout"
+    assert project.starts() == 2  # the first call and exactly one retry
+    assert [a["repair"]["result"] for a in project.attempts()] == ["timeout", "timeout"]
+    assert "timed out after 1 s" in (project.runs / "repair_01.log").read_text()
+    assert project.only_main_worktree()
+
+
+def test_agent_that_changes_nothing_stops_no_fix_found(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("nothing")
+    assert result.returncode == EXIT_UNRESOLVED
+    assert project.run_result()["stop_reason"] == "no_fix_found"
+    assert [a["repair"]["result"] for a in project.attempts()] == ["no_fix_found", "no_fix_found"]
+    assert project.starts() == 2 and not (project.runs / "final.patch").exists()
+
+
+def test_crashing_agent_is_recorded_as_crashed(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("crash")
+    assert result.returncode == EXIT_UNRESOLVED
+    attempts = project.attempts()
+    assert [a["repair"]["result"] for a in attempts] == ["crashed", "crashed"]
+    assert attempts[0]["repair"]["exit_code"] == 3
+    assert "model quota exceeded" in attempts[0]["repair"]["message"]
+    assert project.run_result()["stop_reason"] == "no_fix_found"  # two provider failures in a row
+    assert "agent: model quota exceeded" in (project.runs / "repair_01.log").read_text()
+
+
+def test_not_a_git_repository_is_refused(tmp_path: Path) -> None:
+    project = Project(tmp_path, use_git=False)
+    result = project.loop("fix")
+    assert result.returncode == EXIT_REFUSED
+    assert result.stderr.startswith("selfheal: error: repair providers need a git repository")
+    assert result.stderr.count("\n") == 1
+    assert project.starts() == 0 and (project.top / "calc.py").read_text() == BUGGY
+
+
+def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "e2e_fixer.py").write_text(textwrap.dedent(
+        """
+        import pathlib, pluggy
+        hookimpl = pluggy.HookimplMarker("pytest")
+
+        @hookimpl
+        def pytest_selfheal_repair(request):
+            calc = pathlib.Path(request["worktree"], "calc.py")
+            calc.write_text(calc.read_text().replace("a - b", "a + b"))
+            return {"result": "done", "message": "swapped the operator"}
+        """
+    ))
+    info = site / "e2e_fixer-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: e2e-fixer\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pytest_selfheal]\ne2e_fixer = e2e_fixer\n")
+    project = Project(tmp_path)
+    result = run([sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--approve"], project.top,
+                 pythonpath=[str(site)])
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["provider"] == "hook:e2e_fixer" and attempt["repair"]["message"] == "swapped the operator"
+    assert (project.top / "calc.py").read_text() == FIXED
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_during_a_repair_cleans_up_and_stays_resumable(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]),
+                                                    env.get("PYTHONPATH", "")] if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--set",
+         f"repair.command={project.command('hang')}"],
+        cwd=project.top, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not project.counter.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert project.counter.exists(), "the agent never started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_CANCELLED, out + err
+    assert "Traceback" not in err and err.startswith("selfheal: error: cancelled")
+    status = project.top / ".selfheal" / "error_inbox" / project.incident_id / "status.txt"
+    assert status.read_text().strip() == "running"  # open and resumable
+    assert project.attempts() == []  # the interrupted iteration is not recorded
+    assert project.only_main_worktree() and not (project.runs / "worktree.json").exists()
+    assert (project.top / "calc.py").read_text() == BUGGY

@@ -1,0 +1,70 @@
+"""Repair scope (pure): the plan's target paths plus the repair.allowed_paths globs."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+from pytest_selfheal.scope import allowed_paths, is_allowed, normalise, out_of_scope, plan_target_paths
+
+PLAN: Dict[str, Any] = {
+    "actions": [
+        {"id": "A1", "target_paths": ["src/calc.py", "tests/test_calc.py"]},
+        {"id": "A2", "target_paths": ["./src/calc.py", "src\\util.py"]},
+        {"id": "A3"},  # hand-edited: no target_paths
+        "not an action",
+    ]
+}
+
+
+def test_plan_target_paths_union_normalised_in_order() -> None:
+    assert plan_target_paths(PLAN) == ["src/calc.py", "tests/test_calc.py", "src/util.py"]
+    assert plan_target_paths({}) == []
+    assert plan_target_paths({"actions": "x"}) == []
+    assert plan_target_paths({"actions": [{"target_paths": [1, None, "", "a.py"]}]}) == ["a.py"]
+
+
+@pytest.mark.parametrize(
+    "raw, norm",
+    [("a/b.py", "a/b.py"), ("./a/b.py", "a/b.py"), ("a\\b.py", "a/b.py"), ("a//b/../c.py", "a/c.py"),
+     ("../x.py", "../x.py"), ("", ""), (".", ""), ("dir/", "dir")],
+)
+def test_normalise(raw: str, norm: str) -> None:
+    assert normalise(raw) == norm
+
+
+def test_target_paths_are_exact() -> None:
+    targets = plan_target_paths(PLAN)
+    assert is_allowed("src/calc.py", targets)
+    assert is_allowed("./src/calc.py", targets)
+    assert not is_allowed("src/calc_other.py", targets)
+    assert not is_allowed("src", targets)
+    assert not is_allowed("", targets)
+
+
+def test_globs() -> None:
+    assert is_allowed("docs/a/b.md", [], ["docs/"])  # a directory: everything below it
+    assert is_allowed("src/pkg/deep/x.py", [], ["src/*"])  # * crosses /
+    assert is_allowed("setup.cfg", [], ["*.cfg"])
+    assert is_allowed("a/b.cfg", [], ["./a/*.cfg"])
+    assert not is_allowed("other.py", [], ["src/*", "", "   "])
+    assert not is_allowed("SRC/x.py", [], ["src/*"])  # case-sensitive everywhere
+
+
+def test_out_of_scope_lists_each_offender_once_in_order() -> None:
+    targets = plan_target_paths(PLAN)
+    changed = ["src/calc.py", "other.py", "setup.cfg", "other.py", "./docs/x.md", "../outside.py"]
+    assert out_of_scope(changed, targets, ["docs/"]) == ["other.py", "setup.cfg", "../outside.py"]
+    assert out_of_scope(["src/calc.py"], targets) == []
+    assert out_of_scope([], targets) == []
+
+
+def test_escaping_paths_never_match_ordinary_globs() -> None:
+    assert out_of_scope(["../secret.py"], ["secret.py"], ["*.cfg"]) == ["../secret.py"]
+
+
+def test_allowed_paths_for_the_prompt() -> None:
+    targets, globs = allowed_paths(PLAN, ["docs/", "", 3])  # type: ignore[list-item]
+    assert targets == ["src/calc.py", "tests/test_calc.py", "src/util.py"]
+    assert globs == ["docs/"]
