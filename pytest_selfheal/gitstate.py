@@ -20,10 +20,18 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 HASH_LENGTH = 16  # hex characters of sha256 kept
 _CHUNK = 1024 * 1024
+
+
+# Build and cache litter: never a code change (projects without a .gitignore have it untracked).
+JUNK_PATHSPECS: Tuple[str, ...] = (
+    ":(exclude,glob)**/__pycache__/**",
+    ":(exclude,glob)**/*.py[co]",
+    ":(exclude,glob)**/.pytest_cache/**",
+)
 
 
 def _exclude_specs(top: Path, exclude: Sequence[Path]) -> List[str]:
@@ -87,7 +95,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
         if repo.working_tree_dir is None:  # a bare repository
             return None
         top = Path(repo.working_tree_dir)
-        specs = [".", *_exclude_specs(top, exclude)]
+        specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS]
         runner: Any = git.Git(str(top))
         base = ["HEAD"] if repo.head.is_valid() else ["--cached"]
         diff = runner.diff(*base, "--no-ext-diff", "--no-color", "--binary", "--", *specs, stdout_as_string=False)

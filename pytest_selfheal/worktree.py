@@ -36,14 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .gitstate import JUNK_PATHSPECS
 from .errors import RefusedError
 
 # Pathspecs left out of every snapshot (and so out of every patch).
-JUNK_PATHSPECS: Tuple[str, ...] = (
-    ":(exclude,glob)**/__pycache__/**",
-    ":(exclude,glob)**/*.py[co]",
-    ":(exclude,glob)**/.pytest_cache/**",
-)
 
 
 class GitFailed(Exception):
