@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, Cancelled, SelfhealError, UsageError
+from .errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, Cancelled, SelfhealError, UsageError
 
 if TYPE_CHECKING:
     from .actions_env import ActionsContext
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 #: Exit code of ``selfheal ci`` when pytest itself could not give a verdict on the tests:
 #: internal error (pytest 3), no tests collected (5), interrupted without a captured
 #: incident (2), killed by a signal. ``--no-fail-on-unresolved`` never hides it.
-EXIT_PYTEST = 7
 
 # Final statuses of ``selfheal ci`` besides the loop's own (resolved, escalated, ...).
 FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop

@@ -10,6 +10,7 @@ EXIT_BAD_INPUT = 3  # malformed junit XML, corrupted or schema-invalid incident 
 EXIT_NOT_FOUND = 4  # the incident (or file) does not exist
 EXIT_REFUSED = 5  # refused by policy: command not allowlisted, status transition refused
 EXIT_IO = 6  # the reports root cannot be written or locked (disk full, read-only, lock timeout)
+EXIT_PYTEST = 7  # selfheal ci: pytest itself gave no verdict (internal error, no tests, killed)
 EXIT_CANCELLED = 130  # Ctrl-C / SIGTERM: state saved, clean exit
 
 
