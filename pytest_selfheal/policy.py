@@ -314,11 +314,15 @@ def is_success(observation: Observation) -> bool:
 
 
 def is_timeout(observation: Observation) -> bool:
-    """True when the iteration timed out: the verification, the repair, or a TIMEOUT failure."""
+    """True when the iteration timed out: the verification, the repair, or every failure is a TIMEOUT.
+
+    A TIMEOUT failure beside other failures does not void the observation: the others are
+    still evidence (a flaky timeout next to a real bug must not delay the repeat stop).
+    """
     return (
         observation.timed_out
         or observation.repair_result == REPAIR_TIMEOUT
-        or TIMEOUT in observation.failure_types
+        or (bool(observation.failure_types) and all(t == TIMEOUT for t in observation.failure_types))
     )
 
 

@@ -203,7 +203,7 @@ PAIRS: List[Tuple[str, str, LoopPolicy, List[Observation], Dict[str, Any]]] = [
         "tooling_env",
         "timeout",
         DEFAULT,
-        [fail(0, types=[TIMEOUT]), fail(1, ["F", "G"], types=[TIMEOUT, TOOLING_ENV])],
+        [fail(0, types=[TIMEOUT]), fail(1, ["F", "G"], types=[TIMEOUT, TOOLING_ENV], timed_out=True)],
         {},
     ),
     ("tooling_env", "repeated_fingerprint", DEFAULT, [fail(0), fail(1, types=[TOOLING_ENV])], {}),
@@ -819,3 +819,14 @@ def test_loop_driven_by_decide_stops_within_max_iterations(policy: LoopPolicy, d
         observations.append(data.draw(observations_st(len(observations))))
     assert len(observations) - 1 <= policy.max_iterations
     assert decision.stop_reason in STOP_REASONS
+
+
+def test_a_flaky_timeout_beside_a_real_failure_does_not_void_the_observation() -> None:
+    """Capture: a real failure F and a flaky timeout T. Re-run: T passes, F repeats."""
+    capture = fail(0, ["F", "T"], types=["TEST_ASSERTION", TIMEOUT], outcomes={"a": "failed", "t": "failed"})
+    rerun = fail(1, ["F"], types=["TEST_ASSERTION"], outcomes={"a": "failed", "t": "passed"})
+    first = decide(DEFAULT, [capture, rerun])
+    assert first.action == "continue"
+    assert first.progress.progress and first.progress.tests_fixed == ("t",)  # the flaky test passing is progress
+    again = fail(2, ["F"], types=["TEST_ASSERTION"], outcomes={"a": "failed", "t": "passed"})
+    assert decide(DEFAULT, [capture, rerun, again]).stop_reason == "repeated_fingerprint"
