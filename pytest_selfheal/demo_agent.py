@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import List
 
 
-def main(argv: list) -> int:
+def main(argv: List[str]) -> int:
     worktree, prompt_file = Path(argv[1]), Path(argv[2])
     prompt = prompt_file.read_text(encoding="utf-8")
     target = worktree / "calc.py"
