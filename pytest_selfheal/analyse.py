@@ -13,7 +13,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import models
 from .classify import Rule, classify
-from .fingerprint import first_stable_line, fingerprint
+from .fingerprint import SCHEME, first_stable_line, signature_and_hash
 from .junit import Source, latest_failing, map_failing
 
 MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
@@ -35,12 +35,13 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
     """Classify and fingerprint one failing testcase; also return the classification."""
     line = first_stable_line(case)
     classification = classify(case, extra_rules, headline=line)
-    fp = fingerprint(case, classification.failure_type, line=line)
+    test = case.test
+    signature, digest = signature_and_hash(classification.failure_type, test, line)
     failure = models.Failure(
-        test=case.test,
-        fingerprint=fp.fingerprint,
-        signature=fp.signature,
-        scheme=fp.scheme,
+        test=test,
+        fingerprint=digest,
+        signature=signature,
+        scheme=SCHEME,
         failure_type=classification.failure_type,
         code_fixable=classification.code_fixable,
         transient=classification.transient,

@@ -16,8 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from itertools import compress
-from typing import Callable, Dict, Match, NamedTuple, Optional, Pattern, Tuple, Union
+from typing import Callable, FrozenSet, Match, NamedTuple, Optional, Pattern, Tuple, Union
 
 from . import models
 
@@ -143,7 +142,6 @@ def first_stable_line(case: models.TestCaseResult) -> str:
 
 Replacement = Union[str, Callable[[Match[str]], str]]
 
-_WS = re.compile(r"\s+")
 
 _TS_DATE = r"\d{4}-\d{2}-\d{2}"
 _MMSS = r":[0-5]\d:[0-5]\d"
@@ -190,13 +188,36 @@ def _hash(match: Match[str]) -> str:
 
 
 class _Rule(NamedTuple):
-    """One normalisation: ``pattern`` -> ``replacement``, tried only when cheap
-    pre-conditions hold (speed: most lines need only a few of the regexes)."""
+    """One normalisation: ``pattern`` -> ``replacement``, tried only when cheap necessary
+    conditions hold (most lines need only a few of the regexes)."""
 
-    gate: Tuple[str, ...]  # one of these substrings must occur (empty: no condition)
-    digits: bool  # the pattern cannot match without a digit
+    chars: FrozenSet[str]  # characters a match always contains
+    needles: Tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
+    digits: bool  # a match always contains a digit
     pattern: Pattern[str]
     replacement: Replacement
+
+
+def _keep_group_then(placeholder: str) -> Callable[[Match[str]], str]:
+    """Replacement keeping group 1 (e.g. ``pid=``) and replacing the rest: a function is
+    much cheaper than re's template expansion (``r"\1<PID>"``), run per match."""
+
+    def replace(match: Match[str]) -> str:
+        return match.group(1) + placeholder
+
+    return replace
+
+
+# Needles: substrings that a match must contain.
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_COLON_MINUTES = tuple(f":{d}" for d in "012345")
+_DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
+
+
+def _rule(
+    chars: str, needles: Tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
+) -> _Rule:
+    return _Rule(frozenset(chars), needles, digits, re.compile(pattern), replacement)
 
 
 # Conventions of the patterns below:
@@ -215,11 +236,6 @@ def _start(first: str) -> str:
     return rf"{first}(?<!\w{first})(?<![A-Z]>{first})"
 
 
-# Gates: the substrings that a match must contain.
-_COLON_MINUTES = tuple(f":{d}" for d in "012345")
-_COLON_DIGITS = tuple(f":{d}" for d in "0123456789")
-_DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _HEX = "[0-9a-fA-F]"
 # Before a path: not inside a word, a relative path, a URL or right after a placeholder.
 _PATH_BEFORE = r"(?<![\w.:/\\~$-]{c})(?<![A-Z]>{c})"
@@ -228,158 +244,144 @@ _S_HEX = _start(_HEX)
 _PB_SLASH = _PATH_BEFORE.format(c="/")
 _PB_LETTER = _PATH_BEFORE.format(c="[A-Za-z]")
 _PB_BACKSLASH = _PATH_BEFORE.format(c=r"\\")
+_TS_TAIL = rf"\s{_TS_TIME}{_TS_ZONE}(?:\s\d{{4}})?{_END}"
 
 _RULES: Tuple[_Rule, ...] = (
     # 1. A home directory on its own (a file below it is a path: next rules).
-    _Rule(
-        ("/home/", "/Users/", "\\Users\\", "/root"),
+    _rule(
+        "/",
+        ("/home/", "/Users/", "/root"),
         False,
-        re.compile(
-            r"(?<![\w.:/\\~-])(?<![A-Z]>)(?:/home/|/Users/|[A-Za-z]:\\Users\\)[\w.-]+"
-            r"(?![\w.-]*[/\\])(?!<[A-Z])"
-            r"|(?<![\w.:/\\~-])(?<![A-Z]>)/root(?![\w/\\])(?!<[A-Z])"
-        ),
+        r"/(?<![\w.:/\\~-]/)(?<![A-Z]>/)(?:home/|Users/)[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])"
+        r"|/(?<![\w.:/\\~-]/)(?<![A-Z]>/)root(?![\w/\\])(?!<[A-Z])",
+        "<HOME>",
+    ),
+    _rule(
+        "\\",
+        ("\\Users\\",),
+        False,
+        r"[A-Za-z](?<![\w.:/\\~-][A-Za-z])(?<![A-Z]>[A-Za-z]):\\Users\\[\w.-]+"
+        r"(?![\w.-]*[/\\])(?!<[A-Z])",
         "<HOME>",
     ),
     # 2. file:// URIs and absolute paths (POSIX, ~/ and $HOME/, Windows drive, UNC): the
     #    directory part becomes <PATH>/, the file name stays so different files differ.
     #    Covers tmp dirs (/tmp/pytest-of-u/pytest-3/test_x0/, /var/folders/…/T/, %TEMP%).
-    _Rule(("file:",), False, re.compile(rf"{_start('f')}ile:/+(?:{_SEG}/)*"), "<PATH>/"),
-    _Rule(
+    _rule(":/", ("file:",), False, rf"{_start('f')}ile:/+(?:{_SEG}/)*", "<PATH>/"),
+    _rule(
+        "/",
         ("~/", "$HOME/"),
         False,
-        re.compile(rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*"),
+        rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*",
         "<PATH>/",
     ),
-    _Rule(
-        ("/",), False, re.compile(rf"/{_PB_SLASH}(?:{_SEG}/)+"), "<PATH>/"
-    ),
-    _Rule(
+    _rule("/", (), False, rf"/{_PB_SLASH}(?:{_SEG}/)+", "<PATH>/"),
+    _rule(
+        ":",
         (":\\", ":/"),
         False,
-        re.compile(rf"[A-Za-z]{_PB_LETTER}:[\\/](?:{_SEG}[\\/])*"),
+        rf"[A-Za-z]{_PB_LETTER}:[\\/](?:{_SEG}[\\/])*",
         "<PATH>/",
     ),
-    _Rule(
-        ("\\\\",),
-        False,
-        re.compile(rf"\\{_PB_BACKSLASH}\\{_SEG}\\(?:{_SEG}\\)*"),
-        "<PATH>/",
-    ),
+    _rule("\\", ("\\\\",), False, rf"\\{_PB_BACKSLASH}\\{_SEG}\\(?:{_SEG}\\)*", "<PATH>/"),
     # 3. Random names of tempfile (tmpXXXXXXXX) and pytest/xdist numbered dirs.
-    _Rule(("tmp",), False, re.compile(rf"{_start('t')}mp[a-z0-9_]{{8}}{_END}"), "<TMP>"),
-    _Rule(
+    _rule("tmp", ("tmp",), False, rf"{_start('t')}mp[a-z0-9_]{{8}}{_END}", "<TMP>"),
+    _rule(
+        "",
         ("pytest-", "gw"),
         True,
-        re.compile(rf"({_start('p')}ytest-|{_start('p')}open-gw|{_start('g')}w)\d+{_END}"),
-        r"\1<N>",
+        rf"({_start('p')}ytest-|{_start('p')}open-gw|{_start('g')}w)\d+{_END}",
+        _keep_group_then("<N>"),
     ),
     # 4. Timestamps and dates: ISO 8601 (and bare dates), RFC 2822 / syslog, bare times.
-    _Rule(
+    _rule(
+        "-",
         ("-0", "-1"),  # the month
         True,
-        re.compile(
-            rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}"
-        ),
+        rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}",
         "<TS>",
     ),
-    _Rule(
+    _rule(
+        ": ",
         _MONTHS,
         True,
-        re.compile(
-            rf"(?<!\w)(?<![A-Z]>)(?:{_WEEKDAY},?\s)?(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})"
-            rf"(?:\s\d{{4}})?\s{_TS_TIME}{_TS_ZONE}(?:\s\d{{4}})?{_END}"
-        ),
+        # Weekday first, day first, month first; each alternative starts with a literal
+        # or a class so that the engine skips cheaply over the rest of the line.
+        rf"{_start(_WEEKDAY)},?\s(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})(?:\s\d{{4}})?{_TS_TAIL}"
+        rf"|{_S_DIGIT}\d?\s{_MONTH}(?:\s\d{{4}})?{_TS_TAIL}"
+        rf"|{_start(_MONTH)}\s+\d{{1,2}}(?:\s\d{{4}})?{_TS_TAIL}",
         "<TS>",
     ),
-    _Rule(_COLON_MINUTES, True, re.compile(rf"{_S_DIGIT}\d?{_MMSS}(?:[.,]\d+)?{_END}"), "<TS>"),
+    _rule(":", _COLON_MINUTES, True, rf"{_S_DIGIT}\d?{_MMSS}(?:[.,]\d+)?{_END}", "<TS>"),
     # 5. UUIDs (before hex hashes and numbers).
-    _Rule(
-        ("-",),
+    _rule(
+        "-",
+        (),
         False,
-        re.compile(
-            rf"{_S_HEX}{_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}{_END}"
-        ),
+        rf"{_S_HEX}{_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}{_END}",
         "<UUID>",
     ),
     # 6. Memory addresses (0x7f3a…): 6+ hex digits, so small hex constants stay.
-    _Rule(("0x",), True, re.compile(rf"{_start('0')}x{_HEX}{{6,}}{_END}"), "<ADDR>"),
+    _rule("0x", ("0x",), True, rf"{_start('0')}x{_HEX}{{6,}}{_END}", "<ADDR>"),
     # 7. Hex hashes and ids: 8+ hex characters with at least one digit and one letter.
-    _Rule((), True, re.compile(rf"{_S_HEX}{_HEX}{{7,}}{_END}"), _hash),
+    _rule("", (), True, rf"{_S_HEX}{_HEX}{{7,}}{_END}", _hash),
     # 8. IPs and ports: IPv4 (+port), bracketed IPv6 (+port), localhost:N, "port 5432".
-    _Rule(
+    _rule(
+        ".",
         _DOT_DIGITS,
         True,
-        re.compile(rf"{_S_DIGIT}\d{{0,2}}\.\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?::\d{{1,5}})?{_END}"),
+        rf"{_S_DIGIT}\d{{0,2}}\.\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?::\d{{1,5}})?{_END}",
         _ip,
     ),
-    _Rule(
-        ("[",),
-        False,
-        re.compile(rf"\[(?:{_HEX}{{0,4}}:){{2,7}}{_HEX}{{0,4}}\](?::\d{{1,5}}(?!\d))?"),
-        _ip,
-    ),
-    _Rule(
+    _rule("[:]", (), False, rf"\[(?:{_HEX}{{0,4}}:){{2,7}}{_HEX}{{0,4}}\](?::\d{{1,5}}(?!\d))?", _ip),
+    _rule(
+        ":",
         ("localhost:", ".local:"),
         True,
-        re.compile(rf"(?<![\w-])(?<![A-Z]>)(localhost|[\w-]+\.local):\d{{1,5}}{_END}"),
-        r"\1:<PORT>",
+        rf"(?<![\w-])(?<![A-Z]>)(localhost|[\w-]+\.local):\d{{1,5}}{_END}",
+        _keep_group_then(":<PORT>"),
     ),
-    _Rule(("ort",), True, re.compile(rf"({_start('[Pp]')}ort[\s=:#]*)\d{{1,5}}{_END}"), r"\1<PORT>"),
+    _rule("ort", ("ort",), True, rf"({_start('[Pp]')}ort[\s=:#]*)\d{{1,5}}{_END}", _keep_group_then("<PORT>")),
     # 9. PIDs.
-    _Rule(
-        ("pid", "PID", "Pid"),
-        True,
-        re.compile(rf"({_start('[pP]')}(?:id|ID)[\s=:#]*)\d+{_END}"),
-        r"\1<PID>",
-    ),
-    _Rule(("rocess",), True, re.compile(rf"({_start('[Pp]')}rocess\s+)\d+{_END}"), r"\1<PID>"),
+    _rule("", ("pid", "PID", "Pid"), True, rf"({_start('[pP]')}(?:id|ID)[\s=:#]*)\d+{_END}", _keep_group_then("<PID>")),
+    _rule("rocess", ("rocess",), True, rf"({_start('[Pp]')}rocess\s+)\d+{_END}", _keep_group_then("<PID>")),
     # 10. Line numbers in words: "line 42", "lines 3-5".
-    _Rule(
-        ("ine",), True, re.compile(rf"({_start('[Ll]')}ines?\s+)\d+(?:\s*-\s*\d+)?"), r"\1<N>"
-    ),
+    _rule("ine", ("ine",), True, rf"({_start('[Ll]')}ines?\s+)\d+(?:\s*-\s*\d+)?", _keep_group_then("<N>")),
     # 11. Durations: 1.23s, 150ms, 0.5 seconds, 2m30s, 1h2m; and
     # 12. any remaining long number (ids, epochs, counters, big values): 5+ digits.
     #     One regex for both (one scan): a unit makes a duration, else 5+ digits a number.
-    _Rule(
+    _rule(
+        "",
         (),
         True,
-        re.compile(
-            rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
-            rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)"
-            rf"|(?<=\d{{5}})){_END}"
-        ),
+        rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
+        rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)"
+        rf"|(?<=\d{{5}})){_END}",
         _duration_or_number,
     ),
     # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17",
     #     "(Foo.java:42)", "<frozen importlib._bootstrap>:1204" (last: after placeholders).
-    _Rule(_COLON_DIGITS, True, re.compile(rf":\d+(?::\d+)*{_END}"), _file_line),
+    _rule(":", (), True, rf":\d+(?::\d+)*{_END}", _file_line),
 )
 
 _DIGIT = re.compile(r"\d")
-# Every gate substring, and for each the (indices of the) rules it lets through.
-_NEEDLES: Tuple[str, ...] = tuple(sorted({needle for rule in _RULES for needle in rule.gate}))
-_RULES_OF_NEEDLE: Dict[str, Tuple[int, ...]] = {
-    needle: tuple(i for i, rule in enumerate(_RULES) if needle in rule.gate) for needle in _NEEDLES
-}
-_UNGATED = frozenset(i for i, rule in enumerate(_RULES) if not rule.gate)
 
 
 def _apply_rules(text: str) -> str:
-    # Which rules can match at all, decided once on the input: the gate substrings are
-    # checked in C (compress/map), then only those rules run, in order. Same result as
-    # checking each gate just before its rule: a gate is a necessary condition, a rule
-    # whose gate was replaced away finds nothing, and replacements add no gate substring
-    # the input lacked ("<PATH>/" is written where paths were, and no "/"-gated rule runs
-    # after the file:, Windows and UNC rules; ":" only where a ":" was).
-    candidates = set(_UNGATED)
-    for needle in compress(_NEEDLES, map(text.__contains__, _NEEDLES)):
-        candidates.update(_RULES_OF_NEEDLE[needle])
+    # The conditions are decided once, on the input: a rule whose condition was true but
+    # whose text an earlier rule replaced simply finds nothing, and replacements add no
+    # character or substring that the input lacked where a later rule could use it.
+    chars = frozenset(text)
     has_digit = _DIGIT.search(text) is not None
-    for index in sorted(candidates):
-        gate, digits, pattern, replacement = _RULES[index]
-        if digits and not has_digit:
+    for needs, needles, digits, pattern, replacement in _RULES:
+        if (digits and not has_digit) or not needs <= chars:
             continue
+        if needles:
+            for needle in needles:
+                if needle in text:
+                    break
+            else:
+                continue
         text = pattern.sub(replacement, text)
     return text
 
@@ -397,7 +399,8 @@ def normalise(text: str) -> str:
 # a bounded memo saves the regex work for every repeat.
 @functools.lru_cache(maxsize=4096)
 def _normalise_cached(text: str) -> str:
-    return _WS.sub(" ", _apply_rules(_WS.sub(" ", text).strip())).strip()
+    # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
+    return " ".join(_apply_rules(" ".join(text.split())).split())
 
 
 def signature_of(failure_type: str, test: str, normalised: str) -> str:
@@ -420,9 +423,12 @@ def fingerprint(
     """
     if line is None:
         line = first_stable_line(case)
-    line = line[:MAX_LINE]
-    normalised = normalise(line)[:MAX_NORMALISED]
-    signature = signature_of(failure_type, case.test, normalised)
-    return models.Fingerprint(
-        signature=signature, fingerprint=hash_signature(signature), scheme=SCHEME
-    )
+    signature, digest = signature_and_hash(failure_type, case.test, line)
+    return models.Fingerprint(signature=signature, fingerprint=digest, scheme=SCHEME)
+
+
+def signature_and_hash(failure_type: str, test: str, line: str) -> Tuple[str, str]:
+    """The signature and fingerprint (scheme :data:`SCHEME`) of a first stable line."""
+    signature = f"{failure_type} | {test} | {normalise(line[:MAX_LINE])[:MAX_NORMALISED]}"
+    digest = hashlib.sha256(f"{SCHEME}:{signature}".encode("utf-8", "surrogatepass"))
+    return signature, digest.hexdigest()[:HASH_LENGTH]
