@@ -269,6 +269,8 @@ def _parse(
             parser.Parse(chunk, final)
         except _Refused as exc:
             raise InputError(f"{label}: {exc}") from None
+        except (LookupError, ValueError) as exc:  # e.g. encoding="x-no-such-codec" in the declaration
+            raise InputError(f"{label}: not readable XML ({exc})") from None
         except expat.ExpatError as exc:
             # Hand over what was complete before deciding what the error means.
             yield from reader.done

@@ -465,6 +465,22 @@ def _require_inbox(store: "Store", incident_id: str) -> None:
         raise RefusedError(f"incident {incident_id} is already archived in error_archive/{bucket}")
 
 
+def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
+    """An inbox incident with a final status and no recorded stop is a half-done ``selfheal
+    archive`` (killed between its status change and its move): looping it would verify an
+    incident someone already closed. A stop the loop itself recorded is completed instead."""
+    status = store.read_status(incident_id)
+    if status not in ("resolved", "escalated"):
+        return
+    with store.lock():
+        if _pending(store, incident_id, store.read_attempts(incident_id)) is not None:
+            return
+    raise RefusedError(
+        f"incident {incident_id} is {status} but still in error_inbox (an interrupted archive): "
+        f"run `selfheal archive {incident_id} --as {status}` to finish it"
+    )
+
+
 # --------------------------------------------------------------------------- record
 
 
@@ -1001,6 +1017,7 @@ def run_loop(
     """
     incident_id = validate_incident_id(incident_id)
     _require_inbox(store, incident_id)
+    _refuse_interrupted_archive(store, incident_id)
     say = out or (lambda line: None)
     if unattended is None:
         import sys

@@ -121,6 +121,12 @@ def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWL
                 f"refusing verification command {shown!r}: it contains shell syntax ({token!r}); "
                 "commands run without a shell"
             )
+    if "/" in argv[0] or "\\" in argv[0]:
+        # The allowlist names programs found on PATH (or this interpreter for `python`): a path
+        # to any file called `pytest` or `python` (a script committed as bin/pytest) is not one.
+        raise RefusedError(
+            f"refusing verification command {shown!r}: the executable must be a bare allowlisted name, not a path"
+        )
     name = runner_name(argv)
     if name not in allowlist:
         allowed = ", ".join(allowlist) or "nothing"
@@ -208,7 +214,9 @@ def run_selection(
     loop) also stops the group before it propagates, so no child outlives the loop.
     The allowlist is the caller's job (:func:`check_allowed`).
     """
-    full = resolve_argv(argv) + [f"--junitxml={junit_path}"]
+    # --rootdir pins node ids to the directory they were captured in: without it, an ini file
+    # below the capture's rootdir (pkg/pytest.ini) would move the rootdir and the ids with it.
+    full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
