@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Run the reliability suite and print the figures table of docs/reliability.md.
+
+    python scripts/reliability_figures.py            # the default (bounded) sample, ~3 min
+    python scripts/reliability_figures.py --full     # every kill point, 500 MB junit, 2,000 examples (~40 min)
+    python scripts/reliability_figures.py --no-run --figures FILE   # only aggregate an earlier run
+
+Each test of tests/reliability appends its numbers as one JSON line to the file named by
+$SELFHEAL_RELIABILITY_FIGURES when it passes; this script sets it, runs pytest, sums the
+lines and prints a markdown table. The pytest exit code is printed with the table: figures
+of a run that failed are not figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(figures: Path, full: bool, extra: List[str]) -> int:
+    env = dict(os.environ)
+    env["SELFHEAL_RELIABILITY_FIGURES"] = str(figures)
+    if full:
+        env["SELFHEAL_RELIABILITY_FULL"] = "1"
+    else:
+        env.pop("SELFHEAL_RELIABILITY_FULL", None)
+    argv = [sys.executable, "-m", "pytest", "tests/reliability", "-q", "-p", "no:cacheprovider", "-rxs", *extra]
+    print("$", " ".join(argv), "(full)" if full else "(sample)", file=sys.stderr)
+    started = time.monotonic()
+    code = subprocess.call(argv, cwd=ROOT, env=env)
+    print(f"pytest exit code {code} after {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return code
+
+
+def load(figures: Path) -> List[Dict[str, Any]]:
+    if not figures.exists():
+        return []
+    return [json.loads(line) for line in figures.read_text().splitlines() if line.strip()]
+
+
+def merge(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per family / property: under pytest-xdist (``-n auto`` in pyproject) every
+    worker builds its own module fixtures and records its own share; the shares add up."""
+    merged: List[Dict[str, Any]] = []
+    by_key: Dict[Any, Dict[str, Any]] = {}
+    for row in rows:
+        if "family" in row:
+            key: Any = ("family", row["family"])
+        elif "examples" in row:
+            key = ("examples", row["test"])
+        elif "known_bug_hits" in row:
+            key = ("known", row["test"])
+        else:
+            merged.append(row)
+            continue
+        if key not in by_key:
+            by_key[key] = json.loads(json.dumps(row))
+            merged.append(by_key[key])
+            continue
+        target = by_key[key]
+        for field in ("cases", "examples", "tracebacks", "failures"):
+            if field in row:
+                target[field] = target.get(field, 0) + row[field]
+        for name, n in (row.get("known_bug_hits") or {}).items():
+            target["known_bug_hits"][name] = target["known_bug_hits"].get(name, 0) + n
+    return merged
+
+
+def table(rows: List[Dict[str, Any]]) -> str:
+    rows = merge(rows)
+    out: List[str] = ["| What | Count | Losses / failures | Test |", "|------|-------|-------------------|------|"]
+
+    # --- kills
+    kills: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in rows:
+        if row.get("method") in ("named_step", "file_operation", "random_instant"):
+            for key in ("attempted", "landed", "mid_operation", "replay_window", "resumed", "losses"):
+                kills[row["method"]][key] += int(row.get(key, 0))
+            kills[row["method"]]["ops:" + row.get("op", "?")] += int(row.get("attempted", 0))
+    total = {k: sum(v[k] for v in kills.values()) for k in ("attempted", "landed", "mid_operation", "losses")}
+    for method, label in (("file_operation", "SIGKILL before the N-th file operation"),
+                          ("named_step", "SIGKILL at a named loop step"),
+                          ("random_instant", "SIGKILL at a random instant")):
+        if method not in kills:
+            continue
+        k = kills[method]
+        per_op = ", ".join(f"{name[4:]} {n}" for name, n in sorted(k.items()) if name.startswith("ops:"))
+        test = {"file_operation": "test_kill_before_each_file_operation", "named_step": "test_kill_loop_at_named_step",
+                "random_instant": "test_kill_at_random_instant"}[method]
+        out.append(f"| {label} ({per_op}) | {k['attempted']} kills, {k['landed']} landed, "
+                   f"{k['mid_operation']} mid-operation | {k['losses']} attempts lost | "
+                   f"test_fault_injection.py::{test} |")
+    if total["attempted"]:
+        out.append(f"| **All kills** | **{total['attempted']}** ({total['landed']} landed, "
+                   f"{total['mid_operation']} mid-operation) | **{total['losses']}** | test_fault_injection.py |")
+
+    # --- disk faults
+    disk = [r for r in rows if r.get("method") == "disk_fault"]
+    if disk:
+        cases = sum(int(r["cases"]) for r in disk)
+        modes = sorted({r["mode"] for r in disk})
+        out.append(f"| Disk full / read-only ({', '.join(modes)}; capture, plan, loop, archive, report) | {cases} cases "
+                   f"| 0 tracebacks, 0 half-written | test_fault_injection.py::test_*disk_fault* |")
+    for r in rows:
+        if r.get("method") == "root_is_file":
+            out.append(f"| Reports root occupied by a regular file | {r['cases']} cases | 0 tracebacks | "
+                       f"test_fault_injection.py::test_reports_root_occupied_by_a_file |")
+
+    # --- concurrency
+    for r in rows:
+        if r["test"].startswith("test_concurrency.py"):
+            workers = f" × {r['workers_each']} workers" if r.get("workers_each", 1) > 1 else ""
+            out.append(f"| Concurrent: {r['processes']} processes{workers}, {r['runs']} run(s) | "
+                       f"{r.get('incidents', r.get('refused', ''))} {'incidents' if 'incidents' in r else 'refused'} | "
+                       f"{r['corrupted']} corrupted, {r['duplicates']} duplicates | {r['test']} |")
+
+    # --- hostile input
+    for r in rows:
+        if r.get("family"):
+            out.append(f"| Hostile input: {r['family']} | {r['cases']} cases | {r['tracebacks']} tracebacks | "
+                       f"test_hostile_input.py |")
+        if "peak_rss_mb" in r:
+            out.append(f"| {r['megabytes']} MB junit ({r['testcases']:,} testcases) | peak RSS {r['peak_rss_mb']} MB "
+                       f"| limit 200 MB | {r['test']} |")
+
+    # --- property-based
+    for r in rows:
+        if "examples" in r:
+            out.append(f"| Property: {r['test'].split('::')[1]} | {r['examples']} examples | {r['failures']} failures "
+                       f"| {r['test']} |")
+
+    for r in rows:
+        hits = r.get("known_bug_hits")
+        if hits is not None:
+            for name, n in sorted(hits.items()):
+                out.append(f"| Property: random input hitting the known bug `{name}` | {n} examples | "
+                           f"tracked by test_findings.py | test_property_inputs.py |")
+
+    # --- secrets and action
+    for r in rows:
+        if "kinds" in r:
+            out.append(f"| Secrets: {r['kinds']} kinds × {r['surfaces']} surfaces ({r['files']} files/bodies) | "
+                       f"{r['checks']} checks | {r['leaks']} leaks, {r['partial_leaks']} partial | {r['test']} |")
+        if "processes_checked" in r:
+            out.append(f"| Token withheld from test processes | {r['processes_checked']} processes | "
+                       f"{r['token_seen']} saw it | {r['test']} |")
+        if "executed" in r:
+            out.append(f"| PR-controlled plan commands under `selfheal ci` | {r['commands']} commands | "
+                       f"{r['executed']} executed | {r['test']} |")
+    return "\n".join(out)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", action="store_true", help="SELFHEAL_RELIABILITY_FULL=1: the long variants")
+    parser.add_argument("--figures", type=Path, default=None, help="JSON-lines file (default: a temp file)")
+    parser.add_argument("--no-run", action="store_true", help="only aggregate --figures")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    figures = args.figures or Path(tempfile.mkstemp(prefix="reliability-", suffix=".jsonl")[1])
+    code = 0
+    if not args.no_run:
+        if figures.exists():
+            figures.write_text("")
+        code = run(figures, args.full, args.pytest_args)
+    print(table(load(figures)))
+    if code:
+        print(f"\n**pytest failed (exit {code}): these figures are incomplete.**")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
