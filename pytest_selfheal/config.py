@@ -315,8 +315,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _regex_problem(pattern: str) -> Optional[str]:
+    import warnings
+
     try:
-        re.compile(pattern)
+        # A FutureWarning ("Possible nested set") would print two extra lines on stderr.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
     except re.error as exc:
         return str(exc)
     except (RecursionError, OverflowError, ValueError, MemoryError):

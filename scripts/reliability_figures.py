@@ -58,8 +58,6 @@ def merge(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             key: Any = ("family", row["family"])
         elif "examples" in row:
             key = ("examples", row["test"])
-        elif "known_bug_hits" in row:
-            key = ("known", row["test"])
         else:
             merged.append(row)
             continue
@@ -71,8 +69,6 @@ def merge(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         for field in ("cases", "examples", "tracebacks", "failures"):
             if field in row:
                 target[field] = target.get(field, 0) + row[field]
-        for name, n in (row.get("known_bug_hits") or {}).items():
-            target["known_bug_hits"][name] = target["known_bug_hits"].get(name, 0) + n
     return merged
 
 
@@ -138,13 +134,6 @@ def table(rows: List[Dict[str, Any]]) -> str:
         if "examples" in r:
             out.append(f"| Property: {r['test'].split('::')[1]} | {r['examples']} examples | {r['failures']} failures "
                        f"| {r['test']} |")
-
-    for r in rows:
-        hits = r.get("known_bug_hits")
-        if hits is not None:
-            for name, n in sorted(hits.items()):
-                out.append(f"| Property: random input hitting the known bug `{name}` | {n} examples | "
-                           f"tracked by test_findings.py | test_property_inputs.py |")
 
     # --- secrets and action
     for r in rows:

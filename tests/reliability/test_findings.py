@@ -1,8 +1,9 @@
-"""Bugs the reliability suite found in other modules, each as the smallest failing test.
+"""Bugs the reliability suite found in other modules, each as the smallest test that shows it.
 
-Each is ``xfail(strict=True)`` with the module and the reproduction in its reason, so the
-suite stays green until the fix lands — and turns red (XPASS) the moment it does, as a
-reminder to drop the marker. docs/reliability.md lists them under "Findings".
+Fixed ones stay here as regression tests (docs/reliability.md "Findings" says when and where
+they were fixed). Open ones are ``xfail(strict=True)`` with the module and the reproduction
+in the reason, so the suite stays green until the fix lands — and turns red (XPASS) the
+moment it does, as a reminder to drop the marker.
 """
 
 from __future__ import annotations
@@ -117,3 +118,9 @@ def test_shortened_diff_items_do_not_leak_secrets(tmp_path: Path) -> None:
     incident_id = capture(project, env={"PLANTED_SECRETS_FILE": str(planted), **ENV_SECRETS})
     log_tail = (project / ".selfheal" / "error_inbox" / incident_id / "log_tail.txt").read_bytes()
     assert hits(log_tail) == ([], []), hits(log_tail)
+
+
+def test_a_suspicious_user_regex_prints_no_python_warning(tmp_path: Path) -> None:
+    result = run_selfheal(tmp_path, "config", "--set", 'redaction.patterns=["[[a]"]')
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr

@@ -186,7 +186,8 @@ def xml_cases(secret_file: Path, listener: Listener) -> List[Tuple[str, bytes, i
         ("png-header", b"\x89PNG\r\n\x1a\n" + os.urandom(512), 3, err),
         ("utf16-bom-garbage", b"\xff\xfe" + os.urandom(1024), 3, err),
         ("utf16-declared-but-utf8", VALID_JUNIT.replace(b'encoding="utf-8"', b'encoding="UTF-16"'), 3, err),
-        # unknown-encoding: see test_findings.py (a LookupError traceback in junit.py).
+        ("unknown-encoding", VALID_JUNIT.replace(b'encoding="utf-8"', b'encoding="x-no-such-codec"'), 3, err),
+        ("mutated-encoding-name", VALID_JUNIT.replace(b'encoding="utf-8"', b'encoding="U-F-8"'), 3, err),
         ("latin1-declared-utf8-bytes", VALID_JUNIT.replace(b"nope", "n\u00f6pe\u2603".encode()), 0, ""),
         ("wrong-root-html", b"<html><body>not junit</body></html>", 3, err),
         ("wrong-root-testcase", b'<testcase classname="c" name="n"><failure/></testcase>', 3, err),
@@ -667,7 +668,11 @@ HOSTILE_COMMANDS = [
     f"python -c \"open('{PWNED}', 'w')\"",
     "python -m pip install evil-package",
     "python -m http.server",
-    # "./pytest", "bin/pytest", "evil/python -m pytest": see test_findings.py (basename allowlist).
+    # Paths to programs named like the runner (test_findings.py has the end-to-end version).
+    f"./pytest {PWNED}",
+    "bin/pytest -q",
+    "/tmp/evil/pytest",
+    "evil/python -m pytest",
     f"pytest$(touch {PWNED})",
     f"$(touch {PWNED})",
 ]
