@@ -305,8 +305,8 @@ def _check_report_output(op: Op, project: Path, context: str) -> None:
             assert path.name.startswith(f".{REPORT_NAME}.") and path.name.endswith(".tmp"), f"{context}: {path.name}"
     target = out / REPORT_NAME
     killed_copy = target.read_bytes() if target.exists() else None
-    module, args = op.argv(incident_id_of(project), project)
-    done = run_selfheal(project, *args[:])
+    _, args = op.argv(incident_id_of(project), project)
+    done = run_selfheal(project, *args)  # the rerun a user would do
     assert done.returncode == 0, done.stderr
     if killed_copy is not None:
         assert killed_copy == target.read_bytes(), f"{context}: partial report"
