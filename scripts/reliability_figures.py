@@ -76,29 +76,31 @@ def table(rows: List[Dict[str, Any]]) -> str:
     rows = merge(rows)
     out: List[str] = ["| What | Count | Losses / failures | Test |", "|------|-------|-------------------|------|"]
 
-    # --- kills
+    # --- kills: one row per test (the sample and its long variant apart), then the total
     kills: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    labels = {"file_operation": "SIGKILL before the N-th file operation", "named_step": "SIGKILL at a named loop step",
+              "random_instant": "SIGKILL at a random instant"}
     for row in rows:
-        if row.get("method") in ("named_step", "file_operation", "random_instant"):
+        if row.get("method") in labels:
+            k = kills[row["test"]]
+            k["method:" + row["method"]] = 1
             for key in ("attempted", "landed", "mid_operation", "replay_window", "resumed", "losses"):
-                kills[row["method"]][key] += int(row.get(key, 0))
-            kills[row["method"]]["ops:" + row.get("op", "?")] += int(row.get("attempted", 0))
-    total = {k: sum(v[k] for v in kills.values()) for k in ("attempted", "landed", "mid_operation", "losses")}
-    for method, label in (("file_operation", "SIGKILL before the N-th file operation"),
-                          ("named_step", "SIGKILL at a named loop step"),
-                          ("random_instant", "SIGKILL at a random instant")):
-        if method not in kills:
-            continue
-        k = kills[method]
-        per_op = ", ".join(f"{name[4:]} {n}" for name, n in sorted(k.items()) if name.startswith("ops:"))
-        test = {"file_operation": "test_kill_before_each_file_operation", "named_step": "test_kill_loop_at_named_step",
-                "random_instant": "test_kill_at_random_instant"}[method]
-        out.append(f"| {label} ({per_op}) | {k['attempted']} kills, {k['landed']} landed, "
-                   f"{k['mid_operation']} mid-operation | {k['losses']} attempts lost | "
-                   f"test_fault_injection.py::{test} |")
+                k[key] += int(row.get(key, 0))
+            k["op:" + row.get("op", "?")] += int(row.get("attempted", 0))
+    total: Dict[str, int] = defaultdict(int)
+    for test in sorted(kills, key=lambda t: ("slow" in t, t)):
+        k = kills[test]
+        method = next(name[7:] for name in k if name.startswith("method:"))
+        per_op = ", ".join(f"{name[3:]} {n}" for name, n in sorted(k.items()) if name.startswith("op:"))
+        out.append(f"| {labels[method]} ({per_op}) | {k['attempted']} kills: {k['landed']} landed, "
+                   f"{k['mid_operation']} mid-operation; replay window {k['replay_window']} | "
+                   f"{k['losses']} attempts lost | {test} |")
+        for key in ("attempted", "landed", "mid_operation", "replay_window", "losses"):
+            total[key] += k[key]
     if total["attempted"]:
         out.append(f"| **All kills** | **{total['attempted']}** ({total['landed']} landed, "
-                   f"{total['mid_operation']} mid-operation) | **{total['losses']}** | test_fault_injection.py |")
+                   f"{total['mid_operation']} mid-operation) | **{total['losses']} attempts lost** | "
+                   f"test_fault_injection.py |")
 
     # --- disk faults
     disk = [r for r in rows if r.get("method") == "disk_fault"]

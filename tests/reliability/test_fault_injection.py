@@ -250,6 +250,8 @@ def check_after_kill(op: Op, project: Path, before: Dict[str, Dict[int, bytes]],
     expected = sorted(before)
     if root.exists():
         rows = check_root(root, expected)
+        # One write per event line: a SIGKILL cannot tear it (only a short write on a full disk can).
+        assert check_files_whole(root)["torn"] == 0, f"{context}: a torn event line"
     else:
         rows = []
         assert not expected
