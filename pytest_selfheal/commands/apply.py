@@ -26,14 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-def _target(incident: Mapping[str, Any]) -> Path:
-    """The working tree to patch: the capture's rootdir when it still exists, else the current directory."""
-    rootdir = incident.get("rootdir")
-    if isinstance(rootdir, str) and rootdir and Path(rootdir).is_dir():
-        return Path(rootdir)
-    return Path.cwd()
-
-
 def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
     """Note the application in ``run_result.json``'s ``repair`` block (when there is one)."""
     from ..events import format_ts
@@ -67,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if patch is None or not patch.strip():
         raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
     with isolated_git_env():
-        top = repo_top(_target(incident))
+        from .loop import verification_root
+
+        top = repo_top(verification_root(incident, Path.cwd()))
         verdict = check_patch(top, patch)
         data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(where), "working_tree": str(top)}
         if verdict.already_applied:
