@@ -146,8 +146,8 @@ def baseline_in_process(path: Path) -> int:
 
 def selfheal_in_process(path: Path) -> int:
     """The CLI's own function path: read, analyse, JSON-encode (what ``--json`` prints)."""
-    from pytest_selfheal.analyse import clear_caches
-    from pytest_selfheal.commands.fingerprint import collect, write_json
+    from pytest_selfheal.analysis.analyse import clear_caches
+    from pytest_selfheal.cli.commands.fingerprint import collect, write_json
 
     clear_caches()  # every timed run starts cold, like the CLI process does
     rows = collect([str(path)], [], [])

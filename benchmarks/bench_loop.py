@@ -121,10 +121,10 @@ def main(argv: "List[str] | None" = None) -> int:
     parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
     args = parser.parse_args(argv)
 
-    from pytest_selfheal.config import parse_override
-    from pytest_selfheal.config_files import load_config
-    from pytest_selfheal.loop import verify_iteration
-    from pytest_selfheal.store import Store
+    from pytest_selfheal.config.settings import parse_override
+    from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.loop.driver import verify_iteration
+    from pytest_selfheal.store.root import Store
 
     work = Path(tempfile.mkdtemp(prefix="selfheal-bench-loop-"))
     try:

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 import pytest
 
-from . import hookspecs
-from .junit_writer import FailedReport
+from pytest_selfheal import hookspecs
+from pytest_selfheal.junit.writer import FailedReport
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    from .agent_mode import OpenIncident
-    from .config import EffectiveConfig
+    from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.config.settings import EffectiveConfig
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
 _FLAG_KEYS = {
@@ -39,7 +39,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--selfheal*`` flags and their ini twins."""
-    from .config import INI_KEYS
+    from pytest_selfheal.config.settings import INI_KEYS
 
     group = parser.getgroup("selfheal", "self-healing: incidents and the RALF-Lite loop")
     group.addoption(
@@ -107,7 +107,7 @@ def _enabled(config: pytest.Config) -> bool:
 
 
 def _ini_values(config: pytest.Config) -> Dict[str, str]:
-    from .config import INI_KEYS
+    from pytest_selfheal.config.settings import INI_KEYS
 
     values: Dict[str, str] = {}
     for ini_name in INI_KEYS:
@@ -122,8 +122,8 @@ def _ini_values(config: pytest.Config) -> Dict[str, str]:
 
 def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
     """The effective config for this pytest run (files ← ini ← flags)."""
-    from .config import Override, parse_override
-    from .config_files import load_config
+    from pytest_selfheal.config.settings import Override, parse_override
+    from pytest_selfheal.config.files import load_config
 
     overrides: List[Override] = []
     for dest, key in _FLAG_KEYS.items():
@@ -148,7 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not _enabled(config):
         return
-    from .errors import SelfhealError
+    from pytest_selfheal.errors import SelfhealError
 
     try:
         effective = load_effective_config(config)
@@ -197,9 +197,9 @@ class Recorder:
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
             return []
-        from .agent_mode import open_incidents
-        from .errors import SelfhealError
-        from .store import Store
+        from pytest_selfheal.loop.agent_mode import open_incidents
+        from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.store.root import Store
 
         try:
             return open_incidents(Store(self.reports_root))
@@ -255,7 +255,7 @@ class Recorder:
         # trylast: pytest's own junitxml has written --junitxml by now.
         if not self.failed and not self.outcomes:
             return
-        from .errors import SelfhealError
+        from pytest_selfheal.errors import SelfhealError
 
         try:
             self._finish(int(exitstatus))
@@ -267,7 +267,7 @@ class Recorder:
             )
 
     def _finish(self, exitstatus: int) -> None:
-        from .capture_run import analyse_run, capture_incident
+        from pytest_selfheal.capture.run import analyse_run, capture_incident
 
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
         warnings: List[str] = []
@@ -277,8 +277,8 @@ class Recorder:
         covered: Set[str] = set()
         still_open: List[str] = []
         if self.outcomes:
-            from .agent_mode import record_agent_attempts
-            from .store import Store
+            from pytest_selfheal.loop.agent_mode import record_agent_attempts
+            from pytest_selfheal.store.root import Store
 
             agent = record_agent_attempts(
                 store=Store(self.reports_root),
@@ -326,8 +326,8 @@ class Recorder:
         return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
 
     def _run_loop(self, incident_id: str) -> None:
-        from .loop_entry import run_incident_loop
-        from .store import Store
+        from pytest_selfheal.loop.entry import run_incident_loop
+        from pytest_selfheal.store.root import Store
 
         approve = bool(self.effective.get("repair.approve"))
         run_incident_loop(
@@ -342,11 +342,11 @@ class Recorder:
 
     def _write_report(self) -> None:
         """The compact report in the terminal; the full markdown to report_path when set."""
-        from .commands.report import load_incident_run
-        from .fsio import atomic_write_text
-        from .redact import default_redactor
-        from .report import build_report, render_markdown, render_terminal
-        from .store import Store
+        from pytest_selfheal.cli.commands.report import load_incident_run
+        from pytest_selfheal.store.fsio import atomic_write_text
+        from pytest_selfheal.redact import default_redactor
+        from pytest_selfheal.report.build import build_report, render_markdown, render_terminal
+        from pytest_selfheal.store.root import Store
 
         store = Store(self.reports_root)
         ids = [i for i in [self.incident_id] if i] + [

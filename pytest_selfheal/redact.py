@@ -37,10 +37,10 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import ConfigError
+from pytest_selfheal.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .models import TestCaseResult
+    from pytest_selfheal.records.models import TestCaseResult
 
 #: What a redacted value is replaced with.
 REDACTED = "[REDACTED]"

@@ -217,7 +217,7 @@ def expected_for(xml: Path) -> List[Dict[str, Any]]:
     """What ``selfheal fingerprint <xml> --json`` prints, run from the file's directory."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-    from pytest_selfheal.commands.fingerprint import collect
+    from pytest_selfheal.cli.commands.fingerprint import collect
 
     warnings: List[str] = []
     errors: List[str] = []

@@ -8,7 +8,7 @@ Other test modules use it for every file they write::
     assert_file_valid("run_result", store.runs_dir(incident_id) / "run_result.json")
 
 Kinds: ``incident``, ``plan``, ``attempt``, ``run_result`` (pytest_selfheal/schemas/).
-``jsonschema`` is a test-only dependency; the runtime uses ``pytest_selfheal.schema``.
+``jsonschema`` is a test-only dependency; the runtime uses ``pytest_selfheal.store.schema``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Dict, List
 import jsonschema
 import pytest
 
-from pytest_selfheal.schema import KINDS, load_schema
+from pytest_selfheal.store.schema import KINDS, load_schema
 
 _VALIDATORS: Dict[str, Any] = {}
 

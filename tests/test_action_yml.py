@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
-from pytest_selfheal import ci
+from pytest_selfheal.github import ci
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = ROOT / "action.yml"

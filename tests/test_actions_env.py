@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.actions_env import (
+from pytest_selfheal.github.actions_env import (
     STEP_SUMMARY_LIMIT,
     ActionsContext,
     escape_data,

@@ -14,10 +14,10 @@ import pytest
 from fake_github import FakeGitHub
 from test_actions_env import parse_github_output
 
-from pytest_selfheal import ci
-from pytest_selfheal.cli import main
+from pytest_selfheal.github import ci
+from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
-from pytest_selfheal.github import marker
+from pytest_selfheal.github.client import marker
 
 PR = 7
 MARKER = marker("default")
@@ -268,7 +268,7 @@ def test_a_refused_verification_is_reported_then_decides_the_exit_code(tmp_path:
 
 
 def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
-    from pytest_selfheal.report import build_report
+    from pytest_selfheal.report.build import build_report
 
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"

@@ -7,8 +7,8 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from pytest_selfheal import models
-from pytest_selfheal.classify import (
+from pytest_selfheal.records import models
+from pytest_selfheal.analysis.classify import (
     DEFAULT_RULES,
     TYPE_DEFAULTS,
     Rule,

@@ -9,8 +9,8 @@ from typing import Any, Dict, Mapping
 
 import pytest
 
-from pytest_selfheal import config_files
-from pytest_selfheal.config import (
+from pytest_selfheal.config import files as config_files
+from pytest_selfheal.config.settings import (
     DEFAULTS,
     INI_KEYS,
     INI_OVERRIDES,
@@ -24,11 +24,7 @@ from pytest_selfheal.config import (
     parse_override,
     reference_table,
 )
-from pytest_selfheal.config_files import (
-    global_config_path,
-    load_config,
-    read_pytest_ini,
-)
+from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
 from pytest_selfheal.errors import EXIT_USAGE, ConfigError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -121,7 +117,7 @@ def test_get_accepts_dotted_prefixed_and_object_keys() -> None:
 def test_every_schema_key_is_in_the_docs_table() -> None:
     docs = DOCS.read_text(encoding="utf-8")
     hint = ("docs/configuration.md is out of date; regenerate the tables with "
-            "python -c 'from pytest_selfheal.config import reference_table, ini_table; "
+            "python -c 'from pytest_selfheal.config.settings import reference_table, ini_table; "
             "print(reference_table()); print(ini_table())'")
     assert reference_table() in docs, hint
     assert ini_table() in docs, hint

@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from pytest_selfheal.config import SCHEMA
+from pytest_selfheal.config.settings import SCHEMA
 
 
 class Run:

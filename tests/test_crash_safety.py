@@ -40,9 +40,9 @@ from test_loop import (
     run_env,
 )
 
-from pytest_selfheal.cli import main as selfheal_main
-from pytest_selfheal.loop import KILL_ENV, KILL_STEPS
-from pytest_selfheal.store import Store
+from pytest_selfheal.cli.main import main as selfheal_main
+from pytest_selfheal.loop.driver import KILL_ENV, KILL_STEPS
+from pytest_selfheal.store.root import Store
 
 # scenario: (files, loop settings, expected (stop_reason, attempts, bucket, exit code))
 SCENARIOS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, int, str, int]]] = {

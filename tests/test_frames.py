@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_selfheal.frames import frame_paths, repo_relative, target_paths
+from pytest_selfheal.analysis.frames import frame_paths, repo_relative, target_paths
 
 ROOT = "/home/dev/proj"
 

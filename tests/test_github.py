@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from pytest_selfheal.github import (
+from pytest_selfheal.github.client import (
     ACTIONS_BOT_LOGIN,
     MAX_COMMENT_CHARS,
     GitHubClient,

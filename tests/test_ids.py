@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pytest_selfheal import ids
+from pytest_selfheal.store import ids
 from pytest_selfheal.errors import EXIT_USAGE, UsageError
 
 GOOD = [

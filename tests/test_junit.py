@@ -10,9 +10,9 @@ from typing import Iterator, List, Optional
 
 import pytest
 
-from pytest_selfheal import models
+from pytest_selfheal.records import models
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.junit import (
+from pytest_selfheal.junit.reader import (
     MAX_TEXT,
     dedupe,
     iter_testcases,

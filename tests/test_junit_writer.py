@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from _pytest.junitxml import mangle_test_address
 
-from pytest_selfheal.junit_writer import (
+from pytest_selfheal.junit.writer import (
     FailedReport,
     build_junit,
     junit_message,

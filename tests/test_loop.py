@@ -18,11 +18,11 @@ from typing import Any, Dict, List, Mapping, Optional
 import pytest
 from schema_check import assert_valid
 
-from pytest_selfheal import policy
-from pytest_selfheal.config import parse_override
-from pytest_selfheal.config_files import load_config
+from pytest_selfheal.loop import policy
+from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.loop import (
+from pytest_selfheal.loop.driver import (
     KILL_ENV,
     agent_status_line,
     finalize,
@@ -33,9 +33,9 @@ from pytest_selfheal.loop import (
     run_loop,
     split_runs,
 )
-from pytest_selfheal.models import Failure
-from pytest_selfheal.replay import differences, replay, state_from_disk
-from pytest_selfheal.store import Store
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.store.root import Store
 
 PY = sys.executable
 GITIGNORE = ".selfheal/\n__pycache__/\n.pytest_cache/\n*.state\n"
@@ -308,7 +308,7 @@ def test_a_second_loop_on_the_same_incident_is_refused(tmp_path: Path) -> None:
     incident_id = capture(project)
     store = Store(project / ".selfheal")
     holder = subprocess.Popen(
-        [PY, "-c", "import sys, time; from pytest_selfheal.loop import loop_lock; from pytest_selfheal.store import Store\n"
+        [PY, "-c", "import sys, time; from pytest_selfheal.loop.driver import loop_lock; from pytest_selfheal.store.root import Store\n"
                    "with loop_lock(Store(sys.argv[1]), sys.argv[2]):\n    print('held', flush=True); time.sleep(30)",
          str(store.root), incident_id],
         stdout=subprocess.PIPE, text=True, env=run_env(),
@@ -486,7 +486,7 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
 
 
 def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
-    from pytest_selfheal.loop import _exclude_from_argvs, selection_nodeids
+    from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 
     plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
     argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]

@@ -38,7 +38,7 @@ from pytest_selfheal.errors import (
     EXIT_UNRESOLVED,
     EXIT_USAGE,
 )
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

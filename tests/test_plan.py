@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.plan import (
+from pytest_selfheal.plan.build import (
     build_plan,
     group_failures,
     normalised_message,

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_selfheal.errors import ConfigError, InputError
-from pytest_selfheal.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
-from pytest_selfheal.policy import (
+from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
+from pytest_selfheal.loop.policy import (
     PRECEDENCE,
     STOP_REASONS,
     LoopPolicy,

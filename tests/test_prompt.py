@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from pytest_selfheal.prompt import build_prompt
+from pytest_selfheal.repair.prompt import build_prompt
 
 INCIDENT: Dict[str, Any] = {
     "incident_id": "incident_20260217_120000_ab12",

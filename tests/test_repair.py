@@ -17,13 +17,14 @@ import git
 import pluggy
 import pytest
 
-from pytest_selfheal import hookspecs, policy
-from pytest_selfheal import worktree as W
-from pytest_selfheal.approval import Approver, approver_from, is_interactive
-from pytest_selfheal.config import default_config, merge_layers
+from pytest_selfheal import hookspecs
+from pytest_selfheal.loop import policy
+from pytest_selfheal.repair import worktree as W
+from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
+from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError
-from pytest_selfheal.plan import build_plan, render_plan_md
-from pytest_selfheal.repair import (
+from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.repair.session import (
     RepairSession,
     cli_plugin_manager,
     command_env,
@@ -34,7 +35,7 @@ from pytest_selfheal.repair import (
     substitute,
     write_patch,
 )
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -479,7 +480,7 @@ def capture(project: Path) -> str:
 
 
 def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> None:
-    from pytest_selfheal.repair import repair_loop
+    from pytest_selfheal.repair.session import repair_loop
 
     top = tmp_path / "proj"
     make_repo(top)
@@ -501,7 +502,7 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
 
 def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     """A loop killed after an accepted repair: the next run's worktree starts from that patch."""
-    from pytest_selfheal.repair import repair_loop
+    from pytest_selfheal.repair.session import repair_loop
 
     e = Env(tmp_path)
     e.wt.remove()  # the "killed" run's worktree is gone
@@ -545,7 +546,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
 
 
 def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path) -> None:
-    from pytest_selfheal.repair import repair_loop
+    from pytest_selfheal.repair.session import repair_loop
 
     top = tmp_path / "proj"
     make_repo(top)

@@ -24,9 +24,9 @@ from test_loop import (
 )
 
 from pytest_selfheal.errors import Cancelled
-from pytest_selfheal.policy import STOP_REASONS
-from pytest_selfheal.replay import COMPARED_KEYS, differences, final_status_of, replay
-from pytest_selfheal.store import Store
+from pytest_selfheal.loop.policy import STOP_REASONS
+from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, final_status_of, replay
+from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"
 

@@ -10,9 +10,9 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from pytest_selfheal import policy
+from pytest_selfheal.loop import policy
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.report import (
+from pytest_selfheal.report.build import (
     GRID_MAX_COLUMNS,
     GRID_MAX_TESTS,
     MERMAID_MAX_INCIDENTS,

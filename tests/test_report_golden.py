@@ -14,7 +14,7 @@ from typing import List
 
 import pytest
 
-from pytest_selfheal.report import REPORT_HEADING, validate_report
+from pytest_selfheal.report.build import REPORT_HEADING, validate_report
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "regen_report_golden.py"

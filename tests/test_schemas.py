@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 from schema_check import assert_valid, jsonschema_errors
 
-from pytest_selfheal import schema
+import pytest_selfheal
+from pytest_selfheal.store import schema
 from pytest_selfheal.errors import InputError
 
 ID = "incident_20260217_120000_run_abc"
@@ -273,5 +274,5 @@ def test_docs_show_the_shipped_schemas_verbatim() -> None:
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "schemas.md").read_text(encoding="utf-8")
     for kind in schema.KINDS:
-        text = (Path(schema.__file__).parent / "schemas" / f"{kind}.schema.json").read_text(encoding="utf-8")
+        text = (Path(pytest_selfheal.__file__).parent / "schemas" / f"{kind}.schema.json").read_text(encoding="utf-8")
         assert text.rstrip() in docs, f"docs/schemas.md is out of date for {kind}.schema.json"

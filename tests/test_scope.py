@@ -6,7 +6,7 @@ from typing import Any, Dict
 
 import pytest
 
-from pytest_selfheal.scope import allowed_paths, is_allowed, normalise, out_of_scope, plan_target_paths
+from pytest_selfheal.repair.scope import allowed_paths, is_allowed, normalise, out_of_scope, plan_target_paths
 
 PLAN: Dict[str, Any] = {
     "actions": [

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pytest_selfheal import states
+from pytest_selfheal.store import states
 from pytest_selfheal.errors import EXIT_REFUSED, RefusedError
 
 # Written out independently of states.TRANSITIONS: this is the documented table (docs/store.md).

@@ -17,10 +17,10 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from schema_check import assert_file_valid
 
-from pytest_selfheal import events as ev
-from pytest_selfheal import fsio, states
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import fsio, states
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -165,8 +165,8 @@ def create_with_run(store: Store, run: str) -> str:
 
 def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "aaaaaa", "bbbbbb"])
-    monkeypatch.setattr("pytest_selfheal.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     second = create(store)
     assert first == "incident_20260217_120000_aaaaaa"
@@ -175,8 +175,8 @@ def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPa
 
 def test_create_never_reuses_an_archived_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "cccccc"])
-    monkeypatch.setattr("pytest_selfheal.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     store.archive(first, "escalated")
     assert create(store) == "incident_20260217_120000_cccccc"

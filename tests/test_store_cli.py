@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 import pytest
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 GHOST = "incident_20990101_000000_zz"
 
@@ -32,7 +32,7 @@ def selfheal(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def inproc(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
     """The same through ``cli.main`` in this process (fast; the subprocess cases cover the wiring)."""
-    from pytest_selfheal.cli import main
+    from pytest_selfheal.cli.main import main
 
     try:
         code = main(list(args))

@@ -14,14 +14,14 @@ from typing import List
 import pytest
 from schema_check import assert_valid
 
-from pytest_selfheal.store import INCIDENT_FILES, Store
+from pytest_selfheal.store.root import INCIDENT_FILES, Store
 
 WORKER = r"""
 import os, sys, time
 from datetime import datetime, timezone
-import pytest_selfheal.ids as ids
-import pytest_selfheal.store as store_mod
-from pytest_selfheal.store import Store
+import pytest_selfheal.store.ids as ids
+import pytest_selfheal.store.root as store_mod
+from pytest_selfheal.store.root import Store
 
 # One fixed second and a 256-value token space: ids collide across processes on purpose.
 small = lambda: os.urandom(1).hex()
@@ -46,7 +46,7 @@ print("\n".join(made))
 
 LOOPER = r"""
 import sys
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
 print("ready", flush=True)

@@ -12,11 +12,11 @@ from typing import List
 import pytest
 from test_loop import git_commit_all, make_project, run_env
 
-from pytest_selfheal import models
+from pytest_selfheal.records import models
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitstate import clean_tree_hash, diff_hash
 from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.verify import (
+from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VERIFYING_ENV,
     VerificationRun,

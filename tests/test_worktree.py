@@ -14,10 +14,10 @@ from typing import Dict, Iterator
 import git
 import pytest
 
-from pytest_selfheal import worktree as W
+from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitstate import diff_hash
-from pytest_selfheal.repair import isolated_git_env
+from pytest_selfheal.repair.session import isolated_git_env
 
 
 def make_repo(path: Path, files: Dict[str, str]) -> git.Repo:

@@ -241,7 +241,7 @@ def tree_snapshot(root: Path) -> Dict[str, Tuple[int, float]]:
 
 def incident_ids(root: Path) -> List[str]:
     """Ids of every incident folder in the inbox and archive (by folder name)."""
-    from pytest_selfheal.ids import is_incident_id
+    from pytest_selfheal.store.ids import is_incident_id
 
     found = []
     for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
@@ -256,7 +256,7 @@ def cli(*args: str) -> Tuple[int, str, str]:
 
     Used for the many read-only checks after each fault (``status``, ``replay``): the same
     code path as the subprocess, without 0.3 s of interpreter start-up each time."""
-    from pytest_selfheal.cli import main
+    from pytest_selfheal.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
@@ -281,7 +281,7 @@ def check_files_whole(root: Path) -> Dict[str, int]:
     (torn) lines of ``audit_tail.jsonl`` are counted (``torn``); a dot name is only a
     documented temp file, a build folder or a lock file.
     """
-    from pytest_selfheal.states import STATUSES
+    from pytest_selfheal.store.states import STATUSES
 
     counts = {"json": 0, "temp": 0, "torn": 0}
     for path in walk_written(root):

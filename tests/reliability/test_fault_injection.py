@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from pytest_selfheal.loop import KILL_ENV, KILL_STEPS
+from pytest_selfheal.loop.driver import KILL_ENV, KILL_STEPS
 
 from .conftest import (
     DETERMINISTIC,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 from .conftest import capture, make_project, run_selfheal
 

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from pytest_selfheal.store import Store
+from pytest_selfheal.store.root import Store
 
 from .conftest import (
     DETERMINISTIC,
@@ -245,7 +245,7 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
         bump(counts, "xml")
     assert listener.connections == 0, "an external entity or DTD was fetched over HTTP"
     # The same inputs on the Python API: never an exception other than InputError.
-    from pytest_selfheal.analyse import failures_from_junit
+    from pytest_selfheal.analysis.analyse import failures_from_junit
     from pytest_selfheal.errors import InputError
 
     for name, data, code, _ in cases:

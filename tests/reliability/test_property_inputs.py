@@ -28,13 +28,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.analyse import failures_from_junit
-from pytest_selfheal.config import SCHEMA, EffectiveConfig, parse_override
-from pytest_selfheal.config_files import load_config
+from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.config.settings import SCHEMA, EffectiveConfig, parse_override
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import ConfigError, InputError
-from pytest_selfheal.junit import iter_testcases
+from pytest_selfheal.junit.reader import iter_testcases
 
-from .conftest import FULL, PY, capture, make_project, record_figures, run_env, run_selfheal, tree_snapshot
+from .conftest import (
+    FULL,
+    PY,
+    capture,
+    make_project,
+    record_figures,
+    run_env,
+    run_selfheal,
+    tree_snapshot,
+)
 
 EXAMPLES = 2000 if FULL else 200
 CLI_EXAMPLES = 60 if FULL else 8

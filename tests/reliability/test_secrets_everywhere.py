@@ -31,7 +31,15 @@ from typing import Dict, Iterable, List, Tuple
 import pytest
 from fake_github import FakeGitHub
 
-from .conftest import PY, capture, make_project, record_figures, run_env, run_selfheal, walk_written
+from .conftest import (
+    PY,
+    capture,
+    make_project,
+    record_figures,
+    run_env,
+    run_selfheal,
+    walk_written,
+)
 
 RNG = random.Random(20260217)
 

@@ -1,0 +1,93 @@
+"""Glue: junit files -> fingerprinted, classified failures (docs/fingerprints.md).
+
+``junit.map_failing`` streams a file keeping the latest failing record per test (reruns
+de-duplicated, bounded memory); each failure is classified (``classify``) and
+fingerprinted (``fingerprint``) as soon as it is read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
+
+from pytest_selfheal.records import models
+from pytest_selfheal.analysis.classify import Rule, classify
+from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, signature_and_hash
+from pytest_selfheal.junit.reader import Source, latest_failing, map_failing
+
+MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
+
+Analysed = Tuple[models.Failure, models.Classification]
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def clear_caches() -> None:
+    """Forget the memos of normalisation and classification (benchmarks, tests)."""
+    from pytest_selfheal.analysis import classify as classify_module
+    from pytest_selfheal.analysis import fingerprint as fingerprint_module
+
+    fingerprint_module._normalise_cached.cache_clear()
+    classify_module._default_headline_match.cache_clear()
+
+
+def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) -> Analysed:
+    """Classify and fingerprint one failing testcase; also return the classification."""
+    line = first_stable_line(case)
+    classification = classify(case, extra_rules, headline=line)
+    test = case.test
+    signature, digest = signature_and_hash(classification.failure_type, test, line)
+    failure = models.Failure(
+        test=test,
+        fingerprint=digest,
+        signature=signature,
+        scheme=SCHEME,
+        failure_type=classification.failure_type,
+        code_fixable=classification.code_fixable,
+        transient=classification.transient,
+        failure_class=classification.failure_class,
+        message=line[:MAX_MESSAGE],
+        outcome=case.outcome,
+        nodeid=None,
+    )
+    return failure, classification
+
+
+def analyse_junit(
+    source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[List[str]] = None
+) -> List[Analysed]:
+    """(Failure, Classification) of each failing testcase of one junit file.
+
+    Reruns are de-duplicated (the last record wins); order is first appearance. Raises
+    :class:`errors.InputError` when the file cannot be read as junit XML.
+    """
+    return map_failing(source, lambda case: analyse_case(case, extra_rules), warnings=warnings)
+
+
+def failures_from_cases(
+    cases: Iterable[models.TestCaseResult], extra_rules: Sequence[Rule] = ()
+) -> List[models.Failure]:
+    """The failing (failed or error) testcases as Failures, in order of first appearance.
+
+    Reruns of one test identity are de-duplicated, the last record winning (a test that
+    passed on rerun is not a failure). ``nodeid`` is left None: only the plugin knows it.
+    """
+    return [analyse_case(case, extra_rules)[0] for case in latest_failing(cases)]
+
+
+def failures_from_junit(
+    paths: Union[PathLike, Iterable[PathLike]],
+    extra_rules: Sequence[Rule] = (),
+    warnings: Optional[List[str]] = None,
+) -> List[models.Failure]:
+    """Failures of one or more junit files, file by file (reruns de-duplicated per file).
+
+    Raises :class:`errors.InputError` for a file that cannot be read as junit XML;
+    truncation warnings are appended to ``warnings``.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    failures: List[models.Failure] = []
+    for path in paths:
+        failures.extend(f for f, _ in analyse_junit(Path(path), extra_rules, warnings))
+    return failures

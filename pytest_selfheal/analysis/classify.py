@@ -1,0 +1,569 @@
+"""Data-driven failure classification (SPEC §6, docs/classification.md). Pure: no I/O.
+
+A rule is a regular expression and the failure type it implies. Rules are tried in order,
+extra rules (config ``classification.rules``, the ``pytest_selfheal_classification_rules``
+hook) before :data:`DEFAULT_RULES`, in two tiers:
+
+1. against the *headline*: the exception type, the message and the first stable line;
+2. only if no rule matched there, against the head of the failure text (traceback).
+
+The headline tier keeps incidental words deep in a traceback (a ``timeout=`` argument in
+a source line, say) from outvoting what the failure actually says.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from itertools import compress
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple
+
+from pytest_selfheal.records import models
+from pytest_selfheal.errors import ConfigError
+from pytest_selfheal.analysis.fingerprint import first_stable_line
+
+TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
+MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
+
+# (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
+TYPE_DEFAULTS: Dict[str, Tuple[bool, bool, str]] = {
+    models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.LINT: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.BUILD_COMPILE: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.TOOLING_ENV: (False, False, models.FAILURE_CLASS_ENVIRONMENT),
+    models.TIMEOUT: (False, True, models.FAILURE_CLASS_TRANSIENT),
+    models.UNKNOWN: (False, False, models.FAILURE_CLASS_DETERMINISTIC),
+}
+
+FAILURE_CLASSES = (
+    models.FAILURE_CLASS_DETERMINISTIC,
+    models.FAILURE_CLASS_TRANSIENT,
+    models.FAILURE_CLASS_ENVIRONMENT,
+)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(pattern: str) -> Pattern[str]:
+    return re.compile(pattern, re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
+
+    ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
+    ``(?i)`` for case-insensitive). ``None`` flags take the failure type's defaults
+    (:data:`TYPE_DEFAULTS`); a rule with ``transient=True`` and no ``failure_class``
+    gets ``transient``.
+    """
+
+    name: str
+    pattern: str
+    failure_type: str
+    code_fixable: Optional[bool] = None
+    transient: Optional[bool] = None
+    failure_class: Optional[str] = None
+    # Speed hint: when non-empty, the pattern is only searched if one of these lowercase
+    # substrings occurs in the lowercased text. Every alternative of the pattern must
+    # contain one of them (tests/test_classify.py checks the default rules).
+    keywords: Tuple[str, ...] = ()
+    # Derived once at construction (rules are matched thousands of times).
+    regex: Pattern[str] = field(init=False, repr=False, compare=False)
+    result: models.Classification = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.failure_type not in TYPE_DEFAULTS:
+            raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
+        # Frozen dataclass: derived attributes are set through object.__setattr__.
+        object.__setattr__(self, "regex", _compiled(self.pattern))
+        object.__setattr__(self, "result", self._classification())
+
+    def classification(self) -> models.Classification:
+        """The classification this rule gives when it matches."""
+        return self.result
+
+    def _classification(self) -> models.Classification:
+        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
+        if self.code_fixable is not None:
+            fixable = self.code_fixable
+        if self.transient is not None:
+            transient = self.transient
+        if self.failure_class is not None:
+            failure_class = self.failure_class
+        elif self.transient:
+            failure_class = models.FAILURE_CLASS_TRANSIENT
+        return models.Classification(
+            failure_type=self.failure_type,
+            code_fixable=fixable,
+            transient=transient,
+            failure_class=failure_class,
+            rule=self.name,
+        )
+
+
+_T = models.TEST_ASSERTION
+_TC = models.TYPECHECK
+_L = models.LINT
+_B = models.BUILD_COMPILE
+_E = models.TOOLING_ENV
+_TO = models.TIMEOUT
+
+# Exceptions that code under test raises at run time (Python, JavaScript, Java): a bug in
+# the code, not the environment. Each alternative starts with a literal (no leading \b),
+# which lets the regex engine skip ahead to candidate positions.
+_RUNTIME_EXCEPTIONS = (
+    "TypeError", "ValueError", "KeyError", "IndexError", "AttributeError", "NameError",
+    "ZeroDivisionError", "RuntimeError", "NotImplementedError", "UnboundLocalError",
+    "RecursionError", "LookupError", "ArithmeticError", "OverflowError", "StopIteration",
+    "FileNotFoundError", "ReferenceError", "RangeError", "NullPointerException",
+    "IllegalArgumentException", "IllegalStateException", "ClassCastException",
+    "IndexOutOfBoundsException", "UnsupportedOperationException", "NumberFormatException",
+    "NoSuchElementException", "ArithmeticException", "ConcurrentModificationException",
+)  # fmt: skip
+
+# Ordered: the first matching rule wins, so specific rules come before general ones
+# (timeouts and environment problems before "any exception is a code bug").
+DEFAULT_RULES: Tuple[Rule, ...] = (
+    # -- TIMEOUT ---------------------------------------------------------------------------
+    Rule(
+        "pytest_timeout",
+        r"Failed: Timeout >|\+{5,} Timeout \+{5,}",
+        _TO,
+        keywords=("timeout",),
+    ),
+    Rule("jest_timeout", r"Exceeded timeout of \d+\s?ms", _TO, keywords=("exceeded timeout",)),
+    Rule("mocha_timeout", r"Timeout of \d+\s?ms exceeded", _TO, keywords=("timeout of",)),
+    Rule(
+        "go_test_timeout", r"panic: test timed out after", _TO, keywords=("timed out after",)
+    ),
+    Rule(
+        "timeout",
+        r"TimeoutError|TimeoutException|TimeoutExpired|ReadTimeout|ConnectTimeout"
+        r"|DeadlineExceeded|socket\.timeout|t(?<!\wt)imed?[\s-]?out\b|T(?<!\wT)imed?[\s-]?[Oo]ut\b"
+        r"|TIMED?[\s-]?OUT\b|context deadline exceeded",
+        _TO,
+        keywords=("timeout", "deadlineexceeded", "time", "deadline exceeded"),
+    ),
+    # -- TOOLING_ENV -----------------------------------------------------------------------
+    Rule(
+        "missing_module",
+        r"ModuleNotFoundError: No module named|No module named '",
+        _E,
+        keywords=("no module named",),
+    ),
+    Rule(
+        "missing_node_module",
+        r"Cannot find module '[^'./]",
+        _E,
+        keywords=("cannot find module",),
+    ),
+    Rule(
+        "missing_command",
+        r"command not found|: not found$|No such file or directory: '[^'/\\.]+'$"
+        r"|executable file not found in \$PATH|is not recognized as an internal or external command",
+        _E,
+        keywords=(
+            "command not found",
+            ": not found",
+            "no such file or directory",
+            "executable file not found",
+            "is not recognized as an internal",
+        ),
+    ),
+    Rule(
+        "missing_credentials",
+        r"NoCredentialsError|Unable to locate credentials|\b401 Unauthorized\b"
+        r"|(?i:authentication failed|invalid credentials|missing credentials|could not read Username)"
+        r"|Permission denied \(publickey",
+        _E,
+        keywords=(
+            "nocredentialserror",
+            "unable to locate credentials",
+            "401 unauthorized",
+            "authentication failed",
+            "invalid credentials",
+            "missing credentials",
+            "could not read username",
+            "permission denied (publickey",
+        ),
+    ),
+    Rule(
+        "network_transient",
+        r"ECONNRESET|EAI_AGAIN|(?i:connection reset by peer|temporary failure in name resolution)"
+        r"|\b50[234] (?:Bad Gateway|Service Unavailable|Gateway Time-?out)\b"
+        r"|\b429 Too Many Requests\b|(?i:rate limit exceeded)",
+        _E,
+        transient=True,
+        keywords=(
+            "connection reset by peer",
+            "econnreset",
+            "temporary failure in name resolution",
+            "eai_again",
+            "bad gateway",
+            "service unavailable",
+            "gateway time",
+            "too many requests",
+            "rate limit exceeded",
+        ),
+    ),
+    Rule(
+        "service_unreachable",
+        r"ConnectionRefusedError|ECONNREFUSED|getaddrinfo ENOTFOUND"
+        r"|(?i:connection refused|could not connect to server|name or service not known"
+        r"|nodename nor servname|network is unreachable|no route to host)",
+        _E,
+        keywords=(
+            "connection refused",
+            "connectionrefusederror",
+            "econnrefused",
+            "could not connect to server",
+            "name or service not known",
+            "nodename nor servname",
+            "enotfound",
+            "network is unreachable",
+            "no route to host",
+        ),
+    ),
+    Rule(
+        "permission_denied",
+        r"PermissionError|EACCES|EPERM\b|(?i:permission denied|operation not permitted)",
+        _E,
+        keywords=("permission", "eacces", "operation not permitted", "eperm"),
+    ),
+    Rule(
+        "disk_full",
+        r"ENOSPC|\[Errno 28\]|(?i:no space left on device|disk quota exceeded)",
+        _E,
+        keywords=("no space left", "enospc", "disk quota exceeded", "[errno 28]"),
+    ),
+    Rule(
+        "runtime_version",
+        r"The engine \"node\" is incompatible|Unsupported engine|requires a different Python"
+        r"|requires Python ['\"]?[<>=]|UnsupportedClassVersionError",
+        _E,
+        keywords=("engine", "requires a different python", "requires python", "classversion"),
+    ),
+    # -- BUILD_COMPILE ---------------------------------------------------------------------
+    Rule(
+        "syntax_error",
+        r"\b(?:SyntaxError|IndentationError|TabError)\b",
+        _B,
+        keywords=("syntaxerror", "indentationerror", "taberror"),
+    ),
+    Rule(
+        "import_name_error",
+        r"ImportError: cannot import name|ImportError while importing",
+        _B,
+        keywords=("importerror",),
+    ),
+    Rule(
+        "relative_module_missing",
+        r"Cannot find module '\.|Module not found: Error",
+        _B,
+        keywords=("cannot find module '.", "module not found: error"),
+    ),
+    Rule(
+        "pytest_collection_error",
+        r"^collection failure$|ERROR collecting|\bcollection error",
+        _B,
+        keywords=("collection failure", "error collecting", "collection error"),
+    ),
+    Rule(
+        "pytest_fixture_not_found",
+        r"fixture '[^']+' not found",
+        _B,
+        keywords=("fixture '",),
+    ),
+    Rule(
+        "compile_error",
+        r"error: could not compile|error\[E\d{4}\]|cannot find symbol|COMPILATION ERROR"
+        r"|Compilation failure|\[build failed\]|^\S+\.go:\d+:\d+: |undefined: \w"
+        r"|error CS\d{4}|fatal error: .*\.h: No such file|^Build error$",
+        _B,
+        keywords=(
+            "build error",
+            "could not compile",
+            "error[e",
+            "cannot find symbol",
+            "compilation",
+            "[build failed]",
+            ".go:",
+            "undefined: ",
+            "error cs",
+            "fatal error: ",
+        ),
+    ),
+    # -- TYPECHECK (static checkers; a runtime TypeError is a code bug, see below) --------
+    Rule(
+        "typecheck",
+        r"\berror TS\d{4}\b|Incompatible types|Incompatible return value type"
+        r"|: error: .*\[[a-z][a-z-]*\]$|is not assignable to (?:type|parameter)"
+        r"|\bmypy\b.*\berror|pyright|reportGeneralTypeIssues|Found \d+ errors? in \d+ files?",
+        _TC,
+        keywords=(
+            "error ts",
+            "incompatible",
+            ": error: ",
+            "is not assignable to",
+            "mypy",
+            "pyright",
+            "reportgeneraltypeissues",
+            "found ",
+        ),
+    ),
+    # -- LINT ------------------------------------------------------------------------------
+    # flake8/ruff/pylint "path:line:col: E501 …" lines.
+    Rule("lint_code", r":\d+:\d+: [A-Z]{1,3}\d{3,4}\b", _L, keywords=(": ",)),
+    Rule(
+        "lint_tool",
+        r"\b(?:ruff|flake8|pylint|eslint|stylelint|prettier|isort)\b|would reformat",
+        _L,
+        keywords=("ruff", "flake8", "pylint", "eslint", "stylelint", "prettier", "isort", "would reformat"),
+    ),
+    # eslint's "stylish" format: "  1:10  error  'x' is defined but never used  no-unused-vars".
+    Rule(
+        "eslint_stylish",
+        r"^ *\d+:\d+ *  error  .+  [\w@/-]+$|^ *\d+:\d+ *  warning  .+  [\w@/-]+$",
+        _L,
+        keywords=("  error  ", "  warning  "),
+    ),
+    # -- TEST_ASSERTION --------------------------------------------------------------------
+    # Alternatives start with a literal (boundaries as look-behinds after it) so the regex
+    # engine can skip to candidate positions.
+    Rule(
+        "assertion",
+        r"AssertionError|AssertionFailedError|ComparisonFailure|AssertionFailure"
+        r"|a(?<!\wa)ssert |expect\(.*\)\.|\.toBe\w*\(|\.toEqual\(|\.toStrictEqual\("
+        r"|\.toMatch\w*\(|\.toContain\w*\(|\.toThrow\w*\(|\.toHaveBeenCalled\w*\("
+        r"|Error Trace:|Not equal:|F(?<![^\n]F)ailed: |DID NOT RAISE|XPASS\(strict\)",
+        _T,
+        keywords=(
+            "assert",
+            "comparisonfailure",
+            "expect(",
+            "tobe",
+            "toequal",
+            "tostrictequal",
+            "tomatch",
+            "tocontain",
+            "tothrow",
+            "tohavebeencalled",
+            "error trace:",
+            "not equal:",
+            "failed: ",
+            "did not raise",
+            "xpass(strict)",
+        ),
+    ),
+    # chai/testify/go style "expected X … got/but was Y".
+    Rule(
+        "expected_actual",
+        r"[Ee](?<!\w[Ee])xpected\b.*\b(?i:got|but was|but got|to equal|to be|received|actual)\b",
+        _T,
+        keywords=("xpected",),
+    ),
+    Rule(
+        "go_test_failure",
+        r"^\s*\w+_test\.go:\d+: |^--- FAIL: ",
+        _T,
+        keywords=("_test.go:", "--- fail: "),
+    ),
+    Rule(
+        "runtime_exception",
+        "|".join(f"{name}\\b" for name in _RUNTIME_EXCEPTIONS)
+        + "|panic: |nil pointer dereference|index out of range",
+        _T,
+        keywords=(
+            "error",
+            "exception",
+            "stopiteration",
+            "panic: ",
+            "nil pointer dereference",
+            "index out of range",
+        ),
+    ),
+    # Any other named exception raised by the code under test is a code bug too.
+    Rule(
+        "uncaught_exception",
+        r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b",
+        _T,
+        keywords=("error", "exception"),
+    ),
+)
+
+UNKNOWN_CLASSIFICATION = models.Classification(
+    failure_type=models.UNKNOWN,
+    code_fixable=TYPE_DEFAULTS[models.UNKNOWN][0],
+    transient=TYPE_DEFAULTS[models.UNKNOWN][1],
+    failure_class=TYPE_DEFAULTS[models.UNKNOWN][2],
+    rule="",
+)
+
+
+def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
+    lowered = haystack.lower()
+    for rule in rules:
+        if rule.keywords:
+            # Cheap substring pre-check: most rules are ruled out without a regex.
+            for keyword in rule.keywords:
+                if keyword in lowered:
+                    break
+            else:
+                continue
+        if rule.regex.search(haystack):
+            return rule
+    return None
+
+
+# The keywords of the default rules, checked once per text rather than once per rule,
+# and for each keyword the (indices of the) rules it lets through.
+_DEFAULT_KEYWORDS: Tuple[str, ...] = tuple(sorted({k for r in DEFAULT_RULES for k in r.keywords}))
+_RULES_OF_KEYWORD: Dict[str, Tuple[int, ...]] = {
+    k: tuple(i for i, r in enumerate(DEFAULT_RULES) if k in r.keywords) for k in _DEFAULT_KEYWORDS
+}
+
+
+def _default_match(haystack: str) -> Optional[Rule]:
+    lowered = haystack.lower()
+    # compress/map keep the 100-odd substring checks in C (several times faster than a
+    # comprehension); usually only a handful of rules remain to be tried, in order.
+    candidates: Set[int] = set()
+    for keyword in compress(_DEFAULT_KEYWORDS, map(lowered.__contains__, _DEFAULT_KEYWORDS)):
+        candidates.update(_RULES_OF_KEYWORD[keyword])
+    for index in sorted(candidates):
+        rule = DEFAULT_RULES[index]
+        if rule.regex.search(haystack):
+            return rule
+    return None  # every default rule has keywords (tests/test_classify.py)
+
+
+# Pure, and failures repeat (one broken fixture fails a hundred tests the same way): a
+# bounded memo of the headline tier saves the regex work for every repeat.
+_default_headline_match = functools.lru_cache(maxsize=4096)(_default_match)
+
+
+def _match(extra_rules: Sequence[Rule], haystack: str, *, headline: bool) -> Optional[Rule]:
+    if extra_rules:
+        rule = _first_match(extra_rules, haystack)
+        if rule is not None:
+            return rule
+    return _default_headline_match(haystack) if headline else _default_match(haystack)
+
+
+def classify(
+    case: models.TestCaseResult,
+    extra_rules: Sequence[Rule] = (),
+    *,
+    headline: Optional[str] = None,
+) -> models.Classification:
+    """Classify one failing testcase: the first rule that matches (see module docstring).
+
+    ``extra_rules`` are tried before :data:`DEFAULT_RULES`. ``headline`` may pass the
+    already computed :func:`fingerprint.first_stable_line` to save recomputing it.
+    Nothing matching gives UNKNOWN (not code-fixable, deterministic).
+    """
+    if headline is None:
+        headline = first_stable_line(case)
+    message = case.message[:MAX_MESSAGE]
+    if headline and message.startswith(headline):
+        # pytest: the first line of the message *is* the headline; no need to scan it twice.
+        head = f"{case.exc_type}\n{message}"
+    else:
+        head = f"{case.exc_type}\n{message}\n{headline}"
+    rule = _match(extra_rules, head, headline=True)
+    if rule is None and case.text:
+        rule = _match(extra_rules, case.text[:TEXT_HEAD], headline=False)
+    return rule.result if rule is not None else UNKNOWN_CLASSIFICATION
+
+
+_RULE_KEYS = {
+    "name": str,
+    "pattern": str,
+    "failure_type": str,
+    "code_fixable": bool,
+    "transient": bool,
+    "failure_class": str,
+    "keywords": list,
+}
+_REQUIRED_KEYS = ("name", "pattern", "failure_type")
+
+
+def rules_from_config(
+    rules: Any, where: str = "classification.rules"
+) -> List[Rule]:
+    """Validate the config key ``classification.rules`` and turn it into rules.
+
+    Each entry is a mapping ``{name, pattern, failure_type, code_fixable?, transient?,
+    failure_class?, keywords?}``. Raises :class:`errors.ConfigError` naming the entry and key for
+    a missing or unknown key, a wrong type, an unknown failure type or class, or a
+    pattern that is not a valid regular expression.
+    """
+    if not isinstance(rules, list):
+        raise ConfigError(f"{where}: expected a list of rules, got {type(rules).__name__}")
+    result: List[Rule] = []
+    for index, entry in enumerate(rules):
+        at = f"{where}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{at}: expected a mapping, got {type(entry).__name__}")
+        for key in entry:
+            if key not in _RULE_KEYS:
+                allowed = ", ".join(_RULE_KEYS)
+                raise ConfigError(f"{at}: unknown key {key!r} (allowed: {allowed})")
+        for key in _REQUIRED_KEYS:
+            if key not in entry:
+                raise ConfigError(f"{at}: missing required key {key!r}")
+        for key, value in entry.items():
+            expected = _RULE_KEYS[key]
+            if not isinstance(value, expected) or (expected is str and isinstance(value, bool)):
+                raise ConfigError(
+                    f"{at}.{key}: expected {expected.__name__}, got {type(value).__name__}"
+                )
+        if entry["failure_type"] not in TYPE_DEFAULTS:
+            raise ConfigError(
+                f"{at}.failure_type: expected one of {', '.join(models.FAILURE_TYPES)},"
+                f" got {entry['failure_type']!r}"
+            )
+        if "failure_class" in entry and entry["failure_class"] not in FAILURE_CLASSES:
+            raise ConfigError(
+                f"{at}.failure_class: expected one of {', '.join(FAILURE_CLASSES)},"
+                f" got {entry['failure_class']!r}"
+            )
+        keywords = entry.get("keywords", [])
+        if not all(isinstance(k, str) and k for k in keywords):
+            raise ConfigError(f"{at}.keywords: expected a list of non-empty strings")
+        try:
+            _compiled(entry["pattern"])
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ConfigError(f"{at}.pattern: invalid regular expression ({exc})") from None
+        result.append(
+            Rule(
+                name=entry["name"],
+                pattern=entry["pattern"],
+                failure_type=entry["failure_type"],
+                code_fixable=entry.get("code_fixable"),
+                transient=entry.get("transient"),
+                failure_class=entry.get("failure_class"),
+                keywords=tuple(k.lower() for k in keywords),
+            )
+        )
+    return result
+
+
+def explain_rules(rules: Sequence[Rule] = DEFAULT_RULES) -> List[Dict[str, Any]]:
+    """The rule table as plain data (for docs and ``--json`` output)."""
+    table = []
+    for rule in rules:
+        c = rule.classification()
+        table.append(
+            {
+                "name": rule.name,
+                "pattern": rule.pattern,
+                "failure_type": c.failure_type,
+                "code_fixable": c.code_fixable,
+                "transient": c.transient,
+                "failure_class": c.failure_class,
+            }
+        )
+    return table

@@ -1,0 +1,69 @@
+"""Assemble an incident document from fingerprinted failures (pure)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from pytest_selfheal.junit.writer import FailedReport, nodeid_by_identity
+from pytest_selfheal.records.models import Failure
+
+STEP_COLLECTION = "collection"
+
+
+def attach_nodeids(
+    failures: Sequence[Failure], reports: Sequence[FailedReport], prefix: str = ""
+) -> List[Failure]:
+    """Give each failure the node id of the pytest report it came from (matched by junit identity)."""
+    by_identity = nodeid_by_identity([r.nodeid for r in reports], prefix)
+    when = {r.nodeid: r.when for r in reports}
+    out = []
+    for failure in failures:
+        nodeid = failure.nodeid or by_identity.get(failure.test)
+        data = failure.to_dict()
+        data["nodeid"] = nodeid
+        if nodeid is not None and when.get(nodeid) == "collect":
+            data["outcome"] = "error"
+        out.append(Failure(**data))
+    return out
+
+
+def incident_step(failure: Failure, reports: Sequence[FailedReport]) -> str:
+    """SPEC §3: the first failing test's node id, or ``collection`` for a collection error."""
+    for report in reports:
+        if report.nodeid == failure.nodeid and report.when == "collect":
+            return STEP_COLLECTION
+    return failure.nodeid or failure.test
+
+
+def build_incident(
+    failures: Sequence[Failure],
+    reports: Sequence[FailedReport],
+    *,
+    counts: Mapping[str, int],
+    rootdir: str,
+    run_id: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The ``incident.json`` content (without the fields the store fills in).
+
+    The first failure (in run order) gives ``step``, ``message``, ``failure_class`` and
+    ``error_signature``; every failure is kept in ``failures`` with its fingerprint.
+    """
+    if not failures:
+        raise ValueError("an incident needs at least one failure")
+    first = failures[0]
+    incident: Dict[str, Any] = {
+        "step": incident_step(first, reports),
+        "failure_class": first.failure_class,
+        "failure_type": first.failure_type,
+        "message": first.message,
+        "error_signature": first.signature,
+        "fingerprint": first.fingerprint,
+        "fingerprints": sorted({f.fingerprint for f in failures}),
+        "nodeids": [f.nodeid or f.test for f in failures],
+        "failures": [f.to_dict() for f in failures],
+        "counts": dict(counts),
+        "rootdir": rootdir,
+    }
+    if run_id is not None:
+        incident["run_id"] = run_id
+    return incident

@@ -1,0 +1,218 @@
+"""Capture a failing pytest run as an incident with its plan (edge: files, git, pytest config).
+
+junit (the user's ``--junitxml`` or our own document of the failing reports) → fingerprinted,
+classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_plans/<id>/``.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
+
+from pytest_selfheal.capture.incident import attach_nodeids, build_incident
+from pytest_selfheal.junit.writer import FailedReport, build_junit
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_selfheal.analysis.classify import Rule
+    from pytest_selfheal.config.settings import EffectiveConfig
+    from pytest_selfheal.records.models import Failure
+    from pytest_selfheal.redact import Redactor
+    from pytest_selfheal.store.root import Store
+
+
+@dataclass
+class CaptureResult:
+    """What a capture produced: the incident id and the lines for the terminal summary."""
+
+    incident_id: str
+    failures: List["Failure"]
+    summary_lines: List[str] = field(default_factory=list)
+
+
+def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
+    """The last ``max_lines`` lines of the failure output, one headed block per failure."""
+    lines: List[str] = []
+    for report in reports:
+        lines.append(f"{'_' * 20} {report.nodeid} ({report.when}) {'_' * 20}")
+        lines.extend(report.text.splitlines())
+    if len(lines) > max_lines:
+        dropped = len(lines) - max_lines
+        lines = [f"[... {dropped} earlier lines omitted ...]"] + lines[-max_lines:]
+    return "\n".join(lines) + "\n"
+
+
+def classification_rules(effective: "EffectiveConfig", hook_rules: Sequence[Mapping[str, Any]] = ()) -> List["Rule"]:
+    """Extra classification rules: hook-provided first, then the configured ones."""
+    from pytest_selfheal.analysis.classify import rules_from_config
+
+    configured = list(effective.get("classification.rules") or [])
+    return rules_from_config(list(hook_rules) + configured)
+
+
+def fingerprint_reports(
+    reports: Sequence[FailedReport],
+    *,
+    counts: Mapping[str, int],
+    rules: Sequence["Rule"],
+    junit_path: Optional[Path] = None,
+    prefix: str = "",
+    warnings: Optional[List[str]] = None,
+    redactor: Optional["Redactor"] = None,
+) -> List["Failure"]:
+    """Fingerprint and classify the failing reports, reading junit like any other runner's.
+
+    Secrets are redacted from the junit text *before* fingerprinting, so a signature on
+    disk never holds one and its hash is the hash of what is written.
+    """
+    from pytest_selfheal.analysis.analyse import failures_from_cases
+    from pytest_selfheal.junit.reader import iter_testcases
+    from pytest_selfheal.redact import redact_cases
+
+    source: Union[Path, BinaryIO]
+    if junit_path is not None and junit_path.is_file():
+        source = junit_path
+    else:
+        source = io.BytesIO(build_junit(reports, tests=counts.get("tests", 0), skipped=counts.get("skipped", 0), prefix=prefix))
+    cases = redact_cases(iter_testcases(source, warnings=warnings), redactor)
+    failures = failures_from_cases(cases, extra_rules=rules)
+    known = {r.nodeid for r in reports}
+    failures = attach_nodeids(failures, reports, prefix)
+    # A user's --junitxml holds the whole run; keep what this run's reports say failed.
+    return [f for f in failures if f.nodeid in known] or failures
+
+
+def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path) -> List["Failure"]:
+    """Attach the repo files named in each failure's traceback, its test file and the repo modules it imports."""
+    from pytest_selfheal.analysis.frames import target_paths
+    from pytest_selfheal.capture.imports import local_imports
+    from pytest_selfheal.records.models import Failure
+
+    text_by_nodeid: Dict[str, str] = {}
+    for report in reports:
+        text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
+    out = []
+    for failure in failures:
+        nodeid = failure.nodeid or ""
+        test_file = nodeid.split("::", 1)[0] if nodeid else ""
+        extra = [test_file] + local_imports(test_file, rootdir) if test_file else []
+        paths = target_paths(text_by_nodeid.get(nodeid, ""), str(rootdir.resolve()), extra=extra)
+        data = failure.to_dict()
+        data["target_paths"] = paths
+        out.append(Failure(**data))
+    return out
+
+
+def store_incident(
+    store: "Store",
+    incident: Dict[str, Any],
+    *,
+    log_tail_text: str,
+    context: Dict[str, Any],
+    failures: Sequence["Failure"],
+) -> str:
+    """Write the incident, its classification events and its plan; status ends at ``planned``."""
+    from pytest_selfheal.plan.build import build_plan, render_plan_md
+
+    with store.lock():
+        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context)
+        for failure in failures:
+            store.append_event(
+                incident_id,
+                "failure_classified",
+                nodeid=failure.nodeid,
+                fingerprint=failure.fingerprint,
+                signature=failure.signature,
+                failure_type=failure.failure_type,
+                code_fixable=failure.code_fixable,
+                transient=failure.transient,
+                failure_class=failure.failure_class,
+            )
+        plan = build_plan(store.read_incident(incident_id), generated_at=_now())
+        store.write_plan(incident_id, plan, render_plan_md(plan))
+        store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
+        store.set_status(incident_id, "planned")
+    return incident_id
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def analyse_run(
+    *,
+    config: "pytest.Config",
+    effective: "EffectiveConfig",
+    reports: Sequence[FailedReport],
+    counts: Mapping[str, int],
+    warnings: List[str],
+) -> List["Failure"]:
+    """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
+    from pytest_selfheal.loop.entry import hook_classification_rules
+    from pytest_selfheal.redact import default_redactor
+
+    hook_rules = hook_classification_rules(config.pluginmanager)
+    xmlpath = getattr(config.option, "xmlpath", None)
+    failures = fingerprint_reports(
+        reports,
+        counts=counts,
+        rules=classification_rules(effective, hook_rules),
+        junit_path=Path(xmlpath) if xmlpath else None,
+        prefix=_junit_prefix(config),
+        warnings=warnings,
+        redactor=default_redactor(effective.get("redaction")),
+    )
+    return with_target_paths(failures, reports, Path(config.rootpath))
+
+
+def capture_incident(
+    *,
+    config: "pytest.Config",
+    effective: "EffectiveConfig",
+    reports: Sequence[FailedReport],
+    failures: Sequence["Failure"],
+    counts: Mapping[str, int],
+    reports_root: Path,
+    tdd_nodeids: Sequence[str] = (),
+) -> CaptureResult:
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
+    from pytest_selfheal.capture.context import run_context
+    from pytest_selfheal.gitstate import diff_hash
+    from pytest_selfheal.redact import default_redactor
+    from pytest_selfheal.store.root import Store
+
+    rootdir = Path(config.rootpath)
+    redactor = default_redactor(effective.get("redaction"))
+    incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
+    # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
+    incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
+    if tdd_nodeids:
+        incident["tdd_nodeids"] = list(tdd_nodeids)
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
+    tail = redactor.redact(log_tail(reports, int(effective.get("log_tail_lines"))))
+    incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
+    where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
+    lines = [f"captured {incident_id}: {len(failures)} failure(s) -> {where}"]
+    for failure in failures[:10]:
+        lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {failure.nodeid or failure.test}")
+    if len(failures) > 10:
+        lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
+    return CaptureResult(incident_id, list(failures), lines)
+
+
+def _junit_prefix(config: "pytest.Config") -> str:
+    try:
+        return str(config.getini("junit_prefix") or "")
+    except ValueError:  # junitxml plugin disabled
+        return ""
+
+
+def _display_path(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,109 @@
+"""``selfheal apply ID``: apply an incident's proposed patch to the working tree, after confirmation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+
+from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+
+if TYPE_CHECKING:
+    from pytest_selfheal.store.root import Store
+
+NAME = "apply"
+HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.patch) to the working tree"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ID [--yes] [--json] [--dir DIR]``."""
+    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("--yes", action="store_true",
+                        help="apply without asking (needed when there is no terminal to ask on)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_dir_argument(parser)
+
+
+def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
+    """Note the application in ``run_result.json``'s ``repair`` block (when there is one)."""
+    from pytest_selfheal.store.events import format_ts
+
+    existing = store.read_run_result(incident_id)
+    if existing is None:
+        return
+    updated = dict(existing)
+    block = dict(updated.get("repair") or {}) if isinstance(updated.get("repair"), Mapping) else {}
+    block.update({"final_patch": block.get("final_patch") or "final.patch", "applied": True,
+                  "applied_at": format_ts(), "applied_to": str(top), "apply_command": None,
+                  "message": f"applied to {top} with `selfheal apply`"})
+    updated["repair"] = block
+    store.write_run_result(incident_id, updated)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Apply ``final.patch``; exit codes in docs/exit-codes.md (0 applied or already applied,
+    1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git)."""
+    from pytest_selfheal.repair.approval import approver_from
+    from pytest_selfheal.errors import NotFoundError, RefusedError
+    from pytest_selfheal.store.ids import validate_incident_id
+    from pytest_selfheal.repair.session import FINAL_PATCH, isolated_git_env, read_run_bytes
+    from pytest_selfheal.repair.worktree import apply_patch, check_patch, repo_top
+
+    incident_id = validate_incident_id(args.incident_id)
+    store = store_from_args(args)  # --dir, else the configured reports_dir here
+    incident = store.read_incident(incident_id)  # unknown id: exit 4
+    patch = read_run_bytes(store, incident_id, FINAL_PATCH)
+    where = (store.runs_dir(incident_id) / FINAL_PATCH)
+    if patch is None or not patch.strip():
+        raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
+    with isolated_git_env():
+        from pytest_selfheal.cli.commands.loop import verification_root
+
+        top = repo_top(verification_root(incident, Path.cwd()))
+        verdict = check_patch(top, patch)
+        data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(where), "working_tree": str(top)}
+        if verdict.already_applied:
+            data.update(applied=False, already_applied=True)
+            _emit(args, data, f"nothing to do: {FINAL_PATCH} of {incident_id} is already applied to {top}")
+            return EXIT_OK
+        if not verdict.ok:
+            raise RefusedError(
+                f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); "
+                "nothing was changed"
+            )
+        files = _files(patch)
+        approver = approver_from(approve=bool(args.yes))
+        if not approver.approved and not approver.interactive:
+            raise RefusedError(f"not applied: confirmation needed and there is no terminal to ask on; "
+                               f"re-run with --yes: selfheal apply {incident_id} --yes")
+        question = f"Apply {FINAL_PATCH} of {incident_id} ({len(files)} file(s): {', '.join(files)}) to {top}?"
+        if not approver.confirm(question):
+            data.update(applied=False, already_applied=False, files_changed=files)
+            _emit(args, data, "not applied")
+            return EXIT_UNRESOLVED
+        apply_patch(top, patch)
+    _record_applied(store, incident_id, top)
+    data.update(applied=True, already_applied=False, files_changed=files)
+    _emit(args, data, f"applied {FINAL_PATCH} of {incident_id} to {top}: {', '.join(files)}")
+    return EXIT_OK
+
+
+def _files(patch: bytes) -> List[str]:
+    """The files a git patch touches (its ``diff --git a/X b/X`` headers), in order."""
+    names: List[str] = []
+    for line in patch.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("diff --git a/"):
+            rest = line[len("diff --git a/"):]
+            name = rest.split(" b/", 1)[0]
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _emit(args: argparse.Namespace, data: Dict[str, Any], text: str) -> None:
+    if args.json:
+        print_json(data)
+    else:
+        sys.stdout.write(text + "\n")

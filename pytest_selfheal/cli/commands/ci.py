@@ -1,0 +1,110 @@
+"""``selfheal ci [-- PYTEST_ARGS...]``: what the GitHub Action runs (docs/action.md).
+
+pytest --selfheal, the RALF-Lite loop on the captured incident, the report in files, the
+job summary, the step outputs and one sticky PR comment. ``--comment-from REPORT.json``
+only posts an existing report (the trusted half of the fork-PR recipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict
+
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
+
+if TYPE_CHECKING:
+    from pytest_selfheal.github.ci import CiOptions
+
+NAME = "ci"
+HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[--dir DIR] [--set KEY=VALUE...] [--[no-]comment] [--[no-]fail-on-unresolved]
+    [--report-name NAME] [--report-path PATH] [--json] [--action-inputs]
+    [--comment-from REPORT.json] [--pr N] [--expected-head-sha SHA] [-- PYTEST_ARGS...]``."""
+    add_dir_argument(parser)
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override a ralf_lite key (repeatable); also passed to pytest as --selfheal-set")
+    parser.add_argument("--comment", action=argparse.BooleanOptionalAction, default=None,
+                        help="post/update the sticky PR comment on pull request events (default: on)")
+    parser.add_argument("--fail-on-unresolved", action=argparse.BooleanOptionalAction, default=None,
+                        help="exit 1 when the loop did not resolve the failure (default: on)")
+    parser.add_argument("--report-name", metavar="NAME", default=None,
+                        help="name of the sticky comment (one comment per PR and name; default: default)")
+    parser.add_argument("--report-path", metavar="PATH", default=None,
+                        help="where to write the markdown report (default: <reports root>/ralf_lite_report.md); "
+                             "the JSON goes beside it (.json)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as JSON on stdout (pytest and progress output go to stderr)")
+    parser.add_argument("--action-inputs", action="store_true",
+                        help="read the GitHub Action's inputs from INPUT_* environment variables "
+                             "(what action.yml does; flags given here win)")
+    parser.add_argument("--comment-from", metavar="REPORT.json", default=None,
+                        help="comment-only mode: post this report JSON (from selfheal ci or selfheal merge --json); "
+                             "runs no tests")
+    parser.add_argument("--pr", metavar="N", type=int, default=None,
+                        help="the pull request to comment on (default: from the event payload or the report JSON)")
+    parser.add_argument("--expected-head-sha", metavar="SHA", default=None,
+                        help="comment only if the pull request's head commit is SHA")
+    parser.add_argument("pytest_args", metavar="PYTEST_ARGS", nargs="*",
+                        help="arguments for pytest, after --")
+
+
+def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
+    """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
+    variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
+    before the flags' ones."""
+    from pytest_selfheal.github.ci import CiOptions, action_inputs, parse_sha
+    from pytest_selfheal.errors import UsageError
+
+    inputs: Dict[str, Any] = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
+
+    def pick(flag: Any, key: str, default: Any) -> Any:
+        if flag is not None:
+            return flag
+        return inputs.get(key, default)
+
+    if args.pr is not None and args.pr <= 0:
+        raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
+    sha = parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None
+    comment_from = Path(args.comment_from) if args.comment_from else inputs.get("comment_from")
+    pytest_args = list(inputs.get("pytest_args", [])) + list(args.pytest_args)
+    if comment_from is not None and pytest_args:
+        raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
+    return CiOptions(
+        pytest_args=pytest_args,
+        overrides=list(inputs.get("overrides", [])) + [(text, "--set") for text in args.overrides],
+        reports_dir=Path(args.dir) if args.dir else None,
+        comment=bool(pick(args.comment, "comment", True)),
+        fail_on_unresolved=bool(pick(args.fail_on_unresolved, "fail_on_unresolved", True)),
+        report_name=str(pick(args.report_name, "report_name", "default")) or "default",
+        report_path=Path(args.report_path) if args.report_path else None,
+        comment_from=comment_from,
+        pull_request=pick(args.pr, "pull_request", None),
+        expected_head_sha=pick(sha, "expected_head_sha", None),
+        working_directory=inputs.get("working_directory"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run it; exit codes in docs/exit-codes.md ("selfheal ci")."""
+    from pytest_selfheal.github.ci import comment_from_report, run_ci
+    from pytest_selfheal.errors import UsageError
+
+    options = options_from_args(args)
+    if options.working_directory is not None:
+        if not options.working_directory.is_dir():
+            raise UsageError(f"working-directory: {options.working_directory} is not a directory")
+        os.chdir(options.working_directory)
+    stream = sys.stderr if args.json else sys.stdout
+    if options.comment_from is not None:
+        result = comment_from_report(options, stream=stream)
+    else:
+        result = run_ci(options, stream=stream)
+    if args.json:
+        print_json(result.to_dict())
+    return result.exit_code

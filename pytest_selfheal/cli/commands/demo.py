@@ -1,0 +1,90 @@
+"""``selfheal demo``: self-heal a bundled demo project, start to finish, and show each step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+NAME = "demo"
+HELP = "copy the bundled demo project (one real bug, one flaky test) into a temp git repo and self-heal it"
+
+DEMO_SOURCE = Path(__file__).resolve().parents[2] / "demo"
+DEMO_AGENT = Path(__file__).resolve().parents[1] / "demo_agent.py"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dest", metavar="DIR", help="where to create the demo project (default: a new temp dir)")
+
+
+def make_demo_project(dest: Path) -> Path:
+    """Copy the demo files into ``dest`` and commit them in a fresh git repository."""
+    from pytest_selfheal._git import init_repo
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in DEMO_SOURCE.iterdir():
+        if item.is_file():
+            shutil.copy2(item, dest / item.name)
+    init_repo(dest, "demo project")
+    return dest
+
+
+def _step(title: str) -> None:
+    sys.stdout.write(f"\n=== {title}\n")
+    sys.stdout.flush()
+
+
+def _run(args: List[str], cwd: Path) -> int:
+    shown = " ".join(args)
+    sys.stdout.write(f"$ {shown}\n")
+    sys.stdout.flush()
+    argv = [sys.executable, "-m", "pytest", *args[1:]] if args[0] == "pytest" else [sys.executable, "-m", "pytest_selfheal", *args[1:]]
+    return subprocess.run(argv, cwd=str(cwd), check=False).returncode
+
+
+def _newest_inbox_incident(project: Path) -> Optional[str]:
+    inbox = project / ".selfheal" / "error_inbox"
+    ids = sorted(p.name for p in inbox.glob("incident_*")) if inbox.is_dir() else []
+    return ids[-1] if ids else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from pytest_selfheal.errors import UsageError
+
+    dest = Path(args.dest) if args.dest else Path(tempfile.mkdtemp(prefix="selfheal-demo-"))
+    if dest.exists() and any(dest.iterdir()):
+        raise UsageError(f"{dest}: demo destination must be empty or absent")
+    project = make_demo_project(dest)
+    sys.stdout.write(f"demo project: {project} (calc.add has a real bug; test_flaky times out on its first run)\n")
+
+    _step("1. a red run is captured as an incident, fingerprinted, with a plan")
+    _run(["pytest", "--selfheal", "-q", "-p", "no:randomly"], project)
+    first = _newest_inbox_incident(project)
+    if first is None:
+        raise UsageError("the demo run captured nothing; is pytest-selfheal installed in this Python?")
+
+    _step("2. the verify-only loop: the flaky test passes on re-run, the real bug repeats -> hard stop")
+    _run(["selfheal", "loop", first], project)
+
+    _step("3. the bug again, now with a repair provider (a stand-in agent) fixing it in an isolated worktree")
+    _run(["pytest", "--selfheal", "-q", "-p", "no:randomly"], project)
+    second = _newest_inbox_incident(project)
+    if second is not None:
+        command = json.dumps([sys.executable, str(DEMO_AGENT), "{worktree}", "{prompt_file}"])
+        _run(["selfheal", "loop", second, "--set", f"repair.command={command}"], project)
+        _step("4. the fix was proposed, not applied: your working tree is untouched until you approve")
+        sys.stdout.write((project / "calc.py").read_text())
+        _run(["selfheal", "apply", second, "--yes"], project)
+        _step("5. green again")
+        _run(["pytest", "-q", "-p", "no:randomly"], project)
+
+    _step("the incidents and the RALF Lite Loop Report")
+    _run(["selfheal", "status"], project)
+    _run(["selfheal", "report", "--all"], project)
+    sys.stdout.write(f"\nEverything above is on disk under {project / '.selfheal'}\n")
+    return 0

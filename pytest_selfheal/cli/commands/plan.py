@@ -1,0 +1,46 @@
+"""``selfheal plan ID``: print an incident's remediation plan; ``--force`` regenerates it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+
+NAME = "plan"
+HELP = "print the remediation plan of an incident (--force: regenerate it from incident.json)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ID [--force] [--json] [--dir DIR]``."""
+    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("--force", action="store_true",
+                        help="regenerate plan.json and plan.md from incident.json (revision 1; status unchanged)")
+    parser.add_argument("--json", action="store_true", help="print plan.json instead of plan.md")
+    add_dir_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (or regenerate and print) the plan; bad id 2, corrupted files 3, unknown id / no plan 4."""
+    from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
+    from pytest_selfheal.store.ids import validate_incident_id
+    from pytest_selfheal.plan.build import build_plan, render_plan_md
+
+    store = store_from_args(args)
+    incident_id = validate_incident_id(args.incident_id)
+    store.locate(incident_id)
+    if args.force:
+        with store.lock():
+            plan = build_plan(store.read_incident(incident_id), generated_at=format_ts())
+            store.write_plan(incident_id, plan, render_plan_md(plan))
+            store.append_event(
+                incident_id, PLAN_GENERATED, forced=True, revision=plan.get("revision"),
+                actions=[a["id"] for a in plan["actions"]],
+            )
+        if not args.json:
+            sys.stderr.write(f"selfheal: regenerated the plan of {incident_id}\n")
+    if args.json:
+        print_json(store.read_plan(incident_id))
+    else:
+        sys.stdout.write(store.read_plan_md(incident_id))
+    return 0

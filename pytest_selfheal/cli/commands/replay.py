@@ -1,0 +1,75 @@
+"""``selfheal replay ID``: rebuild the loop state from the event log and compare it with the files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict, List, Mapping
+
+from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+
+NAME = "replay"
+HELP = "rebuild the loop state from the incident's events alone and check it equals the files (exit 3 if not)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ID [--json] [--dir DIR]``."""
+    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("--json", action="store_true",
+                        help="print {replayed, disk, equal, differences, warnings} as JSON")
+    add_dir_argument(parser)
+
+
+def format_state(state: Mapping[str, Any]) -> List[str]:
+    """The replayed state as readable lines."""
+    lines = [
+        f"incident      {state.get('incident_id')}",
+        f"status        {state.get('status')} ({state.get('bucket')})",
+        f"stop_reason   {state.get('stop_reason') or '-'}",
+        f"final_status  {state.get('final_status') or '-'}",
+        f"archived_to   {state.get('archived_to') or '-'}",
+        f"iterations    {len(state.get('iterations') or [])}",
+    ]
+    for entry in state.get("iterations") or []:
+        verdict = "passed" if entry.get("verification_passed") else "failed"
+        stop = f" {entry.get('stop_reason')}" if entry.get("stop_reason") else ""
+        fps = ", ".join(entry.get("fingerprints") or []) or "no failure"
+        lines.append(f"  #{entry.get('iteration')}: {verdict}, {entry.get('result')}{stop} [{fps}]")
+    for stop in state.get("loop_stops") or []:
+        lines.append(f"loop_stopped  {stop.get('stop_reason')} at iteration {stop.get('iteration')}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay; 0 when it equals the disk state, 3 when it differs (or files are corrupted)."""
+    from pytest_selfheal.store.ids import validate_incident_id
+    from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+
+    store = store_from_args(args)
+    incident_id = validate_incident_id(args.incident_id)
+    events, warnings = store.read_events(incident_id)
+    replayed = replay(events)
+    disk = state_from_disk(store, incident_id)
+    diff = differences(replayed, disk)
+    if args.json:
+        data: Dict[str, Any] = {
+            "replayed": replayed,
+            "disk": disk,
+            "equal": not diff,
+            "differences": diff,
+            "warnings": warnings,
+        }
+        print_json(data)
+    else:
+        for line in format_state(replayed):
+            print(line)
+        if diff:
+            print("replay differs from the files:")
+            for line in diff:
+                print(f"  {line}")
+        else:
+            print("replay equals the files")
+    for warning in warnings:
+        sys.stderr.write(f"selfheal: warning: {warning}\n")
+    return EXIT_OK if not diff else EXIT_BAD_INPUT

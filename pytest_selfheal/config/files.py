@@ -1,0 +1,266 @@
+"""Finding and reading the config files (edge: file I/O; the merge itself is in config.py).
+
+- global: ``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``
+- project: ``<root>/.planning/config.yml``, ``config.yaml``, ``config.json`` (read in that
+  order, later wins: when both YAML and JSON exist, JSON wins)
+- pytest ini: the first of pytest's own config files in ``<root>`` that holds a pytest
+  section, ``selfheal*`` options only.
+
+Only the ``ralf_lite`` key of the JSON/YAML files is ours; every other top-level key
+belongs to other tools sharing the file and is never looked at. Every file is read,
+parsed and checked before anything is returned: a bad one raises ConfigError (one line).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import iniconfig
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+from pytest_selfheal.config.settings import (
+    INI_OVERRIDES,
+    ROOT_KEY,
+    EffectiveConfig,
+    IniValue,
+    Layer,
+    Override,
+    build_effective_config,
+    config_error,
+    describe_value,
+)
+
+# Config files are a few hundred bytes; the bound keeps a stray huge file from eating memory.
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+
+PROJECT_DIR = ".planning"
+PROJECT_FILES = ("config.yml", "config.yaml", "config.json")  # merge order: later wins
+
+# pytest's own config files in its order of precedence (pytest 9; older pytest reads a
+# subset of them, in the same order).
+PYTEST_CONFIG_FILES = (
+    "pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
+    "setup.cfg",
+)
+
+
+def global_config_path(env: Mapping[str, str] = os.environ) -> Path:
+    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``.
+
+    As in the shell, an empty OPENCODE_CONFIG_DIR counts as unset; a leading ``~`` in it
+    is expanded with HOME from ``env``.
+    """
+    base = env.get("OPENCODE_CONFIG_DIR") or ""
+    if base == "~" or base.startswith("~/"):
+        directory = _home(env) / base[2:]
+    elif base:
+        directory = Path(base)
+    else:
+        directory = _home(env) / ".config" / "opencode"
+    return directory / "get-shit-done" / "config.json"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME")
+    if home:
+        return Path(home)
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        raise config_error("cannot locate the global config: HOME is not set "
+                           "(set HOME or OPENCODE_CONFIG_DIR)") from None
+
+
+def project_config_paths(project_root: Path) -> List[Path]:
+    """The project config files, existing or not, in merge order (later wins)."""
+    return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]
+
+
+def _read_text(path: Path) -> Optional[str]:
+    """The file's text, None when it does not exist; ConfigError when it cannot be read."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise config_error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise config_error(f"{path}: cannot read: not a regular file")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise config_error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise config_error(f"{path}: file too large (over {MAX_CONFIG_BYTES} bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise config_error(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise config_error(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                           f"{exc.msg}") from None
+    except RecursionError:
+        raise config_error(f"{path}: invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python accepts
+        raise config_error(f"{path}: invalid JSON: {exc}") from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.safe_load(text)  # safe_load only: no python tags, no code
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(exc.problem or exc.context or "malformed").split())
+        raise config_error(f"{path}: invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise config_error(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise config_error(f"{path}: invalid YAML: nested too deeply") from None
+
+
+def read_config_section(path: Path) -> Optional[Any]:
+    """The ``ralf_lite`` value of a JSON or YAML config file (by suffix), unchecked.
+
+    None when the file does not exist, has no ``ralf_lite`` key, or it is null (a YAML
+    ``ralf_lite:`` whose keys are all commented out). Other top-level keys are ignored.
+    """
+    text = _read_text(path)
+    if text is None:
+        return None
+    is_json = path.suffix == ".json"
+    document = _parse_json(path, text) if is_json else _parse_yaml(path, text)
+    if document is None and not is_json:
+        return None  # an empty YAML file
+    if not isinstance(document, dict):
+        kind = "a JSON object" if is_json else "a YAML mapping"
+        raise config_error(f"{path}: expected {kind} at the top level, "
+                           f"got {describe_value(document)}")
+    return document.get(ROOT_KEY)
+
+
+def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> List[Layer]:
+    """Global then project ``(origin, ralf_lite mapping)`` layers, for the files that have one."""
+    layers: List[Layer] = []
+    for path in [global_config_path(env), *project_config_paths(project_root)]:
+        section = read_config_section(path)
+        if section is not None:
+            layers.append((str(path), section))
+    return layers
+
+
+# --- pytest ini files ---------------------------------------------------------------
+
+
+def _toml_loads(text: str) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    # Below 3.11 pytest itself depends on tomli, so it is always there with pytest.
+    tomli = importlib.import_module("tomli")
+    document: Dict[str, Any] = tomli.loads(text)
+    return document
+
+
+def _ini_text(name: str, value: Any) -> str:
+    """A TOML value as the text an ini file would hold, keeping list items apart."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if name == INI_OVERRIDES:
+            return "\n".join(str(item) for item in value)
+        return json.dumps(value, default=str)  # a flow list: config.py parses it as YAML
+    return json.dumps(value, default=str)  # true/false, numbers
+
+
+def _parse_pytest_config(path: Path, text: str) -> Optional[Dict[str, Any]]:
+    """pytest's options in ``path``; None when the file holds no pytest section."""
+    name = path.name
+    if name.endswith(".toml"):
+        try:
+            document = _toml_loads(text)
+        except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
+            raise config_error(f"{path}: invalid TOML: {exc}") from None
+        if name != "pyproject.toml":
+            table = document.get("pytest", {})
+            return dict(table) if isinstance(table, dict) else {}
+        tool = document.get("tool", {})
+        pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
+        if not isinstance(pytest_table, dict):
+            return None
+        native = {k: v for k, v in pytest_table.items() if k != "ini_options"}
+        section = native or pytest_table.get("ini_options")
+        return dict(section) if isinstance(section, dict) else None
+    try:
+        ini = iniconfig.IniConfig(str(path), data=text)
+    except iniconfig.ParseError as exc:
+        raise config_error(f"{path}: invalid ini file at line {exc.lineno + 1}: {exc.msg}") from None
+    section_name = "tool:pytest" if name == "setup.cfg" else "pytest"
+    if section_name in ini.sections:
+        return dict(ini[section_name].items())
+    return {} if name in ("pytest.ini", ".pytest.ini") else None  # these count even if empty
+
+
+def find_pytest_ini(project_root: Path) -> Optional[Tuple[Path, Dict[str, str]]]:
+    """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options."""
+    for name in PYTEST_CONFIG_FILES:
+        path = Path(project_root, name)
+        text = _read_text(path)
+        if text is None:
+            continue
+        options = _parse_pytest_config(path, text)
+        if options is not None:
+            return path, {key: _ini_text(key, value) for key, value in options.items()
+                          if key.startswith("selfheal")}
+    return None
+
+
+def read_pytest_ini(project_root: Path) -> Dict[str, str]:
+    """The ``selfheal*`` options of the first pytest config file in ``project_root``.
+
+    Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
+    pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
+    (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
+    tomli (which pytest requires below 3.11). Lists come back one item per line for
+    ``selfheal_config`` and as a JSON list otherwise.
+    """
+    found = find_pytest_ini(project_root)
+    return found[1] if found else {}
+
+
+def load_config(
+    project_root: Path,
+    *,
+    env: Mapping[str, str] = os.environ,
+    ini: Optional[Mapping[str, IniValue]] = None,
+    overrides: Sequence[Override] = (),
+    ini_origin: Optional[str] = None,
+) -> EffectiveConfig:
+    """The effective config: defaults ← global ← project ← pytest ini ← overrides.
+
+    ``ini=None``: read the pytest config file in ``project_root`` (the ``selfheal``
+    command); the plugin passes the values it got from ``config.getini`` instead, and
+    may name their file with ``ini_origin`` (default ``"pytest ini"``).
+    Every file is read and every value checked before returning; ConfigError otherwise.
+    """
+    file_layers = read_file_layers(Path(project_root), env)
+    if ini is None:
+        found = find_pytest_ini(Path(project_root))
+        ini = found[1] if found else {}
+        if found:
+            ini_origin = f"pytest ini ({found[0]})"
+    return build_effective_config(file_layers, ini=ini, ini_origin=ini_origin or "pytest ini",
+                                  overrides=overrides)

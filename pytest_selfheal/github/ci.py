@@ -1,0 +1,842 @@
+"""``selfheal ci``: the orchestration the GitHub Action runs (SPEC §11, docs/action.md).
+
+pytest --selfheal (subprocess) → the incident it captured → the RALF-Lite loop (in
+process) → the report (files, job summary, step outputs) → the sticky PR comment.
+
+Also the *comment-only* mode (``--comment-from REPORT.json``) for the trusted half of the
+fork-PR recipe: it renders an already written report JSON and posts it, running no code
+from the pull request.
+
+Everything reads its environment from the ``env`` mapping it is given (default
+``os.environ``), so the whole flow can be driven in-process by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.errors import (
+    EXIT_OK,
+    EXIT_PYTEST,
+    EXIT_UNRESOLVED,
+    EXIT_USAGE,
+    Cancelled,
+    SelfhealError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from pytest_selfheal.github.actions_env import ActionsContext
+    from pytest_selfheal.config.settings import EffectiveConfig, Override
+    from pytest_selfheal.github.client import CommentResult
+    from pytest_selfheal.redact import Redactor
+    from pytest_selfheal.store.root import Store
+
+#: Exit code of ``selfheal ci`` when pytest itself could not give a verdict on the tests:
+#: internal error (pytest 3), no tests collected (5), interrupted without a captured
+#: incident (2), killed by a signal. ``--no-fail-on-unresolved`` never hides it.
+
+# Final statuses of ``selfheal ci`` besides the loop's own (resolved, escalated, ...).
+FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
+FINAL_FAILED = "failed"  # tests failed but no incident was captured
+FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
+CI_STATUSES = (FINAL_PASSED, FINAL_FAILED, FINAL_ERROR)
+RESOLVED = "resolved"
+
+# Stop reasons of ``selfheal ci`` when the loop did not run.
+STOP_NONE = "none"
+STOP_NOT_CAPTURED = "not_captured"
+STOP_PYTEST_ERROR = "pytest_error"
+
+DEFAULT_REPORT_FILE = "ralf_lite_report.md"
+DEFAULT_REPORT_NAME = "default"
+
+#: The environment variables ``--action-inputs`` reads (action.yml passes every input so).
+ACTION_INPUT_VARS: Tuple[str, ...] = (
+    "INPUT_PYTEST_ARGS",
+    "INPUT_WORKING_DIRECTORY",
+    "INPUT_CONFIG",
+    "INPUT_REPAIR_COMMAND",
+    "INPUT_COMMENT",
+    "INPUT_FAIL_ON_UNRESOLVED",
+    "INPUT_REPORT_NAME",
+    "INPUT_COMMENT_FROM",
+    "INPUT_PULL_REQUEST_NUMBER",
+    "INPUT_EXPECTED_HEAD_SHA",
+)
+
+#: Variables never passed to the test processes (pytest, verification runs, repair
+#: provider): the token is only for the comment, posted after all test code has run.
+WITHHELD_ENV: Tuple[str, ...] = ("GITHUB_TOKEN",)
+
+PYTEST_EXIT_MEANINGS: Dict[int, str] = {
+    0: "all tests passed",
+    1: "tests failed",
+    2: "the run was interrupted",
+    3: "pytest hit an internal error",
+    4: "pytest usage error (check the pytest arguments)",
+    5: "no tests were collected",
+}
+
+_STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
+_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+Say = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass
+class CiOptions:
+    """What one ``selfheal ci`` run does (commands/ci.py builds it from flags and inputs)."""
+
+    pytest_args: List[str] = field(default_factory=list)
+    #: ``(KEY=VALUE text, origin)`` config overrides, applied in order after the files.
+    overrides: List[Tuple[str, str]] = field(default_factory=list)
+    reports_dir: Optional[Path] = None
+    comment: bool = True
+    fail_on_unresolved: bool = True
+    report_name: str = DEFAULT_REPORT_NAME
+    report_path: Optional[Path] = None
+    #: Comment-only mode: post this report JSON (no pytest, no loop).
+    comment_from: Optional[Path] = None
+    #: The PR to comment on (default: from the event payload / the report JSON).
+    pull_request: Optional[int] = None
+    #: Comment only if the PR's head commit is this one (the fork-PR recipe's check).
+    expected_head_sha: Optional[str] = None
+    working_directory: Optional[Path] = None
+
+
+def parse_bool(text: str, name: str) -> bool:
+    """``true``/``false`` (also yes/no, on/off, 1/0, any case) of an action input; else UsageError."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise UsageError(f"{name}: expected true or false, got {json.dumps(text)}")
+
+
+def parse_pytest_args(text: str, name: str = "pytest-args") -> List[str]:
+    """Split ``text`` like a POSIX shell would (quotes, backslashes) -- but never run a shell:
+    ``$(...)``, ``;``, ``|`` stay literal characters of the arguments."""
+    try:
+        return shlex.split(text, comments=False, posix=True)
+    except ValueError as exc:
+        raise UsageError(f"{name}: cannot split {json.dumps(text)}: {exc}") from None
+
+
+def parse_config_lines(text: str, origin: str = "config input") -> List[Tuple[str, str]]:
+    """Newline-separated ``KEY=VALUE`` overrides; blank lines and ``#`` comments are skipped."""
+    out: List[Tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        out.append((line, f"{origin} line {number}"))
+    return out
+
+
+def parse_repair_command(text: str, name: str = "repair-command") -> Optional[str]:
+    """A JSON argv list (``["aider", "--yes", "--message-file", "{prompt_file}"]``) as a
+    ``repair.command=...`` override text; None when empty. Anything else is a UsageError:
+    a command line string would invite shell-quoting mistakes, and no shell ever runs it."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
+        raise UsageError(f'{name}: expected a JSON list of strings such as ["aider", "--yes"], '
+                         f"got {json.dumps(text[:200])}")
+    return "repair.command=" + json.dumps(value)
+
+
+def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
+    """A commit SHA (7 to 64 hex digits); else UsageError."""
+    sha = text.strip()
+    if not _SHA.match(sha):
+        raise UsageError(f"{name}: expected a commit SHA, got {json.dumps(text[:80])}")
+    return sha
+
+
+def _positive_int(text: str, name: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) <= 0:
+        raise UsageError(f"{name}: expected a pull request number, got {json.dumps(text)}")
+    return int(value)
+
+
+def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
+    """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
+
+    Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
+    report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
+    naming the input (exit 2).
+    """
+    def get(name: str) -> Optional[str]:
+        value = env.get(name)
+        return value if value is not None and value.strip() else None
+
+    found: Dict[str, Any] = {}
+    if (text := get("INPUT_PYTEST_ARGS")) is not None:
+        found["pytest_args"] = parse_pytest_args(text)
+    if (text := get("INPUT_WORKING_DIRECTORY")) is not None:
+        found["working_directory"] = Path(text.strip())
+    overrides: List[Tuple[str, str]] = []
+    if (text := get("INPUT_CONFIG")) is not None:
+        overrides.extend(parse_config_lines(text))
+    if (text := get("INPUT_REPAIR_COMMAND")) is not None:
+        repair = parse_repair_command(text)
+        if repair is not None:
+            overrides.append((repair, "repair-command input"))
+    if overrides:
+        found["overrides"] = overrides
+    if (text := get("INPUT_COMMENT")) is not None:
+        found["comment"] = parse_bool(text, "comment")
+    if (text := get("INPUT_FAIL_ON_UNRESOLVED")) is not None:
+        found["fail_on_unresolved"] = parse_bool(text, "fail-on-unresolved")
+    if (text := get("INPUT_REPORT_NAME")) is not None:
+        found["report_name"] = text.strip()
+    if (text := get("INPUT_COMMENT_FROM")) is not None:
+        found["comment_from"] = Path(text.strip())
+    if (text := get("INPUT_PULL_REQUEST_NUMBER")) is not None:
+        found["pull_request"] = _positive_int(text, "pull-request-number")
+    if (text := get("INPUT_EXPECTED_HEAD_SHA")) is not None:
+        found["expected_head_sha"] = parse_sha(text, "expected-head-sha")
+    return found
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
+
+    final_status: str
+    stop_reason: str
+    iterations: int
+    incident_id: Optional[str]
+    pytest_exit_code: Optional[int]
+
+
+def describe_pytest_exit(code: Optional[int]) -> str:
+    """A short phrase for pytest's exit code (``no tests were collected``)."""
+    if code is None:
+        return "pytest did not run"
+    if code < 0:
+        return f"pytest was killed by signal {-code}"
+    return PYTEST_EXIT_MEANINGS.get(code, f"pytest exited with code {code}")
+
+
+def verdict_without_incident(pytest_exit_code: int) -> Verdict:
+    """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
+    if pytest_exit_code == 0:
+        return Verdict(FINAL_PASSED, STOP_NONE, 0, None, 0)
+    if pytest_exit_code == 1:
+        return Verdict(FINAL_FAILED, STOP_NOT_CAPTURED, 0, None, 1)
+    return Verdict(FINAL_ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
+
+
+def exit_code_for(verdict: Verdict, *, fail_on_unresolved: bool) -> int:
+    """The exit code policy (docs/action.md, docs/exit-codes.md):
+
+    0 resolved or passed; 1 anything else the tests decided (escalated,
+    replan_requested, failed without an incident) when ``fail_on_unresolved``, else 0;
+    2 pytest usage error (bad ``pytest-args``); 7 (EXIT_PYTEST) pytest could not run the
+    tests at all -- whatever ``fail_on_unresolved`` says, a broken setup fails the job.
+    """
+    if verdict.final_status in (RESOLVED, FINAL_PASSED):
+        return EXIT_OK
+    if verdict.final_status == FINAL_ERROR:
+        return EXIT_USAGE if verdict.pytest_exit_code == 4 else EXIT_PYTEST
+    return EXIT_UNRESOLVED if fail_on_unresolved else EXIT_OK
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
+            run_url: Optional[str]) -> Dict[str, Any]:
+    """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
+    return {
+        "final_status": verdict.final_status,
+        "stop_reason": verdict.stop_reason,
+        "iterations": verdict.iterations,
+        "incident_id": verdict.incident_id,
+        "pytest_exit_code": verdict.pytest_exit_code,
+        "pull_request": pull_request,
+        "head_sha": head_sha if head_sha and _SHA.match(head_sha) else None,
+        "run_url": run_url if run_url and _SAFE_URL.match(run_url) else None,
+    }
+
+
+def _opt_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
+    every field checked; fields that do not fit are replaced from the report or dropped."""
+    from pytest_selfheal.store.ids import is_incident_id
+
+    given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
+    final = given.get("final_status")
+    reason = given.get("stop_reason")
+    iterations = _opt_int(given.get("iterations"))
+    pr = _opt_int(given.get("pull_request"))
+    incident = given.get("incident_id")
+    sha = given.get("head_sha")
+    url = given.get("run_url")
+    report_final = report.get("final_status")
+    report_reason = report.get("stop_reason")
+    return {
+        "final_status": final if isinstance(final, str) and _STATUS_WORD.match(final)
+        else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
+        "stop_reason": reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
+        else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
+              else STOP_NONE),
+        "iterations": iterations if iterations is not None and iterations >= 0
+        else int(_opt_int(report.get("total_retries")) or 0),
+        "incident_id": incident if is_incident_id(incident) else None,
+        "pytest_exit_code": _opt_int(given.get("pytest_exit_code")),
+        "pull_request": pr if pr is not None and pr > 0 else None,
+        "head_sha": sha if isinstance(sha, str) and _SHA.match(sha) else None,
+        "run_url": url if isinstance(url, str) and _SAFE_URL.match(url) else None,
+    }
+
+
+def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """The first line of the job summary and the PR comment: stop reason and final status.
+
+    The report's own headline (``render_headline``) when the loop stopped and the report
+    agrees with ``info``; otherwise the same shape built from ``info``:
+    ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
+    """
+    from pytest_selfheal.report.build import code, render_headline, text
+
+    if (report.get("incidents") and report.get("stop_reason") == info["stop_reason"]
+            and report.get("final_status") == info["final_status"]):
+        return render_headline(report)
+    status = text(info["final_status"], 60)
+    verdict = f"{status} — stop reason {code(info['stop_reason'], 60)}"
+    exit_code = info.get("pytest_exit_code")
+    if info["final_status"] == FINAL_PASSED:
+        details = "pytest passed: no failing test, nothing to loop"
+    elif info["final_status"] == FINAL_FAILED:
+        details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
+    elif info["final_status"] == FINAL_ERROR:
+        details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
+    else:
+        iterations = int(info.get("iterations") or 0)
+        who = info.get("incident_id") or (f"{len(report.get('incidents') or [])} incidents")
+        details = f"{who}, {iterations} iteration{'s' if iterations != 1 else ''}"
+    return f"**selfheal: {verdict}** ({text(details, 300)})"
+
+
+def render_ci_markdown(report: Mapping[str, Any], info: Mapping[str, Any], *, error: Optional[str] = None) -> str:
+    """The headline, a blank line, then the report (``render_markdown`` without its own
+    headline); ``error`` (a loop error) is added as a last section."""
+    from pytest_selfheal.report.build import render_markdown, text
+
+    body = f"{ci_headline(report, info)}\n\n{render_markdown(report)}"
+    if error:
+        body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
+    return body
+
+
+def comment_footer(info: Mapping[str, Any]) -> str:
+    """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
+    parts = []
+    if info.get("run_url"):
+        parts.append(f"[workflow run]({info['run_url']})")
+    if info.get("head_sha"):
+        parts.append(f"commit `{str(info['head_sha'])[:12]}`")
+    return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
+
+
+# --------------------------------------------------------------------------- running
+
+
+def child_env(env: Mapping[str, str]) -> Dict[str, str]:
+    """The environment of the test processes: ``env`` without the GitHub token."""
+    return {k: v for k, v in env.items() if k not in WITHHELD_ENV}
+
+
+def pytest_argv(root: Path, overrides: Sequence[Tuple[str, str]], pytest_args: Sequence[str]) -> List[str]:
+    """``python -m pytest --selfheal`` with the same config overrides and reports root as ours."""
+    argv = [sys.executable, "-m", "pytest", "--selfheal"]
+    for text, _origin in overrides:
+        argv += ["--selfheal-set", text]
+    # Last, so it wins: the run writes exactly where this process looks.
+    argv += ["--selfheal-set", f"reports_dir={root}"]
+    return argv + list(pytest_args)
+
+
+def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream: IO[str]) -> int:
+    """Run pytest (argv list, no shell), copying its output to ``stream`` as it comes."""
+    proc = subprocess.Popen(
+        list(argv), cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        buffer = getattr(stream, "buffer", None)
+        for raw in iter(proc.stdout.readline, b""):
+            if buffer is not None:
+                stream.flush()
+                buffer.write(raw)  # the bytes as pytest wrote them, whatever our encoding
+                buffer.flush()
+            else:
+                stream.write(raw.decode("utf-8", errors="replace"))
+                stream.flush()
+        return proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted while streaming: do not leave pytest behind
+            proc.kill()
+            proc.wait()
+
+
+Snapshot = Dict[str, Tuple[Any, ...]]
+
+
+def snapshot(store: "Store") -> Snapshot:
+    """``{incident id: (bucket, status, attempts)}`` of every incident of the root."""
+    return {str(r["incident_id"]): (r["bucket"], r["status"], r["attempts"]) for r in store.list_incidents()}
+
+
+def captured_incident(before: Snapshot, after_rows: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """The incident this pytest run produced: the newest one created during it; else one
+    whose attempts grew (the agent-in-the-loop mode records an iteration of an open
+    incident instead of capturing a new one); else None. ``after_rows`` is oldest first."""
+    new = [str(r["incident_id"]) for r in after_rows if str(r["incident_id"]) not in before]
+    if new:
+        return new[-1]
+    grown = [
+        str(r["incident_id"]) for r in after_rows
+        if int(r["attempts"] or 0) > int(before[str(r["incident_id"])][2] or 0)
+    ]
+    return grown[-1] if grown else None
+
+
+def run_incident_loop(
+    store: "Store",
+    incident_id: str,
+    *,
+    effective: "EffectiveConfig",
+    cwd: Path,
+    env: Mapping[str, str],
+    say: Say,
+) -> Dict[str, Any]:
+    """The loop on ``incident_id``: ``repair.repair_loop`` when a repair provider is
+    configured (``repair.command`` or an entry-point hook), else ``loop.run_loop``
+    (verify-only). Unattended; the test processes get ``env``."""
+    from pytest_selfheal.repair import session as repair
+    from pytest_selfheal.cli.commands.loop import verification_root
+    from pytest_selfheal.loop.driver import run_loop
+
+    project_root = verification_root(store.read_incident(incident_id), cwd)
+    pm = repair.cli_plugin_manager()
+    if repair.provider_configured(effective, pm):
+        return repair.repair_loop(
+            store, incident_id, effective=effective, project_root=project_root, interactive=False,
+            pluginmanager=pm, out=say, env=env,
+        )
+    return run_loop(store, incident_id, effective=effective, project_root=project_root, out=say,
+                    unattended=True, env=env)
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass
+class CiResult:
+    """What one ``selfheal ci`` run did (``--json`` prints :meth:`to_dict`)."""
+
+    exit_code: int
+    verdict: Verdict
+    report: Dict[str, Any]
+    markdown: str
+    report_path: Optional[Path] = None
+    report_json_path: Optional[Path] = None
+    pull_request: Optional[int] = None
+    comment: Optional["CommentResult"] = None
+    warnings: List[str] = field(default_factory=list)
+    error: Optional[str] = None
+
+    def outputs(self) -> Dict[str, str]:
+        """The step outputs (names as in action.yml)."""
+        return {
+            "final-status": self.verdict.final_status,
+            "stop-reason": self.verdict.stop_reason,
+            "iterations": str(self.verdict.iterations),
+            "incident-id": self.verdict.incident_id or "",
+            "report-path": str(self.report_path) if self.report_path else "",
+            "report-json-path": str(self.report_json_path) if self.report_json_path else "",
+            "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
+        }
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready summary of the run."""
+        comment = None
+        if self.comment is not None:
+            comment = {"action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
+                       "warning": self.comment.warning}
+        return {
+            "exit_code": self.exit_code,
+            "final_status": self.verdict.final_status,
+            "stop_reason": self.verdict.stop_reason,
+            "iterations": self.verdict.iterations,
+            "incident_id": self.verdict.incident_id,
+            "pytest_exit_code": self.verdict.pytest_exit_code,
+            "report_path": str(self.report_path) if self.report_path else None,
+            "report_json_path": str(self.report_json_path) if self.report_json_path else None,
+            "pull_request": self.pull_request,
+            "comment": comment,
+            "warnings": list(self.warnings),
+            "error": self.error,
+        }
+
+
+class _Reporter:
+    """Progress lines and warnings of one run (workflow-command warnings inside Actions)."""
+
+    def __init__(self, stream: IO[str], in_actions: bool) -> None:
+        self.stream = stream
+        self.in_actions = in_actions
+        self.warnings: List[str] = []
+
+    def say(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def warn(self, message: str) -> None:
+        from pytest_selfheal.github.actions_env import warning
+
+        self.warnings.append(message)
+        if self.in_actions:
+            warning(message, stream=self.stream)
+        else:
+            self.say(f"selfheal: warning: {message}")
+
+
+def _resolve(path: Path, cwd: Path) -> Path:
+    return path if path.is_absolute() else cwd / path
+
+
+def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> Tuple["EffectiveConfig", "Redactor"]:
+    from pytest_selfheal.config.settings import parse_override
+    from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.redact import default_redactor
+
+    overrides: List["Override"] = [parse_override(text, origin) for text, origin in options.overrides]
+    effective = load_config(cwd, env=env, overrides=overrides)
+    return effective, default_redactor(effective.get("redaction"), env=env)
+
+
+def _write_report_files(
+    markdown: str, document: Mapping[str, Any], md_path: Path, rep: _Reporter
+) -> Tuple[Optional[Path], Optional[Path]]:
+    """Both files atomically; a failure is a warning (the summary and comment still carry it)."""
+    from pytest_selfheal.store import fsio
+
+    json_path = md_path.with_suffix(".json")
+    try:
+        fsio.ensure_dir(md_path.parent)
+        fsio.atomic_write_text(md_path, markdown)
+        fsio.atomic_write_text(json_path, json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    except SelfhealError as exc:
+        rep.warn(f"Could not write the report file: {exc}")
+        return None, None
+    return md_path, json_path
+
+
+def _publish(
+    result: CiResult,
+    *,
+    ctx: "ActionsContext",
+    env: Mapping[str, str],
+    options: CiOptions,
+    info: Mapping[str, Any],
+    rep: _Reporter,
+) -> None:
+    """Job summary, step outputs, then the PR comment (each failure a warning, never fatal)."""
+    from pytest_selfheal.github.actions_env import write_outputs, write_step_summary
+
+    full = str(result.report_path) if result.report_path else None
+    write_step_summary(result.markdown, full_report=full, env=env)
+    write_outputs(result.outputs(), env=env)
+    if not options.comment:
+        return
+    # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
+    create = info["final_status"] not in (FINAL_PASSED, "no_incidents")
+    result.comment = post_comment(
+        ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
+        create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
+    )
+
+
+def run_ci(
+    options: CiOptions,
+    *,
+    cwd: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    stream: Optional[IO[str]] = None,
+) -> CiResult:
+    """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
+
+    Raises ConfigError/UsageError (2) before anything runs on a bad config or option,
+    InputError (3) for a corrupted reports root, Cancelled (130) on Ctrl-C/SIGTERM during
+    the loop. A loop error (e.g. a verification command refused, 5) is reported (summary,
+    outputs, comment) and then decides the exit code. Comment failures are warnings.
+    """
+    from pytest_selfheal.github.actions_env import ActionsContext
+    from pytest_selfheal.cli.commands.report import load_incident_run
+    from pytest_selfheal.report.build import build_report
+    from pytest_selfheal.store.root import Store
+
+    source: Mapping[str, str] = os.environ if env is None else env
+    here = Path.cwd() if cwd is None else Path(cwd)
+    out = stream if stream is not None else sys.stdout
+    ctx = ActionsContext.from_env(source)
+    rep = _Reporter(out, ctx.in_actions)
+    effective, redactor = _load(options, here, source)
+
+    root = _resolve(options.reports_dir or Path(str(effective.get("reports_dir"))), here)
+    md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
+    if md_path.suffix == ".json":
+        raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
+    store = Store(root)
+    before = snapshot(store)
+    test_env = child_env(source)
+
+    argv = pytest_argv(root, options.overrides, options.pytest_args)
+    rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
+    code = run_pytest(argv, cwd=here, env=test_env, stream=out)
+    incident_id = captured_incident(before, store.list_incidents())
+
+    error: Optional[SelfhealError] = None
+    loop_result: Dict[str, Any] = {}
+    if incident_id is None:
+        verdict = verdict_without_incident(code)
+        report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
+        if verdict.final_status == FINAL_FAILED:
+            rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
+                     "disabled by the pytest arguments, or did the capture fail? see the log above)")
+        elif verdict.final_status == FINAL_ERROR:
+            rep.warn(f"pytest exited with code {code}: {describe_pytest_exit(code)}")
+    else:
+        bucket, _ = store.locate(incident_id)
+        if bucket == "inbox":
+            rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
+            try:
+                loop_result = run_incident_loop(store, incident_id, effective=effective, cwd=here,
+                                                env=test_env, say=rep.say)
+            except Cancelled:
+                raise
+            except SelfhealError as exc:  # reported below, then it decides the exit code
+                error = exc
+                rep.say(f"selfheal: error: {exc}")
+        report = build_report(incidents=[load_incident_run(store, incident_id)],
+                              effective_config=effective.values, origins=effective.origins)
+        reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
+        verdict = Verdict(str(report.get("final_status") or "unknown"), str(reason),
+                          int(report.get("total_retries") or 0), incident_id, code)
+
+    number = options.pull_request if options.pull_request is not None else ctx.pull_request_number()
+    info = ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url)
+    markdown = redactor.redact(render_ci_markdown(report, info, error=str(error) if error else None))
+    document = redactor.redact_obj({**report, "ci": info})
+    if error is not None:
+        exit_code = error.exit_code
+    else:
+        exit_code = exit_code_for(verdict, fail_on_unresolved=options.fail_on_unresolved)
+    result = CiResult(exit_code, verdict, document, markdown, pull_request=number,
+                      error=str(error) if error else None)
+    result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
+    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    result.warnings = rep.warnings
+    rep.say(f"selfheal ci: {verdict.final_status} — stop reason {verdict.stop_reason} "
+            f"({verdict.iterations} iteration(s)); exit code {exit_code}"
+            + (f"; report: {result.report_path}" if result.report_path else ""))
+    return result
+
+
+def comment_from_report(
+    options: CiOptions,
+    *,
+    cwd: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    stream: Optional[IO[str]] = None,
+) -> CiResult:
+    """Comment-only mode: render ``options.comment_from`` (a report JSON written by
+    ``selfheal ci`` or ``selfheal merge --json``), append it to the job summary, write the
+    outputs and post the sticky comment. Runs no test and no code from the report's
+    project: for the trusted ``workflow_run`` half of the fork-PR recipe.
+
+    Exit code 0 (the tests' verdict was the other workflow's job); 3/4 for a bad or
+    missing report file, 2 for bad options.
+    """
+    from pytest_selfheal.github.actions_env import ActionsContext
+    from pytest_selfheal.cli.commands.merge import read_report
+
+    assert options.comment_from is not None
+    source: Mapping[str, str] = os.environ if env is None else env
+    here = Path.cwd() if cwd is None else Path(cwd)
+    ctx = ActionsContext.from_env(source)
+    rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
+    _effective, redactor = _load(options, here, source)
+    path = _resolve(options.comment_from, here)
+    report = read_report(path)
+    info = sanitize_ci_info(report.get("ci"), report)
+    number = options.pull_request or info["pull_request"] or ctx.pull_request_number()
+    info["pull_request"] = number
+    # The artifact is untrusted: link only to a run of this repository, name the checked commit.
+    runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
+    if not (runs and isinstance(info["run_url"], str) and info["run_url"].startswith(runs)):
+        info["run_url"] = None
+    if options.expected_head_sha:
+        info["head_sha"] = options.expected_head_sha
+    verdict = Verdict(info["final_status"], info["stop_reason"], info["iterations"], info["incident_id"],
+                      info["pytest_exit_code"])
+    markdown = redactor.redact(render_ci_markdown(report, info))
+    result = CiResult(EXIT_OK, verdict, report, markdown, report_path=path.with_suffix(".md"),
+                      report_json_path=path, pull_request=number)
+    if result.report_path is not None and not result.report_path.is_file():
+        result.report_path = None
+    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    result.warnings = rep.warnings
+    return result
+
+
+# --------------------------------------------------------------------------- comment
+
+
+def _head_sha_of(client: Any, number: int) -> Optional[str]:
+    import urllib.parse
+
+    owner, name = str(client.repository).split("/", 1)
+    path = f"/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}/pulls/{int(number)}"
+    _, _, data = client.request("GET", path)
+    head = data.get("head") if isinstance(data, dict) else None
+    sha = head.get("sha") if isinstance(head, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def post_comment(
+    ctx: "ActionsContext",
+    number: Optional[int],
+    body: str,
+    *,
+    name: str = DEFAULT_REPORT_NAME,
+    create: bool = True,
+    expected_head_sha: Optional[str] = None,
+    warn: Say,
+    say: Say,
+) -> Optional["CommentResult"]:
+    """Create or update the sticky comment on PR ``number``; never raises for GitHub trouble.
+
+    No PR number: nothing (a warning when the event is a pull request one, whose payload
+    should have had it). No token or repository, 401/403/404/422, 5xx, connection errors,
+    a PR whose head is not ``expected_head_sha``: a warning, no comment. ``create=False``
+    (a green run) only updates an existing comment, so green PRs get no new noise while a
+    stale failure comment is turned into "passed".
+    """
+    from pytest_selfheal.github.actions_env import PULL_REQUEST_EVENTS
+    from pytest_selfheal.github.client import (
+        ACTIONS_BOT_LOGIN,
+        CommentResult,
+        GitHubClient,
+        GitHubError,
+        find_sticky_comment,
+        marker,
+        upsert_sticky_comment,
+    )
+
+    if number is None:
+        if ctx.event_name in PULL_REQUEST_EVENTS:
+            warn(f"No pull request number in the {ctx.event_name} event payload: not commenting; "
+                 "the report is in the job summary.")
+        else:
+            say(f"selfheal ci: not a pull request event ({ctx.event_name or 'no event'}): no comment")
+        return None
+    if not ctx.token:
+        warn(f"No GitHub token (GITHUB_TOKEN is empty): not commenting on PR #{number}; "
+             "the report is in the job summary.")
+        return None
+    if not ctx.repository:
+        warn(f"GITHUB_REPOSITORY is not set: not commenting on PR #{number}.")
+        return None
+    try:
+        client = GitHubClient(ctx.api_url, ctx.token, ctx.repository)
+        if expected_head_sha:
+            head = _head_sha_of(client, number)
+            if head is None or head.lower() != expected_head_sha.lower():
+                warn(f"PR #{number}'s head is {head or 'unknown'}, not {expected_head_sha}: not commenting "
+                     "(the report belongs to another commit; a newer run will comment).")
+                return CommentResult("skipped", warning="head sha mismatch")
+        author: Optional[str] = None
+        if not create:
+            author = client.get_authenticated_login() or ACTIONS_BOT_LOGIN
+            if find_sticky_comment(client, number, marker(name), author) is None:
+                say(f"selfheal ci: PR #{number}: passed, no earlier report comment to update: no comment")
+                return CommentResult("skipped")
+        result = upsert_sticky_comment(client, number, body, name=name, author=author)
+    except GitHubError as exc:
+        warn(f"Could not post the report comment on PR #{number}: {exc}; the report is in the job summary.")
+        return None
+    except ValueError as exc:  # GitHubClient refused the API URL or repository
+        warn(f"Could not post the report comment on PR #{number}: {exc}")
+        return None
+    if result.warning:
+        warn(result.warning)
+    else:
+        say(f"selfheal ci: PR #{number}: report comment {result.action}" + (f" ({result.url})" if result.url else ""))
+    return result
+
+
+__all__ = [
+    "ACTION_INPUT_VARS",
+    "CI_STATUSES",
+    "EXIT_PYTEST",
+    "FINAL_ERROR",
+    "FINAL_FAILED",
+    "FINAL_PASSED",
+    "STOP_NONE",
+    "STOP_NOT_CAPTURED",
+    "STOP_PYTEST_ERROR",
+    "CiOptions",
+    "CiResult",
+    "Verdict",
+    "action_inputs",
+    "captured_incident",
+    "child_env",
+    "ci_headline",
+    "comment_from_report",
+    "exit_code_for",
+    "parse_bool",
+    "parse_config_lines",
+    "parse_pytest_args",
+    "parse_repair_command",
+    "parse_sha",
+    "post_comment",
+    "pytest_argv",
+    "render_ci_markdown",
+    "run_ci",
+    "run_pytest",
+    "verdict_without_incident",
+]

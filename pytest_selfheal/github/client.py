@@ -1,0 +1,497 @@
+"""GitHub REST client (stdlib HTTP) and the sticky PR comment (SPEC §11).
+
+An edge module: the only place that talks to GitHub. docs/github.md describes the comment,
+the limits and the permissions.
+
+Security rules kept here:
+
+- the token is sent only to the origin of ``api_url`` (scheme, host and port): pagination
+  links and redirects to anywhere else are not followed;
+- the token never appears in an exception message, a log record or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from http.client import HTTPException, HTTPMessage
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from pytest_selfheal.errors import EXIT_IO, SelfhealError
+
+log = logging.getLogger(__name__)
+
+#: GitHub's limit for an issue/PR comment body (characters).
+MAX_COMMENT_CHARS = 65536
+#: The author of comments made with the Actions ``GITHUB_TOKEN``.
+ACTIONS_BOT_LOGIN = "github-actions[bot]"
+
+API_VERSION = "2022-11-28"
+ACCEPT = "application/vnd.github+json"
+PER_PAGE = 100
+# Bounds: a comment list of 100 pages is 10,000 comments; a response body above this is
+# not something GitHub sends for the endpoints used here.
+MAX_PAGES = 100
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+_MAX_MESSAGE_CHARS = 300
+
+_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_MARKER_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_ANY_MARKER = re.compile(r"<!-- pytest-selfheal:report:[A-Za-z0-9._-]{1,64} -->")
+_LINK = re.compile(r"<([^>]*)>\s*;\s*rel=\"?([^\";,]*)\"?")
+
+
+class GitHubError(SelfhealError):
+    """A GitHub API call failed: HTTP ``status`` (0 for a connection error) and a one-line
+    message that never contains the token."""
+
+    exit_code = EXIT_IO
+
+    def __init__(self, status: int, message: str, *, api_message: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        #: GitHub's own ``message`` field (e.g. "Resource not accessible by integration").
+        self.api_message = api_message
+
+
+# --- HTTP ---------------------------------------------------------------------------------------
+
+_Origin = Tuple[str, str, int]
+
+
+def _origin(url: str) -> Optional[_Origin]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.scheme, parts.hostname.lower(), port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only within the API's origin: urllib would otherwise resend the
+    ``Authorization`` header to whatever host the redirect names."""
+
+    def __init__(self, origin: _Origin) -> None:
+        super().__init__()
+        self._origin = origin
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> Optional[urllib.request.Request]:
+        if _origin(newurl) != self._origin:
+            log.warning("GitHub API: not following a redirect to another host")
+            return None  # urllib then raises HTTPError with the 3xx status
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _next_link(header: Optional[str]) -> Optional[str]:
+    """The ``rel="next"`` URL of a ``Link`` header, or None."""
+    if not header:
+        return None
+    for m in _LINK.finditer(header):
+        if "next" in m.group(2).split():
+            return m.group(1)
+    return None
+
+
+class GitHubClient:
+    """A small GitHub REST client: JSON in and out, ``GitHubError`` on failure.
+
+    ``repository`` is ``owner/name``. Requests carry ``Accept: application/vnd.github+json``,
+    ``X-GitHub-Api-Version: 2022-11-28`` and, when ``token`` is set,
+    ``Authorization: Bearer <token>``.
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        token: Optional[str],
+        repository: str,
+        *,
+        timeout: float = 20.0,
+        user_agent: str = "pytest-selfheal",
+    ) -> None:
+        base = (api_url or "").rstrip("/")
+        origin = _origin(base)
+        if origin is None:
+            raise ValueError(f"invalid GitHub API URL {api_url!r}: expected http(s)://host[/path]")
+        if not _REPOSITORY.match(repository or "") or ".." in repository:
+            raise ValueError(f"invalid repository {repository!r}: expected owner/name")
+        self.api_url = base
+        self.repository = repository
+        self.timeout = timeout
+        self.user_agent = user_agent
+        self._token = token or None
+        self._origin = origin
+        self._base_path = urllib.parse.urlsplit(base).path
+        # Proxies from the environment apply, except for loopback (tests, local GHES tunnels).
+        proxies = urllib.request.ProxyHandler({}) if _is_loopback(origin[1]) else urllib.request.ProxyHandler()
+        self._opener = urllib.request.build_opener(proxies, _SameOriginRedirects(origin))
+
+    def __repr__(self) -> str:
+        auth = "token set" if self._token else "no token"
+        return f"GitHubClient({self.api_url!r}, {self.repository!r}, {auth})"
+
+    # -- plumbing
+
+    def _repo_path(self) -> str:
+        owner, name = self.repository.split("/", 1)
+        return f"/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}"
+
+    def same_origin(self, url: str) -> bool:
+        """Whether ``url`` is on the API's origin and under its base path (the only place
+        the token may be sent)."""
+        if _origin(url) != self._origin:
+            return False
+        path = urllib.parse.urlsplit(url).path
+        return not self._base_path or path == self._base_path or path.startswith(self._base_path + "/")
+
+    def _scrub(self, text: str) -> str:
+        text = " ".join(text.split())  # one line
+        if self._token and self._token in text:
+            text = text.replace(self._token, "[REDACTED]")
+        return text[:_MAX_MESSAGE_CHARS]
+
+    def _error(self, method: str, shown: str, status: int, raw: bytes) -> GitHubError:
+        api_message = ""
+        details: List[str] = []
+        try:
+            payload = json.loads(raw.decode("utf-8", errors="replace")) if raw else None
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict):
+            api_message = str(payload.get("message") or "")
+            for item in payload.get("errors") or []:
+                if isinstance(item, dict):
+                    details.append(str(item.get("message") or item.get("code") or ""))
+                elif isinstance(item, str):
+                    details.append(item)
+        text = api_message or "no message"
+        if any(details):
+            text += " (" + "; ".join(d for d in details if d) + ")"
+        api_message = self._scrub(api_message)
+        return GitHubError(
+            status,
+            self._scrub(f"GitHub API {method} {shown} failed: HTTP {status}: {text}"),
+            api_message=api_message,
+        )
+
+    def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, HTTPMessage, Any]:
+        """One API call; ``path`` is relative to ``api_url`` or an absolute same-origin URL.
+
+        Returns ``(status, headers, decoded JSON or None)``; raises GitHubError on an HTTP
+        error status, a connection failure or a response that is not JSON.
+        """
+        url = path if "://" in path else self.api_url + path
+        if not self.same_origin(url):
+            # Last line of defence: the token is never sent anywhere else.
+            raise GitHubError(0, "GitHub API: refusing to send the token to another host")
+        parts = urllib.parse.urlsplit(url)
+        shown = parts.path + (f"?{parts.query}" if parts.query else "")
+        headers = {
+            "Accept": ACCEPT,
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": self.user_agent,
+        }
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json; charset=utf-8"
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                raw = resp.read(MAX_RESPONSE_BYTES + 1)
+                status = int(resp.status)
+                resp_headers: HTTPMessage = resp.headers
+        except urllib.error.HTTPError as exc:
+            try:
+                raw = exc.read(64 * 1024)
+            except (OSError, HTTPException):
+                raw = b""
+            log.debug("GitHub API %s %s -> %s", method, shown, exc.code)
+            raise self._error(method, shown, int(exc.code), raw) from None
+        except (urllib.error.URLError, OSError, HTTPException, socket.timeout) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            log.debug("GitHub API %s %s -> connection error", method, shown)
+            raise GitHubError(0, self._scrub(f"GitHub API {method} {shown} failed: {reason}")) from None
+        log.debug("GitHub API %s %s -> %s", method, shown, status)
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise GitHubError(status, f"GitHub API {method} {shown}: response too large")
+        if not raw.strip():
+            return status, resp_headers, None
+        try:
+            return status, resp_headers, json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise GitHubError(status, f"GitHub API {method} {shown}: the response is not JSON") from None
+
+    # -- endpoints
+
+    def get_authenticated_login(self) -> Optional[str]:
+        """The login of the token's user (``GET /user``), or None when the token cannot say.
+
+        The Actions ``GITHUB_TOKEN`` gets 403 "Resource not accessible by integration" here:
+        its comments are authored by ``github-actions[bot]``.
+        """
+        if not self._token:
+            return None
+        try:
+            _, _, data = self.request("GET", "/user")
+        except GitHubError as exc:
+            if exc.status in (401, 403, 404):
+                return None
+            raise
+        login = data.get("login") if isinstance(data, dict) else None
+        return login if isinstance(login, str) and login else None
+
+    def list_issue_comments(self, number: int) -> Iterator[Dict[str, Any]]:
+        """Every comment of issue/PR ``number``, oldest first, across all pages.
+
+        Follows ``Link: rel="next"`` only within the API's origin (a link elsewhere ends the
+        listing with a logged warning), at most MAX_PAGES pages, never the same URL twice.
+        """
+        url: Optional[str] = f"{self.api_url}{self._repo_path()}/issues/{int(number)}/comments?per_page={PER_PAGE}"
+        seen = set()
+        pages = 0
+        while url is not None:
+            seen.add(url)
+            status, headers, data = self.request("GET", url)
+            if not isinstance(data, list):
+                raise GitHubError(status, "GitHub API: the comment list is not a JSON array")
+            for item in data:
+                if isinstance(item, dict):
+                    yield item
+            pages += 1
+            nxt = _next_link(headers.get("Link"))
+            if nxt is None:
+                break
+            if not self.same_origin(nxt):
+                log.warning("GitHub API: ignoring a pagination link to another host")
+                break
+            if nxt in seen or pages >= MAX_PAGES:
+                break
+            url = nxt
+
+    def create_issue_comment(self, number: int, body: str) -> Dict[str, Any]:
+        """POST a new comment on issue/PR ``number``; returns the created comment."""
+        _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
+        return data if isinstance(data, dict) else {}
+
+    def update_issue_comment(self, comment_id: int, body: str) -> Dict[str, Any]:
+        """PATCH the body of comment ``comment_id``; returns the updated comment."""
+        _, _, data = self.request("PATCH", f"{self._repo_path()}/issues/comments/{int(comment_id)}", {"body": body})
+        return data if isinstance(data, dict) else {}
+
+
+# --- the sticky comment -------------------------------------------------------------------------
+
+
+def marker(name: str = "default") -> str:
+    """The hidden HTML comment that identifies our report comment, one per report ``name``
+    (several jobs can each keep their own). The name is reduced to ``[A-Za-z0-9._-]``
+    (at most 64 characters) so it cannot close the HTML comment."""
+    clean = _MARKER_NAME_BAD.sub("-", name or "").strip("-.")[:64] or "default"
+    return f"<!-- pytest-selfheal:report:{clean} -->"
+
+
+def _truncation_note(over: int, limit: int) -> str:
+    where = "GitHub's 65,536 limit" if limit == MAX_COMMENT_CHARS else f"the {limit:,}-character budget"
+    return f"\n\n> …report truncated ({over:,} characters over {where}); full report in the job summary / artifact\n"
+
+
+def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
+    """``body`` cut to at most ``limit`` characters, ending with a truncation note.
+
+    Keeps the first lines (cut at a line boundary), the hidden marker (re-added on top when
+    it would be cut away), and closes an open code fence or ``<details>`` so the note renders
+    as text. Unchanged when it already fits. Pure.
+    """
+    if len(body) <= limit:
+        return body
+    note = _truncation_note(len(body) - limit, limit)
+    found = _ANY_MARKER.search(body)
+    tag = found.group(0) if found else ""
+    slack = 64  # room for the closers below
+    budget = limit - len(note) - (len(tag) + 1 if tag else 0) - slack
+    if budget <= 0:
+        return ((tag + "\n") if tag else "") + note.strip()[: max(limit - len(tag) - 1, 0)]
+    kept = body[:budget]
+    newline = kept.rfind("\n")
+    if newline >= budget // 2:
+        kept = kept[: newline + 1]
+    closers = ""
+    if sum(1 for line in kept.split("\n") if line.lstrip().startswith("```")) % 2:
+        closers += ("" if kept.endswith("\n") else "\n") + "```\n"
+    open_details = kept.count("<details") - kept.count("</details>")
+    closers += "</details>\n" * max(0, min(open_details, 4))
+    prefix = f"{tag}\n" if tag and tag not in kept else ""
+    return prefix + kept + closers + note
+
+
+def _fit_harder(body: str) -> str:
+    """A body that fits even if GitHub counts bytes rather than characters (used after a 422)."""
+    budget = MAX_COMMENT_CHARS - 2048
+    while True:
+        text = fit_comment(body, budget)
+        if len(text.encode("utf-8")) <= MAX_COMMENT_CHARS - 1024 or budget <= 1024:
+            return text
+        budget = max(1024, int(budget * 0.75))
+
+
+@dataclass(frozen=True)
+class CommentResult:
+    """What :func:`upsert_sticky_comment` did."""
+
+    action: str  # "created" | "updated" | "skipped"
+    comment_id: Optional[int] = None
+    warning: Optional[str] = None
+    url: Optional[str] = None
+
+
+def _author_of(comment: Dict[str, Any]) -> str:
+    user = comment.get("user")
+    login = user.get("login") if isinstance(user, dict) else None
+    return login.lower() if isinstance(login, str) else ""
+
+
+def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[Dict[str, Any]]:
+    """The oldest comment on ``number`` containing ``tag`` and written by ``author``.
+
+    Other users' comments that quote the marker are ignored, so nobody can make us edit (or
+    hide) a comment that is not ours.
+    """
+    wanted = author.lower()
+    for comment in client.list_issue_comments(number):
+        body = comment.get("body")
+        if isinstance(body, str) and tag in body and _author_of(comment) == wanted and isinstance(comment.get("id"), int):
+            return comment
+    return None
+
+
+def _why(exc: GitHubError) -> str:
+    return f"HTTP {exc.status}: {exc.api_message or 'no message'}"
+
+
+def _send(call: Callable[[str], Dict[str, Any]], text: str, original: str) -> Dict[str, Any]:
+    """``call(text)``; on 422 (body too long) once more with a harder-truncated body."""
+    try:
+        return call(text)
+    except GitHubError as exc:
+        if exc.status != 422:
+            raise
+        harder = _fit_harder(original)
+        if harder == text:
+            raise
+        log.info("GitHub refused the comment body (422); retrying with a shorter one")
+        return call(harder)
+
+
+def upsert_sticky_comment(
+    client: GitHubClient,
+    number: int,
+    body: str,
+    *,
+    name: str = "default",
+    author: Optional[str] = None,
+) -> CommentResult:
+    """Create or update the one report comment on PR ``number``.
+
+    The comment is found by its hidden :func:`marker` (added on top of ``body`` if absent)
+    **and** its author: ``author``, else the token's login from ``GET /user``, else
+    ``github-actions[bot]`` (the Actions ``GITHUB_TOKEN`` cannot read ``/user``). Found
+    across all pages -> PATCH; not found -> POST. Bodies over 65,536 characters are
+    truncated with a note.
+
+    Never raises for 403/404 (a fork PR's read-only token, no access, no such PR) or a body
+    GitHub still refuses (422 after one harder truncation): returns action ``"skipped"``
+    with a warning. Other HTTP and connection errors raise GitHubError.
+    """
+    tag = marker(name)
+    if tag not in body:
+        body = f"{tag}\n{body}"
+    text = fit_comment(body)
+    if author is None:
+        author = client.get_authenticated_login() or ACTIONS_BOT_LOGIN
+    where = f"PR #{int(number)}"
+    tail = "; the report is still in the job summary."
+    try:
+        existing = find_sticky_comment(client, number, tag, author)
+    except GitHubError as exc:
+        if exc.status in (403, 404):
+            return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_why(exc)}){tail}")
+        raise
+
+    def outcome(action: str, data: Dict[str, Any]) -> CommentResult:
+        cid = data.get("id")
+        url = data.get("html_url")
+        return CommentResult(
+            action, cid if isinstance(cid, int) else None, None, url if isinstance(url, str) else None
+        )
+
+    def refused(verb: str, exc: GitHubError) -> CommentResult:
+        if exc.status == 422:
+            why = f"GitHub refused the report comment on {where} even after truncating it ({_why(exc)})"
+        else:
+            why = (
+                f"Could not {verb} the report comment on {where} ({_why(exc)}): the token cannot "
+                "write to pull requests (a fork PR's read-only token, or `pull-requests: write` "
+                "missing from the workflow's permissions)"
+            )
+        return CommentResult("skipped", existing.get("id") if existing else None, why + tail)
+
+    if existing is not None:
+        comment_id = int(existing["id"])
+        try:
+            return outcome("updated", _send(lambda b: client.update_issue_comment(comment_id, b), text, body))
+        except GitHubError as exc:
+            if exc.status == 404:
+                existing = None  # deleted meanwhile: post a new one below
+            elif exc.status in (403, 422):
+                return refused("update", exc)
+            else:
+                raise
+    try:
+        return outcome("created", _send(lambda b: client.create_issue_comment(number, b), text, body))
+    except GitHubError as exc:
+        if exc.status in (403, 404, 422):
+            return refused("create", exc)
+        raise
+
+
+__all__ = [
+    "ACTIONS_BOT_LOGIN",
+    "MAX_COMMENT_CHARS",
+    "CommentResult",
+    "GitHubClient",
+    "GitHubError",
+    "find_sticky_comment",
+    "fit_comment",
+    "marker",
+    "upsert_sticky_comment",
+]

@@ -1,0 +1,170 @@
+"""Agent-in-the-loop: a ``pytest --selfheal`` run is the next iteration of an open incident.
+
+An AI agent (or a person) edits code and runs pytest again; when that run executes any of
+an open incident's verification tests, it is recorded as the incident's next attempt
+(mode ``agent``) and the loop decides — the one-line status tells the agent CONTINUE or
+STOP. Tests of the selection that this run did not execute keep their last known outcome
+and fingerprint (listed in the attempt's ``not_run``), so running a subset never looks
+like a fix.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set
+
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
+
+if TYPE_CHECKING:
+    from pytest_selfheal.config.settings import EffectiveConfig
+    from pytest_selfheal.store.root import Store
+
+OPEN_STATUSES = ("planned", "running")
+
+
+@dataclass
+class OpenIncident:
+    """An incident in the inbox whose loop has not stopped, with its verification selection."""
+
+    incident_id: str
+    selection: List[str]
+    last_outcomes: Dict[str, str]
+    last_failures: Dict[str, Failure]  # nodeid -> last known failure
+
+
+@dataclass
+class AgentResult:
+    """What the agent-mode recording did: status lines, closed incidents, covered tests."""
+
+    lines: List[str] = field(default_factory=list)
+    touched: List[str] = field(default_factory=list)
+    still_open: List[str] = field(default_factory=list)
+    covered: Set[str] = field(default_factory=set)
+
+
+def failure_from_record(record: Mapping[str, Any]) -> Failure:
+    """A ``Failure`` from a recorded dict (incident or attempt), tolerating missing extras."""
+    names = {f.name for f in fields(Failure)}
+    data: Dict[str, Any] = {k: v for k, v in record.items() if k in names}
+    data.setdefault("test", str(record.get("nodeid") or ""))
+    data.setdefault("fingerprint", "")
+    data.setdefault("signature", "")
+    data.setdefault("scheme", 1)
+    data.setdefault("failure_type", "UNKNOWN")
+    data.setdefault("code_fixable", False)
+    data.setdefault("transient", False)
+    data.setdefault("failure_class", "deterministic")
+    data.setdefault("message", "")
+    data["target_paths"] = list(data.get("target_paths") or [])
+    return Failure(**data)
+
+
+def _last_known(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
+    source: Mapping[str, Any]
+    if attempts:
+        source = attempts[-1]
+        outcomes = {str(k): str(v) for k, v in (source.get("outcomes") or {}).items()}
+    else:
+        source = incident
+        outcomes = {}
+        for record in incident.get("failures") or []:
+            if record.get("nodeid"):
+                outcomes[str(record["nodeid"])] = str(record.get("outcome") or OUTCOME_FAILED)
+    failures = {}
+    for record in source.get("failures") or []:
+        if isinstance(record, Mapping) and record.get("nodeid"):
+            failures[str(record["nodeid"])] = failure_from_record(record)
+    return outcomes, failures
+
+
+def open_incidents(store: "Store") -> List[OpenIncident]:
+    """Inbox incidents still looping (planned/running) with a readable plan; others are skipped."""
+    from pytest_selfheal.errors import SelfhealError
+    from pytest_selfheal.loop.driver import selection_nodeids
+    from pytest_selfheal.plan.build import verification_argv
+
+    found = []
+    for summary in store.list_incidents():
+        if summary.get("bucket") != "inbox" or summary.get("status") not in OPEN_STATUSES:
+            continue
+        incident_id = str(summary["incident_id"])
+        try:
+            incident = store.read_incident(incident_id)
+            plan = store.read_plan(incident_id)
+            selection = selection_nodeids(plan, incident, verification_argv(plan))
+            outcomes, failures = _last_known(incident, store.read_attempts(incident_id))
+        except SelfhealError:
+            continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
+        if selection:
+            found.append(OpenIncident(incident_id, selection, outcomes, failures))
+    return found
+
+
+def record_agent_attempts(
+    *,
+    store: "Store",
+    effective: "EffectiveConfig",
+    incidents: Sequence[OpenIncident],
+    outcomes: Mapping[str, str],
+    failures: Sequence[Failure],
+    project_root: Path,
+    reports_root: Path,
+    invocation: Sequence[str],
+    started_at: datetime,
+    exit_code: Optional[int],
+) -> AgentResult:
+    """Record this run as the next attempt of every open incident whose selection it ran."""
+    from pytest_selfheal.gitstate import diff_hash
+    from pytest_selfheal.loop.driver import record_iteration
+
+    result = AgentResult()
+    touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
+    if not touched:
+        return result
+    diff = diff_hash(project_root, exclude=[reports_root])
+    finished = _stamp(datetime.now(timezone.utc))
+    by_nodeid = {f.nodeid: f for f in failures if f.nodeid}
+    command = shlex.join(["python", "-m", "pytest", *invocation])
+    for incident in touched:
+        selection = set(incident.selection)
+        run_outcomes: Dict[str, str] = {}
+        run_failures: List[Failure] = []
+        for nodeid in incident.selection:
+            if nodeid in outcomes:
+                run_outcomes[nodeid] = outcomes[nodeid]
+                if outcomes[nodeid] in FAILING_OUTCOMES and nodeid in by_nodeid:
+                    run_failures.append(by_nodeid[nodeid])
+            else:
+                run_outcomes[nodeid] = incident.last_outcomes.get(nodeid, OUTCOME_FAILED)
+                if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
+                    run_failures.append(incident.last_failures[nodeid])
+        new_failures = [f for f in failures if f.nodeid not in selection]
+        outcome = record_iteration(
+            store,
+            incident.incident_id,
+            ralf_lite=effective.values,
+            outcomes=run_outcomes,
+            failures=run_failures,
+            diff_hash=diff,
+            started_at=_stamp(started_at),
+            finished_at=finished,
+            mode="agent",
+            verification_commands=[command],
+            exit_code=exit_code,
+            new_failures=new_failures,
+            project_root=project_root,
+            effective_config=effective,
+        )
+        result.lines.append(outcome.status_line)
+        result.touched.append(incident.incident_id)
+        result.covered.update(selection)
+        if not outcome.closed:
+            result.still_open.append(incident.incident_id)
+    return result
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.replace(microsecond=0).isoformat()

@@ -1,0 +1,168 @@
+"""Rebuild the loop state from the event log alone, and the same state from the files (SPEC §9).
+
+:func:`replay` is pure: events in, state out. :func:`state_from_disk` builds the same
+shape from ``status.txt``, the attempts, ``run_result.json`` and where the incident
+folder is. ``selfheal replay ID`` compares the two: equal means the event log tells the
+whole story of the files.
+
+The compared state (docs/loop.md "Replay")::
+
+    {incident_id, status, bucket, iterations: [{iteration, verification_passed,
+     fingerprints, result, stop_reason}], stop_reason, final_status, archived_to}
+
+``stop_reason`` is the stop *in force*: the closing record (``run_result.json`` / the
+last ``loop_stopped`` event with a final status) when it belongs to the latest iteration,
+else the latest iteration's own stop, else None. ``cancelled`` and ``disabled`` stops
+leave the incident open and are not in force; the replay lists every stop the log holds
+under ``loop_stops`` (events only, not compared).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+
+from pytest_selfheal.store.events import (
+    INCIDENT_ARCHIVED,
+    INCIDENT_CAPTURED,
+    LOOP_STOPPED,
+    STATUS_CHANGED,
+    VERIFICATION_FINISHED,
+)
+
+if TYPE_CHECKING:
+    from pytest_selfheal.store.root import Store
+
+INBOX = "inbox"
+COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
+
+_OPEN_STOPS = ("cancelled", "disabled")
+
+
+def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
+    """resolved / escalated / replan_requested for a stop reason in force; None for none."""
+    if stop_reason is None or stop_reason in _OPEN_STOPS:
+        return None
+    if stop_reason == "success":
+        return "resolved"
+    if stop_reason == "replan_requested":
+        return "replan_requested"
+    return "escalated"
+
+
+def _iteration_entry(record: Mapping[str, Any]) -> Dict[str, Any]:
+    fingerprints = record.get("fingerprints")
+    return {
+        "iteration": record.get("iteration"),
+        "verification_passed": bool(record.get("verification_passed", False)),
+        "fingerprints": [str(f) for f in fingerprints] if isinstance(fingerprints, list) else [],
+        "result": record.get("result"),
+        "stop_reason": record.get("stop_reason"),
+    }
+
+
+def _stop_in_force(iterations: Sequence[Mapping[str, Any]], closing: Optional[Mapping[str, Any]]) -> Optional[str]:
+    last = iterations[-1]["iteration"] if iterations else 0
+    if closing is not None and closing.get("iteration") == last and closing.get("stop_reason"):
+        return str(closing["stop_reason"])
+    if iterations and iterations[-1].get("result") == "stop":
+        reason = iterations[-1].get("stop_reason")
+        return str(reason) if reason else None
+    return None
+
+
+def _state(
+    incident_id: Optional[str],
+    status: Optional[str],
+    bucket: str,
+    iterations: List[Dict[str, Any]],
+    closing: Optional[Mapping[str, Any]],
+    archived_to: Optional[str],
+) -> Dict[str, Any]:
+    stop_reason = _stop_in_force(iterations, closing)
+    return {
+        "incident_id": incident_id,
+        "status": status,
+        "bucket": bucket,
+        "iterations": iterations,
+        "stop_reason": stop_reason,
+        "final_status": final_status_of(stop_reason),
+        "archived_to": archived_to,
+    }
+
+
+def replay(events: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The loop state rebuilt from the events alone (pure).
+
+    Status follows ``incident_captured`` then every ``status_changed``; the bucket and
+    ``archived_to`` come from ``incident_archived``; one iteration per
+    ``verification_finished`` (the last record of an iteration number wins, sorted by
+    number); the closing record is the last ``loop_stopped`` with a final status.
+    Unknown events are ignored. Also returns ``loop_stops`` (every ``loop_stopped``:
+    ``{iteration, stop_reason, final_status}``), which is not part of the comparison.
+    """
+    incident_id: Optional[str] = None
+    status: Optional[str] = None
+    bucket = INBOX
+    archived_to: Optional[str] = None
+    by_number: Dict[int, Dict[str, Any]] = {}
+    closing: Optional[Dict[str, Any]] = None
+    stops: List[Dict[str, Any]] = []
+    for record in events:
+        name = record.get("event")
+        if incident_id is None and isinstance(record.get("incident_id"), str):
+            incident_id = str(record["incident_id"])
+        if name == INCIDENT_CAPTURED:
+            status = str(record.get("status") or "new")
+        elif name == STATUS_CHANGED and isinstance(record.get("to"), str):
+            status = str(record["to"])
+        elif name == INCIDENT_ARCHIVED:
+            bucket = str(record.get("bucket") or bucket)
+            archived_to = record.get("archived_to") if isinstance(record.get("archived_to"), str) else archived_to
+        elif name == VERIFICATION_FINISHED:
+            number = record.get("iteration")
+            if isinstance(number, int) and not isinstance(number, bool):
+                by_number[number] = _iteration_entry(record)
+        elif name == LOOP_STOPPED:
+            stop = {
+                "iteration": record.get("iteration"),
+                "stop_reason": record.get("stop_reason"),
+                "final_status": record.get("final_status"),
+            }
+            stops.append(stop)
+            if stop["final_status"]:
+                closing = stop
+    state = _state(incident_id, status, bucket, [by_number[k] for k in sorted(by_number)], closing, archived_to)
+    state["loop_stops"] = stops
+    return state
+
+
+def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
+    """The same state built from the files: ``status.txt``, the attempts, ``run_result.json``
+    and the bucket the incident folder is in. Raises like the store (corrupted files: exit 3)."""
+    bucket, _ = store.locate(incident_id)
+    status = store.read_status(incident_id)
+    iterations = []
+    for attempt in store.read_attempts(incident_id):
+        entry = dict(attempt)
+        entry["fingerprints"] = [f.get("fingerprint") for f in attempt.get("failures") or []]
+        iterations.append(_iteration_entry(entry))
+    run_result = store.read_run_result(incident_id)
+    closing = (
+        {"iteration": run_result.get("iteration"), "stop_reason": run_result.get("stop_reason")}
+        if run_result is not None
+        else None
+    )
+    archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
+    return _state(incident_id, status, bucket, iterations, closing, archived_to)
+
+
+def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> List[str]:
+    """One line per compared key that differs (empty: replay equals the disk)."""
+    lines = []
+    for key in COMPARED_KEYS:
+        if replayed.get(key) != disk.get(key):
+            lines.append(f"{key}: events say {replayed.get(key)!r}, files say {disk.get(key)!r}")
+    return lines
+
+
+__all__ = ["COMPARED_KEYS", "differences", "final_status_of", "replay", "state_from_disk"]

@@ -1,0 +1,431 @@
+"""Running the plan's verification selections (edge: subprocesses; docs/loop.md "The driver").
+
+One verification run = one argv list from ``plan.json``'s ``verification_commands``:
+
+1. :func:`check_allowed` — only allowlisted runners (``verification.allowlist``, default
+   ``["pytest"]``) run; anything else, or anything that looks like shell code, is refused
+   (``RefusedError``, exit 5) and never executed.
+2. :func:`run_selection` — ``subprocess.Popen(argv, shell=False)`` in its own process
+   group, output to a file (never a pipe that can fill up), with a timeout that kills the
+   whole group, ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
+   the environment so the plugin inside the child stays passive.
+3. :func:`observe` — the junit read back into per-node-id outcomes and fingerprinted,
+   classified failures (secrets redacted before fingerprinting, as at capture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.records import models
+from pytest_selfheal.errors import InputError, RefusedError
+from pytest_selfheal.redact import redact_cases
+
+if TYPE_CHECKING:
+    from pytest_selfheal.analysis.classify import Rule
+    from pytest_selfheal.redact import Redactor
+
+# The environment variable the child pytest sees: the plugin does nothing when it is set,
+# so a verification run never captures an incident of its own.
+VERIFYING_ENV = "SELFHEAL_VERIFYING"
+
+DEFAULT_ALLOWLIST: Tuple[str, ...] = ("pytest",)
+KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a timed-out process group
+TAIL_BYTES = 64 * 1024  # of the child's output kept in memory (the head is never needed)
+TAIL_LINES = 200
+
+# The test identity of the synthetic failure written when a run produced no junit.
+SYNTHETIC_TEST = "verification"
+# The outcome key of a ``pytest --collect-only`` verification (a plan without node ids).
+COLLECTION_KEY = "collection"
+_COLLECT_ONLY = ("--collect-only", "--co")
+
+# Shell operators as whole words: a hand-edited plan.json holding them was meant for a
+# shell, and no shell will ever run it — refuse rather than pass them to pytest as paths.
+SHELL_OPERATORS = frozenset(
+    {";", ";;", "&", "&&", "|", "||", "|&", ">", ">>", "<", "<<", "<<<", "2>", "2>>", "2>&1", "&>", ">&", "1>"}
+)
+# Characters that never belong in the executable position, and substrings refused anywhere.
+_EXECUTABLE_BAD = set(";&|<>$`()")
+_ANYWHERE_BAD = ("$(", "`")
+
+_PYTHON_NAMES = ("python", "python3", "pythonw", "py")
+
+
+@dataclass(frozen=True)
+class VerificationRun:
+    """What one verification subprocess did."""
+
+    argv: List[str]  # as executed (interpreter resolved, --junitxml added)
+    exit_code: Optional[int]  # None when it could not start or was killed by the timeout
+    timed_out: bool
+    duration_seconds: float
+    output_tail: str  # bounded tail of stdout+stderr, NOT redacted (the caller redacts)
+    junit_path: Path
+
+
+# --------------------------------------------------------------------------- allowlist
+
+
+def _basename(executable: str) -> str:
+    name = executable.replace("\\", "/").rsplit("/", 1)[-1]
+    return name[:-4] if name.lower().endswith(".exe") else name
+
+
+def _is_python(name: str) -> bool:
+    # python, python3, python3.11, pythonw, py (Windows launcher)
+    base = name.lower()
+    return base in _PYTHON_NAMES or (base.startswith("python") and base[6:].replace(".", "").isdigit())
+
+
+def runner_name(argv: Sequence[str]) -> str:
+    """The name the allowlist is checked against: ``python -m <module>`` → the module,
+    anything else → the executable's basename (``/usr/bin/pytest`` → ``pytest``)."""
+    if not argv:
+        return ""
+    head = _basename(argv[0])
+    if _is_python(head) and len(argv) >= 3 and argv[1] == "-m":
+        return argv[2]
+    if _is_python(head) and len(argv) >= 2 and argv[1].startswith("-m") and len(argv[1]) > 2:
+        return argv[1][2:]  # python -mpytest
+    return head
+
+
+def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWLIST) -> None:
+    """Refuse (``RefusedError``, one line) a command that is not an allowlisted runner.
+
+    Nothing is ever run through a shell, so shell metacharacters inside arguments are
+    harmless; still, a command holding shell operators as separate words (``;``, ``&&``,
+    ``|``, ``>``…), ``$(`` or backticks anywhere, or any metacharacter in the executable
+    position was written for a shell (a hand-edited ``plan.json``) and is refused too —
+    defence in depth.
+    """
+    shown = " ".join(argv)
+    shown = shown if len(shown) <= 200 else shown[:197] + "..."
+    if not argv:
+        raise RefusedError("refusing an empty verification command")
+    if any(ch in _EXECUTABLE_BAD for ch in argv[0]):
+        raise RefusedError(f"refusing verification command {shown!r}: shell syntax in the executable")
+    for token in argv:
+        if token in SHELL_OPERATORS or any(bad in token for bad in _ANYWHERE_BAD):
+            raise RefusedError(
+                f"refusing verification command {shown!r}: it contains shell syntax ({token!r}); "
+                "commands run without a shell"
+            )
+    if "/" in argv[0] or "\\" in argv[0]:
+        # The allowlist names programs found on PATH (or this interpreter for `python`): a path
+        # to any file called `pytest` or `python` (a script committed as bin/pytest) is not one.
+        raise RefusedError(
+            f"refusing verification command {shown!r}: the executable must be a bare allowlisted name, not a path"
+        )
+    name = runner_name(argv)
+    if name not in allowlist:
+        allowed = ", ".join(allowlist) or "nothing"
+        raise RefusedError(
+            f"refusing verification command {shown!r}: {name!r} is not in ralf_lite.verification.allowlist "
+            f"(allowed: {allowed})"
+        )
+
+
+def resolve_argv(argv: Sequence[str]) -> List[str]:
+    """``python`` (a bare interpreter name) → ``sys.executable``: the interpreter running
+    selfheal, which has the project's pytest and this plugin installed."""
+    out = list(argv)
+    if out and "/" not in out[0] and "\\" not in out[0] and _is_python(_basename(out[0])):
+        out[0] = sys.executable
+    return out
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
+    try:
+        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+            proc.kill()
+        else:
+            os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+def terminate_group(proc: "subprocess.Popen[bytes]", grace: float = KILL_GRACE_SECONDS) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
+
+    The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
+    that ignored SIGTERM (a hung fixture's helper process) does not linger.
+    """
+    if sys.platform != "win32":
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc, signal.SIGKILL)
+    else:  # pragma: no cover
+        proc.kill()
+    try:
+        proc.wait(timeout=grace + 5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+        pass
+
+
+def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
+    """The last ``max_lines`` lines within the last ``max_bytes`` bytes of ``path`` ("" if absent)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line was cut in the middle
+    return "\n".join(lines[-max_lines:])
+
+
+def run_selection(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    junit_path: Path,
+    timeout_seconds: Optional[float],
+    env: Optional[Mapping[str, str]] = None,
+    kill_grace: float = KILL_GRACE_SECONDS,
+) -> VerificationRun:
+    """Run one verification command and wait for it (argv list, never a shell).
+
+    ``--junitxml=<junit_path>`` is appended (a later option wins over the user's
+    ``addopts``), ``SELFHEAL_VERIFYING=1`` is set, the child gets its own process group
+    and stdin from /dev/null, and its output goes to ``<junit_path>.out``. On timeout the
+    whole group is stopped (SIGTERM, SIGKILL after ``kill_grace``) and ``timed_out`` is
+    True. An exception while waiting (Ctrl-C, SIGTERM turned into an exception by the
+    loop) also stops the group before it propagates, so no child outlives the loop.
+    The allowlist is the caller's job (:func:`check_allowed`).
+    """
+    # --rootdir pins node ids to the directory they were captured in: without it, an ini file
+    # below the capture's rootdir (pkg/pytest.ini) would move the rootdir and the ids with it.
+    full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
+    child_env = dict(os.environ if env is None else env)
+    child_env[VERIFYING_ENV] = "1"
+    output_path = junit_path.with_name(junit_path.name + ".out")
+    junit_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    exit_code: Optional[int]
+    with open(output_path, "wb") as output:
+        try:
+            kwargs: Dict[str, object] = {}
+            if sys.platform == "win32":  # pragma: no cover
+                kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+            else:
+                kwargs["start_new_session"] = True
+            proc = subprocess.Popen(  # noqa: S603 - argv list, shell=False, allowlisted by the caller
+                full,
+                cwd=str(cwd),
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                shell=False,
+                **kwargs,  # type: ignore[call-overload]
+            )
+        except OSError as exc:
+            # The runner does not exist or cannot start: a tooling problem, reported like one.
+            output.write(f"{full[0]}: command not found ({exc.strerror or exc})\n".encode())
+            output.flush()
+            return VerificationRun(full, None, False, time.monotonic() - start, read_tail(output_path), junit_path)
+        expired = threading.Event()
+        timer: Optional[threading.Timer] = None
+        if timeout_seconds is not None:
+            # A watchdog stops the group at the deadline; the blocking wait below returns the
+            # moment the child exits (no polling latency) and is still interrupted by
+            # signals (PEP 475: a handler that raises ends the wait).
+            def expire() -> None:
+                expired.set()
+                terminate_group(proc, kill_grace)
+
+            timer = threading.Timer(max(0.0, timeout_seconds), expire)
+            timer.daemon = True
+            timer.start()
+        try:
+            proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if proc.poll() is None:
+                terminate_group(proc, kill_grace)
+        timed_out = expired.is_set()
+        if timed_out and timer is not None:
+            timer.join(kill_grace + 10)  # let the watchdog finish its SIGKILL of the group
+        exit_code = None if timed_out else proc.returncode
+    return VerificationRun(full, exit_code, timed_out, time.monotonic() - start, read_tail(output_path), junit_path)
+
+
+# --------------------------------------------------------------------------- observing
+
+
+def _identity_map(nodeids: Sequence[str]) -> Dict[str, str]:
+    from pytest_selfheal.junit.writer import nodeid_by_identity
+
+    return nodeid_by_identity(list(nodeids))
+
+
+def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
+    """The node id of a junit identity ``classname::name``; tolerates a ``junit_prefix``
+    (``prefix.tests.test_a::t`` matches ``tests/test_a.py::t``) by dropping leading
+    classname components until one matches."""
+    if test in by_identity:
+        return by_identity[test]
+    classname, sep, name = test.rpartition("::")
+    if not sep:
+        return None
+    parts = classname.split(".")
+    for i in range(1, len(parts)):
+        candidate = ".".join(parts[i:]) + "::" + name
+        if candidate in by_identity:
+            return by_identity[candidate]
+    return None
+
+
+def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> str:
+    """The outcome of a selection that names a collector (a file, a class): the worst of the
+    testcases inside it (error > failed > passed > skipped), ``missing`` when none ran.
+
+    ``tests/test_a.py::TestX`` covers the cases whose classname is ``tests.test_a.TestX``
+    or below it; a collection error of the file itself is the case ``tests.test_a``.
+    """
+    from pytest_selfheal.junit.writer import mangle_nodeid
+
+    classname, name = mangle_nodeid(nodeid)
+    dotted = f"{classname}.{name}" if classname else name
+    inside = [
+        c.outcome
+        for c in cases
+        if c.classname == dotted or c.classname.startswith(dotted + ".") or (not c.classname and c.name == dotted)
+        or c.classname.endswith("." + dotted) or ("." + dotted + ".") in c.classname
+    ]
+    for outcome in (models.OUTCOME_ERROR, models.OUTCOME_FAILED, models.OUTCOME_PASSED, models.OUTCOME_SKIPPED):
+        if outcome in inside:
+            return outcome
+    return models.OUTCOME_MISSING
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of ``text`` (stripped), or ""."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def synthetic_failure(message: str, text: str, rules: Sequence["Rule"], *, exc_type: str = "") -> models.Failure:
+    """One failure standing for a run that produced no junit (crash, usage error, timeout,
+    missing interpreter), classified like any other so ``No module named pytest`` is
+    TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
+    from pytest_selfheal.analysis.analyse import analyse_case
+    from pytest_selfheal.analysis.classify import Rule
+
+    # `python -m pytest` without pytest prints "No module named pytest" (no quotes, unlike
+    # the ModuleNotFoundError of an import): the runner's environment is broken.
+    runner_rules = (
+        Rule("verification_runner_missing", r"No module named \S", models.TOOLING_ENV, keywords=("no module named",)),
+    )
+    case = models.TestCaseResult(
+        classname="",
+        name=SYNTHETIC_TEST,
+        outcome=models.OUTCOME_ERROR,
+        message=message or "the verification run produced no junit and no output",
+        exc_type=exc_type,
+        text=text,
+    )
+    return analyse_case(case, (*rules, *runner_rules))[0]
+
+
+def observe(
+    run: VerificationRun,
+    selection_nodeids: Sequence[str],
+    *,
+    rules: Sequence["Rule"] = (),
+    redactor: Optional["Redactor"] = None,
+    warnings: Optional[List[str]] = None,
+) -> Tuple[Dict[str, str], List[models.Failure]]:
+    """Outcomes per node id and the failures of one verification run.
+
+    Testcases are mapped back to node ids through pytest's junit name mangling; a
+    testcase outside the selection keeps its junit identity as key. Selected node ids
+    absent from the junit are ``missing``. When the run produced no usable junit
+    (timeout, crash, usage error, interpreter or runner not found) every selected node id
+    is ``missing`` and ONE synthetic failure is built from the output's last non-empty
+    line (a timeout gives a TIMEOUT failure).
+    """
+    from pytest_selfheal.analysis.analyse import failures_from_cases
+    from pytest_selfheal.junit.reader import dedupe, iter_testcases
+
+    outcomes: Dict[str, str] = {}
+    cases: List[models.TestCaseResult] = []
+    if not run.timed_out and run.junit_path.is_file():
+        try:
+            cases = dedupe(redact_cases(iter_testcases(run.junit_path, warnings=warnings), redactor))
+        except InputError as exc:
+            if warnings is not None:
+                warnings.append(str(exc))
+            cases = []
+    tail = redactor.redact(run.output_tail) if redactor is not None else run.output_tail
+    collect_only = any(word in _COLLECT_ONLY for word in run.argv)
+    if collect_only and run.exit_code == 0 and not any(c.outcome in models.FAILING_OUTCOMES for c in cases):
+        # A clean collection is the verification of a plan without node ids.
+        return {COLLECTION_KEY: models.OUTCOME_PASSED}, []
+    if not cases:
+        for nodeid in selection_nodeids:
+            outcomes[nodeid] = models.OUTCOME_MISSING
+        if run.timed_out:
+            failure = synthetic_failure(
+                "TimeoutExpired: the verification run exceeded its timeout",
+                tail,
+                rules,
+                exc_type="TimeoutExpired",
+            )
+        else:
+            failure = synthetic_failure(last_line(tail), tail, rules)
+        return outcomes, [failure]
+    by_identity = _identity_map(selection_nodeids)
+    for case in cases:
+        outcomes[nodeid_for(case.test, by_identity) or case.test] = case.outcome
+    for nodeid in selection_nodeids:
+        if nodeid not in outcomes:
+            outcomes[nodeid] = _collector_outcome(nodeid, cases)
+    failures = [
+        dataclasses.replace(failure, nodeid=nodeid_for(failure.test, by_identity))
+        for failure in failures_from_cases(cases, extra_rules=rules)
+    ]
+    return outcomes, failures
+
+
+__all__ = [
+    "COLLECTION_KEY",
+    "DEFAULT_ALLOWLIST",
+    "VERIFYING_ENV",
+    "VerificationRun",
+    "check_allowed",
+    "last_line",
+    "nodeid_for",
+    "observe",
+    "read_tail",
+    "redact_cases",
+    "resolve_argv",
+    "run_selection",
+    "runner_name",
+    "synthetic_failure",
+    "terminate_group",
+]

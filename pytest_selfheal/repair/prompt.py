@@ -1,0 +1,274 @@
+"""The repair prompt, built from structured data only (pure; docs/repair.md "The prompt").
+
+Seed rule (self-healing retry spec): retry prompts are generated from structured gate
+outputs — the failing tests with their fingerprint and class, the failing output tail,
+the plan's actions and target paths, the delta since the previous attempt and the
+constraints. Nothing here reads files or the clock: the same inputs give the same
+prompt, byte for byte. Redacting the log tail is the caller's job (the caller also
+redacts the finished prompt before writing it to disk).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
+
+MAX_FAILURES_LISTED = 20
+MAX_MESSAGE_CHARS = 300
+MAX_LOG_TAIL_CHARS = 12000
+
+
+def _str(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _fence(text: str, info: str = "") -> str:
+    """``text`` in a code fence longer than any backtick run inside it (so it cannot end early)."""
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * max(3, longest + 1)
+    body = text if text.endswith("\n") else text + "\n"
+    return f"{ticks}{info}\n{body}{ticks}"
+
+
+def _code(text: str) -> str:
+    """Inline code that survives backticks in ``text``."""
+    if "`" not in text:
+        return f"`{text}`"
+    return f"`` {text} ``"
+
+
+def _failures_of(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """The current failures: the latest attempt's, else the incident's (the capture)."""
+    source: Any = attempts[-1].get("failures") if attempts else incident.get("failures")
+    if not isinstance(source, list):
+        return []
+    return [f for f in source if isinstance(f, Mapping)]
+
+
+def _outcomes_of(record: Mapping[str, Any], *, capture: bool) -> Dict[str, str]:
+    """Outcome per node id of an attempt, or of the capture (its failures all failed)."""
+    if capture:
+        outcomes: Dict[str, str] = {}
+        failures = record.get("failures")
+        for failure in failures if isinstance(failures, list) else []:
+            if isinstance(failure, Mapping):
+                key = _str(failure.get("nodeid")) or _str(failure.get("test"))
+                if key:
+                    outcome = _str(failure.get("outcome"), "failed")
+                    outcomes[key] = outcome if outcome in FAILING_OUTCOMES else "failed"
+        return outcomes
+    raw = record.get("outcomes")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+def _fingerprints_of(record: Mapping[str, Any]) -> Tuple[str, ...]:
+    failures = record.get("failures")
+    if not isinstance(failures, list):
+        return ()
+    return tuple(_str(f.get("fingerprint")) for f in failures if isinstance(f, Mapping) and f.get("fingerprint"))
+
+
+def _failing_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[str]:
+    failures = _failures_of(incident, attempts)
+    where = f"attempt {attempts[-1].get('iteration')}" if attempts else "the captured run"
+    lines = ["## Failing tests", ""]
+    if not failures:
+        lines.append(f"No failure is recorded for {where}; see the failing output below.")
+        return lines
+    lines.append(f"As of {where} ({len(failures)} failing):")
+    lines.append("")
+    for failure in failures[:MAX_FAILURES_LISTED]:
+        test = _str(failure.get("nodeid")) or _str(failure.get("test")) or "(unknown test)"
+        ftype = _str(failure.get("failure_type"), "UNKNOWN")
+        fclass = _str(failure.get("failure_class"))
+        kind = f"{ftype}, {fclass}" if fclass else ftype
+        fp = _str(failure.get("fingerprint"))
+        lines.append(f"- {_code(test)} — {kind}, fingerprint {_code(fp or '?')}")
+        signature = _str(failure.get("signature"))
+        if signature:
+            lines.append(f"  - signature: {_code(_one_line(signature))}")
+        message = _str(failure.get("message"))
+        if message:
+            lines.append(f"  - message: {_code(_one_line(message))}")
+    if len(failures) > MAX_FAILURES_LISTED:
+        lines.append(f"- … and {len(failures) - MAX_FAILURES_LISTED} more")
+    return lines
+
+
+def _log_section(log_tail: str, source: str) -> List[str]:
+    text = log_tail.strip("\n")
+    if not text:
+        return ["## Failing output (tail)", "", "(no output recorded)"]
+    if len(text) > MAX_LOG_TAIL_CHARS:
+        text = "[... earlier output omitted ...]\n" + text[-MAX_LOG_TAIL_CHARS:]
+    return ["## Failing output (tail)", "", f"From {source}:", "", _fence(text, "text")]
+
+
+def _plan_section(plan: Mapping[str, Any]) -> List[str]:
+    lines = ["## Plan", ""]
+    summary = _str(plan.get("summary"))
+    if summary:
+        lines.extend([_one_line(summary, 1000), ""])
+    hypotheses = plan.get("root_cause_hypotheses")
+    if isinstance(hypotheses, list) and hypotheses:
+        lines.append("Root-cause hypotheses:")
+        for hyp in hypotheses:
+            if isinstance(hyp, Mapping):
+                lines.append(
+                    f"- {_str(hyp.get('id'), '?')} ({_str(hyp.get('confidence'), '?')}): "
+                    f"{_one_line(_str(hyp.get('reason')), 500)}"
+                )
+        lines.append("")
+    actions = plan.get("actions")
+    if not isinstance(actions, list) or not actions:
+        lines.append("The plan has no actions.")
+        return lines
+    lines.append("Actions:")
+    for action in actions:
+        if not isinstance(action, Mapping):
+            continue
+        ident = _str(action.get("id"), "?")
+        title = _one_line(_str(action.get("title")), 500)
+        lines.append(f"- {ident}: {title}")
+        paths = [p for p in action.get("target_paths") or [] if isinstance(p, str)]
+        if paths:
+            lines.append("  - target paths: " + ", ".join(_code(p) for p in paths))
+        verification = [v for v in action.get("verification") or [] if isinstance(v, str)]
+        for command in verification:
+            lines.append(f"  - verify: {_code(command)}")
+    return lines
+
+
+def _delta_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[str]:
+    lines = ["## Since the previous attempt", ""]
+    if not attempts:
+        lines.append("No previous repair attempt: this is the first. The failures above are from the captured run.")
+        return lines
+    latest = attempts[-1]
+    previous: Mapping[str, Any] = attempts[-2] if len(attempts) > 1 else incident
+    before = _outcomes_of(previous, capture=len(attempts) == 1)
+    now = _outcomes_of(latest, capture=False)
+    was_failing = FAILING_OUTCOMES + (OUTCOME_MISSING,)
+    fixed = [n for n, o in before.items() if o in was_failing and now.get(n) == OUTCOME_PASSED]
+    broke = [n for n, o in now.items() if o in FAILING_OUTCOMES and before.get(n) == OUTCOME_PASSED]
+    still = [n for n, o in now.items() if o in FAILING_OUTCOMES]
+    fp_before = set(_fingerprints_of(previous))
+    fp_now = set(_fingerprints_of(latest))
+    repair = latest.get("repair")
+    iteration = latest.get("iteration")
+    lines.append(f"Attempt {iteration}:")
+    if isinstance(repair, Mapping):
+        result = _str(repair.get("result"), "?")
+        files = [f for f in repair.get("files_changed") or [] if isinstance(f, str)]
+        note = f" ({_one_line(_str(repair.get('message')), 200)})" if repair.get("message") else ""
+        lines.append(f"- repair result: {result}{note}")
+        lines.append("- files changed: " + (", ".join(_code(f) for f in files) if files else "none"))
+        if repair.get("scope_denied"):
+            denied = [f for f in repair.get("out_of_scope") or [] if isinstance(f, str)]
+            shown = ", ".join(_code(f) for f in denied)
+            lines.append(f"- REJECTED: touched files outside the scope ({shown}); the change was rolled back")
+    else:
+        lines.append("- no repair ran before it (a plain re-run of the verification)")
+    lines.append("- tests fixed: " + (", ".join(_code(n) for n in fixed) if fixed else "none"))
+    if broke:
+        lines.append("- tests that passed before and fail now: " + ", ".join(_code(n) for n in broke))
+    lines.append("- still failing: " + (", ".join(_code(n) for n in still[:MAX_FAILURES_LISTED]) if still else "none"))
+    if not fp_now:
+        lines.append("- fingerprint: no failure fingerprint in the latest run")
+    elif fp_now == fp_before:
+        lines.append("- fingerprint: SAME as before — the previous change did not affect this failure")
+    elif fp_now - fp_before:
+        new = ", ".join(_code(fp) for fp in sorted(fp_now - fp_before))
+        lines.append(f"- fingerprint: changed, new {new} (the failure moved on to a different error)")
+    else:
+        lines.append("- fingerprint: the remaining failures are the SAME as before (some are gone)")
+    if len(attempts) > 1:
+        lines.extend(["", "Earlier attempts:"])
+        for attempt in attempts[:-1]:
+            rep = attempt.get("repair")
+            result = _str(rep.get("result"), "?") if isinstance(rep, Mapping) else "no repair"
+            files = [f for f in (rep.get("files_changed") or []) if isinstance(f, str)] if isinstance(rep, Mapping) else []
+            fps = ", ".join(sorted(set(_fingerprints_of(attempt)))) or "none"
+            lines.append(
+                f"- attempt {attempt.get('iteration')}: repair {result}; files {', '.join(files) or 'none'}; "
+                f"fingerprints {fps}"
+            )
+    return lines
+
+
+def _constraints_section(
+    allowed_paths: Sequence[str], iteration: int, max_iterations: int, remaining_budget: Optional[int]
+) -> List[str]:
+    lines = ["## Constraints", ""]
+    if allowed_paths:
+        lines.append("- Only edit these files (globs allowed): " + ", ".join(_code(p) for p in allowed_paths) + ".")
+    else:
+        lines.append("- The plan names no target paths: keep the change as small as possible.")
+    lines.extend(
+        [
+            "- A change to any other file needs a human's approval; without it the loop stops with "
+            "`scope_expansion_denied` and the change is discarded.",
+            "- Do not delete, skip or weaken the failing tests: fix the code under test. Edit a test only "
+            "when its expectation is itself wrong and the test file is in scope.",
+            "- Work only inside the current directory (an isolated git worktree); do not push, and do not "
+            "touch anything outside it. Committing is not needed: the loop computes the diff itself.",
+            "- Make a change: a repair that changes nothing is recorded as `no_fix_found`, and two in a row "
+            "stop the loop.",
+            "- The loop stops when the same failure fingerprint comes back repeatedly, so do not repeat a "
+            "change that did not work.",
+        ]
+    )
+    left = f"; {remaining_budget} more after this one" if remaining_budget is not None else ""
+    lines.append(f"- This is iteration {iteration} of at most {max_iterations}{left}.")
+    return lines
+
+
+def build_prompt(
+    *,
+    incident: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    iteration: int,
+    max_iterations: int,
+    log_tail: str,
+    allowed_paths: Sequence[str],
+    remaining_budget: Optional[int],
+    log_tail_source: Optional[str] = None,
+) -> str:
+    """The repair prompt (markdown) for ``iteration``.
+
+    ``attempts`` are the recorded ``attempt_XX.json`` documents so far (oldest first),
+    ``log_tail`` the latest failing output (already redacted), ``allowed_paths`` the
+    scope (target paths then globs), ``remaining_budget`` the iterations left after this
+    one (None: not shown), ``log_tail_source`` where the tail comes from (shown above it).
+    Malformed fields of hand-edited files are skipped, never raised.
+    """
+    incident_id = _str(incident.get("incident_id"), "(unknown incident)")
+    header = [
+        f"# Repair request: incident {incident_id}, iteration {iteration} of {max_iterations}",
+        "",
+        "You are the repair provider of pytest-selfheal's RALF-Lite loop. Change the code in the "
+        "current directory so that the failing tests below pass. After you exit, the loop "
+        "computes your diff, checks its scope and re-runs only the failing tests.",
+    ]
+    sections = [
+        header,
+        _failing_section(incident, attempts),
+        _log_section(log_tail, log_tail_source or "the latest failing run"),
+        _plan_section(plan),
+        _delta_section(incident, attempts),
+        _constraints_section(allowed_paths, iteration, max_iterations, remaining_budget),
+    ]
+    return "\n\n".join("\n".join(section) for section in sections).rstrip("\n") + "\n"
+
+
+__all__ = ["build_prompt"]

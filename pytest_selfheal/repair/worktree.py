@@ -1,0 +1,478 @@
+"""Isolated git worktrees for repair providers (edge: git; docs/repair.md "Isolation").
+
+A repair provider never edits the user's working tree. :func:`create` makes a linked
+worktree (``git worktree add --detach``) in a temporary directory *outside* the
+repository, holding exactly the user's current state:
+
+1. the user's state is snapshotted as a git **tree** without touching their index or
+   files: a copy of their index, ``git add -A`` into that copy (tracked changes, deletions
+   and untracked non-ignored files), ``git write-tree``;
+2. the worktree is added at the user's ``HEAD`` without checkout, the snapshot tree is
+   checked out into it (``read-tree --reset -u``), and its index is reset to ``HEAD``.
+
+So inside the worktree ``HEAD`` is the user's commit and ``git diff HEAD`` shows the
+user's uncommitted changes exactly as in their own tree (the loop's progress hash is
+comparable with the capture's). Every later state is again snapshotted as a tree; the
+diff of a repair is ``diff-tree <before> <after>`` and the final patch is
+``diff-tree <base> <final>`` — exactly the provider's changes, whatever it did to
+``HEAD`` (agents that commit, like aider, are reset back after each call).
+
+Every git command runs without a shell (gitpython ``Git.execute`` with an argv list),
+with hooks disabled (``core.hooksPath`` pointing at an empty directory: no user hook
+runs on ``worktree add``, ``reset`` or a ref update), and with plumbing commands
+(``diff-tree``, ``read-tree``, ``write-tree``) where output must not depend on the
+user's porcelain config (``diff.noprefix``, textconv, external diff drivers).
+
+Bytecode caches (``__pycache__``, ``*.pyc``) and ``.pytest_cache`` are left out of every
+snapshot: verification runs create them in the worktree and they are never a repair.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.gitstate import JUNK_PATHSPECS
+from pytest_selfheal.errors import RefusedError
+
+# Pathspecs left out of every snapshot (and so out of every patch).
+
+
+class GitFailed(Exception):
+    """A git command failed (internal: callers turn it into a one-line user error)."""
+
+    def __init__(self, args: Sequence[str], status: Optional[int], stderr: str) -> None:
+        self.args_list = list(args)
+        self.status = status
+        self.stderr = stderr
+        super().__init__(self.first_line)
+
+    @property
+    def first_line(self) -> str:
+        """The most useful line of git's error output."""
+        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        for line in lines:
+            if line.startswith(("error:", "fatal:")):
+                return line
+        return lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {self.status}"
+
+
+def _import_git() -> Any:
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    try:
+        import git  # gitpython, lazily: slow to import and needs a git binary
+    except Exception as exc:  # pragma: no cover - gitpython is a dependency
+        raise RefusedError(f"repair providers need git and gitpython: {exc}") from None
+    return git
+
+
+def run_git(
+    cwd: Path,
+    args: Sequence[str],
+    *,
+    env: Optional[Mapping[str, str]] = None,
+    hooks_dir: Optional[Path] = None,
+) -> bytes:
+    """``git <args>`` in ``cwd`` (argv list, never a shell); stdout as bytes, exactly as git wrote it.
+
+    ``hooks_dir``: an empty directory used as ``core.hooksPath`` (no user hook runs).
+    Raises :class:`GitFailed` on a non-zero exit or when git cannot start.
+    """
+    git = _import_git()
+    prefix: List[str] = ["git", "-c", "core.fsmonitor=false", "-c", "gc.auto=0"]
+    if hooks_dir is not None:
+        prefix += ["-c", f"core.hooksPath={hooks_dir}"]
+    argv = prefix + list(args)
+    extra = dict(env or {})
+    extra.setdefault("GIT_TERMINAL_PROMPT", "0")
+    try:
+        out = git.Git(str(cwd)).execute(
+            argv,
+            with_extended_output=False,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,  # a patch must keep its last newline
+            shell=False,
+            env=extra,
+        )
+    except git.GitCommandError as exc:
+        stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
+        # gitpython wraps stderr as "  stderr: '...'"; keep the text only.
+        text = stderr.strip()
+        if text.startswith("stderr:"):
+            text = text[len("stderr:"):].strip()
+        text = text.strip("'")
+        raise GitFailed(args, exc.status if isinstance(exc.status, int) else None, text) from None
+    except (OSError, git.GitCommandNotFound) as exc:
+        raise GitFailed(args, None, f"fatal: cannot run git: {exc}") from None
+    return out if isinstance(out, bytes) else str(out).encode()
+
+
+def repo_top(path: Path) -> Path:
+    """The top of the git working tree containing ``path``.
+
+    ``RefusedError`` (exit 5) outside a git repository, in a bare repository or when git
+    is unavailable: repair providers run only in an isolated worktree.
+    """
+    git = _import_git()
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except Exception:
+        raise RefusedError(
+            f"repair providers need a git repository: {path} is not inside one "
+            "(repairs run in an isolated git worktree; run `git init` and commit, or unset ralf_lite.repair.command)"
+        ) from None
+    try:
+        if repo.working_tree_dir is None:
+            raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
+        if not repo.head.is_valid():
+            raise RefusedError(
+                f"repair providers need a commit to start from: the repository at {repo.working_tree_dir} "
+                "has no commit yet (commit once, then resume the loop)"
+            )
+        return Path(repo.working_tree_dir).resolve()
+    finally:
+        repo.close()
+
+
+def _relative_inside(path: Path, top: Path) -> Optional[str]:
+    try:
+        rel = Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(top)))
+    except ValueError:
+        return None
+    text = rel.as_posix()
+    return "" if text == "." else text
+
+
+def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> List[str]:
+    """``:(exclude)`` pathspecs for the paths in ``exclude`` that lie inside ``top`` (the
+    reports root, usually), plus the junk caches."""
+    specs: List[str] = []
+    for path in exclude:
+        rel = _relative_inside(path, top)
+        if rel and not _ignored(top, rel):
+            # An ignored path is left out anyway, and naming it makes `git add` fail.
+            specs.append(f":(exclude,literal){rel}")
+    return specs + list(JUNK_PATHSPECS)
+
+
+def _ignored(top: Path, rel: str) -> bool:
+    try:
+        run_git(top, ["check-ignore", "-q", "--", rel])
+    except GitFailed:
+        return False  # exit 1: not ignored (128: an error, and excluding is the safe side)
+    return True
+
+
+def _git_path(cwd: Path, name: str, hooks_dir: Optional[Path] = None) -> Path:
+    out = run_git(cwd, ["rev-parse", "--git-path", name], hooks_dir=hooks_dir).decode().strip()
+    path = Path(out)
+    return path if path.is_absolute() else (cwd / path)
+
+
+def snapshot_tree(
+    top: Path, scratch: Path, excludes: Sequence[str], *, hooks_dir: Optional[Path] = None
+) -> str:
+    """The git tree of the working tree at ``top`` as it is now (tracked changes, deletions,
+    untracked non-ignored files), written without touching the real index or any file.
+
+    A copy of the index (for its stat cache) takes the ``git add -A``; ``scratch`` is a
+    private directory for that copy.
+    """
+    index = scratch / f"index.{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        real = _git_path(top, "index", hooks_dir)
+        try:
+            shutil.copyfile(real, index)
+        except OSError:
+            pass  # no index yet, or unreadable: git builds one from scratch
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            run_git(top, ["add", "-A", "--", ".", *excludes], env=env, hooks_dir=hooks_dir)
+        except GitFailed:
+            # A copied index git cannot use (split index, odd extensions): start empty.
+            if index.exists():
+                index.unlink()
+            run_git(top, ["add", "-A", "--", ".", *excludes], env=env, hooks_dir=hooks_dir)
+        return run_git(top, ["write-tree"], env=env, hooks_dir=hooks_dir).decode().strip()
+    finally:
+        for leftover in (index, index.with_name(index.name + ".lock")):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+
+
+@dataclass
+class Worktree:
+    """A linked worktree holding the user's state; see the module docstring."""
+
+    repo_top: Path  # the user's working tree (top of the repository)
+    path: Path  # the worktree's top
+    prefix: str  # the project root relative to repo_top, POSIX ("" at the top)
+    head: str  # the user's HEAD commit (the worktree's HEAD)
+    base: str  # tree of the user's state when the worktree was made
+    excludes: Tuple[str, ...]  # pathspecs left out of every snapshot
+    scratch: Path  # private temp dir: holds the worktree, temp indexes, the empty hooks dir
+    removed: bool = False
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def hooks_dir(self) -> Path:
+        """The empty directory used as ``core.hooksPath``."""
+        return self.scratch / "hooks"
+
+    @property
+    def project_root(self) -> Path:
+        """The user's project root, inside the worktree."""
+        return self.path / self.prefix if self.prefix else self.path
+
+    def git(self, args: Sequence[str], env: Optional[Mapping[str, str]] = None) -> bytes:
+        """Run git inside the worktree (hooks disabled)."""
+        return run_git(self.path, args, env=env, hooks_dir=self.hooks_dir)
+
+    def snapshot(self) -> str:
+        """The tree of the worktree's current state."""
+        return snapshot_tree(self.path, self.scratch, self.excludes, hooks_dir=self.hooks_dir)
+
+    def reset_head(self) -> None:
+        """Point ``HEAD`` and the index back at the user's commit, keeping every file as it is
+        (undoes commits a provider made, so ``git diff HEAD`` keeps meaning "vs the user's HEAD")."""
+        self.git(["reset", "-q", self.head, "--"])
+
+    def restore(self, tree: str) -> None:
+        """Make the worktree's files equal ``tree`` (roll back a repair); ignored and junk
+        files are left alone."""
+        current = self.snapshot()
+        if current == tree:
+            self.reset_head()
+            return
+        index = self.scratch / f"index.restore.{os.urandom(4).hex()}"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            # An index describing `current`, then a forced switch to `tree`: files of
+            # `current` that `tree` lacks are removed, the others rewritten.
+            self.git(["read-tree", current], env=env)
+            self.git(["read-tree", "--reset", "-u", tree], env=env)
+        finally:
+            try:
+                index.unlink()
+            except OSError:
+                pass
+        self.reset_head()
+
+    def diff(self, old: str, new: str) -> bytes:
+        """The binary-safe patch from tree ``old`` to tree ``new``, paths relative to the
+        repository top (``a/``/``b/`` prefixes, full blob ids): what ``git apply`` takes."""
+        if old == new:
+            return b""
+        return self.git(["diff-tree", "-r", "-p", "--binary", "--full-index", "--no-color", old, new])
+
+    def changed_files(self, old: str, new: str) -> List[str]:
+        """Repository-relative POSIX paths that differ between trees ``old`` and ``new``."""
+        if old == new:
+            return []
+        out = self.git(["diff-tree", "-r", "--name-only", "-z", old, new])
+        return [os.fsdecode(name) for name in out.split(b"\0") if name]
+
+    def project_relative(self, paths: Sequence[str]) -> List[str]:
+        """Repository-relative paths as project-relative ones (``../x`` outside the project)."""
+        if not self.prefix:
+            return list(paths)
+        head = self.prefix.rstrip("/") + "/"
+        depth = len([p for p in self.prefix.split("/") if p])
+        out = []
+        for path in paths:
+            out.append(path[len(head):] if path.startswith(head) else "../" * depth + path)
+        return out
+
+    def remove(self) -> None:
+        """Remove the worktree (``git worktree remove --force`` + ``prune``) and the scratch
+        directory. Never raises: problems are kept in ``warnings``."""
+        if self.removed:
+            return
+        self.removed = True
+        remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
+
+
+def remove_worktree(repo: Path, path: Path, scratch: Optional[Path], warnings: Optional[List[str]] = None) -> None:
+    """Remove a worktree of ``repo`` at ``path`` and its scratch directory; never raises."""
+    notes = warnings if warnings is not None else []
+    hooks = scratch / "hooks" if scratch is not None and (scratch / "hooks").is_dir() else None
+    if path.exists():
+        try:
+            run_git(repo, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
+        except GitFailed as exc:
+            notes.append(f"git worktree remove {path}: {exc.first_line}")
+            shutil.rmtree(path, ignore_errors=True)
+    try:
+        run_git(repo, ["worktree", "prune"], hooks_dir=hooks)
+    except GitFailed as exc:
+        notes.append(f"git worktree prune: {exc.first_line}")
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Worktree:
+    """A new worktree holding the current state of the repository containing ``project_root``.
+
+    ``name`` names the worktree directory (and git's admin entry ``.git/worktrees/<name>``);
+    ``exclude``: paths inside the repository left out (the reports root). The worktree
+    lives in a fresh temporary directory outside the repository. Raises ``RefusedError``
+    outside a git repository or when git fails.
+    """
+    top = repo_top(project_root)
+    prefix = _relative_inside(project_root, top) or ""
+    scratch = Path(tempfile.mkdtemp(prefix="selfheal-")).resolve()
+    hooks = scratch / "hooks"
+    hooks.mkdir()
+    path = scratch / name
+    excludes = tuple(exclude_pathspecs(top, exclude))
+    added = False
+    try:
+        head = run_git(top, ["rev-parse", "--verify", "HEAD^{commit}"], hooks_dir=hooks).decode().strip()
+        base = snapshot_tree(top, scratch, excludes, hooks_dir=hooks)
+        run_git(top, ["worktree", "add", "--detach", "--no-checkout", str(path), head], hooks_dir=hooks)
+        added = True
+        wt = Worktree(top, path, prefix, head, base, excludes, scratch)
+        # Check out the user's state, then point the index back at HEAD: the user's
+        # uncommitted changes show up as uncommitted changes here too.
+        wt.git(["read-tree", "--reset", "-u", base])
+        wt.reset_head()
+        return wt
+    except GitFailed as exc:
+        if added:
+            remove_worktree(top, path, scratch)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise RefusedError(f"cannot create the repair worktree: {exc.first_line}") from None
+    except BaseException:
+        if added:
+            remove_worktree(top, path, scratch)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+# --------------------------------------------------------------------------- patches
+
+
+@dataclass(frozen=True)
+class PatchCheck:
+    """Whether a patch applies to a working tree: ``ok``, ``already_applied``, or neither
+    (``error`` holds git's first error line)."""
+
+    ok: bool
+    already_applied: bool
+    error: str
+
+
+def _with_patch_file(patch: bytes, fn: Any) -> Any:
+    handle, name = tempfile.mkstemp(prefix="selfheal-", suffix=".patch")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(patch)
+        return fn(Path(name))
+    finally:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+
+
+_APPLY = ["apply", "--binary", "--whitespace=nowarn"]
+
+
+def check_patch(top: Path, patch: bytes) -> PatchCheck:
+    """Does ``patch`` apply cleanly to the working tree at ``top``? (``git apply --check``)."""
+    if not patch.strip():
+        return PatchCheck(False, False, "the patch is empty")
+
+    def go(file: Path) -> PatchCheck:
+        try:
+            run_git(top, [*_APPLY, "--check", str(file)])
+            return PatchCheck(True, False, "")
+        except GitFailed as exc:
+            error = exc.first_line
+        try:
+            run_git(top, [*_APPLY, "--check", "--reverse", str(file)])
+            return PatchCheck(False, True, "")
+        except GitFailed:
+            return PatchCheck(False, False, error)
+
+    result: PatchCheck = _with_patch_file(patch, go)
+    return result
+
+
+def apply_patch(top: Path, patch: bytes) -> None:
+    """Apply ``patch`` to the working tree at ``top`` (files only, never the index).
+
+    Checked first: a patch that does not apply cleanly changes nothing and raises
+    ``RefusedError`` with git's reason in one line.
+    """
+    verdict = check_patch(top, patch)
+    if verdict.already_applied:
+        raise RefusedError(f"the patch is already applied to {top}")
+    if not verdict.ok:
+        raise RefusedError(
+            f"the patch does not apply cleanly to {top} ({verdict.error}); the working tree changed since "
+            "the loop ran — nothing was changed, apply it by hand or re-run the loop"
+        )
+
+    def go(file: Path) -> None:
+        try:
+            run_git(top, [*_APPLY, str(file)])
+        except GitFailed as exc:
+            raise RefusedError(f"git apply failed in {top}: {exc.first_line}") from None
+
+    _with_patch_file(patch, go)
+
+
+def worktree_record(wt: Worktree) -> Dict[str, str]:
+    """What is written to ``error_runs/<id>/worktree.json`` so a killed run's worktree can be
+    removed by the next one."""
+    return {"repo": str(wt.repo_top), "path": str(wt.path), "scratch": str(wt.scratch)}
+
+
+def remove_recorded(record: Mapping[str, Any]) -> None:
+    """Remove a worktree named by a :func:`worktree_record` (a killed run's leftover); never raises.
+
+    Only a path under the system temp directory named ``selfheal-*`` is deleted, so a
+    hand-edited record cannot point the cleanup at anything else.
+    """
+    repo, path, scratch = (record.get(k) for k in ("repo", "path", "scratch"))
+    if not all(isinstance(v, str) and v for v in (repo, path, scratch)):
+        return
+    scratch_path = Path(str(scratch))
+    tmp = Path(tempfile.gettempdir()).resolve()
+    try:
+        inside = scratch_path.resolve().parent == tmp and scratch_path.name.startswith("selfheal-")
+    except OSError:
+        return
+    if not inside or Path(str(path)).resolve().parent != scratch_path.resolve():
+        return
+    if not Path(str(repo)).is_dir():
+        shutil.rmtree(scratch_path, ignore_errors=True)
+        return
+    remove_worktree(Path(str(repo)), Path(str(path)), scratch_path)
+
+
+__all__ = [
+    "GitFailed",
+    "JUNK_PATHSPECS",
+    "PatchCheck",
+    "Worktree",
+    "apply_patch",
+    "check_patch",
+    "create",
+    "exclude_pathspecs",
+    "remove_recorded",
+    "remove_worktree",
+    "repo_top",
+    "run_git",
+    "snapshot_tree",
+    "worktree_record",
+]

@@ -1,0 +1,355 @@
+"""Crash-safe file primitives for the reports root (docs/store.md).
+
+- ``atomic_write_text`` / ``atomic_write_json``: temp file in the same directory, flush +
+  fsync, ``os.replace``, fsync of the directory. A reader sees the old file or the new
+  one, never a partial one; on failure the temp file is removed and the old content stays.
+- ``append_line``: one ``O_APPEND`` write + fsync, for the append-only event logs.
+- ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
+- ``FileLock``: an inter-process lock (``fcntl.flock`` on POSIX, ``msvcrt`` on Windows),
+  re-entrant inside one process so nested store operations never deadlock.
+
+Every ``OSError`` met while writing becomes ``StoreIOError`` naming the path and the
+operating system's reason (disk full, read-only file system, permission denied).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Dict, Optional, Tuple, Type, Union
+
+from pytest_selfheal.errors import InputError, StoreIOError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Temp files start with a dot and end with ".tmp" so that no reader ever takes one for a
+# real file (they never end in ".json").
+TEMP_SUFFIX = ".tmp"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Collapse ``text`` to a single bounded line, for error messages."""
+    flat = " ".join(str(text).replace("\x00", "\\0").split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or (errno.errorcode.get(exc.errno or 0, "") if exc.errno else "") or str(exc)
+
+
+def io_error(action: str, path: PathLike, exc: OSError) -> StoreIOError:
+    """A one-line ``StoreIOError`` for ``exc`` met while doing ``action`` on ``path``."""
+    return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {_reason(exc)}"))
+
+
+def ensure_dir(path: PathLike) -> Path:
+    """Create ``path`` and its parents if missing; OSError becomes ``StoreIOError``."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise io_error("create directory", target, exc) from None
+    return target
+
+
+def fsync_dir(path: PathLike) -> None:
+    """Flush a directory entry change (a rename) to disk; a no-op where unsupported."""
+    if sys.platform == "win32":  # directories cannot be opened for fsync on Windows
+        return
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename itself is done
+    finally:
+        os.close(fd)
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file + fsync + rename + dir fsync)."""
+    target = Path(path)
+    tmp = _temp_path(target)
+    try:
+        # 0o666 & ~umask, like a plain open(): a temp from mkstemp would be 0600.
+        fd = os.open(os.fspath(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as exc:
+        raise io_error("write", target, exc) from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise io_error("write", target, exc) from None
+    except BaseException:
+        # KeyboardInterrupt and friends: no stray temp file, old content intact.
+        _remove_quietly(tmp)
+        raise
+    fsync_dir(target.parent)
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dumps_json(data: Any) -> str:
+    """The canonical JSON text of every file we write: sorted keys, indent 2, newline.
+
+    NaN/Infinity are refused (``ValueError``): they are not JSON.
+    """
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def atomic_write_json(path: PathLike, data: Any) -> None:
+    """Replace ``path`` with ``data`` as canonical JSON, atomically.
+
+    Serialisation happens before any file is touched, so unserialisable data
+    (a programming error, ``TypeError``/``ValueError``) leaves nothing behind.
+    """
+    atomic_write_text(path, dumps_json(data))
+
+
+def append_line(path: PathLike, line: str) -> None:
+    """Append one line to ``path`` with a single ``O_APPEND`` write, then fsync.
+
+    If the file does not end with a newline (a previous writer was killed mid-append),
+    a newline is written first so the torn fragment stays on its own line and the new
+    line stays whole. Callers that share a file hold the store lock.
+    """
+    if "\n" in line or "\r" in line:
+        raise ValueError("append_line: the line must not contain a newline")
+    target = Path(path)
+    try:
+        fd = os.open(os.fspath(target), os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as exc:
+        raise io_error("append to", target, exc) from None
+    try:
+        size = os.fstat(fd).st_size
+        prefix = b""
+        if size > 0:
+            os.lseek(fd, size - 1, os.SEEK_SET)
+            if os.read(fd, 1) != b"\n":
+                prefix = b"\n"
+        payload = prefix + line.encode("utf-8") + b"\n"
+        # One write call: with O_APPEND the kernel places it at the end as a unit.
+        written = os.write(fd, payload)
+        while written < len(payload):  # pragma: no cover - only on short writes (disk full)
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+    except OSError as exc:
+        raise io_error("append to", target, exc) from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: PathLike) -> str:
+    """Read a UTF-8 text file: missing or undecodable → ``InputError``, other OSError → ``StoreIOError``."""
+    target = Path(path)
+    try:
+        raw = target.read_bytes()
+    except FileNotFoundError:
+        raise InputError(one_line(f"{target}: file missing")) from None
+    except IsADirectoryError:
+        raise InputError(one_line(f"{target}: is a directory, expected a file")) from None
+    except OSError as exc:
+        raise io_error("read", target, exc) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(one_line(f"{target}: not UTF-8 text ({exc.reason} at byte {exc.start})")) from None
+
+
+def read_json(path: PathLike) -> Any:
+    """Parse a JSON file; missing, empty, truncated or invalid JSON → one-line ``InputError``."""
+    target = Path(path)
+    text = read_text(target)
+    if not text.strip():
+        raise InputError(one_line(f"{target}: corrupted JSON (empty file)"))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(one_line(f"{target}: corrupted JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")) from None
+    except RecursionError:
+        raise InputError(one_line(f"{target}: corrupted JSON (nested too deeply)")) from None
+
+
+# --------------------------------------------------------------------------- locking
+
+
+@dataclass
+class _Holder:
+    """This process's hold on one lock file: shared by every FileLock on that path."""
+
+    rlock: threading.RLock = field(default_factory=threading.RLock)
+    count: int = 0
+    fd: Optional[int] = None
+
+
+_REGISTRY: Dict[Tuple[int, str], _Holder] = {}
+_REGISTRY_GUARD = threading.Lock()
+
+
+def _holder_for(path: Path) -> _Holder:
+    # Keyed by pid too: a forked child must not believe it holds its parent's lock.
+    key = (os.getpid(), os.path.abspath(os.fspath(path)))
+    with _REGISTRY_GUARD:
+        holder = _REGISTRY.get(key)
+        if holder is None:
+            holder = _REGISTRY[key] = _Holder()
+        return holder
+
+
+def _try_lock(fd: int) -> bool:
+    """One non-blocking attempt at the OS lock; False when another process holds it."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    else:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        return True
+
+
+def _unlock(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        except OSError:
+            pass
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class FileLock:
+    """Exclusive inter-process lock on ``path`` (created if missing).
+
+    Re-entrant within a process (threads of one process are serialised too), so a caller
+    may hold the store lock around several store operations that each lock again.
+    Waiting longer than ``timeout`` seconds raises ``StoreIOError``.
+    """
+
+    def __init__(self, path: PathLike, timeout: float = 30.0, poll_interval: float = 0.01) -> None:
+        self.path = Path(path)
+        self.timeout = float(timeout)
+        self.poll_interval = poll_interval
+        self._holder: Optional[_Holder] = None
+        self._depth = 0
+
+    def _timed_out(self) -> StoreIOError:
+        return StoreIOError(
+            one_line(
+                f"timed out after {self.timeout:g}s waiting for the lock {self.path} "
+                "(another selfheal process is using this reports root)"
+            )
+        )
+
+    def acquire(self) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds."""
+        deadline = time.monotonic() + max(self.timeout, 0.0)
+        holder = _holder_for(self.path)
+        if not holder.rlock.acquire(timeout=max(self.timeout, 0.0)):
+            raise self._timed_out()
+        try:
+            if holder.count == 0:
+                holder.fd = self._lock_file(deadline)
+            holder.count += 1
+        except BaseException:
+            holder.rlock.release()
+            raise
+        self._holder = holder
+        self._depth += 1
+
+    def _lock_file(self, deadline: float) -> int:
+        try:
+            fd = os.open(os.fspath(self.path), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise io_error("lock", self.path, exc) from None
+        try:
+            while True:
+                try:
+                    if _try_lock(fd):
+                        return fd
+                except OSError as exc:
+                    raise io_error("lock", self.path, exc) from None
+                if time.monotonic() >= deadline:
+                    raise self._timed_out()
+                time.sleep(self.poll_interval)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self) -> None:
+        """Release one level of the lock; the OS lock goes with the outermost level."""
+        holder = self._holder
+        if holder is None or self._depth == 0:
+            raise RuntimeError(f"FileLock {self.path} released without being held")
+        self._depth -= 1
+        if self._depth == 0:
+            self._holder = None
+        holder.count -= 1
+        try:
+            if holder.count == 0 and holder.fd is not None:
+                fd, holder.fd = holder.fd, None
+                try:
+                    _unlock(fd)
+                finally:
+                    os.close(fd)
+        finally:
+            holder.rlock.release()
+
+    def __enter__(self) -> "FileLock":
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()

@@ -1,0 +1,83 @@
+"""Incident ids: ``incident_YYYYMMDD_HHMMSS_<run>`` (UTC) — generation and validation.
+
+Any id that comes from outside (command line, file names, a hand-edited file) goes
+through ``validate_incident_id`` before it is joined to a path, so ``../x``, absolute
+paths, dots, NUL bytes, non-ASCII and very long names never reach the file system.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from typing import Optional
+
+from pytest_selfheal.errors import UsageError
+
+# ASCII only: in a str pattern, \d would also match non-ASCII digits.
+RUN_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,40}", re.ASCII)
+INCIDENT_ID_RE = re.compile(r"incident_([0-9]{8})_([0-9]{6})_([A-Za-z0-9_-]{1,40})", re.ASCII)
+INCIDENT_ID_PATTERN = r"^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"  # as in the JSON Schemas
+
+MAX_RUN_TOKEN = 40
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+", re.ASCII)
+
+
+def _utc(now: Optional[datetime]) -> datetime:
+    if now is None:
+        return datetime.now(timezone.utc)
+    # A naive datetime is taken to be UTC already.
+    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+
+
+def new_run_token() -> str:
+    """Six random hex characters: two processes in the same second never share one in practice."""
+    return os.urandom(3).hex()
+
+
+def safe_run_token(run: str) -> str:
+    """Make a caller-supplied run token safe: unsafe characters become ``-``, bounded length."""
+    token = _UNSAFE.sub("-", run).strip("-")[:MAX_RUN_TOKEN]
+    return token or new_run_token()
+
+
+def new_incident_id(now: Optional[datetime] = None, run: Optional[str] = None) -> str:
+    """A fresh incident id for ``now`` (UTC), with ``run`` (made safe) or a random token."""
+    stamp = _utc(now).strftime("%Y%m%d_%H%M%S")
+    token = safe_run_token(run) if run is not None else new_run_token()
+    return f"incident_{stamp}_{token}"
+
+
+def new_run_id(now: Optional[datetime] = None) -> str:
+    """A run id in the seed's shape: ``run_YYYYMMDD_HHMMSS_ffffff`` (UTC)."""
+    return "run_" + _utc(now).strftime("%Y%m%d_%H%M%S_%f")
+
+
+def is_incident_id(text: object) -> bool:
+    """True when ``text`` is a well-formed incident id."""
+    return isinstance(text, str) and INCIDENT_ID_RE.fullmatch(text) is not None
+
+
+def validate_incident_id(text: object) -> str:
+    """Return ``text`` if it is a well-formed incident id, else raise a one-line ``UsageError``."""
+    if is_incident_id(text):
+        assert isinstance(text, str)
+        return text
+    shown = repr(text)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise UsageError(
+        f"invalid incident id {shown}: expected incident_YYYYMMDD_HHMMSS_<run> "
+        "with <run> of 1-40 characters A-Z a-z 0-9 _ -"
+    )
+
+
+def incident_timestamp(incident_id: str) -> Optional[datetime]:
+    """The UTC creation time encoded in a valid id, or None if the digits are not a real date."""
+    match = INCIDENT_ID_RE.fullmatch(incident_id)
+    if match is None:
+        return None
+    try:
+        return datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None

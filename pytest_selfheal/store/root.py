@@ -1,0 +1,721 @@
+"""The on-disk incident store under the reports root (SPEC §3, docs/store.md).
+
+```
+error_inbox/<id>/            incident.json status.txt log_tail.txt audit_tail.jsonl context.json
+error_plans/<id>/            plan.json plan.md
+error_runs/<id>/             attempt_01.json attempt_02.json … run_result.json (+ other run files)
+error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox folder)
+.lock                        serialises every mutating operation of concurrent processes
+```
+
+Rules kept here: ids are validated before touching a path; every JSON file is written
+atomically; ``status.txt`` is the authoritative status and changes only through the table
+in ``states.py``; an incident appears in the inbox complete or not at all; archiving moves
+the inbox folder with one rename, so there are never two copies. Readers never take the
+lock and never see a partial file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import fsio
+from pytest_selfheal.errors import (
+    InputError,
+    NotFoundError,
+    RefusedError,
+    SelfhealError,
+    StoreIOError,
+    UsageError,
+)
+from pytest_selfheal.store.ids import (
+    incident_timestamp,
+    is_incident_id,
+    new_incident_id,
+    new_run_id,
+    new_run_token,
+    validate_incident_id,
+)
+from pytest_selfheal.store.schema import ensure_valid, validate
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, STATUSES, check_transition
+
+INBOX = "inbox"
+BUCKETS: Tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
+
+INBOX_DIR = "error_inbox"
+PLANS_DIR = "error_plans"
+RUNS_DIR = "error_runs"
+ARCHIVE_DIR = "error_archive"
+LOCK_FILE = ".lock"
+
+INCIDENT_JSON = "incident.json"
+STATUS_TXT = "status.txt"
+LOG_TAIL_TXT = "log_tail.txt"
+AUDIT_TAIL_JSONL = "audit_tail.jsonl"
+CONTEXT_JSON = "context.json"
+INCIDENT_FILES: Tuple[str, ...] = (INCIDENT_JSON, STATUS_TXT, LOG_TAIL_TXT, AUDIT_TAIL_JSONL, CONTEXT_JSON)
+
+PLAN_JSON = "plan.json"
+PLAN_MD = "plan.md"
+RUN_RESULT_JSON = "run_result.json"
+ATTEMPT_RE = re.compile(r"attempt_([0-9]{2,})\.json", re.ASCII)
+RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
+
+# An incident folder under construction: a dot name that no reader takes for an incident.
+_BUILD_PREFIX = ".tmp_"
+_CREATE_RETRIES = 50
+
+
+def attempt_filename(iteration: int) -> str:
+    """``attempt_01.json`` for iteration 1 (three digits from iteration 100 on)."""
+    return f"attempt_{iteration:02d}.json"
+
+
+class Store:
+    """The incident store under one reports root (``.selfheal/`` by default)."""
+
+    def __init__(
+        self,
+        root: Union[str, "os.PathLike[str]"],
+        *,
+        lock_timeout: float = 30.0,
+        clock: Optional[Callable[[], datetime]] = None,
+    ) -> None:
+        self._root = Path(root)
+        self.lock_timeout = lock_timeout
+        self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def root(self) -> Path:
+        """The reports root."""
+        return self._root
+
+    @property
+    def inbox_dir(self) -> Path:
+        """``error_inbox/``: unresolved incidents."""
+        return self._root / INBOX_DIR
+
+    @property
+    def plans_root(self) -> Path:
+        """``error_plans/``."""
+        return self._root / PLANS_DIR
+
+    @property
+    def runs_root(self) -> Path:
+        """``error_runs/``."""
+        return self._root / RUNS_DIR
+
+    @property
+    def archive_root(self) -> Path:
+        """``error_archive/``."""
+        return self._root / ARCHIVE_DIR
+
+    @property
+    def resolved_dir(self) -> Path:
+        """``error_archive/resolved/``."""
+        return self.archive_root / "resolved"
+
+    @property
+    def escalated_dir(self) -> Path:
+        """``error_archive/escalated/``."""
+        return self.archive_root / "escalated"
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file every mutating operation takes."""
+        return self._root / LOCK_FILE
+
+    def bucket_dir(self, bucket: str) -> Path:
+        """The folder holding incident folders of ``bucket`` (inbox, resolved, escalated)."""
+        if bucket == INBOX:
+            return self.inbox_dir
+        if bucket in ARCHIVE_BUCKETS:
+            return self.archive_root / bucket
+        raise UsageError(f"unknown bucket {bucket!r} (expected one of {', '.join(BUCKETS)})")
+
+    def plans_dir(self, incident_id: str) -> Path:
+        """``error_plans/<id>/`` (not created; it stays there when the incident is archived)."""
+        return self.plans_root / validate_incident_id(incident_id)
+
+    def runs_dir(self, incident_id: str) -> Path:
+        """``error_runs/<id>/`` (not created; it stays there when the incident is archived)."""
+        return self.runs_root / validate_incident_id(incident_id)
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return path.relative_to(self._root).as_posix()
+        except ValueError:  # pragma: no cover - every path we build is under the root
+            return str(path)
+
+    # ------------------------------------------------------------------ time, lock
+
+    def _now(self) -> datetime:
+        moment = self._clock()
+        return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+    def lock(self, timeout: Optional[float] = None) -> fsio.FileLock:
+        """The store's inter-process lock (``root/.lock``), as a context manager.
+
+        Every mutating method takes it; callers may hold it around a read-modify-write
+        sequence too (it is re-entrant within a process). Creates the root if missing.
+        """
+        fsio.ensure_dir(self._root)
+        return fsio.FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout)
+
+    # ------------------------------------------------------------------ locate
+
+    def locate(self, incident_id: str) -> Tuple[str, Path]:
+        """``(bucket, folder)`` of an incident; bucket is inbox, resolved or escalated.
+
+        Raises ``UsageError`` for a malformed id, ``NotFoundError`` when no bucket has it,
+        ``InputError`` when two buckets do (a hand-made copy).
+        """
+        incident_id = validate_incident_id(incident_id)
+        found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
+        found = [(bucket, path) for bucket, path in found if path.is_dir()]
+        if not found:
+            raise NotFoundError(f"no incident {incident_id} in {self._root}")
+        if len(found) > 1:
+            places = " and ".join(self._relative(path) for _, path in found)
+            raise InputError(f"incident {incident_id} exists twice ({places}); remove the stale copy")
+        return found[0]
+
+    def exists(self, incident_id: str) -> bool:
+        """True when the incident is in any bucket."""
+        try:
+            self.locate(incident_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def incident_dir(self, incident_id: str) -> Path:
+        """The incident's folder, wherever it is (inbox or archive)."""
+        return self.locate(incident_id)[1]
+
+    # ------------------------------------------------------------------ create
+
+    def create_incident(
+        self,
+        incident: Mapping[str, Any],
+        *,
+        log_tail: str,
+        context: Mapping[str, Any],
+        run: Optional[str] = None,
+        now: Optional[datetime] = None,
+    ) -> str:
+        """Write a new incident into ``error_inbox/`` and return its id.
+
+        Fills ``incident_id``, ``status`` (always ``new``), ``created_at``, ``updated_at``,
+        ``year``, ``month``, ``ym`` and ``run_id`` when missing. The folder is built under
+        a temporary name (with the ``incident_captured`` event already in its log) and
+        renamed into place, so a half-made incident never appears. Data that does not
+        fit the incident schema is a programming error (``ValueError``). Redacting
+        secrets from ``log_tail`` and ``context`` is the caller's job.
+        """
+        moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
+        doc: Dict[str, Any] = dict(incident)
+        if doc.setdefault("status", NEW) != NEW:
+            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
+        stamp = ev.format_ts(moment)
+        doc.setdefault("created_at", stamp)
+        doc.setdefault("updated_at", doc["created_at"])
+        doc.setdefault("year", moment.year)
+        doc.setdefault("month", moment.month)
+        doc.setdefault("ym", f"{moment.year:04d}-{moment.month:02d}")
+        doc.setdefault("run_id", new_run_id(moment))
+        explicit_id = "incident_id" in doc
+        if explicit_id:
+            doc["incident_id"] = validate_incident_id(doc["incident_id"])
+        else:
+            doc["incident_id"] = new_incident_id(moment, run)
+        problems = validate("incident", doc)
+        if problems:
+            raise ValueError(f"incident does not fit the schema: {problems[0]}")
+        context_doc = dict(context)
+        # Serialise up front: unserialisable data fails before anything touches the disk.
+        fsio.dumps_json(doc)
+        fsio.dumps_json(context_doc)
+
+        with self.lock():
+            inbox = fsio.ensure_dir(self.inbox_dir)
+            self._remove_stale_builds(inbox)
+            for _ in range(_CREATE_RETRIES):
+                incident_id = str(doc["incident_id"])
+                if self._taken(incident_id):
+                    if explicit_id:
+                        raise RefusedError(f"incident {incident_id} already exists")
+                    doc["incident_id"] = self._next_candidate(moment, run)
+                    continue
+                if self._build_and_publish(inbox, doc, log_tail, context_doc):
+                    return incident_id
+                if explicit_id:
+                    raise RefusedError(f"incident {incident_id} already exists")
+                doc["incident_id"] = self._next_candidate(moment, run)
+        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+
+    @staticmethod
+    def _next_candidate(moment: datetime, run: Optional[str]) -> str:
+        # Same second, new random token (kept within the 40-character limit of <run>).
+        token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
+        return new_incident_id(moment, token)
+
+    def _taken(self, incident_id: str) -> bool:
+        return any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
+
+    @staticmethod
+    def _remove_stale_builds(inbox: Path) -> None:
+        # Under the lock nobody else is building, so any build folder is a crash leftover.
+        try:
+            names = os.listdir(inbox)
+        except OSError as exc:
+            raise fsio.io_error("list", inbox, exc) from None
+        for name in names:
+            if name.startswith(_BUILD_PREFIX):
+                shutil.rmtree(inbox / name, ignore_errors=True)
+
+    def _build_and_publish(self, inbox: Path, doc: Dict[str, Any], log_tail: str, context: Dict[str, Any]) -> bool:
+        """Build the five files under a temp name and rename into place; False if the id got taken."""
+        incident_id = str(doc["incident_id"])
+        build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
+        try:
+            build.mkdir()
+        except OSError as exc:
+            raise fsio.io_error("create directory", build, exc) from None
+        try:
+            captured = ev.build_event(
+                ev.INCIDENT_CAPTURED,
+                incident_id,
+                {
+                    "run_id": doc["run_id"],
+                    "step": doc["step"],
+                    "failure_class": doc["failure_class"],
+                    "error_signature": doc["error_signature"],
+                    "status": NEW,
+                },
+                ts=self._now(),
+            )
+            fsio.atomic_write_json(build / INCIDENT_JSON, doc)
+            fsio.atomic_write_text(build / STATUS_TXT, NEW + "\n")
+            fsio.atomic_write_text(build / LOG_TAIL_TXT, log_tail)
+            fsio.atomic_write_json(build / CONTEXT_JSON, context)
+            fsio.atomic_write_text(build / AUDIT_TAIL_JSONL, ev.encode_event(captured) + "\n")
+            final = inbox / incident_id
+            try:
+                # On POSIX rename() replaces an *empty* directory: never let it.
+                if final.exists():
+                    shutil.rmtree(build, ignore_errors=True)
+                    return False
+                os.rename(build, final)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    shutil.rmtree(build, ignore_errors=True)
+                    return False
+                raise fsio.io_error("create incident", final, exc) from None
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+        fsio.fsync_dir(inbox)
+        return True
+
+    # ------------------------------------------------------------------ incident + status
+
+    def _read_incident_at(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+        path = folder / INCIDENT_JSON
+        doc = fsio.read_json(path)
+        ensure_valid("incident", doc, str(path))
+        assert isinstance(doc, dict)
+        if doc["incident_id"] != incident_id:
+            raise InputError(fsio.one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
+        return doc
+
+    @staticmethod
+    def _read_status_at(folder: Path) -> str:
+        path = folder / STATUS_TXT
+        status = fsio.read_text(path).strip()
+        if status not in STATUSES:
+            shown = fsio.one_line(repr(status), 60)
+            raise InputError(f"{path}: unknown status {shown} (expected one of {', '.join(STATUSES)})")
+        return status
+
+    def read_incident(self, incident_id: str) -> Dict[str, Any]:
+        """``incident.json``, schema-validated (``InputError`` naming file and field otherwise).
+
+        ``status.txt`` is the authoritative status; see ``read_status``.
+        """
+        incident_id = validate_incident_id(incident_id)
+        _, folder = self.locate(incident_id)
+        return self._read_incident_at(folder, incident_id)
+
+    def read_status(self, incident_id: str) -> str:
+        """The status in ``status.txt`` (the authoritative one)."""
+        _, folder = self.locate(incident_id)
+        return self._read_status_at(folder)
+
+    def read_log_tail(self, incident_id: str) -> str:
+        """``log_tail.txt``."""
+        _, folder = self.locate(incident_id)
+        return fsio.read_text(folder / LOG_TAIL_TXT)
+
+    def read_context(self, incident_id: str) -> Dict[str, Any]:
+        """``context.json`` (must be a JSON object)."""
+        _, folder = self.locate(incident_id)
+        path = folder / CONTEXT_JSON
+        doc = fsio.read_json(path)
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}: expected a JSON object")
+        return doc
+
+    def update_incident(self, incident_id: str, /, **fields: Any) -> Dict[str, Any]:
+        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
+
+        ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
+        this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
+        """
+        fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
+        if fixed:
+            raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            _, folder = self.locate(incident_id)
+            doc = self._read_incident_at(folder, incident_id)
+            doc.update(fields)
+            doc["updated_at"] = ev.format_ts(self._now())
+            problems = validate("incident", doc)
+            if problems:
+                raise ValueError(f"incident update does not fit the schema: {problems[0]}")
+            fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+            return doc
+
+    def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
+        """Move the incident to status ``new`` if the table allows it from ``status.txt``.
+
+        Writes ``incident.json`` (status, updated_at) and then ``status.txt`` — each
+        atomically; ``status.txt`` is the commit point — and appends ``status_changed``
+        ``{from, to, ...event_data}``. A refused move raises ``RefusedError`` and changes
+        nothing; an archived incident's status is final.
+        """
+        if new not in STATUSES:
+            raise ValueError(f"unknown incident status {new!r} (expected one of {', '.join(STATUSES)})")
+        clash = sorted({"from", "to"} & set(event_data))
+        if clash:
+            raise ValueError(f"status_changed data must not set {', '.join(clash)}")
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            current = self._read_status_at(folder)
+            check_transition(incident_id, current, new)
+            if bucket != INBOX:  # only reachable after a hand edit of status.txt
+                raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
+            self._write_status(folder, incident_id, current, new, event_data)
+
+    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
+        doc = self._read_incident_at(folder, incident_id)
+        doc["status"] = new
+        doc["updated_at"] = ev.format_ts(self._now())
+        fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+        fsio.atomic_write_text(folder / STATUS_TXT, new + "\n")
+        data = {"from": current, "to": new}
+        data.update(event_data)
+        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, data)
+
+    # ------------------------------------------------------------------ events
+
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
+        record = ev.build_event(name, incident_id, dict(data), ts=self._now())
+        fsio.append_line(folder / AUDIT_TAIL_JSONL, ev.encode_event(record))
+        return record
+
+    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Dict[str, Any]:
+        """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
+
+        Unknown event names are a programming error (``ValueError``). Returns the record.
+        """
+        incident_id = validate_incident_id(incident_id)
+        ev.build_event(name, incident_id, data)  # validate before taking the lock
+        self.locate(incident_id)
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            return self._append_event_at(folder, incident_id, name, data)
+
+    def read_events(self, incident_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
+        skipped and reported, never raised."""
+        _, folder = self.locate(incident_id)
+        return self._read_events_at(folder)
+
+    @staticmethod
+    def _read_events_at(folder: Path) -> Tuple[List[Dict[str, Any]], List[str]]:
+        path = folder / AUDIT_TAIL_JSONL
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return [], [f"{path}: missing, no events"]
+        except OSError as exc:
+            raise fsio.io_error("read", path, exc) from None
+        return ev.parse_events(raw.decode("utf-8", errors="replace"), str(path))
+
+    # ------------------------------------------------------------------ plans
+
+    def write_plan(self, incident_id: str, plan: Mapping[str, Any], plan_md: str) -> Path:
+        """Write ``error_plans/<id>/plan.md`` then ``plan.json`` (both atomic); returns plan.json's path.
+
+        The plan must fit the schema and name this incident (``ValueError``). The caller
+        appends ``plan_generated`` and moves the status.
+        """
+        incident_id = validate_incident_id(incident_id)
+        doc = dict(plan)
+        self._check_doc("plan", doc, incident_id)
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            self.locate(incident_id)
+            folder = fsio.ensure_dir(self.plans_dir(incident_id))
+            fsio.atomic_write_text(folder / PLAN_MD, plan_md)
+            fsio.atomic_write_json(folder / PLAN_JSON, doc)
+            return folder / PLAN_JSON
+
+    def has_plan(self, incident_id: str) -> bool:
+        """True when ``error_plans/<id>/plan.json`` exists."""
+        return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
+
+    def read_plan(self, incident_id: str) -> Dict[str, Any]:
+        """``plan.json``, schema-validated; ``NotFoundError`` when there is none."""
+        path = self.plans_dir(incident_id) / PLAN_JSON
+        if not path.exists():
+            raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
+        return self._read_doc("plan", path, incident_id)
+
+    def read_plan_md(self, incident_id: str) -> str:
+        """``plan.md``; ``NotFoundError`` when there is none."""
+        path = self.plans_dir(incident_id) / PLAN_MD
+        if not path.exists():
+            raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
+        return fsio.read_text(path)
+
+    # ------------------------------------------------------------------ runs
+
+    def _attempt_files(self, incident_id: str) -> List[Tuple[int, Path]]:
+        folder = self.runs_dir(incident_id)
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise fsio.io_error("list", folder, exc) from None
+        found = []
+        for name in names:
+            match = ATTEMPT_RE.fullmatch(name)
+            if match:
+                found.append((int(match.group(1)), folder / name))
+        return sorted(found)
+
+    def next_attempt_number(self, incident_id: str) -> int:
+        """1 + the highest attempt number on disk (by file name), 1 when there is none."""
+        files = self._attempt_files(incident_id)
+        return files[-1][0] + 1 if files else 1
+
+    def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
+
+        Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
+        never duplicates or rewrites history. Must fit the schema (``ValueError``).
+        """
+        incident_id = validate_incident_id(incident_id)
+        doc = dict(attempt)
+        self._check_doc("attempt", doc, incident_id)
+        iteration = int(doc["iteration"])
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            self.locate(incident_id)
+            folder = fsio.ensure_dir(self.runs_dir(incident_id))
+            path = folder / attempt_filename(iteration)
+            if path.exists():
+                raise RefusedError(
+                    f"{self._relative(path)} already exists; the next attempt of {incident_id} "
+                    f"is {self.next_attempt_number(incident_id)}"
+                )
+            fsio.atomic_write_json(path, doc)
+            return path
+
+    def read_attempts(self, incident_id: str) -> List[Dict[str, Any]]:
+        """Every ``attempt_XX.json``, schema-validated, sorted by iteration (``InputError`` naming a bad file)."""
+        result = []
+        for number, path in self._attempt_files(incident_id):
+            doc = self._read_doc("attempt", path, incident_id)
+            if int(doc["iteration"]) != number:
+                raise InputError(f"{path}: iteration {doc['iteration']} does not match the file name")
+            result.append(doc)
+        return result
+
+    def count_attempts(self, incident_id: str) -> int:
+        """How many ``attempt_XX.json`` files exist (no parsing)."""
+        return len(self._attempt_files(incident_id))
+
+    def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
+        """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
+        incident_id = validate_incident_id(incident_id)
+        doc = dict(result)
+        self._check_doc("run_result", doc, incident_id)
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            self.locate(incident_id)
+            folder = fsio.ensure_dir(self.runs_dir(incident_id))
+            fsio.atomic_write_json(folder / RUN_RESULT_JSON, doc)
+            return folder / RUN_RESULT_JSON
+
+    def read_run_result(self, incident_id: str) -> Optional[Dict[str, Any]]:
+        """``run_result.json`` schema-validated, or None when the loop has not finished yet."""
+        path = self.runs_dir(incident_id) / RUN_RESULT_JSON
+        if not path.exists():
+            return None
+        return self._read_doc("run_result", path, incident_id)
+
+    def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
+        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``attempt_01.patch``).
+
+        ``name`` is a plain file name (no separators, not starting with a dot); the
+        contract's JSON files have their own writers and are refused here.
+        """
+        incident_id = validate_incident_id(incident_id)
+        if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
+            raise ValueError(f"unsafe run file name {name!r}")
+        if name == RUN_RESULT_JSON or ATTEMPT_RE.fullmatch(name):
+            raise ValueError(f"{name} has its own writer")
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            self.locate(incident_id)
+            folder = fsio.ensure_dir(self.runs_dir(incident_id))
+            fsio.atomic_write_text(folder / name, text)
+            return folder / name
+
+    # ------------------------------------------------------------------ archive
+
+    def archive(self, incident_id: str, bucket: str) -> Path:
+        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/`` (one rename).
+
+        First the status moves to ``bucket`` through the table (``RefusedError`` and no
+        change if not allowed), then ``incident_archived`` is appended, then the folder is
+        renamed. An already archived incident is refused. An inbox incident whose status
+        already equals ``bucket`` (a previous archive interrupted before its rename) is
+        simply moved, adding only the events that are missing. ``error_plans/<id>`` and
+        ``error_runs/<id>`` stay where they are. Returns the new folder.
+        """
+        if bucket not in ARCHIVE_BUCKETS:
+            raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            where, folder = self.locate(incident_id)
+            if where != INBOX:
+                raise RefusedError(f"incident {incident_id} is already archived in {ARCHIVE_DIR}/{where}")
+            current = self._read_status_at(folder)
+            target_dir = self.bucket_dir(bucket)
+            destination = target_dir / incident_id
+            archived_to = self._relative(destination)
+            if current != bucket:
+                check_transition(incident_id, current, bucket)
+                fsio.ensure_dir(target_dir)
+                self._write_status(folder, incident_id, current, bucket, {"reason": "archive"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+            else:
+                # Resuming an interrupted archive: add what the crash may have lost.
+                fsio.ensure_dir(target_dir)
+                events, _ = self._read_events_at(folder)
+                if not any(e.get("event") == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
+                    self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
+                if not any(e.get("event") == ev.INCIDENT_ARCHIVED for e in events):
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+            try:
+                os.rename(folder, destination)
+            except OSError as exc:
+                # No copy fallback (EXDEV): a copy could leave two incidents behind.
+                raise fsio.io_error("move incident to", destination, exc) from None
+            fsio.fsync_dir(self.inbox_dir)
+            fsio.fsync_dir(target_dir)
+            return destination
+
+    # ------------------------------------------------------------------ listing
+
+    def list_incidents(self) -> List[Dict[str, Any]]:
+        """Summaries of every incident in every bucket, oldest first.
+
+        ``{incident_id, status, bucket, error_signature, created_at, updated_at, step,
+        attempts, path}``; an unreadable incident is listed with status ``corrupted`` and
+        an ``error`` line instead of failing the whole listing. A missing root lists nothing.
+        """
+        if self._root.exists() and not self._root.is_dir():
+            raise InputError(f"{self._root}: the reports root is not a directory")
+        rows: List[Dict[str, Any]] = []
+        for bucket in BUCKETS:
+            base = self.bucket_dir(bucket)
+            try:
+                names = sorted(os.listdir(base))
+            except FileNotFoundError:
+                continue
+            except NotADirectoryError:
+                continue
+            except OSError as exc:
+                raise fsio.io_error("list", base, exc) from None
+            for name in names:
+                # Skips build folders (.tmp_*), temp files and anything else that is not an id.
+                if is_incident_id(name) and (base / name).is_dir():
+                    rows.append(self._summary(bucket, base / name, name))
+        rows.sort(key=lambda row: (str(row["created_at"] or _id_time(row["incident_id"])), row["incident_id"]))
+        return rows
+
+    def _summary(self, bucket: str, folder: Path, incident_id: str) -> Dict[str, Any]:
+        row: Dict[str, Any] = {
+            "incident_id": incident_id,
+            "status": "corrupted",
+            "bucket": bucket,
+            "error_signature": None,
+            "created_at": None,
+            "updated_at": None,
+            "step": None,
+            "attempts": 0,
+            "path": self._relative(folder),
+        }
+        try:
+            row["attempts"] = self.count_attempts(incident_id)
+            doc = self._read_incident_at(folder, incident_id)
+            for key in ("error_signature", "created_at", "updated_at", "step"):
+                row[key] = doc[key]
+            row["status"] = self._read_status_at(folder)
+        except SelfhealError as exc:
+            row["status"] = "corrupted"
+            row["error"] = exc.message
+        return row
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _check_doc(kind: str, doc: Mapping[str, Any], incident_id: str) -> None:
+        problems = validate(kind, doc)
+        if problems:
+            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {problems[0]}")
+        if doc["incident_id"] != incident_id:
+            raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
+        fsio.dumps_json(doc)  # unserialisable values fail here, before any file is touched
+
+    def _read_doc(self, kind: str, path: Path, incident_id: str) -> Dict[str, Any]:
+        doc = fsio.read_json(path)
+        ensure_valid(kind, doc, str(path))
+        assert isinstance(doc, dict)
+        if doc["incident_id"] != incident_id:
+            raise InputError(fsio.one_line(f"{path}: incident_id {doc['incident_id']!r} does not match {incident_id}"))
+        return doc
+
+
+def _id_time(incident_id: str) -> str:
+    moment = incident_timestamp(incident_id)
+    return ev.format_ts(moment) if moment else ""

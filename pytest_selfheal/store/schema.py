@@ -1,0 +1,157 @@
+"""The JSON Schemas that ship in ``pytest_selfheal/schemas/`` and a tiny validator for them.
+
+``jsonschema`` is a test-only dependency, so the runtime checks its subset of the
+standard here: ``type`` (a name or a list of names), ``required``, ``properties``,
+``additionalProperties`` (bool or schema), ``enum``, ``items`` (one schema), ``minimum``,
+``maximum`` and ``pattern``; ``$schema``, ``$id``, ``title`` and ``description`` are
+annotations. A schema using any other keyword is refused (``ValueError``) so the shipped
+files can never silently mean more than this validator checks. tests/test_schemas.py
+checks that this validator and ``jsonschema`` agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Dict, List, Mapping, Tuple
+
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.store.fsio import one_line
+
+KINDS: Tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
+
+SUPPORTED_KEYWORDS = frozenset(
+    {"type", "required", "properties", "additionalProperties", "enum", "items", "minimum", "maximum", "pattern"}
+)
+ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+
+
+def schema_filename(kind: str) -> str:
+    """File name of the schema for ``kind`` (``incident`` → ``incident.schema.json``)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown schema kind {kind!r} (expected one of {', '.join(KINDS)})")
+    return f"{kind}.schema.json"
+
+
+@lru_cache(maxsize=None)
+def _load_text(kind: str) -> str:
+    ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
+    return ref.read_text(encoding="utf-8")
+
+
+def load_schema(kind: str) -> Dict[str, Any]:
+    """A fresh copy of the shipped JSON Schema for ``kind``."""
+    data = json.loads(_load_text(kind))
+    if not isinstance(data, dict):  # pragma: no cover - the shipped files are objects
+        raise ValueError(f"schema {kind} is not a JSON object")
+    return data
+
+
+def _type_matches(name: str, value: Any) -> bool:
+    # Same semantics as jsonschema's draft 2020-12 type checker: bool is not a number,
+    # and a float with an integral value counts as an integer.
+    if name == "object":
+        return isinstance(value, dict)
+    if name == "array":
+        return isinstance(value, list)
+    if name == "string":
+        return isinstance(value, str)
+    if name == "boolean":
+        return isinstance(value, bool)
+    if name == "null":
+        return value is None
+    if name == "integer":
+        if isinstance(value, bool):
+            return False
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    raise ValueError(f"unsupported JSON Schema type {name!r}")
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _same(a: Any, b: Any) -> bool:
+    # enum equality as in JSON: true is not 1.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else bool(a == b)
+
+
+def _where(path: str) -> str:
+    return f"field {path}: " if path else ""
+
+
+def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> List[str]:
+    """Every violation of ``schema`` by ``doc`` as ``"field <path>: <problem>"`` strings."""
+    unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
+    if unknown:
+        raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)} at {_where(path) or 'the top level'}")
+    errors: List[str] = []
+    if "type" in schema:
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(_type_matches(name, doc) for name in names):
+            errors.append(f"{_where(path)}expected {' or '.join(names)}, got {_type_name(doc)}")
+            return errors  # other keywords would only repeat the same problem
+    if "enum" in schema and not any(_same(doc, option) for option in schema["enum"]):
+        shown = ", ".join("null" if o is None else str(o) for o in schema["enum"])
+        errors.append(f"{_where(path)}{one_line(repr(doc), 80)} is not one of {shown}")
+    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        if "minimum" in schema and doc < schema["minimum"]:
+            errors.append(f"{_where(path)}{doc} is less than the minimum {schema['minimum']}")
+        if "maximum" in schema and doc > schema["maximum"]:
+            errors.append(f"{_where(path)}{doc} is more than the maximum {schema['maximum']}")
+    if isinstance(doc, str) and "pattern" in schema and re.search(schema["pattern"], doc) is None:
+        errors.append(f"{_where(path)}{one_line(repr(doc), 80)} does not match {schema['pattern']}")
+    if isinstance(doc, dict):
+        for key in schema.get("required", []):
+            if key not in doc:
+                errors.append(f"field {path + '.' if path else ''}{key}: required field missing")
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, value in doc.items():
+            child = f"{path}.{key}" if path else str(key)
+            if key in properties:
+                errors.extend(iter_errors(properties[key], value, child))
+            elif extra is False:
+                errors.append(f"field {child}: unexpected field")
+            elif isinstance(extra, dict):
+                errors.extend(iter_errors(extra, value, child))
+    if isinstance(doc, list) and "items" in schema:
+        for index, item in enumerate(doc):
+            errors.extend(iter_errors(schema["items"], item, f"{path}[{index}]"))
+    return errors
+
+
+def validate(kind: str, doc: Any) -> List[str]:
+    """Violations of the shipped ``kind`` schema by ``doc`` (an empty list when valid)."""
+    return iter_errors(_cached_schema(kind), doc)
+
+
+@lru_cache(maxsize=None)
+def _cached_schema(kind: str) -> Mapping[str, Any]:
+    return load_schema(kind)
+
+
+def ensure_valid(kind: str, doc: Any, source: str) -> None:
+    """Raise a one-line ``InputError`` ``"<source>: invalid <kind>: field <path>: <problem>"`` if ``doc`` is invalid."""
+    problems = validate(kind, doc)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(one_line(f"{source}: invalid {kind}: {problems[0]}{more}"))

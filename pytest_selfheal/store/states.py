@@ -1,0 +1,72 @@
+"""Incident status transitions (pure; the table is documented in docs/store.md).
+
+Contract state model: ``new -> planned -> running -> resolved | escalated``, plus
+``plan_proposed`` after an automatic replan (``running -> plan_proposed -> planned``).
+Every allowed move is listed explicitly below; everything else — including a move to the
+same status — is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Tuple
+
+from pytest_selfheal.errors import RefusedError
+
+NEW = "new"
+PLANNED = "planned"
+RUNNING = "running"
+RESOLVED = "resolved"
+ESCALATED = "escalated"
+PLAN_PROPOSED = "plan_proposed"
+
+STATUSES: Tuple[str, ...] = (NEW, PLANNED, RUNNING, RESOLVED, ESCALATED, PLAN_PROPOSED)
+
+# Terminal statuses are also the archive buckets: error_archive/<status>/<incident_id>/.
+TERMINAL: Tuple[str, ...] = (RESOLVED, ESCALATED)
+ARCHIVE_BUCKETS: Tuple[str, ...] = TERMINAL
+
+TRANSITIONS: Dict[str, FrozenSet[str]] = {
+    # A plan is generated; or a human gives up before planning (archive --as escalated).
+    NEW: frozenset({PLANNED, ESCALATED}),
+    # The loop starts; or a human gives up before any run.
+    PLANNED: frozenset({RUNNING, ESCALATED}),
+    # Only a run that verified can resolve; it may also escalate or request a replan.
+    RUNNING: frozenset({RESOLVED, ESCALATED, PLAN_PROPOSED}),
+    # The regenerated plan is written; or a human gives up instead of replanning.
+    PLAN_PROPOSED: frozenset({PLANNED, ESCALATED}),
+    # Archived: final.
+    RESOLVED: frozenset(),
+    ESCALATED: frozenset(),
+}
+
+
+def _check_known(status: str) -> None:
+    if status not in TRANSITIONS:
+        raise ValueError(f"unknown incident status {status!r} (expected one of {', '.join(STATUSES)})")
+
+
+def allowed_targets(status: str) -> Tuple[str, ...]:
+    """Statuses reachable from ``status`` in one move, in ``STATUSES`` order."""
+    _check_known(status)
+    return tuple(s for s in STATUSES if s in TRANSITIONS[status])
+
+
+def can_transition(current: str, new: str) -> bool:
+    """True when the table allows ``current -> new``; unknown statuses raise ``ValueError``."""
+    _check_known(current)
+    _check_known(new)
+    return new in TRANSITIONS[current]
+
+
+def check_transition(incident_id: str, current: str, new: str) -> None:
+    """Raise a one-line ``RefusedError`` unless ``current -> new`` is allowed."""
+    if can_transition(current, new):
+        return
+    allowed = ", ".join(allowed_targets(current)) or "none, it is final"
+    raise RefusedError(f"cannot move incident {incident_id} from {current} to {new} (allowed from {current}: {allowed})")
+
+
+def is_terminal(status: str) -> bool:
+    """True for ``resolved`` and ``escalated``: archived statuses with no way out."""
+    _check_known(status)
+    return status in TERMINAL
