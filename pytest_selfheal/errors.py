@@ -14,6 +14,12 @@ EXIT_PYTEST = 7  # selfheal ci: pytest itself gave no verdict (internal error, n
 EXIT_CANCELLED = 130  # Ctrl-C / SIGTERM: state saved, clean exit
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """Collapse ``text`` to a single bounded line, for error messages."""
+    flat = " ".join(str(text).replace("\x00", "\\0").split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 class SelfhealError(Exception):
     """Base error: its message is printed as one line, its exit code returned."""
 

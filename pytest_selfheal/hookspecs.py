@@ -34,7 +34,9 @@ def pytest_selfheal_repair(request: Mapping[str, Any]) -> Optional[Mapping[str, 
     ``prompt_file``, ``plan`` and ``failures``. Return ``None`` to decline (the next
     provider, or the configured command, is asked), or a mapping with ``"result"``:
     ``"done"`` (edits were made — the loop computes the diff itself) or ``"gave_up"``,
-    plus an optional ``"message"``. The first non-None result wins.
+    plus an optional ``"message"`` and an optional ``"provider"`` (the name recorded in
+    the attempt; default: the first repair hook in call order). The first non-None result
+    wins.
     """
 
 

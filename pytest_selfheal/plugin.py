@@ -19,8 +19,8 @@ from pytest_selfheal.junit.writer import FailedReport
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    from pytest_selfheal.loop.agent_mode import OpenIncident
     from pytest_selfheal.config.settings import EffectiveConfig
+    from pytest_selfheal.loop.agent_mode import OpenIncident
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
 _FLAG_KEYS = {
@@ -122,8 +122,8 @@ def _ini_values(config: pytest.Config) -> Dict[str, str]:
 
 def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
     """The effective config for this pytest run (files ← ini ← flags)."""
-    from pytest_selfheal.config.settings import Override, parse_override
     from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.config.settings import Override, parse_override
 
     overrides: List[Override] = []
     for dest, key in _FLAG_KEYS.items():
@@ -197,8 +197,8 @@ class Recorder:
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
             return []
-        from pytest_selfheal.loop.agent_mode import open_incidents
         from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.loop.agent_mode import open_incidents
         from pytest_selfheal.store.root import Store
 
         try:
@@ -326,7 +326,7 @@ class Recorder:
         return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
 
     def _run_loop(self, incident_id: str) -> None:
-        from pytest_selfheal.loop.entry import run_incident_loop
+        from pytest_selfheal.entry import run_incident_loop
         from pytest_selfheal.store.root import Store
 
         approve = bool(self.effective.get("repair.approve"))
@@ -334,7 +334,7 @@ class Recorder:
             Store(self.reports_root),
             incident_id,
             effective=self.effective,
-            project_root=Path(self.config.rootpath),
+            cwd=Path(self.config.rootpath),
             approve=approve,
             out=self.lines.append,
             pluginmanager=self.config.pluginmanager,
@@ -342,10 +342,10 @@ class Recorder:
 
     def _write_report(self) -> None:
         """The compact report in the terminal; the full markdown to report_path when set."""
-        from pytest_selfheal.cli.commands.report import load_incident_run
-        from pytest_selfheal.store.fsio import atomic_write_text
         from pytest_selfheal.redact import default_redactor
         from pytest_selfheal.report.build import build_report, render_markdown, render_terminal
+        from pytest_selfheal.report.load import load_incident_run
+        from pytest_selfheal.store.fsio import atomic_write_text
         from pytest_selfheal.store.root import Store
 
         store = Store(self.reports_root)

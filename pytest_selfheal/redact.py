@@ -35,12 +35,10 @@ import dataclasses
 import fnmatch
 import os
 import re
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pytest_selfheal.records.models import TestCaseResult
+from pytest_selfheal.records.models import TestCaseResult
 
 #: What a redacted value is replaced with.
 REDACTED = "[REDACTED]"

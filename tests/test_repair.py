@@ -24,13 +24,12 @@ from pytest_selfheal.repair.approval import Approver, approver_from, is_interact
 from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.entry import has_repair_provider as provider_configured
+from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.repair.session import (
     RepairSession,
-    cli_plugin_manager,
     command_env,
-    provider_configured,
     read_run_bytes,
-    repair_hookimpls,
     run_command,
     substitute,
     write_patch,
@@ -369,7 +368,7 @@ def test_provider_configured() -> None:
 def test_hook_call_order_follows_pluggy(env: Env) -> None:
     first, second = Fixer(files={"calc.py": "first\n"}), Fixer(files={"calc.py": "second\n"})
     pm = hook_pm(("registered_first", first), ("registered_last", second))
-    assert [i.plugin_name for i in repair_hookimpls(pm)] == ["registered_last", "registered_first"]
+    assert repair_hook_names(pm) == ["registered_last", "registered_first"]
     result = env.call(env.session(pm))
     assert result["provider"] == "hook:registered_last" and not first.requests
 
@@ -379,7 +378,7 @@ def fake_distribution(site: Path, module: str, body: str) -> None:
     info = site / f"{module}-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[pytest_selfheal]\n{module} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
 
 
 def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -395,7 +394,7 @@ def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyP
     """)
     monkeypatch.syspath_prepend(str(site))
     pm = cli_plugin_manager()
-    assert [i.plugin_name for i in repair_hookimpls(pm)] == ["my_repair_hook"]
+    assert repair_hook_names(pm) == ["my_repair_hook"]
     assert provider_configured(default_config(), pm)
 
 
@@ -404,7 +403,7 @@ def test_broken_entry_point_is_one_config_error(tmp_path: Path, monkeypatch: pyt
     site.mkdir()
     fake_distribution(site, "broken_hook", "raise ImportError('needs a missing package')\n")
     monkeypatch.syspath_prepend(str(site))
-    with pytest.raises(ConfigError, match="cannot load a 'pytest_selfheal' entry point: ImportError") as info:
+    with pytest.raises(ConfigError, match="cannot load the 'pytest11' entry point 'broken_hook': ImportError") as info:
         cli_plugin_manager()
     assert "\n" not in str(info.value)
 

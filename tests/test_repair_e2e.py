@@ -248,7 +248,7 @@ def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
     info = site / "e2e_fixer-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: e2e-fixer\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest_selfheal]\ne2e_fixer = e2e_fixer\n")
+    (info / "entry_points.txt").write_text("[pytest11]\ne2e_fixer = e2e_fixer\n")
     project = Project(tmp_path)
     result = run([sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--approve"], project.top,
                  pythonpath=[str(site)])

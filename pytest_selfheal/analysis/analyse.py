@@ -11,10 +11,12 @@ import os
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
-from pytest_selfheal.records import models
+from pytest_selfheal.analysis import classify as classify_module
+from pytest_selfheal.analysis import fingerprint as fingerprint_module
 from pytest_selfheal.analysis.classify import Rule, classify
 from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, signature_and_hash
 from pytest_selfheal.junit.reader import Source, latest_failing, map_failing
+from pytest_selfheal.records import models
 
 MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
 
@@ -24,9 +26,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def clear_caches() -> None:
     """Forget the memos of normalisation and classification (benchmarks, tests)."""
-    from pytest_selfheal.analysis import classify as classify_module
-    from pytest_selfheal.analysis import fingerprint as fingerprint_module
-
     fingerprint_module._normalise_cached.cache_clear()
     classify_module._default_headline_match.cache_clear()
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import re
-from itertools import compress
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple
 
-from pytest_selfheal.records import models
-from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.analysis.fingerprint import first_stable_line
+from pytest_selfheal.errors import ConfigError
+from pytest_selfheal.records import models
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
 MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
@@ -567,3 +567,12 @@ def explain_rules(rules: Sequence[Rule] = DEFAULT_RULES) -> List[Dict[str, Any]]
             }
         )
     return table
+
+
+def rules_for_run(configured: Sequence[Mapping[str, Any]], hooked: Sequence[Mapping[str, Any]] = ()) -> List[Rule]:
+    """The extra rules of a run: hook-provided first, then the configured ones.
+
+    Capture and every verification run build their rules here, so one failure gets one
+    type (and one fingerprint) on every surface.
+    """
+    return rules_from_config(list(hooked) + list(configured or []))

@@ -12,17 +12,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
 
+from pytest_selfheal import hooks
+from pytest_selfheal.analysis.analyse import failures_from_cases
+from pytest_selfheal.analysis.classify import Rule, rules_for_run
+from pytest_selfheal.analysis.frames import target_paths
+from pytest_selfheal.capture.context import run_context
+from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
+from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
+from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_selfheal.analysis.classify import Rule
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.records.models import Failure
-    from pytest_selfheal.redact import Redactor
-    from pytest_selfheal.store.root import Store
 
 
 @dataclass
@@ -46,14 +54,6 @@ def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def classification_rules(effective: "EffectiveConfig", hook_rules: Sequence[Mapping[str, Any]] = ()) -> List["Rule"]:
-    """Extra classification rules: hook-provided first, then the configured ones."""
-    from pytest_selfheal.analysis.classify import rules_from_config
-
-    configured = list(effective.get("classification.rules") or [])
-    return rules_from_config(list(hook_rules) + configured)
-
-
 def fingerprint_reports(
     reports: Sequence[FailedReport],
     *,
@@ -69,10 +69,6 @@ def fingerprint_reports(
     Secrets are redacted from the junit text *before* fingerprinting, so a signature on
     disk never holds one and its hash is the hash of what is written.
     """
-    from pytest_selfheal.analysis.analyse import failures_from_cases
-    from pytest_selfheal.junit.reader import iter_testcases
-    from pytest_selfheal.redact import redact_cases
-
     source: Union[Path, BinaryIO]
     if junit_path is not None and junit_path.is_file():
         source = junit_path
@@ -88,10 +84,6 @@ def fingerprint_reports(
 
 def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path) -> List["Failure"]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it imports."""
-    from pytest_selfheal.analysis.frames import target_paths
-    from pytest_selfheal.capture.imports import local_imports
-    from pytest_selfheal.records.models import Failure
-
     text_by_nodeid: Dict[str, str] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
@@ -116,8 +108,6 @@ def store_incident(
     failures: Sequence["Failure"],
 ) -> str:
     """Write the incident, its classification events and its plan; status ends at ``planned``."""
-    from pytest_selfheal.plan.build import build_plan, render_plan_md
-
     with store.lock():
         incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context)
         for failure in failures:
@@ -152,15 +142,11 @@ def analyse_run(
     warnings: List[str],
 ) -> List["Failure"]:
     """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
-    from pytest_selfheal.loop.entry import hook_classification_rules
-    from pytest_selfheal.redact import default_redactor
-
-    hook_rules = hook_classification_rules(config.pluginmanager)
     xmlpath = getattr(config.option, "xmlpath", None)
     failures = fingerprint_reports(
         reports,
         counts=counts,
-        rules=classification_rules(effective, hook_rules),
+        rules=rules_for_run(effective.get("classification.rules") or [], hooks.classification_rules(config.pluginmanager)),
         junit_path=Path(xmlpath) if xmlpath else None,
         prefix=_junit_prefix(config),
         warnings=warnings,
@@ -180,11 +166,6 @@ def capture_incident(
     tdd_nodeids: Sequence[str] = (),
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
-    from pytest_selfheal.capture.context import run_context
-    from pytest_selfheal.gitstate import diff_hash
-    from pytest_selfheal.redact import default_redactor
-    from pytest_selfheal.store.root import Store
-
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.get("redaction"))
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))

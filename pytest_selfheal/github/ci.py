@@ -21,8 +21,12 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pytest_selfheal import hooks
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_PYTEST,
@@ -32,13 +36,28 @@ from pytest_selfheal.errors import (
     SelfhealError,
     UsageError,
 )
-
-if TYPE_CHECKING:
-    from pytest_selfheal.github.actions_env import ActionsContext
-    from pytest_selfheal.config.settings import EffectiveConfig, Override
-    from pytest_selfheal.github.client import CommentResult
-    from pytest_selfheal.redact import Redactor
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.github.actions_env import (
+    PULL_REQUEST_EVENTS,
+    ActionsContext,
+    warning,
+    write_outputs,
+    write_step_summary,
+)
+from pytest_selfheal.github.client import (
+    ACTIONS_BOT_LOGIN,
+    CommentResult,
+    GitHubClient,
+    GitHubError,
+    find_sticky_comment,
+    marker,
+    upsert_sticky_comment,
+)
+from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.report.build import build_report, code, render_headline, render_markdown, text
+from pytest_selfheal.report.load import load_incident_run, read_report
+from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import is_incident_id
+from pytest_selfheal.store.root import Store
 
 #: Exit code of ``selfheal ci`` when pytest itself could not give a verdict on the tests:
 #: internal error (pytest 3), no tests collected (5), interrupted without a captured
@@ -292,8 +311,6 @@ def _opt_int(value: Any) -> Optional[int]:
 def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
-    from pytest_selfheal.store.ids import is_incident_id
-
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
     final = given.get("final_status")
     reason = given.get("stop_reason")
@@ -327,8 +344,6 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     agrees with ``info``; otherwise the same shape built from ``info``:
     ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
     """
-    from pytest_selfheal.report.build import code, render_headline, text
-
     if (report.get("incidents") and report.get("stop_reason") == info["stop_reason"]
             and report.get("final_status") == info["final_status"]):
         return render_headline(report)
@@ -351,8 +366,6 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
 def render_ci_markdown(report: Mapping[str, Any], info: Mapping[str, Any], *, error: Optional[str] = None) -> str:
     """The headline, a blank line, then the report (``render_markdown`` without its own
     headline); ``error`` (a loop error) is added as a last section."""
-    from pytest_selfheal.report.build import render_markdown, text
-
     body = f"{ci_headline(report, info)}\n\n{render_markdown(report)}"
     if error:
         body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
@@ -433,33 +446,6 @@ def captured_incident(before: Snapshot, after_rows: Sequence[Mapping[str, Any]])
     return grown[-1] if grown else None
 
 
-def run_incident_loop(
-    store: "Store",
-    incident_id: str,
-    *,
-    effective: "EffectiveConfig",
-    cwd: Path,
-    env: Mapping[str, str],
-    say: Say,
-) -> Dict[str, Any]:
-    """The loop on ``incident_id``: ``repair.repair_loop`` when a repair provider is
-    configured (``repair.command`` or an entry-point hook), else ``loop.run_loop``
-    (verify-only). Unattended; the test processes get ``env``."""
-    from pytest_selfheal.repair import session as repair
-    from pytest_selfheal.cli.commands.loop import verification_root
-    from pytest_selfheal.loop.driver import run_loop
-
-    project_root = verification_root(store.read_incident(incident_id), cwd)
-    pm = repair.cli_plugin_manager()
-    if repair.provider_configured(effective, pm):
-        return repair.repair_loop(
-            store, incident_id, effective=effective, project_root=project_root, interactive=False,
-            pluginmanager=pm, out=say, env=env,
-        )
-    return run_loop(store, incident_id, effective=effective, project_root=project_root, out=say,
-                    unattended=True, env=env)
-
-
 # --------------------------------------------------------------------------- result
 
 
@@ -525,8 +511,6 @@ class _Reporter:
         self.stream.flush()
 
     def warn(self, message: str) -> None:
-        from pytest_selfheal.github.actions_env import warning
-
         self.warnings.append(message)
         if self.in_actions:
             warning(message, stream=self.stream)
@@ -539,10 +523,6 @@ def _resolve(path: Path, cwd: Path) -> Path:
 
 
 def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> Tuple["EffectiveConfig", "Redactor"]:
-    from pytest_selfheal.config.settings import parse_override
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.redact import default_redactor
-
     overrides: List["Override"] = [parse_override(text, origin) for text, origin in options.overrides]
     effective = load_config(cwd, env=env, overrides=overrides)
     return effective, default_redactor(effective.get("redaction"), env=env)
@@ -552,8 +532,6 @@ def _write_report_files(
     markdown: str, document: Mapping[str, Any], md_path: Path, rep: _Reporter
 ) -> Tuple[Optional[Path], Optional[Path]]:
     """Both files atomically; a failure is a warning (the summary and comment still carry it)."""
-    from pytest_selfheal.store import fsio
-
     json_path = md_path.with_suffix(".json")
     try:
         fsio.ensure_dir(md_path.parent)
@@ -575,8 +553,6 @@ def _publish(
     rep: _Reporter,
 ) -> None:
     """Job summary, step outputs, then the PR comment (each failure a warning, never fatal)."""
-    from pytest_selfheal.github.actions_env import write_outputs, write_step_summary
-
     full = str(result.report_path) if result.report_path else None
     write_step_summary(result.markdown, full_report=full, env=env)
     write_outputs(result.outputs(), env=env)
@@ -604,11 +580,6 @@ def run_ci(
     the loop. A loop error (e.g. a verification command refused, 5) is reported (summary,
     outputs, comment) and then decides the exit code. Comment failures are warnings.
     """
-    from pytest_selfheal.github.actions_env import ActionsContext
-    from pytest_selfheal.cli.commands.report import load_incident_run
-    from pytest_selfheal.report.build import build_report
-    from pytest_selfheal.store.root import Store
-
     source: Mapping[str, str] = os.environ if env is None else env
     here = Path.cwd() if cwd is None else Path(cwd)
     out = stream if stream is not None else sys.stdout
@@ -644,8 +615,10 @@ def run_ci(
         if bucket == "inbox":
             rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
             try:
-                loop_result = run_incident_loop(store, incident_id, effective=effective, cwd=here,
-                                                env=test_env, say=rep.say)
+                loop_result = run_incident_loop(
+                    store, incident_id, effective=effective, cwd=here, pluginmanager=hooks.cli_plugin_manager(),
+                    interactive=False, unattended=True, out=rep.say, env=test_env,
+                )
             except Cancelled:
                 raise
             except SelfhealError as exc:  # reported below, then it decides the exit code
@@ -691,9 +664,6 @@ def comment_from_report(
     Exit code 0 (the tests' verdict was the other workflow's job); 3/4 for a bad or
     missing report file, 2 for bad options.
     """
-    from pytest_selfheal.github.actions_env import ActionsContext
-    from pytest_selfheal.cli.commands.merge import read_report
-
     assert options.comment_from is not None
     source: Mapping[str, str] = os.environ if env is None else env
     here = Path.cwd() if cwd is None else Path(cwd)
@@ -756,17 +726,6 @@ def post_comment(
     (a green run) only updates an existing comment, so green PRs get no new noise while a
     stale failure comment is turned into "passed".
     """
-    from pytest_selfheal.github.actions_env import PULL_REQUEST_EVENTS
-    from pytest_selfheal.github.client import (
-        ACTIONS_BOT_LOGIN,
-        CommentResult,
-        GitHubClient,
-        GitHubError,
-        find_sticky_comment,
-        marker,
-        upsert_sticky_comment,
-    )
-
     if number is None:
         if ctx.event_name in PULL_REQUEST_EVENTS:
             warn(f"No pull request number in the {ctx.event_name} event payload: not commenting; "

@@ -34,8 +34,8 @@ from typing import (
 )
 from xml.parsers import expat
 
-from pytest_selfheal.records import models
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.records import models
 
 CHUNK_SIZE = 64 * 1024  # bytes fed to expat per call
 MAX_TEXT = 64 * 1024  # characters of element text kept per testcase: the head is what matters

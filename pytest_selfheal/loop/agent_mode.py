@@ -14,13 +14,15 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.loop.driver import record_iteration, selection_nodeids
+from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
-
-if TYPE_CHECKING:
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.root import Store
 
 OPEN_STATUSES = ("planned", "running")
 
@@ -82,10 +84,6 @@ def _last_known(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any
 
 def open_incidents(store: "Store") -> List[OpenIncident]:
     """Inbox incidents still looping (planned/running) with a readable plan; others are skipped."""
-    from pytest_selfheal.errors import SelfhealError
-    from pytest_selfheal.loop.driver import selection_nodeids
-    from pytest_selfheal.plan.build import verification_argv
-
     found = []
     for summary in store.list_incidents():
         if summary.get("bucket") != "inbox" or summary.get("status") not in OPEN_STATUSES:
@@ -117,9 +115,6 @@ def record_agent_attempts(
     exit_code: Optional[int],
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran."""
-    from pytest_selfheal.gitstate import diff_hash
-    from pytest_selfheal.loop.driver import record_iteration
-
     result = AgentResult()
     touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
     if not touched:

@@ -34,20 +34,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from pytest_selfheal.analysis.classify import rules_for_run
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import Cancelled, InputError, NotFoundError, RefusedError, StoreIOError
+from pytest_selfheal.gitstate import clean_tree_hash, diff_hash
+from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
+from pytest_selfheal.plan.build import build_plan, render_plan_md, replan, verification_argv
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.loop import policy
-from pytest_selfheal.errors import Cancelled, InputError, NotFoundError, RefusedError, StoreIOError
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.records.models import Failure
-from pytest_selfheal.loop.verify import COLLECTION_KEY
+from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
-
-if TYPE_CHECKING:
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.store.root import Store
 
 INBOX = "inbox"
 LOOP_LOCK_FILE = ".loop.lock"
@@ -150,8 +152,6 @@ def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str
         return value
     git_info = (context or {}).get("git")
     if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
-        from pytest_selfheal.gitstate import clean_tree_hash
-
         return clean_tree_hash(str(git_info["commit"]))
     return None
 
@@ -436,8 +436,6 @@ def _attempt_document(
 def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
-    from pytest_selfheal.plan.build import build_plan, render_plan_md
-
     if not store.has_plan(incident_id):
         plan = build_plan(store.read_incident(incident_id), generated_at=ev.format_ts())
         store.write_plan(incident_id, plan, render_plan_md(plan))
@@ -486,8 +484,6 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 
 
 def _redactor(ralf_lite: Mapping[str, Any]) -> Any:
-    from pytest_selfheal.redact import default_redactor
-
     section = ralf_lite.get("redaction")
     return default_redactor(section if isinstance(section, Mapping) else None)
 
@@ -638,8 +634,6 @@ def _redact_config(redactor: Any, value: Any) -> Any:
             if isinstance(item, str) and isinstance(previous, str) and previous.startswith("-") and "=" not in previous:
                 joined = f"{previous}={item}"
                 if redactor.redact(joined) != joined:
-                    from pytest_selfheal.redact import REDACTED
-
                     out.append(REDACTED)
                     continue
             out.append(_redact_config(redactor, item))
@@ -790,8 +784,6 @@ def finalize(
 
 def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
-    from pytest_selfheal.plan.build import render_plan_md, replan
-
     status = store.read_status(incident_id)
     if status == RUNNING:
         store.set_status(incident_id, PLAN_PROPOSED, reason="replan_requested", iteration=last)
@@ -973,8 +965,6 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
 
 def _plan_argvs(plan: Mapping[str, Any], incident_id: str) -> List[List[str]]:
     """The plan's commands as argv lists; a plan without any is unusable (``InputError``, exit 3)."""
-    from pytest_selfheal.plan.build import verification_argv
-
     argvs = verification_argv(plan)
     if not argvs:
         raise InputError(
@@ -1071,8 +1061,6 @@ def _drive(
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
 ) -> Dict[str, Any]:
-    from pytest_selfheal.loop.verify import check_allowed
-
     ralf_lite = effective.values
     pol = policy.LoopPolicy.from_config(ralf_lite)
 
@@ -1182,13 +1170,9 @@ def _verify_and_record(
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred."""
-    from pytest_selfheal.capture.run import classification_rules
-    from pytest_selfheal.gitstate import diff_hash
-    from pytest_selfheal.loop.verify import observe, run_selection
-
     ralf_lite = effective.values
     redactor = _redactor(ralf_lite)
-    rules = classification_rules(effective, hook_rules)
+    rules = rules_for_run(effective.get("classification.rules") or [], hook_rules)
     started = _utcnow()
     hashed: Dict[str, Optional[str]] = {}
     hasher = threading.Thread(
@@ -1254,8 +1238,6 @@ def verify_iteration(
     signal handling, no pre-checks. For embedding (the plugin, benchmarks); ``run_loop``
     is the full driver. Not-allowlisted commands raise ``RefusedError``, nothing runs.
     """
-    from pytest_selfheal.loop.verify import check_allowed
-
     incident_id = validate_incident_id(incident_id)
     plan = store.read_plan(incident_id)
     incident = store.read_incident(incident_id)

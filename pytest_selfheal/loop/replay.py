@@ -19,7 +19,7 @@ under ``loop_stops`` (events only, not compared).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
@@ -28,9 +28,7 @@ from pytest_selfheal.store.events import (
     STATUS_CHANGED,
     VERIFICATION_FINISHED,
 )
-
-if TYPE_CHECKING:
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.root import Store
 
 INBOX = "inbox"
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")

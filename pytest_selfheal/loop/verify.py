@@ -24,15 +24,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.records import models
+from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
+from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.errors import InputError, RefusedError
-from pytest_selfheal.redact import redact_cases
-
-if TYPE_CHECKING:
-    from pytest_selfheal.analysis.classify import Rule
-    from pytest_selfheal.redact import Redactor
+from pytest_selfheal.junit.reader import dedupe, iter_testcases
+from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
+from pytest_selfheal.records import models
+from pytest_selfheal.redact import Redactor, redact_cases
 
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
 # so a verification run never captures an incident of its own.
@@ -276,8 +276,6 @@ def run_selection(
 
 
 def _identity_map(nodeids: Sequence[str]) -> Dict[str, str]:
-    from pytest_selfheal.junit.writer import nodeid_by_identity
-
     return nodeid_by_identity(list(nodeids))
 
 
@@ -305,8 +303,6 @@ def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> s
     ``tests/test_a.py::TestX`` covers the cases whose classname is ``tests.test_a.TestX``
     or below it; a collection error of the file itself is the case ``tests.test_a``.
     """
-    from pytest_selfheal.junit.writer import mangle_nodeid
-
     classname, name = mangle_nodeid(nodeid)
     dotted = f"{classname}.{name}" if classname else name
     inside = [
@@ -333,9 +329,6 @@ def synthetic_failure(message: str, text: str, rules: Sequence["Rule"], *, exc_t
     """One failure standing for a run that produced no junit (crash, usage error, timeout,
     missing interpreter), classified like any other so ``No module named pytest`` is
     TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
-    from pytest_selfheal.analysis.analyse import analyse_case
-    from pytest_selfheal.analysis.classify import Rule
-
     # `python -m pytest` without pytest prints "No module named pytest" (no quotes, unlike
     # the ModuleNotFoundError of an import): the runner's environment is broken.
     runner_rules = (
@@ -369,9 +362,6 @@ def observe(
     is ``missing`` and ONE synthetic failure is built from the output's last non-empty
     line (a timeout gives a TIMEOUT failure).
     """
-    from pytest_selfheal.analysis.analyse import failures_from_cases
-    from pytest_selfheal.junit.reader import dedupe, iter_testcases
-
     outcomes: Dict[str, str] = {}
     cases: List[models.TestCaseResult] = []
     if not run.timed_out and run.junit_path.is_file():

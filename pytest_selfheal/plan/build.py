@@ -24,8 +24,8 @@ import hashlib
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.errors import InputError
 from pytest_selfheal.analysis.frames import repo_relative
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     FAILURE_CLASS_ENVIRONMENT,

@@ -41,9 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio
-from pytest_selfheal.errors import ConfigError, SelfhealError
+from pytest_selfheal import hooks
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import SelfhealError, one_line
+from pytest_selfheal.loop import driver as loop
+from pytest_selfheal.loop.driver import split_runs
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -51,17 +53,22 @@ from pytest_selfheal.loop.policy import (
     REPAIR_TIMEOUT,
     LoopPolicy,
 )
+from pytest_selfheal.loop.verify import VERIFYING_ENV, terminate_group
+from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.repair import scope
+from pytest_selfheal.repair.approval import Approver, approver_from
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.repair.scope import normalise
+from pytest_selfheal.repair.worktree import Worktree, apply_patch, check_patch, create, remove_recorded, worktree_record
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     import pluggy
 
-    from pytest_selfheal.repair.approval import Approver
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.redact import Redactor
-    from pytest_selfheal.store.root import Store
-    from pytest_selfheal.repair.worktree import Worktree
 
-ENTRY_POINT_GROUP = "pytest_selfheal"
 PLACEHOLDERS: Tuple[str, ...] = ("prompt_file", "incident_id", "worktree", "iteration")
 FINAL_PATCH = "final.patch"
 WORKTREE_RECORD = "worktree.json"
@@ -148,49 +155,6 @@ def apply_command(store: "Store", incident_id: str, cwd: Optional[Path] = None) 
     return command
 
 
-# --------------------------------------------------------------------------- plugin manager
-
-
-def cli_plugin_manager() -> "pluggy.PluginManager":
-    """The plugin manager of the ``selfheal`` CLI: our hookspecs plus every module
-    registered under the entry-point group ``pytest_selfheal`` (conftest files are a
-    pytest thing and are not read here). A module that fails to load is a one-line
-    ``ConfigError``."""
-    import pluggy
-
-    from pytest_selfheal import hookspecs
-
-    pm = pluggy.PluginManager("pytest")
-    pm.add_hookspecs(hookspecs)
-    try:
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    except Exception as exc:  # a broken third-party module: report it, do not crash
-        raise ConfigError(
-            fsio.one_line(f"cannot load a '{ENTRY_POINT_GROUP}' entry point: {type(exc).__name__}: {exc}")
-        ) from None
-    return pm
-
-
-def repair_hookimpls(pm: Optional["pluggy.PluginManager"]) -> List[Any]:
-    """The ``pytest_selfheal_repair`` implementations in pluggy's call order (wrappers excluded)."""
-    if pm is None:
-        return []
-    caller = getattr(pm.hook, "pytest_selfheal_repair", None)
-    if caller is None:
-        return []
-    impls = [
-        impl
-        for impl in caller.get_hookimpls()
-        if not getattr(impl, "hookwrapper", False) and not getattr(impl, "wrapper", False)
-    ]
-    return list(reversed(impls))  # pluggy calls the last registered (and tryfirst) first
-
-
-def provider_configured(effective: "EffectiveConfig", pm: Optional["pluggy.PluginManager"] = None) -> bool:
-    """True when a repair provider exists: ``repair.command`` is set or a hook implementation is registered."""
-    return bool(effective.get("repair.command")) or bool(repair_hookimpls(pm))
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -211,8 +175,6 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[
     """The provider's environment: ``base`` (default ``os.environ``; agents need their API
     keys) minus the git-locating variables, plus ``SELFHEAL_VERIFYING=1`` (pytest runs the
     agent starts stay passive: no incident, no attempt of their own) and ``extra``."""
-    from pytest_selfheal.loop.verify import VERIFYING_ENV
-
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in GIT_LOCATING_ENV}
     env[VERIFYING_ENV] = "1"
     env.update(extra)
@@ -247,8 +209,6 @@ def run_command(
     waits for input would hang until the timeout). On timeout — or any exception while
     waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL.
     """
-    from pytest_selfheal.loop.verify import terminate_group
-
     full = list(argv)
     start = time.monotonic()
     output_path.parent.mkdir(parents=True, exist_ok=True)
@@ -365,8 +325,6 @@ class RepairSession:
         say: Optional[Say] = None,
         env: Optional[Mapping[str, str]] = None,
     ) -> None:
-        from pytest_selfheal.redact import default_redactor
-
         self.store = store
         self.incident_id = incident_id
         self.effective = effective
@@ -398,9 +356,6 @@ class RepairSession:
         **_: Any,
     ) -> Dict[str, Any]:
         """One repair before verification ``iteration`` (the attempt number)."""
-        from pytest_selfheal.repair import scope
-        from pytest_selfheal.repair.prompt import build_prompt
-
         store = store or self.store
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
@@ -467,9 +422,9 @@ class RepairSession:
 
     def describe(self) -> str:
         """``hook:<name>`` (the first registered hook), ``command:<argv0>``, or ``none``."""
-        impls = repair_hookimpls(self.pm)
-        if impls:
-            return f"hook:{impls[0].plugin_name}"
+        names = hooks.repair_hook_names(self.pm)
+        if names:
+            return f"hook:{names[0]}"
         if self.command:
             return f"command:{os.path.basename(self.command[0])}"
         return "none"
@@ -485,9 +440,8 @@ class RepairSession:
     def _call_provider(
         self, *, iteration: int, prompt: str, prompt_file: Path, plan: Mapping[str, Any], failures: List[Any]
     ) -> _Call:
-        declined: List[str] = []
-        for impl in repair_hookimpls(self.pm):
-            name = f"hook:{impl.plugin_name}"
+        names = hooks.repair_hook_names(self.pm)
+        if names and self.pm is not None:
             request = {
                 "incident_id": self.incident_id,
                 "iteration": iteration,
@@ -500,24 +454,25 @@ class RepairSession:
             start = time.monotonic()
             try:
                 with _chdir(self.wt.project_root):
-                    answer = impl.function(request=request)
+                    answer = hooks.call_repair(self.pm, request)
             except Exception as exc:  # a buggy hook is a crashed provider, not a crashed loop
-                message = fsio.one_line(f"{type(exc).__name__}: {exc}")
-                return _Call(name, "crashed", None, time.monotonic() - start, self.redactor.redact(message))
-            if answer is None:
-                declined.append(name)
-                continue
-            status = answer.get("result") if isinstance(answer, Mapping) else None
-            message = str(answer.get("message") or "") if isinstance(answer, Mapping) else ""
+                crashed = hooks.crashed_plugin(self.pm, "pytest_selfheal_repair", exc.__traceback__) or names[0]
+                message = one_line(f"{type(exc).__name__}: {exc}")
+                return _Call(f"hook:{crashed}", "crashed", None, time.monotonic() - start, self.redactor.redact(message))
             duration = time.monotonic() - start
-            if status == "gave_up":
-                return _Call(name, "gave_up", None, duration, self.redactor.redact(message))
-            if status == "done":
-                return _Call(name, "done", None, duration, self.redactor.redact(message))
-            invalid = f"hook returned an invalid result {status!r} (expected done or gave_up)"
-            return _Call(name, "crashed", None, duration, invalid)
+            if answer is not None:
+                # firstresult: pluggy returns the first answer; the provider named is the one that
+                # says so (``provider``), else the first repair hook in call order.
+                name = f"hook:{answer.get('provider') or names[0]}"
+                status = answer.get("result")
+                message = str(answer.get("message") or "")
+                if status in ("gave_up", "done"):
+                    return _Call(name, str(status), None, duration, self.redactor.redact(message))
+                invalid = f"hook returned an invalid result {status!r} (expected done or gave_up)"
+                return _Call(name, "crashed", None, duration, invalid)
         if self.command:
             return self._run_configured_command(iteration, prompt_file)
+        declined = [f"hook:{name}" for name in names]
         who = ", ".join(declined) or "no provider"
         return _Call(declined[0] if declined else "none", "declined", None, 0.0, f"every repair hook declined ({who})")
 
@@ -560,11 +515,11 @@ class RepairSession:
                          f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log_name(iteration))
         if not run.started:
             return _Call(name, "crashed", None, run.duration_seconds,
-                         fsio.one_line(f"cannot start {argv[0]}: {run.error}"), log_name(iteration))
+                         one_line(f"cannot start {argv[0]}: {run.error}"), log_name(iteration))
         if run.exit_code != 0:
             last = tail.splitlines()[-1] if tail else ""
             return _Call(name, "crashed", run.exit_code, run.duration_seconds,
-                         fsio.one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
+                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
         return _Call(name, "done", 0, run.duration_seconds, "", log_name(iteration))
 
     # -- the worktree after the call
@@ -578,8 +533,6 @@ class RepairSession:
         targets: Sequence[str],
         globs: Sequence[str],
     ) -> Dict[str, Any]:
-        from pytest_selfheal.repair import scope
-
         result: Dict[str, Any] = {
             "provider": call.provider,
             "result": REPAIR_NO_FIX_FOUND,
@@ -637,8 +590,6 @@ class RepairSession:
 def _actions_touched(plan: Mapping[str, Any], changed: Sequence[str]) -> List[str]:
     """Plan actions whose target paths the diff touched; every action when none is named
     (a diff within the extra globs still works on the whole plan)."""
-    from pytest_selfheal.repair.scope import normalise
-
     touched: List[str] = []
     every: List[str] = []
     files = {normalise(c) for c in changed}
@@ -669,8 +620,6 @@ def isolated_git_env() -> Iterator[None]:
 
 def _accepted_patch(attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
     """The patch of the latest accepted diff of the current run (resume after a kill)."""
-    from pytest_selfheal.loop.driver import split_runs
-
     _, run = split_runs(attempts)
     for attempt in reversed(run):
         repair = attempt.get("repair")
@@ -681,18 +630,7 @@ def _accepted_patch(attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
     return None
 
 
-def _hook_classification_rules(pm: Optional["pluggy.PluginManager"]) -> List[Mapping[str, Any]]:
-    caller = getattr(pm.hook, "pytest_selfheal_classification_rules", None) if pm is not None else None
-    rules: List[Mapping[str, Any]] = []
-    if caller is not None:
-        for contributed in caller():
-            rules.extend(contributed or [])
-    return rules
-
-
 def _remove_stale(store: "Store", incident_id: str) -> None:
-    from pytest_selfheal.repair.worktree import remove_recorded
-
     path = store.runs_dir(incident_id) / WORKTREE_RECORD
     if not path.exists():
         return
@@ -717,6 +655,7 @@ def repair_loop(
     input_fn: Optional[Callable[[str], str]] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Optional[Sequence[Mapping[str, Any]]] = None,
+    unattended: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
 
@@ -736,18 +675,13 @@ def repair_loop(
     ``repair: {final_patch, applied, apply_command, files_changed, message, provider_calls}``,
     also written into ``run_result.json`` when the loop wrote one.
     """
-    from pytest_selfheal.loop import driver as loop
-    from pytest_selfheal.repair.approval import approver_from
-    from pytest_selfheal.store.ids import validate_incident_id
-    from pytest_selfheal.repair.worktree import apply_patch, check_patch, create, worktree_record
-
     incident_id = validate_incident_id(incident_id)
     say: Say = out or (lambda line: None)
-    pm = pluginmanager if pluginmanager is not None else cli_plugin_manager()
+    pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()
     approver = approver_from(
         approve=approve, config_approve=effective.get("repair.approve"), interactive=interactive, input_fn=input_fn
     )
-    rules = list(hook_rules) if hook_rules is not None else _hook_classification_rules(pm)
+    rules = list(hook_rules) if hook_rules is not None else hooks.classification_rules(pm)
     with isolated_git_env():
         store.locate(incident_id)  # an unknown id fails before a worktree is made
         _remove_stale(store, incident_id)
@@ -771,7 +705,7 @@ def repair_loop(
             )
             result = loop.run_loop(
                 store, incident_id, effective=effective, project_root=wt.project_root, provider=session,
-                approve=approve, out=say, env=env, hook_rules=rules,
+                approve=approve, out=say, env=env, hook_rules=rules, unattended=unattended,
             )
             return _close_out(store, incident_id, result, wt=wt, session=session, approver=approver, say=say)
         finally:
@@ -795,8 +729,6 @@ def _close_out(
     say: Say,
 ) -> Dict[str, Any]:
     """final.patch, approval, apply; the ``repair`` block of the run result."""
-    from pytest_selfheal.repair.worktree import apply_patch, check_patch
-
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
@@ -873,21 +805,17 @@ def _close_out(
 
 __all__ = [
     "CommandRun",
-    "ENTRY_POINT_GROUP",
     "FINAL_PATCH",
     "GIT_LOCATING_ENV",
     "PLACEHOLDERS",
     "RepairSession",
     "apply_command",
     "attempt_patch_name",
-    "cli_plugin_manager",
     "command_env",
     "isolated_git_env",
     "log_name",
     "prompt_name",
-    "provider_configured",
     "read_run_bytes",
-    "repair_hookimpls",
     "repair_loop",
     "run_command",
     "substitute",

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.gitstate import JUNK_PATHSPECS
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.gitstate import JUNK_PATHSPECS
 
 # Pathspecs left out of every snapshot (and so out of every patch).
 

@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from pytest_selfheal.loop import policy
-from pytest_selfheal.config.settings import DEFAULTS, DEFAULT_ORIGIN, ROOT_KEY
+from pytest_selfheal.config.settings import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError, UsageError
+from pytest_selfheal.loop import policy
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"

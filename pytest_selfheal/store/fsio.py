@@ -25,19 +25,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Dict, Optional, Tuple, Type, Union
 
-from pytest_selfheal.errors import InputError, StoreIOError
+from pytest_selfheal.errors import InputError, StoreIOError, one_line
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 # Temp files start with a dot and end with ".tmp" so that no reader ever takes one for a
 # real file (they never end in ".json").
 TEMP_SUFFIX = ".tmp"
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """Collapse ``text`` to a single bounded line, for error messages."""
-    flat = " ".join(str(text).replace("\x00", "\\0").split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def _reason(exc: OSError) -> str:

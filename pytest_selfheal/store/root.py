@@ -25,8 +25,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio
 from pytest_selfheal.errors import (
     InputError,
     NotFoundError,
@@ -34,7 +32,10 @@ from pytest_selfheal.errors import (
     SelfhealError,
     StoreIOError,
     UsageError,
+    one_line,
 )
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import (
     incident_timestamp,
     is_incident_id,
@@ -334,7 +335,7 @@ class Store:
         ensure_valid("incident", doc, str(path))
         assert isinstance(doc, dict)
         if doc["incident_id"] != incident_id:
-            raise InputError(fsio.one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
+            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
         return doc
 
     @staticmethod
@@ -342,7 +343,7 @@ class Store:
         path = folder / STATUS_TXT
         status = fsio.read_text(path).strip()
         if status not in STATUSES:
-            shown = fsio.one_line(repr(status), 60)
+            shown = one_line(repr(status), 60)
             raise InputError(f"{path}: unknown status {shown} (expected one of {', '.join(STATUSES)})")
         return status
 
@@ -712,7 +713,7 @@ class Store:
         ensure_valid(kind, doc, str(path))
         assert isinstance(doc, dict)
         if doc["incident_id"] != incident_id:
-            raise InputError(fsio.one_line(f"{path}: incident_id {doc['incident_id']!r} does not match {incident_id}"))
+            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match {incident_id}"))
         return doc
 
 

@@ -17,8 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Dict, List, Mapping, Tuple
 
-from pytest_selfheal.errors import InputError
-from pytest_selfheal.store.fsio import one_line
+from pytest_selfheal.errors import InputError, one_line
 
 KINDS: Tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
 

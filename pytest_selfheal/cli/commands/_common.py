@@ -7,11 +7,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.store.root import Store
+
 if TYPE_CHECKING:
     from typing import Optional
 
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.store.root import Store
 
 
 def print_json(data: Any) -> None:
@@ -42,13 +44,10 @@ def store_from_args(args: argparse.Namespace, effective: "Optional[EffectiveConf
     """
     from pathlib import Path
 
-    from pytest_selfheal.store.root import Store
 
     root = getattr(args, "dir", None)
     if root:
         return Store(Path(root))
     if effective is None:
-        from pytest_selfheal.config.files import load_config
-
         effective = load_config(Path.cwd())
     return Store(Path.cwd() / str(effective.get("reports_dir") or DEFAULT_REPORTS_DIR))

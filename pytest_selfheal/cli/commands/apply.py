@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping
 
-from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-
-if TYPE_CHECKING:
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.entry import verification_root
+from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, NotFoundError, RefusedError
+from pytest_selfheal.repair.approval import approver_from
+from pytest_selfheal.repair.session import FINAL_PATCH, isolated_git_env, read_run_bytes
+from pytest_selfheal.repair.worktree import apply_patch, check_patch, repo_top
+from pytest_selfheal.store.events import format_ts
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
 
 NAME = "apply"
 HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.patch) to the working tree"
@@ -28,8 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
     """Note the application in ``run_result.json``'s ``repair`` block (when there is one)."""
-    from pytest_selfheal.store.events import format_ts
-
     existing = store.read_run_result(incident_id)
     if existing is None:
         return
@@ -45,12 +47,6 @@ def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Apply ``final.patch``; exit codes in docs/exit-codes.md (0 applied or already applied,
     1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git)."""
-    from pytest_selfheal.repair.approval import approver_from
-    from pytest_selfheal.errors import NotFoundError, RefusedError
-    from pytest_selfheal.store.ids import validate_incident_id
-    from pytest_selfheal.repair.session import FINAL_PATCH, isolated_git_env, read_run_bytes
-    from pytest_selfheal.repair.worktree import apply_patch, check_patch, repo_top
-
     incident_id = validate_incident_id(args.incident_id)
     store = store_from_args(args)  # --dir, else the configured reports_dir here
     incident = store.read_incident(incident_id)  # unknown id: exit 4
@@ -59,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if patch is None or not patch.strip():
         raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
     with isolated_git_env():
-        from pytest_selfheal.cli.commands.loop import verification_root
-
         top = repo_top(verification_root(incident, Path.cwd()))
         verdict = check_patch(top, patch)
         data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(where), "working_tree": str(top)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "archive"
 HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"
@@ -26,8 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Archive the incident; refused transitions exit 5, unknown ids 4, bad ids 2."""
-    from pytest_selfheal.store.ids import validate_incident_id
-
     store = store_from_args(args)
     incident_id = validate_incident_id(args.incident_id)
     previous = store.read_status(incident_id)

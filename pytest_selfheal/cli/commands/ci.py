@@ -11,12 +11,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Dict
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
-
-if TYPE_CHECKING:
-    from pytest_selfheal.github.ci import CiOptions
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.github.ci import CiOptions, action_inputs, comment_from_report, parse_sha, run_ci
 
 NAME = "ci"
 HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"
@@ -58,9 +57,6 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
     """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
     variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
     before the flags' ones."""
-    from pytest_selfheal.github.ci import CiOptions, action_inputs, parse_sha
-    from pytest_selfheal.errors import UsageError
-
     inputs: Dict[str, Any] = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
 
     def pick(flag: Any, key: str, default: Any) -> Any:
@@ -92,9 +88,6 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
 
 def run(args: argparse.Namespace) -> int:
     """Run it; exit codes in docs/exit-codes.md ("selfheal ci")."""
-    from pytest_selfheal.github.ci import comment_from_report, run_ci
-    from pytest_selfheal.errors import UsageError
-
     options = options_from_args(args)
     if options.working_directory is not None:
         if not options.working_directory.is_dir():

@@ -6,8 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from pytest_selfheal.errors import EXIT_OK, UsageError
 from pytest_selfheal.cli.commands._common import print_json
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.errors import EXIT_OK, UsageError
 
 NAME = "config"
 HELP = "print the effective ralf_lite config (defaults <- global <- project <- pytest ini <- --set)"
@@ -31,9 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, check and print the effective config; ConfigError (exit 2) when it is bad."""
-    from pytest_selfheal.config.settings import parse_override
-    from pytest_selfheal.config.files import load_config
-
     project = Path(args.project) if args.project else Path.cwd()
     if not project.is_dir():
         raise UsageError(f"--project: not a directory: {project}")

@@ -11,6 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional
 
+from pytest_selfheal._git import init_repo
+from pytest_selfheal.errors import UsageError
+
 NAME = "demo"
 HELP = "copy the bundled demo project (one real bug, one flaky test) into a temp git repo and self-heal it"
 
@@ -24,8 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_demo_project(dest: Path) -> Path:
     """Copy the demo files into ``dest`` and commit them in a fresh git repository."""
-    from pytest_selfheal._git import init_repo
-
     dest.mkdir(parents=True, exist_ok=True)
     for item in DEMO_SOURCE.iterdir():
         if item.is_file():
@@ -54,8 +55,6 @@ def _newest_inbox_incident(project: Path) -> Optional[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_selfheal.errors import UsageError
-
     dest = Path(args.dest) if args.dest else Path(tempfile.mkdtemp(prefix="selfheal-demo-"))
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest}: demo destination must be empty or absent")

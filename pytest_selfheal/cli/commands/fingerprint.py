@@ -11,10 +11,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Dict, List, Sequence
+from typing import IO, Any, Dict, List, Sequence
 
-if TYPE_CHECKING:
-    from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.analysis.analyse import analyse_junit
+from pytest_selfheal.analysis.classify import Rule, rules_from_config
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 
 NAME = "fingerprint"
 HELP = "Fingerprint and classify the failing testcases of junit XML files (any runner)."
@@ -43,9 +45,6 @@ def collect(
     ``rules``: extra classification rules, tried before the built-in ones. This is the
     whole work of the command minus config and printing (the benchmark times it).
     """
-    from pytest_selfheal.analysis.analyse import analyse_junit
-    from pytest_selfheal.errors import InputError
-
     rows: List[Dict[str, Any]] = []
     for name in files:
         try:
@@ -91,14 +90,10 @@ def write_json(rows: List[Dict[str, Any]], out: IO[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one line (or JSON object) per failing testcase; warnings/errors on stderr."""
-    from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
-
     rules: List["Rule"] = []
     if not args.no_config:
         # The project's configured rules (docs/classification.md), like `pytest --selfheal`
         # and `selfheal loop` use them: the same failure gets the same fingerprint.
-        from pytest_selfheal.analysis.classify import rules_from_config
-        from pytest_selfheal.config.files import load_config
 
         effective = load_config(Path.cwd())
         rules = rules_from_config(list(effective.get("classification.rules") or []))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
-from pytest_selfheal.cli.commands._common import add_dir_argument, store_from_args, print_json
-
-if TYPE_CHECKING:
-    from pytest_selfheal.config.settings import EffectiveConfig
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.hooks import cli_plugin_manager
+from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "loop"
 HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "
@@ -32,15 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a ralf_lite key for this run, e.g. --set max_iterations=5 (repeatable)")
 
 
-def verification_root(incident: Mapping[str, Any], fallback: Path) -> Path:
-    """Where the verification commands run: the capture's rootdir (node ids are relative
-    to it) when it still exists, else ``fallback`` (the current directory)."""
-    rootdir = incident.get("rootdir")
-    if isinstance(rootdir, str) and rootdir and Path(rootdir).is_dir():
-        return Path(rootdir)
-    return fallback
-
-
 def exit_code_for(result: Mapping[str, Any]) -> int:
     """0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled)."""
     return EXIT_OK if result.get("final_status") == "resolved" else EXIT_UNRESOLVED
@@ -48,31 +40,23 @@ def exit_code_for(result: Mapping[str, Any]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the loop; exit codes in docs/exit-codes.md (0 resolved, 1 not resolved, 130 cancelled)."""
-    from pytest_selfheal.config.settings import parse_override
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.store.ids import validate_incident_id
-    from pytest_selfheal.loop.entry import run_incident_loop
-    from pytest_selfheal.repair.session import cli_plugin_manager
-
     incident_id = validate_incident_id(args.incident_id)
     project = Path.cwd()
     overrides = [parse_override(text, "--set") for text in args.overrides]
     effective = load_config(project, overrides=overrides)
     store = store_from_args(args, effective)
-    incident = store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
+    store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
 
     def progress(line: str) -> None:
         stream = sys.stderr if args.json else sys.stdout
         stream.write(line + "\n")
         stream.flush()
 
-    # With a repair provider (repair.command, or a hook from the `pytest_selfheal` entry
-    # points) the loop repairs in an isolated worktree (repair.py); else it is verify-only.
     result = run_incident_loop(
         store,
         incident_id,
         effective=effective,
-        project_root=verification_root(incident, project),
+        cwd=project,
         approve=bool(args.approve),
         out=progress,
         pluginmanager=cli_plugin_manager(),

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import List
 
 from pytest_selfheal.cli.commands.report import add_format_arguments, emit, output_format
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.report.build import merge_reports
+from pytest_selfheal.report.load import read_report
 
 NAME = "merge"
 HELP = "merge the JSON reports of several jobs (e.g. a CI matrix) into one report"
-
-# A report of thousands of incidents is a few MiB; anything far beyond is not a report.
-MAX_REPORT_BYTES = 64 * 1024 * 1024
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``REPORT.json... [--name NAME...] [--format md|json] [--json] [--output PATH] [--headline]``."""
@@ -25,28 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_arguments(parser)
 
 
-def read_report(path: Path) -> Dict[str, Any]:
-    """A report JSON file, validated; NotFoundError (4) when missing, InputError (3) when bad."""
-    from pytest_selfheal.store import fsio
-    from pytest_selfheal.errors import InputError, NotFoundError
-    from pytest_selfheal.report.build import validate_report
-
-    if not path.exists():
-        raise NotFoundError(f"{path}: no such report file")
-    try:
-        size = os.stat(path).st_size
-    except OSError as exc:
-        raise fsio.io_error("read", path, exc) from None
-    if size > MAX_REPORT_BYTES:
-        raise InputError(f"{path}: too large for a report ({size} bytes, limit {MAX_REPORT_BYTES})")
-    return validate_report(fsio.read_json(path), str(path))
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the merged report; 2 bad arguments, 3 a bad report file, 4 a missing one."""
-    from pytest_selfheal.errors import UsageError
-    from pytest_selfheal.report.build import merge_reports
-
     output_format(args)
     names: List[str] = list(args.names) if args.names else [str(p) for p in args.reports]
     if len(names) != len(args.reports):

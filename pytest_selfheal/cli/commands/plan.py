@@ -6,6 +6,9 @@ import argparse
 import sys
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
+from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "plan"
 HELP = "print the remediation plan of an incident (--force: regenerate it from incident.json)"
@@ -22,10 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print (or regenerate and print) the plan; bad id 2, corrupted files 3, unknown id / no plan 4."""
-    from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
-    from pytest_selfheal.store.ids import validate_incident_id
-    from pytest_selfheal.plan.build import build_plan, render_plan_md
-
     store = store_from_args(args)
     incident_id = validate_incident_id(args.incident_id)
     store.locate(incident_id)

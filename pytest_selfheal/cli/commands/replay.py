@@ -6,8 +6,10 @@ import argparse
 import sys
 from typing import Any, Dict, List, Mapping
 
-from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
+from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "replay"
 HELP = "rebuild the loop state from the incident's events alone and check it equals the files (exit 3 if not)"
@@ -43,9 +45,6 @@ def format_state(state: Mapping[str, Any]) -> List[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Replay; 0 when it equals the disk state, 3 when it differs (or files are corrupted)."""
-    from pytest_selfheal.store.ids import validate_incident_id
-    from pytest_selfheal.loop.replay import differences, replay, state_from_disk
-
     store = store_from_args(args)
     incident_id = validate_incident_id(args.incident_id)
     events, warnings = store.read_events(incident_id)

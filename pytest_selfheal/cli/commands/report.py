@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-
-if TYPE_CHECKING:
-    from pytest_selfheal.report.build import IncidentRun
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.report.build import build_report, render_markdown
+from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
 
 NAME = "report"
 HELP = "print the RALF Lite Loop Report of an incident (latest by default) as markdown or JSON"
@@ -40,37 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def output_format(args: argparse.Namespace) -> str:
     """``md`` or ``json`` from ``--format``/``--json``; ``UsageError`` when they disagree."""
-    from pytest_selfheal.errors import UsageError
-
     if args.json and args.format == "md":
         raise UsageError("--json and --format md contradict each other")
     return "json" if args.json else (args.format or "md")
 
 
-def load_incident_run(store: "Store", incident_id: str) -> "IncidentRun":
-    """One incident's files as the report's input; store errors (2/3/4) propagate.
-
-    The status comes from ``status.txt`` (the authoritative one), not ``incident.json``.
-    """
-    from pytest_selfheal.report.build import IncidentRun
-
-    bucket, _ = store.locate(incident_id)
-    incident = store.read_incident(incident_id)
-    incident["status"] = store.read_status(incident_id)
-    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
-    return IncidentRun(
-        incident=incident,
-        plan=plan,
-        attempts=store.read_attempts(incident_id),
-        run_result=store.read_run_result(incident_id),
-        bucket=bucket,
-    )
-
-
 def select_ids(store: "Store", incident_id: Optional[str], every: bool) -> List[str]:
     """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
-    from pytest_selfheal.store.ids import validate_incident_id
-
     if incident_id is not None:
         return [validate_incident_id(incident_id)]
     rows = store.list_incidents()  # oldest first, by created_at then id
@@ -80,9 +59,6 @@ def select_ids(store: "Store", incident_id: Optional[str], every: bool) -> List[
 
 def build_from_store(store: "Store", incident_ids: List[str], project_root: Path) -> Dict[str, Any]:
     """The report of ``incident_ids`` with the effective config of ``project_root``."""
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.report.build import build_report
-
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]
     return build_report(incidents=runs, effective_config=config.values, origins=config.origins)
@@ -90,8 +66,6 @@ def build_from_store(store: "Store", incident_ids: List[str], project_root: Path
 
 def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
     """Print ``report`` (or write it to ``--output``) in the chosen format."""
-    from pytest_selfheal.report.build import render_markdown
-
     fmt = output_format(args)
     if args.output is None:
         if fmt == "json":
@@ -99,7 +73,6 @@ def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
         else:
             print(render_markdown(report, headline=args.headline), end="")
         return
-    from pytest_selfheal.store import fsio
 
     if fmt == "json":
         body = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -112,8 +85,6 @@ def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; 2 bad arguments/id/config, 3 corrupted files, 4 unknown id, 6 unwritable output."""
-    from pytest_selfheal.errors import UsageError
-
     if args.all and args.incident_id is not None:
         raise UsageError("give an incident ID or --all, not both")
     output_format(args)  # a contradiction fails before anything is read

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-
-if TYPE_CHECKING:
-    from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
 
 NAME = "show"
 HELP = "show one incident: fields, status, plan summary, attempts, run result"
@@ -110,8 +109,6 @@ def format_text(data: Dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
-    from pytest_selfheal.store.ids import validate_incident_id
-
     store = store_from_args(args)
     data = collect(store, validate_incident_id(args.incident_id))
     if args.json:

@@ -1,0 +1,96 @@
+"""Hook dispatch: every call of a ``pytest_selfheal_*`` hook goes through pluggy (edge).
+
+Inside pytest the plugin manager is pytest's own (conftest files and ``pytest11`` plugins
+included). The ``selfheal`` command builds one from the same registration: every module
+registered under the ``pytest11`` entry-point group that implements one of our hooks. So a
+plugin is registered once and serves both surfaces (docs/hooks.md).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional
+
+import pluggy
+
+from pytest_selfheal import hookspecs
+from pytest_selfheal.errors import ConfigError, one_line
+
+ENTRY_POINT_GROUP = "pytest11"
+HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
+
+
+def _implements_a_hook(plugin: object) -> bool:
+    return any(callable(getattr(plugin, name, None)) for name in HOOK_NAMES)
+
+
+def cli_plugin_manager() -> pluggy.PluginManager:
+    """The plugin manager of the ``selfheal`` command: our hookspecs plus every ``pytest11``
+    plugin that implements one of them. A plugin that fails to load is a one-line ``ConfigError``."""
+    pm = pluggy.PluginManager("pytest")
+    pm.add_hookspecs(hookspecs)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if pm.is_blocked(ep.name) or pm.get_plugin(ep.name) is not None:
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken third-party plugin: report it, do not crash
+            raise ConfigError(
+                one_line(f"cannot load the '{ENTRY_POINT_GROUP}' entry point {ep.name!r}: {type(exc).__name__}: {exc}")
+            ) from None
+        if _implements_a_hook(plugin):
+            pm.register(plugin, name=ep.name)
+    return pm
+
+
+def _caller(pm: Optional[pluggy.PluginManager], name: str) -> Optional[Any]:
+    return getattr(pm.hook, name, None) if pm is not None else None
+
+
+def classification_rules(pm: Optional[pluggy.PluginManager]) -> List[Mapping[str, Any]]:
+    """Rules contributed by ``pytest_selfheal_classification_rules``, in hook-call order."""
+    caller = _caller(pm, "pytest_selfheal_classification_rules")
+    rules: List[Mapping[str, Any]] = []
+    if caller is not None:
+        for contributed in caller():
+            rules.extend(contributed or [])
+    return rules
+
+
+def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> List[str]:
+    """Names of the plugins implementing ``pytest_selfheal_repair``, in pluggy's call order."""
+    caller = _caller(pm, "pytest_selfheal_repair")
+    if caller is None:
+        return []
+    impls = [i for i in caller.get_hookimpls() if not (i.hookwrapper or i.wrapper)]
+    return [i.plugin_name for i in reversed(impls)]  # pluggy calls the last registered (and tryfirst) first
+
+
+def call_repair(pm: pluggy.PluginManager, request: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    """``pytest_selfheal_repair(request)`` through pluggy: the first non-None answer (firstresult)."""
+    answer = pm.hook.pytest_selfheal_repair(request=request)
+    return answer if answer is None or isinstance(answer, Mapping) else {"result": answer}
+
+
+def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optional[TracebackType]) -> Optional[str]:
+    """The plugin whose ``hook_name`` implementation raised (found in the traceback), if any."""
+    caller = _caller(pm, hook_name)
+    if caller is None:
+        return None
+    codes = {getattr(i.function, "__code__", None): i.plugin_name for i in caller.get_hookimpls()}
+    found = None
+    while tb is not None:
+        found = codes.get(tb.tb_frame.f_code, found)
+        tb = tb.tb_next
+    return found
+
+
+def report_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> List[Dict[str, str]]:
+    """Extra report sections from ``pytest_selfheal_report_sections``, in hook-call order."""
+    caller = _caller(pm, "pytest_selfheal_report_sections")
+    sections: List[Dict[str, str]] = []
+    if caller is not None:
+        for contributed in caller(report=report):
+            sections.extend(contributed or [])
+    return sections

@@ -1,0 +1,97 @@
+"""The house rules of the package layout, checked on the source itself.
+
+- the import contracts in pyproject.toml (import-linter: layers, the CLI is a leaf, the
+  pure core does no I/O);
+- no import cycle between modules, counting imports inside functions;
+- package-internal imports sit at the top of a module, except the lazy imports listed
+  in ``LAZY_IMPORTS`` (each one says why in a comment beside it).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+from importlinter.cli import lint_imports
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
+
+# (module, imported module): the only package-internal imports allowed inside a function.
+LAZY_IMPORTS: Set[Tuple[str, str]] = set()
+
+
+def _modules() -> Dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if rel.parts[1] == "demo":
+            continue  # the demo project is data, not the package
+        parts = rel.parts[:-1] if rel.parts[-1] == "__init__" else rel.parts
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> Iterator[Tuple[ast.AST, str, bool]]:
+    """(node, imported package module, inside a function or class) for each internal import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nested: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            nested.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        names: List[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pytest_selfheal":
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "pytest_selfheal"]
+        for name in names:
+            yield node, name, id(node) in nested
+
+
+def test_import_contracts_hold() -> None:
+    assert lint_imports(config_filename=str(PACKAGE.parent / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_internal_import_inside_a_function() -> None:
+    hidden = sorted(
+        f"{module} imports {name} (line {node.lineno})"  # type: ignore[attr-defined]
+        for module, path in MODULES.items()
+        for node, name, inner in _imports(path)
+        if inner and (module, name) not in LAZY_IMPORTS
+    )
+    assert hidden == []
+
+
+def test_no_import_cycle_counting_every_import() -> None:
+    graph: Dict[str, Set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for _node, name, _inner in _imports(path):
+            if name in MODULES and name != module:
+                graph[module].add(name)
+    # Iterative DFS: a back edge is a cycle.
+    state: Dict[str, int] = {}
+    cycles: List[List[str]] = []
+    for start in graph:
+        if start in state:
+            continue
+        stack: List[Tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                cycles.append(path[path.index(child):] + [child])
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(graph[child]))))
+    assert cycles == []
