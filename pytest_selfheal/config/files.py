@@ -24,8 +24,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import iniconfig
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
+from pytest_selfheal.config.ini import INI_OVERRIDES
 from pytest_selfheal.config.settings import (
-    INI_OVERRIDES,
     ROOT_KEY,
     EffectiveConfig,
     IniValue,

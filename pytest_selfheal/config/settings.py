@@ -30,6 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import (
     FAILURE_CLASS_DETERMINISTIC,
@@ -174,20 +175,6 @@ SCHEMA: Tuple[KeySpec, ...] = (
 
 SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
 
-# pytest ini option -> dotted config key (layer 4). The plugin registers these names with
-# ``parser.addini``; ``selfheal_config`` is not one key but a linelist of KEY=VALUE overrides.
-INI_OVERRIDES = "selfheal_config"
-INI_KEYS: Dict[str, str] = {
-    "selfheal_dir": "reports_dir",
-    "selfheal_report": "report_path",
-    "selfheal_max_iterations": "max_iterations",
-    "selfheal_error_fingerprint_repeats": "error_fingerprint_repeats",
-    "selfheal_no_progress_repeats": "no_progress_repeats",
-    "selfheal_max_runtime_minutes": "max_runtime_minutes",
-    "selfheal_approve": "repair.approve",
-    "selfheal_repair_command": "repair.command",
-    INI_OVERRIDES: "",
-}
 
 # Fields of one classification rule: name -> required (the same fields classify.py reads).
 _RULE_FIELDS = {"name": True, "pattern": True, "failure_type": True, "code_fixable": False,

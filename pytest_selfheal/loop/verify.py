@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.config.ini import VERIFYING_ENV
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
@@ -36,7 +37,6 @@ from pytest_selfheal.redact import Redactor, redact_cases
 
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
 # so a verification run never captures an incident of its own.
-VERIFYING_ENV = "SELFHEAL_VERIFYING"
 
 DEFAULT_ALLOWLIST: Tuple[str, ...] = ("pytest",)
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a timed-out process group

@@ -1,0 +1,287 @@
+"""The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
+
+Collects the failing reports during the run; at session end, on the controller only, it
+records the next iteration of an open incident (agent mode) or captures a new incident,
+optionally runs the loop, and writes the report.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
+
+import pytest
+
+from pytest_selfheal import hooks
+from pytest_selfheal.capture.run import analyse_run, capture_incident
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.entry import run_incident_loop
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.loop.agent_mode import OpenIncident, open_incidents, record_agent_attempts
+from pytest_selfheal.redact import default_redactor
+from pytest_selfheal.report.build import build_report, render_markdown, render_terminal
+from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store.fsio import atomic_write_text
+from pytest_selfheal.store.root import Store
+
+if TYPE_CHECKING:
+    from _pytest.terminal import TerminalReporter
+
+
+# Flags of the plugin and the config key each one overrides (None: not a config key).
+_FLAG_KEYS = {
+    "selfheal_dir": "reports_dir",
+    "selfheal_report": "report_path",
+    "selfheal_max_iterations": "max_iterations",
+    "selfheal_approve": "repair.approve",
+}
+_PLUGIN_NAME = "selfheal-recorder"
+
+
+def start(config: pytest.Config) -> None:
+    """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
+    try:
+        effective = load_effective_config(config)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+    if hasattr(config, "workerinput"):
+        return  # xdist worker: reports reach the controller, which alone writes
+    config.pluginmanager.register(Recorder(config, effective), _PLUGIN_NAME)
+
+
+def _ini_values(config: pytest.Config) -> Dict[str, str]:
+    values: Dict[str, str] = {}
+    for ini_name in INI_KEYS:
+        value = config.getini(ini_name)
+        if ini_name == "selfheal_config":
+            if value:
+                values[ini_name] = "\n".join(value)
+        elif value not in (None, ""):
+            values[ini_name] = str(value)
+    return values
+
+
+def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
+    """The effective config for this pytest run (files ← ini ← flags)."""
+    overrides: List[Override] = []
+    for dest, key in _FLAG_KEYS.items():
+        value = config.getoption(dest)
+        if value is None:
+            continue
+        if dest == "selfheal_dir":
+            # A path given on the command line is relative to where pytest was invoked.
+            value = str(Path(config.invocation_params.dir, value))
+        flag = "--" + dest.replace("_", "-")
+        overrides.append(Override(key, value, flag))
+    for text in config.getoption("selfheal_set") or []:
+        overrides.append(parse_override(text, "--selfheal-set"))
+    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
+    return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+
+
+def _crash_message(report: Any) -> str:
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = str(report.longreprtext or "")
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+# Worst outcome wins when a test has several reports (setup, call, teardown).
+_OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+class Recorder:
+    """Collects failing reports during the run; at session end records agent attempts and captures."""
+
+    def __init__(self, config: pytest.Config, effective: "EffectiveConfig") -> None:
+        self.config = config
+        self.effective = effective
+        self.failed: List[FailedReport] = []
+        self.tests = 0
+        self.skipped = 0
+        self.lines: List[str] = []  # the terminal summary section
+        self.incident_id: Optional[str] = None
+        self.started_at = datetime.now(timezone.utc)
+        self.reports_root = Path(config.rootpath, str(effective.get("reports_dir")))
+        self.open_incidents: List["OpenIncident"] = self._open_incidents()
+        # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
+        self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
+        self.outcomes: Dict[str, str] = {}
+        self.tdd_nodeids: List[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
+
+    def _open_incidents(self) -> List["OpenIncident"]:
+        if not (self.reports_root / "error_inbox").is_dir():
+            return []
+
+        try:
+            return open_incidents(Store(self.reports_root))
+        except SelfhealError as exc:
+            self.lines.append(f"selfheal: open incidents not read: {exc}")
+            return []
+
+    def _record(self, report: Any, when: str) -> None:
+        location = getattr(report, "location", None)
+        if "tdd" in getattr(report, "keywords", {}) and report.nodeid not in self.tdd_nodeids:
+            self.tdd_nodeids.append(report.nodeid)
+        self.failed.append(
+            FailedReport(
+                nodeid=report.nodeid,
+                when=when,
+                message=_crash_message(report),
+                text=str(report.longreprtext or ""),
+                file=location[0] if location else None,
+                line=(location[1] + 1) if location and location[1] is not None else None,
+                duration=float(getattr(report, "duration", 0.0) or 0.0),
+            )
+        )
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._record(report, "collect")
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Hot path: three calls per test. Keep it to comparisons, increments and one lookup.
+        if report.when == "setup":
+            self.tests += 1
+            if report.skipped:
+                self.skipped += 1
+        if report.failed:
+            self._record(report, report.when)
+        if self.watched and report.nodeid in self.watched:
+            if report.failed:
+                outcome = "failed" if report.when == "call" else "error"
+            elif report.skipped:
+                outcome = "skipped"
+            elif report.when == "call":
+                outcome = "passed"
+            else:
+                return
+            previous = self.outcomes.get(report.nodeid)
+            if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
+                self.outcomes[report.nodeid] = outcome
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # trylast: pytest's own junitxml has written --junitxml by now.
+        if not self.failed and not self.outcomes:
+            return
+
+        try:
+            self._finish(int(exitstatus))
+        except SelfhealError as exc:
+            self.lines.append(f"selfheal: error: {exc}")
+        except Exception as exc:  # the plugin never changes pytest's outcome
+            self.lines.append(
+                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"
+            )
+
+    def _finish(self, exitstatus: int) -> None:
+        counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
+        warnings: List[str] = []
+        failures = analyse_run(
+            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
+        )
+        covered: Set[str] = set()
+        still_open: List[str] = []
+        if self.outcomes:
+            agent = record_agent_attempts(
+                store=Store(self.reports_root),
+                effective=self.effective,
+                incidents=self.open_incidents,
+                outcomes=self.outcomes,
+                failures=failures,
+                project_root=Path(self.config.rootpath),
+                reports_root=self.reports_root,
+                invocation=list(self.config.invocation_params.args),
+                started_at=self.started_at,
+                exit_code=exitstatus,
+            )
+            self.lines.extend(agent.lines)
+            covered, still_open = agent.covered, agent.still_open
+        remaining = [f for f in failures if f.nodeid not in covered]
+        if remaining and still_open:
+            # One incident at a time: new failures wait in the attempt until the open one closes.
+            self.lines.append(
+                f"{len(remaining)} new failure(s) outside the open incident's selection: recorded in its attempt; "
+                "they are captured as their own incident once it closes"
+            )
+        elif remaining:
+            nodeids = {f.nodeid for f in remaining}
+            result = capture_incident(
+                config=self.config,
+                effective=self.effective,
+                reports=[r for r in self.failed if r.nodeid in nodeids],
+                failures=remaining,
+                counts=counts,
+                reports_root=self.reports_root,
+                tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
+            )
+            self.incident_id = result.incident_id
+            self.lines.extend(result.summary_lines)
+            if self._loop_requested():
+                self._run_loop(result.incident_id)
+            else:
+                self.lines.append(f"next: selfheal loop {result.incident_id}  (or fix the code and run pytest --selfheal again)")
+        self.lines.extend(f"warning: {w}" for w in warnings)
+        self._write_report()
+
+    def _loop_requested(self) -> bool:
+        flag = self.config.getoption("selfheal_loop")
+        return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
+
+    def _run_loop(self, incident_id: str) -> None:
+        approve = bool(self.effective.get("repair.approve"))
+        run_incident_loop(
+            Store(self.reports_root),
+            incident_id,
+            effective=self.effective,
+            cwd=Path(self.config.rootpath),
+            approve=approve,
+            out=self.lines.append,
+            pluginmanager=self.config.pluginmanager,
+        )
+
+    def _write_report(self) -> None:
+        """The compact report in the terminal; the full markdown to report_path when set."""
+        store = Store(self.reports_root)
+        ids = [i for i in [self.incident_id] if i] + [
+            i.incident_id for i in self.open_incidents if i.incident_id in self.outcomes_incidents()
+        ]
+        if not ids:
+            return
+        report = build_report(
+            incidents=[load_incident_run(store, i) for i in dict.fromkeys(ids)],
+            effective_config=self.effective.values,
+            origins=self.effective.origins,
+            enabled=bool(self.effective.get("enabled")),
+        )
+        self.lines.extend(render_terminal(report))
+        path = self.effective.get("report_path")
+        if path:
+            extra = hooks.report_sections(self.config.pluginmanager, report)
+            redactor = default_redactor(self.effective.get("redaction"))
+            target = Path(self.config.rootpath, str(path))
+            atomic_write_text(target, redactor.redact(render_markdown(report, extra_sections=extra)))
+            self.lines.append(f"report written to {target}")
+
+    def outcomes_incidents(self) -> Set[str]:
+        """Open incidents this run recorded an attempt for."""
+        return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
+
+    def pytest_terminal_summary(self, terminalreporter: "TerminalReporter") -> None:
+        if not self.lines:
+            return
+        terminalreporter.section("selfheal", sep="-")
+        for line in self.lines:
+            terminalreporter.write_line(line)
