@@ -114,8 +114,8 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "Master switch of the loop. `false`: failing runs are still captured as incidents, "
             "but the loop stops at once with stop reason `disabled`."),
     KeySpec("max_iterations", INT, 3,
-            "Most iterations (verification runs) of the loop per incident; reaching it stops "
-            "with `max_iterations`."),
+            "Most iterations (verification runs, the capture not counted) of one loop run; "
+            "reaching it stops with `max_iterations`."),
     KeySpec("error_fingerprint_repeats", INT, 2,
             "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
             "consecutive iterations."),
@@ -166,7 +166,7 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "Extra regular expressions (Python `re` syntax) whose matches are redacted."),
     KeySpec("redaction.env_names", STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
             "Glob patterns of environment variable names whose values are redacted. The "
-            "four defaults always apply (SPEC §12): a list here only adds to them."),
+            "four defaults always apply: a list here only adds to them."),
     KeySpec("classification.rules", RULES, [],
             "Extra classification rules `{name, pattern, failure_type, code_fixable, "
             "transient, failure_class}` (the last three optional), matched against a "
