@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any, Mapping
+
 # Exit codes of the `selfheal` command. Stable: scripts and the Action depend on them.
 EXIT_OK = 0
 EXIT_UNRESOLVED = 1  # the loop stopped without resolving the incident
@@ -18,6 +21,28 @@ def one_line(text: str, limit: int = 300) -> str:
     """Collapse ``text`` to a single bounded line, for error messages."""
     flat = " ".join(str(text).replace("\x00", "\\0").split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def describe_value(value: Any) -> str:
+    """A short one-line rendering of a bad value for an error message."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 80 else text[:76] + '..."'
+    if isinstance(value, (int, float)):
+        try:
+            text = repr(value)
+        except ValueError:  # an int too long to print
+            return "a very large integer"
+        return text if len(text) <= 40 else "a very large number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
 
 
 class SelfhealError(Exception):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+from pytest_selfheal.config.settings import merge_layers
 from pytest_selfheal.records import models
 from pytest_selfheal.analysis.classify import (
     DEFAULT_RULES,
@@ -156,19 +157,19 @@ def test_rules_from_config() -> None:
     "rules, message",
     [
         ({"name": "x"}, "classification.rules: expected a list of rules, got dict"),
-        (["x"], "classification.rules[0]: expected a mapping, got str"),
+        (["x"], 'classification.rules[0]: expected a rule object {name, pattern, failure_type}, got "x"'),
         ([{"name": "x", "pattern": "x"}], "classification.rules[0]: missing required key 'failure_type'"),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "colour": 1}],
-         "classification.rules[0]: unknown key 'colour' (allowed: name, pattern, failure_type, code_fixable, "
-         "transient, failure_class, keywords)"),
+         "classification.rules[0].colour: unknown key; known keys: name, pattern, failure_type, code_fixable, "
+         "transient, failure_class, keywords"),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "transient": "yes"}],
-         "classification.rules[0].transient: expected bool, got str"),
-        ([{"name": 3, "pattern": "x", "failure_type": "LINT"}], "classification.rules[0].name: expected str, got int"),
+         'classification.rules[0].transient: expected a boolean (true or false), got "yes"'),
+        ([{"name": 3, "pattern": "x", "failure_type": "LINT"}], "classification.rules[0].name: expected a non-empty string, got 3"),
         ([{"name": "x", "pattern": "x", "failure_type": "FLAKY"}],
          "classification.rules[0].failure_type: expected one of TEST_ASSERTION, TYPECHECK, LINT, BUILD_COMPILE, "
-         "TOOLING_ENV, TIMEOUT, UNKNOWN, got 'FLAKY'"),
+         "TOOLING_ENV, TIMEOUT, UNKNOWN, got \"FLAKY\""),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "failure_class": "weird"}],
-         "classification.rules[0].failure_class: expected one of deterministic, transient, environment, got 'weird'"),
+         "classification.rules[0].failure_class: expected one of deterministic, transient, environment, got \"weird\""),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "keywords": [""]}],
          "classification.rules[0].keywords: expected a list of non-empty strings"),
     ],
@@ -180,8 +181,34 @@ def test_rules_from_config_errors(rules: object, message: str) -> None:
 
 
 def test_rules_from_config_bad_regex() -> None:
-    with pytest.raises(ConfigError, match=r"^classification.rules\[0\].pattern: invalid regular expression \("):
+    with pytest.raises(ConfigError, match=r'^classification.rules\[0\].pattern: expected a valid regular expression, '
+                                          r'got "\(unclosed": missing \)'):
         rules_from_config([{"name": "x", "pattern": "(unclosed", "failure_type": "LINT"}])
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"name": "", "pattern": "x", "failure_type": "LINT"},  # hooks used to accept an empty name
+        {"name": "x", "pattern": "x", "failure_type": "LINT", "keywords": "db"},
+        {"name": "x", "pattern": "(", "failure_type": "LINT"},
+        {"name": "x", "pattern": "x", "failure_type": "LINT", "transient": 1},
+    ],
+)
+def test_config_and_hook_rules_share_one_validator(rule: Dict[str, Any]) -> None:
+    """A rule the config refuses is refused from a hook too, with the same words."""
+    with pytest.raises(ConfigError) as from_hook:
+        rules_from_config([rule])
+    with pytest.raises(ConfigError) as from_config:
+        merge_layers([("project.json", {"classification": {"rules": [rule]}})])
+    assert str(from_config.value) == f"project.json: ralf_lite.{from_hook.value}"
+
+
+def test_config_rules_may_carry_keywords_like_hook_rules() -> None:
+    rule = {"name": "db", "pattern": "locked", "failure_type": "TIMEOUT", "keywords": ["locked"]}
+    effective = merge_layers([("project.json", {"classification": {"rules": [rule]}})])
+    assert effective.get("classification.rules") == [rule]
+    assert rules_from_config(effective.get("classification.rules"))[0].keywords == ("locked",)
 
 
 # -- keyword pre-filter consistency ---------------------------------------------------------

@@ -33,8 +33,8 @@ from pytest_selfheal.config.settings import (
     Override,
     build_effective_config,
     config_error,
-    describe_value,
 )
+from pytest_selfheal.errors import describe_value
 
 # Config files are a few hundred bytes; the bound keeps a stray huge file from eating memory.
 MAX_CONFIG_BYTES = 8 * 1024 * 1024

@@ -30,14 +30,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pytest_selfheal.analysis.classify import RULE_KEYS, regex_problem, rule_from_mapping
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
-from pytest_selfheal.errors import ConfigError
-from pytest_selfheal.records.models import (
-    FAILURE_CLASS_DETERMINISTIC,
-    FAILURE_CLASS_ENVIRONMENT,
-    FAILURE_CLASS_TRANSIENT,
-    FAILURE_TYPES,
-)
+from pytest_selfheal.errors import ConfigError, describe_value
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -169,17 +164,12 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "four defaults always apply: a list here only adds to them."),
     KeySpec("classification.rules", RULES, [],
             "Extra classification rules `{name, pattern, failure_type, code_fixable, "
-            "transient, failure_class}` (the last three optional), matched against a "
+            "transient, failure_class, keywords}` (the last four optional), matched against a "
             "failure's message and text before the built-in rules."),
 )
 
 SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
 
-
-# Fields of one classification rule: name -> required (the same fields classify.py reads).
-_RULE_FIELDS = {"name": True, "pattern": True, "failure_type": True, "code_fixable": False,
-                "transient": False, "failure_class": False}
-_FAILURE_CLASSES = (FAILURE_CLASS_DETERMINISTIC, FAILURE_CLASS_TRANSIENT, FAILURE_CLASS_ENVIRONMENT)
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
@@ -257,28 +247,6 @@ class EffectiveConfig:
 # --- errors -------------------------------------------------------------------------
 
 
-def describe_value(value: Any) -> str:
-    """A short one-line rendering of a bad value for an error message."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-        return text if len(text) <= 80 else text[:76] + '..."'
-    if isinstance(value, (int, float)):
-        try:
-            text = repr(value)
-        except ValueError:  # an int too long to print
-            return "a very large integer"
-        return text if len(text) <= 40 else "a very large number"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
 def config_error(message: str) -> ConfigError:
     """A ConfigError whose message is guaranteed to be one line."""
     return ConfigError(" ".join(message.splitlines()))
@@ -301,27 +269,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # True is not an integer
 
 
-def _regex_problem(pattern: str) -> Optional[str]:
-    import warnings
-
-    try:
-        # A FutureWarning ("Possible nested set") would print two extra lines on stderr.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            re.compile(pattern)
-    except re.error as exc:
-        return str(exc)
-    except (RecursionError, OverflowError, ValueError, MemoryError):
-        return "too complex to compile"
-    return None
-
-
 def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> List[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
     if spec.kind == REGEXES:
         for index, pattern in enumerate(value):
-            problem = _regex_problem(pattern)
+            problem = regex_problem(pattern)
             if problem is not None:
                 raise config_error(f"{origin}: {where}[{index}]: expected a valid regular "
                                    f"expression, got {describe_value(pattern)}: {problem}")
@@ -329,37 +282,16 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> List[s
 
 
 def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> List[Dict[str, Any]]:
+    # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
     rules = []
     for index, rule in enumerate(value):
-        at = f"{where}[{index}]"
-        if not isinstance(rule, Mapping):
-            raise _type_error(origin, at, "a rule object {name, pattern, failure_type}", rule)
-        for field in rule:
-            if field not in _RULE_FIELDS:
-                raise _unknown_key(origin, f"{at}.{field}", str(field), list(_RULE_FIELDS))
-        for field, required in _RULE_FIELDS.items():
-            if required and field not in rule:
-                raise config_error(f"{origin}: {at}: missing required key {field!r}")
-        if not isinstance(rule["name"], str) or not rule["name"]:
-            raise _type_error(origin, f"{at}.name", "a non-empty string", rule["name"])
-        if not isinstance(rule["pattern"], str):
-            raise _type_error(origin, f"{at}.pattern", "a regular expression", rule["pattern"])
-        problem = _regex_problem(rule["pattern"])
-        if problem is not None:
-            raise config_error(f"{origin}: {at}.pattern: expected a valid regular expression, "
-                               f"got {describe_value(rule['pattern'])}: {problem}")
-        if rule["failure_type"] not in FAILURE_TYPES:
-            raise _type_error(origin, f"{at}.failure_type", "one of " + ", ".join(FAILURE_TYPES),
-                              rule["failure_type"])
-        for flag in ("code_fixable", "transient"):
-            if flag in rule and not isinstance(rule[flag], bool):
-                raise _type_error(origin, f"{at}.{flag}", _EXPECTED[BOOL], rule[flag])
-        if "failure_class" in rule and rule["failure_class"] not in _FAILURE_CLASSES:
-            raise _type_error(origin, f"{at}.failure_class", "one of " + ", ".join(_FAILURE_CLASSES),
-                              rule["failure_class"])
-        rules.append({field: rule[field] for field in _RULE_FIELDS if field in rule})
+        try:
+            rule_from_mapping(rule, f"{where}[{index}]")
+        except ConfigError as exc:
+            raise config_error(f"{origin}: {exc}") from None
+        rules.append({field: rule[field] for field in RULE_KEYS if field in rule})
     return rules
 
 
