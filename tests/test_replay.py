@@ -24,8 +24,10 @@ from test_loop import (
 )
 
 from pytest_selfheal.errors import Cancelled
-from pytest_selfheal.loop.policy import STOP_REASONS
-from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, final_status_of, replay
+from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.driver import build_run_result, pending_stop
+from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
+from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"
@@ -111,6 +113,30 @@ def test_final_status_of_every_stop_reason() -> None:
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
         "scope_expansion_denied": "escalated", "cancelled": None, "disabled": None,
     }
+
+
+@pytest.mark.parametrize("reason", STOP_REASONS)
+def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
+    """For every stop reason the driver's close-out and the event replay give one final status."""
+    # The driver: a stop recorded in attempt 1 without its final status, rebuilt on resume
+    # (pending_stop) and closed out (build_run_result, what finalize writes and logs).
+    attempt = {"iteration": 1, "result": "stop", "stop_reason": reason}
+    decision = pending_stop([attempt], None, "running")
+    assert decision is not None and decision.stop_reason == reason
+    capture = policy.Observation(0, {"t.py::t": "failed"}, ("f1",), ("UNKNOWN",), None)
+    result = build_run_result(ID, decision, observations=[capture], attempts=[attempt], pol=policy.LoopPolicy(),
+                              failure_signature=None, ralf_lite={})
+    # The replay: the events finalize appends for that stop.
+    replayed = replay([
+        _ev("incident_captured", status="new"),
+        _vf(1, "stop", reason),
+        _ev("loop_stopped", iteration=1, stop_reason=reason, final_status=result["final_status"]),
+    ])
+    assert replayed["stop_reason"] == reason
+    assert replayed["final_status"] == result["final_status"] == decision.final_status
+    open_stop = reason in (policy.CANCELLED, policy.DISABLED)
+    assert (result["final_status"] is None) == open_stop
+    assert (result["archived_to"] is None) == (open_stop or reason == policy.REPLAN_REQUESTED)
 
 
 def test_differences_name_the_key() -> None:

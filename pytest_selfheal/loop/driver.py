@@ -200,7 +200,7 @@ def _decision_from_dict(data: Mapping[str, Any], fallback_reason: Optional[str] 
     return policy.Decision(
         action=str(action),
         stop_reason=reason if isinstance(reason, str) else None,
-        final_status=data.get("final_status") if isinstance(data.get("final_status"), str) else final_status_of(reason),
+        final_status=data.get("final_status") if isinstance(data.get("final_status"), str) else policy.final_status_of(reason),
         progress=progress,
         same_error_repeats=_int("same_error_repeats"),
         no_progress_streak=_int("no_progress_streak"),
@@ -209,17 +209,6 @@ def _decision_from_dict(data: Mapping[str, Any], fallback_reason: Optional[str] 
         iteration=_int("iteration"),
         conditions=tuple(str(c) for c in data.get("conditions") or ((reason,) if reason else ())),
     )
-
-
-def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
-    """resolved / escalated / replan_requested for a stop reason; None when the incident stays open."""
-    if stop_reason is None or stop_reason in (policy.CANCELLED, policy.DISABLED):
-        return None
-    if stop_reason == policy.SUCCESS:
-        return policy.FINAL_RESOLVED
-    if stop_reason == policy.REPLAN_REQUESTED:
-        return policy.FINAL_REPLAN_REQUESTED
-    return policy.FINAL_ESCALATED
 
 
 def pending_stop(
@@ -665,7 +654,7 @@ def build_run_result(
     Deterministic for a given stop and attempts (runtime from the attempts' timestamps),
     so a resumed close-out writes the same document.
     """
-    final = final_status_of(decision.stop_reason)
+    final = policy.final_status_of(decision.stop_reason)
     archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
     values, origins = _effective_config_doc(ralf_lite, effective_config)
     point = policy.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
@@ -1270,7 +1259,6 @@ __all__ = [
     "build_run_result",
     "capture_diff_hash",
     "ensure_plan",
-    "final_status_of",
     "finalize",
     "loop_lock",
     "observations_from_disk",

@@ -474,14 +474,19 @@ def retry_eligible(observation: Observation, classification_transient: bool) -> 
 # --------------------------------------------------------------------------- decide
 
 
-def _final_status(reason: str) -> Optional[str]:
-    if reason == SUCCESS:
-        return FINAL_RESOLVED
-    if reason == REPLAN_REQUESTED:
-        return FINAL_REPLAN_REQUESTED
-    if reason in (CANCELLED, DISABLED):
+def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
+    """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
+
+    The one home of this mapping: :func:`decide`, the driver's run result and the event
+    replay all call it.
+    """
+    if stop_reason is None or stop_reason in (CANCELLED, DISABLED):
         # Nothing was decided about the failure: the incident stays open and resumable.
         return None
+    if stop_reason == SUCCESS:
+        return FINAL_RESOLVED
+    if stop_reason == REPLAN_REQUESTED:
+        return FINAL_REPLAN_REQUESTED
     return FINAL_ESCALATED
 
 
@@ -539,7 +544,7 @@ def decide(
             reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes
         )
         return Decision(
-            ACTION_STOP, reason, _final_status(reason), progress, same, streak, False, message, iteration, conditions
+            ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
         )
     retry = timeouts == 1
     return Decision(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from pytest_selfheal.loop.policy import final_status_of
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
     INCIDENT_CAPTURED,
@@ -32,19 +33,6 @@ from pytest_selfheal.store.root import Store
 
 INBOX = "inbox"
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
-
-_OPEN_STOPS = ("cancelled", "disabled")
-
-
-def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
-    """resolved / escalated / replan_requested for a stop reason in force; None for none."""
-    if stop_reason is None or stop_reason in _OPEN_STOPS:
-        return None
-    if stop_reason == "success":
-        return "resolved"
-    if stop_reason == "replan_requested":
-        return "replan_requested"
-    return "escalated"
 
 
 def _iteration_entry(record: Mapping[str, Any]) -> Dict[str, Any]:
@@ -163,4 +151,4 @@ def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> List[st
     return lines
 
 
-__all__ = ["COMPARED_KEYS", "differences", "final_status_of", "replay", "state_from_disk"]
+__all__ = ["COMPARED_KEYS", "differences", "replay", "state_from_disk"]
