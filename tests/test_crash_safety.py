@@ -3,7 +3,7 @@ same final result without losing or duplicating an attempt (issue 4 item 7, SPEC
 
 Two kinds of kill points:
 
-- *named steps*: the test-only hook ``SELFHEAL_TEST_KILL_AT=<step>`` (loop.KILL_STEPS) makes
+- *named steps*: the test-only hook ``SELFHEAL_TEST_KILL_AT=<step>`` (loop/control.py KILL_STEPS) makes
   the loop SIGKILL itself exactly there — every step of an iteration and of the close-out;
 - *random instants*: a real ``SIGKILL`` after a random delay (seeded, printed on failure).
 
@@ -41,7 +41,7 @@ from test_loop import (
 )
 
 from pytest_selfheal.cli.main import main as selfheal_main
-from pytest_selfheal.loop.driver import KILL_ENV, KILL_STEPS
+from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
 from pytest_selfheal.store.root import Store
 
 # scenario: (files, loop settings, expected (stop_reason, attempts, bucket, exit code))

@@ -22,17 +22,10 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.loop.driver import (
-    KILL_ENV,
-    agent_status_line,
-    finalize,
-    loop_lock,
-    observations_from_disk,
-    pending_stop,
-    record_iteration,
-    run_loop,
-    split_runs,
-)
+from pytest_selfheal.loop.control import KILL_ENV, loop_lock
+from pytest_selfheal.loop.driver import run_loop
+from pytest_selfheal.loop.records import agent_status_line, finalize, record_iteration
+from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.store.root import Store
@@ -308,7 +301,7 @@ def test_a_second_loop_on_the_same_incident_is_refused(tmp_path: Path) -> None:
     incident_id = capture(project)
     store = Store(project / ".selfheal")
     holder = subprocess.Popen(
-        [PY, "-c", "import sys, time; from pytest_selfheal.loop.driver import loop_lock; from pytest_selfheal.store.root import Store\n"
+        [PY, "-c", "import sys, time; from pytest_selfheal.loop.control import loop_lock; from pytest_selfheal.store.root import Store\n"
                    "with loop_lock(Store(sys.argv[1]), sys.argv[2]):\n    print('held', flush=True); time.sleep(30)",
          str(store.root), incident_id],
         stdout=subprocess.PIPE, text=True, env=run_env(),

@@ -45,7 +45,6 @@ from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.loop import driver as loop
-from pytest_selfheal.loop.driver import split_runs
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -53,6 +52,7 @@ from pytest_selfheal.loop.policy import (
     REPAIR_TIMEOUT,
     LoopPolicy,
 )
+from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.loop.verify import VERIFYING_ENV, terminate_group
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope

@@ -8,7 +8,7 @@ loses no recorded attempt"):
 - **every file-system operation**: ``_faultshim.py`` SIGKILLs the process just before its
   N-th write/rename/mkdir/unlink under the reports root, for N = 1 … (all of them in the
   full run): every intermediate state a crash can leave on disk;
-- **named loop steps**: ``SELFHEAL_TEST_KILL_AT=<step>`` for every step of ``loop.KILL_STEPS``.
+- **named loop steps**: ``SELFHEAL_TEST_KILL_AT=<step>`` for every step of ``loop.control.KILL_STEPS``.
 
 After each kill: every JSON file parses, only documented temp files exist, ``selfheal
 status --json`` exits 0 and lists every incident that existed before, attempt files are
@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from pytest_selfheal.loop.driver import KILL_ENV, KILL_STEPS
+from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
 
 from .conftest import (
     DETERMINISTIC,

@@ -1,0 +1,512 @@
+"""The loop's records: one iteration recorded (``attempt_XX.json`` + its events) and the close-out of a stop.
+
+- :func:`record_iteration` (used by the driver and by the agent-in-the-loop mode): under
+  the store lock, decides over the observations on disk plus this one, writes the next
+  ``attempt_XX.json`` (never twice: ``Store.write_attempt`` refuses to overwrite) and its
+  events, and on a stop calls :func:`finalize`.
+- **Every stop is recorded before it is acted on**: the attempt that stops carries
+  ``result: "stop"`` and its whole decision, so a resume after a kill anywhere in
+  :func:`finalize` completes the *same* stop (``run_result.json`` from
+  :func:`build_run_result`, the events, the archive or the replan) without duplicating
+  files or events.
+- The plan and status steps the records need (:func:`ensure_plan`, :func:`start_running`,
+  :func:`require_inbox`) and the status line for agents (:func:`agent_status_line`).
+
+The store lock is only held around these short read-decide-write steps, so captures of
+other incidents on the same root proceed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.control import kill_point
+from pytest_selfheal.loop.resume import (
+    capture_diff_hash,
+    has_event,
+    minutes_between,
+    observations_from_disk,
+    parse_stamp,
+    pending_on_disk,
+    read_context,
+    recover_events,
+    repeated_failure_data,
+    run_started,
+    split_runs,
+    verification_event,
+)
+from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.redact import REDACTED, default_redactor
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
+
+INBOX = "inbox"
+
+
+@dataclass
+class IterationOutcome:
+    """What :func:`record_iteration` recorded and decided."""
+
+    attempt: Dict[str, Any]  # the attempt_XX.json written ({} when a pending stop was completed instead)
+    decision: policy.Decision
+    closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
+    status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
+    run_result: Optional[Dict[str, Any]] = None  # when closed
+
+
+def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
+    """ONE parseable line for agents and humans (grammar in docs/loop.md "Status line").
+
+    ``selfheal: incident <id> iteration <k> of <N>: fingerprint same|changed, progress
+    yes|no -> CONTINUE`` or ``... -> STOP <stop_reason>``.
+    """
+    shown = dataclasses.replace(decision, iteration=iteration)
+    return policy.status_line(shown, policy.LoopPolicy(max_iterations=max_iterations), incident_id=incident_id)
+
+
+# --------------------------------------------------------------------------- attempt
+
+
+def _failure_record(failure: Failure) -> Dict[str, Any]:
+    data = failure.to_dict()
+    data.pop("target_paths", None)
+    return data
+
+
+def _attempt_document(
+    incident_id: str,
+    iteration: int,
+    *,
+    observation: policy.Observation,
+    decision: policy.Decision,
+    failures: Sequence[Failure],
+    new_failures: Sequence[Failure],
+    started_at: str,
+    finished_at: str,
+    mode: str,
+    verification_commands: Sequence[str],
+    exit_code: Optional[int],
+    duration_seconds: Optional[float],
+    repair: Optional[Mapping[str, Any]],
+) -> Dict[str, Any]:
+    if duration_seconds is None:
+        start, end = parse_stamp(started_at), parse_stamp(finished_at)
+        duration_seconds = minutes_between(start, end) * 60.0
+    repair_doc = dict(repair) if repair is not None else None
+    actions = repair_doc.get("actions_applied") if repair_doc else None
+    return {
+        "incident_id": incident_id,
+        "iteration": iteration,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "actions_applied": [str(a) for a in actions] if isinstance(actions, list) else [],
+        "verification_commands": list(verification_commands),
+        "verification_passed": policy.is_success(observation),
+        "result": decision.action,
+        "error_signature": failures[0].signature if failures else None,
+        "mode": mode,
+        "stop_reason": decision.stop_reason,
+        "outcomes": dict(observation.outcomes),
+        "failures": [_failure_record(f) for f in failures],
+        "new_failures": [_failure_record(f) for f in new_failures],
+        "fingerprint_changed": decision.progress.fingerprint_changed,
+        "progress": decision.progress.progress,
+        "progress_reasons": list(decision.progress.reasons),
+        "tests_fixed": list(decision.progress.tests_fixed),
+        "diff_hash": observation.diff_hash,
+        "exit_code": exit_code,
+        "duration_seconds": round(max(0.0, duration_seconds), 3),
+        "timed_out": observation.timed_out,
+        "repair": repair_doc,
+        "scope_denied": observation.scope_denied,
+        "same_error_repeats": decision.same_error_repeats,
+        "decision": decision.to_dict(),
+    }
+
+
+# --------------------------------------------------------------------------- plan + status
+
+
+def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
+    """The incident's plan, generated if missing (a capture killed before writing it);
+    moves ``new → planned``. Call under the store lock."""
+    if not store.has_plan(incident_id):
+        plan = build_plan(store.read_incident(incident_id), generated_at=ev.format_ts())
+        store.write_plan(incident_id, plan, render_plan_md(plan))
+        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
+    if store.read_status(incident_id) == NEW:
+        store.set_status(incident_id, PLANNED)
+    return store.read_plan(incident_id)
+
+
+def start_running(store: "Store", incident_id: str, **data: Any) -> None:
+    """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
+    ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
+    status = store.read_status(incident_id)
+    if status == NEW:
+        ensure_plan(store, incident_id)
+        status = store.read_status(incident_id)
+    elif status == PLAN_PROPOSED:
+        # Only reachable by hand: a completed replan goes on to planned by itself.
+        store.set_status(incident_id, PLANNED, reason="resume")
+        status = PLANNED
+    if status == PLANNED:
+        store.set_status(incident_id, RUNNING, **data)
+
+
+def require_inbox(store: "Store", incident_id: str) -> None:
+    """Refuse (``RefusedError``, exit 5) an incident that is already archived."""
+    bucket, _ = store.locate(incident_id)
+    if bucket != INBOX:
+        raise RefusedError(f"incident {incident_id} is already archived in error_archive/{bucket}")
+
+
+# --------------------------------------------------------------------------- record
+
+
+def redactor_for(ralf_lite: Mapping[str, Any]) -> Any:
+    """The redactor the ``ralf_lite.redaction`` section configures."""
+    section = ralf_lite.get("redaction")
+    return default_redactor(section if isinstance(section, Mapping) else None)
+
+
+def record_iteration(
+    store: "Store",
+    incident_id: str,
+    *,
+    ralf_lite: Mapping[str, Any],
+    outcomes: Mapping[str, str],
+    failures: Sequence[Failure],
+    diff_hash: Optional[str],
+    started_at: str,
+    finished_at: str,
+    mode: str,
+    verification_commands: Sequence[str],
+    exit_code: Optional[int],
+    timed_out: bool = False,
+    repair: Optional[Mapping[str, Any]] = None,
+    new_failures: Sequence[Failure] = (),
+    project_root: Path,
+    effective_config: Optional["EffectiveConfig"] = None,
+    duration_seconds: Optional[float] = None,
+) -> IterationOutcome:
+    """Record one verification as the incident's next attempt, decide, and close if it stops.
+
+    Under the store lock: completes a pending stop instead if there is one (nothing new is
+    recorded then); otherwise moves ``planned → running`` if needed, decides over the
+    observations on disk plus this one, writes ``attempt_XX.json`` (the next free number),
+    appends ``verification_finished`` (and ``repeated_failure_detected`` when the same
+    failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
+
+    ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
+    provider's result (``{provider, result, files_changed, patch, scope_denied?,
+    actions_applied?}``) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    Raises ``RefusedError`` for an archived incident.
+    """
+    incident_id = validate_incident_id(incident_id)
+    pol = policy.LoopPolicy.from_config(ralf_lite)
+    with store.lock():
+        require_inbox(store, incident_id)
+        attempts = store.read_attempts(incident_id)
+        recover_events(store, incident_id, attempts)
+        waiting = pending_on_disk(store, incident_id, attempts)
+        if waiting is not None:
+            result = finalize(
+                store,
+                incident_id,
+                waiting,
+                ralf_lite=ralf_lite,
+                project_root=project_root,
+                effective_config=effective_config,
+            )
+            line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
+            return IterationOutcome({}, waiting, True, line, result)
+        incident = store.read_incident(incident_id)
+        context = read_context(store, incident_id)
+        previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        repair_result = repair.get("result") if repair is not None else None
+        observation = policy.Observation(
+            iteration=len(previous),
+            outcomes=dict(outcomes),
+            fingerprints=tuple(f.fingerprint for f in failures),
+            failure_types=tuple(f.failure_type for f in failures),
+            diff_hash=diff_hash,
+            timed_out=timed_out,
+            repair_result=repair_result if isinstance(repair_result, str) else None,
+            scope_denied=bool(repair.get("scope_denied", False)) if repair is not None else False,
+        )
+        observations = previous + [observation]
+        first_start = run_started(attempts) or parse_stamp(started_at)
+        elapsed = minutes_between(first_start, parse_stamp(finished_at))
+        decision = policy.decide(pol, observations, elapsed_minutes=elapsed)
+        iteration = store.next_attempt_number(incident_id)
+        start_running(store, incident_id, iteration=iteration)
+        attempt = _attempt_document(
+            incident_id,
+            iteration,
+            observation=observation,
+            decision=decision,
+            failures=failures,
+            new_failures=new_failures,
+            started_at=started_at,
+            finished_at=finished_at,
+            mode=mode,
+            verification_commands=verification_commands,
+            exit_code=exit_code,
+            duration_seconds=duration_seconds,
+            repair=repair,
+        )
+        store.write_attempt(incident_id, attempt)
+        kill_point("record:after_attempt")
+        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))
+        kill_point("record:after_verification_event")
+        if decision.same_error_repeats >= 2:
+            store.append_event(
+                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
+            )
+        line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
+        if not decision.stopped:
+            return IterationOutcome(attempt, decision, False, line)
+        result = finalize(
+            store,
+            incident_id,
+            decision,
+            ralf_lite=ralf_lite,
+            observations=observations,
+            project_root=project_root,
+            effective_config=effective_config,
+        )
+        return IterationOutcome(attempt, decision, True, line, result)
+
+
+
+# --------------------------------------------------------------------------- finalize
+
+
+def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]]) -> float:
+    _, run = split_runs(attempts)
+    if not run:
+        return 0.0
+    return round(minutes_between(parse_stamp(run[0].get("started_at")), parse_stamp(run[-1].get("finished_at"))), 3)
+
+
+def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    for attempt in reversed(attempts):
+        if attempt.get("error_signature"):
+            return str(attempt["error_signature"])
+    signature = incident.get("error_signature")
+    return str(signature) if signature else None
+
+
+def _redact_config(redactor: Any, value: Any) -> Any:
+    """Redact a config value; in argv lists (``repair.command``) a word following a flag is
+    checked as ``--flag=word`` too, so ``["agent", "--token", "abc123"]`` loses its secret."""
+    if isinstance(value, dict):
+        return {k: _redact_config(redactor, v) for k, v in value.items()}
+    if isinstance(value, list):
+        out: List[Any] = []
+        for index, item in enumerate(value):
+            previous = value[index - 1] if index else None
+            if isinstance(item, str) and isinstance(previous, str) and previous.startswith("-") and "=" not in previous:
+                joined = f"{previous}={item}"
+                if redactor.redact(joined) != joined:
+                    out.append(REDACTED)
+                    continue
+            out.append(_redact_config(redactor, item))
+        return out
+    return redactor.redact(value) if isinstance(value, str) else value
+
+
+def _effective_config_doc(
+    ralf_lite: Mapping[str, Any], effective_config: Optional["EffectiveConfig"]
+) -> Tuple[Dict[str, Any], Optional[Dict[str, str]]]:
+    values = _redact_config(redactor_for(ralf_lite), dict(effective_config.values if effective_config is not None else ralf_lite))
+    origins = dict(effective_config.origins) if effective_config is not None else None
+    return values, origins
+
+
+def build_run_result(
+    incident_id: str,
+    decision: policy.Decision,
+    *,
+    observations: Sequence[policy.Observation],
+    attempts: Sequence[Mapping[str, Any]],
+    pol: policy.LoopPolicy,
+    failure_signature: Optional[str],
+    ralf_lite: Mapping[str, Any],
+    effective_config: Optional["EffectiveConfig"] = None,
+) -> Dict[str, Any]:
+    """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
+
+    Deterministic for a given stop and attempts (runtime from the attempts' timestamps),
+    so a resumed close-out writes the same document.
+    """
+    final = policy.final_status_of(decision.stop_reason)
+    archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
+    values, origins = _effective_config_doc(ralf_lite, effective_config)
+    point = policy.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
+    result: Dict[str, Any] = {
+        "incident_id": incident_id,
+        "final_status": final,
+        "loops_used": decision.iteration,
+        "runtime_minutes": _run_runtime_minutes(attempts),
+        "same_error_repeats": decision.same_error_repeats,
+        "archived_to": archived_to,
+        "stop_reason": decision.stop_reason,
+        "message": decision.message,
+        "iteration": int(attempts[-1]["iteration"]) if attempts else 0,
+        "flaky_tests": policy.flaky_tests(observations),
+        "tests_fixed": policy.fixed_tests(observations),
+        "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
+        "decision_point": point,
+        "handoff": policy.handoff(observations, decision),
+        "decision": decision.to_dict(),
+        "effective_config": values,
+    }
+    if origins is not None:
+        result["effective_config_origins"] = origins
+    return result
+
+
+def finalize(
+    store: "Store",
+    incident_id: str,
+    decision: policy.Decision,
+    *,
+    ralf_lite: Mapping[str, Any],
+    observations: Optional[Sequence[policy.Observation]] = None,
+    project_root: Path,
+    effective_config: Optional["EffectiveConfig"] = None,
+) -> Dict[str, Any]:
+    """Close the loop for ``decision`` (a stop); returns the run result. Idempotent.
+
+    - resolved/escalated: ``run_result.json``, ``decision_point_needed`` + ``loop_stopped``,
+      then ``Store.archive`` (status move + ``incident_archived`` + one rename);
+    - ``replan_requested``: ``run_result.json`` (``archived_to: null``), the events,
+      ``running → plan_proposed``, the plan regenerated with ``plan.replan`` (``plan_generated``
+      with ``replan: true``), ``plan_proposed → planned``; nothing archived;
+    - ``cancelled`` / ``disabled``: only the two events (always appended: each is a new
+      stop); nothing else changes, the incident stays open and resumable. The returned
+      dict has the run-result shape with ``final_status: null`` and is not written.
+
+    Every step checks what is already done (the run result of this stop, each event of
+    this stop — keyed by the last attempt number and the stop reason —, the status, the
+    plan's ``replanned_at_iteration``), so a resume after a kill at any point completes it
+    without duplicates. ``observations`` default to the ones on disk.
+    """
+    if not decision.stopped or decision.stop_reason is None:
+        raise ValueError("finalize() needs a decision that stops the loop")
+    reason = decision.stop_reason
+    pol = policy.LoopPolicy.from_config(ralf_lite)
+    with store.lock():
+        bucket, _ = store.locate(incident_id)
+        attempts = store.read_attempts(incident_id)
+        incident = store.read_incident(incident_id)
+        if observations is None:
+            context = read_context(store, incident_id)
+            observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        last = int(attempts[-1]["iteration"]) if attempts else 0
+        result = build_run_result(
+            incident_id,
+            decision,
+            observations=observations,
+            attempts=attempts,
+            pol=pol,
+            failure_signature=_failure_signature(incident, attempts),
+            ralf_lite=ralf_lite,
+            effective_config=effective_config,
+        )
+        point = result["decision_point"]
+        stop_data = {"iteration": last, "stop_reason": reason}
+        if reason in (policy.CANCELLED, policy.DISABLED):
+            store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
+            store.append_event(
+                incident_id, ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
+                message=decision.message,
+            )
+            return result
+        if bucket != INBOX:
+            # Archived already: the close-out completed (the archive is its last step).
+            existing = store.read_run_result(incident_id)
+            return existing if existing is not None else result
+        existing = store.read_run_result(incident_id)
+        if existing is None or existing.get("iteration") != last or existing.get("stop_reason") != reason:
+            store.write_run_result(incident_id, result)
+        kill_point("finalize:after_run_result")
+        records, _ = store.read_events(incident_id)
+        if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
+            store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
+        kill_point("finalize:after_decision_point")
+        if not has_event(records, ev.LOOP_STOPPED, **stop_data):
+            store.append_event(
+                incident_id,
+                ev.LOOP_STOPPED,
+                **stop_data,
+                final_status=result["final_status"],
+                archived_to=result["archived_to"],
+                loop_iteration=decision.iteration,
+                flaky_tests=result["flaky_tests"],
+                tests_fixed=result["tests_fixed"],
+                message=decision.message,
+            )
+        kill_point("finalize:after_loop_stopped")
+        if reason == policy.REPLAN_REQUESTED:
+            _replan(store, incident_id, attempts, last)
+        else:
+            kill_point("finalize:before_archive")
+            store.archive(incident_id, str(result["final_status"]))
+        return result
+
+
+def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
+    """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
+    status = store.read_status(incident_id)
+    if status == RUNNING:
+        store.set_status(incident_id, PLAN_PROPOSED, reason="replan_requested", iteration=last)
+        status = PLAN_PROPOSED
+    kill_point("finalize:after_plan_proposed")
+    if status != PLAN_PROPOSED:
+        return  # planned already: the replan completed before a kill
+    plan = store.read_plan(incident_id)
+    if plan.get("replanned_at_iteration") != last:
+        _, run = split_runs(attempts[:-1]) if attempts else (None, [])
+        run_attempts = list(run) + ([attempts[-1]] if attempts else [])
+        new = replan(plan, run_attempts, generated_at=ev.format_ts())
+        new["replanned_at_iteration"] = last
+        store.write_plan(incident_id, new, render_plan_md(new))
+        plan = new
+    kill_point("finalize:after_replan_written")
+    records, _ = store.read_events(incident_id)
+    if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
+        store.append_event(
+            incident_id,
+            ev.PLAN_GENERATED,
+            replan=True,
+            revision=plan.get("revision"),
+            replanned_at_iteration=last,
+            actions=[a.get("id") for a in plan.get("actions", []) if isinstance(a, Mapping)],
+        )
+    store.set_status(incident_id, PLANNED, reason="replan", iteration=last)
+
+
+__all__ = [
+    "INBOX",
+    "IterationOutcome",
+    "agent_status_line",
+    "build_run_result",
+    "ensure_plan",
+    "finalize",
+    "record_iteration",
+    "redactor_for",
+    "require_inbox",
+    "start_running",
+]

@@ -1,0 +1,320 @@
+"""The loop's state as the files hold it, for every step and every resume (docs/loop.md).
+
+**Disk is the truth**: the driver and the records rebuild what they need from
+``incident.json``, ``context.json``, the attempts, ``run_result.json`` and the event log
+at every step, never from memory:
+
+- the loop runs (:func:`split_runs`) and their observations (:func:`observations_from_disk`),
+  with the capture's diff hash (:func:`capture_diff_hash`);
+- a recorded stop whose close-out has not completed (:func:`pending_stop`,
+  :func:`pending_on_disk`), rebuilt as the same :class:`policy.Decision`;
+- the events a kill may have lost between a file and its log line (:func:`recover_events`),
+  with the event data an attempt implies (:func:`verification_event`,
+  :func:`repeated_failure_data`);
+- the timestamps of the records (:func:`stamp`, :func:`parse_stamp`, :func:`minutes_between`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
+from pytest_selfheal.gitstate import clean_tree_hash
+from pytest_selfheal.loop import policy
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED
+
+# --------------------------------------------------------------------------- time
+
+
+def utcnow() -> datetime:
+    """Now, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def stamp(moment: datetime) -> str:
+    """The timestamp form of the records (ISO 8601, milliseconds)."""
+    return ev.format_ts(moment, "milliseconds")
+
+
+def parse_stamp(text: Any) -> Optional[datetime]:
+    """A recorded timestamp as an aware datetime (naive ones are UTC); None when absent or invalid."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def minutes_between(start: Optional[datetime], end: Optional[datetime]) -> float:
+    """Minutes from ``start`` to ``end``, never negative; 0 when either is unknown."""
+    if start is None or end is None:
+        return 0.0
+    return max(0.0, (end - start).total_seconds() / 60.0)
+
+
+# --------------------------------------------------------------------------- runs and observations
+
+
+def split_runs(attempts: Sequence[Mapping[str, Any]]) -> Tuple[Optional[Mapping[str, Any]], List[Mapping[str, Any]]]:
+    """``(baseline attempt or None, attempts of the current loop run)``.
+
+    A ``replan_requested`` stop ends a loop run: the next run (on the regenerated plan)
+    starts afresh — its own iteration budget, repeat and no-progress counters — with the
+    last attempt of the previous run as its baseline (observation 0) instead of the capture.
+    """
+    boundary = -1
+    for index, attempt in enumerate(attempts):
+        if attempt.get("result") == policy.ACTION_STOP and attempt.get("stop_reason") == policy.REPLAN_REQUESTED:
+            boundary = index
+    if boundary < 0:
+        return None, list(attempts)
+    return attempts[boundary], list(attempts[boundary + 1:])
+
+
+def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """The working-tree diff hash at capture time, or None when unknown.
+
+    ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
+    ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
+    at that commit (gitstate.clean_tree_hash); otherwise unknown.
+    """
+    value = incident.get("diff_hash")
+    if isinstance(value, str) and value:
+        return value
+    git_info = (context or {}).get("git")
+    if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
+        return clean_tree_hash(str(git_info["commit"]))
+    return None
+
+
+def observations_from_disk(
+    incident: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    *,
+    capture_hash: Optional[str] = None,
+) -> List[policy.Observation]:
+    """The observations of the current loop run: observation 0, then one per attempt.
+
+    Observation 0 is the capture (the incident's failures, ``capture_hash`` as its diff
+    hash — default: ``incident.json``'s ``diff_hash``) for the first run, or the last
+    attempt of the previous run after a ``replan_requested`` stop (see :func:`split_runs`).
+    """
+    baseline, run = split_runs(attempts)
+    if baseline is None:
+        diff = capture_hash if capture_hash is not None else capture_diff_hash(incident)
+        first = policy.capture_observation(incident, diff_hash=diff)
+    else:
+        first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0)
+    return [first] + [policy.observation_from_attempt(a) for a in run]
+
+
+def run_started(attempts: Sequence[Mapping[str, Any]]) -> Optional[datetime]:
+    """When the current loop run's first attempt started; None before its first attempt."""
+    _, run = split_runs(attempts)
+    return parse_stamp(run[0].get("started_at")) if run else None
+
+
+def _decision_from_dict(data: Mapping[str, Any], fallback_reason: Optional[str] = None) -> policy.Decision:
+    """Rebuild a recorded :class:`policy.Decision` (``Decision.to_dict()`` form)."""
+    reason = data.get("stop_reason", fallback_reason)
+    action = data.get("action") or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE)
+    progress = policy.Progress(
+        bool(data.get("progress", False)),
+        tuple(str(r) for r in data.get("progress_reasons") or ()),
+        bool(data.get("fingerprint_changed", False)),
+        tuple(str(t) for t in data.get("tests_fixed") or ()),
+    )
+
+    def _int(key: str) -> int:
+        value = data.get(key, 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    return policy.Decision(
+        action=str(action),
+        stop_reason=reason if isinstance(reason, str) else None,
+        final_status=(
+            data.get("final_status") if isinstance(data.get("final_status"), str) else policy.final_status_of(reason)
+        ),
+        progress=progress,
+        same_error_repeats=_int("same_error_repeats"),
+        no_progress_streak=_int("no_progress_streak"),
+        retry_timeout=bool(data.get("retry_timeout", False)),
+        message=str(data.get("message") or f"Stopped: {reason}."),
+        iteration=_int("iteration"),
+        conditions=tuple(str(c) for c in data.get("conditions") or ((reason,) if reason else ())),
+    )
+
+
+def pending_stop(
+    attempts: Sequence[Mapping[str, Any]],
+    run_result: Optional[Mapping[str, Any]],
+    status: str,
+    replanned_at: Optional[int] = None,
+) -> Optional[policy.Decision]:
+    """A recorded stop whose close-out has not completed, or None.
+
+    The most recent record wins: ``run_result.json`` when it belongs to the latest attempt
+    (its ``iteration`` equals the last attempt number, 0 when there is none), else the last
+    attempt when it says ``stop``. A ``replan_requested`` stop is complete once the status
+    is back to ``planned``, or the plan says it was regenerated for this stop
+    (``replanned_at``: the plan's ``replanned_at_iteration``) and a new run has moved the
+    status on; a resolved/escalated stop is complete once archived (callers only ask for
+    inbox incidents).
+    """
+    last = int(attempts[-1]["iteration"]) if attempts else 0
+    source: Optional[Mapping[str, Any]] = None
+    if run_result is not None and run_result.get("iteration") == last and run_result.get("stop_reason"):
+        recorded = run_result.get("decision")
+        source = recorded if isinstance(recorded, Mapping) else {"stop_reason": run_result.get("stop_reason")}
+    elif attempts and attempts[-1].get("result") == policy.ACTION_STOP:
+        recorded = attempts[-1].get("decision")
+        source = recorded if isinstance(recorded, Mapping) else {"stop_reason": attempts[-1].get("stop_reason")}
+    if source is None or not source.get("stop_reason"):
+        return None
+    decision = _decision_from_dict(source)
+    if decision.stop_reason == policy.REPLAN_REQUESTED and (
+        status == PLANNED or (replanned_at == last and status != PLAN_PROPOSED)
+    ):
+        return None
+    return decision
+
+
+def pending_on_disk(
+    store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]]
+) -> Optional[policy.Decision]:
+    """:func:`pending_stop` from the files of ``incident_id`` (call under the store lock)."""
+    replanned_at: Optional[int] = None
+    if store.has_plan(incident_id):
+        value = store.read_plan(incident_id).get("replanned_at_iteration")
+        replanned_at = value if isinstance(value, int) and not isinstance(value, bool) else None
+    return pending_stop(attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at)
+
+
+def read_context(store: "Store", incident_id: str) -> Optional[Dict[str, Any]]:
+    """``context.json`` of the incident, or None when it is missing or unreadable."""
+    try:
+        return store.read_context(incident_id)
+    except (InputError, NotFoundError, StoreIOError):
+        return None  # context.json is informative only: a bad one never blocks the loop
+
+
+# --------------------------------------------------------------------------- events
+
+
+def _recorded_decision(attempt: Mapping[str, Any]) -> Mapping[str, Any]:
+    recorded = attempt.get("decision")
+    return recorded if isinstance(recorded, Mapping) else {}
+
+
+def verification_event(attempt: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``verification_finished`` data: enough to replay the loop from events alone."""
+    failures = attempt.get("failures") or []
+    repair = attempt.get("repair")
+    decision = _recorded_decision(attempt)
+    return {
+        "iteration": attempt["iteration"],
+        "loop_iteration": decision.get("iteration"),
+        "mode": attempt.get("mode"),
+        "verification_passed": attempt["verification_passed"],
+        "result": attempt["result"],
+        "stop_reason": attempt.get("stop_reason"),
+        "outcomes": attempt.get("outcomes") or {},
+        "fingerprints": [f.get("fingerprint") for f in failures],
+        "failure_types": [f.get("failure_type") for f in failures],
+        "error_signature": attempt.get("error_signature"),
+        "diff_hash": attempt.get("diff_hash"),
+        "timed_out": bool(attempt.get("timed_out", False)),
+        "repair_result": repair.get("result") if isinstance(repair, Mapping) else None,
+        "scope_denied": bool(attempt.get("scope_denied", False)),
+        "progress": attempt.get("progress"),
+        "progress_reasons": attempt.get("progress_reasons") or [],
+        "fingerprint_changed": attempt.get("fingerprint_changed"),
+        "same_error_repeats": decision.get("same_error_repeats"),
+        "no_progress_streak": decision.get("no_progress_streak"),
+        "exit_code": attempt.get("exit_code"),
+    }
+
+
+def has_event(records: Sequence[Mapping[str, Any]], name: str, **match: Any) -> bool:
+    """True when ``records`` hold an event ``name`` whose fields equal every ``match``."""
+    return any(r.get("event") == name and all(r.get(k) == v for k, v in match.items()) for r in records)
+
+
+def _replayed_status(records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    status: Optional[str] = None
+    for record in records:
+        if record.get("event") == ev.INCIDENT_CAPTURED:
+            status = str(record.get("status") or NEW)
+        elif record.get("event") == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
+            status = str(record["to"])
+    return status
+
+
+def recover_events(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]]) -> int:
+    """Append the events a kill may have lost; returns how many were added. Call under the store lock.
+
+    A kill between ``attempt_XX.json`` and its ``verification_finished`` (or
+    ``repeated_failure_detected``) line, or between ``status.txt`` and its
+    ``status_changed`` line, would leave the event log behind the files; the missing
+    records are appended (marked ``recovered: true``) so ``selfheal replay`` equals the disk.
+    """
+    records, _ = store.read_events(incident_id)
+    added = 0
+    for attempt in attempts:
+        iteration = attempt["iteration"]
+        if not has_event(records, ev.VERIFICATION_FINISHED, iteration=iteration):
+            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt))
+            added += 1
+        repeats = _recorded_decision(attempt).get("same_error_repeats")
+        if isinstance(repeats, int) and repeats >= 2 and not has_event(
+            records, ev.REPEATED_FAILURE_DETECTED, iteration=iteration
+        ):
+            store.append_event(
+                incident_id,
+                ev.REPEATED_FAILURE_DETECTED,
+                recovered=True,
+                **repeated_failure_data(attempt, repeats),
+            )
+            added += 1
+    actual = store.read_status(incident_id)
+    logged = _replayed_status(records)
+    if logged is not None and logged != actual:
+        store.append_event(incident_id, ev.STATUS_CHANGED, **{"from": logged, "to": actual, "recovered": True})
+        added += 1
+    return added
+
+
+def repeated_failure_data(attempt: Mapping[str, Any], repeats: int) -> Dict[str, Any]:
+    """The ``repeated_failure_detected`` data for an attempt that saw its failure ``repeats`` times in a row."""
+    failures = attempt.get("failures") or []
+    return {
+        "iteration": attempt["iteration"],
+        "fingerprints": sorted({str(f.get("fingerprint")) for f in failures}),
+        "error_signature": attempt.get("error_signature"),
+        "same_error_repeats": repeats,
+    }
+
+
+__all__ = [
+    "capture_diff_hash",
+    "has_event",
+    "minutes_between",
+    "observations_from_disk",
+    "parse_stamp",
+    "pending_on_disk",
+    "pending_stop",
+    "read_context",
+    "recover_events",
+    "repeated_failure_data",
+    "run_started",
+    "split_runs",
+    "stamp",
+    "utcnow",
+    "verification_event",
+]
