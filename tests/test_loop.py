@@ -18,16 +18,16 @@ from typing import Any, Dict, List, Mapping, Optional
 import pytest
 from schema_check import assert_valid
 
-from pytest_selfheal.loop import policy
-from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
 from pytest_selfheal.loop.control import KILL_ENV, loop_lock
 from pytest_selfheal.loop.driver import run_loop
-from pytest_selfheal.loop.records import agent_status_line, finalize, record_iteration
+from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.models import Failure
-from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.store.root import Store
 
 PY = sys.executable

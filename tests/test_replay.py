@@ -25,8 +25,8 @@ from test_loop import (
 
 from pytest_selfheal.errors import Cancelled
 from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.attempts import build_run_result
 from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
-from pytest_selfheal.loop.records import build_run_result
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.resume import pending_stop
 from pytest_selfheal.store.root import Store

@@ -9,7 +9,7 @@
   names it (tests/test_crash_safety.py; never set outside tests).
 
 Used by the driver (:mod:`pytest_selfheal.loop.driver`) and the records it writes
-(:mod:`pytest_selfheal.loop.records`).
+(:mod:`pytest_selfheal.loop.attempts`).
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError
 from pytest_selfheal.gitstate import diff_hash
 from pytest_selfheal.loop import policy
-from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
-from pytest_selfheal.loop.records import (
+from pytest_selfheal.loop.attempts import (
     IterationOutcome,
     agent_status_line,
     ensure_plan,
@@ -42,6 +41,7 @@ from pytest_selfheal.loop.records import (
     require_inbox,
     start_running,
 )
+from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
