@@ -23,8 +23,9 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.loop.agent_mode import OpenIncident, open_incidents, record_agent_attempts
 from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.report.build import build_report, render_markdown, render_terminal
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_markdown, render_terminal
 from pytest_selfheal.store.fsio import atomic_write_text
 from pytest_selfheal.store.root import Store
 

@@ -268,7 +268,7 @@ def test_a_refused_verification_is_reported_then_decides_the_exit_code(tmp_path:
 
 
 def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
-    from pytest_selfheal.report.build import build_report
+    from pytest_selfheal.report.data import build_report
 
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"

@@ -13,7 +13,8 @@ from typing import Any, Dict, List
 import pytest
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
-from pytest_selfheal.report.build import REPORT_HEADING, REPORT_SCHEMA_VERSION, validate_report
+from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
+from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"

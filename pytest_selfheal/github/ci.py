@@ -53,8 +53,9 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.redact import Redactor, default_redactor
-from pytest_selfheal.report.build import build_report, code, render_headline, render_markdown, text
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
+from pytest_selfheal.report.render import code, render_headline, render_markdown, text
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.root import Store

@@ -8,8 +8,8 @@ from typing import List
 
 from pytest_selfheal.cli.commands.report import add_format_arguments, emit, output_format
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.report.build import merge_reports
 from pytest_selfheal.report.load import read_report
+from pytest_selfheal.report.merge import merge_reports
 
 NAME = "merge"
 HELP = "merge the JSON reports of several jobs (e.g. a CI matrix) into one report"

@@ -10,8 +10,9 @@ from typing import Any, Dict, List, Optional
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.report.build import build_report, render_markdown
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_markdown
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
