@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the merged report; 2 bad arguments, 3 a bad report file, 4 a missing one."""
+    """Print the merged report; 2 bad arguments or plugin, 3 a bad report file, 4 a missing one."""
     output_format(args)
     names: List[str] = list(args.names) if args.names else [str(p) for p in args.reports]
     if len(names) != len(args.reports):
