@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 import pytest
 
-from pytest_selfheal import hooks
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import INI_KEYS
@@ -23,8 +22,10 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.loop.agent_mode import OpenIncident, open_incidents, record_agent_attempts
 from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.report.build import build_report, render_markdown, render_terminal
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_terminal
+from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store.fsio import atomic_write_text
 from pytest_selfheal.store.root import Store
 
@@ -269,10 +270,9 @@ class Recorder:
         self.lines.extend(render_terminal(report))
         path = self.effective.get("report_path")
         if path:
-            extra = hooks.report_sections(self.config.pluginmanager, report)
             redactor = default_redactor(self.effective.get("redaction"))
             target = Path(self.config.rootpath, str(path))
-            atomic_write_text(target, redactor.redact(render_markdown(report, extra_sections=extra)))
+            atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
             self.lines.append(f"report written to {target}")
 
     def outcomes_incidents(self) -> Set[str]:

@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
-from pytest_selfheal.report.build import IncidentRun, build_report, merge_reports, render_markdown  # noqa: E402
+from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
+from pytest_selfheal.report.merge import merge_reports  # noqa: E402
+from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
 def _build(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:

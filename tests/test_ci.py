@@ -13,6 +13,8 @@ from typing import Dict, List, Mapping, Optional
 import pytest
 from fake_github import FakeGitHub
 from test_actions_env import parse_github_output
+from test_report_cli import SECTIONS_PLUGIN
+from test_repair import fake_distribution
 
 from pytest_selfheal.github import ci
 from pytest_selfheal.cli.main import main
@@ -264,11 +266,41 @@ def test_a_refused_verification_is_reported_then_decides_the_exit_code(tmp_path:
     assert "selfheal: error:" in done.stdout
 
 
+def test_report_section_hooks_reach_summary_file_and_comment(tmp_path: Path, fake_github: FakeGitHub) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, "ci_report_sections", SECTIONS_PLUGIN)
+    fake_github.add_comment(PR, f"{MARKER}\nold report", "github-actions[bot]")  # a green run only updates
+    project = make_project(tmp_path / "proj", {"test_ok.py": "def test_ok():\n    assert True\n"})
+    env = actions_env(tmp_path, fake_github)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
+
+    done = run_ci(project, env, "--", "-q")
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
+    section = "\n### Coverage\n\nCovered: none (no_incidents)\n"
+    assert Path(env["GITHUB_STEP_SUMMARY"]).read_text().endswith(section)
+    assert Path(outputs_of(env)["report-path"]).read_text().endswith(section)
+    (comment,) = ours(fake_github)
+    assert section in str(comment["body"])
+
+    # A crashing hook is a warning naming its plugin: the report is published without its sections.
+    env["SECTIONS_HOOK_CRASH"] = "1"
+    for path in (env["GITHUB_STEP_SUMMARY"], env["GITHUB_OUTPUT"]):
+        Path(path).write_text("")
+    crashed = run_ci(project, env, "--", "-q")
+    assert crashed.returncode == EXIT_OK, crashed.stdout + crashed.stderr
+    warnings = [line for line in crashed.stdout.splitlines() if line.startswith("::warning::")]
+    assert any("plugin 'ci_report_sections' failed: RuntimeError: coverage server down" in w for w in warnings)
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "## RALF Lite Loop Report" in summary and "### Coverage" not in summary
+    assert "### Coverage" not in str(ours(fake_github)[0]["body"])
+
+
 # --------------------------------------------------------------------------- comment-only mode
 
 
 def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
-    from pytest_selfheal.report.build import build_report
+    from pytest_selfheal.report.data import build_report
 
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"

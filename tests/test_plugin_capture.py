@@ -225,3 +225,33 @@ def test_plain():
     incident = read(folder / "incident.json")
     assert incident["tdd_nodeids"] == ["test_t.py::test_red_first"]
     assert incident["nodeids"] == ["test_t.py::test_red_first", "test_t.py::test_plain"]
+
+
+SECTIONS_CONFTEST = """
+import os
+
+def pytest_selfheal_report_sections(report):
+    if os.environ.get("SECTIONS_HOOK_CRASH"):
+        raise RuntimeError("coverage server down")
+    ids = ",".join(e["incident_id"] for e in report["incidents"])
+    return [{"title": "Coverage", "markdown": "Covered: " + ids}]
+"""
+
+
+def test_report_file_carries_hook_sections(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.makeconftest(SECTIONS_CONFTEST)
+    result = project.runpytest("--selfheal", "--selfheal-report", "report.md")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    (folder,) = incidents(project.path)
+    body = (project.path / "report.md").read_text()
+    assert body.startswith("## RALF Lite Loop Report\n")
+    assert body.endswith(f"\n### Coverage\n\nCovered: {folder.name}\n")
+
+    # A crashing hook costs the file, never the run: one error line, pytest's exit code kept.
+    (project.path / "report.md").unlink()
+    monkeypatch.setenv("SECTIONS_HOOK_CRASH", "1")
+    crashed = project.runpytest("--selfheal", "--selfheal-report", "report.md")
+    assert crashed.ret == pytest.ExitCode.TESTS_FAILED
+    crashed.stdout.fnmatch_lines(["selfheal: error: the pytest_selfheal_report_sections hook of plugin *"
+                                  "failed: RuntimeError: coverage server down"])
+    assert not (project.path / "report.md").exists()

@@ -10,25 +10,27 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from pytest_selfheal.loop import policy
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.report.build import (
-    GRID_MAX_COLUMNS,
-    GRID_MAX_TESTS,
-    MERMAID_MAX_INCIDENTS,
+from pytest_selfheal.loop import policy
+from pytest_selfheal.report.data import (
     REASON_ORDER,
-    REPORT_HEADING,
     REPORT_SCHEMA_VERSION,
     IncidentRun,
     build_report,
-    code,
     deciding_incident,
-    merge_reports,
+    validate_report,
+)
+from pytest_selfheal.report.merge import merge_reports
+from pytest_selfheal.report.render import (
+    GRID_MAX_COLUMNS,
+    GRID_MAX_TESTS,
+    MERMAID_MAX_INCIDENTS,
+    REPORT_HEADING,
+    code,
     render_headline,
     render_markdown,
     render_terminal,
     text,
-    validate_report,
 )
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"

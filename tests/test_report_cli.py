@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from test_repair import fake_distribution
 
+from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
-from pytest_selfheal.report.build import REPORT_HEADING, REPORT_SCHEMA_VERSION, validate_report
+from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
+from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
@@ -242,3 +245,75 @@ def test_merge_usage_errors(tmp_path: Path, project: Path) -> None:
     assert names.returncode == EXIT_USAGE and "1 --name values for 2 reports" in one_line_error(names)
     nothing = selfheal("merge", cwd=tmp_path)
     assert nothing.returncode == EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- report-section hooks
+
+
+# A pytest11 plugin adding one section (also used by tests/test_ci.py).
+SECTIONS_PLUGIN = """
+    import os
+    import pluggy
+    hookimpl = pluggy.HookimplMarker("pytest")
+
+    @hookimpl
+    def pytest_selfheal_report_sections(report):
+        if os.environ.get("SECTIONS_HOOK_CRASH"):
+            raise RuntimeError("coverage server down")
+        ids = ",".join(e["incident_id"] for e in report["incidents"]) or "none"
+        return [{"title": "Coverage", "markdown": f"Covered: {ids} ({report['final_status']})\\n"}]
+"""
+
+
+@pytest.fixture
+def sections_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``pytest11`` plugin (in a fake distribution on sys.path) adding a report section."""
+    name = "report_sections_cli"
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, name, SECTIONS_PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    return name
+
+
+def test_report_markdown_carries_hook_sections(project: Path, sections_plugin: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(project)
+    assert main(["report", "incident_20261122_090000_fl4ky1"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith(REPORT_HEADING + "\n")
+    assert out.endswith("\n### Coverage\n\nCovered: incident_20261122_090000_fl4ky1 (resolved)\n")
+    target = tmp_path / "report.md"
+    assert main(["report", "incident_20261122_090000_fl4ky1", "--output", str(target)]) == EXIT_OK
+    assert target.read_text(encoding="utf-8") == out
+    # The JSON is the data only: sections are markdown, added where markdown is rendered.
+    assert main(["report", "incident_20261122_090000_fl4ky1", "--json"]) == EXIT_OK
+    assert "Covered:" not in capsys.readouterr().out
+
+
+def test_merge_markdown_carries_hook_sections(project: Path, sections_plugin: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(project)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["report", "incident_20261122_090000_fl4ky1", "--json", "--output", str(a)]) == EXIT_OK
+    assert main(["report", "incident_20261122_101500_ab12cd", "--json", "--output", str(b)]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["merge", str(a), str(b), "--headline"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith("**selfheal: escalated")
+    covered = "incident_20261122_090000_fl4ky1,incident_20261122_101500_ab12cd (escalated)"
+    assert out.endswith(f"\n### Coverage\n\nCovered: {covered}\n")
+
+
+def test_a_crashing_section_hook_is_one_config_error(project: Path, sections_plugin: str,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("SECTIONS_HOOK_CRASH", "1")
+    assert main(["report", "incident_20261122_090000_fl4ky1"]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (f"selfheal: error: the pytest_selfheal_report_sections hook of plugin {sections_plugin!r} "
+                   "failed: RuntimeError: coverage server down\n")

@@ -14,7 +14,8 @@ from typing import List
 
 import pytest
 
-from pytest_selfheal.report.build import REPORT_HEADING, validate_report
+from pytest_selfheal.report.data import validate_report
+from pytest_selfheal.report.render import REPORT_HEADING
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "regen_report_golden.py"

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import pluggy
+
 from pytest_selfheal import hooks
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
@@ -33,6 +35,7 @@ from pytest_selfheal.errors import (
     EXIT_UNRESOLVED,
     EXIT_USAGE,
     Cancelled,
+    ConfigError,
     SelfhealError,
     UsageError,
 )
@@ -53,8 +56,10 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.redact import Redactor, default_redactor
-from pytest_selfheal.report.build import build_report, code, render_headline, render_markdown, text
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
+from pytest_selfheal.report.render import code, render_headline, text
+from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.root import Store
@@ -363,10 +368,17 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
 
-def render_ci_markdown(report: Mapping[str, Any], info: Mapping[str, Any], *, error: Optional[str] = None) -> str:
-    """The headline, a blank line, then the report (``render_markdown`` without its own
-    headline); ``error`` (a loop error) is added as a last section."""
-    body = f"{ci_headline(report, info)}\n\n{render_markdown(report)}"
+def render_ci_markdown(
+    report: Mapping[str, Any],
+    info: Mapping[str, Any],
+    *,
+    error: Optional[str] = None,
+    pm: Optional[pluggy.PluginManager] = None,
+) -> str:
+    """The headline, a blank line, then the report (without its own headline, plus the
+    sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
+    last section. A failing section hook is a ``ConfigError``."""
+    body = f"{ci_headline(report, info)}\n\n{report_markdown(report, pm)}"
     if error:
         body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
     return body
@@ -575,10 +587,12 @@ def run_ci(
 ) -> CiResult:
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
 
-    Raises ConfigError/UsageError (2) before anything runs on a bad config or option,
-    InputError (3) for a corrupted reports root, Cancelled (130) on Ctrl-C/SIGTERM during
-    the loop. A loop error (e.g. a verification command refused, 5) is reported (summary,
-    outputs, comment) and then decides the exit code. Comment failures are warnings.
+    Raises ConfigError/UsageError (2) before anything runs on a bad config or option or a
+    ``pytest11`` plugin that fails to load, InputError (3) for a corrupted reports root,
+    Cancelled (130) on Ctrl-C/SIGTERM during the loop. A loop error (e.g. a verification
+    command refused, 5) is reported (summary, outputs, comment) and then decides the exit
+    code. Comment failures, and a failing report-section hook (the report is then
+    published without hook sections), are warnings.
     """
     source: Mapping[str, str] = os.environ if env is None else env
     here = Path.cwd() if cwd is None else Path(cwd)
@@ -586,6 +600,8 @@ def run_ci(
     ctx = ActionsContext.from_env(source)
     rep = _Reporter(out, ctx.in_actions)
     effective, redactor = _load(options, here, source)
+    # Once, before anything runs: the loop's repair hooks and the report's sections.
+    pm = hooks.cli_plugin_manager()
 
     root = _resolve(options.reports_dir or Path(str(effective.get("reports_dir"))), here)
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
@@ -616,7 +632,7 @@ def run_ci(
             rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
             try:
                 loop_result = run_incident_loop(
-                    store, incident_id, effective=effective, cwd=here, pluginmanager=hooks.cli_plugin_manager(),
+                    store, incident_id, effective=effective, cwd=here, pluginmanager=pm,
                     interactive=False, unattended=True, out=rep.say, env=test_env,
                 )
             except Cancelled:
@@ -632,7 +648,13 @@ def run_ci(
 
     number = options.pull_request if options.pull_request is not None else ctx.pull_request_number()
     info = ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url)
-    markdown = redactor.redact(render_ci_markdown(report, info, error=str(error) if error else None))
+    loop_error = str(error) if error else None
+    try:
+        markdown = render_ci_markdown(report, info, error=loop_error, pm=pm)
+    except ConfigError as exc:  # a broken section hook must not cost the summary, files and comment
+        rep.warn(redactor.redact(str(exc)))
+        markdown = render_ci_markdown(report, info, error=loop_error)
+    markdown = redactor.redact(markdown)
     document = redactor.redact_obj({**report, "ci": info})
     if error is not None:
         exit_code = error.exit_code
@@ -659,7 +681,8 @@ def comment_from_report(
     """Comment-only mode: render ``options.comment_from`` (a report JSON written by
     ``selfheal ci`` or ``selfheal merge --json``), append it to the job summary, write the
     outputs and post the sticky comment. Runs no test and no code from the report's
-    project: for the trusted ``workflow_run`` half of the fork-PR recipe.
+    project, and calls no hook (so no report-section hook adds to the comment): for the
+    trusted ``workflow_run`` half of the fork-PR recipe.
 
     Exit code 0 (the tests' verdict was the other workflow's job); 3/4 for a bad or
     missing report file, 2 for bad options.

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from pytest_selfheal.errors import InputError, NotFoundError
-from pytest_selfheal.report.build import IncidentRun, validate_report
+from pytest_selfheal.report.data import IncidentRun, validate_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 

@@ -8,8 +8,8 @@ from typing import List
 
 from pytest_selfheal.cli.commands.report import add_format_arguments, emit, output_format
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.report.build import merge_reports
 from pytest_selfheal.report.load import read_report
+from pytest_selfheal.report.merge import merge_reports
 
 NAME = "merge"
 HELP = "merge the JSON reports of several jobs (e.g. a CI matrix) into one report"
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the merged report; 2 bad arguments, 3 a bad report file, 4 a missing one."""
+    """Print the merged report; 2 bad arguments or plugin, 3 a bad report file, 4 a missing one."""
     output_format(args)
     names: List[str] = list(args.names) if args.names else [str(p) for p in args.reports]
     if len(names) != len(args.reports):

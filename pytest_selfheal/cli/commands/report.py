@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from pytest_selfheal import hooks
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.report.build import build_report, render_markdown
+from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
@@ -65,26 +67,29 @@ def build_from_store(store: "Store", incident_ids: List[str], project_root: Path
 
 
 def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
-    """Print ``report`` (or write it to ``--output``) in the chosen format."""
-    fmt = output_format(args)
-    if args.output is None:
-        if fmt == "json":
-            print_json(report)
-        else:
-            print(render_markdown(report, headline=args.headline), end="")
-        return
+    """Print ``report`` (or write it to ``--output``) in the chosen format.
 
+    The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of
+    the installed ``pytest11`` plugins; a broken plugin is a ``ConfigError`` (2).
+    """
+    fmt = output_format(args)
+    if fmt == "json" and args.output is None:
+        print_json(report)
+        return
     if fmt == "json":
         body = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     else:
-        body = render_markdown(report, headline=args.headline)
+        body = report_markdown(report, hooks.cli_plugin_manager(), headline=args.headline)
+    if args.output is None:
+        print(body, end="")
+        return
     target = Path(args.output)
     fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
     fsio.atomic_write_text(target, body)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; 2 bad arguments/id/config, 3 corrupted files, 4 unknown id, 6 unwritable output."""
+    """Print the report; 2 bad arguments/id/config/plugin, 3 corrupted files, 4 unknown id, 6 unwritable output."""
     if args.all and args.incident_id is not None:
         raise UsageError("give an incident ID or --all, not both")
     output_format(args)  # a contradiction fails before anything is read

@@ -1,0 +1,575 @@
+"""The ``## RALF Lite Loop Report`` data (SPEC §10): the report JSON and its validation.
+
+Pure: no file I/O, no clock. The input is plain dicts as the store reads them
+(``incident.json``, ``plan.json``, ``attempt_XX.json``, ``run_result.json``) wrapped in
+:class:`IncidentRun`; the output is the report JSON (``build_report``). ``validate_report``
+checks a report JSON read back from a file; ``report.merge`` unites shard reports and
+``report.render`` turns a report into markdown and terminal lines. Every field and rule is
+documented in docs/report.md; keep the two in step.
+
+Everything is deterministic (sorted, no timestamps but those in the data) so golden
+files stay stable. Input is assumed to be redacted already.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from pytest_selfheal.config.settings import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.loop import policy
+
+REPORT_SCHEMA_VERSION = 1
+REPORT_TITLE = "RALF Lite Loop Report"
+
+INBOX = "inbox"
+# Origin of config values taken from a run_result.json when no effective config was given.
+RUN_RESULT_ORIGIN = "run_result.json"
+
+# Keys a report JSON must have (``validate_report``), top level and per incident.
+REQUIRED_KEYS: Tuple[str, ...] = (
+    "schema_version", "title", "enabled", "effective_config", "origins", "auto_tasks_looped",
+    "total_retries", "incidents", "stop_reason", "final_status", "recommended_next_action",
+)
+INCIDENT_KEYS: Tuple[str, ...] = (
+    "incident_id", "status", "bucket", "final_status", "stop_reason", "loops_used", "tasks",
+    "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests",
+)
+TASK_KEYS: Tuple[str, ...] = ("task", "attempts", "stop_reason")
+
+# Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
+# Outcome: escalated, then replan_requested, then not finished, then resolved last.
+_OUTCOME_RANK: Dict[str, int] = {
+    policy.FINAL_ESCALATED: 0,
+    policy.FINAL_REPLAN_REQUESTED: 1,
+    policy.FINAL_RESOLVED: 3,
+}
+_UNFINISHED_RANK = 2
+# Stop reasons in the loop's own precedence (most specific diagnosis first), except that
+# success ranks last and "no stop reason yet" just before it.
+REASON_ORDER: Tuple[Optional[str], ...] = tuple(
+    r for r in policy.PRECEDENCE if r != policy.SUCCESS
+) + (None, policy.SUCCESS)
+
+
+# --------------------------------------------------------------------------- input
+
+
+@dataclass(frozen=True)
+class IncidentRun:
+    """One incident's files as read from the store: the input of :func:`build_report`.
+
+    ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
+    ``incident["status"]`` should carry the authoritative status (``status.txt``).
+    """
+
+    incident: Mapping[str, Any]
+    plan: Optional[Mapping[str, Any]] = None
+    attempts: Sequence[Mapping[str, Any]] = ()
+    run_result: Optional[Mapping[str, Any]] = None
+    bucket: str = INBOX
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly form (the shape of the golden-file inputs)."""
+        return {
+            "incident": copy.deepcopy(dict(self.incident)),
+            "plan": copy.deepcopy(dict(self.plan)) if self.plan is not None else None,
+            "attempts": [copy.deepcopy(dict(a)) for a in self.attempts],
+            "run_result": copy.deepcopy(dict(self.run_result)) if self.run_result is not None else None,
+            "bucket": self.bucket,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "incident run") -> "IncidentRun":
+        """The inverse of :meth:`to_dict`; ``InputError`` naming ``source`` on a bad shape."""
+        if not isinstance(data, Mapping):
+            raise InputError(f"{source}: expected an object")
+        incident = data.get("incident")
+        if not isinstance(incident, Mapping) or not isinstance(incident.get("incident_id"), str):
+            raise InputError(f"{source}: 'incident' must be an object with a string incident_id")
+        plan = data.get("plan")
+        run_result = data.get("run_result")
+        attempts = data.get("attempts", [])
+        if plan is not None and not isinstance(plan, Mapping):
+            raise InputError(f"{source}: 'plan' must be an object or null")
+        if run_result is not None and not isinstance(run_result, Mapping):
+            raise InputError(f"{source}: 'run_result' must be an object or null")
+        if not isinstance(attempts, list) or not all(isinstance(a, Mapping) for a in attempts):
+            raise InputError(f"{source}: 'attempts' must be a list of objects")
+        bucket = data.get("bucket", INBOX)
+        if not isinstance(bucket, str):
+            raise InputError(f"{source}: 'bucket' must be a string")
+        return cls(incident, plan, tuple(attempts), run_result, bucket)
+
+
+# --------------------------------------------------------------------------- tolerant readers
+# The records are plain dicts from disk: read each field tolerantly (a wrong type reads as
+# the default) so one odd record never stops a report. Rendering uses these too.
+
+
+def as_str(value: Any, default: str = "") -> str:
+    """``value`` if it is a string, else ``default``."""
+    return value if isinstance(value, str) else default
+
+
+def opt_str(value: Any) -> Optional[str]:
+    """``value`` if it is a string, else None."""
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any, default: int = 0) -> int:
+    """``value`` if it is an int (not a bool), else ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def opt_bool(value: Any) -> Optional[bool]:
+    """``value`` if it is a bool, else None."""
+    return value if isinstance(value, bool) else None
+
+
+def dicts(value: Any) -> List[Mapping[str, Any]]:
+    """The mappings in a list ``value`` (others dropped); [] when it is no list."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
+
+
+def strs(value: Any) -> List[str]:
+    """The strings in a list ``value`` (others dropped); [] when it is no list."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
+
+
+def unique(items: Iterable[str]) -> List[str]:
+    """``items`` without repeats, in first-seen order."""
+    return list(dict.fromkeys(items))
+
+
+def _nodeid(failure: Mapping[str, Any]) -> Optional[str]:
+    """A failure's selection: its pytest node id, else its runner-independent test identity."""
+    return opt_str(failure.get("nodeid")) or opt_str(failure.get("test"))
+
+
+def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    # Accept both the bare ralf_lite mapping and the files' {"ralf_lite": {...}} form.
+    inner = config.get(ROOT_KEY)
+    if len(config) == 1 and isinstance(inner, Mapping):
+        return inner
+    return config
+
+
+def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> Dict[str, Any]:
+    merged: Dict[str, Any] = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
+    flat: Dict[str, Any] = {}
+    for key in sorted(config, key=str):
+        value = config[key]
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_config(value, dotted))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _strip_root(key: str) -> str:
+    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _resolve_config(
+    effective_config: Optional[Mapping[str, Any]],
+    origins: Optional[Mapping[str, str]],
+    runs: Sequence[IncidentRun],
+) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The report's config (every ralf_lite key present) and the origin of every leaf.
+
+    The given config wins; without one, the first recorded ``run_result.effective_config``
+    (origin ``run_result.json``); else the built-in defaults. Missing keys are filled
+    from the defaults (origin ``default``).
+    """
+    given: Optional[Mapping[str, Any]] = None
+    given_origin: Optional[str] = None
+    if effective_config is not None:
+        given = _unwrap_config(effective_config)
+    else:
+        for run in runs:
+            recorded = (run.run_result or {}).get("effective_config")
+            if isinstance(recorded, Mapping):
+                given, given_origin = _unwrap_config(recorded), RUN_RESULT_ORIGIN
+                break
+    values = _deep_merge(DEFAULTS, given or {})
+    named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
+    given_keys = set(flatten_config(given or {}))
+    resolved: Dict[str, str] = {}
+    for key in flatten_config(values):
+        if key in named:
+            resolved[key] = named[key]
+        elif given_origin is not None and key in given_keys:
+            resolved[key] = given_origin
+        else:
+            resolved[key] = DEFAULT_ORIGIN
+    return values, resolved
+
+
+def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
+    raw_outcomes = attempt.get("outcomes")
+    outcomes = (
+        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(raw_outcomes, Mapping)
+        else {}
+    )
+    repair = attempt.get("repair")
+    return {
+        "iteration": as_int(attempt.get("iteration")),
+        "mode": opt_str(attempt.get("mode")),
+        "started_at": opt_str(attempt.get("started_at")),
+        "finished_at": opt_str(attempt.get("finished_at")),
+        "result": opt_str(attempt.get("result")),
+        "stop_reason": opt_str(attempt.get("stop_reason")),
+        "verification_passed": attempt.get("verification_passed") is True,
+        "outcomes": outcomes,
+        "fingerprints": [as_str(f.get("fingerprint")) for f in dicts(attempt.get("failures")) if f.get("fingerprint")],
+        "error_signature": opt_str(attempt.get("error_signature")),
+        "fingerprint_changed": opt_bool(attempt.get("fingerprint_changed")),
+        "progress": opt_bool(attempt.get("progress")),
+        "progress_reasons": strs(attempt.get("progress_reasons")),
+        "diff_hash": opt_str(attempt.get("diff_hash")),
+        "repair_result": opt_str(repair.get("result")) if isinstance(repair, Mapping) else None,
+        "timed_out": attempt.get("timed_out") is True,
+    }
+
+
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any]]) -> Tuple[int, bool]:
+    """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
+
+    An iteration counts when it verified any of the action's node ids, until every one of
+    them has passed (its latest outcome). Without node ids or per-test outcomes, every
+    iteration counts and ``verification_passed`` decides.
+    """
+    latest: Dict[str, str] = {}
+    count = 0
+    for iteration in iterations:
+        outcomes: Mapping[str, str] = iteration["outcomes"]
+        if nodeids and outcomes:
+            touched = [n for n in nodeids if n in outcomes]
+            if not touched:
+                continue
+            count += 1
+            latest.update({n: outcomes[n] for n in touched})
+            if all(latest.get(n) == "passed" for n in nodeids):
+                return count, True
+        else:
+            count += 1
+            if iteration["verification_passed"]:
+                return count, True
+    return count, False
+
+
+def _observations(run: IncidentRun) -> List[policy.Observation]:
+    """The loop's observations (capture + attempts), or [] when the records do not allow it."""
+    try:
+        capture = policy.capture_observation(run.incident)
+        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
+    except (InputError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool) -> str:
+    if not finished:
+        if looped:
+            return f"Continue the loop: selfheal loop {incident_id}"
+        if not has_plan:
+            return f"Generate the plan and run the loop: selfheal plan {incident_id}, then selfheal loop {incident_id}"
+        return f"Run the loop: selfheal loop {incident_id}"
+    try:
+        return policy.recommended_next_action(stop_reason)
+    except ValueError:  # a stop reason this version does not know
+        return f"Investigate manually: selfheal show {incident_id}"
+
+
+def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
+    incident = run.incident
+    incident_id = as_str(incident.get("incident_id"))
+    status = as_str(incident.get("status"), "new")
+    attempts = sorted(run.attempts, key=lambda a: as_int(a.get("iteration")))
+    iterations = [_iteration_entry(a) for a in attempts]
+    rr = run.run_result
+    last = iterations[-1] if iterations else None
+    stopped_attempt = last is not None and last["result"] == policy.ACTION_STOP
+    finished = rr is not None or stopped_attempt
+    stop_reason: Optional[str] = opt_str(rr.get("stop_reason")) if rr is not None else None
+    if stop_reason is None and stopped_attempt and last is not None:
+        stop_reason = last["stop_reason"]
+    final_status = as_str(rr.get("final_status"), status) if rr is not None else status
+    loops_used = as_int(rr.get("loops_used"), len(iterations)) if rr is not None else len(iterations)
+
+    failures = dicts(incident.get("failures"))
+    capture_fps = [as_str(f.get("fingerprint")) for f in failures if f.get("fingerprint")]
+    fingerprints_per_iteration = [capture_fps] + [list(i["fingerprints"]) for i in iterations]
+
+    # The loop's own verdicts when recorded; else the same rules over the recorded observations.
+    recorded = rr or {}
+    needs_observations = "flaky_tests" not in recorded or "tests_fixed" not in recorded
+    observations = _observations(run) if needs_observations else []
+    flaky = strs(recorded["flaky_tests"]) if "flaky_tests" in recorded else (
+        policy.flaky_tests(observations) if observations else [])
+    fixed = strs(recorded["tests_fixed"]) if "tests_fixed" in recorded else (
+        policy.fixed_tests(observations) if observations else [])
+    # A test that passed on re-run with no code change was not fixed: it is flaky.
+    tests_fixed = [t for t in unique(fixed) if t not in flaky]
+
+    tasks: List[Dict[str, Any]] = []
+    for action in dicts((run.plan or {}).get("actions")):
+        nodeids = strs(action.get("nodeids"))
+        count, passed = _task_progress(nodeids, iterations)
+        if passed:
+            task_stop: Optional[str] = policy.SUCCESS
+        elif finished and (count > 0 or loops_used == 0):
+            task_stop = stop_reason  # the loop stopped while this action was still failing
+        else:
+            task_stop = None  # not run (yet), or never verified by the loop
+        tasks.append({
+            "task": as_str(action.get("id"), f"A{len(tasks) + 1}"),
+            "label": as_str(action.get("id"), f"A{len(tasks) + 1}"),
+            "title": as_str(action.get("title")),
+            "nodeids": nodeids,
+            "attempts": count,
+            "stop_reason": task_stop,
+            "passed": passed,
+            "flaky": bool(nodeids) and passed and all(n in flaky for n in nodeids),
+            "fingerprint": opt_str(action.get("fingerprint")),
+            "fingerprints": strs(action.get("fingerprints")),
+            "signature": opt_str(action.get("signature")),
+            "failure_type": opt_str(action.get("failure_type")),
+        })
+
+    new_failures: List[Dict[str, Any]] = []
+    seen: Set[Tuple[str, str]] = set()
+    for attempt in attempts:
+        for failure in dicts(attempt.get("new_failures")):
+            key = (_nodeid(failure) or "", as_str(failure.get("fingerprint")))
+            if key in seen:
+                continue
+            seen.add(key)
+            new_failures.append({
+                "nodeid": _nodeid(failure),
+                "fingerprint": opt_str(failure.get("fingerprint")),
+                "signature": opt_str(failure.get("signature")),
+                "failure_type": opt_str(failure.get("failure_type")),
+                "iteration": as_int(attempt.get("iteration")),
+            })
+
+    recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None)
+    recorded_handoff = rr.get("handoff") if rr is not None else None
+    if isinstance(recorded_handoff, Mapping):
+        handoff = copy.deepcopy(dict(recorded_handoff))
+        if isinstance(handoff.get("recommended_next_action"), str):
+            recommended = handoff["recommended_next_action"]
+    else:
+        handoff = {
+            "iterations": len(iterations),
+            "fingerprints_per_iteration": copy.deepcopy(fingerprints_per_iteration),
+            "fixed": list(tests_fixed),
+            "flaky_tests": list(flaky),
+        }
+    handoff["recommended_next_action"] = recommended
+    decision = rr.get("decision_point") if rr is not None else None
+    run_config = rr.get("effective_config") if rr is not None else None
+    runtime = rr.get("runtime_minutes") if rr is not None else None
+
+    return {
+        "incident_id": incident_id,
+        "status": status,
+        "bucket": run.bucket,
+        "created_at": opt_str(incident.get("created_at")),
+        "step": opt_str(incident.get("step")),
+        "failure_class": opt_str(incident.get("failure_class")),
+        "error_signature": opt_str(incident.get("error_signature")),
+        "capture_tests": unique(n for n in (_nodeid(f) for f in failures) if n),
+        "plan_revision": as_int((run.plan or {}).get("revision"), 1) if run.plan is not None else None,
+        "finished": finished,
+        "final_status": final_status,
+        "stop_reason": stop_reason,
+        "loops_used": loops_used,
+        "same_error_repeats": as_int(rr.get("same_error_repeats")) if rr is not None else None,
+        "runtime_minutes": runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
+        "archived_to": opt_str(rr.get("archived_to")) if rr is not None else None,
+        "run_config": copy.deepcopy(dict(_unwrap_config(run_config))) if isinstance(run_config, Mapping) else None,
+        "tasks": tasks,
+        "iterations": iterations,
+        "fingerprints_per_iteration": fingerprints_per_iteration,
+        "tests_fixed": tests_fixed,
+        "flaky_tests": list(unique(flaky)),
+        "new_failures": new_failures,
+        "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
+        "handoff": handoff,
+    }
+
+
+def _short_ids(incident_ids: Sequence[str]) -> Dict[str, str]:
+    """The shortest common suffix length (from 6) that tells the incidents apart."""
+    ids = unique(incident_ids)
+    longest = max((len(i) for i in ids), default=0)
+    for size in range(6, longest + 1):
+        suffixes = {i: (i if len(i) <= size else "…" + i[-size:]) for i in ids}
+        if len(set(suffixes.values())) == len(ids):
+            return suffixes
+    return {i: i for i in ids}
+
+
+def _label_tasks(incidents: List[Dict[str, Any]]) -> None:
+    """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
+    owners: Dict[str, Set[str]] = {}
+    for entry in incidents:
+        for task in entry["tasks"]:
+            owners.setdefault(str(task["task"]), set()).add(str(entry["incident_id"]))
+    collide = any(len(ids) > 1 for ids in owners.values())
+    short = _short_ids([str(e["incident_id"]) for e in incidents])
+    for entry in incidents:
+        for task in entry["tasks"]:
+            task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
+
+
+def _severity(entry: Mapping[str, Any]) -> Tuple[int, int]:
+    outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
+    if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
+        outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
+    reason = entry.get("stop_reason")
+    # Even ranks for known reasons; an unknown one sits after the known failures and
+    # before "no stop reason yet".
+    rank = 2 * REASON_ORDER.index(reason) if reason in REASON_ORDER else 2 * REASON_ORDER.index(None) - 1
+    return outcome, rank
+
+
+def deciding_incident(incidents: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+    """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
+
+    Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
+    stop reason in the loop's precedence (success last), then report order.
+    """
+    best: Optional[Mapping[str, Any]] = None
+    for entry in incidents:
+        if best is None or _severity(entry) < _severity(best):
+            best = entry
+    return best
+
+
+def finish_report(report: Dict[str, Any]) -> Dict[str, Any]:
+    """Fill the derived plan-level fields from ``report["incidents"]``."""
+    incidents: List[Dict[str, Any]] = report["incidents"]
+    _label_tasks(incidents)
+    report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
+    report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
+    worst = deciding_incident(incidents)
+    if worst is None:
+        report["stop_reason"] = None
+        report["final_status"] = "no_incidents"
+        report["recommended_next_action"] = "Nothing to do: no incident was captured."
+        report["deciding_incident"] = None
+    else:
+        report["stop_reason"] = worst.get("stop_reason")
+        report["final_status"] = worst.get("final_status")
+        action = as_str((worst.get("handoff") or {}).get("recommended_next_action"))
+        report["recommended_next_action"] = (
+            f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
+        )
+        report["deciding_incident"] = worst["incident_id"]
+    return report
+
+
+def build_report(
+    *,
+    incidents: Sequence[IncidentRun],
+    effective_config: Optional[Mapping[str, Any]] = None,
+    origins: Optional[Mapping[str, str]] = None,
+    enabled: bool = True,
+) -> Dict[str, Any]:
+    """The report JSON for ``incidents`` (fields: docs/report.md "JSON").
+
+    ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
+    ``{"ralf_lite": ...}`` form is accepted too) and ``origins`` its ``{dotted key:
+    origin}``. ``enabled`` is False when selfheal itself is off; the report says
+    ``Enabled: false`` also when ``ralf_lite.enabled`` is false. Incidents are sorted by
+    ``created_at`` then id; a repeated id is kept once (the first).
+    """
+    values, resolved = _resolve_config(effective_config, origins, incidents)
+    runs: List[IncidentRun] = []
+    seen: Set[str] = set()
+    for run in incidents:
+        incident_id = as_str(run.incident.get("incident_id"))
+        if incident_id in seen:
+            continue
+        seen.add(incident_id)
+        runs.append(run)
+    runs.sort(key=lambda r: (as_str(r.incident.get("created_at")), as_str(r.incident.get("incident_id"))))
+    report: Dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "title": REPORT_TITLE,
+        "enabled": bool(enabled) and values.get("enabled") is not False,
+        "effective_config": values,
+        "origins": resolved,
+        "config_differences": [],
+        "shards": [],
+        "incidents": [_incident_entry(run) for run in runs],
+    }
+    return finish_report(report)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _expect(condition: bool, source: str, where: str, expected: str) -> None:
+    if not condition:
+        raise InputError(f"{source}: {where}: expected {expected}")
+
+
+def validate_report(data: Any, source: str = "report") -> Dict[str, Any]:
+    """``data`` if it is a report JSON this version can render and merge, else ``InputError``.
+
+    Checks ``schema_version`` and the keys listed in docs/report.md "Validation";
+    the message names ``source`` and the first bad key (one line).
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
+        raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
+                         f"(expected {REPORT_SCHEMA_VERSION})")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise InputError(f"{source}: not a RALF Lite Loop Report: missing key {missing[0]!r}")
+    _expect(isinstance(data["effective_config"], dict), source, "effective_config", "an object")
+    _expect(isinstance(data["origins"], dict), source, "origins", "an object")
+    _expect(isinstance(data["enabled"], bool), source, "enabled", "true or false")
+    _expect(isinstance(data["incidents"], list), source, "incidents", "a list")
+    for i, entry in enumerate(data["incidents"]):
+        where = f"incidents[{i}]"
+        _expect(isinstance(entry, dict), source, where, "an object")
+        for key in INCIDENT_KEYS:
+            _expect(key in entry, source, f"{where}.{key}", "a value (missing)")
+        _expect(isinstance(entry["incident_id"], str), source, f"{where}.incident_id", "a string")
+        _expect(isinstance(entry["loops_used"], int) and not isinstance(entry["loops_used"], bool), source,
+                f"{where}.loops_used", "an integer")
+        for key in ("tasks", "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests"):
+            _expect(isinstance(entry[key], list), source, f"{where}.{key}", "a list")
+        for j, task in enumerate(entry["tasks"]):
+            _expect(isinstance(task, dict) and all(k in task for k in TASK_KEYS), source,
+                    f"{where}.tasks[{j}]", "an object with task, attempts, stop_reason")
+            _expect(isinstance(task["attempts"], int) and not isinstance(task["attempts"], bool), source,
+                    f"{where}.tasks[{j}].attempts", "an integer")
+        for j, iteration in enumerate(entry["iterations"]):
+            _expect(isinstance(iteration, dict) and isinstance(iteration.get("outcomes", {}), dict), source,
+                    f"{where}.iterations[{j}]", "an object with an outcomes object")
+    return data

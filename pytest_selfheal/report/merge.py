@@ -1,0 +1,95 @@
+"""Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
+
+Pure: report JSON in, report JSON out (fields and rules: docs/report.md "Merging").
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.report.data import (
+    REPORT_SCHEMA_VERSION,
+    REPORT_TITLE,
+    as_str,
+    dicts,
+    finish_report,
+    flatten_config,
+    strs,
+    validate_report,
+)
+
+
+def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """One report from several shard reports (e.g. the jobs of a CI matrix).
+
+    Incidents are concatenated in shard order, a repeated incident id kept once (the
+    first); counts and the plan-level stop reason are derived again from the result (the
+    same worst rule). The effective config is the first shard's; keys whose value differs
+    in another shard are listed per shard in ``config_differences``. ``names`` label the
+    shards (default ``shard 1``, ``shard 2``…). Every input is checked first
+    (``InputError``).
+    """
+    if not reports:
+        raise UsageError("nothing to merge: give at least one report")
+    labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]
+    if len(labels) != len(reports):
+        raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
+    checked = [copy.deepcopy(validate_report(r, label)) for r, label in zip(reports, labels)]
+    first = checked[0]
+    base = flatten_config(first["effective_config"])
+    differences: List[Dict[str, Any]] = []
+    for label, shard in zip(labels, checked):
+        # A merged report merged again keeps the differences it already knew about.
+        for inner in dicts(shard.get("config_differences")):
+            differences.append({
+                "shard": f"{label} / {as_str(inner.get('shard'))}",
+                "keys": strs(inner.get("keys")),
+                "values": copy.deepcopy(dict(inner.get("values") or {})),
+            })
+        if shard is first:
+            continue
+        other = flatten_config(shard["effective_config"])
+        keys = sorted(k for k in set(base) | set(other) if base.get(k, ...) != other.get(k, ...))
+        values = {k: other.get(k) for k in keys}
+        # "(enabled)": the report's own flag (selfheal off) when the config key agrees.
+        if shard["enabled"] != first["enabled"] and "enabled" not in keys:
+            keys = ["(enabled)"] + keys
+            values["(enabled)"] = shard["enabled"]
+        if keys:
+            differences.append({"shard": label, "keys": keys, "values": values})
+    incidents: List[Dict[str, Any]] = []
+    seen: Set[str] = set()
+    shards: List[Dict[str, Any]] = []
+    for label, shard in zip(labels, checked):
+        ids: List[str] = []
+        duplicates: List[str] = []
+        for entry in shard["incidents"]:
+            incident_id = entry["incident_id"]
+            if incident_id in seen:
+                duplicates.append(incident_id)
+                continue
+            seen.add(incident_id)
+            ids.append(incident_id)
+            incidents.append(entry)
+        shards.append({
+            "name": label,
+            "incidents": ids,
+            "duplicates": duplicates,
+            "stop_reason": shard["stop_reason"],
+            "final_status": shard["final_status"],
+            "total_retries": shard["total_retries"],
+        })
+    merged: Dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "title": REPORT_TITLE,
+        "enabled": first["enabled"],
+        "effective_config": first["effective_config"],
+        "origins": first["origins"],
+        "config_differences": differences,
+        "shards": shards,
+        "incidents": incidents,
+    }
+    return finish_report(merged)
+

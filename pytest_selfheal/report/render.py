@@ -1,0 +1,573 @@
+"""The ``## RALF Lite Loop Report`` rendered (SPEC §10): markdown, headline, terminal lines.
+
+Pure: no file I/O, no clock. The input is the report JSON of ``report.data`` (or
+``report.merge``); the output is its markdown (``render_markdown``), the one status line
+for PR comments and job summaries (``render_headline``) and a few lines for pytest's
+terminal summary (``render_terminal``). The layout is documented in docs/report.md; keep
+the two in step.
+
+Everything rendered is deterministic so golden files stay stable. The report is assumed
+to be redacted already; the caller applies the redactor to the final text too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, List, Mapping, Sequence, Set, Tuple
+
+from pytest_selfheal.loop import policy
+from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_config, strs, unique
+
+REPORT_HEADING = f"## {REPORT_TITLE}"
+
+# The config keys of the head line, in the order GSD plan summaries write them.
+HEAD_CONFIG_KEYS: Tuple[str, ...] = ("max_iterations", "error_fingerprint_repeats", "no_progress_repeats")
+
+# Bounds that keep a report readable (and a PR comment far below GitHub's limits).
+GRID_MAX_TESTS = 30
+GRID_MAX_COLUMNS = 10  # the capture column included
+MERMAID_MAX_INCIDENTS = 3
+MERMAID_MAX_ITERATIONS = 10
+CELL_LIMIT = 200  # characters of one value in a table cell or list item
+LIST_LIMIT = 5  # node ids / fingerprints shown in one cell
+TERMINAL_MAX_INCIDENTS = 5
+TERMINAL_MAX_TESTS = 3
+
+NOT_RUN = "not run"
+DASH = "—"
+
+_PASS, _FAIL, _WARN = "✅", "❌", "⚠️"
+_CELL_SYMBOL = {
+    "passed": _PASS,
+    "failed": _FAIL,
+    "error": _FAIL,
+    "skipped": _WARN,
+    "missing": _WARN,
+}
+_MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _scalar(value: Any) -> str:
+    """A config value as the head line and tables write it: JSON, but bare strings."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- markdown helpers
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def text(value: Any, limit: int = CELL_LIMIT) -> str:
+    """Data as safe inline markdown: one line, bounded, no raw HTML (``<``/``>`` escaped).
+
+    Escaping ``<`` also keeps data from forging the hidden HTML marker of the PR comment;
+    a zero-width space after ``@`` keeps ``@name`` from notifying anyone.
+    """
+    flat = _truncate(_one_line(value), limit)
+    flat = flat.replace("<", "&lt;").replace(">", "&gt;")
+    # "@name" in a test message must not notify a GitHub user from the PR comment.
+    return _MENTION.sub("@\u200b", flat)
+
+
+def code(value: Any, limit: int = CELL_LIMIT) -> str:
+    """Data as an inline code span, safe for any backticks inside; ``—`` when empty."""
+    flat = _truncate(_one_line(value), limit)
+    if not flat:
+        return DASH
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+def cell(markdown: str) -> str:
+    """A table cell: pipes escaped (GitHub honours ``\\|`` inside code spans in tables too)."""
+    return markdown.replace("|", "\\|")
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    return [_row(header), "|" + "|".join("-" * (len(h) + 2) for h in header) + "|"] + [_row(r) for r in rows]
+
+
+def _codes(items: Sequence[str], limit: int = LIST_LIMIT, sep: str = ", ") -> str:
+    if not items:
+        return DASH
+    shown = sep.join(code(i) for i in items[:limit])
+    return shown + (f"{sep}… +{len(items) - limit}" if len(items) > limit else "")
+
+
+def _reason(value: Any) -> str:
+    return code(value) if isinstance(value, str) and value else DASH
+
+
+def _yes_no(value: Any) -> str:
+    return DASH if value is None else ("yes" if value else "no")
+
+
+def _minutes(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return DASH
+    return (f"{float(value):.2f}".rstrip("0").rstrip(".") or "0") + " min"
+
+
+def _multi(report: Mapping[str, Any]) -> bool:
+    return len(report["incidents"]) > 1
+
+
+def _sub(report: Mapping[str, Any], entry: Mapping[str, Any]) -> List[str]:
+    """A per-incident sub-heading, only when the report has several incidents."""
+    return [f"#### {code(entry['incident_id'])}", ""] if _multi(report) else []
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def render_headline(report: Mapping[str, Any]) -> str:
+    """The one status line put *before* the report heading for PR comments and job summaries.
+
+    ``**selfheal: escalated — stop reason `repeated_fingerprint`** (incident_…, 2 iterations)``
+    """
+    incidents = report["incidents"]
+    if not incidents:
+        return "**selfheal: no incidents — nothing to loop**"
+    who = str(incidents[0]["incident_id"]) if len(incidents) == 1 else _plural(len(incidents), "incident")
+    iterations = sum(as_int(e.get("loops_used")) for e in incidents)
+    details = [who, _plural(iterations, "iteration")]
+    flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
+    if flaky:
+        details.append(_plural(flaky, "flaky test"))
+    status = text(report.get("final_status") or "unknown", 60)
+    reason = report.get("stop_reason")
+    if isinstance(reason, str) and reason:
+        verdict = f"{status} — stop reason {code(reason, 60)}"
+    elif not any(e.get("loops_used") for e in incidents):
+        verdict = f"{status} — loop not run yet"
+    else:
+        verdict = f"{status} — loop not finished"
+    return f"**selfheal: {verdict}** ({', '.join(details)})"
+
+
+def _head(report: Mapping[str, Any]) -> List[str]:
+    config = report["effective_config"]
+    head_config = ", ".join(f"{k}={_scalar(config.get(k))}" for k in HEAD_CONFIG_KEYS)
+    lines = [
+        REPORT_HEADING,
+        "",
+        f"- Enabled: {'true' if report['enabled'] else 'false'}",
+        f"- Effective config: {head_config}",
+        f"- Auto tasks looped: {report['auto_tasks_looped']}",
+        f"- Total retries: {report['total_retries']}",
+        "",
+        "### Task Attempts",
+        "",
+        "| Task | Attempts | Stop Reason |",
+        "|------|----------|-------------|",
+    ]
+    for entry in report["incidents"]:
+        for task in entry["tasks"]:
+            label = cell(text(task.get("label") or task["task"], 80))
+            stop = task["stop_reason"]
+            lines.append(f"| {label.ljust(4)} | {str(task['attempts']).ljust(8)} | "
+                         f"{cell(text(stop, 60)) if stop else DASH} |")
+    return lines
+
+
+def _section_stop(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Stop Reason and Final Status", ""]
+    incidents = report["incidents"]
+    if not incidents:
+        return lines + ["No incident was captured: nothing to loop."]
+    reason = report["stop_reason"]
+    if reason:
+        shown = _reason(reason)
+    else:
+        shown = "not finished" if report["total_retries"] else f"{NOT_RUN} (the loop has not run yet)"
+    lines.append(f"- Stop reason: {shown}")
+    lines.append(f"- Final status: {text(report['final_status'])}")
+    if len(incidents) > 1 and report.get("deciding_incident"):
+        lines.append(f"- Decided by: {code(report['deciding_incident'])} (the worst outcome; docs/report.md)")
+    lines.append("")
+    rows = []
+    for e in incidents:
+        archived = e.get("archived_to")
+        rows.append([
+            code(e["incident_id"]), text(e["status"]), text(e["final_status"]),
+            _reason(e["stop_reason"]) if e["stop_reason"] else (NOT_RUN if not e["loops_used"] else DASH),
+            str(e["loops_used"]),
+            DASH if e.get("same_error_repeats") is None else str(e["same_error_repeats"]),
+            _minutes(e.get("runtime_minutes")),
+            code(archived) if archived else DASH,
+        ])
+    lines += _table(["Incident", "Status", "Final Status", "Stop Reason", "Iterations", "Same Error Repeats",
+                     "Runtime", "Archived To"], rows)
+    signatures = [(e["incident_id"], e.get("error_signature")) for e in incidents if e.get("error_signature")]
+    if signatures:
+        lines.append("")
+        for incident_id, signature in signatures:
+            prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
+            lines.append(f"- {prefix}: {code(signature)}")
+    return lines
+
+
+def _section_tasks(report: Mapping[str, Any]) -> List[str]:
+    rows = []
+    for entry in report["incidents"]:
+        for task in entry["tasks"]:
+            stop = task.get("stop_reason")
+            rows.append([
+                text(task.get("label") or task["task"], 80),
+                text(task.get("title") or DASH),
+                _codes(strs(task.get("nodeids")), sep="<br>"),
+                str(task["attempts"]),
+                _reason(stop) if stop else (NOT_RUN if not task["attempts"] else DASH),
+                "yes" if task.get("flaky") else "no",
+            ])
+    if not rows:
+        return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."]
+    return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
+
+
+def _config_difference_lines(report: Mapping[str, Any]) -> List[str]:
+    lines: List[str] = []
+    for diff in dicts(report.get("config_differences")):
+        raw = diff.get("values")
+        values: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        shown = [f"{k}={_scalar(values[k])}" if k in values else k for k in strs(diff.get("keys"))]
+        lines.append(f"- Shard {text(diff.get('shard'))} ran with {_codes(shown, limit=20)} "
+                     "(the table shows the first shard's config)")
+    base = flatten_config(report["effective_config"])
+    for entry in report["incidents"]:
+        recorded = entry.get("run_config")
+        if not isinstance(recorded, Mapping):
+            continue
+        own = flatten_config(recorded)
+        keys = sorted(k for k in own if k in base and own[k] != base[k])
+        if keys:
+            ran_with = ", ".join(f"{k}={_scalar(own[k])}" for k in keys)
+            lines.append(f"- {code(entry['incident_id'])} ran with {code(ran_with)} (from its run_result.json)")
+    return lines
+
+
+def _section_config(report: Mapping[str, Any]) -> List[str]:
+    origins = report["origins"]
+    rows = [
+        [code(key), code(_scalar(value)), text(origins.get(key, DASH))]
+        for key, value in flatten_config(report["effective_config"]).items()
+    ]
+    lines = ["### Effective Config", ""] + _table(["Key", "Value", "Origin"], rows)
+    notes = _config_difference_lines(report)
+    return lines + ([""] + notes if notes else [])
+
+
+def _section_fingerprints(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Fingerprint per Iteration", ""]
+    for entry in report["incidents"]:
+        lines += _sub(report, entry)
+        fpi = entry["fingerprints_per_iteration"]
+        capture = strs(fpi[0]) if fpi and isinstance(fpi[0], list) else []
+        rows = [["0", "capture", _FAIL if capture or entry.get("capture_tests") else DASH, _codes(capture), DASH, DASH]]
+        for it in entry["iterations"]:
+            reasons = strs(it.get("progress_reasons"))
+            progress = _yes_no(it.get("progress"))
+            if reasons and it.get("progress") is not None:
+                progress += f" ({', '.join(text(r, 40) for r in reasons)})"
+            rows.append([
+                str(it.get("iteration")),
+                text(it.get("mode") or DASH),
+                _PASS if it.get("verification_passed") else _FAIL,
+                _codes(strs(it.get("fingerprints"))),
+                _yes_no(it.get("fingerprint_changed")),
+                progress,
+            ])
+        lines += _table(["Iteration", "Mode", "Passed", "Fingerprints", "Changed", "Progress"], rows) + [""]
+    return lines[:-1]
+
+
+def _test_list(report: Mapping[str, Any], key: str, empty: str) -> List[str]:
+    items: List[str] = []
+    for entry in report["incidents"]:
+        for nodeid in strs(entry.get(key)):
+            where = f" — {code(entry['incident_id'])}" if _multi(report) else ""
+            items.append(f"- {code(nodeid)}{where}")
+    return items or [empty]
+
+
+def _section_fixed(report: Mapping[str, Any]) -> List[str]:
+    return ["### Tests Fixed Along the Way", ""] + _test_list(report, "tests_fixed", "None.")
+
+
+def _section_flaky(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Flaky Tests", ""]
+    items = _test_list(report, "flaky_tests", "None.")
+    if items != ["None."]:
+        lines += ["Failed, then passed on re-run with no code change:", ""]
+    return lines + items
+
+
+def _section_new_failures(report: Mapping[str, Any]) -> List[str]:
+    rows = []
+    for entry in report["incidents"]:
+        for f in dicts(entry.get("new_failures")):
+            row = [code(f.get("nodeid") or DASH), code(f.get("fingerprint") or ""), str(f.get("iteration"))]
+            rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row)
+    if not rows:
+        return []
+    header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "First Seen (Iteration)"]
+    return ["### New Failures", "", "Failures outside the verification selection:", ""] + _table(header, rows)
+
+
+def _grid_tests(entry: Mapping[str, Any]) -> List[str]:
+    tests = strs(entry.get("capture_tests"))
+    for task in entry["tasks"]:
+        tests += strs(task.get("nodeids"))
+    rest: Set[str] = set()
+    for it in entry["iterations"]:
+        rest.update(str(k) for k in (it.get("outcomes") or {}))
+    ordered = unique(tests)
+    return ordered + sorted(rest - set(ordered))
+
+
+def _section_grid(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Iterations × Tests", ""]
+    for entry in report["incidents"]:
+        lines += _sub(report, entry)
+        tests = _grid_tests(entry)
+        if not tests:
+            lines += ["No per-test outcomes recorded.", ""]
+            continue
+        iterations = list(entry["iterations"])
+        hidden_iterations = max(0, len(iterations) - (GRID_MAX_COLUMNS - 1))
+        shown = iterations[hidden_iterations:]
+        capture = set(strs(entry.get("capture_tests")))
+        header = ["Test", "capture"] + [str(it.get("iteration")) for it in shown]
+        rows = []
+        for nodeid in tests[:GRID_MAX_TESTS]:
+            row = [code(nodeid, 120), _FAIL if nodeid in capture else DASH]
+            for it in shown:
+                outcome = (it.get("outcomes") or {}).get(nodeid)
+                row.append(_CELL_SYMBOL.get(str(outcome), _WARN) if outcome is not None else DASH)
+            rows.append(row)
+        lines += _table(header, rows)
+        notes = []
+        if len(tests) > GRID_MAX_TESTS:
+            notes.append(f"… {len(tests) - GRID_MAX_TESTS} more tests not shown")
+        if hidden_iterations:
+            notes.append(f"… {_plural(hidden_iterations, 'earlier iteration')} not shown")
+        lines += ([""] + ["; ".join(notes) + "."] if notes else []) + [""]
+    lines.append(f"{_PASS} passed · {_FAIL} failed or error · {_WARN} skipped or missing from the results · "
+                 f"{DASH} not run in that iteration")
+    return lines
+
+
+def _mermaid_label(value: str) -> str:
+    return _MERMAID_UNSAFE.sub("", value)[:80]
+
+
+def _mermaid(entry: Mapping[str, Any]) -> List[str]:
+    capture_count = len(strs(entry.get("capture_tests"))) or len(strs((entry["fingerprints_per_iteration"] or [[]])[0]))
+    nodes = [f'  c0["capture: {capture_count} failing"]']
+    edges: List[str] = []
+    passes: List[str] = []
+    fails = ["c0"]
+    previous = "c0"
+    iterations = list(entry["iterations"])
+    hidden = max(0, len(iterations) - MERMAID_MAX_ITERATIONS)
+    if hidden:
+        nodes.append(f'  skip["{hidden} earlier iterations"]')
+        edges.append(f"  {previous} --> skip")
+        previous = "skip"
+    for it in iterations[hidden:]:
+        number = as_int(it.get("iteration"))
+        node = f"i{number}"
+        mode = _mermaid_label(str(it.get("mode") or "verify"))
+        failing = sum(1 for o in (it.get("outcomes") or {}).values() if o in ("failed", "error"))
+        failing = failing or len(strs(it.get("fingerprints")))
+        state = "passed" if it.get("verification_passed") else f"{failing} failing"
+        nodes.append(f'  {node}["iteration {number} ({mode}): {state}"]')
+        changed = it.get("fingerprint_changed")
+        arrow = " -->" if changed is None or it.get("verification_passed") else (
+            " -->|new fingerprint|" if changed else " -->|same fingerprint|")
+        edges.append(f"  {previous}{arrow} {node}")
+        (passes if it.get("verification_passed") else fails).append(node)
+        previous = node
+    reason = entry.get("stop_reason")
+    if isinstance(reason, str) and reason:
+        status = str(entry.get("final_status"))
+        end = _mermaid_label(reason if status == reason else f"{reason}: {status}")
+    elif not iterations:
+        end = "loop not run yet"
+    else:
+        end = "loop not finished"
+    nodes.append(f'  stop(["{end}"])')
+    edges.append(f"  {previous} --> stop")
+    (passes if reason == policy.SUCCESS else fails).append("stop")
+    return (["```mermaid", "flowchart LR"] + nodes + edges + [
+        "  classDef pass fill:#dafbe1,stroke:#1a7f37",
+        "  classDef fail fill:#ffebe9,stroke:#cf222e",
+    ] + ([f"  class {','.join(passes)} pass"] if passes else []) + [f"  class {','.join(fails)} fail", "```"])
+
+
+def _section_timeline(report: Mapping[str, Any]) -> List[str]:
+    incidents = report["incidents"]
+    if not incidents:
+        return []
+    lines = ["### Loop Timeline", ""]
+    if len(incidents) > MERMAID_MAX_INCIDENTS:
+        return lines + [f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
+    for entry in incidents:
+        lines += _sub(report, entry) + _mermaid(entry) + [""]
+    return lines[:-1]
+
+
+def _option_line(option: Any) -> str:
+    if isinstance(option, Mapping):
+        label = text(option.get("label") or option.get("id") or DASH)
+        oid = f"{code(option['id'])}: " if isinstance(option.get("id"), str) else ""
+        command = f" — {code(option['command'])}" if isinstance(option.get("command"), str) else ""
+        return f"  - {oid}{label}{command}"
+    return f"  - {text(option)}"
+
+
+def _section_decision(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Decision Point", ""]
+    for entry in report["incidents"]:
+        lines += _sub(report, entry)
+        point = entry.get("decision_point")
+        if not isinstance(point, Mapping):
+            lines += ["None recorded: the loop has not stopped." if not entry.get("finished") else "None recorded.", ""]
+            continue
+        lines.append(f"- Reason: {_reason(point.get('reason'))}")
+        if point.get("message"):
+            lines.append(f"- Message: {text(point['message'], 500)}")
+        options = point.get("options")
+        if isinstance(options, list) and options:
+            lines.append("- Options:")
+            lines += [_option_line(o) for o in options]
+        lines.append("")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _section_next(report: Mapping[str, Any]) -> List[str]:
+    lines = ["### Recommended Next Action", ""]
+    incidents = report["incidents"]
+    if len(incidents) <= 1:
+        return lines + [text(report["recommended_next_action"], 500)]
+    for entry in incidents:
+        action = (entry.get("handoff") or {}).get("recommended_next_action") or DASH
+        lines.append(f"- {code(entry['incident_id'])}: {text(action, 500)}")
+    return lines
+
+
+def _section_shards(report: Mapping[str, Any]) -> List[str]:
+    shards = dicts(report.get("shards"))
+    if not shards:
+        return []
+    notes = any(strs(shard.get("duplicates")) for shard in shards)
+    rows = []
+    for shard in shards:
+        ids = strs(shard.get("incidents"))
+        dup = strs(shard.get("duplicates"))
+        row = [
+            text(shard.get("name")), _codes(ids, sep="<br>") if ids else "none",
+            _reason(shard.get("stop_reason")), text(shard.get("final_status") or DASH),
+        ]
+        if notes:
+            row.append(f"{_plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
+        rows.append(row)
+    header = ["Shard", "Incidents", "Stop Reason", "Final Status"] + (["Note"] if notes else [])
+    return ["### Shards", ""] + _table(header, rows)
+
+
+def render_markdown(
+    report: Mapping[str, Any],
+    *,
+    extra_sections: Sequence[Mapping[str, str]] = (),
+    headline: bool = False,
+    mermaid: bool = True,
+) -> str:
+    """The report as markdown: the head GSD plan summaries paste unchanged, then details.
+
+    ``headline=True`` (PR comment, job summary) puts one status line *before* the
+    ``## RALF Lite Loop Report`` heading, so the pasteable section stays unchanged.
+    ``extra_sections`` (``[{title, markdown}]``, e.g. from the
+    ``pytest_selfheal_report_sections`` hook) are appended as ``### title`` sections;
+    their markdown is the hook's own and is inserted as given.
+    """
+    lines: List[str] = [render_headline(report), ""] if headline else []
+    lines += _head(report)
+    sections = [
+        _section_stop(report),
+        _section_tasks(report),
+        _section_config(report),
+        _section_fingerprints(report) if report["incidents"] else [],
+        _section_fixed(report) if report["incidents"] else [],
+        _section_flaky(report) if report["incidents"] else [],
+        _section_new_failures(report),
+        _section_grid(report) if report["incidents"] else [],
+        _section_timeline(report) if mermaid else [],
+        _section_decision(report) if report["incidents"] else [],
+        _section_next(report),
+        _section_shards(report),
+    ]
+    for extra in extra_sections:
+        title = text(extra.get("title") or "Extra", 120)
+        body = str(extra.get("markdown") or "").strip("\n")
+        sections.append([f"### {title}", ""] + ([body] if body else []))
+    for section in sections:
+        if section:
+            lines += [""] + section
+    return "\n".join(line.rstrip() if line.strip() else "" for line in lines) + "\n"
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_terminal(report: Mapping[str, Any]) -> List[str]:
+    """A few plain lines for pytest's terminal summary (no markdown, each one line)."""
+    incidents = report["incidents"]
+    if not incidents:
+        return [f"{REPORT_TITLE}: no incidents"]
+    reason = report.get("stop_reason")
+    if reason:
+        verdict = f"stop reason {reason}"
+    else:
+        verdict = "loop not finished" if report["total_retries"] else "loop not run yet"
+    retries = report["total_retries"]
+    lines = [
+        f"{REPORT_TITLE}: {report.get('final_status')}, {verdict} ({_plural(len(incidents), 'incident')}, "
+        f"{retries} {'retry' if retries == 1 else 'retries'}{'' if report['enabled'] else ', disabled'})"
+    ]
+    for entry in incidents[:TERMINAL_MAX_INCIDENTS]:
+        tasks = [f"{t['task']} {t['attempts']}x {t['stop_reason'] or NOT_RUN}" for t in entry["tasks"]]
+        shown = ", ".join(tasks[:6]) + (f", +{len(tasks) - 6} more" if len(tasks) > 6 else "") or "no plan yet"
+        state = entry["stop_reason"] or ("not finished" if entry["loops_used"] else NOT_RUN)
+        lines.append(f"  {entry['incident_id']}: {entry['final_status']} ({state}) "
+                     f"after {_plural(entry['loops_used'], 'iteration')}: {shown}")
+    if len(incidents) > TERMINAL_MAX_INCIDENTS:
+        lines.append(f"  … {len(incidents) - TERMINAL_MAX_INCIDENTS} more incidents")
+    for key, label in (("flaky_tests", "flaky"), ("tests_fixed", "fixed")):
+        tests = unique(t for e in incidents for t in strs(e.get(key)))
+        if tests:
+            more = f", +{len(tests) - TERMINAL_MAX_TESTS} more" if len(tests) > TERMINAL_MAX_TESTS else ""
+            lines.append(f"  {label}: {', '.join(tests[:TERMINAL_MAX_TESTS])}{more}")
+    lines.append(f"  next: {report['recommended_next_action']}")
+    # Data may hold newlines: keep every entry one terminal line.
+    return [("  " if line.startswith("  ") else "") + _one_line(line) for line in lines]

@@ -1,0 +1,44 @@
+"""The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge).
+
+Every surface that renders the markdown report (the plugin's ``--selfheal-report`` file,
+``selfheal report``, ``selfheal merge``, ``selfheal ci``) calls :func:`report_markdown`, so
+a hook's sections appear everywhere the report does (docs/hooks.md). It calls plugins,
+so it is not part of the pure core; ``report.render`` stays pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+import pluggy
+
+from pytest_selfheal import hooks
+from pytest_selfheal.errors import ConfigError, one_line
+from pytest_selfheal.report.render import render_markdown
+
+HOOK_NAME = "pytest_selfheal_report_sections"
+
+
+def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> List[Dict[str, str]]:
+    """The sections the hooks of ``pm`` add to ``report`` (none without ``pm``).
+
+    A hook that raises, or returns anything but ``{"title": str, "markdown": str}``
+    mappings, is a one-line ``ConfigError`` (exit 2) naming its plugin where it can.
+    """
+    try:
+        sections = hooks.report_sections(pm, report)
+    except Exception as exc:  # a third-party hook: report it in one line, never a traceback
+        plugin = hooks.crashed_plugin(pm, HOOK_NAME, exc.__traceback__)
+        who = f" of plugin {plugin!r}" if plugin else ""
+        raise ConfigError(one_line(f"the {HOOK_NAME} hook{who} failed: {type(exc).__name__}: {exc}")) from None
+    for section in sections:
+        if not (isinstance(section, Mapping) and isinstance(section.get("title"), str)
+                and isinstance(section.get("markdown", ""), str)):
+            raise ConfigError(one_line(f"a {HOOK_NAME} hook returned {section!r}: expected a list of "
+                                       '{"title": str, "markdown": str} objects'))
+    return sections
+
+
+def report_markdown(report: Mapping[str, Any], pm: Optional[pluggy.PluginManager], *, headline: bool = False) -> str:
+    """``render_markdown(report)`` plus the sections of the report-section hooks of ``pm``."""
+    return render_markdown(report, headline=headline, extra_sections=hook_sections(pm, report))
