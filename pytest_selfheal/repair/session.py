@@ -9,9 +9,10 @@ run of the loop (SPEC §8). Two kinds, asked in this order:
    that returns a result wins; ``None`` declines.
 2. **a command**: ``ralf_lite.repair.command``, an argv list from config (never a string
    for a shell) with ``{prompt_file}``, ``{incident_id}``, ``{worktree}``,
-   ``{iteration}`` substituted per argument; run in the worktree, in its own process
-   group, stdin from /dev/null, output to ``error_runs/<id>/repair_XX.log`` (redacted),
-   killed with its whole group after ``repair.timeout_seconds``.
+   ``{iteration}`` substituted per argument; run in the worktree through
+   :func:`pytest_selfheal.process.run` (own process group, stdin from /dev/null, killed
+   with its whole group after ``repair.timeout_seconds``), its output kept in
+   ``error_runs/<id>/repair_XX.log`` (redacted).
 
 One call gives one result (``attempt_XX.json`` ``repair``)::
 
@@ -32,16 +33,13 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal import hooks
+from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.loop import driver as loop
@@ -53,7 +51,8 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
 )
 from pytest_selfheal.loop.resume import split_runs
-from pytest_selfheal.loop.verify import VERIFYING_ENV, terminate_group
+from pytest_selfheal.loop.verify import VERIFYING_ENV
+from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver, approver_from
@@ -74,8 +73,6 @@ FINAL_PATCH = "final.patch"
 WORKTREE_RECORD = "worktree.json"
 LOG_MAX_BYTES = 1024 * 1024  # of a provider's output kept in repair_XX.log (the tail)
 TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
-KILL_GRACE_SECONDS = 3.0
-POLL_SECONDS = 0.05
 
 # Variables that point git at a repository. A selfheal run started from a git hook
 # (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
@@ -203,74 +200,22 @@ def run_command(
     env: Optional[Mapping[str, str]] = None,
     kill_grace: float = KILL_GRACE_SECONDS,
 ) -> CommandRun:
-    """Run one repair command and wait (argv list, ``shell=False``, own process group).
+    """Run one repair command and wait (:func:`pytest_selfheal.process.run`: argv list, no
+    shell, own process group, stdin from /dev/null — a provider waiting for input hangs
+    until the timeout).
 
-    Output (stdout+stderr) goes to ``output_path``; stdin is /dev/null (a provider that
-    waits for input would hang until the timeout). On timeout — or any exception while
-    waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL.
+    Output (stdout+stderr) goes to ``output_path``. On timeout — or any exception while
+    waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL; a background
+    child the command left in its group is killed when it exits (it would keep writing
+    into a worktree that is about to be removed).
     """
-    full = list(argv)
-    start = time.monotonic()
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(output_path, "wb") as output:
-        kwargs: Dict[str, object] = {}
-        if sys.platform == "win32":  # pragma: no cover
-            kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        else:
-            kwargs["start_new_session"] = True
-        try:
-            proc = subprocess.Popen(  # noqa: S603 - argv list from config, shell=False
-                full,
-                cwd=str(cwd),
-                env=dict(env) if env is not None else None,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                shell=False,
-                **kwargs,  # type: ignore[call-overload]
-            )
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            output.write(f"{full[0] if full else '?'}: cannot start: {reason}\n".encode())
-            return CommandRun(full, False, None, False, time.monotonic() - start, output_path, reason)
-        timed_out = False
-        try:
-            deadline = None if timeout_seconds is None else start + timeout_seconds
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    timed_out = True
-                    terminate_group(proc, kill_grace)
-                    break
-                try:
-                    proc.wait(timeout=POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining))
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        finally:
-            if proc.poll() is None:
-                terminate_group(proc, kill_grace)
-            elif sys.platform != "win32" and not timed_out:
-                # The leader exited: a background child left in its group must not outlive it
-                # (it would keep writing into a worktree that is about to be removed).
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-    code = None if timed_out else proc.returncode
-    return CommandRun(full, True, code, timed_out, time.monotonic() - start, output_path)
-
-
-def _read_tail_bytes(path: Path, limit: int) -> Tuple[str, bool]:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            data = handle.read()
-    except OSError:
-        return "", False
-    return data.decode("utf-8", errors="replace"), size > limit
+    result = process.run(
+        argv, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=env, kill_grace=kill_grace
+    )
+    return CommandRun(
+        result.argv, result.started, result.exit_code, result.timed_out, result.duration_seconds, output_path,
+        result.error,
+    )
 
 
 # --------------------------------------------------------------------------- one repair call
@@ -495,7 +440,7 @@ class RepairSession:
         )
         raw = self.wt.scratch / f"repair_{iteration:02d}.raw"
         run = run_command(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
-        text, cut = _read_tail_bytes(raw, LOG_MAX_BYTES)
+        text, cut = tail_bytes(raw, LOG_MAX_BYTES)
         header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
         if cut:
             header += f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n"
