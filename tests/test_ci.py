@@ -3,6 +3,7 @@ GitHub (tests/fake_github.py) and the Actions environment files as temp files.""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -460,3 +461,14 @@ def test_child_env_withholds_the_token_and_argv_pins_the_root(tmp_path: Path) ->
     argv = ci.pytest_argv(tmp_path, [("max_iterations=5", "--set")], ["-q"])
     assert argv[:4] == [sys.executable, "-m", "pytest", "--selfheal"]
     assert argv[4:] == ["--selfheal-set", "max_iterations=5", "--selfheal-set", f"reports_dir={tmp_path}", "-q"]
+
+
+def test_run_pytest_copies_the_output_live_and_tells_a_missing_interpreter(tmp_path: Path) -> None:
+    out = io.StringIO()  # no .buffer: the text path, decoded across piece boundaries
+    script = "import sys; sys.stdout.buffer.write(b'x' * 65535 + 'é\\nend'.encode()); sys.exit(5)"
+    assert ci.run_pytest([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), stream=out) == 5
+    assert out.getvalue() == "x" * 65535 + "é\nend"
+    missing = io.StringIO()
+    code = ci.run_pytest([str(tmp_path / "no-python")], cwd=tmp_path, env={}, stream=missing)
+    assert code == ci.CANNOT_START and ci.exit_code_for(ci.verdict_without_incident(code), fail_on_unresolved=False) == 7
+    assert missing.getvalue().startswith(f"selfheal ci: cannot start {tmp_path / 'no-python'}: ")

@@ -26,14 +26,8 @@ from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.entry import has_repair_provider as provider_configured
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
-from pytest_selfheal.repair.session import (
-    RepairSession,
-    command_env,
-    read_run_bytes,
-    run_command,
-    substitute,
-    write_patch,
-)
+from pytest_selfheal.repair.patches import read_run_bytes, write_patch
+from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")

@@ -11,11 +11,13 @@ from typing import List
 
 import pytest
 from test_loop import git_commit_all, make_project, run_env
+from test_process import alive
 
 from pytest_selfheal.records import models
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitstate import clean_tree_hash, diff_hash
 from pytest_selfheal.redact import default_redactor
+from pytest_selfheal.process import read_tail
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VERIFYING_ENV,
@@ -23,7 +25,6 @@ from pytest_selfheal.loop.verify import (
     check_allowed,
     nodeid_for,
     observe,
-    read_tail,
     resolve_argv,
     run_selection,
     runner_name,
@@ -197,23 +198,11 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert "started" in run.output_tail
     grandchild = int(pidfile.read_text())
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(grandchild):
+    while time.monotonic() < deadline and alive(grandchild):
         time.sleep(0.05)
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
     outcomes, failures = observe(run, ["t.py::a"])
     assert outcomes == {"t.py::a": "missing"} and failures[0].failure_type == models.TIMEOUT
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (not yet reaped by init) is dead for our purpose
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def test_an_exception_while_waiting_kills_the_group(tmp_path: Path) -> None:

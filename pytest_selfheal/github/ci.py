@@ -13,11 +13,11 @@ Everything reads its environment from the ``env`` mapping it is given (default
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, T
 
 import pluggy
 
-from pytest_selfheal import hooks
+from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.entry import run_incident_loop
@@ -101,6 +101,7 @@ ACTION_INPUT_VARS: Tuple[str, ...] = (
 #: provider): the token is only for the comment, posted after all test code has run.
 WITHHELD_ENV: Tuple[str, ...] = ("GITHUB_TOKEN",)
 
+CANNOT_START = 127  # run_pytest's exit code when the interpreter cannot start
 PYTEST_EXIT_MEANINGS: Dict[int, str] = {
     0: "all tests passed",
     1: "tests failed",
@@ -108,6 +109,7 @@ PYTEST_EXIT_MEANINGS: Dict[int, str] = {
     3: "pytest hit an internal error",
     4: "pytest usage error (check the pytest arguments)",
     5: "no tests were collected",
+    CANNOT_START: "pytest could not start",
 }
 
 _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
@@ -413,27 +415,28 @@ def pytest_argv(root: Path, overrides: Sequence[Tuple[str, str]], pytest_args: S
 
 
 def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream: IO[str]) -> int:
-    """Run pytest (argv list, no shell), copying its output to ``stream`` as it comes."""
-    proc = subprocess.Popen(
-        list(argv), cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        assert proc.stdout is not None
-        buffer = getattr(stream, "buffer", None)
-        for raw in iter(proc.stdout.readline, b""):
-            if buffer is not None:
-                stream.flush()
-                buffer.write(raw)  # the bytes as pytest wrote them, whatever our encoding
-                buffer.flush()
-            else:
-                stream.write(raw.decode("utf-8", errors="replace"))
-                stream.flush()
-        return proc.wait()
-    finally:
-        if proc.poll() is None:  # interrupted while streaming: do not leave pytest behind
-            proc.kill()
-            proc.wait()
+    """Run pytest through :func:`pytest_selfheal.process.run` (argv list, no shell, its own
+    process group, gone when we are), copying its output to ``stream`` line by line as it
+    comes. An interpreter that cannot start is told on ``stream`` and gives
+    :data:`CANNOT_START` (like a shell's "command not found"): an error verdict, exit 7."""
+    buffer = getattr(stream, "buffer", None)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two pieces
+
+    def copy(line: bytes) -> None:
+        if buffer is not None:
+            stream.flush()
+            buffer.write(line)  # the bytes as pytest wrote them, whatever our encoding
+            buffer.flush()
+        else:
+            stream.write(decoder.decode(line))
+            stream.flush()
+
+    result = process.run(argv, cwd=cwd, env=env, on_line=copy)
+    if not result.started or result.exit_code is None:
+        stream.write(f"selfheal ci: cannot start {result.argv[0] if result.argv else 'pytest'}: {result.error}\n")
+        stream.flush()
+        return CANNOT_START
+    return result.exit_code
 
 
 Snapshot = Dict[str, Tuple[Any, ...]]

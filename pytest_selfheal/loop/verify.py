@@ -5,9 +5,9 @@ One verification run = one argv list from ``plan.json``'s ``verification_command
 1. :func:`check_allowed` — only allowlisted runners (``verification.allowlist``, default
    ``["pytest"]``) run; anything else, or anything that looks like shell code, is refused
    (``RefusedError``, exit 5) and never executed.
-2. :func:`run_selection` — ``subprocess.Popen(argv, shell=False)`` in its own process
-   group, output to a file (never a pipe that can fill up), with a timeout that kills the
-   whole group, ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
+2. :func:`run_selection` — the argv through :func:`pytest_selfheal.process.run` (no
+   shell, its own process group, output to a file, a timeout that kills the whole group,
+   the child dies with selfheal), ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
    the environment so the plugin inside the child stays passive.
 3. :func:`observe` — the junit read back into per-node-id outcomes and fingerprinted,
    classified failures (secrets redacted before fingerprinting, as at capture).
@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.config.ini import VERIFYING_ENV
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
+from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.redact import Redactor, redact_cases
 
@@ -39,9 +37,6 @@ from pytest_selfheal.redact import Redactor, redact_cases
 # so a verification run never captures an incident of its own.
 
 DEFAULT_ALLOWLIST: Tuple[str, ...] = ("pytest",)
-KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a timed-out process group
-TAIL_BYTES = 64 * 1024  # of the child's output kept in memory (the head is never needed)
-TAIL_LINES = 200
 
 # The test identity of the synthetic failure written when a run produced no junit.
 SYNTHETIC_TEST = "verification"
@@ -148,53 +143,6 @@ def resolve_argv(argv: Sequence[str]) -> List[str]:
 # --------------------------------------------------------------------------- running
 
 
-def _kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
-    try:
-        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
-            proc.kill()
-        else:
-            os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-
-
-def terminate_group(proc: "subprocess.Popen[bytes]", grace: float = KILL_GRACE_SECONDS) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
-
-    The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
-    that ignored SIGTERM (a hung fixture's helper process) does not linger.
-    """
-    if sys.platform != "win32":
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(proc, signal.SIGKILL)
-    else:  # pragma: no cover
-        proc.kill()
-    try:
-        proc.wait(timeout=grace + 5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-        pass
-
-
-def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
-    """The last ``max_lines`` lines within the last ``max_bytes`` bytes of ``path`` ("" if absent)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read()
-    except OSError:
-        return ""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # the first line was cut in the middle
-    return "\n".join(lines[-max_lines:])
-
-
 def run_selection(
     argv: Sequence[str],
     *,
@@ -211,7 +159,8 @@ def run_selection(
     and stdin from /dev/null, and its output goes to ``<junit_path>.out``. On timeout the
     whole group is stopped (SIGTERM, SIGKILL after ``kill_grace``) and ``timed_out`` is
     True. An exception while waiting (Ctrl-C, SIGTERM turned into an exception by the
-    loop) also stops the group before it propagates, so no child outlives the loop.
+    loop) also stops the group before it propagates, so no child outlives the loop; what
+    the leader leaves behind in its group is killed when it exits.
     The allowlist is the caller's job (:func:`check_allowed`).
     """
     # --rootdir pins node ids to the directory they were captured in: without it, an ini file
@@ -221,55 +170,13 @@ def run_selection(
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
     junit_path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    exit_code: Optional[int]
-    with open(output_path, "wb") as output:
-        try:
-            kwargs: Dict[str, object] = {}
-            if sys.platform == "win32":  # pragma: no cover
-                kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-            else:
-                kwargs["start_new_session"] = True
-            proc = subprocess.Popen(  # noqa: S603 - argv list, shell=False, allowlisted by the caller
-                full,
-                cwd=str(cwd),
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                shell=False,
-                **kwargs,  # type: ignore[call-overload]
-            )
-        except OSError as exc:
-            # The runner does not exist or cannot start: a tooling problem, reported like one.
-            output.write(f"{full[0]}: command not found ({exc.strerror or exc})\n".encode())
-            output.flush()
-            return VerificationRun(full, None, False, time.monotonic() - start, read_tail(output_path), junit_path)
-        expired = threading.Event()
-        timer: Optional[threading.Timer] = None
-        if timeout_seconds is not None:
-            # A watchdog stops the group at the deadline; the blocking wait below returns the
-            # moment the child exits (no polling latency) and is still interrupted by
-            # signals (PEP 475: a handler that raises ends the wait).
-            def expire() -> None:
-                expired.set()
-                terminate_group(proc, kill_grace)
-
-            timer = threading.Timer(max(0.0, timeout_seconds), expire)
-            timer.daemon = True
-            timer.start()
-        try:
-            proc.wait()
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if proc.poll() is None:
-                terminate_group(proc, kill_grace)
-        timed_out = expired.is_set()
-        if timed_out and timer is not None:
-            timer.join(kill_grace + 10)  # let the watchdog finish its SIGKILL of the group
-        exit_code = None if timed_out else proc.returncode
-    return VerificationRun(full, exit_code, timed_out, time.monotonic() - start, read_tail(output_path), junit_path)
+    result = process.run(
+        full, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=child_env, kill_grace=kill_grace
+    )
+    # A runner that cannot start left its one line in the output: a tooling problem, reported like one.
+    return VerificationRun(
+        full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path
+    )
 
 
 # --------------------------------------------------------------------------- observing
@@ -411,11 +318,9 @@ __all__ = [
     "last_line",
     "nodeid_for",
     "observe",
-    "read_tail",
     "redact_cases",
     "resolve_argv",
     "run_selection",
     "runner_name",
     "synthetic_failure",
-    "terminate_group",
 ]

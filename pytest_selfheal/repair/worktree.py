@@ -23,6 +23,10 @@ runs on ``worktree add``, ``reset`` or a ref update), and with plumbing commands
 (``diff-tree``, ``read-tree``, ``write-tree``) where output must not depend on the
 user's porcelain config (``diff.noprefix``, textconv, external diff drivers).
 
+:func:`isolated_git_env` drops the variables that point git at a repository
+(``GIT_DIR``, ``GIT_INDEX_FILE``… — set when pytest runs from a git hook) for a whole
+repair run, so every git command finds the repository from its working directory.
+
 Bytecode caches (``__pycache__``, ``*.pyc``) and ``.pytest_cache`` are left out of every
 snapshot: verification runs create them in the worktree and they are never a repair.
 """
@@ -32,14 +36,44 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitstate import JUNK_PATHSPECS
 
 # Pathspecs left out of every snapshot (and so out of every patch).
+
+
+# Variables that point git at a repository. A selfheal run started from a git hook
+# (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
+# of the worktree — and the provider's — at the user's own index.
+GIT_LOCATING_ENV: Tuple[str, ...] = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_NAMESPACE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+)
+
+
+@contextmanager
+def isolated_git_env() -> Iterator[None]:
+    """Drop the git-locating variables (GIT_DIR, GIT_INDEX_FILE…) from ``os.environ`` for
+    the duration: every git command (ours, the loop's diff hash, the provider's) must find
+    the repository from its working directory."""
+    saved = {k: os.environ.pop(k) for k in GIT_LOCATING_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 
 
 class GitFailed(Exception):
@@ -461,6 +495,7 @@ def remove_recorded(record: Mapping[str, Any]) -> None:
 
 
 __all__ = [
+    "GIT_LOCATING_ENV",
     "GitFailed",
     "JUNK_PATHSPECS",
     "PatchCheck",
@@ -469,6 +504,7 @@ __all__ = [
     "check_patch",
     "create",
     "exclude_pathspecs",
+    "isolated_git_env",
     "remove_recorded",
     "remove_worktree",
     "repo_top",

@@ -11,8 +11,8 @@ from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, s
 from pytest_selfheal.entry import verification_root
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, NotFoundError, RefusedError
 from pytest_selfheal.repair.approval import approver_from
-from pytest_selfheal.repair.session import FINAL_PATCH, isolated_git_env, read_run_bytes
-from pytest_selfheal.repair.worktree import apply_patch, check_patch, repo_top
+from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
+from pytest_selfheal.repair.worktree import apply_patch, check_patch, isolated_git_env, repo_top
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store

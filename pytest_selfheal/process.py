@@ -1,0 +1,396 @@
+"""The one process runner (edge: subprocesses; docs/loop.md "The driver", docs/repair.md).
+
+Every child selfheal starts — a verification selection, a repair command, the pytest run of
+``selfheal ci`` — goes through :func:`run`:
+
+- an argv list, never a shell (``shell=False``), stdin from /dev/null;
+- its own session and process group (``start_new_session=True``), so a timeout, Ctrl-C or
+  an exception while waiting stops the whole group: SIGTERM, ``kill_grace`` seconds, then
+  SIGKILL (the SIGKILL goes out even when the leader exited, so a grandchild ignoring
+  SIGTERM does not linger). A group left behind by a leader that exited on its own is
+  SIGKILLed too: a background child must not keep writing into a worktree or a store;
+- stdout+stderr go to a file the kernel writes directly (no pipe that can fill up), or,
+  with ``on_line``, through a pipe read in chunks of :data:`CHUNK_BYTES`: each chunk is
+  appended to the file and split into lines for the callback, a line longer than
+  ``max_line_bytes`` handed over in pieces — memory stays bounded whatever the child
+  prints (a 512 MB line without a newline included). :func:`read_tail` reads back a
+  bounded tail;
+- the child dies when selfheal dies. On Linux the child asks the kernel for SIGKILL when
+  its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which also covers a SIGKILLed
+  selfheal. Elsewhere — and for grandchildren, which PDEATHSIG does not reach — an
+  ``atexit`` handler SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into
+  one by the loop) stops the group before it propagates.
+
+Trade-off of PDEATHSIG: ``subprocess`` offers no way to call prctl in the child except
+``preexec_fn``, which runs Python between fork and exec. That is unsafe in general with
+threads (a lock held by another thread at fork time stays held in the child) and it turns
+off the ``vfork``/``posix_spawn`` fast path. The function here only calls a libc function
+resolved in the parent beforehand and ``os.getppid``/``os._exit`` — no import, no
+allocation worth a lock — which keeps that window as small as Python allows. (Python 3.11's
+``process_group=0`` avoids ``preexec_fn`` for the group, but nothing does for PDEATHSIG;
+``start_new_session`` is kept because it also works on 3.9 and detaches the child from the
+terminal, so an agent waiting on /dev/tty fails instead of hanging.) The kernel sends the
+signal when the *thread* that forked the child exits; :func:`run` blocks in that thread
+until the child is gone, so that is the same moment here.
+
+Redaction is the callers' business: the file and the lines are the child's raw bytes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+
+KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
+TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
+TAIL_LINES = 200
+CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
+MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+LineSink = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What one child process did."""
+
+    argv: List[str]
+    started: bool  # False: the executable could not be started (see ``error``)
+    exit_code: Optional[int]  # None when it did not start or was stopped by the timeout
+    timed_out: bool
+    duration_seconds: float
+    output_path: Optional[Path]  # the child's raw stdout+stderr (None: not kept)
+    error: str = ""  # why it could not start
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
+    """Send ``sig`` to the child's whole process group (gone already: nothing to do)."""
+    try:
+        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+            proc.kill()
+        else:
+            os.killpg(proc.pid, sig)
+    except OSError:
+        pass
+
+
+def terminate_group(proc: "subprocess.Popen[bytes]", grace: float = KILL_GRACE_SECONDS) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
+
+    The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
+    that ignored SIGTERM (a hung fixture's helper process) does not linger.
+    """
+    if sys.platform != "win32":
+        kill_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(proc, signal.SIGKILL)
+    else:  # pragma: no cover
+        proc.kill()
+    try:
+        proc.wait(timeout=grace + 5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+        pass
+
+
+_LIVE: Set["subprocess.Popen[bytes]"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_live_groups() -> None:
+    # The portable fallback: whatever still runs when the interpreter exits goes with it.
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        kill_group(proc, signal.SIGKILL)
+
+
+atexit.register(_kill_live_groups)
+
+
+@functools.lru_cache(maxsize=1)
+def _prctl() -> Optional[Callable[..., int]]:
+    """libc's ``prctl`` on Linux (resolved in the parent, before any fork), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _die_with_parent() -> Optional[Callable[[], None]]:
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec: keep it minimal
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return preexec
+
+
+def _spawn(
+    argv: List[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: "int | IO[bytes]"
+) -> "subprocess.Popen[bytes]":
+    if sys.platform == "win32":  # pragma: no cover
+        return subprocess.Popen(  # noqa: S603 - argv list, shell=False
+            argv, cwd=str(cwd), env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+            stdout=stdout, stderr=subprocess.STDOUT, shell=False,
+            creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
+        )
+    return subprocess.Popen(  # noqa: S603 - argv list, shell=False
+        argv, cwd=str(cwd), env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+        stdout=stdout, stderr=subprocess.STDOUT, shell=False, start_new_session=True,
+        preexec_fn=_die_with_parent(),  # noqa: PLW1509 - see the module docstring
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+
+class _Lines:
+    """Splits a byte stream into lines of at most ``limit`` bytes for ``sink``: a longer
+    line goes out in pieces, the last without its newline until it comes."""
+
+    def __init__(self, sink: LineSink, limit: int) -> None:
+        self.sink = sink
+        self.limit = max(1, limit)
+        self.pending = bytearray()
+
+    def _emit(self, line: bytes) -> None:
+        for start in range(0, len(line), self.limit):
+            self.sink(line[start:start + self.limit])
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                break
+            self._emit(bytes(self.pending) + data[start:newline + 1])
+            self.pending.clear()
+            start = newline + 1
+        self.pending += data[start:]
+        while len(self.pending) >= self.limit:
+            self._emit(bytes(self.pending[: self.limit]))
+            del self.pending[: self.limit]
+
+    def close(self) -> None:
+        if self.pending:
+            self._emit(bytes(self.pending))
+            self.pending.clear()
+
+
+class _Pump(threading.Thread):
+    """Drains a child's pipe into the output file and the line callback. A callback that
+    raises is not called again (the pipe is still drained so the child never blocks); its
+    exception is re-raised by :func:`run` once the child is gone."""
+
+    def __init__(self, pipe: IO[bytes], sink: Optional[IO[bytes]], on_line: LineSink, limit: int) -> None:
+        super().__init__(name="selfheal-output", daemon=True)
+        self.pipe = pipe
+        self.sink = sink
+        self.on_line = on_line
+        self.lines = _Lines(self._tee, limit)
+        self.error: Optional[BaseException] = None
+
+    def _tee(self, line: bytes) -> None:
+        if self.error is None:
+            try:
+                self.on_line(line)
+            except Exception as exc:  # noqa: BLE001 - handed back to the caller's thread
+                self.error = exc
+
+    def run(self) -> None:
+        fd = self.pipe.fileno()
+        while True:
+            try:
+                data = os.read(fd, CHUNK_BYTES)
+            except OSError:
+                break
+            if not data:
+                break
+            if self.sink is not None:
+                try:
+                    self.sink.write(data)
+                except (OSError, ValueError):  # disk full, or closed after an abandoned wait
+                    self.sink = None
+            self.lines.feed(data)
+        self.lines.close()
+
+
+def tail_bytes(path: Path, limit: int) -> Tuple[str, bool]:
+    """The last ``limit`` bytes of ``path`` decoded (invalid UTF-8 replaced) and whether the
+    file was longer; ``("", False)`` when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read()
+    except OSError:
+        return "", False
+    return data.decode("utf-8", errors="replace"), size > limit
+
+
+def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
+    """The last ``max_lines`` whole lines within the last ``max_bytes`` bytes of ``path``
+    ("" if absent)."""
+    text, cut = tail_bytes(path, max_bytes)
+    lines = text.splitlines()
+    if cut and lines:
+        lines = lines[1:]  # the first line was cut in the middle
+    return "\n".join(lines[-max_lines:])
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _why_not_started(exc: OSError, cwd: Path) -> str:
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, FileNotFoundError) and exc.filename != str(cwd):
+        return f"command not found ({reason})"
+    return reason
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    output_path: Optional[Path] = None,
+    timeout_seconds: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    kill_grace: float = KILL_GRACE_SECONDS,
+    on_line: Optional[LineSink] = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> ProcessResult:
+    """Run ``argv`` (a list, never a shell) in its own process group and wait for it.
+
+    Output (stdout+stderr, raw bytes) goes to ``output_path`` (parents created; None: not
+    kept) and, with ``on_line``, to the callback line by line as it comes (pieces of at
+    most ``max_line_bytes``; called from a helper thread). ``env`` None inherits ours.
+    On ``timeout_seconds`` the group is stopped (SIGTERM, SIGKILL after ``kill_grace``)
+    and ``timed_out`` is True; an exception while waiting stops it before it propagates.
+    An executable that cannot start gives ``started=False`` and ``error`` (also written to
+    the output file as ``<argv0>: cannot start: <error>``), never raises.
+    """
+    full = [str(arg) for arg in argv]
+    start = time.monotonic()
+    pump: Optional[_Pump] = None
+    if output_path is not None:
+        output_path.parent.mkdir(parents=True, exist_ok=True)
+    sink = open(output_path, "wb") if output_path is not None else None
+    try:
+        stdout: "int | IO[bytes]" = (
+            subprocess.PIPE if on_line is not None else sink if sink is not None else subprocess.DEVNULL
+        )
+        try:
+            if not full:
+                raise OSError("empty command")
+            proc = _spawn(full, cwd, env, stdout)
+        except OSError as exc:
+            reason = _why_not_started(exc, cwd)
+            if sink is not None:
+                sink.write(f"{full[0] if full else '?'}: cannot start: {reason}\n".encode())
+            return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            if on_line is not None:
+                assert proc.stdout is not None
+                pump = _Pump(proc.stdout, sink, on_line, max_line_bytes)
+                pump.start()
+            timed_out = _wait(proc, timeout_seconds, kill_grace, pump)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    finally:
+        if sink is not None:
+            sink.close()
+    if pump is not None and pump.error is not None:
+        raise pump.error
+    code = None if timed_out else proc.returncode
+    return ProcessResult(full, True, code, timed_out, time.monotonic() - start, output_path)
+
+
+def _wait(
+    proc: "subprocess.Popen[bytes]", timeout: Optional[float], grace: float, pump: Optional[_Pump]
+) -> bool:
+    """Wait for the leader, stop the group on timeout or exception; True when timed out."""
+    expired = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        # The only blocking waiter: it returns the moment the leader exits (no polling).
+        try:
+            proc.wait()
+        finally:
+            if not expired.is_set():
+                kill_group(proc, signal.SIGKILL)  # what the leader left behind in its group
+            done.set()
+
+    def expire() -> None:
+        if not done.is_set():
+            expired.set()
+            terminate_group(proc, grace)
+
+    threading.Thread(target=watch, name="selfheal-wait", daemon=True).start()
+    timer: Optional[threading.Timer] = None
+    if timeout is not None:
+        timer = threading.Timer(max(0.0, timeout), expire)
+        timer.daemon = True
+        timer.start()
+    try:
+        done.wait()  # interrupted by signals: a handler that raises ends the wait
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if not done.is_set():
+            terminate_group(proc, grace)
+        if pump is not None:
+            # EOF comes once the group is gone; a process that escaped the group with our
+            # pipe is abandoned (the thread is a daemon) rather than waited for.
+            pump.join(grace + 5)
+            if not pump.is_alive() and proc.stdout is not None:
+                proc.stdout.close()
+    if expired.is_set() and timer is not None:
+        timer.join(grace + 10)  # let the watchdog finish its SIGKILL of the group
+    return expired.is_set()
+
+
+__all__ = [
+    "CHUNK_BYTES",
+    "KILL_GRACE_SECONDS",
+    "MAX_LINE_BYTES",
+    "ProcessResult",
+    "TAIL_BYTES",
+    "TAIL_LINES",
+    "kill_group",
+    "read_tail",
+    "run",
+    "tail_bytes",
+    "terminate_group",
+]

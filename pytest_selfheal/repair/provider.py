@@ -1,0 +1,477 @@
+"""Repair providers between loop iterations (edge: subprocesses, git; docs/repair.md).
+
+A *repair provider* changes code in an isolated git worktree before each verification
+run of the loop (SPEC §8). Two kinds, asked in this order:
+
+1. **hooks**: implementations of ``pytest_selfheal_repair(request)`` (hookspecs.py) —
+   from a conftest/plugin under pytest, or, for the ``selfheal`` CLI, from modules
+   registered under the entry-point group ``pytest_selfheal``. The first implementation
+   that returns a result wins; ``None`` declines.
+2. **a command**: ``ralf_lite.repair.command``, an argv list from config (never a string
+   for a shell) with ``{prompt_file}``, ``{incident_id}``, ``{worktree}``,
+   ``{iteration}`` substituted per argument; run in the worktree through
+   :func:`pytest_selfheal.process.run` (own process group, stdin from /dev/null, killed
+   with its whole group after ``repair.timeout_seconds``), its output kept in
+   ``error_runs/<id>/repair_XX.log`` (redacted).
+
+One call gives one result (``attempt_XX.json`` ``repair``)::
+
+    {provider: "hook:<name>" | "command:<argv0>",
+     result: "diff" | "no_fix_found" | "timeout" | "crashed",
+     files_changed, patch ("attempt_XX.patch" | null), scope_denied, out_of_scope,
+     exit_code, duration_seconds, message, actions_applied, prompt, log, worktree}
+
+The result is decided from the worktree, not from what the provider claims: the diff of
+the worktree against its state before the call (empty → ``no_fix_found``). A provider
+that timed out, crashed or gave up is rolled back, and so is a diff touching files out
+of scope that nobody approved (``scope_denied``) — the next verification always sees
+exactly the accepted state. :class:`RepairSession` is the provider the loop calls.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal import hooks, process
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import SelfhealError, one_line
+from pytest_selfheal.loop.policy import (
+    REPAIR_CRASHED,
+    REPAIR_DIFF,
+    REPAIR_NO_FIX_FOUND,
+    REPAIR_TIMEOUT,
+    LoopPolicy,
+)
+from pytest_selfheal.loop.verify import VERIFYING_ENV
+from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
+from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.repair import scope
+from pytest_selfheal.repair.approval import Approver
+from pytest_selfheal.repair.patches import attempt_patch_name, log_name, prompt_name, write_patch
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.repair.scope import normalise
+from pytest_selfheal.repair.worktree import GIT_LOCATING_ENV, Worktree
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.root import Store
+
+if TYPE_CHECKING:
+    import pluggy
+
+
+PLACEHOLDERS: Tuple[str, ...] = ("prompt_file", "incident_id", "worktree", "iteration")
+LOG_MAX_BYTES = 1024 * 1024  # of a provider's output kept in repair_XX.log (the tail)
+TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
+
+Say = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def substitute(template: Sequence[str], values: Mapping[str, str]) -> List[str]:
+    """Replace ``{prompt_file}``, ``{incident_id}``, ``{worktree}``, ``{iteration}`` inside each
+    argument; any other brace text is kept literally (``{"a": 1}`` survives)."""
+    argv = []
+    for arg in template:
+        text = str(arg)
+        for name in PLACEHOLDERS:
+            if name in values:
+                text = text.replace("{" + name + "}", values[name])
+        argv.append(text)
+    return argv
+
+
+def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str, str]:
+    """The provider's environment: ``base`` (default ``os.environ``; agents need their API
+    keys) minus the git-locating variables, plus ``SELFHEAL_VERIFYING=1`` (pytest runs the
+    agent starts stay passive: no incident, no attempt of their own) and ``extra``."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in GIT_LOCATING_ENV}
+    env[VERIFYING_ENV] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """What one repair command did."""
+
+    argv: List[str]
+    started: bool  # False: the executable could not be started
+    exit_code: Optional[int]  # None when it did not start or was killed by the timeout
+    timed_out: bool
+    duration_seconds: float
+    output_path: Path  # raw (unredacted) output, in the session's private temp dir
+    error: str = ""  # why it could not start
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    timeout_seconds: Optional[float],
+    output_path: Path,
+    env: Optional[Mapping[str, str]] = None,
+    kill_grace: float = KILL_GRACE_SECONDS,
+) -> CommandRun:
+    """Run one repair command and wait (:func:`pytest_selfheal.process.run`: argv list, no
+    shell, own process group, stdin from /dev/null — a provider waiting for input hangs
+    until the timeout).
+
+    Output (stdout+stderr) goes to ``output_path``. On timeout — or any exception while
+    waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL; a background
+    child the command left in its group is killed when it exits (it would keep writing
+    into a worktree that is about to be removed).
+    """
+    result = process.run(
+        argv, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=env, kill_grace=kill_grace
+    )
+    return CommandRun(
+        result.argv, result.started, result.exit_code, result.timed_out, result.duration_seconds, output_path,
+        result.error,
+    )
+
+
+# --------------------------------------------------------------------------- one repair call
+
+
+@dataclass
+class _Call:
+    """What the provider did, before the worktree is inspected."""
+
+    provider: str
+    status: str  # done | gave_up | declined | timeout | crashed
+    exit_code: Optional[int] = None
+    duration: float = 0.0
+    message: str = ""
+    log: Optional[str] = None
+
+
+def _failures_for_request(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[Any]:
+    source = attempts[-1].get("failures") if attempts else incident.get("failures")
+    return [dict(f) for f in source if isinstance(f, Mapping)] if isinstance(source, list) else []
+
+
+@contextmanager
+def _chdir(path: Path) -> Iterator[None]:
+    # An in-process hook that writes relative paths must land in the worktree.
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+class RepairSession:
+    """The loop's provider for one run: holds the worktree, asks hooks then the command,
+    inspects the diff, checks the scope, records patches and events.
+
+    Called by :func:`loop.run_loop` before each verification with keyword arguments
+    ``incident_id, iteration, store, plan, last_attempt, observations``; returns the repair
+    dict (with ``worktree``, where the loop verifies).
+    """
+
+    def __init__(
+        self,
+        store: "Store",
+        incident_id: str,
+        *,
+        effective: "EffectiveConfig",
+        worktree: "Worktree",
+        approver: "Approver",
+        pluginmanager: Optional["pluggy.PluginManager"] = None,
+        say: Optional[Say] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        self.store = store
+        self.incident_id = incident_id
+        self.effective = effective
+        self.wt = worktree
+        self.approver = approver
+        self.pm = pluginmanager
+        self.say: Say = say or (lambda line: None)
+        self.env = env
+        self.redactor: "Redactor" = default_redactor(effective.get("redaction"))
+        command = effective.get("repair.command")
+        self.command: Optional[List[str]] = [str(a) for a in command] if command else None
+        timeout = effective.get("repair.timeout_seconds")
+        self.timeout: Optional[float] = float(timeout) if timeout is not None else None
+        self.globs: List[str] = [str(g) for g in effective.get("repair.allowed_paths") or []]
+        self.policy = LoopPolicy.from_config(effective.values)
+        self.results: List[Dict[str, Any]] = []
+
+    # -- the provider seam
+
+    def __call__(
+        self,
+        *,
+        incident_id: str,
+        iteration: int,
+        store: Optional["Store"] = None,
+        plan: Mapping[str, Any],
+        last_attempt: Optional[Mapping[str, Any]] = None,
+        observations: Sequence[Any] = (),
+        **_: Any,
+    ) -> Dict[str, Any]:
+        """One repair before verification ``iteration`` (the attempt number)."""
+        store = store or self.store
+        attempts = store.read_attempts(incident_id)
+        incident = store.read_incident(incident_id)
+        loop_iteration = max(1, len(observations))  # this iteration's number within the run
+        remaining = max(0, self.policy.max_iterations - loop_iteration)
+        targets, globs = scope.allowed_paths(plan, self.globs)
+        prompt = self.redactor.redact(
+            build_prompt(
+                incident=incident,
+                plan=plan,
+                attempts=attempts,
+                iteration=loop_iteration,
+                max_iterations=self.policy.max_iterations,
+                log_tail=self.redactor.redact(self._log_tail()),
+                allowed_paths=targets + globs,
+                remaining_budget=remaining,
+                # The loop keeps no output of its verification runs: the tail is the capture's.
+                log_tail_source="the captured run" if not attempts else
+                "the captured run (the latest failures are listed above)",
+            )
+        )
+        prompt_file = store.write_run_file(incident_id, prompt_name(iteration), prompt)
+        signature = next(
+            (str(a["error_signature"]) for a in reversed(attempts) if a.get("error_signature")),
+            incident.get("error_signature"),
+        )
+        store.append_event(
+            incident_id,
+            ev.REPAIR_ATTEMPT_STARTED,
+            iteration=iteration,
+            attempt=iteration,
+            provider=self.describe(),
+            remaining=remaining,
+            failureSignature=signature,
+            prompt=prompt_name(iteration),
+        )
+        self.say(f"selfheal: incident {incident_id} repair {iteration}: asking {self.describe()}")
+        before = self.wt.snapshot()
+        call = self._call_provider(
+            iteration=iteration,
+            prompt=prompt,
+            prompt_file=prompt_file,
+            plan=plan,
+            failures=_failures_for_request(incident, attempts),
+        )
+        result = self._inspect(iteration, call, before, plan, targets, globs)
+        self.results.append(result)
+        store.append_event(
+            incident_id,
+            ev.REPAIR_ATTEMPT_COMPLETED,
+            iteration=iteration,
+            attempt=iteration,
+            provider=result["provider"],
+            result=result["result"],
+            files_changed=result["files_changed"],
+            patch=result["patch"],
+            scope_denied=result["scope_denied"],
+            failureSignature=signature,
+        )
+        shown = f" ({', '.join(result['files_changed'])})" if result["files_changed"] else ""
+        denied = " — out of scope, not approved, rolled back" if result["scope_denied"] else ""
+        self.say(f"selfheal: incident {incident_id} repair {iteration}: {result['result']}{shown}{denied}")
+        return result
+
+    def describe(self) -> str:
+        """``hook:<name>`` (the first registered hook), ``command:<argv0>``, or ``none``."""
+        names = hooks.repair_hook_names(self.pm)
+        if names:
+            return f"hook:{names[0]}"
+        if self.command:
+            return f"command:{os.path.basename(self.command[0])}"
+        return "none"
+
+    # -- providers
+
+    def _log_tail(self) -> str:
+        try:
+            return self.store.read_log_tail(self.incident_id)
+        except SelfhealError:
+            return ""
+
+    def _call_provider(
+        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Mapping[str, Any], failures: List[Any]
+    ) -> _Call:
+        names = hooks.repair_hook_names(self.pm)
+        if names and self.pm is not None:
+            request = {
+                "incident_id": self.incident_id,
+                "iteration": iteration,
+                "worktree": str(self.wt.project_root),
+                "prompt": prompt,
+                "prompt_file": str(prompt_file),
+                "plan": dict(plan),
+                "failures": failures,
+            }
+            start = time.monotonic()
+            try:
+                with _chdir(self.wt.project_root):
+                    answer = hooks.call_repair(self.pm, request)
+            except Exception as exc:  # a buggy hook is a crashed provider, not a crashed loop
+                crashed = hooks.crashed_plugin(self.pm, "pytest_selfheal_repair", exc.__traceback__) or names[0]
+                message = one_line(f"{type(exc).__name__}: {exc}")
+                return _Call(f"hook:{crashed}", "crashed", None, time.monotonic() - start, self.redactor.redact(message))
+            duration = time.monotonic() - start
+            if answer is not None:
+                # firstresult: pluggy returns the first answer; the provider named is the one that
+                # says so (``provider``), else the first repair hook in call order.
+                name = f"hook:{answer.get('provider') or names[0]}"
+                status = answer.get("result")
+                message = str(answer.get("message") or "")
+                if status in ("gave_up", "done"):
+                    return _Call(name, str(status), None, duration, self.redactor.redact(message))
+                invalid = f"hook returned an invalid result {status!r} (expected done or gave_up)"
+                return _Call(name, "crashed", None, duration, invalid)
+        if self.command:
+            return self._run_configured_command(iteration, prompt_file)
+        declined = [f"hook:{name}" for name in names]
+        who = ", ".join(declined) or "no provider"
+        return _Call(declined[0] if declined else "none", "declined", None, 0.0, f"every repair hook declined ({who})")
+
+    def _run_configured_command(self, iteration: int, prompt_file: Path) -> _Call:
+        assert self.command is not None
+        values = {
+            "prompt_file": str(prompt_file),
+            "incident_id": self.incident_id,
+            "worktree": str(self.wt.project_root),
+            "iteration": str(iteration),
+        }
+        argv = substitute(self.command, values)
+        name = f"command:{os.path.basename(self.command[0])}"
+        env = command_env(
+            self.env,
+            SELFHEAL_INCIDENT_ID=self.incident_id,
+            SELFHEAL_ITERATION=str(iteration),
+            SELFHEAL_WORKTREE=values["worktree"],
+            SELFHEAL_PROMPT_FILE=values["prompt_file"],
+        )
+        raw = self.wt.scratch / f"repair_{iteration:02d}.raw"
+        run = run_command(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
+        text, cut = tail_bytes(raw, LOG_MAX_BYTES)
+        header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
+        if cut:
+            header += f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n"
+        trailer = (
+            f"\n[timed out after {self.timeout:g} s: process group killed]\n" if run.timed_out
+            else f"\n[exit code {run.exit_code}]\n" if run.started else f"\n[cannot start: {run.error}]\n"
+        )
+        redacted = self.redactor.redact(header + text + trailer)
+        self.store.write_run_file(self.incident_id, log_name(iteration), redacted)
+        try:
+            raw.unlink()
+        except OSError:
+            pass
+        tail = self.redactor.redact(text[-TAIL_CHARS:]).strip()
+        if run.timed_out:
+            return _Call(name, "timeout", None, run.duration_seconds,
+                         f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log_name(iteration))
+        if not run.started:
+            return _Call(name, "crashed", None, run.duration_seconds,
+                         one_line(f"cannot start {argv[0]}: {run.error}"), log_name(iteration))
+        if run.exit_code != 0:
+            last = tail.splitlines()[-1] if tail else ""
+            return _Call(name, "crashed", run.exit_code, run.duration_seconds,
+                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
+        return _Call(name, "done", 0, run.duration_seconds, "", log_name(iteration))
+
+    # -- the worktree after the call
+
+    def _inspect(
+        self,
+        iteration: int,
+        call: _Call,
+        before: str,
+        plan: Mapping[str, Any],
+        targets: Sequence[str],
+        globs: Sequence[str],
+    ) -> Dict[str, Any]:
+        result: Dict[str, Any] = {
+            "provider": call.provider,
+            "result": REPAIR_NO_FIX_FOUND,
+            "files_changed": [],
+            "patch": None,
+            "scope_denied": False,
+            "out_of_scope": [],
+            "exit_code": call.exit_code,
+            "duration_seconds": round(max(0.0, call.duration), 3),
+            "message": call.message,
+            "actions_applied": [],
+            "prompt": prompt_name(iteration),
+            "log": call.log,
+            "worktree": str(self.wt.project_root),
+        }
+        if call.status in ("timeout", "crashed", "gave_up", "declined"):
+            # No new evidence may leak into the next verification: roll back partial edits.
+            self.wt.restore(before)
+            result["result"] = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
+            return result
+        self.wt.reset_head()  # undo commits the provider made; files stay
+        after = self.wt.snapshot()
+        changed = self.wt.project_relative(self.wt.changed_files(before, after))
+        if not changed:
+            result["message"] = call.message or "the provider changed nothing"
+            return result
+        result["result"] = REPAIR_DIFF
+        result["files_changed"] = changed
+        patch_name = attempt_patch_name(iteration)
+        cumulative = self.wt.diff(self.wt.base, after)
+        write_patch(self.store, self.incident_id, patch_name, cumulative)
+        result["patch"] = patch_name
+        result["actions_applied"] = _actions_touched(plan, changed)
+        self.store.append_event(
+            self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration, kind="repair",
+            diffId=patch_name, patch=patch_name, files_changed=changed,
+        )
+        outside = scope.out_of_scope(changed, targets, globs)
+        if outside:
+            result["out_of_scope"] = outside
+            self.store.append_event(
+                self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=outside,
+                reason="the repair changed files outside the plan's target paths and ralf_lite.repair.allowed_paths",
+            )
+            question = f"The repair of {self.incident_id} also changed {', '.join(outside)} (outside the plan's scope). Allow it?"
+            details = self.redactor.redact(self.wt.diff(before, after).decode("utf-8", errors="replace"))
+            if not self.approver.confirm(question, details=details):
+                self.wt.restore(before)
+                result["scope_denied"] = True
+                result["actions_applied"] = []
+                result["message"] = f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back"
+        return result
+
+
+def _actions_touched(plan: Mapping[str, Any], changed: Sequence[str]) -> List[str]:
+    """Plan actions whose target paths the diff touched; every action when none is named
+    (a diff within the extra globs still works on the whole plan)."""
+    touched: List[str] = []
+    every: List[str] = []
+    files = {normalise(c) for c in changed}
+    for action in plan.get("actions") or []:
+        if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
+            continue
+        every.append(action["id"])
+        paths = {normalise(p) for p in action.get("target_paths") or [] if isinstance(p, str)}
+        if paths & files:
+            touched.append(action["id"])
+    return touched or every
+
+
+__all__ = [
+    "CommandRun",
+    "PLACEHOLDERS",
+    "RepairSession",
+    "command_env",
+    "run_command",
+    "substitute",
+]

@@ -1,0 +1,251 @@
+"""process.py, the one process runner: real children, bounded waits, no wall-clock thresholds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from pytest_selfheal.process import MAX_LINE_BYTES, TAIL_BYTES, read_tail, run, tail_bytes
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="process groups and signals")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (not yet reaped by init) is dead for our purpose
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def gone_within(pid: int, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def wait_for_file(path: Path, seconds: float = 30.0) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@posix_only
+def test_timeout_kills_the_grandchildren_too(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    script = write(tmp_path, "hang.py", f"""
+        import subprocess, sys, time
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+        child = subprocess.Popen([sys.executable, "-c", code])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+        print("started", flush=True)
+        time.sleep(120)
+    """)
+    result = run([sys.executable, str(script)], cwd=tmp_path, output_path=tmp_path / "out",
+                 timeout_seconds=1.0, kill_grace=0.5)
+    assert result.started and result.timed_out and result.exit_code is None
+    assert "started" in (tmp_path / "out").read_text()
+    assert gone_within(int(pidfile.read_text()))
+
+
+def test_exit_code_and_output_file(tmp_path: Path) -> None:
+    result = run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)"],
+                 cwd=tmp_path, output_path=tmp_path / "sub" / "out")
+    assert result.started and result.exit_code == 4 and not result.timed_out
+    assert sorted((tmp_path / "sub" / "out").read_text().split()) == ["err", "out"]
+
+
+def test_an_executable_that_cannot_start_is_reported_not_raised(tmp_path: Path) -> None:
+    result = run([str(tmp_path / "no-such-program")], cwd=tmp_path, output_path=tmp_path / "out")
+    assert not result.started and result.exit_code is None and result.error.startswith("command not found")
+    assert (tmp_path / "out").read_text() == f"{tmp_path / 'no-such-program'}: cannot start: {result.error}\n"
+    elsewhere = run([sys.executable, "-V"], cwd=tmp_path / "no-such-dir")
+    assert not elsewhere.started and "command not found" not in elsewhere.error  # the directory is missing
+    empty = run([], cwd=tmp_path)
+    assert not empty.started and empty.error == "empty command"
+
+
+def test_output_larger_than_the_tail_bound(tmp_path: Path) -> None:
+    lines = 3 * TAIL_BYTES // 10  # ~3 tail bounds of ~10-byte lines
+    script = write(tmp_path, "loud.py", f"""
+        import sys
+        for i in range({lines}):
+            sys.stdout.write(f"line {{i}}\\n")
+    """)
+    result = run([sys.executable, str(script)], cwd=tmp_path, output_path=tmp_path / "out")
+    assert result.exit_code == 0
+    assert (tmp_path / "out").stat().st_size > 2 * TAIL_BYTES  # everything is in the file
+    text, cut = tail_bytes(tmp_path / "out", TAIL_BYTES)
+    assert cut and len(text.encode()) == TAIL_BYTES
+    tail = read_tail(tmp_path / "out", max_bytes=TAIL_BYTES, max_lines=10_000)
+    shown = tail.splitlines()
+    assert shown[-1] == f"line {lines - 1}" and len(tail.encode()) <= TAIL_BYTES
+    assert all(line.startswith("line ") for line in shown)  # the cut first line was dropped
+    assert read_tail(tmp_path / "out", max_lines=3).splitlines() == [f"line {lines - 3 + i}" for i in range(3)]
+
+
+def test_a_long_line_without_newline_stays_bounded(tmp_path: Path) -> None:
+    total = 64 * 1024 * 1024  # 64 MB, no newline, written in 1 MB pieces
+    script = write(tmp_path, "line.py", f"""
+        import sys
+        piece = b"x" * (1024 * 1024)
+        for _ in range({total} // len(piece)):
+            sys.stdout.buffer.write(piece)
+        sys.stdout.buffer.write(b"\\nend\\n")
+    """)
+    sizes: List[int] = []
+    last: List[bytes] = []
+
+    def on_line(line: bytes) -> None:
+        sizes.append(len(line))
+        last[:] = [line]
+
+    tracemalloc.start()
+    try:
+        result = run([sys.executable, str(script)], cwd=tmp_path, output_path=tmp_path / "out", on_line=on_line)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0
+    assert max(sizes) <= MAX_LINE_BYTES and sum(sizes) == total + len(b"\nend\n")
+    assert last == [b"end\n"]
+    assert (tmp_path / "out").stat().st_size == total + len(b"\nend\n")
+    assert peak < total // 8  # nothing near the line's size was ever held
+
+
+def test_tee_hands_over_every_byte_line_by_line(tmp_path: Path) -> None:
+    script = write(tmp_path, "mixed.py", """
+        import sys, time
+        sys.stdout.buffer.write(b"one\\ntw")
+        sys.stdout.flush()
+        time.sleep(0.2)
+        sys.stdout.buffer.write(b"o\\n\\xff\\xfe bytes\\nno newline at the end")
+    """)
+    pieces: List[bytes] = []
+    result = run([sys.executable, str(script)], cwd=tmp_path, output_path=tmp_path / "out",
+                 on_line=pieces.append, max_line_bytes=8)
+    assert result.exit_code == 0
+    assert b"".join(pieces) == (tmp_path / "out").read_bytes() == b"one\ntwo\n\xff\xfe bytes\nno newline at the end"
+    assert pieces[:3] == [b"one\n", b"two\n", b"\xff\xfe bytes"]  # 9 bytes with the newline: two pieces
+    assert all(len(piece) <= 8 for piece in pieces)
+
+
+def test_a_failing_line_callback_is_raised_after_the_child_is_gone(tmp_path: Path) -> None:
+    def on_line(line: bytes) -> None:
+        raise BrokenPipeError("stdout closed")
+
+    with pytest.raises(BrokenPipeError):
+        run([sys.executable, "-c", "print('a'); print('b')"], cwd=tmp_path, output_path=tmp_path / "out",
+            on_line=on_line)
+    assert (tmp_path / "out").read_text().split() == ["a", "b"]  # drained to the end all the same
+
+
+@posix_only
+def test_a_group_left_behind_by_an_exited_leader_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    result = run([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+    """)], cwd=tmp_path, on_line=lambda line: None)
+    assert result.exit_code == 0  # returns although the background child held the pipe
+    assert gone_within(int(pidfile.read_text()))
+
+
+PARENT = """
+import sys, threading, time
+from pathlib import Path
+from pytest_selfheal.process import run
+
+where, mode, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+if mode == "thread":  # the interpreter exits while run() still waits in a daemon thread
+    threading.Thread(target=run, args=(argv,), kwargs={"cwd": where}, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not (where / "grandchild.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+else:
+    run(argv, cwd=where)
+"""
+
+
+def start_parent(tmp_path: Path, mode: str, argv: List[str]) -> "subprocess.Popen[bytes]":
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, str(script), str(tmp_path), mode, *argv], cwd=str(tmp_path),
+                            env=env, stdin=subprocess.DEVNULL)
+
+
+def child_named(parent: int, name: str, seconds: float = 30.0) -> int:
+    """The pid of ``parent``'s child called ``name``, read from /proc (bounded wait)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1: stat.rindex(")")]
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == parent and comm == name:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no child {name!r} of {parent}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_the_child_dies_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
+    parent = start_parent(tmp_path, "main", ["sleep", "120"])
+    try:
+        child = child_named(parent.pid, "sleep")
+        os.kill(parent.pid, signal.SIGKILL)  # no finally, no atexit: only the kernel can help
+        parent.wait()
+        assert gone_within(child)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+@posix_only
+def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> None:
+    # A grandchild is out of PDEATHSIG's reach: the atexit fallback must take its group down.
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen(['sleep', '120']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    parent = start_parent(tmp_path, "thread", [sys.executable, "-c", code])
+    try:
+        grandchild: Optional[int] = int(wait_for_file(pidfile))
+        assert parent.wait(timeout=60) == 0
+        assert grandchild is not None and gone_within(grandchild)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
