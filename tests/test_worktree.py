@@ -16,7 +16,7 @@ import pytest
 
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.repair.session import isolated_git_env
 
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from pytest_selfheal.analysis.classify import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, NotFoundError, RefusedError, StoreIOError
-from pytest_selfheal.gitstate import clean_tree_hash, diff_hash
+from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan, verification_argv
@@ -145,7 +145,7 @@ def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
-    at that commit (gitstate.clean_tree_hash); otherwise unknown.
+    at that commit (gitrepo.clean_tree_hash); otherwise unknown.
     """
     value = incident.get("diff_hash")
     if isinstance(value, str) and value:
