@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
 
 import pytest
 from _pytest.junitxml import mangle_test_address
+from junitparser import JUnitXml
+
+from pytest_selfheal.junit.reader import iter_testcases
 
 from pytest_selfheal.junit.writer import (
     FailedReport,
@@ -68,3 +72,29 @@ def test_build_junit_is_parseable_and_escapes_control_chars() -> None:
 def test_escape_keeps_legal_text() -> None:
     assert xml_escape_visible("héllo\tworld\n") == "héllo\tworld\n"
     assert xml_escape_visible("\x07") == "#x07"
+
+
+def test_build_junit_reads_back_through_junitparser_and_our_reader() -> None:
+    reports = [
+        FailedReport("tests/test_a.py::TestX::test_b[1]", "call", "", "E  boom", duration=0.12345),
+        FailedReport("tests/test_a.py::test_c", "teardown", "OSError: gone", "tb"),
+    ]
+    doc = build_junit(reports, tests=5, skipped=2, duration=2.0, prefix="pre")
+    suites = list(JUnitXml.fromstring(doc))
+    assert [(s.name, s.tests, s.failures, s.errors, s.skipped, s.time) for s in suites] == [
+        ("pytest", 5, 1, 1, 2, 2.0)
+    ]
+    cases = list(suites[0])
+    assert [(c.classname, c.name, c.time) for c in cases] == [
+        ("pre.tests.test_a.TestX", "test_b[1]", 0.123),
+        ("pre.tests.test_a", "test_c", 0.0),
+    ]
+    first = cases[0].result[0]
+    assert first._tag == "failure" and first.message == "" and first.text == "E  boom"
+    second = cases[1].result[0]
+    assert second._tag == "error" and second.message == 'failed on teardown with "OSError: gone"'
+    read = list(iter_testcases(io.BytesIO(doc)))
+    assert [(c.classname, c.name, c.outcome, c.message, c.text) for c in read] == [
+        ("pre.tests.test_a.TestX", "test_b[1]", "failed", "", "E  boom"),
+        ("pre.tests.test_a", "test_c", "error", 'failed on teardown with "OSError: gone"', "tb"),
+    ]

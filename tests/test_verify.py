@@ -1,4 +1,4 @@
-"""verify.py (allowlist, running a selection, observing its junit) and gitstate.py (diff hash)."""
+"""verify.py (allowlist, running a selection, observing its junit) and gitrepo.py (diff hash)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_process import alive
 
 from pytest_selfheal.records import models
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitstate import clean_tree_hash, diff_hash
+from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.process import read_tail
 from pytest_selfheal.loop.verify import (
@@ -258,7 +258,7 @@ def test_observe_empty_junit_file(tmp_path: Path) -> None:
     assert failures[0].message == "ERROR: usage: pytest [options]"
 
 
-# --------------------------------------------------------------------------- gitstate
+# --------------------------------------------------------------------------- gitrepo
 
 
 def test_diff_hash_tracks_edits_untracked_files_and_commits_but_not_the_reports_root(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.gitrepo import diff_hash, isolated_git_env
 
 
 def make_repo(path: Path, files: Dict[str, str]) -> git.Repo:
@@ -226,7 +226,7 @@ def test_inherited_git_index_file_is_ignored(project: Path, monkeypatch: pytest.
     # A run started from a pre-commit hook inherits GIT_INDEX_FILE: it must not aim at the user's index.
     monkeypatch.setenv("GIT_INDEX_FILE", str(project / ".git" / "index"))
     index = (project / ".git" / "index").read_bytes()
-    with W.isolated_git_env():
+    with isolated_git_env():
         assert "GIT_INDEX_FILE" not in os.environ
         wt = W.create(project, name="incident_x")
         try:

@@ -6,7 +6,9 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Sequence
+
+from pytest_selfheal.gitrepo import git_context
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
@@ -28,34 +30,6 @@ _CI_KEYS = (
     "BUILDKITE",
     "JENKINS_URL",
 )
-
-
-def git_context(path: Path) -> Optional[Dict[str, Any]]:
-    """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    try:
-        import git  # gitpython: imported lazily, it is slow to import and needs a git binary
-    except Exception:
-        return None
-    try:
-        repo = git.Repo(path, search_parent_directories=True)
-    except Exception:
-        return None
-    try:
-        info: Dict[str, Any] = {"root": str(repo.working_tree_dir)}
-        try:
-            info["commit"] = repo.head.commit.hexsha
-        except ValueError:  # no commits yet
-            info["commit"] = None
-        info["branch"] = None if repo.head.is_detached else repo.active_branch.name
-        info["dirty"] = repo.is_dirty(untracked_files=True)
-        info["diff_stat"] = repo.git.diff("HEAD", "--stat") if info["commit"] else ""
-        info["untracked"] = len(repo.untracked_files)
-        return info
-    except Exception as exc:  # a broken repo must not stop the capture
-        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-    finally:
-        repo.close()
 
 
 def ci_context(env: Mapping[str, str]) -> Dict[str, str]:

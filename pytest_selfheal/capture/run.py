@@ -20,7 +20,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md

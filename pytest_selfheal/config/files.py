@@ -169,7 +169,7 @@ def _toml_loads(text: str) -> Dict[str, Any]:
         import tomllib
 
         return tomllib.loads(text)
-    # Below 3.11 pytest itself depends on tomli, so it is always there with pytest.
+    # Below 3.11: tomli, a declared dependency there (pytest requires it too).
     tomli = importlib.import_module("tomli")
     document: Dict[str, Any] = tomli.loads(text)
     return document
@@ -234,7 +234,7 @@ def read_pytest_ini(project_root: Path) -> Dict[str, str]:
     Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
     pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
     (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
-    tomli (which pytest requires below 3.11). Lists come back one item per line for
+    tomli (declared below 3.11), ini files with iniconfig. Lists come back one item per line for
     ``selfheal_config`` and as a JSON list otherwise.
     """
     found = find_pytest_ini(project_root)

@@ -4,15 +4,18 @@ Switching on pytest's own junitxml for every run costs ~10% wall time on large g
 suites, so the plugin records only the failing reports and writes them here, in pytest's
 own junit dialect (same classname/name mangling, same message attributes), so that a
 failure gets the same fingerprint from this document, from ``--junitxml`` and from
-``selfheal fingerprint``.
+``selfheal fingerprint``. The document is built with junitparser; reading junit is
+``junit/reader.py``'s streaming parser (docs/decisions.md "Dependencies").
 """
 
 from __future__ import annotations
 
+import io
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
+
+from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
 # Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN).
 _ILLEGAL_XML = re.compile(
@@ -76,6 +79,27 @@ def junit_message(report: FailedReport) -> str:
     return message
 
 
+class PytestTestCase(TestCase):
+    """junitparser's testcase plus the ``file``/``line`` attributes pytest's junitxml writes."""
+
+    file = Attr()
+    line = IntAttr()
+
+
+def _testcase(report: FailedReport, prefix: str) -> PytestTestCase:
+    classname, name = mangle_nodeid(report.nodeid, prefix)
+    case = PytestTestCase(classname=classname, name=name, time=round(report.duration, 3))
+    if report.file:
+        case.file = report.file
+    if report.line is not None:
+        case.line = report.line
+    result = Failure() if report.outcome == "failure" else Error()
+    result.message = xml_escape_visible(junit_message(report))  # set even when empty, as pytest does
+    result.text = xml_escape_visible(report.text)
+    case.result = [result]
+    return case
+
+
 def build_junit(
     reports: Sequence[FailedReport],
     *,
@@ -86,35 +110,21 @@ def build_junit(
     suite_name: str = "pytest",
 ) -> bytes:
     """A junit document (bytes) with one testcase per failing report plus run counts."""
+    suite = TestSuite(suite_name)
+    # All at once: add_testcase recounts the suite after each case (quadratic).
+    suite.add_testcases([_testcase(report, prefix) for report in reports])
+    # The counts are the run's, not the failing cases'.
     failures = sum(1 for r in reports if r.outcome == "failure")
-    errors = len(reports) - failures
-    suite = ET.Element(
-        "testsuite",
-        {
-            "name": suite_name,
-            "tests": str(tests),
-            "failures": str(failures),
-            "errors": str(errors),
-            "skipped": str(skipped),
-            "time": f"{duration:.3f}",
-        },
-    )
-    for report in reports:
-        classname, name = mangle_nodeid(report.nodeid, prefix)
-        attrs = {"classname": classname, "name": name, "time": f"{report.duration:.3f}"}
-        if report.file:
-            attrs["file"] = report.file
-        if report.line is not None:
-            attrs["line"] = str(report.line)
-        case = ET.SubElement(suite, "testcase", attrs)
-        child = ET.SubElement(
-            case, report.outcome, {"message": xml_escape_visible(junit_message(report))}
-        )
-        child.text = xml_escape_visible(report.text)
-    root = ET.Element("testsuites")
-    root.append(suite)
-    body: bytes = ET.tostring(root, encoding="utf-8")
-    return b'<?xml version="1.0" encoding="utf-8"?>\n' + body + b"\n"
+    suite.tests = tests
+    suite.failures = failures
+    suite.errors = len(reports) - failures
+    suite.skipped = skipped
+    suite.time = round(duration, 3)
+    document = JUnitXml()
+    document.add_testsuite(suite)
+    buffer = io.BytesIO()
+    document.write(buffer)
+    return buffer.getvalue() + b"\n"
 
 
 def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> "dict[str, str]":

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.plan.build import verification_argv

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from pytest_selfheal.analysis.classify import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError
-from pytest_selfheal.gitstate import diff_hash
+from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,

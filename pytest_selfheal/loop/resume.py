@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
-from pytest_selfheal.gitstate import clean_tree_hash
+from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
@@ -82,7 +82,7 @@ def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
-    at that commit (gitstate.clean_tree_hash); otherwise unknown.
+    at that commit (gitrepo.clean_tree_hash); otherwise unknown.
     """
     value = incident.get("diff_hash")
     if isinstance(value, str) and value:

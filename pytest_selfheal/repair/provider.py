@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
+from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -56,7 +57,7 @@ from pytest_selfheal.repair.approval import Approver
 from pytest_selfheal.repair.patches import attempt_patch_name, log_name, prompt_name, write_patch
 from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.repair.scope import normalise
-from pytest_selfheal.repair.worktree import GIT_LOCATING_ENV, Worktree
+from pytest_selfheal.repair.worktree import Worktree
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
 

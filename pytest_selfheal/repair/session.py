@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequen
 from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitrepo import isolated_git_env
 from pytest_selfheal.loop import driver as loop
 from pytest_selfheal.loop.policy import REPAIR_DIFF
 from pytest_selfheal.loop.resume import split_runs
@@ -26,7 +27,6 @@ from pytest_selfheal.repair.worktree import (
     apply_patch,
     check_patch,
     create,
-    isolated_git_env,
     remove_recorded,
     worktree_record,
 )

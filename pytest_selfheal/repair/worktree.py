@@ -17,7 +17,7 @@ diff of a repair is ``diff-tree <before> <after>`` and the final patch is
 ``diff-tree <base> <final>`` — exactly the provider's changes, whatever it did to
 ``HEAD`` (agents that commit, like aider, are reset back after each call).
 
-Every git command runs without a shell (gitpython ``Git.execute`` with an argv list),
+Every git command runs through ``gitrepo.run_git`` (gitpython, argv lists, never a shell),
 with hooks disabled (``core.hooksPath`` pointing at an empty directory: no user hook
 runs on ``worktree add``, ``reset`` or a ref update), and with plumbing commands
 (``diff-tree``, ``read-tree``, ``write-tree``) where output must not depend on the
@@ -36,140 +36,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitstate import JUNK_PATHSPECS
+from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
 
 # Pathspecs left out of every snapshot (and so out of every patch).
-
-
-# Variables that point git at a repository. A selfheal run started from a git hook
-# (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
-# of the worktree — and the provider's — at the user's own index.
-GIT_LOCATING_ENV: Tuple[str, ...] = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_PREFIX",
-    "GIT_NAMESPACE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-)
-
-
-@contextmanager
-def isolated_git_env() -> Iterator[None]:
-    """Drop the git-locating variables (GIT_DIR, GIT_INDEX_FILE…) from ``os.environ`` for
-    the duration: every git command (ours, the loop's diff hash, the provider's) must find
-    the repository from its working directory."""
-    saved = {k: os.environ.pop(k) for k in GIT_LOCATING_ENV if k in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
-
-
-class GitFailed(Exception):
-    """A git command failed (internal: callers turn it into a one-line user error)."""
-
-    def __init__(self, args: Sequence[str], status: Optional[int], stderr: str) -> None:
-        self.args_list = list(args)
-        self.status = status
-        self.stderr = stderr
-        super().__init__(self.first_line)
-
-    @property
-    def first_line(self) -> str:
-        """The most useful line of git's error output."""
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
-        for line in lines:
-            if line.startswith(("error:", "fatal:")):
-                return line
-        return lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {self.status}"
-
-
-def _import_git() -> Any:
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    try:
-        import git  # gitpython, lazily: slow to import and needs a git binary
-    except Exception as exc:  # pragma: no cover - gitpython is a dependency
-        raise RefusedError(f"repair providers need git and gitpython: {exc}") from None
-    return git
-
-
-def run_git(
-    cwd: Path,
-    args: Sequence[str],
-    *,
-    env: Optional[Mapping[str, str]] = None,
-    hooks_dir: Optional[Path] = None,
-) -> bytes:
-    """``git <args>`` in ``cwd`` (argv list, never a shell); stdout as bytes, exactly as git wrote it.
-
-    ``hooks_dir``: an empty directory used as ``core.hooksPath`` (no user hook runs).
-    Raises :class:`GitFailed` on a non-zero exit or when git cannot start.
-    """
-    git = _import_git()
-    prefix: List[str] = ["git", "-c", "core.fsmonitor=false", "-c", "gc.auto=0"]
-    if hooks_dir is not None:
-        prefix += ["-c", f"core.hooksPath={hooks_dir}"]
-    argv = prefix + list(args)
-    extra = dict(env or {})
-    extra.setdefault("GIT_TERMINAL_PROMPT", "0")
-    try:
-        out = git.Git(str(cwd)).execute(
-            argv,
-            with_extended_output=False,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,  # a patch must keep its last newline
-            shell=False,
-            env=extra,
-        )
-    except git.GitCommandError as exc:
-        stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
-        # gitpython wraps stderr as "  stderr: '...'"; keep the text only.
-        text = stderr.strip()
-        if text.startswith("stderr:"):
-            text = text[len("stderr:"):].strip()
-        text = text.strip("'")
-        raise GitFailed(args, exc.status if isinstance(exc.status, int) else None, text) from None
-    except (OSError, git.GitCommandNotFound) as exc:
-        raise GitFailed(args, None, f"fatal: cannot run git: {exc}") from None
-    return out if isinstance(out, bytes) else str(out).encode()
-
-
-def repo_top(path: Path) -> Path:
-    """The top of the git working tree containing ``path``.
-
-    ``RefusedError`` (exit 5) outside a git repository, in a bare repository or when git
-    is unavailable: repair providers run only in an isolated worktree.
-    """
-    git = _import_git()
-    try:
-        repo = git.Repo(path, search_parent_directories=True)
-    except Exception:
-        raise RefusedError(
-            f"repair providers need a git repository: {path} is not inside one "
-            "(repairs run in an isolated git worktree; run `git init` and commit, or unset ralf_lite.repair.command)"
-        ) from None
-    try:
-        if repo.working_tree_dir is None:
-            raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
-        if not repo.head.is_valid():
-            raise RefusedError(
-                f"repair providers need a commit to start from: the repository at {repo.working_tree_dir} "
-                "has no commit yet (commit once, then resume the loop)"
-            )
-        return Path(repo.working_tree_dir).resolve()
-    finally:
-        repo.close()
 
 
 def _relative_inside(path: Path, top: Path) -> Optional[str]:
@@ -495,20 +369,14 @@ def remove_recorded(record: Mapping[str, Any]) -> None:
 
 
 __all__ = [
-    "GIT_LOCATING_ENV",
-    "GitFailed",
-    "JUNK_PATHSPECS",
     "PatchCheck",
     "Worktree",
     "apply_patch",
     "check_patch",
     "create",
     "exclude_pathspecs",
-    "isolated_git_env",
     "remove_recorded",
     "remove_worktree",
-    "repo_top",
-    "run_git",
     "snapshot_tree",
     "worktree_record",
 ]

@@ -10,9 +10,10 @@ from typing import Any, Dict, List, Mapping
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
 from pytest_selfheal.entry import verification_root
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, NotFoundError, RefusedError
+from pytest_selfheal.gitrepo import isolated_git_env, repo_top
 from pytest_selfheal.repair.approval import approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
-from pytest_selfheal.repair.worktree import apply_patch, check_patch, isolated_git_env, repo_top
+from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store

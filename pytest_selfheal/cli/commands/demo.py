@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional
 
-from pytest_selfheal._git import init_repo
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.gitrepo import init_repo
 
 NAME = "demo"
 HELP = "copy the bundled demo project (one real bug, one flaky test) into a temp git repo and self-heal it"
