@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
-from pytest_selfheal.github import ci
+from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = ROOT / "action.yml"
@@ -125,13 +125,13 @@ def test_no_expression_in_shell_code_of_the_action() -> None:
 def test_input_variables_are_exactly_what_python_reads() -> None:
     selfheal = next(s for s in _steps() if s.get("id") == "selfheal")
     passed = {k for k in selfheal["env"] if k.startswith("INPUT_")}
-    assert passed == set(ci.ACTION_INPUT_VARS)
+    assert passed == set(ci_inputs.ACTION_INPUT_VARS)
 
 
 def test_outputs_map_to_the_outputs_selfheal_ci_writes() -> None:
     action = _action()
     step_ids = {s.get("id") for s in _steps()}
-    written = set(ci.CiResult(0, ci.Verdict("passed", "none", 0, None, 0), {}, "").outputs())
+    written = set(ci.CiResult(0, ci_verdict.Verdict("passed", "none", 0, None, 0), {}, "").outputs())
     assert {"final-status", "stop-reason", "iterations", "incident-id", "report-path"} <= set(action["outputs"])
     for name, spec in action["outputs"].items():
         match = _STEP_OUTPUT.match(str(spec["value"]))

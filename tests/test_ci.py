@@ -17,10 +17,11 @@ from test_actions_env import parse_github_output
 from test_report_cli import SECTIONS_PLUGIN
 from test_repair import fake_distribution
 
-from pytest_selfheal.github import ci
 from pytest_selfheal.cli.main import main
-from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
+from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
+from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
+from pytest_selfheal.outcome import exit_code_for
 
 PR = 7
 MARKER = marker("default")
@@ -245,7 +246,7 @@ def test_pytest_errors_have_their_own_exit_codes(tmp_path: Path) -> None:
     env = actions_env(tmp_path, None, event_name="push", event={})
 
     no_tests = run_ci(project, env, "--no-fail-on-unresolved", "--", "-q")
-    assert no_tests.returncode == ci.EXIT_PYTEST, no_tests.stdout + no_tests.stderr
+    assert no_tests.returncode == EXIT_PYTEST, no_tests.stdout + no_tests.stderr
     out = outputs_of(env)
     assert (out["final-status"], out["stop-reason"], out["pytest-exit-code"]) == ("error", "pytest_error", "5")
     assert "no tests were collected" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
@@ -365,7 +366,7 @@ def test_comment_from_rejects_pytest_args_and_missing_reports(tmp_path: Path, mo
 
 
 def test_action_inputs_are_parsed_safely() -> None:
-    got = ci.action_inputs({
+    got = ci_inputs.action_inputs({
         "INPUT_PYTEST_ARGS": "-q -k 'a and not b' $(touch /tmp/pwned); echo",
         "INPUT_CONFIG": "max_iterations=5\n\n# comment\nverification.timeout_seconds = 60\n",
         "INPUT_REPAIR_COMMAND": '["aider", "--yes", "--message-file", "{prompt_file}"]',
@@ -385,7 +386,7 @@ def test_action_inputs_are_parsed_safely() -> None:
     assert got["comment"] is False and got["fail_on_unresolved"] is True
     assert got["report_name"] == "py3.12" and got["working_directory"] == Path("sub dir")
     assert got["pull_request"] == 12 and "expected_head_sha" not in got
-    assert ci.action_inputs({}) == {}
+    assert ci_inputs.action_inputs({}) == {}
 
 
 @pytest.mark.parametrize("env", [
@@ -398,7 +399,7 @@ def test_action_inputs_are_parsed_safely() -> None:
 ])
 def test_bad_action_inputs_are_usage_errors(env: Dict[str, str]) -> None:
     with pytest.raises(UsageError):
-        ci.action_inputs(env)
+        ci_inputs.action_inputs(env)
 
 
 def test_bad_config_input_stops_before_pytest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -428,19 +429,30 @@ def test_missing_working_directory_is_a_usage_error(tmp_path: Path, monkeypatch:
     ("failed", 1, True, 1),
     ("failed", 1, False, 0),
     ("error", 4, False, 2),
-    ("error", 5, False, ci.EXIT_PYTEST),
-    ("error", 3, True, ci.EXIT_PYTEST),
-    ("error", -9, True, ci.EXIT_PYTEST),
+    ("error", 5, False, EXIT_PYTEST),
+    ("error", 3, True, EXIT_PYTEST),
+    ("error", -9, True, EXIT_PYTEST),
 ])
 def test_exit_code_policy(status: str, pytest_code: int, fail: bool, expected: int) -> None:
-    verdict = ci.Verdict(status, "x", 0, None, pytest_code)
-    assert ci.exit_code_for(verdict, fail_on_unresolved=fail) == expected
+    assert exit_code_for(status, fail_on_unresolved=fail, pytest_exit_code=pytest_code) == expected
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ("resolved", EXIT_OK),
+    ("escalated", EXIT_UNRESOLVED),
+    ("replan_requested", EXIT_UNRESOLVED),
+    ("disabled", EXIT_UNRESOLVED),
+    ("", EXIT_UNRESOLVED),
+])
+def test_loop_statuses_use_the_same_exit_code_map(status: str, expected: int) -> None:
+    # `selfheal loop` passes only the final status: fail_on_unresolved is on, no pytest code.
+    assert exit_code_for(status) == expected
 
 
 def test_verdict_without_incident() -> None:
-    assert ci.verdict_without_incident(0) == ci.Verdict("passed", "none", 0, None, 0)
-    assert ci.verdict_without_incident(1).stop_reason == "not_captured"
-    assert ci.verdict_without_incident(2).final_status == "error"
+    assert ci_verdict.verdict_without_incident(0) == ci_verdict.Verdict("passed", "none", 0, None, 0)
+    assert ci_verdict.verdict_without_incident(1).stop_reason == "not_captured"
+    assert ci_verdict.verdict_without_incident(2).final_status == "error"
 
 
 def test_captured_incident_prefers_new_then_grown() -> None:

@@ -13,24 +13,21 @@ from hypothesis import strategies as st
 
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
+from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
     STOP_REASONS,
     LoopPolicy,
     Observation,
     capture_observation,
-    decide,
-    decision_point,
     flaky_tests,
-    handoff,
     loop_selection,
     no_progress_streak,
     observation_from_attempt,
     progress_between,
-    recommended_next_action,
     retry_eligible,
     same_error_repeats,
-    status_line,
     fixed_tests,
 )
 

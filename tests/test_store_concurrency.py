@@ -14,7 +14,8 @@ from typing import List
 import pytest
 from schema_check import assert_valid
 
-from pytest_selfheal.store.root import INCIDENT_FILES, Store
+from pytest_selfheal.store.reader import INCIDENT_FILES
+from pytest_selfheal.store.root import Store
 
 WORKER = r"""
 import os, sys, time

@@ -8,7 +8,8 @@ fork-PR recipe: it renders an already written report JSON and posts it, running 
 from the pull request.
 
 Everything reads its environment from the ``env`` mapping it is given (default
-``os.environ``), so the whole flow can be driven in-process by tests.
+``os.environ``), so the whole flow can be driven in-process by tests. The options and the
+action's inputs are in :mod:`.ci_inputs`, the verdict and its markdown in :mod:`.ci_verdict`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ from __future__ import annotations
 import codecs
 import json
 import os
-import re
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
-
-import pluggy
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import load_config
@@ -31,9 +29,6 @@ from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_ove
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import (
     EXIT_OK,
-    EXIT_PYTEST,
-    EXIT_UNRESOLVED,
-    EXIT_USAGE,
     Cancelled,
     ConfigError,
     SelfhealError,
@@ -46,6 +41,18 @@ from pytest_selfheal.github.actions_env import (
     write_outputs,
     write_step_summary,
 )
+from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions
+from pytest_selfheal.github.ci_verdict import (
+    CANNOT_START,
+    STOP_NONE,
+    Verdict,
+    ci_info,
+    comment_footer,
+    describe_pytest_exit,
+    render_ci_markdown,
+    sanitize_ci_info,
+    verdict_without_incident,
+)
 from pytest_selfheal.github.client import (
     ACTIONS_BOT_LOGIN,
     CommentResult,
@@ -55,345 +62,20 @@ from pytest_selfheal.github.client import (
     marker,
     upsert_sticky_comment,
 )
+from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
-from pytest_selfheal.report.render import code, render_headline, text
-from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.root import Store
 
-#: Exit code of ``selfheal ci`` when pytest itself could not give a verdict on the tests:
-#: internal error (pytest 3), no tests collected (5), interrupted without a captured
-#: incident (2), killed by a signal. ``--no-fail-on-unresolved`` never hides it.
-
-# Final statuses of ``selfheal ci`` besides the loop's own (resolved, escalated, ...).
-FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
-FINAL_FAILED = "failed"  # tests failed but no incident was captured
-FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
-CI_STATUSES = (FINAL_PASSED, FINAL_FAILED, FINAL_ERROR)
-RESOLVED = "resolved"
-
-# Stop reasons of ``selfheal ci`` when the loop did not run.
-STOP_NONE = "none"
-STOP_NOT_CAPTURED = "not_captured"
-STOP_PYTEST_ERROR = "pytest_error"
-
 DEFAULT_REPORT_FILE = "ralf_lite_report.md"
-DEFAULT_REPORT_NAME = "default"
-
-#: The environment variables ``--action-inputs`` reads (action.yml passes every input so).
-ACTION_INPUT_VARS: Tuple[str, ...] = (
-    "INPUT_PYTEST_ARGS",
-    "INPUT_WORKING_DIRECTORY",
-    "INPUT_CONFIG",
-    "INPUT_REPAIR_COMMAND",
-    "INPUT_COMMENT",
-    "INPUT_FAIL_ON_UNRESOLVED",
-    "INPUT_REPORT_NAME",
-    "INPUT_COMMENT_FROM",
-    "INPUT_PULL_REQUEST_NUMBER",
-    "INPUT_EXPECTED_HEAD_SHA",
-)
 
 #: Variables never passed to the test processes (pytest, verification runs, repair
 #: provider): the token is only for the comment, posted after all test code has run.
 WITHHELD_ENV: Tuple[str, ...] = ("GITHUB_TOKEN",)
 
-CANNOT_START = 127  # run_pytest's exit code when the interpreter cannot start
-PYTEST_EXIT_MEANINGS: Dict[int, str] = {
-    0: "all tests passed",
-    1: "tests failed",
-    2: "the run was interrupted",
-    3: "pytest hit an internal error",
-    4: "pytest usage error (check the pytest arguments)",
-    5: "no tests were collected",
-    CANNOT_START: "pytest could not start",
-}
-
-_STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
-_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
-_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
 Say = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------- options
-
-
-@dataclass
-class CiOptions:
-    """What one ``selfheal ci`` run does (commands/ci.py builds it from flags and inputs)."""
-
-    pytest_args: List[str] = field(default_factory=list)
-    #: ``(KEY=VALUE text, origin)`` config overrides, applied in order after the files.
-    overrides: List[Tuple[str, str]] = field(default_factory=list)
-    reports_dir: Optional[Path] = None
-    comment: bool = True
-    fail_on_unresolved: bool = True
-    report_name: str = DEFAULT_REPORT_NAME
-    report_path: Optional[Path] = None
-    #: Comment-only mode: post this report JSON (no pytest, no loop).
-    comment_from: Optional[Path] = None
-    #: The PR to comment on (default: from the event payload / the report JSON).
-    pull_request: Optional[int] = None
-    #: Comment only if the PR's head commit is this one (the fork-PR recipe's check).
-    expected_head_sha: Optional[str] = None
-    working_directory: Optional[Path] = None
-
-
-def parse_bool(text: str, name: str) -> bool:
-    """``true``/``false`` (also yes/no, on/off, 1/0, any case) of an action input; else UsageError."""
-    word = text.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise UsageError(f"{name}: expected true or false, got {json.dumps(text)}")
-
-
-def parse_pytest_args(text: str, name: str = "pytest-args") -> List[str]:
-    """Split ``text`` like a POSIX shell would (quotes, backslashes) -- but never run a shell:
-    ``$(...)``, ``;``, ``|`` stay literal characters of the arguments."""
-    try:
-        return shlex.split(text, comments=False, posix=True)
-    except ValueError as exc:
-        raise UsageError(f"{name}: cannot split {json.dumps(text)}: {exc}") from None
-
-
-def parse_config_lines(text: str, origin: str = "config input") -> List[Tuple[str, str]]:
-    """Newline-separated ``KEY=VALUE`` overrides; blank lines and ``#`` comments are skipped."""
-    out: List[Tuple[str, str]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        out.append((line, f"{origin} line {number}"))
-    return out
-
-
-def parse_repair_command(text: str, name: str = "repair-command") -> Optional[str]:
-    """A JSON argv list (``["aider", "--yes", "--message-file", "{prompt_file}"]``) as a
-    ``repair.command=...`` override text; None when empty. Anything else is a UsageError:
-    a command line string would invite shell-quoting mistakes, and no shell ever runs it."""
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
-        raise UsageError(f'{name}: expected a JSON list of strings such as ["aider", "--yes"], '
-                         f"got {json.dumps(text[:200])}")
-    return "repair.command=" + json.dumps(value)
-
-
-def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
-    """A commit SHA (7 to 64 hex digits); else UsageError."""
-    sha = text.strip()
-    if not _SHA.match(sha):
-        raise UsageError(f"{name}: expected a commit SHA, got {json.dumps(text[:80])}")
-    return sha
-
-
-def _positive_int(text: str, name: str) -> int:
-    value = text.strip()
-    if not value.isdigit() or int(value) <= 0:
-        raise UsageError(f"{name}: expected a pull request number, got {json.dumps(text)}")
-    return int(value)
-
-
-def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
-    """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
-
-    Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
-    report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
-    naming the input (exit 2).
-    """
-    def get(name: str) -> Optional[str]:
-        value = env.get(name)
-        return value if value is not None and value.strip() else None
-
-    found: Dict[str, Any] = {}
-    if (text := get("INPUT_PYTEST_ARGS")) is not None:
-        found["pytest_args"] = parse_pytest_args(text)
-    if (text := get("INPUT_WORKING_DIRECTORY")) is not None:
-        found["working_directory"] = Path(text.strip())
-    overrides: List[Tuple[str, str]] = []
-    if (text := get("INPUT_CONFIG")) is not None:
-        overrides.extend(parse_config_lines(text))
-    if (text := get("INPUT_REPAIR_COMMAND")) is not None:
-        repair = parse_repair_command(text)
-        if repair is not None:
-            overrides.append((repair, "repair-command input"))
-    if overrides:
-        found["overrides"] = overrides
-    if (text := get("INPUT_COMMENT")) is not None:
-        found["comment"] = parse_bool(text, "comment")
-    if (text := get("INPUT_FAIL_ON_UNRESOLVED")) is not None:
-        found["fail_on_unresolved"] = parse_bool(text, "fail-on-unresolved")
-    if (text := get("INPUT_REPORT_NAME")) is not None:
-        found["report_name"] = text.strip()
-    if (text := get("INPUT_COMMENT_FROM")) is not None:
-        found["comment_from"] = Path(text.strip())
-    if (text := get("INPUT_PULL_REQUEST_NUMBER")) is not None:
-        found["pull_request"] = _positive_int(text, "pull-request-number")
-    if (text := get("INPUT_EXPECTED_HEAD_SHA")) is not None:
-        found["expected_head_sha"] = parse_sha(text, "expected-head-sha")
-    return found
-
-
-# --------------------------------------------------------------------------- policy
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
-
-    final_status: str
-    stop_reason: str
-    iterations: int
-    incident_id: Optional[str]
-    pytest_exit_code: Optional[int]
-
-
-def describe_pytest_exit(code: Optional[int]) -> str:
-    """A short phrase for pytest's exit code (``no tests were collected``)."""
-    if code is None:
-        return "pytest did not run"
-    if code < 0:
-        return f"pytest was killed by signal {-code}"
-    return PYTEST_EXIT_MEANINGS.get(code, f"pytest exited with code {code}")
-
-
-def verdict_without_incident(pytest_exit_code: int) -> Verdict:
-    """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
-    if pytest_exit_code == 0:
-        return Verdict(FINAL_PASSED, STOP_NONE, 0, None, 0)
-    if pytest_exit_code == 1:
-        return Verdict(FINAL_FAILED, STOP_NOT_CAPTURED, 0, None, 1)
-    return Verdict(FINAL_ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
-
-
-def exit_code_for(verdict: Verdict, *, fail_on_unresolved: bool) -> int:
-    """The exit code policy (docs/action.md, docs/exit-codes.md):
-
-    0 resolved or passed; 1 anything else the tests decided (escalated,
-    replan_requested, failed without an incident) when ``fail_on_unresolved``, else 0;
-    2 pytest usage error (bad ``pytest-args``); 7 (EXIT_PYTEST) pytest could not run the
-    tests at all -- whatever ``fail_on_unresolved`` says, a broken setup fails the job.
-    """
-    if verdict.final_status in (RESOLVED, FINAL_PASSED):
-        return EXIT_OK
-    if verdict.final_status == FINAL_ERROR:
-        return EXIT_USAGE if verdict.pytest_exit_code == 4 else EXIT_PYTEST
-    return EXIT_UNRESOLVED if fail_on_unresolved else EXIT_OK
-
-
-# --------------------------------------------------------------------------- markdown
-
-
-def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
-            run_url: Optional[str]) -> Dict[str, Any]:
-    """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
-    return {
-        "final_status": verdict.final_status,
-        "stop_reason": verdict.stop_reason,
-        "iterations": verdict.iterations,
-        "incident_id": verdict.incident_id,
-        "pytest_exit_code": verdict.pytest_exit_code,
-        "pull_request": pull_request,
-        "head_sha": head_sha if head_sha and _SHA.match(head_sha) else None,
-        "run_url": run_url if run_url and _SAFE_URL.match(run_url) else None,
-    }
-
-
-def _opt_int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
-    """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
-    every field checked; fields that do not fit are replaced from the report or dropped."""
-    given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
-    final = given.get("final_status")
-    reason = given.get("stop_reason")
-    iterations = _opt_int(given.get("iterations"))
-    pr = _opt_int(given.get("pull_request"))
-    incident = given.get("incident_id")
-    sha = given.get("head_sha")
-    url = given.get("run_url")
-    report_final = report.get("final_status")
-    report_reason = report.get("stop_reason")
-    return {
-        "final_status": final if isinstance(final, str) and _STATUS_WORD.match(final)
-        else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
-        "stop_reason": reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
-        else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
-              else STOP_NONE),
-        "iterations": iterations if iterations is not None and iterations >= 0
-        else int(_opt_int(report.get("total_retries")) or 0),
-        "incident_id": incident if is_incident_id(incident) else None,
-        "pytest_exit_code": _opt_int(given.get("pytest_exit_code")),
-        "pull_request": pr if pr is not None and pr > 0 else None,
-        "head_sha": sha if isinstance(sha, str) and _SHA.match(sha) else None,
-        "run_url": url if isinstance(url, str) and _SAFE_URL.match(url) else None,
-    }
-
-
-def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
-    """The first line of the job summary and the PR comment: stop reason and final status.
-
-    The report's own headline (``render_headline``) when the loop stopped and the report
-    agrees with ``info``; otherwise the same shape built from ``info``:
-    ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
-    """
-    if (report.get("incidents") and report.get("stop_reason") == info["stop_reason"]
-            and report.get("final_status") == info["final_status"]):
-        return render_headline(report)
-    status = text(info["final_status"], 60)
-    verdict = f"{status} — stop reason {code(info['stop_reason'], 60)}"
-    exit_code = info.get("pytest_exit_code")
-    if info["final_status"] == FINAL_PASSED:
-        details = "pytest passed: no failing test, nothing to loop"
-    elif info["final_status"] == FINAL_FAILED:
-        details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
-    elif info["final_status"] == FINAL_ERROR:
-        details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
-    else:
-        iterations = int(info.get("iterations") or 0)
-        who = info.get("incident_id") or (f"{len(report.get('incidents') or [])} incidents")
-        details = f"{who}, {iterations} iteration{'s' if iterations != 1 else ''}"
-    return f"**selfheal: {verdict}** ({text(details, 300)})"
-
-
-def render_ci_markdown(
-    report: Mapping[str, Any],
-    info: Mapping[str, Any],
-    *,
-    error: Optional[str] = None,
-    pm: Optional[pluggy.PluginManager] = None,
-) -> str:
-    """The headline, a blank line, then the report (without its own headline, plus the
-    sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
-    last section. A failing section hook is a ``ConfigError``."""
-    body = f"{ci_headline(report, info)}\n\n{report_markdown(report, pm)}"
-    if error:
-        body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
-    return body
-
-
-def comment_footer(info: Mapping[str, Any]) -> str:
-    """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
-    parts = []
-    if info.get("run_url"):
-        parts.append(f"[workflow run]({info['run_url']})")
-    if info.get("head_sha"):
-        parts.append(f"commit `{str(info['head_sha'])[:12]}`")
-    return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
 
 
 # --------------------------------------------------------------------------- running
@@ -662,7 +344,8 @@ def run_ci(
     if error is not None:
         exit_code = error.exit_code
     else:
-        exit_code = exit_code_for(verdict, fail_on_unresolved=options.fail_on_unresolved)
+        exit_code = exit_code_for(verdict.final_status, fail_on_unresolved=options.fail_on_unresolved,
+                                  pytest_exit_code=verdict.pytest_exit_code)
     result = CiResult(exit_code, verdict, document, markdown, pull_request=number,
                       error=str(error) if error else None)
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
@@ -795,33 +478,15 @@ def post_comment(
 
 
 __all__ = [
-    "ACTION_INPUT_VARS",
-    "CI_STATUSES",
-    "EXIT_PYTEST",
-    "FINAL_ERROR",
-    "FINAL_FAILED",
-    "FINAL_PASSED",
-    "STOP_NONE",
-    "STOP_NOT_CAPTURED",
-    "STOP_PYTEST_ERROR",
-    "CiOptions",
+    "DEFAULT_REPORT_FILE",
+    "WITHHELD_ENV",
     "CiResult",
-    "Verdict",
-    "action_inputs",
     "captured_incident",
     "child_env",
-    "ci_headline",
     "comment_from_report",
-    "exit_code_for",
-    "parse_bool",
-    "parse_config_lines",
-    "parse_pytest_args",
-    "parse_repair_command",
-    "parse_sha",
     "post_comment",
     "pytest_argv",
-    "render_ci_markdown",
     "run_ci",
     "run_pytest",
-    "verdict_without_incident",
+    "snapshot",
 ]

@@ -25,8 +25,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.loop import policy
+from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
+from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     has_event,
@@ -70,7 +71,7 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
     yes|no -> CONTINUE`` or ``... -> STOP <stop_reason>``.
     """
     shown = dataclasses.replace(decision, iteration=iteration)
-    return policy.status_line(shown, policy.LoopPolicy(max_iterations=max_iterations), incident_id=incident_id)
+    return messages.status_line(shown, policy.LoopPolicy(max_iterations=max_iterations), incident_id=incident_id)
 
 
 # --------------------------------------------------------------------------- attempt
@@ -247,7 +248,7 @@ def record_iteration(
         observations = previous + [observation]
         first_start = run_started(attempts) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
-        decision = policy.decide(pol, observations, elapsed_minutes=elapsed)
+        decision = decide(pol, observations, elapsed_minutes=elapsed)
         iteration = store.next_attempt_number(incident_id)
         start_running(store, incident_id, iteration=iteration)
         attempt = _attempt_document(
@@ -353,7 +354,7 @@ def build_run_result(
     final = policy.final_status_of(decision.stop_reason)
     archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
     values, origins = _effective_config_doc(ralf_lite, effective_config)
-    point = policy.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
+    point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     result: Dict[str, Any] = {
         "incident_id": incident_id,
         "final_status": final,
@@ -368,7 +369,7 @@ def build_run_result(
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "decision_point": point,
-        "handoff": policy.handoff(observations, decision),
+        "handoff": messages.handoff(observations, decision),
         "decision": decision.to_dict(),
         "effective_config": values,
     }

@@ -1,7 +1,7 @@
 """The RALF-Lite loop driver: run (or resume) the loop of one incident until it stops (docs/loop.md).
 
 One iteration = *(repair) → verify → observe → record → decide*. The decision itself is
-:func:`policy.decide` (pure); this module prepares the plan's verification selections
+:func:`~pytest_selfheal.loop.decision.decide` (pure); this module prepares the plan's verification selections
 (allowlist, excluded quarantined tests), runs them (:mod:`verify`), calls the repair
 provider, and hands each observation to :func:`records.record_iteration`, which records
 it and closes the loop on a stop. All of it is resumable, because every step starts from
@@ -42,6 +42,7 @@ from pytest_selfheal.loop.attempts import (
     start_running,
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
+from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
@@ -219,7 +220,7 @@ def _cancel(store: "Store", incident_id: str, *, effective: "EffectiveConfig", p
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        decision = policy.decide(pol, observations, cancelled=True)
+        decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != policy.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
             decision = _open_stop_decision(policy.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
@@ -298,7 +299,7 @@ def _drive(
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         started = run_started(attempts)
-        pre = policy.decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
+        pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.

@@ -1,10 +1,11 @@
-"""The RALF-Lite loop decision as pure functions over recorded observations.
+"""The RALF-Lite loop policy: its vocabulary, config, observations and their predicates.
 
-One iteration of the loop is *verify -> observe -> decide -> repair*. The driver
-(``loop.py``) runs the verification selections, turns what it saw into an
-:class:`Observation`, and asks :func:`decide` whether to continue. Everything here is
-pure: no files, no clock, no subprocesses, so a replay of the recorded observations
-reaches exactly the same decisions. The rules are written down in ``docs/loop.md``;
+One iteration of the loop is *verify -> observe -> decide -> repair*. The driver runs the
+verification selections, turns what it saw into an :class:`Observation`, and asks
+:func:`pytest_selfheal.loop.decision.decide` whether to continue (its sentences and stop
+artefacts are in :mod:`pytest_selfheal.loop.messages`). Everything here is pure: no
+files, no clock, no subprocesses, so a replay of the recorded observations reaches
+exactly the same decisions. The rules are written down in ``docs/loop.md``;
 keep the two in step.
 
 Conventions:
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.records.models import (
@@ -33,7 +34,6 @@ from pytest_selfheal.records.models import (
     OUTCOME_PASSED,
     OUTCOME_SKIPPED,
     TIMEOUT,
-    TOOLING_ENV,
 )
 
 # --------------------------------------------------------------------------- constants
@@ -374,12 +374,6 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     return Progress(bool(reasons), tuple(reasons), prev_set != cur.fingerprint_set, fixed)
 
 
-def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observation]:
-    for obs in reversed(observations[:-1]):
-        if is_evidence(obs):
-            return obs
-    return None
-
 
 def same_error_repeats(observations: Sequence[Observation]) -> int:
     """Consecutive sightings of the latest evidence's fingerprint set, capture included.
@@ -415,14 +409,6 @@ def no_progress_streak(observations: Sequence[Observation]) -> int:
         count += 1
     return count + 1
 
-
-def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
-    count = 0
-    for obs in reversed(observations):
-        if not predicate(obs):
-            break
-        count += 1
-    return count
 
 
 def flaky_tests(observations: Sequence[Observation]) -> List[str]:
@@ -471,7 +457,7 @@ def retry_eligible(observation: Observation, classification_transient: bool) -> 
     return observation.iteration == 0 or is_timeout(observation) or classification_transient
 
 
-# --------------------------------------------------------------------------- decide
+# --------------------------------------------------------------------------- final status
 
 
 def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
@@ -488,353 +474,6 @@ def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
     if stop_reason == REPLAN_REQUESTED:
         return FINAL_REPLAN_REQUESTED
     return FINAL_ESCALATED
-
-
-def decide(
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    *,
-    elapsed_minutes: float = 0.0,
-    cancelled: bool = False,
-) -> Decision:
-    """Continue or stop after the latest observation, with exactly one stop reason.
-
-    ``observations[0]`` is the capture, ``observations[1:]`` the verification iterations
-    so far. ``elapsed_minutes`` is the loop's runtime so far; ``cancelled`` is True when a
-    Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``). Every
-    rule and the precedence between them are in docs/loop.md.
-    """
-    if not observations:
-        # Only "nothing may run" answers are possible before the capture exists.
-        if policy.enabled and not cancelled:
-            raise ValueError("decide() needs at least the capture observation")
-        reason = DISABLED if not policy.enabled else CANCELLED
-        message = _stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes)
-        baseline = Progress(False, ("baseline",), False, ())
-        return Decision(ACTION_STOP, reason, None, baseline, 0, 0, False, message, 0, (reason,))
-
-    cur = observations[-1]
-    iteration = len(observations) - 1
-    progress = progress_between(_previous_evidence(observations), cur)
-    same = same_error_repeats(observations)
-    streak = no_progress_streak(observations)
-    timeouts = _tail_count(observations, is_timeout)
-    no_fixes = _tail_count(observations, is_no_fix)
-    # Stops "by repetition" need something to have been repeated: never on the capture alone.
-    verified = iteration >= 1
-    stuck = verified and streak >= policy.no_progress_repeats
-    holds: Dict[str, bool] = {
-        DISABLED: not policy.enabled,
-        SUCCESS: is_success(cur),
-        CANCELLED: cancelled,
-        TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
-        SCOPE_EXPANSION_DENIED: cur.scope_denied,
-        TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
-        REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
-        REPEATED_FINGERPRINT: verified and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
-        NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
-        NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
-        RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
-        MAX_ITERATIONS: iteration >= policy.max_iterations,
-    }
-    conditions = tuple(reason for reason in PRECEDENCE if holds[reason])
-    if conditions:
-        reason = conditions[0]
-        message = _stop_message(
-            reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes
-        )
-        return Decision(
-            ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
-        )
-    retry = timeouts == 1
-    return Decision(
-        ACTION_CONTINUE,
-        None,
-        None,
-        progress,
-        same,
-        streak,
-        retry,
-        _continue_message(policy, observations, iteration, progress, retry, no_fixes),
-        iteration,
-        (),
-    )
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _continue_message(
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    iteration: int,
-    progress: Progress,
-    retry: bool,
-    no_fixes: int,
-) -> str:
-    left = policy.max_iterations - iteration
-    if retry:
-        return f"Iteration {iteration} timed out; retrying once ({_plural(left, 'iteration')} left)."
-    if no_fixes:
-        return (
-            f"The repair provider produced no fix at iteration {iteration}; "
-            f"it gets one more chance ({_plural(left, 'iteration')} left)."
-        )
-    if iteration == 0:
-        upto = _plural(policy.max_iterations, "iteration")
-        return f"Captured the failure; re-running the verification selection (up to {upto})."
-    if progress.progress:
-        reasons = ", ".join(progress.reasons)
-        return f"Iteration {iteration} made progress ({reasons}); continuing ({_plural(left, 'iteration')} left)."
-    return f"Iteration {iteration} made no progress yet; continuing ({_plural(left, 'iteration')} left)."
-
-
-def _stop_message(
-    reason: str,
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    iteration: int,
-    same: int,
-    streak: int,
-    timeouts: int,
-    no_fixes: int,
-    elapsed: float,
-) -> str:
-    cur = observations[-1] if observations else None
-    fingerprint = cur.primary_fingerprint if cur is not None else None
-    if reason == DISABLED:
-        return "The RALF-Lite loop is disabled (ralf_lite.enabled is false); nothing was re-run."
-    if reason == SUCCESS:
-        flaky = flaky_tests(observations)
-        note = f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else ""
-        return f"All selected tests pass at iteration {iteration}; the incident is resolved{note}."
-    if reason == CANCELLED:
-        return (
-            f"Cancelled after iteration {iteration}; recorded attempts are saved "
-            "and `selfheal loop` resumes the incident."
-        )
-    if reason == TOOLING_ENV_STOP:
-        return (
-            "A failure is classified TOOLING_ENV (the environment, not the code): "
-            "stopping at once; fix the environment and resume."
-        )
-    if reason == SCOPE_EXPANSION_DENIED:
-        return (
-            f"The repair at iteration {iteration} touched files outside the plan's scope "
-            "and the expansion was not approved."
-        )
-    if reason == TIMEOUT_STOP:
-        return f"Iteration {iteration} timed out again ({timeouts} timeouts in a row, one retry allowed); stopping."
-    if reason == REPLAN_REQUESTED:
-        return f"No progress for {streak} consecutive iterations (the capture counts as one); a new plan is requested."
-    if reason == REPEATED_FINGERPRINT:
-        # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
-        evidence = [o for o in observations if is_evidence(o)]
-        fingerprint = evidence[-1].primary_fingerprint if evidence else fingerprint
-        left = max(0, policy.max_iterations - iteration)
-        rest = f" without using the {_plural(left, 'remaining iteration')}" if left else ""
-        return (
-            f"The same failure (fingerprint {fingerprint}) was seen {same} times in a row, "
-            f"the capture included; stopping{rest}."
-        )
-    if reason == NO_PROGRESS:
-        return (
-            f"No progress for {streak} consecutive iterations (the capture counts as one): "
-            "no test fixed, same failure, no code change."
-        )
-    if reason == NO_FIX_FOUND:
-        return f"The repair provider produced no fix {no_fixes} times in a row."
-    if reason == RUNTIME_BUDGET:
-        budget = policy.max_runtime_minutes or 0.0
-        return f"The runtime budget of {budget:g} minutes is used up ({elapsed:.1f} minutes elapsed)."
-    # MAX_ITERATIONS
-    return f"All {_plural(policy.max_iterations, 'iteration')} are used and the failure persists."
-
-
-# --------------------------------------------------------------------------- stop artefacts
-
-# Context-aware options per stop reason (seed: self-correction loop decision points).
-# (id, label, command template or None); {id} is the incident id.
-_OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
-    SUCCESS: (
-        ("accept", "Accept the result: the incident is archived as resolved", None),
-        ("run_full_suite", "Run the whole test suite to check for regressions", "python -m pytest"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    MAX_ITERATIONS: (
-        ("one_more", "Raise ralf_lite.max_iterations and try more iterations", "selfheal loop {id}"),
-        ("retry_tests", "Re-run the verification tests", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    REPEATED_FINGERPRINT: (
-        ("investigate", "Investigate the repeated failure manually", "selfheal show {id}"),
-        ("replan", "Regenerate the plan", "selfheal plan {id} --force"),
-        ("change_and_retry", "Change the code, then re-run the verification tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    NO_PROGRESS: (
-        ("replan", "Regenerate the plan", "selfheal plan {id} --force"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    REPLAN_REQUESTED: (
-        ("review_plan", "Review the regenerated plan", "selfheal show {id}"),
-        ("resume", "Run the loop on the new plan", "selfheal loop {id}"),
-        ("stop", "Give up and archive as escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    RUNTIME_BUDGET: (
-        ("more_time", "Raise ralf_lite.max_runtime_minutes and resume", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    TOOLING_ENV_STOP: (
-        ("change_test_command", "Change the test command or the verification allowlist", None),
-        ("retry_after_env_fix", "Fix the environment, then retry the tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    TIMEOUT_STOP: (
-        ("raise_timeout", "Raise the verification/repair timeout and resume", "selfheal loop {id}"),
-        ("investigate", "Investigate the hang manually", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    NO_FIX_FOUND: (
-        ("change_provider", "Try another repair provider or give it more context", "selfheal loop {id}"),
-        ("fix_manually", "Fix the code manually, then re-run the verification tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    SCOPE_EXPANSION_DENIED: (
-        (
-            "approve_scope",
-            "Allow the files (ralf_lite.repair.allowed_paths or approval) and resume",
-            "selfheal loop {id}",
-        ),
-        ("fix_manually", "Fix the code manually within the plan's scope", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    CANCELLED: (
-        ("resume", "Resume the loop where it stopped", "selfheal loop {id}"),
-        ("stop", "Give up and archive as escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    DISABLED: (
-        ("enable", "Set ralf_lite.enabled to true and run the loop", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("export", "Export the report", "selfheal report {id}"),
-    ),
-}
-
-_NEXT_ACTION: Dict[str, str] = {
-    SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
-    MAX_ITERATIONS: "Investigate manually with the plan, or raise max_iterations if the last iterations made progress.",
-    REPEATED_FINGERPRINT: (
-        "Investigate manually: the same failure keeps coming back; check the plan's target paths and hypotheses."
-    ),
-    NO_PROGRESS: (
-        "Regenerate the plan (selfheal plan ID --force) or investigate manually: nothing changed between iterations."
-    ),
-    REPLAN_REQUESTED: "Review the regenerated plan, then resume the loop on it.",
-    RUNTIME_BUDGET: "Raise max_runtime_minutes or investigate manually; the loop ran out of time.",
-    TOOLING_ENV_STOP: "Fix the environment (missing module, command, credentials or service), then resume the loop.",
-    TIMEOUT_STOP: "Find out why the run hangs (or raise the timeout), then resume the loop.",
-    NO_FIX_FOUND: "Fix the code manually or give the repair provider more context; it found no change to make.",
-    SCOPE_EXPANSION_DENIED: (
-        "Decide whether the repair may touch the extra files; allow them and resume, or fix within scope."
-    ),
-    CANCELLED: "Resume the loop with `selfheal loop ID` when ready; nothing was lost.",
-    DISABLED: "Enable ralf_lite (enabled: true) to loop, or fix the failure manually using the plan.",
-}
-
-
-def recommended_next_action(stop_reason: Optional[str]) -> str:
-    """One sentence telling a human (or agent) what to do after this stop reason."""
-    if stop_reason is None:
-        return "Continue the loop: run the next iteration."
-    try:
-        return _NEXT_ACTION[stop_reason]
-    except KeyError:
-        raise ValueError(f"unknown stop reason {stop_reason!r}") from None
-
-
-def decision_point(
-    decision: Decision,
-    observations: Sequence[Observation],
-    policy: LoopPolicy,
-    *,
-    incident_id: Optional[str] = None,
-    failure_signature: Optional[str] = None,
-    pending_scope_files: Sequence[str] = (),
-) -> Dict[str, Any]:
-    """The decision point written at every stop: ``{reason, message, options, context}``.
-
-    ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
-    is a suggested shell line for a human, None when there is none). Raises
-    ``ValueError`` for a decision that continues.
-    """
-    if decision.stop_reason is None:
-        raise ValueError("a decision point is only written when the loop stops")
-    ident = incident_id if incident_id is not None else "<incident_id>"
-    options = [
-        {"id": oid, "label": label, "command": command.format(id=ident) if command is not None else None}
-        for oid, label, command in _OPTIONS[decision.stop_reason]
-    ]
-    fingerprint = next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None)
-    return {
-        "reason": decision.stop_reason,
-        "message": decision.message,
-        "options": options,
-        "context": {
-            "iteration": decision.iteration,
-            "remaining": max(0, policy.max_iterations - decision.iteration),
-            "failureSignature": failure_signature,
-            "fingerprint": fingerprint,
-            "pendingScopeFiles": list(pending_scope_files),
-        },
-    }
-
-
-def handoff(
-    observations: Sequence[Observation],
-    decision: Decision,
-) -> Dict[str, Any]:
-    """The structured handoff written at every stop (seed: "Handoff on Exhaustion").
-
-    ``fingerprints_per_iteration[i]`` lists the failing fingerprints of iteration ``i``
-    (0 = the capture). ``fixed`` lists the tests that failed and now pass.
-    """
-    return {
-        "iterations": max(0, len(observations) - 1),
-        "stop_reason": decision.stop_reason,
-        "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
-        "fixed": fixed_tests(observations),
-        "flaky_tests": flaky_tests(observations),
-        "recommended_next_action": recommended_next_action(decision.stop_reason),
-    }
-
-
-def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional[str] = None) -> str:
-    """One machine-parseable line for the terminal (the agent-in-the-loop mode).
-
-    ``selfheal: incident <id> iteration 2 of 3: fingerprint same, progress no -> STOP repeated_fingerprint``
-    """
-    who = f"incident {incident_id} " if incident_id else ""
-    fp = "changed" if decision.progress.fingerprint_changed else "same"
-    prog = "yes" if decision.progress.progress else "no"
-    verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
-    return (
-        f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
-        f"fingerprint {fp}, progress {prog} -> {verdict}"
-    )
 
 
 # --------------------------------------------------------------------------- apply_to

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from pytest_selfheal.config.settings import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.loop import policy
+from pytest_selfheal.loop import messages, policy
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -294,7 +294,7 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
             return f"Generate the plan and run the loop: selfheal plan {incident_id}, then selfheal loop {incident_id}"
         return f"Run the loop: selfheal loop {incident_id}"
     try:
-        return policy.recommended_next_action(stop_reason)
+        return messages.recommended_next_action(stop_reason)
     except ValueError:  # a stop reason this version does not know
         return f"Investigate manually: selfheal show {incident_id}"
 

@@ -12,75 +12,54 @@ Rules kept here: ids are validated before touching a path; every JSON file is wr
 atomically; ``status.txt`` is the authoritative status and changes only through the table
 in ``states.py``; an incident appears in the inbox complete or not at all; archiving moves
 the inbox folder with one rename, so there are never two copies. Readers never take the
-lock and never see a partial file.
+lock and never see a partial file: the read side (paths, reading, listing) is
+:class:`~pytest_selfheal.store.reader.StoreReader`, which :class:`Store` extends with the
+writes and the status transitions.
 """
+
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
-from pytest_selfheal.errors import (
-    InputError,
-    NotFoundError,
-    RefusedError,
-    SelfhealError,
-    StoreIOError,
-    UsageError,
-    one_line,
-)
+from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import (
-    incident_timestamp,
-    is_incident_id,
-    new_incident_id,
-    new_run_id,
-    new_run_token,
-    validate_incident_id,
+from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.reader import (
+    ARCHIVE_DIR,
+    ATTEMPT_RE,
+    AUDIT_TAIL_JSONL,
+    BUCKETS,
+    CONTEXT_JSON,
+    INBOX,
+    INCIDENT_JSON,
+    LOG_TAIL_TXT,
+    PLAN_JSON,
+    PLAN_MD,
+    RUN_FILE_RE,
+    RUN_RESULT_JSON,
+    STATUS_TXT,
+    StoreReader,
+    attempt_filename,
 )
-from pytest_selfheal.store.schema import ensure_valid, validate
+from pytest_selfheal.store.schema import validate
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, STATUSES, check_transition
-
-INBOX = "inbox"
-BUCKETS: Tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
-
-INBOX_DIR = "error_inbox"
-PLANS_DIR = "error_plans"
-RUNS_DIR = "error_runs"
-ARCHIVE_DIR = "error_archive"
-LOCK_FILE = ".lock"
-
-INCIDENT_JSON = "incident.json"
-STATUS_TXT = "status.txt"
-LOG_TAIL_TXT = "log_tail.txt"
-AUDIT_TAIL_JSONL = "audit_tail.jsonl"
-CONTEXT_JSON = "context.json"
-INCIDENT_FILES: Tuple[str, ...] = (INCIDENT_JSON, STATUS_TXT, LOG_TAIL_TXT, AUDIT_TAIL_JSONL, CONTEXT_JSON)
-
-PLAN_JSON = "plan.json"
-PLAN_MD = "plan.md"
-RUN_RESULT_JSON = "run_result.json"
-ATTEMPT_RE = re.compile(r"attempt_([0-9]{2,})\.json", re.ASCII)
-RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
 _CREATE_RETRIES = 50
 
 
-def attempt_filename(iteration: int) -> str:
-    """``attempt_01.json`` for iteration 1 (three digits from iteration 100 on)."""
-    return f"attempt_{iteration:02d}.json"
 
-
-class Store:
-    """The incident store under one reports root (``.selfheal/`` by default)."""
+class Store(StoreReader):
+    """The incident store under one reports root (``.selfheal/`` by default): reads, writes
+    and status transitions."""
 
     def __init__(
         self,
@@ -89,73 +68,9 @@ class Store:
         lock_timeout: float = 30.0,
         clock: Optional[Callable[[], datetime]] = None,
     ) -> None:
-        self._root = Path(root)
+        super().__init__(root)
         self.lock_timeout = lock_timeout
         self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
-
-    # ------------------------------------------------------------------ paths
-
-    @property
-    def root(self) -> Path:
-        """The reports root."""
-        return self._root
-
-    @property
-    def inbox_dir(self) -> Path:
-        """``error_inbox/``: unresolved incidents."""
-        return self._root / INBOX_DIR
-
-    @property
-    def plans_root(self) -> Path:
-        """``error_plans/``."""
-        return self._root / PLANS_DIR
-
-    @property
-    def runs_root(self) -> Path:
-        """``error_runs/``."""
-        return self._root / RUNS_DIR
-
-    @property
-    def archive_root(self) -> Path:
-        """``error_archive/``."""
-        return self._root / ARCHIVE_DIR
-
-    @property
-    def resolved_dir(self) -> Path:
-        """``error_archive/resolved/``."""
-        return self.archive_root / "resolved"
-
-    @property
-    def escalated_dir(self) -> Path:
-        """``error_archive/escalated/``."""
-        return self.archive_root / "escalated"
-
-    @property
-    def lock_path(self) -> Path:
-        """The lock file every mutating operation takes."""
-        return self._root / LOCK_FILE
-
-    def bucket_dir(self, bucket: str) -> Path:
-        """The folder holding incident folders of ``bucket`` (inbox, resolved, escalated)."""
-        if bucket == INBOX:
-            return self.inbox_dir
-        if bucket in ARCHIVE_BUCKETS:
-            return self.archive_root / bucket
-        raise UsageError(f"unknown bucket {bucket!r} (expected one of {', '.join(BUCKETS)})")
-
-    def plans_dir(self, incident_id: str) -> Path:
-        """``error_plans/<id>/`` (not created; it stays there when the incident is archived)."""
-        return self.plans_root / validate_incident_id(incident_id)
-
-    def runs_dir(self, incident_id: str) -> Path:
-        """``error_runs/<id>/`` (not created; it stays there when the incident is archived)."""
-        return self.runs_root / validate_incident_id(incident_id)
-
-    def _relative(self, path: Path) -> str:
-        try:
-            return path.relative_to(self._root).as_posix()
-        except ValueError:  # pragma: no cover - every path we build is under the root
-            return str(path)
 
     # ------------------------------------------------------------------ time, lock
 
@@ -171,36 +86,6 @@ class Store:
         """
         fsio.ensure_dir(self._root)
         return fsio.FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout)
-
-    # ------------------------------------------------------------------ locate
-
-    def locate(self, incident_id: str) -> Tuple[str, Path]:
-        """``(bucket, folder)`` of an incident; bucket is inbox, resolved or escalated.
-
-        Raises ``UsageError`` for a malformed id, ``NotFoundError`` when no bucket has it,
-        ``InputError`` when two buckets do (a hand-made copy).
-        """
-        incident_id = validate_incident_id(incident_id)
-        found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
-        found = [(bucket, path) for bucket, path in found if path.is_dir()]
-        if not found:
-            raise NotFoundError(f"no incident {incident_id} in {self._root}")
-        if len(found) > 1:
-            places = " and ".join(self._relative(path) for _, path in found)
-            raise InputError(f"incident {incident_id} exists twice ({places}); remove the stale copy")
-        return found[0]
-
-    def exists(self, incident_id: str) -> bool:
-        """True when the incident is in any bucket."""
-        try:
-            self.locate(incident_id)
-        except NotFoundError:
-            return False
-        return True
-
-    def incident_dir(self, incident_id: str) -> Path:
-        """The incident's folder, wherever it is (inbox or archive)."""
-        return self.locate(incident_id)[1]
 
     # ------------------------------------------------------------------ create
 
@@ -327,53 +212,7 @@ class Store:
         fsio.fsync_dir(inbox)
         return True
 
-    # ------------------------------------------------------------------ incident + status
-
-    def _read_incident_at(self, folder: Path, incident_id: str) -> Dict[str, Any]:
-        path = folder / INCIDENT_JSON
-        doc = fsio.read_json(path)
-        ensure_valid("incident", doc, str(path))
-        assert isinstance(doc, dict)
-        if doc["incident_id"] != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
-        return doc
-
-    @staticmethod
-    def _read_status_at(folder: Path) -> str:
-        path = folder / STATUS_TXT
-        status = fsio.read_text(path).strip()
-        if status not in STATUSES:
-            shown = one_line(repr(status), 60)
-            raise InputError(f"{path}: unknown status {shown} (expected one of {', '.join(STATUSES)})")
-        return status
-
-    def read_incident(self, incident_id: str) -> Dict[str, Any]:
-        """``incident.json``, schema-validated (``InputError`` naming file and field otherwise).
-
-        ``status.txt`` is the authoritative status; see ``read_status``.
-        """
-        incident_id = validate_incident_id(incident_id)
-        _, folder = self.locate(incident_id)
-        return self._read_incident_at(folder, incident_id)
-
-    def read_status(self, incident_id: str) -> str:
-        """The status in ``status.txt`` (the authoritative one)."""
-        _, folder = self.locate(incident_id)
-        return self._read_status_at(folder)
-
-    def read_log_tail(self, incident_id: str) -> str:
-        """``log_tail.txt``."""
-        _, folder = self.locate(incident_id)
-        return fsio.read_text(folder / LOG_TAIL_TXT)
-
-    def read_context(self, incident_id: str) -> Dict[str, Any]:
-        """``context.json`` (must be a JSON object)."""
-        _, folder = self.locate(incident_id)
-        path = folder / CONTEXT_JSON
-        doc = fsio.read_json(path)
-        if not isinstance(doc, dict):
-            raise InputError(f"{path}: expected a JSON object")
-        return doc
+    # ------------------------------------------------------------------ status
 
     def update_incident(self, incident_id: str, /, **fields: Any) -> Dict[str, Any]:
         """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
@@ -449,23 +288,6 @@ class Store:
             _, folder = self.locate(incident_id)
             return self._append_event_at(folder, incident_id, name, data)
 
-    def read_events(self, incident_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
-        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
-        skipped and reported, never raised."""
-        _, folder = self.locate(incident_id)
-        return self._read_events_at(folder)
-
-    @staticmethod
-    def _read_events_at(folder: Path) -> Tuple[List[Dict[str, Any]], List[str]]:
-        path = folder / AUDIT_TAIL_JSONL
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return [], [f"{path}: missing, no events"]
-        except OSError as exc:
-            raise fsio.io_error("read", path, exc) from None
-        return ev.parse_events(raw.decode("utf-8", errors="replace"), str(path))
-
     # ------------------------------------------------------------------ plans
 
     def write_plan(self, incident_id: str, plan: Mapping[str, Any], plan_md: str) -> Path:
@@ -485,45 +307,7 @@ class Store:
             fsio.atomic_write_json(folder / PLAN_JSON, doc)
             return folder / PLAN_JSON
 
-    def has_plan(self, incident_id: str) -> bool:
-        """True when ``error_plans/<id>/plan.json`` exists."""
-        return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
-
-    def read_plan(self, incident_id: str) -> Dict[str, Any]:
-        """``plan.json``, schema-validated; ``NotFoundError`` when there is none."""
-        path = self.plans_dir(incident_id) / PLAN_JSON
-        if not path.exists():
-            raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return self._read_doc("plan", path, incident_id)
-
-    def read_plan_md(self, incident_id: str) -> str:
-        """``plan.md``; ``NotFoundError`` when there is none."""
-        path = self.plans_dir(incident_id) / PLAN_MD
-        if not path.exists():
-            raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return fsio.read_text(path)
-
     # ------------------------------------------------------------------ runs
-
-    def _attempt_files(self, incident_id: str) -> List[Tuple[int, Path]]:
-        folder = self.runs_dir(incident_id)
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise fsio.io_error("list", folder, exc) from None
-        found = []
-        for name in names:
-            match = ATTEMPT_RE.fullmatch(name)
-            if match:
-                found.append((int(match.group(1)), folder / name))
-        return sorted(found)
-
-    def next_attempt_number(self, incident_id: str) -> int:
-        """1 + the highest attempt number on disk (by file name), 1 when there is none."""
-        files = self._attempt_files(incident_id)
-        return files[-1][0] + 1 if files else 1
 
     def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
         """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
@@ -548,20 +332,6 @@ class Store:
             fsio.atomic_write_json(path, doc)
             return path
 
-    def read_attempts(self, incident_id: str) -> List[Dict[str, Any]]:
-        """Every ``attempt_XX.json``, schema-validated, sorted by iteration (``InputError`` naming a bad file)."""
-        result = []
-        for number, path in self._attempt_files(incident_id):
-            doc = self._read_doc("attempt", path, incident_id)
-            if int(doc["iteration"]) != number:
-                raise InputError(f"{path}: iteration {doc['iteration']} does not match the file name")
-            result.append(doc)
-        return result
-
-    def count_attempts(self, incident_id: str) -> int:
-        """How many ``attempt_XX.json`` files exist (no parsing)."""
-        return len(self._attempt_files(incident_id))
-
     def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
@@ -573,13 +343,6 @@ class Store:
             folder = fsio.ensure_dir(self.runs_dir(incident_id))
             fsio.atomic_write_json(folder / RUN_RESULT_JSON, doc)
             return folder / RUN_RESULT_JSON
-
-    def read_run_result(self, incident_id: str) -> Optional[Dict[str, Any]]:
-        """``run_result.json`` schema-validated, or None when the loop has not finished yet."""
-        path = self.runs_dir(incident_id) / RUN_RESULT_JSON
-        if not path.exists():
-            return None
-        return self._read_doc("run_result", path, incident_id)
 
     def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
         """Atomically write another file into ``error_runs/<id>/`` (e.g. ``attempt_01.patch``).
@@ -645,58 +408,6 @@ class Store:
             fsio.fsync_dir(target_dir)
             return destination
 
-    # ------------------------------------------------------------------ listing
-
-    def list_incidents(self) -> List[Dict[str, Any]]:
-        """Summaries of every incident in every bucket, oldest first.
-
-        ``{incident_id, status, bucket, error_signature, created_at, updated_at, step,
-        attempts, path}``; an unreadable incident is listed with status ``corrupted`` and
-        an ``error`` line instead of failing the whole listing. A missing root lists nothing.
-        """
-        if self._root.exists() and not self._root.is_dir():
-            raise InputError(f"{self._root}: the reports root is not a directory")
-        rows: List[Dict[str, Any]] = []
-        for bucket in BUCKETS:
-            base = self.bucket_dir(bucket)
-            try:
-                names = sorted(os.listdir(base))
-            except FileNotFoundError:
-                continue
-            except NotADirectoryError:
-                continue
-            except OSError as exc:
-                raise fsio.io_error("list", base, exc) from None
-            for name in names:
-                # Skips build folders (.tmp_*), temp files and anything else that is not an id.
-                if is_incident_id(name) and (base / name).is_dir():
-                    rows.append(self._summary(bucket, base / name, name))
-        rows.sort(key=lambda row: (str(row["created_at"] or _id_time(row["incident_id"])), row["incident_id"]))
-        return rows
-
-    def _summary(self, bucket: str, folder: Path, incident_id: str) -> Dict[str, Any]:
-        row: Dict[str, Any] = {
-            "incident_id": incident_id,
-            "status": "corrupted",
-            "bucket": bucket,
-            "error_signature": None,
-            "created_at": None,
-            "updated_at": None,
-            "step": None,
-            "attempts": 0,
-            "path": self._relative(folder),
-        }
-        try:
-            row["attempts"] = self.count_attempts(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
-            for key in ("error_signature", "created_at", "updated_at", "step"):
-                row[key] = doc[key]
-            row["status"] = self._read_status_at(folder)
-        except SelfhealError as exc:
-            row["status"] = "corrupted"
-            row["error"] = exc.message
-        return row
-
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
@@ -708,15 +419,5 @@ class Store:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
         fsio.dumps_json(doc)  # unserialisable values fail here, before any file is touched
 
-    def _read_doc(self, kind: str, path: Path, incident_id: str) -> Dict[str, Any]:
-        doc = fsio.read_json(path)
-        ensure_valid(kind, doc, str(path))
-        assert isinstance(doc, dict)
-        if doc["incident_id"] != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match {incident_id}"))
-        return doc
 
-
-def _id_time(incident_id: str) -> str:
-    moment = incident_timestamp(incident_id)
-    return ev.format_ts(moment) if moment else ""
+__all__ = ["Store"]

@@ -15,7 +15,8 @@ from typing import Any, Dict
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.github.ci import CiOptions, action_inputs, comment_from_report, parse_sha, run_ci
+from pytest_selfheal.github.ci import comment_from_report, run_ci
+from pytest_selfheal.github.ci_inputs import CiOptions, action_inputs, parse_sha
 
 NAME = "ci"
 HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"

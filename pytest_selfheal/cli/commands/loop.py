@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Mapping
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.entry import run_incident_loop
-from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.hooks import cli_plugin_manager
+from pytest_selfheal.outcome import exit_code_for
 from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "loop"
@@ -31,11 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "applying a repair provider's patch")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                         help="override a ralf_lite key for this run, e.g. --set max_iterations=5 (repeatable)")
-
-
-def exit_code_for(result: Mapping[str, Any]) -> int:
-    """0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled)."""
-    return EXIT_OK if result.get("final_status") == "resolved" else EXIT_UNRESOLVED
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,4 +57,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         print_json(result)
-    return exit_code_for(result)
+    # 0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled).
+    return exit_code_for(str(result.get("final_status") or ""))

@@ -1,0 +1,174 @@
+"""The action's inputs of ``selfheal ci``: :class:`CiOptions` and the ``INPUT_*`` parsers.
+
+action.yml passes every input as an ``INPUT_*`` variable; ``--action-inputs`` reads them
+with :func:`action_inputs`. Every bad value is a UsageError naming the input (exit 2);
+nothing here runs a shell or anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from pytest_selfheal.errors import UsageError
+
+DEFAULT_REPORT_NAME = "default"
+
+#: The environment variables ``--action-inputs`` reads (action.yml passes every input so).
+ACTION_INPUT_VARS: Tuple[str, ...] = (
+    "INPUT_PYTEST_ARGS",
+    "INPUT_WORKING_DIRECTORY",
+    "INPUT_CONFIG",
+    "INPUT_REPAIR_COMMAND",
+    "INPUT_COMMENT",
+    "INPUT_FAIL_ON_UNRESOLVED",
+    "INPUT_REPORT_NAME",
+    "INPUT_COMMENT_FROM",
+    "INPUT_PULL_REQUEST_NUMBER",
+    "INPUT_EXPECTED_HEAD_SHA",
+)
+
+#: A commit SHA as GitHub writes it (also checks the ``head_sha`` of a report's ``ci`` block).
+COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass
+class CiOptions:
+    """What one ``selfheal ci`` run does (commands/ci.py builds it from flags and inputs)."""
+
+    pytest_args: List[str] = field(default_factory=list)
+    #: ``(KEY=VALUE text, origin)`` config overrides, applied in order after the files.
+    overrides: List[Tuple[str, str]] = field(default_factory=list)
+    reports_dir: Optional[Path] = None
+    comment: bool = True
+    fail_on_unresolved: bool = True
+    report_name: str = DEFAULT_REPORT_NAME
+    report_path: Optional[Path] = None
+    #: Comment-only mode: post this report JSON (no pytest, no loop).
+    comment_from: Optional[Path] = None
+    #: The PR to comment on (default: from the event payload / the report JSON).
+    pull_request: Optional[int] = None
+    #: Comment only if the PR's head commit is this one (the fork-PR recipe's check).
+    expected_head_sha: Optional[str] = None
+    working_directory: Optional[Path] = None
+
+
+def parse_bool(text: str, name: str) -> bool:
+    """``true``/``false`` (also yes/no, on/off, 1/0, any case) of an action input; else UsageError."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise UsageError(f"{name}: expected true or false, got {json.dumps(text)}")
+
+
+def parse_pytest_args(text: str, name: str = "pytest-args") -> List[str]:
+    """Split ``text`` like a POSIX shell would (quotes, backslashes) -- but never run a shell:
+    ``$(...)``, ``;``, ``|`` stay literal characters of the arguments."""
+    try:
+        return shlex.split(text, comments=False, posix=True)
+    except ValueError as exc:
+        raise UsageError(f"{name}: cannot split {json.dumps(text)}: {exc}") from None
+
+
+def parse_config_lines(text: str, origin: str = "config input") -> List[Tuple[str, str]]:
+    """Newline-separated ``KEY=VALUE`` overrides; blank lines and ``#`` comments are skipped."""
+    out: List[Tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        out.append((line, f"{origin} line {number}"))
+    return out
+
+
+def parse_repair_command(text: str, name: str = "repair-command") -> Optional[str]:
+    """A JSON argv list (``["aider", "--yes", "--message-file", "{prompt_file}"]``) as a
+    ``repair.command=...`` override text; None when empty. Anything else is a UsageError:
+    a command line string would invite shell-quoting mistakes, and no shell ever runs it."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
+        raise UsageError(f'{name}: expected a JSON list of strings such as ["aider", "--yes"], '
+                         f"got {json.dumps(text[:200])}")
+    return "repair.command=" + json.dumps(value)
+
+
+def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
+    """A commit SHA (7 to 64 hex digits); else UsageError."""
+    sha = text.strip()
+    if not COMMIT_SHA.match(sha):
+        raise UsageError(f"{name}: expected a commit SHA, got {json.dumps(text[:80])}")
+    return sha
+
+
+def _positive_int(text: str, name: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) <= 0:
+        raise UsageError(f"{name}: expected a pull request number, got {json.dumps(text)}")
+    return int(value)
+
+
+def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
+    """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
+
+    Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
+    report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
+    naming the input (exit 2).
+    """
+    def get(name: str) -> Optional[str]:
+        value = env.get(name)
+        return value if value is not None and value.strip() else None
+
+    found: Dict[str, Any] = {}
+    if (text := get("INPUT_PYTEST_ARGS")) is not None:
+        found["pytest_args"] = parse_pytest_args(text)
+    if (text := get("INPUT_WORKING_DIRECTORY")) is not None:
+        found["working_directory"] = Path(text.strip())
+    overrides: List[Tuple[str, str]] = []
+    if (text := get("INPUT_CONFIG")) is not None:
+        overrides.extend(parse_config_lines(text))
+    if (text := get("INPUT_REPAIR_COMMAND")) is not None:
+        repair = parse_repair_command(text)
+        if repair is not None:
+            overrides.append((repair, "repair-command input"))
+    if overrides:
+        found["overrides"] = overrides
+    if (text := get("INPUT_COMMENT")) is not None:
+        found["comment"] = parse_bool(text, "comment")
+    if (text := get("INPUT_FAIL_ON_UNRESOLVED")) is not None:
+        found["fail_on_unresolved"] = parse_bool(text, "fail-on-unresolved")
+    if (text := get("INPUT_REPORT_NAME")) is not None:
+        found["report_name"] = text.strip()
+    if (text := get("INPUT_COMMENT_FROM")) is not None:
+        found["comment_from"] = Path(text.strip())
+    if (text := get("INPUT_PULL_REQUEST_NUMBER")) is not None:
+        found["pull_request"] = _positive_int(text, "pull-request-number")
+    if (text := get("INPUT_EXPECTED_HEAD_SHA")) is not None:
+        found["expected_head_sha"] = parse_sha(text, "expected-head-sha")
+    return found
+
+
+__all__ = [
+    "ACTION_INPUT_VARS",
+    "COMMIT_SHA",
+    "DEFAULT_REPORT_NAME",
+    "CiOptions",
+    "action_inputs",
+    "parse_bool",
+    "parse_config_lines",
+    "parse_pytest_args",
+    "parse_repair_command",
+    "parse_sha",
+]

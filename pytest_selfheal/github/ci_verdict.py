@@ -1,0 +1,184 @@
+"""The verdict of one ``selfheal ci`` run and its markdown: headline, report, footer.
+
+Pure: the ``ci`` block of the report JSON is built (:func:`ci_info`) or, read back from an
+untrusted artifact, checked field by field (:func:`sanitize_ci_info`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+import pluggy
+
+from pytest_selfheal.github.ci_inputs import COMMIT_SHA
+from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
+from pytest_selfheal.report.render import code, render_headline, text
+from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.store.ids import is_incident_id
+
+# Stop reasons of ``selfheal ci`` when the loop did not run.
+STOP_NONE = "none"
+STOP_NOT_CAPTURED = "not_captured"
+STOP_PYTEST_ERROR = "pytest_error"
+
+CANNOT_START = 127  # run_pytest's exit code when the interpreter cannot start
+PYTEST_EXIT_MEANINGS: Dict[int, str] = {
+    0: "all tests passed",
+    1: "tests failed",
+    2: "the run was interrupted",
+    3: "pytest hit an internal error",
+    4: "pytest usage error (check the pytest arguments)",
+    5: "no tests were collected",
+    CANNOT_START: "pytest could not start",
+}
+
+_STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
+_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
+
+    final_status: str
+    stop_reason: str
+    iterations: int
+    incident_id: Optional[str]
+    pytest_exit_code: Optional[int]
+
+
+def describe_pytest_exit(code: Optional[int]) -> str:
+    """A short phrase for pytest's exit code (``no tests were collected``)."""
+    if code is None:
+        return "pytest did not run"
+    if code < 0:
+        return f"pytest was killed by signal {-code}"
+    return PYTEST_EXIT_MEANINGS.get(code, f"pytest exited with code {code}")
+
+
+def verdict_without_incident(pytest_exit_code: int) -> Verdict:
+    """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
+    if pytest_exit_code == 0:
+        return Verdict(FINAL_PASSED, STOP_NONE, 0, None, 0)
+    if pytest_exit_code == 1:
+        return Verdict(FINAL_FAILED, STOP_NOT_CAPTURED, 0, None, 1)
+    return Verdict(FINAL_ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
+
+
+def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
+            run_url: Optional[str]) -> Dict[str, Any]:
+    """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
+    return {
+        "final_status": verdict.final_status,
+        "stop_reason": verdict.stop_reason,
+        "iterations": verdict.iterations,
+        "incident_id": verdict.incident_id,
+        "pytest_exit_code": verdict.pytest_exit_code,
+        "pull_request": pull_request,
+        "head_sha": head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
+        "run_url": run_url if run_url and _SAFE_URL.match(run_url) else None,
+    }
+
+
+def _opt_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
+    every field checked; fields that do not fit are replaced from the report or dropped."""
+    given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
+    final = given.get("final_status")
+    reason = given.get("stop_reason")
+    iterations = _opt_int(given.get("iterations"))
+    pr = _opt_int(given.get("pull_request"))
+    incident = given.get("incident_id")
+    sha = given.get("head_sha")
+    url = given.get("run_url")
+    report_final = report.get("final_status")
+    report_reason = report.get("stop_reason")
+    return {
+        "final_status": final if isinstance(final, str) and _STATUS_WORD.match(final)
+        else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
+        "stop_reason": reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
+        else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
+              else STOP_NONE),
+        "iterations": iterations if iterations is not None and iterations >= 0
+        else int(_opt_int(report.get("total_retries")) or 0),
+        "incident_id": incident if is_incident_id(incident) else None,
+        "pytest_exit_code": _opt_int(given.get("pytest_exit_code")),
+        "pull_request": pr if pr is not None and pr > 0 else None,
+        "head_sha": sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
+        "run_url": url if isinstance(url, str) and _SAFE_URL.match(url) else None,
+    }
+
+
+def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """The first line of the job summary and the PR comment: stop reason and final status.
+
+    The report's own headline (``render_headline``) when the loop stopped and the report
+    agrees with ``info``; otherwise the same shape built from ``info``:
+    ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
+    """
+    if (report.get("incidents") and report.get("stop_reason") == info["stop_reason"]
+            and report.get("final_status") == info["final_status"]):
+        return render_headline(report)
+    status = text(info["final_status"], 60)
+    verdict = f"{status} — stop reason {code(info['stop_reason'], 60)}"
+    exit_code = info.get("pytest_exit_code")
+    if info["final_status"] == FINAL_PASSED:
+        details = "pytest passed: no failing test, nothing to loop"
+    elif info["final_status"] == FINAL_FAILED:
+        details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
+    elif info["final_status"] == FINAL_ERROR:
+        details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
+    else:
+        iterations = int(info.get("iterations") or 0)
+        who = info.get("incident_id") or (f"{len(report.get('incidents') or [])} incidents")
+        details = f"{who}, {iterations} iteration{'s' if iterations != 1 else ''}"
+    return f"**selfheal: {verdict}** ({text(details, 300)})"
+
+
+def render_ci_markdown(
+    report: Mapping[str, Any],
+    info: Mapping[str, Any],
+    *,
+    error: Optional[str] = None,
+    pm: Optional[pluggy.PluginManager] = None,
+) -> str:
+    """The headline, a blank line, then the report (without its own headline, plus the
+    sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
+    last section. A failing section hook is a ``ConfigError``."""
+    body = f"{ci_headline(report, info)}\n\n{report_markdown(report, pm)}"
+    if error:
+        body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
+    return body
+
+
+def comment_footer(info: Mapping[str, Any]) -> str:
+    """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
+    parts = []
+    if info.get("run_url"):
+        parts.append(f"[workflow run]({info['run_url']})")
+    if info.get("head_sha"):
+        parts.append(f"commit `{str(info['head_sha'])[:12]}`")
+    return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
+
+
+
+__all__ = [
+    "PYTEST_EXIT_MEANINGS",
+    "STOP_NONE",
+    "STOP_NOT_CAPTURED",
+    "STOP_PYTEST_ERROR",
+    "Verdict",
+    "ci_headline",
+    "ci_info",
+    "comment_footer",
+    "describe_pytest_exit",
+    "render_ci_markdown",
+    "sanitize_ci_info",
+    "verdict_without_incident",
+]

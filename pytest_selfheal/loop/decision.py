@@ -1,0 +1,134 @@
+"""The RALF-Lite decision: continue or stop after the latest observation (pure).
+
+The rules and their precedence are written down in ``docs/loop.md``; keep the two in
+step. The vocabulary, the config and the observation predicates are in
+:mod:`pytest_selfheal.loop.policy`; the sentences in :mod:`pytest_selfheal.loop.messages`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence
+
+from pytest_selfheal.loop.messages import continue_message, stop_message
+from pytest_selfheal.loop.policy import (
+    ACTION_CONTINUE,
+    ACTION_STOP,
+    CANCELLED,
+    DISABLED,
+    MAX_ITERATIONS,
+    MIN_FINGERPRINT_REPEATS,
+    NO_FIX_FOUND,
+    NO_FIX_FOUND_LIMIT,
+    NO_PROGRESS,
+    PRECEDENCE,
+    REPEATED_FINGERPRINT,
+    REPLAN_REQUESTED,
+    RUNTIME_BUDGET,
+    SCOPE_EXPANSION_DENIED,
+    SUCCESS,
+    TIMEOUT_LIMIT,
+    TIMEOUT_STOP,
+    TOOLING_ENV_STOP,
+    Decision,
+    LoopPolicy,
+    Observation,
+    Progress,
+    final_status_of,
+    is_evidence,
+    is_no_fix,
+    is_success,
+    is_timeout,
+    no_progress_streak,
+    progress_between,
+    same_error_repeats,
+)
+from pytest_selfheal.records.models import TOOLING_ENV
+
+
+def decide(
+    policy: LoopPolicy,
+    observations: Sequence[Observation],
+    *,
+    elapsed_minutes: float = 0.0,
+    cancelled: bool = False,
+) -> Decision:
+    """Continue or stop after the latest observation, with exactly one stop reason.
+
+    ``observations[0]`` is the capture, ``observations[1:]`` the verification iterations
+    so far. ``elapsed_minutes`` is the loop's runtime so far; ``cancelled`` is True when a
+    Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``). Every
+    rule and the precedence between them are in docs/loop.md.
+    """
+    if not observations:
+        # Only "nothing may run" answers are possible before the capture exists.
+        if policy.enabled and not cancelled:
+            raise ValueError("decide() needs at least the capture observation")
+        reason = DISABLED if not policy.enabled else CANCELLED
+        message = stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes)
+        baseline = Progress(False, ("baseline",), False, ())
+        return Decision(ACTION_STOP, reason, None, baseline, 0, 0, False, message, 0, (reason,))
+
+    cur = observations[-1]
+    iteration = len(observations) - 1
+    progress = progress_between(_previous_evidence(observations), cur)
+    same = same_error_repeats(observations)
+    streak = no_progress_streak(observations)
+    timeouts = _tail_count(observations, is_timeout)
+    no_fixes = _tail_count(observations, is_no_fix)
+    # Stops "by repetition" need something to have been repeated: never on the capture alone.
+    verified = iteration >= 1
+    stuck = verified and streak >= policy.no_progress_repeats
+    holds: Dict[str, bool] = {
+        DISABLED: not policy.enabled,
+        SUCCESS: is_success(cur),
+        CANCELLED: cancelled,
+        TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
+        SCOPE_EXPANSION_DENIED: cur.scope_denied,
+        TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
+        REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
+        REPEATED_FINGERPRINT: verified and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
+        NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
+        NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
+        RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
+        MAX_ITERATIONS: iteration >= policy.max_iterations,
+    }
+    conditions = tuple(reason for reason in PRECEDENCE if holds[reason])
+    if conditions:
+        reason = conditions[0]
+        message = stop_message(
+            reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes
+        )
+        return Decision(
+            ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
+        )
+    retry = timeouts == 1
+    return Decision(
+        ACTION_CONTINUE,
+        None,
+        None,
+        progress,
+        same,
+        streak,
+        retry,
+        continue_message(policy, observations, iteration, progress, retry, no_fixes),
+        iteration,
+        (),
+    )
+
+
+def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observation]:
+    for obs in reversed(observations[:-1]):
+        if is_evidence(obs):
+            return obs
+    return None
+
+def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
+    count = 0
+    for obs in reversed(observations):
+        if not predicate(obs):
+            break
+        count += 1
+    return count
+
+
+__all__ = ["decide"]

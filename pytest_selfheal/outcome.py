@@ -1,0 +1,48 @@
+"""The exit code a run's final status means: one map for ``selfheal loop`` and ``selfheal ci``.
+
+The codes themselves are defined in :mod:`pytest_selfheal.errors`; which one a finished run
+returns is decided here only (docs/exit-codes.md).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.loop.policy import FINAL_RESOLVED
+
+# Final statuses of ``selfheal ci`` besides the loop's own (resolved, escalated, ...).
+FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
+FINAL_FAILED = "failed"  # tests failed but no incident was captured
+FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
+CI_STATUSES: Tuple[str, ...] = (FINAL_PASSED, FINAL_FAILED, FINAL_ERROR)
+
+#: pytest's own exit code for a usage error (bad pytest arguments).
+PYTEST_USAGE_ERROR = 4
+
+
+def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
+                  pytest_exit_code: Optional[int] = None) -> int:
+    """The exit code of a run that ended with ``final_status`` (docs/exit-codes.md).
+
+    0 resolved or passed; 1 anything else the tests decided (escalated, replan_requested,
+    disabled, failed without an incident) when ``fail_on_unresolved``, else 0; for
+    ``error`` (pytest could not run the tests) 2 when pytest's ``pytest_exit_code`` was a
+    usage error (bad ``pytest-args``), else 7 (EXIT_PYTEST) -- whatever
+    ``fail_on_unresolved`` says: a broken setup fails the job.
+    """
+    if final_status in (FINAL_RESOLVED, FINAL_PASSED):
+        return EXIT_OK
+    if final_status == FINAL_ERROR:
+        return EXIT_USAGE if pytest_exit_code == PYTEST_USAGE_ERROR else EXIT_PYTEST
+    return EXIT_UNRESOLVED if fail_on_unresolved else EXIT_OK
+
+
+__all__ = [
+    "CI_STATUSES",
+    "FINAL_ERROR",
+    "FINAL_FAILED",
+    "FINAL_PASSED",
+    "PYTEST_USAGE_ERROR",
+    "exit_code_for",
+]
