@@ -59,6 +59,8 @@ WAITING_FAILURES = """
 
 # Fails at capture; a verification run (the loop sets SELFHEAL_VERIFYING) writes a flag and
 # takes a few seconds, so a second loop is started while the first one holds the incident.
+# The verification run holds the loop until the test releases it (``<flag>.release``), so
+# the second loop surely meets a running one, however slowly a loaded machine starts it.
 SLOW_VERIFY = """
     import os, time
 
@@ -67,9 +69,16 @@ SLOW_VERIFY = """
     def test_slow():
         if os.environ.get("SELFHEAL_VERIFYING"):
             open(FLAG, "w").close()
-            time.sleep(1.5)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(FLAG + ".release") and time.monotonic() < deadline:
+                time.sleep(0.02)
         assert False, "fails every time"
 """
+
+
+def release(flag: Path) -> None:
+    """Let the held verification run finish."""
+    Path(f"{flag}.release").touch()
 
 
 def start_capture(project: Path, root: Path, extra: Sequence[str] = ()) -> "subprocess.Popen[str]":
@@ -142,6 +151,7 @@ def test_two_loops_on_one_incident(tmp_path: Path) -> None:
         time.sleep(0.02)
     second = subprocess.run([PY, "-m", "pytest_selfheal", "loop", incident_id], cwd=project, capture_output=True,
                             text=True, env=run_env(), timeout=60, stdin=subprocess.DEVNULL)
+    release(flag)
     assert second.returncode == 5, second.stdout + second.stderr
     line = one_error_line(second.stderr)
     assert "a loop is already running" in line
@@ -160,13 +170,20 @@ def test_two_loops_on_one_incident(tmp_path: Path) -> None:
 def race_two_loops(tmp_path: Path, rounds: int) -> int:
     """Both loops started at the same instant: exactly one runs the incident; the other is
     refused (exit 5: "already running", or "already archived" when it came second)."""
-    template = make_project(tmp_path / "race", {"test_slow.py": SLOW_VERIFY.format(flag=str(tmp_path / "race.flag"))})
+    flag = tmp_path / "race.flag"
+    template = make_project(tmp_path / "race", {"test_slow.py": SLOW_VERIFY.format(flag=str(flag))})
     for n in range(rounds):
+        Path(f"{flag}.release").unlink(missing_ok=True)
         incident_id = capture(template)
         root = template / ".selfheal"
         procs = [subprocess.Popen([PY, "-m", "pytest_selfheal", "loop", incident_id], cwd=template,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(),
                                   stdin=subprocess.DEVNULL) for _ in range(2)]
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in procs):  # one is refused while the other is held
+            assert time.monotonic() < deadline, "neither loop was refused"
+            time.sleep(0.02)
+        release(flag)
         results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
         codes = sorted(code for code, _, _ in results)
         assert codes == [1, 5], results
