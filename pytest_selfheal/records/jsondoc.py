@@ -300,4 +300,3 @@ def _defaults(cls: type) -> Dict[str, Any]:
 def empty_map() -> Mapping[str, Any]:
     """A fresh empty read-only mapping: the default of an absent object field."""
     return MappingProxyType({})
-
