@@ -352,9 +352,28 @@ def test_wrong_type_is_one_line_naming_file_and_field(kind: str, path: str, valu
         RECORDS[kind].from_json(doc, f"/r/{kind}.json")
     assert info.value.message == f"/r/{kind}.json: invalid {kind}: {problem}"
     assert "\n" not in info.value.message
-    schema_problems = validate(kind, doc)  # where the schema types the field, it says the same
-    if schema_problems:
-        assert schema_problems[0] == problem
+    assert validate(kind, doc) == [problem]  # the shipped-schema check says the same words
+
+
+EXTENSIONS_THE_SCHEMA_LEAVES_OPEN = [
+    ("incident", "counts.failed", "1", "field counts.failed: expected integer, got string"),
+    ("incident", "diff_hash", 0, "field diff_hash: expected string or null, got integer"),
+    ("plan", "revision", "2", "field revision: expected integer, got string"),
+    ("plan", "actions[0].nodeids", "t.py::x", "field actions[0].nodeids: expected array, got string"),
+    ("attempt", "decision.same_error_repeats", None, "field decision.same_error_repeats: expected integer, got null"),
+    ("attempt", "scope_denied", "no", "field scope_denied: expected boolean, got string"),
+    ("run_result", "decision_point.context.remaining", "1", "field decision_point.context.remaining: expected integer, got string"),
+    ("run_result", "repair.provider_calls", [], "field repair.provider_calls: expected integer, got array"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind, path, value, problem", EXTENSIONS_THE_SCHEMA_LEAVES_OPEN)
+def test_records_type_the_extensions_the_schema_leaves_open(kind: str, path: str, value: Any, problem: str) -> None:
+    doc = set_path(json.loads((DEMO / DEMO_FILE[kind]).read_text(encoding="utf-8")), path, value)
+    assert validate(kind, doc) == []
+    with pytest.raises(InputError) as info:
+        RECORDS[kind].from_json(doc, f"{kind}.json")
+    assert info.value.message == f"{kind}.json: invalid {kind}: {problem}"
 
 
 def test_wrong_type_inside_a_mapping_names_the_key() -> None:
@@ -373,9 +392,11 @@ def test_missing_required_field_and_non_object(kind: str) -> None:
     with pytest.raises(InputError) as info:
         RECORDS[kind].from_json(doc, "f.json")
     assert info.value.message == f"f.json: invalid {kind}: field {required}: required field missing"
+    assert validate(kind, doc)[0] == f"field {required}: required field missing"
     with pytest.raises(InputError) as info:
         RECORDS[kind].from_json([doc], "f.json")
-    assert info.value.message == f"f.json: invalid {kind}: field (document): expected object, got array"
+    assert info.value.message == f"f.json: invalid {kind}: expected object, got array"
+    assert validate(kind, [doc]) == ["expected object, got array"]
 
 
 @pytest.mark.parametrize(

@@ -35,12 +35,17 @@ FingerprintsEntry = Union[Tuple[str, ...], str, None]
 
 
 class FieldError(Exception):
-    """One bad value: ``path`` is the dotted field path, ``problem`` what is wrong."""
+    """One bad value: ``path`` is the dotted field path (``""``: the document), ``problem`` what is wrong.
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"field {path}: {problem}")
+    ``expected`` is set for a wrong type (the JSON type names that would do), so a
+    nullable field can add ``or null`` to the message.
+    """
+
+    def __init__(self, path: str, problem: str, expected: str = "") -> None:
+        super().__init__(f"field {path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem
+        self.expected = expected
 
 
 def type_name(value: Any) -> str:
@@ -59,7 +64,7 @@ def child(path: str, key: str) -> str:
 
 
 def _expected(path: str, names: str, value: Any) -> FieldError:
-    return FieldError(path, f"expected {names}, got {type_name(value)}")
+    return FieldError(path, f"expected {names}, got {type_name(value)}", expected=names)
 
 
 # --------------------------------------------------------------------------- frozen JSON values
@@ -148,8 +153,8 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
         try:
             return parse(value, path)
         except FieldError as exc:
-            if exc.path == path and exc.problem.startswith("expected "):
-                raise _expected(path, exc.problem[len("expected ") :].split(",")[0] + " or null", value) from None
+            if exc.path == path and exc.expected:
+                raise _expected(path, f"{exc.expected} or null", value) from None
             raise
 
     return parse_nullable
@@ -244,9 +249,7 @@ class JsonRecord:
         Usable as the parser of a nested record field.
         """
         if not isinstance(doc, dict):
-            if path:
-                raise _expected(path, "object", doc)
-            raise FieldError("(document)", f"expected object, got {type_name(doc)}")
+            raise _expected(path, "object", doc)
         known = {field.key: field for field in cls.FIELDS}
         for field in cls.FIELDS:
             if field.required and field.key not in doc:
