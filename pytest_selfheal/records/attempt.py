@@ -1,0 +1,165 @@
+"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision`` (docs/store.md). Pure.
+
+``RecordedDecision`` is the loop's whole decision as written by ``Decision.to_dict``
+(``loop/policy.py``); ``run_result.json`` carries the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping, Optional, Tuple
+
+from pytest_selfheal.records.incident import FailureEntry, failure_entries
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    boolean,
+    empty_map,
+    integer,
+    nullable,
+    number,
+    object_of,
+    string,
+    strings,
+)
+
+
+@dataclass(frozen=True)
+class RecordedDecision(JsonRecord):
+    """The loop's decision after one observation, as recorded (every key optional)."""
+
+    KIND: ClassVar[str] = "decision"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("action", string),
+        Field("stop_reason", nullable(string)),
+        Field("final_status", nullable(string)),
+        Field("progress", boolean),
+        Field("progress_reasons", strings),
+        Field("fingerprint_changed", boolean),
+        Field("tests_fixed", strings),
+        Field("same_error_repeats", integer),
+        Field("no_progress_streak", integer),
+        Field("retry_timeout", boolean),
+        Field("message", string),
+        Field("iteration", integer),
+        Field("conditions", strings),
+    )
+
+    action: str = ""  # continue | stop
+    stop_reason: Optional[str] = None
+    final_status: Optional[str] = None  # resolved | escalated | replan_requested; None = left open
+    progress: Optional[bool] = None
+    progress_reasons: Tuple[str, ...] = ()
+    fingerprint_changed: Optional[bool] = None
+    tests_fixed: Tuple[str, ...] = ()
+    same_error_repeats: int = 0
+    no_progress_streak: int = 0
+    retry_timeout: Optional[bool] = None
+    message: str = ""
+    iteration: int = 0
+    conditions: Tuple[str, ...] = ()  # every stop condition that held, in precedence order
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class RepairBlock(JsonRecord):
+    """What one repair provider call did (docs/repair.md "What one repair call records")."""
+
+    KIND: ClassVar[str] = "repair"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("provider", string),
+        Field("result", string),
+        Field("files_changed", strings),
+        Field("patch", nullable(string)),
+        Field("scope_denied", boolean),
+        Field("out_of_scope", strings),
+        Field("exit_code", nullable(integer)),
+        Field("duration_seconds", number),
+        Field("message", string),
+        Field("actions_applied", strings),
+        Field("prompt", nullable(string)),
+        Field("log", nullable(string)),
+        Field("worktree", nullable(string)),
+    )
+
+    provider: str = ""
+    result: str = ""  # diff | no_fix_found | timeout | crashed
+    files_changed: Tuple[str, ...] = ()
+    patch: Optional[str] = None  # attempt_XX.patch, None when nothing changed
+    scope_denied: Optional[bool] = None
+    out_of_scope: Tuple[str, ...] = ()
+    exit_code: Optional[int] = None
+    duration_seconds: Optional[float] = None
+    message: str = ""
+    actions_applied: Tuple[str, ...] = ()
+    prompt: Optional[str] = None
+    log: Optional[str] = None
+    worktree: Optional[str] = None
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class Attempt(JsonRecord):
+    """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
+
+    KIND: ClassVar[str] = "attempt"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("incident_id", string, required=True),
+        Field("iteration", integer, required=True),
+        Field("started_at", string, required=True),
+        Field("finished_at", string, required=True),
+        Field("actions_applied", strings, required=True),
+        Field("verification_commands", strings, required=True),
+        Field("verification_passed", boolean, required=True),
+        Field("result", string, required=True),
+        Field("error_signature", nullable(string), required=True),
+        Field("mode", string),
+        Field("stop_reason", nullable(string)),
+        Field("outcomes", object_of(string)),
+        Field("failures", failure_entries),
+        Field("new_failures", failure_entries),
+        Field("fingerprint_changed", nullable(boolean)),
+        Field("progress", nullable(boolean)),
+        Field("progress_reasons", strings),
+        Field("tests_fixed", strings),
+        Field("diff_hash", nullable(string)),
+        Field("exit_code", nullable(integer)),
+        Field("duration_seconds", number),
+        Field("timed_out", boolean),
+        Field("repair", nullable(RepairBlock.parse)),
+        Field("scope_denied", boolean),
+        Field("same_error_repeats", integer),
+        Field("decision", RecordedDecision.parse),
+    )
+
+    incident_id: str
+    iteration: int  # the attempt number, counting across loop runs; equals XX in the file name
+    started_at: str
+    finished_at: str
+    actions_applied: Tuple[str, ...]  # plan action ids the repair touched; () in verify-only mode
+    verification_commands: Tuple[str, ...]
+    verification_passed: bool
+    result: str  # continue | stop
+    error_signature: Optional[str]  # the first failure's signature, None without failures
+    mode: Optional[str] = None  # verify | agent | repair
+    stop_reason: Optional[str] = None
+    outcomes: Mapping[str, str] = field(default_factory=empty_map)  # {nodeid: outcome}
+    failures: Tuple[FailureEntry, ...] = ()  # of the selection
+    new_failures: Tuple[FailureEntry, ...] = ()  # outside the incident's selection
+    fingerprint_changed: Optional[bool] = None
+    progress: Optional[bool] = None
+    progress_reasons: Tuple[str, ...] = ()
+    tests_fixed: Tuple[str, ...] = ()
+    diff_hash: Optional[str] = None  # working-tree hash at verification time
+    exit_code: Optional[int] = None  # the first non-zero exit code of the commands
+    duration_seconds: Optional[float] = None
+    timed_out: Optional[bool] = None
+    repair: Optional[RepairBlock] = None
+    scope_denied: Optional[bool] = None
+    same_error_repeats: Optional[int] = None
+    decision: Optional[RecordedDecision] = None
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()

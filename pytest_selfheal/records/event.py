@@ -1,0 +1,46 @@
+"""One line of ``audit_tail.jsonl`` as a record: ``Event`` (docs/store.md, ``store/events.py``). Pure.
+
+``{"ts": ..., "event": <name>, "incident_id": ..., ...data}``: the three reserved keys
+are typed fields; everything else is the event's data, kept in ``extra`` in line order
+(the lines are written with sorted keys, so the reserved keys sit between data keys;
+``keys`` keeps that order). Only ``event`` is required, as in ``parse_events``, which
+skips a line without it with a warning: a reader turns this record's ``InputError`` into
+such a warning rather than failing the whole log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Optional, Tuple
+
+from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string, thaw
+
+
+@dataclass(frozen=True)
+class Event(JsonRecord):
+    """One event of an incident's log."""
+
+    KIND: ClassVar[str] = "event"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("event", string, required=True),
+        Field("ts", string),
+        Field("incident_id", string),
+    )
+
+    event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
+    ts: Optional[str] = None  # ISO-8601 UTC with microseconds
+    incident_id: Optional[str] = None
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        """The event's data (every key but ``ts``, ``event`` and ``incident_id``) as plain JSON."""
+        return {key: thaw(value) for key, value in self.extra}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """One data value as plain JSON, or ``default`` (the lookup readers do on event dicts today)."""
+        for name, value in self.extra:
+            if name == key:
+                return thaw(value)
+        return default

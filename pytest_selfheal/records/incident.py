@@ -1,0 +1,118 @@
+"""``incident.json`` as a record: ``Incident`` with its ``FailureEntry`` list (docs/store.md). Pure.
+
+``FailureEntry`` is also the shape of an attempt's ``failures`` and ``new_failures``
+(there without ``outcome``, ``scheme``, ``code_fixable``, ``transient``,
+``failure_class``, ``message`` and ``target_paths``: absent keys stay absent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping, Optional, Tuple
+
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    array_of,
+    boolean,
+    empty_map,
+    integer,
+    nullable,
+    object_of,
+    string,
+    strings,
+)
+
+
+@dataclass(frozen=True)
+class FailureEntry(JsonRecord):
+    """One failing test as recorded in an incident or an attempt (every key optional)."""
+
+    KIND: ClassVar[str] = "failure"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("nodeid", nullable(string)),
+        Field("test", string),
+        Field("outcome", string),
+        Field("fingerprint", string),
+        Field("signature", string),
+        Field("scheme", integer),
+        Field("failure_type", string),
+        Field("code_fixable", boolean),
+        Field("transient", boolean),
+        Field("failure_class", string),
+        Field("message", string),
+        Field("target_paths", strings),
+    )
+
+    nodeid: Optional[str] = None  # the pytest node id, when the plugin captured it
+    test: str = ""  # runner-independent identity, classname::name
+    outcome: str = ""
+    fingerprint: str = ""
+    signature: str = ""
+    scheme: int = 0
+    failure_type: str = ""
+    code_fixable: Optional[bool] = None
+    transient: Optional[bool] = None
+    failure_class: str = ""
+    message: str = ""
+    target_paths: Tuple[str, ...] = ()
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+failure_entries = array_of(FailureEntry.parse)
+
+
+@dataclass(frozen=True)
+class Incident(JsonRecord):
+    """``error_inbox/<id>/incident.json``: the contract fields, then the known extensions."""
+
+    KIND: ClassVar[str] = "incident"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("incident_id", string, required=True),
+        Field("status", string, required=True),
+        Field("created_at", string, required=True),
+        Field("updated_at", string, required=True),
+        Field("run_id", string, required=True),
+        Field("year", integer, required=True),
+        Field("month", integer, required=True),
+        Field("ym", string, required=True),
+        Field("step", string, required=True),
+        Field("failure_class", string, required=True),
+        Field("message", string, required=True),
+        Field("error_signature", string, required=True),
+        Field("failures", failure_entries),
+        Field("fingerprints", strings),
+        Field("nodeids", strings),
+        Field("rootdir", string),
+        Field("tdd_nodeids", strings),
+        Field("diff_hash", nullable(string)),
+        Field("failure_type", string),
+        Field("fingerprint", string),
+        Field("counts", object_of(integer)),
+    )
+
+    incident_id: str
+    status: str  # a copy of status.txt, which is authoritative
+    created_at: str
+    updated_at: str
+    run_id: str
+    year: int
+    month: int
+    ym: str
+    step: str  # the first failing test's node id, or "collection"
+    failure_class: str
+    message: str
+    error_signature: str  # the first failure's signature (not its fingerprint)
+    failures: Tuple[FailureEntry, ...] = ()
+    fingerprints: Tuple[str, ...] = ()
+    nodeids: Tuple[str, ...] = ()
+    rootdir: Optional[str] = None
+    tdd_nodeids: Tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
+    diff_hash: Optional[str] = None  # working-tree hash at capture (null: unknown)
+    failure_type: Optional[str] = None
+    fingerprint: Optional[str] = None
+    counts: Mapping[str, int] = field(default_factory=empty_map)  # {outcome: count} of the capture
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()

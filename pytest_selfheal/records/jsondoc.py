@@ -1,0 +1,305 @@
+"""The machinery every on-disk record shares: typed fields parsed once, an exact round trip.
+
+A record is a frozen dataclass whose class attribute ``FIELDS`` lists the JSON keys it
+knows, each with a parser that checks the value's type once and returns it in frozen
+form (lists become tuples, objects read-only mappings, nested objects records).
+
+Two dataclass fields make the round trip exact: ``keys`` (the key order of the document
+that was read; ``None`` for a record built in code) and ``extra`` (every key the record
+does not know, with its frozen value, in document order). ``to_json`` writes the keys
+in ``keys`` order, so ``json.dumps(R.from_json(doc, where).to_json())`` is byte-identical
+to ``json.dumps(doc)``. The one normalisation: an integer field written as an integral
+float (``3.0``, which JSON Schema counts as an integer) comes back as ``3``.
+
+A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``, in
+the words of the shipped-schema check (``pytest_selfheal/store/schema.py``). Records
+check types; allowed values (enums, id and timestamp patterns, ranges) stay with that
+schema check, which the store runs on the same document. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, cast
+
+from pytest_selfheal.errors import InputError, one_line
+
+R = TypeVar("R", bound="JsonRecord")
+T = TypeVar("T")
+
+Parser = Callable[[Any, str], Any]
+Extra = Tuple[Tuple[str, Any], ...]
+# A fingerprint list per iteration; older files hold a single string or null instead.
+FingerprintsEntry = Union[Tuple[str, ...], str, None]
+
+
+class FieldError(Exception):
+    """One bad value: ``path`` is the dotted field path (``""``: the document), ``problem`` what is wrong.
+
+    ``expected`` is set for a wrong type (the JSON type names that would do), so a
+    nullable field can add ``or null`` to the message.
+    """
+
+    def __init__(self, path: str, problem: str, expected: str = "") -> None:
+        super().__init__(f"field {path}: {problem}" if path else problem)
+        self.path = path
+        self.problem = problem
+        self.expected = expected
+
+
+def type_name(value: Any) -> str:
+    """The JSON type name of ``value`` (``null``, ``boolean``, ``integer`` …), for messages."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
+        if isinstance(value, kind):
+            return name
+    return "object" if isinstance(value, Mapping) else type(value).__name__
+
+
+def child(path: str, key: str) -> str:
+    """The path of ``key`` inside the object at ``path`` (``""`` is the document)."""
+    return f"{path}.{key}" if path else key
+
+
+def _expected(path: str, names: str, value: Any) -> FieldError:
+    return FieldError(path, f"expected {names}, got {type_name(value)}", expected=names)
+
+
+# --------------------------------------------------------------------------- frozen JSON values
+
+
+def freeze(value: Any) -> Any:
+    """A deep read-only copy of a JSON value: lists become tuples, objects read-only mappings."""
+    if isinstance(value, list):
+        return tuple(freeze(item) for item in value)
+    if isinstance(value, dict):
+        return MappingProxyType({key: freeze(item) for key, item in value.items()})
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The JSON value of a frozen value or record (the inverse of ``freeze``)."""
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [thaw(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
+    return value
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def string(value: Any, path: str) -> str:
+    """A string."""
+    if not isinstance(value, str):
+        raise _expected(path, "string", value)
+    return value
+
+
+def integer(value: Any, path: str) -> int:
+    """An integer (not a boolean); an integral float counts, as in JSON Schema."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _expected(path, "integer", value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise _expected(path, "integer", value)
+        return int(value)
+    return value
+
+
+def number(value: Any, path: str) -> float:
+    """A number (integer or float, not a boolean), kept as written."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _expected(path, "number", value)
+    return value
+
+
+def boolean(value: Any, path: str) -> bool:
+    """``true`` or ``false``."""
+    if not isinstance(value, bool):
+        raise _expected(path, "boolean", value)
+    return value
+
+
+def json_object(value: Any, path: str) -> Mapping[str, Any]:
+    """Any object, frozen (its content is not checked)."""
+    if not isinstance(value, dict):
+        raise _expected(path, "object", value)
+    return cast(Mapping[str, Any], freeze(value))
+
+
+def json_array(value: Any, path: str) -> Tuple[Any, ...]:
+    """Any array, frozen (its items are not checked)."""
+    if not isinstance(value, list):
+        raise _expected(path, "array", value)
+    return cast(Tuple[Any, ...], freeze(value))
+
+
+def any_value(value: Any, path: str) -> Any:
+    """Any JSON value, frozen."""
+    return freeze(value)
+
+
+def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]]:
+    """``parse``, or None for ``null`` (the message then names both types)."""
+
+    def parse_nullable(value: Any, path: str) -> Optional[T]:
+        if value is None:
+            return None
+        try:
+            return parse(value, path)
+        except FieldError as exc:
+            if exc.path == path and exc.expected:
+                raise _expected(path, f"{exc.expected} or null", value) from None
+            raise
+
+    return parse_nullable
+
+
+def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Tuple[T, ...]]:
+    """An array whose every item ``parse`` accepts, as a tuple."""
+
+    def parse_array(value: Any, path: str) -> Tuple[T, ...]:
+        if not isinstance(value, list):
+            raise _expected(path, "array", value)
+        return tuple(parse(item, f"{path}[{index}]") for index, item in enumerate(value))
+
+    return parse_array
+
+
+def object_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Mapping[str, T]]:
+    """An object whose every value ``parse`` accepts, as a read-only mapping (order kept)."""
+
+    def parse_object(value: Any, path: str) -> Mapping[str, T]:
+        if not isinstance(value, dict):
+            raise _expected(path, "object", value)
+        return MappingProxyType({key: parse(item, child(path, key)) for key, item in value.items()})
+
+    return parse_object
+
+
+strings = array_of(string)
+
+
+def fingerprints_entry(value: Any, path: str) -> FingerprintsEntry:
+    """One entry of ``fingerprints_per_iteration``: a list of strings, a string or null."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise _expected(path, "array or string or null", value)
+    return strings(value, path)
+
+
+fingerprints_per_iteration = array_of(fingerprints_entry)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
+
+    key: str
+    parse: Parser
+    required: bool = False
+    attr: str = ""
+
+    @property
+    def name(self) -> str:
+        """The dataclass attribute holding the value."""
+        return self.attr or self.key
+
+
+class JsonRecord:
+    """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
+
+    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages),
+    ``FIELDS``, one attribute per field, and last ``keys`` and ``extra`` (module docstring).
+    A record built in code (``keys`` None) writes its required fields, then every other
+    field that differs from its default, then ``extra``. A field changed with
+    ``dataclasses.replace`` that the document did not have is written after the read keys.
+    """
+
+    KIND: ClassVar[str] = "document"
+    FIELDS: ClassVar[Tuple[Field, ...]] = ()
+
+    keys: Optional[Tuple[str, ...]]
+    extra: Extra
+
+    @classmethod
+    def from_json(cls: Type[R], doc: Any, where: str) -> R:
+        """The record of ``doc`` (a decoded JSON document read from ``where``).
+
+        Raises ``InputError``: ``<where>: invalid <kind>: field <path>: <problem>``.
+        """
+        try:
+            return cls.parse(doc, "")
+        except FieldError as exc:
+            raise InputError(one_line(f"{where}: invalid {cls.KIND}: {exc}")) from None
+
+    @classmethod
+    def parse(cls: Type[R], doc: Any, path: str) -> R:
+        """The record of the object ``doc`` found at ``path``; ``FieldError`` for a bad value.
+
+        Usable as the parser of a nested record field.
+        """
+        if not isinstance(doc, dict):
+            raise _expected(path, "object", doc)
+        known = {field.key: field for field in cls.FIELDS}
+        for field in cls.FIELDS:
+            if field.required and field.key not in doc:
+                raise FieldError(child(path, field.key), "required field missing")
+        values: Dict[str, Any] = {}
+        extra: List[Tuple[str, Any]] = []
+        for key, value in doc.items():
+            spec = known.get(key)
+            if spec is None:
+                extra.append((key, freeze(value)))
+            else:
+                values[spec.name] = spec.parse(value, child(path, key))
+        build = cast(Callable[..., R], cls)
+        return build(**values, keys=tuple(doc), extra=tuple(extra))
+
+    def to_json(self) -> Dict[str, Any]:
+        """The JSON document (a fresh dict): the read keys in their order, values as read."""
+        known = {field.key: field for field in self.FIELDS}
+        extras = dict(self.extra)
+        order: List[str] = list(self.keys) if self.keys is not None else [f.key for f in self.FIELDS if f.required]
+        seen = set(order)
+        defaults = _defaults(type(self))
+        for field in self.FIELDS:
+            if field.key not in seen and getattr(self, field.name) != defaults.get(field.name):
+                order.append(field.key)
+        order.extend(key for key, _ in self.extra if key not in seen)
+        doc: Dict[str, Any] = {}
+        for key in order:
+            spec = known.get(key)
+            if spec is not None:
+                doc[key] = thaw(getattr(self, spec.name))
+            elif key in extras:
+                doc[key] = thaw(extras[key])
+        return doc
+
+    def get_extra(self, key: str, default: Any = None) -> Any:
+        """The frozen value of an unknown key, or ``default``."""
+        return dict(self.extra).get(key, default)
+
+
+def _defaults(cls: type) -> Dict[str, Any]:
+    defaults: Dict[str, Any] = {}
+    for f in dataclasses.fields(cast(Any, cls)):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def empty_map() -> Mapping[str, Any]:
+    """A fresh empty read-only mapping: the default of an absent object field."""
+    return MappingProxyType({})

@@ -1,0 +1,186 @@
+"""``run_result.json`` as a record: ``RunResult`` with ``DecisionPoint``, ``Handoff`` and ``RunRepair`` (docs/store.md). Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Optional, Tuple
+
+from pytest_selfheal.records.attempt import RecordedDecision
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    FingerprintsEntry,
+    JsonRecord,
+    array_of,
+    boolean,
+    empty_map,
+    fingerprints_per_iteration,
+    integer,
+    json_array,
+    json_object,
+    nullable,
+    number,
+    object_of,
+    string,
+    strings,
+)
+
+
+@dataclass(frozen=True)
+class DecisionOption(JsonRecord):
+    """One choice offered at a decision point: ``{id, label, command}``."""
+
+    KIND: ClassVar[str] = "decision option"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("id", string),
+        Field("label", string),
+        Field("command", nullable(string)),
+    )
+
+    id: str = ""
+    label: str = ""
+    command: Optional[str] = None  # a suggested shell line for a human; None when there is none
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class DecisionContext(JsonRecord):
+    """The decision point's ``context`` (camelCase keys, as the seed contract names them)."""
+
+    KIND: ClassVar[str] = "decision context"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("iteration", integer),
+        Field("remaining", integer),
+        Field("failureSignature", nullable(string), attr="failure_signature"),
+        Field("fingerprint", nullable(string)),
+        Field("pendingScopeFiles", strings, attr="pending_scope_files"),
+    )
+
+    iteration: int = 0
+    remaining: int = 0  # iterations left under max_iterations
+    failure_signature: Optional[str] = None
+    fingerprint: Optional[str] = None  # the last seen primary fingerprint
+    pending_scope_files: Tuple[str, ...] = ()
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class DecisionPoint(JsonRecord):
+    """What a human may do next, written at every stop: ``{reason, message, options, context}``."""
+
+    KIND: ClassVar[str] = "decision point"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("reason", string),
+        Field("message", string),
+        Field("options", array_of(DecisionOption.parse)),
+        Field("context", DecisionContext.parse),
+    )
+
+    reason: str = ""  # the stop reason
+    message: str = ""
+    options: Tuple[DecisionOption, ...] = ()
+    context: Optional[DecisionContext] = None
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class Handoff(JsonRecord):
+    """The structured handoff written at every stop (seed: "Handoff on Exhaustion")."""
+
+    KIND: ClassVar[str] = "handoff"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("iterations", integer),
+        Field("stop_reason", nullable(string)),
+        Field("fingerprints_per_iteration", fingerprints_per_iteration),
+        Field("fixed", json_array),
+        Field("flaky_tests", strings),
+        Field("recommended_next_action", string),
+    )
+
+    iterations: int = 0
+    stop_reason: Optional[str] = None
+    fingerprints_per_iteration: Tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
+    fixed: Tuple[Any, ...] = ()  # the tests that failed and now pass (node ids)
+    flaky_tests: Tuple[str, ...] = ()
+    recommended_next_action: str = ""
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class RunRepair(JsonRecord):
+    """The end of a loop with a repair provider (docs/repair.md "The end of the loop")."""
+
+    KIND: ClassVar[str] = "run repair"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("final_patch", nullable(string)),
+        Field("applied", boolean),
+        Field("applied_at", string),
+        Field("applied_to", string),
+        Field("apply_command", nullable(string)),
+        Field("files_changed", strings),
+        Field("message", string),
+        Field("provider_calls", integer),
+    )
+
+    final_patch: Optional[str] = None  # final.patch, None when nothing was accepted
+    applied: Optional[bool] = None
+    applied_at: Optional[str] = None
+    applied_to: Optional[str] = None
+    apply_command: Optional[str] = None
+    files_changed: Tuple[str, ...] = ()
+    message: str = ""
+    provider_calls: int = 0
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class RunResult(JsonRecord):
+    """``error_runs/<id>/run_result.json``: how a loop run ended."""
+
+    KIND: ClassVar[str] = "run_result"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("incident_id", string, required=True),
+        Field("final_status", string, required=True),
+        Field("loops_used", integer, required=True),
+        Field("runtime_minutes", number, required=True),
+        Field("same_error_repeats", integer, required=True),
+        Field("archived_to", nullable(string), required=True),
+        Field("stop_reason", nullable(string)),
+        Field("message", string),
+        Field("iteration", integer),
+        Field("flaky_tests", strings),
+        Field("tests_fixed", strings),
+        Field("fingerprints_per_iteration", fingerprints_per_iteration),
+        Field("decision_point", nullable(DecisionPoint.parse)),
+        Field("handoff", nullable(Handoff.parse)),
+        Field("decision", RecordedDecision.parse),
+        Field("effective_config", json_object),
+        Field("effective_config_origins", object_of(string)),
+        Field("repair", nullable(RunRepair.parse)),
+    )
+
+    incident_id: str
+    final_status: str  # resolved | escalated | replan_requested
+    loops_used: int  # the verification iterations of this loop run (docs/glossary.md)
+    runtime_minutes: float
+    same_error_repeats: int
+    archived_to: Optional[str]  # error_archive/<bucket>/<id>, None when not archived
+    stop_reason: Optional[str] = None
+    message: Optional[str] = None
+    iteration: Optional[int] = None  # the last attempt number; 0 without attempts
+    flaky_tests: Tuple[str, ...] = ()
+    tests_fixed: Tuple[str, ...] = ()
+    fingerprints_per_iteration: Tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
+    decision_point: Optional[DecisionPoint] = None
+    handoff: Optional[Handoff] = None
+    decision: Optional[RecordedDecision] = None
+    effective_config: Mapping[str, Any] = field(default_factory=empty_map)  # ralf_lite values, secrets redacted
+    effective_config_origins: Mapping[str, str] = field(default_factory=empty_map)  # {dotted key: file or flag}
+    repair: Optional[RunRepair] = None
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
