@@ -4,7 +4,8 @@
   pure core does no I/O);
 - no import cycle between modules, counting imports inside functions;
 - package-internal imports sit at the top of a module, except the lazy imports listed
-  in ``LAZY_IMPORTS`` (each one says why in a comment beside it).
+  in ``LAZY_IMPORTS`` (each one says why in a comment beside it);
+- no module is over 600 lines.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Dict, Iterator, List, Set, Tuple
 from importlinter.cli import lint_imports
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
+MAX_MODULE_LINES = 600
 
 # (module, imported module): the only package-internal imports allowed inside a function.
 LAZY_IMPORTS: Set[Tuple[str, str]] = set()
@@ -95,3 +97,8 @@ def test_no_import_cycle_counting_every_import() -> None:
                 path.append(child)
                 stack.append((child, iter(sorted(graph[child]))))
     assert cycles == []
+
+
+def test_no_module_over_600_lines() -> None:
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+    assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -7,17 +7,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from pytest_selfheal.config.settings import merge_layers
-from pytest_selfheal.records import models
 from pytest_selfheal.analysis.classify import (
     DEFAULT_RULES,
     TYPE_DEFAULTS,
     Rule,
     classify,
     explain_rules,
-    rules_from_config,
 )
+from pytest_selfheal.analysis.rules import rules_from_config
+from pytest_selfheal.config.settings import merge_layers
 from pytest_selfheal.errors import ConfigError
+from pytest_selfheal.records import models
 
 
 def tc(message: str = "", exc_type: str = "", text: str = "") -> models.TestCaseResult:

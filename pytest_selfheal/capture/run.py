@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, 
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
-from pytest_selfheal.analysis.classify import Rule, rules_for_run
+from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.frames import target_paths
+from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident

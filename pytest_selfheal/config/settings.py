@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pytest_selfheal.analysis.classify import RULE_KEYS, regex_problem, rule_from_mapping
+from pytest_selfheal.analysis.rules import RULE_KEYS, regex_problem, rule_from_mapping
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.errors import ConfigError, describe_value
 

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from pytest_selfheal.analysis.classify import rules_for_run
+from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError
 from pytest_selfheal.gitrepo import diff_hash

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Sequence
 
 from pytest_selfheal.analysis.analyse import analyse_junit
-from pytest_selfheal.analysis.classify import Rule, rules_from_config
+from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.analysis.rules import rules_from_config
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 

@@ -1,0 +1,115 @@
+"""Classification rules from config and hooks: the one validator, and the rules of a run (pure)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import warnings
+from typing import Any, List, Mapping, Optional, Sequence
+
+from pytest_selfheal.analysis.classify import FAILURE_CLASSES, TYPE_DEFAULTS, Rule, compiled
+from pytest_selfheal.errors import ConfigError, describe_value
+from pytest_selfheal.records import models
+
+RULE_KEYS = {
+    "name": str,
+    "pattern": str,
+    "failure_type": str,
+    "code_fixable": bool,
+    "transient": bool,
+    "failure_class": str,
+    "keywords": list,
+}
+_REQUIRED_KEYS = ("name", "pattern", "failure_type")
+_EXPECTED = {
+    "name": "a non-empty string",
+    "pattern": "a regular expression",
+    "failure_type": "one of " + ", ".join(models.FAILURE_TYPES),
+    "code_fixable": "a boolean (true or false)",
+    "transient": "a boolean (true or false)",
+    "failure_class": "one of " + ", ".join(FAILURE_CLASSES),
+    "keywords": "a list of non-empty strings",
+}
+
+
+def regex_problem(pattern: str) -> Optional[str]:
+    """Why ``pattern`` is not a usable regular expression, or None when it is."""
+    try:
+        # A FutureWarning ("Possible nested set") would print two extra lines on stderr.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled(pattern)
+    except re.error as exc:
+        return str(exc)
+    except (RecursionError, OverflowError, ValueError, MemoryError):
+        return "too complex to compile"
+    return None
+
+
+def rule_from_mapping(entry: Any, at: str) -> Rule:
+    """The one validator of a classification rule, from config or from a hook.
+
+    ``entry`` is ``{name, pattern, failure_type, code_fixable?, transient?,
+    failure_class?, keywords?}``. Raises :class:`errors.ConfigError` naming ``at`` and the
+    key for a missing or unknown key, a wrong type, an empty name, an unknown failure type
+    or class, or a pattern that is not a valid regular expression.
+    """
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
+    for key in entry:
+        if key not in RULE_KEYS:
+            close = difflib.get_close_matches(str(key), list(RULE_KEYS), n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(RULE_KEYS)}"
+            raise ConfigError(f"{at}.{key}: unknown key; {hint}")
+    for key in _REQUIRED_KEYS:
+        if key not in entry:
+            raise ConfigError(f"{at}: missing required key {key!r}")
+    for key, value in entry.items():
+        expected = RULE_KEYS[key]
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise ConfigError(f"{at}.{key}: expected {_EXPECTED[key]}, got {describe_value(value)}")
+    if not entry["name"]:
+        raise ConfigError(f"{at}.name: expected {_EXPECTED['name']}, got {describe_value(entry['name'])}")
+    if entry["failure_type"] not in TYPE_DEFAULTS:
+        raise ConfigError(
+            f"{at}.failure_type: expected one of {', '.join(models.FAILURE_TYPES)}, "
+            f"got {describe_value(entry['failure_type'])}"
+        )
+    if "failure_class" in entry and entry["failure_class"] not in FAILURE_CLASSES:
+        raise ConfigError(
+            f"{at}.failure_class: expected one of {', '.join(FAILURE_CLASSES)}, "
+            f"got {describe_value(entry['failure_class'])}"
+        )
+    keywords = entry.get("keywords", [])
+    if not all(isinstance(k, str) and k for k in keywords):
+        raise ConfigError(f"{at}.keywords: expected {_EXPECTED['keywords']}")
+    problem = regex_problem(entry["pattern"])
+    if problem is not None:
+        raise ConfigError(
+            f"{at}.pattern: expected a valid regular expression, got {describe_value(entry['pattern'])}: {problem}"
+        )
+    return Rule(
+        name=entry["name"],
+        pattern=entry["pattern"],
+        failure_type=entry["failure_type"],
+        code_fixable=entry.get("code_fixable"),
+        transient=entry.get("transient"),
+        failure_class=entry.get("failure_class"),
+        keywords=tuple(k.lower() for k in keywords),
+    )
+
+
+def rules_from_config(rules: Any, where: str = "classification.rules") -> List[Rule]:
+    """Validate a list of rules (the config key ``classification.rules``, or hook rules)."""
+    if not isinstance(rules, list):
+        raise ConfigError(f"{where}: expected a list of rules, got {type(rules).__name__}")
+    return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
+
+
+def rules_for_run(configured: Sequence[Mapping[str, Any]], hooked: Sequence[Mapping[str, Any]] = ()) -> List[Rule]:
+    """The extra rules of a run: hook-provided first, then the configured ones.
+
+    Capture and every verification run build their rules here, so one failure gets one
+    type (and one fingerprint) on every surface.
+    """
+    return rules_from_config(list(hooked) + list(configured or []))
