@@ -11,10 +11,16 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 from importlinter.cli import lint_imports
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - tomli is a dependency below 3.11
+    import tomli as tomllib
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
 MAX_MODULE_LINES = 600
@@ -102,3 +108,11 @@ def test_no_import_cycle_counting_every_import() -> None:
 def test_no_module_over_600_lines() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
     assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_the_gitpython_contract_covers_every_module_but_gitrepo() -> None:
+    """The contract lists its sources by name: a new top-level module must join it."""
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    (git,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("forbidden_modules") == ["git"]]
+    top_level = {".".join(name.split(".")[:2]) for name in MODULES if "." in name}
+    assert top_level - set(git["source_modules"]) == {"pytest_selfheal.gitrepo"}
