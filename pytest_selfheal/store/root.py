@@ -23,7 +23,7 @@ import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import (
     InputError,
@@ -448,6 +448,23 @@ class Store:
         with self.lock():
             _, folder = self.locate(incident_id)
             return self._append_event_at(folder, incident_id, name, data)
+
+    def append_events(self, incident_id: str, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+        """Append several ``(name, data)`` events in order, as one write and one fsync.
+
+        For a burst of events of one step (a capture's ``failure_classified`` lines): the
+        same records as one ``append_event`` each, at one fsync. Unknown names are a
+        ``ValueError`` before anything is written. Returns the records.
+        """
+        incident_id = validate_incident_id(incident_id)
+        for name, data in events:
+            ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
+        self.locate(incident_id)
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            fsio.append_lines(folder / AUDIT_TAIL_JSONL, [ev.encode_event(r) for r in records])
+            return records
 
     def read_events(self, incident_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
         """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
