@@ -1,15 +1,22 @@
-"""Plugin overhead: `pytest --selfheal` vs plain `pytest` on a generated suite (issue 3).
+"""Plugin overhead: `pytest --selfheal` vs plain `pytest` on a generated suite (issues 3, 6).
 
 Prints wall-time ratios (median of interleaved runs) for an all-green suite and for the
 same suite with some failing tests. Each --selfheal run uses a fresh reports root so every
-failing run pays a full capture. Targets: green <= 1.03, with failures <= 1.05.
+failing run pays a full capture. Targets: green <= 1.03, with failures <= 1.05; a suite
+where every test fails (``--tests 50 --failures 50 --skip-green``) <= 1.10.
+
+``--no-autoload`` runs both sides with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and
+``-p pytest_selfheal.plugin``: other installed plugins (hypothesis imports itself at
+session end) then add nothing to the baseline, which makes the ratio stricter.
 
     python benchmarks/bench_plugin_overhead.py [--tests 5000] [--failures 50] [--repeat 7]
+                                               [--skip-green] [--no-autoload]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -17,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 PER_FILE = 100
 
@@ -42,25 +49,40 @@ def make_suite(root: Path, tests: int, failures: int) -> None:
     repo.close()
 
 
-def timed(argv: Sequence[str], cwd: Path) -> "tuple[float, float]":
+def child_env() -> Dict[str, str]:
+    """This environment, but children write and use .pyc files as an installed package does.
+
+    With PYTHONDONTWRITEBYTECODE set, the plugin's modules (an editable install) would be
+    compiled from source on every run while pytest's come from site-packages' .pyc files.
+    """
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def timed(argv: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None) -> "tuple[float, float]":
     """(wall seconds, CPU seconds of the child): CPU time is steadier on a shared machine."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(list(argv), cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(list(argv), cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def ratio(root: Path, repeat: int) -> "tuple[float, float, float, float]":
+def ratio(root: Path, repeat: int, autoload: bool = True) -> "tuple[float, float, float, float]":
     """(median plain wall, median selfheal wall, wall ratio, CPU ratio), runs interleaved."""
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    env = child_env()
+    if not autoload:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        base += ["-p", "pytest_selfheal.plugin"]
     plain: List["tuple[float, float]"] = []
     healed: List["tuple[float, float]"] = []
-    timed(base, root)  # warm the file cache and .pyc files
+    timed(base, root, env)  # warm the file cache and .pyc files
     for n in range(repeat):
-        plain.append(timed(base, root))
-        healed.append(timed(base + ["--selfheal", f"--selfheal-dir=.selfheal-bench-{n}"], root))
+        plain.append(timed(base, root, env))
+        healed.append(timed(base + ["--selfheal", f"--selfheal-dir=.selfheal-bench-{n}"], root, env))
     p, h = statistics.median(w for w, _ in plain), statistics.median(w for w, _ in healed)
     cpu = statistics.median(c for _, c in healed) / statistics.median(c for _, c in plain)
     return p, h, h / p, cpu
@@ -71,20 +93,26 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--tests", type=int, default=5000)
     parser.add_argument("--failures", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--skip-green", action="store_true", help="measure only the suite with failures")
+    parser.add_argument("--no-autoload", action="store_true", help="no other installed pytest plugins on either side")
     args = parser.parse_args(list(argv) or None)
+    autoload = not args.no_autoload
     with tempfile.TemporaryDirectory(prefix="selfheal-bench-") as tmp:
-        green, red = Path(tmp, "green"), Path(tmp, "red")
-        make_suite(green, args.tests, 0)
+        if not args.skip_green:
+            green = Path(tmp, "green")
+            make_suite(green, args.tests, 0)
+            p, h, r, c = ratio(green, args.repeat, autoload)
+            print(
+                f"green suite ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
+                f"ratio {r:.3f} wall, {c:.3f} CPU (target <= 1.03)"
+            )
+        red = Path(tmp, "red")
         make_suite(red, args.tests, args.failures)
-        p, h, r, c = ratio(green, args.repeat)
-        print(
-            f"green suite ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
-            f"ratio {r:.3f} wall, {c:.3f} CPU (target <= 1.03)"
-        )
-        p, h, r, c = ratio(red, args.repeat)
+        p, h, r, c = ratio(red, args.repeat, autoload)
+        target = "1.10" if args.failures >= args.tests else "1.05"
         print(
             f"with {args.failures} failures ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
-            f"ratio {r:.3f} wall, {c:.3f} CPU (target <= 1.05)"
+            f"ratio {r:.3f} wall, {c:.3f} CPU (target <= {target})"
         )
     return 0
 

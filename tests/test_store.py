@@ -380,6 +380,21 @@ def test_events_append_and_read(store: Store) -> None:
     assert len(lines) == len(ev.SPEC_EVENTS)
 
 
+def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
+    incident_id = create(store)
+    records = store.append_events(
+        incident_id, [("failure_classified", {"nodeid": "t.py::a"}), ("failure_classified", {"nodeid": "t.py::b"})]
+    )
+    store.append_event(incident_id, "plan_generated", actions=[])
+    events, warnings = store.read_events(incident_id)
+    assert warnings == []
+    assert [e["event"] for e in events] == ["incident_captured", "failure_classified", "failure_classified", "plan_generated"]
+    assert events[1:3] == records and [r["nodeid"] for r in records] == ["t.py::a", "t.py::b"]
+    with pytest.raises(ValueError, match="unknown event name"):
+        store.append_events(incident_id, [("failure_classified", {}), ("incident_exploded", {})])
+    assert len(store.read_events(incident_id)[0]) == 4  # a bad batch writes nothing
+
+
 def test_unknown_event_name_is_a_programming_error(store: Store) -> None:
     incident_id = create(store)
     with pytest.raises(ValueError, match="unknown event name"):
@@ -741,6 +756,23 @@ def test_append_line(tmp_path: Path) -> None:
     assert path.read_text() == "a\ntor\nc\n"
     with pytest.raises(ValueError):
         fsio.append_line(path, "x\ny")
+
+
+
+def test_append_lines_is_one_write_and_one_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text("a\ntor")
+    calls: List[str] = []
+    real_write, real_fsync = os.write, os.fsync
+    monkeypatch.setattr(fsio.os, "write", lambda fd, data: calls.append("write") or real_write(fd, data))
+    monkeypatch.setattr(fsio.os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+    fsio.append_lines(path, ["b", "c", "d"])
+    assert calls == ["write", "fsync"]
+    assert path.read_text() == "a\ntor\nb\nc\nd\n"
+    fsio.append_lines(path, [])
+    with pytest.raises(ValueError):
+        fsio.append_lines(path, ["e", "x\ny"])
+    assert path.read_text() == "a\ntor\nb\nc\nd\n"
 
 
 # --------------------------------------------------------------------------- lock

@@ -88,12 +88,16 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
     text_by_nodeid: Dict[str, str] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
+    repo_root = str(rootdir.resolve())
+    imports_of: Dict[str, List[str]] = {}  # one parse per test file, not one per failure
     out = []
     for failure in failures:
         nodeid = failure.nodeid or ""
         test_file = nodeid.split("::", 1)[0] if nodeid else ""
-        extra = [test_file] + local_imports(test_file, rootdir) if test_file else []
-        paths = target_paths(text_by_nodeid.get(nodeid, ""), str(rootdir.resolve()), extra=extra)
+        if test_file and test_file not in imports_of:
+            imports_of[test_file] = local_imports(test_file, rootdir)
+        extra = [test_file] + imports_of[test_file] if test_file else []
+        paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra)
         data = failure.to_dict()
         data["target_paths"] = paths
         out.append(Failure(**data))
@@ -111,18 +115,25 @@ def store_incident(
     """Write the incident, its classification events and its plan; status ends at ``planned``."""
     with store.lock():
         incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context)
-        for failure in failures:
-            store.append_event(
-                incident_id,
-                "failure_classified",
-                nodeid=failure.nodeid,
-                fingerprint=failure.fingerprint,
-                signature=failure.signature,
-                failure_type=failure.failure_type,
-                code_fixable=failure.code_fixable,
-                transient=failure.transient,
-                failure_class=failure.failure_class,
-            )
+        # One fsync for the step's events, not one per failure.
+        store.append_events(
+            incident_id,
+            [
+                (
+                    "failure_classified",
+                    {
+                        "nodeid": failure.nodeid,
+                        "fingerprint": failure.fingerprint,
+                        "signature": failure.signature,
+                        "failure_type": failure.failure_type,
+                        "code_fixable": failure.code_fixable,
+                        "transient": failure.transient,
+                        "failure_class": failure.failure_class,
+                    },
+                )
+                for failure in failures
+            ],
+        )
         plan = build_plan(store.read_incident(incident_id), generated_at=_now())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])

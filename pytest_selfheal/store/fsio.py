@@ -3,7 +3,7 @@
 - ``atomic_write_text`` / ``atomic_write_json``: temp file in the same directory, flush +
   fsync, ``os.replace``, fsync of the directory. A reader sees the old file or the new
   one, never a partial one; on failure the temp file is removed and the old content stays.
-- ``append_line``: one ``O_APPEND`` write + fsync, for the append-only event logs.
+- ``append_line`` / ``append_lines``: one ``O_APPEND`` write + fsync, for the append-only event logs.
 - ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
 - ``FileLock``: an inter-process lock (``fcntl.flock`` on POSIX, ``msvcrt`` on Windows),
   re-entrant inside one process so nested store operations never deadlock.
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Dict, Optional, Tuple, Type, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 from pytest_selfheal.errors import InputError, StoreIOError, one_line
 
@@ -132,14 +132,23 @@ def atomic_write_json(path: PathLike, data: Any) -> None:
 
 
 def append_line(path: PathLike, line: str) -> None:
-    """Append one line to ``path`` with a single ``O_APPEND`` write, then fsync.
+    """Append one line to ``path`` with a single ``O_APPEND`` write, then fsync (see append_lines)."""
+    append_lines(path, [line])
+
+
+def append_lines(path: PathLike, lines: Sequence[str]) -> None:
+    """Append ``lines`` to ``path`` with a single ``O_APPEND`` write, then one fsync.
 
     If the file does not end with a newline (a previous writer was killed mid-append),
     a newline is written first so the torn fragment stays on its own line and the new
-    line stays whole. Callers that share a file hold the store lock.
+    lines stay whole. A kill mid-write leaves at most one torn last line, as for one
+    line; the batch's earlier lines are whole. Callers that share a file hold the store
+    lock.
     """
-    if "\n" in line or "\r" in line:
+    if any("\n" in line or "\r" in line for line in lines):
         raise ValueError("append_line: the line must not contain a newline")
+    if not lines:
+        return
     target = Path(path)
     try:
         fd = os.open(os.fspath(target), os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
@@ -152,7 +161,7 @@ def append_line(path: PathLike, line: str) -> None:
             os.lseek(fd, size - 1, os.SEEK_SET)
             if os.read(fd, 1) != b"\n":
                 prefix = b"\n"
-        payload = prefix + line.encode("utf-8") + b"\n"
+        payload = prefix + "".join(line + "\n" for line in lines).encode("utf-8")
         # One write call: with O_APPEND the kernel places it at the end as a unit.
         written = os.write(fd, payload)
         while written < len(payload):  # pragma: no cover - only on short writes (disk full)

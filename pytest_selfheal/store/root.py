@@ -25,7 +25,7 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.store import events as ev
@@ -287,6 +287,23 @@ class Store(StoreReader):
         with self.lock():
             _, folder = self.locate(incident_id)
             return self._append_event_at(folder, incident_id, name, data)
+
+    def append_events(self, incident_id: str, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+        """Append several ``(name, data)`` events in order, as one write and one fsync.
+
+        For a burst of events of one step (a capture's ``failure_classified`` lines): the
+        same records as one ``append_event`` each, at one fsync. Unknown names are a
+        ``ValueError`` before anything is written. Returns the records.
+        """
+        incident_id = validate_incident_id(incident_id)
+        for name, data in events:
+            ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
+        self.locate(incident_id)
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            fsio.append_lines(folder / AUDIT_TAIL_JSONL, [ev.encode_event(r) for r in records])
+            return records
 
     # ------------------------------------------------------------------ plans
 
