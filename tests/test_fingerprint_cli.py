@@ -1,4 +1,5 @@
-"""`selfheal fingerprint FILE... [--json]` through the real console entry point."""
+"""`selfheal fingerprint FILE... [--json]` through the console script's ``main`` (in process; the
+entry point as a process: test_entry_point.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 import pytest
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -22,14 +24,9 @@ REQUIRED = {
 
 
 def selfheal(*args: str, cwd: Path = GOLDEN) -> Tuple[int, str, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest_selfheal", "fingerprint", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+    """``selfheal fingerprint ARGS`` in ``cwd`` (the console script's ``main``, in process)."""
+    code, out, err = cli("fingerprint", *args, cwd=cwd)
+    return code, out, err
 
 
 def test_text_output_one_line_per_failure() -> None:

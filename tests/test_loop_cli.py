@@ -1,5 +1,6 @@
 """``selfheal loop`` / ``plan`` / ``replay`` end to end: real pytest projects in real git repos,
-``pytest --selfheal`` to capture, the ``selfheal`` command as a subprocess."""
+``pytest --selfheal`` to capture, the ``selfheal`` command in process (``helpers.selfheal``;
+a real subprocess where a signal is what is tested)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_loop import (
+from helpers import (
+    CliResult,
     DETERMINISTIC,
     FIXED,
     PY,
@@ -41,7 +43,7 @@ from pytest_selfheal.errors import (
 from pytest_selfheal.store.root import Store
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: CliResult) -> str:
     lines = [line for line in result.stderr.splitlines() if line.startswith("selfheal: error: ")]
     assert len(lines) == 1, result.stderr
     return lines[0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from test_loop import git_commit_all, make_project, run_env
+from helpers import git_commit_all, make_project, run_env
 from test_process import alive
 
 from pytest_selfheal.records import models

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
+from helpers import PY, git_commit_all, make_project, run_env
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
 
-from .conftest import PY, make_project, record_figures, run_env, walk_written
+from .conftest import record_figures, walk_written
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,8 +113,6 @@ def test_a_pr_controlled_reports_root_never_runs_its_plan(tmp_path: Path, fake_g
     (project / ".planning" / "config.json").write_text(json.dumps(
         {"ralf_lite": {"verification": {"allowlist": ["pytest", "sh", "python", "touch"]}}}))
     (project / ".gitignore").write_text("__pycache__/\n")  # the PR commits its .selfheal/
-    from .conftest import git_commit_all
-
     git_commit_all(project, "PR: add a reports root and a config")
     log.write_text("")
     env = actions_env(tmp_path, fake_github, TOKEN_SEEN_LOG=str(log))

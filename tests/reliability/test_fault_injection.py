@@ -16,7 +16,7 @@ status --json`` exits 0 and lists every incident that existed before, attempt fi
 replay`` agrees with the disk (or differs only in the documented close-out window, and
 then agrees after the resume), and ``selfheal loop ID`` resumes to a final stop.
 
-Default: a bounded sample; ``SELFHEAL_RELIABILITY_FULL=1`` runs every point (docs/reliability.md).
+Default: a bounded sample; the ``slow`` tier (``pytest -m slow``) runs every point (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -32,29 +32,30 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
+from helpers import (
+    MOVING,
+    PY,
+    PYTEST_SELFHEAL,
+    capture,
+    cli,
+    clone_project,
+    incident_ids,
+    make_project,
+    run_env,
+    run_pytest_selfheal,
+    selfheal,
+)
 
 from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
 
 from .conftest import (
     DETERMINISTIC,
-    FULL,
-    MOVING,
-    PYTEST_SELFHEAL,
-    PY,
     attempt_bytes,
     attempt_numbers,
-    capture,
     check_files_whole,
     check_root,
-    cli,
-    clone_project,
-    incident_ids,
-    make_project,
     one_error_line,
     record_figures,
-    run_env,
-    run_pytest_selfheal,
-    run_selfheal,
     run_with_faults,
     sample,
     tree_snapshot,
@@ -276,13 +277,13 @@ def check_after_kill(op: Op, project: Path, before: Dict[str, Dict[int, bytes]],
         if (root / "error_inbox" / iid).is_dir():
             if op.name == "archive":
                 # docs/store.md: archiving again completes an interrupted archive.
-                done = run_selfheal(project, "archive", iid, "--as", "escalated")
+                done = selfheal(project, "archive", iid, "--as", "escalated")
                 assert done.returncode == 0, f"{context}: {done.stdout}{done.stderr}"
             else:
                 args = ["loop", iid]
                 for setting in op.settings:
                     args += ["--set", setting]
-                done = run_selfheal(project, *args)
+                done = selfheal(project, *args)
                 assert done.returncode in (0, 1), f"{context}: resume exit {done.returncode}\n{done.stdout}{done.stderr}"
             assert "Traceback" not in done.stderr + done.stdout, f"{context}: {(done.stdout + done.stderr)[-3000:]}"
         tally.resumed += 1
@@ -308,7 +309,7 @@ def _check_report_output(op: Op, project: Path, context: str) -> None:
     target = out / REPORT_NAME
     killed_copy = target.read_bytes() if target.exists() else None
     _, args = op.argv(incident_id_of(project), project)
-    done = run_selfheal(project, *args)  # the rerun a user would do
+    done = selfheal(project, *args)  # the rerun a user would do
     assert done.returncode == 0, done.stderr
     if killed_copy is not None:
         assert killed_copy == target.read_bytes(), f"{context}: partial report"
@@ -421,7 +422,7 @@ def test_kill_loop_at_named_step(lab: Lab, key: str, step: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "step"), STEP_CASES if FULL else STEP_CASES[:1], ids=_step_id)
+@pytest.mark.parametrize(("key", "step"), STEP_CASES, ids=_step_id)
 def test_slow_kill_loop_at_every_named_step(lab: Lab, key: str, step: str) -> None:
     """Every step of loop.KILL_STEPS, in each scenario that reaches it."""
     tally = Tally()
@@ -450,7 +451,7 @@ def test_kill_before_each_file_operation(lab: Lab, key: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE) if FULL else ["plan"])
+@pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE))
 def test_slow_kill_before_every_file_operation(lab: Lab, key: str) -> None:
     """Every N: "before op 1" is a kill before any write, "before op <last>" the last step,
     so every state a crash can leave on disk is visited once."""
@@ -461,8 +462,7 @@ def test_slow_kill_before_every_file_operation(lab: Lab, key: str) -> None:
 RANDOM_SEEDS = {"capture": 2, "plan": 1, "loop": 1, "loop-moving": 1, "archive": 1, "report": 1}
 FULL_RANDOM_SEEDS = {"capture": 30, "plan": 10, "loop": 15, "loop-moving": 15, "archive": 10, "report": 10}
 RANDOM_CASES = [(key, 1000 + i) for key, n in sorted(RANDOM_SEEDS.items()) for i in range(n)]
-# The seed list of the long variant: its length depends on SELFHEAL_RELIABILITY_FULL.
-FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n if FULL else 0)]
+FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n)]
 
 
 @pytest.mark.parametrize(("key", "seed"), RANDOM_CASES)
@@ -473,7 +473,7 @@ def test_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "seed"), FULL_RANDOM_CASES or [("plan", 2000)])
+@pytest.mark.parametrize(("key", "seed"), FULL_RANDOM_CASES)
 def test_slow_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
     tally = Tally()
     kill_at_random_instant(lab, key, seed, tally)
@@ -507,7 +507,7 @@ def test_cli_disk_fault_is_one_line_exit_6_and_nothing_half_written(lab: Lab, ke
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES if FULL else CLI_DISK_CASES[:1])
+@pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES)
 def test_slow_cli_disk_fault_at_every_operation(lab: Lab, key: str, mode: str) -> None:
     cli_disk_faults(lab, key, mode, every, "test_slow_cli_disk_fault_at_every_operation")
 
@@ -533,7 +533,7 @@ def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], List[
         if key == "report":
             assert walk_written(project / "out") == [], f"{context}: {walk_written(project / 'out')}"
         # The disk is free again: the same command completes, and the events agree with the files.
-        again = run_selfheal(project, *args)
+        again = selfheal(project, *args)
         assert again.returncode in (0, 1), f"{context}: rerun exit {again.returncode}\n{again.stdout}{again.stderr}"
         assert "Traceback" not in again.stderr
         if key != "report":
@@ -550,7 +550,7 @@ def test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged(l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", DISK_MODES if FULL else DISK_MODES[:1])
+@pytest.mark.parametrize("mode", DISK_MODES)
 def test_slow_capture_disk_fault_at_every_operation(lab: Lab, mode: str) -> None:
     capture_disk_faults(lab, mode, every, "test_slow_capture_disk_fault_at_every_operation")
 
@@ -578,7 +578,7 @@ def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], List[int]],
         # build folder never blocks it).
         ids = incident_ids(root)
         if ids:
-            done = run_selfheal(project, "loop", ids[0])
+            done = selfheal(project, "loop", ids[0])
             assert done.returncode in (0, 1), f"{context}: {done.stdout}{done.stderr}"
             code, text = replay_code(project, ids[0])
             assert code == 0, f"{context}: {text}"
@@ -613,7 +613,7 @@ def test_reports_root_occupied_by_a_file(lab: Lab) -> None:
         (["loop", incident_id, "--dir", "blocker"], 4),
         (["archive", incident_id, "--as", "escalated", "--dir", "blocker"], 4),
     ):
-        result = run_selfheal(det, *args)
+        result = selfheal(det, *args)
         assert result.returncode == code, f"{args}: {result.returncode} {result.stderr}"
         one_error_line(result.stderr)
         cases += 1
