@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 import pytest
 from helpers import cli
@@ -117,22 +115,6 @@ def test_usage_error_is_exit_2() -> None:
     code, out, err = selfheal()
     assert code == 2
     assert "Traceback" not in err and "selfheal: error:" in err
-
-
-def test_benchmark_script_smoke() -> None:
-    # Tiny sizes, one run: the script works and prints its ratio lines (no timing asserts).
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_fingerprint.py"), "--cases", "200", "--failures", "20",
-         "--repeat", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    lines: List[str] = proc.stdout.splitlines()
-    assert "failures fingerprinted: 20" in lines
-    for label in ("in-process time ratio: ", "subprocess time ratio: ", "peak memory ratio: "):
-        assert any(line.startswith(label) for line in lines), proc.stdout
 
 
 def test_configured_rules_apply_unless_no_config(tmp_path: Path) -> None:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from helpers import PY, git_commit_all, make_project, run_env
+from helpers import PY, CliResult, cli, git_commit_all, make_project, run_env
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
 
@@ -65,9 +64,9 @@ def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> Dict[str, str
     return env
 
 
-def run_ci(project: Path, env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+def run_ci(project: Path, env: Dict[str, str], *args: str) -> CliResult:
+    """``selfheal ci ARGS`` with exactly ``env`` (in process; its pytest runs are real processes)."""
+    return cli("ci", *args, cwd=project, env=env)
 
 
 def test_the_token_never_reaches_any_test_process(tmp_path: Path, fake_github: FakeGitHub) -> None:

@@ -23,14 +23,12 @@ import json
 import random
 import shutil
 import string
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
 import pytest
-from helpers import PY, capture, make_project, run_env, selfheal
 from fake_github import FakeGitHub
+from helpers import PY, capture, cli, make_project, run_env, selfheal
 
 from .conftest import record_figures, walk_written
 
@@ -219,8 +217,7 @@ def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: Dict[str, s
     # 5. selfheal ci against the fake GitHub
     ci_project = failing_project(tmp_path / "ci-proj")
     env = ci_env(tmp_path, fake_github, planted)
-    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", "--", "-q"], cwd=ci_project, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done = cli("ci", "--", "-q", cwd=ci_project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert fake_github.requests_to("POST"), "no comment was posted"
     surfaces.files("ci step summary", [Path(env["GITHUB_STEP_SUMMARY"])], tmp_path)
