@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import pytest
 from helpers import FULL
@@ -49,6 +49,17 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     ):
         monkeypatch.delenv(key, raising=False)
     yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Optional[int]:
+    """``-n auto``: two workers per core. Most of a test's time is spent waiting for the pytest,
+    git and agent processes it starts (and for their timeouts), so one worker per core leaves
+    the cores idle half the time. PYTEST_XDIST_AUTO_NUM_WORKERS still wins (xdist reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 * cores
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -193,7 +193,7 @@ def make_project(
 
 def incident_ids(root: Path) -> List[str]:
     """Ids of every incident folder in the inbox and archive (by folder name)."""
-    found = []
+    found: List[str] = []
     for bucket in BUCKETS:
         base = root / bucket
         if base.is_dir():

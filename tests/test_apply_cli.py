@@ -15,6 +15,8 @@ import pytest
 from helpers import CliResult, cli
 
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.cli.main import main
+from pytest_selfheal.repair import approval
 from pytest_selfheal.store.root import Store
 
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -83,9 +85,6 @@ def test_apply_needs_a_yes_without_terminal(tmp_path: Path) -> None:
 
 def test_apply_interactive_yes_and_no(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_selfheal.repair import approval
-    from pytest_selfheal.cli.main import main
-
     top, _, incident_id = setup(tmp_path)
     monkeypatch.chdir(top)
     monkeypatch.setattr(approval, "is_interactive", lambda stdin=None, stdout=None: True)

@@ -28,6 +28,7 @@ from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
 from pytest_selfheal.loop.control import loop_lock
+from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
@@ -300,8 +301,6 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
 
 
 def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
-    from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
-
     plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
     argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]
     assert selection_nodeids(plan, {}, argvs) == ["t.py::a", "t.py::b"]

@@ -28,6 +28,7 @@ from pytest_selfheal.entry import has_repair_provider as provider_configured
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
+from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -473,8 +474,6 @@ def capture(project: Path) -> str:
 
 
 def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> None:
-    from pytest_selfheal.repair.session import repair_loop
-
     top = tmp_path / "proj"
     make_repo(top)
     incident_id = capture(top)
@@ -495,8 +494,6 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
 
 def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     """A loop killed after an accepted repair: the next run's worktree starts from that patch."""
-    from pytest_selfheal.repair.session import repair_loop
-
     e = Env(tmp_path)
     e.wt.remove()  # the "killed" run's worktree is gone
     store, incident_id = e.store, e.incident_id
@@ -539,8 +536,6 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
 
 
 def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path) -> None:
-    from pytest_selfheal.repair.session import repair_loop
-
     top = tmp_path / "proj"
     make_repo(top)
     incident_id = capture(top)

@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from helpers import FULL, PY, cli, run_env
 
+from pytest_selfheal.store.states import STATUSES
+
 HERE = Path(__file__).resolve().parent
 FAULTSHIM = HERE / "_faultshim.py"
 
@@ -134,8 +136,6 @@ def check_files_whole(root: Path) -> Dict[str, int]:
     (torn) lines of ``audit_tail.jsonl`` are counted (``torn``); a dot name is only a
     documented temp file, a build folder or a lock file.
     """
-    from pytest_selfheal.store.states import STATUSES
-
     counts = {"json": 0, "temp": 0, "torn": 0}
     for path in walk_written(root):
         name = path.name

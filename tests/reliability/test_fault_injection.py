@@ -62,7 +62,9 @@ from .conftest import (
     walk_written,
 )
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+# One worker builds the lab (captured templates, a calibration run per operation) once.
+pytestmark = [pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"),
+              pytest.mark.xdist_group("fault_injection")]
 
 REPORT_NAME = "ralf_report.md"
 

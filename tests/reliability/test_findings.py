@@ -16,6 +16,8 @@ from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.store.root import Store
 
+from .test_secrets_everywhere import ENV_SECRETS, KINDS, hits
+
 
 
 def test_loop_resolves_a_fixed_test_when_the_ini_lives_below_the_capture_rootdir(tmp_path: Path) -> None:
@@ -102,8 +104,6 @@ def test_allowlist_is_not_bypassed_by_a_path_named_like_the_runner(tmp_path: Pat
     ),
 )
 def test_shortened_diff_items_do_not_leak_secrets(tmp_path: Path) -> None:
-    from .test_secrets_everywhere import ENV_SECRETS, KINDS, hits
-
     planted = tmp_path / "secrets.json"
     planted.write_text(json.dumps([text for kind, (text, _) in KINDS.items() if not kind.startswith("env_")]))
     project = make_project(tmp_path / "p", {"test_cmp.py": """

@@ -28,6 +28,8 @@ from typing import Callable, Dict, Iterator, List, Tuple
 import pytest
 from helpers import FULL, PY, capture, cli, make_project, run_env, run_pytest_selfheal, selfheal
 
+from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.store.root import Store
 
 from .conftest import DETERMINISTIC, check_root, record_figures, tree_snapshot
@@ -233,9 +235,6 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
         bump(counts, "xml")
     assert listener.connections == 0, "an external entity or DTD was fetched over HTTP"
     # The same inputs on the Python API: never an exception other than InputError.
-    from pytest_selfheal.analysis.analyse import failures_from_junit
-    from pytest_selfheal.errors import InputError
-
     for name, data, code, _ in cases:
         path = tmp_path / f"{name}.xml"
         try:

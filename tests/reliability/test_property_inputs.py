@@ -157,7 +157,6 @@ def test_random_junit_documents(data: bytes, scratch: Path, examples: Dict[str, 
     count(examples, "test_random_junit_documents")
 
 
-@pytest.mark.skipif(not GOLDEN, reason="no golden junit files")
 @SETTINGS
 @given(data=mutated_golden())
 def test_random_mutations_of_real_junit(data: bytes, scratch: Path, examples: Dict[str, int]) -> None:
