@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import signal
@@ -106,16 +107,16 @@ def cli(
     cwd: Optional[Path] = None,
     env: Optional[Mapping[str, str]] = None,
     stdin: str = "",
-    traceback_ok: bool = False,
 ) -> CliResult:
     """``selfheal ARGS`` through the console script's ``main`` in this process.
 
     ``cwd``: the working directory during the call; ``env``: the whole environment during
     the call (as ``subprocess.run(env=...)``; default: this process's, unchanged); ``stdin``:
     what the command reads (never a TTY, as in a job). argparse's ``SystemExit`` becomes the
-    exit code. Afterwards the working directory, ``os.environ``, ``sys.stdin`` and the
-    SIGINT/SIGTERM handlers are exactly as before; a command that leaves a handler of its own
-    installed fails the test. Never a traceback on stderr unless ``traceback_ok``.
+    exit code. Afterwards the working directory, ``os.environ``, ``sys.stdin``, the
+    SIGINT/SIGTERM handlers and the root logger's handlers are exactly as before; a command
+    that leaves a signal or logging handler of its own installed fails the test. Never a
+    traceback on stdout or stderr.
     """
     if env is not None and KILL_ENV in env:
         raise ValueError(f"{KILL_ENV} kills the process: use selfheal_process")
@@ -123,6 +124,7 @@ def cli(
     saved_env = dict(os.environ)
     saved_stdin = sys.stdin
     saved_handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    saved_log_handlers = list(logging.getLogger().handlers)
     # UTF-8, strict, like the pipes of a job: what a real stdout cannot encode fails here too.
     out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict", write_through=True)
@@ -150,10 +152,13 @@ def cli(
         leaked = {sig: signal.getsignal(sig) for sig in _SIGNALS if signal.getsignal(sig) is not saved_handlers[sig]}
         for sig, handler in saved_handlers.items():
             signal.signal(sig, handler)
+        added_log_handlers = [h for h in logging.getLogger().handlers if h not in saved_log_handlers]
+        for extra in added_log_handlers:
+            logging.getLogger().removeHandler(extra)
     assert not leaked, f"selfheal {' '.join(args)} left signal handlers installed: {leaked}"
+    assert not added_log_handlers, f"selfheal {' '.join(args)} left logging handlers: {added_log_handlers}"
     result = CliResult(int(code), out_bytes.getvalue().decode(), err_bytes.getvalue().decode())
-    if not traceback_ok:
-        assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
     return result
 
 
