@@ -62,9 +62,10 @@ from .conftest import (
     walk_written,
 )
 
-# One worker builds the lab (captured templates, a calibration run per operation) once.
-pytestmark = [pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"),
-              pytest.mark.xdist_group("fault_injection")]
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+# The bounded sample runs on one worker (--dist loadgroup), which builds the lab (captured
+# templates, one calibration run per operation) once; the slow tier spreads over all workers.
+ONE_LAB = pytest.mark.xdist_group("fault_injection")
 
 REPORT_NAME = "ralf_report.md"
 
@@ -416,6 +417,7 @@ def _step_id(value: object) -> str:
     return str(value).replace(":", "-")
 
 
+@ONE_LAB
 @pytest.mark.parametrize(("key", "step"), DEFAULT_STEP_CASES, ids=_step_id)
 def test_kill_loop_at_named_step(lab: Lab, key: str, step: str) -> None:
     tally = Tally()
@@ -444,6 +446,7 @@ def kill_before_operations(lab: Lab, key: str, points: List[int], test: str, tot
     tally.record(f"test_fault_injection.py::{test}", method="file_operation", op=key, operations=total)
 
 
+@ONE_LAB
 @pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE))
 def test_kill_before_each_file_operation(lab: Lab, key: str) -> None:
     """SIGKILL before the N-th write/rename/mkdir under the root (a sample of N, spread evenly)."""
@@ -467,6 +470,7 @@ RANDOM_CASES = [(key, 1000 + i) for key, n in sorted(RANDOM_SEEDS.items()) for i
 FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n)]
 
 
+@ONE_LAB
 @pytest.mark.parametrize(("key", "seed"), RANDOM_CASES)
 def test_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
     tally = Tally()
@@ -499,6 +503,7 @@ def every(total: int) -> List[int]:
 CLI_DISK_CASES = [(key, mode) for key in ("plan", "loop", "archive", "report") for mode in DISK_MODES]
 
 
+@ONE_LAB
 @pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES)
 def test_cli_disk_fault_is_one_line_exit_6_and_nothing_half_written(lab: Lab, key: str, mode: str) -> None:
     """ENOSPC / EROFS (injected in-process: we run as root, chmod would not stop a write)
@@ -546,6 +551,7 @@ def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], List[
                    tracebacks=0, half_written=0)
 
 
+@ONE_LAB
 @pytest.mark.parametrize("mode", DISK_MODES)
 def test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged(lab: Lab, mode: str) -> None:
     capture_disk_faults(lab, mode, middle, "test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged")
@@ -591,6 +597,7 @@ def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], List[int]],
                    tracebacks=0, half_written=0)
 
 
+@ONE_LAB
 def test_reports_root_occupied_by_a_file(lab: Lab) -> None:
     """A regular file where the reports root (or one of its parents) should be."""
     project = clone(lab, OPS["capture"], "blocked")
