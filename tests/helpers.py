@@ -234,6 +234,31 @@ def clone_project(template: Path, dest: Path) -> Path:
     return dest
 
 
+def fake_distribution(site: Path, module: str, body: str) -> None:
+    """An installed-looking distribution in ``site``: ``module.py`` (``body``, dedented) and a
+    ``.dist-info`` registering it under ``pytest11`` (put ``site`` on sys.path / PYTHONPATH)."""
+    (site / f"{module}.py").write_text(textwrap.dedent(body))
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
+
+
+# A pytest11 plugin adding one report section (test_report_cli.py, test_ci.py).
+SECTIONS_PLUGIN = """
+    import os
+    import pluggy
+    hookimpl = pluggy.HookimplMarker("pytest")
+
+    @hookimpl
+    def pytest_selfheal_report_sections(report):
+        if os.environ.get("SECTIONS_HOOK_CRASH"):
+            raise RuntimeError("coverage server down")
+        ids = ",".join(e["incident_id"] for e in report["incidents"]) or "none"
+        return [{"title": "Coverage", "markdown": f"Covered: {ids} ({report['final_status']})\\n"}]
+"""
+
+
 # --------------------------------------------------------------------------- loop projects and checks
 
 

@@ -14,10 +14,8 @@ from typing import Dict, List, Mapping, Optional
 
 import pytest
 from fake_github import FakeGitHub
-from helpers import CliResult, cli, make_project
+from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_project
 from test_actions_env import parse_github_output
-from test_report_cli import SECTIONS_PLUGIN
-from test_repair import fake_distribution
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError

@@ -15,7 +15,7 @@ from helpers import cli
 
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import EXIT_USAGE
-from pytest_selfheal.loop.driver import KILL_ENV
+from pytest_selfheal.loop.control import KILL_ENV
 
 
 def test_cwd_environment_and_stdin_are_the_call_s_and_restored_after(

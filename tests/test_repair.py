@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import git
 import pluggy
 import pytest
+from helpers import fake_distribution
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.loop import policy
@@ -366,14 +367,6 @@ def test_hook_call_order_follows_pluggy(env: Env) -> None:
     assert repair_hook_names(pm) == ["registered_last", "registered_first"]
     result = env.call(env.session(pm))
     assert result["provider"] == "hook:registered_last" and not first.requests
-
-
-def fake_distribution(site: Path, module: str, body: str) -> None:
-    (site / f"{module}.py").write_text(textwrap.dedent(body))
-    info = site / f"{module}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
 
 
 def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

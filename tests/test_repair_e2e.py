@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Sequence
 
 import git
 import pytest
-from helpers import CliResult, cli
+from helpers import CliResult, cli, fake_distribution
 
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
 
@@ -243,8 +243,7 @@ def test_not_a_git_repository_is_refused(tmp_path: Path) -> None:
 def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    (site / "e2e_fixer.py").write_text(textwrap.dedent(
-        """
+    fake_distribution(site, "e2e_fixer", """
         import pathlib, pluggy
         hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -253,12 +252,7 @@ def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
             calc = pathlib.Path(request["worktree"], "calc.py")
             calc.write_text(calc.read_text().replace("a - b", "a + b"))
             return {"result": "done", "message": "swapped the operator"}
-        """
-    ))
-    info = site / "e2e_fixer-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: e2e-fixer\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest11]\ne2e_fixer = e2e_fixer\n")
+        """)
     project = Project(tmp_path)
     # A real process: the entry point is found on the PYTHONPATH of a fresh interpreter.
     result = run([sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--approve"], project.top,

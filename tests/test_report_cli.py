@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import CliResult, cli
-from test_repair import fake_distribution
+from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
@@ -236,21 +235,6 @@ def test_merge_usage_errors(tmp_path: Path, project: Path) -> None:
 
 
 # --------------------------------------------------------------------------- report-section hooks
-
-
-# A pytest11 plugin adding one section (also used by tests/test_ci.py).
-SECTIONS_PLUGIN = """
-    import os
-    import pluggy
-    hookimpl = pluggy.HookimplMarker("pytest")
-
-    @hookimpl
-    def pytest_selfheal_report_sections(report):
-        if os.environ.get("SECTIONS_HOOK_CRASH"):
-            raise RuntimeError("coverage server down")
-        ids = ",".join(e["incident_id"] for e in report["incidents"]) or "none"
-        return [{"title": "Coverage", "markdown": f"Covered: {ids} ({report['final_status']})\\n"}]
-"""
 
 
 @pytest.fixture
