@@ -469,5 +469,7 @@ def test_run_pytest_copies_the_output_live_and_tells_a_missing_interpreter(tmp_p
     assert out.getvalue() == "x" * 65535 + "é\nend"
     missing = io.StringIO()
     code = ci.run_pytest([str(tmp_path / "no-python")], cwd=tmp_path, env={}, stream=missing)
-    assert code == ci.CANNOT_START and ci.exit_code_for(ci.verdict_without_incident(code), fail_on_unresolved=False) == 7
+    verdict = ci.verdict_without_incident(code)
+    assert code == ci.CANNOT_START and verdict.final_status == "error"
+    assert exit_code_for(verdict.final_status, fail_on_unresolved=False, pytest_exit_code=code) == 7
     assert missing.getvalue().startswith(f"selfheal ci: cannot start {tmp_path / 'no-python'}: ")
