@@ -47,6 +47,7 @@ from helpers import (
 )
 
 from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
+from pytest_selfheal.store.fsio import FileLock
 
 from .conftest import (
     DETERMINISTIC,
@@ -63,9 +64,6 @@ from .conftest import (
 )
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-# The bounded sample runs on one worker (--dist loadgroup), which builds the lab (captured
-# templates, one calibration run per operation) once; the slow tier spreads over all workers.
-ONE_LAB = pytest.mark.xdist_group("fault_injection")
 
 REPORT_NAME = "ralf_report.md"
 
@@ -128,36 +126,55 @@ class Calibration:
 class Lab:
     base: Path
     templates: Dict[str, Template]
+    lock: Path
     calibration: Dict[str, Calibration] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    """Captured template projects (copied for every kill) and a calibration run of each op."""
-    base = tmp_path_factory.mktemp("fault-lab")
-    fresh = make_project(base / "fresh", {"test_calc.py": DETERMINISTIC})
-    det = make_project(base / "det", {"test_calc.py": DETERMINISTIC})
-    moving = make_project(base / "moving", {"test_moving.py": MOVING})
-    templates = {
-        "fresh": Template(fresh, None),
-        "det": Template(det, capture(det)),
-        "moving": Template(moving, capture(moving)),
-    }
-    return Lab(base, templates)
+    """Captured template projects (copied for every kill), built once per test run: under
+    pytest-xdist the first worker to get here builds them, under a lock, and the others
+    reuse them (every test works on a copy)."""
+    basetemp = tmp_path_factory.getbasetemp()
+    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    base, lock = shared / "fault-lab", shared / "fault-lab.lock"
+    with FileLock(lock, timeout=600):
+        index = base / "templates.json"
+        if not index.is_file():
+            # Its own empty global config: module fixtures run before the per-test isolation.
+            config_dir = base / "opencode"
+            config_dir.mkdir(parents=True)
+            env = {"OPENCODE_CONFIG_DIR": str(config_dir)}
+            fresh = make_project(base / "fresh", {"test_calc.py": DETERMINISTIC})
+            det = make_project(base / "det", {"test_calc.py": DETERMINISTIC})
+            moving = make_project(base / "moving", {"test_moving.py": MOVING})
+            built = {"fresh": (fresh, None), "det": (det, capture(det, env=env)),
+                     "moving": (moving, capture(moving, env=env))}
+            index.write_text(json.dumps({name: [str(path), iid] for name, (path, iid) in built.items()}))
+        listed = json.loads(index.read_text())
+    templates = {name: Template(Path(path), iid) for name, (path, iid) in listed.items()}
+    return Lab(base, templates, lock)
 
 
 def calibrate(lab: Lab, key: str) -> Calibration:
-    """Run ``key`` once unfaulted on a copy (shim in count mode): duration and op count."""
+    """Run ``key`` once unfaulted on a copy (shim in count mode): duration and op count.
+    Once per test run, like the lab: the first worker to need it measures it."""
     if key not in lab.calibration:
-        op = OPS[key]
-        project = clone(lab, op, f"calibrate-{key}")
-        module, args = op.argv(lab.templates[op.template].incident_id, project)
-        started = time.monotonic()
-        result, count = run_with_faults(project, op.fault_root(project), "count", module, *args)
-        seconds = time.monotonic() - started
-        assert result.returncode in (0, 1), result.stdout + result.stderr
-        assert count, f"{key}: no file-system operation counted"
-        lab.calibration[key] = Calibration(seconds, count)
+        with FileLock(lab.lock, timeout=600):
+            path = lab.base / "calibration.json"
+            known = json.loads(path.read_text()) if path.is_file() else {}
+            if key not in known:
+                op = OPS[key]
+                project = clone(lab, op, f"calibrate-{key}")
+                module, args = op.argv(lab.templates[op.template].incident_id, project)
+                started = time.monotonic()
+                result, count = run_with_faults(project, op.fault_root(project), "count", module, *args)
+                seconds = time.monotonic() - started
+                assert result.returncode in (0, 1), result.stdout + result.stderr
+                assert count, f"{key}: no file-system operation counted"
+                known[key] = [seconds, count]
+                path.write_text(json.dumps(known))
+        lab.calibration[key] = Calibration(*known[key])
     return lab.calibration[key]
 
 
@@ -417,7 +434,6 @@ def _step_id(value: object) -> str:
     return str(value).replace(":", "-")
 
 
-@ONE_LAB
 @pytest.mark.parametrize(("key", "step"), DEFAULT_STEP_CASES, ids=_step_id)
 def test_kill_loop_at_named_step(lab: Lab, key: str, step: str) -> None:
     tally = Tally()
@@ -446,7 +462,6 @@ def kill_before_operations(lab: Lab, key: str, points: List[int], test: str, tot
     tally.record(f"test_fault_injection.py::{test}", method="file_operation", op=key, operations=total)
 
 
-@ONE_LAB
 @pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE))
 def test_kill_before_each_file_operation(lab: Lab, key: str) -> None:
     """SIGKILL before the N-th write/rename/mkdir under the root (a sample of N, spread evenly)."""
@@ -470,7 +485,6 @@ RANDOM_CASES = [(key, 1000 + i) for key, n in sorted(RANDOM_SEEDS.items()) for i
 FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n)]
 
 
-@ONE_LAB
 @pytest.mark.parametrize(("key", "seed"), RANDOM_CASES)
 def test_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
     tally = Tally()
@@ -503,7 +517,6 @@ def every(total: int) -> List[int]:
 CLI_DISK_CASES = [(key, mode) for key in ("plan", "loop", "archive", "report") for mode in DISK_MODES]
 
 
-@ONE_LAB
 @pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES)
 def test_cli_disk_fault_is_one_line_exit_6_and_nothing_half_written(lab: Lab, key: str, mode: str) -> None:
     """ENOSPC / EROFS (injected in-process: we run as root, chmod would not stop a write)
@@ -551,7 +564,6 @@ def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], List[
                    tracebacks=0, half_written=0)
 
 
-@ONE_LAB
 @pytest.mark.parametrize("mode", DISK_MODES)
 def test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged(lab: Lab, mode: str) -> None:
     capture_disk_faults(lab, mode, middle, "test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged")
@@ -597,7 +609,6 @@ def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], List[int]],
                    tracebacks=0, half_written=0)
 
 
-@ONE_LAB
 def test_reports_root_occupied_by_a_file(lab: Lab) -> None:
     """A regular file where the reports root (or one of its parents) should be."""
     project = clone(lab, OPS["capture"], "blocked")
