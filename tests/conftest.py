@@ -1,11 +1,19 @@
-"""Shared fixtures: every test runs isolated from the developer's own config and git identity."""
+"""Shared fixtures: every test runs isolated from the developer's own config and git identity.
+
+The test tiers: ``pytest`` runs the default tier (everything not marked ``slow``, a bounded
+sample of every check); ``pytest -m slow`` runs the long variants (every fault-injection
+point, benchmarks at size). ``.ci/run`` runs both, one after the other. Any ``-m`` expression
+is taken as given; ``SELFHEAL_RELIABILITY_FULL=1`` runs both tiers at once.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List, Optional
 
 import pytest
+from helpers import FULL
 
 pytest_plugins = ["pytester", "fake_github"]
 
@@ -21,6 +29,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
         "GIT_COMMITTER_NAME": "Test Author",
         "GIT_COMMITTER_EMAIL": "author@example.invalid",
         "GIT_PYTHON_REFRESH": "quiet",
+        # Every pytest the tests start (captures, verifications) runs a tiny project that does
+        # not use hypothesis: not importing it saves ~1.5 s of CPU per child process.
+        "PYTEST_ADDOPTS": "-p no:hypothesispytest",
     }.items():
         monkeypatch.setenv(key, value)
     for key in (
@@ -40,9 +51,28 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     yield
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Optional[int]:
+    """``-n auto``: two workers per core. Most of a test's time is spent waiting for the pytest,
+    git and agent processes it starts (and for their timeouts), so one worker per core leaves
+    the cores idle half the time. PYTEST_XDIST_AUTO_NUM_WORKERS still wins (xdist reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 * cores
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """The default tier: without ``-m`` the ``slow`` tests are deselected (not skipped)."""
+    if config.getoption("markexpr") or FULL:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
 @pytest.fixture
 def global_config_dir() -> Path:
     """The (empty) directory OPENCODE_CONFIG_DIR points at for this test."""
-    import os
-
     return Path(os.environ["OPENCODE_CONFIG_DIR"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from helpers import git_commit_all
 from schema_check import assert_valid
 
 TESTS = """
@@ -44,13 +45,8 @@ def _attempts(p: pytest.Pytester, incident_id: str) -> List[Dict[str, Any]]:
 
 
 def _commit_all(p: pytest.Pytester) -> None:
-    import git
-
     (p.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
-    repo = git.Repo.init(p.path)
-    repo.git.add(A=True)
-    repo.index.commit("project")
-    repo.close()
+    git_commit_all(p.path, "project")
 
 
 @pytest.fixture

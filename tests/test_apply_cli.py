@@ -1,38 +1,29 @@
 """``selfheal apply ID``: the proposed final.patch onto the working tree, only after a yes.
 
-Real subprocesses, real git repositories.
+The console script's ``main`` in process (stdin never a terminal), real git repositories.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Tuple
 
 import git
 import pytest
+from helpers import CliResult, cli
 
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.cli.main import main
+from pytest_selfheal.repair import approval
 from pytest_selfheal.store.root import Store
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 
 
-def selfheal(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, "-m", "pytest_selfheal", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=60, env=env, input=stdin)
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: CliResult) -> str:
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("selfheal: error: "), result.stderr
     return result.stderr.strip()
 
@@ -72,21 +63,21 @@ def test_apply_with_yes(tmp_path: Path) -> None:
                                          "stop_reason": "success",
                                          "repair": {"final_patch": "final.patch", "applied": False,
                                                     "apply_command": f"selfheal apply {incident_id}"}})
-    result = selfheal("apply", incident_id, "--yes", cwd=top)
+    result = cli("apply", incident_id, "--yes", cwd=top)
     assert result.returncode == EXIT_OK, result.stderr
     assert f"applied final.patch of {incident_id}" in result.stdout and "calc.py" in result.stdout
     assert (top / "calc.py").read_text() == FIXED and (top / "added.py").read_text() == "new = 1\n"
     block = json.loads((store.runs_dir(incident_id) / "run_result.json").read_text())["repair"]
     assert block["applied"] is True and block["apply_command"] is None and block["applied_to"] == str(top.resolve())
     # A second time: nothing to do, success.
-    again = selfheal("apply", incident_id, "--yes", "--json", cwd=top)
+    again = cli("apply", incident_id, "--yes", "--json", cwd=top)
     assert again.returncode == EXIT_OK
     assert json.loads(again.stdout)["already_applied"] is True
 
 
 def test_apply_needs_a_yes_without_terminal(tmp_path: Path) -> None:
     top, _, incident_id = setup(tmp_path)
-    result = selfheal("apply", incident_id, cwd=top, stdin="y\n")  # piped stdin is not a terminal
+    result = cli("apply", incident_id, cwd=top, stdin="y\n")  # piped stdin is not a terminal
     assert result.returncode == EXIT_REFUSED
     assert f"re-run with --yes: selfheal apply {incident_id} --yes" in one_line_error(result)
     assert (top / "calc.py").read_text() == BUGGY
@@ -94,9 +85,6 @@ def test_apply_needs_a_yes_without_terminal(tmp_path: Path) -> None:
 
 def test_apply_interactive_yes_and_no(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_selfheal.repair import approval
-    from pytest_selfheal.cli.main import main
-
     top, _, incident_id = setup(tmp_path)
     monkeypatch.chdir(top)
     monkeypatch.setattr(approval, "is_interactive", lambda stdin=None, stdout=None: True)
@@ -113,7 +101,7 @@ def test_apply_interactive_yes_and_no(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_conflict_is_refused_in_one_line_and_changes_nothing(tmp_path: Path) -> None:
     top, _, incident_id = setup(tmp_path)
     (top / "calc.py").write_text("def add(a, b):\n    return b - a  # moved on\n")
-    result = selfheal("apply", incident_id, "--yes", cwd=top)
+    result = cli("apply", incident_id, "--yes", cwd=top)
     assert result.returncode == EXIT_REFUSED
     message = one_line_error(result)
     assert "does not apply cleanly" in message and "nothing was changed" in message
@@ -123,12 +111,12 @@ def test_conflict_is_refused_in_one_line_and_changes_nothing(tmp_path: Path) -> 
 
 def test_missing_patch_unknown_and_invalid_ids(tmp_path: Path) -> None:
     top, _, incident_id = setup(tmp_path, with_patch=False)
-    result = selfheal("apply", incident_id, "--yes", cwd=top)
+    result = cli("apply", incident_id, "--yes", cwd=top)
     assert result.returncode == EXIT_NOT_FOUND and "no proposed patch" in one_line_error(result)
-    ghost = selfheal("apply", "incident_20990101_000000_zz", "--yes", cwd=top)
+    ghost = cli("apply", "incident_20990101_000000_zz", "--yes", cwd=top)
     assert ghost.returncode == EXIT_NOT_FOUND
     one_line_error(ghost)
-    bad = selfheal("apply", "../etc", "--yes", cwd=top)
+    bad = cli("apply", "../etc", "--yes", cwd=top)
     assert bad.returncode == EXIT_USAGE
     one_line_error(bad)
 
@@ -138,7 +126,7 @@ def test_dir_option_and_not_a_repository(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # --dir finds the store from anywhere; the patch goes to the capture's rootdir.
-    result = selfheal("apply", incident_id, "--yes", "--dir", str(store.root), cwd=elsewhere)
+    result = cli("apply", incident_id, "--yes", "--dir", str(store.root), cwd=elsewhere)
     assert result.returncode == EXIT_OK, result.stderr
     assert (top / "calc.py").read_text() == FIXED
     # A reports root whose incident points at a folder that is not a repository.
@@ -148,5 +136,5 @@ def test_dir_option_and_not_a_repository(tmp_path: Path) -> None:
     loose = other.create_incident({"step": "s", "failure_class": "deterministic", "message": "m",
                                    "error_signature": "x", "rootdir": str(plain)}, log_tail="", context={})
     other.write_run_file(loose, "final.patch", "diff --git a/x b/x\n")
-    refused = selfheal("apply", loose, "--yes", cwd=plain)
+    refused = cli("apply", loose, "--yes", cwd=plain)
     assert refused.returncode == EXIT_REFUSED and "need a git repository" in one_line_error(refused)

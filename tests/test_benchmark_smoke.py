@@ -1,36 +1,72 @@
-"""The plugin-overhead benchmark runs end to end at a tiny size (no timing thresholds here)."""
+"""The benchmark scripts (benchmarks/) run end to end and print their figures; no timing
+thresholds here. The default tier runs each at a tiny size; the ``slow`` tier at the suite
+sizes the scripts default to (the sizes of the documented figures), with fewer repeats."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+from typing import Dict, List, Optional
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_plugin_overhead.py"
-IMPORT_BENCH = BENCH.with_name("bench_plugin_import.py")
+import pytest
+from helpers import PY, run_env
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def test_plugin_overhead_benchmark_prints_ratios() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--tests", "40", "--failures", "3", "--repeat", "1"],
-        capture_output=True, text=True, timeout=300, check=True,
-    ).stdout
-    assert "green suite (40 tests)" in out and "with 3 failures (40 tests)" in out
+def run_benchmark(script: str, args: List[str], cwd: Path, env: Optional[Dict[str, str]] = None) -> str:
+    """``python benchmarks/SCRIPT ARGS``: exit 0; returns what it printed."""
+    done = subprocess.run([PY, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=1800,
+                          cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize(("tests", "failures", "repeat"), [
+    (40, 3, 1),
+    pytest.param(5000, 50, 3, marks=pytest.mark.slow, id="at-size"),
+])
+def test_plugin_overhead_benchmark_prints_ratios(tmp_path: Path, tests: int, failures: int, repeat: int) -> None:
+    # The child pytest runs need the plugin autoloaded (--selfheal): this process's environment.
+    out = run_benchmark("bench_plugin_overhead.py",
+                        ["--tests", str(tests), "--failures", str(failures), "--repeat", str(repeat)], tmp_path)
+    assert f"green suite ({tests} tests)" in out and f"with {failures} failures ({tests} tests)" in out
     assert out.count("ratio ") == 2 and out.count(" CPU (target") == 2
 
 
-def test_all_failing_suite_benchmark_prints_one_ratio_against_the_110_target() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--tests", "3", "--failures", "3", "--repeat", "1", "--skip-green", "--no-autoload"],
-        capture_output=True, text=True, timeout=300, check=True,
-    ).stdout
+def test_all_failing_suite_benchmark_prints_one_ratio_against_the_110_target(tmp_path: Path) -> None:
+    out = run_benchmark("bench_plugin_overhead.py",
+                        ["--tests", "3", "--failures", "3", "--repeat", "1", "--skip-green", "--no-autoload"], tmp_path)
     assert "green suite" not in out and out.count("ratio ") == 1
     assert "with 3 failures (3 tests)" in out and "(target <= 1.10)" in out
 
 
-def test_plugin_import_benchmark_prints_the_median_and_the_baseline() -> None:
-    out = subprocess.run(
-        [sys.executable, str(IMPORT_BENCH), "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
+def test_plugin_import_benchmark_prints_the_median_and_the_baseline(tmp_path: Path) -> None:
+    out = run_benchmark("bench_plugin_import.py", ["--repeat", "1"], tmp_path)
     assert "import pytest_selfheal.plugin after pytest (1 fresh interpreters): median " in out
     assert " ms CPU (target <= 10 ms); import pytest " in out and "ratio plugin/pytest " in out
+
+
+@pytest.mark.parametrize(("cases", "failures", "repeat"), [
+    (200, 20, 1),
+    pytest.param(100_000, 10_000, 2, marks=pytest.mark.slow, id="at-size"),
+])
+def test_fingerprint_benchmark_prints_its_ratios(tmp_path: Path, cases: int, failures: int, repeat: int) -> None:
+    out = run_benchmark("bench_fingerprint.py",
+                        ["--cases", str(cases), "--failures", str(failures), "--repeat", str(repeat)], tmp_path)
+    lines = out.splitlines()
+    assert f"failures fingerprinted: {failures}" in lines
+    for label in ("in-process time ratio: ", "subprocess time ratio: ", "peak memory ratio: "):
+        assert any(line.startswith(label) for line in lines), out
+
+
+@pytest.mark.parametrize(("tests", "failing", "sleep", "repeat"), [
+    (20, 2, "0", 1),
+    pytest.param(2000, 3, "0.005", 2, marks=pytest.mark.slow, id="at-size"),
+])
+def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: int, sleep: str, repeat: int) -> None:
+    out = run_benchmark("bench_loop.py", ["--tests", str(tests), "--failing", str(failing), "--sleep", sleep,
+                                          "--repeat", str(repeat), "--full-repeat", "1"], tmp_path, env=run_env())
+    assert "ratio a/b (iteration vs direct pytest of the failing tests):" in out
+    assert "ratio c/a (whole suite vs one iteration):" in out
+    assert f"{failing} failing" in out

@@ -1,5 +1,6 @@
-"""``selfheal ci`` end to end: a real failing project, real subprocesses, the loopback fake
-GitHub (tests/fake_github.py) and the Actions environment files as temp files."""
+"""``selfheal ci`` end to end: a real failing project, real pytest subprocesses, the loopback fake
+GitHub (tests/fake_github.py) and the Actions environment files as temp files; the command
+itself through the console script's ``main`` in this process."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ from typing import Dict, List, Mapping, Optional
 
 import pytest
 from fake_github import FakeGitHub
+from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_project
 from test_actions_env import parse_github_output
-from test_report_cli import SECTIONS_PLUGIN
-from test_repair import fake_distribution
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
 from pytest_selfheal.outcome import exit_code_for
+from pytest_selfheal.report.data import build_report
 
 PR = 7
 MARKER = marker("default")
@@ -62,23 +63,6 @@ def test_flaky():
 '''
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=str(cwd), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def make_project(root: Path, files: Dict[str, str]) -> Path:
-    """A tiny git project (committed) with the given files."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / ".gitignore").write_text(".selfheal/\n__pycache__/\n.pytest_cache/\n")
-    for name, text in files.items():
-        (root / name).write_text(text)
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "init")
-    return root
-
-
 def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[Dict[str, object]] = None,
                 event_name: str = "pull_request", token: Optional[str] = None) -> Dict[str, str]:
     """os.environ (already cleaned of CI variables by conftest) plus an Actions environment."""
@@ -112,11 +96,15 @@ def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[D
     return env
 
 
-def run_ci(project: Path, env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_selfheal", "ci", *args],
-        cwd=str(project), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
-    )
+def run_ci(project: Path, env: Dict[str, str], *args: str) -> CliResult:
+    """``selfheal ci ARGS`` in ``project`` with exactly ``env`` (the console script's ``main``, in process)."""
+    return cli("ci", *args, cwd=project, env=env)
+
+
+def run_ci_process(project: Path, env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
+    """``python -m pytest_selfheal ci ARGS`` as a real process: plugins on its PYTHONPATH load."""
+    return subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", *args], cwd=str(project), env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
 def outputs_of(env: Dict[str, str]) -> Dict[str, str]:
@@ -146,7 +134,7 @@ def test_two_runs_one_sticky_comment_then_green(tmp_path: Path, fake_github: Fak
         fake_github.add_comment(PR, f"review remark {i}", "alice")
     for i in range(5):  # other users quoting our marker: never ours, never edited
         fake_github.add_comment(PR, f"{MARKER}\nquoting the bot {i}", "mallory")
-    project = make_project(tmp_path / "proj", {"test_app.py": FAILING_TEST})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_app.py": FAILING_TEST})
     env = actions_env(tmp_path, fake_github)
 
     first = run_ci(project, env, "--", "-q")
@@ -211,7 +199,7 @@ def test_two_runs_one_sticky_comment_then_green(tmp_path: Path, fake_github: Fak
 def test_read_only_token_warns_and_a_flaky_test_resolves(tmp_path: Path, fake_github: FakeGitHub) -> None:
     read_only = "ghs_readOnlyForkToken0123456789abcdefXYZ"
     fake_github.set_token(read_only, "github-actions[bot]", "read-only", user_visible=False)
-    project = make_project(tmp_path / "proj", {"test_flaky.py": FLAKY_TEST})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_flaky.py": FLAKY_TEST})
     env = actions_env(tmp_path, fake_github, token=read_only)
     env["FLAKY_STATE"] = str(tmp_path / "flaky_state")
 
@@ -228,7 +216,7 @@ def test_read_only_token_warns_and_a_flaky_test_resolves(tmp_path: Path, fake_gi
 
 
 def test_push_event_no_comment_and_no_fail_on_unresolved(tmp_path: Path, fake_github: FakeGitHub) -> None:
-    project = make_project(tmp_path / "proj", {"test_app.py": FAILING_TEST})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_app.py": FAILING_TEST})
     env = actions_env(tmp_path, fake_github, event={"ref": "refs/heads/main"}, event_name="push")
 
     done = run_ci(project, env, "--no-fail-on-unresolved", "--", "-q")
@@ -242,7 +230,7 @@ def test_push_event_no_comment_and_no_fail_on_unresolved(tmp_path: Path, fake_gi
 
 
 def test_pytest_errors_have_their_own_exit_codes(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "proj", {"test_none.py": "x = 1\n"})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_none.py": "x = 1\n"})
     env = actions_env(tmp_path, None, event_name="push", event={})
 
     no_tests = run_ci(project, env, "--no-fail-on-unresolved", "--", "-q")
@@ -256,7 +244,7 @@ def test_pytest_errors_have_their_own_exit_codes(tmp_path: Path) -> None:
 
 
 def test_a_refused_verification_is_reported_then_decides_the_exit_code(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "proj", {"test_app.py": FAILING_TEST})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_app.py": FAILING_TEST})
     env = actions_env(tmp_path, None, event_name="push", event={})
 
     done = run_ci(project, env, "--set", 'verification.allowlist=["nox"]', "--no-fail-on-unresolved", "--", "-q")
@@ -273,11 +261,12 @@ def test_report_section_hooks_reach_summary_file_and_comment(tmp_path: Path, fak
     site.mkdir()
     fake_distribution(site, "ci_report_sections", SECTIONS_PLUGIN)
     fake_github.add_comment(PR, f"{MARKER}\nold report", "github-actions[bot]")  # a green run only updates
-    project = make_project(tmp_path / "proj", {"test_ok.py": "def test_ok():\n    assert True\n"})
+    project = make_project(tmp_path / "proj", ini=None, files={"test_ok.py": "def test_ok():\n    assert True\n"})
     env = actions_env(tmp_path, fake_github)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
 
-    done = run_ci(project, env, "--", "-q")
+    # Real processes: the plugin is an entry point found on the PYTHONPATH of a fresh interpreter.
+    done = run_ci_process(project, env, "--", "-q")
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     section = "\n### Coverage\n\nCovered: none (no_incidents)\n"
     assert Path(env["GITHUB_STEP_SUMMARY"]).read_text().endswith(section)
@@ -289,7 +278,7 @@ def test_report_section_hooks_reach_summary_file_and_comment(tmp_path: Path, fak
     env["SECTIONS_HOOK_CRASH"] = "1"
     for path in (env["GITHUB_STEP_SUMMARY"], env["GITHUB_OUTPUT"]):
         Path(path).write_text("")
-    crashed = run_ci(project, env, "--", "-q")
+    crashed = run_ci_process(project, env, "--", "-q")
     assert crashed.returncode == EXIT_OK, crashed.stdout + crashed.stderr
     warnings = [line for line in crashed.stdout.splitlines() if line.startswith("::warning::")]
     assert any("plugin 'ci_report_sections' failed: RuntimeError: coverage server down" in w for w in warnings)
@@ -302,8 +291,6 @@ def test_report_section_hooks_reach_summary_file_and_comment(tmp_path: Path, fak
 
 
 def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
-    from pytest_selfheal.report.data import build_report
-
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"
     path.parent.mkdir()
@@ -482,5 +469,7 @@ def test_run_pytest_copies_the_output_live_and_tells_a_missing_interpreter(tmp_p
     assert out.getvalue() == "x" * 65535 + "é\nend"
     missing = io.StringIO()
     code = ci.run_pytest([str(tmp_path / "no-python")], cwd=tmp_path, env={}, stream=missing)
-    assert code == ci.CANNOT_START and ci.exit_code_for(ci.verdict_without_incident(code), fail_on_unresolved=False) == 7
+    verdict = ci.verdict_without_incident(code)
+    assert code == ci.CANNOT_START and verdict.final_status == "error"
+    assert exit_code_for(verdict.final_status, fail_on_unresolved=False, pytest_exit_code=code) == 7
     assert missing.getvalue().startswith(f"selfheal ci: cannot start {tmp_path / 'no-python'}: ")

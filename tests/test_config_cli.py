@@ -1,21 +1,21 @@
-"""``selfheal config`` through real subprocesses: precedence, origins, one-line errors."""
+"""``selfheal config`` through the console script's ``main`` (in process): precedence, origins,
+one-line errors."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from helpers import CliResult, cli
 
 from pytest_selfheal.config.settings import SCHEMA
 
 
 class Run:
-    def __init__(self, proc: "subprocess.CompletedProcess[str]") -> None:
+    def __init__(self, proc: CliResult) -> None:
         self.code = proc.returncode
         self.out = proc.stdout
         self.err = proc.stderr
@@ -44,11 +44,7 @@ def selfheal(project: Path, home: Path) -> Any:
     def run(*args: str) -> Run:
         env = {k: v for k, v in os.environ.items() if k != "OPENCODE_CONFIG_DIR"}
         env["HOME"] = str(home)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest_selfheal", "config", *args],
-            cwd=project, env=env, capture_output=True, text=True, timeout=60,
-        )
-        return Run(proc)
+        return Run(cli("config", *args, cwd=project, env=env))
 
     return run
 

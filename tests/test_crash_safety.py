@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import time
@@ -28,19 +27,21 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import pytest
-from test_loop import (
+from helpers import (
     DETERMINISTIC,
     MOVING,
     PY,
     assert_files_valid,
     assert_replay_equals_disk,
     capture,
+    cli,
+    clone_project,
     events_named,
     make_project,
     run_env,
+    selfheal,
 )
 
-from pytest_selfheal.cli.main import main as selfheal_main
 from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
 from pytest_selfheal.store.root import Store
 
@@ -75,28 +76,22 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Tuple[Path,
     return {"det": (det, capture(det, env=env)), "moving": (moving, capture(moving, env=env))}
 
 
-def clone(template: Path, incident_id: str, dest: Path) -> Path:
-    """Copy a captured project; point the incident's rootdir at the copy."""
-    shutil.copytree(template, dest, symlinks=True)
-    path = dest / ".selfheal" / "error_inbox" / incident_id / "incident.json"
-    doc = json.loads(path.read_text())
-    doc["rootdir"] = str(dest)
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return dest
-
-
-def loop_command(incident_id: str, settings: Tuple[str, ...]) -> List[str]:
-    args = [PY, "-m", "pytest_selfheal", "loop", incident_id]
+def loop_args(incident_id: str, settings: Tuple[str, ...]) -> List[str]:
+    args = ["loop", incident_id]
     for setting in settings:
         args += ["--set", setting]
     return args
 
 
-def check_root_readable(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def loop_command(incident_id: str, settings: Tuple[str, ...]) -> List[str]:
+    """``selfheal loop`` as a process of its own: what the kills hit."""
+    return [PY, "-m", "pytest_selfheal", *loop_args(incident_id, settings)]
+
+
+def check_root_readable(project: Path) -> None:
     """``selfheal status`` exits 0 and lists nothing corrupted; no JSON file is partial."""
     root = project / ".selfheal"
-    code = selfheal_main(["status", "--json", "--dir", str(root)])
-    out, err = capsys.readouterr()
+    code, out, err = cli("status", "--json", "--dir", str(root))
     assert code == 0, err
     rows = json.loads(out)
     assert rows and all(row["status"] != "corrupted" for row in rows), rows
@@ -105,18 +100,16 @@ def check_root_readable(project: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def resume_and_check(
-    project: Path, incident_id: str, scenario: str, capsys: pytest.CaptureFixture[str], context: str
+    project: Path, incident_id: str, scenario: str, context: str
 ) -> None:
     _, settings, (reason, attempts, bucket, code) = SCENARIOS[scenario]
-    check_root_readable(project, capsys)
+    check_root_readable(project)
     store = Store(project / ".selfheal")
     before = [a["iteration"] for a in store.read_attempts(incident_id)]
     assert before == list(range(1, len(before) + 1)), context
     if not _finished(store, incident_id, reason):  # a random kill may come after the end
-        done = subprocess.run(loop_command(incident_id, settings), cwd=project, capture_output=True, text=True,
-                              timeout=120, env=run_env())
+        done = selfheal(project, *loop_args(incident_id, settings))  # the resume, in process
         assert done.returncode == code, f"{context}\n{done.stdout}\n{done.stderr}"
-        assert "Traceback" not in done.stderr
     run_result = store.read_run_result(incident_id)
     assert run_result is not None and run_result["stop_reason"] == reason, context
     assert store.locate(incident_id)[0] == bucket, context
@@ -136,7 +129,7 @@ def resume_and_check(
         assert store.read_status(incident_id) == "planned"
         assert store.read_plan(incident_id)["revision"] == 2, context
         assert len(events_named(store, incident_id, "plan_generated")) == 2, context  # capture + replan
-    check_root_readable(project, capsys)
+    check_root_readable(project)
 
 
 def _finished(store: Store, incident_id: str, reason: str) -> bool:
@@ -151,26 +144,25 @@ def _finished(store: Store, incident_id: str, reason: str) -> bool:
 
 def kill_at_step(
     templates: Mapping[str, Tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     kind, settings, _ = SCENARIOS[scenario]
     template, incident_id = templates[kind]
-    project = clone(template, incident_id, tmp_path / f"{scenario}-{step.replace(':', '-')}")
+    project = clone_project(template, tmp_path / f"{scenario}-{step.replace(':', '-')}")
     killed = subprocess.run(loop_command(incident_id, settings), cwd=project, capture_output=True, text=True,
                             timeout=120, env=run_env({KILL_ENV: step}))
     assert killed.returncode == -signal.SIGKILL, f"{step} never reached: {killed.stdout}{killed.stderr}"
-    resume_and_check(project, incident_id, scenario, capsys, f"killed at {step}")
+    resume_and_check(project, incident_id, scenario, f"killed at {step}")
 
 
 def kill_at_random(
-    templates: Mapping[str, Tuple[Path, str]], tmp_path: Path, seed: int, capsys: pytest.CaptureFixture[str],
+    templates: Mapping[str, Tuple[Path, str]], tmp_path: Path, seed: int,
     scenario: Optional[str] = None,
 ) -> None:
     rng = random.Random(seed)
     scenario = scenario or rng.choice(sorted(SCENARIOS))
     kind, settings, _ = SCENARIOS[scenario]
     template, incident_id = templates[kind]
-    project = clone(template, incident_id, tmp_path / f"random-{seed}")
+    project = clone_project(template, tmp_path / f"random-{seed}")
     delay = rng.uniform(0.2, 2.5)
     proc = subprocess.Popen(loop_command(incident_id, settings), cwd=project, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=run_env(), start_new_session=True)
@@ -180,7 +172,7 @@ def kill_at_random(
     except ProcessLookupError:
         pass
     proc.wait()
-    resume_and_check(project, incident_id, scenario, capsys, f"seed {seed}: {scenario} killed after {delay:.2f}s")
+    resume_and_check(project, incident_id, scenario, f"seed {seed}: {scenario} killed after {delay:.2f}s")
 
 
 # --------------------------------------------------------------------------- the bounded sample
@@ -189,16 +181,15 @@ def kill_at_random(
 @pytest.mark.parametrize("scenario, step", DEFAULT_STEPS, ids=[f"{a}-{b}" for a, b in DEFAULT_STEPS])
 def test_kill_at_named_step_then_resume(
     templates: Dict[str, Tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    kill_at_step(templates, tmp_path, scenario, step, capsys)
+    kill_at_step(templates, tmp_path, scenario, step)
 
 
 @pytest.mark.parametrize("seed", [11, 23, 37, 41])
 def test_kill_at_random_instant_then_resume(
-    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int, capsys: pytest.CaptureFixture[str]
+    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int
 ) -> None:
-    kill_at_random(templates, tmp_path, seed, capsys, scenario="moving")
+    kill_at_random(templates, tmp_path, seed, scenario="moving")
 
 
 def test_every_kill_step_is_reachable() -> None:
@@ -209,29 +200,20 @@ def test_every_kill_step_is_reachable() -> None:
 # --------------------------------------------------------------------------- the long variant
 
 
-def _want_slow(config: pytest.Config) -> bool:
-    return "slow" in str(config.getoption("markexpr") or "")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario, step", ALL_STEPS, ids=[f"{a}-{b}" for a, b in ALL_STEPS])
 def test_slow_kill_every_step_of_every_scenario(
-    request: pytest.FixtureRequest, templates: Dict[str, Tuple[Path, str]], tmp_path: Path, scenario: str,
-    step: str, capsys: pytest.CaptureFixture[str],
+    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, scenario: str,
+    step: str,
 ) -> None:
-    if not _want_slow(request.config):
-        pytest.skip("long variant: run with -m slow")
-    kill_at_step(templates, tmp_path, scenario, step, capsys)
+    kill_at_step(templates, tmp_path, scenario, step)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(1000, 1040))
 def test_slow_kill_at_many_random_instants(
-    request: pytest.FixtureRequest, templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int,
-    capsys: pytest.CaptureFixture[str],
+    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int,
 ) -> None:
-    if not _want_slow(request.config):
-        pytest.skip("long variant: run with -m slow")
-    kill_at_random(templates, tmp_path, seed, capsys)
+    kill_at_random(templates, tmp_path, seed)
 
 

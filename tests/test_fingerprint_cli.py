@@ -1,15 +1,15 @@
-"""`selfheal fingerprint FILE... [--json]` through the real console entry point."""
+"""`selfheal fingerprint FILE... [--json]` through the console script's ``main`` (in process; the
+entry point as a process: test_entry_point.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 import pytest
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -22,14 +22,9 @@ REQUIRED = {
 
 
 def selfheal(*args: str, cwd: Path = GOLDEN) -> Tuple[int, str, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest_selfheal", "fingerprint", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+    """``selfheal fingerprint ARGS`` in ``cwd`` (the console script's ``main``, in process)."""
+    code, out, err = cli("fingerprint", *args, cwd=cwd)
+    return code, out, err
 
 
 def test_text_output_one_line_per_failure() -> None:
@@ -120,22 +115,6 @@ def test_usage_error_is_exit_2() -> None:
     code, out, err = selfheal()
     assert code == 2
     assert "Traceback" not in err and "selfheal: error:" in err
-
-
-def test_benchmark_script_smoke() -> None:
-    # Tiny sizes, one run: the script works and prints its ratio lines (no timing asserts).
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_fingerprint.py"), "--cases", "200", "--failures", "20",
-         "--repeat", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    lines: List[str] = proc.stdout.splitlines()
-    assert "failures fingerprinted: 20" in lines
-    for label in ("in-process time ratio: ", "subprocess time ratio: ", "peak memory ratio: "):
-        assert any(line.startswith(label) for line in lines), proc.stdout
 
 
 def test_configured_rules_apply_unless_no_config(tmp_path: Path) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, List
 
 import pytest
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -83,12 +82,6 @@ def test_fingerprints_are_unique_per_failure_within_a_file() -> None:
 
 
 def test_real_cli_prints_the_expected_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest_selfheal", "fingerprint", "--json", "surefire.xml", "jest_junit.xml"],
-        cwd=GOLDEN,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = cli("fingerprint", "--json", "surefire.xml", "jest_junit.xml", cwd=GOLDEN)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == expected("surefire.xml") + expected("jest_junit.xml")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tracemalloc
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import pytest
 
 from pytest_selfheal.records import models
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.reader import (
     MAX_TEXT,
     dedupe,
@@ -293,11 +295,21 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         read_failing(str(tmp_path))
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs a non-root POSIX user")
-def test_unreadable_file(tmp_path: Path) -> None:
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "secret.xml"
     path.write_text("<testsuite/>")
     path.chmod(0)
+    if os.name != "posix" or os.geteuid() == 0:
+        # Root reads a mode-0 file (and Windows ignores the mode): give the reader the answer
+        # the OS gives an ordinary user.
+        real_open = open
+
+        def refusing_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+            if Path(file) == path:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(reader, "open", refusing_open, raising=False)
     try:
         with pytest.raises(InputError, match=r"secret\.xml: permission denied$"):
             list(iter_testcases(path))

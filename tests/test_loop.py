@@ -1,215 +1,37 @@
 """The loop driver in-process (``loop.run_loop`` / ``record_iteration`` / ``finalize``) on real
-pytest projects in real git repos: every verification is a real subprocess.
-
-The helpers at the top are shared by test_loop_cli.py, test_replay.py and
-test_crash_safety.py (``from test_loop import ...``).
+pytest projects in real git repos: every verification is a real subprocess (the projects and
+checks shared with test_loop_cli.py, test_replay.py and test_crash_safety.py live in helpers.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
-from schema_check import assert_valid
+from helpers import (
+    PY,
+    assert_files_valid,
+    assert_replay_equals_disk,
+    capture,
+    deterministic_project,
+    effective_config,
+    events_named,
+    flaky_project,
+    loop_in_process,
+    run_env,
+)
 
-from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
-from pytest_selfheal.loop.control import KILL_ENV, loop_lock
-from pytest_selfheal.loop.driver import run_loop
-from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.loop.control import loop_lock
+from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
-
-PY = sys.executable
-GITIGNORE = ".selfheal/\n__pycache__/\n.pytest_cache/\n*.state\n"
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """The environment of every child: no plugin autoload (pytest starts in ~0.5 s instead of
-    seconds with hypothesis & co.), no bytecode files in the repos, nothing of the outer run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    for key in ("SELFHEAL_VERIFYING", KILL_ENV, "PYTEST_ADDOPTS"):
-        env.pop(key, None)
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra or {})
-    return env
-
-
-def git_commit_all(path: Path, message: str = "init") -> None:
-    """``git add -A && git commit`` through gitpython."""
-    import git
-
-    repo = git.Repo.init(path)
-    try:
-        repo.git.add(A=True)
-        actor = git.Actor("Test Author", "author@example.invalid")
-        repo.index.commit(message, author=actor, committer=actor)
-    finally:
-        repo.close()
-
-
-def make_project(root: Path, files: Mapping[str, str], *, ini: str = "") -> Path:
-    """A tiny pytest project in a fresh git repo (committed, reports root gitignored)."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pytest.ini").write_text("[pytest]\n" + ini)
-    (root / ".gitignore").write_text(GITIGNORE)
-    for name, text in files.items():
-        target = root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(textwrap.dedent(text))
-    git_commit_all(root)
-    return root
-
-
-def capture(project: Path, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
-    """Run ``python -m pytest --selfheal`` in ``project``; return the new incident id."""
-    store = Store(project / ".selfheal")
-    before = {row["incident_id"] for row in store.list_incidents()}
-    result = subprocess.run(
-        [PY, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider", *args],
-        cwd=project, capture_output=True, text=True, timeout=120, env=run_env(env),
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    new = [str(row["incident_id"]) for row in store.list_incidents() if row["incident_id"] not in before]
-    assert len(new) == 1, result.stdout + result.stderr
-    return new[0]
-
-
-def selfheal(project: Path, *args: str, env: Optional[Mapping[str, str]] = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest_selfheal ARGS`` in ``project`` (a real subprocess); never a traceback."""
-    result = subprocess.run([PY, "-m", "pytest_selfheal", *args], cwd=project, capture_output=True, text=True,
-                            timeout=timeout, env=run_env(env))
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
-    return result
-
-
-def effective_config(project: Path, *settings: str) -> Any:
-    """The effective config of ``project`` with ``KEY=VALUE`` overrides."""
-    return load_config(project, overrides=[parse_override(s, "test") for s in settings])
-
-
-def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> Dict[str, Any]:
-    """``run_loop`` in this process (verifications are still real subprocesses)."""
-    kwargs.setdefault("unattended", False)
-    kwargs.setdefault("env", run_env())
-    return run_loop(Store(project / ".selfheal"), incident_id, effective=effective_config(project, *settings),
-                    project_root=project, **kwargs)
-
-
-def assert_replay_equals_disk(store: Store, incident_id: str) -> Dict[str, Any]:
-    """The events alone rebuild exactly the state on disk; returns the replayed state."""
-    records, warnings = store.read_events(incident_id)
-    assert warnings == []
-    replayed = replay(records)
-    assert differences(replayed, state_from_disk(store, incident_id)) == []
-    return replayed
-
-
-def assert_files_valid(store: Store, incident_id: str) -> None:
-    """Every attempt and the run result fit the shipped schemas; attempts are 1..n."""
-    attempts = store.read_attempts(incident_id)
-    assert [a["iteration"] for a in attempts] == list(range(1, len(attempts) + 1))
-    for attempt in attempts:
-        assert_valid("attempt", attempt)
-    result = store.read_run_result(incident_id)
-    if result is not None:
-        assert_valid("run_result", result)
-
-
-def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:
-    """The incident's events called ``name``."""
-    return [e for e in store.read_events(incident_id)[0] if e["event"] == name]
-
-
-FLAKY = """
-    import os
-    STATE = {state!r}
-
-    def test_ok():
-        assert True
-
-    def test_flaky():
-        if not os.path.exists(STATE):
-            open(STATE, "w").close()
-            assert False, "first run fails"
-"""
-
-DETERMINISTIC = """
-    def sub(a, b):
-        return a + b
-
-    def test_sub():
-        assert sub(5, 2) == 3
-"""
-
-FIXED = DETERMINISTIC.replace("return a + b", "return a - b")
-
-# A failure whose message changes at every run: progress by "fingerprint changed" each time.
-MOVING = """
-    import os
-    # Per project (gitignored): a copied project keeps counting where its template stopped.
-    STATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moving.state")
-    WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
-
-    def test_moving():
-        n = int(open(STATE).read()) if os.path.exists(STATE) else 0
-        with open(STATE, "w") as handle:
-            handle.write(str(n + 1))
-        assert WORDS[n % len(WORDS)] == "zulu"
-"""
-
-# Fails at capture, hangs in every verification run (the loop sets SELFHEAL_VERIFYING).
-HANGING = """
-    import os, time
-    PIDFILE = {pidfile!r}
-    STOP = {stop!r}
-
-    def test_hang():
-        if os.environ.get("SELFHEAL_VERIFYING") and not os.path.exists(STOP):
-            with open(PIDFILE, "w") as handle:
-                handle.write(str(os.getpid()))
-            time.sleep(60)
-        assert False, "fails at capture"
-"""
-
-TOOLING = """
-    def test_env():
-        import nonexistent_dep_xyz  # noqa: F401
-"""
-
-
-def flaky_project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "flaky", {"test_flaky.py": FLAKY.format(state=str(tmp_path / "flaky.state"))})
-
-
-def deterministic_project(tmp_path: Path, name: str = "det") -> Path:
-    return make_project(tmp_path / name, {"test_calc.py": DETERMINISTIC})
-
-
-def moving_project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "moving", {"test_moving.py": MOVING})
-
-
-def hanging_project(tmp_path: Path) -> Path:
-    return make_project(
-        tmp_path / "hang",
-        {"test_hang.py": HANGING.format(pidfile=str(tmp_path / "hang.pid"), stop=str(tmp_path / "hang.stop"))},
-    )
-
 
 # --------------------------------------------------------------------------- pure helpers
 
@@ -479,8 +301,6 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
 
 
 def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
-    from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
-
     plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
     argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]
     assert selection_nodeids(plan, {}, argvs) == ["t.py::a", "t.py::b"]

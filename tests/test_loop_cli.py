@@ -1,5 +1,6 @@
 """``selfheal loop`` / ``plan`` / ``replay`` end to end: real pytest projects in real git repos,
-``pytest --selfheal`` to capture, the ``selfheal`` command as a subprocess."""
+``pytest --selfheal`` to capture, the ``selfheal`` command in process (``helpers.selfheal``;
+a real subprocess where a signal is what is tested)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_loop import (
+from helpers import (
+    CliResult,
     DETERMINISTIC,
     FIXED,
     PY,
@@ -41,7 +43,7 @@ from pytest_selfheal.errors import (
 from pytest_selfheal.store.root import Store
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: CliResult) -> str:
     lines = [line for line in result.stderr.splitlines() if line.startswith("selfheal: error: ")]
     assert len(lines) == 1, result.stderr
     return lines[0]
@@ -278,19 +280,3 @@ def test_replay_exit_3_when_events_and_files_disagree(tmp_path: Path) -> None:
     result = selfheal(project, "replay", incident_id)
     assert result.returncode == EXIT_BAD_INPUT
     assert "replay differs from the files" in result.stdout and "iterations:" in result.stdout
-
-
-# --------------------------------------------------------------------------- benchmark smoke test
-
-
-def test_bench_loop_smoke(tmp_path: Path) -> None:
-    """benchmarks/bench_loop.py at a tiny size prints its figures (no timing thresholds here)."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_loop.py"
-    result = subprocess.run(
-        [PY, str(script), "--tests", "20", "--failing", "2", "--sleep", "0", "--repeat", "1", "--full-repeat", "1"],
-        capture_output=True, text=True, timeout=300, env=run_env(), cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "ratio a/b (iteration vs direct pytest of the failing tests):" in result.stdout
-    assert "ratio c/a (whole suite vs one iteration):" in result.stdout
-    assert "2 failing" in result.stdout

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
+import git
 import pytest
 from schema_check import assert_valid
 
@@ -185,8 +186,6 @@ def test_leak():
 
 
 def test_git_context_is_recorded(project: pytest.Pytester) -> None:
-    import git
-
     repo = git.Repo.init(project.path)
     repo.git.add(A=True)
     repo.index.commit("init")
@@ -200,7 +199,6 @@ def test_git_context_is_recorded(project: pytest.Pytester) -> None:
 
 
 def test_xdist_controller_alone_writes_one_incident(project: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
     result = project.runpytest_subprocess("--selfheal", "-n", "2")
     assert result.ret == 1
     (folder,) = incidents(project.path)

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schema_check import assert_valid
 
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
@@ -576,11 +577,6 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
 
 
 def test_decision_point_and_handoff_match_the_run_result_schema() -> None:
-    jsonschema = pytest.importorskip("jsonschema")
-    schema_path = ROOT / "pytest_selfheal" / "schemas" / "run_result.schema.json"
-    if not schema_path.exists():
-        pytest.skip("run_result schema not shipped yet")
-    schema = json.loads(schema_path.read_text(encoding="utf-8"))
     observations = [fail(0), fail(1)]
     decision = decide(DEFAULT, observations)
     doc = {
@@ -597,7 +593,7 @@ def test_decision_point_and_handoff_match_the_run_result_schema() -> None:
         "decision_point": decision_point(decision, observations, DEFAULT),
         "handoff": handoff(observations, decision),
     }
-    jsonschema.validate(doc, schema)
+    assert_valid("run_result", doc)
 
 
 def test_decision_point_refuses_a_continue() -> None:

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import git
 import pluggy
 import pytest
+from helpers import fake_distribution
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.loop import policy
@@ -28,6 +29,7 @@ from pytest_selfheal.entry import has_repair_provider as provider_configured
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
+from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -367,14 +369,6 @@ def test_hook_call_order_follows_pluggy(env: Env) -> None:
     assert result["provider"] == "hook:registered_last" and not first.requests
 
 
-def fake_distribution(site: Path, module: str, body: str) -> None:
-    (site / f"{module}.py").write_text(textwrap.dedent(body))
-    info = site / f"{module}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
-
-
 def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     site.mkdir()
@@ -473,8 +467,6 @@ def capture(project: Path) -> str:
 
 
 def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> None:
-    from pytest_selfheal.repair.session import repair_loop
-
     top = tmp_path / "proj"
     make_repo(top)
     incident_id = capture(top)
@@ -495,8 +487,6 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
 
 def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     """A loop killed after an accepted repair: the next run's worktree starts from that patch."""
-    from pytest_selfheal.repair.session import repair_loop
-
     e = Env(tmp_path)
     e.wt.remove()  # the "killed" run's worktree is gone
     store, incident_id = e.store, e.incident_id
@@ -539,8 +529,6 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
 
 
 def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path) -> None:
-    from pytest_selfheal.repair.session import repair_loop
-
     top = tmp_path / "proj"
     make_repo(top)
     incident_id = capture(top)

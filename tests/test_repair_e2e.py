@@ -1,6 +1,8 @@
 """Repair providers end to end: `pytest --selfheal` captures an injected bug, then
 `selfheal loop ID` runs a real agent command (a small Python script) in an isolated
-worktree. Every case is a real subprocess in a real git repository (issue 5 "Done when")."""
+worktree, in a real git repository (issue 5 "Done when"). Captures, verifications and agents
+are real subprocesses; ``selfheal`` itself runs in process (``helpers.cli``) except where a
+fresh interpreter or a signal is what is tested."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Dict, List, Sequence
 
 import git
 import pytest
+from helpers import CliResult, cli, fake_distribution
 
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
 
@@ -47,12 +50,18 @@ AGENT = textwrap.dedent(
 )
 
 
-def run(argv: List[str], cwd: Path, pythonpath: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+def job_env(pythonpath: Sequence[str] = ()) -> Dict[str, str]:
+    """This process's environment with ``pythonpath`` first on PYTHONPATH, no verification flag."""
     env = dict(os.environ)
     paths = [*pythonpath, str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env.pop("SELFHEAL_VERIFYING", None)
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    return env
+
+
+def run(argv: List[str], cwd: Path, pythonpath: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """``argv`` as a real subprocess in ``job_env(pythonpath)``; never a traceback."""
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, env=job_env(pythonpath))
     assert "Traceback" not in result.stderr, result.stderr
     return result
 
@@ -88,9 +97,10 @@ class Project:
         self.incident_id = incidents[0].name
         return captured
 
-    def loop(self, mode: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return run([sys.executable, "-m", "pytest_selfheal", "loop", self.incident_id,
-                    "--set", f"repair.command={self.command(mode)}", *extra], self.top)
+    def loop(self, mode: str, *extra: str) -> CliResult:
+        """``selfheal loop`` with the agent in ``mode`` (the console script's ``main``, in process)."""
+        return cli("loop", self.incident_id, "--set", f"repair.command={self.command(mode)}", *extra, cwd=self.top,
+                   env=job_env())
 
     @property
     def runs(self) -> Path:
@@ -145,7 +155,7 @@ def test_fix_without_approval_proposes_a_correct_patch(tmp_path: Path) -> None:
     # The proposed patch is correct: applied to the user's tree, the test passes.
     patch = (project.runs / "final.patch").read_text()
     assert "-    return a - b\n+    return a + b\n" in patch and ".selfheal" not in patch and "__pycache__" not in patch
-    applied = run([sys.executable, "-m", "pytest_selfheal", "apply", project.incident_id, "--yes"], project.top)
+    applied = cli("apply", project.incident_id, "--yes", cwd=project.top, env=job_env())
     assert applied.returncode == EXIT_OK, applied.stderr
     assert (project.top / "calc.py").read_text() == FIXED  # exactly the fix the verification saw pass
 
@@ -233,8 +243,7 @@ def test_not_a_git_repository_is_refused(tmp_path: Path) -> None:
 def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    (site / "e2e_fixer.py").write_text(textwrap.dedent(
-        """
+    fake_distribution(site, "e2e_fixer", """
         import pathlib, pluggy
         hookimpl = pluggy.HookimplMarker("pytest")
 
@@ -243,13 +252,9 @@ def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
             calc = pathlib.Path(request["worktree"], "calc.py")
             calc.write_text(calc.read_text().replace("a - b", "a + b"))
             return {"result": "done", "message": "swapped the operator"}
-        """
-    ))
-    info = site / "e2e_fixer-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: e2e-fixer\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest11]\ne2e_fixer = e2e_fixer\n")
+        """)
     project = Project(tmp_path)
+    # A real process: the entry point is found on the PYTHONPATH of a fresh interpreter.
     result = run([sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--approve"], project.top,
                  pythonpath=[str(site)])
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
@@ -261,9 +266,7 @@ def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_during_a_repair_cleans_up_and_stays_resumable(tmp_path: Path) -> None:
     project = Project(tmp_path)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]),
-                                                    env.get("PYTHONPATH", "")] if p)
+    env = job_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest_selfheal", "loop", project.incident_id, "--set",
          f"repair.command={project.command('hang')}"],

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
-from test_loop import (
+from helpers import (
     TOOLING,
     assert_files_valid,
     assert_replay_equals_disk,

@@ -1,17 +1,14 @@
-"""``selfheal report`` and ``selfheal merge`` through real subprocesses on a real store."""
+"""``selfheal report`` and ``selfheal merge`` through the console script's ``main`` (in process) on a real store."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from test_repair import fake_distribution
+from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
@@ -23,17 +20,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden_reports"
 GHOST = "incident_20990101_000000_zz"
 
 
-def selfheal(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest_selfheal ARGS`` in a subprocess; never a traceback."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, "-m", "pytest_selfheal", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=60, env=env, encoding="utf-8")
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: CliResult) -> str:
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("selfheal: error: ")
     assert result.stdout == ""
@@ -80,7 +67,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_report_of_one_incident_as_json(project: Path) -> None:
-    result = selfheal("report", "incident_20261122_101500_ab12cd", "--format", "json", cwd=project)
+    result = cli("report", "incident_20261122_101500_ab12cd", "--format", "json", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
     validate_report(report)
@@ -95,27 +82,27 @@ def test_report_of_one_incident_as_json(project: Path) -> None:
         ("A1", 1, "success"), ("A2", 3, "repeated_fingerprint")]
     assert report["origins"]["max_iterations"] == "default"
     # --json is the same as --format json.
-    assert selfheal("report", "incident_20261122_101500_ab12cd", "--json", cwd=project).stdout == result.stdout
+    assert cli("report", "incident_20261122_101500_ab12cd", "--json", cwd=project).stdout == result.stdout
     # The store's data gives what the golden file says (the same report, built from disk).
     golden = json.loads((GOLDEN / "two_actions.expected.json").read_text(encoding="utf-8"))
     assert report == golden
 
 
 def test_report_markdown_defaults_to_the_latest_incident(project: Path) -> None:
-    result = selfheal("report", cwd=project)
+    result = cli("report", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     assert result.stdout.startswith(REPORT_HEADING + "\n")
     assert "incident_20261122_110000_plan01" in result.stdout  # the latest by created_at: planned, not run
     assert "| A1   | 0        | — |" in result.stdout
     assert "Run the loop: selfheal loop incident_20261122_110000_plan01" in result.stdout
-    headline = selfheal("report", "--headline", cwd=project)
+    headline = cli("report", "--headline", cwd=project)
     assert headline.stdout.splitlines()[0] == ("**selfheal: planned — loop not run yet** "
                                                "(incident_20261122_110000_plan01, 0 iterations)")
     assert headline.stdout.split("\n", 2)[2] == result.stdout
 
 
 def test_report_all(project: Path) -> None:
-    result = selfheal("report", "--all", "--json", cwd=project)
+    result = cli("report", "--all", "--json", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
     assert [e["incident_id"] for e in report["incidents"]] == [
@@ -130,7 +117,7 @@ def test_report_output_file_and_dir(project: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     target = elsewhere / "out" / "report.md"
-    result = selfheal("report", "incident_20261122_090000_fl4ky1", "--dir", str(project / ".selfheal"),
+    result = cli("report", "incident_20261122_090000_fl4ky1", "--dir", str(project / ".selfheal"),
                       "--output", str(target), "--headline", cwd=elsewhere)
     assert result.returncode == EXIT_OK, result.stderr
     assert result.stdout == ""
@@ -143,17 +130,17 @@ def test_report_uses_the_project_config_and_its_origin(project: Path) -> None:
     planning = project / ".planning"
     planning.mkdir()
     (planning / "config.json").write_text(json.dumps({"workflow": {}, "ralf_lite": {"max_iterations": 5}}))
-    result = selfheal("report", "incident_20261122_101500_ab12cd", cwd=project)
+    result = cli("report", "incident_20261122_101500_ab12cd", cwd=project)
     assert "- Effective config: max_iterations=5, error_fingerprint_repeats=2, no_progress_repeats=2" in result.stdout
     assert f"| `max_iterations` | `5` | {planning / 'config.json'} |" in result.stdout
     (planning / "config.json").write_text(json.dumps({"ralf_lite": {"max_iterations": "5"}}))
-    bad = selfheal("report", cwd=project)
+    bad = cli("report", cwd=project)
     assert bad.returncode == EXIT_USAGE
     assert "max_iterations" in one_line_error(bad)
 
 
 def test_report_without_incidents(tmp_path: Path) -> None:
-    result = selfheal("report", "--json", cwd=tmp_path)
+    result = cli("report", "--json", cwd=tmp_path)
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
     assert (report["incidents"], report["final_status"]) == ([], "no_incidents")
@@ -171,7 +158,7 @@ def test_report_without_incidents(tmp_path: Path) -> None:
     ],
 )
 def test_report_errors(project: Path, args: List[str], code: int, needle: str) -> None:
-    result = selfheal("report", *args, cwd=project)
+    result = cli("report", *args, cwd=project)
     assert result.returncode == code
     assert needle in one_line_error(result)
 
@@ -179,11 +166,11 @@ def test_report_errors(project: Path, args: List[str], code: int, needle: str) -
 def test_report_corrupted_run_result(project: Path) -> None:
     runs = project / ".selfheal" / "error_runs" / "incident_20261122_101500_ab12cd"
     (runs / "run_result.json").write_text('{"incident_id": "incident_20261122_101500_ab12cd", "final_stat')
-    result = selfheal("report", "incident_20261122_101500_ab12cd", cwd=project)
+    result = cli("report", "incident_20261122_101500_ab12cd", cwd=project)
     assert result.returncode == EXIT_BAD_INPUT
     assert "run_result.json: corrupted JSON" in one_line_error(result)
     (runs / "run_result.json").write_text(json.dumps({"incident_id": "incident_20261122_101500_ab12cd"}))
-    invalid = selfheal("report", "--all", cwd=project)
+    invalid = cli("report", "--all", cwd=project)
     assert invalid.returncode == EXIT_BAD_INPUT
     assert "run_result.json" in one_line_error(invalid)
 
@@ -192,7 +179,7 @@ def test_report_corrupted_run_result(project: Path) -> None:
 
 
 def write_shard(project: Path, incident_id: str, path: Path) -> Path:
-    result = selfheal("report", incident_id, "--format", "json", "--output", str(path), cwd=project)
+    result = cli("report", incident_id, "--format", "json", "--output", str(path), cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     return path
 
@@ -200,21 +187,21 @@ def write_shard(project: Path, incident_id: str, path: Path) -> Path:
 def test_merge_two_shards(project: Path, tmp_path: Path) -> None:
     a = write_shard(project, "incident_20261122_090000_fl4ky1", tmp_path / "py39" / "report.json")
     b = write_shard(project, "incident_20261122_101500_ab12cd", tmp_path / "py312" / "report.json")
-    result = selfheal("merge", str(a), str(b), "--name", "py3.9", "py3.12", "--json", cwd=tmp_path)
+    result = cli("merge", str(a), str(b), "--name", "py3.9", "py3.12", "--json", cwd=tmp_path)
     assert result.returncode == EXIT_OK, result.stderr
     merged = json.loads(result.stdout)
     validate_report(merged)
     assert [s["name"] for s in merged["shards"]] == ["py3.9", "py3.12"]
     assert (merged["stop_reason"], merged["final_status"], merged["total_retries"]) == (
         "repeated_fingerprint", "escalated", 4)
-    markdown = selfheal("merge", str(a), str(b), "--headline", cwd=tmp_path)
+    markdown = cli("merge", str(a), str(b), "--headline", cwd=tmp_path)
     assert markdown.returncode == EXIT_OK
     first = markdown.stdout.splitlines()[0]
     assert first == "**selfheal: escalated — stop reason `repeated_fingerprint`** (2 incidents, 4 iterations, 1 flaky test)"
     assert f"| {a} | `incident_20261122_090000_fl4ky1` |" in markdown.stdout  # default names: the paths
     out = tmp_path / "merged.md"
-    assert selfheal("merge", str(a), str(b), "--output", str(out), cwd=tmp_path).returncode == EXIT_OK
-    assert out.read_text(encoding="utf-8") == selfheal("merge", str(a), str(b), cwd=tmp_path).stdout
+    assert cli("merge", str(a), str(b), "--output", str(out), cwd=tmp_path).returncode == EXIT_OK
+    assert out.read_text(encoding="utf-8") == cli("merge", str(a), str(b), cwd=tmp_path).stdout
 
 
 @pytest.mark.parametrize(
@@ -231,7 +218,7 @@ def test_merge_bad_file(tmp_path: Path, project: Path, content: str, needle: str
     good = write_shard(project, "incident_20261122_090000_fl4ky1", tmp_path / "good.json")
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    result = selfheal("merge", str(good), str(bad), cwd=tmp_path)
+    result = cli("merge", str(good), str(bad), cwd=tmp_path)
     assert result.returncode == EXIT_BAD_INPUT
     message = one_line_error(result)
     assert str(bad) in message and needle in message
@@ -239,30 +226,15 @@ def test_merge_bad_file(tmp_path: Path, project: Path, content: str, needle: str
 
 def test_merge_usage_errors(tmp_path: Path, project: Path) -> None:
     good = write_shard(project, "incident_20261122_090000_fl4ky1", tmp_path / "good.json")
-    missing = selfheal("merge", str(good), str(tmp_path / "nope.json"), cwd=tmp_path)
+    missing = cli("merge", str(good), str(tmp_path / "nope.json"), cwd=tmp_path)
     assert missing.returncode == EXIT_NOT_FOUND and "no such report file" in one_line_error(missing)
-    names = selfheal("merge", str(good), str(good), "--name", "only-one", cwd=tmp_path)
+    names = cli("merge", str(good), str(good), "--name", "only-one", cwd=tmp_path)
     assert names.returncode == EXIT_USAGE and "1 --name values for 2 reports" in one_line_error(names)
-    nothing = selfheal("merge", cwd=tmp_path)
+    nothing = cli("merge", cwd=tmp_path)
     assert nothing.returncode == EXIT_USAGE
 
 
 # --------------------------------------------------------------------------- report-section hooks
-
-
-# A pytest11 plugin adding one section (also used by tests/test_ci.py).
-SECTIONS_PLUGIN = """
-    import os
-    import pluggy
-    hookimpl = pluggy.HookimplMarker("pytest")
-
-    @hookimpl
-    def pytest_selfheal_report_sections(report):
-        if os.environ.get("SECTIONS_HOOK_CRASH"):
-            raise RuntimeError("coverage server down")
-        ids = ",".join(e["incident_id"] for e in report["incidents"]) or "none"
-        return [{"title": "Coverage", "markdown": f"Covered: {ids} ({report['final_status']})\\n"}]
-"""
 
 
 @pytest.fixture

@@ -1,17 +1,17 @@
-"""``selfheal status`` / ``show`` / ``archive`` through real subprocesses: exit codes,
-one-line errors, never a traceback."""
+"""``selfheal status`` / ``show`` / ``archive`` through the console script's ``main`` (in
+process; one subprocess case for the exit status): exit codes, one-line errors, never a
+traceback."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from helpers import CliResult, cli, selfheal_process
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_selfheal.store.root import Store
@@ -19,31 +19,7 @@ from pytest_selfheal.store.root import Store
 GHOST = "incident_20990101_000000_zz"
 
 
-def selfheal(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pytest_selfheal ARGS`` in a real subprocess."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest_selfheal", *args], cwd=cwd, capture_output=True, text=True, timeout=60, env=env
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
-
-
-def inproc(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """The same through ``cli.main`` in this process (fast; the subprocess cases cover the wiring)."""
-    from pytest_selfheal.cli.main import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return subprocess.CompletedProcess(list(args), code, out, err)
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: "CliResult | subprocess.CompletedProcess[str]") -> str:
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("selfheal: error: ")
     return result.stderr.strip()
@@ -72,23 +48,23 @@ def dir_args(project: Path) -> List[str]:
     return ["--dir", str(project / ".selfheal")]
 
 
-def test_status_without_a_root(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = selfheal("status", cwd=project)  # default --dir: ./.selfheal
+def test_status_without_a_root(project: Path) -> None:
+    result = cli("status", cwd=project)  # default --dir: ./.selfheal
     assert result.returncode == EXIT_OK and result.stderr == ""
     assert "no incidents" in result.stdout
-    result = inproc(capsys, "status", "--json", *dir_args(project))
+    result = cli("status", "--json", *dir_args(project))
     assert result.returncode == EXIT_OK and json.loads(result.stdout) == []
     assert not (project / ".selfheal").exists()
 
 
-def test_status_lists_every_bucket(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_lists_every_bucket(project: Path) -> None:
     store = Store(project / ".selfheal")
     a = new_incident(store, day=1)
     b = new_incident(store, day=2)
     c = new_incident(store, day=3)
     store.archive(b, "escalated")
     (store.inbox_dir / c / "status.txt").write_text("bogus\n")
-    result = selfheal("status", cwd=project)
+    result = cli("status", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["ID", "STATUS", "BUCKET", "ATTEMPTS", "SIGNATURE"]
@@ -96,7 +72,7 @@ def test_status_lists_every_bucket(project: Path, capsys: pytest.CaptureFixture[
     assert lines[1].endswith("TEST_ASSERTION | tests/test_a.py::test_x | assert 1 == 2")
     assert lines[2].split()[:3] == [b, "escalated", "escalated"]
     assert lines[3].split()[:3] == [c, "corrupted", "inbox"] and "unknown status 'bogus'" in lines[3]
-    rows: List[Dict[str, Any]] = json.loads(inproc(capsys, "status", "--json", *dir_args(project)).stdout)
+    rows: List[Dict[str, Any]] = json.loads(cli("status", "--json", *dir_args(project)).stdout)
     assert [(r["incident_id"], r["status"], r["bucket"]) for r in rows] == [
         (a, "new", "inbox"),
         (b, "escalated", "escalated"),
@@ -104,9 +80,9 @@ def test_status_lists_every_bucket(project: Path, capsys: pytest.CaptureFixture[
     ]
 
 
-def test_status_root_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_root_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
-    result = inproc(capsys, "status", "--dir", str(tmp_path / "f"))
+    result = cli("status", "--dir", str(tmp_path / "f"))
     assert result.returncode == EXIT_BAD_INPUT
     assert "not a directory" in one_line_error(result)
 
@@ -136,7 +112,7 @@ def fields(text: str) -> Dict[str, str]:
     return out
 
 
-def test_show_text_and_json(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_text_and_json(project: Path) -> None:
     store = Store(project / ".selfheal")
     incident_id = new_incident(store)
     write_plan(store, incident_id)
@@ -162,7 +138,7 @@ def test_show_text_and_json(project: Path, capsys: pytest.CaptureFixture[str]) -
         {"incident_id": incident_id, "final_status": "escalated", "loops_used": 1, "runtime_minutes": 0,
          "same_error_repeats": 1, "archived_to": None, "stop_reason": "max_iterations"},
     )
-    result = selfheal("show", incident_id, cwd=project)
+    result = cli("show", incident_id, cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     shown = fields(result.stdout)
     assert shown["incident"] == incident_id
@@ -173,7 +149,7 @@ def test_show_text_and_json(project: Path, capsys: pytest.CaptureFixture[str]) -
     assert shown["attempts"] == "1"
     assert "#1: failed, stop, stop_reason max_iterations" in result.stdout
     assert shown["run result"] == "escalated after 1 loops, stop_reason max_iterations"
-    data = json.loads(inproc(capsys, "show", incident_id, "--json", *dir_args(project)).stdout)
+    data = json.loads(cli("show", incident_id, "--json", *dir_args(project)).stdout)
     assert data["incident"]["incident_id"] == incident_id
     assert (data["status"], data["bucket"], data["attempts"]) == ("running", "inbox", 1)
     assert data["run_result"]["final_status"] == "escalated"
@@ -182,10 +158,10 @@ def test_show_text_and_json(project: Path, capsys: pytest.CaptureFixture[str]) -
     assert data["events"] == 3 and data["warnings"] == []
 
 
-def test_show_minimal_incident(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_minimal_incident(project: Path) -> None:
     store = Store(project / ".selfheal")
     incident_id = new_incident(store)
-    shown = fields(inproc(capsys, "show", incident_id, *dir_args(project)).stdout)
+    shown = fields(cli("show", incident_id, *dir_args(project)).stdout)
     assert (shown["plan"], shown["attempts"], shown["run result"], shown["events"]) == ("none", "0", "none", "1")
 
 
@@ -202,8 +178,8 @@ def test_show_minimal_incident(project: Path, capsys: pytest.CaptureFixture[str]
         (["archive", GHOST], EXIT_USAGE, "--as"),
     ],
 )
-def test_error_exit_codes(project: Path, capsys: pytest.CaptureFixture[str], args: List[str], code: int, needle: str) -> None:
-    result = inproc(capsys, *args, *dir_args(project))
+def test_error_exit_codes(project: Path, args: List[str], code: int, needle: str) -> None:
+    result = cli(*args, *dir_args(project))
     assert result.returncode == code
     assert needle in one_line_error(result)
     assert result.stdout == ""
@@ -215,7 +191,9 @@ def test_error_exit_codes(project: Path, capsys: pytest.CaptureFixture[str], arg
     [(["show", "../etc"], EXIT_USAGE), (["show", GHOST], EXIT_NOT_FOUND), (["archive", GHOST, "--as", "x"], EXIT_USAGE)],
 )
 def test_error_exit_codes_subprocess(project: Path, args: List[str], code: int) -> None:
-    result = selfheal(*args, cwd=project)
+    # The process boundary: argparse's SystemExit and main's return value as the exit status.
+    result = selfheal_process(project, *args)
+    assert "Traceback" not in result.stderr
     assert result.returncode == code
     one_line_error(result)
 
@@ -225,33 +203,33 @@ def test_show_corrupted_incident(project: Path) -> None:
     incident_id = new_incident(store)
     path = store.inbox_dir / incident_id / "incident.json"
     path.write_text(path.read_text()[:40])
-    result = selfheal("show", incident_id, cwd=project)
+    result = cli("show", incident_id, cwd=project)
     assert result.returncode == EXIT_BAD_INPUT
     assert f"{path}: corrupted JSON" in one_line_error(result)
 
 
-def test_show_corrupted_attempt(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_corrupted_attempt(project: Path) -> None:
     store = Store(project / ".selfheal")
     incident_id = new_incident(store)
     store.runs_dir(incident_id).mkdir(parents=True)
     (store.runs_dir(incident_id) / "attempt_01.json").write_text("{")
-    result = inproc(capsys, "show", incident_id, *dir_args(project))
+    result = cli("show", incident_id, *dir_args(project))
     assert result.returncode == EXIT_BAD_INPUT
     assert "attempt_01.json: corrupted JSON" in one_line_error(result)
 
 
-def test_archive_cli(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_archive_cli(project: Path) -> None:
     store = Store(project / ".selfheal")
     incident_id = new_incident(store)
     # resolved needs a run: refused, nothing moved
-    result = selfheal("archive", incident_id, "--as", "resolved", cwd=project)
+    result = cli("archive", incident_id, "--as", "resolved", cwd=project)
     assert result.returncode == EXIT_REFUSED
     assert one_line_error(result) == (
         f"selfheal: error: cannot move incident {incident_id} from new to resolved (allowed from new: planned, escalated)"
     )
     assert store.locate(incident_id)[0] == "inbox"
 
-    result = selfheal("archive", incident_id, "--as", "escalated", "--json", cwd=project)
+    result = cli("archive", incident_id, "--as", "escalated", "--json", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     assert json.loads(result.stdout) == {
         "incident_id": incident_id,
@@ -263,17 +241,17 @@ def test_archive_cli(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert not (store.inbox_dir / incident_id).exists()
     assert store.locate(incident_id)[0] == "escalated"
 
-    result = inproc(capsys, "archive", incident_id, "--as", "escalated", *dir_args(project))
+    result = cli("archive", incident_id, "--as", "escalated", *dir_args(project))
     assert result.returncode == EXIT_REFUSED
     assert "already archived in error_archive/escalated" in one_line_error(result)
 
 
-def test_archive_text_output(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_archive_text_output(project: Path) -> None:
     store = Store(project / ".selfheal")
     incident_id = new_incident(store)
     store.set_status(incident_id, "planned")
     store.set_status(incident_id, "running")
-    result = inproc(capsys, "archive", incident_id, "--as", "resolved", *dir_args(project))
+    result = cli("archive", incident_id, "--as", "resolved", *dir_args(project))
     assert result.returncode == EXIT_OK
     assert result.stdout == f"archived {incident_id} (running -> resolved) to error_archive/resolved/{incident_id}\n"
 
@@ -284,7 +262,7 @@ def test_archive_io_error(project: Path) -> None:
     lock = project / ".selfheal" / ".lock"
     lock.unlink()
     lock.mkdir()  # the lock file cannot be opened: like an unwritable root
-    result = selfheal("archive", incident_id, "--as", "escalated", cwd=project)
+    result = cli("archive", incident_id, "--as", "escalated", cwd=project)
     assert result.returncode == EXIT_IO
     assert "cannot lock" in one_line_error(result)
     assert store.locate(incident_id)[0] == "inbox"

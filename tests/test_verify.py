@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import List
 
+import git
 import pytest
-from test_loop import git_commit_all, make_project, run_env
+from helpers import git_commit_all, make_project, run_env
 from test_process import alive
 
 from pytest_selfheal.records import models
@@ -262,8 +262,6 @@ def test_observe_empty_junit_file(tmp_path: Path) -> None:
 
 
 def test_diff_hash_tracks_edits_untracked_files_and_commits_but_not_the_reports_root(tmp_path: Path) -> None:
-    import git
-
     project = make_project(tmp_path / "repo", {"src/mod.py": "X = 1\n"})
     reports = project / "custom-reports"
     clean = diff_hash(project, exclude=[reports])
@@ -305,8 +303,6 @@ def test_diff_hash_is_binary_safe_and_none_outside_git(tmp_path: Path) -> None:
 
 
 def test_diff_hash_of_an_unborn_repository(tmp_path: Path) -> None:
-    import git
-
     git.Repo.init(tmp_path / "fresh").close()
     (tmp_path / "fresh" / "a.py").write_text("A = 1\n")
     first = diff_hash(tmp_path / "fresh")

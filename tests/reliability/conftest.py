@@ -1,39 +1,33 @@
 """Shared builders of the reliability suite (SPEC §12, docs/reliability.md).
 
-- tiny real failing projects in ``tmp_path`` (git init + commit through gitpython);
-- ``run_pytest_selfheal`` / ``run_selfheal``: ``python -m pytest --selfheal …`` and
-  ``python -m pytest_selfheal …`` as real subprocesses with a timeout;
+- projects, processes and the in-process ``selfheal`` come from ``helpers.py`` (the suite's
+  one home for them: ``make_project``, ``capture``, ``run_pytest_selfheal``, ``selfheal``, ``cli``);
 - ``run_with_faults``: the same through ``_faultshim.py`` (SIGKILL / ENOSPC / EROFS at the
   N-th file-system operation under the reports root);
 - ``walk_written(root)``: every file written under a directory;
 - ``check_root``: the invariants every root must keep after any fault (all JSON whole,
   ``selfheal status`` reads it, only documented temp files).
 
-Long variants carry ``@pytest.mark.slow`` and run only with ``SELFHEAL_RELIABILITY_FULL=1``
-(or ``-m slow``); the default run is a bounded sample of the same checks.
+Long variants carry ``@pytest.mark.slow``: deselected by default, ``pytest -m slow`` (or
+``SELFHEAL_RELIABILITY_FULL=1``, which also widens the samples) runs them; the default run is
+a bounded sample of the same checks.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import textwrap
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import pytest
+from helpers import FULL, PY, cli, run_env
 
-PY = sys.executable
+from pytest_selfheal.store.states import STATUSES
+
 HERE = Path(__file__).resolve().parent
 FAULTSHIM = HERE / "_faultshim.py"
-FULL = os.environ.get("SELFHEAL_RELIABILITY_FULL", "") not in ("", "0", "false", "no")
-GITIGNORE = ".selfheal/\n__pycache__/\n.pytest_cache/\n*.state\n"
 
 # A deterministic failure: the loop stops after one re-run with repeated_fingerprint.
 DETERMINISTIC = """
@@ -47,39 +41,12 @@ DETERMINISTIC = """
         assert sub(5, 2) == 3
 """
 
-# A failure whose message changes at every run (state file beside it, gitignored): the loop
-# sees progress ("fingerprint changed") every time and runs to max_iterations.
-MOVING = """
-    import os
-    STATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moving.state")
-    WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
-
-    def test_moving():
-        n = int(open(STATE).read()) if os.path.exists(STATE) else 0
-        with open(STATE, "w") as handle:
-            handle.write(str(n + 1))
-        assert WORDS[n % len(WORDS)] == "zulu"
-"""
-
 # Names a reader may meet under a root after a kill, beside the contract's files
 # (docs/store.md: temp files ".<name>.<random>.tmp", build folders ".tmp_<id>_<random>",
 # the lock files).
 TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")
 BUILD_DIR = re.compile(r"^\.tmp_incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]+_[0-9a-f]{8}$")
 LOCK_FILES = (".lock", ".loop.lock")
-
-
-# --------------------------------------------------------------------------- slow variants
-
-
-@pytest.fixture(autouse=True)
-def _only_full_runs_slow(request: pytest.FixtureRequest) -> None:
-    """``@pytest.mark.slow`` tests run with SELFHEAL_RELIABILITY_FULL=1 or ``-m slow`` only."""
-    if request.node.get_closest_marker("slow") is None:
-        return
-    if FULL or "slow" in str(request.config.getoption("markexpr") or ""):
-        return
-    pytest.skip("long variant: run with SELFHEAL_RELIABILITY_FULL=1 pytest tests/reliability -m slow")
 
 
 def sample(items: Sequence[Any], count: int) -> List[Any]:
@@ -92,39 +59,6 @@ def sample(items: Sequence[Any], count: int) -> List[Any]:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """The environment of every child: no plugin autoload (pytest starts in ~0.5 s instead
-    of seconds with hypothesis & co.), no bytecode files, nothing of the outer run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    for key in ("SELFHEAL_VERIFYING", "SELFHEAL_TEST_KILL_AT", "PYTEST_ADDOPTS") + tuple(
-        k for k in env if k.startswith("RELIABILITY_FAULT")
-    ):
-        env.pop(key, None)
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra or {})
-    return env
-
-
-PYTEST_SELFHEAL = ("-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider")
-
-
-def run_pytest_selfheal(
-    project: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
-) -> "subprocess.CompletedProcess[str]":
-    """``python -m pytest --selfheal ARGS`` in ``project`` (a real subprocess)."""
-    return subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL, *args], cwd=project, capture_output=True,
-                          text=True, timeout=timeout, env=run_env(env), stdin=subprocess.DEVNULL)
-
-
-def run_selfheal(
-    cwd: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
-) -> "subprocess.CompletedProcess[str]":
-    """``python -m pytest_selfheal ARGS`` in ``cwd`` (a real subprocess)."""
-    return subprocess.run([PY, "-m", "pytest_selfheal", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=run_env(env), stdin=subprocess.DEVNULL)
 
 
 def faulted_argv(module: str, *args: str) -> List[str]:
@@ -164,60 +98,6 @@ def one_error_line(stderr: str) -> str:
 # --------------------------------------------------------------------------- projects
 
 
-def git_commit_all(path: Path, message: str = "init") -> None:
-    """``git init`` (if needed), ``git add -A``, ``git commit`` through gitpython."""
-    import git
-
-    repo = git.Repo.init(path)
-    try:
-        repo.git.add(A=True)
-        actor = git.Actor("Test Author", "author@example.invalid")
-        repo.index.commit(message, author=actor, committer=actor)
-    finally:
-        repo.close()
-
-
-def make_project(root: Path, files: Mapping[str, str], *, ini: str = "", git: bool = True) -> Path:
-    """A tiny pytest project (``pytest.ini`` + ``files``), committed in a fresh git repo."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pytest.ini").write_text("[pytest]\n" + ini)
-    (root / ".gitignore").write_text(GITIGNORE)
-    for name, text in files.items():
-        target = root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(textwrap.dedent(text))
-    if git:
-        git_commit_all(root)
-    return root
-
-
-def capture(project: Path, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
-    """``pytest --selfheal`` in ``project``; returns the one new incident id."""
-    root = project / ".selfheal"
-    before = set(incident_ids(root))
-    result = run_pytest_selfheal(project, *args, env=env)
-    assert result.returncode == 1, result.stdout + result.stderr
-    new = [i for i in incident_ids(root) if i not in before]
-    assert len(new) == 1, result.stdout + result.stderr
-    return new[0]
-
-
-def clone_project(template: Path, dest: Path) -> Path:
-    """Copy a captured project; every incident's ``rootdir`` points at the copy."""
-    shutil.copytree(template, dest, symlinks=True)
-    for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
-        base = dest / ".selfheal" / bucket
-        if not base.is_dir():
-            continue
-        for folder in base.iterdir():
-            path = folder / "incident.json"
-            if path.is_file():
-                doc = json.loads(path.read_text())
-                doc["rootdir"] = str(dest)
-                path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return dest
-
-
 # --------------------------------------------------------------------------- reading roots
 
 
@@ -239,31 +119,6 @@ def tree_snapshot(root: Path) -> Dict[str, Tuple[int, float]]:
     return out
 
 
-def incident_ids(root: Path) -> List[str]:
-    """Ids of every incident folder in the inbox and archive (by folder name)."""
-    from pytest_selfheal.store.ids import is_incident_id
-
-    found = []
-    for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
-        base = root / bucket
-        if base.is_dir():
-            found.extend(p.name for p in base.iterdir() if p.is_dir() and is_incident_id(p.name))
-    return sorted(found)
-
-
-def cli(*args: str) -> Tuple[int, str, str]:
-    """``selfheal ARGS`` in this process (the console script's own ``main``): (code, out, err).
-
-    Used for the many read-only checks after each fault (``status``, ``replay``): the same
-    code path as the subprocess, without 0.3 s of interpreter start-up each time."""
-    from pytest_selfheal.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
 def status_rows(root: Path) -> List[Dict[str, Any]]:
     """``selfheal status --json --dir ROOT``: exit 0, one JSON list, no traceback."""
     code, out, err = cli("status", "--json", "--dir", str(root))
@@ -281,8 +136,6 @@ def check_files_whole(root: Path) -> Dict[str, int]:
     (torn) lines of ``audit_tail.jsonl`` are counted (``torn``); a dot name is only a
     documented temp file, a build folder or a lock file.
     """
-    from pytest_selfheal.store.states import STATUSES
-
     counts = {"json": 0, "temp": 0, "torn": 0}
     for path in walk_written(root):
         name = path.name

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
+from helpers import PY, CliResult, cli, git_commit_all, make_project, run_env
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
 
-from .conftest import PY, make_project, record_figures, run_env, walk_written
+from .conftest import record_figures, walk_written
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,9 +64,9 @@ def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> Dict[str, str
     return env
 
 
-def run_ci(project: Path, env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+def run_ci(project: Path, env: Dict[str, str], *args: str) -> CliResult:
+    """``selfheal ci ARGS`` with exactly ``env`` (in process; its pytest runs are real processes)."""
+    return cli("ci", *args, cwd=project, env=env)
 
 
 def test_the_token_never_reaches_any_test_process(tmp_path: Path, fake_github: FakeGitHub) -> None:
@@ -112,8 +112,6 @@ def test_a_pr_controlled_reports_root_never_runs_its_plan(tmp_path: Path, fake_g
     (project / ".planning" / "config.json").write_text(json.dumps(
         {"ralf_lite": {"verification": {"allowlist": ["pytest", "sh", "python", "touch"]}}}))
     (project / ".gitignore").write_text("__pycache__/\n")  # the PR commits its .selfheal/
-    from .conftest import git_commit_all
-
     git_commit_all(project, "PR: add a reports root and a config")
     log.write_text("")
     env = actions_env(tmp_path, fake_github, TOKEN_SEEN_LOG=str(log))

@@ -17,21 +17,10 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 import pytest
+from helpers import FULL, PY, PYTEST_SELFHEAL, capture, cli, make_project, run_env
 from schema_check import assert_valid
 
-from .conftest import (
-    FULL,
-    PY,
-    PYTEST_SELFHEAL,
-    attempt_numbers,
-    capture,
-    check_root,
-    cli,
-    make_project,
-    one_error_line,
-    record_figures,
-    run_env,
-)
+from .conftest import attempt_numbers, check_root, one_error_line, record_figures
 
 # Each failing test waits for the start flag, so the processes reach their captures together.
 WAITING_FAILURES = """

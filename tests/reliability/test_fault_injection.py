@@ -16,7 +16,7 @@ status --json`` exits 0 and lists every incident that existed before, attempt fi
 replay`` agrees with the disk (or differs only in the documented close-out window, and
 then agrees after the resume), and ``selfheal loop ID`` resumes to a final stop.
 
-Default: a bounded sample; ``SELFHEAL_RELIABILITY_FULL=1`` runs every point (docs/reliability.md).
+Default: a bounded sample; the ``slow`` tier (``pytest -m slow``) runs every point (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -32,29 +32,31 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
-
-from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
-
-from .conftest import (
-    DETERMINISTIC,
-    FULL,
+from helpers import (
     MOVING,
-    PYTEST_SELFHEAL,
     PY,
-    attempt_bytes,
-    attempt_numbers,
+    PYTEST_SELFHEAL,
     capture,
-    check_files_whole,
-    check_root,
     cli,
     clone_project,
     incident_ids,
     make_project,
-    one_error_line,
-    record_figures,
     run_env,
     run_pytest_selfheal,
-    run_selfheal,
+    selfheal,
+)
+
+from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
+from pytest_selfheal.store.fsio import FileLock
+
+from .conftest import (
+    DETERMINISTIC,
+    attempt_bytes,
+    attempt_numbers,
+    check_files_whole,
+    check_root,
+    one_error_line,
+    record_figures,
     run_with_faults,
     sample,
     tree_snapshot,
@@ -124,36 +126,55 @@ class Calibration:
 class Lab:
     base: Path
     templates: Dict[str, Template]
+    lock: Path
     calibration: Dict[str, Calibration] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    """Captured template projects (copied for every kill) and a calibration run of each op."""
-    base = tmp_path_factory.mktemp("fault-lab")
-    fresh = make_project(base / "fresh", {"test_calc.py": DETERMINISTIC})
-    det = make_project(base / "det", {"test_calc.py": DETERMINISTIC})
-    moving = make_project(base / "moving", {"test_moving.py": MOVING})
-    templates = {
-        "fresh": Template(fresh, None),
-        "det": Template(det, capture(det)),
-        "moving": Template(moving, capture(moving)),
-    }
-    return Lab(base, templates)
+    """Captured template projects (copied for every kill), built once per test run: under
+    pytest-xdist the first worker to get here builds them, under a lock, and the others
+    reuse them (every test works on a copy)."""
+    basetemp = tmp_path_factory.getbasetemp()
+    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    base, lock = shared / "fault-lab", shared / "fault-lab.lock"
+    with FileLock(lock, timeout=600):
+        index = base / "templates.json"
+        if not index.is_file():
+            # Its own empty global config: module fixtures run before the per-test isolation.
+            config_dir = base / "opencode"
+            config_dir.mkdir(parents=True)
+            env = {"OPENCODE_CONFIG_DIR": str(config_dir)}
+            fresh = make_project(base / "fresh", {"test_calc.py": DETERMINISTIC})
+            det = make_project(base / "det", {"test_calc.py": DETERMINISTIC})
+            moving = make_project(base / "moving", {"test_moving.py": MOVING})
+            built = {"fresh": (fresh, None), "det": (det, capture(det, env=env)),
+                     "moving": (moving, capture(moving, env=env))}
+            index.write_text(json.dumps({name: [str(path), iid] for name, (path, iid) in built.items()}))
+        listed = json.loads(index.read_text())
+    templates = {name: Template(Path(path), iid) for name, (path, iid) in listed.items()}
+    return Lab(base, templates, lock)
 
 
 def calibrate(lab: Lab, key: str) -> Calibration:
-    """Run ``key`` once unfaulted on a copy (shim in count mode): duration and op count."""
+    """Run ``key`` once unfaulted on a copy (shim in count mode): duration and op count.
+    Once per test run, like the lab: the first worker to need it measures it."""
     if key not in lab.calibration:
-        op = OPS[key]
-        project = clone(lab, op, f"calibrate-{key}")
-        module, args = op.argv(lab.templates[op.template].incident_id, project)
-        started = time.monotonic()
-        result, count = run_with_faults(project, op.fault_root(project), "count", module, *args)
-        seconds = time.monotonic() - started
-        assert result.returncode in (0, 1), result.stdout + result.stderr
-        assert count, f"{key}: no file-system operation counted"
-        lab.calibration[key] = Calibration(seconds, count)
+        with FileLock(lab.lock, timeout=600):
+            path = lab.base / "calibration.json"
+            known = json.loads(path.read_text()) if path.is_file() else {}
+            if key not in known:
+                op = OPS[key]
+                project = clone(lab, op, f"calibrate-{key}")
+                module, args = op.argv(lab.templates[op.template].incident_id, project)
+                started = time.monotonic()
+                result, count = run_with_faults(project, op.fault_root(project), "count", module, *args)
+                seconds = time.monotonic() - started
+                assert result.returncode in (0, 1), result.stdout + result.stderr
+                assert count, f"{key}: no file-system operation counted"
+                known[key] = [seconds, count]
+                path.write_text(json.dumps(known))
+        lab.calibration[key] = Calibration(*known[key])
     return lab.calibration[key]
 
 
@@ -276,13 +297,13 @@ def check_after_kill(op: Op, project: Path, before: Dict[str, Dict[int, bytes]],
         if (root / "error_inbox" / iid).is_dir():
             if op.name == "archive":
                 # docs/store.md: archiving again completes an interrupted archive.
-                done = run_selfheal(project, "archive", iid, "--as", "escalated")
+                done = selfheal(project, "archive", iid, "--as", "escalated")
                 assert done.returncode == 0, f"{context}: {done.stdout}{done.stderr}"
             else:
                 args = ["loop", iid]
                 for setting in op.settings:
                     args += ["--set", setting]
-                done = run_selfheal(project, *args)
+                done = selfheal(project, *args)
                 assert done.returncode in (0, 1), f"{context}: resume exit {done.returncode}\n{done.stdout}{done.stderr}"
             assert "Traceback" not in done.stderr + done.stdout, f"{context}: {(done.stdout + done.stderr)[-3000:]}"
         tally.resumed += 1
@@ -308,7 +329,7 @@ def _check_report_output(op: Op, project: Path, context: str) -> None:
     target = out / REPORT_NAME
     killed_copy = target.read_bytes() if target.exists() else None
     _, args = op.argv(incident_id_of(project), project)
-    done = run_selfheal(project, *args)  # the rerun a user would do
+    done = selfheal(project, *args)  # the rerun a user would do
     assert done.returncode == 0, done.stderr
     if killed_copy is not None:
         assert killed_copy == target.read_bytes(), f"{context}: partial report"
@@ -421,7 +442,7 @@ def test_kill_loop_at_named_step(lab: Lab, key: str, step: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "step"), STEP_CASES if FULL else STEP_CASES[:1], ids=_step_id)
+@pytest.mark.parametrize(("key", "step"), STEP_CASES, ids=_step_id)
 def test_slow_kill_loop_at_every_named_step(lab: Lab, key: str, step: str) -> None:
     """Every step of loop.KILL_STEPS, in each scenario that reaches it."""
     tally = Tally()
@@ -450,7 +471,7 @@ def test_kill_before_each_file_operation(lab: Lab, key: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE) if FULL else ["plan"])
+@pytest.mark.parametrize("key", sorted(OPERATION_SAMPLE))
 def test_slow_kill_before_every_file_operation(lab: Lab, key: str) -> None:
     """Every N: "before op 1" is a kill before any write, "before op <last>" the last step,
     so every state a crash can leave on disk is visited once."""
@@ -461,8 +482,7 @@ def test_slow_kill_before_every_file_operation(lab: Lab, key: str) -> None:
 RANDOM_SEEDS = {"capture": 2, "plan": 1, "loop": 1, "loop-moving": 1, "archive": 1, "report": 1}
 FULL_RANDOM_SEEDS = {"capture": 30, "plan": 10, "loop": 15, "loop-moving": 15, "archive": 10, "report": 10}
 RANDOM_CASES = [(key, 1000 + i) for key, n in sorted(RANDOM_SEEDS.items()) for i in range(n)]
-# The seed list of the long variant: its length depends on SELFHEAL_RELIABILITY_FULL.
-FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n if FULL else 0)]
+FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n)]
 
 
 @pytest.mark.parametrize(("key", "seed"), RANDOM_CASES)
@@ -473,7 +493,7 @@ def test_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "seed"), FULL_RANDOM_CASES or [("plan", 2000)])
+@pytest.mark.parametrize(("key", "seed"), FULL_RANDOM_CASES)
 def test_slow_kill_at_random_instant(lab: Lab, key: str, seed: int) -> None:
     tally = Tally()
     kill_at_random_instant(lab, key, seed, tally)
@@ -507,7 +527,7 @@ def test_cli_disk_fault_is_one_line_exit_6_and_nothing_half_written(lab: Lab, ke
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES if FULL else CLI_DISK_CASES[:1])
+@pytest.mark.parametrize(("key", "mode"), CLI_DISK_CASES)
 def test_slow_cli_disk_fault_at_every_operation(lab: Lab, key: str, mode: str) -> None:
     cli_disk_faults(lab, key, mode, every, "test_slow_cli_disk_fault_at_every_operation")
 
@@ -533,7 +553,7 @@ def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], List[
         if key == "report":
             assert walk_written(project / "out") == [], f"{context}: {walk_written(project / 'out')}"
         # The disk is free again: the same command completes, and the events agree with the files.
-        again = run_selfheal(project, *args)
+        again = selfheal(project, *args)
         assert again.returncode in (0, 1), f"{context}: rerun exit {again.returncode}\n{again.stdout}{again.stderr}"
         assert "Traceback" not in again.stderr
         if key != "report":
@@ -550,7 +570,7 @@ def test_capture_disk_fault_is_one_summary_line_and_pytest_exit_code_unchanged(l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", DISK_MODES if FULL else DISK_MODES[:1])
+@pytest.mark.parametrize("mode", DISK_MODES)
 def test_slow_capture_disk_fault_at_every_operation(lab: Lab, mode: str) -> None:
     capture_disk_faults(lab, mode, every, "test_slow_capture_disk_fault_at_every_operation")
 
@@ -578,7 +598,7 @@ def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], List[int]],
         # build folder never blocks it).
         ids = incident_ids(root)
         if ids:
-            done = run_selfheal(project, "loop", ids[0])
+            done = selfheal(project, "loop", ids[0])
             assert done.returncode in (0, 1), f"{context}: {done.stdout}{done.stderr}"
             code, text = replay_code(project, ids[0])
             assert code == 0, f"{context}: {text}"
@@ -613,7 +633,7 @@ def test_reports_root_occupied_by_a_file(lab: Lab) -> None:
         (["loop", incident_id, "--dir", "blocker"], 4),
         (["archive", incident_id, "--as", "escalated", "--dir", "blocker"], 4),
     ):
-        result = run_selfheal(det, *args)
+        result = selfheal(det, *args)
         assert result.returncode == code, f"{args}: {result.returncode} {result.stderr}"
         one_error_line(result.stderr)
         cases += 1

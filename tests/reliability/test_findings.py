@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.store.root import Store
 
-from .conftest import capture, make_project, run_selfheal
+from .test_secrets_everywhere import ENV_SECRETS, KINDS, hits
+
 
 
 def test_loop_resolves_a_fixed_test_when_the_ini_lives_below_the_capture_rootdir(tmp_path: Path) -> None:
@@ -33,7 +35,7 @@ def test_loop_resolves_a_fixed_test_when_the_ini_lives_below_the_capture_rootdir
     incident = json.loads((project / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())
     assert incident["nodeids"] == ["pkg/test_x.py::test_x"]
     (project / "pkg" / "fixed.flag").write_text("")  # the fix
-    result = run_selfheal(project, "loop", incident_id)
+    result = selfheal(project, "loop", incident_id)
     attempt = json.loads((project / ".selfheal" / "error_runs" / incident_id / "attempt_01.json").read_text())
     assert attempt["outcomes"].get("pkg/test_x.py::test_x") == "passed", attempt["outcomes"]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -50,7 +52,7 @@ def test_loop_does_not_run_an_incident_whose_archive_was_interrupted(tmp_path: P
     store = Store(project / ".selfheal")
     # Exactly the state a SIGKILL leaves between archive step 2 (status) and step 4 (rename).
     store.set_status(incident_id, "escalated", reason="archive")
-    result = run_selfheal(project, "loop", incident_id)
+    result = selfheal(project, "loop", incident_id)
     assert "Traceback" not in result.stderr
     assert store.count_attempts(incident_id) == 0, "a verification ran on an escalated incident"
     assert store.read_run_result(incident_id) is None
@@ -60,7 +62,7 @@ def test_loop_does_not_run_an_incident_whose_archive_was_interrupted(tmp_path: P
 def test_unknown_xml_encoding_is_one_line_exit_3(tmp_path: Path) -> None:
     path = tmp_path / "junit.xml"
     path.write_bytes(b'<?xml version="1.0" encoding="x-no-such-codec"?>\n<testsuites><testsuite/></testsuites>\n')
-    result = run_selfheal(tmp_path, "fingerprint", str(path))
+    result = selfheal(tmp_path, "fingerprint", str(path))
     assert "Traceback" not in result.stderr, result.stderr[-600:]
     assert result.returncode == 3
 
@@ -82,7 +84,7 @@ def test_allowlist_is_not_bypassed_by_a_path_named_like_the_runner(tmp_path: Pat
     plan = json.loads(plan_path.read_text())
     plan["verification_commands"] = [command]
     plan_path.write_text(json.dumps(plan))
-    result = run_selfheal(project, "loop", incident_id)
+    result = selfheal(project, "loop", incident_id)
     assert not marker.exists(), f"{command!r} executed a program that is not the allowlisted runner"
     assert result.returncode == 5, result.stdout + result.stderr
 
@@ -102,8 +104,6 @@ def test_allowlist_is_not_bypassed_by_a_path_named_like_the_runner(tmp_path: Pat
     ),
 )
 def test_shortened_diff_items_do_not_leak_secrets(tmp_path: Path) -> None:
-    from .test_secrets_everywhere import ENV_SECRETS, KINDS, hits
-
     planted = tmp_path / "secrets.json"
     planted.write_text(json.dumps([text for kind, (text, _) in KINDS.items() if not kind.startswith("env_")]))
     project = make_project(tmp_path / "p", {"test_cmp.py": """
@@ -121,6 +121,6 @@ def test_shortened_diff_items_do_not_leak_secrets(tmp_path: Path) -> None:
 
 
 def test_a_suspicious_user_regex_prints_no_python_warning(tmp_path: Path) -> None:
-    result = run_selfheal(tmp_path, "config", "--set", 'redaction.patterns=["[[a]"]')
+    result = selfheal(tmp_path, "config", "--set", 'redaction.patterns=["[[a]"]')
     assert result.returncode == 0, result.stderr
     assert result.stderr == "", result.stderr

@@ -26,23 +26,13 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
+from helpers import FULL, PY, capture, cli, make_project, run_env, run_pytest_selfheal, selfheal
 
+from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.store.root import Store
 
-from .conftest import (
-    DETERMINISTIC,
-    FULL,
-    PY,
-    capture,
-    check_root,
-    cli,
-    make_project,
-    record_figures,
-    run_env,
-    run_pytest_selfheal,
-    run_selfheal,
-    tree_snapshot,
-)
+from .conftest import DETERMINISTIC, check_root, record_figures, tree_snapshot
 
 # --------------------------------------------------------------------------- shared
 
@@ -245,9 +235,6 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
         bump(counts, "xml")
     assert listener.connections == 0, "an external entity or DTD was fetched over HTTP"
     # The same inputs on the Python API: never an exception other than InputError.
-    from pytest_selfheal.analysis.analyse import failures_from_junit
-    from pytest_selfheal.errors import InputError
-
     for name, data, code, _ in cases:
         path = tmp_path / f"{name}.xml"
         try:
@@ -453,7 +440,7 @@ def looped_template(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, str
     (a replan leaves it open: planned, attempt_01.json, run_result.json)."""
     project = make_project(tmp_path_factory.mktemp("edited") / "proj", {"test_calc.py": DETERMINISTIC})
     incident_id = capture(project)
-    done = run_selfheal(project, "loop", incident_id, "--set", "auto_replan_on_no_progress=true")
+    done = selfheal(project, "loop", incident_id, "--set", "auto_replan_on_no_progress=true")
     assert done.returncode == 1, done.stdout + done.stderr
     return project, incident_id
 
@@ -641,7 +628,7 @@ def test_invalid_incident_ids(tmp_path: Path, looped_template: Tuple[Path, str],
     assert not (tmp_path / "x").exists() and not Path("/x").exists()
     # Through the console script too (argv cannot carry NUL: those stay in-process above).
     for bad in ("../x", "/etc/passwd", "x" * 10_000, "incident_２０２６０１０１_000000_ab"):
-        result = run_selfheal(project, "show", bad)
+        result = selfheal(project, "show", bad)
         assert result.returncode == 2
         only_line(result.stderr)
         bump(counts, "incident_ids")
@@ -697,7 +684,7 @@ def test_hostile_verification_commands_are_refused_and_logged(tmp_path: Path, co
         (project / ".selfheal" / "error_inbox" / incident_id / "incident.json").write_text(json.dumps(doc))
         events_before = len(store.read_events(incident_id)[0])
         if n in through_script:
-            result = run_selfheal(project, "loop", incident_id)
+            result = selfheal(project, "loop", incident_id)
             code, err = result.returncode, result.stdout + result.stderr
             stderr = result.stderr
         else:

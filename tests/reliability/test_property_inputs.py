@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from helpers import FULL, PY, capture, make_project, run_env, selfheal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,16 +35,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.junit.reader import iter_testcases
 
-from .conftest import (
-    FULL,
-    PY,
-    capture,
-    make_project,
-    record_figures,
-    run_env,
-    run_selfheal,
-    tree_snapshot,
-)
+from .conftest import record_figures, tree_snapshot
 
 EXAMPLES = 2000 if FULL else 200
 CLI_EXAMPLES = 60 if FULL else 8
@@ -165,7 +157,6 @@ def test_random_junit_documents(data: bytes, scratch: Path, examples: Dict[str, 
     count(examples, "test_random_junit_documents")
 
 
-@pytest.mark.skipif(not GOLDEN, reason="no golden junit files")
 @SETTINGS
 @given(data=mutated_golden())
 def test_random_mutations_of_real_junit(data: bytes, scratch: Path, examples: Dict[str, int]) -> None:
@@ -292,7 +283,7 @@ def test_capture_and_loop_write_only_under_the_reports_root(message: str, stdout
     status_before = _git_status(project)
     before = tree_snapshot(base)
     incident_id = capture(project, env=env)
-    done = run_selfheal(project, "loop", incident_id, env=env)
+    done = selfheal(project, "loop", incident_id, env=env)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     after = tree_snapshot(base)
     changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}

@@ -23,23 +23,14 @@ import json
 import random
 import shutil
 import string
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
 import pytest
 from fake_github import FakeGitHub
+from helpers import PY, capture, cli, make_project, run_env, selfheal
 
-from .conftest import (
-    PY,
-    capture,
-    make_project,
-    record_figures,
-    run_env,
-    run_selfheal,
-    walk_written,
-)
+from .conftest import record_figures, walk_written
 
 RNG = random.Random(20260217)
 
@@ -199,21 +190,21 @@ def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: Dict[str, s
     shutil.copytree(project, repair_copy)
 
     # 2. the verify-only loop
-    done = run_selfheal(project, "loop", incident_id, env=planted)
+    done = selfheal(project, "loop", incident_id, env=planted)
     assert done.returncode == 1, done.stdout + done.stderr
     surfaces.files("loop (reports root)", walk_written(root), project)
 
     # 3. selfheal report --output, markdown and JSON
     for fmt in ("md", "json"):
         out = tmp_path / f"report.{fmt}"
-        done = run_selfheal(project, "report", incident_id, "--format", fmt, "--output", str(out), env=planted)
+        done = selfheal(project, "report", incident_id, "--format", fmt, "--output", str(out), env=planted)
         assert done.returncode == 0, done.stderr
         surfaces.files(f"report --output ({fmt})", [out], tmp_path)
 
     # 4. a repair provider that prints its environment and changes nothing: prompt + log
     _fix_rootdir(repair_copy, incident_id)
     provider = json.dumps([PY, "-c", "import os; [print(k, v) for k, v in sorted(os.environ.items())]"])
-    done = run_selfheal(repair_copy, "loop", incident_id, "--set", f"repair.command={provider}", env=planted)
+    done = selfheal(repair_copy, "loop", incident_id, "--set", f"repair.command={provider}", env=planted)
     assert done.returncode == 1, done.stdout + done.stderr
     runs = repair_copy / ".selfheal" / "error_runs" / incident_id
     prompts = sorted(runs.glob("prompt_*.md"))
@@ -226,8 +217,7 @@ def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: Dict[str, s
     # 5. selfheal ci against the fake GitHub
     ci_project = failing_project(tmp_path / "ci-proj")
     env = ci_env(tmp_path, fake_github, planted)
-    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", "--", "-q"], cwd=ci_project, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done = cli("ci", "--", "-q", cwd=ci_project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert fake_github.requests_to("POST"), "no comment was posted"
     surfaces.files("ci step summary", [Path(env["GITHUB_STEP_SUMMARY"])], tmp_path)

@@ -1,0 +1,382 @@
+"""The one home of the test suite's shared helpers (``from helpers import ...``; tests/ is on
+``sys.path`` through the rootdir conftest).
+
+- ``make_project`` / ``git_commit_all``: a tiny pytest project in ``tmp_path``, committed in a
+  fresh git repository (or a plain folder);
+- ``run_env``: the environment of every child process the tests start;
+- ``capture``: ``python -m pytest --selfheal`` in a project (a real subprocess: the plugin in
+  its own pytest) and the id of the one incident it wrote;
+- ``cli``: the ``selfheal`` console script's ``main`` in this process — output, exit code,
+  nothing of the call left behind (cwd, environment, stdin, signal handlers);
+- ``selfheal_process``: the same as a real subprocess, only where the process boundary is
+  what a test checks (the ``python -m pytest_selfheal`` entry point, kills, signals).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+import git
+from schema_check import assert_valid
+
+from pytest_selfheal.cli.main import main
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.loop.control import KILL_ENV
+from pytest_selfheal.loop.driver import run_loop
+from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.store.ids import is_incident_id
+from pytest_selfheal.store.root import Store
+
+PY = sys.executable
+# The long variants' switch (docs/reliability.md): runs the ``slow`` tier with the default one
+# and widens the bounded samples of the reliability suite.
+FULL = os.environ.get("SELFHEAL_RELIABILITY_FULL", "") not in ("", "0", "false", "no")
+GITIGNORE = ".selfheal/\n__pycache__/\n.pytest_cache/\n*.state\n"
+BUCKETS = ("error_inbox", "error_archive/resolved", "error_archive/escalated")
+PYTEST_SELFHEAL = ("-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider")
+_SIGNALS = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+
+# --------------------------------------------------------------------------- child processes
+
+
+def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of a child: no plugin autoload (pytest starts in ~0.5 s instead of
+    seconds with hypothesis & co.), no bytecode files in the repos, nothing of the outer run
+    (xdist worker variables, the loop's verification flag, kill points, fault injection)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    for key in ("SELFHEAL_VERIFYING", KILL_ENV, "PYTEST_ADDOPTS") + tuple(
+        k for k in env if k.startswith("RELIABILITY_FAULT")
+    ):
+        env.pop(key, None)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_pytest_selfheal(
+    project: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
+) -> "subprocess.CompletedProcess[str]":
+    """``python -m pytest --selfheal ARGS`` in ``project`` (a real subprocess)."""
+    return subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL, *args], cwd=project, capture_output=True,
+                          text=True, timeout=timeout, env=run_env(env), stdin=subprocess.DEVNULL)
+
+
+def selfheal_process(
+    cwd: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
+) -> "subprocess.CompletedProcess[str]":
+    """``python -m pytest_selfheal ARGS`` in ``cwd`` as a real subprocess (``run_env(env)``).
+
+    Only for what needs the process boundary: the entry point itself, kills and signals.
+    Everything else goes through ``cli``."""
+    return subprocess.run([PY, "-m", "pytest_selfheal", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=run_env(env), stdin=subprocess.DEVNULL)
+
+
+# --------------------------------------------------------------------------- the CLI in process
+
+
+@dataclass
+class CliResult:
+    """What ``cli`` returns: the attribute names of ``subprocess.CompletedProcess``."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as ``code, out, err``."""
+        return iter((self.returncode, self.stdout, self.stderr))
+
+
+def cli(
+    *args: str,
+    cwd: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    stdin: str = "",
+) -> CliResult:
+    """``selfheal ARGS`` through the console script's ``main`` in this process.
+
+    ``cwd``: the working directory during the call; ``env``: the whole environment during
+    the call (as ``subprocess.run(env=...)``; default: this process's, unchanged); ``stdin``:
+    what the command reads (never a TTY, as in a job). argparse's ``SystemExit`` becomes the
+    exit code. Afterwards the working directory, ``os.environ``, ``sys.stdin``, the
+    SIGINT/SIGTERM handlers and the root logger's handlers are exactly as before; a command
+    that leaves a signal or logging handler of its own installed fails the test. Never a
+    traceback on stdout or stderr.
+    """
+    if env is not None and KILL_ENV in env:
+        raise ValueError(f"{KILL_ENV} kills the process: use selfheal_process")
+    saved_cwd = os.getcwd()
+    saved_env = dict(os.environ)
+    saved_stdin = sys.stdin
+    saved_handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    saved_log_handlers = list(logging.getLogger().handlers)
+    # UTF-8, strict, like the pipes of a job: what a real stdout cannot encode fails here too.
+    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="strict", write_through=True)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        os.environ.pop(KILL_ENV, None)
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.stdin = io.StringIO(stdin)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: usage errors, --help, --version
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    err.write(exc.code + "\n")
+    finally:
+        sys.stdin = saved_stdin
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        leaked = {sig: signal.getsignal(sig) for sig in _SIGNALS if signal.getsignal(sig) is not saved_handlers[sig]}
+        for sig, handler in saved_handlers.items():
+            signal.signal(sig, handler)
+        added_log_handlers = [h for h in logging.getLogger().handlers if h not in saved_log_handlers]
+        for extra in added_log_handlers:
+            logging.getLogger().removeHandler(extra)
+    assert not leaked, f"selfheal {' '.join(args)} left signal handlers installed: {leaked}"
+    assert not added_log_handlers, f"selfheal {' '.join(args)} left logging handlers: {added_log_handlers}"
+    result = CliResult(int(code), out_bytes.getvalue().decode(), err_bytes.getvalue().decode())
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    return result
+
+
+# --------------------------------------------------------------------------- projects
+
+
+def git_commit_all(path: Path, message: str = "init") -> None:
+    """``git init`` (if needed), ``git add -A``, ``git commit`` through gitpython."""
+    repo = git.Repo.init(path)
+    try:
+        repo.git.add(A=True)
+        actor = git.Actor("Test Author", "author@example.invalid")
+        repo.index.commit(message, author=actor, committer=actor)
+    finally:
+        repo.close()
+
+
+def make_project(
+    root: Path, files: Mapping[str, str], *, ini: Optional[str] = "", git: bool = True,
+    gitignore: str = GITIGNORE,
+) -> Path:
+    """A tiny pytest project: ``pytest.ini`` (``[pytest]`` + ``ini``; none when ``ini`` is
+    None), a ``.gitignore`` for the reports root, ``files`` (dedented), committed in a fresh
+    git repository unless ``git`` is false."""
+    root.mkdir(parents=True, exist_ok=True)
+    if ini is not None:
+        (root / "pytest.ini").write_text("[pytest]\n" + ini)
+    (root / ".gitignore").write_text(gitignore)
+    for name, text in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+    if git:
+        git_commit_all(root)
+    return root
+
+
+def incident_ids(root: Path) -> List[str]:
+    """Ids of every incident folder in the inbox and archive (by folder name)."""
+    found: List[str] = []
+    for bucket in BUCKETS:
+        base = root / bucket
+        if base.is_dir():
+            found.extend(p.name for p in base.iterdir() if p.is_dir() and is_incident_id(p.name))
+    return sorted(found)
+
+
+def capture(project: Path, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
+    """``python -m pytest --selfheal ARGS`` in ``project`` (exit 1: a red run); returns the
+    id of the one incident it wrote under ``project/.selfheal``."""
+    root = project / ".selfheal"
+    before = set(incident_ids(root))
+    result = run_pytest_selfheal(project, *args, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    new = [i for i in incident_ids(root) if i not in before]
+    assert len(new) == 1, result.stdout + result.stderr
+    return new[0]
+
+
+def clone_project(template: Path, dest: Path) -> Path:
+    """Copy a captured project; every incident's ``rootdir`` points at the copy."""
+    shutil.copytree(template, dest, symlinks=True)
+    for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
+        base = dest / ".selfheal" / bucket
+        if not base.is_dir():
+            continue
+        for folder in base.iterdir():
+            path = folder / "incident.json"
+            if path.is_file():
+                doc = json.loads(path.read_text())
+                doc["rootdir"] = str(dest)
+                path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return dest
+
+
+def fake_distribution(site: Path, module: str, body: str) -> None:
+    """An installed-looking distribution in ``site``: ``module.py`` (``body``, dedented) and a
+    ``.dist-info`` registering it under ``pytest11`` (put ``site`` on sys.path / PYTHONPATH)."""
+    (site / f"{module}.py").write_text(textwrap.dedent(body))
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
+
+
+# A pytest11 plugin adding one report section (test_report_cli.py, test_ci.py).
+SECTIONS_PLUGIN = """
+    import os
+    import pluggy
+    hookimpl = pluggy.HookimplMarker("pytest")
+
+    @hookimpl
+    def pytest_selfheal_report_sections(report):
+        if os.environ.get("SECTIONS_HOOK_CRASH"):
+            raise RuntimeError("coverage server down")
+        ids = ",".join(e["incident_id"] for e in report["incidents"]) or "none"
+        return [{"title": "Coverage", "markdown": f"Covered: {ids} ({report['final_status']})\\n"}]
+"""
+
+
+# --------------------------------------------------------------------------- loop projects and checks
+
+
+def effective_config(project: Path, *settings: str) -> Any:
+    """The effective config of ``project`` with ``KEY=VALUE`` overrides."""
+    return load_config(project, overrides=[parse_override(s, "test") for s in settings])
+
+
+def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> Dict[str, Any]:
+    """``run_loop`` in this process (verifications are still real subprocesses)."""
+    kwargs.setdefault("unattended", False)
+    kwargs.setdefault("env", run_env())
+    return run_loop(Store(project / ".selfheal"), incident_id, effective=effective_config(project, *settings),
+                    project_root=project, **kwargs)
+
+
+def assert_replay_equals_disk(store: Store, incident_id: str) -> Dict[str, Any]:
+    """The events alone rebuild exactly the state on disk; returns the replayed state."""
+    records, warnings = store.read_events(incident_id)
+    assert warnings == []
+    replayed = replay(records)
+    assert differences(replayed, state_from_disk(store, incident_id)) == []
+    return replayed
+
+
+def assert_files_valid(store: Store, incident_id: str) -> None:
+    """Every attempt and the run result fit the shipped schemas; attempts are 1..n."""
+    attempts = store.read_attempts(incident_id)
+    assert [a["iteration"] for a in attempts] == list(range(1, len(attempts) + 1))
+    for attempt in attempts:
+        assert_valid("attempt", attempt)
+    result = store.read_run_result(incident_id)
+    if result is not None:
+        assert_valid("run_result", result)
+
+
+def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:
+    """The incident's events called ``name``."""
+    return [e for e in store.read_events(incident_id)[0] if e["event"] == name]
+
+
+FLAKY = """
+    import os
+    STATE = {state!r}
+
+    def test_ok():
+        assert True
+
+    def test_flaky():
+        if not os.path.exists(STATE):
+            open(STATE, "w").close()
+            assert False, "first run fails"
+"""
+
+DETERMINISTIC = """
+    def sub(a, b):
+        return a + b
+
+    def test_sub():
+        assert sub(5, 2) == 3
+"""
+
+FIXED = DETERMINISTIC.replace("return a + b", "return a - b")
+
+# A failure whose message changes at every run: progress by "fingerprint changed" each time.
+MOVING = """
+    import os
+    # Per project (gitignored): a copied project keeps counting where its template stopped.
+    STATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moving.state")
+    WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+    def test_moving():
+        n = int(open(STATE).read()) if os.path.exists(STATE) else 0
+        with open(STATE, "w") as handle:
+            handle.write(str(n + 1))
+        assert WORDS[n % len(WORDS)] == "zulu"
+"""
+
+# Fails at capture, hangs in every verification run (the loop sets SELFHEAL_VERIFYING).
+HANGING = """
+    import os, time
+    PIDFILE = {pidfile!r}
+    STOP = {stop!r}
+
+    def test_hang():
+        if os.environ.get("SELFHEAL_VERIFYING") and not os.path.exists(STOP):
+            with open(PIDFILE, "w") as handle:
+                handle.write(str(os.getpid()))
+            time.sleep(60)
+        assert False, "fails at capture"
+"""
+
+TOOLING = """
+    def test_env():
+        import nonexistent_dep_xyz  # noqa: F401
+"""
+
+
+def flaky_project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "flaky", {"test_flaky.py": FLAKY.format(state=str(tmp_path / "flaky.state"))})
+
+
+def deterministic_project(tmp_path: Path, name: str = "det") -> Path:
+    return make_project(tmp_path / name, {"test_calc.py": DETERMINISTIC})
+
+
+def moving_project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "moving", {"test_moving.py": MOVING})
+
+
+def hanging_project(tmp_path: Path) -> Path:
+    return make_project(
+        tmp_path / "hang",
+        {"test_hang.py": HANGING.format(pidfile=str(tmp_path / "hang.pid"), stop=str(tmp_path / "hang.stop"))},
+    )
+
+
+def selfheal(cwd: Path, *args: str, env: Optional[Mapping[str, str]] = None, stdin: str = "") -> CliResult:
+    """``selfheal ARGS`` in ``cwd`` through ``cli``, with a child's environment (``run_env(env)``):
+    what the console script sees in a job, in this process."""
+    return cli(*args, cwd=cwd, env=run_env(env), stdin=stdin)
