@@ -6,7 +6,7 @@ returns is decided here only (docs/exit-codes.md).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.loop.policy import FINAL_RESOLVED
@@ -15,7 +15,6 @@ from pytest_selfheal.loop.policy import FINAL_RESOLVED
 FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
 FINAL_FAILED = "failed"  # tests failed but no incident was captured
 FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
-CI_STATUSES: Tuple[str, ...] = (FINAL_PASSED, FINAL_FAILED, FINAL_ERROR)
 
 #: pytest's own exit code for a usage error (bad pytest arguments).
 PYTEST_USAGE_ERROR = 4
@@ -39,7 +38,6 @@ def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
 
 
 __all__ = [
-    "CI_STATUSES",
     "FINAL_ERROR",
     "FINAL_FAILED",
     "FINAL_PASSED",

@@ -47,10 +47,9 @@ from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
-
-INBOX = "inbox"
 
 
 @dataclass
@@ -500,7 +499,6 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
 
 
 __all__ = [
-    "INBOX",
     "IterationOutcome",
     "agent_status_line",
     "build_run_result",

@@ -29,9 +29,9 @@ from pytest_selfheal.store.events import (
     STATUS_CHANGED,
     VERIFICATION_FINISHED,
 )
+from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
-INBOX = "inbox"
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
 

@@ -281,12 +281,7 @@ class Store(StoreReader):
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
-        incident_id = validate_incident_id(incident_id)
-        ev.build_event(name, incident_id, data)  # validate before taking the lock
-        self.locate(incident_id)
-        with self.lock():
-            _, folder = self.locate(incident_id)
-            return self._append_event_at(folder, incident_id, name, data)
+        return self.append_events(incident_id, [(name, data)])[0]
 
     def append_events(self, incident_id: str, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
         """Append several ``(name, data)`` events in order, as one write and one fsync.
