@@ -33,7 +33,7 @@ def verification_root(incident: Mapping[str, Any], fallback: Path) -> Path:
 
 def has_repair_provider(effective: EffectiveConfig, pluginmanager: Optional[pluggy.PluginManager]) -> bool:
     """True when a repair command is configured or a plugin implements the repair hook."""
-    return bool(effective.get("repair.command")) or bool(hooks.repair_hook_names(pluginmanager))
+    return bool(effective.settings.repair.command) or bool(hooks.repair_hook_names(pluginmanager))
 
 
 def run_incident_loop(

@@ -112,7 +112,7 @@ class Recorder:
         self.lines: List[str] = []  # the terminal summary section
         self.incident_id: Optional[str] = None
         self.started_at = datetime.now(timezone.utc)
-        self.reports_root = Path(config.rootpath, str(effective.get("reports_dir")))
+        self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
         self.open_incidents: List["OpenIncident"] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
@@ -242,7 +242,7 @@ class Recorder:
         return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
 
     def _run_loop(self, incident_id: str) -> None:
-        approve = bool(self.effective.get("repair.approve"))
+        approve = self.effective.settings.repair.approve
         run_incident_loop(
             Store(self.reports_root),
             incident_id,
@@ -265,12 +265,12 @@ class Recorder:
             incidents=[load_incident_run(store, i) for i in dict.fromkeys(ids)],
             effective_config=self.effective.values,
             origins=self.effective.origins,
-            enabled=bool(self.effective.get("enabled")),
+            enabled=self.effective.settings.enabled,
         )
         self.lines.extend(render_terminal(report))
-        path = self.effective.get("report_path")
+        path = self.effective.settings.report_path
         if path:
-            redactor = default_redactor(self.effective.get("redaction"))
+            redactor = default_redactor(self.effective.settings.redaction)
             target = Path(self.config.rootpath, str(path))
             atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
             self.lines.append(f"report written to {target}")

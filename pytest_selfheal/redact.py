@@ -35,7 +35,7 @@ import dataclasses
 import fnmatch
 import os
 import re
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult
@@ -454,24 +454,26 @@ class Redactor:
         return obj
 
 
-def default_redactor(
-    config_redaction: Optional[Mapping[str, Any]] = None,
-    env: Optional[Mapping[str, str]] = None,
-) -> Redactor:
-    """Build the redactor from the ``redaction`` config section and the environment.
+class RedactionSection(Protocol):
+    """The ``redaction`` settings (``config.settings.RedactionSettings``), as this module reads them."""
 
-    ``config_redaction`` is the ``redaction`` mapping of the effective config
-    (``{"patterns": [...], "env_names": [...]}``); its ``env_names`` *add to* the defaults
-    ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*`` (which cannot be removed: SPEC §12).
-    ``env`` defaults to ``os.environ`` read at call time. Bad values raise ConfigError.
+    @property
+    def patterns(self) -> Sequence[str]: ...
+
+    @property
+    def env_names(self) -> Sequence[str]: ...
+
+
+def default_redactor(section: Optional[RedactionSection] = None, env: Optional[Mapping[str, str]] = None) -> Redactor:
+    """Build the redactor from the ``redaction`` settings and the environment.
+
+    ``section`` is ``Settings.redaction`` (checked by the config merge): extra patterns,
+    and environment-name globs that *add to* the defaults ``*TOKEN*``, ``*SECRET*``,
+    ``*PASSWORD*``, ``*KEY*``, which cannot be removed. ``env`` defaults to ``os.environ``
+    read at call time.
     """
-    section: Mapping[str, Any] = config_redaction or {}
-    patterns = section.get("patterns") or []
-    extra_names = section.get("env_names") or []
-    if not isinstance(patterns, (list, tuple)):
-        raise ConfigError("redaction.patterns: expected a list of regular expressions")
-    if not isinstance(extra_names, (list, tuple)) or not all(isinstance(n, str) and n for n in extra_names):
-        raise ConfigError("redaction.env_names: expected a list of name patterns like '*TOKEN*'")
+    patterns: Sequence[str] = section.patterns if section is not None else ()
+    extra_names: Sequence[str] = section.env_names if section is not None else ()
     names: List[str] = list(DEFAULT_ENV_NAMES)
     for name in extra_names:
         if name.upper() not in {n.upper() for n in names}:

@@ -10,19 +10,16 @@ from typing import Any, Dict, Mapping
 import pytest
 
 from pytest_selfheal.config import files as config_files
+from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
+from pytest_selfheal.config.keys import DEFAULTS, SCHEMA, ini_table, reference_table
 from pytest_selfheal.config.settings import (
-    DEFAULTS,
-    INI_KEYS,
-    INI_OVERRIDES,
-    SCHEMA,
     Override,
+    Settings,
     default_config,
     ini_layers,
-    ini_table,
     merge_layers,
     override_layers,
     parse_override,
-    reference_table,
 )
 from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
 from pytest_selfheal.errors import EXIT_USAGE, ConfigError
@@ -117,7 +114,7 @@ def test_get_accepts_dotted_prefixed_and_object_keys() -> None:
 def test_every_schema_key_is_in_the_docs_table() -> None:
     docs = DOCS.read_text(encoding="utf-8")
     hint = ("docs/configuration.md is out of date; regenerate the tables with "
-            "python -c 'from pytest_selfheal.config.settings import reference_table, ini_table; "
+            "python -c 'from pytest_selfheal.config.keys import reference_table, ini_table; "
             "print(reference_table()); print(ini_table())'")
     assert reference_table() in docs, hint
     assert ini_table() in docs, hint
@@ -563,3 +560,34 @@ def test_os_environ_is_the_default_env(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert global_config_path() == tmp_path / "g" / "get-shit-done" / "config.json"
     assert load_config(tmp_path / "nowhere").get("log_tail_lines") == 3
     assert os.environ["OPENCODE_CONFIG_DIR"] == str(tmp_path / "g")
+
+
+# --------------------------------------------------------------------------- typed settings
+
+
+def test_settings_defaults_are_the_built_in_defaults() -> None:
+    # The record's own defaults and the key table cannot drift apart.
+    assert default_config().settings == Settings()
+
+
+def test_settings_are_built_once_from_the_merged_values() -> None:
+    effective = merge_layers([
+        ("project.yaml", {"max_iterations": 5, "verification": {"allowlist": ["pytest", "tox"]},
+                          "repair": {"command": ["agent", "{prompt_file}"], "allowed_paths": ["src/*"]},
+                          "redaction": {"env_names": ["*CRED*"]},
+                          "classification": {"rules": [{"name": "db", "pattern": "db down", "failure_type": "TOOLING_ENV"}]}}),
+        ("--set", {"apply_to": {"tdd_tasks": True}, "report_path": "r.md"}),
+    ])
+    settings = effective.settings
+    assert settings.max_iterations == 5 and settings.apply_to.tdd_tasks and settings.apply_to.auto_tasks
+    assert settings.verification.allowlist == ("pytest", "tox")
+    assert settings.repair.command == ("agent", "{prompt_file}") and settings.repair.allowed_paths == ("src/*",)
+    assert settings.redaction.env_names == ("*CRED*",) and settings.report_path == "r.md"
+    assert [rule.name for rule in settings.classification_rules] == ["db"]
+    assert settings.classification_rules[0].failure_type == "TOOLING_ENV"
+
+
+def test_settings_of_ini_text_are_typed() -> None:
+    effective = merge_layers(ini_layers({"selfheal_max_iterations": "4"}, "pytest ini (tox.ini)"))
+    assert effective.settings.max_iterations == 4
+    assert effective.origins["max_iterations"] == "pytest ini (tox.ini)"

@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 import pytest
 from helpers import CliResult, cli
 
-from pytest_selfheal.config.settings import SCHEMA
+from pytest_selfheal.config.keys import SCHEMA
 
 
 class Run:

@@ -233,8 +233,8 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     effective = effective_config(project)
     nodeid = "test_calc.py::test_sub"
     fp = store.read_incident(incident_id)["fingerprint"]
-    common = dict(ralf_lite=effective.values, mode="agent", verification_commands=["python -m pytest"],
-                  project_root=project, effective_config=effective, exit_code=1)
+    common = dict(effective=effective, mode="agent", verification_commands=["python -m pytest"],
+                  project_root=project, exit_code=1)
     first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
                              diff_hash="aaaa", started_at="2026-01-01T00:00:00+00:00",
                              finished_at="2026-01-01T00:00:05+00:00", **common)
@@ -267,7 +267,7 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
     effective = effective_config(project, "max_iterations=5")
     nodeid = "test_calc.py::test_sub"
     outcome = record_iteration(
-        store, incident_id, ralf_lite=effective.values, outcomes={nodeid: "failed"},
+        store, incident_id, effective=effective, outcomes={nodeid: "failed"},
         failures=[_failure(nodeid, "zzz")], diff_hash=None, started_at="2026-01-01T00:00:00+00:00",
         finished_at="2026-01-01T00:00:01+00:00", mode="agent", verification_commands=[], exit_code=1,
         project_root=project,
@@ -277,8 +277,8 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
                            "All iterations are used.", 1, ("max_iterations",))
     # Run the close-out's first half twice (as a resume after a kill would), then completely.
     observations = observations_from_disk(store.read_incident(incident_id), store.read_attempts(incident_id))
-    first = finalize(store, incident_id, stop, ralf_lite=effective.values, observations=observations, project_root=project)
-    again = finalize(store, incident_id, stop, ralf_lite=effective.values, observations=observations, project_root=project)
+    first = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
+    again = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
     assert first == again
     for name in ("decision_point_needed", "loop_stopped", "incident_archived"):
         assert len(events_named(store, incident_id, name)) == 1, name

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
+from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 from pytest_selfheal.loop.decision import decide
@@ -642,13 +643,14 @@ def test_retry_eligible(observation: Observation, transient: bool, expected: boo
 # --------------------------------------------------------------------------- config
 
 
-def test_policy_defaults_from_empty_config() -> None:
-    assert LoopPolicy.from_config({}) == LoopPolicy()
+def test_policy_defaults_from_default_settings() -> None:
+    assert LoopPolicy.from_settings(default_config().settings) == LoopPolicy()
     assert LoopPolicy().summary() == "max_iterations=3, error_fingerprint_repeats=2, no_progress_repeats=2"
 
 
 def test_policy_from_full_config_ignores_other_keys() -> None:
-    policy = LoopPolicy.from_config(
+    effective = merge_layers([(
+        "project.yaml",
         {
             "enabled": False,
             "max_iterations": 8,
@@ -659,8 +661,9 @@ def test_policy_from_full_config_ignores_other_keys() -> None:
             "apply_to": {"auto_tasks": False, "autonomous_plans": False, "tdd_tasks": True},
             "reports_dir": ".selfheal",
             "repair": {"command": ["agent"]},
-        }
-    )
+        },
+    )])
+    policy = LoopPolicy.from_settings(effective.settings)
     assert policy == LoopPolicy(False, 8, 3, 4, True, 45.0, False, False, True)
 
 
@@ -679,10 +682,11 @@ def test_policy_from_full_config_ignores_other_keys() -> None:
         ({"apply_to": {"tdd_tasks": 1}}, "ralf_lite.apply_to.tdd_tasks"),
     ],
 )
-def test_policy_rejects_wrong_types(config: Dict[str, Any], key: str) -> None:
+def test_policy_keys_are_checked_once_by_the_config_merge(config: Dict[str, Any], key: str) -> None:
+    # The policy reads typed settings; the one validator of its keys is the config merge.
     with pytest.raises(ConfigError) as info:
-        LoopPolicy.from_config(config)
-    assert str(info.value).startswith(key + ":")
+        merge_layers([("project.yaml", config)])
+    assert str(info.value).startswith(f"project.yaml: {key}:")
     assert "\n" not in str(info.value)
 
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_selfheal.config.settings import RedactionSettings, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.redact import (
     BUILTIN_KINDS,
@@ -201,7 +202,7 @@ def test_invalid_custom_pattern_is_a_config_error() -> None:
 def test_default_redactor_reads_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOME_API_TOKEN", "from-os-environ-1")
     monkeypatch.setenv("DEPLOY_CREDENTIAL", "credential-value-2")
-    r = default_redactor({"env_names": ["*CREDENTIAL*"], "patterns": [r"corp-\d+"]})
+    r = default_redactor(RedactionSettings(patterns=(r"corp-\d+",), env_names=("*CREDENTIAL*",)))
     assert set(DEFAULT_ENV_NAMES) <= set(r.env_names) and "*CREDENTIAL*" in r.env_names
     out = r.redact("from-os-environ-1 credential-value-2 corp-42")
     assert out == f"{REDACTED} {REDACTED} {REDACTED}"
@@ -218,9 +219,10 @@ def test_default_redactor_reads_config_and_environment(monkeypatch: pytest.Monke
         ({"patterns": ["[bad"]}, "redaction.patterns"),
     ],
 )
-def test_default_redactor_rejects_bad_config(section: Dict[str, object], message: str) -> None:
+def test_bad_redaction_config_is_refused_by_the_config_merge(section: Dict[str, object], message: str) -> None:
+    # The redactor reads checked settings; the config merge is the one validator.
     with pytest.raises(ConfigError, match=message):
-        default_redactor(section, env={})
+        merge_layers([("project.yaml", {"redaction": section})])
 
 
 def test_redact_obj_recurses_into_values_not_keys(redactor: Redactor) -> None:

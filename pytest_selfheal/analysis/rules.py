@@ -106,10 +106,11 @@ def rules_from_config(rules: Any, where: str = "classification.rules") -> List[R
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
 
 
-def rules_for_run(configured: Sequence[Mapping[str, Any]], hooked: Sequence[Mapping[str, Any]] = ()) -> List[Rule]:
-    """The extra rules of a run: hook-provided first, then the configured ones.
+def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Mapping[str, Any]] = ()) -> List[Rule]:
+    """The extra rules of a run: hook-provided first (validated here), then the configured
+    ones (``Settings.classification_rules``, validated by the config merge).
 
     Capture and every verification run build their rules here, so one failure gets one
     type (and one fingerprint) on every surface.
     """
-    return rules_from_config(list(hooked) + list(configured or []))
+    return rules_from_config(list(hooked)) + list(configured)

@@ -158,11 +158,11 @@ def analyse_run(
     failures = fingerprint_reports(
         reports,
         counts=counts,
-        rules=rules_for_run(effective.get("classification.rules") or [], hooks.classification_rules(config.pluginmanager)),
+        rules=rules_for_run(effective.settings.classification_rules, hooks.classification_rules(config.pluginmanager)),
         junit_path=Path(xmlpath) if xmlpath else None,
         prefix=_junit_prefix(config),
         warnings=warnings,
-        redactor=default_redactor(effective.get("redaction")),
+        redactor=default_redactor(effective.settings.redaction),
     )
     return with_target_paths(failures, reports, Path(config.rootpath))
 
@@ -179,14 +179,14 @@ def capture_incident(
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
     rootdir = Path(config.rootpath)
-    redactor = default_redactor(effective.get("redaction"))
+    redactor = default_redactor(effective.settings.redaction)
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
     # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
     incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
-    tail = redactor.redact(log_tail(reports, int(effective.get("log_tail_lines"))))
+    tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
     lines = [f"captured {incident_id}: {len(failures)} failure(s) -> {where}"]

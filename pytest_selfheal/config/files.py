@@ -25,8 +25,8 @@ import iniconfig
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from pytest_selfheal.config.ini import INI_OVERRIDES
+from pytest_selfheal.config.keys import ROOT_KEY
 from pytest_selfheal.config.settings import (
-    ROOT_KEY,
     EffectiveConfig,
     IniValue,
     Layer,

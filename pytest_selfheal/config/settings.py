@@ -1,6 +1,7 @@
-"""The effective configuration (SPEC §4): key schema, defaults, validation, deep merge.
+"""The effective configuration (docs/configuration.md): validation, deep merge, typed settings.
 
-Pure: no file I/O here (``config_files.py`` finds and reads the files). Layers, later wins:
+Pure: no file I/O here (``config/files.py`` finds and reads the files; ``config/keys.py``
+holds the table of keys). Layers, later wins:
 
 1. built-in defaults (origin ``"default"``),
 2. the global file, 3. the project file(s) (origin: the file path),
@@ -15,161 +16,41 @@ integer). Values that arrive as *text* (ini options, ``--set``) are first coerce
 key's type: ``int("4")``, ``true/false/yes/no/on/off/1/0`` for booleans, YAML flow syntax
 for lists and objects, ``shlex.split`` for ``repair.command``.
 
-``SCHEMA`` is the single table of keys: ``DEFAULTS``, validation, the error messages and
-the reference table in docs/configuration.md (:func:`reference_table`) all derive from it.
+The merge validates every value once; :class:`Settings` is the typed view built from the
+result, once per :class:`EffectiveConfig`. Code reads settings, never the raw mapping.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-import json
 import math
 import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pytest_selfheal.analysis.rules import RULE_KEYS, regex_problem, rule_from_mapping
+from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.analysis.rules import RULE_KEYS, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
-from pytest_selfheal.errors import ConfigError, describe_value
-
-ROOT_KEY = "ralf_lite"
-DEFAULT_ORIGIN = "default"
-
-# Value kinds of the schema. Integers are always >= 1 and numbers always > 0: every
-# integer key is a count and every number a duration, so one bound per kind is enough.
-BOOL = "bool"
-INT = "int"
-NUMBER = "number"
-STRING = "string"
-STRINGS = "strings"
-REGEXES = "regexes"
-ARGV = "argv"
-RULES = "rules"
-
-# What an error message says was expected, per kind.
-_EXPECTED = {
-    BOOL: "a boolean (true or false)",
-    INT: "an integer >= 1",
-    NUMBER: "a number > 0",
-    STRING: "a non-empty string",
-    STRINGS: "a list of strings",
-    REGEXES: "a list of regular expressions",
-    ARGV: "a non-empty list of strings",
-    RULES: "a list of rule objects {name, pattern, failure_type, code_fixable, transient, "
-           "failure_class}",
-}
-
-# The type column of the reference table, per kind.
-_TYPE_NAMES = {
-    BOOL: "bool",
-    INT: "int ≥ 1",
-    NUMBER: "number > 0",
-    STRING: "string",
-    STRINGS: "list of strings",
-    REGEXES: "list of regexes",
-    ARGV: "list of strings (argv)",
-    RULES: "list of rules",
-}
-
-
-@dataclass(frozen=True)
-class KeySpec:
-    """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
-
-    key: str
-    kind: str
-    default: Any
-    meaning: str
-    nullable: bool = False
-
-    @property
-    def expected(self) -> str:
-        """What a valid value looks like, for error messages."""
-        return _EXPECTED[self.kind] + (" or null" if self.nullable else "")
-
-    @property
-    def type_name(self) -> str:
-        """The type as written in the reference table."""
-        return _TYPE_NAMES[self.kind] + (" or null" if self.nullable else "")
-
-
-# Objects under ralf_lite (merged key by key) and what each groups.
-GROUPS: Dict[str, str] = {
-    "apply_to": "which failures the loop applies to",
-    "verification": "how the loop re-runs the failing tests",
-    "repair": "the repair provider called between iterations",
-    "redaction": "what is removed from everything written to disk or posted",
-    "classification": "extra rules for classifying failures",
-}
-
-SCHEMA: Tuple[KeySpec, ...] = (
-    KeySpec("enabled", BOOL, True,
-            "Master switch of the loop. `false`: failing runs are still captured as incidents, "
-            "but the loop stops at once with stop reason `disabled`."),
-    KeySpec("max_iterations", INT, 3,
-            "Most iterations (verification runs, the capture not counted) of one loop run; "
-            "reaching it stops with `max_iterations`."),
-    KeySpec("error_fingerprint_repeats", INT, 2,
-            "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
-            "consecutive iterations."),
-    KeySpec("no_progress_repeats", INT, 2,
-            "Stop with `no_progress` (or `replan_requested`, see `auto_replan_on_no_progress`) "
-            "after this many consecutive iterations without progress."),
-    KeySpec("apply_to.auto_tasks", BOOL, True,
-            "The loop runs for ordinary failing tests captured by `pytest --selfheal`."),
-    KeySpec("apply_to.autonomous_plans", BOOL, True,
-            "`selfheal loop` / `selfheal ci` may run the loop without a human at the terminal."),
-    KeySpec("apply_to.tdd_tasks", BOOL, False,
-            "Tests marked `@pytest.mark.tdd` (red-first tests) are kept out of the loop "
-            "unless `true`."),
-    KeySpec("max_runtime_minutes", NUMBER, None,
-            "Wall-clock budget of one loop, in minutes; exceeding it stops with "
-            "`runtime_budget`. `null`: no time-based stop.", nullable=True),
-    KeySpec("auto_replan_on_no_progress", BOOL, False,
-            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
-            "with `replan_requested` instead of escalating."),
-    KeySpec("reports_dir", STRING, ".selfheal",
-            "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir)."),
-    KeySpec("report_path", STRING, None,
-            "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
-            "path is relative to the project root. `null`: no report file.", nullable=True),
-    KeySpec("log_tail_lines", INT, 200,
-            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction)."),
-    KeySpec("verification.allowlist", STRINGS, ["pytest"],
-            "Executable names (basename, or `python -m <module>`) verification commands may "
-            "run; any other command is refused and logged."),
-    KeySpec("verification.timeout_seconds", NUMBER, 900,
-            "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
-            "and counts as a `timeout`."),
-    KeySpec("repair.command", ARGV, None,
-            "Repair provider command as an argv list, never run through a shell; placeholders "
-            "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "
-            "provider (verify-only, unless a plugin hook provides one).", nullable=True),
-    KeySpec("repair.timeout_seconds", NUMBER, 600,
-            "Timeout of one repair provider call, in seconds; a repair that exceeds it is "
-            "killed and recorded as a `timeout`."),
-    KeySpec("repair.allowed_paths", STRINGS, [],
-            "Extra glob patterns (relative to the project root) a repair may touch without "
-            "asking, beside the plan's `target_paths`."),
-    KeySpec("repair.approve", BOOL, False,
-            "Approve up front applying a repair provider's diff to the working tree "
-            "(as `--selfheal-approve` does)."),
-    KeySpec("redaction.patterns", REGEXES, [],
-            "Extra regular expressions (Python `re` syntax) whose matches are redacted."),
-    KeySpec("redaction.env_names", STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
-            "Glob patterns of environment variable names whose values are redacted. The "
-            "four defaults always apply: a list here only adds to them."),
-    KeySpec("classification.rules", RULES, [],
-            "Extra classification rules `{name, pattern, failure_type, code_fixable, "
-            "transient, failure_class, keywords}` (the last four optional), matched against a "
-            "failure's message and text before the built-in rules."),
+from pytest_selfheal.config.keys import (
+    ARGV,
+    BOOL,
+    DEFAULT_ORIGIN,
+    GROUPS,
+    INT,
+    NUMBER,
+    REGEXES,
+    ROOT_KEY,
+    RULES,
+    SCHEMA,
+    SPECS,
+    STRING,
+    STRINGS,
+    KeySpec,
+    nest,
 )
-
-SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
-
+from pytest_selfheal.errors import ConfigError, describe_value
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
@@ -180,21 +61,6 @@ _KEY_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 # A value as it arrives from an ini file: text, the lines of a linelist, or unset.
 IniValue = Union[str, Sequence[str], None]
 Layer = Tuple[str, Mapping[str, Any]]
-
-
-def _nest(flat: Mapping[str, Any]) -> Dict[str, Any]:
-    nested: Dict[str, Any] = {}
-    for dotted, value in flat.items():
-        node = nested
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return nested
-
-
-DEFAULTS: Dict[str, Any] = _nest({spec.key: spec.default for spec in SCHEMA})
-"""The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
 
 
 @dataclass(frozen=True)
@@ -210,12 +76,102 @@ class Override:
     origin: str
 
 
-@dataclass
+@dataclass(frozen=True)
+class ApplyToSettings:
+    """``apply_to``: which failures the loop applies to."""
+
+    auto_tasks: bool = True
+    autonomous_plans: bool = True
+    tdd_tasks: bool = False
+
+
+@dataclass(frozen=True)
+class VerificationSettings:
+    """``verification``: how the loop re-runs the failing tests."""
+
+    allowlist: Tuple[str, ...] = ("pytest",)
+    timeout_seconds: float = 900
+
+
+@dataclass(frozen=True)
+class RepairSettings:
+    """``repair``: the repair provider called between iterations."""
+
+    command: Optional[Tuple[str, ...]] = None
+    timeout_seconds: float = 600
+    allowed_paths: Tuple[str, ...] = ()
+    approve: bool = False
+
+
+@dataclass(frozen=True)
+class RedactionSettings:
+    """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
+
+    patterns: Tuple[str, ...] = ()
+    env_names: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
+
+    Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
+    ``settings.apply_to.tdd_tasks``); ``classification_rules`` are the configured rules,
+    validated and compiled. The defaults equal the built-in defaults (a test checks it).
+    """
+
+    enabled: bool = True
+    max_iterations: int = 3
+    error_fingerprint_repeats: int = 2
+    no_progress_repeats: int = 2
+    apply_to: ApplyToSettings = ApplyToSettings()
+    max_runtime_minutes: Optional[float] = None
+    auto_replan_on_no_progress: bool = False
+    reports_dir: str = ".selfheal"
+    report_path: Optional[str] = None
+    log_tail_lines: int = 200
+    verification: VerificationSettings = VerificationSettings()
+    repair: RepairSettings = RepairSettings()
+    redaction: RedactionSettings = RedactionSettings()
+    classification_rules: Tuple[Rule, ...] = ()
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "Settings":
+        """The typed view of a complete, already checked ``ralf_lite`` mapping (a merge's values)."""
+        apply_to, verification = values["apply_to"], values["verification"]
+        repair, redaction = values["repair"], values["redaction"]
+        command = repair["command"]
+        return cls(
+            enabled=values["enabled"],
+            max_iterations=values["max_iterations"],
+            error_fingerprint_repeats=values["error_fingerprint_repeats"],
+            no_progress_repeats=values["no_progress_repeats"],
+            apply_to=ApplyToSettings(apply_to["auto_tasks"], apply_to["autonomous_plans"], apply_to["tdd_tasks"]),
+            max_runtime_minutes=values["max_runtime_minutes"],
+            auto_replan_on_no_progress=values["auto_replan_on_no_progress"],
+            reports_dir=values["reports_dir"],
+            report_path=values["report_path"],
+            log_tail_lines=values["log_tail_lines"],
+            verification=VerificationSettings(tuple(verification["allowlist"]), verification["timeout_seconds"]),
+            repair=RepairSettings(
+                tuple(command) if command else None,
+                repair["timeout_seconds"],
+                tuple(repair["allowed_paths"]),
+                repair["approve"],
+            ),
+            redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
+            classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
+        )
+
+
+@dataclass(frozen=True)
 class EffectiveConfig:
-    """The merged ``ralf_lite`` mapping (every key present) and the origin of every leaf."""
+    """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
+    the typed :class:`Settings` built from them once."""
 
     values: Dict[str, Any]
     origins: Dict[str, str]
+    settings: Settings
 
     def get(self, dotted: str) -> Any:
         """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).
@@ -437,7 +393,7 @@ def parse_override(text: str, origin: str) -> Override:
 
 def override_layers(overrides: Sequence[Override]) -> List[Layer]:
     """Each override as one checked layer ``(origin, ralf_lite mapping)``, in order."""
-    return [(o.origin, _nest(_override_flat(o.origin, o.key, o.value))) for o in overrides]
+    return [(o.origin, nest(_override_flat(o.origin, o.key, o.value))) for o in overrides]
 
 
 def ini_layers(ini: Mapping[str, IniValue], origin: str) -> List[Layer]:
@@ -453,7 +409,7 @@ def ini_layers(ini: Mapping[str, IniValue], origin: str) -> List[Layer]:
             continue
         text = value if isinstance(value, str) else "\n".join(value)
         flat.update(_override_flat(origin, dotted, text, label=name))
-    layers: List[Layer] = [(origin, _nest(flat))] if flat else []
+    layers: List[Layer] = [(origin, nest(flat))] if flat else []
     lines = ini.get(INI_OVERRIDES) or []
     for line in lines.splitlines() if isinstance(lines, str) else lines:
         if line.strip():
@@ -477,7 +433,8 @@ def merge_layers(layers: Sequence[Layer]) -> EffectiveConfig:
         for dotted, value in flat.items():
             values[dotted] = value
             origins[dotted] = origin
-    return EffectiveConfig(values=_nest(values), origins=origins)
+    nested = nest(values)
+    return EffectiveConfig(values=nested, origins=origins, settings=Settings.from_values(nested))
 
 
 def build_effective_config(
@@ -497,22 +454,3 @@ def default_config() -> EffectiveConfig:
     return merge_layers([])
 
 
-# --- documentation ------------------------------------------------------------------
-
-
-def reference_table() -> str:
-    """The markdown reference table of every key, as docs/configuration.md carries it."""
-    rows = ["| Key | Type | Default | Meaning |", "|-----|------|---------|---------|"]
-    for spec in SCHEMA:
-        default = json.dumps(spec.default, ensure_ascii=False)
-        rows.append(f"| `{spec.key}` | {spec.type_name} | `{default}` | {spec.meaning} |")
-    return "\n".join(rows)
-
-
-def ini_table() -> str:
-    """The markdown table of pytest ini options, as docs/configuration.md carries it."""
-    rows = ["| ini option | Config key |", "|------------|------------|"]
-    for name, dotted in INI_KEYS.items():
-        target = f"`{dotted}`" if dotted else "any: one `KEY=VALUE` override per line"
-        rows.append(f"| `{name}` | {target} |")
-    return "\n".join(rows)

@@ -222,7 +222,7 @@ def _resolve(path: Path, cwd: Path) -> Path:
 def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> Tuple["EffectiveConfig", "Redactor"]:
     overrides: List["Override"] = [parse_override(text, origin) for text, origin in options.overrides]
     effective = load_config(cwd, env=env, overrides=overrides)
-    return effective, default_redactor(effective.get("redaction"), env=env)
+    return effective, default_redactor(effective.settings.redaction, env=env)
 
 
 def _write_report_files(
@@ -288,7 +288,7 @@ def run_ci(
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
-    root = _resolve(options.reports_dir or Path(str(effective.get("reports_dir"))), here)
+    root = _resolve(options.reports_dir or Path(effective.settings.reports_dir), here)
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")

@@ -141,7 +141,7 @@ def record_agent_attempts(
         outcome = record_iteration(
             store,
             incident.incident_id,
-            ralf_lite=effective.values,
+            effective=effective,
             outcomes=run_outcomes,
             failures=run_failures,
             diff_hash=diff,
@@ -152,7 +152,6 @@ def record_agent_attempts(
             exit_code=exit_code,
             new_failures=new_failures,
             project_root=project_root,
-            effective_config=effective,
         )
         result.lines.append(outcome.status_line)
         result.touched.append(incident.incident_id)

@@ -173,17 +173,11 @@ def require_inbox(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- record
 
 
-def redactor_for(ralf_lite: Mapping[str, Any]) -> Any:
-    """The redactor the ``ralf_lite.redaction`` section configures."""
-    section = ralf_lite.get("redaction")
-    return default_redactor(section if isinstance(section, Mapping) else None)
-
-
 def record_iteration(
     store: "Store",
     incident_id: str,
     *,
-    ralf_lite: Mapping[str, Any],
+    effective: EffectiveConfig,
     outcomes: Mapping[str, str],
     failures: Sequence[Failure],
     diff_hash: Optional[str],
@@ -196,7 +190,6 @@ def record_iteration(
     repair: Optional[Mapping[str, Any]] = None,
     new_failures: Sequence[Failure] = (),
     project_root: Path,
-    effective_config: Optional["EffectiveConfig"] = None,
     duration_seconds: Optional[float] = None,
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
@@ -213,7 +206,7 @@ def record_iteration(
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
-    pol = policy.LoopPolicy.from_config(ralf_lite)
+    pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         require_inbox(store, incident_id)
         attempts = store.read_attempts(incident_id)
@@ -224,9 +217,8 @@ def record_iteration(
                 store,
                 incident_id,
                 waiting,
-                ralf_lite=ralf_lite,
+                effective=effective,
                 project_root=project_root,
-                effective_config=effective_config,
             )
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
             return IterationOutcome({}, waiting, True, line, result)
@@ -280,10 +272,9 @@ def record_iteration(
             store,
             incident_id,
             decision,
-            ralf_lite=ralf_lite,
+            effective=effective,
             observations=observations,
             project_root=project_root,
-            effective_config=effective_config,
         )
         return IterationOutcome(attempt, decision, True, line, result)
 
@@ -326,12 +317,9 @@ def _redact_config(redactor: Any, value: Any) -> Any:
     return redactor.redact(value) if isinstance(value, str) else value
 
 
-def _effective_config_doc(
-    ralf_lite: Mapping[str, Any], effective_config: Optional["EffectiveConfig"]
-) -> Tuple[Dict[str, Any], Optional[Dict[str, str]]]:
-    values = _redact_config(redactor_for(ralf_lite), dict(effective_config.values if effective_config is not None else ralf_lite))
-    origins = dict(effective_config.origins) if effective_config is not None else None
-    return values, origins
+def _effective_config_doc(effective: EffectiveConfig) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    values = _redact_config(default_redactor(effective.settings.redaction), dict(effective.values))
+    return values, dict(effective.origins)
 
 
 def build_run_result(
@@ -342,8 +330,7 @@ def build_run_result(
     attempts: Sequence[Mapping[str, Any]],
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
-    ralf_lite: Mapping[str, Any],
-    effective_config: Optional["EffectiveConfig"] = None,
+    effective: EffectiveConfig,
 ) -> Dict[str, Any]:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
@@ -352,7 +339,7 @@ def build_run_result(
     """
     final = policy.final_status_of(decision.stop_reason)
     archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
-    values, origins = _effective_config_doc(ralf_lite, effective_config)
+    values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     result: Dict[str, Any] = {
         "incident_id": incident_id,
@@ -371,9 +358,8 @@ def build_run_result(
         "handoff": messages.handoff(observations, decision),
         "decision": decision.to_dict(),
         "effective_config": values,
+        "effective_config_origins": origins,
     }
-    if origins is not None:
-        result["effective_config_origins"] = origins
     return result
 
 
@@ -382,10 +368,9 @@ def finalize(
     incident_id: str,
     decision: policy.Decision,
     *,
-    ralf_lite: Mapping[str, Any],
+    effective: EffectiveConfig,
     observations: Optional[Sequence[policy.Observation]] = None,
     project_root: Path,
-    effective_config: Optional["EffectiveConfig"] = None,
 ) -> Dict[str, Any]:
     """Close the loop for ``decision`` (a stop); returns the run result. Idempotent.
 
@@ -406,7 +391,7 @@ def finalize(
     if not decision.stopped or decision.stop_reason is None:
         raise ValueError("finalize() needs a decision that stops the loop")
     reason = decision.stop_reason
-    pol = policy.LoopPolicy.from_config(ralf_lite)
+    pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         bucket, _ = store.locate(incident_id)
         attempts = store.read_attempts(incident_id)
@@ -422,8 +407,7 @@ def finalize(
             attempts=attempts,
             pol=pol,
             failure_signature=_failure_signature(incident, attempts),
-            ralf_lite=ralf_lite,
-            effective_config=effective_config,
+            effective=effective,
         )
         point = result["decision_point"]
         stop_data = {"iteration": last, "stop_reason": reason}
@@ -505,7 +489,6 @@ __all__ = [
     "ensure_plan",
     "finalize",
     "record_iteration",
-    "redactor_for",
     "require_inbox",
     "start_running",
 ]

@@ -37,7 +37,6 @@ from pytest_selfheal.loop.attempts import (
     ensure_plan,
     finalize,
     record_iteration,
-    redactor_for,
     require_inbox,
     start_running,
 )
@@ -58,6 +57,7 @@ from pytest_selfheal.loop.resume import (
 from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
@@ -213,8 +213,7 @@ def run_loop(
 
 
 def _cancel(store: "Store", incident_id: str, *, effective: "EffectiveConfig", project_root: Path, say: Callable[[str], None]) -> None:
-    ralf_lite = effective.values
-    pol = policy.LoopPolicy.from_config(ralf_lite)
+    pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
@@ -224,8 +223,7 @@ def _cancel(store: "Store", incident_id: str, *, effective: "EffectiveConfig", p
         if decision.stop_reason != policy.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
             decision = _open_stop_decision(policy.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
-        finalize(store, incident_id, decision, ralf_lite=ralf_lite, observations=observations,
-                 project_root=project_root, effective_config=effective)
+        finalize(store, incident_id, decision, effective=effective, observations=observations, project_root=project_root)
     say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
 
 
@@ -243,12 +241,10 @@ def _drive(
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
 ) -> Dict[str, Any]:
-    ralf_lite = effective.values
-    pol = policy.LoopPolicy.from_config(ralf_lite)
+    pol = policy.LoopPolicy.from_settings(effective.settings)
 
     def close(decision: policy.Decision) -> Dict[str, Any]:
-        result = finalize(store, incident_id, decision, ralf_lite=ralf_lite, project_root=project_root,
-                          effective_config=effective)
+        result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
         say(_final_line(incident_id, result))
         return result
@@ -273,21 +269,19 @@ def _drive(
     if selection.refused is not None:
         iteration = len(split_runs(attempts)[1])
         decision = _open_stop_decision(policy.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
-        result = finalize(store, incident_id, decision, ralf_lite=ralf_lite, project_root=project_root,
-                          effective_config=effective)
+        result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
-    allowlist = list(effective.get("verification.allowlist") or [])
     for argv in argvs:
         try:
-            check_allowed(argv, allowlist)
+            check_allowed(argv, effective.settings.verification.allowlist)
         except RefusedError as exc:
             _refuse_command(store, incident_id, argv, exc)
             raise
     commands = [_command_text(a) for a in argvs]
-    timeout = effective.get("verification.timeout_seconds")
+    timeout = effective.settings.verification.timeout_seconds
 
     with store.lock():
         start_running(store, incident_id, reason="loop")
@@ -352,9 +346,9 @@ def _verify_and_record(
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred."""
-    ralf_lite = effective.values
-    redactor = redactor_for(ralf_lite)
-    rules = rules_for_run(effective.get("classification.rules") or [], hook_rules)
+    settings = effective.settings
+    redactor = default_redactor(settings.redaction)
+    rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
     hashed: Dict[str, Optional[str]] = {}
     hasher = threading.Thread(
@@ -385,7 +379,7 @@ def _verify_and_record(
     outcome = record_iteration(
         store,
         incident_id,
-        ralf_lite=ralf_lite,
+        effective=effective,
         outcomes=outcomes,
         failures=failures,
         diff_hash=hashed.get("value"),
@@ -397,7 +391,6 @@ def _verify_and_record(
         timed_out=timed_out,
         repair=repair,
         project_root=project_root,
-        effective_config=effective,
         duration_seconds=duration,
     )
     if not outcome.closed:
@@ -425,11 +418,11 @@ def verify_iteration(
     incident = store.read_incident(incident_id)
     argvs = _plan_argvs(plan, incident_id)
     for argv in argvs:
-        check_allowed(argv, list(effective.get("verification.allowlist") or []))
+        check_allowed(argv, effective.settings.verification.allowlist)
     return _verify_and_record(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
-        timeout=effective.get("verification.timeout_seconds"), effective=effective, project_root=project_root,
+        timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
     )
 

@@ -21,11 +21,11 @@ Conventions:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.errors import ConfigError, InputError
+from pytest_selfheal.config.settings import Settings
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
     OUTCOME_ERROR,
@@ -140,33 +140,18 @@ class LoopPolicy:
     tdd_tasks: bool = False
 
     @classmethod
-    def from_config(cls, ralf_lite: Mapping[str, Any]) -> "LoopPolicy":
-        """Build the policy from the effective ``ralf_lite`` mapping.
-
-        Missing keys take the seed defaults; keys that do not concern the loop decision
-        (reports_dir, repair, ...) are ignored. A wrong type raises a one-line
-        :class:`~pytest_selfheal.errors.ConfigError` (config.py validates the files
-        first; this guard keeps a hand-built mapping from producing a nonsense policy).
-        """
-        if not isinstance(ralf_lite, Mapping):
-            raise ConfigError(f"ralf_lite: expected an object, got {type(ralf_lite).__name__}")
-        apply_to = ralf_lite.get("apply_to", {})
-        if apply_to is None:
-            apply_to = {}
-        if not isinstance(apply_to, Mapping):
-            raise ConfigError(f"ralf_lite.apply_to: expected an object, got {type(apply_to).__name__}")
+    def from_settings(cls, settings: Settings) -> "LoopPolicy":
+        """The loop-relevant fields of the typed settings (checked once, by the config merge)."""
         return cls(
-            enabled=_bool(ralf_lite, "enabled", True),
-            max_iterations=_int(ralf_lite, "max_iterations", DEFAULT_MAX_ITERATIONS, minimum=0),
-            error_fingerprint_repeats=_int(
-                ralf_lite, "error_fingerprint_repeats", DEFAULT_ERROR_FINGERPRINT_REPEATS, minimum=1
-            ),
-            no_progress_repeats=_int(ralf_lite, "no_progress_repeats", DEFAULT_NO_PROGRESS_REPEATS, minimum=1),
-            auto_replan_on_no_progress=_bool(ralf_lite, "auto_replan_on_no_progress", False),
-            max_runtime_minutes=_minutes(ralf_lite.get("max_runtime_minutes")),
-            auto_tasks=_bool(apply_to, "auto_tasks", True, prefix="ralf_lite.apply_to"),
-            autonomous_plans=_bool(apply_to, "autonomous_plans", True, prefix="ralf_lite.apply_to"),
-            tdd_tasks=_bool(apply_to, "tdd_tasks", False, prefix="ralf_lite.apply_to"),
+            enabled=settings.enabled,
+            max_iterations=settings.max_iterations,
+            error_fingerprint_repeats=settings.error_fingerprint_repeats,
+            no_progress_repeats=settings.no_progress_repeats,
+            auto_replan_on_no_progress=settings.auto_replan_on_no_progress,
+            max_runtime_minutes=None if settings.max_runtime_minutes is None else float(settings.max_runtime_minutes),
+            auto_tasks=settings.apply_to.auto_tasks,
+            autonomous_plans=settings.apply_to.autonomous_plans,
+            tdd_tasks=settings.apply_to.tdd_tasks,
         )
 
     def summary(self) -> str:
@@ -176,35 +161,6 @@ class LoopPolicy:
             f"error_fingerprint_repeats={self.error_fingerprint_repeats}, "
             f"no_progress_repeats={self.no_progress_repeats}"
         )
-
-
-def _bool(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "ralf_lite") -> bool:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{prefix}.{key}: expected a boolean, got {value!r}")
-    return value
-
-
-def _int(data: Mapping[str, Any], key: str, default: int, *, minimum: int) -> int:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    # bool is an int subclass: `true` is not a number of iterations.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"ralf_lite.{key}: expected an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"ralf_lite.{key}: expected an integer >= {minimum}, got {value}")
-    return value
-
-
-def _minutes(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"ralf_lite.max_runtime_minutes: expected a number >= 0 or null, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)

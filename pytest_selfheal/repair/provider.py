@@ -198,13 +198,12 @@ class RepairSession:
         self.pm = pluginmanager
         self.say: Say = say or (lambda line: None)
         self.env = env
-        self.redactor: "Redactor" = default_redactor(effective.get("redaction"))
-        command = effective.get("repair.command")
-        self.command: Optional[List[str]] = [str(a) for a in command] if command else None
-        timeout = effective.get("repair.timeout_seconds")
-        self.timeout: Optional[float] = float(timeout) if timeout is not None else None
-        self.globs: List[str] = [str(g) for g in effective.get("repair.allowed_paths") or []]
-        self.policy = LoopPolicy.from_config(effective.values)
+        settings = effective.settings
+        self.redactor: "Redactor" = default_redactor(settings.redaction)
+        self.command: Optional[List[str]] = list(settings.repair.command) if settings.repair.command else None
+        self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
+        self.globs: List[str] = list(settings.repair.allowed_paths)
+        self.policy = LoopPolicy.from_settings(settings)
         self.results: List[Dict[str, Any]] = []
 
     # -- the provider seam

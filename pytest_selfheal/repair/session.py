@@ -105,7 +105,7 @@ def repair_loop(
     say: Say = out or (lambda line: None)
     pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()
     approver = approver_from(
-        approve=approve, config_approve=effective.get("repair.approve"), interactive=interactive, input_fn=input_fn
+        approve=approve, config_approve=effective.settings.repair.approve, interactive=interactive, input_fn=input_fn
     )
     rules = list(hook_rules) if hook_rules is not None else hooks.classification_rules(pm)
     with isolated_git_env():

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from pytest_selfheal.config.settings import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
+from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop import messages, policy
 

@@ -30,7 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_selfheal.analysis.analyse import failures_from_junit
-from pytest_selfheal.config.settings import SCHEMA, EffectiveConfig, parse_override
+from pytest_selfheal.config.keys import SCHEMA
+from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.junit.reader import iter_testcases

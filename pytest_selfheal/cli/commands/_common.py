@@ -23,8 +23,6 @@ def print_json(data: Any) -> None:
 
 # --- reports root (--dir) -------------------------------------------------------------
 
-DEFAULT_REPORTS_DIR = ".selfheal"
-
 
 def add_dir_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--dir DIR``: the reports root (default ``.selfheal`` in the current directory)."""
@@ -50,4 +48,4 @@ def store_from_args(args: argparse.Namespace, effective: "Optional[EffectiveConf
         return Store(Path(root))
     if effective is None:
         effective = load_config(Path.cwd())
-    return Store(Path.cwd() / str(effective.get("reports_dir") or DEFAULT_REPORTS_DIR))
+    return Store(Path.cwd() / effective.settings.reports_dir)

@@ -1,0 +1,185 @@
+"""The configuration keys (docs/configuration.md): one table, ``SCHEMA``, of every leaf under ``ralf_lite``.
+
+Pure. Defaults, validation (:mod:`pytest_selfheal.config.settings`), the error messages
+and the reference tables in docs/configuration.md all derive from this table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Tuple
+
+from pytest_selfheal.config.ini import INI_KEYS
+
+ROOT_KEY = "ralf_lite"
+DEFAULT_ORIGIN = "default"
+
+# Value kinds of the schema. Integers are always >= 1 and numbers always > 0: every
+# integer key is a count and every number a duration, so one bound per kind is enough.
+BOOL = "bool"
+INT = "int"
+NUMBER = "number"
+STRING = "string"
+STRINGS = "strings"
+REGEXES = "regexes"
+ARGV = "argv"
+RULES = "rules"
+
+# What an error message says was expected, per kind.
+_EXPECTED = {
+    BOOL: "a boolean (true or false)",
+    INT: "an integer >= 1",
+    NUMBER: "a number > 0",
+    STRING: "a non-empty string",
+    STRINGS: "a list of strings",
+    REGEXES: "a list of regular expressions",
+    ARGV: "a non-empty list of strings",
+    RULES: "a list of rule objects {name, pattern, failure_type, code_fixable, transient, "
+           "failure_class}",
+}
+
+# The type column of the reference table, per kind.
+_TYPE_NAMES = {
+    BOOL: "bool",
+    INT: "int ≥ 1",
+    NUMBER: "number > 0",
+    STRING: "string",
+    STRINGS: "list of strings",
+    REGEXES: "list of regexes",
+    ARGV: "list of strings (argv)",
+    RULES: "list of rules",
+}
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
+
+    key: str
+    kind: str
+    default: Any
+    meaning: str
+    nullable: bool = False
+
+    @property
+    def expected(self) -> str:
+        """What a valid value looks like, for error messages."""
+        return _EXPECTED[self.kind] + (" or null" if self.nullable else "")
+
+    @property
+    def type_name(self) -> str:
+        """The type as written in the reference table."""
+        return _TYPE_NAMES[self.kind] + (" or null" if self.nullable else "")
+
+
+# Objects under ralf_lite (merged key by key) and what each groups.
+GROUPS: Dict[str, str] = {
+    "apply_to": "which failures the loop applies to",
+    "verification": "how the loop re-runs the failing tests",
+    "repair": "the repair provider called between iterations",
+    "redaction": "what is removed from everything written to disk or posted",
+    "classification": "extra rules for classifying failures",
+}
+
+SCHEMA: Tuple[KeySpec, ...] = (
+    KeySpec("enabled", BOOL, True,
+            "Master switch of the loop. `false`: failing runs are still captured as incidents, "
+            "but the loop stops at once with stop reason `disabled`."),
+    KeySpec("max_iterations", INT, 3,
+            "Most iterations (verification runs, the capture not counted) of one loop run; "
+            "reaching it stops with `max_iterations`."),
+    KeySpec("error_fingerprint_repeats", INT, 2,
+            "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
+            "consecutive iterations."),
+    KeySpec("no_progress_repeats", INT, 2,
+            "Stop with `no_progress` (or `replan_requested`, see `auto_replan_on_no_progress`) "
+            "after this many consecutive iterations without progress."),
+    KeySpec("apply_to.auto_tasks", BOOL, True,
+            "The loop runs for ordinary failing tests captured by `pytest --selfheal`."),
+    KeySpec("apply_to.autonomous_plans", BOOL, True,
+            "`selfheal loop` / `selfheal ci` may run the loop without a human at the terminal."),
+    KeySpec("apply_to.tdd_tasks", BOOL, False,
+            "Tests marked `@pytest.mark.tdd` (red-first tests) are kept out of the loop "
+            "unless `true`."),
+    KeySpec("max_runtime_minutes", NUMBER, None,
+            "Wall-clock budget of one loop, in minutes; exceeding it stops with "
+            "`runtime_budget`. `null`: no time-based stop.", nullable=True),
+    KeySpec("auto_replan_on_no_progress", BOOL, False,
+            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
+            "with `replan_requested` instead of escalating."),
+    KeySpec("reports_dir", STRING, ".selfheal",
+            "Reports root (incidents, plans, runs, archive); a relative path is relative to "
+            "the project root (pytest's rootdir)."),
+    KeySpec("report_path", STRING, None,
+            "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
+            "path is relative to the project root. `null`: no report file.", nullable=True),
+    KeySpec("log_tail_lines", INT, 200,
+            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction)."),
+    KeySpec("verification.allowlist", STRINGS, ["pytest"],
+            "Executable names (basename, or `python -m <module>`) verification commands may "
+            "run; any other command is refused and logged."),
+    KeySpec("verification.timeout_seconds", NUMBER, 900,
+            "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
+            "and counts as a `timeout`."),
+    KeySpec("repair.command", ARGV, None,
+            "Repair provider command as an argv list, never run through a shell; placeholders "
+            "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "
+            "provider (verify-only, unless a plugin hook provides one).", nullable=True),
+    KeySpec("repair.timeout_seconds", NUMBER, 600,
+            "Timeout of one repair provider call, in seconds; a repair that exceeds it is "
+            "killed and recorded as a `timeout`."),
+    KeySpec("repair.allowed_paths", STRINGS, [],
+            "Extra glob patterns (relative to the project root) a repair may touch without "
+            "asking, beside the plan's `target_paths`."),
+    KeySpec("repair.approve", BOOL, False,
+            "Approve up front applying a repair provider's diff to the working tree "
+            "(as `--selfheal-approve` does)."),
+    KeySpec("redaction.patterns", REGEXES, [],
+            "Extra regular expressions (Python `re` syntax) whose matches are redacted."),
+    KeySpec("redaction.env_names", STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
+            "Glob patterns of environment variable names whose values are redacted. The "
+            "four defaults always apply: a list here only adds to them."),
+    KeySpec("classification.rules", RULES, [],
+            "Extra classification rules `{name, pattern, failure_type, code_fixable, "
+            "transient, failure_class, keywords}` (the last four optional), matched against a "
+            "failure's message and text before the built-in rules."),
+)
+
+SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
+
+
+def nest(flat: Mapping[str, Any]) -> Dict[str, Any]:
+    nested: Dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = nested
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+DEFAULTS: Dict[str, Any] = nest({spec.key: spec.default for spec in SCHEMA})
+"""The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
+
+
+# --- documentation ------------------------------------------------------------------
+
+
+def reference_table() -> str:
+    """The markdown reference table of every key, as docs/configuration.md carries it."""
+    rows = ["| Key | Type | Default | Meaning |", "|-----|------|---------|---------|"]
+    for spec in SCHEMA:
+        default = json.dumps(spec.default, ensure_ascii=False)
+        rows.append(f"| `{spec.key}` | {spec.type_name} | `{default}` | {spec.meaning} |")
+    return "\n".join(rows)
+
+
+def ini_table() -> str:
+    """The markdown table of pytest ini options, as docs/configuration.md carries it."""
+    rows = ["| ini option | Config key |", "|------------|------------|"]
+    for name, dotted in INI_KEYS.items():
+        target = f"`{dotted}`" if dotted else "any: one `KEY=VALUE` override per line"
+        rows.append(f"| `{name}` | {target} |")
+    return "\n".join(rows)
