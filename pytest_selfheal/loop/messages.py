@@ -32,7 +32,8 @@ from pytest_selfheal.loop.policy import (
 # --------------------------------------------------------------------------- decision sentences
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """``1 iteration``, ``2 iterations``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
@@ -47,19 +48,19 @@ def continue_message(
     """The sentence of a decision that continues (``Iteration 2 made progress ...``)."""
     left = policy.max_iterations - iteration
     if retry:
-        return f"Iteration {iteration} timed out; retrying once ({_plural(left, 'iteration')} left)."
+        return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
     if no_fixes:
         return (
             f"The repair provider produced no fix at iteration {iteration}; "
-            f"it gets one more chance ({_plural(left, 'iteration')} left)."
+            f"it gets one more chance ({plural(left, 'iteration')} left)."
         )
     if iteration == 0:
-        upto = _plural(policy.max_iterations, "iteration")
+        upto = plural(policy.max_iterations, "iteration")
         return f"Captured the failure; re-running the verification selection (up to {upto})."
     if progress.progress:
         reasons = ", ".join(progress.reasons)
-        return f"Iteration {iteration} made progress ({reasons}); continuing ({_plural(left, 'iteration')} left)."
-    return f"Iteration {iteration} made no progress yet; continuing ({_plural(left, 'iteration')} left)."
+        return f"Iteration {iteration} made progress ({reasons}); continuing ({plural(left, 'iteration')} left)."
+    return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
 
 def stop_message(
@@ -106,7 +107,7 @@ def stop_message(
         evidence = [o for o in observations if is_evidence(o)]
         fingerprint = evidence[-1].primary_fingerprint if evidence else fingerprint
         left = max(0, policy.max_iterations - iteration)
-        rest = f" without using the {_plural(left, 'remaining iteration')}" if left else ""
+        rest = f" without using the {plural(left, 'remaining iteration')}" if left else ""
         return (
             f"The same failure (fingerprint {fingerprint}) was seen {same} times in a row, "
             f"the capture included; stopping{rest}."
@@ -122,7 +123,7 @@ def stop_message(
         budget = policy.max_runtime_minutes or 0.0
         return f"The runtime budget of {budget:g} minutes is used up ({elapsed:.1f} minutes elapsed)."
     # MAX_ITERATIONS
-    return f"All {_plural(policy.max_iterations, 'iteration')} are used and the failure persists."
+    return f"All {plural(policy.max_iterations, 'iteration')} are used and the failure persists."
 
 
 # --------------------------------------------------------------------------- stop artefacts
@@ -315,6 +316,7 @@ __all__ = [
     "continue_message",
     "decision_point",
     "handoff",
+    "plural",
     "recommended_next_action",
     "status_line",
     "stop_message",

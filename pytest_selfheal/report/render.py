@@ -17,6 +17,7 @@ import re
 from typing import Any, List, Mapping, Sequence, Set, Tuple
 
 from pytest_selfheal.loop import policy
+from pytest_selfheal.loop.messages import plural
 from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_config, strs, unique
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
@@ -47,10 +48,6 @@ _CELL_SYMBOL = {
 }
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _scalar(value: Any) -> str:
@@ -148,12 +145,12 @@ def render_headline(report: Mapping[str, Any]) -> str:
     incidents = report["incidents"]
     if not incidents:
         return "**selfheal: no incidents — nothing to loop**"
-    who = str(incidents[0]["incident_id"]) if len(incidents) == 1 else _plural(len(incidents), "incident")
+    who = str(incidents[0]["incident_id"]) if len(incidents) == 1 else plural(len(incidents), "incident")
     iterations = sum(as_int(e.get("loops_used")) for e in incidents)
-    details = [who, _plural(iterations, "iteration")]
+    details = [who, plural(iterations, "iteration")]
     flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
     if flaky:
-        details.append(_plural(flaky, "flaky test"))
+        details.append(plural(flaky, "flaky test"))
     status = text(report.get("final_status") or "unknown", 60)
     reason = report.get("stop_reason")
     if isinstance(reason, str) and reason:
@@ -370,7 +367,7 @@ def _section_grid(report: Mapping[str, Any]) -> List[str]:
         if len(tests) > GRID_MAX_TESTS:
             notes.append(f"… {len(tests) - GRID_MAX_TESTS} more tests not shown")
         if hidden_iterations:
-            notes.append(f"… {_plural(hidden_iterations, 'earlier iteration')} not shown")
+            notes.append(f"… {plural(hidden_iterations, 'earlier iteration')} not shown")
         lines += ([""] + ["; ".join(notes) + "."] if notes else []) + [""]
     lines.append(f"{_PASS} passed · {_FAIL} failed or error · {_WARN} skipped or missing from the results · "
                  f"{DASH} not run in that iteration")
@@ -490,7 +487,7 @@ def _section_shards(report: Mapping[str, Any]) -> List[str]:
             _reason(shard.get("stop_reason")), text(shard.get("final_status") or DASH),
         ]
         if notes:
-            row.append(f"{_plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
+            row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
         rows.append(row)
     header = ["Shard", "Incidents", "Stop Reason", "Final Status"] + (["Note"] if notes else [])
     return ["### Shards", ""] + _table(header, rows)
@@ -552,7 +549,7 @@ def render_terminal(report: Mapping[str, Any]) -> List[str]:
         verdict = "loop not finished" if report["total_retries"] else "loop not run yet"
     retries = report["total_retries"]
     lines = [
-        f"{REPORT_TITLE}: {report.get('final_status')}, {verdict} ({_plural(len(incidents), 'incident')}, "
+        f"{REPORT_TITLE}: {report.get('final_status')}, {verdict} ({plural(len(incidents), 'incident')}, "
         f"{retries} {'retry' if retries == 1 else 'retries'}{'' if report['enabled'] else ', disabled'})"
     ]
     for entry in incidents[:TERMINAL_MAX_INCIDENTS]:
@@ -560,7 +557,7 @@ def render_terminal(report: Mapping[str, Any]) -> List[str]:
         shown = ", ".join(tasks[:6]) + (f", +{len(tasks) - 6} more" if len(tasks) > 6 else "") or "no plan yet"
         state = entry["stop_reason"] or ("not finished" if entry["loops_used"] else NOT_RUN)
         lines.append(f"  {entry['incident_id']}: {entry['final_status']} ({state}) "
-                     f"after {_plural(entry['loops_used'], 'iteration')}: {shown}")
+                     f"after {plural(entry['loops_used'], 'iteration')}: {shown}")
     if len(incidents) > TERMINAL_MAX_INCIDENTS:
         lines.append(f"  … {len(incidents) - TERMINAL_MAX_INCIDENTS} more incidents")
     for key, label in (("flaky_tests", "flaky"), ("tests_fixed", "fixed")):

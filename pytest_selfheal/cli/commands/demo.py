@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import List, Optional
 
+from pytest_selfheal import process
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.gitrepo import init_repo
 
@@ -45,7 +45,13 @@ def _run(args: List[str], cwd: Path) -> int:
     sys.stdout.write(f"$ {shown}\n")
     sys.stdout.flush()
     argv = [sys.executable, "-m", "pytest", *args[1:]] if args[0] == "pytest" else [sys.executable, "-m", "pytest_selfheal", *args[1:]]
-    return subprocess.run(argv, cwd=str(cwd), check=False).returncode
+    result = process.run(argv, cwd=cwd, on_line=_echo)
+    return result.exit_code if result.exit_code is not None else 1
+
+
+def _echo(line: bytes) -> None:
+    sys.stdout.write(line.decode("utf-8", errors="replace"))
+    sys.stdout.flush()
 
 
 def _newest_inbox_incident(project: Path) -> Optional[str]:
