@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pytest_selfheal.store import ids
-from pytest_selfheal.errors import EXIT_USAGE, UsageError
+from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_USAGE, NotFoundError, UsageError
 
 GOOD = [
     "incident_20260217_120000_run_abc",
@@ -106,3 +106,43 @@ def test_incident_timestamp() -> None:
     assert ids.incident_timestamp("incident_20260217_120000_a") == datetime(2026, 2, 17, 12, 0, tzinfo=timezone.utc)
     assert ids.incident_timestamp("incident_20261399_120000_a") is None
     assert ids.incident_timestamp("nope") is None
+
+
+# --------------------------------------------------------------------------- references
+
+
+KNOWN = ["incident_20260101_000000_aaa111", "incident_20260102_000000_bbb222", "incident_20260102_000000_bbc333"]
+
+
+def test_a_full_id_is_taken_as_it_is() -> None:
+    # Existence is the store's question (exit 4 there), not the reference's.
+    assert ids.resolve_incident_ref("incident_20991231_235959_x", KNOWN) == "incident_20991231_235959_x"
+
+
+def test_latest_is_the_newest_id() -> None:
+    assert ids.resolve_incident_ref("latest", reversed(KNOWN)) == "incident_20260102_000000_bbc333"
+    with pytest.raises(NotFoundError, match="no incident yet"):
+        ids.resolve_incident_ref("latest", [])
+
+
+def test_a_unique_prefix_names_one_incident() -> None:
+    assert ids.resolve_incident_ref("incident_20260101", KNOWN) == KNOWN[0]
+    assert ids.resolve_incident_ref("incident_20260102_000000_bbb", KNOWN) == KNOWN[1]  # well-formed, yet a prefix
+
+
+def test_an_ambiguous_or_unknown_prefix_is_one_line() -> None:
+    with pytest.raises(UsageError) as ambiguous:
+        ids.resolve_incident_ref("incident_20260102", KNOWN)
+    assert str(ambiguous.value) == (
+        "incident id prefix 'incident_20260102' is ambiguous: incident_20260102_000000_bbb222, "
+        "incident_20260102_000000_bbc333"
+    )
+    with pytest.raises(NotFoundError) as unknown:
+        ids.resolve_incident_ref("incident_2027", KNOWN)
+    assert unknown.value.exit_code == EXIT_NOT_FOUND
+
+
+@pytest.mark.parametrize("text", ["../incident_2026", "incident_2026/..", "", "nope", "incident_2026x", "incident_20260101_000000_" + "a" * 41, "inc\x00"])
+def test_a_malformed_reference_is_the_id_usage_error(text: str) -> None:
+    with pytest.raises(UsageError, match="invalid incident id"):
+        ids.resolve_incident_ref(text, KNOWN)

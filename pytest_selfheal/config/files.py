@@ -228,6 +228,27 @@ def find_pytest_ini(project_root: Path) -> Optional[Tuple[Path, Dict[str, str]]]
     return None
 
 
+def find_project_root(start: Path) -> Path:
+    """The directory pytest takes as its rootdir when run in ``start`` without arguments.
+
+    pytest's rules, in order: the nearest ancestor (``start`` included) with a pytest
+    config file (:data:`PYTEST_CONFIG_FILES` holding a pytest section; ``pytest.ini``
+    always counts); else the nearest with a ``setup.py``; else the nearest with a
+    ``pyproject.toml``; else ``start``. The ``selfheal`` commands use it so that they find
+    the reports root ``pytest --selfheal`` wrote from any subdirectory of the project.
+    """
+    start = Path(start).resolve()
+    chain = [start, *start.parents]
+    for folder in chain:
+        if find_pytest_ini(folder) is not None:
+            return folder
+    for marker in ("setup.py", "pyproject.toml"):
+        for folder in chain:
+            if (folder / marker).is_file():
+                return folder
+    return start
+
+
 def read_pytest_ini(project_root: Path) -> Dict[str, str]:
     """The ``selfheal*`` options of the first pytest config file in ``project_root``.
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Iterable, Optional
 
-from pytest_selfheal.errors import UsageError
+from pytest_selfheal.errors import NotFoundError, UsageError
 
 # ASCII only: in a str pattern, \d would also match non-ASCII digits.
 RUN_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,40}", re.ASCII)
@@ -70,6 +70,43 @@ def validate_incident_id(text: object) -> str:
         f"invalid incident id {shown}: expected incident_YYYYMMDD_HHMMSS_<run> "
         "with <run> of 1-40 characters A-Z a-z 0-9 _ -"
     )
+
+
+LATEST = "latest"
+# Any prefix of a well-formed id (a longer token is not a prefix of anything: a usage error).
+_PREFIX_RE = re.compile(
+    r"incident_(?:[0-9]{0,8}|[0-9]{8}_(?:[0-9]{0,6}|[0-9]{6}_[A-Za-z0-9_-]{0,40}))|" + LATEST, re.ASCII
+)
+
+
+def resolve_incident_ref(text: object, known: Iterable[str]) -> str:
+    """The incident id a user's reference names, among the ``known`` ids (pure).
+
+    ``latest`` is the newest known id (ids sort by their UTC creation time); a known id is
+    itself; other text that begins a well-formed id is a unique prefix of one known id (a shortened id is still
+    well-formed, so a prefix is tried before the text is taken as an unknown full id,
+    which the store then reports as not found). No match is ``NotFoundError`` (exit 4),
+    two or more ``UsageError`` naming them, malformed text the ``validate_incident_id``
+    error.
+    """
+    if not isinstance(text, str) or not _PREFIX_RE.fullmatch(text):
+        return validate_incident_id(text)  # raises the one-line usage error
+    ids = sorted(set(known))
+    if text == LATEST:
+        if not ids:
+            raise NotFoundError("no incident yet: `latest` names the newest one")
+        return ids[-1]
+    if text in ids:
+        return text
+    matches = [incident_id for incident_id in ids if incident_id.startswith(text)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        if is_incident_id(text):
+            return text
+        raise NotFoundError(f"no incident id starts with {text!r}")
+    shown = ", ".join(matches[:3]) + (f" and {len(matches) - 3} more" if len(matches) > 3 else "")
+    raise UsageError(f"incident id prefix {text!r} is ambiguous: {shown}")
 
 
 def incident_timestamp(incident_id: str) -> Optional[datetime]:

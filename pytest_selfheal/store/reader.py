@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union, overload
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, validate_incident_id
+from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
 from pytest_selfheal.store.schema import ensure_valid
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
@@ -154,6 +154,26 @@ class StoreReader:
     def incident_dir(self, incident_id: str) -> Path:
         """The incident's folder, wherever it is (inbox or archive)."""
         return self.locate(incident_id)[1]
+
+    def incident_ids(self) -> List[str]:
+        """The ids of every incident folder in every bucket, sorted (no file is read)."""
+        found: List[str] = []
+        for bucket in BUCKETS:
+            try:
+                names = os.listdir(self.bucket_dir(bucket))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise fsio.io_error("list", self.bucket_dir(bucket), exc) from None
+            found.extend(name for name in names if is_incident_id(name))
+        return sorted(set(found))
+
+    def resolve_id(self, reference: str) -> str:
+        """The full id of a user's reference: an id, ``latest`` or a unique prefix
+        (:func:`~pytest_selfheal.store.ids.resolve_incident_ref`)."""
+        if is_incident_id(reference) and self.exists(reference):
+            return reference
+        return resolve_incident_ref(reference, self.incident_ids())
 
     # ------------------------------------------------------------------ incident + status
 

@@ -592,7 +592,6 @@ BAD_IDS = [
     "x" * 10_000,
     "incident_20260101_000000_" + "a" * 10_000,
     "incident_20260101_000000_" + "a" * 41,
-    "incident_20260101_000000_",
     "incident_20260101_000000_ab\n",
     "incident_20260101_000000_a b",
     "incident_20260101_000000_a.b",
@@ -624,6 +623,11 @@ def test_invalid_incident_ids(tmp_path: Path, looped_template: Tuple[Path, str],
             line = only_line(err)
             assert "invalid incident id" in line and len(line) < 300, line[:300]
             bump(counts, "incident_ids")
+    # A prefix of a well-formed id (ids accept unique prefixes) that names nothing: exit 4.
+    for command in ID_COMMANDS:
+        code, _, err = cli(command[0], "incident_20260101_000000_", *command[1:], "--dir", str(root))
+        assert code == 4, f"{command}: exit {code} {err[:300]}"
+        assert "no incident id starts with" in only_line(err)
     assert tree_snapshot(tmp_path) == before, "an invalid id created or changed something"
     assert not (tmp_path / "x").exists() and not Path("/x").exists()
     # Through the console script too (argv cannot carry NUL: those stay in-process above).

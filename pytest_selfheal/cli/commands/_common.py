@@ -1,19 +1,16 @@
-"""Helpers shared by subcommands: printing data as JSON or text."""
+"""Helpers shared by subcommands: printing JSON, the project root, the reports root, incident ids."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Optional
 
-from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.store.root import Store
-
-if TYPE_CHECKING:
-    from typing import Optional
-
 
 
 def print_json(data: Any) -> None:
@@ -25,27 +22,40 @@ def print_json(data: Any) -> None:
 
 
 def add_dir_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--dir DIR``: the reports root (default ``.selfheal`` in the current directory)."""
+    """Add ``--dir DIR``: the reports root (default: ``reports_dir`` under the project root)."""
     parser.add_argument(
         "--dir",
         metavar="DIR",
         default=None,
-        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the current directory)",
+        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the project root: "
+             "the directory pytest takes as rootdir from here)",
     )
 
 
-def store_from_args(args: argparse.Namespace, effective: "Optional[EffectiveConfig]" = None) -> "Store":
-    """The ``Store`` for ``--dir``, else the configured ``reports_dir`` under the current directory.
+def project_root() -> Path:
+    """The project root seen from the current directory, by pytest's rootdir rules
+    (:func:`~pytest_selfheal.config.files.find_project_root`)."""
+    return find_project_root(Path.cwd())
+
+
+def store_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfig] = None) -> Store:
+    """The ``Store`` for ``--dir``, else the configured ``reports_dir`` under the project root.
 
     Nothing is created until a write. The config is loaded only when ``--dir`` is absent
     and no ``effective`` config is given (a bad config is then a one-line error, exit 2).
     """
-    from pathlib import Path
-
-
     root = getattr(args, "dir", None)
     if root:
         return Store(Path(root))
+    project = project_root()
     if effective is None:
-        effective = load_config(Path.cwd())
-    return Store(Path.cwd() / effective.settings.reports_dir)
+        effective = load_config(project)
+    return Store(project / effective.settings.reports_dir)
+
+
+ID_HELP = "incident id (incident_YYYYMMDD_HHMMSS_<run>), a unique prefix of one, or `latest`"
+
+
+def incident_id_from_args(store: Store, args: argparse.Namespace) -> str:
+    """The incident the ``ID`` argument names: a full id, ``latest`` or a unique prefix."""
+    return store.resolve_id(str(args.incident_id))

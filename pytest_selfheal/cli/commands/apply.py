@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    project_root,
+    store_from_args,
+)
 from pytest_selfheal.entry import verification_root
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, NotFoundError, RefusedError
 from pytest_selfheal.gitrepo import isolated_git_env, repo_top
@@ -15,7 +22,6 @@ from pytest_selfheal.repair.approval import approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store.events import format_ts
-from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
 NAME = "apply"
@@ -24,7 +30,7 @@ HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.pat
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--yes] [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--yes", action="store_true",
                         help="apply without asking (needed when there is no terminal to ask on)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -48,15 +54,15 @@ def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Apply ``final.patch``; exit codes in docs/exit-codes.md (0 applied or already applied,
     1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git)."""
-    incident_id = validate_incident_id(args.incident_id)
-    store = store_from_args(args)  # --dir, else the configured reports_dir here
+    store = store_from_args(args)  # --dir, else the configured reports_dir of the project
+    incident_id = incident_id_from_args(store, args)
     incident = store.read_incident(incident_id)  # unknown id: exit 4
     patch = read_run_bytes(store, incident_id, FINAL_PATCH)
     where = (store.runs_dir(incident_id) / FINAL_PATCH)
     if patch is None or not patch.strip():
         raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
     with isolated_git_env():
-        top = repo_top(verification_root(incident, Path.cwd()))
+        top = repo_top(verification_root(incident, project_root()))
         verdict = check_patch(top, patch)
         data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(where), "working_tree": str(top)}
         if verdict.already_applied:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    store_from_args,
+)
 
 NAME = "archive"
 HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"
@@ -13,7 +18,7 @@ HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID --as resolved|escalated [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument(
         "--as",
         dest="bucket",
@@ -28,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Archive the incident; refused transitions exit 5, unknown ids 4, bad ids 2."""
     store = store_from_args(args)
-    incident_id = validate_incident_id(args.incident_id)
+    incident_id = incident_id_from_args(store, args)
     previous = store.read_status(incident_id)
     destination = store.archive(incident_id, args.bucket)
     relative = destination.relative_to(store.root).as_posix()

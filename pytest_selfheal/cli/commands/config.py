@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pytest_selfheal.cli.commands._common import print_json
+from pytest_selfheal.cli.commands._common import print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import EXIT_OK, UsageError
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, check and print the effective config; ConfigError (exit 2) when it is bad."""
-    project = Path(args.project) if args.project else Path.cwd()
+    project = Path(args.project) if args.project else project_root()
     if not project.is_dir():
         raise UsageError(f"--project: not a directory: {project}")
     overrides = [parse_override(text, "--set") for text in args.overrides]

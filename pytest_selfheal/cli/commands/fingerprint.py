@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import IO, Any, Dict, List, Sequence
 
 from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.cli.commands._common import project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_config:
         # The project's configured rules (docs/classification.md), like `pytest --selfheal`
         # and `selfheal loop` use them: the same failure gets the same fingerprint.
-        rules = list(load_config(Path.cwd()).settings.classification_rules)
+        rules = list(load_config(project_root()).settings.classification_rules)
     warnings: List[str] = []
     errors: List[str] = []
     files: List[str] = list(args.files)

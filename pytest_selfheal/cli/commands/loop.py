@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    project_root,
+    store_from_args,
+)
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.hooks import cli_plugin_manager
 from pytest_selfheal.outcome import exit_code_for
-from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "loop"
 HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "
@@ -21,7 +26,7 @@ HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verificatio
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--json] [--dir DIR] [--approve] [--set KEY=VALUE]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true",
                         help="print the run result as JSON on stdout (progress lines go to stderr)")
     add_dir_argument(parser)
@@ -34,11 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the loop; exit codes in docs/exit-codes.md (0 resolved, 1 not resolved, 130 cancelled)."""
-    incident_id = validate_incident_id(args.incident_id)
-    project = Path.cwd()
+    project = project_root()
     overrides = [parse_override(text, "--set") for text in args.overrides]
     effective = load_config(project, overrides=overrides)
     store = store_from_args(args, effective)
+    incident_id = incident_id_from_args(store, args)
     store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
 
     def progress(line: str) -> None:

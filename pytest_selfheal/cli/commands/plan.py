@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    store_from_args,
+)
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
-from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "plan"
 HELP = "print the remediation plan of an incident (--force: regenerate it from incident.json)"
@@ -16,7 +21,7 @@ HELP = "print the remediation plan of an incident (--force: regenerate it from i
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--force] [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--force", action="store_true",
                         help="regenerate plan.json and plan.md from incident.json (revision 1; status unchanged)")
     parser.add_argument("--json", action="store_true", help="print plan.json instead of plan.md")
@@ -26,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print (or regenerate and print) the plan; bad id 2, corrupted files 3, unknown id / no plan 4."""
     store = store_from_args(args)
-    incident_id = validate_incident_id(args.incident_id)
+    incident_id = incident_id_from_args(store, args)
     store.locate(incident_id)
     if args.force:
         with store.lock():

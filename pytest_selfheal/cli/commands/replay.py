@@ -6,10 +6,15 @@ import argparse
 import sys
 from typing import Any, Dict, List, Mapping
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    store_from_args,
+)
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
-from pytest_selfheal.store.ids import validate_incident_id
 
 NAME = "replay"
 HELP = "rebuild the loop state from the incident's events alone and check it equals the files (exit 3 if not)"
@@ -17,7 +22,7 @@ HELP = "rebuild the loop state from the incident's events alone and check it equ
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true",
                         help="print {replayed, disk, equal, differences, warnings} as JSON")
     add_dir_argument(parser)
@@ -46,7 +51,7 @@ def format_state(state: Mapping[str, Any]) -> List[str]:
 def run(args: argparse.Namespace) -> int:
     """Replay; 0 when it equals the disk state, 3 when it differs (or files are corrupted)."""
     store = store_from_args(args)
-    incident_id = validate_incident_id(args.incident_id)
+    incident_id = incident_id_from_args(store, args)
     events, warnings = store.read_events(incident_id)
     replayed = replay(events)
     disk = state_from_disk(store, incident_id)

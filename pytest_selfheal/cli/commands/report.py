@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pytest_selfheal import hooks
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
 NAME = "report"
@@ -37,7 +36,7 @@ def add_format_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``[ID] [--all] [--format md|json] [--json] [--output PATH] [--headline] [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", nargs="?",
-                        help="incident id (default: the latest incident by created_at)")
+                        help="incident id, a unique prefix of one, or `latest` (default: the latest incident by created_at)")
     parser.add_argument("--all", action="store_true", help="one report over every incident of the reports root")
     add_format_arguments(parser)
     add_dir_argument(parser)
@@ -53,7 +52,7 @@ def output_format(args: argparse.Namespace) -> str:
 def select_ids(store: "Store", incident_id: Optional[str], every: bool) -> List[str]:
     """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
     if incident_id is not None:
-        return [validate_incident_id(incident_id)]
+        return [store.resolve_id(incident_id)]
     rows = store.list_incidents()  # oldest first, by created_at then id
     ids = [str(row["incident_id"]) for row in rows]
     return ids if every else ids[-1:]
@@ -95,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
     output_format(args)  # a contradiction fails before anything is read
     store = store_from_args(args)
     ids = select_ids(store, args.incident_id, args.all)
-    emit(build_from_store(store, ids, Path.cwd()), args)
+    emit(build_from_store(store, ids, project_root()), args)
     return 0

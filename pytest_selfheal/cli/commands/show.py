@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, List, Optional, Tuple
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    store_from_args,
+)
 from pytest_selfheal.store.root import Store
 
 NAME = "show"
@@ -15,7 +20,7 @@ HELP = "show one incident: fields, status, plan summary, attempts, run result"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help="incident id (incident_YYYYMMDD_HHMMSS_<run>)")
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true", help="print the incident as JSON")
     add_dir_argument(parser)
 
@@ -110,7 +115,7 @@ def format_text(data: Dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store = store_from_args(args)
-    data = collect(store, validate_incident_id(args.incident_id))
+    data = collect(store, incident_id_from_args(store, args))
     if args.json:
         print_json(data)
     else:
