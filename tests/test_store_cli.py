@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 import pytest
 from helpers import CliResult, cli, selfheal_process
 
-from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, RefusedError
 from pytest_selfheal.store.root import Store
 
 GHOST = "incident_20990101_000000_zz"
@@ -266,3 +266,56 @@ def test_archive_io_error(project: Path) -> None:
     assert result.returncode == EXIT_IO
     assert "cannot lock" in one_line_error(result)
     assert store.locate(incident_id)[0] == "inbox"
+
+
+# --------------------------------------------------------------------------- prune
+
+
+def test_prune_deletes_only_archived_incidents_old_enough(project: Path) -> None:
+    store = Store(project / ".selfheal")
+    closed = new_incident(store, day=17)
+    still_open = new_incident(store, day=18)
+    write_plan(store, closed)
+    store.write_run_file(closed, "prompt_01.md", "prompt")
+    assert cli("archive", closed, "--as", "escalated", cwd=project).returncode == EXIT_OK
+    # Archived just now: not older than a day.
+    result = cli("prune", "--older-than", "1", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout == "pruned 0 archived incident(s) older than 1 day(s)\n"
+    assert store.exists(closed)
+    result = cli("prune", "--older-than", "0", "--dry-run", "--json", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dry_run"] is True and [p["incident_id"] for p in report["pruned"]] == [closed]
+    assert store.exists(closed) and store.plans_dir(closed).is_dir()
+    result = cli("prune", "--older-than", "0", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout.splitlines()[0].startswith(f"pruned {closed} (escalated, archived ")
+    assert not store.exists(closed)
+    assert not store.plans_dir(closed).exists() and not store.runs_dir(closed).exists()
+    assert store.exists(still_open)  # the inbox is never pruned
+    assert store.incident_ids() == [still_open]
+
+
+def test_prune_completes_an_interrupted_prune_and_refuses_an_open_incident(project: Path) -> None:
+    store = Store(project / ".selfheal")
+    closed = new_incident(store)
+    write_plan(store, closed)
+    store.archive(closed, "escalated")
+    # A prune killed after its first step: the folder renamed, the plan still there.
+    (store.escalated_dir / closed).rename(store.archive_root / f".pruning_{closed}")
+    assert store.incident_ids() == []
+    result = cli("prune", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert not (store.archive_root / f".pruning_{closed}").exists() and not store.plans_dir(closed).exists()
+    still_open = new_incident(store, day=18)
+    with pytest.raises(RefusedError, match="is open"):
+        store.prune(still_open)
+    assert store.exists(still_open)
+
+
+@pytest.mark.parametrize("days", ["-1", "nan", "soon", "inf"])
+def test_prune_rejects_a_bad_age(project: Path, days: str) -> None:
+    result = cli("prune", "--older-than", days, cwd=project)
+    assert result.returncode == EXIT_USAGE
+    assert one_line_error(result) == f"selfheal: error: --older-than: expected a number of days >= 0, got {days!r}"

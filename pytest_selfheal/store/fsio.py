@@ -69,6 +69,17 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
+def move(source: Path, destination: Path) -> None:
+    """Rename ``source`` to ``destination`` (one ``rename``: never two copies) and flush both
+    directory entries. No copy fallback: across file systems (EXDEV) it is a ``StoreIOError``."""
+    try:
+        os.rename(source, destination)
+    except OSError as exc:
+        raise io_error("move incident to", destination, exc) from None
+    fsync_dir(source.parent)
+    fsync_dir(destination.parent)
+
+
 def _temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
 

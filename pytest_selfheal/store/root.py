@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
 from pytest_selfheal.store.reader import (
     ARCHIVE_DIR,
     ATTEMPT_RE,
@@ -50,6 +50,9 @@ from pytest_selfheal.store.reader import (
 )
 from pytest_selfheal.store.schema import validate
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, STATUSES, check_transition
+
+# A pruned incident's archive folder while its files are being removed (docs/store.md).
+PRUNING_PREFIX = ".pruning_"
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
@@ -411,14 +414,56 @@ class Store(StoreReader):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.get("event") == ev.INCIDENT_ARCHIVED for e in events):
                     self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
-            try:
-                os.rename(folder, destination)
-            except OSError as exc:
-                # No copy fallback (EXDEV): a copy could leave two incidents behind.
-                raise fsio.io_error("move incident to", destination, exc) from None
-            fsio.fsync_dir(self.inbox_dir)
-            fsio.fsync_dir(target_dir)
+            fsio.move(folder, destination)
             return destination
+
+    # ------------------------------------------------------------------ prune
+
+    def prune(self, incident_id: str) -> None:
+        """Delete an archived incident: its folder, ``error_plans/<id>/`` and ``error_runs/<id>/``.
+
+        An incident in the inbox is refused (``RefusedError``): only closed work is removed.
+        The archive folder is first renamed to ``error_archive/.pruning_<id>`` (the incident
+        disappears in one step), then the plan and run folders and that folder are removed;
+        a prune killed half-way is completed by the next one. Symlinks are removed, never
+        followed.
+        """
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            if bucket == INBOX:
+                raise RefusedError(f"incident {incident_id} is open (error_inbox); archive it before pruning")
+            fsio.move(folder, self.archive_root / f"{PRUNING_PREFIX}{incident_id}")
+            self._finish_prune(incident_id)
+
+    def finish_prunes(self) -> List[str]:
+        """Complete prunes a kill interrupted (``error_archive/.pruning_<id>`` left behind); their ids."""
+        try:
+            names = os.listdir(self.archive_root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise fsio.io_error("list", self.archive_root, exc) from None
+        done = []
+        with self.lock():
+            for name in sorted(names):
+                incident_id = name[len(PRUNING_PREFIX):]
+                if name.startswith(PRUNING_PREFIX) and is_incident_id(incident_id):
+                    self._finish_prune(incident_id)
+                    done.append(incident_id)
+        return done
+
+    def _finish_prune(self, incident_id: str) -> None:
+        for path in (self.plans_dir(incident_id), self.runs_dir(incident_id),
+                     self.archive_root / f"{PRUNING_PREFIX}{incident_id}"):
+            try:
+                if path.is_symlink():
+                    path.unlink()
+                elif path.exists():
+                    shutil.rmtree(path)
+            except OSError as exc:
+                raise fsio.io_error("remove", path, exc) from None
 
     # ------------------------------------------------------------------ helpers
 

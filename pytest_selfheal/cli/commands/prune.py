@@ -1,0 +1,62 @@
+"""``selfheal prune``: delete archived incidents older than N days (their plans and runs too)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, List
+
+from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.loop.resume import parse_stamp
+from pytest_selfheal.store.reader import INBOX
+
+NAME = "prune"
+HELP = "delete archived incidents (resolved/escalated) older than N days, with their plans and runs"
+
+DEFAULT_DAYS = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[--older-than DAYS] [--dry-run] [--json] [--dir DIR]``."""
+    parser.add_argument("--older-than", metavar="DAYS", default=str(DEFAULT_DAYS),
+                        help=f"age since the incident was archived, in days (default {DEFAULT_DAYS:g}; 0: every archived one)")
+    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    parser.add_argument("--json", action="store_true", help="print the pruned incidents as JSON")
+    add_dir_argument(parser)
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not math.isfinite(days) or days < 0:
+        raise UsageError(f"--older-than: expected a number of days >= 0, got {text!r}")
+    return days
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prune; 0 (also when nothing is old enough), 2 bad arguments, 6 the root cannot be written."""
+    cutoff = datetime.now(timezone.utc) - timedelta(days=_days(args.older_than))
+    store = store_from_args(args)
+    if not args.dry_run:
+        store.finish_prunes()
+    pruned: List[Dict[str, Any]] = []
+    for row in store.list_incidents():
+        # Archiving stamps updated_at: the age of an archived incident is the time since then.
+        archived_at = parse_stamp(row.get("updated_at")) or parse_stamp(row.get("created_at"))
+        if row["bucket"] == INBOX or archived_at is None or archived_at > cutoff:
+            continue
+        if not args.dry_run:
+            store.prune(row["incident_id"])
+        pruned.append({"incident_id": row["incident_id"], "bucket": row["bucket"], "archived_at": row.get("updated_at")})
+    if args.json:
+        print_json({"dry_run": bool(args.dry_run), "pruned": pruned})
+        return 0
+    verb = "would prune" if args.dry_run else "pruned"
+    for item in pruned:
+        print(f"{verb} {item['incident_id']} ({item['bucket']}, archived {item['archived_at']})")
+    print(f"{verb} {len(pruned)} archived incident(s) older than {args.older_than} day(s)")
+    return 0
