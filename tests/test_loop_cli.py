@@ -55,7 +55,8 @@ def test_flaky_resolves_and_is_archived_to_resolved(tmp_path: Path) -> None:
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "-> STOP success" in result.stdout
-    assert f"resolved: stop_reason success after 1 iteration(s) -> error_archive/resolved/{incident_id}" in result.stdout
+    assert (f"resolved: stop_reason success after 1 iteration(s) -> error_archive/resolved/{incident_id}; "
+            "flaky (passed on re-run with no code change): test_flaky.py::test_flaky") in result.stdout
     store = Store(project / ".selfheal")
     assert store.locate(incident_id)[0] == "resolved"
     run_result = store.read_run_result(incident_id)
@@ -93,6 +94,7 @@ def test_fixed_between_capture_and_loop_is_resolved_with_tests_fixed(tmp_path: P
     assert data["stop_reason"] == "success"
     assert data["tests_fixed"] == ["test_calc.py::test_sub"]
     assert data["flaky_tests"] == []  # the code changed: not flaky
+    assert "flaky" not in result.stderr and "stop_reason success after 1 iteration(s)" in result.stderr
     store = Store(project / ".selfheal")
     assert store.read_attempts(incident_id)[0]["progress_reasons"] == ["tests_fixed", "diff_changed"]
     assert_replay_equals_disk(store, incident_id)

@@ -113,6 +113,16 @@ def test_report_all(project: Path) -> None:
     assert labels[:2] == ["A1 (…fl4ky1)", "A1 (…ab12cd)"]
 
 
+def test_report_all_as_the_compact_terminal_text(project: Path) -> None:
+    result = cli("report", "--all", "--format", "text", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("RALF Lite Loop Report: escalated, stop reason repeated_fingerprint (3 incidents, 4 retries")
+    assert [line.split(":")[0].strip() for line in lines[1:4]] == [
+        "incident_20261122_090000_fl4ky1", "incident_20261122_101500_ab12cd", "incident_20261122_110000_plan01"]
+    assert lines[-1].startswith("  next: ") and len(lines) < 10
+
+
 def test_report_output_file_and_dir(project: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -154,6 +164,7 @@ def test_report_without_incidents(tmp_path: Path) -> None:
         (["../etc"], EXIT_USAGE, "invalid incident id"),
         (["incident_20261122_090000_fl4ky1", "--all"], EXIT_USAGE, "not both"),
         (["--json", "--format", "md"], EXIT_USAGE, "contradict"),
+        (["--json", "--format", "text"], EXIT_USAGE, "--json and --format text contradict each other"),
         (["--format", "html"], EXIT_USAGE, "invalid choice"),
     ],
 )

@@ -429,9 +429,12 @@ def verify_iteration(
 
 def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
     where = f" -> {result['archived_to']}" if result.get("archived_to") else ""
+    flaky = [str(n) for n in result.get("flaky_tests") or []]
+    # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
+    verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
     return (
         f"selfheal: incident {incident_id} {result.get('final_status') or 'open'}: stop_reason "
-        f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}"
+        f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}"
     )
 
 

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     _step("the incidents and the RALF Lite Loop Report")
     _run(["selfheal", "status"], project)
-    _run(["selfheal", "report", "--all"], project)
-    sys.stdout.write(f"\nEverything above is on disk under {project / '.selfheal'}\n")
+    _run(["selfheal", "report", "--all", "--format", "text"], project)
+    sys.stdout.write(f"\nEverything is on disk under {project / '.selfheal'}; the full markdown report, with the "
+                     f"decision points: cd {project} && selfheal report --all\n")
     return 0

@@ -13,6 +13,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
@@ -23,8 +24,9 @@ HELP = "print the RALF Lite Loop Report of an incident (latest by default) as ma
 
 def add_format_arguments(parser: argparse.ArgumentParser) -> None:
     """``--format md|json``, ``--json``, ``--output PATH``, ``--headline`` (shared with ``merge``)."""
-    parser.add_argument("--format", choices=("md", "json"), default=None,
-                        help="md (default): the markdown report; json: the report data")
+    parser.add_argument("--format", choices=("md", "json", "text"), default=None,
+                        help="md (default): the markdown report; json: the report data; text: the compact "
+                             "lines pytest --selfheal prints")
     parser.add_argument("--json", action="store_true", help="same as --format json")
     parser.add_argument("--output", "-o", metavar="PATH",
                         help="write the report to PATH (atomically) instead of printing it")
@@ -43,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def output_format(args: argparse.Namespace) -> str:
-    """``md`` or ``json`` from ``--format``/``--json``; ``UsageError`` when they disagree."""
-    if args.json and args.format == "md":
-        raise UsageError("--json and --format md contradict each other")
+    """``md``, ``json`` or ``text`` from ``--format``/``--json``; ``UsageError`` when they disagree."""
+    if args.json and args.format in ("md", "text"):
+        raise UsageError(f"--json and --format {args.format} contradict each other")
     return "json" if args.json else (args.format or "md")
 
 
@@ -77,6 +79,8 @@ def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
         return
     if fmt == "json":
         body = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    elif fmt == "text":
+        body = "".join(line + "\n" for line in render_terminal(report))
     else:
         body = report_markdown(report, hooks.cli_plugin_manager(), headline=args.headline)
     if args.output is None:
