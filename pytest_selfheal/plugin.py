@@ -32,6 +32,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="capture failing runs as incidents under the reports root (ini: selfheal)",
     )
     group.addoption(
+        "--no-selfheal",
+        action="store_false",
+        dest="selfheal",
+        help="do not capture this run, whatever the ini option selfheal says",
+    )
+    group.addoption(
         "--selfheal-dir",
         metavar="DIR",
         default=None,
@@ -42,6 +48,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=None,
         help="after capturing, run the RALF-Lite loop on the new incident (ini: selfheal_loop)",
+    )
+    group.addoption(
+        "--no-selfheal-loop",
+        action="store_false",
+        dest="selfheal_loop",
+        help="do not run the loop after capturing, whatever the ini option selfheal_loop says",
     )
     group.addoption(
         "--selfheal-report",

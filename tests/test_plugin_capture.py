@@ -148,6 +148,18 @@ def test_ini_switch_enables_capture(project: pytest.Pytester) -> None:
     assert len(incidents(project.path)) == 1
 
 
+def test_no_selfheal_flag_overrides_the_ini_switch(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nselfheal = true\nselfheal_loop = true\n")
+    result = project.runpytest("--no-selfheal")
+    result.assert_outcomes(failed=1, passed=1)
+    assert incidents(project.path) == [] and "- selfheal -" not in result.stdout.str()
+    # --no-selfheal-loop keeps the capture and skips the loop the ini asks for.
+    project.runpytest("--no-selfheal-loop")
+    (folder,) = incidents(project.path)
+    assert not (project.path / ".selfheal" / "error_runs" / folder.name).exists()
+    assert (folder / "status.txt").read_text().strip() == "planned"
+
+
 def test_selfheal_dir_flag_moves_the_root(project: pytest.Pytester) -> None:
     project.runpytest("--selfheal", "--selfheal-dir=elsewhere")
     assert not (project.path / ".selfheal").exists()
