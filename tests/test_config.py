@@ -42,6 +42,8 @@ SPEC_DEFAULTS: Dict[str, Any] = {
     "repair": {"command": None, "timeout_seconds": 600, "allowed_paths": [], "approve": False},
     "redaction": {"patterns": [], "env_names": ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"]},
     "classification": {"rules": []},
+    "history": {"enabled": True, "base_branch": "main", "flaky_rate": 0.1, "window_days": 30,
+                "quarantine_file": ".selfheal-quarantine.yml"},
 }
 
 

@@ -80,6 +80,7 @@ GROUPS: Dict[str, str] = {
     "repair": "the repair provider called between iterations",
     "redaction": "what is removed from everything written to disk or posted",
     "classification": "extra rules for classifying failures",
+    "history": "the failure history and the triage of every failure (new, known, flaky, quarantined)",
 }
 
 SCHEMA: Tuple[KeySpec, ...] = (
@@ -144,6 +145,19 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "Extra classification rules `{name, pattern, failure_type, code_fixable, "
             "transient, failure_class, keywords}` (the last four optional), matched against a "
             "failure's message and text before the built-in rules."),
+    KeySpec("history.enabled", BOOL, True,
+            "Record every capture and loop iteration in `history.sqlite3` under the reports root and "
+            "triage each failure as new, known, flaky or quarantined."),
+    KeySpec("history.base_branch", STRING, "main",
+            "The branch whose failures count as `known` (on a pull request in Actions, the pull "
+            "request's base branch wins)."),
+    KeySpec("history.flaky_rate", NUMBER, 0.1,
+            "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`."),
+    KeySpec("history.window_days", NUMBER, 30,
+            "How far back, in days, flake rates look (`selfheal flaky`, triage)."),
+    KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
+            "The committed quarantine list, relative to the project root; on a pull request it is read "
+            "from the base revision."),
 )
 
 SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}

@@ -112,6 +112,17 @@ class RedactionSettings:
 
 
 @dataclass(frozen=True)
+class HistorySettings:
+    """``history``: the failure history and triage."""
+
+    enabled: bool = True
+    base_branch: str = "main"
+    flaky_rate: float = 0.1
+    window_days: float = 30
+    quarantine_file: str = ".selfheal-quarantine.yml"
+
+
+@dataclass(frozen=True)
 class Settings:
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
@@ -134,6 +145,7 @@ class Settings:
     repair: RepairSettings = RepairSettings()
     redaction: RedactionSettings = RedactionSettings()
     classification_rules: Tuple[Rule, ...] = ()
+    history: HistorySettings = HistorySettings()
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "Settings":
@@ -161,6 +173,7 @@ class Settings:
             ),
             redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
+            history=HistorySettings(**values["history"]),
         )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import UsageError
 from pytest_selfheal.store.root import Store
 
 
@@ -51,6 +53,18 @@ def store_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfi
     if effective is None:
         effective = load_config(project)
     return Store(project / effective.settings.reports_dir)
+
+
+def parse_days(text: str, flag: str, *, zero_ok: bool) -> float:
+    """A number of days given on the command line (finite, >= 0 or > 0); else a one-line UsageError."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not math.isfinite(days) or days < 0 or (days == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise UsageError(f"{flag}: expected a number of days {bound}, got {text!r}")
+    return days
 
 
 ID_HELP = "incident id (incident_YYYYMMDD_HHMMSS_<run>), a unique prefix of one, or `latest`"

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import math
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-from pytest_selfheal.errors import UsageError
+from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, store_from_args
 from pytest_selfheal.loop.resume import parse_stamp
 from pytest_selfheal.store.reader import INBOX
 
@@ -27,19 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-def _days(text: str) -> float:
-    try:
-        days = float(text)
-    except ValueError:
-        days = math.nan
-    if not math.isfinite(days) or days < 0:
-        raise UsageError(f"--older-than: expected a number of days >= 0, got {text!r}")
-    return days
-
-
 def run(args: argparse.Namespace) -> int:
     """Prune; 0 (also when nothing is old enough), 2 bad arguments, 6 the root cannot be written."""
-    cutoff = datetime.now(timezone.utc) - timedelta(days=_days(args.older_than))
+    cutoff = datetime.now(timezone.utc) - timedelta(days=parse_days(args.older_than, "--older-than", zero_ok=True))
     store = store_from_args(args)
     if not args.dry_run:
         store.finish_prunes()

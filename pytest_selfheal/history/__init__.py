@@ -1,0 +1,1 @@
+"""The failure history: a SQLite record of every run, triage and the quarantine list."""

@@ -1,0 +1,273 @@
+"""The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
+
+One schema with a version (``PRAGMA user_version``) and forward migrations; WAL journal
+and a busy timeout, so concurrent runs on one root (``pytest --selfheal -n 2``'s
+controller, parallel CI jobs on a shared root) wait for each other instead of failing.
+A database that is corrupted, foreign (another application's file, recognised by
+``PRAGMA application_id``), newer than this version, or a symlink is
+:class:`HistoryUnavailable`: one line, and the caller goes on without history — the
+incident files never depend on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from pytest_selfheal.errors import one_line
+from pytest_selfheal.history.records import (
+    FAILED,
+    OUTCOMES,
+    PASSED_ON_RERUN,
+    QUARANTINED,
+    FlakeRate,
+    RunInfo,
+    Sighting,
+    TestOutcome,
+)
+
+HISTORY_FILE = "history.sqlite3"
+APPLICATION_ID = 0x53484C46  # "SHLF": tells our database from any other SQLite file
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+# MIGRATIONS[v] takes a database at version v to v + 1 (version 0: an empty file).
+MIGRATIONS: Dict[int, Tuple[str, ...]] = {
+    0: (
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            run_key TEXT NOT NULL UNIQUE,
+            recorded_at TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            incident_id TEXT,
+            iteration INTEGER,
+            commit_sha TEXT,
+            branch TEXT,
+            ci_workflow TEXT,
+            ci_job TEXT,
+            ci_run_id TEXT,
+            tests_run INTEGER
+        )""",
+        """CREATE TABLE outcomes (
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            nodeid TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            fingerprint TEXT,
+            failure_class TEXT
+        )""",
+        "CREATE INDEX outcomes_by_nodeid ON outcomes(nodeid)",
+        "CREATE INDEX outcomes_by_fingerprint ON outcomes(fingerprint)",
+        "CREATE INDEX outcomes_by_run ON outcomes(run_id)",
+        "CREATE INDEX runs_by_branch ON runs(branch, recorded_at)",
+    ),
+}
+
+_RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
+                "ci_workflow", "ci_job", "ci_run_id", "tests_run")
+
+
+class HistoryUnavailable(Exception):
+    """The history database cannot be used; ``str()`` is one line naming the file."""
+
+
+def _unavailable(path: Path, problem: str) -> HistoryUnavailable:
+    return HistoryUnavailable(one_line(f"{path}: history unavailable ({problem}); continuing without history"))
+
+
+class HistoryDB:
+    """An open history database. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._db = connection
+        self.path = path
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, reports_root: Path, *, create: bool = True) -> "HistoryDB":
+        """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``.
+
+        Raises :class:`HistoryUnavailable` for a corrupted, foreign, newer or symlinked
+        file, or one that cannot be opened; ``create=False`` and no file: also unavailable.
+        """
+        path = Path(reports_root) / HISTORY_FILE
+        if os.path.islink(path) or os.path.islink(reports_root):
+            raise _unavailable(path, "a symlink; the history stays inside the reports root")
+        if not create and not path.is_file():
+            raise _unavailable(path, "no history recorded yet")
+        try:
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        except (sqlite3.Error, OSError) as exc:
+            raise _unavailable(path, str(exc)) from None
+        db = cls(connection, path)
+        try:
+            db._prepare(create)
+        except sqlite3.DatabaseError as exc:
+            connection.close()
+            raise _unavailable(path, f"not a readable history database: {exc}") from None
+        except HistoryUnavailable:
+            connection.close()
+            raise
+        return db
+
+    def _prepare(self, create: bool) -> None:
+        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        app_id = int(self._db.execute("PRAGMA application_id").fetchone()[0])
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != APPLICATION_ID and (app_id != 0 or tables):
+            raise _unavailable(self.path, "another application's SQLite file")
+        if version > SCHEMA_VERSION:
+            raise _unavailable(self.path, f"schema version {version} is newer than this pytest-selfheal ({SCHEMA_VERSION})")
+        if version < SCHEMA_VERSION:
+            if not create:
+                raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
+            self._migrate(version)
+        self._db.execute("PRAGMA journal_mode = WAL")
+
+    def _migrate(self, version: int) -> None:
+        # One transaction per step: a crash leaves the previous version, never half of one.
+        while version < SCHEMA_VERSION:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+                if current == version:  # another process may have migrated meanwhile
+                    for statement in MIGRATIONS[version]:
+                        self._db.execute(statement)
+                    self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    self._db.execute(f"PRAGMA user_version = {version + 1}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def __enter__(self) -> "HistoryDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def record(self, run: RunInfo, outcomes: Sequence[TestOutcome]) -> bool:
+        """Record one run and its outcomes in one transaction; False when ``run.run_key`` was
+        recorded before (nothing changes: recording is idempotent)."""
+        for item in outcomes:
+            if item.outcome not in OUTCOMES:
+                raise ValueError(f"unknown history outcome {item.outcome!r}")
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = self._db.execute(
+                f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
+                (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
+                 run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run),
+            )
+            added = cursor.rowcount == 1
+            if added:
+                self._db.executemany(
+                    "INSERT INTO outcomes (run_id, nodeid, outcome, fingerprint, failure_class) VALUES (?, ?, ?, ?, ?)",
+                    [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return added
+
+    def merge_from(self, other: "HistoryDB") -> int:
+        """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
+        added = 0
+        for run, outcomes in other.runs():
+            added += self.record(run, outcomes)
+        return added
+
+    # ------------------------------------------------------------------ reading
+
+    def runs(self) -> Iterator[Tuple[RunInfo, List[TestOutcome]]]:
+        """Every run with its outcomes, oldest first."""
+        rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
+        for row in rows:
+            outcomes = [
+                TestOutcome(nodeid, outcome, fingerprint, failure_class)
+                for nodeid, outcome, fingerprint, failure_class in self._db.execute(
+                    "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid",
+                    (row[0],),
+                )
+            ]
+            yield _run_info(row[1:]), outcomes
+
+    def sightings(self, fingerprints: Iterable[str], branch: str) -> Dict[str, Sighting]:
+        """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""
+        found: Dict[str, Sighting] = {}
+        for fingerprint in dict.fromkeys(fingerprints):
+            row = self._db.execute(
+                """SELECT MIN(r.recorded_at), COUNT(DISTINCT r.id) FROM outcomes o JOIN runs r ON r.id = o.run_id
+                   WHERE o.fingerprint = ? AND r.branch = ? AND o.outcome IN (?, ?, ?)""",
+                (fingerprint, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
+            ).fetchone()
+            if not row or not row[1]:
+                continue
+            first = self._db.execute(
+                """SELECT r.commit_sha FROM outcomes o JOIN runs r ON r.id = o.run_id
+                   WHERE o.fingerprint = ? AND r.branch = ? AND r.recorded_at = ? LIMIT 1""",
+                (fingerprint, branch, row[0]),
+            ).fetchone()
+            found[fingerprint] = Sighting(fingerprint, first[0] if first else None, str(row[0]), int(row[1]))
+        return found
+
+    def flake_rates(self, since: str, nodeids: Optional[Iterable[str]] = None) -> List[FlakeRate]:
+        """Tests that passed on re-run at least once since ``since`` (ISO time), ranked by
+        flake rate, then flaky count, then node id; ``nodeids`` restricts the answer."""
+        query = """SELECT o.nodeid, SUM(o.outcome = ?), COUNT(*), MAX(r.recorded_at)
+                   FROM outcomes o JOIN runs r ON r.id = o.run_id
+                   WHERE r.recorded_at >= ? AND o.outcome IN (?, ?, ?)"""
+        params: List[object] = [PASSED_ON_RERUN, since, FAILED, PASSED_ON_RERUN, QUARANTINED]
+        wanted = list(dict.fromkeys(nodeids)) if nodeids is not None else None
+        if wanted is not None:
+            if not wanted:
+                return []
+            query += f" AND o.nodeid IN ({', '.join('?' * len(wanted))})"
+            params.extend(wanted)
+        query += """ GROUP BY o.nodeid HAVING SUM(o.outcome = ?) > 0
+                     ORDER BY SUM(o.outcome = ?) * 1.0 / COUNT(*) DESC, SUM(o.outcome = ?) DESC, o.nodeid"""
+        params.extend([PASSED_ON_RERUN] * 3)
+        return [FlakeRate(str(n), int(f), int(c), str(t)) for n, f, c, t in self._db.execute(query, params)]
+
+    def history_of(self, *, nodeid: Optional[str] = None, fingerprint: Optional[str] = None,
+                   limit: int = 200) -> List[Tuple[RunInfo, TestOutcome]]:
+        """The recorded outcomes of one test or one fingerprint, newest first."""
+        column, value = ("nodeid", nodeid) if nodeid is not None else ("fingerprint", fingerprint)
+        rows = self._db.execute(
+            f"""SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)}, o.nodeid, o.outcome, o.fingerprint, o.failure_class
+                FROM outcomes o JOIN runs r ON r.id = o.run_id WHERE o.{column} = ?
+                ORDER BY r.recorded_at DESC, r.id DESC LIMIT ?""",
+            (value, limit),
+        ).fetchall()
+        width = len(_RUN_COLUMNS)
+        return [(_run_info(row[:width]), TestOutcome(*row[width:])) for row in rows]
+
+
+def _run_info(row: Sequence[object]) -> RunInfo:
+    (run_key, recorded_at, kind, incident_id, iteration, commit, branch, workflow, job, run_id, tests_run) = row
+    return RunInfo(
+        run_key=str(run_key), recorded_at=str(recorded_at), kind=str(kind),
+        incident_id=None if incident_id is None else str(incident_id),
+        iteration=None if iteration is None else int(str(iteration)),
+        commit=None if commit is None else str(commit), branch=None if branch is None else str(branch),
+        ci_workflow=None if workflow is None else str(workflow), ci_job=None if job is None else str(job),
+        ci_run_id=None if run_id is None else str(run_id),
+        tests_run=None if tests_run is None else int(str(tests_run)),
+    )
+
+
+__all__ = ["APPLICATION_ID", "HISTORY_FILE", "SCHEMA_VERSION", "HistoryDB", "HistoryUnavailable"]

@@ -1,0 +1,99 @@
+"""What the failure history holds, as records (pure): a recorded run and its test outcomes.
+
+The database (``history/db.py``) stores exactly these; triage (``history/triage.py``)
+reads them. Node ids and messages arrive already redacted: the history is written from
+the same redacted failures as the incident files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+# The outcome of one test in one recorded run.
+FAILED = "failed"  # failed (or errored) and was not seen passing in that run
+PASSED_ON_RERUN = "passed_on_rerun"  # failed, then passed when re-run with no code change
+PASSED = "passed"  # a re-run (loop iteration) where it passed after a code change
+QUARANTINED = "quarantined"  # failed, and a quarantine entry covered it
+OUTCOMES: Tuple[str, ...] = (FAILED, PASSED_ON_RERUN, PASSED, QUARANTINED)
+
+# Which surface recorded a run.
+CAPTURE = "capture"  # pytest --selfheal created an incident
+LOOP = "loop"  # one verification iteration of the loop
+AGENT = "agent"  # pytest --selfheal recorded as the next iteration of an open incident
+RUN_KINDS: Tuple[str, ...] = (CAPTURE, LOOP, AGENT)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One recorded run: when, where (commit, branch, CI job) and how many tests ran.
+
+    ``run_key`` makes recording idempotent and shard merges free of duplicates: the same
+    run recorded twice (a resumed close-out, a merged shard seen before) is kept once.
+    """
+
+    run_key: str
+    recorded_at: str  # ISO 8601, UTC
+    kind: str
+    incident_id: Optional[str] = None
+    iteration: Optional[int] = None
+    commit: Optional[str] = None
+    branch: Optional[str] = None
+    ci_workflow: Optional[str] = None
+    ci_job: Optional[str] = None
+    ci_run_id: Optional[str] = None
+    tests_run: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One failing or re-run test of a recorded run."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    nodeid: str
+    outcome: str
+    fingerprint: Optional[str] = None
+    failure_class: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the history knows of one fingerprint on one branch: first seen, how often."""
+
+    fingerprint: str
+    first_commit: Optional[str]
+    first_seen_at: str
+    occurrences: int
+
+
+@dataclass(frozen=True)
+class FlakeRate:
+    """A test's flake record over a window: re-run passes among its recorded failures."""
+
+    nodeid: str
+    flaky: int  # runs where it passed on re-run
+    failed: int  # runs where it failed (passed on re-run included)
+    last_seen_at: str
+
+    @property
+    def rate(self) -> float:
+        """``flaky / failed`` (0 when it never failed)."""
+        return self.flaky / self.failed if self.failed else 0.0
+
+
+__all__ = [
+    "AGENT",
+    "CAPTURE",
+    "FAILED",
+    "LOOP",
+    "OUTCOMES",
+    "PASSED",
+    "PASSED_ON_RERUN",
+    "QUARANTINED",
+    "RUN_KINDS",
+    "FlakeRate",
+    "RunInfo",
+    "Sighting",
+    "TestOutcome",
+]

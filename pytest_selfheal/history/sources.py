@@ -1,0 +1,76 @@
+"""Where the history's inputs come from (edge): the quarantine file and the run's context.
+
+On a pull request the quarantine list is read from the base revision through git (a PR
+cannot quarantine its own failure); elsewhere from the working tree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path, PurePosixPath
+from typing import List, Mapping, Optional, Tuple
+
+from pytest_selfheal.gitrepo import GitFailed, run_git
+from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
+
+MAX_QUARANTINE_BYTES = 1024 * 1024
+
+
+def _relative_inside(relative: str) -> Optional[str]:
+    """``relative`` as a git path inside the project, or None when it would leave it."""
+    path = PurePosixPath(relative.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        return None
+    return path.as_posix()
+
+
+def read_quarantine(
+    project_root: Path, relative: str, *, revision: Optional[str] = None, today: Optional[dt.date] = None
+) -> Tuple[List[QuarantineEntry], List[str]]:
+    """``(entries in force, warnings)`` of the quarantine file ``relative`` to the project root,
+    at ``revision`` (git) when given, else in the working tree. A missing file is no entries."""
+    day = today or dt.datetime.now(dt.timezone.utc).date()
+    inside = _relative_inside(relative)
+    if inside is None:
+        return [], [f"{relative}: the quarantine file must be a path inside the project; quarantine ignored"]
+    if revision is not None:
+        where = f"{inside}@{revision[:12]}"
+        try:
+            listed = run_git(project_root, ["ls-tree", "--name-only", revision, "--", inside])
+            if not listed.strip():
+                return [], []
+            data = run_git(project_root, ["show", f"{revision}:{inside}"])
+        except GitFailed as exc:
+            return [], [f"{where}: cannot read the base revision ({exc.first_line}); quarantine ignored"]
+    else:
+        where = inside
+        path = Path(project_root, inside)
+        if path.is_symlink() or not path.is_file():
+            return [], [] if not path.is_symlink() else [f"{where}: a symlink; quarantine ignored"]
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_QUARANTINE_BYTES + 1)
+        except OSError as exc:
+            return [], [f"{where}: cannot read ({exc.strerror}); quarantine ignored"]
+    if len(data) > MAX_QUARANTINE_BYTES:
+        return [], [f"{where}: larger than {MAX_QUARANTINE_BYTES} bytes; quarantine ignored"]
+    return parse_quarantine(data.decode("utf-8", errors="replace"), where, day)
+
+
+def base_revision(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
+    """The pull request's base commit (``pull_request.base.sha`` of the event), or None."""
+    pull = event.get("pull_request")
+    base = pull.get("base") if isinstance(pull, Mapping) else None
+    sha = base.get("sha") if isinstance(base, Mapping) else None
+    if isinstance(sha, str) and len(sha) >= 7 and all(c in "0123456789abcdef" for c in sha.lower()):
+        return sha
+    return None
+
+
+def base_branch(env: Mapping[str, str], configured: str) -> str:
+    """The branch whose failures count as known: the PR's base (``GITHUB_BASE_REF``) in
+    Actions, else the configured ``history.base_branch``."""
+    return env.get("GITHUB_BASE_REF") or configured
+
+
+__all__ = ["base_branch", "base_revision", "read_quarantine"]

@@ -1,0 +1,260 @@
+"""The failure history: the SQLite database, triage, the quarantine list and their commands."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import sqlite3
+from pathlib import Path
+from typing import List
+
+import pytest
+from helpers import cli, git_commit_all, make_project
+
+from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from pytest_selfheal.gitrepo import run_git
+from pytest_selfheal.history import records as hr
+from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
+from pytest_selfheal.history.sources import base_revision, read_quarantine
+from pytest_selfheal.history.triage import triage_failure, triage_headline
+
+TODAY = dt.date(2026, 11, 24)
+
+
+def run(key: str, at: str, *, branch: str = "main", commit: str = "c0ffee", kind: str = hr.CAPTURE) -> hr.RunInfo:
+    return hr.RunInfo(run_key=key, recorded_at=at, kind=kind, branch=branch, commit=commit, tests_run=10)
+
+
+def failed(nodeid: str, fp: str = "fp1", outcome: str = hr.FAILED) -> hr.TestOutcome:
+    return hr.TestOutcome(nodeid, outcome, fp, "deterministic")
+
+
+# --------------------------------------------------------------------------- the database
+
+
+def test_record_is_idempotent_per_run_key_and_reads_back(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        assert db.record(run("r1", "2026-11-01T10:00:00+00:00"), [failed("t.py::a"), failed("t.py::b", "fp2")])
+        assert not db.record(run("r1", "2026-11-01T10:00:00+00:00"), [failed("t.py::c")])  # seen: ignored
+        (info, outcomes), = list(db.runs())
+    assert info.run_key == "r1" and info.branch == "main" and info.tests_run == 10
+    assert [o.nodeid for o in outcomes] == ["t.py::a", "t.py::b"]
+    assert (tmp_path / HISTORY_FILE).is_file()
+    with sqlite3.connect(tmp_path / HISTORY_FILE) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_sightings_count_only_the_base_branch(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        db.record(run("m1", "2026-11-01T10:00:00+00:00", commit="aaa111"), [failed("t.py::a")])
+        db.record(run("m2", "2026-11-02T10:00:00+00:00", commit="bbb222"), [failed("t.py::a")])
+        db.record(run("f1", "2026-10-01T10:00:00+00:00", branch="feature"), [failed("t.py::a"), failed("t.py::z", "fpz")])
+        seen = db.sightings(["fp1", "fpz", "never"], "main")
+    assert set(seen) == {"fp1"}
+    assert (seen["fp1"].first_commit, seen["fp1"].first_seen_at, seen["fp1"].occurrences) == (
+        "aaa111", "2026-11-01T10:00:00+00:00", 2)
+
+
+def test_flake_rates_rank_by_rate_then_count(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        at = "2026-11-0{}T10:00:00+00:00"
+        db.record(run("1", at.format(1)), [failed("t.py::half"), failed("t.py::always"), failed("t.py::solid")])
+        db.record(run("2", at.format(2), kind=hr.LOOP),
+                  [failed("t.py::half", outcome=hr.PASSED_ON_RERUN), failed("t.py::always", outcome=hr.PASSED_ON_RERUN),
+                   failed("t.py::solid")])
+        db.record(run("3", at.format(3)), [failed("t.py::half")])
+        db.record(run("old", "2020-01-01T00:00:00+00:00"), [failed("t.py::ancient", outcome=hr.PASSED_ON_RERUN)])
+        rates = db.flake_rates("2026-10-01T00:00:00+00:00")
+        only = db.flake_rates("2026-10-01T00:00:00+00:00", nodeids=["t.py::half"])
+    assert [(r.nodeid, r.flaky, r.failed) for r in rates] == [("t.py::always", 1, 2), ("t.py::half", 1, 3)]
+    assert rates[0].rate == 0.5 and [r.nodeid for r in only] == ["t.py::half"]
+
+
+def test_history_of_a_test_and_a_fingerprint_newest_first(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        db.record(run("1", "2026-11-01T10:00:00+00:00"), [failed("t.py::a", "fpa")])
+        db.record(run("2", "2026-11-02T10:00:00+00:00"), [failed("t.py::a", "fpb")])
+        by_test = db.history_of(nodeid="t.py::a")
+        by_fp = db.history_of(fingerprint="fpa")
+    assert [o.fingerprint for _, o in by_test] == ["fpb", "fpa"]
+    assert [r.run_key for r, _ in by_fp] == ["1"]
+
+
+def test_merge_from_a_shard_adds_only_unseen_runs(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path / "a") as a, HistoryDB.open(tmp_path / "b") as b:
+        a.record(run("shared", "2026-11-01T10:00:00+00:00"), [failed("t.py::a")])
+        b.record(run("shared", "2026-11-01T10:00:00+00:00"), [failed("t.py::a")])
+        b.record(run("b-only", "2026-11-02T10:00:00+00:00"), [failed("t.py::b")])
+        assert a.merge_from(b) == 1
+        assert [info.run_key for info, _ in a.runs()] == ["shared", "b-only"]
+
+
+@pytest.mark.parametrize("kind", ["foreign", "corrupted", "newer", "symlink"])
+def test_an_unusable_database_is_one_line_and_nothing_is_changed(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / HISTORY_FILE
+    if kind == "foreign":
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE accounts (id INTEGER)")
+    elif kind == "corrupted":
+        path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    elif kind == "newer":
+        with HistoryDB.open(tmp_path):
+            pass
+        with sqlite3.connect(path) as raw:
+            raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    else:
+        target = tmp_path / "elsewhere.sqlite3"
+        target.write_bytes(b"")
+        path.symlink_to(target)
+    before = path.read_bytes() if not path.is_symlink() else None
+    with pytest.raises(HistoryUnavailable) as info:
+        HistoryDB.open(tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path)) and "continuing without history" in message
+    if before is not None:
+        assert path.read_bytes() == before
+
+
+def _record_many(root: str, worker: int) -> None:
+    with HistoryDB.open(Path(root)) as db:
+        for i in range(20):
+            db.record(run(f"w{worker}-{i}", f"2026-11-01T10:00:{i:02d}+00:00"), [failed(f"t.py::w{worker}")])
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_record_many, args=(str(tmp_path), w)) for w in range(3)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+    with HistoryDB.open(tmp_path) as db:
+        assert len(list(db.runs())) == 60
+
+
+# --------------------------------------------------------------------------- triage
+
+
+def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        db.record(run("m", "2026-11-01T10:00:00+00:00", commit="abcdef1234567890"), [failed("t.py::known", "fpk")])
+        for i in range(3):
+            db.record(run(f"f{i}", f"2026-11-0{i + 2}T10:00:00+00:00", branch="pr"),
+                      [failed("t.py::rate", "fpr", hr.PASSED_ON_RERUN if i else hr.FAILED)])
+        sightings = db.sightings(["fpk", "fpn", "fpr", "fpq"], "main")
+        rates = {r.nodeid: r for r in db.flake_rates("2026-01-01T00:00:00+00:00")}
+    quarantine = [QuarantineEntry(reason="sandbox flaps", test="t.py::q", owner="@ops")]
+    common = dict(base_branch="main", sightings=sightings, flake_rates=rates, quarantine=quarantine,
+                  passed_on_rerun={"t.py::now", "t.py::q"})
+    known = triage_failure("t.py::known", "fpk", **common)  # type: ignore[arg-type]
+    assert known.label == "known" and known.occurrences == 1 and known.first_seen_commit == "abcdef1234567890"
+    assert known.detail == "known on main: first seen at abcdef123456 (2026-11-01), once"
+    assert triage_failure("t.py::new", "fpn", **common).label == "new"  # type: ignore[arg-type]
+    assert triage_failure("t.py::now", "fpn", **common).label == "flaky"  # type: ignore[arg-type]
+    by_rate = triage_failure("t.py::rate", "fpr", **common)  # type: ignore[arg-type]
+    assert by_rate.label == "flaky" and by_rate.flake_rate == 0.667
+    quarantined = triage_failure("t.py::q", "fpq", **common)  # type: ignore[arg-type]  # wins over flaky
+    assert quarantined.label == "quarantined" and quarantined.to_json() == {
+        "label": "quarantined", "detail": "quarantined: sandbox flaps, owner @ops", "quarantine_reason": "sandbox flaps"}
+    assert triage_headline(["new", "known", "new", "flaky"], "main") == "2 new, 1 known on main, 1 flaky"
+    assert triage_headline([], "main") == "no failures"
+
+
+# --------------------------------------------------------------------------- quarantine
+
+
+def test_quarantine_warnings_name_the_line_and_the_rest_applies() -> None:
+    text = ("quarantine:\n"
+            "  - test: t.py::a\n"
+            "  - test: t.py::b\n    reason: r\n    expires: 2026-01-01\n"
+            "  - fingerprint: f\n    reason: ok\n    expires: 2026-11-24\n"
+            "  - test: t.py::c\n    fingerprint: g\n    reason: both\n")
+    entries, warnings = parse_quarantine(text, "q.yml", TODAY)
+    assert [(e.fingerprint, e.line) for e in entries] == [("f", 6)]
+    assert warnings == ["q.yml:2: `reason` is required; entry ignored",
+                        "q.yml:3: expired on 2026-01-01; entry ignored",
+                        "q.yml:9: give exactly one of `test` or `fingerprint`; entry ignored"]
+    assert parse_quarantine("quarantine: [", "q.yml", TODAY) == ([], ["q.yml:1: not valid YAML; quarantine ignored"])
+    assert parse_quarantine("- a\n", "q.yml", TODAY)[1] == [
+        "q.yml:1: expected `quarantine:` with a list of entries; quarantine ignored"]
+
+
+def test_add_and_remove_keep_every_other_line() -> None:
+    text = "# owned by the platform team\nquarantine:\n  - test: t.py::old\n    reason: keep me  # why\n"
+    added = add_entry(text, QuarantineEntry(reason="new one", fingerprint="abc"))
+    assert added.startswith(text)
+    assert [e.fingerprint or e.test for e in parse_quarantine(added, "q", TODAY)[0]] == ["t.py::old", "abc"]
+    removed, count = remove_entries(added, test="t.py::old")
+    assert count == 1 and removed.startswith("# owned by the platform team\nquarantine:\n")
+    assert [e.fingerprint for e in parse_quarantine(removed, "q", TODAY)[0]] == ["abc"]
+    with pytest.raises(ValueError, match="not valid YAML"):
+        add_entry("quarantine: [", QuarantineEntry(reason="x", test="t"))
+
+
+def test_on_a_pull_request_the_list_comes_from_the_base_revision(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {".selfheal-quarantine.yml": "quarantine:\n  - test: t.py::base\n    reason: on main\n"})
+    base = git_head(project)
+    (project / ".selfheal-quarantine.yml").write_text("quarantine:\n  - test: t.py::mine\n    reason: my own PR\n")
+    git_commit_all(project, "the PR quarantines its own failure")
+    at_base, warnings = read_quarantine(project, ".selfheal-quarantine.yml", revision=base, today=TODAY)
+    assert [e.test for e in at_base] == ["t.py::base"] and warnings == []
+    head, _ = read_quarantine(project, ".selfheal-quarantine.yml", today=TODAY)
+    assert [e.test for e in head] == ["t.py::mine"]
+    missing, warnings = read_quarantine(project, "nope.yml", revision=base, today=TODAY)
+    assert (missing, warnings) == ([], [])
+    outside, warnings = read_quarantine(project, "../x.yml", today=TODAY)
+    assert outside == [] and "inside the project" in warnings[0]
+    assert base_revision({}, {"pull_request": {"base": {"sha": base}}}) == base
+    assert base_revision({}, {"pull_request": {"base": {"sha": "; rm -rf /"}}}) is None
+
+
+def git_head(project: Path) -> str:
+    return run_git(project, ["rev-parse", "HEAD"]).decode().strip()
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def test_quarantine_commands(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
+    code, out, err = cli("quarantine", "add", "--test", "test_a.py::test_a", "--reason", "flaps",
+                         "--expires", "2099-01-01", "--owner", "@me", cwd=project)
+    assert code == EXIT_OK, err
+    assert out == "quarantined test test_a.py::test_a in .selfheal-quarantine.yml\n"
+    code, out, _ = cli("quarantine", "list", "--json", cwd=project)
+    assert json.loads(out) == [{"test": "test_a.py::test_a", "reason": "flaps", "expires": "2099-01-01",
+                                "owner": "@me", "line": 4}]
+    code, out, _ = cli("quarantine", "list", cwd=project)
+    assert out == ".selfheal-quarantine.yml:4: test test_a.py::test_a: flaps, owner @me, until 2099-01-01\n"
+    assert cli("quarantine", "add", "--test", "x", cwd=project).returncode == EXIT_USAGE  # no reason
+    assert cli("quarantine", "add", "--test", "x", "--reason", "r", "--expires", "soon", cwd=project).returncode == EXIT_USAGE
+    code, out, _ = cli("quarantine", "remove", "--test", "test_a.py::test_a", cwd=project)
+    assert (code, out) == (EXIT_OK, "removed 1 entry from .selfheal-quarantine.yml\n")
+    assert cli("quarantine", "remove", "--test", "test_a.py::test_a", cwd=project).returncode == EXIT_NOT_FOUND
+
+
+def test_history_and_flaky_commands(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
+    root = project / ".selfheal"
+    code, _, err = cli("flaky", cwd=project)
+    assert code == EXIT_NOT_FOUND and "no history recorded yet" in err
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    stamps: List[str] = [(now - dt.timedelta(hours=h)).isoformat() for h in (3, 2)]
+    with HistoryDB.open(root) as db:
+        db.record(run("1", stamps[0]), [failed("test_a.py::test_a")])
+        db.record(run("2", stamps[1], kind=hr.LOOP), [failed("test_a.py::test_a", outcome=hr.PASSED_ON_RERUN)])
+    code, out, err = cli("flaky", "--json", cwd=project)
+    assert code == EXIT_OK, err
+    assert [(r["nodeid"], r["flaky"], r["failed"], r["flake_rate"]) for r in json.loads(out)] == [
+        ("test_a.py::test_a", 1, 2, 0.5)]
+    code, out, _ = cli("flaky", cwd=project)
+    assert "50%     1 / 2    test_a.py::test_a" in out
+    assert cli("flaky", "--window", "0", cwd=project).returncode == EXIT_USAGE
+    code, out, _ = cli("history", "--test", "test_a.py::test_a", "--json", cwd=project)
+    assert [row["outcome"] for row in json.loads(out)] == ["passed_on_rerun", "failed"]
+    code, out, _ = cli("history", "--fingerprint", "nope", cwd=project)
+    assert (code, out) == (EXIT_OK, "no recorded outcome for fingerprint nope\n")
