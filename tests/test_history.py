@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from helpers import cli, git_commit_all, make_project
+from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
+from junitparser.xunit2 import JUnitXml as XunitXml
 
-from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
@@ -258,3 +259,27 @@ def test_history_and_flaky_commands(tmp_path: Path) -> None:
     assert [row["outcome"] for row in json.loads(out)] == ["passed_on_rerun", "failed"]
     code, out, _ = cli("history", "--fingerprint", "nope", cwd=project)
     assert (code, out) == (EXIT_OK, "no recorded outcome for fingerprint nope\n")
+
+
+# --------------------------------------------------------------------------- selfheal junit
+
+
+def test_junit_writes_flaky_failures_that_junitparser_reads_back(tmp_path: Path) -> None:
+    flaky = FLAKY.format(state=str(tmp_path / "flaky.state"))
+    project = make_project(tmp_path / "p", {"test_flaky.py": flaky, "test_calc.py": DETERMINISTIC})
+    incident_id = capture(project)
+    assert cli("loop", incident_id, cwd=project).returncode == EXIT_UNRESOLVED  # the real bug repeats
+    assert cli("quarantine", "add", "--test", "test_calc.py::test_sub", "--reason", "tracked in BUG-1",
+               cwd=project).returncode == EXIT_OK
+    out = tmp_path / "reports" / "selfheal.xml"
+    code, stdout, err = cli("junit", incident_id[:-1], "--output", str(out), cwd=project)
+    assert code == EXIT_OK, err
+    assert stdout == f"wrote {out}: 2 test(s) of {incident_id}, 1 flaky\n"
+    cases = {case.name: case for suite in XunitXml.fromfile(str(out)) for case in suite}
+    flaky_case, bug = cases["test_flaky"], cases["test_sub"]
+    assert flaky_case.is_flaky and flaky_case.result == []
+    (first,) = flaky_case.flaky_failures()
+    assert first.message.startswith("AssertionError: first run fails") and first.type == "TEST_ASSERTION"
+    assert not bug.is_flaky and bug.result[0].message.startswith("assert 7 == 3")
+    assert {(p.name, p.value) for p in bug.properties()} == {("selfheal.quarantined", "tracked in BUG-1")}
+    assert cli("junit", "--output", str(out), "--dir", str(tmp_path / "empty")).returncode == EXIT_NOT_FOUND

@@ -1,0 +1,73 @@
+"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure).
+
+Each test the incident captured becomes one case: its failed runs (the capture, then every
+attempt where it failed), its outcome at the latest run that ran it, and whether it is
+flaky (failed, then passed with no code change in between: ``policy.flaky_tests``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
+from pytest_selfheal.loop import policy
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
+
+
+def _signature_message(failure: Mapping[str, Any]) -> str:
+    # An attempt keeps the signature "TYPE | test | first line": the message is its last part.
+    message = failure.get("message")
+    if isinstance(message, str) and message:
+        return message
+    signature = str(failure.get("signature") or "")
+    return signature.split(" | ", 2)[-1] if " | " in signature else signature
+
+
+def _failed_run(failure: Mapping[str, Any]) -> FailedRun:
+    message = _signature_message(failure)
+    fingerprint = failure.get("fingerprint")
+    text = f"{message}\n(selfheal fingerprint {fingerprint})" if fingerprint else message
+    return FailedRun(message.splitlines()[0] if message else "", str(failure.get("failure_type") or "UNKNOWN"), text)
+
+
+def rerun_cases(
+    incident: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    quarantine: Sequence[QuarantineEntry] = (),
+) -> List[RerunCase]:
+    """The junit cases of one incident (order: the incident's failures)."""
+    observations = [policy.capture_observation(incident)] + [policy.observation_from_attempt(a) for a in attempts]
+    flaky = set(policy.flaky_tests(observations))
+    runs: Dict[str, List[FailedRun]] = {}
+    fingerprints: Dict[str, str] = {}
+    order: List[str] = []
+    for failure in incident.get("failures") or []:
+        nodeid = str(failure.get("nodeid") or failure.get("test"))
+        order.append(nodeid)
+        fingerprints[nodeid] = str(failure.get("fingerprint") or "")
+        runs.setdefault(nodeid, []).append(_failed_run(failure))
+    for attempt in attempts:
+        for failure in attempt.get("failures") or []:
+            nodeid = failure.get("nodeid") or failure.get("test")
+            if nodeid in runs:
+                runs[str(nodeid)].append(_failed_run(failure))
+    latest: Dict[str, str] = {}
+    for observation in observations:
+        for nodeid, outcome in observation.outcomes.items():
+            if outcome != OUTCOME_MISSING:
+                latest[nodeid] = outcome
+    cases = []
+    for nodeid in dict.fromkeys(order):
+        outcome = latest.get(nodeid, "failed")
+        final = FAILED if outcome in FAILING_OUTCOMES else SKIPPED if outcome == OUTCOME_SKIPPED else PASSED
+        entry: Optional[QuarantineEntry] = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprints[nodeid])
+        cases.append(RerunCase(
+            nodeid=nodeid, outcome=final, failed_runs=tuple(runs[nodeid]),
+            flaky=nodeid in flaky and outcome == OUTCOME_PASSED,
+            quarantine_reason=entry.reason if entry is not None and final == FAILED else None,
+        ))
+    return cases
+
+
+__all__ = ["rerun_cases"]
