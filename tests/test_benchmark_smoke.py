@@ -70,3 +70,8 @@ def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: i
     assert "ratio a/b (iteration vs direct pytest of the failing tests):" in out
     assert "ratio c/a (whole suite vs one iteration):" in out
     assert f"{failing} failing" in out
+
+
+def test_flaky_query_benchmark_prints_its_ratio(tmp_path: Path) -> None:
+    out = run_benchmark("bench_flaky.py", ["--outcomes", "2000", "--tests", "100", "--repeat", "1"], tmp_path)
+    assert "built 2000 outcomes over 100 tests" in out and out.count("ratio ") == 1
