@@ -13,11 +13,13 @@ import pytest
 from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
 from junitparser.xunit2 import JUnitXml as XunitXml
 
+from pytest_selfheal.config.settings import HistorySettings
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
+from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import base_revision, read_quarantine
 from pytest_selfheal.history.triage import triage_failure, triage_headline
 
@@ -283,3 +285,53 @@ def test_junit_writes_flaky_failures_that_junitparser_reads_back(tmp_path: Path)
     assert not bug.is_flaky and bug.result[0].message.startswith("assert 7 == 3")
     assert {(p.name, p.value) for p in bug.properties()} == {("selfheal.quarantined", "tracked in BUG-1")}
     assert cli("junit", "--output", str(out), "--dir", str(tmp_path / "empty")).returncode == EXIT_NOT_FOUND
+
+
+# --------------------------------------------------------------------------- recording a run
+
+
+def test_a_pull_request_run_is_triaged_against_main_and_the_base_quarantine(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {".selfheal-quarantine.yml":
+                                            "quarantine:\n  - test: t.py::base_q\n    reason: tracked on main\n"})
+    base = git_head(project)
+    root = project / ".selfheal"
+    settings = HistorySettings()
+    main_env = {"GITHUB_REF_NAME": "main", "GITHUB_SHA": base, "GITHUB_RUN_ID": "1"}
+    first = record_and_triage(root, settings, run_info(run_key="push-1", kind=hr.CAPTURE, project_root=project,
+                                                       env=main_env),
+                              [Failing("t.py::known", "fpk")], project_root=project, env=main_env)
+    assert first.triage["t.py::known"].label == "new"  # the run does not make itself known
+    # The PR quarantines its own new failure: ignored, the list comes from the base revision.
+    (project / ".selfheal-quarantine.yml").write_text("quarantine:\n  - test: t.py::new\n    reason: mine\n")
+    git_commit_all(project, "PR")
+    pr_env = {"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "2"}
+    event = {"pull_request": {"base": {"sha": base}}}
+    result = record_and_triage(
+        root, settings, run_info(run_key="pr-2", kind=hr.LOOP, project_root=project, env=pr_env),
+        [Failing("t.py::known", "fpk"), Failing("t.py::new", "fpn"), Failing("t.py::flaky", "fpf"),
+         Failing("t.py::base_q", "fpq")],
+        project_root=project, passed_on_rerun=["t.py::flaky"], env=pr_env, event=event)
+    labels = {nodeid: t.label for nodeid, t in result.triage.items()}
+    assert labels == {"t.py::known": "known", "t.py::new": "new", "t.py::flaky": "flaky", "t.py::base_q": "quarantined"}
+    assert result.base_branch == "main" and result.warnings == []
+    with HistoryDB.open(root) as db:
+        (_, pushed), (pr_run, recorded) = list(db.runs())
+    assert pr_run.branch == "feature" and pr_run.ci_run_id == "2"
+    assert {o.nodeid: o.outcome for o in recorded} == {"t.py::known": "failed", "t.py::new": "failed",
+                                                        "t.py::flaky": "passed_on_rerun", "t.py::base_q": "quarantined"}
+
+
+def test_an_unusable_history_is_a_warning_and_triage_still_answers(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"t.py": ""})
+    root = project / ".selfheal"
+    root.mkdir()
+    (root / HISTORY_FILE).write_bytes(b"not a database at all" * 100)
+    result = record_and_triage(root, HistorySettings(), run_info(run_key="r", kind=hr.CAPTURE, project_root=project,
+                                                                 env={}),
+                               [Failing("t.py::a", "fpa")], project_root=project, env={})
+    assert result.triage["t.py::a"].label == "new"
+    assert len(result.warnings) == 1 and "history unavailable" in result.warnings[0]
+    disabled = record_and_triage(root, HistorySettings(enabled=False), run_info(run_key="r", kind=hr.CAPTURE,
+                                                                                project_root=project, env={}),
+                                 [Failing("t.py::a", "fpa")], project_root=project, env={})
+    assert disabled.triage == {} and disabled.warnings == []

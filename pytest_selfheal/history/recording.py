@@ -1,0 +1,142 @@
+"""Record a run in the history and triage its failures (edge: the database, git, the environment).
+
+The one entry every surface calls (the capture, each loop iteration, an agent-mode run):
+read the quarantine list (from the base revision on a pull request), look up the base
+branch's sightings and the flake rates *before* this run is added (a failure never makes
+itself known), record the run, and return one :class:`~pytest_selfheal.history.triage.Triage`
+per failing test. Any history problem is a warning line; the caller goes on without it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence
+
+from pytest_selfheal.gitrepo import git_context
+from pytest_selfheal.history import records as hr
+from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.sources import base_branch, base_revision, read_quarantine
+from pytest_selfheal.history.triage import Triage, triage_failure
+
+
+class HistorySection(Protocol):
+    """The ``history`` settings (``config.settings.HistorySettings``) as this module reads them."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def base_branch(self) -> str: ...
+
+    @property
+    def flaky_rate(self) -> float: ...
+
+    @property
+    def window_days(self) -> float: ...
+
+    @property
+    def quarantine_file(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Failing:
+    """One failing test of the run, as recorded (already redacted)."""
+
+    nodeid: str
+    fingerprint: str
+    failure_class: Optional[str] = None
+
+
+@dataclass
+class HistoryResult:
+    """What recording gave: the triage of each failing test, the quarantine in force, warnings."""
+
+    triage: Dict[str, Triage] = field(default_factory=dict)
+    quarantine: List[QuarantineEntry] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    base_branch: str = "main"
+
+
+def run_info(
+    *,
+    run_key: str,
+    kind: str,
+    project_root: Path,
+    env: Optional[Mapping[str, str]] = None,
+    incident_id: Optional[str] = None,
+    iteration: Optional[int] = None,
+    tests_run: Optional[int] = None,
+    now: Optional[dt.datetime] = None,
+) -> hr.RunInfo:
+    """The run's record: time, commit and branch (git, or the Actions variables), CI ids."""
+    source = os.environ if env is None else env
+    git = git_context(project_root) or {}
+    branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.get("branch")
+    commit = source.get("GITHUB_SHA") or git.get("commit")
+    moment = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).replace(microsecond=0)
+    return hr.RunInfo(
+        run_key=run_key, recorded_at=moment.isoformat(), kind=kind, incident_id=incident_id, iteration=iteration,
+        commit=commit if isinstance(commit, str) else None, branch=branch if isinstance(branch, str) else None,
+        ci_workflow=source.get("GITHUB_WORKFLOW") or None, ci_job=source.get("GITHUB_JOB") or None,
+        ci_run_id=source.get("GITHUB_RUN_ID") or None, tests_run=tests_run,
+    )
+
+
+def record_and_triage(
+    reports_root: Path,
+    settings: HistorySection,
+    run: hr.RunInfo,
+    failing: Sequence[Failing],
+    *,
+    project_root: Path,
+    passed_on_rerun: Sequence[str] = (),
+    passed: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    event: Optional[Mapping[str, object]] = None,
+) -> HistoryResult:
+    """Record ``run`` and triage each test of ``failing``.
+
+    ``failing``: the tests to triage — this run's failures, and the tests of
+    ``passed_on_rerun`` (failed earlier, passed now with no code change) with the
+    fingerprint they failed with. ``passed``: tests that passed after a code change.
+    """
+    source = os.environ if env is None else env
+    result = HistoryResult(base_branch=base_branch(source, settings.base_branch))
+    if not settings.enabled:
+        return result
+    revision = base_revision(source, event or {})
+    result.quarantine, warnings = read_quarantine(project_root, settings.quarantine_file, revision=revision)
+    result.warnings.extend(warnings)
+    rerun = set(passed_on_rerun)
+    outcomes: List[hr.TestOutcome] = []
+    for item in failing:
+        if item.nodeid in rerun:
+            outcome = hr.PASSED_ON_RERUN
+        elif matching_entry(result.quarantine, nodeid=item.nodeid, fingerprint=item.fingerprint) is not None:
+            outcome = hr.QUARANTINED
+        else:
+            outcome = hr.FAILED
+        outcomes.append(hr.TestOutcome(item.nodeid, outcome, item.fingerprint, item.failure_class))
+    outcomes += [hr.TestOutcome(nodeid, hr.PASSED) for nodeid in passed if nodeid not in rerun]
+    since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=float(settings.window_days))).isoformat()
+    try:
+        with HistoryDB.open(reports_root) as db:
+            sightings = db.sightings([f.fingerprint for f in failing], result.base_branch)
+            rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
+            db.record(run, outcomes)
+    except HistoryUnavailable as exc:
+        result.warnings.append(str(exc))
+        sightings, rates = {}, {}
+    for item in failing:
+        result.triage[item.nodeid] = triage_failure(
+            item.nodeid, item.fingerprint, base_branch=result.base_branch, sightings=sightings, flake_rates=rates,
+            passed_on_rerun=passed_on_rerun, quarantine=result.quarantine, flaky_rate=settings.flaky_rate,
+        )
+    return result
+
+
+__all__ = ["Failing", "HistoryResult", "HistorySection", "record_and_triage", "run_info"]
