@@ -14,7 +14,7 @@ from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_pro
 from junitparser.xunit2 import JUnitXml as XunitXml
 
 from pytest_selfheal.config.settings import HistorySettings
-from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
@@ -335,3 +335,21 @@ def test_an_unusable_history_is_a_warning_and_triage_still_answers(tmp_path: Pat
                                                                                 project_root=project, env={}),
                                  [Failing("t.py::a", "fpa")], project_root=project, env={})
     assert disabled.triage == {} and disabled.warnings == []
+
+
+def test_merge_adds_the_shards_histories(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"t.py": ""})
+    for shard, key in (("s1", "a"), ("s2", "b")):
+        with HistoryDB.open(tmp_path / shard) as db:
+            db.record(run(key, "2026-11-01T10:00:00+00:00"), [failed(f"t.py::{key}")])
+            db.record(run("both", "2026-11-01T09:00:00+00:00"), [failed("t.py::both")])
+    code, out, err = cli("merge", "--history", str(tmp_path / "s1"), str(tmp_path / "s2" / HISTORY_FILE), cwd=project)
+    assert (code, out) == (EXIT_OK, ""), err
+    assert err.splitlines()[0].startswith(f"merged 2 run(s) of {tmp_path / 's1'} into ")
+    assert err.splitlines()[1].startswith("merged 1 run(s)")
+    with HistoryDB.open(project / ".selfheal") as db:
+        assert sorted(info.run_key for info, _ in db.runs()) == ["a", "b", "both"]
+    assert cli("merge", cwd=project).returncode == EXIT_USAGE
+    assert cli("merge", "--history", str(tmp_path / "none"), cwd=project).returncode == EXIT_NOT_FOUND
+    (tmp_path / "bad.sqlite3").write_bytes(b"junk" * 1000)
+    assert cli("merge", "--history", str(tmp_path / "bad.sqlite3"), cwd=project).returncode == EXIT_BAD_INPUT

@@ -92,8 +92,13 @@ class HistoryDB:
         Raises :class:`HistoryUnavailable` for a corrupted, foreign, newer or symlinked
         file, or one that cannot be opened; ``create=False`` and no file: also unavailable.
         """
-        path = Path(reports_root) / HISTORY_FILE
-        if os.path.islink(path) or os.path.islink(reports_root):
+        return cls.open_file(Path(reports_root) / HISTORY_FILE, create=create)
+
+    @classmethod
+    def open_file(cls, path: Path, *, create: bool = True) -> "HistoryDB":
+        """:meth:`open` for a database file of any name (a shard's history artifact)."""
+        path = Path(path)
+        if os.path.islink(path) or os.path.islink(path.parent):
             raise _unavailable(path, "a symlink; the history stays inside the reports root")
         if not create and not path.is_file():
             raise _unavailable(path, "no history recorded yet")
