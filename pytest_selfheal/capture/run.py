@@ -21,7 +21,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.gitrepo import diff_hash
+from pytest_selfheal.gitrepo import git_snapshot
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
@@ -181,11 +181,13 @@ def capture_incident(
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
-    # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
-    incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
+    # One git pass for context.json and the diff hash. The capture is the loop's first
+    # sighting: its diff hash lets iteration 1 see a code change.
+    git = git_snapshot(rootdir, exclude=[reports_root])
+    incident["diff_hash"] = git.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
