@@ -201,14 +201,14 @@ def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
 
 
 def test_half_made_incident_never_appears(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = fsio.atomic_write_json
+    real = fsio.write_new_bytes  # the build folder's files are written in place
 
-    def failing(path: Any, data: Any) -> None:
+    def failing(path: Any, data: bytes) -> None:
         if Path(path).name == "context.json":
             raise StoreIOError(f"cannot write {path}: No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(fsio, "atomic_write_json", failing)
+    monkeypatch.setattr(fsio, "write_new_bytes", failing)
     with pytest.raises(StoreIOError, match="No space left"):
         create(store)
     assert list(store.inbox_dir.iterdir()) == []

@@ -134,7 +134,8 @@ def store_incident(
                 for failure in failures
             ],
         )
-        plan = build_plan(store.read_incident(incident_id), generated_at=_now())
+        # The plan reads only fields this capture wrote (no re-read and re-validation of incident.json).
+        plan = build_plan({**incident, "incident_id": incident_id}, generated_at=_now())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
         store.set_status(incident_id, "planned")

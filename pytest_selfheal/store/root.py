@@ -192,11 +192,17 @@ class Store(StoreReader):
                 },
                 ts=self._now(),
             )
-            fsio.atomic_write_json(build / INCIDENT_JSON, doc)
-            fsio.atomic_write_text(build / STATUS_TXT, NEW + "\n")
-            fsio.atomic_write_text(build / LOG_TAIL_TXT, log_tail)
-            fsio.atomic_write_json(build / CONTEXT_JSON, context)
-            fsio.atomic_write_text(build / AUDIT_TAIL_JSONL, ev.encode_event(captured) + "\n")
+            # Nobody reads a build folder: each file is written in place and fsynced, and
+            # the folder is fsynced once before the rename publishes it (not once per file).
+            for name, text in (
+                (INCIDENT_JSON, fsio.dumps_json(doc)),
+                (STATUS_TXT, NEW + "\n"),
+                (LOG_TAIL_TXT, log_tail),
+                (CONTEXT_JSON, fsio.dumps_json(context)),
+                (AUDIT_TAIL_JSONL, ev.encode_event(captured) + "\n"),
+            ):
+                fsio.write_new_bytes(build / name, text.encode("utf-8"))
+            fsio.fsync_dir(build)
             final = inbox / incident_id
             try:
                 # On POSIX rename() replaces an *empty* directory: never let it.
