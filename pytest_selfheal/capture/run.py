@@ -7,7 +7,7 @@ classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
@@ -98,9 +98,7 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra)
-        data = failure.to_dict()
-        data["target_paths"] = paths
-        out.append(Failure(**data))
+        out.append(replace(failure, target_paths=paths))  # not to_dict(): asdict deep-copies
     return out
 
 
