@@ -111,27 +111,24 @@ def store_incident(
     failures: Sequence["Failure"],
 ) -> str:
     """Write the incident, its classification events and its plan; status ends at ``planned``."""
-    with store.lock():
-        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context)
-        # One fsync for the step's events, not one per failure.
-        store.append_events(
-            incident_id,
-            [
-                (
-                    "failure_classified",
-                    {
-                        "nodeid": failure.nodeid,
-                        "fingerprint": failure.fingerprint,
-                        "signature": failure.signature,
-                        "failure_type": failure.failure_type,
-                        "code_fixable": failure.code_fixable,
-                        "transient": failure.transient,
-                        "failure_class": failure.failure_class,
-                    },
-                )
-                for failure in failures
-            ],
+    classified = [
+        (
+            "failure_classified",
+            {
+                "nodeid": failure.nodeid,
+                "fingerprint": failure.fingerprint,
+                "signature": failure.signature,
+                "failure_type": failure.failure_type,
+                "code_fixable": failure.code_fixable,
+                "transient": failure.transient,
+                "failure_class": failure.failure_class,
+            },
         )
+        for failure in failures
+    ]
+    with store.lock():
+        # The classification events go into the new incident's build folder: no append of their own.
+        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified)
         # The plan reads only fields this capture wrote (no re-read and re-validation of incident.json).
         plan = build_plan({**incident, "incident_id": incident_id}, generated_at=_now())
         store.write_plan(incident_id, plan, render_plan_md(plan))
