@@ -1,10 +1,13 @@
-"""The one home of git: every gitpython call of the package (edge: git).
+"""The one home of git: every git command and gitpython call of the package (edge: git).
 
-No other module imports ``git`` (an import-linter contract in pyproject.toml). gitpython
-runs the ``git`` binary for every command here, argv lists only, never a shell.
+No other module imports ``git`` (an import-linter contract in pyproject.toml) or runs the
+``git`` binary. Every command here is an argv list, never a shell.
 
-- the working-tree diff hash the loop's progress check compares (:func:`diff_hash`);
-- the git part of an incident's ``context.json`` (:func:`git_context`);
+- the working-tree diff hash the loop's progress check compares (:func:`diff_hash`) and
+  the git part of an incident's ``context.json`` (:func:`git_context`), read in one pass
+  by :func:`git_snapshot`. These run the git binary directly, with the commands and the
+  environment gitpython used: importing gitpython (~40 ms) cost more than a capture's
+  whole git work, on every failing ``pytest --selfheal`` run (docs/benchmarks.md);
 - the commands of the repair worktrees (:func:`run_git`, :func:`repo_top`;
   ``repair/worktree.py`` holds what they are for);
 - a committed repository for the demo (:func:`init_repo`).
@@ -21,18 +24,20 @@ hash covers everything a code change can touch in the repository containing the 
 
 The reports root (``.selfheal/`` by default) usually lives inside the tree and changes
 at every iteration: it is excluded explicitly by pathspec (and should be in .gitignore).
-Two git calls, no shell.
+A ``git status`` first tells whether there is any change or untracked file at all: on a
+clean tree neither listing runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.errors import RefusedError, one_line
 
 # Identity used for commits the tool makes itself (demo repos).
 TOOL_NAME = "pytest-selfheal"
@@ -116,6 +121,145 @@ def clean_tree_hash(commit: str) -> str:
     return _start(commit, b"").hexdigest()[:HASH_LENGTH]
 
 
+class GitSnapshot(NamedTuple):  # NamedTuple: a frozen dataclass costs ~1 ms more to define
+    """One read of the working tree: ``context.json``'s git part and the diff hash."""
+
+    context: Optional[Dict[str, Any]]  # None outside a git repository
+    diff_hash: Optional[str]  # None when unknown (outside git, a git error)
+
+
+class _Status(NamedTuple):
+    head: Optional[str]  # the commit HEAD points at; None while unborn
+    branch: Optional[str]  # None when detached
+    changed: bool  # a staged or unstaged change of a tracked file (or an unmerged one)
+    untracked: int  # untracked, non-ignored files
+
+
+class _GitError(Exception):
+    """A read-only git command failed (internal: the snapshot records one line)."""
+
+
+def _git_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(LANGUAGE="C", LC_ALL="C")  # as gitpython runs git: untranslated --stat and errors
+    return env
+
+
+def _read_git(cwd: Path, args: Sequence[str], env: Mapping[str, str]) -> bytes:
+    """stdout of ``git <args>`` in ``cwd`` (argv list, no shell), with one trailing newline
+    dropped as gitpython drops it; :class:`_GitError` on a non-zero exit, OSError when git
+    cannot start."""
+    executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"  # gitpython's override
+    done = subprocess.run(
+        [executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        raise _GitError(f"git {args[0]}: {lines[0] if lines else f'exit status {done.returncode}'}")
+    out = done.stdout
+    return out[:-1] if out.endswith(b"\n") else out
+
+
+def _as_given(path: Path, top: str) -> Path:
+    """``top`` spelled as the ancestor of ``path`` that resolves to it (git prints the
+    resolved path; gitpython kept symlinked spellings as given)."""
+    real_top = os.path.realpath(top)
+    current = os.path.abspath(path)
+    while True:
+        if os.path.realpath(current) == real_top:
+            return Path(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return Path(top)
+        current = parent
+
+
+def _parse_status(raw: bytes) -> _Status:
+    """``git status --porcelain=v2 --branch -z`` output reduced to what the snapshot needs."""
+    head: Optional[str] = None
+    branch: Optional[str] = None
+    changed = False
+    untracked = 0
+    entries = raw.split(b"\0")
+    index = 0
+    while index < len(entries):
+        entry = entries[index]
+        if entry.startswith(b"# branch.oid "):
+            oid = entry[len(b"# branch.oid "):].decode("ascii", "replace")
+            head = None if oid == "(initial)" else oid
+        elif entry.startswith(b"# branch.head "):
+            name = entry[len(b"# branch.head "):].decode("utf-8", "replace")
+            branch = None if name == "(detached)" else name
+        elif entry.startswith(b"? "):
+            untracked += 1
+        elif entry[:2] in (b"1 ", b"2 ", b"u "):
+            changed = True
+            if entry[:2] == b"2 ":
+                index += 1  # a rename's original path is the next field
+        index += 1
+    return _Status(head, branch, changed, untracked)
+
+
+def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True) -> GitSnapshot:
+    """The git context and the diff hash of the repository containing ``project_root``, in one pass.
+
+    Runs the git binary directly (argv lists, no shell): importing gitpython costs more
+    than the capture's whole git work (docs/dev/benchmarks-log.md). A clean tree takes two
+    commands (``rev-parse --show-toplevel``, ``status --porcelain=v2``); the diff, the
+    untracked listing and the diff stat run only when the status shows something for them.
+    The results are those of the gitpython calls they replace (tests/test_verify.py,
+    tests/test_plugin_capture.py). ``context=False`` skips the diff stat (the loop needs
+    only the hash).
+    """
+    env = _git_env()
+    try:
+        top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"], env)))
+    except (OSError, _GitError):  # outside git, a bare repository, or no git binary
+        return GitSnapshot(None, None)
+    try:
+        status = _parse_status(
+            _read_git(top, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"], env)
+        )
+    except (OSError, _GitError) as exc:
+        return GitSnapshot({"error": one_line(str(exc))} if context else None, None)
+    info: Optional[Dict[str, Any]] = None
+    if context:
+        info = {
+            "root": str(top),
+            "commit": status.head,
+            "branch": status.branch,
+            "dirty": status.changed or status.untracked > 0,
+            "diff_stat": "",
+            "untracked": status.untracked,
+        }
+        if status.head and status.changed:
+            try:
+                info["diff_stat"] = _read_git(top, ["diff", "HEAD", "--stat"], env).decode("utf-8", "replace")
+            except (OSError, _GitError) as exc:
+                info = {"error": one_line(str(exc))}
+    return GitSnapshot(info, _hash_tree(top, status, exclude, env))
+
+
+def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path], env: Mapping[str, str]) -> Optional[str]:
+    specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS]
+    base = ["HEAD"] if status.head else ["--cached"]
+    try:
+        # Nothing changed or untracked anywhere: the pathspec-limited commands would print nothing.
+        diff = b""
+        if status.changed:
+            diff = _read_git(top, ["diff", *base, "--no-ext-diff", "--no-color", "--binary", "--", *specs], env)
+        listed = b""
+        if status.untracked:
+            listed = _read_git(top, ["ls-files", "--others", "--exclude-standard", "-z", "--", *specs], env)
+    except (OSError, _GitError):  # an unknown hash never counts as progress (docs/loop.md)
+        return None
+    digest = _start(status.head, diff)
+    for name in sorted(n for n in listed.split(b"\0") if n):
+        digest.update(b"\0untracked\0" + name + b"\0")
+        _hash_file(digest, top / os.fsdecode(name))
+    return digest.hexdigest()[:HASH_LENGTH]
+
+
 def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]:
     """sha256 (first 16 hex) of the repository's working-tree changes against HEAD.
 
@@ -124,29 +268,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
     hash never counts as progress, see docs/loop.md). An unborn HEAD (no commit yet)
     hashes the staged files instead of ``git diff HEAD``.
     """
-    repo = _open_repo(project_root)
-    if repo is None:
-        return None
-    try:
-        if repo.working_tree_dir is None:  # a bare repository
-            return None
-        top = Path(repo.working_tree_dir)
-        specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS]
-        runner: Any = repo.git
-        base = ["HEAD"] if repo.head.is_valid() else ["--cached"]
-        diff = runner.diff(*base, "--no-ext-diff", "--no-color", "--binary", "--", *specs, stdout_as_string=False)
-        listed = runner.ls_files("--others", "--exclude-standard", "-z", "--", *specs, stdout_as_string=False)
-        head = repo.head.commit.hexsha if repo.head.is_valid() else None
-        digest = _start(head, diff if isinstance(diff, bytes) else str(diff).encode())
-        names = sorted(n for n in (listed if isinstance(listed, bytes) else str(listed).encode()).split(b"\0") if n)
-        for name in names:
-            digest.update(b"\0untracked\0" + name + b"\0")
-            _hash_file(digest, top / os.fsdecode(name))
-        return digest.hexdigest()[:HASH_LENGTH]
-    except Exception:  # a broken repository must not stop the loop
-        return None
-    finally:
-        repo.close()
+    return git_snapshot(project_root, exclude, context=False).diff_hash
 
 
 # --- run context -----------------------------------------------------------------
@@ -154,24 +276,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
 
 def git_context(path: Path) -> Optional[Dict[str, Any]]:
     """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
-    repo = _open_repo(path)
-    if repo is None:
-        return None
-    try:
-        info: Dict[str, Any] = {"root": str(repo.working_tree_dir)}
-        try:
-            info["commit"] = repo.head.commit.hexsha
-        except ValueError:  # no commits yet
-            info["commit"] = None
-        info["branch"] = None if repo.head.is_detached else repo.active_branch.name
-        info["dirty"] = repo.is_dirty(untracked_files=True)
-        info["diff_stat"] = repo.git.diff("HEAD", "--stat") if info["commit"] else ""
-        info["untracked"] = len(repo.untracked_files)
-        return info
-    except Exception as exc:  # a broken repo must not stop the capture
-        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-    finally:
-        repo.close()
+    return git_snapshot(path).context
 
 
 # --- commands (repair worktrees) ----------------------------------------------------
@@ -312,9 +417,11 @@ __all__ = [
     "TOOL_EMAIL",
     "TOOL_NAME",
     "GitFailed",
+    "GitSnapshot",
     "clean_tree_hash",
     "diff_hash",
     "git_context",
+    "git_snapshot",
     "init_repo",
     "repo_top",
     "run_git",

@@ -7,8 +7,10 @@ optionally runs the loop, and writes the report.
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 import pytest
@@ -17,10 +19,8 @@ from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.loop.agent_mode import OpenIncident, open_incidents, record_agent_attempts
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -32,6 +32,11 @@ from pytest_selfheal.store.root import Store
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
+    # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
+    from pytest_selfheal import entry  # noqa: F401
+    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.loop.agent_mode import OpenIncident
+
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
 _FLAG_KEYS = {
@@ -41,6 +46,20 @@ _FLAG_KEYS = {
     "selfheal_approve": "repair.approve",
 }
 _PLUGIN_NAME = "selfheal-recorder"
+
+# The loop side: agent mode (loop/agent_mode.py) and the loop entry (entry.py), with the
+# loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
+_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.entry"}
+
+
+def _loop_side(name: str) -> ModuleType:
+    """The loop side's module ``name`` ("agent_mode" or "entry"), loaded on first use.
+
+    The one late load of the recorder: a run that only captures (no open incident to
+    verify, no --selfheal-loop) never imports the loop, like a run without --selfheal
+    never imports this module (plugin.py).
+    """
+    return importlib.import_module(_LOOP_SIDE[name])
 
 
 def start(config: pytest.Config) -> None:
@@ -124,7 +143,8 @@ class Recorder:
             return []
 
         try:
-            return open_incidents(Store(self.reports_root))
+            found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(Store(self.reports_root))
+            return found
         except SelfhealError as exc:
             self.lines.append(f"selfheal: open incidents not read: {exc}")
             return []
@@ -196,7 +216,7 @@ class Recorder:
         covered: Set[str] = set()
         still_open: List[str] = []
         if self.outcomes:
-            agent = record_agent_attempts(
+            agent = _loop_side("agent_mode").record_agent_attempts(
                 store=Store(self.reports_root),
                 effective=self.effective,
                 incidents=self.open_incidents,
@@ -243,7 +263,7 @@ class Recorder:
 
     def _run_loop(self, incident_id: str) -> None:
         approve = self.effective.settings.repair.approve
-        run_incident_loop(
+        _loop_side("entry").run_incident_loop(
             Store(self.reports_root),
             incident_id,
             effective=self.effective,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import os
 import re
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
@@ -62,6 +63,12 @@ _MAX_PASSES = 4
 _Replacer = Callable[["re.Match[str]", str], str]
 
 
+def _lazy(pattern: str, flags: int = 0) -> Callable[[], "re.Pattern[str]"]:
+    """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
+    text needs few of these regexes; compiling them all cost every capture ~4 ms."""
+    return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
+
+
 def _quote_aware(value: str) -> str:
     """The replacement for a label's value: quotes are kept around the marker."""
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
@@ -89,11 +96,11 @@ _TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("stripe_key", ("k_live_", "k_test_"), r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,255}"),
 )
 
-_TOKEN_PASSES: Tuple[Tuple[str, Tuple[str, ...], "re.Pattern[str]"], ...] = tuple(
-    (kind, needles, re.compile(rx)) for kind, needles, rx in _TOKEN_KINDS
+_TOKEN_PASSES: Tuple[Tuple[str, Tuple[str, ...], Callable[[], "re.Pattern[str]"]], ...] = tuple(
+    (kind, needles, _lazy(rx)) for kind, needles, rx in _TOKEN_KINDS
 )
 # Used to decide whether a URL user name is itself a secret.
-_ANY_TOKEN = re.compile("|".join(rx for _, _, rx in _TOKEN_KINDS))
+_ANY_TOKEN = _lazy("|".join(rx for _, _, rx in _TOKEN_KINDS))
 
 # --- structured kinds: case-sensitive, own replacement ---------------------------------------
 
@@ -101,7 +108,7 @@ _ANY_TOKEN = re.compile("|".join(rx for _, _, rx in _TOKEN_KINDS))
 # "Proc-Type:"/"DEK-Info:" headers) up to the END line; a block cut short (a log tail) is
 # redacted up to where the alphabet stops. Once BEGIN matched the match cannot fail, so each
 # character is scanned once.
-_PEM = re.compile(
+_PEM = _lazy(
     r"(?P<begin>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
     r"[A-Za-z0-9+/=\s:,.]*(?:(?:\[REDACTED\]|-(?!----END))[A-Za-z0-9+/=\s:,.]*)*"
     r"(?P<end>-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"
@@ -115,7 +122,7 @@ def _pem_repl(m: "re.Match[str]", text: str) -> str:
 # URL credentials: scheme://user:password@host, or a long user-only token
 # (https://<token>@host: at least 20 characters with a digit and a letter, so not a user
 # name). Anchored on "://" (the scheme is left alone) so the scan has a literal prefix.
-_URL = re.compile(
+_URL = _lazy(
     r"://(?:"
     r"(?P<user>[^\s:/@\[\]\"'<>]{0,256}):(?P<pw>[^\s/@\"'<>]{1,1024})@"
     r"|(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])(?P<only>[A-Za-z0-9_\-]{20,256})@"
@@ -128,13 +135,13 @@ def _url_repl(m: "re.Match[str]", text: str) -> str:
         return f"://{URL_MASK}@"
     user = m.group("user")
     # A user name that is itself a token (https://ghp_x:x-oauth-basic@...) goes too.
-    if user and user != URL_MASK and (_ANY_TOKEN.search(user) or REDACTED in user):
+    if user and user != URL_MASK and (_ANY_TOKEN().search(user) or REDACTED in user):
         user = URL_MASK
     return f"://{user}:{URL_MASK}@"
 
 
 # Slack incoming webhooks: the path is the secret.
-_SLACK_WEBHOOK = re.compile(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
+_SLACK_WEBHOOK = _lazy(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
 
 
 def _slack_repl(m: "re.Match[str]", text: str) -> str:
@@ -158,7 +165,7 @@ _VALUE = (
 # garble assertion messages and their fingerprints.
 _OP = r"(?:=>|:=|:|=(?!=))"
 
-_LABELS = re.compile(
+_LABELS = _lazy(
     # Authorization headers: HTTP, curl -H, dict reprs, JSON; the scheme word is kept.
     r"(?P<auth_label>(?:proxy-)?authorization[\"']?\s{0,10}[:=]\s{0,10}[\"']?"
     r"(?:(?:bearer|basic|token|digest|negotiate|bot)\s{1,10})?)"
@@ -183,7 +190,7 @@ _LABELS = re.compile(
 # Where a label can start. Each alternative starts with a literal, so ``re`` skips every other
 # position in C; the full (slower) ``_LABELS`` pattern then runs anchored at each candidate
 # only. Scanning 10 MB with ``_LABELS`` itself costs seconds.
-_LABEL_TRIGGER = re.compile(
+_LABEL_TRIGGER = _lazy(
     r"a(?:uth|ws|pi|ccess)|bearer|pass|secret|token|private|client|signing"
 )
 # The labels pass is skipped unless one of these occurs in the lower-cased text.
@@ -258,8 +265,8 @@ def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> in
     this linear.
     """
     while True:
-        for inner in _LABEL_TRIGGER.finditer(folded, max(value_start, end - _MAX_LABEL_SPAN), end):
-            nested = _LABELS.match(folded, inner.start())
+        for inner in _LABEL_TRIGGER().finditer(folded, max(value_start, end - _MAX_LABEL_SPAN), end):
+            nested = _LABELS().match(folded, inner.start())
             if nested is not None and nested.end() > end:
                 value_start = nested.start(f"{_label_kind(nested)}_value")
                 end = nested.end()
@@ -272,18 +279,18 @@ def _labels_pass(text: str, folded: str) -> str:
     """Replace label values, matching on ``folded`` (lower-cased ``text``, same indexes)."""
     out: List[str] = []
     last = 0
-    for candidate in _LABEL_TRIGGER.finditer(folded):
+    for candidate in _LABEL_TRIGGER().finditer(folded):
         start = candidate.start()
         if start < last:  # inside a value already replaced
             continue
-        m = _LABELS.match(folded, start)
+        m = _LABELS().match(folded, start)
         if m is None:
             continue
         # Prefer the label nearest its value: "TOKENAuthorization: Bearer x" is an
         # Authorization header, not token="Authorization:" (the suffix swallowed a label).
         while m.start("assign_label") != -1:
-            for inner in _LABEL_TRIGGER.finditer(folded, start + 1, m.start("assign_value")):
-                nearer = _LABELS.match(folded, inner.start())
+            for inner in _LABEL_TRIGGER().finditer(folded, start + 1, m.start("assign_value")):
+                nearer = _LABELS().match(folded, inner.start())
                 if nearer is not None:
                     start, m = inner.start(), nearer
                     break
@@ -301,7 +308,7 @@ def _labels_pass(text: str, folded: str) -> str:
 
 # Command-line options carrying a secret: ``--api-key VALUE``, ``--token VALUE``, ``-p`` is not
 # covered (too ambiguous). The value must not look like another option.
-_OPTION_SECRET = re.compile(
+_OPTION_SECRET = _lazy(
     r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|pass(?:word|wd)?|secret|[a-z]*[_-]?secret)[ \t]+)"
     r"(?!-|\[REDACTED\])(?P<value>[^\s\"']+)",
     re.IGNORECASE,
@@ -310,19 +317,19 @@ _OPTION_SECRET = re.compile(
 
 def _builtin_pass(text: str) -> str:
     if "--" in text or " -" in text:
-        text = _OPTION_SECRET.sub(lambda m: m.group("label") + REDACTED, text)
+        text = _OPTION_SECRET().sub(lambda m: m.group("label") + REDACTED, text)
     if "-----BEGIN" in text:
-        text = _sub_spans(_PEM, text, text, _pem_repl)
+        text = _sub_spans(_PEM(), text, text, _pem_repl)
     folded = _fold(text)
     if any(n in folded for n in _LABEL_NEEDLES):
         text = _labels_pass(text, folded)
     if "://" in text:
-        text = _sub_spans(_URL, text, text, _url_repl)
+        text = _sub_spans(_URL(), text, text, _url_repl)
     if "hooks.slack.com/" in text:
-        text = _sub_spans(_SLACK_WEBHOOK, text, text, _slack_repl)
+        text = _sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
     for _kind, needles, regex in _TOKEN_PASSES:
         if any(n in text for n in needles):
-            text = regex.sub(REDACTED, text)
+            text = regex().sub(REDACTED, text)
     return text
 
 

@@ -74,6 +74,19 @@ def test_escape_keeps_legal_text() -> None:
     assert xml_escape_visible("\x07") == "#x07"
 
 
+def test_escape_replaces_exactly_what_xml_1_0_cannot_carry() -> None:
+    # XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]
+    # (pytest also escapes #x7F); the edges of every range on both sides.
+    legal = [(0x9, 0xA), (0xD, 0xD), (0x20, 0x7E), (0x80, 0xD7FF), (0xE000, 0xFFFD), (0x10000, 0x10FFFF)]
+    edges = sorted({c for lo, hi in legal for c in (lo - 1, lo, hi, hi + 1) if 0 <= c <= 0x10FFFF})
+    for code in edges:
+        expected = any(lo <= code <= hi for lo, hi in legal)
+        escaped = xml_escape_visible(chr(code))
+        assert (escaped == chr(code)) is expected, hex(code)
+        if not expected:
+            assert escaped == (f"#x{code:02X}" if code <= 0xFF else f"#x{code:04X}")
+
+
 def test_build_junit_reads_back_through_junitparser_and_our_reader() -> None:
     reports = [
         FailedReport("tests/test_a.py::TestX::test_b[1]", "call", "", "E  boom", duration=0.12345),

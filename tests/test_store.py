@@ -145,6 +145,20 @@ def test_create_writes_the_five_files(store: Store) -> None:
     assert no_temp_files(store.root)
 
 
+def test_create_logs_the_given_events_after_incident_captured(store: Store) -> None:
+    events = [("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
+    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=events)
+    logged, warnings = store.read_events(incident_id)
+    assert warnings == []
+    assert [e["event"] for e in logged] == ["incident_captured"] + ["failure_classified"] * 3
+    assert [e.get("nodeid") for e in logged[1:]] == ["t.py::t0", "t.py::t1", "t.py::t2"]
+    assert {e["incident_id"] for e in logged} == {incident_id}
+    # An unknown event name is refused before anything is written.
+    with pytest.raises(ValueError, match="unknown event name"):
+        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[("no_such_event", {})])
+    assert [p.name for p in store.inbox_dir.iterdir()] == [incident_id]
+
+
 def test_create_keeps_given_fields(store: Store) -> None:
     incident_id = create(store, run_id="run_x", year=2025, month=12, ym="2025-12", created_at="2026-01-01T00:00:00+00:00")
     doc = store.read_incident(incident_id)
@@ -201,14 +215,14 @@ def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
 
 
 def test_half_made_incident_never_appears(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = fsio.atomic_write_json
+    real = fsio.write_new_bytes  # the build folder's files are written in place
 
-    def failing(path: Any, data: Any) -> None:
+    def failing(path: Any, data: bytes) -> None:
         if Path(path).name == "context.json":
             raise StoreIOError(f"cannot write {path}: No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(fsio, "atomic_write_json", failing)
+    monkeypatch.setattr(fsio, "write_new_bytes", failing)
     with pytest.raises(StoreIOError, match="No space left"):
         create(store)
     assert list(store.inbox_dir.iterdir()) == []

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import git
 import pytest
@@ -15,7 +15,7 @@ from test_process import alive
 
 from pytest_selfheal.records import models
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash
+from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash, git_snapshot
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.process import read_tail
 from pytest_selfheal.loop.verify import (
@@ -308,3 +308,49 @@ def test_diff_hash_of_an_unborn_repository(tmp_path: Path) -> None:
     first = diff_hash(tmp_path / "fresh")
     (tmp_path / "fresh" / "a.py").write_text("A = 2\n")
     assert first is not None and diff_hash(tmp_path / "fresh") not in (None, first)
+
+
+def _gitpython_context(path: Path) -> Dict[str, Any]:
+    """What gitpython says of the repository: the reference the one-pass snapshot replaces."""
+    repo = git.Repo(path, search_parent_directories=True)
+    try:
+        valid = repo.head.is_valid()
+        return {
+            "root": str(repo.working_tree_dir),
+            "commit": repo.head.commit.hexsha if valid else None,
+            "branch": None if repo.head.is_detached else repo.active_branch.name,
+            "dirty": repo.is_dirty(untracked_files=True),
+            "diff_stat": repo.git.diff("HEAD", "--stat") if valid else "",
+            "untracked": len(repo.untracked_files),
+        }
+    finally:
+        repo.close()
+
+
+def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "repo", {"src/mod.py": "X = 1\n", "? odd.py": "O = 1\n"})
+    reports = project / ".selfheal"
+    states = [_gitpython_context(project)]
+    clean = git_snapshot(project, exclude=[reports])
+    assert clean.context == states[0] and clean.context["dirty"] is False
+    assert clean.diff_hash == diff_hash(project, exclude=[reports])
+    # A rename of a path that looks like a status line, an edit and an untracked file.
+    repo = git.Repo(project)
+    repo.git.mv("? odd.py", "1 renamed.py")
+    (project / "src" / "mod.py").write_text("X = 2\n")
+    (project / "src" / "new.py").write_text("N = 1\n")
+    dirty = git_snapshot(project / "src", exclude=[reports])
+    assert dirty.context == _gitpython_context(project)
+    assert dirty.context["untracked"] == 1 and "mod.py" in dirty.context["diff_stat"]
+    assert dirty.diff_hash not in (None, clean.diff_hash)
+    # Detached, and reached through a symlinked spelling (kept as given, as gitpython does).
+    git_commit_all(project, "all")
+    repo.git.checkout("--detach")
+    repo.close()
+    (tmp_path / "link").symlink_to(project)
+    linked = git_snapshot(tmp_path / "link")
+    assert linked.context == _gitpython_context(tmp_path / "link")
+    assert linked.context["branch"] is None and linked.context["root"] == str(tmp_path / "link")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert git_snapshot(plain) == git_snapshot(plain, context=False) and git_snapshot(plain).context is None

@@ -69,15 +69,23 @@ class Rule:
     # contain one of them (tests/test_classify.py checks the default rules).
     keywords: Tuple[str, ...] = ()
     # Derived once at construction (rules are matched thousands of times).
-    regex: Pattern[str] = field(init=False, repr=False, compare=False)
     result: models.Classification = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.failure_type not in TYPE_DEFAULTS:
             raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
         # Frozen dataclass: derived attributes are set through object.__setattr__.
-        object.__setattr__(self, "regex", compiled(self.pattern))
         object.__setattr__(self, "result", self._classification())
+
+    @property
+    def regex(self) -> Pattern[str]:
+        """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
+
+        Most rules never get past their keywords, and compiling all the default rules
+        up front cost every failing ``pytest --selfheal`` run ~5 ms. Patterns from config
+        and hooks are compiled when validated (``rules.regex_problem``).
+        """
+        return compiled(self.pattern)
 
     def classification(self) -> models.Classification:
         """The classification this rule gives when it matches."""

@@ -194,7 +194,7 @@ class _Rule(NamedTuple):
     chars: FrozenSet[str]  # characters a match always contains
     needles: Tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
     digits: bool  # a match always contains a digit
-    pattern: Pattern[str]
+    pattern: Callable[[], Pattern[str]]  # the compiled regex, compiled on first use
     replacement: Replacement
 
 
@@ -217,7 +217,9 @@ _DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
 def _rule(
     chars: str, needles: Tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
 ) -> _Rule:
-    return _Rule(frozenset(chars), needles, digits, re.compile(pattern), replacement)
+    # Compiled when first needed: most lines meet the conditions of a few rules only, and
+    # compiling all of them cost every failing `pytest --selfheal` run ~5 ms at import.
+    return _Rule(frozenset(chars), needles, digits, functools.lru_cache(maxsize=None)(lambda: re.compile(pattern)), replacement)
 
 
 # Conventions of the patterns below:
@@ -382,7 +384,7 @@ def _apply_rules(text: str) -> str:
                     break
             else:
                 continue
-        text = pattern.sub(replacement, text)
+        text = pattern().sub(replacement, text)
     return text
 
 

@@ -1,4 +1,4 @@
-"""Run context for an incident: git state, versions, platform, CI metadata (edge: git, env)."""
+"""Run context for an incident: git state, versions, platform, CI metadata (edge: env)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Sequence
-
-from pytest_selfheal.gitrepo import git_context
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
@@ -38,14 +36,15 @@ def ci_context(env: Mapping[str, str]) -> Dict[str, str]:
 
 
 def run_context(
-    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ
+    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ, *, git: Optional[Dict[str, Any]]
 ) -> Dict[str, Any]:
-    """Everything ``context.json`` records about the run."""
+    """Everything ``context.json`` records about the run; ``git`` is
+    :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
     import pytest
 
     return {
         "rootdir": str(rootdir),
-        "git": git_context(rootdir),
+        "git": git,
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "pytest": pytest.__version__,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from pytest_selfheal.junit.writer import FailedReport, nodeid_by_identity
@@ -19,11 +20,10 @@ def attach_nodeids(
     out = []
     for failure in failures:
         nodeid = failure.nodeid or by_identity.get(failure.test)
-        data = failure.to_dict()
-        data["nodeid"] = nodeid
         if nodeid is not None and when.get(nodeid) == "collect":
-            data["outcome"] = "error"
-        out.append(Failure(**data))
+            out.append(replace(failure, nodeid=nodeid, outcome="error"))
+        else:
+            out.append(replace(failure, nodeid=nodeid))  # not to_dict(): asdict deep-copies
     return out
 
 

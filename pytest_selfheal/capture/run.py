@@ -7,7 +7,7 @@ classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
@@ -21,7 +21,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.gitrepo import diff_hash
+from pytest_selfheal.gitrepo import git_snapshot
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
@@ -98,9 +98,7 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra)
-        data = failure.to_dict()
-        data["target_paths"] = paths
-        out.append(Failure(**data))
+        out.append(replace(failure, target_paths=paths))  # not to_dict(): asdict deep-copies
     return out
 
 
@@ -113,28 +111,26 @@ def store_incident(
     failures: Sequence["Failure"],
 ) -> str:
     """Write the incident, its classification events and its plan; status ends at ``planned``."""
-    with store.lock():
-        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context)
-        # One fsync for the step's events, not one per failure.
-        store.append_events(
-            incident_id,
-            [
-                (
-                    "failure_classified",
-                    {
-                        "nodeid": failure.nodeid,
-                        "fingerprint": failure.fingerprint,
-                        "signature": failure.signature,
-                        "failure_type": failure.failure_type,
-                        "code_fixable": failure.code_fixable,
-                        "transient": failure.transient,
-                        "failure_class": failure.failure_class,
-                    },
-                )
-                for failure in failures
-            ],
+    classified = [
+        (
+            "failure_classified",
+            {
+                "nodeid": failure.nodeid,
+                "fingerprint": failure.fingerprint,
+                "signature": failure.signature,
+                "failure_type": failure.failure_type,
+                "code_fixable": failure.code_fixable,
+                "transient": failure.transient,
+                "failure_class": failure.failure_class,
+            },
         )
-        plan = build_plan(store.read_incident(incident_id), generated_at=_now())
+        for failure in failures
+    ]
+    with store.lock():
+        # The classification events go into the new incident's build folder: no append of their own.
+        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified)
+        # The plan reads only fields this capture wrote (no re-read and re-validation of incident.json).
+        plan = build_plan({**incident, "incident_id": incident_id}, generated_at=_now())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
         store.set_status(incident_id, "planned")
@@ -181,11 +177,13 @@ def capture_incident(
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
-    # The capture is the loop's first sighting: its diff hash lets iteration 1 see a code change.
-    incident["diff_hash"] = diff_hash(rootdir, exclude=[reports_root])
+    # One git pass for context.json and the diff hash. The capture is the loop's first
+    # sighting: its diff hash lets iteration 1 see a code change.
+    git = git_snapshot(rootdir, exclude=[reports_root])
+    incident["diff_hash"] = git.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args)))
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))

@@ -3,6 +3,8 @@
 - ``atomic_write_text`` / ``atomic_write_json``: temp file in the same directory, flush +
   fsync, ``os.replace``, fsync of the directory. A reader sees the old file or the new
   one, never a partial one; on failure the temp file is removed and the old content stays.
+- ``write_new_bytes``: create + fsync only, for a private build folder that its writer
+  fsyncs once and renames into place (one folder fsync for all its files).
 - ``append_line`` / ``append_lines``: one ``O_APPEND`` write + fsync, for the append-only event logs.
 - ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
 - ``FileLock``: an inter-process lock (``fcntl.flock`` on POSIX, ``msvcrt`` on Windows),
@@ -91,24 +93,41 @@ def _remove_quietly(path: Path) -> None:
         pass
 
 
+def _create_synced(path: Path, data: bytes) -> None:
+    """Create ``path`` (``O_EXCL``), write ``data``, fsync, close; OSError propagates."""
+    # 0o666 & ~umask, like a plain open(): a temp from mkstemp would be 0600.
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new_bytes(path: PathLike, data: bytes) -> None:
+    """Create ``path`` with ``data``, fsynced: no temp file, no rename, no folder fsync.
+
+    Only for a folder no reader looks into until it is complete (an incident's build
+    folder): its writer fsyncs the folder once, after the last file, and renames it into
+    place (``Store.create_incident``). An existing ``path`` is an error; ``OSError``
+    becomes ``StoreIOError``.
+    """
+    target = Path(path)
+    try:
+        _create_synced(target, data)
+    except OSError as exc:
+        raise io_error("write", target, exc) from None
+
+
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (temp file + fsync + rename + dir fsync)."""
     target = Path(path)
     tmp = _temp_path(target)
     try:
-        # 0o666 & ~umask, like a plain open(): a temp from mkstemp would be 0600.
-        fd = os.open(os.fspath(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except OSError as exc:
-        raise io_error("write", target, exc) from None
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _create_synced(tmp, data)
         os.replace(tmp, target)
     except OSError as exc:
         _remove_quietly(tmp)

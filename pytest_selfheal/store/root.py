@@ -100,15 +100,19 @@ class Store(StoreReader):
         context: Mapping[str, Any],
         run: Optional[str] = None,
         now: Optional[datetime] = None,
+        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
         Fills ``incident_id``, ``status`` (always ``new``), ``created_at``, ``updated_at``,
         ``year``, ``month``, ``ym`` and ``run_id`` when missing. The folder is built under
         a temporary name (with the ``incident_captured`` event already in its log) and
-        renamed into place, so a half-made incident never appears. Data that does not
-        fit the incident schema is a programming error (``ValueError``). Redacting
-        secrets from ``log_tail`` and ``context`` is the caller's job.
+        renamed into place, so a half-made incident never appears. ``events``: more
+        ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
+        after ``incident_captured`` in the same build, not as a later append and fsync.
+        Data that does not fit the incident schema, or an unknown event name, is a
+        programming error (``ValueError``). Redacting secrets from ``log_tail`` and
+        ``context`` is the caller's job.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
         doc: Dict[str, Any] = dict(incident)
@@ -133,6 +137,8 @@ class Store(StoreReader):
         # Serialise up front: unserialisable data fails before anything touches the disk.
         fsio.dumps_json(doc)
         fsio.dumps_json(context_doc)
+        for name, data in events:
+            ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
         with self.lock():
             inbox = fsio.ensure_dir(self.inbox_dir)
@@ -144,7 +150,7 @@ class Store(StoreReader):
                         raise RefusedError(f"incident {incident_id} already exists")
                     doc["incident_id"] = self._next_candidate(moment, run)
                     continue
-                if self._build_and_publish(inbox, doc, log_tail, context_doc):
+                if self._build_and_publish(inbox, doc, log_tail, context_doc, events):
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -171,7 +177,14 @@ class Store(StoreReader):
             if name.startswith(_BUILD_PREFIX):
                 shutil.rmtree(inbox / name, ignore_errors=True)
 
-    def _build_and_publish(self, inbox: Path, doc: Dict[str, Any], log_tail: str, context: Dict[str, Any]) -> bool:
+    def _build_and_publish(
+        self,
+        inbox: Path,
+        doc: Dict[str, Any],
+        log_tail: str,
+        context: Dict[str, Any],
+        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+    ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken."""
         incident_id = str(doc["incident_id"])
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
@@ -192,11 +205,18 @@ class Store(StoreReader):
                 },
                 ts=self._now(),
             )
-            fsio.atomic_write_json(build / INCIDENT_JSON, doc)
-            fsio.atomic_write_text(build / STATUS_TXT, NEW + "\n")
-            fsio.atomic_write_text(build / LOG_TAIL_TXT, log_tail)
-            fsio.atomic_write_json(build / CONTEXT_JSON, context)
-            fsio.atomic_write_text(build / AUDIT_TAIL_JSONL, ev.encode_event(captured) + "\n")
+            log = [captured] + [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            # Nobody reads a build folder: each file is written in place and fsynced, and
+            # the folder is fsynced once before the rename publishes it (not once per file).
+            for name, text in (
+                (INCIDENT_JSON, fsio.dumps_json(doc)),
+                (STATUS_TXT, NEW + "\n"),
+                (LOG_TAIL_TXT, log_tail),
+                (CONTEXT_JSON, fsio.dumps_json(context)),
+                (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
+            ):
+                fsio.write_new_bytes(build / name, text.encode("utf-8"))
+            fsio.fsync_dir(build)
             final = inbox / incident_id
             try:
                 # On POSIX rename() replaces an *empty* directory: never let it.
