@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import iniconfig
-import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from pytest_selfheal.config.ini import INI_OVERRIDES
 from pytest_selfheal.config.keys import ROOT_KEY
@@ -118,6 +117,9 @@ def _parse_json(path: Path, text: str) -> Any:
 
 
 def _parse_yaml(path: Path, text: str) -> Any:
+    # Lazy: pyyaml costs ~13 ms to import and most projects have no YAML config file.
+    import yaml  # type: ignore[import-untyped,unused-ignore]
+
     try:
         return yaml.safe_load(text)  # safe_load only: no python tags, no code
     except yaml.MarkedYAMLError as exc:
