@@ -11,7 +11,7 @@ import importlib
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 import pytest
 
@@ -115,6 +115,25 @@ def _crash_message(report: Any) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+# The least pytest verbosity at which a summary line shows: -qq shows only what a script or
+# an agent must see (the incident, each iteration's verdict, the next command), -q adds the
+# headlines, the default adds the details.
+ESSENTIAL = -2
+SUMMARY = -1
+DETAIL = 0
+
+
+def _markup(line: str) -> Dict[str, bool]:
+    """Colour of a summary line (pytest drops it under --color=no)."""
+    if "-> STOP success" in line or " resolved" in line:
+        return {"green": True}
+    if "-> STOP" in line or " escalated" in line or line.startswith(("selfheal: error", "selfheal: internal error")):
+        return {"red": True, "bold": True}
+    if "-> CONTINUE" in line or line.startswith("warning:"):
+        return {"yellow": True}
+    return {}
+
+
 # Worst outcome wins when a test has several reports (setup, call, teardown).
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
@@ -128,7 +147,7 @@ class Recorder:
         self.failed: List[FailedReport] = []
         self.tests = 0
         self.skipped = 0
-        self.lines: List[str] = []  # the terminal summary section
+        self.lines: List[Tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
         self.incident_id: Optional[str] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
@@ -146,7 +165,7 @@ class Recorder:
             found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(Store(self.reports_root))
             return found
         except SelfhealError as exc:
-            self.lines.append(f"selfheal: open incidents not read: {exc}")
+            self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
             return []
 
     def _record(self, report: Any, when: str) -> None:
@@ -201,11 +220,10 @@ class Recorder:
         try:
             self._finish(int(exitstatus))
         except SelfhealError as exc:
-            self.lines.append(f"selfheal: error: {exc}")
+            self.lines.append((ESSENTIAL, f"selfheal: error: {exc}"))
         except Exception as exc:  # the plugin never changes pytest's outcome
-            self.lines.append(
-                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"
-            )
+            self.lines.append((ESSENTIAL,
+                               f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"))
 
     def _finish(self, exitstatus: int) -> None:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
@@ -228,15 +246,15 @@ class Recorder:
                 started_at=self.started_at,
                 exit_code=exitstatus,
             )
-            self.lines.extend(agent.lines)
+            self.lines.extend((ESSENTIAL, line) for line in agent.lines)
             covered, still_open = agent.covered, agent.still_open
         remaining = [f for f in failures if f.nodeid not in covered]
         if remaining and still_open:
             # One incident at a time: new failures wait in the attempt until the open one closes.
-            self.lines.append(
+            self.lines.append((SUMMARY,
                 f"{len(remaining)} new failure(s) outside the open incident's selection: recorded in its attempt; "
                 "they are captured as their own incident once it closes"
-            )
+            ))
         elif remaining:
             nodeids = {f.nodeid for f in remaining}
             result = capture_incident(
@@ -249,12 +267,11 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
             )
             self.incident_id = result.incident_id
-            self.lines.extend(result.summary_lines)
+            self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
+                              for index, line in enumerate(result.summary_lines))
             if self._loop_requested():
                 self._run_loop(result.incident_id)
-            else:
-                self.lines.append(f"next: selfheal loop {result.incident_id}  (or fix the code and run pytest --selfheal again)")
-        self.lines.extend(f"warning: {w}" for w in warnings)
+        self.lines.extend((SUMMARY, f"warning: {w}") for w in warnings)
         self._write_report()
 
     def _loop_requested(self) -> bool:
@@ -269,7 +286,7 @@ class Recorder:
             effective=self.effective,
             cwd=Path(self.config.rootpath),
             approve=approve,
-            out=self.lines.append,
+            out=lambda line: self.lines.append((SUMMARY, line)),
             pluginmanager=self.config.pluginmanager,
         )
 
@@ -287,21 +304,26 @@ class Recorder:
             origins=self.effective.origins,
             enabled=self.effective.settings.enabled,
         )
-        self.lines.extend(render_terminal(report))
+        for line in render_terminal(report):
+            # The one `next:` line is essential; the report's per-incident lines are details.
+            level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY
+            self.lines.append((level, line))
         path = self.effective.settings.report_path
         if path:
             redactor = default_redactor(self.effective.settings.redaction)
             target = Path(self.config.rootpath, str(path))
             atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
-            self.lines.append(f"report written to {target}")
+            self.lines.append((SUMMARY, f"report written to {target}"))
 
     def outcomes_incidents(self) -> Set[str]:
         """Open incidents this run recorded an attempt for."""
         return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
 
     def pytest_terminal_summary(self, terminalreporter: "TerminalReporter") -> None:
-        if not self.lines:
+        verbosity = int(self.config.get_verbosity())
+        shown = [line for level, line in self.lines if verbosity >= level]
+        if not shown:
             return
         terminalreporter.section("selfheal", sep="-")
-        for line in self.lines:
-            terminalreporter.write_line(line)
+        for line in shown:
+            terminalreporter.write_line(line, **_markup(line))

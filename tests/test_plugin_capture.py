@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
 import git
+
 import pytest
 from schema_check import assert_valid
 
@@ -265,3 +267,28 @@ def test_report_file_carries_hook_sections(project: pytest.Pytester, monkeypatch
     crashed.stdout.fnmatch_lines(["selfheal: error: the pytest_selfheal_report_sections hook of plugin *"
                                   "failed: RuntimeError: coverage server down"])
     assert not (project.path / "report.md").exists()
+
+
+def test_the_summary_has_one_next_line_and_follows_the_verbosity(project: pytest.Pytester) -> None:
+    def section(*args: str) -> List[str]:
+        shutil.rmtree(project.path / ".selfheal", ignore_errors=True)  # a capture each time, not agent mode
+        out = project.runpytest("--selfheal", *args).stdout.str()
+        body = out.split("- selfheal -", 1)[1].split("\n", 1)[1]  # after the section's header line
+        return [line for line in body.split("short test summary")[0].strip().splitlines() if line.strip("= ")]
+
+    default = section()
+    assert sum(line.strip().startswith("next:") for line in default) == 1
+    assert any("TEST_ASSERTION" in line for line in default) and any("RALF Lite Loop Report" in line for line in default)
+    quiet = section("-q")
+    # -q: the incident, the report's headline and the next command; not the per-failure lines.
+    assert quiet[0].startswith("captured incident_") and quiet[1].startswith("RALF Lite Loop Report")
+    assert quiet[2].strip().startswith("next: Run the loop: selfheal loop incident_") and len(quiet) == 3
+    very_quiet = section("-qq")
+    assert [line.strip().split(" ")[0] for line in very_quiet] == ["captured", "next:"]
+
+
+def test_a_tooling_env_capture_does_not_suggest_the_loop(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_env="import not_installed_module_xyz\n\ndef test_x():\n    pass\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    (next_line,) = [line for line in out.splitlines() if line.strip().startswith("next:")]
+    assert "Fix the environment" in next_line and "selfheal loop" not in next_line

@@ -157,7 +157,8 @@ def test_planned_incident_renders_not_run() -> None:
     assert [(t["task"], t["attempts"], t["stop_reason"]) for t in entry["tasks"]] == [("A1", 0, None), ("A2", 0, None)]
     assert (report["auto_tasks_looped"], report["total_retries"], report["stop_reason"]) == (0, 0, None)
     assert report["final_status"] == "planned"
-    assert report["recommended_next_action"] == "Run the loop: selfheal loop incident_20261122_110000_plan01"
+    assert report["recommended_next_action"] == (
+        "Run the loop: selfheal loop incident_20261122_110000_plan01 (or fix the code and run pytest --selfheal again)")
     markdown = render_markdown(report)
     assert "| A1   | 0        | — |" in markdown
     assert "- Stop reason: not run (the loop has not run yet)" in markdown

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop import messages, policy
+from pytest_selfheal.records.models import TOOLING_ENV
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -286,13 +287,18 @@ def _observations(run: IncidentRun) -> List[policy.Observation]:
         return []
 
 
-def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool) -> str:
+def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool,
+                 tooling: bool = False) -> str:
     if not finished:
         if looped:
             return f"Continue the loop: selfheal loop {incident_id}"
+        if tooling:
+            # The loop would stop at once with tooling_env: the environment, not the code, is broken.
+            return (f"Fix the environment (a TOOLING_ENV failure is not code-fixable; selfheal show {incident_id}), "
+                    "then run pytest --selfheal again")
         if not has_plan:
             return f"Generate the plan and run the loop: selfheal plan {incident_id}, then selfheal loop {incident_id}"
-        return f"Run the loop: selfheal loop {incident_id}"
+        return f"Run the loop: selfheal loop {incident_id} (or fix the code and run pytest --selfheal again)"
     try:
         return messages.recommended_next_action(stop_reason)
     except ValueError:  # a stop reason this version does not know
@@ -371,7 +377,8 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
                 "iteration": as_int(attempt.get("iteration")),
             })
 
-    recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None)
+    tooling = any(f.get("failure_type") == TOOLING_ENV for f in failures)
+    recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None, tooling)
     recorded_handoff = rr.get("handoff") if rr is not None else None
     if isinstance(recorded_handoff, Mapping):
         handoff = copy.deepcopy(dict(recorded_handoff))
