@@ -323,7 +323,10 @@ DETERMINISTIC = """
 
 FIXED = DETERMINISTIC.replace("return a + b", "return a - b")
 
-# A failure whose message changes at every run: progress by "fingerprint changed" each time.
+# A failure whose message changes at every run. In a project without git (make it with
+# git=False, as moving_project does) the loop cannot tell whether the code changed, so a new
+# message counts as progress ("fingerprint changed") each time; in a git repository with an
+# unchanged tree it is an unstable message, judged as a repeat.
 MOVING = """
     import os
     # Per project (gitignored): a copied project keeps counting where its template stopped.
@@ -366,7 +369,7 @@ def deterministic_project(tmp_path: Path, name: str = "det") -> Path:
 
 
 def moving_project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "moving", {"test_moving.py": MOVING})
+    return make_project(tmp_path / "moving", {"test_moving.py": MOVING}, git=False)
 
 
 def hanging_project(tmp_path: Path) -> Path:

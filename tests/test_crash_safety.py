@@ -72,7 +72,7 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Tuple[Path,
     env = {"OPENCODE_CONFIG_DIR": str(config_dir)}
     base = tmp_path_factory.mktemp("templates")
     det = make_project(base / "det", {"test_calc.py": DETERMINISTIC})
-    moving = make_project(base / "moving", {"test_moving.py": MOVING})
+    moving = make_project(base / "moving", {"test_moving.py": MOVING}, git=False)  # a new message = progress
     return {"det": (det, capture(det, env=env)), "moving": (moving, capture(moving, env=env))}
 
 

@@ -166,9 +166,9 @@ def test_fingerprint_signature_hash_and_scheme() -> None:
     case = tc("ValueError: bad <Obj at 0x7f00aa11bb22>", name="test_it[a-1/b]", classname="pkg.test_mod")
     fp = fingerprint(case, models.TEST_ASSERTION)
     assert fp.signature == "TEST_ASSERTION | pkg.test_mod::test_it[a-1/b] | ValueError: bad <Obj at <ADDR>>"
-    assert fp.scheme == SCHEME == 1
+    assert fp.scheme == SCHEME == 2
     assert re.fullmatch(r"[0-9a-f]{12}", fp.fingerprint)
-    assert fp.fingerprint == hashlib.sha256(f"1:{fp.signature}".encode()).hexdigest()[:12]
+    assert fp.fingerprint == hashlib.sha256(f"2:{fp.signature}".encode()).hexdigest()[:12]
 
 
 def test_parametrised_ids_are_part_of_the_identity_untouched() -> None:
@@ -191,3 +191,44 @@ def test_same_failure_same_fingerprint_across_runs() -> None:
 def test_long_lines_are_bounded() -> None:
     fp = fingerprint(tc("AssertionError: " + "x" * 50_000), models.TEST_ASSERTION)
     assert len(fp.signature) < 700
+
+
+# --------------------------------------------------------------------------- unordered reprs
+
+
+@pytest.mark.parametrize(("left", "right"), [
+    ("assert ['c', 'a', 'b'] == ['a', 'b', 'c']", "assert ['b', 'c', 'a'] == ['a', 'b', 'c']"),
+    ("AssertionError: assert {'beta', 'alpha'} == {'gamma'}", "AssertionError: assert {'alpha', 'beta'} == {'gamma'}"),
+    ("assert frozenset({'z', 'y'}) == frozenset()", "assert frozenset({'y', 'z'}) == frozenset()"),
+    ("assert ('b', 'a') == ('a', 'b')", "assert ('a', 'b') == ('b', 'a')"),
+    ("ValueError: missing [{'q', 'p'}, 3]", "ValueError: missing [{'p', 'q'}, 3]"),
+])
+def test_hash_order_does_not_change_the_fingerprint(left: str, right: str) -> None:
+    one = fingerprint(tc(left), models.TEST_ASSERTION)
+    two = fingerprint(tc(right), models.TEST_ASSERTION)
+    assert one.fingerprint == two.fingerprint and one.signature == two.signature
+
+
+@pytest.mark.parametrize(("left", "right"), [
+    ("assert [1, 2] == [1, 3]", "assert [1, 3] == [1, 2]"),  # not permutations of each other
+    ("assert {'b': 1, 'a': 2} == {}", "assert {'a': 2, 'b': 1} == {}"),  # dicts keep insertion order
+    ("assert f(1, 2) == g(2, 1)", "assert f(2, 1) == g(1, 2)"),  # calls, not tuples
+    ("assert {'a', 'b'} == {'a'}", "assert {'a', 'c'} == {'a'}"),  # different members
+])
+def test_what_order_does_not_decide_still_tells_failures_apart(left: str, right: str) -> None:
+    assert fingerprint(tc(left), models.TEST_ASSERTION).fingerprint != fingerprint(tc(right), models.TEST_ASSERTION).fingerprint
+
+
+def test_unordered_is_idempotent_and_leaves_broken_reprs_alone() -> None:
+    for text in ("assert ['c', 'a'] == ['a', 'c']", "unbalanced [ 'a', 'b'", "x ] y [", "{'a\\'b', 'a'}"):
+        once = normalise(text)
+        assert normalise(once) == once
+    assert normalise("unbalanced [ 'b', 'a'") == "unbalanced [ 'b', 'a'"
+
+
+def test_an_elided_repr_is_order_noise() -> None:
+    one = fingerprint(tc("AssertionError: assert ['charlie', '...lta', 'alpha'] == ['alpha', 'br...o', 'foxtrot']"),
+                      models.TEST_ASSERTION)
+    two = fingerprint(tc("AssertionError: assert ['echo', 'fox...pha', 'bravo'] == ['alpha', 'br...o', 'foxtrot']"),
+                      models.TEST_ASSERTION)
+    assert one.fingerprint == two.fingerprint and one.signature.endswith("assert [...] == [...]")

@@ -282,3 +282,26 @@ def test_replay_exit_3_when_events_and_files_disagree(tmp_path: Path) -> None:
     result = selfheal(project, "replay", incident_id)
     assert result.returncode == EXIT_BAD_INPUT
     assert "replay differs from the files" in result.stdout and "iterations:" in result.stdout
+
+
+HASH_ORDER = """
+    def names():
+        return list({"alpha", "bravo", "charlie", "delta", "echo", "foxtrot"})
+
+    def test_sorted():
+        assert names() == sorted(names())
+"""
+
+
+def test_a_hash_order_message_stops_by_repetition_before_max_iterations(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "hash", {"test_order.py": HASH_ORDER})
+    incident_id = capture(project, env={"PYTHONHASHSEED": "1"})
+    result = selfheal(project, "loop", incident_id, "--set", "max_iterations=5", env={"PYTHONHASHSEED": "random"})
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    store = Store(project / ".selfheal")
+    run_result = store.read_run_result(incident_id)
+    assert run_result is not None and run_result["stop_reason"] == "repeated_fingerprint"
+    assert run_result["loops_used"] < 5
+    # Every run sorts the same set the same way: one fingerprint however the hash seed orders it.
+    fingerprints = {fp for row in run_result["fingerprints_per_iteration"] for fp in row}
+    assert len(fingerprints) == 1

@@ -508,8 +508,14 @@ def test_progress_between_reasons() -> None:
     assert progress_between(None, base).progress is False
     fixed = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "passed"}))
     assert fixed.progress and fixed.tests_fixed == (B,) and not fixed.fingerprint_changed
-    downstream = progress_between(base, fail(1, ["G"]))
+    unknown_code = fail(0, ["F"], diff=None, outcomes={A: "failed", B: "missing"})
+    downstream = progress_between(unknown_code, fail(1, ["G"], diff=None, outcomes={A: "failed", B: "missing"}))
     assert downstream.reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
+    # The same tests fail with another message while the code is known to be the same: unstable.
+    unstable = progress_between(base, fail(1, ["G"], outcomes={A: "failed", B: "missing"}))
+    assert unstable.progress is False and unstable.reasons == ("message_unstable",) and unstable.fingerprint_changed
+    after_edit = progress_between(base, fail(1, ["G"], diff="d9", outcomes={A: "failed", B: "missing"}))
+    assert after_edit.reasons == ("fingerprint_changed", "diff_changed")
     code = progress_between(base, fail(1, ["F"], diff="d9", outcomes={A: "failed", B: "missing"}))
     assert code.reasons == ("diff_changed",)
     none = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "missing"}))
@@ -827,3 +833,16 @@ def test_a_flaky_timeout_beside_a_real_failure_does_not_void_the_observation() -
     assert first.progress.progress and first.progress.tests_fixed == ("t",)  # the flaky test passing is progress
     again = fail(2, ["F"], types=["TEST_ASSERTION"], outcomes={"a": "failed", "t": "passed"})
     assert decide(DEFAULT, [capture, rerun, again]).stop_reason == "repeated_fingerprint"
+
+
+def test_an_unstable_message_is_a_repeat_not_progress() -> None:
+    # Same code (diff d0), same failing test, a new message each run: stops by repetition.
+    history = [fail(0, ["F1"]), fail(1, ["F2"])]
+    assert same_error_repeats(history) == 2 and no_progress_streak(history) == 2
+    decision = decide(LoopPolicy(max_iterations=5), history)
+    assert decision.stop_reason == "repeated_fingerprint" and decision.progress.reasons == ("message_unstable",)
+    assert status_line(decision, LoopPolicy(max_iterations=5)).endswith(
+        "fingerprint changed, progress no (message unstable) -> STOP repeated_fingerprint")
+    # A repair diff in between is a code change: the new message is a new error.
+    repaired = [fail(0, ["F1"]), fail(1, ["F2"], repair_result="diff")]
+    assert same_error_repeats(repaired) == 1

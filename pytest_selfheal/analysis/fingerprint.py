@@ -16,11 +16,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import Callable, FrozenSet, Match, NamedTuple, Optional, Pattern, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Match, NamedTuple, Optional, Pattern, Sequence, Tuple, Union
 
 from pytest_selfheal.records import models
 
-SCHEME = 1  # version of the normalisation scheme, stored with every fingerprint
+SCHEME = 2  # version of the normalisation scheme, stored with every fingerprint (2: unordered reprs)
 HASH_LENGTH = 12  # hex characters of sha256 kept
 
 MAX_LINE = 1000  # characters of the first stable line that are normalised
@@ -388,6 +388,118 @@ def _apply_rules(text: str) -> str:
     return text
 
 
+_OPENERS = {"[": "]", "{": "}", "(": ")"}
+_MAX_ITEMS = 200  # a longer literal is left as it is: bounded work per line
+
+
+def _literals(text: str) -> List[Tuple[int, int, str, List[str]]]:
+    """Top-level bracketed literals of ``text``: ``(start, end, opener, items)``, items split
+    at the literal's own commas (quotes and nested brackets respected). One linear scan."""
+    found: List[Tuple[int, int, str, List[str]]] = []
+    stack: List[Tuple[int, str, List[int]]] = []  # (start, opener, comma positions at depth 1)
+    quote = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in _OPENERS:
+            stack.append((index, char, []))
+        elif char in ")]}":
+            if not stack or _OPENERS[stack[-1][1]] != char:
+                return found  # unbalanced: not a repr, leave the line alone
+            start, opener, commas = stack.pop()
+            if not stack and len(commas) < _MAX_ITEMS:
+                bounds = [start, *commas, index]
+                items = [text[bounds[i] + 1:bounds[i + 1]].strip() for i in range(len(bounds) - 1)]
+                found.append((start, index + 1, opener, [item for item in items if item]))
+        elif char == "," and len(stack) == 1:
+            stack[-1][2].append(index)
+        index += 1
+    return found
+
+
+def _is_dict(items: Sequence[str]) -> bool:
+    return any(_top_level_colon(item) for item in items)
+
+
+def _top_level_colon(item: str) -> bool:
+    depth, quote = 0, ""
+    for char in item:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == ":" and depth == 0:
+            return True
+    return False
+
+
+def unordered(text: str, depth: int = 0) -> str:
+    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs").
+
+    - the items of a set literal ``{'b', 'a'}``, at any depth (``frozenset({...})``,
+      a set inside a list); a dict literal (``{k: v}``) keeps its order, insertion order;
+    - two list or tuple literals of one line (not calls or subscripts) that hold the same
+      items in another order (``assert ['c', 'a'] == ['a', 'c']``): the order is the whole
+      difference, and with a set behind it, it changes every run — both are written sorted;
+    - a list, tuple or set whose repr pytest elided (``['charlie', '...lta', 'alpha']``):
+      written ``[...]``, since which items show depends on the order.
+    """
+    if depth > 8 or not any(opener in text for opener in "[{("):
+        return text
+    literals = _literals(text)
+    if not literals:
+        return text
+    replaced: Dict[int, str] = {}
+    sequences: Dict[Tuple[str, ...], List[int]] = {}
+    for number, (start, end, opener, raw) in enumerate(literals):
+        items = [unordered(item, depth + 1) for item in raw]
+        literals[number] = (start, end, opener, items)
+        if opener in "[(" or (opener == "{" and not _is_dict(items)):
+            if any("..." in item for item in items):
+                # pytest elided the middle of a long repr: which items show depends on the
+                # order, so the visible part is noise. Same test, same shape: same failure.
+                replaced[number] = opener + "..." + _OPENERS[opener]
+                continue
+        if opener == "{" and items and not _is_dict(items):
+            items = sorted(items)
+        elif opener in "[(" and len(items) > 1 and _is_literal(text, start):
+            sequences.setdefault(tuple(sorted(items)), []).append(number)
+        if items != raw:
+            replaced[number] = opener + ", ".join(items) + _OPENERS[opener]
+    for key, numbers in sequences.items():
+        if len(numbers) > 1 and len({tuple(literals[n][3]) for n in numbers}) > 1:
+            for n in numbers:
+                opener = literals[n][2]
+                replaced[n] = opener + ", ".join(key) + _OPENERS[opener]
+    if not replaced:
+        return text
+    parts: List[str] = []
+    last = 0
+    for number, (start, end, _, _) in enumerate(literals):
+        if number in replaced:
+            parts.append(text[last:start])
+            parts.append(replaced[number])
+            last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+def _is_literal(text: str, start: int) -> bool:
+    # "f(1, 2)" and "x[1, 2]" are a call and a subscript, not a tuple and a list.
+    return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")
+
+
 def normalise(text: str) -> str:
     """Replace everything that varies between runs and machines with placeholders.
 
@@ -402,7 +514,7 @@ def normalise(text: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def _normalise_cached(text: str) -> str:
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
-    return " ".join(_apply_rules(" ".join(text.split())).split())
+    return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
 
 
 def signature_of(failure_type: str, test: str, normalised: str) -> str:

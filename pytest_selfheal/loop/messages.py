@@ -11,6 +11,7 @@ from pytest_selfheal.loop.policy import (
     CANCELLED,
     DISABLED,
     MAX_ITERATIONS,
+    MESSAGE_UNSTABLE,
     NO_FIX_FOUND,
     NO_PROGRESS,
     REPEATED_FINGERPRINT,
@@ -305,9 +306,10 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     fp = "changed" if decision.progress.fingerprint_changed else "same"
     prog = "yes" if decision.progress.progress else "no"
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
+    unstable = " (message unstable)" if MESSAGE_UNSTABLE in decision.progress.reasons else ""
     return (
         f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
-        f"fingerprint {fp}, progress {prog} -> {verdict}"
+        f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}"
     )
 
 

@@ -116,6 +116,9 @@ DEFAULT_NO_PROGRESS_REPEATS = 2
 PROGRESS_TESTS_FIXED = "tests_fixed"
 PROGRESS_FINGERPRINT_CHANGED = "fingerprint_changed"
 PROGRESS_DIFF_CHANGED = "diff_changed"
+# Not progress: the fingerprints changed, the code and the failing tests did not (a message
+# that depends on hash order, a timestamp the rules missed...). Judged as a repeat.
+MESSAGE_UNSTABLE = "message_unstable"
 
 # --------------------------------------------------------------------------- data
 
@@ -297,6 +300,23 @@ def _code_changed(prev: Observation, cur: Observation) -> bool:
     return prev.diff_hash is not None and cur.diff_hash is not None and prev.diff_hash != cur.diff_hash
 
 
+def _failing(observation: Observation) -> FrozenSet[str]:
+    return frozenset(n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES)
+
+
+def message_unstable(prev: Observation, cur: Observation) -> bool:
+    """The fingerprints changed while nothing else did: the code is known to be the same
+    (equal diff hashes, no repair diff) and the same tests fail. A repeat, not progress."""
+    return (
+        prev.fingerprint_set != cur.fingerprint_set
+        and prev.diff_hash is not None
+        and prev.diff_hash == cur.diff_hash
+        and cur.repair_result != REPAIR_DIFF
+        and bool(_failing(cur))
+        and _failing(prev) == _failing(cur)
+    )
+
+
 def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     """The progress signal of ``cur`` compared with ``prev`` (SPEC §8).
 
@@ -319,6 +339,8 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
         if outcome in was_failing and cur.outcomes.get(nodeid) == OUTCOME_PASSED
     )
     prev_set = prev.fingerprint_set
+    if not fixed and message_unstable(prev, cur):
+        return Progress(False, (MESSAGE_UNSTABLE,), True, ())
     new_error = any(fp not in prev_set for fp in cur.fingerprints)
     reasons: List[str] = []
     if fixed:
@@ -340,10 +362,11 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
     evidence = [o for o in observations if is_evidence(o)]
     if not evidence or not evidence[-1].fingerprints:
         return 0
-    current = evidence[-1].fingerprint_set
-    count = 0
-    for obs in reversed(evidence):
-        if obs.fingerprint_set != current:
+    count = 1
+    for i in range(len(evidence) - 1, 0, -1):
+        prev, cur = evidence[i - 1], evidence[i]
+        # An unstable message is the same failure seen again (docs/loop.md "Honest verdicts").
+        if prev.fingerprint_set != cur.fingerprint_set and not message_unstable(prev, cur):
             break
         count += 1
     return count
