@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from pytest_selfheal.analysis.fingerprint import SCHEME, fingerprint, first_stable_line, normalise
 from pytest_selfheal.records import models
-from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, fingerprint, normalise
 
 
 def tc(

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    CliResult,
     DETERMINISTIC,
     FIXED,
     PY,
     TOOLING,
+    CliResult,
     assert_files_valid,
     assert_replay_equals_disk,
     capture,

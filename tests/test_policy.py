@@ -14,7 +14,6 @@ from schema_check import assert_valid
 
 from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
-from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
@@ -23,6 +22,7 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
     Observation,
     capture_observation,
+    fixed_tests,
     flaky_tests,
     loop_selection,
     no_progress_streak,
@@ -30,8 +30,8 @@ from pytest_selfheal.loop.policy import (
     progress_between,
     retry_eligible,
     same_error_repeats,
-    fixed_tests,
 )
+from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 A = "tests/test_a.py::test_a"
