@@ -41,6 +41,9 @@ AGENT = textwrap.dedent(
         print("fixed calc.py")
     if mode == "out_of_scope":
         pathlib.Path(worktree, "other.py").write_text("o = 2\\n")
+    if mode == "weaken":
+        tests = pathlib.Path(worktree, "test_calc.py")
+        tests.write_text(tests.read_text().replace("assert add(2, 3) == 5", "assert True"))
     if mode == "hang":
         time.sleep(60)
     if mode == "crash":
@@ -285,3 +288,24 @@ def test_ctrl_c_during_a_repair_cleans_up_and_stays_resumable(tmp_path: Path) ->
     assert project.attempts() == []  # the interrupted iteration is not recorded
     assert project.only_main_worktree() and not (project.runs / "worktree.json").exists()
     assert (project.top / "calc.py").read_text() == BUGGY
+
+
+def test_an_agent_that_weakens_the_test_does_not_resolve(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("weaken")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    outcome = project.run_result()
+    assert outcome["stop_reason"] == "scope_expansion_denied" and project.archived("escalated")
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["out_of_scope"] == ["test_calc.py"] and attempt["scope_denied"] is True
+    assert (project.top / "test_calc.py").read_text() == TESTS and outcome["tests_fixed"] == []
+    # The prompt did not offer the test file as editable.
+    prompt = (project.runs / "prompt_01.md").read_text()
+    assert "Only edit these files (globs allowed): `calc.py`." in prompt
+
+
+def test_test_edits_are_in_scope_when_the_config_allows_them(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("weaken", "--set", "repair.allow_test_edits=true")
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert project.run_result()["stop_reason"] == "success"

@@ -6,7 +6,14 @@ from typing import Any, Dict
 
 import pytest
 
-from pytest_selfheal.repair.scope import allowed_paths, is_allowed, normalise, out_of_scope, plan_target_paths
+from pytest_selfheal.repair.scope import (
+    allowed_paths,
+    is_allowed,
+    is_test_file,
+    normalise,
+    out_of_scope,
+    plan_target_paths,
+)
 
 PLAN: Dict[str, Any] = {
     "actions": [
@@ -68,3 +75,19 @@ def test_allowed_paths_for_the_prompt() -> None:
     targets, globs = allowed_paths(PLAN, ["docs/", "", 3])  # type: ignore[list-item]
     assert targets == ["src/calc.py", "tests/test_calc.py", "src/util.py"]
     assert globs == ["docs/"]
+
+
+@pytest.mark.parametrize(("path", "is_test"), [
+    ("tests/test_x.py", True), ("test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
+    ("tests/fixtures/data.json", True), ("src/pkg/testing/helpers.py", True),
+    ("src/pkg/mod.py", False), ("testutils.py", False), ("contest.py", False), ("src/latest/mod.py", False),
+])
+def test_is_test_file(path: str, is_test: bool) -> None:
+    assert is_test_file(path) is is_test
+
+
+def test_test_files_named_by_the_plan_are_out_of_scope_unless_allowed() -> None:
+    targets = ["calc.py", "test_calc.py"]
+    assert out_of_scope(["calc.py", "test_calc.py"], targets) == ["test_calc.py"]
+    assert out_of_scope(["calc.py", "test_calc.py"], targets, allow_test_edits=True) == []
+    assert out_of_scope(["tests/conftest.py"], [], ["tests/*"]) == []  # an explicit glob lets it in

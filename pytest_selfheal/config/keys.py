@@ -133,6 +133,10 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("repair.allowed_paths", STRINGS, [],
             "Extra glob patterns (relative to the project root) a repair may touch without "
             "asking, beside the plan's `target_paths`."),
+    KeySpec("repair.allow_test_edits", BOOL, False,
+            "A repair may edit test files, conftest.py and files below test directories without asking. "
+            "`false`: such a diff asks for scope approval and is rolled back without it, so a weakened "
+            "test never passes as a fix."),
     KeySpec("repair.approve", BOOL, False,
             "Approve up front applying a repair provider's diff to the working tree "
             "(as `--selfheal-approve` does)."),

@@ -101,6 +101,7 @@ class RepairSettings:
     timeout_seconds: float = 600
     allowed_paths: Tuple[str, ...] = ()
     approve: bool = False
+    allow_test_edits: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class Settings:
                 repair["timeout_seconds"],
                 tuple(repair["allowed_paths"]),
                 repair["approve"],
+                repair["allow_test_edits"],
             ),
             redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),

@@ -217,8 +217,9 @@ def _constraints_section(
         [
             "- A change to any other file needs a human's approval; without it the loop stops with "
             "`scope_expansion_denied` and the change is discarded.",
-            "- Do not delete, skip or weaken the failing tests: fix the code under test. Edit a test only "
-            "when its expectation is itself wrong and the test file is in scope.",
+            "- Do not delete, skip or weaken the failing tests: fix the code under test. Test files, "
+            "conftest.py and fixtures are not in scope unless listed above; a change to them needs a "
+            "human's approval.",
             "- Work only inside the current directory (an isolated git worktree); do not push, and do not "
             "touch anything outside it. Committing is not needed: the loop computes the diff itself.",
             "- Make a change: a repair that changes nothing is recorded as `no_fix_found`, and two in a row "

@@ -203,6 +203,7 @@ class RepairSession:
         self.command: Optional[List[str]] = list(settings.repair.command) if settings.repair.command else None
         self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
         self.globs: List[str] = list(settings.repair.allowed_paths)
+        self.allow_test_edits = settings.repair.allow_test_edits
         self.policy = LoopPolicy.from_settings(settings)
         self.results: List[Dict[str, Any]] = []
 
@@ -234,7 +235,8 @@ class RepairSession:
                 iteration=loop_iteration,
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
-                allowed_paths=targets + globs,
+                # What the agent may edit: test files only when repair.allow_test_edits says so.
+                allowed_paths=[t for t in targets if self.allow_test_edits or not scope.is_test_file(t)] + globs,
                 remaining_budget=remaining,
                 # The loop keeps no output of its verification runs: the tail is the capture's.
                 log_tail_source="the captured run" if not attempts else
@@ -434,12 +436,13 @@ class RepairSession:
             self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration, kind="repair",
             diffId=patch_name, patch=patch_name, files_changed=changed,
         )
-        outside = scope.out_of_scope(changed, targets, globs)
+        outside = scope.out_of_scope(changed, targets, globs, allow_test_edits=self.allow_test_edits)
         if outside:
             result["out_of_scope"] = outside
             self.store.append_event(
                 self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=outside,
-                reason="the repair changed files outside the plan's target paths and ralf_lite.repair.allowed_paths",
+                reason="the repair changed files outside the plan's target paths and ralf_lite.repair.allowed_paths"
+                       + ("" if self.allow_test_edits else ", or test files (ralf_lite.repair.allow_test_edits is false)"),
             )
             question = f"The repair of {self.incident_id} also changed {', '.join(outside)} (outside the plan's scope). Allow it?"
             details = self.redactor.redact(self.wt.diff(before, after).decode("utf-8", errors="replace"))

@@ -71,15 +71,37 @@ def is_allowed(path: str, target_paths: Sequence[str], globs: Sequence[str] = ()
     return any(_glob_matches(norm, g) for g in globs)
 
 
-def out_of_scope(files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = ()) -> List[str]:
-    """The files (normalised, in order, each once) that are neither target paths nor match a glob."""
+_TEST_DIRS = frozenset({"test", "tests", "testing"})
+
+
+def is_test_file(path: str) -> bool:
+    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
+    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
+    parts = normalise(path).split("/")
+    name = parts[-1]
+    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+        return True
+    return any(part in _TEST_DIRS for part in parts[:-1])
+
+
+def out_of_scope(
+    files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = (), *, allow_test_edits: bool = False
+) -> List[str]:
+    """The files (normalised, in order, each once) that are neither target paths nor match a glob.
+
+    Unless ``allow_test_edits``, a test file (:func:`is_test_file`) is out of scope even
+    when the plan names it (the failing test's own file is a target path): a repair that
+    weakens the test must ask. Only an explicit ``repair.allowed_paths`` glob lets it in.
+    """
     targets = {normalise(t) for t in target_paths}
     out: List[str] = []
     for path in files:
         norm = normalise(path)
         if not norm or norm in out:
             continue
-        if norm in targets or any(_glob_matches(norm, g) for g in globs):
+        if any(_glob_matches(norm, g) for g in globs):
+            continue
+        if norm in targets and (allow_test_edits or not is_test_file(norm)):
             continue
         out.append(norm)
     return out
@@ -90,4 +112,4 @@ def allowed_paths(plan: Mapping[str, Any], globs: Sequence[str] = ()) -> Tuple[L
     return plan_target_paths(plan), [g for g in globs if isinstance(g, str) and g.strip()]
 
 
-__all__ = ["allowed_paths", "is_allowed", "normalise", "out_of_scope", "plan_target_paths"]
+__all__ = ["allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths"]
