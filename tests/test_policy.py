@@ -482,10 +482,12 @@ def test_disabled_and_cancelled_without_observations() -> None:
         decide(DEFAULT, [])
 
 
-def test_all_skipped_is_not_success() -> None:
+def test_success_needs_every_selected_test_passed() -> None:
     decision = decide(DEFAULT, [fail(0), green(1, outcomes={A: "skipped"})])
     assert decision.stop_reason != "success"
-    assert decide(DEFAULT, [fail(0), green(1, outcomes={A: "passed", B: "skipped"})]).stop_reason == "success"
+    # A selected test skipped (or xfailed) beside a passing one verified nothing either.
+    assert decide(DEFAULT, [fail(0), green(1, outcomes={A: "passed", B: "skipped"})]).stop_reason != "success"
+    assert decide(DEFAULT, [fail(0), green(1, outcomes={A: "passed", B: "passed"})]).stop_reason == "success"
 
 
 def test_a_timed_out_green_run_is_not_success() -> None:

@@ -257,18 +257,15 @@ class Decision:
 
 
 def is_success(observation: Observation) -> bool:
-    """True when the run is green: no failure, nothing missing, at least one test passed.
-
-    Skipped tests are allowed beside passing ones, but an all-skipped selection verified
-    nothing and is not a success; neither is a run that hit its timeout.
-    """
+    """True when every selected test *passed*: none failed, went missing, or was skipped
+    (a skip or an xfail of a test that failed at capture verified nothing — an agent that
+    adds ``@pytest.mark.skip`` has not fixed it), and the run did not hit its timeout."""
     outcomes = list(observation.outcomes.values())
     return (
         not observation.timed_out
         and not observation.fingerprints
         and bool(outcomes)
-        and all(o in (OUTCOME_PASSED, OUTCOME_SKIPPED) for o in outcomes)
-        and OUTCOME_PASSED in outcomes
+        and all(o == OUTCOME_PASSED for o in outcomes)
     )
 
 
