@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 import pytest
 
+from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import INI_KEYS
@@ -257,6 +258,9 @@ class Recorder:
             ))
         elif remaining:
             nodeids = {f.nodeid for f in remaining}
+            options, problem = capture_options(self.config)
+            if problem:
+                warnings.append(problem)
             result = capture_incident(
                 config=self.config,
                 effective=self.effective,
@@ -265,6 +269,7 @@ class Recorder:
                 counts=counts,
                 reports_root=self.reports_root,
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
+                pytest_options=options,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

@@ -38,7 +38,7 @@ SPEC_DEFAULTS: Dict[str, Any] = {
     "reports_dir": ".selfheal",
     "report_path": None,
     "log_tail_lines": 200,
-    "verification": {"allowlist": ["pytest"], "timeout_seconds": 900},
+    "verification": {"allowlist": ["pytest"], "timeout_seconds": 900, "args": []},
     "repair": {"command": None, "timeout_seconds": 600, "allowed_paths": [], "approve": False,
                "allow_test_edits": False},
     "redaction": {"patterns": [], "env_names": ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"]},

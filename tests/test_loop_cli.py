@@ -305,3 +305,40 @@ def test_a_hash_order_message_stops_by_repetition_before_max_iterations(tmp_path
     # Every run sorts the same set the same way: one fingerprint however the hash seed orders it.
     fingerprints = {fp for row in run_result["fingerprints_per_iteration"] for fp in row}
     assert len(fingerprints) == 1
+
+
+TARGET_CONFTEST = """
+    import pytest
+
+    def pytest_addoption(parser):
+        parser.addoption("--target", default=None)
+
+    @pytest.fixture
+    def target(request):
+        value = request.config.getoption("--target")
+        if value is None:
+            pytest.fail("run with --target")
+        return value
+"""
+
+TARGET_TEST = """
+    def test_deploy(target):
+        assert target == "production"
+"""
+
+
+def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "opts", {"conftest.py": TARGET_CONFTEST, "test_deploy.py": TARGET_TEST})
+    incident_id = capture(project, "--target=staging", "-W", "default", "-k", "deploy", "--tb=short")
+    store = Store(project / ".selfheal")
+    # The helper's own -p no:cacheprovider is an option of the run too; -q, -k, --tb and -p
+    # pytest_selfheal.plugin, --selfheal are not replayed.
+    assert store.read_incident(incident_id)["pytest_options"] == [
+        "-p", "no:cacheprovider", "--target=staging", "-W", "default"]
+    result = selfheal(project, "loop", incident_id, "--set", 'verification.args=["-W", "ignore::UserWarning"]')
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    assert "-p no:cacheprovider --target=staging -W default -W ignore::UserWarning" in result.stdout
+    run_result = store.read_run_result(incident_id)
+    assert run_result is not None and run_result["stop_reason"] == "repeated_fingerprint"
+    # The same failure came back, not "run with --target": one fingerprint throughout.
+    assert len({fp for row in run_result["fingerprints_per_iteration"] for fp in row}) == 1

@@ -13,11 +13,9 @@ import pytest
 from helpers import git_commit_all, make_project, run_env
 from test_process import alive
 
-from pytest_selfheal.records import models
+from pytest_selfheal.capture.options import replayable_options
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash, git_snapshot
-from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.process import read_tail
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VERIFYING_ENV,
@@ -29,6 +27,9 @@ from pytest_selfheal.loop.verify import (
     run_selection,
     runner_name,
 )
+from pytest_selfheal.process import read_tail
+from pytest_selfheal.records import models
+from pytest_selfheal.redact import default_redactor
 
 # --------------------------------------------------------------------------- allowlist
 
@@ -354,3 +355,14 @@ def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert git_snapshot(plain) == git_snapshot(plain, context=False) and git_snapshot(plain).context is None
+
+
+def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> None:
+    known = {"-p": (True, "plugins"), "-o": (True, "override_ini"), "-k": (True, "keyword"), "-q": (False, "verbose"),
+             "--tb": (True, "tbstyle"), "--import-mode": (True, "importmode"), "-x": (False, "maxfail"),
+             "--target": (True, "target"), "--selfheal": (False, "selfheal"), "--strict-markers": (False, "strict_markers")}
+    args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
+            "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--target", "staging", "--strict-markers",
+            "--mystery", "positional", "--", "-p", "after"]
+    assert replayable_options(args, known.get) == [
+        "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--target", "staging", "--strict-markers"]

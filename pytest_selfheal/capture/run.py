@@ -172,6 +172,7 @@ def capture_incident(
     counts: Mapping[str, int],
     reports_root: Path,
     tdd_nodeids: Sequence[str] = (),
+    pytest_options: Sequence[str] = (),
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
     rootdir = Path(config.rootpath)
@@ -183,6 +184,8 @@ def capture_incident(
     incident["diff_hash"] = git.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
+    if pytest_options:
+        incident["pytest_options"] = list(pytest_options)
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)

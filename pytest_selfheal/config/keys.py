@@ -120,6 +120,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
             "Executable names (basename, or `python -m <module>`) verification commands may "
             "run; any other command is refused and logged."),
+    KeySpec("verification.args", STRINGS, [],
+            "Extra pytest arguments for every verification run, after the capture's own options "
+            "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…)."),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
             "and counts as a `timeout`."),

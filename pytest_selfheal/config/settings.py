@@ -91,6 +91,7 @@ class VerificationSettings:
 
     allowlist: Tuple[str, ...] = ("pytest",)
     timeout_seconds: float = 900
+    args: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,9 @@ class Settings:
             reports_dir=values["reports_dir"],
             report_path=values["report_path"],
             log_tail_lines=values["log_tail_lines"],
-            verification=VerificationSettings(tuple(verification["allowlist"]), verification["timeout_seconds"]),
+            verification=VerificationSettings(
+                tuple(verification["allowlist"]), verification["timeout_seconds"], tuple(verification["args"])
+            ),
             repair=RepairSettings(
                 tuple(command) if command else None,
                 repair["timeout_seconds"],

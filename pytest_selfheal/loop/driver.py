@@ -144,15 +144,19 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _plan_argvs(plan: Mapping[str, Any], incident_id: str) -> List[List[str]]:
-    """The plan's commands as argv lists; a plan without any is unusable (``InputError``, exit 3)."""
+def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
+    """The plan's commands as argv lists, each followed by the capture's own pytest options
+    and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
+    without any command is unusable (``InputError``, exit 3)."""
+    incident_id = str(incident.get("incident_id"))
     argvs = verification_argv(plan)
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    return argvs
+    recorded = [str(token) for token in incident.get("pytest_options") or []]
+    return [argv + recorded + list(effective.settings.verification.args) for argv in argvs]
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
@@ -259,7 +263,7 @@ def _drive(
         plan = ensure_plan(store, incident_id)
         incident = store.read_incident(incident_id)
 
-    argvs = _plan_argvs(plan, incident_id)
+    argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
     tdd = [n for n in incident.get("tdd_nodeids") or [] if isinstance(n, str)]
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
@@ -416,7 +420,7 @@ def verify_iteration(
     incident_id = validate_incident_id(incident_id)
     plan = store.read_plan(incident_id)
     incident = store.read_incident(incident_id)
-    argvs = _plan_argvs(plan, incident_id)
+    argvs = _plan_argvs(plan, incident, effective)
     for argv in argvs:
         check_allowed(argv, effective.settings.verification.allowlist)
     return _verify_and_record(

@@ -87,6 +87,7 @@ class Incident(JsonRecord):
         Field("nodeids", strings),
         Field("rootdir", string),
         Field("tdd_nodeids", strings),
+        Field("pytest_options", strings),
         Field("diff_hash", nullable(string)),
         Field("failure_type", string),
         Field("fingerprint", string),
@@ -110,6 +111,7 @@ class Incident(JsonRecord):
     nodeids: Tuple[str, ...] = ()
     rootdir: Optional[str] = None
     tdd_nodeids: Tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
+    pytest_options: Tuple[str, ...] = ()  # the capture's options replayed by every verification run
     diff_hash: Optional[str] = None  # working-tree hash at capture (null: unknown)
     failure_type: Optional[str] = None
     fingerprint: Optional[str] = None
