@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED
@@ -241,18 +242,18 @@ def verification_event(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def has_event(records: Sequence[Mapping[str, Any]], name: str, **match: Any) -> bool:
-    """True when ``records`` hold an event ``name`` whose fields equal every ``match``."""
-    return any(r.get("event") == name and all(r.get(k) == v for k, v in match.items()) for r in records)
+def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
+    """True when ``records`` hold an event ``name`` whose data equal every ``match``."""
+    return any(r.event == name and all(r.get(k) == v for k, v in match.items()) for r in records)
 
 
-def _replayed_status(records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _replayed_status(records: Sequence[Event]) -> Optional[str]:
     status: Optional[str] = None
     for record in records:
-        if record.get("event") == ev.INCIDENT_CAPTURED:
+        if record.event == ev.INCIDENT_CAPTURED:
             status = str(record.get("status") or NEW)
-        elif record.get("event") == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
-            status = str(record["to"])
+        elif record.event == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
+            status = str(record.get("to"))
     return status
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
@@ -225,14 +226,14 @@ class StoreReader:
 
     # ------------------------------------------------------------------ events
 
-    def read_events(self, incident_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    def read_events(self, incident_id: str) -> Tuple[List[Event], List[str]]:
         """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
         skipped and reported, never raised."""
         _, folder = self.locate(incident_id)
         return self._read_events_at(folder)
 
     @staticmethod
-    def _read_events_at(folder: Path) -> Tuple[List[Dict[str, Any]], List[str]]:
+    def _read_events_at(folder: Path) -> Tuple[List[Event], List[str]]:
         path = folder / AUDIT_TAIL_JSONL
         try:
             raw = path.read_bytes()
