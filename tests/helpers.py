@@ -292,7 +292,7 @@ def assert_files_valid(store: Store, incident_id: str) -> None:
         assert_valid("attempt", attempt)
     result = store.read_run_result(incident_id)
     if result is not None:
-        assert_valid("run_result", result)
+        assert_valid("run_result", result.to_json())
 
 
 def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:

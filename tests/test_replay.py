@@ -235,9 +235,9 @@ def test_replay_equals_disk_for_every_stop_reason(tmp_path: Path, reason: str) -
     else:
         assert replayed["stop_reason"] == reason
         run_result = store.read_run_result(incident_id)
-        assert run_result is not None and run_result["stop_reason"] == reason
-        assert run_result["decision_point"]["reason"] == reason
-        assert run_result["handoff"]["recommended_next_action"]
+        assert run_result is not None and run_result.stop_reason == reason
+        assert run_result.decision_point is not None and run_result.decision_point.reason == reason
+        assert run_result.handoff is not None and run_result.handoff.recommended_next_action
     # Every stop wrote exactly one decision point and one loop_stopped.
     assert len(events_named(store, incident_id, "decision_point_needed")) == 1
     assert len(events_named(store, incident_id, "loop_stopped")) == 1

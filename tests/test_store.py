@@ -511,9 +511,11 @@ def test_run_result_and_run_files(store: Store) -> None:
     assert store.read_run_result(incident_id) is None
     path = store.write_run_result(incident_id, run_result_doc(incident_id))
     assert_file_valid("run_result", path)
-    assert store.read_run_result(incident_id) == run_result_doc(incident_id)
+    read = store.read_run_result(incident_id)
+    assert read is not None and read.to_json() == run_result_doc(incident_id)
     store.write_run_result(incident_id, run_result_doc(incident_id, final_status="replan_requested"))
-    assert store.read_run_result(incident_id)["final_status"] == "replan_requested"  # type: ignore[index]
+    read = store.read_run_result(incident_id)
+    assert read is not None and read.final_status == "replan_requested"
     patch = store.write_run_file(incident_id, "attempt_01.patch", "diff\n")
     assert patch.read_text() == "diff\n"
     for bad in ("../x", ".hidden", "a/b", "run_result.json", "attempt_01.json", ""):

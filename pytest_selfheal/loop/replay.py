@@ -135,7 +135,7 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
         iterations.append(_iteration_entry(entry))
     run_result = store.read_run_result(incident_id)
     closing = (
-        {"iteration": run_result.get("iteration"), "stop_reason": run_result.get("stop_reason")}
+        {"iteration": run_result.iteration, "stop_reason": run_result.stop_reason}
         if run_result is not None
         else None
     )

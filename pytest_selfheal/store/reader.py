@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
@@ -301,12 +302,12 @@ class StoreReader:
         """How many ``attempt_XX.json`` files exist (no parsing)."""
         return len(self._attempt_files(incident_id))
 
-    def read_run_result(self, incident_id: str) -> Optional[Dict[str, Any]]:
-        """``run_result.json`` schema-validated, or None when the loop has not finished yet."""
+    def read_run_result(self, incident_id: str) -> Optional[RunResult]:
+        """``run_result.json`` schema-validated and parsed, or None when the loop has not finished yet."""
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         if not path.exists():
             return None
-        return self._read_doc("run_result", path, incident_id)
+        return RunResult.from_json(self._read_doc("run_result", path, incident_id), str(path))
 
     # ------------------------------------------------------------------ listing
 
