@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union, overload
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -43,6 +44,8 @@ PLAN_MD = "plan.md"
 RUN_RESULT_JSON = "run_result.json"
 ATTEMPT_RE = re.compile(r"attempt_([0-9]{2,})\.json", re.ASCII)
 RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
+
+R = TypeVar("R", bound=JsonRecord)
 
 
 
@@ -307,7 +310,7 @@ class StoreReader:
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         if not path.exists():
             return None
-        return RunResult.from_json(self._read_doc("run_result", path, incident_id), str(path))
+        return self._read_record(RunResult, path, incident_id)
 
     # ------------------------------------------------------------------ listing
 
@@ -362,6 +365,11 @@ class StoreReader:
         return row
 
     # ------------------------------------------------------------------ helpers
+
+    def _read_record(self, record: Type[R], path: Path, incident_id: str) -> R:
+        """The one place a store document becomes a record: the shipped schema of its
+        ``KIND`` (allowed values, patterns), then ``from_json`` (types)."""
+        return record.from_json(self._read_doc(record.KIND, path, incident_id), str(path))
 
     def _read_doc(self, kind: str, path: Path, incident_id: str) -> Dict[str, Any]:
         doc = fsio.read_json(path)
