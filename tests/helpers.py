@@ -292,12 +292,12 @@ def assert_files_valid(store: Store, incident_id: str) -> None:
         assert_valid("attempt", attempt)
     result = store.read_run_result(incident_id)
     if result is not None:
-        assert_valid("run_result", result)
+        assert_valid("run_result", result.to_json())
 
 
 def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:
-    """The incident's events called ``name``."""
-    return [e for e in store.read_events(incident_id)[0] if e["event"] == name]
+    """The incident's events called ``name``, as the JSON of their lines."""
+    return [e.to_json() for e in store.read_events(incident_id)[0] if e.event == name]
 
 
 FLAKY = """

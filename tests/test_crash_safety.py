@@ -111,7 +111,7 @@ def resume_and_check(
         done = selfheal(project, *loop_args(incident_id, settings))  # the resume, in process
         assert done.returncode == code, f"{context}\n{done.stdout}\n{done.stderr}"
     run_result = store.read_run_result(incident_id)
-    assert run_result is not None and run_result["stop_reason"] == reason, context
+    assert run_result is not None and run_result.stop_reason == reason, context
     assert store.locate(incident_id)[0] == bucket, context
     recorded = store.read_attempts(incident_id)
     assert [a["iteration"] for a in recorded] == list(range(1, attempts + 1)), context
@@ -135,7 +135,7 @@ def resume_and_check(
 def _finished(store: Store, incident_id: str, reason: str) -> bool:
     """The loop had completed its close-out before the kill."""
     result = store.read_run_result(incident_id)
-    if result is None or result["stop_reason"] != reason:
+    if result is None or result.stop_reason != reason:
         return False
     if store.locate(incident_id)[0] != "inbox":
         return True

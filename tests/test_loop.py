@@ -31,6 +31,7 @@ from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
 # --------------------------------------------------------------------------- pure helpers
@@ -54,7 +55,9 @@ def test_pending_stop_prefers_the_newest_record() -> None:
     decision = pending_stop(attempts, None, "running")
     assert decision is not None and decision.stop_reason == "repeated_fingerprint"
     # A run result of the same iteration wins (e.g. a stop decided between iterations).
-    later = {"iteration": 1, "stop_reason": "runtime_budget", "decision": {"action": "stop", "stop_reason": "runtime_budget"}}
+    later = RunResult.from_json({"incident_id": "incident_20260217_120000_ab12cd", "final_status": "escalated", "loops_used": 1,
+                                 "runtime_minutes": 0.0, "same_error_repeats": 0, "archived_to": None, "iteration": 1,
+                                 "stop_reason": "runtime_budget", "decision": {"action": "stop", "stop_reason": "runtime_budget"}}, "test")
     decision = pending_stop(attempts, later, "running")
     assert decision is not None and decision.stop_reason == "runtime_budget"
     # A run result of an older iteration does not.
@@ -296,7 +299,8 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
     assert result["effective_config"]["repair"]["command"][:2] == ["agent", "--token"]
     assert result["effective_config_origins"]["repair.command"] == "test"
     on_disk = Store(project / ".selfheal").read_run_result(incident_id)
-    for text in (json.dumps(result), json.dumps(on_disk)):
+    assert on_disk is not None
+    for text in (json.dumps(result), json.dumps(on_disk.to_json())):
         assert secret not in text and token not in text
 
 

@@ -60,7 +60,7 @@ def test_flaky_resolves_and_is_archived_to_resolved(tmp_path: Path) -> None:
     store = Store(project / ".selfheal")
     assert store.locate(incident_id)[0] == "resolved"
     run_result = store.read_run_result(incident_id)
-    assert run_result is not None and run_result["flaky_tests"] == ["test_flaky.py::test_flaky"]
+    assert run_result is not None and run_result.flaky_tests == ("test_flaky.py::test_flaky",)
     assert_files_valid(store, incident_id)
     replay = selfheal(project, "replay", incident_id)
     assert replay.returncode == EXIT_OK and "replay equals the files" in replay.stdout

@@ -74,7 +74,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[
 
 
 def events(store: Store, incident_id: str) -> List[Dict[str, Any]]:
-    return store.read_events(incident_id)[0]
+    return [e.to_json() for e in store.read_events(incident_id)[0]]
 
 
 class Env:

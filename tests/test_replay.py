@@ -30,6 +30,7 @@ from pytest_selfheal.loop.attempts import build_run_result
 from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.resume import pending_stop
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"
@@ -37,11 +38,12 @@ ID = "incident_20260217_120000_ab12cd"
 # --------------------------------------------------------------------------- pure replay
 
 
-def _ev(name: str, **data: Any) -> Dict[str, Any]:
-    return dict({"ts": "2026-02-17T12:00:00.000000+00:00", "event": name, "incident_id": ID}, **data)
+def _ev(name: str, **data: Any) -> Event:
+    doc = dict({"ts": "2026-02-17T12:00:00.000000+00:00", "event": name, "incident_id": ID}, **data)
+    return Event.from_json(doc, "test")
 
 
-def _vf(iteration: int, result: str = "continue", stop: Optional[str] = None, fps: Tuple[str, ...] = ("f1",)) -> Dict[str, Any]:
+def _vf(iteration: int, result: str = "continue", stop: Optional[str] = None, fps: Tuple[str, ...] = ("f1",)) -> Event:
     return _ev("verification_finished", iteration=iteration, result=result, stop_reason=stop,
                verification_passed=not fps, fingerprints=list(fps))
 
@@ -85,7 +87,7 @@ def test_replay_is_order_tolerant_and_ignores_unknown_events() -> None:
         _ev("something_new", iteration=7),
         _vf(1),
         _vf(2, "stop", "success", fps=()),  # a recovered record of an iteration: the last one wins
-        {"event": "verification_finished", "iteration": "x"},  # not a number: ignored
+        Event.from_json({"event": "verification_finished", "iteration": "x"}, "test"),  # not a number: ignored
     ]
     state = replay(events)
     assert [i["iteration"] for i in state["iterations"]] == [1, 2]
@@ -233,9 +235,9 @@ def test_replay_equals_disk_for_every_stop_reason(tmp_path: Path, reason: str) -
     else:
         assert replayed["stop_reason"] == reason
         run_result = store.read_run_result(incident_id)
-        assert run_result is not None and run_result["stop_reason"] == reason
-        assert run_result["decision_point"]["reason"] == reason
-        assert run_result["handoff"]["recommended_next_action"]
+        assert run_result is not None and run_result.stop_reason == reason
+        assert run_result.decision_point is not None and run_result.decision_point.reason == reason
+        assert run_result.handoff is not None and run_result.handoff.recommended_next_action
     # Every stop wrote exactly one decision point and one loop_stopped.
     assert len(events_named(store, incident_id, "decision_point_needed")) == 1
     assert len(events_named(store, incident_id, "loop_stopped")) == 1

@@ -136,9 +136,9 @@ def test_create_writes_the_five_files(store: Store) -> None:
     assert json.loads((folder / "context.json").read_text()) == {"python": "3.x"}
     events, warnings = store.read_events(incident_id)
     assert warnings == []
-    assert [e["event"] for e in events] == ["incident_captured"]
-    assert events[0]["incident_id"] == incident_id
-    assert events[0]["error_signature"] == doc["error_signature"]
+    assert [e.event for e in events] == ["incident_captured"]
+    assert events[0].incident_id == incident_id
+    assert events[0].get("error_signature") == doc["error_signature"]
     # canonical JSON: sorted keys, indent 2, trailing newline
     text = (folder / "incident.json").read_text()
     assert text == json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -150,9 +150,9 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
     incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=events)
     logged, warnings = store.read_events(incident_id)
     assert warnings == []
-    assert [e["event"] for e in logged] == ["incident_captured"] + ["failure_classified"] * 3
+    assert [e.event for e in logged] == ["incident_captured"] + ["failure_classified"] * 3
     assert [e.get("nodeid") for e in logged[1:]] == ["t.py::t0", "t.py::t1", "t.py::t2"]
-    assert {e["incident_id"] for e in logged} == {incident_id}
+    assert {e.incident_id for e in logged} == {incident_id}
     # An unknown event name is refused before anything is written.
     with pytest.raises(ValueError, match="unknown event name"):
         store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[("no_such_event", {})])
@@ -335,8 +335,8 @@ def test_set_status_updates_both_files_and_logs(store: Store) -> None:
     assert doc["status"] == "planned"
     assert doc["updated_at"] >= doc["created_at"]
     events, _ = store.read_events(incident_id)
-    assert events[-1]["event"] == "status_changed"
-    assert (events[-1]["from"], events[-1]["to"], events[-1]["plan"]) == ("new", "planned", "plan.json")
+    assert events[-1].event == "status_changed"
+    assert (events[-1].get("from"), events[-1].get("to"), events[-1].get("plan")) == ("new", "planned", "plan.json")
 
 
 @pytest.mark.parametrize(
@@ -387,9 +387,9 @@ def test_events_append_and_read(store: Store) -> None:
         store.append_event(incident_id, name, iteration=1, note="line\nbreak")
     events, warnings = store.read_events(incident_id)
     assert warnings == []
-    assert [e["event"] for e in events] == list(ev.SPEC_EVENTS)
-    assert all(e["incident_id"] == incident_id and e["ts"].endswith("+00:00") for e in events)
-    assert events[1]["note"] == "line\nbreak"
+    assert [e.event for e in events] == list(ev.SPEC_EVENTS)
+    assert all(e.incident_id == incident_id and str(e.ts).endswith("+00:00") for e in events)
+    assert events[1].get("note") == "line\nbreak"
     lines = (store.inbox_dir / incident_id / "audit_tail.jsonl").read_text().splitlines()
     assert len(lines) == len(ev.SPEC_EVENTS)
 
@@ -402,8 +402,8 @@ def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     store.append_event(incident_id, "plan_generated", actions=[])
     events, warnings = store.read_events(incident_id)
     assert warnings == []
-    assert [e["event"] for e in events] == ["incident_captured", "failure_classified", "failure_classified", "plan_generated"]
-    assert events[1:3] == records and [r["nodeid"] for r in records] == ["t.py::a", "t.py::b"]
+    assert [e.event for e in events] == ["incident_captured", "failure_classified", "failure_classified", "plan_generated"]
+    assert [e.to_json() for e in events[1:3]] == records and [r["nodeid"] for r in records] == ["t.py::a", "t.py::b"]
     with pytest.raises(ValueError, match="unknown event name"):
         store.append_events(incident_id, [("failure_classified", {}), ("incident_exploded", {})])
     assert len(store.read_events(incident_id)[0]) == 4  # a bad batch writes nothing
@@ -427,19 +427,19 @@ def test_torn_last_line_is_skipped_and_reported(store: Store) -> None:
     with log.open("a") as handle:
         handle.write('{"ts": "2026-02-17T12:00:00+00:00", "event": "plan_gen')  # killed mid-append
     events, warnings = store.read_events(incident_id)
-    assert [e["event"] for e in events] == ["incident_captured", "failure_classified"]
+    assert [e.event for e in events] == ["incident_captured", "failure_classified"]
     assert len(warnings) == 1 and "line 3: torn last line skipped" in warnings[0]
     # the next append does not glue onto the torn fragment
     store.append_event(incident_id, "plan_generated")
     events, warnings = store.read_events(incident_id)
-    assert [e["event"] for e in events] == ["incident_captured", "failure_classified", "plan_generated"]
+    assert [e.event for e in events] == ["incident_captured", "failure_classified", "plan_generated"]
     assert len(warnings) == 1 and "line 3: corrupted line skipped" in warnings[0]
 
 
 def test_parse_events_tolerates_garbage() -> None:
     text = '\n{"event": "loop_stopped"}\n[1]\n{"no_event": 1}\nnot json\n\xff\n{"event": "x"'
     events, warnings = ev.parse_events(text, "log")
-    assert events == [{"event": "loop_stopped"}]
+    assert [e.to_json() for e in events] == [{"event": "loop_stopped"}]
     assert len(warnings) == 5
     assert warnings[-1].startswith("log line 7: torn last line skipped")
 
@@ -511,9 +511,11 @@ def test_run_result_and_run_files(store: Store) -> None:
     assert store.read_run_result(incident_id) is None
     path = store.write_run_result(incident_id, run_result_doc(incident_id))
     assert_file_valid("run_result", path)
-    assert store.read_run_result(incident_id) == run_result_doc(incident_id)
+    read = store.read_run_result(incident_id)
+    assert read is not None and read.to_json() == run_result_doc(incident_id)
     store.write_run_result(incident_id, run_result_doc(incident_id, final_status="replan_requested"))
-    assert store.read_run_result(incident_id)["final_status"] == "replan_requested"  # type: ignore[index]
+    read = store.read_run_result(incident_id)
+    assert read is not None and read.final_status == "replan_requested"
     patch = store.write_run_file(incident_id, "attempt_01.patch", "diff\n")
     assert patch.read_text() == "diff\n"
     for bad in ("../x", ".hidden", "a/b", "run_result.json", "attempt_01.json", ""):
@@ -559,9 +561,9 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert_file_valid("incident", destination / "incident.json")["status"] == "resolved"
     events, warnings = store.read_events(incident_id)
     assert warnings == []
-    assert [e["event"] for e in events][-2:] == ["status_changed", "incident_archived"]
-    assert events[-1]["archived_to"] == f"error_archive/resolved/{incident_id}"
-    assert events[-1]["bucket"] == "resolved"
+    assert [e.event for e in events][-2:] == ["status_changed", "incident_archived"]
+    assert events[-1].get("archived_to") == f"error_archive/resolved/{incident_id}"
+    assert events[-1].get("bucket") == "resolved"
     assert {p: p.read_bytes() for p in all_files(store.plans_root)} == plans_before
     assert {p: p.read_bytes() for p in all_files(store.runs_root)} == runs_before
     assert store.read_plan(incident_id)["incident_id"] == incident_id
@@ -601,7 +603,7 @@ def test_interrupted_archive_is_completed(store: Store) -> None:
     store.set_status(incident_id, "escalated")  # crash right after the status was written
     store.archive(incident_id, "escalated")
     assert store.locate(incident_id)[0] == "escalated"
-    names = [e["event"] for e in store.read_events(incident_id)[0]]
+    names = [e.event for e in store.read_events(incident_id)[0]]
     assert names.count("status_changed") == 3 and names.count("incident_archived") == 1
 
 
@@ -611,7 +613,7 @@ def test_interrupted_archive_after_event_adds_no_duplicate(store: Store) -> None
     store.append_event(incident_id, "status_changed", **{"from": "running", "to": "resolved"})
     store.append_event(incident_id, "incident_archived", bucket="resolved")
     store.archive(incident_id, "resolved")
-    names = [e["event"] for e in store.read_events(incident_id)[0]]
+    names = [e.event for e in store.read_events(incident_id)[0]]
     assert names.count("incident_archived") == 1 and names.count("status_changed") == 1
 
 

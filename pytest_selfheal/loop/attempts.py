@@ -421,9 +421,9 @@ def finalize(
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
             existing = store.read_run_result(incident_id)
-            return existing if existing is not None else result
+            return existing.to_json() if existing is not None else result
         existing = store.read_run_result(incident_id)
-        if existing is None or existing.get("iteration") != last or existing.get("stop_reason") != reason:
+        if existing is None or existing.iteration != last or existing.stop_reason != reason:
             store.write_run_result(incident_id, result)
         kill_point("finalize:after_run_result")
         records, _ = store.read_events(incident_id)

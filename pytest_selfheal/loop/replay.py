@@ -19,9 +19,10 @@ under ``loop_stops`` (events only, not compared).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from pytest_selfheal.loop.policy import final_status_of
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
     INCIDENT_CAPTURED,
@@ -35,7 +36,7 @@ from pytest_selfheal.store.root import Store
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
 
-def _iteration_entry(record: Mapping[str, Any]) -> Dict[str, Any]:
+def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> Dict[str, Any]:
     fingerprints = record.get("fingerprints")
     return {
         "iteration": record.get("iteration"),
@@ -76,7 +77,7 @@ def _state(
     }
 
 
-def replay(events: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+def replay(events: Sequence[Event]) -> Dict[str, Any]:
     """The loop state rebuilt from the events alone (pure).
 
     Status follows ``incident_captured`` then every ``status_changed``; the bucket and
@@ -94,13 +95,13 @@ def replay(events: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     closing: Optional[Dict[str, Any]] = None
     stops: List[Dict[str, Any]] = []
     for record in events:
-        name = record.get("event")
-        if incident_id is None and isinstance(record.get("incident_id"), str):
-            incident_id = str(record["incident_id"])
+        name = record.event
+        if incident_id is None and record.incident_id is not None:
+            incident_id = record.incident_id
         if name == INCIDENT_CAPTURED:
             status = str(record.get("status") or "new")
         elif name == STATUS_CHANGED and isinstance(record.get("to"), str):
-            status = str(record["to"])
+            status = str(record.get("to"))
         elif name == INCIDENT_ARCHIVED:
             bucket = str(record.get("bucket") or bucket)
             archived_to = record.get("archived_to") if isinstance(record.get("archived_to"), str) else archived_to
@@ -134,7 +135,7 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
         iterations.append(_iteration_entry(entry))
     run_result = store.read_run_result(incident_id)
     closing = (
-        {"iteration": run_result.get("iteration"), "stop_reason": run_result.get("stop_reason")}
+        {"iteration": run_result.iteration, "stop_reason": run_result.stop_reason}
         if run_result is not None
         else None
     )

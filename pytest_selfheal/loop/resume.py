@@ -23,6 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED
@@ -153,7 +155,7 @@ def _decision_from_dict(data: Mapping[str, Any], fallback_reason: Optional[str] 
 
 def pending_stop(
     attempts: Sequence[Mapping[str, Any]],
-    run_result: Optional[Mapping[str, Any]],
+    run_result: Optional[RunResult],
     status: str,
     replanned_at: Optional[int] = None,
 ) -> Optional[policy.Decision]:
@@ -169,9 +171,9 @@ def pending_stop(
     """
     last = int(attempts[-1]["iteration"]) if attempts else 0
     source: Optional[Mapping[str, Any]] = None
-    if run_result is not None and run_result.get("iteration") == last and run_result.get("stop_reason"):
-        recorded = run_result.get("decision")
-        source = recorded if isinstance(recorded, Mapping) else {"stop_reason": run_result.get("stop_reason")}
+    if run_result is not None and run_result.iteration == last and run_result.stop_reason:
+        decided = run_result.decision
+        source = decided.to_json() if decided is not None else {"stop_reason": run_result.stop_reason}
     elif attempts and attempts[-1].get("result") == policy.ACTION_STOP:
         recorded = attempts[-1].get("decision")
         source = recorded if isinstance(recorded, Mapping) else {"stop_reason": attempts[-1].get("stop_reason")}
@@ -241,18 +243,18 @@ def verification_event(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def has_event(records: Sequence[Mapping[str, Any]], name: str, **match: Any) -> bool:
-    """True when ``records`` hold an event ``name`` whose fields equal every ``match``."""
-    return any(r.get("event") == name and all(r.get(k) == v for k, v in match.items()) for r in records)
+def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
+    """True when ``records`` hold an event ``name`` whose data equal every ``match``."""
+    return any(r.event == name and all(r.get(k) == v for k, v in match.items()) for r in records)
 
 
-def _replayed_status(records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _replayed_status(records: Sequence[Event]) -> Optional[str]:
     status: Optional[str] = None
     for record in records:
-        if record.get("event") == ev.INCIDENT_CAPTURED:
+        if record.event == ev.INCIDENT_CAPTURED:
             status = str(record.get("status") or NEW)
-        elif record.get("event") == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
-            status = str(record["to"])
+        elif record.event == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
+            status = str(record.get("to"))
     return status
 
 

@@ -221,9 +221,8 @@ def _close_out(
     result = dict(result)
     result["repair"] = block
     existing = store.read_run_result(incident_id)
-    same_stop = existing is not None and all(existing.get(k) == result.get(k) for k in ("iteration", "stop_reason"))
-    if existing is not None and same_stop:
-        updated = dict(existing)
+    if existing is not None and (existing.iteration, existing.stop_reason) == (result.get("iteration"), result.get("stop_reason")):
+        updated = existing.to_json()
         updated["repair"] = block
         store.write_run_result(incident_id, updated)
     return result

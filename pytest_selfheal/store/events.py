@@ -10,6 +10,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.records.event import Event
+
 INCIDENT_CAPTURED = "incident_captured"
 FAILURE_CLASSIFIED = "failure_classified"
 PLAN_GENERATED = "plan_generated"
@@ -73,13 +76,14 @@ def encode_event(record: Dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Dict[str, Any]], List[str]]:
+def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Event], List[str]]:
     """Parse a JSONL event log into ``(events, warnings)``; never raises for bad content.
 
-    A torn last line (a writer killed mid-append) and any other undecodable line are
-    skipped and reported in ``warnings``, each naming the line number.
+    A torn last line (a writer killed mid-append), any other undecodable line and a line
+    whose :class:`Event` does not parse are skipped and reported in ``warnings``, each
+    naming the line number.
     """
-    events: List[Dict[str, Any]] = []
+    events: List[Event] = []
     warnings: List[str] = []
     lines = text.split("\n")
     complete = text.endswith("\n")
@@ -97,5 +101,8 @@ def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Dict
         if not isinstance(record, dict) or not isinstance(record.get("event"), str):
             warnings.append(f"{source} line {index}: not an event object, skipped")
             continue
-        events.append(record)
+        try:
+            events.append(Event.from_json(record, f"{source} line {index}"))
+        except InputError as exc:
+            warnings.append(f"{exc.message}, skipped")
     return events, warnings

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union, overload
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
+from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
@@ -41,6 +44,8 @@ PLAN_MD = "plan.md"
 RUN_RESULT_JSON = "run_result.json"
 ATTEMPT_RE = re.compile(r"attempt_([0-9]{2,})\.json", re.ASCII)
 RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
+
+R = TypeVar("R", bound=JsonRecord)
 
 
 
@@ -225,14 +230,14 @@ class StoreReader:
 
     # ------------------------------------------------------------------ events
 
-    def read_events(self, incident_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    def read_events(self, incident_id: str) -> Tuple[List[Event], List[str]]:
         """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
         skipped and reported, never raised."""
         _, folder = self.locate(incident_id)
         return self._read_events_at(folder)
 
     @staticmethod
-    def _read_events_at(folder: Path) -> Tuple[List[Dict[str, Any]], List[str]]:
+    def _read_events_at(folder: Path) -> Tuple[List[Event], List[str]]:
         path = folder / AUDIT_TAIL_JSONL
         try:
             raw = path.read_bytes()
@@ -300,12 +305,12 @@ class StoreReader:
         """How many ``attempt_XX.json`` files exist (no parsing)."""
         return len(self._attempt_files(incident_id))
 
-    def read_run_result(self, incident_id: str) -> Optional[Dict[str, Any]]:
-        """``run_result.json`` schema-validated, or None when the loop has not finished yet."""
+    def read_run_result(self, incident_id: str) -> Optional[RunResult]:
+        """``run_result.json`` schema-validated and parsed, or None when the loop has not finished yet."""
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         if not path.exists():
             return None
-        return self._read_doc("run_result", path, incident_id)
+        return self._read_record(RunResult, path, incident_id)
 
     # ------------------------------------------------------------------ listing
 
@@ -360,6 +365,11 @@ class StoreReader:
         return row
 
     # ------------------------------------------------------------------ helpers
+
+    def _read_record(self, record: Type[R], path: Path, incident_id: str) -> R:
+        """The one place a store document becomes a record: the shipped schema of its
+        ``KIND`` (allowed values, patterns), then ``from_json`` (types)."""
+        return record.from_json(self._read_doc(record.KIND, path, incident_id), str(path))
 
     def _read_doc(self, kind: str, path: Path, incident_id: str) -> Dict[str, Any]:
         doc = fsio.read_json(path)

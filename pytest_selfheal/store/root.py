@@ -430,9 +430,9 @@ class Store(StoreReader):
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
                 events, _ = self._read_events_at(folder)
-                if not any(e.get("event") == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
+                if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
-                if not any(e.get("event") == ev.INCIDENT_ARCHIVED for e in events):
+                if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
                     self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             fsio.move(folder, destination)
             return destination

@@ -706,8 +706,8 @@ def test_hostile_verification_commands_are_refused_and_logged(tmp_path: Path, co
             assert not (where / PWNED).exists(), f"{command!r} was executed"
         assert (project / "x" / "keep.txt").read_text() == "keep", f"{command!r} was executed"
         events = store.read_events(incident_id)[0][events_before:]
-        logged = [e for e in events if e["event"] == "decision_point_needed" and e.get("refused")]
-        assert len(logged) == 1 and logged[0]["command"], f"{command!r}: not logged: {events}"
+        logged = [e for e in events if e.event == "decision_point_needed" and e.get("refused")]
+        assert len(logged) == 1 and logged[0].get("command"), f"{command!r}: not logged: {events}"
         assert store.count_attempts(incident_id) == 0
         assert store.locate(incident_id)[0] == "inbox"
         bump(counts, "verification_commands")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -42,8 +42,8 @@ def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
     existing = store.read_run_result(incident_id)
     if existing is None:
         return
-    updated = dict(existing)
-    block = dict(updated.get("repair") or {}) if isinstance(updated.get("repair"), Mapping) else {}
+    updated = existing.to_json()
+    block = existing.repair.to_json() if existing.repair is not None else {}
     block.update({"final_patch": block.get("final_patch") or "final.patch", "applied": True,
                   "applied_at": format_ts(), "applied_to": str(top), "apply_command": None,
                   "message": f"applied to {top} with `selfheal apply`"})

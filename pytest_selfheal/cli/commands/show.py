@@ -42,6 +42,7 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         }
     attempts = store.read_attempts(incident_id)
     events, warnings = store.read_events(incident_id)
+    run_result = store.read_run_result(incident_id)
     return {
         "incident_id": incident_id,
         "status": status,
@@ -60,7 +61,7 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
             }
             for a in attempts
         ],
-        "run_result": store.read_run_result(incident_id),
+        "run_result": run_result.to_json() if run_result is not None else None,
         "events": len(events),
         "warnings": warnings,
     }
