@@ -300,10 +300,10 @@ def test_a_hash_order_message_stops_by_repetition_before_max_iterations(tmp_path
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     store = Store(project / ".selfheal")
     run_result = store.read_run_result(incident_id)
-    assert run_result is not None and run_result["stop_reason"] == "repeated_fingerprint"
-    assert run_result["loops_used"] < 5
+    assert run_result is not None and run_result.stop_reason == "repeated_fingerprint"
+    assert run_result.loops_used < 5
     # Every run sorts the same set the same way: one fingerprint however the hash seed orders it.
-    fingerprints = {fp for row in run_result["fingerprints_per_iteration"] for fp in row}
+    fingerprints = {fp for row in run_result.fingerprints_per_iteration for fp in row}
     assert len(fingerprints) == 1
 
 
@@ -339,6 +339,6 @@ def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_pat
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "-p no:cacheprovider --target=staging -W default -W ignore::UserWarning" in result.stdout
     run_result = store.read_run_result(incident_id)
-    assert run_result is not None and run_result["stop_reason"] == "repeated_fingerprint"
+    assert run_result is not None and run_result.stop_reason == "repeated_fingerprint"
     # The same failure came back, not "run with --target": one fingerprint throughout.
-    assert len({fp for row in run_result["fingerprints_per_iteration"] for fp in row}) == 1
+    assert len({fp for row in run_result.fingerprints_per_iteration for fp in row}) == 1
