@@ -270,6 +270,7 @@ class Recorder:
                 reports_root=self.reports_root,
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
+                warnings=warnings,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

@@ -87,7 +87,10 @@ def test_failing_run_captures_incident_with_contract_files(project: pytest.Pytes
     plan = read(project.path / ".selfheal" / "error_plans" / folder.name / "plan.json")
     assert_valid("plan", plan)
     assert plan["verification_commands"] == ["python -m pytest -q test_mod.py::test_add"]
-    result.stdout.fnmatch_lines(["*selfheal*", f"captured {folder.name}: 1 failure(s) -> .selfheal*"])
+    result.stdout.fnmatch_lines(["*selfheal*", f"captured {folder.name}: 1 failure(s) (1 new) -> .selfheal*"])
+    assert read(folder / "incident.json")["failures"][0]["triage"] == {
+        "label": "new", "detail": "new: never seen failing on main"}
+    assert (project.path / ".selfheal" / "history.sqlite3").is_file()
 
 
 def test_same_bug_same_fingerprint_across_basetemp(project: pytest.Pytester, tmp_path: Path) -> None:

@@ -22,11 +22,15 @@ from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.gitrepo import git_snapshot
+from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.records import CAPTURE
+from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
+from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
@@ -173,14 +177,29 @@ def capture_incident(
     reports_root: Path,
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
+    warnings: Optional[List[str]] = None,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
-    incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir))
-    # One git pass for context.json and the diff hash. The capture is the loop's first
-    # sighting: its diff hash lets iteration 1 see a code change.
+    run_id = new_run_id()
+    incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
+    # One git pass for context.json, the diff hash and the history. The capture is the loop's
+    # first sighting: its diff hash lets iteration 1 see a code change.
     git = git_snapshot(rootdir, exclude=[reports_root])
+    # The failure history: record this run, and triage each failure against the base branch.
+    history = record_and_triage(
+        reports_root, effective.settings.history,
+        run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
+                 git=git.context or {}),
+        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
+    )
+    if warnings is not None:
+        warnings.extend(history.warnings)
+    for entry in incident["failures"]:
+        triage = history.triage.get(str(entry.get("nodeid") or entry.get("test")))
+        if triage is not None:
+            entry["triage"] = triage.to_json()
     incident["diff_hash"] = git.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
@@ -190,9 +209,13 @@ def capture_incident(
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
-    lines = [f"captured {incident_id}: {len(failures)} failure(s) -> {where}"]
+    labels = [t.label for t in history.triage.values()]
+    triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
+    lines = [f"captured {incident_id}: {len(failures)} failure(s){triaged} -> {where}"]
     for failure in failures[:10]:
-        lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {failure.nodeid or failure.test}")
+        triage = history.triage.get(failure.nodeid or failure.test)
+        label = f"{triage.label:<11} " if triage is not None else ""
+        lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{failure.nodeid or failure.test}")
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
     return CaptureResult(incident_id, list(failures), lines)

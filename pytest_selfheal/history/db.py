@@ -134,6 +134,9 @@ class HistoryDB:
                 raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
             self._migrate(version)
         self._db.execute("PRAGMA journal_mode = WAL")
+        # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
+        # runs, which the history can afford (the incident files hold what the loop needs).
+        self._db.execute("PRAGMA synchronous = NORMAL")
 
     def _migrate(self, version: int) -> None:
         # One transaction per step: a crash leaves the previous version, never half of one.

@@ -18,12 +18,16 @@ out with a warning naming its line; the rest still apply.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-import yaml  # type: ignore[import-untyped,unused-ignore]
-
 ROOT_KEY = "quarantine"
+
+
+def _yaml() -> Any:
+    # Late: pyyaml costs ~12 ms to import, and most runs have no quarantine file to read.
+    return importlib.import_module("yaml")
 ENTRY_KEYS = ("test", "fingerprint", "reason", "expires", "owner")
 
 
@@ -58,6 +62,7 @@ def matching_entry(entries: Sequence[QuarantineEntry], *, nodeid: str, fingerpri
 def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[QuarantineEntry], List[str]]:
     """``(entries in force, warnings)`` from the file's text. Never raises: a file that is
     not YAML, or not the expected shape, is one warning and no entries."""
+    yaml = _yaml()
     try:
         root = yaml.compose(text)
     except (yaml.YAMLError, RecursionError) as exc:
@@ -82,6 +87,7 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[Quaran
 
 
 def _entry_nodes(root: Any) -> Optional[List[Any]]:
+    yaml = _yaml()
     if not isinstance(root, yaml.MappingNode):
         return None
     for key, value in root.value:
@@ -137,15 +143,18 @@ HEADER = ("# Quarantined failures (pytest-selfheal): they still run and are repo
 
 
 def _item_text(data: Any, indent: int) -> str:
+    yaml = _yaml()
     dumped = yaml.safe_dump([data], sort_keys=False, allow_unicode=True, width=1000)
     return "".join(" " * indent + line + "\n" for line in dumped.splitlines())
 
 
 def _entry_mapping(node: Any) -> Any:
+    yaml = _yaml()
     return yaml.safe_load(yaml.serialize(node))
 
 
 def _compose(text: str) -> Any:
+    yaml = _yaml()
     try:
         return yaml.compose(text)
     except (yaml.YAMLError, RecursionError) as exc:
@@ -156,6 +165,7 @@ def _compose(text: str) -> Any:
 def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
     """``text`` (None: no file yet) with ``entry`` appended; every other line, comments
     included, stays as it was. ``ValueError`` when the text is not a quarantine list."""
+    yaml = _yaml()
     if text is None or not text.strip():
         return HEADER + f"{ROOT_KEY}:\n" + _item_text(entry.to_mapping(), 2)
     root = _compose(text)

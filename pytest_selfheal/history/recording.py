@@ -19,7 +19,7 @@ from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.history.sources import base_branch, base_revision, read_quarantine
+from pytest_selfheal.history.sources import actions_event, base_branch, base_revision, read_quarantine
 from pytest_selfheal.history.triage import Triage, triage_failure
 
 
@@ -71,10 +71,13 @@ def run_info(
     iteration: Optional[int] = None,
     tests_run: Optional[int] = None,
     now: Optional[dt.datetime] = None,
+    git: Optional[Mapping[str, object]] = None,
 ) -> hr.RunInfo:
-    """The run's record: time, commit and branch (git, or the Actions variables), CI ids."""
+    """The run's record: time, commit and branch (the Actions variables, else ``git`` — the
+    caller's git context when it has one — else git itself), CI ids."""
     source = os.environ if env is None else env
-    git = git_context(project_root) or {}
+    if git is None:
+        git = git_context(project_root) or {}
     branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.get("branch")
     commit = source.get("GITHUB_SHA") or git.get("commit")
     moment = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).replace(microsecond=0)
@@ -108,7 +111,7 @@ def record_and_triage(
     result = HistoryResult(base_branch=base_branch(source, settings.base_branch))
     if not settings.enabled:
         return result
-    revision = base_revision(source, event or {})
+    revision = base_revision(source, event if event is not None else actions_event(source))
     result.quarantine, warnings = read_quarantine(project_root, settings.quarantine_file, revision=revision)
     result.warnings.extend(warnings)
     rerun = set(passed_on_rerun)

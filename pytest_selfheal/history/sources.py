@@ -7,8 +7,9 @@ cannot quarantine its own failure); elsewhere from the working tree.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path, PurePosixPath
-from typing import List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
@@ -57,6 +58,22 @@ def read_quarantine(
     return parse_quarantine(data.decode("utf-8", errors="replace"), where, day)
 
 
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+def actions_event(env: Mapping[str, str]) -> Dict[str, object]:
+    """The Actions event payload (``GITHUB_EVENT_PATH``), ``{}`` outside Actions or when unreadable."""
+    path = env.get("GITHUB_EVENT_PATH")
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(MAX_EVENT_BYTES + 1)[:MAX_EVENT_BYTES])
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def base_revision(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
     """The pull request's base commit (``pull_request.base.sha`` of the event), or None."""
     pull = event.get("pull_request")
@@ -73,4 +90,4 @@ def base_branch(env: Mapping[str, str], configured: str) -> str:
     return env.get("GITHUB_BASE_REF") or configured
 
 
-__all__ = ["base_branch", "base_revision", "read_quarantine"]
+__all__ = ["actions_event", "base_branch", "base_revision", "read_quarantine"]
