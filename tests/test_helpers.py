@@ -56,6 +56,15 @@ def _logs_to_nowhere(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def test_a_signal_or_logging_handler_left_installed_fails_and_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Start from Python's own handler: a worker that already ignores SIGINT would hide the change.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _check_handlers_are_watched(monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _check_handlers_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
     before = signal.getsignal(signal.SIGINT)
     monkeypatch.setattr(helpers, "main", _ignores_ctrl_c)
     with pytest.raises(AssertionError, match="left signal handlers installed"):
