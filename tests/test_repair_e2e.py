@@ -21,6 +21,7 @@ import pytest
 from helpers import CliResult, cli, fake_distribution
 
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
+from pytest_selfheal.loop.codepath import finder_paths, redirect_to_worktree
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -309,3 +310,61 @@ def test_test_edits_are_in_scope_when_the_config_allows_them(tmp_path: Path) -> 
     result = project.loop("weaken", "--set", "repair.allow_test_edits=true")
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert project.run_result()["stop_reason"] == "success"
+
+
+SRC_AGENT = textwrap.dedent(
+    """
+    import pathlib, sys
+    calc = pathlib.Path(sys.argv[1], "src", "calc", "__init__.py")
+    calc.write_text(calc.read_text().replace("a - b", "a + b"))
+    """
+)
+
+
+def test_a_fix_in_the_worktree_is_judged_there_when_the_package_is_importable_from_the_user_tree(
+    tmp_path: Path,
+) -> None:
+    # src layout whose package the user's environment imports from the working tree, as an
+    # editable install (or PYTHONPATH=src) does: the verification must import the worktree's.
+    top = tmp_path / "srcproj"
+    (top / "src" / "calc").mkdir(parents=True)
+    (top / "src" / "calc" / "__init__.py").write_text(BUGGY)
+    (top / "tests").mkdir()
+    (top / "tests" / "test_calc.py").write_text(TESTS)
+    (top / "pytest.ini").write_text("[pytest]\n")
+    repo = git.Repo.init(top)
+    repo.git.add(A=True)
+    repo.index.commit("calc with a bug")
+    repo.close()
+    user_env = job_env([str(top / "src")])
+    captured = subprocess.run([sys.executable, "-m", "pytest", "-q", "--selfheal", "-p", "no:cacheprovider"], cwd=top,
+                              capture_output=True, text=True, timeout=120, env=user_env)
+    assert captured.returncode == 1, captured.stdout + captured.stderr
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    agent = tmp_path / "src_agent.py"
+    agent.write_text(SRC_AGENT)
+    command = json.dumps([sys.executable, str(agent), "{worktree}"])
+    result = cli("loop", incident_id, "--set", f"repair.command={command}", "--set", 'repair.allowed_paths=["src/*"]',
+                 cwd=top, env=user_env)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    run_result = json.loads((top / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
+    assert run_result["stop_reason"] == "success" and run_result["repair"]["applied"] is False
+    assert (top / "src" / "calc" / "__init__.py").read_text() == BUGGY  # proposed, not applied
+
+
+def test_editable_finders_and_path_entries_map_to_the_worktree(tmp_path: Path) -> None:
+    project, worktree = tmp_path / "p", tmp_path / "wt"
+    for root in (project, worktree):
+        (root / "src" / "pkg").mkdir(parents=True)
+    (project / "lib").mkdir()  # untracked: no twin in the worktree
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "__editable___pkg_1_0_finder.py").write_text(
+        f"MAPPING: dict[str, str] = {{'pkg': {str(project / 'src' / 'pkg')!r}}}\nNAMESPACES = {{}}\n")
+    finders = finder_paths([str(site_dir)])
+    assert finders == [str(project / "src")]
+    redirect = redirect_to_worktree({"PYTHONPATH": str(project / "lib")}, project, worktree,
+                                    path_entries=["/usr/lib/python3", str(project)], finders=finders)
+    assert redirect.redirected == [str(worktree), str(worktree / "src")]
+    assert redirect.missing == [str(project / "lib")]
+    assert redirect.env["PYTHONPATH"].split(os.pathsep) == [str(worktree), str(worktree / "src"), str(project / "lib")]

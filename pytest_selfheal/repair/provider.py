@@ -204,6 +204,8 @@ class RepairSession:
         self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
         self.globs: List[str] = list(settings.repair.allowed_paths)
         self.allow_test_edits = settings.repair.allow_test_edits
+        # Import locations of the user's tree the verification could not point at the worktree.
+        self.not_redirected: List[str] = []
         self.policy = LoopPolicy.from_settings(settings)
         self.results: List[Dict[str, Any]] = []
 
@@ -406,6 +408,7 @@ class RepairSession:
             "patch": None,
             "scope_denied": False,
             "out_of_scope": [],
+            **({"code_path_not_redirected": list(self.not_redirected)} if self.not_redirected else {}),
             "exit_code": call.exit_code,
             "duration_seconds": round(max(0.0, call.duration), 3),
             "message": call.message,

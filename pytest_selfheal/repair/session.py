@@ -9,6 +9,7 @@ working tree. The worktree is removed whatever happens, Ctrl-C included.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence
 
@@ -17,6 +18,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import isolated_git_env
 from pytest_selfheal.loop import driver as loop
+from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.repair.approval import Approver, approver_from
@@ -129,9 +131,15 @@ def repair_loop(
                 store, incident_id, effective=effective, worktree=wt, approver=approver, pluginmanager=pm, say=say,
                 env=env,
             )
+            # The verification imports the worktree's code, also through editable installs.
+            redirect = redirect_to_worktree(os.environ if env is None else env, Path(project_root), wt.project_root)
+            if redirect.missing:
+                say(f"selfheal: incident {incident_id}: cannot point {', '.join(redirect.missing)} at the repair "
+                    "worktree (not in git there): verification runs may import your working tree's code")
+                session.not_redirected = list(redirect.missing)  # recorded in each attempt's repair block
             result = loop.run_loop(
                 store, incident_id, effective=effective, project_root=wt.project_root, provider=session,
-                approve=approve, out=say, env=env, hook_rules=rules, unattended=unattended,
+                approve=approve, out=say, env=redirect.env, hook_rules=rules, unattended=unattended,
             )
             return _close_out(store, incident_id, result, wt=wt, session=session, approver=approver, say=say)
         finally:
