@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -114,7 +114,7 @@ def store_incident(
     context: Dict[str, Any],
     failures: Sequence["Failure"],
 ) -> str:
-    """Write the incident, its classification events and its plan; status ends at ``planned``."""
+    """Write the incident, its classification events and its plan; the incident appears ``planned``."""
     classified = [
         (
             "failure_classified",
@@ -130,15 +130,14 @@ def store_incident(
         )
         for failure in failures
     ]
-    with store.lock():
-        # The classification events go into the new incident's build folder: no append of their own.
-        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified)
-        # The plan reads only fields this capture wrote (no re-read and re-validation of incident.json).
-        plan = build_plan({**incident, "incident_id": incident_id}, generated_at=_now())
-        store.write_plan(incident_id, plan, render_plan_md(plan))
-        store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
-        store.set_status(incident_id, "planned")
-    return incident_id
+    def plan(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+        # From the fields this capture wrote: no re-read and re-validation of incident.json.
+        built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now())
+        return built, render_plan_md(built)
+
+    # One step: the classification events, the plan and the move to `planned` are all in
+    # place when the incident appears (no append, status move or plan write of their own).
+    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan)
 
 
 def _now() -> str:

@@ -49,7 +49,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, STATUSES, check_transition
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, PLANNED, STATUSES, check_transition
 
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
 PRUNING_PREFIX = ".pruning_"
@@ -57,6 +57,10 @@ PRUNING_PREFIX = ".pruning_"
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
 _CREATE_RETRIES = 50
+
+# The plan a capture publishes with its incident: built from the incident document with its
+# final id (the id is chosen under the lock), as (plan.json's document, plan.md's text).
+PlanBuilder = Callable[[Mapping[str, Any]], Tuple[Mapping[str, Any], str]]
 
 
 
@@ -101,6 +105,7 @@ class Store(StoreReader):
         run: Optional[str] = None,
         now: Optional[datetime] = None,
         events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        plan: Optional[PlanBuilder] = None,
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
@@ -113,6 +118,13 @@ class Store(StoreReader):
         Data that does not fit the incident schema, or an unknown event name, is a
         programming error (``ValueError``). Redacting secrets from ``log_tail`` and
         ``context`` is the caller's job.
+
+        ``plan``: the capture's plan, built from the incident with its final id. The
+        incident is then published already ``planned``: ``error_plans/<id>/`` is built and
+        renamed into place first, then the incident folder, whose log ends with
+        ``plan_generated`` and ``status_changed`` (new → planned). The same files and
+        events as ``create_incident`` + ``write_plan`` + ``append_event`` + ``set_status``,
+        in two renames instead of four atomic writes and two appends (docs/store.md).
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
         doc: Dict[str, Any] = dict(incident)
@@ -133,24 +145,33 @@ class Store(StoreReader):
         problems = validate("incident", doc)
         if problems:
             raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        context_doc = dict(context)
-        # Serialise up front: unserialisable data fails before anything touches the disk.
-        fsio.dumps_json(doc)
-        fsio.dumps_json(context_doc)
+        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
+        # data fails before anything touches the disk.
+        context_text = fsio.dumps_json(dict(context))
+        texts = {str(doc["incident_id"]): fsio.dumps_json(doc)}
         for name, data in events:
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
         with self.lock():
             inbox = fsio.ensure_dir(self.inbox_dir)
             self._remove_stale_builds(inbox)
+            if plan is not None and self.plans_root.is_dir():
+                self._remove_stale_builds(self.plans_root)
             for _ in range(_CREATE_RETRIES):
                 incident_id = str(doc["incident_id"])
-                if self._taken(incident_id):
+                # A plan folder without its incident (a capture killed between its two renames)
+                # keeps its id: a new plan never lands in it.
+                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
                     if explicit_id:
                         raise RefusedError(f"incident {incident_id} already exists")
                     doc["incident_id"] = self._next_candidate(moment, run)
                     continue
-                if self._build_and_publish(inbox, doc, log_tail, context_doc, events):
+                log = list(events)
+                published = doc
+                if plan is not None:
+                    published, log = self._publish_plan(doc, log, plan)
+                text = texts.get(incident_id) if published is doc else None
+                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=text):
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -182,10 +203,15 @@ class Store(StoreReader):
         inbox: Path,
         doc: Dict[str, Any],
         log_tail: str,
-        context: Dict[str, Any],
+        context_text: str,
         events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        *,
+        text: Optional[str] = None,
     ) -> bool:
-        """Build the five files under a temp name and rename into place; False if the id got taken."""
+        """Build the five files under a temp name and rename into place; False if the id got taken.
+
+        ``text``: incident.json's text when already serialised.
+        """
         incident_id = str(doc["incident_id"])
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
@@ -209,10 +235,10 @@ class Store(StoreReader):
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
             for name, text in (
-                (INCIDENT_JSON, fsio.dumps_json(doc)),
-                (STATUS_TXT, NEW + "\n"),
+                (INCIDENT_JSON, text if text is not None else fsio.dumps_json(doc)),
+                (STATUS_TXT, f"{doc['status']}\n"),
                 (LOG_TAIL_TXT, log_tail),
-                (CONTEXT_JSON, fsio.dumps_json(context)),
+                (CONTEXT_JSON, context_text),
                 (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
             ):
                 fsio.write_new_bytes(build / name, text.encode("utf-8"))
@@ -234,6 +260,42 @@ class Store(StoreReader):
             raise
         fsio.fsync_dir(inbox)
         return True
+
+    def _publish_plan(
+        self, doc: Dict[str, Any], events: List[Tuple[str, Mapping[str, Any]]], plan: PlanBuilder
+    ) -> Tuple[Dict[str, Any], List[Tuple[str, Mapping[str, Any]]]]:
+        """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
+
+        Returns the incident as it is published (status ``planned``) and its log with the
+        plan's two events. Nobody reads the plan of an incident that does not exist yet, so
+        the plan folder is built like the incident's (files in place, one folder fsync).
+        """
+        incident_id = str(doc["incident_id"])
+        plan_doc, plan_md = plan(doc)
+        plan_doc = dict(plan_doc)
+        self._check_doc("plan", plan_doc, incident_id)
+        check_transition(incident_id, NEW, PLANNED)
+        plans_root = fsio.ensure_dir(self.plans_root)
+        build = plans_root / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
+        try:
+            build.mkdir()
+            fsio.write_new_bytes(build / PLAN_MD, plan_md.encode("utf-8"))
+            fsio.write_new_bytes(build / PLAN_JSON, fsio.dumps_json(plan_doc).encode("utf-8"))
+            fsio.fsync_dir(build)
+            os.rename(build, self.plans_dir(incident_id))  # the id was checked free under the lock
+        except OSError as exc:
+            shutil.rmtree(build, ignore_errors=True)
+            raise fsio.io_error("write plan", self.plans_dir(incident_id), exc) from None
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+        fsio.fsync_dir(plans_root)
+        published = dict(doc, status=PLANNED)
+        log = events + [
+            (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc.get("actions", [])]}),
+            (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
+        ]
+        return published, log
 
     # ------------------------------------------------------------------ status
 
