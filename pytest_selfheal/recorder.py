@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 import pytest
 
+from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.report.data import build_report
@@ -229,6 +231,12 @@ class Recorder:
     def _finish(self, exitstatus: int) -> None:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
         warnings: List[str] = []
+        git: Optional[PendingSnapshot] = None
+        if self.failed and not self.open_incidents:
+            # Every failure will be captured: the capture's git and platform reads (subprocesses)
+            # run while the failures are analysed.
+            git = PendingSnapshot(Path(self.config.rootpath), exclude=[self.reports_root])
+            probe_platform()
         failures = analyse_run(
             config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
         )
@@ -271,6 +279,7 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
                 warnings=warnings,
+                git=git,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

@@ -21,7 +21,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.gitrepo import git_snapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import triage_headline
@@ -177,20 +177,25 @@ def capture_incident(
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
     warnings: Optional[List[str]] = None,
+    git: Optional[PendingSnapshot] = None,
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
+
+    ``git``: the snapshot of the project's tree (excluding ``reports_root``) when the caller
+    started it early, so its git processes ran while the failures were analysed.
+    """
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's
     # first sighting: its diff hash lets iteration 1 see a code change.
-    git = git_snapshot(rootdir, exclude=[reports_root])
+    snapshot = git.result() if git is not None else git_snapshot(rootdir, exclude=[reports_root])
     # The failure history: record this run, and triage each failure against the base branch.
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=git.context or {}),
+                 git=snapshot.context or {}),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
     )
     if warnings is not None:
@@ -199,12 +204,12 @@ def capture_incident(
         triage = history.triage.get(str(entry.get("nodeid") or entry.get("test")))
         if triage is not None:
             entry["triage"] = triage.to_json()
-    incident["diff_hash"] = git.diff_hash
+    incident["diff_hash"] = snapshot.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
