@@ -117,13 +117,14 @@ def test_a_plan_left_without_its_incident_is_never_reused(tmp_path: Path, monkey
     orphan = store.plans_root / "incident_20260217_120000_aaaaaa"
     orphan.mkdir(parents=True)
     (orphan / "plan.json").write_text("{}")
-    stale = store.plans_root / ".tmp_incident_20260217_115959_x_dead"
+    stale = store.plans_root / ".tmp_plan"
     stale.mkdir()
+    (stale / "plan.json").write_text("{trunc")
     assert store.list_incidents() == []
     incident_id = one_step(store)
     assert incident_id == "incident_20260217_120000_bbbbbb"
     assert (orphan / "plan.json").read_text() == "{}"  # not ours to touch
-    assert not stale.exists()  # a build folder is a crash leftover, removed under the lock
+    assert not stale.exists()  # the build folder is a crash leftover, removed under the lock
     assert store.read_plan(incident_id)["incident_id"] == incident_id
 
 
@@ -133,6 +134,6 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
     def bad(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
         return {"incident_id": doc["incident_id"]}, ""
 
-    with pytest.raises(ValueError, match="plan .* does not fit the schema"):
+    with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
         store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)
     assert store.list_incidents() == [] and not store.plans_root.exists()

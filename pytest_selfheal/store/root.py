@@ -56,6 +56,7 @@ PRUNING_PREFIX = ".pruning_"
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
+_PLAN_BUILD = ".tmp_plan"  # error_plans/.tmp_plan/: a capture's plan under construction
 _CREATE_RETRIES = 50
 
 # The plan a capture publishes with its incident: built from the incident document with its
@@ -155,8 +156,6 @@ class Store(StoreReader):
         with self.lock():
             inbox = fsio.ensure_dir(self.inbox_dir)
             self._remove_stale_builds(inbox)
-            if plan is not None and self.plans_root.is_dir():
-                self._remove_stale_builds(self.plans_root)
             for _ in range(_CREATE_RETRIES):
                 incident_id = str(doc["incident_id"])
                 # A plan folder without its incident (a capture killed between its two renames)
@@ -269,18 +268,25 @@ class Store(StoreReader):
         Returns the incident as it is published (status ``planned``) and its log with the
         plan's two events. Nobody reads the plan of an incident that does not exist yet, so
         the plan folder is built like the incident's (files in place, one folder fsync).
+        A plan that does not fit the schema is a programming error (``ValueError``).
         """
         incident_id = str(doc["incident_id"])
         plan_doc, plan_md = plan(doc)
-        plan_doc = dict(plan_doc)
-        self._check_doc("plan", plan_doc, incident_id)
+        problems = validate("plan", plan_doc)
+        if problems or plan_doc.get("incident_id") != incident_id:
+            raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "
+                             f"{problems[0] if problems else plan_doc.get('incident_id')}")
+        plan_text = fsio.dumps_json(plan_doc)  # once: unserialisable values fail before any write
         check_transition(incident_id, NEW, PLANNED)
         plans_root = fsio.ensure_dir(self.plans_root)
-        build = plans_root / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
+        # One fixed build folder: under the lock nobody else builds a plan, so whatever is
+        # there is a crash leftover (no listing of error_plans/, which keeps every plan).
+        build = plans_root / _PLAN_BUILD
+        shutil.rmtree(build, ignore_errors=True)
         try:
             build.mkdir()
             fsio.write_new_bytes(build / PLAN_MD, plan_md.encode("utf-8"))
-            fsio.write_new_bytes(build / PLAN_JSON, fsio.dumps_json(plan_doc).encode("utf-8"))
+            fsio.write_new_bytes(build / PLAN_JSON, plan_text.encode("utf-8"))
             fsio.fsync_dir(build)
             os.rename(build, self.plans_dir(incident_id))  # the id was checked free under the lock
         except OSError as exc:
@@ -292,7 +298,7 @@ class Store(StoreReader):
         fsio.fsync_dir(plans_root)
         published = dict(doc, status=PLANNED)
         log = events + [
-            (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc.get("actions", [])]}),
+            (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
             (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
         ]
         return published, log
