@@ -162,7 +162,8 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
     assert by_rate.label == "flaky" and by_rate.flake_rate == 0.667
     quarantined = triage_failure("t.py::q", "fpq", **common)  # type: ignore[arg-type]  # wins over flaky
     assert quarantined.label == "quarantined" and quarantined.to_json() == {
-        "label": "quarantined", "detail": "quarantined: sandbox flaps, owner @ops", "quarantine_reason": "sandbox flaps"}
+        "label": "quarantined", "detail": "quarantined: sandbox flaps, owner @ops", "quarantine_reason": "sandbox flaps",
+        "base_branch": "main"}
     assert triage_headline(["new", "known", "new", "flaky"], "main") == "2 new, 1 known on main, 1 flaky"
     assert triage_headline([], "main") == "no failures"
 

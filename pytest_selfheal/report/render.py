@@ -149,7 +149,10 @@ def render_headline(report: Mapping[str, Any]) -> str:
     iterations = sum(as_int(e.get("loops_used")) for e in incidents)
     details = [who, plural(iterations, "iteration")]
     flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
-    if flaky:
+    triage = report.get("triage_summary")
+    if isinstance(triage, Mapping) and isinstance(triage.get("line"), str):
+        details.append(text(triage["line"], 120))  # "2 new, 1 known on main, 1 flaky" (flaky included)
+    elif flaky:
         details.append(plural(flaky, "flaky test"))
     status = text(report.get("final_status") or "unknown", 60)
     reason = report.get("stop_reason")
@@ -222,6 +225,39 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
             prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
             lines.append(f"- {prefix}: {code(signature)}")
     return lines
+
+
+def _triage_rows(report: Mapping[str, Any], quarantined: bool) -> List[List[str]]:
+    rows = []
+    for entry in report["incidents"]:
+        for t in dicts(entry.get("triage")):
+            if (t.get("label") == "quarantined") != quarantined:
+                continue
+            row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
+            if not quarantined:
+                row += [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
+            row.append(text(t.get("detail") or DASH))
+            rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row)
+    return rows
+
+
+def _section_failures(report: Mapping[str, Any]) -> List[str]:
+    """The captured failures with their triage (docs/history.md); quarantined ones apart."""
+    rows = _triage_rows(report, quarantined=False)
+    if not rows:
+        return []
+    header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "Type", "Triage", "Detail"]
+    return ["### Failures", ""] + _table(header, rows)
+
+
+def _section_quarantined(report: Mapping[str, Any]) -> List[str]:
+    rows = _triage_rows(report, quarantined=True)
+    if not rows:
+        return []
+    header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "Quarantine"]
+    return (["### Quarantined Failures", "",
+             "Still run and reported; they do not fail the `selfheal ci` job (the quarantine file of the "
+             "base revision on a pull request):", ""] + _table(header, rows))
 
 
 def _section_tasks(report: Mapping[str, Any]) -> List[str]:
@@ -512,6 +548,8 @@ def render_markdown(
     lines += _head(report)
     sections = [
         _section_stop(report),
+        _section_failures(report),
+        _section_quarantined(report),
         _section_tasks(report),
         _section_config(report),
         _section_fingerprints(report) if report["incidents"] else [],
