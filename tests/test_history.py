@@ -262,6 +262,12 @@ def test_history_and_flaky_commands(tmp_path: Path) -> None:
     assert [row["outcome"] for row in json.loads(out)] == ["passed_on_rerun", "failed"]
     code, out, _ = cli("history", "--fingerprint", "nope", cwd=project)
     assert (code, out) == (EXIT_OK, "no recorded outcome for fingerprint nope\n")
+    # What the Action caches: the database path from the config, empty when history is off.
+    (project / "sub").mkdir()
+    assert tuple(cli("history", "--path", cwd=project / "sub")) == (EXIT_OK, f"{root / HISTORY_FILE}\n", "")
+    (project / ".planning").mkdir()
+    (project / ".planning" / "config.json").write_text('{"ralf_lite": {"history": {"enabled": false}}}')
+    assert tuple(cli("history", "--path", cwd=project)) == (EXIT_OK, "\n", "")
 
 
 # --------------------------------------------------------------------------- selfheal junit
