@@ -278,6 +278,15 @@ def test_junit_writes_flaky_failures_that_junitparser_reads_back(tmp_path: Path)
     project = make_project(tmp_path / "p", {"test_flaky.py": flaky, "test_calc.py": DETERMINISTIC})
     incident_id = capture(project)
     assert cli("loop", incident_id, cwd=project).returncode == EXIT_UNRESOLVED  # the real bug repeats
+    # Each loop iteration recorded: the re-run pass with the fingerprint it failed with.
+    with HistoryDB.open(project / ".selfheal", create=False) as db:
+        loop_runs = [(info, outcomes) for info, outcomes in db.runs() if info.kind == hr.LOOP]
+    first_iteration = {o.nodeid: (o.outcome, o.fingerprint) for o in loop_runs[0][1]}
+    assert loop_runs[0][0].run_key == f"loop:{incident_id}:1"
+    (incident_json,) = (project / ".selfheal").glob(f"error_*/**/{incident_id}/incident.json")
+    captured = {f["nodeid"]: f["fingerprint"] for f in json.loads(incident_json.read_text())["failures"]}
+    assert first_iteration["test_flaky.py::test_flaky"] == (hr.PASSED_ON_RERUN, captured["test_flaky.py::test_flaky"])
+    assert first_iteration["test_calc.py::test_sub"][0] == hr.FAILED
     assert cli("quarantine", "add", "--test", "test_calc.py::test_sub", "--reason", "tracked in BUG-1",
                cwd=project).returncode == EXIT_OK
     out = tmp_path / "reports" / "selfheal.xml"

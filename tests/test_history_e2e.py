@@ -36,6 +36,9 @@ quarantine:
   - test: test_upstream.py::test_upstream
     reason: upstream sandbox flaps, OPS-12
     owner: "@platform"
+  - test: test_known.py::test_known
+    reason: an old entry
+    expires: 2020-01-31
 """
 OWN_ENTRY = """\
   - test: test_new.py::test_new
@@ -83,6 +86,9 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
     env = pr_env(tmp_path, fake_github, base, head(project))
     result = run_ci(project, env, "--", "-q")
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr  # known and new still fail
+    # The expired entry of the base revision's list: ignored, with a warning naming its line.
+    assert f"::warning::.selfheal-quarantine.yml@{base[:12]}:5: expired on 2020-01-31" in result.stdout
+    assert result.stdout.count("expired on 2020-01-31") == 2  # the capture's line and the job's annotation
     outputs = outputs_of(env)
     assert triage_of(outputs["report-json-path"]) == {
         "test_known.py::test_known": "known",

@@ -59,6 +59,7 @@ class HistoryResult:
     quarantine: List[QuarantineEntry] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     base_branch: str = "main"
+    unavailable: Optional[str] = None  # the database's one line when it could not be used (also in warnings)
 
 
 def run_info(
@@ -131,7 +132,8 @@ def record_and_triage(
             rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
             db.record(run, outcomes)
     except HistoryUnavailable as exc:
-        result.warnings.append(str(exc))
+        result.unavailable = str(exc)
+        result.warnings.append(result.unavailable)
         sightings, rates = {}, {}
     for item in failing:
         result.triage[item.nodeid] = triage_failure(

@@ -189,7 +189,7 @@ def _record_history(
     mode: str,
     project_root: Path,
 ) -> List[str]:
-    """Record this iteration in the failure history (docs/history.md); the warnings.
+    """Record this iteration in the failure history (docs/history.md); the warning, if any.
 
     Its failures as ``failed`` (or ``quarantined``); a test that failed before and passes
     now with no code change as ``passed_on_rerun`` (with the fingerprint it failed with);
@@ -218,7 +218,9 @@ def _record_history(
                  incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
         failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
     )
-    return result.warnings
+    # The capture (or the job) already said what is wrong with the quarantine file; only a
+    # database that cannot be used is worth a line per iteration.
+    return [result.unavailable] if result.unavailable else []
 
 
 def record_iteration(
