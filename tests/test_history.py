@@ -7,7 +7,7 @@ import json
 import multiprocessing
 import sqlite3
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
@@ -21,7 +21,7 @@ from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, 
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import base_revision, read_quarantine
-from pytest_selfheal.history.triage import triage_failure, triage_headline
+from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
 
 TODAY = dt.date(2026, 11, 24)
 
@@ -169,6 +169,21 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- quarantine
+
+
+def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> None:
+    def failure(name: str, label: str) -> Dict[str, object]:
+        return {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
+                "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}
+    entries = report_triage([failure("a", "new"), failure("b", "quarantined"), failure("c", "known"),
+                             {"nodeid": "t.py::d"}, failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
+    assert [(e["nodeid"], e["label"], e["detail"]) for e in entries] == [
+        ("t.py::a", "flaky", "failed, then passed on re-run with no code change"),
+        ("t.py::b", "quarantined", "quarantined detail"), ("t.py::c", "known", "known detail")]
+    assert "odd" not in entries[0] and entries[0]["fingerprint"] == "fpa"
+    assert triage_summary(entries) == {"counts": {"known": 1, "flaky": 1, "quarantined": 1},
+                                       "line": "1 known on main, 1 flaky, 1 quarantined"}
+    assert triage_summary([]) is None
 
 
 def test_quarantine_warnings_name_the_line_and_the_rest_applies() -> None:

@@ -15,6 +15,10 @@ from test_ci import PR, actions_env, first_visible_line, ours, outputs_of, run_c
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.gitrepo import run_git
+from pytest_selfheal.github.ci_verdict import only_quarantined, unresolved_failures
+from pytest_selfheal.history.quarantine import QuarantineEntry
+
+GOLDEN = Path(__file__).resolve().parent / "golden_reports" / "triage_pull_request.expected.json"
 
 KNOWN = "def test_known():\n    assert 2 + 2 == 5, 'broken on main already'\n"
 NEW = "def test_new():\n    assert 'pr' == 'main', 'broken by the pull request'\n"
@@ -139,3 +143,18 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
     assert outputs_of(env)["final-status"] == "escalated"  # the verdict stays honest
     assert triage_of(outputs_of(env)["report-json-path"]) == {"test_upstream.py::test_upstream": "quarantined"}
     assert "every failure left is quarantined (test_upstream.py::test_upstream)" in last.stdout
+
+
+def test_the_job_passes_only_when_every_failure_left_is_quarantined() -> None:
+    report = json.loads(GOLDEN.read_text())
+    left = unresolved_failures(report)  # test_clock passed on re-run: flaky, not left
+    assert left == {"tests/test_calc.py::test_divide": "4b8e0c1d2f3a", "tests/test_calc.py::test_parse": "5c6d7e8f9a0b",
+                    "tests/test_calc.py::test_upstream": "7e8f9a0b1c2d"}
+    upstream = QuarantineEntry(reason="sandbox", test="tests/test_calc.py::test_upstream")
+    assert only_quarantined(report, [upstream]) == {}
+    by_fingerprint = [upstream, QuarantineEntry(reason="known", fingerprint="4b8e0c1d2f3a"),
+                      QuarantineEntry(reason="parser", test="tests/test_calc.py::test_parse")]
+    assert only_quarantined(report, by_fingerprint) == {"tests/test_calc.py::test_upstream": "sandbox",
+                                                        "tests/test_calc.py::test_divide": "known",
+                                                        "tests/test_calc.py::test_parse": "parser"}
+    assert unresolved_failures({"incidents": [{"capture_tests": ["t.py::x"], "tests_fixed": ["t.py::x"]}]}) == {}

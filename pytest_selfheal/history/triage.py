@@ -15,7 +15,7 @@ One label per failure, first that holds wins (docs/history.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
@@ -105,6 +105,28 @@ def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     return ", ".join(parts) if parts else "no failures"
 
 
+def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str]) -> List[Dict[str, Any]]:
+    """The report's ``triage`` of one incident: each captured failure's recorded triage
+    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
+    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    entries: List[Dict[str, Any]] = []
+    for failure in failures:
+        recorded = failure.get("triage")
+        if not isinstance(recorded, Mapping) or recorded.get("label") not in TRIAGE_LABELS:
+            continue
+        nodeid = failure.get("nodeid") or failure.get("test")
+        entry: Dict[str, Any] = {key: failure.get(key) if isinstance(failure.get(key), str) else None
+                                 for key in ("fingerprint", "failure_type")}
+        entry["nodeid"] = nodeid if isinstance(nodeid, str) else None
+        entry.update({k: recorded[k] for k in TRIAGE_FIELDS
+                      if isinstance(recorded.get(k), (str, int, float)) and not isinstance(recorded.get(k), bool)})
+        entry["detail"] = entry["detail"] if isinstance(entry.get("detail"), str) else ""
+        if nodeid in flaky and entry["label"] != QUARANTINED:
+            entry["label"], entry["detail"] = FLAKY, RERUN_DETAIL
+        entries.append(entry)
+    return entries
+
+
 def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[Dict[str, object]]:
     """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of triage objects (the
     report's ``triage_summary``); None when there are none."""
@@ -126,6 +148,7 @@ __all__ = [
     "TRIAGE_FIELDS",
     "TRIAGE_LABELS",
     "Triage",
+    "report_triage",
     "triage_failure",
     "triage_headline",
     "triage_summary",

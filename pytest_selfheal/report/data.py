@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.history.triage import FLAKY, QUARANTINED, RERUN_DETAIL, TRIAGE_FIELDS, TRIAGE_LABELS, triage_summary
+from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.models import TOOLING_ENV
 
@@ -253,27 +253,6 @@ def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _triage_entries(failures: Sequence[Mapping[str, Any]], flaky: Sequence[str]) -> List[Dict[str, Any]]:
-    """The report's ``triage`` of one incident: each capture failure's recorded triage
-    (incident.json), turned ``flaky`` when the loop saw it pass on re-run with no code
-    change (a quarantine still wins: docs/history.md "Triage")."""
-    entries: List[Dict[str, Any]] = []
-    for failure in failures:
-        recorded = failure.get("triage")
-        if not isinstance(recorded, Mapping) or recorded.get("label") not in TRIAGE_LABELS:
-            continue
-        nodeid = _nodeid(failure)
-        entry: Dict[str, Any] = {"nodeid": nodeid, "fingerprint": opt_str(failure.get("fingerprint")),
-                                 "failure_type": opt_str(failure.get("failure_type"))}
-        entry.update({k: recorded[k] for k in TRIAGE_FIELDS
-                      if isinstance(recorded.get(k), (str, int, float)) and not isinstance(recorded.get(k), bool)})
-        entry["detail"] = as_str(entry.get("detail"))
-        if nodeid in flaky and entry["label"] != QUARANTINED:
-            entry["label"], entry["detail"] = FLAKY, RERUN_DETAIL
-        entries.append(entry)
-    return entries
-
-
 def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any]]) -> Tuple[int, bool]:
     """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
 
@@ -442,7 +421,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
         "tests_fixed": tests_fixed,
         "flaky_tests": list(unique(flaky)),
         "new_failures": new_failures,
-        "triage": _triage_entries(failures, flaky),
+        "triage": report_triage(failures, flaky),
         "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
         "handoff": handoff,
     }

@@ -227,37 +227,21 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _triage_rows(report: Mapping[str, Any], quarantined: bool) -> List[List[str]]:
+def _section_triage(report: Mapping[str, Any], quarantined: bool) -> List[str]:
+    """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows = []
     for entry in report["incidents"]:
         for t in dicts(entry.get("triage")):
-            if (t.get("label") == "quarantined") != quarantined:
-                continue
-            row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
-            if not quarantined:
-                row += [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
-            row.append(text(t.get("detail") or DASH))
-            rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row)
-    return rows
-
-
-def _section_failures(report: Mapping[str, Any]) -> List[str]:
-    """The captured failures with their triage (docs/history.md); quarantined ones apart."""
-    rows = _triage_rows(report, quarantined=False)
+            if (t.get("label") == "quarantined") == quarantined:
+                row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
+                row += [] if quarantined else [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
+                rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row + [text(t.get("detail") or DASH)])
     if not rows:
         return []
-    header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "Type", "Triage", "Detail"]
-    return ["### Failures", ""] + _table(header, rows)
-
-
-def _section_quarantined(report: Mapping[str, Any]) -> List[str]:
-    rows = _triage_rows(report, quarantined=True)
-    if not rows:
-        return []
-    header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "Quarantine"]
-    return (["### Quarantined Failures", "",
-             "Still run and reported; they do not fail the `selfheal ci` job (the quarantine file of the "
-             "base revision on a pull request):", ""] + _table(header, rows))
+    header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
+    title = ["### Quarantined Failures", "", "Still run and reported; they do not fail the `selfheal ci` job (the "
+             "quarantine file of the base revision on a pull request):", ""] if quarantined else ["### Failures", ""]
+    return title + _table((["Incident"] if _multi(report) else []) + header, rows)
 
 
 def _section_tasks(report: Mapping[str, Any]) -> List[str]:
@@ -548,8 +532,8 @@ def render_markdown(
     lines += _head(report)
     sections = [
         _section_stop(report),
-        _section_failures(report),
-        _section_quarantined(report),
+        _section_triage(report, quarantined=False),
+        _section_triage(report, quarantined=True),
         _section_tasks(report),
         _section_config(report),
         _section_fingerprints(report) if report["incidents"] else [],
