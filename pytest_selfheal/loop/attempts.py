@@ -182,8 +182,8 @@ def _record_history(
     iteration: int,
     *,
     effective: EffectiveConfig,
-    incident: Mapping[str, Any],
-    attempts: Sequence[Mapping[str, Any]],
+    incident: Any,
+    attempts: Sequence[Any],
     observations: Sequence[policy.Observation],
     failures: Sequence[Failure],
     mode: str,
@@ -197,8 +197,10 @@ def _record_history(
     a resumed close-out never records it twice.
     """
     fingerprints: Dict[str, str] = {}
-    for record in [incident] + list(attempts):
-        for failure in record.get("failures") or ():
+    for record in [incident, *attempts]:
+        # A document, or a store record (records/: exact JSON round trip through to_json()).
+        doc: Mapping[str, Any] = record if isinstance(record, Mapping) else record.to_json()
+        for failure in doc.get("failures") or ():
             if isinstance(failure, Mapping):
                 nodeid = failure.get("nodeid") or failure.get("test")
                 if isinstance(nodeid, str) and isinstance(failure.get("fingerprint"), str):
