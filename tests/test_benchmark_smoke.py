@@ -75,3 +75,9 @@ def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: i
 def test_flaky_query_benchmark_prints_its_ratio(tmp_path: Path) -> None:
     out = run_benchmark("bench_flaky.py", ["--outcomes", "2000", "--tests", "100", "--repeat", "1"], tmp_path)
     assert "built 2000 outcomes over 100 tests" in out and out.count("ratio ") == 1
+
+
+def test_history_benchmark_prints_the_capture_ratio_and_the_share_of_the_history(tmp_path: Path) -> None:
+    out = run_benchmark("bench_history.py", ["--failures", "3", "--repeat", "1"], tmp_path)
+    assert out.startswith("capture of 3 failures (a persisted database): without history ")
+    assert out.count("ratio ") == 1 and "the history's own work in one capture: " in out
