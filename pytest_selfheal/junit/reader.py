@@ -340,7 +340,7 @@ def _feed_all(
         if not seen_content and chunk.strip():
             seen_content = True
         closing = False  # an error while closing the document: it just stops (truncated)
-        data = b""
+        data: "bytes | memoryview" = b""
         try:
             data = feed.feed(chunk, final)
             if data:
@@ -371,7 +371,7 @@ def _feed_all(
         fed += len(data)
 
 
-def _count(reader: _Reader, data: bytes, fed: int, end: int) -> None:
+def _count(reader: _Reader, data: "bytes | memoryview", fed: int, end: int) -> None:
     """Count ``data[:end]`` (``fed`` bytes came before it) once the reader only counts."""
     counter = reader.counter
     if counter is None:
