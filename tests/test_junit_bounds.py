@@ -8,6 +8,7 @@ figures (64/150 MB attributes, 1.06 M failures, a 512 MB line) are benchmarks/be
 from __future__ import annotations
 
 import io
+import json
 import re
 import sys
 import tracemalloc
@@ -277,3 +278,18 @@ def test_selfheal_ci_copies_a_line_without_newline_in_bounded_memory(tmp_path: P
     stream.flush()
     assert exit_code == 0 and sink.written == total
     assert peak < total // 8, peak  # pieces of a line, never the line
+
+
+def test_pytest_selfheal_capture_says_how_many_failures_were_not_kept(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The capture reads junit like any runner's: past the limit the failures are counted
+    # and the count is in the terminal summary (the inline run sees the patched limit).
+    monkeypatch.setattr(reader, "MAX_FAILURES", 2)
+    pytester.makepyfile(test_many="import pytest\n@pytest.mark.parametrize('n', range(5))\n"
+                                  "def test_fails(n):\n    assert n < 0\n")
+    result = pytester.runpytest("--selfheal", "-p", "no:randomly")
+    result.assert_outcomes(failed=5)
+    result.stdout.fnmatch_lines(["*warning: 3 more failures not kept (at most 2 per document)*"])
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").iterdir()
+    failures = json.loads((incident / "incident.json").read_text())["failures"]
+    assert [f["nodeid"] for f in failures] == ["test_many.py::test_fails[0]", "test_many.py::test_fails[1]"]
