@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import pytest
 from schema_check import assert_file_valid
 from test_store import NOW, incident_data, no_temp_files, plan_doc
+from test_store_concurrency import _env, check_root
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
@@ -137,3 +142,48 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
         store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)
     assert store.list_incidents() == [] and not store.plans_root.exists()
+
+
+CAPTURE_LOOPER = r"""
+import sys
+from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.store.root import Store
+
+store = Store(sys.argv[1], lock_timeout=60)
+
+def plan(doc):
+    built = {"incident_id": doc["incident_id"], "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s" * 2000,
+             "root_cause_hypotheses": [], "actions": [], "verification_commands": ["t"], "done_criteria": []}
+    return built, render_plan_md(built) * 20
+
+print("ready", flush=True)
+n = 0
+while True:
+    n += 1
+    store.create_incident(
+        {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
+        log_tail="log\n" * 500, context={"n": n}, events=[("failure_classified", {"n": n})], plan=plan)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_path: Path) -> None:
+    root = tmp_path / ".selfheal"
+    for delay in (0.05, 0.17, 0.29, 0.41):
+        proc = subprocess.Popen([sys.executable, "-c", CAPTURE_LOOPER, str(root)], stdout=subprocess.PIPE, text=True,
+                                env=_env())
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        check_root(root)
+        store = Store(root)
+        for row in store.list_incidents():
+            # Published planned, never without its plan; the log ends with the move to planned.
+            assert row["status"] == "planned" and store.read_plan(row["incident_id"])["incident_id"] == row["incident_id"]
+            events, _ = store.read_events(row["incident_id"])
+            assert [e.event for e in events][-2:] == ["plan_generated", "status_changed"]
+    assert Store(root).list_incidents()  # the loopers did get work done
+    one_step(Store(root))
+    assert not (root / "error_plans" / ".tmp_plan").exists()  # a leftover is removed by the next capture
