@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import pytest
 from schema_check import assert_file_valid
 from test_store import NOW, incident_data, no_temp_files, plan_doc
-from test_store_concurrency import _env, check_root
+from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
@@ -170,13 +167,7 @@ while True:
 def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_path: Path) -> None:
     root = tmp_path / ".selfheal"
     for delay in (0.05, 0.17, 0.29, 0.41):
-        proc = subprocess.Popen([sys.executable, "-c", CAPTURE_LOOPER, str(root)], stdout=subprocess.PIPE, text=True,
-                                env=_env())
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        proc.stdout.close()
+        kill_after(CAPTURE_LOOPER, root, delay)
         check_root(root)
         store = Store(root)
         for row in store.list_incidents():
