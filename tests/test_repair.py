@@ -18,6 +18,7 @@ import pluggy
 import pytest
 from helpers import fake_distribution
 
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal import hookspecs
 from pytest_selfheal.loop import policy
 from pytest_selfheal.repair import worktree as W
@@ -498,7 +499,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
         wt.remove()
     store.set_status(incident_id, "planned")
     store.set_status(incident_id, "running")
-    store.write_attempt(incident_id, {
+    store.write_attempt(incident_id, Attempt.from_json({
         "incident_id": incident_id, "iteration": 1, "started_at": "2026-02-17T12:00:00+00:00",
         "finished_at": "2026-02-17T12:00:01+00:00", "actions_applied": ["A1"],
         "verification_commands": ["python -m pytest -q test_calc.py::test_add"], "verification_passed": False,
@@ -508,7 +509,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
                       "signature": "TEST_ASSERTION | test_calc::test_add | assert 9 == 5",
                       "failure_type": "TEST_ASSERTION"}],
         "repair": {"provider": "hook:x", "result": "diff", "files_changed": ["calc.py"], "patch": "attempt_01.patch"},
-    })
+    }, "test attempt"))
     seen: List[str] = []
 
     class Looks:

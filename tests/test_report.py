@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+from helpers import ATTEMPT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
@@ -94,7 +95,8 @@ def make_run(
         {"id": f"A{i}", "title": title, "nodeids": g} for i, g in enumerate(groups, start=1)]}
     records = []
     for i, a in enumerate(attempts or [], start=1):
-        record = {"incident_id": incident_id, "iteration": i, "result": "continue", "verification_passed": False}
+        # A whole attempt document, as the store holds it (the report parses it).
+        record = {**ATTEMPT_DEFAULTS, "incident_id": incident_id, "iteration": i}
         record.update(a)
         records.append(record)
     return IncidentRun(incident, plan, records, run_result, bucket)

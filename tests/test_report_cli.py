@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 import pytest
 from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
@@ -47,7 +48,7 @@ def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
         return incident_id
     store.set_status(incident_id, "running")
     for attempt in run["attempts"]:
-        store.write_attempt(incident_id, attempt)
+        store.write_attempt(incident_id, Attempt.from_json(attempt, "golden attempt"))
     if run["run_result"] is not None:
         store.write_run_result(incident_id, run["run_result"])
         bucket = run["run_result"]["final_status"]

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from schema_check import assert_file_valid
 
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, states
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
@@ -72,6 +73,11 @@ def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> Dict[str, Any
     }
     doc.update(extra)
     return doc
+
+
+def attempt_rec(incident_id: str, iteration: int, **extra: Any) -> Attempt:
+    """``attempt_doc`` as the record the store writes."""
+    return Attempt.from_json(attempt_doc(incident_id, iteration, **extra), "test attempt")
 
 
 def run_result_doc(incident_id: str, **extra: Any) -> Dict[str, Any]:
@@ -477,24 +483,24 @@ def test_attempts(store: Store) -> None:
     incident_id = create(store)
     assert store.next_attempt_number(incident_id) == 1
     assert store.read_attempts(incident_id) == []
-    first = store.write_attempt(incident_id, attempt_doc(incident_id, 1))
-    second = store.write_attempt(incident_id, attempt_doc(incident_id, 2, result="stop", stop_reason="repeated_fingerprint"))
+    first = store.write_attempt(incident_id, attempt_rec(incident_id, 1))
+    second = store.write_attempt(incident_id, attempt_rec(incident_id, 2, result="stop", stop_reason="repeated_fingerprint"))
     assert (first.name, second.name) == ("attempt_01.json", "attempt_02.json")
     assert_file_valid("attempt", second)
     assert store.next_attempt_number(incident_id) == 3
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2]
     with pytest.raises(RefusedError, match="attempt_02.json already exists.*next attempt .* is 3"):
-        store.write_attempt(incident_id, attempt_doc(incident_id, 2, result="stop"))
+        store.write_attempt(incident_id, attempt_rec(incident_id, 2, result="stop"))
     assert json.loads(second.read_text())["result"] == "stop"  # untouched
     with pytest.raises(ValueError):
-        store.write_attempt(incident_id, attempt_doc(incident_id, 0))
-    store.write_attempt(incident_id, attempt_doc(incident_id, 10))
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2, 10]  # numeric, not lexical
+        store.write_attempt(incident_id, attempt_rec(incident_id, 0))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 10))
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2, 10]  # numeric, not lexical
 
 
 def test_corrupted_attempt_is_named(store: Store) -> None:
     incident_id = create(store)
-    store.write_attempt(incident_id, attempt_doc(incident_id, 1))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 1))
     path = store.runs_dir(incident_id) / "attempt_02.json"
     path.write_text('{"incident_id": "')
     with pytest.raises(InputError) as info:
@@ -528,7 +534,7 @@ def test_writes_need_an_existing_incident(store: Store) -> None:
     with pytest.raises(NotFoundError):
         store.write_plan(ghost, plan_doc(ghost), "")
     with pytest.raises(NotFoundError):
-        store.write_attempt(ghost, attempt_doc(ghost, 1))
+        store.write_attempt(ghost, attempt_rec(ghost, 1))
     with pytest.raises(NotFoundError):
         store.write_run_result(ghost, run_result_doc(ghost))
 
@@ -545,7 +551,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     incident_id = create(store)
     store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
     walk_to_running(store, incident_id)
-    store.write_attempt(incident_id, attempt_doc(incident_id, 1, verification_passed=True, result="stop"))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 1, verification_passed=True, result="stop"))
     store.write_run_result(incident_id, run_result_doc(incident_id, final_status="resolved"))
     plans_before = {p: p.read_bytes() for p in all_files(store.plans_root)}
     runs_before = {p: p.read_bytes() for p in all_files(store.runs_root)}
@@ -647,7 +653,7 @@ def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
     a = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
     b = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
     c = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 3, tzinfo=timezone.utc))
-    store.write_attempt(a, attempt_doc(a, 1))
+    store.write_attempt(a, attempt_rec(a, 1))
     store.archive(b, "escalated")
     (store.inbox_dir / c / "incident.json").write_text('{"incident_id": "inc')  # torn by hand
     (store.inbox_dir / "notes.txt").write_text("x")

@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import pytest
 from helpers import CliResult, cli, selfheal_process
 
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, RefusedError
 from pytest_selfheal.store.root import Store
 
@@ -120,7 +121,7 @@ def test_show_text_and_json(project: Path) -> None:
     store.set_status(incident_id, "running")
     store.write_attempt(
         incident_id,
-        {
+        Attempt.from_json({
             "incident_id": incident_id,
             "iteration": 1,
             "started_at": "2026-02-17T12:02:00+00:00",
@@ -131,7 +132,7 @@ def test_show_text_and_json(project: Path) -> None:
             "result": "stop",
             "stop_reason": "max_iterations",
             "error_signature": "sig",
-        },
+        }, "test attempt"),
     )
     store.write_run_result(
         incident_id,

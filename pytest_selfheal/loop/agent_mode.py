@@ -22,6 +22,7 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
 from pytest_selfheal.store.root import Store
 
@@ -65,20 +66,20 @@ def failure_from_record(record: Mapping[str, Any]) -> Failure:
     return Failure(**data)
 
 
-def _last_known(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
-    source: Mapping[str, Any]
+def _last_known(incident: Mapping[str, Any], attempts: Sequence[Attempt]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
+    records: List[Mapping[str, Any]]
     if attempts:
-        source = attempts[-1]
-        outcomes = {str(k): str(v) for k, v in (source.get("outcomes") or {}).items()}
+        outcomes = dict(attempts[-1].outcomes)
+        records = [f.to_json() for f in attempts[-1].failures]
     else:
-        source = incident
+        records = [f for f in incident.get("failures") or [] if isinstance(f, Mapping)]
         outcomes = {}
-        for record in incident.get("failures") or []:
+        for record in records:
             if record.get("nodeid"):
                 outcomes[str(record["nodeid"])] = str(record.get("outcome") or OUTCOME_FAILED)
     failures = {}
-    for record in source.get("failures") or []:
-        if isinstance(record, Mapping) and record.get("nodeid"):
+    for record in records:
+        if record.get("nodeid"):
             failures[str(record["nodeid"])] = failure_from_record(record)
     return outcomes, failures
 

@@ -43,11 +43,12 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.reader import INBOX, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
@@ -56,7 +57,7 @@ from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 class IterationOutcome:
     """What :func:`record_iteration` recorded and decided."""
 
-    attempt: Dict[str, Any]  # the attempt_XX.json written ({} when a pending stop was completed instead)
+    attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
     decision: policy.Decision
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
@@ -97,13 +98,14 @@ def _attempt_document(
     exit_code: Optional[int],
     duration_seconds: Optional[float],
     repair: Optional[Mapping[str, Any]],
-) -> Dict[str, Any]:
+) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
         duration_seconds = minutes_between(start, end) * 60.0
     repair_doc = dict(repair) if repair is not None else None
     actions = repair_doc.get("actions_applied") if repair_doc else None
-    return {
+    # Built as the JSON document, so the file keeps its key order (null values included).
+    doc = {
         "incident_id": incident_id,
         "iteration": iteration,
         "started_at": started_at,
@@ -131,6 +133,7 @@ def _attempt_document(
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_dict(),
     }
+    return Attempt.from_json(doc, attempt_filename(iteration))
 
 
 # --------------------------------------------------------------------------- plan + status
@@ -221,7 +224,7 @@ def record_iteration(
                 project_root=project_root,
             )
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
-            return IterationOutcome({}, waiting, True, line, result)
+            return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
@@ -283,17 +286,17 @@ def record_iteration(
 # --------------------------------------------------------------------------- finalize
 
 
-def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]]) -> float:
+def _run_runtime_minutes(attempts: Sequence[Attempt]) -> float:
     _, run = split_runs(attempts)
     if not run:
         return 0.0
-    return round(minutes_between(parse_stamp(run[0].get("started_at")), parse_stamp(run[-1].get("finished_at"))), 3)
+    return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
 
 
-def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Attempt]) -> Optional[str]:
     for attempt in reversed(attempts):
-        if attempt.get("error_signature"):
-            return str(attempt["error_signature"])
+        if attempt.error_signature:
+            return attempt.error_signature
     signature = incident.get("error_signature")
     return str(signature) if signature else None
 
@@ -327,7 +330,7 @@ def build_run_result(
     decision: policy.Decision,
     *,
     observations: Sequence[policy.Observation],
-    attempts: Sequence[Mapping[str, Any]],
+    attempts: Sequence[Attempt],
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
     effective: EffectiveConfig,
@@ -350,7 +353,7 @@ def build_run_result(
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
         "message": decision.message,
-        "iteration": int(attempts[-1]["iteration"]) if attempts else 0,
+        "iteration": attempts[-1].iteration if attempts else 0,
         "flaky_tests": policy.flaky_tests(observations),
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
@@ -399,7 +402,7 @@ def finalize(
         if observations is None:
             context = read_context(store, incident_id)
             observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        last = int(attempts[-1]["iteration"]) if attempts else 0
+        last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,
             decision,
@@ -451,7 +454,7 @@ def finalize(
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
+def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:
@@ -464,7 +467,8 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
     if plan.get("replanned_at_iteration") != last:
         _, run = split_runs(attempts[:-1]) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        new = replan(plan, run_attempts, generated_at=ev.format_ts())
+        # plan/build.py still reads the attempts as JSON documents.
+        new = replan(plan, [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
         store.write_plan(incident_id, new, render_plan_md(new))
         plan = new

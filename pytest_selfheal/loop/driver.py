@@ -303,7 +303,7 @@ def _drive(
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
         _, run = split_runs(attempts)
-        next_number = int(attempts[-1]["iteration"]) + 1 if attempts else 1
+        next_number = attempts[-1].iteration + 1 if attempts else 1
         repair: Optional[Dict[str, Any]] = None
         if provider is not None:
             with state.interruptible():
@@ -312,7 +312,7 @@ def _drive(
                     iteration=next_number,
                     store=store,
                     plan=plan,
-                    last_attempt=dict(run[-1]) if run else None,
+                    last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
         verify_cwd = Path(repair["worktree"]) if repair and isinstance(repair.get("worktree"), str) else project_root

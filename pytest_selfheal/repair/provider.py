@@ -51,6 +51,7 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -153,8 +154,10 @@ class _Call:
     log: Optional[str] = None
 
 
-def _failures_for_request(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[Any]:
-    source = attempts[-1].get("failures") if attempts else incident.get("failures")
+def _failures_for_request(incident: Mapping[str, Any], attempts: Sequence[Attempt]) -> List[Any]:
+    if attempts:
+        return [f.to_json() for f in attempts[-1].failures]
+    source = incident.get("failures")
     return [dict(f) for f in source if isinstance(f, Mapping)] if isinstance(source, list) else []
 
 
@@ -218,7 +221,7 @@ class RepairSession:
         iteration: int,
         store: Optional["Store"] = None,
         plan: Mapping[str, Any],
-        last_attempt: Optional[Mapping[str, Any]] = None,
+        last_attempt: Optional[Attempt] = None,
         observations: Sequence[Any] = (),
         **_: Any,
     ) -> Dict[str, Any]:
@@ -233,7 +236,7 @@ class RepairSession:
             build_prompt(
                 incident=incident,
                 plan=plan,
-                attempts=attempts,
+                attempts=[a.to_json() for a in attempts],  # the prompt still reads JSON documents
                 iteration=loop_iteration,
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
@@ -247,7 +250,7 @@ class RepairSession:
         )
         prompt_file = store.write_run_file(incident_id, prompt_name(iteration), prompt)
         signature = next(
-            (str(a["error_signature"]) for a in reversed(attempts) if a.get("error_signature")),
+            (a.error_signature for a in reversed(attempts) if a.error_signature),
             incident.get("error_signature"),
         )
         store.append_event(

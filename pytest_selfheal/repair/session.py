@@ -21,6 +21,7 @@ from pytest_selfheal.loop import driver as loop
 from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF
 from pytest_selfheal.loop.resume import split_runs
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.repair.approval import Approver, approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession
@@ -46,15 +47,13 @@ WORKTREE_RECORD = "worktree.json"
 Say = Callable[[str], None]
 
 
-def _accepted_patch(attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _accepted_patch(attempts: Sequence[Attempt]) -> Optional[str]:
     """The patch of the latest accepted diff of the current run (resume after a kill)."""
     _, run = split_runs(attempts)
     for attempt in reversed(run):
-        repair = attempt.get("repair")
-        if not isinstance(repair, Mapping):
-            continue
-        if repair.get("result") == REPAIR_DIFF and not repair.get("scope_denied") and isinstance(repair.get("patch"), str):
-            return str(repair["patch"])
+        repair = attempt.repair
+        if repair is not None and repair.result == REPAIR_DIFF and not repair.scope_denied and repair.patch is not None:
+            return repair.patch
     return None
 
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop import messages, policy
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import TOOLING_ENV
 
 REPORT_SCHEMA_VERSION = 1
@@ -282,7 +283,8 @@ def _observations(run: IncidentRun) -> List[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
         capture = policy.capture_observation(run.incident)
-        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
+        # The report's inputs are JSON documents (a report file holds them too): parsed here.
+        return [capture] + [policy.observation_from_attempt(Attempt.from_json(dict(a), "attempt")) for a in run.attempts]
     except (InputError, ValueError, TypeError, KeyError, AttributeError):
         return []
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
 
 
@@ -33,7 +34,7 @@ def _failed_run(failure: Mapping[str, Any]) -> FailedRun:
 
 def rerun_cases(
     incident: Mapping[str, Any],
-    attempts: Sequence[Mapping[str, Any]],
+    attempts: Sequence[Attempt],
     quarantine: Sequence[QuarantineEntry] = (),
 ) -> List[RerunCase]:
     """The junit cases of one incident (order: the incident's failures)."""
@@ -48,10 +49,10 @@ def rerun_cases(
         fingerprints[nodeid] = str(failure.get("fingerprint") or "")
         runs.setdefault(nodeid, []).append(_failed_run(failure))
     for attempt in attempts:
-        for failure in attempt.get("failures") or []:
-            nodeid = failure.get("nodeid") or failure.get("test")
+        for recorded in attempt.failures:
+            nodeid = recorded.nodeid or recorded.test
             if nodeid in runs:
-                runs[str(nodeid)].append(_failed_run(failure))
+                runs[nodeid].append(_failed_run(recorded.to_json()))
     latest: Dict[str, str] = {}
     for observation in observations:
         for nodeid, outcome in observation.outcomes.items():

@@ -25,11 +25,12 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     incident = store.read_incident(incident_id)
     incident["status"] = store.read_status(incident_id)
     plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
-    run_result = store.read_run_result(incident_id)  # the report data still takes the JSON
+    run_result = store.read_run_result(incident_id)
+    # The report data reads JSON documents tolerantly (a report file holds them too).
     return IncidentRun(
         incident=incident,
         plan=plan,
-        attempts=store.read_attempts(incident_id),
+        attempts=[a.to_json() for a in store.read_attempts(incident_id)],
         run_result=run_result.to_json() if run_result is not None else None,
         bucket=bucket,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.run_result import RunResult
@@ -291,14 +292,14 @@ class StoreReader:
         files = self._attempt_files(incident_id)
         return files[-1][0] + 1 if files else 1
 
-    def read_attempts(self, incident_id: str) -> List[Dict[str, Any]]:
-        """Every ``attempt_XX.json``, schema-validated, sorted by iteration (``InputError`` naming a bad file)."""
+    def read_attempts(self, incident_id: str) -> List[Attempt]:
+        """Every ``attempt_XX.json``, schema-validated and parsed, sorted by iteration (``InputError`` naming a bad file)."""
         result = []
         for number, path in self._attempt_files(incident_id):
-            doc = self._read_doc("attempt", path, incident_id)
-            if int(doc["iteration"]) != number:
-                raise InputError(f"{path}: iteration {doc['iteration']} does not match the file name")
-            result.append(doc)
+            attempt = self._read_record(Attempt, path, incident_id)
+            if attempt.iteration != number:
+                raise InputError(f"{path}: iteration {attempt.iteration} does not match the file name")
+            result.append(attempt)
         return result
 
     def count_attempts(self, incident_id: str) -> int:

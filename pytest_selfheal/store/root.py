@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -344,16 +345,16 @@ class Store(StoreReader):
 
     # ------------------------------------------------------------------ runs
 
-    def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
+    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
 
         Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(attempt)
+        doc = attempt.to_json()
         self._check_doc("attempt", doc, incident_id)
-        iteration = int(doc["iteration"])
+        iteration = attempt.iteration
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)

@@ -53,11 +53,11 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         "attempts": len(attempts),
         "attempt_results": [
             {
-                "iteration": a["iteration"],
-                "result": a["result"],
-                "verification_passed": a["verification_passed"],
-                "stop_reason": a.get("stop_reason"),
-                "error_signature": a["error_signature"],
+                "iteration": a.iteration,
+                "result": a.result,
+                "verification_passed": a.verification_passed,
+                "stop_reason": a.stop_reason,
+                "error_signature": a.error_signature,
             }
             for a in attempts
         ],
