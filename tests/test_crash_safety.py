@@ -127,7 +127,7 @@ def resume_and_check(
         assert len(events_named(store, incident_id, "incident_archived")) == 1, context
     else:
         assert store.read_status(incident_id) == "planned"
-        assert store.read_plan(incident_id)["revision"] == 2, context
+        assert store.read_plan(incident_id).revision == 2, context
         assert len(events_named(store, incident_id, "plan_generated")) == 2, context  # capture + replan
     check_root_readable(project)
 

@@ -33,6 +33,7 @@ from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
@@ -156,7 +157,7 @@ def test_replan_requested_regenerates_the_plan_and_a_resume_starts_a_new_run(tmp
     assert result["archived_to"] is None
     assert store.read_status(incident_id) == "planned" and store.locate(incident_id)[0] == "inbox"
     plan = store.read_plan(incident_id)
-    assert plan["revision"] == 2 and plan["replanned_at_iteration"] == 1
+    assert plan.revision == 2 and plan.replanned_at_iteration == 1
     statuses = [(e["from"], e["to"]) for e in events_named(store, incident_id, "status_changed")]
     assert ("running", "plan_proposed") in statuses and ("plan_proposed", "planned") in statuses
     assert_replay_equals_disk(store, incident_id)
@@ -204,7 +205,7 @@ def test_provider_seam_no_fix_found(tmp_path: Path) -> None:
     assert result["stop_reason"] == "no_fix_found" and result["loops_used"] == 2
     assert [c["iteration"] for c in calls] == [1, 2]
     assert calls[0]["last_attempt"] is None and calls[1]["last_attempt"].iteration == 1
-    assert calls[0]["plan"]["incident_id"] == incident_id and calls[0]["store"].root == store.root
+    assert calls[0]["plan"].incident_id == incident_id and calls[0]["store"].root == store.root
     attempts = store.read_attempts(incident_id)
     assert [a.mode for a in attempts] == ["repair", "repair"]
     assert attempts[0].repair is not None and attempts[0].repair.result == "no_fix_found"
@@ -307,7 +308,10 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
 
 
 def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
-    plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
+    plan = Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
+                           "summary": "s", "root_cause_hypotheses": [], "verification_commands": [], "done_criteria": [],
+                           "actions": [{"id": "A1", "title": "t", "priority": "high", "risk": "low", "target_paths": [],
+                                        "verification": [], "nodeids": ["t.py::a", "t.py::b"]}]}, "test plan")
     argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]
     assert selection_nodeids(plan, {}, argvs) == ["t.py::a", "t.py::b"]
     assert _exclude_from_argvs(argvs, ["t.py::b"]) == [["python", "-m", "pytest", "-q", "t.py::a"]]

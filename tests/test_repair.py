@@ -19,6 +19,7 @@ import pytest
 from helpers import fake_distribution
 
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal import hookspecs
 from pytest_selfheal.loop import policy
 from pytest_selfheal.repair import worktree as W
@@ -53,7 +54,7 @@ def make_repo(path: Path) -> None:
     repo.close()
 
 
-def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[str, Dict[str, Any]]:
+def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[str, Plan]:
     incident_id = store.create_incident(
         {
             "step": "test_calc.py::test_add",
@@ -71,7 +72,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[
     )
     plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
     store.write_plan(incident_id, plan, render_plan_md(plan))
-    return incident_id, plan
+    return incident_id, store.read_plan(incident_id)
 
 
 def events(store: Store, incident_id: str) -> List[Dict[str, Any]]:

@@ -468,7 +468,7 @@ def test_plan_roundtrip(store: Store) -> None:
     path = store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
     assert path == store.plans_dir(incident_id) / "plan.json"
     assert_file_valid("plan", path)
-    assert store.read_plan(incident_id) == plan_doc(incident_id)
+    assert store.read_plan(incident_id).to_json() == plan_doc(incident_id)
     assert store.read_plan_md(incident_id) == "# Plan\n"
     with pytest.raises(ValueError):
         store.write_plan(incident_id, dict(plan_doc(incident_id), actions="x"), "")
@@ -572,7 +572,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert events[-1].get("bucket") == "resolved"
     assert {p: p.read_bytes() for p in all_files(store.plans_root)} == plans_before
     assert {p: p.read_bytes() for p in all_files(store.runs_root)} == runs_before
-    assert store.read_plan(incident_id)["incident_id"] == incident_id
+    assert store.read_plan(incident_id).incident_id == incident_id
     assert [s["bucket"] for s in store.list_incidents()] == ["resolved"]
     assert no_temp_files(store.root)
 

@@ -45,10 +45,11 @@ from pytest_selfheal.loop.resume import (
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX, attempt_filename
+from pytest_selfheal.store.reader import INBOX, PLAN_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
@@ -139,7 +140,7 @@ def _attempt_document(
 # --------------------------------------------------------------------------- plan + status
 
 
-def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
+def ensure_plan(store: "Store", incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
@@ -464,14 +465,14 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last:
     if status != PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
-    if plan.get("replanned_at_iteration") != last:
+    if plan.replanned_at_iteration != last:
         _, run = split_runs(attempts[:-1]) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        # plan/build.py still reads the attempts as JSON documents.
-        new = replan(plan, [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
+        # plan/build.py still reads the plan and the attempts as JSON documents.
+        new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
         store.write_plan(incident_id, new, render_plan_md(new))
-        plan = new
+        plan = Plan.from_json(new, PLAN_JSON)
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
@@ -479,9 +480,9 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last:
             incident_id,
             ev.PLAN_GENERATED,
             replan=True,
-            revision=plan.get("revision"),
+            revision=plan.revision,
             replanned_at_iteration=last,
-            actions=[a.get("id") for a in plan.get("actions", []) if isinstance(a, Mapping)],
+            actions=[a.id for a in plan.actions],
         )
     store.set_status(incident_id, PLANNED, reason="replan", iteration=last)
 

@@ -57,6 +57,7 @@ from pytest_selfheal.loop.resume import (
 from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -87,16 +88,11 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- selections
 
 
-def selection_nodeids(plan: Mapping[str, Any], incident: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> List[str]:
+def selection_nodeids(plan: Plan, incident: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> List[str]:
     """The node ids the verification commands select: the plan's action node ids that
     appear in the commands, else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
-    candidates: List[str] = []
-    for action in plan.get("actions") or []:
-        if isinstance(action, Mapping):
-            for nodeid in action.get("nodeids") or []:
-                if isinstance(nodeid, str) and nodeid not in candidates:
-                    candidates.append(nodeid)
+    candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
         for nodeid in incident.get("nodeids") or []:
             if isinstance(nodeid, str) and nodeid not in candidates:
@@ -144,12 +140,12 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
+def _plan_argvs(plan: Plan, incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
     """The plan's commands as argv lists, each followed by the capture's own pytest options
     and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = str(incident.get("incident_id"))
-    argvs = verification_argv(plan)
+    argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "

@@ -182,8 +182,7 @@ def pending_on_disk(
     """:func:`pending_stop` from the files of ``incident_id`` (call under the store lock)."""
     replanned_at: Optional[int] = None
     if store.has_plan(incident_id):
-        value = store.read_plan(incident_id).get("replanned_at_iteration")
-        replanned_at = value if isinstance(value, int) and not isinstance(value, bool) else None
+        replanned_at = store.read_plan(incident_id).replanned_at_iteration
     return pending_stop(attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at)
 
 

@@ -52,6 +52,7 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -220,7 +221,7 @@ class RepairSession:
         incident_id: str,
         iteration: int,
         store: Optional["Store"] = None,
-        plan: Mapping[str, Any],
+        plan: Plan,
         last_attempt: Optional[Attempt] = None,
         observations: Sequence[Any] = (),
         **_: Any,
@@ -235,8 +236,9 @@ class RepairSession:
         prompt = self.redactor.redact(
             build_prompt(
                 incident=incident,
-                plan=plan,
-                attempts=[a.to_json() for a in attempts],  # the prompt still reads JSON documents
+                # The prompt still reads JSON documents.
+                plan=plan.to_json(),
+                attempts=[a.to_json() for a in attempts],
                 iteration=loop_iteration,
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
@@ -309,7 +311,7 @@ class RepairSession:
             return ""
 
     def _call_provider(
-        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Mapping[str, Any], failures: List[Any]
+        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: List[Any]
     ) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
@@ -319,7 +321,7 @@ class RepairSession:
                 "worktree": str(self.wt.project_root),
                 "prompt": prompt,
                 "prompt_file": str(prompt_file),
-                "plan": dict(plan),
+                "plan": plan.to_json(),  # the hook API takes JSON
                 "failures": failures,
             }
             start = time.monotonic()
@@ -400,7 +402,7 @@ class RepairSession:
         iteration: int,
         call: _Call,
         before: str,
-        plan: Mapping[str, Any],
+        plan: Plan,
         targets: Sequence[str],
         globs: Sequence[str],
     ) -> Dict[str, Any]:
@@ -460,20 +462,12 @@ class RepairSession:
         return result
 
 
-def _actions_touched(plan: Mapping[str, Any], changed: Sequence[str]) -> List[str]:
+def _actions_touched(plan: Plan, changed: Sequence[str]) -> List[str]:
     """Plan actions whose target paths the diff touched; every action when none is named
     (a diff within the extra globs still works on the whole plan)."""
-    touched: List[str] = []
-    every: List[str] = []
     files = {normalise(c) for c in changed}
-    for action in plan.get("actions") or []:
-        if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
-            continue
-        every.append(action["id"])
-        paths = {normalise(p) for p in action.get("target_paths") or [] if isinstance(p, str)}
-        if paths & files:
-            touched.append(action["id"])
-    return touched or every
+    touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
+    return touched or [action.id for action in plan.actions]
 
 
 __all__ = [

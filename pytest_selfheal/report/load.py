@@ -24,7 +24,7 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     bucket, _ = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     incident["status"] = store.read_status(incident_id)
-    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
+    plan = store.read_plan(incident_id).to_json() if store.has_plan(incident_id) else None
     run_result = store.read_run_result(incident_id)
     # The report data reads JSON documents tolerantly (a report file holds them too).
     return IncidentRun(

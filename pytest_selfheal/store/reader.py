@@ -17,6 +17,7 @@ from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, Usa
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -255,12 +256,12 @@ class StoreReader:
         """True when ``error_plans/<id>/plan.json`` exists."""
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
 
-    def read_plan(self, incident_id: str) -> Dict[str, Any]:
-        """``plan.json``, schema-validated; ``NotFoundError`` when there is none."""
+    def read_plan(self, incident_id: str) -> Plan:
+        """``plan.json``, schema-validated and parsed; ``NotFoundError`` when there is none."""
         path = self.plans_dir(incident_id) / PLAN_JSON
         if not path.exists():
             raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return self._read_doc("plan", path, incident_id)
+        return self._read_record(Plan, path, incident_id)
 
     def read_plan_md(self, incident_id: str) -> str:
         """``plan.md``; ``NotFoundError`` when there is none."""

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             sys.stderr.write(f"selfheal: regenerated the plan of {incident_id}\n")
     if args.json:
-        print_json(store.read_plan(incident_id))
+        print_json(store.read_plan(incident_id).to_json())
     else:
         sys.stdout.write(store.read_plan_md(incident_id))
     return 0

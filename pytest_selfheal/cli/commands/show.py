@@ -34,10 +34,10 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
     if store.has_plan(incident_id):
         doc = store.read_plan(incident_id)
         plan = {
-            "generated_at": doc["generated_at"],
-            "summary": doc["summary"],
-            "actions": [{"id": a["id"], "title": a["title"]} for a in doc["actions"]],
-            "verification_commands": doc["verification_commands"],
+            "generated_at": doc.generated_at,
+            "summary": doc.summary,
+            "actions": [{"id": a.id, "title": a.title} for a in doc.actions],
+            "verification_commands": list(doc.verification_commands),
             "path": store.plans_dir(incident_id).relative_to(store.root).as_posix(),
         }
     attempts = store.read_attempts(incident_id)
