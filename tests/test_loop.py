@@ -238,7 +238,7 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     store = Store(project / ".selfheal")
     effective = effective_config(project)
     nodeid = "test_calc.py::test_sub"
-    fp = store.read_incident(incident_id)["fingerprint"]
+    fp = store.read_incident(incident_id).fingerprint
     common = dict(effective=effective, mode="agent", verification_commands=["python -m pytest"],
                   project_root=project, exit_code=1)
     first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],

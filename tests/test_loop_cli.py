@@ -333,8 +333,8 @@ def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_pat
     store = Store(project / ".selfheal")
     # The helper's own -p no:cacheprovider is an option of the run too; -q, -k, --tb and -p
     # pytest_selfheal.plugin, --selfheal are not replayed.
-    assert store.read_incident(incident_id)["pytest_options"] == [
-        "-p", "no:cacheprovider", "--target=staging", "-W", "default"]
+    assert store.read_incident(incident_id).pytest_options == (
+        "-p", "no:cacheprovider", "--target=staging", "-W", "default")
     result = selfheal(project, "loop", incident_id, "--set", 'verification.args=["-W", "ignore::UserWarning"]')
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "-p no:cacheprovider --target=staging -W default -W ignore::UserWarning" in result.stdout

@@ -168,8 +168,8 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
 def test_create_keeps_given_fields(store: Store) -> None:
     incident_id = create(store, run_id="run_x", year=2025, month=12, ym="2025-12", created_at="2026-01-01T00:00:00+00:00")
     doc = store.read_incident(incident_id)
-    assert (doc["run_id"], doc["year"], doc["month"], doc["ym"]) == ("run_x", 2025, 12, "2025-12")
-    assert doc["created_at"] == doc["updated_at"] == "2026-01-01T00:00:00+00:00"
+    assert (doc.run_id, doc.year, doc.month, doc.ym) == ("run_x", 2025, 12, "2025-12")
+    assert doc.created_at == doc.updated_at == "2026-01-01T00:00:00+00:00"
 
 
 def test_create_with_run_token(store: Store) -> None:
@@ -355,7 +355,7 @@ def test_set_status_every_pair(store: Store, current: str, new: str) -> None:
     if states.can_transition(current, new):
         store.set_status(incident_id, new)
         assert store.read_status(incident_id) == new
-        assert store.read_incident(incident_id)["status"] == new
+        assert store.read_incident(incident_id).status == new
         return
     with pytest.raises(RefusedError) as info:
         store.set_status(incident_id, new)
@@ -376,12 +376,12 @@ def test_set_status_rejects_unknown_status_and_clashing_data(store: Store) -> No
 def test_update_incident(store: Store) -> None:
     incident_id = create(store)
     doc = store.update_incident(incident_id, fingerprints=["a", "b"])
-    assert store.read_incident(incident_id)["fingerprints"] == ["a", "b"] == doc["fingerprints"]
+    assert store.read_incident(incident_id).fingerprints == ("a", "b") and doc["fingerprints"] == ["a", "b"]
     with pytest.raises(ValueError):
         store.update_incident(incident_id, status="planned")
     with pytest.raises(ValueError):
         store.update_incident(incident_id, year="x")
-    assert store.read_incident(incident_id)["year"] == 2026
+    assert store.read_incident(incident_id).year == 2026
 
 
 # --------------------------------------------------------------------------- events

@@ -44,6 +44,7 @@ from pytest_selfheal.loop.resume import (
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import REDACTED, default_redactor
@@ -144,7 +145,8 @@ def ensure_plan(store: "Store", incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
-        plan = build_plan(store.read_incident(incident_id), generated_at=ev.format_ts())
+        # plan/build.py reads the incident as its JSON document.
+        plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=ev.format_ts())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
     if store.read_status(incident_id) == NEW:
@@ -294,12 +296,11 @@ def _run_runtime_minutes(attempts: Sequence[Attempt]) -> float:
     return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
 
 
-def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Attempt]) -> Optional[str]:
+def _failure_signature(incident: Incident, attempts: Sequence[Attempt]) -> Optional[str]:
     for attempt in reversed(attempts):
         if attempt.error_signature:
             return attempt.error_signature
-    signature = incident.get("error_signature")
-    return str(signature) if signature else None
+    return incident.error_signature or None
 
 
 def _redact_config(redactor: Any, value: Any) -> Any:

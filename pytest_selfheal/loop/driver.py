@@ -57,6 +57,7 @@ from pytest_selfheal.loop.resume import (
 from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
@@ -88,15 +89,13 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- selections
 
 
-def selection_nodeids(plan: Plan, incident: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> List[str]:
+def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> List[str]:
     """The node ids the verification commands select: the plan's action node ids that
     appear in the commands, else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
     candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
-        for nodeid in incident.get("nodeids") or []:
-            if isinstance(nodeid, str) and nodeid not in candidates:
-                candidates.append(nodeid)
+        candidates = list(dict.fromkeys(incident.nodeids))
     chosen = [n for n in candidates if n in words]
     if chosen:
         return chosen
@@ -140,19 +139,18 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _plan_argvs(plan: Plan, incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
+def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") -> List[List[str]]:
     """The plan's commands as argv lists, each followed by the capture's own pytest options
     and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
     without any command is unusable (``InputError``, exit 3)."""
-    incident_id = str(incident.get("incident_id"))
+    incident_id = incident.incident_id
     argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    recorded = [str(token) for token in incident.get("pytest_options") or []]
-    return [argv + recorded + list(effective.settings.verification.args) for argv in argvs]
+    return [argv + list(incident.pytest_options) + list(effective.settings.verification.args) for argv in argvs]
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
@@ -261,10 +259,9 @@ def _drive(
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
-    tdd = [n for n in incident.get("tdd_nodeids") or [] if isinstance(n, str)]
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
     selection = policy.loop_selection(
-        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=tdd, unattended=unattended, approved=approve
+        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
         iteration = len(split_runs(attempts)[1])

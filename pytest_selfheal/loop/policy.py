@@ -27,6 +27,7 @@ from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Se
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
     OUTCOME_ERROR,
@@ -500,29 +501,23 @@ def loop_selection(
 # --------------------------------------------------------------------------- from disk
 
 
-def capture_observation(incident: Mapping[str, Any], *, diff_hash: Optional[str] = None) -> Observation:
+def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) -> Observation:
     """Observation 0 from ``incident.json``: its failures, as the first sighting.
 
-    ``diff_hash`` is the working-tree diff hash at capture time (None when unknown).
+    ``diff_hash`` is the working-tree diff hash at capture time (None when unknown). The
+    record's types were checked when it was read; a failure without a test identity or a
+    fingerprint cannot be compared, so it is refused (``InputError``).
     """
-    failures = incident.get("failures")
-    if not isinstance(failures, list):
-        raise InputError("incident.json: 'failures' must be a list")
     outcomes: Dict[str, str] = {}
-    fingerprints: List[str] = []
-    types: List[str] = []
-    for i, failure in enumerate(failures):
-        if not isinstance(failure, Mapping):
-            raise InputError(f"incident.json: failures[{i}] must be an object")
-        nodeid = failure.get("nodeid") or failure.get("test")
-        fp = failure.get("fingerprint")
-        if not isinstance(nodeid, str) or not isinstance(fp, str):
-            raise InputError(f"incident.json: failures[{i}] needs a string nodeid/test and fingerprint")
-        outcome = failure.get("outcome", OUTCOME_FAILED)
+    for index, failure in enumerate(incident.failures):
+        nodeid = failure.nodeid or failure.test
+        if not nodeid or not failure.fingerprint:
+            raise InputError(f"incident.json: failures[{index}] needs a nodeid/test and a fingerprint")
+        outcome = failure.outcome or OUTCOME_FAILED
         outcomes[nodeid] = outcome if outcome in FAILING_OUTCOMES else OUTCOME_FAILED
-        fingerprints.append(fp)
-        types.append(str(failure.get("failure_type", "UNKNOWN")))
-    return Observation(0, outcomes, tuple(fingerprints), tuple(types), diff_hash)
+    fingerprints = tuple(f.fingerprint for f in incident.failures)
+    types = tuple(f.failure_type or "UNKNOWN" for f in incident.failures)
+    return Observation(0, outcomes, fingerprints, types, diff_hash)
 
 
 def observation_from_attempt(attempt: Attempt) -> Observation:

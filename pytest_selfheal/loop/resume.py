@@ -25,7 +25,7 @@ from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.event import Event
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
@@ -81,16 +81,15 @@ def split_runs(attempts: Sequence[Attempt]) -> Tuple[Optional[Attempt], List[Att
     return attempts[boundary], list(attempts[boundary + 1:])
 
 
-def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+def capture_diff_hash(incident: Incident, context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
     """The working-tree diff hash at capture time, or None when unknown.
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
     at that commit (gitrepo.clean_tree_hash); otherwise unknown.
     """
-    value = incident.get("diff_hash")
-    if isinstance(value, str) and value:
-        return value
+    if incident.diff_hash:
+        return incident.diff_hash
     git_info = (context or {}).get("git")
     if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
         return clean_tree_hash(str(git_info["commit"]))
@@ -98,7 +97,7 @@ def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str
 
 
 def observations_from_disk(
-    incident: Mapping[str, Any],
+    incident: Incident,
     attempts: Sequence[Attempt],
     *,
     capture_hash: Optional[str] = None,

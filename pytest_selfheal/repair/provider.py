@@ -52,6 +52,7 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
@@ -155,11 +156,9 @@ class _Call:
     log: Optional[str] = None
 
 
-def _failures_for_request(incident: Mapping[str, Any], attempts: Sequence[Attempt]) -> List[Any]:
-    if attempts:
-        return [f.to_json() for f in attempts[-1].failures]
-    source = incident.get("failures")
-    return [dict(f) for f in source if isinstance(f, Mapping)] if isinstance(source, list) else []
+def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> List[Any]:
+    """The current failures as JSON, for the hook request: the latest attempt's, else the capture's."""
+    return [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)]
 
 
 @contextmanager
@@ -235,8 +234,8 @@ class RepairSession:
         targets, globs = scope.allowed_paths(plan, self.globs)
         prompt = self.redactor.redact(
             build_prompt(
-                incident=incident,
                 # The prompt still reads JSON documents.
+                incident=incident.to_json(),
                 plan=plan.to_json(),
                 attempts=[a.to_json() for a in attempts],
                 iteration=loop_iteration,
@@ -253,7 +252,7 @@ class RepairSession:
         prompt_file = store.write_run_file(incident_id, prompt_name(iteration), prompt)
         signature = next(
             (a.error_signature for a in reversed(attempts) if a.error_signature),
-            incident.get("error_signature"),
+            incident.error_signature,
         )
         store.append_event(
             incident_id,

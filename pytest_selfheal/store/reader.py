@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overl
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
@@ -184,7 +185,11 @@ class StoreReader:
 
     # ------------------------------------------------------------------ incident + status
 
-    def _read_incident_at(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+    def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
+        return Incident.from_json(self._read_incident_doc(folder, incident_id), str(folder / INCIDENT_JSON))
+
+    def _read_incident_doc(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+        """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
         path = folder / INCIDENT_JSON
         doc = fsio.read_json(path)
         ensure_valid("incident", doc, str(path))
@@ -202,8 +207,8 @@ class StoreReader:
             raise InputError(f"{path}: unknown status {shown} (expected one of {', '.join(STATUSES)})")
         return status
 
-    def read_incident(self, incident_id: str) -> Dict[str, Any]:
-        """``incident.json``, schema-validated (``InputError`` naming file and field otherwise).
+    def read_incident(self, incident_id: str) -> Incident:
+        """``incident.json``, schema-validated and parsed (``InputError`` naming file and field otherwise).
 
         ``status.txt`` is the authoritative status; see ``read_status``.
         """
@@ -357,9 +362,9 @@ class StoreReader:
         }
         try:
             row["attempts"] = self.count_attempts(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            incident = self._read_incident_at(folder, incident_id)
             for key in ("error_signature", "created_at", "updated_at", "step"):
-                row[key] = doc[key]
+                row[key] = getattr(incident, key)
             row["status"] = self._read_status_at(folder)
         except SelfhealError as exc:
             row["status"] = "corrupted"

@@ -251,7 +251,7 @@ class Store(StoreReader):
         with self.lock():
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            doc = self._read_incident_doc(folder, incident_id)
             doc.update(fields)
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
@@ -284,7 +284,7 @@ class Store(StoreReader):
             self._write_status(folder, incident_id, current, new, event_data)
 
     def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_at(folder, incident_id)
+        doc = self._read_incident_doc(folder, incident_id)
         doc["status"] = new
         doc["updated_at"] = ev.format_ts(self._now())
         fsio.atomic_write_json(folder / INCIDENT_JSON, doc)

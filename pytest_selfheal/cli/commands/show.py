@@ -48,7 +48,7 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         "status": status,
         "bucket": bucket,
         "path": folder.relative_to(store.root).as_posix(),
-        "incident": incident,
+        "incident": incident.to_json(),
         "plan": plan,
         "attempts": len(attempts),
         "attempt_results": [
