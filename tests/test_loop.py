@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pytest
 from helpers import (
@@ -31,6 +31,7 @@ from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_it
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
+from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -102,6 +103,27 @@ def test_flaky_test_resolves_and_is_flagged(tmp_path: Path) -> None:
     assert any(line.endswith("-> STOP success") for line in lines)
     assert_files_valid(store, incident_id)
     assert_replay_equals_disk(store, incident_id)
+
+
+def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> None:
+    """The Verifier seam: a verifier that reports the captured test passing (no subprocess)
+    is what the driver observes — success, with no code change: flaky, not a fix."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    calls: List[List[str]] = []
+
+    def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
+                 env: Optional[Mapping[str, str]] = None) -> VerificationRun:
+        calls.append(list(argv))
+        junit_path.write_text('<testsuite name="pytest" tests="1">'
+                              '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')
+        return VerificationRun(list(argv), 0, False, 0.01, "1 passed", junit_path)
+
+    result = loop_in_process(project, incident_id, verifier=verifier)
+    assert len(calls) == 1 and "test_calc.py::test_sub" in calls[0]
+    assert result["stop_reason"] == "success" and result["flaky_tests"] == ["test_calc.py::test_sub"]
+    attempt = Store(project / ".selfheal").read_attempts(incident_id)[0]
+    assert attempt.outcomes == {"test_calc.py::test_sub": "passed"} and attempt.verification_passed
 
 
 def test_deterministic_failure_stops_by_repetition_not_by_budget(tmp_path: Path) -> None:

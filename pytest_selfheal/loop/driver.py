@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -54,20 +54,48 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
-from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
+from pytest_selfheal.loop.verify import COLLECTION_KEY, VerificationRun, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
-# A provider callable (issue 5's seam), called before each verification of a run:
-# provider(incident_id=..., iteration=..., store=..., plan=..., last_attempt=...,
-#          observations=...) -> None (no repair) | repair dict (see docs/loop.md).
-Provider = Callable[..., Optional[Dict[str, Any]]]
+class Verifier(Protocol):
+    """Runs one verification command (an argv list, never a shell) with its junit XML at
+    ``junit_path``, and says what it did. :func:`verify.run_selection` in production; the
+    driver observes the junit it leaves, so a verifier is all a test needs to fake a run."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        junit_path: Path,
+        timeout_seconds: Optional[float],
+        env: Optional[Mapping[str, str]] = None,
+    ) -> VerificationRun: ...
+
+
+class Provider(Protocol):
+    """A repair provider, called before each verification of a run (docs/loop.md): None
+    (no repair: the iteration only verifies) or the repair dict, whose ``worktree`` is
+    where the verification then runs. :class:`repair.provider.RepairSession` in production."""
+
+    def __call__(
+        self,
+        *,
+        incident_id: str,
+        iteration: int,
+        store: Store,
+        plan: Plan,
+        last_attempt: Optional[Attempt],
+        observations: Sequence[policy.Observation],
+    ) -> Optional[Dict[str, Any]]: ...
 
 
 def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
@@ -173,6 +201,7 @@ def run_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> Dict[str, Any]:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -186,7 +215,8 @@ def run_loop(
     dict has ``final_status: null`` and is not written to disk. ``hook_rules``: extra
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
-    verification's environment (default ``os.environ``).
+    verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
+    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`).
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -200,6 +230,7 @@ def run_loop(
             return _drive(
                 store, incident_id, effective=effective, project_root=Path(project_root), provider=provider,
                 approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
+                verifier=verifier,
             )
         except (Interrupted, KeyboardInterrupt):
             state.requested = True
@@ -238,6 +269,7 @@ def _drive(
     state: CancelState,
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
+    verifier: Verifier,
 ) -> Dict[str, Any]:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
@@ -315,7 +347,7 @@ def _drive(
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-            env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+            env=env, mode="repair" if repair else "verify", hook_rules=hook_rules, verifier=verifier,
         )
         say(outcome.status_line)
         if outcome.closed:
@@ -340,6 +372,7 @@ def _verify_and_record(
     env: Optional[Mapping[str, str]],
     mode: str,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred."""
@@ -360,8 +393,8 @@ def _verify_and_record(
     with tempfile.TemporaryDirectory(prefix="selfheal-verify-") as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
-                run = run_selection(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                                    timeout_seconds=timeout, env=env)
+                run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                               timeout_seconds=timeout, env=env)
             got, failed = observe(run, [n for n in nodeids if n in argv] or list(nodeids), rules=rules, redactor=redactor)
             outcomes.update(got)
             failures.extend(failed)
@@ -404,6 +437,7 @@ def verify_iteration(
     repair: Optional[Dict[str, Any]] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """Run ONE iteration now — the plan's verification selections, observe, record,
     decide (closing the loop if it stops) — without the loop around it: no loop lock, no
@@ -421,6 +455,7 @@ def verify_iteration(
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+        verifier=verifier,
     )
 
 
@@ -437,6 +472,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
 
 __all__ = [
     "Provider",
+    "Verifier",
     "run_loop",
     "selection_nodeids",
     "verify_iteration",
