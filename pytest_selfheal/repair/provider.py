@@ -234,10 +234,9 @@ class RepairSession:
         targets, globs = scope.allowed_paths(plan, self.globs)
         prompt = self.redactor.redact(
             build_prompt(
-                # The prompt still reads JSON documents.
-                incident=incident.to_json(),
-                plan=plan.to_json(),
-                attempts=[a.to_json() for a in attempts],
+                incident=incident,
+                plan=plan,
+                attempts=attempts,
                 iteration=loop_iteration,
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
