@@ -18,17 +18,17 @@ import pluggy
 import pytest
 from helpers import fake_distribution
 
+from pytest_selfheal import hookspecs
+from pytest_selfheal.config.settings import default_config, merge_layers
+from pytest_selfheal.entry import has_repair_provider as provider_configured
+from pytest_selfheal.errors import ConfigError
+from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
+from pytest_selfheal.loop import policy
+from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal import hookspecs
-from pytest_selfheal.loop import policy
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
-from pytest_selfheal.config.settings import default_config, merge_layers
-from pytest_selfheal.errors import ConfigError
-from pytest_selfheal.plan.build import build_plan, render_plan_md
-from pytest_selfheal.entry import has_repair_provider as provider_configured
-from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
 from pytest_selfheal.repair.session import repair_loop

@@ -17,10 +17,11 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from schema_check import assert_file_valid
 
+from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, states
-from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.store.root import Store
 
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
@@ -92,6 +93,11 @@ def run_result_doc(incident_id: str, **extra: Any) -> Dict[str, Any]:
     }
     doc.update(extra)
     return doc
+
+
+def run_result_rec(incident_id: str, **extra: Any) -> RunResult:
+    """``run_result_doc`` as the record the store writes."""
+    return RunResult.from_json(run_result_doc(incident_id, **extra), "test run result")
 
 
 @pytest.fixture
@@ -515,11 +521,11 @@ def test_corrupted_attempt_is_named(store: Store) -> None:
 def test_run_result_and_run_files(store: Store) -> None:
     incident_id = create(store)
     assert store.read_run_result(incident_id) is None
-    path = store.write_run_result(incident_id, run_result_doc(incident_id))
+    path = store.write_run_result(incident_id, run_result_rec(incident_id))
     assert_file_valid("run_result", path)
     read = store.read_run_result(incident_id)
     assert read is not None and read.to_json() == run_result_doc(incident_id)
-    store.write_run_result(incident_id, run_result_doc(incident_id, final_status="replan_requested"))
+    store.write_run_result(incident_id, run_result_rec(incident_id, final_status="replan_requested"))
     read = store.read_run_result(incident_id)
     assert read is not None and read.final_status == "replan_requested"
     patch = store.write_run_file(incident_id, "attempt_01.patch", "diff\n")
@@ -536,7 +542,7 @@ def test_writes_need_an_existing_incident(store: Store) -> None:
     with pytest.raises(NotFoundError):
         store.write_attempt(ghost, attempt_rec(ghost, 1))
     with pytest.raises(NotFoundError):
-        store.write_run_result(ghost, run_result_doc(ghost))
+        store.write_run_result(ghost, run_result_rec(ghost))
 
 
 # --------------------------------------------------------------------------- archive
@@ -552,7 +558,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
     walk_to_running(store, incident_id)
     store.write_attempt(incident_id, attempt_rec(incident_id, 1, verification_passed=True, result="stop"))
-    store.write_run_result(incident_id, run_result_doc(incident_id, final_status="resolved"))
+    store.write_run_result(incident_id, run_result_rec(incident_id, final_status="resolved"))
     plans_before = {p: p.read_bytes() for p in all_files(store.plans_root)}
     runs_before = {p: p.read_bytes() for p in all_files(store.runs_root)}
     inbox_files = sorted(p.name for p in (store.inbox_dir / incident_id).iterdir())

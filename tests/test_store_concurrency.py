@@ -15,6 +15,7 @@ import pytest
 from schema_check import assert_valid
 
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.reader import INCIDENT_FILES
 from pytest_selfheal.store.root import Store
 
@@ -70,9 +71,9 @@ while True:
                                   "verification_commands": ["t"], "verification_passed": it == 2,
                                   "result": "continue" if it == 1 else "stop", "error_signature": "sig",
                                   "outputs": ["x" * 100] * 50}, "test attempt"))
-    store.write_run_result(iid, {"incident_id": iid, "final_status": "resolved", "loops_used": 2,
-                                 "runtime_minutes": 0, "same_error_repeats": 0,
-                                 "archived_to": "error_archive/resolved/" + iid})
+    store.write_run_result(iid, RunResult.from_json({"incident_id": iid, "final_status": "resolved", "loops_used": 2,
+                                                     "runtime_minutes": 0, "same_error_repeats": 0,
+                                                     "archived_to": "error_archive/resolved/" + iid}, "test"))
     store.append_event(iid, "loop_stopped", stop_reason="success")
     store.archive(iid, "resolved" if n % 2 else "escalated")
 """

@@ -47,10 +47,11 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX, PLAN_JSON, attempt_filename
+from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
@@ -429,7 +430,7 @@ def finalize(
             return existing.to_json() if existing is not None else result
         existing = store.read_run_result(incident_id)
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
-            store.write_run_result(incident_id, result)
+            store.write_run_result(incident_id, RunResult.from_json(result, RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
         records, _ = store.read_events(incident_id)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):

@@ -9,6 +9,7 @@ working tree. The worktree is removed whatever happens, Ctrl-C included.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence
@@ -22,6 +23,7 @@ from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.repair.approval import Approver, approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession
@@ -36,6 +38,7 @@ from pytest_selfheal.repair.worktree import (
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.reader import RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
@@ -229,9 +232,8 @@ def _close_out(
     result["repair"] = block
     existing = store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.get("iteration"), result.get("stop_reason")):
-        updated = existing.to_json()
-        updated["repair"] = block
-        store.write_run_result(incident_id, updated)
+        repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+        store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
     return result
 
 

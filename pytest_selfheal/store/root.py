@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -368,10 +369,10 @@ class Store(StoreReader):
             fsio.atomic_write_json(path, doc)
             return path
 
-    def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
+    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = dict(result)
+        doc = result.to_json()
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
