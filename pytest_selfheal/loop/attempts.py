@@ -43,7 +43,7 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -100,20 +100,18 @@ def _attempt_document(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     duration_seconds: Optional[float],
-    repair: Optional[Mapping[str, Any]],
+    repair: Optional[RepairBlock],
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
         duration_seconds = minutes_between(start, end) * 60.0
-    repair_doc = dict(repair) if repair is not None else None
-    actions = repair_doc.get("actions_applied") if repair_doc else None
     # Built as the JSON document, so the file keeps its key order (null values included).
     doc = {
         "incident_id": incident_id,
         "iteration": iteration,
         "started_at": started_at,
         "finished_at": finished_at,
-        "actions_applied": [str(a) for a in actions] if isinstance(actions, list) else [],
+        "actions_applied": list(repair.actions_applied) if repair is not None else [],
         "verification_commands": list(verification_commands),
         "verification_passed": policy.is_success(observation),
         "result": decision.action,
@@ -131,7 +129,7 @@ def _attempt_document(
         "exit_code": exit_code,
         "duration_seconds": round(max(0.0, duration_seconds), 3),
         "timed_out": observation.timed_out,
-        "repair": repair_doc,
+        "repair": repair.to_json() if repair is not None else None,
         "scope_denied": observation.scope_denied,
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_dict(),
@@ -194,7 +192,7 @@ def record_iteration(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     timed_out: bool = False,
-    repair: Optional[Mapping[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     new_failures: Sequence[Failure] = (),
     project_root: Path,
     duration_seconds: Optional[float] = None,
@@ -208,8 +206,8 @@ def record_iteration(
     failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
 
     ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
-    provider's result (``{provider, result, files_changed, patch, scope_denied?,
-    actions_applied?}``) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    provider's result as parsed by the driver (a ``RepairBlock``: provider, result,
+    files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
@@ -232,7 +230,6 @@ def record_iteration(
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        repair_result = repair.get("result") if repair is not None else None
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),
@@ -240,8 +237,8 @@ def record_iteration(
             failure_types=tuple(f.failure_type for f in failures),
             diff_hash=diff_hash,
             timed_out=timed_out,
-            repair_result=repair_result if isinstance(repair_result, str) else None,
-            scope_denied=bool(repair.get("scope_denied", False)) if repair is not None else False,
+            repair_result=(repair.result or None) if repair is not None else None,
+            scope_denied=bool(repair.scope_denied) if repair is not None else False,
         )
         observations = previous + [observation]
         first_start = run_started(attempts) or parse_stamp(started_at)

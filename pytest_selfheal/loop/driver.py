@@ -56,7 +56,7 @@ from pytest_selfheal.loop.resume import (
 )
 from pytest_selfheal.loop.verify import COLLECTION_KEY, VerificationRun, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -329,10 +329,10 @@ def _drive(
             return close(pre)
         _, run = split_runs(attempts)
         next_number = attempts[-1].iteration + 1 if attempts else 1
-        repair: Optional[Dict[str, Any]] = None
+        repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                repair = provider(
+                answer = provider(
                     incident_id=incident_id,
                     iteration=next_number,
                     store=store,
@@ -340,14 +340,16 @@ def _drive(
                     last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
-        verify_cwd = Path(repair["worktree"]) if repair and isinstance(repair.get("worktree"), str) else project_root
+            # Parsed once, here: the attempt records it as its repair block.
+            repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
+        verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
             f"running {'; '.join(commands)}")
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-            env=env, mode="repair" if repair else "verify", hook_rules=hook_rules, verifier=verifier,
+            env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
         )
         say(outcome.status_line)
         if outcome.closed:
@@ -367,7 +369,7 @@ def _verify_and_record(
     timeout: Optional[float],
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]],
+    repair: Optional[RepairBlock],
     state: CancelState,
     env: Optional[Mapping[str, str]],
     mode: str,
@@ -434,7 +436,7 @@ def verify_iteration(
     *,
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
     verifier: Verifier = run_selection,
@@ -454,7 +456,7 @@ def verify_iteration(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
-        repair=repair, state=CancelState(), env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+        repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
         verifier=verifier,
     )
 
