@@ -187,8 +187,8 @@ def _record_history(
     iteration: int,
     *,
     effective: EffectiveConfig,
-    incident: Any,
-    attempts: Sequence[Any],
+    incident: Incident,
+    attempts: Sequence[Attempt],
     observations: Sequence[policy.Observation],
     failures: Sequence[Failure],
     mode: str,
@@ -202,14 +202,10 @@ def _record_history(
     a resumed close-out never records it twice.
     """
     fingerprints: Dict[str, str] = {}
-    for record in [incident, *attempts]:
-        # A document, or a store record (records/: exact JSON round trip through to_json()).
-        doc: Mapping[str, Any] = record if isinstance(record, Mapping) else record.to_json()
-        for failure in doc.get("failures") or ():
-            if isinstance(failure, Mapping):
-                nodeid = failure.get("nodeid") or failure.get("test")
-                if isinstance(nodeid, str) and isinstance(failure.get("fingerprint"), str):
-                    fingerprints[nodeid] = str(failure["fingerprint"])
+    for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
+        for failure in failures_seen:
+            if (failure.nodeid or failure.test) and failure.fingerprint:
+                fingerprints[failure.nodeid or failure.test] = failure.fingerprint
     current = observations[-1]
     previous = observations[:-1]
     newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
