@@ -22,6 +22,8 @@ from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 
 REPORT_SCHEMA_VERSION = 1
@@ -282,8 +284,9 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
 def _observations(run: IncidentRun) -> List[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
-        capture = policy.capture_observation(run.incident)
-        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
+        # The report's inputs are JSON documents (golden inputs, hand-made runs): parsed here.
+        capture = policy.capture_observation(Incident.from_json(dict(run.incident), "incident"))
+        return [capture] + [policy.observation_from_attempt(Attempt.from_json(dict(a), "attempt")) for a in run.attempts]
     except (InputError, ValueError, TypeError, KeyError, AttributeError):
         return []
 
