@@ -148,6 +148,15 @@ def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
     return store.read_plan(incident_id)
 
 
+def reopen_incident(store: "Store", incident_id: str) -> Tuple[str, str, int]:
+    """``selfheal reopen``: an archived incident back to the inbox as ``planned``
+    (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
+    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
+    with store.lock():
+        ensure_plan(store, incident_id)
+        return store.reopen(incident_id)
+
+
 def start_running(store: "Store", incident_id: str, **data: Any) -> None:
     """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
     ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
@@ -237,7 +246,7 @@ def record_iteration(
             scope_denied=bool(repair.get("scope_denied", False)) if repair is not None else False,
         )
         observations = previous + [observation]
-        first_start = run_started(attempts) or parse_stamp(started_at)
+        first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed)
         iteration = store.next_attempt_number(incident_id)
@@ -283,8 +292,8 @@ def record_iteration(
 # --------------------------------------------------------------------------- finalize
 
 
-def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]]) -> float:
-    _, run = split_runs(attempts)
+def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]], reopened: Optional[int]) -> float:
+    _, run = split_runs(attempts, reopened)
     if not run:
         return 0.0
     return round(minutes_between(parse_stamp(run[0].get("started_at")), parse_stamp(run[-1].get("finished_at"))), 3)
@@ -331,6 +340,7 @@ def build_run_result(
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
     effective: EffectiveConfig,
+    reopened: Optional[int] = None,
 ) -> Dict[str, Any]:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
@@ -345,7 +355,7 @@ def build_run_result(
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
-        "runtime_minutes": _run_runtime_minutes(attempts),
+        "runtime_minutes": _run_runtime_minutes(attempts, reopened),
         "same_error_repeats": decision.same_error_repeats,
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
@@ -355,7 +365,7 @@ def build_run_result(
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "decision_point": point,
-        "handoff": messages.handoff(observations, decision),
+        "handoff": messages.handoff(observations, decision, incident_id),
         "decision": decision.to_dict(),
         "effective_config": values,
         "effective_config_origins": origins,
@@ -408,6 +418,7 @@ def finalize(
             pol=pol,
             failure_signature=_failure_signature(incident, attempts),
             effective=effective,
+            reopened=policy.reopened_after(incident),
         )
         point = result["decision_point"]
         stop_data = {"iteration": last, "stop_reason": reason}
@@ -426,7 +437,7 @@ def finalize(
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             store.write_run_result(incident_id, result)
         kill_point("finalize:after_run_result")
-        records, _ = store.read_events(incident_id)
+        records = ev.since_last_reopen(store.read_events(incident_id)[0])
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")
@@ -444,14 +455,16 @@ def finalize(
             )
         kill_point("finalize:after_loop_stopped")
         if reason == policy.REPLAN_REQUESTED:
-            _replan(store, incident_id, attempts, last)
+            _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
         else:
             kill_point("finalize:before_archive")
             store.archive(incident_id, str(result["final_status"]))
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
+def _replan(
+    store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int, reopened: Optional[int]
+) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:
@@ -462,7 +475,7 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
     if plan.get("replanned_at_iteration") != last:
-        _, run = split_runs(attempts[:-1]) if attempts else (None, [])
+        _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
         new = replan(plan, run_attempts, generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
@@ -489,6 +502,7 @@ __all__ = [
     "ensure_plan",
     "finalize",
     "record_iteration",
+    "reopen_incident",
     "require_inbox",
     "start_running",
 ]
