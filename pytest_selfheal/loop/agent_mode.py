@@ -138,6 +138,9 @@ def record_agent_attempts(
                 if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
                     run_failures.append(incident.last_failures[nodeid])
         new_failures = [f for f in failures if f.nodeid not in selection]
+        # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
+        # over above and listed, so they are never counted as run, gone or passed.
+        not_run = [n for n in incident.selection if n not in outcomes]
         outcome = record_iteration(
             store,
             incident.incident_id,
@@ -152,8 +155,15 @@ def record_agent_attempts(
             exit_code=exit_code,
             new_failures=new_failures,
             project_root=project_root,
+            not_run=not_run,
         )
         result.lines.append(outcome.status_line)
+        if not_run:
+            ran = len(incident.selection) - len(not_run)
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run ran {ran} of {len(incident.selection)} "
+                f"selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep their last outcome"
+            )
         result.touched.append(incident.incident_id)
         result.covered.update(selection)
         if not outcome.closed:

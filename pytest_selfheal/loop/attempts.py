@@ -200,6 +200,7 @@ def record_iteration(
     new_failures: Sequence[Failure] = (),
     project_root: Path,
     duration_seconds: Optional[float] = None,
+    not_run: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -212,6 +213,8 @@ def record_iteration(
     ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
     provider's result (``{provider, result, files_changed, patch, scope_denied?,
     actions_applied?}``) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
+    whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
@@ -266,6 +269,8 @@ def record_iteration(
             duration_seconds=duration_seconds,
             repair=repair,
         )
+        if not_run:
+            attempt["not_run"] = list(not_run)
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
         store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))

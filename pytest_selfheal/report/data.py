@@ -226,8 +226,11 @@ def _resolve_config(
 
 def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     raw_outcomes = attempt.get("outcomes")
+    # A test this iteration did not run (agent mode with -x) carries its last outcome in the
+    # attempt; the report counts only the tests that ran.
+    not_run = set(strs(attempt.get("not_run")))
     outcomes = (
-        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0]))}
+        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0])) if str(k) not in not_run}
         if isinstance(raw_outcomes, Mapping)
         else {}
     )
