@@ -35,7 +35,7 @@ def _escalated(tmp_path: Path) -> "tuple[Path, str, Store]":
 
 def test_reopen_then_resolve(tmp_path: Path) -> None:
     project, incident_id, store = _escalated(tmp_path)
-    code, out, err = selfheal(project, "reopen", incident_id, "--json")
+    code, out, err = selfheal(project / "tests", "reopen", incident_id, "--json")  # from a subdirectory
     assert code == EXIT_OK, err
     assert json.loads(out) == {
         "incident_id": incident_id, "status": "planned", "previous_status": "escalated",
