@@ -161,3 +161,30 @@ def test_an_exitfirst_run_counts_only_the_tests_that_ran(pytester: pytest.Pytest
     assert tasks[("test_x.py::test_a",)] == 1
     assert tasks[("test_x.py::test_b",)] == 0 and tasks[("test_x.py::test_c",)] == 0
     assert entry["iterations"][0]["outcomes"] == {"test_x.py::test_a": "failed"}
+
+
+def test_an_agent_run_with_other_options_is_not_an_iteration(pytester: pytest.Pytester) -> None:
+    # Like with like: captured with a conftest option, an agent run without it fails on a
+    # different error ("run with --target"); that is not the incident's next iteration.
+    pytester.makeconftest(
+        "import pytest\n\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--target', default=None)\n\n"
+        "@pytest.fixture\ndef target(request):\n"
+        "    value = request.config.getoption('--target')\n"
+        "    if value is None:\n        pytest.fail('run with --target')\n    return value\n"
+    )
+    pytester.makepyfile(test_deploy="def test_deploy(target):\n    assert target == 'production'\n")
+    _commit_all(pytester)
+    assert pytester.runpytest("--selfheal", "--target=staging").ret == 1
+    (incident,) = _incident_dirs(pytester, "inbox")
+    result = pytester.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert (f"selfheal: incident {incident.name}: this run is not counted as an iteration: its options (none) "
+            "differ from the capture's (--target=staging)") in out
+    assert _attempts(pytester, incident.name) == [] and not STATUS_LINE.search(out)
+    assert _incident_dirs(pytester, "inbox") == [incident]  # and no second incident for it
+    result = pytester.runpytest("--selfheal", "--target=staging")
+    match = STATUS_LINE.search(result.stdout.str())
+    assert match and match["id"] == incident.name
+    (attempt,) = _attempts(pytester, incident.name)
+    assert attempt["mode"] == "agent"

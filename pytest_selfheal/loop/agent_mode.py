@@ -36,6 +36,7 @@ class OpenIncident:
     selection: List[str]
     last_outcomes: Dict[str, str]
     last_failures: Dict[str, Failure]  # nodeid -> last known failure
+    options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
 
 
 @dataclass
@@ -97,8 +98,10 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
             outcomes, failures = _last_known(incident, store.read_attempts(incident_id))
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
+        options = incident.get("pytest_options")
         if selection:
-            found.append(OpenIncident(incident_id, selection, outcomes, failures))
+            found.append(OpenIncident(incident_id, selection, outcomes, failures,
+                                      [str(o) for o in options] if isinstance(options, list) else None))
     return found
 
 
@@ -114,8 +117,15 @@ def record_agent_attempts(
     invocation: Sequence[str],
     started_at: datetime,
     exit_code: Optional[int],
+    run_options: Optional[Sequence[str]] = None,
 ) -> AgentResult:
-    """Record this run as the next attempt of every open incident whose selection it ran."""
+    """Record this run as the next attempt of every open incident whose selection it ran.
+
+    Like with like: when ``run_options`` (this run's behaviour-changing options,
+    capture/options.py; None: unknown) differ from the options the incident was captured
+    with, the run is not an iteration of that incident — one line says which options to
+    use — and its failures of the selection wait (they are not a new incident either).
+    """
     result = AgentResult()
     touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
     if not touched:
@@ -126,6 +136,15 @@ def record_agent_attempts(
     command = shlex.join(["python", "-m", "pytest", *invocation])
     for incident in touched:
         selection = set(incident.selection)
+        if run_options is not None and incident.options is not None and list(run_options) != incident.options:
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: its options "
+                f"({shlex.join(run_options) or 'none'}) differ from the capture's "
+                f"({shlex.join(incident.options) or 'none'}); run pytest --selfheal with the capture's options"
+            )
+            result.covered.update(selection)
+            result.still_open.append(incident.incident_id)
+            continue
         run_outcomes: Dict[str, str] = {}
         run_failures: List[Failure] = []
         for nodeid in incident.selection:
