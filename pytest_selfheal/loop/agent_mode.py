@@ -176,6 +176,7 @@ def record_agent_attempts(
             project_root=project_root,
             not_run=not_run,
         )
+        result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
         if not_run:
             ran = len(incident.selection) - len(not_run)
