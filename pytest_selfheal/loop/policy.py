@@ -436,10 +436,14 @@ def retry_eligible(observation: Observation, classification_transient: bool) -> 
 # --------------------------------------------------------------------------- final status
 
 
-def reopened_after(incident: Mapping[str, Any]) -> Optional[int]:
+def reopened_after(incident: Any) -> Optional[int]:
     """The attempt number after which ``selfheal reopen`` started a new loop run
-    (``incident.json``'s ``reopened_after_iteration``), or None when never reopened."""
-    value = incident.get("reopened_after_iteration")
+    (``incident.json``'s ``reopened_after_iteration``, from the document or its
+    ``Incident`` record), or None when never reopened."""
+    if isinstance(incident, Mapping):
+        value = incident.get("reopened_after_iteration")
+    else:
+        value = getattr(incident, "reopened_after_iteration", None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
