@@ -53,6 +53,26 @@ def test_split_runs_starts_a_fresh_run_after_a_replan() -> None:
     assert split_runs(attempts[:1]) == (None, attempts[:1])
 
 
+def test_split_runs_and_pending_stop_after_a_reopen() -> None:
+    escalated = dict(_attempt(2, "stop", "repeated_fingerprint"),
+                     decision={"action": "stop", "stop_reason": "repeated_fingerprint"})
+    attempts = [_attempt(1), escalated, _attempt(3)]
+    # Reopened after attempt 2: the new run starts after it, with attempt 2 as its baseline.
+    baseline, run = split_runs(attempts, 2)
+    assert baseline is not None and baseline["iteration"] == 2 and [a["iteration"] for a in run] == [3]
+    # Reopened before any attempt: the capture stays the baseline; a later replan still cuts.
+    assert split_runs(attempts, 0) == (None, attempts)
+    replanned = [_attempt(1), _attempt(2, "stop", "replan_requested"), _attempt(3)]
+    assert split_runs(replanned, 1)[0] == replanned[1]
+    # The stop before the reopen is history while the incident is open again (planned, or
+    # running before the new run's first attempt), and pending again once it closes again.
+    assert pending_stop(attempts[:2], None, "planned", reopened=2) is None
+    assert pending_stop(attempts[:2], None, "running", reopened=2) is None
+    decision = pending_stop(attempts[:2], None, "escalated", reopened=2)
+    assert decision is not None and decision.stop_reason == "repeated_fingerprint"
+    assert pending_stop(attempts[:2], None, "running") is not None  # never reopened
+
+
 def test_pending_stop_prefers_the_newest_record() -> None:
     stop = {"action": "stop", "stop_reason": "repeated_fingerprint", "iteration": 1}
     attempts = [_attempt(1, "stop", "repeated_fingerprint", decision=stop)]

@@ -172,7 +172,7 @@ def test_incident_without_plan_says_so() -> None:
     bare = IncidentRun(run.incident, None, (), None, "inbox")
     report = build_report(incidents=[bare])
     assert report["incidents"][0]["tasks"] == []
-    assert "selfheal plan" in report["recommended_next_action"]
+    assert "selfheal loop" in report["recommended_next_action"] and "plan first" in report["recommended_next_action"]
     markdown = render_markdown(report)
     assert "|------|----------|-------------|\n\n### Stop Reason" in markdown
     assert "No plan yet" in markdown

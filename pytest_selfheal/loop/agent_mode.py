@@ -38,6 +38,7 @@ class OpenIncident:
     selection: List[str]
     last_outcomes: Dict[str, str]
     last_failures: Dict[str, Failure]  # nodeid -> last known failure
+    options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
 
 
 @dataclass
@@ -94,7 +95,10 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
         if selection:
-            found.append(OpenIncident(incident_id, selection, outcomes, failures))
+            # An incident captured before options were recorded has none to compare.
+            recorded = "pytest_options" in (incident.keys or ())
+            found.append(OpenIncident(incident_id, selection, outcomes, failures,
+                                      list(incident.pytest_options) if recorded else None))
     return found
 
 
@@ -110,8 +114,15 @@ def record_agent_attempts(
     invocation: Sequence[str],
     started_at: datetime,
     exit_code: Optional[int],
+    run_options: Optional[Sequence[str]] = None,
 ) -> AgentResult:
-    """Record this run as the next attempt of every open incident whose selection it ran."""
+    """Record this run as the next attempt of every open incident whose selection it ran.
+
+    Like with like: when ``run_options`` (this run's behaviour-changing options,
+    capture/options.py; None: unknown) differ from the options the incident was captured
+    with, the run is not an iteration of that incident — one line says which options to
+    use — and its failures of the selection wait (they are not a new incident either).
+    """
     result = AgentResult()
     touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
     if not touched:
@@ -122,6 +133,15 @@ def record_agent_attempts(
     command = shlex.join(["python", "-m", "pytest", *invocation])
     for incident in touched:
         selection = set(incident.selection)
+        if run_options is not None and incident.options is not None and list(run_options) != incident.options:
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: its options "
+                f"({shlex.join(run_options) or 'none'}) differ from the capture's "
+                f"({shlex.join(incident.options) or 'none'}); run pytest --selfheal with the capture's options"
+            )
+            result.covered.update(selection)
+            result.still_open.append(incident.incident_id)
+            continue
         run_outcomes: Dict[str, str] = {}
         run_failures: List[Failure] = []
         for nodeid in incident.selection:
@@ -134,6 +154,9 @@ def record_agent_attempts(
                 if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
                     run_failures.append(incident.last_failures[nodeid])
         new_failures = [f for f in failures if f.nodeid not in selection]
+        # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
+        # over above and listed, so they are never counted as run, gone or passed.
+        not_run = [n for n in incident.selection if n not in outcomes]
         outcome = record_iteration(
             store,
             incident.incident_id,
@@ -148,9 +171,16 @@ def record_agent_attempts(
             exit_code=exit_code,
             new_failures=new_failures,
             project_root=project_root,
+            not_run=not_run,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
+        if not_run:
+            ran = len(incident.selection) - len(not_run)
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run ran {ran} of {len(incident.selection)} "
+                f"selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep their last outcome"
+            )
         result.touched.append(incident.incident_id)
         result.covered.update(selection)
         if not outcome.closed:

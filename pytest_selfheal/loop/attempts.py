@@ -104,6 +104,7 @@ def _attempt_document(
     exit_code: Optional[int],
     duration_seconds: Optional[float],
     repair: Optional[RepairBlock],
+    not_run: Sequence[str] = (),
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
@@ -137,6 +138,8 @@ def _attempt_document(
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_dict(),
     }
+    if not_run:
+        doc["not_run"] = list(not_run)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -154,6 +157,15 @@ def ensure_plan(store: "Store", incident_id: str) -> Plan:
     if store.read_status(incident_id) == NEW:
         store.set_status(incident_id, PLANNED)
     return store.read_plan(incident_id)
+
+
+def reopen_incident(store: "Store", incident_id: str) -> Tuple[str, str, int]:
+    """``selfheal reopen``: an archived incident back to the inbox as ``planned``
+    (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
+    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
+    with store.lock():
+        ensure_plan(store, incident_id)
+        return store.reopen(incident_id)
 
 
 def start_running(store: "Store", incident_id: str, **data: Any) -> None:
@@ -244,6 +256,7 @@ def record_iteration(
     new_failures: Sequence[Failure] = (),
     project_root: Path,
     duration_seconds: Optional[float] = None,
+    not_run: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -256,6 +269,8 @@ def record_iteration(
     ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
     provider's result as parsed by the driver (a ``RepairBlock``: provider, result,
     files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
+    whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
@@ -289,7 +304,7 @@ def record_iteration(
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
         )
         observations = previous + [observation]
-        first_start = run_started(attempts) or parse_stamp(started_at)
+        first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed)
         iteration = store.next_attempt_number(incident_id)
@@ -308,6 +323,7 @@ def record_iteration(
             exit_code=exit_code,
             duration_seconds=duration_seconds,
             repair=repair,
+            not_run=not_run,
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
@@ -339,8 +355,8 @@ def record_iteration(
 # --------------------------------------------------------------------------- finalize
 
 
-def _run_runtime_minutes(attempts: Sequence[Attempt]) -> float:
-    _, run = split_runs(attempts)
+def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:
+    _, run = split_runs(attempts, reopened)
     if not run:
         return 0.0
     return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
@@ -386,6 +402,7 @@ def build_run_result(
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
     effective: EffectiveConfig,
+    reopened: Optional[int] = None,
 ) -> Dict[str, Any]:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
@@ -400,7 +417,7 @@ def build_run_result(
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
-        "runtime_minutes": _run_runtime_minutes(attempts),
+        "runtime_minutes": _run_runtime_minutes(attempts, reopened),
         "same_error_repeats": decision.same_error_repeats,
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
@@ -410,7 +427,7 @@ def build_run_result(
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "decision_point": point,
-        "handoff": messages.handoff(observations, decision),
+        "handoff": messages.handoff(observations, decision, incident_id),
         "decision": decision.to_dict(),
         "effective_config": values,
         "effective_config_origins": origins,
@@ -463,6 +480,7 @@ def finalize(
             pol=pol,
             failure_signature=_failure_signature(incident, attempts),
             effective=effective,
+            reopened=policy.reopened_after(incident),
         )
         point = result["decision_point"]
         stop_data = {"iteration": last, "stop_reason": reason}
@@ -481,7 +499,7 @@ def finalize(
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             store.write_run_result(incident_id, RunResult.from_json(result, RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
-        records, _ = store.read_events(incident_id)
+        records = ev.since_last_reopen(store.read_events(incident_id)[0])
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")
@@ -499,14 +517,14 @@ def finalize(
             )
         kill_point("finalize:after_loop_stopped")
         if reason == policy.REPLAN_REQUESTED:
-            _replan(store, incident_id, attempts, last)
+            _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
         else:
             kill_point("finalize:before_archive")
             store.archive(incident_id, str(result["final_status"]))
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int) -> None:
+def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:
@@ -517,7 +535,7 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last:
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
     if plan.replanned_at_iteration != last:
-        _, run = split_runs(attempts[:-1]) if attempts else (None, [])
+        _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
         # plan/build.py still reads the plan and the attempts as JSON documents.
         new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
@@ -545,6 +563,7 @@ __all__ = [
     "ensure_plan",
     "finalize",
     "record_iteration",
+    "reopen_incident",
     "require_inbox",
     "start_running",
 ]

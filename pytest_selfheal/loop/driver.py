@@ -296,7 +296,7 @@ def _drive(
         pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
-        iteration = len(split_runs(attempts)[1])
+        iteration = len(split_runs(attempts, policy.reopened_after(incident))[1])
         decision = _open_stop_decision(policy.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
@@ -321,13 +321,13 @@ def _drive(
         attempts = store.read_attempts(incident_id)
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        started = run_started(attempts)
+        started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
-        _, run = split_runs(attempts)
+        _, run = split_runs(attempts, policy.reopened_after(incident))
         next_number = attempts[-1].iteration + 1 if attempts else 1
         repair: Optional[RepairBlock] = None
         if provider is not None:

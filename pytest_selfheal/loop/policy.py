@@ -438,6 +438,24 @@ def retry_eligible(observation: Observation, classification_transient: bool) -> 
 # --------------------------------------------------------------------------- final status
 
 
+def reopened_after(incident: Any) -> Optional[int]:
+    """The attempt number after which ``selfheal reopen`` started a new loop run
+    (``incident.json``'s ``reopened_after_iteration``, from the document or its
+    ``Incident`` record), or None when never reopened."""
+    if isinstance(incident, Mapping):
+        value = incident.get("reopened_after_iteration")
+    else:
+        value = getattr(incident, "reopened_after_iteration", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def stop_is_history(reopened: Optional[int], last_iteration: int, status: Optional[str]) -> bool:
+    """True when the incident was reopened after attempt ``reopened`` and has not stopped
+    since: no attempt after it and not closed again. A stop recorded up to that attempt
+    (``run_result.json``, the last attempt) is then history, neither in force nor pending."""
+    return reopened is not None and last_iteration <= reopened and status not in (FINAL_RESOLVED, FINAL_ESCALATED)
+
+
 def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
     """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
 

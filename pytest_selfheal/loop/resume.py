@@ -65,17 +65,23 @@ def minutes_between(start: Optional[datetime], end: Optional[datetime]) -> float
 # --------------------------------------------------------------------------- runs and observations
 
 
-def split_runs(attempts: Sequence[Attempt]) -> Tuple[Optional[Attempt], List[Attempt]]:
+def split_runs(
+    attempts: Sequence[Attempt], reopened: Optional[int] = None
+) -> Tuple[Optional[Attempt], List[Attempt]]:
     """``(baseline attempt or None, attempts of the current loop run)``.
 
-    A ``replan_requested`` stop ends a loop run: the next run (on the regenerated plan)
+    A ``replan_requested`` stop ends a loop run, and so does a reopen (``reopened``: the
+    attempt number ``selfheal reopen`` recorded, see :func:`policy.reopened_after`): the next run
     starts afresh — its own iteration budget, repeat and no-progress counters — with the
-    last attempt of the previous run as its baseline (observation 0) instead of the capture.
+    last attempt of the previous run as its baseline (observation 0) instead of the
+    capture (the capture itself when the incident was reopened before any attempt).
     """
     boundary = -1
     for index, attempt in enumerate(attempts):
         if attempt.result == policy.ACTION_STOP and attempt.stop_reason == policy.REPLAN_REQUESTED:
             boundary = index
+        if reopened and attempt.iteration == reopened:
+            boundary = index  # attempts are sorted: a later replan still moves it on
     if boundary < 0:
         return None, list(attempts)
     return attempts[boundary], list(attempts[boundary + 1:])
@@ -108,7 +114,7 @@ def observations_from_disk(
     hash — default: ``incident.json``'s ``diff_hash``) for the first run, or the last
     attempt of the previous run after a ``replan_requested`` stop (see :func:`split_runs`).
     """
-    baseline, run = split_runs(attempts)
+    baseline, run = split_runs(attempts, policy.reopened_after(incident))
     if baseline is None:
         diff = capture_hash if capture_hash is not None else capture_diff_hash(incident)
         first = policy.capture_observation(incident, diff_hash=diff)
@@ -117,9 +123,10 @@ def observations_from_disk(
     return [first] + [policy.observation_from_attempt(a) for a in run]
 
 
-def run_started(attempts: Sequence[Attempt]) -> Optional[datetime]:
-    """When the current loop run's first attempt started; None before its first attempt."""
-    _, run = split_runs(attempts)
+def run_started(attempts: Sequence[Attempt], reopened: Optional[int] = None) -> Optional[datetime]:
+    """When the current loop run's first attempt started; None before its first attempt
+    (``reopened``: as for :func:`split_runs`)."""
+    _, run = split_runs(attempts, reopened)
     return parse_stamp(run[0].started_at) if run else None
 
 
@@ -148,6 +155,7 @@ def pending_stop(
     run_result: Optional[RunResult],
     status: str,
     replanned_at: Optional[int] = None,
+    reopened: Optional[int] = None,
 ) -> Optional[policy.Decision]:
     """A recorded stop whose close-out has not completed, or None.
 
@@ -157,9 +165,11 @@ def pending_stop(
     is back to ``planned``, or the plan says it was regenerated for this stop
     (``replanned_at``: the plan's ``replanned_at_iteration``) and a new run has moved the
     status on; a resolved/escalated stop is complete once archived (callers only ask for
-    inbox incidents).
+    inbox incidents); a stop at or before ``reopened`` (:func:`reopened_after`) is history.
     """
     last = attempts[-1].iteration if attempts else 0
+    if policy.stop_is_history(reopened, last, status):
+        return None  # the stop before `selfheal reopen`: the new loop run has not stopped yet
     source: Optional[RecordedDecision] = None
     if run_result is not None and run_result.iteration == last and run_result.stop_reason:
         source = run_result.decision or RecordedDecision(stop_reason=run_result.stop_reason)
@@ -182,7 +192,10 @@ def pending_on_disk(
     replanned_at: Optional[int] = None
     if store.has_plan(incident_id):
         replanned_at = store.read_plan(incident_id).replanned_at_iteration
-    return pending_stop(attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at)
+    return pending_stop(
+        attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at,
+        policy.reopened_after(store.read_incident(incident_id)),
+    )
 
 
 def read_context(store: "Store", incident_id: str) -> Optional[Dict[str, Any]]:

@@ -20,7 +20,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import isolated_git_env
 from pytest_selfheal.loop import driver as loop
 from pytest_selfheal.loop.codepath import redirect_to_worktree
-from pytest_selfheal.loop.policy import REPAIR_DIFF
+from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.run_result import RunRepair
@@ -50,9 +50,9 @@ WORKTREE_RECORD = "worktree.json"
 Say = Callable[[str], None]
 
 
-def _accepted_patch(attempts: Sequence[Attempt]) -> Optional[str]:
+def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Optional[str]:
     """The patch of the latest accepted diff of the current run (resume after a kill)."""
-    _, run = split_runs(attempts)
+    _, run = split_runs(attempts, reopened)
     for attempt in reversed(run):
         repair = attempt.repair
         if repair is not None and repair.result == REPAIR_DIFF and not repair.scope_denied and repair.patch is not None:
@@ -118,7 +118,7 @@ def repair_loop(
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
             store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt)))
-            accepted = _accepted_patch(store.read_attempts(incident_id))
+            accepted = _accepted_patch(store.read_attempts(incident_id), reopened_after(store.read_incident(incident_id)))
             if accepted is not None and store.read_status(incident_id) == "running":
                 data = read_run_bytes(store, incident_id, accepted)
                 if data:
