@@ -127,7 +127,7 @@ def test_a_plan_left_without_its_incident_is_never_reused(tmp_path: Path, monkey
     assert incident_id == "incident_20260217_120000_bbbbbb"
     assert (orphan / "plan.json").read_text() == "{}"  # not ours to touch
     assert not stale.exists()  # the build folder is a crash leftover, removed under the lock
-    assert store.read_plan(incident_id)["incident_id"] == incident_id
+    assert store.read_plan(incident_id).incident_id == incident_id
 
 
 def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_
         store = Store(root)
         for row in store.list_incidents():
             # Published planned, never without its plan; the log ends with the move to planned.
-            assert row["status"] == "planned" and store.read_plan(row["incident_id"])["incident_id"] == row["incident_id"]
+            assert row["status"] == "planned" and store.read_plan(row["incident_id"]).incident_id == row["incident_id"]
             events, _ = store.read_events(row["incident_id"])
             assert [e.event for e in events][-2:] == ["plan_generated", "status_changed"]
     assert Store(root).list_incidents()  # the loopers did get work done

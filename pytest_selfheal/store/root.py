@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -49,19 +51,15 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, PLANNED, STATUSES, check_transition
+from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, PLANNED, REOPENED, STATUSES, check_transition
 
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
 PRUNING_PREFIX = ".pruning_"
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
-_PLAN_BUILD = ".tmp_plan"  # error_plans/.tmp_plan/: a capture's plan under construction
 _CREATE_RETRIES = 50
-
-# The plan a capture publishes with its incident: built from the incident document with its
-# final id (the id is chosen under the lock), as (plan.json's document, plan.md's text).
-PlanBuilder = Callable[[Mapping[str, Any]], Tuple[Mapping[str, Any], str]]
 
 
 
@@ -120,12 +118,8 @@ class Store(StoreReader):
         programming error (``ValueError``). Redacting secrets from ``log_tail`` and
         ``context`` is the caller's job.
 
-        ``plan``: the capture's plan, built from the incident with its final id. The
-        incident is then published already ``planned``: ``error_plans/<id>/`` is built and
-        renamed into place first, then the incident folder, whose log ends with
-        ``plan_generated`` and ``status_changed`` (new → planned). The same files and
-        events as ``create_incident`` + ``write_plan`` + ``append_event`` + ``set_status``,
-        in two renames instead of four atomic writes and two appends (docs/store.md).
+        ``plan``: the capture's plan, built from the incident with its final id: the incident
+        is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
         doc: Dict[str, Any] = dict(incident)
@@ -149,7 +143,7 @@ class Store(StoreReader):
         # Serialise up front (once: the build reuses the text while the id stays): unserialisable
         # data fails before anything touches the disk.
         context_text = fsio.dumps_json(dict(context))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(doc)}
+        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=PLANNED) if plan is not None else doc)}
         for name, data in events:
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
@@ -168,9 +162,8 @@ class Store(StoreReader):
                 log = list(events)
                 published = doc
                 if plan is not None:
-                    published, log = self._publish_plan(doc, log, plan)
-                text = texts.get(incident_id) if published is doc else None
-                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=text):
+                    published, log = publish_plan(self.plans_root, doc, log, plan)
+                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=texts.get(incident_id)):
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -208,9 +201,7 @@ class Store(StoreReader):
         text: Optional[str] = None,
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken.
-
-        ``text``: incident.json's text when already serialised.
-        """
+        ``text``: incident.json's text when already serialised."""
         incident_id = str(doc["incident_id"])
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
@@ -260,49 +251,6 @@ class Store(StoreReader):
         fsio.fsync_dir(inbox)
         return True
 
-    def _publish_plan(
-        self, doc: Dict[str, Any], events: List[Tuple[str, Mapping[str, Any]]], plan: PlanBuilder
-    ) -> Tuple[Dict[str, Any], List[Tuple[str, Mapping[str, Any]]]]:
-        """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
-
-        Returns the incident as it is published (status ``planned``) and its log with the
-        plan's two events. Nobody reads the plan of an incident that does not exist yet, so
-        the plan folder is built like the incident's (files in place, one folder fsync).
-        A plan that does not fit the schema is a programming error (``ValueError``).
-        """
-        incident_id = str(doc["incident_id"])
-        plan_doc, plan_md = plan(doc)
-        problems = validate("plan", plan_doc)
-        if problems or plan_doc.get("incident_id") != incident_id:
-            raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "
-                             f"{problems[0] if problems else plan_doc.get('incident_id')}")
-        plan_text = fsio.dumps_json(plan_doc)  # once: unserialisable values fail before any write
-        check_transition(incident_id, NEW, PLANNED)
-        plans_root = fsio.ensure_dir(self.plans_root)
-        # One fixed build folder: under the lock nobody else builds a plan, so whatever is
-        # there is a crash leftover (no listing of error_plans/, which keeps every plan).
-        build = plans_root / _PLAN_BUILD
-        shutil.rmtree(build, ignore_errors=True)
-        try:
-            build.mkdir()
-            fsio.write_new_bytes(build / PLAN_MD, plan_md.encode("utf-8"))
-            fsio.write_new_bytes(build / PLAN_JSON, plan_text.encode("utf-8"))
-            fsio.fsync_dir(build)
-            os.rename(build, self.plans_dir(incident_id))  # the id was checked free under the lock
-        except OSError as exc:
-            shutil.rmtree(build, ignore_errors=True)
-            raise fsio.io_error("write plan", self.plans_dir(incident_id), exc) from None
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-        fsio.fsync_dir(plans_root)
-        published = dict(doc, status=PLANNED)
-        log = events + [
-            (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
-            (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
-        ]
-        return published, log
-
     # ------------------------------------------------------------------ status
 
     def update_incident(self, incident_id: str, /, **fields: Any) -> Dict[str, Any]:
@@ -318,7 +266,7 @@ class Store(StoreReader):
         with self.lock():
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            doc = self._read_incident_doc(folder, incident_id)
             doc.update(fields)
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
@@ -351,7 +299,7 @@ class Store(StoreReader):
             self._write_status(folder, incident_id, current, new, event_data)
 
     def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_at(folder, incident_id)
+        doc = self._read_incident_doc(folder, incident_id)
         doc["status"] = new
         doc["updated_at"] = ev.format_ts(self._now())
         fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
@@ -412,16 +360,16 @@ class Store(StoreReader):
 
     # ------------------------------------------------------------------ runs
 
-    def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
+    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
 
         Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(attempt)
+        doc = attempt.to_json()
         self._check_doc("attempt", doc, incident_id)
-        iteration = int(doc["iteration"])
+        iteration = attempt.iteration
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
@@ -435,10 +383,10 @@ class Store(StoreReader):
             fsio.atomic_write_json(path, doc)
             return path
 
-    def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
+    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = dict(result)
+        doc = result.to_json()
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -497,13 +445,61 @@ class Store(StoreReader):
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
-                events, _ = self._read_events_at(folder)
+                events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
                     self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             fsio.move(folder, destination)
             return destination
+
+    # ------------------------------------------------------------------ reopen
+
+    def reopen(self, incident_id: str) -> Tuple[str, str, int]:
+        """Move an archived incident back to ``error_inbox/`` with status ``planned`` (SPEC §8).
+
+        In the archive folder: ``incident.json`` gets ``status: planned`` and
+        ``reopened_after_iteration`` (the last attempt number: the next loop run starts
+        after it, docs/loop.md "Reopen"), ``status.txt`` becomes ``planned``, then
+        ``status_changed`` and ``incident_reopened`` are appended; then one rename moves the
+        folder into the inbox. An archived incident whose status is already ``planned`` (a
+        reopen killed before its rename) is simply moved, adding only the missing events.
+        An inbox incident is refused (``RefusedError``). Returns ``(bucket it came from,
+        status it had, reopened_after_iteration)``.
+        """
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            if bucket == INBOX:
+                raise RefusedError(
+                    f"incident {incident_id} is open (error_inbox, status {self._read_status_at(folder)}); "
+                    "only an archived incident can be reopened"
+                )
+            current = self._read_status_at(folder)
+            after = self.next_attempt_number(incident_id) - 1
+            data = {"bucket": bucket, "reopened_from": self._relative(folder), "after_iteration": after}
+            if current != REOPENED:
+                doc = self._read_incident_doc(folder, incident_id)
+                doc["status"] = REOPENED
+                doc["reopened_after_iteration"] = after
+                doc["updated_at"] = ev.format_ts(self._now())
+                fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+                fsio.atomic_write_text(folder / STATUS_TXT, REOPENED + "\n")
+                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": current, "to": REOPENED, "reason": "reopen"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
+            else:
+                # Resuming an interrupted reopen: add what the crash may have lost.
+                events = self._read_events_at(folder)[0]
+                tail = events[max((i for i, e in enumerate(events) if e.event == ev.INCIDENT_ARCHIVED), default=-1) + 1:]
+                current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
+                if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
+                    if not any(e.event == ev.STATUS_CHANGED for e in tail):
+                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": REOPENED, "reason": "reopen", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
+            fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
+            return bucket, current, after
 
     # ------------------------------------------------------------------ prune
 
