@@ -54,12 +54,12 @@ def test_split_runs_starts_a_fresh_run_after_a_replan() -> None:
 
 
 def test_split_runs_and_pending_stop_after_a_reopen() -> None:
-    escalated = dict(_attempt(2, "stop", "repeated_fingerprint"),
-                     decision={"action": "stop", "stop_reason": "repeated_fingerprint"})
+    escalated = _attempt(2, "stop", "repeated_fingerprint",
+                         decision={"action": "stop", "stop_reason": "repeated_fingerprint"})
     attempts = [_attempt(1), escalated, _attempt(3)]
     # Reopened after attempt 2: the new run starts after it, with attempt 2 as its baseline.
     baseline, run = split_runs(attempts, 2)
-    assert baseline is not None and baseline["iteration"] == 2 and [a["iteration"] for a in run] == [3]
+    assert baseline is not None and baseline.iteration == 2 and [a.iteration for a in run] == [3]
     # Reopened before any attempt: the capture stays the baseline; a later replan still cuts.
     assert split_runs(attempts, 0) == (None, attempts)
     replanned = [_attempt(1), _attempt(2, "stop", "replan_requested"), _attempt(3)]
