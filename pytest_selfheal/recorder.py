@@ -11,10 +11,11 @@ import importlib
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Set, Tuple
 
 import pytest
 
+from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
@@ -47,6 +48,10 @@ _FLAG_KEYS = {
     "selfheal_approve": "repair.approve",
 }
 _PLUGIN_NAME = "selfheal-recorder"
+_ROOT_CAUSE_NAME = "selfheal-root-cause"
+# The report attribute carrying a failure's root-cause evidence: a plain dict, so that
+# xdist serialises it from the worker to the controller with the rest of the report.
+ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 # The loop side: agent mode (loop/agent_mode.py) and the loop entry (entry.py), with the
 # loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
@@ -69,6 +74,8 @@ def start(config: pytest.Config) -> None:
         effective = load_effective_config(config)
     except SelfhealError as exc:
         raise pytest.UsageError(f"selfheal: {exc}") from None
+    # In every process that runs tests (an xdist worker too): the evidence rides on the report.
+    config.pluginmanager.register(RootCauseHook(str(config.rootpath)), _ROOT_CAUSE_NAME)
     if hasattr(config, "workerinput"):
         return  # xdist worker: reports reach the controller, which alone writes
     config.pluginmanager.register(Recorder(config, effective), _PLUGIN_NAME)
@@ -114,6 +121,26 @@ def _crash_message(report: Any) -> str:
     if error_lines:
         return error_lines[-1]
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+class RootCauseHook:
+    """Resolves the root-cause evidence of each failing test while its objects are alive
+    (capture/evidence.py) and attaches it to the test's report (SPEC §7)."""
+
+    def __init__(self, rootdir: str) -> None:
+        self.resolver = Resolver(rootdir)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: "pytest.CallInfo[None]") -> Generator[None, Any, None]:
+        outcome = yield
+        if call.excinfo is None:
+            return  # hot path: a passing phase costs one comparison
+        report = outcome.get_result()
+        if not report.failed:
+            return  # skipped, xfailed
+        evidence = self.resolver.resolve(getattr(item, "obj", None), traceback_of(call.excinfo))
+        if evidence is not None:
+            setattr(report, ROOT_CAUSE_ATTR, evidence)
 
 
 # The least pytest verbosity at which a summary line shows: -qq shows only what a script or
@@ -182,6 +209,7 @@ class Recorder:
                 file=location[0] if location else None,
                 line=(location[1] + 1) if location and location[1] is not None else None,
                 duration=float(getattr(report, "duration", 0.0) or 0.0),
+                root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
             )
         )
 

@@ -141,7 +141,14 @@ def _plan_section(plan: Mapping[str, Any]) -> List[str]:
         lines.append(f"- {ident}: {title}")
         paths = [p for p in action.get("target_paths") or [] if isinstance(p, str)]
         if paths:
-            lines.append("  - target paths: " + ", ".join(_code(p) for p in paths))
+            lines.append("  - target paths (the code to fix): " + ", ".join(_code(p) for p in paths))
+        cause = action.get("root_cause")
+        if isinstance(cause, Mapping) and isinstance(cause.get("path"), str):
+            how = "raised in" if cause.get("evidence") == "frame" else "the failing tests call"
+            lines.append(f"  - root cause: {how} {_code(_str(cause.get('path')) + '::' + _str(cause.get('name')))}")
+        tests = [p for p in action.get("test_paths") or [] if isinstance(p, str)]
+        if tests:
+            lines.append("  - tests to make pass: " + ", ".join(_code(p) for p in tests[:MAX_FAILURES_LISTED]))
         verification = [v for v in action.get("verification") or [] if isinstance(v, str)]
         for command in verification:
             lines.append(f"  - verify: {_code(command)}")

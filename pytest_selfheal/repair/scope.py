@@ -1,8 +1,9 @@
 """Which files a repair may touch without asking (pure; docs/repair.md "Scope").
 
-Allowed = the plan's actions' ``target_paths`` (exact repo-relative paths: the traceback
-frames inside the project and the failing tests' files) + the ``ralf_lite.repair.
-allowed_paths`` globs. Everything is compared as project-relative POSIX paths.
+Allowed = the plan's actions' ``target_paths`` (exact repo-relative paths: the source files
+the failures' root-cause evidence points at, plan/groups.py) + the ``ralf_lite.repair.
+allowed_paths`` globs. The failing tests' files (``test_paths``) join only with
+``repair.allow_test_edits``. Everything is compared as project-relative POSIX paths.
 
 Globs use :func:`fnmatch.fnmatchcase` on the whole path, so ``*`` also crosses ``/``
 (``src/*`` allows everything below ``src/``); a pattern ending in ``/`` allows the whole
@@ -15,6 +16,8 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+
+from pytest_selfheal.analysis.frames import is_test_file
 
 
 def normalise(path: str) -> str:
@@ -30,8 +33,7 @@ def normalise(path: str) -> str:
     return "" if norm == "." else norm
 
 
-def plan_target_paths(plan: Mapping[str, Any]) -> List[str]:
-    """The union of every action's ``target_paths``, normalised, in order of first appearance."""
+def _action_paths(plan: Mapping[str, Any], key: str) -> List[str]:
     seen: List[str] = []
     actions = plan.get("actions")
     if not isinstance(actions, list):
@@ -39,7 +41,7 @@ def plan_target_paths(plan: Mapping[str, Any]) -> List[str]:
     for action in actions:
         if not isinstance(action, Mapping):
             continue
-        paths = action.get("target_paths")
+        paths = action.get(key)
         if not isinstance(paths, list):
             continue
         for path in paths:
@@ -48,6 +50,16 @@ def plan_target_paths(plan: Mapping[str, Any]) -> List[str]:
                 if norm and norm not in seen:
                     seen.append(norm)
     return seen
+
+
+def plan_target_paths(plan: Mapping[str, Any]) -> List[str]:
+    """The union of every action's ``target_paths``, normalised, in order of first appearance."""
+    return _action_paths(plan, "target_paths")
+
+
+def plan_test_paths(plan: Mapping[str, Any]) -> List[str]:
+    """The union of every action's ``test_paths`` (the failing tests' files), normalised."""
+    return _action_paths(plan, "test_paths")
 
 
 def _glob_matches(path: str, pattern: str) -> bool:
@@ -69,19 +81,6 @@ def is_allowed(path: str, target_paths: Sequence[str], globs: Sequence[str] = ()
     if norm in {normalise(t) for t in target_paths}:
         return True
     return any(_glob_matches(norm, g) for g in globs)
-
-
-_TEST_DIRS = frozenset({"test", "tests", "testing"})
-
-
-def is_test_file(path: str) -> bool:
-    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
-    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
-    parts = normalise(path).split("/")
-    name = parts[-1]
-    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
-        return True
-    return any(part in _TEST_DIRS for part in parts[:-1])
 
 
 def out_of_scope(
@@ -107,9 +106,17 @@ def out_of_scope(
     return out
 
 
-def allowed_paths(plan: Mapping[str, Any], globs: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
-    """``(target_paths, globs)``: the scope of a repair, as the prompt shows it."""
-    return plan_target_paths(plan), [g for g in globs if isinstance(g, str) and g.strip()]
+def allowed_paths(
+    plan: Mapping[str, Any], globs: Sequence[str] = (), *, allow_test_edits: bool = False
+) -> Tuple[List[str], List[str]]:
+    """``(target_paths, globs)``: the scope of a repair, as the prompt shows it. The plan's
+    ``test_paths`` join the target paths only when ``allow_test_edits``."""
+    targets = plan_target_paths(plan)
+    if allow_test_edits:
+        targets += [t for t in plan_test_paths(plan) if t not in targets]
+    return targets, [g for g in globs if isinstance(g, str) and g.strip()]
 
 
-__all__ = ["allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths"]
+__all__ = [
+    "allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths", "plan_test_paths",
+]
