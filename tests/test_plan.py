@@ -232,7 +232,7 @@ def test_hypotheses_by_failure_type() -> None:
 
 def test_summary() -> None:
     summary = build_plan(THREE, generated_at=NOW)["summary"]
-    assert summary.startswith("3 failing tests in 2 failure groups")
+    assert summary.startswith("3 failing tests in 2 root cause groups")
     assert "tests/test_calc.py::test_add" in summary and "assert 3 == 4" in summary
 
 

@@ -295,7 +295,7 @@ def build_plan(incident: Mapping[str, Any], *, generated_at: str, python: str = 
     first = actions[0]
     tests = len(all_nodeids)
     summary = (
-        f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} failure "
+        f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
         f"{first['nodeids'][0] if first['nodeids'] else _str(incident.get('step'), 'unknown')} — "
         f"{first['failure_type']}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
