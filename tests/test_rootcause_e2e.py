@@ -234,3 +234,14 @@ def test_an_off_by_one_failing_161_tests_is_one_small_plan_and_is_fixed(tmp_path
     attempts: List[Path] = sorted((project / ".selfheal" / "error_runs" / incident_id).glob("attempt_*.json"))
     outcomes = json.loads(attempts[-1].read_text())["outcomes"]
     assert sorted(outcomes) == sorted(action["nodeids"]) and set(outcomes.values()) == {"passed"}
+
+
+def test_evidence_travels_from_xdist_workers(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"shapes/__init__.py": "from .core import *\n",
+                                            "shapes/core.py": CORE, "tests/test_shapes.py": SHAPE_TESTS}, ini=INI)
+    incident_id = capture(project, "-p", "xdist", "-n", "2")
+    failures = incident_of(project, incident_id)["failures"]
+    assert len(failures) == 2
+    assert all(f["root_cause"]["calls"][0] == {"path": "shapes/core.py", "name": "area"} for f in failures)
+    [action] = plan_of(project, incident_id)["actions"]
+    assert action["target_paths"] == ["shapes/core.py"]

@@ -194,16 +194,16 @@ def _entry_code(entry: Any) -> Tuple[Optional[types.CodeType], Optional[int]]:
 
 
 def traceback_of(excinfo: Any) -> List[Any]:
-    """The traceback entries of a pytest ``ExceptionInfo`` (the raw chain when pytest's is unavailable)."""
-    try:
-        return list(excinfo.traceback)
-    except Exception:
+    """The raw traceback links of a pytest ``ExceptionInfo`` (its ``tb`` chain: cheaper than
+    pytest's ``traceback`` wrapper objects, and unfiltered)."""
+    tb = getattr(excinfo, "tb", None)
+    if not isinstance(tb, types.TracebackType):
         tb = getattr(getattr(excinfo, "value", None), "__traceback__", None)
-        out: List[Any] = []
-        while tb is not None:
-            out.append(tb)
-            tb = tb.tb_next
-        return out
+    out: List[Any] = []
+    while isinstance(tb, types.TracebackType):
+        out.append(tb)
+        tb = tb.tb_next
+    return out
 
 
 __all__ = ["MAX_CALLS", "Resolver", "traceback_of"]
