@@ -6,6 +6,7 @@ command (a small script) that fixes that module in the worktree gets `success`."
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -117,6 +118,11 @@ def test_thirty_failures_of_one_bug_in_six_assertion_shapes_are_one_action(tmp_p
     assert "- target paths: lib/window.py" in shown.stdout and "- test paths: tests/test_window.py" in shown.stdout
     data = json.loads(selfheal(project, "show", incident_id, "--json").stdout)
     assert [c["nodeids"] for c in data["root_causes"]] == [action["nodeids"]]
+    # Without a plan, show computes the same grouping from incident.json.
+    shutil.rmtree(project / ".selfheal" / "error_plans" / incident_id)
+    shown = selfheal(project, "show", incident_id)
+    assert shown.returncode == EXIT_OK, shown.stderr
+    assert "lib/window.py::window (calls), 30 failing test(s)" in shown.stdout and "plan        none" in shown.stdout
 
 
 # --------------------------------------------------------------------------- (b) a re-exporting package
