@@ -291,8 +291,10 @@ class Recorder:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
         warnings: List[str] = []
         # Evidence resolved in this process after the report was logged (xdist's rides on the report).
-        self.failed = [r if r.root_cause or r.nodeid not in self.evidence else replace(r, root_cause=self.evidence[r.nodeid])
-                       for r in self.failed]
+        self.failed = [
+            replace(r, root_cause=self.evidence[r.nodeid]) if not r.root_cause and r.nodeid in self.evidence else r
+            for r in self.failed
+        ]
         failures = analyse_run(
             config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
         )

@@ -157,7 +157,8 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
     plan = build_plan(incident(*failures), generated_at=NOW)
     md = render_plan_md(plan)
     assert len(md.encode()) <= MAX_PLAN_MD_BYTES
-    assert "more actions: see plan.json" in md and md.rstrip().endswith("- [ ] No new failure appears in the verification selection")
+    assert "more actions: see plan.json" in md
+    assert md.rstrip().endswith("- [ ] No new failure appears in the verification selection")
     assert md.startswith(f"# Remediation plan: {INCIDENT_ID}\n")
 
 

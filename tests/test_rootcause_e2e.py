@@ -41,7 +41,8 @@ def plan_of(project: Path, incident_id: str) -> Dict[str, Any]:
 
 
 def incident_of(project: Path, incident_id: str) -> Dict[str, Any]:
-    data: Dict[str, Any] = json.loads((project / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())
+    path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    data: Dict[str, Any] = json.loads(path.read_text())
     return data
 
 

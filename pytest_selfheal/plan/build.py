@@ -238,7 +238,9 @@ def _action(index: int, group: Group, python: str) -> Dict[str, Any]:
         "risk": _risk(targets),
         "target_paths": targets,
         "test_paths": tests,
-        "verification": [pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python)],
+        "verification": [
+            pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python)
+        ],
         "fingerprint": _short_hash(signature),
         "fingerprints": _unique([_str(m.get("fingerprint")) for m in members if m.get("fingerprint")]),
         "signature": signature,
@@ -264,6 +266,7 @@ def _hypotheses(
         example = actions[indexes[0]]
         ids = ", ".join(str(actions[i]["id"]) for i in indexes)
         where = example["nodeids"][0] if example["nodeids"] else failure_type
+        message = normalised_message(groups[indexes[0]].members[0])
         cause = example.get("root_cause") or {}
         if cause.get("path"):
             reason += f"; the evidence points at {cause['path']}::{cause.get('name')}"
@@ -271,7 +274,7 @@ def _hypotheses(
             {
                 "id": f"H{n}",
                 "confidence": confidence,
-                "reason": f"{ids}: {reason} ({where}: {_shorten(normalised_message(groups[indexes[0]].members[0]), 120)})",
+                "reason": f"{ids}: {reason} ({where}: {_shorten(message, 120)})",
                 "actions": [actions[i]["id"] for i in indexes],
                 "failure_type": failure_type,
             }
@@ -401,7 +404,8 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
     # The tail is always written; the actions share what is left of the budget.
     tail = ["", "## Verification commands", ""]
     for command in plan.get("verification_commands", []):
-        tail += _code_block(_shorten(str(command), _MD_MAX_COMMAND) if len(str(command)) > _MD_MAX_COMMAND else str(command))
+        text = str(command)
+        tail += _code_block(_shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
     tail += ["", "## Done criteria", ""]
     tail += [f"- [ ] {c}" for c in plan.get("done_criteria", [])]
     history = plan.get("replan_history")
