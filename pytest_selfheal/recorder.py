@@ -141,7 +141,9 @@ class RootCauseHook:
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
-        return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo))
+        funcargs = getattr(item, "funcargs", None)
+        return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
+                                     funcargs if isinstance(funcargs, dict) else None)
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:

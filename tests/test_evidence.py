@@ -168,3 +168,26 @@ def test_hostile_objects_give_no_evidence_not_an_error(tmp_path: Path) -> None:
     resolver = Resolver(str(tmp_path))
     assert resolver.resolve(test_x, [object(), None]) is None
     assert resolver.resolve(None, []) is None
+
+
+def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
+    project: Tuple[Path, ModuleType]
+) -> None:
+    root, module = project
+    calc_class = module.Calc  # re-exported: defined in core.py
+
+    def test_with_fixture(calc: Any, factory: Any, data: Any) -> None:
+        calc.run([1])
+
+    resolver = Resolver(str(root))
+    args = {"calc": calc_class(), "factory": module.add, "data": {"a": 1}}
+    found = resolver.fixture_calls(test_with_fixture, args)
+    assert found == [(core(project), "Calc.run"), (core(project), "add")]  # the dict is not the project's
+    # In the evidence when the test's own code names no project definition.
+    evidence = resolver.resolve(test_with_fixture, [], args)
+    assert evidence == {"calls": [{"path": core(project), "name": "Calc.run"}, {"path": core(project), "name": "add"}]}
+    # A fixture whose class has none of the names the test uses: the class itself.
+    assert resolver.fixture_calls(lambda calc: calc.other(), {"calc": calc_class()}) == [(core(project), "Calc")]
+    # A test that names a project function itself: that is the evidence, not its fixtures.
+    evidence = resolver.resolve(module.test_direct, [], {"calc": calc_class()})
+    assert evidence == {"calls": [{"path": core(project), "name": "add"}]}

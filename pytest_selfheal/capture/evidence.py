@@ -10,7 +10,10 @@ evidence are read here, while the test's objects are still alive (docs/loop.md "
   module's globals. A name bound by a re-export (``from .core import *`` in a package's
   ``__init__``) resolves to the module that *defines* the object (its code's file, or its
   ``__module__``'s file), never to the ``__init__.py`` that merely re-exports it. A helper
-  defined in a test file is followed one level down (its own calls count).
+  defined in a test file is followed one level down (its own calls count), and a fixture
+  value that is an instance of a project class stands for the methods of it the test names
+  (only when the test's own code names no project definition: a fixture every test shares
+  must not pull unrelated failures into one group).
 
 Only files inside the project root count; installed packages, virtualenvs and the standard
 library never do (:func:`~pytest_selfheal.analysis.frames.repo_relative`). Everything is
@@ -24,7 +27,7 @@ import inspect
 import os
 import sys
 import types
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
 
@@ -164,12 +167,48 @@ class Resolver:
 
     # ------------------------------------------------------------------ both
 
-    def resolve(self, function: Any, traceback: Iterable[Any]) -> Optional[Dict[str, Any]]:
+    def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> List[Definition]:
+        """The project definitions the test reaches through its fixture values: for an
+        argument holding an instance of a project class, the methods of that class the
+        test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
+        argument holding a project function or class, that object."""
+        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
+        code = getattr(func, "__code__", None)
+        if not isinstance(code, types.CodeType) or not funcargs:
+            return []
+        names = _code_names(code)
+        found: List[Definition] = []
+        for arg in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+            value = funcargs.get(arg)
+            if value is None:
+                continue
+            if inspect.isfunction(value) or inspect.isclass(value) or inspect.ismethod(value):
+                candidates: List[Any] = [value]
+            else:
+                cls = type(value)
+                if self.definition(cls) is None:
+                    continue
+                methods = [inspect.getattr_static(cls, n, None) for n in names]
+                candidates = [m for m in methods if inspect.isfunction(m)] or [cls]
+            for candidate in candidates:
+                where = self.definition(candidate)
+                if where is not None and not is_test_file(where[0]) and where not in found:
+                    found.append(where)
+        return found
+
+    def resolve(
+        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
+    ) -> Optional[Dict[str, Any]]:
         """The ``root_cause`` evidence of one failing test (docs/schemas.md), or None when
-        neither a frame nor a call points into the project."""
+        neither a frame nor a call points into the project. ``funcargs`` are the test's
+        fixture values: their project classes count as calls when the test's own code
+        names no project definition."""
         try:
             frame = self.frame(traceback)
             called = self.calls(function) if function is not None else []
+            if function is not None and funcargs and not called:
+                # Weaker than what the test's own code names: only when that is nothing.
+                called = self.fixture_calls(function, funcargs)
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
         if frame is None and not called:
