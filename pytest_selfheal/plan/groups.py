@@ -98,13 +98,14 @@ def group_by_root_cause(
     """
     groups: Dict[Tuple[Any, ...], Group] = {}
     assigned: List[Tuple[Any, ...]] = []
-    sizes: Dict[Tuple[Any, ...], int] = {}
     frames: Dict[Definition, Tuple[Any, ...]] = {}
+    frame_sizes: Dict[Tuple[Any, ...], int] = {}
     for failure in failures:
         frame = frame_of(failure)
         if frame is not None:
             key: Tuple[Any, ...] = (EVIDENCE_FRAME, *frame)
             frames.setdefault(frame, key)
+            frame_sizes[key] = frame_sizes.get(key, 0) + 1
             groups.setdefault(key, Group(EVIDENCE_FRAME, frame[0], frame[1]))
     # How many failing tests (without a frame) call each definition: the most shared is the suspect.
     shared: Dict[Definition, int] = {}
@@ -120,7 +121,7 @@ def group_by_root_cause(
         elif calls and any(_explains(f, c) for f in frames for c in calls):
             # The same function failed with an exception elsewhere: the largest such group.
             matching = [frames[f] for f in frames if any(_explains(f, c) for c in calls)]
-            key = max(matching, key=lambda k: sizes.get(k, 0))
+            key = max(matching, key=lambda k: frame_sizes[k])
         elif calls:
             best = max(calls, key=lambda c: (shared.get(c, 0), -calls.index(c)))
             key = (EVIDENCE_CALLS, *best)
@@ -129,14 +130,10 @@ def group_by_root_cause(
             key = (EVIDENCE_FINGERPRINT, fingerprint_key(failure))
             groups.setdefault(key, Group(EVIDENCE_FINGERPRINT, None, None))
         assigned.append(key)
-        sizes[key] = sizes.get(key, 0) + 1
     for failure, key in zip(failures, assigned):
         groups[key].members.append(failure)
-    ordered: List[Group] = []
-    for key in assigned:  # order of first failure, not of first frame
-        if groups[key] not in ordered:
-            ordered.append(groups[key])
-    return ordered
+    # In order of each group's first failure, not of its first frame.
+    return [groups[key] for key in dict.fromkeys(assigned)]
 
 
 def selection_file(selection: str) -> Optional[str]:
