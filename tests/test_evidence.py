@@ -1,5 +1,6 @@
 """The root-cause resolver (capture/evidence.py) on real imported modules: re-exports followed
-to the defining module, project files only, the innermost project frame outside the tests."""
+to the defining module, project files only, the innermost project frame outside the tests;
+and the fallback without evidence (capture/imports.py), which follows re-exports too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Dict, Iterator, Tuple
 import pytest
 
 from pytest_selfheal.capture.evidence import Resolver, traceback_of
+from pytest_selfheal.capture.imports import local_imports
 
 CORE = """
     import functools
@@ -191,3 +193,12 @@ def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
     # A test that names a project function itself: that is the evidence, not its fixtures.
     evidence = resolver.resolve(module.test_direct, [], {"calc": calc_class()})
     assert evidence == {"calls": [{"path": core(project), "name": "add"}]}
+
+
+def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .core import *\nfrom .more import helper\nimport json\n")
+    (tmp_path / "pkg" / "core.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "pkg" / "more.py").write_text("def helper():\n    pass\n")
+    (tmp_path / "test_x.py").write_text("from pkg import add\n")
+    assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/core.py", "pkg/more.py"]
