@@ -359,3 +359,14 @@ def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
     assert _exclude_from_argvs(argvs, ["t.py::b"]) == [["python", "-m", "pytest", "-q", "t.py::a"]]
     # Never turn a selection into the whole suite.
     assert _exclude_from_argvs(argvs, ["t.py::a", "t.py::b"]) == []
+
+
+def test_a_collapsed_selection_selects_by_file_and_deselects_exclusions() -> None:
+    # A long selection written as its test files (plan/groups.py): the node ids are still selected.
+    plan = {"actions": [{"nodeids": ["tests/t.py::a", "tests/t.py::b", "tests/u.py::c"]}]}
+    argvs = [["python", "-m", "pytest", "-q", "tests/t.py"]]
+    assert selection_nodeids(plan, {}, argvs) == ["tests/t.py::a", "tests/t.py::b"]
+    # An excluded test (TDD, quarantined) inside a selected file is deselected, not run.
+    assert _exclude_from_argvs(argvs, ["tests/t.py::b", "tests/u.py::c"]) == [
+        ["python", "-m", "pytest", "-q", "tests/t.py", "--deselect", "tests/t.py::b"]
+    ]
