@@ -8,14 +8,16 @@ optionally runs the loop, and writes the report.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Set, Tuple
 
 import pytest
 
 from pytest_selfheal.capture.context import probe_platform
+from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
@@ -49,6 +51,10 @@ _FLAG_KEYS = {
     "selfheal_approve": "repair.approve",
 }
 _PLUGIN_NAME = "selfheal-recorder"
+_ROOT_CAUSE_NAME = "selfheal-root-cause"
+# The report attribute carrying a failure's root-cause evidence: a plain dict, so that
+# xdist serialises it from the worker to the controller with the rest of the report.
+ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 # The loop side: agent mode (loop/agent_mode.py) and the loop entry (entry.py), with the
 # loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
@@ -72,8 +78,12 @@ def start(config: pytest.Config) -> None:
     except SelfhealError as exc:
         raise pytest.UsageError(f"selfheal: {exc}") from None
     if hasattr(config, "workerinput"):
-        return  # xdist worker: reports reach the controller, which alone writes
-    config.pluginmanager.register(Recorder(config, effective), _PLUGIN_NAME)
+        # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
+        config.pluginmanager.register(WorkerRootCauseHook(str(config.rootpath)), _ROOT_CAUSE_NAME)
+        return
+    root_cause = RootCauseHook(str(config.rootpath))
+    config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence), _PLUGIN_NAME)
 
 
 def _ini_values(config: pytest.Config) -> Dict[str, str]:
@@ -118,6 +128,55 @@ def _crash_message(report: Any) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+class RootCauseHook:
+    """Resolves the root-cause evidence of each failing test while its objects are alive
+    (capture/evidence.py, SPEC §7), keyed by node id; the first failing phase wins.
+
+    ``pytest_exception_interact`` runs only for a failing phase (not for a pass, a skip or
+    an xfail), so a passing test pays nothing. It runs after the report was logged, which
+    is why the recorder reads :attr:`evidence` at session end.
+    """
+
+    def __init__(self, rootdir: str) -> None:
+        self.resolver = Resolver(rootdir)
+        self.evidence: Dict[str, Dict[str, Any]] = {}
+
+    def resolve(self, item: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
+        """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
+        funcargs = getattr(item, "funcargs", None)
+        return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
+                                     funcargs if isinstance(funcargs, dict) else None)
+
+    @pytest.hookimpl
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        nodeid = getattr(report, "nodeid", "")
+        if not isinstance(node, pytest.Item) or getattr(call, "excinfo", None) is None or nodeid in self.evidence:
+            return
+        evidence = self.resolve(node, call.excinfo)
+        if evidence is not None:
+            self.evidence[nodeid] = evidence
+
+
+class WorkerRootCauseHook(RootCauseHook):
+    """The same in an xdist worker: the evidence must ride on the report itself (a plain
+    dict, serialised with it to the controller), so it is resolved when the report is made.
+    Only workers pay for this wrapper (a generator per test phase)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: "pytest.CallInfo[None]") -> Generator[None, Any, None]:
+        outcome = yield
+        if call.excinfo is None:
+            return
+        report = outcome.get_result()
+        if report.failed:
+            evidence = self.resolve(item, call.excinfo)
+            if evidence is not None:
+                setattr(report, ROOT_CAUSE_ATTR, evidence)
+
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        """Nothing: the wrapper above has resolved it."""
+
+
 # The least pytest verbosity at which a summary line shows: -qq shows only what a script or
 # an agent must see (the incident, each iteration's verdict, the next command), -q adds the
 # headlines, the default adds the details.
@@ -144,8 +203,11 @@ _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
-    def __init__(self, config: pytest.Config, effective: "EffectiveConfig") -> None:
+    def __init__(
+        self, config: pytest.Config, effective: "EffectiveConfig", evidence: Optional[Dict[str, Dict[str, Any]]] = None
+    ) -> None:
         self.config = config
+        self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.effective = effective
         self.failed: List[FailedReport] = []
         self.tests = 0
@@ -184,6 +246,7 @@ class Recorder:
                 file=location[0] if location else None,
                 line=(location[1] + 1) if location and location[1] is not None else None,
                 duration=float(getattr(report, "duration", 0.0) or 0.0),
+                root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
             )
         )
 
@@ -237,6 +300,11 @@ class Recorder:
             # run while the failures are analysed.
             git = PendingSnapshot(Path(self.config.rootpath), exclude=[self.reports_root])
             probe_platform()
+        # Evidence resolved in this process after the report was logged (xdist's rides on the report).
+        self.failed = [
+            replace(r, root_cause=self.evidence[r.nodeid]) if not r.root_cause and r.nodeid in self.evidence else r
+            for r in self.failed
+        ]
         failures = analyse_run(
             config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
         )

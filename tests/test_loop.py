@@ -54,12 +54,12 @@ def test_split_runs_starts_a_fresh_run_after_a_replan() -> None:
 
 
 def test_split_runs_and_pending_stop_after_a_reopen() -> None:
-    escalated = dict(_attempt(2, "stop", "repeated_fingerprint"),
-                     decision={"action": "stop", "stop_reason": "repeated_fingerprint"})
+    escalated = _attempt(2, "stop", "repeated_fingerprint",
+                         decision={"action": "stop", "stop_reason": "repeated_fingerprint"})
     attempts = [_attempt(1), escalated, _attempt(3)]
     # Reopened after attempt 2: the new run starts after it, with attempt 2 as its baseline.
     baseline, run = split_runs(attempts, 2)
-    assert baseline is not None and baseline["iteration"] == 2 and [a["iteration"] for a in run] == [3]
+    assert baseline is not None and baseline.iteration == 2 and [a.iteration for a in run] == [3]
     # Reopened before any attempt: the capture stays the baseline; a later replan still cuts.
     assert split_runs(attempts, 0) == (None, attempts)
     replanned = [_attempt(1), _attempt(2, "stop", "replan_requested"), _attempt(3)]
@@ -359,3 +359,14 @@ def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
     assert _exclude_from_argvs(argvs, ["t.py::b"]) == [["python", "-m", "pytest", "-q", "t.py::a"]]
     # Never turn a selection into the whole suite.
     assert _exclude_from_argvs(argvs, ["t.py::a", "t.py::b"]) == []
+
+
+def test_a_collapsed_selection_selects_by_file_and_deselects_exclusions() -> None:
+    # A long selection written as its test files (plan/groups.py): the node ids are still selected.
+    plan = {"actions": [{"nodeids": ["tests/t.py::a", "tests/t.py::b", "tests/u.py::c"]}]}
+    argvs = [["python", "-m", "pytest", "-q", "tests/t.py"]]
+    assert selection_nodeids(plan, {}, argvs) == ["tests/t.py::a", "tests/t.py::b"]
+    # An excluded test (TDD, quarantined) inside a selected file is deselected, not run.
+    assert _exclude_from_argvs(argvs, ["tests/t.py::b", "tests/u.py::c"]) == [
+        ["python", "-m", "pytest", "-q", "tests/t.py", "--deselect", "tests/t.py::b"]
+    ]

@@ -178,13 +178,16 @@ def test_nodeid_fallback_to_test_identity() -> None:
     assert plan["actions"][0]["target_paths"] == []
 
 
-def test_target_paths_union_plus_test_file() -> None:
+def test_target_paths_union_and_test_paths_apart() -> None:
     inc = incident(
-        failure("tests/test_a.py::test_1", "E", target_paths=["src/a.py"]),
-        failure("tests/sub/test_b.py::TestB::test_2[x]", "E", target_paths=["src/b.py", "src/a.py"]),
+        failure("tests/test_a.py::test_1", "E", target_paths=["src/a.py", "tests/test_a.py"]),
+        failure("tests/sub/test_b.py::TestB::test_2[x]", "E", target_paths=["src/b.py", "src/a.py", "src/c.py"]),
     )
     action = build_plan(inc, generated_at=NOW)["actions"][0]
-    assert action["target_paths"] == ["src/a.py", "tests/test_a.py", "src/b.py", "tests/sub/test_b.py"]
+    # Without root-cause evidence: the traceback's source files; the failing tests' files apart.
+    assert action["target_paths"] == ["src/a.py", "src/b.py", "src/c.py"]
+    assert action["test_paths"] == ["tests/test_a.py", "tests/sub/test_b.py"]
+    assert action["root_cause"] == {"evidence": "fingerprint"}
     assert action["risk"] == "medium"
 
 
@@ -229,7 +232,7 @@ def test_hypotheses_by_failure_type() -> None:
 
 def test_summary() -> None:
     summary = build_plan(THREE, generated_at=NOW)["summary"]
-    assert summary.startswith("3 failing tests in 2 failure groups")
+    assert summary.startswith("3 failing tests in 2 root cause groups")
     assert "tests/test_calc.py::test_add" in summary and "assert 3 == 4" in summary
 
 
@@ -288,7 +291,7 @@ def test_render_plan_md() -> None:
     headings = ("## Summary", "## Root-cause hypotheses", "## Actions", "## Verification commands", "## Done criteria")
     for heading in headings:
         assert heading in md
-    assert "| ID | Priority | Risk | Title | Target paths | Tests |" in md
+    assert "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |" in md
     assert "| A1 | P0 | low |" in md
     assert "```sh\n" + plan["verification_commands"][0] + "\n```" in md
     assert "- [ ] Target error no longer reproduces" in md
@@ -298,7 +301,7 @@ def test_render_escapes_table_cells_and_fences() -> None:
     inc = incident(failure("t.py::test[a|b]", "weird ``` message | with pipe\nand newline"))
     md = render_plan_md(build_plan(inc, generated_at=NOW))
     row = next(line for line in md.splitlines() if line.startswith("| A1 "))
-    assert row.count(" | ") == 5  # the pipes inside cells are escaped
+    assert row.count(" | ") == 6  # the pipes inside cells are escaped
     assert "t.py::test[a\\|b]" in row
     inc = incident(failure("t.py::test_x[```]", "E"))
     md = render_plan_md(build_plan(inc, generated_at=NOW))

@@ -78,7 +78,7 @@ def test_first_prompt_has_every_section() -> None:
         assert f"\n{heading}\n" in text
     assert "`test_calc.py::test_add` — TEST_ASSERTION, deterministic, fingerprint `fp_add`" in text
     assert "assert -1 == 5" in text
-    assert "- A1: Fix add" in text and "target paths: `calc.py`, `test_calc.py`" in text
+    assert "- A1: Fix add" in text and "target paths (the code to fix): `calc.py`, `test_calc.py`" in text
     assert "verify: `python -m pytest -q test_calc.py::test_add`" in text
     assert "No previous repair attempt" in text
     assert "Only edit these files (globs allowed): `calc.py`, `test_calc.py`, `docs/`." in text

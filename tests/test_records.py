@@ -22,9 +22,9 @@ from pytest_selfheal.errors import EXIT_OK, InputError
 from pytest_selfheal.plan.build import replan
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlock
 from pytest_selfheal.records.event import Event
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.jsondoc import JsonRecord
-from pytest_selfheal.records.plan import Hypothesis, Plan, PlanAction, ReplanEntry
+from pytest_selfheal.records.plan import GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry
 from pytest_selfheal.records.run_result import (
     DecisionContext,
     DecisionOption,
@@ -40,8 +40,8 @@ TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"
 RECORDS: Dict[str, Type[JsonRecord]] = {"incident": Incident, "plan": Plan, "attempt": Attempt, "run_result": RunResult}
 ALL_RECORDS: Tuple[Type[JsonRecord], ...] = (
-    Incident, FailureEntry, Plan, PlanAction, Hypothesis, ReplanEntry, Attempt, RepairBlock, RecordedDecision,
-    RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
+    Incident, FailureEntry, RootCause, CodeRef, Plan, PlanAction, GroupKey, Hypothesis, ReplanEntry, Attempt,
+    RepairBlock, RecordedDecision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
 )  # fmt: skip
 
 
@@ -116,10 +116,13 @@ def demo_snapshot() -> List[Tuple[str, str, Any]]:
 
 @pytest.fixture
 def captured(pytester: pytest.Pytester) -> List[Tuple[str, str, Any]]:
-    """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test."""
+    """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test and a
+    bug in a source module (its failure carries root-cause evidence: a frame and calls)."""
+    pytester.makepyfile(shapes="def area(w, h):\n    raise ValueError('negative')\n")
     pytester.makepyfile(
         test_t="""
 import pytest
+from shapes import area
 
 class TestParser:
     @pytest.mark.tdd
@@ -129,9 +132,12 @@ class TestParser:
 @pytest.mark.parametrize("n", [1, 2])
 def test_double(n):
     assert n * 2 == 3
+
+def test_area():
+    assert area(1, 2) == 2
 """
     )
-    pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=3)
+    pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=4)
     # Archived, then reopened (`selfheal reopen`): incident.json gains reopened_after_iteration.
     store = Store(pytester.path / ".selfheal")
     (incident_id,) = store.incident_ids()
@@ -176,7 +182,11 @@ def test_captured_incident_plan_and_events_round_trip_exactly(captured: List[Tup
                 "test_t.py::TestParser::test_red_first",
                 "test_t.py::test_double[1]",
                 "test_t.py::test_double[2]",
+                "test_t.py::test_area",
             ]
+            evidence = record.failures[3].root_cause
+            assert evidence is not None and evidence.frame == CodeRef(path="shapes.py", name="area", line=2)
+            assert evidence.calls == (CodeRef(path="shapes.py", name="area"),)
             assert record.status == "planned" and record.extra == ()  # the capture planned it
 
 

@@ -43,7 +43,7 @@ def test_reopen_then_resolve(tmp_path: Path) -> None:
         "path": f"error_inbox/{incident_id}",
     }
     assert store.locate(incident_id)[0] == "inbox" and store.read_status(incident_id) == "planned"
-    assert store.read_incident(incident_id)["reopened_after_iteration"] == 1
+    assert store.read_incident(incident_id).reopened_after_iteration == 1
     (event,) = events_named(store, incident_id, "incident_reopened")
     assert event["bucket"] == "escalated" and event["after_iteration"] == 1
     replayed = assert_replay_equals_disk(store, incident_id)
@@ -61,7 +61,7 @@ def test_reopen_then_resolve(tmp_path: Path) -> None:
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "iteration 1 of 3" in result.stdout  # a fresh budget, not iteration 2
     assert store.locate(incident_id)[0] == "resolved"
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2]
     run_result = store.read_run_result(incident_id)
     assert run_result is not None and run_result.stop_reason == "success" and run_result.loops_used == 1
     assert_files_valid(store, incident_id)
@@ -76,7 +76,7 @@ def test_a_reopened_loop_that_still_fails_stops_by_repetition_against_the_last_a
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert f"reopened {incident_id} (escalated -> planned)" in result.stdout
     # The new run's baseline is the last attempt: the same failure once more is a repeat.
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2]
     run_result = store.read_run_result(incident_id)
     assert run_result is not None and run_result.stop_reason == "repeated_fingerprint"
     assert run_result.iteration == 2 and run_result.loops_used == 1
@@ -111,7 +111,7 @@ def test_reopening_a_resolved_incident_and_one_archived_before_its_plan(tmp_path
     assert code == EXIT_OK, err
     assert out.startswith(f"reopened {incident_id} (escalated -> planned) to error_inbox/{incident_id}")
     assert store.has_plan(incident_id)  # a plan again, so `planned` is true
-    assert store.read_incident(incident_id)["reopened_after_iteration"] == 0
+    assert store.read_incident(incident_id).reopened_after_iteration == 0
     assert_replay_equals_disk(store, incident_id)
     (project / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
     assert selfheal(project, "loop", incident_id).returncode == EXIT_OK

@@ -331,14 +331,12 @@ def test_show_lists_the_failures_grouped_by_root_cause(tmp_path: Path) -> None:
     code, out, err = cli("show", incident_id, "--json", cwd=project)
     assert code == EXIT_OK, err
     data = json.loads(out)
-    groups = data["failure_groups"]
-    # The groups are the plan's actions (one per root-cause group) and partition the failures.
-    assert [g["group"] for g in groups] == [a["id"] for a in data["plan"]["actions"]]
-    grouped = [n for g in groups for n in g["nodeids"]]
+    causes = data["root_causes"]
+    # The root causes are the plan's actions and partition the failures.
+    assert [c["action"] for c in causes] == [a["id"] for a in data["plan"]["actions"]]
+    grouped = [n for c in causes for n in c["nodeids"]]
     assert sorted(grouped) == sorted(f["nodeid"] for f in data["incident"]["failures"]) and len(grouped) == 6
     code, text, _ = cli("show", incident_id, cwd=project)
-    assert f"failures    6 in {len(groups)} root-cause group" in text
-    for group in groups:
-        assert f"{group['group']} ({len(group['nodeids'])}): " in text
-        shown = group["nodeids"][:5]
-        assert all(f"- {n}" in text for n in shown)
+    assert f"failures    6 in {len(causes)} root cause(s)" in text
+    for cause in causes:
+        assert f"{cause['action']}: " in text and f"{len(cause['nodeids'])} failing test(s)" in text

@@ -152,6 +152,29 @@ def test_observe_collector_selections_take_the_worst_outcome_inside(tmp_path: Pa
     assert len(failures) == 1 and failures[0].nodeid is None
 
 
+def test_observe_a_file_selection_records_the_selected_tests_and_failing_neighbours_only(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {**PROJECT, "test_b.py": """
+        import pytest
+
+        def test_sel():
+            pass
+
+        def test_ok():
+            pass
+
+        @pytest.mark.skip(reason="not today")
+        def test_skipped():
+            pass
+    """})
+    # A collapsed selection names the files; the plan's node ids are mapped back.
+    run = run_selection(["python", "-m", "pytest", "-q", "test_a.py", "test_b.py"], cwd=project,
+                        junit_path=tmp_path / "j.xml", timeout_seconds=120, env=run_env())
+    outcomes, _ = observe(run, ["test_b.py::test_sel", "test_a.py::test_pass"])
+    # Passing and skipped neighbours are not the selection's; a failing neighbour is a failure.
+    assert outcomes == {"test_b.py::test_sel": "passed", "test_a.py::test_pass": "passed",
+                        "test_a::test_fail": "failed", "test_a.TestBox::test_inner": "failed"}
+
+
 def test_collect_only_verification_passes_on_a_clean_collection(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", PROJECT)
     run = run_selection(["python", "-m", "pytest", "-q", "--collect-only"], cwd=project,

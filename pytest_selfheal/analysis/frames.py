@@ -118,3 +118,17 @@ def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = ()) -> Lis
         if rel is not None and rel not in seen:
             seen.append(rel)
     return seen
+
+
+_TEST_DIRS = frozenset({"test", "tests", "testing"})
+
+
+def is_test_file(path: str) -> bool:
+    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
+    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
+    text = path.replace("\\", "/").strip()
+    parts = (posixpath.normpath(text) if text else "").split("/")
+    name = parts[-1]
+    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+        return True
+    return any(part in _TEST_DIRS for part in parts[:-1])

@@ -1,8 +1,9 @@
 """Repo-local modules a test file imports (edge: reads the test file).
 
-A wrong return value leaves no frame of the code under test in the traceback, so the
-plan's target paths (and a repair provider's scope) also take the repo modules the
-failing test file imports.
+A wrong return value leaves no frame of the code under test in the traceback, so when a
+failure has no root-cause evidence (capture/evidence.py) the plan's target paths (and a
+repair provider's scope) take the repo modules the failing test file imports, and behind
+a package's ``__init__.py`` the sibling modules it re-exports from.
 """
 
 from __future__ import annotations
@@ -25,16 +26,37 @@ def _module_names(tree: ast.AST) -> Iterable[str]:
                 yield f"{node.module}.{alias.name}"
 
 
-def local_imports(test_file: str, rootdir: Path) -> List[str]:
-    """Repo-relative POSIX paths of modules imported by ``test_file`` that exist under ``rootdir``."""
-    root = rootdir.resolve()
-    path = (root / test_file).resolve()
+def _parse(path: Path, root: Path) -> "ast.AST | None":
     try:
         path.relative_to(root)
         if path.stat().st_size > _MAX_SOURCE_BYTES:
-            return []
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+            return None
+        return ast.parse(path.read_bytes(), filename=str(path))
     except (OSError, ValueError, SyntaxError, RecursionError):
+        return None
+
+
+def _reexported(init: Path, root: Path) -> List[Path]:
+    """The sibling modules a package ``__init__.py`` imports relatively (``from .core import *``):
+    where what it re-exports is defined."""
+    tree = _parse(init, root)
+    found: List[Path] = []
+    for node in ast.walk(tree) if tree is not None else []:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            base = init.parent.joinpath(*node.module.split("."))
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file() and candidate not in found:
+                    found.append(candidate)
+    return found
+
+
+def local_imports(test_file: str, rootdir: Path) -> List[str]:
+    """Repo-relative POSIX paths of modules imported by ``test_file`` that exist under ``rootdir``;
+    a package's ``__init__.py`` is followed by the sibling modules it re-exports from."""
+    root = rootdir.resolve()
+    path = (root / test_file).resolve()
+    tree = _parse(path, root)
+    if tree is None:
         return []
     bases = [path.parent, root, root / "src"]
     found: List[str] = []
@@ -48,4 +70,9 @@ def local_imports(test_file: str, rootdir: Path) -> List[str]:
                     continue
                 if candidate.is_file() and rel not in found and "site-packages" not in rel:
                     found.append(rel)
+                    if candidate.name == "__init__.py":
+                        for module in _reexported(candidate.resolve(), root):
+                            extra = module.relative_to(root).as_posix()
+                            if extra not in found:
+                                found.append(extra)
     return found

@@ -88,10 +88,14 @@ def fingerprint_reports(
 
 
 def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path) -> List["Failure"]:
-    """Attach the repo files named in each failure's traceback, its test file and the repo modules it imports."""
+    """Attach the repo files named in each failure's traceback, its test file and the repo modules it
+    imports, and the root-cause evidence its report carries (capture/evidence.py)."""
     text_by_nodeid: Dict[str, str] = {}
+    evidence: Dict[str, Dict[str, Any]] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
+        if report.root_cause and report.nodeid not in evidence:
+            evidence[report.nodeid] = report.root_cause  # the first failing phase's (call before teardown)
     repo_root = str(rootdir.resolve())
     imports_of: Dict[str, List[str]] = {}  # one parse per test file, not one per failure
     out = []
@@ -102,7 +106,8 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra)
-        out.append(replace(failure, target_paths=paths))  # not to_dict(): asdict deep-copies
+        # not to_dict(): asdict deep-copies
+        out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
     return out
 
 

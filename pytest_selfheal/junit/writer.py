@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
@@ -35,6 +35,7 @@ class FailedReport:
     file: Optional[str] = None
     line: Optional[int] = None
     duration: float = 0.0
+    root_cause: Optional[Dict[str, Any]] = None  # evidence resolved inside pytest (capture/evidence.py)
 
     @property
     def outcome(self) -> str:

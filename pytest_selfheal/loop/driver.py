@@ -57,6 +57,7 @@ from pytest_selfheal.loop.verify import COLLECTION_KEY, VerificationRun, check_a
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor
@@ -118,12 +119,13 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 
 def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> List[str]:
     """The node ids the verification commands select: the plan's action node ids that
-    appear in the commands, else the command words holding ``::``."""
+    appear in the commands, or whose test file does (a long selection collapsed to files,
+    plan/groups.py), else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
     candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
         candidates = list(dict.fromkeys(incident.nodeids))
-    chosen = [n for n in candidates if n in words]
+    chosen = [n for n in candidates if selected_by(n, words)]
     if chosen:
         return chosen
     return list(dict.fromkeys(word for argv in argvs for word in argv[1:] if "::" in word and not word.startswith("-")))
@@ -131,7 +133,8 @@ def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[s
 
 def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str]) -> List[List[str]]:
     """Drop excluded node ids from the commands; a command left with no node id at all is
-    dropped too (it would run the whole suite)."""
+    dropped too (it would run the whole suite). An excluded test selected through its file
+    (a collapsed selection) is deselected with ``--deselect``."""
     if not excluded:
         return [list(a) for a in argvs]
     gone = set(excluded)
@@ -140,6 +143,9 @@ def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str])
         kept = [w for w in argv if w not in gone]
         if len(kept) < len(argv) and not any("::" in w or w.endswith(".py") for w in kept[1:]):
             continue
+        for nodeid in excluded:
+            if nodeid not in argv and selected_by(nodeid, kept):
+                kept += ["--deselect", nodeid]
         out.append(kept)
     return out
 
@@ -394,7 +400,8 @@ def _verify_and_record(
             with state.interruptible():
                 run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
                                timeout_seconds=timeout, env=env)
-            got, failed = observe(run, [n for n in nodeids if n in argv] or list(nodeids), rules=rules, redactor=redactor)
+            got, failed = observe(run, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
+                                  redactor=redactor)
             outcomes.update(got)
             failures.extend(failed)
             duration += run.duration_seconds

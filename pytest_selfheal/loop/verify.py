@@ -262,8 +262,9 @@ def observe(
 ) -> Tuple[Dict[str, str], List[models.Failure]]:
     """Outcomes per node id and the failures of one verification run.
 
-    Testcases are mapped back to node ids through pytest's junit name mangling; a
-    testcase outside the selection keeps its junit identity as key. Selected node ids
+    Testcases are mapped back to node ids through pytest's junit name mangling; a failing
+    testcase outside the selection keeps its junit identity as key (a passing or skipped
+    one is left out: it ran only because a collapsed selection named its file). Selected node ids
     absent from the junit are ``missing``. When the run produced no usable junit
     (timeout, crash, usage error, interpreter or runner not found) every selected node id
     is ``missing`` and ONE synthetic failure is built from the output's last non-empty
@@ -298,7 +299,11 @@ def observe(
         return outcomes, [failure]
     by_identity = _identity_map(selection_nodeids)
     for case in cases:
-        outcomes[nodeid_for(case.test, by_identity) or case.test] = case.outcome
+        mapped = nodeid_for(case.test, by_identity)
+        # A test outside the selection ran because its file was selected (a collapsed
+        # selection): only its failure says something; a pass or a skip of it is not ours.
+        if mapped is not None or case.outcome in models.FAILING_OUTCOMES:
+            outcomes[mapped or case.test] = case.outcome
     for nodeid in selection_nodeids:
         if nodeid not in outcomes:
             outcomes[nodeid] = _collector_outcome(nodeid, cases)

@@ -4,12 +4,15 @@ Contract fields (seed: error automation contract): incident_id, generated_at, su
 root_cause_hypotheses, actions (id, title, priority, risk, target_paths, verification),
 verification_commands, done_criteria. Extensions: ``revision`` (1, bumped by
 :func:`replan`), per action ``fingerprint``/``fingerprints``/``signature``/
-``failure_type``/``nodeids``, per hypothesis ``actions``.
+``failure_type``/``nodeids``/``test_paths``/``root_cause``, per hypothesis ``actions``.
 
-One action per *fingerprint group*: failures with the same failure type and the same
-normalised message. (Each failure's own fingerprint includes its test identity, so
-grouping by fingerprint alone would give one action per test.) The rules are in
-docs/loop.md "The plan".
+One action per *root cause* (SPEC §7, :mod:`pytest_selfheal.plan.groups`): failures whose
+evidence points at the same function (innermost project frame, else the definitions the
+test calls) are one action whatever their messages; failures without evidence fall back to
+their failure type and normalised message. Each action's ``target_paths`` are the source
+files of its evidence, its ``test_paths`` the failing tests' files, its ``root_cause`` the
+evidence that grouped it. Long selections collapse to test files; ``plan.md`` stays under
+:data:`MAX_PLAN_MD_BYTES`. The rules are in docs/loop.md "The plan".
 
 Verification commands are strings for humans and for the loop driver, which splits them
 with :func:`shlex.split` and runs the argv list without a shell
@@ -24,8 +27,16 @@ import hashlib
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytest_selfheal.analysis.frames import repo_relative
+from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.plan.groups import (
+    EVIDENCE_FINGERPRINT,
+    Group,
+    collapse_selection,
+    evidence_paths,
+    group_by_root_cause,
+    selection_file,
+)
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     FAILURE_CLASS_ENVIRONMENT,
@@ -72,6 +83,11 @@ _TYPE_INFO: Dict[str, Tuple[str, str, str]] = {
 }
 
 _STEP_COLLECTION = "collection"
+
+# plan.md stays readable and small at any failure count (docs/loop.md "The plan").
+MAX_PLAN_MD_BYTES = 64 * 1024
+_MD_MAX_ROWS = 200  # actions, hypotheses and earlier revisions listed in plan.md
+_MD_MAX_COMMAND = 8000  # a longer verification command is shown cut (plan.json holds it whole)
 _GROUP_HASH_LEN = 12
 
 
@@ -141,28 +157,18 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_GROUP_HASH_LEN]
 
 
-def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[List[Mapping[str, Any]]]:
-    """Fingerprint groups: failures with the same type and normalised message, in order."""
-    groups: Dict[Tuple[str, str], List[Mapping[str, Any]]] = {}
-    for failure in failures:
-        key = (_str(failure.get("failure_type"), UNKNOWN), normalised_message(failure))
-        groups.setdefault(key, []).append(failure)
-    return list(groups.values())
+def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[Group]:
+    """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
+    failure type and normalised message."""
+    return group_by_root_cause(
+        failures, lambda f: (_str(f.get("failure_type"), UNKNOWN), normalised_message(f))
+    )
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
     """``python -m pytest -q <nodeid>...`` with every argument shell-quoted."""
     argv = [python, "-m", "pytest", "-q", *nodeids]
     return " ".join(shlex.quote(arg) for arg in argv)
-
-
-def _test_file(selection: str) -> Optional[str]:
-    """The repo-relative file part of a pytest node id, or None (junit identities have none)."""
-    path = selection.split("::", 1)[0].replace("\\", "/")
-    # "tests/test_x.py::t" has a file; "tests.test_x::t" (a junit classname) does not.
-    if not (path.endswith(".py") or ("/" in path and "." in path.rsplit("/", 1)[1])):
-        return None
-    return repo_relative(path, ".")
 
 
 def _unique(items: Sequence[str]) -> List[str]:
@@ -199,40 +205,53 @@ def _collect_only(python: str) -> str:
     return " ".join(shlex.quote(arg) for arg in (python, "-m", "pytest", "-q", "--collect-only"))
 
 
-def _action(index: int, members: Sequence[Mapping[str, Any]], python: str) -> Dict[str, Any]:
+def _action(index: int, group: Group, python: str) -> Dict[str, Any]:
+    members = group.members
     first = members[0]
     failure_type = _str(first.get("failure_type"), UNKNOWN)
     message = normalised_message(first)
     nodeids = _unique([s for s in (_selection(m) for m in members) if s is not None])
-    targets: List[str] = []
-    for member in members:
-        paths = member.get("target_paths")
-        if isinstance(paths, list):
-            targets.extend(p for p in paths if isinstance(p, str) and p)
-        selection = _selection(member)
-        test_file = _test_file(selection) if selection is not None else None
-        if test_file is not None:
-            targets.append(test_file)
-    targets = _unique(targets)
+    tests = _unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
+    if group.evidence == EVIDENCE_FINGERPRINT:
+        # No evidence: the paths of the traceback text and the test file's imports.
+        candidates: List[str] = []
+        for member in members:
+            paths = member.get("target_paths")
+            if isinstance(paths, list):
+                candidates.extend(p for p in paths if isinstance(p, str) and p)
+        targets = _unique([p for p in candidates if not is_test_file(p)])
+        tests = _unique(tests + [p for p in candidates if is_test_file(p) and p.endswith(".py")])
+        signature = f"{failure_type} | {message}"
+        about = _shorten(message) or failure_type
+    else:
+        targets = evidence_paths(group)
+        signature = f"{failure_type} | root cause {group.path}::{group.name}"
+        messages = len({normalised_message(m) for m in members})
+        shapes = f", {messages} messages" if messages > 1 else ""
+        about = _shorten(f"{group.name} in {group.path}{shapes} ({message})")
     verb = _type_info(failure_type)[0]
     count = f" ({len(nodeids)} tests)" if len(nodeids) > 1 else f" in {nodeids[0]}" if nodeids else ""
     return {
         "id": f"A{index}",
-        "title": f"{verb}{count}: {_shorten(message) or failure_type}",
+        "title": f"{verb}{count}: {about}",
         "priority": _priority(members),
         "risk": _risk(targets),
         "target_paths": targets,
-        "verification": [pytest_command(nodeids, python=python) if nodeids else _collect_only(python)],
-        "fingerprint": _short_hash(f"{failure_type} | {message}"),
+        "test_paths": tests,
+        "verification": [
+            pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python)
+        ],
+        "fingerprint": _short_hash(signature),
         "fingerprints": _unique([_str(m.get("fingerprint")) for m in members if m.get("fingerprint")]),
-        "signature": f"{failure_type} | {message}",
+        "signature": signature,
         "failure_type": failure_type,
         "nodeids": nodeids,
+        "root_cause": group.to_json(),
     }
 
 
 def _hypotheses(
-    actions: Sequence[Mapping[str, Any]], groups: Sequence[Sequence[Mapping[str, Any]]]
+    actions: Sequence[Mapping[str, Any]], groups: Sequence[Group]
 ) -> List[Dict[str, Any]]:
     by_type: Dict[str, List[int]] = {}
     for i, action in enumerate(actions):
@@ -240,18 +259,22 @@ def _hypotheses(
     hypotheses: List[Dict[str, Any]] = []
     for n, (failure_type, indexes) in enumerate(by_type.items(), start=1):
         _, reason, confidence = _type_info(failure_type)
-        if any(m.get("transient") is True for i in indexes for m in groups[i]):
+        if any(m.get("transient") is True for i in indexes for m in groups[i].members):
             # Transient classes: a re-run may pass; the code may be fine.
             reason += "; the failure looks transient (a re-run may pass)"
             confidence = "low"
         example = actions[indexes[0]]
         ids = ", ".join(str(actions[i]["id"]) for i in indexes)
         where = example["nodeids"][0] if example["nodeids"] else failure_type
+        message = normalised_message(groups[indexes[0]].members[0])
+        cause = example.get("root_cause") or {}
+        if cause.get("path"):
+            reason += f"; the evidence points at {cause['path']}::{cause.get('name')}"
         hypotheses.append(
             {
                 "id": f"H{n}",
                 "confidence": confidence,
-                "reason": f"{ids}: {reason} ({where}: {_shorten(normalised_message(groups[indexes[0]][0]), 120)})",
+                "reason": f"{ids}: {reason} ({where}: {_shorten(message, 120)})",
                 "actions": [actions[i]["id"] for i in indexes],
                 "failure_type": failure_type,
             }
@@ -270,15 +293,15 @@ def build_plan(incident: Mapping[str, Any], *, generated_at: str, python: str = 
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
     failures = _failures(incident)
     groups = group_failures(failures)
-    actions = [_action(i, members, python) for i, members in enumerate(groups, start=1)]
+    actions = [_action(i, group, python) for i, group in enumerate(groups, start=1)]
     all_nodeids = _unique([n for a in actions for n in a["nodeids"]])
     first = actions[0]
     tests = len(all_nodeids)
     summary = (
-        f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} failure "
+        f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
         f"{first['nodeids'][0] if first['nodeids'] else _str(incident.get('step'), 'unknown')} — "
-        f"{first['failure_type']}: {_shorten(normalised_message(groups[0][0]), 120)}"
+        f"{first['failure_type']}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
     )
     return {
         "incident_id": incident_id,
@@ -288,7 +311,7 @@ def build_plan(incident: Mapping[str, Any], *, generated_at: str, python: str = 
         "root_cause_hypotheses": _hypotheses(actions, groups),
         "actions": actions,
         "verification_commands": [
-            pytest_command(all_nodeids, python=python) if all_nodeids else _collect_only(python)
+            pytest_command(collapse_selection(all_nodeids), python=python) if all_nodeids else _collect_only(python)
         ],
         "done_criteria": list(DONE_CRITERIA),
     }
@@ -344,59 +367,95 @@ def _code_block(text: str, lang: str = "sh") -> List[str]:
     return [f"{fence}{lang}", text, fence]
 
 
+def _listed(items: Any, limit: int) -> List[str]:
+    """At most ``limit`` items of a list, then "… N more"."""
+    values = [str(v) for v in items] if isinstance(items, list) else []
+    if len(values) <= limit:
+        return values
+    return values[:limit] + [f"… {len(values) - limit} more"]
+
+
+def _within(lines: List[str], block: List[str], budget: int) -> bool:
+    """Append ``block`` when the plan stays under ``budget`` bytes with it."""
+    size = sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines + block)
+    if size > budget:
+        return False
+    lines.extend(block)
+    return True
+
+
 def render_plan_md(plan: Mapping[str, Any]) -> str:
-    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria."""
+    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
+
+    Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
+    tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
+    holds them all).
+    """
     lines: List[str] = [f"# Remediation plan: {plan.get('incident_id', '?')}", ""]
     meta = f"Generated {plan.get('generated_at', '?')}"
     revision = _revision(plan)
     if revision > 1:
         meta += f" · revision {revision}"
-    lines += [meta, "", "## Summary", "", str(plan.get("summary", "")), ""]
+    lines += [meta, "", "## Summary", "", _shorten(str(plan.get("summary", "")), 2000), ""]
     lines += ["## Root-cause hypotheses", ""]
-    for hyp in plan.get("root_cause_hypotheses", []):
-        lines.append(f"- **{hyp.get('id')}** ({hyp.get('confidence')}): {hyp.get('reason')}")
-    lines += ["", "## Actions", ""]
-    lines += [
-        "| ID | Priority | Risk | Title | Target paths | Tests |",
-        "|----|----------|------|-------|--------------|-------|",
-    ]
-    for action in plan.get("actions", []):
-        tests = action.get("nodeids", [])
-        lines.append(
-            "| "
-            + " | ".join(
-                _cell(v)
-                for v in (
-                    action.get("id", ""),
-                    action.get("priority", ""),
-                    action.get("risk", ""),
-                    action.get("title", ""),
-                    action.get("target_paths", []),
-                    tests if isinstance(tests, list) else [],
-                )
-            )
-            + " |"
-        )
-    for action in plan.get("actions", []):
-        lines += ["", f"### {action.get('id')}: {action.get('title')}", ""]
-        if action.get("signature"):
-            signature = " ".join(str(action["signature"]).split()).replace("`", "'")
-            lines += [f"Signature: `{signature}`", ""]
-        for command in action.get("verification", []):
-            lines += _code_block(str(command))
-    lines += ["", "## Verification commands", ""]
+    for hyp in plan.get("root_cause_hypotheses", [])[:_MD_MAX_ROWS]:
+        lines.append(f"- **{hyp.get('id')}** ({hyp.get('confidence')}): {_shorten(str(hyp.get('reason')), 600)}")
+    actions = [a for a in plan.get("actions", []) if isinstance(a, Mapping)]
+    # The tail is always written; the actions share what is left of the budget.
+    tail = ["", "## Verification commands", ""]
     for command in plan.get("verification_commands", []):
-        lines += _code_block(str(command))
-    lines += ["", "## Done criteria", ""]
-    lines += [f"- [ ] {c}" for c in plan.get("done_criteria", [])]
+        text = str(command)
+        tail += _code_block(_shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
+    tail += ["", "## Done criteria", ""]
+    tail += [f"- [ ] {c}" for c in plan.get("done_criteria", [])]
     history = plan.get("replan_history")
     if isinstance(history, list) and history:
-        lines += ["", "## Previous attempts", ""]
-        for entry in history:
-            fps = ", ".join(entry.get("fingerprints_seen", [])) or "none"
-            lines.append(
+        tail += ["", "## Previous attempts", ""]
+        for entry in history[-_MD_MAX_ROWS:]:
+            fps = ", ".join(_listed(entry.get("fingerprints_seen", []), 10)) or "none"
+            tail.append(
                 f"- Revision {entry.get('revision')}: {entry.get('iterations')} iteration(s), fingerprints seen: {fps}"
             )
+    tail_size = sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in tail)
+    budget = MAX_PLAN_MD_BYTES - tail_size - 200  # 200: the "… N more actions" lines
+    lines += ["", "## Actions", ""]
+    lines += [
+        "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
+        "|----|----------|------|-------|--------------|------------|-------|",
+    ]
+    shown = 0
+    for action in actions[:_MD_MAX_ROWS]:
+        row = "| " + " | ".join(
+            _cell(v)
+            for v in (
+                action.get("id", ""),
+                action.get("priority", ""),
+                action.get("risk", ""),
+                action.get("title", ""),
+                _listed(action.get("target_paths", []), 5),
+                _listed(action.get("test_paths", []), 5),
+                _listed(action.get("nodeids", []), 3),
+            )
+        ) + " |"
+        if not _within(lines, [row], budget):
+            break
+        shown += 1
+    if shown < len(actions):
+        lines.append(f"\n… {len(actions) - shown} more actions: see plan.json")
+    detailed = 0
+    for action in actions[:shown]:
+        block = ["", f"### {action.get('id')}: {action.get('title')}", ""]
+        if action.get("signature"):
+            signature = " ".join(str(action["signature"]).split()).replace("`", "'")
+            block += [f"Signature: `{_shorten(signature, 300)}`", ""]
+        for command in action.get("verification", []):
+            block += _code_block(str(command))
+        if not _within(lines, block, budget):
+            break
+        detailed += 1
+    if detailed < len(actions):
+        lines += ["", f"The commands of {len(actions) - detailed} more actions are in plan.json."]
+    lines += tail
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,7 @@
 
 ``FailureEntry`` is also the shape of an attempt's ``failures`` and ``new_failures``
 (there without ``outcome``, ``scheme``, ``code_fixable``, ``transient``,
-``failure_class``, ``message`` and ``target_paths``: absent keys stay absent).
+``failure_class``, ``message``, ``target_paths`` and ``root_cause``: absent keys stay absent).
 """
 
 from __future__ import annotations
@@ -26,6 +26,40 @@ from pytest_selfheal.records.jsondoc import (
 
 
 @dataclass(frozen=True)
+class CodeRef(JsonRecord):
+    """A place in the code under test: a project file and a function or class in it (+ a line for a frame)."""
+
+    KIND: ClassVar[str] = "code reference"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("path", string, required=True),
+        Field("name", string),
+        Field("line", nullable(integer)),
+    )
+
+    path: str  # repo-relative POSIX path, never a test file
+    name: str = ""  # qualified name (``Stack.push``)
+    line: Optional[int] = None  # 1-based, frames only
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
+class RootCause(JsonRecord):
+    """A failure's root-cause evidence, resolved at capture inside pytest (SPEC §7, docs/schemas.md)."""
+
+    KIND: ClassVar[str] = "root cause"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("frame", CodeRef.parse),
+        Field("calls", array_of(CodeRef.parse)),
+    )
+
+    frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
+    calls: Tuple[CodeRef, ...] = ()  # the project functions and classes the test calls, where they are defined
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
 class FailureEntry(JsonRecord):
     """One failing test as recorded in an incident or an attempt (every key optional)."""
 
@@ -43,6 +77,7 @@ class FailureEntry(JsonRecord):
         Field("failure_class", string),
         Field("message", string),
         Field("target_paths", strings),
+        Field("root_cause", RootCause.parse),
     )
 
     nodeid: Optional[str] = None  # the pytest node id, when the plugin captured it
@@ -57,6 +92,7 @@ class FailureEntry(JsonRecord):
     failure_class: str = ""
     message: str = ""
     target_paths: Tuple[str, ...] = ()
+    root_cause: Optional[RootCause] = None  # capture only: the evidence that groups failures by root cause
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

@@ -103,6 +103,11 @@ class Failure:
     outcome: str = OUTCOME_FAILED
     nodeid: Optional[str] = None
     target_paths: List[str] = field(default_factory=list)
+    # The root-cause evidence resolved at capture (capture/evidence.py); None when unknown.
+    root_cause: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["root_cause"] is None:
+            del data["root_cause"]  # absent, not null: verification failures never have one
+        return data

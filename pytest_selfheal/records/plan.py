@@ -2,6 +2,7 @@
 
 Contract fields first; the extensions are those ``plan/build.py`` writes: ``revision``,
 per action ``fingerprint``, ``fingerprints``, ``signature``, ``failure_type``, ``nodeids``,
+``test_paths``, ``root_cause``,
 per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summary``,
 ``replan_history`` and ``replanned_at_iteration``.
 """
@@ -37,6 +38,24 @@ class Hypothesis(JsonRecord):
 
 
 @dataclass(frozen=True)
+class GroupKey(JsonRecord):
+    """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
+
+    KIND: ClassVar[str] = "root cause"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("evidence", string, required=True),
+        Field("path", string),
+        Field("name", string),
+    )
+
+    evidence: str  # frame | calls | fingerprint
+    path: Optional[str] = None  # the defining file (absent for a fingerprint group)
+    name: Optional[str] = None  # the function or class
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True)
 class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
 
@@ -53,6 +72,8 @@ class PlanAction(JsonRecord):
         Field("signature", string),
         Field("failure_type", string),
         Field("nodeids", strings),
+        Field("test_paths", strings),
+        Field("root_cause", GroupKey.parse),
     )
 
     id: str
@@ -66,6 +87,8 @@ class PlanAction(JsonRecord):
     signature: Optional[str] = None
     failure_type: Optional[str] = None
     nodeids: Tuple[str, ...] = ()
+    test_paths: Tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
+    root_cause: Optional[GroupKey] = None  # the evidence that grouped the action's failures
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

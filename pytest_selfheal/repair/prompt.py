@@ -113,7 +113,13 @@ def _plan_section(plan: Plan) -> List[str]:
     for action in plan.actions:
         lines.append(f"- {action.id or '?'}: {_one_line(action.title, 500)}")
         if action.target_paths:
-            lines.append("  - target paths: " + ", ".join(_code(p) for p in action.target_paths))
+            lines.append("  - target paths (the code to fix): " + ", ".join(_code(p) for p in action.target_paths))
+        cause = action.root_cause
+        if cause is not None and cause.path is not None:
+            how = "raised in" if cause.evidence == "frame" else "the failing tests call"
+            lines.append(f"  - root cause: {how} {_code(cause.path + '::' + (cause.name or ''))}")
+        if action.test_paths:
+            lines.append("  - tests to make pass: " + ", ".join(_code(p) for p in action.test_paths[:MAX_FAILURES_LISTED]))
         for command in action.verification:
             lines.append(f"  - verify: {_code(command)}")
     return lines

@@ -231,7 +231,7 @@ class RepairSession:
         incident = store.read_incident(incident_id)
         loop_iteration = max(1, len(observations))  # this iteration's number within the run
         remaining = max(0, self.policy.max_iterations - loop_iteration)
-        targets, globs = scope.allowed_paths(plan, self.globs)
+        targets, globs = scope.allowed_paths(plan, self.globs, allow_test_edits=self.allow_test_edits)
         prompt = self.redactor.redact(
             build_prompt(
                 incident=incident,

@@ -1,8 +1,9 @@
 """Which files a repair may touch without asking (pure; docs/repair.md "Scope").
 
-Allowed = the plan's actions' ``target_paths`` (exact repo-relative paths: the traceback
-frames inside the project and the failing tests' files) + the ``ralf_lite.repair.
-allowed_paths`` globs. Everything is compared as project-relative POSIX paths.
+Allowed = the plan's actions' ``target_paths`` (exact repo-relative paths: the source files
+the failures' root-cause evidence points at, plan/groups.py) + the ``ralf_lite.repair.
+allowed_paths`` globs. The failing tests' files (``test_paths``) join only with
+``repair.allow_test_edits``. Everything is compared as project-relative POSIX paths.
 
 Globs use :func:`fnmatch.fnmatchcase` on the whole path, so ``*`` also crosses ``/``
 (``src/*`` allows everything below ``src/``); a pattern ending in ``/`` allows the whole
@@ -16,6 +17,7 @@ import fnmatch
 import posixpath
 from typing import Iterable, List, Sequence, Tuple
 
+from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.records.plan import Plan
 
 
@@ -32,15 +34,23 @@ def normalise(path: str) -> str:
     return "" if norm == "." else norm
 
 
+def _normalised(paths: Iterable[str]) -> List[str]:
+    seen: List[str] = []
+    for path in paths:
+        norm = normalise(path)
+        if norm and norm not in seen:
+            seen.append(norm)
+    return seen
+
+
 def plan_target_paths(plan: Plan) -> List[str]:
     """The union of every action's ``target_paths``, normalised, in order of first appearance."""
-    seen: List[str] = []
-    for action in plan.actions:
-        for path in action.target_paths:
-            norm = normalise(path)
-            if norm and norm not in seen:
-                seen.append(norm)
-    return seen
+    return _normalised(path for action in plan.actions for path in action.target_paths)
+
+
+def plan_test_paths(plan: Plan) -> List[str]:
+    """The union of every action's ``test_paths`` (the failing tests' files), normalised."""
+    return _normalised(path for action in plan.actions for path in action.test_paths)
 
 
 def _glob_matches(path: str, pattern: str) -> bool:
@@ -62,19 +72,6 @@ def is_allowed(path: str, target_paths: Sequence[str], globs: Sequence[str] = ()
     if norm in {normalise(t) for t in target_paths}:
         return True
     return any(_glob_matches(norm, g) for g in globs)
-
-
-_TEST_DIRS = frozenset({"test", "tests", "testing"})
-
-
-def is_test_file(path: str) -> bool:
-    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
-    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
-    parts = normalise(path).split("/")
-    name = parts[-1]
-    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
-        return True
-    return any(part in _TEST_DIRS for part in parts[:-1])
 
 
 def out_of_scope(
@@ -100,9 +97,15 @@ def out_of_scope(
     return out
 
 
-def allowed_paths(plan: Plan, globs: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
-    """``(target_paths, globs)``: the scope of a repair, as the prompt shows it."""
-    return plan_target_paths(plan), [g for g in globs if isinstance(g, str) and g.strip()]
+def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bool = False) -> Tuple[List[str], List[str]]:
+    """``(target_paths, globs)``: the scope of a repair, as the prompt shows it. The plan's
+    ``test_paths`` join the target paths only when ``allow_test_edits``."""
+    targets = plan_target_paths(plan)
+    if allow_test_edits:
+        targets += [t for t in plan_test_paths(plan) if t not in targets]
+    return targets, [g for g in globs if isinstance(g, str) and g.strip()]
 
 
-__all__ = ["allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths"]
+__all__ = [
+    "allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths", "plan_test_paths",
+]

@@ -12,10 +12,15 @@ from pytest_selfheal.cli.commands._common import (
     print_json,
     store_from_args,
 )
+from pytest_selfheal.plan.build import group_failures
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store.root import Store
 
 NAME = "show"
-HELP = "show one incident: fields, status, plan summary, attempts, run result"
+HELP = "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run result"
+
+# Failing tests listed per root cause in the text output (the JSON lists them all).
+_SHOWN_NODEIDS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,31 +30,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-# Node ids listed per group in the text form; the rest is counted (`--json` has them all).
-_SHOWN_PER_GROUP = 5
-
-
-def failure_groups(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The incident's failing tests grouped by root cause: the plan's actions (one per
-    root-cause group, plan/build.py), then any failure no action names; without a plan,
-    one group per fingerprint. ``[{group, title, nodeids}]``."""
-    nodeids = [str(f.get("nodeid") or f.get("test")) for f in incident.get("failures") or [] if isinstance(f, dict)]
-    groups: List[Dict[str, Any]] = []
-    seen: set = set()  # type: ignore[type-arg]
-    for action in (plan or {}).get("actions") or []:
-        members = [n for n in action.get("nodeids") or [] if n in nodeids and n not in seen]
-        if members:
-            seen.update(members)
-            groups.append({"group": action.get("id"), "title": action.get("title"), "nodeids": members})
-    by_fingerprint: Dict[str, Dict[str, Any]] = {}
-    for failure in incident.get("failures") or []:
-        nodeid = str(failure.get("nodeid") or failure.get("test"))
-        if nodeid in seen:
-            continue
-        key = str(failure.get("fingerprint") or nodeid)
-        entry = by_fingerprint.setdefault(key, {"group": key, "title": failure.get("signature"), "nodeids": []})
-        entry["nodeids"].append(nodeid)
-    return groups + list(by_fingerprint.values())
+def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The incident's failures grouped by root cause: the plan's actions (which hold the
+    grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
+    out: List[Dict[str, Any]] = []
+    actions = plan.get("actions") if plan is not None else None
+    if isinstance(actions, list) and actions:
+        for action in actions:
+            cause = action.get("root_cause") or {}
+            out.append({
+                "action": action.get("id"),
+                "evidence": cause.get("evidence", "fingerprint"),
+                "path": cause.get("path"),
+                "name": cause.get("name"),
+                "signature": action.get("signature"),
+                "target_paths": list(action.get("target_paths") or []),
+                "test_paths": list(action.get("test_paths") or []),
+                "nodeids": list(action.get("nodeids") or []),
+            })
+        return out
+    failures = [f for f in incident.get("failures") or [] if isinstance(f, dict)]
+    for group in group_failures(failures):
+        out.append({
+            "action": None, **group.to_json(),
+            "signature": group.members[0].get("signature"),
+            "target_paths": [], "test_paths": [],
+            "nodeids": [str(m.get("nodeid") or m.get("test")) for m in group.members],
+        })
+    return out
 
 
 def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
@@ -58,10 +66,9 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)
     plan: Optional[Dict[str, Any]] = None
-    groups = failure_groups(incident.to_json(), None)
+    doc: Optional[Plan] = None
     if store.has_plan(incident_id):
         doc = store.read_plan(incident_id)
-        groups = failure_groups(incident.to_json(), doc.to_json())
         plan = {
             "generated_at": doc.generated_at,
             "summary": doc.summary,
@@ -78,7 +85,7 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         "bucket": bucket,
         "path": folder.relative_to(store.root).as_posix(),
         "incident": incident.to_json(),
-        "failure_groups": groups,
+        "root_causes": root_causes(incident.to_json(), doc.to_json() if doc is not None else None),
         "plan": plan,
         "attempts": len(attempts),
         "attempt_results": [
@@ -117,14 +124,18 @@ def format_text(data: Dict[str, Any]) -> str:
     ]
     failures = incident.get("failures")
     if isinstance(failures, list):
-        groups = data["failure_groups"]
-        rows.append(("failures", f"{len(failures)} in {len(groups)} root-cause group{'s' if len(groups) != 1 else ''}"))
-        for group in groups:
-            members = group["nodeids"]
-            rows.append(("", f"{group['group']} ({len(members)}): {group['title'] or '-'}"))
-            rows.extend(("", f"- {nodeid}") for nodeid in members[:_SHOWN_PER_GROUP])
-            if len(members) > _SHOWN_PER_GROUP:
-                rows.append(("", f"- ... and {len(members) - _SHOWN_PER_GROUP} more"))
+        rows.append(("failures", f"{len(failures)} in {len(data['root_causes'])} root cause(s)"))
+    for cause in data["root_causes"]:
+        where = f"{cause['path']}::{cause['name']}" if cause.get("path") else cause.get("signature") or "-"
+        head = f"{cause['action']}: " if cause.get("action") else ""
+        rows.append(("", f"{head}{where} ({cause['evidence']}), {len(cause['nodeids'])} failing test(s)"))
+        if cause["target_paths"]:
+            rows.append(("", f"- target paths: {', '.join(cause['target_paths'])}"))
+        if cause["test_paths"]:
+            rows.append(("", f"- test paths: {', '.join(cause['test_paths'])}"))
+        shown = cause["nodeids"][:_SHOWN_NODEIDS]
+        more = len(cause["nodeids"]) - len(shown)
+        rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
     plan = data["plan"]
     if plan is None:
         rows.append(("plan", "none"))

@@ -1,0 +1,248 @@
+"""Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
+
+SPEC §7: failures are grouped by the code they point at, not by their message. Two kinds of
+evidence are read here, while the test's objects are still alive (docs/loop.md "The plan"):
+
+- **frame**: the innermost traceback frame inside the project that is not a test file
+  (test files, conftest and fixtures are :func:`~pytest_selfheal.analysis.frames.is_test_file`):
+  where the exception was raised or passed through last in the code under test;
+- **calls**: the project functions and classes the test's code names, looked up in its
+  module's globals. A name bound by a re-export (``from .core import *`` in a package's
+  ``__init__``) resolves to the module that *defines* the object (its code's file, or its
+  ``__module__``'s file), never to the ``__init__.py`` that merely re-exports it. A helper
+  defined in a test file is followed one level down (its own calls count), and a fixture
+  value that is an instance of a project class stands for the methods of it the test names
+  (only when the test's own code names no project definition: a fixture every test shares
+  must not pull unrelated failures into one group).
+
+Only files inside the project root count; installed packages, virtualenvs and the standard
+library never do (:func:`~pytest_selfheal.analysis.frames.repo_relative`). Everything is
+memoised per code object and per object: parametrised tests and the tests of one module
+share the work, so a run with hundreds of failures resolves each test function once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import types
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from pytest_selfheal.analysis.frames import is_test_file, repo_relative
+
+# A definition: (repo-relative path, qualified name).
+Definition = Tuple[str, str]
+
+# Called definitions recorded per failing test; more say nothing new and bloat incident.json.
+MAX_CALLS = 12
+# Helpers in test files are followed this many levels below the test function.
+_HELPER_DEPTH = 1
+
+
+def _code_names(code: types.CodeType) -> List[str]:
+    """Global and attribute names ``code`` uses, nested code (lambdas, comprehensions) included."""
+    names: List[str] = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_code_names(const))
+    return list(dict.fromkeys(names))
+
+
+def _qualname(code: types.CodeType) -> str:
+    return str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+
+
+class Resolver:
+    """Resolves the evidence of failing tests of one session below ``rootdir``."""
+
+    def __init__(self, rootdir: str) -> None:
+        self.root = os.path.realpath(rootdir)
+        self._paths: Dict[str, Optional[str]] = {}
+        self._defs: Dict[int, Tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
+        self._calls: Dict[types.CodeType, List[Definition]] = {}
+
+    # ------------------------------------------------------------------ files
+
+    def relative(self, filename: str) -> Optional[str]:
+        """``filename`` as a project-relative POSIX path, or None outside the project."""
+        if filename in self._paths:
+            return self._paths[filename]
+        rel = repo_relative(filename, self.root) if filename else None
+        if rel is None and filename and not filename.startswith("<"):
+            rel = repo_relative(os.path.realpath(filename), self.root)  # a symlinked checkout
+        self._paths[filename] = rel
+        return rel
+
+    # ------------------------------------------------------------------ frame
+
+    def frame(self, traceback: Iterable[Any]) -> Optional[Dict[str, Any]]:
+        """The innermost traceback entry in a project file that is not a test file.
+
+        ``traceback`` holds pytest ``TracebackEntry`` objects (``path``, ``lineno`` 0-based,
+        ``frame.code.raw``) or plain :class:`types.TracebackType` links.
+        """
+        found: Optional[Dict[str, Any]] = None
+        for entry in traceback:
+            code, lineno = _entry_code(entry)
+            if code is None:
+                continue
+            rel = self.relative(code.co_filename)
+            if rel is None or is_test_file(rel):
+                continue
+            found = {"path": rel, "name": _qualname(code), "line": lineno}
+        return found
+
+    # ------------------------------------------------------------------ calls
+
+    def definition(self, obj: Any) -> Optional[Definition]:
+        """Where ``obj`` (a function, method or class) is defined in the project, or None."""
+        key = id(obj)
+        cached = self._defs.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        result = self._definition(obj)
+        self._defs[key] = (obj, result)
+        return result
+
+    def _definition(self, obj: Any) -> Optional[Definition]:
+        try:
+            if inspect.isclass(obj):
+                module = sys.modules.get(getattr(obj, "__module__", "") or "")
+                filename = getattr(module, "__file__", None) or ""
+                name = str(getattr(obj, "__qualname__", obj.__name__))
+            else:
+                func = inspect.unwrap(obj)
+                func = getattr(func, "__func__", func)  # bound and class methods
+                code = getattr(func, "__code__", None)
+                if not isinstance(code, types.CodeType):
+                    return None
+                filename, name = code.co_filename, str(getattr(func, "__qualname__", code.co_name))
+        except Exception:  # an object with a hostile __getattr__ or unwrap loop says nothing
+            return None
+        rel = self.relative(filename)
+        return (rel, name) if rel is not None else None
+
+    def calls(self, function: Any) -> List[Definition]:
+        """The project definitions (not in test files) that ``function``'s code names."""
+        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
+        code = getattr(func, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            return []
+        return self._code_calls(code, getattr(func, "__globals__", {}), _HELPER_DEPTH)
+
+    def _code_calls(self, code: types.CodeType, namespace: Dict[str, Any], depth: int) -> List[Definition]:
+        cached = self._calls.get(code)
+        if cached is not None:
+            return cached
+        self._calls[code] = []  # a recursive helper ends here
+        names = _code_names(code)
+        found: List[Definition] = []
+        for name in names:
+            obj = namespace.get(name)
+            if obj is None:
+                continue
+            if inspect.ismodule(obj):
+                # `calc.add(...)`: the module's attributes named in the same code.
+                if self.relative(getattr(obj, "__file__", None) or "") is None:
+                    continue
+                candidates = [getattr(obj, n, None) for n in names if n != name]
+            else:
+                candidates = [obj]
+            for candidate in candidates:
+                if not (inspect.isfunction(candidate) or inspect.isclass(candidate) or inspect.ismethod(candidate)):
+                    continue
+                where = self.definition(candidate)
+                if where is None or where in found:
+                    continue
+                if is_test_file(where[0]):
+                    helper = getattr(inspect.unwrap(candidate), "__code__", None)
+                    if depth > 0 and isinstance(helper, types.CodeType):
+                        globs = getattr(inspect.unwrap(candidate), "__globals__", {})
+                        found.extend(d for d in self._code_calls(helper, globs, depth - 1) if d not in found)
+                    continue
+                found.append(where)
+        self._calls[code] = found
+        return found
+
+    # ------------------------------------------------------------------ both
+
+    def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> List[Definition]:
+        """The project definitions the test reaches through its fixture values: for an
+        argument holding an instance of a project class, the methods of that class the
+        test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
+        argument holding a project function or class, that object."""
+        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
+        code = getattr(func, "__code__", None)
+        if not isinstance(code, types.CodeType) or not funcargs:
+            return []
+        names = _code_names(code)
+        found: List[Definition] = []
+        for arg in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+            value = funcargs.get(arg)
+            if value is None:
+                continue
+            if inspect.isfunction(value) or inspect.isclass(value) or inspect.ismethod(value):
+                candidates: List[Any] = [value]
+            else:
+                cls = type(value)
+                if self.definition(cls) is None:
+                    continue
+                methods = [inspect.getattr_static(cls, n, None) for n in names]
+                candidates = [m for m in methods if inspect.isfunction(m)] or [cls]
+            for candidate in candidates:
+                where = self.definition(candidate)
+                if where is not None and not is_test_file(where[0]) and where not in found:
+                    found.append(where)
+        return found
+
+    def resolve(
+        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The ``root_cause`` evidence of one failing test (docs/schemas.md), or None when
+        neither a frame nor a call points into the project. ``funcargs`` are the test's
+        fixture values: their project classes count as calls when the test's own code
+        names no project definition."""
+        try:
+            frame = self.frame(traceback)
+            called = self.calls(function) if function is not None else []
+            if function is not None and funcargs and not called:
+                # Weaker than what the test's own code names: only when that is nothing.
+                called = self.fixture_calls(function, funcargs)
+        except Exception:  # evidence is best effort: a capture never fails for it
+            return None
+        if frame is None and not called:
+            return None
+        evidence: Dict[str, Any] = {}
+        if frame is not None:
+            evidence["frame"] = frame
+        if called:
+            evidence["calls"] = [{"path": path, "name": name} for path, name in called[:MAX_CALLS]]
+        return evidence
+
+
+def _entry_code(entry: Any) -> Tuple[Optional[types.CodeType], Optional[int]]:
+    """The code object and 1-based line of a traceback entry (pytest's or Python's)."""
+    if isinstance(entry, types.TracebackType):
+        return entry.tb_frame.f_code, entry.tb_lineno
+    raw = getattr(getattr(getattr(entry, "frame", None), "code", None), "raw", None)
+    if not isinstance(raw, types.CodeType):
+        return None, None
+    lineno = getattr(entry, "lineno", None)
+    return raw, (lineno + 1 if isinstance(lineno, int) else None)
+
+
+def traceback_of(excinfo: Any) -> List[Any]:
+    """The raw traceback links of a pytest ``ExceptionInfo`` (its ``tb`` chain: cheaper than
+    pytest's ``traceback`` wrapper objects, and unfiltered)."""
+    tb = getattr(excinfo, "tb", None)
+    if not isinstance(tb, types.TracebackType):
+        tb = getattr(getattr(excinfo, "value", None), "__traceback__", None)
+    out: List[Any] = []
+    while isinstance(tb, types.TracebackType):
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+__all__ = ["MAX_CALLS", "Resolver", "traceback_of"]

@@ -1,0 +1,204 @@
+"""The root-cause resolver (capture/evidence.py) on real imported modules: re-exports followed
+to the defining module, project files only, the innermost project frame outside the tests;
+and the fallback without evidence (capture/imports.py), which follows re-exports too."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+
+from pytest_selfheal.capture.evidence import Resolver, traceback_of
+from pytest_selfheal.capture.imports import local_imports
+
+CORE = """
+    import functools
+    import json
+
+    __all__ = ["add", "Calc", "dumps_sorted", "wrapped"]
+
+    def add(a, b):
+        return a - b
+
+    class Calc:
+        def run(self, data):
+            return data[5]
+
+    def dumps_sorted(value):
+        return json.dumps(value, sort_keys=True, default=_refuse)
+
+    def _refuse(value):
+        raise TypeError("not serialisable")
+
+    def _decorate(func):
+        @functools.wraps(func)
+        def inner(*args):
+            return func(*args)
+        return inner
+
+    @_decorate
+    def wrapped(x):
+        return x
+"""
+
+TESTS = """
+    import json
+    import {pkg}
+    from {pkg} import add, Calc, dumps_sorted, wrapped
+
+    def _helper(n):
+        return add(n, n)
+
+    def test_direct():
+        assert add(1, 2) == 3
+
+    def test_module_attribute():
+        assert {pkg}.add(2, 2) == 4
+
+    def test_class_method():
+        Calc().run([1])
+
+    def test_through_a_test_helper():
+        assert _helper(2) == 4
+
+    def test_library_only():
+        assert json.dumps(1) == "2"
+
+    def test_json_through_core():
+        dumps_sorted({{"a": object()}})
+
+    def test_decorated():
+        assert wrapped(1) == 2
+
+    def test_nested_lambda():
+        assert list(map(lambda v: add(v, 1), [1])) == [2]
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[Path, ModuleType]]:
+    """A flat package re-exporting its core (`from .core import *`) and a test module importing it."""
+    pkg = f"pkg_{uuid.uuid4().hex[:8]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("from .core import *\n")
+    (tmp_path / pkg / "core.py").write_text(textwrap.dedent(CORE))
+    (tmp_path / "tests").mkdir()
+    name = f"test_ev_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "tests" / f"{name}.py").write_text(textwrap.dedent(TESTS.format(pkg=pkg)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "tests"))
+    module = importlib.import_module(name)
+    yield tmp_path, module
+    for mod in [m for m in sys.modules if m.startswith((pkg, name))]:
+        del sys.modules[mod]
+
+
+def evidence(project: Tuple[Path, ModuleType], test: str) -> Dict[str, Any]:
+    root, module = project
+    func = getattr(module, test)
+    resolver = Resolver(str(root))
+    try:
+        func()
+    except BaseException:
+        info = pytest.ExceptionInfo.from_exc_info(sys.exc_info())  # type: ignore[arg-type]
+        found = resolver.resolve(func, traceback_of(info))
+    else:
+        pytest.fail(f"{test} passed")
+    assert found is not None
+    return found
+
+
+def core(project: Tuple[Path, ModuleType]) -> str:
+    return next(p.name for p in project[0].iterdir() if p.name.startswith("pkg_")) + "/core.py"
+
+
+def test_a_re_export_resolves_to_the_defining_module(project: Tuple[Path, ModuleType]) -> None:
+    assert evidence(project, "test_direct") == {"calls": [{"path": core(project), "name": "add"}]}
+    # `pkg.add(...)`: the module's attribute named in the same code.
+    assert evidence(project, "test_module_attribute") == {"calls": [{"path": core(project), "name": "add"}]}
+
+
+def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleType]) -> None:
+    found = evidence(project, "test_class_method")
+    assert found["frame"] == {"path": core(project), "name": "Calc.run" if sys.version_info >= (3, 11) else "run",
+                              "line": 12}
+    assert found["calls"] == [{"path": core(project), "name": "Calc"}]
+    # Through the standard library and back: the innermost *project* frame is _refuse.
+    found = evidence(project, "test_json_through_core")
+    assert found["frame"]["name"] == "_refuse" and found["frame"]["path"] == core(project)
+
+
+def test_helpers_in_test_files_are_followed_libraries_ignored(project: Tuple[Path, ModuleType]) -> None:
+    assert evidence(project, "test_through_a_test_helper") == {"calls": [{"path": core(project), "name": "add"}]}
+    root, module = project
+    func = module.test_library_only
+    assert Resolver(str(root)).resolve(func, []) is None  # json is not the project's
+    assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped"}]
+    assert evidence(project, "test_nested_lambda")["calls"] == [{"path": core(project), "name": "add"}]
+
+
+def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) -> None:
+    root, module = project
+    # A resolver rooted elsewhere (the package is "installed" from its point of view).
+    other = Resolver(str(root / "tests"))
+    assert other.calls(module.test_direct) == []
+    assert other.relative(str(root / "x.py")) is None
+    assert Resolver(str(root)).relative(str(root / ".venv" / "lib" / "python3.11" / "site-packages" / "m.py")) is None
+
+
+def test_memoised_per_code_object(project: Tuple[Path, ModuleType]) -> None:
+    root, module = project
+    resolver = Resolver(str(root))
+    first = resolver.calls(module.test_direct)
+    assert resolver.calls(module.test_direct) is first  # one resolution per test function
+
+
+def test_hostile_objects_give_no_evidence_not_an_error(tmp_path: Path) -> None:
+    class Hostile:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("no")
+
+    def test_x() -> None:
+        Hostile()
+
+    resolver = Resolver(str(tmp_path))
+    assert resolver.resolve(test_x, [object(), None]) is None
+    assert resolver.resolve(None, []) is None
+
+
+def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
+    project: Tuple[Path, ModuleType]
+) -> None:
+    root, module = project
+    calc_class = module.Calc  # re-exported: defined in core.py
+
+    def test_with_fixture(calc: Any, factory: Any, data: Any) -> None:
+        calc.run([1])
+
+    resolver = Resolver(str(root))
+    args = {"calc": calc_class(), "factory": module.add, "data": {"a": 1}}
+    found = resolver.fixture_calls(test_with_fixture, args)
+    assert found == [(core(project), "Calc.run"), (core(project), "add")]  # the dict is not the project's
+    # In the evidence when the test's own code names no project definition.
+    evidence = resolver.resolve(test_with_fixture, [], args)
+    assert evidence == {"calls": [{"path": core(project), "name": "Calc.run"}, {"path": core(project), "name": "add"}]}
+    # A fixture whose class has none of the names the test uses: the class itself.
+    assert resolver.fixture_calls(lambda calc: calc.other(), {"calc": calc_class()}) == [(core(project), "Calc")]
+    # A test that names a project function itself: that is the evidence, not its fixtures.
+    evidence = resolver.resolve(module.test_direct, [], {"calc": calc_class()})
+    assert evidence == {"calls": [{"path": core(project), "name": "add"}]}
+
+
+def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .core import *\nfrom .more import helper\nimport json\n")
+    (tmp_path / "pkg" / "core.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "pkg" / "more.py").write_text("def helper():\n    pass\n")
+    (tmp_path / "test_x.py").write_text("from pkg import add\n")
+    assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/core.py", "pkg/more.py"]
