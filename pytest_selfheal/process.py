@@ -33,6 +33,10 @@ terminal, so an agent waiting on /dev/tty fails instead of hanging.) The kernel 
 signal when the *thread* that forked the child exits; :func:`run` blocks in that thread
 until the child is gone, so that is the same moment here.
 
+A bare program name (``pytest``) is looked up on the absolute entries of the child's
+``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
+not pick a ``./pytest`` committed to the project.
+
 Redaction is the callers' business: the file and the lines are the child's raw bytes.
 """
 
@@ -40,8 +44,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,6 +275,23 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
 # --------------------------------------------------------------------------- running
 
 
+def absolute_path_entries(path_value: str) -> List[str]:
+    """The absolute entries of a ``PATH`` value: an empty or relative entry would find a
+    program committed to the project (``./pytest``) instead of the installed one."""
+    return [entry for entry in path_value.split(os.pathsep) if entry and os.path.isabs(entry)]
+
+
+def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``name`` (a bare program name) found on the absolute entries of ``env``'s PATH (ours
+    when None), as an absolute path; None when none has it. A name holding a separator is
+    returned as it is: the caller chose that path."""
+    if "/" in name or (os.sep != "/" and os.sep in name):
+        return name
+    source = os.environ if env is None else env
+    entries = absolute_path_entries(source.get("PATH", os.defpath))
+    return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
+
+
 def _why_not_started(exc: OSError, cwd: Path) -> str:
     reason = exc.strerror or str(exc)
     if isinstance(exc, FileNotFoundError) and exc.filename != str(cwd):
@@ -310,7 +333,10 @@ def run(
         try:
             if not full:
                 raise OSError("empty command")
-            proc = _spawn(full, cwd, env, stdout)
+            executable = resolve_executable(full[0], env)
+            if executable is None:
+                raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
+            proc = _spawn([executable, *full[1:]], cwd, env, stdout)
         except OSError as exc:
             reason = _why_not_started(exc, cwd)
             if sink is not None:

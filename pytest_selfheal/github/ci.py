@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import hooks, process
-from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import (
@@ -317,7 +317,7 @@ def run_ci(
             rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
             try:
                 loop_result = run_incident_loop(
-                    store, incident_id, effective=effective, cwd=here, pluginmanager=pm,
+                    store, incident_id, effective=effective, cwd=find_project_root(here), pluginmanager=pm,
                     interactive=False, unattended=True, out=rep.say, env=test_env,
                 )
             except Cancelled:

@@ -54,7 +54,7 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
-from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
+from pytest_selfheal.loop.verify import COLLECTION_KEY, check_command, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import default_redactor
@@ -144,9 +144,16 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
+def _trusted_options(incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[str]:
+    """The capture's own pytest options and ``verification.args``, appended to every command
+    (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
+    invocation and config, so the argument allowlist trusts them (``check_command``)."""
+    recorded = [str(token) for token in incident.get("pytest_options") or []]
+    return recorded + list(effective.settings.verification.args)
+
+
 def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
-    """The plan's commands as argv lists, each followed by the capture's own pytest options
-    and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
+    """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = str(incident.get("incident_id"))
     argvs = verification_argv(plan)
@@ -155,8 +162,29 @@ def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective:
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    recorded = [str(token) for token in incident.get("pytest_options") or []]
-    return [argv + recorded + list(effective.settings.verification.args) for argv in argvs]
+    trusted = _trusted_options(incident, effective)
+    return [argv + trusted for argv in argvs]
+
+
+def check_commands(
+    store: "Store",
+    incident_id: str,
+    argvs: Sequence[Sequence[str]],
+    *,
+    incident: Mapping[str, Any],
+    effective: "EffectiveConfig",
+    project_root: Path,
+) -> None:
+    """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
+    first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
+    trusted = _trusted_options(incident, effective)
+    for argv in argvs:
+        try:
+            check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
+                          trusted=trusted)
+        except RefusedError as exc:
+            _refuse_command(store, incident_id, argv, exc)
+            raise
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
@@ -278,12 +306,7 @@ def _drive(
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
-    for argv in argvs:
-        try:
-            check_allowed(argv, effective.settings.verification.allowlist)
-        except RefusedError as exc:
-            _refuse_command(store, incident_id, argv, exc)
-            raise
+    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
     commands = [_command_text(a) for a in argvs]
     timeout = effective.settings.verification.timeout_seconds
 
@@ -421,8 +444,7 @@ def verify_iteration(
     plan = store.read_plan(incident_id)
     incident = store.read_incident(incident_id)
     argvs = _plan_argvs(plan, incident, effective)
-    for argv in argvs:
-        check_allowed(argv, effective.settings.verification.allowlist)
+    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
     return _verify_and_record(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
@@ -444,6 +466,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
 
 __all__ = [
     "Provider",
+    "check_commands",
     "run_loop",
     "selection_nodeids",
     "verify_iteration",

@@ -1,0 +1,186 @@
+"""SPEC §12 "Trust boundaries" (issue 12 findings 3-6): each test reproduces one finding of
+the adversarial review and shows the boundary holds (docs/reliability.md "Trust boundaries").
+
+- plan commands: an allowlisted runner AND allowlisted arguments; the verification runs in
+  the project root computed here; runners resolve through absolute PATH entries only;
+- store writes never follow a symlink out of the reports root;
+- ``selfheal ci`` loops only what its own run captured;
+- no verification or repair process outlives a SIGKILLed ``selfheal loop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from helpers import capture, clone_project, make_project, selfheal
+
+from pytest_selfheal.store.root import Store
+
+from .conftest import DETERMINISTIC, one_error_line
+
+EVIL_MODULE = """
+import os
+open(os.environ["TRUST_MARKER"], "w").write("pwned")
+"""
+
+EVIL_TEST = """
+import os
+open(os.environ["TRUST_MARKER"], "w").write("pwned")
+
+def test_evil():
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
+    base = tmp_path_factory.mktemp("trust")
+    project = make_project(base / "template", {"test_calc.py": DETERMINISTIC, "evilmod.py": EVIL_MODULE})
+    incident_id = capture(project)
+    return {"project": project, "incident_id": incident_id}
+
+
+def _copy(template: Dict[str, object], dest: Path) -> Path:
+    return clone_project(Path(str(template["project"])), dest)
+
+
+def _set_plan(project: Path, incident_id: str, command: str) -> None:
+    plan_path = project / ".selfheal" / "error_plans" / incident_id / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    plan["verification_commands"] = [command]
+    plan_path.write_text(json.dumps(plan))
+
+
+def _outside(tmp_path: Path) -> Dict[str, Path]:
+    """A folder outside the project: an evil test, an evil ini, a module, a victim file."""
+    out = tmp_path / "outside"
+    (out / "site").mkdir(parents=True)
+    (out / "test_evil.py").write_text(EVIL_TEST)
+    (out / "site" / "evilmod2.py").write_text(EVIL_MODULE)
+    (out / "evil.ini").write_text("[pytest]\naddopts = -p evilmod\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    return {"out": out, "victim": victim}
+
+
+HOSTILE_ARGUMENTS = [
+    "python -m pytest -p evilmod test_calc.py",
+    "python -m pytest -pevilmod test_calc.py",
+    "python -m pytest -c {out}/evil.ini test_calc.py",
+    "python -m pytest -o pythonpath={out}/site -p evilmod2 test_calc.py",
+    "python -m pytest --override-ini=pythonpath={out}/site -p evilmod2 test_calc.py",
+    "python -m pytest --pyargs evilmod",
+    "python -m pytest {out}/test_evil.py",
+    "python -m pytest ../outside/test_evil.py",
+    "python -m pytest test_calc.py --basetemp={victim}",
+    "python -m pytest test_calc.py --debug={victim}/keep.txt",
+    "python -m pytest test_calc.py --rootdir={out}",
+    "python -m pytest test_calc.py --confcutdir={out}",
+    "python -m pytest test_calc.py --junitxml={victim}/keep.txt",
+    "python -m pytest test_calc.py -W error::evilmod.Warning",
+    "python -m pytest link/test_evil.py",
+    "python -m pytest test_calc.py -- {out}/test_evil.py",
+    "pytest -p evilmod test_calc.py",
+]
+
+
+@pytest.mark.parametrize("command", HOSTILE_ARGUMENTS)
+def test_plan_arguments_that_load_code_or_leave_the_root_are_refused(
+    tmp_path: Path, template: Dict[str, object], command: str
+) -> None:
+    places = _outside(tmp_path)
+    project = _copy(template, tmp_path / "p")
+    (project / "link").symlink_to(places["out"], target_is_directory=True)
+    incident_id = str(template["incident_id"])
+    _set_plan(project, incident_id, command.format(out=places["out"], victim=places["victim"]))
+    marker = tmp_path / "PWNED"
+    store = Store(project / ".selfheal")
+    before = len(store.read_events(incident_id)[0])
+    result = selfheal(project, "loop", incident_id, env={"TRUST_MARKER": str(marker)})
+    assert not marker.exists(), f"{command!r} loaded code it was not allowed to"
+    assert (places["victim"] / "keep.txt").read_text() == "keep", f"{command!r} touched a path outside the root"
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "refusing verification command" in one_error_line(result.stderr)
+    events = store.read_events(incident_id)[0][before:]
+    assert [e.event for e in events] == ["decision_point_needed"] and events[0].get("refused"), events
+    assert store.count_attempts(incident_id) == 0
+    assert store.read_status(incident_id) != "resolved"
+
+
+SAFE_ARGUMENTS = [
+    "python -m pytest -q test_calc.py::test_sub",
+    "python -m pytest -vv -x -rA --tb=short --no-header -p no:cacheprovider test_calc.py::test_sub",
+    "python -m pytest -q -k sub -m 'not slow' --maxfail=1 test_calc.py",
+    "python -m pytest -q ./test_calc.py::test_sub {project}/test_calc.py::test_sub",
+]
+
+
+@pytest.mark.parametrize("command", SAFE_ARGUMENTS)
+def test_safe_plan_arguments_still_run(tmp_path: Path, template: Dict[str, object], command: str) -> None:
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    _set_plan(project, incident_id, command.format(project=project))
+    result = selfheal(project, "loop", incident_id)
+    assert result.returncode == 1, result.stdout + result.stderr  # ran, still failing: unresolved
+    assert Store(project / ".selfheal").count_attempts(incident_id) >= 1
+
+
+def test_options_the_capture_recorded_are_trusted_in_the_plan_too(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "rec", {"test_calc.py": DETERMINISTIC})
+    incident_id = capture(project, "-W", "default")
+    store = Store(project / ".selfheal")
+    assert store.read_incident(incident_id)["pytest_options"][-2:] == ["-W", "default"]
+    _set_plan(project, incident_id, "python -m pytest -W default -q test_calc.py::test_sub")
+    result = selfheal(project, "loop", incident_id)
+    assert result.returncode == 1, result.stdout + result.stderr
+    # ... but not an option incident.json claims the capture recorded and the loop sets itself.
+    other = make_project(tmp_path / "edit", {"test_calc.py": DETERMINISTIC})
+    other_id = capture(other)
+    path = other / ".selfheal" / "error_inbox" / other_id / "incident.json"
+    doc = json.loads(path.read_text())
+    doc["pytest_options"] = ["--basetemp", str(tmp_path / "victim")]
+    path.write_text(json.dumps(doc))
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "keep.txt").write_text("keep")
+    result = selfheal(other, "loop", other_id)
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert (tmp_path / "victim" / "keep.txt").exists()
+
+
+def test_the_verification_rootdir_is_not_read_from_incident_json(tmp_path: Path, template: Dict[str, object]) -> None:
+    places = _outside(tmp_path)
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    # A rootdir elsewhere holding a test_calc.py that passes and writes the marker.
+    (places["out"] / "test_calc.py").write_text(EVIL_TEST + "\ndef test_sub():\n    pass\n")
+    path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    doc = json.loads(path.read_text())
+    doc["rootdir"] = str(places["out"])
+    path.write_text(json.dumps(doc))
+    marker = tmp_path / "PWNED"
+    result = selfheal(project, "loop", incident_id, env={"TRUST_MARKER": str(marker)})
+    assert not marker.exists(), "the verification ran in the rootdir incident.json named"
+    assert result.returncode == 1, result.stdout + result.stderr  # verified here: still failing
+    assert Store(project / ".selfheal").read_status(incident_id) != "resolved"
+
+
+def test_a_bare_runner_never_resolves_through_a_relative_path_entry(tmp_path: Path, template: Dict[str, object]) -> None:
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    marker = tmp_path / "PWNED"
+    fake = project / "pytest"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    fake.chmod(0o755)
+    _set_plan(project, incident_id, "pytest -q test_calc.py::test_sub")
+    for path_value in (":" + os.environ["PATH"], "." + os.pathsep + os.environ["PATH"], os.environ["PATH"] + ":"):
+        result = selfheal(project, "loop", incident_id, env={"PATH": path_value})
+        assert not marker.exists(), f"PATH={path_value[:20]}… ran the committed ./pytest"
+        assert result.returncode in (1, 5), result.stdout + result.stderr
+    # The installed runner is still found on the absolute entries.
+    assert shutil.which("pytest") is not None
