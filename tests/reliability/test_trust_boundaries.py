@@ -184,3 +184,86 @@ def test_a_bare_runner_never_resolves_through_a_relative_path_entry(tmp_path: Pa
         assert result.returncode in (1, 5), result.stdout + result.stderr
     # The installed runner is still found on the absolute entries.
     assert shutil.which("pytest") is not None
+
+
+# --------------------------------------------------------------------------- symlinks (finding 4)
+
+
+def _plant_link(root: Path, incident_id: str, what: str, outside: Path) -> None:
+    """Replace one entry of the reports root by a symbolic link to ``outside``."""
+    if what == "audit_tail":
+        link = root / "error_inbox" / incident_id / "audit_tail.jsonl"
+        shutil.copy(link, outside / "audit_tail.jsonl")
+        link.unlink()
+        link.symlink_to(outside / "audit_tail.jsonl")
+    elif what == "runs":
+        (root / "error_runs").mkdir(exist_ok=True)
+        (root / "error_runs" / incident_id).symlink_to(outside, target_is_directory=True)
+    elif what == "escalated":
+        (root / "error_archive").mkdir(exist_ok=True)
+        (root / "error_archive" / "escalated").symlink_to(outside, target_is_directory=True)
+    elif what == "lock":
+        (root / ".lock").unlink(missing_ok=True)
+        (root / ".lock").symlink_to(outside / "lockfile")
+    elif what == "incident_folder":
+        folder = root / "error_inbox" / incident_id
+        shutil.move(str(folder), str(outside / incident_id))
+        folder.symlink_to(outside / incident_id, target_is_directory=True)
+    elif what == "inbox":
+        shutil.move(str(root / "error_inbox"), str(outside / "error_inbox"))
+        (root / "error_inbox").symlink_to(outside / "error_inbox", target_is_directory=True)
+    elif what == "plans":
+        shutil.move(str(root / "error_plans"), str(outside / "error_plans"))
+        (root / "error_plans").symlink_to(outside / "error_plans", target_is_directory=True)
+
+
+def _snapshot(folder: Path) -> Dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else b"<dir>")
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("what", ["audit_tail", "runs", "escalated", "lock", "incident_folder", "inbox"])
+def test_store_writes_never_follow_a_symlink_out_of_the_reports_root(
+    tmp_path: Path, template: Dict[str, object], what: str
+) -> None:
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _plant_link(project / ".selfheal", incident_id, what, outside)
+    before = _snapshot(outside)
+    result = selfheal(project, "loop", incident_id)
+    assert _snapshot(outside) == before, f"{what}: selfheal loop wrote outside the reports root"
+    assert result.returncode == 5, result.stdout + result.stderr
+    line = one_error_line(result.stderr)
+    assert "symbolic link" in line, line
+
+
+def test_confine_refuses_links_and_paths_outside(tmp_path: Path) -> None:
+    from pytest_selfheal.errors import RefusedError
+    from pytest_selfheal.store import fsio
+
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    (root / "link").symlink_to(root / "real", target_is_directory=True)  # even a link that stays inside
+    assert fsio.confine(root, root / "real" / "new" / "file.json") == root / "real" / "new" / "file.json"
+    for path in (root / "link" / "x.json", tmp_path / "elsewhere.json", root / ".." / "x"):
+        with pytest.raises(RefusedError):
+            fsio.confine(root, path)
+    # The root itself may be a link: where the user keeps it is the user's choice.
+    (tmp_path / "alias").symlink_to(root, target_is_directory=True)
+    assert fsio.confine(tmp_path / "alias", tmp_path / "alias" / "real" / "f") == tmp_path / "alias" / "real" / "f"
+
+
+def test_a_replan_does_not_write_through_a_symlinked_plans_folder(tmp_path: Path, template: Dict[str, object]) -> None:
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = project / ".selfheal"
+    shutil.rmtree(root / "error_plans" / incident_id)
+    (root / "error_plans" / incident_id).symlink_to(outside, target_is_directory=True)
+    result = selfheal(project, "plan", incident_id, "--force")
+    assert list(outside.iterdir()) == [], "the plan was written outside the reports root"
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "symbolic link" in one_error_line(result.stderr)
