@@ -8,6 +8,7 @@ optionally runs the loop, and writes the report.
 from __future__ import annotations
 
 import importlib
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -18,7 +19,7 @@ import pytest
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.junit.writer import FailedReport
@@ -161,6 +162,11 @@ class Recorder:
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
             return []
+        if os.environ.get(CI_RUN_ENV):
+            # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
+            # session): adopting one would let an incident committed to the repository choose
+            # what runs under the job's token. The failures are captured as ci's own incident.
+            return []
 
         try:
             found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(Store(self.reports_root))
@@ -271,6 +277,7 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
                 warnings=warnings,
+                ci_run=os.environ.get(CI_RUN_ENV) or None,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

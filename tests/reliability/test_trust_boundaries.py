@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from helpers import capture, clone_project, make_project, selfheal
+from helpers import PY, capture, cli, clone_project, git_commit_all, incident_ids, make_project, run_env, selfheal
 
 from pytest_selfheal.store.root import Store
 
@@ -267,3 +268,66 @@ def test_a_replan_does_not_write_through_a_symlinked_plans_folder(tmp_path: Path
     assert list(outside.iterdir()) == [], "the plan was written outside the reports root"
     assert result.returncode == 5, result.stdout + result.stderr
     assert "symbolic link" in one_error_line(result.stderr)
+
+
+# --------------------------------------------------------------------------- selfheal ci (finding 5)
+
+CI_TEST = """
+    import os
+
+    def test_ok():
+        assert True
+
+    def test_bad():
+        assert os.environ.get("CI_MESSAGE", "one") == "fixed"
+"""
+
+
+def _ci_env(**extra: str) -> Dict[str, str]:
+    env = run_env(extra)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # as in a job: the plugin autoloads
+    env["PYTEST_ADDOPTS"] = "-p no:hypothesispytest -p no:cacheprovider"
+    for key in [k for k in env if k.startswith("GITHUB_")]:
+        env.pop(key)
+    return env
+
+
+def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"test_app.py": CI_TEST}, git=False)
+    committed = capture(project)  # the PR author's own capture, with its plan, committed
+    assert selfheal(project, "plan", committed).returncode == 0
+    store = Store(project / ".selfheal")
+    assert store.read_status(committed) == "planned"
+    (project / ".gitignore").write_text("__pycache__/\n")
+    git_commit_all(project, "PR: commit a reports root")
+    # Same node id, another message: before the fix agent mode took this run as an attempt of
+    # the committed incident and ci looped it with the committed plan.
+    done = cli("ci", "--set", "max_iterations=1", "--", "-q", cwd=project, env=_ci_env(CI_MESSAGE="two"))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert store.count_attempts(committed) == 0, "the committed incident was adopted"
+    assert store.read_status(committed) == "planned"
+    looped = [line for line in done.stdout.splitlines() if "running the RALF-Lite loop on" in line]
+    assert len(looped) == 1 and committed not in looped[0], done.stdout
+    (own,) = [i for i in incident_ids(project / ".selfheal") if i != committed]
+    assert store.read_incident(own).get("ci_run"), "the capture did not record ci's run token"
+    assert looped[0].endswith(own)
+
+
+def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"test_app.py": CI_TEST})
+    argv = [PY, "-m", "pytest_selfheal", "ci", "--set", "max_iterations=1", "--", "-q"]
+    procs = [subprocess.Popen(argv, cwd=project, env=_ci_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True) for _ in range(4)]
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    looped: List[str] = []
+    for output in outputs:
+        assert "Traceback" not in output, output
+        lines = [line for line in output.splitlines() if "running the RALF-Lite loop on" in line]
+        assert len(lines) == 1, output
+        looped.append(lines[0].rsplit(" ", 1)[1])
+    assert len(set(looped)) == 4, f"two ci runs chose the same incident: {looped}"
+    store = Store(project / ".selfheal")
+    tokens = {store.read_incident(i).get("ci_run") for i in looped}
+    assert len(tokens) == 4 and None not in tokens
+    for incident_id in looped:
+        assert store.count_attempts(incident_id) == 1, incident_id
