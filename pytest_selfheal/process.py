@@ -17,9 +17,14 @@ Every child selfheal starts — a verification selection, a repair command, the 
   bounded tail;
 - the child dies when selfheal dies. On Linux the child asks the kernel for SIGKILL when
   its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which also covers a SIGKILLed
-  selfheal. Elsewhere — and for grandchildren, which PDEATHSIG does not reach — an
-  ``atexit`` handler SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into
-  one by the loop) stops the group before it propagates.
+  selfheal. Grandchildren, which PDEATHSIG does not reach, are taken down with their
+  group by the **reaper** (:class:`_Reaper`, POSIX): one small helper process per selfheal
+  process, started with the first child, to which every live group is announced through a
+  pipe; when selfheal dies in any way (SIGKILL included) the pipe reaches end-of-file and
+  the reaper SIGKILLs every group still announced. On a normal exit an ``atexit`` handler
+  SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into one by the loop)
+  stops the group before it propagates. A grandchild that leaves the group on purpose
+  (``setsid``) escapes all of them.
 
 Trade-off of PDEATHSIG: ``subprocess`` offers no way to call prctl in the child except
 ``preexec_fn``, which runs Python between fork and exec. That is unsafe in general with
@@ -128,6 +133,92 @@ def _kill_live_groups() -> None:
 
 
 atexit.register(_kill_live_groups)
+
+# The reaper's program: groups announced as "+PGID" / "-PGID" lines on stdin; at end-of-file
+# (our process is gone, however it died) every group still announced is SIGKILLed.
+_REAPER_CODE = """
+import os, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+groups, pending = set(), b""
+while True:
+    try:
+        data = os.read(0, 4096)
+    except InterruptedError:
+        continue
+    except OSError:
+        break
+    if not data:
+        break
+    *lines, pending = (pending + data).split(b"\\n")
+    for line in lines:
+        if line[:1] == b"+":
+            groups.add(int(line[1:]))
+        elif line[:1] == b"-":
+            groups.discard(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Reaper:
+    """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
+    process groups of its children (grandchildren included). One per selfheal process
+    (a forked child starts its own), started on first use; if it cannot start, children
+    still have PDEATHSIG and the atexit handler."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner = -1
+        self._fd: Optional[int] = None
+        self._proc: Optional["subprocess.Popen[bytes]"] = None  # kept: a dropped Popen warns
+
+    def _pipe(self) -> Optional[int]:
+        if self._owner == os.getpid():
+            return self._fd
+        self._owner, self._fd = os.getpid(), None
+        try:
+            read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        except OSError:
+            return None
+        try:
+            # Not through run(): the reaper must outlive us, so no PDEATHSIG and no group kill.
+            self._proc = subprocess.Popen(  # noqa: S603 - argv list, shell=False
+                [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
+            )
+        except OSError:
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        self._fd = write_end
+        return write_end
+
+    def _send(self, line: str) -> None:
+        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+            return
+        with self._lock:
+            fd = self._pipe()
+            if fd is None:
+                return
+            try:
+                os.write(fd, line.encode("ascii"))
+            except OSError:  # the reaper is gone: PDEATHSIG and atexit remain
+                self._fd = None
+
+    def watch(self, pgid: int) -> None:
+        """Announce a live group: SIGKILLed if we die while it is announced."""
+        self._send(f"+{pgid}\n")
+
+    def forget(self, pgid: int) -> None:
+        """The group is gone (or stopped by us): nothing to do for it any more."""
+        self._send(f"-{pgid}\n")
+
+
+_REAPER = _Reaper()
 
 
 @functools.lru_cache(maxsize=1)
@@ -344,6 +435,7 @@ def run(
             return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)
         with _LIVE_LOCK:
             _LIVE.add(proc)
+        _REAPER.watch(proc.pid)
         try:
             if on_line is not None:
                 assert proc.stdout is not None
@@ -353,6 +445,7 @@ def run(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
+            _REAPER.forget(proc.pid)
     finally:
         if sink is not None:
             sink.close()

@@ -54,7 +54,14 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
-from pytest_selfheal.loop.verify import COLLECTION_KEY, check_command, observe, run_selection
+from pytest_selfheal.loop.verify import (
+    COLLECTION_KEY,
+    check_command,
+    observe,
+    remove_stale_verify_dirs,
+    run_selection,
+    verify_dir_prefix,
+)
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import default_redactor
@@ -225,6 +232,7 @@ def run_loop(
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
     _refuse_interrupted_archive(store, incident_id)
+    remove_stale_verify_dirs()  # what a SIGKILLed loop left: unredacted output of its runs
     say = out or (lambda line: None)
     if unattended is None:
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
@@ -387,7 +395,7 @@ def _verify_and_record(
     codes: List[Optional[int]] = []
     timed_out = False
     duration = 0.0
-    with tempfile.TemporaryDirectory(prefix="selfheal-verify-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 run = run_selection(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -355,6 +358,56 @@ def run_selection(
     )
 
 
+# --------------------------------------------------------------------------- scratch folders
+
+# A verification's junit and raw (unredacted) output live in a temp folder named after the
+# loop's pid, so that the next loop can tell one a SIGKILL left behind from a live one.
+VERIFY_DIR_PREFIX = "selfheal-verify-"
+
+
+def verify_dir_prefix() -> str:
+    """``selfheal-verify-<pid>-``: the prefix of this process's verification temp folders."""
+    return f"{VERIFY_DIR_PREFIX}{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> List[Path]:
+    """Remove the verification temp folders a killed loop left (``selfheal-verify-<pid>-*``
+    in the temp directory): only ours (a real folder, not a link, owned by our user) and
+    only stale (their pid is dead). Returns what was removed; never raises."""
+    base = Path(tempfile.gettempdir() if tmp is None else tmp)
+    removed: List[Path] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    uid = getattr(os, "getuid", lambda: None)()
+    for entry in entries:
+        if not entry.name.startswith(VERIFY_DIR_PREFIX):
+            continue
+        pid_text = entry.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid) or _pid_alive(int(pid_text)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
 # --------------------------------------------------------------------------- observing
 
 
@@ -491,6 +544,8 @@ __all__ = [
     "VERIFYING_ENV",
     "VerificationRun",
     "check_allowed",
+    "remove_stale_verify_dirs",
+    "verify_dir_prefix",
     "check_command",
     "inside_root",
     "option_groups",

@@ -13,16 +13,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from helpers import PY, capture, cli, clone_project, git_commit_all, incident_ids, make_project, run_env, selfheal
+from helpers import (PY, capture, cli, clone_project, git_commit_all, incident_ids, make_project, run_env, selfheal,
+                     selfheal_process)
 
 from pytest_selfheal.store.root import Store
 
 from .conftest import DETERMINISTIC, one_error_line
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGKILL are POSIX")
 
 EVIL_MODULE = """
 import os
@@ -331,3 +336,105 @@ def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_pa
     assert len(tokens) == 4 and None not in tokens
     for incident_id in looped:
         assert store.count_attempts(incident_id) == 1, incident_id
+
+
+# --------------------------------------------------------------------------- process hygiene (finding 6)
+
+HANGS_WITH_A_GRANDCHILD = """
+    import os, subprocess, time
+
+    def test_hang():
+        hang = os.environ.get("HANG_DIR")
+        if os.environ.get("SELFHEAL_VERIFYING") and hang and os.path.exists(os.path.join(hang, "hang")):
+            child = subprocess.Popen(["sleep", "120"])
+            with open(os.path.join(hang, "grandchild.pid"), "w") as handle:
+                handle.write(str(child.pid))
+            with open(os.path.join(hang, "child.pid"), "w") as handle:
+                handle.write(str(os.getpid()))
+            time.sleep(120)
+        assert False, "fails"
+"""
+
+REPAIR_WITH_A_GRANDCHILD = (
+    "import os, subprocess, time; hang = os.environ['HANG_DIR']; "
+    "child = subprocess.Popen(['sleep', '120']); "
+    "open(os.path.join(hang, 'grandchild.pid'), 'w').write(str(child.pid)); "
+    "open(os.path.join(hang, 'child.pid'), 'w').write(str(os.getpid())); time.sleep(120)"
+)
+
+
+def _kill_loop_and_check(project: Path, hang: Path, *args: str) -> None:
+    from test_process import gone_within, wait_for_file
+
+    (hang / "hang").write_text("")
+    env = run_env({"HANG_DIR": str(hang), "TMPDIR": str(hang / "tmp")})
+    loop = subprocess.Popen([PY, "-m", "pytest_selfheal", "loop", *args], cwd=project, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = int(wait_for_file(hang / "child.pid", 120))
+        grandchild = int(wait_for_file(hang / "grandchild.pid", 120))
+        os.kill(loop.pid, signal.SIGKILL)  # no finally, no atexit in selfheal: nothing of ours runs
+        loop.wait()
+        assert gone_within(child, 30), "the child outlived the SIGKILLed selfheal loop"
+        assert gone_within(grandchild, 30), "a grandchild outlived the SIGKILLed selfheal loop"
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+        for name in ("child.pid", "grandchild.pid"):
+            path = hang / name
+            if path.is_file() and path.read_text().strip():
+                try:
+                    os.kill(int(path.read_text()), signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def _hanging(tmp_path: Path) -> "tuple[Path, str, Path]":
+    """(project, its incident, the folder of pid files and the loop's TMPDIR)."""
+    project = make_project(tmp_path / "p", {"test_hang.py": HANGS_WITH_A_GRANDCHILD})
+    hang = tmp_path / "hang"
+    (hang / "tmp").mkdir(parents=True)
+    return project, capture(project), hang
+
+
+@posix_only
+def test_a_sigkilled_loop_leaves_no_verification_process_and_its_folder_is_cleaned_next_time(tmp_path: Path) -> None:
+    project, incident_id, hang = _hanging(tmp_path)
+    _kill_loop_and_check(project, hang, incident_id)
+    left = sorted(p.name for p in (hang / "tmp").iterdir())
+    assert len(left) == 1 and left[0].startswith("selfheal-verify-"), left  # the killed run's folder
+    # The next start removes it (its pid is dead), and removes nothing else.
+    other = hang / "tmp" / "selfheal-verify-notapid-x"
+    other.mkdir()
+    (hang / "hang").unlink()
+    result = selfheal_process(project, "loop", incident_id, env={"HANG_DIR": str(hang), "TMPDIR": str(hang / "tmp")})
+    assert "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in (hang / "tmp").iterdir()) == [other.name]
+
+
+@posix_only
+def test_a_sigkilled_loop_leaves_no_repair_process(tmp_path: Path) -> None:
+    project, incident_id, hang = _hanging(tmp_path)
+    command = json.dumps([PY, "-c", REPAIR_WITH_A_GRANDCHILD])
+    _kill_loop_and_check(project, hang, incident_id, "--set", f"repair.command={command}")
+
+
+def test_stale_verify_folders_only_ours_only_dead(tmp_path: Path) -> None:
+    from pytest_selfheal.loop.verify import remove_stale_verify_dirs, verify_dir_prefix
+
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"selfheal-verify-{dead.pid}-abc"
+    live = tmp_path / f"selfheal-verify-{os.getppid()}-abc"  # a live process's folder
+    own = tmp_path / f"{verify_dir_prefix()}abc"
+    unrelated = tmp_path / f"other-{dead.pid}"
+    target = tmp_path / "target"
+    for folder in (stale, live, own, unrelated, target):
+        folder.mkdir()
+        (folder / "junit_0.xml.out").write_text("output")
+    link = tmp_path / f"selfheal-verify-{dead.pid}-link"
+    link.symlink_to(target, target_is_directory=True)
+    assert remove_stale_verify_dirs(tmp_path) == [stale]
+    assert not stale.exists()
+    assert all(p.exists() for p in (live, own, unrelated, link, target / "junit_0.xml.out"))
