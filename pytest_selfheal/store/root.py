@@ -461,7 +461,8 @@ class Store(StoreReader):
             bucket, folder = self.locate(incident_id)
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open (error_inbox); archive it before pruning")
-            fsio.move(self.confined(folder), self.confined(self.archive_root / f"{PRUNING_PREFIX}{incident_id}"))
+            # Renaming a linked incident folder moves the link, never what it points at.
+            fsio.move(folder, self.confined(self.archive_root / f"{PRUNING_PREFIX}{incident_id}"))
             self._finish_prune(incident_id)
 
     def finish_prunes(self) -> List[str]:

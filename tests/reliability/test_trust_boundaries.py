@@ -438,3 +438,17 @@ def test_stale_verify_folders_only_ours_only_dead(tmp_path: Path) -> None:
     assert remove_stale_verify_dirs(tmp_path) == [stale]
     assert not stale.exists()
     assert all(p.exists() for p in (live, own, unrelated, link, target / "junit_0.xml.out"))
+
+
+def test_pruning_a_linked_incident_removes_the_link_not_its_target(tmp_path: Path, template: Dict[str, object]) -> None:
+    project = _copy(template, tmp_path / "p")
+    incident_id = str(template["incident_id"])
+    assert selfheal(project, "archive", incident_id, "--as", "escalated").returncode == 0
+    folder = project / ".selfheal" / "error_archive" / "escalated" / incident_id
+    outside = tmp_path / "outside"
+    shutil.move(str(folder), str(outside))
+    folder.symlink_to(outside, target_is_directory=True)
+    before = _snapshot(outside)
+    Store(project / ".selfheal").prune(incident_id)
+    assert not os.path.lexists(folder)
+    assert _snapshot(outside) == before
