@@ -153,6 +153,9 @@ class Recorder:
         self.incident_id: Optional[str] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
+        # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
+        # tests and the processes they start do not see it (it marks what this run captures).
+        self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
         self.open_incidents: List["OpenIncident"] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
@@ -162,7 +165,7 @@ class Recorder:
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
             return []
-        if os.environ.get(CI_RUN_ENV):
+        if self.ci_run:
             # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
             # session): adopting one would let an incident committed to the repository choose
             # what runs under the job's token. The failures are captured as ci's own incident.
@@ -277,7 +280,7 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
                 warnings=warnings,
-                ci_run=os.environ.get(CI_RUN_ENV) or None,
+                ci_run=self.ci_run,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

@@ -307,11 +307,12 @@ def run_ci(
     store = Store(root)
     before = snapshot(store)
     test_env = child_env(source)
-    token = test_env[CI_RUN_ENV] = new_run_token()  # what this run captures holds it (finding 5, issue 12)
+    # What this run captures holds the token (issue 12, finding 5); only the capturing pytest gets it.
+    token = new_run_token()
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
-    code = run_pytest(argv, cwd=here, env=test_env, stream=out)
+    code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
     incident_id = captured_incident(store, before, token)
 
     error: Optional[SelfhealError] = None

@@ -284,6 +284,9 @@ CI_TEST = """
         assert True
 
     def test_bad():
+        if os.environ.get("SEEN_FILE"):
+            with open(os.environ["SEEN_FILE"], "a") as seen:
+                seen.write(os.environ.get("SELFHEAL_CI_RUN", "<absent>") + "\\n")
         assert os.environ.get("CI_MESSAGE", "one") == "fixed"
 """
 
@@ -307,7 +310,9 @@ def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path)
     git_commit_all(project, "PR: commit a reports root")
     # Same node id, another message: before the fix agent mode took this run as an attempt of
     # the committed incident and ci looped it with the committed plan.
-    done = cli("ci", "--set", "max_iterations=1", "--", "-q", cwd=project, env=_ci_env(CI_MESSAGE="two"))
+    seen = tmp_path / "seen.txt"
+    done = cli("ci", "--set", "max_iterations=1", "--", "-q", cwd=project,
+               env=_ci_env(CI_MESSAGE="two", SEEN_FILE=str(seen)))
     assert "Traceback" not in done.stderr, done.stderr
     assert store.count_attempts(committed) == 0, "the committed incident was adopted"
     assert store.read_status(committed) == "planned"
@@ -316,6 +321,8 @@ def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path)
     (own,) = [i for i in incident_ids(project / ".selfheal") if i != committed]
     assert store.read_incident(own).get("ci_run"), "the capture did not record ci's run token"
     assert looped[0].endswith(own)
+    # The token marks the capture; the tests themselves never see it.
+    assert set(seen.read_text().split()) == {"<absent>"}, seen.read_text()
 
 
 def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_path: Path) -> None:
