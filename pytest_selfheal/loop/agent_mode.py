@@ -153,6 +153,7 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
         )
+        result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
         result.touched.append(incident.incident_id)
         result.covered.update(selection)

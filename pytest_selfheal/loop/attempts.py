@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.records import AGENT, LOOP
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide
@@ -43,7 +45,7 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -61,6 +63,7 @@ class IterationOutcome:
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[Dict[str, Any]] = None  # when closed
+    warnings: List[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
 
 
 def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
@@ -173,6 +176,55 @@ def require_inbox(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- record
 
 
+def _record_history(
+    store: "Store",
+    incident_id: str,
+    iteration: int,
+    *,
+    effective: EffectiveConfig,
+    incident: Any,
+    attempts: Sequence[Any],
+    observations: Sequence[policy.Observation],
+    failures: Sequence[Failure],
+    mode: str,
+    project_root: Path,
+) -> List[str]:
+    """Record this iteration in the failure history (docs/history.md); the warning, if any.
+
+    Its failures as ``failed`` (or ``quarantined``); a test that failed before and passes
+    now with no code change as ``passed_on_rerun`` (with the fingerprint it failed with);
+    one that passes after a code change as ``passed``. Keyed by incident and iteration, so
+    a resumed close-out never records it twice.
+    """
+    fingerprints: Dict[str, str] = {}
+    for record in [incident, *attempts]:
+        # A document, or a store record (records/: exact JSON round trip through to_json()).
+        doc: Mapping[str, Any] = record if isinstance(record, Mapping) else record.to_json()
+        for failure in doc.get("failures") or ():
+            if isinstance(failure, Mapping):
+                nodeid = failure.get("nodeid") or failure.get("test")
+                if isinstance(nodeid, str) and isinstance(failure.get("fingerprint"), str):
+                    fingerprints[nodeid] = str(failure["fingerprint"])
+    current = observations[-1]
+    previous = observations[:-1]
+    newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
+    failed_before = {n for obs in previous for n, o in obs.outcomes.items() if o in FAILING_OUTCOMES}
+    passing = [n for n, o in current.outcomes.items() if o == OUTCOME_PASSED and n in failed_before]
+    rerun = [n for n in passing if n in newly_flaky and n in fingerprints]
+    failing = [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures]
+    failing += [Failing(n, fingerprints[n]) for n in rerun]
+    kind = AGENT if mode == "agent" else LOOP
+    result = record_and_triage(
+        store.root, effective.settings.history,
+        run_info(run_key=f"{kind}:{incident_id}:{iteration}", kind=kind, project_root=project_root,
+                 incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
+        failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
+    )
+    # The capture (or the job) already said what is wrong with the quarantine file; only a
+    # database that cannot be used is worth a line per iteration.
+    return [result.unavailable] if result.unavailable else []
+
+
 def record_iteration(
     store: "Store",
     incident_id: str,
@@ -261,13 +313,17 @@ def record_iteration(
         kill_point("record:after_attempt")
         store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))
         kill_point("record:after_verification_event")
+        history_warnings = _record_history(
+            store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
+            observations=observations, failures=failures, mode=mode, project_root=project_root,
+        )
         if decision.same_error_repeats >= 2:
             store.append_event(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line)
+            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings)
         result = finalize(
             store,
             incident_id,
@@ -276,7 +332,7 @@ def record_iteration(
             observations=observations,
             project_root=project_root,
         )
-        return IterationOutcome(attempt, decision, True, line, result)
+        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings)
 
 
 

@@ -355,6 +355,8 @@ def _drive(
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
             env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
         )
+        for warning in outcome.warnings:
+            say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
         if outcome.closed:
             assert outcome.run_result is not None

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.models import TOOLING_ENV
 
@@ -420,6 +421,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
         "tests_fixed": tests_fixed,
         "flaky_tests": list(unique(flaky)),
         "new_failures": new_failures,
+        "triage": report_triage(failures, flaky),
         "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
         "handoff": handoff,
     }
@@ -479,6 +481,7 @@ def finish_report(report: Dict[str, Any]) -> Dict[str, Any]:
     _label_tasks(incidents)
     report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
     report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
+    report["triage_summary"] = triage_summary([t for e in incidents for t in dicts(e.get("triage"))])
     worst = deciding_incident(incidents)
     if worst is None:
         report["stop_reason"] = None

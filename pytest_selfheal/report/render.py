@@ -149,7 +149,10 @@ def render_headline(report: Mapping[str, Any]) -> str:
     iterations = sum(as_int(e.get("loops_used")) for e in incidents)
     details = [who, plural(iterations, "iteration")]
     flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
-    if flaky:
+    triage = report.get("triage_summary")
+    if isinstance(triage, Mapping) and isinstance(triage.get("line"), str):
+        details.append(text(triage["line"], 120))  # "2 new, 1 known on main, 1 flaky" (flaky included)
+    elif flaky:
         details.append(plural(flaky, "flaky test"))
     status = text(report.get("final_status") or "unknown", 60)
     reason = report.get("stop_reason")
@@ -222,6 +225,23 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
             prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
             lines.append(f"- {prefix}: {code(signature)}")
     return lines
+
+
+def _section_triage(report: Mapping[str, Any], quarantined: bool) -> List[str]:
+    """The captured failures with their triage (docs/history.md), or the quarantined ones."""
+    rows = []
+    for entry in report["incidents"]:
+        for t in dicts(entry.get("triage")):
+            if (t.get("label") == "quarantined") == quarantined:
+                row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
+                row += [] if quarantined else [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
+                rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row + [text(t.get("detail") or DASH)])
+    if not rows:
+        return []
+    header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
+    title = ["### Quarantined Failures", "", "Still run and reported; they do not fail the `selfheal ci` job (the "
+             "quarantine file of the base revision on a pull request):", ""] if quarantined else ["### Failures", ""]
+    return title + _table((["Incident"] if _multi(report) else []) + header, rows)
 
 
 def _section_tasks(report: Mapping[str, Any]) -> List[str]:
@@ -512,6 +532,8 @@ def render_markdown(
     lines += _head(report)
     sections = [
         _section_stop(report),
+        _section_triage(report, quarantined=False),
+        _section_triage(report, quarantined=True),
         _section_tasks(report),
         _section_config(report),
         _section_fingerprints(report) if report["incidents"] else [],
