@@ -69,7 +69,13 @@ def run_incident_loop(
     whether stdin is a terminal; ``env`` is the test processes' environment (default
     ``os.environ``).
     """
-    project_root = verification_root(store.read_incident(incident_id), cwd, store.root)
+    incident = store.read_incident(incident_id)
+    project_root = verification_root(incident, cwd, store.root)
+    recorded = incident.get("rootdir")
+    if out is not None and isinstance(recorded, str) and recorded and Path(recorded).is_dir() \
+            and Path(recorded).resolve() != project_root:
+        out(f"selfheal: warning: incident {incident_id} names rootdir {recorded}, outside the project root; "
+            f"verifying in {project_root}")
     if interactive is None:
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = hooks.classification_rules(pluginmanager)

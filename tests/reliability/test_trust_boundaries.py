@@ -172,6 +172,7 @@ def test_the_verification_rootdir_is_not_read_from_incident_json(tmp_path: Path,
     marker = tmp_path / "PWNED"
     result = selfheal(project, "loop", incident_id, env={"TRUST_MARKER": str(marker)})
     assert not marker.exists(), "the verification ran in the rootdir incident.json named"
+    assert f"names rootdir {places['out']}, outside the project root" in result.stdout, result.stdout
     assert result.returncode == 1, result.stdout + result.stderr  # verified here: still failing
     assert Store(project / ".selfheal").read_status(incident_id) != "resolved"
 
