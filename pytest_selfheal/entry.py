@@ -18,11 +18,12 @@ import pluggy
 from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
 
-def verification_root(incident: Mapping[str, Any], project_root: Path, reports_root: Optional[Path] = None) -> Path:
+def verification_root(incident: Incident, project_root: Path, reports_root: Optional[Path] = None) -> Path:
     """Where the verification commands run: a root computed here, never a place
     incident.json chooses. The incident's recorded ``rootdir`` (node ids are relative to
     it) is used only when, resolved, it is ``project_root`` (pytest's rootdir rules from
@@ -30,8 +31,8 @@ def verification_root(incident: Mapping[str, Any], project_root: Path, reports_r
     inside one of them; otherwise ``project_root``. A hand-edited ``rootdir`` cannot move
     the run elsewhere."""
     base = Path(project_root).resolve()
-    rootdir = incident.get("rootdir")
-    if not isinstance(rootdir, str) or not rootdir:
+    rootdir = incident.rootdir
+    if not rootdir:
         return base
     bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
     try:
@@ -71,9 +72,8 @@ def run_incident_loop(
     """
     incident = store.read_incident(incident_id)
     project_root = verification_root(incident, cwd, store.root)
-    recorded = incident.get("rootdir")
-    if out is not None and isinstance(recorded, str) and recorded and Path(recorded).is_dir() \
-            and Path(recorded).resolve() != project_root:
+    recorded = incident.rootdir
+    if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
         out(f"selfheal: warning: incident {incident_id} names rootdir {recorded}, outside the project root; "
             f"verifying in {project_root}")
     if interactive is None:

@@ -244,6 +244,7 @@ class Recorder:
         covered: Set[str] = set()
         still_open: List[str] = []
         if self.outcomes:
+            run_options, unknown = capture_options(self.config)
             agent = _loop_side("agent_mode").record_agent_attempts(
                 store=Store(self.reports_root),
                 effective=self.effective,
@@ -255,6 +256,7 @@ class Recorder:
                 invocation=list(self.config.invocation_params.args),
                 started_at=self.started_at,
                 exit_code=exitstatus,
+                run_options=None if unknown else run_options,
             )
             self.lines.extend((ESSENTIAL, line) for line in agent.lines)
             covered, still_open = agent.covered, agent.still_open

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import git_commit_all
+from helpers import cli, git_commit_all
 from schema_check import assert_valid
 
 from pytest_selfheal.history.db import HistoryDB
@@ -140,3 +140,66 @@ def test_run_not_touching_the_selection_captures_normally(project: pytest.Pytest
     project.makepyfile(test_new="def test_new():\n    assert 1 == 2\n")
     project.runpytest("--selfheal", "test_new.py")
     assert len(_incident_dirs(project, "inbox")) == 2
+
+
+def test_an_exitfirst_run_counts_only_the_tests_that_ran(pytester: pytest.Pytester) -> None:
+    # Three failing tests; the agent fixes the second and runs with -x: the first fails again
+    # and pytest stops, so the second and third never run.
+    pytester.makepyfile(
+        mod="def f(x):\n    return x + 1\n\ndef g(x):\n    return x\n",
+        test_x="from mod import f, g\n\n"
+               "def test_a():\n    assert f(1) == 3\n\n"
+               "def test_b():\n    assert g(2) == 4\n\n"
+               "def test_c():\n    assert f(3) == 5\n",
+    )
+    _commit_all(pytester)
+    pytester.runpytest("--selfheal")
+    (incident,) = _incident_dirs(pytester, "inbox")
+    pytester.makepyfile(mod="def f(x):\n    return x + 1\n\ndef g(x):\n    return x * 2\n")
+    result = pytester.runpytest("--selfheal", "-x")
+    out = result.stdout.str()
+    match = STATUS_LINE.search(out)
+    # test_b is fixed but did not run: neither passed nor gone, and the run is not a success.
+    assert match and match["verdict"] != "STOP success", out
+    assert f"incident {incident.name}: this run ran 1 of 3 selected tests; 2 not run" in out
+    (attempt,) = _attempts(pytester, incident.name)
+    assert_valid("attempt", attempt)
+    assert attempt["not_run"] == ["test_x.py::test_b", "test_x.py::test_c"]
+    assert attempt["outcomes"] == {n: "failed" for n in ("test_x.py::test_a", "test_x.py::test_b", "test_x.py::test_c")}
+    assert attempt["verification_passed"] is False
+    # The report counts an iteration for an action only when it ran that action's tests.
+    code, report_json, err = cli("report", incident.name, "--format", "json", "--dir", str(_root(pytester)))
+    assert code == 0, err
+    report = json.loads(report_json)
+    (entry,) = report["incidents"]
+    tasks = {tuple(t["nodeids"]): t["attempts"] for t in entry["tasks"]}
+    assert tasks[("test_x.py::test_a",)] == 1
+    assert tasks[("test_x.py::test_b",)] == 0 and tasks[("test_x.py::test_c",)] == 0
+    assert entry["iterations"][0]["outcomes"] == {"test_x.py::test_a": "failed"}
+
+
+def test_an_agent_run_with_other_options_is_not_an_iteration(pytester: pytest.Pytester) -> None:
+    # Like with like: captured with a conftest option, an agent run without it fails on a
+    # different error ("run with --target"); that is not the incident's next iteration.
+    pytester.makeconftest(
+        "import pytest\n\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--target', default=None)\n\n"
+        "@pytest.fixture\ndef target(request):\n"
+        "    value = request.config.getoption('--target')\n"
+        "    if value is None:\n        pytest.fail('run with --target')\n    return value\n"
+    )
+    pytester.makepyfile(test_deploy="def test_deploy(target):\n    assert target == 'production'\n")
+    _commit_all(pytester)
+    assert pytester.runpytest("--selfheal", "--target=staging").ret == 1
+    (incident,) = _incident_dirs(pytester, "inbox")
+    result = pytester.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert (f"selfheal: incident {incident.name}: this run is not counted as an iteration: its options (none) "
+            "differ from the capture's (--target=staging)") in out
+    assert _attempts(pytester, incident.name) == [] and not STATUS_LINE.search(out)
+    assert _incident_dirs(pytester, "inbox") == [incident]  # and no second incident for it
+    result = pytester.runpytest("--selfheal", "--target=staging")
+    match = STATUS_LINE.search(result.stdout.str())
+    assert match and match["id"] == incident.name
+    (attempt,) = _attempts(pytester, incident.name)
+    assert attempt["mode"] == "agent"

@@ -33,6 +33,7 @@ from pytest_selfheal.records.run_result import (
     RunRepair,
     RunResult,
 )
+from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.schema import validate
 
 TESTS = Path(__file__).parent
@@ -131,6 +132,11 @@ def test_double(n):
 """
     )
     pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=3)
+    # Archived, then reopened (`selfheal reopen`): incident.json gains reopened_after_iteration.
+    store = Store(pytester.path / ".selfheal")
+    (incident_id,) = store.incident_ids()
+    store.archive(incident_id, "escalated")
+    store.reopen(incident_id)
     docs = list(root_documents(pytester.path / ".selfheal"))
     assert sorted({kind for kind, _, _ in docs}) == ["event", "incident", "plan"]
     return docs

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import CliResult, cli, selfheal_process
+from helpers import CliResult, capture, cli, make_project, selfheal_process
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, RefusedError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
 GHOST = "incident_20990101_000000_zz"
@@ -120,7 +122,7 @@ def test_show_text_and_json(project: Path) -> None:
     store.set_status(incident_id, "running")
     store.write_attempt(
         incident_id,
-        {
+        Attempt.from_json({
             "incident_id": incident_id,
             "iteration": 1,
             "started_at": "2026-02-17T12:02:00+00:00",
@@ -131,12 +133,13 @@ def test_show_text_and_json(project: Path) -> None:
             "result": "stop",
             "stop_reason": "max_iterations",
             "error_signature": "sig",
-        },
+        }, "test attempt"),
     )
     store.write_run_result(
         incident_id,
-        {"incident_id": incident_id, "final_status": "escalated", "loops_used": 1, "runtime_minutes": 0,
-         "same_error_repeats": 1, "archived_to": None, "stop_reason": "max_iterations"},
+        RunResult.from_json({"incident_id": incident_id, "final_status": "escalated", "loops_used": 1,
+                             "runtime_minutes": 0, "same_error_repeats": 1, "archived_to": None,
+                             "stop_reason": "max_iterations"}, "test run result"),
     )
     result = cli("show", incident_id, cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
@@ -319,3 +322,23 @@ def test_prune_rejects_a_bad_age(project: Path, days: str) -> None:
     result = cli("prune", "--older-than", days, cwd=project)
     assert result.returncode == EXIT_USAGE
     assert one_line_error(result) == f"selfheal: error: --older-than: expected a number of days >= 0, got {days!r}"
+
+
+def test_show_lists_the_failures_grouped_by_root_cause(tmp_path: Path) -> None:
+    tests = "".join(f"def test_{n}():\n    assert {n} == 0\n\n" for n in ("one", "two", "three", "four", "five", "six"))
+    project = make_project(tmp_path / "p", {"test_many.py": "one, two, three, four, five, six = range(1, 7)\n\n" + tests})
+    incident_id = capture(project)
+    code, out, err = cli("show", incident_id, "--json", cwd=project)
+    assert code == EXIT_OK, err
+    data = json.loads(out)
+    groups = data["failure_groups"]
+    # The groups are the plan's actions (one per root-cause group) and partition the failures.
+    assert [g["group"] for g in groups] == [a["id"] for a in data["plan"]["actions"]]
+    grouped = [n for g in groups for n in g["nodeids"]]
+    assert sorted(grouped) == sorted(f["nodeid"] for f in data["incident"]["failures"]) and len(grouped) == 6
+    code, text, _ = cli("show", incident_id, cwd=project)
+    assert f"failures    6 in {len(groups)} root-cause group" in text
+    for group in groups:
+        assert f"{group['group']} ({len(group['nodeids'])}): " in text
+        shown = group["nodeids"][:5]
+        assert all(f"- {n}" in text for n in shown)

@@ -11,10 +11,10 @@ like a fix.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
@@ -22,6 +22,8 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
 from pytest_selfheal.store.root import Store
 
@@ -36,6 +38,7 @@ class OpenIncident:
     selection: List[str]
     last_outcomes: Dict[str, str]
     last_failures: Dict[str, Failure]  # nodeid -> last known failure
+    options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
 
 
 @dataclass
@@ -48,39 +51,33 @@ class AgentResult:
     covered: Set[str] = field(default_factory=set)
 
 
-def failure_from_record(record: Mapping[str, Any]) -> Failure:
-    """A ``Failure`` from a recorded dict (incident or attempt), tolerating missing extras."""
-    names = {f.name for f in fields(Failure)}
-    data: Dict[str, Any] = {k: v for k, v in record.items() if k in names}
-    data.setdefault("test", str(record.get("nodeid") or ""))
-    data.setdefault("fingerprint", "")
-    data.setdefault("signature", "")
-    data.setdefault("scheme", 1)
-    data.setdefault("failure_type", "UNKNOWN")
-    data.setdefault("code_fixable", False)
-    data.setdefault("transient", False)
-    data.setdefault("failure_class", "deterministic")
-    data.setdefault("message", "")
-    data["target_paths"] = list(data.get("target_paths") or [])
-    return Failure(**data)
+def failure_from_record(record: FailureEntry) -> Failure:
+    """A ``Failure`` from a recorded failure (incident or attempt); a key the file lacks
+    takes the default a capture would have written."""
+    return Failure(
+        test=record.test or record.nodeid or "",
+        fingerprint=record.fingerprint,
+        signature=record.signature,
+        scheme=record.scheme or 1,
+        failure_type=record.failure_type or "UNKNOWN",
+        code_fixable=bool(record.code_fixable),
+        transient=bool(record.transient),
+        failure_class=record.failure_class or "deterministic",
+        message=record.message,
+        outcome=record.outcome or OUTCOME_FAILED,
+        nodeid=record.nodeid,
+        target_paths=list(record.target_paths),
+    )
 
 
-def _last_known(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
-    source: Mapping[str, Any]
+def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
     if attempts:
-        source = attempts[-1]
-        outcomes = {str(k): str(v) for k, v in (source.get("outcomes") or {}).items()}
+        outcomes = dict(attempts[-1].outcomes)
+        records = attempts[-1].failures
     else:
-        source = incident
-        outcomes = {}
-        for record in incident.get("failures") or []:
-            if record.get("nodeid"):
-                outcomes[str(record["nodeid"])] = str(record.get("outcome") or OUTCOME_FAILED)
-    failures = {}
-    for record in source.get("failures") or []:
-        if isinstance(record, Mapping) and record.get("nodeid"):
-            failures[str(record["nodeid"])] = failure_from_record(record)
-    return outcomes, failures
+        records = incident.failures
+        outcomes = {r.nodeid: r.outcome or OUTCOME_FAILED for r in records if r.nodeid}
+    return outcomes, {r.nodeid: failure_from_record(r) for r in records if r.nodeid}
 
 
 def open_incidents(store: "Store") -> List[OpenIncident]:
@@ -93,12 +90,15 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
         try:
             incident = store.read_incident(incident_id)
             plan = store.read_plan(incident_id)
-            selection = selection_nodeids(plan, incident, verification_argv(plan))
+            selection = selection_nodeids(plan, incident, verification_argv(plan.to_json()))
             outcomes, failures = _last_known(incident, store.read_attempts(incident_id))
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
         if selection:
-            found.append(OpenIncident(incident_id, selection, outcomes, failures))
+            # An incident captured before options were recorded has none to compare.
+            recorded = "pytest_options" in (incident.keys or ())
+            found.append(OpenIncident(incident_id, selection, outcomes, failures,
+                                      list(incident.pytest_options) if recorded else None))
     return found
 
 
@@ -114,8 +114,15 @@ def record_agent_attempts(
     invocation: Sequence[str],
     started_at: datetime,
     exit_code: Optional[int],
+    run_options: Optional[Sequence[str]] = None,
 ) -> AgentResult:
-    """Record this run as the next attempt of every open incident whose selection it ran."""
+    """Record this run as the next attempt of every open incident whose selection it ran.
+
+    Like with like: when ``run_options`` (this run's behaviour-changing options,
+    capture/options.py; None: unknown) differ from the options the incident was captured
+    with, the run is not an iteration of that incident — one line says which options to
+    use — and its failures of the selection wait (they are not a new incident either).
+    """
     result = AgentResult()
     touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
     if not touched:
@@ -126,6 +133,15 @@ def record_agent_attempts(
     command = shlex.join(["python", "-m", "pytest", *invocation])
     for incident in touched:
         selection = set(incident.selection)
+        if run_options is not None and incident.options is not None and list(run_options) != incident.options:
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: its options "
+                f"({shlex.join(run_options) or 'none'}) differ from the capture's "
+                f"({shlex.join(incident.options) or 'none'}); run pytest --selfheal with the capture's options"
+            )
+            result.covered.update(selection)
+            result.still_open.append(incident.incident_id)
+            continue
         run_outcomes: Dict[str, str] = {}
         run_failures: List[Failure] = []
         for nodeid in incident.selection:
@@ -138,6 +154,9 @@ def record_agent_attempts(
                 if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
                     run_failures.append(incident.last_failures[nodeid])
         new_failures = [f for f in failures if f.nodeid not in selection]
+        # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
+        # over above and listed, so they are never counted as run, gone or passed.
+        not_run = [n for n in incident.selection if n not in outcomes]
         outcome = record_iteration(
             store,
             incident.incident_id,
@@ -152,9 +171,16 @@ def record_agent_attempts(
             exit_code=exit_code,
             new_failures=new_failures,
             project_root=project_root,
+            not_run=not_run,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
+        if not_run:
+            ran = len(incident.selection) - len(not_run)
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run ran {ran} of {len(incident.selection)} "
+                f"selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep their last outcome"
+            )
         result.touched.append(incident.incident_id)
         result.covered.update(selection)
         if not outcome.closed:

@@ -45,11 +45,15 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
@@ -58,7 +62,7 @@ from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 class IterationOutcome:
     """What :func:`record_iteration` recorded and decided."""
 
-    attempt: Dict[str, Any]  # the attempt_XX.json written ({} when a pending stop was completed instead)
+    attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
     decision: policy.Decision
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
@@ -99,19 +103,19 @@ def _attempt_document(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     duration_seconds: Optional[float],
-    repair: Optional[Mapping[str, Any]],
-) -> Dict[str, Any]:
+    repair: Optional[RepairBlock],
+    not_run: Sequence[str] = (),
+) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
         duration_seconds = minutes_between(start, end) * 60.0
-    repair_doc = dict(repair) if repair is not None else None
-    actions = repair_doc.get("actions_applied") if repair_doc else None
-    return {
+    # Built as the JSON document, so the file keeps its key order (null values included).
+    doc = {
         "incident_id": incident_id,
         "iteration": iteration,
         "started_at": started_at,
         "finished_at": finished_at,
-        "actions_applied": [str(a) for a in actions] if isinstance(actions, list) else [],
+        "actions_applied": list(repair.actions_applied) if repair is not None else [],
         "verification_commands": list(verification_commands),
         "verification_passed": policy.is_success(observation),
         "result": decision.action,
@@ -129,26 +133,39 @@ def _attempt_document(
         "exit_code": exit_code,
         "duration_seconds": round(max(0.0, duration_seconds), 3),
         "timed_out": observation.timed_out,
-        "repair": repair_doc,
+        "repair": repair.to_json() if repair is not None else None,
         "scope_denied": observation.scope_denied,
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_dict(),
     }
+    if not_run:
+        doc["not_run"] = list(not_run)
+    return Attempt.from_json(doc, attempt_filename(iteration))
 
 
 # --------------------------------------------------------------------------- plan + status
 
 
-def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
+def ensure_plan(store: "Store", incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
-        plan = build_plan(store.read_incident(incident_id), generated_at=ev.format_ts())
+        # plan/build.py reads the incident as its JSON document.
+        plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=ev.format_ts())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
     if store.read_status(incident_id) == NEW:
         store.set_status(incident_id, PLANNED)
     return store.read_plan(incident_id)
+
+
+def reopen_incident(store: "Store", incident_id: str) -> Tuple[str, str, int]:
+    """``selfheal reopen``: an archived incident back to the inbox as ``planned``
+    (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
+    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
+    with store.lock():
+        ensure_plan(store, incident_id)
+        return store.reopen(incident_id)
 
 
 def start_running(store: "Store", incident_id: str, **data: Any) -> None:
@@ -182,8 +199,8 @@ def _record_history(
     iteration: int,
     *,
     effective: EffectiveConfig,
-    incident: Any,
-    attempts: Sequence[Any],
+    incident: Incident,
+    attempts: Sequence[Attempt],
     observations: Sequence[policy.Observation],
     failures: Sequence[Failure],
     mode: str,
@@ -197,14 +214,10 @@ def _record_history(
     a resumed close-out never records it twice.
     """
     fingerprints: Dict[str, str] = {}
-    for record in [incident, *attempts]:
-        # A document, or a store record (records/: exact JSON round trip through to_json()).
-        doc: Mapping[str, Any] = record if isinstance(record, Mapping) else record.to_json()
-        for failure in doc.get("failures") or ():
-            if isinstance(failure, Mapping):
-                nodeid = failure.get("nodeid") or failure.get("test")
-                if isinstance(nodeid, str) and isinstance(failure.get("fingerprint"), str):
-                    fingerprints[nodeid] = str(failure["fingerprint"])
+    for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
+        for failure in failures_seen:
+            if (failure.nodeid or failure.test) and failure.fingerprint:
+                fingerprints[failure.nodeid or failure.test] = failure.fingerprint
     current = observations[-1]
     previous = observations[:-1]
     newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
@@ -239,10 +252,11 @@ def record_iteration(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     timed_out: bool = False,
-    repair: Optional[Mapping[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     new_failures: Sequence[Failure] = (),
     project_root: Path,
     duration_seconds: Optional[float] = None,
+    not_run: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -253,8 +267,10 @@ def record_iteration(
     failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
 
     ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
-    provider's result (``{provider, result, files_changed, patch, scope_denied?,
-    actions_applied?}``) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    provider's result as parsed by the driver (a ``RepairBlock``: provider, result,
+    files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
+    whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
@@ -273,11 +289,10 @@ def record_iteration(
                 project_root=project_root,
             )
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
-            return IterationOutcome({}, waiting, True, line, result)
+            return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        repair_result = repair.get("result") if repair is not None else None
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),
@@ -285,11 +300,11 @@ def record_iteration(
             failure_types=tuple(f.failure_type for f in failures),
             diff_hash=diff_hash,
             timed_out=timed_out,
-            repair_result=repair_result if isinstance(repair_result, str) else None,
-            scope_denied=bool(repair.get("scope_denied", False)) if repair is not None else False,
+            repair_result=(repair.result or None) if repair is not None else None,
+            scope_denied=bool(repair.scope_denied) if repair is not None else False,
         )
         observations = previous + [observation]
-        first_start = run_started(attempts) or parse_stamp(started_at)
+        first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed)
         iteration = store.next_attempt_number(incident_id)
@@ -308,6 +323,7 @@ def record_iteration(
             exit_code=exit_code,
             duration_seconds=duration_seconds,
             repair=repair,
+            not_run=not_run,
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
@@ -339,19 +355,18 @@ def record_iteration(
 # --------------------------------------------------------------------------- finalize
 
 
-def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]]) -> float:
-    _, run = split_runs(attempts)
+def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:
+    _, run = split_runs(attempts, reopened)
     if not run:
         return 0.0
-    return round(minutes_between(parse_stamp(run[0].get("started_at")), parse_stamp(run[-1].get("finished_at"))), 3)
+    return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
 
 
-def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _failure_signature(incident: Incident, attempts: Sequence[Attempt]) -> Optional[str]:
     for attempt in reversed(attempts):
-        if attempt.get("error_signature"):
-            return str(attempt["error_signature"])
-    signature = incident.get("error_signature")
-    return str(signature) if signature else None
+        if attempt.error_signature:
+            return attempt.error_signature
+    return incident.error_signature or None
 
 
 def _redact_config(redactor: Any, value: Any) -> Any:
@@ -383,10 +398,11 @@ def build_run_result(
     decision: policy.Decision,
     *,
     observations: Sequence[policy.Observation],
-    attempts: Sequence[Mapping[str, Any]],
+    attempts: Sequence[Attempt],
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
     effective: EffectiveConfig,
+    reopened: Optional[int] = None,
 ) -> Dict[str, Any]:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
@@ -401,17 +417,17 @@ def build_run_result(
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
-        "runtime_minutes": _run_runtime_minutes(attempts),
+        "runtime_minutes": _run_runtime_minutes(attempts, reopened),
         "same_error_repeats": decision.same_error_repeats,
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
         "message": decision.message,
-        "iteration": int(attempts[-1]["iteration"]) if attempts else 0,
+        "iteration": attempts[-1].iteration if attempts else 0,
         "flaky_tests": policy.flaky_tests(observations),
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "decision_point": point,
-        "handoff": messages.handoff(observations, decision),
+        "handoff": messages.handoff(observations, decision, incident_id),
         "decision": decision.to_dict(),
         "effective_config": values,
         "effective_config_origins": origins,
@@ -455,7 +471,7 @@ def finalize(
         if observations is None:
             context = read_context(store, incident_id)
             observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        last = int(attempts[-1]["iteration"]) if attempts else 0
+        last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,
             decision,
@@ -464,6 +480,7 @@ def finalize(
             pol=pol,
             failure_signature=_failure_signature(incident, attempts),
             effective=effective,
+            reopened=policy.reopened_after(incident),
         )
         point = result["decision_point"]
         stop_data = {"iteration": last, "stop_reason": reason}
@@ -480,9 +497,9 @@ def finalize(
             return existing.to_json() if existing is not None else result
         existing = store.read_run_result(incident_id)
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
-            store.write_run_result(incident_id, result)
+            store.write_run_result(incident_id, RunResult.from_json(result, RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
-        records, _ = store.read_events(incident_id)
+        records = ev.since_last_reopen(store.read_events(incident_id)[0])
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")
@@ -500,14 +517,14 @@ def finalize(
             )
         kill_point("finalize:after_loop_stopped")
         if reason == policy.REPLAN_REQUESTED:
-            _replan(store, incident_id, attempts, last)
+            _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
         else:
             kill_point("finalize:before_archive")
             store.archive(incident_id, str(result["final_status"]))
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
+def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:
@@ -517,13 +534,14 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
     if status != PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
-    if plan.get("replanned_at_iteration") != last:
-        _, run = split_runs(attempts[:-1]) if attempts else (None, [])
+    if plan.replanned_at_iteration != last:
+        _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        new = replan(plan, run_attempts, generated_at=ev.format_ts())
+        # plan/build.py still reads the plan and the attempts as JSON documents.
+        new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
         store.write_plan(incident_id, new, render_plan_md(new))
-        plan = new
+        plan = Plan.from_json(new, PLAN_JSON)
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
@@ -531,9 +549,9 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
             incident_id,
             ev.PLAN_GENERATED,
             replan=True,
-            revision=plan.get("revision"),
+            revision=plan.revision,
             replanned_at_iteration=last,
-            actions=[a.get("id") for a in plan.get("actions", []) if isinstance(a, Mapping)],
+            actions=[a.id for a in plan.actions],
         )
     store.set_status(incident_id, PLANNED, reason="replan", iteration=last)
 
@@ -545,6 +563,7 @@ __all__ = [
     "ensure_plan",
     "finalize",
     "record_iteration",
+    "reopen_incident",
     "require_inbox",
     "start_running",
 ]

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -56,6 +56,7 @@ from pytest_selfheal.loop.resume import (
 )
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
+    VerificationRun,
     check_command,
     observe,
     remove_stale_verify_dirs,
@@ -63,16 +64,46 @@ from pytest_selfheal.loop.verify import (
     verify_dir_prefix,
 )
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
-# A provider callable (issue 5's seam), called before each verification of a run:
-# provider(incident_id=..., iteration=..., store=..., plan=..., last_attempt=...,
-#          observations=...) -> None (no repair) | repair dict (see docs/loop.md).
-Provider = Callable[..., Optional[Dict[str, Any]]]
+class Verifier(Protocol):
+    """Runs one verification command (an argv list, never a shell) with its junit XML at
+    ``junit_path``, and says what it did. :func:`verify.run_selection` in production; the
+    driver observes the junit it leaves, so a verifier is all a test needs to fake a run."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        junit_path: Path,
+        timeout_seconds: Optional[float],
+        env: Optional[Mapping[str, str]] = None,
+    ) -> VerificationRun: ...
+
+
+class Provider(Protocol):
+    """A repair provider, called before each verification of a run (docs/loop.md): None
+    (no repair: the iteration only verifies) or the repair dict, whose ``worktree`` is
+    where the verification then runs. :class:`repair.provider.RepairSession` in production."""
+
+    def __call__(
+        self,
+        *,
+        incident_id: str,
+        iteration: int,
+        store: Store,
+        plan: Plan,
+        last_attempt: Optional[Attempt],
+        observations: Sequence[policy.Observation],
+    ) -> Optional[Dict[str, Any]]: ...
 
 
 def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
@@ -94,20 +125,13 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- selections
 
 
-def selection_nodeids(plan: Mapping[str, Any], incident: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> List[str]:
+def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> List[str]:
     """The node ids the verification commands select: the plan's action node ids that
     appear in the commands, else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
-    candidates: List[str] = []
-    for action in plan.get("actions") or []:
-        if isinstance(action, Mapping):
-            for nodeid in action.get("nodeids") or []:
-                if isinstance(nodeid, str) and nodeid not in candidates:
-                    candidates.append(nodeid)
+    candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
-        for nodeid in incident.get("nodeids") or []:
-            if isinstance(nodeid, str) and nodeid not in candidates:
-                candidates.append(nodeid)
+        candidates = list(dict.fromkeys(incident.nodeids))
     chosen = [n for n in candidates if n in words]
     if chosen:
         return chosen
@@ -151,19 +175,18 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _trusted_options(incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[str]:
+def _trusted_options(incident: Incident, effective: "EffectiveConfig") -> List[str]:
     """The capture's own pytest options and ``verification.args``, appended to every command
     (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
     invocation and config, so the argument allowlist trusts them (``check_command``)."""
-    recorded = [str(token) for token in incident.get("pytest_options") or []]
-    return recorded + list(effective.settings.verification.args)
+    return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
-def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
+def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") -> List[List[str]]:
     """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
-    incident_id = str(incident.get("incident_id"))
-    argvs = verification_argv(plan)
+    incident_id = incident.incident_id
+    argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
@@ -178,7 +201,7 @@ def check_commands(
     incident_id: str,
     argvs: Sequence[Sequence[str]],
     *,
-    incident: Mapping[str, Any],
+    incident: Incident,
     effective: "EffectiveConfig",
     project_root: Path,
 ) -> None:
@@ -214,6 +237,7 @@ def run_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> Dict[str, Any]:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -227,7 +251,8 @@ def run_loop(
     dict has ``final_status: null`` and is not written to disk. ``hook_rules``: extra
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
-    verification's environment (default ``os.environ``).
+    verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
+    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`).
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -242,6 +267,7 @@ def run_loop(
             return _drive(
                 store, incident_id, effective=effective, project_root=Path(project_root), provider=provider,
                 approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
+                verifier=verifier,
             )
         except (Interrupted, KeyboardInterrupt):
             state.requested = True
@@ -280,6 +306,7 @@ def _drive(
     state: CancelState,
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
+    verifier: Verifier,
 ) -> Dict[str, Any]:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
@@ -301,13 +328,12 @@ def _drive(
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
-    tdd = [n for n in incident.get("tdd_nodeids") or [] if isinstance(n, str)]
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
     selection = policy.loop_selection(
-        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=tdd, unattended=unattended, approved=approve
+        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
-        iteration = len(split_runs(attempts)[1])
+        iteration = len(split_runs(attempts, policy.reopened_after(incident))[1])
         decision = _open_stop_decision(policy.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
@@ -327,33 +353,35 @@ def _drive(
         attempts = store.read_attempts(incident_id)
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        started = run_started(attempts)
+        started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
-        _, run = split_runs(attempts)
-        next_number = int(attempts[-1]["iteration"]) + 1 if attempts else 1
-        repair: Optional[Dict[str, Any]] = None
+        _, run = split_runs(attempts, policy.reopened_after(incident))
+        next_number = attempts[-1].iteration + 1 if attempts else 1
+        repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                repair = provider(
+                answer = provider(
                     incident_id=incident_id,
                     iteration=next_number,
                     store=store,
                     plan=plan,
-                    last_attempt=dict(run[-1]) if run else None,
+                    last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
-        verify_cwd = Path(repair["worktree"]) if repair and isinstance(repair.get("worktree"), str) else project_root
+            # Parsed once, here: the attempt records it as its repair block.
+            repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
+        verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
             f"running {'; '.join(commands)}")
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-            env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+            env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
         )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
@@ -375,11 +403,12 @@ def _verify_and_record(
     timeout: Optional[float],
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]],
+    repair: Optional[RepairBlock],
     state: CancelState,
     env: Optional[Mapping[str, str]],
     mode: str,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred."""
@@ -400,8 +429,8 @@ def _verify_and_record(
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
-                run = run_selection(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                                    timeout_seconds=timeout, env=env)
+                run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                               timeout_seconds=timeout, env=env)
             got, failed = observe(run, [n for n in nodeids if n in argv] or list(nodeids), rules=rules, redactor=redactor)
             outcomes.update(got)
             failures.extend(failed)
@@ -441,9 +470,10 @@ def verify_iteration(
     *,
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """Run ONE iteration now — the plan's verification selections, observe, record,
     decide (closing the loop if it stops) — without the loop around it: no loop lock, no
@@ -459,7 +489,8 @@ def verify_iteration(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
-        repair=repair, state=CancelState(), env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+        repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
+        verifier=verifier,
     )
 
 
@@ -476,6 +507,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
 
 __all__ = [
     "Provider",
+    "Verifier",
     "check_commands",
     "run_loop",
     "selection_nodeids",

@@ -10,6 +10,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from pytest_selfheal.loop.policy import (
     CANCELLED,
     DISABLED,
+    FINAL_ESCALATED,
+    FINAL_RESOLVED,
     MAX_ITERATIONS,
     MESSAGE_UNSTABLE,
     NO_FIX_FOUND,
@@ -209,36 +211,64 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
     ),
 }
 
+# {id} is the incident id ("ID" when unknown). A stop that escalates has archived the
+# incident: looping again goes through a reopen (`selfheal loop ID --reopen`, docs/loop.md).
 _NEXT_ACTION: Dict[str, str] = {
     SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
-    MAX_ITERATIONS: "Investigate manually with the plan, or raise max_iterations if the last iterations made progress.",
+    MAX_ITERATIONS: (
+        "Investigate manually with the plan, or raise max_iterations and loop again "
+        "(selfheal loop {id} --reopen) if the last iterations made progress."
+    ),
     REPEATED_FINGERPRINT: (
-        "Investigate manually: the same failure keeps coming back; check the plan's target paths and hypotheses."
+        "Investigate manually: the same failure keeps coming back; check the plan's target paths and hypotheses, "
+        "change the code, then loop again (selfheal loop {id} --reopen)."
     ),
     NO_PROGRESS: (
-        "Regenerate the plan (selfheal plan ID --force) or investigate manually: nothing changed between iterations."
+        "Regenerate the plan (selfheal plan {id} --force) or investigate manually: nothing changed between "
+        "iterations; then loop again (selfheal loop {id} --reopen)."
     ),
-    REPLAN_REQUESTED: "Review the regenerated plan, then resume the loop on it.",
-    RUNTIME_BUDGET: "Raise max_runtime_minutes or investigate manually; the loop ran out of time.",
-    TOOLING_ENV_STOP: "Fix the environment (missing module, command, credentials or service), then resume the loop.",
-    TIMEOUT_STOP: "Find out why the run hangs (or raise the timeout), then resume the loop.",
-    NO_FIX_FOUND: "Fix the code manually or give the repair provider more context; it found no change to make.",
+    REPLAN_REQUESTED: "Review the regenerated plan, then resume the loop on it (selfheal loop {id}).",
+    RUNTIME_BUDGET: (
+        "Raise max_runtime_minutes and loop again (selfheal loop {id} --reopen), or investigate manually; "
+        "the loop ran out of time."
+    ),
+    TOOLING_ENV_STOP: (
+        "Fix the environment (missing module, command, credentials or service), then loop again "
+        "(selfheal loop {id} --reopen)."
+    ),
+    TIMEOUT_STOP: "Find out why the run hangs (or raise the timeout), then loop again (selfheal loop {id} --reopen).",
+    NO_FIX_FOUND: (
+        "Fix the code manually or give the repair provider more context (it found no change to make), "
+        "then loop again (selfheal loop {id} --reopen)."
+    ),
     SCOPE_EXPANSION_DENIED: (
-        "Decide whether the repair may touch the extra files; allow them and resume, or fix within scope."
+        "Decide whether the repair may touch the extra files; allow them and loop again "
+        "(selfheal loop {id} --reopen), or fix within scope."
     ),
-    CANCELLED: "Resume the loop with `selfheal loop ID` when ready; nothing was lost.",
+    CANCELLED: "Resume the loop with `selfheal loop {id}` when ready; nothing was lost.",
     DISABLED: "Enable ralf_lite (enabled: true) to loop, or fix the failure manually using the plan.",
 }
 
 
-def recommended_next_action(stop_reason: Optional[str]) -> str:
-    """One sentence telling a human (or agent) what to do after this stop reason."""
+def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[str] = None) -> str:
+    """One sentence telling a human (or agent) what to do after this stop reason; the
+    commands in it name ``incident_id`` (``ID`` when None) and work as printed."""
     if stop_reason is None:
         return "Continue the loop: run the next iteration."
     try:
-        return _NEXT_ACTION[stop_reason]
+        return _NEXT_ACTION[stop_reason].format(id=incident_id or "ID")
     except KeyError:
         raise ValueError(f"unknown stop reason {stop_reason!r}") from None
+
+
+def _archived_option(oid: str, label: str, command: Optional[str]) -> Tuple[str, str, Optional[str]]:
+    """An option of a stop that archives the incident (resolved/escalated): the loop runs
+    again only through a reopen, and "keep it escalated" has nothing left to run."""
+    if command == "selfheal archive {id} --as escalated":
+        return oid, "Keep the incident escalated (it is archived already: nothing to run)", None
+    if command == "selfheal loop {id}":
+        return oid, f"{label} (reopens the archived incident first)", "selfheal loop {id} --reopen"
+    return oid, label, command
 
 
 def decision_point(
@@ -253,15 +283,19 @@ def decision_point(
     """The decision point written at every stop: ``{reason, message, options, context}``.
 
     ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
-    is a suggested shell line for a human, None when there is none). Raises
+    is a suggested shell line for a human, None when there is none; after a stop that
+    archives the incident, a loop command reopens it first). Raises
     ``ValueError`` for a decision that continues.
     """
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
+    table = _OPTIONS[decision.stop_reason]
+    if decision.final_status in (FINAL_RESOLVED, FINAL_ESCALATED):
+        table = tuple(_archived_option(*option) for option in table)
     options = [
         {"id": oid, "label": label, "command": command.format(id=ident) if command is not None else None}
-        for oid, label, command in _OPTIONS[decision.stop_reason]
+        for oid, label, command in table
     ]
     fingerprint = next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None)
     return {
@@ -281,6 +315,7 @@ def decision_point(
 def handoff(
     observations: Sequence[Observation],
     decision: Decision,
+    incident_id: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion").
 
@@ -293,7 +328,7 @@ def handoff(
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "fixed": fixed_tests(observations),
         "flaky_tests": flaky_tests(observations),
-        "recommended_next_action": recommended_next_action(decision.stop_reason),
+        "recommended_next_action": recommended_next_action(decision.stop_reason, incident_id),
     }
 
 

@@ -12,7 +12,8 @@ The compared state (docs/loop.md "Replay")::
 
 ``stop_reason`` is the stop *in force*: the closing record (``run_result.json`` / the
 last ``loop_stopped`` event with a final status) when it belongs to the latest iteration,
-else the latest iteration's own stop, else None. ``cancelled`` and ``disabled`` stops
+else the latest iteration's own stop, else None; a stop at or before the attempt after which
+``selfheal reopen`` reopened the incident is not in force until the incident is closed again. ``cancelled`` and ``disabled`` stops
 leave the incident open and are not in force; the replay lists every stop the log holds
 under ``loop_stops`` (events only, not compared).
 """
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from pytest_selfheal.loop.policy import final_status_of
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.loop.policy import final_status_of, reopened_after, stop_is_history
+from pytest_selfheal.loop.resume import verification_event
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
     INCIDENT_CAPTURED,
+    INCIDENT_REOPENED,
     LOOP_STOPPED,
     STATUS_CHANGED,
     VERIFICATION_FINISHED,
@@ -47,8 +51,15 @@ def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> Dict[str, Any]:
     }
 
 
-def _stop_in_force(iterations: Sequence[Mapping[str, Any]], closing: Optional[Mapping[str, Any]]) -> Optional[str]:
+def _stop_in_force(
+    iterations: Sequence[Mapping[str, Any]],
+    closing: Optional[Mapping[str, Any]],
+    status: Optional[str],
+    reopened: Optional[int],
+) -> Optional[str]:
     last = iterations[-1]["iteration"] if iterations else 0
+    if stop_is_history(reopened, last, status):
+        return None  # reopened and not stopped since: the old stop is history, not in force
     if closing is not None and closing.get("iteration") == last and closing.get("stop_reason"):
         return str(closing["stop_reason"])
     if iterations and iterations[-1].get("result") == "stop":
@@ -64,8 +75,9 @@ def _state(
     iterations: List[Dict[str, Any]],
     closing: Optional[Mapping[str, Any]],
     archived_to: Optional[str],
+    reopened: Optional[int] = None,
 ) -> Dict[str, Any]:
-    stop_reason = _stop_in_force(iterations, closing)
+    stop_reason = _stop_in_force(iterations, closing, status, reopened)
     return {
         "incident_id": incident_id,
         "status": status,
@@ -81,7 +93,8 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
     """The loop state rebuilt from the events alone (pure).
 
     Status follows ``incident_captured`` then every ``status_changed``; the bucket and
-    ``archived_to`` come from ``incident_archived``; one iteration per
+    ``archived_to`` come from ``incident_archived`` (``incident_reopened`` puts them back
+    to the inbox and drops the closing record); one iteration per
     ``verification_finished`` (the last record of an iteration number wins, sorted by
     number); the closing record is the last ``loop_stopped`` with a final status.
     Unknown events are ignored. Also returns ``loop_stops`` (every ``loop_stopped``:
@@ -93,6 +106,7 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
     archived_to: Optional[str] = None
     by_number: Dict[int, Dict[str, Any]] = {}
     closing: Optional[Dict[str, Any]] = None
+    reopened: Optional[int] = None
     stops: List[Dict[str, Any]] = []
     for record in events:
         name = record.event
@@ -105,6 +119,10 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
         elif name == INCIDENT_ARCHIVED:
             bucket = str(record.get("bucket") or bucket)
             archived_to = record.get("archived_to") if isinstance(record.get("archived_to"), str) else archived_to
+        elif name == INCIDENT_REOPENED:
+            bucket, archived_to, closing = INBOX, None, None
+            after = record.get("after_iteration")
+            reopened = after if isinstance(after, int) and not isinstance(after, bool) else reopened
         elif name == VERIFICATION_FINISHED:
             number = record.get("iteration")
             if isinstance(number, int) and not isinstance(number, bool):
@@ -118,7 +136,7 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
             stops.append(stop)
             if stop["final_status"]:
                 closing = stop
-    state = _state(incident_id, status, bucket, [by_number[k] for k in sorted(by_number)], closing, archived_to)
+    state = _state(incident_id, status, bucket, [by_number[k] for k in sorted(by_number)], closing, archived_to, reopened)
     state["loop_stops"] = stops
     return state
 
@@ -130,9 +148,8 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
     status = store.read_status(incident_id)
     iterations = []
     for attempt in store.read_attempts(incident_id):
-        entry = dict(attempt)
-        entry["fingerprints"] = [f.get("fingerprint") for f in attempt.get("failures") or []]
-        iterations.append(_iteration_entry(entry))
+        # The data its verification_finished event holds: the same entry as the replay's.
+        iterations.append(_iteration_entry(verification_event(attempt)))
     run_result = store.read_run_result(incident_id)
     closing = (
         {"iteration": run_result.iteration, "stop_reason": run_result.stop_reason}
@@ -140,7 +157,11 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
         else None
     )
     archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
-    return _state(incident_id, status, bucket, iterations, closing, archived_to)
+    try:
+        reopened = reopened_after(store.read_incident(incident_id))
+    except InputError:
+        reopened = None  # replay does not need the rest of incident.json: a bad one is `show`'s to report
+    return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)
 
 
 def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> List[str]:

@@ -92,6 +92,7 @@ class Incident(JsonRecord):
         Field("failure_type", string),
         Field("fingerprint", string),
         Field("counts", object_of(integer)),
+        Field("reopened_after_iteration", integer),
     )
 
     incident_id: str
@@ -116,5 +117,6 @@ class Incident(JsonRecord):
     failure_type: Optional[str] = None
     fingerprint: Optional[str] = None
     counts: Mapping[str, int] = field(default_factory=empty_map)  # {outcome: count} of the capture
+    reopened_after_iteration: Optional[int] = None  # `selfheal reopen`: the next loop run starts after it
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

@@ -22,6 +22,8 @@ from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 
 REPORT_SCHEMA_VERSION = 1
@@ -227,8 +229,11 @@ def _resolve_config(
 
 def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     raw_outcomes = attempt.get("outcomes")
+    # A test this iteration did not run (agent mode with -x) carries its last outcome in the
+    # attempt; the report counts only the tests that ran.
+    not_run = set(strs(attempt.get("not_run")))
     outcomes = (
-        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0]))}
+        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0])) if str(k) not in not_run}
         if isinstance(raw_outcomes, Mapping)
         else {}
     )
@@ -282,8 +287,9 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
 def _observations(run: IncidentRun) -> List[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
-        capture = policy.capture_observation(run.incident)
-        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
+        # The report's inputs are JSON documents (golden inputs, hand-made runs): parsed here.
+        capture = policy.capture_observation(Incident.from_json(dict(run.incident), "incident"))
+        return [capture] + [policy.observation_from_attempt(Attempt.from_json(dict(a), "attempt")) for a in run.attempts]
     except (InputError, ValueError, TypeError, KeyError, AttributeError):
         return []
 
@@ -298,10 +304,10 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
             return (f"Fix the environment (a TOOLING_ENV failure is not code-fixable; selfheal show {incident_id}), "
                     "then run pytest --selfheal again")
         if not has_plan:
-            return f"Generate the plan and run the loop: selfheal plan {incident_id}, then selfheal loop {incident_id}"
+            return f"Run the loop (it generates the missing plan first): selfheal loop {incident_id}"
         return f"Run the loop: selfheal loop {incident_id} (or fix the code and run pytest --selfheal again)"
     try:
-        return messages.recommended_next_action(stop_reason)
+        return messages.recommended_next_action(stop_reason, incident_id)
     except ValueError:  # a stop reason this version does not know
         return f"Investigate manually: selfheal show {incident_id}"
 
@@ -315,6 +321,8 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
     rr = run.run_result
     last = iterations[-1] if iterations else None
     stopped_attempt = last is not None and last["result"] == policy.ACTION_STOP
+    if policy.stop_is_history(policy.reopened_after(incident), as_int(last["iteration"]) if last else 0, status):
+        rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
     stop_reason: Optional[str] = opt_str(rr.get("stop_reason")) if rr is not None else None
     if stop_reason is None and stopped_attempt and last is not None:

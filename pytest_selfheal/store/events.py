@@ -25,6 +25,8 @@ REPEATED_FAILURE_DETECTED = "repeated_failure_detected"
 DECISION_POINT_NEEDED = "decision_point_needed"
 LOOP_STOPPED = "loop_stopped"
 INCIDENT_ARCHIVED = "incident_archived"
+# SPEC §8: `selfheal reopen ID` brings an archived incident back to the inbox.
+INCIDENT_REOPENED = "incident_reopened"
 # Not in SPEC §9: written by Store.set_status so replay can follow status changes.
 STATUS_CHANGED = "status_changed"
 
@@ -41,6 +43,7 @@ SPEC_EVENTS: Tuple[str, ...] = (
     DECISION_POINT_NEEDED,
     LOOP_STOPPED,
     INCIDENT_ARCHIVED,
+    INCIDENT_REOPENED,
 )
 EVENT_NAMES: Tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED,)
 
@@ -74,6 +77,13 @@ def encode_event(record: Dict[str, Any]) -> str:
     """The single-line JSON text of ``record`` (no trailing newline)."""
     # json.dumps escapes newlines inside strings, so the result is always one line.
     return json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def since_last_reopen(events: List[Event]) -> List[Event]:
+    """The events after the last ``incident_reopened`` (all of them when it was never
+    reopened): what a close-out or an archive checks for "already done"."""
+    last = max((i for i, e in enumerate(events) if e.event == INCIDENT_REOPENED), default=-1)
+    return events[last + 1:]
 
 
 def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Event], List[str]]:

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -49,7 +51,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, STATUSES, check_transition
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, REOPENED, STATUSES, check_transition
 
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
 PRUNING_PREFIX = ".pruning_"
@@ -256,7 +258,7 @@ class Store(StoreReader):
         with self.lock():
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            doc = self._read_incident_doc(folder, incident_id)
             doc.update(fields)
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
@@ -289,7 +291,7 @@ class Store(StoreReader):
             self._write_status(folder, incident_id, current, new, event_data)
 
     def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_at(folder, incident_id)
+        doc = self._read_incident_doc(folder, incident_id)
         doc["status"] = new
         doc["updated_at"] = ev.format_ts(self._now())
         fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
@@ -350,16 +352,16 @@ class Store(StoreReader):
 
     # ------------------------------------------------------------------ runs
 
-    def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
+    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
 
         Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(attempt)
+        doc = attempt.to_json()
         self._check_doc("attempt", doc, incident_id)
-        iteration = int(doc["iteration"])
+        iteration = attempt.iteration
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
@@ -373,10 +375,10 @@ class Store(StoreReader):
             fsio.atomic_write_json(path, doc)
             return path
 
-    def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
+    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = dict(result)
+        doc = result.to_json()
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -436,13 +438,61 @@ class Store(StoreReader):
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
-                events, _ = self._read_events_at(folder)
+                events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
                     self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             fsio.move(folder, destination)
             return destination
+
+    # ------------------------------------------------------------------ reopen
+
+    def reopen(self, incident_id: str) -> Tuple[str, str, int]:
+        """Move an archived incident back to ``error_inbox/`` with status ``planned`` (SPEC §8).
+
+        In the archive folder: ``incident.json`` gets ``status: planned`` and
+        ``reopened_after_iteration`` (the last attempt number: the next loop run starts
+        after it, docs/loop.md "Reopen"), ``status.txt`` becomes ``planned``, then
+        ``status_changed`` and ``incident_reopened`` are appended; then one rename moves the
+        folder into the inbox. An archived incident whose status is already ``planned`` (a
+        reopen killed before its rename) is simply moved, adding only the missing events.
+        An inbox incident is refused (``RefusedError``). Returns ``(bucket it came from,
+        status it had, reopened_after_iteration)``.
+        """
+        self.locate(incident_id)  # unknown ids fail before the lock creates anything
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            if bucket == INBOX:
+                raise RefusedError(
+                    f"incident {incident_id} is open (error_inbox, status {self._read_status_at(folder)}); "
+                    "only an archived incident can be reopened"
+                )
+            current = self._read_status_at(folder)
+            after = self.next_attempt_number(incident_id) - 1
+            data = {"bucket": bucket, "reopened_from": self._relative(folder), "after_iteration": after}
+            if current != REOPENED:
+                doc = self._read_incident_doc(folder, incident_id)
+                doc["status"] = REOPENED
+                doc["reopened_after_iteration"] = after
+                doc["updated_at"] = ev.format_ts(self._now())
+                fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+                fsio.atomic_write_text(folder / STATUS_TXT, REOPENED + "\n")
+                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": current, "to": REOPENED, "reason": "reopen"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
+            else:
+                # Resuming an interrupted reopen: add what the crash may have lost.
+                events = self._read_events_at(folder)[0]
+                tail = events[max((i for i, e in enumerate(events) if e.event == ev.INCIDENT_ARCHIVED), default=-1) + 1:]
+                current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
+                if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
+                    if not any(e.event == ev.STATUS_CHANGED for e in tail):
+                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": REOPENED, "reason": "reopen", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
+            fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
+            return bucket, current, after
 
     # ------------------------------------------------------------------ prune
 

@@ -40,6 +40,11 @@ TRANSITIONS: Dict[str, FrozenSet[str]] = {
 }
 
 
+# `selfheal reopen ID` (SPEC §8): an archived incident goes back to the inbox as planned. Not in
+# TRANSITIONS: set_status never leaves an archived status; Store.reopen moves the folder too.
+REOPENED = PLANNED
+
+
 def _check_known(status: str) -> None:
     if status not in TRANSITIONS:
         raise ValueError(f"unknown incident status {status!r} (expected one of {', '.join(STATUSES)})")

@@ -141,7 +141,7 @@ def test_options_the_capture_recorded_are_trusted_in_the_plan_too(tmp_path: Path
     project = make_project(tmp_path / "rec", {"test_calc.py": DETERMINISTIC})
     incident_id = capture(project, "-W", "default")
     store = Store(project / ".selfheal")
-    assert store.read_incident(incident_id)["pytest_options"][-2:] == ["-W", "default"]
+    assert store.read_incident(incident_id).pytest_options[-2:] == ("-W", "default")
     _set_plan(project, incident_id, "python -m pytest -W default -q test_calc.py::test_sub")
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -320,7 +320,7 @@ def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path)
     looped = [line for line in done.stdout.splitlines() if "running the RALF-Lite loop on" in line]
     assert len(looped) == 1 and committed not in looped[0], done.stdout
     (own,) = [i for i in incident_ids(project / ".selfheal") if i != committed]
-    assert store.read_incident(own).get("ci_run"), "the capture did not record ci's run token"
+    assert store.read_incident(own).get_extra("ci_run"), "the capture did not record ci's run token"
     assert looped[0].endswith(own)
     # The token marks the capture; the tests themselves never see it.
     assert set(seen.read_text().split()) == {"<absent>"}, seen.read_text()
@@ -340,7 +340,7 @@ def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_pa
         looped.append(lines[0].rsplit(" ", 1)[1])
     assert len(set(looped)) == 4, f"two ci runs chose the same incident: {looped}"
     store = Store(project / ".selfheal")
-    tokens = {store.read_incident(i).get("ci_run") for i in looped}
+    tokens = {store.read_incident(i).get_extra("ci_run") for i in looped}
     assert len(tokens) == 4 and None not in tokens
     for incident_id in looped:
         assert store.count_attempts(incident_id) == 1, incident_id

@@ -17,7 +17,9 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.hooks import cli_plugin_manager
+from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.outcome import exit_code_for
+from pytest_selfheal.store.reader import INBOX
 
 NAME = "loop"
 HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "
@@ -25,7 +27,7 @@ HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verificatio
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR] [--approve] [--set KEY=VALUE]``."""
+    """``ID [--json] [--dir DIR] [--approve] [--reopen] [--set KEY=VALUE]``."""
     parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true",
                         help="print the run result as JSON on stdout (progress lines go to stderr)")
@@ -33,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--approve", action="store_true",
                         help="approve up front: unattended loops (apply_to.autonomous_plans: false) and "
                              "applying a repair provider's patch")
+    parser.add_argument("--reopen", action="store_true",
+                        help="reopen the incident first when it is archived (as `selfheal reopen ID`), then run")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                         help="override a ralf_lite key for this run, e.g. --set max_iterations=5 (repeatable)")
 
@@ -50,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         stream = sys.stderr if args.json else sys.stdout
         stream.write(line + "\n")
         stream.flush()
+
+    if args.reopen and store.locate(incident_id)[0] != INBOX:
+        bucket, previous, _ = reopen_incident(store, incident_id)
+        progress(f"selfheal: reopened {incident_id} ({previous} -> planned) from error_archive/{bucket}")
 
     result = run_incident_loop(
         store,

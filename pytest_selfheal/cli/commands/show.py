@@ -25,19 +25,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
+# Node ids listed per group in the text form; the rest is counted (`--json` has them all).
+_SHOWN_PER_GROUP = 5
+
+
+def failure_groups(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The incident's failing tests grouped by root cause: the plan's actions (one per
+    root-cause group, plan/build.py), then any failure no action names; without a plan,
+    one group per fingerprint. ``[{group, title, nodeids}]``."""
+    nodeids = [str(f.get("nodeid") or f.get("test")) for f in incident.get("failures") or [] if isinstance(f, dict)]
+    groups: List[Dict[str, Any]] = []
+    seen: set = set()  # type: ignore[type-arg]
+    for action in (plan or {}).get("actions") or []:
+        members = [n for n in action.get("nodeids") or [] if n in nodeids and n not in seen]
+        if members:
+            seen.update(members)
+            groups.append({"group": action.get("id"), "title": action.get("title"), "nodeids": members})
+    by_fingerprint: Dict[str, Dict[str, Any]] = {}
+    for failure in incident.get("failures") or []:
+        nodeid = str(failure.get("nodeid") or failure.get("test"))
+        if nodeid in seen:
+            continue
+        key = str(failure.get("fingerprint") or nodeid)
+        entry = by_fingerprint.setdefault(key, {"group": key, "title": failure.get("signature"), "nodeids": []})
+        entry["nodeids"].append(nodeid)
+    return groups + list(by_fingerprint.values())
+
+
 def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
     """Everything ``show`` prints, as one JSON-friendly dict (errors are raised, not hidden)."""
     bucket, folder = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)
     plan: Optional[Dict[str, Any]] = None
+    groups = failure_groups(incident.to_json(), None)
     if store.has_plan(incident_id):
         doc = store.read_plan(incident_id)
+        groups = failure_groups(incident.to_json(), doc.to_json())
         plan = {
-            "generated_at": doc["generated_at"],
-            "summary": doc["summary"],
-            "actions": [{"id": a["id"], "title": a["title"]} for a in doc["actions"]],
-            "verification_commands": doc["verification_commands"],
+            "generated_at": doc.generated_at,
+            "summary": doc.summary,
+            "actions": [{"id": a.id, "title": a.title} for a in doc.actions],
+            "verification_commands": list(doc.verification_commands),
             "path": store.plans_dir(incident_id).relative_to(store.root).as_posix(),
         }
     attempts = store.read_attempts(incident_id)
@@ -48,16 +77,17 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         "status": status,
         "bucket": bucket,
         "path": folder.relative_to(store.root).as_posix(),
-        "incident": incident,
+        "incident": incident.to_json(),
+        "failure_groups": groups,
         "plan": plan,
         "attempts": len(attempts),
         "attempt_results": [
             {
-                "iteration": a["iteration"],
-                "result": a["result"],
-                "verification_passed": a["verification_passed"],
-                "stop_reason": a.get("stop_reason"),
-                "error_signature": a["error_signature"],
+                "iteration": a.iteration,
+                "result": a.result,
+                "verification_passed": a.verification_passed,
+                "stop_reason": a.stop_reason,
+                "error_signature": a.error_signature,
             }
             for a in attempts
         ],
@@ -87,7 +117,14 @@ def format_text(data: Dict[str, Any]) -> str:
     ]
     failures = incident.get("failures")
     if isinstance(failures, list):
-        rows.append(("failures", len(failures)))
+        groups = data["failure_groups"]
+        rows.append(("failures", f"{len(failures)} in {len(groups)} root-cause group{'s' if len(groups) != 1 else ''}"))
+        for group in groups:
+            members = group["nodeids"]
+            rows.append(("", f"{group['group']} ({len(members)}): {group['title'] or '-'}"))
+            rows.extend(("", f"- {nodeid}") for nodeid in members[:_SHOWN_PER_GROUP])
+            if len(members) > _SHOWN_PER_GROUP:
+                rows.append(("", f"- ... and {len(members) - _SHOWN_PER_GROUP} more"))
     plan = data["plan"]
     if plan is None:
         rows.append(("plan", "none"))

@@ -1,0 +1,48 @@
+"""``selfheal reopen ID``: bring an archived incident back to the inbox, status ``planned``."""
+
+from __future__ import annotations
+
+import argparse
+
+from pytest_selfheal.cli.commands._common import (
+    ID_HELP,
+    add_dir_argument,
+    incident_id_from_args,
+    print_json,
+    store_from_args,
+)
+from pytest_selfheal.loop.attempts import reopen_incident
+
+NAME = "reopen"
+HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ with status planned, "
+        "so that `selfheal loop ID` runs it again")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ID [--json] [--dir DIR]``."""
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_dir_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Reopen the incident; an open (inbox) incident exits 5, unknown ids 4, bad ids 2."""
+    store = store_from_args(args)
+    incident_id = incident_id_from_args(store, args)
+    bucket, previous, after = reopen_incident(store, incident_id)
+    relative = store.locate(incident_id)[1].relative_to(store.root).as_posix()
+    if args.json:
+        print_json(
+            {
+                "incident_id": incident_id,
+                "status": "planned",
+                "previous_status": previous,
+                "reopened_from": f"error_archive/{bucket}/{incident_id}",
+                "reopened_after_iteration": after,
+                "path": relative,
+            }
+        )
+    else:
+        print(f"reopened {incident_id} ({previous} -> planned) to {relative}; "
+              f"run the loop again: selfheal loop {incident_id}")
+    return 0

@@ -1,0 +1,123 @@
+"""The code under test is the worktree's (issue 11, SPEC §8), with real editable installs:
+a project installed with ``pip install --no-build-isolation -e`` (setuptools and hatchling
+from the test extra) into its own virtual environment, captured with that environment's
+``pytest --selfheal``, then looped by that environment's ``selfheal loop`` with an agent
+that fixes the bug in the repair worktree. The verification must import the worktree's
+code, so the fix is judged ``success``; the user's tree is not touched (proposed, not applied).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import venv
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from helpers import PYTEST_SELFHEAL, git_commit_all, run_env
+
+BUGGY = "def sub(a, b):\n    return a + b\n"
+FIXED = "def sub(a, b):\n    return a - b\n"
+TEST = "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 2) == 3\n"
+AGENT = textwrap.dedent(
+    """
+    import pathlib, sys
+    worktree, relative = sys.argv[1:3]
+    calc = pathlib.Path(worktree, relative)
+    calc.write_text(calc.read_text().replace("a + b", "a - b"))
+    """
+)
+BACKENDS = {
+    "setuptools": '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n',
+    "hatchling": '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n',
+}
+# (backend, layout): the package's file, relative to the project.
+CASES = {
+    ("setuptools", "src"): "src/calc/__init__.py",
+    ("hatchling", "src"): "src/calc/__init__.py",
+    ("setuptools", "flat"): "calc/__init__.py",
+}
+
+
+def _environment(where: Path) -> Path:
+    """A virtual environment without pip that also sees this one's packages (pytest, the
+    plugin, the build backends) through a ``.pth`` line; returns its interpreter."""
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(where)
+    python = where / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    outer = sysconfig.get_paths()["purelib"]
+    # An `import` line of a .pth runs at start-up: addsitedir also reads the outer .pth files.
+    Path(purelib, "outer.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+    return python
+
+
+def _project(top: Path, backend: str, package_file: str) -> None:
+    layout = "src" if package_file.startswith("src/") else "flat"
+    files: Dict[str, str] = {
+        "pyproject.toml": BACKENDS[backend] + '[project]\nname = "calc"\nversion = "0.1"\n'
+        + ('[tool.setuptools]\npackages = ["calc"]\n' if backend == "setuptools" and layout == "flat" else "")
+        + ('[tool.hatch.build.targets.wheel]\npackages = ["src/calc"]\n' if backend == "hatchling" else "")
+        + "[tool.pytest.ini_options]\n",
+        package_file: BUGGY,
+        "tests/test_calc.py": TEST,
+        ".gitignore": ".selfheal/\n__pycache__/\n*.egg-info/\nbuild/\n",
+    }
+    for name, text in files.items():
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text(text)
+    git_commit_all(top, "calc with a bug")
+
+
+def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
+    env = run_env()
+    env.pop("PYTHONPATH", None)  # the editable install alone makes `calc` importable
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, env=env,
+                            stdin=subprocess.DEVNULL)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+# One case in the default tier; the other backend and layout in the slow tier (~6 s each).
+@pytest.mark.parametrize("backend,layout", [
+    ("setuptools", "src"),
+    pytest.param("hatchling", "src", marks=pytest.mark.slow),
+    pytest.param("setuptools", "flat", marks=pytest.mark.slow),
+])
+def test_an_agent_fix_of_an_editable_install_is_judged_in_the_worktree(
+    backend: str, layout: str, tmp_path: Path
+) -> None:
+    package_file = CASES[(backend, layout)]
+    top = tmp_path / "proj"
+    top.mkdir()
+    _project(top, backend, package_file)
+    python = _environment(tmp_path / "env")
+    installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-build-isolation",
+                      "--no-deps", "--no-index", "-q", "-e", str(top)], tmp_path)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    # From anywhere, this environment imports the user's tree.
+    where = _run([str(python), "-c", "import calc; print(calc.__file__)"], tmp_path)
+    assert where.stdout.strip() == str((top / package_file).resolve()), where.stdout + where.stderr
+
+    captured = _run([str(python), "-m", "pytest", *PYTEST_SELFHEAL], top)
+    assert captured.returncode == 1, captured.stdout + captured.stderr
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    command = json.dumps([str(python), str(agent), "{worktree}", package_file])
+    scope = json.dumps([package_file])
+    looped = _run([str(python), "-m", "pytest_selfheal", "loop", incident_id, "--set", f"repair.command={command}",
+                   "--set", f"repair.allowed_paths={scope}"], top)
+    assert looped.returncode == 0, looped.stdout + looped.stderr
+    run_result = json.loads((top / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
+    assert run_result["stop_reason"] == "success" and run_result["final_status"] == "resolved"
+    assert run_result["tests_fixed"] == ["tests/test_calc.py::test_sub"]
+    assert run_result["repair"]["applied"] is False
+    assert (top / package_file).read_text() == BUGGY  # proposed as a patch, not applied
+    patch = (top / ".selfheal" / "error_runs" / incident_id / "final.patch").read_text()
+    assert f"+++ b/{package_file}" in patch and "+    return a - b" in patch
