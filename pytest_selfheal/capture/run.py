@@ -183,8 +183,12 @@ def capture_incident(
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
     warnings: Optional[List[str]] = None,
+    ci_run: Optional[str] = None,
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
+
+    ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
+    ``ci_run`` so that ci loops only what its own run captured."""
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
     run_id = new_run_id()
@@ -210,6 +214,8 @@ def capture_incident(
         incident["tdd_nodeids"] = list(tdd_nodeids)
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
+    if ci_run:
+        incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
