@@ -8,8 +8,8 @@ optionally runs the loop, and writes the report.
 from __future__ import annotations
 
 import importlib
-from dataclasses import replace
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
