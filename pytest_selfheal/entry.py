@@ -23,12 +23,25 @@ from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
 
-def verification_root(incident: Incident, fallback: Path) -> Path:
-    """Where the verification commands run: the capture's rootdir (node ids are relative
-    to it) when it still exists, else ``fallback`` (the current directory)."""
-    if incident.rootdir and Path(incident.rootdir).is_dir():
-        return Path(incident.rootdir)
-    return fallback
+def verification_root(incident: Incident, project_root: Path, reports_root: Optional[Path] = None) -> Path:
+    """Where the verification commands run: a root computed here, never a place
+    incident.json chooses. The incident's recorded ``rootdir`` (node ids are relative to
+    it) is used only when, resolved, it is ``project_root`` (pytest's rootdir rules from
+    here, or the plugin's own rootdir) or the folder holding ``reports_root``, or lies
+    inside one of them; otherwise ``project_root``. A hand-edited ``rootdir`` cannot move
+    the run elsewhere."""
+    base = Path(project_root).resolve()
+    rootdir = incident.rootdir
+    if not rootdir:
+        return base
+    bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
+    try:
+        recorded = Path(rootdir).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return base
+    if recorded.is_dir() and any(recorded == b or b in recorded.parents for b in bases):
+        return recorded
+    return base
 
 
 def has_repair_provider(effective: EffectiveConfig, pluginmanager: Optional[pluggy.PluginManager]) -> bool:
@@ -51,12 +64,18 @@ def run_incident_loop(
 ) -> Dict[str, Any]:
     """Run (or resume) the loop of ``incident_id`` to its stop and return the run result.
 
-    The verification runs in the capture's rootdir (``cwd`` when it is gone).
+    ``cwd`` is the project root computed by the caller; the verification runs there (or in
+    the capture's rootdir when that lies inside it: :func:`verification_root`).
     ``interactive`` (asking for approval on the terminal) and ``unattended`` default to
     whether stdin is a terminal; ``env`` is the test processes' environment (default
     ``os.environ``).
     """
-    project_root = verification_root(store.read_incident(incident_id), cwd)
+    incident = store.read_incident(incident_id)
+    project_root = verification_root(incident, cwd, store.root)
+    recorded = incident.rootdir
+    if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
+        out(f"selfheal: warning: incident {incident_id} names rootdir {recorded}, outside the project root; "
+            f"verifying in {project_root}")
     if interactive is None:
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = hooks.classification_rules(pluginmanager)

@@ -17,9 +17,14 @@ Every child selfheal starts — a verification selection, a repair command, the 
   bounded tail;
 - the child dies when selfheal dies. On Linux the child asks the kernel for SIGKILL when
   its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which also covers a SIGKILLed
-  selfheal. Elsewhere — and for grandchildren, which PDEATHSIG does not reach — an
-  ``atexit`` handler SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into
-  one by the loop) stops the group before it propagates.
+  selfheal. Grandchildren, which PDEATHSIG does not reach, are taken down with their
+  group by the **reaper** (:class:`_Reaper`, POSIX): one small helper process per selfheal
+  process, started with the first child, to which every live group is announced through a
+  pipe; when selfheal dies in any way (SIGKILL included) the pipe reaches end-of-file and
+  the reaper SIGKILLs every group still announced. On a normal exit an ``atexit`` handler
+  SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into one by the loop)
+  stops the group before it propagates. A grandchild that leaves the group on purpose
+  (``setsid``) escapes all of them.
 
 Trade-off of PDEATHSIG: ``subprocess`` offers no way to call prctl in the child except
 ``preexec_fn``, which runs Python between fork and exec. That is unsafe in general with
@@ -33,6 +38,10 @@ terminal, so an agent waiting on /dev/tty fails instead of hanging.) The kernel 
 signal when the *thread* that forked the child exits; :func:`run` blocks in that thread
 until the child is gone, so that is the same moment here.
 
+A bare program name (``pytest``) is looked up on the absolute entries of the child's
+``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
+not pick a ``./pytest`` committed to the project.
+
 Redaction is the callers' business: the file and the lines are the child's raw bytes.
 """
 
@@ -40,8 +49,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +133,92 @@ def _kill_live_groups() -> None:
 
 
 atexit.register(_kill_live_groups)
+
+# The reaper's program: groups announced as "+PGID" / "-PGID" lines on stdin; at end-of-file
+# (our process is gone, however it died) every group still announced is SIGKILLed.
+_REAPER_CODE = """
+import os, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+groups, pending = set(), b""
+while True:
+    try:
+        data = os.read(0, 4096)
+    except InterruptedError:
+        continue
+    except OSError:
+        break
+    if not data:
+        break
+    *lines, pending = (pending + data).split(b"\\n")
+    for line in lines:
+        if line[:1] == b"+":
+            groups.add(int(line[1:]))
+        elif line[:1] == b"-":
+            groups.discard(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Reaper:
+    """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
+    process groups of its children (grandchildren included). One per selfheal process
+    (a forked child starts its own), started on first use; if it cannot start, children
+    still have PDEATHSIG and the atexit handler."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner = -1
+        self._fd: Optional[int] = None
+        self._proc: Optional["subprocess.Popen[bytes]"] = None  # kept: a dropped Popen warns
+
+    def _pipe(self) -> Optional[int]:
+        if self._owner == os.getpid():
+            return self._fd
+        self._owner, self._fd = os.getpid(), None
+        try:
+            read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        except OSError:
+            return None
+        try:
+            # Not through run(): the reaper must outlive us, so no PDEATHSIG and no group kill.
+            self._proc = subprocess.Popen(  # noqa: S603 - argv list, shell=False
+                [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
+            )
+        except OSError:
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        self._fd = write_end
+        return write_end
+
+    def _send(self, line: str) -> None:
+        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+            return
+        with self._lock:
+            fd = self._pipe()
+            if fd is None:
+                return
+            try:
+                os.write(fd, line.encode("ascii"))
+            except OSError:  # the reaper is gone: PDEATHSIG and atexit remain
+                self._fd = None
+
+    def watch(self, pgid: int) -> None:
+        """Announce a live group: SIGKILLed if we die while it is announced."""
+        self._send(f"+{pgid}\n")
+
+    def forget(self, pgid: int) -> None:
+        """The group is gone (or stopped by us): nothing to do for it any more."""
+        self._send(f"-{pgid}\n")
+
+
+_REAPER = _Reaper()
 
 
 @functools.lru_cache(maxsize=1)
@@ -269,6 +366,23 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
 # --------------------------------------------------------------------------- running
 
 
+def absolute_path_entries(path_value: str) -> List[str]:
+    """The absolute entries of a ``PATH`` value: an empty or relative entry would find a
+    program committed to the project (``./pytest``) instead of the installed one."""
+    return [entry for entry in path_value.split(os.pathsep) if entry and os.path.isabs(entry)]
+
+
+def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``name`` (a bare program name) found on the absolute entries of ``env``'s PATH (ours
+    when None), as an absolute path; None when none has it. A name holding a separator is
+    returned as it is: the caller chose that path."""
+    if "/" in name or (os.sep != "/" and os.sep in name):
+        return name
+    source = os.environ if env is None else env
+    entries = absolute_path_entries(source.get("PATH", os.defpath))
+    return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
+
+
 def _why_not_started(exc: OSError, cwd: Path) -> str:
     reason = exc.strerror or str(exc)
     if isinstance(exc, FileNotFoundError) and exc.filename != str(cwd):
@@ -310,7 +424,10 @@ def run(
         try:
             if not full:
                 raise OSError("empty command")
-            proc = _spawn(full, cwd, env, stdout)
+            executable = resolve_executable(full[0], env)
+            if executable is None:
+                raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
+            proc = _spawn([executable, *full[1:]], cwd, env, stdout)
         except OSError as exc:
             reason = _why_not_started(exc, cwd)
             if sink is not None:
@@ -318,6 +435,7 @@ def run(
             return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)
         with _LIVE_LOCK:
             _LIVE.add(proc)
+        _REAPER.watch(proc.pid)
         try:
             if on_line is not None:
                 assert proc.stdout is not None
@@ -327,6 +445,7 @@ def run(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
+            _REAPER.forget(proc.pid)
     finally:
         if sink is not None:
             sink.close()

@@ -8,6 +8,7 @@ optionally runs the loop, and writes the report.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +22,7 @@ from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
 from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
@@ -216,6 +217,9 @@ class Recorder:
         self.incident_id: Optional[str] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
+        # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
+        # tests and the processes they start do not see it (it marks what this run captures).
+        self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
         self.open_incidents: List["OpenIncident"] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
@@ -224,6 +228,11 @@ class Recorder:
 
     def _open_incidents(self) -> List["OpenIncident"]:
         if not (self.reports_root / "error_inbox").is_dir():
+            return []
+        if self.ci_run:
+            # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
+            # session): adopting one would let an incident committed to the repository choose
+            # what runs under the job's token. The failures are captured as ci's own incident.
             return []
 
         try:
@@ -349,6 +358,7 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
                 warnings=warnings,
+                ci_run=self.ci_run,
                 git=git,
             )
             self.incident_id = result.incident_id

@@ -442,17 +442,20 @@ def test_verdict_without_incident() -> None:
     assert ci_verdict.verdict_without_incident(2).final_status == "error"
 
 
-def test_captured_incident_prefers_new_then_grown() -> None:
-    before = {"incident_20260101_000000_aaaaaa": ("inbox", "running", 1)}
-    rows = [
-        {"incident_id": "incident_20260101_000000_aaaaaa", "attempts": 1},
-        {"incident_id": "incident_20260102_000000_bbbbbb", "attempts": 0},
-        {"incident_id": "incident_20260103_000000_cccccc", "attempts": 0},
-    ]
-    assert ci.captured_incident(before, rows) == "incident_20260103_000000_cccccc"
-    assert ci.captured_incident(before, rows[:1]) is None
-    assert ci.captured_incident(before, [{"incident_id": "incident_20260101_000000_aaaaaa", "attempts": 2}]) \
-        == "incident_20260101_000000_aaaaaa"
+def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path) -> None:
+    from pytest_selfheal.store.root import Store
+
+    store = Store(tmp_path / ".selfheal")
+    base = {"step": "t.py::t", "failure_class": "code", "message": "m", "error_signature": "s", "rootdir": "/x"}
+    old = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
+    before = ci.snapshot(store)
+    theirs = store.create_incident({**base, "ci_run": "theirs"}, log_tail="", context={})
+    assert ci.captured_incident(store, before, "mine") is None  # the old one was there before: not ours
+    mine = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
+    store.create_incident(dict(base), log_tail="", context={})  # no token: a plain local capture
+    assert ci.captured_incident(store, before, "mine") == mine
+    assert ci.captured_incident(store, before, "theirs") == theirs
+    assert old != mine and len(ci.new_run_token()) == 32
 
 
 def test_child_env_withholds_the_token_and_argv_pins_the_root(tmp_path: Path) -> None:

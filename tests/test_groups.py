@@ -16,6 +16,7 @@ from pytest_selfheal.plan.groups import (
     group_by_root_cause,
     selected_by,
 )
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import allowed_paths, out_of_scope
 
 # Six assertion shapes of one off-by-one.
@@ -165,7 +166,7 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
 @pytest.mark.parametrize("allow", [False, True])
 def test_scope_is_the_target_paths_and_the_tests_only_when_allowed(allow: bool) -> None:
     item = with_evidence(failure("tests/test_core.py::test_1", "assert 1 == 2"), calls=[ref("pkg/core.py", "add")])
-    plan = build_plan(incident(item), generated_at=NOW)
+    plan = Plan.from_json(build_plan(incident(item), generated_at=NOW), "plan.json")
     targets, globs = allowed_paths(plan, allow_test_edits=allow)
     assert targets == (["pkg/core.py", "tests/test_core.py"] if allow else ["pkg/core.py"])
     assert out_of_scope(["pkg/core.py"], targets, globs, allow_test_edits=allow) == []

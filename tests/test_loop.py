@@ -363,7 +363,11 @@ def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
 
 def test_a_collapsed_selection_selects_by_file_and_deselects_exclusions() -> None:
     # A long selection written as its test files (plan/groups.py): the node ids are still selected.
-    plan = {"actions": [{"nodeids": ["tests/t.py::a", "tests/t.py::b", "tests/u.py::c"]}]}
+    plan = Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
+                           "summary": "s", "root_cause_hypotheses": [], "verification_commands": [], "done_criteria": [],
+                           "actions": [{"id": "A1", "title": "t", "priority": "high", "risk": "low", "target_paths": [],
+                                        "verification": [],
+                                        "nodeids": ["tests/t.py::a", "tests/t.py::b", "tests/u.py::c"]}]}, "test plan")
     argvs = [["python", "-m", "pytest", "-q", "tests/t.py"]]
     assert selection_nodeids(plan, {}, argvs) == ["tests/t.py::a", "tests/t.py::b"]
     # An excluded test (TDD, quarantined) inside a selected file is deselected, not run.

@@ -234,6 +234,28 @@ def test_the_child_dies_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
 
 
 @posix_only
+def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
+    # PDEATHSIG reaches the child only; the reaper takes the rest of its group (issue 12, finding 6).
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, time; "
+            "p = subprocess.Popen(['sleep', '120']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    parent = start_parent(tmp_path, "main", [sys.executable, "-c", code])
+    grandchild: Optional[int] = None
+    try:
+        grandchild = int(wait_for_file(pidfile))
+        os.kill(parent.pid, signal.SIGKILL)  # no finally, no atexit in the parent
+        parent.wait()
+        assert gone_within(grandchild)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if grandchild is not None and alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+@posix_only
 def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> None:
     # A grandchild is out of PDEATHSIG's reach: the atexit fallback must take its group down.
     pidfile = tmp_path / "grandchild.pid"

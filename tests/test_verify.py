@@ -21,6 +21,7 @@ from pytest_selfheal.loop.verify import (
     VERIFYING_ENV,
     VerificationRun,
     check_allowed,
+    check_command,
     nodeid_for,
     observe,
     resolve_argv,
@@ -407,3 +408,52 @@ def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> No
             "--mystery", "positional", "--", "-p", "after"]
     assert replayable_options(args, known.get) == [
         "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--target", "staging", "--strict-markers"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "-m", "pytest", "-q", "tests/test_a.py::test_x[../../etc]"],  # a parameter is no path
+        ["pytest", "-qx", "-rfE", "--tb", "line", "-k", "a or b", "-p", "no:randomly", "tests"],
+        ["python", "-mpytest", "--collect-only", "-q"],
+        ["pytest", "--deselect", "tests/test_a.py::test_y", "tests/test_a.py"],
+    ],
+)
+def test_check_command_accepts_selections_and_safe_options(tmp_path: Path, argv: List[str]) -> None:
+    check_command(argv, allowlist=["pytest"], root=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, why",
+    [
+        (["pytest", "-p", "evil"], "option '-p'"),
+        (["pytest", "-s", "--tb=evil"], "option '--tb'"),
+        (["pytest", "-qW", "error"], "option '-qW'"),
+        (["pytest", "/etc/passwd"], "not a node id or path inside"),
+        (["pytest", "../x/test_a.py::t"], "not a node id or path inside"),
+        (["pytest", "--deselect", "/elsewhere/t.py::t", "t.py"], "--deselect outside"),
+        (["tox", "-e", "py"], "option '-e'"),  # another runner: selections only
+        (["pytest", "--", "t.py"], "'--' is not accepted"),
+    ],
+)
+def test_check_command_refuses_unsafe_arguments(tmp_path: Path, argv: List[str], why: str) -> None:
+    with pytest.raises(RefusedError) as info:
+        check_command(argv, allowlist=["pytest", "tox"], root=tmp_path)
+    assert why in str(info.value)
+
+
+def test_check_command_trusts_the_recorded_options_but_not_what_the_loop_sets(tmp_path: Path) -> None:
+    trusted = ["-p", "evil_but_recorded", "--import-mode=importlib", "-W", "error", "--basetemp=/x"]
+    check_command(["pytest", "t.py", *trusted[:-1]], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+    with pytest.raises(RefusedError):
+        check_command(["pytest", "t.py", "--basetemp=/x"], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+    with pytest.raises(RefusedError):  # the same option with another value is not the recorded one
+        check_command(["pytest", "t.py", "-p", "other"], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+
+
+def test_check_command_follows_symlinks_out_of_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "link").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(RefusedError):
+        check_command(["pytest", "link/t.py"], allowlist=["pytest"], root=root)

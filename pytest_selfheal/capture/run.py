@@ -182,12 +182,15 @@ def capture_incident(
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
     warnings: Optional[List[str]] = None,
+    ci_run: Optional[str] = None,
     git: Optional[PendingSnapshot] = None,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
-    ``git``: the snapshot of the project's tree (excluding ``reports_root``) when the caller
-    started it early, so its git processes ran while the failures were analysed.
+    ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
+    ``ci_run`` so that ci loops only what its own run captured. ``git``: the snapshot of the
+    project's tree (excluding ``reports_root``) when the caller started it early, so its git
+    processes ran while the failures were analysed.
     """
     rootdir = Path(config.rootpath)
     redactor = default_redactor(effective.settings.redaction)
@@ -214,6 +217,8 @@ def capture_incident(
         incident["tdd_nodeids"] = list(tdd_nodeids)
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
+    if ci_run:
+        incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)

@@ -26,3 +26,6 @@ INI_KEYS: Dict[str, str] = {
 # Set by the loop in the verification runs it starts: the child run stays passive, so a
 # verification run never captures an incident or records an attempt of its own.
 VERIFYING_ENV = "SELFHEAL_VERIFYING"
+# `selfheal ci` gives its pytest child a fresh random token here: the capture records it as
+# incident.json `ci_run`, and ci loops only the incident holding its own token (docs/github.md).
+CI_RUN_ENV = "SELFHEAL_CI_RUN"

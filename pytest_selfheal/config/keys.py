@@ -119,10 +119,12 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "Lines of failing output kept in an incident's `log_tail.txt` (after redaction)."),
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
             "Executable names (basename, or `python -m <module>`) verification commands may "
-            "run; any other command is refused and logged."),
+            "run; any other command is refused and logged. Their arguments are checked too: "
+            "selections inside the project root and safe options only (docs/loop.md)."),
     KeySpec("verification.args", STRINGS, [],
             "Extra pytest arguments for every verification run, after the capture's own options "
-            "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…)."),
+            "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
+            "like the capture's options: exempt from the argument allowlist."),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
             "and counts as a `timeout`."),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import secrets
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import hooks, process
-from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.files import find_project_root, load_config
+from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import (
@@ -132,18 +134,28 @@ def snapshot(store: "Store") -> Snapshot:
     return {str(r["incident_id"]): (r["bucket"], r["status"], r["attempts"]) for r in store.list_incidents()}
 
 
-def captured_incident(before: Snapshot, after_rows: Sequence[Mapping[str, Any]]) -> Optional[str]:
-    """The incident this pytest run produced: the newest one created during it; else one
-    whose attempts grew (the agent-in-the-loop mode records an iteration of an open
-    incident instead of capturing a new one); else None. ``after_rows`` is oldest first."""
-    new = [str(r["incident_id"]) for r in after_rows if str(r["incident_id"]) not in before]
-    if new:
-        return new[-1]
-    grown = [
-        str(r["incident_id"]) for r in after_rows
-        if int(r["attempts"] or 0) > int(before[str(r["incident_id"])][2] or 0)
-    ]
-    return grown[-1] if grown else None
+def new_run_token() -> str:
+    """A fresh random token for one ``selfheal ci`` run (``SELFHEAL_CI_RUN`` of its pytest child)."""
+    return secrets.token_hex(16)
+
+
+def captured_incident(store: "Store", before: Snapshot, token: str) -> Optional[str]:
+    """The incident this run's pytest captured: among the incidents that appeared during it,
+    the one whose incident.json holds ``ci_run == token``; else None. An incident committed
+    to the repository, or captured by another ``selfheal ci`` on the same root at the same
+    time, never holds this run's token, so it is never looped here. (Under ci the plugin's
+    agent-in-the-loop mode adopts no open incident: recorder.py.)"""
+    for row in reversed(store.list_incidents()):  # newest first
+        incident_id = str(row["incident_id"])
+        if incident_id in before:
+            continue
+        try:
+            incident = store.read_incident(incident_id)
+        except SelfhealError:
+            continue  # a broken new incident is not ours to loop; `selfheal status` shows it
+        if incident.get_extra("ci_run") == token:
+            return incident_id
+    return None
 
 
 # --------------------------------------------------------------------------- result
@@ -315,11 +327,13 @@ def run_ci(
     store = Store(root)
     before = snapshot(store)
     test_env = child_env(source)
+    # What this run captures holds the token (issue 12, finding 5); only the capturing pytest gets it.
+    token = new_run_token()
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
-    code = run_pytest(argv, cwd=here, env=test_env, stream=out)
-    incident_id = captured_incident(before, store.list_incidents())
+    code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
+    incident_id = captured_incident(store, before, token)
 
     error: Optional[SelfhealError] = None
     loop_result: Dict[str, Any] = {}
@@ -337,7 +351,7 @@ def run_ci(
             rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
             try:
                 loop_result = run_incident_loop(
-                    store, incident_id, effective=effective, cwd=here, pluginmanager=pm,
+                    store, incident_id, effective=effective, cwd=find_project_root(here), pluginmanager=pm,
                     interactive=False, unattended=True, out=rep.say, env=test_env,
                 )
             except Cancelled:
@@ -504,6 +518,7 @@ __all__ = [
     "WITHHELD_ENV",
     "CiResult",
     "captured_incident",
+    "new_run_token",
     "child_env",
     "comment_from_report",
     "post_comment",

@@ -58,8 +58,8 @@ def loop_lock(store: "Store", incident_id: str) -> Iterator[None]:
     Held → ``RefusedError`` ("a loop is already running for <id>", exit 5). The OS drops
     it when the process dies, so a killed loop never blocks the next one.
     """
-    folder = fsio.ensure_dir(store.runs_dir(incident_id))
-    lock = fsio.FileLock(folder / LOOP_LOCK_FILE, timeout=0.0)
+    folder = fsio.ensure_dir(store.confined(store.runs_dir(incident_id)))
+    lock = fsio.FileLock(store.confined(folder / LOOP_LOCK_FILE), timeout=0.0)
     try:
         lock.acquire()
     except StoreIOError as exc:

@@ -53,7 +53,15 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
-from pytest_selfheal.loop.verify import COLLECTION_KEY, VerificationRun, check_allowed, observe, run_selection
+from pytest_selfheal.loop.verify import (
+    COLLECTION_KEY,
+    VerificationRun,
+    check_command,
+    observe,
+    remove_stale_verify_dirs,
+    run_selection,
+    verify_dir_prefix,
+)
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
@@ -172,9 +180,15 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
+def _trusted_options(incident: Incident, effective: "EffectiveConfig") -> List[str]:
+    """The capture's own pytest options and ``verification.args``, appended to every command
+    (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
+    invocation and config, so the argument allowlist trusts them (``check_command``)."""
+    return list(incident.pytest_options) + list(effective.settings.verification.args)
+
+
 def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") -> List[List[str]]:
-    """The plan's commands as argv lists, each followed by the capture's own pytest options
-    and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
+    """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = incident.incident_id
     argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
@@ -183,7 +197,29 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") ->
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    return [argv + list(incident.pytest_options) + list(effective.settings.verification.args) for argv in argvs]
+    trusted = _trusted_options(incident, effective)
+    return [argv + trusted for argv in argvs]
+
+
+def check_commands(
+    store: "Store",
+    incident_id: str,
+    argvs: Sequence[Sequence[str]],
+    *,
+    incident: Incident,
+    effective: "EffectiveConfig",
+    project_root: Path,
+) -> None:
+    """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
+    first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
+    trusted = _trusted_options(incident, effective)
+    for argv in argvs:
+        try:
+            check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
+                          trusted=trusted)
+        except RefusedError as exc:
+            _refuse_command(store, incident_id, argv, exc)
+            raise
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
@@ -226,6 +262,7 @@ def run_loop(
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
     _refuse_interrupted_archive(store, incident_id)
+    remove_stale_verify_dirs()  # what a SIGKILLed loop left: unredacted output of its runs
     say = out or (lambda line: None)
     if unattended is None:
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
@@ -308,12 +345,7 @@ def _drive(
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
-    for argv in argvs:
-        try:
-            check_allowed(argv, effective.settings.verification.allowlist)
-        except RefusedError as exc:
-            _refuse_command(store, incident_id, argv, exc)
-            raise
+    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
     commands = [_command_text(a) for a in argvs]
     timeout = effective.settings.verification.timeout_seconds
 
@@ -395,7 +427,7 @@ def _verify_and_record(
     codes: List[Optional[int]] = []
     timed_out = False
     duration = 0.0
-    with tempfile.TemporaryDirectory(prefix="selfheal-verify-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
@@ -454,8 +486,7 @@ def verify_iteration(
     plan = store.read_plan(incident_id)
     incident = store.read_incident(incident_id)
     argvs = _plan_argvs(plan, incident, effective)
-    for argv in argvs:
-        check_allowed(argv, effective.settings.verification.allowlist)
+    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
     return _verify_and_record(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
@@ -479,6 +510,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
 __all__ = [
     "Provider",
     "Verifier",
+    "check_commands",
     "run_loop",
     "selection_nodeids",
     "verify_iteration",

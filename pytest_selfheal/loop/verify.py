@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
@@ -54,6 +57,45 @@ _EXECUTABLE_BAD = set(";&|<>$`()")
 _ANYWHERE_BAD = ("$(", "`")
 
 _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
+
+# The argument allowlist (docs/loop.md "What a verification run executes"): options that
+# only select, print or stop early — none loads code, reads a file or writes one.
+PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
+SAFE_FLAGS = frozenset({
+    "-q", "--quiet", "-v", "--verbose", "-x", "--exitfirst", "-l", "--showlocals", "-s",
+    "--no-header", "--no-summary", "--collect-only", "--co", "--strict-markers", "--disable-warnings",
+    "--disable-pytest-warnings",
+})
+_TB_STYLES = frozenset({"auto", "long", "short", "line", "native", "no"})
+
+
+def _plugin_off(value: str) -> bool:
+    # `-p no:NAME` only blocks a plugin; `-p NAME` imports one.
+    return value.startswith("no:") and len(value) > 3 and "/" not in value
+
+
+def _count(value: str) -> bool:
+    return value.isdigit() and len(value) < 10
+
+
+SAFE_VALUED: Dict[str, Callable[[str], bool]] = {
+    "--tb": lambda value: value in _TB_STYLES,
+    "-r": lambda value: value.isalnum() or value == "",
+    "-k": lambda value: True,  # pytest's own expression language, never Python's eval
+    "-m": lambda value: True,
+    "--maxfail": _count,
+    "--durations": _count,
+    "--color": lambda value: value in ("yes", "no", "auto"),
+    "--capture": lambda value: value in ("fd", "sys", "no", "tee-sys"),
+    "-p": _plugin_off,
+    "--deselect": lambda value: True,  # checked as a selection by check_command
+}
+# Options the loop sets itself or that write outside the root: never replayed, even when an
+# incident.json claims the capture recorded them (the capture drops them: capture/options.py).
+NEVER_TRUSTED = frozenset({
+    "--rootdir", "--basetemp", "--junitxml", "--junit-xml", "--debug", "--pyargs", "--report-log",
+    "--result-log", "--resultlog",
+})
 
 
 @dataclass(frozen=True)
@@ -98,14 +140,14 @@ def runner_name(argv: Sequence[str]) -> str:
 def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWLIST) -> None:
     """Refuse (``RefusedError``, one line) a command that is not an allowlisted runner.
 
-    Nothing is ever run through a shell, so shell metacharacters inside arguments are
-    harmless; still, a command holding shell operators as separate words (``;``, ``&&``,
-    ``|``, ``>``…), ``$(`` or backticks anywhere, or any metacharacter in the executable
-    position was written for a shell (a hand-edited ``plan.json``) and is refused too —
-    defence in depth.
+    Only the runner: :func:`check_command` (the one check every surface goes through) also
+    checks the arguments. Nothing is ever run through a shell, so shell metacharacters
+    inside arguments are harmless; still, a command holding shell operators as separate
+    words (``;``, ``&&``, ``|``, ``>``…), ``$(`` or backticks anywhere, or any
+    metacharacter in the executable position was written for a shell (a hand-edited
+    ``plan.json``) and is refused too — defence in depth.
     """
-    shown = " ".join(argv)
-    shown = shown if len(shown) <= 200 else shown[:197] + "..."
+    shown = _shown(argv)
     if not argv:
         raise RefusedError("refusing an empty verification command")
     if any(ch in _EXECUTABLE_BAD for ch in argv[0]):
@@ -131,9 +173,146 @@ def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWL
         )
 
 
+def _shown(argv: Sequence[str]) -> str:
+    shown = " ".join(argv)
+    return shown if len(shown) <= 200 else shown[:197] + "..."
+
+
+def _runner_length(argv: Sequence[str]) -> int:
+    """How many words name the runner: 3 for ``python -m pytest``, 2 for ``python -mpytest``, else 1."""
+    if len(argv) >= 2 and _is_python(_basename(argv[0])):
+        if argv[1] == "-m" and len(argv) >= 3:
+            return 3
+        if argv[1].startswith("-m") and len(argv[1]) > 2:
+            return 2
+    return 1
+
+
+def option_groups(tokens: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """``(option, value)`` pairs of an options-only word list (incident.json ``pytest_options``,
+    ``verification.args``): ``--name=value`` splits at ``=``; a word that does not start with
+    ``-`` is the value of the option before it."""
+    groups: List[Tuple[str, Optional[str]]] = []
+    for token in tokens:
+        if token.startswith("--") and "=" in token:
+            name, _, value = token.partition("=")
+            groups.append((name, value))
+        elif token.startswith("-") and token != "-":
+            groups.append((token, None))
+        elif groups and groups[-1][1] is None:
+            groups[-1] = (groups[-1][0], token)
+        else:
+            groups.append(("", token))  # a positional word: checked as a selection
+    return groups
+
+
+def inside_root(word: str, root: Path) -> bool:
+    """True when the path part of a selection word (``path::name[param]`` or a path) resolves
+    inside ``root``: no absolute path elsewhere, no ``..`` escape, no symlink leading out."""
+    path = word.split("::", 1)[0]
+    if not path or "\x00" in path:
+        return False
+    base = root.resolve()
+    try:
+        resolved = (base / path).resolve()  # an absolute `path` replaces base
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, an unusable name
+        return False
+    return resolved == base or base in resolved.parents
+
+
+def _pytest_option(words: Sequence[str], index: int) -> Tuple[bool, int, str]:
+    """Is the option at ``words[index]`` a safe pytest option? ``(safe, words used, option)``."""
+    token = words[index]
+    if token.startswith("--"):
+        name, eq, attached = token.partition("=")
+        if name in SAFE_FLAGS and not eq:
+            return True, 1, name
+        if name not in SAFE_VALUED:
+            return False, 1, name
+        if eq:
+            value, used = attached, 1
+        elif index + 1 < len(words):
+            value, used = words[index + 1], 2
+        else:
+            return False, 1, name
+        return SAFE_VALUED[name](value), used, name
+    name = token[:2]
+    if name in SAFE_VALUED:
+        if len(token) > 2:
+            return SAFE_VALUED[name](token[2:]), 1, name
+        if index + 1 < len(words):
+            return SAFE_VALUED[name](words[index + 1]), 2, name
+        return False, 1, name
+    # -q, -vv, -qx: a cluster of safe one-letter flags.
+    letters = token[1:]
+    return bool(letters) and all(f"-{letter}" in SAFE_FLAGS for letter in letters), 1, token
+
+
+def check_command(
+    argv: Sequence[str],
+    *,
+    allowlist: Sequence[str] = DEFAULT_ALLOWLIST,
+    root: Path,
+    trusted: Sequence[str] = (),
+) -> None:
+    """THE check of a verification command, for every surface (docs/loop.md "What a
+    verification run executes"): an allowlisted runner (:func:`check_allowed`) **and**
+    allowlisted arguments. ``RefusedError`` (one line, exit 5) otherwise; nothing runs.
+
+    - a selection (a word not starting with ``-``: a node id or a path) must resolve inside
+      ``root`` (the project root);
+    - an option must be one of the safe pytest options (:data:`SAFE_FLAGS`,
+      :data:`SAFE_VALUED`) — only for the runner ``pytest``; another allowlisted runner gets
+      selections only — unless the same option with the same value is in ``trusted``: the
+      capture's recorded options and ``verification.args`` (the user's own invocation and
+      config, appended to every command), minus :data:`NEVER_TRUSTED` (the loop sets those
+      itself; a recorded one was hand-edited into incident.json).
+    """
+    check_allowed(argv, allowlist)
+    shown = _shown(argv)
+    trusted_groups = {(name, value) for name, value in option_groups(trusted) if name not in NEVER_TRUSTED}
+    pytest_runner = runner_name(argv) in PYTEST_RUNNERS
+    words = list(argv[_runner_length(argv):])
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            raise RefusedError(f"refusing verification command {shown!r}: '--' is not accepted")
+        if not word.startswith("-") or word == "-":
+            if not inside_root(word, root):
+                raise RefusedError(
+                    f"refusing verification command {shown!r}: {word!r} is not a node id or path inside "
+                    f"the project root {root}"
+                )
+            index += 1
+            continue
+        following = words[index + 1] if index + 1 < len(words) else None
+        name, eq, attached = word.partition("=") if word.startswith("--") else (word, "", "")
+        if eq and (name, attached) in trusted_groups:
+            index += 1
+            continue
+        if following is not None and (word, following) in trusted_groups:
+            index += 2
+            continue
+        if (word, None) in trusted_groups:
+            index += 1
+            continue
+        safe, used, option = _pytest_option(words, index) if pytest_runner else (False, 1, name)
+        if not safe:
+            raise RefusedError(
+                f"refusing verification command {shown!r}: option {option!r} is not a safe verification "
+                "option (it can load code or touch paths outside the project) and the capture did not "
+                "record it"
+            )
+        if option == "--deselect" and not inside_root(words[index + 1] if used == 2 else attached, root):
+            raise RefusedError(f"refusing verification command {shown!r}: --deselect outside the project root")
+        index += used
+
+
 def resolve_argv(argv: Sequence[str]) -> List[str]:
     """``python`` (a bare interpreter name) → ``sys.executable``: the interpreter running
-    selfheal, which has the project's pytest and this plugin installed."""
+    selfheal, which has the project's pytest and this plugin installed. Other bare names
+    are resolved by :func:`pytest_selfheal.process.run` (absolute PATH entries only)."""
     out = list(argv)
     if out and "/" not in out[0] and "\\" not in out[0] and _is_python(_basename(out[0])):
         out[0] = sys.executable
@@ -177,6 +356,56 @@ def run_selection(
     return VerificationRun(
         full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path
     )
+
+
+# --------------------------------------------------------------------------- scratch folders
+
+# A verification's junit and raw (unredacted) output live in a temp folder named after the
+# loop's pid, so that the next loop can tell one a SIGKILL left behind from a live one.
+VERIFY_DIR_PREFIX = "selfheal-verify-"
+
+
+def verify_dir_prefix() -> str:
+    """``selfheal-verify-<pid>-``: the prefix of this process's verification temp folders."""
+    return f"{VERIFY_DIR_PREFIX}{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> List[Path]:
+    """Remove the verification temp folders a killed loop left (``selfheal-verify-<pid>-*``
+    in the temp directory): only ours (a real folder, not a link, owned by our user) and
+    only stale (their pid is dead). Returns what was removed; never raises."""
+    base = Path(tempfile.gettempdir() if tmp is None else tmp)
+    removed: List[Path] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    uid = getattr(os, "getuid", lambda: None)()
+    for entry in entries:
+        if not entry.name.startswith(VERIFY_DIR_PREFIX):
+            continue
+        pid_text = entry.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid) or _pid_alive(int(pid_text)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
 
 
 # --------------------------------------------------------------------------- observing
@@ -320,6 +549,11 @@ __all__ = [
     "VERIFYING_ENV",
     "VerificationRun",
     "check_allowed",
+    "remove_stale_verify_dirs",
+    "verify_dir_prefix",
+    "check_command",
+    "inside_root",
+    "option_groups",
     "last_line",
     "nodeid_for",
     "observe",

@@ -48,7 +48,7 @@ def write_patch(store: "Store", incident_id: str, name: str, data: bytes) -> Pat
         return store.write_run_file(incident_id, name, text)
     store.write_run_file(incident_id, name, "")  # validates the name and the incident
     with store.lock():
-        path = store.runs_dir(incident_id) / name
+        path = store.confined(store.runs_dir(incident_id) / name)
         fsio.atomic_write_bytes(path, data)
         return path
 

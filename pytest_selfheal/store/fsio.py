@@ -7,6 +7,9 @@
   fsyncs once and renames into place (one folder fsync for all its files).
 - ``append_line`` / ``append_lines``: one ``O_APPEND`` write + fsync, for the append-only event logs.
 - ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
+- ``confine``: the check that a write stays under the reports root — no symbolic link
+  between the root and the file (``RefusedError``, exit 5); files are also opened with
+  ``O_NOFOLLOW`` where they may already exist (appends, locks).
 - ``FileLock``: an inter-process lock (``fcntl.flock`` on POSIX, ``msvcrt`` on Windows),
   re-entrant inside one process so nested store operations never deadlock.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -27,13 +31,45 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
-from pytest_selfheal.errors import InputError, StoreIOError, one_line
+from pytest_selfheal.errors import InputError, RefusedError, StoreIOError, one_line
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 # Temp files start with a dot and end with ".tmp" so that no reader ever takes one for a
 # real file (they never end in ".json").
 TEMP_SUFFIX = ".tmp"
+
+
+# Opening a file that may exist: never through a symbolic link (0 where the OS has no such flag).
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def confine(root: PathLike, path: PathLike) -> Path:
+    """``path``, once checked to lie under ``root`` with no symbolic link on the way: every
+    existing entry below ``root`` down to ``path`` itself is looked at with ``lstat``. A
+    link there would take the write (an append, an attempt, a moved incident, a lock)
+    outside the reports root: ``RefusedError`` (one line, exit 5), nothing written. The
+    root itself may be a link (the user's choice of where it lives)."""
+    base = Path(os.path.abspath(os.fspath(root)))
+    target = Path(os.path.abspath(os.fspath(path)))
+    try:
+        parts = target.relative_to(base).parts
+    except ValueError:
+        raise RefusedError(one_line(f"refusing to write {target}: it is outside the reports root {base}")) from None
+    current = base
+    for part in parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            break  # missing from here on: whatever is created next is a real folder or file
+        if stat.S_ISLNK(mode):
+            # Relative names first: the one line must keep its point within its length limit.
+            raise RefusedError(one_line(
+                f"refusing to write {'/'.join(parts)}: {current.relative_to(base).as_posix()} is a symbolic "
+                f"link (replace it with a real folder or file: every write stays inside the reports root {base})"
+            ))
+    return target
 
 
 def _reason(exc: OSError) -> str:
@@ -181,7 +217,8 @@ def append_lines(path: PathLike, lines: Sequence[str]) -> None:
         return
     target = Path(path)
     try:
-        fd = os.open(os.fspath(target), os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+        fd = os.open(os.fspath(target), os.O_RDWR | os.O_APPEND | os.O_CREAT | O_NOFOLLOW | getattr(os, "O_BINARY", 0),
+                     0o666)
     except OSError as exc:
         raise io_error("append to", target, exc) from None
     try:
@@ -339,7 +376,7 @@ class FileLock:
 
     def _lock_file(self, deadline: float) -> int:
         try:
-            fd = os.open(os.fspath(self.path), os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(os.fspath(self.path), os.O_RDWR | os.O_CREAT | O_NOFOLLOW, 0o666)
         except OSError as exc:
             raise io_error("lock", self.path, exc) from None
         try:

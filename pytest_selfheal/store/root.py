@@ -91,7 +91,13 @@ class Store(StoreReader):
         sequence too (it is re-entrant within a process). Creates the root if missing.
         """
         fsio.ensure_dir(self._root)
-        return fsio.FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout)
+        return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
+
+    def confined(self, path: Path) -> Path:
+        """``path`` once checked to be a write that stays under the reports root: no symbolic
+        link between the root and it (``fsio.confine``; ``RefusedError``, exit 5). Every
+        writer of the store calls it before touching a file or folder."""
+        return fsio.confine(self._root, path)
 
     # ------------------------------------------------------------------ create
 
@@ -148,7 +154,7 @@ class Store(StoreReader):
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
         with self.lock():
-            inbox = fsio.ensure_dir(self.inbox_dir)
+            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
             self._remove_stale_builds(inbox)
             for _ in range(_CREATE_RETRIES):
                 incident_id = str(doc["incident_id"])
@@ -272,7 +278,7 @@ class Store(StoreReader):
             problems = validate("incident", doc)
             if problems:
                 raise ValueError(f"incident update does not fit the schema: {problems[0]}")
-            fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+            fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
             return doc
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
@@ -302,8 +308,8 @@ class Store(StoreReader):
         doc = self._read_incident_doc(folder, incident_id)
         doc["status"] = new
         doc["updated_at"] = ev.format_ts(self._now())
-        fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
-        fsio.atomic_write_text(folder / STATUS_TXT, new + "\n")
+        fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
+        fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
         data = {"from": current, "to": new}
         data.update(event_data)
         self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, data)
@@ -312,7 +318,7 @@ class Store(StoreReader):
 
     def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
         record = ev.build_event(name, incident_id, dict(data), ts=self._now())
-        fsio.append_line(folder / AUDIT_TAIL_JSONL, ev.encode_event(record))
+        fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
     def append_event(self, incident_id: str, name: str, /, **data: Any) -> Dict[str, Any]:
@@ -336,7 +342,7 @@ class Store(StoreReader):
         with self.lock():
             _, folder = self.locate(incident_id)
             records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
-            fsio.append_lines(folder / AUDIT_TAIL_JSONL, [ev.encode_event(r) for r in records])
+            fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
 
     # ------------------------------------------------------------------ plans
@@ -353,9 +359,9 @@ class Store(StoreReader):
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
-            folder = fsio.ensure_dir(self.plans_dir(incident_id))
-            fsio.atomic_write_text(folder / PLAN_MD, plan_md)
-            fsio.atomic_write_json(folder / PLAN_JSON, doc)
+            folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
+            fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
+            fsio.atomic_write_json(self.confined(folder / PLAN_JSON), doc)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
@@ -373,8 +379,8 @@ class Store(StoreReader):
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
-            folder = fsio.ensure_dir(self.runs_dir(incident_id))
-            path = folder / attempt_filename(iteration)
+            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
+            path = self.confined(folder / attempt_filename(iteration))
             if path.exists():
                 raise RefusedError(
                     f"{self._relative(path)} already exists; the next attempt of {incident_id} "
@@ -391,8 +397,8 @@ class Store(StoreReader):
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
-            folder = fsio.ensure_dir(self.runs_dir(incident_id))
-            fsio.atomic_write_json(folder / RUN_RESULT_JSON, doc)
+            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
+            fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
             return folder / RUN_RESULT_JSON
 
     def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
@@ -409,8 +415,8 @@ class Store(StoreReader):
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
-            folder = fsio.ensure_dir(self.runs_dir(incident_id))
-            fsio.atomic_write_text(folder / name, text)
+            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
+            fsio.atomic_write_text(self.confined(folder / name), text)
             return folder / name
 
     # ------------------------------------------------------------------ archive
@@ -433,9 +439,10 @@ class Store(StoreReader):
             where, folder = self.locate(incident_id)
             if where != INBOX:
                 raise RefusedError(f"incident {incident_id} is already archived in {ARCHIVE_DIR}/{where}")
+            self.confined(folder)
             current = self._read_status_at(folder)
-            target_dir = self.bucket_dir(bucket)
-            destination = target_dir / incident_id
+            target_dir = self.confined(self.bucket_dir(bucket))
+            destination = self.confined(target_dir / incident_id)
             archived_to = self._relative(destination)
             if current != bucket:
                 check_transition(incident_id, current, bucket)
@@ -518,7 +525,8 @@ class Store(StoreReader):
             bucket, folder = self.locate(incident_id)
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open (error_inbox); archive it before pruning")
-            fsio.move(folder, self.archive_root / f"{PRUNING_PREFIX}{incident_id}")
+            # Renaming a linked incident folder moves the link, never what it points at.
+            fsio.move(folder, self.confined(self.archive_root / f"{PRUNING_PREFIX}{incident_id}"))
             self._finish_prune(incident_id)
 
     def finish_prunes(self) -> List[str]:

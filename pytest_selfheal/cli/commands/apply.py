@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if patch is None or not patch.strip():
         raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
     with isolated_git_env():
-        top = repo_top(verification_root(incident, project_root()))
+        top = repo_top(verification_root(incident, project_root(), store.root))
         verdict = check_patch(top, patch)
         data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(where), "working_tree": str(top)}
         if verdict.already_applied:
