@@ -292,7 +292,7 @@ def run_ci(
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
-    store = Store(root)
+    store = Store(root, redactor=redactor)
     before = snapshot(store)
     test_env = child_env(source)
 

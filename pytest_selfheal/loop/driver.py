@@ -57,7 +57,7 @@ from pytest_selfheal.loop.resume import (
 from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.models import Failure
-from pytest_selfheal.redact import default_redactor
+from pytest_selfheal.redact import default_redactor, runnable_nodeid
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
@@ -101,7 +101,8 @@ def selection_nodeids(plan: Mapping[str, Any], incident: Mapping[str, Any], argv
         for nodeid in incident.get("nodeids") or []:
             if isinstance(nodeid, str) and nodeid not in candidates:
                 candidates.append(nodeid)
-    chosen = [n for n in candidates if n in words]
+    # A redacted node id is selected through its runnable parent (redact.runnable_nodeid).
+    chosen = [n for n in candidates if n in words or runnable_nodeid(n) in words]
     if chosen:
         return chosen
     return list(dict.fromkeys(word for argv in argvs for word in argv[1:] if "::" in word and not word.startswith("-")))
@@ -369,7 +370,8 @@ def _verify_and_record(
             with state.interruptible():
                 run = run_selection(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
                                     timeout_seconds=timeout, env=env)
-            got, failed = observe(run, [n for n in nodeids if n in argv] or list(nodeids), rules=rules, redactor=redactor)
+            selected = [n for n in nodeids if n in argv or runnable_nodeid(n) in argv]
+            got, failed = observe(run, selected or list(nodeids), rules=rules, redactor=redactor)
             outcomes.update(got)
             failures.extend(failed)
             duration += run.duration_seconds

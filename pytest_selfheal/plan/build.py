@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.analysis.frames import repo_relative
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.records.redacted import runnable_nodeid
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     FAILURE_CLASS_ENVIRONMENT,
@@ -151,8 +152,17 @@ def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[List[Mapping[s
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
-    """``python -m pytest -q <nodeid>...`` with every argument shell-quoted."""
-    argv = [python, "-m", "pytest", "-q", *nodeids]
+    """``python -m pytest -q <nodeid>...`` with every argument shell-quoted.
+
+    A redacted node id cannot be selected: its nearest selectable parent runs instead
+    (``redact.runnable_nodeid``; one with nothing selectable left is dropped).
+    """
+    runnable: List[str] = []
+    for nodeid in nodeids:
+        parent = runnable_nodeid(nodeid)
+        if parent is not None and (parent == nodeid or parent not in runnable):
+            runnable.append(parent)
+    argv = [python, "-m", "pytest", "-q", *runnable]
     return " ".join(shlex.quote(arg) for arg in argv)
 
 

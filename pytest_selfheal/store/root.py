@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -62,7 +63,14 @@ _CREATE_RETRIES = 50
 
 class Store(StoreReader):
     """The incident store under one reports root (``.selfheal/`` by default): reads, writes
-    and status transitions."""
+    and status transitions.
+
+    The one writer of the reports root is also the redaction boundary (SPEC §12): every
+    document (keys and values), event and text file goes through ``redactor`` on its way
+    to disk; only patches are written raw (they must apply). ``redactor`` defaults to the
+    built-in kinds and the environment's secret-named variables; callers holding the
+    settings pass theirs (``redaction.patterns``, ``env_names``).
+    """
 
     def __init__(
         self,
@@ -70,10 +78,19 @@ class Store(StoreReader):
         *,
         lock_timeout: float = 30.0,
         clock: Optional[Callable[[], datetime]] = None,
+        redactor: Optional[Redactor] = None,
     ) -> None:
         super().__init__(root)
         self.lock_timeout = lock_timeout
         self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
+        self.redactor: Redactor = redactor if redactor is not None else default_redactor()
+
+    def _clean(self, doc: Mapping[str, Any]) -> Dict[str, Any]:
+        """``doc`` with secrets redacted from its keys and values (what is written)."""
+        return dict(self.redactor.redact_obj(dict(doc)))
+
+    def _clean_events(self, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, Mapping[str, Any]]]:
+        return [(name, self._clean(data)) for name, data in events]
 
     # ------------------------------------------------------------------ time, lock
 
@@ -111,11 +128,12 @@ class Store(StoreReader):
         ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
         after ``incident_captured`` in the same build, not as a later append and fsync.
         Data that does not fit the incident schema, or an unknown event name, is a
-        programming error (``ValueError``). Redacting secrets from ``log_tail`` and
-        ``context`` is the caller's job.
+        programming error (``ValueError``). Everything is redacted on the way (the class doc).
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: Dict[str, Any] = dict(incident)
+        doc: Dict[str, Any] = self._clean(incident)
+        log_tail = self.redactor.redact(log_tail)
+        events = self._clean_events(events)
         if doc.setdefault("status", NEW) != NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
@@ -133,7 +151,7 @@ class Store(StoreReader):
         problems = validate("incident", doc)
         if problems:
             raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        context_doc = dict(context)
+        context_doc = self._clean(context)
         # Serialise up front: unserialisable data fails before anything touches the disk.
         fsio.dumps_json(doc)
         fsio.dumps_json(context_doc)
@@ -251,7 +269,7 @@ class Store(StoreReader):
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
             doc = self._read_incident_at(folder, incident_id)
-            doc.update(fields)
+            doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
             if problems:
@@ -295,7 +313,7 @@ class Store(StoreReader):
     # ------------------------------------------------------------------ events
 
     def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
-        record = ev.build_event(name, incident_id, dict(data), ts=self._now())
+        record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
         fsio.append_line(folder / AUDIT_TAIL_JSONL, ev.encode_event(record))
         return record
 
@@ -314,6 +332,7 @@ class Store(StoreReader):
         ``ValueError`` before anything is written. Returns the records.
         """
         incident_id = validate_incident_id(incident_id)
+        events = self._clean_events(events)
         for name, data in events:
             ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
         self.locate(incident_id)
@@ -332,7 +351,8 @@ class Store(StoreReader):
         appends ``plan_generated`` and moves the status.
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(plan)
+        doc = self._clean(plan)
+        plan_md = self.redactor.redact(plan_md)
         self._check_doc("plan", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -351,7 +371,7 @@ class Store(StoreReader):
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(attempt)
+        doc = self._clean(attempt)
         self._check_doc("attempt", doc, incident_id)
         iteration = int(doc["iteration"])
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
@@ -370,7 +390,7 @@ class Store(StoreReader):
     def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = dict(result)
+        doc = self._clean(result)
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -379,12 +399,14 @@ class Store(StoreReader):
             fsio.atomic_write_json(folder / RUN_RESULT_JSON, doc)
             return folder / RUN_RESULT_JSON
 
-    def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
-        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``attempt_01.patch``).
+    def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
+        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``repair_01.log``).
 
         ``name`` is a plain file name (no separators, not starting with a dot); the
-        contract's JSON files have their own writers and are refused here.
+        contract's JSON files have their own writers and are refused here. ``text`` is
+        redacted unless ``raw`` (patches only: a redacted patch no longer applies).
         """
+        text = text if raw else self.redactor.redact(text)
         incident_id = validate_incident_id(incident_id)
         if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
             raise ValueError(f"unsafe run file name {name!r}")

@@ -3,8 +3,8 @@ output, run every writer, then grep every byte written — zero occurrences.
 
 Channels: an assertion message, ``print`` to stdout and stderr (captured by pytest), an
 exception message, a fixture error (setup), a logged error. (A comparison that pytest
-explains with a shortened diff cuts labels and token prefixes off and leaks: that channel is
-test_findings.py::test_shortened_diff_items_do_not_leak_secrets, a known failure.)
+explains with a shortened diff cuts labels and token prefixes off: that channel is
+test_findings.py::test_shortened_diff_items_do_not_leak_secrets.)
 
 Writers ("surfaces"): the capture (``pytest --selfheal``, with ``--selfheal-report``), the
 verify-only loop, ``selfheal report --output`` (markdown and JSON), a repair provider's
