@@ -47,7 +47,17 @@ _CELL_SYMBOL = {
     "missing": _WARN,
 }
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
-_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+# Markdown punctuation that opens a link, an image, emphasis, a code span or a strike-through.
+# "(", ")" and "!" stay: a link or an image needs a "[", which is escaped, so prose keeps its
+# parentheses. "_" only where it could open emphasis (not after a letter or digit:
+# "repeated_fingerprint" stays as it is, GitHub never opens emphasis inside a word).
+_MD_PUNCTUATION = re.compile(r"[\\`*\[\]~]|(?<![^\W_])_")
+# What GitHub turns into a link or a notification in text (not in code spans): "@user",
+# "#12", "org/repo#12", "GH-12", e-mail addresses; and autolinks ("https://...", "www.").
+# A zero-width space after the trigger breaks each; backslashes would not (GitHub finds
+# references in the rendered text).
+_REFERENCE = re.compile(r"(@|#|\bGH-)(?=[A-Za-z0-9])", re.IGNORECASE)
+_AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
 def _scalar(value: Any) -> str:
@@ -69,15 +79,18 @@ def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
 
 
 def text(value: Any, limit: int = CELL_LIMIT) -> str:
-    """Data as safe inline markdown: one line, bounded, no raw HTML (``<``/``>`` escaped).
+    """Data as inert inline markdown (SPEC §12): one line, bounded, rendering nothing.
 
-    Escaping ``<`` also keeps data from forging the hidden HTML marker of the PR comment;
-    a zero-width space after ``@`` keeps ``@name`` from notifying anyone.
+    No raw HTML or entity (``&``, ``<``, ``>`` escaped: this also keeps data from forging
+    the hidden HTML marker of the PR comment); markdown punctuation backslash-escaped (no
+    link, image, emphasis, code span); a zero-width space after ``@``, ``#``, ``GH-``,
+    ``https:`` and ``www.`` so GitHub makes no mention, cross-reference or autolink of it.
     """
     flat = _truncate(_one_line(value), limit)
-    flat = flat.replace("<", "&lt;").replace(">", "&gt;")
-    # "@name" in a test message must not notify a GitHub user from the PR comment.
-    return _MENTION.sub("@\u200b", flat)
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    flat = _MD_PUNCTUATION.sub(lambda m: "\\" + m.group(0), flat)
+    flat = _REFERENCE.sub("\\1\u200b", flat)
+    return _AUTOLINK.sub(lambda m: m.group(0) + "\u200b", flat)
 
 
 def code(value: Any, limit: int = CELL_LIMIT) -> str:
