@@ -71,19 +71,10 @@ from pytest_selfheal.store.root import Store
 
 DEFAULT_REPORT_FILE = "ralf_lite_report.md"
 
-#: Variables never passed to the test processes (pytest, verification runs, repair
-#: provider): the token is only for the comment, posted after all test code has run.
-WITHHELD_ENV: Tuple[str, ...] = ("GITHUB_TOKEN",)
-
 Say = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- running
-
-
-def child_env(env: Mapping[str, str]) -> Dict[str, str]:
-    """The environment of the test processes: ``env`` without the GitHub token."""
-    return {k: v for k, v in env.items() if k not in WITHHELD_ENV}
 
 
 def pytest_argv(root: Path, overrides: Sequence[Tuple[str, str]], pytest_args: Sequence[str]) -> List[str]:
@@ -249,10 +240,12 @@ def _publish(
     info: Mapping[str, Any],
     rep: _Reporter,
 ) -> None:
-    """Job summary, step outputs, then the PR comment (each failure a warning, never fatal)."""
-    full = str(result.report_path) if result.report_path else None
-    write_step_summary(result.markdown, full_report=full, env=env)
-    write_outputs(result.outputs(), env=env)
+    """Job summary, step outputs (not with ``post_only``), then the PR comment (each failure
+    a warning, never fatal)."""
+    if not options.post_only:
+        full = str(result.report_path) if result.report_path else None
+        write_step_summary(result.markdown, full_report=full, env=env)
+        write_outputs(result.outputs(), env=env)
     if not options.comment:
         return
     # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
@@ -294,7 +287,8 @@ def run_ci(
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
     store = Store(root, redactor=redactor)
     before = snapshot(store)
-    test_env = child_env(source)
+    # The test processes get no token (process.child_environment: every *TOKEN* variable).
+    test_env = process.child_environment(source)
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
@@ -479,10 +473,8 @@ def post_comment(
 
 __all__ = [
     "DEFAULT_REPORT_FILE",
-    "WITHHELD_ENV",
     "CiResult",
     "captured_incident",
-    "child_env",
     "comment_from_report",
     "post_comment",
     "pytest_argv",
