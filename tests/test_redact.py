@@ -290,8 +290,16 @@ def test_callable(redactor: Redactor) -> None:
         "Authorization: " * 20_000,
         "token" + "_" * 300_000 + "=",
         "ghp_" * 75_000,
+        "login a password " * 20_000,
+        "mysql -p" * 40_000,
+        "'..." * 80_000,
+        "AKIAIOSFODNN7EXAMPLE " * 15_000,
+        "Cookie: " * 40_000,
+        "pass=" * 60_000,
+        '\\"password\\": \\"' * 20_000,
     ],
-    ids=["letters", "keywords", "open-quote", "pem-headers", "url-colons", "jwt-dots", "auth-labels", "long-label", "prefixes"],
+    ids=["letters", "keywords", "open-quote", "pem-headers", "url-colons", "jwt-dots", "auth-labels", "long-label",
+         "prefixes", "netrc", "mysql", "shortened", "aws-ids", "cookies", "bare-pass", "escaped-json"],
 )
 def test_hostile_inputs_stay_linear(redactor: Redactor, hostile: str) -> None:
     # No timing assert: a quadratic scan of these would take minutes, so finishing is the test.
