@@ -174,11 +174,13 @@ class Recorder:
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
-        if "tdd" in getattr(report, "keywords", {}) and report.nodeid not in self.tdd_nodeids:
-            self.tdd_nodeids.append(report.nodeid)
+        # The id as every document will hold it: a parametrize id can carry a secret.
+        nodeid = self.redactor.redact(report.nodeid)
+        if "tdd" in getattr(report, "keywords", {}) and nodeid not in self.tdd_nodeids:
+            self.tdd_nodeids.append(nodeid)
         self.failed.append(
             FailedReport(
-                nodeid=report.nodeid,
+                nodeid=nodeid,
                 when=when,
                 message=_crash_message(report),
                 text=str(report.longreprtext or ""),
@@ -249,7 +251,8 @@ class Recorder:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
         warnings: List[str] = []
         failures = analyse_run(
-            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
+            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings,
+            redactor=self.redactor,
         )
         covered: Set[str] = set()
         still_open: List[str] = []
@@ -290,6 +293,7 @@ class Recorder:
                 tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
                 pytest_options=options,
                 warnings=warnings,
+                redactor=self.redactor,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

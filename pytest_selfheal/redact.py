@@ -65,6 +65,9 @@ _NON_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "o
 
 # Passes of the substitution until a fixpoint; 2 are enough in practice (see module doc).
 _MAX_PASSES = 4
+# Results remembered per redactor for strings up to this long, at most this many.
+_MEMO_MAX_CHARS = 512
+_MEMO_ENTRIES = 8192
 
 
 
@@ -406,6 +409,7 @@ class Redactor:
         # Longest first: a value that contains another is replaced whole.
         self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
+        self._memo: Dict[str, str] = {}
         custom: List[_CustomPattern] = []
         for raw in patterns:
             if not isinstance(raw, str) or not raw:
@@ -446,6 +450,18 @@ class Redactor:
         """Return ``text`` with every secret replaced; idempotent."""
         if not text:
             return text
+        if len(text) > _MEMO_MAX_CHARS:
+            return self._redact(text)
+        # Short strings repeat across the documents of one run (node ids, messages, status
+        # words in the incident, the plan, the events, every attempt): one scan each.
+        done = self._memo.get(text)
+        if done is None:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            done = self._memo[text] = self._redact(text)
+        return done
+
+    def _redact(self, text: str) -> str:
         for _ in range(_MAX_PASSES):
             new = self._one_pass(text)
             if new == text:

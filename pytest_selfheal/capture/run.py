@@ -162,10 +162,12 @@ def analyse_run(
     reports: Sequence[FailedReport],
     counts: Mapping[str, int],
     warnings: List[str],
+    redactor: Optional["Redactor"] = None,
 ) -> List["Failure"]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
+    """Fingerprinted, classified, redacted failures of this run's failing reports, with
+    target paths. ``redactor``: the run's (default: built from ``effective``)."""
     xmlpath = getattr(config.option, "xmlpath", None)
-    redactor = default_redactor(effective.settings.redaction)
+    redactor = redactor or default_redactor(effective.settings.redaction)
     reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
         reports,
@@ -190,10 +192,12 @@ def capture_incident(
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
     warnings: Optional[List[str]] = None,
+    redactor: Optional["Redactor"] = None,
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``."""
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under
+    ``reports_root``. ``redactor``: the run's (default: built from ``effective``)."""
     rootdir = Path(config.rootpath)
-    redactor = default_redactor(effective.settings.redaction)
+    redactor = redactor or default_redactor(effective.settings.redaction)
     reports = redact_nodeids(reports, redactor)
     tdd_nodeids = [redactor.redact(n) for n in tdd_nodeids]
     run_id = new_run_id()

@@ -112,6 +112,9 @@ def test_secrets_in_node_ids_are_redacted_everywhere_and_still_verified(tmp_path
         "test_ids.py::test_db[postgres://app:***@db.internal:5432/app]",
         "test_ids.py::test_plain",
     ]
+    # The failing output of every test is in the log tail, the ones with redacted ids too.
+    tail = (root / "error_inbox" / incident_id / "log_tail.txt").read_text()
+    assert "cannot reach the database" in tail and "unauthorised" in tail and "plain failure" in tail, tail
     # ... and selfheal's own lines carry the redacted ids only.
     selfheal_lines = [line for line in captured.stdout.splitlines() if "selfheal" in line or "test_ids.py::" in line
                       and "FAILED" not in line]
