@@ -294,6 +294,10 @@ def run_ci(
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
     code = run_pytest(argv, cwd=here, env=test_env, stream=out)
     incident_id = captured_incident(before, store.list_incidents())
+    if incident_id is not None:
+        # The capture ran without the *TOKEN* variables (test_env), so it could not redact
+        # their values: this process has them, and redacts the captured files once more.
+        store.redact_again(incident_id)
 
     error: Optional[SelfhealError] = None
     loop_result: Dict[str, Any] = {}

@@ -21,6 +21,7 @@ writes and the status transitions.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 from datetime import datetime, timezone
@@ -418,6 +419,45 @@ class Store(StoreReader):
             folder = fsio.ensure_dir(self.runs_dir(incident_id))
             fsio.atomic_write_text(folder / name, text)
             return folder / name
+
+    def redact_again(self, incident_id: str) -> List[str]:
+        """Apply this store's redactor to an incident written by another process (the
+        pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
+        cannot redact its value): the inbox files, the plan and the attempts (the agent
+        mode records one), each rewritten atomically only when it changes. Returns the
+        names of the files rewritten."""
+        incident_id = validate_incident_id(incident_id)
+        self.locate(incident_id)
+        rewritten: List[str] = []
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            runs = self.runs_dir(incident_id)
+            attempts = sorted(runs.glob("attempt_*.json")) + [runs / RUN_RESULT_JSON] if runs.is_dir() else []
+            for path in [folder / name for name in (INCIDENT_JSON, CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
+                    self.plans_dir(incident_id) / PLAN_JSON, self.plans_dir(incident_id) / PLAN_MD] + attempts:
+                if not path.is_file():
+                    continue
+                text = fsio.read_text(path)
+                if path.suffix == ".json":
+                    doc = fsio.read_json(path)
+                    clean = self.redactor.redact_obj(doc)
+                    new = fsio.dumps_json(clean) if clean != doc else text
+                elif path.suffix == ".jsonl":  # event by event; a torn line as text
+                    new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
+                else:
+                    new = self.redactor.redact(text)
+                if new != text:
+                    fsio.atomic_write_text(path, new)
+                    rewritten.append(path.name)
+        return rewritten
+
+    def _redacted_event_line(self, line: str) -> str:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return self.redactor.redact(line)
+        clean = self.redactor.redact_obj(record)
+        return line if clean == record else ev.encode_event(clean)
 
     # ------------------------------------------------------------------ archive
 

@@ -23,6 +23,9 @@ from typing import Dict, List
 from fake_github import FakeGitHub
 from helpers import PY, capture, cli, make_project, run_pytest_selfheal, selfheal
 
+from pytest_selfheal.redact import Redactor
+from pytest_selfheal.store.root import Store
+
 from .conftest import walk_written
 from .test_secrets_everywhere import RNG, ci_env
 
@@ -164,3 +167,20 @@ def test_secret_node_ids_never_reach_github(tmp_path: Path, fake_github: FakeGit
     # selfheal ci's own lines (not pytest's streamed output) hold no id secret either.
     own = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("selfheal")]
     assert not any(s in line for line in own for s in ID_SECRETS), own
+
+
+def test_the_ci_process_redacts_what_its_token_less_capture_could_not(tmp_path: Path) -> None:
+    """``selfheal ci``'s pytest child never sees a ``*TOKEN*`` variable, so it cannot redact
+    that value when a test prints it (got from elsewhere); ci redacts the captured files again."""
+    value = "tok-" + "".join(RNG.choice(string.ascii_letters) for _ in range(20))
+    project = make_project(tmp_path / "p", {"test_t.py": f"""
+        def test_t():
+            assert False, "got {value} from a file"
+    """})
+    incident_id = capture(project)  # this child had no such variable either
+    root = project / ".selfheal"
+    assert _leaks(walk_written(root), [value]) != []  # it is there, unredacted ...
+    rewritten = Store(root, redactor=Redactor({"DEPLOY_TOKEN": value})).redact_again(incident_id)
+    assert {"incident.json", "log_tail.txt", "plan.json"} <= set(rewritten), rewritten
+    assert _leaks(walk_written(root), [value]) == []  # ... and then gone
+    assert selfheal(project, "status").returncode == 0  # every file still reads
