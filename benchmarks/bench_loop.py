@@ -146,7 +146,8 @@ def main(argv: "List[str] | None" = None) -> int:
 
         def iteration() -> None:
             outcome = verify_iteration(store, incident_id, effective=effective, project_root=root, env=env)
-            assert not outcome.closed and len(outcome.attempt["failures"]) == len(failing), outcome.attempt
+            assert not outcome.closed and outcome.attempt is not None, outcome
+            assert len(outcome.attempt.failures) == len(failing), outcome.attempt
 
         def direct() -> None:
             subprocess.run([sys.executable, "-m", "pytest", "-q", *failing], cwd=root, env=env,

@@ -18,16 +18,16 @@ import pluggy
 from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
 
-def verification_root(incident: Mapping[str, Any], fallback: Path) -> Path:
+def verification_root(incident: Incident, fallback: Path) -> Path:
     """Where the verification commands run: the capture's rootdir (node ids are relative
     to it) when it still exists, else ``fallback`` (the current directory)."""
-    rootdir = incident.get("rootdir")
-    if isinstance(rootdir, str) and rootdir and Path(rootdir).is_dir():
-        return Path(rootdir)
+    if incident.rootdir and Path(incident.rootdir).is_dir():
+        return Path(incident.rootdir)
     return fallback
 
 

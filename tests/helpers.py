@@ -37,6 +37,8 @@ from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.loop.control import KILL_ENV
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.root import Store
 
@@ -287,12 +289,51 @@ def assert_replay_equals_disk(store: Store, incident_id: str) -> Dict[str, Any]:
 def assert_files_valid(store: Store, incident_id: str) -> None:
     """Every attempt and the run result fit the shipped schemas; attempts are 1..n."""
     attempts = store.read_attempts(incident_id)
-    assert [a["iteration"] for a in attempts] == list(range(1, len(attempts) + 1))
+    assert [a.iteration for a in attempts] == list(range(1, len(attempts) + 1))
     for attempt in attempts:
-        assert_valid("attempt", attempt)
+        assert_valid("attempt", attempt.to_json())
     result = store.read_run_result(incident_id)
     if result is not None:
         assert_valid("run_result", result.to_json())
+
+
+ATTEMPT_DEFAULTS: Dict[str, Any] = {
+    "incident_id": "incident_20260217_120000_ab12cd",
+    "iteration": 1,
+    "started_at": "2026-02-17T12:00:00+00:00",
+    "finished_at": "2026-02-17T12:00:01+00:00",
+    "actions_applied": [],
+    "verification_commands": [],
+    "verification_passed": False,
+    "result": "continue",
+    "error_signature": None,
+}
+
+
+def attempt_record(**fields: Any) -> Attempt:
+    """An ``Attempt`` for pure tests: the contract fields filled in, then ``fields`` (JSON values)."""
+    return Attempt.from_json({**ATTEMPT_DEFAULTS, **fields}, "test attempt")
+
+
+INCIDENT_DEFAULTS: Dict[str, Any] = {
+    "incident_id": "incident_20260217_120000_ab12cd",
+    "status": "new",
+    "created_at": "2026-02-17T12:00:00+00:00",
+    "updated_at": "2026-02-17T12:00:00+00:00",
+    "run_id": "run_20260217_120000_ab12cd",
+    "year": 2026,
+    "month": 2,
+    "ym": "2026-02",
+    "step": "collection",
+    "failure_class": "deterministic",
+    "message": "boom",
+    "error_signature": "TEST_ASSERTION | t | boom",
+}
+
+
+def incident_record(**fields: Any) -> Incident:
+    """An ``Incident`` for pure tests: the contract fields filled in, then ``fields`` (JSON values)."""
+    return Incident.from_json({**INCIDENT_DEFAULTS, **fields}, "test incident")
 
 
 def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:

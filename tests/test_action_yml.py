@@ -241,3 +241,23 @@ def test_the_fork_recipe_is_split_safely() -> None:
         assert action["with"]["comment-from"] and "head_sha" in action["with"]["expected-head-sha"]
     untrusted = next(d for _, d in _doc_workflows() if set(d.get("on") or d.get(True) or {}) == {"pull_request"})
     assert untrusted["permissions"] == {"contents": "read"}
+
+
+def test_the_failure_history_is_cached_per_branch_and_run_and_restored_from_the_base_branch() -> None:
+    steps = _steps()
+    ids = [s.get("id") for s in steps]
+    assert ids.index("history") < ids.index("history-restore") < ids.index("selfheal") < ids.index("history-save")
+    locate = steps[ids.index("history")]
+    assert "history --path" in locate["run"] and locate["env"]["INPUT_WORKING_DIRECTORY"] == "${{ inputs.working-directory }}"
+    restore, save = steps[ids.index("history-restore")], steps[ids.index("history-save")]
+    assert restore["uses"].startswith("actions/cache/restore@") and save["uses"].startswith("actions/cache/save@")
+    for step in (restore, save):
+        assert step["with"]["path"] == "${{ steps.history.outputs.path }}"
+        assert "steps.history.outputs.path != ''" in step["if"]
+    key = restore["with"]["key"]
+    assert save["with"]["key"] == key and "github.run_id" in key and "github.head_ref || github.ref_name" in key
+    fallbacks = [k.strip() for k in restore["with"]["restore-keys"].splitlines() if k.strip()]
+    assert [k for k in fallbacks if key.startswith(k)]  # this branch's newest entry first
+    assert "github.base_ref" in fallbacks[-1]  # then, on a pull request, its base branch's
+    assert save["if"].startswith("always()")  # a red run's history is the one worth keeping
+    assert "actions/cache" in DOC.read_text(encoding="utf-8")

@@ -11,6 +11,8 @@ import pytest
 from helpers import git_commit_all
 from schema_check import assert_valid
 
+from pytest_selfheal.history.db import HistoryDB
+
 TESTS = """
 from mod import add, sub
 
@@ -78,6 +80,19 @@ def test_fixed_between_runs_resolves_and_archives(project: pytest.Pytester) -> N
     assert result_doc["final_status"] == "resolved" and result_doc["stop_reason"] == "success"
     assert "test_mod.py::test_add" in result_doc["tests_fixed"]
     assert result_doc["flaky_tests"] == []  # the code changed: a fix, not a flake
+
+
+def test_every_agent_mode_run_records_in_the_history(project: pytest.Pytester) -> None:
+    project.runpytest("--selfheal")  # the same failure again: agent iteration 1
+    project.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
+    project.runpytest("--selfheal")  # fixed: nothing open any more, a plain green run
+    with HistoryDB.open(_root(project), create=False) as db:
+        runs = list(db.runs())
+    assert [(info.kind, info.iteration) for info, _ in runs] == [("capture", None), ("agent", 1)]
+    (info, outcomes) = runs[1]
+    assert info.run_key == f"agent:{info.incident_id}:1" and info.tests_run == 1
+    assert [(o.nodeid, o.outcome) for o in outcomes] == [("test_mod.py::test_add", "failed")]
+    assert outcomes[0].fingerprint == runs[0][1][0].fingerprint
 
 
 def test_same_failure_again_stops_by_repetition(project: pytest.Pytester) -> None:

@@ -14,8 +14,9 @@ import git
 import pytest
 from helpers import CliResult, cli
 
-from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.cli.main import main
+from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.repair import approval
 from pytest_selfheal.store.root import Store
 
@@ -58,11 +59,11 @@ def setup(tmp_path: Path, *, with_patch: bool = True) -> Tuple[Path, Store, str]
 
 def test_apply_with_yes(tmp_path: Path) -> None:
     top, store, incident_id = setup(tmp_path)
-    store.write_run_result(incident_id, {"incident_id": incident_id, "final_status": "resolved", "loops_used": 1,
-                                         "runtime_minutes": 0.1, "same_error_repeats": 0, "archived_to": None,
-                                         "stop_reason": "success",
-                                         "repair": {"final_patch": "final.patch", "applied": False,
-                                                    "apply_command": f"selfheal apply {incident_id}"}})
+    store.write_run_result(incident_id, RunResult.from_json({
+        "incident_id": incident_id, "final_status": "resolved", "loops_used": 1, "runtime_minutes": 0.1,
+        "same_error_repeats": 0, "archived_to": None, "stop_reason": "success",
+        "repair": {"final_patch": "final.patch", "applied": False, "apply_command": f"selfheal apply {incident_id}"},
+    }, "test run result"))
     result = cli("apply", incident_id, "--yes", cwd=top)
     assert result.returncode == EXIT_OK, result.stderr
     assert f"applied final.patch of {incident_id}" in result.stdout and "calc.py" in result.stdout

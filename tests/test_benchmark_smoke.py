@@ -75,3 +75,23 @@ def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: i
 def test_flaky_query_benchmark_prints_its_ratio(tmp_path: Path) -> None:
     out = run_benchmark("bench_flaky.py", ["--outcomes", "2000", "--tests", "100", "--repeat", "1"], tmp_path)
     assert "built 2000 outcomes over 100 tests" in out and out.count("ratio ") == 1
+
+
+def test_history_benchmark_prints_the_capture_ratio_and_the_share_of_the_history(tmp_path: Path) -> None:
+    out = run_benchmark("bench_history.py", ["--failures", "3", "--repeat", "1"], tmp_path)
+    assert out.startswith("capture of 3 failures (a persisted database): without history ")
+    assert out.count("ratio ") == 1 and "the history's own work in one capture: " in out
+
+
+@pytest.mark.parametrize("args", [
+    ["--attr-mb", "1", "--failures", "300", "--line-mb", "1"],
+    pytest.param(["--attr-mb", "150", "--failures", "1060000", "--line-mb", "512"], marks=pytest.mark.slow,
+                 id="at-size"),
+])
+def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: List[str]) -> None:
+    out = run_benchmark("bench_hostile_xml.py", args, tmp_path)
+    assert f"one {args[1]} MB attribute" in out and f"{args[3]} failing testcases" in out
+    assert f"selfheal ci copying {args[5]} MB without a newline" in out
+    assert out.count("time ratio selfheal/plain: CPU ") == 2 and out.count("peak RSS over idle: ") == 3
+    kept = min(int(args[3]), 10_000)
+    assert f"failures kept: {kept}" in out

@@ -105,7 +105,7 @@ def resume_and_check(
     _, settings, (reason, attempts, bucket, code) = SCENARIOS[scenario]
     check_root_readable(project)
     store = Store(project / ".selfheal")
-    before = [a["iteration"] for a in store.read_attempts(incident_id)]
+    before = [a.iteration for a in store.read_attempts(incident_id)]
     assert before == list(range(1, len(before) + 1)), context
     if not _finished(store, incident_id, reason):  # a random kill may come after the end
         done = selfheal(project, *loop_args(incident_id, settings))  # the resume, in process
@@ -114,8 +114,8 @@ def resume_and_check(
     assert run_result is not None and run_result.stop_reason == reason, context
     assert store.locate(incident_id)[0] == bucket, context
     recorded = store.read_attempts(incident_id)
-    assert [a["iteration"] for a in recorded] == list(range(1, attempts + 1)), context
-    assert [a["iteration"] for a in recorded][: len(before)] == before  # nothing recorded was lost
+    assert [a.iteration for a in recorded] == list(range(1, attempts + 1)), context
+    assert [a.iteration for a in recorded][: len(before)] == before  # nothing recorded was lost
     assert_files_valid(store, incident_id)
     assert_replay_equals_disk(store, incident_id)
     # Close-out events exactly once; one verification_finished per attempt.
@@ -127,7 +127,7 @@ def resume_and_check(
         assert len(events_named(store, incident_id, "incident_archived")) == 1, context
     else:
         assert store.read_status(incident_id) == "planned"
-        assert store.read_plan(incident_id)["revision"] == 2, context
+        assert store.read_plan(incident_id).revision == 2, context
         assert len(events_named(store, incident_id, "plan_generated")) == 2, context  # capture + replan
     check_root_readable(project)
 

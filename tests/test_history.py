@@ -7,7 +7,7 @@ import json
 import multiprocessing
 import sqlite3
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
@@ -21,7 +21,7 @@ from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, 
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import base_revision, read_quarantine
-from pytest_selfheal.history.triage import triage_failure, triage_headline
+from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
 
 TODAY = dt.date(2026, 11, 24)
 
@@ -162,12 +162,28 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
     assert by_rate.label == "flaky" and by_rate.flake_rate == 0.667
     quarantined = triage_failure("t.py::q", "fpq", **common)  # type: ignore[arg-type]  # wins over flaky
     assert quarantined.label == "quarantined" and quarantined.to_json() == {
-        "label": "quarantined", "detail": "quarantined: sandbox flaps, owner @ops", "quarantine_reason": "sandbox flaps"}
+        "label": "quarantined", "detail": "quarantined: sandbox flaps, owner @ops", "quarantine_reason": "sandbox flaps",
+        "base_branch": "main"}
     assert triage_headline(["new", "known", "new", "flaky"], "main") == "2 new, 1 known on main, 1 flaky"
     assert triage_headline([], "main") == "no failures"
 
 
 # --------------------------------------------------------------------------- quarantine
+
+
+def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> None:
+    def failure(name: str, label: str) -> Dict[str, object]:
+        return {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
+                "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}
+    entries = report_triage([failure("a", "new"), failure("b", "quarantined"), failure("c", "known"),
+                             {"nodeid": "t.py::d"}, failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
+    assert [(e["nodeid"], e["label"], e["detail"]) for e in entries] == [
+        ("t.py::a", "flaky", "failed, then passed on re-run with no code change"),
+        ("t.py::b", "quarantined", "quarantined detail"), ("t.py::c", "known", "known detail")]
+    assert "odd" not in entries[0] and entries[0]["fingerprint"] == "fpa"
+    assert triage_summary(entries) == {"counts": {"known": 1, "flaky": 1, "quarantined": 1},
+                                       "line": "1 known on main, 1 flaky, 1 quarantined"}
+    assert triage_summary([]) is None
 
 
 def test_quarantine_warnings_name_the_line_and_the_rest_applies() -> None:
@@ -261,6 +277,12 @@ def test_history_and_flaky_commands(tmp_path: Path) -> None:
     assert [row["outcome"] for row in json.loads(out)] == ["passed_on_rerun", "failed"]
     code, out, _ = cli("history", "--fingerprint", "nope", cwd=project)
     assert (code, out) == (EXIT_OK, "no recorded outcome for fingerprint nope\n")
+    # What the Action caches: the database path from the config, empty when history is off.
+    (project / "sub").mkdir()
+    assert tuple(cli("history", "--path", cwd=project / "sub")) == (EXIT_OK, f"{root / HISTORY_FILE}\n", "")
+    (project / ".planning").mkdir()
+    (project / ".planning" / "config.json").write_text('{"ralf_lite": {"history": {"enabled": false}}}')
+    assert tuple(cli("history", "--path", cwd=project)) == (EXIT_OK, "\n", "")
 
 
 # --------------------------------------------------------------------------- selfheal junit
@@ -271,6 +293,15 @@ def test_junit_writes_flaky_failures_that_junitparser_reads_back(tmp_path: Path)
     project = make_project(tmp_path / "p", {"test_flaky.py": flaky, "test_calc.py": DETERMINISTIC})
     incident_id = capture(project)
     assert cli("loop", incident_id, cwd=project).returncode == EXIT_UNRESOLVED  # the real bug repeats
+    # Each loop iteration recorded: the re-run pass with the fingerprint it failed with.
+    with HistoryDB.open(project / ".selfheal", create=False) as db:
+        loop_runs = [(info, outcomes) for info, outcomes in db.runs() if info.kind == hr.LOOP]
+    first_iteration = {o.nodeid: (o.outcome, o.fingerprint) for o in loop_runs[0][1]}
+    assert loop_runs[0][0].run_key == f"loop:{incident_id}:1"
+    (incident_json,) = (project / ".selfheal").glob(f"error_*/**/{incident_id}/incident.json")
+    captured = {f["nodeid"]: f["fingerprint"] for f in json.loads(incident_json.read_text())["failures"]}
+    assert first_iteration["test_flaky.py::test_flaky"] == (hr.PASSED_ON_RERUN, captured["test_flaky.py::test_flaky"])
+    assert first_iteration["test_calc.py::test_sub"][0] == hr.FAILED
     assert cli("quarantine", "add", "--test", "test_calc.py::test_sub", "--reason", "tracked in BUG-1",
                cwd=project).returncode == EXIT_OK
     out = tmp_path / "reports" / "selfheal.xml"

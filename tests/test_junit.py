@@ -21,6 +21,7 @@ from pytest_selfheal.junit.reader import (
     latest_failing,
     map_failing,
     read_failing,
+    text_marker,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -116,8 +117,9 @@ def test_failure_text_is_bounded_to_its_head() -> None:
         f'<testsuite><testcase classname="T" name="t"><failure>{head}{"x" * (3 * MAX_TEXT)}'
         "</failure></testcase></testsuite>"
     )
-    assert len(only.text) == MAX_TEXT
-    assert only.text.startswith(head)
+    dropped = len(head) + 3 * MAX_TEXT - MAX_TEXT
+    assert only.text == (head + "x" * (3 * MAX_TEXT))[:MAX_TEXT] + "\n" + text_marker(dropped)
+    assert text_marker(dropped) == f"[... truncated by selfheal: {dropped} characters]"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.xml")))
@@ -363,7 +365,7 @@ def test_streaming_memory_is_bounded_on_a_big_document() -> None:
         count = 0
         for result in iter_testcases(io.BufferedReader(source)):
             count += 1
-            assert len(result.text) == MAX_TEXT
+            assert len(result.text) == MAX_TEXT + 1 + len(text_marker(70_000 - MAX_TEXT))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pytest
 from helpers import (
     PY,
     assert_files_valid,
     assert_replay_equals_disk,
+    attempt_record,
     capture,
     deterministic_project,
     effective_config,
@@ -30,28 +31,31 @@ from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_it
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
+from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
 # --------------------------------------------------------------------------- pure helpers
 
 
-def _attempt(iteration: int, result: str = "continue", stop_reason: Optional[str] = None) -> Dict[str, Any]:
-    return {"iteration": iteration, "result": result, "stop_reason": stop_reason, "outcomes": {}, "failures": []}
+def _attempt(iteration: int, result: str = "continue", stop_reason: Optional[str] = None, **more: Any) -> Attempt:
+    return attempt_record(iteration=iteration, result=result, stop_reason=stop_reason, outcomes={}, failures=[], **more)
 
 
 def test_split_runs_starts_a_fresh_run_after_a_replan() -> None:
     attempts = [_attempt(1), _attempt(2, "stop", "replan_requested"), _attempt(3), _attempt(4)]
     baseline, run = split_runs(attempts)
-    assert baseline is not None and baseline["iteration"] == 2
-    assert [a["iteration"] for a in run] == [3, 4]
+    assert baseline is not None and baseline.iteration == 2
+    assert [a.iteration for a in run] == [3, 4]
     assert split_runs(attempts[:1]) == (None, attempts[:1])
 
 
 def test_pending_stop_prefers_the_newest_record() -> None:
     stop = {"action": "stop", "stop_reason": "repeated_fingerprint", "iteration": 1}
-    attempts = [dict(_attempt(1, "stop", "repeated_fingerprint"), decision=stop)]
+    attempts = [_attempt(1, "stop", "repeated_fingerprint", decision=stop)]
     decision = pending_stop(attempts, None, "running")
     assert decision is not None and decision.stop_reason == "repeated_fingerprint"
     # A run result of the same iteration wins (e.g. a stop decided between iterations).
@@ -63,7 +67,7 @@ def test_pending_stop_prefers_the_newest_record() -> None:
     # A run result of an older iteration does not.
     assert pending_stop([_attempt(1), _attempt(2)], later, "running") is None
     # A completed replan is not pending.
-    replan = [dict(_attempt(1, "stop", "replan_requested"), decision={"action": "stop", "stop_reason": "replan_requested"})]
+    replan = [_attempt(1, "stop", "replan_requested", decision={"action": "stop", "stop_reason": "replan_requested"})]
     assert pending_stop(replan, None, "planned") is None
     assert pending_stop(replan, None, "plan_proposed") is not None
 
@@ -101,6 +105,27 @@ def test_flaky_test_resolves_and_is_flagged(tmp_path: Path) -> None:
     assert_replay_equals_disk(store, incident_id)
 
 
+def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> None:
+    """The Verifier seam: a verifier that reports the captured test passing (no subprocess)
+    is what the driver observes — success, with no code change: flaky, not a fix."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    calls: List[List[str]] = []
+
+    def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
+                 env: Optional[Mapping[str, str]] = None) -> VerificationRun:
+        calls.append(list(argv))
+        junit_path.write_text('<testsuite name="pytest" tests="1">'
+                              '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')
+        return VerificationRun(list(argv), 0, False, 0.01, "1 passed", junit_path)
+
+    result = loop_in_process(project, incident_id, verifier=verifier)
+    assert len(calls) == 1 and "test_calc.py::test_sub" in calls[0]
+    assert result["stop_reason"] == "success" and result["flaky_tests"] == ["test_calc.py::test_sub"]
+    attempt = Store(project / ".selfheal").read_attempts(incident_id)[0]
+    assert attempt.outcomes == {"test_calc.py::test_sub": "passed"} and attempt.verification_passed
+
+
 def test_deterministic_failure_stops_by_repetition_not_by_budget(tmp_path: Path) -> None:
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
@@ -111,9 +136,9 @@ def test_deterministic_failure_stops_by_repetition_not_by_budget(tmp_path: Path)
     assert result["flaky_tests"] == [] and result["tests_fixed"] == []
     assert store.locate(incident_id)[0] == "escalated"
     attempt = store.read_attempts(incident_id)[0]
-    assert attempt["result"] == "stop" and attempt["verification_passed"] is False
-    assert attempt["outcomes"] == {"test_calc.py::test_sub": "failed"}
-    assert attempt["diff_hash"] and attempt["mode"] == "verify"
+    assert attempt.result == "stop" and attempt.verification_passed is False
+    assert attempt.outcomes == {"test_calc.py::test_sub": "failed"}
+    assert attempt.diff_hash and attempt.mode == "verify"
     assert result["decision_point"]["reason"] == "repeated_fingerprint"
     assert result["handoff"]["iterations"] == 1
     assert len(events_named(store, incident_id, "repeated_failure_detected")) == 1
@@ -154,14 +179,14 @@ def test_replan_requested_regenerates_the_plan_and_a_resume_starts_a_new_run(tmp
     assert result["archived_to"] is None
     assert store.read_status(incident_id) == "planned" and store.locate(incident_id)[0] == "inbox"
     plan = store.read_plan(incident_id)
-    assert plan["revision"] == 2 and plan["replanned_at_iteration"] == 1
+    assert plan.revision == 2 and plan.replanned_at_iteration == 1
     statuses = [(e["from"], e["to"]) for e in events_named(store, incident_id, "status_changed")]
     assert ("running", "plan_proposed") in statuses and ("plan_proposed", "planned") in statuses
     assert_replay_equals_disk(store, incident_id)
     # The next loop is a new run on the new plan: attempt 2, baseline = attempt 1.
     again = loop_in_process(project, incident_id)
     assert again["stop_reason"] == "repeated_fingerprint" and again["loops_used"] == 1
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2]
     assert store.locate(incident_id)[0] == "escalated"
     assert_replay_equals_disk(store, incident_id)
 
@@ -201,11 +226,11 @@ def test_provider_seam_no_fix_found(tmp_path: Path) -> None:
     store = Store(project / ".selfheal")
     assert result["stop_reason"] == "no_fix_found" and result["loops_used"] == 2
     assert [c["iteration"] for c in calls] == [1, 2]
-    assert calls[0]["last_attempt"] is None and calls[1]["last_attempt"]["iteration"] == 1
-    assert calls[0]["plan"]["incident_id"] == incident_id and calls[0]["store"].root == store.root
+    assert calls[0]["last_attempt"] is None and calls[1]["last_attempt"].iteration == 1
+    assert calls[0]["plan"].incident_id == incident_id and calls[0]["store"].root == store.root
     attempts = store.read_attempts(incident_id)
-    assert [a["mode"] for a in attempts] == ["repair", "repair"]
-    assert attempts[0]["repair"]["result"] == "no_fix_found"
+    assert [a.mode for a in attempts] == ["repair", "repair"]
+    assert attempts[0].repair is not None and attempts[0].repair.result == "no_fix_found"
     assert_replay_equals_disk(store, incident_id)
 
 
@@ -216,7 +241,7 @@ def test_provider_returning_none_is_verify_only(tmp_path: Path) -> None:
     incident_id = capture(project)
     result = loop_in_process(project, incident_id, provider=lambda **request: None)
     assert result["stop_reason"] == "success"
-    assert Store(project / ".selfheal").read_attempts(incident_id)[0]["mode"] == "verify"
+    assert Store(project / ".selfheal").read_attempts(incident_id)[0].mode == "verify"
 
 
 # --------------------------------------------------------------------------- record_iteration (agent mode)
@@ -235,13 +260,13 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     store = Store(project / ".selfheal")
     effective = effective_config(project)
     nodeid = "test_calc.py::test_sub"
-    fp = store.read_incident(incident_id)["fingerprint"]
+    fp = store.read_incident(incident_id).fingerprint
     common = dict(effective=effective, mode="agent", verification_commands=["python -m pytest"],
                   project_root=project, exit_code=1)
     first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
                              diff_hash="aaaa", started_at="2026-01-01T00:00:00+00:00",
                              finished_at="2026-01-01T00:00:05+00:00", **common)
-    assert not first.closed and first.attempt["iteration"] == 1
+    assert not first.closed and first.attempt is not None and first.attempt.iteration == 1
     assert first.status_line.endswith("iteration 1 of 3: fingerprint changed, progress yes -> CONTINUE")
     assert store.read_status(incident_id) == "running"
     # Outcomes cover the incident's selection; a failure elsewhere is a new failure.
@@ -250,7 +275,7 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
                               started_at="2026-01-01T00:01:00+00:00", finished_at="2026-01-01T00:01:30+00:00",
                               **common)
     assert second.closed and second.decision.stop_reason == "success"
-    assert second.attempt["new_failures"][0]["fingerprint"] == "new"
+    assert second.attempt is not None and second.attempt.new_failures[0].fingerprint == "new"
     assert second.run_result is not None and second.run_result["runtime_minutes"] == 1.5
     assert second.run_result["tests_fixed"] == [nodeid] and second.run_result["flaky_tests"] == []
     assert fp in second.run_result["fingerprints_per_iteration"][0]
@@ -305,7 +330,10 @@ def test_run_result_records_effective_config_with_origins_and_redacts_secrets(tm
 
 
 def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
-    plan = {"actions": [{"nodeids": ["t.py::a", "t.py::b"]}]}
+    plan = Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
+                           "summary": "s", "root_cause_hypotheses": [], "verification_commands": [], "done_criteria": [],
+                           "actions": [{"id": "A1", "title": "t", "priority": "high", "risk": "low", "target_paths": [],
+                                        "verification": [], "nodeids": ["t.py::a", "t.py::b"]}]}, "test plan")
     argvs = [["python", "-m", "pytest", "-q", "t.py::a", "t.py::b"]]
     assert selection_nodeids(plan, {}, argvs) == ["t.py::a", "t.py::b"]
     assert _exclude_from_argvs(argvs, ["t.py::b"]) == [["python", "-m", "pytest", "-q", "t.py::a"]]

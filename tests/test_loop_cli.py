@@ -96,7 +96,7 @@ def test_fixed_between_capture_and_loop_is_resolved_with_tests_fixed(tmp_path: P
     assert data["flaky_tests"] == []  # the code changed: not flaky
     assert "flaky" not in result.stderr and "stop_reason success after 1 iteration(s)" in result.stderr
     store = Store(project / ".selfheal")
-    assert store.read_attempts(incident_id)[0]["progress_reasons"] == ["tests_fixed", "diff_changed"]
+    assert store.read_attempts(incident_id)[0].progress_reasons == ("tests_fixed", "diff_changed")
     assert_replay_equals_disk(store, incident_id)
 
 
@@ -139,7 +139,7 @@ def test_hung_test_times_out_retries_once_and_stops(tmp_path: Path) -> None:
     assert time.monotonic() - start < 60
     assert "STOP timeout" in result.stdout
     store = Store(project / ".selfheal")
-    assert [a["timed_out"] for a in store.read_attempts(incident_id)] == [True, True]
+    assert [a.timed_out for a in store.read_attempts(incident_id)] == [True, True]
     assert_replay_equals_disk(store, incident_id)
 
 
@@ -188,7 +188,7 @@ def test_sigterm_cancels_kills_the_verification_and_the_loop_resumes(tmp_path: P
     (tmp_path / "hang.stop").write_text("")
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == EXIT_UNRESOLVED and "STOP repeated_fingerprint" in result.stdout
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1]
     assert_replay_equals_disk(store, incident_id)
 
 
@@ -333,8 +333,8 @@ def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_pat
     store = Store(project / ".selfheal")
     # The helper's own -p no:cacheprovider is an option of the run too; -q, -k, --tb and -p
     # pytest_selfheal.plugin, --selfheal are not replayed.
-    assert store.read_incident(incident_id)["pytest_options"] == [
-        "-p", "no:cacheprovider", "--target=staging", "-W", "default"]
+    assert store.read_incident(incident_id).pytest_options == (
+        "-p", "no:cacheprovider", "--target=staging", "-W", "default")
     result = selfheal(project, "loop", incident_id, "--set", 'verification.args=["-W", "ignore::UserWarning"]')
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "-p no:cacheprovider --target=staging -W default -W ignore::UserWarning" in result.stdout

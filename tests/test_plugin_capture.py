@@ -89,7 +89,7 @@ def test_failing_run_captures_incident_with_contract_files(project: pytest.Pytes
     assert plan["verification_commands"] == ["python -m pytest -q test_mod.py::test_add"]
     result.stdout.fnmatch_lines(["*selfheal*", f"captured {folder.name}: 1 failure(s) (1 new) -> .selfheal*"])
     assert read(folder / "incident.json")["failures"][0]["triage"] == {
-        "label": "new", "detail": "new: never seen failing on main"}
+        "label": "new", "detail": "new: never seen failing on main", "base_branch": "main"}
     assert (project.path / ".selfheal" / "history.sqlite3").is_file()
 
 

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from helpers import attempt_record, incident_record
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
@@ -721,31 +722,35 @@ def test_loop_selection_apply_to() -> None:
 
 
 def test_capture_and_attempt_observations() -> None:
-    incident = {
-        "failures": [
+    incident = incident_record(
+        failures=[
             {"nodeid": A, "test": "t::a", "fingerprint": "FA", "failure_type": TEST_ASSERTION, "outcome": "failed"},
             {"nodeid": None, "test": "t::b", "fingerprint": "FB", "failure_type": TOOLING_ENV, "outcome": "error"},
         ]
-    }
+    )
     capture = capture_observation(incident, diff_hash="d0")
     assert capture == Observation(0, {A: "failed", "t::b": "error"}, ("FA", "FB"), (TEST_ASSERTION, TOOLING_ENV), "d0")
-    attempt = {
-        "iteration": 1,
-        "outcomes": {A: "failed"},
-        "failures": [{"nodeid": A, "fingerprint": "FA", "failure_type": TEST_ASSERTION}],
-        "diff_hash": "d1",
-        "timed_out": False,
-        "repair": {"provider": "cmd", "result": "diff"},
-    }
+    attempt = attempt_record(
+        iteration=1,
+        outcomes={A: "failed"},
+        failures=[{"nodeid": A, "fingerprint": "FA", "failure_type": TEST_ASSERTION}],
+        diff_hash="d1",
+        timed_out=False,
+        repair={"provider": "cmd", "result": "diff"},
+    )
     assert observation_from_attempt(attempt) == Observation(
         1, {A: "failed"}, ("FA",), (TEST_ASSERTION,), "d1", repair_result="diff"
     )
-    with pytest.raises(InputError):
-        observation_from_attempt({"iteration": "1"})
-    with pytest.raises(InputError):
-        observation_from_attempt({"iteration": 1, "failures": [{}]})
-    with pytest.raises(InputError):
-        capture_observation({"failures": "nope"})
+    with pytest.raises(InputError, match="field iteration: expected integer"):
+        observation_from_attempt(attempt_record(iteration="1"))
+    with pytest.raises(InputError, match=r"failures\[0\] has no fingerprint"):
+        observation_from_attempt(attempt_record(failures=[{}]))
+    with pytest.raises(InputError, match="unknown repair_result"):
+        observation_from_attempt(attempt_record(repair={"result": "exploded"}))
+    with pytest.raises(InputError, match="field failures: expected array"):
+        capture_observation(incident_record(failures="nope"))
+    with pytest.raises(InputError, match=r"failures\[0\] needs a nodeid/test and a fingerprint"):
+        capture_observation(incident_record(failures=[{"nodeid": A}]))
 
 
 def test_observation_validates_lengths_and_repair_result() -> None:

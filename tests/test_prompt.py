@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from helpers import attempt_record, incident_record
+
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.prompt import build_prompt
 
-INCIDENT: Dict[str, Any] = {
-    "incident_id": "incident_20260217_120000_ab12",
-    "failures": [
+INCIDENT = incident_record(
+    incident_id="incident_20260217_120000_ab12",
+    failures=[
         {
             "nodeid": "test_calc.py::test_add",
             "fingerprint": "fp_add",
@@ -26,19 +30,28 @@ INCIDENT: Dict[str, Any] = {
             "message": "assert 5 == 6",
         },
     ],
-}
-PLAN: Dict[str, Any] = {
-    "summary": "2 failing tests in 2 failure groups",
-    "root_cause_hypotheses": [{"id": "H1", "confidence": "medium", "reason": "wrong value"}],
-    "actions": [
-        {"id": "A1", "title": "Fix add", "target_paths": ["calc.py", "test_calc.py"],
+)
+
+
+def plan_record(**fields: Any) -> Plan:
+    doc = {"incident_id": "incident_20260217_120000_ab12", "generated_at": "2026-02-17T12:00:00+00:00",
+           "summary": "", "root_cause_hypotheses": [], "actions": [], "verification_commands": [], "done_criteria": []}
+    return Plan.from_json({**doc, **fields}, "test plan")
+
+
+PLAN = plan_record(
+    summary="2 failing tests in 2 failure groups",
+    root_cause_hypotheses=[{"id": "H1", "confidence": "medium", "reason": "wrong value"}],
+    actions=[
+        {"id": "A1", "title": "Fix add", "priority": "high", "risk": "low", "target_paths": ["calc.py", "test_calc.py"],
          "verification": ["python -m pytest -q test_calc.py::test_add"]},
-        {"id": "A2", "title": "Fix mul", "target_paths": ["calc.py"], "verification": []},
+        {"id": "A2", "title": "Fix mul", "priority": "high", "risk": "low", "target_paths": ["calc.py"],
+         "verification": []},
     ],
-}
+)
 
 
-def prompt(attempts: List[Dict[str, Any]] = [], **kw: Any) -> str:  # noqa: B006 - never mutated
+def prompt(attempts: List[Attempt] = [], **kw: Any) -> str:  # noqa: B006 - never mutated
     args: Dict[str, Any] = dict(
         incident=INCIDENT, plan=PLAN, attempts=attempts, iteration=len(attempts) + 1, max_iterations=3,
         log_tail="E   assert -1 == 5\n", allowed_paths=["calc.py", "test_calc.py", "docs/"], remaining_budget=2,
@@ -47,14 +60,14 @@ def prompt(attempts: List[Dict[str, Any]] = [], **kw: Any) -> str:  # noqa: B006
     return build_prompt(**args)
 
 
-def attempt(iteration: int, outcomes: Dict[str, str], fps: List[str], repair: Any) -> Dict[str, Any]:
-    return {
-        "iteration": iteration,
-        "outcomes": outcomes,
-        "failures": [{"nodeid": f"test_calc.py::test_{fp}", "fingerprint": f"fp_{fp}", "failure_type": "TEST_ASSERTION",
-                      "signature": f"TEST_ASSERTION | x | {fp}"} for fp in fps],
-        "repair": repair,
-    }
+def attempt(iteration: int, outcomes: Dict[str, str], fps: List[str], repair: Any) -> Attempt:
+    return attempt_record(
+        iteration=iteration,
+        outcomes=outcomes,
+        failures=[{"nodeid": f"test_calc.py::test_{fp}", "fingerprint": f"fp_{fp}", "failure_type": "TEST_ASSERTION",
+                   "signature": f"TEST_ASSERTION | x | {fp}"} for fp in fps],
+        repair=repair,
+    )
 
 
 def test_first_prompt_has_every_section() -> None:
@@ -120,22 +133,24 @@ def test_log_tail_cannot_break_out_of_its_fence() -> None:
 
 def test_huge_inputs_are_bounded() -> None:
     many = [{"nodeid": f"t.py::test_{i}", "fingerprint": str(i), "failure_type": "UNKNOWN"} for i in range(100)]
-    text = prompt(incident={"incident_id": "x", "failures": many}, log_tail="x" * 100_000 + "\nLAST LINE")
+    text = prompt(incident=incident_record(failures=many), log_tail="x" * 100_000 + "\nLAST LINE")
     assert "… and 80 more" in text
     assert "LAST LINE" in text and "[... earlier output omitted ...]" in text
     assert len(text) < 30_000
 
 
-def test_malformed_documents_never_raise() -> None:
+def test_sparse_records_fall_back_to_placeholders() -> None:
+    # Malformed files never get here: the store refuses them when it parses the records.
     text = build_prompt(
-        incident={"failures": "x"}, plan={"actions": [1, {"target_paths": "x", "verification": [2]}],
-                                         "root_cause_hypotheses": ["x"]},
-        attempts=[{"iteration": 1, "outcomes": [], "failures": [1], "repair": {"files_changed": None}}],
-        iteration=2, max_iterations=3, log_tail="", allowed_paths=[], remaining_budget=None,
+        incident=incident_record(incident_id="", failures=[{"fingerprint": "f"}]),
+        plan=plan_record(actions=[{"id": "", "title": "", "priority": "high", "risk": "low", "target_paths": [],
+                                   "verification": []}]),
+        attempts=[], iteration=1, max_iterations=3, log_tail="", allowed_paths=[], remaining_budget=None,
     )
-    assert "(unknown incident)" in text
+    assert "(unknown incident)" in text and "`(unknown test)` — UNKNOWN, fingerprint `f`" in text
+    assert "- ?: " in text
     assert "keep the change as small as possible" in text
     assert "more after this one" not in text
-    no_actions = build_prompt(incident={}, plan={}, attempts=[], iteration=1, max_iterations=1, log_tail="",
-                              allowed_paths=[], remaining_budget=0)
+    no_actions = build_prompt(incident=INCIDENT, plan=plan_record(), attempts=[], iteration=1, max_iterations=1,
+                              log_tail="", allowed_paths=[], remaining_budget=0)
     assert "The plan has no actions." in no_actions

@@ -19,14 +19,16 @@ import pytest
 from helpers import fake_distribution
 
 from pytest_selfheal import hookspecs
+from pytest_selfheal.config.settings import default_config, merge_layers
+from pytest_selfheal.entry import has_repair_provider as provider_configured
+from pytest_selfheal.errors import ConfigError
+from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
+from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
-from pytest_selfheal.config.settings import default_config, merge_layers
-from pytest_selfheal.errors import ConfigError
-from pytest_selfheal.plan.build import build_plan, render_plan_md
-from pytest_selfheal.entry import has_repair_provider as provider_configured
-from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
 from pytest_selfheal.repair.session import repair_loop
@@ -52,7 +54,7 @@ def make_repo(path: Path) -> None:
     repo.close()
 
 
-def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[str, Dict[str, Any]]:
+def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[str, Plan]:
     incident_id = store.create_incident(
         {
             "step": "test_calc.py::test_add",
@@ -68,9 +70,9 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[
         log_tail=log_tail,
         context={},
     )
-    plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
+    plan = build_plan(store.read_incident(incident_id).to_json(), generated_at="2026-02-17T12:00:00+00:00")
     store.write_plan(incident_id, plan, render_plan_md(plan))
-    return incident_id, plan
+    return incident_id, store.read_plan(incident_id)
 
 
 def events(store: Store, incident_id: str) -> List[Dict[str, Any]]:
@@ -498,7 +500,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
         wt.remove()
     store.set_status(incident_id, "planned")
     store.set_status(incident_id, "running")
-    store.write_attempt(incident_id, {
+    store.write_attempt(incident_id, Attempt.from_json({
         "incident_id": incident_id, "iteration": 1, "started_at": "2026-02-17T12:00:00+00:00",
         "finished_at": "2026-02-17T12:00:01+00:00", "actions_applied": ["A1"],
         "verification_commands": ["python -m pytest -q test_calc.py::test_add"], "verification_passed": False,
@@ -508,7 +510,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
                       "signature": "TEST_ASSERTION | test_calc::test_add | assert 9 == 5",
                       "failure_type": "TEST_ASSERTION"}],
         "repair": {"provider": "hook:x", "result": "diff", "files_changed": ["calc.py"], "patch": "attempt_01.patch"},
-    })
+    }, "test attempt"))
     seen: List[str] = []
 
     class Looks:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from helpers import (
+    attempt_record,
     TOOLING,
     assert_files_valid,
     assert_replay_equals_disk,
@@ -124,7 +125,7 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
     """For every stop reason the driver's close-out and the event replay give one final status."""
     # The driver: a stop recorded in attempt 1 without its final status, rebuilt on resume
     # (pending_stop) and closed out (build_run_result, what finalize writes and logs).
-    attempt = {"iteration": 1, "result": "stop", "stop_reason": reason}
+    attempt = attempt_record(iteration=1, result="stop", stop_reason=reason)
     decision = pending_stop([attempt], None, "running")
     assert decision is not None and decision.stop_reason == reason
     capture = policy.Observation(0, {"t.py::t": "failed"}, ("f1",), ("UNKNOWN",), None)

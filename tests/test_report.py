@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
@@ -87,14 +88,16 @@ def make_run(
     tests = tests if tests is not None else ["tests/test_a.py::test_one"]
     failures = [{"nodeid": t, "test": t, "fingerprint": f"fp{i:010d}", "failure_type": "TEST_ASSERTION",
                  "outcome": "failed"} for i, t in enumerate(tests)]
-    incident = {"incident_id": incident_id, "status": status, "created_at": created_at,
-                "error_signature": "TEST_ASSERTION | t | boom", "failures": failures}
+    # A whole incident document, as the store holds it (the report parses it).
+    incident = {**INCIDENT_DEFAULTS, "incident_id": incident_id, "status": status, "created_at": created_at,
+                "failures": failures}
     groups = actions if actions is not None else [tests]
     plan = {"incident_id": incident_id, "actions": [
         {"id": f"A{i}", "title": title, "nodeids": g} for i, g in enumerate(groups, start=1)]}
     records = []
     for i, a in enumerate(attempts or [], start=1):
-        record = {"incident_id": incident_id, "iteration": i, "result": "continue", "verification_passed": False}
+        # A whole attempt document, as the store holds it (the report parses it).
+        record = {**ATTEMPT_DEFAULTS, "incident_id": incident_id, "iteration": i}
         record.update(a)
         records.append(record)
     return IncidentRun(incident, plan, records, run_result, bucket)

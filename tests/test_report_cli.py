@@ -12,6 +12,8 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
 from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
@@ -47,9 +49,9 @@ def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
         return incident_id
     store.set_status(incident_id, "running")
     for attempt in run["attempts"]:
-        store.write_attempt(incident_id, attempt)
+        store.write_attempt(incident_id, Attempt.from_json(attempt, "golden attempt"))
     if run["run_result"] is not None:
-        store.write_run_result(incident_id, run["run_result"])
+        store.write_run_result(incident_id, RunResult.from_json(run["run_result"], "golden run result"))
         bucket = run["run_result"]["final_status"]
         if archive and bucket in ("resolved", "escalated"):
             store.archive(incident_id, bucket)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import List
 
 import pytest
 
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import (
     allowed_paths,
     is_allowed,
@@ -15,21 +17,26 @@ from pytest_selfheal.repair.scope import (
     plan_target_paths,
 )
 
-PLAN: Dict[str, Any] = {
-    "actions": [
-        {"id": "A1", "target_paths": ["src/calc.py", "tests/test_calc.py"]},
-        {"id": "A2", "target_paths": ["./src/calc.py", "src\\util.py"]},
-        {"id": "A3"},  # hand-edited: no target_paths
-        "not an action",
-    ]
-}
+
+def plan(*targets: List[str]) -> Plan:
+    """A plan with one action per list of target paths."""
+    actions = [{"id": f"A{i}", "title": "t", "priority": "high", "risk": "low", "target_paths": paths, "verification": []}
+               for i, paths in enumerate(targets, start=1)]
+    return Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
+                           "summary": "s", "root_cause_hypotheses": [], "actions": actions, "verification_commands": [],
+                           "done_criteria": []}, "test plan")
+
+
+PLAN = plan(["src/calc.py", "tests/test_calc.py"], ["./src/calc.py", "src\\util.py"], [])
 
 
 def test_plan_target_paths_union_normalised_in_order() -> None:
     assert plan_target_paths(PLAN) == ["src/calc.py", "tests/test_calc.py", "src/util.py"]
-    assert plan_target_paths({}) == []
-    assert plan_target_paths({"actions": "x"}) == []
-    assert plan_target_paths({"actions": [{"target_paths": [1, None, "", "a.py"]}]}) == ["a.py"]
+    assert plan_target_paths(plan()) == []
+    assert plan_target_paths(plan(["", ".", "a.py"])) == ["a.py"]
+    # A plan whose target paths are not strings never reaches the scope check: the record refuses it.
+    with pytest.raises(InputError, match=r"field actions\[0\]\.target_paths\[0\]: expected string"):
+        plan([1])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(

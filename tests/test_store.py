@@ -17,9 +17,11 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from schema_check import assert_file_valid
 
+from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, states
-from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.store.root import Store
 
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
@@ -74,6 +76,11 @@ def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> Dict[str, Any
     return doc
 
 
+def attempt_rec(incident_id: str, iteration: int, **extra: Any) -> Attempt:
+    """``attempt_doc`` as the record the store writes."""
+    return Attempt.from_json(attempt_doc(incident_id, iteration, **extra), "test attempt")
+
+
 def run_result_doc(incident_id: str, **extra: Any) -> Dict[str, Any]:
     doc: Dict[str, Any] = {
         "incident_id": incident_id,
@@ -86,6 +93,11 @@ def run_result_doc(incident_id: str, **extra: Any) -> Dict[str, Any]:
     }
     doc.update(extra)
     return doc
+
+
+def run_result_rec(incident_id: str, **extra: Any) -> RunResult:
+    """``run_result_doc`` as the record the store writes."""
+    return RunResult.from_json(run_result_doc(incident_id, **extra), "test run result")
 
 
 @pytest.fixture
@@ -162,8 +174,8 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
 def test_create_keeps_given_fields(store: Store) -> None:
     incident_id = create(store, run_id="run_x", year=2025, month=12, ym="2025-12", created_at="2026-01-01T00:00:00+00:00")
     doc = store.read_incident(incident_id)
-    assert (doc["run_id"], doc["year"], doc["month"], doc["ym"]) == ("run_x", 2025, 12, "2025-12")
-    assert doc["created_at"] == doc["updated_at"] == "2026-01-01T00:00:00+00:00"
+    assert (doc.run_id, doc.year, doc.month, doc.ym) == ("run_x", 2025, 12, "2025-12")
+    assert doc.created_at == doc.updated_at == "2026-01-01T00:00:00+00:00"
 
 
 def test_create_with_run_token(store: Store) -> None:
@@ -349,7 +361,7 @@ def test_set_status_every_pair(store: Store, current: str, new: str) -> None:
     if states.can_transition(current, new):
         store.set_status(incident_id, new)
         assert store.read_status(incident_id) == new
-        assert store.read_incident(incident_id)["status"] == new
+        assert store.read_incident(incident_id).status == new
         return
     with pytest.raises(RefusedError) as info:
         store.set_status(incident_id, new)
@@ -370,12 +382,12 @@ def test_set_status_rejects_unknown_status_and_clashing_data(store: Store) -> No
 def test_update_incident(store: Store) -> None:
     incident_id = create(store)
     doc = store.update_incident(incident_id, fingerprints=["a", "b"])
-    assert store.read_incident(incident_id)["fingerprints"] == ["a", "b"] == doc["fingerprints"]
+    assert store.read_incident(incident_id).fingerprints == ("a", "b") and doc["fingerprints"] == ["a", "b"]
     with pytest.raises(ValueError):
         store.update_incident(incident_id, status="planned")
     with pytest.raises(ValueError):
         store.update_incident(incident_id, year="x")
-    assert store.read_incident(incident_id)["year"] == 2026
+    assert store.read_incident(incident_id).year == 2026
 
 
 # --------------------------------------------------------------------------- events
@@ -462,7 +474,7 @@ def test_plan_roundtrip(store: Store) -> None:
     path = store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
     assert path == store.plans_dir(incident_id) / "plan.json"
     assert_file_valid("plan", path)
-    assert store.read_plan(incident_id) == plan_doc(incident_id)
+    assert store.read_plan(incident_id).to_json() == plan_doc(incident_id)
     assert store.read_plan_md(incident_id) == "# Plan\n"
     with pytest.raises(ValueError):
         store.write_plan(incident_id, dict(plan_doc(incident_id), actions="x"), "")
@@ -477,24 +489,24 @@ def test_attempts(store: Store) -> None:
     incident_id = create(store)
     assert store.next_attempt_number(incident_id) == 1
     assert store.read_attempts(incident_id) == []
-    first = store.write_attempt(incident_id, attempt_doc(incident_id, 1))
-    second = store.write_attempt(incident_id, attempt_doc(incident_id, 2, result="stop", stop_reason="repeated_fingerprint"))
+    first = store.write_attempt(incident_id, attempt_rec(incident_id, 1))
+    second = store.write_attempt(incident_id, attempt_rec(incident_id, 2, result="stop", stop_reason="repeated_fingerprint"))
     assert (first.name, second.name) == ("attempt_01.json", "attempt_02.json")
     assert_file_valid("attempt", second)
     assert store.next_attempt_number(incident_id) == 3
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2]
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2]
     with pytest.raises(RefusedError, match="attempt_02.json already exists.*next attempt .* is 3"):
-        store.write_attempt(incident_id, attempt_doc(incident_id, 2, result="stop"))
+        store.write_attempt(incident_id, attempt_rec(incident_id, 2, result="stop"))
     assert json.loads(second.read_text())["result"] == "stop"  # untouched
     with pytest.raises(ValueError):
-        store.write_attempt(incident_id, attempt_doc(incident_id, 0))
-    store.write_attempt(incident_id, attempt_doc(incident_id, 10))
-    assert [a["iteration"] for a in store.read_attempts(incident_id)] == [1, 2, 10]  # numeric, not lexical
+        store.write_attempt(incident_id, attempt_rec(incident_id, 0))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 10))
+    assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2, 10]  # numeric, not lexical
 
 
 def test_corrupted_attempt_is_named(store: Store) -> None:
     incident_id = create(store)
-    store.write_attempt(incident_id, attempt_doc(incident_id, 1))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 1))
     path = store.runs_dir(incident_id) / "attempt_02.json"
     path.write_text('{"incident_id": "')
     with pytest.raises(InputError) as info:
@@ -509,11 +521,11 @@ def test_corrupted_attempt_is_named(store: Store) -> None:
 def test_run_result_and_run_files(store: Store) -> None:
     incident_id = create(store)
     assert store.read_run_result(incident_id) is None
-    path = store.write_run_result(incident_id, run_result_doc(incident_id))
+    path = store.write_run_result(incident_id, run_result_rec(incident_id))
     assert_file_valid("run_result", path)
     read = store.read_run_result(incident_id)
     assert read is not None and read.to_json() == run_result_doc(incident_id)
-    store.write_run_result(incident_id, run_result_doc(incident_id, final_status="replan_requested"))
+    store.write_run_result(incident_id, run_result_rec(incident_id, final_status="replan_requested"))
     read = store.read_run_result(incident_id)
     assert read is not None and read.final_status == "replan_requested"
     patch = store.write_run_file(incident_id, "attempt_01.patch", "diff\n")
@@ -528,9 +540,9 @@ def test_writes_need_an_existing_incident(store: Store) -> None:
     with pytest.raises(NotFoundError):
         store.write_plan(ghost, plan_doc(ghost), "")
     with pytest.raises(NotFoundError):
-        store.write_attempt(ghost, attempt_doc(ghost, 1))
+        store.write_attempt(ghost, attempt_rec(ghost, 1))
     with pytest.raises(NotFoundError):
-        store.write_run_result(ghost, run_result_doc(ghost))
+        store.write_run_result(ghost, run_result_rec(ghost))
 
 
 # --------------------------------------------------------------------------- archive
@@ -545,8 +557,8 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     incident_id = create(store)
     store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
     walk_to_running(store, incident_id)
-    store.write_attempt(incident_id, attempt_doc(incident_id, 1, verification_passed=True, result="stop"))
-    store.write_run_result(incident_id, run_result_doc(incident_id, final_status="resolved"))
+    store.write_attempt(incident_id, attempt_rec(incident_id, 1, verification_passed=True, result="stop"))
+    store.write_run_result(incident_id, run_result_rec(incident_id, final_status="resolved"))
     plans_before = {p: p.read_bytes() for p in all_files(store.plans_root)}
     runs_before = {p: p.read_bytes() for p in all_files(store.runs_root)}
     inbox_files = sorted(p.name for p in (store.inbox_dir / incident_id).iterdir())
@@ -566,7 +578,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert events[-1].get("bucket") == "resolved"
     assert {p: p.read_bytes() for p in all_files(store.plans_root)} == plans_before
     assert {p: p.read_bytes() for p in all_files(store.runs_root)} == runs_before
-    assert store.read_plan(incident_id)["incident_id"] == incident_id
+    assert store.read_plan(incident_id).incident_id == incident_id
     assert [s["bucket"] for s in store.list_incidents()] == ["resolved"]
     assert no_temp_files(store.root)
 
@@ -647,7 +659,7 @@ def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
     a = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
     b = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
     c = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 3, tzinfo=timezone.utc))
-    store.write_attempt(a, attempt_doc(a, 1))
+    store.write_attempt(a, attempt_rec(a, 1))
     store.archive(b, "escalated")
     (store.inbox_dir / c / "incident.json").write_text('{"incident_id": "inc')  # torn by hand
     (store.inbox_dir / "notes.txt").write_text("x")

@@ -14,6 +14,8 @@ import pytest
 from helpers import CliResult, cli, selfheal_process
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, RefusedError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
 GHOST = "incident_20990101_000000_zz"
@@ -120,7 +122,7 @@ def test_show_text_and_json(project: Path) -> None:
     store.set_status(incident_id, "running")
     store.write_attempt(
         incident_id,
-        {
+        Attempt.from_json({
             "incident_id": incident_id,
             "iteration": 1,
             "started_at": "2026-02-17T12:02:00+00:00",
@@ -131,12 +133,13 @@ def test_show_text_and_json(project: Path) -> None:
             "result": "stop",
             "stop_reason": "max_iterations",
             "error_signature": "sig",
-        },
+        }, "test attempt"),
     )
     store.write_run_result(
         incident_id,
-        {"incident_id": incident_id, "final_status": "escalated", "loops_used": 1, "runtime_minutes": 0,
-         "same_error_repeats": 1, "archived_to": None, "stop_reason": "max_iterations"},
+        RunResult.from_json({"incident_id": incident_id, "final_status": "escalated", "loops_used": 1,
+                             "runtime_minutes": 0, "same_error_repeats": 1, "archived_to": None,
+                             "stop_reason": "max_iterations"}, "test run result"),
     )
     result = cli("show", incident_id, cwd=project)
     assert result.returncode == EXIT_OK, result.stderr

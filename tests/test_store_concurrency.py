@@ -47,6 +47,8 @@ print("\n".join(made))
 
 LOOPER = r"""
 import sys
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
@@ -64,14 +66,14 @@ while True:
                            "done_criteria": []}, "# plan\n" * 200)
     store.set_status(iid, "running")
     for it in (1, 2):
-        store.write_attempt(iid, {"incident_id": iid, "iteration": it, "started_at": "2026-02-17T12:00:00+00:00",
-                                  "finished_at": "2026-02-17T12:00:01+00:00", "actions_applied": [],
-                                  "verification_commands": ["t"], "verification_passed": it == 2,
-                                  "result": "continue" if it == 1 else "stop", "error_signature": "sig",
-                                  "outputs": ["x" * 100] * 50})
-    store.write_run_result(iid, {"incident_id": iid, "final_status": "resolved", "loops_used": 2,
-                                 "runtime_minutes": 0, "same_error_repeats": 0,
-                                 "archived_to": "error_archive/resolved/" + iid})
+        store.write_attempt(iid, Attempt.from_json({
+            "incident_id": iid, "iteration": it, "started_at": "2026-02-17T12:00:00+00:00",
+            "finished_at": "2026-02-17T12:00:01+00:00", "actions_applied": [], "verification_commands": ["t"],
+            "verification_passed": it == 2, "result": "continue" if it == 1 else "stop", "error_signature": "sig",
+            "outputs": ["x" * 100] * 50}, "test attempt"))
+    store.write_run_result(iid, RunResult.from_json({"incident_id": iid, "final_status": "resolved", "loops_used": 2,
+                                                     "runtime_minutes": 0, "same_error_repeats": 0,
+                                                     "archived_to": "error_archive/resolved/" + iid}, "test"))
     store.append_event(iid, "loop_stopped", stop_reason="success")
     store.archive(iid, "resolved" if n % 2 else "escalated")
 """

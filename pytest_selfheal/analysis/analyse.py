@@ -64,14 +64,17 @@ def analyse_junit(
 
 
 def failures_from_cases(
-    cases: Iterable[models.TestCaseResult], extra_rules: Sequence[Rule] = ()
+    cases: Iterable[models.TestCaseResult],
+    extra_rules: Sequence[Rule] = (),
+    warnings: Optional[List[str]] = None,
 ) -> List[models.Failure]:
     """The failing (failed or error) testcases as Failures, in order of first appearance.
 
     Reruns of one test identity are de-duplicated, the last record winning (a test that
     passed on rerun is not a failure). ``nodeid`` is left None: only the plugin knows it.
+    Failing tests beyond the per-document limit are counted in a ``warnings`` line.
     """
-    return [analyse_case(case, extra_rules)[0] for case in latest_failing(cases)]
+    return [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
 
 
 def failures_from_junit(

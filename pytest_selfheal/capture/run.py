@@ -80,7 +80,7 @@ def fingerprint_reports(
     else:
         source = io.BytesIO(build_junit(reports, tests=counts.get("tests", 0), skipped=counts.get("skipped", 0), prefix=prefix))
     cases = redact_cases(iter_testcases(source, warnings=warnings), redactor)
-    failures = failures_from_cases(cases, extra_rules=rules)
+    failures = failures_from_cases(cases, extra_rules=rules, warnings=warnings)
     known = {r.nodeid for r in reports}
     failures = attach_nodeids(failures, reports, prefix)
     # A user's --junitxml holds the whole run; keep what this run's reports say failed.

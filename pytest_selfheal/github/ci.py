@@ -29,6 +29,7 @@ from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_ove
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import (
     EXIT_OK,
+    EXIT_UNRESOLVED,
     Cancelled,
     ConfigError,
     SelfhealError,
@@ -49,6 +50,7 @@ from pytest_selfheal.github.ci_verdict import (
     ci_info,
     comment_footer,
     describe_pytest_exit,
+    only_quarantined,
     render_ci_markdown,
     sanitize_ci_info,
     verdict_without_incident,
@@ -62,6 +64,7 @@ from pytest_selfheal.github.client import (
     marker,
     upsert_sticky_comment,
 )
+from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.report.data import build_report
@@ -256,6 +259,23 @@ def _publish(
     )
 
 
+def _quarantine_exit(report: Mapping[str, Any], effective: "EffectiveConfig", project: Path,
+                     env: Mapping[str, str], rep: _Reporter, exit_code: int) -> int:
+    """EXIT_OK when every test still failing is quarantined by the list in force (the base
+    revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
+    Expired or malformed entries are warnings naming their line."""
+    history = effective.settings.history
+    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env)
+    for line in warnings:
+        rep.warn(line)
+    covered = only_quarantined(report, quarantine)
+    if not covered:
+        return exit_code
+    rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
+            "they do not fail the job")
+    return EXIT_OK
+
+
 def run_ci(
     options: CiOptions,
     *,
@@ -344,6 +364,8 @@ def run_ci(
     else:
         exit_code = exit_code_for(verdict.final_status, fail_on_unresolved=options.fail_on_unresolved,
                                   pytest_exit_code=verdict.pytest_exit_code)
+    if incident_id is not None and exit_code == EXIT_UNRESOLVED:
+        exit_code = _quarantine_exit(report, effective, here, source, rep, exit_code)
     result = CiResult(exit_code, verdict, document, markdown, pull_request=number,
                       error=str(error) if error else None)
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)

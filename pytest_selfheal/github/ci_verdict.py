@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pluggy
 
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
+from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
+from pytest_selfheal.records.models import FAILING_OUTCOMES
+from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store.ids import is_incident_id
@@ -165,6 +168,41 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
 
+def unresolved_failures(report: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+    """``{node id: fingerprint}`` of every test still failing when the loop stopped: the
+    capture's failures and the loop's new ones, by their latest outcome (a test no
+    iteration re-ran is still failing), without the fixed and the flaky ones."""
+    failing: Dict[str, Optional[str]] = {}
+    for entry in dicts(report.get("incidents")):
+        fingerprints: Dict[str, Optional[str]] = {n: None for n in strs(entry.get("capture_tests"))}
+        for item in dicts(entry.get("triage")) + dicts(entry.get("new_failures")):
+            nodeid = opt_str(item.get("nodeid"))
+            if nodeid:
+                fingerprints[nodeid] = fingerprints.get(nodeid) or opt_str(item.get("fingerprint"))
+        latest: Dict[str, str] = {}
+        for iteration in dicts(entry.get("iterations")):
+            outcomes = iteration.get("outcomes")
+            if isinstance(outcomes, Mapping):
+                latest.update({str(k): str(v) for k, v in outcomes.items()})
+        done = set(strs(entry.get("tests_fixed"))) | set(strs(entry.get("flaky_tests")))
+        for nodeid, fingerprint in fingerprints.items():
+            if nodeid not in done and latest.get(nodeid, "failed") in FAILING_OUTCOMES:
+                failing[nodeid] = fingerprint
+    return failing
+
+
+def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineEntry]) -> Dict[str, str]:
+    """``{node id: reason}`` when every test still failing is covered by ``quarantine`` (the
+    base revision's list: then they do not fail the ``selfheal ci`` job); ``{}`` otherwise."""
+    covered: Dict[str, str] = {}
+    for nodeid, fingerprint in unresolved_failures(report).items():
+        entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
+        if entry is None:
+            return {}
+        covered[nodeid] = entry.reason
+    return covered
+
+
 def render_ci_markdown(
     report: Mapping[str, Any],
     info: Mapping[str, Any],
@@ -203,7 +241,9 @@ __all__ = [
     "comment_footer",
     "describe_pytest_exit",
     "normalised_url",
+    "only_quarantined",
     "render_ci_markdown",
     "sanitize_ci_info",
+    "unresolved_failures",
     "verdict_without_incident",
 ]

@@ -19,7 +19,7 @@ from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.history.sources import actions_event, base_branch, base_revision, read_quarantine
+from pytest_selfheal.history.sources import base_branch, quarantine_in_force
 from pytest_selfheal.history.triage import Triage, triage_failure
 
 
@@ -59,6 +59,7 @@ class HistoryResult:
     quarantine: List[QuarantineEntry] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     base_branch: str = "main"
+    unavailable: Optional[str] = None  # the database's one line when it could not be used (also in warnings)
 
 
 def run_info(
@@ -111,8 +112,7 @@ def record_and_triage(
     result = HistoryResult(base_branch=base_branch(source, settings.base_branch))
     if not settings.enabled:
         return result
-    revision = base_revision(source, event if event is not None else actions_event(source))
-    result.quarantine, warnings = read_quarantine(project_root, settings.quarantine_file, revision=revision)
+    result.quarantine, warnings = quarantine_in_force(project_root, settings.quarantine_file, source, event)
     result.warnings.extend(warnings)
     rerun = set(passed_on_rerun)
     outcomes: List[hr.TestOutcome] = []
@@ -132,7 +132,8 @@ def record_and_triage(
             rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
             db.record(run, outcomes)
     except HistoryUnavailable as exc:
-        result.warnings.append(str(exc))
+        result.unavailable = str(exc)
+        result.warnings.append(result.unavailable)
         sightings, rates = {}, {}
     for item in failing:
         result.triage[item.nodeid] = triage_failure(

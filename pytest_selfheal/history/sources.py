@@ -90,4 +90,14 @@ def base_branch(env: Mapping[str, str], configured: str) -> str:
     return env.get("GITHUB_BASE_REF") or configured
 
 
-__all__ = ["actions_event", "base_branch", "base_revision", "read_quarantine"]
+def quarantine_in_force(
+    project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None
+) -> Tuple[List[QuarantineEntry], List[str]]:
+    """The quarantine every surface applies: on a pull request (``pull_request.base.sha`` in
+    the Actions event, ``event`` or read from ``GITHUB_EVENT_PATH``) the file at the base
+    revision, never the head; elsewhere the working tree's. ``(entries, warnings)``."""
+    revision = base_revision(env, event if event is not None else actions_event(env))
+    return read_quarantine(project_root, relative, revision=revision)
+
+
+__all__ = ["actions_event", "base_branch", "base_revision", "quarantine_in_force", "read_quarantine"]

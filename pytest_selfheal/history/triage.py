@@ -15,7 +15,7 @@ One label per failure, first that holds wins (docs/history.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
@@ -28,6 +28,7 @@ TRIAGE_LABELS: Tuple[str, ...] = (NEW, KNOWN, FLAKY, QUARANTINED)
 
 # A recorded rate needs a few failures behind it before it calls a test flaky.
 MIN_FAILURES_FOR_RATE = 2
+RERUN_DETAIL = "failed, then passed on re-run with no code change"
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,13 @@ class Triage:
     occurrences: Optional[int] = None
     flake_rate: Optional[float] = None
     quarantine_reason: Optional[str] = None
+    base_branch: Optional[str] = None  # the branch "known" refers to
 
     def to_json(self) -> Dict[str, object]:
         """The ``triage`` object of incident.json and the report (absent fields left out)."""
         data: Dict[str, object] = {"label": self.label, "detail": self.detail}
-        for key in ("first_seen_commit", "first_seen_at", "occurrences", "flake_rate", "quarantine_reason"):
+        for key in ("first_seen_commit", "first_seen_at", "occurrences", "flake_rate", "quarantine_reason",
+                    "base_branch"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
@@ -68,22 +71,28 @@ def triage_failure(
     if entry is not None:
         owner = f", owner {entry.owner}" if entry.owner else ""
         expires = f", until {entry.expires}" if entry.expires else ""
-        return Triage(QUARANTINED, f"quarantined: {entry.reason}{owner}{expires}", quarantine_reason=entry.reason)
+        return Triage(QUARANTINED, f"quarantined: {entry.reason}{owner}{expires}", quarantine_reason=entry.reason,
+                      base_branch=base_branch)
     rate = flake_rates.get(nodeid)
     if nodeid in passed_on_rerun:
-        return Triage(FLAKY, "failed, then passed on re-run with no code change",
-                      flake_rate=round(rate.rate, 3) if rate else None)
+        return Triage(FLAKY, RERUN_DETAIL, flake_rate=round(rate.rate, 3) if rate else None, base_branch=base_branch)
     if rate is not None and rate.failed >= MIN_FAILURES_FOR_RATE and rate.rate > flaky_rate:
         return Triage(FLAKY, f"passed on re-run {rate.flaky} of {rate.failed} recorded failures "
-                             f"({rate.rate:.0%} > {flaky_rate:.0%})", flake_rate=round(rate.rate, 3))
+                             f"({rate.rate:.0%} > {flaky_rate:.0%})", flake_rate=round(rate.rate, 3),
+                      base_branch=base_branch)
     seen = sightings.get(fingerprint)
     if seen is not None:
         commit = f" at {seen.first_commit[:12]}" if seen.first_commit else ""
         times = "once" if seen.occurrences == 1 else f"{seen.occurrences} times"
         return Triage(KNOWN, f"known on {base_branch}: first seen{commit} ({seen.first_seen_at[:10]}), {times}",
                       first_seen_commit=seen.first_commit, first_seen_at=seen.first_seen_at,
-                      occurrences=seen.occurrences)
-    return Triage(NEW, f"new: never seen failing on {base_branch}")
+                      occurrences=seen.occurrences, base_branch=base_branch)
+    return Triage(NEW, f"new: never seen failing on {base_branch}", base_branch=base_branch)
+
+
+# The keys of a ``triage`` object (``Triage.to_json``), in its order.
+TRIAGE_FIELDS: Tuple[str, ...] = ("label", "detail", "first_seen_commit", "first_seen_at", "occurrences",
+                                  "flake_rate", "quarantine_reason", "base_branch")
 
 
 def triage_headline(labels: Sequence[str], base_branch: str) -> str:
@@ -96,13 +105,51 @@ def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     return ", ".join(parts) if parts else "no failures"
 
 
+def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str]) -> List[Dict[str, Any]]:
+    """The report's ``triage`` of one incident: each captured failure's recorded triage
+    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
+    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    entries: List[Dict[str, Any]] = []
+    for failure in failures:
+        recorded = failure.get("triage")
+        if not isinstance(recorded, Mapping) or recorded.get("label") not in TRIAGE_LABELS:
+            continue
+        nodeid = failure.get("nodeid") or failure.get("test")
+        entry: Dict[str, Any] = {key: failure.get(key) if isinstance(failure.get(key), str) else None
+                                 for key in ("fingerprint", "failure_type")}
+        entry["nodeid"] = nodeid if isinstance(nodeid, str) else None
+        entry.update({k: recorded[k] for k in TRIAGE_FIELDS
+                      if isinstance(recorded.get(k), (str, int, float)) and not isinstance(recorded.get(k), bool)})
+        entry["detail"] = entry["detail"] if isinstance(entry.get("detail"), str) else ""
+        if nodeid in flaky and entry["label"] != QUARANTINED:
+            entry["label"], entry["detail"] = FLAKY, RERUN_DETAIL
+        entries.append(entry)
+    return entries
+
+
+def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[Dict[str, object]]:
+    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of triage objects (the
+    report's ``triage_summary``); None when there are none."""
+    labels = [str(e.get("label")) for e in entries if e.get("label") in TRIAGE_LABELS]
+    if not labels:
+        return None
+    branches = [e.get("base_branch") for e in entries if isinstance(e.get("base_branch"), str)]
+    base = str(branches[0]) if branches else "main"
+    return {"counts": {label: labels.count(label) for label in TRIAGE_LABELS if label in labels},
+            "line": triage_headline(labels, base)}
+
+
 __all__ = [
     "FLAKY",
     "KNOWN",
     "NEW",
     "QUARANTINED",
+    "RERUN_DETAIL",
+    "TRIAGE_FIELDS",
     "TRIAGE_LABELS",
     "Triage",
+    "report_triage",
     "triage_failure",
     "triage_headline",
+    "triage_summary",
 ]

@@ -35,10 +35,14 @@ from typing import (
 from xml.parsers import expat
 
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.junit.bounded import MAX_ATTR, BoundedFeed, MarkupTooLong, TagCounter
 from pytest_selfheal.records import models
 
-CHUNK_SIZE = 64 * 1024  # bytes fed to expat per call
+# Bytes read and fed to expat per call. Large: expat < 2.6 scans an unfinished token again
+# on every call, and the bounded feed walks a few tokens per chunk in Python.
+CHUNK_SIZE = 1024 * 1024
 MAX_TEXT = 64 * 1024  # characters of element text kept per testcase: the head is what matters
+MAX_FAILURES = 10_000  # failing tests kept per document by map_failing/latest_failing; the rest counted
 
 ROOT_TAGS = ("testsuites", "testsuite")
 _FAILING_TAGS = ("failure", "error")
@@ -97,9 +101,20 @@ class _Reader:
     the time spent on big files, and memory holds one small value per failing test.
     """
 
-    def __init__(self, parser: Any, keep: Optional[Callable[[models.TestCaseResult], Any]]):
+    def __init__(
+        self,
+        parser: Any,
+        keep: Optional[Callable[[models.TestCaseResult], Any]],
+        limit: Optional[int] = None,
+    ):
         self.parser = parser
         self.keep = keep
+        self.limit = MAX_FAILURES if limit is None else limit  # failing tests kept with ``keep``
+        self.not_kept = 0  # failing records of further tests, counted only
+        # Set at the first failing test not kept: from there on no handler runs and the
+        # rest of the document is counted from its bytes (see count_only).
+        self.counter: Optional[TagCounter] = None
+        self.count_from = -1  # index in the fed bytes where counting starts
         self.depth = 0
         self.root_seen = False
         self.root_closed = False
@@ -146,6 +161,8 @@ class _Reader:
             self.exc_type = attrs.get("type", "")
             self.parts = []
             self.text_len = 0
+            if self._over_limit():
+                return  # will be counted, not kept: its text is not wanted
             self.collect_depth = depth
             # Text is only wanted here: whitespace between elements costs no Python call.
             self.parser.CharacterDataHandler = self.chars
@@ -166,6 +183,10 @@ class _Reader:
             if self.keep is None:
                 self.done.append(self._result())
             elif self.outcome in models.FAILING_OUTCOMES:
+                if self._over_limit():
+                    self.not_kept += 1
+                    self._count_only()
+                    return
                 case = self._result()
                 previous = self.failing.get(case.test)
                 if previous is None or not _keeps_previous(previous[0], case):
@@ -180,6 +201,33 @@ class _Reader:
         elif depth == 1:
             self.root_closed = True
 
+    def _count_only(self) -> None:
+        """Stop every handler: the rest of the document is only counted (TagCounter).
+
+        A Python call per element costs as much as expat's whole parse; past the limit
+        nothing more is kept, so nothing needs one. (A later rerun record of a kept test
+        is then not applied: documented in docs/fingerprints.md "Bounds".)
+        """
+        parser = self.parser
+        parser.StartElementHandler = None
+        parser.EndElementHandler = None
+        parser.CharacterDataHandler = None
+        self.counter = TagCounter()
+        self.count_from = parser.CurrentByteIndex + 1  # past the '<' of this </testcase>
+
+    def _over_limit(self) -> bool:
+        """Whether the open failing testcase is a test beyond the ``limit`` kept ones."""
+        if self.keep is None or len(self.failing) < self.limit:
+            return False
+        attrs = self.case_attrs
+        return _test_id(attrs.get("classname", ""), attrs.get("name", "")) not in self.failing
+
+    def _text(self) -> str:
+        text = "".join(self.parts)
+        if self.text_len > MAX_TEXT:
+            text += "\n" + text_marker(self.text_len - MAX_TEXT)
+        return text
+
     def _result(self) -> models.TestCaseResult:
         attrs = self.case_attrs
         passed = self.outcome == models.OUTCOME_PASSED
@@ -189,7 +237,7 @@ class _Reader:
             outcome=self.outcome,
             message="" if passed else self.message,
             exc_type="" if passed else self.exc_type,
-            text="" if passed else "".join(self.parts),
+            text="" if passed else self._text(),
             file=attrs.get("file"),
             line=_parse_line(attrs.get("line")),
             time=_parse_time(attrs.get("time")),
@@ -198,15 +246,23 @@ class _Reader:
     def chars(self, data: str) -> None:
         if self.text_len < MAX_TEXT:
             room = MAX_TEXT - self.text_len
-            if len(data) > room:
-                data = data[:room]
-            self.parts.append(data)
-            self.text_len += len(data)
+            self.parts.append(data[:room] if len(data) > room else data)
+        self.text_len += len(data)  # counted on for the marker
 
     def refuse_doctype(self, *_args: Any) -> None:
         raise _Refused(
             "refusing XML with a DOCTYPE/entity declaration (possible entity-expansion attack)"
         )
+
+
+def text_marker(dropped: int) -> str:
+    """The line that ends a failure text cut at MAX_TEXT characters (``dropped`` not kept)."""
+    return f"[... truncated by selfheal: {dropped} characters]"
+
+
+def not_kept_warning(count: int, limit: int) -> str:
+    """The line that reports failing tests beyond the ``limit`` kept per document."""
+    return f"{count} more failures not kept (at most {limit} per document)"
 
 
 def _label(source: Source) -> str:
@@ -252,9 +308,27 @@ def _parse(
     parser.EntityDeclHandler = reader.refuse_doctype
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     parser.buffer_text = True
-    parser.buffer_size = CHUNK_SIZE
+    parser.buffer_size = MAX_TEXT
+    if hasattr(parser, "SetReparseDeferralEnabled"):
+        # expat >= 2.6: an unfinished token is not scanned again until enough new bytes
+        # came (its own guard against the quadratic rescan). It is the default; said here
+        # so that no one turns it off for a faster small feed (docs/decisions.md).
+        parser.SetReparseDeferralEnabled(True)
+    feed = BoundedFeed()
+    yield from _feed_all(stream, label, warnings, reader, feed)
+    # Said once the document was read (a refused one has its own line).
+    if feed.truncated:
+        _warn(warnings, f"{label}: {feed.truncated} attribute values over {MAX_ATTR} bytes truncated")
+    if reader.not_kept:
+        _warn(warnings, f"{label}: {not_kept_warning(reader.not_kept, reader.limit)}")
 
+
+def _feed_all(
+    stream: "IO[bytes]", label: str, warnings: Optional[List[str]], reader: _Reader, feed: BoundedFeed
+) -> Iterator[models.TestCaseResult]:
+    parser = reader.parser
     seen_content = False
+    fed = 0  # bytes handed to expat before this chunk
     while True:
         try:
             chunk = stream.read(CHUNK_SIZE)
@@ -265,23 +339,50 @@ def _parse(
             raise InputError(f"{label}: empty file, not junit XML")
         if not seen_content and chunk.strip():
             seen_content = True
+        closing = False  # an error while closing the document: it just stops (truncated)
+        data: "bytes | memoryview" = b""
         try:
-            parser.Parse(chunk, final)
+            data = feed.feed(chunk, final)
+            if data:
+                parser.Parse(data, False)
+                _count(reader, data, fed, len(data))
+            if final:
+                closing = True
+                parser.Parse(b"", True)
         except _Refused as exc:
             raise InputError(f"{label}: {exc}") from None
+        except MarkupTooLong as exc:
+            raise InputError(f"{label}: {exc}: not junit XML") from None
         except (LookupError, ValueError) as exc:  # e.g. encoding="x-no-such-codec" in the declaration
             raise InputError(f"{label}: not readable XML ({exc})") from None
         except expat.ExpatError as exc:
+            if not closing:
+                _count(reader, data, fed, parser.ErrorByteIndex - fed)
             # Hand over what was complete before deciding what the error means.
             yield from reader.done
             reader.done.clear()
-            _on_error(exc, reader, label, final, warnings)
+            _on_error(exc, reader, label, closing, warnings)
             return
         if reader.done:
             yield from reader.done
             reader.done.clear()
         if final:
             return
+        fed += len(data)
+
+
+def _count(reader: _Reader, data: "bytes | memoryview", fed: int, end: int) -> None:
+    """Count ``data[:end]`` (``fed`` bytes came before it) once the reader only counts."""
+    counter = reader.counter
+    if counter is None:
+        return
+    start = max(0, reader.count_from - fed)
+    if start >= end:
+        return
+    before = counter.failing, counter.complete
+    counter.feed(data[start:end] if start or end < len(data) else data)
+    reader.not_kept += counter.failing - before[0]
+    reader.count += counter.complete - before[1]
 
 
 def _on_error(
@@ -295,7 +396,8 @@ def _on_error(
     reason = expat.ErrorString(exc.code)
     if not reader.root_seen:
         raise InputError(f"{label}: not XML ({where}: {reason})")
-    if reader.root_closed:
+    junk = exc.code == expat.errors.codes[expat.errors.XML_ERROR_JUNK_AFTER_DOC_ELEMENT]
+    if reader.root_closed or (reader.counter is not None and junk):
         # e.g. two documents concatenated: everything of the first one was read.
         _warn(warnings, f"{label}: ignoring content after the root element ({where}: {reason})")
         return
@@ -338,16 +440,21 @@ def map_failing(
     transform: Callable[[models.TestCaseResult], T],
     *,
     warnings: Optional[List[str]] = None,
+    limit: Optional[int] = None,
 ) -> List[T]:
     """``transform`` of each failing testcase of a junit file, reruns de-duplicated.
 
     Same result as ``[transform(c) for c in latest_failing(iter_testcases(source))]``
     (same errors and warnings), but several times faster on big files: passing testcases
     are never materialised, and memory holds one ``transform`` result per failing test
-    (``transform`` may also run for a record that a later rerun supersedes).
+    (``transform`` may also run for a record that a later rerun supersedes). At most
+    ``limit`` (default :data:`MAX_FAILURES`) failing tests are kept: from the first
+    failing test beyond them on, the rest of the document is only counted from its bytes
+    (no handler runs, reruns are no longer applied; TagCounter) in a ``warnings`` line
+    ("N more failures not kept").
     """
     label = _label(source)
-    reader = _Reader(expat.ParserCreate(), transform)
+    reader = _Reader(expat.ParserCreate(), transform, limit)
     with _opened(source, label) as stream:
         for _ in _parse(stream, label, warnings, reader):
             pass  # with a transform, nothing is yielded
@@ -383,18 +490,36 @@ def dedupe(cases: Iterable[models.TestCaseResult]) -> List[models.TestCaseResult
     return list(by_test.values())
 
 
-def latest_failing(cases: Iterable[models.TestCaseResult]) -> List[models.TestCaseResult]:
+def latest_failing(
+    cases: Iterable[models.TestCaseResult],
+    *,
+    limit: Optional[int] = None,
+    warnings: Optional[List[str]] = None,
+) -> List[models.TestCaseResult]:
     """The failing records of ``dedupe(cases)`` (the same records), holding failing ones only.
 
     A later passing (or skipped) record of a failing identity removes it (a flaky test
-    that passed on rerun); a later failing record replaces it.
+    that passed on rerun); a later failing record replaces it. At most ``limit`` failing
+    tests are kept: from the first failing test beyond them on, failing records are only
+    counted (reruns no longer applied), in a ``warnings`` line, as :func:`map_failing` does.
     """
+    if limit is None:
+        limit = MAX_FAILURES
     failing: Dict[str, models.TestCaseResult] = {}
+    not_kept = 0
     for case in cases:
+        if not_kept:
+            # Past the first test not kept, records are only counted, like map_failing does.
+            not_kept += case.outcome in models.FAILING_OUTCOMES
+            continue
         previous = failing.get(case.test)
         if case.outcome in models.FAILING_OUTCOMES:
-            if previous is None or not _keeps_previous(previous.outcome, case):
+            if previous is None and len(failing) >= limit:
+                not_kept += 1
+            elif previous is None or not _keeps_previous(previous.outcome, case):
                 failing[case.test] = case
         elif previous is not None:
             del failing[case.test]
+    if not_kept:
+        _warn(warnings, not_kept_warning(not_kept, limit))
     return list(failing.values())

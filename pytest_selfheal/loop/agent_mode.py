@@ -11,10 +11,10 @@ like a fix.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
@@ -22,6 +22,8 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
 from pytest_selfheal.store.root import Store
 
@@ -48,39 +50,33 @@ class AgentResult:
     covered: Set[str] = field(default_factory=set)
 
 
-def failure_from_record(record: Mapping[str, Any]) -> Failure:
-    """A ``Failure`` from a recorded dict (incident or attempt), tolerating missing extras."""
-    names = {f.name for f in fields(Failure)}
-    data: Dict[str, Any] = {k: v for k, v in record.items() if k in names}
-    data.setdefault("test", str(record.get("nodeid") or ""))
-    data.setdefault("fingerprint", "")
-    data.setdefault("signature", "")
-    data.setdefault("scheme", 1)
-    data.setdefault("failure_type", "UNKNOWN")
-    data.setdefault("code_fixable", False)
-    data.setdefault("transient", False)
-    data.setdefault("failure_class", "deterministic")
-    data.setdefault("message", "")
-    data["target_paths"] = list(data.get("target_paths") or [])
-    return Failure(**data)
+def failure_from_record(record: FailureEntry) -> Failure:
+    """A ``Failure`` from a recorded failure (incident or attempt); a key the file lacks
+    takes the default a capture would have written."""
+    return Failure(
+        test=record.test or record.nodeid or "",
+        fingerprint=record.fingerprint,
+        signature=record.signature,
+        scheme=record.scheme or 1,
+        failure_type=record.failure_type or "UNKNOWN",
+        code_fixable=bool(record.code_fixable),
+        transient=bool(record.transient),
+        failure_class=record.failure_class or "deterministic",
+        message=record.message,
+        outcome=record.outcome or OUTCOME_FAILED,
+        nodeid=record.nodeid,
+        target_paths=list(record.target_paths),
+    )
 
 
-def _last_known(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
-    source: Mapping[str, Any]
+def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
     if attempts:
-        source = attempts[-1]
-        outcomes = {str(k): str(v) for k, v in (source.get("outcomes") or {}).items()}
+        outcomes = dict(attempts[-1].outcomes)
+        records = attempts[-1].failures
     else:
-        source = incident
-        outcomes = {}
-        for record in incident.get("failures") or []:
-            if record.get("nodeid"):
-                outcomes[str(record["nodeid"])] = str(record.get("outcome") or OUTCOME_FAILED)
-    failures = {}
-    for record in source.get("failures") or []:
-        if isinstance(record, Mapping) and record.get("nodeid"):
-            failures[str(record["nodeid"])] = failure_from_record(record)
-    return outcomes, failures
+        records = incident.failures
+        outcomes = {r.nodeid: r.outcome or OUTCOME_FAILED for r in records if r.nodeid}
+    return outcomes, {r.nodeid: failure_from_record(r) for r in records if r.nodeid}
 
 
 def open_incidents(store: "Store") -> List[OpenIncident]:
@@ -93,7 +89,7 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
         try:
             incident = store.read_incident(incident_id)
             plan = store.read_plan(incident_id)
-            selection = selection_nodeids(plan, incident, verification_argv(plan))
+            selection = selection_nodeids(plan, incident, verification_argv(plan.to_json()))
             outcomes, failures = _last_known(incident, store.read_attempts(incident_id))
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
@@ -153,6 +149,7 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
         )
+        result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
         result.touched.append(incident.incident_id)
         result.covered.update(selection)

@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.records import AGENT, LOOP
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide
@@ -43,11 +45,15 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
@@ -56,11 +62,12 @@ from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 class IterationOutcome:
     """What :func:`record_iteration` recorded and decided."""
 
-    attempt: Dict[str, Any]  # the attempt_XX.json written ({} when a pending stop was completed instead)
+    attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
     decision: policy.Decision
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[Dict[str, Any]] = None  # when closed
+    warnings: List[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
 
 
 def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
@@ -96,19 +103,18 @@ def _attempt_document(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     duration_seconds: Optional[float],
-    repair: Optional[Mapping[str, Any]],
-) -> Dict[str, Any]:
+    repair: Optional[RepairBlock],
+) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
         duration_seconds = minutes_between(start, end) * 60.0
-    repair_doc = dict(repair) if repair is not None else None
-    actions = repair_doc.get("actions_applied") if repair_doc else None
-    return {
+    # Built as the JSON document, so the file keeps its key order (null values included).
+    doc = {
         "incident_id": incident_id,
         "iteration": iteration,
         "started_at": started_at,
         "finished_at": finished_at,
-        "actions_applied": [str(a) for a in actions] if isinstance(actions, list) else [],
+        "actions_applied": list(repair.actions_applied) if repair is not None else [],
         "verification_commands": list(verification_commands),
         "verification_passed": policy.is_success(observation),
         "result": decision.action,
@@ -126,21 +132,23 @@ def _attempt_document(
         "exit_code": exit_code,
         "duration_seconds": round(max(0.0, duration_seconds), 3),
         "timed_out": observation.timed_out,
-        "repair": repair_doc,
+        "repair": repair.to_json() if repair is not None else None,
         "scope_denied": observation.scope_denied,
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_dict(),
     }
+    return Attempt.from_json(doc, attempt_filename(iteration))
 
 
 # --------------------------------------------------------------------------- plan + status
 
 
-def ensure_plan(store: "Store", incident_id: str) -> Dict[str, Any]:
+def ensure_plan(store: "Store", incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
-        plan = build_plan(store.read_incident(incident_id), generated_at=ev.format_ts())
+        # plan/build.py reads the incident as its JSON document.
+        plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=ev.format_ts())
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
     if store.read_status(incident_id) == NEW:
@@ -173,6 +181,51 @@ def require_inbox(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- record
 
 
+def _record_history(
+    store: "Store",
+    incident_id: str,
+    iteration: int,
+    *,
+    effective: EffectiveConfig,
+    incident: Incident,
+    attempts: Sequence[Attempt],
+    observations: Sequence[policy.Observation],
+    failures: Sequence[Failure],
+    mode: str,
+    project_root: Path,
+) -> List[str]:
+    """Record this iteration in the failure history (docs/history.md); the warning, if any.
+
+    Its failures as ``failed`` (or ``quarantined``); a test that failed before and passes
+    now with no code change as ``passed_on_rerun`` (with the fingerprint it failed with);
+    one that passes after a code change as ``passed``. Keyed by incident and iteration, so
+    a resumed close-out never records it twice.
+    """
+    fingerprints: Dict[str, str] = {}
+    for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
+        for failure in failures_seen:
+            if (failure.nodeid or failure.test) and failure.fingerprint:
+                fingerprints[failure.nodeid or failure.test] = failure.fingerprint
+    current = observations[-1]
+    previous = observations[:-1]
+    newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
+    failed_before = {n for obs in previous for n, o in obs.outcomes.items() if o in FAILING_OUTCOMES}
+    passing = [n for n, o in current.outcomes.items() if o == OUTCOME_PASSED and n in failed_before]
+    rerun = [n for n in passing if n in newly_flaky and n in fingerprints]
+    failing = [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures]
+    failing += [Failing(n, fingerprints[n]) for n in rerun]
+    kind = AGENT if mode == "agent" else LOOP
+    result = record_and_triage(
+        store.root, effective.settings.history,
+        run_info(run_key=f"{kind}:{incident_id}:{iteration}", kind=kind, project_root=project_root,
+                 incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
+        failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
+    )
+    # The capture (or the job) already said what is wrong with the quarantine file; only a
+    # database that cannot be used is worth a line per iteration.
+    return [result.unavailable] if result.unavailable else []
+
+
 def record_iteration(
     store: "Store",
     incident_id: str,
@@ -187,7 +240,7 @@ def record_iteration(
     verification_commands: Sequence[str],
     exit_code: Optional[int],
     timed_out: bool = False,
-    repair: Optional[Mapping[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     new_failures: Sequence[Failure] = (),
     project_root: Path,
     duration_seconds: Optional[float] = None,
@@ -201,8 +254,8 @@ def record_iteration(
     failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
 
     ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
-    provider's result (``{provider, result, files_changed, patch, scope_denied?,
-    actions_applied?}``) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
+    provider's result as parsed by the driver (a ``RepairBlock``: provider, result,
+    files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
     Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
@@ -221,11 +274,10 @@ def record_iteration(
                 project_root=project_root,
             )
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
-            return IterationOutcome({}, waiting, True, line, result)
+            return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        repair_result = repair.get("result") if repair is not None else None
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),
@@ -233,8 +285,8 @@ def record_iteration(
             failure_types=tuple(f.failure_type for f in failures),
             diff_hash=diff_hash,
             timed_out=timed_out,
-            repair_result=repair_result if isinstance(repair_result, str) else None,
-            scope_denied=bool(repair.get("scope_denied", False)) if repair is not None else False,
+            repair_result=(repair.result or None) if repair is not None else None,
+            scope_denied=bool(repair.scope_denied) if repair is not None else False,
         )
         observations = previous + [observation]
         first_start = run_started(attempts) or parse_stamp(started_at)
@@ -261,13 +313,17 @@ def record_iteration(
         kill_point("record:after_attempt")
         store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))
         kill_point("record:after_verification_event")
+        history_warnings = _record_history(
+            store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
+            observations=observations, failures=failures, mode=mode, project_root=project_root,
+        )
         if decision.same_error_repeats >= 2:
             store.append_event(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line)
+            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings)
         result = finalize(
             store,
             incident_id,
@@ -276,26 +332,25 @@ def record_iteration(
             observations=observations,
             project_root=project_root,
         )
-        return IterationOutcome(attempt, decision, True, line, result)
+        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings)
 
 
 
 # --------------------------------------------------------------------------- finalize
 
 
-def _run_runtime_minutes(attempts: Sequence[Mapping[str, Any]]) -> float:
+def _run_runtime_minutes(attempts: Sequence[Attempt]) -> float:
     _, run = split_runs(attempts)
     if not run:
         return 0.0
-    return round(minutes_between(parse_stamp(run[0].get("started_at")), parse_stamp(run[-1].get("finished_at"))), 3)
+    return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
 
 
-def _failure_signature(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _failure_signature(incident: Incident, attempts: Sequence[Attempt]) -> Optional[str]:
     for attempt in reversed(attempts):
-        if attempt.get("error_signature"):
-            return str(attempt["error_signature"])
-    signature = incident.get("error_signature")
-    return str(signature) if signature else None
+        if attempt.error_signature:
+            return attempt.error_signature
+    return incident.error_signature or None
 
 
 def _redact_config(redactor: Any, value: Any) -> Any:
@@ -327,7 +382,7 @@ def build_run_result(
     decision: policy.Decision,
     *,
     observations: Sequence[policy.Observation],
-    attempts: Sequence[Mapping[str, Any]],
+    attempts: Sequence[Attempt],
     pol: policy.LoopPolicy,
     failure_signature: Optional[str],
     effective: EffectiveConfig,
@@ -350,7 +405,7 @@ def build_run_result(
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
         "message": decision.message,
-        "iteration": int(attempts[-1]["iteration"]) if attempts else 0,
+        "iteration": attempts[-1].iteration if attempts else 0,
         "flaky_tests": policy.flaky_tests(observations),
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
@@ -399,7 +454,7 @@ def finalize(
         if observations is None:
             context = read_context(store, incident_id)
             observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
-        last = int(attempts[-1]["iteration"]) if attempts else 0
+        last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,
             decision,
@@ -424,7 +479,7 @@ def finalize(
             return existing.to_json() if existing is not None else result
         existing = store.read_run_result(incident_id)
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
-            store.write_run_result(incident_id, result)
+            store.write_run_result(incident_id, RunResult.from_json(result, RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
         records, _ = store.read_events(incident_id)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
@@ -451,7 +506,7 @@ def finalize(
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]], last: int) -> None:
+def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:
@@ -461,13 +516,14 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
     if status != PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
-    if plan.get("replanned_at_iteration") != last:
+    if plan.replanned_at_iteration != last:
         _, run = split_runs(attempts[:-1]) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        new = replan(plan, run_attempts, generated_at=ev.format_ts())
+        # plan/build.py still reads the plan and the attempts as JSON documents.
+        new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
         store.write_plan(incident_id, new, render_plan_md(new))
-        plan = new
+        plan = Plan.from_json(new, PLAN_JSON)
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
@@ -475,9 +531,9 @@ def _replan(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, An
             incident_id,
             ev.PLAN_GENERATED,
             replan=True,
-            revision=plan.get("revision"),
+            revision=plan.revision,
             replanned_at_iteration=last,
-            actions=[a.get("id") for a in plan.get("actions", []) if isinstance(a, Mapping)],
+            actions=[a.id for a in plan.actions],
         )
     store.set_status(incident_id, PLANNED, reason="replan", iteration=last)
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -54,18 +54,49 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
-from pytest_selfheal.loop.verify import COLLECTION_KEY, check_allowed, observe, run_selection
+from pytest_selfheal.loop.verify import COLLECTION_KEY, VerificationRun, check_allowed, observe, run_selection
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
-from pytest_selfheal.redact import default_redactor, runnable_nodeid
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.redacted import runnable_nodeid
+from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
-# A provider callable (issue 5's seam), called before each verification of a run:
-# provider(incident_id=..., iteration=..., store=..., plan=..., last_attempt=...,
-#          observations=...) -> None (no repair) | repair dict (see docs/loop.md).
-Provider = Callable[..., Optional[Dict[str, Any]]]
+class Verifier(Protocol):
+    """Runs one verification command (an argv list, never a shell) with its junit XML at
+    ``junit_path``, and says what it did. :func:`verify.run_selection` in production; the
+    driver observes the junit it leaves, so a verifier is all a test needs to fake a run."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        junit_path: Path,
+        timeout_seconds: Optional[float],
+        env: Optional[Mapping[str, str]] = None,
+    ) -> VerificationRun: ...
+
+
+class Provider(Protocol):
+    """A repair provider, called before each verification of a run (docs/loop.md): None
+    (no repair: the iteration only verifies) or the repair dict, whose ``worktree`` is
+    where the verification then runs. :class:`repair.provider.RepairSession` in production."""
+
+    def __call__(
+        self,
+        *,
+        incident_id: str,
+        iteration: int,
+        store: Store,
+        plan: Plan,
+        last_attempt: Optional[Attempt],
+        observations: Sequence[policy.Observation],
+    ) -> Optional[Dict[str, Any]]: ...
 
 
 def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
@@ -87,21 +118,14 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- selections
 
 
-def selection_nodeids(plan: Mapping[str, Any], incident: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> List[str]:
+def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> List[str]:
     """The node ids the verification commands select: the plan's action node ids that
     appear in the commands, else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
-    candidates: List[str] = []
-    for action in plan.get("actions") or []:
-        if isinstance(action, Mapping):
-            for nodeid in action.get("nodeids") or []:
-                if isinstance(nodeid, str) and nodeid not in candidates:
-                    candidates.append(nodeid)
+    candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
-        for nodeid in incident.get("nodeids") or []:
-            if isinstance(nodeid, str) and nodeid not in candidates:
-                candidates.append(nodeid)
-    # A redacted node id is selected through its runnable parent (redact.runnable_nodeid).
+        candidates = list(dict.fromkeys(incident.nodeids))
+    # A redacted node id is selected through its runnable parent (records.redacted.runnable_nodeid).
     chosen = [n for n in candidates if n in words or runnable_nodeid(n) in words]
     if chosen:
         return chosen
@@ -145,19 +169,18 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _plan_argvs(plan: Mapping[str, Any], incident: Mapping[str, Any], effective: "EffectiveConfig") -> List[List[str]]:
+def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") -> List[List[str]]:
     """The plan's commands as argv lists, each followed by the capture's own pytest options
     and ``verification.args`` (like with like: docs/loop.md "Verification fidelity"); a plan
     without any command is unusable (``InputError``, exit 3)."""
-    incident_id = str(incident.get("incident_id"))
-    argvs = verification_argv(plan)
+    incident_id = incident.incident_id
+    argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    recorded = [str(token) for token in incident.get("pytest_options") or []]
-    return [argv + recorded + list(effective.settings.verification.args) for argv in argvs]
+    return [argv + list(incident.pytest_options) + list(effective.settings.verification.args) for argv in argvs]
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
@@ -180,6 +203,7 @@ def run_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> Dict[str, Any]:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -193,7 +217,8 @@ def run_loop(
     dict has ``final_status: null`` and is not written to disk. ``hook_rules``: extra
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
-    verification's environment (default ``os.environ``).
+    verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
+    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`).
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -207,6 +232,7 @@ def run_loop(
             return _drive(
                 store, incident_id, effective=effective, project_root=Path(project_root), provider=provider,
                 approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
+                verifier=verifier,
             )
         except (Interrupted, KeyboardInterrupt):
             state.requested = True
@@ -245,6 +271,7 @@ def _drive(
     state: CancelState,
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
+    verifier: Verifier,
 ) -> Dict[str, Any]:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
@@ -266,10 +293,9 @@ def _drive(
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
-    tdd = [n for n in incident.get("tdd_nodeids") or [] if isinstance(n, str)]
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
     selection = policy.loop_selection(
-        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=tdd, unattended=unattended, approved=approve
+        pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
         iteration = len(split_runs(attempts)[1])
@@ -304,27 +330,31 @@ def _drive(
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
         _, run = split_runs(attempts)
-        next_number = int(attempts[-1]["iteration"]) + 1 if attempts else 1
-        repair: Optional[Dict[str, Any]] = None
+        next_number = attempts[-1].iteration + 1 if attempts else 1
+        repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                repair = provider(
+                answer = provider(
                     incident_id=incident_id,
                     iteration=next_number,
                     store=store,
                     plan=plan,
-                    last_attempt=dict(run[-1]) if run else None,
+                    last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
-        verify_cwd = Path(repair["worktree"]) if repair and isinstance(repair.get("worktree"), str) else project_root
+            # Parsed once, here: the attempt records it as its repair block.
+            repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
+        verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
             f"running {'; '.join(commands)}")
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-            env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+            env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
         )
+        for warning in outcome.warnings:
+            say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
         if outcome.closed:
             assert outcome.run_result is not None
@@ -343,11 +373,12 @@ def _verify_and_record(
     timeout: Optional[float],
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]],
+    repair: Optional[RepairBlock],
     state: CancelState,
     env: Optional[Mapping[str, str]],
     mode: str,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred."""
@@ -368,8 +399,8 @@ def _verify_and_record(
     with tempfile.TemporaryDirectory(prefix="selfheal-verify-") as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
-                run = run_selection(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                                    timeout_seconds=timeout, env=env)
+                run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                               timeout_seconds=timeout, env=env)
             selected = [n for n in nodeids if n in argv or runnable_nodeid(n) in argv]
             got, failed = observe(run, selected or list(nodeids), rules=rules, redactor=redactor)
             outcomes.update(got)
@@ -410,9 +441,10 @@ def verify_iteration(
     *,
     effective: "EffectiveConfig",
     project_root: Path,
-    repair: Optional[Dict[str, Any]] = None,
+    repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
+    verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """Run ONE iteration now — the plan's verification selections, observe, record,
     decide (closing the loop if it stops) — without the loop around it: no loop lock, no
@@ -429,7 +461,8 @@ def verify_iteration(
         store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
-        repair=repair, state=CancelState(), env=env, mode="repair" if repair else "verify", hook_rules=hook_rules,
+        repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
+        verifier=verifier,
     )
 
 
@@ -446,6 +479,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
 
 __all__ = [
     "Provider",
+    "Verifier",
     "run_loop",
     "selection_nodeids",
     "verify_iteration",

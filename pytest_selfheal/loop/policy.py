@@ -26,6 +26,8 @@ from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Se
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
     OUTCOME_ERROR,
@@ -499,53 +501,43 @@ def loop_selection(
 # --------------------------------------------------------------------------- from disk
 
 
-def capture_observation(incident: Mapping[str, Any], *, diff_hash: Optional[str] = None) -> Observation:
+def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) -> Observation:
     """Observation 0 from ``incident.json``: its failures, as the first sighting.
 
-    ``diff_hash`` is the working-tree diff hash at capture time (None when unknown).
+    ``diff_hash`` is the working-tree diff hash at capture time (None when unknown). The
+    record's types were checked when it was read; a failure without a test identity or a
+    fingerprint cannot be compared, so it is refused (``InputError``).
     """
-    failures = incident.get("failures")
-    if not isinstance(failures, list):
-        raise InputError("incident.json: 'failures' must be a list")
     outcomes: Dict[str, str] = {}
-    fingerprints: List[str] = []
-    types: List[str] = []
-    for i, failure in enumerate(failures):
-        if not isinstance(failure, Mapping):
-            raise InputError(f"incident.json: failures[{i}] must be an object")
-        nodeid = failure.get("nodeid") or failure.get("test")
-        fp = failure.get("fingerprint")
-        if not isinstance(nodeid, str) or not isinstance(fp, str):
-            raise InputError(f"incident.json: failures[{i}] needs a string nodeid/test and fingerprint")
-        outcome = failure.get("outcome", OUTCOME_FAILED)
+    for index, failure in enumerate(incident.failures):
+        nodeid = failure.nodeid or failure.test
+        if not nodeid or not failure.fingerprint:
+            raise InputError(f"incident.json: failures[{index}] needs a nodeid/test and a fingerprint")
+        outcome = failure.outcome or OUTCOME_FAILED
         outcomes[nodeid] = outcome if outcome in FAILING_OUTCOMES else OUTCOME_FAILED
-        fingerprints.append(fp)
-        types.append(str(failure.get("failure_type", "UNKNOWN")))
-    return Observation(0, outcomes, tuple(fingerprints), tuple(types), diff_hash)
+    fingerprints = tuple(f.fingerprint for f in incident.failures)
+    types = tuple(f.failure_type or "UNKNOWN" for f in incident.failures)
+    return Observation(0, outcomes, fingerprints, types, diff_hash)
 
 
-def observation_from_attempt(attempt: Mapping[str, Any]) -> Observation:
-    """Rebuild the observation recorded in an ``attempt_XX.json`` (for resume and replay)."""
+def observation_from_attempt(attempt: Attempt) -> Observation:
+    """Rebuild the observation recorded in an ``attempt_XX.json`` (for resume and replay).
+
+    The record's types were checked when it was read; a failure without a fingerprint
+    cannot be compared, so it is refused (``InputError``)."""
+    for index, failure in enumerate(attempt.failures):
+        if not failure.fingerprint:
+            raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")
     try:
-        iteration = attempt["iteration"]
-        if isinstance(iteration, bool) or not isinstance(iteration, int):
-            raise TypeError("iteration")
-        raw_outcomes = attempt.get("outcomes") or {}
-        outcomes = {str(k): str(v) for k, v in dict(raw_outcomes).items()}
-        failures = attempt.get("failures") or []
-        fingerprints = tuple(str(f["fingerprint"]) for f in failures)
-        types = tuple(str(f.get("failure_type", "UNKNOWN")) for f in failures)
-        repair = attempt.get("repair")
-        repair_result = repair.get("result") if isinstance(repair, Mapping) else None
         return Observation(
-            iteration=iteration,
-            outcomes=outcomes,
-            fingerprints=fingerprints,
-            failure_types=types,
-            diff_hash=attempt.get("diff_hash"),
-            timed_out=bool(attempt.get("timed_out", False)),
-            repair_result=repair_result,
-            scope_denied=bool(attempt.get("scope_denied", False)),
+            iteration=attempt.iteration,
+            outcomes=dict(attempt.outcomes),
+            fingerprints=tuple(f.fingerprint for f in attempt.failures),
+            failure_types=tuple(f.failure_type or "UNKNOWN" for f in attempt.failures),
+            diff_hash=attempt.diff_hash,
+            timed_out=bool(attempt.timed_out),
+            repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
+            scope_denied=bool(attempt.scope_denied),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"attempt_XX.json: not a valid attempt record ({exc})") from None
+    except ValueError as exc:  # an unknown repair result
+        raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from pytest_selfheal.loop.policy import final_status_of
+from pytest_selfheal.loop.resume import verification_event
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
@@ -130,9 +131,8 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
     status = store.read_status(incident_id)
     iterations = []
     for attempt in store.read_attempts(incident_id):
-        entry = dict(attempt)
-        entry["fingerprints"] = [f.get("fingerprint") for f in attempt.get("failures") or []]
-        iterations.append(_iteration_entry(entry))
+        # The data its verification_finished event holds: the same entry as the replay's.
+        iterations.append(_iteration_entry(verification_event(attempt)))
     run_result = store.read_run_result(incident_id)
     closing = (
         {"iteration": run_result.iteration, "stop_reason": run_result.stop_reason}

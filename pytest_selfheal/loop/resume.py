@@ -23,7 +23,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
@@ -63,7 +65,7 @@ def minutes_between(start: Optional[datetime], end: Optional[datetime]) -> float
 # --------------------------------------------------------------------------- runs and observations
 
 
-def split_runs(attempts: Sequence[Mapping[str, Any]]) -> Tuple[Optional[Mapping[str, Any]], List[Mapping[str, Any]]]:
+def split_runs(attempts: Sequence[Attempt]) -> Tuple[Optional[Attempt], List[Attempt]]:
     """``(baseline attempt or None, attempts of the current loop run)``.
 
     A ``replan_requested`` stop ends a loop run: the next run (on the regenerated plan)
@@ -72,23 +74,22 @@ def split_runs(attempts: Sequence[Mapping[str, Any]]) -> Tuple[Optional[Mapping[
     """
     boundary = -1
     for index, attempt in enumerate(attempts):
-        if attempt.get("result") == policy.ACTION_STOP and attempt.get("stop_reason") == policy.REPLAN_REQUESTED:
+        if attempt.result == policy.ACTION_STOP and attempt.stop_reason == policy.REPLAN_REQUESTED:
             boundary = index
     if boundary < 0:
         return None, list(attempts)
     return attempts[boundary], list(attempts[boundary + 1:])
 
 
-def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+def capture_diff_hash(incident: Incident, context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
     """The working-tree diff hash at capture time, or None when unknown.
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
     at that commit (gitrepo.clean_tree_hash); otherwise unknown.
     """
-    value = incident.get("diff_hash")
-    if isinstance(value, str) and value:
-        return value
+    if incident.diff_hash:
+        return incident.diff_hash
     git_info = (context or {}).get("git")
     if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
         return clean_tree_hash(str(git_info["commit"]))
@@ -96,8 +97,8 @@ def capture_diff_hash(incident: Mapping[str, Any], context: Optional[Mapping[str
 
 
 def observations_from_disk(
-    incident: Mapping[str, Any],
-    attempts: Sequence[Mapping[str, Any]],
+    incident: Incident,
+    attempts: Sequence[Attempt],
     *,
     capture_hash: Optional[str] = None,
 ) -> List[policy.Observation]:
@@ -116,45 +117,34 @@ def observations_from_disk(
     return [first] + [policy.observation_from_attempt(a) for a in run]
 
 
-def run_started(attempts: Sequence[Mapping[str, Any]]) -> Optional[datetime]:
+def run_started(attempts: Sequence[Attempt]) -> Optional[datetime]:
     """When the current loop run's first attempt started; None before its first attempt."""
     _, run = split_runs(attempts)
-    return parse_stamp(run[0].get("started_at")) if run else None
+    return parse_stamp(run[0].started_at) if run else None
 
 
-def _decision_from_dict(data: Mapping[str, Any], fallback_reason: Optional[str] = None) -> policy.Decision:
+def _decision_from_record(data: RecordedDecision) -> policy.Decision:
     """Rebuild a recorded :class:`policy.Decision` (``Decision.to_dict()`` form)."""
-    reason = data.get("stop_reason", fallback_reason)
-    action = data.get("action") or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE)
+    reason = data.stop_reason
     progress = policy.Progress(
-        bool(data.get("progress", False)),
-        tuple(str(r) for r in data.get("progress_reasons") or ()),
-        bool(data.get("fingerprint_changed", False)),
-        tuple(str(t) for t in data.get("tests_fixed") or ()),
+        bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed
     )
-
-    def _int(key: str) -> int:
-        value = data.get(key, 0)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
     return policy.Decision(
-        action=str(action),
-        stop_reason=reason if isinstance(reason, str) else None,
-        final_status=(
-            data.get("final_status") if isinstance(data.get("final_status"), str) else policy.final_status_of(reason)
-        ),
+        action=data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
+        stop_reason=reason,
+        final_status=data.final_status if data.final_status is not None else policy.final_status_of(reason),
         progress=progress,
-        same_error_repeats=_int("same_error_repeats"),
-        no_progress_streak=_int("no_progress_streak"),
-        retry_timeout=bool(data.get("retry_timeout", False)),
-        message=str(data.get("message") or f"Stopped: {reason}."),
-        iteration=_int("iteration"),
-        conditions=tuple(str(c) for c in data.get("conditions") or ((reason,) if reason else ())),
+        same_error_repeats=data.same_error_repeats,
+        no_progress_streak=data.no_progress_streak,
+        retry_timeout=bool(data.retry_timeout),
+        message=data.message or f"Stopped: {reason}.",
+        iteration=data.iteration,
+        conditions=data.conditions or ((reason,) if reason else ()),
     )
 
 
 def pending_stop(
-    attempts: Sequence[Mapping[str, Any]],
+    attempts: Sequence[Attempt],
     run_result: Optional[RunResult],
     status: str,
     replanned_at: Optional[int] = None,
@@ -169,17 +159,15 @@ def pending_stop(
     status on; a resolved/escalated stop is complete once archived (callers only ask for
     inbox incidents).
     """
-    last = int(attempts[-1]["iteration"]) if attempts else 0
-    source: Optional[Mapping[str, Any]] = None
+    last = attempts[-1].iteration if attempts else 0
+    source: Optional[RecordedDecision] = None
     if run_result is not None and run_result.iteration == last and run_result.stop_reason:
-        decided = run_result.decision
-        source = decided.to_json() if decided is not None else {"stop_reason": run_result.stop_reason}
-    elif attempts and attempts[-1].get("result") == policy.ACTION_STOP:
-        recorded = attempts[-1].get("decision")
-        source = recorded if isinstance(recorded, Mapping) else {"stop_reason": attempts[-1].get("stop_reason")}
-    if source is None or not source.get("stop_reason"):
+        source = run_result.decision or RecordedDecision(stop_reason=run_result.stop_reason)
+    elif attempts and attempts[-1].result == policy.ACTION_STOP:
+        source = attempts[-1].decision or RecordedDecision(stop_reason=attempts[-1].stop_reason)
+    if source is None or not source.stop_reason:
         return None
-    decision = _decision_from_dict(source)
+    decision = _decision_from_record(source)
     if decision.stop_reason == policy.REPLAN_REQUESTED and (
         status == PLANNED or (replanned_at == last and status != PLAN_PROPOSED)
     ):
@@ -188,13 +176,12 @@ def pending_stop(
 
 
 def pending_on_disk(
-    store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]]
+    store: "Store", incident_id: str, attempts: Sequence[Attempt]
 ) -> Optional[policy.Decision]:
     """:func:`pending_stop` from the files of ``incident_id`` (call under the store lock)."""
     replanned_at: Optional[int] = None
     if store.has_plan(incident_id):
-        value = store.read_plan(incident_id).get("replanned_at_iteration")
-        replanned_at = value if isinstance(value, int) and not isinstance(value, bool) else None
+        replanned_at = store.read_plan(incident_id).replanned_at_iteration
     return pending_stop(attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at)
 
 
@@ -209,37 +196,44 @@ def read_context(store: "Store", incident_id: str) -> Optional[Dict[str, Any]]:
 # --------------------------------------------------------------------------- events
 
 
-def _recorded_decision(attempt: Mapping[str, Any]) -> Mapping[str, Any]:
-    recorded = attempt.get("decision")
-    return recorded if isinstance(recorded, Mapping) else {}
+def _recorded(attempt: Attempt, key: str) -> Any:
+    """A key of the attempt's recorded decision, None when the decision or the key is absent
+    (the event data say ``null`` then, as they always have)."""
+    decision = attempt.decision
+    if decision is None or decision.keys is not None and key not in decision.keys:
+        return None
+    return getattr(decision, key)
 
 
-def verification_event(attempt: Mapping[str, Any]) -> Dict[str, Any]:
+def _failure_key(failure: FailureEntry, key: str) -> Any:
+    """``fingerprint`` / ``failure_type`` of a recorded failure, None when the file lacks it."""
+    return getattr(failure, key) if failure.keys is None or key in failure.keys else None
+
+
+def verification_event(attempt: Attempt) -> Dict[str, Any]:
     """The ``verification_finished`` data: enough to replay the loop from events alone."""
-    failures = attempt.get("failures") or []
-    repair = attempt.get("repair")
-    decision = _recorded_decision(attempt)
+    failures = attempt.failures
     return {
-        "iteration": attempt["iteration"],
-        "loop_iteration": decision.get("iteration"),
-        "mode": attempt.get("mode"),
-        "verification_passed": attempt["verification_passed"],
-        "result": attempt["result"],
-        "stop_reason": attempt.get("stop_reason"),
-        "outcomes": attempt.get("outcomes") or {},
-        "fingerprints": [f.get("fingerprint") for f in failures],
-        "failure_types": [f.get("failure_type") for f in failures],
-        "error_signature": attempt.get("error_signature"),
-        "diff_hash": attempt.get("diff_hash"),
-        "timed_out": bool(attempt.get("timed_out", False)),
-        "repair_result": repair.get("result") if isinstance(repair, Mapping) else None,
-        "scope_denied": bool(attempt.get("scope_denied", False)),
-        "progress": attempt.get("progress"),
-        "progress_reasons": attempt.get("progress_reasons") or [],
-        "fingerprint_changed": attempt.get("fingerprint_changed"),
-        "same_error_repeats": decision.get("same_error_repeats"),
-        "no_progress_streak": decision.get("no_progress_streak"),
-        "exit_code": attempt.get("exit_code"),
+        "iteration": attempt.iteration,
+        "loop_iteration": _recorded(attempt, "iteration"),
+        "mode": attempt.mode,
+        "verification_passed": attempt.verification_passed,
+        "result": attempt.result,
+        "stop_reason": attempt.stop_reason,
+        "outcomes": dict(attempt.outcomes),
+        "fingerprints": [_failure_key(f, "fingerprint") for f in failures],
+        "failure_types": [_failure_key(f, "failure_type") for f in failures],
+        "error_signature": attempt.error_signature,
+        "diff_hash": attempt.diff_hash,
+        "timed_out": bool(attempt.timed_out),
+        "repair_result": attempt.repair.result if attempt.repair is not None else None,
+        "scope_denied": bool(attempt.scope_denied),
+        "progress": attempt.progress,
+        "progress_reasons": list(attempt.progress_reasons),
+        "fingerprint_changed": attempt.fingerprint_changed,
+        "same_error_repeats": _recorded(attempt, "same_error_repeats"),
+        "no_progress_streak": _recorded(attempt, "no_progress_streak"),
+        "exit_code": attempt.exit_code,
     }
 
 
@@ -258,7 +252,7 @@ def _replayed_status(records: Sequence[Event]) -> Optional[str]:
     return status
 
 
-def recover_events(store: "Store", incident_id: str, attempts: Sequence[Mapping[str, Any]]) -> int:
+def recover_events(store: "Store", incident_id: str, attempts: Sequence[Attempt]) -> int:
     """Append the events a kill may have lost; returns how many were added. Call under the store lock.
 
     A kill between ``attempt_XX.json`` and its ``verification_finished`` (or
@@ -269,12 +263,12 @@ def recover_events(store: "Store", incident_id: str, attempts: Sequence[Mapping[
     records, _ = store.read_events(incident_id)
     added = 0
     for attempt in attempts:
-        iteration = attempt["iteration"]
+        iteration = attempt.iteration
         if not has_event(records, ev.VERIFICATION_FINISHED, iteration=iteration):
             store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt))
             added += 1
-        repeats = _recorded_decision(attempt).get("same_error_repeats")
-        if isinstance(repeats, int) and repeats >= 2 and not has_event(
+        repeats = attempt.decision.same_error_repeats if attempt.decision is not None else 0
+        if repeats >= 2 and not has_event(
             records, ev.REPEATED_FAILURE_DETECTED, iteration=iteration
         ):
             store.append_event(
@@ -292,13 +286,12 @@ def recover_events(store: "Store", incident_id: str, attempts: Sequence[Mapping[
     return added
 
 
-def repeated_failure_data(attempt: Mapping[str, Any], repeats: int) -> Dict[str, Any]:
+def repeated_failure_data(attempt: Attempt, repeats: int) -> Dict[str, Any]:
     """The ``repeated_failure_detected`` data for an attempt that saw its failure ``repeats`` times in a row."""
-    failures = attempt.get("failures") or []
     return {
-        "iteration": attempt["iteration"],
-        "fingerprints": sorted({str(f.get("fingerprint")) for f in failures}),
-        "error_signature": attempt.get("error_signature"),
+        "iteration": attempt.iteration,
+        "fingerprints": sorted({str(_failure_key(f, "fingerprint")) for f in attempt.failures}),
+        "error_signature": attempt.error_signature,
         "same_error_repeats": repeats,
     }
 

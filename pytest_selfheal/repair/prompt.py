@@ -10,17 +10,16 @@ redacts the finished prompt before writing it to disk).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
+from pytest_selfheal.records.plan import Plan
 
 MAX_FAILURES_LISTED = 20
 MAX_MESSAGE_CHARS = 300
 MAX_LOG_TAIL_CHARS = 12000
-
-
-def _str(value: Any, default: str = "") -> str:
-    return value if isinstance(value, str) else default
 
 
 def _one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -46,40 +45,29 @@ def _code(text: str) -> str:
     return f"`` {text} ``"
 
 
-def _failures_of(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+def _failures_of(incident: Incident, attempts: Sequence[Attempt]) -> Sequence[FailureEntry]:
     """The current failures: the latest attempt's, else the incident's (the capture)."""
-    source: Any = attempts[-1].get("failures") if attempts else incident.get("failures")
-    if not isinstance(source, list):
-        return []
-    return [f for f in source if isinstance(f, Mapping)]
+    return attempts[-1].failures if attempts else incident.failures
 
 
-def _outcomes_of(record: Mapping[str, Any], *, capture: bool) -> Dict[str, str]:
-    """Outcome per node id of an attempt, or of the capture (its failures all failed)."""
-    if capture:
-        outcomes: Dict[str, str] = {}
-        failures = record.get("failures")
-        for failure in failures if isinstance(failures, list) else []:
-            if isinstance(failure, Mapping):
-                key = _str(failure.get("nodeid")) or _str(failure.get("test"))
-                if key:
-                    outcome = _str(failure.get("outcome"), "failed")
-                    outcomes[key] = outcome if outcome in FAILING_OUTCOMES else "failed"
-        return outcomes
-    raw = record.get("outcomes")
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+def _capture_outcomes(incident: Incident) -> Dict[str, str]:
+    """Outcome per node id of the capture (its failures all failed)."""
+    outcomes: Dict[str, str] = {}
+    for failure in incident.failures:
+        key = failure.nodeid or failure.test
+        if key:
+            outcome = failure.outcome or "failed"
+            outcomes[key] = outcome if outcome in FAILING_OUTCOMES else "failed"
+    return outcomes
 
 
-def _fingerprints_of(record: Mapping[str, Any]) -> Tuple[str, ...]:
-    failures = record.get("failures")
-    if not isinstance(failures, list):
-        return ()
-    return tuple(_str(f.get("fingerprint")) for f in failures if isinstance(f, Mapping) and f.get("fingerprint"))
+def _fingerprints_of(record: Union[Incident, Attempt]) -> Tuple[str, ...]:
+    return tuple(f.fingerprint for f in record.failures if f.fingerprint)
 
 
-def _failing_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[str]:
+def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> List[str]:
     failures = _failures_of(incident, attempts)
-    where = f"attempt {attempts[-1].get('iteration')}" if attempts else "the captured run"
+    where = f"attempt {attempts[-1].iteration}" if attempts else "the captured run"
     lines = ["## Failing tests", ""]
     if not failures:
         lines.append(f"No failure is recorded for {where}; see the failing output below.")
@@ -87,18 +75,14 @@ def _failing_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str
     lines.append(f"As of {where} ({len(failures)} failing):")
     lines.append("")
     for failure in failures[:MAX_FAILURES_LISTED]:
-        test = _str(failure.get("nodeid")) or _str(failure.get("test")) or "(unknown test)"
-        ftype = _str(failure.get("failure_type"), "UNKNOWN")
-        fclass = _str(failure.get("failure_class"))
-        kind = f"{ftype}, {fclass}" if fclass else ftype
-        fp = _str(failure.get("fingerprint"))
-        lines.append(f"- {_code(test)} — {kind}, fingerprint {_code(fp or '?')}")
-        signature = _str(failure.get("signature"))
-        if signature:
-            lines.append(f"  - signature: {_code(_one_line(signature))}")
-        message = _str(failure.get("message"))
-        if message:
-            lines.append(f"  - message: {_code(_one_line(message))}")
+        test = failure.nodeid or failure.test or "(unknown test)"
+        ftype = failure.failure_type or "UNKNOWN"
+        kind = f"{ftype}, {failure.failure_class}" if failure.failure_class else ftype
+        lines.append(f"- {_code(test)} — {kind}, fingerprint {_code(failure.fingerprint or '?')}")
+        if failure.signature:
+            lines.append(f"  - signature: {_code(_one_line(failure.signature))}")
+        if failure.message:
+            lines.append(f"  - message: {_code(_one_line(failure.message))}")
     if len(failures) > MAX_FAILURES_LISTED:
         lines.append(f"- … and {len(failures) - MAX_FAILURES_LISTED} more")
     return lines
@@ -113,71 +97,59 @@ def _log_section(log_tail: str, source: str) -> List[str]:
     return ["## Failing output (tail)", "", f"From {source}:", "", _fence(text, "text")]
 
 
-def _plan_section(plan: Mapping[str, Any]) -> List[str]:
+def _plan_section(plan: Plan) -> List[str]:
     lines = ["## Plan", ""]
-    summary = _str(plan.get("summary"))
-    if summary:
-        lines.extend([_one_line(summary, 1000), ""])
-    hypotheses = plan.get("root_cause_hypotheses")
-    if isinstance(hypotheses, list) and hypotheses:
+    if plan.summary:
+        lines.extend([_one_line(plan.summary, 1000), ""])
+    if plan.root_cause_hypotheses:
         lines.append("Root-cause hypotheses:")
-        for hyp in hypotheses:
-            if isinstance(hyp, Mapping):
-                lines.append(
-                    f"- {_str(hyp.get('id'), '?')} ({_str(hyp.get('confidence'), '?')}): "
-                    f"{_one_line(_str(hyp.get('reason')), 500)}"
-                )
+        for hyp in plan.root_cause_hypotheses:
+            lines.append(f"- {hyp.id or '?'} ({hyp.confidence or '?'}): {_one_line(hyp.reason, 500)}")
         lines.append("")
-    actions = plan.get("actions")
-    if not isinstance(actions, list) or not actions:
+    if not plan.actions:
         lines.append("The plan has no actions.")
         return lines
     lines.append("Actions:")
-    for action in actions:
-        if not isinstance(action, Mapping):
-            continue
-        ident = _str(action.get("id"), "?")
-        title = _one_line(_str(action.get("title")), 500)
-        lines.append(f"- {ident}: {title}")
-        paths = [p for p in action.get("target_paths") or [] if isinstance(p, str)]
-        if paths:
-            lines.append("  - target paths: " + ", ".join(_code(p) for p in paths))
-        verification = [v for v in action.get("verification") or [] if isinstance(v, str)]
-        for command in verification:
+    for action in plan.actions:
+        lines.append(f"- {action.id or '?'}: {_one_line(action.title, 500)}")
+        if action.target_paths:
+            lines.append("  - target paths: " + ", ".join(_code(p) for p in action.target_paths))
+        for command in action.verification:
             lines.append(f"  - verify: {_code(command)}")
     return lines
 
 
-def _delta_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[str]:
+def _repair_lines(repair: Optional[RepairBlock]) -> List[str]:
+    if repair is None:
+        return ["- no repair ran before it (a plain re-run of the verification)"]
+    note = f" ({_one_line(repair.message, 200)})" if repair.message else ""
+    lines = [
+        f"- repair result: {repair.result or '?'}{note}",
+        "- files changed: " + (", ".join(_code(f) for f in repair.files_changed) if repair.files_changed else "none"),
+    ]
+    if repair.scope_denied:
+        shown = ", ".join(_code(f) for f in repair.out_of_scope)
+        lines.append(f"- REJECTED: touched files outside the scope ({shown}); the change was rolled back")
+    return lines
+
+
+def _delta_section(incident: Incident, attempts: Sequence[Attempt]) -> List[str]:
     lines = ["## Since the previous attempt", ""]
     if not attempts:
         lines.append("No previous repair attempt: this is the first. The failures above are from the captured run.")
         return lines
     latest = attempts[-1]
-    previous: Mapping[str, Any] = attempts[-2] if len(attempts) > 1 else incident
-    before = _outcomes_of(previous, capture=len(attempts) == 1)
-    now = _outcomes_of(latest, capture=False)
+    previous: Union[Incident, Attempt] = attempts[-2] if len(attempts) > 1 else incident
+    before = _capture_outcomes(incident) if len(attempts) == 1 else dict(attempts[-2].outcomes)
+    now = dict(latest.outcomes)
     was_failing = FAILING_OUTCOMES + (OUTCOME_MISSING,)
     fixed = [n for n, o in before.items() if o in was_failing and now.get(n) == OUTCOME_PASSED]
     broke = [n for n, o in now.items() if o in FAILING_OUTCOMES and before.get(n) == OUTCOME_PASSED]
     still = [n for n, o in now.items() if o in FAILING_OUTCOMES]
     fp_before = set(_fingerprints_of(previous))
     fp_now = set(_fingerprints_of(latest))
-    repair = latest.get("repair")
-    iteration = latest.get("iteration")
-    lines.append(f"Attempt {iteration}:")
-    if isinstance(repair, Mapping):
-        result = _str(repair.get("result"), "?")
-        files = [f for f in repair.get("files_changed") or [] if isinstance(f, str)]
-        note = f" ({_one_line(_str(repair.get('message')), 200)})" if repair.get("message") else ""
-        lines.append(f"- repair result: {result}{note}")
-        lines.append("- files changed: " + (", ".join(_code(f) for f in files) if files else "none"))
-        if repair.get("scope_denied"):
-            denied = [f for f in repair.get("out_of_scope") or [] if isinstance(f, str)]
-            shown = ", ".join(_code(f) for f in denied)
-            lines.append(f"- REJECTED: touched files outside the scope ({shown}); the change was rolled back")
-    else:
-        lines.append("- no repair ran before it (a plain re-run of the verification)")
+    lines.append(f"Attempt {latest.iteration}:")
+    lines.extend(_repair_lines(latest.repair))
     lines.append("- tests fixed: " + (", ".join(_code(n) for n in fixed) if fixed else "none"))
     if broke:
         lines.append("- tests that passed before and fail now: " + ", ".join(_code(n) for n in broke))
@@ -194,12 +166,12 @@ def _delta_section(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, 
     if len(attempts) > 1:
         lines.extend(["", "Earlier attempts:"])
         for attempt in attempts[:-1]:
-            rep = attempt.get("repair")
-            result = _str(rep.get("result"), "?") if isinstance(rep, Mapping) else "no repair"
-            files = [f for f in (rep.get("files_changed") or []) if isinstance(f, str)] if isinstance(rep, Mapping) else []
+            rep = attempt.repair
+            result = (rep.result or "?") if rep is not None else "no repair"
+            files = list(rep.files_changed) if rep is not None else []
             fps = ", ".join(sorted(set(_fingerprints_of(attempt)))) or "none"
             lines.append(
-                f"- attempt {attempt.get('iteration')}: repair {result}; files {', '.join(files) or 'none'}; "
+                f"- attempt {attempt.iteration}: repair {result}; files {', '.join(files) or 'none'}; "
                 f"fingerprints {fps}"
             )
     return lines
@@ -235,9 +207,9 @@ def _constraints_section(
 
 def build_prompt(
     *,
-    incident: Mapping[str, Any],
-    plan: Mapping[str, Any],
-    attempts: Sequence[Mapping[str, Any]],
+    incident: Incident,
+    plan: Plan,
+    attempts: Sequence[Attempt],
     iteration: int,
     max_iterations: int,
     log_tail: str,
@@ -247,13 +219,13 @@ def build_prompt(
 ) -> str:
     """The repair prompt (markdown) for ``iteration``.
 
-    ``attempts`` are the recorded ``attempt_XX.json`` documents so far (oldest first),
+    ``attempts`` are the recorded attempts so far (oldest first),
     ``log_tail`` the latest failing output (already redacted), ``allowed_paths`` the
     scope (target paths then globs), ``remaining_budget`` the iterations left after this
     one (None: not shown), ``log_tail_source`` where the tail comes from (shown above it).
-    Malformed fields of hand-edited files are skipped, never raised.
+    The records' types were checked when the store read them.
     """
-    incident_id = _str(incident.get("incident_id"), "(unknown incident)")
+    incident_id = incident.incident_id or "(unknown incident)"
     header = [
         f"# Repair request: incident {incident_id}, iteration {iteration} of {max_iterations}",
         "",

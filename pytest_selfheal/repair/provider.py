@@ -51,6 +51,9 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -153,9 +156,9 @@ class _Call:
     log: Optional[str] = None
 
 
-def _failures_for_request(incident: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> List[Any]:
-    source = attempts[-1].get("failures") if attempts else incident.get("failures")
-    return [dict(f) for f in source if isinstance(f, Mapping)] if isinstance(source, list) else []
+def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> List[Any]:
+    """The current failures as JSON, for the hook request: the latest attempt's, else the capture's."""
+    return [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)]
 
 
 @contextmanager
@@ -217,8 +220,8 @@ class RepairSession:
         incident_id: str,
         iteration: int,
         store: Optional["Store"] = None,
-        plan: Mapping[str, Any],
-        last_attempt: Optional[Mapping[str, Any]] = None,
+        plan: Plan,
+        last_attempt: Optional[Attempt] = None,
         observations: Sequence[Any] = (),
         **_: Any,
     ) -> Dict[str, Any]:
@@ -247,8 +250,8 @@ class RepairSession:
         )
         prompt_file = store.write_run_file(incident_id, prompt_name(iteration), prompt)
         signature = next(
-            (str(a["error_signature"]) for a in reversed(attempts) if a.get("error_signature")),
-            incident.get("error_signature"),
+            (a.error_signature for a in reversed(attempts) if a.error_signature),
+            incident.error_signature,
         )
         store.append_event(
             incident_id,
@@ -306,7 +309,7 @@ class RepairSession:
             return ""
 
     def _call_provider(
-        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Mapping[str, Any], failures: List[Any]
+        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: List[Any]
     ) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
@@ -316,7 +319,7 @@ class RepairSession:
                 "worktree": str(self.wt.project_root),
                 "prompt": prompt,
                 "prompt_file": str(prompt_file),
-                "plan": dict(plan),
+                "plan": plan.to_json(),  # the hook API takes JSON
                 "failures": failures,
             }
             start = time.monotonic()
@@ -397,7 +400,7 @@ class RepairSession:
         iteration: int,
         call: _Call,
         before: str,
-        plan: Mapping[str, Any],
+        plan: Plan,
         targets: Sequence[str],
         globs: Sequence[str],
     ) -> Dict[str, Any]:
@@ -457,20 +460,12 @@ class RepairSession:
         return result
 
 
-def _actions_touched(plan: Mapping[str, Any], changed: Sequence[str]) -> List[str]:
+def _actions_touched(plan: Plan, changed: Sequence[str]) -> List[str]:
     """Plan actions whose target paths the diff touched; every action when none is named
     (a diff within the extra globs still works on the whole plan)."""
-    touched: List[str] = []
-    every: List[str] = []
     files = {normalise(c) for c in changed}
-    for action in plan.get("actions") or []:
-        if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
-            continue
-        every.append(action["id"])
-        paths = {normalise(p) for p in action.get("target_paths") or [] if isinstance(p, str)}
-        if paths & files:
-            touched.append(action["id"])
-    return touched or every
+    touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
+    return touched or [action.id for action in plan.actions]
 
 
 __all__ = [

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+from typing import Iterable, List, Sequence, Tuple
+
+from pytest_selfheal.records.plan import Plan
 
 
 def normalise(path: str) -> str:
@@ -30,23 +32,14 @@ def normalise(path: str) -> str:
     return "" if norm == "." else norm
 
 
-def plan_target_paths(plan: Mapping[str, Any]) -> List[str]:
+def plan_target_paths(plan: Plan) -> List[str]:
     """The union of every action's ``target_paths``, normalised, in order of first appearance."""
     seen: List[str] = []
-    actions = plan.get("actions")
-    if not isinstance(actions, list):
-        return seen
-    for action in actions:
-        if not isinstance(action, Mapping):
-            continue
-        paths = action.get("target_paths")
-        if not isinstance(paths, list):
-            continue
-        for path in paths:
-            if isinstance(path, str):
-                norm = normalise(path)
-                if norm and norm not in seen:
-                    seen.append(norm)
+    for action in plan.actions:
+        for path in action.target_paths:
+            norm = normalise(path)
+            if norm and norm not in seen:
+                seen.append(norm)
     return seen
 
 
@@ -107,7 +100,7 @@ def out_of_scope(
     return out
 
 
-def allowed_paths(plan: Mapping[str, Any], globs: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
+def allowed_paths(plan: Plan, globs: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """``(target_paths, globs)``: the scope of a repair, as the prompt shows it."""
     return plan_target_paths(plan), [g for g in globs if isinstance(g, str) and g.strip()]
 

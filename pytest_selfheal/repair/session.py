@@ -9,6 +9,7 @@ working tree. The worktree is removed whatever happens, Ctrl-C included.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence
@@ -21,6 +22,8 @@ from pytest_selfheal.loop import driver as loop
 from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF
 from pytest_selfheal.loop.resume import split_runs
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.repair.approval import Approver, approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession
@@ -35,6 +38,7 @@ from pytest_selfheal.repair.worktree import (
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.reader import RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
@@ -46,15 +50,13 @@ WORKTREE_RECORD = "worktree.json"
 Say = Callable[[str], None]
 
 
-def _accepted_patch(attempts: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def _accepted_patch(attempts: Sequence[Attempt]) -> Optional[str]:
     """The patch of the latest accepted diff of the current run (resume after a kill)."""
     _, run = split_runs(attempts)
     for attempt in reversed(run):
-        repair = attempt.get("repair")
-        if not isinstance(repair, Mapping):
-            continue
-        if repair.get("result") == REPAIR_DIFF and not repair.get("scope_denied") and isinstance(repair.get("patch"), str):
-            return str(repair["patch"])
+        repair = attempt.repair
+        if repair is not None and repair.result == REPAIR_DIFF and not repair.scope_denied and repair.patch is not None:
+            return repair.patch
     return None
 
 
@@ -230,9 +232,8 @@ def _close_out(
     result["repair"] = block
     existing = store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.get("iteration"), result.get("stop_reason")):
-        updated = existing.to_json()
-        updated["repair"] = block
-        store.write_run_result(incident_id, updated)
+        repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+        store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
     return result
 
 

@@ -20,7 +20,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 
 REPORT_SCHEMA_VERSION = 1
@@ -281,8 +284,9 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
 def _observations(run: IncidentRun) -> List[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
-        capture = policy.capture_observation(run.incident)
-        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
+        # The report's inputs are JSON documents (golden inputs, hand-made runs): parsed here.
+        capture = policy.capture_observation(Incident.from_json(dict(run.incident), "incident"))
+        return [capture] + [policy.observation_from_attempt(Attempt.from_json(dict(a), "attempt")) for a in run.attempts]
     except (InputError, ValueError, TypeError, KeyError, AttributeError):
         return []
 
@@ -420,6 +424,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
         "tests_fixed": tests_fixed,
         "flaky_tests": list(unique(flaky)),
         "new_failures": new_failures,
+        "triage": report_triage(failures, flaky),
         "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
         "handoff": handoff,
     }
@@ -479,6 +484,7 @@ def finish_report(report: Dict[str, Any]) -> Dict[str, Any]:
     _label_tasks(incidents)
     report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
     report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
+    report["triage_summary"] = triage_summary([t for e in incidents for t in dicts(e.get("triage"))])
     worst = deciding_incident(incidents)
     if worst is None:
         report["stop_reason"] = None

@@ -7,33 +7,34 @@ flaky (failed, then passed with no code change in between: ``policy.flaky_tests`
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
 
 
-def _signature_message(failure: Mapping[str, Any]) -> str:
+def _signature_message(failure: FailureEntry) -> str:
     # An attempt keeps the signature "TYPE | test | first line": the message is its last part.
-    message = failure.get("message")
-    if isinstance(message, str) and message:
-        return message
-    signature = str(failure.get("signature") or "")
+    if failure.message:
+        return failure.message
+    signature = failure.signature
     return signature.split(" | ", 2)[-1] if " | " in signature else signature
 
 
-def _failed_run(failure: Mapping[str, Any]) -> FailedRun:
+def _failed_run(failure: FailureEntry) -> FailedRun:
     message = _signature_message(failure)
-    fingerprint = failure.get("fingerprint")
+    fingerprint = failure.fingerprint
     text = f"{message}\n(selfheal fingerprint {fingerprint})" if fingerprint else message
-    return FailedRun(message.splitlines()[0] if message else "", str(failure.get("failure_type") or "UNKNOWN"), text)
+    return FailedRun(message.splitlines()[0] if message else "", failure.failure_type or "UNKNOWN", text)
 
 
 def rerun_cases(
-    incident: Mapping[str, Any],
-    attempts: Sequence[Mapping[str, Any]],
+    incident: Incident,
+    attempts: Sequence[Attempt],
     quarantine: Sequence[QuarantineEntry] = (),
 ) -> List[RerunCase]:
     """The junit cases of one incident (order: the incident's failures)."""
@@ -42,16 +43,16 @@ def rerun_cases(
     runs: Dict[str, List[FailedRun]] = {}
     fingerprints: Dict[str, str] = {}
     order: List[str] = []
-    for failure in incident.get("failures") or []:
-        nodeid = str(failure.get("nodeid") or failure.get("test"))
+    for failure in incident.failures:
+        nodeid = failure.nodeid or failure.test
         order.append(nodeid)
-        fingerprints[nodeid] = str(failure.get("fingerprint") or "")
+        fingerprints[nodeid] = failure.fingerprint
         runs.setdefault(nodeid, []).append(_failed_run(failure))
     for attempt in attempts:
-        for failure in attempt.get("failures") or []:
-            nodeid = failure.get("nodeid") or failure.get("test")
+        for recorded in attempt.failures:
+            nodeid = recorded.nodeid or recorded.test
             if nodeid in runs:
-                runs[str(nodeid)].append(_failed_run(failure))
+                runs[nodeid].append(_failed_run(recorded))
     latest: Dict[str, str] = {}
     for observation in observations:
         for nodeid, outcome in observation.outcomes.items():

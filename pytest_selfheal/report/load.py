@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Dict
@@ -22,14 +23,14 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     The status comes from ``status.txt`` (the authoritative one), not ``incident.json``.
     """
     bucket, _ = store.locate(incident_id)
-    incident = store.read_incident(incident_id)
-    incident["status"] = store.read_status(incident_id)
-    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
-    run_result = store.read_run_result(incident_id)  # the report data still takes the JSON
+    incident = dataclasses.replace(store.read_incident(incident_id), status=store.read_status(incident_id))
+    plan = store.read_plan(incident_id).to_json() if store.has_plan(incident_id) else None
+    run_result = store.read_run_result(incident_id)
+    # The report data reads JSON documents tolerantly (a report file holds them too).
     return IncidentRun(
-        incident=incident,
+        incident=incident.to_json(),
         plan=plan,
-        attempts=store.read_attempts(incident_id),
+        attempts=[a.to_json() for a in store.read_attempts(incident_id)],
         run_result=run_result.to_json() if run_result is not None else None,
         bucket=bucket,
     )

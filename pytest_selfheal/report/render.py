@@ -47,15 +47,11 @@ _CELL_SYMBOL = {
     "missing": _WARN,
 }
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
-# Markdown punctuation that opens a link, an image, emphasis, a code span or a strike-through.
-# "(", ")" and "!" stay: a link or an image needs a "[", which is escaped, so prose keeps its
-# parentheses. "_" only where it could open emphasis (not after a letter or digit:
-# "repeated_fingerprint" stays as it is, GitHub never opens emphasis inside a word).
+# Punctuation that opens a link, image, emphasis, code span or strike-through ("(", ")", "!"
+# open nothing without a "["; "_" only where emphasis can open: not inside a word).
 _MD_PUNCTUATION = re.compile(r"[\\`*\[\]~]|(?<![^\W_])_")
-# What GitHub turns into a link or a notification in text (not in code spans): "@user",
-# "#12", "org/repo#12", "GH-12", e-mail addresses; and autolinks ("https://...", "www.").
-# A zero-width space after the trigger breaks each; backslashes would not (GitHub finds
-# references in the rendered text).
+# GitHub's mentions, references ("#12", "org/repo#12", "GH-12"), e-mail links and autolinks:
+# broken by a zero-width space (GitHub finds them in rendered text, backslashes do not help).
 _REFERENCE = re.compile(r"(@|#|\bGH-)(?=[A-Za-z0-9])", re.IGNORECASE)
 _AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
@@ -79,13 +75,9 @@ def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
 
 
 def text(value: Any, limit: int = CELL_LIMIT) -> str:
-    """Data as inert inline markdown (SPEC §12): one line, bounded, rendering nothing.
-
-    No raw HTML or entity (``&``, ``<``, ``>`` escaped: this also keeps data from forging
-    the hidden HTML marker of the PR comment); markdown punctuation backslash-escaped (no
-    link, image, emphasis, code span); a zero-width space after ``@``, ``#``, ``GH-``,
-    ``https:`` and ``www.`` so GitHub makes no mention, cross-reference or autolink of it.
-    """
+    """Data as inert inline markdown (SPEC §12; docs/report.md "Escaping"): one line,
+    bounded; no HTML or entity (which could forge the comment's marker), no link, image,
+    emphasis, code span, mention, cross-reference or autolink."""
     flat = _truncate(_one_line(value), limit)
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_PUNCTUATION.sub(lambda m: "\\" + m.group(0), flat)
@@ -162,7 +154,10 @@ def render_headline(report: Mapping[str, Any]) -> str:
     iterations = sum(as_int(e.get("loops_used")) for e in incidents)
     details = [who, plural(iterations, "iteration")]
     flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
-    if flaky:
+    triage = report.get("triage_summary")
+    if isinstance(triage, Mapping) and isinstance(triage.get("line"), str):
+        details.append(text(triage["line"], 120))  # "2 new, 1 known on main, 1 flaky" (flaky included)
+    elif flaky:
         details.append(plural(flaky, "flaky test"))
     status = text(report.get("final_status") or "unknown", 60)
     reason = report.get("stop_reason")
@@ -235,6 +230,23 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
             prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
             lines.append(f"- {prefix}: {code(signature)}")
     return lines
+
+
+def _section_triage(report: Mapping[str, Any], quarantined: bool) -> List[str]:
+    """The captured failures with their triage (docs/history.md), or the quarantined ones."""
+    rows = []
+    for entry in report["incidents"]:
+        for t in dicts(entry.get("triage")):
+            if (t.get("label") == "quarantined") == quarantined:
+                row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
+                row += [] if quarantined else [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
+                rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row + [text(t.get("detail") or DASH)])
+    if not rows:
+        return []
+    header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
+    title = ["### Quarantined Failures", "", "Still run and reported; they do not fail the `selfheal ci` job (the "
+             "quarantine file of the base revision on a pull request):", ""] if quarantined else ["### Failures", ""]
+    return title + _table((["Incident"] if _multi(report) else []) + header, rows)
 
 
 def _section_tasks(report: Mapping[str, Any]) -> List[str]:
@@ -525,6 +537,8 @@ def render_markdown(
     lines += _head(report)
     sections = [
         _section_stop(report),
+        _section_triage(report, quarantined=False),
+        _section_triage(report, quarantined=True),
         _section_tasks(report),
         _section_config(report),
         _section_fingerprints(report) if report["incidents"] else [],

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -182,7 +185,11 @@ class StoreReader:
 
     # ------------------------------------------------------------------ incident + status
 
-    def _read_incident_at(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+    def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
+        return Incident.from_json(self._read_incident_doc(folder, incident_id), str(folder / INCIDENT_JSON))
+
+    def _read_incident_doc(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+        """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
         path = folder / INCIDENT_JSON
         doc = fsio.read_json(path)
         ensure_valid("incident", doc, str(path))
@@ -200,8 +207,8 @@ class StoreReader:
             raise InputError(f"{path}: unknown status {shown} (expected one of {', '.join(STATUSES)})")
         return status
 
-    def read_incident(self, incident_id: str) -> Dict[str, Any]:
-        """``incident.json``, schema-validated (``InputError`` naming file and field otherwise).
+    def read_incident(self, incident_id: str) -> Incident:
+        """``incident.json``, schema-validated and parsed (``InputError`` naming file and field otherwise).
 
         ``status.txt`` is the authoritative status; see ``read_status``.
         """
@@ -254,12 +261,12 @@ class StoreReader:
         """True when ``error_plans/<id>/plan.json`` exists."""
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
 
-    def read_plan(self, incident_id: str) -> Dict[str, Any]:
-        """``plan.json``, schema-validated; ``NotFoundError`` when there is none."""
+    def read_plan(self, incident_id: str) -> Plan:
+        """``plan.json``, schema-validated and parsed; ``NotFoundError`` when there is none."""
         path = self.plans_dir(incident_id) / PLAN_JSON
         if not path.exists():
             raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return self._read_doc("plan", path, incident_id)
+        return self._read_record(Plan, path, incident_id)
 
     def read_plan_md(self, incident_id: str) -> str:
         """``plan.md``; ``NotFoundError`` when there is none."""
@@ -291,14 +298,14 @@ class StoreReader:
         files = self._attempt_files(incident_id)
         return files[-1][0] + 1 if files else 1
 
-    def read_attempts(self, incident_id: str) -> List[Dict[str, Any]]:
-        """Every ``attempt_XX.json``, schema-validated, sorted by iteration (``InputError`` naming a bad file)."""
+    def read_attempts(self, incident_id: str) -> List[Attempt]:
+        """Every ``attempt_XX.json``, schema-validated and parsed, sorted by iteration (``InputError`` naming a bad file)."""
         result = []
         for number, path in self._attempt_files(incident_id):
-            doc = self._read_doc("attempt", path, incident_id)
-            if int(doc["iteration"]) != number:
-                raise InputError(f"{path}: iteration {doc['iteration']} does not match the file name")
-            result.append(doc)
+            attempt = self._read_record(Attempt, path, incident_id)
+            if attempt.iteration != number:
+                raise InputError(f"{path}: iteration {attempt.iteration} does not match the file name")
+            result.append(attempt)
         return result
 
     def count_attempts(self, incident_id: str) -> int:
@@ -355,9 +362,9 @@ class StoreReader:
         }
         try:
             row["attempts"] = self.count_attempts(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            incident = self._read_incident_at(folder, incident_id)
             for key in ("error_signature", "created_at", "updated_at", "step"):
-                row[key] = doc[key]
+                row[key] = getattr(incident, key)
             row["status"] = self._read_status_at(folder)
         except SelfhealError as exc:
             row["status"] = "corrupted"

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -269,7 +271,7 @@ class Store(StoreReader):
         with self.lock():
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
-            doc = self._read_incident_at(folder, incident_id)
+            doc = self._read_incident_doc(folder, incident_id)
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
@@ -302,7 +304,7 @@ class Store(StoreReader):
             self._write_status(folder, incident_id, current, new, event_data)
 
     def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_at(folder, incident_id)
+        doc = self._read_incident_doc(folder, incident_id)
         doc["status"] = new
         doc["updated_at"] = ev.format_ts(self._now())
         fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
@@ -365,16 +367,16 @@ class Store(StoreReader):
 
     # ------------------------------------------------------------------ runs
 
-    def write_attempt(self, incident_id: str, attempt: Mapping[str, Any]) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt["iteration"]``).
+    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
 
         Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(attempt)
+        doc = self._clean(attempt.to_json())
         self._check_doc("attempt", doc, incident_id)
-        iteration = int(doc["iteration"])
+        iteration = attempt.iteration
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
             self.locate(incident_id)
@@ -388,10 +390,10 @@ class Store(StoreReader):
             fsio.atomic_write_json(path, doc)
             return path
 
-    def write_run_result(self, incident_id: str, result: Mapping[str, Any]) -> Path:
+    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(result)
+        doc = self._clean(result.to_json())
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
@@ -18,10 +19,12 @@ from pytest_selfheal.cli.commands._common import (
 from pytest_selfheal.entry import verification_root
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, NotFoundError, RefusedError
 from pytest_selfheal.gitrepo import isolated_git_env, repo_top
+from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.repair.approval import approver_from
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store.events import format_ts
+from pytest_selfheal.store.reader import RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 NAME = "apply"
@@ -42,13 +45,12 @@ def _record_applied(store: "Store", incident_id: str, top: Path) -> None:
     existing = store.read_run_result(incident_id)
     if existing is None:
         return
-    updated = existing.to_json()
     block = existing.repair.to_json() if existing.repair is not None else {}
     block.update({"final_patch": block.get("final_patch") or "final.patch", "applied": True,
                   "applied_at": format_ts(), "applied_to": str(top), "apply_command": None,
                   "message": f"applied to {top} with `selfheal apply`"})
-    updated["repair"] = block
-    store.write_run_result(incident_id, updated)
+    repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+    store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
 
 
 def run(args: argparse.Namespace) -> int:

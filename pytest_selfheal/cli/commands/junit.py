@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, project_root, store_from_args
 from pytest_selfheal.cli.commands.report import select_ids
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError
-from pytest_selfheal.history.sources import read_quarantine
+from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.junit.reruns import rerun_junit
 from pytest_selfheal.report.junit_reruns import rerun_cases
 from pytest_selfheal.store import fsio
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise NotFoundError(f"no incident in {store.root}")
     incident_id = ids[0]
-    quarantine, warnings = read_quarantine(project, effective.settings.history.quarantine_file)
+    quarantine, warnings = quarantine_in_force(project, effective.settings.history.quarantine_file, os.environ)
     for warning in warnings:
         print(f"selfheal: warning: {warning}")
     cases = rerun_cases(store.read_incident(incident_id), store.read_attempts(incident_id), quarantine)

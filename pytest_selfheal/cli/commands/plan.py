@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     store.locate(incident_id)
     if args.force:
         with store.lock():
-            plan = build_plan(store.read_incident(incident_id), generated_at=format_ts())
+            plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=format_ts())
             store.write_plan(incident_id, plan, render_plan_md(plan))
             store.append_event(
                 incident_id, PLAN_GENERATED, forced=True, revision=plan.get("revision"),
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             sys.stderr.write(f"selfheal: regenerated the plan of {incident_id}\n")
     if args.json:
-        print_json(store.read_plan(incident_id))
+        print_json(store.read_plan(incident_id).to_json())
     else:
         sys.stdout.write(store.read_plan_md(incident_id))
     return 0

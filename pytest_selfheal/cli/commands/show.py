@@ -34,10 +34,10 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
     if store.has_plan(incident_id):
         doc = store.read_plan(incident_id)
         plan = {
-            "generated_at": doc["generated_at"],
-            "summary": doc["summary"],
-            "actions": [{"id": a["id"], "title": a["title"]} for a in doc["actions"]],
-            "verification_commands": doc["verification_commands"],
+            "generated_at": doc.generated_at,
+            "summary": doc.summary,
+            "actions": [{"id": a.id, "title": a.title} for a in doc.actions],
+            "verification_commands": list(doc.verification_commands),
             "path": store.plans_dir(incident_id).relative_to(store.root).as_posix(),
         }
     attempts = store.read_attempts(incident_id)
@@ -48,16 +48,16 @@ def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
         "status": status,
         "bucket": bucket,
         "path": folder.relative_to(store.root).as_posix(),
-        "incident": incident,
+        "incident": incident.to_json(),
         "plan": plan,
         "attempts": len(attempts),
         "attempt_results": [
             {
-                "iteration": a["iteration"],
-                "result": a["result"],
-                "verification_passed": a["verification_passed"],
-                "stop_reason": a.get("stop_reason"),
-                "error_signature": a["error_signature"],
+                "iteration": a.iteration,
+                "result": a.result,
+                "verification_passed": a.verification_passed,
+                "stop_reason": a.stop_reason,
+                "error_signature": a.error_signature,
             }
             for a in attempts
         ],
