@@ -21,6 +21,7 @@ writes and the status transitions.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
@@ -64,7 +66,14 @@ _CREATE_RETRIES = 50
 
 class Store(StoreReader):
     """The incident store under one reports root (``.selfheal/`` by default): reads, writes
-    and status transitions."""
+    and status transitions.
+
+    The one writer of the reports root is also the redaction boundary (SPEC §12): every
+    document (keys and values), event and text file goes through ``redactor`` on its way
+    to disk; only patches are written raw (they must apply). ``redactor`` defaults to the
+    built-in kinds and the environment's secret-named variables; callers holding the
+    settings pass theirs (``redaction.patterns``, ``env_names``).
+    """
 
     def __init__(
         self,
@@ -72,10 +81,19 @@ class Store(StoreReader):
         *,
         lock_timeout: float = 30.0,
         clock: Optional[Callable[[], datetime]] = None,
+        redactor: Optional[Redactor] = None,
     ) -> None:
         super().__init__(root)
         self.lock_timeout = lock_timeout
         self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
+        self.redactor: Redactor = redactor if redactor is not None else default_redactor()
+
+    def _clean(self, doc: Mapping[str, Any]) -> Dict[str, Any]:
+        """``doc`` with secrets redacted from its keys and values (what is written)."""
+        return dict(self.redactor.redact_obj(dict(doc)))
+
+    def _clean_events(self, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, Mapping[str, Any]]]:
+        return [(name, self._clean(data)) for name, data in events]
 
     # ------------------------------------------------------------------ time, lock
 
@@ -119,11 +137,12 @@ class Store(StoreReader):
         ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
         after ``incident_captured`` in the same build, not as a later append and fsync.
         Data that does not fit the incident schema, or an unknown event name, is a
-        programming error (``ValueError``). Redacting secrets from ``log_tail`` and
-        ``context`` is the caller's job.
+        programming error (``ValueError``). Everything is redacted on the way (the class doc).
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: Dict[str, Any] = dict(incident)
+        doc: Dict[str, Any] = self._clean(incident)
+        log_tail = self.redactor.redact(log_tail)
+        events = self._clean_events(events)
         if doc.setdefault("status", NEW) != NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
@@ -141,7 +160,7 @@ class Store(StoreReader):
         problems = validate("incident", doc)
         if problems:
             raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        context_doc = dict(context)
+        context_doc = self._clean(context)
         # Serialise up front: unserialisable data fails before anything touches the disk.
         fsio.dumps_json(doc)
         fsio.dumps_json(context_doc)
@@ -259,7 +278,7 @@ class Store(StoreReader):
             incident_id = validate_incident_id(incident_id)
             _, folder = self.locate(incident_id)
             doc = self._read_incident_doc(folder, incident_id)
-            doc.update(fields)
+            doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             problems = validate("incident", doc)
             if problems:
@@ -303,7 +322,7 @@ class Store(StoreReader):
     # ------------------------------------------------------------------ events
 
     def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
-        record = ev.build_event(name, incident_id, dict(data), ts=self._now())
+        record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
@@ -322,6 +341,7 @@ class Store(StoreReader):
         ``ValueError`` before anything is written. Returns the records.
         """
         incident_id = validate_incident_id(incident_id)
+        events = self._clean_events(events)
         for name, data in events:
             ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
         self.locate(incident_id)
@@ -340,7 +360,8 @@ class Store(StoreReader):
         appends ``plan_generated`` and moves the status.
         """
         incident_id = validate_incident_id(incident_id)
-        doc = dict(plan)
+        doc = self._clean(plan)
+        plan_md = self.redactor.redact(plan_md)
         self._check_doc("plan", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -359,7 +380,7 @@ class Store(StoreReader):
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = attempt.to_json()
+        doc = self._clean(attempt.to_json())
         self._check_doc("attempt", doc, incident_id)
         iteration = attempt.iteration
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
@@ -378,7 +399,7 @@ class Store(StoreReader):
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = result.to_json()
+        doc = self._clean(result.to_json())
         self._check_doc("run_result", doc, incident_id)
         self.locate(incident_id)  # unknown ids fail before the lock creates anything
         with self.lock():
@@ -387,12 +408,14 @@ class Store(StoreReader):
             fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
             return folder / RUN_RESULT_JSON
 
-    def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
-        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``attempt_01.patch``).
+    def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
+        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``repair_01.log``).
 
         ``name`` is a plain file name (no separators, not starting with a dot); the
-        contract's JSON files have their own writers and are refused here.
+        contract's JSON files have their own writers and are refused here. ``text`` is
+        redacted unless ``raw`` (patches only: a redacted patch no longer applies).
         """
+        text = text if raw else self.redactor.redact(text)
         incident_id = validate_incident_id(incident_id)
         if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
             raise ValueError(f"unsafe run file name {name!r}")
@@ -404,6 +427,45 @@ class Store(StoreReader):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / name), text)
             return folder / name
+
+    def redact_again(self, incident_id: str) -> List[str]:
+        """Apply this store's redactor to an incident written by another process (the
+        pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
+        cannot redact its value): the inbox files, the plan and the attempts (the agent
+        mode records one), each rewritten atomically only when it changes. Returns the
+        names of the files rewritten."""
+        incident_id = validate_incident_id(incident_id)
+        self.locate(incident_id)
+        rewritten: List[str] = []
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            runs = self.runs_dir(incident_id)
+            attempts = sorted(runs.glob("attempt_*.json")) + [runs / RUN_RESULT_JSON] if runs.is_dir() else []
+            for path in [folder / name for name in (INCIDENT_JSON, CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
+                    self.plans_dir(incident_id) / PLAN_JSON, self.plans_dir(incident_id) / PLAN_MD] + attempts:
+                if not path.is_file():
+                    continue
+                text = fsio.read_text(path)
+                if path.suffix == ".json":
+                    doc = fsio.read_json(path)
+                    clean = self.redactor.redact_obj(doc)
+                    new = fsio.dumps_json(clean) if clean != doc else text
+                elif path.suffix == ".jsonl":  # event by event; a torn line as text
+                    new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
+                else:
+                    new = self.redactor.redact(text)
+                if new != text:
+                    fsio.atomic_write_text(self.confined(path), new)
+                    rewritten.append(path.name)
+        return rewritten
+
+    def _redacted_event_line(self, line: str) -> str:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return self.redactor.redact(line)
+        clean = self.redactor.redact_obj(record)
+        return line if clean == record else ev.encode_event(clean)
 
     # ------------------------------------------------------------------ archive
 
