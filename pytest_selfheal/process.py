@@ -42,6 +42,11 @@ A bare program name (``pytest``) is looked up on the absolute entries of the chi
 ``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
 not pick a ``./pytest`` committed to the project.
 
+- no token reaches a child (SPEC §12): :func:`child_environment` builds every child's
+  environment, without ``GH_TOKEN``, ``GITHUB_TOKEN``, ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``,
+  ``ACTIONS_RUNTIME_TOKEN`` or any other variable whose name contains ``TOKEN`` (any case);
+  ``SELFHEAL_*`` variables are selfheal's own and pass.
+
 Redaction is the callers' business: the file and the lines are the child's raw bytes.
 """
 
@@ -68,6 +73,24 @@ TAIL_LINES = 200
 CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: Variables never passed to a child, whatever their name (docs/action.md "Security").
+WITHHELD_TOKENS: Tuple[str, ...] = (
+    "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
+)
+
+
+def withheld(name: str) -> bool:
+    """Whether the variable ``name`` is kept from every child: a token by name (``*TOKEN*``,
+    any case), unless it is one of selfheal's own ``SELFHEAL_*`` variables."""
+    upper = name.upper()
+    return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
+
+
+def child_environment(env: Optional[Mapping[str, str]] = None) -> "dict[str, str]":
+    """The environment of a child: ``env`` (default: ours) without the tokens (:func:`withheld`)."""
+    source = os.environ if env is None else env
+    return {k: v for k, v in source.items() if not withheld(k)}
+
 
 LineSink = Callable[[bytes], None]
 
@@ -252,14 +275,15 @@ def _die_with_parent() -> Optional[Callable[[], None]]:
 def _spawn(
     argv: List[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: "int | IO[bytes]"
 ) -> "subprocess.Popen[bytes]":
+    child_env = child_environment(env)  # never a token, whoever called (SPEC §12)
     if sys.platform == "win32":  # pragma: no cover
         return subprocess.Popen(  # noqa: S603 - argv list, shell=False
-            argv, cwd=str(cwd), env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+            argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
             stdout=stdout, stderr=subprocess.STDOUT, shell=False,
             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
         )
     return subprocess.Popen(  # noqa: S603 - argv list, shell=False
-        argv, cwd=str(cwd), env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+        argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
         stdout=stdout, stderr=subprocess.STDOUT, shell=False, start_new_session=True,
         preexec_fn=_die_with_parent(),  # noqa: PLW1509 - see the module docstring
     )
@@ -405,7 +429,8 @@ def run(
 
     Output (stdout+stderr, raw bytes) goes to ``output_path`` (parents created; None: not
     kept) and, with ``on_line``, to the callback line by line as it comes (pieces of at
-    most ``max_line_bytes``; called from a helper thread). ``env`` None inherits ours.
+    most ``max_line_bytes``; called from a helper thread). ``env`` None inherits ours; the
+    tokens are withheld either way (:func:`child_environment`).
     On ``timeout_seconds`` the group is stopped (SIGTERM, SIGKILL after ``kill_grace``)
     and ``timed_out`` is True; an exception while waiting stops it before it propagates.
     An executable that cannot start gives ``started=False`` and ``error`` (also written to
@@ -507,9 +532,12 @@ __all__ = [
     "ProcessResult",
     "TAIL_BYTES",
     "TAIL_LINES",
+    "WITHHELD_TOKENS",
+    "child_environment",
     "kill_group",
     "read_tail",
     "run",
     "tail_bytes",
     "terminate_group",
+    "withheld",
 ]

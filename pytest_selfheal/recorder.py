@@ -27,7 +27,7 @@ from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_ove
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.redact import default_redactor
+from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
@@ -220,9 +220,12 @@ class Recorder:
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
+        self.redactor = default_redactor(effective.settings.redaction)
         self.open_incidents: List["OpenIncident"] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
+        # Only then is a report's id redacted to be looked up (one redact per report).
+        self.watched_redacted = any(is_redacted(n) for n in self.watched)
         self.outcomes: Dict[str, str] = {}
         self.tdd_nodeids: List[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
@@ -236,7 +239,7 @@ class Recorder:
             return []
 
         try:
-            found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(Store(self.reports_root))
+            found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(self.store())
             return found
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
@@ -244,11 +247,13 @@ class Recorder:
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
-        if "tdd" in getattr(report, "keywords", {}) and report.nodeid not in self.tdd_nodeids:
-            self.tdd_nodeids.append(report.nodeid)
+        # The id as every document will hold it: a parametrize id can carry a secret.
+        nodeid = self.redactor.redact(report.nodeid)
+        if "tdd" in getattr(report, "keywords", {}) and nodeid not in self.tdd_nodeids:
+            self.tdd_nodeids.append(nodeid)
         self.failed.append(
             FailedReport(
-                nodeid=report.nodeid,
+                nodeid=nodeid,
                 when=when,
                 message=_crash_message(report),
                 text=str(report.longreprtext or ""),
@@ -273,7 +278,8 @@ class Recorder:
                 self.skipped += 1
         if report.failed:
             self._record(report, report.when)
-        if self.watched and report.nodeid in self.watched:
+        nodeid = self._watched_id(report.nodeid) if self.watched else None
+        if nodeid is not None:
             if report.failed:
                 outcome = "failed" if report.when == "call" else "error"
             elif report.skipped:
@@ -282,9 +288,24 @@ class Recorder:
                 outcome = "passed"
             else:
                 return
-            previous = self.outcomes.get(report.nodeid)
+            previous = self.outcomes.get(nodeid)
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
-                self.outcomes[report.nodeid] = outcome
+                self.outcomes[nodeid] = outcome
+
+    def _watched_id(self, nodeid: str) -> Optional[str]:
+        """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
+        holding a secret) its redacted form, as stored (docs/redaction.md)."""
+        if nodeid in self.watched:
+            return nodeid
+        if self.watched_redacted:
+            redacted = self.redactor.redact(nodeid)
+            if redacted in self.watched:
+                return redacted
+        return None
+
+    def store(self) -> Store:
+        """The store of this run's reports root, redacting with this run's settings."""
+        return Store(self.reports_root, redactor=self.redactor)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -315,14 +336,15 @@ class Recorder:
             for r in self.failed
         ]
         failures = analyse_run(
-            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings
+            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings,
+            redactor=self.redactor,
         )
         covered: Set[str] = set()
         still_open: List[str] = []
         if self.outcomes:
             run_options, unknown = capture_options(self.config)
             agent = _loop_side("agent_mode").record_agent_attempts(
-                store=Store(self.reports_root),
+                store=self.store(),
                 effective=self.effective,
                 incidents=self.open_incidents,
                 outcomes=self.outcomes,
@@ -359,6 +381,7 @@ class Recorder:
                 pytest_options=options,
                 warnings=warnings,
                 ci_run=self.ci_run,
+                redactor=self.redactor,
                 git=git,
             )
             self.incident_id = result.incident_id
@@ -376,7 +399,7 @@ class Recorder:
     def _run_loop(self, incident_id: str) -> None:
         approve = self.effective.settings.repair.approve
         _loop_side("entry").run_incident_loop(
-            Store(self.reports_root),
+            self.store(),
             incident_id,
             effective=self.effective,
             cwd=Path(self.config.rootpath),
@@ -387,7 +410,7 @@ class Recorder:
 
     def _write_report(self) -> None:
         """The compact report in the terminal; the full markdown to report_path when set."""
-        store = Store(self.reports_root)
+        store = self.store()
         ids = [i for i in [self.incident_id] if i] + [
             i.incident_id for i in self.open_incidents if i.incident_id in self.outcomes_incidents()
         ]
@@ -405,7 +428,7 @@ class Recorder:
             self.lines.append((level, line))
         path = self.effective.settings.report_path
         if path:
-            redactor = default_redactor(self.effective.settings.redaction)
+            redactor = self.redactor
             target = Path(self.config.rootpath, str(path))
             atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
             self.lines.append((SUMMARY, f"report written to {target}"))

@@ -33,19 +33,25 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import functools
 import os
 import re
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult
+from pytest_selfheal.records.redacted import REDACTED, URL_MASK, is_redacted, runnable_nodeid
+from pytest_selfheal.redact_context import (
+    NETRC,
+    aws_pair_pass,
+    fold,
+    lazy,
+    mysql_pass,
+    netrc_repl,
+    shortened_repl,
+    SHORTENED_ITEM,
+    sub_spans,
+)
 
-#: What a redacted value is replaced with.
-REDACTED = "[REDACTED]"
-#: What the password of URL credentials is replaced with: brackets are not allowed in the
-#: userinfo part of a URL, so ``***`` keeps the URL parseable (same convention as git).
-URL_MASK = "***"
 
 DEFAULT_ENV_NAMES: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
@@ -59,20 +65,17 @@ _NON_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "o
 
 # Passes of the substitution until a fixpoint; 2 are enough in practice (see module doc).
 _MAX_PASSES = 4
+# Results remembered per redactor for strings up to this long, at most this many.
+_MEMO_MAX_CHARS = 512
+_MEMO_ENTRIES = 8192
 
-_Replacer = Callable[["re.Match[str]", str], str]
-
-
-def _lazy(pattern: str, flags: int = 0) -> Callable[[], "re.Pattern[str]"]:
-    """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
-    text needs few of these regexes; compiling them all cost every capture ~4 ms."""
-    return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
 
 
 def _quote_aware(value: str) -> str:
-    """The replacement for a label's value: quotes are kept around the marker."""
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[0] + REDACTED + value[0]
+    """The replacement for a label's value: quotes (escaped ones too) are kept around the marker."""
+    quote = value[: len(value) - len(value.lstrip("\\")) + 1]
+    if quote[-1:] in ("\"", "'") and len(value) >= 2 * len(quote) and value.endswith(quote):
+        return quote + REDACTED + quote
     return REDACTED
 
 
@@ -94,35 +97,49 @@ _TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("pypi_token", ("pypi-AgE",), r"pypi-AgE[A-Za-z0-9_\-]{20,512}"),
     ("npm_token", ("npm_",), r"npm_[A-Za-z0-9]{36}"),
     ("stripe_key", ("k_live_", "k_test_"), r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,255}"),
+    # GitLab personal/project/group access tokens.
+    ("gitlab_token", ("glpat-",), r"glpat-[A-Za-z0-9_\-]{20,255}"),
+    # Hugging Face access tokens: "hf_" + 34 letters and digits (no "_": identifiers stay).
+    ("huggingface_token", ("hf_",), r"hf_[A-Za-z0-9]{30,255}"),
+    # SendGrid API keys: "SG." + 22 + "." + 43.
+    ("sendgrid_key", ("SG.",), r"SG\.[A-Za-z0-9_\-]{16,64}\.[A-Za-z0-9_\-]{16,128}"),
 )
 
 _TOKEN_PASSES: Tuple[Tuple[str, Tuple[str, ...], Callable[[], "re.Pattern[str]"]], ...] = tuple(
-    (kind, needles, _lazy(rx)) for kind, needles, rx in _TOKEN_KINDS
+    (kind, needles, lazy(rx)) for kind, needles, rx in _TOKEN_KINDS
 )
 # Used to decide whether a URL user name is itself a secret.
-_ANY_TOKEN = _lazy("|".join(rx for _, _, rx in _TOKEN_KINDS))
+_ANY_TOKEN = lazy("|".join(rx for _, _, rx in _TOKEN_KINDS))
 
 # --- structured kinds: case-sensitive, own replacement ---------------------------------------
 
 # PEM private key blocks, multi-line. The body is the PEM alphabet (base64, whitespace, the
-# "Proc-Type:"/"DEK-Info:" headers) up to the END line; a block cut short (a log tail) is
-# redacted up to where the alphabet stops. Once BEGIN matched the match cannot fail, so each
-# character is scanned once.
-_PEM = _lazy(
+# "Proc-Type:"/"DEK-Info:" headers, and "\\": a block inside a Python repr has its line
+# breaks escaped, "\\n", once per level of repr) up to the END line; a block cut short (a log
+# tail) is redacted up to where the alphabet stops. Once BEGIN matched the match cannot
+# fail, so each character is scanned once.
+_PEM = lazy(
     r"(?P<begin>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
-    r"[A-Za-z0-9+/=\s:,.]*(?:(?:\[REDACTED\]|-(?!----END))[A-Za-z0-9+/=\s:,.]*)*"
+    r"[A-Za-z0-9+/=\s:,.\\]*(?:(?:\[REDACTED\]|-(?!----END))[A-Za-z0-9+/=\s:,.\\]*)*"
     r"(?P<end>-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"
 )
 
 
+_ESCAPED_NEWLINE = lazy(r"\\+n")
+
+
 def _pem_repl(m: "re.Match[str]", text: str) -> str:
-    return f"{m.group('begin')}\n{REDACTED}\n{m.group('end') or ''}"
+    # A block inside a repr keeps its escaped line breaks: the repr stays one line.
+    block = m.group(0)
+    escaped = _ESCAPED_NEWLINE().search(block) if "\n" not in block else None
+    sep = escaped.group(0) if escaped is not None else "\n"
+    return f"{m.group('begin')}{sep}{REDACTED}{sep}{m.group('end') or ''}"
 
 
 # URL credentials: scheme://user:password@host, or a long user-only token
 # (https://<token>@host: at least 20 characters with a digit and a letter, so not a user
 # name). Anchored on "://" (the scheme is left alone) so the scan has a literal prefix.
-_URL = _lazy(
+_URL = lazy(
     r"://(?:"
     r"(?P<user>[^\s:/@\[\]\"'<>]{0,256}):(?P<pw>[^\s/@\"'<>]{1,1024})@"
     r"|(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])(?P<only>[A-Za-z0-9_\-]{20,256})@"
@@ -141,7 +158,7 @@ def _url_repl(m: "re.Match[str]", text: str) -> str:
 
 
 # Slack incoming webhooks: the path is the secret.
-_SLACK_WEBHOOK = _lazy(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
+_SLACK_WEBHOOK = lazy(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
 
 
 def _slack_repl(m: "re.Match[str]", text: str) -> str:
@@ -159,17 +176,22 @@ _VALUE = (
     # over megabytes must not be retried at every shorter length.
     r"|\"(?=(?P<dq>[^\"\\\n]*(?:\\.[^\"\\\n]*)*))(?P=dq)\""
     r"|'(?=(?P<sq>[^'\\\n]*(?:\\.[^'\\\n]*)*))(?P=sq)'"
-    r"|[\"']?[^\s\"'`,;&]+)"
+    # A string escaped inside another one (JSON in JSON: \"password\": \"x\"), kept quoted.
+    r"|(?P<bq>\\{1,4}[\"'])(?=(?P<eq>[^\"'\\\n]*))(?P=eq)(?P=bq)"
+    r"|\\{0,4}[\"']?[^\s\"'`,;&]+)"
 )
 # Assignment operators; "==" is a comparison (``assert tokens == [...]``): redacting it would
 # garble assertion messages and their fingerprints.
 _OP = r"(?:=>|:=|:|=(?!=))"
 
-_LABELS = _lazy(
+_LABELS = lazy(
     # Authorization headers: HTTP, curl -H, dict reprs, JSON; the scheme word is kept.
     r"(?P<auth_label>(?:proxy-)?authorization[\"']?\s{0,10}[:=]\s{0,10}[\"']?"
     r"(?:(?:bearer|basic|token|digest|negotiate|bot)\s{1,10})?)"
     r"(?P<auth_value>\[redacted\]|[^\s\"',;]+)"
+    # Cookie headers: every cookie of the header is a session credential.
+    r"|(?P<cookie_label>(?:set-)?cookie[\"']?[ \t]{0,10}:[ \t]{0,10}[\"']?)"
+    r"(?P<cookie_value>\[redacted\]|[^\n\"']+)"
     # AWS secret access keys after their label.
     r"|(?P<aws_label>(?:aws_?secret_?access_?key|aws_?secret_?key|secret_?access_?key)"
     r"[\"']?\s{0,10}" + _OP + r"\s{0,10}[\"']?)"
@@ -182,22 +204,27 @@ _LABELS = _lazy(
     # (lookahead + backreference: Python < 3.11 has no atomic groups) so a failed label is
     # not retried at every shorter suffix, and without "." (``tokenize.py:12`` is a
     # traceback line, not an assignment).
-    r"|(?P<assign_label>(?:pass(?:word|wd|phrase)|secret|token|a(?:pi|ccess|uth)[_-]?key"
-    r"|private[_-]?key|client[_-]?key|signing[_-]?key)"
-    r"(?=(?P<suffix>[a-z0-9_\-]{0,40}))(?P=suffix)[\"']?\s{0,10}" + _OP + r"\s{0,10})"
+    # A bare "pass" (DB_PASS=, SMTP_PASS:) only right before its operator, so "passed: 3"
+    # and a Python "pass" statement stay; "pwd" (ODBC) only before "=" and not before a
+    # path ("PWD=/home/x" is the working directory). The label may end in an escaped quote
+    # (JSON inside JSON: \"password\": ...).
+    r"|(?P<assign_label>(?:pass(?:word|wd|phrase)|secret|token|a(?:pi|ccess|uth|ccount)[_-]?key"
+    r"|private[_-]?key|client[_-]?key|signing[_-]?key|session[_-]?(?:id|key)"
+    r"|pass(?=\\{0,4}[\"']?[ \t]{0,10}" + _OP + r")|pwd(?=[ \t]{0,10}=(?!=)[ \t]{0,10}[^/~\s]))"
+    r"(?=(?P<suffix>[a-z0-9_\-]{0,40}))(?P=suffix)\\{0,4}[\"']?\s{0,10}" + _OP + r"\s{0,10})"
     r"(?P<assign_value>" + _VALUE + r")"
 )
 # Where a label can start. Each alternative starts with a literal, so ``re`` skips every other
 # position in C; the full (slower) ``_LABELS`` pattern then runs anchored at each candidate
 # only. Scanning 10 MB with ``_LABELS`` itself costs seconds.
-_LABEL_TRIGGER = _lazy(
-    r"a(?:uth|ws|pi|ccess)|bearer|pass|secret|token|private|client|signing"
+_LABEL_TRIGGER = lazy(
+    r"a(?:uth|ws|pi|ccess|ccount)|bearer|pass|secret|token|private|client|signing|cookie|session|pwd"
 )
 # The labels pass is skipped unless one of these occurs in the lower-cased text.
-_LABEL_NEEDLES: Tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key")
+_LABEL_NEEDLES: Tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key", "cookie", "session", "pwd")
 
 
-_LABEL_KINDS = ("auth", "aws", "bearer", "assign")
+_LABEL_KINDS = ("auth", "cookie", "aws", "bearer", "assign")
 # The longest a label can be from its keyword to its value (keyword, suffix, quote, spaces,
 # operator, spaces, quote, scheme word): bounds the search for a label hidden in a value.
 _MAX_LABEL_SPAN = 100
@@ -229,31 +256,12 @@ BUILTIN_KINDS: Tuple[str, ...] = (
     "assignment",
     "url_credentials",
     "slack_webhook",
+    "cookie_header",
+    "netrc_password",
+    "mysql_password_option",
+    "aws_secret_next_to_key_id",
+    "shortened_item",
 ) + tuple(kind for kind, _, _ in _TOKEN_KINDS)
-
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-
-
-def _fold(text: str) -> str:
-    """Lower-case ``text`` keeping every index (``str.lower`` may grow "İ" into 2 chars)."""
-    folded = text.lower()
-    return folded if len(folded) == len(text) else text.translate(_ASCII_LOWER)
-
-
-def _sub_spans(regex: "re.Pattern[str]", scanned: str, text: str, repl: _Replacer) -> str:
-    """Like ``regex.sub`` but matching on ``scanned`` (same length as ``text``) and keeping
-    ``text`` between the matches."""
-    out: List[str] = []
-    last = 0
-    for m in regex.finditer(scanned):
-        out.append(text[last : m.start()])
-        out.append(repl(m, text))
-        last = m.end()
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
-
 
 def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> int:
     """Where the redaction of a value must end.
@@ -308,7 +316,7 @@ def _labels_pass(text: str, folded: str) -> str:
 
 # Command-line options carrying a secret: ``--api-key VALUE``, ``--token VALUE``, ``-p`` is not
 # covered (too ambiguous). The value must not look like another option.
-_OPTION_SECRET = _lazy(
+_OPTION_SECRET = lazy(
     r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|pass(?:word|wd)?|secret|[a-z]*[_-]?secret)[ \t]+)"
     r"(?!-|\[REDACTED\])(?P<value>[^\s\"']+)",
     re.IGNORECASE,
@@ -318,15 +326,23 @@ _OPTION_SECRET = _lazy(
 def _builtin_pass(text: str) -> str:
     if "--" in text or " -" in text:
         text = _OPTION_SECRET().sub(lambda m: m.group("label") + REDACTED, text)
+    if " -p" in text:
+        text = mysql_pass(text)
+    if "...'" in text or '..."' in text or "'..." in text or '"...' in text:
+        text = sub_spans(SHORTENED_ITEM(), text, text, shortened_repl)
+    if "AKIA" in text or "ASIA" in text:
+        text = aws_pair_pass(text)
     if "-----BEGIN" in text:
-        text = _sub_spans(_PEM(), text, text, _pem_repl)
-    folded = _fold(text)
+        text = sub_spans(_PEM(), text, text, _pem_repl)
+    folded = fold(text)
     if any(n in folded for n in _LABEL_NEEDLES):
         text = _labels_pass(text, folded)
+    if "password" in folded:
+        text = sub_spans(NETRC(), fold(text), text, netrc_repl)
     if "://" in text:
-        text = _sub_spans(_URL(), text, text, _url_repl)
+        text = sub_spans(_URL(), text, text, _url_repl)
     if "hooks.slack.com/" in text:
-        text = _sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
+        text = sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
     for _kind, needles, regex in _TOKEN_PASSES:
         if any(n in text for n in needles):
             text = regex().sub(REDACTED, text)
@@ -393,6 +409,7 @@ class Redactor:
         # Longest first: a value that contains another is replaced whole.
         self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
+        self._memo: Dict[str, str] = {}
         custom: List[_CustomPattern] = []
         for raw in patterns:
             if not isinstance(raw, str) or not raw:
@@ -433,6 +450,18 @@ class Redactor:
         """Return ``text`` with every secret replaced; idempotent."""
         if not text:
             return text
+        if len(text) > _MEMO_MAX_CHARS:
+            return self._redact(text)
+        # Short strings repeat across the documents of one run (node ids, messages, status
+        # words in the incident, the plan, the events, every attempt): one scan each.
+        done = self._memo.get(text)
+        if done is None:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            done = self._memo[text] = self._redact(text)
+        return done
+
+    def _redact(self, text: str) -> str:
         for _ in range(_MAX_PASSES):
             new = self._one_pass(text)
             if new == text:
@@ -445,15 +474,16 @@ class Redactor:
         return self.redact(text)
 
     def redact_obj(self, obj: Any) -> Any:
-        """Redact every string inside ``obj`` (dict values, list/tuple items, recursively).
+        """Redact every string inside ``obj``: dict keys and values, list/tuple items, recursively.
 
-        Dict keys are left alone (they are field names, not data); other values are returned
-        unchanged. Returns new containers, never mutates ``obj``.
+        Keys too (SPEC §12): node ids are keys (``outcomes``), and a parametrize id can hold
+        a secret. Two keys that redact to the same text merge, the later value winning.
+        Other values are returned unchanged. Returns new containers, never mutates ``obj``.
         """
         if isinstance(obj, str):
             return self.redact(obj)
         if isinstance(obj, dict):
-            return {k: self.redact_obj(v) for k, v in obj.items()}
+            return {(self.redact(k) if isinstance(k, str) else k): self.redact_obj(v) for k, v in obj.items()}
         if isinstance(obj, list):
             return [self.redact_obj(v) for v in obj]
         if isinstance(obj, tuple):
@@ -497,17 +527,21 @@ __all__ = [
     "URL_MASK",
     "Redactor",
     "default_redactor",
+    "is_redacted",
+    "runnable_nodeid",
 ]
 
 
 def redact_cases(
     cases: Iterable["TestCaseResult"], redactor: Optional["Redactor"]
 ) -> Iterator["TestCaseResult"]:
-    """The cases with secrets removed from their message, type and text (before fingerprinting,
-    so a signature on disk never holds one and its hash is the hash of what is written)."""
+    """The cases with secrets removed from their identity (classname, name), message, type and
+    text, before fingerprinting: a signature on disk never holds one, its hash is the hash of
+    what is written, and the capture and every verification run hash the same identity."""
     if redactor is None:
         yield from cases
         return
     scrub = redactor.redact
     for case in cases:
-        yield dataclasses.replace(case, message=scrub(case.message), text=scrub(case.text), exc_type=scrub(case.exc_type))
+        yield dataclasses.replace(case, classname=scrub(case.classname), name=scrub(case.name), message=scrub(case.message),
+                                  text=scrub(case.text), exc_type=scrub(case.exc_type))

@@ -17,6 +17,7 @@ from fake_github import FakeGitHub
 from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_project
 from test_actions_env import parse_github_output
 
+from pytest_selfheal import process
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
@@ -44,7 +45,7 @@ def test_ok():
 
 def test_bad():
     # The test process must never see the GitHub token (it is only for the comment).
-    Path(os.environ["SEEN_TOKEN_FILE"]).write_text(os.environ.get("GITHUB_TOKEN", "<absent>"))
+    Path(os.environ["SEEN_FILE"]).write_text(os.environ.get("GITHUB_TOKEN", "<absent>"))
     planted = os.environ.get("PLANTED_API_TOKEN", "")
     print("connecting with", planted, "{PLANTED_GHP}")
     assert 1 + 1 == 3, f"login failed: token={{planted}} password={PLANTED_PASSWORD} {PLANTED_GHP}"
@@ -88,7 +89,7 @@ def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[D
         # hypothesis, which the tiny projects do not use (seconds per process).
         "PYTEST_ADDOPTS": "-p no:hypothesispytest",
         "PLANTED_API_TOKEN": PLANTED_ENV_VALUE,
-        "SEEN_TOKEN_FILE": str(tmp_path / "seen_token.txt"),
+        "SEEN_FILE": str(tmp_path / "seen_token.txt"),
     })
     if fake is not None:
         env["GITHUB_API_URL"] = fake.url
@@ -459,7 +460,10 @@ def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path
 
 
 def test_child_env_withholds_the_token_and_argv_pins_the_root(tmp_path: Path) -> None:
-    assert ci.child_env({"GITHUB_TOKEN": "t", "PATH": "/bin"}) == {"PATH": "/bin"}
+    env = {"GITHUB_TOKEN": "t", "GH_TOKEN": "t", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "t", "ACTIONS_RUNTIME_TOKEN": "t",
+           "npm_token": "t", "PATH": "/bin", "SELFHEAL_RUN_TOKEN": "ours", "ACTIONS_ID_TOKEN_REQUEST_URL": "u"}
+    # The variable names the rule withholds (every *TOKEN*, any case; selfheal's own pass).
+    assert process.child_environment(env) == {"PATH": "/bin", "SELFHEAL_RUN_TOKEN": "ours"}
     argv = ci.pytest_argv(tmp_path, [("max_iterations=5", "--set")], ["-q"])
     assert argv[:4] == [sys.executable, "-m", "pytest", "--selfheal"]
     assert argv[4:] == ["--selfheal-set", "max_iterations=5", "--selfheal-set", f"reports_dir={tmp_path}", "-q"]

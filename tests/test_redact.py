@@ -109,6 +109,30 @@ CASES: List[Tuple[str, str, str, str]] = [
     ("npm", f"//registry.npmjs.org/:_authToken {NPM}", NPM, f"//registry.npmjs.org/:_authToken {REDACTED}"),
     ("google", f"maps {GOOGLE}", GOOGLE, f"maps {REDACTED}"),
     ("stripe", f"stripe {STRIPE}", STRIPE, f"stripe {REDACTED}"),
+    # issue 12 finding 1: a PEM block inside a Python repr (escaped line breaks), whole.
+    ("pem_repr", f"ValueError: {PEM!r}", "k2JvY1nQ0iLq0x+/==",
+     f"ValueError: '-----BEGIN RSA PRIVATE KEY-----\\n{REDACTED}\\n-----END RSA PRIVATE KEY-----'"),
+    ("pem_repr_of_repr", repr(repr(PEM)), "ZmFrZWtleWZha2VrZXk=",
+     f"\"'-----BEGIN RSA PRIVATE KEY-----\\\\n{REDACTED}\\\\n-----END RSA PRIVATE KEY-----'\""),
+    # issue 12 finding 10: the misses of the adversarial review.
+    ("db_pass", "DB_PASS=hunter2xyz ok", "hunter2xyz", f"DB_PASS={REDACTED} ok"),
+    ("smtp_pass", "export SMTP_PASS='abc def'", "abc def", f"export SMTP_PASS='{REDACTED}'"),
+    ("azure_account_key", "AccountName=acct;AccountKey=abcdEFGH1234/+==;EndpointSuffix=core",
+     "abcdEFGH1234/+==", f"AccountName=acct;AccountKey={REDACTED};EndpointSuffix=core"),
+    ("mysql_p", "mysql -uroot -pS3cretPw1 appdb", "S3cretPw1", f"mysql -uroot -p{REDACTED} appdb"),
+    ("netrc", "machine api.example.com\n  login bob\n  password s3cr3tpw", "s3cr3tpw",
+     f"machine api.example.com\n  login bob\n  password {REDACTED}"),
+    ("odbc_pwd", "Server=x;Uid=u;pwd=s3cr3tpw;", "s3cr3tpw", f"Server=x;Uid=u;pwd={REDACTED};"),
+    ("json_in_json", 'msg = "{\\"password\\": \\"s3cr3tpw\\"}"', "s3cr3tpw",
+     f'msg = "{{\\"password\\": \\"{REDACTED}\\"}}"'),
+    ("cookie", "Cookie: sessionid=abcdef123456; csrftoken=xyz", "abcdef123456", f"Cookie: {REDACTED}"),
+    ("sessionid", "set sessionid=abcdef123456", "abcdef123456", f"set sessionid={REDACTED}"),
+    ("gitlab", "glpat-abcdefghij1234567890 x", "glpat-abcdefghij1234567890", f"{REDACTED} x"),
+    ("huggingface", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", REDACTED),
+    ("sendgrid", "SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "abcdefghijklmnopqrstuv",
+     REDACTED),
+    ("aws_pair_unlabelled", f"('{AWS_KEY_ID}', '{AWS_SECRET}')", AWS_SECRET, f"('{REDACTED}', '{REDACTED}')"),
+    ("shortened_item", "E     '...v2H4s9ZAs1kmrvnaI',", "v2H4s9ZAs1kmrvnaI", f"E     '...{REDACTED}',"),
 ]
 
 ENV: Dict[str, str] = {
@@ -158,6 +182,11 @@ def test_builtin_kinds_are_documented() -> None:
         "a normal log line with /home/runner/work and true and abc",
         "password",
         "",
+        "passed: 3, failed: 1",
+        "    pass\n    return x",
+        "PWD=/home/runner/work",
+        "pytest -q -pno:cacheprovider",
+        "'...short words'",
     ],
 )
 def test_ordinary_text_is_untouched(redactor: Redactor, text: str) -> None:
@@ -225,13 +254,14 @@ def test_bad_redaction_config_is_refused_by_the_config_merge(section: Dict[str, 
         merge_layers([("project.yaml", {"redaction": section})])
 
 
-def test_redact_obj_recurses_into_values_not_keys(redactor: Redactor) -> None:
+def test_redact_obj_recurses_into_keys_and_values(redactor: Redactor) -> None:
+    # Keys too since issue 12 (finding 2): node ids are keys of ``outcomes``.
     obj = {
         "password": "password=hunter2",
         "nested": [{"log": f"t {GHP}"}, ("x", AWS_KEY_ID)],
         "count": 3,
         "none": None,
-        GHP: "key left alone",
+        GHP: "a key holding a token",
     }
     out = redactor.redact_obj(obj)
     assert out == {
@@ -239,9 +269,9 @@ def test_redact_obj_recurses_into_values_not_keys(redactor: Redactor) -> None:
         "nested": [{"log": f"t {REDACTED}"}, ("x", REDACTED)],
         "count": 3,
         "none": None,
-        GHP: "key left alone",
+        REDACTED: "a key holding a token",
     }
-    assert obj["password"] == "password=hunter2"  # not mutated
+    assert obj["password"] == "password=hunter2" and GHP in obj  # not mutated
 
 
 def test_callable(redactor: Redactor) -> None:
@@ -260,8 +290,16 @@ def test_callable(redactor: Redactor) -> None:
         "Authorization: " * 20_000,
         "token" + "_" * 300_000 + "=",
         "ghp_" * 75_000,
+        "login a password " * 20_000,
+        "mysql -p" * 40_000,
+        "'..." * 80_000,
+        "AKIAIOSFODNN7EXAMPLE " * 15_000,
+        "Cookie: " * 40_000,
+        "pass=" * 60_000,
+        '\\"password\\": \\"' * 20_000,
     ],
-    ids=["letters", "keywords", "open-quote", "pem-headers", "url-colons", "jwt-dots", "auth-labels", "long-label", "prefixes"],
+    ids=["letters", "keywords", "open-quote", "pem-headers", "url-colons", "jwt-dots", "auth-labels", "long-label",
+         "prefixes", "netrc", "mysql", "shortened", "aws-ids", "cookies", "bare-pass", "escaped-json"],
 )
 def test_hostile_inputs_stay_linear(redactor: Redactor, hostile: str) -> None:
     # No timing assert: a quadratic scan of these would take minutes, so finishing is the test.

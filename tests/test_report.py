@@ -358,7 +358,7 @@ def test_table_cells_are_escaped() -> None:
     run = make_run(tests=["t.py::test_x[a|b]"], title=nasty)
     markdown = render_markdown(build_report(incidents=[run]))
     row = next(line for line in markdown.splitlines() if line.startswith("| A1 | title"))
-    assert row == ("| A1 | title \\| with pipe and `tick` &lt;!-- marker --&gt; | `t.py::test_x[a\\|b]` | 0 | "
+    assert row == ("| A1 | title \\| with pipe and \\`tick\\` &lt;!-- marker --&gt; | `t.py::test_x[a\\|b]` | 0 | "
                    "not run | no |")
     assert "<!--" not in markdown
     # Every table row has the same number of unescaped pipes as its header.

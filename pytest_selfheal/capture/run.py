@@ -111,6 +111,16 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
     return out
 
 
+def redact_nodeids(reports: Sequence[FailedReport], redactor: "Redactor") -> List[FailedReport]:
+    """The reports with secrets removed from their node ids (a parametrize id can hold one),
+    as the junit cases are: every id this run writes or prints is the redacted one."""
+    out = []
+    for report in reports:
+        nodeid = redactor.redact(report.nodeid)
+        out.append(report if nodeid == report.nodeid else replace(report, nodeid=nodeid))
+    return out
+
+
 def store_incident(
     store: "Store",
     incident: Dict[str, Any],
@@ -156,9 +166,13 @@ def analyse_run(
     reports: Sequence[FailedReport],
     counts: Mapping[str, int],
     warnings: List[str],
+    redactor: Optional["Redactor"] = None,
 ) -> List["Failure"]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports, with target paths."""
+    """Fingerprinted, classified, redacted failures of this run's failing reports, with
+    target paths. ``redactor``: the run's (default: built from ``effective``)."""
     xmlpath = getattr(config.option, "xmlpath", None)
+    redactor = redactor or default_redactor(effective.settings.redaction)
+    reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
         reports,
         counts=counts,
@@ -166,7 +180,7 @@ def analyse_run(
         junit_path=Path(xmlpath) if xmlpath else None,
         prefix=_junit_prefix(config),
         warnings=warnings,
-        redactor=default_redactor(effective.settings.redaction),
+        redactor=redactor,
     )
     return with_target_paths(failures, reports, Path(config.rootpath))
 
@@ -183,17 +197,21 @@ def capture_incident(
     pytest_options: Sequence[str] = (),
     warnings: Optional[List[str]] = None,
     ci_run: Optional[str] = None,
+    redactor: Optional["Redactor"] = None,
     git: Optional[PendingSnapshot] = None,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
     ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
-    ``ci_run`` so that ci loops only what its own run captured. ``git``: the snapshot of the
-    project's tree (excluding ``reports_root``) when the caller started it early, so its git
-    processes ran while the failures were analysed.
+    ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
+    (default: built from ``effective``). ``git``: the snapshot of the project's tree
+    (excluding ``reports_root``) when the caller started it early, so its git processes ran
+    while the failures were analysed.
     """
     rootdir = Path(config.rootpath)
-    redactor = default_redactor(effective.settings.redaction)
+    redactor = redactor or default_redactor(effective.settings.redaction)
+    reports = redact_nodeids(reports, redactor)
+    tdd_nodeids = [redactor.redact(n) for n in tdd_nodeids]
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's
@@ -221,7 +239,7 @@ def capture_incident(
         incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
-    incident_id = store_incident(Store(reports_root), incident, log_tail_text=tail, context=context, failures=failures)
+    incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
     labels = [t.label for t in history.triage.values()]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""

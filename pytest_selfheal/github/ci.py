@@ -76,19 +76,10 @@ from pytest_selfheal.store.root import Store
 
 DEFAULT_REPORT_FILE = "ralf_lite_report.md"
 
-#: Variables never passed to the test processes (pytest, verification runs, repair
-#: provider): the token is only for the comment, posted after all test code has run.
-WITHHELD_ENV: Tuple[str, ...] = ("GITHUB_TOKEN",)
-
 Say = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- running
-
-
-def child_env(env: Mapping[str, str]) -> Dict[str, str]:
-    """The environment of the test processes: ``env`` without the GitHub token."""
-    return {k: v for k, v in env.items() if k not in WITHHELD_ENV}
 
 
 def pytest_argv(root: Path, overrides: Sequence[Tuple[str, str]], pytest_args: Sequence[str]) -> List[str]:
@@ -264,10 +255,12 @@ def _publish(
     info: Mapping[str, Any],
     rep: _Reporter,
 ) -> None:
-    """Job summary, step outputs, then the PR comment (each failure a warning, never fatal)."""
-    full = str(result.report_path) if result.report_path else None
-    write_step_summary(result.markdown, full_report=full, env=env)
-    write_outputs(result.outputs(), env=env)
+    """Job summary, step outputs (not with ``post_only``), then the PR comment (each failure
+    a warning, never fatal)."""
+    if not options.post_only:
+        full = str(result.report_path) if result.report_path else None
+        write_step_summary(result.markdown, full_report=full, env=env)
+        write_outputs(result.outputs(), env=env)
     if not options.comment:
         return
     # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
@@ -324,16 +317,21 @@ def run_ci(
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
-    store = Store(root)
+    store = Store(root, redactor=redactor)
     before = snapshot(store)
-    test_env = child_env(source)
-    # What this run captures holds the token (issue 12, finding 5); only the capturing pytest gets it.
+    # The test processes get no token (process.child_environment: every *TOKEN* variable).
+    test_env = process.child_environment(source)
+    # What this run captures holds the run token (issue 12, finding 5); only the capturing pytest gets it.
     token = new_run_token()
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
     code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
     incident_id = captured_incident(store, before, token)
+    if incident_id is not None:
+        # The capture ran without the *TOKEN* variables (test_env), so it could not redact
+        # their values: this process has them, and redacts the captured files once more.
+        store.redact_again(incident_id)
 
     error: Optional[SelfhealError] = None
     loop_result: Dict[str, Any] = {}
@@ -515,11 +513,9 @@ def post_comment(
 
 __all__ = [
     "DEFAULT_REPORT_FILE",
-    "WITHHELD_ENV",
     "CiResult",
     "captured_incident",
     "new_run_token",
-    "child_env",
     "comment_from_report",
     "post_comment",
     "pytest_argv",

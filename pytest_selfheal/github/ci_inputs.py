@@ -52,6 +52,9 @@ class CiOptions:
     report_path: Optional[Path] = None
     #: Comment-only mode: post this report JSON (no pytest, no loop).
     comment_from: Optional[Path] = None
+    #: With ``comment_from``: post the comment only, no job summary and no outputs (the
+    #: action's second step: the first one, which ran the tests, wrote them).
+    post_only: bool = False
     #: The PR to comment on (default: from the event payload / the report JSON).
     pull_request: Optional[int] = None
     #: Comment only if the PR's head commit is this one (the fork-PR recipe's check).

@@ -7,8 +7,9 @@ untrusted artifact, checked field by field (:func:`sanitize_ci_info`).
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pluggy
 
@@ -81,8 +82,31 @@ def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional
         "pytest_exit_code": verdict.pytest_exit_code,
         "pull_request": pull_request,
         "head_sha": head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
-        "run_url": run_url if run_url and _SAFE_URL.match(run_url) else None,
+        "run_url": normalised_url(run_url),
     }
+
+
+def normalised_url(url: Any) -> Optional[str]:
+    """``url`` with its path's dot segments resolved (``%2e`` decoded first, as a browser
+    does), or None when it is not a plain http(s) URL. A prefix check on the result means
+    what it says: ``…/runs/1/../../../../attacker`` is ``https://github.com/attacker``."""
+    if not isinstance(url, str) or not _SAFE_URL.match(url):
+        return None
+    parts = urllib.parse.urlsplit(url)
+    segments = urllib.parse.unquote(parts.path).split("/")
+    out: List[str] = []
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment in (".", ".."):
+            if segment == ".." and len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    path = urllib.parse.quote("/".join(out), safe="/:@!$&'()*+,;=-._~")
+    rebuilt = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+    return rebuilt if _SAFE_URL.match(rebuilt) else None
 
 
 def _opt_int(value: Any) -> Optional[int]:
@@ -114,7 +138,7 @@ def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
         "pytest_exit_code": _opt_int(given.get("pytest_exit_code")),
         "pull_request": pr if pr is not None and pr > 0 else None,
         "head_sha": sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
-        "run_url": url if isinstance(url, str) and _SAFE_URL.match(url) else None,
+        "run_url": normalised_url(url),
     }
 
 
@@ -216,6 +240,7 @@ __all__ = [
     "ci_info",
     "comment_footer",
     "describe_pytest_exit",
+    "normalised_url",
     "only_quarantined",
     "render_ci_markdown",
     "sanitize_ci_info",

@@ -63,9 +63,9 @@ from pytest_selfheal.loop.verify import (
     verify_dir_prefix,
 )
 from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import default_redactor

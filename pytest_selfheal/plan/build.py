@@ -47,6 +47,7 @@ from pytest_selfheal.records.models import (
     TYPECHECK,
     UNKNOWN,
 )
+from pytest_selfheal.records.redacted import runnable_nodeid
 
 DONE_CRITERIA: Tuple[str, ...] = (
     "Target error no longer reproduces",
@@ -166,8 +167,17 @@ def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[Group]:
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
-    """``python -m pytest -q <nodeid>...`` with every argument shell-quoted."""
-    argv = [python, "-m", "pytest", "-q", *nodeids]
+    """``python -m pytest -q <nodeid>...`` with every argument shell-quoted.
+
+    A redacted node id cannot be selected: its nearest selectable parent runs instead
+    (``redact.runnable_nodeid``; one with nothing selectable left is dropped).
+    """
+    runnable: List[str] = []
+    for nodeid in nodeids:
+        parent = runnable_nodeid(nodeid)
+        if parent is not None and (parent == nodeid or parent not in runnable):
+            runnable.append(parent)
+    argv = [python, "-m", "pytest", "-q", *runnable]
     return " ".join(shlex.quote(arg) for arg in argv)
 
 

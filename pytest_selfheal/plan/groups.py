@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
+from pytest_selfheal.records.redacted import runnable_nodeid
 
 EVIDENCE_FRAME = "frame"
 EVIDENCE_CALLS = "calls"
@@ -170,8 +171,9 @@ def collapse_selection(nodeids: Sequence[str]) -> List[str]:
 
 
 def selected_by(nodeid: str, words: Collection[str]) -> bool:
-    """True when a command's ``words`` select ``nodeid``: the node id itself, or its test file."""
-    if nodeid in words:
+    """True when a command's ``words`` select ``nodeid``: the node id itself, its runnable
+    parent when it was redacted (records/redacted.py), or its test file."""
+    if nodeid in words or runnable_nodeid(nodeid) in words:
         return True
     path = selection_file(nodeid)
     return path is not None and path in words

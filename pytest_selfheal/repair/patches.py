@@ -45,8 +45,8 @@ def write_patch(store: "Store", incident_id: str, name: str, data: bytes) -> Pat
     except UnicodeDecodeError:
         text = None
     if text is not None:
-        return store.write_run_file(incident_id, name, text)
-    store.write_run_file(incident_id, name, "")  # validates the name and the incident
+        return store.write_run_file(incident_id, name, text, raw=True)
+    store.write_run_file(incident_id, name, "", raw=True)  # validates the name and the incident
     with store.lock():
         path = store.confined(store.runs_dir(incident_id) / name)
         fsio.atomic_write_bytes(path, data)

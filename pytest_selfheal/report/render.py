@@ -47,7 +47,13 @@ _CELL_SYMBOL = {
     "missing": _WARN,
 }
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
-_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+# Punctuation that opens a link, image, emphasis, code span or strike-through ("(", ")", "!"
+# open nothing without a "["; "_" only where emphasis can open: not inside a word).
+_MD_PUNCTUATION = re.compile(r"[\\`*\[\]~]|(?<![^\W_])_")
+# GitHub's mentions, references ("#12", "org/repo#12", "GH-12"), e-mail links and autolinks:
+# broken by a zero-width space (GitHub finds them in rendered text, backslashes do not help).
+_REFERENCE = re.compile(r"(@|#|\bGH-)(?=[A-Za-z0-9])", re.IGNORECASE)
+_AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
 def _scalar(value: Any) -> str:
@@ -69,15 +75,14 @@ def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
 
 
 def text(value: Any, limit: int = CELL_LIMIT) -> str:
-    """Data as safe inline markdown: one line, bounded, no raw HTML (``<``/``>`` escaped).
-
-    Escaping ``<`` also keeps data from forging the hidden HTML marker of the PR comment;
-    a zero-width space after ``@`` keeps ``@name`` from notifying anyone.
-    """
+    """Data as inert inline markdown (SPEC §12; docs/report.md "Escaping"): one line,
+    bounded; no HTML or entity (which could forge the comment's marker), no link, image,
+    emphasis, code span, mention, cross-reference or autolink."""
     flat = _truncate(_one_line(value), limit)
-    flat = flat.replace("<", "&lt;").replace(">", "&gt;")
-    # "@name" in a test message must not notify a GitHub user from the PR comment.
-    return _MENTION.sub("@\u200b", flat)
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    flat = _MD_PUNCTUATION.sub(lambda m: "\\" + m.group(0), flat)
+    flat = _REFERENCE.sub("\\1\u200b", flat)
+    return _AUTOLINK.sub(lambda m: m.group(0) + "\u200b", flat)
 
 
 def code(value: Any, limit: int = CELL_LIMIT) -> str:

@@ -31,7 +31,15 @@ Events = List[Tuple[str, Mapping[str, Any]]]
 PLAN_BUILD = ".tmp_plan"
 
 
-def publish_plan(plans_root: Path, doc: Dict[str, Any], events: Events, plan: PlanBuilder) -> Tuple[Dict[str, Any], Events]:
+def publish_plan(
+    plans_root: Path,
+    doc: Dict[str, Any],
+    events: Events,
+    plan: PlanBuilder,
+    *,
+    clean: Callable[[Mapping[str, Any]], Dict[str, Any]],
+    redact: Callable[[str], str],
+) -> Tuple[Dict[str, Any], Events]:
     """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
 
     Returns the incident as it is to be published (status ``planned``) and its log with
@@ -39,11 +47,14 @@ def publish_plan(plans_root: Path, doc: Dict[str, Any], events: Events, plan: Pl
     reads the plan of an incident that does not exist yet, so the plan folder is built like
     the incident's: files written in place and fsynced, one folder fsync, one rename. A
     plan that does not fit the schema is a programming error (``ValueError``), raised
-    before anything is written; ``OSError`` becomes ``StoreIOError``.
+    before anything is written; ``OSError`` becomes ``StoreIOError``. ``clean`` and
+    ``redact``: the writer's redaction of a document and of a text (what ``write_plan``
+    applies); ``plans_root`` is already confined to the reports root.
     """
     incident_id = str(doc["incident_id"])
     target = plans_root / validate_incident_id(incident_id)
-    plan_doc, plan_md = plan(doc)
+    built, built_md = plan(doc)
+    plan_doc, plan_md = clean(built), redact(built_md)
     problems = validate("plan", plan_doc)
     if problems or plan_doc.get("incident_id") != incident_id:
         raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "

@@ -13,411 +13,40 @@ atomically; ``status.txt`` is the authoritative status and changes only through 
 in ``states.py``; an incident appears in the inbox complete or not at all; archiving moves
 the inbox folder with one rename, so there are never two copies. Readers never take the
 lock and never see a partial file: the read side (paths, reading, listing) is
-:class:`~pytest_selfheal.store.reader.StoreReader`, which :class:`Store` extends with the
-writes and the status transitions.
+:class:`~pytest_selfheal.store.reader.StoreReader`; the writes and the status transitions are
+:class:`~pytest_selfheal.store.writer.StoreWriter`'s; :class:`Store` adds the moves of whole
+incident folders (archive, reopen, prune).
 """
-
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import List, Tuple
 
-from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
-from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.errors import RefusedError, UsageError
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import is_incident_id, new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.ids import is_incident_id, validate_incident_id
 from pytest_selfheal.store.reader import (
     ARCHIVE_DIR,
-    ATTEMPT_RE,
-    AUDIT_TAIL_JSONL,
-    BUCKETS,
-    CONTEXT_JSON,
     INBOX,
     INCIDENT_JSON,
-    LOG_TAIL_TXT,
-    PLAN_JSON,
-    PLAN_MD,
-    RUN_FILE_RE,
-    RUN_RESULT_JSON,
     STATUS_TXT,
-    StoreReader,
-    attempt_filename,
 )
-from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, NEW, PLANNED, REOPENED, STATUSES, check_transition
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, REOPENED, check_transition
+from pytest_selfheal.store.writer import StoreWriter
 
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
 PRUNING_PREFIX = ".pruning_"
 
-# An incident folder under construction: a dot name that no reader takes for an incident.
-_BUILD_PREFIX = ".tmp_"
-_CREATE_RETRIES = 50
 
-
-
-class Store(StoreReader):
-    """The incident store under one reports root (``.selfheal/`` by default): reads, writes
-    and status transitions."""
-
-    def __init__(
-        self,
-        root: Union[str, "os.PathLike[str]"],
-        *,
-        lock_timeout: float = 30.0,
-        clock: Optional[Callable[[], datetime]] = None,
-    ) -> None:
-        super().__init__(root)
-        self.lock_timeout = lock_timeout
-        self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
-
-    # ------------------------------------------------------------------ time, lock
-
-    def _now(self) -> datetime:
-        moment = self._clock()
-        return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
-
-    def lock(self, timeout: Optional[float] = None) -> fsio.FileLock:
-        """The store's inter-process lock (``root/.lock``), as a context manager.
-
-        Every mutating method takes it; callers may hold it around a read-modify-write
-        sequence too (it is re-entrant within a process). Creates the root if missing.
-        """
-        fsio.ensure_dir(self._root)
-        return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
-
-    def confined(self, path: Path) -> Path:
-        """``path`` once checked to be a write that stays under the reports root: no symbolic
-        link between the root and it (``fsio.confine``; ``RefusedError``, exit 5). Every
-        writer of the store calls it before touching a file or folder."""
-        return fsio.confine(self._root, path)
-
-    # ------------------------------------------------------------------ create
-
-    def create_incident(
-        self,
-        incident: Mapping[str, Any],
-        *,
-        log_tail: str,
-        context: Mapping[str, Any],
-        run: Optional[str] = None,
-        now: Optional[datetime] = None,
-        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
-        plan: Optional[PlanBuilder] = None,
-    ) -> str:
-        """Write a new incident into ``error_inbox/`` and return its id.
-
-        Fills ``incident_id``, ``status`` (always ``new``), ``created_at``, ``updated_at``,
-        ``year``, ``month``, ``ym`` and ``run_id`` when missing. The folder is built under
-        a temporary name (with the ``incident_captured`` event already in its log) and
-        renamed into place, so a half-made incident never appears. ``events``: more
-        ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
-        after ``incident_captured`` in the same build, not as a later append and fsync.
-        Data that does not fit the incident schema, or an unknown event name, is a
-        programming error (``ValueError``). Redacting secrets from ``log_tail`` and
-        ``context`` is the caller's job.
-
-        ``plan``: the capture's plan, built from the incident with its final id: the incident
-        is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
-        """
-        moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: Dict[str, Any] = dict(incident)
-        if doc.setdefault("status", NEW) != NEW:
-            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
-        stamp = ev.format_ts(moment)
-        doc.setdefault("created_at", stamp)
-        doc.setdefault("updated_at", doc["created_at"])
-        doc.setdefault("year", moment.year)
-        doc.setdefault("month", moment.month)
-        doc.setdefault("ym", f"{moment.year:04d}-{moment.month:02d}")
-        doc.setdefault("run_id", new_run_id(moment))
-        explicit_id = "incident_id" in doc
-        if explicit_id:
-            doc["incident_id"] = validate_incident_id(doc["incident_id"])
-        else:
-            doc["incident_id"] = new_incident_id(moment, run)
-        problems = validate("incident", doc)
-        if problems:
-            raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
-        # data fails before anything touches the disk.
-        context_text = fsio.dumps_json(dict(context))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=PLANNED) if plan is not None else doc)}
-        for name, data in events:
-            ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
-
-        with self.lock():
-            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
-            self._remove_stale_builds(inbox)
-            for _ in range(_CREATE_RETRIES):
-                incident_id = str(doc["incident_id"])
-                # A plan folder without its incident (a capture killed between its two renames)
-                # keeps its id: a new plan never lands in it.
-                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
-                    if explicit_id:
-                        raise RefusedError(f"incident {incident_id} already exists")
-                    doc["incident_id"] = self._next_candidate(moment, run)
-                    continue
-                log = list(events)
-                published = doc
-                if plan is not None:
-                    published, log = publish_plan(self.plans_root, doc, log, plan)
-                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=texts.get(incident_id)):
-                    return incident_id
-                if explicit_id:
-                    raise RefusedError(f"incident {incident_id} already exists")
-                doc["incident_id"] = self._next_candidate(moment, run)
-        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
-
-    @staticmethod
-    def _next_candidate(moment: datetime, run: Optional[str]) -> str:
-        # Same second, new random token (kept within the 40-character limit of <run>).
-        token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
-        return new_incident_id(moment, token)
-
-    def _taken(self, incident_id: str) -> bool:
-        return any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
-
-    @staticmethod
-    def _remove_stale_builds(inbox: Path) -> None:
-        # Under the lock nobody else is building, so any build folder is a crash leftover.
-        try:
-            names = os.listdir(inbox)
-        except OSError as exc:
-            raise fsio.io_error("list", inbox, exc) from None
-        for name in names:
-            if name.startswith(_BUILD_PREFIX):
-                shutil.rmtree(inbox / name, ignore_errors=True)
-
-    def _build_and_publish(
-        self,
-        inbox: Path,
-        doc: Dict[str, Any],
-        log_tail: str,
-        context_text: str,
-        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
-        *,
-        text: Optional[str] = None,
-    ) -> bool:
-        """Build the five files under a temp name and rename into place; False if the id got taken.
-        ``text``: incident.json's text when already serialised."""
-        incident_id = str(doc["incident_id"])
-        build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
-        try:
-            build.mkdir()
-        except OSError as exc:
-            raise fsio.io_error("create directory", build, exc) from None
-        try:
-            captured = ev.build_event(
-                ev.INCIDENT_CAPTURED,
-                incident_id,
-                {
-                    "run_id": doc["run_id"],
-                    "step": doc["step"],
-                    "failure_class": doc["failure_class"],
-                    "error_signature": doc["error_signature"],
-                    "status": NEW,
-                },
-                ts=self._now(),
-            )
-            log = [captured] + [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
-            # Nobody reads a build folder: each file is written in place and fsynced, and
-            # the folder is fsynced once before the rename publishes it (not once per file).
-            for name, text in (
-                (INCIDENT_JSON, text if text is not None else fsio.dumps_json(doc)),
-                (STATUS_TXT, f"{doc['status']}\n"),
-                (LOG_TAIL_TXT, log_tail),
-                (CONTEXT_JSON, context_text),
-                (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
-            ):
-                fsio.write_new_bytes(build / name, text.encode("utf-8"))
-            fsio.fsync_dir(build)
-            final = inbox / incident_id
-            try:
-                # On POSIX rename() replaces an *empty* directory: never let it.
-                if final.exists():
-                    shutil.rmtree(build, ignore_errors=True)
-                    return False
-                os.rename(build, final)
-            except OSError as exc:
-                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    shutil.rmtree(build, ignore_errors=True)
-                    return False
-                raise fsio.io_error("create incident", final, exc) from None
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-        fsio.fsync_dir(inbox)
-        return True
-
-    # ------------------------------------------------------------------ status
-
-    def update_incident(self, incident_id: str, /, **fields: Any) -> Dict[str, Any]:
-        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
-
-        ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
-        this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
-        """
-        fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
-        if fixed:
-            raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            _, folder = self.locate(incident_id)
-            doc = self._read_incident_doc(folder, incident_id)
-            doc.update(fields)
-            doc["updated_at"] = ev.format_ts(self._now())
-            problems = validate("incident", doc)
-            if problems:
-                raise ValueError(f"incident update does not fit the schema: {problems[0]}")
-            fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-            return doc
-
-    def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
-        """Move the incident to status ``new`` if the table allows it from ``status.txt``.
-
-        Writes ``incident.json`` (status, updated_at) and then ``status.txt`` — each
-        atomically; ``status.txt`` is the commit point — and appends ``status_changed``
-        ``{from, to, ...event_data}``. A refused move raises ``RefusedError`` and changes
-        nothing; an archived incident's status is final.
-        """
-        if new not in STATUSES:
-            raise ValueError(f"unknown incident status {new!r} (expected one of {', '.join(STATUSES)})")
-        clash = sorted({"from", "to"} & set(event_data))
-        if clash:
-            raise ValueError(f"status_changed data must not set {', '.join(clash)}")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            bucket, folder = self.locate(incident_id)
-            current = self._read_status_at(folder)
-            check_transition(incident_id, current, new)
-            if bucket != INBOX:  # only reachable after a hand edit of status.txt
-                raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
-            self._write_status(folder, incident_id, current, new, event_data)
-
-    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_doc(folder, incident_id)
-        doc["status"] = new
-        doc["updated_at"] = ev.format_ts(self._now())
-        fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-        fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
-        data = {"from": current, "to": new}
-        data.update(event_data)
-        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, data)
-
-    # ------------------------------------------------------------------ events
-
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
-        record = ev.build_event(name, incident_id, dict(data), ts=self._now())
-        fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
-        return record
-
-    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Dict[str, Any]:
-        """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
-
-        Unknown event names are a programming error (``ValueError``). Returns the record.
-        """
-        return self.append_events(incident_id, [(name, data)])[0]
-
-    def append_events(self, incident_id: str, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
-        """Append several ``(name, data)`` events in order, as one write and one fsync.
-
-        For a burst of events of one step (a capture's ``failure_classified`` lines): the
-        same records as one ``append_event`` each, at one fsync. Unknown names are a
-        ``ValueError`` before anything is written. Returns the records.
-        """
-        incident_id = validate_incident_id(incident_id)
-        for name, data in events:
-            ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
-        self.locate(incident_id)
-        with self.lock():
-            _, folder = self.locate(incident_id)
-            records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
-            fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
-            return records
-
-    # ------------------------------------------------------------------ plans
-
-    def write_plan(self, incident_id: str, plan: Mapping[str, Any], plan_md: str) -> Path:
-        """Write ``error_plans/<id>/plan.md`` then ``plan.json`` (both atomic); returns plan.json's path.
-
-        The plan must fit the schema and name this incident (``ValueError``). The caller
-        appends ``plan_generated`` and moves the status.
-        """
-        incident_id = validate_incident_id(incident_id)
-        doc = dict(plan)
-        self._check_doc("plan", doc, incident_id)
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
-            folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
-            fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
-            fsio.atomic_write_json(self.confined(folder / PLAN_JSON), doc)
-            return folder / PLAN_JSON
-
-    # ------------------------------------------------------------------ runs
-
-    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
-
-        Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
-        never duplicates or rewrites history. Must fit the schema (``ValueError``).
-        """
-        incident_id = validate_incident_id(incident_id)
-        doc = attempt.to_json()
-        self._check_doc("attempt", doc, incident_id)
-        iteration = attempt.iteration
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            path = self.confined(folder / attempt_filename(iteration))
-            if path.exists():
-                raise RefusedError(
-                    f"{self._relative(path)} already exists; the next attempt of {incident_id} "
-                    f"is {self.next_attempt_number(incident_id)}"
-                )
-            fsio.atomic_write_json(path, doc)
-            return path
-
-    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
-        """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
-        incident_id = validate_incident_id(incident_id)
-        doc = result.to_json()
-        self._check_doc("run_result", doc, incident_id)
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
-            return folder / RUN_RESULT_JSON
-
-    def write_run_file(self, incident_id: str, name: str, text: str) -> Path:
-        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``attempt_01.patch``).
-
-        ``name`` is a plain file name (no separators, not starting with a dot); the
-        contract's JSON files have their own writers and are refused here.
-        """
-        incident_id = validate_incident_id(incident_id)
-        if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
-            raise ValueError(f"unsafe run file name {name!r}")
-        if name == RUN_RESULT_JSON or ATTEMPT_RE.fullmatch(name):
-            raise ValueError(f"{name} has its own writer")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_text(self.confined(folder / name), text)
-            return folder / name
+class Store(StoreWriter):
+    """The incident store under one reports root (``.selfheal/`` by default): reads
+    (:class:`~pytest_selfheal.store.reader.StoreReader`), writes
+    (:class:`~pytest_selfheal.store.writer.StoreWriter`) and the moves of whole incidents.
+    """
 
     # ------------------------------------------------------------------ archive
 
@@ -556,17 +185,6 @@ class Store(StoreReader):
                     shutil.rmtree(path)
             except OSError as exc:
                 raise fsio.io_error("remove", path, exc) from None
-
-    # ------------------------------------------------------------------ helpers
-
-    @staticmethod
-    def _check_doc(kind: str, doc: Mapping[str, Any], incident_id: str) -> None:
-        problems = validate(kind, doc)
-        if problems:
-            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {problems[0]}")
-        if doc["incident_id"] != incident_id:
-            raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
-        fsio.dumps_json(doc)  # unserialisable values fail here, before any file is touched
 
 
 __all__ = ["Store"]

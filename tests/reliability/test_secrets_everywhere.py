@@ -3,8 +3,8 @@ output, run every writer, then grep every byte written — zero occurrences.
 
 Channels: an assertion message, ``print`` to stdout and stderr (captured by pytest), an
 exception message, a fixture error (setup), a logged error. (A comparison that pytest
-explains with a shortened diff cuts labels and token prefixes off and leaks: that channel is
-test_findings.py::test_shortened_diff_items_do_not_leak_secrets, a known failure.)
+explains with a shortened diff cuts labels and token prefixes off: that channel is
+test_findings.py::test_shortened_diff_items_do_not_leak_secrets.)
 
 Writers ("surfaces"): the capture (``pytest --selfheal``, with ``--selfheal-report``), the
 verify-only loop, ``selfheal report --output`` (markdown and JSON), a repair provider's
@@ -93,7 +93,11 @@ FAILING_TESTS = """
     import pytest
 
     PLANTED = json.loads(open(os.environ["PLANTED_SECRETS_FILE"]).read())
-    ALL = "\\n".join(PLANTED) + "\\n" + "\\n".join(os.environ[k] for k in {env_names!r})
+    # The env secrets' values come from the file too: a *TOKEN* variable never reaches a child
+    # that selfheal starts (process.child_environment), but selfheal's own environment has
+    # them, so only its env-name rule can catch them in the output.
+    ENV_VALUES = json.loads(open(os.environ["PLANTED_SECRETS_FILE"] + ".env").read())
+    ALL = "\\n".join(PLANTED) + "\\n" + "\\n".join(ENV_VALUES[k] for k in {env_names!r})
 
 
     @pytest.fixture
@@ -166,6 +170,7 @@ def planted(tmp_path: Path) -> Dict[str, str]:
     path = tmp_path / "outside" / "secrets.json"
     path.parent.mkdir()
     path.write_text(json.dumps([text for kind, (text, _) in KINDS.items() if not kind.startswith("env_")]))
+    Path(f"{path}.env").write_text(json.dumps(ENV_SECRETS))
     return {"PLANTED_SECRETS_FILE": str(path), **ENV_SECRETS}
 
 

@@ -12,12 +12,13 @@ from typing import Any, Optional
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store.root import Store
 
 
 def print_json(data: Any) -> None:
-    """Print ``data`` as indented, key-sorted JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """Print ``data`` as indented, key-sorted JSON on stdout, secrets redacted (keys and values)."""
+    sys.stdout.write(json.dumps(default_redactor().redact_obj(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 # --- reports root (--dir) -------------------------------------------------------------
@@ -52,7 +53,7 @@ def store_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfi
     project = project_root()
     if effective is None:
         effective = load_config(project)
-    return Store(project / effective.settings.reports_dir)
+    return Store(project / effective.settings.reports_dir, redactor=default_redactor(effective.settings.redaction))
 
 
 def parse_days(text: str, flag: str, *, zero_ok: bool) -> float:

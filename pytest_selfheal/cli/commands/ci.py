@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comment-from", metavar="REPORT.json", default=None,
                         help="comment-only mode: post this report JSON (from selfheal ci or selfheal merge --json); "
                              "runs no tests")
+    parser.add_argument("--post-only", action="store_true",
+                        help="with --comment-from: post the PR comment only, no job summary and no step outputs "
+                             "(the action's posting step; the step that ran the tests wrote them)")
     parser.add_argument("--pr", metavar="N", type=int, default=None,
                         help="the pull request to comment on (default: from the event payload or the report JSON)")
     parser.add_argument("--expected-head-sha", metavar="SHA", default=None,
@@ -72,6 +75,8 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
     pytest_args = list(inputs.get("pytest_args", [])) + list(args.pytest_args)
     if comment_from is not None and pytest_args:
         raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
+    if args.post_only and comment_from is None:
+        raise UsageError("--post-only posts a report written earlier: give --comment-from REPORT.json")
     return CiOptions(
         pytest_args=pytest_args,
         overrides=list(inputs.get("overrides", [])) + [(text, "--set") for text in args.overrides],
@@ -81,6 +86,7 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
         report_name=str(pick(args.report_name, "report_name", "default")) or "default",
         report_path=Path(args.report_path) if args.report_path else None,
         comment_from=comment_from,
+        post_only=bool(args.post_only),
         pull_request=pick(args.pr, "pull_request", None),
         expected_head_sha=pick(sha, "expected_head_sha", None),
         working_directory=inputs.get("working_directory"),

@@ -11,6 +11,7 @@ from pytest_selfheal import hooks
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
@@ -83,6 +84,9 @@ def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
         body = "".join(line + "\n" for line in render_terminal(report))
     else:
         body = report_markdown(report, hooks.cli_plugin_manager(), headline=args.headline)
+    # What leaves here is redacted like every other surface: the stored data already is, the
+    # effective config is read now (a secret written into a config value).
+    body = default_redactor().redact(body)
     if args.output is None:
         print(body, end="")
         return
