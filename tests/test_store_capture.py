@@ -178,3 +178,19 @@ def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_
     assert Store(root).list_incidents()  # the loopers did get work done
     one_step(Store(root))
     assert not (root / "error_plans" / ".tmp_plan").exists()  # a leftover is removed by the next capture
+
+
+def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) -> None:
+    store = Store(tmp_path / ".selfheal")
+    secret = "ghp_" + "a1B2c3D4e5" * 4
+
+    def leaky(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+        plan = plan_doc(str(doc["incident_id"]))
+        plan["summary"] = f"token {secret}"
+        return plan, f"# plan\ntoken {secret}\n"
+
+    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=leaky)
+    folder = store.plans_dir(incident_id)
+    for name in ("plan.json", "plan.md"):
+        text = (folder / name).read_text()
+        assert secret not in text and "token " in text
