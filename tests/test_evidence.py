@@ -45,6 +45,9 @@ CORE = """
     @_decorate
     def wrapped(x):
         return x
+
+    def halve(x):  # not exported: only a local import reaches it
+        return x * 2
 """
 
 TESTS = """
@@ -78,6 +81,13 @@ TESTS = """
 
     def test_nested_lambda():
         assert list(map(lambda v: add(v, 1), [1])) == [2]
+
+    def _local_import_helper(n):
+        from {pkg}.core import halve
+        return halve(n)
+
+    def test_through_a_helper_that_imports_locally():
+        assert _local_import_helper(2) == 1
 """
 
 
@@ -141,6 +151,9 @@ def test_helpers_in_test_files_are_followed_libraries_ignored(project: Tuple[Pat
     assert Resolver(str(root)).resolve(func, []) is None  # json is not the project's
     assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped"}]
     assert evidence(project, "test_nested_lambda")["calls"] == [{"path": core(project), "name": "add"}]
+    # A helper that imports inside its body (iniconfig's tests do): the module is found by its dotted name.
+    assert evidence(project, "test_through_a_helper_that_imports_locally") == {
+        "calls": [{"path": core(project), "name": "halve"}]}
 
 
 def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) -> None:

@@ -139,7 +139,9 @@ class Resolver:
         names = _code_names(code)
         found: List[Definition] = []
         for name in names:
-            obj = namespace.get(name)
+            # A module imported inside the function (`from pkg.core import add` in a test
+            # helper) is named by its dotted path and never reaches the globals.
+            obj = namespace.get(name) or sys.modules.get(name)
             if obj is None:
                 continue
             if inspect.ismodule(obj):
