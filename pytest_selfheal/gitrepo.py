@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -258,6 +259,32 @@ def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path], env: Mapping
         digest.update(b"\0untracked\0" + name + b"\0")
         _hash_file(digest, top / os.fsdecode(name))
     return digest.hexdigest()[:HASH_LENGTH]
+
+
+class PendingSnapshot:
+    """:func:`git_snapshot` running in a thread: its git processes run while the caller
+    works (the loop's tests, the capture's fingerprinting); :meth:`result` waits for it."""
+
+    def __init__(self, project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True) -> None:
+        self._done: List[GitSnapshot] = []
+        self._error: List[BaseException] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(project_root, list(exclude), context), name="selfheal-git", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, project_root: Path, exclude: Sequence[Path], context: bool) -> None:
+        try:
+            self._done.append(git_snapshot(project_root, exclude, context=context))
+        except BaseException as exc:  # raised again in the caller's thread by result()
+            self._error.append(exc)
+
+    def result(self) -> GitSnapshot:
+        """The snapshot, once its git commands are done."""
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._done[0]
 
 
 def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]:

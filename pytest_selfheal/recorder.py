@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Set, Tup
 
 import pytest
 
+from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident
@@ -24,6 +25,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import build_report
@@ -322,6 +324,12 @@ class Recorder:
     def _finish(self, exitstatus: int) -> None:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
         warnings: List[str] = []
+        git: Optional[PendingSnapshot] = None
+        if self.failed and not self.open_incidents:
+            # Every failure will be captured: the capture's git and platform reads (subprocesses)
+            # run while the failures are analysed.
+            git = PendingSnapshot(Path(self.config.rootpath), exclude=[self.reports_root])
+            probe_platform()
         # Evidence resolved in this process after the report was logged (xdist's rides on the report).
         self.failed = [
             replace(r, root_cause=self.evidence[r.nodeid]) if not r.root_cause and r.nodeid in self.evidence else r
@@ -374,6 +382,7 @@ class Recorder:
                 warnings=warnings,
                 ci_run=self.ci_run,
                 redactor=self.redactor,
+                git=git,
             )
             self.incident_id = result.incident_id
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)

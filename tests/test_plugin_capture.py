@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List
@@ -11,6 +12,8 @@ import git
 
 import pytest
 from schema_check import assert_valid
+
+from pytest_selfheal.capture.context import probe_platform, run_context
 
 BUGGY = """
 def add(a, b):
@@ -295,3 +298,10 @@ def test_a_tooling_env_capture_does_not_suggest_the_loop(pytester: pytest.Pytest
     out = pytester.runpytest("--selfheal").stdout.str()
     (next_line,) = [line for line in out.splitlines() if line.strip().startswith("next:")]
     assert "Fix the environment" in next_line and "selfheal loop" not in next_line
+
+
+def test_the_platform_probe_gives_run_context_the_same_platform(tmp_path: Path) -> None:
+    probe_platform()
+    probe_platform()  # once per process: a second call starts nothing
+    context = run_context(tmp_path, ["-q"], {}, git=None)
+    assert context["platform"] == platform.platform() and context["invocation_args"] == ["-q"]

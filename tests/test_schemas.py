@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Tuple
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from schema_check import assert_valid, jsonschema_errors
 
 import pytest_selfheal
@@ -276,3 +278,54 @@ def test_docs_show_the_shipped_schemas_verbatim() -> None:
     for kind in schema.KINDS:
         text = (Path(pytest_selfheal.__file__).parent / "schemas" / f"{kind}.schema.json").read_text(encoding="utf-8")
         assert text.rstrip() in docs, f"docs/schemas.md is out of date for {kind}.schema.json"
+
+
+@pytest.mark.parametrize("kind,doc", [(k, d) for k, d in GOOD] + [(k, d) for k, _, d in BAD])
+def test_compiled_check_agrees_with_the_walk(kind: str, doc: Any) -> None:
+    """validate() trusts the compiled predicate when it says valid: it must never pass a
+    document the walk (and jsonschema) refuses, nor refuse one they pass."""
+    check = schema.compile_check(schema.load_schema(kind))
+    assert check(doc) == (schema.iter_errors(schema.load_schema(kind), doc) == [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(schema.KINDS), st.data())
+def test_compiled_check_agrees_on_mutated_documents(kind: str, data: st.DataObject) -> None:
+    base = {"incident": INCIDENT, "plan": PLAN, "attempt": ATTEMPT, "run_result": RUN_RESULT}[kind]
+    values = st.one_of(st.none(), st.booleans(), st.integers(-3, 20), st.floats(allow_nan=True),
+                       st.text(max_size=30), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+    doc = copy.deepcopy(base)
+    for _ in range(data.draw(st.integers(1, 3))):
+        node: Any = doc  # walk down to a random object, nested ones included (failures, actions)
+        while True:
+            inner = [v for v in node.values() if isinstance(v, dict) or (isinstance(v, list) and v and isinstance(v[0], dict))]
+            if not inner or data.draw(st.booleans()):
+                break
+            node = data.draw(st.sampled_from(inner))
+            node = node[0] if isinstance(node, list) else node
+        key = data.draw(st.sampled_from(sorted(node) + ["extra"]))
+        if data.draw(st.booleans()):
+            node[key] = data.draw(values)
+        else:
+            node.pop(key, None)
+    loaded = schema.load_schema(kind)
+    assert schema.compile_check(loaded)(doc) == (schema.iter_errors(loaded, doc) == [])
+
+
+def test_compile_refuses_an_unsupported_keyword() -> None:
+    with pytest.raises(ValueError, match="unsupported JSON Schema keyword"):
+        schema.compile_check({"type": "object", "properties": {"a": {"oneOf": []}}})
+
+
+def test_compiled_check_agrees_on_every_keyword() -> None:
+    # The shipped schemas use no `additionalProperties: false`; the validator supports it.
+    closed = {"type": "object", "required": ["n"], "additionalProperties": False,
+              "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3},
+                             "s": {"type": ["string", "null"], "pattern": "^a"},
+                             "e": {"enum": [True, 1, "x"]}, "l": {"type": "array", "items": {"type": "number"}}}}
+    docs = [{"n": 1}, {"n": 0}, {"n": 4}, {"n": 2.0}, {"n": True}, {}, {"n": 1, "z": 1}, {"n": 1, "s": None},
+            {"n": 1, "s": "ab"}, {"n": 1, "s": "ba"}, {"n": 1, "e": 1}, {"n": 1, "e": 1.0}, {"n": 1, "e": False},
+            {"n": 1, "l": [1, 2.5]}, {"n": 1, "l": [1, "2"]}, {"n": 1, "l": [True]}, [], None]
+    check = schema.compile_check(closed)
+    for doc in docs:
+        assert check(doc) == (schema.iter_errors(closed, doc) == []), doc

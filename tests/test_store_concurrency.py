@@ -151,17 +151,22 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     check_root(root)
 
 
+def kill_after(script: str, root: Path, delay: float) -> None:
+    """Run ``script`` (a writer looping on ``root``) and SIGKILL it ``delay`` seconds after it is ready."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True, env=_env())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_killed_at_random_instants_leaves_a_readable_root(tmp_path: Path) -> None:
     root = tmp_path / ".selfheal"
     delays = [0.05, 0.13, 0.21, 0.29, 0.37, 0.45]
     for delay in delays:
-        proc = subprocess.Popen([sys.executable, "-c", LOOPER, str(root)], stdout=subprocess.PIPE, text=True, env=_env())
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        proc.stdout.close()
+        kill_after(LOOPER, root, delay)
         check_root(root)
     # the lock died with the process: a new writer proceeds at once
     store = Store(root, lock_timeout=2)

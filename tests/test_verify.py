@@ -15,7 +15,7 @@ from test_process import alive
 
 from pytest_selfheal.capture.options import replayable_options
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitrepo import clean_tree_hash, diff_hash, git_snapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, clean_tree_hash, diff_hash, git_snapshot
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VERIFYING_ENV,
@@ -379,6 +379,24 @@ def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert git_snapshot(plain) == git_snapshot(plain, context=False) and git_snapshot(plain).context is None
+
+
+def test_a_snapshot_in_a_thread_reads_what_git_snapshot_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = make_project(tmp_path / "repo", {"src/mod.py": "X = 1\n"})
+    (project / "src" / "mod.py").write_text("X = 2\n")
+    reports = project / ".selfheal"
+    pending = PendingSnapshot(project, exclude=[reports])
+    assert pending.result() == git_snapshot(project, exclude=[reports])
+    assert pending.result().context is not None and pending.result().context["dirty"] is True
+    assert PendingSnapshot(project, [reports], context=False).result() == git_snapshot(project, [reports], context=False)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    # An unexpected error in the thread reaches the caller, not a silent None.
+    monkeypatch.setattr("pytest_selfheal.gitrepo.git_snapshot", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        PendingSnapshot(project).result()
 
 
 def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
@@ -30,6 +31,20 @@ _CI_KEYS = (
 )
 
 
+# platform.platform() runs `uname -p` as a subprocess on its first call (CPython caches the
+# answer): probe_platform() starts that call in a thread, run_context() waits for it.
+_PLATFORM_PROBE: List[threading.Thread] = []
+
+
+def probe_platform() -> None:
+    """Start reading the platform string in a thread, once per process, so that the
+    capture does not wait for its subprocess (call it when the tests are done)."""
+    if not _PLATFORM_PROBE:
+        thread = threading.Thread(target=platform.platform, name="selfheal-platform", daemon=True)
+        _PLATFORM_PROBE.append(thread)
+        thread.start()
+
+
 def ci_context(env: Mapping[str, str]) -> Dict[str, str]:
     """The CI variables present in ``env`` (a fixed list, no secrets)."""
     return {key: env[key] for key in _CI_KEYS if key in env}
@@ -42,6 +57,8 @@ def run_context(
     :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
     import pytest
 
+    for probe in _PLATFORM_PROBE:
+        probe.join()
     return {
         "rootdir": str(rootdir),
         "git": git,

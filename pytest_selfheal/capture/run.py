@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -21,7 +21,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.gitrepo import git_snapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import triage_headline
@@ -129,7 +129,7 @@ def store_incident(
     context: Dict[str, Any],
     failures: Sequence["Failure"],
 ) -> str:
-    """Write the incident, its classification events and its plan; status ends at ``planned``."""
+    """Write the incident, its classification events and its plan; the incident appears ``planned``."""
     classified = [
         (
             "failure_classified",
@@ -145,15 +145,14 @@ def store_incident(
         )
         for failure in failures
     ]
-    with store.lock():
-        # The classification events go into the new incident's build folder: no append of their own.
-        incident_id = store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified)
-        # The plan reads only fields this capture wrote (no re-read and re-validation of incident.json).
-        plan = build_plan({**incident, "incident_id": incident_id}, generated_at=_now())
-        store.write_plan(incident_id, plan, render_plan_md(plan))
-        store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
-        store.set_status(incident_id, "planned")
-    return incident_id
+    def plan(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+        # From the fields this capture wrote: no re-read and re-validation of incident.json.
+        built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now())
+        return built, render_plan_md(built)
+
+    # One step: the classification events, the plan and the move to `planned` are all in
+    # place when the incident appears (no append, status move or plan write of their own).
+    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan)
 
 
 def _now() -> str:
@@ -199,12 +198,16 @@ def capture_incident(
     warnings: Optional[List[str]] = None,
     ci_run: Optional[str] = None,
     redactor: Optional["Redactor"] = None,
+    git: Optional[PendingSnapshot] = None,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
     ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
     ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
-    (default: built from ``effective``)."""
+    (default: built from ``effective``). ``git``: the snapshot of the project's tree
+    (excluding ``reports_root``) when the caller started it early, so its git processes ran
+    while the failures were analysed.
+    """
     rootdir = Path(config.rootpath)
     redactor = redactor or default_redactor(effective.settings.redaction)
     reports = redact_nodeids(reports, redactor)
@@ -213,12 +216,12 @@ def capture_incident(
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's
     # first sighting: its diff hash lets iteration 1 see a code change.
-    git = git_snapshot(rootdir, exclude=[reports_root])
+    snapshot = git.result() if git is not None else git_snapshot(rootdir, exclude=[reports_root])
     # The failure history: record this run, and triage each failure against the base branch.
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=git.context or {}),
+                 git=snapshot.context or {}),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
     )
     if warnings is not None:
@@ -227,14 +230,14 @@ def capture_incident(
         triage = history.triage.get(str(entry.get("nodeid") or entry.get("test")))
         if triage is not None:
             entry["triage"] = triage.to_json()
-    incident["diff_hash"] = git.diff_hash
+    incident["diff_hash"] = snapshot.diff_hash
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
     if ci_run:
         incident["ci_run"] = ci_run
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=git.context))
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context, failures=failures)
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))

@@ -22,14 +22,13 @@ from __future__ import annotations
 import shlex
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError
-from pytest_selfheal.gitrepo import diff_hash
+from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,
@@ -422,11 +421,7 @@ def _verify_and_record(
     redactor = default_redactor(settings.redaction)
     rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
-    hashed: Dict[str, Optional[str]] = {}
-    hasher = threading.Thread(
-        target=lambda: hashed.__setitem__("value", diff_hash(cwd, exclude=[store.root])), daemon=True
-    )
-    hasher.start()
+    hasher = PendingSnapshot(cwd, exclude=[store.root], context=False)
     outcomes: Dict[str, str] = {}
     failures: List[Failure] = []
     codes: List[Optional[int]] = []
@@ -444,7 +439,7 @@ def _verify_and_record(
             duration += run.duration_seconds
             timed_out = timed_out or run.timed_out
             codes.append(run.exit_code)
-    hasher.join()
+    tree_hash = hasher.result().diff_hash
     # The first failing command's code (None: timed out or could not start), else 0.
     exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
@@ -455,7 +450,7 @@ def _verify_and_record(
         effective=effective,
         outcomes=outcomes,
         failures=failures,
-        diff_hash=hashed.get("value"),
+        diff_hash=tree_hash,
         started_at=stamp(started),
         finished_at=stamp(finished),
         mode=mode,

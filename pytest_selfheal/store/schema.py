@@ -15,7 +15,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from pytest_selfheal.errors import InputError, one_line
 
@@ -138,9 +138,97 @@ def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> List[str
     return errors
 
 
+Check = Callable[[Any], bool]
+
+
+def compile_check(schema: Mapping[str, Any]) -> Check:
+    """``schema`` as one predicate, true exactly when :func:`iter_errors` finds nothing.
+
+    The keywords are read once, not at every node of every document: a capture validates
+    an incident of many failures, and the predicate is several times faster than walking
+    the schema (docs/dev/benchmarks-log.md). The error messages still come from
+    :func:`iter_errors`, which runs only on an invalid document.
+    """
+    unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
+    if unknown:
+        raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)}")
+    checks: List[Check] = []
+    if "type" in schema:
+        checks.append(_type_check(tuple(schema["type"] if isinstance(schema["type"], list) else [schema["type"]])))
+    if "enum" in schema:
+        options = tuple(schema["enum"])
+        checks.append(lambda doc: any(_same(doc, option) for option in options))
+    # `not <`, `not >`: exactly the walk's test (a NaN passes both, as there).
+    if "minimum" in schema:
+        low = schema["minimum"]
+        checks.append(lambda doc: not isinstance(doc, (int, float)) or isinstance(doc, bool) or not doc < low)
+    if "maximum" in schema:
+        high = schema["maximum"]
+        checks.append(lambda doc: not isinstance(doc, (int, float)) or isinstance(doc, bool) or not doc > high)
+    if "pattern" in schema:
+        search = re.compile(schema["pattern"]).search
+        checks.append(lambda doc: not isinstance(doc, str) or search(doc) is not None)
+    if "required" in schema or "properties" in schema or "additionalProperties" in schema:
+        checks.append(_object_check(schema))
+    if "items" in schema:
+        item = compile_check(schema["items"])
+        checks.append(lambda doc: not isinstance(doc, list) or all(item(value) for value in doc))
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda doc: first(doc) and second(doc)
+    return lambda doc: all(check(doc) for check in checks)
+
+
+# Types whose check is one isinstance (bool is not an int here: "boolean" is its own type).
+_PLAIN_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
+
+
+def _type_check(names: Tuple[str, ...]) -> Check:
+    for name in names:
+        _type_matches(name, None)  # an unknown type name is refused when compiling, as when walking
+    if set(names) <= set(_PLAIN_TYPES) | {"null"}:
+        types = tuple(_PLAIN_TYPES[n] for n in names if n != "null")
+        if "null" in names:
+            return lambda doc: doc is None or isinstance(doc, types)
+        return lambda doc: isinstance(doc, types)
+    return lambda doc: any(_type_matches(name, doc) for name in names)
+
+
+def _object_check(schema: Mapping[str, Any]) -> Check:
+    required = tuple(schema.get("required", ()))
+    properties = {key: compile_check(child) for key, child in schema.get("properties", {}).items()}
+    extra = schema.get("additionalProperties", True)
+    other: Optional[Check] = compile_check(extra) if isinstance(extra, dict) else None
+
+    def check(doc: Any) -> bool:
+        if not isinstance(doc, dict):
+            return True
+        if any(key not in doc for key in required):
+            return False
+        for key, value in doc.items():
+            known = properties.get(key)
+            if known is not None:
+                if not known(value):
+                    return False
+            elif extra is False or (other is not None and not other(value)):
+                return False
+        return True
+
+    return check
+
+
 def validate(kind: str, doc: Any) -> List[str]:
     """Violations of the shipped ``kind`` schema by ``doc`` (an empty list when valid)."""
+    if _cached_check(kind)(doc):
+        return []
     return iter_errors(_cached_schema(kind), doc)
+
+
+@lru_cache(maxsize=None)
+def _cached_check(kind: str) -> Check:
+    return compile_check(_cached_schema(kind))
 
 
 @lru_cache(maxsize=None)

@@ -37,8 +37,9 @@ from pytest_selfheal.store.reader import (
     StoreReader,
     attempt_filename,
 )
+from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.states import NEW, STATUSES, check_transition
+from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
@@ -109,6 +110,7 @@ class StoreWriter(StoreReader):
         run: Optional[str] = None,
         now: Optional[datetime] = None,
         events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        plan: Optional[PlanBuilder] = None,
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
@@ -120,6 +122,9 @@ class StoreWriter(StoreReader):
         after ``incident_captured`` in the same build, not as a later append and fsync.
         Data that does not fit the incident schema, or an unknown event name, is a
         programming error (``ValueError``). Everything is redacted on the way (the class doc).
+
+        ``plan``: the capture's plan, built from the incident with its final id: the incident
+        is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
         doc: Dict[str, Any] = self._clean(incident)
@@ -142,10 +147,10 @@ class StoreWriter(StoreReader):
         problems = validate("incident", doc)
         if problems:
             raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        context_doc = self._clean(context)
-        # Serialise up front: unserialisable data fails before anything touches the disk.
-        fsio.dumps_json(doc)
-        fsio.dumps_json(context_doc)
+        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
+        # data fails before anything touches the disk.
+        context_text = fsio.dumps_json(self._clean(context))
+        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=PLANNED) if plan is not None else doc)}
         for name, data in events:
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
@@ -154,12 +159,18 @@ class StoreWriter(StoreReader):
             self._remove_stale_builds(inbox)
             for _ in range(_CREATE_RETRIES):
                 incident_id = str(doc["incident_id"])
-                if self._taken(incident_id):
+                # A plan folder without its incident (a capture killed between its two renames)
+                # keeps its id: a new plan never lands in it.
+                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
                     if explicit_id:
                         raise RefusedError(f"incident {incident_id} already exists")
                     doc["incident_id"] = self._next_candidate(moment, run)
                     continue
-                if self._build_and_publish(inbox, doc, log_tail, context_doc, events):
+                log, published = list(events), doc
+                if plan is not None:
+                    published, log = publish_plan(self.confined(self.plans_root), doc, log, plan,
+                                                  clean=self._clean, redact=self.redactor.redact)
+                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=texts.get(incident_id)):
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -191,10 +202,13 @@ class StoreWriter(StoreReader):
         inbox: Path,
         doc: Dict[str, Any],
         log_tail: str,
-        context: Dict[str, Any],
+        context_text: str,
         events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        *,
+        text: Optional[str] = None,
     ) -> bool:
-        """Build the five files under a temp name and rename into place; False if the id got taken."""
+        """Build the five files under a temp name and rename into place; False if the id got taken.
+        ``text``: incident.json's text when already serialised."""
         incident_id = str(doc["incident_id"])
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
@@ -218,10 +232,10 @@ class StoreWriter(StoreReader):
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
             for name, text in (
-                (INCIDENT_JSON, fsio.dumps_json(doc)),
-                (STATUS_TXT, NEW + "\n"),
+                (INCIDENT_JSON, text if text is not None else fsio.dumps_json(doc)),
+                (STATUS_TXT, f"{doc['status']}\n"),
                 (LOG_TAIL_TXT, log_tail),
-                (CONTEXT_JSON, fsio.dumps_json(context)),
+                (CONTEXT_JSON, context_text),
                 (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
             ):
                 fsio.write_new_bytes(build / name, text.encode("utf-8"))

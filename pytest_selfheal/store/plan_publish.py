@@ -1,0 +1,86 @@
+"""A capture's plan, published with its new incident in one step (edge: files, docs/store.md).
+
+``Store.create_incident(plan=…)`` calls :func:`publish_plan` under the store lock, once the
+incident's id is chosen and before the incident folder itself is renamed into place: the
+incident then appears already ``planned``, with its plan, in 11 fsyncs instead of the 17 of
+create + write_plan + append_event + set_status (docs/dev/benchmarks-log.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Tuple
+
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.reader import PLAN_JSON, PLAN_MD
+from pytest_selfheal.store.schema import validate
+from pytest_selfheal.store.states import NEW, PLANNED, check_transition
+
+# The plan a capture publishes with its incident: built from the incident document with its
+# final id (the id is chosen under the lock), as (plan.json's document, plan.md's text).
+PlanBuilder = Callable[[Mapping[str, Any]], Tuple[Mapping[str, Any], str]]
+Events = List[Tuple[str, Mapping[str, Any]]]
+
+# error_plans/.tmp_plan/: a capture's plan under construction. One fixed name: under the lock
+# nobody else builds a plan, so whatever is there is a crash leftover (and error_plans/,
+# which keeps every plan, is never listed).
+PLAN_BUILD = ".tmp_plan"
+
+
+def publish_plan(
+    plans_root: Path,
+    doc: Dict[str, Any],
+    events: Events,
+    plan: PlanBuilder,
+    *,
+    clean: Callable[[Mapping[str, Any]], Dict[str, Any]],
+    redact: Callable[[str], str],
+) -> Tuple[Dict[str, Any], Events]:
+    """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
+
+    Returns the incident as it is to be published (status ``planned``) and its log with
+    the plan's two events (``plan_generated``, ``status_changed`` new → planned). Nobody
+    reads the plan of an incident that does not exist yet, so the plan folder is built like
+    the incident's: files written in place and fsynced, one folder fsync, one rename. A
+    plan that does not fit the schema is a programming error (``ValueError``), raised
+    before anything is written; ``OSError`` becomes ``StoreIOError``. ``clean`` and
+    ``redact``: the writer's redaction of a document and of a text (what ``write_plan``
+    applies); ``plans_root`` is already confined to the reports root.
+    """
+    incident_id = str(doc["incident_id"])
+    target = plans_root / validate_incident_id(incident_id)
+    built, built_md = plan(doc)
+    plan_doc, plan_md = clean(built), redact(built_md)
+    problems = validate("plan", plan_doc)
+    if problems or plan_doc.get("incident_id") != incident_id:
+        raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "
+                         f"{problems[0] if problems else plan_doc.get('incident_id')}")
+    plan_text = fsio.dumps_json(plan_doc)  # once: unserialisable values fail before any write
+    check_transition(incident_id, NEW, PLANNED)
+    fsio.ensure_dir(plans_root)
+    build = plans_root / PLAN_BUILD
+    shutil.rmtree(build, ignore_errors=True)
+    try:
+        build.mkdir()
+        fsio.write_new_bytes(build / PLAN_MD, plan_md.encode("utf-8"))
+        fsio.write_new_bytes(build / PLAN_JSON, plan_text.encode("utf-8"))
+        fsio.fsync_dir(build)
+        os.rename(build, target)  # the caller checked the id free under the lock
+    except BaseException as exc:
+        shutil.rmtree(build, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise fsio.io_error("write plan", target, exc) from None
+        raise
+    fsio.fsync_dir(plans_root)
+    log = events + [
+        (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
+        (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
+    ]
+    return dict(doc, status=PLANNED), log
+
+
+__all__ = ["PLAN_BUILD", "PlanBuilder", "publish_plan"]
