@@ -11,7 +11,7 @@ from typing import Dict
 from fake_github import FakeGitHub
 from helpers import cli, git_commit_all, make_project
 from junitparser.xunit2 import JUnitXml
-from test_ci import PR, actions_env, first_visible_line, ours, outputs_of, run_ci
+from test_ci import FLAKY_TEST, PR, actions_env, first_visible_line, ours, outputs_of, run_ci
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.gitrepo import run_git
@@ -23,17 +23,6 @@ GOLDEN = Path(__file__).resolve().parent / "golden_reports" / "triage_pull_reque
 KNOWN = "def test_known():\n    assert 2 + 2 == 5, 'broken on main already'\n"
 NEW = "def test_new():\n    assert 'pr' == 'main', 'broken by the pull request'\n"
 UPSTREAM = "def test_upstream():\n    raise ConnectionError('the sandbox is down')\n"
-FLAKY = '''
-import os
-from pathlib import Path
-
-
-def test_flaky():
-    state = Path(os.environ["FLAKY_STATE"])
-    if not state.exists():
-        state.write_text("failed once")
-        assert False, "flaky: fails on the first run only"
-'''
 PASSING = "def test_{name}():\n    pass\n"
 BASE_QUARANTINE = """\
 quarantine:
@@ -83,7 +72,7 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
     # 2. The pull request: a new failing test, a flaky one, a third failing test that main's
     #    committed quarantine lists, and its own quarantine entry for its new failure.
     run_git(project, ["checkout", "-q", "-b", "feature"])
-    for name, text in (("test_new.py", NEW), ("test_flaky.py", FLAKY), ("test_upstream.py", UPSTREAM)):
+    for name, text in (("test_new.py", NEW), ("test_flaky.py", FLAKY_TEST), ("test_upstream.py", UPSTREAM)):
         (project / name).write_text(text)
     (project / ".selfheal-quarantine.yml").write_text(BASE_QUARANTINE + OWN_ENTRY)
     git_commit_all(project, "the pull request")
