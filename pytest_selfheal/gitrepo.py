@@ -427,10 +427,14 @@ def repo_top(path: Path) -> Path:
 
 
 def init_repo(path: Path, message: str) -> None:
-    """``git init`` + commit everything in ``path`` with the tool's identity."""
+    """``git init`` on branch ``main`` + commit everything in ``path`` with the tool's identity.
+
+    ``main`` whatever git's own default: it is ``history.base_branch``'s default, so a failure
+    seen again on this branch is triaged ``known``, as it would be on a real project's main."""
     git = _gitpython()
     repo = git.Repo.init(path)
     try:
+        repo.git.symbolic_ref("HEAD", "refs/heads/main")  # works on every git, unlike init -b
         repo.git.add(A=True)
         actor = git.Actor(TOOL_NAME, TOOL_EMAIL)
         repo.index.commit(message, author=actor, committer=actor)

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitrepo import diff_hash, isolated_git_env
+from pytest_selfheal.gitrepo import diff_hash, init_repo, isolated_git_env, run_git
 
 
 def make_repo(path: Path, files: Dict[str, str]) -> git.Repo:
@@ -250,3 +250,12 @@ def test_remove_recorded_only_touches_selfheal_temp_dirs(project: Path, tmp_path
     assert not wt.path.exists() and not wt.scratch.exists()
     assert git_out(project, "worktree", "list", "--porcelain").count("worktree ") == 1
     wt.remove()  # idempotent, never raises
+
+
+def test_the_demo_repository_is_on_main_whatever_gits_default(tmp_path: Path) -> None:
+    # history.base_branch defaults to main: the demo's second capture of the same bug is then
+    # triaged "known on main", as on a real project, even where git's default is master.
+    (tmp_path / "calc.py").write_text("x = 1\n")
+    init_repo(tmp_path, "demo project")
+    assert run_git(tmp_path, ["branch", "--show-current"]).decode().strip() == "main"
+    assert run_git(tmp_path, ["log", "--format=%s"]).decode().strip() == "demo project"
