@@ -4,6 +4,7 @@ from the test extra) into its own virtual environment, captured with that enviro
 ``pytest --selfheal``, then looped by that environment's ``selfheal loop`` with an agent
 that fixes the bug in the repair worktree. The verification must import the worktree's
 code, so the fix is judged ``success``; the user's tree is not touched (proposed, not applied).
+The package re-exports (``from .core import *``): the plan names ``core.py``, which holds the bug.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ BACKENDS = {
     "setuptools": '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n',
     "hatchling": '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n',
 }
-# (backend, layout): the package's file, relative to the project.
+# (backend, layout): the package's folder, relative to the project. Its __init__ re-exports
+# `from .core import *`; the bug is in core.py, the module the plan must name.
 CASES = {
-    ("setuptools", "src"): "src/calc/__init__.py",
-    ("hatchling", "src"): "src/calc/__init__.py",
-    ("setuptools", "flat"): "calc/__init__.py",
+    ("setuptools", "src"): "src/calc",
+    ("hatchling", "src"): "src/calc",
+    ("setuptools", "flat"): "calc",
 }
 
 
@@ -57,14 +59,15 @@ def _environment(where: Path) -> Path:
     return python
 
 
-def _project(top: Path, backend: str, package_file: str) -> None:
-    layout = "src" if package_file.startswith("src/") else "flat"
+def _project(top: Path, backend: str, package: str) -> None:
+    layout = "src" if package.startswith("src/") else "flat"
     files: Dict[str, str] = {
         "pyproject.toml": BACKENDS[backend] + '[project]\nname = "calc"\nversion = "0.1"\n'
         + ('[tool.setuptools]\npackages = ["calc"]\n' if backend == "setuptools" and layout == "flat" else "")
         + ('[tool.hatch.build.targets.wheel]\npackages = ["src/calc"]\n' if backend == "hatchling" else "")
         + "[tool.pytest.ini_options]\n",
-        package_file: BUGGY,
+        f"{package}/__init__.py": "from .core import *\n",
+        f"{package}/core.py": BUGGY,
         "tests/test_calc.py": TEST,
         ".gitignore": ".selfheal/\n__pycache__/\n*.egg-info/\nbuild/\n",
     }
@@ -92,27 +95,31 @@ def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
 def test_an_agent_fix_of_an_editable_install_is_judged_in_the_worktree(
     backend: str, layout: str, tmp_path: Path
 ) -> None:
-    package_file = CASES[(backend, layout)]
+    package = CASES[(backend, layout)]
+    package_file = f"{package}/core.py"
     top = tmp_path / "proj"
     top.mkdir()
-    _project(top, backend, package_file)
+    _project(top, backend, package)
     python = _environment(tmp_path / "env")
     installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-build-isolation",
                       "--no-deps", "--no-index", "-q", "-e", str(top)], tmp_path)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     # From anywhere, this environment imports the user's tree.
     where = _run([str(python), "-c", "import calc; print(calc.__file__)"], tmp_path)
-    assert where.stdout.strip() == str((top / package_file).resolve()), where.stdout + where.stderr
+    assert where.stdout.strip() == str((top / package / "__init__.py").resolve()), where.stdout + where.stderr
 
     captured = _run([str(python), "-m", "pytest", *PYTEST_SELFHEAL], top)
     assert captured.returncode == 1, captured.stdout + captured.stderr
     (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    # The plan names the module that defines `sub`, not the __init__.py that re-exports it;
+    # that is the repair scope (no allowed_paths given), so the agent's fix is in scope.
+    plan = json.loads((top / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
+    assert [a["target_paths"] for a in plan["actions"]] == [[package_file]]
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     command = json.dumps([str(python), str(agent), "{worktree}", package_file])
-    scope = json.dumps([package_file])
-    looped = _run([str(python), "-m", "pytest_selfheal", "loop", incident_id, "--set", f"repair.command={command}",
-                   "--set", f"repair.allowed_paths={scope}"], top)
+    looped = _run([str(python), "-m", "pytest_selfheal", "loop", incident_id, "--set", f"repair.command={command}"],
+                  top)
     assert looped.returncode == 0, looped.stdout + looped.stderr
     run_result = json.loads((top / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
     assert run_result["stop_reason"] == "success" and run_result["final_status"] == "resolved"
