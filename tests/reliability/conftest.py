@@ -42,10 +42,10 @@ DETERMINISTIC = """
 """
 
 # Names a reader may meet under a root after a kill, beside the contract's files
-# (docs/store.md: temp files ".<name>.<random>.tmp", build folders ".tmp_<id>_<random>",
-# the lock files).
+# (docs/store.md: temp files ".<name>.<random>.tmp", build folders ".tmp_<id>_<random>" in
+# the inbox and the capture's plan build folder "error_plans/.tmp_plan", the lock files).
 TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")
-BUILD_DIR = re.compile(r"^\.tmp_incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]+_[0-9a-f]{8}$")
+BUILD_DIR = re.compile(r"^(\.tmp_incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]+_[0-9a-f]{8}|\.tmp_plan)$")
 LOCK_FILES = (".lock", ".loop.lock")
 
 
