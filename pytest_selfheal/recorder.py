@@ -341,8 +341,9 @@ class Recorder:
         )
         covered: Set[str] = set()
         still_open: List[str] = []
+        # The run's replayable options: compared by agent mode, recorded by a capture.
+        options, options_problem = capture_options(self.config) if self.outcomes or failures else ([], None)
         if self.outcomes:
-            run_options, unknown = capture_options(self.config)
             agent = _loop_side("agent_mode").record_agent_attempts(
                 store=self.store(),
                 effective=self.effective,
@@ -354,7 +355,7 @@ class Recorder:
                 invocation=list(self.config.invocation_params.args),
                 started_at=self.started_at,
                 exit_code=exitstatus,
-                run_options=None if unknown else run_options,
+                run_options=None if options_problem else options,
             )
             self.lines.extend((ESSENTIAL, line) for line in agent.lines)
             covered, still_open = agent.covered, agent.still_open
@@ -367,9 +368,8 @@ class Recorder:
             ))
         elif remaining:
             nodeids = {f.nodeid for f in remaining}
-            options, problem = capture_options(self.config)
-            if problem:
-                warnings.append(problem)
+            if options_problem:
+                warnings.append(options_problem)
             result = capture_incident(
                 config=self.config,
                 effective=self.effective,
