@@ -34,11 +34,13 @@ from schema_check import assert_valid
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.loop.control import KILL_ENV
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.root import Store
 
@@ -424,3 +426,16 @@ def selfheal(cwd: Path, *args: str, env: Optional[Mapping[str, str]] = None, std
     """``selfheal ARGS`` in ``cwd`` through ``cli``, with a child's environment (``run_env(env)``):
     what the console script sees in a job, in this process."""
     return cli(*args, cwd=cwd, env=run_env(env), stdin=stdin)
+
+
+def disk_full_on(monkeypatch: Any, name: str) -> None:
+    """Make every in-place write of a file called ``name`` (``fsio.write_new_bytes``: the
+    store's build folders) fail as a full disk would."""
+    real = fsio.write_new_bytes
+
+    def failing(path: Any, data: bytes) -> None:
+        if Path(path).name == name:
+            raise StoreIOError(f"cannot write {path}: No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(fsio, "write_new_bytes", failing)

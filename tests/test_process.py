@@ -233,14 +233,18 @@ def test_the_child_dies_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
             parent.wait()
 
 
+def _with_a_grandchild(pidfile: Path) -> str:
+    """A child's code: start a sleeping grandchild in its group, write its pid, then sleep."""
+    return ("import subprocess, time; "
+            "p = subprocess.Popen(['sleep', '120']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+
+
 @posix_only
 def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
     # PDEATHSIG reaches the child only; the reaper takes the rest of its group (issue 12, finding 6).
     pidfile = tmp_path / "grandchild.pid"
-    code = ("import subprocess, time; "
-            "p = subprocess.Popen(['sleep', '120']); "
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
-    parent = start_parent(tmp_path, "main", [sys.executable, "-c", code])
+    parent = start_parent(tmp_path, "main", [sys.executable, "-c", _with_a_grandchild(pidfile)])
     grandchild: Optional[int] = None
     try:
         grandchild = int(wait_for_file(pidfile))
@@ -259,10 +263,7 @@ def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
 def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> None:
     # A grandchild is out of PDEATHSIG's reach: the atexit fallback must take its group down.
     pidfile = tmp_path / "grandchild.pid"
-    code = ("import subprocess, sys, time; "
-            "p = subprocess.Popen(['sleep', '120']); "
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
-    parent = start_parent(tmp_path, "thread", [sys.executable, "-c", code])
+    parent = start_parent(tmp_path, "thread", [sys.executable, "-c", _with_a_grandchild(pidfile)])
     try:
         grandchild: Optional[int] = int(wait_for_file(pidfile))
         assert parent.wait(timeout=60) == 0

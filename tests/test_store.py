@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from helpers import disk_full_on
 from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
@@ -227,14 +228,7 @@ def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
 
 
 def test_half_made_incident_never_appears(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = fsio.write_new_bytes  # the build folder's files are written in place
-
-    def failing(path: Any, data: bytes) -> None:
-        if Path(path).name == "context.json":
-            raise StoreIOError(f"cannot write {path}: No space left on device")
-        real(path, data)
-
-    monkeypatch.setattr(fsio, "write_new_bytes", failing)
+    disk_full_on(monkeypatch, "context.json")  # the build folder's files are written in place
     with pytest.raises(StoreIOError, match="No space left"):
         create(store)
     assert list(store.inbox_dir.iterdir()) == []

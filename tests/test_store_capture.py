@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import pytest
+from helpers import disk_full_on
 from schema_check import assert_file_valid
 from test_store import NOW, incident_data, no_temp_files, plan_doc
 from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
-from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
@@ -95,14 +95,7 @@ def test_one_step_takes_fewer_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_a_failed_plan_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(tmp_path / ".selfheal")
-    real = fsio.write_new_bytes
-
-    def failing(path: Any, data: bytes) -> None:
-        if Path(path).name == "plan.json":
-            raise StoreIOError(f"cannot write {path}: No space left on device")
-        real(path, data)
-
-    monkeypatch.setattr(fsio, "write_new_bytes", failing)
+    disk_full_on(monkeypatch, "plan.json")  # the build folder's files are written in place
     with pytest.raises(StoreIOError, match="No space left"):
         one_step(store)
     assert store.list_incidents() == []
