@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple
 
 from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.records.frozen import Frozen
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -52,8 +53,8 @@ _TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class KeySpec:
+@dataclass(frozen=True, eq=False, repr=False)
+class KeySpec(Frozen):
     """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
 
     key: str

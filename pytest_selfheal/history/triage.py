@@ -19,6 +19,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
+from pytest_selfheal.records.frozen import Frozen
 
 NEW = "new"
 KNOWN = "known"
@@ -31,8 +32,8 @@ MIN_FAILURES_FOR_RATE = 2
 RERUN_DETAIL = "failed, then passed on re-run with no code change"
 
 
-@dataclass(frozen=True)
-class Triage:
+@dataclass(frozen=True, eq=False, repr=False)
+class Triage(Frozen):
     """The triage of one failure and the evidence behind it."""
 
     label: str

@@ -34,6 +34,7 @@ from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
+from pytest_selfheal.records.frozen import Frozen
 from pytest_selfheal.redact import Redactor, redact_cases
 
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
@@ -98,8 +99,8 @@ NEVER_TRUSTED = frozenset({
 })
 
 
-@dataclass(frozen=True)
-class VerificationRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class VerificationRun(Frozen):
     """What one verification subprocess did."""
 
     argv: List[str]  # as executed (interpreter resolved, --junitxml added)

@@ -25,7 +25,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RecordedDecision(JsonRecord):
     """The loop's decision after one observation, as recorded (every key optional)."""
 
@@ -63,7 +63,7 @@ class RecordedDecision(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RepairBlock(JsonRecord):
     """What one repair provider call did (docs/repair.md "What one repair call records")."""
 
@@ -101,7 +101,7 @@ class RepairBlock(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string, thaw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Event(JsonRecord):
     """One event of an incident's log."""
 

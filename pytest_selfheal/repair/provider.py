@@ -52,6 +52,7 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.frozen import Frozen
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor
@@ -101,8 +102,8 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[
     return env
 
 
-@dataclass(frozen=True)
-class CommandRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class CommandRun(Frozen):
     """What one repair command did."""
 
     argv: List[str]
