@@ -63,11 +63,10 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+import types
+from dataclasses import field
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 import pytest_selfheal
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 
 
@@ -29,8 +30,15 @@ _MANY_FIELDS: List[Any] = [
 
 
 def _both(name: str, fields: List[Any]) -> Tuple[Any, Any]:
-    generated = dataclasses.make_dataclass(f"Gen{name}", fields, frozen=True)
-    ours = dataclasses.make_dataclass(f"Our{name}", fields, bases=(Frozen,), frozen=True, eq=False, repr=False)
+    """The same class body twice: generated methods (Gen*) and Frozen's (Our*)."""
+
+    def body(ns: Dict[str, Any]) -> None:
+        ns["__annotations__"] = {f[0]: f[1] for f in fields}
+        ns.update({f[0]: f[2] for f in fields if len(f) > 2})
+        ns["__module__"] = __name__
+
+    generated = dataclasses.dataclass(frozen=True)(types.new_class(f"Gen{name}", (), {}, body))
+    ours = dataclass(frozen=True, eq=False, repr=False)(types.new_class(f"Our{name}", (Frozen,), {}, body))
     return generated, ours
 
 
@@ -87,14 +95,41 @@ def test_other_classes_are_never_equal() -> None:
     assert repr(Sub(1.0)) == "test_other_classes_are_never_equal.<locals>.Sub(only=1.0)"
 
 
-def test_still_frozen_and_replaceable() -> None:
-    one = OurMany(a=1)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        one.a = 2
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        del one.a
-    assert dataclasses.replace(one, a=2) == OurMany(a=2)
-    assert {OurMany(a=1), OurMany(a=1, hidden=("x",))} == {OurMany(a=1)}
+@pytest.mark.parametrize("kind", ["Gen", "Our"])
+def test_still_frozen_and_replaceable(kind: str) -> None:
+    cls = GenMany if kind == "Gen" else OurMany
+    one = cls(a=1)
+    for change in (lambda: setattr(one, "a", 2), lambda: setattr(one, "new", 2), lambda: delattr(one, "a"),
+                   lambda: delattr(one, "new"), lambda: setattr(one, "b", "y")):
+        with pytest.raises(dataclasses.FrozenInstanceError) as raised:
+            change()
+        assert str(raised.value).startswith(("cannot assign to field '", "cannot delete field '"))
+    assert (one.a, one.b) == (1, "x")
+    assert dataclasses.replace(one, a=2) == cls(a=2)
+    assert {cls(a=1), cls(a=1, hidden=("x",))} == {cls(a=1)}
+
+
+def test_fields_set_after_init_stay_as_frozen_dataclasses_allow() -> None:
+    """A field with init=False is set by __post_init__ through object.__setattr__ (as a
+    frozen dataclass must), and never by assignment; one with a plain default is read from
+    the class and cannot be assigned either."""
+
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Derived(Frozen):
+        a: int
+        double: int = field(init=False, compare=False)
+        fixed: str = field(default="k", init=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "double", 2 * self.a)
+
+    one = Derived(3)
+    assert (one.double, one.fixed) == (6, "k") and one == Derived(3)
+    for name in ("double", "fixed", "a"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(one, name, 0)
+    with pytest.raises(TypeError, match="Frozen, with eq=False, repr=False"):
+        dataclass(frozen=True)(type("Plain", (), {"__annotations__": {"a": int}}))
 
 
 def test_recursive_repr_as_dataclasses() -> None:
@@ -129,8 +164,10 @@ def _package_classes() -> List[type]:
 
 def test_every_frozen_dataclass_of_the_package_uses_frozen() -> None:
     """The saving holds only if no frozen dataclass gets its own generated methods back."""
-    frozen = [c for c in _package_classes() if dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen]  # type: ignore[attr-defined]
-    assert Incident in frozen and len(frozen) > 40
-    wrong = [f"{c.__module__}.{c.__qualname__}" for c in frozen
-             if not issubclass(c, Frozen) or {"__eq__", "__hash__", "__repr__"} & set(vars(c))]
-    assert wrong == []
+    classes = [c for c in _package_classes() if dataclasses.is_dataclass(c)]
+    ours = [c for c in classes if issubclass(c, Frozen)]
+    assert Incident in ours and len(ours) > 40
+    generated = [f"{c.__module__}.{c.__qualname__}" for c in classes if c.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+    assert generated == []
+    methods = {"__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"}
+    assert [f"{c.__module__}.{c.__qualname__}" for c in ours if methods & set(vars(c))] == []

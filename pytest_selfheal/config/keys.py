@@ -7,11 +7,10 @@ and the reference tables in docs/configuration.md all derive from this table.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple
 
 from pytest_selfheal.config.ini import INI_KEYS
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"

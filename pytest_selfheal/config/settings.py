@@ -27,7 +27,6 @@ import difflib
 import math
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.analysis.classify import Rule
@@ -51,7 +50,7 @@ from pytest_selfheal.config.keys import (
     nest,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}

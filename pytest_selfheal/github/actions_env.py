@@ -13,10 +13,10 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 #: GitHub's size limit for the step summary of one step (bytes, after appending).
 STEP_SUMMARY_LIMIT = 1024 * 1024

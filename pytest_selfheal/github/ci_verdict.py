@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pluggy
@@ -16,7 +15,7 @@ import pluggy
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text

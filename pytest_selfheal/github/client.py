@@ -20,12 +20,11 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from http.client import HTTPException, HTTPMessage
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "quarantine"
 

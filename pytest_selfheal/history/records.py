@@ -7,10 +7,9 @@ the same redacted failures as the incident files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # The outcome of one test in one recorded run.
 FAILED = "failed"  # failed (or errored) and was not seen passing in that run

@@ -14,12 +14,11 @@ One label per failure, first that holds wins (docs/history.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 NEW = "new"
 KNOWN = "known"

@@ -9,14 +9,13 @@ failing is a ``<failure>``; a quarantined failure carries the property
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
 
 from pytest_selfheal.junit.writer import mangle_nodeid, xml_escape_visible
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 QUARANTINED_PROPERTY = "selfheal.quarantined"
 TRIAGE_PROPERTY = "selfheal.triage"

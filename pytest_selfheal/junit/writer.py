@@ -11,12 +11,11 @@ failure gets the same fingerprint from this document, from ``--junitxml`` and fr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
 # writes the complement of the legal ranges ([^\x09\x0a\x0d\x20-\x7e\x80-\ud7ff

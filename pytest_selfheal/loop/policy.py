@@ -21,13 +21,12 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,

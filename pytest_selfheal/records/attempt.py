@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Mapping, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.incident import FailureEntry, failure_entries
 from pytest_selfheal.records.jsondoc import (
     Extra,

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 R = TypeVar("R", bound="JsonRecord")
 T = TypeVar("T")
@@ -201,7 +201,7 @@ fingerprints_per_iteration = array_of(fingerprints_entry)
 # --------------------------------------------------------------------------- records
 
 
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Field(Frozen):
     """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
 

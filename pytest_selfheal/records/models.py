@@ -8,10 +8,10 @@ Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, Dict, List, Optional
 
-from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # Outcomes of one testcase, as read from junit XML.
 OUTCOME_PASSED = "passed"

@@ -9,9 +9,10 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, string, strings
 
 
