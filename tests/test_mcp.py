@@ -59,11 +59,11 @@ def _server_env() -> Dict[str, str]:
 
 
 @asynccontextmanager
-async def session(project: Path, *server_args: str,
-                  elicit: Optional[Callable[..., Awaitable[Any]]] = None) -> AsyncIterator["Client"]:
+async def session(project: Path, *server_args: str, elicit: Optional[Callable[..., Awaitable[Any]]] = None,
+                  mode: str = "auto") -> AsyncIterator["Client"]:
     params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp", *server_args],
                                    cwd=str(project), env=_server_env())
-    async with Client(params, elicitation_callback=elicit, read_timeout_seconds=300) as client:
+    async with Client(params, elicitation_callback=elicit, read_timeout_seconds=300, mode=mode) as client:
         yield client
 
 
@@ -122,15 +122,27 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
 
             resource = await client.read_resource(f"selfheal://incident/{incident_id}")
             assert resource.contents[0].text == digest  # type: ignore[union-attr]
+            listed = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert listed == {f"selfheal://incident/{incident_id}", f"selfheal://report/{incident_id}"}
 
-            # The fix, on disk; the next run is the incident's next iteration.
+            # A change that moves the failure on: the next run is iteration 1, CONTINUE, and the
+            # digest shows the failures as they are now, not the capture's messages.
             core = project / "pkg" / "core.py"
-            core.write_text(core.read_text().replace("a - b", "a + b"))
+            core.write_text(core.read_text().replace("a - b", "a * b"))
+            moved = await client.call_tool("run_tests", {})
+            verdict = moved.structured_content or {}
+            assert (verdict["decision"], verdict["iteration"], verdict["status"]) == ("CONTINUE", 1, "running")
+            assert verdict["fingerprint_changed"] is True and verdict["progress"] is True
+            assert "- assert 0 == (0 + 1)" in text_of(moved) and "- assert -1 == (0 + 1)" not in text_of(moved)
+            assert size_of(moved) <= LIMIT
+
+            # The fix, on disk: the next iteration stops with success.
+            core.write_text(core.read_text().replace("a * b", "a + b"))
             fixed = await client.call_tool("run_tests", {})
             assert not fixed.is_error, text_of(fixed)
             verdict = fixed.structured_content or {}
             assert (verdict["decision"], verdict["stop_reason"], verdict["status"]) == ("STOP", "success", "resolved")
-            assert verdict["iteration"] == 1 and verdict["max_iterations"] == 3
+            assert verdict["iteration"] == 2 and verdict["max_iterations"] == 3
             assert verdict["fingerprint_changed"] is True and verdict["progress"] is True
             assert text_of(fixed).startswith(f"STOP success: incident {incident_id} is resolved")
             assert (project / ".selfheal" / "error_archive" / "resolved" / incident_id / "incident.json").is_file()
@@ -144,7 +156,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             assert resource.contents[0].text == text_of(report)  # type: ignore[union-attr]
 
             status = await client.call_tool("status", {})
-            assert f"{incident_id}  resolved  resolved  attempts 1" in text_of(status)
+            assert f"{incident_id}  resolved  resolved  attempts 2" in text_of(status)
 
             # A bad id is a tool error of one line, and the server answers the next call.
             unknown = await client.call_tool("show", {"incident_id": "incident_20990101_000000_nope"})
@@ -179,7 +191,10 @@ def _incident_with_patch(project: Path) -> str:
     return incident_id
 
 
-def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path) -> None:
+# auto: the 2026-07-28 protocol, the question rides an input_required result; legacy: the
+# server sends elicitation/create mid-call (clients on the 2025 protocol versions).
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode: str) -> None:
     files = dict(REEXPORT)
     files["tests/test_add.py"] = files["tests/test_add.py"].replace("range(150)", "range(2)")
     project = make_project(tmp_path / "proj", files)
@@ -196,13 +211,13 @@ def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path) -> No
 
     async def scenario() -> None:
         # A client that cannot ask: refused, with the command to run by hand; nothing changes.
-        async with session(project) as client:
+        async with session(project, mode=mode) as client:
             refused = await client.call_tool("apply", {"incident_id": incident_id})
             assert refused.is_error
             assert f"selfheal apply {incident_id}" in text_of(refused) and "\n" not in text_of(refused)
             assert tree_state(project) == clean and "a - b" in core.read_text()
 
-        async with session(project, elicit=elicit) as client:
+        async with session(project, elicit=elicit, mode=mode) as client:
             declined = await client.call_tool("apply", {"incident_id": incident_id})
             assert not declined.is_error and text_of(declined).startswith("not applied")
             assert tree_state(project) == clean and "a - b" in core.read_text()

@@ -112,7 +112,8 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
         lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP)}")
         kinds = Counter(f"{e.get('failure_type') or '-'} ({e.get('failure_class') or '-'})" for e in entries)
         lines.append("class: " + ", ".join(kinds))
-        lines.append(f"triage: {_triage_counts(entries)}")
+        if any(e.get("triage") for e in entries):  # an attempt's failures are not triaged
+            lines.append(f"triage: {_triage_counts(entries)}")
         messages: Dict[str, List[str]] = {}
         for entry in entries:
             messages.setdefault(one_line(entry.get("message")), []).append(str(entry.get("nodeid") or "-"))
@@ -136,8 +137,10 @@ def incident_head(view: Mapping[str, Any]) -> str:
         f"class: {incident.get('failure_class')}, first failure: {one_line(incident.get('step'), 200)}",
         f"signature: {one_line(incident.get('error_signature'))}",
         f"failures: {len(failures)} in {len(causes)} root cause group(s)"
-        + (f"; triage: {_triage_counts(failures)}" if failures else ""),
+        + (f"; triage: {_triage_counts(failures)}" if any(f.get("triage") for f in failures) else ""),
     ]
+    if view.get("now"):
+        lines.append(f"now: {view['now']}")
     return "\n".join(lines)
 
 

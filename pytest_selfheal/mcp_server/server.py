@@ -16,7 +16,8 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp_types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import Resource as MCPResource
 from pydantic import BaseModel, Field, ValidationError
 
 from pytest_selfheal import __version__
@@ -63,8 +64,26 @@ def _validation_line(exc: ValidationError) -> str:
 
 
 class SelfhealMCPServer(MCPServer[Any]):
-    """MCPServer whose tool errors are one line: the SDK's multi-line argument validation
-    errors and its ``Error executing tool`` prefix are folded into ``<tool>: <message>``."""
+    """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
+    validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
+    <message>``) and whose resource list names the project's incidents."""
+
+    def __init__(self, project: Project) -> None:
+        super().__init__("selfheal", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+        self.project = project
+
+    async def list_resources(self) -> list[MCPResource]:
+        try:
+            ids = self.project.incident_ids()
+        except SelfhealError:
+            ids = []  # a broken reports root: the tools say why, the list is just empty
+        return await super().list_resources() + [
+            MCPResource(uri=f"selfheal://{kind}/{incident_id}", name=f"{kind} {incident_id}",
+                        mime_type="text/markdown", description=description)
+            for incident_id in ids
+            for kind, description in (("incident", "digest of the incident (as the show tool)"),
+                                      ("report", "RALF Lite Loop Report (as the report tool)"))
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Optional[Context[Any, Any]] = None
@@ -77,7 +96,7 @@ class SelfhealMCPServer(MCPServer[Any]):
                 message = _validation_line(cause)
             else:
                 message = str(exc).removeprefix(f"Error executing tool {name}: ")
-            raise ToolError(f"{name}: {_one_line(message)}") from None
+            raise ToolError(self.project.redactor().redact(f"{name}: {_one_line(message)}")) from None
 
 
 def _result(result: ToolResult) -> CallToolResult:
@@ -94,7 +113,7 @@ def _guarded(call: Callable[[], _T]) -> _T:
 
 def build_server(project: Project) -> SelfhealMCPServer:
     """The MCP server of ``project``: six tools and two resource templates."""
-    app = SelfhealMCPServer("selfheal", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    app = SelfhealMCPServer(project)
     # Tools that run tests or change files run one at a time (the SDK runs each call in a thread).
     changing = threading.Lock()
 

@@ -93,6 +93,17 @@ class Project:
         settings = (effective or self.effective()).settings
         return Store(self.root / settings.reports_dir, redactor=default_redactor(settings.redaction))
 
+    def redactor(self) -> Redactor:
+        """The redactor of the project's settings (the defaults when the config cannot be read)."""
+        try:
+            return default_redactor(self.effective().settings.redaction)
+        except SelfhealError:
+            return default_redactor()
+
+    def incident_ids(self, limit: int = 50) -> List[str]:
+        """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
+        return [str(row["incident_id"]) for row in reversed(self.store().list_incidents())][:limit]
+
     def _limit(self, effective: EffectiveConfig) -> int:
         return int(effective.settings.mcp.max_chars)
 
@@ -118,7 +129,7 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
-        blocks = incident_blocks(incident_view(store, resolved))
+        blocks = incident_blocks(current_view(store, resolved))
         return ToolResult(fit(blocks, self._limit(effective), what="block(s) (root-cause groups, plan, attempts)",
                               more=f"`selfheal show {resolved} --json` prints everything"))
 
@@ -249,7 +260,9 @@ class Project:
             else:
                 # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
                 verdict.update(decision="CONTINUE", stop_reason=None, status="not_counted", plugin_lines=plugin_lines,
-                               summary="this run recorded nothing (see the plugin lines below)",
+                               summary="this run recorded nothing" + (
+                                   " (the plugin's lines below say why)" if plugin_lines else
+                                   ": it did not re-run the open incident's failing tests" if open_ids else ""),
                                next="call run_tests with no arguments to re-run the open incident's tests"
                                if open_ids else "fix the failures above, then call run_tests again")
         return verdict
@@ -275,7 +288,7 @@ class Project:
         blocks = ["\n".join(verdict_lines(verdict))]
         open_id = verdict["incident_id"] if verdict.get("status") != "resolved" else None
         if open_id:
-            blocks += incident_blocks(incident_view(store, open_id))[1:-2]  # its root-cause groups
+            blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
         data = {k: v for k, v in verdict.items() if k != "plugin_lines"}
         text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data),
                    more=f"call show with incident_id {open_id}" if open_id else "call status")
@@ -293,6 +306,28 @@ class Project:
         apply_proposed(self.store(), proposed)
         return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "
                           f"{', '.join(proposed.files)}")
+
+
+def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
+    """The incident view with its failures as they are now: after an attempt, the groups keep
+    the plan's root causes but hold only the tests still failing, with their latest messages
+    and fingerprints (an agent must not chase the capture's stale messages)."""
+    view = incident_view(store, incident_id)
+    attempts = store.read_attempts(incident_id)
+    if not attempts:
+        return view
+    last = attempts[-1]
+    failures = [entry.to_json() for entry in last.failures]
+    failing = {str(entry.get("nodeid") or entry.get("test")) for entry in failures}
+    causes = []
+    for cause in view["root_causes"]:
+        nodeids = [n for n in cause["nodeids"] if n in failing]
+        if nodeids:
+            causes.append({**cause, "nodeids": nodeids})
+    view["incident"] = {**view["incident"], "failures": failures}
+    view["root_causes"] = causes
+    view["now"] = f"attempt #{last.iteration}: {len(failures)} of the selection still failing"
+    return view
 
 
 def after_rows(store: Store) -> Dict[str, str]:
