@@ -32,25 +32,26 @@ def _listed(items: Sequence[str], shown: int) -> str:
     return head + (f" (+{more} more)" if more > 0 else "")
 
 
-def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0) -> str:
-    """The blocks joined by blank lines, as many as fit in ``max_chars - reserved`` characters.
+def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0,
+        separator: str = "\n\n") -> str:
+    """The blocks joined by ``separator`` (a blank line), as many as fit in ``max_chars - reserved`` characters.
 
     Blocks are kept in order; the first that does not fit ends the text, and a last line says
     how many of the ``what`` were left out and points at ``more`` (the tool that gives the
     rest). A single block longer than the whole budget is cut at a line boundary.
     """
     budget = max(max_chars - reserved, 0)
-    whole = "\n\n".join(blocks)
+    whole = separator.join(blocks)
     if len(whole) <= budget:
         return whole
     kept: List[str] = []
     used = 0
     for index, block in enumerate(blocks):
-        cost = len(block) + (2 if kept else 0)
+        cost = len(block) + (len(separator) if kept else 0)
         left = len(blocks) - index
         note = f"[cut: {left} {what} left out to stay under {max_chars} characters; {more}]"
         # Room for the note stays free unless this is the last block.
-        room = budget - used - (0 if left == 1 else len(note) + 2)
+        room = budget - used - (0 if left == 1 else len(note) + len(separator))
         if cost <= room:
             kept.append(block)
             used += cost
@@ -59,7 +60,7 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
             # Not even the first block fits: keep its first lines.
             lines, size = [], 0
             for line in block.split("\n"):
-                if size + len(line) + 1 > budget - len(note) - 2:
+                if size + len(line) + 1 > budget - len(note) - len(separator):
                     break
                 lines.append(line)
                 size += len(line) + 1
@@ -67,7 +68,7 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
                 kept.append("\n".join(lines))
         kept.append(note)
         break
-    text = "\n\n".join(kept)
+    text = separator.join(kept)
     return text[:budget]  # a budget below the note's own length: the note is cut too
 
 

@@ -122,7 +122,7 @@ class Project:
         ]
         head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
         return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
-                              more="`selfheal status` lists them all"))
+                              more="`selfheal status` lists them all", separator="\n"))
 
     def show(self, incident_id: str) -> ToolResult:
         """The bounded digest of one incident."""
@@ -247,8 +247,9 @@ class Project:
             verdict.update(decision="CONTINUE", stop_reason=None, status="captured",
                            incident_id=verdict["incident_id"] or captured[-1])
             verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at"
-            verdict["next"] = ("edit the target paths below (show gives the whole digest), then call run_tests "
-                               "again with no arguments: it re-runs the failing tests as the next iteration")
+            verdict["next"] = ("edit the code at the target paths below (show gives the whole digest), never the "
+                               "failing tests; then call run_tests again with the same pytest_args and no selection: "
+                               "that run is the incident's next iteration")
         elif iterated:
             verdict["summary"] = self._iteration_summary(verdict)
             verdict["next"] = self._next(verdict, store)
@@ -269,8 +270,10 @@ class Project:
 
     @staticmethod
     def _iteration_summary(verdict: Mapping[str, Any]) -> str:
+        if verdict["bucket"] != "inbox":
+            return f"incident {verdict['incident_id']} is {verdict['status']}, archived to error_archive/{verdict['bucket']}"
         if verdict["decision"] == "STOP":
-            return f"incident {verdict['incident_id']} is {verdict['status']} ({verdict['bucket']})"
+            return f"incident {verdict['incident_id']} stopped and is {verdict['status']}"
         return f"incident {verdict['incident_id']} is still failing; iteration {verdict['iteration']} recorded"
 
     def _next(self, verdict: Mapping[str, Any], store: Store) -> str:
