@@ -98,7 +98,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
                 assert tools[name].input_schema["required"] == ["incident_id"], name
             assert all(tool.description for tool in tools.values())
 
-            first = await client.call_tool("run_tests", {})
+            first = await client.call_tool("run_tests", {"pytest_args": ["-q", "-p", "no:cacheprovider"]})
             assert not first.is_error, text_of(first)
             verdict = first.structured_content or {}
             incident_id = verdict["captured"]
@@ -135,6 +135,12 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             assert verdict["fingerprint_changed"] is True and verdict["progress"] is True
             assert "- assert 0 == (0 + 1)" in text_of(moved) and "- assert -1 == (0 + 1)" not in text_of(moved)
             assert size_of(moved) <= LIMIT
+
+            # Other options than the capture's: recorded nothing, and the plugin's line says why.
+            other = await client.call_tool("run_tests", {"pytest_args": []})
+            verdict = other.structured_content or {}
+            assert (verdict["decision"], verdict["status"], verdict["iteration"]) == ("CONTINUE", "not_counted", None)
+            assert "not counted as an iteration" in text_of(other) and "(-p no:cacheprovider)" in text_of(other)
 
             # The fix, on disk: the next iteration stops with success.
             core.write_text(core.read_text().replace("a * b", "a + b"))

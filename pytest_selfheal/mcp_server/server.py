@@ -28,8 +28,8 @@ from pytest_selfheal.repair.apply import ProposedPatch
 INSTRUCTIONS = """\
 pytest-selfheal: an honest, bounded repair loop for failing pytest runs.
 Workflow: run_tests -> show -> edit the code at the target paths -> run_tests, until the
-verdict says STOP. CONTINUE means: change the code and call run_tests again (no arguments
-re-runs the open incident's failing tests as the next iteration). STOP success means fixed
+verdict says STOP. CONTINUE means: change the code and call run_tests again without
+arguments (that run replays the capture's options and is the open incident's next iteration). STOP success means fixed
 and archived; any other STOP reason (repeated_fingerprint, no_progress, max_iterations, ...)
 means stop trying and hand over to the user with the report. Never edit or skip the failing
 tests to make them pass. apply needs the user's approval, asked through this client."""
@@ -120,12 +120,13 @@ def build_server(project: Project) -> SelfhealMCPServer:
     @app.tool()
     def run_tests(selection: Optional[List[str]] = None, pytest_args: Optional[List[str]] = None) -> CallToolResult:
         """Run `pytest --selfheal` (optionally only `selection`: node ids or paths; `pytest_args`:
-        allowlisted pytest options such as -x, -k EXPR, --tb short). A failing run is captured as
-        an incident; with an incident open, the run is its next iteration. Returns the verdict:
+        allowlisted pytest options such as -x, -k EXPR, --tb short; omitted: the open incident's
+        own options). A failing run is captured as an incident; with an incident open, the run
+        is its next iteration (with the options it was captured with). Returns the verdict:
         CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
         progress, counts, and a digest of the failures grouped by root cause."""
         with changing:
-            return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args or [])))
+            return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args)))
 
     @app.tool()
     def status() -> CallToolResult:

@@ -24,6 +24,7 @@ from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
+from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
 from pytest_selfheal.pytest_run import describe_pytest_exit, pytest_argv, snapshot
@@ -169,7 +170,8 @@ class Project:
 
     # ------------------------------------------------------------------ run_tests
 
-    def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str]) -> None:
+    def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
+                     replayed: Sequence[str] = ()) -> None:
         for word in selection:
             if not word or word.startswith("-"):
                 raise UsageError(f"selection entries are node ids or paths, got {word!r} (options go in pytest_args)")
@@ -181,13 +183,23 @@ class Project:
         settings = effective.settings
         check_command(["python", "-m", "pytest", *selection, *pytest_args],
                       allowlist=settings.verification.allowlist, root=self.root,
-                      trusted=settings.verification.args)
+                      trusted=[*settings.verification.args, *replayed])
 
-    def run_tests(self, selection: Sequence[str] = (), pytest_args: Sequence[str] = ()) -> ToolResult:
-        """``pytest --selfheal`` in a child process and the verdict of what it recorded."""
+    def run_tests(self, selection: Sequence[str] = (), pytest_args: Optional[Sequence[str]] = None) -> ToolResult:
+        """``pytest --selfheal`` in a child process and the verdict of what it recorded.
+
+        ``pytest_args`` None: the options the open incident's capture recorded (trusted like
+        every verification run's), so that the run counts as its next iteration; none when
+        no incident is open.
+        """
         effective = self.effective()
-        self._check_words(effective, selection, pytest_args)
         store = self.store(effective)
+        replayed: List[str] = []
+        if pytest_args is None:
+            waiting = open_incidents(store)
+            replayed = list(waiting[-1].options or []) if waiting else []
+            pytest_args = replayed
+        self._check_words(effective, selection, pytest_args, replayed)
         redactor = default_redactor(effective.settings.redaction)
         before = snapshot(store)
         tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -248,8 +260,8 @@ class Project:
                            incident_id=verdict["incident_id"] or captured[-1])
             verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at"
             verdict["next"] = ("edit the code at the target paths below (show gives the whole digest), never the "
-                               "failing tests; then call run_tests again with the same pytest_args and no selection: "
-                               "that run is the incident's next iteration")
+                               "failing tests; then call run_tests again without arguments: that run replays the "
+                               "capture's pytest options and is the incident's next iteration")
         elif iterated:
             verdict["summary"] = self._iteration_summary(verdict)
             verdict["next"] = self._next(verdict, store)
