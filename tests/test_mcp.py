@@ -122,6 +122,12 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
 
             resource = await client.read_resource(f"selfheal://incident/{incident_id}")
             assert resource.contents[0].text == digest  # type: ignore[union-attr]
+            one = await client.call_tool("show", {"incident_id": incident_id, "group": 1})
+            assert not one.is_error and size_of(one) <= LIMIT and "… 100 more distinct" in text_of(one)
+            assert text_of(one).count("\n- assert ") == 50 and "(+120 more)" in text_of(one)
+            no_group = await client.call_tool("show", {"incident_id": incident_id, "group": 2})
+            assert no_group.is_error and text_of(no_group) == (
+                f"show: group 2: incident {incident_id} has 1 root-cause group(s), numbered from 1")
             listed = {str(r.uri) for r in (await client.list_resources()).resources}
             assert listed == {f"selfheal://incident/{incident_id}", f"selfheal://report/{incident_id}"}
 

@@ -18,6 +18,7 @@ DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
 NODEIDS_PER_GROUP = 3  # failing test ids named per group (the count says how many in all)
 FINGERPRINTS_PER_GROUP = 5
 PATHS_PER_GROUP = 8
+FULL_SCALE = 10  # ``show`` of one group lists ten times as much of it
 
 
 def one_line(value: Any, limit: int = MESSAGE_CHARS) -> str:
@@ -91,9 +92,11 @@ def _triage_counts(entries: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapping[str, Mapping[str, Any]]) -> str:
+def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapping[str, Mapping[str, Any]],
+                full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
-    first line of each distinct failure."""
+    first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""
+    scale = FULL_SCALE if full else 1
     nodeids = [str(n) for n in cause.get("nodeids") or []]
     entries = [failures[n] for n in nodeids if n in failures]
     where = f"{cause['path']}::{cause['name']}" if cause.get("path") and cause.get("name") else (
@@ -103,14 +106,14 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
              f"(evidence: {cause.get('evidence') or 'fingerprint'}), {len(nodeids)} failing test(s)"]
     targets = [str(p) for p in cause.get("target_paths") or []]
     if targets:
-        lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP)}")
+        lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")
     tests = [str(p) for p in cause.get("test_paths") or []]
     if tests:
-        lines.append(f"test paths: {_listed(tests, PATHS_PER_GROUP)}")
-    lines.append(f"tests: {_listed(nodeids, NODEIDS_PER_GROUP)}")
+        lines.append(f"test paths: {_listed(tests, PATHS_PER_GROUP * scale)}")
+    lines.append(f"tests: {_listed(nodeids, NODEIDS_PER_GROUP * scale)}")
     if entries:
         prints = list(dict.fromkeys(str(e.get("fingerprint") or "-") for e in entries))
-        lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP)}")
+        lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP * scale)}")
         kinds = Counter(f"{e.get('failure_type') or '-'} ({e.get('failure_class') or '-'})" for e in entries)
         lines.append("class: " + ", ".join(kinds))
         if any(e.get("triage") for e in entries):  # an attempt's failures are not triaged
@@ -118,7 +121,7 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
         messages: Dict[str, List[str]] = {}
         for entry in entries:
             messages.setdefault(one_line(entry.get("message")), []).append(str(entry.get("nodeid") or "-"))
-        shown = list(messages.items())[:DISTINCT_PER_GROUP]
+        shown = list(messages.items())[:DISTINCT_PER_GROUP * scale]
         lines.append(f"failures ({len(messages)} distinct first line(s)):")
         for message, ids in shown:
             lines.append(f"- {message}  [{_listed(ids, 1)}]")
@@ -173,11 +176,16 @@ def attempts_block(view: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def incident_blocks(view: Mapping[str, Any]) -> List[str]:
+def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> List[str]:
     """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
-    the head, one block per root-cause group, the plan, the attempts."""
+    the head, one block per root-cause group, the plan, the attempts. ``group`` (1-based): the
+    head and that one group in full; ``IndexError`` when there is no such group."""
     failures = _failures_by_id(view["incident"])
     causes = list(view.get("root_causes") or [])
+    if group is not None:
+        if not 1 <= group <= len(causes):
+            raise IndexError(group)
+        return [incident_head(view), group_block(group, len(causes), causes[group - 1], failures, full=True)]
     blocks = [incident_head(view)]
     blocks += [group_block(i, len(causes), cause, failures) for i, cause in enumerate(causes, 1)]
     return blocks + [plan_block(view), attempts_block(view)]

@@ -134,11 +134,12 @@ def build_server(project: Project) -> SelfhealMCPServer:
         return _result(_guarded(project.status))
 
     @app.tool()
-    def show(incident_id: str) -> CallToolResult:
+    def show(incident_id: str, group: Optional[int] = None) -> CallToolResult:
         """A bounded digest of one incident (an id, a unique prefix, or `latest`): its root-cause
         groups with the source files to fix (target paths) and the failing tests, fingerprints,
-        class, triage, the first line of each distinct failure, the plan and the attempts."""
-        return _result(_guarded(lambda: project.show(incident_id)))
+        class, triage, the first line of each distinct failure, the plan and the attempts.
+        `group` (1, 2, ...): only that root-cause group, listed in full."""
+        return _result(_guarded(lambda: project.show(incident_id, group)))
 
     @app.tool()
     def loop(incident_id: str) -> CallToolResult:

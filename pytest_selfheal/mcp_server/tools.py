@@ -125,14 +125,21 @@ class Project:
         return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
                               more="`selfheal status` lists them all", separator="\n"))
 
-    def show(self, incident_id: str) -> ToolResult:
-        """The bounded digest of one incident."""
+    def show(self, incident_id: str, group: Optional[int] = None) -> ToolResult:
+        """The bounded digest of one incident, or of one of its root-cause groups in full."""
         effective = self.effective()
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
-        blocks = incident_blocks(current_view(store, resolved))
+        view = current_view(store, resolved)
+        try:
+            blocks = incident_blocks(view, group)
+        except IndexError:
+            raise UsageError(f"group {group}: incident {resolved} has {len(view['root_causes'])} "
+                             "root-cause group(s), numbered from 1") from None
+        more = (f"call show with group=N for one root-cause group in full; `selfheal show {resolved} --json` "
+                "prints everything") if group is None else f"`selfheal show {resolved} --json` prints everything"
         return ToolResult(fit(blocks, self._limit(effective), what="block(s) (root-cause groups, plan, attempts)",
-                              more=f"`selfheal show {resolved} --json` prints everything"))
+                              more=more))
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
         """The RALF Lite Loop Report of one incident (default: the latest)."""
@@ -306,7 +313,8 @@ class Project:
             blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
         data = {k: v for k, v in verdict.items() if k != "plugin_lines"}
         text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data),
-                   more=f"call show with incident_id {open_id}" if open_id else "call status")
+                   more=f"call show with incident_id {open_id} (and group=N for one group in full)"
+                   if open_id else "call status")
         return ToolResult(text, data)
 
     # ------------------------------------------------------------------ apply
