@@ -13,7 +13,6 @@ Every user-facing failure is a :class:`~pytest_selfheal.errors.SelfhealError` wi
 from __future__ import annotations
 
 import collections
-import codecs
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, U
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
-from pytest_selfheal.pytest_run import describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
@@ -210,13 +209,9 @@ class Project:
         redactor = default_redactor(effective.settings.redaction)
         before = snapshot(store)
         tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = [""]
 
-        def keep(piece: bytes) -> None:
-            text = pending[0] + decoder.decode(piece)
-            *done, pending[0] = text.split("\n")
-            tail.extend(done)
+        def keep(line: bytes) -> None:  # one line, or one piece of a very long one
+            tail.append(line.decode("utf-8", errors="replace").rstrip("\r\n"))
 
         # No reports root of ours: the child reads the same config from the same directory.
         argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
@@ -224,7 +219,6 @@ class Project:
         timeout = float(effective.settings.verification.timeout_seconds)
         ran = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
                           timeout_seconds=timeout)
-        tail.extend(line for line in (pending[0] + decoder.decode(b"", final=True)).split("\n") if line)
         lines = [redactor.redact(line) for line in tail]
         if not ran.started:
             raise SelfhealError(f"cannot start pytest ({argv[0]}): {ran.error}")
@@ -239,11 +233,12 @@ class Project:
             first = next((one_line(line, 300) for line in lines if line.startswith(("ERROR", "E "))), "")
             raise SelfhealError(f"{describe_pytest_exit(code)} (exit code {code}); nothing was recorded"
                                 + (f": {first}" if first else ""))
-        verdict = self._verdict(effective, store, code, _counts(lines), captured, iterated, _plugin_section(lines))
+        verdict = self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
+                                _plugin_section(lines))
         return self._verdict_result(effective, store, verdict, redactor)
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: Dict[str, int],
-                 captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
+                 after: Snapshot, captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
         settings = effective.settings
         verdict: Dict[str, Any] = {
             "pytest_exit_code": code, "counts": counts, "max_iterations": settings.max_iterations,
@@ -273,7 +268,7 @@ class Project:
             verdict["summary"] = self._iteration_summary(verdict)
             verdict["next"] = self._next(verdict, store)
         else:
-            open_ids = [i for i, row in after_rows(store).items() if row == "inbox"]
+            open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
             if code == 0 and not open_ids:
                 verdict.update(decision="STOP", stop_reason="none", status="passed",
                                summary="all selected tests passed and no incident is open", next="nothing to fix")
@@ -351,11 +346,6 @@ def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
     view["root_causes"] = causes
     view["now"] = f"attempt #{last.iteration}: {len(failures)} of the selection still failing"
     return view
-
-
-def after_rows(store: Store) -> Dict[str, str]:
-    """``{incident id: bucket}`` of the reports root now."""
-    return {str(row["incident_id"]): str(row["bucket"]) for row in store.list_incidents()}
 
 
 __all__ = ["Project", "ToolResult"]
