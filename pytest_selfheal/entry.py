@@ -18,30 +18,9 @@ import pluggy
 from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
-
-
-def verification_root(incident: Incident, project_root: Path, reports_root: Optional[Path] = None) -> Path:
-    """Where the verification commands run: a root computed here, never a place
-    incident.json chooses. The incident's recorded ``rootdir`` (node ids are relative to
-    it) is used only when, resolved, it is ``project_root`` (pytest's rootdir rules from
-    here, or the plugin's own rootdir) or the folder holding ``reports_root``, or lies
-    inside one of them; otherwise ``project_root``. A hand-edited ``rootdir`` cannot move
-    the run elsewhere."""
-    base = Path(project_root).resolve()
-    rootdir = incident.rootdir
-    if not rootdir:
-        return base
-    bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
-    try:
-        recorded = Path(rootdir).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return base
-    if recorded.is_dir() and any(recorded == b or b in recorded.parents for b in bases):
-        return recorded
-    return base
 
 
 def has_repair_provider(effective: EffectiveConfig, pluginmanager: Optional[pluggy.PluginManager]) -> bool:
@@ -61,6 +40,7 @@ def run_incident_loop(
     interactive: Optional[bool] = None,
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
+    verify_only: bool = False,
 ) -> Dict[str, Any]:
     """Run (or resume) the loop of ``incident_id`` to its stop and return the run result.
 
@@ -68,7 +48,8 @@ def run_incident_loop(
     the capture's rootdir when that lies inside it: :func:`verification_root`).
     ``interactive`` (asking for approval on the terminal) and ``unattended`` default to
     whether stdin is a terminal; ``env`` is the test processes' environment (default
-    ``os.environ``).
+    ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
+    (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
     """
     incident = store.read_incident(incident_id)
     project_root = verification_root(incident, cwd, store.root)
@@ -79,7 +60,7 @@ def run_incident_loop(
     if interactive is None:
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = hooks.classification_rules(pluginmanager)
-    if has_repair_provider(effective, pluginmanager):
+    if not verify_only and has_repair_provider(effective, pluginmanager):
         return repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,

@@ -45,6 +45,7 @@ SPEC_DEFAULTS: Dict[str, Any] = {
     "classification": {"rules": []},
     "history": {"enabled": True, "base_branch": "main", "flaky_rate": 0.1, "window_days": 30,
                 "quarantine_file": ".selfheal-quarantine.yml"},
+    "mcp": {"max_chars": 8000},
 }
 
 

@@ -41,9 +41,11 @@ def _normalise(name: str) -> str:
 
 
 def _declared() -> Set[str]:
-    """The runtime dependencies of pyproject.toml (the source, not a possibly stale install)."""
+    """The runtime dependencies of pyproject.toml (the source, not a possibly stale install),
+    with those of the optional features' extras (``mcp``), not of ``test``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {_normalise(re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0]) for req in project["dependencies"]}
+    extras = [req for name, reqs in project["optional-dependencies"].items() if name != "test" for req in reqs]
+    return {_normalise(re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0]) for req in [*project["dependencies"], *extras]}
 
 
 def _distribution(module: str, installed: Dict[str, list]) -> str:

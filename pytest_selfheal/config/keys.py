@@ -81,6 +81,7 @@ GROUPS: Dict[str, str] = {
     "redaction": "what is removed from everything written to disk or posted",
     "classification": "extra rules for classifying failures",
     "history": "the failure history and the triage of every failure (new, known, flaky, quarantined)",
+    "mcp": "the MCP server for coding agents (`selfheal mcp`)",
 }
 
 SCHEMA: Tuple[KeySpec, ...] = (
@@ -167,6 +168,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
             "The committed quarantine list, relative to the project root; on a pull request it is read "
             "from the base revision."),
+    KeySpec("mcp.max_chars", INT, 8000,
+            "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
+            "cut with a note saying what was left out and which tool gives more."),
 )
 
 SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}

@@ -125,6 +125,13 @@ class HistorySettings(Frozen):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class McpSettings(Frozen):
+    """``mcp``: the MCP server (``selfheal mcp``)."""
+
+    max_chars: int = 8000
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Settings(Frozen):
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
@@ -148,6 +155,7 @@ class Settings(Frozen):
     redaction: RedactionSettings = RedactionSettings()
     classification_rules: Tuple[Rule, ...] = ()
     history: HistorySettings = HistorySettings()
+    mcp: McpSettings = McpSettings()
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "Settings":
@@ -179,6 +187,7 @@ class Settings(Frozen):
             redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
             history=HistorySettings(**values["history"]),
+            mcp=McpSettings(**values["mcp"]),
         )
 
 

@@ -29,6 +29,7 @@ from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.entry import run_incident_loop
+from pytest_selfheal.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -46,12 +47,10 @@ from pytest_selfheal.github.actions_env import (
 )
 from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions
 from pytest_selfheal.github.ci_verdict import (
-    CANNOT_START,
     STOP_NONE,
     Verdict,
     ci_info,
     comment_footer,
-    describe_pytest_exit,
     only_quarantined,
     render_ci_markdown,
     sanitize_ci_info,
@@ -82,16 +81,6 @@ Say = Callable[[str], None]
 # --------------------------------------------------------------------------- running
 
 
-def pytest_argv(root: Path, overrides: Sequence[Tuple[str, str]], pytest_args: Sequence[str]) -> List[str]:
-    """``python -m pytest --selfheal`` with the same config overrides and reports root as ours."""
-    argv = [sys.executable, "-m", "pytest", "--selfheal"]
-    for text, _origin in overrides:
-        argv += ["--selfheal-set", text]
-    # Last, so it wins: the run writes exactly where this process looks.
-    argv += ["--selfheal-set", f"reports_dir={root}"]
-    return argv + list(pytest_args)
-
-
 def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream: IO[str]) -> int:
     """Run pytest through :func:`pytest_selfheal.process.run` (argv list, no shell, its own
     process group, gone when we are), copying its output to ``stream`` line by line as it
@@ -115,14 +104,6 @@ def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream
         stream.flush()
         return CANNOT_START
     return result.exit_code
-
-
-Snapshot = Dict[str, Tuple[Any, ...]]
-
-
-def snapshot(store: "Store") -> Snapshot:
-    """``{incident id: (bucket, status, attempts)}`` of every incident of the root."""
-    return {str(r["incident_id"]): (r["bucket"], r["status"], r["attempts"]) for r in store.list_incidents()}
 
 
 def new_run_token() -> str:

@@ -15,6 +15,7 @@ import pluggy
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
+from pytest_selfheal.pytest_run import PYTEST_EXIT_MEANINGS, describe_pytest_exit
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs
@@ -26,17 +27,6 @@ from pytest_selfheal.store.ids import is_incident_id
 STOP_NONE = "none"
 STOP_NOT_CAPTURED = "not_captured"
 STOP_PYTEST_ERROR = "pytest_error"
-
-CANNOT_START = 127  # run_pytest's exit code when the interpreter cannot start
-PYTEST_EXIT_MEANINGS: Dict[int, str] = {
-    0: "all tests passed",
-    1: "tests failed",
-    2: "the run was interrupted",
-    3: "pytest hit an internal error",
-    4: "pytest usage error (check the pytest arguments)",
-    5: "no tests were collected",
-    CANNOT_START: "pytest could not start",
-}
 
 _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
@@ -51,15 +41,6 @@ class Verdict(Frozen):
     iterations: int
     incident_id: Optional[str]
     pytest_exit_code: Optional[int]
-
-
-def describe_pytest_exit(code: Optional[int]) -> str:
-    """A short phrase for pytest's exit code (``no tests were collected``)."""
-    if code is None:
-        return "pytest did not run"
-    if code < 0:
-        return f"pytest was killed by signal {-code}"
-    return PYTEST_EXIT_MEANINGS.get(code, f"pytest exited with code {code}")
 
 
 def verdict_without_incident(pytest_exit_code: int) -> Verdict:

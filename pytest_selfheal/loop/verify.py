@@ -34,6 +34,7 @@ from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
 
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
@@ -543,6 +544,27 @@ def observe(
     return outcomes, failures
 
 
+def verification_root(incident: Incident, project_root: Path, reports_root: Optional[Path] = None) -> Path:
+    """Where the verification commands run: a root computed here, never a place
+    incident.json chooses. The incident's recorded ``rootdir`` (node ids are relative to
+    it) is used only when, resolved, it is ``project_root`` (pytest's rootdir rules from
+    here, or the plugin's own rootdir) or the folder holding ``reports_root``, or lies
+    inside one of them; otherwise ``project_root``. A hand-edited ``rootdir`` cannot move
+    the run elsewhere."""
+    base = Path(project_root).resolve()
+    rootdir = incident.rootdir
+    if not rootdir:
+        return base
+    bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
+    try:
+        recorded = Path(rootdir).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return base
+    if recorded.is_dir() and any(recorded == b or b in recorded.parents for b in bases):
+        return recorded
+    return base
+
+
 __all__ = [
     "COLLECTION_KEY",
     "DEFAULT_ALLOWLIST",
@@ -562,4 +584,5 @@ __all__ = [
     "run_selection",
     "runner_name",
     "synthetic_failure",
+    "verification_root",
 ]

@@ -1,20 +1,21 @@
-"""Reading a report's inputs (edge): one incident's files from the store, a report JSON file."""
+"""Reading a report's inputs (edge): one incident's files from the store, a report JSON file;
+the report of chosen incidents (``selfheal report``, the MCP server's ``report`` tool)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
-from pytest_selfheal.report.data import IncidentRun, validate_report
+from pytest_selfheal.report.data import IncidentRun, build_report, validate_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 # A report of thousands of incidents is a few MiB; anything far beyond is not a report.
 MAX_REPORT_BYTES = 64 * 1024 * 1024
-
 
 
 def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
@@ -47,3 +48,19 @@ def read_report(path: Path) -> Dict[str, Any]:
     if size > MAX_REPORT_BYTES:
         raise InputError(f"{path}: too large for a report ({size} bytes, limit {MAX_REPORT_BYTES})")
     return validate_report(fsio.read_json(path), str(path))
+
+
+def select_ids(store: Store, incident_id: Optional[str], every: bool) -> List[str]:
+    """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
+    if incident_id is not None:
+        return [store.resolve_id(incident_id)]
+    rows = store.list_incidents()  # oldest first, by created_at then id
+    ids = [str(row["incident_id"]) for row in rows]
+    return ids if every else ids[-1:]
+
+
+def build_from_store(store: Store, incident_ids: List[str], project_root: Path) -> Dict[str, Any]:
+    """The report of ``incident_ids`` with the effective config of ``project_root``."""
+    config = load_config(project_root)
+    runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]
+    return build_report(incidents=runs, effective_config=config.values, origins=config.origins)

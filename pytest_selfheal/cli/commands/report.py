@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from pytest_selfheal import hooks
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
-from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.report.data import build_report
-from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.root import Store
 
 NAME = "report"
 HELP = "print the RALF Lite Loop Report of an incident (latest by default) as markdown or JSON"
@@ -50,22 +47,6 @@ def output_format(args: argparse.Namespace) -> str:
     if args.json and args.format in ("md", "text"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
     return "json" if args.json else (args.format or "md")
-
-
-def select_ids(store: "Store", incident_id: Optional[str], every: bool) -> List[str]:
-    """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
-    if incident_id is not None:
-        return [store.resolve_id(incident_id)]
-    rows = store.list_incidents()  # oldest first, by created_at then id
-    ids = [str(row["incident_id"]) for row in rows]
-    return ids if every else ids[-1:]
-
-
-def build_from_store(store: "Store", incident_ids: List[str], project_root: Path) -> Dict[str, Any]:
-    """The report of ``incident_ids`` with the effective config of ``project_root``."""
-    config = load_config(project_root)
-    runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]
-    return build_report(incidents=runs, effective_config=config.values, origins=config.origins)
 
 
 def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -12,9 +12,7 @@ from pytest_selfheal.cli.commands._common import (
     print_json,
     store_from_args,
 )
-from pytest_selfheal.plan.build import group_failures
-from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.store.root import Store
+from pytest_selfheal.report.incident_view import incident_view
 
 NAME = "show"
 HELP = "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run result"
@@ -30,86 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The incident's failures grouped by root cause: the plan's actions (which hold the
-    grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
-    out: List[Dict[str, Any]] = []
-    actions = plan.get("actions") if plan is not None else None
-    if isinstance(actions, list) and actions:
-        for action in actions:
-            cause = action.get("root_cause") or {}
-            out.append({
-                "action": action.get("id"),
-                "evidence": cause.get("evidence", "fingerprint"),
-                "path": cause.get("path"),
-                "name": cause.get("name"),
-                "signature": action.get("signature"),
-                "target_paths": list(action.get("target_paths") or []),
-                "test_paths": list(action.get("test_paths") or []),
-                "nodeids": list(action.get("nodeids") or []),
-            })
-        return out
-    failures = [f for f in incident.get("failures") or [] if isinstance(f, dict)]
-    for group in group_failures(failures):
-        out.append({
-            "action": None, **group.to_json(),
-            "signature": group.members[0].get("signature"),
-            "target_paths": [], "test_paths": [],
-            "nodeids": [str(m.get("nodeid") or m.get("test")) for m in group.members],
-        })
-    return out
-
-
-def collect(store: "Store", incident_id: str) -> Dict[str, Any]:
-    """Everything ``show`` prints, as one JSON-friendly dict (errors are raised, not hidden)."""
-    bucket, folder = store.locate(incident_id)
-    incident = store.read_incident(incident_id)
-    status = store.read_status(incident_id)
-    plan: Optional[Dict[str, Any]] = None
-    doc: Optional[Plan] = None
-    if store.has_plan(incident_id):
-        doc = store.read_plan(incident_id)
-        plan = {
-            "generated_at": doc.generated_at,
-            "summary": doc.summary,
-            "actions": [{"id": a.id, "title": a.title} for a in doc.actions],
-            "verification_commands": list(doc.verification_commands),
-            "path": store.plans_dir(incident_id).relative_to(store.root).as_posix(),
-        }
-    attempts = store.read_attempts(incident_id)
-    events, warnings = store.read_events(incident_id)
-    run_result = store.read_run_result(incident_id)
-    return {
-        "incident_id": incident_id,
-        "status": status,
-        "bucket": bucket,
-        "path": folder.relative_to(store.root).as_posix(),
-        "incident": incident.to_json(),
-        "root_causes": root_causes(incident.to_json(), doc.to_json() if doc is not None else None),
-        "plan": plan,
-        "attempts": len(attempts),
-        "attempt_results": [
-            {
-                "iteration": a.iteration,
-                "result": a.result,
-                "verification_passed": a.verification_passed,
-                "stop_reason": a.stop_reason,
-                "error_signature": a.error_signature,
-            }
-            for a in attempts
-        ],
-        "run_result": run_result.to_json() if run_result is not None else None,
-        "events": len(events),
-        "warnings": warnings,
-    }
-
-
 def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
 def format_text(data: Dict[str, Any]) -> str:
-    """``collect``'s result as readable ``label  value`` lines."""
+    """``incident_view``'s result as readable ``label  value`` lines."""
     incident = data["incident"]
     rows: List[Tuple[str, Any]] = [
         ("incident", data["incident_id"]),
@@ -164,7 +88,7 @@ def format_text(data: Dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store = store_from_args(args)
-    data = collect(store, incident_id_from_args(store, args))
+    data = incident_view(store, incident_id_from_args(store, args))
     if args.json:
         print_json(data)
     else:

@@ -1,0 +1,45 @@
+"""``selfheal mcp``: serve this project to coding agents over the Model Context Protocol (stdio)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_selfheal.errors import UsageError
+from pytest_selfheal.mcp_server.tools import Project
+
+if TYPE_CHECKING:
+    # Loaded late (see run): the SDK is the optional extra. Named here so import-linter checks the edge.
+    from pytest_selfheal.mcp_server import server  # noqa: F401
+
+NAME = "mcp"
+HELP = "serve run_tests, status, show, loop, report and apply to a coding agent over MCP (stdio)"
+
+INSTALL_HINT = "selfheal mcp needs the optional extra (Python 3.10+): pip install 'pytest-selfheal[mcp]'"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[--root DIR] [--set KEY=VALUE]``."""
+    parser.add_argument("--root", metavar="DIR", default=None,
+                        help="the project to serve (default: the current directory); pytest runs there")
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override a ralf_lite key for every call, e.g. --set mcp.max_chars=4000 (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set."""
+    if sys.version_info < (3, 10) or importlib.util.find_spec("mcp") is None:
+        raise UsageError(INSTALL_HINT)
+    directory = Path(args.root) if args.root else Path.cwd()
+    if not directory.is_dir():
+        raise UsageError(f"--root {directory}: not a directory")
+    project = Project(directory, args.overrides)  # a bad --set fails here, before serving
+    project.effective()  # so does a bad config file
+    # The SDK (a heavy optional dependency) is imported only now, by the server module.
+    serving = importlib.import_module("pytest_selfheal.mcp_server.server")
+    serving.build_server(project).run("stdio")
+    return 0

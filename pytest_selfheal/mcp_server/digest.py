@@ -1,0 +1,239 @@
+"""What the MCP tools say, as bounded text (pure).
+
+Every tool result fits in ``mcp.max_chars`` characters (docs/mcp.md "Bounded results"): the
+text is built from blocks (one per root-cause group, then the plan, the attempts…) kept in
+order while they fit; what does not fit is left out whole and a last line says what was
+left out and which tool gives more. No raw log is ever included: a failure is its first
+line (the message the fingerprint was built from), cut to :data:`MESSAGE_CHARS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+MESSAGE_CHARS = 240  # one failure's first line, at most
+DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
+NODEIDS_PER_GROUP = 3  # failing test ids named per group (the count says how many in all)
+FINGERPRINTS_PER_GROUP = 5
+PATHS_PER_GROUP = 8
+FULL_SCALE = 10  # ``show`` of one group lists ten times as much of it
+
+
+def one_line(value: Any, limit: int = MESSAGE_CHARS) -> str:
+    """``value`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
+    text = " ".join(str("-" if value is None else value).split())
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def _listed(items: Sequence[str], shown: int) -> str:
+    head = ", ".join(items[:shown])
+    more = len(items) - shown
+    return head + (f" (+{more} more)" if more > 0 else "")
+
+
+def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0,
+        separator: str = "\n\n") -> str:
+    """The blocks joined by ``separator`` (a blank line), as many as fit in ``max_chars - reserved`` characters.
+
+    Blocks are kept in order; the first that does not fit ends the text, and a last line says
+    how many of the ``what`` were left out and points at ``more`` (the tool that gives the
+    rest). A single block longer than the whole budget is cut at a line boundary.
+    """
+    budget = max(max_chars - reserved, 0)
+    whole = separator.join(blocks)
+    if len(whole) <= budget:
+        return whole
+    kept: List[str] = []
+    used = 0
+    for index, block in enumerate(blocks):
+        cost = len(block) + (len(separator) if kept else 0)
+        left = len(blocks) - index
+        note = f"[cut: {left} {what} left out to stay under {max_chars} characters; {more}]"
+        # Room for the note stays free unless this is the last block.
+        room = budget - used - (0 if left == 1 else len(note) + len(separator))
+        if cost <= room:
+            kept.append(block)
+            used += cost
+            continue
+        if not kept:
+            # Not even the first block fits: keep its first lines.
+            lines, size = [], 0
+            for line in block.split("\n"):
+                if size + len(line) + 1 > budget - len(note) - len(separator):
+                    break
+                lines.append(line)
+                size += len(line) + 1
+            if lines:
+                kept.append("\n".join(lines))
+        kept.append(note)
+        break
+    text = separator.join(kept)
+    return text[:budget]  # a budget below the note's own length: the note is cut too
+
+
+# --------------------------------------------------------------------------- one incident
+
+
+def _failures_by_id(incident: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
+    found: Dict[str, Mapping[str, Any]] = {}
+    for entry in incident.get("failures") or []:
+        if isinstance(entry, Mapping):
+            found.setdefault(str(entry.get("nodeid") or entry.get("test") or ""), entry)
+    return found
+
+
+def _triage_counts(entries: Sequence[Mapping[str, Any]]) -> str:
+    labels = Counter(
+        str((entry.get("triage") or {}).get("label") or "untriaged")
+        for entry in entries if isinstance(entry.get("triage") or {}, Mapping)
+    )
+    return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapping[str, Mapping[str, Any]],
+                full: bool = False) -> str:
+    """One root-cause group: where it points, its tests, fingerprints, class, triage and the
+    first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""
+    scale = FULL_SCALE if full else 1
+    nodeids = [str(n) for n in cause.get("nodeids") or []]
+    entries = [failures[n] for n in nodeids if n in failures]
+    where = f"{cause['path']}::{cause['name']}" if cause.get("path") and cause.get("name") else (
+        cause.get("path") or one_line(cause.get("signature"), 120))
+    head = f"{cause['action']}: " if cause.get("action") else ""
+    lines = [f"## Root cause {index} of {total}: {head}{where} "
+             f"(evidence: {cause.get('evidence') or 'fingerprint'}), {len(nodeids)} failing test(s)"]
+    targets = [str(p) for p in cause.get("target_paths") or []]
+    if targets:
+        lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")
+    tests = [str(p) for p in cause.get("test_paths") or []]
+    if tests:
+        lines.append(f"test paths: {_listed(tests, PATHS_PER_GROUP * scale)}")
+    lines.append(f"tests: {_listed(nodeids, NODEIDS_PER_GROUP * scale)}")
+    if entries:
+        prints = list(dict.fromkeys(str(e.get("fingerprint") or "-") for e in entries))
+        lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP * scale)}")
+        kinds = Counter(f"{e.get('failure_type') or '-'} ({e.get('failure_class') or '-'})" for e in entries)
+        lines.append("class: " + ", ".join(kinds))
+        if any(e.get("triage") for e in entries):  # an attempt's failures are not triaged
+            lines.append(f"triage: {_triage_counts(entries)}")
+        messages: Dict[str, List[str]] = {}
+        for entry in entries:
+            messages.setdefault(one_line(entry.get("message")), []).append(str(entry.get("nodeid") or "-"))
+        shown = list(messages.items())[:DISTINCT_PER_GROUP * scale]
+        lines.append(f"failures ({len(messages)} distinct first line(s)):")
+        for message, ids in shown:
+            lines.append(f"- {message}  [{_listed(ids, 1)}]")
+        if len(messages) > len(shown):
+            lines.append(f"- … {len(messages) - len(shown)} more distinct first line(s)")
+    return "\n".join(lines)
+
+
+def incident_head(view: Mapping[str, Any]) -> str:
+    """The first lines of an incident: id, status, class, signature, counts."""
+    incident = view["incident"]
+    failures = [f for f in incident.get("failures") or [] if isinstance(f, Mapping)]
+    causes = view.get("root_causes") or []
+    lines = [
+        f"# Incident {view['incident_id']}",
+        f"status: {view['status']} ({view['bucket']}: {view['path']})",
+        f"class: {incident.get('failure_class')}, first failure: {one_line(incident.get('step'), 200)}",
+        f"signature: {one_line(incident.get('error_signature'))}",
+        f"failures: {len(failures)} in {len(causes)} root cause group(s)"
+        + (f"; triage: {_triage_counts(failures)}" if any(f.get("triage") for f in failures) else ""),
+    ]
+    if view.get("now"):
+        lines.append(f"now: {view['now']}")
+    return "\n".join(lines)
+
+
+def plan_block(view: Mapping[str, Any]) -> str:
+    """The plan's summary, actions and verification commands (each command cut)."""
+    plan = view.get("plan")
+    if plan is None:
+        return "## Plan\nnone yet"
+    lines = ["## Plan", one_line(plan.get("summary"), 400)]
+    lines += [f"- {a['id']}: {one_line(a['title'], 300)}" for a in plan.get("actions") or []]
+    commands = [str(c) for c in plan.get("verification_commands") or []]
+    lines += [f"verify: {one_line(c, 300)}" for c in commands[:3]]
+    if len(commands) > 3:
+        lines.append(f"verify: … {len(commands) - 3} more command(s)")
+    return "\n".join(lines)
+
+
+def attempts_block(view: Mapping[str, Any]) -> str:
+    """Each recorded attempt in one line, then the run result."""
+    lines = [f"## Attempts: {view.get('attempts', 0)}"]
+    for attempt in view.get("attempt_results") or []:
+        verdict = "passed" if attempt.get("verification_passed") else "failed"
+        stop = f", stop_reason {attempt['stop_reason']}" if attempt.get("stop_reason") else ""
+        lines.append(f"#{attempt.get('iteration')}: {verdict}, {attempt.get('result')}{stop}")
+    result = view.get("run_result")
+    if result:
+        stop = f", stop_reason {result['stop_reason']}" if result.get("stop_reason") else ""
+        lines.append(f"run result: {result.get('final_status')} after {result.get('loops_used')} loop(s){stop}")
+    return "\n".join(lines)
+
+
+def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> List[str]:
+    """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
+    the head, one block per root-cause group, the plan, the attempts. ``group`` (1-based): the
+    head and that one group in full; ``IndexError`` when there is no such group."""
+    failures = _failures_by_id(view["incident"])
+    causes = list(view.get("root_causes") or [])
+    if group is not None:
+        if not 1 <= group <= len(causes):
+            raise IndexError(group)
+        return [incident_head(view), group_block(group, len(causes), causes[group - 1], failures, full=True)]
+    blocks = [incident_head(view)]
+    blocks += [group_block(i, len(causes), cause, failures) for i, cause in enumerate(causes, 1)]
+    return blocks + [plan_block(view), attempts_block(view)]
+
+
+# --------------------------------------------------------------------------- run_tests
+
+
+def verdict_lines(verdict: Mapping[str, Any]) -> List[str]:
+    """The run_tests verdict as the first lines of its text: the decision first."""
+    decision = str(verdict.get("decision"))
+    head = decision + (f" {verdict['stop_reason']}" if decision == "STOP" and verdict.get("stop_reason") else "")
+    lines = [f"{head}: {verdict.get('summary')}"]
+    counts = verdict.get("counts") or {}
+    if counts:
+        lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+                     + f" (exit code {verdict.get('pytest_exit_code')})")
+    iteration = verdict.get("iteration")
+    if iteration is not None:
+        fp = "changed" if verdict.get("fingerprint_changed") else "same"
+        progress = "yes" if verdict.get("progress") else "no"
+        lines.append(f"incident {verdict.get('incident_id')}: iteration {iteration} of "
+                     f"{verdict.get('max_iterations')}, fingerprint {fp}, progress {progress}")
+    if verdict.get("captured"):
+        lines.append(f"captured incident {verdict['captured']}")
+    for line in verdict.get("plugin_lines") or []:
+        lines.append(f"> {one_line(line, 400)}")
+    if verdict.get("next"):
+        lines.append(f"next: {verdict['next']}")
+    return lines
+
+
+def structured_size(data: Optional[Mapping[str, Any]]) -> int:
+    """How many characters ``data`` takes in a result (its compact JSON)."""
+    return 0 if data is None else len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+
+
+def result_size(text: str, data: Optional[Mapping[str, Any]]) -> int:
+    """The size of a tool result the bound applies to: its text plus its structured JSON."""
+    return len(text) + structured_size(data)
+
+
+__all__ = [
+    "fit",
+    "incident_blocks",
+    "one_line",
+    "result_size",
+    "structured_size",
+    "verdict_lines",
+]
+

@@ -1,0 +1,196 @@
+"""``selfheal mcp``: the tools of :mod:`pytest_selfheal.mcp_server.tools` served over stdio with
+the official ``mcp`` SDK (the optional extra ``pytest-selfheal[mcp]``; docs/mcp.md).
+
+This module is the only one that imports the SDK; ``cli/commands/mcp.py`` loads it only when
+the command runs and the extra is installed.
+"""
+
+# No `from __future__ import annotations` here: the SDK reads the tools' annotations at
+# registration, and `apply`'s names a resolver local to build_server.
+
+import threading
+from typing import Annotated, Any, Callable, List, Optional, TypeVar, Union
+
+from mcp.server import MCPServer
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import Resource as MCPResource
+from pydantic import BaseModel, Field, ValidationError
+
+from pytest_selfheal import __version__
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.mcp_server.tools import Project, ToolResult
+from pytest_selfheal.repair.apply import ProposedPatch
+
+INSTRUCTIONS = """\
+pytest-selfheal: an honest, bounded repair loop for failing pytest runs.
+Workflow: run_tests -> show -> edit the code at the target paths -> run_tests, until the
+verdict says STOP. CONTINUE means: change the code and call run_tests again without
+arguments (that run replays the capture's options and is the open incident's next iteration). STOP success means fixed
+and archived; any other STOP reason (repeated_fingerprint, no_progress, max_iterations, ...)
+means stop trying and hand over to the user with the report. Never edit or skip the failing
+tests to make them pass. apply needs the user's approval, asked through this client."""
+
+_T = TypeVar("_T")
+
+
+class Approval(BaseModel):
+    """The one answer ``apply`` asks the user for."""
+
+    approve: bool = Field(description="true: apply the proposed patch to your working tree")
+
+
+class _AlreadyApplied:
+    """Resolver outcome: nothing to ask, the patch is in the tree already."""
+
+    def __init__(self, proposed: ProposedPatch) -> None:
+        self.proposed = proposed
+
+
+class _CannotAsk:
+    """Resolver outcome: the client declared no elicitation, so nobody can approve."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _validation_line(exc: ValidationError) -> str:
+    parts = [f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()]
+    return "bad arguments: " + "; ".join(parts)
+
+
+class SelfhealMCPServer(MCPServer[Any]):
+    """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
+    validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
+    <message>``) and whose resource list names the project's incidents."""
+
+    def __init__(self, project: Project) -> None:
+        super().__init__("selfheal", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+        self.project = project
+
+    async def list_resources(self) -> list[MCPResource]:
+        try:
+            ids = self.project.incident_ids()
+        except SelfhealError:
+            ids = []  # a broken reports root: the tools say why, the list is just empty
+        return await super().list_resources() + [
+            MCPResource(uri=f"selfheal://{kind}/{incident_id}", name=f"{kind} {incident_id}",
+                        mime_type="text/markdown", description=description)
+            for incident_id in ids
+            for kind, description in (("incident", "digest of the incident (as the show tool)"),
+                                      ("report", "RALF Lite Loop Report (as the report tool)"))
+        ]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Optional[Context[Any, Any]] = None
+    ) -> Union[CallToolResult, InputRequiredResult]:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                message = _validation_line(cause)
+            else:
+                message = str(exc).removeprefix(f"Error executing tool {name}: ")
+            raise ToolError(self.project.redactor().redact(f"{name}: {_one_line(message)}")) from None
+
+
+def _result(result: ToolResult) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=result.text)], structured_content=result.data)
+
+
+def _guarded(call: Callable[[], _T]) -> _T:
+    """Run one operation; a selfheal error becomes a tool error with its one line."""
+    try:
+        return call()
+    except SelfhealError as exc:
+        raise ToolError(_one_line(str(exc))) from None
+
+
+def build_server(project: Project) -> SelfhealMCPServer:
+    """The MCP server of ``project``: six tools and two resource templates."""
+    app = SelfhealMCPServer(project)
+    # Tools that run tests or change files run one at a time (the SDK runs each call in a thread).
+    changing = threading.Lock()
+
+    @app.tool()
+    def run_tests(selection: Optional[List[str]] = None, pytest_args: Optional[List[str]] = None) -> CallToolResult:
+        """Run `pytest --selfheal` (optionally only `selection`: node ids or paths; `pytest_args`:
+        allowlisted pytest options such as -x, -k EXPR, --tb short; omitted: the open incident's
+        own options). A failing run is captured as an incident; with an incident open, the run
+        is its next iteration (with the options it was captured with). Returns the verdict:
+        CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
+        progress, counts, and a digest of the failures grouped by root cause."""
+        with changing:
+            return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args)))
+
+    @app.tool()
+    def status() -> CallToolResult:
+        """List the incidents of this project, newest first: id, status, bucket, attempts, signature."""
+        return _result(_guarded(project.status))
+
+    @app.tool()
+    def show(incident_id: str, group: Optional[int] = None) -> CallToolResult:
+        """A bounded digest of one incident (an id, a unique prefix, or `latest`): its root-cause
+        groups with the source files to fix (target paths) and the failing tests, fingerprints,
+        class, triage, the first line of each distinct failure, the plan and the attempts.
+        `group` (1, 2, ...): only that root-cause group, listed in full."""
+        return _result(_guarded(lambda: project.show(incident_id, group)))
+
+    @app.tool()
+    def loop(incident_id: str) -> CallToolResult:
+        """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
+        tests; flaky ones that pass resolve it) and return the result."""
+        with changing:
+            return _result(_guarded(lambda: project.loop(incident_id)))
+
+    @app.tool()
+    def report(incident_id: Optional[str] = None) -> CallToolResult:
+        """The RALF Lite Loop Report (markdown) of one incident, the latest by default."""
+        return _result(_guarded(lambda: project.report(incident_id)))
+
+    def ask_approval(incident_id: str, ctx: Context[Any, Any]) -> Union[Elicit[Approval], _AlreadyApplied, _CannotAsk]:
+        proposed = _guarded(lambda: project.proposed(incident_id))
+        if proposed.already_applied:
+            return _AlreadyApplied(proposed)
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return _CannotAsk()
+        return Elicit(proposed.question, Approval)
+
+    @app.tool()
+    def apply(
+        incident_id: str, approval: Annotated[ElicitationResult[Approval], Resolve(ask_approval)]
+    ) -> CallToolResult:
+        """Apply the repair patch proposed for an incident (error_runs/ID/final.patch) to the
+        working tree, only after the user approves it through this client; a client that cannot
+        ask is refused."""
+        answer = approval.data if isinstance(approval, AcceptedElicitation) else None
+        if isinstance(answer, _AlreadyApplied):
+            return _result(ToolResult(f"nothing to do: final.patch of {answer.proposed.incident_id} is already "
+                                      f"applied to {answer.proposed.working_tree}"))
+        if isinstance(answer, _CannotAsk):
+            resolved = _guarded(lambda: project.proposed(incident_id)).incident_id
+            raise ToolError(f"not applied: this client cannot ask the user to approve (no elicitation); "
+                            f"the user can apply it by hand: selfheal apply {resolved}")
+        if not (isinstance(answer, Approval) and answer.approve):
+            return _result(ToolResult("not applied: the user did not approve; the working tree is unchanged"))
+        with changing:
+            return _result(_guarded(lambda: project.apply(project.proposed(incident_id))))
+
+    @app.resource("selfheal://incident/{incident_id}", mime_type="text/markdown")
+    def incident_resource(incident_id: str) -> str:
+        """The bounded digest of one incident (as the show tool)."""
+        return _guarded(lambda: project.show(incident_id)).text
+
+    @app.resource("selfheal://report/{incident_id}", mime_type="text/markdown")
+    def report_resource(incident_id: str) -> str:
+        """The RALF Lite Loop Report of one incident (as the report tool)."""
+        return _guarded(lambda: project.report(incident_id)).text
+
+    return app
+

@@ -1,0 +1,351 @@
+"""The operations ``selfheal mcp`` serves, without the SDK (edge): each a thin call into the
+home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md).
+
+``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.pytest_run`, through
+the one process runner) and reads what the plugin recorded; ``show`` digests
+:func:`~pytest_selfheal.report.incident_view.incident_view`; ``loop`` calls
+:func:`~pytest_selfheal.entry.run_incident_loop` (verify-only); ``report`` renders
+:func:`~pytest_selfheal.report.load.build_from_store` with the hook sections; ``apply`` is
+:mod:`pytest_selfheal.repair.apply`, approved by the server through the client.
+Every user-facing failure is a :class:`~pytest_selfheal.errors.SelfhealError` with one line.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+
+from pytest_selfheal import hooks, process
+from pytest_selfheal.config.files import find_project_root, load_config
+from pytest_selfheal.config.settings import EffectiveConfig, parse_override
+from pytest_selfheal.entry import run_incident_loop
+from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
+from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.verify import check_command
+from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
+from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
+from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.report.load import build_from_store, select_ids
+from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.store.root import Store
+
+TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
+PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
+_SECTION = re.compile(r"^-+ selfheal -+$")
+_SUMMARY = re.compile(r"\bin \d+(?:\.\d+)?s\b")
+_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ToolResult(Frozen):
+    """A tool's answer: text for the model, and (run_tests) the verdict as structured data."""
+
+    text: str
+    data: Optional[Dict[str, Any]] = None
+
+
+def _plugin_section(lines: Sequence[str]) -> List[str]:
+    """The lines of the plugin's ``selfheal`` terminal section (what it captured or decided)."""
+    out: List[str] = []
+    inside = False
+    for line in lines:
+        if _SECTION.match(line):
+            inside, out = True, []
+            continue
+        if inside and (line.startswith("===") or re.match(r"^-{3,} .* -{3,}$", line)):
+            inside = False
+        elif inside and line.strip():
+            out.append(line.rstrip())
+    return out[:PLUGIN_LINES]
+
+
+def _counts(lines: Sequence[str]) -> Dict[str, int]:
+    """pytest's final ``3 failed, 1 passed in 0.14s`` line as counts (empty when absent)."""
+    for line in reversed(lines):
+        if _SUMMARY.search(line):
+            found = _COUNT.findall(line)
+            if found:
+                return {kind: int(number) for number, kind in found}
+    return {}
+
+
+class Project:
+    """One project served over MCP: its root, its config (read at every call: the user may
+    change it while the server runs), its reports root."""
+
+    def __init__(self, directory: Path, overrides: Sequence[str] = ()) -> None:
+        self.directory = directory.resolve()
+        self.root = find_project_root(self.directory)
+        self.override_texts = list(overrides)
+        self.overrides = [parse_override(text, "--set") for text in overrides]  # bad: UsageError (2) now
+
+    def effective(self) -> EffectiveConfig:
+        """The effective config now (a bad config file: one-line ConfigError)."""
+        return load_config(self.root, overrides=self.overrides)
+
+    def store(self, effective: Optional[EffectiveConfig] = None) -> Store:
+        """The reports root of the project, redacting with its settings."""
+        settings = (effective or self.effective()).settings
+        return Store(self.root / settings.reports_dir, redactor=default_redactor(settings.redaction))
+
+    def redactor(self) -> Redactor:
+        """The redactor of the project's settings (the defaults when the config cannot be read)."""
+        try:
+            return default_redactor(self.effective().settings.redaction)
+        except SelfhealError:
+            return default_redactor()
+
+    def incident_ids(self, limit: int = 50) -> List[str]:
+        """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
+        return [str(row["incident_id"]) for row in reversed(self.store().list_incidents())][:limit]
+
+    def _limit(self, effective: EffectiveConfig) -> int:
+        return int(effective.settings.mcp.max_chars)
+
+    # ------------------------------------------------------------------ read-only tools
+
+    def status(self) -> ToolResult:
+        """Every incident, newest first, one line each."""
+        effective = self.effective()
+        rows = list(reversed(self.store(effective).list_incidents()))
+        if not rows:
+            return ToolResult(f"no incidents in {self.store(effective).root}; call run_tests to run the suite")
+        lines = [
+            f"{row['incident_id']}  {row['status']}  {row['bucket']}  attempts {row.get('attempts', 0)}  "
+            + one_line(row.get("error") if row["status"] == "corrupted" else row.get("error_signature"), 160)
+            for row in rows
+        ]
+        head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
+        return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
+                              more="`selfheal status` lists them all", separator="\n"))
+
+    def show(self, incident_id: str, group: Optional[int] = None) -> ToolResult:
+        """The bounded digest of one incident, or of one of its root-cause groups in full."""
+        effective = self.effective()
+        store = self.store(effective)
+        resolved = store.resolve_id(incident_id)
+        view = current_view(store, resolved)
+        try:
+            blocks = incident_blocks(view, group)
+        except IndexError:
+            raise UsageError(f"group {group}: incident {resolved} has {len(view['root_causes'])} "
+                             "root-cause group(s), numbered from 1") from None
+        more = (f"call show with group=N for one root-cause group in full; `selfheal show {resolved} --json` "
+                "prints everything") if group is None else f"`selfheal show {resolved} --json` prints everything"
+        return ToolResult(fit(blocks, self._limit(effective), what="block(s) (root-cause groups, plan, attempts)",
+                              more=more))
+
+    def report(self, incident_id: Optional[str] = None) -> ToolResult:
+        """The RALF Lite Loop Report of one incident (default: the latest)."""
+        effective = self.effective()
+        store = self.store(effective)
+        ids = select_ids(store, incident_id, every=False)
+        if not ids:
+            raise NotFoundError(f"no incidents in {store.root}")
+        report = build_from_store(store, ids, self.root)
+        markdown = default_redactor(effective.settings.redaction).redact(
+            report_markdown(report, hooks.cli_plugin_manager()))
+        blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
+        return ToolResult(fit(blocks, self._limit(effective), what="report section(s)",
+                              more=f"`selfheal report {ids[0]}` prints the whole report"))
+
+    # ------------------------------------------------------------------ the loop
+
+    def loop(self, incident_id: str) -> ToolResult:
+        """The verify-only loop of one incident, to its stop."""
+        effective = self.effective()
+        store = self.store(effective)
+        resolved = store.resolve_id(incident_id)
+        progress: List[str] = []
+        result = run_incident_loop(
+            store, resolved, effective=effective, cwd=self.root, pluginmanager=hooks.cli_plugin_manager(),
+            out=progress.append, interactive=False, unattended=True, verify_only=True,
+        )
+        status = str(result.get("final_status") or "unknown")
+        head = (f"STOP {result.get('stop_reason') or status}: incident {resolved} {status} after "
+                f"{result.get('loops_used', 0)} loop(s)")
+        body = "\n".join(one_line(line, 400) for line in progress[-40:])
+        blocks = [head, body] if body else [head]
+        return ToolResult(fit(blocks, self._limit(effective), what="block(s) of loop output",
+                              more=f"call show with incident_id {resolved}"))
+
+    # ------------------------------------------------------------------ run_tests
+
+    def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
+                     replayed: Sequence[str] = ()) -> None:
+        for word in selection:
+            if not word or word.startswith("-"):
+                raise UsageError(f"selection entries are node ids or paths, got {word!r} (options go in pytest_args)")
+        for index, word in enumerate(pytest_args):
+            value = word[2:] if word.startswith("-p") and len(word) > 2 else (
+                pytest_args[index + 1] if word == "-p" and index + 1 < len(pytest_args) else "")
+            if value.strip() in ("no:selfheal", "no:pytest_selfheal.plugin"):
+                raise RefusedError("run_tests always runs with the selfheal plugin: '-p no:selfheal' is refused")
+        settings = effective.settings
+        check_command(["python", "-m", "pytest", *selection, *pytest_args],
+                      allowlist=settings.verification.allowlist, root=self.root,
+                      trusted=[*settings.verification.args, *replayed])
+
+    def run_tests(self, selection: Sequence[str] = (), pytest_args: Optional[Sequence[str]] = None) -> ToolResult:
+        """``pytest --selfheal`` in a child process and the verdict of what it recorded.
+
+        ``pytest_args`` None: the options the open incident's capture recorded (trusted like
+        every verification run's), so that the run counts as its next iteration; none when
+        no incident is open.
+        """
+        effective = self.effective()
+        store = self.store(effective)
+        replayed: List[str] = []
+        if pytest_args is None:
+            waiting = open_incidents(store)
+            replayed = list(waiting[-1].options or []) if waiting else []
+            pytest_args = replayed
+        self._check_words(effective, selection, pytest_args, replayed)
+        redactor = default_redactor(effective.settings.redaction)
+        before = snapshot(store)
+        tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+        def keep(line: bytes) -> None:  # one line, or one piece of a very long one
+            tail.append(line.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+        # No reports root of ours: the child reads the same config from the same directory.
+        argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
+                           [*selection, *pytest_args])
+        timeout = float(effective.settings.verification.timeout_seconds)
+        ran = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
+                          timeout_seconds=timeout)
+        lines = [redactor.redact(line) for line in tail]
+        if not ran.started:
+            raise SelfhealError(f"cannot start pytest ({argv[0]}): {ran.error}")
+        if ran.timed_out:
+            raise SelfhealError(f"the test run passed its timeout of {timeout:g} s (verification.timeout_seconds) "
+                                "and was stopped; nothing was recorded for it")
+        after = snapshot(store)
+        captured = [i for i in after if i not in before]
+        iterated = [i for i in after if i in before and after[i][2] != before[i][2]]
+        code = ran.exit_code
+        if not captured and not iterated and code not in (0, 1):
+            first = next((one_line(line, 300) for line in lines if line.startswith(("ERROR", "E "))), "")
+            raise SelfhealError(f"{describe_pytest_exit(code)} (exit code {code}); nothing was recorded"
+                                + (f": {first}" if first else ""))
+        verdict = self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
+                                _plugin_section(lines))
+        return self._verdict_result(effective, store, verdict, redactor)
+
+    def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: Dict[str, int],
+                 after: Snapshot, captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
+        settings = effective.settings
+        verdict: Dict[str, Any] = {
+            "pytest_exit_code": code, "counts": counts, "max_iterations": settings.max_iterations,
+            "incident_id": None, "iteration": None, "captured": captured[-1] if captured else None,
+            "fingerprint_changed": None, "progress": None, "plugin_lines": [],
+        }
+        if iterated:
+            incident_id = iterated[-1]
+            last = store.read_attempts(incident_id)[-1]
+            bucket, _ = store.locate(incident_id)
+            stop = last.result == "stop"
+            verdict.update(
+                incident_id=incident_id, iteration=last.iteration, fingerprint_changed=bool(last.fingerprint_changed),
+                progress=bool(last.progress), tests_fixed=list(last.tests_fixed)[:20],
+                decision="STOP" if stop else "CONTINUE", stop_reason=last.stop_reason if stop else None,
+                status=store.read_status(incident_id), bucket=bucket,
+            )
+        if captured:
+            # A new incident to fix outweighs the verdict on the one that just closed.
+            verdict.update(decision="CONTINUE", stop_reason=None, status="captured",
+                           incident_id=verdict["incident_id"] or captured[-1])
+            verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at"
+            verdict["next"] = ("edit the code at the target paths below (show gives the whole digest), never the "
+                               "failing tests; then call run_tests again without arguments: that run replays the "
+                               "capture's pytest options and is the incident's next iteration")
+        elif iterated:
+            verdict["summary"] = self._iteration_summary(verdict)
+            verdict["next"] = self._next(verdict, store)
+        else:
+            open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
+            if code == 0 and not open_ids:
+                verdict.update(decision="STOP", stop_reason="none", status="passed",
+                               summary="all selected tests passed and no incident is open", next="nothing to fix")
+            else:
+                # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
+                verdict.update(decision="CONTINUE", stop_reason=None, status="not_counted", plugin_lines=plugin_lines,
+                               summary="this run recorded nothing" + (
+                                   " (the plugin's lines below say why)" if plugin_lines else
+                                   ": it did not re-run the open incident's failing tests" if open_ids else ""),
+                               next="call run_tests with no arguments to re-run the open incident's tests"
+                               if open_ids else "fix the failures above, then call run_tests again")
+        return verdict
+
+    @staticmethod
+    def _iteration_summary(verdict: Mapping[str, Any]) -> str:
+        if verdict["bucket"] != "inbox":
+            return f"incident {verdict['incident_id']} is {verdict['status']}, archived to error_archive/{verdict['bucket']}"
+        if verdict["decision"] == "STOP":
+            return f"incident {verdict['incident_id']} stopped and is {verdict['status']}"
+        return f"incident {verdict['incident_id']} is still failing; iteration {verdict['iteration']} recorded"
+
+    def _next(self, verdict: Mapping[str, Any], store: Store) -> str:
+        if verdict["decision"] == "CONTINUE":
+            return "change the code at the target paths, then call run_tests again"
+        if verdict["status"] == "resolved":
+            return f"done: {verdict['incident_id']} is archived as resolved"
+        report = build_from_store(store, [str(verdict["incident_id"])], self.root)
+        return one_line(report.get("recommended_next_action") or "call report for the loop report", 600)
+
+    def _verdict_result(self, effective: EffectiveConfig, store: Store, verdict: Dict[str, Any],
+                        redactor: Redactor) -> ToolResult:
+        limit = self._limit(effective)
+        verdict = redactor.redact_obj(verdict)
+        blocks = ["\n".join(verdict_lines(verdict))]
+        open_id = verdict["incident_id"] if verdict.get("status") != "resolved" else None
+        if open_id:
+            blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
+        data = {k: v for k, v in verdict.items() if k != "plugin_lines"}
+        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data),
+                   more=f"call show with incident_id {open_id} (and group=N for one group in full)"
+                   if open_id else "call status")
+        return ToolResult(text, data)
+
+    # ------------------------------------------------------------------ apply
+
+    def proposed(self, incident_id: str) -> ProposedPatch:
+        """The incident's proposed patch, checked against the working tree (nothing changes)."""
+        store = self.store()
+        return proposed_patch(store, store.resolve_id(incident_id), self.root)
+
+    def apply(self, proposed: ProposedPatch) -> ToolResult:
+        """Apply a patch the user approved."""
+        apply_proposed(self.store(), proposed)
+        return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "
+                          f"{', '.join(proposed.files)}")
+
+
+def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
+    """The incident view with its failures as they are now: after an attempt, the groups keep
+    the plan's root causes but hold only the tests still failing, with their latest messages
+    and fingerprints (an agent must not chase the capture's stale messages)."""
+    view = incident_view(store, incident_id)
+    attempts = store.read_attempts(incident_id)
+    if not attempts:
+        return view
+    last = attempts[-1]
+    failures = [entry.to_json() for entry in last.failures]
+    failing = {str(entry.get("nodeid") or entry.get("test")) for entry in failures}
+    causes = []
+    for cause in view["root_causes"]:
+        nodeids = [n for n in cause["nodeids"] if n in failing]
+        if nodeids:
+            causes.append({**cause, "nodeids": nodeids})
+    view["incident"] = {**view["incident"], "failures": failures}
+    view["root_causes"] = causes
+    view["now"] = f"attempt #{last.iteration}: {len(failures)} of the selection still failing"
+    return view
+
+
+__all__ = ["Project", "ToolResult"]

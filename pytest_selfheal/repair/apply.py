@@ -1,0 +1,95 @@
+"""Applying an incident's proposed patch (``error_runs/ID/final.patch``) to the working tree (edge).
+
+The one home of the step, whoever asked: ``selfheal apply`` confirms on the terminal (or
+``--yes``), the MCP server's ``apply`` tool through the client's elicitation. Approval is
+the caller's job and happens between :func:`proposed_patch` and :func:`apply_proposed`;
+nothing here applies a patch on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import List
+
+from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.errors import NotFoundError, RefusedError
+from pytest_selfheal.gitrepo import isolated_git_env, repo_top
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
+from pytest_selfheal.repair.worktree import apply_patch, check_patch
+from pytest_selfheal.store.events import format_ts
+from pytest_selfheal.store.reader import RUN_RESULT_JSON
+from pytest_selfheal.store.root import Store
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ProposedPatch(Frozen):
+    """An incident's proposed patch, checked against the working tree it would change."""
+
+    incident_id: str
+    patch: bytes
+    path: Path  # error_runs/ID/final.patch
+    working_tree: Path  # the top of the git repository it applies to
+    files: List[str]  # the files it touches, in order
+    already_applied: bool
+
+    @property
+    def question(self) -> str:
+        """The one question a human approves or declines."""
+        return (f"Apply {FINAL_PATCH} of {self.incident_id} ({len(self.files)} file(s): "
+                f"{', '.join(self.files)}) to {self.working_tree}?")
+
+
+def patch_files(patch: bytes) -> List[str]:
+    """The files a git patch touches (its ``diff --git a/X b/X`` headers), in order."""
+    names: List[str] = []
+    for line in patch.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("diff --git a/"):
+            name = line[len("diff --git a/"):].split(" b/", 1)[0]
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def proposed_patch(store: Store, incident_id: str, project_root: Path) -> ProposedPatch:
+    """The proposed patch of ``incident_id``, checked: unknown id or no patch is a
+    NotFoundError (4); a patch that does not apply cleanly, or no git repository, a
+    RefusedError (5). Nothing is changed."""
+    incident = store.read_incident(incident_id)
+    patch = read_run_bytes(store, incident_id, FINAL_PATCH)
+    where = store.runs_dir(incident_id) / FINAL_PATCH
+    if patch is None or not patch.strip():
+        raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
+    with isolated_git_env():
+        top = repo_top(verification_root(incident, project_root, store.root))
+        verdict = check_patch(top, patch)
+    if not verdict.ok and not verdict.already_applied:
+        raise RefusedError(
+            f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
+        )
+    return ProposedPatch(incident_id, patch, where, top, patch_files(patch), verdict.already_applied)
+
+
+def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
+    """Apply an approved ``proposed`` patch and note it in ``run_result.json``'s ``repair`` block.
+
+    ``apply_patch`` checks the tree again (it may have changed while a human was asked): a
+    conflict is a RefusedError (5) and nothing is changed.
+    """
+    with isolated_git_env():
+        apply_patch(proposed.working_tree, proposed.patch)
+    _record_applied(store, proposed.incident_id, proposed.working_tree)
+
+
+def _record_applied(store: Store, incident_id: str, top: Path) -> None:
+    existing = store.read_run_result(incident_id)
+    if existing is None:
+        return
+    block = existing.repair.to_json() if existing.repair is not None else {}
+    block.update({"final_patch": block.get("final_patch") or "final.patch", "applied": True,
+                  "applied_at": format_ts(), "applied_to": str(top), "apply_command": None,
+                  "message": f"applied to {top} with `selfheal apply`"})
+    repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+    store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))

@@ -1,0 +1,359 @@
+"""``selfheal mcp`` driven by the SDK's own client over stdio (a real subprocess), issue 14.
+
+The server runs as ``python -m pytest_selfheal mcp`` in a real project; each test is one or
+two client sessions. The pure bound (``digest.fit``) is checked directly at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import PY, cli, make_project, run_env
+from pytest_selfheal.mcp_server.digest import fit, result_size
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
+
+if sys.version_info >= (3, 10):
+    import anyio
+    from mcp import Client, StdioServerParameters
+    from mcp_types import CallToolResult, ElicitResult
+
+LIMIT = 8000
+
+# A package that re-exports its one function from core.py, and 150 tests of one bug there.
+REEXPORT = {
+    "pkg/__init__.py": "from .core import *\n",
+    "pkg/core.py": """\
+        __all__ = ["add"]
+
+
+        def add(a, b):
+            return a - b
+        """,
+    "tests/test_add.py": """\
+        import pytest
+
+        from pkg import add
+
+
+        @pytest.mark.parametrize("n", range(150))
+        def test_add(n):
+            assert add(n, 1) == n + 1
+        """,
+}
+
+
+def _server_env() -> Dict[str, str]:
+    # The suite's children run without plugin autoload; the server's pytest child loads ours by name.
+    return run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"})
+
+
+@asynccontextmanager
+async def session(project: Path, *server_args: str, elicit: Optional[Callable[..., Awaitable[Any]]] = None,
+                  mode: str = "auto") -> AsyncIterator["Client"]:
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp", *server_args],
+                                   cwd=str(project), env=_server_env())
+    async with Client(params, elicitation_callback=elicit, read_timeout_seconds=300, mode=mode) as client:
+        yield client
+
+
+def text_of(result: "CallToolResult") -> str:
+    assert len(result.content) == 1
+    return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+def size_of(result: "CallToolResult") -> int:
+    return result_size(text_of(result), result.structured_content)
+
+
+def tree_state(project: Path) -> str:
+    """``git status --porcelain`` of the project, ignoring the reports root."""
+    return subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True,
+                          check=True).stdout
+
+
+# --------------------------------------------------------------------------- the workflow
+
+
+def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", REEXPORT)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert sorted(tools) == ["apply", "loop", "report", "run_tests", "show", "status"]
+            assert set(tools["run_tests"].input_schema["properties"]) == {"selection", "pytest_args"}
+            assert tools["run_tests"].input_schema["properties"]["selection"]["anyOf"][0]["type"] == "array"
+            for name in ("show", "loop", "apply"):
+                assert tools[name].input_schema["required"] == ["incident_id"], name
+            assert all(tool.description for tool in tools.values())
+
+            first = await client.call_tool("run_tests", {"pytest_args": ["-q", "-p", "no:cacheprovider"]})
+            assert not first.is_error, text_of(first)
+            verdict = first.structured_content or {}
+            incident_id = verdict["captured"]
+            assert verdict["decision"] == "CONTINUE" and verdict["incident_id"] == incident_id
+            assert verdict["counts"] == {"failed": 150} and verdict["pytest_exit_code"] == 1
+            text = text_of(first)
+            assert text.startswith(f"CONTINUE: captured incident {incident_id}")
+            assert "target paths (fix here): pkg/core.py" in text
+            assert size_of(first) <= LIMIT
+
+            shown = await client.call_tool("show", {"incident_id": incident_id})
+            digest = text_of(shown)
+            assert not shown.is_error and size_of(shown) <= LIMIT
+            # One root cause, in the file that defines add, not the package that re-exports it.
+            assert "## Root cause 1 of 1: A1: pkg/core.py::add" in digest
+            assert "150 failing test(s)" in digest and "target paths (fix here): pkg/core.py" in digest
+            assert "pkg/__init__.py" not in digest
+            assert "failures (150 distinct first line(s)):" in digest and "… 145 more distinct" in digest
+            assert "triage: 150 new" in digest and "## Plan" in digest
+            assert "Traceback" not in digest and "def test_add" not in digest  # no raw log
+
+            resource = await client.read_resource(f"selfheal://incident/{incident_id}")
+            assert resource.contents[0].text == digest  # type: ignore[union-attr]
+            one = await client.call_tool("show", {"incident_id": incident_id, "group": 1})
+            assert not one.is_error and size_of(one) <= LIMIT and "… 100 more distinct" in text_of(one)
+            assert text_of(one).count("\n- assert ") == 50 and "(+120 more)" in text_of(one)
+            no_group = await client.call_tool("show", {"incident_id": incident_id, "group": 2})
+            assert no_group.is_error and text_of(no_group) == (
+                f"show: group 2: incident {incident_id} has 1 root-cause group(s), numbered from 1")
+            listed = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert listed == {f"selfheal://incident/{incident_id}", f"selfheal://report/{incident_id}"}
+
+            # A change that moves the failure on: the next run is iteration 1, CONTINUE, and the
+            # digest shows the failures as they are now, not the capture's messages.
+            core = project / "pkg" / "core.py"
+            core.write_text(core.read_text().replace("a - b", "a * b"))
+            moved = await client.call_tool("run_tests", {})
+            verdict = moved.structured_content or {}
+            assert (verdict["decision"], verdict["iteration"], verdict["status"]) == ("CONTINUE", 1, "running")
+            assert verdict["fingerprint_changed"] is True and verdict["progress"] is True
+            assert "- assert 0 == (0 + 1)" in text_of(moved) and "- assert -1 == (0 + 1)" not in text_of(moved)
+            assert size_of(moved) <= LIMIT
+
+            # Other options than the capture's: recorded nothing, and the plugin's line says why.
+            other = await client.call_tool("run_tests", {"pytest_args": []})
+            verdict = other.structured_content or {}
+            assert (verdict["decision"], verdict["status"], verdict["iteration"]) == ("CONTINUE", "not_counted", None)
+            assert "not counted as an iteration" in text_of(other) and "(-p no:cacheprovider)" in text_of(other)
+
+            # The fix, on disk: the next iteration stops with success.
+            core.write_text(core.read_text().replace("a * b", "a + b"))
+            fixed = await client.call_tool("run_tests", {})
+            assert not fixed.is_error, text_of(fixed)
+            verdict = fixed.structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"], verdict["status"]) == ("STOP", "success", "resolved")
+            assert verdict["iteration"] == 2 and verdict["max_iterations"] == 3
+            assert verdict["fingerprint_changed"] is True and verdict["progress"] is True
+            assert text_of(fixed).startswith(f"STOP success: incident {incident_id} is resolved")
+            assert (project / ".selfheal" / "error_archive" / "resolved" / incident_id / "incident.json").is_file()
+            assert not (project / ".selfheal" / "error_inbox" / incident_id).exists()
+
+            report = await client.call_tool("report", {"incident_id": incident_id})
+            assert not report.is_error and size_of(report) <= LIMIT
+            assert text_of(report).startswith("## RALF Lite Loop Report")
+            assert "`success`" in text_of(report)
+            resource = await client.read_resource(f"selfheal://report/{incident_id}")
+            assert resource.contents[0].text == text_of(report)  # type: ignore[union-attr]
+
+            status = await client.call_tool("status", {})
+            assert f"{incident_id}  resolved  resolved  attempts 2" in text_of(status)
+
+            # A bad id is a tool error of one line, and the server answers the next call.
+            unknown = await client.call_tool("show", {"incident_id": "incident_20990101_000000_nope"})
+            assert unknown.is_error and "\n" not in text_of(unknown)
+            assert text_of(unknown).startswith("show: ") and "incident_20990101_000000_nope" in text_of(unknown)
+            bad = await client.call_tool("show", {"incident_id": 12})
+            assert bad.is_error and text_of(bad).startswith("show: bad arguments: incident_id: ")
+            assert "\n" not in text_of(bad)
+            again = await client.call_tool("status", {})
+            assert not again.is_error and incident_id in text_of(again)
+
+    anyio.run(scenario)
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def _incident_with_patch(project: Path) -> str:
+    """Capture the re-export bug, then put a real fix in error_runs/ID/final.patch (as a
+    repair provider leaves it) and the tree back as it was."""
+    run = subprocess.run([PY, "-m", "pytest", "--selfheal", "-q"], cwd=project, capture_output=True, text=True,
+                         env=_server_env(), stdin=subprocess.DEVNULL, timeout=120)
+    assert run.returncode == 1, run.stdout[-2000:]
+    incident_id = next((project / ".selfheal" / "error_inbox").iterdir()).name
+    core = project / "pkg" / "core.py"
+    original = core.read_text()
+    core.write_text(original.replace("a - b", "a + b"))
+    patch = subprocess.run(["git", "diff"], cwd=project, capture_output=True, check=True).stdout
+    core.write_text(original)
+    (project / ".selfheal" / "error_runs" / incident_id).mkdir(parents=True, exist_ok=True)
+    (project / ".selfheal" / "error_runs" / incident_id / "final.patch").write_bytes(patch)
+    return incident_id
+
+
+# auto: the 2026-07-28 protocol, the question rides an input_required result; legacy: the
+# server sends elicitation/create mid-call (clients on the 2025 protocol versions).
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode: str) -> None:
+    files = dict(REEXPORT)
+    files["tests/test_add.py"] = files["tests/test_add.py"].replace("range(150)", "range(2)")
+    project = make_project(tmp_path / "proj", files)
+    incident_id = _incident_with_patch(project)
+    core = project / "pkg" / "core.py"
+    clean = tree_state(project)
+    asked: List[str] = []
+    answers = ["decline", "accept"]
+
+    async def elicit(context: Any, params: Any) -> "ElicitResult":
+        asked.append(params.message)
+        action = answers.pop(0)
+        return ElicitResult(action=action, content={"approve": True} if action == "accept" else None)
+
+    async def scenario() -> None:
+        # A client that cannot ask: refused, with the command to run by hand; nothing changes.
+        async with session(project, mode=mode) as client:
+            refused = await client.call_tool("apply", {"incident_id": incident_id})
+            assert refused.is_error
+            assert f"selfheal apply {incident_id}" in text_of(refused) and "\n" not in text_of(refused)
+            assert tree_state(project) == clean and "a - b" in core.read_text()
+
+        async with session(project, elicit=elicit, mode=mode) as client:
+            declined = await client.call_tool("apply", {"incident_id": incident_id})
+            assert not declined.is_error and text_of(declined).startswith("not applied")
+            assert tree_state(project) == clean and "a - b" in core.read_text()
+
+            applied = await client.call_tool("apply", {"incident_id": incident_id})
+            assert not applied.is_error, text_of(applied)
+            assert text_of(applied).startswith(f"applied final.patch of {incident_id}")
+            assert "a + b" in core.read_text()
+            assert asked and all(f"Apply final.patch of {incident_id} (1 file(s): pkg/core.py)" in q for q in asked)
+
+            again = await client.call_tool("apply", {"incident_id": incident_id})
+            assert text_of(again).startswith("nothing to do: final.patch")
+            assert len(asked) == 2  # nothing asked when there is nothing to apply
+
+    anyio.run(scenario)
+
+
+# --------------------------------------------------------------------------- errors and bounds
+
+
+HOSTILE = {
+    "test_slow.py": """\
+        import time
+
+
+        def test_slow():
+            time.sleep(60)
+        """,
+    "test_die.py": """\
+        import os
+        import signal
+
+
+        def test_die():
+            os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    "test_many.py": """\
+        import pytest
+
+
+        @pytest.mark.parametrize("n", range(40))
+        def test_distinct(n):
+            assert f"value {n} ghp_abcdefghijklmnopqrstuvwxyz0123456789" == "other"
+        """,
+}
+
+
+def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", HOSTILE)
+    limit = 1500
+
+    async def scenario() -> None:
+        async with session(project, "--set", f"mcp.max_chars={limit}",
+                           "--set", "verification.timeout_seconds=3") as client:
+            slow = await client.call_tool("run_tests", {"selection": ["test_slow.py"]})
+            assert slow.is_error and "\n" not in text_of(slow)
+            assert "passed its timeout of 3 s" in text_of(slow)
+
+            killed = await client.call_tool("run_tests", {"selection": ["test_die.py"]})
+            assert killed.is_error and "pytest was killed by signal 9" in text_of(killed)
+
+            for args, expected in (
+                ({"pytest_args": ["--basetemp=/tmp/elsewhere"]}, "refusing verification command"),
+                ({"pytest_args": ["-p", "no:selfheal"]}, "'-p no:selfheal' is refused"),
+                ({"selection": ["../outside.py"]}, "inside the project root"),
+                ({"selection": ["-x"]}, "selection entries are node ids or paths"),
+                ({"selection": "test_many.py"}, "run_tests: bad arguments: selection"),
+            ):
+                refused = await client.call_tool("run_tests", args)
+                assert refused.is_error and expected in text_of(refused), (args, text_of(refused))
+                assert "\n" not in text_of(refused)
+
+            many = await client.call_tool("run_tests", {"selection": ["test_many.py"]})
+            assert not many.is_error, text_of(many)
+            assert size_of(many) <= limit and "[cut: " in text_of(many)
+            incident_id = (many.structured_content or {})["captured"]
+            shown = await client.call_tool("show", {"incident_id": incident_id})
+            assert size_of(shown) <= limit and "[cut: " in text_of(shown)
+            assert f"`selfheal show {incident_id} --json` prints everything" in text_of(shown)
+            report = await client.call_tool("report", {})
+            assert size_of(report) <= limit
+            for result in (many, shown, report):
+                assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in text_of(result)
+                assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in json.dumps(result.structured_content)
+
+            loop = await client.call_tool("loop", {"incident_id": incident_id})
+            assert not loop.is_error and text_of(loop).startswith("STOP ")
+            assert size_of(loop) <= limit
+
+    anyio.run(scenario)
+
+
+def test_without_the_extra_the_command_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
+    code, out, err = cli("mcp", cwd=tmp_path)
+    assert code == 2 and out == ""
+    assert err == "selfheal: error: selfheal mcp needs the optional extra (Python 3.10+): " \
+                  "pip install 'pytest-selfheal[mcp]'\n"
+
+
+# --------------------------------------------------------------------------- the bound
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    blocks=st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=3000), max_size=12),
+    limit=st.integers(min_value=1, max_value=9000),
+)
+def test_fit_never_exceeds_the_bound(blocks: List[str], limit: int) -> None:
+    text = fit(blocks, limit, what="block(s)", more="call show")
+    assert len(text) <= limit
+    joined = "\n\n".join(blocks)
+    if len(joined) <= limit:
+        assert text == joined  # nothing is cut when everything fits
+    elif limit >= 200:
+        assert "[cut: " in text and "call show" in text
+
+
+def test_fit_keeps_whole_blocks_in_order() -> None:
+    blocks = ["a" * 100, "b" * 100, "c" * 100]
+    text = fit(blocks, 300, what="group(s)", more="call show")
+    assert text == "a" * 100 + "\n\n" + "b" * 100 + "\n\n" + \
+        "[cut: 1 group(s) left out to stay under 300 characters; call show]"
+    assert fit(blocks, 200, what="group(s)", more="call show") == "a" * 100 + "\n\n" + \
+        "[cut: 2 group(s) left out to stay under 200 characters; call show]"
