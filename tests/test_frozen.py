@@ -171,3 +171,5 @@ def test_every_frozen_dataclass_of_the_package_uses_frozen() -> None:
     assert generated == []
     methods = {"__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"}
     assert [f"{c.__module__}.{c.__qualname__}" for c in ours if methods & set(vars(c))] == []
+    # Made by records.frozen.dataclass (which tells Frozen the fields __init__ sets).
+    assert [f"{c.__module__}.{c.__qualname__}" for c in ours if "_init_sets" not in vars(c)] == []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, FrozenSet, Sequence, Tuple
 
 _Values = Callable[[Any], Tuple[Any, ...]]
 
@@ -52,11 +52,13 @@ class _Shape:
         # The dataclass rule: a field is hashed when ``hash`` says so, else when it is compared.
         self.hashed = _values_of([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
         self.shown = tuple(f.name for f in fields if f.repr)
-        # The fields the generated __init__ sets (a field with init=False and a plain default
-        # is read from the class; a __post_init__ sets the others with object.__setattr__).
-        self.settable: FrozenSet[str] = frozenset(
-            f.name for f in fields if f.init or f.default_factory is not dataclasses.MISSING
-        )
+
+
+def _settable(cls: type) -> FrozenSet[str]:
+    """The fields the generated ``__init__`` of ``cls`` sets (a field with init=False and a
+    plain default is read from the class; a ``__post_init__`` sets the others with
+    ``object.__setattr__``, as for any frozen dataclass)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init or f.default_factory is not dataclasses.MISSING)
 
 
 _SHAPES: Dict[type, _Shape] = {}
@@ -75,6 +77,8 @@ class Frozen:
     (module docstring)."""
 
     __slots__ = ()
+    # Set on each class by :func:`dataclass`: the names its __init__ may set, once each.
+    _init_sets: ClassVar[FrozenSet[str]] = frozenset()
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
@@ -92,10 +96,12 @@ class Frozen:
 
     def __setattr__(self, name: str, value: Any) -> None:
         # The generated __init__ sets each field once (a plain ``self.x = x``); after it,
-        # every field is set and nothing else may be.
-        if name in self.__dict__ or name not in _shape(self.__class__).settable:
+        # every field is set and nothing else may be. Every record built pays this per
+        # field: kept to two lookups and a store (a field is never a descriptor).
+        state = self.__dict__
+        if name in state or name not in self._init_sets:
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-        object.__setattr__(self, name, value)
+        state[name] = value
 
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
@@ -114,7 +120,9 @@ else:
                 return dataclasses.dataclass(cls, **params)
             if not issubclass(cls, Frozen) or params.get("eq", True) or params.get("repr", True):
                 raise TypeError(f"{cls.__qualname__}: a frozen dataclass derives from Frozen, with eq=False, repr=False")
-            return dataclasses.dataclass(cls, **dict(params, frozen=False))
+            made = dataclasses.dataclass(cls, **dict(params, frozen=False))
+            made._init_sets = _settable(made)
+            return made
 
         return wrap if cls is None else wrap(cls)
 
