@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
+import pickle
 import pkgutil
 import types
 from dataclasses import field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -37,8 +39,8 @@ def _both(name: str, fields: List[Any]) -> Tuple[Any, Any]:
         ns.update({f[0]: f[2] for f in fields if len(f) > 2})
         ns["__module__"] = __name__
 
-    generated = dataclasses.dataclass(frozen=True)(types.new_class(f"Gen{name}", (), {}, body))
-    ours = dataclass(frozen=True, eq=False, repr=False)(types.new_class(f"Our{name}", (Frozen,), {}, body))
+    generated: Any = dataclasses.dataclass(frozen=True)(types.new_class(f"Gen{name}", (), {}, body))
+    ours: Any = dataclass(frozen=True, eq=False, repr=False)(types.new_class(f"Our{name}", (Frozen,), {}, body))
     return generated, ours
 
 
@@ -99,8 +101,11 @@ def test_other_classes_are_never_equal() -> None:
 def test_still_frozen_and_replaceable(kind: str) -> None:
     cls = GenMany if kind == "Gen" else OurMany
     one = cls(a=1)
-    for change in (lambda: setattr(one, "a", 2), lambda: setattr(one, "new", 2), lambda: delattr(one, "a"),
-                   lambda: delattr(one, "new"), lambda: setattr(one, "b", "y")):
+    changes: List[Callable[[], None]] = [
+        lambda: setattr(one, "a", 2), lambda: setattr(one, "new", 2), lambda: delattr(one, "a"),
+        lambda: delattr(one, "new"), lambda: setattr(one, "b", "y"),
+    ]
+    for change in changes:
         with pytest.raises(dataclasses.FrozenInstanceError) as raised:
             change()
         assert str(raised.value).startswith(("cannot assign to field '", "cannot delete field '"))
@@ -130,6 +135,14 @@ def test_fields_set_after_init_stay_as_frozen_dataclasses_allow() -> None:
             setattr(one, name, 0)
     with pytest.raises(TypeError, match="Frozen, with eq=False, repr=False"):
         dataclass(frozen=True)(type("Plain", (), {"__annotations__": {"a": int}}))
+
+
+def test_copies_and_pickles_are_equal_and_still_frozen() -> None:
+    one = FailureEntry.from_json({"nodeid": "t.py::x", "root_cause": {"calls": [{"path": "a.py"}]}, "later": [1]}, "x")
+    for other in (copy.copy(one), copy.deepcopy(one), pickle.loads(pickle.dumps(one))):
+        assert other == one and hash(other) == hash(dataclasses.replace(one)) and other.to_json() == one.to_json()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            other.nodeid = "t.py::y"  # type: ignore[misc]
 
 
 def test_recursive_repr_as_dataclasses() -> None:
@@ -165,7 +178,7 @@ def _package_classes() -> List[type]:
 def test_every_frozen_dataclass_of_the_package_uses_frozen() -> None:
     """The saving holds only if no frozen dataclass gets its own generated methods back."""
     classes = [c for c in _package_classes() if dataclasses.is_dataclass(c)]
-    ours = [c for c in classes if issubclass(c, Frozen)]
+    ours: List[type] = [c for c in classes if issubclass(c, Frozen)]
     assert Incident in ours and len(ours) > 40
     generated = [f"{c.__module__}.{c.__qualname__}" for c in classes if c.__dataclass_params__.frozen]  # type: ignore[attr-defined]
     assert generated == []
