@@ -97,6 +97,9 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             for name in ("show", "loop", "apply"):
                 assert tools[name].input_schema["required"] == ["incident_id"], name
             assert all(tool.description for tool in tools.values())
+            read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
+            assert read_only == {"status", "show", "report"}
+            assert tools["apply"].annotations and tools["apply"].annotations.destructive_hint
 
             first = await client.call_tool("run_tests", {"pytest_args": ["-q", "-p", "no:cacheprovider"]})
             assert not first.is_error, text_of(first)

@@ -16,7 +16,7 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
 from pydantic import BaseModel, Field, ValidationError
 
@@ -116,8 +116,12 @@ def build_server(project: Project) -> SelfhealMCPServer:
     app = SelfhealMCPServer(project)
     # Tools that run tests or change files run one at a time (the SDK runs each call in a thread).
     changing = threading.Lock()
+    # Hints for clients that decide what to confirm: reading the reports root changes nothing;
+    # running tests writes only below it; apply changes the user's working tree.
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-    @app.tool()
+    @app.tool(annotations=runs)
     def run_tests(selection: Optional[List[str]] = None, pytest_args: Optional[List[str]] = None) -> CallToolResult:
         """Run `pytest --selfheal` (optionally only `selection`: node ids or paths; `pytest_args`:
         allowlisted pytest options such as -x, -k EXPR, --tb short; omitted: the open incident's
@@ -128,12 +132,12 @@ def build_server(project: Project) -> SelfhealMCPServer:
         with changing:
             return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args)))
 
-    @app.tool()
+    @app.tool(annotations=reads)
     def status() -> CallToolResult:
         """List the incidents of this project, newest first: id, status, bucket, attempts, signature."""
         return _result(_guarded(project.status))
 
-    @app.tool()
+    @app.tool(annotations=reads)
     def show(incident_id: str, group: Optional[int] = None) -> CallToolResult:
         """A bounded digest of one incident (an id, a unique prefix, or `latest`): its root-cause
         groups with the source files to fix (target paths) and the failing tests, fingerprints,
@@ -141,14 +145,14 @@ def build_server(project: Project) -> SelfhealMCPServer:
         `group` (1, 2, ...): only that root-cause group, listed in full."""
         return _result(_guarded(lambda: project.show(incident_id, group)))
 
-    @app.tool()
+    @app.tool(annotations=runs)
     def loop(incident_id: str) -> CallToolResult:
         """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
         tests; flaky ones that pass resolve it) and return the result."""
         with changing:
             return _result(_guarded(lambda: project.loop(incident_id)))
 
-    @app.tool()
+    @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:
         """The RALF Lite Loop Report (markdown) of one incident, the latest by default."""
         return _result(_guarded(lambda: project.report(incident_id)))
@@ -162,7 +166,7 @@ def build_server(project: Project) -> SelfhealMCPServer:
             return _CannotAsk()
         return Elicit(proposed.question, Approval)
 
-    @app.tool()
+    @app.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
     def apply(
         incident_id: str, approval: Annotated[ElicitationResult[Approval], Resolve(ask_approval)]
     ) -> CallToolResult:
