@@ -63,9 +63,10 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
@@ -95,8 +96,8 @@ def child_environment(env: Optional[Mapping[str, str]] = None) -> "dict[str, str
 LineSink = Callable[[bytes], None]
 
 
-@dataclass(frozen=True)
-class ProcessResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcessResult(Frozen):
     """What one child process did."""
 
     argv: List[str]

@@ -28,7 +28,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.redact import default_redactor, is_redacted
-from pytest_selfheal.report.data import build_report
+from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
@@ -215,6 +215,9 @@ class Recorder:
         self.skipped = 0
         self.lines: List[Tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
         self.incident_id: Optional[str] = None
+        # The incident this run captured, as written: its report needs no read-back (None
+        # once the loop has changed it).
+        self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
@@ -385,6 +388,7 @@ class Recorder:
                 git=git,
             )
             self.incident_id = result.incident_id
+            self.captured = IncidentRun(incident=result.incident, plan=result.plan)
             self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
             if self._loop_requested():
@@ -398,6 +402,7 @@ class Recorder:
 
     def _run_loop(self, incident_id: str) -> None:
         approve = self.effective.settings.repair.approve
+        self.captured = None  # the loop adds attempts and moves it: the report reads it back
         _loop_side("entry").run_incident_loop(
             self.store(),
             incident_id,
@@ -416,8 +421,10 @@ class Recorder:
         ]
         if not ids:
             return
+        captured = self.captured
         report = build_report(
-            incidents=[load_incident_run(store, i) for i in dict.fromkeys(ids)],
+            incidents=[captured if captured is not None and i == self.incident_id else load_incident_run(store, i)
+                       for i in dict.fromkeys(ids)],
             effective_config=self.effective.values,
             origins=self.effective.origins,
             enabled=self.effective.settings.enabled,

@@ -224,6 +224,10 @@ _LABEL_TRIGGER = lazy(
 _LABEL_NEEDLES: Tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key", "cookie", "session", "pwd")
 
 
+# One search for every needle instead of a substring test per needle (most texts hold none).
+_ANY_LABEL_NEEDLE = lazy("|".join(re.escape(n) for n in _LABEL_NEEDLES))
+_ANY_TOKEN_NEEDLE = lazy("|".join(re.escape(n) for _, needles, _ in _TOKEN_KINDS for n in needles))
+
 _LABEL_KINDS = ("auth", "cookie", "aws", "bearer", "assign")
 # The longest a label can be from its keyword to its value (keyword, suffix, quote, spaces,
 # operator, spaces, quote, scheme word): bounds the search for a label hidden in a value.
@@ -335,7 +339,7 @@ def _builtin_pass(text: str) -> str:
     if "-----BEGIN" in text:
         text = sub_spans(_PEM(), text, text, _pem_repl)
     folded = fold(text)
-    if any(n in folded for n in _LABEL_NEEDLES):
+    if _ANY_LABEL_NEEDLE().search(folded):
         text = _labels_pass(text, folded)
     if "password" in folded:
         text = sub_spans(NETRC(), fold(text), text, netrc_repl)
@@ -343,9 +347,10 @@ def _builtin_pass(text: str) -> str:
         text = sub_spans(_URL(), text, text, _url_repl)
     if "hooks.slack.com/" in text:
         text = sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
-    for _kind, needles, regex in _TOKEN_PASSES:
-        if any(n in text for n in needles):
-            text = regex().sub(REDACTED, text)
+    if _ANY_TOKEN_NEEDLE().search(text):
+        for _kind, needles, regex in _TOKEN_PASSES:
+            if any(n in text for n in needles):
+                text = regex().sub(REDACTED, text)
     return text
 
 

@@ -61,6 +61,21 @@ def test_sightings_count_only_the_base_branch(tmp_path: Path) -> None:
         "aaa111", "2026-11-01T10:00:00+00:00", 2)
 
 
+def test_sightings_of_more_fingerprints_than_one_query_holds(tmp_path: Path) -> None:
+    """Fingerprints are looked up in chunks (SQLite bounds the parameters of a statement):
+    every seen one is found, in the order asked, whatever chunk it falls in."""
+    asked = [f"fp{i:04d}" for i in range(1203)]
+    seen_ones = [asked[3], asked[499], asked[500], asked[1202]]
+    with HistoryDB.open(tmp_path) as db:
+        db.record(run("m1", "2026-11-01T10:00:00+00:00", commit="aaa111"),
+                  [failed(f"t.py::{fp}", fp) for fp in seen_ones])
+        db.record(run("m2", "2026-11-02T10:00:00+00:00", commit="bbb222"), [failed("t.py::x", asked[500])])
+        found = db.sightings(list(reversed(asked)) + asked, "main")
+    assert list(found) == list(reversed(seen_ones))
+    assert found[asked[500]].occurrences == 2 and found[asked[500]].first_commit == "aaa111"
+    assert {f.occurrences for fp, f in found.items() if fp != asked[500]} == {1}
+
+
 def test_flake_rates_rank_by_rate_then_count(tmp_path: Path) -> None:
     with HistoryDB.open(tmp_path) as db:
         at = "2026-11-0{}T10:00:00+00:00"

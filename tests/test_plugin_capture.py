@@ -305,3 +305,43 @@ def test_the_platform_probe_gives_run_context_the_same_platform(tmp_path: Path) 
     probe_platform()  # once per process: a second call starts nothing
     context = run_context(tmp_path, ["-q"], {}, git=None)
     assert context["platform"] == platform.platform() and context["invocation_args"] == ["-q"]
+
+
+READ_BACK_CONFTEST = """
+import json
+from pathlib import Path
+
+from pytest_selfheal.report.data import build_report
+from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_terminal
+from pytest_selfheal.report.sections import report_markdown
+
+
+def pytest_unconfigure(config):
+    # The report of the captured incident as built from the files on disk (the read-back
+    # the recorder no longer does), with the recorder's own settings.
+    recorder = config.pluginmanager.get_plugin("selfheal-recorder")
+    report = build_report(
+        incidents=[load_incident_run(recorder.store(), recorder.incident_id)],
+        effective_config=recorder.effective.values,
+        origins=recorder.effective.origins,
+        enabled=recorder.effective.settings.enabled,
+    )
+    Path(str(config.rootpath), "read_back.json").write_text(json.dumps(
+        {"terminal": render_terminal(report), "markdown": report_markdown(report, config.pluginmanager)}))
+"""
+
+
+def test_the_capture_reports_what_the_files_on_disk_say(project: pytest.Pytester) -> None:
+    """The recorder builds the report of the incident it captured from the documents it has
+    just written (no read-back): the terminal lines and the report file must be exactly
+    those of the same report built from the files (``load_incident_run``)."""
+    project.makeconftest(READ_BACK_CONFTEST)
+    out = project.runpytest("--selfheal", "--selfheal-report", "report.md").stdout.str()
+    read_back = read(project.path / "read_back.json")
+    assert (project.path / "report.md").read_text() == read_back["markdown"]
+    section = out.split("- selfheal -", 1)[1].split("short test summary")[0]
+    shown = [line for line in section.splitlines() if line.strip("= ")]
+    start = shown.index(read_back["terminal"][0])
+    assert shown[start:start + len(read_back["terminal"])] == read_back["terminal"]
+    assert read_back["terminal"][0].startswith("RALF Lite Loop Report: planned")

@@ -21,6 +21,7 @@ from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
 CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
@@ -137,6 +138,7 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
 CAPTURE_LOOPER = r"""
 import sys
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
@@ -187,3 +189,32 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
     for name in ("plan.json", "plan.md"):
         text = (folder / name).read_text()
         assert secret not in text and "token " in text
+
+
+def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> None:
+    """The capture's report is built from ``published``'s documents instead of reading the
+    files back: they must be exactly what ``load_incident_run`` reads, redaction included."""
+    store = Store(tmp_path / "root")
+    secret = "ghp_" + "a" * 36
+    got: List[Tuple[Dict[str, Any], Any]] = []
+
+    def build_with_secret(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+        plan, plan_md = build(doc)
+        plan["summary"] = f"token {secret}"
+        return plan, plan_md
+
+    incident_id = store.create_incident(incident_data(message=f"assert {secret} == 2", counts={"tests": 3}),
+                                        log_tail="tail\n", context={}, now=NOW, events=CLASSIFIED,
+                                        plan=build_with_secret, published=lambda doc, plan: got.append((doc, plan)))
+    run = load_incident_run(store, incident_id)
+    assert got == [(dict(run.incident), dict(run.plan or {}))]
+    assert secret not in json.dumps(got) and run.bucket == "inbox" and not run.attempts and run.run_result is None
+    assert json.dumps(got[0][0]) == json.dumps(dict(run.incident))  # same key order too
+
+
+def test_published_without_a_plan(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    got: List[Tuple[Dict[str, Any], Any]] = []
+    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW,
+                                        published=lambda doc, plan: got.append((doc, plan)))
+    assert got == [(dict(load_incident_run(store, incident_id).incident), None)]

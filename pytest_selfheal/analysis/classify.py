@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import compress
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from pytest_selfheal.analysis.fingerprint import first_stable_line
 from pytest_selfheal.records import models
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
 MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
@@ -48,8 +49,8 @@ def compiled(pattern: str) -> Pattern[str]:
     return re.compile(pattern, re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Rule:
+@dataclass(frozen=True, eq=False, repr=False)
+class Rule(Frozen):
     """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
 
     ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use

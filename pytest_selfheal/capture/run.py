@@ -32,6 +32,7 @@ from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.writer import Published
 
 if TYPE_CHECKING:
     import pytest
@@ -40,11 +41,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class CaptureResult:
-    """What a capture produced: the incident id and the lines for the terminal summary."""
+    """What a capture produced: the incident id, the lines for the terminal summary, and
+    ``incident.json`` and ``plan.json`` as written (the input of the run's report)."""
 
     incident_id: str
     failures: List["Failure"]
     summary_lines: List[str] = field(default_factory=list)
+    incident: Dict[str, Any] = field(default_factory=dict)
+    plan: Optional[Dict[str, Any]] = None
 
 
 def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
@@ -128,8 +132,10 @@ def store_incident(
     log_tail_text: str,
     context: Dict[str, Any],
     failures: Sequence["Failure"],
+    published: Optional[Published] = None,
 ) -> str:
-    """Write the incident, its classification events and its plan; the incident appears ``planned``."""
+    """Write the incident, its classification events and its plan; the incident appears ``planned``.
+    ``published``: receives incident.json and plan.json as written (``Store.create_incident``)."""
     classified = [
         (
             "failure_classified",
@@ -152,7 +158,8 @@ def store_incident(
 
     # One step: the classification events, the plan and the move to `planned` are all in
     # place when the incident appears (no append, status move or plan write of their own).
-    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan)
+    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan,
+                                 published=published)
 
 
 def _now() -> str:
@@ -239,7 +246,9 @@ def capture_incident(
         incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
-    incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context, failures=failures)
+    written: List[Tuple[Dict[str, Any], Optional[Dict[str, Any]]]] = []
+    incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
+                                 failures=failures, published=lambda doc, plan: written.append((doc, plan)))
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
     labels = [t.label for t in history.triage.values()]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
@@ -250,7 +259,7 @@ def capture_incident(
         lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{failure.nodeid or failure.test}")
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
-    return CaptureResult(incident_id, list(failures), lines)
+    return CaptureResult(incident_id, list(failures), lines, incident=written[0][0], plan=written[0][1])
 
 
 def _junit_prefix(config: "pytest.Config") -> str:

@@ -7,10 +7,10 @@ and the reference tables in docs/configuration.md all derive from this table.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple
 
 from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -52,8 +52,8 @@ _TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class KeySpec:
+@dataclass(frozen=True, eq=False, repr=False)
+class KeySpec(Frozen):
     """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
 
     key: str

@@ -27,7 +27,6 @@ import difflib
 import math
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.analysis.classify import Rule
@@ -51,6 +50,7 @@ from pytest_selfheal.config.keys import (
     nest,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
@@ -63,8 +63,8 @@ IniValue = Union[str, Sequence[str], None]
 Layer = Tuple[str, Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class Override:
+@dataclass(frozen=True, eq=False, repr=False)
+class Override(Frozen):
     """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``).
 
     ``value`` is text to coerce to the key's type (what :func:`parse_override` gives) or an
@@ -76,8 +76,8 @@ class Override:
     origin: str
 
 
-@dataclass(frozen=True)
-class ApplyToSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class ApplyToSettings(Frozen):
     """``apply_to``: which failures the loop applies to."""
 
     auto_tasks: bool = True
@@ -85,8 +85,8 @@ class ApplyToSettings:
     tdd_tasks: bool = False
 
 
-@dataclass(frozen=True)
-class VerificationSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class VerificationSettings(Frozen):
     """``verification``: how the loop re-runs the failing tests."""
 
     allowlist: Tuple[str, ...] = ("pytest",)
@@ -94,8 +94,8 @@ class VerificationSettings:
     args: Tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class RepairSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class RepairSettings(Frozen):
     """``repair``: the repair provider called between iterations."""
 
     command: Optional[Tuple[str, ...]] = None
@@ -105,16 +105,16 @@ class RepairSettings:
     allow_test_edits: bool = False
 
 
-@dataclass(frozen=True)
-class RedactionSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class RedactionSettings(Frozen):
     """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
 
     patterns: Tuple[str, ...] = ()
     env_names: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
-@dataclass(frozen=True)
-class HistorySettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class HistorySettings(Frozen):
     """``history``: the failure history and triage."""
 
     enabled: bool = True
@@ -124,15 +124,15 @@ class HistorySettings:
     quarantine_file: str = ".selfheal-quarantine.yml"
 
 
-@dataclass(frozen=True)
-class McpSettings:
+@dataclass(frozen=True, eq=False, repr=False)
+class McpSettings(Frozen):
     """``mcp``: the MCP server (``selfheal mcp``)."""
 
     max_chars: int = 8000
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, eq=False, repr=False)
+class Settings(Frozen):
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
     Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
@@ -191,8 +191,8 @@ class Settings:
         )
 
 
-@dataclass(frozen=True)
-class EffectiveConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class EffectiveConfig(Frozen):
     """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
     the typed :class:`Settings` built from them once."""
 

@@ -13,8 +13,10 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 #: GitHub's size limit for the step summary of one step (bytes, after appending).
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -279,8 +281,8 @@ def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> 
 # --- context ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ActionsContext:
+@dataclass(frozen=True, eq=False, repr=False)
+class ActionsContext(Frozen):
     """The standard Actions environment variables ``selfheal ci`` reads.
 
     ``token`` is excluded from ``repr`` so the context can be logged.

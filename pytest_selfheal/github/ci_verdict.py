@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pluggy
@@ -17,6 +16,7 @@ from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
 from pytest_selfheal.pytest_run import PYTEST_EXIT_MEANINGS, describe_pytest_exit
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text
@@ -32,8 +32,8 @@ _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 
-@dataclass(frozen=True)
-class Verdict:
+@dataclass(frozen=True, eq=False, repr=False)
+class Verdict(Frozen):
     """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
 
     final_status: str

@@ -20,11 +20,11 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from http.client import HTTPException, HTTPMessage
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +364,8 @@ def _fit_harder(body: str) -> str:
         budget = max(1024, int(budget * 0.75))
 
 
-@dataclass(frozen=True)
-class CommentResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class CommentResult(Frozen):
     """What :func:`upsert_sticky_comment` did."""
 
     action: str  # "created" | "updated" | "skipped"

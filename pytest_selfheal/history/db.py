@@ -66,6 +66,8 @@ MIGRATIONS: Dict[int, Tuple[str, ...]] = {
 
 _RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
                 "ci_workflow", "ci_job", "ci_run_id", "tests_run")
+# Fingerprints per sightings query: SQLite before 3.32 allows 999 parameters in a statement.
+_SIGHTINGS_CHUNK = 500
 
 
 class HistoryUnavailable(Exception):
@@ -216,13 +218,23 @@ class HistoryDB:
 
     def sightings(self, fingerprints: Iterable[str], branch: str) -> Dict[str, Sighting]:
         """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""
+        wanted = list(dict.fromkeys(fingerprints))
+        seen: Dict[str, Tuple[object, object]] = {}
+        # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
+        # most of them is "never seen"); chunks stay under SQLite's bound on parameters.
+        for start in range(0, len(wanted), _SIGHTINGS_CHUNK):
+            chunk = wanted[start:start + _SIGHTINGS_CHUNK]
+            for fingerprint, first_seen, runs in self._db.execute(
+                f"""SELECT o.fingerprint, MIN(r.recorded_at), COUNT(DISTINCT r.id) FROM outcomes o
+                    JOIN runs r ON r.id = o.run_id
+                    WHERE o.fingerprint IN ({', '.join('?' * len(chunk))}) AND r.branch = ? AND o.outcome IN (?, ?, ?)
+                    GROUP BY o.fingerprint""",
+                (*chunk, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
+            ):
+                seen[str(fingerprint)] = (first_seen, runs)
         found: Dict[str, Sighting] = {}
-        for fingerprint in dict.fromkeys(fingerprints):
-            row = self._db.execute(
-                """SELECT MIN(r.recorded_at), COUNT(DISTINCT r.id) FROM outcomes o JOIN runs r ON r.id = o.run_id
-                   WHERE o.fingerprint = ? AND r.branch = ? AND o.outcome IN (?, ?, ?)""",
-                (fingerprint, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
-            ).fetchone()
+        for fingerprint in wanted:
+            row = seen.get(fingerprint)
             if not row or not row[1]:
                 continue
             first = self._db.execute(
@@ -230,7 +242,7 @@ class HistoryDB:
                    WHERE o.fingerprint = ? AND r.branch = ? AND r.recorded_at = ? LIMIT 1""",
                 (fingerprint, branch, row[0]),
             ).fetchone()
-            found[fingerprint] = Sighting(fingerprint, first[0] if first else None, str(row[0]), int(row[1]))
+            found[fingerprint] = Sighting(fingerprint, first[0] if first else None, str(row[0]), int(str(row[1])))
         return found
 
     def flake_rates(self, since: str, nodeids: Optional[Iterable[str]] = None) -> List[FlakeRate]:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "quarantine"
 
@@ -31,8 +32,8 @@ def _yaml() -> Any:
 ENTRY_KEYS = ("test", "fingerprint", "reason", "expires", "owner")
 
 
-@dataclass(frozen=True)
-class QuarantineEntry:
+@dataclass(frozen=True, eq=False, repr=False)
+class QuarantineEntry(Frozen):
     """One entry: what it covers (a test or a fingerprint), why, until when, whose."""
 
     reason: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Protocol, Sequence
 
@@ -21,6 +21,7 @@ from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.sources import base_branch, quarantine_in_force
 from pytest_selfheal.history.triage import Triage, triage_failure
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 
 class HistorySection(Protocol):
@@ -42,8 +43,8 @@ class HistorySection(Protocol):
     def quarantine_file(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class Failing:
+@dataclass(frozen=True, eq=False, repr=False)
+class Failing(Frozen):
     """One failing test of the run, as recorded (already redacted)."""
 
     nodeid: str

@@ -7,8 +7,9 @@ the same redacted failures as the incident files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Tuple
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # The outcome of one test in one recorded run.
 FAILED = "failed"  # failed (or errored) and was not seen passing in that run
@@ -24,8 +25,8 @@ AGENT = "agent"  # pytest --selfheal recorded as the next iteration of an open i
 RUN_KINDS: Tuple[str, ...] = (CAPTURE, LOOP, AGENT)
 
 
-@dataclass(frozen=True)
-class RunInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class RunInfo(Frozen):
     """One recorded run: when, where (commit, branch, CI job) and how many tests ran.
 
     ``run_key`` makes recording idempotent and shard merges free of duplicates: the same
@@ -45,8 +46,8 @@ class RunInfo:
     tests_run: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class TestOutcome:
+@dataclass(frozen=True, eq=False, repr=False)
+class TestOutcome(Frozen):
     """One failing or re-run test of a recorded run."""
 
     __test__ = False  # not a pytest test class, whatever its name says
@@ -57,8 +58,8 @@ class TestOutcome:
     failure_class: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class Sighting:
+@dataclass(frozen=True, eq=False, repr=False)
+class Sighting(Frozen):
     """What the history knows of one fingerprint on one branch: first seen, how often."""
 
     fingerprint: str
@@ -67,8 +68,8 @@ class Sighting:
     occurrences: int
 
 
-@dataclass(frozen=True)
-class FlakeRate:
+@dataclass(frozen=True, eq=False, repr=False)
+class FlakeRate(Frozen):
     """A test's flake record over a window: re-run passes among its recorded failures."""
 
     nodeid: str

@@ -14,11 +14,11 @@ One label per failure, first that holds wins (docs/history.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 NEW = "new"
 KNOWN = "known"
@@ -31,8 +31,8 @@ MIN_FAILURES_FOR_RATE = 2
 RERUN_DETAIL = "failed, then passed on re-run with no code change"
 
 
-@dataclass(frozen=True)
-class Triage:
+@dataclass(frozen=True, eq=False, repr=False)
+class Triage(Frozen):
     """The triage of one failure and the evidence behind it."""
 
     label: str

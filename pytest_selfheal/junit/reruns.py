@@ -9,13 +9,13 @@ failing is a ``<failure>``; a quarantined failure carries the property
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
 
 from pytest_selfheal.junit.writer import mangle_nodeid, xml_escape_visible
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 QUARANTINED_PROPERTY = "selfheal.quarantined"
 TRIAGE_PROPERTY = "selfheal.triage"
@@ -25,8 +25,8 @@ FAILED = "failed"
 SKIPPED = "skipped"
 
 
-@dataclass(frozen=True)
-class FailedRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class FailedRun(Frozen):
     """One failed run of a test: the junit ``message``, ``type`` and text."""
 
     message: str
@@ -34,8 +34,8 @@ class FailedRun:
     text: str = ""
 
 
-@dataclass(frozen=True)
-class RerunCase:
+@dataclass(frozen=True, eq=False, repr=False)
+class RerunCase(Frozen):
     """One test of the incident: its final outcome and its failed runs, oldest first."""
 
     nodeid: str

@@ -11,10 +11,11 @@ failure gets the same fingerprint from this document, from ``--junitxml`` and fr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
 # writes the complement of the legal ranges ([^\x09\x0a\x0d\x20-\x7e\x80-\ud7ff
@@ -24,8 +25,8 @@ _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uf
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
 
 
-@dataclass(frozen=True)
-class FailedReport:
+@dataclass(frozen=True, eq=False, repr=False)
+class FailedReport(Frozen):
     """A failing pytest report reduced to plain data."""
 
     nodeid: str

@@ -21,12 +21,12 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
@@ -125,8 +125,8 @@ MESSAGE_UNSTABLE = "message_unstable"
 # --------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True)
-class LoopPolicy:
+@dataclass(frozen=True, eq=False, repr=False)
+class LoopPolicy(Frozen):
     """The loop-relevant part of the effective ``ralf_lite`` config.
 
     The first six fields are the ones :func:`decide` uses; the ``apply_to`` flags are
@@ -168,8 +168,8 @@ class LoopPolicy:
         )
 
 
-@dataclass(frozen=True)
-class Observation:
+@dataclass(frozen=True, eq=False, repr=False)
+class Observation(Frozen):
     """What one iteration observed; the driver records one per attempt.
 
     ``iteration`` 0 is the capture. ``fingerprints`` and ``failure_types`` describe the
@@ -206,8 +206,8 @@ class Observation:
         return self.fingerprints[0] if self.fingerprints else None
 
 
-@dataclass(frozen=True)
-class Progress:
+@dataclass(frozen=True, eq=False, repr=False)
+class Progress(Frozen):
     """The progress signal of one iteration compared with the previous one."""
 
     progress: bool
@@ -216,8 +216,8 @@ class Progress:
     tests_fixed: Tuple[str, ...]  # node ids failing (or missing) before and passing now
 
 
-@dataclass(frozen=True)
-class Decision:
+@dataclass(frozen=True, eq=False, repr=False)
+class Decision(Frozen):
     """What to do after the latest observation, and why."""
 
     action: str  # "continue" | "stop"
@@ -475,8 +475,8 @@ def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
 # --------------------------------------------------------------------------- apply_to
 
 
-@dataclass(frozen=True)
-class LoopSelection:
+@dataclass(frozen=True, eq=False, repr=False)
+class LoopSelection(Frozen):
     """Which failing tests the loop may verify, and whether it may run at all."""
 
     nodeids: Tuple[str, ...]  # what the loop verifies

@@ -21,7 +21,6 @@ import shutil
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -34,6 +33,7 @@ from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
 
@@ -99,8 +99,8 @@ NEVER_TRUSTED = frozenset({
 })
 
 
-@dataclass(frozen=True)
-class VerificationRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class VerificationRun(Frozen):
     """What one verification subprocess did."""
 
     argv: List[str]  # as executed (interpreter resolved, --junitxml added)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
@@ -27,6 +26,7 @@ from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
 from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
@@ -41,8 +41,8 @@ _SUMMARY = re.compile(r"\bin \d+(?:\.\d+)?s\b")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b")
 
 
-@dataclass(frozen=True)
-class ToolResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ToolResult(Frozen):
     """A tool's answer: text for the model, and (run_tests) the verdict as structured data."""
 
     text: str

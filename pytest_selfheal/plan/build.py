@@ -385,13 +385,31 @@ def _listed(items: Any, limit: int) -> List[str]:
     return values[:limit] + [f"… {len(values) - limit} more"]
 
 
-def _within(lines: List[str], block: List[str], budget: int) -> bool:
-    """Append ``block`` when the plan stays under ``budget`` bytes with it."""
-    size = sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines + block)
-    if size > budget:
-        return False
-    lines.extend(block)
-    return True
+def _size(lines: List[str]) -> int:
+    """The bytes ``lines`` take in plan.md, a newline after each."""
+    return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
+
+
+class _Bounded:
+    """The lines of plan.md and their running size: a block is appended only while the plan
+    stays under the budget (the size kept, not recounted from the top for each block)."""
+
+    def __init__(self, lines: List[str], budget: int) -> None:
+        self.lines, self.budget, self.size = lines, budget, _size(lines)
+
+    def within(self, block: List[str]) -> bool:
+        """Append ``block`` when the plan stays under the budget with it."""
+        size = self.size + _size(block)
+        if size > self.budget:
+            return False
+        self.lines.extend(block)
+        self.size = size
+        return True
+
+    def append(self, line: str) -> None:
+        """Append ``line`` whatever the budget (it has been set aside in it)."""
+        self.lines.append(line)
+        self.size += _size([line])
 
 
 def render_plan_md(plan: Mapping[str, Any]) -> str:
@@ -426,13 +444,13 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
             tail.append(
                 f"- Revision {entry.get('revision')}: {entry.get('iterations')} iteration(s), fingerprints seen: {fps}"
             )
-    tail_size = sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in tail)
-    budget = MAX_PLAN_MD_BYTES - tail_size - 200  # 200: the "… N more actions" lines
+    budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
     lines += ["", "## Actions", ""]
     lines += [
         "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
         "|----|----------|------|-------|--------------|------------|-------|",
     ]
+    bounded = _Bounded(lines, budget)
     shown = 0
     for action in actions[:_MD_MAX_ROWS]:
         row = "| " + " | ".join(
@@ -447,11 +465,11 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
                 _listed(action.get("nodeids", []), 3),
             )
         ) + " |"
-        if not _within(lines, [row], budget):
+        if not bounded.within([row]):
             break
         shown += 1
     if shown < len(actions):
-        lines.append(f"\n… {len(actions) - shown} more actions: see plan.json")
+        bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
     detailed = 0
     for action in actions[:shown]:
         block = ["", f"### {action.get('id')}: {action.get('title')}", ""]
@@ -460,7 +478,7 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
             block += [f"Signature: `{_shorten(signature, 300)}`", ""]
         for command in action.get("verification", []):
             block += _code_block(str(command))
-        if not _within(lines, block, budget):
+        if not bounded.within(block):
             break
         detailed += 1
     if detailed < len(actions):

@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Mapping, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.incident import FailureEntry, failure_entries
 from pytest_selfheal.records.jsondoc import (
     Extra,
@@ -25,7 +26,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RecordedDecision(JsonRecord):
     """The loop's decision after one observation, as recorded (every key optional)."""
 
@@ -63,7 +64,7 @@ class RecordedDecision(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RepairBlock(JsonRecord):
     """What one repair provider call did (docs/repair.md "What one repair call records")."""
 
@@ -101,7 +102,7 @@ class RepairBlock(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
 

@@ -10,13 +10,14 @@ such a warning rather than failing the whole log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string, thaw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Event(JsonRecord):
     """One event of an incident's log."""
 

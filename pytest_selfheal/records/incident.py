@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Mapping, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -25,7 +26,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class CodeRef(JsonRecord):
     """A place in the code under test: a project file and a function or class in it (+ a line for a frame)."""
 
@@ -43,7 +44,7 @@ class CodeRef(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RootCause(JsonRecord):
     """A failure's root-cause evidence, resolved at capture inside pytest (SPEC §7, docs/schemas.md)."""
 
@@ -59,7 +60,7 @@ class RootCause(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class FailureEntry(JsonRecord):
     """One failing test as recorded in an incident or an attempt (every key optional)."""
 
@@ -100,7 +101,7 @@ class FailureEntry(JsonRecord):
 failure_entries = array_of(FailureEntry.parse)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Incident(JsonRecord):
     """``error_inbox/<id>/incident.json``: the contract fields, then the known extensions."""
 

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 R = TypeVar("R", bound="JsonRecord")
 T = TypeVar("T")
@@ -200,8 +201,8 @@ fingerprints_per_iteration = array_of(fingerprints_entry)
 # --------------------------------------------------------------------------- records
 
 
-@dataclasses.dataclass(frozen=True)
-class Field:
+@dataclass(frozen=True, eq=False, repr=False)
+class Field(Frozen):
     """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
 
     key: str
@@ -215,7 +216,7 @@ class Field:
         return self.attr or self.key
 
 
-class JsonRecord:
+class JsonRecord(Frozen):
     """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
 
     Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages),

@@ -8,8 +8,10 @@ Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, Dict, List, Optional
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # Outcomes of one testcase, as read from junit XML.
 OUTCOME_PASSED = "passed"
@@ -36,8 +38,8 @@ FAILURE_CLASS_TRANSIENT = "transient"
 FAILURE_CLASS_ENVIRONMENT = "environment"
 
 
-@dataclass(frozen=True)
-class TestCaseResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class TestCaseResult(Frozen):
     """One <testcase> as read from a junit file of any runner."""
 
     __test__ = False  # not a pytest test class
@@ -58,8 +60,8 @@ class TestCaseResult:
         return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
-@dataclass(frozen=True)
-class Classification:
+@dataclass(frozen=True, eq=False, repr=False)
+class Classification(Frozen):
     """What kind of failure this is and whether code changes can fix it (SPEC §6)."""
 
     failure_type: str  # one of FAILURE_TYPES
@@ -72,8 +74,8 @@ class Classification:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+@dataclass(frozen=True, eq=False, repr=False)
+class Fingerprint(Frozen):
     """A failure's stable identity across reruns and machines (SPEC §5)."""
 
     signature: str  # "<failure_type> | <test> | <normalised message>"
@@ -84,8 +86,8 @@ class Fingerprint:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Failure:
+@dataclass(frozen=True, eq=False, repr=False)
+class Failure(Frozen):
     """A failing testcase with its fingerprint and classification.
 
     ``nodeid`` is the pytest node id when known (captured by the plugin), else None.

@@ -9,13 +9,14 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Optional, Tuple
 
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, string, strings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Hypothesis(JsonRecord):
     """One root-cause hypothesis: ``{id, confidence, reason}`` + the actions it explains."""
 
@@ -37,7 +38,7 @@ class Hypothesis(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class GroupKey(JsonRecord):
     """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
 
@@ -55,7 +56,7 @@ class GroupKey(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
 
@@ -93,7 +94,7 @@ class PlanAction(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ReplanEntry(JsonRecord):
     """One earlier revision in ``replan_history``: what it tried before the replan."""
 
@@ -111,7 +112,7 @@ class ReplanEntry(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Plan(JsonRecord):
     """``error_plans/<id>/plan.json``."""
 

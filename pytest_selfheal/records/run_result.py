@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Mapping, Optional, Tuple
 
 from pytest_selfheal.records.attempt import RecordedDecision
+from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -26,7 +27,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class DecisionOption(JsonRecord):
     """One choice offered at a decision point: ``{id, label, command}``."""
 
@@ -44,7 +45,7 @@ class DecisionOption(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class DecisionContext(JsonRecord):
     """The decision point's ``context`` (camelCase keys, as the seed contract names them)."""
 
@@ -66,7 +67,7 @@ class DecisionContext(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class DecisionPoint(JsonRecord):
     """What a human may do next, written at every stop: ``{reason, message, options, context}``."""
 
@@ -86,7 +87,7 @@ class DecisionPoint(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Handoff(JsonRecord):
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion")."""
 
@@ -110,7 +111,7 @@ class Handoff(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunRepair(JsonRecord):
     """The end of a loop with a repair provider (docs/repair.md "The end of the loop")."""
 
@@ -138,7 +139,7 @@ class RunRepair(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunResult(JsonRecord):
     """``error_runs/<id>/run_result.json``: how a loop run ended."""
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
+from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # Pathspecs left out of every snapshot (and so out of every patch).
 
@@ -268,8 +269,8 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
 # --------------------------------------------------------------------------- patches
 
 
-@dataclass(frozen=True)
-class PatchCheck:
+@dataclass(frozen=True, eq=False, repr=False)
+class PatchCheck(Frozen):
     """Whether a patch applies to a working tree: ``ok``, ``already_applied``, or neither
     (``error`` holds git's first error line)."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
@@ -23,6 +22,7 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import report_triage, triage_summary
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 
@@ -62,8 +62,8 @@ REASON_ORDER: Tuple[Optional[str], ...] = tuple(
 # --------------------------------------------------------------------------- input
 
 
-@dataclass(frozen=True)
-class IncidentRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class IncidentRun(Frozen):
     """One incident's files as read from the store: the input of :func:`build_report`.
 
     ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.

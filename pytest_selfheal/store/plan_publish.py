@@ -39,11 +39,12 @@ def publish_plan(
     *,
     clean: Callable[[Mapping[str, Any]], Dict[str, Any]],
     redact: Callable[[str], str],
-) -> Tuple[Dict[str, Any], Events]:
+) -> Tuple[Dict[str, Any], Events, str]:
     """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
 
-    Returns the incident as it is to be published (status ``planned``) and its log with
-    the plan's two events (``plan_generated``, ``status_changed`` new → planned). Nobody
+    Returns the incident as it is to be published (status ``planned``), its log with
+    the plan's two events (``plan_generated``, ``status_changed`` new → planned) and the
+    text of the ``plan.json`` written. Nobody
     reads the plan of an incident that does not exist yet, so the plan folder is built like
     the incident's: files written in place and fsynced, one folder fsync, one rename. A
     plan that does not fit the schema is a programming error (``ValueError``), raised
@@ -80,7 +81,7 @@ def publish_plan(
         (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
         (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
     ]
-    return dict(doc, status=PLANNED), log
+    return dict(doc, status=PLANNED), log, plan_text
 
 
 __all__ = ["PLAN_BUILD", "PlanBuilder", "publish_plan"]

@@ -41,6 +41,9 @@ from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.schema import validate
 from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
 
+# Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
+Published = Callable[[Dict[str, Any], Optional[Dict[str, Any]]], None]
+
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
 _CREATE_RETRIES = 50
@@ -111,6 +114,7 @@ class StoreWriter(StoreReader):
         now: Optional[datetime] = None,
         events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
         plan: Optional[PlanBuilder] = None,
+        published: Optional[Published] = None,
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
@@ -125,6 +129,9 @@ class StoreWriter(StoreReader):
 
         ``plan``: the capture's plan, built from the incident with its final id: the incident
         is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
+        ``published``: called once the incident is in place with ``incident.json`` and
+        ``plan.json`` (None without ``plan``) as a reader decodes them from the files just
+        written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
         doc: Dict[str, Any] = self._clean(incident)
@@ -166,11 +173,14 @@ class StoreWriter(StoreReader):
                         raise RefusedError(f"incident {incident_id} already exists")
                     doc["incident_id"] = self._next_candidate(moment, run)
                     continue
-                log, published = list(events), doc
+                log, final, plan_text = list(events), doc, None
                 if plan is not None:
-                    published, log = publish_plan(self.confined(self.plans_root), doc, log, plan,
-                                                  clean=self._clean, redact=self.redactor.redact)
-                if self._build_and_publish(inbox, published, log_tail, context_text, log, text=texts.get(incident_id)):
+                    final, log, plan_text = publish_plan(self.confined(self.plans_root), doc, log, plan,
+                                                         clean=self._clean, redact=self.redactor.redact)
+                text = texts.get(incident_id) or fsio.dumps_json(final)
+                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                    if published is not None:
+                        published(json.loads(text), json.loads(plan_text) if plan_text is not None else None)
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")

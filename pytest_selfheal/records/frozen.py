@@ -1,0 +1,130 @@
+"""Frozen dataclasses that cost less to define. Pure.
+
+``@dataclasses.dataclass(frozen=True)`` compiles six methods per class with ``exec`` when
+its module is imported (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
+``__setattr__``, ``__delattr__``, the first in its slower frozen form): on Python 3.11
+that is most of what importing the records, the settings and the policy costs, and every
+``pytest --selfheal`` run pays it (docs/dev/benchmarks-log.md, issue 10). Here only
+``__init__`` is compiled per class; :class:`Frozen` defines the five others once, with the
+dataclass semantics. A frozen dataclass of the package is declared::
+
+    from pytest_selfheal.records.frozen import Frozen, dataclass
+
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Thing(Frozen):
+        ...
+
+and behaves as ``@dataclasses.dataclass(frozen=True)`` would: equal when the other object
+is of the same class and the fields that take part in comparison are equal as tuples,
+hashed on the same fields, shown as ``Thing(a=1, b='x')`` with the fields whose ``repr``
+is on, and ``FrozenInstanceError`` on any assignment or deletion once built
+(tests/test_frozen.py checks each against the generated methods). Type checkers see
+:func:`dataclass` as ``dataclasses.dataclass`` itself, so they check the frozen fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import reprlib
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, FrozenSet, Sequence, Tuple
+
+_Values = Callable[[Any], Tuple[Any, ...]]
+
+
+def _values_of(names: Sequence[str]) -> _Values:
+    """The tuple of the named attributes of an object (always a tuple, as dataclasses compare)."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    many: _Values = attrgetter(*names)
+    return many
+
+
+class _Shape:
+    """What the methods of :class:`Frozen` need to know about one class, built on first use."""
+
+    def __init__(self, cls: type) -> None:
+        fields = dataclasses.fields(cls)
+        self.compared = _values_of([f.name for f in fields if f.compare])
+        # The dataclass rule: a field is hashed when ``hash`` says so, else when it is compared.
+        self.hashed = _values_of([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+        self.shown = tuple(f.name for f in fields if f.repr)
+
+
+def _settable(cls: type) -> FrozenSet[str]:
+    """The fields the generated ``__init__`` of ``cls`` sets (a field with init=False and a
+    plain default is read from the class; a ``__post_init__`` sets the others with
+    ``object.__setattr__``, as for any frozen dataclass)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init or f.default_factory is not dataclasses.MISSING)
+
+
+_SHAPES: Dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = _Shape(cls)
+    return shape
+
+
+class Frozen:
+    """Base of the package's frozen dataclasses: ``==``, ``hash``, ``repr`` and the refusal
+    to change a field as ``@dataclasses.dataclass(frozen=True)`` generates them, defined once
+    (module docstring)."""
+
+    __slots__ = ()
+    # Set on each class by :func:`dataclass`: the names its __init__ may set, once each.
+    _init_sets: ClassVar[FrozenSet[str]] = frozenset()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            compared = _shape(self.__class__).compared
+            return compared(self) == compared(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(_shape(self.__class__).hashed(self))
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _shape(self.__class__).shown)
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The generated __init__ sets each field once (a plain ``self.x = x``); after it,
+        # every field is set and nothing else may be. Every record built pays this per
+        # field: kept to two lookups and a store (a field is never a descriptor).
+        state = self.__dict__
+        if name in state or name not in self._init_sets:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        state[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:
+
+    def dataclass(cls=None, /, **params):
+        """``dataclasses.dataclass``; with ``frozen=True`` (on a :class:`Frozen` class, with
+        ``eq=False, repr=False``) only ``__init__`` is generated, :class:`Frozen` does the rest."""
+
+        def wrap(cls):
+            if not params.get("frozen"):
+                return dataclasses.dataclass(cls, **params)
+            if not issubclass(cls, Frozen) or params.get("eq", True) or params.get("repr", True):
+                raise TypeError(f"{cls.__qualname__}: a frozen dataclass derives from Frozen, with eq=False, repr=False")
+            made = dataclasses.dataclass(cls, **dict(params, frozen=False))
+            made._init_sets = _settable(made)
+            return made
+
+        return wrap if cls is None else wrap(cls)
+
+
+__all__ = ["Frozen", "dataclass"]
