@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK 
 if sys.version_info >= (3, 10):
     import anyio
     from mcp import Client, StdioServerParameters
-    from mcp_types import CallToolResult, ElicitResult
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CallToolResult, ElicitResult
 
 LIMIT = 8000
 
@@ -304,6 +305,12 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
                 refused = await client.call_tool("run_tests", args)
                 assert refused.is_error and expected in text_of(refused), (args, text_of(refused))
                 assert "\n" not in text_of(refused)
+
+            # Even an error is bounded: a refused command naming 400 words is cut to one line.
+            long = await client.call_tool("run_tests", {"selection": [f"t{i}.py" for i in range(400)] + ["../x.py"]})
+            assert long.is_error and len(text_of(long)) <= limit and "\n" not in text_of(long)
+            with pytest.raises(MCPError, match=r"^invalid incident id 'nope': expected incident_"):
+                await client.read_resource("selfheal://incident/nope")
 
             many = await client.call_tool("run_tests", {"selection": ["test_many.py"]})
             assert not many.is_error, text_of(many)

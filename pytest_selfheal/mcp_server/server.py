@@ -14,7 +14,7 @@ from typing import Annotated, Any, Callable, List, Optional, TypeVar, Union
 from mcp.server import MCPServer
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
@@ -52,10 +52,6 @@ class _AlreadyApplied:
 
 class _CannotAsk:
     """Resolver outcome: the client declared no elicitation, so nobody can approve."""
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _validation_line(exc: ValidationError) -> str:
@@ -96,7 +92,7 @@ class SelfhealMCPServer(MCPServer[Any]):
                 message = _validation_line(cause)
             else:
                 message = str(exc).removeprefix(f"Error executing tool {name}: ")
-            raise ToolError(self.project.redactor().redact(f"{name}: {_one_line(message)}")) from None
+            raise ToolError(self.project.error_line(f"{name}: {message}")) from None
 
 
 def _result(result: ToolResult) -> CallToolResult:
@@ -108,7 +104,15 @@ def _guarded(call: Callable[[], _T]) -> _T:
     try:
         return call()
     except SelfhealError as exc:
-        raise ToolError(_one_line(str(exc))) from None
+        raise ToolError(str(exc)) from None  # made one bounded, redacted line by call_tool
+
+
+def _resource(project: Project, call: Callable[[], ToolResult]) -> str:
+    """A resource's text; a selfheal error becomes a resource error of one bounded, redacted line."""
+    try:
+        return call().text
+    except SelfhealError as exc:
+        raise ResourceError(project.error_line(str(exc))) from None
 
 
 def build_server(project: Project) -> SelfhealMCPServer:
@@ -189,12 +193,12 @@ def build_server(project: Project) -> SelfhealMCPServer:
     @app.resource("selfheal://incident/{incident_id}", mime_type="text/markdown")
     def incident_resource(incident_id: str) -> str:
         """The bounded digest of one incident (as the show tool)."""
-        return _guarded(lambda: project.show(incident_id)).text
+        return _resource(project, lambda: project.show(incident_id))
 
     @app.resource("selfheal://report/{incident_id}", mime_type="text/markdown")
     def report_resource(incident_id: str) -> str:
         """The RALF Lite Loop Report of one incident (as the report tool)."""
-        return _guarded(lambda: project.report(incident_id)).text
+        return _resource(project, lambda: project.report(incident_id))
 
     return app
 

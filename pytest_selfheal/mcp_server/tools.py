@@ -19,7 +19,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
-from pytest_selfheal.config.settings import EffectiveConfig, parse_override
+from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
@@ -93,12 +93,15 @@ class Project:
         settings = (effective or self.effective()).settings
         return Store(self.root / settings.reports_dir, redactor=default_redactor(settings.redaction))
 
-    def redactor(self) -> Redactor:
-        """The redactor of the project's settings (the defaults when the config cannot be read)."""
+    def error_line(self, text: str) -> str:
+        """A tool error as the client gets it: one line, redacted, at most ``mcp.max_chars``
+        (the defaults when the config itself is what cannot be read)."""
         try:
-            return default_redactor(self.effective().settings.redaction)
+            settings = self.effective().settings
+            redactor, limit = default_redactor(settings.redaction), int(settings.mcp.max_chars)
         except SelfhealError:
-            return default_redactor()
+            redactor, limit = default_redactor(), int(McpSettings().max_chars)
+        return one_line(redactor.redact(text), limit)
 
     def incident_ids(self, limit: int = 50) -> List[str]:
         """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
