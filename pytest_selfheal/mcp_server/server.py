@@ -29,10 +29,11 @@ INSTRUCTIONS = """\
 pytest-selfheal: an honest, bounded repair loop for failing pytest runs.
 Workflow: run_tests -> show -> edit the code at the target paths -> run_tests, until the
 verdict says STOP. CONTINUE means: change the code and call run_tests again without
-arguments (that run replays the capture's options and is the open incident's next iteration). STOP success means fixed
-and archived; any other STOP reason (repeated_fingerprint, no_progress, max_iterations, ...)
-means stop trying and hand over to the user with the report. Never edit or skip the failing
-tests to make them pass. apply needs the user's approval, asked through this client."""
+arguments (that run replays the capture's options and is the open incident's next
+iteration). STOP success means fixed and archived; any other STOP reason
+(repeated_fingerprint, no_progress, max_iterations, ...) means stop trying and hand over to
+the user with the report. Never edit or skip the failing tests to make them pass. apply
+needs the user's approval, asked through this client."""
 
 _T = TypeVar("_T")
 
