@@ -378,8 +378,11 @@ MOVING = """
 
     def test_moving():
         n = int(open(STATE).read()) if os.path.exists(STATE) else 0
-        with open(STATE, "w") as handle:
+        # Atomically: a kill between truncating and writing would leave an empty file, and then
+        # the same ValueError every run (a real repeated fingerprint, not a moving message).
+        with open(STATE + ".tmp", "w") as handle:
             handle.write(str(n + 1))
+        os.replace(STATE + ".tmp", STATE)
         assert WORDS[n % len(WORDS)] == "zulu"
 """
 
