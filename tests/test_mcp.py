@@ -187,6 +187,42 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
     anyio.run(scenario)
 
 
+def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_one(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {
+        "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+        "test_calc.py": """\
+            from calc import add, mul
+
+
+            def test_add():
+                assert add(2, 3) == 5
+
+
+            def test_mul():
+                assert mul(2, 3) == 6
+            """,
+    })
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            old = first["captured"]
+            # The fix of add breaks mul: the open incident closes, the new failure is its own incident.
+            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n")
+            second = await client.call_tool("run_tests", {})
+            verdict = second.structured_content or {}
+            new = verdict["captured"]
+            assert new and new != old
+            assert (verdict["decision"], verdict["status"], verdict["incident_id"]) == ("CONTINUE", "captured", new)
+            assert verdict["iteration"] is None
+            assert verdict["closed"] == {"incident_id": old, "iteration": 1, "stop_reason": "success",
+                                         "status": "resolved"}
+            assert f"incident {old} stopped in the same run (success, now resolved)" in text_of(second)
+            assert "test_calc.py::test_mul" in text_of(second) and "test_calc.py::test_add" not in text_of(second)
+
+    anyio.run(scenario)
+
+
 # --------------------------------------------------------------------------- apply
 
 

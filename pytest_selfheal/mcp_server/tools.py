@@ -260,10 +260,16 @@ class Project:
                 status=store.read_status(incident_id), bucket=bucket,
             )
         if captured:
-            # A new incident to fix outweighs the verdict on the one that just closed.
-            verdict.update(decision="CONTINUE", stop_reason=None, status="captured",
-                           incident_id=verdict["incident_id"] or captured[-1])
-            verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at"
+            # A new incident to fix outweighs the verdict on the one that just closed: the
+            # verdict is about the new one, the closed one is named apart.
+            closed = ""
+            if iterated:
+                verdict["closed"] = {key: verdict[key] for key in ("incident_id", "iteration", "stop_reason", "status")}
+                closed = (f"; incident {verdict['incident_id']} stopped in the same run "
+                          f"({verdict['stop_reason']}, now {verdict['status']})")
+            verdict.update(decision="CONTINUE", stop_reason=None, status="captured", incident_id=captured[-1],
+                           iteration=None, fingerprint_changed=None, progress=None, tests_fixed=[], bucket="inbox")
+            verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at{closed}"
             verdict["next"] = ("edit the code at the target paths below (show gives the whole digest), never the "
                                "failing tests; then call run_tests again without arguments: that run replays the "
                                "capture's pytest options and is the incident's next iteration")
