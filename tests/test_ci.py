@@ -17,7 +17,7 @@ from fake_github import FakeGitHub
 from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_project
 from test_actions_env import parse_github_output
 
-from pytest_selfheal import process
+from pytest_selfheal import process, pytest_run
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
@@ -449,7 +449,7 @@ def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path
     store = Store(tmp_path / ".selfheal")
     base = {"step": "t.py::t", "failure_class": "code", "message": "m", "error_signature": "s", "rootdir": "/x"}
     old = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
-    before = ci.snapshot(store)
+    before = pytest_run.snapshot(store)
     theirs = store.create_incident({**base, "ci_run": "theirs"}, log_tail="", context={})
     assert ci.captured_incident(store, before, "mine") is None  # the old one was there before: not ours
     mine = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
@@ -464,7 +464,7 @@ def test_child_env_withholds_the_token_and_argv_pins_the_root(tmp_path: Path) ->
            "npm_token": "t", "PATH": "/bin", "SELFHEAL_RUN_TOKEN": "ours", "ACTIONS_ID_TOKEN_REQUEST_URL": "u"}
     # The variable names the rule withholds (every *TOKEN*, any case; selfheal's own pass).
     assert process.child_environment(env) == {"PATH": "/bin", "SELFHEAL_RUN_TOKEN": "ours"}
-    argv = ci.pytest_argv(tmp_path, [("max_iterations=5", "--set")], ["-q"])
+    argv = pytest_run.pytest_argv(tmp_path, [("max_iterations=5", "--set")], ["-q"])
     assert argv[:4] == [sys.executable, "-m", "pytest", "--selfheal"]
     assert argv[4:] == ["--selfheal-set", "max_iterations=5", "--selfheal-set", f"reports_dir={tmp_path}", "-q"]
 
@@ -477,6 +477,6 @@ def test_run_pytest_copies_the_output_live_and_tells_a_missing_interpreter(tmp_p
     missing = io.StringIO()
     code = ci.run_pytest([str(tmp_path / "no-python")], cwd=tmp_path, env={}, stream=missing)
     verdict = ci.verdict_without_incident(code)
-    assert code == ci.CANNOT_START and verdict.final_status == "error"
+    assert code == pytest_run.CANNOT_START and verdict.final_status == "error"
     assert exit_code_for(verdict.final_status, fail_on_unresolved=False, pytest_exit_code=code) == 7
     assert missing.getvalue().startswith(f"selfheal ci: cannot start {tmp_path / 'no-python'}: ")

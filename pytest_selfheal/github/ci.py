@@ -499,8 +499,6 @@ __all__ = [
     "new_run_token",
     "comment_from_report",
     "post_comment",
-    "pytest_argv",
     "run_ci",
     "run_pytest",
-    "snapshot",
 ]

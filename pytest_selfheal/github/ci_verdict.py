@@ -15,7 +15,7 @@ import pluggy
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
-from pytest_selfheal.pytest_run import PYTEST_EXIT_MEANINGS, describe_pytest_exit
+from pytest_selfheal.pytest_run import describe_pytest_exit
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs
@@ -212,7 +212,6 @@ def comment_footer(info: Mapping[str, Any]) -> str:
 
 
 __all__ = [
-    "PYTEST_EXIT_MEANINGS",
     "STOP_NONE",
     "STOP_NOT_CAPTURED",
     "STOP_PYTEST_ERROR",
@@ -220,7 +219,6 @@ __all__ = [
     "ci_headline",
     "ci_info",
     "comment_footer",
-    "describe_pytest_exit",
     "normalised_url",
     "only_quarantined",
     "render_ci_markdown",
