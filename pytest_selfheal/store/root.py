@@ -28,7 +28,7 @@ from typing import List, Tuple
 from pytest_selfheal.errors import RefusedError, UsageError
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import is_incident_id, validate_incident_id
+from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import (
     ARCHIVE_DIR,
     INBOX,
@@ -62,10 +62,7 @@ class Store(StoreWriter):
         """
         if bucket not in ARCHIVE_BUCKETS:
             raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            where, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (incident_id, where, folder):
             if where != INBOX:
                 raise RefusedError(f"incident {incident_id} is already archived in {ARCHIVE_DIR}/{where}")
             self.confined(folder)
@@ -103,10 +100,7 @@ class Store(StoreWriter):
         An inbox incident is refused (``RefusedError``). Returns ``(bucket it came from,
         status it had, reopened_after_iteration)``.
         """
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            bucket, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(
                     f"incident {incident_id} is open (error_inbox, status {self._read_status_at(folder)}); "
@@ -148,10 +142,7 @@ class Store(StoreWriter):
         a prune killed half-way is completed by the next one. Symlinks are removed, never
         followed.
         """
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            bucket, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open (error_inbox); archive it before pruning")
             # Renaming a linked incident folder moves the link, never what it points at.

@@ -9,9 +9,10 @@ import errno
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
@@ -95,6 +96,16 @@ class StoreWriter(StoreReader):
         """
         fsio.ensure_dir(self._root)
         return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
+
+    @contextmanager
+    def locked(self, incident_id: str) -> Iterator[Tuple[str, str, Path]]:
+        """Hold the lock over one incident: ``(validated id, bucket, folder)``, located again
+        under the lock. An unknown or invalid id fails before the lock creates anything."""
+        self.locate(incident_id)
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            yield incident_id, bucket, folder
 
     def confined(self, path: Path) -> Path:
         """``path`` once checked to be a write that stays under the reports root: no symbolic
@@ -279,10 +290,7 @@ class StoreWriter(StoreReader):
         fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            _, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (incident_id, _, folder):
             doc = self._read_incident_doc(folder, incident_id)
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
@@ -305,10 +313,7 @@ class StoreWriter(StoreReader):
         clash = sorted({"from", "to"} & set(event_data))
         if clash:
             raise ValueError(f"status_changed data must not set {', '.join(clash)}")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            incident_id = validate_incident_id(incident_id)
-            bucket, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (incident_id, bucket, folder):
             current = self._read_status_at(folder)
             check_transition(incident_id, current, new)
             if bucket != INBOX:  # only reachable after a hand edit of status.txt
@@ -369,9 +374,7 @@ class StoreWriter(StoreReader):
         doc = self._clean(plan)
         plan_md = self.redactor.redact(plan_md)
         self._check_doc("plan", doc, incident_id)
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
+        with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
             fsio.atomic_write_json(self.confined(folder / PLAN_JSON), doc)
@@ -389,9 +392,7 @@ class StoreWriter(StoreReader):
         doc = self._clean(attempt.to_json())
         self._check_doc("attempt", doc, incident_id)
         iteration = attempt.iteration
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
+        with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
             path = self.confined(folder / attempt_filename(iteration))
             if path.exists():
@@ -407,9 +408,7 @@ class StoreWriter(StoreReader):
         incident_id = validate_incident_id(incident_id)
         doc = self._clean(result.to_json())
         self._check_doc("run_result", doc, incident_id)
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
+        with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
             fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
             return folder / RUN_RESULT_JSON
@@ -427,9 +426,7 @@ class StoreWriter(StoreReader):
             raise ValueError(f"unsafe run file name {name!r}")
         if name == RUN_RESULT_JSON or ATTEMPT_RE.fullmatch(name):
             raise ValueError(f"{name} has its own writer")
-        self.locate(incident_id)  # unknown ids fail before the lock creates anything
-        with self.lock():
-            self.locate(incident_id)
+        with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / name), text)
             return folder / name
