@@ -25,7 +25,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.gitrepo import PendingSnapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import IncidentRun, build_report
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
     from pytest_selfheal import entry  # noqa: F401
-    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.loop import agent_mode, sticky  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
 
 
@@ -59,15 +59,16 @@ ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 # The loop side: agent mode (loop/agent_mode.py) and the loop entry (entry.py), with the
 # loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
-_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.entry"}
+_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.entry",
+              "sticky": "pytest_selfheal.loop.sticky"}
 
 
 def _loop_side(name: str) -> ModuleType:
     """The loop side's module ``name`` ("agent_mode" or "entry"), loaded on first use.
 
     The one late load of the recorder: a run that only captures (no open incident to
-    verify, no --selfheal-loop) never imports the loop, like a run without --selfheal
-    never imports this module (plugin.py).
+    verify, no stopped incident to compare with, no --selfheal-loop) never imports the
+    loop, like a run without --selfheal never imports this module (plugin.py).
     """
     return importlib.import_module(_LOOP_SIDE[name])
 
@@ -230,6 +231,10 @@ class Recorder:
         # Only then is a report's id redacted to be looked up (one redact per report).
         self.watched_redacted = any(is_redacted(n) for n in self.watched)
         self.outcomes: Dict[str, str] = {}
+        # Every test that passed or skipped: a stopped incident continued after a code change
+        # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
+        self.passed: Set[str] = set()
+        self.skipped_ids: Set[str] = set()
         self.tdd_nodeids: List[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     def _open_incidents(self) -> List["OpenIncident"]:
@@ -279,6 +284,9 @@ class Recorder:
             self.tests += 1
             if report.skipped:
                 self.skipped += 1
+                self.skipped_ids.add(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed.add(report.nodeid)
         if report.failed:
             self._record(report, report.when)
         nodeid = self._watched_id(report.nodeid) if self.watched else None
@@ -363,6 +371,10 @@ class Recorder:
             self.lines.extend((ESSENTIAL, line) for line in agent.lines)
             covered, still_open = agent.covered, agent.still_open
         remaining = [f for f in failures if f.nodeid not in covered]
+        if remaining and not still_open and not self.ci_run and self._has_stopped_incidents():
+            remaining, continued = self._attach_to_stopped(remaining, failures, git, exitstatus,
+                                                           None if options_problem else options)
+            still_open += continued
         if remaining and still_open:
             # One incident at a time: new failures wait in the attempt until the open one closes.
             self.lines.append((SUMMARY,
@@ -395,6 +407,70 @@ class Recorder:
                 self._run_loop(result.incident_id)
         self.lines.extend((SUMMARY, f"warning: {w}") for w in warnings)
         self._write_report()
+
+    def _has_stopped_incidents(self) -> bool:
+        """Cheap look before loading the loop side: any escalated or inbox incident at all."""
+        for folder in (self.reports_root / "error_archive" / "escalated", self.reports_root / "error_inbox"):
+            try:
+                if any(True for _ in os.scandir(folder)):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def _attach_to_stopped(
+        self, remaining: List[Any], failures: List[Any], git: Optional[PendingSnapshot], exitstatus: int,
+        run_options: Optional[List[str]],
+    ) -> Tuple[List[Any], List[str]]:
+        """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
+        incident. Code unchanged → STOP already_stopped; changed → that incident's next
+        iteration. Returns the failures left to capture and the incidents still open."""
+        sticky = _loop_side("sticky")
+        store = self.store()
+        stopped = sticky.stopped_incidents(store)
+        if not stopped:
+            return remaining, []
+        root = Path(self.config.rootpath)
+        diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[self.reports_root])
+        matches, rest = sticky.match_stopped(stopped, remaining, diff)
+        still_open: List[str] = []
+        max_iterations = self.effective.settings.max_iterations
+        for match in matches:
+            sticky.record_attached(store, match, diff)
+            if match.attachment is sticky.Attachment.ALREADY_STOPPED:
+                self.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
+                self.lines.append((ESSENTIAL, sticky.next_step(match)))
+                continue
+            agent_mode = _loop_side("agent_mode")
+            incident_id = match.incident.incident_id
+            sticky.continue_stopped(store, match)
+            self.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
+                                        "and the code changed since: this run is its next iteration"))
+            resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
+            outcomes = self._outcomes_of(resumed, failures)
+            agent = agent_mode.record_agent_attempts(
+                store=store, effective=self.effective, incidents=resumed, outcomes=outcomes, failures=failures,
+                project_root=root, reports_root=self.reports_root, invocation=list(self.config.invocation_params.args),
+                started_at=self.started_at, exit_code=exitstatus, run_options=run_options,
+            )
+            self.lines.extend((ESSENTIAL, line) for line in agent.lines)
+            still_open += agent.still_open
+            self.outcomes.update(outcomes)
+            self.open_incidents += resumed
+        return rest, still_open
+
+    def _outcomes_of(self, incidents: List["OpenIncident"], failures: List[Any]) -> Dict[str, str]:
+        """This run's outcome of each test the incidents select (a test it did not run: absent)."""
+        failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
+        out: Dict[str, str] = {}
+        for nodeid in (n for i in incidents for n in i.selection):
+            if nodeid in failed:
+                out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
+            elif nodeid in self.skipped_ids:
+                out[nodeid] = "skipped"
+            elif nodeid in self.passed:
+                out[nodeid] = "passed"
+        return out
 
     def _loop_requested(self) -> bool:
         flag = self.config.getoption("selfheal_loop")

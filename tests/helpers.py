@@ -343,6 +343,20 @@ def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, An
     return [e.to_json() for e in store.read_events(incident_id)[0] if e.event == name]
 
 
+# Two buggy functions and a passing test: the agent-in-the-loop and sticky-stop projects.
+TWO_BUGS_TESTS = """
+from mod import add, sub
+
+def test_add():
+    assert add(2, 3) == 5
+
+def test_sub():
+    assert sub(5, 3) == 2
+
+def test_other():
+    assert True
+"""
+
 FLAKY = """
     import os
     STATE = {state!r}

@@ -8,23 +8,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import cli, git_commit_all
+from helpers import cli, TWO_BUGS_TESTS, git_commit_all
 from schema_check import assert_valid
 
 from pytest_selfheal.history.db import HistoryDB
 
-TESTS = """
-from mod import add, sub
-
-def test_add():
-    assert add(2, 3) == 5
-
-def test_sub():
-    assert sub(5, 3) == 2
-
-def test_other():
-    assert True
-"""
+TESTS = TWO_BUGS_TESTS
 STATUS_LINE = re.compile(
     r"^selfheal: incident (?P<id>incident_\S+) iteration (?P<k>\d+) of (?P<n>\d+): "
     r"fingerprint (?P<fp>same|changed), progress (?P<progress>yes|no) -> (?P<verdict>CONTINUE|STOP(?: (?P<reason>\w+))?)$",
@@ -203,3 +192,19 @@ def test_an_agent_run_with_other_options_is_not_an_iteration(pytester: pytest.Py
     assert match and match["id"] == incident.name
     (attempt,) = _attempts(pytester, incident.name)
     assert attempt["mode"] == "agent"
+
+
+def test_an_agent_that_weakens_the_test_is_never_a_success(project: pytest.Pytester) -> None:
+    (incident,) = _incident_dirs(project, "inbox")
+    # The agent "fixes" test_add by weakening it, and fixes nothing in the code.
+    project.makepyfile(test_mod=TESTS.replace("assert add(2, 3) == 5", "assert True or add(2, 3) == 5")
+                       .replace("assert sub(5, 3) == 2", "assert True"))
+    result = project.runpytest("--selfheal")
+    assert result.ret == 0  # pytest's own verdict stands: the weakened tests pass
+    match = STATUS_LINE.search(result.stdout.str())
+    assert match and match["verdict"] == "STOP tests_edited", result.stdout.str()
+    assert [p.name for p in _incident_dirs(project, "escalated")] == [incident.name]
+    (attempt,) = _attempts(project, incident.name)
+    assert attempt["tests_edited"] == ["test_mod.py"] and attempt["verification_passed"] is True
+    report = cli("report", incident.name, cwd=project.path)
+    assert "**Tests edited**" in report.stdout and "`test_mod.py`" in report.stdout, report.stdout

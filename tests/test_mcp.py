@@ -223,6 +223,32 @@ def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_on
     anyio.run(scenario)
 
 
+def test_running_again_after_a_stop_is_stop_again_not_a_fresh_budget(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    })
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            incident_id = first["captured"]
+            looped = text_of(await client.call_tool("loop", {"incident_id": incident_id}))
+            assert looped.startswith("STOP repeated_fingerprint"), looped
+            for _ in range(2):  # the agent runs again, code unchanged: the same STOP, no new incident
+                again = await client.call_tool("run_tests", {})
+                verdict = again.structured_content or {}
+                assert (verdict["decision"], verdict["stop_reason"], verdict["incident_id"]) == (
+                    "STOP", "already_stopped", incident_id), text_of(again)
+                assert verdict["captured"] is None and verdict["stopped_because"] == "repeated_fingerprint"
+                assert text_of(again).startswith("STOP already_stopped")
+                assert f"selfheal reopen {incident_id}" in verdict["next"]
+            listed = text_of(await client.call_tool("status", {}))
+            assert listed.startswith("1 incident(s)"), listed
+
+    anyio.run(scenario)
+
+
 # --------------------------------------------------------------------------- apply
 
 

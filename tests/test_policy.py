@@ -15,7 +15,7 @@ from schema_check import assert_valid
 
 from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
-from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
@@ -81,6 +81,8 @@ STOP_CASES: List[Tuple[str, LoopPolicy, List[Observation], Dict[str, Any], str, 
     # (name, policy, observations, decide kwargs, stop reason, final status, iteration)
     ("disabled", LoopPolicy(enabled=False), [fail(0)], {}, "disabled", None, 0),
     ("success_flaky", DEFAULT, [fail(0), green(1)], {}, "success", "resolved", 1),
+    ("tests_edited", DEFAULT, [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)], {},
+     "tests_edited", "escalated", 1),
     ("cancelled", DEFAULT, [fail(0)], {"cancelled": True}, "cancelled", None, 0),
     ("tooling_env_at_capture", DEFAULT, [fail(0, types=[TOOLING_ENV])], {}, "tooling_env", "escalated", 0),
     (
@@ -165,7 +167,7 @@ def test_stop_cases_did_not_stop_earlier() -> None:
 def test_precedence_is_a_permutation_of_stop_reasons() -> None:
     assert sorted(PRECEDENCE) == sorted(STOP_REASONS)
     assert len(set(PRECEDENCE)) == len(PRECEDENCE)
-    assert PRECEDENCE[:2] == ("disabled", "success")
+    assert PRECEDENCE[:3] == ("disabled", "tests_edited", "success")
     assert PRECEDENCE.index("replan_requested") < PRECEDENCE.index("repeated_fingerprint")
 
 
@@ -321,7 +323,10 @@ def test_flaky_passes_on_rerun_is_success_and_flagged() -> None:
     assert (decision.stop_reason, decision.final_status) == ("success", "resolved")
     assert flaky_tests(observations) == [A]
     assert "flaky" in decision.message and A in decision.message
-    assert decision.progress.tests_fixed == (A,)
+    # No code changed: a pass is flakiness, never a fix or progress.
+    assert decision.progress.tests_fixed == () and decision.progress.reasons == ("flaky",)
+    assert not decision.progress.progress
+    assert status_line(decision, DEFAULT).endswith("progress no (flaky) -> STOP success")
 
 
 def test_fixed_by_a_code_change_is_not_flaky() -> None:
@@ -399,13 +404,13 @@ def test_agent_path_progress_each_iteration_until_max_iterations() -> None:
 def test_partial_fix_then_stuck() -> None:
     observations = [
         fail(0, ["FA", "FB"], outcomes={A: "failed", B: "failed"}),
-        fail(1, ["FA"], outcomes={A: "failed", B: "passed"}),
+        fail(1, ["FA"], diff="d1", outcomes={A: "failed", B: "passed"}),
     ]
     first = decide(DEFAULT, observations)
     assert first.action == "continue"
-    assert first.progress.tests_fixed == (B,) and first.progress.reasons == ("tests_fixed",)
+    assert first.progress.tests_fixed == (B,) and first.progress.reasons == ("tests_fixed", "diff_changed")
     assert first.same_error_repeats == 1
-    observations.append(fail(2, ["FA"], outcomes={A: "failed", B: "passed"}))
+    observations.append(fail(2, ["FA"], diff="d1", outcomes={A: "failed", B: "passed"}))
     decision = decide(DEFAULT, observations)
     assert decision.stop_reason == "repeated_fingerprint"
     assert handoff(observations, decision)["fixed"] == [B]
@@ -509,8 +514,11 @@ def test_runtime_budget_unset_never_stops() -> None:
 def test_progress_between_reasons() -> None:
     base = fail(0, ["F"], outcomes={A: "failed", B: "missing"})
     assert progress_between(None, base).progress is False
-    fixed = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "passed"}))
+    fixed = progress_between(base, fail(1, ["F"], diff="d9", outcomes={A: "failed", B: "passed"}))
     assert fixed.progress and fixed.tests_fixed == (B,) and not fixed.fingerprint_changed
+    # The same pass with the code known to be the same: flaky, not a fix.
+    flaky = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "passed"}))
+    assert (flaky.progress, flaky.reasons, flaky.tests_fixed) == (False, ("flaky",), ())
     unknown_code = fail(0, ["F"], diff=None, outcomes={A: "failed", B: "missing"})
     downstream = progress_between(unknown_code, fail(1, ["G"], diff=None, outcomes={A: "failed", B: "missing"}))
     assert downstream.reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
@@ -836,10 +844,10 @@ def test_a_flaky_timeout_beside_a_real_failure_does_not_void_the_observation() -
     capture = fail(0, ["F", "T"], types=["TEST_ASSERTION", TIMEOUT], outcomes={"a": "failed", "t": "failed"})
     rerun = fail(1, ["F"], types=["TEST_ASSERTION"], outcomes={"a": "failed", "t": "passed"})
     first = decide(DEFAULT, [capture, rerun])
-    assert first.action == "continue"
-    assert first.progress.progress and first.progress.tests_fixed == ("t",)  # the flaky test passing is progress
-    again = fail(2, ["F"], types=["TEST_ASSERTION"], outcomes={"a": "failed", "t": "passed"})
-    assert decide(DEFAULT, [capture, rerun, again]).stop_reason == "repeated_fingerprint"
+    # The flaky timeout passing with the code unchanged is flakiness, not progress; F was
+    # seen twice with the same code: deterministic.
+    assert first.progress.progress is False and first.progress.reasons == ("flaky",)
+    assert first.stop_reason == "repeated_fingerprint"
 
 
 def test_an_unstable_message_is_a_repeat_not_progress() -> None:
@@ -853,3 +861,41 @@ def test_an_unstable_message_is_a_repeat_not_progress() -> None:
     # A repair diff in between is a code change: the new message is a new error.
     repaired = [fail(0, ["F1"]), fail(1, ["F2"], repair_result="diff")]
     assert same_error_repeats(repaired) == 1
+
+
+# --------------------------------------------------------------------------- flaky is a verdict
+
+
+def test_one_flaky_one_quarantined_one_real_does_not_burn_the_budget_as_progress() -> None:
+    """No code change: the flaky test passes, the quarantined one changes its message, the
+    real one repeats. Not "progress yes" on every line until max_iterations."""
+    capture = fail(0, ["FL", "Q1", "R"], outcomes={"fl": "failed", "q": "failed", "r": "failed"})
+    rerun = fail(1, ["Q2", "R"], outcomes={"fl": "passed", "q": "failed", "r": "failed"})
+    decision = decide(LoopPolicy(max_iterations=5), [capture, rerun])
+    assert decision.progress.progress is False and decision.progress.reasons == ("flaky",)
+    assert decision.stop_reason == "repeated_fingerprint" and decision.iteration == 1
+    assert "progress no (flaky)" in status_line(decision, LoopPolicy(max_iterations=5))
+    assert flaky_tests([capture, rerun]) == ["fl"]
+
+
+def test_a_failure_the_history_calls_flaky_is_not_escalated_as_deterministic() -> None:
+    history = [fail(0, outcomes={"q": "failed"}), fail(1, outcomes={"q": "failed"})]
+    assert decide(DEFAULT, history).stop_reason == "repeated_fingerprint"
+    known = decide(DEFAULT, history, known_flaky={"q"})
+    assert known.action == "continue"  # re-run: it may pass, the budget still bounds it
+    history += [fail(2, outcomes={"q": "failed"}), fail(3, outcomes={"q": "failed"})]
+    last = decide(DEFAULT, history, known_flaky={"q"})
+    assert last.stop_reason == "max_iterations"
+    assert "known flaky in the failure history (q)" in last.message
+    # With a real failure beside it, the repeat is evidence again.
+    mixed = [fail(0, outcomes={"q": "failed", "r": "failed"}), fail(1, outcomes={"q": "failed", "r": "failed"})]
+    assert decide(DEFAULT, mixed, known_flaky={"q"}).stop_reason == "repeated_fingerprint"
+
+
+def test_known_flaky_reads_the_capture_triage() -> None:
+    incident = incident_record(failures=[
+        {"nodeid": "t::a", "fingerprint": "f1", "triage": {"label": "flaky", "detail": "rate"}},
+        {"nodeid": "t::b", "fingerprint": "f2", "triage": {"label": "quarantined", "detail": "q"}},
+        {"nodeid": "t::c", "fingerprint": "f3", "triage": {"label": "new", "detail": ""}},
+    ])
+    assert known_flaky(incident) == frozenset({"t::a", "t::b"})

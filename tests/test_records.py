@@ -143,6 +143,9 @@ def test_area():
     (incident_id,) = store.incident_ids()
     store.archive(incident_id, "escalated")
     store.reopen(incident_id)
+    # Stopped again, then seen with the code changed (loop/sticky.py): resumed_after_iteration.
+    store.archive(incident_id, "escalated")
+    store.reopen(incident_id, continue_run=True)
     docs = list(root_documents(pytester.path / ".selfheal"))
     assert sorted({kind for kind, _, _ in docs}) == ["event", "incident", "plan"]
     return docs

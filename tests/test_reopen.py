@@ -90,11 +90,14 @@ def test_a_reopened_loop_that_still_fails_stops_by_repetition_against_the_last_a
 def test_agent_mode_runs_a_reopened_incident(tmp_path: Path) -> None:
     project, incident_id, store = _escalated(tmp_path)
     assert selfheal(project, "reopen", "latest").returncode == EXIT_OK
+    # The code under test lives in the test module here: the agent's fix edits a test file,
+    # which is never a plain `success` (docs/repair.md), but it is the reopened incident's run.
     (project / "tests" / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
     again = run_pytest_selfheal(project)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "STOP success" in again.stdout
-    assert store.locate(incident_id)[0] == "resolved"
+    assert f"incident {incident_id} iteration 1 of 3" in again.stdout and "STOP tests_edited" in again.stdout
+    assert store.locate(incident_id)[0] == "escalated"
+    assert store.read_attempts(incident_id)[-1].tests_edited == ("tests/test_calc.py",)
     assert_replay_equals_disk(store, incident_id)
 
 

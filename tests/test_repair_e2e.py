@@ -305,11 +305,33 @@ def test_an_agent_that_weakens_the_test_does_not_resolve(tmp_path: Path) -> None
     assert "Only edit these files (globs allowed): `calc.py`." in prompt
 
 
-def test_test_edits_are_in_scope_when_the_config_allows_them(tmp_path: Path) -> None:
+def test_approval_never_covers_a_weakened_test(tmp_path: Path) -> None:
+    """--approve applies a verified fix; it is not permission to edit tests: nobody is asked,
+    the edit is rolled back, the user's tests are untouched, and the stop is no success."""
     project = Project(tmp_path)
-    result = project.loop("weaken", "--set", "repair.allow_test_edits=true")
-    assert result.returncode == EXIT_OK, result.stdout + result.stderr
-    assert project.run_result()["stop_reason"] == "success"
+    result = project.loop("weaken", "--approve")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    outcome = project.run_result()
+    assert outcome["stop_reason"] == "scope_expansion_denied" and outcome["final_status"] == "escalated"
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["scope_denied"] is True and "allow_test_edits" in attempt["repair"]["message"]
+    assert (project.top / "test_calc.py").read_text() == TESTS
+    assert not (project.runs / "final.patch").exists()
+
+
+def test_test_edits_allowed_by_the_config_end_tests_edited_not_success(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("weaken", "--approve", "--allow-test-edits")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    outcome = project.run_result()
+    assert (outcome["stop_reason"], outcome["final_status"]) == ("tests_edited", "escalated")
+    assert project.archived("escalated")
+    (attempt,) = project.attempts()
+    assert attempt["repair"]["tests_edited"] == ["test_calc.py"]
+    # Proposed for review, never applied, even with --approve.
+    assert (project.top / "test_calc.py").read_text() == TESTS
+    assert "test_calc.py" in (project.runs / "final.patch").read_text()
+    assert "tests_edited" in result.stdout + result.stderr
 
 
 SRC_AGENT = textwrap.dedent(

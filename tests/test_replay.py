@@ -116,7 +116,7 @@ def test_final_status_of_every_stop_reason() -> None:
         "success": "resolved", "max_iterations": "escalated", "repeated_fingerprint": "escalated",
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
-        "scope_expansion_denied": "escalated", "cancelled": None, "disabled": None,
+        "scope_expansion_denied": "escalated", "cancelled": None, "disabled": None, "tests_edited": "escalated",
     }
 
 
@@ -191,6 +191,21 @@ def _cancelled(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
     return project, incident_id, {"stop_reason": "cancelled", "final_status": None}
 
 
+def _tests_edited(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+    """A provider (allowed to edit tests) that makes the selection pass by editing the test file."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+
+    def provider(**request: Any) -> Dict[str, Any]:
+        test_file = project / "test_calc.py"
+        test_file.write_text(test_file.read_text().replace("return a + b", "return a - b"))
+        return {"provider": "fake", "result": "diff", "files_changed": ["test_calc.py"], "patch": None,
+                "tests_edited": ["test_calc.py"]}
+
+    return project, incident_id, loop_in_process(project, incident_id, "repair.allow_test_edits=true",
+                                                 provider=provider)
+
+
 def _tooling(tmp_path: Path) -> Path:
     return make_project(tmp_path / "env", {"test_env.py": TOOLING})
 
@@ -209,6 +224,7 @@ SCENARIOS: Dict[str, Tuple[Scenario, int, str]] = {
     "no_fix_found": (_simple(deterministic_project, provider=_no_fix), 2, "escalated"),
     "scope_expansion_denied": (_simple(deterministic_project, provider=_denied), 1, "escalated"),
     "disabled": (_simple(deterministic_project, "enabled=false"), 0, "inbox"),
+    "tests_edited": (_tests_edited, 1, "escalated"),
 }
 
 

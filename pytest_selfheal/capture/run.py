@@ -17,6 +17,7 @@ from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.frames import target_paths
 from pytest_selfheal.analysis.rules import rules_for_run
+from pytest_selfheal.analysis.testfiles import digests, test_code_paths
 from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
@@ -238,6 +239,7 @@ def capture_incident(
         if triage is not None:
             entry["triage"] = triage.to_json()
     incident["diff_hash"] = snapshot.diff_hash
+    incident["test_digests"] = digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
     if pytest_options:

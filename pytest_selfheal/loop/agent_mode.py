@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Set
 
+from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
@@ -39,6 +40,7 @@ class OpenIncident:
     last_outcomes: Dict[str, str]
     last_failures: Dict[str, Failure]  # nodeid -> last known failure
     options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
+    test_digests: Dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
 
 
 @dataclass
@@ -98,7 +100,8 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
             # An incident captured before options were recorded has none to compare.
             recorded = "pytest_options" in (incident.keys or ())
             found.append(OpenIncident(incident_id, selection, outcomes, failures,
-                                      list(incident.pytest_options) if recorded else None))
+                                      list(incident.pytest_options) if recorded else None,
+                                      dict(incident.test_digests)))
     return found
 
 
@@ -172,6 +175,8 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
             not_run=not_run,
+            # Tests, conftests edited since the capture: a pass with them is never `success`.
+            tests_edited=changed(project_root, incident.test_digests),
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)

@@ -29,7 +29,7 @@ from pytest_selfheal.history.recording import Failing, record_and_triage, run_in
 from pytest_selfheal.history.records import AGENT, LOOP
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
-from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     has_event,
@@ -106,6 +106,7 @@ def _attempt_document(
     duration_seconds: Optional[float],
     repair: Optional[RepairBlock],
     not_run: Sequence[str] = (),
+    tests_edited: Sequence[str] = (),
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
@@ -141,6 +142,8 @@ def _attempt_document(
     }
     if not_run:
         doc["not_run"] = list(not_run)
+    if tests_edited:
+        doc["tests_edited"] = list(tests_edited)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -160,13 +163,14 @@ def ensure_plan(store: "Store", incident_id: str) -> Plan:
     return store.read_plan(incident_id)
 
 
-def reopen_incident(store: "Store", incident_id: str) -> Tuple[str, str, int]:
+def reopen_incident(store: "Store", incident_id: str, *, continue_run: bool = False) -> Tuple[str, str, int]:
     """``selfheal reopen``: an archived incident back to the inbox as ``planned``
     (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
+    ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
     Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
     with store.lock():
         ensure_plan(store, incident_id)
-        return store.reopen(incident_id)
+        return store.reopen(incident_id, continue_run=continue_run)
 
 
 def start_running(store: "Store", incident_id: str, **data: Any) -> None:
@@ -258,6 +262,7 @@ def record_iteration(
     project_root: Path,
     duration_seconds: Optional[float] = None,
     not_run: Sequence[str] = (),
+    tests_edited: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -272,7 +277,8 @@ def record_iteration(
     files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
     ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
     whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
-    Raises ``RefusedError`` for an archived incident.
+    ``tests_edited``: test files changed since the capture (agent mode; a repair's come in
+    ``repair.tests_edited``). Raises ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
     pol = policy.LoopPolicy.from_settings(effective.settings)
@@ -294,6 +300,7 @@ def record_iteration(
         incident = store.read_incident(incident_id)
         context = read_context(store, incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),
@@ -303,11 +310,12 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
+            tests_edited=bool(edited),
         )
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
-        decision = decide(pol, observations, elapsed_minutes=elapsed)
+        decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident))
         iteration = store.next_attempt_number(incident_id)
         start_running(store, incident_id, iteration=iteration)
         attempt = _attempt_document(
@@ -325,6 +333,7 @@ def record_iteration(
             duration_seconds=duration_seconds,
             repair=repair,
             not_run=not_run,
+            tests_edited=edited,
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")

@@ -7,7 +7,7 @@ step. The vocabulary, the config and the observation predicates are in
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
@@ -26,6 +26,7 @@ from pytest_selfheal.loop.policy import (
     RUNTIME_BUDGET,
     SCOPE_EXPANSION_DENIED,
     SUCCESS,
+    TESTS_EDITED,
     TIMEOUT_LIMIT,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
@@ -42,7 +43,28 @@ from pytest_selfheal.loop.policy import (
     progress_between,
     same_error_repeats,
 )
-from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.models import FAILING_OUTCOMES, TOOLING_ENV
+
+
+# Triage labels (history/triage.py) under which a failure is known not to be deterministic.
+KNOWN_FLAKY_LABELS: Tuple[str, ...] = ("flaky", "quarantined")
+
+
+def known_flaky(incident: Incident) -> FrozenSet[str]:
+    """Node ids the capture's triage labelled flaky or quarantined (the failure history)."""
+    out = set()
+    for failure in incident.failures:
+        triage = failure.get_extra("triage")
+        if isinstance(triage, Mapping) and triage.get("label") in KNOWN_FLAKY_LABELS:
+            out.add(failure.nodeid or failure.test)
+    return frozenset(out)
+
+
+def only_known_flaky(observation: Observation, flaky: Collection[str]) -> bool:
+    """Every test failing in ``observation`` is known flaky: its repeat proves nothing."""
+    failing = frozenset(_failing_ids(observation))
+    return bool(failing) and all(n in flaky for n in failing)
 
 
 def decide(
@@ -51,12 +73,16 @@ def decide(
     *,
     elapsed_minutes: float = 0.0,
     cancelled: bool = False,
+    known_flaky: Collection[str] = (),
 ) -> Decision:
     """Continue or stop after the latest observation, with exactly one stop reason.
 
     ``observations[0]`` is the capture, ``observations[1:]`` the verification iterations
     so far. ``elapsed_minutes`` is the loop's runtime so far; ``cancelled`` is True when a
-    Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``). Every
+    Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``).
+    ``known_flaky``: node ids the failure history calls flaky (:func:`policy.known_flaky`):
+    when only they still fail, seeing them fail again is not evidence of a deterministic
+    failure, so the repeat and no-progress stops wait (the budget still ends it). Every
     rule and the precedence between them are in docs/loop.md.
     """
     if not observations:
@@ -77,16 +103,19 @@ def decide(
     no_fixes = _tail_count(observations, is_no_fix)
     # Stops "by repetition" need something to have been repeated: never on the capture alone.
     verified = iteration >= 1
-    stuck = verified and streak >= policy.no_progress_repeats
+    flaky_only = only_known_flaky(cur, known_flaky)
+    stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
     holds: Dict[str, bool] = {
         DISABLED: not policy.enabled,
+        TESTS_EDITED: is_success(cur) and cur.tests_edited,
         SUCCESS: is_success(cur),
         CANCELLED: cancelled,
         TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
         SCOPE_EXPANSION_DENIED: cur.scope_denied,
         TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
         REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
-        REPEATED_FINGERPRINT: verified and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
+        REPEATED_FINGERPRINT: verified and not flaky_only
+        and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
         NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
         NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
         RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
@@ -98,6 +127,10 @@ def decide(
         message = stop_message(
             reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes
         )
+        if flaky_only and reason != SUCCESS:
+            message += (" Every test still failing is known flaky in the failure history ("
+                        + ", ".join(sorted(_failing_ids(cur))[:5]) + "): it failed on every re-run, which the "
+                        "history does not call deterministic.")
         return Decision(
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
         )
@@ -122,6 +155,10 @@ def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observat
             return obs
     return None
 
+def _failing_ids(observation: Observation) -> List[str]:
+    return [n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES]
+
+
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
     count = 0
     for obs in reversed(observations):
@@ -131,4 +168,4 @@ def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observ
     return count
 
 
-__all__ = ["decide"]
+__all__ = ["KNOWN_FLAKY_LABELS", "decide", "known_flaky", "only_known_flaky"]

@@ -40,7 +40,7 @@ from pytest_selfheal.loop.attempts import (
     start_running,
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
-from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
@@ -359,7 +359,8 @@ def _drive(
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         started = run_started(attempts, policy.reopened_after(incident))
-        pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
+        pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
+                     known_flaky=known_flaky(incident))
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.

@@ -13,6 +13,7 @@ from pytest_selfheal.loop.policy import (
     FINAL_ESCALATED,
     FINAL_RESOLVED,
     MAX_ITERATIONS,
+    FLAKY,
     MESSAGE_UNSTABLE,
     NO_FIX_FOUND,
     NO_PROGRESS,
@@ -21,6 +22,7 @@ from pytest_selfheal.loop.policy import (
     RUNTIME_BUDGET,
     SCOPE_EXPANSION_DENIED,
     SUCCESS,
+    TESTS_EDITED,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
     Decision,
@@ -86,6 +88,9 @@ def stop_message(
         flaky = flaky_tests(observations)
         note = f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else ""
         return f"All selected tests pass at iteration {iteration}; the incident is resolved{note}."
+    if reason == TESTS_EDITED:
+        return (f"All selected tests pass at iteration {iteration}, but only with test files edited "
+                "(ralf_lite.repair.allow_test_edits): a person must review the test diff; not resolved.")
     if reason == CANCELLED:
         return (
             f"Cancelled after iteration {iteration}; recorded attempts are saved "
@@ -137,6 +142,11 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
     SUCCESS: (
         ("accept", "Accept the result: the incident is archived as resolved", None),
         ("run_full_suite", "Run the whole test suite to check for regressions", "python -m pytest"),
+        ("export", "Export the loop report", "selfheal report {id}"),
+    ),
+    TESTS_EDITED: (
+        ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
+        ("apply", "Apply the proposed patch, test edits included, after review", "selfheal apply {id}"),
         ("export", "Export the loop report", "selfheal report {id}"),
     ),
     MAX_ITERATIONS: (
@@ -215,6 +225,10 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
 # incident: looping again goes through a reopen (`selfheal loop ID --reopen`, docs/loop.md).
 _NEXT_ACTION: Dict[str, str] = {
     SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
+    TESTS_EDITED: (
+        "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
+        "patch only if the tests were wrong (selfheal apply {id})."
+    ),
     MAX_ITERATIONS: (
         "Investigate manually with the plan, or raise max_iterations and loop again "
         "(selfheal loop {id} --reopen) if the last iterations made progress."
@@ -341,7 +355,8 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     fp = "changed" if decision.progress.fingerprint_changed else "same"
     prog = "yes" if decision.progress.progress else "no"
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
-    unstable = " (message unstable)" if MESSAGE_UNSTABLE in decision.progress.reasons else ""
+    reasons = decision.progress.reasons
+    unstable = " (message unstable)" if MESSAGE_UNSTABLE in reasons else " (flaky)" if FLAKY in reasons else ""
     return (
         f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
         f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}"

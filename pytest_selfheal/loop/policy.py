@@ -52,9 +52,12 @@ NO_FIX_FOUND = "no_fix_found"
 SCOPE_EXPANSION_DENIED = "scope_expansion_denied"
 CANCELLED = "cancelled"
 DISABLED = "disabled"
+# The selection passes, but only with test files edited (repair.allow_test_edits): a person looks.
+TESTS_EDITED = "tests_edited"
 
 STOP_REASONS: Tuple[str, ...] = (
     SUCCESS,
+    TESTS_EDITED,
     MAX_ITERATIONS,
     REPEATED_FINGERPRINT,
     NO_PROGRESS,
@@ -73,6 +76,7 @@ STOP_REASONS: Tuple[str, ...] = (
 # as a failure; then the most specific diagnosis before generic exhaustion.
 PRECEDENCE: Tuple[str, ...] = (
     DISABLED,
+    TESTS_EDITED,
     SUCCESS,
     CANCELLED,
     TOOLING_ENV_STOP,
@@ -121,6 +125,9 @@ PROGRESS_DIFF_CHANGED = "diff_changed"
 # Not progress: the fingerprints changed, the code and the failing tests did not (a message
 # that depends on hash order, a timestamp the rules missed...). Judged as a repeat.
 MESSAGE_UNSTABLE = "message_unstable"
+# Not progress either: with the code known to be the same, a test passed or the failing tests
+# changed. That is flakiness, never a fix; what still fails is seen again.
+FLAKY = "flaky"
 
 # --------------------------------------------------------------------------- data
 
@@ -184,6 +191,7 @@ class Observation(Frozen):
     timed_out: bool = False  # the verification run hit its timeout
     repair_result: Optional[str] = None  # None (no provider) | diff | no_fix_found | timeout | crashed
     scope_denied: bool = False
+    tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
 
     def __post_init__(self) -> None:
         # Accept lists from JSON; the dataclass stays immutable and comparable.
@@ -299,6 +307,11 @@ def _code_changed(prev: Observation, cur: Observation) -> bool:
     return prev.diff_hash is not None and cur.diff_hash is not None and prev.diff_hash != cur.diff_hash
 
 
+def code_unchanged(prev: Observation, cur: Observation) -> bool:
+    """The code is known to be the same: two equal, known diff hashes and no repair diff."""
+    return prev.diff_hash is not None and prev.diff_hash == cur.diff_hash and cur.repair_result != REPAIR_DIFF
+
+
 def _failing(observation: Observation) -> FrozenSet[str]:
     return frozenset(n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES)
 
@@ -308,12 +321,18 @@ def message_unstable(prev: Observation, cur: Observation) -> bool:
     (equal diff hashes, no repair diff) and the same tests fail. A repeat, not progress."""
     return (
         prev.fingerprint_set != cur.fingerprint_set
-        and prev.diff_hash is not None
-        and prev.diff_hash == cur.diff_hash
-        and cur.repair_result != REPAIR_DIFF
+        and code_unchanged(prev, cur)
         and bool(_failing(cur))
         and _failing(prev) == _failing(cur)
     )
+
+
+def flaky_change(prev: Observation, cur: Observation) -> bool:
+    """With the code known to be the same, a test changed outcome: flakiness, not progress."""
+    if not code_unchanged(prev, cur):
+        return False
+    was, now = _failing(prev), _failing(cur)
+    return was != now or any(cur.outcomes.get(n) != o for n, o in prev.outcomes.items() if n in cur.outcomes)
 
 
 def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
@@ -340,6 +359,9 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     prev_set = prev.fingerprint_set
     if not fixed and message_unstable(prev, cur):
         return Progress(False, (MESSAGE_UNSTABLE,), True, ())
+    if flaky_change(prev, cur):
+        # Nothing was changed, so nothing was fixed: a pass here is a flaky test's.
+        return Progress(False, (FLAKY,), prev_set != cur.fingerprint_set, ())
     new_error = any(fp not in prev_set for fp in cur.fingerprints)
     reasons: List[str] = []
     if fixed:
@@ -364,8 +386,9 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
     count = 1
     for i in range(len(evidence) - 1, 0, -1):
         prev, cur = evidence[i - 1], evidence[i]
-        # An unstable message is the same failure seen again (docs/loop.md "Honest verdicts").
-        if prev.fingerprint_set != cur.fingerprint_set and not message_unstable(prev, cur):
+        # An unstable message, or a flaky test changing beside what still fails, with the
+        # code unchanged, is the same failure seen again (docs/loop.md "Honest verdicts").
+        if prev.fingerprint_set != cur.fingerprint_set and not code_unchanged(prev, cur):
             break
         count += 1
     return count
@@ -447,6 +470,17 @@ def reopened_after(incident: Any) -> Optional[int]:
     else:
         value = getattr(incident, "reopened_after_iteration", None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def stop_history_after(incident: Any) -> Optional[int]:
+    """The attempt up to which a recorded stop is history: the later of a reopen
+    (``reopened_after_iteration``) and a resume after a code change
+    (``resumed_after_iteration``, which keeps the loop run going), or None."""
+    resumed = incident.get("resumed_after_iteration") if isinstance(incident, Mapping) else getattr(
+        incident, "resumed_after_iteration", None)
+    values = [v for v in (reopened_after(incident), resumed)
+              if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    return max(values) if values else None
 
 
 def stop_is_history(reopened: Optional[int], last_iteration: int, status: Optional[str]) -> bool:
@@ -556,6 +590,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             timed_out=bool(attempt.timed_out),
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
+            tests_edited=bool(attempt.tests_edited),
         )
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.loop.policy import final_status_of, reopened_after, stop_is_history
+from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.store.events import (
@@ -158,7 +158,7 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
     )
     archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
     try:
-        reopened = reopened_after(store.read_incident(incident_id))
+        reopened = stop_history_after(store.read_incident(incident_id))
     except InputError:
         reopened = None  # replay does not need the rest of incident.json: a bad one is `show`'s to report
     return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)

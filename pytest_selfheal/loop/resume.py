@@ -194,7 +194,7 @@ def pending_on_disk(
         replanned_at = store.read_plan(incident_id).replanned_at_iteration
     return pending_stop(
         attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at,
-        policy.reopened_after(store.read_incident(incident_id)),
+        policy.stop_history_after(store.read_incident(incident_id)),
     )
 
 

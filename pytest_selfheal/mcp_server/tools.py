@@ -23,6 +23,7 @@ from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
 from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
@@ -276,6 +277,16 @@ class Project:
         elif iterated:
             verdict["summary"] = self._iteration_summary(verdict)
             verdict["next"] = self._next(verdict, store)
+        elif parse_already_stopped(plugin_lines) is not None:
+            # The failures of an incident that stopped, the code unchanged: STOP again.
+            incident_id, iteration, why = parse_already_stopped(plugin_lines) or ("", 0, "")
+            bucket, _ = store.locate(incident_id)
+            verdict.update(decision="STOP", stop_reason=ALREADY_STOPPED, incident_id=incident_id, iteration=iteration,
+                           status=store.read_status(incident_id), bucket=bucket, stopped_because=why,
+                           summary=f"these failures are incident {incident_id}'s, which stopped ({why}); the code "
+                                   "under test has not changed since, so this run is not a new attempt",
+                           next=f"stop here and report to the user; the loop goes on only after a code change or "
+                                f"`selfheal reopen {incident_id}` (the user's decision)")
         else:
             open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
             if code == 0 and not open_ids:

@@ -83,6 +83,7 @@ class RepairBlock(JsonRecord):
         Field("prompt", nullable(string)),
         Field("log", nullable(string)),
         Field("worktree", nullable(string)),
+        Field("tests_edited", strings),
     )
 
     provider: str = ""
@@ -98,6 +99,9 @@ class RepairBlock(JsonRecord):
     prompt: Optional[str] = None
     log: Optional[str] = None
     worktree: Optional[str] = None
+    # Test files the worktree's code differs in from the user's state after this call: a
+    # selection passing with them is `tests_edited`, never `success` (docs/repair.md).
+    tests_edited: Tuple[str, ...] = ()
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
@@ -134,6 +138,7 @@ class Attempt(JsonRecord):
         Field("scope_denied", boolean),
         Field("same_error_repeats", integer),
         Field("decision", RecordedDecision.parse),
+        Field("tests_edited", strings),
     )
 
     incident_id: str
@@ -162,5 +167,8 @@ class Attempt(JsonRecord):
     scope_denied: Optional[bool] = None
     same_error_repeats: Optional[int] = None
     decision: Optional[RecordedDecision] = None
+    # Test files the verified code differs in from the user's (repair) or the capture's
+    # (agent mode) state: a pass with them is `tests_edited`, never `success`.
+    tests_edited: Tuple[str, ...] = ()
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

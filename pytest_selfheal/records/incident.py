@@ -130,6 +130,8 @@ class Incident(JsonRecord):
         Field("fingerprint", string),
         Field("counts", object_of(integer)),
         Field("reopened_after_iteration", integer),
+        Field("resumed_after_iteration", integer),
+        Field("test_digests", object_of(string)),
     )
 
     incident_id: str
@@ -155,5 +157,10 @@ class Incident(JsonRecord):
     fingerprint: Optional[str] = None
     counts: Mapping[str, int] = field(default_factory=empty_map)  # {outcome: count} of the capture
     reopened_after_iteration: Optional[int] = None  # `selfheal reopen`: the next loop run starts after it
+    # A run that saw the failures again with the code changed: the stop at this attempt is
+    # history, but the loop run (its budget and counters) goes on (loop/sticky.py).
+    resumed_after_iteration: Optional[int] = None
+    # sha256 of the failing tests' files and their conftests at capture (analysis/testfiles.py).
+    test_digests: Mapping[str, str] = field(default_factory=empty_map)
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

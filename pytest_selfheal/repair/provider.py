@@ -395,6 +395,9 @@ class RepairSession:
 
     # -- the worktree after the call
 
+    def _tests_edited(self, tree: str) -> List[str]:
+        return _tests_edited_in(self.wt, tree)
+
     def _inspect(
         self,
         iteration: int,
@@ -424,15 +427,33 @@ class RepairSession:
             # No new evidence may leak into the next verification: roll back partial edits.
             self.wt.restore(before)
             result["result"] = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
+            result["tests_edited"] = self._tests_edited(before)
             return result
         self.wt.reset_head()  # undo commits the provider made; files stay
         after = self.wt.snapshot()
         changed = self.wt.project_relative(self.wt.changed_files(before, after))
         if not changed:
             result["message"] = call.message or "the provider changed nothing"
+            result["tests_edited"] = self._tests_edited(after)
+            return result
+        tests = [f for f in changed if scope.is_test_file(f)]
+        if tests and not self.allow_test_edits:
+            # Approval applies a fix; it never authorises weakening a test. Only
+            # repair.allow_test_edits does, so nobody is asked: the whole repair is undone.
+            self.wt.restore(before)
+            self.store.append_event(
+                self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=tests,
+                reason="the repair edited test files; ralf_lite.repair.allow_test_edits is false, and approval "
+                       "never covers test edits",
+            )
+            result.update(result=REPAIR_DIFF, scope_denied=True, out_of_scope=tests, files_changed=changed,
+                          tests_edited=self._tests_edited(before),
+                          message=f"edited test files ({', '.join(tests)}): test edits need "
+                                  "ralf_lite.repair.allow_test_edits (approval never covers them); rolled back")
             return result
         result["result"] = REPAIR_DIFF
         result["files_changed"] = changed
+        result["tests_edited"] = self._tests_edited(after)
         patch_name = attempt_patch_name(iteration)
         cumulative = self.wt.diff(self.wt.base, after)
         write_patch(self.store, self.incident_id, patch_name, cumulative)
@@ -454,10 +475,17 @@ class RepairSession:
             details = self.redactor.redact(self.wt.diff(before, after).decode("utf-8", errors="replace"))
             if not self.approver.confirm(question, details=details):
                 self.wt.restore(before)
+                result["tests_edited"] = self._tests_edited(before)
                 result["scope_denied"] = True
                 result["actions_applied"] = []
                 result["message"] = f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back"
         return result
+
+
+def _tests_edited_in(wt: "Worktree", tree: str) -> List[str]:
+    """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
+    user's state: what a verification of that tree passes with."""
+    return [f for f in wt.project_relative(wt.changed_files(wt.base, tree)) if scope.is_test_file(f)]
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> List[str]:

@@ -321,7 +321,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
     rr = run.run_result
     last = iterations[-1] if iterations else None
     stopped_attempt = last is not None and last["result"] == policy.ACTION_STOP
-    if policy.stop_is_history(policy.reopened_after(incident), as_int(last["iteration"]) if last else 0, status):
+    if policy.stop_is_history(policy.stop_history_after(incident), as_int(last["iteration"]) if last else 0, status):
         rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
     stop_reason: Optional[str] = opt_str(rr.get("stop_reason")) if rr is not None else None
@@ -428,6 +428,8 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
         "fingerprints_per_iteration": fingerprints_per_iteration,
         "tests_fixed": tests_fixed,
         "flaky_tests": list(unique(flaky)),
+        # Test files the verified code differs in (repair.allow_test_edits): shown first.
+        "tests_edited": strs(attempts[-1].get("tests_edited")) if attempts else [],
         "new_failures": new_failures,
         "triage": report_triage(failures, flaky),
         "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,

@@ -205,6 +205,9 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
         shown = _reason(reason)
     else:
         shown = "not finished" if report["total_retries"] else f"{NOT_RUN} (the loop has not run yet)"
+    # A test edit is never a fix to take on trust: it comes before everything else.
+    lines += [f"- **Tests edited** in {code(e['incident_id'])}: {_codes(e['tests_edited'])} — the selection passes "
+              "only with these test files changed; review the test diff first" for e in incidents if e.get("tests_edited")]
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report['final_status'])}")
     if len(incidents) > 1 and report.get("deciding_incident"):

@@ -29,6 +29,8 @@ INCIDENT_ARCHIVED = "incident_archived"
 INCIDENT_REOPENED = "incident_reopened"
 # Not in SPEC §9: written by Store.set_status so replay can follow status changes.
 STATUS_CHANGED = "status_changed"
+# A later run saw the failures of this stopped incident again (loop/sticky.py).
+CAPTURE_ATTACHED = "capture_attached"
 
 SPEC_EVENTS: Tuple[str, ...] = (
     INCIDENT_CAPTURED,
@@ -45,7 +47,7 @@ SPEC_EVENTS: Tuple[str, ...] = (
     INCIDENT_ARCHIVED,
     INCIDENT_REOPENED,
 )
-EVENT_NAMES: Tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED,)
+EVENT_NAMES: Tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
 
 RESERVED_KEYS: Tuple[str, ...] = ("ts", "event", "incident_id")
 

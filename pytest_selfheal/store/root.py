@@ -88,7 +88,7 @@ class Store(StoreWriter):
 
     # ------------------------------------------------------------------ reopen
 
-    def reopen(self, incident_id: str) -> Tuple[str, str, int]:
+    def reopen(self, incident_id: str, *, continue_run: bool = False) -> Tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` with status ``planned`` (SPEC §8).
 
         In the archive folder: ``incident.json`` gets ``status: planned`` and
@@ -99,6 +99,10 @@ class Store(StoreWriter):
         reopen killed before its rename) is simply moved, adding only the missing events.
         An inbox incident is refused (``RefusedError``). Returns ``(bucket it came from,
         status it had, reopened_after_iteration)``.
+
+        ``continue_run``: a run saw the stopped failures again with the code changed
+        (loop/sticky.py): ``resumed_after_iteration`` is written instead, so the old stop
+        is history but the loop run — its budget and counters — goes on.
         """
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
@@ -108,15 +112,17 @@ class Store(StoreWriter):
                 )
             current = self._read_status_at(folder)
             after = self.next_attempt_number(incident_id) - 1
-            data = {"bucket": bucket, "reopened_from": self._relative(folder), "after_iteration": after}
+            data = {"bucket": bucket, "reopened_from": self._relative(folder), "after_iteration": after,
+                    **({"continues_run": True} if continue_run else {})}
             if current != REOPENED:
                 doc = self._read_incident_doc(folder, incident_id)
                 doc["status"] = REOPENED
-                doc["reopened_after_iteration"] = after
+                doc["resumed_after_iteration" if continue_run else "reopened_after_iteration"] = after
                 doc["updated_at"] = ev.format_ts(self._now())
                 fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
                 fsio.atomic_write_text(folder / STATUS_TXT, REOPENED + "\n")
-                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": current, "to": REOPENED, "reason": "reopen"})
+                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
+                                      {"from": current, "to": REOPENED, "reason": "code_changed" if continue_run else "reopen"})
                 self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.

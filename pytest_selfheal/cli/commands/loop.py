@@ -14,7 +14,7 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.settings import parse_override
+from pytest_selfheal.config.settings import Override, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.hooks import cli_plugin_manager
 from pytest_selfheal.loop.attempts import reopen_incident
@@ -27,7 +27,7 @@ HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verificatio
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR] [--approve] [--reopen] [--set KEY=VALUE]``."""
+    """``ID [--json] [--dir DIR] [--approve] [--allow-test-edits] [--reopen] [--set KEY=VALUE]``."""
     parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true",
                         help="print the run result as JSON on stdout (progress lines go to stderr)")
@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--approve", action="store_true",
                         help="approve up front: unattended loops (apply_to.autonomous_plans: false) and "
                              "applying a repair provider's patch")
+    parser.add_argument("--allow-test-edits", action="store_true",
+                        help="let the repair provider edit tests, conftest and fixtures (repair.allow_test_edits); "
+                             "a selection that passes with tests edited stops with tests_edited, never success")
     parser.add_argument("--reopen", action="store_true",
                         help="reopen the incident first when it is archived (as `selfheal reopen ID`), then run")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
@@ -45,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the loop; exit codes in docs/exit-codes.md (0 resolved, 1 not resolved, 130 cancelled)."""
     project = project_root()
     overrides = [parse_override(text, "--set") for text in args.overrides]
+    if args.allow_test_edits:
+        overrides.append(Override("repair.allow_test_edits", True, "--allow-test-edits"))
     effective = load_config(project, overrides=overrides)
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)

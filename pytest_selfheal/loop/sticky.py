@@ -1,0 +1,194 @@
+"""A stop that sticks: a run whose failures an incident that already stopped holds (edge).
+
+A verdict is about a failure set and a code state, not about a run. When the failures a
+``pytest --selfheal`` run would capture are held (by fingerprint) by an incident that
+stopped without success, they are not a new incident with a fresh budget:
+
+- with the code under test unchanged since that stop (the same known diff hash), the
+  verdict is ``STOP already_stopped``, naming the earlier incident and why it stopped;
+  nothing new is captured, and the earlier incident gets a ``capture_attached`` event;
+- with the code changed (or no git to tell), the run continues that incident — reopened
+  in place, its loop run and budget going on — as its next iteration.
+
+:func:`match_stopped` is the pure rule; :func:`stopped_incidents` reads the candidates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import Enum
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.loop.resume import capture_diff_hash, read_context
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.ids import is_incident_id
+from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.states import ESCALATED, PLAN_PROPOSED
+
+ALREADY_STOPPED = "already_stopped"
+# Stopped incidents compared with a run's failures: the newest ones (ids sort by time).
+STOPPED_LIMIT = 50
+
+
+class Attachment(str, Enum):
+    """What a run's failures held by a stopped incident do to it."""
+
+    ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
+    CONTINUED = "continued"  # code changed: the incident's next iteration
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StoppedIncident(Frozen):
+    """An incident whose loop stopped without success, as its last evidence left it."""
+
+    incident_id: str
+    bucket: str  # error_inbox (plan_proposed) or an archive bucket (escalated)
+    status: str
+    stop_reason: str  # the recorded stop reason; "archived" when a person archived it
+    iteration: int  # the last attempt number (0: stopped before any verification)
+    fingerprints: FrozenSet[str]
+    diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StickyMatch(Frozen):
+    """This run's failures that one stopped incident holds, and what follows."""
+
+    incident: StoppedIncident
+    failures: Tuple[Failure, ...]
+    attachment: Attachment
+
+
+def match_stopped(
+    stopped: Sequence[StoppedIncident], failures: Sequence[Failure], diff_hash: Optional[str]
+) -> Tuple[List[StickyMatch], List[Failure]]:
+    """``(matches, failures no stopped incident holds)`` (pure).
+
+    Each failure goes to the newest stopped incident (``stopped`` is newest first) whose
+    last failure set holds its fingerprint. A match is :attr:`Attachment.ALREADY_STOPPED`
+    when the code is known to be the same as at that incident's last sighting (equal,
+    known diff hashes) or the incident waits for its proposed plan (a replan is a person's
+    step); otherwise it is :attr:`Attachment.CONTINUED`.
+    """
+    held: Dict[str, List[Failure]] = {}
+    rest: List[Failure] = []
+    for failure in failures:
+        owner = next((s for s in stopped if failure.fingerprint in s.fingerprints), None)
+        if owner is None:
+            rest.append(failure)
+        else:
+            held.setdefault(owner.incident_id, []).append(failure)
+    matches = []
+    for incident in stopped:
+        if incident.incident_id not in held:
+            continue
+        unchanged = diff_hash is not None and diff_hash == incident.diff_hash
+        attachment = Attachment.ALREADY_STOPPED if unchanged or incident.status == PLAN_PROPOSED else Attachment.CONTINUED
+        matches.append(StickyMatch(incident, tuple(held[incident.incident_id]), attachment))
+    return matches, rest
+
+
+def _candidate_ids(store: Store) -> List[Tuple[str, str]]:
+    """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
+    found: List[Tuple[str, str]] = []
+    for bucket in (INBOX, ESCALATED):
+        try:
+            names = os.listdir(store.bucket_dir(bucket))
+        except OSError:
+            continue
+        found += [(bucket, n) for n in names if is_incident_id(n)]
+    found.sort(key=lambda pair: pair[1], reverse=True)
+    return found
+
+
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> List[StoppedIncident]:
+    """The newest ``limit`` incidents that stopped without success, newest first: escalated
+    (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
+    (``selfheal status`` shows it)."""
+    out: List[StoppedIncident] = []
+    for bucket, incident_id in _candidate_ids(store):
+        if len(out) >= limit:
+            break
+        try:
+            status = store.read_status(incident_id)
+            if status not in (ESCALATED, PLAN_PROPOSED):
+                continue
+            incident = store.read_incident(incident_id)
+            attempts = store.read_attempts(incident_id)
+            run_result = store.read_run_result(incident_id)
+        except SelfhealError:
+            continue
+        if attempts:
+            last = attempts[-1]
+            fingerprints = frozenset(f.fingerprint for f in last.failures if f.fingerprint)
+            diff_hash = last.diff_hash
+        else:
+            fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
+            diff_hash = capture_diff_hash(incident, read_context(store, incident_id))
+        reason = (run_result.stop_reason if run_result is not None else None) or "archived"
+        if fingerprints:
+            out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
+                                       fingerprints, diff_hash))
+    return out
+
+
+def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
+    """The parseable status line of an already-stopped run (the grammar of the iteration
+    line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
+    stopped = match.incident
+    return (f"selfheal: incident {stopped.incident_id} iteration {stopped.iteration} of {max_iterations}: "
+            f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
+            f"-> STOP {ALREADY_STOPPED}")
+
+
+def next_step(match: StickyMatch) -> str:
+    """What to do about an already-stopped failure set: a command that works as printed."""
+    stopped = match.incident
+    if stopped.bucket == INBOX:
+        return (f"selfheal: incident {stopped.incident_id} waits for its proposed plan: "
+                f"selfheal loop {stopped.incident_id} (or change the code under test)")
+    return (f"selfheal: incident {stopped.incident_id} stays stopped until the code under test changes, or: "
+            f"selfheal reopen {stopped.incident_id}")
+
+
+_LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .*\((\w+)\), code unchanged -> STOP "
+                   + ALREADY_STOPPED + r"$")
+
+
+def parse_already_stopped(lines: Sequence[str]) -> Optional[Tuple[str, int, str]]:
+    """``(incident id, its last iteration, why it stopped)`` of the first already-stopped
+    line among ``lines`` (the plugin's terminal section), or None."""
+    for line in lines:
+        found = _LINE.match(line.strip())
+        if found:
+            return found.group(1), int(found.group(2)), found.group(3)
+    return None
+
+
+def continue_stopped(store: Store, match: StickyMatch) -> None:
+    """Bring a stopped incident whose code changed back to the inbox with its loop run going
+    on (no fresh budget: ``resumed_after_iteration``); an inbox one is left as it is."""
+    if match.incident.bucket != INBOX:
+        reopen_incident(store, match.incident.incident_id, continue_run=True)
+
+
+def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) -> None:
+    """The ``capture_attached`` event on the stopped incident: a run saw its failures again."""
+    store.append_event(
+        match.incident.incident_id, ev.CAPTURE_ATTACHED, attachment=match.attachment.value,
+        failures=len(match.failures), nodeids=[f.nodeid or f.test for f in match.failures[:50]],
+        diff_hash=diff_hash,
+    )
+
+
+__all__ = [
+    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
+    "match_stopped",
+    "next_step", "parse_already_stopped", "record_attached", "stopped_incidents",
+]

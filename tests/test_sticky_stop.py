@@ -1,0 +1,132 @@
+"""A stop sticks: running again never resets a STOP (docs/loop.md "A stop sticks").
+
+The verdict is about a failure set and a code state: after a stop, a run with the same
+failures and the same code says STOP again (``already_stopped``) and captures nothing; with
+the code changed it is the stopped incident's next iteration, its budget going on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from helpers import cli, events_named, TWO_BUGS_TESTS, git_commit_all
+
+from pytest_selfheal.store.root import Store
+
+TESTS = TWO_BUGS_TESTS
+BUGGY = "def add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a + b\n"
+ALREADY = re.compile(r"^selfheal: incident (incident_\S+) iteration (\d+) of 3: (\d+) failure\(s\) already stopped "
+                     r"\((\w+)\), code unchanged -> STOP already_stopped$", re.M)
+STATUS = re.compile(r"^selfheal: incident (incident_\S+) iteration (\d+) of (\d+): .* -> (CONTINUE|STOP \w+)$", re.M)
+
+
+def _ids(p: pytest.Pytester, bucket: str) -> List[str]:
+    base = p.path / ".selfheal" / ("error_inbox" if bucket == "inbox" else f"error_archive/{bucket}")
+    return sorted(d.name for d in base.glob("incident_*")) if base.exists() else []
+
+
+def _attempts(p: pytest.Pytester, incident_id: str) -> List[Dict[str, Any]]:
+    runs = p.path / ".selfheal" / "error_runs" / incident_id
+    return [json.loads(f.read_text()) for f in sorted(runs.glob("attempt_*.json"))]
+
+
+@pytest.fixture
+def stopped(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A capture, then a verify-only loop that stops with repeated_fingerprint."""
+    pytester.makepyfile(mod=BUGGY, test_mod=TESTS)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _ids(pytester, "inbox")
+    looped = cli("loop", incident_id, "--json", cwd=pytester.path)
+    assert json.loads(looped.stdout)["stop_reason"] == "repeated_fingerprint", looped.stderr
+    assert _ids(pytester, "escalated") == [incident_id]
+    return pytester
+
+
+def test_running_again_with_the_code_unchanged_stops_again(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    for _ in range(3):  # however often: never a new incident with a fresh budget
+        result = stopped.runpytest("--selfheal")
+        assert result.ret == 1  # the plugin never changes pytest's outcome
+        out = result.stdout.str()
+        found = ALREADY.search(out)
+        assert found, out
+        assert found.group(1) == earlier and found.group(3) == "2" and found.group(4) == "repeated_fingerprint"
+        assert f"selfheal reopen {earlier}" in out
+        assert "captured" not in out and "CONTINUE" not in out
+        assert _ids(stopped, "inbox") == [] and _ids(stopped, "escalated") == [earlier]
+    attached = events_named(Store(stopped.path / ".selfheal"), earlier, "capture_attached")
+    assert [e["attachment"] for e in attached] == ["already_stopped"] * 3
+    assert sorted(attached[0]["nodeids"]) == ["test_mod.py::test_add", "test_mod.py::test_sub"]
+    # `selfheal status` shows no new incident in the inbox.
+    status = cli("status", "--json", cwd=stopped.path)
+    rows = json.loads(status.stdout)
+    rows = rows["incidents"] if isinstance(rows, dict) else rows
+    assert [(r["incident_id"], r["status"]) for r in rows] == [(earlier, "escalated")]
+
+
+def test_reopen_is_the_way_back(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    assert cli("reopen", earlier, cwd=stopped.path).returncode == 0
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = STATUS.search(out)
+    # The reopened incident's next iteration: a new loop run, the user's decision.
+    assert found and found.group(1) == earlier and found.group(2) == "1", out
+    assert len(_attempts(stopped, earlier)) == 2
+
+
+def test_a_code_change_continues_the_stopped_incident_with_its_budget(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    # A change that does not fix anything: the same failures, the code changed.
+    stopped.makepyfile(mod="# touched\n" + BUGGY)
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = STATUS.search(out)
+    assert found, out
+    # Iteration 2 of the same incident, not iteration 1 of a new one; the same failure
+    # seen again is still a repeat.
+    assert found.group(1) == earlier and found.group(2) == "2" and found.group(4) == "STOP repeated_fingerprint"
+    assert _ids(stopped, "inbox") == [] and _ids(stopped, "escalated") == [earlier]
+    assert [a["mode"] for a in _attempts(stopped, earlier)] == ["verify", "agent"]
+    events = events_named(Store(stopped.path / ".selfheal"), earlier, "capture_attached")
+    assert [e["attachment"] for e in events] == ["continued"]
+
+
+def test_the_budget_is_not_fresh_after_a_code_change(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    stopped.makepyfile(mod="# one\n" + BUGGY)
+    stopped.runpytest("--selfheal")  # iteration 2: repeated again, escalated again
+    stopped.makepyfile(mod="# two\n" + BUGGY)
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = STATUS.search(out)
+    assert found and found.group(1) == earlier and found.group(2) == "3", out
+    assert found.group(4).startswith("STOP")
+    assert _ids(stopped, "inbox") == []
+
+
+def test_a_fix_after_the_stop_is_a_plain_green_run(stopped: pytest.Pytester) -> None:
+    stopped.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
+    result = stopped.runpytest("--selfheal")
+    assert result.ret == 0
+    assert _ids(stopped, "inbox") == []
+
+
+def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(mod=BUGGY, test_mod=TESTS)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    pytester.runpytest("--selfheal", "test_mod.py::test_add")  # captures only test_add
+    verdicts = []
+    for _ in range(4):
+        out = pytester.runpytest("--selfheal").stdout.str()
+        assert len(_ids(pytester, "inbox")) <= 1, out  # never two open incidents
+        verdicts.append(out)
+    # The runs settle: the last ones stop every failure again, capture and continue nothing.
+    for out in verdicts[-2:]:
+        assert "CONTINUE" not in out and "captured" not in out, out
+        assert len(ALREADY.findall(out)) >= 1
+    assert _ids(pytester, "inbox") == []
