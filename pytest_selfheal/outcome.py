@@ -15,23 +15,29 @@ from pytest_selfheal.loop.policy import FINAL_RESOLVED
 FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
 FINAL_FAILED = "failed"  # tests failed but no incident was captured
 FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
+# The loop resolved the failure with a repair provider's patch: the fix is proposed, the code
+# that was checked out (and is tested by this job) still fails.
+FINAL_FIX_PROPOSED = "fix_proposed"
 
 #: pytest's own exit code for a usage error (bad pytest arguments).
 PYTEST_USAGE_ERROR = 4
 
 
 def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
-                  pytest_exit_code: Optional[int] = None) -> int:
+                  pytest_exit_code: Optional[int] = None, pass_on_proposed_fix: bool = False) -> int:
     """The exit code of a run that ended with ``final_status`` (docs/exit-codes.md).
 
     0 resolved or passed; 1 anything else the tests decided (escalated, replan_requested,
     disabled, failed without an incident) when ``fail_on_unresolved``, else 0; for
     ``error`` (pytest could not run the tests) 2 when pytest's ``pytest_exit_code`` was a
     usage error (bad ``pytest-args``), else 7 (EXIT_PYTEST) -- whatever
-    ``fail_on_unresolved`` says: a broken setup fails the job.
+    ``fail_on_unresolved`` says: a broken setup fails the job. ``fix_proposed`` (the job's
+    code still fails; a patch would fix it) is 1 unless ``pass_on_proposed_fix``.
     """
     if final_status in (FINAL_RESOLVED, FINAL_PASSED):
         return EXIT_OK
+    if final_status == FINAL_FIX_PROPOSED:
+        return EXIT_OK if pass_on_proposed_fix or not fail_on_unresolved else EXIT_UNRESOLVED
     if final_status == FINAL_ERROR:
         return EXIT_USAGE if pytest_exit_code == PYTEST_USAGE_ERROR else EXIT_PYTEST
     return EXIT_UNRESOLVED if fail_on_unresolved else EXIT_OK
@@ -40,6 +46,7 @@ def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
 __all__ = [
     "FINAL_ERROR",
     "FINAL_FAILED",
+    "FINAL_FIX_PROPOSED",
     "FINAL_PASSED",
     "PYTEST_USAGE_ERROR",
     "exit_code_for",

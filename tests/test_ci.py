@@ -230,6 +230,47 @@ def test_push_event_no_comment_and_no_fail_on_unresolved(tmp_path: Path, fake_gi
     assert "## RALF Lite Loop Report" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
 
 
+CALC_FIX_AGENT = """
+import pathlib, sys
+calc = pathlib.Path(sys.argv[1], "calc.py")
+calc.write_text(calc.read_text().replace("a - b", "a + b"))
+"""
+
+
+@pytest.mark.parametrize("pass_on_proposed_fix", [False, True])
+def test_a_fix_that_is_only_proposed_does_not_turn_the_job_green(tmp_path: Path, fake_github: FakeGitHub,
+                                                                 pass_on_proposed_fix: bool) -> None:
+    """The job is about the code it checked out: a repair provider's fix is proposed (in the
+    comment, inert), the final status says so, and the job fails unless the user opts in."""
+    project = make_project(tmp_path / "proj", ini=None, files={
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+    })
+    agent = tmp_path / "agent.py"
+    agent.write_text(CALC_FIX_AGENT)
+    env = actions_env(tmp_path, fake_github)
+    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(agent), "{worktree}"])
+    env["INPUT_PASS_ON_PROPOSED_FIX"] = str(pass_on_proposed_fix).lower()
+
+    done = run_ci(project, env, "--action-inputs", "--", "-q")
+    assert done.returncode == (EXIT_OK if pass_on_proposed_fix else EXIT_UNRESOLVED), done.stdout + done.stderr
+    out = outputs_of(env)
+    assert (out["final-status"], out["stop-reason"]) == ("fix_proposed", "success")
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"  # the checkout is unchanged
+    (comment,) = ours(fake_github)
+    body = str(comment["body"])
+    assert "fix_proposed" in first_visible_line(body) and "still fails" in first_visible_line(body)
+    assert "### Proposed fix" in body and "```diff" in body and "+    return a + b" in body
+    assert "### Proposed fix" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+
+
+def test_proposed_fix_section_is_inert_and_bounded() -> None:
+    section = ci_verdict.proposed_fix_section(b"+x = '````'\n" + b"+y\n" * 50, limit=100)
+    fence = section.split("\n")[4]
+    assert fence == "`````diff"  # longer than any backtick run in the patch
+    assert "cut at 100 of" in section
+
+
 def test_pytest_errors_have_their_own_exit_codes(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", ini=None, files={"test_none.py": "x = 1\n"})
     env = actions_env(tmp_path, None, event_name="push", event={})

@@ -66,8 +66,10 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
-from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED, exit_code_for
+from pytest_selfheal.loop.policy import FINAL_RESOLVED
+from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
 from pytest_selfheal.store import fsio
@@ -316,6 +318,7 @@ def run_ci(
 
     error: Optional[SelfhealError] = None
     loop_result: Dict[str, Any] = {}
+    proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
@@ -341,24 +344,30 @@ def run_ci(
         report = build_report(incidents=[load_incident_run(store, incident_id)],
                               effective_config=effective.values, origins=effective.origins)
         reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
-        verdict = Verdict(str(report.get("final_status") or "unknown"), str(reason),
-                          int(report.get("total_retries") or 0), incident_id, code)
+        final = str(report.get("final_status") or "unknown")
+        repair = loop_result.get("repair")
+        if final == FINAL_RESOLVED and isinstance(repair, Mapping) and repair.get("final_patch"):
+            # Fixed in the repair worktree: this job's checked-out code still fails.
+            final = FINAL_FIX_PROPOSED
+            proposed = read_run_bytes(store, incident_id, str(repair["final_patch"]))
+        verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else ctx.pull_request_number()
     info = ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url)
     loop_error = str(error) if error else None
     try:
-        markdown = render_ci_markdown(report, info, error=loop_error, pm=pm)
+        markdown = render_ci_markdown(report, info, error=loop_error, pm=pm, proposed_patch=proposed)
     except ConfigError as exc:  # a broken section hook must not cost the summary, files and comment
         rep.warn(redactor.redact(str(exc)))
-        markdown = render_ci_markdown(report, info, error=loop_error)
+        markdown = render_ci_markdown(report, info, error=loop_error, proposed_patch=proposed)
     markdown = redactor.redact(markdown)
     document = redactor.redact_obj({**report, "ci": info})
     if error is not None:
         exit_code = error.exit_code
     else:
         exit_code = exit_code_for(verdict.final_status, fail_on_unresolved=options.fail_on_unresolved,
-                                  pytest_exit_code=verdict.pytest_exit_code)
+                                  pytest_exit_code=verdict.pytest_exit_code,
+                                  pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
         exit_code = _quarantine_exit(report, effective, here, source, rep, exit_code)
     result = CiResult(exit_code, verdict, document, markdown, pull_request=number,

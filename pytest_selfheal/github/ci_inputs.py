@@ -26,6 +26,7 @@ ACTION_INPUT_VARS: Tuple[str, ...] = (
     "INPUT_REPAIR_COMMAND",
     "INPUT_COMMENT",
     "INPUT_FAIL_ON_UNRESOLVED",
+    "INPUT_PASS_ON_PROPOSED_FIX",
     "INPUT_REPORT_NAME",
     "INPUT_COMMENT_FROM",
     "INPUT_PULL_REQUEST_NUMBER",
@@ -48,6 +49,8 @@ class CiOptions:
     reports_dir: Optional[Path] = None
     comment: bool = True
     fail_on_unresolved: bool = True
+    #: Exit 0 when the loop's fix is only proposed (the checked-out code still fails).
+    pass_on_proposed_fix: bool = False
     report_name: str = DEFAULT_REPORT_NAME
     report_path: Optional[Path] = None
     #: Comment-only mode: post this report JSON (no pytest, no loop).
@@ -127,7 +130,7 @@ def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
     """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
 
     Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
-    report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
+    pass_on_proposed_fix, report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
     naming the input (exit 2).
     """
     def get(name: str) -> Optional[str]:
@@ -152,6 +155,8 @@ def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
         found["comment"] = parse_bool(text, "comment")
     if (text := get("INPUT_FAIL_ON_UNRESOLVED")) is not None:
         found["fail_on_unresolved"] = parse_bool(text, "fail-on-unresolved")
+    if (text := get("INPUT_PASS_ON_PROPOSED_FIX")) is not None:
+        found["pass_on_proposed_fix"] = parse_bool(text, "pass-on-proposed-fix")
     if (text := get("INPUT_REPORT_NAME")) is not None:
         found["report_name"] = text.strip()
     if (text := get("INPUT_COMMENT_FROM")) is not None:

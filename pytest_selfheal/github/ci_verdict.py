@@ -14,7 +14,7 @@ import pluggy
 
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_PASSED
+from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
 from pytest_selfheal.pytest_run import describe_pytest_exit
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
@@ -142,6 +142,9 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
         details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
     elif info["final_status"] == FINAL_ERROR:
         details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
+    elif info["final_status"] == FINAL_FIX_PROPOSED:
+        details = ("fixed in an isolated worktree and verified there; the fix is only proposed (below): "
+                   "the code of this commit still fails")
     else:
         iterations = int(info.get("iterations") or 0)
         who = info.get("incident_id") or (f"{len(report.get('incidents') or [])} incidents")
@@ -190,14 +193,36 @@ def render_ci_markdown(
     *,
     error: Optional[str] = None,
     pm: Optional[pluggy.PluginManager] = None,
+    proposed_patch: Optional[bytes] = None,
 ) -> str:
     """The headline, a blank line, then the report (without its own headline, plus the
     sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
-    last section. A failing section hook is a ``ConfigError``."""
-    body = f"{ci_headline(report, info)}\n\n{report_markdown(report, pm)}"
+    last section. ``proposed_patch``: a fix that is only proposed, shown right after the
+    headline (bounded, in an inert fence). A failing section hook is a ``ConfigError``."""
+    body = f"{ci_headline(report, info)}\n\n"
+    if proposed_patch is not None:
+        body += proposed_fix_section(proposed_patch)
+    body += report_markdown(report, pm)
     if error:
         body += f"\n### selfheal ci error\n\n{text(error, 500)}\n"
     return body
+
+
+PATCH_LIMIT = 20_000  # characters of a proposed patch shown in the summary and the comment
+
+
+def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
+    """``### Proposed fix``: the patch in a diff fence longer than any backtick run inside it
+    (so nothing in it renders as markdown), cut to ``limit`` characters with a note."""
+    text = patch.decode("utf-8", errors="replace")
+    note = ""
+    if len(text) > limit:
+        note = f"\n_(cut at {limit:,} of {len(text):,} characters: the whole patch is `final.patch` in the reports root)_\n"
+        text = text[:limit]
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return (f"### Proposed fix\n\nNot in this commit: apply it with `selfheal apply` (or as a suggestion), then push."
+            f"\n\n{fence}diff\n{text.rstrip()}\n{fence}\n{note}\n")
 
 
 def comment_footer(info: Mapping[str, Any]) -> str:
@@ -221,6 +246,7 @@ __all__ = [
     "comment_footer",
     "normalised_url",
     "only_quarantined",
+    "proposed_fix_section",
     "render_ci_markdown",
     "sanitize_ci_info",
     "unresolved_failures",
