@@ -26,6 +26,7 @@ from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import IncidentRun, build_report
@@ -385,6 +386,9 @@ class Recorder:
             nodeids = {f.nodeid for f in remaining}
             if options_problem:
                 warnings.append(options_problem)
+            # Failing tests the junit reader did not keep (its cap): counted, never verified.
+            failing_ids = len({r.nodeid for r in self.failed})
+            unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
             result = capture_incident(
                 config=self.config,
                 effective=self.effective,
@@ -398,6 +402,7 @@ class Recorder:
                 ci_run=self.ci_run,
                 redactor=self.redactor,
                 git=git,
+                unverified=max(0, unverified),
             )
             self.incident_id = result.incident_id
             self.captured = IncidentRun(incident=result.incident, plan=result.plan)

@@ -83,6 +83,7 @@ STOP_CASES: List[Tuple[str, LoopPolicy, List[Observation], Dict[str, Any], str, 
     ("success_flaky", DEFAULT, [fail(0), green(1)], {}, "success", "resolved", 1),
     ("tests_edited", DEFAULT, [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)], {},
      "tests_edited", "escalated", 1),
+    ("unverified_failures", DEFAULT, [fail(0), green(1)], {"unverified": 1}, "unverified_failures", "escalated", 1),
     ("cancelled", DEFAULT, [fail(0)], {"cancelled": True}, "cancelled", None, 0),
     ("tooling_env_at_capture", DEFAULT, [fail(0, types=[TOOLING_ENV])], {}, "tooling_env", "escalated", 0),
     (
@@ -167,7 +168,7 @@ def test_stop_cases_did_not_stop_earlier() -> None:
 def test_precedence_is_a_permutation_of_stop_reasons() -> None:
     assert sorted(PRECEDENCE) == sorted(STOP_REASONS)
     assert len(set(PRECEDENCE)) == len(PRECEDENCE)
-    assert PRECEDENCE[:3] == ("disabled", "tests_edited", "success")
+    assert PRECEDENCE[:4] == ("disabled", "tests_edited", "unverified_failures", "success")
     assert PRECEDENCE.index("replan_requested") < PRECEDENCE.index("repeated_fingerprint")
 
 

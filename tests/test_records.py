@@ -115,9 +115,13 @@ def demo_snapshot() -> List[Tuple[str, str, Any]]:
 
 
 @pytest.fixture
-def captured(pytester: pytest.Pytester) -> List[Tuple[str, str, Any]]:
+def captured(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, str, Any]]:
     """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test and a
-    bug in a source module (its failure carries root-cause evidence: a frame and calls)."""
+    bug in a source module (its failure carries root-cause evidence: a frame and calls), and
+    one failure more than the capture keeps (its cap, lowered to 4: unverified_failures)."""
+    from pytest_selfheal.junit import reader
+
+    monkeypatch.setattr(reader, "MAX_FAILURES", 4)
     pytester.makepyfile(shapes="def area(w, h):\n    raise ValueError('negative')\n")
     pytester.makepyfile(
         test_t="""
@@ -135,9 +139,12 @@ def test_double(n):
 
 def test_area():
     assert area(1, 2) == 2
+
+def test_zz_over_the_cap():
+    assert False
 """
     )
-    pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=4)
+    pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=5)
     # Archived, then reopened (`selfheal reopen`): incident.json gains reopened_after_iteration.
     store = Store(pytester.path / ".selfheal")
     (incident_id,) = store.incident_ids()

@@ -117,6 +117,7 @@ def test_final_status_of_every_stop_reason() -> None:
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
         "scope_expansion_denied": "escalated", "cancelled": None, "disabled": None, "tests_edited": "escalated",
+        "unverified_failures": "escalated",
     }
 
 
@@ -206,6 +207,15 @@ def _tests_edited(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
                                                  provider=provider)
 
 
+def _unverified(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+    """A flaky capture whose incident counted one failure over the capture's cap."""
+    project = flaky_project(tmp_path)
+    incident_id = capture(project)
+    store = Store(project / ".selfheal")
+    store.update_incident(incident_id, unverified_failures=1)
+    return project, incident_id, loop_in_process(project, incident_id)
+
+
 def _tooling(tmp_path: Path) -> Path:
     return make_project(tmp_path / "env", {"test_env.py": TOOLING})
 
@@ -225,6 +235,7 @@ SCENARIOS: Dict[str, Tuple[Scenario, int, str]] = {
     "scope_expansion_denied": (_simple(deterministic_project, provider=_denied), 1, "escalated"),
     "disabled": (_simple(deterministic_project, "enabled=false"), 0, "inbox"),
     "tests_edited": (_tests_edited, 1, "escalated"),
+    "unverified_failures": (_unverified, 1, "escalated"),
 }
 
 

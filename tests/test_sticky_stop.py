@@ -130,3 +130,42 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
         assert "CONTINUE" not in out and "captured" not in out, out
         assert len(ALREADY.findall(out)) >= 1
     assert _ids(pytester, "inbox") == []
+
+
+# --------------------------------------------------------------------------- nothing verified, nothing resolved
+
+FLAKY_THEN_REAL = """
+import os, pytest
+
+@pytest.mark.parametrize("n", range(3))
+def test_flaky(n):
+    state = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"flaky_{n}.state")
+    if not os.path.exists(state):
+        open(state, "w").close()
+        assert False, "fails on the first run only"
+
+def test_real():
+    assert 1 + 1 == 3
+"""
+
+
+def test_failures_over_the_capture_cap_keep_the_incident_from_success(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture keeps at most MAX_FAILURES failures (10,000; 3 here): three flaky ones are
+    kept, the real one after them is not. The flaky ones pass on re-run, yet the real failure
+    was never verified: not success, and the count is said where the verdict is."""
+    from pytest_selfheal.junit import reader
+
+    monkeypatch.setattr(reader, "MAX_FAILURES", 3)
+    pytester.makepyfile(test_mix=FLAKY_THEN_REAL)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n*.state\n")
+    git_commit_all(pytester.path, "project")
+    captured = pytester.runpytest("--selfheal", "-p", "no:randomly")
+    out = captured.stdout.str()
+    assert "1 more failing test(s) over the capture's cap of 3 are never verified" in out, out
+    (incident_id,) = _ids(pytester, "inbox")
+    looped = cli("loop", incident_id, "--json", cwd=pytester.path)
+    result = json.loads(looped.stdout)
+    assert (result["stop_reason"], result["final_status"]) == ("unverified_failures", "escalated"), looped.stderr
+    report = cli("report", incident_id, cwd=pytester.path).stdout
+    assert "**Never verified**" in report and "1 failing test(s) over the capture's cap" in report

@@ -207,6 +207,7 @@ def capture_incident(
     ci_run: Optional[str] = None,
     redactor: Optional["Redactor"] = None,
     git: Optional[PendingSnapshot] = None,
+    unverified: int = 0,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
@@ -214,7 +215,8 @@ def capture_incident(
     ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
     (default: built from ``effective``). ``git``: the snapshot of the project's tree
     (excluding ``reports_root``) when the caller started it early, so its git processes ran
-    while the failures were analysed.
+    while the failures were analysed. ``unverified``: failing tests counted but not kept
+    (over the junit reader's cap): recorded, so the incident can never end in ``success``.
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or default_redactor(effective.settings.redaction)
@@ -242,6 +244,8 @@ def capture_incident(
     incident["test_digests"] = digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))
     if tdd_nodeids:
         incident["tdd_nodeids"] = list(tdd_nodeids)
+    if unverified:
+        incident["unverified_failures"] = unverified
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
     if ci_run:
@@ -255,6 +259,9 @@ def capture_incident(
     labels = [t.label for t in history.triage.values()]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
     lines = [f"captured {incident_id}: {len(failures)} failure(s){triaged} -> {where}"]
+    if unverified:
+        lines.append(f"  {unverified:,} more failing test(s) over the capture's cap of {len(failures):,} are never "
+                     "verified: this incident cannot end in success")
     for failure in failures[:10]:
         triage = history.triage.get(failure.nodeid or failure.test)
         label = f"{triage.label:<11} " if triage is not None else ""

@@ -315,7 +315,8 @@ def record_iteration(
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
-        decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident))
+        decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
+                          unverified=incident.unverified_failures)
         iteration = store.next_attempt_number(incident_id)
         start_running(store, incident_id, iteration=iteration)
         attempt = _attempt_document(

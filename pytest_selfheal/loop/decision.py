@@ -28,6 +28,7 @@ from pytest_selfheal.loop.policy import (
     SUCCESS,
     TESTS_EDITED,
     TIMEOUT_LIMIT,
+    UNVERIFIED_FAILURES,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
     Decision,
@@ -74,6 +75,7 @@ def decide(
     elapsed_minutes: float = 0.0,
     cancelled: bool = False,
     known_flaky: Collection[str] = (),
+    unverified: int = 0,
 ) -> Decision:
     """Continue or stop after the latest observation, with exactly one stop reason.
 
@@ -82,7 +84,9 @@ def decide(
     Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``).
     ``known_flaky``: node ids the failure history calls flaky (:func:`policy.known_flaky`):
     when only they still fail, seeing them fail again is not evidence of a deterministic
-    failure, so the repeat and no-progress stops wait (the budget still ends it). Every
+    failure, so the repeat and no-progress stops wait (the budget still ends it).
+    ``unverified``: failures the capture counted but could not keep (its cap): a green
+    selection then stops ``unverified_failures``, never ``success``. Every
     rule and the precedence between them are in docs/loop.md.
     """
     if not observations:
@@ -108,6 +112,7 @@ def decide(
     holds: Dict[str, bool] = {
         DISABLED: not policy.enabled,
         TESTS_EDITED: is_success(cur) and cur.tests_edited,
+        UNVERIFIED_FAILURES: is_success(cur) and unverified > 0,
         SUCCESS: is_success(cur),
         CANCELLED: cancelled,
         TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
@@ -125,7 +130,8 @@ def decide(
     if conditions:
         reason = conditions[0]
         message = stop_message(
-            reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes
+            reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes,
+            unverified=unverified,
         )
         if flaky_only and reason != SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("

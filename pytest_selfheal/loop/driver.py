@@ -360,7 +360,7 @@ def _drive(
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
-                     known_flaky=known_flaky(incident))
+                     known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.

@@ -23,6 +23,7 @@ from pytest_selfheal.loop.policy import (
     SCOPE_EXPANSION_DENIED,
     SUCCESS,
     TESTS_EDITED,
+    UNVERIFIED_FAILURES,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
     Decision,
@@ -78,6 +79,7 @@ def stop_message(
     timeouts: int,
     no_fixes: int,
     elapsed: float,
+    unverified: int = 0,
 ) -> str:
     """The sentence of a stop for ``reason``, naming the counts that triggered it."""
     cur = observations[-1] if observations else None
@@ -88,6 +90,9 @@ def stop_message(
         flaky = flaky_tests(observations)
         note = f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else ""
         return f"All selected tests pass at iteration {iteration}; the incident is resolved{note}."
+    if reason == UNVERIFIED_FAILURES:
+        return (f"All selected tests pass at iteration {iteration}, but {unverified:,} more failure(s) of the "
+                "capture were over its cap and never verified: not resolved.")
     if reason == TESTS_EDITED:
         return (f"All selected tests pass at iteration {iteration}, but only with test files edited "
                 "(ralf_lite.repair.allow_test_edits): a person must review the test diff; not resolved.")
@@ -142,6 +147,11 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
     SUCCESS: (
         ("accept", "Accept the result: the incident is archived as resolved", None),
         ("run_full_suite", "Run the whole test suite to check for regressions", "python -m pytest"),
+        ("export", "Export the loop report", "selfheal report {id}"),
+    ),
+    UNVERIFIED_FAILURES: (
+        ("rerun", "Run the whole suite with pytest --selfheal: what still fails is captured", "python -m pytest --selfheal"),
+        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
         ("export", "Export the loop report", "selfheal report {id}"),
     ),
     TESTS_EDITED: (
@@ -225,6 +235,10 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
 # incident: looping again goes through a reopen (`selfheal loop ID --reopen`, docs/loop.md).
 _NEXT_ACTION: Dict[str, str] = {
     SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
+    UNVERIFIED_FAILURES: (
+        "Run the whole suite again (python -m pytest --selfheal): the failures over the capture's cap were never "
+        "verified, and what still fails is captured as its own incident."
+    ),
     TESTS_EDITED: (
         "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
         "patch only if the tests were wrong (selfheal apply {id})."

@@ -54,10 +54,13 @@ CANCELLED = "cancelled"
 DISABLED = "disabled"
 # The selection passes, but only with test files edited (repair.allow_test_edits): a person looks.
 TESTS_EDITED = "tests_edited"
+# The selection passes, but the capture counted failures it could not keep (its cap): never verified.
+UNVERIFIED_FAILURES = "unverified_failures"
 
 STOP_REASONS: Tuple[str, ...] = (
     SUCCESS,
     TESTS_EDITED,
+    UNVERIFIED_FAILURES,
     MAX_ITERATIONS,
     REPEATED_FINGERPRINT,
     NO_PROGRESS,
@@ -77,6 +80,7 @@ STOP_REASONS: Tuple[str, ...] = (
 PRECEDENCE: Tuple[str, ...] = (
     DISABLED,
     TESTS_EDITED,
+    UNVERIFIED_FAILURES,
     SUCCESS,
     CANCELLED,
     TOOLING_ENV_STOP,

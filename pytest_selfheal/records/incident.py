@@ -132,6 +132,7 @@ class Incident(JsonRecord):
         Field("reopened_after_iteration", integer),
         Field("resumed_after_iteration", integer),
         Field("test_digests", object_of(string)),
+        Field("unverified_failures", integer),
     )
 
     incident_id: str
@@ -162,5 +163,7 @@ class Incident(JsonRecord):
     resumed_after_iteration: Optional[int] = None
     # sha256 of the failing tests' files and their conftests at capture (analysis/testfiles.py).
     test_digests: Mapping[str, str] = field(default_factory=empty_map)
+    # Failing tests the capture counted but could not keep (over its cap): never verified.
+    unverified_failures: int = 0
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

@@ -430,6 +430,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
         "flaky_tests": list(unique(flaky)),
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
         "tests_edited": strs(attempts[-1].get("tests_edited")) if attempts else [],
+        "unverified_failures": as_int(incident.get("unverified_failures")),
         "new_failures": new_failures,
         "triage": report_triage(failures, flaky),
         "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,

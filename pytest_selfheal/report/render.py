@@ -39,13 +39,7 @@ NOT_RUN = "not run"
 DASH = "—"
 
 _PASS, _FAIL, _WARN = "✅", "❌", "⚠️"
-_CELL_SYMBOL = {
-    "passed": _PASS,
-    "failed": _FAIL,
-    "error": _FAIL,
-    "skipped": _WARN,
-    "missing": _WARN,
-}
+_CELL_SYMBOL = {"passed": _PASS, "failed": _FAIL, "error": _FAIL, "skipped": _WARN, "missing": _WARN}
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
 # Punctuation that opens a link, image, emphasis, code span or strike-through ("(", ")", "!"
 # open nothing without a "["; "_" only where emphasis can open: not inside a word).
@@ -208,6 +202,8 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
     # A test edit is never a fix to take on trust: it comes before everything else.
     lines += [f"- **Tests edited** in {code(e['incident_id'])}: {_codes(e['tests_edited'])} — the selection passes "
               "only with these test files changed; review the test diff first" for e in incidents if e.get("tests_edited")]
+    lines += [f"- **Never verified** in {code(e['incident_id'])}: {e['unverified_failures']:,} failing test(s) over the "
+              "capture's cap; it cannot end in success" for e in incidents if e.get("unverified_failures")]
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report['final_status'])}")
     if len(incidents) > 1 and report.get("deciding_incident"):
