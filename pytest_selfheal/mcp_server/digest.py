@@ -206,7 +206,8 @@ def verdict_lines(verdict: Mapping[str, Any]) -> List[str]:
     iteration = verdict.get("iteration")
     if iteration is not None:
         fp = "changed" if verdict.get("fingerprint_changed") else "same"
-        progress = "yes" if verdict.get("progress") else "no"
+        progress = "yes" if verdict.get("progress") else "no (flaky: a test changed outcome with no code change)" \
+            if verdict.get("flaky") else "no"
         lines.append(f"incident {verdict.get('incident_id')}: iteration {iteration} of "
                      f"{verdict.get('max_iterations')}, fingerprint {fp}, progress {progress}")
     if verdict.get("captured"):

@@ -23,6 +23,7 @@ from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
@@ -257,6 +258,7 @@ class Project:
             verdict.update(
                 incident_id=incident_id, iteration=last.iteration, fingerprint_changed=bool(last.fingerprint_changed),
                 progress=bool(last.progress), tests_fixed=list(last.tests_fixed)[:20],
+                flaky=FLAKY in last.progress_reasons,
                 decision="STOP" if stop else "CONTINUE", stop_reason=last.stop_reason if stop else None,
                 status=store.read_status(incident_id), bucket=bucket,
             )
