@@ -76,17 +76,17 @@ def run(args: argparse.Namespace) -> int:
     _step("2. the verify-only loop: the flaky test passes on re-run, the real bug repeats -> hard stop")
     _run(["selfheal", "loop", first], project)
 
-    _step("3. the bug again, now with a repair provider (a stand-in agent) fixing it in an isolated worktree")
+    _step("3. running again does not reset the stop: the same failure, the same code -> STOP already_stopped")
     _run(["pytest", "--selfheal", "-q", "-p", "no:randomly"], project)
-    second = _newest_inbox_incident(project)
-    if second is not None:
-        command = json.dumps([sys.executable, str(DEMO_AGENT), "{worktree}", "{prompt_file}"])
-        _run(["selfheal", "loop", second, "--set", f"repair.command={command}"], project)
-        _step("4. the fix was proposed, not applied: your working tree is untouched until you approve")
-        sys.stdout.write((project / "calc.py").read_text())
-        _run(["selfheal", "apply", second, "--yes"], project)
-        _step("5. green again")
-        _run(["pytest", "-q", "-p", "no:randomly"], project)
+
+    _step("4. you reopen it with a repair provider (a stand-in agent) fixing it in an isolated worktree")
+    command = json.dumps([sys.executable, str(DEMO_AGENT), "{worktree}", "{prompt_file}"])
+    _run(["selfheal", "loop", first, "--reopen", "--set", f"repair.command={command}"], project)
+    _step("5. the fix was proposed, not applied: your working tree is untouched until you approve")
+    sys.stdout.write((project / "calc.py").read_text())
+    _run(["selfheal", "apply", first, "--yes"], project)
+    _step("6. green again")
+    _run(["pytest", "-q", "-p", "no:randomly"], project)
 
     _step("the incidents and the RALF Lite Loop Report")
     _run(["selfheal", "status"], project)
