@@ -14,6 +14,12 @@ from typing import Iterator, List, Optional
 
 import pytest
 from helpers import FULL
+from hypothesis import settings
+
+# No wall-clock threshold in a unit test (these machines are shared and noisy): hypothesis's
+# per-example deadline is one, so every property test runs without it.
+settings.register_profile("selfheal", deadline=None)
+settings.load_profile("selfheal")
 
 pytest_plugins = ["pytester", "fake_github"]
 
