@@ -521,3 +521,12 @@ def test_run_pytest_copies_the_output_live_and_tells_a_missing_interpreter(tmp_p
     assert code == pytest_run.CANNOT_START and verdict.final_status == "error"
     assert exit_code_for(verdict.final_status, fail_on_unresolved=False, pytest_exit_code=code) == 7
     assert missing.getvalue().startswith(f"selfheal ci: cannot start {tmp_path / 'no-python'}: ")
+
+
+def test_a_proposed_patch_shows_the_test_files_first() -> None:
+    patch = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-a\n+b\n"
+             "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n"
+             "@@ -1 +1 @@\n-assert add(2, 3) == 5\n+assert True\n")
+    ordered = ci_verdict.tests_first(patch)
+    assert ordered.index("tests/test_calc.py") < ordered.index("a/calc.py")
+    assert sorted(ordered.splitlines()) == sorted(patch.splitlines())

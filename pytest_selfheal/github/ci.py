@@ -66,7 +66,7 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
-from pytest_selfheal.loop.policy import FINAL_RESOLVED
+from pytest_selfheal.loop.policy import FINAL_RESOLVED, TESTS_EDITED
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
@@ -346,10 +346,12 @@ def run_ci(
         reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
         final = str(report.get("final_status") or "unknown")
         repair = loop_result.get("repair")
-        if final == FINAL_RESOLVED and isinstance(repair, Mapping) and repair.get("final_patch"):
-            # Fixed in the repair worktree: this job's checked-out code still fails.
-            final = FINAL_FIX_PROPOSED
+        if isinstance(repair, Mapping) and repair.get("final_patch") and (final == FINAL_RESOLVED
+                                                                          or reason == TESTS_EDITED):
+            # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
             proposed = read_run_bytes(store, incident_id, str(repair["final_patch"]))
+            if final == FINAL_RESOLVED:  # this job's checked-out code still fails
+                final = FINAL_FIX_PROPOSED
         verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else ctx.pull_request_number()

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pluggy
 
+from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
@@ -211,10 +212,23 @@ def render_ci_markdown(
 PATCH_LIMIT = 20_000  # characters of a proposed patch shown in the summary and the comment
 
 
+def tests_first(patch: str) -> str:
+    """The patch with the files of tests, conftests and fixtures first: a test edit is what a
+    reviewer must see before the fix."""
+    chunks = re.split(r"(?m)^(?=diff --git )", patch)
+    head, files = (chunks[0], chunks[1:]) if chunks and not chunks[0].startswith("diff --git ") else ("", chunks)
+
+    def is_test(chunk: str) -> bool:
+        found = re.match(r"diff --git a/(\S+)", chunk)
+        return bool(found) and is_test_file(found.group(1))
+
+    return head + "".join(sorted(files, key=lambda chunk: not is_test(chunk)))
+
+
 def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
     """``### Proposed fix``: the patch in a diff fence longer than any backtick run inside it
     (so nothing in it renders as markdown), cut to ``limit`` characters with a note."""
-    text = patch.decode("utf-8", errors="replace")
+    text = tests_first(patch.decode("utf-8", errors="replace"))
     note = ""
     if len(text) > limit:
         note = f"\n_(cut at {limit:,} of {len(text):,} characters: the whole patch is `final.patch` in the reports root)_\n"
