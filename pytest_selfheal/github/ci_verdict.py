@@ -220,7 +220,7 @@ def tests_first(patch: str) -> str:
 
     def is_test(chunk: str) -> bool:
         found = re.match(r"diff --git a/(\S+)", chunk)
-        return bool(found) and is_test_file(found.group(1))
+        return found is not None and is_test_file(found.group(1))
 
     return head + "".join(sorted(files, key=lambda chunk: not is_test(chunk)))
 
