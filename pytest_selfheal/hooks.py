@@ -1,9 +1,10 @@
 """Hook dispatch: every call of a ``pytest_selfheal_*`` hook goes through pluggy (edge).
 
 Inside pytest the plugin manager is pytest's own (conftest files and ``pytest11`` plugins
-included). The ``selfheal`` command builds one from the same registration: every module
-registered under the ``pytest11`` entry-point group that implements one of our hooks. So a
-plugin is registered once and serves both surfaces (docs/hooks.md).
+included). The ``selfheal`` command builds one from the entry-point group of our own,
+``pytest_selfheal``: it never imports the other pytest plugins installed (their cost, and a
+broken one, are pytest's business), so a plugin that serves both surfaces registers under
+both groups (docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pluggy
 from pytest_selfheal import hookspecs
 from pytest_selfheal.errors import ConfigError, one_line
 
-ENTRY_POINT_GROUP = "pytest11"
+ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
 
 
@@ -26,8 +27,9 @@ def _implements_a_hook(plugin: object) -> bool:
 
 
 def cli_plugin_manager() -> pluggy.PluginManager:
-    """The plugin manager of the ``selfheal`` command: our hookspecs plus every ``pytest11``
-    plugin that implements one of them. A plugin that fails to load is a one-line ``ConfigError``."""
+    """The plugin manager of the ``selfheal`` command: our hookspecs plus every plugin
+    registered under the ``pytest_selfheal`` entry-point group that implements one of them.
+    One that fails to load is a one-line ``ConfigError`` (it was registered for us)."""
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -240,12 +240,14 @@ def clone_project(template: Path, dest: Path) -> Path:
 
 def fake_distribution(site: Path, module: str, body: str) -> None:
     """An installed-looking distribution in ``site``: ``module.py`` (``body``, dedented) and a
-    ``.dist-info`` registering it under ``pytest11`` (put ``site`` on sys.path / PYTHONPATH)."""
+    ``.dist-info`` registering it under ``pytest11`` and ``pytest_selfheal`` (pytest and the
+    ``selfheal`` command each load it; put ``site`` on sys.path / PYTHONPATH)."""
     (site / f"{module}.py").write_text(textwrap.dedent(body))
     info = site / f"{module}-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n\n"
+                                           f"[pytest_selfheal]\n{module} = {module}\n")
 
 
 # A pytest11 plugin adding one report section (test_report_cli.py, test_ci.py).

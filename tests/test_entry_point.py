@@ -32,3 +32,23 @@ def test_the_installed_console_script_runs_a_command() -> None:
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert len(done.stdout.splitlines()) == 3
     assert "TOOLING_ENV | charges the card::Checkout charges the card" in done.stdout
+
+
+def test_a_command_imports_only_itself_and_status_never_pytest(tmp_path: Path) -> None:
+    """`selfheal status` costs its own imports: no pytest (it runs in children only), no other
+    command's module (docs/benchmarks.md, CLI start)."""
+    probe = ("import sys\nfrom pytest_selfheal.cli.main import main\ncode = main(['status'])\n"
+             "loaded = sorted(m for m in sys.modules if m.startswith('pytest_selfheal.cli.commands.'))\n"
+             "print(code, 'pytest' in sys.modules, ' '.join(loaded))\n")
+    done = subprocess.run([PY, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=run_env(), stdin=subprocess.DEVNULL)
+    code, has_pytest, loaded = done.stdout.split("\n")[-2].split(" ", 2)
+    assert (code, has_pytest) == ("0", "False"), done.stdout + done.stderr
+    assert loaded.split() == ["pytest_selfheal.cli.commands._common", "pytest_selfheal.cli.commands.status"]
+
+
+def test_every_command_module_is_named_like_its_command() -> None:
+    from pytest_selfheal.cli.main import command_module, command_names
+
+    for name in command_names():
+        assert command_module(name).NAME == name

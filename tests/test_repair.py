@@ -388,12 +388,27 @@ def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert provider_configured(default_config(), pm)
 
 
+def test_a_broken_unrelated_pytest_plugin_cannot_stop_selfheal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the pytest_selfheal group is loaded by the selfheal command: an installed pytest
+    plugin that fails to import (pytest's business) is never imported by it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "unrelated_broken.py").write_text("raise ImportError('needs a missing package')\n")
+    info = site / "unrelated_broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: unrelated_broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nunrelated_broken = unrelated_broken\n")
+    monkeypatch.syspath_prepend(str(site))
+    pm = cli_plugin_manager()
+    assert pm.get_plugin("unrelated_broken") is None and "unrelated_broken" not in sys.modules
+
+
 def test_broken_entry_point_is_one_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     site.mkdir()
     fake_distribution(site, "broken_hook", "raise ImportError('needs a missing package')\n")
     monkeypatch.syspath_prepend(str(site))
-    with pytest.raises(ConfigError, match="cannot load the 'pytest11' entry point 'broken_hook': ImportError") as info:
+    with pytest.raises(ConfigError, match="cannot load the 'pytest_selfheal' entry point 'broken_hook': ImportError") as info:
         cli_plugin_manager()
     assert "\n" not in str(info.value)
 

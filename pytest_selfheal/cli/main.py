@@ -20,15 +20,21 @@ from pytest_selfheal.cli import commands
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_USAGE, SelfhealError
 
 
-def _command_modules() -> List[ModuleType]:
-    found = []
-    for info in pkgutil.iter_modules(commands.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
-        if hasattr(module, "NAME") and hasattr(module, "run"):
-            found.append(module)
-    return sorted(found, key=lambda m: str(m.NAME))
+def command_names() -> List[str]:
+    """Every command, by its module's name (``stop_gate.py`` is ``stop-gate``), without
+    importing any: a run imports only the command it runs (docs/benchmarks.md)."""
+    return sorted(info.name.replace("_", "-") for info in pkgutil.iter_modules(commands.__path__)
+                  if not info.name.startswith("_"))
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of command ``name`` (its ``NAME`` is ``name``)."""
+    return importlib.import_module(f"{commands.__name__}.{name.replace('-', '_')}")
+
+
+def _command_modules(only: Optional[str] = None) -> List[ModuleType]:
+    names = [only] if only is not None else command_names()
+    return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,13 +44,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"selfheal: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, one subparser per discovered command."""
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The argument parser, one subparser per discovered command (``only``: that one alone,
+    so that running a command imports no other)."""
     parser = _Parser(prog="selfheal", description="Incidents, fingerprints and the RALF-Lite loop.")
     parser.add_argument("--version", action="version", version=f"selfheal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in _command_modules():
+    for module in _command_modules(only):
         child = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(child)
         child.set_defaults(_run=module.run)
@@ -53,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: parse, run, and turn every known error into one line and an exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The command is the first word (global options come alone: --help, --version).
+    only = words[0] if words and words[0] in command_names() else None
+    args = build_parser(only).parse_args(words)
     try:
         return int(args._run(args))
     except SelfhealError as exc:

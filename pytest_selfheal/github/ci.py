@@ -281,7 +281,7 @@ def run_ci(
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
 
     Raises ConfigError/UsageError (2) before anything runs on a bad config or option or a
-    ``pytest11`` plugin that fails to load, InputError (3) for a corrupted reports root,
+    ``pytest_selfheal`` plugin that fails to load, InputError (3) for a corrupted reports root,
     Cancelled (130) on Ctrl-C/SIGTERM during the loop. A loop error (e.g. a verification
     command refused, 5) is reported (summary, outputs, comment) and then decides the exit
     code. Comment failures, and a failing report-section hook (the report is then

@@ -53,7 +53,7 @@ def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
     """Print ``report`` (or write it to ``--output``) in the chosen format.
 
     The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of
-    the installed ``pytest11`` plugins; a broken plugin is a ``ConfigError`` (2).
+    the installed ``pytest_selfheal`` plugins; a broken one is a ``ConfigError`` (2).
     """
     fmt = output_format(args)
     if fmt == "json" and args.output is None:
