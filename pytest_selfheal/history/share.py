@@ -1,0 +1,316 @@
+"""The shared history: segments on a dedicated ref of the project's own git remote (edge: git).
+
+``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
+``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
+whose tree is every segment (``segments/ab/<name>.json``, ``compacted/<name>.json``).
+Segments are separate, content-addressed files, so two writers never conflict: a push
+that loses the race (the remote moved since the fetch) fetches again, adds its segments
+on top of the new commit and pushes again. ``selfheal history pull`` fetches the ref and
+rebuilds the local database from its segments and this machine's own; recording is keyed
+by ``run_key``, so a run seen twice counts once. ``selfheal history compact`` merges old
+segments into one, keeping every run.
+
+Only git and the remote's own credentials: every command goes through
+:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). A pull request
+never writes: push and compact refuse on a ``pull_request`` event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
+from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
+from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.segment_dir import local_segments, read_local
+from pytest_selfheal.history.segments import Segment, SegmentError, compact, decode, encode, name_of_path, \
+    segment_name, tree_path
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+DEFAULT_REMOTE = "origin"
+HISTORY_REF = "refs/selfheal/history"
+PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one through
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+# Events whose runs read the shared history and never write it: the code under test is the
+# pull request's, which may come from a fork.
+READ_ONLY_EVENTS = ("pull_request", "pull_request_target")
+# What git says when a push lost a race (the ref moved, or another push held its lock).
+_RACE_MARKERS = ("non-fast-forward", "fetch first", "[rejected]", "cannot lock ref", "failed to update ref",
+                 "incorrect old value", "stale info", "remote rejected")
+_NO_REMOTE_REF = "couldn't find remote ref"
+
+
+class SharedHistoryError(SelfhealError):
+    """git could not read or update the shared history (remote unreachable, no permission)."""
+
+    exit_code = EXIT_IO
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PushResult(Frozen):
+    """What a push did: segments added to the remote, those it already had, attempts made."""
+
+    pushed: int
+    already: int
+    attempts: int
+    commit: Optional[str]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PullResult(Frozen):
+    """What a pull did: segments read (shared and local), runs in them, runs new to the database."""
+
+    segments: int
+    runs: int
+    added: int
+    commit: Optional[str]
+    problems: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CompactResult(Frozen):
+    """What a compaction did: segments merged into one, and the runs it holds."""
+
+    replaced: int
+    runs: int
+    commit: Optional[str]
+
+
+class _Entry:
+    """One segment file of the shared tree."""
+
+    __slots__ = ("blob", "compacted", "name", "path")
+
+    def __init__(self, name: str, blob: str, path: str, compacted: bool) -> None:
+        self.name, self.blob, self.path, self.compacted = name, blob, path, compacted
+
+
+def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
+    """A pull request's job reads the shared history and never writes it (fork-safe)."""
+    if env.get("GITHUB_EVENT_NAME") in READ_ONLY_EVENTS:
+        raise RefusedError(f"selfheal history {what}: a pull request reads the shared history and never writes it "
+                           "(its runs stay in this job's own history)")
+
+
+def _git(root: Path, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+         stdin: Optional[bytes] = None) -> bytes:
+    try:
+        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
+            return run_git(root, args, env=env, stdin=stdin, hooks_dir=Path(hooks))
+    except GitFailed as exc:
+        raise SharedHistoryError(one_line(f"git {args[0]}: {exc.first_line}")) from None
+
+
+def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
+    """Fetch the remote's ``ref`` into the same local ref; its commit, or None when the
+    remote has no shared history yet (the local ref is then dropped too)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
+            run_git(root, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"],
+                    hooks_dir=Path(hooks))
+    except GitFailed as exc:
+        if _NO_REMOTE_REF in exc.stderr:
+            try:
+                run_git(root, ["update-ref", "-d", ref])
+            except GitFailed:
+                pass  # there was no local ref either
+            return None
+        raise SharedHistoryError(one_line(f"git fetch {remote}: {exc.first_line}")) from None
+    return _git(root, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
+
+
+def _tree(root: Path, commit: Optional[str]) -> Dict[str, _Entry]:
+    """``{segment name: entry}`` of the commit's tree; other files are ignored."""
+    if commit is None:
+        return {}
+    entries: Dict[str, _Entry] = {}
+    for record in _git(root, ["ls-tree", "-r", "-z", commit]).split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.decode("utf-8", "replace").partition("\t")
+        parts = meta.split()
+        found = name_of_path(path)
+        if found is not None and len(parts) == 3 and parts[1] == "blob":
+            entries[found[0]] = _Entry(found[0], parts[2], path, found[1])
+    return entries
+
+
+def _read_blobs(root: Path, blobs: Sequence[str]) -> List[bytes]:
+    """The contents of ``blobs``, in order, with one ``git cat-file --batch``."""
+    if not blobs:
+        return []
+    out = _git(root, ["cat-file", "--batch"], stdin="".join(f"{b}\n" for b in blobs).encode())
+    contents: List[bytes] = []
+    position = 0
+    for blob in blobs:
+        end = out.index(b"\n", position)
+        header = out[position:end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            raise SharedHistoryError(f"git cat-file: {blob} is not a readable blob")
+        size = int(header[2])
+        contents.append(out[end + 1:end + 1 + size])
+        position = end + 1 + size + 1  # the content, then one newline
+    return contents
+
+
+def _decode_all(root: Path, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
+    segments: List[Tuple[str, Segment]] = []
+    problems: List[str] = []
+    for entry, data in zip(entries, _read_blobs(root, [e.blob for e in entries])):
+        try:
+            segments.append((entry.name, decode(data)))
+        except SegmentError as exc:
+            problems.append(f"{entry.path}: not a readable history segment ({exc}); skipped")
+    return segments, problems
+
+
+def _replaced(root: Path, tree: Mapping[str, _Entry]) -> Set[str]:
+    """Every segment name the compacted segments of ``tree`` replace."""
+    compacted = [e for e in tree.values() if e.compacted]
+    segments, _ = _decode_all(root, compacted)
+    return {name for _, segment in segments for name in segment.replaces}
+
+
+def _commit(root: Path, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
+            message: str) -> str:
+    """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``,
+    built in a private index: the user's index and working tree are never touched."""
+    with tempfile.TemporaryDirectory(prefix="selfheal-history-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp, "index"))}
+        _git(root, ["read-tree", parent] if parent else ["read-tree", "--empty"], env=env)
+        info = "".join(f"0 {e.blob}\t{e.path}\n" for e in removes) + "".join(f"100644 {b}\t{p}\n" for b, p in adds)
+        _git(root, ["update-index", "--add", "--index-info"], env=env, stdin=info.encode("utf-8"))
+        tree = _git(root, ["write-tree"], env=env).decode().strip()
+    identity = {"GIT_AUTHOR_NAME": TOOL_NAME, "GIT_AUTHOR_EMAIL": TOOL_EMAIL,
+                "GIT_COMMITTER_NAME": TOOL_NAME, "GIT_COMMITTER_EMAIL": TOOL_EMAIL}
+    return _git(root, ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message],
+                env=identity).decode().strip()
+
+
+def _push(root: Path, remote: str, ref: str, commit: str) -> bool:
+    """Push ``commit`` to the remote's ``ref`` (fast-forward only); False when the push lost a race."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
+            run_git(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"], hooks_dir=Path(hooks))
+    except GitFailed as exc:
+        if any(marker in exc.stderr for marker in _RACE_MARKERS):
+            return False
+        raise SharedHistoryError(one_line(f"git push {remote}: {exc.first_line}")) from None
+    _git(root, ["update-ref", ref, commit])
+    return True
+
+
+def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
+    # Jittered exponential backoff: writers that collided do not collide again in step.
+    sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+
+
+def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> PushResult:
+    """Add this machine's segments that the remote lacks to its ``ref``: fetch, commit the
+    missing segments on top, push; on a lost race, again (up to ``attempts`` times)."""
+    local = local_segments(reports_root)
+    blobs: Dict[str, str] = {}
+    for attempt in range(1, attempts + 1):
+        parent = fetch(project_root, remote, ref)
+        tree = _tree(project_root, parent)
+        known = set(tree) | _replaced(project_root, tree)
+        missing = sorted(name for name in local if name not in known)
+        if not missing:
+            return PushResult(0, len(local), attempt, parent)
+        unwritten = [name for name in missing if name not in blobs]
+        if unwritten:
+            written = _git(project_root, ["hash-object", "-w", "--stdin-paths"],
+                           stdin="".join(f"{local[n]}\n" for n in unwritten).encode("utf-8")).split()
+            blobs.update(zip(unwritten, (b.decode() for b in written)))
+        commit = _commit(project_root, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
+                         f"selfheal history: {len(missing)} segment(s)")
+        if _push(project_root, remote, ref, commit):
+            return PushResult(len(missing), len(local) - len(missing), attempt, commit)
+        if attempt < attempts:
+            _backoff(attempt, sleep)
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up after {attempts} attempts "
+                             "(the segments are still here: push again)")
+
+
+def rebuild(reports_root: Path, segments: Sequence[Segment]) -> Tuple[int, int]:
+    """Record every run of ``segments`` in the database (one transaction); ``(runs, added)``."""
+    items = [(item.run, item.outcomes) for segment in segments for item in segment.runs]
+    try:
+        with HistoryDB.open(reports_root) as db:
+            added = db.import_runs(items)
+    except HistoryUnavailable as exc:
+        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
+    return len(items), added
+
+
+def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF) -> PullResult:
+    """Fetch the remote's ``ref`` and rebuild the database from its segments and this machine's own."""
+    commit = fetch(project_root, remote, ref)
+    shared, problems = _decode_all(project_root, list(_tree(project_root, commit).values()))
+    mine, local_problems = read_local(reports_root)
+    segments = [segment for _, segment in shared + mine]
+    runs, added = rebuild(reports_root, segments)
+    return PullResult(len(segments), runs, added, commit, tuple(problems + local_problems))
+
+
+def _older(segment: Segment, cutoff: dt.datetime) -> bool:
+    for item in segment.runs:
+        try:
+            when = dt.datetime.fromisoformat(item.run.recorded_at)
+        except ValueError:
+            return False
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        if when >= cutoff:
+            return False
+    return bool(segment.runs)
+
+
+def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
+                   ref: str = HISTORY_REF, attempts: int = PUSH_ATTEMPTS, now: Optional[dt.datetime] = None,
+                   sleep: Callable[[float], None] = time.sleep) -> CompactResult:
+    """Merge the shared segments whose runs are all older than ``older_than_days`` into one
+    compacted segment (every run kept once), and push it; on a lost race, again."""
+    cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
+    for attempt in range(1, attempts + 1):
+        parent = fetch(project_root, remote, ref)
+        tree = _tree(project_root, parent)
+        entries = sorted(tree.values(), key=lambda e: e.path)
+        decoded, _ = _decode_all(project_root, entries)
+        old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
+        if len(old) < 2:
+            return CompactResult(0, sum(len(s.runs) for _, s in old), parent)
+        merged = compact(old)
+        data = encode(merged)
+        blob = _git(project_root, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
+        commit = _commit(project_root, parent, [(blob, tree_path(segment_name(data), compacted=True))],
+                         [tree[name] for name, _ in old],
+                         f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
+        if _push(project_root, remote, ref, commit):
+            return CompactResult(len(old), len(merged.runs), commit)
+        if attempt < attempts:
+            _backoff(attempt, sleep)
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up compacting after {attempts} attempts")
+
+
+__all__ = [
+    "DEFAULT_REMOTE",
+    "HISTORY_REF",
+    "CompactResult",
+    "PullResult",
+    "PushResult",
+    "SharedHistoryError",
+    "compact_shared",
+    "fetch",
+    "pull",
+    "push",
+    "rebuild",
+    "refuse_on_pull_request",
+]
