@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Dict, List
@@ -20,7 +21,7 @@ from pytest_selfheal.errors import EXIT_IO, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
-from pytest_selfheal.history.db import HistoryDB
+from pytest_selfheal.history.db import APPLICATION_ID, MIGRATIONS, HistoryDB
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import local_segments, write_segment
 from pytest_selfheal.history.segments import Segment, SegmentRun, decode, encode, single_run
@@ -85,7 +86,8 @@ def test_three_shards_push_at_once_and_a_pull_request_clone_sees_every_run_as_kn
 
     code, out, err = cli("history", "pull", cwd=fourth)
     assert code == EXIT_OK and err == ""
-    assert "pulled 3 segment(s) from origin refs/selfheal/history at " in out and ": 3 run(s), 3 new" in out
+    assert "pulled 3 new segment(s) from origin refs/selfheal/history at " in out and ": 3 run(s), 3 new" in out
+    assert cli("history", "pull", cwd=fourth).stdout.startswith("pulled 0 new segment(s)")  # only what is new is read
     code, out, _ = cli("history", "--json", cwd=fourth)
     listed = json.loads(out)
     assert code == EXIT_OK and sorted(o["nodeid"] for run in listed for o in run["outcomes"]) == [
@@ -149,7 +151,8 @@ def test_a_segment_pushed_twice_counts_once(tmp_path: Path) -> None:
     pulled = share.pull(reader, reader / ".selfheal")
     assert (pulled.segments, pulled.runs, pulled.added) == (2, 3, 2)
     assert recorded_runs(reader / ".selfheal") == {"capture:one": ["t.py::a", "t.py::b"], "capture:two": ["t.py::c"]}
-    assert share.pull(reader, reader / ".selfheal").added == 0  # pulling again adds nothing
+    again = share.pull(reader, reader / ".selfheal")
+    assert (again.segments, again.added) == (0, 0)  # pulling again reads and adds nothing
 
 
 def test_compaction_merges_old_segments_and_keeps_every_run(tmp_path: Path) -> None:
@@ -179,7 +182,7 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
     clone, = remote_with_clones(tmp_path, 1, {"t.py": ""})
     assert cli("history", cwd=clone).returncode == 4  # nothing recorded yet
     code, out, _ = cli("history", "pull", cwd=clone)
-    assert code == EXIT_OK and "pulled 0 segment(s) from origin refs/selfheal/history (none there yet)" in out
+    assert code == EXIT_OK and "pulled 0 new segment(s) from origin refs/selfheal/history (none there yet)" in out
     record(clone / ".selfheal", clone, "capture:1", [Failing("t.py::a", "fa1234567890", "deterministic")],
            at="2026-11-20T10:00:00+00:00")
     code, out, _ = cli("history", cwd=clone)
@@ -188,6 +191,11 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
         "  2026-11-20T10:00:00+00:00  capture main c0ffeec0ffee -  1 outcome(s)",
         "    failed           fa1234567890  t.py::a",
     ]
+    # The database is a cache of the segments: gone, a pull rebuilds it (this run was never pushed).
+    (clone / ".selfheal" / "history.sqlite3").unlink()
+    code, out, _ = cli("history", "pull", cwd=clone)
+    assert code == EXIT_OK and "pulled 1 new segment(s)" in out and ": 1 run(s), 1 new" in out
+    assert recorded_runs(clone / ".selfheal") == {"capture:1": ["t.py::a"]}
     code, _, err = cli("history", "push", "--remote", "nowhere", cwd=clone)
     assert code == EXIT_IO and err.startswith("selfheal: error: git fetch nowhere: ") and err.count("\n") == 1
     assert cli("history", "push", "--test", "t.py::a", cwd=clone).returncode == EXIT_USAGE
@@ -204,3 +212,19 @@ def test_a_segment_is_content_addressed_and_round_trips() -> None:
                 b'{"format": "selfheal-history-segment", "version": 1, "runs": [{"run": {}, "outcomes": []}]}'):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_a_version_1_database_is_migrated_with_its_runs(tmp_path: Path) -> None:
+    raw = sqlite3.connect(str(tmp_path / "history.sqlite3"))
+    for statement in MIGRATIONS[0]:
+        raw.execute(statement)
+    raw.execute("INSERT INTO runs (run_key, recorded_at, kind) VALUES ('capture:old', '2026-01-01T00:00:00+00:00', 'capture')")
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    with HistoryDB.open(tmp_path) as db:
+        assert [run.run_key for run, _ in db.runs()] == ["capture:old"] and db.recorded_segments() == set()
+        db.record(hr.RunInfo(run_key="capture:new", recorded_at="2026-11-20T00:00:00+00:00", kind="capture"), [],
+                  segment="ab" * 20)
+        assert db.recorded_segments() == {"ab" * 20}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pytest_selfheal.errors import one_line
 from pytest_selfheal.history.records import (
@@ -30,7 +30,7 @@ from pytest_selfheal.history.records import (
 
 HISTORY_FILE = "history.sqlite3"
 APPLICATION_ID = 0x53484C46  # "SHLF": tells our database from any other SQLite file
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 # MIGRATIONS[v] takes a database at version v to v + 1 (version 0: an empty file).
@@ -62,6 +62,8 @@ MIGRATIONS: Dict[int, Tuple[str, ...]] = {
         "CREATE INDEX outcomes_by_run ON outcomes(run_id)",
         "CREATE INDEX runs_by_branch ON runs(branch, recorded_at)",
     ),
+    # The history segments already recorded (history/segments.py): a pull reads only the new ones.
+    1: ("CREATE TABLE segments (name TEXT PRIMARY KEY) WITHOUT ROWID",),
 }
 
 _RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
@@ -169,14 +171,17 @@ class HistoryDB:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, run: RunInfo, outcomes: Sequence[TestOutcome]) -> bool:
+    def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
         """Record one run and its outcomes in one transaction; False when ``run.run_key`` was
-        recorded before (nothing changes: recording is idempotent)."""
-        return self.import_runs([(run, outcomes)]) == 1
+        recorded before (nothing changes: recording is idempotent). ``segment``: the name of
+        the segment the run was written to."""
+        return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
-    def import_runs(self, items: Iterable[Tuple[RunInfo, Sequence[TestOutcome]]]) -> int:
+    def import_runs(self, items: Iterable[Tuple[RunInfo, Sequence[TestOutcome]]], *,
+                    segments: Iterable[str] = ()) -> int:
         """Record many runs in one transaction (a pull of the shared history: thousands of
-        runs, one commit); how many were new. A ``run_key`` recorded before is skipped."""
+        runs, one commit); how many were new. A ``run_key`` recorded before is skipped.
+        ``segments``: the names of the segments these runs came from, recorded with them."""
         batch = list(items)
         for _, outcomes in batch:
             for item in outcomes:
@@ -199,11 +204,16 @@ class HistoryDB:
                         "VALUES (?, ?, ?, ?, ?)",
                         [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
                     )
+            self._db.executemany("INSERT OR IGNORE INTO segments (name) VALUES (?)", [(n,) for n in segments])
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         return added
+
+    def recorded_segments(self) -> Set[str]:
+        """The names of the segments whose runs are recorded here."""
+        return {str(name) for (name,) in self._db.execute("SELECT name FROM segments")}
 
     def merge_from(self, other: "HistoryDB") -> int:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""

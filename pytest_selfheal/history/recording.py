@@ -132,8 +132,9 @@ def record_and_triage(
     since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=float(settings.window_days))).isoformat()
     # The segment first: it is the durable record that `selfheal history push` shares and the
     # database is rebuilt from; the database is the fast index over it.
+    segment: Optional[str] = None
     try:
-        write_segment(reports_root, single_run(run, outcomes))
+        segment = write_segment(reports_root, single_run(run, outcomes))
     except (SelfhealError, OSError) as exc:
         result.warnings.append(one_line(f"{segments_dir(reports_root)}: cannot write this run's history segment "
                                         f"({exc}); it stays in {HISTORY_FILE} only"))
@@ -141,7 +142,7 @@ def record_and_triage(
         with HistoryDB.open(reports_root) as db:
             sightings = db.sightings([f.fingerprint for f in failing], result.base_branch)
             rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
-            db.record(run, outcomes)
+            db.record(run, outcomes, segment=segment)
     except HistoryUnavailable as exc:
         result.unavailable = str(exc)
         result.warnings.append(result.unavailable)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from pytest_selfheal.history.segments import SEGMENT_SUFFIX, Segment, SegmentError, decode, encode, is_segment_name, \
     segment_name
@@ -61,17 +61,17 @@ def read_segment_file(path: Path) -> Segment:
     return decode(data)
 
 
-def read_local(reports_root: Path) -> Tuple[List[Tuple[str, Segment]], List[str]]:
-    """``(segments with their names, problems)`` of this machine's segments: a file that
-    cannot be read is one line in problems, left in place (never deleted), and skipped."""
+def read_segment_files(paths: Sequence[Path]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
+    """``(segments with their names, problems)`` of local segment files: a file that cannot
+    be read is one line in problems, left in place (never deleted), and skipped."""
     segments: List[Tuple[str, Segment]] = []
     problems: List[str] = []
-    for name, path in sorted(local_segments(reports_root).items()):
+    for path in paths:
         try:
-            segments.append((name, read_segment_file(path)))
+            segments.append((path.name[:-len(SEGMENT_SUFFIX)], read_segment_file(path)))
         except SegmentError as exc:
             problems.append(f"{path}: not a readable history segment ({exc}); skipped")
     return segments, problems
 
 
-__all__ = ["SEGMENTS_FOLDER", "local_segments", "read_local", "read_segment_file", "segments_dir", "write_segment"]
+__all__ = ["SEGMENTS_FOLDER", "local_segments", "read_segment_files", "read_segment_file", "segments_dir", "write_segment"]

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.segment_dir import local_segments, read_local
+from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
 from pytest_selfheal.history.segments import Segment, SegmentError, compact, decode, encode, name_of_path, \
     segment_name, tree_path
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -40,9 +40,12 @@ _BACKOFF_CAP_S = 2.0
 # Events whose runs read the shared history and never write it: the code under test is the
 # pull request's, which may come from a fork.
 READ_ONLY_EVENTS = ("pull_request", "pull_request_target")
-# What git says when a push lost a race (the ref moved, or another push held its lock).
-_RACE_MARKERS = ("non-fast-forward", "fetch first", "[rejected]", "cannot lock ref", "failed to update ref",
-                 "incorrect old value", "stale info", "remote rejected")
+# What git says when a push lost a race: the ref moved since our fetch ("[rejected] …
+# (fetch first)" / "(non-fast-forward)"), or another push held the ref's lock on the remote
+# ("[remote rejected] … (cannot lock ref …)" / "(failed to update ref)"). Anything else (no
+# permission, a protected ref) is not retried.
+_RACE_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
+                 "incorrect old value")
 _NO_REMOTE_REF = "couldn't find remote ref"
 
 
@@ -64,7 +67,8 @@ class PushResult(Frozen):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class PullResult(Frozen):
-    """What a pull did: segments read (shared and local), runs in them, runs new to the database."""
+    """What a pull did: segments read (those the database did not hold yet, shared and local),
+    runs in them, runs new to the database."""
 
     segments: int
     runs: int
@@ -239,25 +243,40 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
                              "(the segments are still here: push again)")
 
 
-def rebuild(reports_root: Path, segments: Sequence[Segment]) -> Tuple[int, int]:
-    """Record every run of ``segments`` in the database (one transaction); ``(runs, added)``."""
-    items = [(item.run, item.outcomes) for segment in segments for item in segment.runs]
+def _recorded(reports_root: Path) -> Set[str]:
+    """The segments the database already holds (none when it does not exist yet)."""
+    try:
+        with HistoryDB.open(reports_root, create=False) as db:
+            return db.recorded_segments()
+    except HistoryUnavailable:
+        return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
+
+
+def rebuild(reports_root: Path, segments: Sequence[Tuple[str, Segment]]) -> Tuple[int, int]:
+    """Record every run of ``segments`` (with their names) in the database, one
+    transaction; ``(runs, added)``."""
+    items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]
     try:
         with HistoryDB.open(reports_root) as db:
-            added = db.import_runs(items)
+            added = db.import_runs(items, segments=[name for name, _ in segments])
     except HistoryUnavailable as exc:
         raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
     return len(items), added
 
 
 def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF) -> PullResult:
-    """Fetch the remote's ``ref`` and rebuild the database from its segments and this machine's own."""
+    """Fetch the remote's ``ref`` and rebuild the database from its segments and this
+    machine's own: only the segments it does not hold yet are read (a pull after a restored
+    cache reads what is new since)."""
     commit = fetch(project_root, remote, ref)
-    shared, problems = _decode_all(project_root, list(_tree(project_root, commit).values()))
-    mine, local_problems = read_local(reports_root)
-    segments = [segment for _, segment in shared + mine]
-    runs, added = rebuild(reports_root, segments)
-    return PullResult(len(segments), runs, added, commit, tuple(problems + local_problems))
+    done = _recorded(reports_root)
+    tree = _tree(project_root, commit)
+    fresh = [entry for name, entry in sorted(tree.items()) if name not in done]
+    shared, problems = _decode_all(project_root, fresh)
+    local = [path for name, path in sorted(local_segments(reports_root).items()) if name not in done and name not in tree]
+    mine, local_problems = read_segment_files(local)
+    runs, added = rebuild(reports_root, shared + mine)
+    return PullResult(len(shared) + len(mine), runs, added, commit, tuple(problems + local_problems))
 
 
 def _older(segment: Segment, cutoff: dt.datetime) -> bool:

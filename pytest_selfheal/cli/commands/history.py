@@ -130,7 +130,7 @@ def _share(args: argparse.Namespace) -> int:
         for line in pulled.problems:
             print(f"selfheal: warning: {line}", file=sys.stderr)
         where = f"{remote} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
-        print(f"pulled {pulled.segments} segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
+        print(f"pulled {pulled.segments} new segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
               f"in {root / HISTORY_FILE}")
         return 0
     refuse_on_pull_request(os.environ, args.action)
