@@ -28,6 +28,9 @@ SEGMENT_SUFFIX = ".json"
 # so a push rewrites one small subtree, not a directory of every segment ever written.
 SEGMENTS_DIR = "segments"
 COMPACTED_DIR = "compacted"
+# An empty file per segment a compaction replaced: a push sees from the tree listing alone
+# (no compacted segment read) that a clone's old segment must not come back.
+REPLACED_DIR = "replaced"
 
 _RUN_FIELDS: Tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
                                 "ci_workflow", "ci_job", "ci_run_id", "tests_run")
@@ -92,16 +95,24 @@ def tree_path(name: str, *, compacted: bool) -> str:
     return f"{SEGMENTS_DIR}/{name[:2]}/{name}{SEGMENT_SUFFIX}"
 
 
-def name_of_path(path: str) -> Optional[Tuple[str, bool]]:
-    """``(name, compacted)`` of a tree path written by :func:`tree_path`; None for anything else."""
+def replaced_path(name: str) -> str:
+    """Where the marker of a segment that a compaction replaced sits in the shared tree."""
+    return f"{REPLACED_DIR}/{name[:2]}/{name}"
+
+
+def name_of_path(path: str) -> Optional[Tuple[str, str]]:
+    """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
+    (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
     parts = path.split("/")
+    if len(parts) == 3 and parts[0] == REPLACED_DIR and is_segment_name(parts[2]) and parts[1] == parts[2][:2]:
+        return parts[2], REPLACED_DIR
     stem = parts[-1][:-len(SEGMENT_SUFFIX)] if parts[-1].endswith(SEGMENT_SUFFIX) else ""
     if not is_segment_name(stem):
         return None
     if len(parts) == 2 and parts[0] == COMPACTED_DIR:
-        return stem, True
+        return stem, COMPACTED_DIR
     if len(parts) == 3 and parts[0] == SEGMENTS_DIR and parts[1] == stem[:2]:
-        return stem, False
+        return stem, SEGMENTS_DIR
     return None
 
 
@@ -184,6 +195,7 @@ def compact(named: Iterable[Tuple[str, Segment]]) -> Segment:
 
 __all__ = [
     "COMPACTED_DIR",
+    "REPLACED_DIR",
     "SEGMENTS_DIR",
     "Segment",
     "SegmentError",
@@ -193,6 +205,7 @@ __all__ = [
     "encode",
     "is_segment_name",
     "name_of_path",
+    "replaced_path",
     "segment_name",
     "single_run",
     "tree_path",

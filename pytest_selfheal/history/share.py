@@ -2,7 +2,8 @@
 
 ``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
 ``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
-whose tree is every segment (``segments/ab/<name>.json``, ``compacted/<name>.json``).
+whose tree is every segment (``segments/ab/<name>.json``, ``compacted/<name>.json``) and
+an empty marker per segment a compaction replaced (``replaced/ab/<name>``).
 Segments are separate, content-addressed files, so two writers never conflict: a push
 that loses the race (the remote moved since the fetch) fetches again, adds its segments
 on top of the new commit and pushes again. ``selfheal history pull`` fetches the ref and
@@ -28,8 +29,8 @@ from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_lin
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
-from pytest_selfheal.history.segments import Segment, SegmentError, compact, decode, encode, name_of_path, \
-    segment_name, tree_path
+from pytest_selfheal.history.segments import REPLACED_DIR, Segment, SegmentError, compact, decode, encode, \
+    name_of_path, replaced_path, segment_name, tree_path
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 DEFAULT_REMOTE = "origin"
@@ -89,10 +90,20 @@ class CompactResult(Frozen):
 class _Entry:
     """One segment file of the shared tree."""
 
-    __slots__ = ("blob", "compacted", "name", "path")
+    __slots__ = ("blob", "name", "path")
 
-    def __init__(self, name: str, blob: str, path: str, compacted: bool) -> None:
-        self.name, self.blob, self.path, self.compacted = name, blob, path, compacted
+    def __init__(self, name: str, blob: str, path: str) -> None:
+        self.name, self.blob, self.path = name, blob, path
+
+
+class _Tree:
+    """The shared tree of one commit: its segments by name, and the names compactions replaced."""
+
+    __slots__ = ("replaced", "segments")
+
+    def __init__(self) -> None:
+        self.segments: Dict[str, _Entry] = {}
+        self.replaced: Set[str] = set()
 
 
 def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
@@ -129,20 +140,24 @@ def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
     return _git(root, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
 
 
-def _tree(root: Path, commit: Optional[str]) -> Dict[str, _Entry]:
-    """``{segment name: entry}`` of the commit's tree; other files are ignored."""
+def _tree(root: Path, commit: Optional[str]) -> _Tree:
+    """The segments and replaced markers of the commit's tree; other files are ignored."""
+    tree = _Tree()
     if commit is None:
-        return {}
-    entries: Dict[str, _Entry] = {}
+        return tree
     for record in _git(root, ["ls-tree", "-r", "-z", commit]).split(b"\0"):
         if not record:
             continue
         meta, _, path = record.decode("utf-8", "replace").partition("\t")
         parts = meta.split()
         found = name_of_path(path)
-        if found is not None and len(parts) == 3 and parts[1] == "blob":
-            entries[found[0]] = _Entry(found[0], parts[2], path, found[1])
-    return entries
+        if found is None or len(parts) != 3 or parts[1] != "blob":
+            continue
+        if found[1] == REPLACED_DIR:
+            tree.replaced.add(found[0])
+        else:
+            tree.segments[found[0]] = _Entry(found[0], parts[2], path)
+    return tree
 
 
 def _read_blobs(root: Path, blobs: Sequence[str]) -> List[bytes]:
@@ -172,13 +187,6 @@ def _decode_all(root: Path, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, 
         except SegmentError as exc:
             problems.append(f"{entry.path}: not a readable history segment ({exc}); skipped")
     return segments, problems
-
-
-def _replaced(root: Path, tree: Mapping[str, _Entry]) -> Set[str]:
-    """Every segment name the compacted segments of ``tree`` replace."""
-    compacted = [e for e in tree.values() if e.compacted]
-    segments, _ = _decode_all(root, compacted)
-    return {name for _, segment in segments for name in segment.replaces}
 
 
 def _commit(root: Path, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
@@ -224,7 +232,7 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     for attempt in range(1, attempts + 1):
         parent = fetch(project_root, remote, ref)
         tree = _tree(project_root, parent)
-        known = set(tree) | _replaced(project_root, tree)
+        known = set(tree.segments) | tree.replaced
         missing = sorted(name for name in local if name not in known)
         if not missing:
             return PushResult(0, len(local), attempt, parent)
@@ -271,9 +279,10 @@ def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     commit = fetch(project_root, remote, ref)
     done = _recorded(reports_root)
     tree = _tree(project_root, commit)
-    fresh = [entry for name, entry in sorted(tree.items()) if name not in done]
+    fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
     shared, problems = _decode_all(project_root, fresh)
-    local = [path for name, path in sorted(local_segments(reports_root).items()) if name not in done and name not in tree]
+    local = [path for name, path in sorted(local_segments(reports_root).items())
+             if name not in done and name not in tree.segments]
     mine, local_problems = read_segment_files(local)
     runs, added = rebuild(reports_root, shared + mine)
     return PullResult(len(shared) + len(mine), runs, added, commit, tuple(problems + local_problems))
@@ -301,7 +310,7 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
     for attempt in range(1, attempts + 1):
         parent = fetch(project_root, remote, ref)
         tree = _tree(project_root, parent)
-        entries = sorted(tree.values(), key=lambda e: e.path)
+        entries = sorted(tree.segments.values(), key=lambda e: e.path)
         decoded, _ = _decode_all(project_root, entries)
         old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
         if len(old) < 2:
@@ -309,8 +318,10 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
         merged = compact(old)
         data = encode(merged)
         blob = _git(project_root, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
-        commit = _commit(project_root, parent, [(blob, tree_path(segment_name(data), compacted=True))],
-                         [tree[name] for name, _ in old],
+        empty = _git(project_root, ["hash-object", "-w", "--stdin"], stdin=b"").decode().strip()
+        markers = [(empty, replaced_path(name)) for name, _ in old]
+        commit = _commit(project_root, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
+                         [tree.segments[name] for name, _ in old],
                          f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
         if _push(project_root, remote, ref, commit):
             return CompactResult(len(old), len(merged.runs), commit)
