@@ -148,7 +148,8 @@ def bench_push(base: Path, writers: int, per_writer: int, failures: int) -> None
     pulled = share.pull(reader, reader / ".selfheal")
     expected = 2 * writers * per_writer
     lost = expected - pulled.added
-    print(f"{writers} concurrent pushes of {per_writer} segment(s) each: {at_once:.2f} s (attempts {sorted(attempts)}); "
+    print(f"{writers} concurrent pushes of {per_writer} segment(s) each: {at_once:.2f} s "
+          f"(attempts {sorted(attempts)}); "
           f"one after the other: {one_by_one:.2f} s; ratio {at_once / one_by_one:.2f}; "
           f"runs on the remote {pulled.added} of {expected}, lost {lost}")
     assert lost == 0

@@ -159,7 +159,8 @@ def test_compaction_merges_old_segments_and_keeps_every_run(tmp_path: Path) -> N
     writer, other, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
     root = writer / ".selfheal"
     for n in range(3):
-        record(root, writer, f"capture:old{n}", [Failing(f"t.py::old{n}", f"f{n}")], at=f"2026-01-0{n + 1}T00:00:00+00:00")
+        record(root, writer, f"capture:old{n}", [Failing(f"t.py::old{n}", f"f{n}")],
+               at=f"2026-01-0{n + 1}T00:00:00+00:00")
     record(root, writer, "capture:new", [Failing("t.py::new", "fn")], at="2026-11-20T00:00:00+00:00")
     shutil.copytree(root / "history-segments", other / ".selfheal" / "history-segments")
     assert share.push(writer, root).pushed == 4
@@ -170,7 +171,8 @@ def test_compaction_merges_old_segments_and_keeps_every_run(tmp_path: Path) -> N
     assert sorted(f.split("/")[0] for f in files) == ["compacted", "replaced", "replaced", "replaced", "segments"]
     pulled = share.pull(reader, reader / ".selfheal")
     assert (pulled.segments, pulled.runs, pulled.added) == (2, 4, 4)
-    assert sorted(recorded_runs(reader / ".selfheal")) == ["capture:new", "capture:old0", "capture:old1", "capture:old2"]
+    assert sorted(recorded_runs(reader / ".selfheal")) == ["capture:new", "capture:old0", "capture:old1",
+                                                           "capture:old2"]
     # A clone that still holds the old segments does not bring them back.
     assert share.push(other, other / ".selfheal").pushed == 0
     assert shared_tree(reader) == files
@@ -198,6 +200,10 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
     assert recorded_runs(clone / ".selfheal") == {"capture:1": ["t.py::a"]}
     code, _, err = cli("history", "push", "--remote", "nowhere", cwd=clone)
     assert code == EXIT_IO and err.startswith("selfheal: error: git fetch nowhere: ") and err.count("\n") == 1
+    # Credentials in a remote URL never reach the terminal.
+    code, out, err = cli("history", "pull", "--remote", "https://bot:ghp_Secret0123456789abcdefABCDEF0123456789@127.0.0.1:9/x.git",
+                         cwd=clone)
+    assert code == EXIT_IO and err.startswith("selfheal: error: git fetch ") and "ghp_Secret" not in out + err
     assert cli("history", "push", "--test", "t.py::a", cwd=clone).returncode == EXIT_USAGE
     assert cli("history", "compact", cwd=clone).returncode == EXIT_USAGE  # --older-than is required
     assert cli("history", "--older-than", "3", cwd=clone).returncode == EXIT_USAGE
@@ -218,7 +224,8 @@ def test_a_version_1_database_is_migrated_with_its_runs(tmp_path: Path) -> None:
     raw = sqlite3.connect(str(tmp_path / "history.sqlite3"))
     for statement in MIGRATIONS[0]:
         raw.execute(statement)
-    raw.execute("INSERT INTO runs (run_key, recorded_at, kind) VALUES ('capture:old', '2026-01-01T00:00:00+00:00', 'capture')")
+    raw.execute("INSERT INTO runs (run_key, recorded_at, kind) "
+                "VALUES ('capture:old', '2026-01-01T00:00:00+00:00', 'capture')")
     raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     raw.execute("PRAGMA user_version = 1")
     raw.commit()

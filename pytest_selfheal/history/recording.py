@@ -3,7 +3,8 @@
 The one entry every surface calls (the capture, each loop iteration, an agent-mode run):
 read the quarantine list (from the base revision on a pull request), look up the base
 branch's sightings and the flake rates *before* this run is added (a failure never makes
-itself known), record the run (its segment, then the database), and return one :class:`~pytest_selfheal.history.triage.Triage`
+itself known), record the run (its segment, then the database), and return one
+:class:`~pytest_selfheal.history.triage.Triage`
 per failing test. Any history problem is a warning line; the caller goes on without it.
 """
 

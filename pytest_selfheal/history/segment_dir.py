@@ -12,8 +12,15 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from pytest_selfheal.history.segments import SEGMENT_SUFFIX, Segment, SegmentError, decode, encode, is_segment_name, \
-    segment_name
+from pytest_selfheal.history.segments import (
+    SEGMENT_SUFFIX,
+    Segment,
+    SegmentError,
+    decode,
+    encode,
+    is_segment_name,
+    segment_name,
+)
 from pytest_selfheal.store.fsio import atomic_write_bytes, confine, ensure_dir
 
 SEGMENTS_FOLDER = "history-segments"
@@ -74,4 +81,5 @@ def read_segment_files(paths: Sequence[Path]) -> Tuple[List[Tuple[str, Segment]]
     return segments, problems
 
 
-__all__ = ["SEGMENTS_FOLDER", "local_segments", "read_segment_files", "read_segment_file", "segments_dir", "write_segment"]
+__all__ = ["SEGMENTS_FOLDER", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
+           "write_segment"]

@@ -29,9 +29,20 @@ from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_lin
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
-from pytest_selfheal.history.segments import REPLACED_DIR, Segment, SegmentError, compact, decode, encode, \
-    name_of_path, replaced_path, segment_name, tree_path
+from pytest_selfheal.history.segments import (
+    REPLACED_DIR,
+    Segment,
+    SegmentError,
+    compact,
+    decode,
+    encode,
+    name_of_path,
+    replaced_path,
+    segment_name,
+    tree_path,
+)
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.redact import default_redactor
 
 DEFAULT_REMOTE = "origin"
 HISTORY_REF = "refs/selfheal/history"
@@ -54,6 +65,11 @@ class SharedHistoryError(SelfhealError):
     """git could not read or update the shared history (remote unreachable, no permission)."""
 
     exit_code = EXIT_IO
+
+    def __init__(self, message: str) -> None:
+        # A remote URL may carry credentials (https://user:token@host/…), and git's own
+        # error lines may quote it: the one line is redacted before anyone sees it.
+        super().__init__(one_line(default_redactor().redact(message)))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

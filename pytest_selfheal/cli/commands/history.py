@@ -8,17 +8,23 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, project_root, \
-    store_from_args
+from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, project_root, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.records import RunInfo, TestOutcome
-from pytest_selfheal.history.share import DEFAULT_REMOTE, HISTORY_REF, compact_shared, pull, push, \
-    refuse_on_pull_request
+from pytest_selfheal.history.share import (
+    DEFAULT_REMOTE,
+    HISTORY_REF,
+    compact_shared,
+    pull,
+    push,
+    refuse_on_pull_request,
+)
+from pytest_selfheal.redact import default_redactor
 
 NAME = "history"
-HELP = "the recent runs, one test's (--test) or failure's (--fingerprint) outcomes; push|pull|compact the shared history"
+HELP = "the recent runs, one test's or failure's outcomes; push|pull|compact the shared history (git remote)"
 ACTIONS = ("push", "pull", "compact")
 
 
@@ -121,15 +127,16 @@ def _share(args: argparse.Namespace) -> int:
     project = project_root()
     root = store_from_args(args).root
     remote: str = args.remote
+    shown = default_redactor().redact(remote)  # a URL may carry credentials
     if not remote or remote.startswith("-"):
-        raise UsageError(f"--remote: expected a git remote name or URL, got {remote!r}")
+        raise UsageError(f"--remote: expected a git remote name or URL, got {shown!r}")
     if args.action == "pull":
         if args.older_than is not None:
             raise UsageError("--older-than is for `selfheal history compact`")
         pulled = pull(project, root, remote=remote)
         for line in pulled.problems:
             print(f"selfheal: warning: {line}", file=sys.stderr)
-        where = f"{remote} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
+        where = f"{shown} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
         print(f"pulled {pulled.segments} new segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
               f"in {root / HISTORY_FILE}")
         return 0
@@ -139,16 +146,16 @@ def _share(args: argparse.Namespace) -> int:
             raise UsageError("--older-than is for `selfheal history compact`")
         pushed = push(project, root, remote=remote)
         retried = f" after {pushed.attempts} attempts" if pushed.attempts > 1 else ""
-        print(f"pushed {pushed.pushed} segment(s) to {remote} {HISTORY_REF}{retried} "
+        print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
               f"({pushed.already} already there)")
         return 0
     days = _older_than(args.older_than)
     done = compact_shared(project, older_than_days=days, remote=remote)
     if not done.replaced:
-        print(f"nothing to compact on {remote} {HISTORY_REF}: fewer than 2 segments older than {days:g} days")
+        print(f"nothing to compact on {shown} {HISTORY_REF}: fewer than 2 segments older than {days:g} days")
     else:
         print(f"compacted {done.replaced} segment(s) older than {days:g} days into one ({done.runs} run(s)) "
-              f"on {remote} {HISTORY_REF}")
+              f"on {shown} {HISTORY_REF}")
     return 0
 
 
