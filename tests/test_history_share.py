@@ -200,6 +200,11 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
     assert recorded_runs(clone / ".selfheal") == {"capture:1": ["t.py::a"]}
     code, _, err = cli("history", "push", "--remote", "nowhere", cwd=clone)
     assert code == EXIT_IO and err.startswith("selfheal: error: git fetch nowhere: ") and err.count("\n") == 1
+    # --dir relative to a subfolder: the segments are found where the user means, git runs at the top.
+    (clone / "sub").mkdir()
+    record(clone / "sub" / "elsewhere", clone, "capture:2", [Failing("t.py::b", "fb")])
+    code, out, _ = cli("history", "push", "--dir", "elsewhere", cwd=clone / "sub")
+    assert code == EXIT_OK and out.startswith("pushed 1 segment(s) to origin refs/selfheal/history"), out
     # Credentials in a remote URL never reach the terminal.
     code, out, err = cli("history", "pull", "--remote", "https://bot:ghp_Secret0123456789abcdefABCDEF0123456789@127.0.0.1:9/x.git",
                          cwd=clone)

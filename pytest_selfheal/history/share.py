@@ -255,7 +255,8 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
         unwritten = [name for name in missing if name not in blobs]
         if unwritten:
             written = _git(project_root, ["hash-object", "-w", "--stdin-paths"],
-                           stdin="".join(f"{local[n]}\n" for n in unwritten).encode("utf-8")).split()
+                           # absolute: git runs in the project root, --dir may be relative to here
+                           stdin="".join(f"{local[n].absolute()}\n" for n in unwritten).encode("utf-8")).split()
             blobs.update(zip(unwritten, (b.decode() for b in written)))
         commit = _commit(project_root, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
                          f"selfheal history: {len(missing)} segment(s)")
