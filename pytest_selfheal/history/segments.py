@@ -23,7 +23,9 @@ from pytest_selfheal.records.frozen import Frozen, dataclass
 FORMAT = "selfheal-history-segment"
 FORMAT_VERSION = 1
 NAME_LENGTH = 40  # hex characters of sha256 kept: collisions are not a practical concern
-SEGMENT_SUFFIX = ".json"
+# Not ".json": a segment is not a record of the store, and whatever reads the reports
+# root's *.json documents (records, schemas) must never take one for a record.
+SEGMENT_SUFFIX = ".segment"
 # Where segments sit in the shared tree: fanned out by the first two characters of the name,
 # so a push rewrites one small subtree, not a directory of every segment ever written.
 SEGMENTS_DIR = "segments"

@@ -2,7 +2,7 @@
 
 ``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
 ``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
-whose tree is every segment (``segments/ab/<name>.json``, ``compacted/<name>.json``) and
+whose tree is every segment (``segments/ab/<name>.segment``, ``compacted/<name>.segment``) and
 an empty marker per segment a compaction replaced (``replaced/ab/<name>``).
 Segments are separate, content-addressed files, so two writers never conflict: a push
 that loses the race (the remote moved since the fetch) fetches again, adds its segments
