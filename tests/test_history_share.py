@@ -111,17 +111,17 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
     first, second, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
     record(first / ".selfheal", first, "capture:first", [Failing("t.py::a", "fa")])
     record(second / ".selfheal", second, "capture:second", [Failing("t.py::b", "fb")])
-    real_fetch = share.fetch
+    real_fetch = share._fetch
     raced: List[str] = []
 
-    def fetch_then_lose_the_race(root: Path, remote: str, ref: str = share.HISTORY_REF) -> object:
-        commit = real_fetch(root, remote, ref)
+    def fetch_then_lose_the_race(repo: object, remote: str, ref: str) -> object:
+        commit = real_fetch(repo, remote, ref)  # type: ignore[arg-type]
         if not raced:  # between our fetch and our push, another writer gets in
             raced.append("second")
             assert share.push(second, second / ".selfheal").pushed == 1
         return commit
 
-    monkeypatch.setattr(share, "fetch", fetch_then_lose_the_race)
+    monkeypatch.setattr(share, "_fetch", fetch_then_lose_the_race)
     sleeps: List[float] = []
     result = share.push(first, first / ".selfheal", sleep=sleeps.append)
     monkeypatch.undo()
@@ -240,3 +240,20 @@ def test_a_version_1_database_is_migrated_with_its_runs(tmp_path: Path) -> None:
         db.record(hr.RunInfo(run_key="capture:new", recorded_at="2026-11-20T00:00:00+00:00", kind="capture"), [],
                   segment="ab" * 20)
         assert db.recorded_segments() == {"ab" * 20}
+
+
+def test_with_a_token_git_works_in_a_scratch_repository_and_never_reads_the_projects_config(tmp_path: Path) -> None:
+    clone, reader = remote_with_clones(tmp_path, 2, {"t.py": ""})
+    record(clone / ".selfheal", clone, "capture:1", [Failing("t.py::a", "fa")])
+    bare = str(tmp_path / "remote.git")
+    # What a test could leave in .git/config: every fetch of the remote sent elsewhere.
+    run_git(clone, ["config", f"url.{tmp_path / 'elsewhere.git'}.insteadOf", bare])
+    assert cli("history", "push", "--remote", bare, cwd=clone).returncode == EXIT_IO  # the project's config: misled
+    env = {**run_env(), "SELFHEAL_TEST_TOKEN": "t0ken"}
+    code, out, err = cli("history", "push", "--remote", bare, "--token-env", "SELFHEAL_TEST_TOKEN", cwd=clone, env=env)
+    assert code == EXIT_OK and out.startswith("pushed 1 segment(s)"), out + err
+    code, out, _ = cli("history", "pull", "--remote", bare, "--token-env", "SELFHEAL_TEST_TOKEN", cwd=reader, env=env)
+    assert code == EXIT_OK and ": 1 run(s), 1 new" in out
+    assert run_git(clone, ["for-each-ref", "refs/selfheal"]) == b""  # nothing written to the project's repository
+    assert cli("history", "push", "--token-env", "NOT_SET_ANYWHERE", cwd=clone).returncode == EXIT_USAGE
+    assert share.token_env("abc")["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46YWJj"

@@ -18,12 +18,15 @@ never writes: push and compact refuse on a ``pull_request`` event.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import os
 import random
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
@@ -122,6 +125,38 @@ class _Tree:
         self.replaced: Set[str] = set()
 
 
+class _Repo:
+    """Where git works, and the environment every command there gets (a token's, or none)."""
+
+    __slots__ = ("env", "path")
+
+    def __init__(self, path: Path, env: Optional[Mapping[str, str]] = None) -> None:
+        self.path, self.env = path, dict(env or {})
+
+
+def token_env(token: str) -> Dict[str, str]:
+    """The environment that makes git send ``token`` to an https remote (basic auth as
+    ``x-access-token``, what GitHub takes for an Actions token), as configuration in the
+    environment only, and read no global or system git configuration."""
+    basic = base64.b64encode(f"x-access-token:{token}".encode("utf-8")).decode("ascii")
+    return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraheader", "GIT_CONFIG_VALUE_0": f"AUTHORIZATION: basic {basic}"}
+
+
+@contextmanager
+def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterator[_Repo]:
+    """The project's repository; with a token (``auth``), a private scratch repository
+    instead, so the token never meets a git configuration the tests could have written
+    (``.git/config``: a remote's URL, a proxy, a credential helper)."""
+    if auth is None:
+        yield _Repo(project_root)
+        return
+    with tempfile.TemporaryDirectory(prefix="selfheal-history-git-") as scratch:
+        repo = _Repo(Path(scratch), auth)
+        _git(repo, ["init", "--quiet", "--bare", scratch])
+        yield repo
+
+
 def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
     """A pull request's job reads the shared history and never writes it (fork-safe)."""
     if env.get("GITHUB_EVENT_NAME") in READ_ONLY_EVENTS:
@@ -129,34 +164,42 @@ def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
                            "(its runs stay in this job's own history)")
 
 
-def _git(root: Path, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+def _run(repo: _Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
+         stdin: Optional[bytes] = None) -> bytes:
+    """``git ARGS`` in ``repo``, with its environment, no hook; raises ``GitFailed``."""
+    with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
+        return run_git(repo.path, args, env={**repo.env, **(env or {})}, stdin=stdin, hooks_dir=Path(hooks))
+
+
+def _git(repo: _Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
          stdin: Optional[bytes] = None) -> bytes:
     try:
-        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
-            return run_git(root, args, env=env, stdin=stdin, hooks_dir=Path(hooks))
+        return _run(repo, args, env, stdin)
     except GitFailed as exc:
         raise SharedHistoryError(one_line(f"git {args[0]}: {exc.first_line}")) from None
 
 
 def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
-    """Fetch the remote's ``ref`` into the same local ref; its commit, or None when the
-    remote has no shared history yet (the local ref is then dropped too)."""
+    """Fetch the remote's ``ref`` into the same ref of the repository at ``root``; its
+    commit, or None when the remote has no shared history yet."""
+    return _fetch(_Repo(root), remote, ref)
+
+
+def _fetch(repo: _Repo, remote: str, ref: str) -> Optional[str]:
     try:
-        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
-            run_git(root, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"],
-                    hooks_dir=Path(hooks))
+        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"])
     except GitFailed as exc:
         if _NO_REMOTE_REF in exc.stderr:
             try:
-                run_git(root, ["update-ref", "-d", ref])
+                _run(repo, ["update-ref", "-d", ref])  # the remote dropped it: so do we
             except GitFailed:
                 pass  # there was no local ref either
             return None
         raise SharedHistoryError(one_line(f"git fetch {remote}: {exc.first_line}")) from None
-    return _git(root, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
+    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
 
 
-def _tree(root: Path, commit: Optional[str]) -> _Tree:
+def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
     """The segments and replaced markers of the commit's tree; other files are ignored."""
     tree = _Tree()
     if commit is None:
@@ -176,7 +219,7 @@ def _tree(root: Path, commit: Optional[str]) -> _Tree:
     return tree
 
 
-def _read_blobs(root: Path, blobs: Sequence[str]) -> List[bytes]:
+def _read_blobs(root: _Repo, blobs: Sequence[str]) -> List[bytes]:
     """The contents of ``blobs``, in order, with one ``git cat-file --batch``."""
     if not blobs:
         return []
@@ -194,7 +237,7 @@ def _read_blobs(root: Path, blobs: Sequence[str]) -> List[bytes]:
     return contents
 
 
-def _decode_all(root: Path, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
+def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
     segments: List[Tuple[str, Segment]] = []
     problems: List[str] = []
     for entry, data in zip(entries, _read_blobs(root, [e.blob for e in entries])):
@@ -205,7 +248,7 @@ def _decode_all(root: Path, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, 
     return segments, problems
 
 
-def _commit(root: Path, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
+def _commit(root: _Repo, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
             message: str) -> str:
     """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``,
     built in a private index: the user's index and working tree are never touched."""
@@ -221,11 +264,10 @@ def _commit(root: Path, parent: Optional[str], adds: Sequence[Tuple[str, str]], 
                 env=identity).decode().strip()
 
 
-def _push(root: Path, remote: str, ref: str, commit: str) -> bool:
+def _push(root: _Repo, remote: str, ref: str, commit: str) -> bool:
     """Push ``commit`` to the remote's ``ref`` (fast-forward only); False when the push lost a race."""
     try:
-        with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
-            run_git(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"], hooks_dir=Path(hooks))
+        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"])
     except GitFailed as exc:
         if any(marker in exc.stderr for marker in _RACE_MARKERS):
             return False
@@ -240,27 +282,35 @@ def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
 
 
 def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
-         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> PushResult:
+         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
+         auth: Optional[Mapping[str, str]] = None) -> PushResult:
     """Add this machine's segments that the remote lacks to its ``ref``: fetch, commit the
-    missing segments on top, push; on a lost race, again (up to ``attempts`` times)."""
+    missing segments on top, push; on a lost race, again (up to ``attempts`` times).
+    ``auth``: :func:`token_env` of a token (git then works in a scratch repository)."""
+    with _repository(project_root, auth) as repo:
+        return _push_from(repo, reports_root, remote, ref, attempts, sleep)
+
+
+def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts: int,
+               sleep: Callable[[float], None]) -> PushResult:
     local = local_segments(reports_root)
     blobs: Dict[str, str] = {}
     for attempt in range(1, attempts + 1):
-        parent = fetch(project_root, remote, ref)
-        tree = _tree(project_root, parent)
+        parent = _fetch(repo, remote, ref)
+        tree = _tree(repo, parent)
         known = set(tree.segments) | tree.replaced
         missing = sorted(name for name in local if name not in known)
         if not missing:
             return PushResult(0, len(local), attempt, parent)
         unwritten = [name for name in missing if name not in blobs]
         if unwritten:
-            written = _git(project_root, ["hash-object", "-w", "--stdin-paths"],
+            written = _git(repo, ["hash-object", "-w", "--stdin-paths"],
                            # absolute: git runs in the project root, --dir may be relative to here
                            stdin="".join(f"{local[n].absolute()}\n" for n in unwritten).encode("utf-8")).split()
             blobs.update(zip(unwritten, (b.decode() for b in written)))
-        commit = _commit(project_root, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
+        commit = _commit(repo, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
                          f"selfheal history: {len(missing)} segment(s)")
-        if _push(project_root, remote, ref, commit):
+        if _push(repo, remote, ref, commit):
             return PushResult(len(missing), len(local) - len(missing), attempt, commit)
         if attempt < attempts:
             _backoff(attempt, sleep)
@@ -289,15 +339,17 @@ def rebuild(reports_root: Path, segments: Sequence[Tuple[str, Segment]]) -> Tupl
     return len(items), added
 
 
-def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF) -> PullResult:
+def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+         auth: Optional[Mapping[str, str]] = None) -> PullResult:
     """Fetch the remote's ``ref`` and rebuild the database from its segments and this
     machine's own: only the segments it does not hold yet are read (a pull after a restored
-    cache reads what is new since)."""
-    commit = fetch(project_root, remote, ref)
-    done = _recorded(reports_root)
-    tree = _tree(project_root, commit)
-    fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
-    shared, problems = _decode_all(project_root, fresh)
+    cache reads what is new since). ``auth``: as for :func:`push`."""
+    with _repository(project_root, auth) as repo:
+        commit = _fetch(repo, remote, ref)
+        done = _recorded(reports_root)
+        tree = _tree(repo, commit)
+        fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
+        shared, problems = _decode_all(repo, fresh)
     local = [path for name, path in sorted(local_segments(reports_root).items())
              if name not in done and name not in tree.segments]
     mine, local_problems = read_segment_files(local)
@@ -320,27 +372,34 @@ def _older(segment: Segment, cutoff: dt.datetime) -> bool:
 
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
                    ref: str = HISTORY_REF, attempts: int = PUSH_ATTEMPTS, now: Optional[dt.datetime] = None,
-                   sleep: Callable[[float], None] = time.sleep) -> CompactResult:
+                   sleep: Callable[[float], None] = time.sleep,
+                   auth: Optional[Mapping[str, str]] = None) -> CompactResult:
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one
     compacted segment (every run kept once), and push it; on a lost race, again."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
+    with _repository(project_root, auth) as repo:
+        return _compact_in(repo, cutoff, older_than_days, remote, ref, attempts, sleep)
+
+
+def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote: str, ref: str, attempts: int,
+                sleep: Callable[[float], None]) -> CompactResult:
     for attempt in range(1, attempts + 1):
-        parent = fetch(project_root, remote, ref)
-        tree = _tree(project_root, parent)
+        parent = _fetch(repo, remote, ref)
+        tree = _tree(repo, parent)
         entries = sorted(tree.segments.values(), key=lambda e: e.path)
-        decoded, _ = _decode_all(project_root, entries)
+        decoded, _ = _decode_all(repo, entries)
         old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
         if len(old) < 2:
             return CompactResult(0, sum(len(s.runs) for _, s in old), parent)
         merged = compact(old)
         data = encode(merged)
-        blob = _git(project_root, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
-        empty = _git(project_root, ["hash-object", "-w", "--stdin"], stdin=b"").decode().strip()
+        blob = _git(repo, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
+        empty = _git(repo, ["hash-object", "-w", "--stdin"], stdin=b"").decode().strip()
         markers = [(empty, replaced_path(name)) for name, _ in old]
-        commit = _commit(project_root, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
+        commit = _commit(repo, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
                          [tree.segments[name] for name, _ in old],
                          f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
-        if _push(project_root, remote, ref, commit):
+        if _push(repo, remote, ref, commit):
             return CompactResult(len(old), len(merged.runs), commit)
         if attempt < attempts:
             _backoff(attempt, sleep)
@@ -360,4 +419,5 @@ __all__ = [
     "push",
     "rebuild",
     "refuse_on_pull_request",
+    "token_env",
 ]

@@ -20,6 +20,7 @@ from pytest_selfheal.history.share import (
     pull,
     push,
     refuse_on_pull_request,
+    token_env,
 )
 from pytest_selfheal.redact import default_redactor
 
@@ -47,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"git remote (name or URL) of the shared history (default {DEFAULT_REMOTE}; "
                              f"ref {HISTORY_REF})")
     parser.add_argument("--older-than", metavar="DAYS", help="compact: segments whose runs are all older than DAYS")
+    parser.add_argument("--token-env", metavar="VAR",
+                        help="push|pull|compact: send the token in environment variable VAR to an https remote "
+                             "(as the Action does with its github-token); git then works in a private scratch "
+                             "repository and reads no git configuration but its own")
     add_dir_argument(parser)
 
 
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return _share(args)
     if args.older_than is not None:
         raise UsageError("--older-than is for `selfheal history compact`")
+    if args.token_env is not None:
+        raise UsageError("--token-env is for `selfheal history push|pull|compact`")
     if args.path:
         effective = load_config(project_root())
         path = str((store_from_args(args, effective).root / HISTORY_FILE).absolute())
@@ -130,10 +137,16 @@ def _share(args: argparse.Namespace) -> int:
     shown = default_redactor().redact(remote)  # a URL may carry credentials
     if not remote or remote.startswith("-"):
         raise UsageError(f"--remote: expected a git remote name or URL, got {shown!r}")
+    auth = None
+    if args.token_env is not None:
+        token = os.environ.get(args.token_env, "")
+        if not token.strip():
+            raise UsageError(f"--token-env: the environment variable {args.token_env!r} is unset or empty")
+        auth = token_env(token.strip())
     if args.action == "pull":
         if args.older_than is not None:
             raise UsageError("--older-than is for `selfheal history compact`")
-        pulled = pull(project, root, remote=remote)
+        pulled = pull(project, root, remote=remote, auth=auth)
         for line in pulled.problems:
             print(f"selfheal: warning: {line}", file=sys.stderr)
         where = f"{shown} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
@@ -144,13 +157,13 @@ def _share(args: argparse.Namespace) -> int:
     if args.action == "push":
         if args.older_than is not None:
             raise UsageError("--older-than is for `selfheal history compact`")
-        pushed = push(project, root, remote=remote)
+        pushed = push(project, root, remote=remote, auth=auth)
         retried = f" after {pushed.attempts} attempts" if pushed.attempts > 1 else ""
         print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
               f"({pushed.already} already there)")
         return 0
     days = _older_than(args.older_than)
-    done = compact_shared(project, older_than_days=days, remote=remote)
+    done = compact_shared(project, older_than_days=days, remote=remote, auth=auth)
     if not done.replaced:
         print(f"nothing to compact on {shown} {HISTORY_REF}: fewer than 2 segments older than {days:g} days")
     else:
