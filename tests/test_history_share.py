@@ -256,4 +256,6 @@ def test_with_a_token_git_works_in_a_scratch_repository_and_never_reads_the_proj
     assert code == EXIT_OK and ": 1 run(s), 1 new" in out
     assert run_git(clone, ["for-each-ref", "refs/selfheal"]) == b""  # nothing written to the project's repository
     assert cli("history", "push", "--token-env", "NOT_SET_ANYWHERE", cwd=clone).returncode == EXIT_USAGE
+    code, _, err = cli("history", "pull", "--token-env", "SELFHEAL_TEST_TOKEN", cwd=clone, env=env)  # origin: a name
+    assert code == EXIT_USAGE and "--remote must be a URL" in err
     assert share.token_env("abc")["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46YWJj"

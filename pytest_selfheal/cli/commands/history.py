@@ -142,6 +142,9 @@ def _share(args: argparse.Namespace) -> int:
         token = os.environ.get(args.token_env, "")
         if not token.strip():
             raise UsageError(f"--token-env: the environment variable {args.token_env!r} is unset or empty")
+        if "/" not in remote and ":" not in remote:
+            # git works in a scratch repository then: it has no remote names, only URLs.
+            raise UsageError(f"--token-env: --remote must be a URL, not the remote name {shown!r}")
         auth = token_env(token.strip())
     if args.action == "pull":
         if args.older_than is not None:
