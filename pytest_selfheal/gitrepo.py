@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -361,10 +362,13 @@ def run_git(
     *,
     env: Optional[Mapping[str, str]] = None,
     hooks_dir: Optional[Path] = None,
+    stdin: Optional[bytes] = None,
 ) -> bytes:
     """``git <args>`` in ``cwd`` (argv list, never a shell); stdout as bytes, exactly as git wrote it.
 
     ``hooks_dir``: an empty directory used as ``core.hooksPath`` (no user hook runs).
+    ``stdin``: what git reads on its standard input (``--stdin-paths``, ``--index-info``,
+    ``cat-file --batch``); from a temporary file, so a large input never deadlocks a pipe.
     Raises :class:`GitFailed` on a non-zero exit or when git cannot start.
     """
     git = _gitpython_or_refuse()
@@ -375,25 +379,30 @@ def run_git(
     extra.setdefault("GIT_TERMINAL_PROMPT", "0")
     runner = git.Git(str(cwd))(c=options)  # `git -c <option>...` before the command
     command = getattr(runner, args[0].replace("-", "_"))  # gitpython's command methods: runner.worktree(...)
-    try:
-        out = command(
-            *args[1:],
-            with_extended_output=False,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,  # a patch must keep its last newline
-            shell=False,
-            env=extra,
-        )
-    except git.GitCommandError as exc:
-        stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
-        # gitpython wraps stderr as "  stderr: '...'"; keep the text only.
-        text = stderr.strip()
-        if text.startswith("stderr:"):
-            text = text[len("stderr:"):].strip()
-        text = text.strip("'")
-        raise GitFailed(args, exc.status if isinstance(exc.status, int) else None, text) from None
-    except (OSError, git.GitCommandNotFound) as exc:
-        raise GitFailed(args, None, f"fatal: cannot run git: {exc}") from None
+    with tempfile.TemporaryFile() as feed:
+        if stdin is not None:
+            feed.write(stdin)
+            feed.seek(0)
+        try:
+            out = command(
+                *args[1:],
+                with_extended_output=False,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,  # a patch must keep its last newline
+                shell=False,
+                env=extra,
+                istream=feed if stdin is not None else None,
+            )
+        except git.GitCommandError as exc:
+            stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
+            # gitpython wraps stderr as "  stderr: '...'"; keep the text only.
+            text = stderr.strip()
+            if text.startswith("stderr:"):
+                text = text[len("stderr:"):].strip()
+            text = text.strip("'")
+            raise GitFailed(args, exc.status if isinstance(exc.status, int) else None, text) from None
+        except (OSError, git.GitCommandNotFound) as exc:
+            raise GitFailed(args, None, f"fatal: cannot run git: {exc}") from None
     return out if isinstance(out, bytes) else str(out).encode()
 
 

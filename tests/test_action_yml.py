@@ -3,7 +3,10 @@ inputs only through ``env:``, no ``${{ }}`` in shell code, least-privilege permi
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
@@ -187,11 +190,14 @@ def _permission_sets(doc: Dict[Any, Any]) -> List[Any]:
 )
 def test_workflows_request_least_privilege(where: str, doc: Dict[Any, Any]) -> None:
     assert isinstance(doc.get("permissions"), dict), f"{where}: top-level permissions: missing"
+    # contents: write only where no pull request runs: pushing the shared failure history.
+    push_only = set(doc.get("on") or doc.get(True) or {}) == {"push"}
     for perms in _permission_sets(doc):
         assert perms not in ("write-all", "read-all"), where
         assert isinstance(perms, dict), where
         for scope, level in perms.items():
-            assert level in ("read", "none") or (scope, level) == ("pull-requests", "write"), f"{where}: {scope}: {level}"
+            allowed = level in ("read", "none") or (scope, level) == ("pull-requests", "write")
+            assert allowed or (push_only and (scope, level) == ("contents", "write")), f"{where}: {scope}: {level}"
 
 
 def test_the_copy_paste_workflow_asks_for_exactly_the_comment_permission() -> None:
@@ -246,13 +252,15 @@ def test_the_fork_recipe_is_split_safely() -> None:
 def test_the_failure_history_is_cached_per_branch_and_run_and_restored_from_the_base_branch() -> None:
     steps = _steps()
     ids = [s.get("id") for s in steps]
-    assert ids.index("history") < ids.index("history-restore") < ids.index("selfheal") < ids.index("history-save")
+    assert ids.index("history") < ids.index("history-restore") < ids.index("history-pull") < ids.index("selfheal")
+    assert ids.index("selfheal") < ids.index("post") < ids.index("history-push") < ids.index("history-save")
     locate = steps[ids.index("history")]
     assert "history --path" in locate["run"] and locate["env"]["INPUT_WORKING_DIRECTORY"] == "${{ inputs.working-directory }}"
     restore, save = steps[ids.index("history-restore")], steps[ids.index("history-save")]
     assert restore["uses"].startswith("actions/cache/restore@") and save["uses"].startswith("actions/cache/save@")
     for step in (restore, save):
-        assert step["with"]["path"] == "${{ steps.history.outputs.path }}"
+        assert step["with"]["path"].strip().splitlines() == ["${{ steps.history.outputs.path }}",
+                                                             "${{ steps.history.outputs.segments }}"]
         assert "steps.history.outputs.path != ''" in step["if"]
     key = restore["with"]["key"]
     assert save["with"]["key"] == key and "github.run_id" in key and "github.head_ref || github.ref_name" in key
@@ -261,3 +269,71 @@ def test_the_failure_history_is_cached_per_branch_and_run_and_restored_from_the_
     assert "github.base_ref" in fallbacks[-1]  # then, on a pull request, its base branch's
     assert save["if"].startswith("always()")  # a red run's history is the one worth keeping
     assert "actions/cache" in DOC.read_text(encoding="utf-8")
+    pull, push = steps[ids.index("history-pull")], steps[ids.index("history-push")]
+    assert pull["if"] == "steps.history.outputs.pull == 'true'" and "history pull" in pull["run"]
+    assert "steps.history.outputs.push == 'true'" in push["if"] and "history push" in push["run"]
+    for step in (pull, push):  # the token, in an interpreter that runs no project code
+        assert " -I -S " in step["run"] and step["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+
+
+_EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+def _render(template: str, contexts: Dict[str, str]) -> str:
+    """``template`` with each ``${{ a || b }}`` replaced as Actions would: the first non-empty
+    value. A context the test did not give fails (the key would hold an unknown value)."""
+    def value(match: "re.Match[str]") -> str:
+        names = [n.strip() for n in match.group(1).split("||")]
+        assert all(n in contexts for n in names), names
+        return next((contexts[n] for n in names if contexts[n]), "")
+
+    return _EXPRESSION.sub(value, template)
+
+
+def test_the_cache_keys_of_a_two_entry_matrix_are_distinct() -> None:
+    steps = {s.get("id"): s for s in _steps()}
+    restore = steps["history-restore"]
+    run = {"runner.os": "Linux", "github.job": "test", "steps.history.outputs.key": "1a2b3c4d",
+           "github.head_ref": "", "github.ref_name": "main", "github.base_ref": "",
+           "github.event.repository.default_branch": "main", "github.run_id": "42", "github.run_attempt": "1"}
+    entries = [{**run, "strategy.job-index": str(index)} for index in (0, 1)]
+    keys = [_render(restore["with"]["key"], entry) for entry in entries]
+    assert keys[0] != keys[1] and _render(steps["history-save"]["with"]["key"], entries[1]) == keys[1]
+    for entry, key in zip(entries, keys):
+        assert "," not in key and "--" not in key and len(key) <= 512  # what actions/cache accepts; nothing empty
+        # Each entry restores its own lineage, never the other entry's entries.
+        prefixes = [_render(k.strip(), entry) for k in restore["with"]["restore-keys"].splitlines() if k.strip()]
+        assert any(key.startswith(p) for p in prefixes)
+        other = keys[1 - entries.index(entry)]
+        assert not any(other.startswith(p) for p in prefixes)
+
+
+def _locate(tmp_path: Path, event: str, sync: str) -> Tuple[int, Dict[str, str]]:
+    """The ``history`` step's script in a project, as the runner runs it: exit code and outputs."""
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    outputs = project / "github_output"
+    outputs.write_text("")
+    script = next(s for s in _steps() if s.get("id") == "history")["run"]
+    env = {"PATH": os.environ["PATH"], "SELFHEAL_PYTHON": sys.executable, "INPUT_WORKING_DIRECTORY": str(project),
+           "INPUT_HISTORY_SYNC": sync, "GITHUB_EVENT_NAME": event, "GITHUB_OUTPUT": str(outputs),
+           "GITHUB_WORKSPACE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL)
+    found = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    return done.returncode, found
+
+
+def test_the_history_modes_pull_everywhere_and_push_only_outside_pull_requests(tmp_path: Path) -> None:
+    code, pushed = _locate(tmp_path, "push", "auto")
+    assert code == 0 and (pushed["pull"], pushed["push"]) == ("true", "true")
+    assert pushed["path"].endswith("/.selfheal/history.sqlite3")
+    assert pushed["segments"].endswith("/.selfheal/history-segments")
+    assert len(pushed["key"]) == 8
+    code, pr = _locate(tmp_path, "pull_request", "auto")
+    assert code == 0 and (pr["pull"], pr["push"]) == ("true", "false") and pr["key"] == pushed["key"]
+    assert _locate(tmp_path, "push", "pull")[1]["push"] == "false"
+    assert _locate(tmp_path, "push", "off")[1]["pull"] == "false"
+    code, found = _locate(tmp_path, "push", "sometimes")
+    assert code == 2 and found == {}

@@ -84,6 +84,17 @@ def test_history_benchmark_prints_the_capture_ratio_and_the_share_of_the_history
 
 
 @pytest.mark.parametrize("args", [
+    ["--runs", "60", "--failures", "5", "--writers", "2", "--segments-per-writer", "1", "--repeat", "1"],
+    pytest.param([], marks=pytest.mark.slow, id="at-size"),
+])
+def test_shared_history_benchmark_pulls_every_run_and_loses_none_under_concurrent_pushes(
+        tmp_path: Path, args: List[str]) -> None:
+    out = run_benchmark("bench_history_share.py", args, tmp_path)
+    assert "pull + rebuild of " in out and out.count("ratio ") == 2
+    assert ", lost 0" in out and "concurrent pushes of " in out
+
+
+@pytest.mark.parametrize("args", [
     ["--attr-mb", "1", "--failures", "300", "--line-mb", "1"],
     pytest.param(["--attr-mb", "150", "--failures", "1060000", "--line-mb", "512"], marks=pytest.mark.slow,
                  id="at-size"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pytest_selfheal.errors import one_line
 from pytest_selfheal.history.records import (
@@ -30,7 +30,7 @@ from pytest_selfheal.history.records import (
 
 HISTORY_FILE = "history.sqlite3"
 APPLICATION_ID = 0x53484C46  # "SHLF": tells our database from any other SQLite file
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 # MIGRATIONS[v] takes a database at version v to v + 1 (version 0: an empty file).
@@ -62,6 +62,8 @@ MIGRATIONS: Dict[int, Tuple[str, ...]] = {
         "CREATE INDEX outcomes_by_run ON outcomes(run_id)",
         "CREATE INDEX runs_by_branch ON runs(branch, recorded_at)",
     ),
+    # The history segments already recorded (history/segments.py): a pull reads only the new ones.
+    1: ("CREATE TABLE segments (name TEXT PRIMARY KEY) WITHOUT ROWID",),
 }
 
 _RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
@@ -169,37 +171,73 @@ class HistoryDB:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, run: RunInfo, outcomes: Sequence[TestOutcome]) -> bool:
+    def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
         """Record one run and its outcomes in one transaction; False when ``run.run_key`` was
-        recorded before (nothing changes: recording is idempotent)."""
-        for item in outcomes:
-            if item.outcome not in OUTCOMES:
-                raise ValueError(f"unknown history outcome {item.outcome!r}")
+        recorded before (nothing changes: recording is idempotent). ``segment``: the name of
+        the segment the run was written to."""
+        return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
+
+    def import_runs(self, items: Iterable[Tuple[RunInfo, Sequence[TestOutcome]]], *,
+                    segments: Iterable[str] = ()) -> int:
+        """Record many runs in one transaction (a pull of the shared history: thousands of
+        runs, one commit); how many were new. A ``run_key`` recorded before is skipped.
+        ``segments``: the names of the segments these runs came from, recorded with them."""
+        batch = list(items)
+        for _, outcomes in batch:
+            for item in outcomes:
+                if item.outcome not in OUTCOMES:
+                    raise ValueError(f"unknown history outcome {item.outcome!r}")
+        added = 0
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            cursor = self._db.execute(
-                f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
-                (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
-                 run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run),
-            )
-            added = cursor.rowcount == 1
-            if added:
-                self._db.executemany(
-                    "INSERT INTO outcomes (run_id, nodeid, outcome, fingerprint, failure_class) VALUES (?, ?, ?, ?, ?)",
-                    [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
+            for run, outcomes in batch:
+                cursor = self._db.execute(
+                    f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
+                    (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
+                     run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run),
                 )
+                if cursor.rowcount == 1:
+                    added += 1
+                    self._db.executemany(
+                        "INSERT INTO outcomes (run_id, nodeid, outcome, fingerprint, failure_class) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
+                    )
+            self._db.executemany("INSERT OR IGNORE INTO segments (name) VALUES (?)", [(n,) for n in segments])
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         return added
 
+    def recorded_segments(self) -> Set[str]:
+        """The names of the segments whose runs are recorded here."""
+        return {str(name) for (name,) in self._db.execute("SELECT name FROM segments")}
+
     def merge_from(self, other: "HistoryDB") -> int:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
-        added = 0
-        for run, outcomes in other.runs():
-            added += self.record(run, outcomes)
-        return added
+        return self.import_runs(other.runs())
+
+    def run_count(self) -> int:
+        """How many runs are recorded."""
+        return int(self._db.execute("SELECT count(*) FROM runs").fetchone()[0])
+
+    def recent_runs(self, limit: int) -> List[Tuple[RunInfo, List[TestOutcome]]]:
+        """The newest ``limit`` runs with their outcomes, newest first."""
+        rows = self._db.execute(
+            f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at DESC, id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [(_run_info(row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
+
+    def _outcomes_of(self, run_id: int) -> List[TestOutcome]:
+        return [
+            TestOutcome(nodeid, outcome, fingerprint, failure_class)
+            for nodeid, outcome, fingerprint, failure_class in self._db.execute(
+                "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid",
+                (run_id,),
+            )
+        ]
 
     # ------------------------------------------------------------------ reading
 
@@ -207,14 +245,7 @@ class HistoryDB:
         """Every run with its outcomes, oldest first."""
         rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
         for row in rows:
-            outcomes = [
-                TestOutcome(nodeid, outcome, fingerprint, failure_class)
-                for nodeid, outcome, fingerprint, failure_class in self._db.execute(
-                    "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid",
-                    (row[0],),
-                )
-            ]
-            yield _run_info(row[1:]), outcomes
+            yield _run_info(row[1:]), self._outcomes_of(int(row[0]))
 
     def sightings(self, fingerprints: Iterable[str], branch: str) -> Dict[str, Sighting]:
         """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""

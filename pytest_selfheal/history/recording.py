@@ -3,7 +3,8 @@
 The one entry every surface calls (the capture, each loop iteration, an agent-mode run):
 read the quarantine list (from the base revision on a pull request), look up the base
 branch's sightings and the flake rates *before* this run is added (a failure never makes
-itself known), record the run, and return one :class:`~pytest_selfheal.history.triage.Triage`
+itself known), record the run (its segment, then the database), and return one
+:class:`~pytest_selfheal.history.triage.Triage`
 per failing test. Any history problem is a warning line; the caller goes on without it.
 """
 
@@ -15,10 +16,13 @@ from dataclasses import field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Protocol, Sequence
 
+from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.segment_dir import segments_dir, write_segment
+from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import base_branch, quarantine_in_force
 from pytest_selfheal.history.triage import Triage, triage_failure
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -127,11 +131,19 @@ def record_and_triage(
         outcomes.append(hr.TestOutcome(item.nodeid, outcome, item.fingerprint, item.failure_class))
     outcomes += [hr.TestOutcome(nodeid, hr.PASSED) for nodeid in passed if nodeid not in rerun]
     since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=float(settings.window_days))).isoformat()
+    # The segment first: it is the durable record that `selfheal history push` shares and the
+    # database is rebuilt from; the database is the fast index over it.
+    segment: Optional[str] = None
+    try:
+        segment = write_segment(reports_root, single_run(run, outcomes))
+    except (SelfhealError, OSError) as exc:
+        result.warnings.append(one_line(f"{segments_dir(reports_root)}: cannot write this run's history segment "
+                                        f"({exc}); it stays in {HISTORY_FILE} only"))
     try:
         with HistoryDB.open(reports_root) as db:
             sightings = db.sightings([f.fingerprint for f in failing], result.base_branch)
             rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
-            db.record(run, outcomes)
+            db.record(run, outcomes, segment=segment)
     except HistoryUnavailable as exc:
         result.unavailable = str(exc)
         result.warnings.append(result.unavailable)

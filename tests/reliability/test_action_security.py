@@ -167,10 +167,11 @@ def _triggers(doc: Dict[Any, Any]) -> List[str]:
 
 def test_only_the_posting_step_gets_the_token() -> None:
     # Since issue 12: the tests run in the "selfheal" step without it (test_token_isolation.py).
+    # Since issue 23: the shared history's pull and push hold it too, in the same isolation.
     steps = _load(ROOT / "action.yml")["runs"]["steps"]
     holders = [s.get("id") for s in steps if "github-token" in json.dumps(s.get("env") or {})
                or "GITHUB_TOKEN" in (s.get("env") or {})]
-    assert holders == ["post"], holders
+    assert holders == ["history-pull", "post", "history-push"], holders
 
 
 @pytest.mark.parametrize(("where", "doc"), _workflows(), ids=lambda v: v if isinstance(v, str) else "")

@@ -142,7 +142,13 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
 def test_the_post_step_runs_no_project_code() -> None:
     # Which step holds the token: test_action_security.py::test_only_the_posting_step_gets_the_token.
     steps = yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]
-    assert not any(withheld(k) for s in steps if s["id"] != "post" for k in (s.get("env") or {}))
+    holders = ("post", "history-pull", "history-push")
+    assert not any(withheld(k) for s in steps if s["id"] not in holders for k in (s.get("env") or {}))
+    for history in (s for s in steps if s["id"] in holders[1:]):
+        # The shared history's steps: the same isolated interpreter; git gets the token in its
+        # environment only, in a scratch repository (--token-env), from this repository's URL.
+        assert '-I -S -c' in history["run"] and "--token-env GITHUB_TOKEN" in history["run"]
+        assert '--remote "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY.git"' in history["run"]
     post = next(s for s in steps if s["id"] == "post")
     assert '-I -S -c' in post["run"] and "--post-only" in post["run"] and "--comment-from" in post["run"]
     assert "pytest" not in post["run"].replace("pytest_selfheal", "")

@@ -1,22 +1,42 @@
-"""``selfheal history``: what the failure history recorded for one test or fingerprint."""
+"""``selfheal history``: the recent runs, one test's or one failure's outcomes, and the
+shared history on the git remote (``push``, ``pull``, ``compact``)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
+from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, project_root, store_from_args
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.records import RunInfo, TestOutcome
+from pytest_selfheal.history.share import (
+    DEFAULT_REMOTE,
+    HISTORY_REF,
+    compact_shared,
+    pull,
+    push,
+    refuse_on_pull_request,
+    token_env,
+)
+from pytest_selfheal.redact import default_redactor
 
 NAME = "history"
-HELP = "the recorded outcomes of one test (--test NODEID) or one failure (--fingerprint FP)"
+HELP = "the recent runs, one test's or failure's outcomes; push|pull|compact the shared history (git remote)"
+ACTIONS = ("push", "pull", "compact")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``(--test NODEID | --fingerprint FP | --path) [--limit N] [--json] [--dir DIR]``."""
-    which = parser.add_mutually_exclusive_group(required=True)
+    """``[push|pull|compact] [--test NODEID | --fingerprint FP | --path] [--limit N] [--json] [--remote R]
+    [--older-than DAYS] [--dir DIR]``."""
+    parser.add_argument("action", nargs="?", choices=ACTIONS,
+                        help="push: add this machine's segments to the remote's refs/selfheal/history; pull: fetch "
+                             "it and rebuild the local history; compact: merge the shared segments older than "
+                             "--older-than into one")
+    which = parser.add_mutually_exclusive_group()
     which.add_argument("--test", metavar="NODEID", help="a pytest node id")
     which.add_argument("--fingerprint", metavar="FP", help="a failure fingerprint")
     which.add_argument("--path", action="store_true",
@@ -24,13 +44,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "history.enabled is false): what the Action caches")
     parser.add_argument("--limit", type=int, default=50, metavar="N", help="newest N runs (default 50)")
     parser.add_argument("--json", action="store_true", help="print the runs as JSON")
+    parser.add_argument("--remote", default=DEFAULT_REMOTE, metavar="REMOTE",
+                        help=f"git remote (name or URL) of the shared history (default {DEFAULT_REMOTE}; "
+                             f"ref {HISTORY_REF})")
+    parser.add_argument("--older-than", metavar="DAYS", help="compact: segments whose runs are all older than DAYS")
+    parser.add_argument("--token-env", metavar="VAR",
+                        help="push|pull|compact: send the token in environment variable VAR to an https remote "
+                             "(as the Action does with its github-token); git then works in a private scratch "
+                             "repository and reads no git configuration but its own")
     add_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the history; 0, 2 bad arguments, 4 no history yet (or an unusable database)."""
+    """Print or share the history; 0, 2 bad arguments, 4 no history yet (or an unusable
+    database), 5 push or compact on a pull request, 6 git could not reach or update the remote."""
     if args.limit < 1:
         raise UsageError(f"--limit: expected an integer >= 1, got {args.limit}")
+    if args.action is not None:
+        if args.test is not None or args.fingerprint is not None or args.path:
+            raise UsageError(f"history {args.action}: --test, --fingerprint and --path are for reading the history")
+        return _share(args)
+    if args.older_than is not None:
+        raise UsageError("--older-than is for `selfheal history compact`")
+    if args.token_env is not None:
+        raise UsageError("--token-env is for `selfheal history push|pull|compact`")
     if args.path:
         effective = load_config(project_root())
         path = str((store_from_args(args, effective).root / HISTORY_FILE).absolute())
@@ -41,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     try:
         with HistoryDB.open(store.root, create=False) as db:
+            if args.test is None and args.fingerprint is None:
+                return _print_recent(db.recent_runs(args.limit), args.json)
             rows = db.history_of(nodeid=args.test, fingerprint=args.fingerprint, limit=args.limit)
     except HistoryUnavailable as exc:
         raise NotFoundError(str(exc)) from None
@@ -63,3 +102,80 @@ def run(args: argparse.Namespace) -> int:
         where = " ".join(str(v) for v in (row["branch"], (row["commit"] or "")[:12]) if v)
         print(f"  {row['recorded_at']}  {row['outcome']:<16} {row['kind']:<7} {row['fingerprint'] or '-':<12}  {where}")
     return 0
+
+
+def _print_recent(runs: Sequence[Tuple[RunInfo, List[TestOutcome]]], as_json: bool) -> int:
+    """The recent runs, newest first, each with its failing and re-run tests."""
+    data: List[Dict[str, Any]] = [
+        {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
+         "workflow": r.ci_workflow, "ci_run_id": r.ci_run_id, "incident_id": r.incident_id, "iteration": r.iteration,
+         "tests_run": r.tests_run,
+         "outcomes": [{"nodeid": o.nodeid, "outcome": o.outcome, "fingerprint": o.fingerprint,
+                       "failure_class": o.failure_class} for o in outcomes]}
+        for r, outcomes in runs
+    ]
+    if as_json:
+        print_json(data)
+        return 0
+    if not data:
+        print("no recorded run")
+        return 0
+    print(f"{len(data)} recorded run(s), newest first")
+    for row in data:
+        where = " ".join(str(v) for v in (row["branch"] or "-", (row["commit"] or "-")[:12], row["job"] or "-"))
+        print(f"  {row['recorded_at']}  {row['kind']:<7} {where}  {len(row['outcomes'])} outcome(s)")
+        for item in row["outcomes"]:
+            print(f"    {item['outcome']:<16} {item['fingerprint'] or '-':<12}  {item['nodeid']}")
+    return 0
+
+
+def _share(args: argparse.Namespace) -> int:
+    """``push``, ``pull`` or ``compact`` against the remote's shared history ref."""
+    project = project_root()
+    root = store_from_args(args).root
+    remote: str = args.remote
+    shown = default_redactor().redact(remote)  # a URL may carry credentials
+    if not remote or remote.startswith("-"):
+        raise UsageError(f"--remote: expected a git remote name or URL, got {shown!r}")
+    auth = None
+    if args.token_env is not None:
+        token = os.environ.get(args.token_env, "")
+        if not token.strip():
+            raise UsageError(f"--token-env: the environment variable {args.token_env!r} is unset or empty")
+        if "/" not in remote and ":" not in remote:
+            # git works in a scratch repository then: it has no remote names, only URLs.
+            raise UsageError(f"--token-env: --remote must be a URL, not the remote name {shown!r}")
+        auth = token_env(token.strip())
+    if args.action == "pull":
+        if args.older_than is not None:
+            raise UsageError("--older-than is for `selfheal history compact`")
+        pulled = pull(project, root, remote=remote, auth=auth)
+        for line in pulled.problems:
+            print(f"selfheal: warning: {line}", file=sys.stderr)
+        where = f"{shown} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
+        print(f"pulled {pulled.segments} new segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
+              f"in {root / HISTORY_FILE}")
+        return 0
+    refuse_on_pull_request(os.environ, args.action)
+    if args.action == "push":
+        if args.older_than is not None:
+            raise UsageError("--older-than is for `selfheal history compact`")
+        pushed = push(project, root, remote=remote, auth=auth)
+        retried = f" after {pushed.attempts} attempts" if pushed.attempts > 1 else ""
+        print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
+              f"({pushed.already} already there)")
+        return 0
+    days = _older_than(args.older_than)
+    done = compact_shared(project, older_than_days=days, remote=remote, auth=auth)
+    if not done.replaced:
+        print(f"nothing to compact on {shown} {HISTORY_REF}: fewer than 2 segments older than {days:g} days")
+    else:
+        print(f"compacted {done.replaced} segment(s) older than {days:g} days into one ({done.runs} run(s)) "
+              f"on {shown} {HISTORY_REF}")
+    return 0
+
+
+def _older_than(text: Optional[str]) -> float:
+    if text is None:
+        raise UsageError("history compact: give --older-than DAYS")
+    return parse_days(text, "--older-than", zero_ok=True)

@@ -1,0 +1,214 @@
+"""History segments: the append-only, mergeable form of the failure history (pure).
+
+Each recorded run is written once as a *segment*: a small JSON document holding the run
+and its outcomes, named by the hash of its bytes (content-addressed). A segment never
+changes; the same run written twice is the same name, so sharing segments (a directory,
+the git ref of ``history/share.py``) never conflicts and never duplicates, and the
+database (``history.sqlite3``) is a cache rebuilt from them — recording is keyed by
+``run_key``, so a run seen in two segments still counts once.
+
+A *compacted* segment holds many runs and the names of the segments it replaces, so a
+clone that still has one of those old segments does not bring it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.history.records import OUTCOMES, RunInfo, TestOutcome
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+FORMAT = "selfheal-history-segment"
+FORMAT_VERSION = 1
+NAME_LENGTH = 40  # hex characters of sha256 kept: collisions are not a practical concern
+# Not ".json": a segment is not a record of the store, and whatever reads the reports
+# root's *.json documents (records, schemas) must never take one for a record.
+SEGMENT_SUFFIX = ".segment"
+# Where segments sit in the shared tree: fanned out by the first two characters of the name,
+# so a push rewrites one small subtree, not a directory of every segment ever written.
+SEGMENTS_DIR = "segments"
+COMPACTED_DIR = "compacted"
+# An empty file per segment a compaction replaced: a push sees from the tree listing alone
+# (no compacted segment read) that a clone's old segment must not come back.
+REPLACED_DIR = "replaced"
+
+_RUN_FIELDS: Tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
+                                "ci_workflow", "ci_job", "ci_run_id", "tests_run")
+_INT_FIELDS = ("iteration", "tests_run")
+
+
+class SegmentError(ValueError):
+    """A document that is not a readable segment; ``str()`` says why in one line."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SegmentRun(Frozen):
+    """One run of a segment with its outcomes."""
+
+    run: RunInfo
+    outcomes: Tuple[TestOutcome, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Segment(Frozen):
+    """A segment: its runs, and (compacted segments only) the names of the segments it replaces."""
+
+    runs: Tuple[SegmentRun, ...]
+    replaces: Tuple[str, ...] = ()
+
+    @property
+    def compacted(self) -> bool:
+        """True for a segment made by compaction (it lives under ``compacted/``)."""
+        return bool(self.replaces)
+
+
+def encode(segment: Segment) -> bytes:
+    """The segment's canonical bytes: sorted keys, no spaces, UTF-8 — equal runs, equal bytes."""
+    data: Dict[str, Any] = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "runs": [
+            {"run": {name: getattr(item.run, name) for name in _RUN_FIELDS},
+             "outcomes": [[o.nodeid, o.outcome, o.fingerprint, o.failure_class] for o in item.outcomes]}
+            for item in segment.runs
+        ],
+    }
+    if segment.replaces:
+        data["replaces"] = sorted(set(segment.replaces))
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def segment_name(data: bytes) -> str:
+    """The content address of a segment's bytes."""
+    return hashlib.sha256(data).hexdigest()[:NAME_LENGTH]
+
+
+def is_segment_name(text: str) -> bool:
+    """True for a well-formed segment name (what a file or tree entry must be called)."""
+    return len(text) == NAME_LENGTH and all(c in "0123456789abcdef" for c in text)
+
+
+def tree_path(name: str, *, compacted: bool) -> str:
+    """Where the segment ``name`` sits in the shared tree."""
+    if compacted:
+        return f"{COMPACTED_DIR}/{name}{SEGMENT_SUFFIX}"
+    return f"{SEGMENTS_DIR}/{name[:2]}/{name}{SEGMENT_SUFFIX}"
+
+
+def replaced_path(name: str) -> str:
+    """Where the marker of a segment that a compaction replaced sits in the shared tree."""
+    return f"{REPLACED_DIR}/{name[:2]}/{name}"
+
+
+def name_of_path(path: str) -> Optional[Tuple[str, str]]:
+    """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
+    (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
+    parts = path.split("/")
+    if len(parts) == 3 and parts[0] == REPLACED_DIR and is_segment_name(parts[2]) and parts[1] == parts[2][:2]:
+        return parts[2], REPLACED_DIR
+    stem = parts[-1][:-len(SEGMENT_SUFFIX)] if parts[-1].endswith(SEGMENT_SUFFIX) else ""
+    if not is_segment_name(stem):
+        return None
+    if len(parts) == 2 and parts[0] == COMPACTED_DIR:
+        return stem, COMPACTED_DIR
+    if len(parts) == 3 and parts[0] == SEGMENTS_DIR and parts[1] == stem[:2]:
+        return stem, SEGMENTS_DIR
+    return None
+
+
+def _optional_str(value: object, what: str) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    raise SegmentError(f"{what}: expected a string or null")
+
+
+def _run(data: object) -> RunInfo:
+    if not isinstance(data, Mapping):
+        raise SegmentError("a run is not an object")
+    values: Dict[str, Any] = {}
+    for name in _RUN_FIELDS:
+        value = data.get(name)
+        if name in _INT_FIELDS:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise SegmentError(f"run.{name}: expected an integer or null")
+            values[name] = value
+        else:
+            values[name] = _optional_str(value, f"run.{name}")
+    if not values["run_key"] or not values["recorded_at"] or not values["kind"]:
+        raise SegmentError("a run without run_key, recorded_at or kind")
+    return RunInfo(**values)
+
+
+def _outcome(data: object) -> TestOutcome:
+    if not isinstance(data, list) or len(data) != 4:
+        raise SegmentError("an outcome is not [nodeid, outcome, fingerprint, failure_class]")
+    nodeid, outcome, fingerprint, failure_class = data
+    if not isinstance(nodeid, str) or outcome not in OUTCOMES:
+        raise SegmentError(f"an outcome with a bad node id or outcome {outcome!r}")
+    return TestOutcome(nodeid, str(outcome), _optional_str(fingerprint, "fingerprint"),
+                       _optional_str(failure_class, "failure_class"))
+
+
+def decode(data: bytes) -> Segment:
+    """The segment of ``data``; :class:`SegmentError` for anything else (another format, a
+    newer version, a bad field)."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SegmentError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise SegmentError("not a history segment")
+    if document.get("version") != FORMAT_VERSION:
+        raise SegmentError(f"segment version {document.get('version')!r}; this pytest-selfheal reads {FORMAT_VERSION}")
+    runs = document.get("runs")
+    replaces = document.get("replaces", [])
+    if not isinstance(runs, list) or not isinstance(replaces, list):
+        raise SegmentError("runs and replaces must be lists")
+    items = []
+    for entry in runs:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("outcomes"), list):
+            raise SegmentError("a run entry without outcomes")
+        items.append(SegmentRun(_run(entry.get("run")), tuple(_outcome(o) for o in entry["outcomes"])))
+    if not all(isinstance(n, str) and is_segment_name(n) for n in replaces):
+        raise SegmentError("replaces holds something that is not a segment name")
+    return Segment(tuple(items), tuple(replaces))
+
+
+def single_run(run: RunInfo, outcomes: Sequence[TestOutcome]) -> Segment:
+    """The segment of one recorded run."""
+    return Segment((SegmentRun(run, tuple(outcomes)),))
+
+
+def compact(named: Iterable[Tuple[str, Segment]]) -> Segment:
+    """One compacted segment of ``named`` segments: every run once (by ``run_key``, the
+    first kept), oldest first, replacing each name and whatever those replaced."""
+    runs: Dict[str, SegmentRun] = {}
+    replaces: List[str] = []
+    for name, segment in named:
+        replaces.append(name)
+        replaces.extend(segment.replaces)
+        for item in segment.runs:
+            runs.setdefault(item.run.run_key, item)
+    ordered = sorted(runs.values(), key=lambda item: (item.run.recorded_at, item.run.run_key))
+    return Segment(tuple(ordered), tuple(sorted(set(replaces))))
+
+
+__all__ = [
+    "COMPACTED_DIR",
+    "REPLACED_DIR",
+    "SEGMENTS_DIR",
+    "Segment",
+    "SegmentError",
+    "SegmentRun",
+    "compact",
+    "decode",
+    "encode",
+    "is_segment_name",
+    "name_of_path",
+    "replaced_path",
+    "segment_name",
+    "single_run",
+    "tree_path",
+]

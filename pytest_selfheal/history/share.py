@@ -1,0 +1,423 @@
+"""The shared history: segments on a dedicated ref of the project's own git remote (edge: git).
+
+``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
+``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
+whose tree is every segment (``segments/ab/<name>.segment``, ``compacted/<name>.segment``) and
+an empty marker per segment a compaction replaced (``replaced/ab/<name>``).
+Segments are separate, content-addressed files, so two writers never conflict: a push
+that loses the race (the remote moved since the fetch) fetches again, adds its segments
+on top of the new commit and pushes again. ``selfheal history pull`` fetches the ref and
+rebuilds the local database from its segments and this machine's own; recording is keyed
+by ``run_key``, so a run seen twice counts once. ``selfheal history compact`` merges old
+segments into one, keeping every run.
+
+Only git and the remote's own credentials: every command goes through
+:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). A pull request
+never writes: push and compact refuse on a ``pull_request`` event.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import random
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
+from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
+from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
+from pytest_selfheal.history.segments import (
+    REPLACED_DIR,
+    Segment,
+    SegmentError,
+    compact,
+    decode,
+    encode,
+    name_of_path,
+    replaced_path,
+    segment_name,
+    tree_path,
+)
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.redact import default_redactor
+
+DEFAULT_REMOTE = "origin"
+HISTORY_REF = "refs/selfheal/history"
+PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one through
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+# Events whose runs read the shared history and never write it: the code under test is the
+# pull request's, which may come from a fork.
+READ_ONLY_EVENTS = ("pull_request", "pull_request_target")
+# What git says when a push lost a race: the ref moved since our fetch ("[rejected] …
+# (fetch first)" / "(non-fast-forward)"), or another push held the ref's lock on the remote
+# ("[remote rejected] … (cannot lock ref …)" / "(failed to update ref)"). Anything else (no
+# permission, a protected ref) is not retried.
+_RACE_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
+                 "incorrect old value")
+_NO_REMOTE_REF = "couldn't find remote ref"
+
+
+class SharedHistoryError(SelfhealError):
+    """git could not read or update the shared history (remote unreachable, no permission)."""
+
+    exit_code = EXIT_IO
+
+    def __init__(self, message: str) -> None:
+        # A remote URL may carry credentials (https://user:token@host/…), and git's own
+        # error lines may quote it: the one line is redacted before anyone sees it.
+        super().__init__(one_line(default_redactor().redact(message)))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PushResult(Frozen):
+    """What a push did: segments added to the remote, those it already had, attempts made."""
+
+    pushed: int
+    already: int
+    attempts: int
+    commit: Optional[str]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PullResult(Frozen):
+    """What a pull did: segments read (those the database did not hold yet, shared and local),
+    runs in them, runs new to the database."""
+
+    segments: int
+    runs: int
+    added: int
+    commit: Optional[str]
+    problems: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CompactResult(Frozen):
+    """What a compaction did: segments merged into one, and the runs it holds."""
+
+    replaced: int
+    runs: int
+    commit: Optional[str]
+
+
+class _Entry:
+    """One segment file of the shared tree."""
+
+    __slots__ = ("blob", "name", "path")
+
+    def __init__(self, name: str, blob: str, path: str) -> None:
+        self.name, self.blob, self.path = name, blob, path
+
+
+class _Tree:
+    """The shared tree of one commit: its segments by name, and the names compactions replaced."""
+
+    __slots__ = ("replaced", "segments")
+
+    def __init__(self) -> None:
+        self.segments: Dict[str, _Entry] = {}
+        self.replaced: Set[str] = set()
+
+
+class _Repo:
+    """Where git works, and the environment every command there gets (a token's, or none)."""
+
+    __slots__ = ("env", "path")
+
+    def __init__(self, path: Path, env: Optional[Mapping[str, str]] = None) -> None:
+        self.path, self.env = path, dict(env or {})
+
+
+def token_env(token: str) -> Dict[str, str]:
+    """The environment that makes git send ``token`` to an https remote (basic auth as
+    ``x-access-token``, what GitHub takes for an Actions token), as configuration in the
+    environment only, and read no global or system git configuration."""
+    basic = base64.b64encode(f"x-access-token:{token}".encode("utf-8")).decode("ascii")
+    return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraheader", "GIT_CONFIG_VALUE_0": f"AUTHORIZATION: basic {basic}"}
+
+
+@contextmanager
+def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterator[_Repo]:
+    """The project's repository; with a token (``auth``), a private scratch repository
+    instead, so the token never meets a git configuration the tests could have written
+    (``.git/config``: a remote's URL, a proxy, a credential helper)."""
+    if auth is None:
+        yield _Repo(project_root)
+        return
+    with tempfile.TemporaryDirectory(prefix="selfheal-history-git-") as scratch:
+        repo = _Repo(Path(scratch), auth)
+        _git(repo, ["init", "--quiet", "--bare", scratch])
+        yield repo
+
+
+def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
+    """A pull request's job reads the shared history and never writes it (fork-safe)."""
+    if env.get("GITHUB_EVENT_NAME") in READ_ONLY_EVENTS:
+        raise RefusedError(f"selfheal history {what}: a pull request reads the shared history and never writes it "
+                           "(its runs stay in this job's own history)")
+
+
+def _run(repo: _Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
+         stdin: Optional[bytes] = None) -> bytes:
+    """``git ARGS`` in ``repo``, with its environment, no hook; raises ``GitFailed``."""
+    with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
+        return run_git(repo.path, args, env={**repo.env, **(env or {})}, stdin=stdin, hooks_dir=Path(hooks))
+
+
+def _git(repo: _Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+         stdin: Optional[bytes] = None) -> bytes:
+    try:
+        return _run(repo, args, env, stdin)
+    except GitFailed as exc:
+        raise SharedHistoryError(one_line(f"git {args[0]}: {exc.first_line}")) from None
+
+
+def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
+    """Fetch the remote's ``ref`` into the same ref of the repository at ``root``; its
+    commit, or None when the remote has no shared history yet."""
+    return _fetch(_Repo(root), remote, ref)
+
+
+def _fetch(repo: _Repo, remote: str, ref: str) -> Optional[str]:
+    try:
+        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"])
+    except GitFailed as exc:
+        if _NO_REMOTE_REF in exc.stderr:
+            try:
+                _run(repo, ["update-ref", "-d", ref])  # the remote dropped it: so do we
+            except GitFailed:
+                pass  # there was no local ref either
+            return None
+        raise SharedHistoryError(one_line(f"git fetch {remote}: {exc.first_line}")) from None
+    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
+
+
+def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
+    """The segments and replaced markers of the commit's tree; other files are ignored."""
+    tree = _Tree()
+    if commit is None:
+        return tree
+    for record in _git(root, ["ls-tree", "-r", "-z", commit]).split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.decode("utf-8", "replace").partition("\t")
+        parts = meta.split()
+        found = name_of_path(path)
+        if found is None or len(parts) != 3 or parts[1] != "blob":
+            continue
+        if found[1] == REPLACED_DIR:
+            tree.replaced.add(found[0])
+        else:
+            tree.segments[found[0]] = _Entry(found[0], parts[2], path)
+    return tree
+
+
+def _read_blobs(root: _Repo, blobs: Sequence[str]) -> List[bytes]:
+    """The contents of ``blobs``, in order, with one ``git cat-file --batch``."""
+    if not blobs:
+        return []
+    out = _git(root, ["cat-file", "--batch"], stdin="".join(f"{b}\n" for b in blobs).encode())
+    contents: List[bytes] = []
+    position = 0
+    for blob in blobs:
+        end = out.index(b"\n", position)
+        header = out[position:end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            raise SharedHistoryError(f"git cat-file: {blob} is not a readable blob")
+        size = int(header[2])
+        contents.append(out[end + 1:end + 1 + size])
+        position = end + 1 + size + 1  # the content, then one newline
+    return contents
+
+
+def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
+    segments: List[Tuple[str, Segment]] = []
+    problems: List[str] = []
+    for entry, data in zip(entries, _read_blobs(root, [e.blob for e in entries])):
+        try:
+            segments.append((entry.name, decode(data)))
+        except SegmentError as exc:
+            problems.append(f"{entry.path}: not a readable history segment ({exc}); skipped")
+    return segments, problems
+
+
+def _commit(root: _Repo, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
+            message: str) -> str:
+    """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``,
+    built in a private index: the user's index and working tree are never touched."""
+    with tempfile.TemporaryDirectory(prefix="selfheal-history-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp, "index"))}
+        _git(root, ["read-tree", parent] if parent else ["read-tree", "--empty"], env=env)
+        info = "".join(f"0 {e.blob}\t{e.path}\n" for e in removes) + "".join(f"100644 {b}\t{p}\n" for b, p in adds)
+        _git(root, ["update-index", "--add", "--index-info"], env=env, stdin=info.encode("utf-8"))
+        tree = _git(root, ["write-tree"], env=env).decode().strip()
+    identity = {"GIT_AUTHOR_NAME": TOOL_NAME, "GIT_AUTHOR_EMAIL": TOOL_EMAIL,
+                "GIT_COMMITTER_NAME": TOOL_NAME, "GIT_COMMITTER_EMAIL": TOOL_EMAIL}
+    return _git(root, ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message],
+                env=identity).decode().strip()
+
+
+def _push(root: _Repo, remote: str, ref: str, commit: str) -> bool:
+    """Push ``commit`` to the remote's ``ref`` (fast-forward only); False when the push lost a race."""
+    try:
+        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"])
+    except GitFailed as exc:
+        if any(marker in exc.stderr for marker in _RACE_MARKERS):
+            return False
+        raise SharedHistoryError(one_line(f"git push {remote}: {exc.first_line}")) from None
+    _git(root, ["update-ref", ref, commit])
+    return True
+
+
+def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
+    # Jittered exponential backoff: writers that collided do not collide again in step.
+    sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+
+
+def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
+         auth: Optional[Mapping[str, str]] = None) -> PushResult:
+    """Add this machine's segments that the remote lacks to its ``ref``: fetch, commit the
+    missing segments on top, push; on a lost race, again (up to ``attempts`` times).
+    ``auth``: :func:`token_env` of a token (git then works in a scratch repository)."""
+    with _repository(project_root, auth) as repo:
+        return _push_from(repo, reports_root, remote, ref, attempts, sleep)
+
+
+def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts: int,
+               sleep: Callable[[float], None]) -> PushResult:
+    local = local_segments(reports_root)
+    blobs: Dict[str, str] = {}
+    for attempt in range(1, attempts + 1):
+        parent = _fetch(repo, remote, ref)
+        tree = _tree(repo, parent)
+        known = set(tree.segments) | tree.replaced
+        missing = sorted(name for name in local if name not in known)
+        if not missing:
+            return PushResult(0, len(local), attempt, parent)
+        unwritten = [name for name in missing if name not in blobs]
+        if unwritten:
+            written = _git(repo, ["hash-object", "-w", "--stdin-paths"],
+                           # absolute: git runs in the project root, --dir may be relative to here
+                           stdin="".join(f"{local[n].absolute()}\n" for n in unwritten).encode("utf-8")).split()
+            blobs.update(zip(unwritten, (b.decode() for b in written)))
+        commit = _commit(repo, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
+                         f"selfheal history: {len(missing)} segment(s)")
+        if _push(repo, remote, ref, commit):
+            return PushResult(len(missing), len(local) - len(missing), attempt, commit)
+        if attempt < attempts:
+            _backoff(attempt, sleep)
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up after {attempts} attempts "
+                             "(the segments are still here: push again)")
+
+
+def _recorded(reports_root: Path) -> Set[str]:
+    """The segments the database already holds (none when it does not exist yet)."""
+    try:
+        with HistoryDB.open(reports_root, create=False) as db:
+            return db.recorded_segments()
+    except HistoryUnavailable:
+        return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
+
+
+def rebuild(reports_root: Path, segments: Sequence[Tuple[str, Segment]]) -> Tuple[int, int]:
+    """Record every run of ``segments`` (with their names) in the database, one
+    transaction; ``(runs, added)``."""
+    items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]
+    try:
+        with HistoryDB.open(reports_root) as db:
+            added = db.import_runs(items, segments=[name for name, _ in segments])
+    except HistoryUnavailable as exc:
+        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
+    return len(items), added
+
+
+def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+         auth: Optional[Mapping[str, str]] = None) -> PullResult:
+    """Fetch the remote's ``ref`` and rebuild the database from its segments and this
+    machine's own: only the segments it does not hold yet are read (a pull after a restored
+    cache reads what is new since). ``auth``: as for :func:`push`."""
+    with _repository(project_root, auth) as repo:
+        commit = _fetch(repo, remote, ref)
+        done = _recorded(reports_root)
+        tree = _tree(repo, commit)
+        fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
+        shared, problems = _decode_all(repo, fresh)
+    local = [path for name, path in sorted(local_segments(reports_root).items())
+             if name not in done and name not in tree.segments]
+    mine, local_problems = read_segment_files(local)
+    runs, added = rebuild(reports_root, shared + mine)
+    return PullResult(len(shared) + len(mine), runs, added, commit, tuple(problems + local_problems))
+
+
+def _older(segment: Segment, cutoff: dt.datetime) -> bool:
+    for item in segment.runs:
+        try:
+            when = dt.datetime.fromisoformat(item.run.recorded_at)
+        except ValueError:
+            return False
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        if when >= cutoff:
+            return False
+    return bool(segment.runs)
+
+
+def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
+                   ref: str = HISTORY_REF, attempts: int = PUSH_ATTEMPTS, now: Optional[dt.datetime] = None,
+                   sleep: Callable[[float], None] = time.sleep,
+                   auth: Optional[Mapping[str, str]] = None) -> CompactResult:
+    """Merge the shared segments whose runs are all older than ``older_than_days`` into one
+    compacted segment (every run kept once), and push it; on a lost race, again."""
+    cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
+    with _repository(project_root, auth) as repo:
+        return _compact_in(repo, cutoff, older_than_days, remote, ref, attempts, sleep)
+
+
+def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote: str, ref: str, attempts: int,
+                sleep: Callable[[float], None]) -> CompactResult:
+    for attempt in range(1, attempts + 1):
+        parent = _fetch(repo, remote, ref)
+        tree = _tree(repo, parent)
+        entries = sorted(tree.segments.values(), key=lambda e: e.path)
+        decoded, _ = _decode_all(repo, entries)
+        old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
+        if len(old) < 2:
+            return CompactResult(0, sum(len(s.runs) for _, s in old), parent)
+        merged = compact(old)
+        data = encode(merged)
+        blob = _git(repo, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
+        empty = _git(repo, ["hash-object", "-w", "--stdin"], stdin=b"").decode().strip()
+        markers = [(empty, replaced_path(name)) for name, _ in old]
+        commit = _commit(repo, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
+                         [tree.segments[name] for name, _ in old],
+                         f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
+        if _push(repo, remote, ref, commit):
+            return CompactResult(len(old), len(merged.runs), commit)
+        if attempt < attempts:
+            _backoff(attempt, sleep)
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up compacting after {attempts} attempts")
+
+
+__all__ = [
+    "DEFAULT_REMOTE",
+    "HISTORY_REF",
+    "CompactResult",
+    "PullResult",
+    "PushResult",
+    "SharedHistoryError",
+    "compact_shared",
+    "fetch",
+    "pull",
+    "push",
+    "rebuild",
+    "refuse_on_pull_request",
+    "token_env",
+]
