@@ -143,6 +143,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "A repair may edit test files, conftest.py and files below test directories without asking. "
             "`false`: such a diff asks for scope approval and is rolled back without it, so a weakened "
             "test never passes as a fix."),
+    KeySpec("repair.allow_binary", BOOL, False,
+            "A repair's patch may change binary files. `false`: a patch with a binary change is refused "
+            "before the approval question (nobody can review it as a diff)."),
     KeySpec("repair.approve", BOOL, False,
             "Approve up front applying a repair provider's diff to the working tree "
             "(as `--selfheal-approve` does)."),

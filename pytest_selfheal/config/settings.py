@@ -103,6 +103,7 @@ class RepairSettings(Frozen):
     allowed_paths: Tuple[str, ...] = ()
     approve: bool = False
     allow_test_edits: bool = False
+    allow_binary: bool = False
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -183,6 +184,7 @@ class Settings(Frozen):
                 tuple(repair["allowed_paths"]),
                 repair["approve"],
                 repair["allow_test_edits"],
+                repair["allow_binary"],
             ),
             redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
