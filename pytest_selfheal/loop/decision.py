@@ -21,6 +21,7 @@ from pytest_selfheal.loop.policy import (
     NO_FIX_FOUND_LIMIT,
     NO_PROGRESS,
     PRECEDENCE,
+    PROVIDER_ESCAPED,
     REPEATED_FINGERPRINT,
     REPLAN_REQUESTED,
     RUNTIME_BUDGET,
@@ -80,10 +81,12 @@ def decide(
     stuck = verified and streak >= policy.no_progress_repeats
     holds: Dict[str, bool] = {
         DISABLED: not policy.enabled,
-        SUCCESS: is_success(cur),
+        # A green run after a provider escaped is no success: what it changed outside is unknown.
+        SUCCESS: is_success(cur) and not cur.provider_escaped,
         CANCELLED: cancelled,
         TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
         SCOPE_EXPANSION_DENIED: cur.scope_denied,
+        PROVIDER_ESCAPED: cur.provider_escaped,
         TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
         REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
         REPEATED_FINGERPRINT: verified and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
