@@ -369,6 +369,18 @@ def _is_redactable_env_value(value: str) -> bool:
     return value not in REDACTED and value not in URL_MASK
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\udcff``), so that it
+    encodes as UTF-8; unchanged (the same object) when it has none."""
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class _CustomPattern:
     """A user pattern: with capturing groups only the first group is replaced (keeps a label
     matched for context), otherwise the whole match."""
@@ -452,9 +464,12 @@ class Redactor:
         return self._env_pass(text)
 
     def redact(self, text: str) -> str:
-        """Return ``text`` with every secret replaced; idempotent."""
+        """Return ``text`` with every secret replaced; idempotent. Lone surrogates
+        (``os.fsdecode`` of undecodable bytes) come out escaped (``\\udcff``): what is
+        written must encode as UTF-8."""
         if not text:
             return text
+        text = escape_surrogates(text)
         if len(text) > _MEMO_MAX_CHARS:
             return self._redact(text)
         # Short strings repeat across the documents of one run (node ids, messages, status
@@ -478,21 +493,33 @@ class Redactor:
         """Same as :meth:`redact`, so a redactor can be passed where a function is expected."""
         return self.redact(text)
 
-    def redact_obj(self, obj: Any) -> Any:
+    def _redact_key(self, key: str) -> str:
+        # A key that is an identifier is a field name (`incident_id`, `GITHUB_TOKEN`), not
+        # data: only the token formats apply, so that neither a broad `redaction.patterns`
+        # entry nor an env value equal to a field name can break the documents' schema.
+        # Other keys (node ids, paths) are redacted like any text.
+        if _IDENTIFIER.fullmatch(key):
+            return _builtin_pass(key)
+        return self.redact(key)
+
+    def redact_obj(self, obj: Any, keep: Callable[[str], bool] = lambda text: False) -> Any:
         """Redact every string inside ``obj``: dict keys and values, list/tuple items, recursively.
 
-        Keys too (SPEC §12): node ids are keys (``outcomes``), and a parametrize id can hold
+        Keys too: node ids are keys (``outcomes``), and a parametrize id can hold
         a secret. Two keys that redact to the same text merge, the later value winning.
-        Other values are returned unchanged. Returns new containers, never mutates ``obj``.
+        ``keep``: whole strings left as they are (the package's own field names, enum
+        words and ids: the store passes :func:`pytest_selfheal.store.schema.ours`). Other values are returned
+        unchanged. Returns new containers, never mutates ``obj``.
         """
         if isinstance(obj, str):
-            return self.redact(obj)
+            return obj if keep(obj) else self.redact(obj)
         if isinstance(obj, dict):
-            return {(self.redact(k) if isinstance(k, str) else k): self.redact_obj(v) for k, v in obj.items()}
+            return {(k if keep(k) else self._redact_key(k)) if isinstance(k, str) else k: self.redact_obj(v, keep)
+                    for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self.redact_obj(v) for v in obj]
+            return [self.redact_obj(v, keep) for v in obj]
         if isinstance(obj, tuple):
-            return tuple(self.redact_obj(v) for v in obj)
+            return tuple(self.redact_obj(v, keep) for v in obj)
         return obj
 
 
@@ -531,6 +558,7 @@ __all__ = [
     "REDACTED",
     "URL_MASK",
     "Redactor",
+    "escape_surrogates",
     "default_redactor",
     "is_redacted",
     "runnable_nodeid",
