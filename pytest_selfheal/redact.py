@@ -49,7 +49,12 @@ from pytest_selfheal.redact_context import (
     netrc_repl,
     shortened_repl,
     SHORTENED_ITEM,
+    ENCODED_URL,
+    TUPLE_HEADER,
+    encoded_url_repl,
     sub_spans,
+    tuple_header_repl,
+    written_forms,
 )
 
 
@@ -345,6 +350,10 @@ def _builtin_pass(text: str) -> str:
         text = sub_spans(NETRC(), fold(text), text, netrc_repl)
     if "://" in text:
         text = sub_spans(_URL(), text, text, _url_repl)
+    if "%3a%2f%2f" in folded:
+        text = sub_spans(ENCODED_URL(), fold(text), text, encoded_url_repl)
+    if "," in text and any(word in folded for word in _HEADER_WORDS):
+        text = sub_spans(TUPLE_HEADER(), fold(text), text, tuple_header_repl)
     if "hooks.slack.com/" in text:
         text = sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
     if _ANY_TOKEN_NEEDLE().search(text):
@@ -352,6 +361,9 @@ def _builtin_pass(text: str) -> str:
             if any(n in text for n in needles):
                 text = regex().sub(REDACTED, text)
     return text
+
+
+_HEADER_WORDS = ("authorization", "cookie", "api-key", "auth-token")
 
 
 def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:
@@ -418,11 +430,14 @@ class Redactor:
         patterns: Sequence[str] = (),
     ) -> None:
         self.env_names: Tuple[str, ...] = tuple(env_names)
-        values = {
+        secrets = {
             v
             for k, v in env.items()
             if isinstance(v, str) and _env_name_matches(k, self.env_names) and _is_redactable_env_value(v)
         }
+        # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
+        values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
+        self._secret_count = len(secrets)
         # Longest first: a value that contains another is replaced whole.
         self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
@@ -440,7 +455,7 @@ class Redactor:
     @property
     def env_value_count(self) -> int:
         """How many environment values are being hidden (for diagnostics; never the values)."""
-        return len(self._env_values)
+        return self._secret_count
 
     def _env_pass(self, text: str) -> str:
         # Only the values present in this text go into the alternation: a substring test is a
