@@ -333,8 +333,12 @@ def synthetic_failure(message: str, text: str, rules: Sequence["Rule"], *, exc_t
     TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
     # `python -m pytest` without pytest prints "No module named pytest" (no quotes, unlike
     # the ModuleNotFoundError of an import): the runner's environment is broken.
+    # A run that could not start at all (process.run's "<argv0>: cannot start: <why>": a 200 KB
+    # node id is over the kernel's limit for one argument) is the environment too, never a
+    # failure that "repeats".
     runner_rules = (
         Rule("verification_runner_missing", r"No module named \S", models.TOOLING_ENV, keywords=("no module named",)),
+        Rule("verification_cannot_start", r": cannot start: ", models.TOOLING_ENV, keywords=("cannot start",)),
     )
     case = models.TestCaseResult(
         classname="",

@@ -12,6 +12,7 @@ from helpers import capture, make_project, run_pytest_selfheal, selfheal
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.junit.reader import MAX_DEPTH, iter_testcases
+from pytest_selfheal.loop.verify import synthetic_failure
 from pytest_selfheal.store.root import Store
 
 SHELLY_IDS = """
@@ -59,3 +60,10 @@ def test_junit_nested_within_the_bound_is_read() -> None:
     inner = b'<testcase classname="t" name="x"><failure message="m">boom</failure></testcase>'
     document = b"<testsuites>" + b"<testsuite>" * 50 + inner + b"</testsuite>" * 50 + b"</testsuites>"
     assert [case.name for case in iter_testcases(io.BytesIO(document))] == ["x"]
+
+
+def test_a_verification_that_cannot_start_is_the_environment_not_a_repeat() -> None:
+    """A 200 KB node id is over the kernel's limit for one argument (E2BIG): the run cannot
+    start, which is TOOLING_ENV (stop tooling_env), never a failure that repeats."""
+    failure = synthetic_failure("/usr/bin/python3: cannot start: [Errno 7] Argument list too long", "", [])
+    assert failure.failure_type == "TOOLING_ENV"
