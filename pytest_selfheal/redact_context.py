@@ -2,7 +2,8 @@
 
 A netrc ``password``, a MySQL ``-pSECRET``, an AWS secret next to its key id, a token that
 pytest's assertion diff cut at its head, a header written as a Python tuple, URL credentials
-percent-encoded, and the written forms of an env secret (escaped, base64). Pure; each pass runs only when its literal occurs.
+percent-encoded, and the written forms of an env secret (escaped, base64). Pure; each pass
+runs only when its literal occurs.
 Also the small regex helpers both modules share.
 """
 

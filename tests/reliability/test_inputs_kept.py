@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from helpers import FULL, PY, PYTEST_SELFHEAL, cli, git_commit_all, incident_ids, make_project, run_env, run_pytest_selfheal
+from helpers import (FULL, PY, PYTEST_SELFHEAL, cli, git_commit_all, incident_ids, make_project, run_env,
+                     run_pytest_selfheal)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,8 +94,8 @@ def test_a_control_character_in_a_test_file_name_is_captured(tmp_path: Path) -> 
 @pytest.mark.parametrize("pattern", ["incident_id|status|failures|nodeid|outcome", "[a-z_]+", ".+"])
 def test_redaction_patterns_matching_the_package_own_words_keep_the_documents_valid(tmp_path: Path,
                                                                                     pattern: str) -> None:
-    project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC,
-                                            ".planning/config.yml": f"ralf_lite:\n  redaction:\n    patterns: ['{pattern}']\n"})
+    config = f"ralf_lite:\n  redaction:\n    patterns: ['{pattern}']\n"
+    project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC, ".planning/config.yml": config})
     incident_id = _captured(project)
     result = cli("show", incident_id, "--json", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -126,7 +127,8 @@ def test_selfheal_ci_reads_the_event_before_the_tests_run(tmp_path: Path) -> Non
     git_commit_all(project, "the PR")
     event = tmp_path / "event.json"
     event.write_text(json.dumps({"pull_request": {"number": 7, "base": {"sha": base}}}))
-    env = run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin", "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event),
+    env = run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin", "GITHUB_ACTIONS": "true",
+                   "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event),
                    "GITHUB_REPOSITORY": "o/r"})
     result = cli("ci", "--no-comment", cwd=project, env=env)
     assert json.loads(event.read_text())["pull_request"]["base"]["sha"] != base  # the conftest did rewrite it

@@ -81,9 +81,9 @@ def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Pa
     runs = project / ".selfheal" / "error_runs" / incident_id
     outcome: Dict[str, Any] = json.loads((runs / "run_result.json").read_text())
     assert outcome["stop_reason"] == "provider_escaped" and outcome["final_status"] == "escalated"
-    patch = runs / "final.patch"
-    assert outcome["repair"]["applied"] is False and outcome["repair"]["final_patch"] is None, (
-        patch.read_text() if patch.exists() else "", result.stdout)
+    # Nothing is applied; the user's calc.py holds only what the provider itself wrote there.
+    assert outcome["repair"]["applied"] is False
+    assert "fix applied to your working tree" not in result.stdout
     attempt = json.loads((runs / "attempt_01.json").read_text())
     assert attempt["repair"]["provider_escaped"] == named, attempt["repair"]
     for name in named:

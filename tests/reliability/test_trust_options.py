@@ -81,7 +81,7 @@ def test_options_hand_edited_into_incident_json_are_judged_by_their_value(tmp_pa
         ["-c", str(evil_ini)],
         ["-o", f"cache_dir={tmp_path / 'cache'}"],
         ["-o", f"addopts=--basetemp={victim}"],
-        [f"--override-ini=addopts=-p evilmod"],
+        ["--override-ini=addopts=-p evilmod"],
         ["-p", "evilmod"],
         ["--basetemp", str(victim)],
         ["--confcutdir", str(tmp_path)],
@@ -103,7 +103,8 @@ def test_legitimate_recorded_options_keep_working(tmp_path: Path) -> None:
     incident_id = capture(project, "-o", "addopts=", "-p", "no:cacheprovider", "-o", "cache_dir=.cache2",
                           "-W", "default")
     options = Store(project / ".selfheal").read_incident(incident_id).pytest_options
-    assert list(options)[-8:] == ["-o", "addopts=", "-p", "no:cacheprovider", "-o", "cache_dir=.cache2", "-W", "default"]
+    assert list(options)[-8:] == ["-o", "addopts=", "-p", "no:cacheprovider", "-o", "cache_dir=.cache2",
+                                  "-W", "default"]
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == 1, result.stdout + result.stderr  # ran, still failing
     assert Store(project / ".selfheal").count_attempts(incident_id) >= 1

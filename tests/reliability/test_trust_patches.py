@@ -114,7 +114,8 @@ def test_a_symlink_inside_the_project_is_named_and_allowed(tmp_path: Path, monke
     (top / "link.py").symlink_to("calc.py")
     store.write_run_file(incident_id, "final.patch", _staged_patch(top).decode())
     code, question = _ask(top, incident_id, monkeypatch)
-    assert code == EXIT_UNRESOLVED and "create mode 120000 link.py" in question and "symlink link.py -> calc.py" in question
+    assert code == EXIT_UNRESOLVED, question
+    assert "create mode 120000 link.py" in question and "symlink link.py -> calc.py" in question
 
 
 def test_renames_mode_changes_deletions_and_binaries_are_named(tmp_path: Path,
