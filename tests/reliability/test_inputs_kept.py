@@ -55,10 +55,11 @@ def _captured(project: Path, *args: str) -> str:
 
 @pytest.mark.parametrize("text, warning", [
     ("quarantine:\n  - test: test_calc.py::test_sub\n    reason: r\n    expires: 2026-02-30\n", "day is out of range"),
-    ("quarantine:\n  - !!python/object:os.system {test: a}\n", "could not determine a constructor"),
-    ("quarantine:\n  - ? [a, b]\n    : x\n", "not a plain entry"),
-    ("quarantine:\n  - !!binary AAAA\n", "expected an entry"),
-    (ALIAS_BOMB, "got a list"),
+    pytest.param("quarantine:\n  - !!python/object:os.system {test: a}\n", "could not determine a constructor",
+                 marks=pytest.mark.slow),
+    pytest.param("quarantine:\n  - ? [a, b]\n    : x\n", "not a plain entry", marks=pytest.mark.slow),
+    pytest.param("quarantine:\n  - !!binary AAAA\n", "expected an entry", marks=pytest.mark.slow),
+    pytest.param(ALIAS_BOMB, "got a list", marks=pytest.mark.slow),
 ])
 def test_a_bad_quarantine_entry_is_one_warning_and_the_capture_happens(tmp_path: Path, text: str,
                                                                       warning: str) -> None:
@@ -67,6 +68,17 @@ def test_a_bad_quarantine_entry_is_one_warning_and_the_capture_happens(tmp_path:
     assert all(len(line) < 300 for line in warnings), "a warning printed an expanded value"
     project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC, ".selfheal-quarantine.yml": text})
     _captured(project)
+
+
+@pytest.mark.parametrize("text, warning", [
+    ("quarantine:\n  - test: a::b\n    reason: r\n    expires: 2026-02-30\n", "day is out of range"),
+    ("quarantine:\n  - !!python/object:os.system {test: a}\n", "could not determine a constructor"),
+    ("quarantine:\n  - ? [a, b]\n    : x\n", "not a plain entry"),
+    ("quarantine:\n  - !!binary AAAA\n", "expected an entry"),
+])
+def test_each_bad_quarantine_entry_is_one_warning(text: str, warning: str) -> None:
+    entries, warnings = parse_quarantine(text, "q.yml", TODAY)
+    assert entries == [] and len(warnings) == 1 and warning in warnings[0], warnings
 
 
 def test_the_alias_bomb_is_never_expanded(tmp_path: Path) -> None:
@@ -91,7 +103,8 @@ def test_a_control_character_in_a_test_file_name_is_captured(tmp_path: Path) -> 
     assert incident.step == "test_\x01x.py::test_a"
 
 
-@pytest.mark.parametrize("pattern", ["incident_id|status|failures|nodeid|outcome", "[a-z_]+", ".+"])
+@pytest.mark.parametrize("pattern", ["incident_id|status|failures|nodeid|outcome", ".+",
+                                     pytest.param("[a-z_]+", marks=pytest.mark.slow)])
 def test_redaction_patterns_matching_the_package_own_words_keep_the_documents_valid(tmp_path: Path,
                                                                                     pattern: str) -> None:
     config = f"ralf_lite:\n  redaction:\n    patterns: ['{pattern}']\n"
@@ -181,7 +194,8 @@ def test_junit_we_write_is_junit_we_read(name: str, message: str) -> None:
     assert [(c.classname, c.name) for c in cases] == [mangle_nodeid(nodeid)]
 
 
-@pytest.mark.parametrize("message", ["report-\udcff.csv", "\x00\x01\x1b[31m", "é" * 10 + "\ud800", "x" * 70000])
+@pytest.mark.parametrize("message", ["\x00\x01\x1b[31m" + "é" * 10 + "\ud800",
+                                     pytest.param("x" * 70000, marks=pytest.mark.slow)])
 def test_awkward_messages_are_captured(tmp_path: Path, message: str) -> None:
     test = f"def test_m():\n    raise AssertionError({message!r})\n"
     project = make_project(tmp_path / "p", {"test_m.py": test})

@@ -65,9 +65,9 @@ def _project(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("mode, named", [
     ("tree_and_hook", [".git/hooks/post-checkout", "calc.py", "dropped.txt"]),
-    ("config", [".git/config"]),
-    ("head", ["HEAD"]),
     ("index", ["index", "other.py"]),
+    pytest.param("config", [".git/config"], marks=pytest.mark.slow),
+    pytest.param("head", ["HEAD"], marks=pytest.mark.slow),
 ])
 def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Path, mode: str,
                                                                      named: List[str]) -> None:
