@@ -125,7 +125,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("verification.args", STRINGS, [],
             "Extra pytest arguments for every verification run, after the capture's own options "
             "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
-            "like the capture's options: exempt from the argument allowlist."),
+            "like the capture's options, and judged by value like them: `-p` only for an installed plugin, "
+            "`-o`/`-c` and path values inside the project, never `@FILE`, `--basetemp`, `--rootdir`, "
+            "`--confcutdir` ([loop.md](loop.md#what-a-verification-run-executes))."),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
             "and counts as a `timeout`."),
