@@ -49,7 +49,12 @@ from pytest_selfheal.redact_context import (
     netrc_repl,
     shortened_repl,
     SHORTENED_ITEM,
+    ENCODED_URL,
+    TUPLE_HEADER,
+    encoded_url_repl,
     sub_spans,
+    tuple_header_repl,
+    written_forms,
 )
 
 
@@ -345,6 +350,10 @@ def _builtin_pass(text: str) -> str:
         text = sub_spans(NETRC(), fold(text), text, netrc_repl)
     if "://" in text:
         text = sub_spans(_URL(), text, text, _url_repl)
+    if "%3a%2f%2f" in folded:
+        text = sub_spans(ENCODED_URL(), fold(text), text, encoded_url_repl)
+    if "," in text and any(word in folded for word in _HEADER_WORDS):
+        text = sub_spans(TUPLE_HEADER(), fold(text), text, tuple_header_repl)
     if "hooks.slack.com/" in text:
         text = sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
     if _ANY_TOKEN_NEEDLE().search(text):
@@ -352,6 +361,9 @@ def _builtin_pass(text: str) -> str:
             if any(n in text for n in needles):
                 text = regex().sub(REDACTED, text)
     return text
+
+
+_HEADER_WORDS = ("authorization", "cookie", "api-key", "auth-token")
 
 
 def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:
@@ -367,6 +379,18 @@ def _is_redactable_env_value(value: str) -> bool:
     # A value found inside our own markers would make redaction non-idempotent
     # ("[REDACTED]" -> "[[REDACTED]CTED]" ...), and is no secret worth hiding.
     return value not in REDACTED and value not in URL_MASK
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\udcff``), so that it
+    encodes as UTF-8; unchanged (the same object) when it has none."""
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class _CustomPattern:
@@ -406,11 +430,14 @@ class Redactor:
         patterns: Sequence[str] = (),
     ) -> None:
         self.env_names: Tuple[str, ...] = tuple(env_names)
-        values = {
+        secrets = {
             v
             for k, v in env.items()
             if isinstance(v, str) and _env_name_matches(k, self.env_names) and _is_redactable_env_value(v)
         }
+        # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
+        values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
+        self._secret_count = len(secrets)
         # Longest first: a value that contains another is replaced whole.
         self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
@@ -428,7 +455,7 @@ class Redactor:
     @property
     def env_value_count(self) -> int:
         """How many environment values are being hidden (for diagnostics; never the values)."""
-        return len(self._env_values)
+        return self._secret_count
 
     def _env_pass(self, text: str) -> str:
         # Only the values present in this text go into the alternation: a substring test is a
@@ -452,9 +479,12 @@ class Redactor:
         return self._env_pass(text)
 
     def redact(self, text: str) -> str:
-        """Return ``text`` with every secret replaced; idempotent."""
+        """Return ``text`` with every secret replaced; idempotent. Lone surrogates
+        (``os.fsdecode`` of undecodable bytes) come out escaped (``\\udcff``): what is
+        written must encode as UTF-8."""
         if not text:
             return text
+        text = escape_surrogates(text)
         if len(text) > _MEMO_MAX_CHARS:
             return self._redact(text)
         # Short strings repeat across the documents of one run (node ids, messages, status
@@ -478,21 +508,33 @@ class Redactor:
         """Same as :meth:`redact`, so a redactor can be passed where a function is expected."""
         return self.redact(text)
 
-    def redact_obj(self, obj: Any) -> Any:
+    def _redact_key(self, key: str) -> str:
+        # A key that is an identifier is a field name (`incident_id`, `GITHUB_TOKEN`), not
+        # data: only the token formats apply, so that neither a broad `redaction.patterns`
+        # entry nor an env value equal to a field name can break the documents' schema.
+        # Other keys (node ids, paths) are redacted like any text.
+        if _IDENTIFIER.fullmatch(key):
+            return _builtin_pass(key)
+        return self.redact(key)
+
+    def redact_obj(self, obj: Any, keep: Callable[[str], bool] = lambda text: False) -> Any:
         """Redact every string inside ``obj``: dict keys and values, list/tuple items, recursively.
 
-        Keys too (SPEC §12): node ids are keys (``outcomes``), and a parametrize id can hold
+        Keys too: node ids are keys (``outcomes``), and a parametrize id can hold
         a secret. Two keys that redact to the same text merge, the later value winning.
-        Other values are returned unchanged. Returns new containers, never mutates ``obj``.
+        ``keep``: whole strings left as they are (the package's own field names, enum
+        words and ids: the store passes :func:`pytest_selfheal.store.schema.ours`). Other values are returned
+        unchanged. Returns new containers, never mutates ``obj``.
         """
         if isinstance(obj, str):
-            return self.redact(obj)
+            return obj if keep(obj) else self.redact(obj)
         if isinstance(obj, dict):
-            return {(self.redact(k) if isinstance(k, str) else k): self.redact_obj(v) for k, v in obj.items()}
+            return {(k if keep(k) else self._redact_key(k)) if isinstance(k, str) else k: self.redact_obj(v, keep)
+                    for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self.redact_obj(v) for v in obj]
+            return [self.redact_obj(v, keep) for v in obj]
         if isinstance(obj, tuple):
-            return tuple(self.redact_obj(v) for v in obj)
+            return tuple(self.redact_obj(v, keep) for v in obj)
         return obj
 
 
@@ -531,6 +573,7 @@ __all__ = [
     "REDACTED",
     "URL_MASK",
     "Redactor",
+    "escape_surrogates",
     "default_redactor",
     "is_redacted",
     "runnable_nodeid",

@@ -1,15 +1,19 @@
 """Secrets found by their context rather than their own shape (part of ``redact.py``).
 
 A netrc ``password``, a MySQL ``-pSECRET``, an AWS secret next to its key id, a token that
-pytest's assertion diff cut at its head. Pure; each pass runs only when its literal occurs.
+pytest's assertion diff cut at its head, a header written as a Python tuple, URL credentials
+percent-encoded, and the written forms of an env secret (escaped, base64). Pure; each pass
+runs only when its literal occurs.
 Also the small regex helpers both modules share.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import re
-from typing import Callable, List, Tuple
+from typing import Callable, Iterable, List, Set, Tuple
 
 from pytest_selfheal.records.redacted import REDACTED
 
@@ -117,3 +121,42 @@ _TOKEN_RUN = lazy(r"[A-Za-z0-9+/=_\-]{12,}")
 def shortened_repl(m: "re.Match[str]", text: str) -> str:
     body = _TOKEN_RUN().sub(REDACTED, m.group("body"))
     return f"{m.group('q')}...{body}{m.group('q')}"
+
+
+# ('Authorization', 'Basic dXNlcjpwYXNz'): a header as a (name, value) tuple or list item.
+TUPLE_HEADER = lazy(
+    r"(?P<label>(?P<q>[\"'])(?:proxy-)?(?:authorization|cookie|set-cookie|x-api-key|x-auth-token|api-key)"
+    r"(?P=q)\s{0,4},\s{0,4}(?P<q2>[\"']))(?P<value>[^\"'\n]{1,4096})(?P=q2)"
+)
+
+
+def tuple_header_repl(m: "re.Match[str]", text: str) -> str:
+    """Keep the header name (as written: ``m`` matched the folded text) and the quotes, hide the value."""
+    return text[m.start():m.end("label")] + REDACTED + m.group("q2")
+
+
+# https%3A%2F%2Fuser%3Apass%40host: URL credentials inside a percent-encoded URL (a query value).
+ENCODED_URL = lazy(r"%3a%2f%2f(?P<user>[^%\s/@]{0,256})%3a(?P<value>[^\s/@&]{1,1024}?)%40")
+
+
+def encoded_url_repl(m: "re.Match[str]", text: str) -> str:
+    """Keep the user, hide the password (as the plain URL pass does)."""
+    start, end = m.span("value")
+    return text[m.start():start] + "***" + text[end:m.end()]
+
+
+def written_forms(values: Iterable[str]) -> Set[str]:
+    """The forms an env secret takes when written out: as is, JSON- and repr-escaped (a
+    backslash or a quote doubled), and base64 (standard and URL-safe, with and without
+    padding). Each is hidden like the value itself."""
+    forms: Set[str] = set()
+    for value in values:
+        forms.add(value)
+        forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+        forms.add(repr(value)[1:-1])
+        forms.add(value.replace("\\", "\\\\"))
+        raw = value.encode("utf-8", "surrogatepass")
+        for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+            text = encoded.decode("ascii")
+            forms.update((text, text.rstrip("=")))
+    return {form for form in forms if len(form) >= 4}

@@ -93,7 +93,7 @@ def test_apply_interactive_yes_and_no(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main(["apply", incident_id]) == EXIT_UNRESOLVED
     out, err = capsys.readouterr()
     assert "not applied" in out and (top / "calc.py").read_text() == BUGGY
-    assert err.startswith(f"Apply final.patch of {incident_id} (2 file(s): added.py, calc.py)") and "[y/N]" in err
+    assert err.startswith(f"Apply final.patch of {incident_id} (2 file(s): added.py, calc.py; create mode 100644 added.py)") and "[y/N]" in err
     monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
     assert main(["apply", incident_id]) == EXIT_OK
     assert (top / "calc.py").read_text() == FIXED

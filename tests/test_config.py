@@ -40,7 +40,7 @@ SPEC_DEFAULTS: Dict[str, Any] = {
     "log_tail_lines": 200,
     "verification": {"allowlist": ["pytest"], "timeout_seconds": 900, "args": []},
     "repair": {"command": None, "timeout_seconds": 600, "allowed_paths": [], "approve": False,
-               "allow_test_edits": False},
+               "allow_test_edits": False, "allow_binary": False},
     "redaction": {"patterns": [], "env_names": ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"]},
     "classification": {"rules": []},
     "history": {"enabled": True, "base_branch": "main", "flaky_rate": 0.1, "window_days": 30,

@@ -31,6 +31,7 @@ from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
+from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
@@ -545,7 +546,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     assert final is not None and b"+    return a + b" in final
 
 
-def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path) -> None:
+def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     top = tmp_path / "proj"
     make_repo(top)
     incident_id = capture(top)
@@ -555,8 +556,16 @@ def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path) -> N
         @hookimpl
         def pytest_selfheal_repair(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
             Path("calc.py").write_text(FIXED)
-            (top / "calc.py").write_text("def add(a, b):\n    return b - a  # the user moved on\n")
             return {"result": "done"}
+
+    # The user edits after the repair call (an edit during it is a provider escape), before the close-out.
+    real_summarise = session_module.summarise
+
+    def user_moves_on(where: Path, patch: bytes) -> Any:
+        (top / "calc.py").write_text("def add(a, b):\n    return b - a  # the user moved on\n")
+        return real_summarise(where, patch)
+
+    monkeypatch.setattr(session_module, "summarise", user_moves_on)
 
     lines: List[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,

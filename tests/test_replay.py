@@ -116,8 +116,8 @@ def test_final_status_of_every_stop_reason() -> None:
         "success": "resolved", "max_iterations": "escalated", "repeated_fingerprint": "escalated",
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
-        "scope_expansion_denied": "escalated", "cancelled": None, "disabled": None, "tests_edited": "escalated",
-        "unverified_failures": "escalated",
+        "scope_expansion_denied": "escalated", "provider_escaped": "escalated", "cancelled": None, "disabled": None,
+        "tests_edited": "escalated", "unverified_failures": "escalated",
     }
 
 
@@ -172,6 +172,11 @@ def _no_fix(**request: Any) -> Dict[str, Any]:
 
 def _denied(**request: Any) -> Dict[str, Any]:
     return {"provider": "fake", "result": "diff", "files_changed": ["setup.py"], "patch": "", "scope_denied": True}
+
+
+def _escaped(**request: Any) -> Dict[str, Any]:
+    return {"provider": "fake", "result": "crashed", "files_changed": [], "patch": None,
+            "provider_escaped": ["calc.py", ".git/hooks/post-checkout"]}
 
 
 def _cancelled(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
@@ -233,6 +238,7 @@ SCENARIOS: Dict[str, Tuple[Scenario, int, str]] = {
     "cancelled": (_cancelled, 0, "inbox"),
     "no_fix_found": (_simple(deterministic_project, provider=_no_fix), 2, "escalated"),
     "scope_expansion_denied": (_simple(deterministic_project, provider=_denied), 1, "escalated"),
+    "provider_escaped": (_simple(deterministic_project, provider=_escaped), 1, "escalated"),
     "disabled": (_simple(deterministic_project, "enabled=false"), 0, "inbox"),
     "tests_edited": (_tests_edited, 1, "escalated"),
     "unverified_failures": (_unverified, 1, "escalated"),

@@ -426,7 +426,7 @@ def test_check_command_accepts_selections_and_safe_options(tmp_path: Path, argv:
 @pytest.mark.parametrize(
     "argv, why",
     [
-        (["pytest", "-p", "evil"], "option '-p'"),
+        (["pytest", "-p", "evil"], "'-p evil' loads code that is not a pytest plugin installed"),
         (["pytest", "-s", "--tb=evil"], "option '--tb'"),
         (["pytest", "-qW", "error"], "option '-qW'"),
         (["pytest", "/etc/passwd"], "not a node id or path inside"),
@@ -443,12 +443,15 @@ def test_check_command_refuses_unsafe_arguments(tmp_path: Path, argv: List[str],
 
 
 def test_check_command_trusts_the_recorded_options_but_not_what_the_loop_sets(tmp_path: Path) -> None:
-    trusted = ["-p", "evil_but_recorded", "--import-mode=importlib", "-W", "error", "--basetemp=/x"]
-    check_command(["pytest", "t.py", *trusted[:-1]], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+    trusted = ["-p", "xdist", "--import-mode=importlib", "-W", "error", "--basetemp=/x", "-p", "evil_but_recorded"]
+    check_command(["pytest", "t.py", *trusted[:5]], allowlist=["pytest"], root=tmp_path, trusted=trusted)
     with pytest.raises(RefusedError):
         check_command(["pytest", "t.py", "--basetemp=/x"], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+    with pytest.raises(RefusedError):  # recorded, but no plugin installed here: it would load project code
+        check_command(["pytest", "t.py", "-p", "evil_but_recorded"], allowlist=["pytest"], root=tmp_path,
+                      trusted=trusted)
     with pytest.raises(RefusedError):  # the same option with another value is not the recorded one
-        check_command(["pytest", "t.py", "-p", "other"], allowlist=["pytest"], root=tmp_path, trusted=trusted)
+        check_command(["pytest", "t.py", "-W", "ignore"], allowlist=["pytest"], root=tmp_path, trusted=trusted)
 
 
 def test_check_command_follows_symlinks_out_of_the_root(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ DROPPED_DESTS = frozenset({
     "resultlog", "report_log", "showfixtures", "show_fixtures_per_test", "markers", "version", "help",
     "setuponly", "setupshow", "setupplan", "traceconfig", "debug", "override_ini_show",
     # debugging, caching, places the loop sets itself
-    "usepdb", "usepdb_cls", "trace", "cacheclear", "cacheshow", "basetemp", "rootdir",
+    "usepdb", "usepdb_cls", "trace", "cacheclear", "cacheshow", "basetemp", "rootdir", "confcutdir",
     # pytest-xdist and friends: the loop runs a handful of tests in one process
     "numprocesses", "maxprocesses", "dist", "tx", "looponfail", "rsyncdir",
 })

@@ -125,7 +125,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("verification.args", STRINGS, [],
             "Extra pytest arguments for every verification run, after the capture's own options "
             "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
-            "like the capture's options: exempt from the argument allowlist."),
+            "like the capture's options, and judged by value like them: `-p` only for an installed plugin, "
+            "`-o`/`-c` and path values inside the project, never `@FILE`, `--basetemp`, `--rootdir`, "
+            "`--confcutdir` ([loop.md](loop.md#what-a-verification-run-executes))."),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
             "and counts as a `timeout`."),
@@ -143,6 +145,9 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "A repair may edit test files, conftest.py and files below test directories without asking. "
             "`false`: such a diff asks for scope approval and is rolled back without it, so a weakened "
             "test never passes as a fix."),
+    KeySpec("repair.allow_binary", BOOL, False,
+            "A repair's patch may change binary files. `false`: a patch with a binary change is refused "
+            "before the approval question (nobody can review it as a diff)."),
     KeySpec("repair.approve", BOOL, False,
             "Approve up front applying a repair provider's diff to the working tree "
             "(as `--selfheal-approve` does)."),

@@ -103,6 +103,7 @@ class RepairSettings(Frozen):
     allowed_paths: Tuple[str, ...] = ()
     approve: bool = False
     allow_test_edits: bool = False
+    allow_binary: bool = False
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -183,6 +184,7 @@ class Settings(Frozen):
                 tuple(repair["allowed_paths"]),
                 repair["approve"],
                 repair["allow_test_edits"],
+                repair["allow_binary"],
             ),
             redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
@@ -252,9 +254,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # True is not an integer
 
 
+def _no_nul(origin: str, where: str, value: str) -> None:
+    # No path, argv word or name can hold NUL: refused here, not as an internal error later.
+    if "\x00" in value:
+        raise config_error(f"{origin}: {where}: contains a NUL character")
+
+
 def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> List[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
+    for index, item in enumerate(value):
+        _no_nul(origin, f"{where}[{index}]", item)
     if spec.kind == REGEXES:
         for index, pattern in enumerate(value):
             problem = regex_problem(pattern)
@@ -299,6 +309,8 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         ok = kind == STRING and isinstance(value, str) and value != ""
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
+    if isinstance(value, str):
+        _no_nul(origin, where, value)
     return value
 
 

@@ -41,6 +41,7 @@ from pytest_selfheal.errors import (
 from pytest_selfheal.github.actions_env import (
     PULL_REQUEST_EVENTS,
     ActionsContext,
+    pull_request_number,
     warning,
     write_outputs,
     write_step_summary,
@@ -255,12 +256,12 @@ def _publish(
 
 
 def _quarantine_exit(report: Mapping[str, Any], effective: "EffectiveConfig", project: Path,
-                     env: Mapping[str, str], rep: _Reporter, exit_code: int) -> int:
+                     env: Mapping[str, str], event: Mapping[str, object], rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
     revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
     Expired or malformed entries are warnings naming their line."""
     history = effective.settings.history
-    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env)
+    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, event)
     for line in warnings:
         rep.warn(line)
     covered = only_quarantined(report, quarantine)
@@ -291,6 +292,9 @@ def run_ci(
     here = Path.cwd() if cwd is None else Path(cwd)
     out = stream if stream is not None else sys.stdout
     ctx = ActionsContext.from_env(source)
+    # Read before the tests run: a PR's conftest could rewrite $GITHUB_EVENT_PATH (another base
+    # sha makes the PR's own quarantine file apply; another number comments elsewhere).
+    event = ctx.event()
     rep = _Reporter(out, ctx.in_actions)
     effective, redactor = _load(options, here, source)
     # Once, before anything runs: the loop's repair hooks and the report's sections.
@@ -354,7 +358,8 @@ def run_ci(
                 final = FINAL_FIX_PROPOSED
         verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
 
-    number = options.pull_request if options.pull_request is not None else ctx.pull_request_number()
+    number = options.pull_request if options.pull_request is not None else (
+        pull_request_number(ctx.event_name, event) if ctx.event_name else None)
     info = ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url)
     loop_error = str(error) if error else None
     try:
@@ -371,7 +376,7 @@ def run_ci(
                                   pytest_exit_code=verdict.pytest_exit_code,
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
-        exit_code = _quarantine_exit(report, effective, here, source, rep, exit_code)
+        exit_code = _quarantine_exit(report, effective, here, source, event, rep, exit_code)
     result = CiResult(exit_code, verdict, document, markdown, pull_request=number,
                       error=str(error) if error else None)
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)

@@ -79,7 +79,14 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[Quaran
     warnings: List[str] = []
     for node in items:
         line = node.start_mark.line + 1
-        entry, problem = _entry(yaml.safe_load(yaml.serialize(node)), line, today)
+        try:
+            data = yaml.safe_load(yaml.serialize(node))
+        except Exception as exc:  # noqa: BLE001 - any constructor error of a hand-written file is one warning
+            # A tag (`!!python/object`), a complex key, an impossible date (`2026-02-30`)...
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            warnings.append(f"{where}:{line}: not a plain entry ({_shown(why)}); entry ignored")
+            continue
+        entry, problem = _entry(data, line, today)
         if problem is not None:
             warnings.append(f"{where}:{line}: {problem}; entry ignored")
         elif entry is not None:
@@ -102,9 +109,9 @@ def _entry_nodes(root: Any) -> Optional[List[Any]]:
 def _entry(data: Any, line: int, today: dt.date) -> Tuple[Optional[QuarantineEntry], Optional[str]]:
     if not isinstance(data, dict):
         return None, "expected an entry with `test` or `fingerprint` and `reason`"
-    unknown = sorted(str(k) for k in data if k not in ENTRY_KEYS)
+    unknown = sorted(_shown(k) for k in data if k not in ENTRY_KEYS)
     if unknown:
-        return None, f"unknown key {unknown[0]!r} (expected {', '.join(ENTRY_KEYS)})"
+        return None, f"unknown key {unknown[0]} (expected {', '.join(ENTRY_KEYS)})"
     test, fingerprint = data.get("test"), data.get("fingerprint")
     if (test is None) == (fingerprint is None):
         return None, "give exactly one of `test` or `fingerprint`"
@@ -118,12 +125,23 @@ def _entry(data: Any, line: int, today: dt.date) -> Tuple[Optional[QuarantineEnt
     if expires is not None:
         day = _date(expires)
         if day is None:
-            return None, f"`expires` must be a date YYYY-MM-DD, got {expires!r}"
+            return None, f"`expires` must be a date YYYY-MM-DD, got {_shown(expires)}"
         if day < today:
             return None, f"expired on {day.isoformat()}"
         expires = day.isoformat()
     return QuarantineEntry(reason=str(data["reason"]).strip(), test=test, fingerprint=fingerprint,
                            expires=expires, owner=data.get("owner"), line=line), None
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value for a warning, bounded: never the repr of a container, whose aliases a
+    475-byte YAML file can make cost gigabytes to print."""
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[:limit] + "..."
+        return repr(text)
+    if isinstance(value, (int, float, bool, dt.date)) or value is None:
+        return repr(value)[:limit]
+    return f"a {type(value).__name__}"
 
 
 def _date(value: Any) -> Optional[dt.date]:

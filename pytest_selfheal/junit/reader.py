@@ -55,6 +55,9 @@ Source = Union[Path, str, "IO[bytes]"]
 T = TypeVar("T")
 
 
+# Real junit nests a handful of levels (testsuites > testsuite > testcase > failure).
+MAX_DEPTH = 1000
+
 class _Refused(Exception):
     """Raised from inside expat handlers to stop parsing at once."""
 
@@ -135,6 +138,9 @@ class _Reader:
     def start(self, name: str, attrs: Dict[str, str]) -> None:
         self.depth += 1
         depth = self.depth
+        if depth > MAX_DEPTH:
+            # expat keeps every open tag: 52 MB of nesting cost ~1 GB before this bound.
+            raise _Refused(f"elements nested deeper than {MAX_DEPTH} levels; no junit writer nests that deep")
         if depth == 1:
             if name not in ROOT_TAGS:
                 raise _Refused(

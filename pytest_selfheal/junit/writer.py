@@ -66,7 +66,8 @@ def mangle_nodeid(nodeid: str, prefix: str = "") -> Tuple[str, str]:
     classnames = names[:-1]
     if prefix:
         classnames.insert(0, prefix)
-    return ".".join(classnames), names[-1]
+    # A file or test name may hold a control character XML cannot carry (`test_\x01.py`).
+    return xml_escape_visible(".".join(classnames)), xml_escape_visible(names[-1])
 
 
 def junit_message(report: FailedReport) -> str:
@@ -92,7 +93,7 @@ def _testcase(report: FailedReport, prefix: str) -> PytestTestCase:
     classname, name = mangle_nodeid(report.nodeid, prefix)
     case = PytestTestCase(classname=classname, name=name, time=round(report.duration, 3))
     if report.file:
-        case.file = report.file
+        case.file = xml_escape_visible(report.file)
     if report.line is not None:
         case.line = report.line
     result = Failure() if report.outcome == "failure" else Error()

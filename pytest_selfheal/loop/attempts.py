@@ -311,6 +311,7 @@ def record_iteration(
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=bool(edited),
+            provider_escaped=bool(repair is not None and repair.get_extra(policy.PROVIDER_ESCAPED)),
         )
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)

@@ -21,6 +21,7 @@ from pytest_selfheal.loop.policy import (
     NO_FIX_FOUND_LIMIT,
     NO_PROGRESS,
     PRECEDENCE,
+    PROVIDER_ESCAPED,
     REPEATED_FINGERPRINT,
     REPLAN_REQUESTED,
     RUNTIME_BUDGET,
@@ -109,14 +110,17 @@ def decide(
     verified = iteration >= 1
     flaky_only = only_known_flaky(cur, known_flaky)
     stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
+    green = is_success(cur) and not cur.provider_escaped
     holds: Dict[str, bool] = {
         DISABLED: not policy.enabled,
-        TESTS_EDITED: is_success(cur) and cur.tests_edited,
-        UNVERIFIED_FAILURES: is_success(cur) and unverified > 0,
-        SUCCESS: is_success(cur),
+        # A green run after a provider escaped is no success: what it changed outside is unknown.
+        TESTS_EDITED: green and cur.tests_edited,
+        UNVERIFIED_FAILURES: green and unverified > 0,
+        SUCCESS: green,
         CANCELLED: cancelled,
         TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
         SCOPE_EXPANSION_DENIED: cur.scope_denied,
+        PROVIDER_ESCAPED: cur.provider_escaped,
         TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
         REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
         REPEATED_FINGERPRINT: verified and not flaky_only

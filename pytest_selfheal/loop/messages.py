@@ -17,6 +17,7 @@ from pytest_selfheal.loop.policy import (
     MESSAGE_UNSTABLE,
     NO_FIX_FOUND,
     NO_PROGRESS,
+    PROVIDER_ESCAPED,
     REPEATED_FINGERPRINT,
     REPLAN_REQUESTED,
     RUNTIME_BUDGET,
@@ -110,6 +111,11 @@ def stop_message(
         return (
             f"The repair at iteration {iteration} touched files outside the plan's scope "
             "and the expansion was not approved."
+        )
+    if reason == PROVIDER_ESCAPED:
+        return (
+            f"The repair provider at iteration {iteration} changed your working tree, index, HEAD or .git "
+            "outside its worktree; nothing of that repair is applied — review what it changed."
         )
     if reason == TIMEOUT_STOP:
         return f"Iteration {iteration} timed out again ({timeouts} timeouts in a row, one retry allowed); stopping."
@@ -219,6 +225,12 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
         ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
         ("export", "Export the loop report", "selfheal report {id}"),
     ),
+    PROVIDER_ESCAPED: (
+        ("review", "Review what the provider changed outside its worktree (git status, .git/hooks, .git/config)",
+         "git status"),
+        ("sandbox", "Run the provider in a container (docs/repair.md) and resume", "selfheal loop {id} --reopen"),
+        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
+    ),
     CANCELLED: (
         ("resume", "Resume the loop where it stopped", "selfheal loop {id}"),
         ("stop", "Give up and archive as escalated", "selfheal archive {id} --as escalated"),
@@ -272,6 +284,10 @@ _NEXT_ACTION: Dict[str, str] = {
     SCOPE_EXPANSION_DENIED: (
         "Decide whether the repair may touch the extra files; allow them and loop again "
         "(selfheal loop {id} --reopen), or fix within scope."
+    ),
+    PROVIDER_ESCAPED: (
+        "Review what the repair provider changed in your working tree and .git (hooks, config), undo what you "
+        "did not want, and run the provider in a container before looping again (selfheal loop {id} --reopen)."
     ),
     CANCELLED: "Resume the loop with `selfheal loop {id}` when ready; nothing was lost.",
     DISABLED: "Enable ralf_lite (enabled: true) to loop, or fix the failure manually using the plan.",

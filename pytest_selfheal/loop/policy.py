@@ -50,6 +50,7 @@ TOOLING_ENV_STOP = "tooling_env"
 TIMEOUT_STOP = "timeout"
 NO_FIX_FOUND = "no_fix_found"
 SCOPE_EXPANSION_DENIED = "scope_expansion_denied"
+PROVIDER_ESCAPED = "provider_escaped"
 CANCELLED = "cancelled"
 DISABLED = "disabled"
 # The selection passes, but only with test files edited (repair.allow_test_edits): a person looks.
@@ -70,6 +71,7 @@ STOP_REASONS: Tuple[str, ...] = (
     TIMEOUT_STOP,
     NO_FIX_FOUND,
     SCOPE_EXPANSION_DENIED,
+    PROVIDER_ESCAPED,
     CANCELLED,
     DISABLED,
 )
@@ -85,6 +87,7 @@ PRECEDENCE: Tuple[str, ...] = (
     CANCELLED,
     TOOLING_ENV_STOP,
     SCOPE_EXPANSION_DENIED,
+    PROVIDER_ESCAPED,
     TIMEOUT_STOP,
     REPLAN_REQUESTED,
     REPEATED_FINGERPRINT,
@@ -196,6 +199,7 @@ class Observation(Frozen):
     repair_result: Optional[str] = None  # None (no provider) | diff | no_fix_found | timeout | crashed
     scope_denied: bool = False
     tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
+    provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
 
     def __post_init__(self) -> None:
         # Accept lists from JSON; the dataclass stays immutable and comparable.
@@ -595,6 +599,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
             tests_edited=bool(attempt.tests_edited),
+            provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(PROVIDER_ESCAPED)),
         )
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -22,7 +22,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
@@ -31,6 +31,7 @@ from pytest_selfheal.config.ini import VERIFYING_ENV
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
+from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, check_arguments, inside_root, option_groups
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -58,46 +59,6 @@ _EXECUTABLE_BAD = set(";&|<>$`()")
 _ANYWHERE_BAD = ("$(", "`")
 
 _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
-
-# The argument allowlist (docs/loop.md "What a verification run executes"): options that
-# only select, print or stop early — none loads code, reads a file or writes one.
-PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
-SAFE_FLAGS = frozenset({
-    "-q", "--quiet", "-v", "--verbose", "-x", "--exitfirst", "-l", "--showlocals", "-s",
-    "--no-header", "--no-summary", "--collect-only", "--co", "--strict-markers", "--disable-warnings",
-    "--disable-pytest-warnings",
-})
-_TB_STYLES = frozenset({"auto", "long", "short", "line", "native", "no"})
-
-
-def _plugin_off(value: str) -> bool:
-    # `-p no:NAME` only blocks a plugin; `-p NAME` imports one.
-    return value.startswith("no:") and len(value) > 3 and "/" not in value
-
-
-def _count(value: str) -> bool:
-    return value.isdigit() and len(value) < 10
-
-
-SAFE_VALUED: Dict[str, Callable[[str], bool]] = {
-    "--tb": lambda value: value in _TB_STYLES,
-    "-r": lambda value: value.isalnum() or value == "",
-    "-k": lambda value: True,  # pytest's own expression language, never Python's eval
-    "-m": lambda value: True,
-    "--maxfail": _count,
-    "--durations": _count,
-    "--color": lambda value: value in ("yes", "no", "auto"),
-    "--capture": lambda value: value in ("fd", "sys", "no", "tee-sys"),
-    "-p": _plugin_off,
-    "--deselect": lambda value: True,  # checked as a selection by check_command
-}
-# Options the loop sets itself or that write outside the root: never replayed, even when an
-# incident.json claims the capture recorded them (the capture drops them: capture/options.py).
-NEVER_TRUSTED = frozenset({
-    "--rootdir", "--basetemp", "--junitxml", "--junit-xml", "--debug", "--pyargs", "--report-log",
-    "--result-log", "--resultlog",
-})
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class VerificationRun(Frozen):
@@ -154,7 +115,10 @@ def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWL
     if any(ch in _EXECUTABLE_BAD for ch in argv[0]):
         raise RefusedError(f"refusing verification command {shown!r}: shell syntax in the executable")
     for token in argv:
-        if token in SHELL_OPERATORS or any(bad in token for bad in _ANYWHERE_BAD):
+        # A node id is data, not shell: `test_x[$(id)]` or a backtick in a parametrize id is a
+        # test name selfheal itself wrote into the plan (nothing ever runs through a shell).
+        node_id = "::" in token and not token.startswith("-")
+        if token in SHELL_OPERATORS or (not node_id and any(bad in token for bad in _ANYWHERE_BAD)):
             raise RefusedError(
                 f"refusing verification command {shown!r}: it contains shell syntax ({token!r}); "
                 "commands run without a shell"
@@ -189,66 +153,6 @@ def _runner_length(argv: Sequence[str]) -> int:
     return 1
 
 
-def option_groups(tokens: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
-    """``(option, value)`` pairs of an options-only word list (incident.json ``pytest_options``,
-    ``verification.args``): ``--name=value`` splits at ``=``; a word that does not start with
-    ``-`` is the value of the option before it."""
-    groups: List[Tuple[str, Optional[str]]] = []
-    for token in tokens:
-        if token.startswith("--") and "=" in token:
-            name, _, value = token.partition("=")
-            groups.append((name, value))
-        elif token.startswith("-") and token != "-":
-            groups.append((token, None))
-        elif groups and groups[-1][1] is None:
-            groups[-1] = (groups[-1][0], token)
-        else:
-            groups.append(("", token))  # a positional word: checked as a selection
-    return groups
-
-
-def inside_root(word: str, root: Path) -> bool:
-    """True when the path part of a selection word (``path::name[param]`` or a path) resolves
-    inside ``root``: no absolute path elsewhere, no ``..`` escape, no symlink leading out."""
-    path = word.split("::", 1)[0]
-    if not path or "\x00" in path:
-        return False
-    base = root.resolve()
-    try:
-        resolved = (base / path).resolve()  # an absolute `path` replaces base
-    except (OSError, RuntimeError, ValueError):  # a symlink loop, an unusable name
-        return False
-    return resolved == base or base in resolved.parents
-
-
-def _pytest_option(words: Sequence[str], index: int) -> Tuple[bool, int, str]:
-    """Is the option at ``words[index]`` a safe pytest option? ``(safe, words used, option)``."""
-    token = words[index]
-    if token.startswith("--"):
-        name, eq, attached = token.partition("=")
-        if name in SAFE_FLAGS and not eq:
-            return True, 1, name
-        if name not in SAFE_VALUED:
-            return False, 1, name
-        if eq:
-            value, used = attached, 1
-        elif index + 1 < len(words):
-            value, used = words[index + 1], 2
-        else:
-            return False, 1, name
-        return SAFE_VALUED[name](value), used, name
-    name = token[:2]
-    if name in SAFE_VALUED:
-        if len(token) > 2:
-            return SAFE_VALUED[name](token[2:]), 1, name
-        if index + 1 < len(words):
-            return SAFE_VALUED[name](words[index + 1]), 2, name
-        return False, 1, name
-    # -q, -vv, -qx: a cluster of safe one-letter flags.
-    letters = token[1:]
-    return bool(letters) and all(f"-{letter}" in SAFE_FLAGS for letter in letters), 1, token
-
-
 def check_command(
     argv: Sequence[str],
     *,
@@ -260,54 +164,15 @@ def check_command(
     verification run executes"): an allowlisted runner (:func:`check_allowed`) **and**
     allowlisted arguments. ``RefusedError`` (one line, exit 5) otherwise; nothing runs.
 
-    - a selection (a word not starting with ``-``: a node id or a path) must resolve inside
-      ``root`` (the project root);
-    - an option must be one of the safe pytest options (:data:`SAFE_FLAGS`,
-      :data:`SAFE_VALUED`) — only for the runner ``pytest``; another allowlisted runner gets
-      selections only — unless the same option with the same value is in ``trusted``: the
-      capture's recorded options and ``verification.args`` (the user's own invocation and
-      config, appended to every command), minus :data:`NEVER_TRUSTED` (the loop sets those
-      itself; a recorded one was hand-edited into incident.json).
+    The arguments (every word after the runner) through
+    :func:`~pytest_selfheal.loop.argcheck.check_arguments`: selections inside ``root``, no
+    ``@file``, ``-p``/``-o``/``-c`` judged by their value, other options safe ones or recorded
+    in ``trusted`` (the capture's options and ``verification.args``) with a value naming no
+    path outside the root.
     """
     check_allowed(argv, allowlist)
-    shown = _shown(argv)
-    trusted_groups = {(name, value) for name, value in option_groups(trusted) if name not in NEVER_TRUSTED}
-    pytest_runner = runner_name(argv) in PYTEST_RUNNERS
-    words = list(argv[_runner_length(argv):])
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word == "--":
-            raise RefusedError(f"refusing verification command {shown!r}: '--' is not accepted")
-        if not word.startswith("-") or word == "-":
-            if not inside_root(word, root):
-                raise RefusedError(
-                    f"refusing verification command {shown!r}: {word!r} is not a node id or path inside "
-                    f"the project root {root}"
-                )
-            index += 1
-            continue
-        following = words[index + 1] if index + 1 < len(words) else None
-        name, eq, attached = word.partition("=") if word.startswith("--") else (word, "", "")
-        if eq and (name, attached) in trusted_groups:
-            index += 1
-            continue
-        if following is not None and (word, following) in trusted_groups:
-            index += 2
-            continue
-        if (word, None) in trusted_groups:
-            index += 1
-            continue
-        safe, used, option = _pytest_option(words, index) if pytest_runner else (False, 1, name)
-        if not safe:
-            raise RefusedError(
-                f"refusing verification command {shown!r}: option {option!r} is not a safe verification "
-                "option (it can load code or touch paths outside the project) and the capture did not "
-                "record it"
-            )
-        if option == "--deselect" and not inside_root(words[index + 1] if used == 2 else attached, root):
-            raise RefusedError(f"refusing verification command {shown!r}: --deselect outside the project root")
-        index += used
+    check_arguments(argv[_runner_length(argv):], root=root, trusted=trusted,
+                    pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
 
 
 def resolve_argv(argv: Sequence[str]) -> List[str]:
@@ -468,8 +333,12 @@ def synthetic_failure(message: str, text: str, rules: Sequence["Rule"], *, exc_t
     TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
     # `python -m pytest` without pytest prints "No module named pytest" (no quotes, unlike
     # the ModuleNotFoundError of an import): the runner's environment is broken.
+    # A run that could not start at all (process.run's "<argv0>: cannot start: <why>": a 200 KB
+    # node id is over the kernel's limit for one argument) is the environment too, never a
+    # failure that "repeats".
     runner_rules = (
         Rule("verification_runner_missing", r"No module named \S", models.TOOLING_ENV, keywords=("no module named",)),
+        Rule("verification_cannot_start", r": cannot start: ", models.TOOLING_ENV, keywords=("cannot start",)),
     )
     case = models.TestCaseResult(
         classname="",

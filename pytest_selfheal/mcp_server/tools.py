@@ -338,8 +338,10 @@ class Project:
 
     def proposed(self, incident_id: str) -> ProposedPatch:
         """The incident's proposed patch, checked against the working tree (nothing changes)."""
-        store = self.store()
-        return proposed_patch(store, store.resolve_id(incident_id), self.root)
+        effective = self.effective()
+        store = self.store(effective)
+        return proposed_patch(store, store.resolve_id(incident_id), self.root,
+                              allow_binary=effective.settings.repair.allow_binary)
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         """Apply a patch the user approved."""

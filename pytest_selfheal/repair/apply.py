@@ -17,6 +17,7 @@ from pytest_selfheal.errors import NotFoundError, RefusedError
 from pytest_selfheal.gitrepo import isolated_git_env, repo_top
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.repair.patch_summary import PatchSummary, refusal, summarise
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store.events import format_ts
@@ -32,31 +33,26 @@ class ProposedPatch(Frozen):
     patch: bytes
     path: Path  # error_runs/ID/final.patch
     working_tree: Path  # the top of the git repository it applies to
-    files: List[str]  # the files it touches, in order
+    summary: PatchSummary  # every file it writes, from the whole patch as git reads it
     already_applied: bool
 
     @property
+    def files(self) -> List[str]:
+        """Every file the patch writes, in order."""
+        return list(self.summary.files)
+
+    @property
     def question(self) -> str:
-        """The one question a human approves or declines."""
-        return (f"Apply {FINAL_PATCH} of {self.incident_id} ({len(self.files)} file(s): "
-                f"{', '.join(self.files)}) to {self.working_tree}?")
+        """The one question a human approves or declines: every file the patch writes, its
+        creations, deletions, renames, mode changes, symlinks and binary files."""
+        return f"Apply {FINAL_PATCH} of {self.incident_id} ({self.summary.text()}) to {self.working_tree}?"
 
 
-def patch_files(patch: bytes) -> List[str]:
-    """The files a git patch touches (its ``diff --git a/X b/X`` headers), in order."""
-    names: List[str] = []
-    for line in patch.decode("utf-8", errors="replace").splitlines():
-        if line.startswith("diff --git a/"):
-            name = line[len("diff --git a/"):].split(" b/", 1)[0]
-            if name not in names:
-                names.append(name)
-    return names
-
-
-def proposed_patch(store: Store, incident_id: str, project_root: Path) -> ProposedPatch:
+def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False) -> ProposedPatch:
     """The proposed patch of ``incident_id``, checked: unknown id or no patch is a
-    NotFoundError (4); a patch that does not apply cleanly, or no git repository, a
-    RefusedError (5). Nothing is changed."""
+    NotFoundError (4); a patch that does not apply cleanly, no git repository, a symlink
+    pointing out of the repository or a binary change without ``allow_binary``
+    (``repair.allow_binary``), a RefusedError (5). Nothing is changed."""
     incident = store.read_incident(incident_id)
     patch = read_run_bytes(store, incident_id, FINAL_PATCH)
     where = store.runs_dir(incident_id) / FINAL_PATCH
@@ -65,11 +61,15 @@ def proposed_patch(store: Store, incident_id: str, project_root: Path) -> Propos
     with isolated_git_env():
         top = repo_top(verification_root(incident, project_root, store.root))
         verdict = check_patch(top, patch)
+        summary = summarise(top, patch)
+    refused = refusal(summary, top, allow_binary=allow_binary)
+    if refused:
+        raise RefusedError(f"{FINAL_PATCH} of {incident_id} is refused: {refused}; nothing was changed")
     if not verdict.ok and not verdict.already_applied:
         raise RefusedError(
             f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
         )
-    return ProposedPatch(incident_id, patch, where, top, patch_files(patch), verdict.already_applied)
+    return ProposedPatch(incident_id, patch, where, top, summary, verdict.already_applied)
 
 
 def apply_proposed(store: Store, proposed: ProposedPatch) -> None:

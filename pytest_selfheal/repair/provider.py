@@ -42,6 +42,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.loop.policy import (
+    PROVIDER_ESCAPED,
     REPAIR_CRASHED,
     REPAIR_DIFF,
     REPAIR_NO_FIX_FOUND,
@@ -57,6 +58,7 @@ from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
+from pytest_selfheal.repair.escape import changes, user_state
 from pytest_selfheal.repair.patches import attempt_patch_name, log_name, prompt_name, write_patch
 from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.repair.scope import normalise
@@ -154,6 +156,11 @@ class _Call:
     duration: float = 0.0
     message: str = ""
     log: Optional[str] = None
+
+
+def _listed(names: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
 def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> List[Any]:
@@ -264,6 +271,7 @@ class RepairSession:
             prompt=prompt_name(iteration),
         )
         self.say(f"selfheal: incident {incident_id} repair {iteration}: asking {self.describe()}")
+        guard = user_state(self.wt.repo_top, [store.root])
         before = self.wt.snapshot()
         call = self._call_provider(
             iteration=iteration,
@@ -272,7 +280,16 @@ class RepairSession:
             plan=plan,
             failures=_failures_for_request(incident, attempts),
         )
+        escaped = changes(guard, user_state(self.wt.repo_top, [store.root]))
+        if escaped:
+            # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
+            call.status = "crashed"
+            call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
         result = self._inspect(iteration, call, before, plan, targets, globs)
+        if escaped:
+            result[PROVIDER_ESCAPED] = escaped
+            self.say(f"selfheal: incident {incident_id} repair {iteration}: {call.message}; stopping "
+                     f"({PROVIDER_ESCAPED}), nothing of this repair is applied")
         self.results.append(result)
         store.append_event(
             incident_id,

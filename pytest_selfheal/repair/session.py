@@ -25,6 +25,7 @@ from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.repair.approval import Approver, approver_from
+from pytest_selfheal.repair.patch_summary import refusal, summarise
 from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession
 from pytest_selfheal.repair.worktree import (
@@ -195,10 +196,16 @@ def _close_out(
             say(f"selfheal: the loop did not resolve {incident_id}; the partial patch is in {path} "
                 f"(apply it anyway with: {command})")
         else:
-            summary = f"{len(files)} file(s): {', '.join(files)}"
+            # What the patch does, from the whole patch as git reads it (not the changed-file list).
+            described = summarise(wt.repo_top, patch)
+            refused = refusal(described, wt.repo_top, allow_binary=session.effective.settings.repair.allow_binary)
+            summary = described.text()
             question = f"Apply the fix of {incident_id} ({summary}) to your working tree?"
             verdict = check_patch(wt.repo_top, patch)
-            if not verdict.ok:
+            if refused:
+                block["message"] = f"not applied: {refused}"
+                say(f"selfheal: {block['message']}; it stays proposed in {path}")
+            elif not verdict.ok:
                 block["apply_command"] = command
                 block["message"] = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
                 say(f"selfheal: {block['message']}; it stays proposed in {path}")

@@ -279,7 +279,8 @@ class PatchCheck(Frozen):
     error: str
 
 
-def _with_patch_file(patch: bytes, fn: Any) -> Any:
+def with_patch_file(patch: bytes, fn: Any) -> Any:
+    """``fn(path)`` of a temporary file holding ``patch`` (removed afterwards), for git apply."""
     handle, name = tempfile.mkstemp(prefix="selfheal-", suffix=".patch")
     try:
         with os.fdopen(handle, "wb") as stream:
@@ -312,7 +313,7 @@ def check_patch(top: Path, patch: bytes) -> PatchCheck:
         except GitFailed:
             return PatchCheck(False, False, error)
 
-    result: PatchCheck = _with_patch_file(patch, go)
+    result: PatchCheck = with_patch_file(patch, go)
     return result
 
 
@@ -337,7 +338,7 @@ def apply_patch(top: Path, patch: bytes) -> None:
         except GitFailed as exc:
             raise RefusedError(f"git apply failed in {top}: {exc.first_line}") from None
 
-    _with_patch_file(patch, go)
+    with_patch_file(patch, go)
 
 
 def worktree_record(wt: Worktree) -> Dict[str, str]:
@@ -379,5 +380,6 @@ __all__ = [
     "remove_recorded",
     "remove_worktree",
     "snapshot_tree",
+    "with_patch_file",
     "worktree_record",
 ]

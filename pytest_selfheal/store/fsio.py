@@ -49,9 +49,18 @@ def confine(root: PathLike, path: PathLike) -> Path:
     existing entry below ``root`` down to ``path`` itself is looked at with ``lstat``. A
     link there would take the write (an append, an attempt, a moved incident, a lock)
     outside the reports root: ``RefusedError`` (one line, exit 5), nothing written. The
-    root itself may be a link (the user's choice of where it lives)."""
+    root itself may be a link to a folder beside it or below its parent (``.selfheal`` →
+    ``build/selfheal``), never one leading out of the folder it sits in: a ``.selfheal`` link
+    committed to a repository would send every write elsewhere (configure ``reports_dir``
+    with the real place instead)."""
     base = Path(os.path.abspath(os.fspath(root)))
     target = Path(os.path.abspath(os.fspath(path)))
+    if os.path.islink(base):
+        real, home = os.path.realpath(base), os.path.realpath(base.parent)
+        if not real.startswith(home.rstrip(os.sep) + os.sep):
+            raise RefusedError(one_line(
+                f"refusing to write under {base}: the reports root is a symbolic link leading out of {base.parent} "
+                f"(to {real}); set reports_dir to the real folder instead"))
     try:
         parts = target.relative_to(base).parts
     except ValueError:

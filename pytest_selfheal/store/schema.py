@@ -15,7 +15,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from pytest_selfheal.errors import InputError, one_line
 
@@ -38,6 +38,44 @@ def schema_filename(kind: str) -> str:
 def _load_text(kind: str) -> str:
     ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
     return ref.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def vocabulary() -> FrozenSet[str]:
+    """Every property name and enum word of the shipped schemas (``incident_id``, ``failed``,
+    ``escalated``...): the package's own words, which redaction leaves alone so that a broad
+    ``redaction.patterns`` entry cannot make a document break its schema."""
+    words: Set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                words.update(str(name) for name in properties)
+            words.update(value for value in node.get("enum", ()) if isinstance(value, str))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for kind in KINDS:
+        walk(load_schema(kind))
+    return frozenset(words)
+
+
+# The package's own generated values: incident ids and ISO timestamps, never a secret.
+_OWN_VALUE = re.compile(
+    r"incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9]{2}:[0-9]{2})",
+    re.ASCII,
+)
+
+
+def ours(text: str) -> bool:
+    """True for a string the package itself wrote into a document: a schema's property name
+    or enum word (:func:`vocabulary`), an incident id, a timestamp. Redaction leaves these
+    alone (``Redactor.redact_obj``'s ``keep``)."""
+    return text in vocabulary() or _OWN_VALUE.fullmatch(text) is not None
 
 
 def load_schema(kind: str) -> Dict[str, Any]:

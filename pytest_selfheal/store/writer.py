@@ -39,7 +39,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
-from pytest_selfheal.store.schema import validate
+from pytest_selfheal.store.schema import ours, validate
 from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
 
 # Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
@@ -77,7 +77,7 @@ class StoreWriter(StoreReader):
 
     def _clean(self, doc: Mapping[str, Any]) -> Dict[str, Any]:
         """``doc`` with secrets redacted from its keys and values (what is written)."""
-        return dict(self.redactor.redact_obj(dict(doc)))
+        return dict(self.redactor.redact_obj(dict(doc), ours))
 
     def _clean_events(self, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, Mapping[str, Any]]]:
         return [(name, self._clean(data)) for name, data in events]
@@ -451,7 +451,7 @@ class StoreWriter(StoreReader):
                 text = fsio.read_text(path)
                 if path.suffix == ".json":
                     doc = fsio.read_json(path)
-                    clean = self.redactor.redact_obj(doc)
+                    clean = self.redactor.redact_obj(doc, ours)
                     new = fsio.dumps_json(clean) if clean != doc else text
                 elif path.suffix == ".jsonl":  # event by event; a torn line as text
                     new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
@@ -467,7 +467,7 @@ class StoreWriter(StoreReader):
             record = json.loads(line)
         except ValueError:
             return self.redactor.redact(line)
-        clean = self.redactor.redact_obj(record)
+        clean = self.redactor.redact_obj(record, ours)
         return line if clean == record else ev.encode_event(clean)
 
     # ------------------------------------------------------------------ helpers

@@ -14,6 +14,7 @@ from pytest_selfheal.cli.commands._common import (
     project_root,
     store_from_args,
 )
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, RefusedError
 from pytest_selfheal.repair.apply import apply_proposed, proposed_patch
 from pytest_selfheal.repair.approval import approver_from
@@ -35,9 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Apply ``final.patch``; exit codes in docs/exit-codes.md (0 applied or already applied,
     1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git)."""
-    store = store_from_args(args)  # --dir, else the configured reports_dir of the project
+    root = project_root()
+    effective = load_config(root)
+    store = store_from_args(args, effective)  # --dir, else the configured reports_dir of the project
     incident_id = incident_id_from_args(store, args)
-    proposed = proposed_patch(store, incident_id, project_root())  # unknown id or no patch: 4
+    proposed = proposed_patch(store, incident_id, root,  # unknown id or no patch: 4
+                              allow_binary=effective.settings.repair.allow_binary)
     top = proposed.working_tree
     data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(proposed.path), "working_tree": str(top)}
     if proposed.already_applied:

@@ -1,0 +1,316 @@
+"""The arguments of a verification command, judged by their value (edge: resolves paths,
+reads the installed distributions' entry points; docs/loop.md "What a verification run executes").
+
+One check for every option wherever it comes from: a plan command, the options incident.json
+says the capture recorded, ``verification.args`` from the config, ``--set`` on the command
+line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_arguments`:
+
+- ``@FILE`` anywhere is refused: pytest reads more options from it (``fromfile_prefix_chars``),
+  options this check would never see;
+- a selection (a node id or a path) must resolve inside the project root;
+- ``--rootdir``, ``--basetemp`` (pytest deletes it), ``--confcutdir``, ``--junitxml``,
+  ``--debug``, ``--pyargs``, ``--report-log`` are refused from every source: the loop sets
+  them itself, and only the live process's own argv (agent mode, which runs nothing of
+  ours) may carry them;
+- ``-p``, ``-o`` and ``-c`` are judged by their value from every source: ``-p no:NAME`` only
+  disables, ``-p NAME`` loads only a plugin installed in the environment (a ``pytest11``
+  entry point or one of pytest's own), ``-o KEY=VALUE`` only with a value that cannot name a
+  path outside the root (``addopts`` is checked word by word), ``-c FILE`` only inside the root;
+- a few options that only select, print or stop early are safe from any source
+  (:data:`SAFE_FLAGS`, :data:`SAFE_VALUED`);
+- any other option only when it was recorded (``trusted``: the capture's options and
+  ``verification.args``) with the same value, and that value names no path outside the root.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import shlex
+from pathlib import Path
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+
+from pytest_selfheal.errors import RefusedError
+
+PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
+SAFE_FLAGS = frozenset({
+    "-q", "--quiet", "-v", "--verbose", "-x", "--exitfirst", "-l", "--showlocals", "-s",
+    "--no-header", "--no-summary", "--collect-only", "--co", "--strict-markers", "--disable-warnings",
+    "--disable-pytest-warnings",
+})
+_TB_STYLES = frozenset({"auto", "long", "short", "line", "native", "no"})
+
+
+def _count(value: str) -> bool:
+    return value.isdigit() and len(value) < 10
+
+
+SAFE_VALUED: Dict[str, Callable[[str], bool]] = {
+    "--tb": lambda value: value in _TB_STYLES,
+    "-r": lambda value: value.isalnum() or value == "",
+    "-k": lambda value: True,  # pytest's own expression language, never Python's eval
+    "-m": lambda value: True,
+    "--maxfail": _count,
+    "--durations": _count,
+    "--color": lambda value: value in ("yes", "no", "auto"),
+    "--capture": lambda value: value in ("fd", "sys", "no", "tee-sys"),
+    "--deselect": lambda value: True,  # checked as a selection by check_arguments
+}
+# Options the loop sets itself, or that write or read outside the root: refused from every
+# source (the capture never records them: capture/options.py).
+NEVER_REPLAYED = frozenset({
+    "--rootdir", "--basetemp", "--confcutdir", "--junitxml", "--junit-xml", "--debug", "--pyargs",
+    "--report-log", "--result-log", "--resultlog",
+})
+# Options judged by their value wherever they come from: (short, long) spellings.
+_PLUGIN = ("-p",)
+_OVERRIDE = ("-o", "--override-ini")
+_CONFIG = ("-c", "--config-file", "--inifile")
+_JUDGED = frozenset({*_PLUGIN, *_OVERRIDE, *_CONFIG})
+# ini keys whose value is one or more paths (each must resolve inside the root).
+PATH_INI_KEYS = frozenset({"cache_dir", "pythonpath", "testpaths", "confcutdir", "log_file", "junit_suite_name_file"})
+
+
+class ArgumentRefused(RefusedError):
+    """An argument of a verification command refused by :func:`check_arguments`."""
+
+
+def inside_root(word: str, root: Path) -> bool:
+    """True when the path part of a selection word (``path::name[param]`` or a path) resolves
+    inside ``root``: no absolute path elsewhere, no ``..`` escape, no symlink leading out."""
+    path = word.split("::", 1)[0]
+    if not path or "\x00" in path:
+        return False
+    base = root.resolve()
+    try:
+        resolved = (base / path).resolve()  # an absolute `path` replaces base
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, an unusable name
+        return False
+    return resolved == base or base in resolved.parents
+
+
+def option_groups(tokens: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """``(option, value)`` pairs of an options-only word list (incident.json ``pytest_options``,
+    ``verification.args``): ``--name=value`` splits at ``=``; a word that does not start with
+    ``-`` is the value of the option before it."""
+    groups: List[Tuple[str, Optional[str]]] = []
+    for token in tokens:
+        if token.startswith("--") and "=" in token:
+            name, _, value = token.partition("=")
+            groups.append((name, value))
+        elif token.startswith("-") and token != "-":
+            groups.append((token, None))
+        elif groups and groups[-1][1] is None:
+            groups[-1] = (groups[-1][0], token)
+        else:
+            groups.append(("", token))  # a positional word: checked as a selection
+    return groups
+
+
+@functools.lru_cache(maxsize=1)
+def installed_plugins() -> FrozenSet[str]:
+    """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, its module and
+    the module's packages (``xdist``, ``xdist.plugin``)."""
+    names: Set[str] = set()
+    for entry in importlib.metadata.entry_points(group="pytest11"):
+        names.add(entry.name)
+        parts = entry.value.split(":", 1)[0].strip().split(".")
+        names.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+    return frozenset(names)
+
+
+def _builtin_plugin(name: str) -> bool:
+    # pytest's own plugins (`-p pytester`) live in the installed `_pytest` package.
+    if not name.isidentifier():
+        return False
+    try:
+        return importlib.util.find_spec(f"_pytest.{name}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def plugin_problem(value: str) -> Optional[str]:
+    """Why ``-p value`` is refused, or None: ``no:NAME`` only disables; a plugin name must be
+    installed in the environment (never a module of the project or a path)."""
+    if value.startswith("no:"):
+        return None if len(value) > 3 and "/" not in value and "\\" not in value else "an empty or path-like 'no:' name"
+    if value in installed_plugins() or _builtin_plugin(value):
+        return None
+    return f"'-p {value}' loads code that is not a pytest plugin installed in this environment"
+
+
+def _path_pieces(value: str) -> List[str]:
+    """The parts of an option value that look like paths: split at blanks, ``,``, ``;``, ``=``
+    and (outside URLs) ``:`` (``html:/abs/report``); a piece is path-like when it holds a slash."""
+    pieces: List[str] = []
+    for chunk in value.replace(",", " ").replace(";", " ").replace("=", " ").split():
+        if "://" in chunk:
+            continue  # a URL names a host, not a path of ours
+        pieces.extend(part for part in chunk.split(":") if "/" in part or "\\" in part or part == "..")
+    return pieces
+
+
+def path_problem(value: str, root: Path) -> Optional[str]:
+    """Why ``value`` is refused (it names a path outside ``root``), or None."""
+    for piece in _path_pieces(value):
+        if not inside_root(piece, root):
+            return f"{piece!r} is a path outside the project root {root}"
+    return None
+
+
+def _ini_problem(value: str, root: Path, trusted: bool) -> Optional[str]:
+    key, eq, setting = value.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        return f"'-o {value}' is not KEY=VALUE"
+    if key == "addopts":
+        try:
+            words = shlex.split(setting)
+        except ValueError:
+            return "'-o addopts=' that does not split into words"
+        try:
+            _check_words(words, root, _Trust(trusted, frozenset()), shown=f"addopts={setting}")
+        except ArgumentRefused as exc:
+            return f"'-o addopts=' carries a refused option ({exc.message})"
+        return None
+    if key in PATH_INI_KEYS:
+        for piece in setting.split():
+            if not inside_root(piece, root):
+                return f"'-o {key}=' names {piece!r}, outside the project root {root}"
+        return None
+    return path_problem(setting, root)
+
+
+def judge(option: str, value: Optional[str], root: Path, trusted: bool = False) -> Optional[str]:
+    """Why ``option value`` is refused from any source, or None (the value-judged options:
+    ``-p``, ``-o``, ``-c`` and the ones never replayed)."""
+    if option in NEVER_REPLAYED:  # pytest refuses abbreviations (allow_abbrev=False): the name is exact
+        return f"{option} is set by the loop itself and never replayed"
+    if value is None:
+        return None
+    if option in _PLUGIN:
+        return plugin_problem(value)
+    if option in _OVERRIDE:
+        return _ini_problem(value, root, trusted)
+    if option in _CONFIG:
+        return None if inside_root(value, root) else f"'{option} {value}': a config file outside the project root"
+    return path_problem(value, root)
+
+
+class _Trust:
+    """The recorded options (``(option, value)`` groups) a command may repeat."""
+
+    def __init__(self, everything: bool, groups: FrozenSet[Tuple[str, Optional[str]]]) -> None:
+        self.everything = everything  # inside a trusted `-o addopts=`: its words were recorded whole
+        self.groups = groups
+
+    def holds(self, option: str, value: Optional[str]) -> bool:
+        return self.everything or (option, value) in self.groups
+
+
+def _split(words: Sequence[str], index: int) -> Tuple[str, Optional[str], int]:
+    """``(option, value, words used)`` at ``words[index]``, for the options whose value we know
+    how to find (the value-judged and safe ones); others are ``(word, None, 1)``."""
+    word = words[index]
+    following = words[index + 1] if index + 1 < len(words) else None
+    if word.startswith("--"):
+        name, eq, attached = word.partition("=")
+        if eq:
+            return name, attached, 1
+        if (name in _JUDGED or name in SAFE_VALUED or name in NEVER_REPLAYED) and following is not None:
+            return name, following, 2
+        return name, None, 1
+    short = word[:2]
+    if short in _JUDGED or short in SAFE_VALUED:
+        if len(word) > 2:
+            return short, word[2:], 1
+        if following is not None:
+            return short, following, 2
+    return word, None, 1
+
+
+def _safe(option: str, value: Optional[str], used: int, word: str) -> bool:
+    if option in SAFE_FLAGS and value is None:
+        return True
+    if option in SAFE_VALUED and value is not None:
+        return SAFE_VALUED[option](value)
+    # -q, -vv, -qx: a cluster of safe one-letter flags.
+    letters = word[1:] if used == 1 and not word.startswith("--") else ""
+    return bool(letters) and all(f"-{letter}" in SAFE_FLAGS for letter in letters)
+
+
+def _refuse(shown: str, why: str) -> ArgumentRefused:
+    return ArgumentRefused(f"refusing verification command {shown!r}: {why}")
+
+
+def _check_words(words: Sequence[str], root: Path, trust: _Trust, *, shown: str, pytest_runner: bool = True) -> None:
+    for word in words:
+        if word.startswith("@"):
+            raise _refuse(shown, f"{word[:80]!r}: pytest reads more arguments from an @file, which is never accepted")
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            raise _refuse(shown, "'--' is not accepted")
+        if not word.startswith("-") or word == "-":
+            if not inside_root(word, root):
+                raise _refuse(shown, f"{word[:200]!r} is not a node id or path inside the project root {root}")
+            index += 1
+            continue
+        option, value, used = _split(words, index) if pytest_runner else (word.partition("=")[0], None, 1)
+        if not pytest_runner and "=" in word:
+            value = word.partition("=")[2]
+        if pytest_runner and option in SAFE_VALUED and value is not None and _safe(option, value, used, word):
+            if option == "--deselect" and not inside_root(value, root):
+                raise _refuse(shown, "--deselect outside the project root")
+            index += used
+            continue
+        if pytest_runner and _safe(option, value, used, word):
+            index += used
+            continue
+        recorded = trust.holds(option, value) or trust.holds(word, None)
+        if not recorded and used == 1 and index + 1 < len(words) and trust.holds(word, words[index + 1]):
+            value, used, recorded = words[index + 1], 2, True  # a recorded option with its own value
+        problem = judge(option, value, root, trusted=recorded) if pytest_runner or recorded else None
+        if problem:
+            raise _refuse(shown, problem)
+        if option in _JUDGED and pytest_runner and value is not None:
+            index += used
+            continue
+        if not recorded:
+            raise _refuse(
+                shown,
+                f"option {option!r} is not a safe verification option (it can load code or touch paths outside "
+                "the project) and the capture did not record it",
+            )
+        index += used
+
+
+def check_arguments(
+    words: Sequence[str], *, root: Path, trusted: Sequence[str] = (), pytest_runner: bool = True, shown: str = ""
+) -> None:
+    """Refuse (``RefusedError``, one line, exit 5) any argument of a verification command (the
+    words after the runner) that this module's rules do not accept. ``trusted``: the recorded
+    options (incident.json ``pytest_options``, ``verification.args``); another runner than
+    pytest gets selections and recorded options only."""
+    groups = frozenset(option_groups(trusted))
+    _check_words(words, root, _Trust(False, groups), shown=shown or " ".join(words)[:200],
+                 pytest_runner=pytest_runner)
+
+
+__all__ = [
+    "ArgumentRefused",
+    "NEVER_REPLAYED",
+    "PATH_INI_KEYS",
+    "PYTEST_RUNNERS",
+    "SAFE_FLAGS",
+    "SAFE_VALUED",
+    "check_arguments",
+    "inside_root",
+    "installed_plugins",
+    "judge",
+    "option_groups",
+    "path_problem",
+    "plugin_problem",
+]

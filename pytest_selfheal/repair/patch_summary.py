@@ -1,0 +1,135 @@
+"""What a patch does, taken from the whole patch, before anyone approves it (edge: git;
+docs/repair.md "What the approval question names").
+
+The approval question of a repair (``selfheal loop``, ``selfheal apply``, the MCP ``apply``
+tool) names every file the patch writes, as ``git apply`` itself reads the patch: git-style
+sections and plain unified hunks alike (``git apply --numstat -z``), with git's own summary
+of creations, deletions, renames and mode changes (``git apply --summary``), the binary
+files, and each symlink with its target. Two kinds are refused before the question:
+
+- a symlink whose target leaves the repository (a source file turned into a link to
+  ``/etc/passwd`` reads or writes there through every later open);
+- a binary change, unless ``repair.allow_binary`` is true (nobody can review it in a diff).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.gitrepo import GitFailed, run_git
+from pytest_selfheal.loop.argcheck import inside_root
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.repair.worktree import with_patch_file
+
+SYMLINK_MODE = "120000"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PatchSummary(Frozen):
+    """Every file a patch writes and what happens to it."""
+
+    files: Tuple[str, ...]  # every path git would write, in patch order, each once
+    notes: Tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
+    binary: Tuple[str, ...]  # paths whose change is binary
+    symlinks: Tuple[Tuple[str, Optional[str]], ...]  # (link, target; None: not found in the patch)
+
+    def text(self) -> str:
+        """One line for the approval question: the files, then what is special about them."""
+        parts = [f"{len(self.files)} file(s): {', '.join(self.files)}"]
+        parts.extend(self.notes)
+        parts.extend(f"symlink {link} -> {target if target is not None else '?'}" for link, target in self.symlinks)
+        if self.binary:
+            parts.append(f"binary: {', '.join(self.binary)}")
+        return "; ".join(parts)
+
+
+def _symlink_targets(patch: bytes) -> List[Tuple[str, Optional[str]]]:
+    """``(link, target)`` of every git section that creates a symlink or turns a file into one:
+    ``new file mode 120000`` / ``new mode 120000``; the target is the section's added line."""
+    found: List[Tuple[str, Optional[str]]] = []
+    link: Optional[str] = None
+    header_path = ""
+    target: Optional[str] = None
+    in_hunk = False
+
+    def close() -> None:
+        if link is not None:
+            found.append((link, target))
+
+    for raw in patch.split(b"\n"):
+        line = raw.decode("utf-8", errors="surrogateescape")
+        if line.startswith("diff --git "):
+            close()
+            link, target, in_hunk = None, None, False
+            header_path = line.rsplit(" b/", 1)[-1] if " b/" in line else line[len("diff --git "):]
+            continue
+        if not in_hunk and line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}"):
+            link = header_path
+        elif not in_hunk and line.startswith("+++ ") and link is not None:
+            name = line[4:].strip()
+            link = name[2:] if name.startswith("b/") else link
+        elif line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and link is not None and target is None and line.startswith("+"):
+            target = line[1:]
+    close()
+    return found
+
+
+def _numstat(top: Path, file: Path) -> Tuple[List[str], List[str]]:
+    out = run_git(top, ["apply", "--numstat", "-z", "--", str(file)])
+    files: List[str] = []
+    binary: List[str] = []
+    for entry in out.split(b"\0"):
+        if not entry:
+            continue
+        added, _, rest = entry.partition(b"\t")
+        _deleted, _, name = rest.partition(b"\t")
+        path = name.decode("utf-8", errors="replace")
+        if path and path not in files:
+            files.append(path)
+        if added == b"-" and path not in binary:
+            binary.append(path)
+    return files, binary
+
+
+def summarise(top: Path, patch: bytes) -> PatchSummary:
+    """The :class:`PatchSummary` of ``patch`` as git reads it against the tree at ``top``;
+    a patch git cannot read is a RefusedError (5), one line."""
+
+    def go(file: Path) -> PatchSummary:
+        try:
+            files, binary = _numstat(top, file)
+            summary = run_git(top, ["apply", "--summary", "--", str(file)]).decode("utf-8", errors="replace")
+        except GitFailed as exc:
+            raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
+        notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
+        return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)))
+
+    result: PatchSummary = with_patch_file(patch, go)
+    return result
+
+
+def _target_inside(top: Path, link: str, target: Optional[str]) -> bool:
+    if not target or "\x00" in target:
+        return False
+    joined = target if target.startswith("/") else posixpath.join(posixpath.dirname(link), target)
+    return inside_root(joined, top)
+
+
+def refusal(summary: PatchSummary, top: Path, *, allow_binary: bool) -> Optional[str]:
+    """Why the patch is refused before any question, or None: a symlink whose target leaves
+    ``top`` (or cannot be read), a binary change without ``repair.allow_binary``."""
+    outside = [f"{link} -> {target}" for link, target in summary.symlinks if not _target_inside(top, link, target)]
+    if outside:
+        return f"the patch makes a symlink pointing outside the repository ({', '.join(outside)})"
+    if summary.binary and not allow_binary:
+        return (f"the patch changes binary file(s) ({', '.join(summary.binary)}), which cannot be reviewed as a "
+                "diff; set ralf_lite.repair.allow_binary: true to allow it")
+    return None
+
+
+__all__ = ["PatchSummary", "SYMLINK_MODE", "refusal", "summarise"]
