@@ -16,6 +16,7 @@ from schema_check import assert_valid
 from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
+from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
@@ -25,7 +26,6 @@ from pytest_selfheal.loop.policy import (
     capture_observation,
     fixed_tests,
     flaky_tests,
-    loop_selection,
     no_progress_streak,
     observation_from_attempt,
     progress_between,

@@ -41,6 +41,7 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
+from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
@@ -334,7 +335,7 @@ def _drive(
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
-    selection = policy.loop_selection(
+    selection = loop_selection(
         pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:

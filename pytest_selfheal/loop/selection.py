@@ -1,0 +1,57 @@
+"""Which failing tests the loop may touch, from ``enabled`` and ``apply_to`` (pure).
+
+``apply_to`` of the ``ralf_lite`` config decides which failing tests are looped (``auto_tasks``,
+``tdd_tasks``) and whether an unattended loop may run at all (``autonomous_plans``).
+"""
+
+from __future__ import annotations
+
+from typing import Collection, List, Optional, Sequence, Tuple
+
+from pytest_selfheal.loop.policy import LoopPolicy
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LoopSelection(Frozen):
+    """Which failing tests the loop may verify, and whether it may run at all."""
+
+    nodeids: Tuple[str, ...]  # what the loop verifies
+    excluded: Tuple[str, ...]  # failing tests left out by apply_to
+    refused: Optional[str]  # why the loop must not run (the driver stops with `disabled`); None = run
+
+
+def loop_selection(
+    policy: LoopPolicy,
+    nodeids: Sequence[str],
+    *,
+    tdd_nodeids: Collection[str] = (),
+    unattended: bool = False,
+    approved: bool = False,
+) -> LoopSelection:
+    """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids.
+
+    - ``tdd_tasks``: tests marked ``@pytest.mark.tdd`` (``tdd_nodeids``) are looped only
+      when true (a red-first test is expected to fail until the feature exists).
+    - ``auto_tasks``: every other failing test is looped only when true.
+    - ``autonomous_plans``: when false, the loop refuses to run ``unattended`` (``selfheal
+      loop``/``selfheal ci`` without a TTY) unless ``approved`` (``--approve``).
+    """
+    tdd = set(tdd_nodeids)
+    keep: List[str] = []
+    excluded: List[str] = []
+    for nodeid in nodeids:
+        allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
+        (keep if allowed else excluded).append(nodeid)
+    refused: Optional[str] = None
+    if not policy.enabled:
+        refused = "the loop is disabled (ralf_lite.enabled is false)"
+    elif unattended and not approved and not policy.autonomous_plans:
+        refused = "unattended loops are disabled (ralf_lite.apply_to.autonomous_plans is false); pass --approve"
+    elif not keep:
+        refused = "every failing test is excluded by ralf_lite.apply_to (auto_tasks/tdd_tasks)"
+    return LoopSelection(tuple(keep), tuple(excluded), refused)
+
+
+__all__ = ["LoopSelection", "loop_selection"]
