@@ -1,0 +1,103 @@
+"""Verification reproduces the project (issue 21): the repair worktree carries the ignored
+files the code under test needs — a generated ``_version.py`` imported by the package (as
+setuptools-scm / hatch-vcs write it), a compiled catalogue the tests read — and the final
+patch holds only the provider's change, so ``selfheal apply`` keeps ignored files the user
+staged. Real git repositories, real captures and verifications (subprocesses), ``selfheal``
+in process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import git
+import pytest
+from helpers import PYTEST_SELFHEAL, cli, run_env
+
+from pytest_selfheal.errors import EXIT_OK
+
+BUGGY = "def double(n):\n    return n + 1\n"
+FIXED = "def double(n):\n    return n * 2\n"
+FILES = {
+    "pytest.ini": "[pytest]\npythonpath = src\ntestpaths = tests\n",
+    ".gitignore": ".selfheal/\n__pycache__/\n_version.py\n*.mo\n",
+    "src/pkg/__init__.py": "from ._version import version\n",
+    "src/pkg/number.py": BUGGY,
+    "tests/test_number.py": textwrap.dedent(
+        """
+        import pathlib
+        import pytest
+        import pkg
+        from pkg.number import double
+
+        def test_double():
+            catalogue = pathlib.Path(pkg.__file__).parent / "locale" / "fr.mo"
+            if not catalogue.exists():
+                pytest.skip("catalogues not compiled")
+            assert double(2) == 4
+        """
+    ),
+}
+GENERATED = {"src/pkg/_version.py": b"version = '1.2.3.dev4'\n", "src/pkg/locale/fr.mo": b"\xde\x12\x04\x95catalogue"}
+AGENT = textwrap.dedent(
+    """
+    import pathlib, sys
+    number = pathlib.Path(sys.argv[1], "src", "pkg", "number.py")
+    number.write_text(number.read_text().replace("n + 1", "n * 2"))
+    """
+)
+
+
+def _project(top: Path, *, staged: bool) -> None:
+    for rel, text in FILES.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(text)
+    repo = git.Repo.init(top)
+    repo.git.add(A=True)
+    repo.index.commit("pkg with a bug")
+    for rel, data in GENERATED.items():  # what the install / build step writes
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_bytes(data)
+    if staged:  # the natural workaround a user tries: `git add -f` without a commit
+        repo.git.add("-f", *GENERATED)
+    repo.close()
+
+
+def _pytest(top: Path, *args: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=top,
+                          capture_output=True, text=True, timeout=120, env=run_env(), stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["ignored", "staged-ignored"])
+def test_generated_and_ignored_files_reach_the_worktree_and_survive_apply(tmp_path: Path, staged: bool) -> None:
+    top = tmp_path / "proj"
+    _project(top, staged=staged)
+    captured = _pytest(top, *PYTEST_SELFHEAL)
+    assert captured.returncode == 1 and "FAILED tests/test_number.py::test_double" in captured.stdout, captured.stdout + captured.stderr
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    command = json.dumps([sys.executable, str(agent), "{worktree}"])
+    looped = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=top, env=run_env())
+    assert looped.returncode == EXIT_OK, looped.stdout + looped.stderr
+    runs = top / ".selfheal" / "error_runs" / incident_id
+    result = json.loads((runs / "run_result.json").read_text())
+    assert result["stop_reason"] == "success", looped.stdout
+    assert result["repair"]["files_changed"] == ["src/pkg/number.py"]
+    patch = (runs / "final.patch").read_text()
+    assert "deleted file" not in patch and "_version.py" not in patch and ".mo" not in patch
+    status_before = git.Repo(top).git.status("--porcelain")
+    applied = cli("apply", incident_id, "--yes", cwd=top, env=run_env())
+    assert applied.returncode == EXIT_OK, applied.stdout + applied.stderr
+    assert (top / "src/pkg/number.py").read_text() == FIXED
+    for rel, data in GENERATED.items():
+        assert (top / rel).read_bytes() == data, rel
+    # Exactly one change more: the fix; what the user had staged is still staged.
+    status_after = git.Repo(top).git.status("--porcelain").splitlines()
+    assert sorted(status_after) == sorted([*status_before.splitlines(), " M src/pkg/number.py"])
+    assert ("A  src/pkg/_version.py" in status_after) is staged
+    green = _pytest(top)
+    assert green.returncode == 0 and "1 passed" in green.stdout, green.stdout + green.stderr
