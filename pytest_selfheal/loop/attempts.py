@@ -303,6 +303,7 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
+            environment=policy.environment_of(failures),
         )
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)

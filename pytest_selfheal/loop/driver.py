@@ -360,11 +360,14 @@ def _drive(
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0)
-        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
+        _, run = split_runs(attempts, policy.reopened_after(incident))
+        # A reopen is the user saying "the environment is fixed": a tooling_env seen before
+        # it is checked by running the verification, not repeated from the record.
+        rechecked = {policy.TOOLING_ENV_STOP} if not run and policy.reopened_after(incident) is not None else set()
+        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
-        _, run = split_runs(attempts, policy.reopened_after(incident))
         next_number = attempts[-1].iteration + 1 if attempts else 1
         repair: Optional[RepairBlock] = None
         if provider is not None:
@@ -501,6 +504,9 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
     flaky = [str(n) for n in result.get("flaky_tests") or []]
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
     verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
+    if result.get("stop_reason") == policy.TOOLING_ENV_STOP:
+        # Not code-fixable: the line says what to fix (the missing module, the failed command).
+        verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
     return (
         f"selfheal: incident {incident_id} {result.get('final_status') or 'open'}: stop_reason "
         f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}"

@@ -92,9 +92,10 @@ def stop_message(
             "and `selfheal loop` resumes the incident."
         )
     if reason == TOOLING_ENV_STOP:
+        why = f": {cur.environment}" if cur is not None and cur.environment else ""
         return (
-            "A failure is classified TOOLING_ENV (the environment, not the code): "
-            "stopping at once; fix the environment and resume."
+            f"A failure is classified TOOLING_ENV (the environment, not the code){why}; "
+            "stopping at once; fix the environment and loop again."
         )
     if reason == SCOPE_EXPANSION_DENIED:
         return (
