@@ -144,6 +144,9 @@ class RootCauseHook:
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
+        dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
+        if dtest is not None:
+            return self.resolver.doctest(dtest, excinfo)
         funcargs = getattr(item, "funcargs", None)
         return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
                                      funcargs if isinstance(funcargs, dict) else None)
