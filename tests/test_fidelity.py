@@ -15,9 +15,11 @@ from pathlib import Path
 
 import git
 import pytest
-from helpers import PYTEST_SELFHEAL, cli, run_env
+from helpers import PYTEST_SELFHEAL, capture, cli, make_project, run_env, selfheal
 
-from pytest_selfheal.errors import EXIT_OK
+from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.store.root import Store
 
 BUGGY = "def double(n):\n    return n + 1\n"
 FIXED = "def double(n):\n    return n * 2\n"
@@ -101,3 +103,38 @@ def test_generated_and_ignored_files_reach_the_worktree_and_survive_apply(tmp_pa
     assert ("A  src/pkg/_version.py" in status_after) is staged
     green = _pytest(top)
     assert green.returncode == 0 and "1 passed" in green.stdout, green.stdout + green.stderr
+
+
+SKIPPING = textwrap.dedent(
+    """
+    import os
+    import pytest
+
+    def test_needs_flag():
+        if not os.environ.get("SELFHEAL_TEST_FLAG"):
+            pytest.skip("flag not set")
+        assert 1 == 2
+    """
+)
+
+
+def test_a_test_that_skips_in_verification_is_reported_skipped(tmp_path: Path) -> None:
+    top = make_project(tmp_path / "skip", {"test_flag.py": SKIPPING})
+    incident_id = capture(top, env={"SELFHEAL_TEST_FLAG": "1"})
+    looped = selfheal(top, "loop", incident_id)  # the flag is gone: the test skips
+    assert looped.returncode == EXIT_UNRESOLVED, looped.stdout + looped.stderr
+    skipped = "1 skipped (test_flag.py::test_needs_flag)"
+    assert f"{skipped}: verified nothing for them (not fixed, not the same failure)" in looped.stdout
+    assert "STOP success" not in looped.stdout and "fingerprint same" not in looped.stdout
+    store = Store(top / ".selfheal")
+    (attempt,) = store.read_attempts(incident_id)
+    assert dict(attempt.outcomes) == {"test_flag.py::test_needs_flag": "skipped"} and not attempt.verification_passed
+    assert f"no verdict ({skipped})" in (attempt.decision.message or "")
+    report = selfheal(top, "report", incident_id).stdout
+    assert f"| 1 | verify | ⚠️ | {skipped} |" in report
+    # The next repair prompt says the test verified nothing, not "no failure … still failing: none".
+    prompt = build_prompt(incident=store.read_incident(incident_id), plan=store.read_plan(incident_id),
+                          attempts=[attempt], iteration=2, max_iterations=3, log_tail="", allowed_paths=[],
+                          remaining_budget=1)
+    assert f"Selected tests that ran to no verdict in attempt 1: {skipped}" in prompt
+    assert f"- ran to no verdict (not fixed): {skipped}" in prompt

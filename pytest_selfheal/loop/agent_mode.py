@@ -175,6 +175,7 @@ def record_agent_attempts(
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
+        result.lines += outcome.notes
         if not_run:
             ran = len(incident.selection) - len(not_run)
             result.lines.append(

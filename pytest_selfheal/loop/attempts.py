@@ -68,6 +68,7 @@ class IterationOutcome:
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[Dict[str, Any]] = None  # when closed
     warnings: List[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
+    notes: List[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
 
 
 def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
@@ -340,8 +341,10 @@ def record_iteration(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
+        unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
+        notes = [unverified] if unverified else []
         if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings)
+            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
         result = finalize(
             store,
             incident_id,
@@ -350,7 +353,7 @@ def record_iteration(
             observations=observations,
             project_root=project_root,
         )
-        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings)
+        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
 
 
 

@@ -394,6 +394,8 @@ def _drive(
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
+        for note in outcome.notes:
+            say(note)
         if outcome.closed:
             assert outcome.run_result is not None
             say(_final_line(incident_id, outcome.run_result))
