@@ -138,3 +138,56 @@ def test_a_test_that_skips_in_verification_is_reported_skipped(tmp_path: Path) -
                           remaining_budget=1)
     assert f"Selected tests that ran to no verdict in attempt 1: {skipped}" in prompt
     assert f"- ran to no verdict (not fixed): {skipped}" in prompt
+
+
+CWD_TEST = textwrap.dedent(
+    """
+    from calc import double
+
+    def test_reads_from_the_working_directory():
+        # input.txt is in test/: found only when pytest runs from there.
+        n = int(open("input.txt").read())
+        assert double(n) == 2 * n
+    """
+)
+
+
+def _cwd_project(tmp_path: Path) -> Path:
+    top = make_project(tmp_path / "flat", {"calc.py": BUGGY, "test/test_cli.py": CWD_TEST,
+                                           "test/input.txt": "3\n"}, ini="pythonpath = .\n")
+    return top
+
+
+def test_a_cwd_dependent_test_captured_in_a_subdirectory_is_verified_there(tmp_path: Path) -> None:
+    top = _cwd_project(tmp_path)
+    captured = _pytest(top / "test", *PYTEST_SELFHEAL, "test_cli.py")
+    assert captured.returncode == 1, captured.stdout + captured.stderr
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    store = Store(top / ".selfheal")
+    incident = store.read_incident(incident_id)
+    assert incident.invocation_dir == "test"
+    # One spelling per file: the traceback's `test_cli.py` (relative to test/) is test/test_cli.py.
+    assert "test/test_cli.py" in incident.failures[0].target_paths
+    assert "test_cli.py" not in incident.failures[0].target_paths
+    plan = store.read_plan(incident_id)
+    assert [list(a.test_paths) for a in plan.actions] == [["test/test_cli.py"]]
+    # A no-op loop re-runs from test/: the same failure, never "fixed".
+    looped = selfheal(top, "loop", incident_id)
+    assert looped.returncode == EXIT_UNRESOLVED and "(from test/)" in looped.stdout, looped.stdout
+    assert "STOP success" not in looped.stdout
+    (attempt,) = store.read_attempts(incident_id)
+    assert dict(attempt.outcomes) == {"test/test_cli.py::test_reads_from_the_working_directory": "failed"}
+    assert attempt.failures[0].fingerprint == incident.failures[0].fingerprint
+
+
+def test_an_agent_fix_is_verified_from_the_captures_directory_in_the_worktree(tmp_path: Path) -> None:
+    top = _cwd_project(tmp_path)
+    assert _pytest(top / "test", *PYTEST_SELFHEAL).returncode == 1
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT.replace('"src", "pkg", "number.py"', '"calc.py"'))
+    command = json.dumps([sys.executable, str(agent), "{worktree}"])
+    looped = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=top / "test", env=run_env())
+    assert looped.returncode == EXIT_OK, looped.stdout + looped.stderr
+    result = json.loads((top / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
+    assert result["stop_reason"] == "success" and result["repair"]["files_changed"] == ["calc.py"]

@@ -41,6 +41,7 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
@@ -86,6 +87,7 @@ class Verifier(Protocol):
         junit_path: Path,
         timeout_seconds: Optional[float],
         env: Optional[Mapping[str, str]] = None,
+        invocation_dir: Optional[Path] = None,
     ) -> VerificationRun: ...
 
 
@@ -384,12 +386,13 @@ def _drive(
             repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
-            f"running {'; '.join(commands)}")
+            f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
             env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
+            invocation_dir=start_dir(verify_cwd, incident.invocation_dir),
         )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
@@ -419,9 +422,11 @@ def _verify_and_record(
     mode: str,
     hook_rules: Sequence[Mapping[str, Any]] = (),
     verifier: Verifier = run_selection,
+    invocation_dir: Optional[Path] = None,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
-    command, observe, then :func:`record_iteration` with signals deferred."""
+    command, observe, then :func:`record_iteration` with signals deferred. ``invocation_dir``:
+    where the capture ran pytest (inside ``cwd``), where the commands start."""
     settings = effective.settings
     redactor = default_redactor(settings.redaction)
     rules = rules_for_run(settings.classification_rules, hook_rules)
@@ -436,7 +441,7 @@ def _verify_and_record(
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=timeout, env=env)
+                               timeout_seconds=timeout, env=env, invocation_dir=invocation_dir)
             got, failed = observe(run, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=redactor)
             outcomes.update(got)
@@ -497,7 +502,7 @@ def verify_iteration(
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
-        verifier=verifier,
+        verifier=verifier, invocation_dir=start_dir(project_root, incident.invocation_dir),
     )
 
 
