@@ -191,3 +191,18 @@ def test_an_agent_fix_is_verified_from_the_captures_directory_in_the_worktree(tm
     assert looped.returncode == EXIT_OK, looped.stdout + looped.stderr
     result = json.loads((top / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
     assert result["stop_reason"] == "success" and result["repair"]["files_changed"] == ["calc.py"]
+
+
+def test_an_agent_mode_run_from_another_directory_is_not_an_iteration(tmp_path: Path) -> None:
+    top = _cwd_project(tmp_path)
+    assert _pytest(top / "test", *PYTEST_SELFHEAL).returncode == 1
+    (incident_id,) = [p.name for p in (top / ".selfheal" / "error_inbox").iterdir()]
+    store = Store(top / ".selfheal")
+    # From the root the test cannot find input.txt: that says nothing about the incident.
+    elsewhere = _pytest(top, *PYTEST_SELFHEAL)
+    assert (f"selfheal: incident {incident_id}: this run is not counted as an iteration: it ran from ./, the "
+            "capture from test/") in elsewhere.stdout, elsewhere.stdout
+    assert store.count_attempts(incident_id) == 0
+    again = _pytest(top / "test", *PYTEST_SELFHEAL)
+    assert f"selfheal: incident {incident_id} iteration 1 of 3" in again.stdout, again.stdout
+    assert store.count_attempts(incident_id) == 1
