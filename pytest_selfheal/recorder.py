@@ -20,7 +20,7 @@ import pytest
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import analyse_run, capture_incident
+from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
@@ -146,6 +146,9 @@ class RootCauseHook:
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
+        dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
+        if dtest is not None:
+            return self.resolver.doctest(dtest, excinfo)
         funcargs = getattr(item, "funcargs", None)
         return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
                                      funcargs if isinstance(funcargs, dict) else None)
@@ -368,6 +371,7 @@ class Recorder:
                 started_at=self.started_at,
                 exit_code=exitstatus,
                 run_options=None if options_problem else options,
+                run_dir=invocation_dir(self.config),
             )
             self.lines.extend((ESSENTIAL, line) for line in agent.lines)
             covered, still_open = agent.covered, agent.still_open

@@ -166,7 +166,7 @@ def test_rules_from_config() -> None:
          'classification.rules[0].transient: expected a boolean (true or false), got "yes"'),
         ([{"name": 3, "pattern": "x", "failure_type": "LINT"}], "classification.rules[0].name: expected a non-empty string, got 3"),
         ([{"name": "x", "pattern": "x", "failure_type": "FLAKY"}],
-         "classification.rules[0].failure_type: expected one of TEST_ASSERTION, TYPECHECK, LINT, BUILD_COMPILE, "
+         "classification.rules[0].failure_type: expected one of TEST_ASSERTION, DOCTEST_MISMATCH, TYPECHECK, LINT, BUILD_COMPILE, "
          "TOOLING_ENV, TIMEOUT, UNKNOWN, got \"FLAKY\""),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "failure_class": "weird"}],
          "classification.rules[0].failure_class: expected one of deterministic, transient, environment, got \"weird\""),

@@ -268,7 +268,7 @@ def test_yaml_project_file_and_json_wins(project: Path, env: Dict[str, str]) -> 
         ({"classification": {"rules": [{"name": "a", "pattern": "[", "failure_type": "LINT"}]}},
          'ralf_lite.classification.rules[0].pattern: expected a valid regular expression, got "["'),
         ({"classification": {"rules": [{"name": "a", "pattern": "x", "failure_type": "LNT"}]}},
-         'ralf_lite.classification.rules[0].failure_type: expected one of TEST_ASSERTION, TYPECHECK, '
+         'ralf_lite.classification.rules[0].failure_type: expected one of TEST_ASSERTION, DOCTEST_MISMATCH, TYPECHECK, '
          'LINT, BUILD_COMPILE, TOOLING_ENV, TIMEOUT, UNKNOWN, got "LNT"'),
         ({"classification": {"rules": [{"name": "a", "pattern": "x", "failure_type": "LINT",
                                         "transient": "yes"}]}},

@@ -4,7 +4,8 @@ from the test extra) into its own virtual environment, captured with that enviro
 ``pytest --selfheal``, then looped by that environment's ``selfheal loop`` with an agent
 that fixes the bug in the repair worktree. The verification must import the worktree's
 code, so the fix is judged ``success``; the user's tree is not touched (proposed, not applied).
-The package re-exports (``from .core import *``): the plan names ``core.py``, which holds the bug.
+A hatch-vcs-style case: the package imports a `_version.py` that git ignores, generated at
+install time; the repair worktree carries it (docs/repair.md "Isolation"). The package re-exports (``from .core import *``): the plan names ``core.py``, which holds the bug.
 """
 
 from __future__ import annotations
@@ -59,22 +60,25 @@ def _environment(where: Path) -> Path:
     return python
 
 
-def _project(top: Path, backend: str, package: str) -> None:
+def _project(top: Path, backend: str, package: str, generated: bool = False) -> None:
     layout = "src" if package.startswith("src/") else "flat"
     files: Dict[str, str] = {
         "pyproject.toml": BACKENDS[backend] + '[project]\nname = "calc"\nversion = "0.1"\n'
         + ('[tool.setuptools]\npackages = ["calc"]\n' if backend == "setuptools" and layout == "flat" else "")
         + ('[tool.hatch.build.targets.wheel]\npackages = ["src/calc"]\n' if backend == "hatchling" else "")
         + "[tool.pytest.ini_options]\n",
-        f"{package}/__init__.py": "from .core import *\n",
+        f"{package}/__init__.py": "from .core import *\n" + ("from ._version import version\n" if generated else ""),
         f"{package}/core.py": BUGGY,
         "tests/test_calc.py": TEST,
-        ".gitignore": ".selfheal/\n__pycache__/\n*.egg-info/\nbuild/\n",
+        ".gitignore": ".selfheal/\n__pycache__/\n*.egg-info/\nbuild/\n" + ("_version.py\n" if generated else ""),
     }
     for name, text in files.items():
         (top / name).parent.mkdir(parents=True, exist_ok=True)
         (top / name).write_text(text)
     git_commit_all(top, "calc with a bug")
+    if generated:
+        # What hatch-vcs / setuptools-scm write into the package at install time: ignored by git.
+        (top / package / "_version.py").write_text("version = '0.1.dev3+g1234567'\n")
 
 
 def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
@@ -86,20 +90,23 @@ def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
     return result
 
 
-# One case in the default tier; the other backend and layout in the slow tier (~6 s each).
-@pytest.mark.parametrize("backend,layout", [
-    ("setuptools", "src"),
-    pytest.param("hatchling", "src", marks=pytest.mark.slow),
-    pytest.param("setuptools", "flat", marks=pytest.mark.slow),
+# One case in the default tier, and the hatch-vcs-style one (an ignored `_version.py`
+# generated at install time, imported by the package); the others in the slow tier (~6 s each).
+@pytest.mark.parametrize("backend,layout,generated", [
+    ("setuptools", "src", False),
+    ("hatchling", "src", True),
+    pytest.param("hatchling", "src", False, marks=pytest.mark.slow),
+    pytest.param("setuptools", "flat", False, marks=pytest.mark.slow),
+    pytest.param("setuptools", "flat", True, marks=pytest.mark.slow),
 ])
 def test_an_agent_fix_of_an_editable_install_is_judged_in_the_worktree(
-    backend: str, layout: str, tmp_path: Path
+    backend: str, layout: str, generated: bool, tmp_path: Path
 ) -> None:
     package = CASES[(backend, layout)]
     package_file = f"{package}/core.py"
     top = tmp_path / "proj"
     top.mkdir()
-    _project(top, backend, package)
+    _project(top, backend, package, generated)
     python = _environment(tmp_path / "env")
     installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-build-isolation",
                       "--no-deps", "--no-index", "-q", "-e", str(top)], tmp_path)
@@ -128,3 +135,4 @@ def test_an_agent_fix_of_an_editable_install_is_judged_in_the_worktree(
     assert (top / package_file).read_text() == BUGGY  # proposed as a patch, not applied
     patch = (top / ".selfheal" / "error_runs" / incident_id / "final.patch").read_text()
     assert f"+++ b/{package_file}" in patch and "+    return a - b" in patch
+    assert "_version.py" not in patch and (not generated or (top / package / "_version.py").is_file())

@@ -154,6 +154,28 @@ def test_tooling_env_stops_at_once(tmp_path: Path) -> None:
     assert Store(project / ".selfheal").count_attempts(incident_id) == 0
 
 
+def test_tooling_env_says_why_and_a_reopen_after_the_fix_runs_the_verification(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "env", {"test_env.py": TOOLING})
+    incident_id = capture(project)
+    why = "No module named 'nonexistent_dep_xyz' (test_env.py::test_env)"
+    stopped = selfheal(project, "loop", incident_id)
+    assert stopped.returncode == EXIT_UNRESOLVED
+    assert "STOP tooling_env" in stopped.stdout and why in stopped.stdout.splitlines()[-1], stopped.stdout
+    assert why in selfheal(project, "show", incident_id).stdout
+    assert why in selfheal(project, "report", incident_id).stdout
+    # Still broken: the reopen runs the verification (iteration 1), which stops again, saying why.
+    again = selfheal(project, "loop", incident_id, "--reopen")
+    assert "iteration 1 of 3: running" in again.stdout and "STOP tooling_env" in again.stdout, again.stdout
+    assert Store(project / ".selfheal").count_attempts(incident_id) == 1
+    # The environment fixed (the module installed on the path): the reopen verifies it, success.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "nonexistent_dep_xyz.py").write_text("")
+    fixed = selfheal(project, "loop", incident_id, "--reopen", env={"PYTHONPATH": str(site)})
+    assert fixed.returncode == EXIT_OK, fixed.stdout + fixed.stderr
+    assert "iteration 1 of 3: running" in fixed.stdout and "STOP success" in fixed.stdout
+
+
 def test_sigterm_cancels_kills_the_verification_and_the_loop_resumes(tmp_path: Path) -> None:
     project = hanging_project(tmp_path)
     incident_id = capture(project)

@@ -747,7 +747,10 @@ def test_capture_and_attempt_observations() -> None:
         ]
     )
     capture = capture_observation(incident, diff_hash="d0")
-    assert capture == Observation(0, {A: "failed", "t::b": "error"}, ("FA", "FB"), (TEST_ASSERTION, TOOLING_ENV), "d0")
+    # The first TOOLING_ENV failure is what a tooling_env stop names (here without a message).
+    assert capture == Observation(0, {A: "failed", "t::b": "error"}, ("FA", "FB"), (TEST_ASSERTION, TOOLING_ENV), "d0",
+                                  environment="no message recorded (t::b)")
+    assert "no message recorded (t::b)" in decide(DEFAULT, [capture]).message
     attempt = attempt_record(
         iteration=1,
         outcomes={A: "failed"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple, Type
 
@@ -144,7 +145,15 @@ def test_zz_over_the_cap():
     assert False
 """
     )
-    pytester.runpytest("--selfheal", "--strict-markers").assert_outcomes(failed=5)
+    # Started from a subdirectory (incident.json gains invocation_dir), selecting the rootdir.
+    (pytester.path / "sub").mkdir()
+    here = os.getcwd()
+    os.chdir(pytester.path / "sub")
+    try:
+        pytester.runpytest("--selfheal", "--strict-markers", "--rootdir", str(pytester.path),
+                           str(pytester.path)).assert_outcomes(failed=5)
+    finally:
+        os.chdir(here)
     # Archived, then reopened (`selfheal reopen`): incident.json gains reopened_after_iteration.
     store = Store(pytester.path / ".selfheal")
     (incident_id,) = store.incident_ids()

@@ -15,6 +15,7 @@ import git
 import pytest
 
 from pytest_selfheal.repair import worktree as W
+from pytest_selfheal.repair.carry import carry_ignored
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import diff_hash, init_repo, isolated_git_env, run_git
 
@@ -76,8 +77,9 @@ def test_worktree_holds_the_users_state_and_touches_nothing(project: Path) -> No
         assert (wt.path / "calc.py").read_text().endswith("# staged\n")
         assert (wt.path / "new_module.py").read_text() == "z = 4\n"
         assert (wt.path / "data.bin").read_bytes() == bytes(range(256))
-        # Ignored files, junk and the reports root stay out.
-        assert not (wt.path / "debug.log").exists()
+        # Ignored files are carried in (the code under test may need them) but stay ignored;
+        # junk and the reports root stay out.
+        assert (wt.path / "debug.log").read_text() == "ignored\n" and wt.carried == ("debug.log",)
         assert not (wt.path / "__pycache__").exists()
         assert not (wt.path / ".selfheal").exists()
         # HEAD is the user's commit; the user's changes are uncommitted changes here too.
@@ -259,3 +261,65 @@ def test_the_demo_repository_is_on_main_whatever_gits_default(tmp_path: Path) ->
     init_repo(tmp_path, "demo project")
     assert run_git(tmp_path, ["branch", "--show-current"]).decode().strip() == "main"
     assert run_git(tmp_path, ["log", "--format=%s"]).decode().strip() == "demo project"
+
+
+def test_a_staged_ignored_file_is_never_deleted_by_the_patch(tmp_path: Path) -> None:
+    """`git add -f` of ignored files (not committed): the worktree has them, and the final
+    patch holds only the provider's change, so applying it keeps them."""
+    top = tmp_path / "proj"
+    make_repo(top, {"src/pkg/number.py": "N = 1\n", ".gitignore": "_version.py\n*.mo\n"})
+    (top / "src" / "pkg" / "_version.py").write_text("version = '1.0'\n")
+    (top / "src" / "pkg" / "fr.mo").write_bytes(b"\x00catalogue")
+    git_out(top, "add", "-f", "src/pkg/_version.py", "src/pkg/fr.mo")
+    wt = W.create(top, name="incident_x")
+    try:
+        assert (wt.path / "src" / "pkg" / "_version.py").read_text() == "version = '1.0'\n"
+        assert wt.snapshot() == wt.base
+        (wt.path / "src" / "pkg" / "number.py").write_text("N = 2\n")
+        final = wt.snapshot()
+        assert wt.changed_files(wt.base, final) == ["src/pkg/number.py"]
+        patch = wt.diff(wt.base, final)
+    finally:
+        wt.remove()
+    assert b"deleted file" not in patch and b"_version.py" not in patch
+    W.apply_patch(top, patch)
+    assert (top / "src" / "pkg" / "number.py").read_text() == "N = 2\n"
+    assert (top / "src" / "pkg" / "_version.py").read_text() == "version = '1.0'\n"
+    assert (top / "src" / "pkg" / "fr.mo").read_bytes() == b"\x00catalogue"
+    assert "A  src/pkg/_version.py" in git_out(top, "status", "--porcelain")  # still staged
+
+
+def test_ignored_files_are_carried_bounded_and_never_patched(tmp_path: Path) -> None:
+    top = tmp_path / "proj"
+    make_repo(top, {"src/pkg/__init__.py": "from ._version import version\n",
+                    ".gitignore": "_version.py\n*.mo\ndata/\n.venv/\nnode_modules/\nenvx/\n.selfheal/\n"
+                                  "*.egg-info/\nbuild/\n"})
+    generated = {"src/pkg/_version.py": "version = '1.0'\n", "src/pkg/locale/fr/LC_MESSAGES/pkg.mo": "mo",
+                 "data/sample.txt": "sample\n", "data/deeper/more.txt": "more\n"}
+    junk = [".venv/lib/x.py", "node_modules/m/index.js", "envx/pyvenv.cfg", "envx/lib/y.py", ".selfheal/a.json",
+            "src/pkg.egg-info/PKG-INFO", "build/lib/pkg/__init__.py", "data/__pycache__/x.pyc"]
+    for rel, text in [*generated.items(), *((j, "junk") for j in junk)]:
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(text)
+    wt = W.create(top, name="incident_x", exclude=[top / ".selfheal"])
+    try:
+        assert sorted(wt.carried) == sorted(generated)
+        for rel, text in generated.items():
+            assert (wt.path / rel).read_text() == text
+        for rel in junk:
+            assert not (wt.path / rel).exists(), rel
+        # A carried file changed or deleted by a provider is no repair.
+        assert wt.snapshot() == wt.base
+        (wt.path / "src/pkg/_version.py").write_text("version = '9'\n")
+        (wt.path / "data/sample.txt").unlink()
+        assert wt.snapshot() == wt.base and wt.diff(wt.base, wt.snapshot()) == b""
+        assert not wt.warnings
+    finally:
+        wt.remove()
+    # Bounded: smallest first, the rest counted.
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    carried = carry_ignored(top, dest, [".selfheal"], max_files=2, max_bytes=1000)
+    assert carried.paths == ("data/deeper/more.txt", "src/pkg/locale/fr/LC_MESSAGES/pkg.mo")
+    assert carried.left_out == 2 and carried.left_out_bytes > 0
+    assert "src/pkg/_version.py" not in carried.paths  # the largest two are the ones left out

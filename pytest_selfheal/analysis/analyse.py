@@ -14,6 +14,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple, Union
 from pytest_selfheal.analysis import classify as classify_module
 from pytest_selfheal.analysis import fingerprint as fingerprint_module
 from pytest_selfheal.analysis.classify import Rule, classify
+from pytest_selfheal.analysis.doctests import is_doctest_line
 from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, signature_and_hash
 from pytest_selfheal.junit.reader import Source, latest_failing, map_failing
 from pytest_selfheal.records import models
@@ -68,13 +69,17 @@ def failures_from_cases(
     extra_rules: Sequence[Rule] = (),
     warnings: Optional[List[str]] = None,
 ) -> List[models.Failure]:
-    """The failing (failed or error) testcases as Failures, in order of first appearance.
+    """The failing (failed or error) testcases as Failures, in order of first appearance,
+    failing doctests after every other failure.
 
+    The first failure is the one an incident, an attempt and the terminal lead with (its
+    signature): a doctest that shows the same bug as a code failure must not be it.
     Reruns of one test identity are de-duplicated, the last record winning (a test that
     passed on rerun is not a failure). ``nodeid`` is left None: only the plugin knows it.
     Failing tests beyond the per-document limit are counted in a ``warnings`` line.
     """
-    return [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
+    failures = [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
+    return sorted(failures, key=lambda f: is_doctest_line(f.message))  # stable
 
 
 def failures_from_junit(

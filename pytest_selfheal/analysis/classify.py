@@ -19,6 +19,7 @@ from dataclasses import field
 from itertools import compress
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
+from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -29,6 +30,7 @@ MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
 TYPE_DEFAULTS: Dict[str, Tuple[bool, bool, str]] = {
     models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.DOCTEST_MISMATCH: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.LINT: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.BUILD_COMPILE: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
@@ -134,6 +136,13 @@ _RUNTIME_EXCEPTIONS = (
 # Ordered: the first matching rule wins, so specific rules come before general ones
 # (timeouts and environment problems before "any exception is a code bug").
 DEFAULT_RULES: Tuple[Rule, ...] = (
+    # -- DOCTEST_MISMATCH (first: a doctest's expected or got output may hold any text) -----
+    Rule(
+        "doctest_mismatch",
+        rf"^{DOCTEST_MARK}: >>>",
+        models.DOCTEST_MISMATCH,
+        keywords=("doctestfailure",),
+    ),
     # -- TIMEOUT ---------------------------------------------------------------------------
     Rule(
         "pytest_timeout",

@@ -18,6 +18,7 @@ import hashlib
 import re
 from typing import Callable, Dict, FrozenSet, List, Match, NamedTuple, Optional, Pattern, Sequence, Tuple, Union
 
+from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models
 
 SCHEME = 2  # version of the normalisation scheme, stored with every fingerprint (2: unordered reprs)
@@ -119,8 +120,15 @@ def first_stable_line(case: models.TestCaseResult) -> str:
        error-looking line (``Error``, ``error:``, ``FAIL``, ``panic:``, ``assert``,
        ``expected``, ``Timeout``); the first non-empty line.
     3. The bare exception type.
+
+    A doctest report (no exception line: a numbered listing, ``Expected:``/``Got:``) gives
+    the failing example with what was expected and got (:mod:`.doctests`), and a
+    pytest-xdist worker line in front of a message (``[gw1] linux -- Python …``) is dropped.
     """
-    message = case.message.strip()
+    doctest = doctest_line(case.message) or doctest_line(case.text[:TEXT_SCAN])
+    if doctest is not None:
+        return doctest
+    message = strip_worker_header(case.message.strip()).strip()
     phase = _PYTEST_PHASE.match(message)
     if phase:
         message = phase.group(1).strip()
@@ -132,7 +140,7 @@ def first_stable_line(case: models.TestCaseResult) -> str:
             return f"{exc_type}: {line}"
         return line
     if case.text.strip():
-        return _text_line(case.text, exc_type)
+        return _text_line(strip_worker_header(case.text), exc_type)
     return exc_type or line
 
 

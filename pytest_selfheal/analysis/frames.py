@@ -105,15 +105,18 @@ def frame_paths(text: str) -> Iterator[str]:
         yield match.group("py") or match.group("loc")
 
 
-def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = ()) -> List[str]:
+def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> List[str]:
     """Repo-relative POSIX paths of the traceback frames in ``text`` inside ``repo_root``.
 
     Order of first appearance, each path once; ``extra`` paths (e.g. the test file of the
     node id, the junit ``file`` attribute) go through the same filter and come after the
-    frames.
+    frames. ``base``: the directory pytest ran from, relative to ``repo_root`` — pytest
+    prints a frame's path relative to it, so ``test_cli.py`` run from ``test/`` is
+    ``test/test_cli.py`` (one spelling per file).
     """
     seen: List[str] = []
-    for raw in list(frame_paths(text)) + list(extra):
+    frames = [posixpath.join(base, p) if base and not _is_absolute(_posix(p)) else p for p in frame_paths(text)]
+    for raw in frames + list(extra):
         rel = repo_relative(raw, repo_root)
         if rel is not None and rel not in seen:
             seen.append(rel)

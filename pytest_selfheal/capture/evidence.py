@@ -167,6 +167,32 @@ class Resolver:
         self._calls[code] = found
         return found
 
+    def doctest(self, dtest: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
+        """The ``root_cause`` evidence of a failing doctest (a ``doctest.DocTest``): its
+        calls are the object whose docstring holds it, then what its examples name (looked
+        up in its module, since the doctest's own globals are cleared after it ran); its
+        frame, for an example that raised, is where the exception was raised in the project.
+        So a doctest joins the group of the code failures that share its cause."""
+        try:
+            module, owner = _doctest_owner(str(getattr(dtest, "name", "") or ""))
+            found: List[Definition] = []
+            if owner is not None and not inspect.ismodule(owner):
+                where = self.definition(owner)
+                if where is not None and not is_test_file(where[0]):
+                    found.append(where)
+            namespace = dict(vars(module)) if module is not None else {}
+            for example in getattr(dtest, "examples", ())[:MAX_CALLS]:
+                try:
+                    code = compile(str(example.source), "<doctest>", "exec")
+                except (SyntaxError, ValueError):
+                    continue
+                found.extend(d for d in self._code_calls(code, namespace, _HELPER_DEPTH) if d not in found)
+            raised = getattr(getattr(excinfo, "value", None), "exc_info", None)  # doctest.UnexpectedException
+            frame = self.frame(_links(raised[2])) if isinstance(raised, tuple) and len(raised) == 3 else None
+        except Exception:  # evidence is best effort: a capture never fails for it
+            return None
+        return _evidence(frame, found)
+
     # ------------------------------------------------------------------ both
 
     def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> List[Definition]:
@@ -213,14 +239,39 @@ class Resolver:
                 called = self.fixture_calls(function, funcargs)
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
-        if frame is None and not called:
-            return None
-        evidence: Dict[str, Any] = {}
-        if frame is not None:
-            evidence["frame"] = frame
-        if called:
-            evidence["calls"] = [{"path": path, "name": name} for path, name in called[:MAX_CALLS]]
-        return evidence
+        return _evidence(frame, called)
+
+
+def _evidence(frame: Optional[Dict[str, Any]], called: List[Definition]) -> Optional[Dict[str, Any]]:
+    """The ``root_cause`` object of a frame and calls, or None when neither points anywhere."""
+    evidence: Dict[str, Any] = {}
+    if frame is not None:
+        evidence["frame"] = frame
+    if called:
+        evidence["calls"] = [{"path": path, "name": name} for path, name in called[:MAX_CALLS]]
+    return evidence or None
+
+
+def _links(tb: Any) -> List[Any]:
+    out: List[Any] = []
+    while isinstance(tb, types.TracebackType):
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def _doctest_owner(name: str) -> Tuple[Optional[types.ModuleType], Any]:
+    """The imported module of a doctest named ``name`` (``pkg.mod.Class.method``) and the
+    object whose docstring holds it (the module itself for a module docstring)."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if isinstance(module, types.ModuleType):
+            obj: Any = module
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            return module, obj
+    return None, None
 
 
 def _entry_code(entry: Any) -> Tuple[Optional[types.CodeType], Optional[int]]:
@@ -240,11 +291,7 @@ def traceback_of(excinfo: Any) -> List[Any]:
     tb = getattr(excinfo, "tb", None)
     if not isinstance(tb, types.TracebackType):
         tb = getattr(getattr(excinfo, "value", None), "__traceback__", None)
-    out: List[Any] = []
-    while isinstance(tb, types.TracebackType):
-        out.append(tb)
-        tb = tb.tb_next
-    return out
+    return _links(tb)
 
 
 __all__ = ["MAX_CALLS", "Resolver", "traceback_of"]

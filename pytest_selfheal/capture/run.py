@@ -7,6 +7,7 @@ classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -92,9 +93,21 @@ def fingerprint_reports(
     return [f for f in failures if f.nodeid in known] or failures
 
 
-def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path) -> List["Failure"]:
+def invocation_dir(config: "pytest.Config") -> str:
+    """Where pytest was started, relative to its rootdir (POSIX; "" at the rootdir or outside it)."""
+    try:
+        rel = Path(os.path.realpath(config.invocation_params.dir)).relative_to(os.path.realpath(config.rootpath))
+    except ValueError:
+        return ""
+    return "" if rel.as_posix() == "." else rel.as_posix()
+
+
+def with_target_paths(
+    failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path, base: str = ""
+) -> List["Failure"]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports, and the root-cause evidence its report carries (capture/evidence.py)."""
+    imports, and the root-cause evidence its report carries (capture/evidence.py). ``base``: the
+    invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
     text_by_nodeid: Dict[str, str] = {}
     evidence: Dict[str, Dict[str, Any]] = {}
     for report in reports:
@@ -110,7 +123,7 @@ def with_target_paths(failures: Sequence["Failure"], reports: Sequence[FailedRep
         if test_file and test_file not in imports_of:
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
-        paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra)
+        paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra, base=base)
         # not to_dict(): asdict deep-copies
         out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
     return out
@@ -190,7 +203,7 @@ def analyse_run(
         warnings=warnings,
         redactor=redactor,
     )
-    return with_target_paths(failures, reports, Path(config.rootpath))
+    return with_target_paths(failures, reports, Path(config.rootpath), invocation_dir(config))
 
 
 def capture_incident(
@@ -248,6 +261,9 @@ def capture_incident(
         incident["unverified_failures"] = unverified
     if pytest_options:
         incident["pytest_options"] = list(pytest_options)
+    started_in = invocation_dir(config)
+    if started_in:
+        incident["invocation_dir"] = started_in  # verification runs start there too
     if ci_run:
         incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))

@@ -41,6 +41,7 @@ class OpenIncident:
     last_failures: Dict[str, Failure]  # nodeid -> last known failure
     options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
     test_digests: Dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
+    invocation_dir: str = ""  # where the capture ran pytest, relative to the rootdir ("" the rootdir)
 
 
 @dataclass
@@ -101,7 +102,7 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
             recorded = "pytest_options" in (incident.keys or ())
             found.append(OpenIncident(incident_id, selection, outcomes, failures,
                                       list(incident.pytest_options) if recorded else None,
-                                      dict(incident.test_digests)))
+                                      dict(incident.test_digests), incident.invocation_dir or ""))
     return found
 
 
@@ -118,6 +119,7 @@ def record_agent_attempts(
     started_at: datetime,
     exit_code: Optional[int],
     run_options: Optional[Sequence[str]] = None,
+    run_dir: Optional[str] = None,
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
 
@@ -125,6 +127,9 @@ def record_agent_attempts(
     capture/options.py; None: unknown) differ from the options the incident was captured
     with, the run is not an iteration of that incident — one line says which options to
     use — and its failures of the selection wait (they are not a new incident either).
+    The same holds for ``run_dir`` (where this run started, relative to the rootdir; None:
+    unknown): tests that read files relative to the working directory are only comparable
+    from the capture's directory.
     """
     result = AgentResult()
     touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
@@ -141,6 +146,15 @@ def record_agent_attempts(
                 f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: its options "
                 f"({shlex.join(run_options) or 'none'}) differ from the capture's "
                 f"({shlex.join(incident.options) or 'none'}); run pytest --selfheal with the capture's options"
+            )
+            result.covered.update(selection)
+            result.still_open.append(incident.incident_id)
+            continue
+        if run_dir is not None and run_dir != incident.invocation_dir:
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: it ran from "
+                f"{run_dir or '.'}/, the capture from {incident.invocation_dir or '.'}/ (relative to the rootdir); "
+                "run pytest --selfheal from there"
             )
             result.covered.update(selection)
             result.still_open.append(incident.incident_id)
@@ -180,6 +194,7 @@ def record_agent_attempts(
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
+        result.lines += outcome.notes
         if not_run:
             ran = len(incident.selection) - len(not_run)
             result.lines.append(

@@ -68,6 +68,7 @@ class IterationOutcome:
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[Dict[str, Any]] = None  # when closed
     warnings: List[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
+    notes: List[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
 
 
 def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
@@ -312,6 +313,7 @@ def record_iteration(
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=bool(edited),
             provider_escaped=bool(repair is not None and repair.get_extra(policy.PROVIDER_ESCAPED)),
+            environment=policy.environment_of(failures),
         )
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
@@ -350,8 +352,10 @@ def record_iteration(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
+        unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
+        notes = [unverified] if unverified else []
         if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings)
+            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
         result = finalize(
             store,
             incident_id,
@@ -360,7 +364,7 @@ def record_iteration(
             observations=observations,
             project_root=project_root,
         )
-        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings)
+        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
 
 
 

@@ -41,6 +41,7 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
+from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
@@ -87,6 +88,7 @@ class Verifier(Protocol):
         junit_path: Path,
         timeout_seconds: Optional[float],
         env: Optional[Mapping[str, str]] = None,
+        invocation_dir: Optional[Path] = None,
     ) -> VerificationRun: ...
 
 
@@ -362,11 +364,14 @@ def _drive(
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
-        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED:
+        _, run = split_runs(attempts, policy.reopened_after(incident))
+        # A reopen is the user saying "the environment is fixed": a tooling_env seen before
+        # it is checked by running the verification, not repeated from the record.
+        rechecked = {policy.TOOLING_ENV_STOP} if not run and policy.reopened_after(incident) is not None else set()
+        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
-        _, run = split_runs(attempts, policy.reopened_after(incident))
         next_number = attempts[-1].iteration + 1 if attempts else 1
         repair: Optional[RepairBlock] = None
         if provider is not None:
@@ -383,16 +388,19 @@ def _drive(
             repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
-            f"running {'; '.join(commands)}")
+            f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(
             store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
             timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
             env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
+            invocation_dir=start_dir(verify_cwd, incident.invocation_dir),
         )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
+        for note in outcome.notes:
+            say(note)
         if outcome.closed:
             assert outcome.run_result is not None
             say(_final_line(incident_id, outcome.run_result))
@@ -416,9 +424,11 @@ def _verify_and_record(
     mode: str,
     hook_rules: Sequence[Mapping[str, Any]] = (),
     verifier: Verifier = run_selection,
+    invocation_dir: Optional[Path] = None,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
-    command, observe, then :func:`record_iteration` with signals deferred."""
+    command, observe, then :func:`record_iteration` with signals deferred. ``invocation_dir``:
+    where the capture ran pytest (inside ``cwd``), where the commands start."""
     settings = effective.settings
     redactor = default_redactor(settings.redaction)
     rules = rules_for_run(settings.classification_rules, hook_rules)
@@ -433,7 +443,7 @@ def _verify_and_record(
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=timeout, env=env)
+                               timeout_seconds=timeout, env=env, invocation_dir=invocation_dir)
             got, failed = observe(run, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=redactor)
             outcomes.update(got)
@@ -494,7 +504,7 @@ def verify_iteration(
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
-        verifier=verifier,
+        verifier=verifier, invocation_dir=start_dir(project_root, incident.invocation_dir),
     )
 
 
@@ -503,6 +513,9 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
     flaky = [str(n) for n in result.get("flaky_tests") or []]
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
     verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
+    if result.get("stop_reason") == policy.TOOLING_ENV_STOP:
+        # Not code-fixable: the line says what to fix (the missing module, the failed command).
+        verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
     return (
         f"selfheal: incident {incident_id} {result.get('final_status') or 'open'}: stop_reason "
         f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}"

@@ -5,7 +5,7 @@ recommended next action -- and the one-line terminal status.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.loop.policy import (
     CANCELLED,
@@ -35,6 +35,7 @@ from pytest_selfheal.loop.policy import (
     flaky_tests,
     is_evidence,
 )
+from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 
 # --------------------------------------------------------------------------- decision sentences
 
@@ -103,9 +104,10 @@ def stop_message(
             "and `selfheal loop` resumes the incident."
         )
     if reason == TOOLING_ENV_STOP:
+        why = f": {cur.environment}" if cur is not None and cur.environment else ""
         return (
-            "A failure is classified TOOLING_ENV (the environment, not the code): "
-            "stopping at once; fix the environment and resume."
+            f"A failure is classified TOOLING_ENV (the environment, not the code){why}; "
+            "stopping at once; fix the environment and loop again."
         )
     if reason == SCOPE_EXPANSION_DENIED:
         return (
@@ -132,9 +134,11 @@ def stop_message(
             f"the capture included; stopping{rest}."
         )
     if reason == NO_PROGRESS:
+        no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
+        seen = f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure"
         return (
             f"No progress for {streak} consecutive iterations (the capture counts as one): "
-            "no test fixed, same failure, no code change."
+            f"no test fixed, {seen}, no code change."
         )
     if reason == NO_FIX_FOUND:
         return f"The repair provider produced no fix {no_fixes} times in a row."
@@ -393,6 +397,45 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     )
 
 
+# --------------------------------------------------------------------------- tests without a verdict
+
+# A selected test that ran to no verdict, by outcome: how every surface names it.
+UNVERIFIED: Tuple[Tuple[str, str], ...] = (
+    (OUTCOME_SKIPPED, "skipped"),
+    (OUTCOME_MISSING, "not collected or deselected"),
+)
+
+
+def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> List[Tuple[str, List[str]]]:
+    """``(label, node ids)`` of the selected tests a verification ran to no verdict: skipped
+    (an xfail too), or absent from its results (deselected, not collected). ``not_run``
+    (the agent mode's tests that a subset or ``-x`` left out) are not counted: they keep
+    their last outcome."""
+    found: List[Tuple[str, List[str]]] = []
+    for outcome, label in UNVERIFIED:
+        nodeids = [n for n, o in outcomes.items() if o == outcome and n not in not_run]
+        if nodeids:
+            found.append((label, nodeids))
+    return found
+
+
+def unverified_summary(groups: Sequence[Tuple[str, Sequence[str]]], limit: int = 5) -> str:
+    """``1 skipped (a.py::t), 2 not collected or deselected (b.py::u, b.py::v)``."""
+    parts = []
+    for label, nodeids in groups:
+        shown = ", ".join(nodeids[:limit]) + (f" (+{len(nodeids) - limit} more)" if len(nodeids) > limit else "")
+        parts.append(f"{len(nodeids)} {label} ({shown})")
+    return ", ".join(parts)
+
+
+def unverified_line(incident_id: str, outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> Optional[str]:
+    """The line printed after the status line when selected tests ran to no verdict, or None."""
+    groups = unverified_tests(outcomes, not_run)
+    if not groups:
+        return None
+    return (f"selfheal: incident {incident_id}: {unverified_summary(groups)}: verified nothing for them "
+            "(not fixed, not the same failure)")
+
 
 __all__ = [
     "continue_message",
@@ -402,4 +445,7 @@ __all__ = [
     "recommended_next_action",
     "status_line",
     "stop_message",
+    "unverified_line",
+    "unverified_summary",
+    "unverified_tests",
 ]

@@ -36,6 +36,7 @@ from pytest_selfheal.records.models import (
     OUTCOME_PASSED,
     OUTCOME_SKIPPED,
     TIMEOUT,
+    TOOLING_ENV,
 )
 
 # --------------------------------------------------------------------------- constants
@@ -200,6 +201,8 @@ class Observation(Frozen):
     scope_denied: bool = False
     tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
     provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
+    # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
+    environment: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Accept lists from JSON; the dataclass stays immutable and comparable.
@@ -533,7 +536,18 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
         outcomes[nodeid] = outcome if outcome in FAILING_OUTCOMES else OUTCOME_FAILED
     fingerprints = tuple(f.fingerprint for f in incident.failures)
     types = tuple(f.failure_type or "UNKNOWN" for f in incident.failures)
-    return Observation(0, outcomes, fingerprints, types, diff_hash)
+    return Observation(0, outcomes, fingerprints, types, diff_hash, environment=environment_of(incident.failures))
+
+
+def environment_of(failures: Sequence[Any]) -> Optional[str]:
+    """``"message (test)"`` of the first TOOLING_ENV failure (a missing module, a command
+    not found), or None: what a ``tooling_env`` stop names as its cause."""
+    for failure in failures:
+        if getattr(failure, "failure_type", None) == TOOLING_ENV:
+            message = " ".join(str(getattr(failure, "message", "") or "").split())[:300] or "no message recorded"
+            test = getattr(failure, "nodeid", None) or getattr(failure, "test", "")
+            return f"{message} ({test})" if test else message
+    return None
 
 
 def observation_from_attempt(attempt: Attempt) -> Observation:
@@ -556,6 +570,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             scope_denied=bool(attempt.scope_denied),
             tests_edited=bool(attempt.tests_edited),
             provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(PROVIDER_ESCAPED)),
+            environment=environment_of(attempt.failures),
         )
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

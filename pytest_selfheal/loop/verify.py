@@ -32,6 +32,7 @@ from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.junit.writer import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, check_arguments, inside_root, option_groups
+from pytest_selfheal.loop.invocation import from_invocation_dir
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -196,8 +197,14 @@ def run_selection(
     timeout_seconds: Optional[float],
     env: Optional[Mapping[str, str]] = None,
     kill_grace: float = KILL_GRACE_SECONDS,
+    invocation_dir: Optional[Path] = None,
 ) -> VerificationRun:
     """Run one verification command and wait for it (argv list, never a shell).
+
+    ``cwd`` is the rootdir (node ids are relative to it); ``invocation_dir``, when given, a
+    directory inside it that the capture ran pytest from: the command starts there (tests
+    that read files relative to the working directory see the same one) and its
+    rootdir-relative selections are rewritten relative to it (:mod:`.invocation`).
 
     ``--junitxml=<junit_path>`` is appended (a later option wins over the user's
     ``addopts``), ``SELFHEAL_VERIFYING=1`` is set, the child gets its own process group
@@ -210,13 +217,17 @@ def run_selection(
     """
     # --rootdir pins node ids to the directory they were captured in: without it, an ini file
     # below the capture's rootdir (pkg/pytest.ini) would move the rootdir and the ids with it.
+    start = cwd
+    if invocation_dir is not None and Path(invocation_dir).resolve() != Path(cwd).resolve():
+        start = Path(invocation_dir)
+        argv = from_invocation_dir(argv, Path(cwd), start, skip=_runner_length(argv))
     full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
     junit_path.parent.mkdir(parents=True, exist_ok=True)
     result = process.run(
-        full, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=child_env, kill_grace=kill_grace
+        full, cwd=start, output_path=output_path, timeout_seconds=timeout_seconds, env=child_env, kill_grace=kill_grace
     )
     # A runner that cannot start left its one line in the output: a tooling problem, reported like one.
     return VerificationRun(

@@ -39,6 +39,7 @@ from pytest_selfheal.plan.groups import (
 )
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
+    DOCTEST_MISMATCH,
     FAILURE_CLASS_ENVIRONMENT,
     LINT,
     TEST_ASSERTION,
@@ -60,6 +61,12 @@ _TYPE_INFO: Dict[str, Tuple[str, str, str]] = {
     TEST_ASSERTION: (
         "Fix the failing assertion",
         "the code under test returns a wrong value or the test expectation is outdated",
+        "medium",
+    ),
+    DOCTEST_MISMATCH: (
+        "Fix the doctest mismatch",
+        "a docstring example prints something else than its expected output: the code changed "
+        "or the example is outdated",
         "medium",
     ),
     TYPECHECK: ("Fix the type error", "a type error: a call or value does not match its declared type", "high"),

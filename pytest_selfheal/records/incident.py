@@ -125,6 +125,7 @@ class Incident(JsonRecord):
         Field("rootdir", string),
         Field("tdd_nodeids", strings),
         Field("pytest_options", strings),
+        Field("invocation_dir", string),
         Field("diff_hash", nullable(string)),
         Field("failure_type", string),
         Field("fingerprint", string),
@@ -153,6 +154,7 @@ class Incident(JsonRecord):
     rootdir: Optional[str] = None
     tdd_nodeids: Tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
     pytest_options: Tuple[str, ...] = ()  # the capture's options replayed by every verification run
+    invocation_dir: Optional[str] = None  # where pytest was started, relative to rootdir (POSIX; None: rootdir)
     diff_hash: Optional[str] = None  # working-tree hash at capture (null: unknown)
     failure_type: Optional[str] = None
     fingerprint: Optional[str] = None

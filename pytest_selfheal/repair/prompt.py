@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
@@ -69,6 +70,12 @@ def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> List[st
     failures = _failures_of(incident, attempts)
     where = f"attempt {attempts[-1].iteration}" if attempts else "the captured run"
     lines = ["## Failing tests", ""]
+    unverified = unverified_tests(attempts[-1].outcomes) if attempts else []
+    if unverified:
+        # A skip or an absent test is not a pass: the agent must know it verified nothing.
+        lines += [f"Selected tests that ran to no verdict in {where}: {unverified_summary(unverified)}. They "
+                  "count as not fixed: find why they skip or are not collected there (a skip condition, a "
+                  "missing file, a marker or option) and make them run.", ""]
     if not failures:
         lines.append(f"No failure is recorded for {where}; see the failing output below.")
         return lines
@@ -162,6 +169,9 @@ def _delta_section(incident: Incident, attempts: Sequence[Attempt]) -> List[str]
     if broke:
         lines.append("- tests that passed before and fail now: " + ", ".join(_code(n) for n in broke))
     lines.append("- still failing: " + (", ".join(_code(n) for n in still[:MAX_FAILURES_LISTED]) if still else "none"))
+    unverified = unverified_tests(now)
+    if unverified:
+        lines.append(f"- ran to no verdict (not fixed): {unverified_summary(unverified)}")
     if not fp_now:
         lines.append("- fingerprint: no failure fingerprint in the latest run")
     elif fp_now == fp_before:

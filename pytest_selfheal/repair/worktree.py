@@ -8,7 +8,10 @@ repository, holding exactly the user's current state:
    files: a copy of their index, ``git add -A`` into that copy (tracked changes, deletions
    and untracked non-ignored files), ``git write-tree``;
 2. the worktree is added at the user's ``HEAD`` without checkout, the snapshot tree is
-   checked out into it (``read-tree --reset -u``), and its index is reset to ``HEAD``.
+   checked out into it (``read-tree --reset -u``), and its index is reset to ``HEAD``;
+3. the user's ignored files the code under test may need (generated ``_version.py``,
+   compiled catalogues, data) are copied in, bounded, never environments or caches
+   (:mod:`.carry`); they stay ignored, so they are in no snapshot and no patch.
 
 So inside the worktree ``HEAD`` is the user's commit and ``git diff HEAD`` shows the
 user's uncommitted changes exactly as in their own tree (the loop's progress hash is
@@ -43,6 +46,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.repair.carry import MAX_BYTES, MAX_FILES, carry_ignored
 
 # Pathspecs left out of every snapshot (and so out of every patch).
 
@@ -128,6 +132,7 @@ class Worktree:
     scratch: Path  # private temp dir: holds the worktree, temp indexes, the empty hooks dir
     removed: bool = False
     warnings: List[str] = field(default_factory=list)
+    carried: Tuple[str, ...] = ()  # ignored files copied in (repository-relative), never in a patch
 
     @property
     def hooks_dir(self) -> Path:
@@ -143,9 +148,22 @@ class Worktree:
         """Run git inside the worktree (hooks disabled)."""
         return run_git(self.path, args, env=env, hooks_dir=self.hooks_dir)
 
+    @property
+    def snapshot_index(self) -> Path:
+        """The private index every snapshot of the worktree starts from: the ``base`` tree's
+        (see :meth:`snapshot`)."""
+        return self.scratch / "index.snapshot"
+
     def snapshot(self) -> str:
-        """The tree of the worktree's current state."""
-        return snapshot_tree(self.path, self.scratch, self.excludes, hooks_dir=self.hooks_dir)
+        """The tree of the worktree's current state.
+
+        It starts from an index of the ``base`` tree, not from ``HEAD``'s: a file of the
+        user's state that git ignores (staged with ``git add -f``, not committed) stays in
+        every snapshot unless the provider deletes it, so no patch deletes it. Ignored files
+        carried in (:mod:`.carry`) are in no index and stay out of every snapshot."""
+        env = {"GIT_INDEX_FILE": str(self.snapshot_index)}
+        self.git(["add", "-A", "--", ".", *self.excludes], env=env)
+        return self.git(["write-tree"], env=env).decode().strip()
 
     def reset_head(self) -> None:
         """Point ``HEAD`` and the index back at the user's commit, keeping every file as it is
@@ -250,7 +268,17 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
         # Check out the user's state, then point the index back at HEAD: the user's
         # uncommitted changes show up as uncommitted changes here too.
         wt.git(["read-tree", "--reset", "-u", base])
+        # The index of `base` (with the stat data of the checkout) is where snapshots start.
+        shutil.copyfile(_git_path(path, "index", hooks), wt.snapshot_index)
         wt.reset_head()
+        carried = carry_ignored(top, path, [rel for rel in (_relative_inside(p, top) for p in exclude) if rel])
+        wt.carried = carried.paths
+        if carried.left_out:
+            wt.warnings.append(
+                f"{carried.left_out} ignored file(s) ({carried.left_out_bytes} bytes) were not copied into the repair "
+                f"worktree (limit: {MAX_FILES} files, {MAX_BYTES // (1024 * 1024)} MiB); tests that need them may "
+                "fail or skip there"
+            )
         return wt
     except GitFailed as exc:
         if added:

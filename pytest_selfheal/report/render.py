@@ -17,7 +17,7 @@ import re
 from typing import Any, List, Mapping, Sequence, Set, Tuple
 
 from pytest_selfheal.loop import policy
-from pytest_selfheal.loop.messages import plural
+from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_config, strs, unique
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
@@ -310,14 +310,13 @@ def _section_fingerprints(report: Mapping[str, Any]) -> List[str]:
             progress = _yes_no(it.get("progress"))
             if reasons and it.get("progress") is not None:
                 progress += f" ({', '.join(text(r, 40) for r in reasons)})"
-            rows.append([
-                str(it.get("iteration")),
-                text(it.get("mode") or DASH),
-                _PASS if it.get("verification_passed") else _FAIL,
-                _codes(strs(it.get("fingerprints"))),
-                _yes_no(it.get("fingerprint_changed")),
-                progress,
-            ])
+            fps = strs(it.get("fingerprints"))
+            # Skipped or absent tests verified nothing: say so, never a bare ❌ without a fingerprint.
+            unverified = unverified_tests(it.get("outcomes") or {})
+            cells = ([_codes(fps)] if fps or not unverified else []) + [text(unverified_summary(unverified, 3), 300)] * bool(unverified)
+            rows.append([str(it.get("iteration")), text(it.get("mode") or DASH),
+                         _PASS if it.get("verification_passed") else (_WARN if unverified and not fps else _FAIL),
+                         "; ".join(cells), _yes_no(it.get("fingerprint_changed")), progress])
         lines += _table(["Iteration", "Mode", "Passed", "Fingerprints", "Changed", "Progress"], rows) + [""]
     return lines[:-1]
 

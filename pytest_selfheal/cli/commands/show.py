@@ -78,6 +78,9 @@ def format_text(data: Dict[str, Any]) -> str:
     else:
         stop = f", stop_reason {result['stop_reason']}" if result.get("stop_reason") else ""
         rows.append(("run result", f"{result['final_status']} after {result['loops_used']} loops{stop}"))
+        point = result.get("decision_point")
+        if isinstance(point, dict) and point.get("message"):
+            rows.append(("", f"why: {point['message']}"))  # e.g. the missing module of a tooling_env stop
     rows.append(("events", data["events"]))
     for warning in data["warnings"]:
         rows.append(("warning", warning))

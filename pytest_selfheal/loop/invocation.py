@@ -1,0 +1,48 @@
+"""The directory a capture ran pytest from, for the verification runs (docs/loop.md
+"Verification fidelity").
+
+Tests that read files relative to the working directory (``open("data/x.txt")``) pass or
+fail depending on where pytest starts. The capture records that directory relative to the
+rootdir (``incident.json`` ``invocation_dir``); every verification run starts there again
+(:func:`start_dir`), in the user's tree or the repair worktree alike, with the plan's
+rootdir-relative selections rewritten relative to it (:func:`from_invocation_dir`), since
+pytest reads its arguments relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+
+def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
+    """``root / recorded`` when it is a directory inside ``root`` (a hand-edited value cannot
+    move the run elsewhere), else None: the run starts at ``root``."""
+    if not recorded:
+        return None
+    base = Path(root).resolve()
+    try:
+        where = (base / recorded).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if where != base and base in where.parents and where.is_dir():
+        return where
+    return None
+
+
+def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> List[str]:
+    """``argv`` with every word that names a path under ``rootdir`` (a selection
+    ``path[::name]``, a path given to an option) made relative to ``start``; the first
+    ``skip`` words (the runner: ``python -m pytest``), options and other words are kept."""
+    out = list(argv)
+    for index in range(skip, len(out)):
+        word = out[index]
+        path = word.split("::", 1)[0]
+        if word.startswith("-") or not path or Path(path).is_absolute() or not (rootdir / path).exists():
+            continue
+        out[index] = Path(os.path.relpath(rootdir / path, start)).as_posix() + word[len(path):]
+    return out
+
+
+__all__ = ["from_invocation_dir", "start_dir"]

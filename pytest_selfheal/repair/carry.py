@@ -1,0 +1,137 @@
+"""The files git does not track that a repair worktree carries (edge: git, files; docs/repair.md
+"Isolation").
+
+A worktree made from git holds only what git knows. Projects also need files git ignores:
+``_version.py`` written by setuptools-scm / hatch-vcs at install time and imported by the
+package, compiled gettext catalogues (``.mo``), data the tests read, in-place build outputs.
+Without them ``import pkg`` fails in the worktree (a ``tooling_env`` stop that no fix can
+clear) or the tests skip. So :func:`carry_ignored` copies the user's ignored files into the
+worktree, with three limits:
+
+* never environments, caches or build trees: a directory named in :data:`SKIPPED_DIRS`,
+  one holding ``pyvenv.cfg`` (a virtual environment under any name), ``*.egg-info`` /
+  ``*.dist-info`` (the user's install metadata: a second copy would register entry points
+  twice), byte code, and the excluded paths (the reports root);
+* bounded: at most :data:`MAX_FILES` files and :data:`MAX_BYTES` bytes, smallest first (a
+  generated ``_version.py`` always fits; a big ignored data set is what gets left out), a
+  warning says how much was left out;
+* they never flow back: they stay ignored in the worktree (same ``.gitignore`` files), so
+  no snapshot takes them and no patch creates, changes or deletes them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from pytest_selfheal.gitrepo import GitFailed, run_git
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+# Directory names never carried, at any depth: environments, VCS, caches, build trees.
+SKIPPED_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "node_modules", "__pycache__",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".eggs", ".cache", ".idea",
+    ".vscode", "htmlcov", "site-packages", "build", "dist",
+})
+SKIPPED_SUFFIXES = (".egg-info", ".dist-info")
+SKIPPED_FILE_SUFFIXES = (".pyc", ".pyo")
+MAX_FILES = 10_000
+MAX_BYTES = 64 * 1024 * 1024
+# How many ignored entries are looked at at most (a walk of a huge ignored tree stays bounded).
+_MAX_SEEN = 100_000
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Carried(Frozen):
+    """What :func:`carry_ignored` copied: repository-relative POSIX paths, and how much did not fit."""
+
+    paths: Tuple[str, ...]
+    left_out: int
+    left_out_bytes: int
+
+
+def _skipped_dir(path: Path) -> bool:
+    name = path.name
+    return name in SKIPPED_DIRS or name.endswith(SKIPPED_SUFFIXES) or (path / "pyvenv.cfg").is_file()
+
+
+def _inside(rel: str, prefixes: Sequence[str]) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in prefixes)
+
+
+def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
+    """Files under the ignored directory ``rel`` (repository-relative), skipped trees pruned."""
+    for root, dirs, files in os.walk(top / rel):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not _skipped_dir(here / d)
+                         and not _inside((here / d).relative_to(top).as_posix(), prefixes))
+        for name in sorted(files):
+            yield (here / name).relative_to(top).as_posix()
+
+
+def ignored_files(top: Path, exclude: Sequence[str] = ()) -> List[str]:
+    """The ignored files of the working tree at ``top`` worth carrying (repository-relative,
+    skipped trees and ``exclude`` prefixes left out); at most ``_MAX_SEEN`` are looked at."""
+    try:
+        out = run_git(top, ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"])
+    except GitFailed:
+        return []
+    prefixes = [p.strip("/") for p in exclude if p.strip("/")]
+    found: List[str] = []
+    for entry in (os.fsdecode(e) for e in out.split(b"\0") if e):
+        rel = entry.rstrip("/")
+        parts = rel.split("/")
+        if _inside(rel, prefixes) or any(_skipped_dir(top.joinpath(*parts[: i + 1])) for i in range(len(parts) - 1)):
+            continue
+        path = top / rel
+        if path.is_dir() and not path.is_symlink():
+            if not _skipped_dir(path):
+                found.extend(_walk(top, rel, prefixes))
+        elif not rel.endswith(SKIPPED_FILE_SUFFIXES):
+            found.append(rel)
+        if len(found) >= _MAX_SEEN:
+            break
+    return found[:_MAX_SEEN]
+
+
+def _size(path: Path) -> Optional[int]:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_size
+
+
+def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
+                  max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Carried:
+    """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``
+    (a worktree of the same repository), smallest first within the bounds; a file that
+    already exists in ``dest`` is never overwritten (git's checkout wins)."""
+    sized = [(size, rel) for rel in ignored_files(top, exclude) if (size := _size(top / rel)) is not None]
+    sized.sort()
+    copied: List[str] = []
+    used = 0
+    left_out = left_bytes = 0
+    for size, rel in sized:
+        if len(copied) >= max_files or used + size > max_bytes:
+            left_out += 1
+            left_bytes += size
+            continue
+        target = dest / rel
+        if target.exists() or target.is_symlink():
+            continue
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(top / rel, target, follow_symlinks=False)
+        except OSError:
+            left_out += 1
+            left_bytes += size
+            continue
+        copied.append(rel)
+        used += size
+    return Carried(tuple(sorted(copied)), left_out, left_bytes)
+
+
+__all__ = ["Carried", "MAX_BYTES", "MAX_FILES", "SKIPPED_DIRS", "carry_ignored", "ignored_files"]

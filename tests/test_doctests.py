@@ -1,0 +1,118 @@
+"""Doctests as first-class failures (issue 21): a readable message (the failing example,
+expected and got), a class of their own (DOCTEST_MISMATCH), grouped with the code failures
+that share their cause, never the incident's signature when a code failure exists, and the
+same fingerprint with and without pytest-xdist. Real pytest runs for the capture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+from helpers import capture, make_project
+
+from pytest_selfheal.analysis.analyse import analyse_case
+from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
+from pytest_selfheal.records import models
+
+MODULE = '''\
+"""Numbers.
+
+```pycon
+>>> double(2)
+4
+```
+"""
+
+
+def double(n):
+    """Twice n.
+
+    >>> double(3)
+    6
+    """
+    return n + 1
+
+
+def ratio(a, b):
+    """
+    >>> ratio(1, 0)
+    0
+    """
+    return a / b
+'''
+TESTS = "from mod import double\n\n\ndef test_double():\n    assert double(2) == 4\n"
+# What pytest writes as the junit message of a failing doctest (the numbered listing).
+MISMATCH = (
+    "011 Twice n.\n012 \n013     >>> double(3)\nExpected:\n    6\nGot:\n    4\n\n/tmp/p/mod.py:13: DocTestFailure"
+)
+UNEXPECTED = (
+    "019 \n020     >>> ratio(1, 0)\nUNEXPECTED EXCEPTION: ZeroDivisionError('division by zero')\n"
+    "Traceback (most recent call last):\n  File \"<doctest mod.ratio[0]>\", line 1, in <module>\n"
+    "  File \"/tmp/p/mod.py\", line 24, in ratio\n    return a / b\nZeroDivisionError: division by zero\n"
+    "/tmp/p/mod.py:20: UnexpectedException"
+)
+WORKER = "[gw1] linux -- Python 3.11.4 /usr/local/bin/python3\n"
+
+
+def case(message: str) -> models.TestCaseResult:
+    return models.TestCaseResult("mod", "mod.double", models.OUTCOME_FAILED, message=message, text=message)
+
+
+def test_a_doctest_mismatch_reads_as_its_example_expected_and_got() -> None:
+    failure, classification = analyse_case(case(MISMATCH))
+    assert failure.message == "DocTestFailure: >>> double(3) expected: 6 got: 4"
+    assert classification.failure_type == models.DOCTEST_MISMATCH and classification.code_fixable
+    assert classification.rule == "doctest_mismatch"
+    # A multi-line output, and a fenced example whose fence became expected output.
+    fenced = "003 ```pycon\n004 >>> double(2)\nExpected:\n    4\n    ```\nGot:\n    3\n\n/p/mod.py:4: DocTestFailure"
+    assert doctest_line(fenced) == "DocTestFailure: >>> double(2) expected: 4 \\n ``` got: 3"
+    nothing = "004 >>> print()\nExpected:\n    1\nGot nothing\n/p/mod.py:4: DocTestFailure"
+    assert doctest_line(nothing) == "DocTestFailure: >>> print() expected: 1 got: nothing"
+    assert doctest_line("assert 3 == 4") is None
+
+
+def test_an_unexpected_exception_is_classified_as_that_exception() -> None:
+    failure, classification = analyse_case(case(UNEXPECTED))
+    assert failure.message == "ZeroDivisionError: division by zero (doctest >>> ratio(1, 0))"
+    assert classification.failure_type == models.TEST_ASSERTION  # a runtime error of the code
+
+
+def test_the_xdist_worker_line_changes_no_fingerprint() -> None:
+    assert strip_worker_header(WORKER + "assert 1 == 2") == "assert 1 == 2"
+    plain, _ = analyse_case(case(MISMATCH))
+    worker, _ = analyse_case(case(WORKER + MISMATCH))
+    assert worker.fingerprint == plain.fingerprint and worker.message == plain.message
+    code = models.TestCaseResult("t", "test_x", models.OUTCOME_FAILED, message=WORKER + "ValueError: boom")
+    assert analyse_case(code)[0].message == "ValueError: boom"
+
+
+def _incident(project: Path, incident_id: str) -> Dict[str, Any]:
+    data: Dict[str, Any] = json.loads((project / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())
+    return data
+
+
+def _plan_actions(project: Path, incident_id: str) -> List[Dict[str, Any]]:
+    plan = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
+    actions: List[Dict[str, Any]] = plan["actions"]
+    return actions
+
+
+def test_captured_doctests_group_with_the_code_failure_never_lead_and_agree_under_xdist(tmp_path: Path) -> None:
+    fingerprints = []
+    for name, extra in (("plain", []), ("xdist", ["-p", "xdist", "-n", "2"])):
+        project = make_project(tmp_path / name, {"mod.py": MODULE, "test_mod.py": TESTS},
+                               ini="pythonpath = .\naddopts = --doctest-modules\n")
+        incident_id = capture(project, *extra)
+        incident = _incident(project, incident_id)
+        assert incident["error_signature"] == "TEST_ASSERTION | test_mod::test_double | assert 3 == 4", name
+        by_test = {f["nodeid"]: f for f in incident["failures"]}
+        assert by_test["mod.py::mod.double"]["message"] == "DocTestFailure: >>> double(3) expected: 6 got: 4"
+        assert by_test["mod.py::mod"]["message"] == "DocTestFailure: >>> double(2) expected: 4 \\n ``` got: 3"
+        assert by_test["mod.py::mod.double"]["failure_type"] == "DOCTEST_MISMATCH"
+        assert by_test["mod.py::mod.ratio"]["message"] == "ZeroDivisionError: division by zero (doctest >>> ratio(1, 0))"
+        # One bug in `double`: the test and both doctests are one root-cause group; `ratio` is its own.
+        groups = sorted(sorted(a["nodeids"]) for a in _plan_actions(project, incident_id))
+        assert groups == [["mod.py::mod", "mod.py::mod.double", "test_mod.py::test_double"], ["mod.py::mod.ratio"]]
+        fingerprints.append({f["nodeid"]: f["fingerprint"] for f in incident["failures"]})
+    assert fingerprints[0] == fingerprints[1]
