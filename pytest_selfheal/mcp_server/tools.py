@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import re
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
@@ -203,13 +203,28 @@ class Project:
         """
         effective = self.effective()
         store = self.store(effective)
-        replayed: List[str] = []
+        verdict = self.run_verdict(effective, store, selection, pytest_args)
+        return self.verdict_result(store, verdict, self._limit(effective), redactor=self.redactor(effective))
+
+    def redactor(self, effective: EffectiveConfig) -> Redactor:
+        """The project's redactor (its configured patterns and variable names)."""
+        return default_redactor(effective.settings.redaction)
+
+    def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
+                    pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
+                    timeout: Optional[Tuple[float, str]] = None) -> Dict[str, Any]:
+        """Run ``pytest --selfheal`` and return its verdict as a mapping (see :meth:`run_tests`).
+
+        ``trusted``: more arguments passed without the allowlist check (config the user wrote);
+        ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``).
+        """
+        replayed: List[str] = list(trusted)
         if pytest_args is None:
             waiting = open_incidents(store)
             replayed = list(waiting[-1].options or []) if waiting else []
             pytest_args = replayed
         self._check_words(effective, selection, pytest_args, replayed)
-        redactor = default_redactor(effective.settings.redaction)
+        redactor = self.redactor(effective)
         before = snapshot(store)
         tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
 
@@ -219,14 +234,15 @@ class Project:
         # No reports root of ours: the child reads the same config from the same directory.
         argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
                            [*selection, *pytest_args])
-        timeout = float(effective.settings.verification.timeout_seconds)
+        seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
+                                   "verification.timeout_seconds")
         ran = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
-                          timeout_seconds=timeout)
+                          timeout_seconds=seconds)
         lines = [redactor.redact(line) for line in tail]
         if not ran.started:
             raise SelfhealError(f"cannot start pytest ({argv[0]}): {ran.error}")
         if ran.timed_out:
-            raise SelfhealError(f"the test run passed its timeout of {timeout:g} s (verification.timeout_seconds) "
+            raise SelfhealError(f"the test run passed its timeout of {seconds:g} s ({key}) "
                                 "and was stopped; nothing was recorded for it")
         after = snapshot(store)
         captured = [i for i in after if i not in before]
@@ -236,9 +252,8 @@ class Project:
             first = next((one_line(line, 300) for line in lines if line.startswith(("ERROR", "E "))), "")
             raise SelfhealError(f"{describe_pytest_exit(code)} (exit code {code}); nothing was recorded"
                                 + (f": {first}" if first else ""))
-        verdict = self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
-                                _plugin_section(lines))
-        return self._verdict_result(effective, store, verdict, redactor)
+        return self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
+                             _plugin_section(lines))
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: Dict[str, int],
                  after: Snapshot, captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
@@ -307,18 +322,22 @@ class Project:
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
         return one_line(report.get("recommended_next_action") or "call report for the loop report", 600)
 
-    def _verdict_result(self, effective: EffectiveConfig, store: Store, verdict: Dict[str, Any],
-                        redactor: Redactor) -> ToolResult:
-        limit = self._limit(effective)
+    def verdict_result(self, store: Store, verdict: Dict[str, Any], limit: int, *, redactor: Redactor,
+                       structured: bool = True, more: Optional[str] = None) -> ToolResult:
+        """The verdict as a tool result: its lines and the open incident's root-cause groups,
+        the whole at most ``limit`` characters (``structured``: the verdict's JSON counted in);
+        ``more`` says where the groups left out are (default: the ``show`` tool)."""
         verdict = redactor.redact_obj(verdict)
         blocks = ["\n".join(verdict_lines(verdict))]
         open_id = verdict["incident_id"] if verdict.get("status") != "resolved" else None
         if open_id:
             blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
         data = {k: v for k, v in verdict.items() if k != "plugin_lines"}
-        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data),
-                   more=f"call show with incident_id {open_id} (and group=N for one group in full)"
-                   if open_id else "call status")
+        if more is None:
+            more = (f"call show with incident_id {open_id} (and group=N for one group in full)"
+                    if open_id else "call status")
+        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data) if structured else 0,
+                   more=more)
         return ToolResult(text, data)
 
     # ------------------------------------------------------------------ apply
