@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.errors import NotFoundError, RefusedError
@@ -34,12 +34,22 @@ class ProposedPatch(Frozen):
     working_tree: Path  # the top of the git repository it applies to
     files: List[str]  # the files it touches, in order
     already_applied: bool
+    verified: bool = False  # the loop resolved the incident with it: its tests passed
+    stop_reason: Optional[str] = None  # the loop's stop reason (run_result.json)
+
+    @property
+    def verdict(self) -> str:
+        """Whether the patch was verified, in words: a partial patch says so."""
+        if self.verified:
+            return "verified: the incident's tests passed with it"
+        return (f"partial, NOT verified: the loop stopped with {self.stop_reason or 'no verdict'} "
+                "and the incident's tests did not pass with it")
 
     @property
     def question(self) -> str:
         """The one question a human approves or declines."""
         return (f"Apply {FINAL_PATCH} of {self.incident_id} ({len(self.files)} file(s): "
-                f"{', '.join(self.files)}) to {self.working_tree}?")
+                f"{', '.join(self.files)}) to {self.working_tree}? The patch is {self.verdict}.")
 
 
 def patch_files(patch: bytes) -> List[str]:
@@ -69,7 +79,10 @@ def proposed_patch(store: Store, incident_id: str, project_root: Path) -> Propos
         raise RefusedError(
             f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
         )
-    return ProposedPatch(incident_id, patch, where, top, patch_files(patch), verdict.already_applied)
+    result = store.read_run_result(incident_id)
+    verified = result is not None and result.final_status == "resolved"
+    return ProposedPatch(incident_id, patch, where, top, patch_files(patch), verdict.already_applied,
+                         verified, result.stop_reason if result is not None else None)
 
 
 def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
