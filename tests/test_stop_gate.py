@@ -61,10 +61,11 @@ def test_claude_blocks_with_the_digest_then_lets_the_fixed_run_stop(red: Path) -
     assert reason.startswith("CONTINUE: incident ") and "iteration 1 of 3" in reason
     assert "## Root cause 1 of 1" in reason and "test_calc.py::test_sub" in reason
     assert "never the failing tests" in reason and err == ""
+    incident = reason.split()[2]
     edit(red, "a - b")
     answer, err = gate("claude", claude_payload(red, active=True), red)
-    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests pass"), answer
-    assert "resolved" in answer["systemMessage"]
+    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; "), answer
+    assert f"incident {incident} is resolved" in answer["systemMessage"], answer  # whole, nothing redacted
 
 
 def test_claude_lets_a_stopped_loop_stop_and_says_why(red: Path) -> None:
@@ -72,6 +73,8 @@ def test_claude_lets_a_stopped_loop_stop_and_says_why(red: Path) -> None:
     answer, _ = gate("claude", claude_payload(red), red)
     assert set(answer) == {"systemMessage"}, answer
     assert answer["systemMessage"].startswith("selfheal: STOP repeated_fingerprint: "), answer
+    # The user's next step, not the MCP agent's "hand over" line.
+    assert "; next: " in answer["systemMessage"] and "report tool" not in answer["systemMessage"]
 
 
 def test_claude_never_blocks_past_the_budget(red: Path) -> None:
@@ -99,10 +102,10 @@ def test_cursor_follows_up_then_stops_at_its_loop_count(red: Path) -> None:
 def test_green_run_lets_the_agent_stop(tmp_path: Path) -> None:
     project = make_project(tmp_path / "green", {"test_ok.py": "def test_ok():\n    assert True\n"})
     answer, err = gate("claude", claude_payload(project), project)
-    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests pass")
+    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; ")
     assert not (project / ".selfheal" / "error_inbox").exists() or not any((project / ".selfheal" / "error_inbox").iterdir())
     answer, err = gate("cursor", cursor_payload(project), project)
-    assert answer == {} and err.startswith("selfheal: tests pass")
+    assert answer == {} and err.startswith("selfheal: tests passed; ")
 
 
 @pytest.mark.parametrize("agent", ["claude", "cursor"])

@@ -27,7 +27,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_payload
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.mcp_server.digest import one_line
-from pytest_selfheal.mcp_server.tools import Project
+from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -64,10 +64,12 @@ def _remember(store: Store, payload: HookPayload, blocks: int) -> None:
 
 def _stop_text(verdict: Mapping[str, Any]) -> str:
     if verdict.get("status") in GREEN:
-        return f"selfheal: tests pass: {verdict.get('summary')}"
+        return f"selfheal: tests passed; {verdict.get('summary')}"  # not "pass:", a password label to the redactor
     reason = verdict.get("stop_reason") or verdict.get("status")
     text = f"selfheal: STOP {reason}: {verdict.get('summary')}"
-    return text + (f"; next: {verdict['next']}" if verdict.get("next") else "")
+    # The message is the user's: their step, not the agent's (which is to stop, as it does).
+    step = str(verdict.get("next") or "").split(FOR_THE_USER, 1)[-1]
+    return text + (f"; next: {step}" if step else "")
 
 
 CONTINUE_NEXT = ("fix the code at the target paths below, never the failing tests, then finish your turn "

@@ -44,6 +44,7 @@ from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store.root import Store
 
+FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
 PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
 _SECTION = re.compile(r"^-+ selfheal -+$")
@@ -374,7 +375,7 @@ class Project:
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
         action = one_line(report.get("recommended_next_action") or "read the loop report", 500)
         # The agent's step is to stop; the rest is for the user it hands over to.
-        return f"stop trying and hand over to the user (the report tool gives the loop report); for the user: {action}"
+        return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 
     def verdict_result(self, store: Store, verdict: Dict[str, Any], limit: int, *, redactor: Redactor,
                        structured: bool = True, more: Optional[str] = None) -> ToolResult:
@@ -444,4 +445,4 @@ def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
     return view
 
 
-__all__ = ["Project", "ToolResult"]
+__all__ = ["FOR_THE_USER", "Project", "ToolResult"]
