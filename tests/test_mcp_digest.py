@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Set
 import pytest
 
 from helpers import PY, make_project, run_env
+from pytest_selfheal.mcp_server.digest import group_page, ranked_causes
+from pytest_selfheal.repair.apply import ProposedPatch
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
@@ -228,3 +230,43 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
             assert (again.structured_content or {})["iteration"] == 1, text_of(again)
 
     anyio.run(scenario)
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def _view(sizes: List[int]) -> Dict[str, Any]:
+    causes, failures = [], []
+    for index, size in enumerate(sizes):
+        ids = [f"tests/test_{index}.py::test_case[{n}]" for n in range(size)]
+        causes.append({"path": f"pkg/m{index}.py", "name": f"f{index}", "nodeids": ids, "action": f"A{index + 1}"})
+        failures += [{"nodeid": i, "message": f"AssertionError: {'x' * 80} {i}", "fingerprint": "abc"} for i in ids]
+    return {"incident_id": "incident_x", "incident": {"failures": failures}, "root_causes": causes}
+
+
+@pytest.mark.parametrize("limit", [200, 333, 1000, 8000])
+def test_every_test_of_a_group_is_on_some_page_within_the_bound(limit: int) -> None:
+    view = _view([3, 40, 7])
+    assert [len(c["nodeids"]) for c in ranked_causes(view)] == [40, 7, 3]
+    seen: List[str] = []
+    offset = 0
+    while True:
+        page = group_page(view, 1, offset, limit)
+        assert len(page) <= limit
+        seen += re.findall(r"^- (tests/test_1\.py::test_case\[\d+\])", page, re.M)
+        found = re.search(r"offset=(\d+)\]$", page)
+        if not found:
+            break
+        assert int(found.group(1)) > offset  # always moves on
+        offset = int(found.group(1))
+    assert sorted(set(seen)) == sorted(f"tests/test_1.py::test_case[{n}]" for n in range(40))
+
+
+def test_the_approval_question_says_whether_the_patch_was_verified(tmp_path: Path) -> None:
+    partial = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, ["a.py"], False,
+                            verified=False, stop_reason="no_fix_found")
+    assert partial.question.endswith("The patch is partial, NOT verified: the loop stopped with no_fix_found "
+                                     "and the incident's tests did not pass with it.")
+    verified = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, ["a.py"], False,
+                             verified=True, stop_reason="success")
+    assert verified.question.endswith("The patch is verified: the incident's tests passed with it.")

@@ -8,13 +8,13 @@ the command runs and the extra is installed.
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
 # registration, and `apply`'s names a resolver local to build_server.
 
+import asyncio
 import threading
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
 
-import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context
@@ -191,9 +191,10 @@ def build_server(project: Project) -> SelfhealMCPServer:
                 return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args, cancel)))
 
         try:
-            # Abandoned on cancel: the call returns at once, and the event below stops pytest's
-            # process group within a fraction of a second (the thread then gives the lock back).
-            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            # An executor future is abandoned on cancel (the SDK's own worker threads are waited
+            # for): the call returns at once, and the event below stops pytest's process group
+            # within a fraction of a second (the thread then gives the lock back).
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         finally:
             cancel.set()  # cancelled, or the client went away; after a finished run it changes nothing
 
@@ -221,7 +222,7 @@ def build_server(project: Project) -> SelfhealMCPServer:
             with changing:
                 return _result(_guarded(lambda: project.loop(incident_id)))
 
-        return await anyio.to_thread.run_sync(call)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:
