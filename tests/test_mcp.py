@@ -329,11 +329,16 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
     limit = 1500
 
     async def scenario() -> None:
-        async with session(project, "--set", f"mcp.max_chars={limit}",
-                           "--set", "verification.timeout_seconds=3") as client:
+        async with session(project, "--set", f"mcp.max_chars={limit}") as client:
+            # A 3 s timeout for this call only (the config is read at every call): the other
+            # runs below must not race it on a loaded machine.
+            config = project / ".planning" / "config.json"
+            config.parent.mkdir()
+            config.write_text(json.dumps({"ralf_lite": {"verification": {"timeout_seconds": 3}}}))
             slow = await client.call_tool("run_tests", {"selection": ["test_slow.py"]})
             assert slow.is_error and "\n" not in text_of(slow)
             assert "passed its timeout of 3 s" in text_of(slow)
+            config.unlink()
 
             killed = await client.call_tool("run_tests", {"selection": ["test_die.py"]})
             assert killed.is_error and "pytest was killed by signal 9" in text_of(killed)

@@ -104,6 +104,7 @@ def test_green_run_lets_the_agent_stop(tmp_path: Path) -> None:
     answer, err = gate("claude", claude_payload(project), project)
     assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; ")
     assert not (project / ".selfheal" / "error_inbox").exists() or not any((project / ".selfheal" / "error_inbox").iterdir())
+    assert not (project / ".selfheal" / "gate").exists()  # nothing to count on a green project
     answer, err = gate("cursor", cursor_payload(project), project)
     assert answer == {} and err.startswith("selfheal: tests passed; ")
 

@@ -58,6 +58,8 @@ def _remember(store: Store, payload: HookPayload, blocks: int) -> None:
     if payload.agent is Agent.CURSOR:
         return
     path = _state_path(store, payload)
+    if blocks == 0 and not path.exists():
+        return  # nothing to reset: a green project gets no gate folder
     fsio.ensure_dir(path.parent)
     fsio.atomic_write_json(path, {"agent": payload.agent.value, "blocks": blocks})
 
