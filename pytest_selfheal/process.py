@@ -69,6 +69,7 @@ from typing import IO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
+CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
 TAIL_LINES = 200
 CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
@@ -425,6 +426,7 @@ def run(
     kill_grace: float = KILL_GRACE_SECONDS,
     on_line: Optional[LineSink] = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    cancel: Optional[threading.Event] = None,
 ) -> ProcessResult:
     """Run ``argv`` (a list, never a shell) in its own process group and wait for it.
 
@@ -433,7 +435,8 @@ def run(
     most ``max_line_bytes``; called from a helper thread). ``env`` None inherits ours; the
     tokens are withheld either way (:func:`child_environment`).
     On ``timeout_seconds`` the group is stopped (SIGTERM, SIGKILL after ``kill_grace``)
-    and ``timed_out`` is True; an exception while waiting stops it before it propagates.
+    and ``timed_out`` is True; an exception while waiting stops it before it propagates, and so
+    does ``cancel`` being set from another thread (seen within :data:`CANCEL_POLL_SECONDS`).
     An executable that cannot start gives ``started=False`` and ``error`` (also written to
     the output file as ``<argv0>: cannot start: <error>``), never raises.
     """
@@ -467,7 +470,7 @@ def run(
                 assert proc.stdout is not None
                 pump = _Pump(proc.stdout, sink, on_line, max_line_bytes)
                 pump.start()
-            timed_out = _wait(proc, timeout_seconds, kill_grace, pump)
+            timed_out = _wait(proc, timeout_seconds, kill_grace, pump, cancel)
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
@@ -482,7 +485,8 @@ def run(
 
 
 def _wait(
-    proc: "subprocess.Popen[bytes]", timeout: Optional[float], grace: float, pump: Optional[_Pump]
+    proc: "subprocess.Popen[bytes]", timeout: Optional[float], grace: float, pump: Optional[_Pump],
+    cancel: Optional[threading.Event] = None,
 ) -> bool:
     """Wait for the leader, stop the group on timeout or exception; True when timed out."""
     expired = threading.Event()
@@ -509,7 +513,11 @@ def _wait(
         timer.daemon = True
         timer.start()
     try:
-        done.wait()  # interrupted by signals: a handler that raises ends the wait
+        if cancel is None:
+            done.wait()  # interrupted by signals: a handler that raises ends the wait
+        else:
+            while not done.wait(CANCEL_POLL_SECONDS) and not cancel.is_set():
+                pass  # a cancelled caller: the group is stopped below
     finally:
         if timer is not None:
             timer.cancel()

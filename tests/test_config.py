@@ -46,6 +46,7 @@ SPEC_DEFAULTS: Dict[str, Any] = {
     "history": {"enabled": True, "base_branch": "main", "flaky_rate": 0.1, "window_days": 30,
                 "quarantine_file": ".selfheal-quarantine.yml"},
     "mcp": {"max_chars": 8000},
+    "gate": {"pytest_args": [], "timeout_seconds": 300, "max_chars": 4000},
 }
 
 

@@ -251,6 +251,17 @@ def find_project_root(start: Path) -> Path:
     return start
 
 
+def is_project(start: Path) -> bool:
+    """Whether ``start`` is inside a project: an ancestor (``start`` included) holds a pytest
+    config file, a ``setup.py``, a ``pyproject.toml`` or a ``.git``. A home directory or ``/``
+    usually holds none; running the tests of everything below them is never what was meant."""
+    for folder in (start, *start.parents):
+        if find_pytest_ini(folder) is not None or any(
+                (folder / marker).exists() for marker in ("setup.py", "pyproject.toml", ".git")):
+            return True
+    return False
+
+
 def read_pytest_ini(project_root: Path) -> Dict[str, str]:
     """The ``selfheal*`` options of the first pytest config file in ``project_root``.
 

@@ -82,6 +82,7 @@ GROUPS: Dict[str, str] = {
     "classification": "extra rules for classifying failures",
     "history": "the failure history and the triage of every failure (new, known, flaky, quarantined)",
     "mcp": "the MCP server for coding agents (`selfheal mcp`)",
+    "gate": "the stop gates of coding agents (`selfheal stop-gate claude|cursor`)",
 }
 
 SCHEMA: Tuple[KeySpec, ...] = (
@@ -176,6 +177,17 @@ SCHEMA: Tuple[KeySpec, ...] = (
     KeySpec("mcp.max_chars", INT, 8000,
             "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
             "cut with a note saying what was left out and which tool gives more."),
+    KeySpec("gate.pytest_args", STRINGS, [],
+            "Arguments of the `pytest --selfheal` run a stop gate makes when no incident is open (node "
+            "ids, paths, allowlisted options such as `-x`); with an incident open the gate re-runs it "
+            "with its capture's own options instead."),
+    KeySpec("gate.timeout_seconds", NUMBER, 300,
+            "The longest a stop gate's test run may take; past it the run is stopped and the agent "
+            "is let stop (a gate fails open). `selfheal stop-gate install` gives the agent's hook "
+            "timeout 30 s more."),
+    KeySpec("gate.max_chars", INT, 4000,
+            "The longest message a stop gate hands the agent (the verdict and its root-cause groups); "
+            "a longer one is cut with a note naming `selfheal show`."),
 )
 
 SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}

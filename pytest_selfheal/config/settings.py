@@ -133,6 +133,15 @@ class McpSettings(Frozen):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class GateSettings(Frozen):
+    """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
+
+    pytest_args: Tuple[str, ...] = ()
+    timeout_seconds: float = 300
+    max_chars: int = 4000
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Settings(Frozen):
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
@@ -157,6 +166,7 @@ class Settings(Frozen):
     classification_rules: Tuple[Rule, ...] = ()
     history: HistorySettings = HistorySettings()
     mcp: McpSettings = McpSettings()
+    gate: GateSettings = GateSettings()
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "Settings":
@@ -190,6 +200,8 @@ class Settings(Frozen):
             classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
             history=HistorySettings(**values["history"]),
             mcp=McpSettings(**values["mcp"]),
+            gate=GateSettings(tuple(values["gate"]["pytest_args"]), values["gate"]["timeout_seconds"],
+                              values["gate"]["max_chars"]),
         )
 
 

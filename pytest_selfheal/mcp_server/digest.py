@@ -51,6 +51,8 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
         cost = len(block) + (len(separator) if kept else 0)
         left = len(blocks) - index
         note = f"[cut: {left} {what} left out to stay under {max_chars} characters; {more}]"
+        if len(note) > budget // 2:  # a small bound: the facts before the pointer to more
+            note = f"[cut: {left} {what} left out]"
         # Room for the note stays free unless this is the last block.
         room = budget - used - (0 if left == 1 else len(note) + len(separator))
         if cost <= room:
@@ -65,7 +67,9 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
                     break
                 lines.append(line)
                 size += len(line) + 1
-            if lines:
+            if not lines:  # not even its first line: that line, cut
+                lines.append(one_line(block.split("\n", 1)[0], max(budget - len(note) - len(separator), 0)))
+            if lines[0]:
                 kept.append("\n".join(lines))
         kept.append(note)
         break
@@ -176,12 +180,19 @@ def attempts_block(view: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ranked_causes(view: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """The root-cause groups of a view, largest first (ties keep the plan's order): group N of
+    the digest, of ``show`` and of its paging is the N-th of this list."""
+    causes = [c for c in view.get("root_causes") or [] if isinstance(c, Mapping)]
+    return sorted(causes, key=lambda cause: -len(cause.get("nodeids") or []))
+
+
 def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> List[str]:
     """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
-    the head, one block per root-cause group, the plan, the attempts. ``group`` (1-based): the
-    head and that one group in full; ``IndexError`` when there is no such group."""
+    the head, one block per root-cause group (largest first), the plan, the attempts. ``group``
+    (1-based): the head and that one group in full; ``IndexError`` when there is no such group."""
     failures = _failures_by_id(view["incident"])
-    causes = list(view.get("root_causes") or [])
+    causes = ranked_causes(view)
     if group is not None:
         if not 1 <= group <= len(causes):
             raise IndexError(group)
@@ -189,6 +200,52 @@ def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> Lis
     blocks = [incident_head(view)]
     blocks += [group_block(i, len(causes), cause, failures) for i, cause in enumerate(causes, 1)]
     return blocks + [plan_block(view), attempts_block(view)]
+
+
+def group_page(view: Mapping[str, Any], group: int, offset: int, max_chars: int) -> str:
+    """One page of root-cause group ``group`` (1-based, ranked): its head line, at offset 0 its
+    summary (target paths, fingerprints, distinct first lines; at most half the page), then its
+    failing tests from ``offset``, one line each with its first line, as many as fit in
+    ``max_chars``; the last line names the offset of the next page. Every test is on some page,
+    whatever the bound: a page holds at least one (its line cut to fit). ``IndexError`` when
+    there is no such group, ``ValueError`` when the offset is past its tests."""
+    failures = _failures_by_id(view["incident"])
+    causes = ranked_causes(view)
+    if not 1 <= group <= len(causes):
+        raise IndexError(group)
+    cause = causes[group - 1]
+    nodeids = [str(n) for n in cause.get("nodeids") or []]
+    if offset < 0 or (offset and offset >= len(nodeids)):
+        raise ValueError(offset)
+    block = group_block(group, len(causes), cause, failures, full=True).split("\n")
+    lines = [one_line(block[0], max(max_chars // 3, 1))]  # the head, short enough to leave room for tests
+    if offset == 0:  # the summary once, on the first page, within half of it
+        used = len(lines[0])
+        for line in block[1:]:
+            if used + len(line) + 1 > max_chars // 2:
+                break
+            lines.append(line)
+            used += len(line) + 1
+    text = "\n".join(lines)
+
+    def note(end: int) -> str:
+        return f"\n[page: tests {offset + 1}-{end} of {len(nodeids)}; next: show group={group} offset={end}]"
+
+    shown = 0
+    for index, nodeid in enumerate(nodeids[offset:], offset):
+        reserve = 0 if index + 1 == len(nodeids) else len(note(index + 1))
+        line = f"\n- {nodeid}: {one_line((failures.get(nodeid) or {}).get('message'))}"
+        room = max_chars - len(text) - reserve
+        if len(line) > room:
+            if shown:
+                break
+            line = line[:max(room, 2)]  # the page's one test, cut: paging always moves on
+        text += line
+        shown += 1
+    end = offset + shown
+    if end < len(nodeids):
+        text += note(end)
+    return text[:max_chars]
 
 
 # --------------------------------------------------------------------------- run_tests
@@ -224,14 +281,32 @@ def structured_size(data: Optional[Mapping[str, Any]]) -> int:
     return 0 if data is None else len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
+ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "iteration", "max_iterations")
+
+
+def bounded_verdict(data: Dict[str, Any], max_chars: int) -> Dict[str, Any]:
+    """The verdict's structured part, at most half of ``max_chars`` when it can be: whole when
+    it fits, else only its :data:`ESSENTIAL` keys that are set (the text says the rest), else
+    the decision and the incident alone. The text gets the other half at least."""
+    if structured_size(data) <= max_chars // 2:
+        return data
+    essential = {k: data[k] for k in ESSENTIAL if data.get(k) is not None}
+    if structured_size(essential) <= max_chars // 2:
+        return essential
+    return {k: essential[k] for k in ("decision", "incident_id") if k in essential}
+
+
 def result_size(text: str, data: Optional[Mapping[str, Any]]) -> int:
     """The size of a tool result the bound applies to: its text plus its structured JSON."""
     return len(text) + structured_size(data)
 
 
 __all__ = [
+    "bounded_verdict",
     "fit",
+    "group_page",
     "incident_blocks",
+    "ranked_causes",
     "one_line",
     "result_size",
     "structured_size",

@@ -8,8 +8,12 @@ the command runs and the extra is installed.
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
 # registration, and `apply`'s names a resolver local to build_server.
 
+import asyncio
 import threading
-from typing import Annotated, Any, Callable, List, Optional, TypeVar, Union
+import warnings
+from pathlib import Path
+from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, TypeVar, Union
+from urllib.parse import unquote, urlparse
 
 from mcp.server import MCPServer
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
@@ -18,7 +22,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import SelfhealError
@@ -42,6 +46,30 @@ class Approval(BaseModel):
     """The one answer ``apply`` asks the user for."""
 
     approve: bool = Field(description="true: apply the proposed patch to your working tree")
+
+
+class Verdict(BaseModel):
+    """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict").
+    Under a small ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+
+    model_config = ConfigDict(extra="allow")  # keys added later stay valid
+
+    decision: Literal["CONTINUE", "STOP"] = Field(description="CONTINUE: fix and run again; STOP: stop trying")
+    stop_reason: Optional[str] = Field(None, description="with STOP: the loop's stop reason, `none` for a green run")
+    status: Optional[str] = Field(None, description="captured, running, resolved, escalated, passed, not_counted, ...")
+    incident_id: Optional[str] = Field(None, description="the incident the verdict is about")
+    captured: Optional[str] = Field(None, description="the incident this run captured, if any")
+    iteration: Optional[int] = Field(None, description="iteration k (of max_iterations) this run recorded")
+    max_iterations: Optional[int] = None
+    fingerprint_changed: Optional[bool] = None
+    progress: Optional[bool] = None
+    tests_fixed: Optional[List[str]] = None
+    counts: Optional[Dict[str, int]] = Field(None, description="pytest's summary, e.g. {\"failed\": 3, \"passed\": 1}")
+    pytest_exit_code: Optional[int] = None
+    summary: Optional[str] = None
+    next: Optional[str] = Field(None, description="what to do next")
+    bucket: Optional[str] = None
+    closed: Optional[Dict[str, Any]] = Field(None, description="an incident the same run stopped")
 
 
 class _AlreadyApplied:
@@ -116,6 +144,26 @@ def _resource(project: Project, call: Callable[[], ToolResult]) -> str:
         raise ResourceError(project.error_line(str(exc))) from None
 
 
+async def _adopt_roots(project: Project, ctx: Context[Any, Any]) -> None:
+    """Started outside a project: serve the first root the client names that is one (MCP
+    roots, asked once per call until one is found; a client without them keeps the refusal)."""
+    if project.confirmed:
+        return
+    capabilities = ctx.client_capabilities
+    if capabilities is None or capabilities.roots is None:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # roots are deprecated in the newest protocol, still offered by clients
+            listed = await ctx.session.list_roots()
+    except Exception:  # noqa: BLE001 - a client that cannot answer leaves the refusal in place
+        return
+    for root in listed.roots:
+        uri = str(root.uri)
+        if uri.startswith("file://") and project.adopt(Path(unquote(urlparse(uri).path))):
+            return
+
+
 def build_server(project: Project) -> SelfhealMCPServer:
     """The MCP server of ``project``: six tools and two resource templates."""
     app = SelfhealMCPServer(project)
@@ -127,15 +175,28 @@ def build_server(project: Project) -> SelfhealMCPServer:
     runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
     @app.tool(annotations=runs)
-    def run_tests(selection: Optional[List[str]] = None, pytest_args: Optional[List[str]] = None) -> CallToolResult:
+    async def run_tests(ctx: Context[Any, Any], selection: Optional[List[str]] = None,
+                        pytest_args: Optional[List[str]] = None) -> Annotated[CallToolResult, Verdict]:
         """Run `pytest --selfheal` (optionally only `selection`: node ids or paths; `pytest_args`:
         allowlisted pytest options such as -x, -k EXPR, --tb short; omitted: the open incident's
         own options). A failing run is captured as an incident; with an incident open, the run
         is its next iteration (with the options it was captured with). Returns the verdict:
         CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
-        progress, counts, and a digest of the failures grouped by root cause."""
-        with changing:
-            return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args)))
+        progress, counts, and a digest of the failures grouped by root cause (largest first)."""
+        await _adopt_roots(project, ctx)
+        cancel = threading.Event()
+
+        def call() -> CallToolResult:
+            with changing:
+                return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args, cancel)))
+
+        try:
+            # An executor future is abandoned on cancel (the SDK's own worker threads are waited
+            # for): the call returns at once, and the event below stops pytest's process group
+            # within a fraction of a second (the thread then gives the lock back).
+            return await asyncio.get_running_loop().run_in_executor(None, call)
+        finally:
+            cancel.set()  # cancelled, or the client went away; after a finished run it changes nothing
 
     @app.tool(annotations=reads)
     def status() -> CallToolResult:
@@ -143,19 +204,25 @@ def build_server(project: Project) -> SelfhealMCPServer:
         return _result(_guarded(project.status))
 
     @app.tool(annotations=reads)
-    def show(incident_id: str, group: Optional[int] = None) -> CallToolResult:
+    def show(incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> CallToolResult:
         """A bounded digest of one incident (an id, a unique prefix, or `latest`): its root-cause
-        groups with the source files to fix (target paths) and the failing tests, fingerprints,
-        class, triage, the first line of each distinct failure, the plan and the attempts.
-        `group` (1, 2, ...): only that root-cause group, listed in full."""
-        return _result(_guarded(lambda: project.show(incident_id, group)))
+        groups, largest first, with the source files to fix (target paths) and the failing tests,
+        fingerprints, class, triage, the first line of each distinct failure, the plan and the
+        attempts. `group` (1, 2, ...): that root-cause group, every failing test with its first
+        line, page by page; `offset`: the first test of the page (the page's last line names the next)."""
+        return _result(_guarded(lambda: project.show(incident_id, group, offset)))
 
     @app.tool(annotations=runs)
-    def loop(incident_id: str) -> CallToolResult:
+    async def loop(ctx: Context[Any, Any], incident_id: str) -> CallToolResult:
         """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
         tests; flaky ones that pass resolve it) and return the result."""
-        with changing:
-            return _result(_guarded(lambda: project.loop(incident_id)))
+        await _adopt_roots(project, ctx)
+
+        def call() -> CallToolResult:
+            with changing:
+                return _result(_guarded(lambda: project.loop(incident_id)))
+
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:
@@ -169,7 +236,7 @@ def build_server(project: Project) -> SelfhealMCPServer:
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return _CannotAsk()
-        return Elicit(proposed.question, Approval)
+        return Elicit(_guarded(lambda: project.approval_question(proposed)), Approval)
 
     @app.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
     def apply(

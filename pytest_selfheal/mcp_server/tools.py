@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import collections
 import re
+import shlex
+import threading
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal import hooks, process
-from pytest_selfheal.config.files import find_project_root, load_config
+from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
@@ -26,7 +28,15 @@ from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
-from pytest_selfheal.mcp_server.digest import fit, incident_blocks, one_line, structured_size, verdict_lines
+from pytest_selfheal.mcp_server.digest import (
+    bounded_verdict,
+    fit,
+    group_page,
+    incident_blocks,
+    one_line,
+    structured_size,
+    verdict_lines,
+)
 from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import Redactor, default_redactor
@@ -36,6 +46,7 @@ from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store.root import Store
 
+FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
 PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
 _SECTION = re.compile(r"^-+ selfheal -+$")
@@ -80,11 +91,30 @@ class Project:
     """One project served over MCP: its root, its config (read at every call: the user may
     change it while the server runs), its reports root."""
 
-    def __init__(self, directory: Path, overrides: Sequence[str] = ()) -> None:
+    def __init__(self, directory: Path, overrides: Sequence[str] = (), *, confirmed: bool = True) -> None:
         self.directory = directory.resolve()
         self.root = find_project_root(self.directory)
         self.override_texts = list(overrides)
         self.overrides = [parse_override(text, "--set") for text in overrides]  # bad: UsageError (2) now
+        # False: started in a directory that is not a project (a client's / or $HOME); tests
+        # run only once a root the client names, or --root, is one.
+        self.confirmed = confirmed
+
+    def adopt(self, directory: Path) -> bool:
+        """Serve ``directory`` (a root the client named) when it is a project; whether it is."""
+        directory = directory.resolve()
+        if not directory.is_dir() or not is_project(directory):
+            return False
+        self.directory, self.root, self.confirmed = directory, find_project_root(directory), True
+        return True
+
+    def require_project(self) -> None:
+        """RefusedError unless the served directory is a project (tests are never run elsewhere)."""
+        if not self.confirmed:
+            raise RefusedError(
+                f"{self.directory} is not a project (no pytest config, setup.py, pyproject.toml or .git here or "
+                "above) and the client named no root that is one; not running tests there: start selfheal mcp "
+                "in the project or with --root DIR")
 
     def effective(self) -> EffectiveConfig:
         """The effective config now (a bad config file: one-line ConfigError)."""
@@ -129,21 +159,30 @@ class Project:
         return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
                               more="`selfheal status` lists them all", separator="\n"))
 
-    def show(self, incident_id: str, group: Optional[int] = None) -> ToolResult:
-        """The bounded digest of one incident, or of one of its root-cause groups in full."""
+    def show(self, incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> ToolResult:
+        """The bounded digest of one incident, or one page of one of its root-cause groups
+        (``group``, ranked by size; ``offset``: the first of its tests on the page)."""
         effective = self.effective()
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
         view = current_view(store, resolved)
+        limit = self._limit(effective)
+        if group is None:
+            if offset is not None:
+                raise UsageError("offset pages through one root-cause group: give group too")
+            more = (f"call show with group=N for one root-cause group in full; `selfheal show {resolved} --json` "
+                    "prints everything")
+            return ToolResult(fit(incident_blocks(view), limit, what="block(s) (root-cause groups, plan, attempts)",
+                                  more=more))
+        head = f"# Incident {resolved}\n"
         try:
-            blocks = incident_blocks(view, group)
+            return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
         except IndexError:
             raise UsageError(f"group {group}: incident {resolved} has {len(view['root_causes'])} "
                              "root-cause group(s), numbered from 1") from None
-        more = (f"call show with group=N for one root-cause group in full; `selfheal show {resolved} --json` "
-                "prints everything") if group is None else f"`selfheal show {resolved} --json` prints everything"
-        return ToolResult(fit(blocks, self._limit(effective), what="block(s) (root-cause groups, plan, attempts)",
-                              more=more))
+        except ValueError:
+            raise UsageError(f"offset {offset}: root-cause group {group} of incident {resolved} has fewer tests"
+                             ) from None
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
         """The RALF Lite Loop Report of one incident (default: the latest)."""
@@ -163,6 +202,7 @@ class Project:
 
     def loop(self, incident_id: str) -> ToolResult:
         """The verify-only loop of one incident, to its stop."""
+        self.require_project()
         effective = self.effective()
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
@@ -196,7 +236,8 @@ class Project:
                       allowlist=settings.verification.allowlist, root=self.root,
                       trusted=[*settings.verification.args, *replayed])
 
-    def run_tests(self, selection: Sequence[str] = (), pytest_args: Optional[Sequence[str]] = None) -> ToolResult:
+    def run_tests(self, selection: Sequence[str] = (), pytest_args: Optional[Sequence[str]] = None,
+                  cancel: Optional[threading.Event] = None) -> ToolResult:
         """``pytest --selfheal`` in a child process and the verdict of what it recorded.
 
         ``pytest_args`` None: the options the open incident's capture recorded (trusted like
@@ -205,13 +246,38 @@ class Project:
         """
         effective = self.effective()
         store = self.store(effective)
-        replayed: List[str] = []
+        verdict = self.run_verdict(effective, store, selection, pytest_args, cancel=cancel)
+        return self.verdict_result(store, verdict, self._limit(effective), redactor=self.redactor(effective))
+
+    def redactor(self, effective: EffectiveConfig) -> Redactor:
+        """The project's redactor (its configured patterns and variable names)."""
+        return default_redactor(effective.settings.redaction)
+
+    def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
+                    pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
+                    timeout: Optional[Tuple[float, str]] = None,
+                    cancel: Optional[threading.Event] = None) -> Dict[str, Any]:
+        """Run ``pytest --selfheal`` and return its verdict as a mapping (see :meth:`run_tests`).
+
+        ``trusted``: more arguments passed without the allowlist check (config the user wrote);
+        ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``);
+        ``cancel``: set from another thread, it stops pytest's whole process group.
+        """
+        self.require_project()
+        replayed: List[str] = list(trusted)
+        waiting = open_incidents(store)
         if pytest_args is None:
-            waiting = open_incidents(store)
             replayed = list(waiting[-1].options or []) if waiting else []
             pytest_args = replayed
+        elif waiting and waiting[-1].options is None and any(word.startswith("-") for word in pytest_args):
+            # Agent mode compares a run's options with the capture's; with none recorded it
+            # cannot, and would count a run with other options as the next iteration.
+            raise RefusedError(
+                f"incident {waiting[-1].incident_id} was captured before pytest options were recorded, so a run "
+                f"with options ({shlex.join(pytest_args)}) would count as its next iteration although it may "
+                "not run like the capture; call run_tests without pytest_args for its next iteration")
         self._check_words(effective, selection, pytest_args, replayed)
-        redactor = default_redactor(effective.settings.redaction)
+        redactor = self.redactor(effective)
         before = snapshot(store)
         tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
 
@@ -221,14 +287,17 @@ class Project:
         # No reports root of ours: the child reads the same config from the same directory.
         argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
                            [*selection, *pytest_args])
-        timeout = float(effective.settings.verification.timeout_seconds)
+        seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
+                                   "verification.timeout_seconds")
         ran = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
-                          timeout_seconds=timeout)
+                          timeout_seconds=seconds, cancel=cancel)
+        if cancel is not None and cancel.is_set():
+            raise SelfhealError("cancelled: the test run was stopped with its process group")
         lines = [redactor.redact(line) for line in tail]
         if not ran.started:
             raise SelfhealError(f"cannot start pytest ({argv[0]}): {ran.error}")
         if ran.timed_out:
-            raise SelfhealError(f"the test run passed its timeout of {timeout:g} s (verification.timeout_seconds) "
+            raise SelfhealError(f"the test run passed its timeout of {seconds:g} s ({key}) "
                                 "and was stopped; nothing was recorded for it")
         after = snapshot(store)
         captured = [i for i in after if i not in before]
@@ -238,9 +307,8 @@ class Project:
             first = next((one_line(line, 300) for line in lines if line.startswith(("ERROR", "E "))), "")
             raise SelfhealError(f"{describe_pytest_exit(code)} (exit code {code}); nothing was recorded"
                                 + (f": {first}" if first else ""))
-        verdict = self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
-                                _plugin_section(lines))
-        return self._verdict_result(effective, store, verdict, redactor)
+        return self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
+                             _plugin_section(lines))
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: Dict[str, int],
                  after: Snapshot, captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
@@ -318,20 +386,26 @@ class Project:
         if verdict["status"] == "resolved":
             return f"done: {verdict['incident_id']} is archived as resolved"
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
-        return one_line(report.get("recommended_next_action") or "call report for the loop report", 600)
+        action = one_line(report.get("recommended_next_action") or "read the loop report", 500)
+        # The agent's step is to stop; the rest is for the user it hands over to.
+        return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 
-    def _verdict_result(self, effective: EffectiveConfig, store: Store, verdict: Dict[str, Any],
-                        redactor: Redactor) -> ToolResult:
-        limit = self._limit(effective)
+    def verdict_result(self, store: Store, verdict: Dict[str, Any], limit: int, *, redactor: Redactor,
+                       structured: bool = True, more: Optional[str] = None) -> ToolResult:
+        """The verdict as a tool result: its lines and the open incident's root-cause groups,
+        the whole at most ``limit`` characters (``structured``: the verdict's JSON counted in);
+        ``more`` says where the groups left out are (default: the ``show`` tool)."""
         verdict = redactor.redact_obj(verdict)
         blocks = ["\n".join(verdict_lines(verdict))]
         open_id = verdict["incident_id"] if verdict.get("status") != "resolved" else None
         if open_id:
             blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
-        data = {k: v for k, v in verdict.items() if k != "plugin_lines"}
-        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data),
-                   more=f"call show with incident_id {open_id} (and group=N for one group in full)"
-                   if open_id else "call status")
+        data = bounded_verdict({k: v for k, v in verdict.items() if k != "plugin_lines"}, limit)
+        if more is None:
+            more = (f"call show with incident_id {open_id} (and group=N for one group in full)"
+                    if open_id else "call status")
+        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data) if structured else 0,
+                   more=more)
         return ToolResult(text, data)
 
     # ------------------------------------------------------------------ apply
@@ -343,11 +417,25 @@ class Project:
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
                               allow_binary=effective.settings.repair.allow_binary)
 
+    def approval_question(self, proposed: ProposedPatch) -> str:
+        """What the user is asked before ``apply``: the patch, its files, whether it was
+        verified (a partial patch says so) and the diff itself, redacted, within ``mcp.max_chars``."""
+        effective = self.effective()
+        limit = self._limit(effective)
+        question = self.redactor(effective).redact(proposed.question)
+        diff = self.redactor(effective).redact(proposed.patch.decode("utf-8", errors="replace"))
+        room = limit - len(question) - 2
+        if len(diff) > room:
+            note = f"\n[diff cut at {limit} characters; the whole patch: {proposed.path}]"
+            diff = diff[:max(room - len(note), 0)].rsplit("\n", 1)[0] + note
+        return (question + "\n\n" + diff)[:limit] if room > 0 else question[:limit]
+
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         """Apply a patch the user approved."""
         apply_proposed(self.store(), proposed)
+        partial = "" if proposed.verified else f" (the patch is {proposed.verdict})"
         return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "
-                          f"{', '.join(proposed.files)}")
+                          f"{', '.join(proposed.files)}{partial}")
 
 
 def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
@@ -372,4 +460,4 @@ def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
     return view
 
 
-__all__ = ["Project", "ToolResult"]
+__all__ = ["FOR_THE_USER", "Project", "ToolResult"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.errors import NotFoundError, RefusedError
@@ -35,6 +35,18 @@ class ProposedPatch(Frozen):
     working_tree: Path  # the top of the git repository it applies to
     summary: PatchSummary  # every file it writes, from the whole patch as git reads it
     already_applied: bool
+    verified: bool = False  # the loop resolved the incident with it: its tests passed
+    stop_reason: Optional[str] = None  # the loop's stop reason (run_result.json)
+
+    @property
+    def verdict(self) -> str:
+        """Whether the patch was verified, in words: a partial patch says so."""
+        if self.verified:
+            return "verified: the incident's tests passed with it"
+        if self.stop_reason == "tests_edited":
+            return "NOT a verified fix: the incident's tests passed only with test files edited (review them first)"
+        return (f"partial, NOT verified: the loop stopped with {self.stop_reason or 'no verdict'} "
+                "and the incident's tests did not pass with it")
 
     @property
     def files(self) -> List[str]:
@@ -44,8 +56,10 @@ class ProposedPatch(Frozen):
     @property
     def question(self) -> str:
         """The one question a human approves or declines: every file the patch writes, its
-        creations, deletions, renames, mode changes, symlinks and binary files."""
-        return f"Apply {FINAL_PATCH} of {self.incident_id} ({self.summary.text()}) to {self.working_tree}?"
+        creations, deletions, renames, mode changes, symlinks and binary files, and whether
+        the loop verified it."""
+        return (f"Apply {FINAL_PATCH} of {self.incident_id} ({self.summary.text()}) to {self.working_tree}? "
+                f"The patch is {self.verdict}.")
 
 
 def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False) -> ProposedPatch:
@@ -69,7 +83,10 @@ def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_
         raise RefusedError(
             f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
         )
-    return ProposedPatch(incident_id, patch, where, top, summary, verdict.already_applied)
+    result = store.read_run_result(incident_id)
+    verified = result is not None and result.final_status == "resolved"
+    return ProposedPatch(incident_id, patch, where, top, summary, verdict.already_applied,
+                         verified, result.stop_reason if result is not None else None)
 
 
 def apply_proposed(store: Store, proposed: ProposedPatch) -> None:

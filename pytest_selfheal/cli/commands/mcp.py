@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.mcp_server.tools import Project
 
@@ -37,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.root) if args.root else Path.cwd()
     if not directory.is_dir():
         raise UsageError(f"--root {directory}: not a directory")
-    project = Project(directory, args.overrides)  # a bad --set fails here, before serving
+    # Outside a project (clients start servers in / or $HOME) tests run only in a root the
+    # client names; --root is the user's word that the directory is the project.
+    project = Project(directory, args.overrides, confirmed=bool(args.root) or is_project(directory.resolve()))
     project.effective()  # so does a bad config file
     # The SDK (a heavy optional dependency) is imported only now, by the server module.
     serving = importlib.import_module("pytest_selfheal.mcp_server.server")

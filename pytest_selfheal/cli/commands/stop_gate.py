@@ -1,0 +1,68 @@
+"""``selfheal stop-gate claude|cursor``: answer a coding agent's stop hook from the loop's verdict;
+``selfheal stop-gate install claude|cursor``: install that hook (docs/agents.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pytest_selfheal.cli.commands._common import project_root
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.errors import EXIT_OK
+from pytest_selfheal.gate.agents import Agent, answer_json
+from pytest_selfheal.gate.install import install
+from pytest_selfheal.gate.run import stop_gate
+from pytest_selfheal.redact import default_redactor
+
+NAME = "stop-gate"
+HELP = "answer a coding agent's stop hook (Claude Code, Cursor) from the loop's verdict, or install that hook"
+
+AGENTS = [agent.value for agent in Agent]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``claude | cursor | install AGENT [--user] [--command CMD]``."""
+    sub = parser.add_subparsers(dest="gate_command", metavar="AGENT|install")
+    sub.required = True
+    for agent in Agent:
+        sub.add_parser(agent.value, help=f"the {agent.value} stop hook: reads its payload on stdin, "
+                                         "answers on stdout, always exits 0")
+    setup = sub.add_parser("install", help="write the hook into .claude/settings.json or .cursor/hooks.json")
+    setup.add_argument("agent", choices=AGENTS, help="the agent whose settings file gets the hook")
+    setup.add_argument("--user", action="store_true",
+                       help="the settings file in your home directory (every project), not the project's")
+    setup.add_argument("--command", default="", metavar="CMD",
+                       help="the command the hook runs (default: selfheal stop-gate AGENT, selfheal on the "
+                            "agent's PATH)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The hook: 0 always (a gate fails open). install: 0, 3 a settings file of another shape, 6 unwritable."""
+    if args.gate_command == "install":
+        return _install(args)
+    agent = Agent(args.gate_command)
+    try:
+        stream = getattr(sys.stdin, "buffer", None)  # the bytes; a text-only stdin (embedding) as text
+        raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        answer, lines = stop_gate(agent, raw)
+    except Exception as exc:  # noqa: BLE001 - a gate fails open: nothing may trap the agent
+        answer, lines = None, [f"selfheal: error: stop-gate {agent.value}: internal error "
+                               f"({type(exc).__name__}); letting the agent stop"]
+    redactor = default_redactor()
+    for line in lines:
+        sys.stderr.write(redactor.redact(line) + "\n")
+    sys.stdout.write(json.dumps(answer_json(agent, answer) if answer else {}, ensure_ascii=False) + "\n")
+    return EXIT_OK
+
+
+def _install(args: argparse.Namespace) -> int:
+    agent = Agent(args.agent)
+    root = project_root()
+    base = Path.home() if args.user else root
+    timeout = load_config(root).settings.gate.timeout_seconds
+    done = install(agent, base, timeout, args.command)
+    verb = "installed the stop hook in" if done.changed else "the stop hook is already in"
+    sys.stdout.write(f"{verb} {done.path}\n")
+    return EXIT_OK

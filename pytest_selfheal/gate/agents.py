@@ -1,0 +1,141 @@
+"""What the coding agents hand a stop hook and what they take back (pure; docs/agents.md).
+
+Claude Code runs the ``Stop`` hooks of ``.claude/settings.json``: the payload on stdin has
+``session_id``, ``cwd`` and ``stop_hook_active`` (true while the turn goes on because a stop
+hook blocked); the answer ``{"decision": "block", "reason": …}`` makes the agent continue
+with the reason as its instruction, ``{"systemMessage": …}`` is shown to the user.
+Cursor runs the ``stop`` hooks of ``.cursor/hooks.json``: the payload has
+``conversation_id``, ``workspace_roots`` and ``loop_count`` (follow-ups already sent);
+``{"followup_message": …}`` is sent as the next user message.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from enum import Enum
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from pytest_selfheal.errors import InputError
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is not one
+
+
+class Agent(str, Enum):
+    """The agents whose stop hook ``selfheal stop-gate`` answers."""
+
+    CLAUDE = "claude"
+    CURSOR = "cursor"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class HookPayload(Frozen):
+    """The parts of a stop hook's payload the gate reads."""
+
+    agent: Agent
+    session: str  # Claude's session_id, Cursor's conversation_id ("" when absent)
+    directory: Optional[str]  # Claude's cwd, Cursor's first workspace root
+    continued: bool  # the agent goes on because a stop hook blocked before
+    loop_count: Optional[int] = None  # Cursor: follow-ups already sent in this conversation
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GateAnswer(Frozen):
+    """The gate's answer: ``block`` (the agent must continue, ``message`` says with what) or
+    let it stop (``message``, when not empty, says why to the user)."""
+
+    block: bool
+    message: str = ""
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = data.get(name, default)
+    # bool is an int to isinstance: a ``true`` loop_count is as wrong as a string.
+    if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
+        raise InputError(f"hook payload: {name} is not a {kind.__name__}")
+    return value
+
+
+def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
+    """The payload ``raw`` (the hook's stdin) of ``agent``; InputError with one line when it is
+    not a JSON object of the agent's shape."""
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise InputError(f"hook payload: more than {MAX_PAYLOAD_BYTES} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))  # utf-8-sig: some agents send a byte-order mark
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"hook payload: not JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise InputError("hook payload: not a JSON object")
+    if agent is Agent.CLAUDE:
+        return HookPayload(agent, _field(data, "session_id", str, "") or "", _field(data, "cwd", str, None),
+                           bool(_field(data, "stop_hook_active", bool, False)))
+    roots = _field(data, "workspace_roots", list, []) or []
+    first = next((root for root in roots if isinstance(root, str) and root), None)
+    loops = _field(data, "loop_count", int, 0) or 0
+    if loops < 0:
+        raise InputError("hook payload: loop_count is negative")
+    return HookPayload(agent, _field(data, "conversation_id", str, "") or "", first, loops > 0, loops)
+
+
+def answer_json(agent: Agent, answer: GateAnswer) -> Dict[str, Any]:
+    """The JSON the agent reads on the hook's stdout (exit code 0 either way)."""
+    if agent is Agent.CLAUDE:
+        if answer.block:
+            return {"decision": "block", "reason": answer.message}
+        return {"systemMessage": answer.message} if answer.message else {}
+    return {"followup_message": answer.message} if answer.block else {}
+
+
+# --------------------------------------------------------------------------- settings files
+
+
+def hook_command(agent: Agent) -> str:
+    """The command the installed hook runs (``selfheal`` found on the agent's PATH)."""
+    return f"selfheal stop-gate {agent.value}"
+
+
+def _is_ours(entry: Any, agent: Agent) -> bool:
+    return isinstance(entry, Mapping) and f"stop-gate {agent.value}" in str(entry.get("command") or "")
+
+
+def _object(value: Any, where: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{where} is not a JSON object")
+    return value
+
+
+def _list(value: Any, where: str) -> List[Any]:
+    if not isinstance(value, list):
+        raise InputError(f"{where} is not a JSON list")
+    return value
+
+
+def merged_settings(agent: Agent, existing: Optional[Any], command: str,
+                    timeout_seconds: int) -> Tuple[Dict[str, Any], bool]:
+    """``existing`` (the parsed settings file, None when there is none) with the gate's stop
+    hook added, and whether anything changed. Every other key and hook is kept; a hook that
+    already runs ``stop-gate <agent>`` is left as it is (installing twice changes nothing).
+    InputError when the file's shape is not the agent's (nothing is written then)."""
+    settings = _object(copy.deepcopy(existing) if existing is not None else {}, "the settings file")
+    hooks = _object(settings.setdefault("hooks", {}), "hooks")
+    if agent is Agent.CLAUDE:
+        groups = _list(hooks.setdefault("Stop", []), "hooks.Stop")
+        for group in groups:
+            inner = _list(_object(group, "an entry of hooks.Stop").get("hooks", []), "hooks.Stop[].hooks")
+            if any(_is_ours(entry, agent) for entry in inner):
+                return settings, False
+        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout_seconds}]})
+        return settings, True
+    if settings.setdefault("version", 1) != 1:
+        raise InputError(f"version {json.dumps(settings['version'])} is not the hooks.json version 1")
+    entries = _list(hooks.setdefault("stop", []), "hooks.stop")
+    if any(_is_ours(_object(entry, "an entry of hooks.stop"), agent) for entry in entries):
+        return settings, False
+    entries.append({"command": command})
+    return settings, True
+
+
+__all__ = ["Agent", "GateAnswer", "HookPayload", "answer_json", "hook_command", "merged_settings",
+           "parse_payload"]

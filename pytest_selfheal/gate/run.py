@@ -1,0 +1,138 @@
+"""The stop gate's decision (edge; docs/agents.md): run the tests the way the MCP ``run_tests``
+tool does, and answer the agent from the verdict.
+
+- CONTINUE: block (Claude Code) or send a follow-up (Cursor) with the bounded digest, unless
+  the gate has already blocked ``max_iterations`` times in a row: then let the agent stop.
+- STOP, whatever the reason (``success``, ``repeated_fingerprint``, ``max_iterations``, reasons
+  added later…) or a green run: let the agent stop and say why.
+- Anything else (a payload that is not one, a directory that is not a project, a bad config, a
+  test run that cannot start or passes ``gate.timeout_seconds``): let the agent stop, and say
+  why in one line. A gate fails open: it must never trap the agent.
+
+Claude Code tells the hook only that it goes on because of a stop hook (``stop_hook_active``),
+not how many times; the gate counts its blocks of each session in
+``<reports root>/gate/claude-<hash of the session id>.json``. Cursor counts for us
+(``loop_count``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from pytest_selfheal.config.files import is_project
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_payload
+from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.mcp_server.digest import one_line
+from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
+from pytest_selfheal.store import fsio
+from pytest_selfheal.store.root import Store
+
+GATE_DIR = "gate"  # under the reports root: the block counts of Claude Code sessions
+GREEN = ("passed", "resolved")  # verdict statuses that mean nothing is left to fix
+
+
+def _state_path(store: Store, payload: HookPayload) -> Path:
+    key = hashlib.sha256(payload.session.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return Path(store.root) / GATE_DIR / f"{payload.agent.value}-{key}.json"
+
+
+def blocks_so_far(store: Store, payload: HookPayload) -> int:
+    """How many times in a row the gate has blocked this agent's session."""
+    if payload.agent is Agent.CURSOR:
+        return payload.loop_count or 0
+    if not payload.continued:
+        return 0  # the agent stops on its own: a new chain starts
+    try:
+        data = fsio.read_json(_state_path(store, payload))
+    except SelfhealError:
+        return 0  # none yet, or unreadable: the loop's own budget still bounds the chain
+    count = data.get("blocks") if isinstance(data, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
+
+
+def _remember(store: Store, payload: HookPayload, blocks: int) -> None:
+    if payload.agent is Agent.CURSOR:
+        return
+    path = _state_path(store, payload)
+    if blocks == 0 and not path.exists():
+        return  # nothing to reset: a green project gets no gate folder
+    fsio.ensure_dir(path.parent)
+    fsio.atomic_write_json(path, {"agent": payload.agent.value, "blocks": blocks})
+
+
+def _stop_text(verdict: Mapping[str, Any]) -> str:
+    if verdict.get("status") in GREEN:
+        return f"selfheal: tests passed; {verdict.get('summary')}"  # not "pass:", a password label to the redactor
+    reason = verdict.get("stop_reason") or verdict.get("status")
+    text = f"selfheal: STOP {reason}: {verdict.get('summary')}"
+    # The message is the user's: their step, not the agent's (which is to stop, as it does).
+    step = str(verdict.get("next") or "").split(FOR_THE_USER, 1)[-1]
+    return text + (f"; next: {step}" if step else "")
+
+
+CONTINUE_NEXT = ("fix the code at the target paths below, never the failing tests, then finish your turn "
+                 "again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
+
+
+def _digest(project: Project, store: Store, verdict: Dict[str, Any], limit: int, redactor: Any) -> str:
+    open_id = verdict.get("incident_id")
+    shown = {**verdict, "next": CONTINUE_NEXT}
+    more = f"`selfheal show {open_id}` prints the whole digest" if open_id else "`selfheal status` lists them"
+    return project.verdict_result(store, shown, limit, redactor=redactor, structured=False, more=more).text
+
+
+def decide(project: Project, payload: HookPayload) -> GateAnswer:
+    """Run the tests and answer from the verdict (a SelfhealError when they cannot be run)."""
+    effective = project.effective()
+    settings = effective.settings
+    store = project.store(effective)
+    blocks = blocks_so_far(store, payload)
+    gate = settings.gate
+    args: Optional[List[str]] = None if open_incidents(store) else list(gate.pytest_args)
+    verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
+                                  timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
+    redactor = project.redactor(effective)
+    if verdict.get("decision") != "CONTINUE":
+        _remember(store, payload, 0)
+        return GateAnswer(False, redactor.redact(one_line(_stop_text(verdict), gate.max_chars)))
+    if blocks >= settings.max_iterations:
+        _remember(store, payload, 0)
+        return GateAnswer(False, redactor.redact(one_line(
+            f"selfheal: the stop gate let the agent stop: it blocked {blocks} time(s) in a row, the loop's budget "
+            f"(max_iterations {settings.max_iterations}), and the tests still fail: {verdict.get('summary')}",
+            gate.max_chars)))
+    _remember(store, payload, blocks + 1)
+    return GateAnswer(True, _digest(project, store, verdict, int(gate.max_chars), redactor))
+
+
+def _directory(payload: HookPayload, env: Mapping[str, str], cwd: Path) -> Path:
+    # The payload's directory first; Claude Code also names the project in the environment.
+    named = payload.directory or env.get("CLAUDE_PROJECT_DIR") or ""
+    return (cwd / named).resolve() if named else cwd.resolve()
+
+
+def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
+              cwd: Optional[Path] = None) -> Tuple[GateAnswer, List[str]]:
+    """The answer to one stop hook call and the lines for stderr. Never raises a SelfhealError:
+    whatever goes wrong lets the agent stop, with one line saying why."""
+    try:
+        payload = parse_payload(agent, raw)
+        directory = _directory(payload, env, cwd or Path.cwd())
+        if not directory.is_dir():
+            raise SelfhealError(f"{directory}: not a directory")
+        if not is_project(directory):
+            raise SelfhealError(f"{directory} is not a project (no pytest config, setup.py, pyproject.toml "
+                                "or .git here or above); not running tests there")
+        answer = decide(Project(directory), payload)
+    except SelfhealError as exc:
+        return GateAnswer(False), [f"selfheal: error: stop-gate {agent.value}: {one_line(str(exc), 600)}; "
+                                   "letting the agent stop"]
+    lines = [answer.message] if agent is Agent.CURSOR and not answer.block and answer.message else []
+    return answer, lines
+
+
+__all__ = ["GATE_DIR", "blocks_so_far", "decide", "stop_gate"]

@@ -1,0 +1,209 @@
+"""``selfheal stop-gate claude|cursor`` driven as the agents drive it: a real subprocess, the
+agent's payload on stdin, its answer read from stdout (issue 26); ``install`` in process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import pytest
+
+from helpers import DETERMINISTIC, PY, cli, make_project, run_env, run_pytest_selfheal
+from pytest_selfheal.errors import EXIT_BAD_INPUT
+from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
+from pytest_selfheal.errors import InputError
+
+
+def claude_payload(project: Path, active: bool = False, session: str = "sess-1") -> Dict[str, Any]:
+    # The shape Claude Code sends a Stop hook.
+    return {"session_id": session, "transcript_path": str(project / "transcript.jsonl"), "cwd": str(project),
+            "permission_mode": "default", "hook_event_name": "Stop", "stop_hook_active": active}
+
+
+def cursor_payload(project: Path, loop_count: int = 0) -> Dict[str, Any]:
+    # The shape Cursor sends a stop hook.
+    return {"conversation_id": "conv-1", "generation_id": "gen-1", "hook_event_name": "stop",
+            "workspace_roots": [str(project)], "status": "completed", "loop_count": loop_count}
+
+
+def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] = None) -> Tuple[Dict[str, Any], str]:
+    """Run the hook as the agent does; returns its JSON answer and its stderr (exit code 0 always)."""
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", agent], input=raw, cwd=cwd,
+                          capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin", **(env or {})}))
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr, done.stderr
+    return json.loads(done.stdout), done.stderr.decode()
+
+
+def edit(project: Path, body: str) -> None:
+    """The agent's change to the code under test (``sub`` returns ``body``)."""
+    path = project / "test_calc.py"
+    path.write_text(path.read_text().replace(path.read_text().split("return ")[1].split("\n")[0], body))
+
+
+@pytest.fixture()
+def red(tmp_path: Path) -> Path:
+    project = make_project(tmp_path / "proj", {"test_calc.py": DETERMINISTIC})
+    result = run_pytest_selfheal(project)
+    assert result.returncode == 1, result.stdout
+    return project
+
+
+def test_claude_blocks_with_the_digest_then_lets_the_fixed_run_stop(red: Path) -> None:
+    edit(red, "a * b")  # a first try that does not fix it
+    answer, err = gate("claude", claude_payload(red), red)
+    assert answer["decision"] == "block", answer
+    reason = answer["reason"]
+    assert reason.startswith("CONTINUE: incident ") and "iteration 1 of 3" in reason
+    assert "## Root cause 1 of 1" in reason and "test_calc.py::test_sub" in reason
+    assert "never the failing tests" in reason and err == ""
+    incident = reason.split()[2]
+    edit(red, "a - b")
+    answer, err = gate("claude", claude_payload(red, active=True), red)
+    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; "), answer
+    assert f"incident {incident} is resolved" in answer["systemMessage"], answer  # whole, nothing redacted
+
+
+def test_claude_lets_a_stopped_loop_stop_and_says_why(red: Path) -> None:
+    # Nothing changed since the capture: the same fingerprint again, the loop stops.
+    answer, _ = gate("claude", claude_payload(red), red)
+    assert set(answer) == {"systemMessage"}, answer
+    assert answer["systemMessage"].startswith("selfheal: STOP repeated_fingerprint: "), answer
+    # The user's next step, not the MCP agent's "hand over" line.
+    assert "; next: " in answer["systemMessage"] and "report tool" not in answer["systemMessage"]
+
+
+def test_claude_never_blocks_past_the_budget(red: Path) -> None:
+    edit(red, "a * b")
+    answer, _ = gate("claude", claude_payload(red, session="s-budget"), red)
+    assert answer["decision"] == "block"
+    # Three blocks in a row already (max_iterations 3) and Claude Code goes on because of them.
+    state = next((red / ".selfheal" / "gate").glob("claude-*.json"))
+    state.write_text(json.dumps({"agent": "claude", "blocks": 3}))
+    edit(red, "a + b + 1")
+    answer, _ = gate("claude", claude_payload(red, active=True, session="s-budget"), red)
+    assert set(answer) == {"systemMessage"}, answer
+    assert "blocked 3 time(s) in a row" in answer["systemMessage"]
+
+
+def test_cursor_follows_up_then_stops_at_its_loop_count(red: Path) -> None:
+    edit(red, "a * b")
+    answer, err = gate("cursor", cursor_payload(red), red)
+    assert set(answer) == {"followup_message"} and "## Root cause 1 of 1" in answer["followup_message"]
+    edit(red, "a + b + 1")
+    answer, err = gate("cursor", cursor_payload(red, loop_count=3), red)
+    assert answer == {} and "blocked 3 time(s) in a row" in err and len(err.splitlines()) == 1
+
+
+def test_green_run_lets_the_agent_stop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "green", {"test_ok.py": "def test_ok():\n    assert True\n"})
+    answer, err = gate("claude", claude_payload(project), project)
+    assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; ")
+    assert not (project / ".selfheal" / "error_inbox").exists() or not any((project / ".selfheal" / "error_inbox").iterdir())
+    assert not (project / ".selfheal" / "gate").exists()  # nothing to count on a green project
+    answer, err = gate("cursor", cursor_payload(project), project)
+    assert answer == {} and err.startswith("selfheal: tests passed; ")
+
+
+@pytest.mark.parametrize("agent", ["claude", "cursor"])
+def test_garbage_on_stdin_lets_the_agent_stop_with_one_line(tmp_path: Path, agent: str) -> None:
+    answer, err = gate(agent, b"\xff\xfe{ garbage", tmp_path)
+    assert answer == {}
+    assert len(err.splitlines()) == 1 and err.startswith(f"selfheal: error: stop-gate {agent}: hook payload: ")
+
+
+@pytest.mark.parametrize("agent", ["claude", "cursor"])
+@pytest.mark.parametrize("text", ["garbage", "", "[1, 2]", '{"stop_hook_active": "yes", "loop_count": true}',
+                                  '{"cwd": 7, "workspace_roots": "/"}', "{" * 5000])
+def test_malformed_payloads_let_the_agent_stop(tmp_path: Path, agent: str, text: str) -> None:
+    code, out, err = cli("stop-gate", agent, cwd=tmp_path, stdin=text)
+    assert (code, json.loads(out)) == (0, {})
+    assert len(err.splitlines()) == 1 and err.startswith(f"selfheal: error: stop-gate {agent}: hook payload: ")
+
+
+def test_a_directory_that_is_not_a_project_runs_nothing(tmp_path: Path) -> None:
+    bare = tmp_path / "home"
+    bare.mkdir()
+    (bare / "test_x.py").write_text("def test_x():\n    assert False\n")
+    answer, err = gate("claude", claude_payload(bare), bare)
+    assert answer == {} and "is not a project" in err and len(err.splitlines()) == 1
+    assert not (bare / ".selfheal").exists()
+
+
+def test_payload_shapes_parse() -> None:
+    payload = parse_payload(Agent.CURSOR, b'\xef\xbb\xbf{"workspace_roots": ["/p"], "loop_count": 2}')
+    assert (payload.directory, payload.continued, payload.loop_count) == ("/p", True, 2)
+    with pytest.raises(InputError):
+        parse_payload(Agent.CURSOR, b'{"loop_count": -1}')
+    assert answer_json(Agent.CLAUDE, GateAnswer(False)) == {}
+    assert answer_json(Agent.CURSOR, GateAnswer(False, "why")) == {}
+
+
+# --------------------------------------------------------------------------- install
+
+
+@pytest.mark.parametrize("agent,relative", [("claude", ".claude/settings.json"), ("cursor", ".cursor/hooks.json")])
+def test_install_on_an_empty_project_then_again(tmp_path: Path, agent: str, relative: str) -> None:
+    project = make_project(tmp_path / "p", {}, git=False)
+    code, out, err = cli("stop-gate", "install", agent, cwd=project)
+    assert (code, err) == (0, "") and out == f"installed the stop hook in {project / relative}\n"
+    written = json.loads((project / relative).read_text())
+    if agent == "claude":
+        assert written == {"hooks": {"Stop": [{"hooks": [
+            {"type": "command", "command": "selfheal stop-gate claude", "timeout": 330}]}]}}
+    else:
+        assert written == {"version": 1, "hooks": {"stop": [{"command": "selfheal stop-gate cursor"}]}}
+    before = (project / relative).read_text()
+    code, out, _ = cli("stop-gate", "install", agent, cwd=project)
+    assert code == 0 and out.startswith("the stop hook is already in") and (project / relative).read_text() == before
+
+
+def test_install_keeps_the_users_other_settings(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {}, git=False)
+    existing = {"permissions": {"allow": ["Bash(ls)"]}, "hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit"}]}]}}
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(json.dumps(existing))
+    assert cli("stop-gate", "install", "claude", cwd=project).returncode == 0
+    written = json.loads((project / ".claude" / "settings.json").read_text())
+    assert written["permissions"] == existing["permissions"]
+    assert written["hooks"]["PreToolUse"] == existing["hooks"]["PreToolUse"]
+    assert written["hooks"]["Stop"][0] == existing["hooks"]["Stop"][0]
+    assert written["hooks"]["Stop"][1]["hooks"][0]["command"] == "selfheal stop-gate claude"
+    (project / ".cursor").mkdir()
+    (project / ".cursor" / "hooks.json").write_text(json.dumps(
+        {"version": 1, "hooks": {"afterFileEdit": [{"command": "fmt"}], "stop": [{"command": "say done"}]}}))
+    assert cli("stop-gate", "install", "cursor", cwd=project).returncode == 0
+    cursor = json.loads((project / ".cursor" / "hooks.json").read_text())
+    assert cursor["hooks"]["afterFileEdit"] == [{"command": "fmt"}]
+    assert cursor["hooks"]["stop"] == [{"command": "say done"}, {"command": "selfheal stop-gate cursor"}]
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"hooks": []}', '{"hooks": {"Stop": {}}}',
+                                  '{"hooks": {"Stop": ["x"]}}'])
+def test_install_leaves_a_malformed_settings_file_alone(tmp_path: Path, text: str) -> None:
+    project = make_project(tmp_path / "p", {}, git=False)
+    (project / ".claude").mkdir()
+    path = project / ".claude" / "settings.json"
+    path.write_text(text)
+    code, out, err = cli("stop-gate", "install", "claude", cwd=project)
+    assert code == EXIT_BAD_INPUT and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"selfheal: error: {path}: ") and err.rstrip().endswith("left unchanged")
+    assert path.read_text() == text
+
+
+def test_install_user_writes_the_home_file(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {}, git=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = run_env({"HOME": str(home)})
+    code, out, _ = cli("stop-gate", "install", "cursor", "--user", "--command", "/opt/bin/selfheal stop-gate cursor",
+                       cwd=project, env=env)
+    assert code == 0 and not (project / ".cursor").exists()
+    assert json.loads((home / ".cursor" / "hooks.json").read_text())["hooks"]["stop"] == [
+        {"command": "/opt/bin/selfheal stop-gate cursor"}]
