@@ -19,6 +19,7 @@ import pytest
 from helpers import PY, make_project, run_env
 from pytest_selfheal.mcp_server.digest import group_page, ranked_causes
 from pytest_selfheal.repair.apply import ProposedPatch
+from pytest_selfheal.repair.patch_summary import PatchSummary
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
@@ -264,10 +265,11 @@ def test_every_test_of_a_group_is_on_some_page_within_the_bound(limit: int) -> N
 
 
 def test_the_approval_question_says_whether_the_patch_was_verified(tmp_path: Path) -> None:
-    partial = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, ["a.py"], False,
+    summary = PatchSummary(("a.py",), (), (), ())
+    partial = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, summary, False,
                             verified=False, stop_reason="no_fix_found")
     assert partial.question.endswith("The patch is partial, NOT verified: the loop stopped with no_fix_found "
                                      "and the incident's tests did not pass with it.")
-    verified = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, ["a.py"], False,
+    verified = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, summary, False,
                              verified=True, stop_reason="success")
     assert verified.question.endswith("The patch is verified: the incident's tests passed with it.")

@@ -10,7 +10,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import pytest
 
-from helpers import DETERMINISTIC, PY, cli, make_project, run_env, run_pytest_selfheal
+from helpers import PY, cli, make_project, run_env, run_pytest_selfheal
 from pytest_selfheal.errors import EXIT_BAD_INPUT
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
 from pytest_selfheal.errors import InputError
@@ -39,15 +39,21 @@ def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] =
     return json.loads(done.stdout), done.stderr.decode()
 
 
+# The code under test in its own module: an agent's fix edits it, never a test file (a
+# pass with a test file edited is `tests_edited`, docs/repair.md).
+CALC = "def sub(a, b):\n    return a + b\n"
+TEST_CALC = "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 2) == 3\n"
+
+
 def edit(project: Path, body: str) -> None:
     """The agent's change to the code under test (``sub`` returns ``body``)."""
-    path = project / "test_calc.py"
+    path = project / "calc.py"
     path.write_text(path.read_text().replace(path.read_text().split("return ")[1].split("\n")[0], body))
 
 
 @pytest.fixture()
 def red(tmp_path: Path) -> Path:
-    project = make_project(tmp_path / "proj", {"test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
     result = run_pytest_selfheal(project)
     assert result.returncode == 1, result.stdout
     return project
