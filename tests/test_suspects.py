@@ -14,8 +14,13 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from pytest_selfheal.cli.main import main
+from pytest_selfheal.mcp_server.digest import incident_blocks
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.plan.groups import group_by_root_cause
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.store.root import Store
 from pytest_selfheal.plan.suspects import (
     EvidenceKind,
     excerpt,
@@ -237,6 +242,29 @@ def test_with_the_spectrum_one_fault_is_one_action_and_its_doctest_joins_its_cod
     assert cache["assertion"].startswith("tests/test_cache.py:")
     assert percent["suspects"][0]["name"] == "percent" and percent["target_paths"][0] == "cache.py"
     assert any(n.endswith("cache.py::cache.percent") for n in percent["nodeids"])
+
+
+def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """plan.md, `selfheal show`, the MCP digest, the repair prompt and the report (the PR
+    comment's markdown) carry the top suspect's path:line; all but the report its code."""
+    _capture(pytester, "--selfheal-spectrum")
+    root = pytester.path / ".selfheal"
+    store = Store(root)
+    (incident_id,) = store.incident_ids()
+    bug = "while len(self._data) >= self.maxsize - 1:"
+    assert "- Where: cache.py:10 in Cache.__setitem__" in store.read_plan_md(incident_id) and bug in store.read_plan_md(incident_id)
+    capsys.readouterr()
+    assert main(["show", incident_id, "--dir", str(root)]) == 0
+    shown = capsys.readouterr().out
+    assert "- where: cache.py:10 (assertion tests/test_cache.py:" in shown
+    assert f" 9 |             {bug}" in shown and "> 10 |                 self.popitem()" in shown  # indented as in the file
+    digest = "\n".join(incident_blocks(incident_view(store, incident_id)))
+    assert "where: cache.py:10 (assertion tests/test_cache.py:" in digest and bug in digest
+    prompt = build_prompt(incident=store.read_incident(incident_id), plan=store.read_plan(incident_id), attempts=[],
+                          iteration=1, max_iterations=3, log_tail="", allowed_paths=["cache.py"], remaining_budget=2)
+    assert "  - Where: cache.py:10 in Cache.__setitem__" in prompt and bug in prompt
+    assert main(["report", incident_id, "--dir", str(root), "--format", "md"]) == 0
+    assert "at `cache.py:10`" in capsys.readouterr().out
 
 
 def test_without_the_spectrum_the_traceback_s_shared_callee_still_merges_symptoms(
