@@ -1,15 +1,19 @@
 """Suspects: the buggy function first, one action per fault, `file:line` and code in the plan.
 
-A one-character bug in a cache's shared ``__setitem__`` (its eviction bound) surfaces as
-``IndexError`` in two ``popitem``s, as ``KeyError`` in ``__missing__`` and as wrong lengths
-in the tests themselves: many symptoms, one buggy function.
+A one-character bug in a cache's shared ``__setitem__`` (its eviction bound, the first
+mutant of the localisation benchmark's corpus) surfaces as ``IndexError`` in two
+``popitem``s, as ``KeyError`` in ``__missing__`` and as wrong lengths in the tests
+themselves: many symptoms, one buggy function.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import textwrap
+import shutil
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -30,92 +34,33 @@ from pytest_selfheal.plan.suspects import (
     spectrum_scores,
 )
 
-CACHE = '''
-class Cache:
-    def __init__(self, maxsize):
-        self.maxsize = maxsize
-        self._data = {}
-        self._order = []
-
-    def __setitem__(self, key, value):
-        if key not in self._data:
-            while len(self._data) >= self.maxsize - 1:  # the bug: the bound is maxsize
-                self.popitem()
-            self._order.append(key)
-        self._data[key] = value
-
-    def __getitem__(self, key):
-        if key in self._data:
-            return self._data[key]
-        return self.__missing__(key)
-
-    def __missing__(self, key):
-        raise KeyError(key)
-
-    def __len__(self):
-        return len(self._data)
-
-    def get(self, key, default=None):
-        return self._data.get(key, default)
-
-    def popitem(self):
-        key = self._order.pop(0)
-        return key, self._data.pop(key)
+CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "localisation" / "corpus.py"
 
 
-class LRUCache(Cache):
-    def popitem(self):
-        key = self._order.pop()
-        return key, self._data.pop(key)
+def _corpus() -> ModuleType:
+    """The localisation benchmark's corpus (its projects and mutants): the one home of the
+    cache hierarchy these tests and the benchmark both break."""
+    spec = importlib.util.spec_from_file_location("selfheal_localisation_corpus", CORPUS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NamedTuple looks its module up
+    spec.loader.exec_module(module)
+    return module
 
 
-class FIFOCache(Cache):
-    pass
+corpus = _corpus()
+SETITEM_BUG = corpus.MUTANTS[0]  # the eviction bound of Cache.__setitem__: maxsize - 1
+PERCENT_BUG = next(m for m in corpus.MUTANTS if m.function == "percent")
 
 
-def percent(value):
-    """The value as a percentage.
-
-    >>> percent(0.5)
-    '50%'
-    """
-    return f"{value * 10:.0f}%"
-'''
-
-TESTS = '''
-import pytest
-from cache import Cache, FIFOCache, LRUCache, percent
-
-@pytest.mark.parametrize("cls", [LRUCache, FIFOCache])
-def test_one_slot(cls):
-    c = cls(1)
-    c["a"] = 1
-    assert c["a"] == 1
-
-@pytest.mark.parametrize("cls", [Cache, LRUCache, FIFOCache])
-def test_full_keeps_all(cls):
-    c = cls(2)
-    c["a"] = 1
-    c["b"] = 2
-    assert len(c) == 2
-
-def test_lookup_after_fill():
-    c = FIFOCache(2)
-    c["a"] = 1
-    c["b"] = 2
-    assert c["a"] == 1
-
-def test_small_fill_passes():
-    c = Cache(10)
-    c["a"] = 1
-    assert c.get("a") == 1
-
-def test_empty_get_passes():
-    assert Cache(3).get("x") is None
-
-def test_percent_of_a_whole():
-    assert percent(1) == "100%"
-'''
+def mutated(project: Path, mutant: Any) -> None:
+    """Write the corpus project of ``mutant`` below ``project`` with the mutant injected."""
+    for rel, text in corpus.PROJECTS[mutant.project].items():
+        path = project / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip("\n"))
+    target = project / mutant.path
+    target.write_text(target.read_text().replace(mutant.old, mutant.new))
 
 
 def ref(path: str, name: str, line: Optional[int] = None) -> Dict[str, Any]:
@@ -190,7 +135,7 @@ def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
 
 
 def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
-    source = textwrap.dedent(CACHE).splitlines()
+    source = str(corpus.CACHES).lstrip("\n").replace(SETITEM_BUG.old, SETITEM_BUG.new).splitlines()
     plan = build_plan({"incident_id": "incident_20260101_000000_abc", "failures": SHARED_CALLEE},
                       generated_at="2026-01-01T00:00:00+00:00",
                       source=lambda path: source if path == "cache.py" else None)
@@ -199,22 +144,21 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     assert action["root_cause"] == {"evidence": "stack", "path": "cache.py", "name": "Cache.__setitem__"}
     assert action["suspects"][0] == {"path": "cache.py", "name": "Cache.__setitem__", "line": 10,
                                      "score": round(ochiai(4, 5), 3), "evidence": "stack", "failures": 5}
-    assert action["excerpt"]["start"] == 8 and "maxsize - 1" in action["excerpt"]["lines"][2]
+    assert action["excerpt"]["start"] == 8 and "maxsize - 1" in action["excerpt"]["lines"][1]
     md = render_plan_md(plan)
     assert "- Where: cache.py:10 in Cache.__setitem__ (stack, 5 failure(s), score 0.89)" in md
-    assert "> 10 |             while len(self._data) >= self.maxsize - 1:" in md
+    assert "   9 |             while len(self._data) >= self.maxsize - 1:" in md
+    assert "> 10 |                 self.popitem()" in md
 
 
 # ---------------------------------------------------------------- end to end (pytester)
 
 
-def _capture(pytester: pytest.Pytester, *args: str) -> Dict[str, Any]:
-    pytester.makepyfile(cache=CACHE)
-    pytester.mkdir("tests")
-    pytester.path.joinpath("tests", "test_cache.py").write_text(TESTS)
-    pytester.makeini("[pytest]\npythonpath = .\naddopts = --doctest-modules\n")
+def _capture(pytester: pytest.Pytester, mutant: Any, *args: str, failed: int, passed: int) -> Dict[str, Any]:
+    mutated(pytester.path, mutant)
+    shutil.rmtree(pytester.path / ".selfheal", ignore_errors=True)  # a fresh capture, not the next iteration
     result = pytester.runpytest("--selfheal", "-p", "no:cacheprovider", *args)
-    result.assert_outcomes(failed=8, passed=2)
+    result.assert_outcomes(failed=failed, passed=passed)
     plans = list((pytester.path / ".selfheal" / "error_plans").glob("*/plan.json"))
     assert len(plans) == 1
     plan: Dict[str, Any] = json.loads(plans[0].read_text())
@@ -225,55 +169,56 @@ def _names(plan: Dict[str, Any]) -> List[Any]:
     return [(a["root_cause"].get("name"), len(a["nodeids"])) for a in plan["actions"]]
 
 
-def test_with_the_spectrum_one_fault_is_one_action_and_its_doctest_joins_its_code_failure(
-    pytester: pytest.Pytester,
-) -> None:
-    plan = _capture(pytester, "--selfheal-spectrum")
-    # The cache's bug (6 tests through IndexError, KeyError and wrong lengths) is one action
-    # whose first suspect is the buggy function; the percent bug (a test and its doctest) another.
-    assert _names(plan) == [("Cache.__setitem__", 6), ("percent", 2)]
-    cache, percent = plan["actions"]
-    # Ranked by the spectrum; the line is the traceback's where one passed through it.
-    assert cache["where"] == "cache.py:10" and cache["suspects"][0]["evidence"] == "stack"
+def test_a_shared_callee_fault_is_one_action_with_the_spectrum(pytester: pytest.Pytester) -> None:
+    """Seven failures through IndexError in two popitems, KeyError in __missing__ and wrong
+    lengths: without the spectrum two actions (the KeyError's traceback never passes the
+    bug), the largest first and led by the buggy function; with it, one."""
+    plan = _capture(pytester, SETITEM_BUG, failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 4), ("Cache.__missing__", 3)]
+    plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 7)]
+    (action,) = plan["actions"]
+    assert action["where"] == "caches.py:10" and action["assertion"] == "tests/test_caches.py:7"
+    assert [s["name"] for s in action["suspects"][:2]] == ["Cache.__setitem__", "Cache.popitem"]
+    assert any("maxsize - 1" in line for line in action["excerpt"]["lines"])
+
+
+def test_a_doctest_joins_its_code_failure_with_the_spectrum(pytester: pytest.Pytester) -> None:
+    """percent's bug fails its doctest (no traceback into the code, no calls), two tests of
+    it and a test of summary, which calls it: one action with the spectrum."""
+    plan = _capture(pytester, PERCENT_BUG, failed=4, passed=5)
+    assert _names(plan) == [("percent", 2), ("summary", 1), (None, 1)]  # the doctest: a fingerprint of its own
+    plan = _capture(pytester, PERCENT_BUG, "--selfheal-spectrum", failed=4, passed=5)
+    assert _names(plan) == [("percent", 4)]
+    (action,) = plan["actions"]
+    assert any(n.endswith("core.py::textfmt.core.percent") for n in action["nodeids"])
+    assert action["where"] == "src/textfmt/core.py:1" and action["target_paths"][0] == "src/textfmt/core.py"
     incident = json.loads(next((pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")).read_text())
-    doctest = next(f for f in incident["failures"] if f["nodeid"].endswith("cache.percent"))
-    assert doctest["root_cause"]["spectrum"][0] == {"path": "cache.py", "name": "percent", "line": 43, "score": 0.5}
-    assert any("maxsize - 1" in line for line in cache["excerpt"]["lines"])
-    assert cache["assertion"].startswith("tests/test_cache.py:")
-    assert percent["suspects"][0]["name"] == "percent" and percent["target_paths"][0] == "cache.py"
-    assert any(n.endswith("cache.py::cache.percent") for n in percent["nodeids"])
+    doctest = next(f for f in incident["failures"] if f["nodeid"].endswith("textfmt.core.percent"))
+    # Run by the 4 failing tests and by one passing (summary of nothing): 4 / sqrt(4 * 5).
+    assert doctest["root_cause"] == {"spectrum": [{"path": "src/textfmt/core.py", "name": "percent", "line": 1,
+                                                   "score": 0.894}]}
 
 
 def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
     """plan.md, `selfheal show`, the MCP digest, the repair prompt and the report (the PR
     comment's markdown) carry the top suspect's path:line; all but the report its code."""
-    _capture(pytester, "--selfheal-spectrum")
+    _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", failed=7, passed=5)
     root = pytester.path / ".selfheal"
     store = Store(root)
     (incident_id,) = store.incident_ids()
     bug = "while len(self._data) >= self.maxsize - 1:"
-    assert "- Where: cache.py:10 in Cache.__setitem__" in store.read_plan_md(incident_id) and bug in store.read_plan_md(incident_id)
+    plan_md = store.read_plan_md(incident_id)
+    assert "- Where: caches.py:10 in Cache.__setitem__" in plan_md and bug in plan_md
     capsys.readouterr()
     assert main(["show", incident_id, "--dir", str(root)]) == 0
     shown = capsys.readouterr().out
-    assert "- where: cache.py:10 (assertion tests/test_cache.py:" in shown
+    assert "- where: caches.py:10 (assertion tests/test_caches.py:7)" in shown
     assert f" 9 |             {bug}" in shown and "> 10 |                 self.popitem()" in shown  # indented as in the file
     digest = "\n".join(incident_blocks(incident_view(store, incident_id)))
-    assert "where: cache.py:10 (assertion tests/test_cache.py:" in digest and bug in digest
+    assert "where: caches.py:10 (assertion tests/test_caches.py:7)" in digest and bug in digest
     prompt = build_prompt(incident=store.read_incident(incident_id), plan=store.read_plan(incident_id), attempts=[],
-                          iteration=1, max_iterations=3, log_tail="", allowed_paths=["cache.py"], remaining_budget=2)
-    assert "  - Where: cache.py:10 in Cache.__setitem__" in prompt and bug in prompt
+                          iteration=1, max_iterations=3, log_tail="", allowed_paths=["caches.py"], remaining_budget=2)
+    assert "  - Where: caches.py:10 in Cache.__setitem__" in prompt and bug in prompt
     assert main(["report", incident_id, "--dir", str(root), "--format", "md"]) == 0
-    assert "at `cache.py:10`" in capsys.readouterr().out
-
-
-def test_without_the_spectrum_the_traceback_s_shared_callee_still_merges_symptoms(
-    pytester: pytest.Pytester,
-) -> None:
-    plan = _capture(pytester)
-    names = _names(plan)
-    # The popitem symptoms and the wrong lengths of Cache's subclasses are one action led by
-    # __setitem__; the KeyError raised in __missing__ (its traceback never passes the bug) stays apart.
-    assert names[0] == ("Cache.__setitem__", 5)
-    assert ("Cache.__missing__", 1) in names
-    assert plan["actions"][0]["where"] == "cache.py:10"
+    assert "at `caches.py:10`" in capsys.readouterr().out
