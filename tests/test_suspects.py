@@ -222,3 +222,10 @@ def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.Capt
     assert "  - Where: caches.py:10 in Cache.__setitem__" in prompt and bug in prompt
     assert main(["report", incident_id, "--dir", str(root), "--format", "md"]) == 0
     assert "at `caches.py:10`" in capsys.readouterr().out
+
+
+def test_the_spectrum_travels_from_xdist_workers(pytester: pytest.Pytester) -> None:
+    """Each worker records its tests; the function keys ride on the reports to the controller."""
+    plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", "-p", "xdist", "-n", "2", failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 7)]
+    assert plan["actions"][0]["suspects"][1]["name"] == "Cache.popitem"

@@ -120,6 +120,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 names = [[s["name"] for s in a.get("suspects", [])] for a in plan["actions"]]
                 top1, top3 = score(mutant, names)
                 rows[mode].append((len(plan["actions"]), top1, top3, spent / plain))
+                print(f"{mode:9} {mutant.project}:{mutant.function} ({mutant.new.strip()!r}): "
+                      f"{len(plan['actions'])} action(s), suspects {names[0][:3] if names else []}")
                 if mode == modes[0]:
                     incident = read_json(root / ".selfheal" / "error_inbox", "incident.json") or {"failures": []}
                     groups = group_by_root_cause(incident["failures"], lambda f: f.get("signature"))
