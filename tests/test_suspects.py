@@ -229,3 +229,16 @@ def test_the_spectrum_travels_from_xdist_workers(pytester: pytest.Pytester) -> N
     plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", "-p", "xdist", "-n", "2", failed=7, passed=5)
     assert _names(plan) == [("Cache.__setitem__", 7)]
     assert plan["actions"][0]["suspects"][1]["name"] == "Cache.popitem"
+
+
+def test_the_excerpt_is_redacted_like_every_other_plan_field(pytester: pytest.Pytester) -> None:
+    token = "ghp_" + "a1" * 18
+    pytester.makepyfile(mod=f'def check(x):\n    token = "{token}"\n    raise ValueError(x)\n')
+    pytester.makepyfile(test_mod="from mod import check\n\ndef test_check():\n    check(1)\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    (folder,) = (pytester.path / ".selfheal" / "error_plans").iterdir()
+    plan = json.loads((folder / "plan.json").read_text())
+    assert plan["actions"][0]["where"] == "mod.py:3" and plan["actions"][0]["excerpt"]["start"] == 1
+    for name in ("plan.json", "plan.md"):
+        text = (folder / name).read_text()
+        assert "raise ValueError(x)" in text and token not in text and "token = " in text
