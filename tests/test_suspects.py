@@ -184,10 +184,11 @@ def test_a_shared_callee_fault_is_one_action_with_the_spectrum(pytester: pytest.
 
 
 def test_a_doctest_joins_its_code_failure_with_the_spectrum(pytester: pytest.Pytester) -> None:
-    """percent's bug fails its doctest (no traceback into the code, no calls), two tests of
-    it and a test of summary, which calls it: one action with the spectrum."""
+    """percent's bug fails its doctest, two tests of it and a test of summary, which calls
+    it: one action with the spectrum, whatever else the doctest's evidence says."""
     plan = _capture(pytester, PERCENT_BUG, failed=4, passed=5)
-    assert _names(plan) == [("percent", 2), ("summary", 1), (None, 1)]  # the doctest: a fingerprint of its own
+    # Without it the test of summary (which names only summary) is an action of its own.
+    assert _names(plan)[0][0] == "percent" and ("summary", 1) in _names(plan)
     plan = _capture(pytester, PERCENT_BUG, "--selfheal-spectrum", failed=4, passed=5)
     assert _names(plan) == [("percent", 4)]
     (action,) = plan["actions"]
@@ -196,8 +197,8 @@ def test_a_doctest_joins_its_code_failure_with_the_spectrum(pytester: pytest.Pyt
     incident = json.loads(next((pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")).read_text())
     doctest = next(f for f in incident["failures"] if f["nodeid"].endswith("textfmt.core.percent"))
     # Run by the 4 failing tests and by one passing (summary of nothing): 4 / sqrt(4 * 5).
-    assert doctest["root_cause"] == {"spectrum": [{"path": "src/textfmt/core.py", "name": "percent", "line": 1,
-                                                   "score": 0.894}]}
+    assert doctest["root_cause"]["spectrum"] == [{"path": "src/textfmt/core.py", "name": "percent", "line": 1,
+                                                  "score": 0.894}]
 
 
 def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
