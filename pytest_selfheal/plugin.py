@@ -38,6 +38,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="do not capture this run, whatever the ini option selfheal says",
     )
     group.addoption(
+        "--selfheal-spectrum",
+        action="store_true",
+        default=None,
+        help="record which project functions each test runs, to rank the suspects of a capture's "
+        "failures by that spectrum (Ochiai); slows the run (ini: selfheal_spectrum)",
+    )
+    group.addoption(
         "--selfheal-dir",
         metavar="DIR",
         default=None,
@@ -82,6 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("selfheal", type="bool", default=False, help="enable pytest-selfheal")
     parser.addini("selfheal_loop", type="bool", default=False, help="run the loop after capture")
+    parser.addini("selfheal_spectrum", type="bool", default=False, help="record the coverage spectrum of the run")
     for ini_name in INI_KEYS:
         if ini_name == "selfheal_config":
             parser.addini(ini_name, type="linelist", default=[], help="ralf_lite KEY=VALUE overrides")

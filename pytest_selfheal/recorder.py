@@ -21,6 +21,7 @@ from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.evidence import Resolver, traceback_of
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir
+from pytest_selfheal.capture.spectrum import SpectrumHook
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
@@ -54,6 +55,7 @@ _FLAG_KEYS = {
 }
 _PLUGIN_NAME = "selfheal-recorder"
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
+_SPECTRUM_NAME = "selfheal-spectrum"
 # The report attribute carrying a failure's root-cause evidence: a plain dict, so that
 # xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
@@ -80,13 +82,19 @@ def start(config: pytest.Config) -> None:
         effective = load_effective_config(config)
     except SelfhealError as exc:
         raise pytest.UsageError(f"selfheal: {exc}") from None
-    if hasattr(config, "workerinput"):
+    worker = hasattr(config, "workerinput")
+    spectrum: Optional[SpectrumHook] = None
+    if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
+                                                 and config.getini("selfheal_spectrum")):
+        spectrum = SpectrumHook(str(config.rootpath), worker=worker)
+        config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
+    if worker:
         # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
         config.pluginmanager.register(WorkerRootCauseHook(str(config.rootpath)), _ROOT_CAUSE_NAME)
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence), _PLUGIN_NAME)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), _PLUGIN_NAME)
 
 
 def _ini_values(config: pytest.Config) -> Dict[str, str]:
@@ -210,10 +218,12 @@ class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(
-        self, config: pytest.Config, effective: "EffectiveConfig", evidence: Optional[Dict[str, Dict[str, Any]]] = None
+        self, config: pytest.Config, effective: "EffectiveConfig", evidence: Optional[Dict[str, Dict[str, Any]]] = None,
+        spectrum: Optional[SpectrumHook] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
+        self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self.effective = effective
         self.failed: List[FailedReport] = []
         self.tests = 0
@@ -350,6 +360,10 @@ class Recorder:
             replace(r, root_cause=self.evidence[r.nodeid]) if not r.root_cause and r.nodeid in self.evidence else r
             for r in self.failed
         ]
+        if self.spectrum is not None:
+            ranked = self.spectrum.evidence()
+            self.failed = [replace(r, root_cause={**(r.root_cause or {}), "spectrum": ranked[r.nodeid]})
+                           if r.nodeid in ranked else r for r in self.failed]
         failures = analyse_run(
             config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings,
             redactor=self.redactor,

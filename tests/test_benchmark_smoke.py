@@ -106,3 +106,10 @@ def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: List[str])
     assert out.count("time ratio selfheal/plain: CPU ") == 2 and out.count("peak RSS over idle: ") == 3
     kept = min(int(args[3]), 10_000)
     assert f"failures kept: {kept}" in out
+
+
+def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
+    # One fault, the default capture only: the table has its rows, FauxPy's says "not run".
+    out = run_benchmark("localisation/run.py", ["--limit", "1", "--modes", "evidence"], tmp_path)
+    assert "1 faults kept of 1 mutants" in out
+    assert "| previous | 1 |" in out and "| evidence | 1 |" in out and "| fauxpy | not run |" in out

@@ -21,7 +21,7 @@ CORE = """
     import functools
     import json
 
-    __all__ = ["add", "Calc", "dumps_sorted", "wrapped"]
+    __all__ = ["add", "Calc", "dumps_sorted", "wrapped", "Sub"]
 
     def add(a, b):
         return a - b
@@ -48,12 +48,22 @@ CORE = """
 
     def halve(x):  # not exported: only a local import reaches it
         return x * 2
+
+    class Base:
+        def put(self, key):
+            return self._store(key)
+
+        def _store(self, key):
+            raise KeyError(key)
+
+    class Sub(Base):
+        pass
 """
 
 TESTS = """
     import json
     import {pkg}
-    from {pkg} import add, Calc, dumps_sorted, wrapped
+    from {pkg} import add, Calc, dumps_sorted, wrapped, Sub
 
     def _helper(n):
         return add(n, n)
@@ -88,6 +98,9 @@ TESTS = """
 
     def test_through_a_helper_that_imports_locally():
         assert _local_import_helper(2) == 1
+
+    def test_through_a_base_class():
+        Sub().put("k")
 """
 
 
@@ -129,9 +142,10 @@ def core(project: Tuple[Path, ModuleType]) -> str:
 
 
 def test_a_re_export_resolves_to_the_defining_module(project: Tuple[Path, ModuleType]) -> None:
-    assert evidence(project, "test_direct") == {"calls": [{"path": core(project), "name": "add"}]}
+    # A called function carries the line of its def; the test's failing line is kept apart.
+    assert evidence(project, "test_direct")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     # `pkg.add(...)`: the module's attribute named in the same code.
-    assert evidence(project, "test_module_attribute") == {"calls": [{"path": core(project), "name": "add"}]}
+    assert evidence(project, "test_module_attribute")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
 
 
 def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleType]) -> None:
@@ -145,15 +159,29 @@ def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleTy
 
 
 def test_helpers_in_test_files_are_followed_libraries_ignored(project: Tuple[Path, ModuleType]) -> None:
-    assert evidence(project, "test_through_a_test_helper") == {"calls": [{"path": core(project), "name": "add"}]}
+    assert evidence(project, "test_through_a_test_helper")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     root, module = project
     func = module.test_library_only
     assert Resolver(str(root)).resolve(func, []) is None  # json is not the project's
-    assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped"}]
-    assert evidence(project, "test_nested_lambda")["calls"] == [{"path": core(project), "name": "add"}]
+    assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped", "line": 26}]
+    assert evidence(project, "test_nested_lambda")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     # A helper that imports inside its body (iniconfig's tests do): the module is found by its dotted name.
-    assert evidence(project, "test_through_a_helper_that_imports_locally") == {
-        "calls": [{"path": core(project), "name": "halve"}]}
+    assert evidence(project, "test_through_a_helper_that_imports_locally")["calls"] == [
+        {"path": core(project), "name": "halve", "line": 30}]
+
+
+def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: Tuple[Path, ModuleType]) -> None:
+    """What localisation reads beyond the innermost frame: the project frames the traceback
+    passed through (a shared callee shows there), the test's own failing line, a class's bases."""
+    found = evidence(project, "test_through_a_base_class")
+    method = sys.version_info >= (3, 11)
+    assert found["frame"] == {"path": core(project), "name": "Base._store" if method else "_store", "line": 38}
+    assert found["stack"] == [{"path": core(project), "name": "Base.put" if method else "put", "line": 35}]
+    test_file = f"tests/{project[1].__name__}.py"
+    assert found["test_line"] == {"path": test_file, "line": 41}
+    assert found["calls"] == [{"path": core(project), "name": "Sub", "bases": [f"{core(project)}::Base"]}]
+    # An exception raised in the test itself: no frame, no stack, only the test's line.
+    assert evidence(project, "test_direct")["test_line"] == {"path": test_file, "line": 10}
 
 
 def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) -> None:
@@ -200,12 +228,13 @@ def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
     assert found == [(core(project), "Calc.run"), (core(project), "add")]  # the dict is not the project's
     # In the evidence when the test's own code names no project definition.
     evidence = resolver.resolve(test_with_fixture, [], args)
-    assert evidence == {"calls": [{"path": core(project), "name": "Calc.run"}, {"path": core(project), "name": "add"}]}
+    assert evidence == {"calls": [{"path": core(project), "name": "Calc.run", "line": 11},
+                                  {"path": core(project), "name": "add", "line": 7}]}
     # A fixture whose class has none of the names the test uses: the class itself.
     assert resolver.fixture_calls(lambda calc: calc.other(), {"calc": calc_class()}) == [(core(project), "Calc")]
     # A test that names a project function itself: that is the evidence, not its fixtures.
     evidence = resolver.resolve(module.test_direct, [], {"calc": calc_class()})
-    assert evidence == {"calls": [{"path": core(project), "name": "add"}]}
+    assert evidence == {"calls": [{"path": core(project), "name": "add", "line": 7}]}
 
 
 def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_path: Path) -> None:

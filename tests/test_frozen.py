@@ -159,7 +159,7 @@ def test_records_keep_their_behaviour() -> None:
     ref = CodeRef.from_json(doc, "x")
     assert ref == CodeRef(path="src/a.py", name="f", line=3, extra=(("more", (1,)),))
     assert ref != CodeRef(path="src/a.py", name="f", line=3)
-    assert repr(ref) == "CodeRef(path='src/a.py', name='f', line=3, extra=(('more', (1,)),))"
+    assert repr(ref) == "CodeRef(path='src/a.py', name='f', line=3, bases=(), score=None, extra=(('more', (1,)),))"
     entry = FailureEntry(nodeid="t::x", root_cause=RootCause(frame=ref))
     assert entry == dataclasses.replace(entry) and hash(entry) == hash(dataclasses.replace(entry))
     assert len({entry, dataclasses.replace(entry, keys=("nodeid",))}) == 1

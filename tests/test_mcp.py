@@ -119,6 +119,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             assert not shown.is_error and size_of(shown) <= LIMIT
             # One root cause, in the file that defines add, not the package that re-exports it.
             assert "## Root cause 1 of 1: A1: pkg/core.py::add" in digest
+            assert "where: pkg/core.py:" in digest  # the top suspect's path:line and its code
             assert "150 failing test(s)" in digest and "target paths (fix here): pkg/core.py" in digest
             assert "pkg/__init__.py" not in digest
             assert "failures (150 distinct first line(s)):" in digest and "… 145 more distinct" in digest

@@ -25,7 +25,7 @@ from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlo
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.jsondoc import JsonRecord
-from pytest_selfheal.records.plan import GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry
+from pytest_selfheal.records.plan import Excerpt, GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry, SuspectEntry
 from pytest_selfheal.records.run_result import (
     DecisionContext,
     DecisionOption,
@@ -41,7 +41,8 @@ TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"
 RECORDS: Dict[str, Type[JsonRecord]] = {"incident": Incident, "plan": Plan, "attempt": Attempt, "run_result": RunResult}
 ALL_RECORDS: Tuple[Type[JsonRecord], ...] = (
-    Incident, FailureEntry, RootCause, CodeRef, Plan, PlanAction, GroupKey, Hypothesis, ReplanEntry, Attempt,
+    Incident, FailureEntry, RootCause, CodeRef, Plan, PlanAction, GroupKey, SuspectEntry, Excerpt, Hypothesis,
+    ReplanEntry, Attempt,
     RepairBlock, RecordedDecision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
 )  # fmt: skip
 
@@ -118,16 +119,18 @@ def demo_snapshot() -> List[Tuple[str, str, Any]]:
 @pytest.fixture
 def captured(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, str, Any]]:
     """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test and a
-    bug in a source module (its failure carries root-cause evidence: a frame and calls), and
+    bug in a source module (its failure carries root-cause evidence: a frame, a stack, calls and
+    the run's spectrum), and
     one failure more than the capture keeps (its cap, lowered to 4: unverified_failures)."""
     from pytest_selfheal.junit import reader
 
     monkeypatch.setattr(reader, "MAX_FAILURES", 4)
-    pytester.makepyfile(shapes="def area(w, h):\n    raise ValueError('negative')\n")
+    pytester.makepyfile(shapes="def area(w, h):\n    return _checked(w * h)\n\ndef _checked(value):\n"
+                                "    raise ValueError('negative')\n\nclass Base:\n    pass\n\nclass Square(Base):\n    pass\n")
     pytester.makepyfile(
         test_t="""
 import pytest
-from shapes import area
+from shapes import area, Square
 
 class TestParser:
     @pytest.mark.tdd
@@ -136,7 +139,7 @@ class TestParser:
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_double(n):
-    assert n * 2 == 3
+    assert Square() and n * 2 == 3
 
 def test_area():
     assert area(1, 2) == 2
@@ -150,7 +153,7 @@ def test_zz_over_the_cap():
     here = os.getcwd()
     os.chdir(pytester.path / "sub")
     try:
-        pytester.runpytest("--selfheal", "--strict-markers", "--rootdir", str(pytester.path),
+        pytester.runpytest("--selfheal", "--selfheal-spectrum", "--strict-markers", "--rootdir", str(pytester.path),
                            str(pytester.path)).assert_outcomes(failed=5)
     finally:
         os.chdir(here)
@@ -204,8 +207,12 @@ def test_captured_incident_plan_and_events_round_trip_exactly(captured: List[Tup
                 "test_t.py::test_area",
             ]
             evidence = record.failures[3].root_cause
-            assert evidence is not None and evidence.frame == CodeRef(path="shapes.py", name="area", line=2)
-            assert evidence.calls == (CodeRef(path="shapes.py", name="area"),)
+            assert evidence is not None and evidence.frame == CodeRef(path="shapes.py", name="_checked", line=5)
+            assert evidence.stack == (CodeRef(path="shapes.py", name="area", line=2),)
+            assert evidence.test_line == CodeRef(path="test_t.py", line=14)
+            assert evidence.calls == (CodeRef(path="shapes.py", name="area", line=1),)
+            square = record.failures[1].root_cause
+            assert square is not None and square.calls == (CodeRef(path="shapes.py", name="Square", bases=("shapes.py::Base",)),)
             assert record.status == "planned" and record.extra == ()  # the capture planned it
 
 

@@ -104,7 +104,7 @@ def test_thirty_failures_of_one_bug_in_six_assertion_shapes_are_one_action(tmp_p
     incident_id = capture(project)
     incident = incident_of(project, incident_id)
     assert len(incident["failures"]) == 30
-    assert all(f["root_cause"]["calls"] == [{"path": "lib/window.py", "name": "window"}] for f in incident["failures"])
+    assert all([(c["path"], c["name"]) for c in f["root_cause"]["calls"]] == [("lib/window.py", "window")] for f in incident["failures"])
     plan = plan_of(project, incident_id)
     [action] = plan["actions"]
     assert action["root_cause"] == {"evidence": "calls", "path": "lib/window.py", "name": "window"}
@@ -249,6 +249,6 @@ def test_evidence_travels_from_xdist_workers(tmp_path: Path) -> None:
     incident_id = capture(project, "-p", "xdist", "-n", "2")
     failures = incident_of(project, incident_id)["failures"]
     assert len(failures) == 2
-    assert all(f["root_cause"]["calls"][0] == {"path": "shapes/core.py", "name": "area"} for f in failures)
+    assert all(f["root_cause"]["calls"][0]["name"] == "area" and f["root_cause"]["calls"][0]["path"] == "shapes/core.py" for f in failures)
     [action] = plan_of(project, incident_id)["actions"]
     assert action["target_paths"] == ["shapes/core.py"]

@@ -36,6 +36,11 @@ Definition = Tuple[str, str]
 
 # Called definitions recorded per failing test; more say nothing new and bloat incident.json.
 MAX_CALLS = 12
+# Project frames kept from a traceback's path to its innermost frame: the callers nearest
+# the symptom, where a shared callee (one buggy ``__setitem__`` under five ``popitem``s) shows.
+MAX_STACK = 8
+# Project base classes recorded for a called class (its methods' bugs are its bugs too).
+MAX_BASES = 4
 # Helpers in test files are followed this many levels below the test function.
 _HELPER_DEPTH = 1
 
@@ -49,7 +54,8 @@ def _code_names(code: types.CodeType) -> List[str]:
     return list(dict.fromkeys(names))
 
 
-def _qualname(code: types.CodeType) -> str:
+def qualname(code: types.CodeType) -> str:
+    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11)."""
     return str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
 
 
@@ -61,6 +67,7 @@ class Resolver:
         self._paths: Dict[str, Optional[str]] = {}
         self._defs: Dict[int, Tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
         self._calls: Dict[types.CodeType, List[Definition]] = {}
+        self._objects: Dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
     # ------------------------------------------------------------------ files
 
@@ -82,16 +89,34 @@ class Resolver:
         ``traceback`` holds pytest ``TracebackEntry`` objects (``path``, ``lineno`` 0-based,
         ``frame.code.raw``) or plain :class:`types.TracebackType` links.
         """
-        found: Optional[Dict[str, Any]] = None
+        return self.frames(traceback)[0]
+
+    def frames(
+        self, traceback: Iterable[Any]
+    ) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]], Optional[Dict[str, Any]]]:
+        """The innermost project frame outside the tests, the project frames the traceback
+        passed through on its way there (outermost first, at most :data:`MAX_STACK`, the
+        innermost excluded), and the last line of a test file it passed (``path``, ``line``:
+        the assertion, or the test's call that raised)."""
+        found: List[Dict[str, Any]] = []
+        in_test: Optional[Dict[str, Any]] = None
         for entry in traceback:
             code, lineno = _entry_code(entry)
             if code is None:
                 continue
             rel = self.relative(code.co_filename)
-            if rel is None or is_test_file(rel):
+            if rel is None:
                 continue
-            found = {"path": rel, "name": _qualname(code), "line": lineno}
-        return found
+            if is_test_file(rel):
+                in_test = {"path": rel, "line": lineno}
+                continue
+            found.append({"path": rel, "name": qualname(code), "line": lineno})
+        if not found:
+            return None, [], in_test
+        stack: List[Dict[str, Any]] = []
+        for item in found[:-1]:  # a recursive function once, at its innermost call
+            stack = [s for s in stack if (s["path"], s["name"]) != (item["path"], item["name"])] + [item]
+        return found[-1], stack[-MAX_STACK:], in_test
 
     # ------------------------------------------------------------------ calls
 
@@ -121,7 +146,10 @@ class Resolver:
         except Exception:  # an object with a hostile __getattr__ or unwrap loop says nothing
             return None
         rel = self.relative(filename)
-        return (rel, name) if rel is not None else None
+        if rel is None:
+            return None
+        self._objects.setdefault((rel, name), obj)
+        return rel, name
 
     def calls(self, function: Any) -> List[Definition]:
         """The project definitions (not in test files) that ``function``'s code names."""
@@ -188,10 +216,11 @@ class Resolver:
                     continue
                 found.extend(d for d in self._code_calls(code, namespace, _HELPER_DEPTH) if d not in found)
             raised = getattr(getattr(excinfo, "value", None), "exc_info", None)  # doctest.UnexpectedException
-            frame = self.frame(_links(raised[2])) if isinstance(raised, tuple) and len(raised) == 3 else None
+            frame = self.frames(_links(raised[2]))[0] if isinstance(raised, tuple) and len(raised) == 3 else None
+            calls = [self.where(d) for d in found[:MAX_CALLS]]
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
-        return _evidence(frame, found)
+        return _evidence(frame, calls)
 
     # ------------------------------------------------------------------ both
 
@@ -224,6 +253,24 @@ class Resolver:
                     found.append(where)
         return found
 
+    def where(self, definition: Definition) -> Dict[str, Any]:
+        """A called definition as evidence: ``path``, ``name``, the line of its ``def`` (a
+        function) or its project base classes as ``path::name`` (a class)."""
+        out: Dict[str, Any] = {"path": definition[0], "name": definition[1]}
+        obj = self._objects.get(definition)
+        if obj is None:
+            return out
+        if inspect.isclass(obj):
+            bases = [self.definition(b) for b in obj.__mro__[1:]]
+            named = [f"{b[0]}::{b[1]}" for b in bases if b is not None and not is_test_file(b[0])]
+            if named:
+                out["bases"] = named[:MAX_BASES]
+        else:
+            code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
+            if isinstance(code, types.CodeType):
+                out["line"] = code.co_firstlineno
+        return out
+
     def resolve(
         self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
     ) -> Optional[Dict[str, Any]]:
@@ -232,24 +279,33 @@ class Resolver:
         fixture values: their project classes count as calls when the test's own code
         names no project definition."""
         try:
-            frame = self.frame(traceback)
+            frame, stack, in_test = self.frames(traceback)
             called = self.calls(function) if function is not None else []
             if function is not None and funcargs and not called:
                 # Weaker than what the test's own code names: only when that is nothing.
                 called = self.fixture_calls(function, funcargs)
+            calls = [self.where(d) for d in called[:MAX_CALLS]]
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
-        return _evidence(frame, called)
+        return _evidence(frame, calls, stack, in_test)
 
 
-def _evidence(frame: Optional[Dict[str, Any]], called: List[Definition]) -> Optional[Dict[str, Any]]:
-    """The ``root_cause`` object of a frame and calls, or None when neither points anywhere."""
+def _evidence(frame: Optional[Dict[str, Any]], calls: List[Dict[str, Any]], stack: Any = (),
+              test_line: Any = None) -> Optional[Dict[str, Any]]:
+    """The ``root_cause`` object of a frame, the traceback's path, the test's own line and
+    the calls, or None when neither a frame nor a call points anywhere."""
+    if frame is None and not calls:
+        return None
     evidence: Dict[str, Any] = {}
     if frame is not None:
         evidence["frame"] = frame
-    if called:
-        evidence["calls"] = [{"path": path, "name": name} for path, name in called[:MAX_CALLS]]
-    return evidence or None
+    if stack:
+        evidence["stack"] = stack
+    if test_line is not None:
+        evidence["test_line"] = test_line
+    if calls:
+        evidence["calls"] = calls
+    return evidence
 
 
 def _links(tb: Any) -> List[Any]:
@@ -294,4 +350,4 @@ def traceback_of(excinfo: Any) -> List[Any]:
     return _links(tb)
 
 
-__all__ = ["MAX_CALLS", "Resolver", "traceback_of"]
+__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "qualname", "traceback_of"]

@@ -34,6 +34,7 @@ from pytest_selfheal.records.models import Failure
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.source import project_source
 from pytest_selfheal.store.writer import Published
 
 if TYPE_CHECKING:
@@ -167,7 +168,8 @@ def store_incident(
     ]
     def plan(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
         # From the fields this capture wrote: no re-read and re-validation of incident.json.
-        built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now())
+        built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now(),
+                           source=project_source(incident.get("rootdir")))
         return built, render_plan_md(built)
 
     # One step: the classification events, the plan and the move to `planned` are all in

@@ -55,6 +55,7 @@ from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.source import project_source
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
 
@@ -156,7 +157,8 @@ def ensure_plan(store: "Store", incident_id: str) -> Plan:
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
         # plan/build.py reads the incident as its JSON document.
-        plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=ev.format_ts())
+        incident = store.read_incident(incident_id)
+        plan = build_plan(incident.to_json(), generated_at=ev.format_ts(), source=project_source(incident.rootdir))
         store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
     if store.read_status(incident_id) == NEW:

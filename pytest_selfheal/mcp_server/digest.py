@@ -108,6 +108,10 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
     head = f"{cause['action']}: " if cause.get("action") else ""
     lines = [f"## Root cause {index} of {total}: {head}{where} "
              f"(evidence: {cause.get('evidence') or 'fingerprint'}), {len(nodeids)} failing test(s)"]
+    if cause.get("where"):  # the top suspect and a few lines of its code (plan/suspects.py)
+        lines.append(f"where: {one_line(cause['where'], 200)}"
+                     + (f" (assertion {one_line(cause['assertion'], 200)})" if cause.get("assertion") else ""))
+        lines.extend(f"  {one_line(line, 200)}" for line in (cause.get("excerpt") or [])[:8])
     targets = [str(p) for p in cause.get("target_paths") or []]
     if targets:
         lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")

@@ -37,6 +37,7 @@ from pytest_selfheal.plan.groups import (
     group_by_root_cause,
     selection_file,
 )
+from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     DOCTEST_MISMATCH,
@@ -48,6 +49,8 @@ from pytest_selfheal.records.models import (
     TYPECHECK,
     UNKNOWN,
 )
+from pytest_selfheal.records.jsondoc import FieldError
+from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.redacted import runnable_nodeid
 
 DONE_CRITERIA: Tuple[str, ...] = (
@@ -167,10 +170,16 @@ def _short_hash(text: str) -> str:
 
 def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[Group]:
     """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
-    failure type and normalised message."""
-    return group_by_root_cause(
+    failure type and normalised message; merged where their top suspect is one function, the
+    largest first (plan/suspects.py)."""
+    return [r.group for r in rank_failures(failures)]
+
+
+def rank_failures(failures: Sequence[Mapping[str, Any]]) -> List[RankedGroup]:
+    """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
+    return rank_groups(group_by_root_cause(
         failures, lambda f: (_str(f.get("failure_type"), UNKNOWN), normalised_message(f))
-    )
+    ))
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
@@ -222,7 +231,8 @@ def _collect_only(python: str) -> str:
     return " ".join(shlex.quote(arg) for arg in (python, "-m", "pytest", "-q", "--collect-only"))
 
 
-def _action(index: int, group: Group, python: str) -> Dict[str, Any]:
+def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Source]) -> Dict[str, Any]:
+    group = ranked.group
     members = group.members
     first = members[0]
     failure_type = _str(first.get("failure_type"), UNKNOWN)
@@ -264,6 +274,7 @@ def _action(index: int, group: Group, python: str) -> Dict[str, Any]:
         "failure_type": failure_type,
         "nodeids": nodeids,
         "root_cause": group.to_json(),
+        **locate(ranked, source),
     }
 
 
@@ -299,18 +310,23 @@ def _hypotheses(
     return hypotheses
 
 
-def build_plan(incident: Mapping[str, Any], *, generated_at: str, python: str = "python") -> Dict[str, Any]:
+def build_plan(
+    incident: Mapping[str, Any], *, generated_at: str, python: str = "python", source: Optional[Source] = None
+) -> Dict[str, Any]:
     """The ``plan.json`` document for ``incident`` (SPEC §7), revision 1.
 
     ``generated_at`` is passed in (ISO-8601 UTC) so the function stays pure. ``python`` is
-    the interpreter written at the head of the verification commands.
+    the interpreter written at the head of the verification commands. ``source`` reads a
+    project file's lines (None: unreadable) for the code excerpt around each action's top
+    suspect; without it the plan has no excerpts.
     """
     incident_id = incident.get("incident_id")
     if not isinstance(incident_id, str) or not incident_id:
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
     failures = _failures(incident)
-    groups = group_failures(failures)
-    actions = [_action(i, group, python) for i, group in enumerate(groups, start=1)]
+    ranked = rank_failures(failures)
+    groups = [r.group for r in ranked]
+    actions = [_action(i, r, python, source) for i, r in enumerate(ranked, start=1)]
     all_nodeids = _unique([n for a in actions for n in a["nodeids"]])
     first = actions[0]
     tests = len(all_nodeids)
@@ -382,6 +398,18 @@ def _fence(text: str) -> str:
 def _code_block(text: str, lang: str = "sh") -> List[str]:
     fence = _fence(text)
     return [f"{fence}{lang}", text, fence]
+
+
+def _where_md(action: Mapping[str, Any]) -> List[str]:
+    """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
+    try:
+        record = PlanAction.parse(action, "action")
+    except FieldError:  # a hand-edited plan.json: its table row is enough
+        return []
+    lines = [f"- {_shorten(line, 600)}" for line in where_lines(record)]
+    if record.excerpt is not None:
+        lines += [""] + _code_block("\n".join(record.excerpt.numbered()), "python")
+    return lines + [""] if lines else []
 
 
 def _listed(items: Any, limit: int) -> List[str]:
@@ -483,6 +511,7 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
         if action.get("signature"):
             signature = " ".join(str(action["signature"]).split()).replace("`", "'")
             block += [f"Signature: `{_shorten(signature, 300)}`", ""]
+        block += _where_md(action)
         for command in action.get("verification", []):
             block += _code_block(str(command))
         if not bounded.within(block):

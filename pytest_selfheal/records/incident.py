@@ -20,6 +20,7 @@ from pytest_selfheal.records.jsondoc import (
     empty_map,
     integer,
     nullable,
+    number,
     object_of,
     string,
     strings,
@@ -35,11 +36,15 @@ class CodeRef(JsonRecord):
         Field("path", string, required=True),
         Field("name", string),
         Field("line", nullable(integer)),
+        Field("bases", strings),
+        Field("score", number),
     )
 
     path: str  # repo-relative POSIX path, never a test file
     name: str = ""  # qualified name (``Stack.push``)
-    line: Optional[int] = None  # 1-based, frames only
+    line: Optional[int] = None  # 1-based: a frame's line, a called function's ``def``
+    bases: Tuple[str, ...] = ()  # a called class: its project base classes as ``path::name``
+    score: Optional[float] = None  # a spectrum entry: its Ochiai score
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
@@ -51,11 +56,17 @@ class RootCause(JsonRecord):
     KIND: ClassVar[str] = "root cause"
     FIELDS: ClassVar[Tuple[Field, ...]] = (
         Field("frame", CodeRef.parse),
+        Field("stack", array_of(CodeRef.parse)),
+        Field("test_line", CodeRef.parse),
         Field("calls", array_of(CodeRef.parse)),
+        Field("spectrum", array_of(CodeRef.parse)),
     )
 
     frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
+    stack: Tuple[CodeRef, ...] = ()  # the project frames on the way to it, outermost first
+    test_line: Optional[CodeRef] = None  # the last test-file line of the traceback (the assertion)
     calls: Tuple[CodeRef, ...] = ()  # the project functions and classes the test calls, where they are defined
+    spectrum: Tuple[CodeRef, ...] = ()  # --selfheal-spectrum: the functions it ran, most suspicious first
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

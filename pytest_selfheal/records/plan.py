@@ -2,7 +2,7 @@
 
 Contract fields first; the extensions are those ``plan/build.py`` writes: ``revision``,
 per action ``fingerprint``, ``fingerprints``, ``signature``, ``failure_type``, ``nodeids``,
-``test_paths``, ``root_cause``,
+``test_paths``, ``root_cause``, ``where``, ``assertion``, ``suspects``, ``excerpt``,
 per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summary``,
 ``replan_history`` and ``replanned_at_iteration``.
 """
@@ -13,7 +13,7 @@ from dataclasses import field
 from typing import ClassVar, Optional, Tuple
 
 from pytest_selfheal.records.frozen import dataclass
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, string, strings
+from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, number, string, strings
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -49,11 +49,68 @@ class GroupKey(JsonRecord):
         Field("name", string),
     )
 
-    evidence: str  # frame | calls | fingerprint
+    evidence: str  # frame | stack | calls | class | spectrum | fingerprint (plan/suspects.py)
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SuspectEntry(JsonRecord):
+    """One suspicious function of an action (plan/suspects.py): where, how suspicious, why."""
+
+    KIND: ClassVar[str] = "suspect"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("path", string, required=True),
+        Field("name", string, required=True),
+        Field("line", integer),
+        Field("score", number, required=True),
+        Field("evidence", string, required=True),
+        Field("failures", integer),
+    )
+
+    path: str
+    name: str
+    score: float
+    evidence: str  # frame | stack | calls | class | spectrum
+    line: Optional[int] = None
+    failures: int = 0  # the action's failures whose evidence names it
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+    @property
+    def where(self) -> str:
+        """``path:line`` (the path alone without a line)."""
+        return f"{self.path}:{self.line}" if self.line is not None else self.path
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Excerpt(JsonRecord):
+    """A few lines of code around the top suspect's line, read when the plan was built."""
+
+    KIND: ClassVar[str] = "excerpt"
+    FIELDS: ClassVar[Tuple[Field, ...]] = (
+        Field("path", string, required=True),
+        Field("start", integer, required=True),
+        Field("line", integer, required=True),
+        Field("lines", strings, required=True),
+    )
+
+    path: str
+    start: int  # the 1-based line number of lines[0]
+    line: int  # the suspect's line, inside lines
+    lines: Tuple[str, ...]
+    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+    def numbered(self) -> Tuple[str, ...]:
+        """The lines as ``  12 | code``, the suspect's line marked ``>``."""
+        width = len(str(self.start + len(self.lines) - 1))
+        return tuple(
+            f"{'>' if n == self.line else ' '} {n:>{width}} | {text}"
+            for n, text in enumerate(self.lines, start=self.start)
+        )
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -75,6 +132,10 @@ class PlanAction(JsonRecord):
         Field("nodeids", strings),
         Field("test_paths", strings),
         Field("root_cause", GroupKey.parse),
+        Field("where", string),
+        Field("assertion", string),
+        Field("suspects", array_of(SuspectEntry.parse)),
+        Field("excerpt", Excerpt.parse),
     )
 
     id: str
@@ -90,6 +151,10 @@ class PlanAction(JsonRecord):
     nodeids: Tuple[str, ...] = ()
     test_paths: Tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
     root_cause: Optional[GroupKey] = None  # the evidence that grouped the action's failures
+    where: Optional[str] = None  # the top suspect's path:line
+    assertion: Optional[str] = None  # the first failure's test line (path:line)
+    suspects: Tuple[SuspectEntry, ...] = ()  # most suspicious first
+    excerpt: Optional[Excerpt] = None  # code around the top suspect's line
     keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

@@ -368,6 +368,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
             "fingerprints": strs(action.get("fingerprints")),
             "signature": opt_str(action.get("signature")),
             "failure_type": opt_str(action.get("failure_type")),
+            **({"where": action["where"]} if isinstance(action.get("where"), str) else {}),  # the top suspect
         })
 
     new_failures: List[Dict[str, Any]] = []

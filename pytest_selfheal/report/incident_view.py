@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from pytest_selfheal.plan.build import group_failures
-from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.jsondoc import FieldError
+from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.store.root import Store
 
 
@@ -28,6 +29,7 @@ def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> Lis
                 "target_paths": list(action.get("target_paths") or []),
                 "test_paths": list(action.get("test_paths") or []),
                 "nodeids": list(action.get("nodeids") or []),
+                **where_of(action),
             })
         return out
     failures = [f for f in incident.get("failures") or [] if isinstance(f, dict)]
@@ -38,6 +40,26 @@ def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> Lis
             "target_paths": [], "test_paths": [],
             "nodeids": [str(m.get("nodeid") or m.get("test")) for m in group.members],
         })
+    return out
+
+
+def where_of(action: Dict[str, Any]) -> Dict[str, Any]:
+    """The action's *where* for a reader: ``where`` (the top suspect's ``path:line``),
+    ``assertion``, ``suspects`` (``name (path:line, score)``) and ``excerpt`` (numbered code
+    lines), each only when the plan has it."""
+    out: Dict[str, Any] = {}
+    try:
+        record = PlanAction.parse(action, "action")
+    except FieldError:  # a hand-edited plan: the rest of the view still shows
+        return out
+    if record.where:
+        out["where"] = record.where
+    if record.assertion:
+        out["assertion"] = record.assertion
+    if record.suspects:
+        out["suspects"] = [f"{s.name} ({s.where}, {s.evidence}, {s.score:.2f})" for s in record.suspects]
+    if record.excerpt is not None:
+        out["excerpt"] = list(record.excerpt.numbered())
     return out
 
 

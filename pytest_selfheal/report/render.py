@@ -255,7 +255,7 @@ def _section_tasks(report: Mapping[str, Any]) -> List[str]:
             stop = task.get("stop_reason")
             rows.append([
                 text(task.get("label") or task["task"], 80),
-                text(task.get("title") or DASH),
+                text(task.get("title") or DASH) + (f"<br>at {_codes([str(task['where'])])}" if task.get("where") else ""),
                 _codes(strs(task.get("nodeids")), sep="<br>"),
                 str(task["attempts"]),
                 _reason(stop) if stop else (NOT_RUN if not task["attempts"] else DASH),

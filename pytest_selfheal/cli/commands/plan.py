@@ -14,6 +14,7 @@ from pytest_selfheal.cli.commands._common import (
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
+from pytest_selfheal.store.source import project_source
 
 NAME = "plan"
 HELP = "print the remediation plan of an incident (--force: regenerate it from incident.json)"
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     store.locate(incident_id)
     if args.force:
         with store.lock():
-            plan = build_plan(store.read_incident(incident_id).to_json(), generated_at=format_ts())
+            incident = store.read_incident(incident_id)
+            plan = build_plan(incident.to_json(), generated_at=format_ts(), source=project_source(incident.rootdir))
             store.write_plan(incident_id, plan, render_plan_md(plan))
             store.append_event(
                 incident_id, PLAN_GENERATED, forced=True, revision=plan.get("revision"),

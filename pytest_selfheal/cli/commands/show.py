@@ -28,7 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
+class _Code(str):
+    """A line of code: shown with its indentation (only line breaks and tabs flattened)."""
+
+
 def _flat(value: Any) -> str:
+    if isinstance(value, _Code):
+        return "".join(" " if ch in "\r\n\t\v\f" else ch for ch in value).rstrip()
     return " ".join(str("-" if value is None else value).split())
 
 
@@ -53,6 +59,11 @@ def format_text(data: Dict[str, Any]) -> str:
         where = f"{cause['path']}::{cause['name']}" if cause.get("path") else cause.get("signature") or "-"
         head = f"{cause['action']}: " if cause.get("action") else ""
         rows.append(("", f"{head}{where} ({cause['evidence']}), {len(cause['nodeids'])} failing test(s)"))
+        if cause.get("where"):
+            rows.append(("", f"- where: {cause['where']}" + (f" (assertion {cause['assertion']})" if cause.get("assertion") else "")))
+        if len(cause.get("suspects") or []) > 1:
+            rows.append(("", f"- other suspects: {'; '.join(cause['suspects'][1:])}"))
+        rows.extend(("", _Code(f"  {line}")) for line in cause.get("excerpt") or [])
         if cause["target_paths"]:
             rows.append(("", f"- target paths: {', '.join(cause['target_paths'])}"))
         if cause["test_paths"]:

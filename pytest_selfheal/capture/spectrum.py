@@ -1,0 +1,122 @@
+"""A function-level coverage spectrum of the run, for ``pytest --selfheal --selfheal-spectrum`` (edge).
+
+Spectrum-based fault localisation (Ochiai, DStar) asks which code the failing tests ran
+that the passing ones did not. This records, per test (setup, call and teardown), the set
+of project functions it entered — not lines: the suspects are functions, and a function
+entry is one ``call`` event where line coverage is one event per line. It uses
+:func:`sys.settrace` with no per-frame tracer (the interpreter then reports calls only) and
+is off by default: a capture without the flag pays nothing (docs/loop.md "Suspects").
+
+A run that already traces (coverage.py, a debugger) keeps its tracer and gets no spectrum.
+Under xdist each worker records its tests and the function keys ride on the teardown
+report (:data:`SPECTRUM_ATTR`) to the controller, like the root-cause evidence.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Dict, Generator, List, Optional, Set
+
+import pytest
+
+from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.capture.evidence import Resolver, qualname
+from pytest_selfheal.plan.suspects import FunctionKey, spectrum_evidence
+
+# The report attribute carrying a test's functions from an xdist worker ("path::name::line").
+SPECTRUM_ATTR = "selfheal_spectrum"
+
+
+class SpectrumHook:
+    """Records the project functions each test enters and each test's outcome."""
+
+    def __init__(self, rootdir: str, *, worker: bool = False) -> None:
+        self.resolver = Resolver(rootdir)
+        self.worker = worker
+        self.covered: Dict[str, Set[FunctionKey]] = {}
+        self.failed: Set[str] = set()
+        self.passed: Set[str] = set()
+        self.skipped_reason: Optional[str] = None  # why no spectrum was recorded (another tracer)
+        self._keys: Dict[types.CodeType, Optional[FunctionKey]] = {}
+        self._current: Optional[Set[FunctionKey]] = None
+
+    # ------------------------------------------------------------------ tracing
+
+    def _key(self, code: types.CodeType) -> Optional[FunctionKey]:
+        rel = self.resolver.relative(code.co_filename)
+        if rel is None or is_test_file(rel) or code.co_name == "<module>":
+            return None
+        return rel, qualname(code), code.co_firstlineno
+
+    def _trace(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        # Called on "call" events only: returning None asks for no line events in the frame.
+        code = frame.f_code
+        try:
+            key = self._keys[code]
+        except KeyError:
+            key = self._keys[code] = self._key(code)
+        if key is not None and self._current is not None:
+            self._current.add(key)
+
+    def _phase(self, item: pytest.Item) -> Generator[None, None, None]:
+        if sys.gettrace() is not None:
+            self.skipped_reason = "another tracer (coverage, a debugger) is active"
+            yield
+            return
+        self._current = self.covered.setdefault(item.nodeid, set())
+        sys.settrace(self._trace)
+        try:
+            yield
+        finally:
+            sys.settrace(None)
+            self._current = None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
+        yield from self._phase(item)
+
+    # ------------------------------------------------------------------ outcomes
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Generator[None, Any, None]:
+        outcome = yield
+        if self.worker and call.when == "teardown":
+            keys = self.covered.pop(item.nodeid, set())
+            setattr(outcome.get_result(), SPECTRUM_ATTR, sorted(f"{p}::{n}::{line}" for p, n, line in keys))
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A test failed when any phase failed; it passed when its call passed and nothing failed."""
+        keys = getattr(report, SPECTRUM_ATTR, None)
+        if isinstance(keys, list):  # from an xdist worker
+            parsed = (_parse_key(k) for k in keys if isinstance(k, str))
+            self.covered.setdefault(report.nodeid, set()).update(k for k in parsed if k is not None)
+        if report.failed:
+            self.failed.add(report.nodeid)
+            self.passed.discard(report.nodeid)
+        elif report.when == "call" and report.passed and report.nodeid not in self.failed:
+            self.passed.add(report.nodeid)
+
+    def evidence(self) -> Dict[str, List[Dict[str, Any]]]:
+        """Per failing test, its most suspicious functions by the spectrum (plan/suspects.py)."""
+        covered = {n: keys for n, keys in self.covered.items() if n in self.failed or n in self.passed}
+        return spectrum_evidence(covered, self.failed, self.passed)
+
+
+def _parse_key(text: str) -> Optional[FunctionKey]:
+    parts = text.rsplit("::", 2)
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+__all__ = ["SPECTRUM_ATTR", "SpectrumHook"]

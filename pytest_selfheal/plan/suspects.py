@@ -1,0 +1,364 @@
+"""Suspects: the functions most likely to hold the bug, ranked for each root-cause group (pure).
+
+The grouping of :mod:`pytest_selfheal.plan.groups` points at the *symptom*: the innermost
+frame, or the functions a failing test names. One wrong line whose effects surface
+elsewhere (a wrong eviction bound in a cache's shared ``__setitem__`` raising ``KeyError`` in
+five subclasses' ``popitem``) then reads as five groups. Here every failure votes for the
+functions its evidence names, each vote weighted by how directly it points
+(:class:`EvidenceKind`), and a function's score is the spectrum-based fault-localisation
+formula Ochiai, ``ef / sqrt(F * (ef + ep))``, over the incident's ``F`` failures (``ep`` = 0:
+a capture sees no passing test's path). A function on the path of every failure therefore
+outranks each symptom seen by a few: the shared callee comes first.
+
+Each group's suspects are its members' candidates ranked by that score; groups whose top
+suspect is the same function merge (one fault → one action), and the groups are ranked
+by size, the largest first. A failure whose innermost frame is known votes only with its
+traceback (frame and stack), never with the other functions its test calls: a test that
+calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import field
+from enum import Enum
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.plan.groups import Group
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.plan import PlanAction
+
+# Suspects kept per group (plan.json, plan.md and every surface that shows them).
+MAX_SUSPECTS = 5
+# Functions of the coverage spectrum kept per failing test in incident.json.
+MAX_SPECTRUM = 5
+# With a spectrum, evidence that never saw a passing test counts this much against it.
+_NO_PASSING_SIDE = 0.5
+
+# A function of the spectrum: (repo-relative path, qualified name, line of its def).
+FunctionKey = Tuple[str, str, int]
+
+Definition = Tuple[str, str]  # (repo-relative path, qualified name)
+
+# Reads a project file's lines (None when it cannot): the caller's I/O, so this stays pure.
+Source = Callable[[str], Optional[Sequence[str]]]
+# The excerpt around a top suspect's line: lines before and after it, each cut at a width.
+EXCERPT_BEFORE = 2
+EXCERPT_AFTER = 2
+EXCERPT_LINE_CHARS = 160
+
+
+class EvidenceKind(str, Enum):
+    """Why a function is a suspect, the most direct first."""
+
+    FRAME = "frame"  # the innermost project frame of a failure's traceback: where it raised
+    STACK = "stack"  # a project frame the traceback passed through on its way there
+    CALLS = "calls"  # a function the failing test calls
+    CLASS = "class"  # a method of a class (or of its base) the failing test uses, seen failing elsewhere
+    SPECTRUM = "spectrum"  # run by the failing tests more than by the passing ones (--selfheal-spectrum)
+
+
+# How much one failure's vote of each kind counts: the traceback is what happened, a call
+# what may have happened, a class's method the weakest link.
+_WEIGHT: Dict[EvidenceKind, float] = {
+    EvidenceKind.FRAME: 1.0,
+    EvidenceKind.STACK: 1.0,
+    EvidenceKind.CALLS: 0.8,
+    EvidenceKind.CLASS: 0.5,
+    EvidenceKind.SPECTRUM: 1.0,
+}
+_ORDER = {kind: i for i, kind in enumerate(EvidenceKind)}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Suspect(Frozen):
+    """One suspicious function of a group: where, how suspicious, and why."""
+
+    path: str  # repo-relative file
+    name: str  # qualified name (``Cache.__setitem__``)
+    line: Optional[int]  # the line the evidence names: a frame's line, else the ``def``
+    score: float  # Ochiai over the incident's failures, 0..1
+    evidence: EvidenceKind  # the most direct kind of evidence that named it
+    failures: int  # the group's failures whose evidence names it
+
+    def to_json(self) -> Dict[str, Any]:
+        """The suspect in ``plan.json``'s ``suspects`` list."""
+        data: Dict[str, Any] = {"path": self.path, "name": self.name}
+        if self.line is not None:
+            data["line"] = self.line
+        data.update(score=round(self.score, 3), evidence=self.evidence.value, failures=self.failures)
+        return data
+
+    @property
+    def where(self) -> str:
+        """``path:line`` (or the path alone when no line is known)."""
+        return f"{self.path}:{self.line}" if self.line is not None else self.path
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Vote(Frozen):
+    """One failure's evidence for one function."""
+
+    definition: Definition
+    kind: EvidenceKind
+    line: Optional[int] = None
+    score: Optional[float] = None  # a spectrum vote carries its Ochiai score
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RankedGroup(Frozen):
+    """A root-cause group with its ranked suspects (the first is the group's cause)."""
+
+    group: Group
+    suspects: Tuple[Suspect, ...] = field(default=())
+
+
+def _ref(value: Any) -> Optional[Tuple[Definition, Optional[int]]]:
+    if not isinstance(value, Mapping):
+        return None
+    path, name, line = value.get("path"), value.get("name"), value.get("line")
+    if not isinstance(path, str) or not path or not isinstance(name, str) or not name or is_test_file(path):
+        return None
+    return (path, name), line if isinstance(line, int) and not isinstance(line, bool) else None
+
+
+def _refs(value: Any) -> List[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
+
+
+def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Definition]]) -> List[Vote]:
+    """The functions ``failure``'s evidence names, each once with its most direct kind.
+
+    ``methods`` maps a class to the functions of it that some failure's traceback names
+    (a test that only uses ``LRUCache`` votes weakly for ``Cache.__setitem__`` seen failing).
+    """
+    evidence = failure.get("root_cause")
+    if not isinstance(evidence, Mapping):
+        return []
+    found: Dict[Definition, Vote] = {}
+
+    def add(definition: Definition, kind: EvidenceKind, line: Optional[int]) -> None:
+        known = found.get(definition)
+        if known is None or _ORDER[kind] < _ORDER[known.kind]:
+            found[definition] = Vote(definition, kind, line, known.score if known is not None else None)
+
+    for item in _refs(evidence.get("spectrum")):
+        ref, score = _ref(item), item.get("score")
+        if ref is not None and isinstance(score, (int, float)) and not isinstance(score, bool):
+            found[ref[0]] = Vote(ref[0], EvidenceKind.SPECTRUM, ref[1], float(score))
+
+    frame = _ref(evidence.get("frame"))
+    if frame is not None:
+        add(frame[0], EvidenceKind.FRAME, frame[1])
+        for item in _refs(evidence.get("stack")):
+            ref = _ref(item)
+            if ref is not None:
+                add(ref[0], EvidenceKind.STACK, ref[1])
+        return list(found.values())
+    for item in _refs(evidence.get("calls")):
+        ref = _ref(item)
+        if ref is None:
+            continue
+        bases = item.get("bases")
+        classes = [ref[0]] + [tuple(b.split("::", 1)) for b in bases if isinstance(b, str) and "::" in b] \
+            if isinstance(bases, (list, tuple)) else [ref[0]]
+        linked = [m for cls in classes for m in methods.get((cls[0], cls[1]), [])]
+        if linked:
+            for method in linked:
+                add(method, EvidenceKind.CLASS, None)
+        add(ref[0], EvidenceKind.CALLS, ref[1])
+    return list(found.values())
+
+
+def _traceback_methods(failures: Sequence[Mapping[str, Any]]) -> Dict[Definition, List[Definition]]:
+    """Class → the methods of it that some failure's traceback (frame or stack) names."""
+    out: Dict[Definition, List[Definition]] = {}
+    for failure in failures:
+        evidence = failure.get("root_cause")
+        if not isinstance(evidence, Mapping):
+            continue
+        for item in [evidence.get("frame"), *_refs(evidence.get("stack"))]:
+            ref = _ref(item)
+            if ref is None or "." not in ref[0][1]:
+                continue
+            path, name = ref[0]
+            owner = (path, name.rsplit(".", 1)[0])
+            if ref[0] not in out.setdefault(owner, []):
+                out[owner].append(ref[0])
+    return out
+
+
+def ochiai(failed: float, total_failed: int, passed: float = 0.0) -> float:
+    """Ochiai's suspiciousness: ``ef / sqrt(F * (ef + ep))``, 0 when nothing failed there."""
+    if failed <= 0 or total_failed <= 0:
+        return 0.0
+    return failed / math.sqrt(total_failed * (failed + passed))
+
+
+def spectrum_scores(
+    covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
+) -> Dict[FunctionKey, float]:
+    """Ochiai of every function the failing tests ran: ``ef`` failing and ``ep`` passing tests
+    ran it, out of ``F`` failing tests (tests neither failed nor passed do not count)."""
+    ef: Dict[FunctionKey, int] = {}
+    ep: Dict[FunctionKey, int] = {}
+    for nodeid, keys in covered.items():
+        side = ef if nodeid in failed else ep if nodeid in passed else None
+        if side is None:
+            continue
+        for key in keys:
+            side[key] = side.get(key, 0) + 1
+    total = sum(1 for n in covered if n in failed)
+    return {key: ochiai(count, total, ep.get(key, 0)) for key, count in ef.items()}
+
+
+def spectrum_evidence(
+    covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
+) -> Dict[str, List[Dict[str, Any]]]:
+    """Per failing test, the :data:`MAX_SPECTRUM` most suspicious functions it ran, as the
+    ``spectrum`` list of its ``root_cause`` (``path``, ``name``, ``line`` of the def, ``score``)."""
+    scores = spectrum_scores(covered, failed, passed)
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for nodeid in sorted(failed):
+        keys = sorted(covered.get(nodeid, ()), key=lambda k: (-scores.get(k, 0.0), k))[:MAX_SPECTRUM]
+        if keys:
+            out[nodeid] = [{"path": p, "name": n, "line": line, "score": round(scores.get((p, n, line), 0.0), 3)}
+                           for p, n, line in keys]
+    return out
+
+
+def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
+    """``groups`` with their suspects, merged where their top suspect is the same function,
+    the largest first (ties: the order of ``groups``)."""
+    members = [m for g in groups for m in g.members]
+    methods = _traceback_methods(members)
+    votes = [votes_of(m, methods) for m in members]
+    weight: Dict[Definition, float] = {}
+    measured: Dict[Definition, float] = {}  # the spectrum's score, which knows the passing tests
+    for failure_votes in votes:
+        for vote in failure_votes:
+            weight[vote.definition] = weight.get(vote.definition, 0.0) + _WEIGHT[vote.kind]
+            if vote.score is not None:
+                measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
+    factor = _NO_PASSING_SIDE if measured else 1.0
+    scores = {d: measured.get(d, factor * ochiai(w, len(members))) for d, w in weight.items()}
+    by_id = {id(m): v for m, v in zip(members, votes)}
+    merged: Dict[Any, List[Group]] = {}
+    for group in groups:
+        ranked = _suspects(group, by_id, scores)
+        key: Any = (ranked[0].path, ranked[0].name) if ranked else id(group)
+        merged.setdefault(key, []).append(group)
+    out: List[RankedGroup] = []
+    for parts in merged.values():
+        group = parts[0]
+        if len(parts) > 1:
+            group = Group(group.evidence, group.path, group.name, [m for p in parts for m in p.members])
+        ranked = _suspects(group, by_id, scores)
+        if ranked:
+            top = ranked[0]
+            group = Group(top.evidence.value, top.path, top.name, group.members)
+        out.append(RankedGroup(group, tuple(ranked)))
+    order = {id(r): i for i, r in enumerate(out)}
+    return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
+
+
+def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Definition, float]) -> List[Suspect]:
+    counts: Dict[Definition, int] = {}
+    best: Dict[Definition, Vote] = {}
+    lines: Dict[Definition, Dict[int, int]] = {}
+    for member in group.members:
+        for vote in votes.get(id(member), []):
+            d = vote.definition
+            counts[d] = counts.get(d, 0) + 1
+            if d not in best or _ORDER[vote.kind] < _ORDER[best[d].kind]:
+                best[d] = vote
+            if vote.line is not None:
+                lines.setdefault(d, {})[vote.line] = lines.setdefault(d, {}).get(vote.line, 0) + 1
+    first_seen = {d: i for i, d in enumerate(counts)}
+    ranked = sorted(counts, key=lambda d: (-scores.get(d, 0.0), -counts[d], _ORDER[best[d].kind], first_seen[d]))
+    out: List[Suspect] = []
+    for d in ranked[:MAX_SUSPECTS]:
+        seen = lines.get(d)
+        line = max(seen, key=lambda n: seen[n]) if seen else None  # the line most failures name
+        out.append(Suspect(d[0], d[1], line, scores.get(d, 0.0), best[d].kind, counts[d]))
+    return out
+
+
+def excerpt(lines: Sequence[str], line: int) -> Optional[Dict[str, Any]]:
+    """The lines around ``line`` (1-based) as ``{"start", "line", "lines"}``, None when the
+    file has no such line (it changed since the run)."""
+    if line < 1 or line > len(lines):
+        return None
+    start = max(1, line - EXCERPT_BEFORE)
+    shown = [str(text).rstrip("\r\n") for text in lines[start - 1: line + EXCERPT_AFTER]]
+    cut = [t if len(t) <= EXCERPT_LINE_CHARS else t[: EXCERPT_LINE_CHARS - 1] + "…" for t in shown]
+    return {"start": start, "line": line, "lines": cut}
+
+
+def test_line_of(members: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """``path:line`` of the first failure's last test-file line (its assertion), or None."""
+    for member in members:
+        evidence = member.get("root_cause")
+        where = evidence.get("test_line") if isinstance(evidence, Mapping) else None
+        if isinstance(where, Mapping) and isinstance(where.get("path"), str):
+            line = where.get("line")
+            return f"{where['path']}:{line}" if isinstance(line, int) else str(where["path"])
+    return None
+
+
+def locate(ranked: RankedGroup, source: Optional[Source]) -> Dict[str, Any]:
+    """The plan action's keys that say *where*: ``suspects``, ``assertion`` (the first
+    failure's test line), ``where`` (the top suspect's ``path:line``) and ``excerpt`` (a few
+    lines of code around it, when ``source`` can read the file)."""
+    out: Dict[str, Any] = {}
+    assertion = test_line_of(ranked.group.members)
+    if assertion is not None:
+        out["assertion"] = assertion
+    if not ranked.suspects:
+        return out
+    top = ranked.suspects[0]
+    out["where"] = top.where
+    out["suspects"] = [s.to_json() for s in ranked.suspects]
+    lines = source(top.path) if source is not None and top.line is not None else None
+    code = excerpt(lines, top.line) if lines is not None and top.line is not None else None
+    if code is not None:
+        out["excerpt"] = {"path": top.path, **code}
+    return out
+
+
+def where_lines(action: PlanAction) -> List[str]:
+    """One line each for the top suspect, the assertion and the other suspects of ``action``
+    (none when the plan predates suspects): what plan.md, ``show``, the digest, the repair
+    prompt and the PR comment say about *where*."""
+    out: List[str] = []
+    if action.suspects:
+        top = action.suspects[0]
+        out.append(f"Where: {top.where} in {top.name} ({top.evidence}, {top.failures} failure(s), "
+                   f"score {top.score:.2f})")
+    if action.assertion:
+        out.append(f"Assertion: {action.assertion}")
+    if len(action.suspects) > 1:
+        out.append("Other suspects: " + "; ".join(f"{s.name} ({s.where}, {s.score:.2f})" for s in action.suspects[1:]))
+    return out
+
+
+__all__ = [
+    "EvidenceKind",
+    "FunctionKey",
+    "MAX_SPECTRUM",
+    "MAX_SUSPECTS",
+    "RankedGroup",
+    "Source",
+    "Suspect",
+    "Vote",
+    "excerpt",
+    "locate",
+    "ochiai",
+    "rank_groups",
+    "spectrum_evidence",
+    "spectrum_scores",
+    "test_line_of",
+    "votes_of",
+    "where_lines",
+]

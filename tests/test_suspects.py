@@ -1,0 +1,245 @@
+"""Suspects: the buggy function first, one action per fault, `file:line` and code in the plan.
+
+A one-character bug in a cache's shared ``__setitem__`` (its eviction bound, the first
+mutant of the localisation benchmark's corpus) surfaces as ``IndexError`` in two
+``popitem``s, as ``KeyError`` in ``__missing__`` and as wrong lengths in the tests
+themselves: many symptoms, one buggy function.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from pytest_selfheal.cli.main import main
+from pytest_selfheal.mcp_server.digest import incident_blocks
+from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.plan.groups import group_by_root_cause
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.store.root import Store
+from pytest_selfheal.plan.suspects import (
+    EvidenceKind,
+    excerpt,
+    ochiai,
+    rank_groups,
+    spectrum_evidence,
+    spectrum_scores,
+)
+
+CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "localisation" / "corpus.py"
+
+
+def _corpus() -> ModuleType:
+    """The localisation benchmark's corpus (its projects and mutants): the one home of the
+    cache hierarchy these tests and the benchmark both break."""
+    spec = importlib.util.spec_from_file_location("selfheal_localisation_corpus", CORPUS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NamedTuple looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus = _corpus()
+SETITEM_BUG = corpus.MUTANTS[0]  # the eviction bound of Cache.__setitem__: maxsize - 1
+PERCENT_BUG = next(m for m in corpus.MUTANTS if m.function == "percent")
+
+
+def mutated(project: Path, mutant: Any) -> None:
+    """Write the corpus project of ``mutant`` below ``project`` with the mutant injected."""
+    for rel, text in corpus.PROJECTS[mutant.project].items():
+        path = project / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip("\n"))
+    target = project / mutant.path
+    target.write_text(target.read_text().replace(mutant.old, mutant.new))
+
+
+def ref(path: str, name: str, line: Optional[int] = None) -> Dict[str, Any]:
+    return {"path": path, "name": name, **({"line": line} if line is not None else {})}
+
+
+def failure(nodeid: str, message: str, **evidence: Any) -> Dict[str, Any]:
+    return {"nodeid": nodeid, "test": nodeid, "failure_type": "TEST_ASSERTION", "message": message,
+            "signature": f"TEST_ASSERTION | {nodeid} | {message}", "fingerprint": nodeid[-8:],
+            "code_fixable": True, "root_cause": evidence}
+
+
+# The cheap evidence of the same fault: popitem frames under __setitem__, and tests that only
+# name a subclass of Cache.
+SHARED_CALLEE = [
+    failure("tests/test_c.py::test_lru", "IndexError: pop from empty list",
+            frame=ref("cache.py", "LRUCache.popitem", 34), stack=[ref("cache.py", "Cache.__setitem__", 10)]),
+    failure("tests/test_c.py::test_fifo", "IndexError: pop from empty list",
+            frame=ref("cache.py", "Cache.popitem", 29), stack=[ref("cache.py", "Cache.__setitem__", 10)]),
+    failure("tests/test_c.py::test_base", "IndexError: pop from empty list",
+            frame=ref("cache.py", "Cache.popitem", 29), stack=[ref("cache.py", "Cache.__setitem__", 10)]),
+    failure("tests/test_c.py::test_len_lru", "assert 1 == 2",
+            calls=[{**ref("cache.py", "LRUCache"), "bases": ["cache.py::Cache"]}]),
+    failure("tests/test_c.py::test_len_fifo", "assert 1 == 2",
+            calls=[{**ref("cache.py", "FIFOCache"), "bases": ["cache.py::Cache"]}]),
+]
+
+
+def test_a_shared_callee_on_every_path_is_the_one_suspect_of_one_group() -> None:
+    before = group_by_root_cause(SHARED_CALLEE, lambda f: f["message"])
+    assert len(before) == 3  # two popitem frames and the classes' most shared call: three actions for one bug
+    ranked = rank_groups(before)
+    assert len(ranked) == 1
+    (only,) = ranked
+    assert len(only.group.members) == 5
+    top = only.suspects[0]
+    assert (top.path, top.name, top.line, top.evidence) == ("cache.py", "Cache.__setitem__", 10, EvidenceKind.STACK)
+    assert top.failures == 5 and top.score == pytest.approx(ochiai(3 + 2 * 0.5, 5))
+    assert [s.name for s in only.suspects[1:]] == ["Cache.popitem", "LRUCache.popitem", "LRUCache", "FIFOCache"]
+
+
+def test_a_frame_never_votes_for_the_test_s_other_calls() -> None:
+    """A test that calls add and sub and fails inside sub says nothing against add."""
+    failures = [
+        failure("t.py::test_x", "boom", frame=ref("m.py", "sub", 3), calls=[ref("m.py", "add", 1), ref("m.py", "sub", 2)]),
+        failure("t.py::test_y", "wrong", calls=[ref("m.py", "add", 1)]),
+        failure("t.py::test_z", "wrong", calls=[ref("m.py", "add", 1)]),
+    ]
+    ranked = rank_groups(group_by_root_cause(failures, lambda f: f["message"]))
+    # Two faults, the larger first.
+    assert [(r.group.name, len(r.group.members)) for r in ranked] == [("add", 2), ("sub", 1)]
+
+
+def test_the_spectrum_ranks_what_failing_tests_ran_and_passing_ones_did_not() -> None:
+    setitem, popitem, get = ("c.py", "C.__setitem__", 5), ("c.py", "C.popitem", 20), ("c.py", "C.get", 12)
+    covered = {"f1": {setitem, popitem}, "f2": {setitem}, "p1": {get}, "p2": {get, setitem}}
+    scores = spectrum_scores(covered, {"f1", "f2"}, {"p1", "p2"})
+    assert scores[setitem] == pytest.approx(2 / (2 * 3) ** 0.5)  # ef 2, ep 1, F 2
+    assert scores[popitem] == pytest.approx(1 / (2 * 1) ** 0.5)
+    assert get not in scores  # no failing test ran it
+    evidence = spectrum_evidence(covered, {"f1", "f2"}, {"p1", "p2"})
+    assert [e["name"] for e in evidence["f1"]] == ["C.__setitem__", "C.popitem"]
+    assert evidence["f2"] == [{"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
+
+
+def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
+    lines = [f"line {n}" for n in range(1, 11)] + ["x" * 500]
+    assert excerpt(lines, 1) == {"start": 1, "line": 1, "lines": ["line 1", "line 2", "line 3"]}
+    cut = excerpt(lines, 11)
+    assert cut is not None and cut["start"] == 9 and len(cut["lines"][-1]) == 160
+    assert excerpt(lines, 12) is None  # the file changed since the run
+
+
+def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
+    source = str(corpus.CACHES).lstrip("\n").replace(SETITEM_BUG.old, SETITEM_BUG.new).splitlines()
+    plan = build_plan({"incident_id": "incident_20260101_000000_abc", "failures": SHARED_CALLEE},
+                      generated_at="2026-01-01T00:00:00+00:00",
+                      source=lambda path: source if path == "cache.py" else None)
+    (action,) = plan["actions"]
+    assert action["where"] == "cache.py:10"
+    assert action["root_cause"] == {"evidence": "stack", "path": "cache.py", "name": "Cache.__setitem__"}
+    assert action["suspects"][0] == {"path": "cache.py", "name": "Cache.__setitem__", "line": 10,
+                                     "score": round(ochiai(4, 5), 3), "evidence": "stack", "failures": 5}
+    assert action["excerpt"]["start"] == 8 and "maxsize - 1" in action["excerpt"]["lines"][1]
+    md = render_plan_md(plan)
+    assert "- Where: cache.py:10 in Cache.__setitem__ (stack, 5 failure(s), score 0.89)" in md
+    assert "   9 |             while len(self._data) >= self.maxsize - 1:" in md
+    assert "> 10 |                 self.popitem()" in md
+
+
+# ---------------------------------------------------------------- end to end (pytester)
+
+
+def _capture(pytester: pytest.Pytester, mutant: Any, *args: str, failed: int, passed: int) -> Dict[str, Any]:
+    mutated(pytester.path, mutant)
+    shutil.rmtree(pytester.path / ".selfheal", ignore_errors=True)  # a fresh capture, not the next iteration
+    result = pytester.runpytest("--selfheal", "-p", "no:cacheprovider", *args)
+    result.assert_outcomes(failed=failed, passed=passed)
+    plans = list((pytester.path / ".selfheal" / "error_plans").glob("*/plan.json"))
+    assert len(plans) == 1
+    plan: Dict[str, Any] = json.loads(plans[0].read_text())
+    return plan
+
+
+def _names(plan: Dict[str, Any]) -> List[Any]:
+    return [(a["root_cause"].get("name"), len(a["nodeids"])) for a in plan["actions"]]
+
+
+def test_a_shared_callee_fault_is_one_action_with_the_spectrum(pytester: pytest.Pytester) -> None:
+    """Seven failures through IndexError in two popitems, KeyError in __missing__ and wrong
+    lengths: without the spectrum two actions (the KeyError's traceback never passes the
+    bug), the largest first and led by the buggy function; with it, one."""
+    plan = _capture(pytester, SETITEM_BUG, failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 4), ("Cache.__missing__", 3)]
+    plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 7)]
+    (action,) = plan["actions"]
+    assert action["where"] == "caches.py:10" and action["assertion"] == "tests/test_caches.py:7"
+    assert [s["name"] for s in action["suspects"][:2]] == ["Cache.__setitem__", "Cache.popitem"]
+    assert any("maxsize - 1" in line for line in action["excerpt"]["lines"])
+
+
+def test_a_doctest_joins_its_code_failure_with_the_spectrum(pytester: pytest.Pytester) -> None:
+    """percent's bug fails its doctest, two tests of it and a test of summary, which calls
+    it: one action with the spectrum, whatever else the doctest's evidence says."""
+    plan = _capture(pytester, PERCENT_BUG, failed=4, passed=5)
+    # Without it the test of summary (which names only summary) is an action of its own.
+    assert _names(plan)[0][0] == "percent" and ("summary", 1) in _names(plan)
+    plan = _capture(pytester, PERCENT_BUG, "--selfheal-spectrum", failed=4, passed=5)
+    assert _names(plan) == [("percent", 4)]
+    (action,) = plan["actions"]
+    assert any(n.endswith("core.py::textfmt.core.percent") for n in action["nodeids"])
+    assert action["where"] == "src/textfmt/core.py:1" and action["target_paths"][0] == "src/textfmt/core.py"
+    incident = json.loads(next((pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")).read_text())
+    doctest = next(f for f in incident["failures"] if f["nodeid"].endswith("textfmt.core.percent"))
+    # Run by the 4 failing tests and by one passing (summary of nothing): 4 / sqrt(4 * 5).
+    assert doctest["root_cause"]["spectrum"] == [{"path": "src/textfmt/core.py", "name": "percent", "line": 1,
+                                                  "score": 0.894}]
+
+
+def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """plan.md, `selfheal show`, the MCP digest, the repair prompt and the report (the PR
+    comment's markdown) carry the top suspect's path:line; all but the report its code."""
+    _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", failed=7, passed=5)
+    root = pytester.path / ".selfheal"
+    store = Store(root)
+    (incident_id,) = store.incident_ids()
+    bug = "while len(self._data) >= self.maxsize - 1:"
+    plan_md = store.read_plan_md(incident_id)
+    assert "- Where: caches.py:10 in Cache.__setitem__" in plan_md and bug in plan_md
+    capsys.readouterr()
+    assert main(["show", incident_id, "--dir", str(root)]) == 0
+    shown = capsys.readouterr().out
+    assert "- where: caches.py:10 (assertion tests/test_caches.py:7)" in shown
+    assert f" 9 |             {bug}" in shown and "> 10 |                 self.popitem()" in shown  # indented as in the file
+    digest = "\n".join(incident_blocks(incident_view(store, incident_id)))
+    assert "where: caches.py:10 (assertion tests/test_caches.py:7)" in digest and bug in digest
+    prompt = build_prompt(incident=store.read_incident(incident_id), plan=store.read_plan(incident_id), attempts=[],
+                          iteration=1, max_iterations=3, log_tail="", allowed_paths=["caches.py"], remaining_budget=2)
+    assert "  - Where: caches.py:10 in Cache.__setitem__" in prompt and bug in prompt
+    assert main(["report", incident_id, "--dir", str(root), "--format", "md"]) == 0
+    assert "at `caches.py:10`" in capsys.readouterr().out
+
+
+def test_the_spectrum_travels_from_xdist_workers(pytester: pytest.Pytester) -> None:
+    """Each worker records its tests; the function keys ride on the reports to the controller."""
+    plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", "-p", "xdist", "-n", "2", failed=7, passed=5)
+    assert _names(plan) == [("Cache.__setitem__", 7)]
+    assert plan["actions"][0]["suspects"][1]["name"] == "Cache.popitem"
+
+
+def test_the_excerpt_is_redacted_like_every_other_plan_field(pytester: pytest.Pytester) -> None:
+    token = "ghp_" + "a1" * 18
+    pytester.makepyfile(mod=f'def check(x):\n    token = "{token}"\n    raise ValueError(x)\n')
+    pytester.makepyfile(test_mod="from mod import check\n\ndef test_check():\n    check(1)\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    (folder,) = (pytester.path / ".selfheal" / "error_plans").iterdir()
+    plan = json.loads((folder / "plan.json").read_text())
+    assert plan["actions"][0]["where"] == "mod.py:3" and plan["actions"][0]["excerpt"]["start"] == 1
+    for name in ("plan.json", "plan.md"):
+        text = (folder / name).read_text()
+        assert "raise ValueError(x)" in text and token not in text and "token = " in text
