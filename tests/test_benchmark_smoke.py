@@ -1,6 +1,8 @@
 """The benchmark scripts (benchmarks/) run end to end and print their figures; no timing
-thresholds here. The default tier runs each at a tiny size; the ``slow`` tier at the suite
-sizes the scripts default to (the sizes of the documented figures), with fewer repeats."""
+thresholds here. Every one is in the ``slow`` tier (``.ci/run`` runs it after the default
+one): each at a tiny size, and at the suite sizes the scripts default to (the sizes of the
+documented figures), with fewer repeats. They cost the README's test command about a
+minute on the 2-core machine, which it cannot spare."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Dict, List, Optional
 
 import pytest
 from helpers import PY, run_env
+
+pytestmark = pytest.mark.slow
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 

@@ -93,7 +93,8 @@ def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
 # One case in the default tier, and the hatch-vcs-style one (an ignored `_version.py`
 # generated at install time, imported by the package); the others in the slow tier (~6 s each).
 @pytest.mark.parametrize("backend,layout,generated", [
-    ("setuptools", "src", False),
+    # By default one backend, with a generated (ignored) _version.py; the others in the slow tier.
+    pytest.param("setuptools", "src", False, marks=pytest.mark.slow),
     ("hatchling", "src", True),
     pytest.param("hatchling", "src", False, marks=pytest.mark.slow),
     pytest.param("setuptools", "flat", False, marks=pytest.mark.slow),

@@ -225,6 +225,7 @@ def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.Capt
     assert "at `caches.py:10`" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~9 s: an xdist run of its own; the spectrum itself is tested by default
 def test_the_spectrum_travels_from_xdist_workers(pytester: pytest.Pytester) -> None:
     """Each worker records its tests; the function keys ride on the reports to the controller."""
     plan = _capture(pytester, SETITEM_BUG, "--selfheal-spectrum", "-p", "xdist", "-n", "2", failed=7, passed=5)

@@ -99,7 +99,8 @@ def check_each_failure_once(root: Path, projects: List[Path], per_project: int) 
     return by_rootdir
 
 
-@pytest.mark.parametrize("xdist", [False, True], ids=["serial", "xdist-n2"])
+# The xdist variant (~17 s) runs in the slow tier: the serial one covers the lock by default.
+@pytest.mark.parametrize("xdist", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["serial", "xdist-n2"])
 def test_four_captures_on_one_root_at_once(tmp_path: Path, xdist: bool) -> None:
     rounds = 3 if FULL else 1
     for round_ in range(rounds):

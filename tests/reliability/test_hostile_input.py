@@ -314,6 +314,7 @@ def fingerprint_big(tmp_path: Path, megabytes: int) -> Dict[str, object]:
     return {"megabytes": megabytes, "testcases": n, "peak_rss_mb": round(peak_mb, 1)}
 
 
+@pytest.mark.slow  # ~9 s: the bounded-memory reader is covered at small sizes by default (test_junit_bounds.py)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units")
 def test_50mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: Dict[str, int]) -> None:
     figures = fingerprint_big(tmp_path, 50)
