@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Dict
 
+import pytest
+
 from fake_github import FakeGitHub
 from helpers import cli, git_commit_all, make_project
 from junitparser.xunit2 import JUnitXml
@@ -56,6 +58,7 @@ def triage_of(report_json: str) -> Dict[str, str]:
     return {t["nodeid"]: t["label"] for entry in report["incidents"] for t in entry["triage"]}
 
 
+@pytest.mark.slow  # ~12 s of real CI runs; the shared-history tests check known/new by default
 def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path: Path,
                                                                        fake_github: FakeGitHub) -> None:
     project = make_project(tmp_path / "proj", {"test_known.py": KNOWN, ".selfheal-quarantine.yml": BASE_QUARANTINE})

@@ -275,7 +275,8 @@ def _incident_with_patch(project: Path) -> str:
 
 # auto: the 2026-07-28 protocol, the question rides an input_required result; legacy: the
 # server sends elicitation/create mid-call (clients on the 2025 protocol versions).
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
+# The 2025 protocol round (legacy) in the slow tier: the current one runs by default.
+@pytest.mark.parametrize("mode", ["auto", pytest.param("legacy", marks=pytest.mark.slow)])
 def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode: str) -> None:
     files = dict(REEXPORT)
     files["tests/test_add.py"] = files["tests/test_add.py"].replace("range(150)", "range(2)")

@@ -815,7 +815,7 @@ policies_st = st.builds(
 )
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=policies_st, data=st.data(), elapsed=st.floats(0, 60), cancelled=st.booleans())
 def test_decide_returns_continue_or_exactly_one_known_stop(
     policy: LoopPolicy, data: Any, elapsed: float, cancelled: bool

@@ -38,7 +38,7 @@ from pytest_selfheal.junit.reader import iter_testcases
 
 from .conftest import record_figures, tree_snapshot
 
-EXAMPLES = 2000 if FULL else 200
+EXAMPLES = 2000 if FULL else 100
 CLI_EXAMPLES = 60 if FULL else 8
 WRITE_EXAMPLES = 12 if FULL else 2
 GOLDEN = sorted((Path(__file__).resolve().parents[1] / "golden").glob("*.xml"))

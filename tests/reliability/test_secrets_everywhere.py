@@ -178,6 +178,7 @@ def failing_project(root: Path) -> Path:
     return make_project(root, {"test_leaky.py": FAILING_TESTS.format(env_names=sorted(ENV_SECRETS))})
 
 
+@pytest.mark.slow  # ~7 s; each redaction form has its own fast test (test_redaction_forms.py, test_redact.py)
 def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: Dict[str, str], fake_github: FakeGitHub) -> None:
     surfaces = Surfaces()
     project = failing_project(tmp_path / "proj")

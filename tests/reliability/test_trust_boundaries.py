@@ -326,6 +326,7 @@ def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path)
     assert set(seen.read_text().split()) == {"<absent>"}, seen.read_text()
 
 
+@pytest.mark.slow  # ~7 s: four real selfheal ci runs at once
 def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {"test_app.py": CI_TEST})
     argv = [PY, "-m", "pytest_selfheal", "ci", "--set", "max_iterations=1", "--", "-q"]
