@@ -330,6 +330,7 @@ class Project:
                 decision="STOP" if stop else "CONTINUE", stop_reason=last.stop_reason if stop else None,
                 status=store.read_status(incident_id), bucket=bucket,
             )
+        stopped = parse_already_stopped(plugin_lines)  # a STOP already_stopped line of the plugin
         if captured:
             # A new incident to fix outweighs the verdict on the one that just closed: the
             # verdict is about the new one, the closed one is named apart.
@@ -347,9 +348,9 @@ class Project:
         elif iterated:
             verdict["summary"] = self._iteration_summary(verdict)
             verdict["next"] = self._next(verdict, store)
-        elif parse_already_stopped(plugin_lines) is not None:
+        elif stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
-            incident_id, iteration, why = parse_already_stopped(plugin_lines) or ("", 0, "")
+            incident_id, iteration, why = stopped
             bucket, _ = store.locate(incident_id)
             verdict.update(decision="STOP", stop_reason=ALREADY_STOPPED, incident_id=incident_id, iteration=iteration,
                            status=store.read_status(incident_id), bucket=bucket, stopped_because=why,

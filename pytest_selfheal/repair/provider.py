@@ -413,7 +413,9 @@ class RepairSession:
     # -- the worktree after the call
 
     def _tests_edited(self, tree: str) -> List[str]:
-        return _tests_edited_in(self.wt, tree)
+        """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
+        user's state: what a verification of that tree passes with."""
+        return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if scope.is_test_file(f)]
 
     def _inspect(
         self,
@@ -497,12 +499,6 @@ class RepairSession:
                 result["actions_applied"] = []
                 result["message"] = f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back"
         return result
-
-
-def _tests_edited_in(wt: "Worktree", tree: str) -> List[str]:
-    """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
-    user's state: what a verification of that tree passes with."""
-    return [f for f in wt.project_relative(wt.changed_files(wt.base, tree)) if scope.is_test_file(f)]
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> List[str]:
