@@ -7,7 +7,7 @@ step. The vocabulary, the config and the observation predicates are in
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
@@ -36,6 +36,7 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
     Observation,
     Progress,
+    failing_tests,
     final_status_of,
     is_evidence,
     is_no_fix,
@@ -46,7 +47,7 @@ from pytest_selfheal.loop.policy import (
     same_error_repeats,
 )
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, TOOLING_ENV
+from pytest_selfheal.records.models import TOOLING_ENV
 
 
 # Triage labels (history/triage.py) under which a failure is known not to be deterministic.
@@ -65,7 +66,7 @@ def known_flaky(incident: Incident) -> FrozenSet[str]:
 
 def only_known_flaky(observation: Observation, flaky: Collection[str]) -> bool:
     """Every test failing in ``observation`` is known flaky: its repeat proves nothing."""
-    failing = frozenset(_failing_ids(observation))
+    failing = failing_tests(observation)
     return bool(failing) and all(n in flaky for n in failing)
 
 
@@ -139,7 +140,7 @@ def decide(
         )
         if flaky_only and reason != SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
-                        + ", ".join(sorted(_failing_ids(cur))[:5]) + "): it failed on every re-run, which the "
+                        + ", ".join(sorted(failing_tests(cur))[:5]) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")
         return Decision(
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
@@ -164,10 +165,6 @@ def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observat
         if is_evidence(obs):
             return obs
     return None
-
-def _failing_ids(observation: Observation) -> List[str]:
-    return [n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES]
-
 
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
     count = 0

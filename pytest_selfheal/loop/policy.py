@@ -323,7 +323,8 @@ def code_unchanged(prev: Observation, cur: Observation) -> bool:
     return prev.diff_hash is not None and prev.diff_hash == cur.diff_hash and cur.repair_result != REPAIR_DIFF
 
 
-def _failing(observation: Observation) -> FrozenSet[str]:
+def failing_tests(observation: Observation) -> FrozenSet[str]:
+    """The node ids that failed or errored in ``observation``."""
     return frozenset(n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES)
 
 
@@ -333,8 +334,8 @@ def message_unstable(prev: Observation, cur: Observation) -> bool:
     return (
         prev.fingerprint_set != cur.fingerprint_set
         and code_unchanged(prev, cur)
-        and bool(_failing(cur))
-        and _failing(prev) == _failing(cur)
+        and bool(failing_tests(cur))
+        and failing_tests(prev) == failing_tests(cur)
     )
 
 
@@ -342,7 +343,7 @@ def flaky_change(prev: Observation, cur: Observation) -> bool:
     """With the code known to be the same, a test changed outcome: flakiness, not progress."""
     if not code_unchanged(prev, cur):
         return False
-    was, now = _failing(prev), _failing(cur)
+    was, now = failing_tests(prev), failing_tests(cur)
     return was != now or any(cur.outcomes.get(n) != o for n, o in prev.outcomes.items() if n in cur.outcomes)
 
 
