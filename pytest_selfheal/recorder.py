@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
     # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
-    from pytest_selfheal import entry  # noqa: F401
+    from pytest_selfheal.run import entry  # noqa: F401
     from pytest_selfheal.loop import agent_mode, sticky  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
 
@@ -60,9 +60,9 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 # xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-# The loop side: agent mode (loop/agent_mode.py) and the loop entry (entry.py), with the
+# The loop side: agent mode (loop/agent_mode.py) and the loop entry (run/entry.py), with the
 # loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
-_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.entry",
+_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.run.entry",
               "sticky": "pytest_selfheal.loop.sticky"}
 
 

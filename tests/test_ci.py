@@ -17,12 +17,13 @@ from fake_github import FakeGitHub
 from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_project
 from test_actions_env import parse_github_output
 
-from pytest_selfheal import process, pytest_run
+from pytest_selfheal import process
+from pytest_selfheal.run import pytest_run
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
-from pytest_selfheal.outcome import exit_code_for
+from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.report.data import build_report
 
 PR = 7

@@ -20,7 +20,7 @@ from helpers import fake_distribution
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.config.settings import default_config, merge_layers
-from pytest_selfheal.entry import has_repair_provider as provider_configured
+from pytest_selfheal.run.entry import has_repair_provider as provider_configured
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy

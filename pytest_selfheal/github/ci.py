@@ -28,8 +28,8 @@ from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.entry import run_incident_loop
-from pytest_selfheal.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -68,7 +68,7 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.loop.policy import FINAL_RESOLVED, TESTS_EDITED
-from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
+from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report

@@ -15,8 +15,8 @@ import pluggy
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
-from pytest_selfheal.pytest_run import describe_pytest_exit
+from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
+from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs

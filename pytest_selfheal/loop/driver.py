@@ -12,7 +12,7 @@ recorded and simply runs again; a recorded stop is completed, never re-decided.
 Ctrl-C/SIGTERM into a recorded ``cancelled`` stop (:mod:`control`);
 :func:`verify_iteration` runs one iteration without either, for embedding.
 
-Used by the loop entry (``pytest_selfheal.entry``: ``selfheal loop``, ``pytest --selfheal
+Used by the loop entry (``pytest_selfheal.run.entry``: ``selfheal loop``, ``pytest --selfheal
 --selfheal-loop``, ``selfheal ci``), by the repair session and — for
 :func:`selection_nodeids` — by the plugin's agent-in-the-loop mode.
 """

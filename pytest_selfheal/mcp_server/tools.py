@@ -1,10 +1,10 @@
 """The operations ``selfheal mcp`` serves, without the SDK (edge): each a thin call into the
 home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md).
 
-``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.pytest_run`, through
+``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.run.pytest_run`, through
 the one process runner) and reads what the plugin recorded; ``show`` digests
 :func:`~pytest_selfheal.report.incident_view.incident_view`; ``loop`` calls
-:func:`~pytest_selfheal.entry.run_incident_loop` (verify-only); ``report`` renders
+:func:`~pytest_selfheal.run.entry.run_incident_loop` (verify-only); ``report`` renders
 :func:`~pytest_selfheal.report.load.build_from_store` with the hook sections; ``apply`` is
 :mod:`pytest_selfheal.repair.apply`, approved by the server through the client.
 Every user-facing failure is a :class:`~pytest_selfheal.errors.SelfhealError` with one line.
@@ -22,7 +22,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
-from pytest_selfheal.entry import run_incident_loop
+from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.policy import FLAKY
@@ -37,7 +37,7 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch

@@ -1,6 +1,6 @@
 """The redaction markers and what a redacted node id still selects (pure; docs/redaction.md).
 
-The one home of the markers: ``redact.py`` writes them, the plan and the loop read them to
+The one home of the markers: ``pytest_selfheal.redact`` writes them, the plan and the loop read them to
 run a test whose node id held a secret (its parametrize id) through its nearest selectable
 parent.
 """

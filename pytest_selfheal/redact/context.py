@@ -1,4 +1,4 @@
-"""Secrets found by their context rather than their own shape (part of ``redact.py``).
+"""Secrets found by their context rather than their own shape (part of the ``redact`` package).
 
 A netrc ``password``, a MySQL ``-pSECRET``, an AWS secret next to its key id, a token that
 pytest's assertion diff cut at its head, a header written as a Python tuple, URL credentials

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.redacted import REDACTED, URL_MASK, is_redacted, runnable_nodeid
-from pytest_selfheal.redact_context import (
+from pytest_selfheal.redact.context import (
     NETRC,
     aws_pair_pass,
     fold,
