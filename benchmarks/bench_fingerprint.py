@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Optional
 from xml.sax.saxutils import escape, quoteattr
 
 BASELINE_CODE = """
@@ -156,7 +156,7 @@ def selfheal_in_process(path: Path) -> int:
     return len(rows)
 
 
-def _timed(fn: Callable[[Path], int], path: Path) -> Tuple[float, float]:
+def _timed(fn: Callable[[Path], int], path: Path) -> tuple[float, float]:
     """Wall and CPU seconds of one in-process run."""
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -164,7 +164,7 @@ def _timed(fn: Callable[[Path], int], path: Path) -> Tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _run_child(argv: List[str]) -> Tuple[float, float, int]:
+def _run_child(argv: list[str]) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds and peak RSS (bytes) of one child, stdout to /dev/null."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
@@ -178,7 +178,7 @@ def _run_child(argv: List[str]) -> Tuple[float, float, int]:
     return elapsed, usage.ru_utime + usage.ru_stime, peak
 
 
-Runs = Dict[str, List[Tuple[float, float, int]]]
+Runs = dict[str, list[tuple[float, float, int]]]
 
 
 def measure_children(path: Path, repeat: int) -> Runs:
@@ -217,11 +217,11 @@ def _children_via_helper(path: Path, repeat: int) -> Runs:
     return {k: [(float(w), float(c), int(m)) for w, c, m in v] for k, v in data.items()}
 
 
-def _median(values: List[float]) -> float:
+def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     """Run the benchmark and print the measurements and ratios."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=100_000)
@@ -250,8 +250,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         found = selfheal_in_process(path)  # warms imports (caches are cleared per run)
         baseline_in_process(path)
         print(f"failures fingerprinted: {found}")
-        base_runs: List[Tuple[float, float]] = []
-        ours_runs: List[Tuple[float, float]] = []
+        base_runs: list[tuple[float, float]] = []
+        ours_runs: list[tuple[float, float]] = []
         for index in range(args.repeat):
             pair = [(base_runs, baseline_in_process), (ours_runs, selfheal_in_process)]
             for target, fn in pair if index % 2 == 0 else reversed(pair):

@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable
 
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB
@@ -59,7 +59,7 @@ def timed(function: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outcomes", type=int, default=1_000_000)
     parser.add_argument("--tests", type=int, default=5000)
@@ -73,8 +73,8 @@ def main(argv: List[str] | None = None) -> int:
         print(f"built {args.outcomes} outcomes over {args.tests} tests in {time.perf_counter() - started:.1f} s")
         raw = sqlite3.connect(str(root / HISTORY_FILE))
         db = HistoryDB.open(root, create=False)
-        ours: List[float] = []
-        base: List[float] = []
+        ours: list[float] = []
+        base: list[float] = []
         try:
             for index in range(args.repeat):
                 pair = [("base", lambda: raw.execute(BASELINE, (since,)).fetchall()),

@@ -18,15 +18,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_plugin_overhead import child_env, make_suite, timed  # noqa: E402
+from bench_plugin_overhead import child_env, make_suite, timed
 
 
-def measure(root: Path, repeat: int, fresh: bool) -> Tuple[float, float, float, float, float]:
+def measure(root: Path, repeat: int, fresh: bool) -> tuple[float, float, float, float, float]:
     """(median wall without history, with history, wall ratio, CPU ratio, ratio of the fastest
     runs), runs interleaved. On a shared machine the CPU and fastest-run ratios are the steady ones."""
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_selfheal.plugin",
@@ -34,8 +34,8 @@ def measure(root: Path, repeat: int, fresh: bool) -> Tuple[float, float, float, 
     env = child_env()
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no other plugin on either side
     off = base + ["--selfheal-set", "history.enabled=false"]
-    without: List[Tuple[float, float]] = []
-    with_history: List[Tuple[float, float]] = []
+    without: list[tuple[float, float]] = []
+    with_history: list[tuple[float, float]] = []
     timed(off + ["--selfheal-dir=.selfheal-warm"], root, env)  # warm the file cache and .pyc files
     timed(base + ["--selfheal-dir=.selfheal-warm"], root, env)
     for n in range(repeat):
@@ -55,7 +55,7 @@ def recording_ms(root: Path, failures: int, repeat: int) -> float:
     from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 
     failing = [Failing(f"test_gen_000.py::test_{i}", f"{i:012x}", "deterministic") for i in range(failures)]
-    times: List[float] = []
+    times: list[float] = []
     for n in range(repeat):
         start = time.perf_counter()
         record_and_triage(root / ".selfheal-inprocess", HistorySettings(),

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
@@ -46,7 +46,7 @@ from pytest_selfheal.history.segment_dir import write_segment
 from pytest_selfheal.history.segments import encode, segment_name, single_run, tree_path
 
 
-def segment_for(number: int, failures: int, prefix: str = "run") -> Tuple[hr.RunInfo, List[hr.TestOutcome]]:
+def segment_for(number: int, failures: int, prefix: str = "run") -> tuple[hr.RunInfo, list[hr.TestOutcome]]:
     """The run ``number``: ``failures`` failing tests on main."""
     run = hr.RunInfo(run_key=f"capture:{prefix}-{number}", recorded_at=f"2026-10-{1 + number % 28:02d}T00:00:00+00:00",
                      kind=hr.CAPTURE, branch="main", commit=f"{number:040x}", ci_job="tests", tests_run=2000)
@@ -87,17 +87,17 @@ def bench_pull(base: Path, runs: int, failures: int, repeat: int) -> None:
     with HistoryDB.open(shard) as db:
         db.import_runs(segment_for(n, failures) for n in range(runs))
     print(f"built {runs} segments of {failures} failures in {time.perf_counter() - started:.1f} s")
-    ours: List[float] = []
-    baseline: List[float] = []
+    ours: list[float] = []
+    baseline: list[float] = []
     for index in range(repeat):
-        def base_side() -> None:
+        def base_side(index: int = index) -> None:
             repo = fresh_repo(base / f"base-{index}", bare)
             share.fetch(repo, "origin")
             with HistoryDB.open_file(shard / "history.sqlite3", create=False) as other, \
                     HistoryDB.open(repo / ".selfheal") as mine:
                 mine.merge_from(other)
 
-        def our_side() -> None:
+        def our_side(index: int = index) -> None:
             repo = fresh_repo(base / f"ours-{index}", bare)
             pulled = share.pull(repo, repo / ".selfheal")
             assert pulled.added == runs, pulled
@@ -118,7 +118,7 @@ def bench_push(base: Path, writers: int, per_writer: int, failures: int) -> None
     bare = base / "pushes.git"
     run_git(base, ["init", "--quiet", "--bare", str(bare)])
 
-    def clones(label: str) -> List[Path]:
+    def clones(label: str) -> list[Path]:
         made = []
         for writer in range(writers):
             clone = fresh_repo(base / f"{label}-{writer}", bare)
@@ -155,7 +155,7 @@ def bench_push(base: Path, writers: int, per_writer: int, failures: int) -> None
     assert lost == 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--failures", type=int, default=50)

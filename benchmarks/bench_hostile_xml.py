@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 MB = 1024 * 1024
 
@@ -62,7 +62,7 @@ def write_failures(path: Path, count: int) -> None:
     """``count`` failing testcases, each a different test with a pytest-like failure."""
     with open(path, "wb") as out:
         out.write(b'<?xml version="1.0"?><testsuites><testsuite name="s">\n')
-        batch: List[bytes] = []
+        batch: list[bytes] = []
         for index in range(count):
             batch.append(
                 b'<testcase classname="tests.test_mod%d" name="test_case_%d" time="0.001">'
@@ -80,14 +80,14 @@ def write_failures(path: Path, count: int) -> None:
 # --------------------------------------------------------------------------- children
 
 
-def child(mode: str, target: str) -> Dict[str, float]:
+def child(mode: str, target: str) -> dict[str, float]:
     """One variant in this (fresh) interpreter: its CPU and wall seconds."""
     from xml.parsers import expat
 
     from pytest_selfheal.analysis.analyse import analyse_junit
     from pytest_selfheal.github import ci
 
-    result: Dict[str, float] = {}
+    result: dict[str, float] = {}
     if mode == "idle":
         return {"cpu": 0.0, "wall": 0.0}
     if mode == "plain":
@@ -95,7 +95,7 @@ def child(mode: str, target: str) -> Dict[str, float]:
         cpu, wall = time.process_time(), time.perf_counter()
         expat.ParserCreate().Parse(data, True)
     elif mode == "selfheal":
-        warnings: List[str] = []
+        warnings: list[str] = []
         cpu, wall = time.process_time(), time.perf_counter()
         kept = analyse_junit(Path(target), warnings=warnings)
         result["kept"] = len(kept)
@@ -114,7 +114,7 @@ def child(mode: str, target: str) -> Dict[str, float]:
     return result
 
 
-def run_child(mode: str, target: str) -> Tuple[Dict[str, float], int]:
+def run_child(mode: str, target: str) -> tuple[dict[str, float], int]:
     """(what the child printed, its peak RSS in bytes)."""
     proc = subprocess.Popen([sys.executable, __file__, "--child", mode, target], stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -126,10 +126,10 @@ def run_child(mode: str, target: str) -> Tuple[Dict[str, float], int]:
     return json.loads(out), rss
 
 
-def measure(label: str, path: Optional[Path], repeat: int, modes: Tuple[str, ...], target: str = "") -> None:
-    times: Dict[str, List[float]] = {m: [] for m in modes}
-    cpus: Dict[str, List[float]] = {m: [] for m in modes}
-    rss: Dict[str, int] = {m: 0 for m in modes}
+def measure(label: str, path: Optional[Path], repeat: int, modes: tuple[str, ...], target: str = "") -> None:
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
+    rss: dict[str, int] = {m: 0 for m in modes}
     kept = None
     for _ in range(repeat):
         for mode in modes:
@@ -152,7 +152,7 @@ def measure(label: str, path: Optional[Path], repeat: int, modes: Tuple[str, ...
     print(f"  peak RSS over idle: {(max(rss[m] for m in modes if m not in ('idle', 'plain')) - rss['idle']) / MB:.1f} MB")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attr-mb", type=int, default=8, help="size of the one huge attribute (MB)")
     parser.add_argument("--failures", type=int, default=20_000, help="failing testcases of the big document")

@@ -35,19 +35,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable
 
 TEST_FILE_SIZE = 50
 
 
-def generate(root: Path, tests: int, failing: int, sleep: float) -> List[str]:
+def generate(root: Path, tests: int, failing: int, sleep: float) -> list[str]:
     """Write the project; returns the failing node ids (spread over the first files)."""
     root.mkdir(parents=True)
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / ".gitignore").write_text(".selfheal/\n__pycache__/\n.pytest_cache/\n")
     tests_dir = root / "tests"
     tests_dir.mkdir()
-    failing_ids: List[str] = []
+    failing_ids: list[str] = []
     files = (tests + TEST_FILE_SIZE - 1) // TEST_FILE_SIZE
     # Spread evenly over the suite: one failing test per region.
     chosen = {int((k + 0.5) * tests / failing) for k in range(min(failing, tests))}
@@ -74,7 +74,7 @@ def generate(root: Path, tests: int, failing: int, sleep: float) -> List[str]:
     return failing_ids
 
 
-def child_env(config_dir: Path) -> Dict[str, str]:
+def child_env(config_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -83,7 +83,7 @@ def child_env(config_dir: Path) -> Dict[str, str]:
     return env
 
 
-def capture(root: Path, env: Dict[str, str]) -> str:
+def capture(root: Path, env: dict[str, str]) -> str:
     subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider"],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
@@ -95,7 +95,7 @@ def capture(root: Path, env: Dict[str, str]) -> str:
     return ids[0]
 
 
-def timed(fn: Callable[[], None]) -> Tuple[float, float]:
+def timed(fn: Callable[[], None]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process and its children) of one call.
 
     CPU time is far less sensitive to other load on the machine than wall time, so the
@@ -112,7 +112,7 @@ def timed(fn: Callable[[], None]) -> Tuple[float, float]:
     return wall, child_cpu + (time.process_time() - cpu)
 
 
-def main(argv: "List[str] | None" = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--failing", type=int, default=3)
@@ -121,8 +121,8 @@ def main(argv: "List[str] | None" = None) -> int:
     parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
     args = parser.parse_args(argv)
 
-    from pytest_selfheal.config.settings import parse_override
     from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.config.settings import parse_override
     from pytest_selfheal.loop.driver import verify_iteration
     from pytest_selfheal.store.root import Store
 
@@ -159,8 +159,8 @@ def main(argv: "List[str] | None" = None) -> int:
 
         iteration()  # warm-up: imports (gitpython, junit reader) happen once per process
         direct()
-        times: Dict[str, List[float]] = {"a": [], "b": [], "c": []}
-        cpu: Dict[str, List[float]] = {"a": [], "b": [], "c": []}
+        times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
+        cpu: dict[str, list[float]] = {"a": [], "b": [], "c": []}
         for index in range(max(args.repeat, args.full_repeat)):
             runs = [("a", iteration), ("b", direct)] if index < args.repeat else []
             if index % 2:
@@ -171,9 +171,9 @@ def main(argv: "List[str] | None" = None) -> int:
                 wall, used = timed(fn)
                 times[key].append(wall)
                 cpu[key].append(used)
-        median: Dict[str, float] = {key: statistics.median(values) for key, values in times.items()}
-        median_cpu: Dict[str, float] = {key: statistics.median(values) for key, values in cpu.items()}
-        rows: Tuple[Tuple[str, str], ...] = (
+        median: dict[str, float] = {key: statistics.median(values) for key, values in times.items()}
+        median_cpu: dict[str, float] = {key: statistics.median(values) for key, values in cpu.items()}
+        rows: tuple[tuple[str, str], ...] = (
             ("a", "one verify-only iteration (verify_iteration)"),
             ("b", f"python -m pytest -q <{len(failing)} node ids>"),
             ("c", "python -m pytest -q (whole suite)"),

@@ -15,7 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 CHILD = """
 import time
@@ -28,7 +28,7 @@ print(w1 - w, c1 - c, w2 - w1, c2 - c1)
 """
 
 
-def sample() -> Tuple[float, float, float, float]:
+def sample() -> tuple[float, float, float, float]:
     """(pytest wall, pytest CPU, plugin wall, plugin CPU) in seconds, from one fresh interpreter."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # use .pyc files, as an installed package does
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args(list(argv) or None)
     sample()  # warm the .pyc files and the file cache
-    runs: List[Tuple[float, float, float, float]] = [sample() for _ in range(args.repeat)]
+    runs: list[tuple[float, float, float, float]] = [sample() for _ in range(args.repeat)]
     pw, pc, hw, hc = (statistics.median(r[i] for r in runs) for i in range(4))
     print(
         f"import pytest_selfheal.plugin after pytest ({args.repeat} fresh interpreters): "

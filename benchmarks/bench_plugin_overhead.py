@@ -23,8 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Optional
 
 PER_FILE = 100
 
@@ -49,7 +50,7 @@ def make_suite(root: Path, tests: int, failures: int) -> None:
     repo.close()
 
 
-def child_env() -> Dict[str, str]:
+def child_env() -> dict[str, str]:
     """This environment, but children write and use .pyc files as an installed package does.
 
     With PYTHONDONTWRITEBYTECODE set, the plugin's modules (an editable install) would be
@@ -60,7 +61,7 @@ def child_env() -> Dict[str, str]:
     return env
 
 
-def timed(argv: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None) -> "tuple[float, float]":
+def timed(argv: Sequence[str], cwd: Path, env: Optional[dict[str, str]] = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the child): CPU time is steadier on a shared machine."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -70,15 +71,15 @@ def timed(argv: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None) 
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def ratio(root: Path, repeat: int, autoload: bool = True) -> "tuple[float, float, float, float]":
+def ratio(root: Path, repeat: int, autoload: bool = True) -> tuple[float, float, float, float]:
     """(median plain wall, median selfheal wall, wall ratio, CPU ratio), runs interleaved."""
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     env = child_env()
     if not autoload:
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         base += ["-p", "pytest_selfheal.plugin"]
-    plain: List["tuple[float, float]"] = []
-    healed: List["tuple[float, float]"] = []
+    plain: list[tuple[float, float]] = []
+    healed: list[tuple[float, float]] = []
     # Warm the file cache and the .pyc files of both sides (the plugin's modules are
     # compiled on the first --selfheal run): no first run pays a compilation.
     timed(base, root, env)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Exit codes of the `selfheal` command. Stable: scripts and the Action depend on them.
 EXIT_OK = 0

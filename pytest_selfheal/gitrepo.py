@@ -12,7 +12,7 @@ No other module imports ``git`` (an import-linter contract in pyproject.toml) or
   ``repair/worktree.py`` holds what they are for);
 - a committed repository for the demo (:func:`init_repo`).
 
-The diff hash. SPEC §8: progress includes "the code diff (gitpython, hashed) changed". The
+The diff hash. Progress includes "the code diff (gitpython, hashed) changed". The
 hash covers everything a code change can touch in the repository containing the project:
 
 - ``git diff HEAD --no-ext-diff --binary`` — staged and unstaged changes of tracked
@@ -35,9 +35,10 @@ import os
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional
 
 from pytest_selfheal.errors import RefusedError, one_line
 
@@ -76,14 +77,14 @@ _CHUNK = 1024 * 1024
 
 
 # Build and cache litter: never a code change (projects without a .gitignore have it untracked).
-JUNK_PATHSPECS: Tuple[str, ...] = (
+JUNK_PATHSPECS: tuple[str, ...] = (
     ":(exclude,glob)**/__pycache__/**",
     ":(exclude,glob)**/*.py[co]",
     ":(exclude,glob)**/.pytest_cache/**",
 )
 
 
-def _exclude_specs(top: Path, exclude: Sequence[Path]) -> List[str]:
+def _exclude_specs(top: Path, exclude: Sequence[Path]) -> list[str]:
     specs = []
     for path in exclude:
         try:
@@ -95,7 +96,7 @@ def _exclude_specs(top: Path, exclude: Sequence[Path]) -> List[str]:
     return specs
 
 
-def _hash_file(digest: "hashlib._Hash", path: Path) -> None:
+def _hash_file(digest: hashlib._Hash, path: Path) -> None:
     try:
         with open(path, "rb") as handle:
             while True:
@@ -107,7 +108,7 @@ def _hash_file(digest: "hashlib._Hash", path: Path) -> None:
         digest.update(f"<unreadable: {exc.errno}>".encode())
 
 
-def _start(head: Optional[str], diff: bytes) -> "hashlib._Hash":
+def _start(head: Optional[str], diff: bytes) -> hashlib._Hash:
     digest = hashlib.sha256()
     digest.update(b"head\0" + (head or "").encode() + b"\0diff\0")
     digest.update(diff)
@@ -126,7 +127,7 @@ def clean_tree_hash(commit: str) -> str:
 class GitSnapshot(NamedTuple):  # NamedTuple: a frozen dataclass costs ~1 ms more to define
     """One read of the working tree: ``context.json``'s git part and the diff hash."""
 
-    context: Optional[Dict[str, Any]]  # None outside a git repository
+    context: Optional[dict[str, Any]]  # None outside a git repository
     diff_hash: Optional[str]  # None when unknown (outside git, a git error)
 
 
@@ -141,7 +142,7 @@ class _GitError(Exception):
     """A read-only git command failed (internal: the snapshot records one line)."""
 
 
-def _git_env() -> Dict[str, str]:
+def _git_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(LANGUAGE="C", LC_ALL="C")  # as gitpython runs git: untranslated --stat and errors
     return env
@@ -224,7 +225,7 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
         )
     except (OSError, _GitError) as exc:
         return GitSnapshot({"error": one_line(str(exc))} if context else None, None)
-    info: Optional[Dict[str, Any]] = None
+    info: Optional[dict[str, Any]] = None
     if context:
         info = {
             "root": str(top),
@@ -267,8 +268,8 @@ class PendingSnapshot:
     works (the loop's tests, the capture's fingerprinting); :meth:`result` waits for it."""
 
     def __init__(self, project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True) -> None:
-        self._done: List[GitSnapshot] = []
-        self._error: List[BaseException] = []
+        self._done: list[GitSnapshot] = []
+        self._error: list[BaseException] = []
         self._thread = threading.Thread(
             target=self._run, args=(project_root, list(exclude), context), name="selfheal-git", daemon=True
         )
@@ -302,7 +303,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
 # --- run context -----------------------------------------------------------------
 
 
-def git_context(path: Path) -> Optional[Dict[str, Any]]:
+def git_context(path: Path) -> Optional[dict[str, Any]]:
     """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
     return git_snapshot(path).context
 
@@ -313,7 +314,7 @@ def git_context(path: Path) -> Optional[Dict[str, Any]]:
 # Variables that point git at a repository. A selfheal run started from a git hook
 # (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
 # of the worktree — and the provider's — at the user's own index.
-GIT_LOCATING_ENV: Tuple[str, ...] = (
+GIT_LOCATING_ENV: tuple[str, ...] = (
     "GIT_DIR",
     "GIT_WORK_TREE",
     "GIT_INDEX_FILE",

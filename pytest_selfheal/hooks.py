@@ -9,9 +9,10 @@ both groups (docs/hooks.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Optional
 
 import pluggy
 
@@ -50,17 +51,17 @@ def _caller(pm: Optional[pluggy.PluginManager], name: str) -> Optional[Any]:
     return getattr(pm.hook, name, None) if pm is not None else None
 
 
-def classification_rules(pm: Optional[pluggy.PluginManager]) -> List[Mapping[str, Any]]:
+def classification_rules(pm: Optional[pluggy.PluginManager]) -> list[Mapping[str, Any]]:
     """Rules contributed by ``pytest_selfheal_classification_rules``, in hook-call order."""
     caller = _caller(pm, "pytest_selfheal_classification_rules")
-    rules: List[Mapping[str, Any]] = []
+    rules: list[Mapping[str, Any]] = []
     if caller is not None:
         for contributed in caller():
             rules.extend(contributed or [])
     return rules
 
 
-def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> List[str]:
+def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> list[str]:
     """Names of the plugins implementing ``pytest_selfheal_repair``, in pluggy's call order."""
     caller = _caller(pm, "pytest_selfheal_repair")
     if caller is None:
@@ -88,10 +89,10 @@ def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optio
     return found
 
 
-def report_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> List[Dict[str, str]]:
+def report_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
     """Extra report sections from ``pytest_selfheal_report_sections``, in hook-call order."""
     caller = _caller(pm, "pytest_selfheal_report_sections")
-    sections: List[Dict[str, str]] = []
+    sections: list[dict[str, str]] = []
     if caller is not None:
         for contributed in caller(report=report):
             sections.extend(contributed or [])

@@ -7,7 +7,8 @@ under the entry-point group ``pytest_selfheal`` (docs/hooks.md).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import pluggy
 
@@ -41,7 +42,7 @@ def pytest_selfheal_repair(request: Mapping[str, Any]) -> Optional[Mapping[str, 
 
 
 @hookspec
-def pytest_selfheal_report_sections(report: Mapping[str, Any]) -> Optional[List[Dict[str, str]]]:
+def pytest_selfheal_report_sections(report: Mapping[str, Any]) -> Optional[list[dict[str, str]]]:
     """Return extra report sections: a list of ``{"title": ..., "markdown": ...}``.
 
     ``report`` is the report's JSON data (docs/report.md). Sections are appended after the

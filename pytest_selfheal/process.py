@@ -42,7 +42,7 @@ A bare program name (``pytest``) is looked up on the absolute entries of the chi
 ``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
 not pick a ``./pytest`` committed to the project.
 
-- no token reaches a child (SPEC §12): :func:`child_environment` builds every child's
+- no token reaches a child: :func:`child_environment` builds every child's
   environment, without ``GH_TOKEN``, ``GITHUB_TOKEN``, ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``,
   ``ACTIONS_RUNTIME_TOKEN`` or any other variable whose name contains ``TOKEN`` (any case);
   ``SELFHEAL_*`` variables are selfheal's own and pass.
@@ -63,8 +63,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import IO, Callable, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -76,7 +77,7 @@ CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: Variables never passed to a child, whatever their name (docs/action.md "Security").
-WITHHELD_TOKENS: Tuple[str, ...] = (
+WITHHELD_TOKENS: tuple[str, ...] = (
     "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
 )
 
@@ -88,7 +89,7 @@ def withheld(name: str) -> bool:
     return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
 
 
-def child_environment(env: Optional[Mapping[str, str]] = None) -> "dict[str, str]":
+def child_environment(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The environment of a child: ``env`` (default: ours) without the tokens (:func:`withheld`)."""
     source = os.environ if env is None else env
     return {k: v for k, v in source.items() if not withheld(k)}
@@ -101,7 +102,7 @@ LineSink = Callable[[bytes], None]
 class ProcessResult(Frozen):
     """What one child process did."""
 
-    argv: List[str]
+    argv: list[str]
     started: bool  # False: the executable could not be started (see ``error``)
     exit_code: Optional[int]  # None when it did not start or was stopped by the timeout
     timed_out: bool
@@ -113,7 +114,7 @@ class ProcessResult(Frozen):
 # --------------------------------------------------------------------------- groups
 
 
-def kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
+def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     """Send ``sig`` to the child's whole process group (gone already: nothing to do)."""
     try:
         if sys.platform == "win32":  # pragma: no cover - no process groups to signal
@@ -124,7 +125,7 @@ def kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
         pass
 
 
-def terminate_group(proc: "subprocess.Popen[bytes]", grace: float = KILL_GRACE_SECONDS) -> None:
+def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
     """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
 
     The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
@@ -145,7 +146,7 @@ def terminate_group(proc: "subprocess.Popen[bytes]", grace: float = KILL_GRACE_S
         pass
 
 
-_LIVE: Set["subprocess.Popen[bytes]"] = set()
+_LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -198,7 +199,7 @@ class _Reaper:
         self._lock = threading.Lock()
         self._owner = -1
         self._fd: Optional[int] = None
-        self._proc: Optional["subprocess.Popen[bytes]"] = None  # kept: a dropped Popen warns
+        self._proc: Optional[subprocess.Popen[bytes]] = None  # kept: a dropped Popen warns
 
     def _pipe(self) -> Optional[int]:
         if self._owner == os.getpid():
@@ -210,7 +211,7 @@ class _Reaper:
             return None
         try:
             # Not through run(): the reaper must outlive us, so no PDEATHSIG and no group kill.
-            self._proc = subprocess.Popen(  # noqa: S603 - argv list, shell=False
+            self._proc = subprocess.Popen(
                 [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
             )
@@ -275,19 +276,19 @@ def _die_with_parent() -> Optional[Callable[[], None]]:
 
 
 def _spawn(
-    argv: List[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: "int | IO[bytes]"
-) -> "subprocess.Popen[bytes]":
-    child_env = child_environment(env)  # never a token, whoever called (SPEC §12)
+    argv: list[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: int | IO[bytes]
+) -> subprocess.Popen[bytes]:
+    child_env = child_environment(env)  # never a token, whoever called
     if sys.platform == "win32":  # pragma: no cover
-        return subprocess.Popen(  # noqa: S603 - argv list, shell=False
+        return subprocess.Popen(
             argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
             stdout=stdout, stderr=subprocess.STDOUT, shell=False,
             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
         )
-    return subprocess.Popen(  # noqa: S603 - argv list, shell=False
+    return subprocess.Popen(
         argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
         stdout=stdout, stderr=subprocess.STDOUT, shell=False, start_new_session=True,
-        preexec_fn=_die_with_parent(),  # noqa: PLW1509 - see the module docstring
+        preexec_fn=_die_with_parent(),
     )
 
 
@@ -344,7 +345,7 @@ class _Pump(threading.Thread):
         if self.error is None:
             try:
                 self.on_line(line)
-            except Exception as exc:  # noqa: BLE001 - handed back to the caller's thread
+            except Exception as exc:
                 self.error = exc
 
     def run(self) -> None:
@@ -365,7 +366,7 @@ class _Pump(threading.Thread):
         self.lines.close()
 
 
-def tail_bytes(path: Path, limit: int) -> Tuple[str, bool]:
+def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
     """The last ``limit`` bytes of ``path`` decoded (invalid UTF-8 replaced) and whether the
     file was longer; ``("", False)`` when it cannot be read."""
     try:
@@ -392,7 +393,7 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
 # --------------------------------------------------------------------------- running
 
 
-def absolute_path_entries(path_value: str) -> List[str]:
+def absolute_path_entries(path_value: str) -> list[str]:
     """The absolute entries of a ``PATH`` value: an empty or relative entry would find a
     program committed to the project (``./pytest``) instead of the installed one."""
     return [entry for entry in path_value.split(os.pathsep) if entry and os.path.isabs(entry)]
@@ -447,7 +448,7 @@ def run(
         output_path.parent.mkdir(parents=True, exist_ok=True)
     sink = open(output_path, "wb") if output_path is not None else None
     try:
-        stdout: "int | IO[bytes]" = (
+        stdout: int | IO[bytes] = (
             subprocess.PIPE if on_line is not None else sink if sink is not None else subprocess.DEVNULL
         )
         try:
@@ -485,7 +486,7 @@ def run(
 
 
 def _wait(
-    proc: "subprocess.Popen[bytes]", timeout: Optional[float], grace: float, pump: Optional[_Pump],
+    proc: subprocess.Popen[bytes], timeout: Optional[float], grace: float, pump: Optional[_Pump],
     cancel: Optional[threading.Event] = None,
 ) -> bool:
     """Wait for the leader, stop the group on timeout or exception; True when timed out."""

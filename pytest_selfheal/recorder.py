@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Generator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Optional
 
 import pytest
 
@@ -40,10 +41,11 @@ from pytest_selfheal.store.root import Store
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
-    from pytest_selfheal.run import entry  # noqa: F401
     from pytest_selfheal.loop import agent_mode, sticky  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
+
+    # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
+    from pytest_selfheal.run import entry  # noqa: F401
 
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
@@ -97,8 +99,8 @@ def start(config: pytest.Config) -> None:
     config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), _PLUGIN_NAME)
 
 
-def _ini_values(config: pytest.Config) -> Dict[str, str]:
-    values: Dict[str, str] = {}
+def _ini_values(config: pytest.Config) -> dict[str, str]:
+    values: dict[str, str] = {}
     for ini_name in INI_KEYS:
         value = config.getini(ini_name)
         if ini_name == "selfheal_config":
@@ -109,9 +111,9 @@ def _ini_values(config: pytest.Config) -> Dict[str, str]:
     return values
 
 
-def load_effective_config(config: pytest.Config) -> "EffectiveConfig":
+def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     """The effective config for this pytest run (files ← ini ← flags)."""
-    overrides: List[Override] = []
+    overrides: list[Override] = []
     for dest, key in _FLAG_KEYS.items():
         value = config.getoption(dest)
         if value is None:
@@ -141,7 +143,7 @@ def _crash_message(report: Any) -> str:
 
 class RootCauseHook:
     """Resolves the root-cause evidence of each failing test while its objects are alive
-    (capture/evidence.py, SPEC §7), keyed by node id; the first failing phase wins.
+    (capture/evidence.py), keyed by node id; the first failing phase wins.
 
     ``pytest_exception_interact`` runs only for a failing phase (not for a pass, a skip or
     an xfail), so a passing test pays nothing. It runs after the report was logged, which
@@ -150,9 +152,9 @@ class RootCauseHook:
 
     def __init__(self, rootdir: str) -> None:
         self.resolver = Resolver(rootdir)
-        self.evidence: Dict[str, Dict[str, Any]] = {}
+        self.evidence: dict[str, dict[str, Any]] = {}
 
-    def resolve(self, item: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
+    def resolve(self, item: Any, excinfo: Any) -> Optional[dict[str, Any]]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
         dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
         if dtest is not None:
@@ -177,7 +179,7 @@ class WorkerRootCauseHook(RootCauseHook):
     Only workers pay for this wrapper (a generator per test phase)."""
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: "pytest.CallInfo[None]") -> Generator[None, Any, None]:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         if call.excinfo is None:
             return
@@ -199,7 +201,7 @@ SUMMARY = -1
 DETAIL = 0
 
 
-def _markup(line: str) -> Dict[str, bool]:
+def _markup(line: str) -> dict[str, bool]:
     """Colour of a summary line (pytest drops it under --color=no)."""
     if "-> STOP success" in line or " resolved" in line:
         return {"green": True}
@@ -218,17 +220,17 @@ class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(
-        self, config: pytest.Config, effective: "EffectiveConfig", evidence: Optional[Dict[str, Dict[str, Any]]] = None,
+        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, dict[str, Any]]] = None,
         spectrum: Optional[SpectrumHook] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self.effective = effective
-        self.failed: List[FailedReport] = []
+        self.failed: list[FailedReport] = []
         self.tests = 0
         self.skipped = 0
-        self.lines: List[Tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
+        self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
         self.incident_id: Optional[str] = None
         # The incident this run captured, as written: its report needs no read-back (None
         # once the loop has changed it).
@@ -239,19 +241,19 @@ class Recorder:
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
         self.redactor = default_redactor(effective.settings.redaction)
-        self.open_incidents: List["OpenIncident"] = self._open_incidents()
+        self.open_incidents: list[OpenIncident] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
-        self.watched: Set[str] = {n for i in self.open_incidents for n in i.selection}
+        self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
         self.watched_redacted = any(is_redacted(n) for n in self.watched)
-        self.outcomes: Dict[str, str] = {}
+        self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
-        self.passed: Set[str] = set()
-        self.skipped_ids: Set[str] = set()
-        self.tdd_nodeids: List[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
+        self.passed: set[str] = set()
+        self.skipped_ids: set[str] = set()
+        self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
-    def _open_incidents(self) -> List["OpenIncident"]:
+    def _open_incidents(self) -> list[OpenIncident]:
         if not (self.reports_root / "error_inbox").is_dir():
             return []
         if self.ci_run:
@@ -261,7 +263,7 @@ class Recorder:
             return []
 
         try:
-            found: List["OpenIncident"] = _loop_side("agent_mode").open_incidents(self.store())
+            found: list[OpenIncident] = _loop_side("agent_mode").open_incidents(self.store())
             return found
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
@@ -348,7 +350,7 @@ class Recorder:
 
     def _finish(self, exitstatus: int) -> None:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
-        warnings: List[str] = []
+        warnings: list[str] = []
         git: Optional[PendingSnapshot] = None
         if self.failed and not self.open_incidents:
             # Every failure will be captured: the capture's git and platform reads (subprocesses)
@@ -368,8 +370,8 @@ class Recorder:
             config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings,
             redactor=self.redactor,
         )
-        covered: Set[str] = set()
-        still_open: List[str] = []
+        covered: set[str] = set()
+        still_open: list[str] = []
         # The run's replayable options: compared by agent mode, recorded by a capture.
         options, options_problem = capture_options(self.config) if self.outcomes or failures else ([], None)
         if self.outcomes:
@@ -442,9 +444,9 @@ class Recorder:
         return False
 
     def _attach_to_stopped(
-        self, remaining: List[Any], failures: List[Any], git: Optional[PendingSnapshot], exitstatus: int,
-        run_options: Optional[List[str]],
-    ) -> Tuple[List[Any], List[str]]:
+        self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
+        run_options: Optional[list[str]],
+    ) -> tuple[list[Any], list[str]]:
         """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
         incident. Code unchanged → STOP already_stopped; changed → that incident's next
         iteration. Returns the failures left to capture and the incidents still open."""
@@ -456,7 +458,7 @@ class Recorder:
         root = Path(self.config.rootpath)
         diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[self.reports_root])
         matches, rest = sticky.match_stopped(stopped, remaining, diff)
-        still_open: List[str] = []
+        still_open: list[str] = []
         max_iterations = self.effective.settings.max_iterations
         for match in matches:
             sticky.record_attached(store, match, diff)
@@ -482,10 +484,10 @@ class Recorder:
             self.open_incidents += resumed
         return rest, still_open
 
-    def _outcomes_of(self, incidents: List["OpenIncident"], failures: List[Any]) -> Dict[str, str]:
+    def _outcomes_of(self, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
         """This run's outcome of each test the incidents select (a test it did not run: absent)."""
         failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
-        out: Dict[str, str] = {}
+        out: dict[str, str] = {}
         for nodeid in (n for i in incidents for n in i.selection):
             if nodeid in failed:
                 out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
@@ -539,11 +541,11 @@ class Recorder:
             atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
             self.lines.append((SUMMARY, f"report written to {target}"))
 
-    def outcomes_incidents(self) -> Set[str]:
+    def outcomes_incidents(self) -> set[str]:
         """Open incidents this run recorded an attempt for."""
         return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
 
-    def pytest_terminal_summary(self, terminalreporter: "TerminalReporter") -> None:
+    def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
         verbosity = int(self.config.get_verbosity())
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:

@@ -12,7 +12,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pytest_selfheal"
@@ -28,16 +27,16 @@ def loose_annotations() -> int:
                if "demo" not in p.relative_to(PACKAGE).parts)
 
 
-def top_level_modules() -> List[str]:
+def top_level_modules() -> list[str]:
     """The package's top-level modules, ``__init__``/``__main__`` and ``py.typed`` aside."""
     return sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
 
 
-def words(paths: List[Path]) -> int:
+def words(paths: list[Path]) -> int:
     return sum(len(WORD.findall(p.read_text(encoding="utf-8"))) for p in paths)
 
 
-def counts() -> List[Tuple[str, int]]:
+def counts() -> list[tuple[str, int]]:
     """``[(what, count)]`` in the order of :data:`TARGETS`."""
     user = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     every = user + sorted((ROOT / "docs").rglob("*/*.md"))
@@ -45,7 +44,7 @@ def counts() -> List[Tuple[str, int]]:
             ("user docs words", words(user)), ("all docs words", words(every))]
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a count is over its target")
     args = parser.parse_args(argv)

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -173,7 +174,7 @@ def _pytest(project: Path, junit: Path, *args: str) -> None:
         raise SystemExit(f"pytest wrote no junit for {junit.name}")
 
 
-def regenerate_inputs() -> List[str]:
+def regenerate_inputs() -> list[str]:
     """Run pytest for real and (re)write the generated inputs; returns their names."""
     made = []
     with tempfile.TemporaryDirectory(prefix="selfheal-golden-") as tmp:
@@ -213,14 +214,14 @@ def regenerate_inputs() -> List[str]:
 # -- expected outputs -----------------------------------------------------------------------
 
 
-def expected_for(xml: Path) -> List[Dict[str, Any]]:
+def expected_for(xml: Path) -> list[dict[str, Any]]:
     """What ``selfheal fingerprint <xml> --json`` prints, run from the file's directory."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run from a checkout without installing
     from pytest_selfheal.cli.commands.fingerprint import collect
 
-    warnings: List[str] = []
-    errors: List[str] = []
+    warnings: list[str] = []
+    errors: list[str] = []
     rows = collect([str(xml)], warnings, errors)
     if errors:
         raise SystemExit(f"{xml.name}: {errors[0]}")
@@ -229,12 +230,12 @@ def expected_for(xml: Path) -> List[Dict[str, Any]]:
     return rows
 
 
-def render(rows: List[Dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]]) -> str:
     """The stored form of an expected file: indented, key-sorted JSON."""
     return json.dumps(rows, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def golden_inputs() -> List[Path]:
+def golden_inputs() -> list[Path]:
     """Every junit input of the corpus."""
     return sorted(GOLDEN.glob("*.xml"))
 

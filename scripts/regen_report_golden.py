@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
@@ -32,7 +33,7 @@ from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
-def _build(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
+def _build(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
     runs = [IncidentRun.from_dict(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
     return build_report(
         incidents=runs,
@@ -42,7 +43,7 @@ def _build(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
     )
 
 
-def render_case(doc: Mapping[str, Any], source: str = "case") -> Tuple[str, str]:
+def render_case(doc: Mapping[str, Any], source: str = "case") -> tuple[str, str]:
     """``(expected JSON text, expected markdown)`` for one case's input document."""
     if "merge" in doc:
         shards = list(doc["merge"])
@@ -56,22 +57,22 @@ def render_case(doc: Mapping[str, Any], source: str = "case") -> Tuple[str, str]
     return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", markdown
 
 
-def cases() -> List[Path]:
+def cases() -> list[Path]:
     """Every case input, sorted by name."""
     return sorted(GOLDEN_DIR.glob("*.input.json"))
 
 
-def expected_paths(case: Path) -> Tuple[Path, Path]:
+def expected_paths(case: Path) -> tuple[Path, Path]:
     """``(<case>.expected.json, <case>.expected.md)`` beside the input."""
     stem = case.name[: -len(".input.json")]
     return case.with_name(f"{stem}.expected.json"), case.with_name(f"{stem}.expected.md")
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report stale files (exit 1), write nothing")
     args = parser.parse_args(argv)
-    stale: List[str] = []
+    stale: list[str] = []
     for case in cases():
         doc = json.loads(case.read_text(encoding="utf-8"))
         outputs = zip(expected_paths(case), render_case(doc, case.name))

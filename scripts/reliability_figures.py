@@ -22,12 +22,12 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(figures: Path, full: bool, extra: List[str]) -> int:
+def run(figures: Path, full: bool, extra: list[str]) -> int:
     env = dict(os.environ)
     env["SELFHEAL_RELIABILITY_FIGURES"] = str(figures)
     if full:
@@ -42,17 +42,17 @@ def run(figures: Path, full: bool, extra: List[str]) -> int:
     return code
 
 
-def load(figures: Path) -> List[Dict[str, Any]]:
+def load(figures: Path) -> list[dict[str, Any]]:
     if not figures.exists():
         return []
     return [json.loads(line) for line in figures.read_text().splitlines() if line.strip()]
 
 
-def merge(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def merge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per family / property: under pytest-xdist (``-n auto`` in pyproject) every
     worker builds its own module fixtures and records its own share; the shares add up."""
-    merged: List[Dict[str, Any]] = []
-    by_key: Dict[Any, Dict[str, Any]] = {}
+    merged: list[dict[str, Any]] = []
+    by_key: dict[Any, dict[str, Any]] = {}
     for row in rows:
         if "family" in row:
             key: Any = ("family", row["family"])
@@ -72,12 +72,12 @@ def merge(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return merged
 
 
-def table(rows: List[Dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     rows = merge(rows)
-    out: List[str] = ["| What | Count | Losses / failures | Test |", "|------|-------|-------------------|------|"]
+    out: list[str] = ["| What | Count | Losses / failures | Test |", "|------|-------|-------------------|------|"]
 
     # --- kills: one row per test (the sample and its long variant apart), then the total
-    kills: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    kills: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     labels = {"file_operation": "SIGKILL before the N-th file operation", "named_step": "SIGKILL at a named loop step",
               "random_instant": "SIGKILL at a random instant"}
     for row in rows:
@@ -87,7 +87,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
             for key in ("attempted", "landed", "mid_operation", "replay_window", "resumed", "losses"):
                 k[key] += int(row.get(key, 0))
             k["op:" + row.get("op", "?")] += int(row.get("attempted", 0))
-    total: Dict[str, int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
     for test in sorted(kills, key=lambda t: ("slow" in t, t)):
         k = kills[test]
         method = next(name[7:] for name in k if name.startswith("method:"))
@@ -151,7 +151,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="SELFHEAL_RELIABILITY_FULL=1: the long variants")
     parser.add_argument("--figures", type=Path, default=None, help="JSON-lines file (default: a temp file)")

@@ -9,8 +9,9 @@ is taken as given; ``SELFHEAL_RELIABILITY_FULL=1`` runs both tiers at once.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Optional
 
 import pytest
 from helpers import FULL
@@ -68,7 +69,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> Optional[int]:
     return 2 * cores
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default tier: without ``-m`` the ``slow`` tests are deselected (not skipped)."""
     if config.getoption("markexpr") or FULL:
         return

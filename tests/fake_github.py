@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Optional
 
 import pytest
 
@@ -47,8 +48,8 @@ class Recorded:
 
     method: str
     path: str
-    query: Dict[str, List[str]]
-    headers: Dict[str, str]
+    query: dict[str, list[str]]
+    headers: dict[str, str]
     body: str
 
     def header(self, name: str) -> Optional[str]:
@@ -79,11 +80,11 @@ class FakeGitHub:
     #: Count the 65,536 body limit in UTF-8 bytes instead of characters (a stricter server:
     #: exercises the client's retry after a 422).
     limit_in_bytes: bool = False
-    requests: List[Recorded] = field(default_factory=list)
-    _tokens: Dict[str, _Token] = field(default_factory=dict)
-    _comments: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+    _tokens: dict[str, _Token] = field(default_factory=dict)
+    _comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     _next_id: int = 1000
-    _failures: List[Tuple[str, str, int, Any, Dict[str, str]]] = field(default_factory=list)
+    _failures: list[tuple[str, str, int, Any, dict[str, str]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: Optional[ThreadingHTTPServer] = None
     _thread: Optional[threading.Thread] = None
@@ -117,7 +118,7 @@ class FakeGitHub:
         with self._lock:
             return self._add(number, body, login)["id"]  # type: ignore[no-any-return]
 
-    def comments(self, number: int) -> List[Dict[str, Any]]:
+    def comments(self, number: int) -> list[dict[str, Any]]:
         """A copy of the comments on ``number``, oldest first."""
         with self._lock:
             return [json.loads(json.dumps(c)) for c in self._comments.get(number, [])]
@@ -133,20 +134,20 @@ class FakeGitHub:
         path_contains: str,
         status: int,
         payload: Any = None,
-        headers: Optional[Dict[str, str]] = None,
+        headers: Optional[dict[str, str]] = None,
     ) -> None:
         """Answer the next matching request with exactly this (e.g. a 301 to elsewhere)."""
         with self._lock:
             self._failures.append((method.upper(), path_contains, status, payload, dict(headers or {})))
 
-    def requests_to(self, method: str, path_contains: str = "") -> List[Recorded]:
+    def requests_to(self, method: str, path_contains: str = "") -> list[Recorded]:
         """Recorded requests filtered by method and a path fragment."""
         with self._lock:
             return [r for r in self.requests if r.method == method.upper() and path_contains in r.path]
 
     # -- lifecycle
 
-    def start(self) -> "FakeGitHub":
+    def start(self) -> FakeGitHub:
         """Listen on 127.0.0.1, a free port, in a daemon thread."""
         fake = self
 
@@ -171,7 +172,7 @@ class FakeGitHub:
 
     # -- internals (called with the lock held)
 
-    def _add(self, number: int, body: str, login: str) -> Dict[str, Any]:
+    def _add(self, number: int, body: str, login: str) -> dict[str, Any]:
         self._next_id += 1
         cid = self._next_id
         comment = {
@@ -187,14 +188,14 @@ class FakeGitHub:
         self._comments.setdefault(number, []).append(comment)
         return comment
 
-    def _find(self, cid: int) -> Optional[Dict[str, Any]]:
+    def _find(self, cid: int) -> Optional[dict[str, Any]]:
         for comments in self._comments.values():
             for comment in comments:
                 if comment["id"] == cid:
                     return comment
         return None
 
-    def _take_failure(self, method: str, path: str) -> Optional[Tuple[int, Any, Dict[str, str]]]:
+    def _take_failure(self, method: str, path: str) -> Optional[tuple[int, Any, dict[str, str]]]:
         for i, (m, fragment, status, payload, headers) in enumerate(self._failures):
             if m == method and fragment in path:
                 del self._failures[i]
@@ -207,12 +208,12 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "FakeGitHub/1.0"
     timeout = 10  # a stuck client cannot hold a server thread forever
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet
 
     # -- responses
 
-    def _send(self, status: int, payload: Any, headers: Optional[Dict[str, str]] = None) -> None:
+    def _send(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None) -> None:
         data = b"" if payload is None else json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -228,13 +229,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- dispatch
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         self._handle("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         self._handle("PATCH")
 
     def _handle(self, method: str) -> None:

@@ -23,10 +23,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Optional
 
 import git
 from schema_check import assert_valid
@@ -56,7 +57,7 @@ _SIGNALS = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") els
 # --------------------------------------------------------------------------- child processes
 
 
-def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def run_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The environment of a child: no plugin autoload (pytest starts in ~0.5 s instead of
     seconds with hypothesis & co.), no bytecode files in the repos, nothing of the outer run
     (xdist worker variables, the loop's verification flag, kill points, fault injection)."""
@@ -73,7 +74,7 @@ def run_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
 
 def run_pytest_selfheal(
     project: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
-) -> "subprocess.CompletedProcess[str]":
+) -> subprocess.CompletedProcess[str]:
     """``python -m pytest --selfheal ARGS`` in ``project`` (a real subprocess)."""
     return subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL, *args], cwd=project, capture_output=True,
                           text=True, timeout=timeout, env=run_env(env), stdin=subprocess.DEVNULL)
@@ -81,7 +82,7 @@ def run_pytest_selfheal(
 
 def selfheal_process(
     cwd: Path, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 120
-) -> "subprocess.CompletedProcess[str]":
+) -> subprocess.CompletedProcess[str]:
     """``python -m pytest_selfheal ARGS`` in ``cwd`` as a real subprocess (``run_env(env)``).
 
     Only for what needs the process boundary: the entry point itself, kills and signals.
@@ -200,9 +201,9 @@ def make_project(
     return root
 
 
-def incident_ids(root: Path) -> List[str]:
+def incident_ids(root: Path) -> list[str]:
     """Ids of every incident folder in the inbox and archive (by folder name)."""
-    found: List[str] = []
+    found: list[str] = []
     for bucket in BUCKETS:
         base = root / bucket
         if base.is_dir():
@@ -273,7 +274,7 @@ def effective_config(project: Path, *settings: str) -> Any:
     return load_config(project, overrides=[parse_override(s, "test") for s in settings])
 
 
-def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> Dict[str, Any]:
+def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> dict[str, Any]:
     """``run_loop`` in this process (verifications are still real subprocesses)."""
     kwargs.setdefault("unattended", False)
     kwargs.setdefault("env", run_env())
@@ -281,7 +282,7 @@ def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: A
                     project_root=project, **kwargs)
 
 
-def assert_replay_equals_disk(store: Store, incident_id: str) -> Dict[str, Any]:
+def assert_replay_equals_disk(store: Store, incident_id: str) -> dict[str, Any]:
     """The events alone rebuild exactly the state on disk; returns the replayed state."""
     records, warnings = store.read_events(incident_id)
     assert warnings == []
@@ -301,7 +302,7 @@ def assert_files_valid(store: Store, incident_id: str) -> None:
         assert_valid("run_result", result.to_json())
 
 
-ATTEMPT_DEFAULTS: Dict[str, Any] = {
+ATTEMPT_DEFAULTS: dict[str, Any] = {
     "incident_id": "incident_20260217_120000_ab12cd",
     "iteration": 1,
     "started_at": "2026-02-17T12:00:00+00:00",
@@ -319,7 +320,7 @@ def attempt_record(**fields: Any) -> Attempt:
     return Attempt.from_json({**ATTEMPT_DEFAULTS, **fields}, "test attempt")
 
 
-INCIDENT_DEFAULTS: Dict[str, Any] = {
+INCIDENT_DEFAULTS: dict[str, Any] = {
     "incident_id": "incident_20260217_120000_ab12cd",
     "status": "new",
     "created_at": "2026-02-17T12:00:00+00:00",
@@ -340,7 +341,7 @@ def incident_record(**fields: Any) -> Incident:
     return Incident.from_json({**INCIDENT_DEFAULTS, **fields}, "test incident")
 
 
-def events_named(store: Store, incident_id: str, name: str) -> List[Dict[str, Any]]:
+def events_named(store: Store, incident_id: str, name: str) -> list[dict[str, Any]]:
     """The incident's events called ``name``, as the JSON of their lines."""
     return [e.to_json() for e in store.read_events(incident_id)[0] if e.event == name]
 

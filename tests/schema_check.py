@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import jsonschema
 import pytest
 
 from pytest_selfheal.store.schema import KINDS, load_schema
 
-_VALIDATORS: Dict[str, Any] = {}
+_VALIDATORS: dict[str, Any] = {}
 
 
 def validator(kind: str) -> Any:
@@ -37,7 +37,7 @@ def validator(kind: str) -> Any:
     return _VALIDATORS[kind]
 
 
-def jsonschema_errors(kind: str, doc: Any) -> List[str]:
+def jsonschema_errors(kind: str, doc: Any) -> list[str]:
     """Every violation ``jsonschema`` finds, as ``"<path>: <message>"`` strings."""
     errors = sorted(validator(kind).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{'.'.join(map(str, e.absolute_path)) or '(document)'}: {e.message}" for e in errors]

@@ -7,8 +7,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]
@@ -24,21 +25,21 @@ _INPUT_REF = re.compile(r"\$\{\{\s*inputs\.([A-Za-z0-9_-]+)\s*\}\}")
 _STEP_OUTPUT = re.compile(r"^\$\{\{\s*steps\.([A-Za-z0-9_-]+)\.outputs\.([A-Za-z0-9_-]+)\s*\}\}$")
 
 
-def _load(path: Path) -> Dict[Any, Any]:
+def _load(path: Path) -> dict[Any, Any]:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert isinstance(data, dict), path
     return data
 
 
-def _action() -> Dict[Any, Any]:
+def _action() -> dict[Any, Any]:
     return _load(ACTION)
 
 
-def _steps() -> List[Dict[str, Any]]:
+def _steps() -> list[dict[str, Any]]:
     return list(_action()["runs"]["steps"])
 
 
-def _doc_yaml_blocks() -> List[Tuple[int, Any]]:
+def _doc_yaml_blocks() -> list[tuple[int, Any]]:
     """Every ```yaml block of docs/action.md, parsed: (line number, document)."""
     text = DOC.read_text(encoding="utf-8")
     blocks = []
@@ -55,11 +56,11 @@ def _doc_yaml_blocks() -> List[Tuple[int, Any]]:
     return blocks
 
 
-def _doc_workflows() -> List[Tuple[int, Dict[Any, Any]]]:
+def _doc_workflows() -> list[tuple[int, dict[Any, Any]]]:
     return [(line, doc) for line, doc in _doc_yaml_blocks() if isinstance(doc, dict) and "jobs" in doc]
 
 
-def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, Any, Any]]:
+def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
     """(path, key, value) of every mapping entry, recursively."""
     if isinstance(node, dict):
         for key, value in node.items():
@@ -71,7 +72,7 @@ def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, Any, Any]]:
             yield from _walk(value, f"{path}[{index}]")
 
 
-def _doc_table(heading: str) -> Set[str]:
+def _doc_table(heading: str) -> set[str]:
     """The first-column names (`name`) of the table under ``## heading`` in docs/action.md."""
     text = DOC.read_text(encoding="utf-8")
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
@@ -94,7 +95,7 @@ def test_action_is_composite_and_installs_from_its_own_path() -> None:
 
 def test_every_input_reaches_a_step_through_env_only() -> None:
     inputs = set(_action()["inputs"])
-    referenced: Set[str] = set()
+    referenced: set[str] = set()
     for step in _steps():
         for value in (step.get("env") or {}).values():
             referenced.update(_INPUT_REF.findall(str(value)))
@@ -157,8 +158,8 @@ def test_every_input_and_output_is_documented() -> None:
 # --------------------------------------------------------------------------- workflows
 
 
-def _workflow_sources() -> List[Tuple[str, Any]]:
-    found: List[Tuple[str, Any]] = [(str(p.relative_to(ROOT)), _load(p)) for p in WORKFLOWS]
+def _workflow_sources() -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = [(str(p.relative_to(ROOT)), _load(p)) for p in WORKFLOWS]
     found += [(f"docs/action.md:{line}", doc) for line, doc in _doc_yaml_blocks()]
     return found
 
@@ -175,7 +176,7 @@ def test_no_expression_in_any_run_script(where: str, doc: Any) -> None:
             assert "${{" not in str(value), f"{where}: {path}"
 
 
-def _permission_sets(doc: Dict[Any, Any]) -> List[Any]:
+def _permission_sets(doc: dict[Any, Any]) -> list[Any]:
     sets = [doc.get("permissions")]
     for job in (doc.get("jobs") or {}).values():
         if isinstance(job, dict) and "permissions" in job:
@@ -188,7 +189,7 @@ def _permission_sets(doc: Dict[Any, Any]) -> List[Any]:
     [(str(p.relative_to(ROOT)), _load(p)) for p in WORKFLOWS] + [(f"docs/action.md:{n}", d) for n, d in _doc_workflows()],
     ids=lambda v: v if isinstance(v, str) else "",
 )
-def test_workflows_request_least_privilege(where: str, doc: Dict[Any, Any]) -> None:
+def test_workflows_request_least_privilege(where: str, doc: dict[Any, Any]) -> None:
     assert isinstance(doc.get("permissions"), dict), f"{where}: top-level permissions: missing"
     # contents: write only where no pull request runs: pushing the shared failure history.
     push_only = set(doc.get("on") or doc.get(True) or {}) == {"push"}
@@ -215,6 +216,18 @@ def test_the_dogfood_workflow_uses_this_action_on_this_repository() -> None:
     assert any(u.startswith("actions/setup-python@") for u in uses)
     action_step = next(s for s in steps if s.get("uses") == "./")
     assert "pytest-args" in action_step["with"]
+
+
+def test_the_workflow_checks_what_the_code_claims() -> None:
+    """ruff and mypy strict run in CI, and the tests run on the oldest and newest Python the
+    package declares, not only on the one this machine has."""
+    own = _load(ROOT / ".github" / "workflows" / "selfheal.yml")
+    lint = " ".join(s.get("run", "") for s in own["jobs"]["lint"]["steps"])
+    assert "ruff check" in lint and "mypy" in lint
+    versions = own["jobs"]["tests"]["strategy"]["matrix"]["python-version"]
+    requires = re.search(r'^requires-python = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert requires and requires.group(1) == f">={versions[0]}", (requires, versions)
+    assert versions[-1] == "3.13"
 
 
 def _nodes(node: Any) -> Iterator[Any]:
@@ -279,10 +292,10 @@ def test_the_failure_history_is_cached_per_branch_and_run_and_restored_from_the_
 _EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 
-def _render(template: str, contexts: Dict[str, str]) -> str:
+def _render(template: str, contexts: dict[str, str]) -> str:
     """``template`` with each ``${{ a || b }}`` replaced as Actions would: the first non-empty
     value. A context the test did not give fails (the key would hold an unknown value)."""
-    def value(match: "re.Match[str]") -> str:
+    def value(match: re.Match[str]) -> str:
         names = [n.strip() for n in match.group(1).split("||")]
         assert all(n in contexts for n in names), names
         return next((contexts[n] for n in names if contexts[n]), "")
@@ -308,7 +321,7 @@ def test_the_cache_keys_of_a_two_entry_matrix_are_distinct() -> None:
         assert not any(other.startswith(p) for p in prefixes)
 
 
-def _locate(tmp_path: Path, event: str, sync: str) -> Tuple[int, Dict[str, str]]:
+def _locate(tmp_path: Path, event: str, sync: str) -> tuple[int, dict[str, str]]:
     """The ``history`` step's script in a project, as the runner runs it: exit code and outputs."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +30,7 @@ from pytest_selfheal.github.actions_env import (
 # or NAME<<DELIMITER then raw text up to a line equal to the delimiter.)
 
 
-def _read_line(text: str, index: int) -> Tuple[Optional[str], int, Optional[str]]:
+def _read_line(text: str, index: int) -> tuple[Optional[str], int, Optional[str]]:
     if index >= len(text):
         return None, index, None
     nl = text.find("\n", index)
@@ -41,8 +41,8 @@ def _read_line(text: str, index: int) -> Tuple[Optional[str], int, Optional[str]
     return text[index:nl], nl + 1, "\n"
 
 
-def parse_github_output(text: str) -> List[Tuple[str, str]]:
-    pairs: List[Tuple[str, str]] = []
+def parse_github_output(text: str) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
     line, index, _ = _read_line(text, 0)
     while line is not None:
         if line:
@@ -186,7 +186,7 @@ def test_outputs_reject_bad_names(name: str) -> None:
         max_size=6,
     )
 )
-def test_outputs_roundtrip_property(values: Dict[str, str]) -> None:
+def test_outputs_roundtrip_property(values: dict[str, str]) -> None:
     assert parse_github_output(format_outputs(values)) == list(values.items())
 
 
@@ -234,7 +234,7 @@ def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ("pull_request", {}, None),
     ],
 )
-def test_pull_request_number(event_name: Optional[str], event: Dict[str, Any], expected: Optional[int]) -> None:
+def test_pull_request_number(event_name: Optional[str], event: dict[str, Any], expected: Optional[int]) -> None:
     assert pull_request_number(event_name, event) == expected
 
 

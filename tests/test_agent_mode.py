@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
-from helpers import cli, TWO_BUGS_TESTS, git_commit_all
+from helpers import TWO_BUGS_TESTS, cli, git_commit_all
 from schema_check import assert_valid
 
 from pytest_selfheal.history.db import HistoryDB
@@ -25,12 +25,12 @@ def _root(p: pytest.Pytester) -> Path:
     return p.path / ".selfheal"
 
 
-def _incident_dirs(p: pytest.Pytester, bucket: str) -> List[Path]:
+def _incident_dirs(p: pytest.Pytester, bucket: str) -> list[Path]:
     base = _root(p) / ("error_inbox" if bucket == "inbox" else f"error_archive/{bucket}")
     return sorted(base.glob("incident_*")) if base.exists() else []
 
 
-def _attempts(p: pytest.Pytester, incident_id: str) -> List[Dict[str, Any]]:
+def _attempts(p: pytest.Pytester, incident_id: str) -> list[dict[str, Any]]:
     runs = _root(p) / "error_runs" / incident_id
     return [json.loads(f.read_text()) for f in sorted(runs.glob("attempt_*.json"))]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Tuple
 
 import git
 import pytest
@@ -29,7 +28,7 @@ def one_line_error(result: CliResult) -> str:
     return result.stderr.strip()
 
 
-def setup(tmp_path: Path, *, with_patch: bool = True) -> Tuple[Path, Store, str]:
+def setup(tmp_path: Path, *, with_patch: bool = True) -> tuple[Path, Store, str]:
     """A project with the bug committed, an incident whose final.patch fixes it."""
     top = tmp_path / "proj"
     top.mkdir()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Set, Tuple
 
 from importlinter.cli import lint_imports
 
@@ -26,10 +26,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
 MAX_MODULE_LINES = 600
 
 # (module, imported module): the only package-internal imports allowed inside a function.
-LAZY_IMPORTS: Set[Tuple[str, str]] = set()
+LAZY_IMPORTS: set[tuple[str, str]] = set()
 
 
-def _modules() -> Dict[str, Path]:
+def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
@@ -43,15 +43,15 @@ def _modules() -> Dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(path: Path) -> Iterator[Tuple[ast.AST, str, bool]]:
+def _imports(path: Path) -> Iterator[tuple[ast.AST, str, bool]]:
     """(node, imported package module, inside a function or class) for each internal import."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    nested: Set[int] = set()
+    nested: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             nested.update(id(n) for n in ast.walk(node) if n is not node)
     for node in ast.walk(tree):
-        names: List[str] = []
+        names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pytest_selfheal":
             names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names]
         elif isinstance(node, ast.Import):
@@ -75,18 +75,18 @@ def test_no_internal_import_inside_a_function() -> None:
 
 
 def test_no_import_cycle_counting_every_import() -> None:
-    graph: Dict[str, Set[str]] = {m: set() for m in MODULES}
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for module, path in MODULES.items():
         for _node, name, _inner in _imports(path):
             if name in MODULES and name != module:
                 graph[module].add(name)
     # Iterative DFS: a back edge is a cycle.
-    state: Dict[str, int] = {}
-    cycles: List[List[str]] = []
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
     for start in graph:
         if start in state:
             continue
-        stack: List[Tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        stack: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
         path = [start]
         state[start] = 1
         while stack:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 import pytest
 from helpers import PY, run_env
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def run_benchmark(script: str, args: List[str], cwd: Path, env: Optional[Dict[str, str]] = None) -> str:
+def run_benchmark(script: str, args: list[str], cwd: Path, env: Optional[dict[str, str]] = None) -> str:
     """``python benchmarks/SCRIPT ARGS``: exit 0; returns what it printed."""
     done = subprocess.run([PY, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=1800,
                           cwd=cwd, env=env, stdin=subprocess.DEVNULL)
@@ -92,7 +92,7 @@ def test_history_benchmark_prints_the_capture_ratio_and_the_share_of_the_history
     pytest.param([], marks=pytest.mark.slow, id="at-size"),
 ])
 def test_shared_history_benchmark_pulls_every_run_and_loses_none_under_concurrent_pushes(
-        tmp_path: Path, args: List[str]) -> None:
+        tmp_path: Path, args: list[str]) -> None:
     out = run_benchmark("bench_history_share.py", args, tmp_path)
     assert "pull + rebuild of " in out and out.count("ratio ") == 2
     assert ", lost 0" in out and "concurrent pushes of " in out
@@ -103,7 +103,7 @@ def test_shared_history_benchmark_pulls_every_run_and_loses_none_under_concurren
     pytest.param(["--attr-mb", "150", "--failures", "1060000", "--line-mb", "512"], marks=pytest.mark.slow,
                  id="at-size"),
 ])
-def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: List[str]) -> None:
+def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: list[str]) -> None:
     out = run_benchmark("bench_hostile_xml.py", args, tmp_path)
     assert f"one {args[1]} MB attribute" in out and f"{args[3]} failing testcases" in out
     assert f"selfheal ci copying {args[5]} MB without a newline" in out

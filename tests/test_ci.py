@@ -9,8 +9,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Optional
 
 import pytest
 from fake_github import FakeGitHub
@@ -18,13 +19,13 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_pro
 from test_actions_env import parse_github_output
 
 from pytest_selfheal import process
-from pytest_selfheal.run import pytest_run
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
-from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.report.data import build_report
+from pytest_selfheal.run import pytest_run
+from pytest_selfheal.run.outcome import exit_code_for
 
 PR = 7
 MARKER = marker("default")
@@ -65,8 +66,8 @@ def test_flaky():
 '''
 
 
-def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[Dict[str, object]] = None,
-                event_name: str = "pull_request", token: Optional[str] = None) -> Dict[str, str]:
+def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[dict[str, object]] = None,
+                event_name: str = "pull_request", token: Optional[str] = None) -> dict[str, str]:
     """os.environ (already cleaned of CI variables by conftest) plus an Actions environment."""
     env = dict(os.environ)
     summary = tmp_path / "step_summary.md"
@@ -98,22 +99,22 @@ def actions_env(tmp_path: Path, fake: Optional[FakeGitHub], *, event: Optional[D
     return env
 
 
-def run_ci(project: Path, env: Dict[str, str], *args: str) -> CliResult:
+def run_ci(project: Path, env: dict[str, str], *args: str) -> CliResult:
     """``selfheal ci ARGS`` in ``project`` with exactly ``env`` (the console script's ``main``, in process)."""
     return cli("ci", *args, cwd=project, env=env)
 
 
-def run_ci_process(project: Path, env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
+def run_ci_process(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m pytest_selfheal ci ARGS`` as a real process: plugins on its PYTHONPATH load."""
     return subprocess.run([sys.executable, "-m", "pytest_selfheal", "ci", *args], cwd=str(project), env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
-def outputs_of(env: Dict[str, str]) -> Dict[str, str]:
+def outputs_of(env: dict[str, str]) -> dict[str, str]:
     return dict(parse_github_output(Path(env["GITHUB_OUTPUT"]).read_text()))
 
 
-def ours(fake: FakeGitHub) -> List[Dict[str, object]]:
+def ours(fake: FakeGitHub) -> list[dict[str, object]]:
     return [c for c in fake.comments(PR) if c["user"]["login"] == "github-actions[bot]"]
 
 
@@ -341,7 +342,7 @@ def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
     return path
 
 
-def _set_env(monkeypatch: pytest.MonkeyPatch, env: Dict[str, str]) -> None:
+def _set_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
 
@@ -427,7 +428,7 @@ def test_action_inputs_are_parsed_safely() -> None:
     {"INPUT_PULL_REQUEST_NUMBER": "-1"},
     {"INPUT_EXPECTED_HEAD_SHA": "main; echo"},
 ])
-def test_bad_action_inputs_are_usage_errors(env: Dict[str, str]) -> None:
+def test_bad_action_inputs_are_usage_errors(env: dict[str, str]) -> None:
     with pytest.raises(UsageError):
         ci_inputs.action_inputs(env)
 

@@ -1,9 +1,9 @@
-"""classify.py: data-driven failure classification (SPEC §6)."""
+"""classify.py: data-driven failure classification."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import pytest
 
@@ -195,7 +195,7 @@ def test_rules_from_config_bad_regex() -> None:
         {"name": "x", "pattern": "x", "failure_type": "LINT", "transient": 1},
     ],
 )
-def test_config_and_hook_rules_share_one_validator(rule: Dict[str, Any]) -> None:
+def test_config_and_hook_rules_share_one_validator(rule: dict[str, Any]) -> None:
     """A rule the config refuses is refused from a hook too, with the same words."""
     with pytest.raises(ConfigError) as from_hook:
         rules_from_config([rule])
@@ -214,7 +214,7 @@ def test_config_rules_may_carry_keywords_like_hook_rules() -> None:
 # -- keyword pre-filter consistency ---------------------------------------------------------
 
 
-def _alternatives(pattern: str) -> List[str]:
+def _alternatives(pattern: str) -> list[str]:
     """Top-level ``|`` alternatives of a regex (escapes, classes and groups respected)."""
     parts, depth, start, i, in_class = [], 0, 0, 0, False
     while i < len(pattern):
@@ -241,7 +241,7 @@ def _alternatives(pattern: str) -> List[str]:
 _GROUP = re.compile(r"^(?:\\b|\^|\s)*\((?:\?:|\?i:)?(.*)\)(?:\\b|\$)*$", re.DOTALL)
 
 
-def _uncovered(pattern: str, keywords: Tuple[str, ...]) -> Optional[str]:
+def _uncovered(pattern: str, keywords: tuple[str, ...]) -> Optional[str]:
     for alternative in _alternatives(pattern):
         group = _GROUP.match(alternative)
         if group and len(_alternatives(group.group(1))) > 1:

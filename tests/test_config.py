@@ -1,15 +1,17 @@
-"""The effective configuration (SPEC §4): schema, validation, merge, files, ini options."""
+"""The effective configuration: schema, validation, merge, files, ini options."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any
 
 import pytest
 
 from pytest_selfheal.config import files as config_files
+from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import DEFAULTS, SCHEMA, ini_table, reference_table
 from pytest_selfheal.config.settings import (
@@ -21,13 +23,12 @@ from pytest_selfheal.config.settings import (
     override_layers,
     parse_override,
 )
-from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
 from pytest_selfheal.errors import EXIT_USAGE, ConfigError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
-# SPEC §4 and the task's key list, written out by hand on purpose: the schema must equal it.
-SPEC_DEFAULTS: Dict[str, Any] = {
+# The documented key list, written out by hand on purpose: the schema must equal it.
+SPEC_DEFAULTS: dict[str, Any] = {
     "enabled": True,
     "max_iterations": 3,
     "error_fingerprint_repeats": 2,
@@ -58,7 +59,7 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Dict[str, str]:
+def env(tmp_path: Path) -> dict[str, str]:
     """An environment whose global config dir is an empty directory of this test."""
     (tmp_path / "global").mkdir()
     return {"HOME": str(tmp_path / "home"), "OPENCODE_CONFIG_DIR": str(tmp_path / "global")}
@@ -90,7 +91,7 @@ def config_error(project: Path, env: Mapping[str, str], **kwargs: Any) -> str:
 # --- defaults and schema -------------------------------------------------------------
 
 
-def test_defaults_equal_the_spec(project: Path, env: Dict[str, str]) -> None:
+def test_defaults_equal_the_spec(project: Path, env: dict[str, str]) -> None:
     effective = load(project, env)
     assert effective.values == SPEC_DEFAULTS
     assert DEFAULTS == SPEC_DEFAULTS
@@ -132,7 +133,7 @@ def test_every_schema_key_is_in_the_docs_table() -> None:
 # --- layers ------------------------------------------------------------------------
 
 
-def test_project_beats_global_with_origin(project: Path, env: Dict[str, str]) -> None:
+def test_project_beats_global_with_origin(project: Path, env: dict[str, str]) -> None:
     write_json(global_file(env), {"ralf_lite": {"max_iterations": 5, "enabled": False}})
     project_file = write_json(project / ".planning" / "config.json",
                               {"ralf_lite": {"max_iterations": 4}})
@@ -143,7 +144,7 @@ def test_project_beats_global_with_origin(project: Path, env: Dict[str, str]) ->
     assert effective.origins["enabled"] == str(global_file(env))
 
 
-def test_deep_merge_keeps_sibling_keys(project: Path, env: Dict[str, str]) -> None:
+def test_deep_merge_keeps_sibling_keys(project: Path, env: dict[str, str]) -> None:
     write_json(global_file(env), {"ralf_lite": {"apply_to": {"tdd_tasks": True}}})
     write_json(project / ".planning" / "config.json",
                {"ralf_lite": {"apply_to": {"auto_tasks": False}}})
@@ -155,14 +156,14 @@ def test_deep_merge_keeps_sibling_keys(project: Path, env: Dict[str, str]) -> No
     assert effective.origins["apply_to.autonomous_plans"] == "default"
 
 
-def test_lists_are_replaced_not_appended(project: Path, env: Dict[str, str]) -> None:
+def test_lists_are_replaced_not_appended(project: Path, env: dict[str, str]) -> None:
     write_json(global_file(env), {"ralf_lite": {"verification": {"allowlist": ["pytest", "tox"]}}})
     write_json(project / ".planning" / "config.json",
                {"ralf_lite": {"verification": {"allowlist": ["nox"]}}})
     assert load(project, env).get("verification.allowlist") == ["nox"]
 
 
-def test_ini_beats_project_and_overrides_beat_ini(project: Path, env: Dict[str, str]) -> None:
+def test_ini_beats_project_and_overrides_beat_ini(project: Path, env: dict[str, str]) -> None:
     write_json(project / ".planning" / "config.json", {"ralf_lite": {"max_iterations": 4}})
     effective = load(project, env, ini={"selfheal_max_iterations": "6"}, ini_origin="pytest ini (x)")
     assert (effective.get("max_iterations"), effective.origins["max_iterations"]) == (6, "pytest ini (x)")
@@ -171,7 +172,7 @@ def test_ini_beats_project_and_overrides_beat_ini(project: Path, env: Dict[str, 
     assert (effective.get("max_iterations"), effective.origins["max_iterations"]) == (7, "--set")
 
 
-def test_overrides_apply_in_order_and_accept_typed_values(project: Path, env: Dict[str, str]) -> None:
+def test_overrides_apply_in_order_and_accept_typed_values(project: Path, env: dict[str, str]) -> None:
     effective = load(project, env, overrides=[
         Override("repair.approve", True, "--selfheal-approve"),
         parse_override("max_iterations=2", "--set"),
@@ -186,7 +187,7 @@ def test_overrides_apply_in_order_and_accept_typed_values(project: Path, env: Di
     assert effective.origins["apply_to.auto_tasks"] == "default"  # objects merge key by key
 
 
-def test_foreign_top_level_keys_are_ignored(project: Path, env: Dict[str, str]) -> None:
+def test_foreign_top_level_keys_are_ignored(project: Path, env: dict[str, str]) -> None:
     write_json(global_file(env), {"planning": [1, {"x": None}], "gates": "anything", "workflow": 3})
     deep: Any = "leaf"
     for _ in range(300):
@@ -198,7 +199,7 @@ def test_foreign_top_level_keys_are_ignored(project: Path, env: Dict[str, str]) 
     assert "planning" not in effective.to_json() and "workflow" not in effective.values
 
 
-def test_missing_or_null_ralf_lite_is_no_layer(project: Path, env: Dict[str, str]) -> None:
+def test_missing_or_null_ralf_lite_is_no_layer(project: Path, env: dict[str, str]) -> None:
     write_json(global_file(env), {"planning": {}})
     (project / ".planning" / "config.yaml").write_text("ralf_lite:\n  # max_iterations: 9\n")
     assert load(project, env).values == SPEC_DEFAULTS
@@ -206,7 +207,7 @@ def test_missing_or_null_ralf_lite_is_no_layer(project: Path, env: Dict[str, str
     assert load(project, env).values == SPEC_DEFAULTS
 
 
-def test_yaml_project_file_and_json_wins(project: Path, env: Dict[str, str]) -> None:
+def test_yaml_project_file_and_json_wins(project: Path, env: dict[str, str]) -> None:
     planning = project / ".planning"
     (planning / "config.yml").write_text("ralf_lite:\n  log_tail_lines: 10\n  max_iterations: 8\n")
     (planning / "config.yaml").write_text(
@@ -284,7 +285,7 @@ def test_yaml_project_file_and_json_wins(project: Path, env: Dict[str, str]) -> 
     ],
 )
 def test_bad_values_name_file_key_and_type(
-    project: Path, env: Dict[str, str], section: Dict[str, Any], expected: str
+    project: Path, env: dict[str, str], section: dict[str, Any], expected: str
 ) -> None:
     path = write_json(project / ".planning" / "config.json", {"ralf_lite": section})
     assert config_error(project, env).startswith(f"{path}: {expected}")
@@ -303,12 +304,12 @@ def test_valid_rules_and_numbers_pass() -> None:
     assert effective.get("repair.command") == ["aider", "{prompt_file}"]
 
 
-def test_ralf_lite_must_be_an_object(project: Path, env: Dict[str, str]) -> None:
+def test_ralf_lite_must_be_an_object(project: Path, env: dict[str, str]) -> None:
     path = write_json(global_file(env), {"ralf_lite": ["max_iterations", 3]})
     assert config_error(project, env) == f"{path}: ralf_lite: expected an object, got a list"
 
 
-def test_a_bad_file_is_reported_before_a_bad_ini_option(project: Path, env: Dict[str, str]) -> None:
+def test_a_bad_file_is_reported_before_a_bad_ini_option(project: Path, env: dict[str, str]) -> None:
     path = write_json(project / ".planning" / "config.json", {"ralf_lite": {"enabled": "x"}})
     message = config_error(project, env, ini={"selfheal_max_iterations": "three"})
     assert message.startswith(f"{path}: ralf_lite.enabled")
@@ -317,7 +318,7 @@ def test_a_bad_file_is_reported_before_a_bad_ini_option(project: Path, env: Dict
 # --- file errors -------------------------------------------------------------------
 
 
-def test_invalid_json_names_line_and_column(project: Path, env: Dict[str, str]) -> None:
+def test_invalid_json_names_line_and_column(project: Path, env: dict[str, str]) -> None:
     path = project / ".planning" / "config.json"
     path.write_text('{\n  "a": 1,\n  "b": 2\n    "c": 3\n}\n')
     assert config_error(project, env) == (
@@ -340,13 +341,13 @@ def test_invalid_json_names_line_and_column(project: Path, env: Dict[str, str]) 
         pytest.param("config.yaml", "[" * 600, "invalid YAML: nested too deeply", id="yaml-nested"),
     ],
 )
-def test_malformed_files(project: Path, env: Dict[str, str], name: str, content: str, expected: str) -> None:
+def test_malformed_files(project: Path, env: dict[str, str], name: str, content: str, expected: str) -> None:
     path = project / ".planning" / name
     path.write_text(content)
     assert config_error(project, env).startswith(f"{path}: {expected}")
 
 
-def test_unreadable_files(project: Path, env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_files(project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     path = project / ".planning" / "config.json"
     path.write_bytes(b'{"ralf_lite": {"reports_dir": "\xff"}}')
     assert config_error(project, env) == f"{path}: not UTF-8 text (bad byte at offset 31)"
@@ -358,7 +359,7 @@ def test_unreadable_files(project: Path, env: Dict[str, str], monkeypatch: pytes
     assert config_error(project, env) == f"{path}: cannot read: not a regular file"
 
 
-def test_utf8_bom_is_accepted(project: Path, env: Dict[str, str]) -> None:
+def test_utf8_bom_is_accepted(project: Path, env: dict[str, str]) -> None:
     (project / ".planning" / "config.json").write_bytes(b'\xef\xbb\xbf{"ralf_lite": {"max_iterations": 4}}')
     assert load(project, env).get("max_iterations") == 4
 
@@ -526,7 +527,7 @@ def test_read_pytest_ini_order_and_sections(tmp_path: Path) -> None:
     assert read_pytest_ini(tmp_path) == {}  # pytest.ini wins even without a [pytest] section
 
 
-def test_toml_lists_keep_items_apart(tmp_path: Path, env: Dict[str, str]) -> None:
+def test_toml_lists_keep_items_apart(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "pyproject.toml").write_text(
         "[tool.pytest.ini_options]\n"
         "selfheal_repair_command = ['my tool', '--yes']\n"
@@ -553,7 +554,7 @@ def test_bad_pytest_config_files(tmp_path: Path, name: str, content: str, expect
     assert str(info.value).startswith(f"{tmp_path / name}: {expected}")
 
 
-def test_load_config_reads_the_ini_itself_only_when_not_given(tmp_path: Path, env: Dict[str, str]) -> None:
+def test_load_config_reads_the_ini_itself_only_when_not_given(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\nselfheal_no_progress_repeats = 5\n")
     assert load_config(tmp_path, env=env).get("no_progress_repeats") == 5
     assert load_config(tmp_path, env=env, ini={}).get("no_progress_repeats") == 2

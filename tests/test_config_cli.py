@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from helpers import CliResult, cli
@@ -55,7 +55,7 @@ def write_json(path: Path, data: Any) -> Path:
     return path
 
 
-def origin_lines(out: str) -> Dict[str, List[str]]:
+def origin_lines(out: str) -> dict[str, list[str]]:
     """``key -> [value, origin]`` from the aligned ``--show-origin`` text."""
     rows = {}
     for line in out.splitlines():
@@ -178,7 +178,7 @@ def test_foreign_top_level_keys_never_error(selfheal: Any, project: Path, global
         (["--set", "nope=1"], "selfheal: error: --set: ralf_lite.nope: unknown key"),
     ],
 )
-def test_bad_set_is_one_line_and_exit_2(selfheal: Any, args: List[str], message: str) -> None:
+def test_bad_set_is_one_line_and_exit_2(selfheal: Any, args: list[str], message: str) -> None:
     run = selfheal(*args)
     assert run.code == 2 and run.out == "" and run.err.count("\n") == 1
     assert run.err.startswith(message)

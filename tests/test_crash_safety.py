@@ -1,5 +1,5 @@
 """SIGKILL ``selfheal loop`` at many points; the root stays readable and the loop resumes to the
-same final result without losing or duplicating an attempt (issue 4 item 7, SPEC §3/§12).
+same final result without losing or duplicating an attempt (issue 4 item 7).
 
 Two kinds of kill points:
 
@@ -23,8 +23,9 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Optional
 
 import pytest
 from helpers import (
@@ -46,7 +47,7 @@ from pytest_selfheal.loop.control import KILL_ENV, KILL_STEPS
 from pytest_selfheal.store.root import Store
 
 # scenario: (files, loop settings, expected (stop_reason, attempts, bucket, exit code))
-SCENARIOS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, int, str, int]]] = {
+SCENARIOS: dict[str, tuple[str, tuple[str, ...], tuple[str, int, str, int]]] = {
     "deterministic": ("det", (), ("repeated_fingerprint", 1, "escalated", 1)),
     "replan": ("det", ("auto_replan_on_no_progress=true",), ("replan_requested", 1, "inbox", 1)),
     "moving": ("moving", ("max_iterations=3",), ("max_iterations", 3, "escalated", 1)),
@@ -66,7 +67,7 @@ ALL_STEPS = [
 
 
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Tuple[Path, str]]:
+def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
     """One captured project per kind, copied for every kill."""
     config_dir = tmp_path_factory.mktemp("opencode")
     env = {"OPENCODE_CONFIG_DIR": str(config_dir)}
@@ -76,14 +77,14 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Tuple[Path,
     return {"det": (det, capture(det, env=env)), "moving": (moving, capture(moving, env=env))}
 
 
-def loop_args(incident_id: str, settings: Tuple[str, ...]) -> List[str]:
+def loop_args(incident_id: str, settings: tuple[str, ...]) -> list[str]:
     args = ["loop", incident_id]
     for setting in settings:
         args += ["--set", setting]
     return args
 
 
-def loop_command(incident_id: str, settings: Tuple[str, ...]) -> List[str]:
+def loop_command(incident_id: str, settings: tuple[str, ...]) -> list[str]:
     """``selfheal loop`` as a process of its own: what the kills hit."""
     return [PY, "-m", "pytest_selfheal", *loop_args(incident_id, settings)]
 
@@ -143,7 +144,7 @@ def _finished(store: Store, incident_id: str, reason: str) -> bool:
 
 
 def kill_at_step(
-    templates: Mapping[str, Tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
+    templates: Mapping[str, tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
 ) -> None:
     kind, settings, _ = SCENARIOS[scenario]
     template, incident_id = templates[kind]
@@ -155,7 +156,7 @@ def kill_at_step(
 
 
 def kill_at_random(
-    templates: Mapping[str, Tuple[Path, str]], tmp_path: Path, seed: int,
+    templates: Mapping[str, tuple[Path, str]], tmp_path: Path, seed: int,
     scenario: Optional[str] = None,
 ) -> None:
     rng = random.Random(seed)
@@ -180,14 +181,14 @@ def kill_at_random(
 
 @pytest.mark.parametrize("scenario, step", DEFAULT_STEPS, ids=[f"{a}-{b}" for a, b in DEFAULT_STEPS])
 def test_kill_at_named_step_then_resume(
-    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
+    templates: dict[str, tuple[Path, str]], tmp_path: Path, scenario: str, step: str,
 ) -> None:
     kill_at_step(templates, tmp_path, scenario, step)
 
 
 @pytest.mark.parametrize("seed", [11, 23, 37, 41])
 def test_kill_at_random_instant_then_resume(
-    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int
+    templates: dict[str, tuple[Path, str]], tmp_path: Path, seed: int
 ) -> None:
     kill_at_random(templates, tmp_path, seed, scenario="moving")
 
@@ -203,7 +204,7 @@ def test_every_kill_step_is_reachable() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario, step", ALL_STEPS, ids=[f"{a}-{b}" for a, b in ALL_STEPS])
 def test_slow_kill_every_step_of_every_scenario(
-    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, scenario: str,
+    templates: dict[str, tuple[Path, str]], tmp_path: Path, scenario: str,
     step: str,
 ) -> None:
     kill_at_step(templates, tmp_path, scenario, step)
@@ -212,7 +213,7 @@ def test_slow_kill_every_step_of_every_scenario(
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(1000, 1040))
 def test_slow_kill_at_many_random_instants(
-    templates: Dict[str, Tuple[Path, str]], tmp_path: Path, seed: int,
+    templates: dict[str, tuple[Path, str]], tmp_path: Path, seed: int,
 ) -> None:
     kill_at_random(templates, tmp_path, seed)
 

@@ -8,7 +8,6 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Set
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -19,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pytest_selfheal"
 
 
-def _imported_top_names() -> Set[str]:
-    names: Set[str] = set()
+def _imported_top_names() -> set[str]:
+    names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         if "demo" in path.relative_to(PACKAGE).parts:
             continue  # the demo project's own modules, copied out as a sample repository
@@ -40,7 +39,7 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _declared() -> Set[str]:
+def _declared() -> set[str]:
     """The runtime dependencies of pyproject.toml (the source, not a possibly stale install),
     with those of the optional features' extras (``mcp``), not of ``test``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -48,7 +47,7 @@ def _declared() -> Set[str]:
     return {_normalise(re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0]) for req in [*project["dependencies"], *extras]}
 
 
-def _distribution(module: str, installed: Dict[str, list]) -> str:
+def _distribution(module: str, installed: dict[str, list]) -> str:
     # A module of an uninstalled conditional dependency (tomli on 3.11+) is named like it.
     return _normalise(installed.get(module, [module])[0])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from helpers import capture, make_project
 
@@ -87,14 +87,14 @@ def test_the_xdist_worker_line_changes_no_fingerprint() -> None:
     assert analyse_case(code)[0].message == "ValueError: boom"
 
 
-def _incident(project: Path, incident_id: str) -> Dict[str, Any]:
-    data: Dict[str, Any] = json.loads((project / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())
+def _incident(project: Path, incident_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((project / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())
     return data
 
 
-def _plan_actions(project: Path, incident_id: str) -> List[Dict[str, Any]]:
+def _plan_actions(project: Path, incident_id: str) -> list[dict[str, Any]]:
     plan = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
-    actions: List[Dict[str, Any]] = plan["actions"]
+    actions: list[dict[str, Any]] = plan["actions"]
     return actions
 
 

@@ -1,4 +1,4 @@
-"""The code under test is the worktree's (issue 11, SPEC §8), with real editable installs:
+"""The code under test is the worktree's (issue 11), with real editable installs:
 a project installed with ``pip install --no-build-isolation -e`` (setuptools and hatchling
 from the test extra) into its own virtual environment, captured with that environment's
 ``pytest --selfheal``, then looped by that environment's ``selfheal loop`` with an agent
@@ -18,7 +18,6 @@ import sysconfig
 import textwrap
 import venv
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from helpers import PYTEST_SELFHEAL, git_commit_all, run_env
@@ -62,7 +61,7 @@ def _environment(where: Path) -> Path:
 
 def _project(top: Path, backend: str, package: str, generated: bool = False) -> None:
     layout = "src" if package.startswith("src/") else "flat"
-    files: Dict[str, str] = {
+    files: dict[str, str] = {
         "pyproject.toml": BACKENDS[backend] + '[project]\nname = "calc"\nversion = "0.1"\n'
         + ('[tool.setuptools]\npackages = ["calc"]\n' if backend == "setuptools" and layout == "flat" else "")
         + ('[tool.hatch.build.targets.wheel]\npackages = ["src/calc"]\n' if backend == "hatchling" else "")
@@ -81,7 +80,7 @@ def _project(top: Path, backend: str, package: str, generated: bool = False) -> 
         (top / package / "_version.py").write_text("version = '0.1.dev3+g1234567'\n")
 
 
-def _run(argv: List[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = run_env()
     env.pop("PYTHONPATH", None)  # the editable install alone makes `calc` importable
     result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, env=env,

@@ -8,9 +8,10 @@ import importlib
 import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,7 @@ TESTS = """
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[Path, ModuleType]]:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, ModuleType]]:
     """A flat package re-exporting its core (`from .core import *`) and a test module importing it."""
     pkg = f"pkg_{uuid.uuid4().hex[:8]}"
     (tmp_path / pkg).mkdir()
@@ -122,7 +123,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[P
         del sys.modules[mod]
 
 
-def evidence(project: Tuple[Path, ModuleType], test: str) -> Dict[str, Any]:
+def evidence(project: tuple[Path, ModuleType], test: str) -> dict[str, Any]:
     root, module = project
     func = getattr(module, test)
     resolver = Resolver(str(root))
@@ -137,18 +138,18 @@ def evidence(project: Tuple[Path, ModuleType], test: str) -> Dict[str, Any]:
     return found
 
 
-def core(project: Tuple[Path, ModuleType]) -> str:
+def core(project: tuple[Path, ModuleType]) -> str:
     return next(p.name for p in project[0].iterdir() if p.name.startswith("pkg_")) + "/core.py"
 
 
-def test_a_re_export_resolves_to_the_defining_module(project: Tuple[Path, ModuleType]) -> None:
+def test_a_re_export_resolves_to_the_defining_module(project: tuple[Path, ModuleType]) -> None:
     # A called function carries the line of its def; the test's failing line is kept apart.
     assert evidence(project, "test_direct")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     # `pkg.add(...)`: the module's attribute named in the same code.
     assert evidence(project, "test_module_attribute")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
 
 
-def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleType]) -> None:
+def test_innermost_project_frame_outside_the_tests(project: tuple[Path, ModuleType]) -> None:
     found = evidence(project, "test_class_method")
     assert found["frame"] == {"path": core(project), "name": "Calc.run" if sys.version_info >= (3, 11) else "run",
                               "line": 12}
@@ -158,7 +159,7 @@ def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleTy
     assert found["frame"]["name"] == "_refuse" and found["frame"]["path"] == core(project)
 
 
-def test_helpers_in_test_files_are_followed_libraries_ignored(project: Tuple[Path, ModuleType]) -> None:
+def test_helpers_in_test_files_are_followed_libraries_ignored(project: tuple[Path, ModuleType]) -> None:
     assert evidence(project, "test_through_a_test_helper")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     root, module = project
     func = module.test_library_only
@@ -170,7 +171,7 @@ def test_helpers_in_test_files_are_followed_libraries_ignored(project: Tuple[Pat
         {"path": core(project), "name": "halve", "line": 30}]
 
 
-def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: Tuple[Path, ModuleType]) -> None:
+def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: tuple[Path, ModuleType]) -> None:
     """What localisation reads beyond the innermost frame: the project frames the traceback
     passed through (a shared callee shows there), the test's own failing line, a class's bases."""
     found = evidence(project, "test_through_a_base_class")
@@ -184,7 +185,7 @@ def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: Tupl
     assert evidence(project, "test_direct")["test_line"] == {"path": test_file, "line": 10}
 
 
-def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) -> None:
+def test_files_outside_the_root_never_count(project: tuple[Path, ModuleType]) -> None:
     root, module = project
     # A resolver rooted elsewhere (the package is "installed" from its point of view).
     other = Resolver(str(root / "tests"))
@@ -193,7 +194,7 @@ def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) ->
     assert Resolver(str(root)).relative(str(root / ".venv" / "lib" / "python3.11" / "site-packages" / "m.py")) is None
 
 
-def test_memoised_per_code_object(project: Tuple[Path, ModuleType]) -> None:
+def test_memoised_per_code_object(project: tuple[Path, ModuleType]) -> None:
     root, module = project
     resolver = Resolver(str(root))
     first = resolver.calls(module.test_direct)
@@ -214,7 +215,7 @@ def test_hostile_objects_give_no_evidence_not_an_error(tmp_path: Path) -> None:
 
 
 def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
-    project: Tuple[Path, ModuleType]
+    project: tuple[Path, ModuleType]
 ) -> None:
     root, module = project
     calc_class = module.Calc  # re-exported: defined in core.py

@@ -68,7 +68,7 @@ def _project(top: Path, *, staged: bool) -> None:
     repo.close()
 
 
-def _pytest(top: Path, *args: str) -> "subprocess.CompletedProcess[str]":
+def _pytest(top: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=top,
                           capture_output=True, text=True, timeout=120, env=run_env(), stdin=subprocess.DEVNULL)
 

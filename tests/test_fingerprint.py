@@ -1,4 +1,4 @@
-"""fingerprint.py: first stable line, normalisation, signature and hash (SPEC §5)."""
+"""fingerprint.py: first stable line, normalisation, signature and hash."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Tuple
 
 import pytest
 from helpers import cli
@@ -21,7 +20,7 @@ REQUIRED = {
 }  # fmt: skip
 
 
-def selfheal(*args: str, cwd: Path = GOLDEN) -> Tuple[int, str, str]:
+def selfheal(*args: str, cwd: Path = GOLDEN) -> tuple[int, str, str]:
     """``selfheal fingerprint ARGS`` in ``cwd`` (the console script's ``main``, in process)."""
     code, out, err = cli("fingerprint", *args, cwd=cwd)
     return code, out, err

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,7 +64,7 @@ GO = """\
     ],
     ids=["python", "pytest-short", "jest", "go"],
 )
-def test_recognised_forms(text: str, expected: List[str]) -> None:
+def test_recognised_forms(text: str, expected: list[str]) -> None:
     assert target_paths(text, ROOT) == expected
 
 

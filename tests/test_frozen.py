@@ -10,7 +10,7 @@ import pickle
 import pkgutil
 import types
 from dataclasses import field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -18,23 +18,22 @@ import pytest_selfheal
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 
-
 # One field list, two classes: generated methods (Gen*) and Frozen's (Our*).
-_MANY_FIELDS: List[Any] = [
+_MANY_FIELDS: list[Any] = [
     ("a", int),
     ("b", str, field(default="x")),
-    ("hidden", Optional[Tuple[str, ...]], field(default=None, repr=False, compare=False)),
+    ("hidden", Optional[tuple[str, ...]], field(default=None, repr=False, compare=False)),
     ("shown_not_compared", int, field(default=0, compare=False)),
-    ("not_hashed", Tuple[int, ...], field(default=(), hash=False)),
+    ("not_hashed", tuple[int, ...], field(default=(), hash=False)),
     ("hashed_not_compared", str, field(default="", compare=False, hash=True)),
     ("nested", Any, field(default=None)),
 ]
 
 
-def _both(name: str, fields: List[Any]) -> Tuple[Any, Any]:
+def _both(name: str, fields: list[Any]) -> tuple[Any, Any]:
     """The same class body twice: generated methods (Gen*) and Frozen's (Our*)."""
 
-    def body(ns: Dict[str, Any]) -> None:
+    def body(ns: dict[str, Any]) -> None:
         ns["__annotations__"] = {f[0]: f[1] for f in fields}
         ns.update({f[0]: f[2] for f in fields if len(f) > 2})
         ns["__module__"] = __name__
@@ -49,10 +48,10 @@ GenOne, OurOne = _both("One", [("only", float)])
 GenNone, OurNone = _both("None", [])
 
 
-def _pairs() -> List[Tuple[Any, Any, Any, Any]]:
+def _pairs() -> list[tuple[Any, Any, Any, Any]]:
     """(generated a, ours a, generated b, ours b): the same values in both kinds of class."""
     nan = float("nan")
-    many: List[Dict[str, Any]] = [
+    many: list[dict[str, Any]] = [
         dict(a=1),
         dict(a=1, b="y"),
         dict(a=1, hidden=("k",)),
@@ -101,7 +100,7 @@ def test_other_classes_are_never_equal() -> None:
 def test_still_frozen_and_replaceable(kind: str) -> None:
     cls = GenMany if kind == "Gen" else OurMany
     one = cls(a=1)
-    changes: List[Callable[[], None]] = [
+    changes: list[Callable[[], None]] = [
         lambda: setattr(one, "a", 2), lambda: setattr(one, "new", 2), lambda: delattr(one, "a"),
         lambda: delattr(one, "new"), lambda: setattr(one, "b", "y"),
     ]
@@ -165,8 +164,8 @@ def test_records_keep_their_behaviour() -> None:
     assert len({entry, dataclasses.replace(entry, keys=("nodeid",))}) == 1
 
 
-def _package_classes() -> List[type]:
-    found: List[type] = []
+def _package_classes() -> list[type]:
+    found: list[type] = []
     for info in pkgutil.walk_packages(pytest_selfheal.__path__, "pytest_selfheal."):
         if ".demo" in info.name or info.name.endswith("__main__"):
             continue
@@ -178,7 +177,7 @@ def _package_classes() -> List[type]:
 def test_every_frozen_dataclass_of_the_package_uses_frozen() -> None:
     """The saving holds only if no frozen dataclass gets its own generated methods back."""
     classes = [c for c in _package_classes() if dataclasses.is_dataclass(c)]
-    ours: List[type] = [c for c in classes if issubclass(c, Frozen)]
+    ours: list[type] = [c for c in classes if issubclass(c, Frozen)]
     assert Incident in ours and len(ours) > 40
     generated = [f"{c.__module__}.{c.__qualname__}" for c in classes if c.__dataclass_params__.frozen]  # type: ignore[attr-defined]
     assert generated == []

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import socket
 import urllib.request
-from typing import Any, Dict, Iterator, List
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from pytest_selfheal.github.client import (
 )
 
 try:  # tests/ is a rootdir-less directory (on sys.path) or a package
-    from fake_github import DEFAULT_TOKEN, FakeGitHub, fake_github, make_fake_github  # noqa: F401
+    from fake_github import DEFAULT_TOKEN, FakeGitHub, fake_github, make_fake_github
 except ImportError:  # pragma: no cover
     from tests.fake_github import DEFAULT_TOKEN, FakeGitHub, fake_github, make_fake_github  # type: ignore[no-redef,import-untyped]  # noqa: F401
 
@@ -33,7 +34,7 @@ def client_for(fake: FakeGitHub, token: str = DEFAULT_TOKEN) -> GitHubClient:
     return GitHubClient(fake.url, token, fake.repository, timeout=5.0)
 
 
-def ours(fake: FakeGitHub, login: str = ACTIONS_BOT_LOGIN, name: str = "default") -> List[Dict[str, Any]]:
+def ours(fake: FakeGitHub, login: str = ACTIONS_BOT_LOGIN, name: str = "default") -> list[dict[str, Any]]:
     return [c for c in fake.comments(PR) if marker(name) in c["body"] and c["user"]["login"] == login]
 
 

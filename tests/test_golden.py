@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from helpers import cli
@@ -28,7 +28,7 @@ regen = _regen_module()
 INPUTS = [p.name for p in regen.golden_inputs()]
 
 
-def expected(name: str) -> List[Dict[str, Any]]:
+def expected(name: str) -> list[dict[str, Any]]:
     data = json.loads(regen.expected_path(GOLDEN / name).read_text(encoding="utf-8"))
     assert isinstance(data, list)
     return data

@@ -1,9 +1,9 @@
-"""Root-cause groups (plan/groups.py, SPEC §7): one action per root cause, not per message;
+"""Root-cause groups (plan/groups.py): one action per root cause, not per message;
 target paths from the evidence, test paths apart; selections and plan.md that stay small."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import pytest
 from schema_check import assert_valid
@@ -30,17 +30,17 @@ SHAPES = (
 )
 
 
-def ref(path: str, name: str, line: Optional[int] = None) -> Dict[str, Any]:
-    data: Dict[str, Any] = {"path": path, "name": name}
+def ref(path: str, name: str, line: Optional[int] = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"path": path, "name": name}
     if line is not None:
         data["line"] = line
     return data
 
 
 def with_evidence(
-    item: Dict[str, Any], *, frame: Optional[Dict[str, Any]] = None, calls: Optional[List[Dict[str, Any]]] = None
-) -> Dict[str, Any]:
-    evidence: Dict[str, Any] = {}
+    item: dict[str, Any], *, frame: Optional[dict[str, Any]] = None, calls: Optional[list[dict[str, Any]]] = None
+) -> dict[str, Any]:
+    evidence: dict[str, Any] = {}
     if frame is not None:
         evidence["frame"] = frame
     if calls:

@@ -6,8 +6,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional
 
 import helpers
 import pytest
@@ -21,7 +22,7 @@ from pytest_selfheal.loop.control import KILL_ENV
 def test_cwd_environment_and_stdin_are_the_call_s_and_restored_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: Dict[str, Any] = {}
+    seen: dict[str, Any] = {}
 
     def fake_main(argv: Optional[Sequence[str]] = None) -> int:
         seen.update(argv=list(argv or []), cwd=os.getcwd(), env=dict(os.environ), stdin=sys.stdin.read())

@@ -7,7 +7,6 @@ import json
 import multiprocessing
 import sqlite3
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
@@ -187,7 +186,7 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
 
 
 def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> None:
-    def failure(name: str, label: str) -> Dict[str, object]:
+    def failure(name: str, label: str) -> dict[str, object]:
         return {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
                 "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}
     entries = report_triage([failure("a", "new"), failure("b", "quarantined"), failure("c", "known"),
@@ -277,7 +276,7 @@ def test_history_and_flaky_commands(tmp_path: Path) -> None:
     code, _, err = cli("flaky", cwd=project)
     assert code == EXIT_NOT_FOUND and "no history recorded yet" in err
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    stamps: List[str] = [(now - dt.timedelta(hours=h)).isoformat() for h in (3, 2)]
+    stamps: list[str] = [(now - dt.timedelta(hours=h)).isoformat() for h in (3, 2)]
     with HistoryDB.open(root) as db:
         db.record(run("1", stamps[0]), [failed("test_a.py::test_a")])
         db.record(run("2", stamps[1], kind=hr.LOOP), [failed("test_a.py::test_a", outcome=hr.PASSED_ON_RERUN)])

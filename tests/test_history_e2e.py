@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict
 
 import pytest
-
 from fake_github import FakeGitHub
 from helpers import cli, git_commit_all, make_project
 from junitparser.xunit2 import JUnitXml
 from test_ci import FLAKY_TEST, PR, actions_env, first_visible_line, ours, outputs_of, run_ci
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
-from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.github.ci_verdict import only_quarantined, unresolved_failures
+from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history.quarantine import QuarantineEntry
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports" / "triage_pull_request.expected.json"
@@ -45,7 +43,7 @@ def head(project: Path) -> str:
     return run_git(project, ["rev-parse", "HEAD"]).decode().strip()
 
 
-def pr_env(tmp_path: Path, fake: FakeGitHub, base: str, sha: str) -> Dict[str, str]:
+def pr_env(tmp_path: Path, fake: FakeGitHub, base: str, sha: str) -> dict[str, str]:
     event = {"pull_request": {"number": PR, "base": {"sha": base, "ref": "main"}, "head": {"sha": sha}}}
     env = actions_env(tmp_path, fake, event=event)
     env.update({"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_SHA": sha,
@@ -53,7 +51,7 @@ def pr_env(tmp_path: Path, fake: FakeGitHub, base: str, sha: str) -> Dict[str, s
     return env
 
 
-def triage_of(report_json: str) -> Dict[str, str]:
+def triage_of(report_json: str) -> dict[str, str]:
     report = json.loads(Path(report_json).read_text())
     return {t["nodeid"]: t["label"] for entry in report["incidents"] for t in entry["triage"]}
 

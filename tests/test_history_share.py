@@ -11,7 +11,6 @@ import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from helpers import PY, capture, cli, make_project, run_env
@@ -34,7 +33,7 @@ FAILING_TESTS = {
 }
 
 
-def remote_with_clones(tmp_path: Path, count: int, files: Dict[str, str]) -> List[Path]:
+def remote_with_clones(tmp_path: Path, count: int, files: dict[str, str]) -> list[Path]:
     """A bare repository holding a committed project on ``main``, and ``count`` clones of it."""
     seed = make_project(tmp_path / "seed", files)
     bare = tmp_path / "remote.git"
@@ -47,7 +46,7 @@ def remote_with_clones(tmp_path: Path, count: int, files: Dict[str, str]) -> Lis
     return clones
 
 
-def shared_tree(clone: Path) -> List[str]:
+def shared_tree(clone: Path) -> list[str]:
     """The files of the remote's refs/selfheal/history, as a fresh ls-remote + fetch sees them."""
     commit = share.fetch(clone, "origin")
     if commit is None:
@@ -55,7 +54,7 @@ def shared_tree(clone: Path) -> List[str]:
     return run_git(clone, ["ls-tree", "-r", "--name-only", commit]).decode().split()
 
 
-def record(root: Path, project: Path, key: str, failing: List[Failing], *, branch: str = "main",
+def record(root: Path, project: Path, key: str, failing: list[Failing], *, branch: str = "main",
            at: str = "") -> None:
     env = {"GITHUB_REF_NAME": branch, "GITHUB_SHA": "c0ffee" * 6 + "c0ff"}
     now = dt.datetime.fromisoformat(at) if at else None
@@ -64,7 +63,7 @@ def record(root: Path, project: Path, key: str, failing: List[Failing], *, branc
                       failing, project_root=project, env=env)
 
 
-def recorded_runs(root: Path) -> Dict[str, List[str]]:
+def recorded_runs(root: Path) -> dict[str, list[str]]:
     with HistoryDB.open(root, create=False) as db:
         return {run.run_key: sorted(o.nodeid for o in outcomes) for run, outcomes in db.runs()}
 
@@ -112,7 +111,7 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
     record(first / ".selfheal", first, "capture:first", [Failing("t.py::a", "fa")])
     record(second / ".selfheal", second, "capture:second", [Failing("t.py::b", "fb")])
     real_fetch = share._fetch
-    raced: List[str] = []
+    raced: list[str] = []
 
     def fetch_then_lose_the_race(repo: object, remote: str, ref: str) -> object:
         commit = real_fetch(repo, remote, ref)  # type: ignore[arg-type]
@@ -122,7 +121,7 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
         return commit
 
     monkeypatch.setattr(share, "_fetch", fetch_then_lose_the_race)
-    sleeps: List[float] = []
+    sleeps: list[float] = []
     result = share.push(first, first / ".selfheal", sleep=sleeps.append)
     monkeypatch.undo()
     assert raced == ["second"] and result.pushed == 1 and result.attempts == 2 and len(sleeps) == 1

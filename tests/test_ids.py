@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pytest_selfheal.store import ids
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_USAGE, NotFoundError, UsageError
+from pytest_selfheal.store import ids
 
 GOOD = [
     "incident_20260217_120000_run_abc",

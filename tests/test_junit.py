@@ -6,12 +6,12 @@ import errno
 import io
 import os
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Optional
 
 import pytest
 
-from pytest_selfheal.records import models
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.reader import (
@@ -23,11 +23,12 @@ from pytest_selfheal.junit.reader import (
     read_failing,
     text_marker,
 )
+from pytest_selfheal.records import models
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def read(xml: str, warnings: Optional[List[str]] = None) -> List[models.TestCaseResult]:
+def read(xml: str, warnings: Optional[list[str]] = None) -> list[models.TestCaseResult]:
     return list(iter_testcases(io.BytesIO(xml.encode("utf-8")), warnings=warnings))
 
 
@@ -124,7 +125,7 @@ def test_failure_text_is_bounded_to_its_head() -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.xml")))
 def test_every_golden_file_reads_without_warnings(name: str) -> None:
-    warnings: List[str] = []
+    warnings: list[str] = []
     cases = list(iter_testcases(GOLDEN / name, warnings=warnings))
     assert cases and warnings == []
 
@@ -252,7 +253,7 @@ def test_malformed_in_the_middle_is_an_error() -> None:
 
 
 def test_content_after_the_root_is_a_warning() -> None:
-    warnings: List[str] = []
+    warnings: list[str] = []
     cases = read("<testsuite><testcase classname='a' name='b'/></testsuite><testsuite/>", warnings)
     assert [c.name for c in cases] == ["b"]
     assert warnings == [
@@ -265,7 +266,7 @@ def test_truncated_real_file_yields_complete_cases_and_a_warning() -> None:
     full = list(iter_testcases(io.BytesIO(data)))
     root_end = data.index(b"<testsuite ") + 1
     for cut in sorted({root_end + 5, len(data) // 4, len(data) // 2, len(data) - 40, len(data) - 1}):
-        warnings: List[str] = []
+        warnings: list[str] = []
         got = list(iter_testcases(io.BytesIO(data[:cut]), warnings=warnings))
         assert got == full[: len(got)], cut
         assert len(warnings) == 1, cut
@@ -282,7 +283,7 @@ def test_truncated_real_file_yields_complete_cases_and_a_warning() -> None:
 
 def test_truncated_read_failing_keeps_what_was_complete() -> None:
     data = (GOLDEN / "pytest_xunit2.xml").read_bytes()
-    warnings: List[str] = []
+    warnings: list[str] = []
     failing = read_failing(io.BytesIO(data[: len(data) // 2]), warnings=warnings)
     assert failing == latest_failing(iter_testcases(io.BytesIO(data[: len(data) // 2])))
     assert failing and len(warnings) == 1
@@ -345,7 +346,7 @@ class _GeneratedJunit(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, target: "bytearray | memoryview") -> int:  # type: ignore[override]
+    def readinto(self, target: bytearray | memoryview) -> int:  # type: ignore[override]
         while len(self._buffer) < len(target):
             chunk = next(self._chunks, None)
             if chunk is None:

@@ -13,7 +13,7 @@ import re
 import sys
 import tracemalloc
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 from xml.sax.saxutils import unescape
 
 import pytest
@@ -38,7 +38,7 @@ def failing_doc(value: bytes, text: bytes = b"t") -> bytes:
             + b"</failure></testcase></testsuite></testsuites>")
 
 
-def read(data: bytes, warnings: Optional[List[str]] = None) -> List[models.TestCaseResult]:
+def read(data: bytes, warnings: Optional[list[str]] = None) -> list[models.TestCaseResult]:
     stream = io.BytesIO(data)
     stream.name = "report.xml"
     return list(iter_testcases(stream, warnings=warnings))
@@ -70,7 +70,7 @@ def test_small_chunks_read_the_same_cases(name: str, monkeypatch: pytest.MonkeyP
 
 
 def test_a_huge_attribute_keeps_its_head_and_says_how_much_was_cut() -> None:
-    warnings: List[str] = []
+    warnings: list[str] = []
     (case,) = read(failing_doc(b"boom " + b"A" * (3 * MAX_ATTR)), warnings)
     dropped = 5 + 3 * MAX_ATTR - MAX_ATTR
     assert case.message == ("boom " + "A" * (3 * MAX_ATTR))[:MAX_ATTR] + " " + marker(dropped).decode()
@@ -85,7 +85,7 @@ _PIECES = st.sampled_from(["a", "é", "€", "𝄞", "&amp;", "&lt;", "&#233;", 
 @settings(max_examples=30, deadline=None)
 @given(pieces=st.lists(_PIECES, min_size=1, max_size=40), pad=st.integers(MAX_ATTR - 30, MAX_ATTR + 30),
        chunk=st.sampled_from([17, 1000, 65_537, 1 << 20]))
-def test_a_cut_never_splits_a_character_or_an_entity(pieces: List[str], pad: int, chunk: int) -> None:
+def test_a_cut_never_splits_a_character_or_an_entity(pieces: list[str], pad: int, chunk: int) -> None:
     # The cut lands among multi-byte characters and entity references at every alignment.
     raw = ("x" * (pad - 20) + "".join(pieces) * 3).encode("utf-8")
     data = failing_doc(raw)
@@ -102,7 +102,7 @@ def test_a_cut_never_splits_a_character_or_an_entity(pieces: List[str], pad: int
     assert case.message == head + found.group(0)
 
 
-def _read_chunked(data: bytes, chunk: int) -> List[models.TestCaseResult]:
+def _read_chunked(data: bytes, chunk: int) -> list[models.TestCaseResult]:
     saved = reader.CHUNK_SIZE
     reader.CHUNK_SIZE = chunk
     try:
@@ -127,7 +127,7 @@ def test_comments_are_dropped_and_cdata_is_text() -> None:
     text = b"E   ValueError: boom\n" + b"z" * (3 * MAX_ATTR)
     data = (b"<testsuites><!-- " + b"<c>" * (MAX_ATTR) + b" --><testsuite><testcase classname='m' name='t'>"
             b"<failure message='m'><![CDATA[" + text + b"]]></failure></testcase></testsuite></testsuites>")
-    warnings: List[str] = []
+    warnings: list[str] = []
     (case,) = read(data, warnings)
     assert case.text.startswith("E   ValueError: boom\nzzz")
     assert case.text.endswith("\n" + reader.text_marker(len(text) - reader.MAX_TEXT))
@@ -191,14 +191,14 @@ def test_failures_beyond_the_limit_are_counted_not_kept() -> None:
             b'<testcase classname="m" name="t2"/>'
             b'<testcase classname="m" name="t5"><failure message="boom 5"/></testcase>'
             b"</testsuite>")
-    warnings: List[str] = []
+    warnings: list[str] = []
     stream = io.BytesIO(data)
     stream.name = "report.xml"
     kept = map_failing(stream, lambda c: (c.test, c.message), warnings=warnings, limit=3)
     assert kept == [("m::t1", "again"), ("m::t2", "boom 2"), ("m::t3", "boom 3")]
     assert warnings == ["report.xml: 2 more failures not kept (at most 3 per document)"]
     # The same through latest_failing (the plugin's capture path).
-    listed: List[str] = []
+    listed: list[str] = []
     kept_cases = latest_failing(read(data), limit=3, warnings=listed)
     assert [(c.test, c.message) for c in kept_cases] == kept
     assert listed == ["2 more failures not kept (at most 3 per document)"]
@@ -212,7 +212,7 @@ def test_the_count_past_the_limit_is_exact_across_chunks_and_cuts(chunk: int, cu
     if cut is not None:
         data = data[:cut]
     monkeypatch.setattr(reader, "CHUNK_SIZE", chunk)
-    warnings: List[str] = []
+    warnings: list[str] = []
     stream = io.BytesIO(data)
     stream.name = "report.xml"
     assert len(map_failing(stream, lambda c: c, warnings=warnings, limit=7)) == 7
@@ -224,7 +224,7 @@ def test_the_count_past_the_limit_is_exact_across_chunks_and_cuts(chunk: int, cu
 
 
 def test_no_line_below_the_limit() -> None:
-    warnings: List[str] = []
+    warnings: list[str] = []
     assert len(read_failing(io.BytesIO(many_failures(5)), warnings=warnings)) == 5
     assert warnings == []
 
@@ -263,7 +263,7 @@ def test_selfheal_ci_copies_a_line_without_newline_in_bounded_memory(tmp_path: P
         def writable(self) -> bool:
             return True
 
-        def write(self, data: "bytes | bytearray | memoryview") -> int:  # type: ignore[override]
+        def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
             self.written += len(data)
             return len(data)
 

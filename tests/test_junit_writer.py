@@ -8,7 +8,6 @@ from _pytest.junitxml import mangle_test_address
 from junitparser import JUnitXml
 
 from pytest_selfheal.junit.reader import iter_testcases
-
 from pytest_selfheal.junit.writer import (
     FailedReport,
     build_junit,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import pytest
 from helpers import (
@@ -112,7 +113,7 @@ def test_agent_status_line_grammar() -> None:
 def test_flaky_test_resolves_and_is_flagged(tmp_path: Path) -> None:
     project = flaky_project(tmp_path)
     incident_id = capture(project)
-    lines: List[str] = []
+    lines: list[str] = []
     result = loop_in_process(project, incident_id, out=lines.append)
     store = Store(project / ".selfheal")
     assert result["stop_reason"] == "success" and result["final_status"] == "resolved"
@@ -130,7 +131,7 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
     is what the driver observes — success, with no code change: flaky, not a fix."""
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
-    calls: List[List[str]] = []
+    calls: list[list[str]] = []
 
     def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None) -> VerificationRun:
@@ -236,9 +237,9 @@ def test_autonomous_plans_false_refuses_unattended_loops_without_approval(tmp_pa
 def test_provider_seam_no_fix_found(tmp_path: Path) -> None:
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
-    calls: List[Dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
 
-    def provider(**request: Any) -> Dict[str, Any]:
+    def provider(**request: Any) -> dict[str, Any]:
         calls.append(request)
         return {"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}
 

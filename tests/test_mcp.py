@@ -11,15 +11,16 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional
 
 import pytest
+from helpers import PY, cli, make_project, run_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import PY, cli, make_project, run_env
 from pytest_selfheal.mcp_server.digest import fit, result_size
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
@@ -55,26 +56,26 @@ REEXPORT = {
 }
 
 
-def _server_env() -> Dict[str, str]:
+def _server_env() -> dict[str, str]:
     # The suite's children run without plugin autoload; the server's pytest child loads ours by name.
     return run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"})
 
 
 @asynccontextmanager
 async def session(project: Path, *server_args: str, elicit: Optional[Callable[..., Awaitable[Any]]] = None,
-                  mode: str = "auto") -> AsyncIterator["Client"]:
+                  mode: str = "auto") -> AsyncIterator[Client]:
     params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp", *server_args],
                                    cwd=str(project), env=_server_env())
     async with Client(params, elicitation_callback=elicit, read_timeout_seconds=300, mode=mode) as client:
         yield client
 
 
-def text_of(result: "CallToolResult") -> str:
+def text_of(result: CallToolResult) -> str:
     assert len(result.content) == 1
     return str(result.content[0].text)  # type: ignore[union-attr]
 
 
-def size_of(result: "CallToolResult") -> int:
+def size_of(result: CallToolResult) -> int:
     return result_size(text_of(result), result.structured_content)
 
 
@@ -284,10 +285,10 @@ def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode:
     incident_id = _incident_with_patch(project)
     core = project / "pkg" / "core.py"
     clean = tree_state(project)
-    asked: List[str] = []
+    asked: list[str] = []
     answers = ["decline", "accept"]
 
-    async def elicit(context: Any, params: Any) -> "ElicitResult":
+    async def elicit(context: Any, params: Any) -> ElicitResult:
         asked.append(params.message)
         action = answers.pop(0)
         return ElicitResult(action=action, content={"approve": True} if action == "accept" else None)
@@ -426,7 +427,7 @@ def test_without_the_extra_the_command_says_how_to_install_it(monkeypatch: pytes
     blocks=st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=3000), max_size=12),
     limit=st.integers(min_value=1, max_value=9000),
 )
-def test_fit_never_exceeds_the_bound(blocks: List[str], limit: int) -> None:
+def test_fit_never_exceeds_the_bound(blocks: list[str], limit: int) -> None:
     text = fit(blocks, limit, what="block(s)", more="call show")
     assert len(text) <= limit
     joined = "\n\n".join(blocks)

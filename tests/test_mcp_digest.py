@@ -12,15 +12,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Any
 
 import pytest
-
 from helpers import PY, make_project, run_env
+from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
+
 from pytest_selfheal.mcp_server.digest import group_page, ranked_causes
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
-from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
 
@@ -28,7 +28,6 @@ if sys.version_info >= (3, 10):
     import anyio
     from mcp import Client, StdioServerParameters
     from mcp.types import ListRootsResult, Root
-
     from test_mcp import session, size_of, text_of
 
 # 3 failures of one bug collected first, then 520 of another: the big group must come first.
@@ -79,11 +78,11 @@ def test_groups_ranked_by_size_and_a_520_test_group_reachable_page_by_page(tmp_p
             # Largest first, whatever the collection order.
             assert re.search(r"## Root cause 1 of 2: .*, 520 failing test\(s\)", text), text
             assert size_of(first) <= 8000
-            seen: List[str] = []
+            seen: list[str] = []
             offset = None
             pages = 0
             while True:
-                args: Dict[str, Any] = {"incident_id": incident_id, "group": 1}
+                args: dict[str, Any] = {"incident_id": incident_id, "group": 1}
                 if offset is not None:
                     args["offset"] = offset
                 page = await client.call_tool("show", args)
@@ -194,7 +193,7 @@ def test_outside_a_project_tests_run_only_in_a_root_the_client_names(tmp_path: P
     params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(home),
                                    env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
 
-    async def roots(context: Any) -> "ListRootsResult":
+    async def roots(context: Any) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=project.as_uri(), name="proj")])  # type: ignore[arg-type]
 
     async def scenario() -> None:
@@ -226,7 +225,7 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
             path.write_text(json.dumps(doc))
             other = await client.call_tool("run_tests", {"pytest_args": ["-p", "no:cacheprovider"]})
             assert other.is_error and "captured before pytest options were recorded" in text_of(other)
-            attempts: Set[str] = {p.name for p in (project / ".selfheal" / "error_runs").rglob("attempt_*.json")}
+            attempts: set[str] = {p.name for p in (project / ".selfheal" / "error_runs").rglob("attempt_*.json")}
             assert attempts == set()  # nothing counted
             again = await client.call_tool("run_tests", {})
             assert (again.structured_content or {})["iteration"] == 1, text_of(again)
@@ -237,7 +236,7 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
 # --------------------------------------------------------------------------- pure parts
 
 
-def _view(sizes: List[int]) -> Dict[str, Any]:
+def _view(sizes: list[int]) -> dict[str, Any]:
     causes, failures = [], []
     for index, size in enumerate(sizes):
         ids = [f"tests/test_{index}.py::test_case[{n}]" for n in range(size)]
@@ -250,7 +249,7 @@ def _view(sizes: List[int]) -> Dict[str, Any]:
 def test_every_test_of_a_group_is_on_some_page_within_the_bound(limit: int) -> None:
     view = _view([3, 40, 7])
     assert [len(c["nodeids"]) for c in ranked_causes(view)] == [40, 7, 3]
-    seen: List[str] = []
+    seen: list[str] = []
     offset = 0
     while True:
         page = group_page(view, 1, offset, limit)

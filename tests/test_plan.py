@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import pytest
 from hypothesis import given
@@ -38,8 +38,8 @@ def failure(
     code_fixable: bool = True,
     transient: bool = False,
     failure_class: str = "deterministic",
-    target_paths: Optional[List[str]] = None,
-) -> Dict[str, Any]:
+    target_paths: Optional[list[str]] = None,
+) -> dict[str, Any]:
     test = test or (nodeid or "x").replace("/", ".").replace(".py::", "::")
     return {
         "nodeid": nodeid,
@@ -57,7 +57,7 @@ def failure(
     }
 
 
-def incident(*failures: Dict[str, Any]) -> Dict[str, Any]:
+def incident(*failures: dict[str, Any]) -> dict[str, Any]:
     first = failures[0]
     return {
         "incident_id": INCIDENT_ID,
@@ -164,7 +164,7 @@ def test_parametrised_ids_round_trip() -> None:
 
 
 @given(st.lists(st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s), min_size=1, max_size=5))
-def test_any_nodeid_survives_shlex(nodeids: List[str]) -> None:
+def test_any_nodeid_survives_shlex(nodeids: list[str]) -> None:
     command = pytest_command(nodeids)
     assert shlex.split(command) == ["python", "-m", "pytest", "-q", *nodeids]
 
@@ -206,7 +206,7 @@ def test_unsafe_test_file_is_not_a_target() -> None:
         ({"failure_type": "TOOLING_ENV", "code_fixable": False, "failure_class": "environment"}, "P2"),
     ],
 )
-def test_priority(kwargs: Dict[str, Any], priority: str) -> None:
+def test_priority(kwargs: dict[str, Any], priority: str) -> None:
     plan = build_plan(incident(failure("t.py::a", "E", **kwargs)), generated_at=NOW)
     assert plan["actions"][0]["priority"] == priority
 
@@ -278,7 +278,7 @@ def test_missing_incident_id() -> None:
         {"verification_commands": ["python -m pytest 'unclosed"]},
     ],
 )
-def test_verification_argv_rejects_bad_plans(plan: Dict[str, Any]) -> None:
+def test_verification_argv_rejects_bad_plans(plan: dict[str, Any]) -> None:
     with pytest.raises(InputError) as info:
         verification_argv(plan)
     assert "plan.json" in str(info.value) and "\n" not in str(info.value)

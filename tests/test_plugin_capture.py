@@ -6,10 +6,9 @@ import json
 import platform
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import git
-
 import pytest
 from schema_check import assert_valid
 
@@ -30,13 +29,13 @@ def test_ok():
 """
 
 
-def incidents(root: Path) -> List[Path]:
+def incidents(root: Path) -> list[Path]:
     inbox = root / ".selfheal" / "error_inbox"
     return sorted(p for p in inbox.iterdir() if p.is_dir() and not p.name.startswith(".")) if inbox.exists() else []
 
 
-def read(path: Path) -> Dict[str, Any]:
-    data: Dict[str, Any] = json.loads(path.read_text())
+def read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
@@ -98,7 +97,7 @@ def test_failing_run_captures_incident_with_contract_files(project: pytest.Pytes
 
 def test_same_bug_same_fingerprint_across_basetemp(project: pytest.Pytester, tmp_path: Path) -> None:
     # Separate reports roots: on one root the second run would be the open incident's next iteration.
-    def capture(name: str) -> Dict[str, Any]:
+    def capture(name: str) -> dict[str, Any]:
         project.runpytest("--selfheal", f"--selfheal-dir={name}", f"--basetemp={tmp_path / name}")
         (folder,) = (project.path / name / "error_inbox").glob("incident_*")
         return read(folder / "incident.json")
@@ -277,7 +276,7 @@ def test_report_file_carries_hook_sections(project: pytest.Pytester, monkeypatch
 
 
 def test_the_summary_has_one_next_line_and_follows_the_verbosity(project: pytest.Pytester) -> None:
-    def section(*args: str) -> List[str]:
+    def section(*args: str) -> list[str]:
         shutil.rmtree(project.path / ".selfheal", ignore_errors=True)  # a capture each time, not agent mode
         out = project.runpytest("--selfheal", *args).stdout.str()
         body = out.split("- selfheal -", 1)[1].split("\n", 1)[1]  # after the section's header line

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from helpers import attempt_record, incident_record
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
 from pytest_selfheal.config.settings import default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
@@ -32,6 +32,7 @@ from pytest_selfheal.loop.policy import (
     retry_eligible,
     same_error_repeats,
 )
+from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def fail(
     *,
     diff: Optional[str] = "d0",
     types: Optional[Sequence[str]] = None,
-    outcomes: Optional[Dict[str, str]] = None,
+    outcomes: Optional[dict[str, str]] = None,
     **kw: Any,
 ) -> Observation:
     """An observation where test A fails with the given fingerprints."""
@@ -59,7 +60,7 @@ def fail(
     )
 
 
-def green(i: int, *, diff: Optional[str] = "d0", outcomes: Optional[Dict[str, str]] = None, **kw: Any) -> Observation:
+def green(i: int, *, diff: Optional[str] = "d0", outcomes: Optional[dict[str, str]] = None, **kw: Any) -> Observation:
     """An observation where every selected test passes."""
     return Observation(i, outcomes if outcomes is not None else {A: "passed"}, (), (), diff, **kw)
 
@@ -77,7 +78,7 @@ DEFAULT = LoopPolicy()
 
 # --------------------------------------------------------------------------- one case per stop reason
 
-STOP_CASES: List[Tuple[str, LoopPolicy, List[Observation], Dict[str, Any], str, Optional[str], int]] = [
+STOP_CASES: list[tuple[str, LoopPolicy, list[Observation], dict[str, Any], str, Optional[str], int]] = [
     # (name, policy, observations, decide kwargs, stop reason, final status, iteration)
     ("disabled", LoopPolicy(enabled=False), [fail(0)], {}, "disabled", None, 0),
     ("success_flaky", DEFAULT, [fail(0), green(1)], {}, "success", "resolved", 1),
@@ -150,8 +151,8 @@ def test_stop_cases_cover_every_reason() -> None:
 )
 def test_each_stop_reason(
     policy: LoopPolicy,
-    observations: List[Observation],
-    kwargs: Dict[str, Any],
+    observations: list[Observation],
+    kwargs: dict[str, Any],
     reason: str,
     final_status: Optional[str],
     iteration: int,
@@ -192,7 +193,7 @@ def test_docs_state_the_same_precedence() -> None:
 
 # --------------------------------------------------------------------------- precedence pairs
 
-PAIRS: List[Tuple[str, str, LoopPolicy, List[Observation], Dict[str, Any]]] = [
+PAIRS: list[tuple[str, str, LoopPolicy, list[Observation], dict[str, Any]]] = [
     ("disabled", "success", LoopPolicy(enabled=False), [fail(0), green(1)], {}),
     ("disabled", "cancelled", LoopPolicy(enabled=False), [fail(0)], {"cancelled": True}),
     ("disabled", "tooling_env", LoopPolicy(enabled=False), [fail(0, types=[TOOLING_ENV])], {}),
@@ -305,10 +306,10 @@ PAIRS: List[Tuple[str, str, LoopPolicy, List[Observation], Dict[str, Any]]] = [
 @pytest.mark.parametrize(
     "winner,loser,policy,observations,kwargs",
     PAIRS,
-    ids=[f"{w}>{l}" for w, l, *_ in PAIRS],
+    ids=[f"{winner}>{loser}" for winner, loser, *_ in PAIRS],
 )
 def test_precedence_pairs(
-    winner: str, loser: str, policy: LoopPolicy, observations: List[Observation], kwargs: Dict[str, Any]
+    winner: str, loser: str, policy: LoopPolicy, observations: list[Observation], kwargs: dict[str, Any]
 ) -> None:
     assert PRECEDENCE.index(winner) < PRECEDENCE.index(loser)
     decision = decide(policy, observations, **kwargs)
@@ -709,7 +710,7 @@ def test_policy_from_full_config_ignores_other_keys() -> None:
         ({"apply_to": {"tdd_tasks": 1}}, "ralf_lite.apply_to.tdd_tasks"),
     ],
 )
-def test_policy_keys_are_checked_once_by_the_config_merge(config: Dict[str, Any], key: str) -> None:
+def test_policy_keys_are_checked_once_by_the_config_merge(config: dict[str, Any], key: str) -> None:
     # The policy reads typed settings; the one validator of its keys is the config merge.
     with pytest.raises(ConfigError) as info:
         merge_layers([("project.yaml", config)])

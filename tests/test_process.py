@@ -10,7 +10,7 @@ import textwrap
 import time
 import tracemalloc
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import pytest
 
@@ -117,8 +117,8 @@ def test_a_long_line_without_newline_stays_bounded(tmp_path: Path) -> None:
             sys.stdout.buffer.write(piece)
         sys.stdout.buffer.write(b"\\nend\\n")
     """)
-    sizes: List[int] = []
-    last: List[bytes] = []
+    sizes: list[int] = []
+    last: list[bytes] = []
 
     def on_line(line: bytes) -> None:
         sizes.append(len(line))
@@ -145,7 +145,7 @@ def test_tee_hands_over_every_byte_line_by_line(tmp_path: Path) -> None:
         time.sleep(0.2)
         sys.stdout.buffer.write(b"o\\n\\xff\\xfe bytes\\nno newline at the end")
     """)
-    pieces: List[bytes] = []
+    pieces: list[bytes] = []
     result = run([sys.executable, str(script)], cwd=tmp_path, output_path=tmp_path / "out",
                  on_line=pieces.append, max_line_bytes=8)
     assert result.exit_code == 0
@@ -192,7 +192,7 @@ else:
 """
 
 
-def start_parent(tmp_path: Path, mode: str, argv: List[str]) -> "subprocess.Popen[bytes]":
+def start_parent(tmp_path: Path, mode: str, argv: list[str]) -> subprocess.Popen[bytes]:
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
 from helpers import attempt_record, incident_record
 
@@ -51,8 +51,8 @@ PLAN = plan_record(
 )
 
 
-def prompt(attempts: List[Attempt] = [], **kw: Any) -> str:  # noqa: B006 - never mutated
-    args: Dict[str, Any] = dict(
+def prompt(attempts: list[Attempt] = [], **kw: Any) -> str:  # noqa: B006 - never mutated
+    args: dict[str, Any] = dict(
         incident=INCIDENT, plan=PLAN, attempts=attempts, iteration=len(attempts) + 1, max_iterations=3,
         log_tail="E   assert -1 == 5\n", allowed_paths=["calc.py", "test_calc.py", "docs/"], remaining_budget=2,
     )
@@ -60,7 +60,7 @@ def prompt(attempts: List[Attempt] = [], **kw: Any) -> str:  # noqa: B006 - neve
     return build_prompt(**args)
 
 
-def attempt(iteration: int, outcomes: Dict[str, str], fps: List[str], repair: Any) -> Attempt:
+def attempt(iteration: int, outcomes: dict[str, str], fps: list[str], repair: Any) -> Attempt:
     return attempt_record(
         iteration=iteration,
         outcomes=outcomes,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple, Type
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,8 +40,8 @@ from pytest_selfheal.store.schema import validate
 
 TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"
-RECORDS: Dict[str, Type[JsonRecord]] = {"incident": Incident, "plan": Plan, "attempt": Attempt, "run_result": RunResult}
-ALL_RECORDS: Tuple[Type[JsonRecord], ...] = (
+RECORDS: dict[str, type[JsonRecord]] = {"incident": Incident, "plan": Plan, "attempt": Attempt, "run_result": RunResult}
+ALL_RECORDS: tuple[type[JsonRecord], ...] = (
     Incident, FailureEntry, RootCause, CodeRef, Plan, PlanAction, GroupKey, SuspectEntry, Excerpt, Hypothesis,
     ReplanEntry, Attempt,
     RepairBlock, RecordedDecision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
@@ -55,7 +56,7 @@ def kind_of(path: Path) -> str:
     return {"incident.json": "incident", "plan.json": "plan", "run_result.json": "run_result"}[name]
 
 
-def root_documents(root: Path) -> Iterator[Tuple[str, str, Any]]:
+def root_documents(root: Path) -> Iterator[tuple[str, str, Any]]:
     """``(kind, where, doc)`` for every record file under a reports root (or the snapshot folder)."""
     for path in sorted(root.rglob("*.json")):
         if path.name != "context.json":
@@ -65,10 +66,10 @@ def root_documents(root: Path) -> Iterator[Tuple[str, str, Any]]:
             yield "event", f"{path} line {number}", json.loads(line)
 
 
-def golden_documents() -> Iterator[Tuple[str, str, Any]]:
+def golden_documents() -> Iterator[tuple[str, str, Any]]:
     """The documents inside tests/golden_reports/*.input.json (merged shards included)."""
 
-    def incidents(data: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    def incidents(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from data.get("incidents", [])
         for shard in data.get("merge", []):
             yield from incidents(shard)
@@ -82,7 +83,7 @@ def golden_documents() -> Iterator[Tuple[str, str, Any]]:
                 yield "attempt", f"{path.name}#{n}.attempts[{i}]", attempt
 
 
-def record_class(kind: str) -> Type[JsonRecord]:
+def record_class(kind: str) -> type[JsonRecord]:
     return Event if kind == "event" else RECORDS[kind]
 
 
@@ -96,7 +97,7 @@ def assert_exact_round_trip(kind: str, where: str, doc: Any) -> JsonRecord:
     return record
 
 
-def known_keys_seen(record: Any, seen: Dict[str, set]) -> None:  # type: ignore[type-arg]
+def known_keys_seen(record: Any, seen: dict[str, set]) -> None:  # type: ignore[type-arg]
     """Collect, per record class, the known keys present in ``record`` and its nested records."""
     if isinstance(record, JsonRecord):
         known = {field.key for field in record.FIELDS}
@@ -112,12 +113,12 @@ def known_keys_seen(record: Any, seen: Dict[str, set]) -> None:  # type: ignore[
 
 
 @pytest.fixture(scope="module")
-def demo_snapshot() -> List[Tuple[str, str, Any]]:
+def demo_snapshot() -> list[tuple[str, str, Any]]:
     return list(root_documents(DEMO))
 
 
 @pytest.fixture
-def captured(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, str, Any]]:
+def captured(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, Any]]:
     """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test and a
     bug in a source module (its failure carries root-cause evidence: a frame, a stack, calls and
     the run's spectrum), and
@@ -170,7 +171,7 @@ def test_zz_over_the_cap():
     return docs
 
 
-def replanned_plan() -> Dict[str, Any]:
+def replanned_plan() -> dict[str, Any]:
     """The demo's escalated plan after the real ``replan`` (as the loop's close-out writes it)."""
     plan = json.loads((DEMO / "ce6465_plan.json").read_text(encoding="utf-8"))
     attempts = [json.loads((DEMO / f"ce6465_attempt_0{n}.json").read_text(encoding="utf-8")) for n in (1, 2)]
@@ -187,7 +188,7 @@ def test_golden_report_inputs_round_trip_exactly() -> None:
         assert record.extra == (), f"{where}: untyped keys {[k for k, _ in record.extra]}"
 
 
-def test_demo_documents_round_trip_exactly(demo_snapshot: List[Tuple[str, str, Any]]) -> None:
+def test_demo_documents_round_trip_exactly(demo_snapshot: list[tuple[str, str, Any]]) -> None:
     assert {kind for kind, _, _ in demo_snapshot} == {*RECORDS, "event"}
     for kind, where, doc in demo_snapshot:
         record = assert_exact_round_trip(kind, where, doc)
@@ -195,7 +196,7 @@ def test_demo_documents_round_trip_exactly(demo_snapshot: List[Tuple[str, str, A
             assert record.extra == (), f"{where}: untyped keys {[k for k, _ in record.extra]}"
 
 
-def test_captured_incident_plan_and_events_round_trip_exactly(captured: List[Tuple[str, str, Any]]) -> None:
+def test_captured_incident_plan_and_events_round_trip_exactly(captured: list[tuple[str, str, Any]]) -> None:
     for kind, where, doc in captured:
         record = assert_exact_round_trip(kind, where, doc)
         if isinstance(record, Incident):
@@ -227,10 +228,10 @@ def test_replanned_plan_round_trips_with_its_history() -> None:
 
 
 def test_every_known_field_occurs_in_a_real_document(
-    demo_snapshot: List[Tuple[str, str, Any]], captured: List[Tuple[str, str, Any]]
+    demo_snapshot: list[tuple[str, str, Any]], captured: list[tuple[str, str, Any]]
 ) -> None:
     """The fixtures exercise every typed field (contract and extensions) of every record."""
-    seen: Dict[str, set] = {}  # type: ignore[type-arg]
+    seen: dict[str, set] = {}  # type: ignore[type-arg]
     docs = [*golden_documents(), *demo_snapshot, *captured, ("plan", "replan", replanned_plan())]
     for kind, where, doc in docs:
         known_keys_seen(record_class(kind).from_json(doc, where), seen)
@@ -249,7 +250,7 @@ def test_every_schema_property_is_a_typed_field(kind: str) -> None:
     assert set(schema["required"]) == {field.key for field in RECORDS[kind].FIELDS if field.required}
 
 
-def test_typed_values_are_frozen(demo_snapshot: List[Tuple[str, str, Any]]) -> None:
+def test_typed_values_are_frozen(demo_snapshot: list[tuple[str, str, Any]]) -> None:
     docs = {where.rsplit("/", 1)[-1]: (kind, doc) for kind, where, doc in demo_snapshot}
     attempt = Attempt.from_json(docs["106549_attempt_01.json"][1], "attempt_01.json")
     assert attempt.repair is not None and attempt.repair.result == "diff"
@@ -273,8 +274,8 @@ def test_typed_values_are_frozen(demo_snapshot: List[Tuple[str, str, Any]]) -> N
 # --------------------------------------------------------------------------- exactness details
 
 
-def demo_attempt() -> Dict[str, Any]:
-    doc: Dict[str, Any] = json.loads((DEMO / "106549_attempt_01.json").read_text(encoding="utf-8"))
+def demo_attempt() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DEMO / "106549_attempt_01.json").read_text(encoding="utf-8"))
     return doc
 
 
@@ -336,7 +337,7 @@ JSON_VALUES = st.recursive(
     position=st.integers(min_value=0, max_value=30),
     config=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4),
 )
-def test_round_trip_property(extra: List[Tuple[str, Any]], position: int, config: Dict[str, Any]) -> None:
+def test_round_trip_property(extra: list[tuple[str, Any]], position: int, config: dict[str, Any]) -> None:
     doc = json.loads((DEMO / "106549_run_result.json").read_text(encoding="utf-8"))
     items = list(doc.items())
     for offset, pair in enumerate(extra):
@@ -449,7 +450,7 @@ def test_missing_required_field_and_non_object(kind: str) -> None:
         ({"event": "loop_stopped", "incident_id": ["x"]}, "field incident_id: expected string, got array"),
     ],
 )
-def test_bad_event(doc: Dict[str, Any], problem: str) -> None:
+def test_bad_event(doc: dict[str, Any], problem: str) -> None:
     with pytest.raises(InputError) as info:
         Event.from_json(doc, "audit_tail.jsonl line 4")
     assert info.value.message == f"audit_tail.jsonl line 4: invalid event: {problem}"

@@ -1,9 +1,8 @@
-"""Secrets redaction (SPEC §12): each kind, env values, config, idempotence, no survivors."""
+"""Secrets redaction: each kind, env values, config, idempotence, no survivors."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -46,7 +45,7 @@ GOOGLE = "AIza" + "SyD-1234567890abcdefghijklmnopqrstu"
 STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
 
 # (kind, planted text, the secret that must not survive, text expected around it)
-CASES: List[Tuple[str, str, str, str]] = [
+CASES: list[tuple[str, str, str, str]] = [
     ("ghp", f"token {GHP} end", GHP, f"token {REDACTED} end"),
     ("gho", f"x={GHO}", GHO, f"x={REDACTED}"),
     ("ghu", GHU, GHU, REDACTED),
@@ -135,7 +134,7 @@ CASES: List[Tuple[str, str, str, str]] = [
     ("shortened_item", "E     '...v2H4s9ZAs1kmrvnaI',", "v2H4s9ZAs1kmrvnaI", f"E     '...{REDACTED}',"),
 ]
 
-ENV: Dict[str, str] = {
+ENV: dict[str, str] = {
     "MY_SERVICE_TOKEN": "tok-value-1234567",
     "db_password": "pa55-word-value",
     "Signing_Key": "k-e-y-v-a-l-u-e",
@@ -248,7 +247,7 @@ def test_default_redactor_reads_config_and_environment(monkeypatch: pytest.Monke
         ({"patterns": ["[bad"]}, "redaction.patterns"),
     ],
 )
-def test_bad_redaction_config_is_refused_by_the_config_merge(section: Dict[str, object], message: str) -> None:
+def test_bad_redaction_config_is_refused_by_the_config_merge(section: dict[str, object], message: str) -> None:
     # The redactor reads checked settings; the config merge is the one validator.
     with pytest.raises(ConfigError, match=message):
         merge_layers([("project.yaml", {"redaction": section})])

@@ -1,4 +1,4 @@
-"""``selfheal reopen ID`` (SPEC §8): an archived incident back to the inbox, status
+"""``selfheal reopen ID``: an archived incident back to the inbox, status
 ``planned``, event ``incident_reopened``; the loop then runs a new loop run on it, with
 attempt numbers that keep counting, and ``selfheal replay`` stays equal to the files."""
 
@@ -23,7 +23,7 @@ from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_U
 from pytest_selfheal.store.root import Store
 
 
-def _escalated(tmp_path: Path) -> "tuple[Path, str, Store]":
+def _escalated(tmp_path: Path) -> tuple[Path, str, Store]:
     project = make_project(tmp_path / "p", {"tests/test_calc.py": DETERMINISTIC})
     incident_id = capture(project)
     result = selfheal(project, "loop", incident_id)

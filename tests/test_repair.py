@@ -10,8 +10,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 import git
 import pluggy
@@ -20,19 +21,19 @@ from helpers import fake_distribution
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.config.settings import default_config, merge_layers
-from pytest_selfheal.run.entry import has_repair_provider as provider_configured
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
-from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair.session import repair_loop
+from pytest_selfheal.run.entry import has_repair_provider as provider_configured
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")
@@ -55,7 +56,7 @@ def make_repo(path: Path) -> None:
     repo.close()
 
 
-def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[str, Plan]:
+def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[str, Plan]:
     incident_id = store.create_incident(
         {
             "step": "test_calc.py::test_add",
@@ -76,7 +77,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> Tuple[
     return incident_id, store.read_plan(incident_id)
 
 
-def events(store: Store, incident_id: str) -> List[Dict[str, Any]]:
+def events(store: Store, incident_id: str) -> list[dict[str, Any]]:
     return [e.to_json() for e in store.read_events(incident_id)[0]]
 
 
@@ -96,7 +97,7 @@ class Env:
         return RepairSession(self.store, self.incident_id, effective=effective, worktree=self.wt,
                              approver=approver or Approver(), pluginmanager=pm)
 
-    def call(self, session: RepairSession, iteration: int = 1) -> Dict[str, Any]:
+    def call(self, session: RepairSession, iteration: int = 1) -> dict[str, Any]:
         capture = policy.capture_observation(self.store.read_incident(self.incident_id))
         return session(incident_id=self.incident_id, iteration=iteration, store=self.store, plan=self.plan,
                        last_attempt=None, observations=[capture])
@@ -109,7 +110,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e.wt.remove()
 
 
-def hook_pm(*plugins: Tuple[str, object]) -> pluggy.PluginManager:
+def hook_pm(*plugins: tuple[str, object]) -> pluggy.PluginManager:
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
     for name, plugin in plugins:
@@ -118,10 +119,10 @@ def hook_pm(*plugins: Tuple[str, object]) -> pluggy.PluginManager:
 
 
 class Fixer:
-    def __init__(self, answer: Optional[Mapping[str, Any]] = None, files: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, answer: Optional[Mapping[str, Any]] = None, files: Optional[dict[str, str]] = None) -> None:
         self.answer = {"result": "done"} if answer is None else answer
         self.files = {"calc.py": FIXED} if files is None else files
-        self.requests: List[Mapping[str, Any]] = []
+        self.requests: list[Mapping[str, Any]] = []
 
     @hookimpl
     def pytest_selfheal_repair(self, request: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
@@ -326,7 +327,7 @@ def test_out_of_scope_with_approval_or_allowed_glob_is_kept(env: Env) -> None:
 
 
 def test_interactive_scope_question(env: Env) -> None:
-    answers: List[str] = []
+    answers: list[str] = []
 
     def ask(question: str) -> str:
         answers.append(question)
@@ -490,7 +491,7 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
     incident_id = capture(top)
     store = Store(top / ".selfheal")
     fixer = Fixer()
-    lines: List[str] = []
+    lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
                          interactive=False, pluginmanager=hook_pm(("fixer", fixer)), out=lines.append)
     assert result["final_status"] == "resolved" and result["stop_reason"] == "success"
@@ -527,7 +528,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
                       "failure_type": "TEST_ASSERTION"}],
         "repair": {"provider": "hook:x", "result": "diff", "files_changed": ["calc.py"], "patch": "attempt_01.patch"},
     }, "test attempt"))
-    seen: List[str] = []
+    seen: list[str] = []
 
     class Looks:
         @hookimpl
@@ -535,7 +536,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
             seen.append(Path("calc.py").read_text())
             return {"result": "done"}
 
-    lines: List[str] = []
+    lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=e.top, approve=False,
                          interactive=False, pluginmanager=hook_pm(("looks", Looks())), out=lines.append)
     assert seen == [FIXED]  # the accepted repair of attempt 1 was replayed
@@ -567,7 +568,7 @@ def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path, monk
 
     monkeypatch.setattr(session_module, "summarise", user_moves_on)
 
-    lines: List[str] = []
+    lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
                          interactive=False, pluginmanager=hook_pm(("fixer", FixesWhileTheUserEdits())),
                          out=lines.append)

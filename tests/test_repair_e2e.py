@@ -13,8 +13,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 import git
 import pytest
@@ -54,7 +55,7 @@ AGENT = textwrap.dedent(
 )
 
 
-def job_env(pythonpath: Sequence[str] = ()) -> Dict[str, str]:
+def job_env(pythonpath: Sequence[str] = ()) -> dict[str, str]:
     """This process's environment with ``pythonpath`` first on PYTHONPATH, no verification flag."""
     env = dict(os.environ)
     paths = [*pythonpath, str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
@@ -63,7 +64,7 @@ def job_env(pythonpath: Sequence[str] = ()) -> Dict[str, str]:
     return env
 
 
-def run(argv: List[str], cwd: Path, pythonpath: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], cwd: Path, pythonpath: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """``argv`` as a real subprocess in ``job_env(pythonpath)``; never a traceback."""
     result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, env=job_env(pythonpath))
     assert "Traceback" not in result.stderr, result.stderr
@@ -110,11 +111,11 @@ class Project:
     def runs(self) -> Path:
         return self.top / ".selfheal" / "error_runs" / self.incident_id
 
-    def run_result(self) -> Dict[str, Any]:
-        data: Dict[str, Any] = json.loads((self.runs / "run_result.json").read_text())
+    def run_result(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.runs / "run_result.json").read_text())
         return data
 
-    def attempts(self) -> List[Dict[str, Any]]:
+    def attempts(self) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.runs.glob("attempt_*.json"))]
 
     def starts(self) -> int:
@@ -123,7 +124,7 @@ class Project:
     def archived(self, bucket: str) -> bool:
         return (self.top / ".selfheal" / "error_archive" / bucket / self.incident_id).is_dir()
 
-    def events(self, bucket: str) -> List[str]:
+    def events(self, bucket: str) -> list[str]:
         log = self.top / ".selfheal" / "error_archive" / bucket / self.incident_id / "audit_tail.jsonl"
         return [json.loads(line)["event"] for line in log.read_text().splitlines()]
 

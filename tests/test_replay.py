@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import pytest
 from helpers import (
-    attempt_record,
     TOOLING,
     assert_files_valid,
     assert_replay_equals_disk,
+    attempt_record,
     capture,
     deterministic_project,
     events_named,
@@ -44,7 +44,7 @@ def _ev(name: str, **data: Any) -> Event:
     return Event.from_json(doc, "test")
 
 
-def _vf(iteration: int, result: str = "continue", stop: Optional[str] = None, fps: Tuple[str, ...] = ("f1",)) -> Event:
+def _vf(iteration: int, result: str = "continue", stop: Optional[str] = None, fps: tuple[str, ...] = ("f1",)) -> Event:
     return _ev("verification_finished", iteration=iteration, result=result, stop_reason=stop,
                verification_passed=not fps, fingerprints=list(fps))
 
@@ -154,11 +154,11 @@ def test_differences_name_the_key() -> None:
 
 # --------------------------------------------------------------------------- every stop reason
 
-Scenario = Callable[[Path], Tuple[Path, str, Dict[str, Any]]]
+Scenario = Callable[[Path], tuple[Path, str, dict[str, Any]]]
 
 
 def _simple(make: Callable[[Path], Path], *settings: str, **kwargs: Any) -> Scenario:
-    def scenario(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+    def scenario(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
         project = make(tmp_path)
         incident_id = capture(project)
         return project, incident_id, loop_in_process(project, incident_id, *settings, **kwargs)
@@ -166,24 +166,24 @@ def _simple(make: Callable[[Path], Path], *settings: str, **kwargs: Any) -> Scen
     return scenario
 
 
-def _no_fix(**request: Any) -> Dict[str, Any]:
+def _no_fix(**request: Any) -> dict[str, Any]:
     return {"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}
 
 
-def _denied(**request: Any) -> Dict[str, Any]:
+def _denied(**request: Any) -> dict[str, Any]:
     return {"provider": "fake", "result": "diff", "files_changed": ["setup.py"], "patch": "", "scope_denied": True}
 
 
-def _escaped(**request: Any) -> Dict[str, Any]:
+def _escaped(**request: Any) -> dict[str, Any]:
     return {"provider": "fake", "result": "crashed", "files_changed": [], "patch": None,
             "provider_escaped": ["calc.py", ".git/hooks/post-checkout"]}
 
 
-def _cancelled(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+def _cancelled(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     """A real SIGTERM to this process while the loop is inside its (repair) step."""
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
-    calls: List[int] = []
+    calls: list[int] = []
 
     def provider(**request: Any) -> None:
         calls.append(request["iteration"])
@@ -197,12 +197,12 @@ def _cancelled(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
     return project, incident_id, {"stop_reason": "cancelled", "final_status": None}
 
 
-def _tests_edited(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+def _tests_edited(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     """A provider (allowed to edit tests) that makes the selection pass by editing the test file."""
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
 
-    def provider(**request: Any) -> Dict[str, Any]:
+    def provider(**request: Any) -> dict[str, Any]:
         test_file = project / "test_calc.py"
         test_file.write_text(test_file.read_text().replace("return a + b", "return a - b"))
         return {"provider": "fake", "result": "diff", "files_changed": ["test_calc.py"], "patch": None,
@@ -212,7 +212,7 @@ def _tests_edited(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
                                                  provider=provider)
 
 
-def _unverified(tmp_path: Path) -> Tuple[Path, str, Dict[str, Any]]:
+def _unverified(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     """A flaky capture whose incident counted one failure over the capture's cap."""
     project = flaky_project(tmp_path)
     incident_id = capture(project)
@@ -225,7 +225,7 @@ def _tooling(tmp_path: Path) -> Path:
     return make_project(tmp_path / "env", {"test_env.py": TOOLING})
 
 
-SCENARIOS: Dict[str, Tuple[Scenario, int, str]] = {
+SCENARIOS: dict[str, tuple[Scenario, int, str]] = {
     # stop reason: (scenario, attempts on disk, bucket)
     "success": (_simple(flaky_project), 1, "resolved"),
     "repeated_fingerprint": (_simple(deterministic_project), 1, "escalated"),

@@ -6,7 +6,7 @@ import copy
 import json
 import random
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
@@ -36,7 +36,7 @@ from pytest_selfheal.report.render import (
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
 
-# SPEC §10, byte for byte: GSD plan summaries paste this section unchanged.
+# Byte for byte: GSD plan summaries paste this section unchanged.
 SPEC_HEAD = """\
 ## RALF Lite Loop Report
 
@@ -54,12 +54,12 @@ SPEC_HEAD = """\
 """
 
 
-def golden_runs(case: str) -> List[IncidentRun]:
+def golden_runs(case: str) -> list[IncidentRun]:
     doc = json.loads((GOLDEN / f"{case}.input.json").read_text(encoding="utf-8"))
     return [IncidentRun.from_dict(d) for d in doc["incidents"]]
 
 
-def golden_report(case: str) -> Dict[str, Any]:
+def golden_report(case: str) -> dict[str, Any]:
     doc = json.loads((GOLDEN / f"{case}.input.json").read_text(encoding="utf-8"))
     return build_report(incidents=golden_runs(case), effective_config=doc["effective_config"], origins=doc["origins"])
 
@@ -72,10 +72,10 @@ N = 0
 def make_run(
     *,
     incident_id: Optional[str] = None,
-    tests: Optional[List[str]] = None,
-    actions: Optional[List[List[str]]] = None,
-    attempts: Optional[List[Dict[str, Any]]] = None,
-    run_result: Optional[Dict[str, Any]] = None,
+    tests: Optional[list[str]] = None,
+    actions: Optional[list[list[str]]] = None,
+    attempts: Optional[list[dict[str, Any]]] = None,
+    run_result: Optional[dict[str, Any]] = None,
     status: str = "running",
     bucket: str = "inbox",
     created_at: str = "2026-11-22T10:00:00+00:00",
@@ -103,7 +103,7 @@ def make_run(
     return IncidentRun(incident, plan, records, run_result, bucket)
 
 
-def finished(stop_reason: str, final_status: str, loops: int, **extra: Any) -> Dict[str, Any]:
+def finished(stop_reason: str, final_status: str, loops: int, **extra: Any) -> dict[str, Any]:
     result = {"final_status": final_status, "loops_used": loops, "runtime_minutes": 0.5,
               "same_error_repeats": 1, "archived_to": None, "stop_reason": stop_reason}
     result.update(extra)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
@@ -29,9 +29,9 @@ def one_line_error(result: CliResult) -> str:
     return result.stderr.strip()
 
 
-def golden_run(case: str) -> Dict[str, Any]:
+def golden_run(case: str) -> dict[str, Any]:
     doc = json.loads((GOLDEN / f"{case}.input.json").read_text(encoding="utf-8"))
-    run: Dict[str, Any] = doc["incidents"][0]
+    run: dict[str, Any] = doc["incidents"][0]
     return run
 
 
@@ -170,7 +170,7 @@ def test_report_without_incidents(tmp_path: Path) -> None:
         (["--format", "html"], EXIT_USAGE, "invalid choice"),
     ],
 )
-def test_report_errors(project: Path, args: List[str], code: int, needle: str) -> None:
+def test_report_errors(project: Path, args: list[str], code: int, needle: str) -> None:
     result = cli("report", *args, cwd=project)
     assert result.returncode == code
     assert needle in one_line_error(result)

@@ -10,7 +10,6 @@ import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import List
 
 import pytest
 
@@ -44,7 +43,7 @@ def _load_script() -> ModuleType:
 
 
 REGEN_MODULE = _load_script()
-CASES: List[Path] = REGEN_MODULE.cases()
+CASES: list[Path] = REGEN_MODULE.cases()
 
 
 def test_every_required_case_exists() -> None:

@@ -1,4 +1,4 @@
-"""Root cause, not message, end to end (issue 11 item 3; SPEC §7): a real `pytest --selfheal`
+"""Root cause, not message, end to end (issue 11 item 3): a real `pytest --selfheal`
 capture (a subprocess) in a real git repository resolves each failure's evidence, the plan
 has one action per root cause whose target paths name the defining module, and a real agent
 command (a small script) that fixes that module in the worktree gets `success`."""
@@ -10,7 +10,7 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from helpers import capture, make_project, selfheal
 
@@ -35,14 +35,14 @@ AGENT = textwrap.dedent(
 )
 
 
-def plan_of(project: Path, incident_id: str) -> Dict[str, Any]:
-    data: Dict[str, Any] = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
+def plan_of(project: Path, incident_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
     return data
 
 
-def incident_of(project: Path, incident_id: str) -> Dict[str, Any]:
+def incident_of(project: Path, incident_id: str) -> dict[str, Any]:
     path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
-    data: Dict[str, Any] = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
@@ -52,8 +52,8 @@ def agent_command(tmp_path: Path, path: str, old: str, new: str) -> str:
     return json.dumps([sys.executable, str(script), "{worktree}", "{prompt_file}", path, old, new])
 
 
-def run_result(project: Path, incident_id: str) -> Dict[str, Any]:
-    data: Dict[str, Any] = json.loads(
+def run_result(project: Path, incident_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
         (project / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
     return data
 
@@ -238,7 +238,7 @@ def test_an_off_by_one_failing_161_tests_is_one_small_plan_and_is_fixed(tmp_path
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     outcome = run_result(project, incident_id)
     assert outcome["stop_reason"] == "success", outcome
-    attempts: List[Path] = sorted((project / ".selfheal" / "error_runs" / incident_id).glob("attempt_*.json"))
+    attempts: list[Path] = sorted((project / ".selfheal" / "error_runs" / incident_id).glob("attempt_*.json"))
     outcomes = json.loads(attempts[-1].read_text())["outcomes"]
     assert sorted(outcomes) == sorted(action["nodeids"]) and set(outcomes.values()) == {"passed"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import jsonschema
 import pytest
@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 from schema_check import assert_valid, jsonschema_errors
 
 import pytest_selfheal
-from pytest_selfheal.store import schema
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.store import schema
 
 ID = "incident_20260217_120000_run_abc"
 TS = "2026-02-17T03:00:00+00:00"
 
 # The seed contract's examples (error automation contract), verbatim.
-INCIDENT: Dict[str, Any] = {
+INCIDENT: dict[str, Any] = {
     "incident_id": ID,
     "status": "new",
     "created_at": TS,
@@ -35,7 +35,7 @@ INCIDENT: Dict[str, Any] = {
     "message": "Network timeout during receipt download",
     "error_signature": "transient | amazon_download | Network timeout during receipt download",
 }
-PLAN: Dict[str, Any] = {
+PLAN: dict[str, Any] = {
     "incident_id": ID,
     "generated_at": "2026-02-17T03:15:00+00:00",
     "summary": "Short problem summary",
@@ -53,7 +53,7 @@ PLAN: Dict[str, Any] = {
     "verification_commands": ["python -m pytest -q tests/test_run_core_pipeline.py"],
     "done_criteria": ["Target error no longer reproduces", "Listed verification commands pass"],
 }
-ATTEMPT: Dict[str, Any] = {
+ATTEMPT: dict[str, Any] = {
     "incident_id": ID,
     "iteration": 1,
     "started_at": "2026-02-17T03:20:00+00:00",
@@ -64,7 +64,7 @@ ATTEMPT: Dict[str, Any] = {
     "result": "continue",
     "error_signature": "selector_not_found",
 }
-RUN_RESULT: Dict[str, Any] = {
+RUN_RESULT: dict[str, Any] = {
     "incident_id": ID,
     "final_status": "resolved",
     "loops_used": 3,
@@ -128,7 +128,7 @@ RUN_RESULT_FULL = dict(
     effective_config={"max_iterations": 3},
 )
 
-GOOD: List[Tuple[str, Dict[str, Any]]] = [
+GOOD: list[tuple[str, dict[str, Any]]] = [
     ("incident", INCIDENT),
     ("incident", INCIDENT_FULL),
     ("incident", dict(INCIDENT, status="plan_proposed", created_at="2026-02-17T03:00:00.123456+00:00")),
@@ -143,13 +143,13 @@ GOOD: List[Tuple[str, Dict[str, Any]]] = [
 ]
 
 
-def _without(doc: Dict[str, Any], key: str) -> Dict[str, Any]:
+def _without(doc: dict[str, Any], key: str) -> dict[str, Any]:
     out = copy.deepcopy(doc)
     del out[key]
     return out
 
 
-BAD: List[Tuple[str, str, Any]] = [
+BAD: list[tuple[str, str, Any]] = [
     ("incident", "not an object", [INCIDENT]),
     ("incident", "missing step", _without(INCIDENT, "step")),
     ("incident", "missing error_signature", _without(INCIDENT, "error_signature")),
@@ -202,7 +202,7 @@ def test_shipped_schema_is_valid_json_schema(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", schema.KINDS)
 def test_shipped_schema_uses_only_supported_keywords(kind: str) -> None:
-    def walk(node: Dict[str, Any]) -> None:
+    def walk(node: dict[str, Any]) -> None:
         assert set(node) <= schema.SUPPORTED_KEYWORDS | schema.ANNOTATIONS
         for child in node.get("properties", {}).values():
             walk(child)
@@ -214,7 +214,7 @@ def test_shipped_schema_uses_only_supported_keywords(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind,doc", GOOD, ids=[f"{k}-{i}" for i, (k, _) in enumerate(GOOD)])
-def test_good_documents_pass_both_validators(kind: str, doc: Dict[str, Any]) -> None:
+def test_good_documents_pass_both_validators(kind: str, doc: dict[str, Any]) -> None:
     assert_valid(kind, doc)
     assert schema.validate(kind, doc) == []
     schema.ensure_valid(kind, doc, "x.json")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List
-
 import pytest
 
 from pytest_selfheal.errors import InputError
@@ -18,7 +16,7 @@ from pytest_selfheal.repair.scope import (
 )
 
 
-def plan(*targets: List[str]) -> Plan:
+def plan(*targets: list[str]) -> Plan:
     """A plan with one action per list of target paths."""
     actions = [{"id": f"A{i}", "title": "t", "priority": "high", "risk": "low", "target_paths": paths, "verification": []}
                for i, paths in enumerate(targets, start=1)]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
-from helpers import cli, events_named, TWO_BUGS_TESTS, git_commit_all
+from helpers import TWO_BUGS_TESTS, cli, events_named, git_commit_all
 
 from pytest_selfheal.store.root import Store
 
@@ -24,12 +23,12 @@ ALREADY = re.compile(r"^selfheal: incident (incident_\S+) iteration (\d+) of 3: 
 STATUS = re.compile(r"^selfheal: incident (incident_\S+) iteration (\d+) of (\d+): .* -> (CONTINUE|STOP \w+)$", re.M)
 
 
-def _ids(p: pytest.Pytester, bucket: str) -> List[str]:
+def _ids(p: pytest.Pytester, bucket: str) -> list[str]:
     base = p.path / ".selfheal" / ("error_inbox" if bucket == "inbox" else f"error_archive/{bucket}")
     return sorted(d.name for d in base.glob("incident_*")) if base.exists() else []
 
 
-def _attempts(p: pytest.Pytester, incident_id: str) -> List[Dict[str, Any]]:
+def _attempts(p: pytest.Pytester, incident_id: str) -> list[dict[str, Any]]:
     runs = p.path / ".selfheal" / "error_runs" / incident_id
     return [json.loads(f.read_text()) for f in sorted(runs.glob("attempt_*.json"))]
 

@@ -5,30 +5,30 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 import pytest
-
 from helpers import PY, cli, make_project, run_env, run_pytest_selfheal
-from pytest_selfheal.errors import EXIT_BAD_INPUT
+
+from pytest_selfheal.errors import EXIT_BAD_INPUT, InputError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
-from pytest_selfheal.errors import InputError
 
 
-def claude_payload(project: Path, active: bool = False, session: str = "sess-1") -> Dict[str, Any]:
+def claude_payload(project: Path, active: bool = False, session: str = "sess-1") -> dict[str, Any]:
     # The shape Claude Code sends a Stop hook.
     return {"session_id": session, "transcript_path": str(project / "transcript.jsonl"), "cwd": str(project),
             "permission_mode": "default", "hook_event_name": "Stop", "stop_hook_active": active}
 
 
-def cursor_payload(project: Path, loop_count: int = 0) -> Dict[str, Any]:
+def cursor_payload(project: Path, loop_count: int = 0) -> dict[str, Any]:
     # The shape Cursor sends a stop hook.
     return {"conversation_id": "conv-1", "generation_id": "gen-1", "hook_event_name": "stop",
             "workspace_roots": [str(project)], "status": "completed", "loop_count": loop_count}
 
 
-def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] = None) -> Tuple[Dict[str, Any], str]:
+def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] = None) -> tuple[dict[str, Any], str]:
     """Run the hook as the agent does; returns its JSON answer and its stderr (exit code 0 always)."""
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", agent], input=raw, cwd=cwd,

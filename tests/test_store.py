@@ -10,9 +10,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any
 
 import pytest
 from helpers import disk_full_on
@@ -28,8 +29,8 @@ from pytest_selfheal.store.root import Store
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def incident_data(**extra: Any) -> Dict[str, Any]:
-    data: Dict[str, Any] = {
+def incident_data(**extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
         "step": "tests/test_a.py::test_x",
         "failure_class": "deterministic",
         "message": "assert 1 == 2",
@@ -40,7 +41,7 @@ def incident_data(**extra: Any) -> Dict[str, Any]:
     return data
 
 
-def plan_doc(incident_id: str) -> Dict[str, Any]:
+def plan_doc(incident_id: str) -> dict[str, Any]:
     return {
         "incident_id": incident_id,
         "generated_at": "2026-02-17T12:01:00+00:00",
@@ -61,8 +62,8 @@ def plan_doc(incident_id: str) -> Dict[str, Any]:
     }
 
 
-def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> Dict[str, Any]:
-    doc: Dict[str, Any] = {
+def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "incident_id": incident_id,
         "iteration": iteration,
         "started_at": "2026-02-17T12:02:00+00:00",
@@ -82,8 +83,8 @@ def attempt_rec(incident_id: str, iteration: int, **extra: Any) -> Attempt:
     return Attempt.from_json(attempt_doc(incident_id, iteration, **extra), "test attempt")
 
 
-def run_result_doc(incident_id: str, **extra: Any) -> Dict[str, Any]:
-    doc: Dict[str, Any] = {
+def run_result_doc(incident_id: str, **extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "incident_id": incident_id,
         "final_status": "escalated",
         "loops_used": 2,
@@ -119,7 +120,7 @@ def force_status(store: Store, incident_id: str, status: str) -> None:
     (folder / "incident.json").write_text(json.dumps(doc))
 
 
-def all_files(root: Path) -> List[Path]:
+def all_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
@@ -564,7 +565,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert sorted(p.name for p in destination.iterdir()) == inbox_files
     assert store.locate(incident_id) == ("resolved", destination)
     assert (destination / "status.txt").read_text() == "resolved\n"
-    assert_file_valid("incident", destination / "incident.json")["status"] == "resolved"
+    assert assert_file_valid("incident", destination / "incident.json")["status"] == "resolved"
     events, warnings = store.read_events(incident_id)
     assert warnings == []
     assert [e.event for e in events][-2:] == ["status_changed", "incident_archived"]
@@ -784,7 +785,7 @@ def test_append_line(tmp_path: Path) -> None:
 def test_append_lines_is_one_write_and_one_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "log.jsonl"
     path.write_text("a\ntor")
-    calls: List[str] = []
+    calls: list[str] = []
     real_write, real_fsync = os.write, os.fsync
     monkeypatch.setattr(fsio.os, "write", lambda fd, data: calls.append("write") or real_write(fd, data))
     monkeypatch.setattr(fsio.os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))

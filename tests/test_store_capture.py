@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any
 
 import pytest
 from helpers import disk_full_on
@@ -27,7 +28,7 @@ from pytest_selfheal.store.root import Store
 CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
 
 
-def build(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+def build(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     plan = plan_doc(str(doc["incident_id"]))
     return plan, render_plan_md(plan)
 
@@ -48,9 +49,9 @@ def one_step(store: Store) -> str:
                                  events=CLASSIFIED, plan=build)
 
 
-def snapshot(store: Store, incident_id: str) -> Dict[str, Any]:
+def snapshot(store: Store, incident_id: str) -> dict[str, Any]:
     """Every file of the incident and its plan, the id and the moment-dependent fields neutralised."""
-    files: Dict[str, Any] = {}
+    files: dict[str, Any] = {}
     for folder in (store.incident_dir(incident_id), store.plans_dir(incident_id)):
         for path in sorted(folder.iterdir()):
             text = path.read_text().replace(incident_id, "<id>")
@@ -83,7 +84,7 @@ def test_one_step_leaves_what_the_four_steps_leave(tmp_path: Path) -> None:
 
 
 def test_one_step_takes_fewer_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    counted: List[int] = []
+    counted: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (counted.append(fd), real(fd))[1])
     four_steps(Store(tmp_path / "old"))
@@ -127,7 +128,7 @@ def test_a_plan_left_without_its_incident_is_never_reused(tmp_path: Path, monkey
 def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> None:
     store = Store(tmp_path / ".selfheal")
 
-    def bad(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+    def bad(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         return {"incident_id": doc["incident_id"]}, ""
 
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
@@ -179,7 +180,7 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
     store = Store(tmp_path / ".selfheal")
     secret = "ghp_" + "a1B2c3D4e5" * 4
 
-    def leaky(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+    def leaky(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         plan = plan_doc(str(doc["incident_id"]))
         plan["summary"] = f"token {secret}"
         return plan, f"# plan\ntoken {secret}\n"
@@ -196,9 +197,9 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
     files back: they must be exactly what ``load_incident_run`` reads, redaction included."""
     store = Store(tmp_path / "root")
     secret = "ghp_" + "a" * 36
-    got: List[Tuple[Dict[str, Any], Any]] = []
+    got: list[tuple[dict[str, Any], Any]] = []
 
-    def build_with_secret(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+    def build_with_secret(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         plan, plan_md = build(doc)
         plan["summary"] = f"token {secret}"
         return plan, plan_md
@@ -214,7 +215,7 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
 
 def test_published_without_a_plan(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
-    got: List[Tuple[Dict[str, Any], Any]] = []
+    got: list[tuple[dict[str, Any], Any]] = []
     incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW,
                                         published=lambda doc, plan: got.append((doc, plan)))
     assert got == [(dict(load_incident_run(store, incident_id).incident), None)]

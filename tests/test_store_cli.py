@@ -8,12 +8,20 @@ import json
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from helpers import CliResult, capture, cli, make_project, selfheal_process
 
-from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, RefusedError
+from pytest_selfheal.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_IO,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    RefusedError,
+)
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
@@ -21,7 +29,7 @@ from pytest_selfheal.store.root import Store
 GHOST = "incident_20990101_000000_zz"
 
 
-def one_line_error(result: "CliResult | subprocess.CompletedProcess[str]") -> str:
+def one_line_error(result: CliResult | subprocess.CompletedProcess[str]) -> str:
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("selfheal: error: ")
     return result.stderr.strip()
@@ -46,7 +54,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def dir_args(project: Path) -> List[str]:
+def dir_args(project: Path) -> list[str]:
     return ["--dir", str(project / ".selfheal")]
 
 
@@ -74,7 +82,7 @@ def test_status_lists_every_bucket(project: Path) -> None:
     assert lines[1].endswith("TEST_ASSERTION | tests/test_a.py::test_x | assert 1 == 2")
     assert lines[2].split()[:3] == [b, "escalated", "escalated"]
     assert lines[3].split()[:3] == [c, "corrupted", "inbox"] and "unknown status 'bogus'" in lines[3]
-    rows: List[Dict[str, Any]] = json.loads(cli("status", "--json", *dir_args(project)).stdout)
+    rows: list[dict[str, Any]] = json.loads(cli("status", "--json", *dir_args(project)).stdout)
     assert [(r["incident_id"], r["status"], r["bucket"]) for r in rows] == [
         (a, "new", "inbox"),
         (b, "escalated", "escalated"),
@@ -105,8 +113,8 @@ def write_plan(store: Store, incident_id: str) -> None:
     )
 
 
-def fields(text: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
+def fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
     for line in text.splitlines():
         label, _, value = line.partition("  ")
         if label.strip():
@@ -181,7 +189,7 @@ def test_show_minimal_incident(project: Path) -> None:
         (["archive", GHOST], EXIT_USAGE, "--as"),
     ],
 )
-def test_error_exit_codes(project: Path, args: List[str], code: int, needle: str) -> None:
+def test_error_exit_codes(project: Path, args: list[str], code: int, needle: str) -> None:
     result = cli(*args, *dir_args(project))
     assert result.returncode == code
     assert needle in one_line_error(result)
@@ -193,7 +201,7 @@ def test_error_exit_codes(project: Path, args: List[str], code: int, needle: str
     "args,code",
     [(["show", "../etc"], EXIT_USAGE), (["show", GHOST], EXIT_NOT_FOUND), (["archive", GHOST, "--as", "x"], EXIT_USAGE)],
 )
-def test_error_exit_codes_subprocess(project: Path, args: List[str], code: int) -> None:
+def test_error_exit_codes_subprocess(project: Path, args: list[str], code: int) -> None:
     # The process boundary: argparse's SystemExit and main's return value as the exit status.
     result = selfheal_process(project, *args)
     assert "Traceback" not in result.stderr

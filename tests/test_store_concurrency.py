@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 from schema_check import assert_valid
@@ -130,7 +129,7 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     ]
     time.sleep(0.3)  # let every worker import and spin on the start flag
     (root / "go").write_text("")
-    made: List[str] = []
+    made: list[str] = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

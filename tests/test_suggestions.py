@@ -1,5 +1,5 @@
 """Every command that a report, a decision point, a handoff or a terminal line suggests works
-as printed (SPEC §8, issue 11): the commands are collected from real runs that end in each
+as printed (issue 11): the commands are collected from real runs that end in each
 kind of stop, then each one is run through ``helpers.cli`` on a copy of the project as it
 was when the command was printed, and must not fail with a usage, state or not-found error.
 """
@@ -10,8 +10,9 @@ import json
 import re
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Set, Tuple
+from typing import Callable
 
 import pytest
 from helpers import (
@@ -56,10 +57,10 @@ def _strings(value: object) -> Iterator[str]:
             yield from _strings(item)
 
 
-def suggested_commands(project: Path, incident_id: str, *outputs: str) -> Set[str]:
+def suggested_commands(project: Path, incident_id: str, *outputs: str) -> set[str]:
     """The ``selfheal`` commands in the terminal ``outputs``, the report (markdown and text)
     and every JSON file and event of the incident."""
-    texts: List[str] = list(outputs)
+    texts: list[str] = list(outputs)
     for fmt in ("md", "text"):
         code, out, err = selfheal(project, "report", incident_id, "--format", fmt)
         assert code in (0, 1), err
@@ -76,9 +77,9 @@ def suggested_commands(project: Path, incident_id: str, *outputs: str) -> Set[st
     return found
 
 
-def assert_each_works(project: Path, incident_id: str, commands: Set[str], tmp_path: Path) -> Dict[str, int]:
+def assert_each_works(project: Path, incident_id: str, commands: set[str], tmp_path: Path) -> dict[str, int]:
     """Run each command on its own copy of ``project``; none fails as a usage/state error."""
-    codes: Dict[str, int] = {}
+    codes: dict[str, int] = {}
     for n, command in enumerate(sorted(commands)):
         argv = shlex.split(command)[1:]
         if argv[0] == "apply":
@@ -119,7 +120,7 @@ def _resolve(project: Path, incident_id: str) -> str:
     return result.stdout + result.stderr
 
 
-SCENARIOS: Dict[str, Tuple[Callable[[Path], Path], Callable[[Path, str], str], str, str]] = {
+SCENARIOS: dict[str, tuple[Callable[[Path], Path], Callable[[Path, str], str], str, str]] = {
     # name: (project, what runs after the capture, expected stop reason, expected bucket)
     "repeated_fingerprint": (_deterministic, _loop(), "repeated_fingerprint", "escalated"),
     "scope_expansion_denied": (_deterministic, _weaken, "scope_expansion_denied", "escalated"),

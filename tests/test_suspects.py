@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -22,9 +22,6 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.mcp_server.digest import incident_blocks
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.plan.groups import group_by_root_cause
-from pytest_selfheal.repair.prompt import build_prompt
-from pytest_selfheal.report.incident_view import incident_view
-from pytest_selfheal.store.root import Store
 from pytest_selfheal.plan.suspects import (
     EvidenceKind,
     excerpt,
@@ -33,6 +30,9 @@ from pytest_selfheal.plan.suspects import (
     spectrum_evidence,
     spectrum_scores,
 )
+from pytest_selfheal.repair.prompt import build_prompt
+from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.store.root import Store
 
 CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "localisation" / "corpus.py"
 
@@ -63,11 +63,11 @@ def mutated(project: Path, mutant: Any) -> None:
     target.write_text(target.read_text().replace(mutant.old, mutant.new))
 
 
-def ref(path: str, name: str, line: Optional[int] = None) -> Dict[str, Any]:
+def ref(path: str, name: str, line: Optional[int] = None) -> dict[str, Any]:
     return {"path": path, "name": name, **({"line": line} if line is not None else {})}
 
 
-def failure(nodeid: str, message: str, **evidence: Any) -> Dict[str, Any]:
+def failure(nodeid: str, message: str, **evidence: Any) -> dict[str, Any]:
     return {"nodeid": nodeid, "test": nodeid, "failure_type": "TEST_ASSERTION", "message": message,
             "signature": f"TEST_ASSERTION | {nodeid} | {message}", "fingerprint": nodeid[-8:],
             "code_fixable": True, "root_cause": evidence}
@@ -154,18 +154,18 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
 # ---------------------------------------------------------------- end to end (pytester)
 
 
-def _capture(pytester: pytest.Pytester, mutant: Any, *args: str, failed: int, passed: int) -> Dict[str, Any]:
+def _capture(pytester: pytest.Pytester, mutant: Any, *args: str, failed: int, passed: int) -> dict[str, Any]:
     mutated(pytester.path, mutant)
     shutil.rmtree(pytester.path / ".selfheal", ignore_errors=True)  # a fresh capture, not the next iteration
     result = pytester.runpytest("--selfheal", "-p", "no:cacheprovider", *args)
     result.assert_outcomes(failed=failed, passed=passed)
     plans = list((pytester.path / ".selfheal" / "error_plans").glob("*/plan.json"))
     assert len(plans) == 1
-    plan: Dict[str, Any] = json.loads(plans[0].read_text())
+    plan: dict[str, Any] = json.loads(plans[0].read_text())
     return plan
 
 
-def _names(plan: Dict[str, Any]) -> List[Any]:
+def _names(plan: dict[str, Any]) -> list[Any]:
     return [(a["root_cause"].get("name"), len(a["nodeids"])) for a in plan["actions"]]
 
 

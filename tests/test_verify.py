@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import git
 import pytest
@@ -49,7 +49,7 @@ from pytest_selfheal.redact import default_redactor
         (["rm", "-rf", "/tmp/x"], "rm"),
     ],
 )
-def test_runner_name(argv: List[str], name: str) -> None:
+def test_runner_name(argv: list[str], name: str) -> None:
     assert runner_name(argv) == name
 
 
@@ -61,7 +61,7 @@ def test_runner_name(argv: List[str], name: str) -> None:
         ["python", "-m", "pytest", "t.py::test[x;y]"],  # a ';' inside an argument is just a character
     ],
 )
-def test_allowed_commands(argv: List[str]) -> None:
+def test_allowed_commands(argv: list[str]) -> None:
     check_allowed(argv, ["pytest"])
 
 
@@ -80,7 +80,7 @@ def test_allowed_commands(argv: List[str]) -> None:
         ([], "empty"),
     ],
 )
-def test_refused_commands(argv: List[str], why: str) -> None:
+def test_refused_commands(argv: list[str], why: str) -> None:
     with pytest.raises(RefusedError) as info:
         check_allowed(argv, ["pytest"])
     assert why in str(info.value)
@@ -335,7 +335,7 @@ def test_diff_hash_of_an_unborn_repository(tmp_path: Path) -> None:
     assert first is not None and diff_hash(tmp_path / "fresh") not in (None, first)
 
 
-def _gitpython_context(path: Path) -> Dict[str, Any]:
+def _gitpython_context(path: Path) -> dict[str, Any]:
     """What gitpython says of the repository: the reference the one-pass snapshot replaces."""
     repo = git.Repo(path, search_parent_directories=True)
     try:
@@ -419,7 +419,7 @@ def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> No
         ["pytest", "--deselect", "tests/test_a.py::test_y", "tests/test_a.py"],
     ],
 )
-def test_check_command_accepts_selections_and_safe_options(tmp_path: Path, argv: List[str]) -> None:
+def test_check_command_accepts_selections_and_safe_options(tmp_path: Path, argv: list[str]) -> None:
     check_command(argv, allowlist=["pytest"], root=tmp_path)
 
 
@@ -436,7 +436,7 @@ def test_check_command_accepts_selections_and_safe_options(tmp_path: Path, argv:
         (["pytest", "--", "t.py"], "'--' is not accepted"),
     ],
 )
-def test_check_command_refuses_unsafe_arguments(tmp_path: Path, argv: List[str], why: str) -> None:
+def test_check_command_refuses_unsafe_arguments(tmp_path: Path, argv: list[str], why: str) -> None:
     with pytest.raises(RefusedError) as info:
         check_command(argv, allowlist=["pytest", "tox"], root=tmp_path)
     assert why in str(info.value)

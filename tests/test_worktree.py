@@ -8,19 +8,19 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator
 
 import git
 import pytest
 
-from pytest_selfheal.repair import worktree as W
-from pytest_selfheal.repair.carry import carry_ignored
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import diff_hash, init_repo, isolated_git_env, run_git
+from pytest_selfheal.repair import worktree as W
+from pytest_selfheal.repair.carry import carry_ignored
 
 
-def make_repo(path: Path, files: Dict[str, str]) -> git.Repo:
+def make_repo(path: Path, files: dict[str, str]) -> git.Repo:
     path.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         target = path / name
@@ -36,7 +36,7 @@ def git_out(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
-def user_state(top: Path) -> Dict[str, object]:
+def user_state(top: Path) -> dict[str, object]:
     """Everything of the user's repository a worktree must not touch."""
     files = {
         p.relative_to(top).as_posix(): p.read_bytes()

@@ -8,7 +8,7 @@ This is *not* the corpus of real PyPI projects the issue asks for: see docs/benc
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple
+from typing import NamedTuple
 
 
 class Mutant(NamedTuple):
@@ -166,7 +166,7 @@ def test_summary_zero():
     assert summary(0, 0) == "0 tasks of 0 (0%)"
 '''
 
-PROJECTS: Dict[str, Dict[str, str]] = {
+PROJECTS: dict[str, dict[str, str]] = {
     "caches": {
         "caches.py": CACHES,
         "tests/test_caches.py": CACHE_TESTS,
@@ -180,7 +180,7 @@ PROJECTS: Dict[str, Dict[str, str]] = {
     },
 }
 
-MUTANTS: List[Mutant] = [
+MUTANTS: list[Mutant] = [
     Mutant("caches", "caches.py", "len(self._data) >= self.maxsize", "len(self._data) >= self.maxsize - 1",
            "Cache.__setitem__"),
     Mutant("caches", "caches.py", "len(self._data) >= self.maxsize", "len(self._data) > self.maxsize",

@@ -28,13 +28,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import MUTANTS, PROJECTS, Mutant  # noqa: E402
+from corpus import MUTANTS, PROJECTS, Mutant
 
-from pytest_selfheal.plan.groups import group_by_root_cause  # noqa: E402
+from pytest_selfheal.plan.groups import group_by_root_cause
 
 MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"]}
 
@@ -51,25 +51,25 @@ def make_project(root: Path, mutant: Mutant) -> None:
     target.write_text(source.replace(mutant.old, mutant.new))
 
 
-def pytest_run(root: Path, args: List[str], python: str = sys.executable) -> Tuple[float, int]:
+def pytest_run(root: Path, args: list[str], python: str = sys.executable) -> tuple[float, int]:
     start = time.perf_counter()
     done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=root,
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     return time.perf_counter() - start, done.returncode
 
 
-def read_json(folder: Path, name: str) -> Optional[Dict[str, Any]]:
+def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:
     found = sorted(folder.glob(f"*/{name}"))
     return json.loads(found[0].read_text()) if found else None
 
 
-def score(mutant: Mutant, names: List[List[str]]) -> Tuple[bool, bool]:
+def score(mutant: Mutant, names: list[list[str]]) -> tuple[bool, bool]:
     """(top-1, top-3) of ranked suspect names per action (first action first)."""
     first = names[0] if names else []
     return bool(first) and first[0] == mutant.function, mutant.function in first[:3]
 
 
-def fauxpy_top(root: Path, python: str, src: str) -> Tuple[Optional[List[str]], float]:
+def fauxpy_top(root: Path, python: str, src: str) -> tuple[Optional[list[str]], float]:
     """FauxPy's SBFL function ranking (its printed Ochiai table, best first), and its time.
 
     FauxPy names functions without their class; they are compared by bare name, which can
@@ -86,7 +86,7 @@ def fauxpy_top(root: Path, python: str, src: str) -> Tuple[Optional[List[str]], 
         start_at = next(i for i, line in enumerate(lines) if "Scores for Ochiai" in line) + 4
     except StopIteration:
         return None, spent
-    names: List[str] = []
+    names: list[str] = []
     for line in lines[start_at:]:
         cells = [c.strip() for c in line.split("|")]
         if len(cells) < 4:
@@ -95,14 +95,14 @@ def fauxpy_top(root: Path, python: str, src: str) -> Tuple[Optional[List[str]], 
     return names, spent
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=len(MUTANTS))
     parser.add_argument("--modes", default="evidence,spectrum")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    rows: Dict[str, List[Tuple[int, bool, bool, float]]] = {m: [] for m in ["previous", *modes, "fauxpy"]}
+    rows: dict[str, list[tuple[int, bool, bool, float]]] = {m: [] for m in ["previous", *modes, "fauxpy"]}
     kept = 0
     for mutant in MUTANTS[: args.limit]:
         with tempfile.TemporaryDirectory(prefix="selfheal-loc-") as tmp:

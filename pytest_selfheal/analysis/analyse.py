@@ -8,8 +8,9 @@ fingerprinted (``fingerprint``) as soon as it is read.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Optional, Union
 
 from pytest_selfheal.analysis import classify as classify_module
 from pytest_selfheal.analysis import fingerprint as fingerprint_module
@@ -21,7 +22,7 @@ from pytest_selfheal.records import models
 
 MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
 
-Analysed = Tuple[models.Failure, models.Classification]
+Analysed = tuple[models.Failure, models.Classification]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -54,8 +55,8 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
 
 
 def analyse_junit(
-    source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[List[str]] = None
-) -> List[Analysed]:
+    source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[list[str]] = None
+) -> list[Analysed]:
     """(Failure, Classification) of each failing testcase of one junit file.
 
     Reruns are de-duplicated (the last record wins); order is first appearance. Raises
@@ -67,8 +68,8 @@ def analyse_junit(
 def failures_from_cases(
     cases: Iterable[models.TestCaseResult],
     extra_rules: Sequence[Rule] = (),
-    warnings: Optional[List[str]] = None,
-) -> List[models.Failure]:
+    warnings: Optional[list[str]] = None,
+) -> list[models.Failure]:
     """The failing (failed or error) testcases as Failures, in order of first appearance,
     failing doctests after every other failure.
 
@@ -85,8 +86,8 @@ def failures_from_cases(
 def failures_from_junit(
     paths: Union[PathLike, Iterable[PathLike]],
     extra_rules: Sequence[Rule] = (),
-    warnings: Optional[List[str]] = None,
-) -> List[models.Failure]:
+    warnings: Optional[list[str]] = None,
+) -> list[models.Failure]:
     """Failures of one or more junit files, file by file (reruns de-duplicated per file).
 
     Raises :class:`errors.InputError` for a file that cannot be read as junit XML;
@@ -94,7 +95,7 @@ def failures_from_junit(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    failures: List[models.Failure] = []
+    failures: list[models.Failure] = []
     for path in paths:
         failures.extend(f for f, _ in analyse_junit(Path(path), extra_rules, warnings))
     return failures

@@ -1,4 +1,4 @@
-"""Data-driven failure classification (SPEC §6, docs/classification.md). Pure: no I/O.
+"""Data-driven failure classification (docs/classification.md). Pure: no I/O.
 
 A rule is a regular expression and the failure type it implies. Rules are tried in order,
 extra rules (config ``classification.rules``, the ``pytest_selfheal_classification_rules``
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import field
 from itertools import compress
-from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
+from re import Pattern
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
@@ -28,7 +30,7 @@ TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second t
 MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
 
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
-TYPE_DEFAULTS: Dict[str, Tuple[bool, bool, str]] = {
+TYPE_DEFAULTS: dict[str, tuple[bool, bool, str]] = {
     models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.DOCTEST_MISMATCH: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
@@ -70,7 +72,7 @@ class Rule(Frozen):
     # Speed hint: when non-empty, the pattern is only searched if one of these lowercase
     # substrings occurs in the lowercased text. Every alternative of the pattern must
     # contain one of them (tests/test_classify.py checks the default rules).
-    keywords: Tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
     # Derived once at construction (rules are matched thousands of times).
     result: models.Classification = field(init=False, repr=False, compare=False)
 
@@ -135,7 +137,7 @@ _RUNTIME_EXCEPTIONS = (
 
 # Ordered: the first matching rule wins, so specific rules come before general ones
 # (timeouts and environment problems before "any exception is a code bug").
-DEFAULT_RULES: Tuple[Rule, ...] = (
+DEFAULT_RULES: tuple[Rule, ...] = (
     # -- DOCTEST_MISMATCH (first: a doctest's expected or got output may hold any text) -----
     Rule(
         "doctest_mismatch",
@@ -436,8 +438,8 @@ def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
 
 # The keywords of the default rules, checked once per text rather than once per rule,
 # and for each keyword the (indices of the) rules it lets through.
-_DEFAULT_KEYWORDS: Tuple[str, ...] = tuple(sorted({k for r in DEFAULT_RULES for k in r.keywords}))
-_RULES_OF_KEYWORD: Dict[str, Tuple[int, ...]] = {
+_DEFAULT_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in DEFAULT_RULES for k in r.keywords}))
+_RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
     k: tuple(i for i, r in enumerate(DEFAULT_RULES) if k in r.keywords) for k in _DEFAULT_KEYWORDS
 }
 
@@ -446,7 +448,7 @@ def _default_match(haystack: str) -> Optional[Rule]:
     lowered = haystack.lower()
     # compress/map keep the 100-odd substring checks in C (several times faster than a
     # comprehension); usually only a handful of rules remain to be tried, in order.
-    candidates: Set[int] = set()
+    candidates: set[int] = set()
     for keyword in compress(_DEFAULT_KEYWORDS, map(lowered.__contains__, _DEFAULT_KEYWORDS)):
         candidates.update(_RULES_OF_KEYWORD[keyword])
     for index in sorted(candidates):
@@ -495,7 +497,7 @@ def classify(
     return rule.result if rule is not None else UNKNOWN_CLASSIFICATION
 
 
-def explain_rules(rules: Sequence[Rule] = DEFAULT_RULES) -> List[Dict[str, Any]]:
+def explain_rules(rules: Sequence[Rule] = DEFAULT_RULES) -> list[dict[str, Any]]:
     """The rule table as plain data (for docs and ``--json`` output)."""
     table = []
     for rule in rules:

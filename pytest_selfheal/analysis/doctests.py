@@ -23,7 +23,8 @@ without ``-n``.
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 DOCTEST_MARK = "DocTestFailure"
 _END = re.compile(r"^\S.*:\d+: (DocTestFailure|UnexpectedException)\s*$", re.MULTILINE)
@@ -70,8 +71,8 @@ def doctest_line(text: str) -> Optional[str]:
     if "DocTestFailure" not in text and "UnexpectedException" not in text:
         return None
     end = None
-    for end in _END.finditer(text):
-        pass  # the last report line wins
+    for match in _END.finditer(text):
+        end = match  # the last report line wins
     if end is None:
         return None
     lines = strip_worker_header(text[: end.start()]).splitlines()
@@ -89,7 +90,7 @@ def doctest_line(text: str) -> Optional[str]:
     example = _example(lines[:expected_at])
     got_at = next((i for i in range(expected_at + 1, len(lines)) if lines[i].startswith("Got")), len(lines))
     expected = _block(lines[expected_at + 1: got_at])
-    got_lines: List[str] = []
+    got_lines: list[str] = []
     if got_at < len(lines) and lines[got_at].rstrip() == "Got:":
         got_lines = lines[got_at + 1:]
     got = _block(got_lines) if got_lines else "nothing"

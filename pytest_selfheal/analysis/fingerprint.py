@@ -1,4 +1,4 @@
-"""Stable fingerprints of failures (SPEC §5, docs/fingerprints.md). Pure: no I/O.
+"""Stable fingerprints of failures (docs/fingerprints.md). Pure: no I/O.
 
 A failure's fingerprint is built from the test identity and the *first stable line* of
 the failure (exception type and message, else the first error-looking line of the
@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import Callable, Dict, FrozenSet, List, Match, NamedTuple, Optional, Pattern, Sequence, Tuple, Union
+from collections.abc import Sequence
+from re import Match, Pattern
+from typing import Callable, NamedTuple, Optional, Union
 
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models
@@ -199,8 +201,8 @@ class _Rule(NamedTuple):
     """One normalisation: ``pattern`` -> ``replacement``, tried only when cheap necessary
     conditions hold (most lines need only a few of the regexes)."""
 
-    chars: FrozenSet[str]  # characters a match always contains
-    needles: Tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
+    chars: frozenset[str]  # characters a match always contains
+    needles: tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
     digits: bool  # a match always contains a digit
     pattern: Callable[[], Pattern[str]]  # the compiled regex, compiled on first use
     replacement: Replacement
@@ -223,7 +225,7 @@ _DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
 
 
 def _rule(
-    chars: str, needles: Tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
+    chars: str, needles: tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
 ) -> _Rule:
     # Compiled when first needed: most lines meet the conditions of a few rules only, and
     # compiling all of them cost every failing `pytest --selfheal` run ~5 ms at import.
@@ -256,7 +258,7 @@ _PB_LETTER = _PATH_BEFORE.format(c="[A-Za-z]")
 _PB_BACKSLASH = _PATH_BEFORE.format(c=r"\\")
 _TS_TAIL = rf"\s{_TS_TIME}{_TS_ZONE}(?:\s\d{{4}})?{_END}"
 
-_RULES: Tuple[_Rule, ...] = (
+_RULES: tuple[_Rule, ...] = (
     # 1. A home directory on its own (a file below it is a path: next rules).
     _rule(
         "/",
@@ -400,11 +402,11 @@ _OPENERS = {"[": "]", "{": "}", "(": ")"}
 _MAX_ITEMS = 200  # a longer literal is left as it is: bounded work per line
 
 
-def _literals(text: str) -> List[Tuple[int, int, str, List[str]]]:
+def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
     """Top-level bracketed literals of ``text``: ``(start, end, opener, items)``, items split
     at the literal's own commas (quotes and nested brackets respected). One linear scan."""
-    found: List[Tuple[int, int, str, List[str]]] = []
-    stack: List[Tuple[int, str, List[int]]] = []  # (start, opener, comma positions at depth 1)
+    found: list[tuple[int, int, str, list[str]]] = []
+    stack: list[tuple[int, str, list[int]]] = []  # (start, opener, comma positions at depth 1)
     quote = ""
     index = 0
     while index < len(text):
@@ -468,8 +470,8 @@ def unordered(text: str, depth: int = 0) -> str:
     literals = _literals(text)
     if not literals:
         return text
-    replaced: Dict[int, str] = {}
-    sequences: Dict[Tuple[str, ...], List[int]] = {}
+    replaced: dict[int, str] = {}
+    sequences: dict[tuple[str, ...], list[int]] = {}
     for number, (start, end, opener, raw) in enumerate(literals):
         items = [unordered(item, depth + 1) for item in raw]
         literals[number] = (start, end, opener, items)
@@ -492,7 +494,7 @@ def unordered(text: str, depth: int = 0) -> str:
                 replaced[n] = opener + ", ".join(key) + _OPENERS[opener]
     if not replaced:
         return text
-    parts: List[str] = []
+    parts: list[str] = []
     last = 0
     for number, (start, end, _, _) in enumerate(literals):
         if number in replaced:
@@ -549,7 +551,7 @@ def fingerprint(
     return models.Fingerprint(signature=signature, fingerprint=digest, scheme=SCHEME)
 
 
-def signature_and_hash(failure_type: str, test: str, line: str) -> Tuple[str, str]:
+def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:
     """The signature and fingerprint (scheme :data:`SCHEME`) of a first stable line."""
     signature = f"{failure_type} | {test} | {normalise(line[:MAX_LINE])[:MAX_NORMALISED]}"
     digest = hashlib.sha256(f"{SCHEME}:{signature}".encode("utf-8", "surrogatepass"))

@@ -1,6 +1,6 @@
 """Repo-relative target paths from traceback text (pure: no filesystem access).
 
-The plan's ``target_paths`` (SPEC §7) are the files a failure's traceback points at
+The plan's ``target_paths`` are the files a failure's traceback points at
 *inside the repository*: where a fix most likely goes. Recognised references:
 
 - Python tracebacks: ``File "/abs/or/rel/path.py", line 3, in func``
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Iterator, List, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Optional
 
 # Source-like extensions accepted in the ``path:line`` forms; the explicit Python
 # ``File "..."`` form accepts any file name. The list keeps host:port pairs such as
@@ -105,7 +106,7 @@ def frame_paths(text: str) -> Iterator[str]:
         yield match.group("py") or match.group("loc")
 
 
-def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> List[str]:
+def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> list[str]:
     """Repo-relative POSIX paths of the traceback frames in ``text`` inside ``repo_root``.
 
     Order of first appearance, each path once; ``extra`` paths (e.g. the test file of the
@@ -114,7 +115,7 @@ def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: 
     prints a frame's path relative to it, so ``test_cli.py`` run from ``test/`` is
     ``test/test_cli.py`` (one spelling per file).
     """
-    seen: List[str] = []
+    seen: list[str] = []
     frames = [posixpath.join(base, p) if base and not _is_absolute(_posix(p)) else p for p in frame_paths(text)]
     for raw in frames + list(extra):
         rel = repo_relative(raw, repo_root)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from typing import Any, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.classify import FAILURE_CLASSES, TYPE_DEFAULTS, Rule, compiled
 from pytest_selfheal.errors import ConfigError, describe_value
@@ -99,14 +100,14 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
     )
 
 
-def rules_from_config(rules: Any, where: str = "classification.rules") -> List[Rule]:
+def rules_from_config(rules: Any, where: str = "classification.rules") -> list[Rule]:
     """Validate a list of rules (the config key ``classification.rules``, or hook rules)."""
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: expected a list of rules, got {type(rules).__name__}")
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
 
 
-def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Mapping[str, Any]] = ()) -> List[Rule]:
+def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
     """The extra rules of a run: hook-provided first (validated here), then the configured
     ones (``Settings.classification_rules``, validated by the config merge).
 

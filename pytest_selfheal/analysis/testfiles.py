@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping
 
 MISSING = "missing"
 
 
-def test_code_paths(nodeids: Iterable[str]) -> List[str]:
+def test_code_paths(nodeids: Iterable[str]) -> list[str]:
     """Rootdir-relative POSIX paths of the tests' files and the conftests above them, sorted."""
     paths = set()
     for nodeid in nodeids:
@@ -33,9 +33,9 @@ def test_code_paths(nodeids: Iterable[str]) -> List[str]:
     return sorted(paths)
 
 
-def digests(rootdir: Path, paths: Iterable[str]) -> Dict[str, str]:
+def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
     """``{path: sha256 of its bytes}``; a file that does not exist (or cannot be read) is ``missing``."""
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for path in paths:
         try:
             out[path] = hashlib.sha256((rootdir / path).read_bytes()).hexdigest()
@@ -44,7 +44,7 @@ def digests(rootdir: Path, paths: Iterable[str]) -> Dict[str, str]:
     return out
 
 
-def changed(rootdir: Path, recorded: Mapping[str, str]) -> List[str]:
+def changed(rootdir: Path, recorded: Mapping[str, str]) -> list[str]:
     """The recorded paths whose content differs now (created, edited or deleted)."""
     now = digests(rootdir, recorded)
     return [path for path in sorted(recorded) if now[path] != recorded[path]]

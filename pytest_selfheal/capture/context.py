@@ -6,8 +6,9 @@ import os
 import platform
 import sys
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
@@ -33,7 +34,7 @@ _CI_KEYS = (
 
 # platform.platform() runs `uname -p` as a subprocess on its first call (CPython caches the
 # answer): probe_platform() starts that call in a thread, run_context() waits for it.
-_PLATFORM_PROBE: List[threading.Thread] = []
+_PLATFORM_PROBE: list[threading.Thread] = []
 
 
 def probe_platform() -> None:
@@ -45,14 +46,14 @@ def probe_platform() -> None:
         thread.start()
 
 
-def ci_context(env: Mapping[str, str]) -> Dict[str, str]:
+def ci_context(env: Mapping[str, str]) -> dict[str, str]:
     """The CI variables present in ``env`` (a fixed list, no secrets)."""
     return {key: env[key] for key in _CI_KEYS if key in env}
 
 
 def run_context(
-    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ, *, git: Optional[Dict[str, Any]]
-) -> Dict[str, Any]:
+    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ, *, git: Optional[dict[str, Any]]
+) -> dict[str, Any]:
     """Everything ``context.json`` records about the run; ``git`` is
     :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
     import pytest

@@ -1,6 +1,6 @@
 """Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
 
-SPEC §7: failures are grouped by the code they point at, not by their message. Two kinds of
+Failures are grouped by the code they point at, not by their message. Two kinds of
 evidence are read here, while the test's objects are still alive (docs/loop.md "The plan"):
 
 - **frame**: the innermost traceback frame inside the project that is not a test file
@@ -27,12 +27,13 @@ import inspect
 import os
 import sys
 import types
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
 
 # A definition: (repo-relative path, qualified name).
-Definition = Tuple[str, str]
+Definition = tuple[str, str]
 
 # Called definitions recorded per failing test; more say nothing new and bloat incident.json.
 MAX_CALLS = 12
@@ -45,9 +46,9 @@ MAX_BASES = 4
 _HELPER_DEPTH = 1
 
 
-def _code_names(code: types.CodeType) -> List[str]:
+def _code_names(code: types.CodeType) -> list[str]:
     """Global and attribute names ``code`` uses, nested code (lambdas, comprehensions) included."""
-    names: List[str] = list(code.co_names)
+    names: list[str] = list(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names.extend(_code_names(const))
@@ -64,10 +65,10 @@ class Resolver:
 
     def __init__(self, rootdir: str) -> None:
         self.root = os.path.realpath(rootdir)
-        self._paths: Dict[str, Optional[str]] = {}
-        self._defs: Dict[int, Tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
-        self._calls: Dict[types.CodeType, List[Definition]] = {}
-        self._objects: Dict[Definition, Any] = {}  # a definition's object: its def line, its bases
+        self._paths: dict[str, Optional[str]] = {}
+        self._defs: dict[int, tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
+        self._calls: dict[types.CodeType, list[Definition]] = {}
+        self._objects: dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
     # ------------------------------------------------------------------ files
 
@@ -83,7 +84,7 @@ class Resolver:
 
     # ------------------------------------------------------------------ frame
 
-    def frame(self, traceback: Iterable[Any]) -> Optional[Dict[str, Any]]:
+    def frame(self, traceback: Iterable[Any]) -> Optional[dict[str, Any]]:
         """The innermost traceback entry in a project file that is not a test file.
 
         ``traceback`` holds pytest ``TracebackEntry`` objects (``path``, ``lineno`` 0-based,
@@ -93,13 +94,13 @@ class Resolver:
 
     def frames(
         self, traceback: Iterable[Any]
-    ) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]], Optional[Dict[str, Any]]]:
+    ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]], Optional[dict[str, Any]]]:
         """The innermost project frame outside the tests, the project frames the traceback
         passed through on its way there (outermost first, at most :data:`MAX_STACK`, the
         innermost excluded), and the last line of a test file it passed (``path``, ``line``:
         the assertion, or the test's call that raised)."""
-        found: List[Dict[str, Any]] = []
-        in_test: Optional[Dict[str, Any]] = None
+        found: list[dict[str, Any]] = []
+        in_test: Optional[dict[str, Any]] = None
         for entry in traceback:
             code, lineno = _entry_code(entry)
             if code is None:
@@ -113,7 +114,7 @@ class Resolver:
             found.append({"path": rel, "name": qualname(code), "line": lineno})
         if not found:
             return None, [], in_test
-        stack: List[Dict[str, Any]] = []
+        stack: list[dict[str, Any]] = []
         for item in found[:-1]:  # a recursive function once, at its innermost call
             stack = [s for s in stack if (s["path"], s["name"]) != (item["path"], item["name"])] + [item]
         return found[-1], stack[-MAX_STACK:], in_test
@@ -151,7 +152,7 @@ class Resolver:
         self._objects.setdefault((rel, name), obj)
         return rel, name
 
-    def calls(self, function: Any) -> List[Definition]:
+    def calls(self, function: Any) -> list[Definition]:
         """The project definitions (not in test files) that ``function``'s code names."""
         func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
         code = getattr(func, "__code__", None)
@@ -159,13 +160,13 @@ class Resolver:
             return []
         return self._code_calls(code, getattr(func, "__globals__", {}), _HELPER_DEPTH)
 
-    def _code_calls(self, code: types.CodeType, namespace: Dict[str, Any], depth: int) -> List[Definition]:
+    def _code_calls(self, code: types.CodeType, namespace: dict[str, Any], depth: int) -> list[Definition]:
         cached = self._calls.get(code)
         if cached is not None:
             return cached
         self._calls[code] = []  # a recursive helper ends here
         names = _code_names(code)
-        found: List[Definition] = []
+        found: list[Definition] = []
         for name in names:
             # A module imported inside the function (`from pkg.core import add` in a test
             # helper) is named by its dotted path and never reaches the globals.
@@ -195,7 +196,7 @@ class Resolver:
         self._calls[code] = found
         return found
 
-    def doctest(self, dtest: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
+    def doctest(self, dtest: Any, excinfo: Any) -> Optional[dict[str, Any]]:
         """The ``root_cause`` evidence of a failing doctest (a ``doctest.DocTest``): its
         calls are the object whose docstring holds it, then what its examples name (looked
         up in its module, since the doctest's own globals are cleared after it ran); its
@@ -203,7 +204,7 @@ class Resolver:
         So a doctest joins the group of the code failures that share its cause."""
         try:
             module, owner = _doctest_owner(str(getattr(dtest, "name", "") or ""))
-            found: List[Definition] = []
+            found: list[Definition] = []
             if owner is not None and not inspect.ismodule(owner):
                 where = self.definition(owner)
                 if where is not None and not is_test_file(where[0]):
@@ -224,7 +225,7 @@ class Resolver:
 
     # ------------------------------------------------------------------ both
 
-    def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> List[Definition]:
+    def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> list[Definition]:
         """The project definitions the test reaches through its fixture values: for an
         argument holding an instance of a project class, the methods of that class the
         test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
@@ -234,13 +235,13 @@ class Resolver:
         if not isinstance(code, types.CodeType) or not funcargs:
             return []
         names = _code_names(code)
-        found: List[Definition] = []
+        found: list[Definition] = []
         for arg in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
             value = funcargs.get(arg)
             if value is None:
                 continue
             if inspect.isfunction(value) or inspect.isclass(value) or inspect.ismethod(value):
-                candidates: List[Any] = [value]
+                candidates: list[Any] = [value]
             else:
                 cls = type(value)
                 if self.definition(cls) is None:
@@ -253,10 +254,10 @@ class Resolver:
                     found.append(where)
         return found
 
-    def where(self, definition: Definition) -> Dict[str, Any]:
+    def where(self, definition: Definition) -> dict[str, Any]:
         """A called definition as evidence: ``path``, ``name``, the line of its ``def`` (a
         function) or its project base classes as ``path::name`` (a class)."""
-        out: Dict[str, Any] = {"path": definition[0], "name": definition[1]}
+        out: dict[str, Any] = {"path": definition[0], "name": definition[1]}
         obj = self._objects.get(definition)
         if obj is None:
             return out
@@ -273,7 +274,7 @@ class Resolver:
 
     def resolve(
         self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
-    ) -> Optional[Dict[str, Any]]:
+    ) -> Optional[dict[str, Any]]:
         """The ``root_cause`` evidence of one failing test (docs/schemas.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
         fixture values: their project classes count as calls when the test's own code
@@ -290,13 +291,13 @@ class Resolver:
         return _evidence(frame, calls, stack, in_test)
 
 
-def _evidence(frame: Optional[Dict[str, Any]], calls: List[Dict[str, Any]], stack: Any = (),
-              test_line: Any = None) -> Optional[Dict[str, Any]]:
+def _evidence(frame: Optional[dict[str, Any]], calls: list[dict[str, Any]], stack: Any = (),
+              test_line: Any = None) -> Optional[dict[str, Any]]:
     """The ``root_cause`` object of a frame, the traceback's path, the test's own line and
     the calls, or None when neither a frame nor a call points anywhere."""
     if frame is None and not calls:
         return None
-    evidence: Dict[str, Any] = {}
+    evidence: dict[str, Any] = {}
     if frame is not None:
         evidence["frame"] = frame
     if stack:
@@ -308,15 +309,15 @@ def _evidence(frame: Optional[Dict[str, Any]], calls: List[Dict[str, Any]], stac
     return evidence
 
 
-def _links(tb: Any) -> List[Any]:
-    out: List[Any] = []
+def _links(tb: Any) -> list[Any]:
+    out: list[Any] = []
     while isinstance(tb, types.TracebackType):
         out.append(tb)
         tb = tb.tb_next
     return out
 
 
-def _doctest_owner(name: str) -> Tuple[Optional[types.ModuleType], Any]:
+def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
     """The imported module of a doctest named ``name`` (``pkg.mod.Class.method``) and the
     object whose docstring holds it (the module itself for a module docstring)."""
     parts = name.split(".")
@@ -330,7 +331,7 @@ def _doctest_owner(name: str) -> Tuple[Optional[types.ModuleType], Any]:
     return None, None
 
 
-def _entry_code(entry: Any) -> Tuple[Optional[types.CodeType], Optional[int]]:
+def _entry_code(entry: Any) -> tuple[Optional[types.CodeType], Optional[int]]:
     """The code object and 1-based line of a traceback entry (pytest's or Python's)."""
     if isinstance(entry, types.TracebackType):
         return entry.tb_frame.f_code, entry.tb_lineno
@@ -341,7 +342,7 @@ def _entry_code(entry: Any) -> Tuple[Optional[types.CodeType], Optional[int]]:
     return raw, (lineno + 1 if isinstance(lineno, int) else None)
 
 
-def traceback_of(excinfo: Any) -> List[Any]:
+def traceback_of(excinfo: Any) -> list[Any]:
     """The raw traceback links of a pytest ``ExceptionInfo`` (its ``tb`` chain: cheaper than
     pytest's ``traceback`` wrapper objects, and unfiltered)."""
     tb = getattr(excinfo, "tb", None)

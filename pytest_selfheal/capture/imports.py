@@ -9,8 +9,8 @@ a package's ``__init__.py`` the sibling modules it re-exports from.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, List
 
 _MAX_SOURCE_BYTES = 2_000_000
 
@@ -26,7 +26,7 @@ def _module_names(tree: ast.AST) -> Iterable[str]:
                 yield f"{node.module}.{alias.name}"
 
 
-def _parse(path: Path, root: Path) -> "ast.AST | None":
+def _parse(path: Path, root: Path) -> ast.AST | None:
     try:
         path.relative_to(root)
         if path.stat().st_size > _MAX_SOURCE_BYTES:
@@ -36,11 +36,11 @@ def _parse(path: Path, root: Path) -> "ast.AST | None":
         return None
 
 
-def _reexported(init: Path, root: Path) -> List[Path]:
+def _reexported(init: Path, root: Path) -> list[Path]:
     """The sibling modules a package ``__init__.py`` imports relatively (``from .core import *``):
     where what it re-exports is defined."""
     tree = _parse(init, root)
-    found: List[Path] = []
+    found: list[Path] = []
     for node in ast.walk(tree) if tree is not None else []:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
             base = init.parent.joinpath(*node.module.split("."))
@@ -50,7 +50,7 @@ def _reexported(init: Path, root: Path) -> List[Path]:
     return found
 
 
-def local_imports(test_file: str, rootdir: Path) -> List[str]:
+def local_imports(test_file: str, rootdir: Path) -> list[str]:
     """Repo-relative POSIX paths of modules imported by ``test_file`` that exist under ``rootdir``;
     a package's ``__init__.py`` is followed by the sibling modules it re-exports from."""
     root = rootdir.resolve()
@@ -59,7 +59,7 @@ def local_imports(test_file: str, rootdir: Path) -> List[str]:
     if tree is None:
         return []
     bases = [path.parent, root, root / "src"]
-    found: List[str] = []
+    found: list[str] = []
     for name in _module_names(tree):
         parts = name.split(".")
         for base in bases:

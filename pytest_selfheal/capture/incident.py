@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.junit.writer import FailedReport, nodeid_by_identity
 from pytest_selfheal.records.models import Failure
@@ -13,7 +14,7 @@ STEP_COLLECTION = "collection"
 
 def attach_nodeids(
     failures: Sequence[Failure], reports: Sequence[FailedReport], prefix: str = ""
-) -> List[Failure]:
+) -> list[Failure]:
     """Give each failure the node id of the pytest report it came from (matched by junit identity)."""
     by_identity = nodeid_by_identity([r.nodeid for r in reports], prefix)
     when = {r.nodeid: r.when for r in reports}
@@ -28,7 +29,7 @@ def attach_nodeids(
 
 
 def incident_step(failure: Failure, reports: Sequence[FailedReport]) -> str:
-    """SPEC §3: the first failing test's node id, or ``collection`` for a collection error."""
+    """The first failing test's node id, or ``collection`` for a collection error."""
     for report in reports:
         if report.nodeid == failure.nodeid and report.when == "collect":
             return STEP_COLLECTION
@@ -42,7 +43,7 @@ def build_incident(
     counts: Mapping[str, int],
     rootdir: str,
     run_id: Optional[str] = None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """The ``incident.json`` content (without the fields the store fills in).
 
     The first failure (in run order) gives ``step``, ``message``, ``failure_class`` and
@@ -51,7 +52,7 @@ def build_incident(
     if not failures:
         raise ValueError("an incident needs at least one failure")
     first = failures[0]
-    incident: Dict[str, Any] = {
+    incident: dict[str, Any] = {
         "step": incident_step(first, reports),
         "failure_class": first.failure_class,
         "failure_type": first.failure_type,

@@ -10,7 +10,8 @@ the loop chooses the selection and reads its own junit. docs/loop.md "Verificati
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
 
 # argparse destinations of options that only select, print, parallelise or debug.
 DROPPED_DESTS = frozenset({
@@ -30,7 +31,7 @@ DROPPED_DESTS = frozenset({
 })
 
 # (takes a value?, argparse dest) of an option string, or None when pytest does not know it.
-OptionLookup = Callable[[str], Optional[Tuple[bool, str]]]
+OptionLookup = Callable[[str], Optional[tuple[bool, str]]]
 
 
 def _ours(dest: str, value: Optional[str]) -> bool:
@@ -40,11 +41,11 @@ def _ours(dest: str, value: Optional[str]) -> bool:
     return dest == "plugins" and value is not None and value.startswith("pytest_selfheal")
 
 
-def replayable_options(args: Sequence[str], lookup: OptionLookup) -> List[str]:
+def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
     """The tokens of ``args`` (pytest's command line) to replay, in order, each option with
     its value. Unknown options (not registered by pytest, a plugin or a conftest) and
     positional arguments are dropped."""
-    kept: List[str] = []
+    kept: list[str] = []
     index = 0
     while index < len(args):
         token = args[index]
@@ -87,7 +88,7 @@ def option_lookup(config: Any) -> Optional[OptionLookup]:
     if not isinstance(actions, dict):
         return None
 
-    def lookup(option: str) -> Optional[Tuple[bool, str]]:
+    def lookup(option: str) -> Optional[tuple[bool, str]]:
         action = actions.get(option)
         if action is None:
             return None
@@ -96,7 +97,7 @@ def option_lookup(config: Any) -> Optional[OptionLookup]:
     return lookup
 
 
-def capture_options(config: Any) -> Tuple[List[str], Optional[str]]:
+def capture_options(config: Any) -> tuple[list[str], Optional[str]]:
     """``(options to replay, warning)`` of this pytest run."""
     lookup = option_lookup(config)
     if lookup is None:

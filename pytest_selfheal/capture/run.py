@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -48,15 +49,15 @@ class CaptureResult:
     ``incident.json`` and ``plan.json`` as written (the input of the run's report)."""
 
     incident_id: str
-    failures: List["Failure"]
-    summary_lines: List[str] = field(default_factory=list)
-    incident: Dict[str, Any] = field(default_factory=dict)
-    plan: Optional[Dict[str, Any]] = None
+    failures: list[Failure]
+    summary_lines: list[str] = field(default_factory=list)
+    incident: dict[str, Any] = field(default_factory=dict)
+    plan: Optional[dict[str, Any]] = None
 
 
 def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
     """The last ``max_lines`` lines of the failure output, one headed block per failure."""
-    lines: List[str] = []
+    lines: list[str] = []
     for report in reports:
         lines.append(f"{'_' * 20} {report.nodeid} ({report.when}) {'_' * 20}")
         lines.extend(report.text.splitlines())
@@ -70,12 +71,12 @@ def fingerprint_reports(
     reports: Sequence[FailedReport],
     *,
     counts: Mapping[str, int],
-    rules: Sequence["Rule"],
+    rules: Sequence[Rule],
     junit_path: Optional[Path] = None,
     prefix: str = "",
-    warnings: Optional[List[str]] = None,
-    redactor: Optional["Redactor"] = None,
-) -> List["Failure"]:
+    warnings: Optional[list[str]] = None,
+    redactor: Optional[Redactor] = None,
+) -> list[Failure]:
     """Fingerprint and classify the failing reports, reading junit like any other runner's.
 
     Secrets are redacted from the junit text *before* fingerprinting, so a signature on
@@ -94,7 +95,7 @@ def fingerprint_reports(
     return [f for f in failures if f.nodeid in known] or failures
 
 
-def invocation_dir(config: "pytest.Config") -> str:
+def invocation_dir(config: pytest.Config) -> str:
     """Where pytest was started, relative to its rootdir (POSIX; "" at the rootdir or outside it)."""
     try:
         rel = Path(os.path.realpath(config.invocation_params.dir)).relative_to(os.path.realpath(config.rootpath))
@@ -104,19 +105,19 @@ def invocation_dir(config: "pytest.Config") -> str:
 
 
 def with_target_paths(
-    failures: Sequence["Failure"], reports: Sequence[FailedReport], rootdir: Path, base: str = ""
-) -> List["Failure"]:
+    failures: Sequence[Failure], reports: Sequence[FailedReport], rootdir: Path, base: str = ""
+) -> list[Failure]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it
     imports, and the root-cause evidence its report carries (capture/evidence.py). ``base``: the
     invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
-    text_by_nodeid: Dict[str, str] = {}
-    evidence: Dict[str, Dict[str, Any]] = {}
+    text_by_nodeid: dict[str, str] = {}
+    evidence: dict[str, dict[str, Any]] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
         if report.root_cause and report.nodeid not in evidence:
             evidence[report.nodeid] = report.root_cause  # the first failing phase's (call before teardown)
     repo_root = str(rootdir.resolve())
-    imports_of: Dict[str, List[str]] = {}  # one parse per test file, not one per failure
+    imports_of: dict[str, list[str]] = {}  # one parse per test file, not one per failure
     out = []
     for failure in failures:
         nodeid = failure.nodeid or ""
@@ -130,7 +131,7 @@ def with_target_paths(
     return out
 
 
-def redact_nodeids(reports: Sequence[FailedReport], redactor: "Redactor") -> List[FailedReport]:
+def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:
     """The reports with secrets removed from their node ids (a parametrize id can hold one),
     as the junit cases are: every id this run writes or prints is the redacted one."""
     out = []
@@ -141,12 +142,12 @@ def redact_nodeids(reports: Sequence[FailedReport], redactor: "Redactor") -> Lis
 
 
 def store_incident(
-    store: "Store",
-    incident: Dict[str, Any],
+    store: Store,
+    incident: dict[str, Any],
     *,
     log_tail_text: str,
-    context: Dict[str, Any],
-    failures: Sequence["Failure"],
+    context: dict[str, Any],
+    failures: Sequence[Failure],
     published: Optional[Published] = None,
 ) -> str:
     """Write the incident, its classification events and its plan; the incident appears ``planned``.
@@ -166,7 +167,7 @@ def store_incident(
         )
         for failure in failures
     ]
-    def plan(doc: Mapping[str, Any]) -> Tuple[Dict[str, Any], str]:
+    def plan(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         # From the fields this capture wrote: no re-read and re-validation of incident.json.
         built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now(),
                            source=project_source(incident.get("rootdir")))
@@ -184,13 +185,13 @@ def _now() -> str:
 
 def analyse_run(
     *,
-    config: "pytest.Config",
-    effective: "EffectiveConfig",
+    config: pytest.Config,
+    effective: EffectiveConfig,
     reports: Sequence[FailedReport],
     counts: Mapping[str, int],
-    warnings: List[str],
-    redactor: Optional["Redactor"] = None,
-) -> List["Failure"]:
+    warnings: list[str],
+    redactor: Optional[Redactor] = None,
+) -> list[Failure]:
     """Fingerprinted, classified, redacted failures of this run's failing reports, with
     target paths. ``redactor``: the run's (default: built from ``effective``)."""
     xmlpath = getattr(config.option, "xmlpath", None)
@@ -210,17 +211,17 @@ def analyse_run(
 
 def capture_incident(
     *,
-    config: "pytest.Config",
-    effective: "EffectiveConfig",
+    config: pytest.Config,
+    effective: EffectiveConfig,
     reports: Sequence[FailedReport],
-    failures: Sequence["Failure"],
+    failures: Sequence[Failure],
     counts: Mapping[str, int],
     reports_root: Path,
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
-    warnings: Optional[List[str]] = None,
+    warnings: Optional[list[str]] = None,
     ci_run: Optional[str] = None,
-    redactor: Optional["Redactor"] = None,
+    redactor: Optional[Redactor] = None,
     git: Optional[PendingSnapshot] = None,
     unverified: int = 0,
 ) -> CaptureResult:
@@ -270,7 +271,7 @@ def capture_incident(
         incident["ci_run"] = ci_run
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
-    written: List[Tuple[Dict[str, Any], Optional[Dict[str, Any]]]] = []
+    written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
@@ -289,7 +290,7 @@ def capture_incident(
     return CaptureResult(incident_id, list(failures), lines, incident=written[0][0], plan=written[0][1])
 
 
-def _junit_prefix(config: "pytest.Config") -> str:
+def _junit_prefix(config: pytest.Config) -> str:
     try:
         return str(config.getini("junit_prefix") or "")
     except ValueError:  # junitxml plugin disabled

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Dict, Generator, List, Optional, Set
+from collections.abc import Generator
+from typing import Any, Optional
 
 import pytest
 
@@ -34,12 +35,12 @@ class SpectrumHook:
     def __init__(self, rootdir: str, *, worker: bool = False) -> None:
         self.resolver = Resolver(rootdir)
         self.worker = worker
-        self.covered: Dict[str, Set[FunctionKey]] = {}
-        self.failed: Set[str] = set()
-        self.passed: Set[str] = set()
+        self.covered: dict[str, set[FunctionKey]] = {}
+        self.failed: set[str] = set()
+        self.passed: set[str] = set()
         self.skipped_reason: Optional[str] = None  # why no spectrum was recorded (another tracer)
-        self._keys: Dict[types.CodeType, Optional[FunctionKey]] = {}
-        self._current: Optional[Set[FunctionKey]] = None
+        self._keys: dict[types.CodeType, Optional[FunctionKey]] = {}
+        self._current: Optional[set[FunctionKey]] = None
 
     # ------------------------------------------------------------------ tracing
 
@@ -106,7 +107,7 @@ class SpectrumHook:
         elif report.when == "call" and report.passed and report.nodeid not in self.failed:
             self.passed.add(report.nodeid)
 
-    def evidence(self) -> Dict[str, List[Dict[str, Any]]]:
+    def evidence(self) -> dict[str, list[dict[str, Any]]]:
         """Per failing test, its most suspicious functions by the spectrum (plan/suspects.py)."""
         covered = {n: keys for n, keys in self.covered.items() if n in self.failed or n in self.passed}
         return spectrum_evidence(covered, self.failed, self.passed)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     worktree, prompt_file = Path(argv[1]), Path(argv[2])
     prompt = prompt_file.read_text(encoding="utf-8")
     target = worktree / "calc.py"

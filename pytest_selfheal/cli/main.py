@@ -12,15 +12,16 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import List, Optional, Sequence
+from typing import Optional
 
 from pytest_selfheal import __version__
 from pytest_selfheal.cli import commands
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_USAGE, SelfhealError
 
 
-def command_names() -> List[str]:
+def command_names() -> list[str]:
     """Every command, by its module's name (``stop_gate.py`` is ``stop-gate``), without
     importing any: a run imports only the command it runs (docs/benchmarks.md)."""
     return sorted(info.name.replace("_", "-") for info in pkgutil.iter_modules(commands.__path__)
@@ -32,7 +33,7 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(f"{commands.__name__}.{name.replace('-', '_')}")
 
 
-def _command_modules(only: Optional[str] = None) -> List[ModuleType]:
+def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
     names = [only] if only is not None else command_names()
     return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
 
@@ -40,7 +41,7 @@ def _command_modules(only: Optional[str] = None) -> List[ModuleType]:
 class _Parser(argparse.ArgumentParser):
     """argparse that exits with our usage code and a one-line message."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:  # type: ignore[name-defined]  # noqa: F821
         self.exit(EXIT_USAGE, f"selfheal: error: {message}\n")
 
 

@@ -18,8 +18,9 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 import iniconfig
 
@@ -76,7 +77,7 @@ def _home(env: Mapping[str, str]) -> Path:
                            "(set HOME or OPENCODE_CONFIG_DIR)") from None
 
 
-def project_config_paths(project_root: Path) -> List[Path]:
+def project_config_paths(project_root: Path) -> list[Path]:
     """The project config files, existing or not, in merge order (later wins)."""
     return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]
 
@@ -153,9 +154,9 @@ def read_config_section(path: Path) -> Optional[Any]:
     return document.get(ROOT_KEY)
 
 
-def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> List[Layer]:
+def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[Layer]:
     """Global then project ``(origin, ralf_lite mapping)`` layers, for the files that have one."""
-    layers: List[Layer] = []
+    layers: list[Layer] = []
     for path in [global_config_path(env), *project_config_paths(project_root)]:
         section = read_config_section(path)
         if section is not None:
@@ -166,14 +167,14 @@ def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) ->
 # --- pytest ini files ---------------------------------------------------------------
 
 
-def _toml_loads(text: str) -> Dict[str, Any]:
+def _toml_loads(text: str) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
 
         return tomllib.loads(text)
     # Below 3.11: tomli, a declared dependency there (pytest requires it too).
     tomli = importlib.import_module("tomli")
-    document: Dict[str, Any] = tomli.loads(text)
+    document: dict[str, Any] = tomli.loads(text)
     return document
 
 
@@ -188,7 +189,7 @@ def _ini_text(name: str, value: Any) -> str:
     return json.dumps(value, default=str)  # true/false, numbers
 
 
-def _parse_pytest_config(path: Path, text: str) -> Optional[Dict[str, Any]]:
+def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, Any]]:
     """pytest's options in ``path``; None when the file holds no pytest section."""
     name = path.name
     if name.endswith(".toml"):
@@ -216,7 +217,7 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[Dict[str, Any]]:
     return {} if name in ("pytest.ini", ".pytest.ini") else None  # these count even if empty
 
 
-def find_pytest_ini(project_root: Path) -> Optional[Tuple[Path, Dict[str, str]]]:
+def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]:
     """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options."""
     for name in PYTEST_CONFIG_FILES:
         path = Path(project_root, name)
@@ -262,7 +263,7 @@ def is_project(start: Path) -> bool:
     return False
 
 
-def read_pytest_ini(project_root: Path) -> Dict[str, str]:
+def read_pytest_ini(project_root: Path) -> dict[str, str]:
     """The ``selfheal*`` options of the first pytest config file in ``project_root``.
 
     Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,

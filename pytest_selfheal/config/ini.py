@@ -6,12 +6,10 @@ Kept apart from settings.py so that ``pytest_addoption`` costs nothing in runs w
 
 from __future__ import annotations
 
-from typing import Dict
-
 # pytest ini option -> dotted config key (layer 4). The plugin registers these names with
 # ``parser.addini``; ``selfheal_config`` is not one key but a linelist of KEY=VALUE overrides.
 INI_OVERRIDES = "selfheal_config"
-INI_KEYS: Dict[str, str] = {
+INI_KEYS: dict[str, str] = {
     "selfheal_dir": "reports_dir",
     "selfheal_report": "report_path",
     "selfheal_max_iterations": "max_iterations",

@@ -7,7 +7,8 @@ and the reference tables in docs/configuration.md all derive from this table.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_selfheal.config.ini import INI_KEYS
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -74,7 +75,7 @@ class KeySpec(Frozen):
 
 
 # Objects under ralf_lite (merged key by key) and what each groups.
-GROUPS: Dict[str, str] = {
+GROUPS: dict[str, str] = {
     "apply_to": "which failures the loop applies to",
     "verification": "how the loop re-runs the failing tests",
     "repair": "the repair provider called between iterations",
@@ -85,7 +86,7 @@ GROUPS: Dict[str, str] = {
     "gate": "the stop gates of coding agents (`selfheal stop-gate claude|cursor`)",
 }
 
-SCHEMA: Tuple[KeySpec, ...] = (
+SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("enabled", BOOL, True,
             "Master switch of the loop. `false`: failing runs are still captured as incidents, "
             "but the loop stops at once with stop reason `disabled`."),
@@ -190,11 +191,11 @@ SCHEMA: Tuple[KeySpec, ...] = (
             "a longer one is cut with a note naming `selfheal show`."),
 )
 
-SPECS: Dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
+SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
 
 
-def nest(flat: Mapping[str, Any]) -> Dict[str, Any]:
-    nested: Dict[str, Any] = {}
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
     for dotted, value in flat.items():
         node = nested
         *parents, leaf = dotted.split(".")
@@ -204,7 +205,7 @@ def nest(flat: Mapping[str, Any]) -> Dict[str, Any]:
     return nested
 
 
-DEFAULTS: Dict[str, Any] = nest({spec.key: spec.default for spec in SCHEMA})
+DEFAULTS: dict[str, Any] = nest({spec.key: spec.default for spec in SCHEMA})
 """The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
 
 

@@ -27,7 +27,8 @@ import difflib
 import math
 import re
 import shlex
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
 
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.rules import RULE_KEYS, regex_problem, rule_from_mapping, rules_from_config
@@ -60,7 +61,7 @@ _KEY_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 # A value as it arrives from an ini file: text, the lines of a linelist, or unset.
 IniValue = Union[str, Sequence[str], None]
-Layer = Tuple[str, Mapping[str, Any]]
+Layer = tuple[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -89,18 +90,18 @@ class ApplyToSettings(Frozen):
 class VerificationSettings(Frozen):
     """``verification``: how the loop re-runs the failing tests."""
 
-    allowlist: Tuple[str, ...] = ("pytest",)
+    allowlist: tuple[str, ...] = ("pytest",)
     timeout_seconds: float = 900
-    args: Tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RepairSettings(Frozen):
     """``repair``: the repair provider called between iterations."""
 
-    command: Optional[Tuple[str, ...]] = None
+    command: Optional[tuple[str, ...]] = None
     timeout_seconds: float = 600
-    allowed_paths: Tuple[str, ...] = ()
+    allowed_paths: tuple[str, ...] = ()
     approve: bool = False
     allow_test_edits: bool = False
     allow_binary: bool = False
@@ -110,8 +111,8 @@ class RepairSettings(Frozen):
 class RedactionSettings(Frozen):
     """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
 
-    patterns: Tuple[str, ...] = ()
-    env_names: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
+    patterns: tuple[str, ...] = ()
+    env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -136,7 +137,7 @@ class McpSettings(Frozen):
 class GateSettings(Frozen):
     """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
 
-    pytest_args: Tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()
     timeout_seconds: float = 300
     max_chars: int = 4000
 
@@ -163,13 +164,13 @@ class Settings(Frozen):
     verification: VerificationSettings = VerificationSettings()
     repair: RepairSettings = RepairSettings()
     redaction: RedactionSettings = RedactionSettings()
-    classification_rules: Tuple[Rule, ...] = ()
+    classification_rules: tuple[Rule, ...] = ()
     history: HistorySettings = HistorySettings()
     mcp: McpSettings = McpSettings()
     gate: GateSettings = GateSettings()
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> "Settings":
+    def from_values(cls, values: Mapping[str, Any]) -> Settings:
         """The typed view of a complete, already checked ``ralf_lite`` mapping (a merge's values)."""
         apply_to, verification = values["apply_to"], values["verification"]
         repair, redaction = values["repair"], values["redaction"]
@@ -210,8 +211,8 @@ class EffectiveConfig(Frozen):
     """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
     the typed :class:`Settings` built from them once."""
 
-    values: Dict[str, Any]
-    origins: Dict[str, str]
+    values: dict[str, Any]
+    origins: dict[str, str]
     settings: Settings
 
     def get(self, dotted: str) -> Any:
@@ -227,15 +228,15 @@ class EffectiveConfig(Frozen):
             node = node[part]
         return copy.deepcopy(node)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """``{"ralf_lite": values}``, as the config files spell it."""
         return {ROOT_KEY: copy.deepcopy(self.values)}
 
-    def leaves(self) -> List[Tuple[str, Any, str]]:
+    def leaves(self) -> list[tuple[str, Any, str]]:
         """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
         return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
 
-    def with_origins(self) -> Dict[str, Dict[str, Any]]:
+    def with_origins(self) -> dict[str, dict[str, Any]]:
         """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
         return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
                 for key, value, origin in self.leaves()}
@@ -272,7 +273,7 @@ def _no_nul(origin: str, where: str, value: str) -> None:
         raise config_error(f"{origin}: {where}: contains a NUL character")
 
 
-def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> List[str]:
+def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
     for index, item in enumerate(value):
@@ -286,7 +287,7 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> List[s
     return list(value)
 
 
-def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> List[Dict[str, Any]]:
+def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[dict[str, Any]]:
     # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
@@ -326,19 +327,19 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
     return value
 
 
-def _known_names(prefix: str) -> List[str]:
+def _known_names(prefix: str) -> list[str]:
     """The key names allowed directly under ``ralf_lite`` (prefix "") or one of its objects."""
     if not prefix:
         return list(dict.fromkeys(key.split(".")[0] for key in SPECS))
     return [key.split(".", 1)[1] for key in SPECS if key.startswith(prefix + ".")]
 
 
-def _flatten(origin: str, data: Any, prefix: str = "") -> Dict[str, Any]:
+def _flatten(origin: str, data: Any, prefix: str = "") -> dict[str, Any]:
     """Check one layer's ``ralf_lite`` mapping; return ``{dotted leaf: value}``."""
     where = f"{ROOT_KEY}.{prefix}" if prefix else ROOT_KEY
     if not isinstance(data, Mapping):
         raise _type_error(origin, where, "an object", data)
-    flat: Dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         # Files nest objects; a literal "apply_to.tdd_tasks" key is not another spelling.
@@ -406,7 +407,7 @@ def _coerce_text(spec: KeySpec, text: str) -> Any:
     return [line.strip() for line in stripped.splitlines() if line.strip()]
 
 
-def _override_flat(origin: str, key: str, value: Any, label: Optional[str] = None) -> Dict[str, Any]:
+def _override_flat(origin: str, key: str, value: Any, label: Optional[str] = None) -> dict[str, Any]:
     """One override as ``{dotted leaf: value}``: coerced from text if text, then checked.
 
     ``label`` names the key in errors when the user wrote something else (an ini name).
@@ -442,25 +443,25 @@ def parse_override(text: str, origin: str) -> Override:
     return Override(_known_key(origin, key), value.strip(), origin)
 
 
-def override_layers(overrides: Sequence[Override]) -> List[Layer]:
+def override_layers(overrides: Sequence[Override]) -> list[Layer]:
     """Each override as one checked layer ``(origin, ralf_lite mapping)``, in order."""
     return [(o.origin, nest(_override_flat(o.origin, o.key, o.value))) for o in overrides]
 
 
-def ini_layers(ini: Mapping[str, IniValue], origin: str) -> List[Layer]:
+def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[Layer]:
     """The pytest ini options as checked layers: named options first, then ``selfheal_config``.
 
     Unset and empty values are skipped; names that are not config keys (``selfheal``,
     ``selfheal_loop``… which belong to the plugin) are ignored.
     """
-    flat: Dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for name, dotted in INI_KEYS.items():
         value = ini.get(name)
         if name == INI_OVERRIDES or value is None or len(value) == 0:
             continue
         text = value if isinstance(value, str) else "\n".join(value)
         flat.update(_override_flat(origin, dotted, text, label=name))
-    layers: List[Layer] = [(origin, nest(flat))] if flat else []
+    layers: list[Layer] = [(origin, nest(flat))] if flat else []
     lines = ini.get(INI_OVERRIDES) or []
     for line in lines.splitlines() if isinstance(lines, str) else lines:
         if line.strip():

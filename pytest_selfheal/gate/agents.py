@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -79,7 +80,7 @@ def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
     return HookPayload(agent, _field(data, "conversation_id", str, "") or "", first, loops > 0, loops)
 
 
-def answer_json(agent: Agent, answer: GateAnswer) -> Dict[str, Any]:
+def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, Any]:
     """The JSON the agent reads on the hook's stdout (exit code 0 either way)."""
     if agent is Agent.CLAUDE:
         if answer.block:
@@ -100,20 +101,20 @@ def _is_ours(entry: Any, agent: Agent) -> bool:
     return isinstance(entry, Mapping) and f"stop-gate {agent.value}" in str(entry.get("command") or "")
 
 
-def _object(value: Any, where: str) -> Dict[str, Any]:
+def _object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{where} is not a JSON object")
     return value
 
 
-def _list(value: Any, where: str) -> List[Any]:
+def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(f"{where} is not a JSON list")
     return value
 
 
 def merged_settings(agent: Agent, existing: Optional[Any], command: str,
-                    timeout_seconds: int) -> Tuple[Dict[str, Any], bool]:
+                    timeout_seconds: int) -> tuple[dict[str, Any], bool]:
     """``existing`` (the parsed settings file, None when there is none) with the gate's stop
     hook added, and whether anything changed. Every other key and hook is kept; a hook that
     already runs ``stop-gate <agent>`` is left as it is (installing twice changes nothing).

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
@@ -78,7 +79,7 @@ CONTINUE_NEXT = ("fix the code at the target paths below, never the failing test
                  "again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
 
 
-def _digest(project: Project, store: Store, verdict: Dict[str, Any], limit: int, redactor: Any) -> str:
+def _digest(project: Project, store: Store, verdict: dict[str, Any], limit: int, redactor: Any) -> str:
     open_id = verdict.get("incident_id")
     shown = {**verdict, "next": CONTINUE_NEXT}
     more = f"`selfheal show {open_id}` prints the whole digest" if open_id else "`selfheal status` lists them"
@@ -92,7 +93,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     store = project.store(effective)
     blocks = blocks_so_far(store, payload)
     gate = settings.gate
-    args: Optional[List[str]] = None if open_incidents(store) else list(gate.pytest_args)
+    args: Optional[list[str]] = None if open_incidents(store) else list(gate.pytest_args)
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = project.redactor(effective)
@@ -116,7 +117,7 @@ def _directory(payload: HookPayload, env: Mapping[str, str], cwd: Path) -> Path:
 
 
 def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
-              cwd: Optional[Path] = None) -> Tuple[GateAnswer, List[str]]:
+              cwd: Optional[Path] = None) -> tuple[GateAnswer, list[str]]:
     """The answer to one stop hook call and the lines for stderr. Never raises a SelfhealError:
     whatever goes wrong lets the agent stop, with one line saying why."""
     try:

@@ -13,8 +13,9 @@ import os
 import re
 import sys
 import uuid
+from collections.abc import Mapping
 from dataclasses import field
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional
+from typing import IO, Any, Callable, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -161,7 +162,7 @@ def format_outputs(
     (ValueError otherwise). Pure apart from the random delimiter.
     """
     make: Callable[[], str] = delimiter_factory or (lambda: f"ghadelimiter_{uuid.uuid4()}")
-    parts: List[str] = []
+    parts: list[str] = []
     for name, value in outputs.items():
         if not isinstance(name, str) or not _OUTPUT_NAME.match(name):
             raise ValueError(f"invalid output name {name!r}")
@@ -202,7 +203,7 @@ def write_outputs(
 # --- event payload ----------------------------------------------------------------------------
 
 
-def read_event(path: Optional[str] = None, *, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+def read_event(path: Optional[str] = None, *, env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     """The webhook payload of the triggering event (``$GITHUB_EVENT_PATH``), or ``{}``.
 
     Tolerant: no variable -> ``{}``; a missing, unreadable or invalid file -> ``{}`` and a
@@ -261,7 +262,7 @@ def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> 
     - ``issue_comment``: ``event["issue"]["number"]`` when the issue is a pull request;
     - anything else: None.
     """
-    data: Dict[str, Any] = dict(event) if isinstance(event, Mapping) else {}
+    data: dict[str, Any] = dict(event) if isinstance(event, Mapping) else {}
     if event_name in PULL_REQUEST_EVENTS:
         number = _as_number(_get(data.get("pull_request"), "number"))
         return number if number is not None else _as_number(data.get("number"))
@@ -305,7 +306,7 @@ class ActionsContext(Frozen):
     token: Optional[str] = field(default=None, repr=False)
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ActionsContext":
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> ActionsContext:
         """Read the context from ``env`` (default ``os.environ``); empty values count as unset."""
         source = os.environ if env is None else env
 
@@ -341,7 +342,7 @@ class ActionsContext(Frozen):
             url += f"/attempts/{self.run_attempt}"
         return url
 
-    def event(self) -> Dict[str, Any]:
+    def event(self) -> dict[str, Any]:
         """The event payload (:func:`read_event` on ``event_path``; ``{}`` when absent)."""
         return read_event(self.event_path, env={}) if self.event_path else {}
 

@@ -1,4 +1,4 @@
-"""``selfheal ci``: the orchestration the GitHub Action runs (SPEC §11, docs/action.md).
+"""``selfheal ci``: the orchestration the GitHub Action runs (docs/action.md).
 
 pytest --selfheal (subprocess) → the incident it captured → the RALF-Lite loop (in
 process) → the report (files, job summary, step outputs) → the sticky PR comment.
@@ -20,16 +20,15 @@ import os
 import secrets
 import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -68,11 +67,13 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.loop.policy import FINAL_RESOLVED, TESTS_EDITED
-from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
+from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
+from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -114,7 +115,7 @@ def new_run_token() -> str:
     return secrets.token_hex(16)
 
 
-def captured_incident(store: "Store", before: Snapshot, token: str) -> Optional[str]:
+def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[str]:
     """The incident this run's pytest captured: among the incidents that appeared during it,
     the one whose incident.json holds ``ci_run == token``; else None. An incident committed
     to the repository, or captured by another ``selfheal ci`` on the same root at the same
@@ -142,16 +143,16 @@ class CiResult:
 
     exit_code: int
     verdict: Verdict
-    report: Dict[str, Any]
+    report: dict[str, Any]
     markdown: str
     report_path: Optional[Path] = None
     report_json_path: Optional[Path] = None
     pull_request: Optional[int] = None
-    comment: Optional["CommentResult"] = None
-    warnings: List[str] = field(default_factory=list)
+    comment: Optional[CommentResult] = None
+    warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
 
-    def outputs(self) -> Dict[str, str]:
+    def outputs(self) -> dict[str, str]:
         """The step outputs (names as in action.yml)."""
         return {
             "final-status": self.verdict.final_status,
@@ -163,7 +164,7 @@ class CiResult:
             "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
         }
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run."""
         comment = None
         if self.comment is not None:
@@ -191,7 +192,7 @@ class _Reporter:
     def __init__(self, stream: IO[str], in_actions: bool) -> None:
         self.stream = stream
         self.in_actions = in_actions
-        self.warnings: List[str] = []
+        self.warnings: list[str] = []
 
     def say(self, line: str) -> None:
         self.stream.write(line + "\n")
@@ -209,15 +210,15 @@ def _resolve(path: Path, cwd: Path) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
-def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> Tuple["EffectiveConfig", "Redactor"]:
-    overrides: List["Override"] = [parse_override(text, origin) for text, origin in options.overrides]
+def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> tuple[EffectiveConfig, Redactor]:
+    overrides: list[Override] = [parse_override(text, origin) for text, origin in options.overrides]
     effective = load_config(cwd, env=env, overrides=overrides)
     return effective, default_redactor(effective.settings.redaction, env=env)
 
 
 def _write_report_files(
     markdown: str, document: Mapping[str, Any], md_path: Path, rep: _Reporter
-) -> Tuple[Optional[Path], Optional[Path]]:
+) -> tuple[Optional[Path], Optional[Path]]:
     """Both files atomically; a failure is a warning (the summary and comment still carry it)."""
     json_path = md_path.with_suffix(".json")
     try:
@@ -233,7 +234,7 @@ def _write_report_files(
 def _publish(
     result: CiResult,
     *,
-    ctx: "ActionsContext",
+    ctx: ActionsContext,
     env: Mapping[str, str],
     options: CiOptions,
     info: Mapping[str, Any],
@@ -255,7 +256,7 @@ def _publish(
     )
 
 
-def _quarantine_exit(report: Mapping[str, Any], effective: "EffectiveConfig", project: Path,
+def _quarantine_exit(report: Mapping[str, Any], effective: EffectiveConfig, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
     revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
@@ -321,7 +322,7 @@ def run_ci(
         store.redact_again(incident_id)
 
     error: Optional[SelfhealError] = None
-    loop_result: Dict[str, Any] = {}
+    loop_result: dict[str, Any] = {}
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
@@ -448,7 +449,7 @@ def _head_sha_of(client: Any, number: int) -> Optional[str]:
 
 
 def post_comment(
-    ctx: "ActionsContext",
+    ctx: ActionsContext,
     number: Optional[int],
     body: str,
     *,
@@ -457,7 +458,7 @@ def post_comment(
     expected_head_sha: Optional[str] = None,
     warn: Say,
     say: Say,
-) -> Optional["CommentResult"]:
+) -> Optional[CommentResult]:
     """Create or update the sticky comment on PR ``number``; never raises for GitHub trouble.
 
     No PR number: nothing (a warning when the event is a pull request one, whose payload

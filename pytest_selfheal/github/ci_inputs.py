@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
 
 DEFAULT_REPORT_NAME = "default"
 
 #: The environment variables ``--action-inputs`` reads (action.yml passes every input so).
-ACTION_INPUT_VARS: Tuple[str, ...] = (
+ACTION_INPUT_VARS: tuple[str, ...] = (
     "INPUT_PYTEST_ARGS",
     "INPUT_WORKING_DIRECTORY",
     "INPUT_CONFIG",
@@ -43,9 +44,9 @@ _FALSE = ("false", "no", "off", "0")
 class CiOptions:
     """What one ``selfheal ci`` run does (commands/ci.py builds it from flags and inputs)."""
 
-    pytest_args: List[str] = field(default_factory=list)
+    pytest_args: list[str] = field(default_factory=list)
     #: ``(KEY=VALUE text, origin)`` config overrides, applied in order after the files.
-    overrides: List[Tuple[str, str]] = field(default_factory=list)
+    overrides: list[tuple[str, str]] = field(default_factory=list)
     reports_dir: Optional[Path] = None
     comment: bool = True
     fail_on_unresolved: bool = True
@@ -75,7 +76,7 @@ def parse_bool(text: str, name: str) -> bool:
     raise UsageError(f"{name}: expected true or false, got {json.dumps(text)}")
 
 
-def parse_pytest_args(text: str, name: str = "pytest-args") -> List[str]:
+def parse_pytest_args(text: str, name: str = "pytest-args") -> list[str]:
     """Split ``text`` like a POSIX shell would (quotes, backslashes) -- but never run a shell:
     ``$(...)``, ``;``, ``|`` stay literal characters of the arguments."""
     try:
@@ -84,9 +85,9 @@ def parse_pytest_args(text: str, name: str = "pytest-args") -> List[str]:
         raise UsageError(f"{name}: cannot split {json.dumps(text)}: {exc}") from None
 
 
-def parse_config_lines(text: str, origin: str = "config input") -> List[Tuple[str, str]]:
+def parse_config_lines(text: str, origin: str = "config input") -> list[tuple[str, str]]:
     """Newline-separated ``KEY=VALUE`` overrides; blank lines and ``#`` comments are skipped."""
-    out: List[Tuple[str, str]] = []
+    out: list[tuple[str, str]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -126,7 +127,7 @@ def _positive_int(text: str, name: str) -> int:
     return int(value)
 
 
-def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
+def action_inputs(env: Mapping[str, str]) -> dict[str, Any]:
     """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
 
     Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
@@ -137,12 +138,12 @@ def action_inputs(env: Mapping[str, str]) -> Dict[str, Any]:
         value = env.get(name)
         return value if value is not None and value.strip() else None
 
-    found: Dict[str, Any] = {}
+    found: dict[str, Any] = {}
     if (text := get("INPUT_PYTEST_ARGS")) is not None:
         found["pytest_args"] = parse_pytest_args(text)
     if (text := get("INPUT_WORKING_DIRECTORY")) is not None:
         found["working_directory"] = Path(text.strip())
-    overrides: List[Tuple[str, str]] = []
+    overrides: list[tuple[str, str]] = []
     if (text := get("INPUT_CONFIG")) is not None:
         overrides.extend(parse_config_lines(text))
     if (text := get("INPUT_REPAIR_COMMAND")) is not None:

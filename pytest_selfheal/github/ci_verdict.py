@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import pluggy
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
-from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
+from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
 # Stop reasons of ``selfheal ci`` when the loop did not run.
@@ -54,7 +55,7 @@ def verdict_without_incident(pytest_exit_code: int) -> Verdict:
 
 
 def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
-            run_url: Optional[str]) -> Dict[str, Any]:
+            run_url: Optional[str]) -> dict[str, Any]:
     """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
     return {
         "final_status": verdict.final_status,
@@ -76,7 +77,7 @@ def normalised_url(url: Any) -> Optional[str]:
         return None
     parts = urllib.parse.urlsplit(url)
     segments = urllib.parse.unquote(parts.path).split("/")
-    out: List[str] = []
+    out: list[str] = []
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
         if segment in (".", ".."):
@@ -95,7 +96,7 @@ def _opt_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> Dict[str, Any]:
+def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> dict[str, Any]:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -153,18 +154,18 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
 
-def unresolved_failures(report: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+def unresolved_failures(report: Mapping[str, Any]) -> dict[str, Optional[str]]:
     """``{node id: fingerprint}`` of every test still failing when the loop stopped: the
     capture's failures and the loop's new ones, by their latest outcome (a test no
     iteration re-ran is still failing), without the fixed and the flaky ones."""
-    failing: Dict[str, Optional[str]] = {}
+    failing: dict[str, Optional[str]] = {}
     for entry in dicts(report.get("incidents")):
-        fingerprints: Dict[str, Optional[str]] = {n: None for n in strs(entry.get("capture_tests"))}
+        fingerprints: dict[str, Optional[str]] = {n: None for n in strs(entry.get("capture_tests"))}
         for item in dicts(entry.get("triage")) + dicts(entry.get("new_failures")):
             nodeid = opt_str(item.get("nodeid"))
             if nodeid:
                 fingerprints[nodeid] = fingerprints.get(nodeid) or opt_str(item.get("fingerprint"))
-        latest: Dict[str, str] = {}
+        latest: dict[str, str] = {}
         for iteration in dicts(entry.get("iterations")):
             outcomes = iteration.get("outcomes")
             if isinstance(outcomes, Mapping):
@@ -176,10 +177,10 @@ def unresolved_failures(report: Mapping[str, Any]) -> Dict[str, Optional[str]]:
     return failing
 
 
-def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineEntry]) -> Dict[str, str]:
+def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
     """``{node id: reason}`` when every test still failing is covered by ``quarantine`` (the
     base revision's list: then they do not fail the ``selfheal ci`` job); ``{}`` otherwise."""
-    covered: Dict[str, str] = {}
+    covered: dict[str, str] = {}
     for nodeid, fingerprint in unresolved_failures(report).items():
         entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
         if entry is None:

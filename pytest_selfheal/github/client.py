@@ -1,4 +1,4 @@
-"""GitHub REST client (stdlib HTTP) and the sticky PR comment (SPEC §11).
+"""GitHub REST client (stdlib HTTP) and the sticky PR comment.
 
 An edge module: the only place that talks to GitHub. docs/github.md describes the comment,
 the limits and the permissions.
@@ -20,8 +20,9 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from http.client import HTTPException, HTTPMessage
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -63,7 +64,7 @@ class GitHubError(SelfhealError):
 
 # --- HTTP ---------------------------------------------------------------------------------------
 
-_Origin = Tuple[str, str, int]
+_Origin = tuple[str, str, int]
 
 
 def _origin(url: str) -> Optional[_Origin]:
@@ -179,7 +180,7 @@ class GitHubClient:
 
     def _error(self, method: str, shown: str, status: int, raw: bytes) -> GitHubError:
         api_message = ""
-        details: List[str] = []
+        details: list[str] = []
         try:
             payload = json.loads(raw.decode("utf-8", errors="replace")) if raw else None
         except ValueError:
@@ -201,7 +202,7 @@ class GitHubClient:
             api_message=api_message,
         )
 
-    def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, HTTPMessage, Any]:
+    def request(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> tuple[int, HTTPMessage, Any]:
         """One API call; ``path`` is relative to ``api_url`` or an absolute same-origin URL.
 
         Returns ``(status, headers, decoded JSON or None)``; raises GitHubError on an HTTP
@@ -270,7 +271,7 @@ class GitHubClient:
         login = data.get("login") if isinstance(data, dict) else None
         return login if isinstance(login, str) and login else None
 
-    def list_issue_comments(self, number: int) -> Iterator[Dict[str, Any]]:
+    def list_issue_comments(self, number: int) -> Iterator[dict[str, Any]]:
         """Every comment of issue/PR ``number``, oldest first, across all pages.
 
         Follows ``Link: rel="next"`` only within the API's origin (a link elsewhere ends the
@@ -298,12 +299,12 @@ class GitHubClient:
                 break
             url = nxt
 
-    def create_issue_comment(self, number: int, body: str) -> Dict[str, Any]:
+    def create_issue_comment(self, number: int, body: str) -> dict[str, Any]:
         """POST a new comment on issue/PR ``number``; returns the created comment."""
         _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
         return data if isinstance(data, dict) else {}
 
-    def update_issue_comment(self, comment_id: int, body: str) -> Dict[str, Any]:
+    def update_issue_comment(self, comment_id: int, body: str) -> dict[str, Any]:
         """PATCH the body of comment ``comment_id``; returns the updated comment."""
         _, _, data = self.request("PATCH", f"{self._repo_path()}/issues/comments/{int(comment_id)}", {"body": body})
         return data if isinstance(data, dict) else {}
@@ -374,13 +375,13 @@ class CommentResult(Frozen):
     url: Optional[str] = None
 
 
-def _author_of(comment: Dict[str, Any]) -> str:
+def _author_of(comment: dict[str, Any]) -> str:
     user = comment.get("user")
     login = user.get("login") if isinstance(user, dict) else None
     return login.lower() if isinstance(login, str) else ""
 
 
-def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[Dict[str, Any]]:
+def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[dict[str, Any]]:
     """The oldest comment on ``number`` containing ``tag`` and written by ``author``.
 
     Other users' comments that quote the marker are ignored, so nobody can make us edit (or
@@ -398,7 +399,7 @@ def _why(exc: GitHubError) -> str:
     return f"HTTP {exc.status}: {exc.api_message or 'no message'}"
 
 
-def _send(call: Callable[[str], Dict[str, Any]], text: str, original: str) -> Dict[str, Any]:
+def _send(call: Callable[[str], dict[str, Any]], text: str, original: str) -> dict[str, Any]:
     """``call(text)``; on 422 (body too long) once more with a harder-truncated body."""
     try:
         return call(text)
@@ -447,7 +448,7 @@ def upsert_sticky_comment(
             return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_why(exc)}){tail}")
         raise
 
-    def outcome(action: str, data: Dict[str, Any]) -> CommentResult:
+    def outcome(action: str, data: dict[str, Any]) -> CommentResult:
         cid = data.get("id")
         url = data.get("html_url")
         return CommentResult(

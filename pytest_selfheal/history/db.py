@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Optional
 
 from pytest_selfheal.errors import one_line
 from pytest_selfheal.history.records import (
@@ -34,7 +35,7 @@ SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 # MIGRATIONS[v] takes a database at version v to v + 1 (version 0: an empty file).
-MIGRATIONS: Dict[int, Tuple[str, ...]] = {
+MIGRATIONS: dict[int, tuple[str, ...]] = {
     0: (
         """CREATE TABLE runs (
             id INTEGER PRIMARY KEY,
@@ -90,7 +91,7 @@ class HistoryDB:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, reports_root: Path, *, create: bool = True) -> "HistoryDB":
+    def open(cls, reports_root: Path, *, create: bool = True) -> HistoryDB:
         """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``.
 
         Raises :class:`HistoryUnavailable` for a corrupted, foreign, newer or symlinked
@@ -99,7 +100,7 @@ class HistoryDB:
         return cls.open_file(Path(reports_root) / HISTORY_FILE, create=create)
 
     @classmethod
-    def open_file(cls, path: Path, *, create: bool = True) -> "HistoryDB":
+    def open_file(cls, path: Path, *, create: bool = True) -> HistoryDB:
         """:meth:`open` for a database file of any name (a shard's history artifact)."""
         path = Path(path)
         if os.path.islink(path) or os.path.islink(path.parent):
@@ -163,7 +164,7 @@ class HistoryDB:
         """Close the connection."""
         self._db.close()
 
-    def __enter__(self) -> "HistoryDB":
+    def __enter__(self) -> HistoryDB:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -177,7 +178,7 @@ class HistoryDB:
         the segment the run was written to."""
         return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
-    def import_runs(self, items: Iterable[Tuple[RunInfo, Sequence[TestOutcome]]], *,
+    def import_runs(self, items: Iterable[tuple[RunInfo, Sequence[TestOutcome]]], *,
                     segments: Iterable[str] = ()) -> int:
         """Record many runs in one transaction (a pull of the shared history: thousands of
         runs, one commit); how many were new. A ``run_key`` recorded before is skipped.
@@ -211,11 +212,11 @@ class HistoryDB:
             raise
         return added
 
-    def recorded_segments(self) -> Set[str]:
+    def recorded_segments(self) -> set[str]:
         """The names of the segments whose runs are recorded here."""
         return {str(name) for (name,) in self._db.execute("SELECT name FROM segments")}
 
-    def merge_from(self, other: "HistoryDB") -> int:
+    def merge_from(self, other: HistoryDB) -> int:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
         return self.import_runs(other.runs())
 
@@ -223,14 +224,14 @@ class HistoryDB:
         """How many runs are recorded."""
         return int(self._db.execute("SELECT count(*) FROM runs").fetchone()[0])
 
-    def recent_runs(self, limit: int) -> List[Tuple[RunInfo, List[TestOutcome]]]:
+    def recent_runs(self, limit: int) -> list[tuple[RunInfo, list[TestOutcome]]]:
         """The newest ``limit`` runs with their outcomes, newest first."""
         rows = self._db.execute(
             f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at DESC, id DESC LIMIT ?", (limit,)
         ).fetchall()
         return [(_run_info(row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
 
-    def _outcomes_of(self, run_id: int) -> List[TestOutcome]:
+    def _outcomes_of(self, run_id: int) -> list[TestOutcome]:
         return [
             TestOutcome(nodeid, outcome, fingerprint, failure_class)
             for nodeid, outcome, fingerprint, failure_class in self._db.execute(
@@ -241,16 +242,16 @@ class HistoryDB:
 
     # ------------------------------------------------------------------ reading
 
-    def runs(self) -> Iterator[Tuple[RunInfo, List[TestOutcome]]]:
+    def runs(self) -> Iterator[tuple[RunInfo, list[TestOutcome]]]:
         """Every run with its outcomes, oldest first."""
         rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
         for row in rows:
             yield _run_info(row[1:]), self._outcomes_of(int(row[0]))
 
-    def sightings(self, fingerprints: Iterable[str], branch: str) -> Dict[str, Sighting]:
+    def sightings(self, fingerprints: Iterable[str], branch: str) -> dict[str, Sighting]:
         """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""
         wanted = list(dict.fromkeys(fingerprints))
-        seen: Dict[str, Tuple[object, object]] = {}
+        seen: dict[str, tuple[object, object]] = {}
         # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
         # most of them is "never seen"); chunks stay under SQLite's bound on parameters.
         for start in range(0, len(wanted), _SIGHTINGS_CHUNK):
@@ -263,7 +264,7 @@ class HistoryDB:
                 (*chunk, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
             ):
                 seen[str(fingerprint)] = (first_seen, runs)
-        found: Dict[str, Sighting] = {}
+        found: dict[str, Sighting] = {}
         for fingerprint in wanted:
             row = seen.get(fingerprint)
             if not row or not row[1]:
@@ -276,13 +277,13 @@ class HistoryDB:
             found[fingerprint] = Sighting(fingerprint, first[0] if first else None, str(row[0]), int(str(row[1])))
         return found
 
-    def flake_rates(self, since: str, nodeids: Optional[Iterable[str]] = None) -> List[FlakeRate]:
+    def flake_rates(self, since: str, nodeids: Optional[Iterable[str]] = None) -> list[FlakeRate]:
         """Tests that passed on re-run at least once since ``since`` (ISO time), ranked by
         flake rate, then flaky count, then node id; ``nodeids`` restricts the answer."""
         query = """SELECT o.nodeid, SUM(o.outcome = ?), COUNT(*), MAX(r.recorded_at)
                    FROM outcomes o JOIN runs r ON r.id = o.run_id
                    WHERE r.recorded_at >= ? AND o.outcome IN (?, ?, ?)"""
-        params: List[object] = [PASSED_ON_RERUN, since, FAILED, PASSED_ON_RERUN, QUARANTINED]
+        params: list[object] = [PASSED_ON_RERUN, since, FAILED, PASSED_ON_RERUN, QUARANTINED]
         wanted = list(dict.fromkeys(nodeids)) if nodeids is not None else None
         if wanted is not None:
             if not wanted:
@@ -295,7 +296,7 @@ class HistoryDB:
         return [FlakeRate(str(n), int(f), int(c), str(t)) for n, f, c, t in self._db.execute(query, params)]
 
     def history_of(self, *, nodeid: Optional[str] = None, fingerprint: Optional[str] = None,
-                   limit: int = 200) -> List[Tuple[RunInfo, TestOutcome]]:
+                   limit: int = 200) -> list[tuple[RunInfo, TestOutcome]]:
         """The recorded outcomes of one test or one fingerprint, newest first."""
         column, value = ("nodeid", nodeid) if nodeid is not None else ("fingerprint", fingerprint)
         rows = self._db.execute(

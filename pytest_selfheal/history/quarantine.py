@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-from typing import Any, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -60,7 +61,7 @@ def matching_entry(entries: Sequence[QuarantineEntry], *, nodeid: str, fingerpri
     return next((e for e in entries if e.covers(nodeid=nodeid, fingerprint=fingerprint)), None)
 
 
-def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[QuarantineEntry], List[str]]:
+def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[QuarantineEntry], list[str]]:
     """``(entries in force, warnings)`` from the file's text. Never raises: a file that is
     not YAML, or not the expected shape, is one warning and no entries."""
     yaml = _yaml()
@@ -75,13 +76,13 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[Quaran
     items = _entry_nodes(root)
     if items is None:
         return [], [f"{where}:{root.start_mark.line + 1}: expected `{ROOT_KEY}:` with a list of entries; quarantine ignored"]
-    entries: List[QuarantineEntry] = []
-    warnings: List[str] = []
+    entries: list[QuarantineEntry] = []
+    warnings: list[str] = []
     for node in items:
         line = node.start_mark.line + 1
         try:
             data = yaml.safe_load(yaml.serialize(node))
-        except Exception as exc:  # noqa: BLE001 - any constructor error of a hand-written file is one warning
+        except Exception as exc:
             # A tag (`!!python/object`), a complex key, an impossible date (`2026-02-30`)...
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             warnings.append(f"{where}:{line}: not a plain entry ({_shown(why)}); entry ignored")
@@ -94,7 +95,7 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> Tuple[List[Quaran
     return entries, warnings
 
 
-def _entry_nodes(root: Any) -> Optional[List[Any]]:
+def _entry_nodes(root: Any) -> Optional[list[Any]]:
     yaml = _yaml()
     if not isinstance(root, yaml.MappingNode):
         return None
@@ -106,7 +107,7 @@ def _entry_nodes(root: Any) -> Optional[List[Any]]:
     return None
 
 
-def _entry(data: Any, line: int, today: dt.date) -> Tuple[Optional[QuarantineEntry], Optional[str]]:
+def _entry(data: Any, line: int, today: dt.date) -> tuple[Optional[QuarantineEntry], Optional[str]]:
     if not isinstance(data, dict):
         return None, "expected an entry with `test` or `fingerprint` and `reason`"
     unknown = sorted(_shown(k) for k in data if k not in ENTRY_KEYS)
@@ -206,12 +207,12 @@ def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
     return "".join(lines[:end]) + _item_text(entry.to_mapping(), indent) + "".join(lines[end:])
 
 
-def remove_entries(text: str, *, test: Optional[str] = None, fingerprint: Optional[str] = None) -> Tuple[str, int]:
+def remove_entries(text: str, *, test: Optional[str] = None, fingerprint: Optional[str] = None) -> tuple[str, int]:
     """``(text without the entries naming test/fingerprint, how many were removed)``; the
     lines of every other entry and comment stay as they were. ``ValueError`` on bad YAML."""
     root = _compose(text)
     items = _entry_nodes(root) or []
-    doomed: List[Tuple[int, int]] = []
+    doomed: list[tuple[int, int]] = []
     for index, node in enumerate(items):
         data = _entry_mapping(node)
         if isinstance(data, dict) and ((test is not None and data.get("test") == test) or (

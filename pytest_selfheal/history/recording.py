@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Protocol, Sequence
+from typing import Optional, Protocol
 
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import git_context
@@ -60,9 +61,9 @@ class Failing(Frozen):
 class HistoryResult:
     """What recording gave: the triage of each failing test, the quarantine in force, warnings."""
 
-    triage: Dict[str, Triage] = field(default_factory=dict)
-    quarantine: List[QuarantineEntry] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
+    triage: dict[str, Triage] = field(default_factory=dict)
+    quarantine: list[QuarantineEntry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     base_branch: str = "main"
     unavailable: Optional[str] = None  # the database's one line when it could not be used (also in warnings)
 
@@ -120,7 +121,7 @@ def record_and_triage(
     result.quarantine, warnings = quarantine_in_force(project_root, settings.quarantine_file, source, event)
     result.warnings.extend(warnings)
     rerun = set(passed_on_rerun)
-    outcomes: List[hr.TestOutcome] = []
+    outcomes: list[hr.TestOutcome] = []
     for item in failing:
         if item.nodeid in rerun:
             outcome = hr.PASSED_ON_RERUN

@@ -7,7 +7,7 @@ the same redacted failures as the incident files.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -16,13 +16,13 @@ FAILED = "failed"  # failed (or errored) and was not seen passing in that run
 PASSED_ON_RERUN = "passed_on_rerun"  # failed, then passed when re-run with no code change
 PASSED = "passed"  # a re-run (loop iteration) where it passed after a code change
 QUARANTINED = "quarantined"  # failed, and a quarantine entry covered it
-OUTCOMES: Tuple[str, ...] = (FAILED, PASSED_ON_RERUN, PASSED, QUARANTINED)
+OUTCOMES: tuple[str, ...] = (FAILED, PASSED_ON_RERUN, PASSED, QUARANTINED)
 
 # Which surface recorded a run.
 CAPTURE = "capture"  # pytest --selfheal created an incident
 LOOP = "loop"  # one verification iteration of the loop
 AGENT = "agent"  # pytest --selfheal recorded as the next iteration of an open incident
-RUN_KINDS: Tuple[str, ...] = (CAPTURE, LOOP, AGENT)
+RUN_KINDS: tuple[str, ...] = (CAPTURE, LOOP, AGENT)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

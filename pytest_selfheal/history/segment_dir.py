@@ -9,8 +9,8 @@ segment's name is the hash of its bytes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
 
 from pytest_selfheal.history.segments import (
     SEGMENT_SUFFIX,
@@ -44,10 +44,10 @@ def write_segment(reports_root: Path, segment: Segment) -> str:
     return name
 
 
-def local_segments(reports_root: Path) -> Dict[str, Path]:
+def local_segments(reports_root: Path) -> dict[str, Path]:
     """``{name: path}`` of the segment files here (other files, temp files included, are not segments)."""
     folder = segments_dir(reports_root)
-    found: Dict[str, Path] = {}
+    found: dict[str, Path] = {}
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -68,11 +68,11 @@ def read_segment_file(path: Path) -> Segment:
     return decode(data)
 
 
-def read_segment_files(paths: Sequence[Path]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
+def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]], list[str]]:
     """``(segments with their names, problems)`` of local segment files: a file that cannot
     be read is one line in problems, left in place (never deleted), and skipped."""
-    segments: List[Tuple[str, Segment]] = []
-    problems: List[str] = []
+    segments: list[tuple[str, Segment]] = []
+    problems: list[str] = []
     for path in paths:
         try:
             segments.append((path.name[:-len(SEGMENT_SUFFIX)], read_segment_file(path)))

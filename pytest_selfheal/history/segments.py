@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.history.records import OUTCOMES, RunInfo, TestOutcome
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -34,7 +35,7 @@ COMPACTED_DIR = "compacted"
 # (no compacted segment read) that a clone's old segment must not come back.
 REPLACED_DIR = "replaced"
 
-_RUN_FIELDS: Tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
+_RUN_FIELDS: tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
                                 "ci_workflow", "ci_job", "ci_run_id", "tests_run")
 _INT_FIELDS = ("iteration", "tests_run")
 
@@ -48,15 +49,15 @@ class SegmentRun(Frozen):
     """One run of a segment with its outcomes."""
 
     run: RunInfo
-    outcomes: Tuple[TestOutcome, ...]
+    outcomes: tuple[TestOutcome, ...]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Segment(Frozen):
     """A segment: its runs, and (compacted segments only) the names of the segments it replaces."""
 
-    runs: Tuple[SegmentRun, ...]
-    replaces: Tuple[str, ...] = ()
+    runs: tuple[SegmentRun, ...]
+    replaces: tuple[str, ...] = ()
 
     @property
     def compacted(self) -> bool:
@@ -66,7 +67,7 @@ class Segment(Frozen):
 
 def encode(segment: Segment) -> bytes:
     """The segment's canonical bytes: sorted keys, no spaces, UTF-8 — equal runs, equal bytes."""
-    data: Dict[str, Any] = {
+    data: dict[str, Any] = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "runs": [
@@ -102,7 +103,7 @@ def replaced_path(name: str) -> str:
     return f"{REPLACED_DIR}/{name[:2]}/{name}"
 
 
-def name_of_path(path: str) -> Optional[Tuple[str, str]]:
+def name_of_path(path: str) -> Optional[tuple[str, str]]:
     """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
     (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
     parts = path.split("/")
@@ -127,7 +128,7 @@ def _optional_str(value: object, what: str) -> Optional[str]:
 def _run(data: object) -> RunInfo:
     if not isinstance(data, Mapping):
         raise SegmentError("a run is not an object")
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for name in _RUN_FIELDS:
         value = data.get(name)
         if name in _INT_FIELDS:
@@ -181,11 +182,11 @@ def single_run(run: RunInfo, outcomes: Sequence[TestOutcome]) -> Segment:
     return Segment((SegmentRun(run, tuple(outcomes)),))
 
 
-def compact(named: Iterable[Tuple[str, Segment]]) -> Segment:
+def compact(named: Iterable[tuple[str, Segment]]) -> Segment:
     """One compacted segment of ``named`` segments: every run once (by ``run_key``, the
     first kept), oldest first, replacing each name and whatever those replaced."""
-    runs: Dict[str, SegmentRun] = {}
-    replaces: List[str] = []
+    runs: dict[str, SegmentRun] = {}
+    replaces: list[str] = []
     for name, segment in named:
         replaces.append(name)
         replaces.extend(segment.replaces)

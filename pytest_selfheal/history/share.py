@@ -24,9 +24,10 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Optional
 
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
@@ -94,7 +95,7 @@ class PullResult(Frozen):
     runs: int
     added: int
     commit: Optional[str]
-    problems: Tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -121,8 +122,8 @@ class _Tree:
     __slots__ = ("replaced", "segments")
 
     def __init__(self) -> None:
-        self.segments: Dict[str, _Entry] = {}
-        self.replaced: Set[str] = set()
+        self.segments: dict[str, _Entry] = {}
+        self.replaced: set[str] = set()
 
 
 class _Repo:
@@ -134,11 +135,11 @@ class _Repo:
         self.path, self.env = path, dict(env or {})
 
 
-def token_env(token: str) -> Dict[str, str]:
+def token_env(token: str) -> dict[str, str]:
     """The environment that makes git send ``token`` to an https remote (basic auth as
     ``x-access-token``, what GitHub takes for an Actions token), as configuration in the
     environment only, and read no global or system git configuration."""
-    basic = base64.b64encode(f"x-access-token:{token}".encode("utf-8")).decode("ascii")
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode("ascii")
     return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "1",
             "GIT_CONFIG_KEY_0": "http.extraheader", "GIT_CONFIG_VALUE_0": f"AUTHORIZATION: basic {basic}"}
 
@@ -219,12 +220,12 @@ def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
     return tree
 
 
-def _read_blobs(root: _Repo, blobs: Sequence[str]) -> List[bytes]:
+def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
     """The contents of ``blobs``, in order, with one ``git cat-file --batch``."""
     if not blobs:
         return []
     out = _git(root, ["cat-file", "--batch"], stdin="".join(f"{b}\n" for b in blobs).encode())
-    contents: List[bytes] = []
+    contents: list[bytes] = []
     position = 0
     for blob in blobs:
         end = out.index(b"\n", position)
@@ -237,9 +238,9 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> List[bytes]:
     return contents
 
 
-def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str, Segment]], List[str]]:
-    segments: List[Tuple[str, Segment]] = []
-    problems: List[str] = []
+def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[str]]:
+    segments: list[tuple[str, Segment]] = []
+    problems: list[str] = []
     for entry, data in zip(entries, _read_blobs(root, [e.blob for e in entries])):
         try:
             segments.append((entry.name, decode(data)))
@@ -248,7 +249,7 @@ def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> Tuple[List[Tuple[str,
     return segments, problems
 
 
-def _commit(root: _Repo, parent: Optional[str], adds: Sequence[Tuple[str, str]], removes: Sequence[_Entry],
+def _commit(root: _Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], removes: Sequence[_Entry],
             message: str) -> str:
     """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``,
     built in a private index: the user's index and working tree are never touched."""
@@ -294,7 +295,7 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
 def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts: int,
                sleep: Callable[[float], None]) -> PushResult:
     local = local_segments(reports_root)
-    blobs: Dict[str, str] = {}
+    blobs: dict[str, str] = {}
     for attempt in range(1, attempts + 1):
         parent = _fetch(repo, remote, ref)
         tree = _tree(repo, parent)
@@ -318,7 +319,7 @@ def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts:
                              "(the segments are still here: push again)")
 
 
-def _recorded(reports_root: Path) -> Set[str]:
+def _recorded(reports_root: Path) -> set[str]:
     """The segments the database already holds (none when it does not exist yet)."""
     try:
         with HistoryDB.open(reports_root, create=False) as db:
@@ -327,7 +328,7 @@ def _recorded(reports_root: Path) -> Set[str]:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def rebuild(reports_root: Path, segments: Sequence[Tuple[str, Segment]]) -> Tuple[int, int]:
+def rebuild(reports_root: Path, segments: Sequence[tuple[str, Segment]]) -> tuple[int, int]:
     """Record every run of ``segments`` (with their names) in the database, one
     transaction; ``(runs, added)``."""
     items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]

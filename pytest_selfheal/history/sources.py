@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
@@ -27,7 +28,7 @@ def _relative_inside(relative: str) -> Optional[str]:
 
 def read_quarantine(
     project_root: Path, relative: str, *, revision: Optional[str] = None, today: Optional[dt.date] = None
-) -> Tuple[List[QuarantineEntry], List[str]]:
+) -> tuple[list[QuarantineEntry], list[str]]:
     """``(entries in force, warnings)`` of the quarantine file ``relative`` to the project root,
     at ``revision`` (git) when given, else in the working tree. A missing file is no entries."""
     day = today or dt.datetime.now(dt.timezone.utc).date()
@@ -61,7 +62,7 @@ def read_quarantine(
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
-def actions_event(env: Mapping[str, str]) -> Dict[str, object]:
+def actions_event(env: Mapping[str, str]) -> dict[str, object]:
     """The Actions event payload (``GITHUB_EVENT_PATH``), ``{}`` outside Actions or when unreadable."""
     path = env.get("GITHUB_EVENT_PATH")
     if not path:
@@ -92,7 +93,7 @@ def base_branch(env: Mapping[str, str], configured: str) -> str:
 
 def quarantine_in_force(
     project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None
-) -> Tuple[List[QuarantineEntry], List[str]]:
+) -> tuple[list[QuarantineEntry], list[str]]:
     """The quarantine every surface applies: on a pull request (``pull_request.base.sha`` in
     the Actions event, ``event`` or read from ``GITHUB_EVENT_PATH``) the file at the base
     revision, never the head; elsewhere the working tree's. ``(entries, warnings)``."""

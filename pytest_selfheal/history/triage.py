@@ -14,7 +14,8 @@ One label per failure, first that holds wins (docs/history.md):
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
@@ -24,7 +25,7 @@ NEW = "new"
 KNOWN = "known"
 FLAKY = "flaky"
 QUARANTINED = "quarantined"
-TRIAGE_LABELS: Tuple[str, ...] = (NEW, KNOWN, FLAKY, QUARANTINED)
+TRIAGE_LABELS: tuple[str, ...] = (NEW, KNOWN, FLAKY, QUARANTINED)
 
 # A recorded rate needs a few failures behind it before it calls a test flaky.
 MIN_FAILURES_FOR_RATE = 2
@@ -44,9 +45,9 @@ class Triage(Frozen):
     quarantine_reason: Optional[str] = None
     base_branch: Optional[str] = None  # the branch "known" refers to
 
-    def to_json(self) -> Dict[str, object]:
+    def to_json(self) -> dict[str, object]:
         """The ``triage`` object of incident.json and the report (absent fields left out)."""
-        data: Dict[str, object] = {"label": self.label, "detail": self.detail}
+        data: dict[str, object] = {"label": self.label, "detail": self.detail}
         for key in ("first_seen_commit", "first_seen_at", "occurrences", "flake_rate", "quarantine_reason",
                     "base_branch"):
             value = getattr(self, key)
@@ -91,13 +92,13 @@ def triage_failure(
 
 
 # The keys of a ``triage`` object (``Triage.to_json``), in its order.
-TRIAGE_FIELDS: Tuple[str, ...] = ("label", "detail", "first_seen_commit", "first_seen_at", "occurrences",
+TRIAGE_FIELDS: tuple[str, ...] = ("label", "detail", "first_seen_commit", "first_seen_at", "occurrences",
                                   "flake_rate", "quarantine_reason", "base_branch")
 
 
 def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     """``2 new, 1 known on main, 1 flaky`` — the first line of the PR comment (zero counts left out)."""
-    parts: List[str] = []
+    parts: list[str] = []
     for label in (NEW, KNOWN, FLAKY, QUARANTINED):
         count = labels.count(label)
         if count:
@@ -105,17 +106,17 @@ def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     return ", ".join(parts) if parts else "no failures"
 
 
-def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str]) -> List[Dict[str, Any]]:
+def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str]) -> list[dict[str, Any]]:
     """The report's ``triage`` of one incident: each captured failure's recorded triage
     (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
     re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
-    entries: List[Dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
     for failure in failures:
         recorded = failure.get("triage")
         if not isinstance(recorded, Mapping) or recorded.get("label") not in TRIAGE_LABELS:
             continue
         nodeid = failure.get("nodeid") or failure.get("test")
-        entry: Dict[str, Any] = {key: failure.get(key) if isinstance(failure.get(key), str) else None
+        entry: dict[str, Any] = {key: failure.get(key) if isinstance(failure.get(key), str) else None
                                  for key in ("fingerprint", "failure_type")}
         entry["nodeid"] = nodeid if isinstance(nodeid, str) else None
         entry.update({k: recorded[k] for k in TRIAGE_FIELDS
@@ -127,7 +128,7 @@ def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str])
     return entries
 
 
-def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[Dict[str, object]]:
+def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[dict[str, object]]:
     """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of triage objects (the
     report's ``triage_summary``); None when there are none."""
     labels = [str(e.get("label")) for e in entries if e.get("label") in TRIAGE_LABELS]

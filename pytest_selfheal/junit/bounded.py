@@ -22,10 +22,10 @@ are passed on unfiltered: the scanner reads ASCII-compatible bytes only.
 from __future__ import annotations
 
 import re
-from typing import List, Tuple, Union
+from typing import Union
 
 # What _run passes on: a range of the chunk, or bytes of its own (a marker).
-Piece = Union[Tuple[int, int], bytes]
+Piece = Union[tuple[int, int], bytes]
 
 MAX_ATTR = 64 * 1024  # bytes of one attribute value passed on; the rest becomes the marker
 MAX_TAG_VALUES = 1024 * 1024  # bytes of attribute values passed on in one tag
@@ -49,10 +49,10 @@ class MarkupTooLong(ValueError):
     """A tag (outside its attribute values) or processing instruction over MAX_MARKUP bytes."""
 
 
-def _assemble(buf: bytes, out: List[Piece]) -> "bytes | memoryview":
+def _assemble(buf: bytes, out: list[Piece]) -> bytes | memoryview:
     """The pieces as one bytes-like object: adjacent ranges merge, so an untouched chunk
     is a view of ``buf`` (no copy of a megabyte per chunk)."""
-    merged: List[Piece] = []
+    merged: list[Piece] = []
     for piece in out:
         if isinstance(piece, tuple):
             if piece[0] == piece[1]:
@@ -68,7 +68,7 @@ def _assemble(buf: bytes, out: List[Piece]) -> "bytes | memoryview":
     return b"".join(view[p[0]:p[1]] if isinstance(p, tuple) else p for p in merged)
 
 
-def _look(buf: bytes, start: int, end: int) -> "re.Match[bytes] | None":
+def _look(buf: bytes, start: int, end: int) -> re.Match[bytes] | None:
     """``_LOOK.search(buf, start, end)``, cheaper: when every aligned window of
     MAX_MARKUP/2 bytes before the first ``<!``/``<?`` holds a '<' (a few ``find`` calls),
     no run of MAX_MARKUP bytes without one can start there, and the first special token
@@ -115,7 +115,7 @@ class BoundedFeed:
         self.tag_values = 0  # bytes of attribute values passed on in the open tag
         self.truncated = 0  # attribute values cut so far
 
-    def feed(self, data: bytes, final: bool) -> "bytes | memoryview":
+    def feed(self, data: bytes, final: bool) -> bytes | memoryview:
         """The filtered bytes of ``data`` (some may be held back until the next call): a
         view of the chunk when nothing in it was cut, else a copy."""
         if not self.sniffed:
@@ -131,12 +131,12 @@ class BoundedFeed:
             return data
         buf = self.carry + data if self.carry else data
         limit = len(buf) if final else max(0, len(buf) - _HOLD)
-        out: List[Piece] = []
+        out: list[Piece] = []
         pos = self._run(buf, limit, out, final)
         self.carry = buf[pos:]
         return _assemble(buf, out)
 
-    def _run(self, buf: bytes, limit: int, out: List[Piece], final: bool) -> int:
+    def _run(self, buf: bytes, limit: int, out: list[Piece], final: bool) -> int:
         pos = 0
         end = len(buf)
         while pos < limit:
@@ -202,7 +202,7 @@ class BoundedFeed:
                 self.state = _TEXT
         return pos
 
-    def _open(self, buf: bytes, start: int, out: List[Piece]) -> int:
+    def _open(self, buf: bytes, start: int, out: list[Piece]) -> int:
         """Enter the token starting with the '<' at ``start``; the position after its opener."""
         self.tag_len = 0
         self.tag_values = 0
@@ -221,7 +221,7 @@ class BoundedFeed:
         out.append((start, start + 1))
         return start + 1
 
-    def _value(self, buf: bytes, pos: int, limit: int, out: List[Piece], final: bool) -> int:
+    def _value(self, buf: bytes, pos: int, limit: int, out: list[Piece], final: bool) -> int:
         """Pass on (the head of) the open attribute value; the position reached."""
         close = buf.find(self.quote, pos, limit)
         stop = limit if close < 0 else close
@@ -272,7 +272,7 @@ class TagCounter:
         """Complete testcases counted."""
         return self.started - self.open_case
 
-    def feed(self, data: "bytes | memoryview") -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         """Count the tags of ``data`` (the tags that end in it, with the last chunk's tail)."""
         buf = self.tail + data
         tail = self.tail

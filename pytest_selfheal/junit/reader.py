@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import (
     IO,
     Any,
     Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
     Optional,
-    Set,
-    Tuple,
     TypeVar,
     Union,
 )
@@ -122,20 +117,20 @@ class _Reader:
         self.root_seen = False
         self.root_closed = False
         self.count = 0  # complete testcases read
-        self.done: List[models.TestCaseResult] = []
-        self.failing: Dict[str, Tuple[str, Any]] = {}  # test id -> (outcome, keep(case))
-        self.failing_names: Set[str] = set()  # names of tests ever recorded as failing
+        self.done: list[models.TestCaseResult] = []
+        self.failing: dict[str, tuple[str, Any]] = {}  # test id -> (outcome, keep(case))
+        self.failing_names: set[str] = set()  # names of tests ever recorded as failing
         # The open <testcase>, if any.
         self.case_depth = -1
-        self.case_attrs: Dict[str, str] = {}
+        self.case_attrs: dict[str, str] = {}
         self.outcome = models.OUTCOME_PASSED
         self.message = ""
         self.exc_type = ""
         self.collect_depth = -1  # depth of the result element whose text is being kept
-        self.parts: List[str] = []
+        self.parts: list[str] = []
         self.text_len = 0
 
-    def start(self, name: str, attrs: Dict[str, str]) -> None:
+    def start(self, name: str, attrs: dict[str, str]) -> None:
         self.depth += 1
         depth = self.depth
         if depth > MAX_DEPTH:
@@ -278,7 +273,7 @@ def _label(source: Source) -> str:
 
 
 @contextlib.contextmanager
-def _opened(source: Source, label: str) -> Iterator["IO[bytes]"]:
+def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
     if not isinstance(source, (str, Path)):
         yield source  # the caller's stream: the caller closes it
         return
@@ -302,7 +297,7 @@ def _opened(source: Source, label: str) -> Iterator["IO[bytes]"]:
 
 
 def _parse(
-    stream: "IO[bytes]", label: str, warnings: Optional[List[str]], reader: _Reader
+    stream: IO[bytes], label: str, warnings: Optional[list[str]], reader: _Reader
 ) -> Iterator[models.TestCaseResult]:
     """Feed ``stream`` to expat in chunks, yielding finished cases after each chunk."""
     parser = reader.parser
@@ -330,7 +325,7 @@ def _parse(
 
 
 def _feed_all(
-    stream: "IO[bytes]", label: str, warnings: Optional[List[str]], reader: _Reader, feed: BoundedFeed
+    stream: IO[bytes], label: str, warnings: Optional[list[str]], reader: _Reader, feed: BoundedFeed
 ) -> Iterator[models.TestCaseResult]:
     parser = reader.parser
     seen_content = False
@@ -346,7 +341,7 @@ def _feed_all(
         if not seen_content and chunk.strip():
             seen_content = True
         closing = False  # an error while closing the document: it just stops (truncated)
-        data: "bytes | memoryview" = b""
+        data: bytes | memoryview = b""
         try:
             data = feed.feed(chunk, final)
             if data:
@@ -377,7 +372,7 @@ def _feed_all(
         fed += len(data)
 
 
-def _count(reader: _Reader, data: "bytes | memoryview", fed: int, end: int) -> None:
+def _count(reader: _Reader, data: bytes | memoryview, fed: int, end: int) -> None:
     """Count ``data[:end]`` (``fed`` bytes came before it) once the reader only counts."""
     counter = reader.counter
     if counter is None:
@@ -396,7 +391,7 @@ def _on_error(
     reader: _Reader,
     label: str,
     final: bool,
-    warnings: Optional[List[str]],
+    warnings: Optional[list[str]],
 ) -> None:
     where = f"line {exc.lineno}, column {exc.offset}"
     reason = expat.ErrorString(exc.code)
@@ -419,13 +414,13 @@ def _on_error(
     )
 
 
-def _warn(warnings: Optional[List[str]], message: str) -> None:
+def _warn(warnings: Optional[list[str]], message: str) -> None:
     if warnings is not None:
         warnings.append(message)
 
 
 def iter_testcases(
-    source: Source, *, warnings: Optional[List[str]] = None
+    source: Source, *, warnings: Optional[list[str]] = None
 ) -> Iterator[models.TestCaseResult]:
     """Yield every ``<testcase>`` of a junit file, streaming, in document order.
 
@@ -445,9 +440,9 @@ def map_failing(
     source: Source,
     transform: Callable[[models.TestCaseResult], T],
     *,
-    warnings: Optional[List[str]] = None,
+    warnings: Optional[list[str]] = None,
     limit: Optional[int] = None,
-) -> List[T]:
+) -> list[T]:
     """``transform`` of each failing testcase of a junit file, reruns de-duplicated.
 
     Same result as ``[transform(c) for c in latest_failing(iter_testcases(source))]``
@@ -468,8 +463,8 @@ def map_failing(
 
 
 def read_failing(
-    source: Source, *, warnings: Optional[List[str]] = None
-) -> List[models.TestCaseResult]:
+    source: Source, *, warnings: Optional[list[str]] = None
+) -> list[models.TestCaseResult]:
     """The failing testcases of a junit file after rerun de-duplication (see map_failing)."""
     return map_failing(source, _identity, warnings=warnings)
 
@@ -478,7 +473,7 @@ def _identity(case: models.TestCaseResult) -> models.TestCaseResult:
     return case
 
 
-def dedupe(cases: Iterable[models.TestCaseResult]) -> List[models.TestCaseResult]:
+def dedupe(cases: Iterable[models.TestCaseResult]) -> list[models.TestCaseResult]:
     """One record per test identity (``classname::name``): the last record wins.
 
     Reruns appear as several ``<testcase>`` records of one identity; the final attempt
@@ -486,7 +481,7 @@ def dedupe(cases: Iterable[models.TestCaseResult]) -> List[models.TestCaseResult
     failure). Order is that of each identity's first appearance. Holds one record per
     identity; for the failing ones only, in bounded memory, see :func:`latest_failing`.
     """
-    by_test: Dict[str, models.TestCaseResult] = {}
+    by_test: dict[str, models.TestCaseResult] = {}
     for case in cases:
         previous = by_test.get(case.test)
         if previous is None or not (
@@ -500,8 +495,8 @@ def latest_failing(
     cases: Iterable[models.TestCaseResult],
     *,
     limit: Optional[int] = None,
-    warnings: Optional[List[str]] = None,
-) -> List[models.TestCaseResult]:
+    warnings: Optional[list[str]] = None,
+) -> list[models.TestCaseResult]:
     """The failing records of ``dedupe(cases)`` (the same records), holding failing ones only.
 
     A later passing (or skipped) record of a failing identity removes it (a flaky test
@@ -511,7 +506,7 @@ def latest_failing(
     """
     if limit is None:
         limit = MAX_FAILURES
-    failing: Dict[str, models.TestCaseResult] = {}
+    failing: dict[str, models.TestCaseResult] = {}
     not_kept = 0
     for case in cases:
         if not_kept:

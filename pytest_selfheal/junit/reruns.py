@@ -9,7 +9,8 @@ failing is a ``<failure>``; a quarantined failure carries the property
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Optional
 
 from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
@@ -40,7 +41,7 @@ class RerunCase(Frozen):
 
     nodeid: str
     outcome: str  # passed | failed | skipped: the latest run that ran it
-    failed_runs: Tuple[FailedRun, ...]
+    failed_runs: tuple[FailedRun, ...]
     flaky: bool = False  # passed on re-run with no code change in between
     quarantine_reason: Optional[str] = None
     triage: Optional[str] = None

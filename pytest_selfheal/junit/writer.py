@@ -11,7 +11,8 @@ failure gets the same fingerprint from this document, from ``--junitxml`` and fr
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
@@ -36,7 +37,7 @@ class FailedReport(Frozen):
     file: Optional[str] = None
     line: Optional[int] = None
     duration: float = 0.0
-    root_cause: Optional[Dict[str, Any]] = None  # evidence resolved inside pytest (capture/evidence.py)
+    root_cause: Optional[dict[str, Any]] = None  # evidence resolved inside pytest (capture/evidence.py)
 
     @property
     def outcome(self) -> str:
@@ -47,14 +48,14 @@ class FailedReport(Frozen):
 def xml_escape_visible(text: str) -> str:
     """Replace characters XML cannot hold by a visible ``#xNN`` form."""
 
-    def repl(match: "re.Match[str]") -> str:
+    def repl(match: re.Match[str]) -> str:
         code = ord(match.group())
         return f"#x{code:02X}" if code <= 0xFF else f"#x{code:04X}"
 
     return _ILLEGAL_XML.sub(repl, text)
 
 
-def mangle_nodeid(nodeid: str, prefix: str = "") -> Tuple[str, str]:
+def mangle_nodeid(nodeid: str, prefix: str = "") -> tuple[str, str]:
     """pytest's junit (classname, name) for a node id.
 
     ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``).
@@ -130,7 +131,7 @@ def build_junit(
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + body + b"\n"
 
 
-def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> "dict[str, str]":
+def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> dict[str, str]:
     """Map the junit identity ``classname::name`` back to node ids."""
     mapping = {}
     for nodeid in nodeids:
@@ -139,7 +140,7 @@ def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> "dict[str, s
     return mapping
 
 
-__all__: List[str] = [
+__all__: list[str] = [
     "FailedReport",
     "build_junit",
     "junit_message",

@@ -11,10 +11,11 @@ like a fix.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Optional
 
 from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -36,11 +37,11 @@ class OpenIncident:
     """An incident in the inbox whose loop has not stopped, with its verification selection."""
 
     incident_id: str
-    selection: List[str]
-    last_outcomes: Dict[str, str]
-    last_failures: Dict[str, Failure]  # nodeid -> last known failure
-    options: Optional[List[str]] = None  # the capture's replayed pytest options (None: not recorded)
-    test_digests: Dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
+    selection: list[str]
+    last_outcomes: dict[str, str]
+    last_failures: dict[str, Failure]  # nodeid -> last known failure
+    options: Optional[list[str]] = None  # the capture's replayed pytest options (None: not recorded)
+    test_digests: dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
     invocation_dir: str = ""  # where the capture ran pytest, relative to the rootdir ("" the rootdir)
 
 
@@ -48,10 +49,10 @@ class OpenIncident:
 class AgentResult:
     """What the agent-mode recording did: status lines, closed incidents, covered tests."""
 
-    lines: List[str] = field(default_factory=list)
-    touched: List[str] = field(default_factory=list)
-    still_open: List[str] = field(default_factory=list)
-    covered: Set[str] = field(default_factory=set)
+    lines: list[str] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
+    still_open: list[str] = field(default_factory=list)
+    covered: set[str] = field(default_factory=set)
 
 
 def failure_from_record(record: FailureEntry) -> Failure:
@@ -73,7 +74,7 @@ def failure_from_record(record: FailureEntry) -> Failure:
     )
 
 
-def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> "tuple[Dict[str, str], Dict[str, Failure]]":
+def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[str, str], dict[str, Failure]]:
     if attempts:
         outcomes = dict(attempts[-1].outcomes)
         records = attempts[-1].failures
@@ -83,7 +84,7 @@ def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> "tuple[Dict[
     return outcomes, {r.nodeid: failure_from_record(r) for r in records if r.nodeid}
 
 
-def open_incidents(store: "Store") -> List[OpenIncident]:
+def open_incidents(store: Store) -> list[OpenIncident]:
     """Inbox incidents still looping (planned/running) with a readable plan; others are skipped."""
     found = []
     for summary in store.list_incidents():
@@ -108,8 +109,8 @@ def open_incidents(store: "Store") -> List[OpenIncident]:
 
 def record_agent_attempts(
     *,
-    store: "Store",
-    effective: "EffectiveConfig",
+    store: Store,
+    effective: EffectiveConfig,
     incidents: Sequence[OpenIncident],
     outcomes: Mapping[str, str],
     failures: Sequence[Failure],
@@ -159,8 +160,8 @@ def record_agent_attempts(
             result.covered.update(selection)
             result.still_open.append(incident.incident_id)
             continue
-        run_outcomes: Dict[str, str] = {}
-        run_failures: List[Failure] = []
+        run_outcomes: dict[str, str] = {}
+        run_failures: list[Failure] = []
         for nodeid in incident.selection:
             if nodeid in outcomes:
                 run_outcomes[nodeid] = outcomes[nodeid]

@@ -28,8 +28,9 @@ import functools
 import importlib.metadata
 import importlib.util
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Optional
 
 from pytest_selfheal.errors import RefusedError
 
@@ -46,7 +47,7 @@ def _count(value: str) -> bool:
     return value.isdigit() and len(value) < 10
 
 
-SAFE_VALUED: Dict[str, Callable[[str], bool]] = {
+SAFE_VALUED: dict[str, Callable[[str], bool]] = {
     "--tb": lambda value: value in _TB_STYLES,
     "-r": lambda value: value.isalnum() or value == "",
     "-k": lambda value: True,  # pytest's own expression language, never Python's eval
@@ -90,11 +91,11 @@ def inside_root(word: str, root: Path) -> bool:
     return resolved == base or base in resolved.parents
 
 
-def option_groups(tokens: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+def option_groups(tokens: Sequence[str]) -> list[tuple[str, Optional[str]]]:
     """``(option, value)`` pairs of an options-only word list (incident.json ``pytest_options``,
     ``verification.args``): ``--name=value`` splits at ``=``; a word that does not start with
     ``-`` is the value of the option before it."""
-    groups: List[Tuple[str, Optional[str]]] = []
+    groups: list[tuple[str, Optional[str]]] = []
     for token in tokens:
         if token.startswith("--") and "=" in token:
             name, _, value = token.partition("=")
@@ -109,10 +110,10 @@ def option_groups(tokens: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
 
 
 @functools.lru_cache(maxsize=1)
-def installed_plugins() -> FrozenSet[str]:
+def installed_plugins() -> frozenset[str]:
     """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, its module and
     the module's packages (``xdist``, ``xdist.plugin``)."""
-    names: Set[str] = set()
+    names: set[str] = set()
     for entry in importlib.metadata.entry_points(group="pytest11"):
         names.add(entry.name)
         parts = entry.value.split(":", 1)[0].strip().split(".")
@@ -140,10 +141,10 @@ def plugin_problem(value: str) -> Optional[str]:
     return f"'-p {value}' loads code that is not a pytest plugin installed in this environment"
 
 
-def _path_pieces(value: str) -> List[str]:
+def _path_pieces(value: str) -> list[str]:
     """The parts of an option value that look like paths: split at blanks, ``,``, ``;``, ``=``
     and (outside URLs) ``:`` (``html:/abs/report``); a piece is path-like when it holds a slash."""
-    pieces: List[str] = []
+    pieces: list[str] = []
     for chunk in value.replace(",", " ").replace(";", " ").replace("=", " ").split():
         if "://" in chunk:
             continue  # a URL names a host, not a path of ours
@@ -201,7 +202,7 @@ def judge(option: str, value: Optional[str], root: Path, trusted: bool = False) 
 class _Trust:
     """The recorded options (``(option, value)`` groups) a command may repeat."""
 
-    def __init__(self, everything: bool, groups: FrozenSet[Tuple[str, Optional[str]]]) -> None:
+    def __init__(self, everything: bool, groups: frozenset[tuple[str, Optional[str]]]) -> None:
         self.everything = everything  # inside a trusted `-o addopts=`: its words were recorded whole
         self.groups = groups
 
@@ -209,7 +210,7 @@ class _Trust:
         return self.everything or (option, value) in self.groups
 
 
-def _split(words: Sequence[str], index: int) -> Tuple[str, Optional[str], int]:
+def _split(words: Sequence[str], index: int) -> tuple[str, Optional[str], int]:
     """``(option, value, words used)`` at ``words[index]``, for the options whose value we know
     how to find (the value-judged and safe ones); others are ``(word, None, 1)``."""
     word = words[index]

@@ -19,9 +19,10 @@ other incidents on the same root proceed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import RefusedError
@@ -67,9 +68,9 @@ class IterationOutcome:
     decision: policy.Decision
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
-    run_result: Optional[Dict[str, Any]] = None  # when closed
-    warnings: List[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
-    notes: List[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
+    run_result: Optional[dict[str, Any]] = None  # when closed
+    warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
+    notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
 
 
 def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
@@ -85,7 +86,7 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
 # --------------------------------------------------------------------------- attempt
 
 
-def _failure_record(failure: Failure) -> Dict[str, Any]:
+def _failure_record(failure: Failure) -> dict[str, Any]:
     data = failure.to_dict()
     data.pop("target_paths", None)
     data.pop("root_cause", None)  # the capture's grouping evidence (agent mode has it): not an attempt's
@@ -152,7 +153,7 @@ def _attempt_document(
 # --------------------------------------------------------------------------- plan + status
 
 
-def ensure_plan(store: "Store", incident_id: str) -> Plan:
+def ensure_plan(store: Store, incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
@@ -166,7 +167,7 @@ def ensure_plan(store: "Store", incident_id: str) -> Plan:
     return store.read_plan(incident_id)
 
 
-def reopen_incident(store: "Store", incident_id: str, *, continue_run: bool = False) -> Tuple[str, str, int]:
+def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
     """``selfheal reopen``: an archived incident back to the inbox as ``planned``
     (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
     ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
@@ -176,7 +177,7 @@ def reopen_incident(store: "Store", incident_id: str, *, continue_run: bool = Fa
         return store.reopen(incident_id, continue_run=continue_run)
 
 
-def start_running(store: "Store", incident_id: str, **data: Any) -> None:
+def start_running(store: Store, incident_id: str, **data: Any) -> None:
     """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
     ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
     status = store.read_status(incident_id)
@@ -191,7 +192,7 @@ def start_running(store: "Store", incident_id: str, **data: Any) -> None:
         store.set_status(incident_id, RUNNING, **data)
 
 
-def require_inbox(store: "Store", incident_id: str) -> None:
+def require_inbox(store: Store, incident_id: str) -> None:
     """Refuse (``RefusedError``, exit 5) an incident that is already archived."""
     bucket, _ = store.locate(incident_id)
     if bucket != INBOX:
@@ -202,7 +203,7 @@ def require_inbox(store: "Store", incident_id: str) -> None:
 
 
 def _record_history(
-    store: "Store",
+    store: Store,
     incident_id: str,
     iteration: int,
     *,
@@ -213,7 +214,7 @@ def _record_history(
     failures: Sequence[Failure],
     mode: str,
     project_root: Path,
-) -> List[str]:
+) -> list[str]:
     """Record this iteration in the failure history (docs/history.md); the warning, if any.
 
     Its failures as ``failed`` (or ``quarantined``); a test that failed before and passes
@@ -221,7 +222,7 @@ def _record_history(
     one that passes after a code change as ``passed``. Keyed by incident and iteration, so
     a resumed close-out never records it twice.
     """
-    fingerprints: Dict[str, str] = {}
+    fingerprints: dict[str, str] = {}
     for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
         for failure in failures_seen:
             if (failure.nodeid or failure.test) and failure.fingerprint:
@@ -247,7 +248,7 @@ def _record_history(
 
 
 def record_iteration(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
     effective: EffectiveConfig,
@@ -393,7 +394,7 @@ def _redact_config(redactor: Any, value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _redact_config(redactor, v) for k, v in value.items()}
     if isinstance(value, list):
-        out: List[Any] = []
+        out: list[Any] = []
         for index, item in enumerate(value):
             previous = value[index - 1] if index else None
             if isinstance(item, str) and isinstance(previous, str) and previous.startswith("-") and "=" not in previous:
@@ -406,7 +407,7 @@ def _redact_config(redactor: Any, value: Any) -> Any:
     return redactor.redact(value) if isinstance(value, str) else value
 
 
-def _effective_config_doc(effective: EffectiveConfig) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def _effective_config_doc(effective: EffectiveConfig) -> tuple[dict[str, Any], dict[str, str]]:
     values = _redact_config(default_redactor(effective.settings.redaction), dict(effective.values))
     return values, dict(effective.origins)
 
@@ -421,7 +422,7 @@ def build_run_result(
     failure_signature: Optional[str],
     effective: EffectiveConfig,
     reopened: Optional[int] = None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
     Deterministic for a given stop and attempts (runtime from the attempts' timestamps),
@@ -431,7 +432,7 @@ def build_run_result(
     archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
     values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
-    result: Dict[str, Any] = {
+    result: dict[str, Any] = {
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
@@ -454,14 +455,14 @@ def build_run_result(
 
 
 def finalize(
-    store: "Store",
+    store: Store,
     incident_id: str,
     decision: policy.Decision,
     *,
     effective: EffectiveConfig,
     observations: Optional[Sequence[policy.Observation]] = None,
     project_root: Path,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Close the loop for ``decision`` (a stop); returns the run result. Idempotent.
 
     - resolved/escalated: ``run_result.json``, ``decision_point_needed`` + ``loop_stopped``,
@@ -542,7 +543,7 @@ def finalize(
         return result
 
 
-def _replan(store: "Store", incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
+def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
     if status == RUNNING:

@@ -17,9 +17,10 @@ import os
 import re
 import site
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Optional
 
 _FINDER_GLOB = "__editable___*_finder.py"
 _MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MULTILINE | re.DOTALL)
@@ -29,9 +30,9 @@ _MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MULTILINE |
 class Redirection:
     """The verification's environment, what was redirected, and what could not be."""
 
-    env: Dict[str, str]
-    redirected: List[str] = field(default_factory=list)  # worktree paths put first on PYTHONPATH
-    missing: List[str] = field(default_factory=list)  # project paths with no worktree twin
+    env: dict[str, str]
+    redirected: list[str] = field(default_factory=list)  # worktree paths put first on PYTHONPATH
+    missing: list[str] = field(default_factory=list)  # project paths with no worktree twin
 
 
 def _inside(path: Path, root: Path) -> Optional[Path]:
@@ -41,10 +42,10 @@ def _inside(path: Path, root: Path) -> Optional[Path]:
         return None
 
 
-def finder_paths(site_dirs: Iterable[str]) -> List[str]:
+def finder_paths(site_dirs: Iterable[str]) -> list[str]:
     """The package locations of setuptools' editable finders in ``site_dirs``: for each
     mapped package ``/p/src/pkg``, its parent ``/p/src`` (what an import path needs)."""
-    found: List[str] = []
+    found: list[str] = []
     for folder in site_dirs:
         for finder in sorted(Path(folder).glob(_FINDER_GLOB)) if Path(folder).is_dir() else []:
             try:
@@ -57,7 +58,7 @@ def finder_paths(site_dirs: Iterable[str]) -> List[str]:
     return found
 
 
-def site_dirs() -> List[str]:
+def site_dirs() -> list[str]:
     """This interpreter's site-packages folders (where ``.pth`` files and finders live)."""
     folders = list(getattr(site, "getsitepackages", lambda: [])())
     user = getattr(site, "getusersitepackages", lambda: None)()

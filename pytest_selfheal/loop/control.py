@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Iterator, Optional, Tuple
+from typing import Optional
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.store import fsio
@@ -30,7 +31,7 @@ LOOP_LOCK_FILE = ".loop.lock"
 # Test-only crash hook (tests/test_crash_safety.py): when this environment variable names
 # a step, the process SIGKILLs itself there. Never set it outside tests.
 KILL_ENV = "SELFHEAL_TEST_KILL_AT"
-KILL_STEPS: Tuple[str, ...] = (
+KILL_STEPS: tuple[str, ...] = (
     "loop:after_running",
     "iteration:before_verify",
     "iteration:after_verify",
@@ -52,7 +53,7 @@ def kill_point(step: str) -> None:
 
 
 @contextmanager
-def loop_lock(store: "Store", incident_id: str) -> Iterator[None]:
+def loop_lock(store: Store, incident_id: str) -> Iterator[None]:
     """The per-incident loop lock (``error_runs/<id>/.loop.lock``), taken without waiting.
 
     Held → ``RefusedError`` ("a loop is already running for <id>", exit 5). The OS drops

@@ -7,7 +7,8 @@ step. The vocabulary, the config and the observation predicates are in
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from collections.abc import Collection, Mapping, Sequence
+from typing import Callable, Optional
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
@@ -29,9 +30,9 @@ from pytest_selfheal.loop.policy import (
     SUCCESS,
     TESTS_EDITED,
     TIMEOUT_LIMIT,
-    UNVERIFIED_FAILURES,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
+    UNVERIFIED_FAILURES,
     Decision,
     LoopPolicy,
     Observation,
@@ -49,12 +50,11 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 
-
 # Triage labels (history/triage.py) under which a failure is known not to be deterministic.
-KNOWN_FLAKY_LABELS: Tuple[str, ...] = ("flaky", "quarantined")
+KNOWN_FLAKY_LABELS: tuple[str, ...] = ("flaky", "quarantined")
 
 
-def known_flaky(incident: Incident) -> FrozenSet[str]:
+def known_flaky(incident: Incident) -> frozenset[str]:
     """Node ids the capture's triage labelled flaky or quarantined (the failure history)."""
     out = set()
     for failure in incident.failures:
@@ -112,7 +112,7 @@ def decide(
     flaky_only = only_known_flaky(cur, known_flaky)
     stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
     green = is_success(cur) and not cur.provider_escaped
-    holds: Dict[str, bool] = {
+    holds: dict[str, bool] = {
         DISABLED: not policy.enabled,
         # A green run after a provider escaped is no success: what it changed outside is unknown.
         TESTS_EDITED: green and cur.tests_edited,

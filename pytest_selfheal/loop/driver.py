@@ -22,8 +22,9 @@ from __future__ import annotations
 import shlex
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -42,7 +43,6 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.resume import (
     capture_diff_hash,
     minutes_between,
@@ -55,6 +55,7 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
+from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VerificationRun,
@@ -74,6 +75,7 @@ from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
+
 
 class Verifier(Protocol):
     """Runs one verification command (an argv list, never a shell) with its junit XML at
@@ -106,10 +108,10 @@ class Provider(Protocol):
         plan: Plan,
         last_attempt: Optional[Attempt],
         observations: Sequence[policy.Observation],
-    ) -> Optional[Dict[str, Any]]: ...
+    ) -> Optional[dict[str, Any]]: ...
 
 
-def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
+def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
     """An inbox incident with a final status and no recorded stop is a half-done ``selfheal
     archive`` (killed between its status change and its move): looping it would verify an
     incident someone already closed. A stop the loop itself recorded is completed instead."""
@@ -128,7 +130,7 @@ def _refuse_interrupted_archive(store: "Store", incident_id: str) -> None:
 # --------------------------------------------------------------------------- selections
 
 
-def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> List[str]:
+def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> list[str]:
     """The node ids the verification commands select: the plan's action node ids that
     appear in the commands, or whose test file does (a long selection collapsed to files,
     plan/groups.py), else the command words holding ``::``."""
@@ -142,14 +144,14 @@ def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[s
     return list(dict.fromkeys(word for argv in argvs for word in argv[1:] if "::" in word and not word.startswith("-")))
 
 
-def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str]) -> List[List[str]]:
+def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str]) -> list[list[str]]:
     """Drop excluded node ids from the commands; a command left with no node id at all is
     dropped too (it would run the whole suite). An excluded test selected through its file
     (a collapsed selection) is deselected with ``--deselect``."""
     if not excluded:
         return [list(a) for a in argvs]
     gone = set(excluded)
-    out: List[List[str]] = []
+    out: list[list[str]] = []
     for argv in argvs:
         kept = [w for w in argv if w not in gone]
         if len(kept) < len(argv) and not any("::" in w or w.endswith(".py") for w in kept[1:]):
@@ -165,7 +167,7 @@ def _command_text(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: RefusedError) -> None:
+def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: RefusedError) -> None:
     """Log a refused verification command: one ``decision_point_needed`` (nothing ran)."""
     command = _command_text(argv)
     point = {
@@ -183,14 +185,14 @@ def _refuse_command(store: "Store", incident_id: str, argv: Sequence[str], exc: 
     )
 
 
-def _trusted_options(incident: Incident, effective: "EffectiveConfig") -> List[str]:
+def _trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
     """The capture's own pytest options and ``verification.args``, appended to every command
     (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
     invocation and config, so the argument allowlist trusts them (``check_command``)."""
     return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
-def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") -> List[List[str]]:
+def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> list[list[str]]:
     """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = incident.incident_id
@@ -205,12 +207,12 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: "EffectiveConfig") ->
 
 
 def check_commands(
-    store: "Store",
+    store: Store,
     incident_id: str,
     argvs: Sequence[Sequence[str]],
     *,
     incident: Incident,
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
 ) -> None:
     """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
@@ -234,10 +236,10 @@ def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Dec
 
 
 def run_loop(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
     provider: Optional[Provider] = None,
     approve: bool = False,
@@ -246,7 +248,7 @@ def run_loop(
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
     verifier: Verifier = run_selection,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
     Resumes from disk: completes a pending stop, else continues at the next attempt
@@ -286,7 +288,7 @@ def run_loop(
             ) from None
 
 
-def _cancel(store: "Store", incident_id: str, *, effective: "EffectiveConfig", project_root: Path, say: Callable[[str], None]) -> None:
+def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path, say: Callable[[str], None]) -> None:
     pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         attempts = store.read_attempts(incident_id)
@@ -302,10 +304,10 @@ def _cancel(store: "Store", incident_id: str, *, effective: "EffectiveConfig", p
 
 
 def _drive(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
     provider: Optional[Provider],
     approve: bool,
@@ -315,10 +317,10 @@ def _drive(
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
     verifier: Verifier,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
-    def close(decision: policy.Decision) -> Dict[str, Any]:
+    def close(decision: policy.Decision) -> dict[str, Any]:
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
         say(_final_line(incident_id, result))
@@ -408,7 +410,7 @@ def _drive(
 
 
 def _verify_and_record(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
     argvs: Sequence[Sequence[str]],
@@ -416,7 +418,7 @@ def _verify_and_record(
     nodeids: Sequence[str],
     cwd: Path,
     timeout: Optional[float],
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
     repair: Optional[RepairBlock],
     state: CancelState,
@@ -434,9 +436,9 @@ def _verify_and_record(
     rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
     hasher = PendingSnapshot(cwd, exclude=[store.root], context=False)
-    outcomes: Dict[str, str] = {}
-    failures: List[Failure] = []
-    codes: List[Optional[int]] = []
+    outcomes: dict[str, str] = {}
+    failures: list[Failure] = []
+    codes: list[Optional[int]] = []
     timed_out = False
     duration = 0.0
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
@@ -479,10 +481,10 @@ def _verify_and_record(
 
 
 def verify_iteration(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
     repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,

@@ -12,8 +12,9 @@ pytest reads its arguments relative to the working directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 
 def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
@@ -31,7 +32,7 @@ def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
     return None
 
 
-def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> List[str]:
+def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> list[str]:
     """``argv`` with every word that names a path under ``rootdir`` (a selection
     ``path[::name]``, a path given to an option) made relative to ``start``; the first
     ``skip`` words (the runner: ``python -m pytest``), options and other words are kept."""

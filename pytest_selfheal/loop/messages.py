@@ -5,15 +5,16 @@ recommended next action -- and the one-line terminal status.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.loop.policy import (
     CANCELLED,
     DISABLED,
     FINAL_ESCALATED,
     FINAL_RESOLVED,
-    MAX_ITERATIONS,
     FLAKY,
+    MAX_ITERATIONS,
     MESSAGE_UNSTABLE,
     NO_FIX_FOUND,
     NO_PROGRESS,
@@ -24,9 +25,9 @@ from pytest_selfheal.loop.policy import (
     SCOPE_EXPANSION_DENIED,
     SUCCESS,
     TESTS_EDITED,
-    UNVERIFIED_FAILURES,
     TIMEOUT_STOP,
     TOOLING_ENV_STOP,
+    UNVERIFIED_FAILURES,
     Decision,
     LoopPolicy,
     Observation,
@@ -153,7 +154,7 @@ def stop_message(
 
 # Context-aware options per stop reason (seed: self-correction loop decision points).
 # (id, label, command template or None); {id} is the incident id.
-_OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
+_OPTIONS: dict[str, tuple[tuple[str, str, Optional[str]], ...]] = {
     SUCCESS: (
         ("accept", "Accept the result: the incident is archived as resolved", None),
         ("run_full_suite", "Run the whole test suite to check for regressions", "python -m pytest"),
@@ -249,7 +250,7 @@ _OPTIONS: Dict[str, Tuple[Tuple[str, str, Optional[str]], ...]] = {
 
 # {id} is the incident id ("ID" when unknown). A stop that escalates has archived the
 # incident: looping again goes through a reopen (`selfheal loop ID --reopen`, docs/loop.md).
-_NEXT_ACTION: Dict[str, str] = {
+_NEXT_ACTION: dict[str, str] = {
     SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
     UNVERIFIED_FAILURES: (
         "Run the whole suite again (python -m pytest --selfheal): the failures over the capture's cap were never "
@@ -309,7 +310,7 @@ def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[st
         raise ValueError(f"unknown stop reason {stop_reason!r}") from None
 
 
-def _archived_option(oid: str, label: str, command: Optional[str]) -> Tuple[str, str, Optional[str]]:
+def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str, str, Optional[str]]:
     """An option of a stop that archives the incident (resolved/escalated): the loop runs
     again only through a reopen, and "keep it escalated" has nothing left to run."""
     if command == "selfheal archive {id} --as escalated":
@@ -327,7 +328,7 @@ def decision_point(
     incident_id: Optional[str] = None,
     failure_signature: Optional[str] = None,
     pending_scope_files: Sequence[str] = (),
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """The decision point written at every stop: ``{reason, message, options, context}``.
 
     ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
@@ -364,7 +365,7 @@ def handoff(
     observations: Sequence[Observation],
     decision: Decision,
     incident_id: Optional[str] = None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion").
 
     ``fingerprints_per_iteration[i]`` lists the failing fingerprints of iteration ``i``
@@ -400,18 +401,18 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
 # --------------------------------------------------------------------------- tests without a verdict
 
 # A selected test that ran to no verdict, by outcome: how every surface names it.
-UNVERIFIED: Tuple[Tuple[str, str], ...] = (
+UNVERIFIED: tuple[tuple[str, str], ...] = (
     (OUTCOME_SKIPPED, "skipped"),
     (OUTCOME_MISSING, "not collected or deselected"),
 )
 
 
-def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> List[Tuple[str, List[str]]]:
+def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> list[tuple[str, list[str]]]:
     """``(label, node ids)`` of the selected tests a verification ran to no verdict: skipped
     (an xfail too), or absent from its results (deselected, not collected). ``not_run``
     (the agent mode's tests that a subset or ``-x`` left out) are not counted: they keep
     their last outcome."""
-    found: List[Tuple[str, List[str]]] = []
+    found: list[tuple[str, list[str]]] = []
     for outcome, label in UNVERIFIED:
         nodeids = [n for n, o in outcomes.items() if o == outcome and n not in not_run]
         if nodeids:
@@ -419,7 +420,7 @@ def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ())
     return found
 
 
-def unverified_summary(groups: Sequence[Tuple[str, Sequence[str]]], limit: int = 5) -> str:
+def unverified_summary(groups: Sequence[tuple[str, Sequence[str]]], limit: int = 5) -> str:
     """``1 skipped (a.py::t), 2 not collected or deselected (b.py::u, b.py::v)``."""
     parts = []
     for label, nodeids in groups:

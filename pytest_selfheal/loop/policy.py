@@ -21,7 +21,8 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
@@ -59,7 +60,7 @@ TESTS_EDITED = "tests_edited"
 # The selection passes, but the capture counted failures it could not keep (its cap): never verified.
 UNVERIFIED_FAILURES = "unverified_failures"
 
-STOP_REASONS: Tuple[str, ...] = (
+STOP_REASONS: tuple[str, ...] = (
     SUCCESS,
     TESTS_EDITED,
     UNVERIFIED_FAILURES,
@@ -80,7 +81,7 @@ STOP_REASONS: Tuple[str, ...] = (
 # When several stop conditions hold in one iteration the first in this order wins
 # (docs/loop.md "Precedence"): nothing runs when disabled; a green run is never reported
 # as a failure; then the most specific diagnosis before generic exhaustion.
-PRECEDENCE: Tuple[str, ...] = (
+PRECEDENCE: tuple[str, ...] = (
     DISABLED,
     TESTS_EDITED,
     UNVERIFIED_FAILURES,
@@ -110,9 +111,9 @@ REPAIR_DIFF = "diff"
 REPAIR_NO_FIX_FOUND = "no_fix_found"
 REPAIR_TIMEOUT = "timeout"
 REPAIR_CRASHED = "crashed"
-REPAIR_RESULTS: Tuple[str, ...] = (REPAIR_DIFF, REPAIR_NO_FIX_FOUND, REPAIR_TIMEOUT, REPAIR_CRASHED)
+REPAIR_RESULTS: tuple[str, ...] = (REPAIR_DIFF, REPAIR_NO_FIX_FOUND, REPAIR_TIMEOUT, REPAIR_CRASHED)
 
-OUTCOMES: Tuple[str, ...] = (OUTCOME_PASSED, OUTCOME_FAILED, OUTCOME_ERROR, OUTCOME_SKIPPED, OUTCOME_MISSING)
+OUTCOMES: tuple[str, ...] = (OUTCOME_PASSED, OUTCOME_FAILED, OUTCOME_ERROR, OUTCOME_SKIPPED, OUTCOME_MISSING)
 
 # A timed-out iteration is retried once; the second consecutive timeout stops the loop.
 TIMEOUT_LIMIT = 2
@@ -160,7 +161,7 @@ class LoopPolicy(Frozen):
     tdd_tasks: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "LoopPolicy":
+    def from_settings(cls, settings: Settings) -> LoopPolicy:
         """The loop-relevant fields of the typed settings (checked once, by the config merge)."""
         return cls(
             enabled=settings.enabled,
@@ -193,8 +194,8 @@ class Observation(Frozen):
 
     iteration: int
     outcomes: Mapping[str, str]  # nodeid -> passed|failed|error|skipped|missing
-    fingerprints: Tuple[str, ...]
-    failure_types: Tuple[str, ...]
+    fingerprints: tuple[str, ...]
+    failure_types: tuple[str, ...]
     diff_hash: Optional[str]  # hash of the working-tree diff at verification time; None = unknown
     timed_out: bool = False  # the verification run hit its timeout
     repair_result: Optional[str] = None  # None (no provider) | diff | no_fix_found | timeout | crashed
@@ -215,7 +216,7 @@ class Observation(Frozen):
             raise ValueError(f"unknown repair_result {self.repair_result!r}")
 
     @property
-    def fingerprint_set(self) -> FrozenSet[str]:
+    def fingerprint_set(self) -> frozenset[str]:
         """The failing tests' fingerprints as a set (the unit of repetition)."""
         return frozenset(self.fingerprints)
 
@@ -230,9 +231,9 @@ class Progress(Frozen):
     """The progress signal of one iteration compared with the previous one."""
 
     progress: bool
-    reasons: Tuple[str, ...]  # tests_fixed | fingerprint_changed | diff_changed, or why not judged
+    reasons: tuple[str, ...]  # tests_fixed | fingerprint_changed | diff_changed, or why not judged
     fingerprint_changed: bool  # the set of failing fingerprints differs from the previous one
-    tests_fixed: Tuple[str, ...]  # node ids failing (or missing) before and passing now
+    tests_fixed: tuple[str, ...]  # node ids failing (or missing) before and passing now
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -248,14 +249,14 @@ class Decision(Frozen):
     retry_timeout: bool  # this iteration timed out and its one retry is still allowed
     message: str  # one human sentence explaining the decision
     iteration: int = 0  # verification iterations so far (the capture is 0)
-    conditions: Tuple[str, ...] = ()  # every stop condition that held, in precedence order
+    conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
 
     @property
     def stopped(self) -> bool:
         """True when the loop must stop."""
         return self.action == ACTION_STOP
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (for attempt_XX.json, run_result.json and events)."""
         return {
             "action": self.action,
@@ -323,7 +324,7 @@ def code_unchanged(prev: Observation, cur: Observation) -> bool:
     return prev.diff_hash is not None and prev.diff_hash == cur.diff_hash and cur.repair_result != REPAIR_DIFF
 
 
-def failing_tests(observation: Observation) -> FrozenSet[str]:
+def failing_tests(observation: Observation) -> frozenset[str]:
     """The node ids that failed or errored in ``observation``."""
     return frozenset(n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES)
 
@@ -348,7 +349,7 @@ def flaky_change(prev: Observation, cur: Observation) -> bool:
 
 
 def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
-    """The progress signal of ``cur`` compared with ``prev`` (SPEC §8).
+    """The progress signal of ``cur`` compared with ``prev``.
 
     Progress = a test failing (or missing) in ``prev`` passes in ``cur``, or ``cur`` has a
     failure fingerprint that ``prev`` did not have (a different, downstream error), or the
@@ -375,7 +376,7 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
         # Nothing was changed, so nothing was fixed: a pass here is a flaky test's.
         return Progress(False, (FLAKY,), prev_set != cur.fingerprint_set, ())
     new_error = any(fp not in prev_set for fp in cur.fingerprints)
-    reasons: List[str] = []
+    reasons: list[str] = []
     if fixed:
         reasons.append(PROGRESS_TESTS_FIXED)
     if new_error:
@@ -424,13 +425,13 @@ def no_progress_streak(observations: Sequence[Observation]) -> int:
 
 
 
-def flaky_tests(observations: Sequence[Observation]) -> List[str]:
+def flaky_tests(observations: Sequence[Observation]) -> list[str]:
     """Tests that failed and later passed with no code change in between.
 
     "No code change" = no repair produced a diff in between and no two consecutive
     known diff hashes differ. Order of first failure; each node id once.
     """
-    flaky: List[str] = []
+    flaky: list[str] = []
     for i, first in enumerate(observations):
         for nodeid, outcome in first.outcomes.items():
             if outcome not in FAILING_OUTCOMES or nodeid in flaky:
@@ -445,10 +446,10 @@ def flaky_tests(observations: Sequence[Observation]) -> List[str]:
     return flaky
 
 
-def fixed_tests(observations: Sequence[Observation]) -> List[str]:
+def fixed_tests(observations: Sequence[Observation]) -> list[str]:
     """Tests that failed at some iteration and pass at the latest one that ran them."""
-    latest: Dict[str, str] = {}
-    ever_failed: List[str] = []
+    latest: dict[str, str] = {}
+    ever_failed: list[str] = []
     for obs in observations:
         for nodeid, outcome in obs.outcomes.items():
             if outcome in FAILING_OUTCOMES and nodeid not in ever_failed:
@@ -528,7 +529,7 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
     record's types were checked when it was read; a failure without a test identity or a
     fingerprint cannot be compared, so it is refused (``InputError``).
     """
-    outcomes: Dict[str, str] = {}
+    outcomes: dict[str, str] = {}
     for index, failure in enumerate(incident.failures):
         nodeid = failure.nodeid or failure.test
         if not nodeid or not failure.fingerprint:

@@ -1,4 +1,4 @@
-"""Rebuild the loop state from the event log alone, and the same state from the files (SPEC §9).
+"""Rebuild the loop state from the event log alone, and the same state from the files.
 
 :func:`replay` is pure: events in, state out. :func:`state_from_disk` builds the same
 shape from ``status.txt``, the attempts, ``run_result.json`` and where the incident
@@ -20,7 +20,8 @@ under ``loop_stops`` (events only, not compared).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
@@ -40,7 +41,7 @@ from pytest_selfheal.store.root import Store
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
 
-def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> Dict[str, Any]:
+def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> dict[str, Any]:
     fingerprints = record.get("fingerprints")
     return {
         "iteration": record.get("iteration"),
@@ -72,11 +73,11 @@ def _state(
     incident_id: Optional[str],
     status: Optional[str],
     bucket: str,
-    iterations: List[Dict[str, Any]],
+    iterations: list[dict[str, Any]],
     closing: Optional[Mapping[str, Any]],
     archived_to: Optional[str],
     reopened: Optional[int] = None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     stop_reason = _stop_in_force(iterations, closing, status, reopened)
     return {
         "incident_id": incident_id,
@@ -89,7 +90,7 @@ def _state(
     }
 
 
-def replay(events: Sequence[Event]) -> Dict[str, Any]:
+def replay(events: Sequence[Event]) -> dict[str, Any]:
     """The loop state rebuilt from the events alone (pure).
 
     Status follows ``incident_captured`` then every ``status_changed``; the bucket and
@@ -104,10 +105,10 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
     status: Optional[str] = None
     bucket = INBOX
     archived_to: Optional[str] = None
-    by_number: Dict[int, Dict[str, Any]] = {}
-    closing: Optional[Dict[str, Any]] = None
+    by_number: dict[int, dict[str, Any]] = {}
+    closing: Optional[dict[str, Any]] = None
     reopened: Optional[int] = None
-    stops: List[Dict[str, Any]] = []
+    stops: list[dict[str, Any]] = []
     for record in events:
         name = record.event
         if incident_id is None and record.incident_id is not None:
@@ -141,7 +142,7 @@ def replay(events: Sequence[Event]) -> Dict[str, Any]:
     return state
 
 
-def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
+def state_from_disk(store: Store, incident_id: str) -> dict[str, Any]:
     """The same state built from the files: ``status.txt``, the attempts, ``run_result.json``
     and the bucket the incident folder is in. Raises like the store (corrupted files: exit 3)."""
     bucket, _ = store.locate(incident_id)
@@ -164,7 +165,7 @@ def state_from_disk(store: "Store", incident_id: str) -> Dict[str, Any]:
     return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)
 
 
-def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> List[str]:
+def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> list[str]:
     """One line per compared key that differs (empty: replay equals the disk)."""
     lines = []
     for key in COMPARED_KEYS:

@@ -17,8 +17,9 @@ at every step, never from memory:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
@@ -67,7 +68,7 @@ def minutes_between(start: Optional[datetime], end: Optional[datetime]) -> float
 
 def split_runs(
     attempts: Sequence[Attempt], reopened: Optional[int] = None
-) -> Tuple[Optional[Attempt], List[Attempt]]:
+) -> tuple[Optional[Attempt], list[Attempt]]:
     """``(baseline attempt or None, attempts of the current loop run)``.
 
     A ``replan_requested`` stop ends a loop run, and so does a reopen (``reopened``: the
@@ -107,7 +108,7 @@ def observations_from_disk(
     attempts: Sequence[Attempt],
     *,
     capture_hash: Optional[str] = None,
-) -> List[policy.Observation]:
+) -> list[policy.Observation]:
     """The observations of the current loop run: observation 0, then one per attempt.
 
     Observation 0 is the capture (the incident's failures, ``capture_hash`` as its diff
@@ -186,7 +187,7 @@ def pending_stop(
 
 
 def pending_on_disk(
-    store: "Store", incident_id: str, attempts: Sequence[Attempt]
+    store: Store, incident_id: str, attempts: Sequence[Attempt]
 ) -> Optional[policy.Decision]:
     """:func:`pending_stop` from the files of ``incident_id`` (call under the store lock)."""
     replanned_at: Optional[int] = None
@@ -198,7 +199,7 @@ def pending_on_disk(
     )
 
 
-def read_context(store: "Store", incident_id: str) -> Optional[Dict[str, Any]]:
+def read_context(store: Store, incident_id: str) -> Optional[dict[str, Any]]:
     """``context.json`` of the incident, or None when it is missing or unreadable."""
     try:
         return store.read_context(incident_id)
@@ -223,7 +224,7 @@ def _failure_key(failure: FailureEntry, key: str) -> Any:
     return getattr(failure, key) if failure.keys is None or key in failure.keys else None
 
 
-def verification_event(attempt: Attempt) -> Dict[str, Any]:
+def verification_event(attempt: Attempt) -> dict[str, Any]:
     """The ``verification_finished`` data: enough to replay the loop from events alone."""
     failures = attempt.failures
     return {
@@ -265,7 +266,7 @@ def _replayed_status(records: Sequence[Event]) -> Optional[str]:
     return status
 
 
-def recover_events(store: "Store", incident_id: str, attempts: Sequence[Attempt]) -> int:
+def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) -> int:
     """Append the events a kill may have lost; returns how many were added. Call under the store lock.
 
     A kill between ``attempt_XX.json`` and its ``verification_finished`` (or
@@ -299,7 +300,7 @@ def recover_events(store: "Store", incident_id: str, attempts: Sequence[Attempt]
     return added
 
 
-def repeated_failure_data(attempt: Attempt, repeats: int) -> Dict[str, Any]:
+def repeated_failure_data(attempt: Attempt, repeats: int) -> dict[str, Any]:
     """The ``repeated_failure_detected`` data for an attempt that saw its failure ``repeats`` times in a row."""
     return {
         "iteration": attempt.iteration,

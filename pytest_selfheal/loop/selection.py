@@ -6,19 +6,19 @@
 
 from __future__ import annotations
 
-from typing import Collection, List, Optional, Sequence, Tuple
+from collections.abc import Collection, Sequence
+from typing import Optional
 
 from pytest_selfheal.loop.policy import LoopPolicy
 from pytest_selfheal.records.frozen import Frozen, dataclass
-
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class LoopSelection(Frozen):
     """Which failing tests the loop may verify, and whether it may run at all."""
 
-    nodeids: Tuple[str, ...]  # what the loop verifies
-    excluded: Tuple[str, ...]  # failing tests left out by apply_to
+    nodeids: tuple[str, ...]  # what the loop verifies
+    excluded: tuple[str, ...]  # failing tests left out by apply_to
     refused: Optional[str]  # why the loop must not run (the driver stops with `disabled`); None = run
 
 
@@ -39,8 +39,8 @@ def loop_selection(
       loop``/``selfheal ci`` without a TTY) unless ``approved`` (``--approve``).
     """
     tdd = set(tdd_nodeids)
-    keep: List[str] = []
-    excluded: List[str] = []
+    keep: list[str] = []
+    excluded: list[str] = []
     for nodeid in nodeids:
         allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
         (keep if allowed else excluded).append(nodeid)

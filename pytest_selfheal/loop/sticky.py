@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from enum import Enum
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.loop.attempts import reopen_incident
@@ -52,7 +53,7 @@ class StoppedIncident(Frozen):
     status: str
     stop_reason: str  # the recorded stop reason; "archived" when a person archived it
     iteration: int  # the last attempt number (0: stopped before any verification)
-    fingerprints: FrozenSet[str]
+    fingerprints: frozenset[str]
     diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
 
 
@@ -61,13 +62,13 @@ class StickyMatch(Frozen):
     """This run's failures that one stopped incident holds, and what follows."""
 
     incident: StoppedIncident
-    failures: Tuple[Failure, ...]
+    failures: tuple[Failure, ...]
     attachment: Attachment
 
 
 def match_stopped(
     stopped: Sequence[StoppedIncident], failures: Sequence[Failure], diff_hash: Optional[str]
-) -> Tuple[List[StickyMatch], List[Failure]]:
+) -> tuple[list[StickyMatch], list[Failure]]:
     """``(matches, failures no stopped incident holds)`` (pure).
 
     Each failure goes to the newest stopped incident (``stopped`` is newest first) whose
@@ -76,8 +77,8 @@ def match_stopped(
     known diff hashes) or the incident waits for its proposed plan (a replan is a person's
     step); otherwise it is :attr:`Attachment.CONTINUED`.
     """
-    held: Dict[str, List[Failure]] = {}
-    rest: List[Failure] = []
+    held: dict[str, list[Failure]] = {}
+    rest: list[Failure] = []
     for failure in failures:
         owner = next((s for s in stopped if failure.fingerprint in s.fingerprints), None)
         if owner is None:
@@ -94,9 +95,9 @@ def match_stopped(
     return matches, rest
 
 
-def _candidate_ids(store: Store) -> List[Tuple[str, str]]:
+def _candidate_ids(store: Store) -> list[tuple[str, str]]:
     """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
-    found: List[Tuple[str, str]] = []
+    found: list[tuple[str, str]] = []
     for bucket in (INBOX, ESCALATED):
         try:
             names = os.listdir(store.bucket_dir(bucket))
@@ -107,11 +108,11 @@ def _candidate_ids(store: Store) -> List[Tuple[str, str]]:
     return found
 
 
-def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> List[StoppedIncident]:
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedIncident]:
     """The newest ``limit`` incidents that stopped without success, newest first: escalated
     (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
     (``selfheal status`` shows it)."""
-    out: List[StoppedIncident] = []
+    out: list[StoppedIncident] = []
     for bucket, incident_id in _candidate_ids(store):
         if len(out) >= limit:
             break
@@ -161,7 +162,7 @@ _LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .*\((\w+)
                    + ALREADY_STOPPED + r"$")
 
 
-def parse_already_stopped(lines: Sequence[str]) -> Optional[Tuple[str, int, str]]:
+def parse_already_stopped(lines: Sequence[str]) -> Optional[tuple[str, int, str]]:
     """``(incident id, its last iteration, why it stopped)`` of the first already-stopped
     line among ``lines`` (the plugin's terminal section), or None."""
     for line in lines:

@@ -21,8 +21,9 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
@@ -42,7 +43,7 @@ from pytest_selfheal.redact import Redactor, redact_cases
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
 # so a verification run never captures an incident of its own.
 
-DEFAULT_ALLOWLIST: Tuple[str, ...] = ("pytest",)
+DEFAULT_ALLOWLIST: tuple[str, ...] = ("pytest",)
 
 # The test identity of the synthetic failure written when a run produced no junit.
 SYNTHETIC_TEST = "verification"
@@ -65,7 +66,7 @@ _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
 class VerificationRun(Frozen):
     """What one verification subprocess did."""
 
-    argv: List[str]  # as executed (interpreter resolved, --junitxml added)
+    argv: list[str]  # as executed (interpreter resolved, --junitxml added)
     exit_code: Optional[int]  # None when it could not start or was killed by the timeout
     timed_out: bool
     duration_seconds: float
@@ -176,7 +177,7 @@ def check_command(
                     pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
 
 
-def resolve_argv(argv: Sequence[str]) -> List[str]:
+def resolve_argv(argv: Sequence[str]) -> list[str]:
     """``python`` (a bare interpreter name) → ``sys.executable``: the interpreter running
     selfheal, which has the project's pytest and this plugin installed. Other bare names
     are resolved by :func:`pytest_selfheal.process.run` (absolute PATH entries only)."""
@@ -257,12 +258,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> List[Path]:
+def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
     """Remove the verification temp folders a killed loop left (``selfheal-verify-<pid>-*``
     in the temp directory): only ours (a real folder, not a link, owned by our user) and
     only stale (their pid is dead). Returns what was removed; never raises."""
     base = Path(tempfile.gettempdir() if tmp is None else tmp)
-    removed: List[Path] = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -288,7 +289,7 @@ def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> List[Path]:
 # --------------------------------------------------------------------------- observing
 
 
-def _identity_map(nodeids: Sequence[str]) -> Dict[str, str]:
+def _identity_map(nodeids: Sequence[str]) -> dict[str, str]:
     return nodeid_by_identity(list(nodeids))
 
 
@@ -338,7 +339,7 @@ def last_line(text: str) -> str:
     return ""
 
 
-def synthetic_failure(message: str, text: str, rules: Sequence["Rule"], *, exc_type: str = "") -> models.Failure:
+def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_type: str = "") -> models.Failure:
     """One failure standing for a run that produced no junit (crash, usage error, timeout,
     missing interpreter), classified like any other so ``No module named pytest`` is
     TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
@@ -366,10 +367,10 @@ def observe(
     run: VerificationRun,
     selection_nodeids: Sequence[str],
     *,
-    rules: Sequence["Rule"] = (),
-    redactor: Optional["Redactor"] = None,
-    warnings: Optional[List[str]] = None,
-) -> Tuple[Dict[str, str], List[models.Failure]]:
+    rules: Sequence[Rule] = (),
+    redactor: Optional[Redactor] = None,
+    warnings: Optional[list[str]] = None,
+) -> tuple[dict[str, str], list[models.Failure]]:
     """Outcomes per node id and the failures of one verification run.
 
     Testcases are mapped back to node ids through pytest's junit name mangling; a failing
@@ -380,8 +381,8 @@ def observe(
     is ``missing`` and ONE synthetic failure is built from the output's last non-empty
     line (a timeout gives a TIMEOUT failure).
     """
-    outcomes: Dict[str, str] = {}
-    cases: List[models.TestCaseResult] = []
+    outcomes: dict[str, str] = {}
+    cases: list[models.TestCaseResult] = []
     if not run.timed_out and run.junit_path.is_file():
         try:
             cases = dedupe(redact_cases(iter_testcases(run.junit_path, warnings=warnings), redactor))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
@@ -45,7 +46,7 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
     whole = separator.join(blocks)
     if len(whole) <= budget:
         return whole
-    kept: List[str] = []
+    kept: list[str] = []
     used = 0
     for index, block in enumerate(blocks):
         cost = len(block) + (len(separator) if kept else 0)
@@ -80,8 +81,8 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
 # --------------------------------------------------------------------------- one incident
 
 
-def _failures_by_id(incident: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
-    found: Dict[str, Mapping[str, Any]] = {}
+def _failures_by_id(incident: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
     for entry in incident.get("failures") or []:
         if isinstance(entry, Mapping):
             found.setdefault(str(entry.get("nodeid") or entry.get("test") or ""), entry)
@@ -126,7 +127,7 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
         lines.append("class: " + ", ".join(kinds))
         if any(e.get("triage") for e in entries):  # an attempt's failures are not triaged
             lines.append(f"triage: {_triage_counts(entries)}")
-        messages: Dict[str, List[str]] = {}
+        messages: dict[str, list[str]] = {}
         for entry in entries:
             messages.setdefault(one_line(entry.get("message")), []).append(str(entry.get("nodeid") or "-"))
         shown = list(messages.items())[:DISTINCT_PER_GROUP * scale]
@@ -184,14 +185,14 @@ def attempts_block(view: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def ranked_causes(view: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+def ranked_causes(view: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The root-cause groups of a view, largest first (ties keep the plan's order): group N of
     the digest, of ``show`` and of its paging is the N-th of this list."""
     causes = [c for c in view.get("root_causes") or [] if isinstance(c, Mapping)]
     return sorted(causes, key=lambda cause: -len(cause.get("nodeids") or []))
 
 
-def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> List[str]:
+def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> list[str]:
     """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
     the head, one block per root-cause group (largest first), the plan, the attempts. ``group``
     (1-based): the head and that one group in full; ``IndexError`` when there is no such group."""
@@ -255,7 +256,7 @@ def group_page(view: Mapping[str, Any], group: int, offset: int, max_chars: int)
 # --------------------------------------------------------------------------- run_tests
 
 
-def verdict_lines(verdict: Mapping[str, Any]) -> List[str]:
+def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
     """The run_tests verdict as the first lines of its text: the decision first."""
     decision = str(verdict.get("decision"))
     head = decision + (f" {verdict['stop_reason']}" if decision == "STOP" and verdict.get("stop_reason") else "")
@@ -288,7 +289,7 @@ def structured_size(data: Optional[Mapping[str, Any]]) -> int:
 ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "iteration", "max_iterations")
 
 
-def bounded_verdict(data: Dict[str, Any], max_chars: int) -> Dict[str, Any]:
+def bounded_verdict(data: dict[str, Any], max_chars: int) -> dict[str, Any]:
     """The verdict's structured part, at most half of ``max_chars`` when it can be: whole when
     it fits, else only its :data:`ESSENTIAL` keys that are set (the text says the rest), else
     the decision and the incident alone. The text gets the other half at least."""

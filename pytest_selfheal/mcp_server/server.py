@@ -12,7 +12,7 @@ import asyncio
 import threading
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, TypeVar, Union
+from typing import Annotated, Any, Callable, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
 
 from mcp.server import MCPServer
@@ -63,13 +63,13 @@ class Verdict(BaseModel):
     max_iterations: Optional[int] = None
     fingerprint_changed: Optional[bool] = None
     progress: Optional[bool] = None
-    tests_fixed: Optional[List[str]] = None
-    counts: Optional[Dict[str, int]] = Field(None, description="pytest's summary, e.g. {\"failed\": 3, \"passed\": 1}")
+    tests_fixed: Optional[list[str]] = None
+    counts: Optional[dict[str, int]] = Field(None, description="pytest's summary, e.g. {\"failed\": 3, \"passed\": 1}")
     pytest_exit_code: Optional[int] = None
     summary: Optional[str] = None
     next: Optional[str] = Field(None, description="what to do next")
     bucket: Optional[str] = None
-    closed: Optional[Dict[str, Any]] = Field(None, description="an incident the same run stopped")
+    closed: Optional[dict[str, Any]] = Field(None, description="an incident the same run stopped")
 
 
 class _AlreadyApplied:
@@ -156,7 +156,7 @@ async def _adopt_roots(project: Project, ctx: Context[Any, Any]) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # roots are deprecated in the newest protocol, still offered by clients
             listed = await ctx.session.list_roots()
-    except Exception:  # noqa: BLE001 - a client that cannot answer leaves the refusal in place
+    except Exception:
         return
     for root in listed.roots:
         uri = str(root.uri)
@@ -175,8 +175,8 @@ def build_server(project: Project) -> SelfhealMCPServer:
     runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
     @app.tool(annotations=runs)
-    async def run_tests(ctx: Context[Any, Any], selection: Optional[List[str]] = None,
-                        pytest_args: Optional[List[str]] = None) -> Annotated[CallToolResult, Verdict]:
+    async def run_tests(ctx: Context[Any, Any], selection: Optional[list[str]] = None,
+                        pytest_args: Optional[list[str]] = None) -> Annotated[CallToolResult, Verdict]:
         """Run `pytest --selfheal` (optionally only `selection`: node ids or paths; `pytest_args`:
         allowlisted pytest options such as -x, -k EXPR, --tb short; omitted: the open incident's
         own options). A failing run is captured as an incident; with an incident open, the run

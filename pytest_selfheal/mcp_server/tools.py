@@ -16,13 +16,13 @@ import collections
 import re
 import shlex
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
-from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.policy import FLAKY
@@ -37,13 +37,14 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store.root import Store
 
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
@@ -59,12 +60,12 @@ class ToolResult(Frozen):
     """A tool's answer: text for the model, and (run_tests) the verdict as structured data."""
 
     text: str
-    data: Optional[Dict[str, Any]] = None
+    data: Optional[dict[str, Any]] = None
 
 
-def _plugin_section(lines: Sequence[str]) -> List[str]:
+def _plugin_section(lines: Sequence[str]) -> list[str]:
     """The lines of the plugin's ``selfheal`` terminal section (what it captured or decided)."""
-    out: List[str] = []
+    out: list[str] = []
     inside = False
     for line in lines:
         if _SECTION.match(line):
@@ -77,7 +78,7 @@ def _plugin_section(lines: Sequence[str]) -> List[str]:
     return out[:PLUGIN_LINES]
 
 
-def _counts(lines: Sequence[str]) -> Dict[str, int]:
+def _counts(lines: Sequence[str]) -> dict[str, int]:
     """pytest's final ``3 failed, 1 passed in 0.14s`` line as counts (empty when absent)."""
     for line in reversed(lines):
         if _SUMMARY.search(line):
@@ -135,7 +136,7 @@ class Project:
             redactor, limit = default_redactor(), int(McpSettings().max_chars)
         return one_line(redactor.redact(text), limit)
 
-    def incident_ids(self, limit: int = 50) -> List[str]:
+    def incident_ids(self, limit: int = 50) -> list[str]:
         """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
         return [str(row["incident_id"]) for row in reversed(self.store().list_incidents())][:limit]
 
@@ -206,7 +207,7 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
-        progress: List[str] = []
+        progress: list[str] = []
         result = run_incident_loop(
             store, resolved, effective=effective, cwd=self.root, pluginmanager=hooks.cli_plugin_manager(),
             out=progress.append, interactive=False, unattended=True, verify_only=True,
@@ -255,8 +256,8 @@ class Project:
 
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
-                    timeout: Optional[Tuple[float, str]] = None,
-                    cancel: Optional[threading.Event] = None) -> Dict[str, Any]:
+                    timeout: Optional[tuple[float, str]] = None,
+                    cancel: Optional[threading.Event] = None) -> dict[str, Any]:
         """Run ``pytest --selfheal`` and return its verdict as a mapping (see :meth:`run_tests`).
 
         ``trusted``: more arguments passed without the allowlist check (config the user wrote);
@@ -264,7 +265,7 @@ class Project:
         ``cancel``: set from another thread, it stops pytest's whole process group.
         """
         self.require_project()
-        replayed: List[str] = list(trusted)
+        replayed: list[str] = list(trusted)
         waiting = open_incidents(store)
         if pytest_args is None:
             replayed = list(waiting[-1].options or []) if waiting else []
@@ -279,7 +280,7 @@ class Project:
         self._check_words(effective, selection, pytest_args, replayed)
         redactor = self.redactor(effective)
         before = snapshot(store)
-        tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 
         def keep(line: bytes) -> None:  # one line, or one piece of a very long one
             tail.append(line.decode("utf-8", errors="replace").rstrip("\r\n"))
@@ -310,10 +311,10 @@ class Project:
         return self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
                              _plugin_section(lines))
 
-    def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: Dict[str, int],
-                 after: Snapshot, captured: List[str], iterated: List[str], plugin_lines: List[str]) -> Dict[str, Any]:
+    def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
+                 after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> dict[str, Any]:
         settings = effective.settings
-        verdict: Dict[str, Any] = {
+        verdict: dict[str, Any] = {
             "pytest_exit_code": code, "counts": counts, "max_iterations": settings.max_iterations,
             "incident_id": None, "iteration": None, "captured": captured[-1] if captured else None,
             "fingerprint_changed": None, "progress": None, "plugin_lines": [],
@@ -391,7 +392,7 @@ class Project:
         # The agent's step is to stop; the rest is for the user it hands over to.
         return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 
-    def verdict_result(self, store: Store, verdict: Dict[str, Any], limit: int, *, redactor: Redactor,
+    def verdict_result(self, store: Store, verdict: dict[str, Any], limit: int, *, redactor: Redactor,
                        structured: bool = True, more: Optional[str] = None) -> ToolResult:
         """The verdict as a tool result: its lines and the open incident's root-cause groups,
         the whole at most ``limit`` characters (``structured``: the verdict's JSON counted in);
@@ -439,7 +440,7 @@ class Project:
                           f"{', '.join(proposed.files)}{partial}")
 
 
-def current_view(store: Store, incident_id: str) -> Dict[str, Any]:
+def current_view(store: Store, incident_id: str) -> dict[str, Any]:
     """The incident view with its failures as they are now: after an attempt, the groups keep
     the plan's root causes but hold only the tests still failing, with their latest messages
     and fingerprints (an agent must not chase the capture's stale messages)."""

@@ -6,7 +6,7 @@ verification_commands, done_criteria. Extensions: ``revision`` (1, bumped by
 :func:`replan`), per action ``fingerprint``/``fingerprints``/``signature``/
 ``failure_type``/``nodeids``/``test_paths``/``root_cause``, per hypothesis ``actions``.
 
-One action per *root cause* (SPEC §7, :mod:`pytest_selfheal.plan.groups`): failures whose
+One action per *root cause* (:mod:`pytest_selfheal.plan.groups`): failures whose
 evidence points at the same function (innermost project frame, else the definitions the
 test calls) are one action whatever their messages; failures without evidence fall back to
 their failure type and normalised message. Each action's ``target_paths`` are the source
@@ -25,7 +25,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import shlex
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
@@ -38,6 +39,7 @@ from pytest_selfheal.plan.groups import (
     selection_file,
 )
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
+from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     DOCTEST_MISMATCH,
@@ -49,18 +51,17 @@ from pytest_selfheal.records.models import (
     TYPECHECK,
     UNKNOWN,
 )
-from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.redacted import runnable_nodeid
 
-DONE_CRITERIA: Tuple[str, ...] = (
+DONE_CRITERIA: tuple[str, ...] = (
     "Target error no longer reproduces",
     "Listed verification commands pass",
     "No new failure appears in the verification selection",
 )
 
 # Per failure type: action title verb, hypothesis text, confidence.
-_TYPE_INFO: Dict[str, Tuple[str, str, str]] = {
+_TYPE_INFO: dict[str, tuple[str, str, str]] = {
     TEST_ASSERTION: (
         "Fix the failing assertion",
         "the code under test returns a wrong value or the test expectation is outdated",
@@ -102,7 +103,7 @@ _MD_MAX_COMMAND = 8000  # a longer verification command is shown cut (plan.json 
 _GROUP_HASH_LEN = 12
 
 
-def _type_info(failure_type: str) -> Tuple[str, str, str]:
+def _type_info(failure_type: str) -> tuple[str, str, str]:
     return _TYPE_INFO.get(failure_type, _TYPE_INFO[UNKNOWN])
 
 
@@ -110,10 +111,10 @@ def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
-def _failures(incident: Mapping[str, Any]) -> List[Dict[str, Any]]:
+def _failures(incident: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The incident's failures; an incident without a list gets one from its top-level fields."""
     raw = incident.get("failures")
-    failures: List[Dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
     if isinstance(raw, list):
         for item in raw:
             if isinstance(item, Mapping):
@@ -149,7 +150,7 @@ def _selection(failure: Mapping[str, Any]) -> Optional[str]:
 def normalised_message(failure: Mapping[str, Any]) -> str:
     """The failure's signature without the test part: ``<normalised message>``.
 
-    Signatures read ``<type> | <test> | <normalised message>`` (SPEC §5). The known test
+    Signatures read ``<type> | <test> | <normalised message>``. The known test
     identity is cut out exactly, so a ``|`` inside the message or the test id is safe.
     """
     signature = _str(failure.get("signature"))
@@ -168,14 +169,14 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_GROUP_HASH_LEN]
 
 
-def group_failures(failures: Sequence[Mapping[str, Any]]) -> List[Group]:
+def group_failures(failures: Sequence[Mapping[str, Any]]) -> list[Group]:
     """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
     failure type and normalised message; merged where their top suspect is one function, the
     largest first (plan/suspects.py)."""
     return [r.group for r in rank_failures(failures)]
 
 
-def rank_failures(failures: Sequence[Mapping[str, Any]]) -> List[RankedGroup]:
+def rank_failures(failures: Sequence[Mapping[str, Any]]) -> list[RankedGroup]:
     """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
     return rank_groups(group_by_root_cause(
         failures, lambda f: (_str(f.get("failure_type"), UNKNOWN), normalised_message(f))
@@ -188,7 +189,7 @@ def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
     A redacted node id cannot be selected: its nearest selectable parent runs instead
     (``redact.runnable_nodeid``; one with nothing selectable left is dropped).
     """
-    runnable: List[str] = []
+    runnable: list[str] = []
     for nodeid in nodeids:
         parent = runnable_nodeid(nodeid)
         if parent is not None and (parent == nodeid or parent not in runnable):
@@ -197,8 +198,8 @@ def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
-def _unique(items: Sequence[str]) -> List[str]:
-    out: List[str] = []
+def _unique(items: Sequence[str]) -> list[str]:
+    out: list[str] = []
     for item in items:
         if item not in out:
             out.append(item)
@@ -231,7 +232,7 @@ def _collect_only(python: str) -> str:
     return " ".join(shlex.quote(arg) for arg in (python, "-m", "pytest", "-q", "--collect-only"))
 
 
-def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Source]) -> Dict[str, Any]:
+def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Source]) -> dict[str, Any]:
     group = ranked.group
     members = group.members
     first = members[0]
@@ -241,7 +242,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     tests = _unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
     if group.evidence == EVIDENCE_FINGERPRINT:
         # No evidence: the paths of the traceback text and the test file's imports.
-        candidates: List[str] = []
+        candidates: list[str] = []
         for member in members:
             paths = member.get("target_paths")
             if isinstance(paths, list):
@@ -280,11 +281,11 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
 
 def _hypotheses(
     actions: Sequence[Mapping[str, Any]], groups: Sequence[Group]
-) -> List[Dict[str, Any]]:
-    by_type: Dict[str, List[int]] = {}
+) -> list[dict[str, Any]]:
+    by_type: dict[str, list[int]] = {}
     for i, action in enumerate(actions):
         by_type.setdefault(str(action["failure_type"]), []).append(i)
-    hypotheses: List[Dict[str, Any]] = []
+    hypotheses: list[dict[str, Any]] = []
     for n, (failure_type, indexes) in enumerate(by_type.items(), start=1):
         _, reason, confidence = _type_info(failure_type)
         if any(m.get("transient") is True for i in indexes for m in groups[i].members):
@@ -312,8 +313,8 @@ def _hypotheses(
 
 def build_plan(
     incident: Mapping[str, Any], *, generated_at: str, python: str = "python", source: Optional[Source] = None
-) -> Dict[str, Any]:
-    """The ``plan.json`` document for ``incident`` (SPEC §7), revision 1.
+) -> dict[str, Any]:
+    """The ``plan.json`` document for ``incident``, revision 1.
 
     ``generated_at`` is passed in (ISO-8601 UTC) so the function stays pure. ``python`` is
     the interpreter written at the head of the verification commands. ``source`` reads a
@@ -350,7 +351,7 @@ def build_plan(
     }
 
 
-def verification_argv(plan: Mapping[str, Any]) -> List[List[str]]:
+def verification_argv(plan: Mapping[str, Any]) -> list[list[str]]:
     """The plan's ``verification_commands`` as argv lists (``shlex.split``, never a shell).
 
     Raises :class:`~pytest_selfheal.errors.InputError` for a hand-edited plan whose
@@ -359,7 +360,7 @@ def verification_argv(plan: Mapping[str, Any]) -> List[List[str]]:
     commands = plan.get("verification_commands")
     if not isinstance(commands, list):
         raise InputError("plan.json: 'verification_commands' must be a list of strings")
-    argvs: List[List[str]] = []
+    argvs: list[list[str]] = []
     for i, command in enumerate(commands):
         if not isinstance(command, str):
             raise InputError(f"plan.json: verification_commands[{i}] must be a string")
@@ -395,12 +396,12 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _code_block(text: str, lang: str = "sh") -> List[str]:
+def _code_block(text: str, lang: str = "sh") -> list[str]:
     fence = _fence(text)
     return [f"{fence}{lang}", text, fence]
 
 
-def _where_md(action: Mapping[str, Any]) -> List[str]:
+def _where_md(action: Mapping[str, Any]) -> list[str]:
     """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
     try:
         record = PlanAction.parse(action, "action")
@@ -412,7 +413,7 @@ def _where_md(action: Mapping[str, Any]) -> List[str]:
     return lines + [""] if lines else []
 
 
-def _listed(items: Any, limit: int) -> List[str]:
+def _listed(items: Any, limit: int) -> list[str]:
     """At most ``limit`` items of a list, then "… N more"."""
     values = [str(v) for v in items] if isinstance(items, list) else []
     if len(values) <= limit:
@@ -420,7 +421,7 @@ def _listed(items: Any, limit: int) -> List[str]:
     return values[:limit] + [f"… {len(values) - limit} more"]
 
 
-def _size(lines: List[str]) -> int:
+def _size(lines: list[str]) -> int:
     """The bytes ``lines`` take in plan.md, a newline after each."""
     return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
 
@@ -429,10 +430,10 @@ class _Bounded:
     """The lines of plan.md and their running size: a block is appended only while the plan
     stays under the budget (the size kept, not recounted from the top for each block)."""
 
-    def __init__(self, lines: List[str], budget: int) -> None:
+    def __init__(self, lines: list[str], budget: int) -> None:
         self.lines, self.budget, self.size = lines, budget, _size(lines)
 
-    def within(self, block: List[str]) -> bool:
+    def within(self, block: list[str]) -> bool:
         """Append ``block`` when the plan stays under the budget with it."""
         size = self.size + _size(block)
         if size > self.budget:
@@ -454,7 +455,7 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
     tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
     holds them all).
     """
-    lines: List[str] = [f"# Remediation plan: {plan.get('incident_id', '?')}", ""]
+    lines: list[str] = [f"# Remediation plan: {plan.get('incident_id', '?')}", ""]
     meta = f"Generated {plan.get('generated_at', '?')}"
     revision = _revision(plan)
     if revision > 1:
@@ -528,7 +529,7 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
-def _attempt_fingerprints(attempt: Mapping[str, Any]) -> List[str]:
+def _attempt_fingerprints(attempt: Mapping[str, Any]) -> list[str]:
     failures = attempt.get("failures")
     if isinstance(failures, list):
         fps = [f.get("fingerprint") for f in failures if isinstance(f, Mapping)]
@@ -539,7 +540,7 @@ def _attempt_fingerprints(attempt: Mapping[str, Any]) -> List[str]:
 
 def replan(
     plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], *, generated_at: Optional[str] = None
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """A new revision of ``plan`` after ``replan_requested``: what was tried is written in.
 
     ``attempts`` are the ``attempt_XX.json`` records of the run that asked for the

@@ -1,4 +1,4 @@
-"""Failures grouped by root cause, and selections that stay readable (pure; SPEC §7).
+"""Failures grouped by root cause, and selections that stay readable (pure).
 
 One plan action per *root cause*, not per message. A failure's evidence (``root_cause`` in
 ``incident.json``, resolved at capture: docs/schemas.md) decides its group, in this order:
@@ -20,8 +20,9 @@ every test of a file selection back to its node id anyway.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
 from pytest_selfheal.records.redacted import runnable_nodeid
@@ -35,7 +36,7 @@ EVIDENCE_FINGERPRINT = "fingerprint"
 MAX_SELECTION_NODEIDS = 20
 MAX_SELECTION_CHARS = 2000
 
-Definition = Tuple[str, str]  # (repo-relative path, qualified name)
+Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 
 @dataclass
@@ -45,11 +46,11 @@ class Group:
     evidence: str  # EVIDENCE_FRAME | EVIDENCE_CALLS | EVIDENCE_FINGERPRINT
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
-    members: List[Mapping[str, Any]] = field(default_factory=list)
+    members: list[Mapping[str, Any]] = field(default_factory=list)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The action's ``root_cause`` object in ``plan.json``."""
-        data: Dict[str, Any] = {"evidence": self.evidence}
+        data: dict[str, Any] = {"evidence": self.evidence}
         if self.path is not None:
             data["path"] = self.path
         if self.name is not None:
@@ -72,11 +73,11 @@ def frame_of(failure: Mapping[str, Any]) -> Optional[Definition]:
     return _ref(evidence.get("frame")) if isinstance(evidence, Mapping) else None
 
 
-def calls_of(failure: Mapping[str, Any]) -> List[Definition]:
+def calls_of(failure: Mapping[str, Any]) -> list[Definition]:
     """The project definitions the failing test calls, from its ``root_cause``."""
     evidence = failure.get("root_cause")
     calls = evidence.get("calls") if isinstance(evidence, Mapping) else None
-    out: List[Definition] = []
+    out: list[Definition] = []
     for item in calls if isinstance(calls, (list, tuple)) else []:
         ref = _ref(item)
         if ref is not None and ref not in out:
@@ -91,25 +92,25 @@ def _explains(frame: Definition, call: Definition) -> bool:
 
 def group_by_root_cause(
     failures: Sequence[Mapping[str, Any]], fingerprint_key: Any
-) -> List[Group]:
+) -> list[Group]:
     """The failures in root-cause groups, in order of each group's first failure.
 
     ``fingerprint_key(failure)`` gives the key of a failure without evidence (its type and
     normalised message).
     """
-    groups: Dict[Tuple[Any, ...], Group] = {}
-    assigned: List[Tuple[Any, ...]] = []
-    frames: Dict[Definition, Tuple[Any, ...]] = {}
-    frame_sizes: Dict[Tuple[Any, ...], int] = {}
+    groups: dict[tuple[Any, ...], Group] = {}
+    assigned: list[tuple[Any, ...]] = []
+    frames: dict[Definition, tuple[Any, ...]] = {}
+    frame_sizes: dict[tuple[Any, ...], int] = {}
     for failure in failures:
         frame = frame_of(failure)
         if frame is not None:
-            key: Tuple[Any, ...] = (EVIDENCE_FRAME, *frame)
+            key: tuple[Any, ...] = (EVIDENCE_FRAME, *frame)
             frames.setdefault(frame, key)
             frame_sizes[key] = frame_sizes.get(key, 0) + 1
             groups.setdefault(key, Group(EVIDENCE_FRAME, frame[0], frame[1]))
     # How many failing tests (without a frame) call each definition: the most shared is the suspect.
-    shared: Dict[Definition, int] = {}
+    shared: dict[Definition, int] = {}
     for failure in failures:
         if frame_of(failure) is None:
             for call in calls_of(failure):
@@ -146,10 +147,10 @@ def selection_file(selection: str) -> Optional[str]:
     return repo_relative(path, ".")
 
 
-def evidence_paths(group: Group) -> List[str]:
+def evidence_paths(group: Group) -> list[str]:
     """The source files the group's evidence points at: its own definition first, then the
     other frames and called definitions of its failures (never a test file)."""
-    paths: List[str] = [group.path] if group.path else []
+    paths: list[str] = [group.path] if group.path else []
     for member in group.members:
         for ref in [frame_of(member), *calls_of(member)]:
             if ref is not None and ref[0] not in paths:
@@ -157,7 +158,7 @@ def evidence_paths(group: Group) -> List[str]:
     return paths
 
 
-def collapse_selection(nodeids: Sequence[str]) -> List[str]:
+def collapse_selection(nodeids: Sequence[str]) -> list[str]:
     """``nodeids``, or their test files (each once, in order) when the list is long.
 
     Kept as node ids when some of them have no file (junit identities of another runner).

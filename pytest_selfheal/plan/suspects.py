@@ -20,9 +20,11 @@ calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import field
 from enum import Enum
-from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Group
@@ -37,9 +39,9 @@ MAX_SPECTRUM = 5
 _NO_PASSING_SIDE = 0.5
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
-FunctionKey = Tuple[str, str, int]
+FunctionKey = tuple[str, str, int]
 
-Definition = Tuple[str, str]  # (repo-relative path, qualified name)
+Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 # Reads a project file's lines (None when it cannot): the caller's I/O, so this stays pure.
 Source = Callable[[str], Optional[Sequence[str]]]
@@ -61,7 +63,7 @@ class EvidenceKind(str, Enum):
 
 # How much one failure's vote of each kind counts: the traceback is what happened, a call
 # what may have happened, a class's method the weakest link.
-_WEIGHT: Dict[EvidenceKind, float] = {
+_WEIGHT: dict[EvidenceKind, float] = {
     EvidenceKind.FRAME: 1.0,
     EvidenceKind.STACK: 1.0,
     EvidenceKind.CALLS: 0.8,
@@ -82,9 +84,9 @@ class Suspect(Frozen):
     evidence: EvidenceKind  # the most direct kind of evidence that named it
     failures: int  # the group's failures whose evidence names it
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The suspect in ``plan.json``'s ``suspects`` list."""
-        data: Dict[str, Any] = {"path": self.path, "name": self.name}
+        data: dict[str, Any] = {"path": self.path, "name": self.name}
         if self.line is not None:
             data["line"] = self.line
         data.update(score=round(self.score, 3), evidence=self.evidence.value, failures=self.failures)
@@ -111,10 +113,10 @@ class RankedGroup(Frozen):
     """A root-cause group with its ranked suspects (the first is the group's cause)."""
 
     group: Group
-    suspects: Tuple[Suspect, ...] = field(default=())
+    suspects: tuple[Suspect, ...] = field(default=())
 
 
-def _ref(value: Any) -> Optional[Tuple[Definition, Optional[int]]]:
+def _ref(value: Any) -> Optional[tuple[Definition, Optional[int]]]:
     if not isinstance(value, Mapping):
         return None
     path, name, line = value.get("path"), value.get("name"), value.get("line")
@@ -123,11 +125,11 @@ def _ref(value: Any) -> Optional[Tuple[Definition, Optional[int]]]:
     return (path, name), line if isinstance(line, int) and not isinstance(line, bool) else None
 
 
-def _refs(value: Any) -> List[Mapping[str, Any]]:
+def _refs(value: Any) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
 
 
-def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Definition]]) -> List[Vote]:
+def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, list[Definition]]) -> list[Vote]:
     """The functions ``failure``'s evidence names, each once with its most direct kind.
 
     ``methods`` maps a class to the functions of it that some failure's traceback names
@@ -136,7 +138,7 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Defin
     evidence = failure.get("root_cause")
     if not isinstance(evidence, Mapping):
         return []
-    found: Dict[Definition, Vote] = {}
+    found: dict[Definition, Vote] = {}
 
     def add(definition: Definition, kind: EvidenceKind, line: Optional[int]) -> None:
         known = found.get(definition)
@@ -171,9 +173,9 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Defin
     return list(found.values())
 
 
-def _traceback_methods(failures: Sequence[Mapping[str, Any]]) -> Dict[Definition, List[Definition]]:
+def _traceback_methods(failures: Sequence[Mapping[str, Any]]) -> dict[Definition, list[Definition]]:
     """Class → the methods of it that some failure's traceback (frame or stack) names."""
-    out: Dict[Definition, List[Definition]] = {}
+    out: dict[Definition, list[Definition]] = {}
     for failure in failures:
         evidence = failure.get("root_cause")
         if not isinstance(evidence, Mapping):
@@ -198,11 +200,11 @@ def ochiai(failed: float, total_failed: int, passed: float = 0.0) -> float:
 
 def spectrum_scores(
     covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
-) -> Dict[FunctionKey, float]:
+) -> dict[FunctionKey, float]:
     """Ochiai of every function the failing tests ran: ``ef`` failing and ``ep`` passing tests
     ran it, out of ``F`` failing tests (tests neither failed nor passed do not count)."""
-    ef: Dict[FunctionKey, int] = {}
-    ep: Dict[FunctionKey, int] = {}
+    ef: dict[FunctionKey, int] = {}
+    ep: dict[FunctionKey, int] = {}
     for nodeid, keys in covered.items():
         side = ef if nodeid in failed else ep if nodeid in passed else None
         if side is None:
@@ -215,11 +217,11 @@ def spectrum_scores(
 
 def spectrum_evidence(
     covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
-) -> Dict[str, List[Dict[str, Any]]]:
+) -> dict[str, list[dict[str, Any]]]:
     """Per failing test, the :data:`MAX_SPECTRUM` most suspicious functions it ran, as the
     ``spectrum`` list of its ``root_cause`` (``path``, ``name``, ``line`` of the def, ``score``)."""
     scores = spectrum_scores(covered, failed, passed)
-    out: Dict[str, List[Dict[str, Any]]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for nodeid in sorted(failed):
         keys = sorted(covered.get(nodeid, ()), key=lambda k: (-scores.get(k, 0.0), k))[:MAX_SPECTRUM]
         if keys:
@@ -228,14 +230,14 @@ def spectrum_evidence(
     return out
 
 
-def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
+def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
     """``groups`` with their suspects, merged where their top suspect is the same function,
     the largest first (ties: the order of ``groups``)."""
     members = [m for g in groups for m in g.members]
     methods = _traceback_methods(members)
     votes = [votes_of(m, methods) for m in members]
-    weight: Dict[Definition, float] = {}
-    measured: Dict[Definition, float] = {}  # the spectrum's score, which knows the passing tests
+    weight: dict[Definition, float] = {}
+    measured: dict[Definition, float] = {}  # the spectrum's score, which knows the passing tests
     for failure_votes in votes:
         for vote in failure_votes:
             weight[vote.definition] = weight.get(vote.definition, 0.0) + _WEIGHT[vote.kind]
@@ -244,12 +246,12 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
     factor = _NO_PASSING_SIDE if measured else 1.0
     scores = {d: measured.get(d, factor * ochiai(w, len(members))) for d, w in weight.items()}
     by_id = {id(m): v for m, v in zip(members, votes)}
-    merged: Dict[Any, List[Group]] = {}
+    merged: dict[Any, list[Group]] = {}
     for group in groups:
         ranked = _suspects(group, by_id, scores)
         key: Any = (ranked[0].path, ranked[0].name) if ranked else id(group)
         merged.setdefault(key, []).append(group)
-    out: List[RankedGroup] = []
+    out: list[RankedGroup] = []
     for parts in merged.values():
         group = parts[0]
         if len(parts) > 1:
@@ -263,10 +265,10 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
     return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
 
 
-def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Definition, float]) -> List[Suspect]:
-    counts: Dict[Definition, int] = {}
-    best: Dict[Definition, Vote] = {}
-    lines: Dict[Definition, Dict[int, int]] = {}
+def _suspects(group: Group, votes: Mapping[int, list[Vote]], scores: Mapping[Definition, float]) -> list[Suspect]:
+    counts: dict[Definition, int] = {}
+    best: dict[Definition, Vote] = {}
+    lines: dict[Definition, dict[int, int]] = {}
     for member in group.members:
         for vote in votes.get(id(member), []):
             d = vote.definition
@@ -277,7 +279,7 @@ def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Def
                 lines.setdefault(d, {})[vote.line] = lines.setdefault(d, {}).get(vote.line, 0) + 1
     first_seen = {d: i for i, d in enumerate(counts)}
     ranked = sorted(counts, key=lambda d: (-scores.get(d, 0.0), -counts[d], _ORDER[best[d].kind], first_seen[d]))
-    out: List[Suspect] = []
+    out: list[Suspect] = []
     for d in ranked[:MAX_SUSPECTS]:
         seen = lines.get(d)
         line = max(seen, key=lambda n: seen[n]) if seen else None  # the line most failures name
@@ -285,7 +287,7 @@ def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Def
     return out
 
 
-def excerpt(lines: Sequence[str], line: int) -> Optional[Dict[str, Any]]:
+def excerpt(lines: Sequence[str], line: int) -> Optional[dict[str, Any]]:
     """The lines around ``line`` (1-based) as ``{"start", "line", "lines"}``, None when the
     file has no such line (it changed since the run)."""
     if line < 1 or line > len(lines):
@@ -307,11 +309,11 @@ def test_line_of(members: Sequence[Mapping[str, Any]]) -> Optional[str]:
     return None
 
 
-def locate(ranked: RankedGroup, source: Optional[Source]) -> Dict[str, Any]:
+def locate(ranked: RankedGroup, source: Optional[Source]) -> dict[str, Any]:
     """The plan action's keys that say *where*: ``suspects``, ``assertion`` (the first
     failure's test line), ``where`` (the top suspect's ``path:line``) and ``excerpt`` (a few
     lines of code around it, when ``source`` can read the file)."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     assertion = test_line_of(ranked.group.members)
     if assertion is not None:
         out["assertion"] = assertion
@@ -327,11 +329,11 @@ def locate(ranked: RankedGroup, source: Optional[Source]) -> Dict[str, Any]:
     return out
 
 
-def where_lines(action: PlanAction) -> List[str]:
+def where_lines(action: PlanAction) -> list[str]:
     """One line each for the top suspect, the assertion and the other suspects of ``action``
     (none when the plan predates suspects): what plan.md, ``show``, the digest, the repair
     prompt and the PR comment say about *where*."""
-    out: List[str] = []
+    out: list[str] = []
     if action.suspects:
         top = action.suspects[0]
         out.append(f"Where: {top.where} in {top.name} ({top.evidence}, {top.failures} failure(s), "

@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
-from typing import ClassVar, Mapping, Optional, Tuple
+from typing import ClassVar, Optional
 
 from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.incident import FailureEntry, failure_entries
@@ -31,7 +32,7 @@ class RecordedDecision(JsonRecord):
     """The loop's decision after one observation, as recorded (every key optional)."""
 
     KIND: ClassVar[str] = "decision"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("action", string),
         Field("stop_reason", nullable(string)),
         Field("final_status", nullable(string)),
@@ -51,16 +52,16 @@ class RecordedDecision(JsonRecord):
     stop_reason: Optional[str] = None
     final_status: Optional[str] = None  # resolved | escalated | replan_requested; None = left open
     progress: Optional[bool] = None
-    progress_reasons: Tuple[str, ...] = ()
+    progress_reasons: tuple[str, ...] = ()
     fingerprint_changed: Optional[bool] = None
-    tests_fixed: Tuple[str, ...] = ()
+    tests_fixed: tuple[str, ...] = ()
     same_error_repeats: int = 0
     no_progress_streak: int = 0
     retry_timeout: Optional[bool] = None
     message: str = ""
     iteration: int = 0
-    conditions: Tuple[str, ...] = ()  # every stop condition that held, in precedence order
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -69,7 +70,7 @@ class RepairBlock(JsonRecord):
     """What one repair provider call did (docs/repair.md "What one repair call records")."""
 
     KIND: ClassVar[str] = "repair"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("provider", string),
         Field("result", string),
         Field("files_changed", strings),
@@ -88,21 +89,21 @@ class RepairBlock(JsonRecord):
 
     provider: str = ""
     result: str = ""  # diff | no_fix_found | timeout | crashed
-    files_changed: Tuple[str, ...] = ()
+    files_changed: tuple[str, ...] = ()
     patch: Optional[str] = None  # attempt_XX.patch, None when nothing changed
     scope_denied: Optional[bool] = None
-    out_of_scope: Tuple[str, ...] = ()
+    out_of_scope: tuple[str, ...] = ()
     exit_code: Optional[int] = None
     duration_seconds: Optional[float] = None
     message: str = ""
-    actions_applied: Tuple[str, ...] = ()
+    actions_applied: tuple[str, ...] = ()
     prompt: Optional[str] = None
     log: Optional[str] = None
     worktree: Optional[str] = None
     # Test files the worktree's code differs in from the user's state after this call: a
     # selection passing with them is `tests_edited`, never `success` (docs/repair.md).
-    tests_edited: Tuple[str, ...] = ()
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    tests_edited: tuple[str, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -111,7 +112,7 @@ class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
 
     KIND: ClassVar[str] = "attempt"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("incident_id", string, required=True),
         Field("iteration", integer, required=True),
         Field("started_at", string, required=True),
@@ -145,20 +146,20 @@ class Attempt(JsonRecord):
     iteration: int  # the attempt number, counting across loop runs; equals XX in the file name
     started_at: str
     finished_at: str
-    actions_applied: Tuple[str, ...]  # plan action ids the repair touched; () in verify-only mode
-    verification_commands: Tuple[str, ...]
+    actions_applied: tuple[str, ...]  # plan action ids the repair touched; () in verify-only mode
+    verification_commands: tuple[str, ...]
     verification_passed: bool
     result: str  # continue | stop
     error_signature: Optional[str]  # the first failure's signature, None without failures
     mode: Optional[str] = None  # verify | agent | repair
     stop_reason: Optional[str] = None
     outcomes: Mapping[str, str] = field(default_factory=empty_map)  # {nodeid: outcome}
-    failures: Tuple[FailureEntry, ...] = ()  # of the selection
-    new_failures: Tuple[FailureEntry, ...] = ()  # outside the incident's selection
+    failures: tuple[FailureEntry, ...] = ()  # of the selection
+    new_failures: tuple[FailureEntry, ...] = ()  # outside the incident's selection
     fingerprint_changed: Optional[bool] = None
     progress: Optional[bool] = None
-    progress_reasons: Tuple[str, ...] = ()
-    tests_fixed: Tuple[str, ...] = ()
+    progress_reasons: tuple[str, ...] = ()
+    tests_fixed: tuple[str, ...] = ()
     diff_hash: Optional[str] = None  # working-tree hash at verification time
     exit_code: Optional[int] = None  # the first non-zero exit code of the commands
     duration_seconds: Optional[float] = None
@@ -169,6 +170,6 @@ class Attempt(JsonRecord):
     decision: Optional[RecordedDecision] = None
     # Test files the verified code differs in from the user's (repair) or the capture's
     # (agent mode) state: a pass with them is `tests_edited`, never `success`.
-    tests_edited: Tuple[str, ...] = ()
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    tests_edited: tuple[str, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

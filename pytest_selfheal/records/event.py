@@ -11,7 +11,7 @@ such a warning rather than failing the whole log.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string, thaw
@@ -22,7 +22,7 @@ class Event(JsonRecord):
     """One event of an incident's log."""
 
     KIND: ClassVar[str] = "event"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("event", string, required=True),
         Field("ts", string),
         Field("incident_id", string),
@@ -31,11 +31,11 @@ class Event(JsonRecord):
     event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
     ts: Optional[str] = None  # ISO-8601 UTC with microseconds
     incident_id: Optional[str] = None
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
     @property
-    def data(self) -> Dict[str, Any]:
+    def data(self) -> dict[str, Any]:
         """The event's data (every key but ``ts``, ``event`` and ``incident_id``) as plain JSON."""
         return {key: thaw(value) for key, value in self.extra}
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, FrozenSet, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-_Values = Callable[[Any], Tuple[Any, ...]]
+_Values = Callable[[Any], tuple[Any, ...]]
 
 
 def _values_of(names: Sequence[str]) -> _Values:
@@ -54,14 +55,14 @@ class _Shape:
         self.shown = tuple(f.name for f in fields if f.repr)
 
 
-def _settable(cls: type) -> FrozenSet[str]:
+def _settable(cls: type) -> frozenset[str]:
     """The fields the generated ``__init__`` of ``cls`` sets (a field with init=False and a
     plain default is read from the class; a ``__post_init__`` sets the others with
     ``object.__setattr__``, as for any frozen dataclass)."""
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init or f.default_factory is not dataclasses.MISSING)
 
 
-_SHAPES: Dict[type, _Shape] = {}
+_SHAPES: dict[type, _Shape] = {}
 
 
 def _shape(cls: type) -> _Shape:
@@ -78,7 +79,7 @@ class Frozen:
 
     __slots__ = ()
     # Set on each class by :func:`dataclass`: the names its __init__ may set, once each.
-    _init_sets: ClassVar[FrozenSet[str]] = frozenset()
+    _init_sets: ClassVar[frozenset[str]] = frozenset()
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
-from typing import ClassVar, Mapping, Optional, Tuple
+from typing import ClassVar, Optional
 
 from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
@@ -32,7 +33,7 @@ class CodeRef(JsonRecord):
     """A place in the code under test: a project file and a function or class in it (+ a line for a frame)."""
 
     KIND: ClassVar[str] = "code reference"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("path", string, required=True),
         Field("name", string),
         Field("line", nullable(integer)),
@@ -43,18 +44,18 @@ class CodeRef(JsonRecord):
     path: str  # repo-relative POSIX path, never a test file
     name: str = ""  # qualified name (``Stack.push``)
     line: Optional[int] = None  # 1-based: a frame's line, a called function's ``def``
-    bases: Tuple[str, ...] = ()  # a called class: its project base classes as ``path::name``
+    bases: tuple[str, ...] = ()  # a called class: its project base classes as ``path::name``
     score: Optional[float] = None  # a spectrum entry: its Ochiai score
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RootCause(JsonRecord):
-    """A failure's root-cause evidence, resolved at capture inside pytest (SPEC §7, docs/schemas.md)."""
+    """A failure's root-cause evidence, resolved at capture inside pytest (docs/schemas.md)."""
 
     KIND: ClassVar[str] = "root cause"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("frame", CodeRef.parse),
         Field("stack", array_of(CodeRef.parse)),
         Field("test_line", CodeRef.parse),
@@ -63,11 +64,11 @@ class RootCause(JsonRecord):
     )
 
     frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
-    stack: Tuple[CodeRef, ...] = ()  # the project frames on the way to it, outermost first
+    stack: tuple[CodeRef, ...] = ()  # the project frames on the way to it, outermost first
     test_line: Optional[CodeRef] = None  # the last test-file line of the traceback (the assertion)
-    calls: Tuple[CodeRef, ...] = ()  # the project functions and classes the test calls, where they are defined
-    spectrum: Tuple[CodeRef, ...] = ()  # --selfheal-spectrum: the functions it ran, most suspicious first
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    calls: tuple[CodeRef, ...] = ()  # the project functions and classes the test calls, where they are defined
+    spectrum: tuple[CodeRef, ...] = ()  # --selfheal-spectrum: the functions it ran, most suspicious first
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -76,7 +77,7 @@ class FailureEntry(JsonRecord):
     """One failing test as recorded in an incident or an attempt (every key optional)."""
 
     KIND: ClassVar[str] = "failure"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("nodeid", nullable(string)),
         Field("test", string),
         Field("outcome", string),
@@ -103,9 +104,9 @@ class FailureEntry(JsonRecord):
     transient: Optional[bool] = None
     failure_class: str = ""
     message: str = ""
-    target_paths: Tuple[str, ...] = ()
+    target_paths: tuple[str, ...] = ()
     root_cause: Optional[RootCause] = None  # capture only: the evidence that groups failures by root cause
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -117,7 +118,7 @@ class Incident(JsonRecord):
     """``error_inbox/<id>/incident.json``: the contract fields, then the known extensions."""
 
     KIND: ClassVar[str] = "incident"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("incident_id", string, required=True),
         Field("status", string, required=True),
         Field("created_at", string, required=True),
@@ -159,12 +160,12 @@ class Incident(JsonRecord):
     failure_class: str
     message: str
     error_signature: str  # the first failure's signature (not its fingerprint)
-    failures: Tuple[FailureEntry, ...] = ()
-    fingerprints: Tuple[str, ...] = ()
-    nodeids: Tuple[str, ...] = ()
+    failures: tuple[FailureEntry, ...] = ()
+    fingerprints: tuple[str, ...] = ()
+    nodeids: tuple[str, ...] = ()
     rootdir: Optional[str] = None
-    tdd_nodeids: Tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
-    pytest_options: Tuple[str, ...] = ()  # the capture's options replayed by every verification run
+    tdd_nodeids: tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
+    pytest_options: tuple[str, ...] = ()  # the capture's options replayed by every verification run
     invocation_dir: Optional[str] = None  # where pytest was started, relative to rootdir (POSIX; None: rootdir)
     diff_hash: Optional[str] = None  # working-tree hash at capture (null: unknown)
     failure_type: Optional[str] = None
@@ -178,5 +179,5 @@ class Incident(JsonRecord):
     test_digests: Mapping[str, str] = field(default_factory=empty_map)
     # Failing tests the capture counted but could not keep (over its cap): never verified.
     unverified_failures: int = 0
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

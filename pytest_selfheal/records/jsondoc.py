@@ -20,8 +20,9 @@ schema check, which the store runs on the same document. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, cast
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -30,9 +31,9 @@ R = TypeVar("R", bound="JsonRecord")
 T = TypeVar("T")
 
 Parser = Callable[[Any, str], Any]
-Extra = Tuple[Tuple[str, Any], ...]
+Extra = tuple[tuple[str, Any], ...]
 # A fingerprint list per iteration; older files hold a single string or null instead.
-FingerprintsEntry = Union[Tuple[str, ...], str, None]
+FingerprintsEntry = Union[tuple[str, ...], str, None]
 
 
 class FieldError(Exception):
@@ -133,11 +134,11 @@ def json_object(value: Any, path: str) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], freeze(value))
 
 
-def json_array(value: Any, path: str) -> Tuple[Any, ...]:
+def json_array(value: Any, path: str) -> tuple[Any, ...]:
     """Any array, frozen (its items are not checked)."""
     if not isinstance(value, list):
         raise _expected(path, "array", value)
-    return cast(Tuple[Any, ...], freeze(value))
+    return cast(tuple[Any, ...], freeze(value))
 
 
 def any_value(value: Any, path: str) -> Any:
@@ -161,10 +162,10 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
     return parse_nullable
 
 
-def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Tuple[T, ...]]:
+def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
     """An array whose every item ``parse`` accepts, as a tuple."""
 
-    def parse_array(value: Any, path: str) -> Tuple[T, ...]:
+    def parse_array(value: Any, path: str) -> tuple[T, ...]:
         if not isinstance(value, list):
             raise _expected(path, "array", value)
         return tuple(parse(item, f"{path}[{index}]") for index, item in enumerate(value))
@@ -227,13 +228,13 @@ class JsonRecord(Frozen):
     """
 
     KIND: ClassVar[str] = "document"
-    FIELDS: ClassVar[Tuple[Field, ...]] = ()
+    FIELDS: ClassVar[tuple[Field, ...]] = ()
 
-    keys: Optional[Tuple[str, ...]]
+    keys: Optional[tuple[str, ...]]
     extra: Extra
 
     @classmethod
-    def from_json(cls: Type[R], doc: Any, where: str) -> R:
+    def from_json(cls: type[R], doc: Any, where: str) -> R:
         """The record of ``doc`` (a decoded JSON document read from ``where``).
 
         Raises ``InputError``: ``<where>: invalid <kind>: field <path>: <problem>``.
@@ -244,7 +245,7 @@ class JsonRecord(Frozen):
             raise InputError(one_line(f"{where}: invalid {cls.KIND}: {exc}")) from None
 
     @classmethod
-    def parse(cls: Type[R], doc: Any, path: str) -> R:
+    def parse(cls: type[R], doc: Any, path: str) -> R:
         """The record of the object ``doc`` found at ``path``; ``FieldError`` for a bad value.
 
         Usable as the parser of a nested record field.
@@ -255,8 +256,8 @@ class JsonRecord(Frozen):
         for field in cls.FIELDS:
             if field.required and field.key not in doc:
                 raise FieldError(child(path, field.key), "required field missing")
-        values: Dict[str, Any] = {}
-        extra: List[Tuple[str, Any]] = []
+        values: dict[str, Any] = {}
+        extra: list[tuple[str, Any]] = []
         for key, value in doc.items():
             spec = known.get(key)
             if spec is None:
@@ -266,18 +267,18 @@ class JsonRecord(Frozen):
         build = cast(Callable[..., R], cls)
         return build(**values, keys=tuple(doc), extra=tuple(extra))
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The JSON document (a fresh dict): the read keys in their order, values as read."""
         known = {field.key: field for field in self.FIELDS}
         extras = dict(self.extra)
-        order: List[str] = list(self.keys) if self.keys is not None else [f.key for f in self.FIELDS if f.required]
+        order: list[str] = list(self.keys) if self.keys is not None else [f.key for f in self.FIELDS if f.required]
         seen = set(order)
         defaults = _defaults(type(self))
         for field in self.FIELDS:
             if field.key not in seen and getattr(self, field.name) != defaults.get(field.name):
                 order.append(field.key)
         order.extend(key for key, _ in self.extra if key not in seen)
-        doc: Dict[str, Any] = {}
+        doc: dict[str, Any] = {}
         for key in order:
             spec = known.get(key)
             if spec is not None:
@@ -291,8 +292,8 @@ class JsonRecord(Frozen):
         return dict(self.extra).get(key, default)
 
 
-def _defaults(cls: type) -> Dict[str, Any]:
-    defaults: Dict[str, Any] = {}
+def _defaults(cls: type) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         if f.default is not dataclasses.MISSING:
             defaults[f.name] = f.default

@@ -9,7 +9,7 @@ Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to
 from __future__ import annotations
 
 from dataclasses import asdict, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -22,7 +22,7 @@ OUTCOME_MISSING = "missing"  # a selected test that did not appear in the junit 
 
 FAILING_OUTCOMES = (OUTCOME_FAILED, OUTCOME_ERROR)
 
-# Failure types (SPEC §6).
+# Failure types.
 TEST_ASSERTION = "TEST_ASSERTION"
 TYPECHECK = "TYPECHECK"
 LINT = "LINT"
@@ -63,7 +63,7 @@ class TestCaseResult(Frozen):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Classification(Frozen):
-    """What kind of failure this is and whether code changes can fix it (SPEC §6)."""
+    """What kind of failure this is and whether code changes can fix it."""
 
     failure_type: str  # one of FAILURE_TYPES
     code_fixable: bool
@@ -71,19 +71,19 @@ class Classification(Frozen):
     failure_class: str  # deterministic | transient | environment
     rule: str = ""  # name of the rule that matched, for explanations
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Fingerprint(Frozen):
-    """A failure's stable identity across reruns and machines (SPEC §5)."""
+    """A failure's stable identity across reruns and machines."""
 
     signature: str  # "<failure_type> | <test> | <normalised message>"
     fingerprint: str  # short stable hash of the signature
     scheme: int  # version of the normalisation scheme that produced it
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -105,11 +105,11 @@ class Failure(Frozen):
     message: str  # the first stable failure line, before normalisation (redacted)
     outcome: str = OUTCOME_FAILED
     nodeid: Optional[str] = None
-    target_paths: List[str] = field(default_factory=list)
+    target_paths: list[str] = field(default_factory=list)
     # The root-cause evidence resolved at capture (capture/evidence.py); None when unknown.
-    root_cause: Optional[Dict[str, Any]] = None
+    root_cause: Optional[dict[str, Any]] = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         if data["root_cause"] is None:
             del data["root_cause"]  # absent, not null: verification failures never have one

@@ -10,7 +10,7 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 from __future__ import annotations
 
 from dataclasses import field
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, Optional
 
 from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, number, string, strings
@@ -21,7 +21,7 @@ class Hypothesis(JsonRecord):
     """One root-cause hypothesis: ``{id, confidence, reason}`` + the actions it explains."""
 
     KIND: ClassVar[str] = "hypothesis"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("id", string, required=True),
         Field("confidence", string, required=True),
         Field("reason", string, required=True),
@@ -32,9 +32,9 @@ class Hypothesis(JsonRecord):
     id: str
     confidence: str  # high | medium | low
     reason: str
-    actions: Tuple[str, ...] = ()  # the plan action ids it explains
+    actions: tuple[str, ...] = ()  # the plan action ids it explains
     failure_type: Optional[str] = None
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -43,7 +43,7 @@ class GroupKey(JsonRecord):
     """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
 
     KIND: ClassVar[str] = "root cause"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("evidence", string, required=True),
         Field("path", string),
         Field("name", string),
@@ -52,7 +52,7 @@ class GroupKey(JsonRecord):
     evidence: str  # frame | stack | calls | class | spectrum | fingerprint (plan/suspects.py)
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -61,7 +61,7 @@ class SuspectEntry(JsonRecord):
     """One suspicious function of an action (plan/suspects.py): where, how suspicious, why."""
 
     KIND: ClassVar[str] = "suspect"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("path", string, required=True),
         Field("name", string, required=True),
         Field("line", integer),
@@ -76,7 +76,7 @@ class SuspectEntry(JsonRecord):
     evidence: str  # frame | stack | calls | class | spectrum
     line: Optional[int] = None
     failures: int = 0  # the action's failures whose evidence names it
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
     @property
@@ -90,7 +90,7 @@ class Excerpt(JsonRecord):
     """A few lines of code around the top suspect's line, read when the plan was built."""
 
     KIND: ClassVar[str] = "excerpt"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("path", string, required=True),
         Field("start", integer, required=True),
         Field("line", integer, required=True),
@@ -100,11 +100,11 @@ class Excerpt(JsonRecord):
     path: str
     start: int  # the 1-based line number of lines[0]
     line: int  # the suspect's line, inside lines
-    lines: Tuple[str, ...]
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    lines: tuple[str, ...]
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
-    def numbered(self) -> Tuple[str, ...]:
+    def numbered(self) -> tuple[str, ...]:
         """The lines as ``  12 | code``, the suspect's line marked ``>``."""
         width = len(str(self.start + len(self.lines) - 1))
         return tuple(
@@ -118,7 +118,7 @@ class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
 
     KIND: ClassVar[str] = "plan action"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("id", string, required=True),
         Field("title", string, required=True),
         Field("priority", string, required=True),
@@ -142,20 +142,20 @@ class PlanAction(JsonRecord):
     title: str
     priority: str
     risk: str
-    target_paths: Tuple[str, ...]
-    verification: Tuple[str, ...]
+    target_paths: tuple[str, ...]
+    verification: tuple[str, ...]
     fingerprint: Optional[str] = None  # of the group: hash of "<failure_type> | <message>"
-    fingerprints: Tuple[str, ...] = ()  # the member failures' fingerprints
+    fingerprints: tuple[str, ...] = ()  # the member failures' fingerprints
     signature: Optional[str] = None
     failure_type: Optional[str] = None
-    nodeids: Tuple[str, ...] = ()
-    test_paths: Tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
+    nodeids: tuple[str, ...] = ()
+    test_paths: tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
     root_cause: Optional[GroupKey] = None  # the evidence that grouped the action's failures
     where: Optional[str] = None  # the top suspect's path:line
     assertion: Optional[str] = None  # the first failure's test line (path:line)
-    suspects: Tuple[SuspectEntry, ...] = ()  # most suspicious first
+    suspects: tuple[SuspectEntry, ...] = ()  # most suspicious first
     excerpt: Optional[Excerpt] = None  # code around the top suspect's line
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -164,7 +164,7 @@ class ReplanEntry(JsonRecord):
     """One earlier revision in ``replan_history``: what it tried before the replan."""
 
     KIND: ClassVar[str] = "replan entry"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("revision", integer),
         Field("iterations", integer),
         Field("fingerprints_seen", strings),
@@ -172,8 +172,8 @@ class ReplanEntry(JsonRecord):
 
     revision: int = 0
     iterations: int = 0
-    fingerprints_seen: Tuple[str, ...] = ()
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    fingerprints_seen: tuple[str, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -182,7 +182,7 @@ class Plan(JsonRecord):
     """``error_plans/<id>/plan.json``."""
 
     KIND: ClassVar[str] = "plan"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("incident_id", string, required=True),
         Field("generated_at", string, required=True),
         Field("summary", string, required=True),
@@ -199,13 +199,13 @@ class Plan(JsonRecord):
     incident_id: str
     generated_at: str
     summary: str
-    root_cause_hypotheses: Tuple[Hypothesis, ...]
-    actions: Tuple[PlanAction, ...]
-    verification_commands: Tuple[str, ...]  # shell-like lines, split with shlex, never run by a shell
-    done_criteria: Tuple[str, ...]
+    root_cause_hypotheses: tuple[Hypothesis, ...]
+    actions: tuple[PlanAction, ...]
+    verification_commands: tuple[str, ...]  # shell-like lines, split with shlex, never run by a shell
+    done_criteria: tuple[str, ...]
     revision: Optional[int] = None  # absent in seed-contract plans: revision 1
     base_summary: Optional[str] = None  # the summary before replan notes were added
-    replan_history: Tuple[ReplanEntry, ...] = ()
+    replan_history: tuple[ReplanEntry, ...] = ()
     replanned_at_iteration: Optional[int] = None
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

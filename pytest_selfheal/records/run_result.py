@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
-from typing import Any, ClassVar, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.attempt import RecordedDecision
 from pytest_selfheal.records.frozen import dataclass
@@ -32,7 +33,7 @@ class DecisionOption(JsonRecord):
     """One choice offered at a decision point: ``{id, label, command}``."""
 
     KIND: ClassVar[str] = "decision option"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("id", string),
         Field("label", string),
         Field("command", nullable(string)),
@@ -41,7 +42,7 @@ class DecisionOption(JsonRecord):
     id: str = ""
     label: str = ""
     command: Optional[str] = None  # a suggested shell line for a human; None when there is none
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -50,7 +51,7 @@ class DecisionContext(JsonRecord):
     """The decision point's ``context`` (camelCase keys, as the seed contract names them)."""
 
     KIND: ClassVar[str] = "decision context"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("iteration", integer),
         Field("remaining", integer),
         Field("failureSignature", nullable(string), attr="failure_signature"),
@@ -62,8 +63,8 @@ class DecisionContext(JsonRecord):
     remaining: int = 0  # iterations left under max_iterations
     failure_signature: Optional[str] = None
     fingerprint: Optional[str] = None  # the last seen primary fingerprint
-    pending_scope_files: Tuple[str, ...] = ()
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    pending_scope_files: tuple[str, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -72,7 +73,7 @@ class DecisionPoint(JsonRecord):
     """What a human may do next, written at every stop: ``{reason, message, options, context}``."""
 
     KIND: ClassVar[str] = "decision point"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("reason", string),
         Field("message", string),
         Field("options", array_of(DecisionOption.parse)),
@@ -81,9 +82,9 @@ class DecisionPoint(JsonRecord):
 
     reason: str = ""  # the stop reason
     message: str = ""
-    options: Tuple[DecisionOption, ...] = ()
+    options: tuple[DecisionOption, ...] = ()
     context: Optional[DecisionContext] = None
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -92,7 +93,7 @@ class Handoff(JsonRecord):
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion")."""
 
     KIND: ClassVar[str] = "handoff"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("iterations", integer),
         Field("stop_reason", nullable(string)),
         Field("fingerprints_per_iteration", fingerprints_per_iteration),
@@ -103,11 +104,11 @@ class Handoff(JsonRecord):
 
     iterations: int = 0
     stop_reason: Optional[str] = None
-    fingerprints_per_iteration: Tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
-    fixed: Tuple[Any, ...] = ()  # the tests that failed and now pass (node ids)
-    flaky_tests: Tuple[str, ...] = ()
+    fingerprints_per_iteration: tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
+    fixed: tuple[Any, ...] = ()  # the tests that failed and now pass (node ids)
+    flaky_tests: tuple[str, ...] = ()
     recommended_next_action: str = ""
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -116,7 +117,7 @@ class RunRepair(JsonRecord):
     """The end of a loop with a repair provider (docs/repair.md "The end of the loop")."""
 
     KIND: ClassVar[str] = "run repair"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("final_patch", nullable(string)),
         Field("applied", boolean),
         Field("applied_at", string),
@@ -132,10 +133,10 @@ class RunRepair(JsonRecord):
     applied_at: Optional[str] = None
     applied_to: Optional[str] = None
     apply_command: Optional[str] = None
-    files_changed: Tuple[str, ...] = ()
+    files_changed: tuple[str, ...] = ()
     message: str = ""
     provider_calls: int = 0
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
@@ -144,7 +145,7 @@ class RunResult(JsonRecord):
     """``error_runs/<id>/run_result.json``: how a loop run ended."""
 
     KIND: ClassVar[str] = "run_result"
-    FIELDS: ClassVar[Tuple[Field, ...]] = (
+    FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("incident_id", string, required=True),
         Field("final_status", string, required=True),
         Field("loops_used", integer, required=True),
@@ -174,14 +175,14 @@ class RunResult(JsonRecord):
     stop_reason: Optional[str] = None
     message: Optional[str] = None
     iteration: Optional[int] = None  # the last attempt number; 0 without attempts
-    flaky_tests: Tuple[str, ...] = ()
-    tests_fixed: Tuple[str, ...] = ()
-    fingerprints_per_iteration: Tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
+    flaky_tests: tuple[str, ...] = ()
+    tests_fixed: tuple[str, ...] = ()
+    fingerprints_per_iteration: tuple[FingerprintsEntry, ...] = ()  # index 0 = the capture
     decision_point: Optional[DecisionPoint] = None
     handoff: Optional[Handoff] = None
     decision: Optional[RecordedDecision] = None
     effective_config: Mapping[str, Any] = field(default_factory=empty_map)  # ralf_lite values, secrets redacted
     effective_config_origins: Mapping[str, str] = field(default_factory=empty_map)  # {dotted key: file or flag}
     repair: Optional[RunRepair] = None
-    keys: Optional[Tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

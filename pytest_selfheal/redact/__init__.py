@@ -1,4 +1,4 @@
-"""Secrets redaction (SPEC §12): everything written to disk or posted goes through here.
+"""Secrets redaction: everything written to disk or posted goes through here.
 
 Pure: no I/O. A :class:`Redactor` is built once (from the config and the environment) and
 then applied to log tails, context, prompts, reports, the job summary and the PR comment.
@@ -35,30 +35,30 @@ import dataclasses
 import fnmatch
 import os
 import re
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Optional, Protocol
 
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.redacted import REDACTED, URL_MASK, is_redacted, runnable_nodeid
 from pytest_selfheal.redact.context import (
+    ENCODED_URL,
     NETRC,
+    SHORTENED_ITEM,
+    TUPLE_HEADER,
     aws_pair_pass,
+    encoded_url_repl,
     fold,
     lazy,
     mysql_pass,
     netrc_repl,
     shortened_repl,
-    SHORTENED_ITEM,
-    ENCODED_URL,
-    TUPLE_HEADER,
-    encoded_url_repl,
     sub_spans,
     tuple_header_repl,
     written_forms,
 )
 
-
-DEFAULT_ENV_NAMES: Tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
+DEFAULT_ENV_NAMES: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 #: Environment values shorter than this are never redacted (a ``*KEY*`` variable set to "1"
 #: must not turn every "1" of the log into the marker).
@@ -87,7 +87,7 @@ def _quote_aware(value: str) -> str:
 # --- token formats: case-sensitive, each with a literal prefix -------------------------------
 
 # (kind, needles (pass skipped unless one occurs), regex). The whole match is replaced.
-_TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
+_TOKEN_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # GitHub: classic PAT, OAuth, user-to-server, server-to-server, refresh; fine-grained PAT.
     ("github_token", ("gh", "github_pat_"), r"g(?:h[pousr]_[A-Za-z0-9]{10,255}|ithub_pat_[A-Za-z0-9_]{10,255})"),
     # OpenAI-style secret keys (sk-..., sk-proj-...).
@@ -110,7 +110,7 @@ _TOKEN_KINDS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("sendgrid_key", ("SG.",), r"SG\.[A-Za-z0-9_\-]{16,64}\.[A-Za-z0-9_\-]{16,128}"),
 )
 
-_TOKEN_PASSES: Tuple[Tuple[str, Tuple[str, ...], Callable[[], "re.Pattern[str]"]], ...] = tuple(
+_TOKEN_PASSES: tuple[tuple[str, tuple[str, ...], Callable[[], re.Pattern[str]]], ...] = tuple(
     (kind, needles, lazy(rx)) for kind, needles, rx in _TOKEN_KINDS
 )
 # Used to decide whether a URL user name is itself a secret.
@@ -133,7 +133,7 @@ _PEM = lazy(
 _ESCAPED_NEWLINE = lazy(r"\\+n")
 
 
-def _pem_repl(m: "re.Match[str]", text: str) -> str:
+def _pem_repl(m: re.Match[str], text: str) -> str:
     # A block inside a repr keeps its escaped line breaks: the repr stays one line.
     block = m.group(0)
     escaped = _ESCAPED_NEWLINE().search(block) if "\n" not in block else None
@@ -152,7 +152,7 @@ _URL = lazy(
 )
 
 
-def _url_repl(m: "re.Match[str]", text: str) -> str:
+def _url_repl(m: re.Match[str], text: str) -> str:
     if m.group("only") is not None:
         return f"://{URL_MASK}@"
     user = m.group("user")
@@ -166,7 +166,7 @@ def _url_repl(m: "re.Match[str]", text: str) -> str:
 _SLACK_WEBHOOK = lazy(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
 
 
-def _slack_repl(m: "re.Match[str]", text: str) -> str:
+def _slack_repl(m: re.Match[str], text: str) -> str:
     return m.group("pre") + REDACTED
 
 
@@ -226,7 +226,7 @@ _LABEL_TRIGGER = lazy(
     r"a(?:uth|ws|pi|ccess|ccount)|bearer|pass|secret|token|private|client|signing|cookie|session|pwd"
 )
 # The labels pass is skipped unless one of these occurs in the lower-cased text.
-_LABEL_NEEDLES: Tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key", "cookie", "session", "pwd")
+_LABEL_NEEDLES: tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key", "cookie", "session", "pwd")
 
 
 # One search for every needle instead of a substring test per needle (most texts hold none).
@@ -239,14 +239,14 @@ _LABEL_KINDS = ("auth", "cookie", "aws", "bearer", "assign")
 _MAX_LABEL_SPAN = 100
 
 
-def _label_kind(m: "re.Match[str]") -> str:
+def _label_kind(m: re.Match[str]) -> str:
     for kind in _LABEL_KINDS:
         if m.start(f"{kind}_label") != -1:
             return kind
     raise AssertionError("no label group matched")  # pragma: no cover - regex invariant
 
 
-def _labels_repl(m: "re.Match[str]", text: str, end: int) -> str:
+def _labels_repl(m: re.Match[str], text: str, end: int) -> str:
     """The label (original case) and the marker; ``end`` > ``m.end()`` when the value was
     extended over a label it swallowed (then quotes are not kept)."""
     kind = _label_kind(m)
@@ -257,7 +257,7 @@ def _labels_repl(m: "re.Match[str]", text: str, end: int) -> str:
 
 
 #: Names of the built-in kinds (docs/redaction.md, tests).
-BUILTIN_KINDS: Tuple[str, ...] = (
+BUILTIN_KINDS: tuple[str, ...] = (
     "pem_private_key",
     "authorization_header",
     "aws_secret_access_key",
@@ -294,7 +294,7 @@ def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> in
 
 def _labels_pass(text: str, folded: str) -> str:
     """Replace label values, matching on ``folded`` (lower-cased ``text``, same indexes)."""
-    out: List[str] = []
+    out: list[str] = []
     last = 0
     for candidate in _LABEL_TRIGGER().finditer(folded):
         start = candidate.start()
@@ -397,14 +397,14 @@ class _CustomPattern:
     """A user pattern: with capturing groups only the first group is replaced (keeps a label
     matched for context), otherwise the whole match."""
 
-    def __init__(self, regex: "re.Pattern[str]") -> None:
+    def __init__(self, regex: re.Pattern[str]) -> None:
         self.regex = regex
 
     def sub(self, text: str) -> str:
         if self.regex.groups == 0:
             return self.regex.sub(REDACTED, text)
 
-        def repl(m: "re.Match[str]") -> str:
+        def repl(m: re.Match[str]) -> str:
             if m.group(1) is None:
                 return m.group(0)
             base = m.start(0)
@@ -429,7 +429,7 @@ class Redactor:
         env_names: Sequence[str] = DEFAULT_ENV_NAMES,
         patterns: Sequence[str] = (),
     ) -> None:
-        self.env_names: Tuple[str, ...] = tuple(env_names)
+        self.env_names: tuple[str, ...] = tuple(env_names)
         secrets = {
             v
             for k, v in env.items()
@@ -439,10 +439,10 @@ class Redactor:
         values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
         self._secret_count = len(secrets)
         # Longest first: a value that contains another is replaced whole.
-        self._env_values: Tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
-        self._env_regex_cache: Dict[Tuple[str, ...], "re.Pattern[str]"] = {}
-        self._memo: Dict[str, str] = {}
-        custom: List[_CustomPattern] = []
+        self._env_values: tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
+        self._env_regex_cache: dict[tuple[str, ...], re.Pattern[str]] = {}
+        self._memo: dict[str, str] = {}
+        custom: list[_CustomPattern] = []
         for raw in patterns:
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"redaction.patterns: expected a non-empty regular expression, got {raw!r}")
@@ -450,7 +450,7 @@ class Redactor:
                 custom.append(_CustomPattern(re.compile(raw)))
             except re.error as exc:
                 raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
-        self._custom: Tuple[_CustomPattern, ...] = tuple(custom)
+        self._custom: tuple[_CustomPattern, ...] = tuple(custom)
 
     @property
     def env_value_count(self) -> int:
@@ -558,7 +558,7 @@ def default_redactor(section: Optional[RedactionSection] = None, env: Optional[M
     """
     patterns: Sequence[str] = section.patterns if section is not None else ()
     extra_names: Sequence[str] = section.env_names if section is not None else ()
-    names: List[str] = list(DEFAULT_ENV_NAMES)
+    names: list[str] = list(DEFAULT_ENV_NAMES)
     for name in extra_names:
         if name.upper() not in {n.upper() for n in names}:
             names.append(name)
@@ -581,8 +581,8 @@ __all__ = [
 
 
 def redact_cases(
-    cases: Iterable["TestCaseResult"], redactor: Optional["Redactor"]
-) -> Iterator["TestCaseResult"]:
+    cases: Iterable[TestCaseResult], redactor: Optional[Redactor]
+) -> Iterator[TestCaseResult]:
     """The cases with secrets removed from their identity (classname, name), message, type and
     text, before fingerprinting: a signature on disk never holds one, its hash is the hash of
     what is written, and the capture and every verification run hash the same identity."""

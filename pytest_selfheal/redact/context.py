@@ -13,14 +13,15 @@ import base64
 import functools
 import json
 import re
-from typing import Callable, Iterable, List, Set, Tuple
+from collections.abc import Iterable
+from typing import Callable
 
 from pytest_selfheal.records.redacted import REDACTED
 
 _Replacer = Callable[["re.Match[str]", str], str]
 
 
-def lazy(pattern: str, flags: int = 0) -> Callable[[], "re.Pattern[str]"]:
+def lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
     """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
     text needs few of these regexes; compiling them all cost every capture ~4 ms."""
     return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
@@ -35,10 +36,10 @@ def fold(text: str) -> str:
     return folded if len(folded) == len(text) else text.translate(_ASCII_LOWER)
 
 
-def sub_spans(regex: "re.Pattern[str]", scanned: str, text: str, repl: _Replacer) -> str:
+def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) -> str:
     """Like ``regex.sub`` but matching on ``scanned`` (same length as ``text``) and keeping
     ``text`` between the matches."""
-    out: List[str] = []
+    out: list[str] = []
     last = 0
     for m in regex.finditer(scanned):
         out.append(text[last : m.start()])
@@ -55,7 +56,7 @@ def sub_spans(regex: "re.Pattern[str]", scanned: str, text: str, repl: _Replacer
 NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
 
 
-def netrc_repl(m: "re.Match[str]", text: str) -> str:
+def netrc_repl(m: re.Match[str], text: str) -> str:
     return text[m.start("label") : m.end("label")] + REDACTED
 
 
@@ -66,7 +67,7 @@ _MYSQL_PASSWORD = lazy(r"(?<![\w-])-p(?![\s-])(?!\[REDACTED\])\S+")
 
 
 def mysql_pass(text: str) -> str:
-    out: List[str] = []
+    out: list[str] = []
     last = 0
     for client in _MYSQL_CLIENT().finditer(fold(text)):
         if client.start() < last:
@@ -91,14 +92,14 @@ _AWS_SECRET = lazy(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
 
 def aws_pair_pass(text: str) -> str:
-    windows: List[Tuple[int, int]] = []
+    windows: list[tuple[int, int]] = []
     for key_id in _AWS_KEY_ID().finditer(text):
         start, end = max(0, key_id.start() - _AWS_PAIR_WINDOW), key_id.end() + _AWS_PAIR_WINDOW
         if windows and start <= windows[-1][1]:
             windows[-1] = (windows[-1][0], end)
         else:
             windows.append((start, end))
-    out: List[str] = []
+    out: list[str] = []
     last = 0
     for start, end in windows:
         out.append(text[last:start])
@@ -118,7 +119,7 @@ SHORTENED_ITEM = lazy(r"(?P<q>[\"'])\.\.\.(?P<body>[^\"'\n]{0,4096})(?P=q)")
 _TOKEN_RUN = lazy(r"[A-Za-z0-9+/=_\-]{12,}")
 
 
-def shortened_repl(m: "re.Match[str]", text: str) -> str:
+def shortened_repl(m: re.Match[str], text: str) -> str:
     body = _TOKEN_RUN().sub(REDACTED, m.group("body"))
     return f"{m.group('q')}...{body}{m.group('q')}"
 
@@ -130,7 +131,7 @@ TUPLE_HEADER = lazy(
 )
 
 
-def tuple_header_repl(m: "re.Match[str]", text: str) -> str:
+def tuple_header_repl(m: re.Match[str], text: str) -> str:
     """Keep the header name (as written: ``m`` matched the folded text) and the quotes, hide the value."""
     return text[m.start():m.end("label")] + REDACTED + m.group("q2")
 
@@ -139,17 +140,17 @@ def tuple_header_repl(m: "re.Match[str]", text: str) -> str:
 ENCODED_URL = lazy(r"%3a%2f%2f(?P<user>[^%\s/@]{0,256})%3a(?P<value>[^\s/@&]{1,1024}?)%40")
 
 
-def encoded_url_repl(m: "re.Match[str]", text: str) -> str:
+def encoded_url_repl(m: re.Match[str], text: str) -> str:
     """Keep the user, hide the password (as the plain URL pass does)."""
     start, end = m.span("value")
     return text[m.start():start] + "***" + text[end:m.end()]
 
 
-def written_forms(values: Iterable[str]) -> Set[str]:
+def written_forms(values: Iterable[str]) -> set[str]:
     """The forms an env secret takes when written out: as is, JSON- and repr-escaped (a
     backslash or a quote doubled), and base64 (standard and URL-safe, with and without
     padding). Each is hidden like the value itself."""
-    forms: Set[str] = set()
+    forms: set[str] = set()
     for value in values:
         forms.add(value)
         forms.add(json.dumps(value, ensure_ascii=False)[1:-1])

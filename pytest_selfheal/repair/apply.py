@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
-from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.errors import NotFoundError, RefusedError
 from pytest_selfheal.gitrepo import isolated_git_env, repo_top
+from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.repair.patch_summary import PatchSummary, refusal, summarise
@@ -49,7 +49,7 @@ class ProposedPatch(Frozen):
                 "and the incident's tests did not pass with it")
 
     @property
-    def files(self) -> List[str]:
+    def files(self) -> list[str]:
         """Every file the patch writes, in order."""
         return list(self.summary.files)
 

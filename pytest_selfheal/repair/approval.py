@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 YES_WORDS = frozenset({"y", "yes"})
 
@@ -61,7 +61,7 @@ class Approver:
     interactive: bool = False
     input_fn: Callable[[str], str] = ask_on_stderr
     out: Optional[TextIO] = None  # where details are shown before a question (default stderr)
-    asked: List[Dict[str, Any]] = field(default_factory=list)
+    asked: list[dict[str, Any]] = field(default_factory=list)
 
     def confirm(self, question: str, *, details: str = "") -> bool:
         """Yes when approved up front, or a human typed y/yes; no otherwise (also on EOF)."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -47,7 +48,7 @@ _MAX_SEEN = 100_000
 class Carried(Frozen):
     """What :func:`carry_ignored` copied: repository-relative POSIX paths, and how much did not fit."""
 
-    paths: Tuple[str, ...]
+    paths: tuple[str, ...]
     left_out: int
     left_out_bytes: int
 
@@ -71,7 +72,7 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
             yield (here / name).relative_to(top).as_posix()
 
 
-def ignored_files(top: Path, exclude: Sequence[str] = ()) -> List[str]:
+def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
     """The ignored files of the working tree at ``top`` worth carrying (repository-relative,
     skipped trees and ``exclude`` prefixes left out); at most ``_MAX_SEEN`` are looked at."""
     try:
@@ -79,7 +80,7 @@ def ignored_files(top: Path, exclude: Sequence[str] = ()) -> List[str]:
     except GitFailed:
         return []
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
-    found: List[str] = []
+    found: list[str] = []
     for entry in (os.fsdecode(e) for e in out.split(b"\0") if e):
         rel = entry.rstrip("/")
         parts = rel.split("/")
@@ -111,7 +112,7 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     already exists in ``dest`` is never overwritten (git's checkout wins)."""
     sized = [(size, rel) for rel in ignored_files(top, exclude) if (size := _size(top / rel)) is not None]
     sized.sort()
-    copied: List[str] = []
+    copied: list[str] = []
     used = 0
     left_out = left_bytes = 0
     for size, rel in sized:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -74,7 +74,7 @@ def user_state(top: Path, exclude: Sequence[Path] = ()) -> UserState:
     """The fingerprint of the working tree at ``top`` (the user's repository, not a repair
     worktree), its index, ``HEAD``, hooks and config; ``exclude``: paths left out (the
     reports root, which the loop itself writes)."""
-    entries: Dict[str, str] = {}
+    entries: dict[str, str] = {}
     specs = exclude_pathspecs(top, exclude)
     status = _git(top, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".", *specs])
     for record in status.split(b"\0"):
@@ -97,7 +97,7 @@ def user_state(top: Path, exclude: Sequence[Path] = ()) -> UserState:
     return UserState(dict(entries))
 
 
-def changes(before: UserState, after: UserState) -> List[str]:
+def changes(before: UserState, after: UserState) -> list[str]:
     """What differs between two fingerprints, by name, in a stable order (created, changed
     and removed alike)."""
     names = sorted(set(before.entries) | set(after.entries))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import GitFailed, run_git
@@ -31,10 +31,10 @@ SYMLINK_MODE = "120000"
 class PatchSummary(Frozen):
     """Every file a patch writes and what happens to it."""
 
-    files: Tuple[str, ...]  # every path git would write, in patch order, each once
-    notes: Tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
-    binary: Tuple[str, ...]  # paths whose change is binary
-    symlinks: Tuple[Tuple[str, Optional[str]], ...]  # (link, target; None: not found in the patch)
+    files: tuple[str, ...]  # every path git would write, in patch order, each once
+    notes: tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
+    binary: tuple[str, ...]  # paths whose change is binary
+    symlinks: tuple[tuple[str, Optional[str]], ...]  # (link, target; None: not found in the patch)
 
     def text(self) -> str:
         """One line for the approval question: the files, then what is special about them."""
@@ -46,10 +46,10 @@ class PatchSummary(Frozen):
         return "; ".join(parts)
 
 
-def _symlink_targets(patch: bytes) -> List[Tuple[str, Optional[str]]]:
+def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
     """``(link, target)`` of every git section that creates a symlink or turns a file into one:
     ``new file mode 120000`` / ``new mode 120000``; the target is the section's added line."""
-    found: List[Tuple[str, Optional[str]]] = []
+    found: list[tuple[str, Optional[str]]] = []
     link: Optional[str] = None
     header_path = ""
     target: Optional[str] = None
@@ -79,10 +79,10 @@ def _symlink_targets(patch: bytes) -> List[Tuple[str, Optional[str]]]:
     return found
 
 
-def _numstat(top: Path, file: Path) -> Tuple[List[str], List[str]]:
+def _numstat(top: Path, file: Path) -> tuple[list[str], list[str]]:
     out = run_git(top, ["apply", "--numstat", "-z", "--", str(file)])
-    files: List[str] = []
-    binary: List[str] = []
+    files: list[str] = []
+    binary: list[str] = []
     for entry in out.split(b"\0"):
         if not entry:
             continue

@@ -32,7 +32,7 @@ def log_name(iteration: int) -> str:
     return f"repair_{iteration:02d}.log"
 
 
-def write_patch(store: "Store", incident_id: str, name: str, data: bytes) -> Path:
+def write_patch(store: Store, incident_id: str, name: str, data: bytes) -> Path:
     """Write a patch into ``error_runs/<id>/`` atomically, byte for byte.
 
     Patches are not redacted: a redacted patch would no longer apply, and its content is
@@ -53,7 +53,7 @@ def write_patch(store: "Store", incident_id: str, name: str, data: bytes) -> Pat
         return path
 
 
-def read_run_bytes(store: "Store", incident_id: str, name: str) -> Optional[bytes]:
+def read_run_bytes(store: Store, incident_id: str, name: str) -> Optional[bytes]:
     """A file of ``error_runs/<id>/`` as bytes, or None when it does not exist."""
     path = store.runs_dir(incident_id) / name
     try:
@@ -64,7 +64,7 @@ def read_run_bytes(store: "Store", incident_id: str, name: str) -> Optional[byte
         raise fsio.io_error("read", path, exc) from None
 
 
-def apply_command(store: "Store", incident_id: str, cwd: Optional[Path] = None) -> str:
+def apply_command(store: Store, incident_id: str, cwd: Optional[Path] = None) -> str:
     """The exact command that applies the proposed patch: ``selfheal apply ID`` (plus
     ``--dir`` when the reports root is not ``./.selfheal`` of ``cwd``)."""
     here = (cwd or Path.cwd()).resolve()

@@ -1,7 +1,7 @@
 """Repair providers between loop iterations (edge: subprocesses, git; docs/repair.md).
 
 A *repair provider* changes code in an isolated git worktree before each verification
-run of the loop (SPEC §8). Two kinds, asked in this order:
+run of the loop. Two kinds, asked in this order:
 
 1. **hooks**: implementations of ``pytest_selfheal_repair(request)`` (hookspecs.py) —
    from a conftest/plugin under pytest, or, for the ``selfheal`` CLI, from modules
@@ -33,9 +33,10 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     import pluggy
 
 
-PLACEHOLDERS: Tuple[str, ...] = ("prompt_file", "incident_id", "worktree", "iteration")
+PLACEHOLDERS: tuple[str, ...] = ("prompt_file", "incident_id", "worktree", "iteration")
 LOG_MAX_BYTES = 1024 * 1024  # of a provider's output kept in repair_XX.log (the tail)
 TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
 
@@ -80,7 +81,7 @@ Say = Callable[[str], None]
 # --------------------------------------------------------------------------- the command
 
 
-def substitute(template: Sequence[str], values: Mapping[str, str]) -> List[str]:
+def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Replace ``{prompt_file}``, ``{incident_id}``, ``{worktree}``, ``{iteration}`` inside each
     argument; any other brace text is kept literally (``{"a": 1}`` survives)."""
     argv = []
@@ -93,7 +94,7 @@ def substitute(template: Sequence[str], values: Mapping[str, str]) -> List[str]:
     return argv
 
 
-def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str, str]:
+def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[str, str]:
     """The provider's environment: ``base`` (default ``os.environ``; agents need their API
     keys) minus the git-locating variables, plus ``SELFHEAL_VERIFYING=1`` (pytest runs the
     agent starts stay passive: no incident, no attempt of their own) and ``extra``."""
@@ -107,7 +108,7 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[
 class CommandRun(Frozen):
     """What one repair command did."""
 
-    argv: List[str]
+    argv: list[str]
     started: bool  # False: the executable could not be started
     exit_code: Optional[int]  # None when it did not start or was killed by the timeout
     timed_out: bool
@@ -163,7 +164,7 @@ def _listed(names: Sequence[str], limit: int = 10) -> str:
     return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
-def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> List[Any]:
+def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> list[Any]:
     """The current failures as JSON, for the hook request: the latest attempt's, else the capture's."""
     return [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)]
 
@@ -190,13 +191,13 @@ class RepairSession:
 
     def __init__(
         self,
-        store: "Store",
+        store: Store,
         incident_id: str,
         *,
-        effective: "EffectiveConfig",
-        worktree: "Worktree",
-        approver: "Approver",
-        pluginmanager: Optional["pluggy.PluginManager"] = None,
+        effective: EffectiveConfig,
+        worktree: Worktree,
+        approver: Approver,
+        pluginmanager: Optional[pluggy.PluginManager] = None,
         say: Optional[Say] = None,
         env: Optional[Mapping[str, str]] = None,
     ) -> None:
@@ -209,15 +210,15 @@ class RepairSession:
         self.say: Say = say or (lambda line: None)
         self.env = env
         settings = effective.settings
-        self.redactor: "Redactor" = default_redactor(settings.redaction)
-        self.command: Optional[List[str]] = list(settings.repair.command) if settings.repair.command else None
+        self.redactor: Redactor = default_redactor(settings.redaction)
+        self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
         self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
-        self.globs: List[str] = list(settings.repair.allowed_paths)
+        self.globs: list[str] = list(settings.repair.allowed_paths)
         self.allow_test_edits = settings.repair.allow_test_edits
         # Import locations of the user's tree the verification could not point at the worktree.
-        self.not_redirected: List[str] = []
+        self.not_redirected: list[str] = []
         self.policy = LoopPolicy.from_settings(settings)
-        self.results: List[Dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
 
     # -- the provider seam
 
@@ -226,12 +227,12 @@ class RepairSession:
         *,
         incident_id: str,
         iteration: int,
-        store: Optional["Store"] = None,
+        store: Optional[Store] = None,
         plan: Plan,
         last_attempt: Optional[Attempt] = None,
         observations: Sequence[Any] = (),
         **_: Any,
-    ) -> Dict[str, Any]:
+    ) -> dict[str, Any]:
         """One repair before verification ``iteration`` (the attempt number)."""
         store = store or self.store
         attempts = store.read_attempts(incident_id)
@@ -326,7 +327,7 @@ class RepairSession:
             return ""
 
     def _call_provider(
-        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: List[Any]
+        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: list[Any]
     ) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
@@ -412,7 +413,7 @@ class RepairSession:
 
     # -- the worktree after the call
 
-    def _tests_edited(self, tree: str) -> List[str]:
+    def _tests_edited(self, tree: str) -> list[str]:
         """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
         user's state: what a verification of that tree passes with."""
         return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if scope.is_test_file(f)]
@@ -425,8 +426,8 @@ class RepairSession:
         plan: Plan,
         targets: Sequence[str],
         globs: Sequence[str],
-    ) -> Dict[str, Any]:
-        result: Dict[str, Any] = {
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {
             "provider": call.provider,
             "result": REPAIR_NO_FIX_FOUND,
             "files_changed": [],
@@ -501,7 +502,7 @@ class RepairSession:
         return result
 
 
-def _actions_touched(plan: Plan, changed: Sequence[str]) -> List[str]:
+def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
     """Plan actions whose target paths the diff touched; every action when none is named
     (a diff within the extra globs still works on the whole plan)."""
     files = {normalise(c) for c in changed}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from typing import Iterable, List, Sequence, Tuple
+from collections.abc import Iterable, Sequence
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.records.plan import Plan
@@ -34,8 +34,8 @@ def normalise(path: str) -> str:
     return "" if norm == "." else norm
 
 
-def _normalised(paths: Iterable[str]) -> List[str]:
-    seen: List[str] = []
+def _normalised(paths: Iterable[str]) -> list[str]:
+    seen: list[str] = []
     for path in paths:
         norm = normalise(path)
         if norm and norm not in seen:
@@ -43,12 +43,12 @@ def _normalised(paths: Iterable[str]) -> List[str]:
     return seen
 
 
-def plan_target_paths(plan: Plan) -> List[str]:
+def plan_target_paths(plan: Plan) -> list[str]:
     """The union of every action's ``target_paths``, normalised, in order of first appearance."""
     return _normalised(path for action in plan.actions for path in action.target_paths)
 
 
-def plan_test_paths(plan: Plan) -> List[str]:
+def plan_test_paths(plan: Plan) -> list[str]:
     """The union of every action's ``test_paths`` (the failing tests' files), normalised."""
     return _normalised(path for action in plan.actions for path in action.test_paths)
 
@@ -76,7 +76,7 @@ def is_allowed(path: str, target_paths: Sequence[str], globs: Sequence[str] = ()
 
 def out_of_scope(
     files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = (), *, allow_test_edits: bool = False
-) -> List[str]:
+) -> list[str]:
     """The files (normalised, in order, each once) that are neither target paths nor match a glob.
 
     Unless ``allow_test_edits``, a test file (:func:`is_test_file`) is out of scope even
@@ -84,7 +84,7 @@ def out_of_scope(
     weakens the test must ask. Only an explicit ``repair.allowed_paths`` glob lets it in.
     """
     targets = {normalise(t) for t in target_paths}
-    out: List[str] = []
+    out: list[str] = []
     for path in files:
         norm = normalise(path)
         if not norm or norm in out:
@@ -97,7 +97,7 @@ def out_of_scope(
     return out
 
 
-def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bool = False) -> Tuple[List[str], List[str]]:
+def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bool = False) -> tuple[list[str], list[str]]:
     """``(target_paths, globs)``: the scope of a repair, as the prompt shows it. The plan's
     ``test_paths`` join the target paths only when ``allow_test_edits``."""
     targets = plan_target_paths(plan)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -61,7 +62,7 @@ def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Opt
     return None
 
 
-def _remove_stale(store: "Store", incident_id: str) -> None:
+def _remove_stale(store: Store, incident_id: str) -> None:
     path = store.runs_dir(incident_id) / WORKTREE_RECORD
     if not path.exists():
         return
@@ -74,20 +75,20 @@ def _remove_stale(store: "Store", incident_id: str) -> None:
 
 
 def repair_loop(
-    store: "Store",
+    store: Store,
     incident_id: str,
     *,
-    effective: "EffectiveConfig",
+    effective: EffectiveConfig,
     project_root: Path,
     approve: bool = False,
     interactive: Optional[bool] = None,
-    pluginmanager: Optional["pluggy.PluginManager"] = None,
+    pluginmanager: Optional[pluggy.PluginManager] = None,
     out: Optional[Say] = None,
     input_fn: Optional[Callable[[str], str]] = None,
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Optional[Sequence[Mapping[str, Any]]] = None,
     unattended: Optional[bool] = None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
 
     1. create a worktree of the repository containing ``project_root`` holding the user's
@@ -156,21 +157,21 @@ def repair_loop(
 
 
 def _close_out(
-    store: "Store",
+    store: Store,
     incident_id: str,
-    result: Dict[str, Any],
+    result: dict[str, Any],
     *,
-    wt: "Worktree",
+    wt: Worktree,
     session: RepairSession,
-    approver: "Approver",
+    approver: Approver,
     say: Say,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """final.patch, approval, apply; the ``repair`` block of the run result."""
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
     resolved = result.get("final_status") == "resolved"
-    block: Dict[str, Any] = {
+    block: dict[str, Any] = {
         "final_patch": None,
         "applied": False,
         "apply_command": None,

@@ -39,9 +39,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
@@ -60,10 +61,10 @@ def _relative_inside(path: Path, top: Path) -> Optional[str]:
     return "" if text == "." else text
 
 
-def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> List[str]:
+def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> list[str]:
     """``:(exclude)`` pathspecs for the paths in ``exclude`` that lie inside ``top`` (the
     reports root, usually), plus the junk caches."""
-    specs: List[str] = []
+    specs: list[str] = []
     for path in exclude:
         rel = _relative_inside(path, top)
         if rel and not _ignored(top, rel):
@@ -128,11 +129,11 @@ class Worktree:
     prefix: str  # the project root relative to repo_top, POSIX ("" at the top)
     head: str  # the user's HEAD commit (the worktree's HEAD)
     base: str  # tree of the user's state when the worktree was made
-    excludes: Tuple[str, ...]  # pathspecs left out of every snapshot
+    excludes: tuple[str, ...]  # pathspecs left out of every snapshot
     scratch: Path  # private temp dir: holds the worktree, temp indexes, the empty hooks dir
     removed: bool = False
-    warnings: List[str] = field(default_factory=list)
-    carried: Tuple[str, ...] = ()  # ignored files copied in (repository-relative), never in a patch
+    warnings: list[str] = field(default_factory=list)
+    carried: tuple[str, ...] = ()  # ignored files copied in (repository-relative), never in a patch
 
     @property
     def hooks_dir(self) -> Path:
@@ -198,14 +199,14 @@ class Worktree:
             return b""
         return self.git(["diff-tree", "-r", "-p", "--binary", "--full-index", "--no-color", old, new])
 
-    def changed_files(self, old: str, new: str) -> List[str]:
+    def changed_files(self, old: str, new: str) -> list[str]:
         """Repository-relative POSIX paths that differ between trees ``old`` and ``new``."""
         if old == new:
             return []
         out = self.git(["diff-tree", "-r", "--name-only", "-z", old, new])
         return [os.fsdecode(name) for name in out.split(b"\0") if name]
 
-    def project_relative(self, paths: Sequence[str]) -> List[str]:
+    def project_relative(self, paths: Sequence[str]) -> list[str]:
         """Repository-relative paths as project-relative ones (``../x`` outside the project)."""
         if not self.prefix:
             return list(paths)
@@ -225,7 +226,7 @@ class Worktree:
         remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
 
 
-def remove_worktree(repo: Path, path: Path, scratch: Optional[Path], warnings: Optional[List[str]] = None) -> None:
+def remove_worktree(repo: Path, path: Path, scratch: Optional[Path], warnings: Optional[list[str]] = None) -> None:
     """Remove a worktree of ``repo`` at ``path`` and its scratch directory; never raises."""
     notes = warnings if warnings is not None else []
     hooks = scratch / "hooks" if scratch is not None and (scratch / "hooks").is_dir() else None
@@ -369,7 +370,7 @@ def apply_patch(top: Path, patch: bytes) -> None:
     with_patch_file(patch, go)
 
 
-def worktree_record(wt: Worktree) -> Dict[str, str]:
+def worktree_record(wt: Worktree) -> dict[str, str]:
     """What is written to ``error_runs/<id>/worktree.json`` so a killed run's worktree can be
     removed by the next one."""
     return {"repo": str(wt.repo_top), "path": str(wt.path), "scratch": str(wt.scratch)}

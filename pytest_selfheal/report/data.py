@@ -1,4 +1,4 @@
-"""The ``## RALF Lite Loop Report`` data (SPEC §10): the report JSON and its validation.
+"""The ``## RALF Lite Loop Report`` data: the report JSON and its validation.
 
 Pure: no file I/O, no clock. The input is plain dicts as the store reads them
 (``incident.json``, ``plan.json``, ``attempt_XX.json``, ``run_result.json``) wrapped in
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
@@ -34,19 +35,19 @@ INBOX = "inbox"
 RUN_RESULT_ORIGIN = "run_result.json"
 
 # Keys a report JSON must have (``validate_report``), top level and per incident.
-REQUIRED_KEYS: Tuple[str, ...] = (
+REQUIRED_KEYS: tuple[str, ...] = (
     "schema_version", "title", "enabled", "effective_config", "origins", "auto_tasks_looped",
     "total_retries", "incidents", "stop_reason", "final_status", "recommended_next_action",
 )
-INCIDENT_KEYS: Tuple[str, ...] = (
+INCIDENT_KEYS: tuple[str, ...] = (
     "incident_id", "status", "bucket", "final_status", "stop_reason", "loops_used", "tasks",
     "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests",
 )
-TASK_KEYS: Tuple[str, ...] = ("task", "attempts", "stop_reason")
+TASK_KEYS: tuple[str, ...] = ("task", "attempts", "stop_reason")
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
 # Outcome: escalated, then replan_requested, then not finished, then resolved last.
-_OUTCOME_RANK: Dict[str, int] = {
+_OUTCOME_RANK: dict[str, int] = {
     policy.FINAL_ESCALATED: 0,
     policy.FINAL_REPLAN_REQUESTED: 1,
     policy.FINAL_RESOLVED: 3,
@@ -54,7 +55,7 @@ _OUTCOME_RANK: Dict[str, int] = {
 _UNFINISHED_RANK = 2
 # Stop reasons in the loop's own precedence (most specific diagnosis first), except that
 # success ranks last and "no stop reason yet" just before it.
-REASON_ORDER: Tuple[Optional[str], ...] = tuple(
+REASON_ORDER: tuple[Optional[str], ...] = tuple(
     r for r in policy.PRECEDENCE if r != policy.SUCCESS
 ) + (None, policy.SUCCESS)
 
@@ -76,7 +77,7 @@ class IncidentRun(Frozen):
     run_result: Optional[Mapping[str, Any]] = None
     bucket: str = INBOX
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (the shape of the golden-file inputs)."""
         return {
             "incident": copy.deepcopy(dict(self.incident)),
@@ -87,7 +88,7 @@ class IncidentRun(Frozen):
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "incident run") -> "IncidentRun":
+    def from_dict(cls, data: Mapping[str, Any], source: str = "incident run") -> IncidentRun:
         """The inverse of :meth:`to_dict`; ``InputError`` naming ``source`` on a bad shape."""
         if not isinstance(data, Mapping):
             raise InputError(f"{source}: expected an object")
@@ -134,17 +135,17 @@ def opt_bool(value: Any) -> Optional[bool]:
     return value if isinstance(value, bool) else None
 
 
-def dicts(value: Any) -> List[Mapping[str, Any]]:
+def dicts(value: Any) -> list[Mapping[str, Any]]:
     """The mappings in a list ``value`` (others dropped); [] when it is no list."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
 
 
-def strs(value: Any) -> List[str]:
+def strs(value: Any) -> list[str]:
     """The strings in a list ``value`` (others dropped); [] when it is no list."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
 
 
-def unique(items: Iterable[str]) -> List[str]:
+def unique(items: Iterable[str]) -> list[str]:
     """``items`` without repeats, in first-seen order."""
     return list(dict.fromkeys(items))
 
@@ -162,8 +163,8 @@ def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> Dict[str, Any]:
-    merged: Dict[str, Any] = copy.deepcopy(dict(base))
+def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = copy.deepcopy(dict(base))
     for key, value in top.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = _deep_merge(merged[key], value)
@@ -172,9 +173,9 @@ def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> Dict[str, An
     return merged
 
 
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
-    flat: Dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for key in sorted(config, key=str):
         value = config[key]
         dotted = f"{prefix}.{key}" if prefix else str(key)
@@ -196,7 +197,7 @@ def _resolve_config(
     effective_config: Optional[Mapping[str, Any]],
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
-) -> Tuple[Dict[str, Any], Dict[str, str]]:
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The report's config (every ralf_lite key present) and the origin of every leaf.
 
     The given config wins; without one, the first recorded ``run_result.effective_config``
@@ -216,7 +217,7 @@ def _resolve_config(
     values = _deep_merge(DEFAULTS, given or {})
     named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
     given_keys = set(flatten_config(given or {}))
-    resolved: Dict[str, str] = {}
+    resolved: dict[str, str] = {}
     for key in flatten_config(values):
         if key in named:
             resolved[key] = named[key]
@@ -227,7 +228,7 @@ def _resolve_config(
     return values, resolved
 
 
-def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
+def _iteration_entry(attempt: Mapping[str, Any]) -> dict[str, Any]:
     raw_outcomes = attempt.get("outcomes")
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
@@ -258,14 +259,14 @@ def _iteration_entry(attempt: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any]]) -> Tuple[int, bool]:
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any]]) -> tuple[int, bool]:
     """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
 
     An iteration counts when it verified any of the action's node ids, until every one of
     them has passed (its latest outcome). Without node ids or per-test outcomes, every
     iteration counts and ``verification_passed`` decides.
     """
-    latest: Dict[str, str] = {}
+    latest: dict[str, str] = {}
     count = 0
     for iteration in iterations:
         outcomes: Mapping[str, str] = iteration["outcomes"]
@@ -284,7 +285,7 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
     return count, False
 
 
-def _observations(run: IncidentRun) -> List[policy.Observation]:
+def _observations(run: IncidentRun) -> list[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
         # The report's inputs are JSON documents (golden inputs, hand-made runs): parsed here.
@@ -312,7 +313,7 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
         return f"Investigate manually: selfheal show {incident_id}"
 
 
-def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
+def _incident_entry(run: IncidentRun) -> dict[str, Any]:
     incident = run.incident
     incident_id = as_str(incident.get("incident_id"))
     status = as_str(incident.get("status"), "new")
@@ -345,7 +346,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
 
-    tasks: List[Dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
     for action in dicts((run.plan or {}).get("actions")):
         nodeids = strs(action.get("nodeids"))
         count, passed = _task_progress(nodeids, iterations)
@@ -371,8 +372,8 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
             **({"where": action["where"]} if isinstance(action.get("where"), str) else {}),  # the top suspect
         })
 
-    new_failures: List[Dict[str, Any]] = []
-    seen: Set[Tuple[str, str]] = set()
+    new_failures: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
     for attempt in attempts:
         for failure in dicts(attempt.get("new_failures")):
             key = (_nodeid(failure) or "", as_str(failure.get("fingerprint")))
@@ -439,7 +440,7 @@ def _incident_entry(run: IncidentRun) -> Dict[str, Any]:
     }
 
 
-def _short_ids(incident_ids: Sequence[str]) -> Dict[str, str]:
+def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
     """The shortest common suffix length (from 6) that tells the incidents apart."""
     ids = unique(incident_ids)
     longest = max((len(i) for i in ids), default=0)
@@ -450,9 +451,9 @@ def _short_ids(incident_ids: Sequence[str]) -> Dict[str, str]:
     return {i: i for i in ids}
 
 
-def _label_tasks(incidents: List[Dict[str, Any]]) -> None:
+def _label_tasks(incidents: list[dict[str, Any]]) -> None:
     """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
-    owners: Dict[str, Set[str]] = {}
+    owners: dict[str, set[str]] = {}
     for entry in incidents:
         for task in entry["tasks"]:
             owners.setdefault(str(task["task"]), set()).add(str(entry["incident_id"]))
@@ -463,7 +464,7 @@ def _label_tasks(incidents: List[Dict[str, Any]]) -> None:
             task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
 
 
-def _severity(entry: Mapping[str, Any]) -> Tuple[int, int]:
+def _severity(entry: Mapping[str, Any]) -> tuple[int, int]:
     outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
     if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
         outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
@@ -487,9 +488,9 @@ def deciding_incident(incidents: Sequence[Mapping[str, Any]]) -> Optional[Mappin
     return best
 
 
-def finish_report(report: Dict[str, Any]) -> Dict[str, Any]:
+def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     """Fill the derived plan-level fields from ``report["incidents"]``."""
-    incidents: List[Dict[str, Any]] = report["incidents"]
+    incidents: list[dict[str, Any]] = report["incidents"]
     _label_tasks(incidents)
     report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
     report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
@@ -517,7 +518,7 @@ def build_report(
     effective_config: Optional[Mapping[str, Any]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """The report JSON for ``incidents`` (fields: docs/report.md "JSON").
 
     ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
@@ -527,8 +528,8 @@ def build_report(
     ``created_at`` then id; a repeated id is kept once (the first).
     """
     values, resolved = _resolve_config(effective_config, origins, incidents)
-    runs: List[IncidentRun] = []
-    seen: Set[str] = set()
+    runs: list[IncidentRun] = []
+    seen: set[str] = set()
     for run in incidents:
         incident_id = as_str(run.incident.get("incident_id"))
         if incident_id in seen:
@@ -536,7 +537,7 @@ def build_report(
         seen.add(incident_id)
         runs.append(run)
     runs.sort(key=lambda r: (as_str(r.incident.get("created_at")), as_str(r.incident.get("incident_id"))))
-    report: Dict[str, Any] = {
+    report: dict[str, Any] = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": REPORT_TITLE,
         "enabled": bool(enabled) and values.get("enabled") is not False,
@@ -557,7 +558,7 @@ def _expect(condition: bool, source: str, where: str, expected: str) -> None:
         raise InputError(f"{source}: {where}: expected {expected}")
 
 
-def validate_report(data: Any, source: str = "report") -> Dict[str, Any]:
+def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
     """``data`` if it is a report JSON this version can render and merge, else ``InputError``.
 
     Checks ``schema_version`` and the keys listed in docs/report.md "Validation";

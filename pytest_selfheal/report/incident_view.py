@@ -4,7 +4,7 @@ by root cause, plan summary, attempts, run result. ``selfheal show`` and the MCP
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.plan.build import group_failures
 from pytest_selfheal.records.jsondoc import FieldError
@@ -12,10 +12,10 @@ from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.store.root import Store
 
 
-def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def root_causes(incident: dict[str, Any], plan: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
     """The incident's failures grouped by root cause: the plan's actions (which hold the
     grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
-    out: List[Dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     actions = plan.get("actions") if plan is not None else None
     if isinstance(actions, list) and actions:
         for action in actions:
@@ -43,11 +43,11 @@ def root_causes(incident: Dict[str, Any], plan: Optional[Dict[str, Any]]) -> Lis
     return out
 
 
-def where_of(action: Dict[str, Any]) -> Dict[str, Any]:
+def where_of(action: dict[str, Any]) -> dict[str, Any]:
     """The action's *where* for a reader: ``where`` (the top suspect's ``path:line``),
     ``assertion``, ``suspects`` (``name (path:line, score)``) and ``excerpt`` (numbered code
     lines), each only when the plan has it."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     try:
         record = PlanAction.parse(action, "action")
     except FieldError:  # a hand-edited plan: the rest of the view still shows
@@ -63,13 +63,13 @@ def where_of(action: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def incident_view(store: Store, incident_id: str) -> Dict[str, Any]:
+def incident_view(store: Store, incident_id: str) -> dict[str, Any]:
     """One incident as one JSON-friendly dict: what ``selfheal show`` prints and the MCP ``show`` tool
     digests (errors are raised, not hidden: 2 bad id, 3 corrupted files, 4 unknown id)."""
     bucket, folder = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)
-    plan: Optional[Dict[str, Any]] = None
+    plan: Optional[dict[str, Any]] = None
     doc: Optional[Plan] = None
     if store.has_plan(incident_id):
         doc = store.read_plan(incident_id)

@@ -7,7 +7,8 @@ flaky (failed, then passed with no code change in between: ``policy.flaky_tests`
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
@@ -36,13 +37,13 @@ def rerun_cases(
     incident: Incident,
     attempts: Sequence[Attempt],
     quarantine: Sequence[QuarantineEntry] = (),
-) -> List[RerunCase]:
+) -> list[RerunCase]:
     """The junit cases of one incident (order: the incident's failures)."""
     observations = [policy.capture_observation(incident)] + [policy.observation_from_attempt(a) for a in attempts]
     flaky = set(policy.flaky_tests(observations))
-    runs: Dict[str, List[FailedRun]] = {}
-    fingerprints: Dict[str, str] = {}
-    order: List[str] = []
+    runs: dict[str, list[FailedRun]] = {}
+    fingerprints: dict[str, str] = {}
+    order: list[str] = []
     for failure in incident.failures:
         nodeid = failure.nodeid or failure.test
         order.append(nodeid)
@@ -53,7 +54,7 @@ def rerun_cases(
             nodeid = recorded.nodeid or recorded.test
             if nodeid in runs:
                 runs[nodeid].append(_failed_run(recorded))
-    latest: Dict[str, str] = {}
+    latest: dict[str, str] = {}
     for observation in observations:
         for nodeid, outcome in observation.outcomes.items():
             if outcome != OUTCOME_MISSING:

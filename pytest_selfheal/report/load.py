@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
@@ -37,7 +37,7 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     )
 
 
-def read_report(path: Path) -> Dict[str, Any]:
+def read_report(path: Path) -> dict[str, Any]:
     """A report JSON file, validated; NotFoundError (4) when missing, InputError (3) when bad."""
     if not path.exists():
         raise NotFoundError(f"{path}: no such report file")
@@ -50,7 +50,7 @@ def read_report(path: Path) -> Dict[str, Any]:
     return validate_report(fsio.read_json(path), str(path))
 
 
-def select_ids(store: Store, incident_id: Optional[str], every: bool) -> List[str]:
+def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:
     """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
@@ -59,7 +59,7 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> List[st
     return ids if every else ids[-1:]
 
 
-def build_from_store(store: Store, incident_ids: List[str], project_root: Path) -> Dict[str, Any]:
+def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> dict[str, Any]:
     """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]

@@ -6,7 +6,8 @@ Pure: report JSON in, report JSON out (fields and rules: docs/report.md "Merging
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.report.data import (
@@ -21,7 +22,7 @@ from pytest_selfheal.report.data import (
 )
 
 
-def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """One report from several shard reports (e.g. the jobs of a CI matrix).
 
     Incidents are concatenated in shard order, a repeated incident id kept once (the
@@ -39,7 +40,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
     checked = [copy.deepcopy(validate_report(r, label)) for r, label in zip(reports, labels)]
     first = checked[0]
     base = flatten_config(first["effective_config"])
-    differences: List[Dict[str, Any]] = []
+    differences: list[dict[str, Any]] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
         for inner in dicts(shard.get("config_differences")):
@@ -59,12 +60,12 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             values["(enabled)"] = shard["enabled"]
         if keys:
             differences.append({"shard": label, "keys": keys, "values": values})
-    incidents: List[Dict[str, Any]] = []
-    seen: Set[str] = set()
-    shards: List[Dict[str, Any]] = []
+    incidents: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    shards: list[dict[str, Any]] = []
     for label, shard in zip(labels, checked):
-        ids: List[str] = []
-        duplicates: List[str] = []
+        ids: list[str] = []
+        duplicates: list[str] = []
         for entry in shard["incidents"]:
             incident_id = entry["incident_id"]
             if incident_id in seen:
@@ -81,7 +82,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             "final_status": shard["final_status"],
             "total_retries": shard["total_retries"],
         })
-    merged: Dict[str, Any] = {
+    merged: dict[str, Any] = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": REPORT_TITLE,
         "enabled": first["enabled"],

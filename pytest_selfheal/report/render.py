@@ -1,4 +1,4 @@
-"""The ``## RALF Lite Loop Report`` rendered (SPEC §10): markdown, headline, terminal lines.
+"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines.
 
 Pure: no file I/O, no clock. The input is the report JSON of ``report.data`` (or
 ``report.merge``); the output is its markdown (``render_markdown``), the one status line
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, List, Mapping, Sequence, Set, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
@@ -23,7 +24,7 @@ from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_con
 REPORT_HEADING = f"## {REPORT_TITLE}"
 
 # The config keys of the head line, in the order GSD plan summaries write them.
-HEAD_CONFIG_KEYS: Tuple[str, ...] = ("max_iterations", "error_fingerprint_repeats", "no_progress_repeats")
+HEAD_CONFIG_KEYS: tuple[str, ...] = ("max_iterations", "error_fingerprint_repeats", "no_progress_repeats")
 
 # Bounds that keep a report readable (and a PR comment far below GitHub's limits).
 GRID_MAX_TESTS = 30
@@ -69,7 +70,7 @@ def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
 
 
 def text(value: Any, limit: int = CELL_LIMIT) -> str:
-    """Data as inert inline markdown (SPEC §12; docs/report.md "Escaping"): one line,
+    """Data as inert inline markdown (docs/report.md "Escaping"): one line,
     bounded; no HTML or entity (which could forge the comment's marker), no link, image,
     emphasis, code span, mention, cross-reference or autolink."""
     flat = _truncate(_one_line(value), limit)
@@ -99,7 +100,7 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [_row(header), "|" + "|".join("-" * (len(h) + 2) for h in header) + "|"] + [_row(r) for r in rows]
 
 
@@ -128,7 +129,7 @@ def _multi(report: Mapping[str, Any]) -> bool:
     return len(report["incidents"]) > 1
 
 
-def _sub(report: Mapping[str, Any], entry: Mapping[str, Any]) -> List[str]:
+def _sub(report: Mapping[str, Any], entry: Mapping[str, Any]) -> list[str]:
     """A per-incident sub-heading, only when the report has several incidents."""
     return [f"#### {code(entry['incident_id'])}", ""] if _multi(report) else []
 
@@ -164,7 +165,7 @@ def render_headline(report: Mapping[str, Any]) -> str:
     return f"**selfheal: {verdict}** ({', '.join(details)})"
 
 
-def _head(report: Mapping[str, Any]) -> List[str]:
+def _head(report: Mapping[str, Any]) -> list[str]:
     config = report["effective_config"]
     head_config = ", ".join(f"{k}={_scalar(config.get(k))}" for k in HEAD_CONFIG_KEYS)
     lines = [
@@ -189,7 +190,7 @@ def _head(report: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _section_stop(report: Mapping[str, Any]) -> List[str]:
+def _section_stop(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Stop Reason and Final Status", ""]
     incidents = report["incidents"]
     if not incidents:
@@ -231,7 +232,7 @@ def _section_stop(report: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _section_triage(report: Mapping[str, Any], quarantined: bool) -> List[str]:
+def _section_triage(report: Mapping[str, Any], quarantined: bool) -> list[str]:
     """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows = []
     for entry in report["incidents"]:
@@ -248,7 +249,7 @@ def _section_triage(report: Mapping[str, Any], quarantined: bool) -> List[str]:
     return title + _table((["Incident"] if _multi(report) else []) + header, rows)
 
 
-def _section_tasks(report: Mapping[str, Any]) -> List[str]:
+def _section_tasks(report: Mapping[str, Any]) -> list[str]:
     rows = []
     for entry in report["incidents"]:
         for task in entry["tasks"]:
@@ -266,8 +267,8 @@ def _section_tasks(report: Mapping[str, Any]) -> List[str]:
     return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
 
 
-def _config_difference_lines(report: Mapping[str, Any]) -> List[str]:
-    lines: List[str] = []
+def _config_difference_lines(report: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
     for diff in dicts(report.get("config_differences")):
         raw = diff.get("values")
         values: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
@@ -287,7 +288,7 @@ def _config_difference_lines(report: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _section_config(report: Mapping[str, Any]) -> List[str]:
+def _section_config(report: Mapping[str, Any]) -> list[str]:
     origins = report["origins"]
     rows = [
         [code(key), code(_scalar(value)), text(origins.get(key, DASH))]
@@ -298,7 +299,7 @@ def _section_config(report: Mapping[str, Any]) -> List[str]:
     return lines + ([""] + notes if notes else [])
 
 
-def _section_fingerprints(report: Mapping[str, Any]) -> List[str]:
+def _section_fingerprints(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Fingerprint per Iteration", ""]
     for entry in report["incidents"]:
         lines += _sub(report, entry)
@@ -321,8 +322,8 @@ def _section_fingerprints(report: Mapping[str, Any]) -> List[str]:
     return lines[:-1]
 
 
-def _test_list(report: Mapping[str, Any], key: str, empty: str) -> List[str]:
-    items: List[str] = []
+def _test_list(report: Mapping[str, Any], key: str, empty: str) -> list[str]:
+    items: list[str] = []
     for entry in report["incidents"]:
         for nodeid in strs(entry.get(key)):
             where = f" — {code(entry['incident_id'])}" if _multi(report) else ""
@@ -330,11 +331,11 @@ def _test_list(report: Mapping[str, Any], key: str, empty: str) -> List[str]:
     return items or [empty]
 
 
-def _section_fixed(report: Mapping[str, Any]) -> List[str]:
+def _section_fixed(report: Mapping[str, Any]) -> list[str]:
     return ["### Tests Fixed Along the Way", ""] + _test_list(report, "tests_fixed", "None.")
 
 
-def _section_flaky(report: Mapping[str, Any]) -> List[str]:
+def _section_flaky(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Flaky Tests", ""]
     items = _test_list(report, "flaky_tests", "None.")
     if items != ["None."]:
@@ -342,7 +343,7 @@ def _section_flaky(report: Mapping[str, Any]) -> List[str]:
     return lines + items
 
 
-def _section_new_failures(report: Mapping[str, Any]) -> List[str]:
+def _section_new_failures(report: Mapping[str, Any]) -> list[str]:
     rows = []
     for entry in report["incidents"]:
         for f in dicts(entry.get("new_failures")):
@@ -354,18 +355,18 @@ def _section_new_failures(report: Mapping[str, Any]) -> List[str]:
     return ["### New Failures", "", "Failures outside the verification selection:", ""] + _table(header, rows)
 
 
-def _grid_tests(entry: Mapping[str, Any]) -> List[str]:
+def _grid_tests(entry: Mapping[str, Any]) -> list[str]:
     tests = strs(entry.get("capture_tests"))
     for task in entry["tasks"]:
         tests += strs(task.get("nodeids"))
-    rest: Set[str] = set()
+    rest: set[str] = set()
     for it in entry["iterations"]:
         rest.update(str(k) for k in (it.get("outcomes") or {}))
     ordered = unique(tests)
     return ordered + sorted(rest - set(ordered))
 
 
-def _section_grid(report: Mapping[str, Any]) -> List[str]:
+def _section_grid(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Iterations × Tests", ""]
     for entry in report["incidents"]:
         lines += _sub(report, entry)
@@ -401,11 +402,11 @@ def _mermaid_label(value: str) -> str:
     return _MERMAID_UNSAFE.sub("", value)[:80]
 
 
-def _mermaid(entry: Mapping[str, Any]) -> List[str]:
+def _mermaid(entry: Mapping[str, Any]) -> list[str]:
     capture_count = len(strs(entry.get("capture_tests"))) or len(strs((entry["fingerprints_per_iteration"] or [[]])[0]))
     nodes = [f'  c0["capture: {capture_count} failing"]']
-    edges: List[str] = []
-    passes: List[str] = []
+    edges: list[str] = []
+    passes: list[str] = []
     fails = ["c0"]
     previous = "c0"
     iterations = list(entry["iterations"])
@@ -445,7 +446,7 @@ def _mermaid(entry: Mapping[str, Any]) -> List[str]:
     ] + ([f"  class {','.join(passes)} pass"] if passes else []) + [f"  class {','.join(fails)} fail", "```"])
 
 
-def _section_timeline(report: Mapping[str, Any]) -> List[str]:
+def _section_timeline(report: Mapping[str, Any]) -> list[str]:
     incidents = report["incidents"]
     if not incidents:
         return []
@@ -466,7 +467,7 @@ def _option_line(option: Any) -> str:
     return f"  - {text(option)}"
 
 
-def _section_decision(report: Mapping[str, Any]) -> List[str]:
+def _section_decision(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Decision Point", ""]
     for entry in report["incidents"]:
         lines += _sub(report, entry)
@@ -485,7 +486,7 @@ def _section_decision(report: Mapping[str, Any]) -> List[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-def _section_next(report: Mapping[str, Any]) -> List[str]:
+def _section_next(report: Mapping[str, Any]) -> list[str]:
     lines = ["### Recommended Next Action", ""]
     incidents = report["incidents"]
     if len(incidents) <= 1:
@@ -496,7 +497,7 @@ def _section_next(report: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _section_shards(report: Mapping[str, Any]) -> List[str]:
+def _section_shards(report: Mapping[str, Any]) -> list[str]:
     shards = dicts(report.get("shards"))
     if not shards:
         return []
@@ -531,7 +532,7 @@ def render_markdown(
     ``pytest_selfheal_report_sections`` hook) are appended as ``### title`` sections;
     their markdown is the hook's own and is inserted as given.
     """
-    lines: List[str] = [render_headline(report), ""] if headline else []
+    lines: list[str] = [render_headline(report), ""] if headline else []
     lines += _head(report)
     sections = [
         _section_stop(report),
@@ -562,7 +563,7 @@ def render_markdown(
 # --------------------------------------------------------------------------- terminal
 
 
-def render_terminal(report: Mapping[str, Any]) -> List[str]:
+def render_terminal(report: Mapping[str, Any]) -> list[str]:
     """A few plain lines for pytest's terminal summary (no markdown, each one line)."""
     incidents = report["incidents"]
     if not incidents:

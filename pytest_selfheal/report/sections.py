@@ -8,7 +8,8 @@ so it is not part of the pure core; ``report.render`` stays pure.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import pluggy
 
@@ -19,7 +20,7 @@ from pytest_selfheal.report.render import render_markdown
 HOOK_NAME = "pytest_selfheal_report_sections"
 
 
-def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> List[Dict[str, str]]:
+def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
     """The sections the hooks of ``pm`` add to ``report`` (none without ``pm``).
 
     A hook that raises, or returns anything but ``{"title": str, "markdown": str}``

@@ -10,8 +10,9 @@ hook classification rules, so they fingerprint a failure exactly like the captur
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import pluggy
 
@@ -41,7 +42,7 @@ def run_incident_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     verify_only: bool = False,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Run (or resume) the loop of ``incident_id`` to its stop and return the run result.
 
     ``cwd`` is the project root computed by the caller; the verification runs there (or in

@@ -8,13 +8,14 @@ one process runner (:func:`pytest_selfheal.process.run`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.store.root import Store
 
 CANNOT_START = 127  # run_pytest's exit code when the interpreter cannot start
-PYTEST_EXIT_MEANINGS: Dict[int, str] = {
+PYTEST_EXIT_MEANINGS: dict[int, str] = {
     0: "all tests passed",
     1: "tests failed",
     2: "the run was interrupted",
@@ -25,7 +26,7 @@ PYTEST_EXIT_MEANINGS: Dict[int, str] = {
 }
 
 
-def pytest_argv(root: Optional[Path], overrides: Sequence[Tuple[str, str]], pytest_args: Sequence[str]) -> List[str]:
+def pytest_argv(root: Optional[Path], overrides: Sequence[tuple[str, str]], pytest_args: Sequence[str]) -> list[str]:
     """``python -m pytest --selfheal`` with the same config overrides as ours and, given a
     ``root``, the same reports root (when ours may differ from what the project's config says)."""
     argv = [sys.executable, "-m", "pytest", "--selfheal"]
@@ -46,7 +47,7 @@ def describe_pytest_exit(code: Optional[int]) -> str:
     return PYTEST_EXIT_MEANINGS.get(code, f"pytest exited with code {code}")
 
 
-Snapshot = Dict[str, Tuple[Any, ...]]
+Snapshot = dict[str, tuple[Any, ...]]
 
 
 def snapshot(store: Store) -> Snapshot:

@@ -1,4 +1,4 @@
-"""Incident event records (SPEC §9): names, building, encoding and tolerant parsing. Pure.
+"""Incident event records: names, building, encoding and tolerant parsing. Pure.
 
 One event is one JSON object on one line of the incident's ``audit_tail.jsonl``:
 ``{"ts": <ISO-8601 UTC>, "event": <name>, "incident_id": <id>, ...data}``.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.event import Event
@@ -25,14 +25,14 @@ REPEATED_FAILURE_DETECTED = "repeated_failure_detected"
 DECISION_POINT_NEEDED = "decision_point_needed"
 LOOP_STOPPED = "loop_stopped"
 INCIDENT_ARCHIVED = "incident_archived"
-# SPEC §8: `selfheal reopen ID` brings an archived incident back to the inbox.
+# `selfheal reopen ID` brings an archived incident back to the inbox.
 INCIDENT_REOPENED = "incident_reopened"
-# Not in SPEC §9: written by Store.set_status so replay can follow status changes.
+# Not in Written by Store.set_status so replay can follow status changes.
 STATUS_CHANGED = "status_changed"
 # A later run saw the failures of this stopped incident again (loop/sticky.py).
 CAPTURE_ATTACHED = "capture_attached"
 
-SPEC_EVENTS: Tuple[str, ...] = (
+SPEC_EVENTS: tuple[str, ...] = (
     INCIDENT_CAPTURED,
     FAILURE_CLASSIFIED,
     PLAN_GENERATED,
@@ -47,9 +47,9 @@ SPEC_EVENTS: Tuple[str, ...] = (
     INCIDENT_ARCHIVED,
     INCIDENT_REOPENED,
 )
-EVENT_NAMES: Tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
+EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
 
-RESERVED_KEYS: Tuple[str, ...] = ("ts", "event", "incident_id")
+RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
 
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:
@@ -61,7 +61,7 @@ def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> s
     return moment.astimezone(timezone.utc).isoformat(timespec=timespec)
 
 
-def build_event(name: str, incident_id: str, data: Optional[Dict[str, Any]] = None, *, ts: Optional[datetime] = None) -> Dict[str, Any]:
+def build_event(name: str, incident_id: str, data: Optional[dict[str, Any]] = None, *, ts: Optional[datetime] = None) -> dict[str, Any]:
     """One event record. An unknown ``name`` or a data key that shadows ``ts``/``event``/
     ``incident_id`` is a programming error: ``ValueError``."""
     if name not in EVENT_NAMES:
@@ -70,33 +70,33 @@ def build_event(name: str, incident_id: str, data: Optional[Dict[str, Any]] = No
     clash = [key for key in RESERVED_KEYS if key in payload]
     if clash:
         raise ValueError(f"event data must not set {', '.join(clash)}")
-    record: Dict[str, Any] = {"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id}
+    record: dict[str, Any] = {"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id}
     record.update(payload)
     return record
 
 
-def encode_event(record: Dict[str, Any]) -> str:
+def encode_event(record: dict[str, Any]) -> str:
     """The single-line JSON text of ``record`` (no trailing newline)."""
     # json.dumps escapes newlines inside strings, so the result is always one line.
     return json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def since_last_reopen(events: List[Event]) -> List[Event]:
+def since_last_reopen(events: list[Event]) -> list[Event]:
     """The events after the last ``incident_reopened`` (all of them when it was never
     reopened): what a close-out or an archive checks for "already done"."""
     last = max((i for i, e in enumerate(events) if e.event == INCIDENT_REOPENED), default=-1)
     return events[last + 1:]
 
 
-def parse_events(text: str, source: str = "audit_tail.jsonl") -> Tuple[List[Event], List[str]]:
+def parse_events(text: str, source: str = "audit_tail.jsonl") -> tuple[list[Event], list[str]]:
     """Parse a JSONL event log into ``(events, warnings)``; never raises for bad content.
 
     A torn last line (a writer killed mid-append), any other undecodable line and a line
     whose :class:`Event` does not parse are skipped and reported in ``warnings``, each
     naming the line number.
     """
-    events: List[Event] = []
-    warnings: List[str] = []
+    events: list[Event] = []
+    warnings: list[str] = []
     lines = text.split("\n")
     complete = text.endswith("\n")
     for index, line in enumerate(lines, start=1):

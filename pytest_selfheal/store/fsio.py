@@ -26,10 +26,11 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import InputError, RefusedError, StoreIOError, one_line
 
@@ -292,7 +293,7 @@ class _Holder:
     fd: Optional[int] = None
 
 
-_REGISTRY: Dict[Tuple[int, str], _Holder] = {}
+_REGISTRY: dict[tuple[int, str], _Holder] = {}
 _REGISTRY_GUARD = threading.Lock()
 
 
@@ -421,13 +422,13 @@ class FileLock:
         finally:
             holder.rlock.release()
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Iterable, Optional
+from typing import Optional
 
 from pytest_selfheal.errors import NotFoundError, UsageError
 

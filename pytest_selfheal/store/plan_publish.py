@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable
 
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -22,8 +23,8 @@ from pytest_selfheal.store.states import NEW, PLANNED, check_transition
 
 # The plan a capture publishes with its incident: built from the incident document with its
 # final id (the id is chosen under the lock), as (plan.json's document, plan.md's text).
-PlanBuilder = Callable[[Mapping[str, Any]], Tuple[Mapping[str, Any], str]]
-Events = List[Tuple[str, Mapping[str, Any]]]
+PlanBuilder = Callable[[Mapping[str, Any]], tuple[Mapping[str, Any], str]]
+Events = list[tuple[str, Mapping[str, Any]]]
 
 # error_plans/.tmp_plan/: a capture's plan under construction. One fixed name: under the lock
 # nobody else builds a plan, so whatever is there is a crash leftover (and error_plans/,
@@ -33,13 +34,13 @@ PLAN_BUILD = ".tmp_plan"
 
 def publish_plan(
     plans_root: Path,
-    doc: Dict[str, Any],
+    doc: dict[str, Any],
     events: Events,
     plan: PlanBuilder,
     *,
-    clean: Callable[[Mapping[str, Any]], Dict[str, Any]],
+    clean: Callable[[Mapping[str, Any]], dict[str, Any]],
     redact: Callable[[str], str],
-) -> Tuple[Dict[str, Any], Events, str]:
+) -> tuple[dict[str, Any], Events, str]:
     """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
 
     Returns the incident as it is to be published (status ``planned``), its log with

@@ -1,5 +1,5 @@
 """The read side of the incident store: where everything is under the reports root, and
-reading and listing incidents (SPEC §3, docs/store.md).
+reading and listing incidents (docs/store.md).
 
 :class:`StoreReader` never writes and never takes the lock: every file it reads was
 written atomically, so it never sees a partial one. :class:`~pytest_selfheal.store.root.Store`
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
+from typing import Any, Optional, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.attempt import Attempt
@@ -27,7 +27,7 @@ from pytest_selfheal.store.schema import ensure_valid
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
 INBOX = "inbox"
-BUCKETS: Tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
+BUCKETS: tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
 
 INBOX_DIR = "error_inbox"
 PLANS_DIR = "error_plans"
@@ -40,7 +40,7 @@ STATUS_TXT = "status.txt"
 LOG_TAIL_TXT = "log_tail.txt"
 AUDIT_TAIL_JSONL = "audit_tail.jsonl"
 CONTEXT_JSON = "context.json"
-INCIDENT_FILES: Tuple[str, ...] = (INCIDENT_JSON, STATUS_TXT, LOG_TAIL_TXT, AUDIT_TAIL_JSONL, CONTEXT_JSON)
+INCIDENT_FILES: tuple[str, ...] = (INCIDENT_JSON, STATUS_TXT, LOG_TAIL_TXT, AUDIT_TAIL_JSONL, CONTEXT_JSON)
 
 PLAN_JSON = "plan.json"
 PLAN_MD = "plan.md"
@@ -69,24 +69,24 @@ class _UnderRoot:
         self.parts = parts
 
     @overload
-    def __get__(self, store: None, owner: type) -> "_UnderRoot": ...
+    def __get__(self, store: None, owner: type) -> _UnderRoot: ...
 
     @overload
-    def __get__(self, store: "StoreReader", owner: type) -> Path: ...
+    def __get__(self, store: StoreReader, owner: type) -> Path: ...
 
-    def __get__(self, store: Optional["StoreReader"], owner: type) -> Union["_UnderRoot", Path]:
+    def __get__(self, store: Optional[StoreReader], owner: type) -> Union[_UnderRoot, Path]:
         if store is None:
             return self
         return store.root.joinpath(*self.parts)
 
-    def __set__(self, store: "StoreReader", value: Any) -> None:
+    def __set__(self, store: StoreReader, value: Any) -> None:
         raise AttributeError("the store's paths are fixed by its root")
 
 
 class StoreReader:
     """Reads the incident store under one reports root (``.selfheal/`` by default)."""
 
-    def __init__(self, root: Union[str, "os.PathLike[str]"]) -> None:
+    def __init__(self, root: Union[str, os.PathLike[str]]) -> None:
         self._root = Path(root)
 
     # ------------------------------------------------------------------ paths
@@ -135,7 +135,7 @@ class StoreReader:
 
     # ------------------------------------------------------------------ locate
 
-    def locate(self, incident_id: str) -> Tuple[str, Path]:
+    def locate(self, incident_id: str) -> tuple[str, Path]:
         """``(bucket, folder)`` of an incident; bucket is inbox, resolved or escalated.
 
         Raises ``UsageError`` for a malformed id, ``NotFoundError`` when no bucket has it,
@@ -163,9 +163,9 @@ class StoreReader:
         """The incident's folder, wherever it is (inbox or archive)."""
         return self.locate(incident_id)[1]
 
-    def incident_ids(self) -> List[str]:
+    def incident_ids(self) -> list[str]:
         """The ids of every incident folder in every bucket, sorted (no file is read)."""
-        found: List[str] = []
+        found: list[str] = []
         for bucket in BUCKETS:
             try:
                 names = os.listdir(self.bucket_dir(bucket))
@@ -188,7 +188,7 @@ class StoreReader:
     def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
         return Incident.from_json(self._read_incident_doc(folder, incident_id), str(folder / INCIDENT_JSON))
 
-    def _read_incident_doc(self, folder: Path, incident_id: str) -> Dict[str, Any]:
+    def _read_incident_doc(self, folder: Path, incident_id: str) -> dict[str, Any]:
         """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
         path = folder / INCIDENT_JSON
         doc = fsio.read_json(path)
@@ -226,7 +226,7 @@ class StoreReader:
         _, folder = self.locate(incident_id)
         return fsio.read_text(folder / LOG_TAIL_TXT)
 
-    def read_context(self, incident_id: str) -> Dict[str, Any]:
+    def read_context(self, incident_id: str) -> dict[str, Any]:
         """``context.json`` (must be a JSON object)."""
         _, folder = self.locate(incident_id)
         path = folder / CONTEXT_JSON
@@ -237,14 +237,14 @@ class StoreReader:
 
     # ------------------------------------------------------------------ events
 
-    def read_events(self, incident_id: str) -> Tuple[List[Event], List[str]]:
+    def read_events(self, incident_id: str) -> tuple[list[Event], list[str]]:
         """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
         skipped and reported, never raised."""
         _, folder = self.locate(incident_id)
         return self._read_events_at(folder)
 
     @staticmethod
-    def _read_events_at(folder: Path) -> Tuple[List[Event], List[str]]:
+    def _read_events_at(folder: Path) -> tuple[list[Event], list[str]]:
         path = folder / AUDIT_TAIL_JSONL
         try:
             raw = path.read_bytes()
@@ -278,7 +278,7 @@ class StoreReader:
 
     # ------------------------------------------------------------------ runs
 
-    def _attempt_files(self, incident_id: str) -> List[Tuple[int, Path]]:
+    def _attempt_files(self, incident_id: str) -> list[tuple[int, Path]]:
         folder = self.runs_dir(incident_id)
         try:
             names = os.listdir(folder)
@@ -298,7 +298,7 @@ class StoreReader:
         files = self._attempt_files(incident_id)
         return files[-1][0] + 1 if files else 1
 
-    def read_attempts(self, incident_id: str) -> List[Attempt]:
+    def read_attempts(self, incident_id: str) -> list[Attempt]:
         """Every ``attempt_XX.json``, schema-validated and parsed, sorted by iteration (``InputError`` naming a bad file)."""
         result = []
         for number, path in self._attempt_files(incident_id):
@@ -321,7 +321,7 @@ class StoreReader:
 
     # ------------------------------------------------------------------ listing
 
-    def list_incidents(self) -> List[Dict[str, Any]]:
+    def list_incidents(self) -> list[dict[str, Any]]:
         """Summaries of every incident in every bucket, oldest first.
 
         ``{incident_id, status, bucket, error_signature, created_at, updated_at, step,
@@ -330,7 +330,7 @@ class StoreReader:
         """
         if self._root.exists() and not self._root.is_dir():
             raise InputError(f"{self._root}: the reports root is not a directory")
-        rows: List[Dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         for bucket in BUCKETS:
             base = self.bucket_dir(bucket)
             try:
@@ -348,8 +348,8 @@ class StoreReader:
         rows.sort(key=lambda row: (str(row["created_at"] or _id_time(row["incident_id"])), row["incident_id"]))
         return rows
 
-    def _summary(self, bucket: str, folder: Path, incident_id: str) -> Dict[str, Any]:
-        row: Dict[str, Any] = {
+    def _summary(self, bucket: str, folder: Path, incident_id: str) -> dict[str, Any]:
+        row: dict[str, Any] = {
             "incident_id": incident_id,
             "status": "corrupted",
             "bucket": bucket,
@@ -373,12 +373,12 @@ class StoreReader:
 
     # ------------------------------------------------------------------ helpers
 
-    def _read_record(self, record: Type[R], path: Path, incident_id: str) -> R:
+    def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
         """The one place a store document becomes a record: the shipped schema of its
         ``KIND`` (allowed values, patterns), then ``from_json`` (types)."""
         return record.from_json(self._read_doc(record.KIND, path, incident_id), str(path))
 
-    def _read_doc(self, kind: str, path: Path, incident_id: str) -> Dict[str, Any]:
+    def _read_doc(self, kind: str, path: Path, incident_id: str) -> dict[str, Any]:
         doc = fsio.read_json(path)
         ensure_valid(kind, doc, str(path))
         assert isinstance(doc, dict)

@@ -1,4 +1,4 @@
-"""The on-disk incident store under the reports root (SPEC §3, docs/store.md).
+"""The on-disk incident store under the reports root (docs/store.md).
 
 ```
 error_inbox/<id>/            incident.json status.txt log_tail.txt audit_tail.jsonl context.json
@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import List, Tuple
 
 from pytest_selfheal.errors import RefusedError, UsageError
 from pytest_selfheal.store import events as ev
@@ -88,8 +87,8 @@ class Store(StoreWriter):
 
     # ------------------------------------------------------------------ reopen
 
-    def reopen(self, incident_id: str, *, continue_run: bool = False) -> Tuple[str, str, int]:
-        """Move an archived incident back to ``error_inbox/`` with status ``planned`` (SPEC §8).
+    def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
+        """Move an archived incident back to ``error_inbox/`` with status ``planned``.
 
         In the archive folder: ``incident.json`` gets ``status: planned`` and
         ``reopened_after_iteration`` (the last attempt number: the next loop run starts
@@ -155,7 +154,7 @@ class Store(StoreWriter):
             fsio.move(folder, self.confined(self.archive_root / f"{PRUNING_PREFIX}{incident_id}"))
             self._finish_prune(incident_id)
 
-    def finish_prunes(self) -> List[str]:
+    def finish_prunes(self) -> list[str]:
         """Complete prunes a kill interrupted (``error_archive/.pruning_<id>`` left behind); their ids."""
         try:
             names = os.listdir(self.archive_root)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Optional
 
 from pytest_selfheal.errors import InputError, one_line
 
-KINDS: Tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
+KINDS: tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
 
 SUPPORTED_KEYWORDS = frozenset(
     {"type", "required", "properties", "additionalProperties", "enum", "items", "minimum", "maximum", "pattern"}
@@ -34,18 +35,18 @@ def schema_filename(kind: str) -> str:
     return f"{kind}.schema.json"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_text(kind: str) -> str:
     ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
     return ref.read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
-def vocabulary() -> FrozenSet[str]:
+def vocabulary() -> frozenset[str]:
     """Every property name and enum word of the shipped schemas (``incident_id``, ``failed``,
     ``escalated``...): the package's own words, which redaction leaves alone so that a broad
     ``redaction.patterns`` entry cannot make a document break its schema."""
-    words: Set[str] = set()
+    words: set[str] = set()
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
@@ -78,7 +79,7 @@ def ours(text: str) -> bool:
     return text in vocabulary() or _OWN_VALUE.fullmatch(text) is not None
 
 
-def load_schema(kind: str) -> Dict[str, Any]:
+def load_schema(kind: str) -> dict[str, Any]:
     """A fresh copy of the shipped JSON Schema for ``kind``."""
     data = json.loads(_load_text(kind))
     if not isinstance(data, dict):  # pragma: no cover - the shipped files are objects
@@ -135,12 +136,12 @@ def _where(path: str) -> str:
     return f"field {path}: " if path else ""
 
 
-def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> List[str]:
+def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> list[str]:
     """Every violation of ``schema`` by ``doc`` as ``"field <path>: <problem>"`` strings."""
     unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
     if unknown:
         raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)} at {_where(path) or 'the top level'}")
-    errors: List[str] = []
+    errors: list[str] = []
     if "type" in schema:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_type_matches(name, doc) for name in names):
@@ -190,7 +191,7 @@ def compile_check(schema: Mapping[str, Any]) -> Check:
     unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
     if unknown:
         raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)}")
-    checks: List[Check] = []
+    checks: list[Check] = []
     if "type" in schema:
         checks.append(_type_check(tuple(schema["type"] if isinstance(schema["type"], list) else [schema["type"]])))
     if "enum" in schema:
@@ -223,7 +224,7 @@ def compile_check(schema: Mapping[str, Any]) -> Check:
 _PLAIN_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
 
 
-def _type_check(names: Tuple[str, ...]) -> Check:
+def _type_check(names: tuple[str, ...]) -> Check:
     for name in names:
         _type_matches(name, None)  # an unknown type name is refused when compiling, as when walking
     if set(names) <= set(_PLAIN_TYPES) | {"null"}:
@@ -257,19 +258,19 @@ def _object_check(schema: Mapping[str, Any]) -> Check:
     return check
 
 
-def validate(kind: str, doc: Any) -> List[str]:
+def validate(kind: str, doc: Any) -> list[str]:
     """Violations of the shipped ``kind`` schema by ``doc`` (an empty list when valid)."""
     if _cached_check(kind)(doc):
         return []
     return iter_errors(_cached_schema(kind), doc)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_check(kind: str) -> Check:
     return compile_check(_cached_schema(kind))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_schema(kind: str) -> Mapping[str, Any]:
     return load_schema(kind)
 

@@ -10,8 +10,9 @@ the code that failed.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Optional, Union
 
 # What plan/suspects.py calls a ``Source``: path → the file's lines, or None.
 Source = Callable[[str], Optional[Sequence[str]]]
@@ -27,7 +28,7 @@ def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
     root = os.path.realpath(str(rootdir))
     if not os.path.isdir(root):
         return None
-    cache: Dict[str, Optional[List[str]]] = {}
+    cache: dict[str, Optional[list[str]]] = {}
 
     def read(path: str) -> Optional[Sequence[str]]:
         if path not in cache:
@@ -37,7 +38,7 @@ def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
     return read
 
 
-def _read(root: str, path: str) -> Optional[List[str]]:
+def _read(root: str, path: str) -> Optional[list[str]]:
     if not path or os.path.isabs(path) or "\0" in path:
         return None  # suspects name project-relative paths
     full = os.path.realpath(os.path.join(root, path))

@@ -8,8 +8,6 @@ same status — is refused.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Tuple
-
 from pytest_selfheal.errors import RefusedError
 
 NEW = "new"
@@ -19,13 +17,13 @@ RESOLVED = "resolved"
 ESCALATED = "escalated"
 PLAN_PROPOSED = "plan_proposed"
 
-STATUSES: Tuple[str, ...] = (NEW, PLANNED, RUNNING, RESOLVED, ESCALATED, PLAN_PROPOSED)
+STATUSES: tuple[str, ...] = (NEW, PLANNED, RUNNING, RESOLVED, ESCALATED, PLAN_PROPOSED)
 
 # Terminal statuses are also the archive buckets: error_archive/<status>/<incident_id>/.
-TERMINAL: Tuple[str, ...] = (RESOLVED, ESCALATED)
-ARCHIVE_BUCKETS: Tuple[str, ...] = TERMINAL
+TERMINAL: tuple[str, ...] = (RESOLVED, ESCALATED)
+ARCHIVE_BUCKETS: tuple[str, ...] = TERMINAL
 
-TRANSITIONS: Dict[str, FrozenSet[str]] = {
+TRANSITIONS: dict[str, frozenset[str]] = {
     # A plan is generated; or a human gives up before planning (archive --as escalated).
     NEW: frozenset({PLANNED, ESCALATED}),
     # The loop starts; or a human gives up before any run.
@@ -40,7 +38,7 @@ TRANSITIONS: Dict[str, FrozenSet[str]] = {
 }
 
 
-# `selfheal reopen ID` (SPEC §8): an archived incident goes back to the inbox as planned. Not in
+# `selfheal reopen ID`: an archived incident goes back to the inbox as planned. Not in
 # TRANSITIONS: set_status never leaves an archived status; Store.reopen moves the folder too.
 REOPENED = PLANNED
 
@@ -50,7 +48,7 @@ def _check_known(status: str) -> None:
         raise ValueError(f"unknown incident status {status!r} (expected one of {', '.join(STATUSES)})")
 
 
-def allowed_targets(status: str) -> Tuple[str, ...]:
+def allowed_targets(status: str) -> tuple[str, ...]:
     """Statuses reachable from ``status`` in one move, in ``STATUSES`` order."""
     _check_known(status)
     return tuple(s for s in STATUSES if s in TRANSITIONS[status])

@@ -9,10 +9,11 @@ import errno
 import json
 import os
 import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
@@ -21,6 +22,7 @@ from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
     ARCHIVE_DIR,
     ATTEMPT_RE,
@@ -38,12 +40,11 @@ from pytest_selfheal.store.reader import (
     StoreReader,
     attempt_filename,
 )
-from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.schema import ours, validate
 from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
 
 # Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
-Published = Callable[[Dict[str, Any], Optional[Dict[str, Any]]], None]
+Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
@@ -55,7 +56,7 @@ class StoreWriter(StoreReader):
     transitions, events, plans, attempts and run files (:class:`~pytest_selfheal.store.root.Store`
     adds the moves: archive, reopen, prune).
 
-    The one writer of the reports root is also the redaction boundary (SPEC §12): every
+    The one writer of the reports root is also the redaction boundary: every
     document (keys and values), event and text file goes through ``redactor`` on its way
     to disk; only patches are written raw (they must apply). ``redactor`` defaults to the
     built-in kinds and the environment's secret-named variables; callers holding the
@@ -64,7 +65,7 @@ class StoreWriter(StoreReader):
 
     def __init__(
         self,
-        root: Union[str, "os.PathLike[str]"],
+        root: Union[str, os.PathLike[str]],
         *,
         lock_timeout: float = 30.0,
         clock: Optional[Callable[[], datetime]] = None,
@@ -75,11 +76,11 @@ class StoreWriter(StoreReader):
         self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
         self.redactor: Redactor = redactor if redactor is not None else default_redactor()
 
-    def _clean(self, doc: Mapping[str, Any]) -> Dict[str, Any]:
+    def _clean(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         """``doc`` with secrets redacted from its keys and values (what is written)."""
         return dict(self.redactor.redact_obj(dict(doc), ours))
 
-    def _clean_events(self, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[str, Mapping[str, Any]]]:
+    def _clean_events(self, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
         return [(name, self._clean(data)) for name, data in events]
 
     # ------------------------------------------------------------------ time, lock
@@ -98,7 +99,7 @@ class StoreWriter(StoreReader):
         return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
 
     @contextmanager
-    def locked(self, incident_id: str) -> Iterator[Tuple[str, str, Path]]:
+    def locked(self, incident_id: str) -> Iterator[tuple[str, str, Path]]:
         """Hold the lock over one incident: ``(validated id, bucket, folder)``, located again
         under the lock. An unknown or invalid id fails before the lock creates anything."""
         self.locate(incident_id)
@@ -123,7 +124,7 @@ class StoreWriter(StoreReader):
         context: Mapping[str, Any],
         run: Optional[str] = None,
         now: Optional[datetime] = None,
-        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
         plan: Optional[PlanBuilder] = None,
         published: Optional[Published] = None,
     ) -> str:
@@ -145,7 +146,7 @@ class StoreWriter(StoreReader):
         written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: Dict[str, Any] = self._clean(incident)
+        doc: dict[str, Any] = self._clean(incident)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
         if doc.setdefault("status", NEW) != NEW:
@@ -221,10 +222,10 @@ class StoreWriter(StoreReader):
     def _build_and_publish(
         self,
         inbox: Path,
-        doc: Dict[str, Any],
+        doc: dict[str, Any],
         log_tail: str,
         context_text: str,
-        events: Sequence[Tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
         *,
         text: Optional[str] = None,
     ) -> bool:
@@ -252,14 +253,15 @@ class StoreWriter(StoreReader):
             log = [captured] + [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
-            for name, text in (
-                (INCIDENT_JSON, text if text is not None else fsio.dumps_json(doc)),
+            incident_text = text if text is not None else fsio.dumps_json(doc)
+            for name, content in (
+                (INCIDENT_JSON, incident_text),
                 (STATUS_TXT, f"{doc['status']}\n"),
                 (LOG_TAIL_TXT, log_tail),
                 (CONTEXT_JSON, context_text),
                 (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
             ):
-                fsio.write_new_bytes(build / name, text.encode("utf-8"))
+                fsio.write_new_bytes(build / name, content.encode("utf-8"))
             fsio.fsync_dir(build)
             final = inbox / incident_id
             try:
@@ -281,7 +283,7 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ status
 
-    def update_incident(self, incident_id: str, /, **fields: Any) -> Dict[str, Any]:
+    def update_incident(self, incident_id: str, /, **fields: Any) -> dict[str, Any]:
         """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
 
         ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
@@ -332,19 +334,19 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ events
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Dict[str, Any]:
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> dict[str, Any]:
         record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
-    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Dict[str, Any]:
+    def append_event(self, incident_id: str, name: str, /, **data: Any) -> dict[str, Any]:
         """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
         return self.append_events(incident_id, [(name, data)])[0]
 
-    def append_events(self, incident_id: str, events: Sequence[Tuple[str, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
         """Append several ``(name, data)`` events in order, as one write and one fsync.
 
         For a burst of events of one step (a capture's ``failure_classified`` lines): the
@@ -431,7 +433,7 @@ class StoreWriter(StoreReader):
             fsio.atomic_write_text(self.confined(folder / name), text)
             return folder / name
 
-    def redact_again(self, incident_id: str) -> List[str]:
+    def redact_again(self, incident_id: str) -> list[str]:
         """Apply this store's redactor to an incident written by another process (the
         pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
         cannot redact its value): the inbox files, the plan and the attempts (the agent
@@ -439,7 +441,7 @@ class StoreWriter(StoreReader):
         names of the files rewritten."""
         incident_id = validate_incident_id(incident_id)
         self.locate(incident_id)
-        rewritten: List[str] = []
+        rewritten: list[str] = []
         with self.lock():
             _, folder = self.locate(incident_id)
             runs = self.runs_dir(incident_id)

@@ -30,7 +30,7 @@ import os
 import runpy
 import signal
 import sys
-from typing import Any, Callable, Set
+from typing import Any, Callable
 
 _ROOT = os.path.realpath(os.environ["RELIABILITY_FAULT_ROOT"])
 _MODE = os.environ.get("RELIABILITY_FAULT_MODE", "count")
@@ -39,7 +39,7 @@ _COUNT_FILE = os.environ.get("RELIABILITY_FAULT_COUNT_FILE")
 _ERRNO = {"enospc": errno.ENOSPC, "erofs": errno.EROFS, "eacces": errno.EACCES, "short": errno.ENOSPC}
 
 _count = 0
-_fds: Set[int] = set()
+_fds: set[int] = set()
 _tripped = False  # fault modes: once tripped, every later operation fails too
 
 _real_open = os.open

@@ -1,4 +1,4 @@
-"""Shared builders of the reliability suite (SPEC §12, docs/reliability.md).
+"""Shared builders of the reliability suite (docs/reliability.md).
 
 - projects, processes and the in-process ``selfheal`` come from ``helpers.py`` (the suite's
   one home for them: ``make_project``, ``capture``, ``run_pytest_selfheal``, ``selfheal``, ``cli``);
@@ -19,8 +19,9 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from helpers import FULL, PY, cli, run_env
 
@@ -49,7 +50,7 @@ BUILD_DIR = re.compile(r"^(\.tmp_incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]+_[0-9a
 LOCK_FILES = (".lock", ".loop.lock")
 
 
-def sample(items: Sequence[Any], count: int) -> List[Any]:
+def sample(items: Sequence[Any], count: int) -> list[Any]:
     """``count`` of ``items`` spread evenly, first and middle ones included (deterministic)."""
     items = list(items)
     if len(items) <= count:
@@ -61,7 +62,7 @@ def sample(items: Sequence[Any], count: int) -> List[Any]:
 # --------------------------------------------------------------------------- processes
 
 
-def faulted_argv(module: str, *args: str) -> List[str]:
+def faulted_argv(module: str, *args: str) -> list[str]:
     """argv running ``module`` under the fault shim."""
     return [PY, str(FAULTSHIM), module, *args]
 
@@ -69,7 +70,7 @@ def faulted_argv(module: str, *args: str) -> List[str]:
 def run_with_faults(
     cwd: Path, root: Path, mode: str, module: str, *args: str, at: int = 1,
     env: Optional[Mapping[str, str]] = None, timeout: float = 120,
-) -> Tuple["subprocess.CompletedProcess[str]", Optional[int]]:
+) -> tuple[subprocess.CompletedProcess[str], Optional[int]]:
     """Run ``python -m MODULE ARGS`` with faults under ``root``; returns (result, ops counted
     — only in ``count`` mode)."""
     count_file = cwd.parent / f".faultcount-{os.getpid()}-{os.urandom(3).hex()}"
@@ -101,7 +102,7 @@ def one_error_line(stderr: str) -> str:
 # --------------------------------------------------------------------------- reading roots
 
 
-def walk_written(root: Path) -> List[Path]:
+def walk_written(root: Path) -> list[Path]:
     """Every regular file under ``root`` (hidden ones included), sorted."""
     if not root.exists():
         return []
@@ -110,16 +111,16 @@ def walk_written(root: Path) -> List[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def tree_snapshot(root: Path) -> Dict[str, Tuple[int, float]]:
+def tree_snapshot(root: Path) -> dict[str, tuple[int, float]]:
     """``{relative path: (size, mtime)}`` of every file and folder under ``root``."""
-    out: Dict[str, Tuple[int, float]] = {}
+    out: dict[str, tuple[int, float]] = {}
     for path in sorted(root.rglob("*")):
         stat = path.lstat()
         out[path.relative_to(root).as_posix()] = (stat.st_size if path.is_file() else -1, stat.st_mtime)
     return out
 
 
-def status_rows(root: Path) -> List[Dict[str, Any]]:
+def status_rows(root: Path) -> list[dict[str, Any]]:
     """``selfheal status --json --dir ROOT``: exit 0, one JSON list, no traceback."""
     code, out, err = cli("status", "--json", "--dir", str(root))
     assert code == 0, err
@@ -129,7 +130,7 @@ def status_rows(root: Path) -> List[Dict[str, Any]]:
     return rows
 
 
-def check_files_whole(root: Path) -> Dict[str, int]:
+def check_files_whole(root: Path) -> dict[str, int]:
     """No partial file anywhere under ``root``; returns counts of what was found.
 
     Every ``*.json`` parses; every ``status.txt`` holds one known word; undecodable
@@ -167,7 +168,7 @@ def check_files_whole(root: Path) -> Dict[str, int]:
     return counts
 
 
-def check_root(root: Path, expect_ids: Sequence[str] = ()) -> List[Dict[str, Any]]:
+def check_root(root: Path, expect_ids: Sequence[str] = ()) -> list[dict[str, Any]]:
     """After any fault: files whole, ``selfheal status`` exits 0, nothing corrupted, every
     incident of ``expect_ids`` listed exactly once. Returns the status rows."""
     check_files_whole(root)
@@ -179,7 +180,7 @@ def check_root(root: Path, expect_ids: Sequence[str] = ()) -> List[Dict[str, Any
     return rows
 
 
-def attempt_numbers(root: Path, incident_id: str) -> List[int]:
+def attempt_numbers(root: Path, incident_id: str) -> list[int]:
     """Iteration numbers of ``error_runs/<id>/attempt_XX.json`` (by file name)."""
     folder = root / "error_runs" / incident_id
     if not folder.is_dir():
@@ -187,7 +188,7 @@ def attempt_numbers(root: Path, incident_id: str) -> List[int]:
     return sorted(int(m.group(1)) for p in folder.iterdir() if (m := re.fullmatch(r"attempt_([0-9]{2,})\.json", p.name)))
 
 
-def attempt_bytes(root: Path, incident_id: str) -> Dict[int, bytes]:
+def attempt_bytes(root: Path, incident_id: str) -> dict[int, bytes]:
     """``{iteration: file bytes}`` of every attempt file."""
     folder = root / "error_runs" / incident_id
     return {n: (folder / f"attempt_{n:02d}.json").read_bytes() for n in attempt_numbers(root, incident_id)}

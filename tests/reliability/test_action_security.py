@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import pytest
-from helpers import PY, CliResult, cli, git_commit_all, make_project, run_env
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
+from helpers import PY, CliResult, cli, git_commit_all, make_project, run_env
 
 from .conftest import record_figures, walk_written
 
@@ -47,7 +47,7 @@ SEES_TOKEN = """
 PROVIDER = "import os; open(os.environ['SEEN_LOG'], 'a').write('repair ' + os.environ.get('GITHUB_TOKEN', '<absent>') + '\\n')"
 
 
-def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> Dict[str, str]:
+def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
     env = run_env(extra)
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # as in a real job: the plugin autoloads
     summary, outputs, event = tmp_path / "summary.md", tmp_path / "outputs.txt", tmp_path / "event.json"
@@ -64,7 +64,7 @@ def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> Dict[str, str
     return env
 
 
-def run_ci(project: Path, env: Dict[str, str], *args: str) -> CliResult:
+def run_ci(project: Path, env: dict[str, str], *args: str) -> CliResult:
     """``selfheal ci ARGS`` with exactly ``env`` (in process; its pytest runs are real processes)."""
     return cli("ci", *args, cwd=project, env=env)
 
@@ -136,7 +136,7 @@ def _load(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def _doc_workflows() -> List[Tuple[str, Any]]:
+def _doc_workflows() -> list[tuple[str, Any]]:
     import re
     import textwrap
 
@@ -153,12 +153,12 @@ def _doc_workflows() -> List[Tuple[str, Any]]:
     return found
 
 
-def _workflows() -> List[Tuple[str, Any]]:
+def _workflows() -> list[tuple[str, Any]]:
     own = [(str(p.relative_to(ROOT)), _load(p)) for p in sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))]
     return own + _doc_workflows()
 
 
-def _triggers(doc: Dict[Any, Any]) -> List[str]:
+def _triggers(doc: dict[Any, Any]) -> list[str]:
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on:` key as True
     if isinstance(on, str):
         return [on]
@@ -175,7 +175,7 @@ def test_only_the_posting_step_gets_the_token() -> None:
 
 
 @pytest.mark.parametrize(("where", "doc"), _workflows(), ids=lambda v: v if isinstance(v, str) else "")
-def test_no_pull_request_target_and_no_persisted_checkout_credentials(where: str, doc: Dict[Any, Any]) -> None:
+def test_no_pull_request_target_and_no_persisted_checkout_credentials(where: str, doc: dict[Any, Any]) -> None:
     assert "pull_request_target" not in _triggers(doc), where
     for job in (doc.get("jobs") or {}).values():
         steps = job.get("steps") or []

@@ -1,4 +1,4 @@
-"""The PR comment renders nothing taken from test output (SPEC §12, issue 12 finding 8).
+"""The PR comment renders nothing taken from test output (issue 12 finding 8).
 
 A failing test whose message and parametrize id carry markdown (an image, a link, bold,
 an autolink, ``www.``, an e-mail, ``#1`` / ``org/repo#5`` cross-references, an ``@user``
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from fake_github import FakeGitHub
@@ -55,7 +54,7 @@ def outside_code_spans(markdown: str) -> str:
     return re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown, flags=re.S)
 
 
-def live_pieces(markdown: str) -> List[str]:
+def live_pieces(markdown: str) -> list[str]:
     """Each live piece as ``name: context`` (empty: the markdown is inert)."""
     rest = outside_code_spans(markdown)
     return [f"{name}: {rest[max(0, m.start() - 40):m.end() + 40]!r}"
@@ -93,7 +92,7 @@ def test_the_pr_comment_renders_nothing_from_test_output(tmp_path: Path, fake_gi
     hostile.parent.mkdir()
     hostile.write_text(HOSTILE)
     project = make_project(tmp_path / "p", {"test_hostile.py": HOSTILE_TEST})
-    env: Dict[str, str] = ci_env(tmp_path, fake_github, {"HOSTILE_FILE": str(hostile)})
+    env: dict[str, str] = ci_env(tmp_path, fake_github, {"HOSTILE_FILE": str(hostile)})
     done = cli("ci", "--", "-q", cwd=project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     (comment,) = fake_github.comments(7)

@@ -1,4 +1,4 @@
-"""Several processes on one reports root at once (SPEC §3: "concurrent runs on the same root
+"""Several processes on one reports root at once ("concurrent runs on the same root
 are serialised by a lock").
 
 - 4 ``pytest --selfheal`` processes, each in its own project with its own failures, all
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence
 
 import pytest
 from helpers import FULL, PY, PYTEST_SELFHEAL, capture, cli, make_project, run_env
@@ -70,18 +70,18 @@ def release(flag: Path) -> None:
     Path(f"{flag}.release").touch()
 
 
-def start_capture(project: Path, root: Path, extra: Sequence[str] = ()) -> "subprocess.Popen[str]":
+def start_capture(project: Path, root: Path, extra: Sequence[str] = ()) -> subprocess.Popen[str]:
     return subprocess.Popen([PY, "-m", "pytest", *PYTEST_SELFHEAL, f"--selfheal-dir={root}", *extra],
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=run_env(), stdin=subprocess.DEVNULL)
 
 
-def check_each_failure_once(root: Path, projects: List[Path], per_project: int) -> Dict[str, str]:
+def check_each_failure_once(root: Path, projects: list[Path], per_project: int) -> dict[str, str]:
     """One incident per project, holding exactly that project's failures, all valid."""
     rows = check_root(root)
     assert len(rows) == len(projects), rows
-    by_rootdir: Dict[str, str] = {}
-    seen: List[str] = []
+    by_rootdir: dict[str, str] = {}
+    seen: list[str] = []
     for row in rows:
         iid = str(row["incident_id"])
         incident = json.loads((root / row["path"] / "incident.json").read_text())

@@ -1,6 +1,6 @@
 """SIGKILL at many points of capture, plan, loop, archive and report; disk full; read-only root.
 
-Three ways to kill (SPEC §3 "a crash at any point", §12 "killing the process at any moment
+Three ways to kill ("a crash at any point", "killing the process at any moment
 loses no recorded attempt"):
 
 - **random instants**: a real ``SIGKILL`` to the process group after a random delay in
@@ -29,7 +29,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Optional
 
 import pytest
 from helpers import (
@@ -74,9 +74,9 @@ class Op:
 
     name: str
     template: str  # "fresh" (nothing captured yet), "det" or "moving" (one planned incident)
-    settings: Tuple[str, ...] = ()  # --set for the loop (also on resume)
+    settings: tuple[str, ...] = ()  # --set for the loop (also on resume)
 
-    def argv(self, incident_id: Optional[str], project: Path) -> Tuple[str, List[str]]:
+    def argv(self, incident_id: Optional[str], project: Path) -> tuple[str, list[str]]:
         """(module, args) of the operation."""
         if self.name == "capture":
             return "pytest", list(PYTEST_SELFHEAL)
@@ -97,7 +97,7 @@ class Op:
         return project / "out" if self.name == "report" else project / ".selfheal"
 
 
-OPS: Dict[str, Op] = {
+OPS: dict[str, Op] = {
     "capture": Op("capture", "fresh"),
     "plan": Op("plan", "det"),
     "loop": Op("loop", "det"),
@@ -125,9 +125,9 @@ class Calibration:
 @dataclass
 class Lab:
     base: Path
-    templates: Dict[str, Template]
+    templates: dict[str, Template]
     lock: Path
-    calibration: Dict[str, Calibration] = field(default_factory=dict)
+    calibration: dict[str, Calibration] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +205,12 @@ class Tally:
                        replay_window=self.replay_window, resumed=self.resumed, losses=self.losses, **extra)
 
 
-def root_state(project: Path) -> Dict[str, Dict[int, bytes]]:
+def root_state(project: Path) -> dict[str, dict[int, bytes]]:
     root = project / ".selfheal"
     return {iid: attempt_bytes(root, iid) for iid in incident_ids(root)}
 
 
-def completed(op: Op, project: Path, incident_id: Optional[str], before: Dict[str, Dict[int, bytes]]) -> bool:
+def completed(op: Op, project: Path, incident_id: Optional[str], before: dict[str, dict[int, bytes]]) -> bool:
     """Whether the killed operation had finished its writes."""
     root = project / ".selfheal"
     if op.name == "capture":
@@ -232,7 +232,7 @@ def completed(op: Op, project: Path, incident_id: Optional[str], before: Dict[st
     return True
 
 
-def _events(root: Path, incident_id: str) -> List[Dict[str, object]]:
+def _events(root: Path, incident_id: str) -> list[dict[str, object]]:
     for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
         path = root / bucket / incident_id / "audit_tail.jsonl"
         if path.is_file():
@@ -246,7 +246,7 @@ def _events(root: Path, incident_id: str) -> List[Dict[str, object]]:
     return []
 
 
-def assert_nothing_lost(project: Path, before: Dict[str, Dict[int, bytes]], context: str) -> None:
+def assert_nothing_lost(project: Path, before: dict[str, dict[int, bytes]], context: str) -> None:
     """Attempts are 1..n, and every attempt recorded before is still there, byte for byte."""
     root = project / ".selfheal"
     for iid in incident_ids(root):
@@ -259,13 +259,13 @@ def assert_nothing_lost(project: Path, before: Dict[str, Dict[int, bytes]], cont
         assert len(verified) == len(set(verified)), f"{context}: duplicate verification_finished {verified}"
 
 
-def replay_code(project: Path, incident_id: str) -> Tuple[int, str]:
+def replay_code(project: Path, incident_id: str) -> tuple[int, str]:
     code, out, err = cli("replay", incident_id, "--dir", str(project / ".selfheal"))
     assert "Traceback" not in err
     return code, out + err
 
 
-def check_after_kill(op: Op, project: Path, before: Dict[str, Dict[int, bytes]], tally: Tally, context: str) -> None:
+def check_after_kill(op: Op, project: Path, before: dict[str, dict[int, bytes]], tally: Tally, context: str) -> None:
     """The invariants right after a kill, then the resume, then the invariants again."""
     root = project / ".selfheal"
     expected = sorted(before)
@@ -454,7 +454,7 @@ def test_slow_kill_loop_at_every_named_step(lab: Lab, key: str, step: str) -> No
 OPERATION_SAMPLE = {"capture": 2, "plan": 2, "loop": 2, "loop-moving": 1, "archive": 2, "report": 1}
 
 
-def kill_before_operations(lab: Lab, key: str, points: List[int], test: str, total: int) -> None:
+def kill_before_operations(lab: Lab, key: str, points: list[int], test: str, total: int) -> None:
     tally = Tally()
     for at in points:
         kill_at_operation(lab, key, at, tally)
@@ -506,11 +506,11 @@ DISK_MODES = ("enospc", "erofs", "short")  # short: half a write lands, then the
 DISK_ERRORS = {"enospc": "No space left on device", "erofs": "Read-only file system", "short": "No space left on device"}
 
 
-def middle(total: int) -> List[int]:
+def middle(total: int) -> list[int]:
     return [max(1, (total + 1) // 2)]
 
 
-def every(total: int) -> List[int]:
+def every(total: int) -> list[int]:
     return list(range(1, total + 1))
 
 
@@ -532,7 +532,7 @@ def test_slow_cli_disk_fault_at_every_operation(lab: Lab, key: str, mode: str) -
     cli_disk_faults(lab, key, mode, every, "test_slow_cli_disk_fault_at_every_operation")
 
 
-def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], List[int]], test: str) -> None:
+def cli_disk_faults(lab: Lab, key: str, mode: str, points: Callable[[int], list[int]], test: str) -> None:
     op = OPS[key]
     total = calibrate(lab, key).ops
     cases = 0
@@ -575,7 +575,7 @@ def test_slow_capture_disk_fault_at_every_operation(lab: Lab, mode: str) -> None
     capture_disk_faults(lab, mode, every, "test_slow_capture_disk_fault_at_every_operation")
 
 
-def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], List[int]], test: str) -> None:
+def capture_disk_faults(lab: Lab, mode: str, points: Callable[[int], list[int]], test: str) -> None:
     op = OPS["capture"]
     total = calibrate(lab, "capture").ops
     cases = 0

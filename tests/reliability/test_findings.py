@@ -19,7 +19,6 @@ from pytest_selfheal.store.root import Store
 from .test_secrets_everywhere import ENV_SECRETS, KINDS, hits
 
 
-
 def test_loop_resolves_a_fixed_test_when_the_ini_lives_below_the_capture_rootdir(tmp_path: Path) -> None:
     project = make_project(tmp_path / "mono", {
         "pkg/pytest.ini": "[pytest]\n",

@@ -1,4 +1,4 @@
-"""Hostile and broken input (SPEC §12): every case gets its documented exit code, ONE line on
+"""Hostile and broken input: every case gets its documented exit code, ONE line on
 stderr and never a traceback; nothing hostile is executed, expanded or fetched.
 
 Families (each case is counted into docs/reliability.md):
@@ -22,8 +22,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable
 
 import pytest
 from helpers import FULL, PY, capture, cli, make_project, run_env, run_pytest_selfheal, selfheal
@@ -63,15 +64,15 @@ def only_line(stderr: str, prefix: str = "selfheal: error: ") -> str:
 
 
 @pytest.fixture(scope="module")
-def counts() -> Iterator[Dict[str, int]]:
+def counts() -> Iterator[dict[str, int]]:
     """Cases tried per family, written to the figures at the end of the module."""
-    tally: Dict[str, int] = {}
+    tally: dict[str, int] = {}
     yield tally
     for family, number in sorted(tally.items()):
         record_figures(f"test_hostile_input.py::{family}", family=family, cases=number, tracebacks=0)
 
 
-def bump(counts: Dict[str, int], family: str, n: int = 1) -> None:
+def bump(counts: dict[str, int], family: str, n: int = 1) -> None:
     counts[family] = counts.get(family, 0) + n
 
 
@@ -156,7 +157,7 @@ def listener() -> Iterator[Listener]:
     server.close()
 
 
-def xml_cases(secret_file: Path, listener: Listener) -> List[Tuple[str, bytes, int, str]]:
+def xml_cases(secret_file: Path, listener: Listener) -> list[tuple[str, bytes, int, str]]:
     """(id, bytes, expected exit code, expected stderr prefix)."""
     err, warn = "selfheal: error: ", "selfheal: warning: "
     file_url = secret_file.as_uri()
@@ -205,7 +206,7 @@ def xml_cases(secret_file: Path, listener: Listener) -> List[Tuple[str, bytes, i
     return cases
 
 
-def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Listener, counts: Dict[str, int]) -> None:
+def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Listener, counts: dict[str, int]) -> None:
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text("TOP-SECRET-CONTENT-4711\n")
     cases = xml_cases(secret_file, listener)
@@ -237,7 +238,7 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
         bump(counts, "xml")
     assert listener.connections == 0, "an external entity or DTD was fetched over HTTP"
     # The same inputs on the Python API: never an exception other than InputError.
-    for name, data, code, _ in cases:
+    for name, _data, code, _ in cases:
         path = tmp_path / f"{name}.xml"
         try:
             failures_from_junit(path, warnings=[])
@@ -245,7 +246,7 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
             assert code != 0, name
 
 
-def test_missing_file_and_directory_and_several_files(tmp_path: Path, counts: Dict[str, int]) -> None:
+def test_missing_file_and_directory_and_several_files(tmp_path: Path, counts: dict[str, int]) -> None:
     good = tmp_path / "good.xml"
     good.write_bytes(VALID_JUNIT)
     (tmp_path / "adir").mkdir()
@@ -272,7 +273,7 @@ def write_big_junit(path: Path, megabytes: int) -> int:
     n = 0
     with open(path, "wb") as out:
         out.write(b'<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name="big">\n')
-        chunk: List[bytes] = []
+        chunk: list[bytes] = []
         while written < target:
             line = (failing % (n, n)) if n % 1000 == 999 else (case % n)
             chunk.append(line)
@@ -296,7 +297,7 @@ print(json.dumps({"code": done.returncode, "peak_kb": kb, "lines": done.stdout.c
 """
 
 
-def fingerprint_big(tmp_path: Path, megabytes: int) -> Dict[str, object]:
+def fingerprint_big(tmp_path: Path, megabytes: int) -> dict[str, object]:
     path = tmp_path / f"big-{megabytes}.xml"
     n = write_big_junit(path, megabytes)
     try:
@@ -316,7 +317,7 @@ def fingerprint_big(tmp_path: Path, megabytes: int) -> Dict[str, object]:
 
 @pytest.mark.slow  # ~9 s: the bounded-memory reader is covered at small sizes by default (test_junit_bounds.py)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units")
-def test_50mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: Dict[str, int]) -> None:
+def test_50mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: dict[str, int]) -> None:
     figures = fingerprint_big(tmp_path, 50)
     bump(counts, "xml")
     record_figures("test_hostile_input.py::test_50mb_junit_streams_in_bounded_memory", **figures)
@@ -324,7 +325,7 @@ def test_50mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: Dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units")
-def test_500mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: Dict[str, int]) -> None:
+def test_500mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: dict[str, int]) -> None:
     figures = fingerprint_big(tmp_path, 500)
     bump(counts, "xml")
     record_figures("test_hostile_input.py::test_500mb_junit_streams_in_bounded_memory", **figures)
@@ -335,7 +336,7 @@ def test_500mb_junit_streams_in_bounded_memory(tmp_path: Path, counts: Dict[str,
 PWNED = "PWNED"
 
 
-def config_cases(tmp: Path) -> List[Tuple[str, str, str]]:
+def config_cases(tmp: Path) -> list[tuple[str, str, str]]:
     """(id, file name under .planning/ or "global", content)."""
     marker = tmp / PWNED
     deep_json = '{"ralf_lite": ' + "[" * 200_000 + "]" * 200_000 + "}"
@@ -393,7 +394,7 @@ def write_config(project: Path, global_dir: Path, name: str, content: str) -> Pa
     return path
 
 
-def test_config_family(tmp_path: Path, global_config_dir: Path, counts: Dict[str, int]) -> None:
+def test_config_family(tmp_path: Path, global_config_dir: Path, counts: dict[str, int]) -> None:
     """Every bad config is one line naming the file, exit 2 (``selfheal config``), and the
     YAML tags never run: the marker file is never created."""
     project = make_project(tmp_path / "proj", {"test_calc.py": DETERMINISTIC})
@@ -422,7 +423,7 @@ def test_config_family(tmp_path: Path, global_config_dir: Path, counts: Dict[str
         bump(counts, "config")
 
 
-def test_bad_pytest_ini_values(tmp_path: Path, counts: Dict[str, int]) -> None:
+def test_bad_pytest_ini_values(tmp_path: Path, counts: dict[str, int]) -> None:
     for ini in ("selfheal_max_iterations = three\n", "selfheal_config =\n    no_such_key = 1\n",
                 "selfheal_repair_command = 'unbalanced\n", "selfheal_max_runtime_minutes = -5\n"):
         project = make_project(tmp_path / f"ini-{counts.get('config', 0)}", {"test_calc.py": DETERMINISTIC}, ini=ini)
@@ -438,7 +439,7 @@ def test_bad_pytest_ini_values(tmp_path: Path, counts: Dict[str, int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def looped_template(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, str]:
+def looped_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A project whose incident is in the inbox with a plan, an attempt and a run result
     (a replan leaves it open: planned, attempt_01.json, run_result.json)."""
     project = make_project(tmp_path_factory.mktemp("edited") / "proj", {"test_calc.py": DETERMINISTIC})
@@ -474,7 +475,7 @@ INBOX, PLANS, RUNS = "error_inbox/{id}", "error_plans/{id}", "error_runs/{id}"
 # (id, file, mutation, expected exit code per command) — commands: show, status, report, replay, loop.
 # status lists a corrupted incident and exits 0; replay reads status.txt, the attempts, the run
 # result and the events only (not incident.json/plan.json); loop resumes the open incident.
-EDITS: List[Tuple[str, str, Callable[[Path], None], Dict[str, int]]] = [
+EDITS: list[tuple[str, str, Callable[[Path], None], dict[str, int]]] = [
     ("incident-missing-field", INBOX + "/incident.json", _json_edit(lambda d: d.pop("step")),
      {"show": 3, "status": 0, "report": 3, "replay": 0, "loop": 3}),
     ("incident-wrong-type", INBOX + "/incident.json", _json_edit(lambda d: d.update(year="2026")),
@@ -526,11 +527,11 @@ EDITS: List[Tuple[str, str, Callable[[Path], None], Dict[str, int]]] = [
 ]
 
 
-def expected_codes() -> Dict[str, Dict[str, int]]:
+def expected_codes() -> dict[str, dict[str, int]]:
     return {name: codes for name, _, _, codes in EDITS}
 
 
-def test_hand_edited_incident_files(tmp_path: Path, looped_template: Tuple[Path, str], counts: Dict[str, int]) -> None:
+def test_hand_edited_incident_files(tmp_path: Path, looped_template: tuple[Path, str], counts: dict[str, int]) -> None:
     template, incident_id = looped_template
     for name, relative, mutate, codes in EDITS:
         project = tmp_path / name
@@ -564,8 +565,8 @@ def test_hand_edited_incident_files(tmp_path: Path, looped_template: Tuple[Path,
             bump(counts, "incident_files")
 
 
-def test_torn_and_garbage_event_lines_are_warnings(tmp_path: Path, looped_template: Tuple[Path, str],
-                                                   counts: Dict[str, int]) -> None:
+def test_torn_and_garbage_event_lines_are_warnings(tmp_path: Path, looped_template: tuple[Path, str],
+                                                   counts: dict[str, int]) -> None:
     template, incident_id = looped_template
     for name, tail in (("torn-last-line", b'{"event": "verification_fini'),
                        ("garbage-line", b"\x00\xff not json at all\n")):
@@ -612,7 +613,7 @@ ID_COMMANDS = [["show"], ["plan"], ["plan", "--force"], ["loop"], ["archive", "-
                ["report"]]
 
 
-def test_invalid_incident_ids(tmp_path: Path, looped_template: Tuple[Path, str], counts: Dict[str, int]) -> None:
+def test_invalid_incident_ids(tmp_path: Path, looped_template: tuple[Path, str], counts: dict[str, int]) -> None:
     template, _ = looped_template
     project = tmp_path / "ids"
     shutil.copytree(template, project)
@@ -672,7 +673,7 @@ HOSTILE_COMMANDS = [
 ]
 
 
-def test_hostile_verification_commands_are_refused_and_logged(tmp_path: Path, counts: Dict[str, int]) -> None:
+def test_hostile_verification_commands_are_refused_and_logged(tmp_path: Path, counts: dict[str, int]) -> None:
     template = make_project(tmp_path / "template", {"test_calc.py": DETERMINISTIC})
     incident_id = capture(template)
     through_script = set(range(0, len(HOSTILE_COMMANDS), 1 if FULL else 5))

@@ -11,11 +11,19 @@ import io
 import json
 import subprocess
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
-from helpers import (FULL, PY, PYTEST_SELFHEAL, cli, git_commit_all, incident_ids, make_project, run_env,
-                     run_pytest_selfheal)
+from helpers import (
+    FULL,
+    PY,
+    PYTEST_SELFHEAL,
+    cli,
+    git_commit_all,
+    incident_ids,
+    make_project,
+    run_env,
+    run_pytest_selfheal,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,7 +177,7 @@ YAML_SCALARS = st.one_of(st.text(max_size=20), st.integers(), st.sampled_from(
 @SETTINGS
 @given(st.lists(st.dictionaries(st.sampled_from(["test", "fingerprint", "reason", "expires", "owner", "x", "? k"]),
                                 YAML_SCALARS, max_size=5), max_size=4))
-def test_quarantine_parser_never_raises_on_yaml_documents(items: List[Dict[str, object]]) -> None:
+def test_quarantine_parser_never_raises_on_yaml_documents(items: list[dict[str, object]]) -> None:
     lines = ["quarantine:"]
     for item in items:
         lines.append("  -" + ("".join(f"\n    {key}: {value}" for key, value in item.items()) or " {}"))

@@ -1,5 +1,5 @@
 """Property-based: random junit and config documents never crash anything, and a capture or a
-loop writes nothing outside the reports root (SPEC §12, issue 7 item 3).
+loop writes nothing outside the reports root (issue 7 item 3).
 
 - junit: documents built from a strategy over element names, attributes and text (control
   characters, huge numbers, entities, CDATA, broken nesting), and random byte mutations of
@@ -21,8 +21,9 @@ import json
 import math
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any
 
 import pytest
 from helpers import FULL, PY, capture, make_project, run_env, selfheal
@@ -30,9 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.keys import SCHEMA
 from pytest_selfheal.config.settings import EffectiveConfig, parse_override
-from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.junit.reader import iter_testcases
 
@@ -48,15 +49,15 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=not FULL,
 
 
 @pytest.fixture(scope="module")
-def examples() -> Iterator[Dict[str, int]]:
+def examples() -> Iterator[dict[str, int]]:
     """Examples run per property (hypothesis calls the test body once per example)."""
-    seen: Dict[str, int] = {}
+    seen: dict[str, int] = {}
     yield seen
     for name, number in sorted(seen.items()):
         record_figures(f"test_property_inputs.py::{name}", examples=number, failures=0)
 
 
-def count(examples: Dict[str, int], name: str) -> None:
+def count(examples: dict[str, int], name: str) -> None:
     examples[name] = examples.get(name, 0) + 1
 
 
@@ -128,7 +129,7 @@ def mutated_golden(draw: Any) -> bytes:
 
 def read_everything(data: bytes, tmp: Path) -> None:
     """Both readers, to the end; only InputError may come out."""
-    warnings: List[str] = []
+    warnings: list[str] = []
     try:
         for case in iter_testcases(io.BytesIO(data), warnings=warnings):
             assert isinstance(case.test, str)
@@ -153,14 +154,14 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @SETTINGS
 @given(data=junit_document())
-def test_random_junit_documents(data: bytes, scratch: Path, examples: Dict[str, int]) -> None:
+def test_random_junit_documents(data: bytes, scratch: Path, examples: dict[str, int]) -> None:
     read_everything(data, scratch)
     count(examples, "test_random_junit_documents")
 
 
 @SETTINGS
 @given(data=mutated_golden())
-def test_random_mutations_of_real_junit(data: bytes, scratch: Path, examples: Dict[str, int]) -> None:
+def test_random_mutations_of_real_junit(data: bytes, scratch: Path, examples: dict[str, int]) -> None:
     read_everything(data, scratch)
     count(examples, "test_random_mutations_of_real_junit")
 
@@ -168,7 +169,7 @@ def test_random_mutations_of_real_junit(data: bytes, scratch: Path, examples: Di
 @settings(max_examples=CLI_EXAMPLES, deadline=None, derandomize=not FULL,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.one_of(junit_document(), mutated_golden()))
-def test_random_junit_through_the_console_script(data: bytes, scratch: Path, examples: Dict[str, int]) -> None:
+def test_random_junit_through_the_console_script(data: bytes, scratch: Path, examples: dict[str, int]) -> None:
     path = scratch / "cli.xml"
     path.write_bytes(data)
     result = subprocess.run([PY, "-m", "pytest_selfheal", "fingerprint", "--json", str(path)], capture_output=True,
@@ -214,7 +215,7 @@ def check_effective(effective: Any) -> None:
 @SETTINGS
 @given(ralf_lite=RALF_LITE, as_yaml=st.booleans(), other=JSON_VALUE)
 def test_random_config_documents(ralf_lite: Any, as_yaml: bool, other: Any, scratch: Path,
-                                 examples: Dict[str, int]) -> None:
+                                 examples: dict[str, int]) -> None:
     project = scratch / "config-project"
     planning = project / ".planning"
     planning.mkdir(parents=True, exist_ok=True)
@@ -239,7 +240,7 @@ def test_random_config_documents(ralf_lite: Any, as_yaml: bool, other: Any, scra
 
 @SETTINGS
 @given(key=st.sampled_from([s.key for s in SCHEMA]) | st.text(max_size=20), value=st.text(max_size=40))
-def test_random_overrides(key: str, value: str, examples: Dict[str, int], scratch: Path) -> None:
+def test_random_overrides(key: str, value: str, examples: dict[str, int], scratch: Path) -> None:
     try:
         override = parse_override(f"{key}={value}", "--set")
         effective = load_config(scratch / "empty-project", env={"OPENCODE_CONFIG_DIR": str(scratch / "none")},
@@ -271,7 +272,7 @@ def _git_status(project: Path) -> str:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(message=MESSAGES, stdout=MESSAGES)
 def test_capture_and_loop_write_only_under_the_reports_root(message: str, stdout: str, scratch: Path,
-                                                           examples: Dict[str, int]) -> None:
+                                                           examples: dict[str, int]) -> None:
     base = Path(tempfile.mkdtemp(dir=scratch))
     project = make_project(base / "proj", {"test_random.py": f"""
         def test_random():

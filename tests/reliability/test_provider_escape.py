@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from helpers import capture, cli, make_project, run_env
@@ -70,7 +70,7 @@ def _project(tmp_path: Path) -> Path:
     pytest.param("head", ["HEAD"], marks=pytest.mark.slow),
 ])
 def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Path, mode: str,
-                                                                     named: List[str]) -> None:
+                                                                     named: list[str]) -> None:
     project = _project(tmp_path)
     incident_id = capture(project)
     command = json.dumps([sys.executable, str(tmp_path / "agent.py"), mode, "{worktree}"])
@@ -79,7 +79,7 @@ def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Pa
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "provider_escaped" in result.stdout and "STOP success" not in result.stdout, result.stdout
     runs = project / ".selfheal" / "error_runs" / incident_id
-    outcome: Dict[str, Any] = json.loads((runs / "run_result.json").read_text())
+    outcome: dict[str, Any] = json.loads((runs / "run_result.json").read_text())
     assert outcome["stop_reason"] == "provider_escaped" and outcome["final_status"] == "escalated"
     # Nothing is applied; the user's calc.py holds only what the provider itself wrote there.
     assert outcome["repair"]["applied"] is False

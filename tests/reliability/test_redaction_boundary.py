@@ -1,4 +1,4 @@
-"""Redaction as one boundary (SPEC §12, issue 12 findings 1 and 2).
+"""Redaction as one boundary (issue 12 findings 1 and 2).
 
 - A PEM private key inside a Python repr (``raise ValueError(repr(pem))``: its line breaks
   are ``\\n`` escapes) is redacted whole, BEGIN through END, in log_tail.txt, the repair
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
-from typing import Dict, List
 
 from fake_github import FakeGitHub
 from helpers import PY, capture, cli, make_project, run_pytest_selfheal, selfheal
@@ -37,7 +36,7 @@ GH_TOKEN_VALUE = "ghp_" + "".join(RNG.choice(string.ascii_letters + string.digit
 ID_SECRETS = [DB_PASSWORD, GH_TOKEN_VALUE, GH_TOKEN_VALUE[4:20]]
 
 
-def _leaks(files: List[Path], secrets: List[str]) -> List[str]:
+def _leaks(files: list[Path], secrets: list[str]) -> list[str]:
     found = []
     for path in files:
         text = path.read_bytes().decode("utf-8", errors="replace")
@@ -96,7 +95,7 @@ SECRET_IDS = """
 """
 
 
-def _id_env() -> Dict[str, str]:
+def _id_env() -> dict[str, str]:
     return {"DATABASE_URL": f"postgres://app:{DB_PASSWORD}@db.internal:5432/app", "API_GH": GH_TOKEN_VALUE}
 
 

@@ -1,4 +1,4 @@
-"""Secrets everywhere (SPEC §12): plant every kind of secret in every channel of failing test
+"""Secrets everywhere: plant every kind of secret in every channel of failing test
 output, run every writer, then grep every byte written — zero occurrences.
 
 Channels: an assertion message, ``print`` to stdout and stderr (captured by pytest), an
@@ -23,8 +23,8 @@ import json
 import random
 import shutil
 import string
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
 
 import pytest
 from fake_github import FakeGitHub
@@ -39,7 +39,7 @@ def _rand(n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
     return "".join(RNG.choice(alphabet) for _ in range(n))
 
 
-def _b64url(data: Dict[str, object]) -> str:
+def _b64url(data: dict[str, object]) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
@@ -51,7 +51,7 @@ ENV_SECRETS = {  # values with no recognisable format: only the env-name rule ca
     "STRIPE_KEY": _rand(28),
 }
 # kind -> (text planted in the output, the secret part that must never be written)
-KINDS: Dict[str, Tuple[str, List[str]]] = {}
+KINDS: dict[str, tuple[str, list[str]]] = {}
 
 
 def _kind(name: str, text: str, *secrets: str) -> None:
@@ -129,7 +129,7 @@ FAILING_TESTS = """
 """
 
 
-def hits(data: bytes) -> Tuple[List[str], List[str]]:
+def hits(data: bytes) -> tuple[list[str], list[str]]:
     """(kinds whose whole secret occurs, kinds of which a 12-character piece occurs)."""
     text = data.decode("utf-8", errors="replace")
     whole, partial = [], []
@@ -145,11 +145,11 @@ class Surfaces:
     """Each surface's bytes, checked for every kind."""
 
     def __init__(self) -> None:
-        self.checked: Dict[str, int] = {}
-        self.leaks: List[str] = []
-        self.partial: List[str] = []
+        self.checked: dict[str, int] = {}
+        self.leaks: list[str] = []
+        self.partial: list[str] = []
 
-    def check(self, surface: str, blobs: Iterable[Tuple[str, bytes]]) -> None:
+    def check(self, surface: str, blobs: Iterable[tuple[str, bytes]]) -> None:
         n = 0
         for where, data in blobs:
             whole, partial = hits(data)
@@ -165,7 +165,7 @@ class Surfaces:
 
 
 @pytest.fixture
-def planted(tmp_path: Path) -> Dict[str, str]:
+def planted(tmp_path: Path) -> dict[str, str]:
     """The environment every child gets: the secrets file (outside the project) and env secrets."""
     path = tmp_path / "outside" / "secrets.json"
     path.parent.mkdir()
@@ -179,7 +179,7 @@ def failing_project(root: Path) -> Path:
 
 
 @pytest.mark.slow  # ~7 s; each redaction form has its own fast test (test_redaction_forms.py, test_redact.py)
-def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: Dict[str, str], fake_github: FakeGitHub) -> None:
+def test_every_secret_kind_on_every_surface(tmp_path: Path, planted: dict[str, str], fake_github: FakeGitHub) -> None:
     surfaces = Surfaces()
     project = failing_project(tmp_path / "proj")
     for path in walk_written(project):  # nothing planted in the project itself
@@ -254,7 +254,7 @@ def _fix_rootdir(project: Path, incident_id: str) -> None:
     path.write_text(json.dumps(doc))
 
 
-def ci_env(tmp_path: Path, fake: FakeGitHub, planted: Dict[str, str]) -> Dict[str, str]:
+def ci_env(tmp_path: Path, fake: FakeGitHub, planted: dict[str, str]) -> dict[str, str]:
     """An Actions environment (temp files) pointing at the fake GitHub, plus the planted secrets."""
     env = run_env(planted)
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # ci's pytest must load the plugin like in a real job

@@ -1,4 +1,4 @@
-"""The GitHub token never reaches a test or repair process (SPEC §12, issue 12 finding 9).
+"""The GitHub token never reaches a test or repair process (issue 12 finding 9).
 
 - process.py builds every child's environment without ``GH_TOKEN``, ``GITHUB_TOKEN``,
   ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``, ``ACTIONS_RUNTIME_TOKEN`` or any ``*TOKEN*`` variable:
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
@@ -67,7 +67,7 @@ PROVIDER = ("import json, os; open(os.environ['SEEN_LOG'], 'a').write(json.dumps
             "sorted(k for k in os.environ if 'TOKEN' in k.upper()), []]) + '\\n')")
 
 
-def _seen(log: Path) -> List[Any]:
+def _seen(log: Path) -> list[Any]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
@@ -84,7 +84,7 @@ def test_no_token_named_variable_reaches_a_child(tmp_path: Path, fake_github: Fa
     assert fake_github.requests_to("POST"), "the comment (the token's one use) was posted"
 
 
-def _step_env(step: Dict[str, Any], base: Dict[str, str], values: Dict[str, str]) -> Dict[str, str]:
+def _step_env(step: dict[str, Any], base: dict[str, str], values: dict[str, str]) -> dict[str, str]:
     """The environment action.yml gives ``step``: ``base`` (the runner's), plus the step's
     ``env:`` keys with ``values`` for them (a key the test does not set is empty)."""
     env = dict(base)
@@ -179,7 +179,7 @@ def _actionlint() -> str:
     return found
 
 
-def _as_workflow(action: Dict[str, Any]) -> Dict[str, Any]:
+def _as_workflow(action: dict[str, Any]) -> dict[str, Any]:
     """The composite action's steps as a workflow actionlint can check: the inputs become
     workflow_dispatch inputs (same names, so every ``inputs.*`` resolves)."""
     inputs = {name: {"description": spec.get("description", ""), "required": False, "type": "string",

@@ -1,4 +1,4 @@
-"""SPEC §12 "Trust boundaries" (issue 12 findings 3-6): each test reproduces one finding of
+"""Trust boundaries (issue 12 findings 3-6): each test reproduces one finding of
 the adversarial review and shows the boundary holds (docs/reliability.md "Trust boundaries").
 
 - plan commands: an allowlisted runner AND allowlisted arguments; the verification runs in
@@ -17,11 +17,20 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
-from helpers import (PY, capture, cli, clone_project, git_commit_all, incident_ids, make_project, run_env, selfheal,
-                     selfheal_process)
+from helpers import (
+    PY,
+    capture,
+    cli,
+    clone_project,
+    git_commit_all,
+    incident_ids,
+    make_project,
+    run_env,
+    selfheal,
+    selfheal_process,
+)
 
 from pytest_selfheal.store.root import Store
 
@@ -44,14 +53,14 @@ def test_evil():
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
+def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     base = tmp_path_factory.mktemp("trust")
     project = make_project(base / "template", {"test_calc.py": DETERMINISTIC, "evilmod.py": EVIL_MODULE})
     incident_id = capture(project)
     return {"project": project, "incident_id": incident_id}
 
 
-def _copy(template: Dict[str, object], dest: Path) -> Path:
+def _copy(template: dict[str, object], dest: Path) -> Path:
     return clone_project(Path(str(template["project"])), dest)
 
 
@@ -62,7 +71,7 @@ def _set_plan(project: Path, incident_id: str, command: str) -> None:
     plan_path.write_text(json.dumps(plan))
 
 
-def _outside(tmp_path: Path) -> Dict[str, Path]:
+def _outside(tmp_path: Path) -> dict[str, Path]:
     """A folder outside the project: an evil test, an evil ini, a module, a victim file."""
     out = tmp_path / "outside"
     (out / "site").mkdir(parents=True)
@@ -98,7 +107,7 @@ HOSTILE_ARGUMENTS = [
 
 @pytest.mark.parametrize("command", HOSTILE_ARGUMENTS)
 def test_plan_arguments_that_load_code_or_leave_the_root_are_refused(
-    tmp_path: Path, template: Dict[str, object], command: str
+    tmp_path: Path, template: dict[str, object], command: str
 ) -> None:
     places = _outside(tmp_path)
     project = _copy(template, tmp_path / "p")
@@ -128,7 +137,7 @@ SAFE_ARGUMENTS = [
 
 
 @pytest.mark.parametrize("command", SAFE_ARGUMENTS)
-def test_safe_plan_arguments_still_run(tmp_path: Path, template: Dict[str, object], command: str) -> None:
+def test_safe_plan_arguments_still_run(tmp_path: Path, template: dict[str, object], command: str) -> None:
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
     _set_plan(project, incident_id, command.format(project=project))
@@ -159,7 +168,7 @@ def test_options_the_capture_recorded_are_trusted_in_the_plan_too(tmp_path: Path
     assert (tmp_path / "victim" / "keep.txt").exists()
 
 
-def test_the_verification_rootdir_is_not_read_from_incident_json(tmp_path: Path, template: Dict[str, object]) -> None:
+def test_the_verification_rootdir_is_not_read_from_incident_json(tmp_path: Path, template: dict[str, object]) -> None:
     places = _outside(tmp_path)
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
@@ -177,7 +186,7 @@ def test_the_verification_rootdir_is_not_read_from_incident_json(tmp_path: Path,
     assert Store(project / ".selfheal").read_status(incident_id) != "resolved"
 
 
-def test_a_bare_runner_never_resolves_through_a_relative_path_entry(tmp_path: Path, template: Dict[str, object]) -> None:
+def test_a_bare_runner_never_resolves_through_a_relative_path_entry(tmp_path: Path, template: dict[str, object]) -> None:
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
     marker = tmp_path / "PWNED"
@@ -224,14 +233,14 @@ def _plant_link(root: Path, incident_id: str, what: str, outside: Path) -> None:
         (root / "error_plans").symlink_to(outside / "error_plans", target_is_directory=True)
 
 
-def _snapshot(folder: Path) -> Dict[str, bytes]:
+def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else b"<dir>")
             for p in sorted(folder.rglob("*"))}
 
 
 @pytest.mark.parametrize("what", ["audit_tail", "runs", "escalated", "lock", "incident_folder", "inbox"])
 def test_store_writes_never_follow_a_symlink_out_of_the_reports_root(
-    tmp_path: Path, template: Dict[str, object], what: str
+    tmp_path: Path, template: dict[str, object], what: str
 ) -> None:
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
@@ -262,7 +271,7 @@ def test_confine_refuses_links_and_paths_outside(tmp_path: Path) -> None:
     assert fsio.confine(tmp_path / "alias", tmp_path / "alias" / "real" / "f") == tmp_path / "alias" / "real" / "f"
 
 
-def test_a_replan_does_not_write_through_a_symlinked_plans_folder(tmp_path: Path, template: Dict[str, object]) -> None:
+def test_a_replan_does_not_write_through_a_symlinked_plans_folder(tmp_path: Path, template: dict[str, object]) -> None:
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
     outside = tmp_path / "outside"
@@ -292,7 +301,7 @@ CI_TEST = """
 """
 
 
-def _ci_env(**extra: str) -> Dict[str, str]:
+def _ci_env(**extra: str) -> dict[str, str]:
     env = run_env(extra)
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # as in a job: the plugin autoloads
     env["PYTEST_ADDOPTS"] = "-p no:hypothesispytest -p no:cacheprovider"
@@ -333,7 +342,7 @@ def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_pa
     procs = [subprocess.Popen(argv, cwd=project, env=_ci_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, text=True) for _ in range(4)]
     outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    looped: List[str] = []
+    looped: list[str] = []
     for output in outputs:
         assert "Traceback" not in output, output
         lines = [line for line in output.splitlines() if "running the RALF-Lite loop on" in line]
@@ -399,7 +408,7 @@ def _kill_loop_and_check(project: Path, hang: Path, *args: str) -> None:
                     pass
 
 
-def _hanging(tmp_path: Path) -> "tuple[Path, str, Path]":
+def _hanging(tmp_path: Path) -> tuple[Path, str, Path]:
     """(project, its incident, the folder of pid files and the loop's TMPDIR)."""
     project = make_project(tmp_path / "p", {"test_hang.py": HANGS_WITH_A_GRANDCHILD})
     hang = tmp_path / "hang"
@@ -449,7 +458,7 @@ def test_stale_verify_folders_only_ours_only_dead(tmp_path: Path) -> None:
     assert all(p.exists() for p in (live, own, unrelated, link, target / "junit_0.xml.out"))
 
 
-def test_pruning_a_linked_incident_removes_the_link_not_its_target(tmp_path: Path, template: Dict[str, object]) -> None:
+def test_pruning_a_linked_incident_removes_the_link_not_its_target(tmp_path: Path, template: dict[str, object]) -> None:
     project = _copy(template, tmp_path / "p")
     incident_id = str(template["incident_id"])
     assert selfheal(project, "archive", incident_id, "--as", "escalated").returncode == 0

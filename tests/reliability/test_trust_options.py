@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from helpers import PY, capture, make_project, run_env, selfheal
@@ -36,7 +35,7 @@ def _set_plan(project: Path, incident_id: str, command: str) -> None:
     path.write_text(json.dumps(plan))
 
 
-def _set_options(project: Path, incident_id: str, options: List[str]) -> None:
+def _set_options(project: Path, incident_id: str, options: list[str]) -> None:
     path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
     doc = json.loads(path.read_text())
     doc["pytest_options"] = options
@@ -119,7 +118,7 @@ def test_legitimate_recorded_options_keep_working(tmp_path: Path) -> None:
         ["pytest", "--override-ini=addopts=-q --strict-markers -p no:randomly"],
     ],
 )
-def test_value_judged_options_accepted_from_any_source(tmp_path: Path, argv: List[str]) -> None:
+def test_value_judged_options_accepted_from_any_source(tmp_path: Path, argv: list[str]) -> None:
     check_command(argv, allowlist=["pytest"], root=tmp_path)
 
 
@@ -143,7 +142,7 @@ def test_value_judged_options_accepted_from_any_source(tmp_path: Path, argv: Lis
         (["pytest", "--basetemp", "inside"], "never replayed"),
     ],
 )
-def test_value_judged_options_refused_from_any_source(tmp_path: Path, argv: List[str], why: str) -> None:
+def test_value_judged_options_refused_from_any_source(tmp_path: Path, argv: list[str], why: str) -> None:
     for trusted in ((), argv[1:]):  # a plan's own word, or one incident.json says was recorded
         with pytest.raises(RefusedError) as info:
             check_command(argv, allowlist=["pytest"], root=tmp_path, trusted=trusted)
@@ -165,7 +164,7 @@ def test_mcp_run_tests_refuses_argfiles_and_hostile_recorded_options(tmp_path: P
     _set_options(project, incident_id, ["-o", f"cache_dir={tmp_path / 'cache'}", "--basetemp", str(victim)])
     params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
                                    env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
-    texts: Dict[str, str] = {}
+    texts: dict[str, str] = {}
 
     async def scenario() -> None:
         async with Client(params, read_timeout_seconds=300) as client:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import subprocess
 from pathlib import Path
-from typing import Tuple
 
 import pytest
 from helpers import cli
@@ -47,7 +46,7 @@ def _git(top: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=top, check=True, capture_output=True, text=True).stdout
 
 
-def _project(tmp_path: Path) -> Tuple[Path, Store, str]:
+def _project(tmp_path: Path) -> tuple[Path, Store, str]:
     top = tmp_path / "proj"
     top.mkdir()
     (top / "README").write_text("a\n")
@@ -75,7 +74,7 @@ def _staged_patch(top: Path) -> bytes:
     return patch
 
 
-def _ask(top: Path, incident_id: str, monkeypatch: pytest.MonkeyPatch) -> Tuple[int, str]:
+def _ask(top: Path, incident_id: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
     """``selfheal apply ID`` at a terminal answering no: (exit code, the question asked)."""
     asked = []
     monkeypatch.chdir(top)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     proposed = proposed_patch(store, incident_id, root,  # unknown id or no patch: 4
                               allow_binary=effective.settings.repair.allow_binary)
     top = proposed.working_tree
-    data: Dict[str, Any] = {"incident_id": incident_id, "patch": str(proposed.path), "working_tree": str(top)}
+    data: dict[str, Any] = {"incident_id": incident_id, "patch": str(proposed.path), "working_tree": str(top)}
     if proposed.already_applied:
         data.update(applied=False, already_applied=True)
         _emit(args, data, f"nothing to do: {FINAL_PATCH} of {incident_id} is already applied to {top}")
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _emit(args: argparse.Namespace, data: Dict[str, Any], text: str) -> None:
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
     if args.json:
         print_json(data)
     else:

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
 from pytest_selfheal.errors import UsageError
@@ -60,11 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="arguments for pytest, after --")
 
 
-def options_from_args(args: argparse.Namespace, env: Any = None) -> "CiOptions":
+def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
     """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
     variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
     before the flags' ones."""
-    inputs: Dict[str, Any] = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
+    inputs: dict[str, Any] = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
 
     def pick(flag: Any, key: str, default: Any) -> Any:
         if flag is not None:

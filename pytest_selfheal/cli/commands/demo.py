@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from pytest_selfheal import process
 from pytest_selfheal.errors import UsageError
@@ -40,7 +40,7 @@ def _step(title: str) -> None:
     sys.stdout.flush()
 
 
-def _run(args: List[str], cwd: Path) -> int:
+def _run(args: list[str], cwd: Path) -> int:
     shown = " ".join(args)
     sys.stdout.write(f"$ {shown}\n")
     sys.stdout.flush()

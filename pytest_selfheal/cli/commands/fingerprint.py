@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import IO, Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import IO, Any
 
 from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.analysis.classify import Rule
@@ -38,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def collect(
-    files: List[str], warnings: List[str], errors: List[str], rules: Sequence["Rule"] = ()
-) -> List[Dict[str, Any]]:
+    files: list[str], warnings: list[str], errors: list[str], rules: Sequence[Rule] = ()
+) -> list[dict[str, Any]]:
     """Failures of every file as JSON-ready dicts; bad files go to ``errors``.
 
     ``rules``: extra classification rules, tried before the built-in ones. This is the
     whole work of the command minus config and printing (the benchmark times it).
     """
-    rows: List[Dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     for name in files:
         try:
             analysed = analyse_junit(name, rules, warnings=warnings)
@@ -73,7 +74,7 @@ def collect(
     return rows
 
 
-def write_json(rows: List[Dict[str, Any]], out: IO[str]) -> None:
+def write_json(rows: list[dict[str, Any]], out: IO[str]) -> None:
     """A JSON list with one object per line.
 
     Not ``_common.print_json``: json's indenting encoder is pure Python and builds the
@@ -90,14 +91,14 @@ def write_json(rows: List[Dict[str, Any]], out: IO[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one line (or JSON object) per failing testcase; warnings/errors on stderr."""
-    rules: List["Rule"] = []
+    rules: list[Rule] = []
     if not args.no_config:
         # The project's configured rules (docs/classification.md), like `pytest --selfheal`
         # and `selfheal loop` use them: the same failure gets the same fingerprint.
         rules = list(load_config(project_root()).settings.classification_rules)
-    warnings: List[str] = []
-    errors: List[str] = []
-    files: List[str] = list(args.files)
+    warnings: list[str] = []
+    errors: list[str] = []
+    files: list[str] = list(args.files)
     rows = collect(files, warnings, errors, rules)
     for warning in warnings:
         sys.stderr.write(f"selfheal: warning: {warning}\n")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, project_root, store_from_args
 from pytest_selfheal.config.files import load_config
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             rows = db.history_of(nodeid=args.test, fingerprint=args.fingerprint, limit=args.limit)
     except HistoryUnavailable as exc:
         raise NotFoundError(str(exc)) from None
-    data: List[Dict[str, Any]] = [
+    data: list[dict[str, Any]] = [
         {"recorded_at": run_info.recorded_at, "kind": run_info.kind, "incident_id": run_info.incident_id,
          "iteration": run_info.iteration, "commit": run_info.commit, "branch": run_info.branch,
          "ci_run_id": run_info.ci_run_id, "nodeid": outcome.nodeid, "outcome": outcome.outcome,
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_recent(runs: Sequence[Tuple[RunInfo, List[TestOutcome]]], as_json: bool) -> int:
+def _print_recent(runs: Sequence[tuple[RunInfo, list[TestOutcome]]], as_json: bool) -> int:
     """The recent runs, newest first, each with its failing and re-run tests."""
-    data: List[Dict[str, Any]] = [
+    data: list[dict[str, Any]] = [
         {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
          "workflow": r.ci_workflow, "ci_run_id": r.ci_run_id, "incident_id": r.incident_id, "iteration": r.iteration,
          "tests_run": r.tests_run,

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, project_root, store_from_args
-from pytest_selfheal.report.load import select_ids
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError
 from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.junit.reruns import rerun_junit
 from pytest_selfheal.report.junit_reruns import rerun_cases
+from pytest_selfheal.report.load import select_ids
 from pytest_selfheal.store import fsio
 
 NAME = "junit"

@@ -15,9 +15,9 @@ from pytest_selfheal.cli.commands._common import (
 )
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import Override, parse_override
-from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.hooks import cli_plugin_manager
 from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.store.reader import INBOX
 

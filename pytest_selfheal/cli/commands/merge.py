@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import List
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, store_from_args
 from pytest_selfheal.cli.commands.report import add_format_arguments, emit, output_format
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         merge_histories(store_from_args(args).root, [Path(p) for p in args.history])
     if not args.reports:
         return 0
-    names: List[str] = list(args.names) if args.names else [str(p) for p in args.reports]
+    names: list[str] = list(args.names) if args.names else [str(p) for p in args.reports]
     if len(names) != len(args.reports):
         raise UsageError(f"{len(names)} --name values for {len(args.reports)} reports: give one per report")
     reports = [read_report(Path(p)) for p in args.reports]
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def merge_histories(root: Path, shards: List[Path]) -> None:
+def merge_histories(root: Path, shards: list[Path]) -> None:
     """Add every run of each shard's history that ``root``'s history does not have yet."""
     for shard in shards:
         source = shard / HISTORY_FILE if shard.is_dir() else shard

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, store_from_args
 from pytest_selfheal.loop.resume import parse_stamp
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     if not args.dry_run:
         store.finish_prunes()
-    pruned: List[Dict[str, Any]] = []
+    pruned: list[dict[str, Any]] = []
     for row in store.list_incidents():
         # Archiving stamps updated_at: the age of an archived incident is the time since then.
         archived_at = parse_stamp(row.get("updated_at")) or parse_stamp(row.get("created_at"))

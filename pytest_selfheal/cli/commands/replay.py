@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, List, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-def format_state(state: Mapping[str, Any]) -> List[str]:
+def format_state(state: Mapping[str, Any]) -> list[str]:
     """The replayed state as readable lines."""
     lines = [
         f"incident      {state.get('incident_id')}",
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     disk = state_from_disk(store, incident_id)
     diff = differences(replayed, disk)
     if args.json:
-        data: Dict[str, Any] = {
+        data: dict[str, Any] = {
             "replayed": replayed,
             "disk": disk,
             "equal": not diff,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from pytest_selfheal import hooks
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
@@ -49,7 +49,7 @@ def output_format(args: argparse.Namespace) -> str:
     return "json" if args.json else (args.format or "md")
 
 
-def emit(report: Dict[str, Any], args: argparse.Namespace) -> None:
+def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
     """Print ``report`` (or write it to ``--output``) in the chosen format.
 
     The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -38,10 +38,10 @@ def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
-def format_text(data: Dict[str, Any]) -> str:
+def format_text(data: dict[str, Any]) -> str:
     """``incident_view``'s result as readable ``label  value`` lines."""
     incident = data["incident"]
-    rows: List[Tuple[str, Any]] = [
+    rows: list[tuple[str, Any]] = [
         ("incident", data["incident_id"]),
         ("status", f"{data['status']} ({data['bucket']}: {data['path']})"),
         ("created", incident["created_at"]),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
 
@@ -25,10 +26,10 @@ def _cell(value: Any, width: int = 0) -> str:
     return text if not width or len(text) <= width else text[: width - 3] + "..."
 
 
-def format_table(rows: Sequence[Dict[str, Any]]) -> str:
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The incidents as an aligned text table (ID, STATUS, BUCKET, ATTEMPTS, SIGNATURE)."""
     header = ("ID", "STATUS", "BUCKET", "ATTEMPTS", "SIGNATURE")
-    body: List[Sequence[str]] = []
+    body: list[Sequence[str]] = []
     for row in rows:
         # A corrupted incident shows its whole error: that line is what the user must fix.
         last = _cell(row.get("error")) if row["status"] == "corrupted" else _cell(row.get("error_signature"), _SIGNATURE_WIDTH)

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         stream = getattr(sys.stdin, "buffer", None)  # the bytes; a text-only stdin (embedding) as text
         raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
         answer, lines = stop_gate(agent, raw)
-    except Exception as exc:  # noqa: BLE001 - a gate fails open: nothing may trap the agent
+    except Exception as exc:
         answer, lines = None, [f"selfheal: error: stop-gate {agent.value}: internal error "
                                f"({type(exc).__name__}); letting the agent stop"]
     redactor = default_redactor()
