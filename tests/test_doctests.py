@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from helpers import capture, make_project
+from helpers import capture, loop_in_process, make_project
 
 from pytest_selfheal.analysis.analyse import analyse_case
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
@@ -96,6 +96,21 @@ def _plan_actions(project: Path, incident_id: str) -> list[dict[str, Any]]:
     plan = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
     actions: list[dict[str, Any]] = plan["actions"]
     return actions
+
+
+def test_doctests_selected_by_the_command_line_are_verified_under_it(tmp_path: Path) -> None:
+    """``pytest --selfheal --doctest-modules``: the option is replayed, so the doctest's node
+    id names a test in the verification run and the fixed code is verified as fixed (without
+    it pytest refuses the whole run: "not found")."""
+    module = 'def double(n):\n    """\n    >>> double(3)\n    6\n    """\n    return n + 1\n'
+    project = make_project(tmp_path / "p", {"mod.py": module, "test_mod.py": TESTS}, ini="pythonpath = .\n")
+    incident_id = capture(project, "--doctest-modules")
+    incident = _incident(project, incident_id)
+    assert "--doctest-modules" in incident["pytest_options"]
+    assert "mod.py::mod.double" in {f["nodeid"] for f in incident["failures"]}
+    (project / "mod.py").write_text((project / "mod.py").read_text().replace("return n + 1", "return n * 2"))
+    result = loop_in_process(project, incident_id)
+    assert (result["final_status"], result["stop_reason"]) == ("resolved", "success"), result
 
 
 def test_captured_doctests_group_with_the_code_failure_never_lead_and_agree_under_xdist(tmp_path: Path) -> None:

@@ -283,6 +283,19 @@ def test_observe_empty_junit_file(tmp_path: Path) -> None:
     assert failures[0].message == "ERROR: usage: pytest [options]"
 
 
+def test_a_selection_pytest_cannot_find_is_the_environment_not_a_changed_failure(tmp_path: Path) -> None:
+    """pytest refuses the whole run when one node id names nothing: nothing was verified.
+    The failure says which id (pytest's ERROR line, not its last line) and is TOOLING_ENV, so
+    the loop stops (tooling_env) instead of counting the changed message as progress."""
+    output = ("ERROR: not found: /p/tests/test_more.py::tests.test_more.IterOnlyRange\n"
+              "(no match in any of [<Module test_more.py>])\n\n")
+    run = VerificationRun(["pytest"], 4, False, 0.1, output, tmp_path / "absent.xml")
+    outcomes, failures = observe(run, ["tests/test_more.py::tests.test_more.IterOnlyRange"])
+    assert outcomes == {"tests/test_more.py::tests.test_more.IterOnlyRange": "missing"}
+    assert failures[0].message == "ERROR: not found: /p/tests/test_more.py::tests.test_more.IterOnlyRange"
+    assert failures[0].failure_type == models.TOOLING_ENV
+
+
 # --------------------------------------------------------------------------- gitrepo
 
 

@@ -5,7 +5,9 @@ run had: ``-p no:randomly``, ``-o key=value``, ``-W error``, ``--import-mode=imp
 ``--strict-markers``, a conftest's ``--target=staging``… Selection (paths, node ids,
 ``-k``, ``-m``, ``--lf``, ``-x``…), output (``-q``, ``-v``, ``--tb``, ``--junitxml``…),
 parallelism and debugging options, and the plugin's own ``--selfheal*`` flags are dropped:
-the loop chooses the selection and reads its own junit. docs/loop.md "Verification fidelity".
+the loop chooses the selection and reads its own junit. ``--doctest-modules`` and
+``--doctest-glob`` are kept: without them a doctest's node id names nothing, and pytest
+refuses the whole verification run. docs/loop.md "Verification fidelity".
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ DROPPED_DESTS = frozenset({
     # selection
     "keyword", "markexpr", "lf", "last_failed_no_failures", "failedfirst", "newfirst", "stepwise",
     "stepwise_skip", "maxfail", "deselect", "ignore", "ignore_glob", "collectonly", "pyargs",
-    "continue_on_collection_errors", "doctestmodules", "doctestglob",
+    "continue_on_collection_errors",
     # output and reports
     "verbose", "reportchars", "tbstyle", "color", "code_highlight", "xmlpath", "junitprefix", "durations",
     "durations_min", "no_header", "no_summary", "showcapture", "showlocals", "fulltrace", "capture",

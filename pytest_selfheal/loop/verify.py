@@ -339,6 +339,12 @@ def last_line(text: str) -> str:
     return ""
 
 
+def usage_error_line(text: str) -> Optional[str]:
+    """pytest's first ``ERROR: …`` line (a usage error: a node id not found, a bad option),
+    which says more than the last line (``(no match in any of [<Module …>])``)."""
+    return next((line.strip() for line in text.splitlines() if line.startswith("ERROR: ")), None)
+
+
 def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_type: str = "") -> models.Failure:
     """One failure standing for a run that produced no junit (crash, usage error, timeout,
     missing interpreter), classified like any other so ``No module named pytest`` is
@@ -351,6 +357,9 @@ def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_typ
     runner_rules = (
         Rule("verification_runner_missing", r"No module named \S", models.TOOLING_ENV, keywords=("no module named",)),
         Rule("verification_cannot_start", r": cannot start: ", models.TOOLING_ENV, keywords=("cannot start",)),
+        # pytest refuses the whole run when one selected node id names nothing: nothing was
+        # verified, so the loop stops instead of reading a changed message as progress.
+        Rule("verification_not_found", r"^ERROR: not found: ", models.TOOLING_ENV, keywords=("error: not found",)),
     )
     case = models.TestCaseResult(
         classname="",
@@ -406,7 +415,7 @@ def observe(
                 exc_type="TimeoutExpired",
             )
         else:
-            failure = synthetic_failure(last_line(tail), tail, rules)
+            failure = synthetic_failure(usage_error_line(tail) or last_line(tail), tail, rules)
         return outcomes, [failure]
     by_identity = _identity_map(selection_nodeids)
     for case in cases:
