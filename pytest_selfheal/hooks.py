@@ -9,8 +9,9 @@ both groups (docs/hooks.md).
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any, Optional
 
@@ -23,6 +24,14 @@ ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
 
 
+def entry_points_in(group: str) -> list[importlib.metadata.EntryPoint]:
+    """The installed entry points of ``group``: ``entry_points(group=...)`` exists from
+    Python 3.10; 3.9 returns every group in a dict."""
+    if sys.version_info >= (3, 10):
+        return list(importlib.metadata.entry_points(group=group))
+    return list(importlib.metadata.entry_points().get(group, ()))
+
+
 def _implements_a_hook(plugin: object) -> bool:
     return any(callable(getattr(plugin, name, None)) for name in HOOK_NAMES)
 
@@ -33,7 +42,7 @@ def cli_plugin_manager() -> pluggy.PluginManager:
     One that fails to load is a one-line ``ConfigError`` (it was registered for us)."""
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in entry_points_in(ENTRY_POINT_GROUP):
         if pm.is_blocked(ep.name) or pm.get_plugin(ep.name) is not None:
             continue
         try:

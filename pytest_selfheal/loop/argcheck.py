@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.hooks import entry_points_in
 
 PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
 SAFE_FLAGS = frozenset({
@@ -114,7 +115,7 @@ def installed_plugins() -> frozenset[str]:
     """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, its module and
     the module's packages (``xdist``, ``xdist.plugin``)."""
     names: set[str] = set()
-    for entry in importlib.metadata.entry_points(group="pytest11"):
+    for entry in entry_points_in("pytest11"):
         names.add(entry.name)
         parts = entry.value.split(":", 1)[0].strip().split(".")
         names.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
