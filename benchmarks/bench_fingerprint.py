@@ -35,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 BASELINE_CODE = """

@@ -23,8 +23,8 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB

@@ -35,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr

@@ -34,8 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TEST_FILE_SIZE = 50
 

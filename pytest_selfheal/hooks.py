@@ -10,7 +10,6 @@ both groups (docs/hooks.md).
 from __future__ import annotations
 
 import importlib.metadata
-import sys
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Optional
@@ -25,11 +24,8 @@ HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_se
 
 
 def entry_points_in(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The installed entry points of ``group``: ``entry_points(group=...)`` exists from
-    Python 3.10; 3.9 returns every group in a dict."""
-    if sys.version_info >= (3, 10):
-        return list(importlib.metadata.entry_points(group=group))
-    return list(importlib.metadata.entry_points().get(group, ()))
+    """The installed entry points of ``group``."""
+    return list(importlib.metadata.entry_points(group=group))
 
 
 def _implements_a_hook(plugin: object) -> bool:

@@ -63,9 +63,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Callable, Optional
+from typing import IO, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 

@@ -9,8 +9,9 @@ import importlib
 import pickle
 import pkgutil
 import types
+from collections.abc import Callable
 from dataclasses import field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
 

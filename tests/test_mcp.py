@@ -10,26 +10,21 @@ import importlib.util
 import json
 import re
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+import anyio
 import pytest
 from helpers import PY, cli, make_project, run_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, ElicitResult
 
 from pytest_selfheal.mcp_server.digest import fit, result_size
-
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
-
-if sys.version_info >= (3, 10):
-    import anyio
-    from mcp import Client, StdioServerParameters
-    from mcp.shared.exceptions import MCPError
-    from mcp.types import CallToolResult, ElicitResult
 
 LIMIT = 8000
 

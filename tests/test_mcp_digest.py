@@ -9,26 +9,21 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from helpers import PY, make_project, run_env
+from mcp import Client, StdioServerParameters
+from mcp.types import ListRootsResult, Root
+from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
 from pytest_selfheal.mcp_server.digest import group_page, ranked_causes
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
-
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
-
-if sys.version_info >= (3, 10):
-    import anyio
-    from mcp import Client, StdioServerParameters
-    from mcp.types import ListRootsResult, Root
-    from test_mcp import session, size_of, text_of
 
 # 3 failures of one bug collected first, then 520 of another: the big group must come first.
 TWO_GROUPS = {

@@ -16,9 +16,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from re import Match, Pattern
-from typing import Callable, NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union
 
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models

@@ -12,8 +12,8 @@ refuses the whole verification run. docs/loop.md "Verification fidelity".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 # argparse destinations of options that only select, print, parallelise or debug.
 DROPPED_DESTS = frozenset({

@@ -13,9 +13,9 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
-from typing import IO, Any, Callable, Optional
+from typing import IO, Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 

@@ -20,10 +20,10 @@ import os
 import secrets
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Optional
+from typing import IO, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config

@@ -16,13 +16,12 @@ import ipaddress
 import json
 import logging
 import re
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.client import HTTPException, HTTPMessage
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -238,7 +237,7 @@ class GitHubClient:
                 raw = b""
             log.debug("GitHub API %s %s -> %s", method, shown, exc.code)
             raise self._error(method, shown, int(exc.code), raw) from None
-        except (urllib.error.URLError, OSError, HTTPException, socket.timeout) as exc:
+        except (TimeoutError, urllib.error.URLError, OSError, HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             log.debug("GitHub API %s %s -> connection error", method, shown)
             raise GitHubError(0, self._scrub(f"GitHub API {method} {shown} failed: {reason}")) from None

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import (
     IO,
     Any,
-    Callable,
     Optional,
     TypeVar,
     Union,

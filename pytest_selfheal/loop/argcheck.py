@@ -28,9 +28,9 @@ import functools
 import importlib.metadata
 import importlib.util
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.hooks import entry_points_in

@@ -7,8 +7,8 @@ step. The vocabulary, the config and the observation predicates are in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Callable, Optional
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Optional
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (

@@ -22,9 +22,9 @@ from __future__ import annotations
 import shlex
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig

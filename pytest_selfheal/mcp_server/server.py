@@ -11,8 +11,9 @@ the command runs and the extra is installed.
 import asyncio
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, TypeVar, Union
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
 
 from mcp.server import MCPServer

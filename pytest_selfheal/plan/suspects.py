@@ -20,11 +20,11 @@ calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import field
 from enum import Enum
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Group

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 _Values = Callable[[Any], tuple[Any, ...]]
 

@@ -20,9 +20,9 @@ schema check, which the store runs on the same document. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, cast
+from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.frozen import Frozen, dataclass

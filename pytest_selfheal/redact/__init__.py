@@ -35,8 +35,8 @@ import dataclasses
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Callable, Optional, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Optional, Protocol
 
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult

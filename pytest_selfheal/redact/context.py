@@ -13,8 +13,7 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Iterable
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 from pytest_selfheal.records.redacted import REDACTED
 

@@ -16,8 +16,9 @@ injectable so tests never need a real terminal.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Optional, TextIO
 
 YES_WORDS = frozenset({"y", "yes"})
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig

@@ -10,9 +10,9 @@ hook classification rules, so they fingerprint a failure exactly like the captur
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pluggy
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio

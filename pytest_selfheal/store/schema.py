@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError, one_line
 

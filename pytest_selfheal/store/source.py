@@ -10,9 +10,9 @@ the code that failed.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 # What plan/suspects.py calls a ``Source``: path → the file's lines, or None.
 Source = Callable[[str], Optional[Sequence[str]]]

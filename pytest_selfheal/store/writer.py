@@ -9,11 +9,11 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt

@@ -27,10 +27,12 @@ import builtins
 import errno
 import io
 import os
+import pathlib
 import runpy
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _ROOT = os.path.realpath(os.environ["RELIABILITY_FAULT_ROOT"])
 _MODE = os.environ.get("RELIABILITY_FAULT_MODE", "count")
@@ -141,17 +143,22 @@ def _report() -> None:
 
 
 def install() -> None:
-    os.open = _open  # type: ignore[assignment]
-    os.write = _write  # type: ignore[assignment]
-    os.close = _close  # type: ignore[assignment]
-    os.replace = _wrap_path(_real_replace, two=True)  # type: ignore[assignment]
-    os.rename = _wrap_path(_real_rename, two=True)  # type: ignore[assignment]
-    os.mkdir = _wrap_path(_real_mkdir)  # type: ignore[assignment]
-    os.unlink = _wrap_path(_real_unlink, removal=True)  # type: ignore[assignment]
-    os.remove = _wrap_path(_real_remove, removal=True)  # type: ignore[assignment]
-    os.rmdir = _wrap_path(_real_rmdir, removal=True)  # type: ignore[assignment]
+    shims: dict[Any, Any] = {
+        _real_open: _open, _real_write: _write, _real_close: _close,
+        _real_replace: _wrap_path(_real_replace, two=True), _real_rename: _wrap_path(_real_rename, two=True),
+        _real_mkdir: _wrap_path(_real_mkdir), _real_unlink: _wrap_path(_real_unlink, removal=True),
+        _real_remove: _wrap_path(_real_remove, removal=True), _real_rmdir: _wrap_path(_real_rmdir, removal=True),
+        _real_builtin_open: _builtin_open,
+    }
+    for name in ("open", "write", "close", "replace", "rename", "mkdir", "unlink", "remove", "rmdir"):
+        setattr(os, name, shims[getattr(os, name)])
     builtins.open = _builtin_open  # type: ignore[assignment]
     io.open = _builtin_open  # type: ignore[assignment]
+    # Python <= 3.10: pathlib's accessor took os.mkdir, io.open… at import, before this shim.
+    accessor = getattr(pathlib, "_NormalAccessor", None)
+    for name, real in list(vars(accessor).items()) if accessor is not None else []:
+        if not name.startswith("_") and real in shims:
+            setattr(accessor, name, staticmethod(shims[real]))
     atexit.register(_report)
 
 

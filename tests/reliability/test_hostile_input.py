@@ -22,9 +22,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from helpers import FULL, PY, capture, cli, make_project, run_env, run_pytest_selfheal, selfheal

@@ -8,7 +8,6 @@ comes from (plan, incident.json, config, MCP arguments), and ``@FILE`` is never 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -149,7 +148,6 @@ def test_value_judged_options_refused_from_any_source(tmp_path: Path, argv: list
         assert why in str(info.value)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 10), reason="the mcp SDK needs Python 3.10+")
 def test_mcp_run_tests_refuses_argfiles_and_hostile_recorded_options(tmp_path: Path) -> None:
     """Finding 1 and 2 through MCP: ``selection: ["@/abs/evil_args"]`` and the documented first
     call, ``run_tests`` with no arguments, replaying a hand-edited incident.json."""

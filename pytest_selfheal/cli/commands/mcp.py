@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set."""
-    if sys.version_info < (3, 10) or importlib.util.find_spec("mcp") is None:
+    if importlib.util.find_spec("mcp") is None:
         raise UsageError(INSTALL_HINT)
     directory = Path(args.root) if args.root else Path.cwd()
     if not directory.is_dir():
