@@ -30,6 +30,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -165,7 +166,7 @@ class RootCauseHook:
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        nodeid = getattr(report, "nodeid", "")
+        nodeid = bounded_nodeid(getattr(report, "nodeid", ""))  # as _record keys it
         if not isinstance(node, pytest.Item) or getattr(call, "excinfo", None) is None or nodeid in self.evidence:
             return
         evidence = self.resolve(node, call.excinfo)
@@ -271,8 +272,9 @@ class Recorder:
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
-        # The id as every document will hold it: a parametrize id can carry a secret.
-        nodeid = self.redactor.redact(report.nodeid)
+        # The id as every document will hold it: a parametrize id can carry a secret, or be
+        # 200 KB long (cut first, as the junit reader cuts it, then redacted).
+        nodeid = self.redactor.redact(bounded_nodeid(report.nodeid))
         if "tdd" in getattr(report, "keywords", {}) and nodeid not in self.tdd_nodeids:
             self.tdd_nodeids.append(nodeid)
         self.failed.append(
