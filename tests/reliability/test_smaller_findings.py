@@ -108,12 +108,12 @@ def test_a_200_kb_node_id_is_verified_through_its_runnable_parent(tmp_path: Path
     assert [f["fingerprint"] for f in attempt["failures"]] == incident["fingerprints"]
 
 
-@pytest.mark.slow
 def test_a_fix_resolves_an_incident_whose_node_id_was_cut(tmp_path: Path) -> None:
+    """The plugin's own next run (agent mode) knows the test by its cut id too."""
     project = make_project(tmp_path / "p", {"test_big.py": HUGE_ID})
     incident_id = capture(project)
     (project / "fixed.flag").write_text("")
-    done = selfheal(project, "loop", incident_id)
+    done = run_pytest_selfheal(project)
     assert done.returncode == 0, done.stdout + done.stderr
     root = project / ".selfheal"
     attempt = json.loads((root / "error_runs" / incident_id / "attempt_01.json").read_text())
