@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import (
@@ -283,7 +284,17 @@ def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
         yield source  # the caller's stream: the caller closes it
         return
     try:
-        stream = open(source, "rb")
+        # Not blocking: opening a FIFO without a writer would wait forever; it is refused below.
+        nonblock = getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(source, os.O_RDONLY | nonblock)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = "is a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+            raise InputError(f"{label}: {what}, not a junit XML file")
+        if nonblock:
+            os.set_blocking(fd, True)
+        stream = open(fd, "rb")
     except FileNotFoundError:
         raise InputError(f"{label}: no such file") from None
     except IsADirectoryError:

@@ -367,9 +367,11 @@ def _drive(
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
         _, run = split_runs(attempts, policy.reopened_after(incident))
-        # A reopen is the user saying "the environment is fixed": a tooling_env seen before
-        # it is checked by running the verification, not repeated from the record.
-        rechecked = {policy.TOOLING_ENV_STOP} if not run and policy.reopened_after(incident) is not None else set()
+        # A reopen is the user saying "the environment is fixed" or "it fails again": a
+        # tooling_env or a success seen before it is checked by running the verification,
+        # not repeated from the record (a resolved incident reopened after a regression).
+        rechecked = ({policy.TOOLING_ENV_STOP, policy.SUCCESS} if not run and policy.reopened_after(incident) is not None
+                     else set())
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
