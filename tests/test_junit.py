@@ -13,7 +13,6 @@ from typing import Any, Optional
 import pytest
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.reader import (
     MAX_TEXT,
     dedupe,
