@@ -43,7 +43,9 @@ class PatchSummary(Frozen):
         parts.extend(f"symlink {link} -> {target if target is not None else '?'}" for link, target in self.symlinks)
         if self.binary:
             parts.append(f"binary: {', '.join(self.binary)}")
-        return "; ".join(parts)
+        # A file name may hold a line break, an escape sequence or a bidi override that would
+        # redraw or reorder the question on a terminal: shown escaped (``\n``, ``\x1b``, ``\u202e``).
+        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in "; ".join(parts))
 
 
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:

@@ -6,13 +6,16 @@
   both: the cache was written in the user's home;
 - a provider that rewrote the incident's plan (to select a passing test) was not noticed:
   the reports root was left out of the escape check as a whole;
-- a junit path that is a FIFO made ``selfheal fingerprint`` wait forever.
+- a junit path that is a FIFO made ``selfheal fingerprint`` wait forever;
+- a patch's file name holding an escape sequence, a line break or a bidi override redrew
+  the approval question on the terminal.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from helpers import capture, cli, make_project, run_env, selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_UNRESOLVED, RefusedError
 from pytest_selfheal.loop.argcheck import check_arguments
+from pytest_selfheal.repair.patch_summary import summarise
 from pytest_selfheal.store.root import Store
 
 from .conftest import DETERMINISTIC, one_error_line
@@ -74,3 +78,16 @@ def test_a_fifo_given_as_junit_is_refused_not_waited_on(tmp_path: Path) -> None:
     assert result.returncode == EXIT_BAD_INPUT, result.stdout + result.stderr
     assert one_error_line(result.stderr) == f"selfheal: error: {fifo}: not a regular file (a FIFO, device or socket), " \
                                             "not a junit XML file"
+
+
+def test_a_file_name_that_redraws_the_terminal_is_shown_escaped(tmp_path: Path) -> None:
+    """A patch creating ``x<ESC>[2K<CR>1 file(s): README`` (or a line break, a bidi override)
+    would redraw the approval question; the question shows such characters escaped."""
+    top = make_project(tmp_path / "p", {"README": "a\n"})
+    name = "x\x1b[2K\r1 file(s): README\u202e.py"
+    (top / name).write_text("import os\n")
+    subprocess.run(["git", "add", "-A"], cwd=top, check=True)
+    patch = subprocess.run(["git", "diff", "--cached"], cwd=top, check=True, capture_output=True).stdout
+    question = summarise(top, patch).text()
+    assert question.startswith("1 file(s): x\\x1b[2K\\r1 file(s): README\\u202e.py;"), question
+    assert question.isprintable()
