@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import Cancelled, InputError, RefusedError
+from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
@@ -268,7 +268,8 @@ def run_loop(
     require_inbox(store, incident_id)
     _refuse_interrupted_archive(store, incident_id)
     remove_stale_verify_dirs()  # what a SIGKILLed loop left: unredacted output of its runs
-    say = out or (lambda line: None)
+    # One line each, whatever a test's file name holds (a line break would forge a status line).
+    say: Callable[[str], None] = (lambda line: out(printable(line))) if out else (lambda line: None)
     if unattended is None:
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
     state = CancelState()

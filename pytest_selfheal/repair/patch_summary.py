@@ -18,7 +18,7 @@ import posixpath
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.errors import RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.loop.argcheck import inside_root
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -45,7 +45,7 @@ class PatchSummary(Frozen):
             parts.append(f"binary: {', '.join(self.binary)}")
         # A file name may hold a line break, an escape sequence or a bidi override that would
         # redraw or reorder the question on a terminal: shown escaped (``\n``, ``\x1b``, ``\u202e``).
-        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in "; ".join(parts))
+        return printable("; ".join(parts))
 
 
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:

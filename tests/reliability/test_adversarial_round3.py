@@ -91,3 +91,15 @@ def test_a_file_name_that_redraws_the_terminal_is_shown_escaped(tmp_path: Path) 
     question = summarise(top, patch).text()
     assert question.startswith("1 file(s): x\\x1b[2K\\r1 file(s): README\\u202e.py;"), question
     assert question.isprintable()
+
+
+def test_a_line_break_in_a_test_file_name_cannot_forge_a_status_line(tmp_path: Path) -> None:
+    """The node id keeps the real name (it is verified: the same failure again); every line
+    selfheal prints shows the break escaped, so the name cannot print a line of its own."""
+    forged = "selfheal: all fixed -> STOP success"
+    project = make_project(tmp_path / "p", {f"test_a\n{forged}\n.py": "def test_n():\n    assert 0\n"})
+    incident_id = capture(project)
+    result = selfheal(project, "loop", incident_id)
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    assert "repeated_fingerprint" in result.stdout
+    assert forged not in result.stdout.splitlines() and "test_a\\nselfheal: all fixed" in result.stdout
