@@ -39,6 +39,8 @@ def bounded_name(name: str) -> str:
 
 def bounded_nodeid(nodeid: str) -> str:
     """``nodeid`` with its test name (last part and parametrize id) cut as :func:`bounded_name`."""
+    if len(nodeid) <= MAX_NAME:
+        return nodeid
     path, bracket, params = nodeid.partition("[")
     head, sep, last = path.rpartition("::")
     name = last + bracket + params
