@@ -128,3 +128,18 @@ def test_an_over_long_test_name_selects_its_file_or_class() -> None:
     params = "p" * (MAX_NAME + 10)
     assert runnable_nodeid(bounded_nodeid(f"a/test_x.py::test_y[{params}]")) == "a/test_x.py::test_y"
     assert bounded_nodeid("a/test_x.py::test_y[1]") == "a/test_x.py::test_y[1]"
+
+
+@pytest.mark.parametrize("nodeid", [
+    "tests/test_x.py::test_y[" + "ab[c]::d" * 1000 + "]",
+    "t.py::TestC::test_y[" + "é\x00" * 3000 + "]",
+    "t.py::TestC::" + "t" * 5000 + "[" + "x" * 10 + "]",
+    "a/t.py::" + "t" * 4090 + "[" + "x" * 10 + "]",  # the cut falls inside the parametrize id's first word
+    "a/t.py::" + "t" * 4100,
+])
+def test_a_cut_id_runs_through_a_prefix_of_the_real_one(nodeid: str) -> None:
+    cut = bounded_nodeid(nodeid)
+    assert cut != nodeid and bounded_nodeid(cut) == cut and len(cut) < 4200
+    runnable = runnable_nodeid(cut)
+    assert runnable is not None and nodeid.startswith(runnable) and TRUNCATED not in runnable
+    assert "[" not in runnable  # no parametrize id: the test, its class or its file
