@@ -24,6 +24,15 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal acts on (a line break, an escape sequence, a
+    bidi override) shown escaped: ``\\n``, ``\\x1b``, ``\\u202e``. For a line built from
+    names a test or a patch chose."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def describe_value(value: Any) -> str:
     """A short one-line rendering of a bad value for an error message."""
     if isinstance(value, bool):

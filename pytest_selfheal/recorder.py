@@ -30,6 +30,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -165,7 +166,7 @@ class RootCauseHook:
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        nodeid = getattr(report, "nodeid", "")
+        nodeid = bounded_nodeid(getattr(report, "nodeid", ""))  # as _record keys it
         if not isinstance(node, pytest.Item) or getattr(call, "excinfo", None) is None or nodeid in self.evidence:
             return
         evidence = self.resolve(node, call.excinfo)
@@ -244,8 +245,8 @@ class Recorder:
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
-        # Only then is a report's id redacted to be looked up (one redact per report).
-        self.watched_redacted = any(is_redacted(n) for n in self.watched)
+        # Only then is a report's id cut and redacted to be looked up (one redact per report).
+        self.watched_redacted = any(is_redacted(n) or TRUNCATED in n for n in self.watched)
         self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
@@ -271,8 +272,9 @@ class Recorder:
 
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
-        # The id as every document will hold it: a parametrize id can carry a secret.
-        nodeid = self.redactor.redact(report.nodeid)
+        # The id as every document will hold it: a parametrize id can carry a secret, or be
+        # 200 KB long (cut first, as the junit reader cuts it, then redacted).
+        nodeid = self.redactor.redact(bounded_nodeid(report.nodeid))
         if "tdd" in getattr(report, "keywords", {}) and nodeid not in self.tdd_nodeids:
             self.tdd_nodeids.append(nodeid)
         self.failed.append(
@@ -321,11 +323,11 @@ class Recorder:
 
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
-        holding a secret) its redacted form, as stored (docs/redaction.md)."""
+        holding a secret, or over-long) its cut and redacted form, as stored (docs/redaction.md)."""
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
-            redacted = self.redactor.redact(nodeid)
+            redacted = self.redactor.redact(bounded_nodeid(nodeid))
             if redacted in self.watched:
                 return redacted
         return None
@@ -487,13 +489,17 @@ class Recorder:
     def _outcomes_of(self, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
         """This run's outcome of each test the incidents select (a test it did not run: absent)."""
         failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
+        passed, skipped = self.passed, self.skipped_ids
+        if self.watched_redacted:  # as the incidents know them (_watched_id)
+            passed = {self.redactor.redact(bounded_nodeid(n)) for n in passed}
+            skipped = {self.redactor.redact(bounded_nodeid(n)) for n in skipped}
         out: dict[str, str] = {}
         for nodeid in (n for i in incidents for n in i.selection):
             if nodeid in failed:
                 out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
-            elif nodeid in self.skipped_ids:
+            elif nodeid in skipped:
                 out[nodeid] = "skipped"
-            elif nodeid in self.passed:
+            elif nodeid in passed:
                 out[nodeid] = "passed"
         return out
 

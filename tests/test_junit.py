@@ -13,7 +13,6 @@ from typing import Any, Optional
 import pytest
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.reader import (
     MAX_TEXT,
     dedupe,
@@ -305,14 +304,14 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     if os.name != "posix" or os.geteuid() == 0:
         # Root reads a mode-0 file (and Windows ignores the mode): give the reader the answer
         # the OS gives an ordinary user.
-        real_open = open
+        real_open = os.open
 
         def refusing_open(file: Any, *args: Any, **kwargs: Any) -> Any:
-            if Path(file) == path:
+            if isinstance(file, (str, Path)) and Path(file) == path:
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
             return real_open(file, *args, **kwargs)
 
-        monkeypatch.setattr(reader, "open", refusing_open, raising=False)
+        monkeypatch.setattr(os, "open", refusing_open)
     try:
         with pytest.raises(InputError, match=r"secret\.xml: permission denied$"):
             list(iter_testcases(path))

@@ -27,6 +27,7 @@ from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.bounded import MAX_ATTR, MAX_MARKUP, BoundedFeed, marker
 from pytest_selfheal.junit.reader import iter_testcases, latest_failing, map_failing, read_failing
 from pytest_selfheal.records import models
+from pytest_selfheal.records.redacted import MAX_NAME, TRUNCATED
 
 GOLDEN = Path(__file__).parent / "golden"
 MARKER = re.compile(r" \[\.\.\. truncated by selfheal: (\d+) bytes\]$")
@@ -114,8 +115,9 @@ def _read_chunked(data: bytes, chunk: int) -> list[models.TestCaseResult]:
 def test_a_single_quoted_value_and_a_value_cut_by_a_tag_budget() -> None:
     value = b"q" * (2 * MAX_ATTR)
     data = (b"<testsuite><testcase classname='m' name='" + value + b"'/></testsuite>")
+    assert filtered(data, 1 << 20) == data.replace(value, b"q" * MAX_ATTR + b" " + marker(MAX_ATTR))
     (case,) = read(data)
-    assert case.name == "q" * MAX_ATTR + " " + marker(MAX_ATTR).decode()
+    assert case.name == "q" * MAX_NAME + TRUNCATED  # and a test name is cut shorter still
     # Many big attributes in one tag: past the tag's budget a value keeps nothing but the marker.
     attrs = b" ".join(b'a%d="%s"' % (i, b"v" * MAX_ATTR) for i in range(20))
     out = filtered(b"<testsuite " + attrs + b"/>", 1 << 20)

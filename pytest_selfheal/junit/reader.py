@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import (
@@ -31,6 +32,7 @@ from xml.parsers import expat
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.junit.bounded import MAX_ATTR, BoundedFeed, MarkupTooLong, TagCounter
 from pytest_selfheal.records import models
+from pytest_selfheal.records.redacted import MAX_NAME, bounded_name
 
 # Bytes read and fed to expat per call. Large: expat < 2.6 scans an unfinished token again
 # on every call, and the bounded feed walks a few tokens per chunk in Python.
@@ -146,6 +148,10 @@ class _Reader:
         if self.case_depth < 0:
             if name == "testcase":
                 self.case_depth = depth
+                if len(attrs.get("name", "")) > MAX_NAME or len(attrs.get("classname", "")) > MAX_NAME:
+                    # A 200 KB parametrize id: every document of the test yields one cut name.
+                    attrs = {**attrs, "name": bounded_name(attrs.get("name", "")),
+                             "classname": bounded_name(attrs.get("classname", ""))}
                 self.case_attrs = attrs
                 self.outcome = models.OUTCOME_PASSED
             return
@@ -277,7 +283,17 @@ def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
         yield source  # the caller's stream: the caller closes it
         return
     try:
-        stream = open(source, "rb")
+        # Not blocking: opening a FIFO without a writer would wait forever; it is refused below.
+        nonblock = getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(source, os.O_RDONLY | nonblock)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = "is a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+            raise InputError(f"{label}: {what}, not a junit XML file")
+        if nonblock:
+            os.set_blocking(fd, True)
+        stream = open(fd, "rb")
     except FileNotFoundError:
         raise InputError(f"{label}: no such file") from None
     except IsADirectoryError:

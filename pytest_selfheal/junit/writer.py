@@ -17,6 +17,7 @@ from typing import Any, Optional
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.redacted import bounded_name
 
 # Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
 # writes the complement of the legal ranges ([^\x09\x0a\x0d\x20-\x7e\x80-\ud7ff
@@ -58,7 +59,8 @@ def xml_escape_visible(text: str) -> str:
 def mangle_nodeid(nodeid: str, prefix: str = "") -> tuple[str, str]:
     """pytest's junit (classname, name) for a node id.
 
-    ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``).
+    ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``). Each
+    part is cut as the junit reader cuts it (``records.redacted.bounded_name``).
     """
     path, bracket, params = nodeid.partition("[")
     names = path.split("::")
@@ -68,7 +70,7 @@ def mangle_nodeid(nodeid: str, prefix: str = "") -> tuple[str, str]:
     if prefix:
         classnames.insert(0, prefix)
     # A file or test name may hold a control character XML cannot carry (`test_\x01.py`).
-    return xml_escape_visible(".".join(classnames)), xml_escape_visible(names[-1])
+    return bounded_name(xml_escape_visible(".".join(classnames))), bounded_name(xml_escape_visible(names[-1]))
 
 
 def junit_message(report: FailedReport) -> str:

@@ -15,7 +15,8 @@ line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_argu
 - ``-p``, ``-o`` and ``-c`` are judged by their value from every source: ``-p no:NAME`` only
   disables, ``-p NAME`` loads only a plugin installed in the environment (a ``pytest11``
   entry point or one of pytest's own), ``-o KEY=VALUE`` only with a value that cannot name a
-  path outside the root (``addopts`` is checked word by word), ``-c FILE`` only inside the root;
+  path outside the root (``addopts`` is checked word by word; ``~`` and ``$VAR``, which pytest
+  expands in ``cache_dir``, are refused in path values), ``-c FILE`` only inside the root;
 - a few options that only select, print or stop early are safe from any source
   (:data:`SAFE_FLAGS`, :data:`SAFE_VALUED`);
 - any other option only when it was recorded (``trusted``: the capture's options and
@@ -153,10 +154,16 @@ def _path_pieces(value: str) -> list[str]:
     return pieces
 
 
+def _expands(piece: str) -> bool:
+    """pytest expands ``~`` and ``$VAR`` in some path values (``cache_dir``): such a value
+    names whatever the environment says, never a path this check can resolve."""
+    return piece.startswith("~") or "$" in piece
+
+
 def path_problem(value: str, root: Path) -> Optional[str]:
     """Why ``value`` is refused (it names a path outside ``root``), or None."""
     for piece in _path_pieces(value):
-        if not inside_root(piece, root):
+        if _expands(piece) or not inside_root(piece, root):
             return f"{piece!r} is a path outside the project root {root}"
     return None
 
@@ -178,7 +185,7 @@ def _ini_problem(value: str, root: Path, trusted: bool) -> Optional[str]:
         return None
     if key in PATH_INI_KEYS:
         for piece in setting.split():
-            if not inside_root(piece, root):
+            if _expands(piece) or not inside_root(piece, root):
                 return f"'-o {key}=' names {piece!r}, outside the project root {root}"
         return None
     return path_problem(setting, root)

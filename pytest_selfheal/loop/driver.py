@@ -28,7 +28,7 @@ from typing import Any, Optional, Protocol
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import Cancelled, InputError, RefusedError
+from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
@@ -268,7 +268,8 @@ def run_loop(
     require_inbox(store, incident_id)
     _refuse_interrupted_archive(store, incident_id)
     remove_stale_verify_dirs()  # what a SIGKILLed loop left: unredacted output of its runs
-    say = out or (lambda line: None)
+    # One line each, whatever a test's file name holds (a line break would forge a status line).
+    say: Callable[[str], None] = (lambda line: out(printable(line))) if out else (lambda line: None)
     if unattended is None:
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
     state = CancelState()
@@ -367,9 +368,11 @@ def _drive(
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
         _, run = split_runs(attempts, policy.reopened_after(incident))
-        # A reopen is the user saying "the environment is fixed": a tooling_env seen before
-        # it is checked by running the verification, not repeated from the record.
-        rechecked = {policy.TOOLING_ENV_STOP} if not run and policy.reopened_after(incident) is not None else set()
+        # A reopen is the user saying "the environment is fixed" or "it fails again": a
+        # tooling_env or a success seen before it is checked by running the verification,
+        # not repeated from the record (a resolved incident reopened after a regression).
+        rechecked = ({policy.TOOLING_ENV_STOP, policy.SUCCESS} if not run and policy.reopened_after(incident) is not None
+                     else set())
         if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.

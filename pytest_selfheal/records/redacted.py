@@ -1,8 +1,10 @@
-"""The redaction markers and what a redacted node id still selects (pure; docs/redaction.md).
+"""The redaction and truncation markers of node ids, and what such an id still selects (pure;
+docs/redaction.md).
 
-The one home of the markers: ``pytest_selfheal.redact`` writes them, the plan and the loop read them to
-run a test whose node id held a secret (its parametrize id) through its nearest selectable
-parent.
+The one home of the markers: ``pytest_selfheal.redact`` writes the redaction ones; the junit
+reader and writer and the recorder cut a test name over :data:`MAX_NAME` characters (a
+parametrize id of 200 KB) with :data:`TRUNCATED`. The plan and the loop read them to run such a
+test through its nearest selectable parent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ REDACTED = "[REDACTED]"
 #: What the password of URL credentials is replaced with: brackets are not allowed in the
 #: userinfo part of a URL, so ``***`` keeps the URL parseable (same convention as git).
 URL_MASK = "***"
+#: Characters of a test name (a node id's last part, its parametrize id included) kept; a
+#: longer one is cut here and marked. Well under what the junit reader keeps of an attribute
+#: (64 KiB of escaped bytes), so every document of one test yields the same cut name.
+MAX_NAME = 4096
+#: What ends a test name cut at MAX_NAME characters.
+TRUNCATED = "[... truncated by selfheal]"
 
 
 def is_redacted(text: str) -> bool:
@@ -21,24 +29,58 @@ def is_redacted(text: str) -> bool:
     return REDACTED in text or f":{URL_MASK}@" in text or f"//{URL_MASK}@" in text
 
 
-def runnable_nodeid(nodeid: str) -> Optional[str]:
-    """What pytest can select for ``nodeid`` once it was redacted (docs/redaction.md).
+def bounded_name(name: str) -> str:
+    """``name`` cut to :data:`MAX_NAME` characters and marked when longer; a name already
+    marked is kept as it is."""
+    if len(name) <= MAX_NAME or TRUNCATED in name:
+        return name
+    return name[:MAX_NAME] + TRUNCATED
 
-    A node id without a marker is itself. A redacted one cannot be selected any more (pytest
-    knows the real id only): the nearest selectable parent is, the test without its
+
+def bounded_nodeid(nodeid: str) -> str:
+    """``nodeid`` with its test name (last part and parametrize id) cut as :func:`bounded_name`."""
+    if len(nodeid) <= MAX_NAME:
+        return nodeid
+    path, bracket, params = nodeid.partition("[")
+    head, sep, last = path.rpartition("::")
+    name = last + bracket + params
+    bounded = bounded_name(name)
+    return nodeid if bounded is name else head + sep + bounded
+
+
+def _unselectable(text: str) -> bool:
+    return is_redacted(text) or TRUNCATED in text
+
+
+def runnable_nodeid(nodeid: str) -> Optional[str]:
+    """What pytest can select for ``nodeid`` once it was redacted or cut (docs/redaction.md).
+
+    A node id without a marker is itself. A redacted or cut one cannot be selected any more
+    (pytest knows the real id only): the nearest selectable parent is, the test without its
     parametrize id (``test_db.py::test_url[...]`` -> ``test_db.py::test_url``, which runs
-    every parameter, the redacted one included), else a marker-free ``::`` prefix. None
-    when even the file part holds a marker.
+    every parameter, the marked one included), else a marker-free ``::`` prefix (the class,
+    the file). None when even the file part holds a marker.
     """
-    if not is_redacted(nodeid):
+    if not _unselectable(nodeid):
         return nodeid
     bracket = nodeid.find("[")
-    if bracket > 0 and not is_redacted(nodeid[:bracket]):
+    cut = nodeid.find(TRUNCATED)
+    # A "[" in the kept head opens the parametrize id; the marker's own "[" does not.
+    if bracket > 0 and (cut < 0 or bracket < cut) and not _unselectable(nodeid[:bracket]):
         return nodeid[:bracket]
     parts = nodeid.split("::")
-    while parts and is_redacted("::".join(parts)):
+    while parts and _unselectable("::".join(parts)):
         parts.pop()
     return "::".join(parts) or None
 
 
-__all__ = ["REDACTED", "URL_MASK", "is_redacted", "runnable_nodeid"]
+__all__ = [
+    "MAX_NAME",
+    "REDACTED",
+    "TRUNCATED",
+    "URL_MASK",
+    "bounded_name",
+    "bounded_nodeid",
+    "is_redacted",
+    "runnable_nodeid",
+]

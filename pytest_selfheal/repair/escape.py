@@ -10,7 +10,8 @@ user's side is fingerprinted and compared after it:
 - the index (``git ls-files --stage``: modes, objects, paths — not the stat data git
   refreshes by itself) and ``HEAD`` (the ref it names and the commit);
 - ``.git/hooks`` (every file, its content and executable bit), ``.git/config`` and
-  ``config.worktree``.
+  ``config.worktree``;
+- the incident's own records under the reports root (incident, plan, attempts, result).
 
 Any difference is named (``calc.py``, ``index``, ``HEAD``, ``.git/hooks/post-checkout``) and
 stops the loop with ``provider_escaped``; nothing of that repair is kept or applied.
@@ -70,11 +71,12 @@ def _common_dir(top: Path) -> Path:
     return path if path.is_absolute() else (top / path)
 
 
-def user_state(top: Path, exclude: Sequence[Path] = ()) -> UserState:
+def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None) -> UserState:
     """The fingerprint of the working tree at ``top`` (the user's repository, not a repair
     worktree), its index, ``HEAD``, hooks and config; ``exclude``: paths left out (the
-    reports root, which the loop itself writes)."""
-    entries: dict[str, str] = {}
+    reports root, which the loop itself writes); ``records``: name → file of the documents
+    the verdict is read from (a plan rewritten to select a passing test is an escape too)."""
+    entries: dict[str, str] = {name: _digest_file(path) for name, path in (records or {}).items()}
     specs = exclude_pathspecs(top, exclude)
     status = _git(top, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".", *specs])
     for record in status.split(b"\0"):

@@ -18,7 +18,7 @@ import posixpath
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.errors import RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.loop.argcheck import inside_root
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -43,7 +43,9 @@ class PatchSummary(Frozen):
         parts.extend(f"symlink {link} -> {target if target is not None else '?'}" for link, target in self.symlinks)
         if self.binary:
             parts.append(f"binary: {', '.join(self.binary)}")
-        return "; ".join(parts)
+        # A file name may hold a line break, an escape sequence or a bidi override that would
+        # redraw or reorder the question on a terminal: shown escaped (``\n``, ``\x1b``, ``\u202e``).
+        return printable("; ".join(parts))
 
 
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:

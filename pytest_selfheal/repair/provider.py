@@ -159,6 +159,11 @@ class _Call:
     log: Optional[str] = None
 
 
+def _records(store: Store, incident_id: str) -> dict[str, Path]:
+    """The incident's records by their name under the reports root (``repair/escape.py``)."""
+    return {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
+
+
 def _listed(names: Sequence[str], limit: int = 10) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
@@ -272,7 +277,7 @@ class RepairSession:
             prompt=prompt_name(iteration),
         )
         self.say(f"selfheal: incident {incident_id} repair {iteration}: asking {self.describe()}")
-        guard = user_state(self.wt.repo_top, [store.root])
+        guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id))
         before = self.wt.snapshot()
         call = self._call_provider(
             iteration=iteration,
@@ -281,7 +286,7 @@ class RepairSession:
             plan=plan,
             failures=_failures_for_request(incident, attempts),
         )
-        escaped = changes(guard, user_state(self.wt.repo_top, [store.root]))
+        escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id)))
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"

@@ -127,6 +127,14 @@ class StoreReader:
         """``error_runs/<id>/`` (not created; it stays there when the incident is archived)."""
         return self.runs_root / validate_incident_id(incident_id)
 
+    def record_paths(self, incident_id: str) -> list[Path]:
+        """The documents a verdict is read from: ``incident.json``, ``plan.json``, every
+        attempt and ``run_result.json`` (only those that exist)."""
+        runs = self.runs_dir(incident_id)
+        attempts = sorted(runs.glob("attempt_*.json")) + [runs / RUN_RESULT_JSON] if runs.is_dir() else []
+        paths = [self.incident_dir(incident_id) / INCIDENT_JSON, self.plans_dir(incident_id) / PLAN_JSON, *attempts]
+        return [path for path in paths if path.is_file()]
+
     def _relative(self, path: Path) -> str:
         try:
             return path.relative_to(self._root).as_posix()

@@ -444,10 +444,8 @@ class StoreWriter(StoreReader):
         rewritten: list[str] = []
         with self.lock():
             _, folder = self.locate(incident_id)
-            runs = self.runs_dir(incident_id)
-            attempts = sorted(runs.glob("attempt_*.json")) + [runs / RUN_RESULT_JSON] if runs.is_dir() else []
-            for path in [folder / name for name in (INCIDENT_JSON, CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
-                    self.plans_dir(incident_id) / PLAN_JSON, self.plans_dir(incident_id) / PLAN_MD] + attempts:
+            for path in self.record_paths(incident_id) + [folder / name for name in (CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
+                    self.plans_dir(incident_id) / PLAN_MD]:
                 if not path.is_file():
                     continue
                 text = fsio.read_text(path)

@@ -2,8 +2,8 @@
 
 A repair command found the user's repository with ``git rev-parse --git-common-dir``, edited
 the user's ``calc.py``, wrote a file and installed an executable ``.git/hooks/post-checkout``;
-the loop said ``STOP success``. Now the user's tree, index, HEAD, hooks and config are
-fingerprinted around each provider call (``repair/escape.py``): any change stops the loop with
+the loop said ``STOP success``. Now the user's tree, index, HEAD, hooks and config (and the
+incident's own records under the reports root) are fingerprinted around each provider call (``repair/escape.py``): any change stops the loop with
 ``provider_escaped``, names what changed, and nothing of that repair is applied.
 """
 
@@ -47,6 +47,9 @@ AGENT = textwrap.dedent(
         hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
     elif mode == "config":
         subprocess.run(git + ["config", "alias.st", "!touch /tmp/never"], check=True)
+    elif mode == "records":  # the incident's plan now verifies a passing test
+        for plan in top.glob(".selfheal/error_plans/*/plan.json"):
+            plan.write_text(plan.read_text().replace("test_calc.py::test_add", "test_calc.py"))
     elif mode == "head":
         subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "agent"], check=True)
     elif mode == "index":
@@ -66,6 +69,7 @@ def _project(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("mode, named", [
     ("tree_and_hook", [".git/hooks/post-checkout", "calc.py", "dropped.txt"]),
     ("index", ["index", "other.py"]),
+    ("records", ["error_plans/{id}/plan.json"]),
     pytest.param("config", [".git/config"], marks=pytest.mark.slow),
     pytest.param("head", ["HEAD"], marks=pytest.mark.slow),
 ])
@@ -85,6 +89,7 @@ def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Pa
     assert outcome["repair"]["applied"] is False
     assert "fix applied to your working tree" not in result.stdout
     attempt = json.loads((runs / "attempt_01.json").read_text())
+    named = [name.format(id=incident_id) for name in named]
     assert attempt["repair"]["provider_escaped"] == named, attempt["repair"]
     for name in named:
         assert name in result.stdout
