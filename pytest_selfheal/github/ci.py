@@ -66,13 +66,14 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
-from pytest_selfheal.loop.policy import FINAL_RESOLVED, TESTS_EDITED
+from pytest_selfheal.loop.policy import TESTS_EDITED
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
 from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
+from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
@@ -249,7 +250,7 @@ def _publish(
     if not options.comment:
         return
     # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
-    create = info["final_status"] not in (FINAL_PASSED, "no_incidents")
+    create = info["final_status"] not in (FinalStatus.PASSED, "no_incidents")
     result.comment = post_comment(
         ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
         create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
@@ -327,10 +328,10 @@ def run_ci(
     if incident_id is None:
         verdict = verdict_without_incident(code)
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
-        if verdict.final_status == FINAL_FAILED:
+        if verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
                      "disabled by the pytest arguments, or did the capture fail? see the log above)")
-        elif verdict.final_status == FINAL_ERROR:
+        elif verdict.final_status == FinalStatus.ERROR:
             rep.warn(f"pytest exited with code {code}: {describe_pytest_exit(code)}")
     else:
         bucket, _ = store.locate(incident_id)
@@ -351,12 +352,12 @@ def run_ci(
         reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
         final = str(report.get("final_status") or "unknown")
         repair = loop_result.get("repair")
-        if isinstance(repair, Mapping) and repair.get("final_patch") and (final == FINAL_RESOLVED
+        if isinstance(repair, Mapping) and repair.get("final_patch") and (final == FinalStatus.RESOLVED
                                                                           or reason == TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
             proposed = read_run_bytes(store, incident_id, str(repair["final_patch"]))
-            if final == FINAL_RESOLVED:  # this job's checked-out code still fails
-                final = FINAL_FIX_PROPOSED
+            if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
+                final = FinalStatus.FIX_PROPOSED
         verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else (

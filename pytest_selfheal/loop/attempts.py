@@ -51,6 +51,7 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -429,7 +430,7 @@ def build_run_result(
     so a resumed close-out writes the same document.
     """
     final = policy.final_status_of(decision.stop_reason)
-    archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
+    archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     result: dict[str, Any] = {
