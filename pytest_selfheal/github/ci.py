@@ -67,6 +67,7 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.loop.policy import TESTS_EDITED
+from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
@@ -323,7 +324,7 @@ def run_ci(
         store.redact_again(incident_id)
 
     error: Optional[SelfhealError] = None
-    loop_result: dict[str, Any] = {}
+    loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
@@ -349,13 +350,12 @@ def run_ci(
                 rep.say(f"selfheal: error: {exc}")
         report = build_report(incidents=[load_incident_run(store, incident_id)],
                               effective_config=effective.values, origins=effective.origins)
-        reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
+        reason = report.get("stop_reason") or (loop_result and loop_result.stop_reason) or STOP_NONE
         final = str(report.get("final_status") or "unknown")
-        repair = loop_result.get("repair")
-        if isinstance(repair, Mapping) and repair.get("final_patch") and (final == FinalStatus.RESOLVED
-                                                                          or reason == TESTS_EDITED):
+        repair = loop_result.repair if loop_result is not None else None
+        if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
-            proposed = read_run_bytes(store, incident_id, str(repair["final_patch"]))
+            proposed = read_run_bytes(store, incident_id, repair.final_patch)
             if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
                 final = FinalStatus.FIX_PROPOSED
         verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)

@@ -213,9 +213,9 @@ class Project:
             store, resolved, effective=effective, cwd=self.root, pluginmanager=hooks.cli_plugin_manager(),
             out=progress.append, interactive=False, unattended=True, verify_only=True,
         )
-        status = str(result.get("final_status") or "unknown")
-        head = (f"STOP {result.get('stop_reason') or status}: incident {resolved} {status} after "
-                f"{result.get('loops_used', 0)} loop(s)")
+        status = result.final_status.value if result.final_status is not None else "unknown"
+        reason = result.stop_reason.value if result.stop_reason is not None else status
+        head = f"STOP {reason}: incident {resolved} {status} after {result.loops_used} loop(s)"
         body = "\n".join(one_line(line, 400) for line in progress[-40:])
         blocks = [head, body] if body else [head]
         return ToolResult(fit(blocks, self._limit(effective), what="block(s) of loop output",
