@@ -158,11 +158,10 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
-        # plan/build.py reads the incident as its JSON document.
         incident = store.read_incident(incident_id)
-        plan = build_plan(incident.to_json(), generated_at=ev.format_ts(), source=project_source(incident.rootdir))
-        store.write_plan(incident_id, plan, render_plan_md(plan))
-        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
+        plan = build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
+        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
     if store.read_status(incident_id) == NEW:
         store.set_status(incident_id, PLANNED)
     return store.read_plan(incident_id)
@@ -560,7 +559,7 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
         # plan/build.py still reads the plan and the attempts as JSON documents.
         new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
-        store.write_plan(incident_id, new, render_plan_md(new))
+        store.write_plan(incident_id, Plan.from_json(new, "the new plan revision"), render_plan_md(new))
         plan = Plan.from_json(new, PLAN_JSON)
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
