@@ -138,28 +138,15 @@ class _Status(NamedTuple):
     untracked: int  # untracked, non-ignored files
 
 
-class _GitError(Exception):
-    """A read-only git command failed (internal: the snapshot records one line)."""
-
-
 def _git_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(LANGUAGE="C", LC_ALL="C")  # as gitpython runs git: untranslated --stat and errors
     return env
 
 
-def _read_git(cwd: Path, args: Sequence[str], env: Mapping[str, str]) -> bytes:
-    """stdout of ``git <args>`` in ``cwd`` (argv list, no shell), with one trailing newline
-    dropped as gitpython drops it; :class:`_GitError` on a non-zero exit, OSError when git
-    cannot start."""
-    executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"  # gitpython's override
-    done = subprocess.run(
-        [executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
-        raise _GitError(f"git {args[0]}: {lines[0] if lines else f'exit status {done.returncode}'}")
-    out = done.stdout
+def _read_git(cwd: Path, args: Sequence[str]) -> bytes:
+    """:func:`run_git`'s stdout with one trailing newline dropped (as gitpython drops it)."""
+    out = run_git(cwd, args)
     return out[:-1] if out.endswith(b"\n") else out
 
 
@@ -214,17 +201,16 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
     tests/test_plugin_capture.py). ``context=False`` skips the diff stat (the loop needs
     only the hash).
     """
-    env = _git_env()
     try:
-        top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"], env)))
-    except (OSError, _GitError):  # outside git, a bare repository, or no git binary
+        top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"])))
+    except GitFailed:  # outside git, a bare repository, or no git binary
         return GitSnapshot(None, None)
     try:
         status = _parse_status(
-            _read_git(top, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"], env)
+            _read_git(top, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"])
         )
-    except (OSError, _GitError) as exc:
-        return GitSnapshot({"error": one_line(str(exc))} if context else None, None)
+    except GitFailed as exc:
+        return GitSnapshot({"error": one_line(f"git {exc.args_list[0]}: {exc}")} if context else None, None)
     info: Optional[dict[str, Any]] = None
     if context:
         info = {
@@ -237,24 +223,24 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
         }
         if status.head and status.changed:
             try:
-                info["diff_stat"] = _read_git(top, ["diff", "HEAD", "--stat"], env).decode("utf-8", "replace")
-            except (OSError, _GitError) as exc:
-                info = {"error": one_line(str(exc))}
-    return GitSnapshot(info, _hash_tree(top, status, exclude, env))
+                info["diff_stat"] = _read_git(top, ["diff", "HEAD", "--stat"]).decode("utf-8", "replace")
+            except GitFailed as exc:
+                info = {"error": one_line(f"git {exc.args_list[0]}: {exc}")}
+    return GitSnapshot(info, _hash_tree(top, status, exclude))
 
 
-def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path], env: Mapping[str, str]) -> Optional[str]:
+def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path]) -> Optional[str]:
     specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS]
     base = ["HEAD"] if status.head else ["--cached"]
     try:
         # Nothing changed or untracked anywhere: the pathspec-limited commands would print nothing.
         diff = b""
         if status.changed:
-            diff = _read_git(top, ["diff", *base, "--no-ext-diff", "--no-color", "--binary", "--", *specs], env)
+            diff = _read_git(top, ["diff", *base, "--no-ext-diff", "--no-color", "--binary", "--", *specs])
         listed = b""
         if status.untracked:
-            listed = _read_git(top, ["ls-files", "--others", "--exclude-standard", "-z", "--", *specs], env)
-    except (OSError, _GitError):  # an unknown hash never counts as progress (docs/loop.md)
+            listed = _read_git(top, ["ls-files", "--others", "--exclude-standard", "-z", "--", *specs])
+    except GitFailed:  # an unknown hash never counts as progress (docs/loop.md)
         return None
     digest = _start(status.head, diff)
     for name in sorted(n for n in listed.split(b"\0") if n):
@@ -366,45 +352,34 @@ def run_git(
     stdin: Optional[bytes] = None,
 ) -> bytes:
     """``git <args>`` in ``cwd`` (argv list, never a shell); stdout as bytes, exactly as git wrote it.
+    The one git runner: every command the package runs goes through it.
 
+    ``env``: variables set over ``os.environ`` (git's messages are always untranslated).
     ``hooks_dir``: an empty directory used as ``core.hooksPath`` (no user hook runs).
     ``stdin``: what git reads on its standard input (``--stdin-paths``, ``--index-info``,
     ``cat-file --batch``); from a temporary file, so a large input never deadlocks a pipe.
     Raises :class:`GitFailed` on a non-zero exit or when git cannot start.
     """
-    git = _gitpython_or_refuse()
     options = ["core.fsmonitor=false", "gc.auto=0"]
     if hooks_dir is not None:
         options.append(f"core.hooksPath={hooks_dir}")
-    extra = dict(env or {})
-    extra.setdefault("GIT_TERMINAL_PROMPT", "0")
-    runner = git.Git(str(cwd))(c=options)  # `git -c <option>...` before the command
-    command = getattr(runner, args[0].replace("-", "_"))  # gitpython's command methods: runner.worktree(...)
+    executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"  # gitpython's override, honoured
+    argv = [executable, *(word for option in options for word in ("-c", option)), *args]
+    full_env = _git_env()
+    full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    full_env.update(env or {})
     with tempfile.TemporaryFile() as feed:
         if stdin is not None:
             feed.write(stdin)
             feed.seek(0)
         try:
-            out = command(
-                *args[1:],
-                with_extended_output=False,
-                stdout_as_string=False,
-                strip_newline_in_stdout=False,  # a patch must keep its last newline
-                shell=False,
-                env=extra,
-                istream=feed if stdin is not None else None,
-            )
-        except git.GitCommandError as exc:
-            stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
-            # gitpython wraps stderr as "  stderr: '...'"; keep the text only.
-            text = stderr.strip()
-            if text.startswith("stderr:"):
-                text = text[len("stderr:"):].strip()
-            text = text.strip("'")
-            raise GitFailed(args, exc.status if isinstance(exc.status, int) else None, text) from None
-        except (OSError, git.GitCommandNotFound) as exc:
+            done = subprocess.run(argv, cwd=cwd, env=full_env, stdin=feed if stdin is not None else subprocess.DEVNULL,
+                                  capture_output=True, check=False)
+        except OSError as exc:
             raise GitFailed(args, None, f"fatal: cannot run git: {exc}") from None
-    return out if isinstance(out, bytes) else str(out).encode()
+    if done.returncode != 0:
+        raise GitFailed(args, done.returncode, done.stderr.decode("utf-8", "replace").strip())
+    return done.stdout
 
 
 def repo_top(path: Path) -> Path:

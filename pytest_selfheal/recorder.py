@@ -31,6 +31,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid
+from pytest_selfheal.records.vocab import Line, Tone, tone_of
 from pytest_selfheal.redact import default_redactor, is_redacted
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -202,15 +203,17 @@ SUMMARY = -1
 DETAIL = 0
 
 
-def _markup(line: str) -> dict[str, bool]:
-    """Colour of a summary line (pytest drops it under --color=no)."""
-    if "-> STOP success" in line or " resolved" in line:
-        return {"green": True}
-    if "-> STOP" in line or " escalated" in line or line.startswith(("selfheal: error", "selfheal: internal error")):
-        return {"red": True, "bold": True}
-    if "-> CONTINUE" in line or line.startswith("warning:"):
-        return {"yellow": True}
-    return {}
+_MARKUP: dict[Tone, dict[str, bool]] = {
+    Tone.GOOD: {"green": True},
+    Tone.BAD: {"red": True, "bold": True},
+    Tone.WARN: {"yellow": True},
+    Tone.PLAIN: {},
+}
+
+
+def _markup(tone: Tone) -> dict[str, bool]:
+    """Colour of a summary line of ``tone`` (pytest drops it under --color=no)."""
+    return _MARKUP[tone]
 
 
 # Worst outcome wins when a test has several reports (setup, call, teardown).
@@ -345,10 +348,10 @@ class Recorder:
         try:
             self._finish(int(exitstatus))
         except SelfhealError as exc:
-            self.lines.append((ESSENTIAL, f"selfheal: error: {exc}"))
+            self.lines.append((ESSENTIAL, Line(f"selfheal: error: {exc}", Tone.BAD)))
         except Exception as exc:  # the plugin never changes pytest's outcome
-            self.lines.append((ESSENTIAL,
-                               f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"))
+            self.lines.append((ESSENTIAL, Line(
+                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected", Tone.BAD)))
 
     def _finish(self, exitstatus: int) -> None:
         counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
@@ -432,7 +435,7 @@ class Recorder:
                               for index, line in enumerate(result.summary_lines))
             if self._loop_requested():
                 self._run_loop(result.incident_id)
-        self.lines.extend((SUMMARY, f"warning: {w}") for w in warnings)
+        self.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
         self._write_report()
 
     def _has_stopped_incidents(self) -> bool:
@@ -558,4 +561,4 @@ class Recorder:
             return
         terminalreporter.section("selfheal", sep="-")
         for line in shown:
-            terminalreporter.write_line(line, **_markup(line))
+            terminalreporter.write_line(line, **_markup(tone_of(line)))

@@ -39,6 +39,7 @@ from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.loop.control import KILL_ENV
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store import fsio
@@ -459,3 +460,18 @@ def disk_full_on(monkeypatch: Any, name: str) -> None:
         real(path, data)
 
     monkeypatch.setattr(fsio, "write_new_bytes", failing)
+
+
+# The fields an incident.json always has, for the plan tests' partial incidents.
+_INCIDENT_REQUIRED = {
+    "incident_id": "", "status": "new", "created_at": "2026-02-17T03:15:00+00:00",
+    "updated_at": "2026-02-17T03:15:00+00:00", "run_id": "run1", "year": 2026, "month": 2, "ym": "2026-02",
+    "step": "", "failure_class": "deterministic", "message": "", "error_signature": "",
+}
+
+
+def build_plan_doc(incident: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """``build_plan`` of a partial incident document (its missing required fields filled in; an
+    absent ``incident_id`` is empty), as the plan's JSON document."""
+    record = Incident.from_json({**_INCIDENT_REQUIRED, **incident}, "a test incident")
+    return build_plan(record, **kwargs).to_json()

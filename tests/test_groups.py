@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pytest
+from helpers import build_plan_doc
 from schema_check import assert_valid
 from test_plan import INCIDENT_ID, NOW, failure, incident
 
-from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES, build_plan, render_plan_md, verification_argv
+from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES, render_plan_md, verification_argv
 from pytest_selfheal.plan.groups import (
     MAX_SELECTION_NODEIDS,
     collapse_selection,
@@ -54,7 +55,7 @@ def test_thirty_failures_of_one_bug_in_six_shapes_are_one_action() -> None:
         with_evidence(failure(f"tests/test_core.py::test_{i}", SHAPES[i % 6]), calls=[ref("pkg/core.py", "window")])
         for i in range(30)
     ]
-    plan = build_plan(incident(*failures), generated_at=NOW)
+    plan = build_plan_doc(incident(*failures), generated_at=NOW)
     assert_valid("plan", plan)
     [action] = plan["actions"]
     assert action["root_cause"] == {"evidence": "calls", "path": "pkg/core.py", "name": "window"}
@@ -89,7 +90,7 @@ def test_the_definition_most_failing_tests_call_is_the_suspect() -> None:
         )
         for i in range(161)
     ]
-    plan = build_plan(incident(*failures), generated_at=NOW)
+    plan = build_plan_doc(incident(*failures), generated_at=NOW)
     [action] = plan["actions"]
     assert action["root_cause"]["name"] == "paginate"
     assert action["target_paths"][0] == "src/pages.py"
@@ -109,7 +110,7 @@ def test_failures_without_evidence_fall_back_to_type_and_message() -> None:
         failure("tests/test_b.py::test_2", "assert 1 == 2", target_paths=["src/b.py", "pkg/__init__.py"]),
         failure("tests/test_c.py::test_3", "KeyError: 'x'"),
     ]
-    plan = build_plan(incident(*failures), generated_at=NOW)
+    plan = build_plan_doc(incident(*failures), generated_at=NOW)
     assert [a["root_cause"] for a in plan["actions"]] == [{"evidence": "fingerprint"}] * 2
     assert plan["actions"][0]["target_paths"] == ["src/a.py", "src/b.py", "pkg/__init__.py"]
     assert plan["actions"][0]["test_paths"] == ["tests/test_a.py", "tests/test_b.py"]
@@ -129,7 +130,7 @@ def test_target_paths_name_every_file_the_evidence_points_at_never_a_test() -> N
         with_evidence(failure("tests/test_o.py::test_2", "assert 3 == 2"),
                       frame=ref("src/pricing.py", "total", 4), calls=[ref("src/pricing.py", "total")]),
     ]
-    [action] = build_plan(incident(*failures), generated_at=NOW)["actions"]
+    [action] = build_plan_doc(incident(*failures), generated_at=NOW)["actions"]
     assert action["root_cause"]["evidence"] == "frame"
     assert action["target_paths"] == ["src/pricing.py", "src/factories.py"]
 
@@ -155,7 +156,7 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
                 target_paths=[f"src/m{i}.py"])
         for i in range(500)
     ]
-    plan = build_plan(incident(*failures), generated_at=NOW)
+    plan = build_plan_doc(incident(*failures), generated_at=NOW)
     md = render_plan_md(plan)
     assert len(md.encode()) <= MAX_PLAN_MD_BYTES
     assert "more actions: see plan.json" in md
@@ -166,7 +167,7 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
 @pytest.mark.parametrize("allow", [False, True])
 def test_scope_is_the_target_paths_and_the_tests_only_when_allowed(allow: bool) -> None:
     item = with_evidence(failure("tests/test_core.py::test_1", "assert 1 == 2"), calls=[ref("pkg/core.py", "add")])
-    plan = Plan.from_json(build_plan(incident(item), generated_at=NOW), "plan.json")
+    plan = Plan.from_json(build_plan_doc(incident(item), generated_at=NOW), "plan.json")
     targets, globs = allowed_paths(plan, allow_test_edits=allow)
     assert targets == (["pkg/core.py", "tests/test_core.py"] if allow else ["pkg/core.py"])
     assert out_of_scope(["pkg/core.py"], targets, globs, allow_test_edits=allow) == []

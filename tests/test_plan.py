@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from helpers import build_plan_doc
 from hypothesis import given
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.plan.build import (
-    build_plan,
     group_failures,
     normalised_message,
     pytest_command,
@@ -84,7 +84,7 @@ THREE = incident(
 
 
 def test_contract_fields_and_schema() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     for key in (
         "incident_id",
         "generated_at",
@@ -108,7 +108,7 @@ def test_contract_fields_and_schema() -> None:
 
 
 def test_one_action_per_fingerprint_group() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     assert [a["id"] for a in plan["actions"]] == ["A1", "A2"]
     a1, a2 = plan["actions"]
     assert a1["nodeids"] == ["tests/test_calc.py::test_add", "tests/test_calc.py::test_sub"]
@@ -117,7 +117,7 @@ def test_one_action_per_fingerprint_group() -> None:
     assert a1["failure_type"] == "TEST_ASSERTION"
     assert a2["nodeids"] == ["tests/test_io.py::test_read"]
     # The group fingerprint is stable and test-independent.
-    assert a1["fingerprint"] == build_plan(THREE, generated_at=NOW)["actions"][0]["fingerprint"]
+    assert a1["fingerprint"] == build_plan_doc(THREE, generated_at=NOW)["actions"][0]["fingerprint"]
     assert a1["fingerprint"] != a2["fingerprint"]
 
 
@@ -126,11 +126,11 @@ def test_same_message_different_type_are_different_groups() -> None:
         failure("t.py::a", "boom"),
         failure("t.py::b", "boom", failure_type="UNKNOWN", code_fixable=False),
     )
-    assert len(build_plan(inc, generated_at=NOW)["actions"]) == 2
+    assert len(build_plan_doc(inc, generated_at=NOW)["actions"]) == 2
 
 
 def test_verification_commands() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     assert plan["actions"][0]["verification"] == [
         "python -m pytest -q tests/test_calc.py::test_add tests/test_calc.py::test_sub"
     ]
@@ -151,14 +151,14 @@ def test_verification_commands() -> None:
 
 
 def test_custom_python_is_quoted() -> None:
-    plan = build_plan(THREE, generated_at=NOW, python="/opt/my python/bin/python3")
+    plan = build_plan_doc(THREE, generated_at=NOW, python="/opt/my python/bin/python3")
     assert verification_argv(plan)[0][0] == "/opt/my python/bin/python3"
 
 
 def test_parametrised_ids_round_trip() -> None:
     ids = ["tests/test_p.py::test_x[a b]", "tests/test_p.py::test_x[it's]", 'tests/test_p.py::test_x["q" | $HOME;]']
     inc = incident(*[failure(n, "assert False", fingerprint=f"f{i}") for i, n in enumerate(ids)])
-    plan = build_plan(inc, generated_at=NOW)
+    plan = build_plan_doc(inc, generated_at=NOW)
     assert verification_argv(plan) == [["python", "-m", "pytest", "-q", *ids]]
     assert shlex.split(plan["actions"][0]["verification"][0])[4:] == ids
 
@@ -171,7 +171,7 @@ def test_any_nodeid_survives_shlex(nodeids: list[str]) -> None:
 
 def test_nodeid_fallback_to_test_identity() -> None:
     inc = incident(failure(None, "assert 1 == 2", test="tests.test_x.TestA::test_b"))
-    plan = build_plan(inc, generated_at=NOW)
+    plan = build_plan_doc(inc, generated_at=NOW)
     assert plan["actions"][0]["nodeids"] == ["tests.test_x.TestA::test_b"]
     assert plan["verification_commands"] == ["python -m pytest -q tests.test_x.TestA::test_b"]
     # A junit identity has no file part: no made-up target path.
@@ -183,7 +183,7 @@ def test_target_paths_union_and_test_paths_apart() -> None:
         failure("tests/test_a.py::test_1", "E", target_paths=["src/a.py", "tests/test_a.py"]),
         failure("tests/sub/test_b.py::TestB::test_2[x]", "E", target_paths=["src/b.py", "src/a.py", "src/c.py"]),
     )
-    action = build_plan(inc, generated_at=NOW)["actions"][0]
+    action = build_plan_doc(inc, generated_at=NOW)["actions"][0]
     # Without root-cause evidence: the traceback's source files; the failing tests' files apart.
     assert action["target_paths"] == ["src/a.py", "src/b.py", "src/c.py"]
     assert action["test_paths"] == ["tests/test_a.py", "tests/sub/test_b.py"]
@@ -193,7 +193,7 @@ def test_target_paths_union_and_test_paths_apart() -> None:
 
 def test_unsafe_test_file_is_not_a_target() -> None:
     inc = incident(failure("../evil.py::test_x", "E"), failure("/abs/test_y.py::test_y", "E"))
-    assert build_plan(inc, generated_at=NOW)["actions"][0]["target_paths"] == []
+    assert build_plan_doc(inc, generated_at=NOW)["actions"][0]["target_paths"] == []
 
 
 @pytest.mark.parametrize(
@@ -207,23 +207,23 @@ def test_unsafe_test_file_is_not_a_target() -> None:
     ],
 )
 def test_priority(kwargs: dict[str, Any], priority: str) -> None:
-    plan = build_plan(incident(failure("t.py::a", "E", **kwargs)), generated_at=NOW)
+    plan = build_plan_doc(incident(failure("t.py::a", "E", **kwargs)), generated_at=NOW)
     assert plan["actions"][0]["priority"] == priority
 
 
 def test_risk_by_target_paths() -> None:
     low = incident(failure("tests/t.py::a", "E", target_paths=["src/a.py"]))
-    assert build_plan(low, generated_at=NOW)["actions"][0]["risk"] == "low"
+    assert build_plan_doc(low, generated_at=NOW)["actions"][0]["risk"] == "low"
 
 
 def test_hypotheses_by_failure_type() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     h1, h2 = plan["root_cause_hypotheses"]
     assert (h1["id"], h1["confidence"], h1["actions"]) == ("H1", "medium", ["A1"])
     assert "wrong value or the test expectation is outdated" in h1["reason"]
     assert (h2["id"], h2["confidence"], h2["actions"]) == ("H2", "high", ["A2"])
     assert "environment problem" in h2["reason"]
-    transient = build_plan(
+    transient = build_plan_doc(
         incident(failure("t.py::a", "Connection reset", transient=True, failure_class="transient")),
         generated_at=NOW,
     )
@@ -231,7 +231,7 @@ def test_hypotheses_by_failure_type() -> None:
 
 
 def test_summary() -> None:
-    summary = build_plan(THREE, generated_at=NOW)["summary"]
+    summary = build_plan_doc(THREE, generated_at=NOW)["summary"]
     assert summary.startswith("3 failing tests in 2 root cause groups")
     assert "tests/test_calc.py::test_add" in summary and "assert 3 == 4" in summary
 
@@ -255,17 +255,17 @@ def test_incident_without_failures_list() -> None:
         "message": "assert 1 == 2",
         "error_signature": "TEST_ASSERTION | tests.test_a::test_x | assert 1 == 2",
     }
-    plan = build_plan(inc, generated_at=NOW)
+    plan = build_plan_doc(inc, generated_at=NOW)
     assert plan["verification_commands"] == ["python -m pytest -q tests/test_a.py::test_x"]
     inc["step"] = "collection"
-    plan = build_plan(inc, generated_at=NOW)
+    plan = build_plan_doc(inc, generated_at=NOW)
     assert plan["verification_commands"] == ["python -m pytest -q --collect-only"]
     assert plan["actions"][0]["verification"] == ["python -m pytest -q --collect-only"]
 
 
 def test_missing_incident_id() -> None:
     with pytest.raises(InputError):
-        build_plan({"failures": []}, generated_at=NOW)
+        build_plan_doc({"failures": []}, generated_at=NOW)
 
 
 @pytest.mark.parametrize(
@@ -285,7 +285,7 @@ def test_verification_argv_rejects_bad_plans(plan: dict[str, Any]) -> None:
 
 
 def test_render_plan_md() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     md = render_plan_md(plan)
     assert md.startswith(f"# Remediation plan: {INCIDENT_ID}\n")
     headings = ("## Summary", "## Root-cause hypotheses", "## Actions", "## Verification commands", "## Done criteria")
@@ -299,17 +299,17 @@ def test_render_plan_md() -> None:
 
 def test_render_escapes_table_cells_and_fences() -> None:
     inc = incident(failure("t.py::test[a|b]", "weird ``` message | with pipe\nand newline"))
-    md = render_plan_md(build_plan(inc, generated_at=NOW))
+    md = render_plan_md(build_plan_doc(inc, generated_at=NOW))
     row = next(line for line in md.splitlines() if line.startswith("| A1 "))
     assert row.count(" | ") == 6  # the pipes inside cells are escaped
     assert "t.py::test[a\\|b]" in row
     inc = incident(failure("t.py::test_x[```]", "E"))
-    md = render_plan_md(build_plan(inc, generated_at=NOW))
+    md = render_plan_md(build_plan_doc(inc, generated_at=NOW))
     assert "````sh\n" in md
 
 
 def test_replan() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     attempts = [
         {"iteration": 1, "failures": [{"fingerprint": "fp-a"}], "actions_applied": ["A1"], "error_signature": "s"},
         {"iteration": 2, "failures": [{"fingerprint": "fp-a"}, {"fingerprint": "fp-b"}], "actions_applied": []},
@@ -331,6 +331,6 @@ def test_replan() -> None:
 
 
 def test_replan_falls_back_to_error_signature() -> None:
-    plan = build_plan(THREE, generated_at=NOW)
+    plan = build_plan_doc(THREE, generated_at=NOW)
     new = replan(plan, [{"iteration": 1, "error_signature": "sig-1"}])
     assert new["replan_history"][0]["fingerprints_seen"] == ["sig-1"]

@@ -72,8 +72,8 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[
         log_tail=log_tail,
         context={},
     )
-    plan = build_plan(store.read_incident(incident_id).to_json(), generated_at="2026-02-17T12:00:00+00:00")
-    store.write_plan(incident_id, plan, render_plan_md(plan))
+    plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
+    store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
     return incident_id, store.read_plan(incident_id)
 
 

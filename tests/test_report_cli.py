@@ -13,6 +13,7 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
 from pytest_selfheal.report.render import REPORT_HEADING
@@ -43,7 +44,7 @@ def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
     created = datetime.fromisoformat(run["incident"]["created_at"]).astimezone(timezone.utc)
     incident_id = store.create_incident(incident, log_tail="E boom\n", context={}, now=created)
     assert incident_id == run["incident"]["incident_id"]
-    store.write_plan(incident_id, run["plan"], "# plan\n")
+    store.write_plan(incident_id, Plan.from_json(run["plan"], "plan.json"), "# plan\n")
     store.set_status(incident_id, "planned")
     if not run["attempts"] and run["run_result"] is None:
         return incident_id

@@ -21,6 +21,7 @@ from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, states
@@ -60,6 +61,10 @@ def plan_doc(incident_id: str) -> dict[str, Any]:
         "verification_commands": ["tests/test_a.py::test_x"],
         "done_criteria": ["passes"],
     }
+
+
+def plan_record(incident_id: str, **changes: Any) -> Plan:
+    return Plan.from_json({**plan_doc(incident_id), **changes}, "a test plan")
 
 
 def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> dict[str, Any]:
@@ -466,15 +471,15 @@ def test_plan_roundtrip(store: Store) -> None:
     assert not store.has_plan(incident_id)
     with pytest.raises(NotFoundError, match="no plan"):
         store.read_plan(incident_id)
-    path = store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
+    path = store.write_plan(incident_id, plan_record(incident_id), "# Plan\n")
     assert path == store.plans_dir(incident_id) / "plan.json"
     assert_file_valid("plan", path)
     assert store.read_plan(incident_id).to_json() == plan_doc(incident_id)
     assert store.read_plan_md(incident_id) == "# Plan\n"
     with pytest.raises(ValueError):
-        store.write_plan(incident_id, dict(plan_doc(incident_id), actions="x"), "")
+        store.write_plan(incident_id, plan_record(incident_id, actions=[dict(plan_doc(incident_id)["actions"][0], root_cause={"evidence": "a guess"})]), "")
     with pytest.raises(ValueError, match="names incident"):
-        store.write_plan(incident_id, plan_doc("incident_20260101_000000_other"), "")
+        store.write_plan(incident_id, plan_record("incident_20260101_000000_other"), "")
     path.write_text('{"incident_id": 1}')
     with pytest.raises(InputError, match="plan.json: invalid plan"):
         store.read_plan(incident_id)
@@ -533,7 +538,7 @@ def test_run_result_and_run_files(store: Store) -> None:
 def test_writes_need_an_existing_incident(store: Store) -> None:
     ghost = "incident_20990101_000000_zz"
     with pytest.raises(NotFoundError):
-        store.write_plan(ghost, plan_doc(ghost), "")
+        store.write_plan(ghost, plan_record(ghost), "")
     with pytest.raises(NotFoundError):
         store.write_attempt(ghost, attempt_rec(ghost, 1))
     with pytest.raises(NotFoundError):
@@ -550,7 +555,7 @@ def walk_to_running(store: Store, incident_id: str) -> None:
 
 def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     incident_id = create(store)
-    store.write_plan(incident_id, plan_doc(incident_id), "# Plan\n")
+    store.write_plan(incident_id, plan_record(incident_id), "# Plan\n")
     walk_to_running(store, incident_id)
     store.write_attempt(incident_id, attempt_rec(incident_id, 1, verification_passed=True, result="stop"))
     store.write_run_result(incident_id, run_result_rec(incident_id, final_status="resolved"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +21,26 @@ from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
 CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
 
 
-def build(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    plan = plan_doc(str(doc["incident_id"]))
-    return plan, render_plan_md(plan)
+def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
+    plan = Plan.from_json({**plan_doc(incident.incident_id), **changes}, "a test plan")
+    return plan, render_plan_md(plan.to_json())
 
 
 def four_steps(store: Store) -> str:
     """The capture as it was: create, write the plan, log plan_generated, move to planned."""
     incident_id = store.create_incident(incident_data(), log_tail="tail\n", context={"python": "3.x"}, now=NOW,
                                         events=CLASSIFIED)
-    plan, plan_md = build({"incident_id": incident_id})
-    store.write_plan(incident_id, plan, plan_md)
-    store.append_event(incident_id, "plan_generated", actions=[a["id"] for a in plan["actions"]])
+    plan = Plan.from_json(plan_doc(incident_id), "a test plan")
+    store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+    store.append_event(incident_id, "plan_generated", actions=[a.id for a in plan.actions])
     store.set_status(incident_id, "planned")
     return incident_id
 
@@ -128,8 +129,9 @@ def test_a_plan_left_without_its_incident_is_never_reused(tmp_path: Path, monkey
 def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> None:
     store = Store(tmp_path / ".selfheal")
 
-    def bad(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        return {"incident_id": doc["incident_id"]}, ""
+    def bad(incident: Incident) -> tuple[Plan, str]:
+        action = plan_doc(incident.incident_id)["actions"][0]
+        return build(incident, actions=[dict(action, root_cause={"evidence": "a guess"})])
 
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
         store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)
@@ -139,15 +141,16 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
 CAPTURE_LOOPER = r"""
 import sys
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
 
-def plan(doc):
-    built = {"incident_id": doc["incident_id"], "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s" * 2000,
+def plan(incident):
+    built = {"incident_id": incident.incident_id, "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s" * 2000,
              "root_cause_hypotheses": [], "actions": [], "verification_commands": ["t"], "done_criteria": []}
-    return built, render_plan_md(built) * 20
+    return Plan.from_json(built, "plan"), render_plan_md(built) * 20
 
 print("ready", flush=True)
 n = 0
@@ -180,9 +183,8 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
     store = Store(tmp_path / ".selfheal")
     secret = "ghp_" + "a1B2c3D4e5" * 4
 
-    def leaky(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        plan = plan_doc(str(doc["incident_id"]))
-        plan["summary"] = f"token {secret}"
+    def leaky(incident: Incident) -> tuple[Plan, str]:
+        plan, _ = build(incident, summary=f"token {secret}")
         return plan, f"# plan\ntoken {secret}\n"
 
     incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=leaky)
@@ -199,10 +201,8 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
     secret = "ghp_" + "a" * 36
     got: list[tuple[dict[str, Any], Any]] = []
 
-    def build_with_secret(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        plan, plan_md = build(doc)
-        plan["summary"] = f"token {secret}"
-        return plan, plan_md
+    def build_with_secret(incident: Incident) -> tuple[Plan, str]:
+        return build(incident, summary=f"token {secret}")
 
     incident_id = store.create_incident(incident_data(message=f"assert {secret} == 2", counts={"tests": 3}),
                                         log_tail="tail\n", context={}, now=NOW, events=CLASSIFIED,

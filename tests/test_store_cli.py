@@ -23,6 +23,7 @@ from pytest_selfheal.errors import (
     RefusedError,
 )
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
@@ -100,7 +101,7 @@ def test_status_root_is_a_file(tmp_path: Path) -> None:
 def write_plan(store: Store, incident_id: str) -> None:
     store.write_plan(
         incident_id,
-        {
+        Plan.from_json({
             "incident_id": incident_id,
             "generated_at": "2026-02-17T12:01:00+00:00",
             "summary": "1 failing test",
@@ -108,7 +109,7 @@ def write_plan(store: Store, incident_id: str) -> None:
             "actions": [{"id": "A1", "title": "Fix test_x", "priority": "P0", "risk": "low", "target_paths": [], "verification": []}],
             "verification_commands": ["tests/test_a.py::test_x"],
             "done_criteria": [],
-        },
+        }, "a test plan"),
         "# plan\n",
     )
 

@@ -47,6 +47,7 @@ print("\n".join(made))
 LOOPER = r"""
 import sys
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
 
@@ -60,9 +61,9 @@ while True:
         log_tail="log\n" * 500, context={"n": n})
     store.append_event(iid, "failure_classified", n=n)
     store.set_status(iid, "planned")
-    store.write_plan(iid, {"incident_id": iid, "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s",
-                           "root_cause_hypotheses": [], "actions": [], "verification_commands": ["t"],
-                           "done_criteria": []}, "# plan\n" * 200)
+    store.write_plan(iid, Plan.from_json({"incident_id": iid, "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s",
+                                          "root_cause_hypotheses": [], "actions": [], "verification_commands": ["t"],
+                                          "done_criteria": []}, "plan"), "# plan\n" * 200)
     store.set_status(iid, "running")
     for it in (1, 2):
         store.write_attempt(iid, Attempt.from_json({

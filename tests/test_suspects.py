@@ -17,10 +17,11 @@ from types import ModuleType
 from typing import Any, Optional
 
 import pytest
+from helpers import build_plan_doc
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.mcp_server.digest import incident_blocks
-from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.plan.build import render_plan_md
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.suspects import (
     EvidenceKind,
@@ -136,7 +137,7 @@ def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
 
 def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     source = str(corpus.CACHES).lstrip("\n").replace(SETITEM_BUG.old, SETITEM_BUG.new).splitlines()
-    plan = build_plan({"incident_id": "incident_20260101_000000_abc", "failures": SHARED_CALLEE},
+    plan = build_plan_doc({"incident_id": "incident_20260101_000000_abc", "failures": SHARED_CALLEE},
                       generated_at="2026-01-01T00:00:00+00:00",
                       source=lambda path: source if path == "cache.py" else None)
     (action,) = plan["actions"]

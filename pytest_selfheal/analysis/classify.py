@@ -25,12 +25,13 @@ from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import FailureClass
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
 MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
 
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
-TYPE_DEFAULTS: dict[str, tuple[bool, bool, str]] = {
+TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
     models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.DOCTEST_MISMATCH: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
     models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
@@ -41,11 +42,7 @@ TYPE_DEFAULTS: dict[str, tuple[bool, bool, str]] = {
     models.UNKNOWN: (False, False, models.FAILURE_CLASS_DETERMINISTIC),
 }
 
-FAILURE_CLASSES = (
-    models.FAILURE_CLASS_DETERMINISTIC,
-    models.FAILURE_CLASS_TRANSIENT,
-    models.FAILURE_CLASS_ENVIRONMENT,
-)
+FAILURE_CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
 
 
 @functools.lru_cache(maxsize=512)
@@ -103,7 +100,7 @@ class Rule(Frozen):
         if self.transient is not None:
             transient = self.transient
         if self.failure_class is not None:
-            failure_class = self.failure_class
+            failure_class = FailureClass(self.failure_class)
         elif self.transient:
             failure_class = models.FAILURE_CLASS_TRANSIENT
         return models.Classification(

@@ -10,7 +10,6 @@ import io
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
 
@@ -31,8 +30,11 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
+from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
@@ -167,20 +169,15 @@ def store_incident(
         )
         for failure in failures
     ]
-    def plan(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        # From the fields this capture wrote: no re-read and re-validation of incident.json.
-        built = build_plan({**incident, "incident_id": doc["incident_id"]}, generated_at=_now(),
-                           source=project_source(incident.get("rootdir")))
-        return built, render_plan_md(built)
+    def plan(written: Incident) -> tuple[Plan, str]:
+        # From the incident as the store publishes it: no re-read of incident.json.
+        built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
+        return built, render_plan_md(built.to_json())
 
     # One step: the classification events, the plan and the move to `planned` are all in
     # place when the incident appears (no append, status move or plan write of their own).
     return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan,
                                  published=published)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
 def analyse_run(

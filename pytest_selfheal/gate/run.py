@@ -29,11 +29,12 @@ from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_pa
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 GATE_DIR = "gate"  # under the reports root: the block counts of Claude Code sessions
-GREEN = ("passed", "resolved")  # verdict statuses that mean nothing is left to fix
+GREEN = (FinalStatus.PASSED, FinalStatus.RESOLVED)  # verdict statuses that mean nothing is left to fix
 
 
 def _state_path(store: Store, payload: HookPayload) -> Path:

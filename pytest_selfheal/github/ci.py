@@ -66,13 +66,15 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
-from pytest_selfheal.loop.policy import FINAL_RESOLVED, TESTS_EDITED
+from pytest_selfheal.loop.policy import TESTS_EDITED
+from pytest_selfheal.records.run_result import LoopResult
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
 from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED, exit_code_for
+from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
@@ -249,7 +251,7 @@ def _publish(
     if not options.comment:
         return
     # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
-    create = info["final_status"] not in (FINAL_PASSED, "no_incidents")
+    create = info["final_status"] not in (FinalStatus.PASSED, "no_incidents")
     result.comment = post_comment(
         ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
         create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
@@ -322,15 +324,15 @@ def run_ci(
         store.redact_again(incident_id)
 
     error: Optional[SelfhealError] = None
-    loop_result: dict[str, Any] = {}
+    loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
-        if verdict.final_status == FINAL_FAILED:
+        if verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
                      "disabled by the pytest arguments, or did the capture fail? see the log above)")
-        elif verdict.final_status == FINAL_ERROR:
+        elif verdict.final_status == FinalStatus.ERROR:
             rep.warn(f"pytest exited with code {code}: {describe_pytest_exit(code)}")
     else:
         bucket, _ = store.locate(incident_id)
@@ -348,15 +350,14 @@ def run_ci(
                 rep.say(f"selfheal: error: {exc}")
         report = build_report(incidents=[load_incident_run(store, incident_id)],
                               effective_config=effective.values, origins=effective.origins)
-        reason = report.get("stop_reason") or loop_result.get("stop_reason") or STOP_NONE
+        reason = report.get("stop_reason") or (loop_result and loop_result.stop_reason) or STOP_NONE
         final = str(report.get("final_status") or "unknown")
-        repair = loop_result.get("repair")
-        if isinstance(repair, Mapping) and repair.get("final_patch") and (final == FINAL_RESOLVED
-                                                                          or reason == TESTS_EDITED):
+        repair = loop_result.repair if loop_result is not None else None
+        if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
-            proposed = read_run_bytes(store, incident_id, str(repair["final_patch"]))
-            if final == FINAL_RESOLVED:  # this job's checked-out code still fails
-                final = FINAL_FIX_PROPOSED
+            proposed = read_run_bytes(store, incident_id, repair.final_patch)
+            if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
+                final = FinalStatus.FIX_PROPOSED
         verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else (

@@ -18,10 +18,10 @@ from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.run.outcome import FINAL_ERROR, FINAL_FAILED, FINAL_FIX_PROPOSED, FINAL_PASSED
 from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
@@ -48,10 +48,10 @@ class Verdict(Frozen):
 def verdict_without_incident(pytest_exit_code: int) -> Verdict:
     """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
     if pytest_exit_code == 0:
-        return Verdict(FINAL_PASSED, STOP_NONE, 0, None, 0)
+        return Verdict(FinalStatus.PASSED, STOP_NONE, 0, None, 0)
     if pytest_exit_code == 1:
-        return Verdict(FINAL_FAILED, STOP_NOT_CAPTURED, 0, None, 1)
-    return Verdict(FINAL_ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
+        return Verdict(FinalStatus.FAILED, STOP_NOT_CAPTURED, 0, None, 1)
+    return Verdict(FinalStatus.ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
 
 
 def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
@@ -138,13 +138,13 @@ def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     status = text(info["final_status"], 60)
     verdict = f"{status} — stop reason {code(info['stop_reason'], 60)}"
     exit_code = info.get("pytest_exit_code")
-    if info["final_status"] == FINAL_PASSED:
+    if info["final_status"] == FinalStatus.PASSED:
         details = "pytest passed: no failing test, nothing to loop"
-    elif info["final_status"] == FINAL_FAILED:
+    elif info["final_status"] == FinalStatus.FAILED:
         details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
-    elif info["final_status"] == FINAL_ERROR:
+    elif info["final_status"] == FinalStatus.ERROR:
         details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
-    elif info["final_status"] == FINAL_FIX_PROPOSED:
+    elif info["final_status"] == FinalStatus.FIX_PROPOSED:
         details = ("fixed in an isolated worktree and verified there; the fix is only proposed (below): "
                    "the code of this commit still fails")
     else:

@@ -27,6 +27,7 @@ from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import base_branch, quarantine_in_force
 from pytest_selfheal.history.triage import Triage, triage_failure
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.store.events import format_ts
 
 
 class HistorySection(Protocol):
@@ -87,9 +88,8 @@ def run_info(
         git = git_context(project_root) or {}
     branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.get("branch")
     commit = source.get("GITHUB_SHA") or git.get("commit")
-    moment = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).replace(microsecond=0)
     return hr.RunInfo(
-        run_key=run_key, recorded_at=moment.isoformat(), kind=kind, incident_id=incident_id, iteration=iteration,
+        run_key=run_key, recorded_at=format_ts(now), kind=kind, incident_id=incident_id, iteration=iteration,
         commit=commit if isinstance(commit, str) else None, branch=branch if isinstance(branch, str) else None,
         ci_workflow=source.get("GITHUB_WORKFLOW") or None, ci_job=source.get("GITHUB_JOB") or None,
         ci_run_id=source.get("GITHUB_RUN_ID") or None, tests_run=tests_run,

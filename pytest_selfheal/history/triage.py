@@ -20,12 +20,14 @@ from typing import Any, Optional
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import TriageLabel
 
-NEW = "new"
-KNOWN = "known"
-FLAKY = "flaky"
-QUARANTINED = "quarantined"
-TRIAGE_LABELS: tuple[str, ...] = (NEW, KNOWN, FLAKY, QUARANTINED)
+# The labels (records/vocab.TriageLabel), by the names the history uses.
+NEW = TriageLabel.NEW
+KNOWN = TriageLabel.KNOWN
+FLAKY = TriageLabel.FLAKY
+QUARANTINED = TriageLabel.QUARANTINED
+TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 
 # A recorded rate needs a few failures behind it before it calls a test flaky.
 MIN_FAILURES_FOR_RATE = 2
@@ -36,7 +38,7 @@ RERUN_DETAIL = "failed, then passed on re-run with no code change"
 class Triage(Frozen):
     """The triage of one failure and the evidence behind it."""
 
-    label: str
+    label: TriageLabel
     detail: str  # one line a person reads: "first seen on main at abc1234 (2026-11-20), 3 times"
     first_seen_commit: Optional[str] = None
     first_seen_at: Optional[str] = None

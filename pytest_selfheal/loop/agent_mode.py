@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +27,7 @@ from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
+from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
 OPEN_STATUSES = ("planned", "running")
@@ -137,7 +138,7 @@ def record_agent_attempts(
     if not touched:
         return result
     diff = diff_hash(project_root, exclude=[reports_root])
-    finished = _stamp(datetime.now(timezone.utc))
+    finished = format_ts()
     by_nodeid = {f.nodeid: f for f in failures if f.nodeid}
     command = shlex.join(["python", "-m", "pytest", *invocation])
     for incident in touched:
@@ -182,7 +183,7 @@ def record_agent_attempts(
             outcomes=run_outcomes,
             failures=run_failures,
             diff_hash=diff,
-            started_at=_stamp(started_at),
+            started_at=format_ts(started_at),
             finished_at=finished,
             mode="agent",
             verification_commands=[command],
@@ -209,5 +210,3 @@ def record_agent_attempts(
     return result
 
 
-def _stamp(moment: datetime) -> str:
-    return moment.replace(microsecond=0).isoformat()

@@ -51,6 +51,7 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -157,11 +158,10 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
     if not store.has_plan(incident_id):
-        # plan/build.py reads the incident as its JSON document.
         incident = store.read_incident(incident_id)
-        plan = build_plan(incident.to_json(), generated_at=ev.format_ts(), source=project_source(incident.rootdir))
-        store.write_plan(incident_id, plan, render_plan_md(plan))
-        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a["id"] for a in plan["actions"]], recovered=True)
+        plan = build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
+        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
     if store.read_status(incident_id) == NEW:
         store.set_status(incident_id, PLANNED)
     return store.read_plan(incident_id)
@@ -429,7 +429,7 @@ def build_run_result(
     so a resumed close-out writes the same document.
     """
     final = policy.final_status_of(decision.stop_reason)
-    archived_to = f"error_archive/{final}/{incident_id}" if final in (policy.FINAL_RESOLVED, policy.FINAL_ESCALATED) else None
+    archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     result: dict[str, Any] = {
@@ -559,7 +559,7 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
         # plan/build.py still reads the plan and the attempts as JSON documents.
         new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
         new["replanned_at_iteration"] = last
-        store.write_plan(incident_id, new, render_plan_md(new))
+        store.write_plan(incident_id, Plan.from_json(new, "the new plan revision"), render_plan_md(new))
         plan = Plan.from_json(new, PLAN_JSON)
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)

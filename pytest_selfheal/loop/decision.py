@@ -49,9 +49,10 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.vocab import TriageLabel
 
 # Triage labels (history/triage.py) under which a failure is known not to be deterministic.
-KNOWN_FLAKY_LABELS: tuple[str, ...] = ("flaky", "quarantined")
+KNOWN_FLAKY_LABELS: tuple[TriageLabel, ...] = (TriageLabel.FLAKY, TriageLabel.QUARANTINED)
 
 
 def known_flaky(incident: Incident) -> frozenset[str]:

@@ -71,10 +71,12 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
+from pytest_selfheal.store.states import TERMINAL
 
 
 class Verifier(Protocol):
@@ -116,7 +118,7 @@ def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
     archive`` (killed between its status change and its move): looping it would verify an
     incident someone already closed. A stop the loop itself recorded is completed instead."""
     status = store.read_status(incident_id)
-    if status not in ("resolved", "escalated"):
+    if status not in TERMINAL:
         return
     with store.lock():
         if pending_on_disk(store, incident_id, store.read_attempts(incident_id)) is not None:
@@ -521,10 +523,10 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
     if result.get("stop_reason") == policy.TOOLING_ENV_STOP:
         # Not code-fixable: the line says what to fix (the missing module, the failed command).
         verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
-    return (
-        f"selfheal: incident {incident_id} {result.get('final_status') or 'open'}: stop_reason "
-        f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}"
-    )
+    final = result.get("final_status")
+    return Line(f"selfheal: incident {incident_id} {final or 'open'}: stop_reason "
+                f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}",
+                final_tone(final))
 
 
 __all__ = [

@@ -11,8 +11,6 @@ from typing import Any, Optional
 from pytest_selfheal.loop.policy import (
     CANCELLED,
     DISABLED,
-    FINAL_ESCALATED,
-    FINAL_RESOLVED,
     FLAKY,
     MAX_ITERATIONS,
     MESSAGE_UNSTABLE,
@@ -37,6 +35,7 @@ from pytest_selfheal.loop.policy import (
     is_evidence,
 )
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
+from pytest_selfheal.records.vocab import FinalStatus, Line, stop_tone
 
 # --------------------------------------------------------------------------- decision sentences
 
@@ -340,7 +339,7 @@ def decision_point(
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
     table = _OPTIONS[decision.stop_reason]
-    if decision.final_status in (FINAL_RESOLVED, FINAL_ESCALATED):
+    if decision.final_status in (FinalStatus.RESOLVED, FinalStatus.ESCALATED):
         table = tuple(_archived_option(*option) for option in table)
     options = [
         {"id": oid, "label": label, "command": command.format(id=ident) if command is not None else None}
@@ -392,10 +391,9 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
     reasons = decision.progress.reasons
     unstable = " (message unstable)" if MESSAGE_UNSTABLE in reasons else " (flaky)" if FLAKY in reasons else ""
-    return (
-        f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
-        f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}"
-    )
+    text = (f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
+            f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}")
+    return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 
 # --------------------------------------------------------------------------- tests without a verdict

@@ -39,49 +39,33 @@ from pytest_selfheal.records.models import (
     TIMEOUT,
     TOOLING_ENV,
 )
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # --------------------------------------------------------------------------- constants
 
-SUCCESS = "success"
-MAX_ITERATIONS = "max_iterations"
-REPEATED_FINGERPRINT = "repeated_fingerprint"
-NO_PROGRESS = "no_progress"
-REPLAN_REQUESTED = "replan_requested"
-RUNTIME_BUDGET = "runtime_budget"
-TOOLING_ENV_STOP = "tooling_env"
-TIMEOUT_STOP = "timeout"
-NO_FIX_FOUND = "no_fix_found"
-SCOPE_EXPANSION_DENIED = "scope_expansion_denied"
-PROVIDER_ESCAPED = "provider_escaped"
-CANCELLED = "cancelled"
-DISABLED = "disabled"
-# The selection passes, but only with test files edited (repair.allow_test_edits): a person looks.
-TESTS_EDITED = "tests_edited"
-# The selection passes, but the capture counted failures it could not keep (its cap): never verified.
-UNVERIFIED_FAILURES = "unverified_failures"
+# The stop reasons (records/vocab.StopReason), by the names the loop uses.
+SUCCESS = StopReason.SUCCESS
+MAX_ITERATIONS = StopReason.MAX_ITERATIONS
+REPEATED_FINGERPRINT = StopReason.REPEATED_FINGERPRINT
+NO_PROGRESS = StopReason.NO_PROGRESS
+REPLAN_REQUESTED = StopReason.REPLAN_REQUESTED
+RUNTIME_BUDGET = StopReason.RUNTIME_BUDGET
+TOOLING_ENV_STOP = StopReason.TOOLING_ENV
+TIMEOUT_STOP = StopReason.TIMEOUT
+NO_FIX_FOUND = StopReason.NO_FIX_FOUND
+SCOPE_EXPANSION_DENIED = StopReason.SCOPE_EXPANSION_DENIED
+PROVIDER_ESCAPED = StopReason.PROVIDER_ESCAPED
+CANCELLED = StopReason.CANCELLED
+DISABLED = StopReason.DISABLED
+TESTS_EDITED = StopReason.TESTS_EDITED
+UNVERIFIED_FAILURES = StopReason.UNVERIFIED_FAILURES
 
-STOP_REASONS: tuple[str, ...] = (
-    SUCCESS,
-    TESTS_EDITED,
-    UNVERIFIED_FAILURES,
-    MAX_ITERATIONS,
-    REPEATED_FINGERPRINT,
-    NO_PROGRESS,
-    REPLAN_REQUESTED,
-    RUNTIME_BUDGET,
-    TOOLING_ENV_STOP,
-    TIMEOUT_STOP,
-    NO_FIX_FOUND,
-    SCOPE_EXPANSION_DENIED,
-    PROVIDER_ESCAPED,
-    CANCELLED,
-    DISABLED,
-)
+STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
 
 # When several stop conditions hold in one iteration the first in this order wins
 # (docs/loop.md "Precedence"): nothing runs when disabled; a green run is never reported
 # as a failure; then the most specific diagnosis before generic exhaustion.
-PRECEDENCE: tuple[str, ...] = (
+PRECEDENCE: tuple[StopReason, ...] = (
     DISABLED,
     TESTS_EDITED,
     UNVERIFIED_FAILURES,
@@ -101,10 +85,6 @@ PRECEDENCE: tuple[str, ...] = (
 
 ACTION_CONTINUE = "continue"
 ACTION_STOP = "stop"
-
-FINAL_RESOLVED = "resolved"
-FINAL_ESCALATED = "escalated"
-FINAL_REPLAN_REQUESTED = "replan_requested"
 
 # Observation.repair_result values.
 REPAIR_DIFF = "diff"
@@ -500,10 +480,10 @@ def stop_is_history(reopened: Optional[int], last_iteration: int, status: Option
     """True when the incident was reopened after attempt ``reopened`` and has not stopped
     since: no attempt after it and not closed again. A stop recorded up to that attempt
     (``run_result.json``, the last attempt) is then history, neither in force nor pending."""
-    return reopened is not None and last_iteration <= reopened and status not in (FINAL_RESOLVED, FINAL_ESCALATED)
+    return reopened is not None and last_iteration <= reopened and status not in (FinalStatus.RESOLVED, FinalStatus.ESCALATED)
 
 
-def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
+def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
     """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
 
     The one home of this mapping: :func:`decide`, the driver's run result and the event
@@ -513,10 +493,10 @@ def final_status_of(stop_reason: Optional[str]) -> Optional[str]:
         # Nothing was decided about the failure: the incident stays open and resumable.
         return None
     if stop_reason == SUCCESS:
-        return FINAL_RESOLVED
+        return FinalStatus.RESOLVED
     if stop_reason == REPLAN_REQUESTED:
-        return FINAL_REPLAN_REQUESTED
-    return FINAL_ESCALATED
+        return FinalStatus.REPLAN_REQUESTED
+    return FinalStatus.ESCALATED
 
 
 # --------------------------------------------------------------------------- from disk

@@ -26,6 +26,7 @@ from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.loop.resume import capture_diff_hash, read_context
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.vocab import Line, Tone
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import INBOX
@@ -143,9 +144,9 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
     stopped = match.incident
-    return (f"selfheal: incident {stopped.incident_id} iteration {stopped.iteration} of {max_iterations}: "
-            f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
-            f"-> STOP {ALREADY_STOPPED}")
+    return Line(f"selfheal: incident {stopped.incident_id} iteration {stopped.iteration} of {max_iterations}: "
+                f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
+                f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
 
 
 def next_step(match: StickyMatch) -> str:

@@ -38,6 +38,7 @@ from pytest_selfheal.mcp_server.digest import (
     verdict_lines,
 )
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
@@ -212,9 +213,9 @@ class Project:
             store, resolved, effective=effective, cwd=self.root, pluginmanager=hooks.cli_plugin_manager(),
             out=progress.append, interactive=False, unattended=True, verify_only=True,
         )
-        status = str(result.get("final_status") or "unknown")
-        head = (f"STOP {result.get('stop_reason') or status}: incident {resolved} {status} after "
-                f"{result.get('loops_used', 0)} loop(s)")
+        status = result.final_status.value if result.final_status is not None else "unknown"
+        reason = result.stop_reason.value if result.stop_reason is not None else status
+        head = f"STOP {reason}: incident {resolved} {status} after {result.loops_used} loop(s)"
         body = "\n".join(one_line(line, 400) for line in progress[-40:])
         blocks = [head, body] if body else [head]
         return ToolResult(fit(blocks, self._limit(effective), what="block(s) of loop output",
@@ -385,7 +386,7 @@ class Project:
     def _next(self, verdict: Mapping[str, Any], store: Store) -> str:
         if verdict["decision"] == "CONTINUE":
             return "change the code at the target paths, then call run_tests again"
-        if verdict["status"] == "resolved":
+        if verdict["status"] == FinalStatus.RESOLVED:
             return f"done: {verdict['incident_id']} is archived as resolved"
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
         action = one_line(report.get("recommended_next_action") or "read the loop report", 500)
@@ -399,7 +400,7 @@ class Project:
         ``more`` says where the groups left out are (default: the ``show`` tool)."""
         verdict = redactor.redact_obj(verdict)
         blocks = ["\n".join(verdict_lines(verdict))]
-        open_id = verdict["incident_id"] if verdict.get("status") != "resolved" else None
+        open_id = verdict["incident_id"] if verdict.get("status") != FinalStatus.RESOLVED else None
         if open_id:
             blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
         data = bounded_verdict({k: v for k, v in verdict.items() if k != "plugin_lines"}, limit)

@@ -39,6 +39,7 @@ from pytest_selfheal.plan.groups import (
     selection_file,
 )
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
@@ -51,7 +52,7 @@ from pytest_selfheal.records.models import (
     TYPECHECK,
     UNKNOWN,
 )
-from pytest_selfheal.records.plan import PlanAction
+from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.records.redacted import runnable_nodeid
 
 DONE_CRITERIA: tuple[str, ...] = (
@@ -311,20 +312,18 @@ def _hypotheses(
     return hypotheses
 
 
-def build_plan(
-    incident: Mapping[str, Any], *, generated_at: str, python: str = "python", source: Optional[Source] = None
-) -> dict[str, Any]:
-    """The ``plan.json`` document for ``incident``, revision 1.
+def build_plan(incident: Incident, *, generated_at: str, python: str = "python", source: Optional[Source] = None) -> Plan:
+    """The plan (``plan.json``) for ``incident``, revision 1.
 
     ``generated_at`` is passed in (ISO-8601 UTC) so the function stays pure. ``python`` is
     the interpreter written at the head of the verification commands. ``source`` reads a
     project file's lines (None: unreadable) for the code excerpt around each action's top
     suspect; without it the plan has no excerpts.
     """
-    incident_id = incident.get("incident_id")
-    if not isinstance(incident_id, str) or not incident_id:
+    incident_id = incident.incident_id
+    if not incident_id:
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
-    failures = _failures(incident)
+    failures = _failures(incident.to_json())
     ranked = rank_failures(failures)
     groups = [r.group for r in ranked]
     actions = [_action(i, r, python, source) for i, r in enumerate(ranked, start=1)]
@@ -334,10 +333,10 @@ def build_plan(
     summary = (
         f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
-        f"{first['nodeids'][0] if first['nodeids'] else _str(incident.get('step'), 'unknown')} — "
+        f"{first['nodeids'][0] if first['nodeids'] else incident.step or 'unknown'} — "
         f"{first['failure_type']}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
     )
-    return {
+    return Plan.from_json({
         "incident_id": incident_id,
         "generated_at": generated_at,
         "revision": 1,
@@ -348,7 +347,7 @@ def build_plan(
             pytest_command(collapse_selection(all_nodeids), python=python) if all_nodeids else _collect_only(python)
         ],
         "done_criteria": list(DONE_CRITERIA),
-    }
+    }, "the built plan")
 
 
 def verification_argv(plan: Mapping[str, Any]) -> list[list[str]]:

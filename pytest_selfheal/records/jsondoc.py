@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from enum import Enum
 from types import MappingProxyType
 from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
@@ -185,6 +186,21 @@ def object_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Mapping[st
 
 
 strings = array_of(string)
+
+E = TypeVar("E", bound=Enum)
+
+
+def one_of(enum: type[E]) -> Callable[[Any, str], E]:
+    """A string that is the value of a member of ``enum``: the member."""
+    values = ", ".join(str(member.value) for member in enum)
+
+    def parse_member(value: Any, path: str) -> E:
+        try:
+            return enum(string(value, path))
+        except ValueError:
+            raise FieldError(path, f"expected one of {values}, got {value!r}") from None
+
+    return parse_member
 
 
 def fingerprints_entry(value: Any, path: str) -> FingerprintsEntry:

@@ -12,6 +12,7 @@ from dataclasses import asdict, field
 from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import FailureClass
 
 # Outcomes of one testcase, as read from junit XML.
 OUTCOME_PASSED = "passed"
@@ -33,10 +34,10 @@ UNKNOWN = "UNKNOWN"
 DOCTEST_MISMATCH = "DOCTEST_MISMATCH"  # a doctest example printed something else than its expected output
 FAILURE_TYPES = (TEST_ASSERTION, DOCTEST_MISMATCH, TYPECHECK, LINT, BUILD_COMPILE, TOOLING_ENV, TIMEOUT, UNKNOWN)
 
-# The contract's failure_class values (seed: error automation contract).
-FAILURE_CLASS_DETERMINISTIC = "deterministic"
-FAILURE_CLASS_TRANSIENT = "transient"
-FAILURE_CLASS_ENVIRONMENT = "environment"
+# The contract's failure_class values (records/vocab.FailureClass).
+FAILURE_CLASS_DETERMINISTIC = FailureClass.DETERMINISTIC
+FAILURE_CLASS_TRANSIENT = FailureClass.TRANSIENT
+FAILURE_CLASS_ENVIRONMENT = FailureClass.ENVIRONMENT
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -68,7 +69,7 @@ class Classification(Frozen):
     failure_type: str  # one of FAILURE_TYPES
     code_fixable: bool
     transient: bool
-    failure_class: str  # deterministic | transient | environment
+    failure_class: FailureClass
     rule: str = ""  # name of the rule that matched, for explanations
 
     def to_dict(self) -> dict[str, Any]:

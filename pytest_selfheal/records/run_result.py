@@ -23,9 +23,11 @@ from pytest_selfheal.records.jsondoc import (
     nullable,
     number,
     object_of,
+    one_of,
     string,
     strings,
 )
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -147,12 +149,12 @@ class RunResult(JsonRecord):
     KIND: ClassVar[str] = "run_result"
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("incident_id", string, required=True),
-        Field("final_status", string, required=True),
+        Field("final_status", one_of(FinalStatus), required=True),
         Field("loops_used", integer, required=True),
         Field("runtime_minutes", number, required=True),
         Field("same_error_repeats", integer, required=True),
         Field("archived_to", nullable(string), required=True),
-        Field("stop_reason", nullable(string)),
+        Field("stop_reason", nullable(one_of(StopReason))),
         Field("message", string),
         Field("iteration", integer),
         Field("flaky_tests", strings),
@@ -167,12 +169,12 @@ class RunResult(JsonRecord):
     )
 
     incident_id: str
-    final_status: str  # resolved | escalated | replan_requested
+    final_status: FinalStatus  # resolved | escalated | replan_requested
     loops_used: int  # the verification iterations of this loop run (docs/glossary.md)
     runtime_minutes: float
     same_error_repeats: int
     archived_to: Optional[str]  # error_archive/<bucket>/<id>, None when not archived
-    stop_reason: Optional[str] = None
+    stop_reason: Optional[StopReason] = None
     message: Optional[str] = None
     iteration: Optional[int] = None  # the last attempt number; 0 without attempts
     flaky_tests: tuple[str, ...] = ()
@@ -186,3 +188,18 @@ class RunResult(JsonRecord):
     repair: Optional[RunRepair] = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LoopResult(RunResult):
+    """What :func:`pytest_selfheal.run.entry.run_incident_loop` returns: the run result of
+    the stop, or for a stop that decided nothing (``disabled``, ``cancelled``) the same
+    shape with ``final_status`` None, never written to disk."""
+
+    KIND: ClassVar[str] = "loop result"
+    FIELDS: ClassVar[tuple[Field, ...]] = tuple(
+        Field("final_status", nullable(one_of(FinalStatus)), required=True) if f.key == "final_status" else f
+        for f in RunResult.FIELDS
+    )
+
+    final_status: Optional[FinalStatus]  # type: ignore[assignment]  # None: the incident stays open

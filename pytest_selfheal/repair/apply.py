@@ -17,6 +17,7 @@ from pytest_selfheal.gitrepo import isolated_git_env, repo_top
 from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.patch_summary import PatchSummary, refusal, summarise
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
@@ -84,7 +85,7 @@ def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_
             f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
         )
     result = store.read_run_result(incident_id)
-    verified = result is not None and result.final_status == "resolved"
+    verified = result is not None and result.final_status == FinalStatus.RESOLVED
     return ProposedPatch(incident_id, patch, where, top, summary, verdict.already_applied,
                          verified, result.stop_reason if result is not None else None)
 

@@ -25,6 +25,7 @@ from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.approval import Approver, approver_from
 from pytest_selfheal.repair.patch_summary import refusal, summarise
 from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
@@ -170,7 +171,7 @@ def _close_out(
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
-    resolved = result.get("final_status") == "resolved"
+    resolved = result.get("final_status") == FinalStatus.RESOLVED
     block: dict[str, Any] = {
         "final_patch": None,
         "applied": False,

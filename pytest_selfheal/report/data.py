@@ -26,6 +26,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.vocab import FinalStatus
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -48,9 +49,9 @@ TASK_KEYS: tuple[str, ...] = ("task", "attempts", "stop_reason")
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
 # Outcome: escalated, then replan_requested, then not finished, then resolved last.
 _OUTCOME_RANK: dict[str, int] = {
-    policy.FINAL_ESCALATED: 0,
-    policy.FINAL_REPLAN_REQUESTED: 1,
-    policy.FINAL_RESOLVED: 3,
+    FinalStatus.ESCALATED: 0,
+    FinalStatus.REPLAN_REQUESTED: 1,
+    FinalStatus.RESOLVED: 3,
 }
 _UNFINISHED_RANK = 2
 # Stop reasons in the loop's own precedence (most specific diagnosis first), except that

@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
+from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_config, strs, unique
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
@@ -569,16 +570,14 @@ def render_terminal(report: Mapping[str, Any]) -> list[str]:
     if not incidents:
         return [f"{REPORT_TITLE}: no incidents"]
     reason = report.get("stop_reason")
-    if reason:
-        verdict = f"stop reason {reason}"
-    else:
-        verdict = "loop not finished" if report["total_retries"] else "loop not run yet"
+    verdict = f"stop reason {reason}" if reason else "loop not finished" if report["total_retries"] else "loop not run yet"
     retries = report["total_retries"]
     lines = [
         f"{REPORT_TITLE}: {report.get('final_status')}, {verdict} ({plural(len(incidents), 'incident')}, "
         f"{retries} {'retry' if retries == 1 else 'retries'}{'' if report['enabled'] else ', disabled'})"
     ]
-    for entry in incidents[:TERMINAL_MAX_INCIDENTS]:
+    shown_incidents = incidents[:TERMINAL_MAX_INCIDENTS]
+    for entry in shown_incidents:
         tasks = [f"{t['task']} {t['attempts']}x {t['stop_reason'] or NOT_RUN}" for t in entry["tasks"]]
         shown = ", ".join(tasks[:6]) + (f", +{len(tasks) - 6} more" if len(tasks) > 6 else "") or "no plan yet"
         state = entry["stop_reason"] or ("not finished" if entry["loops_used"] else NOT_RUN)
@@ -593,4 +592,7 @@ def render_terminal(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"  {label}: {', '.join(tests[:TERMINAL_MAX_TESTS])}{more}")
     lines.append(f"  next: {report['recommended_next_action']}")
     # Data may hold newlines: keep every entry one terminal line.
-    return [("  " if line.startswith("  ") else "") + _one_line(line) for line in lines]
+    plain = [("  " if line.startswith("  ") else "") + _one_line(line) for line in lines]
+    # The headline and each incident's line are shown in the colour of their final status.
+    tones = [final_tone(s) for s in [report.get("final_status")] + [e["final_status"] for e in shown_incidents]]
+    return [Line(line, tone) for line, tone in zip(plain, tones)] + plain[len(tones):]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import pluggy
 
@@ -20,6 +20,7 @@ from pytest_selfheal import hooks
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.store.root import Store
 
@@ -42,8 +43,8 @@ def run_incident_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     verify_only: bool = False,
-) -> dict[str, Any]:
-    """Run (or resume) the loop of ``incident_id`` to its stop and return the run result.
+) -> LoopResult:
+    """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
     ``cwd`` is the project root computed by the caller; the verification runs there (or in
     the capture's rootdir when that lies inside it: :func:`verification_root`).
@@ -62,12 +63,14 @@ def run_incident_loop(
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = hooks.classification_rules(pluginmanager)
     if not verify_only and has_repair_provider(effective, pluginmanager):
-        return repair_loop(
+        result = repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
             unattended=unattended,
         )
-    return run_loop(
-        store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
-        unattended=unattended, env=env, hook_rules=rules,
-    )
+    else:
+        result = run_loop(
+            store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
+            unattended=unattended, env=env, hook_rules=rules,
+        )
+    return LoopResult.from_json(result, f"the loop of {incident_id}")

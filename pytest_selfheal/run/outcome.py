@@ -9,15 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE
-from pytest_selfheal.loop.policy import FINAL_RESOLVED
-
-# Final statuses of ``selfheal ci`` besides the loop's own (resolved, escalated, ...).
-FINAL_PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
-FINAL_FAILED = "failed"  # tests failed but no incident was captured
-FINAL_ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
-# The loop resolved the failure with a repair provider's patch: the fix is proposed, the code
-# that was checked out (and is tested by this job) still fails.
-FINAL_FIX_PROPOSED = "fix_proposed"
+from pytest_selfheal.records.vocab import FinalStatus
 
 #: pytest's own exit code for a usage error (bad pytest arguments).
 PYTEST_USAGE_ERROR = 4
@@ -34,20 +26,16 @@ def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
     ``fail_on_unresolved`` says: a broken setup fails the job. ``fix_proposed`` (the job's
     code still fails; a patch would fix it) is 1 unless ``pass_on_proposed_fix``.
     """
-    if final_status in (FINAL_RESOLVED, FINAL_PASSED):
+    if final_status in (FinalStatus.RESOLVED, FinalStatus.PASSED):
         return EXIT_OK
-    if final_status == FINAL_FIX_PROPOSED:
+    if final_status == FinalStatus.FIX_PROPOSED:
         return EXIT_OK if pass_on_proposed_fix or not fail_on_unresolved else EXIT_UNRESOLVED
-    if final_status == FINAL_ERROR:
+    if final_status == FinalStatus.ERROR:
         return EXIT_USAGE if pytest_exit_code == PYTEST_USAGE_ERROR else EXIT_PYTEST
     return EXIT_UNRESOLVED if fail_on_unresolved else EXIT_OK
 
 
 __all__ = [
-    "FINAL_ERROR",
-    "FINAL_FAILED",
-    "FINAL_FIX_PROPOSED",
-    "FINAL_PASSED",
     "PYTEST_USAGE_ERROR",
     "exit_code_for",
 ]

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
@@ -21,9 +23,9 @@ from pytest_selfheal.store.reader import PLAN_JSON, PLAN_MD
 from pytest_selfheal.store.schema import validate
 from pytest_selfheal.store.states import NEW, PLANNED, check_transition
 
-# The plan a capture publishes with its incident: built from the incident document with its
-# final id (the id is chosen under the lock), as (plan.json's document, plan.md's text).
-PlanBuilder = Callable[[Mapping[str, Any]], tuple[Mapping[str, Any], str]]
+# The plan a capture publishes with its incident: built from the incident with its final id
+# (the id is chosen under the lock), as (the plan, plan.md's text).
+PlanBuilder = Callable[[Incident], tuple[Plan, str]]
 Events = list[tuple[str, Mapping[str, Any]]]
 
 # error_plans/.tmp_plan/: a capture's plan under construction. One fixed name: under the lock
@@ -55,8 +57,8 @@ def publish_plan(
     """
     incident_id = str(doc["incident_id"])
     target = plans_root / validate_incident_id(incident_id)
-    built, built_md = plan(doc)
-    plan_doc, plan_md = clean(built), redact(built_md)
+    built, built_md = plan(Incident.from_json(doc, "the new incident"))
+    plan_doc, plan_md = clean(built.to_json()), redact(built_md)
     problems = validate("plan", plan_doc)
     if problems or plan_doc.get("incident_id") != incident_id:
         raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError, one_line
+from pytest_selfheal.records.jsondoc import type_name
 
 KINDS: tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
 
@@ -109,24 +110,6 @@ def _type_matches(name: str, value: Any) -> bool:
     raise ValueError(f"unsupported JSON Schema type {name!r}")
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _same(a: Any, b: Any) -> bool:
     # enum equality as in JSON: true is not 1.
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else bool(a == b)
@@ -145,7 +128,7 @@ def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> list[str
     if "type" in schema:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_type_matches(name, doc) for name in names):
-            errors.append(f"{_where(path)}expected {' or '.join(names)}, got {_type_name(doc)}")
+            errors.append(f"{_where(path)}expected {' or '.join(names)}, got {type_name(doc)}")
             return errors  # other keywords would only repeat the same problem
     if "enum" in schema and not any(_same(doc, option) for option in schema["enum"]):
         shown = ", ".join("null" if o is None else str(o) for o in schema["enum"])

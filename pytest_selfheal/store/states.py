@@ -9,21 +9,23 @@ same status — is refused.
 from __future__ import annotations
 
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.records.vocab import IncidentStatus
 
-NEW = "new"
-PLANNED = "planned"
-RUNNING = "running"
-RESOLVED = "resolved"
-ESCALATED = "escalated"
-PLAN_PROPOSED = "plan_proposed"
+# The statuses (records/vocab.IncidentStatus), by the names the store uses.
+NEW = IncidentStatus.NEW
+PLANNED = IncidentStatus.PLANNED
+RUNNING = IncidentStatus.RUNNING
+RESOLVED = IncidentStatus.RESOLVED
+ESCALATED = IncidentStatus.ESCALATED
+PLAN_PROPOSED = IncidentStatus.PLAN_PROPOSED
 
-STATUSES: tuple[str, ...] = (NEW, PLANNED, RUNNING, RESOLVED, ESCALATED, PLAN_PROPOSED)
+STATUSES: tuple[IncidentStatus, ...] = tuple(IncidentStatus)
 
 # Terminal statuses are also the archive buckets: error_archive/<status>/<incident_id>/.
-TERMINAL: tuple[str, ...] = (RESOLVED, ESCALATED)
-ARCHIVE_BUCKETS: tuple[str, ...] = TERMINAL
+TERMINAL: tuple[IncidentStatus, ...] = (RESOLVED, ESCALATED)
+ARCHIVE_BUCKETS: tuple[IncidentStatus, ...] = TERMINAL
 
-TRANSITIONS: dict[str, frozenset[str]] = {
+TRANSITIONS: dict[str, frozenset[IncidentStatus]] = {
     # A plan is generated; or a human gives up before planning (archive --as escalated).
     NEW: frozenset({PLANNED, ESCALATED}),
     # The loop starts; or a human gives up before any run.

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
@@ -366,14 +367,14 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ plans
 
-    def write_plan(self, incident_id: str, plan: Mapping[str, Any], plan_md: str) -> Path:
+    def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
         """Write ``error_plans/<id>/plan.md`` then ``plan.json`` (both atomic); returns plan.json's path.
 
         The plan must fit the schema and name this incident (``ValueError``). The caller
         appends ``plan_generated`` and moves the status.
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(plan)
+        doc = self._clean(plan.to_json())
         plan_md = self.redactor.redact(plan_md)
         self._check_doc("plan", doc, incident_id)
         with self.locked(incident_id):

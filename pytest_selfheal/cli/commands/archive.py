@@ -11,6 +11,7 @@ from pytest_selfheal.cli.commands._common import (
     print_json,
     store_from_args,
 )
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS
 
 NAME = "archive"
 HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--as",
         dest="bucket",
         required=True,
-        choices=("resolved", "escalated"),
+        choices=tuple(bucket.value for bucket in ARCHIVE_BUCKETS),
         help="archive bucket; resolved is only allowed from status running (docs/store.md)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

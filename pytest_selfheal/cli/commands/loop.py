@@ -74,6 +74,6 @@ def run(args: argparse.Namespace) -> int:
         pluginmanager=cli_plugin_manager(),
     )
     if args.json:
-        print_json(result)
+        print_json(result.to_json())
     # 0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled).
-    return exit_code_for(str(result.get("final_status") or ""))
+    return exit_code_for(result.final_status or "")

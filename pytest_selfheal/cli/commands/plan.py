@@ -37,12 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if args.force:
         with store.lock():
             incident = store.read_incident(incident_id)
-            plan = build_plan(incident.to_json(), generated_at=format_ts(), source=project_source(incident.rootdir))
-            store.write_plan(incident_id, plan, render_plan_md(plan))
-            store.append_event(
-                incident_id, PLAN_GENERATED, forced=True, revision=plan.get("revision"),
-                actions=[a["id"] for a in plan["actions"]],
-            )
+            plan = build_plan(incident, generated_at=format_ts(), source=project_source(incident.rootdir))
+            store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+            store.append_event(incident_id, PLAN_GENERATED, forced=True, revision=plan.revision,
+                               actions=[a.id for a in plan.actions])
         if not args.json:
             sys.stderr.write(f"selfheal: regenerated the plan of {incident_id}\n")
     if args.json:

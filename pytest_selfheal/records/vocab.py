@@ -1,0 +1,143 @@
+"""The closed vocabularies of the records, each declared once as a string-valued ``Enum``. Pure.
+
+A member *is* its string (``FinalStatus.RESOLVED == "resolved"``, same hash), so JSON
+written from a member is byte-identical to JSON written from the string, and a value read
+back from a file compares equal to its member. Text built from a member always shows its
+value (``str()`` and ``format()`` give ``"resolved"`` on every supported Python; 3.12 changed
+what a plain ``(str, Enum)`` formats to), and code that builds text uses ``.value``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+
+class TextEnum(str, Enum):
+    """A string-valued enum whose ``str()``/``format()`` is its value on Python 3.9 to 3.13."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class FinalStatus(TextEnum):
+    """How a run ended: the loop's own three, then the outcomes of ``selfheal ci`` without a loop."""
+
+    RESOLVED = "resolved"
+    ESCALATED = "escalated"
+    REPLAN_REQUESTED = "replan_requested"
+    PASSED = "passed"  # pytest passed: nothing failed, nothing to loop
+    FAILED = "failed"  # tests failed but no incident was captured
+    ERROR = "error"  # pytest could not run the tests (usage error, internal error, no tests)
+    # The loop resolved the failure with a repair provider's patch: the fix is proposed, the
+    # code that was checked out (and is tested by the CI job) still fails.
+    FIX_PROPOSED = "fix_proposed"
+
+
+class IncidentStatus(TextEnum):
+    """``status.txt`` of an incident (store/states.py holds the moves between them).
+
+    The two terminal statuses are the final statuses of the same name.
+    """
+
+    NEW = "new"
+    PLANNED = "planned"
+    RUNNING = "running"
+    RESOLVED = FinalStatus.RESOLVED.value
+    ESCALATED = FinalStatus.ESCALATED.value
+    PLAN_PROPOSED = "plan_proposed"
+
+
+class StopReason(TextEnum):
+    """Why the loop stopped (loop/policy.py decides; docs/loop.md lists them)."""
+
+    SUCCESS = "success"
+    TESTS_EDITED = "tests_edited"  # the selection passes, but only with test files edited: a person looks
+    # The selection passes, but the capture counted failures it could not keep (its cap): never verified.
+    UNVERIFIED_FAILURES = "unverified_failures"
+    MAX_ITERATIONS = "max_iterations"
+    REPEATED_FINGERPRINT = "repeated_fingerprint"
+    NO_PROGRESS = "no_progress"
+    REPLAN_REQUESTED = "replan_requested"
+    RUNTIME_BUDGET = "runtime_budget"
+    TOOLING_ENV = "tooling_env"
+    TIMEOUT = "timeout"
+    NO_FIX_FOUND = "no_fix_found"
+    SCOPE_EXPANSION_DENIED = "scope_expansion_denied"
+    PROVIDER_ESCAPED = "provider_escaped"
+    CANCELLED = "cancelled"
+    DISABLED = "disabled"
+
+
+class TriageLabel(TextEnum):
+    """The triage of one failure against the history (history/triage.py)."""
+
+    NEW = "new"
+    KNOWN = "known"
+    FLAKY = "flaky"
+    QUARANTINED = "quarantined"
+
+
+class FailureClass(TextEnum):
+    """The contract's ``failure_class`` of a failure (analysis/classify.py)."""
+
+    DETERMINISTIC = "deterministic"
+    TRANSIENT = "transient"
+    ENVIRONMENT = "environment"
+
+
+class Tone(TextEnum):
+    """How a terminal line is shown: the colour follows the record the line speaks of."""
+
+    PLAIN = "plain"
+    GOOD = "good"  # green: resolved, a STOP success
+    BAD = "bad"  # red, bold: any other stop, escalated, an error
+    WARN = "warn"  # yellow: CONTINUE, a warning
+
+
+class Line(str):
+    """A line of text that carries its :class:`Tone`; otherwise the plain string."""
+
+    tone: Tone
+
+    def __new__(cls, text: str, tone: Tone) -> Line:
+        line = super().__new__(cls, text)
+        line.tone = tone
+        return line
+
+
+def tone_of(line: str) -> Tone:
+    """The tone a line was built with (:data:`Tone.PLAIN` for plain text)."""
+    return line.tone if isinstance(line, Line) else Tone.PLAIN
+
+
+def final_tone(final_status: Optional[str]) -> Tone:
+    """Green for resolved (or passed), red for escalated, plain otherwise (open, replan requested)."""
+    if final_status in (FinalStatus.RESOLVED, FinalStatus.PASSED):
+        return Tone.GOOD
+    return Tone.BAD if final_status == FinalStatus.ESCALATED else Tone.PLAIN
+
+
+def stop_tone(stop_reason: Optional[str]) -> Tone:
+    """Green for a STOP success, red for any other STOP, yellow for CONTINUE (None)."""
+    if stop_reason is None:
+        return Tone.WARN
+    return Tone.GOOD if stop_reason == StopReason.SUCCESS else Tone.BAD
+
+
+__all__ = [
+    "FailureClass",
+    "FinalStatus",
+    "IncidentStatus",
+    "Line",
+    "StopReason",
+    "TextEnum",
+    "Tone",
+    "TriageLabel",
+    "final_tone",
+    "stop_tone",
+    "tone_of",
+]

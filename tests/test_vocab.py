@@ -1,0 +1,48 @@
+"""The string-valued vocabularies: a member is its string in JSON, text and comparisons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_selfheal.loop import policy
+from pytest_selfheal.records.vocab import (
+    FailureClass,
+    FinalStatus,
+    IncidentStatus,
+    Line,
+    StopReason,
+    TextEnum,
+    Tone,
+    TriageLabel,
+    final_tone,
+    stop_tone,
+    tone_of,
+)
+from pytest_selfheal.store import states
+
+ALL = [m for enum in (FinalStatus, IncidentStatus, StopReason, TriageLabel, FailureClass) for m in enum]
+
+
+@pytest.mark.parametrize("member", ALL, ids=lambda m: f"{type(m).__name__}.{m.name}")
+def test_a_member_is_its_value_in_json_text_and_comparisons(member: TextEnum) -> None:
+    value = member.value
+    assert json.dumps({member: member}) == json.dumps({value: value})
+    assert json.dumps([member], indent=1) == json.dumps([value], indent=1)
+    assert (str(member), f"{member}", format(member, ">3"), f"{member:s}") == (value, value, format(value, ">3"), value)
+    assert member == value and hash(member) == hash(value)
+
+
+def test_final_status_is_defined_once() -> None:
+    assert IncidentStatus.RESOLVED == FinalStatus.RESOLVED and states.RESOLVED is IncidentStatus.RESOLVED
+    assert policy.final_status_of(policy.SUCCESS) is FinalStatus.RESOLVED
+    assert policy.STOP_REASONS == tuple(StopReason)
+
+
+def test_a_line_carries_the_tone_of_its_record() -> None:
+    assert tone_of("plain text -> STOP success") is Tone.PLAIN  # the text is never searched
+    assert tone_of(Line("x", Tone.GOOD)) is Tone.GOOD and Line("x", Tone.GOOD) == "x"
+    assert [stop_tone(r) for r in (None, StopReason.SUCCESS, StopReason.MAX_ITERATIONS)] == [Tone.WARN, Tone.GOOD, Tone.BAD]
+    assert [final_tone(s) for s in (FinalStatus.RESOLVED, FinalStatus.ESCALATED, None, "replan_requested")] == [
+        Tone.GOOD, Tone.BAD, Tone.PLAIN, Tone.PLAIN]
