@@ -247,3 +247,28 @@ def test_no_reference_to_a_document_outside_the_repository() -> None:
         if hits:
             cited[_where(path)] = hits
     assert not cited
+
+
+def _sections(path: Path) -> Set[str]:
+    """Headings and bold labels of a page, lower-case, without backticks."""
+    text = re.sub(r"^```[^\n]*\n.*?^```", "", _text(path), flags=re.S | re.M)
+    found = re.findall(r"^#{1,6} (.+)$", text, flags=re.M) + re.findall(r"\*\*([^*]+)\*\*", text)
+    return {re.sub(r"\s+", " ", s.replace("`", "")).strip(" .:").lower() for s in found}
+
+
+def test_the_code_cites_pages_and_sections_that_exist() -> None:
+    """``docs/loop.md "Progress"`` in a docstring names a page and a heading (or bold label) of it."""
+    missing = []
+    sources = [*(ROOT / "pytest_selfheal").rglob("*.py"), *(ROOT / "scripts").glob("*.py"),
+               *(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    for source in sources:
+        for m in re.finditer(r"\b(docs/[\w/-]+\.md)(?:\s+\"([^\"]+)\")?", _text(source)):
+            page = ROOT / m.group(1)
+            if not page.exists():
+                if source.name != "test_scope.py":  # its docs/ paths are test data
+                    missing.append((_where(source), m.group(1)))
+            elif m.group(2):
+                wanted = re.sub(r"\s+", " ", m.group(2)).strip().lower()
+                if not any(s.startswith(wanted) for s in _sections(page)):
+                    missing.append((_where(source), f'{m.group(1)} "{m.group(2)}"'))
+    assert not missing, f"the code cites what the docs do not have: {missing}"

@@ -51,7 +51,7 @@ class CodeRef(JsonRecord):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RootCause(JsonRecord):
-    """A failure's root-cause evidence, resolved at capture inside pytest (SPEC §7, docs/schemas.md)."""
+    """A failure's root-cause evidence, resolved at capture inside pytest (SPEC §7, docs/store.md)."""
 
     KIND: ClassVar[str] = "root cause"
     FIELDS: ClassVar[Tuple[Field, ...]] = (
