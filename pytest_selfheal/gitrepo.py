@@ -194,7 +194,7 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
     """The git context and the diff hash of the repository containing ``project_root``, in one pass.
 
     Runs the git binary directly (argv lists, no shell): importing gitpython costs more
-    than the capture's whole git work (docs/dev/benchmarks-log.md). A clean tree takes two
+    than the capture's whole git work (docs/benchmarks.md). A clean tree takes two
     commands (``rev-parse --show-toplevel``, ``status --porcelain=v2``); the diff, the
     untracked listing and the diff stat run only when the status shows something for them.
     The results are those of the gitpython calls they replace (tests/test_verify.py,

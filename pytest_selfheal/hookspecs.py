@@ -17,12 +17,13 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 @hookspec
 def pytest_selfheal_classification_rules() -> Optional[Sequence[Mapping[str, Any]]]:
-    """Return extra classification rules, tried before the built-in ones.
+    """Return extra classification rules, tried before the configured and built-in ones.
 
     Each rule is a mapping like the ``classification.rules`` config entries:
-    ``{"name": ..., "pattern": <regex>, "failure_type": <TYPE>, "code_fixable": bool,
-    "transient": bool}`` (the last two optional). Results of all implementations are
-    concatenated in hook-call order.
+    ``{"name": ..., "pattern": <regex>, "failure_type": <TYPE>}`` with optional
+    ``code_fixable``, ``transient``, ``failure_class`` and ``keywords``. Results of all
+    implementations are concatenated in hook-call order, and tried before the configured
+    rules. ``selfheal fingerprint`` does not call this hook (docs/hooks.md).
     """
 
 

@@ -1,4 +1,4 @@
-"""The one process runner (edge: subprocesses; docs/loop.md "The driver", docs/repair.md).
+"""The process runner of every child but git (edge: subprocesses; docs/loop.md, docs/repair.md).
 
 Every child selfheal starts — a verification selection, a repair command, the pytest run of
 ``selfheal ci`` — goes through :func:`run`:

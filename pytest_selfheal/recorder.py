@@ -65,7 +65,7 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 # The loop side: agent mode (loop/agent_mode.py) and the loop entry (run/entry.py), with the
-# loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
+# loop/ and repair/ modules they pull in (~20 ms of imports, docs/benchmarks.md).
 _LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.run.entry",
               "sticky": "pytest_selfheal.loop.sticky"}
 

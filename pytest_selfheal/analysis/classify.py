@@ -1,4 +1,4 @@
-"""Data-driven failure classification (docs/classification.md). Pure: no I/O.
+"""Data-driven failure classification (docs/fingerprints.md). Pure: no I/O.
 
 A rule is a regular expression and the failure type it implies. Rules are tried in order,
 extra rules (config ``classification.rules``, the ``pytest_selfheal_classification_rules``

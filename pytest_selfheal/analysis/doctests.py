@@ -10,7 +10,7 @@ and made a different fingerprint whenever the docstring above the example moved.
 :func:`doctest_line` turns such a report into the one line that names the failure:
 
 * a mismatch: ``DocTestFailure: >>> double(3) expected: 6 got: 4`` (multi-line outputs
-  joined with `` \\n ``), classified ``DOCTEST_MISMATCH`` (docs/classification.md);
+  joined with `` \\n ``), classified ``DOCTEST_MISMATCH`` (docs/fingerprints.md);
 * an unexpected exception: the exception's last traceback line with the example,
   ``ZeroDivisionError: division by zero (doctest >>> ratio(1, 0))``, classified like any
   exception.

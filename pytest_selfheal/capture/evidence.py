@@ -275,7 +275,7 @@ class Resolver:
     def resolve(
         self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
     ) -> Optional[dict[str, Any]]:
-        """The ``root_cause`` evidence of one failing test (docs/schemas.md), or None when
+        """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
         fixture values: their project classes count as calls when the test's own code
         names no project definition."""

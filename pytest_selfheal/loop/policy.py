@@ -380,7 +380,7 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
     for i in range(len(evidence) - 1, 0, -1):
         prev, cur = evidence[i - 1], evidence[i]
         # An unstable message, or a flaky test changing beside what still fails, with the
-        # code unchanged, is the same failure seen again (docs/loop.md "Honest verdicts").
+        # code unchanged, is the same failure seen again (docs/loop.md "Progress").
         if prev.fingerprint_set != cur.fingerprint_set and not code_unchanged(prev, cur):
             break
         count += 1

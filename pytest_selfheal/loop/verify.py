@@ -1,4 +1,4 @@
-"""Running the plan's verification selections (edge: subprocesses; docs/loop.md "The driver").
+"""Running the plan's verification selections (edge: subprocesses; docs/loop.md "What a verification run executes").
 
 One verification run = one argv list from ``plan.json``'s ``verification_commands``:
 

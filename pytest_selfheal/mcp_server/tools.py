@@ -2,7 +2,7 @@
 home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md).
 
 ``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.run.pytest_run`, through
-the one process runner) and reads what the plugin recorded; ``show`` digests
+the process runner) and reads what the plugin recorded; ``show`` digests
 :func:`~pytest_selfheal.report.incident_view.incident_view`; ``loop`` calls
 :func:`~pytest_selfheal.run.entry.run_incident_loop` (verify-only); ``report`` renders
 :func:`~pytest_selfheal.report.load.build_from_store` with the hook sections; ``apply`` is

@@ -1,7 +1,7 @@
 """Failures grouped by root cause, and selections that stay readable (pure).
 
 One plan action per *root cause*, not per message. A failure's evidence (``root_cause`` in
-``incident.json``, resolved at capture: docs/schemas.md) decides its group, in this order:
+``incident.json``, resolved at capture: docs/store.md) decides its group, in this order:
 
 1. **frame** — the innermost traceback frame in the project outside the test files: every
    failure raised in (or through) ``core.py::add`` is one group, whatever its message;

@@ -4,7 +4,7 @@
 its module is imported (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
 ``__setattr__``, ``__delattr__``, the first in its slower frozen form): on Python 3.11
 that is most of what importing the records, the settings and the policy costs, and every
-``pytest --selfheal`` run pays it (docs/dev/benchmarks-log.md, issue 10). Here only
+``pytest --selfheal`` run pays it (docs/benchmarks.md, issue 10). Here only
 ``__init__`` is compiled per class; :class:`Frozen` defines the five others once, with the
 dataclass semantics. A frozen dataclass of the package is declared::
 

@@ -52,7 +52,7 @@ class CodeRef(JsonRecord):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RootCause(JsonRecord):
-    """A failure's root-cause evidence, resolved at capture inside pytest (docs/schemas.md)."""
+    """A failure's root-cause evidence, resolved at capture inside pytest (docs/store.md)."""
 
     KIND: ClassVar[str] = "root cause"
     FIELDS: ClassVar[tuple[Field, ...]] = (

@@ -170,7 +170,7 @@ class RunResult(JsonRecord):
 
     incident_id: str
     final_status: FinalStatus  # resolved | escalated | replan_requested
-    loops_used: int  # the verification iterations of this loop run (docs/glossary.md)
+    loops_used: int  # the verification iterations of this loop run (docs/store.md)
     runtime_minutes: float
     same_error_repeats: int
     archived_to: Optional[str]  # error_archive/<bucket>/<id>, None when not archived

@@ -3,7 +3,7 @@
 ``Store.create_incident(plan=…)`` calls :func:`publish_plan` under the store lock, once the
 incident's id is chosen and before the incident folder itself is renamed into place: the
 incident then appears already ``planned``, with its plan, in 11 fsyncs instead of the 17 of
-create + write_plan + append_event + set_status (docs/dev/benchmarks-log.md).
+create + write_plan + append_event + set_status (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def compile_check(schema: Mapping[str, Any]) -> Check:
 
     The keywords are read once, not at every node of every document: a capture validates
     an incident of many failures, and the predicate is several times faster than walking
-    the schema (docs/dev/benchmarks-log.md). The error messages still come from
+    the schema (docs/benchmarks.md). The error messages still come from
     :func:`iter_errors`, which runs only on an invalid document.
     """
     unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS

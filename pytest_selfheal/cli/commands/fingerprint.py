@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     """Print one line (or JSON object) per failing testcase; warnings/errors on stderr."""
     rules: list[Rule] = []
     if not args.no_config:
-        # The project's configured rules (docs/classification.md), like `pytest --selfheal`
-        # and `selfheal loop` use them: the same failure gets the same fingerprint.
+        # The project's configured rules (docs/fingerprints.md), as `pytest --selfheal` and
+        # `selfheal loop` use them; hook rules are not applied here (docs/hooks.md).
         rules = list(load_config(project_root()).settings.classification_rules)
     warnings: list[str] = []
     errors: list[str] = []
