@@ -1,8 +1,10 @@
 """The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
 
-Collects the failing reports during the run; at session end, on the controller only, it
-records the next iteration of an open incident (agent mode) or captures a new incident,
-optionally runs the loop, and writes the report.
+During the run it keeps counters and the failing reports, nothing more: a green run imports
+the config and this module only (docs/benchmarks.md, "Green run"). At session end, on the
+controller only and only when something failed or an open incident's test ran, the session
+end (:mod:`.finish`) records the next iteration of an open incident (agent mode) or captures
+a new incident, optionally runs the loop, and writes the report.
 """
 
 from __future__ import annotations
@@ -10,42 +12,32 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Generator
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import pytest
 
-from pytest_selfheal.capture.context import probe_platform
-from pytest_selfheal.capture.evidence import Resolver, traceback_of
-from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir
-from pytest_selfheal.capture.spectrum import SpectrumHook
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
-from pytest_selfheal.junit import reader
-from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.redact import default_redactor, is_redacted
-from pytest_selfheal.report.data import IncidentRun, build_report
-from pytest_selfheal.report.load import load_incident_run
-from pytest_selfheal.report.render import render_terminal
-from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.store.fsio import atomic_write_text
-from pytest_selfheal.store.root import Store
+from pytest_selfheal.records.redacted import is_redacted
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    from pytest_selfheal.loop import agent_mode, sticky  # noqa: F401
+    # Loaded late (see late()); named here so that import-linter still checks the edges.
+    from pytest_selfheal import redact  # noqa: F401
+    from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
+    from pytest_selfheal.capture.evidence import Resolver
+    from pytest_selfheal.capture.spectrum import SpectrumHook
+    from pytest_selfheal.loop import agent_mode  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
-
-    # Loaded late (see _loop_side); named here so that import-linter still checks the edges.
-    from pytest_selfheal.run import entry  # noqa: F401
+    from pytest_selfheal.redact import Redactor
+    from pytest_selfheal.report.data import IncidentRun
+    from pytest_selfheal.store.root import Store
 
 
 # Flags of the plugin and the config key each one overrides (None: not a config key).
@@ -62,20 +54,30 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 # xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-# The loop side: agent mode (loop/agent_mode.py) and the loop entry (run/entry.py), with the
-# loop/ and repair/ modules they pull in (~20 ms of imports, docs/dev/benchmarks-log.md).
-_LOOP_SIDE = {"agent_mode": "pytest_selfheal.loop.agent_mode", "entry": "pytest_selfheal.run.entry",
-              "sticky": "pytest_selfheal.loop.sticky"}
+# The recorder's late loads: what only a failure, an open incident or --selfheal-spectrum
+# needs. A green run imports none of them (docs/benchmarks.md, "Green run"); a run that only
+# captures never imports the loop side (agent mode, the loop entry, sticky stops).
+_LATE = {
+    "finish": "pytest_selfheal.recorder.finish",  # the session end: capture, agent mode, loop, report
+    "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
+    "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
+    "redact": "pytest_selfheal.redact",  # a failing or an open incident's node id, the store
+    "store": "pytest_selfheal.store.root",
+    "agent_mode": "pytest_selfheal.loop.agent_mode",
+    "entry": "pytest_selfheal.run.entry",
+    "sticky": "pytest_selfheal.loop.sticky",
+}
 
 
-def _loop_side(name: str) -> ModuleType:
-    """The loop side's module ``name`` ("agent_mode" or "entry"), loaded on first use.
+def late(name: str) -> ModuleType:
+    """The recorder's late-loaded module ``name`` (a key of ``_LATE``), imported on first use.
 
-    The one late load of the recorder: a run that only captures (no open incident to
-    verify, no stopped incident to compare with, no --selfheal-loop) never imports the
-    loop, like a run without --selfheal never imports this module (plugin.py).
+    Like a run without --selfheal never imports this module (plugin.py), a run with it
+    imports only what it uses: pytest marks every module of a plugin's distribution for
+    assertion rewriting, so where bytecode is not written (``PYTHONDONTWRITEBYTECODE``,
+    read-only site-packages) each module imported is parsed and compiled again on every run.
     """
-    return importlib.import_module(_LOOP_SIDE[name])
+    return importlib.import_module(_LATE[name])
 
 
 def start(config: pytest.Config) -> None:
@@ -88,7 +90,7 @@ def start(config: pytest.Config) -> None:
     spectrum: Optional[SpectrumHook] = None
     if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
                                                  and config.getini("selfheal_spectrum")):
-        spectrum = SpectrumHook(str(config.rootpath), worker=worker)
+        spectrum = late("spectrum").SpectrumHook(str(config.rootpath), worker=worker)
         config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
     if worker:
         # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
@@ -151,17 +153,22 @@ class RootCauseHook:
     """
 
     def __init__(self, rootdir: str) -> None:
-        self.resolver = Resolver(rootdir)
+        self.rootdir = rootdir
+        self.resolver: Optional[Resolver] = None  # made at the first failure: a green run never needs it
         self.evidence: dict[str, dict[str, Any]] = {}
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[dict[str, Any]]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
+        evidence = late("evidence")
+        if self.resolver is None:
+            self.resolver = evidence.Resolver(self.rootdir)
+        resolver: Resolver = self.resolver
         dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
         if dtest is not None:
-            return self.resolver.doctest(dtest, excinfo)
+            return resolver.doctest(dtest, excinfo)
         funcargs = getattr(item, "funcargs", None)
-        return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
-                                     funcargs if isinstance(funcargs, dict) else None)
+        return resolver.resolve(getattr(item, "obj", None), evidence.traceback_of(excinfo),
+                                funcargs if isinstance(funcargs, dict) else None)
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
@@ -216,6 +223,21 @@ def _markup(line: str) -> dict[str, bool]:
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
+class Failed(NamedTuple):
+    """A failing pytest report reduced to plain data as it happens; the session end redacts
+    its node id and makes it a ``junit.writer.FailedReport`` (recorder/finish.py)."""
+
+    nodeid: str
+    when: str  # setup | call | teardown | collect
+    message: str  # pytest's crash message (reprcrash.message) or a derived one
+    text: str  # the full longrepr text
+    file: Optional[str]
+    line: Optional[int]
+    duration: float
+    root_cause: Optional[dict[str, Any]]  # evidence resolved in an xdist worker (ROOT_CAUSE_ATTR)
+    tdd: bool  # marked @pytest.mark.tdd
+
+
 class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
@@ -227,7 +249,7 @@ class Recorder:
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self.effective = effective
-        self.failed: list[FailedReport] = []
+        self.failed: list[Failed] = []
         self.tests = 0
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
@@ -240,7 +262,7 @@ class Recorder:
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
-        self.redactor = default_redactor(effective.settings.redaction)
+        self._redactor: Optional[Redactor] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
@@ -263,21 +285,25 @@ class Recorder:
             return []
 
         try:
-            found: list[OpenIncident] = _loop_side("agent_mode").open_incidents(self.store())
+            found: list[OpenIncident] = late("agent_mode").open_incidents(self.store())
             return found
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
             return []
 
+    @property
+    def redactor(self) -> Redactor:
+        """This run's redactor (its settings), made on first use: a green run never needs one."""
+        if self._redactor is None:
+            self._redactor = late("redact").default_redactor(self.effective.settings.redaction)
+        redactor: Redactor = self._redactor
+        return redactor
+
     def _record(self, report: Any, when: str) -> None:
         location = getattr(report, "location", None)
-        # The id as every document will hold it: a parametrize id can carry a secret.
-        nodeid = self.redactor.redact(report.nodeid)
-        if "tdd" in getattr(report, "keywords", {}) and nodeid not in self.tdd_nodeids:
-            self.tdd_nodeids.append(nodeid)
         self.failed.append(
-            FailedReport(
-                nodeid=nodeid,
+            Failed(
+                nodeid=report.nodeid,
                 when=when,
                 message=_crash_message(report),
                 text=str(report.longreprtext or ""),
@@ -285,6 +311,7 @@ class Recorder:
                 line=(location[1] + 1) if location and location[1] is not None else None,
                 duration=float(getattr(report, "duration", 0.0) or 0.0),
                 root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
+                tdd="tdd" in getattr(report, "keywords", {}),
             )
         )
 
@@ -332,7 +359,8 @@ class Recorder:
 
     def store(self) -> Store:
         """The store of this run's reports root, redacting with this run's settings."""
-        return Store(self.reports_root, redactor=self.redactor)
+        store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
+        return store
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -341,205 +369,17 @@ class Recorder:
             return
 
         try:
-            self._finish(int(exitstatus))
+            late("finish").finish_session(self, int(exitstatus))
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: error: {exc}"))
         except Exception as exc:  # the plugin never changes pytest's outcome
             self.lines.append((ESSENTIAL,
                                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected"))
 
-    def _finish(self, exitstatus: int) -> None:
-        counts = {"tests": self.tests, "failed": len(self.failed), "skipped": self.skipped}
-        warnings: list[str] = []
-        git: Optional[PendingSnapshot] = None
-        if self.failed and not self.open_incidents:
-            # Every failure will be captured: the capture's git and platform reads (subprocesses)
-            # run while the failures are analysed.
-            git = PendingSnapshot(Path(self.config.rootpath), exclude=[self.reports_root])
-            probe_platform()
-        # Evidence resolved in this process after the report was logged (xdist's rides on the report).
-        self.failed = [
-            replace(r, root_cause=self.evidence[r.nodeid]) if not r.root_cause and r.nodeid in self.evidence else r
-            for r in self.failed
-        ]
-        if self.spectrum is not None:
-            ranked = self.spectrum.evidence()
-            self.failed = [replace(r, root_cause={**(r.root_cause or {}), "spectrum": ranked[r.nodeid]})
-                           if r.nodeid in ranked else r for r in self.failed]
-        failures = analyse_run(
-            config=self.config, effective=self.effective, reports=self.failed, counts=counts, warnings=warnings,
-            redactor=self.redactor,
-        )
-        covered: set[str] = set()
-        still_open: list[str] = []
-        # The run's replayable options: compared by agent mode, recorded by a capture.
-        options, options_problem = capture_options(self.config) if self.outcomes or failures else ([], None)
-        if self.outcomes:
-            agent = _loop_side("agent_mode").record_agent_attempts(
-                store=self.store(),
-                effective=self.effective,
-                incidents=self.open_incidents,
-                outcomes=self.outcomes,
-                failures=failures,
-                project_root=Path(self.config.rootpath),
-                reports_root=self.reports_root,
-                invocation=list(self.config.invocation_params.args),
-                started_at=self.started_at,
-                exit_code=exitstatus,
-                run_options=None if options_problem else options,
-                run_dir=invocation_dir(self.config),
-            )
-            self.lines.extend((ESSENTIAL, line) for line in agent.lines)
-            covered, still_open = agent.covered, agent.still_open
-        remaining = [f for f in failures if f.nodeid not in covered]
-        if remaining and not still_open and not self.ci_run and self._has_stopped_incidents():
-            remaining, continued = self._attach_to_stopped(remaining, failures, git, exitstatus,
-                                                           None if options_problem else options)
-            still_open += continued
-        if remaining and still_open:
-            # One incident at a time: new failures wait in the attempt until the open one closes.
-            self.lines.append((SUMMARY,
-                f"{len(remaining)} new failure(s) outside the open incident's selection: recorded in its attempt; "
-                "they are captured as their own incident once it closes"
-            ))
-        elif remaining:
-            nodeids = {f.nodeid for f in remaining}
-            if options_problem:
-                warnings.append(options_problem)
-            # Failing tests the junit reader did not keep (its cap): counted, never verified.
-            failing_ids = len({r.nodeid for r in self.failed})
-            unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
-            result = capture_incident(
-                config=self.config,
-                effective=self.effective,
-                reports=[r for r in self.failed if r.nodeid in nodeids],
-                failures=remaining,
-                counts=counts,
-                reports_root=self.reports_root,
-                tdd_nodeids=[n for n in self.tdd_nodeids if n in nodeids],
-                pytest_options=options,
-                warnings=warnings,
-                ci_run=self.ci_run,
-                redactor=self.redactor,
-                git=git,
-                unverified=max(0, unverified),
-            )
-            self.incident_id = result.incident_id
-            self.captured = IncidentRun(incident=result.incident, plan=result.plan)
-            self.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
-                              for index, line in enumerate(result.summary_lines))
-            if self._loop_requested():
-                self._run_loop(result.incident_id)
-        self.lines.extend((SUMMARY, f"warning: {w}") for w in warnings)
-        self._write_report()
-
-    def _has_stopped_incidents(self) -> bool:
-        """Cheap look before loading the loop side: any escalated or inbox incident at all."""
-        for folder in (self.reports_root / "error_archive" / "escalated", self.reports_root / "error_inbox"):
-            try:
-                if any(True for _ in os.scandir(folder)):
-                    return True
-            except OSError:
-                continue
-        return False
-
-    def _attach_to_stopped(
-        self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
-        run_options: Optional[list[str]],
-    ) -> tuple[list[Any], list[str]]:
-        """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-        incident. Code unchanged → STOP already_stopped; changed → that incident's next
-        iteration. Returns the failures left to capture and the incidents still open."""
-        sticky = _loop_side("sticky")
-        store = self.store()
-        stopped = sticky.stopped_incidents(store)
-        if not stopped:
-            return remaining, []
-        root = Path(self.config.rootpath)
-        diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[self.reports_root])
-        matches, rest = sticky.match_stopped(stopped, remaining, diff)
-        still_open: list[str] = []
-        max_iterations = self.effective.settings.max_iterations
-        for match in matches:
-            sticky.record_attached(store, match, diff)
-            if match.attachment is sticky.Attachment.ALREADY_STOPPED:
-                self.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
-                self.lines.append((ESSENTIAL, sticky.next_step(match)))
-                continue
-            agent_mode = _loop_side("agent_mode")
-            incident_id = match.incident.incident_id
-            sticky.continue_stopped(store, match)
-            self.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
-                                        "and the code changed since: this run is its next iteration"))
-            resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
-            outcomes = self._outcomes_of(resumed, failures)
-            agent = agent_mode.record_agent_attempts(
-                store=store, effective=self.effective, incidents=resumed, outcomes=outcomes, failures=failures,
-                project_root=root, reports_root=self.reports_root, invocation=list(self.config.invocation_params.args),
-                started_at=self.started_at, exit_code=exitstatus, run_options=run_options,
-            )
-            self.lines.extend((ESSENTIAL, line) for line in agent.lines)
-            still_open += agent.still_open
-            self.outcomes.update(outcomes)
-            self.open_incidents += resumed
-        return rest, still_open
-
-    def _outcomes_of(self, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
-        """This run's outcome of each test the incidents select (a test it did not run: absent)."""
-        failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
-        out: dict[str, str] = {}
-        for nodeid in (n for i in incidents for n in i.selection):
-            if nodeid in failed:
-                out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
-            elif nodeid in self.skipped_ids:
-                out[nodeid] = "skipped"
-            elif nodeid in self.passed:
-                out[nodeid] = "passed"
-        return out
-
-    def _loop_requested(self) -> bool:
+    def loop_requested(self) -> bool:
+        """--selfheal-loop, or its ini option."""
         flag = self.config.getoption("selfheal_loop")
         return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
-
-    def _run_loop(self, incident_id: str) -> None:
-        approve = self.effective.settings.repair.approve
-        self.captured = None  # the loop adds attempts and moves it: the report reads it back
-        _loop_side("entry").run_incident_loop(
-            self.store(),
-            incident_id,
-            effective=self.effective,
-            cwd=Path(self.config.rootpath),
-            approve=approve,
-            out=lambda line: self.lines.append((SUMMARY, line)),
-            pluginmanager=self.config.pluginmanager,
-        )
-
-    def _write_report(self) -> None:
-        """The compact report in the terminal; the full markdown to report_path when set."""
-        store = self.store()
-        ids = [i for i in [self.incident_id] if i] + [
-            i.incident_id for i in self.open_incidents if i.incident_id in self.outcomes_incidents()
-        ]
-        if not ids:
-            return
-        captured = self.captured
-        report = build_report(
-            incidents=[captured if captured is not None and i == self.incident_id else load_incident_run(store, i)
-                       for i in dict.fromkeys(ids)],
-            effective_config=self.effective.values,
-            origins=self.effective.origins,
-            enabled=self.effective.settings.enabled,
-        )
-        for line in render_terminal(report):
-            # The one `next:` line is essential; the report's per-incident lines are details.
-            level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY
-            self.lines.append((level, line))
-        path = self.effective.settings.report_path
-        if path:
-            redactor = self.redactor
-            target = Path(self.config.rootpath, str(path))
-            atomic_write_text(target, redactor.redact(report_markdown(report, self.config.pluginmanager)))
-            self.lines.append((SUMMARY, f"report written to {target}"))
 
     def outcomes_incidents(self) -> set[str]:
         """Open incidents this run recorded an attempt for."""
