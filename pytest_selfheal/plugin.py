@@ -1,7 +1,7 @@
 """The pytest plugin: ``pytest --selfheal`` (edge: pytest hooks only).
 
 This module is what every pytest run of every user imports, so it holds only the options:
-the recorder (recorder.py) and everything it needs load only when ``--selfheal`` is on.
+the recorder (recorder/) and everything it needs load only when ``--selfheal`` is on.
 Recording is kept to the cheap minimum during the run (counters and the failing reports);
 all the work happens once, at session end, on the controller: xdist workers never write.
 """

@@ -252,6 +252,16 @@ def fake_distribution(site: Path, module: str, body: str) -> None:
                                            f"[pytest_selfheal]\n{module} = {module}\n")
 
 
+
+def broken_pytest_plugin(site: Path, module: str = "unrelated_broken") -> None:
+    """An installed-looking ``pytest11`` plugin in ``site`` that cannot be imported, registered
+    under ``pytest11`` only (an unrelated plugin, not one of ours)."""
+    (site / f"{module}.py").write_text("raise ImportError('needs a missing package')\n")
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{module} = {module}\n")
+
 # A pytest11 plugin adding one report section (test_report_cli.py, test_ci.py).
 SECTIONS_PLUGIN = """
     import os

@@ -1,6 +1,9 @@
 """The ``selfheal`` entry points as real processes: ``python -m pytest_selfheal`` and the installed
 console script. Every other CLI test calls ``main`` in process (``helpers.cli``); these check
-the wiring around it: the exit status of the process, the streams, no traceback."""
+the wiring around it: the exit status of the process, the streams, no traceback. And what
+each start costs, structurally (timings are in benchmarks/): a green ``pytest --selfheal``
+imports no capture machinery, ``selfheal status`` no pytest, ``selfheal loop`` no unrelated
+pytest plugin."""
 
 from __future__ import annotations
 
@@ -8,10 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import PY, run_env, selfheal_process
+import pytest
+from helpers import (
+    PY,
+    PYTEST_SELFHEAL,
+    broken_pytest_plugin,
+    capture,
+    deterministic_project,
+    make_project,
+    run_env,
+    selfheal,
+    selfheal_process,
+)
 
 from pytest_selfheal import __version__
-from pytest_selfheal.errors import EXIT_USAGE
+from pytest_selfheal.errors import EXIT_UNRESOLVED, EXIT_USAGE
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -52,3 +66,52 @@ def test_every_command_module_is_named_like_its_command() -> None:
 
     for name in command_names():
         assert command_module(name).NAME == name
+
+
+# Writes the package's modules loaded by the end of the run (after the recorder's session end).
+LOADED_PROBE = """
+import sys
+
+def pytest_unconfigure(config):
+    loaded = sorted(m for m in sys.modules if m.startswith("pytest_selfheal"))
+    (config.rootpath / "loaded.txt").write_text("\\n".join(loaded))
+"""
+# What only a failure needs: a green run imports none of it.
+CAPTURE_SIDE = ("capture", "junit", "plan", "report", "store", "history", "loop", "repair", "run", "redact", "gitrepo")
+
+
+def loaded_subpackages(project: Path, test_body: str) -> set[str]:
+    """The package's subpackages and top-level modules a ``pytest --selfheal`` run of a test
+    whose body is ``test_body`` imported (a real process)."""
+    make_project(project, {"conftest.py": LOADED_PROBE, "test_one.py": f"def test_one():\n    {test_body}\n"})
+    subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL], cwd=project, capture_output=True, timeout=120,
+                   env=run_env(), stdin=subprocess.DEVNULL)
+    names = (project / "loaded.txt").read_text().split()
+    return {name.split(".")[1] for name in names if name.count(".")}
+
+
+def test_a_green_selfheal_run_imports_no_capture_machinery(tmp_path: Path) -> None:
+    """Every green run of a user with ``selfheal = true`` pays for the recorder and the config
+    only: the capture side loads on the first failure (docs/benchmarks.md, green run)."""
+    green = loaded_subpackages(tmp_path / "green", "assert True")
+    assert {"plugin", "recorder", "config"} <= green
+    assert sorted(green.intersection(CAPTURE_SIDE)) == []
+    # The probe sees them when a test fails.
+    red = loaded_subpackages(tmp_path / "red", "assert False")
+    assert {"capture", "junit", "plan", "report", "store"} <= red
+
+
+def test_a_broken_unrelated_pytest_plugin_does_not_break_selfheal_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``selfheal loop`` loads the ``pytest_selfheal`` entry-point group only, never every
+    ``pytest11`` plugin installed: one that cannot be imported is pytest's business."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    site = tmp_path / "site"
+    site.mkdir()
+    broken_pytest_plugin(site)
+    monkeypatch.syspath_prepend(str(site))
+    result = selfheal(project, "loop", incident_id)
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    assert "STOP repeated_fingerprint" in result.stdout and "unrelated_broken" not in sys.modules

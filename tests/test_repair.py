@@ -17,7 +17,7 @@ from typing import Any, Optional
 import git
 import pluggy
 import pytest
-from helpers import fake_distribution
+from helpers import broken_pytest_plugin, fake_distribution
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.config.settings import default_config, merge_layers
@@ -395,11 +395,7 @@ def test_a_broken_unrelated_pytest_plugin_cannot_stop_selfheal(tmp_path: Path, m
     plugin that fails to import (pytest's business) is never imported by it."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "unrelated_broken.py").write_text("raise ImportError('needs a missing package')\n")
-    info = site / "unrelated_broken-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: unrelated_broken\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest11]\nunrelated_broken = unrelated_broken\n")
+    broken_pytest_plugin(site)
     monkeypatch.syspath_prepend(str(site))
     pm = cli_plugin_manager()
     assert pm.get_plugin("unrelated_broken") is None and "unrelated_broken" not in sys.modules

@@ -14,103 +14,20 @@ a source line, say) from outvoting what the failure actually says.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
-from dataclasses import field
 from itertools import compress
-from re import Pattern
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
+from pytest_selfheal.analysis.rules import FAILURE_CLASSES as FAILURE_CLASSES
+from pytest_selfheal.analysis.rules import TYPE_DEFAULTS as TYPE_DEFAULTS
+from pytest_selfheal.analysis.rules import Rule as Rule
+from pytest_selfheal.analysis.rules import compiled as compiled
 from pytest_selfheal.records import models
-from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.vocab import FailureClass
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
 MAX_MESSAGE = 4096  # characters of the message attribute in the headline tier
-
-# (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
-TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
-    models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
-    models.DOCTEST_MISMATCH: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
-    models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
-    models.LINT: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
-    models.BUILD_COMPILE: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
-    models.TOOLING_ENV: (False, False, models.FAILURE_CLASS_ENVIRONMENT),
-    models.TIMEOUT: (False, True, models.FAILURE_CLASS_TRANSIENT),
-    models.UNKNOWN: (False, False, models.FAILURE_CLASS_DETERMINISTIC),
-}
-
-FAILURE_CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
-
-
-@functools.lru_cache(maxsize=512)
-def compiled(pattern: str) -> Pattern[str]:
-    return re.compile(pattern, re.MULTILINE)
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Rule(Frozen):
-    """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
-
-    ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
-    ``(?i)`` for case-insensitive). ``None`` flags take the failure type's defaults
-    (:data:`TYPE_DEFAULTS`); a rule with ``transient=True`` and no ``failure_class``
-    gets ``transient``.
-    """
-
-    name: str
-    pattern: str
-    failure_type: str
-    code_fixable: Optional[bool] = None
-    transient: Optional[bool] = None
-    failure_class: Optional[str] = None
-    # Speed hint: when non-empty, the pattern is only searched if one of these lowercase
-    # substrings occurs in the lowercased text. Every alternative of the pattern must
-    # contain one of them (tests/test_classify.py checks the default rules).
-    keywords: tuple[str, ...] = ()
-    # Derived once at construction (rules are matched thousands of times).
-    result: models.Classification = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.failure_type not in TYPE_DEFAULTS:
-            raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
-        # Frozen dataclass: derived attributes are set through object.__setattr__.
-        object.__setattr__(self, "result", self._classification())
-
-    @property
-    def regex(self) -> Pattern[str]:
-        """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
-
-        Most rules never get past their keywords, and compiling all the default rules
-        up front cost every failing ``pytest --selfheal`` run ~5 ms. Patterns from config
-        and hooks are compiled when validated (``rules.regex_problem``).
-        """
-        return compiled(self.pattern)
-
-    def classification(self) -> models.Classification:
-        """The classification this rule gives when it matches."""
-        return self.result
-
-    def _classification(self) -> models.Classification:
-        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
-        if self.code_fixable is not None:
-            fixable = self.code_fixable
-        if self.transient is not None:
-            transient = self.transient
-        if self.failure_class is not None:
-            failure_class = FailureClass(self.failure_class)
-        elif self.transient:
-            failure_class = models.FAILURE_CLASS_TRANSIENT
-        return models.Classification(
-            failure_type=self.failure_type,
-            code_fixable=fixable,
-            transient=transient,
-            failure_class=failure_class,
-            rule=self.name,
-        )
-
 
 _T = models.TEST_ASSERTION
 _TC = models.TYPECHECK

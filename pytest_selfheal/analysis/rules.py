@@ -1,16 +1,105 @@
-"""Classification rules from config and hooks: the one validator, and the rules of a run (pure)."""
+"""Classification rules (pure): what a rule is, the one validator of rules from config and
+hooks, and the rules of a run. The matching itself is ``classify.py``'s; the config's
+validation needs only this module (a green ``pytest --selfheal`` run imports no classifier).
+"""
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import field
+from re import Pattern
 from typing import Any, Optional
 
-from pytest_selfheal.analysis.classify import FAILURE_CLASSES, TYPE_DEFAULTS, Rule, compiled
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records import models
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import FailureClass
+
+# (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
+TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
+    models.TEST_ASSERTION: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.DOCTEST_MISMATCH: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.TYPECHECK: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.LINT: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.BUILD_COMPILE: (True, False, models.FAILURE_CLASS_DETERMINISTIC),
+    models.TOOLING_ENV: (False, False, models.FAILURE_CLASS_ENVIRONMENT),
+    models.TIMEOUT: (False, True, models.FAILURE_CLASS_TRANSIENT),
+    models.UNKNOWN: (False, False, models.FAILURE_CLASS_DETERMINISTIC),
+}
+
+FAILURE_CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
+
+
+@functools.lru_cache(maxsize=512)
+def compiled(pattern: str) -> Pattern[str]:
+    return re.compile(pattern, re.MULTILINE)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Rule(Frozen):
+    """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
+
+    ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
+    ``(?i)`` for case-insensitive). ``None`` flags take the failure type's defaults
+    (:data:`TYPE_DEFAULTS`); a rule with ``transient=True`` and no ``failure_class``
+    gets ``transient``.
+    """
+
+    name: str
+    pattern: str
+    failure_type: str
+    code_fixable: Optional[bool] = None
+    transient: Optional[bool] = None
+    failure_class: Optional[str] = None
+    # Speed hint: when non-empty, the pattern is only searched if one of these lowercase
+    # substrings occurs in the lowercased text. Every alternative of the pattern must
+    # contain one of them (tests/test_classify.py checks the default rules).
+    keywords: tuple[str, ...] = ()
+    # Derived once at construction (rules are matched thousands of times).
+    result: models.Classification = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.failure_type not in TYPE_DEFAULTS:
+            raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
+        # Frozen dataclass: derived attributes are set through object.__setattr__.
+        object.__setattr__(self, "result", self._classification())
+
+    @property
+    def regex(self) -> Pattern[str]:
+        """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
+
+        Most rules never get past their keywords, and compiling all the default rules
+        up front cost every failing ``pytest --selfheal`` run ~5 ms. Patterns from config
+        and hooks are compiled when validated (``rules.regex_problem``).
+        """
+        return compiled(self.pattern)
+
+    def classification(self) -> models.Classification:
+        """The classification this rule gives when it matches."""
+        return self.result
+
+    def _classification(self) -> models.Classification:
+        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
+        if self.code_fixable is not None:
+            fixable = self.code_fixable
+        if self.transient is not None:
+            transient = self.transient
+        if self.failure_class is not None:
+            failure_class = FailureClass(self.failure_class)
+        elif self.transient:
+            failure_class = models.FAILURE_CLASS_TRANSIENT
+        return models.Classification(
+            failure_type=self.failure_type,
+            code_fixable=fixable,
+            transient=transient,
+            failure_class=failure_class,
+            rule=self.name,
+        )
+
 
 RULE_KEYS = {
     "name": str,

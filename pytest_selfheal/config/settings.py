@@ -30,8 +30,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
-from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.analysis.rules import RULE_KEYS, regex_problem, rule_from_mapping, rules_from_config
+from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import (
     ARGV,

@@ -122,7 +122,7 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[st
     the one whose incident.json holds ``ci_run == token``; else None. An incident committed
     to the repository, or captured by another ``selfheal ci`` on the same root at the same
     time, never holds this run's token, so it is never looped here. (Under ci the plugin's
-    agent-in-the-loop mode adopts no open incident: recorder.py.)"""
+    agent-in-the-loop mode adopts no open incident: recorder/.)"""
     for row in reversed(store.list_incidents()):  # newest first
         incident_id = str(row["incident_id"])
         if incident_id in before:

@@ -1,0 +1,398 @@
+"""The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
+
+During the run it keeps counters and the failing reports, nothing more: a green run imports
+the config and this module only (docs/benchmarks.md, "Green run"). At session end, on the
+controller only and only when something failed or an open incident's test ran, the session
+end (:mod:`.finish`) records the next iteration of an open incident (agent mode) or captures
+a new incident, optionally runs the loop, and writes the report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Generator
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+
+import pytest
+
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
+from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
+from pytest_selfheal.records.vocab import Line, Tone, tone_of
+
+if TYPE_CHECKING:
+    from _pytest.terminal import TerminalReporter
+
+    # Loaded late (see late()); named here so that import-linter still checks the edges.
+    from pytest_selfheal import redact  # noqa: F401
+    from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
+    from pytest_selfheal.capture.evidence import Resolver
+    from pytest_selfheal.capture.spectrum import SpectrumHook
+    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.redact import Redactor
+    from pytest_selfheal.report.data import IncidentRun
+    from pytest_selfheal.store.root import Store
+
+
+# Flags of the plugin and the config key each one overrides (None: not a config key).
+_FLAG_KEYS = {
+    "selfheal_dir": "reports_dir",
+    "selfheal_report": "report_path",
+    "selfheal_max_iterations": "max_iterations",
+    "selfheal_approve": "repair.approve",
+}
+_PLUGIN_NAME = "selfheal-recorder"
+_ROOT_CAUSE_NAME = "selfheal-root-cause"
+_SPECTRUM_NAME = "selfheal-spectrum"
+# The report attribute carrying a failure's root-cause evidence: a plain dict, so that
+# xdist serialises it from the worker to the controller with the rest of the report.
+ROOT_CAUSE_ATTR = "selfheal_root_cause"
+
+# The recorder's late loads: what only a failure, an open incident or --selfheal-spectrum
+# needs. A green run imports none of them (docs/benchmarks.md, "Green run"); a run that only
+# captures never imports the loop side (agent mode, the loop entry, sticky stops).
+_LATE = {
+    "finish": "pytest_selfheal.recorder.finish",  # the session end: capture, agent mode, loop, report
+    "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
+    "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
+    "redact": "pytest_selfheal.redact",  # a failing or an open incident's node id, the store
+    "store": "pytest_selfheal.store.root",
+    "agent_mode": "pytest_selfheal.loop.agent_mode",
+    "entry": "pytest_selfheal.run.entry",
+    "sticky": "pytest_selfheal.loop.sticky",
+}
+
+
+def late(name: str) -> ModuleType:
+    """The recorder's late-loaded module ``name`` (a key of ``_LATE``), imported on first use.
+
+    Like a run without --selfheal never imports this module (plugin.py), a run with it
+    imports only what it uses: pytest marks every module of a plugin's distribution for
+    assertion rewriting, so where bytecode is not written (``PYTHONDONTWRITEBYTECODE``,
+    read-only site-packages) each module imported is parsed and compiled again on every run.
+    """
+    return importlib.import_module(_LATE[name])
+
+
+def start(config: pytest.Config) -> None:
+    """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
+    try:
+        effective = load_effective_config(config)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+    worker = hasattr(config, "workerinput")
+    spectrum: Optional[SpectrumHook] = None
+    if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
+                                                 and config.getini("selfheal_spectrum")):
+        spectrum = late("spectrum").SpectrumHook(str(config.rootpath), worker=worker)
+        config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
+    if worker:
+        # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
+        config.pluginmanager.register(WorkerRootCauseHook(str(config.rootpath)), _ROOT_CAUSE_NAME)
+        return
+    root_cause = RootCauseHook(str(config.rootpath))
+    config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), _PLUGIN_NAME)
+
+
+def _ini_values(config: pytest.Config) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for ini_name in INI_KEYS:
+        value = config.getini(ini_name)
+        if ini_name == "selfheal_config":
+            if value:
+                values[ini_name] = "\n".join(value)
+        elif value not in (None, ""):
+            values[ini_name] = str(value)
+    return values
+
+
+def load_effective_config(config: pytest.Config) -> EffectiveConfig:
+    """The effective config for this pytest run (files ← ini ← flags)."""
+    overrides: list[Override] = []
+    for dest, key in _FLAG_KEYS.items():
+        value = config.getoption(dest)
+        if value is None:
+            continue
+        if dest == "selfheal_dir":
+            # A path given on the command line is relative to where pytest was invoked.
+            value = str(Path(config.invocation_params.dir, value))
+        flag = "--" + dest.replace("_", "-")
+        overrides.append(Override(key, value, flag))
+    for text in config.getoption("selfheal_set") or []:
+        overrides.append(parse_override(text, "--selfheal-set"))
+    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
+    return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+
+
+def _crash_message(report: Any) -> str:
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = str(report.longreprtext or "")
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+class RootCauseHook:
+    """Resolves the root-cause evidence of each failing test while its objects are alive
+    (capture/evidence.py), keyed by node id; the first failing phase wins.
+
+    ``pytest_exception_interact`` runs only for a failing phase (not for a pass, a skip or
+    an xfail), so a passing test pays nothing. It runs after the report was logged, which
+    is why the recorder reads :attr:`evidence` at session end.
+    """
+
+    def __init__(self, rootdir: str) -> None:
+        self.rootdir = rootdir
+        self.resolver: Optional[Resolver] = None  # made at the first failure: a green run never needs it
+        self.evidence: dict[str, dict[str, Any]] = {}
+
+    def resolve(self, item: Any, excinfo: Any) -> Optional[dict[str, Any]]:
+        """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
+        evidence = late("evidence")
+        if self.resolver is None:
+            self.resolver = evidence.Resolver(self.rootdir)
+        resolver: Resolver = self.resolver
+        dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
+        if dtest is not None:
+            return resolver.doctest(dtest, excinfo)
+        funcargs = getattr(item, "funcargs", None)
+        return resolver.resolve(getattr(item, "obj", None), evidence.traceback_of(excinfo),
+                                funcargs if isinstance(funcargs, dict) else None)
+
+    @pytest.hookimpl
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        nodeid = getattr(report, "nodeid", "")
+        if not isinstance(node, pytest.Item) or getattr(call, "excinfo", None) is None or nodeid in self.evidence:
+            return
+        evidence = self.resolve(node, call.excinfo)
+        if evidence is not None:
+            self.evidence[nodeid] = evidence
+
+
+class WorkerRootCauseHook(RootCauseHook):
+    """The same in an xdist worker: the evidence must ride on the report itself (a plain
+    dict, serialised with it to the controller), so it is resolved when the report is made.
+    Only workers pay for this wrapper (a generator per test phase)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+        outcome = yield
+        if call.excinfo is None:
+            return
+        report = outcome.get_result()
+        if report.failed:
+            evidence = self.resolve(item, call.excinfo)
+            if evidence is not None:
+                setattr(report, ROOT_CAUSE_ATTR, evidence)
+
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        """Nothing: the wrapper above has resolved it."""
+
+
+# The least pytest verbosity at which a summary line shows: -qq shows only what a script or
+# an agent must see (the incident, each iteration's verdict, the next command), -q adds the
+# headlines, the default adds the details.
+ESSENTIAL = -2
+SUMMARY = -1
+DETAIL = 0
+
+
+_MARKUP: dict[Tone, dict[str, bool]] = {
+    Tone.GOOD: {"green": True},
+    Tone.BAD: {"red": True, "bold": True},
+    Tone.WARN: {"yellow": True},
+    Tone.PLAIN: {},
+}
+
+
+def _markup(tone: Tone) -> dict[str, bool]:
+    """Colour of a summary line of ``tone`` (pytest drops it under --color=no)."""
+    return _MARKUP[tone]
+
+
+# Worst outcome wins when a test has several reports (setup, call, teardown).
+_OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+class Failed(NamedTuple):
+    """A failing pytest report reduced to plain data as it happens; the session end redacts
+    its node id and makes it a ``junit.writer.FailedReport`` (recorder/finish.py)."""
+
+    nodeid: str
+    when: str  # setup | call | teardown | collect
+    message: str  # pytest's crash message (reprcrash.message) or a derived one
+    text: str  # the full longrepr text
+    file: Optional[str]
+    line: Optional[int]
+    duration: float
+    root_cause: Optional[dict[str, Any]]  # evidence resolved in an xdist worker (ROOT_CAUSE_ATTR)
+    tdd: bool  # marked @pytest.mark.tdd
+
+
+class Recorder:
+    """Collects failing reports during the run; at session end records agent attempts and captures."""
+
+    def __init__(
+        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, dict[str, Any]]] = None,
+        spectrum: Optional[SpectrumHook] = None,
+    ) -> None:
+        self.config = config
+        self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
+        self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
+        self.effective = effective
+        self.failed: list[Failed] = []
+        self.tests = 0
+        self.skipped = 0
+        self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
+        self.incident_id: Optional[str] = None
+        # The incident this run captured, as written: its report needs no read-back (None
+        # once the loop has changed it).
+        self.captured: Optional[IncidentRun] = None
+        self.started_at = datetime.now(timezone.utc)
+        self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
+        # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
+        # tests and the processes they start do not see it (it marks what this run captures).
+        self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
+        self._redactor: Optional[Redactor] = None
+        self.open_incidents: list[OpenIncident] = self._open_incidents()
+        # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
+        self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
+        # Only then is a report's id redacted to be looked up (one redact per report).
+        self.watched_redacted = any(is_redacted(n) or TRUNCATED in n for n in self.watched)
+        self.outcomes: dict[str, str] = {}
+        # Every test that passed or skipped: a stopped incident continued after a code change
+        # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
+        self.passed: set[str] = set()
+        self.skipped_ids: set[str] = set()
+        self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
+
+    def _open_incidents(self) -> list[OpenIncident]:
+        if not (self.reports_root / "error_inbox").is_dir():
+            return []
+        if self.ci_run:
+            # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
+            # session): adopting one would let an incident committed to the repository choose
+            # what runs under the job's token. The failures are captured as ci's own incident.
+            return []
+
+        try:
+            found: list[OpenIncident] = late("agent_mode").open_incidents(self.store())
+            return found
+        except SelfhealError as exc:
+            self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
+            return []
+
+    @property
+    def redactor(self) -> Redactor:
+        """This run's redactor (its settings), made on first use: a green run never needs one."""
+        if self._redactor is None:
+            self._redactor = late("redact").default_redactor(self.effective.settings.redaction)
+        redactor: Redactor = self._redactor
+        return redactor
+
+    def _record(self, report: Any, when: str) -> None:
+        location = getattr(report, "location", None)
+        self.failed.append(
+            Failed(
+                nodeid=report.nodeid,
+                when=when,
+                message=_crash_message(report),
+                text=str(report.longreprtext or ""),
+                file=location[0] if location else None,
+                line=(location[1] + 1) if location and location[1] is not None else None,
+                duration=float(getattr(report, "duration", 0.0) or 0.0),
+                root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
+                tdd="tdd" in getattr(report, "keywords", {}),
+            )
+        )
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._record(report, "collect")
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Hot path: three calls per test. Keep it to comparisons, increments and one lookup.
+        if report.when == "setup":
+            self.tests += 1
+            if report.skipped:
+                self.skipped += 1
+                self.skipped_ids.add(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed.add(report.nodeid)
+        if report.failed:
+            self._record(report, report.when)
+        nodeid = self._watched_id(report.nodeid) if self.watched else None
+        if nodeid is not None:
+            if report.failed:
+                outcome = "failed" if report.when == "call" else "error"
+            elif report.skipped:
+                outcome = "skipped"
+            elif report.when == "call":
+                outcome = "passed"
+            else:
+                return
+            previous = self.outcomes.get(nodeid)
+            if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
+                self.outcomes[nodeid] = outcome
+
+    def _watched_id(self, nodeid: str) -> Optional[str]:
+        """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
+        holding a secret) its redacted form, as stored (docs/redaction.md)."""
+        if nodeid in self.watched:
+            return nodeid
+        if self.watched_redacted:
+            redacted = self.redactor.redact(bounded_nodeid(nodeid))
+            if redacted in self.watched:
+                return redacted
+        return None
+
+    def store(self) -> Store:
+        """The store of this run's reports root, redacting with this run's settings."""
+        store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
+        return store
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # trylast: pytest's own junitxml has written --junitxml by now.
+        if not self.failed and not self.outcomes:
+            return
+
+        try:
+            late("finish").finish_session(self, int(exitstatus))
+        except SelfhealError as exc:
+            self.lines.append((ESSENTIAL, Line(f"selfheal: error: {exc}", Tone.BAD)))
+        except Exception as exc:  # the plugin never changes pytest's outcome
+            self.lines.append((ESSENTIAL, Line(
+                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected", Tone.BAD)))
+
+    def loop_requested(self) -> bool:
+        """--selfheal-loop, or its ini option."""
+        flag = self.config.getoption("selfheal_loop")
+        return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
+
+    def outcomes_incidents(self) -> set[str]:
+        """Open incidents this run recorded an attempt for."""
+        return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
+
+    def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
+        verbosity = int(self.config.get_verbosity())
+        shown = [line for level, line in self.lines if verbosity >= level]
+        if not shown:
+            return
+        terminalreporter.section("selfheal", sep="-")
+        for line in shown:
+            terminalreporter.write_line(line, **_markup(tone_of(line)))

@@ -1,0 +1,254 @@
+"""The end of a ``pytest --selfheal`` session that has something to record (edge).
+
+Loaded by the recorder at session end, on the controller, only when a test failed or an
+open incident's test ran: a green run never imports this module nor the capture, plan,
+report and store machinery below it (docs/benchmarks.md, "Green run"). It records the next
+iteration of an open incident (agent mode) or captures a new incident, optionally runs the
+loop, and writes the report.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from pytest_selfheal.capture.context import probe_platform
+from pytest_selfheal.capture.options import capture_options
+from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir
+from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.junit import reader
+from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder, late
+from pytest_selfheal.records.redacted import bounded_nodeid
+from pytest_selfheal.records.vocab import Line, Tone
+from pytest_selfheal.report.data import IncidentRun, build_report
+from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.report.render import render_terminal
+from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.store.fsio import atomic_write_text
+
+if TYPE_CHECKING:
+    # Loaded late (the recorder's late loads); named here so that import-linter still checks the edges.
+    from pytest_selfheal.loop import sticky  # noqa: F401
+    from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.run import entry  # noqa: F401
+
+
+def failed_reports(recorder: Recorder) -> list[FailedReport]:
+    """The failing reports the run kept, as every document holds them: the node id redacted
+    (a parametrize id can carry a secret), the tests marked ``tdd`` noted on the recorder."""
+    redactor = recorder.redactor
+    reports: list[FailedReport] = []
+    for failed in recorder.failed:
+        nodeid = redactor.redact(bounded_nodeid(failed.nodeid))  # cut as the junit reader cuts it
+        if failed.tdd and nodeid not in recorder.tdd_nodeids:
+            recorder.tdd_nodeids.append(nodeid)
+        reports.append(FailedReport(nodeid=nodeid, when=failed.when, message=failed.message, text=failed.text,
+                                    file=failed.file, line=failed.line, duration=failed.duration,
+                                    root_cause=failed.root_cause))
+    return reports
+
+
+def finish_session(recorder: Recorder, exitstatus: int) -> None:
+    """Record what the run found: agent attempts, a stopped incident's next iteration or a new
+    incident (with the loop when asked), then the report; the lines go to ``recorder.lines``."""
+    reports = failed_reports(recorder)
+    counts = {"tests": recorder.tests, "failed": len(reports), "skipped": recorder.skipped}
+    warnings: list[str] = []
+    git: Optional[PendingSnapshot] = None
+    if reports and not recorder.open_incidents:
+        # Every failure will be captured: the capture's git and platform reads (subprocesses)
+        # run while the failures are analysed.
+        git = PendingSnapshot(Path(recorder.config.rootpath), exclude=[recorder.reports_root])
+        probe_platform()
+    # Evidence resolved in this process after the report was logged (xdist's rides on the report).
+    evidence = recorder.evidence
+    reports = [
+        replace(r, root_cause=evidence[r.nodeid]) if not r.root_cause and r.nodeid in evidence else r
+        for r in reports
+    ]
+    if recorder.spectrum is not None:
+        ranked = recorder.spectrum.evidence()
+        reports = [replace(r, root_cause={**(r.root_cause or {}), "spectrum": ranked[r.nodeid]})
+                   if r.nodeid in ranked else r for r in reports]
+    failures = analyse_run(
+        config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
+        redactor=recorder.redactor,
+    )
+    covered: set[str] = set()
+    still_open: list[str] = []
+    # The run's replayable options: compared by agent mode, recorded by a capture.
+    options, options_problem = capture_options(recorder.config) if recorder.outcomes or failures else ([], None)
+    if recorder.outcomes:
+        agent = late("agent_mode").record_agent_attempts(
+            store=recorder.store(),
+            effective=recorder.effective,
+            incidents=recorder.open_incidents,
+            outcomes=recorder.outcomes,
+            failures=failures,
+            project_root=Path(recorder.config.rootpath),
+            reports_root=recorder.reports_root,
+            invocation=list(recorder.config.invocation_params.args),
+            started_at=recorder.started_at,
+            exit_code=exitstatus,
+            run_options=None if options_problem else options,
+            run_dir=invocation_dir(recorder.config),
+        )
+        recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
+        covered, still_open = agent.covered, agent.still_open
+    remaining = [f for f in failures if f.nodeid not in covered]
+    if remaining and not still_open and not recorder.ci_run and _has_stopped_incidents(recorder):
+        remaining, continued = _attach_to_stopped(recorder, remaining, failures, git, exitstatus,
+                                                  None if options_problem else options)
+        still_open += continued
+    if remaining and still_open:
+        # One incident at a time: new failures wait in the attempt until the open one closes.
+        recorder.lines.append((SUMMARY,
+            f"{len(remaining)} new failure(s) outside the open incident's selection: recorded in its attempt; "
+            "they are captured as their own incident once it closes"
+        ))
+    elif remaining:
+        nodeids = {f.nodeid for f in remaining}
+        if options_problem:
+            warnings.append(options_problem)
+        # Failing tests the junit reader did not keep (its cap): counted, never verified.
+        failing_ids = len({r.nodeid for r in reports})
+        unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
+        result = capture_incident(
+            config=recorder.config,
+            effective=recorder.effective,
+            reports=[r for r in reports if r.nodeid in nodeids],
+            failures=remaining,
+            counts=counts,
+            reports_root=recorder.reports_root,
+            tdd_nodeids=[n for n in recorder.tdd_nodeids if n in nodeids],
+            pytest_options=options,
+            warnings=warnings,
+            ci_run=recorder.ci_run,
+            redactor=recorder.redactor,
+            git=git,
+            unverified=max(0, unverified),
+        )
+        recorder.incident_id = result.incident_id
+        recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
+        recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
+                              for index, line in enumerate(result.summary_lines))
+        if recorder.loop_requested():
+            _run_loop(recorder, result.incident_id)
+    recorder.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
+    _write_report(recorder)
+
+
+def _has_stopped_incidents(recorder: Recorder) -> bool:
+    """Cheap look before loading the loop side: any escalated or inbox incident at all."""
+    for folder in (recorder.reports_root / "error_archive" / "escalated", recorder.reports_root / "error_inbox"):
+        try:
+            if any(True for _ in os.scandir(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _attach_to_stopped(
+    recorder: Recorder, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
+    run_options: Optional[list[str]],
+) -> tuple[list[Any], list[str]]:
+    """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
+    incident. Code unchanged → STOP already_stopped; changed → that incident's next
+    iteration. Returns the failures left to capture and the incidents still open."""
+    sticky = late("sticky")
+    store = recorder.store()
+    stopped = sticky.stopped_incidents(store)
+    if not stopped:
+        return remaining, []
+    root = Path(recorder.config.rootpath)
+    diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
+    matches, rest = sticky.match_stopped(stopped, remaining, diff)
+    still_open: list[str] = []
+    max_iterations = recorder.effective.settings.max_iterations
+    for match in matches:
+        sticky.record_attached(store, match, diff)
+        if match.attachment is sticky.Attachment.ALREADY_STOPPED:
+            recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
+            recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
+            continue
+        agent_mode = late("agent_mode")
+        incident_id = match.incident.incident_id
+        sticky.continue_stopped(store, match)
+        recorder.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
+                                        "and the code changed since: this run is its next iteration"))
+        resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
+        outcomes = _outcomes_of(recorder, resumed, failures)
+        agent = agent_mode.record_agent_attempts(
+            store=store, effective=recorder.effective, incidents=resumed, outcomes=outcomes, failures=failures,
+            project_root=root, reports_root=recorder.reports_root,
+            invocation=list(recorder.config.invocation_params.args),
+            started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
+        )
+        recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
+        still_open += agent.still_open
+        recorder.outcomes.update(outcomes)
+        recorder.open_incidents += resumed
+    return rest, still_open
+
+
+def _outcomes_of(recorder: Recorder, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
+    """This run's outcome of each test the incidents select (a test it did not run: absent)."""
+    failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
+    passed, skipped = recorder.passed, recorder.skipped_ids
+    if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
+        passed = {recorder.redactor.redact(bounded_nodeid(n)) for n in passed}
+        skipped = {recorder.redactor.redact(bounded_nodeid(n)) for n in skipped}
+    out: dict[str, str] = {}
+    for nodeid in (n for i in incidents for n in i.selection):
+        if nodeid in failed:
+            out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
+        elif nodeid in skipped:
+            out[nodeid] = "skipped"
+        elif nodeid in passed:
+            out[nodeid] = "passed"
+    return out
+
+
+def _run_loop(recorder: Recorder, incident_id: str) -> None:
+    approve = recorder.effective.settings.repair.approve
+    recorder.captured = None  # the loop adds attempts and moves it: the report reads it back
+    late("entry").run_incident_loop(
+        recorder.store(),
+        incident_id,
+        effective=recorder.effective,
+        cwd=Path(recorder.config.rootpath),
+        approve=approve,
+        out=lambda line: recorder.lines.append((SUMMARY, line)),
+        pluginmanager=recorder.config.pluginmanager,
+    )
+
+
+def _write_report(recorder: Recorder) -> None:
+    """The compact report in the terminal; the full markdown to report_path when set."""
+    store = recorder.store()
+    ids = [i for i in [recorder.incident_id] if i] + [
+        i.incident_id for i in recorder.open_incidents if i.incident_id in recorder.outcomes_incidents()
+    ]
+    if not ids:
+        return
+    captured = recorder.captured
+    report = build_report(
+        incidents=[captured if captured is not None and i == recorder.incident_id else load_incident_run(store, i)
+                   for i in dict.fromkeys(ids)],
+        effective_config=recorder.effective.values,
+        origins=recorder.effective.origins,
+        enabled=recorder.effective.settings.enabled,
+    )
+    for line in render_terminal(report):
+        # The one `next:` line is essential; the report's per-incident lines are details.
+        level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY
+        recorder.lines.append((level, line))
+    path = recorder.effective.settings.report_path
+    if path:
+        target = Path(recorder.config.rootpath, str(path))
+        atomic_write_text(target, recorder.redactor.redact(report_markdown(report, recorder.config.pluginmanager)))
+        recorder.lines.append((SUMMARY, f"report written to {target}"))
