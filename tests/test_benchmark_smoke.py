@@ -113,7 +113,9 @@ def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: List[str])
 
 
 def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
-    # One fault, the default capture only: the table has its rows, FauxPy's says "not run".
-    out = run_benchmark("localisation/run.py", ["--limit", "1", "--modes", "evidence"], tmp_path)
-    assert "1 faults kept of 1 mutants" in out
-    assert "| previous | 1 |" in out and "| evidence | 1 |" in out and "| fauxpy | not run |" in out
+    # One fault of each written project, the default capture only: the table has its rows,
+    # FauxPy's says "not run".
+    out = run_benchmark("localisation/run.py", ["--corpus", "written", "--limit", "1", "--modes", "evidence"],
+                        tmp_path)
+    assert "2 faults kept of 2 mutants tried (caches 1, textfmt 1)" in out
+    assert "| previous | 2 |" in out and "| evidence | 2 |" in out and "| fauxpy | not run |" in out
