@@ -159,7 +159,7 @@ class RootCauseHook:
             return self.resolver.doctest(dtest, excinfo)
         funcargs = getattr(item, "funcargs", None)
         return self.resolver.resolve(getattr(item, "obj", None), traceback_of(excinfo),
-                                     funcargs if isinstance(funcargs, dict) else None)
+                                     funcargs if isinstance(funcargs, dict) else None, getattr(item, "cls", None))
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:

@@ -58,6 +58,19 @@ CORE = """
 
     class Sub(Base):
         pass
+
+    class Box:
+        def __init__(self):
+            self.items = {}
+
+        def __setitem__(self, key, value):
+            self.items[key] = value
+
+        def __len__(self):
+            return len(self.items)
+
+        def size(self):
+            return 0
 """
 
 TESTS = """
@@ -101,6 +114,14 @@ TESTS = """
 
     def test_through_a_base_class():
         Sub().put("k")
+
+    class TestOwned:
+        Kind = {pkg}.core.Box
+
+        def test_operators_on_a_local_object(self):
+            box = self.Kind()
+            box["k"] = 1
+            assert len(box) == 2 and box.size() == 1
 """
 
 
@@ -152,7 +173,9 @@ def test_innermost_project_frame_outside_the_tests(project: Tuple[Path, ModuleTy
     found = evidence(project, "test_class_method")
     assert found["frame"] == {"path": core(project), "name": "Calc.run" if sys.version_info >= (3, 11) else "run",
                               "line": 12}
-    assert found["calls"] == [{"path": core(project), "name": "Calc"}]
+    # The class, then the method of it the test names (defined at line 11).
+    assert found["calls"] == [{"path": core(project), "name": "Calc"},
+                              {"path": core(project), "name": "Calc.run", "line": 11}]
     # Through the standard library and back: the innermost *project* frame is _refuse.
     found = evidence(project, "test_json_through_core")
     assert found["frame"]["name"] == "_refuse" and found["frame"]["path"] == core(project)
@@ -179,9 +202,26 @@ def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: Tupl
     assert found["stack"] == [{"path": core(project), "name": "Base.put" if method else "put", "line": 35}]
     test_file = f"tests/{project[1].__name__}.py"
     assert found["test_line"] == {"path": test_file, "line": 41}
-    assert found["calls"] == [{"path": core(project), "name": "Sub", "bases": [f"{core(project)}::Base"]}]
+    # An inherited method is named where it is defined: Base.put, not Sub.put.
+    assert found["calls"] == [{"path": core(project), "name": "Sub", "bases": [f"{core(project)}::Base"]},
+                              {"path": core(project), "name": "Base.put", "line": 34}]
     # An exception raised in the test itself: no frame, no stack, only the test's line.
     assert evidence(project, "test_direct")["test_line"] == {"path": test_file, "line": 10}
+
+
+def test_a_local_object_s_methods_and_operators_count_as_calls(project: Tuple[Path, ModuleType]) -> None:
+    """``box = self.Kind()`` (a project class bound on the unittest-style test class),
+    ``box["k"] = 1``, ``len(box)``, ``box.size()``: the class and the methods reached."""
+    root, module = project
+    owner = module.TestOwned
+    with pytest.raises(AssertionError) as info:
+        owner().test_operators_on_a_local_object()
+    found = Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info), None, owner)
+    assert found is not None
+    assert [(c["name"], c.get("line")) for c in found["calls"]] == [
+        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47)]
+    # Without the test's class, `self.Kind` names nothing: no evidence at all.
+    assert Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info)) is None
 
 
 def test_files_outside_the_root_never_count(project: Tuple[Path, ModuleType]) -> None:

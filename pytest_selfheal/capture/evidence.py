@@ -23,6 +23,7 @@ share the work, so a run with hundreds of failures resolves each test function o
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 import sys
@@ -66,7 +67,7 @@ class Resolver:
         self.root = os.path.realpath(rootdir)
         self._paths: Dict[str, Optional[str]] = {}
         self._defs: Dict[int, Tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
-        self._calls: Dict[types.CodeType, List[Definition]] = {}
+        self._calls: Dict[Tuple[types.CodeType, int], List[Definition]] = {}
         self._objects: Dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
     # ------------------------------------------------------------------ files
@@ -151,19 +152,29 @@ class Resolver:
         self._objects.setdefault((rel, name), obj)
         return rel, name
 
-    def calls(self, function: Any) -> List[Definition]:
-        """The project definitions (not in test files) that ``function``'s code names."""
+    def calls(self, function: Any, owner: Any = None) -> List[Definition]:
+        """The project definitions (not in test files) that ``function``'s code names.
+        ``owner`` is the test's class: a name it binds (``Cache = cachetools.LRUCache`` in a
+        unittest class, used as ``self.Cache(...)``) counts like a global."""
         func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
         code = getattr(func, "__code__", None)
         if not isinstance(code, types.CodeType):
             return []
-        return self._code_calls(code, getattr(func, "__globals__", {}), _HELPER_DEPTH)
+        namespace: Dict[str, Any] = getattr(func, "__globals__", {})
+        if inspect.isclass(owner):
+            bound = {n: inspect.getattr_static(owner, n, None) for n in _code_names(code) if n not in namespace}
+            bound = {n: v for n, v in bound.items() if inspect.isclass(v) or inspect.isfunction(v)}
+            if bound:
+                return self._code_calls(code, {**namespace, **bound}, _HELPER_DEPTH, owner)
+        return self._code_calls(code, namespace, _HELPER_DEPTH)
 
-    def _code_calls(self, code: types.CodeType, namespace: Dict[str, Any], depth: int) -> List[Definition]:
-        cached = self._calls.get(code)
+    def _code_calls(self, code: types.CodeType, namespace: Dict[str, Any], depth: int,
+                    owner: Any = None) -> List[Definition]:
+        memo = (code, id(owner))
+        cached = self._calls.get(memo)
         if cached is not None:
             return cached
-        self._calls[code] = []  # a recursive helper ends here
+        self._calls[memo] = []  # a recursive helper ends here
         names = _code_names(code)
         found: List[Definition] = []
         for name in names:
@@ -192,7 +203,27 @@ class Resolver:
                         found.extend(d for d in self._code_calls(helper, globs, depth - 1) if d not in found)
                     continue
                 found.append(where)
-        self._calls[code] = found
+                if inspect.isclass(candidate):
+                    found.extend(d for d in self._methods(candidate, code) if d not in found)
+        self._calls[memo] = found
+        return found
+
+    def _methods(self, cls: type, code: types.CodeType) -> List[Definition]:
+        """The project methods of ``cls`` (its own or inherited) that ``code`` names as
+        attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
+        through an operator (``cache[k] = v``: ``__setitem__``), where they are defined."""
+        found: List[Definition] = []
+        for name in [*_code_names(code), *_implied_dunders(code)]:
+            attr = inspect.getattr_static(cls, name, None)
+            if isinstance(attr, (staticmethod, classmethod)):
+                attr = attr.__func__
+            elif isinstance(attr, property):
+                attr = attr.fget
+            if not inspect.isfunction(attr):
+                continue
+            where = self.definition(attr)
+            if where is not None and not is_test_file(where[0]) and where not in found:
+                found.append(where)
         return found
 
     def doctest(self, dtest: Any, excinfo: Any) -> Optional[Dict[str, Any]]:
@@ -272,7 +303,8 @@ class Resolver:
         return out
 
     def resolve(
-        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
+        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None,
+        owner: Any = None,
     ) -> Optional[Dict[str, Any]]:
         """The ``root_cause`` evidence of one failing test (docs/schemas.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
@@ -280,7 +312,7 @@ class Resolver:
         names no project definition."""
         try:
             frame, stack, in_test = self.frames(traceback)
-            called = self.calls(function) if function is not None else []
+            called = self.calls(function, owner) if function is not None else []
             if function is not None and funcargs and not called:
                 # Weaker than what the test's own code names: only when that is nothing.
                 called = self.fixture_calls(function, funcargs)
@@ -306,6 +338,24 @@ def _evidence(frame: Optional[Dict[str, Any]], calls: List[Dict[str, Any]], stac
     if calls:
         evidence["calls"] = calls
     return evidence
+
+
+# The special method an instruction calls on its operand.
+_DUNDER_OPS = {"BINARY_SUBSCR": "__getitem__", "STORE_SUBSCR": "__setitem__", "DELETE_SUBSCR": "__delitem__",
+               "CONTAINS_OP": "__contains__", "GET_ITER": "__iter__"}
+# The special method a builtin called by name calls.
+_DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "str": "__str__", "hash": "__hash__"}
+
+
+def _implied_dunders(code: types.CodeType) -> List[str]:
+    """The special methods ``code`` (nested code included) may call through an operator or
+    a builtin: ``c[k] = v`` → ``__setitem__``, ``len(c)`` → ``__len__``."""
+    found = [_DUNDER_BUILTINS[n] for n in code.co_names if n in _DUNDER_BUILTINS]
+    found.extend(_DUNDER_OPS[i.opname] for i in dis.get_instructions(code) if i.opname in _DUNDER_OPS)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_implied_dunders(const))
+    return list(dict.fromkeys(found))
 
 
 def _links(tb: Any) -> List[Any]:

@@ -156,10 +156,15 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Defin
             if ref is not None:
                 add(ref[0], EvidenceKind.STACK, ref[1])
         return list(found.values())
-    for item in _refs(evidence.get("calls")):
+    calls = _refs(evidence.get("calls"))
+    # A class stands for its methods: weakly when the test names some of them (they vote).
+    functions = any("line" in item for item in calls)
+    for item in calls:
         ref = _ref(item)
         if ref is None:
             continue
+        if functions and "line" not in item:
+            add(ref[0], EvidenceKind.CLASS, None)
         bases = item.get("bases")
         classes = [ref[0]] + [tuple(b.split("::", 1)) for b in bases if isinstance(b, str) and "::" in b] \
             if isinstance(bases, (list, tuple)) else [ref[0]]
@@ -167,7 +172,8 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, List[Defin
         if linked:
             for method in linked:
                 add(method, EvidenceKind.CLASS, None)
-        add(ref[0], EvidenceKind.CALLS, ref[1])
+        if not functions or "line" in item:
+            add(ref[0], EvidenceKind.CALLS, ref[1])
     return list(found.values())
 
 
