@@ -10,11 +10,11 @@ import textwrap
 import uuid
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from pytest_selfheal.capture.evidence import Resolver, traceback_of
+from pytest_selfheal.capture.evidence import Resolver, qualname, traceback_of
 from pytest_selfheal.capture.imports import local_imports
 
 CORE = """
@@ -284,3 +284,27 @@ def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_p
     (tmp_path / "pkg" / "more.py").write_text("def helper():\n    pass\n")
     (tmp_path / "test_x.py").write_text("from pkg import add\n")
     assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/core.py", "pkg/more.py"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="code objects carry their qualified name from 3.11")
+def test_a_lambda_or_comprehension_is_named_after_the_function_it_is_in() -> None:
+    def outer() -> List[Callable[[], int]]:
+        return [lambda: 0 for _ in range(1)]
+
+    (inner,) = outer()  # its code: outer.<locals>.<listcomp>.<lambda> (outer.<locals>.<lambda> from 3.12)
+    assert qualname(inner.__code__) == qualname(outer.__code__)
+    assert qualname(outer.__code__).endswith("_it_is_in.<locals>.outer")
+
+
+def test_a_module_s_function_of_the_same_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import parse; parse.parse(...)``: the function, though it has its module's name."""
+    name = f"same_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(f"def {name}(text):\n    return text\n")
+    (tmp_path / f"test_{name}.py").write_text(f"import {name}\n\ndef test_it():\n    assert {name}.{name}('a') == 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    test = importlib.import_module(f"test_{name}")
+    try:
+        assert Resolver(str(tmp_path)).calls(test.test_it) == [(f"{name}.py", name)]
+    finally:
+        for mod in (name, f"test_{name}"):
+            sys.modules.pop(mod, None)

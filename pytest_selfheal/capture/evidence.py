@@ -56,8 +56,13 @@ def _code_names(code: types.CodeType) -> List[str]:
 
 
 def qualname(code: types.CodeType) -> str:
-    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11)."""
-    return str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11).
+    A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after the
+    function it is written in: that is the function a reader fixes."""
+    name = str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+    while ".<locals>.<" in name:
+        name = name.rsplit(".<locals>.<", 1)[0]
+    return name
 
 
 class Resolver:
@@ -187,7 +192,7 @@ class Resolver:
                 # `calc.add(...)`: the module's attributes named in the same code.
                 if self.relative(getattr(obj, "__file__", None) or "") is None:
                     continue
-                candidates = [getattr(obj, n, None) for n in names if n != name]
+                candidates = [getattr(obj, n, None) for n in names]  # `parse.parse(...)` too
             else:
                 candidates = [obj]
             for candidate in candidates:
