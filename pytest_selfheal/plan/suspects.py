@@ -33,7 +33,8 @@ from pytest_selfheal.records.plan import PlanAction
 MAX_SUSPECTS = 5
 # Functions of the coverage spectrum kept per failing test in incident.json.
 MAX_SPECTRUM = 5
-# With a spectrum, evidence that never saw a passing test counts this much against it.
+# With a spectrum, a function only the evidence names scores at most this share of the
+# least suspicious function the spectrum names.
 _NO_PASSING_SIDE = 0.5
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
@@ -240,19 +241,24 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
     members = [m for g in groups for m in g.members]
     methods = _traceback_methods(members)
     votes = [votes_of(m, methods) for m in members]
-    weight: Dict[Definition, float] = {}
+    weight: Dict[Definition, float] = {}  # the evidence's votes (traceback, calls)
     measured: Dict[Definition, float] = {}  # the spectrum's score, which knows the passing tests
     for failure_votes in votes:
         for vote in failure_votes:
-            weight[vote.definition] = weight.get(vote.definition, 0.0) + _WEIGHT[vote.kind]
+            weight.setdefault(vote.definition, 0.0)
+            if vote.kind is not EvidenceKind.SPECTRUM:
+                weight[vote.definition] += _WEIGHT[vote.kind]
             if vote.score is not None:
                 measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
-    factor = _NO_PASSING_SIDE if measured else 1.0
-    scores = {d: measured.get(d, factor * ochiai(w, len(members))) for d, w in weight.items()}
+    evidence = {d: ochiai(w, len(members)) for d, w in weight.items()}
+    # With a spectrum, it decides and the evidence breaks its ties; a function it does not
+    # name (not run, or less suspicious than the ones it kept) ranks below every one it does.
+    floor = _NO_PASSING_SIDE * min(measured.values()) if measured else 1.0
+    scores = {d: measured.get(d, floor * e) for d, e in evidence.items()}
     by_id = {id(m): v for m, v in zip(members, votes)}
     merged: Dict[Any, List[Group]] = {}
     for group in groups:
-        ranked = _suspects(group, by_id, scores)
+        ranked = _suspects(group, by_id, scores, evidence)
         key: Any = (ranked[0].path, ranked[0].name) if ranked else id(group)
         merged.setdefault(key, []).append(group)
     out: List[RankedGroup] = []
@@ -260,7 +266,7 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
         group = parts[0]
         if len(parts) > 1:
             group = Group(group.evidence, group.path, group.name, [m for p in parts for m in p.members])
-        ranked = _suspects(group, by_id, scores)
+        ranked = _suspects(group, by_id, scores, evidence)
         if ranked:
             top = ranked[0]
             group = Group(top.evidence.value, top.path, top.name, group.members)
@@ -269,7 +275,8 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
     return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
 
 
-def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Definition, float]) -> List[Suspect]:
+def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Definition, float],
+              evidence: Mapping[Definition, float]) -> List[Suspect]:
     counts: Dict[Definition, int] = {}
     best: Dict[Definition, Vote] = {}
     lines: Dict[Definition, Dict[int, int]] = {}
@@ -282,7 +289,8 @@ def _suspects(group: Group, votes: Mapping[int, List[Vote]], scores: Mapping[Def
             if vote.line is not None:
                 lines.setdefault(d, {})[vote.line] = lines.setdefault(d, {}).get(vote.line, 0) + 1
     first_seen = {d: i for i, d in enumerate(counts)}
-    ranked = sorted(counts, key=lambda d: (-scores.get(d, 0.0), -counts[d], _ORDER[best[d].kind], first_seen[d]))
+    ranked = sorted(counts, key=lambda d: (-round(scores.get(d, 0.0), 3), -evidence.get(d, 0.0), -counts[d],
+                                           _ORDER[best[d].kind], first_seen[d]))
     out: List[Suspect] = []
     for d in ranked[:MAX_SUSPECTS]:
         seen = lines.get(d)
