@@ -36,6 +36,8 @@ MAX_SPECTRUM = 5
 # With a spectrum, a function only the evidence names scores at most this share of the
 # least suspicious function the spectrum names.
 _NO_PASSING_SIDE = 0.5
+# With a spectrum, the share of a function's score that its evidence's votes make.
+_EVIDENCE_SHARE = 0.1
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = Tuple[str, str, int]
@@ -251,10 +253,12 @@ def rank_groups(groups: Sequence[Group]) -> List[RankedGroup]:
             if vote.score is not None:
                 measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
     evidence = {d: ochiai(w, len(members)) for d, w in weight.items()}
-    # With a spectrum, it decides and the evidence breaks its ties; a function it does not
-    # name (not run, or less suspicious than the ones it kept) ranks below every one it does.
-    floor = _NO_PASSING_SIDE * min(measured.values()) if measured else 1.0
-    scores = {d: measured.get(d, floor * e) for d, e in evidence.items()}
+    # With a spectrum, it decides, the evidence tipping close calls (a tenth of the score);
+    # a function it does not name (not run, or less suspicious than the ones it kept) ranks
+    # below every one it does.
+    scores = {d: (1 - _EVIDENCE_SHARE) * m + _EVIDENCE_SHARE * evidence.get(d, 0.0) for d, m in measured.items()}
+    floor = _NO_PASSING_SIDE * min(scores.values()) if scores else 1.0
+    scores.update((d, floor * e) for d, e in evidence.items() if d not in measured)
     by_id = {id(m): v for m, v in zip(members, votes)}
     merged: Dict[Any, List[Group]] = {}
     for group in groups:
