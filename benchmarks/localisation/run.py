@@ -165,14 +165,14 @@ class Options(NamedTuple):
     limit: int
     modes: Tuple[str, ...]
     fauxpy: Optional[str]
+    log: Optional[str]  # a file each fault's result is appended to (one JSON object a line)
 
 
-def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) -> Tuple[Dict[str, List[Row]], List[Dict[str, Any]], int]:
-    """Measure the first ``limit`` faults of one project: rows per mode, each fault's result
-    and the mutants tried. FauxPy's result of a fault is kept in the cache (it does not
+def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) -> Tuple[List[Dict[str, Any]], int]:
+    """Measure the first ``limit`` faults of one project: each fault's result and the
+    mutants tried. FauxPy's result of a fault is kept in the cache (it does not
     depend on this code): ``--fauxpy`` runs it where the cache has none."""
     name, project, todo, options = job
-    rows: Dict[str, List[Row]] = {m: [] for m in ["previous", *options.modes, "fauxpy"]}
     details: List[Dict[str, Any]] = []
     known = pypi.verdicts(project) if project is not None else {}
     fauxpy_known = pypi.cached(project, "fauxpy") if project is not None else {}
@@ -197,7 +197,6 @@ def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) ->
                 print(f"skip {name}:{mutant.function} ({mutant.new.strip()[:50]!r}): no test fails (exit {code})",
                       flush=True)
                 continue
-            fault = len(details)
             detail: Dict[str, Any] = {"project": name, "path": mutant.path, "line": line,
                                       "function": mutant.function, "new": mutant.new.strip(), "plain": plain}
             said = [f"{name}:{mutant.function}:{line} ({mutant.new.strip()[:60]!r})"]
@@ -207,7 +206,6 @@ def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) ->
                 plan = read_json(root / ".selfheal" / "error_plans", "plan.json") or {"actions": []}
                 first = plan["actions"][0].get("suspects", []) if plan["actions"] else []
                 top1, top3 = score(mutant, [(s.get("path"), s.get("name")) for s in first])
-                rows[mode].append(Row(fault, len(plan["actions"]), top1, top3, spent, plain))
                 detail[mode] = {"actions": len(plan["actions"]), "top1": top1, "top3": top3, "seconds": spent,
                                 "suspects": [s.get("name") for s in first[:3]]}
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
@@ -216,9 +214,9 @@ def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) ->
                     incident = read_json(root / ".selfheal" / "error_inbox", "incident.json") or {"failures": []}
                     groups = group_by_root_cause(incident["failures"], lambda f: f.get("signature"))
                     old = score(mutant, [(g.path, g.name) for g in groups])
-                    rows["previous"].append(Row(fault, len(groups), old[0], old[1], spent, plain))
                     detail["previous"] = {"actions": len(groups), "top1": old[0], "top3": old[1],
                                           "suspects": [g.name for g in groups[:3]]}
+                    said.append(f"  previous  {len(groups)} action(s), top-1 {old[0]}, top-3 {old[1]}")
             faux = fauxpy_known.get(key)
             if faux is None and options.fauxpy:
                 hits, spent = fauxpy_ranking(root, case, line, options.fauxpy)
@@ -228,14 +226,15 @@ def run_project(job: Tuple[str, Optional[pypi.Project], List[Case], Options]) ->
                         fauxpy_known[key] = faux
                         pypi.remember(project, "fauxpy", fauxpy_known)
             if faux is not None:
-                rows["fauxpy"].append(Row(fault, 0, bool(faux["top1"]), bool(faux["top3"]), float(faux["seconds"]),
-                                          float(faux["plain"])))
                 detail["fauxpy"] = faux
                 said.append(f"  fauxpy    top-1 {faux['top1']}, top-3 {faux['top3']}, "
                             f"{faux['seconds'] / faux['plain']:.2f}x")
             print("\n".join(said), flush=True)
             details.append(detail)
-    return rows, details, tried
+            if options.log:
+                with open(options.log, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(detail) + "\n")
+    return details, tried
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -245,28 +244,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--modes", default="evidence,spectrum")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="projects measured at once")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write every fault's result")
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help="also append every fault's result to FILE as it is measured (one JSON object a line)")
+    parser.add_argument("--table", metavar="FILE", default=None, help="print the table of a --json FILE and stop")
     args = parser.parse_args(argv)
-    options = Options(args.limit, tuple(m for m in args.modes.split(",") if m), args.fauxpy)
+    if args.table:
+        found = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.strip()]
+        print(f"{len(found)} faults ({', '.join(f'{p} {n}' for p, n in _count(found).items())})\n")
+        print(table(rows_of(found)))
+        return 0
+    options = Options(args.limit, tuple(m for m in args.modes.split(",") if m), args.fauxpy, args.json)
+    if args.json:
+        Path(args.json).write_text("")
     jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus)]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(run_project, jobs, chunksize=1)
     else:
         results = [run_project(job) for job in jobs]
-    rows: Dict[str, List[Row]] = {m: [] for m in ["previous", *options.modes, "fauxpy"]}
-    details: List[Dict[str, Any]] = []
-    for part, found, _ in results:
-        offset = len(details)
-        for mode, data in part.items():
-            rows[mode].extend(r._replace(fault=r.fault + offset) for r in data)
-        details.extend(found)
-    if args.json:
-        Path(args.json).write_text(json.dumps(details, indent=1))
-    kept = ", ".join(f"{job[0]} {len(r[1])}" for job, r in zip(jobs, results))
-    print(f"\n{len(details)} faults kept of {sum(r[2] for r in results)} mutants tried ({kept})\n")
+    details = [d for found, _ in results for d in found]
+    rows = rows_of(details, options.modes)
+    kept = ", ".join(f"{job[0]} {len(r[0])}" for job, r in zip(jobs, results))
+    print(f"\n{len(details)} faults kept of {sum(r[1] for r in results)} mutants tried ({kept})\n")
     print(table(rows))
     return 0
+
+
+def _count(details: List[Dict[str, Any]]) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for detail in details:
+        out[detail["project"]] = out.get(detail["project"], 0) + 1
+    return out
+
+
+def rows_of(details: List[Dict[str, Any]], modes: Sequence[str] = ("evidence", "spectrum")) -> Dict[str, List[Row]]:
+    """The table's rows from every fault's result."""
+    rows: Dict[str, List[Row]] = {m: [] for m in ["previous", *modes, "fauxpy"]}
+    for fault, detail in enumerate(details):
+        for mode, found in rows.items():
+            got = detail.get(mode)
+            if not isinstance(got, dict):
+                continue
+            seconds = got.get("seconds", detail.get(modes[0], {}).get("seconds", 0.0) if modes else 0.0)
+            plain = got.get("plain", detail["plain"])
+            found.append(Row(fault, int(got.get("actions", 0)), bool(got["top1"]), bool(got["top3"]),
+                                  float(seconds), float(plain)))
+    return rows
 
 
 def table(rows: Dict[str, List[Row]]) -> str:
