@@ -12,7 +12,8 @@ before suspects (``plan/groups.py`` alone, in the order of the first failure) on
 incident: top-1 = the first group's function, top-3 = among the first three groups'.
 
     python benchmarks/localisation/run.py [--corpus pypi|written] [--limit N per project] [--jobs N]
-        [--modes evidence,spectrum] [--fauxpy PYTHON]
+        [--modes evidence,spectrum] [--fauxpy PYTHON] [--json FILE]
+    python benchmarks/localisation/run.py --table FILE   # the table of a --json FILE
 
 FauxPy (``pip install fauxpy``, the benchmark environment only) is run with
 ``--fauxpy PYTHON`` (an interpreter whose environment has it and pytest): its SBFL
