@@ -7,7 +7,6 @@ minute on the 2-core machine, which it cannot spare."""
 from __future__ import annotations
 
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Optional
 
@@ -115,33 +114,9 @@ def test_hostile_xml_benchmark_prints_each_case(tmp_path: Path, args: list[str])
 
 
 def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
-    # One fault, the default capture only: the table has its rows, FauxPy's says "not run".
-    out = run_benchmark("localisation/run.py", ["--limit", "1", "--modes", "evidence"], tmp_path)
-    assert "1 faults kept of 1 mutants" in out
-    assert "| previous | 1 |" in out and "| evidence | 1 |" in out and "| fauxpy | not run |" in out
-
-
-def test_cli_start_benchmark_prints_its_ratio(tmp_path: Path) -> None:
-    out = run_benchmark("bench_cli_start.py", ["--repeat", "1"], tmp_path)
-    assert "CLI start (1 interleaved pairs, .pyc written): selfheal status " in out
-    assert " CPU (target <= 1.2)" in out
-
-
-def test_real_project_benchmark_prints_a_ratio_per_run_and_bytecode_mode(tmp_path: Path) -> None:
-    """On a tiny stand-in for the pinned sdist (no network): the same layout, the same bug to inject."""
-    top = tmp_path / "cachetools-5.5.2"
-    (top / "src" / "cachetools").mkdir(parents=True)
-    (top / "tests").mkdir()
-    (top / "src" / "cachetools" / "__init__.py").write_text(
-        "def fits(size, maxsize):\n        if size > maxsize:\n            return False\n        return True\n")
-    (top / "tests" / "test_fits.py").write_text(
-        "from cachetools import fits\n\ndef test_fits():\n    assert fits(1, 1)\n\ndef test_too_big():\n"
-        "    assert not fits(2, 1)\n")
-    sdist = tmp_path / "cachetools-5.5.2.tar.gz"
-    with tarfile.open(sdist, "w:gz") as tar:
-        tar.add(top, arcname=top.name)
-    out = run_benchmark("bench_real_project.py", ["--sdist", str(sdist), "--repeat", "1"], tmp_path)
-    for line in ("green run, PYTHONDONTWRITEBYTECODE=1: ", "green run, .pyc written: ",
-                 "red run, PYTHONDONTWRITEBYTECODE=1: ", "red run, .pyc written: "):
-        assert line in out, out
-    assert out.count("(target <= 1.03)") == 2 and out.count("(target <= 1.05)") == 2
+    # One fault of each written project, the default capture only: the table has its rows,
+    # FauxPy's says "not run".
+    out = run_benchmark("localisation/run.py", ["--corpus", "written", "--limit", "1", "--modes", "evidence"],
+                        tmp_path)
+    assert "2 faults kept of 2 mutants tried (caches 1, textfmt 1)" in out
+    assert "| previous | 2 |" in out and "| evidence | 2 |" in out and "| fauxpy | not run |" in out

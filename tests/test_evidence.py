@@ -8,14 +8,14 @@ import importlib
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from pytest_selfheal.capture.evidence import Resolver, traceback_of
+from pytest_selfheal.capture.evidence import Resolver, qualname, traceback_of
 from pytest_selfheal.capture.imports import local_imports
 
 CORE = """
@@ -59,6 +59,19 @@ CORE = """
 
     class Sub(Base):
         pass
+
+    class Box:
+        def __init__(self):
+            self.items = {}
+
+        def __setitem__(self, key, value):
+            self.items[key] = value
+
+        def __len__(self):
+            return len(self.items)
+
+        def size(self):
+            return 0
 """
 
 TESTS = """
@@ -102,6 +115,14 @@ TESTS = """
 
     def test_through_a_base_class():
         Sub().put("k")
+
+    class TestOwned:
+        Kind = {pkg}.core.Box
+
+        def test_operators_on_a_local_object(self):
+            box = self.Kind()
+            box["k"] = 1
+            assert len(box) == 2 and box.size() == 1
 """
 
 
@@ -153,7 +174,9 @@ def test_innermost_project_frame_outside_the_tests(project: tuple[Path, ModuleTy
     found = evidence(project, "test_class_method")
     assert found["frame"] == {"path": core(project), "name": "Calc.run" if sys.version_info >= (3, 11) else "run",
                               "line": 12}
-    assert found["calls"] == [{"path": core(project), "name": "Calc"}]
+    # The class, then the method of it the test names (defined at line 11).
+    assert found["calls"] == [{"path": core(project), "name": "Calc"},
+                              {"path": core(project), "name": "Calc.run", "line": 11}]
     # Through the standard library and back: the innermost *project* frame is _refuse.
     found = evidence(project, "test_json_through_core")
     assert found["frame"]["name"] == "_refuse" and found["frame"]["path"] == core(project)
@@ -180,9 +203,26 @@ def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: tupl
     assert found["stack"] == [{"path": core(project), "name": "Base.put" if method else "put", "line": 35}]
     test_file = f"tests/{project[1].__name__}.py"
     assert found["test_line"] == {"path": test_file, "line": 41}
-    assert found["calls"] == [{"path": core(project), "name": "Sub", "bases": [f"{core(project)}::Base"]}]
+    # An inherited method is named where it is defined: Base.put, not Sub.put.
+    assert found["calls"] == [{"path": core(project), "name": "Sub", "bases": [f"{core(project)}::Base"]},
+                              {"path": core(project), "name": "Base.put", "line": 34}]
     # An exception raised in the test itself: no frame, no stack, only the test's line.
     assert evidence(project, "test_direct")["test_line"] == {"path": test_file, "line": 10}
+
+
+def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Path, ModuleType]) -> None:
+    """``box = self.Kind()`` (a project class bound on the unittest-style test class),
+    ``box["k"] = 1``, ``len(box)``, ``box.size()``: the class and the methods reached."""
+    root, module = project
+    owner = module.TestOwned
+    with pytest.raises(AssertionError) as info:
+        owner().test_operators_on_a_local_object()
+    found = Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info), None, owner)
+    assert found is not None
+    assert [(c["name"], c.get("line")) for c in found["calls"]] == [
+        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47)]
+    # Without the test's class, `self.Kind` names nothing: no evidence at all.
+    assert Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info)) is None
 
 
 def test_files_outside_the_root_never_count(project: tuple[Path, ModuleType]) -> None:
@@ -245,3 +285,27 @@ def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_p
     (tmp_path / "pkg" / "more.py").write_text("def helper():\n    pass\n")
     (tmp_path / "test_x.py").write_text("from pkg import add\n")
     assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/core.py", "pkg/more.py"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="code objects carry their qualified name from 3.11")
+def test_a_lambda_or_comprehension_is_named_after_the_function_it_is_in() -> None:
+    def outer() -> list[Callable[[], int]]:
+        return [lambda: 0 for _ in range(1)]
+
+    (inner,) = outer()  # its code: outer.<locals>.<listcomp>.<lambda> (outer.<locals>.<lambda> from 3.12)
+    assert qualname(inner.__code__) == qualname(outer.__code__)
+    assert qualname(outer.__code__).endswith("_it_is_in.<locals>.outer")
+
+
+def test_a_module_s_function_of_the_same_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import parse; parse.parse(...)``: the function, though it has its module's name."""
+    name = f"same_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(f"def {name}(text):\n    return text\n")
+    (tmp_path / f"test_{name}.py").write_text(f"import {name}\n\ndef test_it():\n    assert {name}.{name}('a') == 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    test = importlib.import_module(f"test_{name}")
+    try:
+        assert Resolver(str(tmp_path)).calls(test.test_it) == [(f"{name}.py", name)]
+    finally:
+        for mod in (name, f"test_{name}"):
+            sys.modules.pop(mod, None)

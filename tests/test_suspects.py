@@ -127,6 +127,21 @@ def test_the_spectrum_ranks_what_failing_tests_ran_and_passing_ones_did_not() ->
     assert evidence["f2"] == [{"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
 
 
+def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
+    """One failing test: the calls name timer and get, the spectrum ranks __iter__ and get
+    (tied) and __lt__ lower. The spectrum's order stands; get, which the test also names,
+    wins the tie; timer, which the spectrum does not keep, comes last, scored below it."""
+    spectrum = [{**ref("c.py", "C.__iter__", 30), "score": 0.447}, {**ref("c.py", "C.get", 12), "score": 0.447},
+                {**ref("c.py", "C.__lt__", 40), "score": 0.3}]
+    failures = [failure("t.py::test_x", "wrong", calls=[ref("c.py", "C.timer", 3), ref("c.py", "C.get", 12)],
+                        spectrum=spectrum)]
+    (only,) = rank_groups(group_by_root_cause(failures, lambda f: f["message"]))
+    assert [s.name for s in only.suspects] == ["C.get", "C.__iter__", "C.__lt__", "C.timer"]
+    assert [s.score for s in only.suspects[:3]] == pytest.approx([0.9 * 0.447 + 0.1 * ochiai(0.8, 1), 0.9 * 0.447,
+                                                                  0.9 * 0.3])
+    assert only.suspects[-1].score < only.suspects[-2].score
+
+
 def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
     lines = [f"line {n}" for n in range(1, 11)] + ["x" * 500]
     assert excerpt(lines, 1) == {"start": 1, "line": 1, "lines": ["line 1", "line 2", "line 3"]}

@@ -1,9 +1,9 @@
-"""A small written corpus of injected faults for the localisation benchmark (run.py).
+"""A small written corpus of injected faults (``run.py --corpus written``; the tests use it).
 
 Two projects with their tests, and realistic one-token mutants of each, every mutant with
-the function it breaks (the answer top-1/top-3 is checked against). ``shapes`` has a
+the function it breaks (the answer top-1/top-3 is checked against). ``caches`` has a
 heavy shared base class (a cache hierarchy, as cachetools); ``textfmt`` is a src layout.
-This is *not* the corpus of real PyPI projects the issue asks for: see docs/benchmarks.md.
+The benchmark's corpus of real projects is pypi.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ class Mutant(NamedTuple):
     old: str  # exact text, present once
     new: str
     function: str  # the qualified name of the function the mutant breaks
+    line: int = 0  # the mutated line (1-based; 0: where ``old`` is)
 
 
 CACHES = '''

@@ -23,6 +23,7 @@ share the work, so a run with hundreds of failures resolves each test function o
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 import sys
@@ -56,8 +57,13 @@ def _code_names(code: types.CodeType) -> list[str]:
 
 
 def qualname(code: types.CodeType) -> str:
-    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11)."""
-    return str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11).
+    A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after the
+    function it is written in: that is the function a reader fixes."""
+    name = str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+    while ".<locals>.<" in name:
+        name = name.rsplit(".<locals>.<", 1)[0]
+    return name
 
 
 class Resolver:
@@ -67,7 +73,7 @@ class Resolver:
         self.root = os.path.realpath(rootdir)
         self._paths: dict[str, Optional[str]] = {}
         self._defs: dict[int, tuple[Any, Optional[Definition]]] = {}  # id -> (object kept alive, definition)
-        self._calls: dict[types.CodeType, list[Definition]] = {}
+        self._calls: dict[tuple[types.CodeType, int], list[Definition]] = {}
         self._objects: dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
     # ------------------------------------------------------------------ files
@@ -152,19 +158,29 @@ class Resolver:
         self._objects.setdefault((rel, name), obj)
         return rel, name
 
-    def calls(self, function: Any) -> list[Definition]:
-        """The project definitions (not in test files) that ``function``'s code names."""
+    def calls(self, function: Any, owner: Any = None) -> list[Definition]:
+        """The project definitions (not in test files) that ``function``'s code names.
+        ``owner`` is the test's class: a name it binds (``Cache = cachetools.LRUCache`` in a
+        unittest class, used as ``self.Cache(...)``) counts like a global."""
         func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
         code = getattr(func, "__code__", None)
         if not isinstance(code, types.CodeType):
             return []
-        return self._code_calls(code, getattr(func, "__globals__", {}), _HELPER_DEPTH)
+        namespace: dict[str, Any] = getattr(func, "__globals__", {})
+        if inspect.isclass(owner):
+            bound = {n: inspect.getattr_static(owner, n, None) for n in _code_names(code) if n not in namespace}
+            bound = {n: v for n, v in bound.items() if inspect.isclass(v) or inspect.isfunction(v)}
+            if bound:
+                return self._code_calls(code, {**namespace, **bound}, _HELPER_DEPTH, owner)
+        return self._code_calls(code, namespace, _HELPER_DEPTH)
 
-    def _code_calls(self, code: types.CodeType, namespace: dict[str, Any], depth: int) -> list[Definition]:
-        cached = self._calls.get(code)
+    def _code_calls(self, code: types.CodeType, namespace: dict[str, Any], depth: int,
+                    owner: Any = None) -> list[Definition]:
+        memo = (code, id(owner))
+        cached = self._calls.get(memo)
         if cached is not None:
             return cached
-        self._calls[code] = []  # a recursive helper ends here
+        self._calls[memo] = []  # a recursive helper ends here
         names = _code_names(code)
         found: list[Definition] = []
         for name in names:
@@ -177,7 +193,7 @@ class Resolver:
                 # `calc.add(...)`: the module's attributes named in the same code.
                 if self.relative(getattr(obj, "__file__", None) or "") is None:
                     continue
-                candidates = [getattr(obj, n, None) for n in names if n != name]
+                candidates = [getattr(obj, n, None) for n in names]  # `parse.parse(...)` too
             else:
                 candidates = [obj]
             for candidate in candidates:
@@ -193,7 +209,27 @@ class Resolver:
                         found.extend(d for d in self._code_calls(helper, globs, depth - 1) if d not in found)
                     continue
                 found.append(where)
-        self._calls[code] = found
+                if inspect.isclass(candidate):
+                    found.extend(d for d in self._methods(candidate, code) if d not in found)
+        self._calls[memo] = found
+        return found
+
+    def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
+        """The project methods of ``cls`` (its own or inherited) that ``code`` names as
+        attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
+        through an operator (``cache[k] = v``: ``__setitem__``), where they are defined."""
+        found: list[Definition] = []
+        for name in [*_code_names(code), *_implied_dunders(code)]:
+            attr = inspect.getattr_static(cls, name, None)
+            if isinstance(attr, (staticmethod, classmethod)):
+                attr = attr.__func__
+            elif isinstance(attr, property):
+                attr = attr.fget
+            if not inspect.isfunction(attr):
+                continue
+            where = self.definition(attr)
+            if where is not None and not is_test_file(where[0]) and where not in found:
+                found.append(where)
         return found
 
     def doctest(self, dtest: Any, excinfo: Any) -> Optional[dict[str, Any]]:
@@ -273,7 +309,8 @@ class Resolver:
         return out
 
     def resolve(
-        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None
+        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None,
+        owner: Any = None,
     ) -> Optional[dict[str, Any]]:
         """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
@@ -281,7 +318,7 @@ class Resolver:
         names no project definition."""
         try:
             frame, stack, in_test = self.frames(traceback)
-            called = self.calls(function) if function is not None else []
+            called = self.calls(function, owner) if function is not None else []
             if function is not None and funcargs and not called:
                 # Weaker than what the test's own code names: only when that is nothing.
                 called = self.fixture_calls(function, funcargs)
@@ -307,6 +344,24 @@ def _evidence(frame: Optional[dict[str, Any]], calls: list[dict[str, Any]], stac
     if calls:
         evidence["calls"] = calls
     return evidence
+
+
+# The special method an instruction calls on its operand.
+_DUNDER_OPS = {"BINARY_SUBSCR": "__getitem__", "STORE_SUBSCR": "__setitem__", "DELETE_SUBSCR": "__delitem__",
+               "CONTAINS_OP": "__contains__", "GET_ITER": "__iter__"}
+# The special method a builtin called by name calls.
+_DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "str": "__str__", "hash": "__hash__"}
+
+
+def _implied_dunders(code: types.CodeType) -> list[str]:
+    """The special methods ``code`` (nested code included) may call through an operator or
+    a builtin: ``c[k] = v`` → ``__setitem__``, ``len(c)`` → ``__len__``."""
+    found = [_DUNDER_BUILTINS[n] for n in code.co_names if n in _DUNDER_BUILTINS]
+    found.extend(_DUNDER_OPS[i.opname] for i in dis.get_instructions(code) if i.opname in _DUNDER_OPS)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_implied_dunders(const))
+    return list(dict.fromkeys(found))
 
 
 def _links(tb: Any) -> list[Any]:

@@ -35,8 +35,11 @@ from pytest_selfheal.records.plan import PlanAction
 MAX_SUSPECTS = 5
 # Functions of the coverage spectrum kept per failing test in incident.json.
 MAX_SPECTRUM = 5
-# With a spectrum, evidence that never saw a passing test counts this much against it.
+# With a spectrum, a function only the evidence names scores at most this share of the
+# least suspicious function the spectrum names.
 _NO_PASSING_SIDE = 0.5
+# With a spectrum, the share of a function's score that its evidence's votes make.
+_EVIDENCE_SHARE = 0.1
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = tuple[str, str, int]
@@ -158,10 +161,15 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, list[Defin
             if ref is not None:
                 add(ref[0], EvidenceKind.STACK, ref[1])
         return list(found.values())
-    for item in _refs(evidence.get("calls")):
+    calls = _refs(evidence.get("calls"))
+    # A class stands for its methods: weakly when the test names some of them (they vote).
+    functions = any("line" in item for item in calls)
+    for item in calls:
         ref = _ref(item)
         if ref is None:
             continue
+        if functions and "line" not in item:
+            add(ref[0], EvidenceKind.CLASS, None)
         bases = item.get("bases")
         classes = [ref[0]] + [tuple(b.split("::", 1)) for b in bases if isinstance(b, str) and "::" in b] \
             if isinstance(bases, (list, tuple)) else [ref[0]]
@@ -169,7 +177,8 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, list[Defin
         if linked:
             for method in linked:
                 add(method, EvidenceKind.CLASS, None)
-        add(ref[0], EvidenceKind.CALLS, ref[1])
+        if not functions or "line" in item:
+            add(ref[0], EvidenceKind.CALLS, ref[1])
     return list(found.values())
 
 
@@ -236,19 +245,26 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
     members = [m for g in groups for m in g.members]
     methods = _traceback_methods(members)
     votes = [votes_of(m, methods) for m in members]
-    weight: dict[Definition, float] = {}
+    weight: dict[Definition, float] = {}  # the evidence's votes (traceback, calls)
     measured: dict[Definition, float] = {}  # the spectrum's score, which knows the passing tests
     for failure_votes in votes:
         for vote in failure_votes:
-            weight[vote.definition] = weight.get(vote.definition, 0.0) + _WEIGHT[vote.kind]
+            weight.setdefault(vote.definition, 0.0)
+            if vote.kind is not EvidenceKind.SPECTRUM:
+                weight[vote.definition] += _WEIGHT[vote.kind]
             if vote.score is not None:
                 measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
-    factor = _NO_PASSING_SIDE if measured else 1.0
-    scores = {d: measured.get(d, factor * ochiai(w, len(members))) for d, w in weight.items()}
+    evidence = {d: ochiai(w, len(members)) for d, w in weight.items()}
+    # With a spectrum, it decides, the evidence tipping close calls (a tenth of the score);
+    # a function it does not name (not run, or less suspicious than the ones it kept) ranks
+    # below every one it does.
+    scores = {d: (1 - _EVIDENCE_SHARE) * m + _EVIDENCE_SHARE * evidence.get(d, 0.0) for d, m in measured.items()}
+    floor = _NO_PASSING_SIDE * min(scores.values()) if scores else 1.0
+    scores.update((d, floor * e) for d, e in evidence.items() if d not in measured)
     by_id = {id(m): v for m, v in zip(members, votes)}
     merged: dict[Any, list[Group]] = {}
     for group in groups:
-        ranked = _suspects(group, by_id, scores)
+        ranked = _suspects(group, by_id, scores, evidence)
         key: Any = (ranked[0].path, ranked[0].name) if ranked else id(group)
         merged.setdefault(key, []).append(group)
     out: list[RankedGroup] = []
@@ -256,7 +272,7 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
         group = parts[0]
         if len(parts) > 1:
             group = Group(group.evidence, group.path, group.name, [m for p in parts for m in p.members])
-        ranked = _suspects(group, by_id, scores)
+        ranked = _suspects(group, by_id, scores, evidence)
         if ranked:
             top = ranked[0]
             group = Group(top.evidence.value, top.path, top.name, group.members)
@@ -265,7 +281,8 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
     return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
 
 
-def _suspects(group: Group, votes: Mapping[int, list[Vote]], scores: Mapping[Definition, float]) -> list[Suspect]:
+def _suspects(group: Group, votes: Mapping[int, list[Vote]], scores: Mapping[Definition, float],
+              evidence: Mapping[Definition, float]) -> list[Suspect]:
     counts: dict[Definition, int] = {}
     best: dict[Definition, Vote] = {}
     lines: dict[Definition, dict[int, int]] = {}
@@ -278,7 +295,8 @@ def _suspects(group: Group, votes: Mapping[int, list[Vote]], scores: Mapping[Def
             if vote.line is not None:
                 lines.setdefault(d, {})[vote.line] = lines.setdefault(d, {}).get(vote.line, 0) + 1
     first_seen = {d: i for i, d in enumerate(counts)}
-    ranked = sorted(counts, key=lambda d: (-scores.get(d, 0.0), -counts[d], _ORDER[best[d].kind], first_seen[d]))
+    ranked = sorted(counts, key=lambda d: (-round(scores.get(d, 0.0), 3), -evidence.get(d, 0.0), -counts[d],
+                                           _ORDER[best[d].kind], first_seen[d]))
     out: list[Suspect] = []
     for d in ranked[:MAX_SUSPECTS]:
         seen = lines.get(d)
