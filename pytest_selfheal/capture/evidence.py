@@ -56,14 +56,31 @@ def _code_names(code: types.CodeType) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def qualname(code: types.CodeType) -> str:
-    """The qualified name of ``code``'s function (``Cache.popitem``; the bare name before 3.11).
-    A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after the
-    function it is written in: that is the function a reader fixes."""
-    name = str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> str:
+    """The qualified name of ``code``'s function (``Cache.popitem``), ``frame`` one of its
+    frames. A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after
+    the function it is written in: that is the function a reader fixes."""
+    name = getattr(code, "co_qualname", None)  # Python 3.11+
+    if not isinstance(name, str):
+        name = _method_name(code, frame) if frame is not None else code.co_name
     while ".<locals>.<" in name:
         name = name.rsplit(".<locals>.<", 1)[0]
     return name
+
+
+def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
+    """Before Python 3.11 a code object knows only its bare name: a method's class is the one,
+    along the class of its first argument (``self``, ``cls``), that defines this code."""
+    if not code.co_argcount:
+        return code.co_name
+    first = frame.f_locals.get(code.co_varnames[0])
+    owner = first if isinstance(first, type) else type(first)
+    for klass in owner.__mro__:
+        attr = klass.__dict__.get(code.co_name)
+        func = attr.fget if isinstance(attr, property) else getattr(attr, "__func__", attr)
+        if getattr(func, "__code__", None) is code:
+            return f"{klass.__qualname__}.{code.co_name}"
+    return code.co_name
 
 
 class Resolver:
@@ -117,7 +134,7 @@ class Resolver:
             if is_test_file(rel):
                 in_test = {"path": rel, "line": lineno}
                 continue
-            found.append({"path": rel, "name": qualname(code), "line": lineno})
+            found.append({"path": rel, "name": qualname(code, _entry_frame(entry)), "line": lineno})
         if not found:
             return None, [], in_test
         stack: list[dict[str, Any]] = []
@@ -395,6 +412,14 @@ def _entry_code(entry: Any) -> tuple[Optional[types.CodeType], Optional[int]]:
         return None, None
     lineno = getattr(entry, "lineno", None)
     return raw, (lineno + 1 if isinstance(lineno, int) else None)
+
+
+def _entry_frame(entry: Any) -> Optional[types.FrameType]:
+    """The frame of a traceback entry (pytest's or Python's)."""
+    if isinstance(entry, types.TracebackType):
+        return entry.tb_frame
+    raw = getattr(getattr(entry, "frame", None), "raw", None)
+    return raw if isinstance(raw, types.FrameType) else None
 
 
 def traceback_of(excinfo: Any) -> list[Any]:

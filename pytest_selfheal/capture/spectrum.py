@@ -44,11 +44,11 @@ class SpectrumHook:
 
     # ------------------------------------------------------------------ tracing
 
-    def _key(self, code: types.CodeType) -> Optional[FunctionKey]:
+    def _key(self, code: types.CodeType, frame: types.FrameType) -> Optional[FunctionKey]:
         rel = self.resolver.relative(code.co_filename)
         if rel is None or is_test_file(rel) or code.co_name == "<module>":
             return None
-        return rel, qualname(code), code.co_firstlineno
+        return rel, qualname(code, frame), code.co_firstlineno
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> None:
         # Called on "call" events only: returning None asks for no line events in the frame.
@@ -56,7 +56,7 @@ class SpectrumHook:
         try:
             key = self._keys[code]
         except KeyError:
-            key = self._keys[code] = self._key(code)
+            key = self._keys[code] = self._key(code, frame)
         if key is not None and self._current is not None:
             self._current.add(key)
 
