@@ -136,7 +136,7 @@ def opt_bool(value: Any) -> Optional[bool]:
     return value if isinstance(value, bool) else None
 
 
-def dicts(value: Any) -> list[Mapping[str, Any]]:
+def dicts(value: Any) -> list[Mapping[str, object]]:
     """The mappings in a list ``value`` (others dropped); [] when it is no list."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
 
@@ -151,12 +151,12 @@ def unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _nodeid(failure: Mapping[str, Any]) -> Optional[str]:
+def _nodeid(failure: Mapping[str, object]) -> Optional[str]:
     """A failure's selection: its pytest node id, else its runner-independent test identity."""
     return opt_str(failure.get("nodeid")) or opt_str(failure.get("test"))
 
 
-def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
     # Accept both the bare ralf_lite mapping and the files' {"ralf_lite": {...}} form.
     inner = config.get(ROOT_KEY)
     if len(config) == 1 and isinstance(inner, Mapping):
@@ -164,19 +164,20 @@ def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged: dict[str, Any] = copy.deepcopy(dict(base))
+def _deep_merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
+    merged: dict[str, object] = copy.deepcopy(dict(base))
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = _deep_merge(current, value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
 
 
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key in sorted(config, key=str):
         value = config[key]
         dotted = f"{prefix}.{key}" if prefix else str(key)
