@@ -72,10 +72,10 @@ class IncidentRun(Frozen):
     ``incident["status"]`` should carry the authoritative status (``status.txt``).
     """
 
-    incident: Mapping[str, Any]
-    plan: Optional[Mapping[str, Any]] = None
-    attempts: Sequence[Mapping[str, Any]] = ()
-    run_result: Optional[Mapping[str, Any]] = None
+    incident: Mapping[str, object]
+    plan: Optional[Mapping[str, object]] = None
+    attempts: Sequence[Mapping[str, object]] = ()
+    run_result: Optional[Mapping[str, object]] = None
     bucket: str = INBOX
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,7 +196,7 @@ def _strip_root(key: str) -> str:
 
 
 def _resolve_config(
-    effective_config: Optional[Mapping[str, Any]],
+    effective_config: Optional[Mapping[str, object]],
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -206,7 +206,7 @@ def _resolve_config(
     (origin ``run_result.json``); else the built-in defaults. Missing keys are filled
     from the defaults (origin ``default``).
     """
-    given: Optional[Mapping[str, Any]] = None
+    given: Optional[Mapping[str, object]] = None
     given_origin: Optional[str] = None
     if effective_config is not None:
         given = _unwrap_config(effective_config)
@@ -230,7 +230,7 @@ def _resolve_config(
     return values, resolved
 
 
-def _iteration_entry(attempt: Mapping[str, Any]) -> dict[str, Any]:
+def _iteration_entry(attempt: Mapping[str, object]) -> dict[str, Any]:
     raw_outcomes = attempt.get("outcomes")
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
@@ -466,7 +466,7 @@ def _label_tasks(incidents: list[dict[str, Any]]) -> None:
             task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
 
 
-def _severity(entry: Mapping[str, Any]) -> tuple[int, int]:
+def _severity(entry: Mapping[str, object]) -> tuple[int, int]:
     outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
     if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
         outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
@@ -477,13 +477,13 @@ def _severity(entry: Mapping[str, Any]) -> tuple[int, int]:
     return outcome, rank
 
 
-def deciding_incident(incidents: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+def deciding_incident(incidents: Sequence[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
     """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
 
     Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
     stop reason in the loop's precedence (success last), then report order.
     """
-    best: Optional[Mapping[str, Any]] = None
+    best: Optional[Mapping[str, object]] = None
     for entry in incidents:
         if best is None or _severity(entry) < _severity(best):
             best = entry
@@ -506,10 +506,9 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     else:
         report["stop_reason"] = worst.get("stop_reason")
         report["final_status"] = worst.get("final_status")
-        action = as_str((worst.get("handoff") or {}).get("recommended_next_action"))
-        report["recommended_next_action"] = (
-            f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
-        )
+        handoff = worst.get("handoff")
+        action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
+        report["recommended_next_action"] = f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
         report["deciding_incident"] = worst["incident_id"]
     return report
 
@@ -517,7 +516,7 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
 def build_report(
     *,
     incidents: Sequence[IncidentRun],
-    effective_config: Optional[Mapping[str, Any]] = None,
+    effective_config: Optional[Mapping[str, object]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> dict[str, Any]:
