@@ -33,6 +33,7 @@ from pytest_selfheal.report.render import (
     render_terminal,
     text,
 )
+from pytest_selfheal.report.view import Report, ReportIncident, as_report
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
 
@@ -526,3 +527,32 @@ def test_every_json_field_is_documented() -> None:
     fields |= set(merge_reports([report])["shards"][0])
     missing = sorted(f for f in fields if f"`{f}`" not in doc)
     assert not missing, f"docs/report.md does not mention {missing}"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@pytest.mark.parametrize("case", ["two_actions", "flaky_success", "triage_pull_request", "replan_requested"])
+def test_render_reads_records_parsed_once(case: str) -> None:
+    # The renderer parses the JSON into records once; given the records, it renders the same bytes.
+    report = golden_report(case)
+    records = Report.from_json(report)
+    assert as_report(records) is records
+    assert render_markdown(records, headline=True) == render_markdown(report, headline=True)
+    assert render_terminal(records) == render_terminal(report)
+    assert render_headline(records) == render_headline(report)
+
+
+def test_report_records_read_odd_fields_as_defaults() -> None:
+    report = golden_report("two_actions")
+    entry = copy.deepcopy(report["incidents"][0])
+    entry.update(tasks=[{"task": "A1", "attempts": "2", "stop_reason": 3, "nodeids": ["a", 1]}],
+                 iterations=[{"iteration": "x", "outcomes": {"a": "passed", "b": None}, "progress": 0}],
+                 runtime_minutes=True, decision_point={"reason": "no_progress", "options": ["retry", {"id": "o1"}]})
+    parsed = ReportIncident.from_json(entry)
+    task, iteration = parsed.tasks[0], parsed.iterations[0]
+    assert (task.label, task.attempts, task.stop_reason, task.nodeids) == ("A1", 0, None, ("a",))
+    assert (iteration.iteration, dict(iteration.outcomes), iteration.progress) == (None, {"a": "passed"}, False)
+    assert parsed.runtime_minutes is None
+    assert parsed.decision_point is not None
+    assert [(o.label, o.id, o.plain) for o in parsed.decision_point.options] == [("retry", None, True), ("o1", "o1", False)]

@@ -72,10 +72,10 @@ class IncidentRun(Frozen):
     ``incident["status"]`` should carry the authoritative status (``status.txt``).
     """
 
-    incident: Mapping[str, Any]
-    plan: Optional[Mapping[str, Any]] = None
-    attempts: Sequence[Mapping[str, Any]] = ()
-    run_result: Optional[Mapping[str, Any]] = None
+    incident: Mapping[str, object]
+    plan: Optional[Mapping[str, object]] = None
+    attempts: Sequence[Mapping[str, object]] = ()
+    run_result: Optional[Mapping[str, object]] = None
     bucket: str = INBOX
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def opt_bool(value: Any) -> Optional[bool]:
     return value if isinstance(value, bool) else None
 
 
-def dicts(value: Any) -> list[Mapping[str, Any]]:
+def dicts(value: Any) -> list[Mapping[str, object]]:
     """The mappings in a list ``value`` (others dropped); [] when it is no list."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
 
@@ -151,12 +151,12 @@ def unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _nodeid(failure: Mapping[str, Any]) -> Optional[str]:
+def _nodeid(failure: Mapping[str, object]) -> Optional[str]:
     """A failure's selection: its pytest node id, else its runner-independent test identity."""
     return opt_str(failure.get("nodeid")) or opt_str(failure.get("test"))
 
 
-def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
     # Accept both the bare ralf_lite mapping and the files' {"ralf_lite": {...}} form.
     inner = config.get(ROOT_KEY)
     if len(config) == 1 and isinstance(inner, Mapping):
@@ -164,19 +164,20 @@ def _unwrap_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged: dict[str, Any] = copy.deepcopy(dict(base))
+def _deep_merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
+    merged: dict[str, object] = copy.deepcopy(dict(base))
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = _deep_merge(current, value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
 
 
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key in sorted(config, key=str):
         value = config[key]
         dotted = f"{prefix}.{key}" if prefix else str(key)
@@ -195,7 +196,7 @@ def _strip_root(key: str) -> str:
 
 
 def _resolve_config(
-    effective_config: Optional[Mapping[str, Any]],
+    effective_config: Optional[Mapping[str, object]],
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -205,7 +206,7 @@ def _resolve_config(
     (origin ``run_result.json``); else the built-in defaults. Missing keys are filled
     from the defaults (origin ``default``).
     """
-    given: Optional[Mapping[str, Any]] = None
+    given: Optional[Mapping[str, object]] = None
     given_origin: Optional[str] = None
     if effective_config is not None:
         given = _unwrap_config(effective_config)
@@ -229,7 +230,7 @@ def _resolve_config(
     return values, resolved
 
 
-def _iteration_entry(attempt: Mapping[str, Any]) -> dict[str, Any]:
+def _iteration_entry(attempt: Mapping[str, object]) -> dict[str, Any]:
     raw_outcomes = attempt.get("outcomes")
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
@@ -465,7 +466,7 @@ def _label_tasks(incidents: list[dict[str, Any]]) -> None:
             task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
 
 
-def _severity(entry: Mapping[str, Any]) -> tuple[int, int]:
+def _severity(entry: Mapping[str, object]) -> tuple[int, int]:
     outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
     if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
         outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
@@ -476,13 +477,13 @@ def _severity(entry: Mapping[str, Any]) -> tuple[int, int]:
     return outcome, rank
 
 
-def deciding_incident(incidents: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+def deciding_incident(incidents: Sequence[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
     """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
 
     Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
     stop reason in the loop's precedence (success last), then report order.
     """
-    best: Optional[Mapping[str, Any]] = None
+    best: Optional[Mapping[str, object]] = None
     for entry in incidents:
         if best is None or _severity(entry) < _severity(best):
             best = entry
@@ -505,10 +506,9 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     else:
         report["stop_reason"] = worst.get("stop_reason")
         report["final_status"] = worst.get("final_status")
-        action = as_str((worst.get("handoff") or {}).get("recommended_next_action"))
-        report["recommended_next_action"] = (
-            f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
-        )
+        handoff = worst.get("handoff")
+        action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
+        report["recommended_next_action"] = f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
         report["deciding_incident"] = worst["incident_id"]
     return report
 
@@ -516,7 +516,7 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
 def build_report(
     *,
     incidents: Sequence[IncidentRun],
-    effective_config: Optional[Mapping[str, Any]] = None,
+    effective_config: Optional[Mapping[str, object]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> dict[str, Any]:

@@ -44,10 +44,11 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
         for inner in dicts(shard.get("config_differences")):
+            recorded = inner.get("values")
             differences.append({
                 "shard": f"{label} / {as_str(inner.get('shard'))}",
                 "keys": strs(inner.get("keys")),
-                "values": copy.deepcopy(dict(inner.get("values") or {})),
+                "values": copy.deepcopy(dict(recorded) if isinstance(recorded, Mapping) else {}),
             })
         if shard is first:
             continue

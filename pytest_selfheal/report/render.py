@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Optional
 
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.vocab import Line, final_tone
-from pytest_selfheal.report.data import REPORT_TITLE, as_int, dicts, flatten_config, strs, unique
+from pytest_selfheal.report.data import REPORT_TITLE, flatten_config, unique
+from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
 
@@ -38,7 +39,6 @@ TERMINAL_MAX_INCIDENTS = 5
 TERMINAL_MAX_TESTS = 3
 
 NOT_RUN = "not run"
-DASH = "—"
 
 _PASS, _FAIL, _WARN = "✅", "❌", "⚠️"
 _CELL_SYMBOL = {"passed": _PASS, "failed": _FAIL, "error": _FAIL, "skipped": _WARN, "missing": _WARN}
@@ -52,7 +52,7 @@ _REFERENCE = re.compile(r"(@|#|\bGH-)(?=[A-Za-z0-9])", re.IGNORECASE)
 _AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     """A config value as the head line and tables write it: JSON, but bare strings."""
     if isinstance(value, str):
         return value
@@ -62,7 +62,7 @@ def _scalar(value: Any) -> str:
 # --------------------------------------------------------------------------- markdown helpers
 
 
-def _one_line(value: Any) -> str:
+def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
@@ -70,7 +70,7 @@ def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def text(value: Any, limit: int = CELL_LIMIT) -> str:
+def text(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as inert inline markdown (docs/report.md "Escaping"): one line,
     bounded; no HTML or entity (which could forge the comment's marker), no link, image,
     emphasis, code span, mention, cross-reference or autolink."""
@@ -81,7 +81,7 @@ def text(value: Any, limit: int = CELL_LIMIT) -> str:
     return _AUTOLINK.sub(lambda m: m.group(0) + "\u200b", flat)
 
 
-def code(value: Any, limit: int = CELL_LIMIT) -> str:
+def code(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as an inline code span, safe for any backticks inside; ``—`` when empty."""
     flat = _truncate(_one_line(value), limit)
     if not flat:
@@ -112,119 +112,119 @@ def _codes(items: Sequence[str], limit: int = LIST_LIMIT, sep: str = ", ") -> st
     return shown + (f"{sep}… +{len(items) - limit}" if len(items) > limit else "")
 
 
-def _reason(value: Any) -> str:
+def _reason(value: Optional[str]) -> str:
     return code(value) if isinstance(value, str) and value else DASH
 
 
-def _yes_no(value: Any) -> str:
+def _yes_no(value: Optional[bool]) -> str:
     return DASH if value is None else ("yes" if value else "no")
 
 
-def _minutes(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _minutes(value: Optional[float]) -> str:
+    if value is None:
         return DASH
-    return (f"{float(value):.2f}".rstrip("0").rstrip(".") or "0") + " min"
+    return (f"{value:.2f}".rstrip("0").rstrip(".") or "0") + " min"
 
 
-def _multi(report: Mapping[str, Any]) -> bool:
-    return len(report["incidents"]) > 1
+def _multi(report: Report) -> bool:
+    return len(report.incidents) > 1
 
 
-def _sub(report: Mapping[str, Any], entry: Mapping[str, Any]) -> list[str]:
+def _sub(report: Report, entry: ReportIncident) -> list[str]:
     """A per-incident sub-heading, only when the report has several incidents."""
-    return [f"#### {code(entry['incident_id'])}", ""] if _multi(report) else []
+    return [f"#### {code(entry.incident_id)}", ""] if _multi(report) else []
 
 
 # --------------------------------------------------------------------------- markdown
 
 
-def render_headline(report: Mapping[str, Any]) -> str:
+def render_headline(report: ReportInput) -> str:
     """The one status line put *before* the report heading for PR comments and job summaries.
 
     ``**selfheal: escalated — stop reason `repeated_fingerprint`** (incident_…, 2 iterations)``
     """
-    incidents = report["incidents"]
+    records = as_report(report)
+    incidents = records.incidents
     if not incidents:
         return "**selfheal: no incidents — nothing to loop**"
-    who = str(incidents[0]["incident_id"]) if len(incidents) == 1 else plural(len(incidents), "incident")
-    iterations = sum(as_int(e.get("loops_used")) for e in incidents)
+    who = incidents[0].incident_id if len(incidents) == 1 else plural(len(incidents), "incident")
+    iterations = sum(e.loops_used for e in incidents)
     details = [who, plural(iterations, "iteration")]
-    flaky = sum(len(e.get("flaky_tests") or []) for e in incidents)
-    triage = report.get("triage_summary")
-    if isinstance(triage, Mapping) and isinstance(triage.get("line"), str):
-        details.append(text(triage["line"], 120))  # "2 new, 1 known on main, 1 flaky" (flaky included)
+    flaky = sum(len(e.flaky_tests) for e in incidents)
+    if records.triage_line is not None:
+        details.append(text(records.triage_line, 120))  # "2 new, 1 known on main, 1 flaky" (flaky included)
     elif flaky:
         details.append(plural(flaky, "flaky test"))
-    status = text(report.get("final_status") or "unknown", 60)
-    reason = report.get("stop_reason")
-    if isinstance(reason, str) and reason:
+    status = text(records.final_status or "unknown", 60)
+    reason = records.stop_reason
+    if reason:
         verdict = f"{status} — stop reason {code(reason, 60)}"
-    elif not any(e.get("loops_used") for e in incidents):
+    elif not any(e.loops_used for e in incidents):
         verdict = f"{status} — loop not run yet"
     else:
         verdict = f"{status} — loop not finished"
     return f"**selfheal: {verdict}** ({', '.join(details)})"
 
 
-def _head(report: Mapping[str, Any]) -> list[str]:
-    config = report["effective_config"]
+def _head(report: Report) -> list[str]:
+    config = report.effective_config
     head_config = ", ".join(f"{k}={_scalar(config.get(k))}" for k in HEAD_CONFIG_KEYS)
     lines = [
         REPORT_HEADING,
         "",
-        f"- Enabled: {'true' if report['enabled'] else 'false'}",
+        f"- Enabled: {'true' if report.enabled else 'false'}",
         f"- Effective config: {head_config}",
-        f"- Auto tasks looped: {report['auto_tasks_looped']}",
-        f"- Total retries: {report['total_retries']}",
+        f"- Auto tasks looped: {report.auto_tasks_looped}",
+        f"- Total retries: {report.total_retries}",
         "",
         "### Task Attempts",
         "",
         "| Task | Attempts | Stop Reason |",
         "|------|----------|-------------|",
     ]
-    for entry in report["incidents"]:
-        for task in entry["tasks"]:
-            label = cell(text(task.get("label") or task["task"], 80))
-            stop = task["stop_reason"]
-            lines.append(f"| {label.ljust(4)} | {str(task['attempts']).ljust(8)} | "
+    for entry in report.incidents:
+        for task in entry.tasks:
+            label = cell(text(task.label, 80))
+            stop = task.stop_reason
+            lines.append(f"| {label.ljust(4)} | {str(task.attempts).ljust(8)} | "
                          f"{cell(text(stop, 60)) if stop else DASH} |")
     return lines
 
 
-def _section_stop(report: Mapping[str, Any]) -> list[str]:
+def _section_stop(report: Report) -> list[str]:
     lines = ["### Stop Reason and Final Status", ""]
-    incidents = report["incidents"]
+    incidents = report.incidents
     if not incidents:
         return lines + ["No incident was captured: nothing to loop."]
-    reason = report["stop_reason"]
+    reason = report.stop_reason
     if reason:
         shown = _reason(reason)
     else:
-        shown = "not finished" if report["total_retries"] else f"{NOT_RUN} (the loop has not run yet)"
+        shown = "not finished" if report.total_retries else f"{NOT_RUN} (the loop has not run yet)"
     # A test edit is never a fix to take on trust: it comes before everything else.
-    lines += [f"- **Tests edited** in {code(e['incident_id'])}: {_codes(e['tests_edited'])} — the selection passes "
-              "only with these test files changed; review the test diff first" for e in incidents if e.get("tests_edited")]
-    lines += [f"- **Never verified** in {code(e['incident_id'])}: {e['unverified_failures']:,} failing test(s) over the "
-              "capture's cap; it cannot end in success" for e in incidents if e.get("unverified_failures")]
+    lines += [f"- **Tests edited** in {code(e.incident_id)}: {_codes(e.tests_edited)} — the selection passes "
+              "only with these test files changed; review the test diff first" for e in incidents if e.tests_edited]
+    lines += [f"- **Never verified** in {code(e.incident_id)}: {e.unverified_failures:,} failing test(s) over the "
+              "capture's cap; it cannot end in success" for e in incidents if e.unverified_failures]
     lines.append(f"- Stop reason: {shown}")
-    lines.append(f"- Final status: {text(report['final_status'])}")
-    if len(incidents) > 1 and report.get("deciding_incident"):
-        lines.append(f"- Decided by: {code(report['deciding_incident'])} (the worst outcome; docs/report.md)")
+    lines.append(f"- Final status: {text(report.final_status)}")
+    if len(incidents) > 1 and report.deciding_incident:
+        lines.append(f"- Decided by: {code(report.deciding_incident)} (the worst outcome; docs/report.md)")
     lines.append("")
     rows = []
     for e in incidents:
-        archived = e.get("archived_to")
+        archived = e.archived_to
         rows.append([
-            code(e["incident_id"]), text(e["status"]), text(e["final_status"]),
-            _reason(e["stop_reason"]) if e["stop_reason"] else (NOT_RUN if not e["loops_used"] else DASH),
-            str(e["loops_used"]),
-            DASH if e.get("same_error_repeats") is None else str(e["same_error_repeats"]),
-            _minutes(e.get("runtime_minutes")),
+            code(e.incident_id), text(e.status), text(e.final_status),
+            _reason(e.stop_reason) if e.stop_reason else (NOT_RUN if not e.loops_used else DASH),
+            str(e.loops_used),
+            DASH if e.same_error_repeats is None else e.same_error_repeats,
+            _minutes(e.runtime_minutes),
             code(archived) if archived else DASH,
         ])
     lines += _table(["Incident", "Status", "Final Status", "Stop Reason", "Iterations", "Same Error Repeats",
                      "Runtime", "Archived To"], rows)
-    signatures = [(e["incident_id"], e.get("error_signature")) for e in incidents if e.get("error_signature")]
+    signatures = [(e.incident_id, e.error_signature) for e in incidents if e.error_signature]
     if signatures:
         lines.append("")
         for incident_id, signature in signatures:
@@ -233,15 +233,15 @@ def _section_stop(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _section_triage(report: Mapping[str, Any], quarantined: bool) -> list[str]:
+def _section_triage(report: Report, quarantined: bool) -> list[str]:
     """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows = []
-    for entry in report["incidents"]:
-        for t in dicts(entry.get("triage")):
-            if (t.get("label") == "quarantined") == quarantined:
-                row = [code(t.get("nodeid") or DASH, 120), code(t.get("fingerprint") or "")]
-                row += [] if quarantined else [text(t.get("failure_type") or DASH, 40), f"**{text(t.get('label'), 20)}**"]
-                rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row + [text(t.get("detail") or DASH)])
+    for entry in report.incidents:
+        for t in entry.triage:
+            if (t.label == "quarantined") == quarantined:
+                row = [code(t.nodeid, 120), code(t.fingerprint)]
+                row += [] if quarantined else [text(t.failure_type, 40), f"**{text(t.label, 20)}**"]
+                rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.detail)])
     if not rows:
         return []
     header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
@@ -250,142 +250,140 @@ def _section_triage(report: Mapping[str, Any], quarantined: bool) -> list[str]:
     return title + _table((["Incident"] if _multi(report) else []) + header, rows)
 
 
-def _section_tasks(report: Mapping[str, Any]) -> list[str]:
+def _section_tasks(report: Report) -> list[str]:
     rows = []
-    for entry in report["incidents"]:
-        for task in entry["tasks"]:
-            stop = task.get("stop_reason")
+    for entry in report.incidents:
+        for task in entry.tasks:
+            stop = task.stop_reason
             rows.append([
-                text(task.get("label") or task["task"], 80),
-                text(task.get("title") or DASH) + (f"<br>at {_codes([str(task['where'])])}" if task.get("where") else ""),
-                _codes(strs(task.get("nodeids")), sep="<br>"),
-                str(task["attempts"]),
-                _reason(stop) if stop else (NOT_RUN if not task["attempts"] else DASH),
-                "yes" if task.get("flaky") else "no",
+                text(task.label, 80),
+                text(task.title or DASH) + (f"<br>at {_codes([task.where])}" if task.where else ""),
+                _codes(task.nodeids, sep="<br>"),
+                str(task.attempts),
+                _reason(stop) if stop else (NOT_RUN if not task.attempts else DASH),
+                "yes" if task.flaky else "no",
             ])
     if not rows:
         return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."]
     return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
 
 
-def _config_difference_lines(report: Mapping[str, Any]) -> list[str]:
+def _config_difference_lines(report: Report) -> list[str]:
     lines: list[str] = []
-    for diff in dicts(report.get("config_differences")):
-        raw = diff.get("values")
-        values: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        shown = [f"{k}={_scalar(values[k])}" if k in values else k for k in strs(diff.get("keys"))]
-        lines.append(f"- Shard {text(diff.get('shard'))} ran with {_codes(shown, limit=20)} "
+    for diff in report.config_differences:
+        values = diff.values
+        shown = [f"{k}={_scalar(values[k])}" if k in values else k for k in diff.keys]
+        lines.append(f"- Shard {text(diff.shard)} ran with {_codes(shown, limit=20)} "
                      "(the table shows the first shard's config)")
-    base = flatten_config(report["effective_config"])
-    for entry in report["incidents"]:
-        recorded = entry.get("run_config")
-        if not isinstance(recorded, Mapping):
+    base = flatten_config(report.effective_config)
+    for entry in report.incidents:
+        recorded = entry.run_config
+        if recorded is None:
             continue
         own = flatten_config(recorded)
         keys = sorted(k for k in own if k in base and own[k] != base[k])
         if keys:
             ran_with = ", ".join(f"{k}={_scalar(own[k])}" for k in keys)
-            lines.append(f"- {code(entry['incident_id'])} ran with {code(ran_with)} (from its run_result.json)")
+            lines.append(f"- {code(entry.incident_id)} ran with {code(ran_with)} (from its run_result.json)")
     return lines
 
 
-def _section_config(report: Mapping[str, Any]) -> list[str]:
-    origins = report["origins"]
+def _section_config(report: Report) -> list[str]:
+    origins = report.origins
     rows = [
         [code(key), code(_scalar(value)), text(origins.get(key, DASH))]
-        for key, value in flatten_config(report["effective_config"]).items()
+        for key, value in flatten_config(report.effective_config).items()
     ]
     lines = ["### Effective Config", ""] + _table(["Key", "Value", "Origin"], rows)
     notes = _config_difference_lines(report)
     return lines + ([""] + notes if notes else [])
 
 
-def _section_fingerprints(report: Mapping[str, Any]) -> list[str]:
+def _section_fingerprints(report: Report) -> list[str]:
     lines = ["### Fingerprint per Iteration", ""]
-    for entry in report["incidents"]:
+    for entry in report.incidents:
         lines += _sub(report, entry)
-        fpi = entry["fingerprints_per_iteration"]
-        capture = strs(fpi[0]) if fpi and isinstance(fpi[0], list) else []
-        rows = [["0", "capture", _FAIL if capture or entry.get("capture_tests") else DASH, _codes(capture), DASH, DASH]]
-        for it in entry["iterations"]:
-            reasons = strs(it.get("progress_reasons"))
-            progress = _yes_no(it.get("progress"))
-            if reasons and it.get("progress") is not None:
+        capture = entry.capture_fingerprints
+        rows = [["0", "capture", _FAIL if capture or entry.capture_tests else DASH, _codes(capture), DASH, DASH]]
+        for it in entry.iterations:
+            reasons = it.progress_reasons
+            progress = _yes_no(it.progress)
+            if reasons and it.progress is not None:
                 progress += f" ({', '.join(text(r, 40) for r in reasons)})"
-            fps = strs(it.get("fingerprints"))
+            fps = it.fingerprints
             # Skipped or absent tests verified nothing: say so, never a bare ❌ without a fingerprint.
-            unverified = unverified_tests(it.get("outcomes") or {})
+            unverified = unverified_tests(it.outcomes)
             cells = ([_codes(fps)] if fps or not unverified else []) + [text(unverified_summary(unverified, 3), 300)] * bool(unverified)
-            rows.append([str(it.get("iteration")), text(it.get("mode") or DASH),
-                         _PASS if it.get("verification_passed") else (_WARN if unverified and not fps else _FAIL),
-                         "; ".join(cells), _yes_no(it.get("fingerprint_changed")), progress])
+            rows.append([str(it.iteration), text(it.mode or DASH),
+                         _PASS if it.verification_passed else (_WARN if unverified and not fps else _FAIL),
+                         "; ".join(cells), _yes_no(it.fingerprint_changed), progress])
         lines += _table(["Iteration", "Mode", "Passed", "Fingerprints", "Changed", "Progress"], rows) + [""]
     return lines[:-1]
 
 
-def _test_list(report: Mapping[str, Any], key: str, empty: str) -> list[str]:
+def _test_list(report: Report, fixed: bool, empty: str) -> list[str]:
     items: list[str] = []
-    for entry in report["incidents"]:
-        for nodeid in strs(entry.get(key)):
-            where = f" — {code(entry['incident_id'])}" if _multi(report) else ""
+    for entry in report.incidents:
+        for nodeid in entry.tests_fixed if fixed else entry.flaky_tests:
+            where = f" — {code(entry.incident_id)}" if _multi(report) else ""
             items.append(f"- {code(nodeid)}{where}")
     return items or [empty]
 
 
-def _section_fixed(report: Mapping[str, Any]) -> list[str]:
-    return ["### Tests Fixed Along the Way", ""] + _test_list(report, "tests_fixed", "None.")
+def _section_fixed(report: Report) -> list[str]:
+    return ["### Tests Fixed Along the Way", ""] + _test_list(report, True, "None.")
 
 
-def _section_flaky(report: Mapping[str, Any]) -> list[str]:
+def _section_flaky(report: Report) -> list[str]:
     lines = ["### Flaky Tests", ""]
-    items = _test_list(report, "flaky_tests", "None.")
+    items = _test_list(report, False, "None.")
     if items != ["None."]:
         lines += ["Failed, then passed on re-run with no code change:", ""]
     return lines + items
 
 
-def _section_new_failures(report: Mapping[str, Any]) -> list[str]:
+def _section_new_failures(report: Report) -> list[str]:
     rows = []
-    for entry in report["incidents"]:
-        for f in dicts(entry.get("new_failures")):
-            row = [code(f.get("nodeid") or DASH), code(f.get("fingerprint") or ""), str(f.get("iteration"))]
-            rows.append(([code(entry["incident_id"])] if _multi(report) else []) + row)
+    for entry in report.incidents:
+        for f in entry.new_failures:
+            row = [code(f.nodeid), code(f.fingerprint), f.iteration]
+            rows.append(([code(entry.incident_id)] if _multi(report) else []) + row)
     if not rows:
         return []
     header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "First Seen (Iteration)"]
     return ["### New Failures", "", "Failures outside the verification selection:", ""] + _table(header, rows)
 
 
-def _grid_tests(entry: Mapping[str, Any]) -> list[str]:
-    tests = strs(entry.get("capture_tests"))
-    for task in entry["tasks"]:
-        tests += strs(task.get("nodeids"))
+def _grid_tests(entry: ReportIncident) -> list[str]:
+    tests = list(entry.capture_tests)
+    for task in entry.tasks:
+        tests += task.nodeids
     rest: set[str] = set()
-    for it in entry["iterations"]:
-        rest.update(str(k) for k in (it.get("outcomes") or {}))
+    for it in entry.iterations:
+        rest.update(it.outcomes)
     ordered = unique(tests)
     return ordered + sorted(rest - set(ordered))
 
 
-def _section_grid(report: Mapping[str, Any]) -> list[str]:
+def _section_grid(report: Report) -> list[str]:
     lines = ["### Iterations × Tests", ""]
-    for entry in report["incidents"]:
+    for entry in report.incidents:
         lines += _sub(report, entry)
         tests = _grid_tests(entry)
         if not tests:
             lines += ["No per-test outcomes recorded.", ""]
             continue
-        iterations = list(entry["iterations"])
+        iterations = entry.iterations
         hidden_iterations = max(0, len(iterations) - (GRID_MAX_COLUMNS - 1))
         shown = iterations[hidden_iterations:]
-        capture = set(strs(entry.get("capture_tests")))
-        header = ["Test", "capture"] + [str(it.get("iteration")) for it in shown]
+        capture = set(entry.capture_tests)
+        header = ["Test", "capture"] + [str(it.iteration) for it in shown]
         rows = []
         for nodeid in tests[:GRID_MAX_TESTS]:
             row = [code(nodeid, 120), _FAIL if nodeid in capture else DASH]
             for it in shown:
-                outcome = (it.get("outcomes") or {}).get(nodeid)
-                row.append(_CELL_SYMBOL.get(str(outcome), _WARN) if outcome is not None else DASH)
+                outcome = it.outcomes.get(nodeid)
+                row.append(_CELL_SYMBOL.get(outcome, _WARN) if outcome is not None else DASH)
             rows.append(row)
         lines += _table(header, rows)
         notes = []
@@ -403,36 +401,36 @@ def _mermaid_label(value: str) -> str:
     return _MERMAID_UNSAFE.sub("", value)[:80]
 
 
-def _mermaid(entry: Mapping[str, Any]) -> list[str]:
-    capture_count = len(strs(entry.get("capture_tests"))) or len(strs((entry["fingerprints_per_iteration"] or [[]])[0]))
+def _mermaid(entry: ReportIncident) -> list[str]:
+    capture_count = len(entry.capture_tests) or len(entry.capture_fingerprints)
     nodes = [f'  c0["capture: {capture_count} failing"]']
     edges: list[str] = []
     passes: list[str] = []
     fails = ["c0"]
     previous = "c0"
-    iterations = list(entry["iterations"])
+    iterations = entry.iterations
     hidden = max(0, len(iterations) - MERMAID_MAX_ITERATIONS)
     if hidden:
         nodes.append(f'  skip["{hidden} earlier iterations"]')
         edges.append(f"  {previous} --> skip")
         previous = "skip"
     for it in iterations[hidden:]:
-        number = as_int(it.get("iteration"))
+        number = it.iteration or 0
         node = f"i{number}"
-        mode = _mermaid_label(str(it.get("mode") or "verify"))
-        failing = sum(1 for o in (it.get("outcomes") or {}).values() if o in ("failed", "error"))
-        failing = failing or len(strs(it.get("fingerprints")))
-        state = "passed" if it.get("verification_passed") else f"{failing} failing"
+        mode = _mermaid_label(it.mode or "verify")
+        failing = sum(1 for o in it.outcomes.values() if o in ("failed", "error"))
+        failing = failing or len(it.fingerprints)
+        state = "passed" if it.verification_passed else f"{failing} failing"
         nodes.append(f'  {node}["iteration {number} ({mode}): {state}"]')
-        changed = it.get("fingerprint_changed")
-        arrow = " -->" if changed is None or it.get("verification_passed") else (
+        changed = it.fingerprint_changed
+        arrow = " -->" if changed is None or it.verification_passed else (
             " -->|new fingerprint|" if changed else " -->|same fingerprint|")
         edges.append(f"  {previous}{arrow} {node}")
-        (passes if it.get("verification_passed") else fails).append(node)
+        (passes if it.verification_passed else fails).append(node)
         previous = node
-    reason = entry.get("stop_reason")
-    if isinstance(reason, str) and reason:
-        status = str(entry.get("final_status"))
+    reason = entry.stop_reason
+    if reason:
+        status = str(entry.final_status)
         end = _mermaid_label(reason if status == reason else f"{reason}: {status}")
     elif not iterations:
         end = "loop not run yet"
@@ -447,8 +445,8 @@ def _mermaid(entry: Mapping[str, Any]) -> list[str]:
     ] + ([f"  class {','.join(passes)} pass"] if passes else []) + [f"  class {','.join(fails)} fail", "```"])
 
 
-def _section_timeline(report: Mapping[str, Any]) -> list[str]:
-    incidents = report["incidents"]
+def _section_timeline(report: Report) -> list[str]:
+    incidents = report.incidents
     if not incidents:
         return []
     lines = ["### Loop Timeline", ""]
@@ -459,57 +457,54 @@ def _section_timeline(report: Mapping[str, Any]) -> list[str]:
     return lines[:-1]
 
 
-def _option_line(option: Any) -> str:
-    if isinstance(option, Mapping):
-        label = text(option.get("label") or option.get("id") or DASH)
-        oid = f"{code(option['id'])}: " if isinstance(option.get("id"), str) else ""
-        command = f" — {code(option['command'])}" if isinstance(option.get("command"), str) else ""
-        return f"  - {oid}{label}{command}"
-    return f"  - {text(option)}"
+def _option_line(option: DecisionOption) -> str:
+    if option.plain:
+        return f"  - {text(option.label)}"
+    oid = f"{code(option.id)}: " if option.id is not None else ""
+    command = f" — {code(option.command)}" if option.command is not None else ""
+    return f"  - {oid}{text(option.label)}{command}"
 
 
-def _section_decision(report: Mapping[str, Any]) -> list[str]:
+def _section_decision(report: Report) -> list[str]:
     lines = ["### Decision Point", ""]
-    for entry in report["incidents"]:
+    for entry in report.incidents:
         lines += _sub(report, entry)
-        point = entry.get("decision_point")
-        if not isinstance(point, Mapping):
-            lines += ["None recorded: the loop has not stopped." if not entry.get("finished") else "None recorded.", ""]
+        point = entry.decision_point
+        if point is None:
+            lines += ["None recorded: the loop has not stopped." if not entry.finished else "None recorded.", ""]
             continue
-        lines.append(f"- Reason: {_reason(point.get('reason'))}")
-        if point.get("message"):
-            lines.append(f"- Message: {text(point['message'], 500)}")
-        options = point.get("options")
-        if isinstance(options, list) and options:
+        lines.append(f"- Reason: {_reason(point.reason)}")
+        if point.message:
+            lines.append(f"- Message: {text(point.message, 500)}")
+        if point.options:
             lines.append("- Options:")
-            lines += [_option_line(o) for o in options]
+            lines += [_option_line(o) for o in point.options]
         lines.append("")
     return lines[:-1] if lines[-1] == "" else lines
 
 
-def _section_next(report: Mapping[str, Any]) -> list[str]:
+def _section_next(report: Report) -> list[str]:
     lines = ["### Recommended Next Action", ""]
-    incidents = report["incidents"]
+    incidents = report.incidents
     if len(incidents) <= 1:
-        return lines + [text(report["recommended_next_action"], 500)]
+        return lines + [text(report.recommended_next_action, 500)]
     for entry in incidents:
-        action = (entry.get("handoff") or {}).get("recommended_next_action") or DASH
-        lines.append(f"- {code(entry['incident_id'])}: {text(action, 500)}")
+        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action, 500)}")
     return lines
 
 
-def _section_shards(report: Mapping[str, Any]) -> list[str]:
-    shards = dicts(report.get("shards"))
+def _section_shards(report: Report) -> list[str]:
+    shards = report.shards
     if not shards:
         return []
-    notes = any(strs(shard.get("duplicates")) for shard in shards)
+    notes = any(shard.duplicates for shard in shards)
     rows = []
     for shard in shards:
-        ids = strs(shard.get("incidents"))
-        dup = strs(shard.get("duplicates"))
+        ids = shard.incidents
+        dup = shard.duplicates
         row = [
-            text(shard.get("name")), _codes(ids, sep="<br>") if ids else "none",
-            _reason(shard.get("stop_reason")), text(shard.get("final_status") or DASH),
+            text(shard.name), _codes(ids, sep="<br>") if ids else "none",
+            _reason(shard.stop_reason), text(shard.final_status),
         ]
         if notes:
             row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
@@ -519,7 +514,7 @@ def _section_shards(report: Mapping[str, Any]) -> list[str]:
 
 
 def render_markdown(
-    report: Mapping[str, Any],
+    report: ReportInput,
     *,
     extra_sections: Sequence[Mapping[str, str]] = (),
     headline: bool = False,
@@ -533,23 +528,24 @@ def render_markdown(
     ``pytest_selfheal_report_sections`` hook) are appended as ``### title`` sections;
     their markdown is the hook's own and is inserted as given.
     """
-    lines: list[str] = [render_headline(report), ""] if headline else []
-    lines += _head(report)
+    records = as_report(report)
+    lines: list[str] = [render_headline(records), ""] if headline else []
+    lines += _head(records)
     sections = [
-        _section_stop(report),
-        _section_triage(report, quarantined=False),
-        _section_triage(report, quarantined=True),
-        _section_tasks(report),
-        _section_config(report),
-        _section_fingerprints(report) if report["incidents"] else [],
-        _section_fixed(report) if report["incidents"] else [],
-        _section_flaky(report) if report["incidents"] else [],
-        _section_new_failures(report),
-        _section_grid(report) if report["incidents"] else [],
-        _section_timeline(report) if mermaid else [],
-        _section_decision(report) if report["incidents"] else [],
-        _section_next(report),
-        _section_shards(report),
+        _section_stop(records),
+        _section_triage(records, quarantined=False),
+        _section_triage(records, quarantined=True),
+        _section_tasks(records),
+        _section_config(records),
+        _section_fingerprints(records) if records.incidents else [],
+        _section_fixed(records) if records.incidents else [],
+        _section_flaky(records) if records.incidents else [],
+        _section_new_failures(records),
+        _section_grid(records) if records.incidents else [],
+        _section_timeline(records) if mermaid else [],
+        _section_decision(records) if records.incidents else [],
+        _section_next(records),
+        _section_shards(records),
     ]
     for extra in extra_sections:
         title = text(extra.get("title") or "Extra", 120)
@@ -564,35 +560,36 @@ def render_markdown(
 # --------------------------------------------------------------------------- terminal
 
 
-def render_terminal(report: Mapping[str, Any]) -> list[str]:
+def render_terminal(report: ReportInput) -> list[str]:
     """A few plain lines for pytest's terminal summary (no markdown, each one line)."""
-    incidents = report["incidents"]
+    records = as_report(report)
+    incidents = records.incidents
     if not incidents:
         return [f"{REPORT_TITLE}: no incidents"]
-    reason = report.get("stop_reason")
-    verdict = f"stop reason {reason}" if reason else "loop not finished" if report["total_retries"] else "loop not run yet"
-    retries = report["total_retries"]
+    reason = records.stop_reason
+    verdict = f"stop reason {reason}" if reason else "loop not finished" if records.total_retries else "loop not run yet"
+    retries = records.total_retries
     lines = [
-        f"{REPORT_TITLE}: {report.get('final_status')}, {verdict} ({plural(len(incidents), 'incident')}, "
-        f"{retries} {'retry' if retries == 1 else 'retries'}{'' if report['enabled'] else ', disabled'})"
+        f"{REPORT_TITLE}: {records.final_status}, {verdict} ({plural(len(incidents), 'incident')}, "
+        f"{retries} {'retry' if retries == 1 else 'retries'}{'' if records.enabled else ', disabled'})"
     ]
     shown_incidents = incidents[:TERMINAL_MAX_INCIDENTS]
     for entry in shown_incidents:
-        tasks = [f"{t['task']} {t['attempts']}x {t['stop_reason'] or NOT_RUN}" for t in entry["tasks"]]
+        tasks = [f"{t.task} {t.attempts}x {t.stop_reason or NOT_RUN}" for t in entry.tasks]
         shown = ", ".join(tasks[:6]) + (f", +{len(tasks) - 6} more" if len(tasks) > 6 else "") or "no plan yet"
-        state = entry["stop_reason"] or ("not finished" if entry["loops_used"] else NOT_RUN)
-        lines.append(f"  {entry['incident_id']}: {entry['final_status']} ({state}) "
-                     f"after {plural(entry['loops_used'], 'iteration')}: {shown}")
+        state = entry.stop_reason or ("not finished" if entry.loops_used else NOT_RUN)
+        lines.append(f"  {entry.incident_id}: {entry.final_status} ({state}) "
+                     f"after {plural(entry.loops_used, 'iteration')}: {shown}")
     if len(incidents) > TERMINAL_MAX_INCIDENTS:
         lines.append(f"  … {len(incidents) - TERMINAL_MAX_INCIDENTS} more incidents")
-    for key, label in (("flaky_tests", "flaky"), ("tests_fixed", "fixed")):
-        tests = unique(t for e in incidents for t in strs(e.get(key)))
+    for fixed, label in ((False, "flaky"), (True, "fixed")):
+        tests = unique(t for e in incidents for t in (e.tests_fixed if fixed else e.flaky_tests))
         if tests:
             more = f", +{len(tests) - TERMINAL_MAX_TESTS} more" if len(tests) > TERMINAL_MAX_TESTS else ""
             lines.append(f"  {label}: {', '.join(tests[:TERMINAL_MAX_TESTS])}{more}")
-    lines.append(f"  next: {report['recommended_next_action']}")
+    lines.append(f"  next: {records.recommended_next_action}")
     # Data may hold newlines: keep every entry one terminal line.
     plain = [("  " if line.startswith("  ") else "") + _one_line(line) for line in lines]
     # The headline and each incident's line are shown in the colour of their final status.
-    tones = [final_tone(s) for s in [report.get("final_status")] + [e["final_status"] for e in shown_incidents]]
+    tones = [final_tone(s) for s in [records.final_status] + [e.final_status for e in shown_incidents]]
     return [Line(line, tone) for line, tone in zip(plain, tones)] + plain[len(tones):]

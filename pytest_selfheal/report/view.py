@@ -1,0 +1,287 @@
+"""The report JSON as records: what ``report.render`` reads. Pure.
+
+A report JSON (``report.data.build_report``, ``report.merge``, or a file read back and
+checked by ``validate_report``) is parsed here once, tolerantly (a field of the wrong type
+reads as its default, as the renderer always did), into a tree of frozen records:
+:class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
+:class:`TriageRow`, :class:`NewFailure`, :class:`DecisionPoint`; and :class:`Shard`,
+:class:`ConfigDifference`. Only the config mappings stay JSON: their keys are the user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.report.data import as_int, dicts, opt_str, strs
+
+DASH = "—"
+
+
+def _text(value: object, default: str = "") -> str:
+    """``str(value)`` when ``value`` is truthy, else ``default`` (the renderer's ``x or default``)."""
+    return str(value) if value else default
+
+
+def _opt_bool(value: object) -> Optional[bool]:
+    return None if value is None else bool(value)
+
+
+def _number(value: object) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _mapping(value: object) -> Optional[Mapping[str, object]]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportTask(Frozen):
+    """One plan action of an incident: its attempts and where it stopped."""
+
+    task: str
+    label: str
+    attempts: int
+    stop_reason: Optional[str] = None
+    title: str = ""
+    where: Optional[str] = None
+    nodeids: tuple[str, ...] = ()
+    flaky: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ReportTask:
+        task = str(data.get("task"))
+        return cls(task=task, label=_text(data.get("label"), task), attempts=as_int(data.get("attempts")),
+                   stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")),
+                   where=_text(data.get("where")) or None, nodeids=tuple(strs(data.get("nodeids"))),
+                   flaky=bool(data.get("flaky")))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportIteration(Frozen):
+    """One verification of the loop as the report shows it."""
+
+    iteration: Optional[int]
+    outcomes: Mapping[str, str]
+    mode: Optional[str] = None
+    verification_passed: bool = False
+    fingerprints: tuple[str, ...] = ()
+    fingerprint_changed: Optional[bool] = None
+    progress: Optional[bool] = None
+    progress_reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ReportIteration:
+        number = data.get("iteration")
+        raw = data.get("outcomes")
+        outcomes = {str(k): str(v) for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
+        return cls(iteration=number if isinstance(number, int) and not isinstance(number, bool) else None,
+                   mode=_text(data.get("mode")) or None, verification_passed=bool(data.get("verification_passed")),
+                   outcomes=outcomes, fingerprints=tuple(strs(data.get("fingerprints"))),
+                   fingerprint_changed=_opt_bool(data.get("fingerprint_changed")),
+                   progress=_opt_bool(data.get("progress")), progress_reasons=tuple(strs(data.get("progress_reasons"))))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TriageRow(Frozen):
+    """One captured failure and its triage label (docs/history.md)."""
+
+    label: Optional[str]
+    nodeid: str = DASH
+    fingerprint: str = ""
+    failure_type: str = DASH
+    detail: str = DASH
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> TriageRow:
+        label = data.get("label")
+        return cls(label=None if label is None else str(label), nodeid=_text(data.get("nodeid"), DASH),
+                   fingerprint=_text(data.get("fingerprint")), failure_type=_text(data.get("failure_type"), DASH),
+                   detail=_text(data.get("detail"), DASH))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NewFailure(Frozen):
+    """A failure outside the verification selection, first seen in ``iteration``."""
+
+    nodeid: str
+    fingerprint: str
+    iteration: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> NewFailure:
+        return cls(nodeid=_text(data.get("nodeid"), DASH), fingerprint=_text(data.get("fingerprint")),
+                   iteration=str(data.get("iteration")))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DecisionOption(Frozen):
+    """One option of a decision point; ``plain`` when the JSON gave a bare value."""
+
+    label: str
+    id: Optional[str] = None
+    command: Optional[str] = None
+    plain: bool = False
+
+    @classmethod
+    def from_json(cls, data: object) -> DecisionOption:
+        if not isinstance(data, Mapping):
+            return cls(label=str(data), plain=True)
+        return cls(label=_text(data.get("label") or data.get("id"), DASH), id=opt_str(data.get("id")),
+                   command=opt_str(data.get("command")))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DecisionPoint(Frozen):
+    """Where the loop stopped and handed over: the reason, a message, the options."""
+
+    reason: Optional[str]
+    message: Optional[str] = None
+    options: tuple[DecisionOption, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> DecisionPoint:
+        options = data.get("options")
+        return cls(reason=opt_str(data.get("reason")) or None, message=_text(data.get("message")) or None,
+                   options=tuple(DecisionOption.from_json(o) for o in options) if isinstance(options, list) else ())
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportIncident(Frozen):
+    """One incident of the report: its outcome, tasks, iterations and tests."""
+
+    incident_id: str
+    status: str
+    final_status: Optional[str]
+    stop_reason: Optional[str]
+    loops_used: int
+    finished: bool
+    tasks: tuple[ReportTask, ...]
+    iterations: tuple[ReportIteration, ...]
+    capture_fingerprints: tuple[str, ...] = ()
+    capture_tests: tuple[str, ...] = ()
+    tests_fixed: tuple[str, ...] = ()
+    flaky_tests: tuple[str, ...] = ()
+    tests_edited: tuple[str, ...] = ()
+    unverified_failures: int = 0
+    same_error_repeats: Optional[str] = None
+    runtime_minutes: Optional[float] = None
+    archived_to: Optional[str] = None
+    error_signature: Optional[str] = None
+    triage: tuple[TriageRow, ...] = ()
+    new_failures: tuple[NewFailure, ...] = ()
+    decision_point: Optional[DecisionPoint] = None
+    next_action: str = DASH
+    # The config the incident's run_result recorded (JSON: the user's keys).
+    run_config: Optional[Mapping[str, object]] = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ReportIncident:
+        fpi = data.get("fingerprints_per_iteration")
+        capture = strs(fpi[0]) if isinstance(fpi, list) and fpi else []
+        repeats = data.get("same_error_repeats")
+        point = data.get("decision_point")
+        handoff = data.get("handoff") or {}
+        final_status = data.get("final_status")
+        return cls(
+            incident_id=str(data.get("incident_id")), status=str(data.get("status")),
+            final_status=None if final_status is None else str(final_status),
+            stop_reason=opt_str(data.get("stop_reason")) or None, loops_used=as_int(data.get("loops_used")),
+            finished=bool(data.get("finished")),
+            tasks=tuple(ReportTask.from_json(t) for t in dicts(data.get("tasks"))),
+            iterations=tuple(ReportIteration.from_json(i) for i in dicts(data.get("iterations"))),
+            capture_fingerprints=tuple(capture), capture_tests=tuple(strs(data.get("capture_tests"))),
+            tests_fixed=tuple(strs(data.get("tests_fixed"))), flaky_tests=tuple(strs(data.get("flaky_tests"))),
+            tests_edited=tuple(strs(data.get("tests_edited"))),
+            unverified_failures=as_int(data.get("unverified_failures")),
+            same_error_repeats=None if repeats is None else str(repeats),
+            runtime_minutes=_number(data.get("runtime_minutes")), archived_to=_text(data.get("archived_to")) or None,
+            error_signature=_text(data.get("error_signature")) or None,
+            triage=tuple(TriageRow.from_json(t) for t in dicts(data.get("triage"))),
+            new_failures=tuple(NewFailure.from_json(f) for f in dicts(data.get("new_failures"))),
+            decision_point=DecisionPoint.from_json(point) if isinstance(point, Mapping) else None,
+            next_action=_text(handoff.get("recommended_next_action"), DASH) if isinstance(handoff, Mapping) else DASH,
+            run_config=_mapping(data.get("run_config")),
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConfigDifference(Frozen):
+    """A shard that ran with other config values than the first shard."""
+
+    shard: str
+    keys: tuple[str, ...]
+    values: Mapping[str, object]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ConfigDifference:
+        return cls(shard=str(data.get("shard")), keys=tuple(strs(data.get("keys"))),
+                   values=_mapping(data.get("values")) or {})
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Shard(Frozen):
+    """One shard of a merged report."""
+
+    name: str
+    incidents: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
+    stop_reason: Optional[str] = None
+    final_status: str = DASH
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Shard:
+        return cls(name=str(data.get("name")), incidents=tuple(strs(data.get("incidents"))),
+                   duplicates=tuple(strs(data.get("duplicates"))), stop_reason=opt_str(data.get("stop_reason")) or None,
+                   final_status=_text(data.get("final_status"), DASH))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Report(Frozen):
+    """A whole report: the plan-level outcome, the config and its origins, the incidents."""
+
+    enabled: bool
+    effective_config: Mapping[str, object]
+    origins: Mapping[str, str]
+    auto_tasks_looped: str
+    total_retries: int
+    final_status: Optional[str]
+    stop_reason: Optional[str]
+    recommended_next_action: str
+    incidents: tuple[ReportIncident, ...]
+    deciding_incident: Optional[str] = None
+    triage_line: Optional[str] = None
+    config_differences: tuple[ConfigDifference, ...] = ()
+    shards: tuple[Shard, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Report:
+        """The records of a report JSON (``build_report``, ``merge_reports``, ``validate_report``)."""
+        triage = data.get("triage_summary")
+        final_status = data.get("final_status")
+        origins = data.get("origins")
+        return cls(
+            enabled=bool(data.get("enabled")), effective_config=_mapping(data.get("effective_config")) or {},
+            origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, Mapping) else {},
+            auto_tasks_looped=str(data.get("auto_tasks_looped")), total_retries=as_int(data.get("total_retries")),
+            final_status=None if final_status is None else str(final_status),
+            stop_reason=opt_str(data.get("stop_reason")) or None,
+            recommended_next_action=str(data.get("recommended_next_action")),
+            incidents=tuple(ReportIncident.from_json(e) for e in dicts(data.get("incidents"))),
+            deciding_incident=_text(data.get("deciding_incident")) or None,
+            triage_line=opt_str(triage.get("line")) if isinstance(triage, Mapping) else None,
+            config_differences=tuple(ConfigDifference.from_json(d) for d in dicts(data.get("config_differences"))),
+            shards=tuple(Shard.from_json(s) for s in dicts(data.get("shards"))),
+        )
+
+
+# The report as its callers hold it: the JSON (built, merged or read back) or its records.
+ReportInput = Union[Report, Mapping[str, Any]]
+
+
+def as_report(report: ReportInput) -> Report:
+    """The records of ``report``: parsed once from the report JSON, or ``report`` itself."""
+    return report if isinstance(report, Report) else Report.from_json(report)
