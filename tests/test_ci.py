@@ -131,6 +131,7 @@ def _assert_no_secret(*texts: str) -> None:
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow  # ~12 s; by default: test_github.py (the sticky comment), the other selfheal ci runs here
 def test_two_runs_one_sticky_comment_then_green(tmp_path: Path, fake_github: FakeGitHub) -> None:
     fake_github.max_per_page = 10  # 35 comments -> 4 pages: the comment is found across pages
     for i in range(30):

@@ -179,6 +179,7 @@ def test_fix_with_approve_lands_in_the_working_tree(tmp_path: Path) -> None:
     assert project.only_main_worktree()
 
 
+@pytest.mark.slow  # ~5 s; by default: test_fix_with_approve_lands_in_the_working_tree
 def test_pytest_selfheal_loop_with_selfheal_approve(tmp_path: Path) -> None:
     project = Project(tmp_path, capture=False)
     result = project.capture("--selfheal-loop", "--selfheal-approve",
@@ -189,6 +190,7 @@ def test_pytest_selfheal_loop_with_selfheal_approve(tmp_path: Path) -> None:
     assert project.only_main_worktree()
 
 
+@pytest.mark.slow  # ~6 s; by default: test_repair.py -k out_of_scope
 def test_out_of_scope_edit_stops_scope_expansion_denied(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("out_of_scope")
@@ -204,6 +206,7 @@ def test_out_of_scope_edit_stops_scope_expansion_denied(tmp_path: Path) -> None:
     assert outcome["repair"]["final_patch"] is None
 
 
+@pytest.mark.slow  # ~9 s; by default: test_repair.py -k timeout_kills, test_policy.py -k timeout
 def test_hanging_agent_stops_timeout_after_one_retry(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("hang", "--set", "repair.timeout_seconds=1")
@@ -215,6 +218,7 @@ def test_hanging_agent_stops_timeout_after_one_retry(tmp_path: Path) -> None:
     assert project.only_main_worktree()
 
 
+@pytest.mark.slow  # ~7 s; by default: test_repair.py -k empty_diff
 def test_agent_that_changes_nothing_stops_no_fix_found(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("nothing")
@@ -224,6 +228,7 @@ def test_agent_that_changes_nothing_stops_no_fix_found(tmp_path: Path) -> None:
     assert project.starts() == 2 and not (project.runs / "final.patch").exists()
 
 
+@pytest.mark.slow  # ~7 s; by default: test_repair.py -k "exit_code or hook_exception"
 def test_crashing_agent_is_recorded_as_crashed(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("crash")
@@ -245,6 +250,7 @@ def test_not_a_git_repository_is_refused(tmp_path: Path) -> None:
     assert project.starts() == 0 and (project.top / "calc.py").read_text() == BUGGY
 
 
+@pytest.mark.slow  # ~6 s; by default: test_repair.py -k cli_loads_entry_point_hooks
 def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
@@ -292,6 +298,7 @@ def test_ctrl_c_during_a_repair_cleans_up_and_stays_resumable(tmp_path: Path) ->
     assert (project.top / "calc.py").read_text() == BUGGY
 
 
+@pytest.mark.slow  # ~5 s; by default: test_approval_never_covers_a_weakened_test, test_agent_mode.py -k weakens
 def test_an_agent_that_weakens_the_test_does_not_resolve(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("weaken")
