@@ -62,6 +62,7 @@ SLOW = """\
     """
 
 
+@pytest.mark.slow  # ~10 s; by default: test_the_bound_holds_at_200_characters_structured_part_included
 def test_groups_ranked_by_size_and_a_520_test_group_reachable_page_by_page(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", TWO_GROUPS)
 

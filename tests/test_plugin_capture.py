@@ -217,7 +217,7 @@ def test_git_context_is_recorded(project: pytest.Pytester) -> None:
     assert "mod.py" in context["git"]["diff_stat"]
 
 
-@pytest.mark.slow  # ~16 s; xdist captures are also checked by default in test_doctests.py and test_suspects.py
+@pytest.mark.slow  # ~16 s; xdist captures are also checked by default in test_rootcause_e2e.py
 def test_xdist_controller_alone_writes_one_incident(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--selfheal", "-n", "2")
     assert result.ret == 1
