@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 _Values = Callable[[Any], tuple[Any, ...]]
+
+# From Python 3.13 a dataclass compares field by field, no longer as tuples.
+_FIELD_BY_FIELD = sys.version_info >= (3, 13)
 
 
 def _values_of(names: Sequence[str]) -> _Values:
@@ -82,10 +86,21 @@ class Frozen:
     _init_sets: ClassVar[frozenset[str]] = frozenset()
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            compared = _shape(self.__class__).compared
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        compared = _shape(self.__class__).compared
+        if not _FIELD_BY_FIELD:
             return compared(self) == compared(other)
-        return NotImplemented
+        # Python 3.13's generated __eq__: identity, then field by field (a NaN field is
+        # unequal to itself in another record, where a tuple compares it by identity).
+        if self is other:
+            return True
+        result: Any = True
+        for mine, theirs in zip(compared(self), compared(other)):
+            result = mine == theirs
+            if not result:
+                break
+        return cast(bool, result)
 
     def __hash__(self) -> int:
         return hash(_shape(self.__class__).hashed(self))
