@@ -68,6 +68,7 @@ def recorded_runs(root: Path) -> dict[str, list[str]]:
         return {run.run_key: sorted(o.nodeid for o in outcomes) for run, outcomes in db.runs()}
 
 
+@pytest.mark.slow  # ~7 s of racing processes; by default: test_a_push_that_loses_the_race_fetches_again_and_succeeds, test_a_segment_pushed_twice_counts_once
 def test_three_shards_push_at_once_and_a_pull_request_clone_sees_every_run_as_known(tmp_path: Path) -> None:
     shards = remote_with_clones(tmp_path, 4, FAILING_TESTS)
     *matrix, fourth = shards

@@ -152,6 +152,7 @@ def test_cancelling_run_tests_stops_pytest_and_the_server_goes_on(tmp_path: Path
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # ~5 s; by default: test_cancelling_run_tests_stops_pytest_and_the_server_goes_on
 def test_a_client_that_goes_away_mid_run_ends_the_server_and_pytest(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {"test_slow.py": SLOW})
     env = run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"})
