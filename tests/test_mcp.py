@@ -354,16 +354,6 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with session(project, "--set", f"mcp.max_chars={limit}") as client:
-            # A 3 s timeout for this call only (the config is read at every call): the other
-            # runs below must not race it on a loaded machine.
-            config = project / ".planning" / "config.json"
-            config.parent.mkdir()
-            config.write_text(json.dumps({"ralf_lite": {"verification": {"timeout_seconds": 3}}}))
-            slow = await client.call_tool("run_tests", {"selection": ["test_slow.py"]})
-            assert slow.is_error and "\n" not in text_of(slow)
-            assert "passed its timeout of 3 s" in text_of(slow)
-            config.unlink()
-
             killed = await client.call_tool("run_tests", {"selection": ["test_die.py"]})
             assert killed.is_error and "pytest was killed by signal 9" in text_of(killed)
 
@@ -400,6 +390,26 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
             loop = await client.call_tool("loop", {"incident_id": incident_id})
             assert not loop.is_error and text_of(loop).startswith("STOP ")
             assert size_of(loop) <= limit
+
+    anyio.run(scenario)
+
+
+@pytest.mark.slow  # waits out a 3 s timeout; the default tier's errors test covers a killed run
+def test_a_run_past_its_timeout_is_one_error_line_and_the_server_survives(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", HOSTILE)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            # A 3 s timeout for this call only (the config is read at every call).
+            config = project / ".planning" / "config.json"
+            config.parent.mkdir()
+            config.write_text(json.dumps({"ralf_lite": {"verification": {"timeout_seconds": 3}}}))
+            slow = await client.call_tool("run_tests", {"selection": ["test_slow.py"]})
+            assert slow.is_error and "\n" not in text_of(slow)
+            assert "passed its timeout of 3 s" in text_of(slow)
+            config.unlink()
+            killed = await client.call_tool("run_tests", {"selection": ["test_die.py"]})
+            assert killed.is_error and "pytest was killed by signal 9" in text_of(killed)
 
     anyio.run(scenario)
 

@@ -250,7 +250,15 @@ def test_every_stop_reason_has_a_scenario() -> None:
     assert sorted(SCENARIOS) == sorted(STOP_REASONS)
 
 
-@pytest.mark.parametrize("reason", sorted(SCENARIOS))
+# A sample of the stop reasons by default (a stop that resolves, one by repetition, one by
+# no progress, one by an edited test, one by the environment, one disabled); the slow tier
+# replays every reason (test_driver_and_replay_agree_on_the_final_status above covers each
+# reason's final status in-process by default).
+DEFAULT_REPLAYS = {"success", "repeated_fingerprint", "no_progress", "tests_edited", "tooling_env", "disabled"}
+
+
+@pytest.mark.parametrize("reason", [r if r in DEFAULT_REPLAYS else pytest.param(r, marks=pytest.mark.slow)
+                                    for r in sorted(SCENARIOS)])
 def test_replay_equals_disk_for_every_stop_reason(tmp_path: Path, reason: str) -> None:
     scenario, attempts, bucket = SCENARIOS[reason]
     project, incident_id, result = scenario(tmp_path)

@@ -136,7 +136,13 @@ SCENARIOS: dict[str, tuple[Callable[[Path], Path], Callable[[Path, str], str], s
 }
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+# Three kinds of suggestion by default (after a success, after a stop by repetition, after
+# an environment stop); the slow tier follows every scenario's suggestion.
+DEFAULT_SUGGESTIONS = {"resolved", "repeated_fingerprint", "tooling_env"}
+
+
+@pytest.mark.parametrize("scenario", [s if s in DEFAULT_SUGGESTIONS else pytest.param(s, marks=pytest.mark.slow)
+                                      for s in sorted(SCENARIOS)])
 def test_every_suggested_command_works_as_printed(scenario: str, tmp_path: Path) -> None:
     make, after, stop_reason, bucket = SCENARIOS[scenario]
     project = make(tmp_path)

@@ -452,7 +452,7 @@ def test_slow_kill_loop_at_every_named_step(lab: Lab, key: str, step: str) -> No
 
 
 # (op, how many points of the default sample)
-OPERATION_SAMPLE = {"capture": 2, "plan": 2, "loop": 2, "loop-moving": 1, "archive": 2, "report": 1}
+OPERATION_SAMPLE = {"capture": 1, "plan": 2, "loop": 1, "loop-moving": 1, "archive": 2, "report": 1}
 
 
 def kill_before_operations(lab: Lab, key: str, points: list[int], test: str, total: int) -> None:
@@ -480,7 +480,7 @@ def test_slow_kill_before_every_file_operation(lab: Lab, key: str) -> None:
     kill_before_operations(lab, key, list(range(1, total + 1)), "test_slow_kill_before_every_file_operation", total)
 
 
-RANDOM_SEEDS = {"capture": 2, "plan": 1, "loop": 1, "loop-moving": 1, "archive": 1, "report": 1}
+RANDOM_SEEDS = {"capture": 1, "plan": 1, "loop": 1, "loop-moving": 1, "archive": 1, "report": 1}
 FULL_RANDOM_SEEDS = {"capture": 30, "plan": 10, "loop": 15, "loop-moving": 15, "archive": 10, "report": 10}
 RANDOM_CASES = [(key, 1000 + i) for key, n in sorted(RANDOM_SEEDS.items()) for i in range(n)]
 FULL_RANDOM_CASES = [(key, 2000 + i) for key, n in sorted(FULL_RANDOM_SEEDS.items()) for i in range(n)]
