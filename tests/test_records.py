@@ -149,7 +149,9 @@ def test_zz_over_the_cap():
     assert False
 """
     )
-    # Started from a subdirectory (incident.json gains invocation_dir), selecting the rootdir.
+    # Started from a subdirectory (incident.json gains invocation_dir), selecting the rootdir,
+    # by a `selfheal ci` run (its token: ci_run).
+    monkeypatch.setenv("SELFHEAL_CI_RUN", "token-of-this-ci-run")
     (pytester.path / "sub").mkdir()
     here = os.getcwd()
     os.chdir(pytester.path / "sub")
@@ -215,6 +217,8 @@ def test_captured_incident_plan_and_events_round_trip_exactly(captured: list[tup
             square = record.failures[1].root_cause
             assert square is not None and square.calls == (CodeRef(path="shapes.py", name="Square", bases=("shapes.py::Base",)),)
             assert record.status == "planned" and record.extra == ()  # the capture planned it
+            assert record.ci_run == "token-of-this-ci-run"
+            assert record.failures[0].triage is not None and record.failures[0].triage.label == "new"
 
 
 def test_replanned_plan_round_trips_with_its_history() -> None:

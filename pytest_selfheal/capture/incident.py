@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import Optional
 
 from pytest_selfheal.junit.writer import FailedReport, nodeid_by_identity
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 
 STEP_COLLECTION = "collection"
@@ -43,8 +45,9 @@ def build_incident(
     counts: Mapping[str, int],
     rootdir: str,
     run_id: Optional[str] = None,
-) -> dict[str, Any]:
-    """The ``incident.json`` content (without the fields the store fills in).
+) -> Incident:
+    """The incident the capture records, without the fields the store fills in (its id,
+    status and times: ``Store.create_incident``).
 
     The first failure (in run order) gives ``step``, ``message``, ``failure_class`` and
     ``error_signature``; every failure is kept in ``failures`` with its fingerprint.
@@ -52,19 +55,17 @@ def build_incident(
     if not failures:
         raise ValueError("an incident needs at least one failure")
     first = failures[0]
-    incident: dict[str, Any] = {
-        "step": incident_step(first, reports),
-        "failure_class": first.failure_class,
-        "failure_type": first.failure_type,
-        "message": first.message,
-        "error_signature": first.signature,
-        "fingerprint": first.fingerprint,
-        "fingerprints": sorted({f.fingerprint for f in failures}),
-        "nodeids": [f.nodeid or f.test for f in failures],
-        "failures": [f.to_dict() for f in failures],
-        "counts": dict(counts),
-        "rootdir": rootdir,
-    }
-    if run_id is not None:
-        incident["run_id"] = run_id
-    return incident
+    return Incident(
+        step=incident_step(first, reports),
+        failure_class=first.failure_class,
+        failure_type=first.failure_type,
+        message=first.message,
+        error_signature=first.signature,
+        fingerprint=first.fingerprint,
+        fingerprints=tuple(sorted({f.fingerprint for f in failures})),
+        nodeids=tuple(f.nodeid or f.test for f in failures),
+        failures=tuple(f.to_entry() for f in failures),
+        counts=MappingProxyType(dict(counts)),
+        rootdir=rootdir,
+        run_id=run_id or "",
+    )

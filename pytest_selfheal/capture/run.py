@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
 
 from pytest_selfheal import hooks
@@ -23,6 +24,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
@@ -30,7 +32,7 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident import Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
@@ -113,7 +115,7 @@ def with_target_paths(
     imports, and the root-cause evidence its report carries (capture/evidence.py). ``base``: the
     invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
     text_by_nodeid: dict[str, str] = {}
-    evidence: dict[str, dict[str, Any]] = {}
+    evidence: dict[str, Mapping[str, object]] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
         if report.root_cause and report.nodeid not in evidence:
@@ -128,9 +130,19 @@ def with_target_paths(
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra, base=base)
-        # not to_dict(): asdict deep-copies
-        out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
+        out.append(replace(failure, target_paths=paths, root_cause=_root_cause(evidence.get(nodeid))))
     return out
+
+
+def _root_cause(evidence: Optional[Mapping[str, object]]) -> Optional[RootCause]:
+    """The evidence a report carries (JSON: it rides on xdist reports) as a record; evidence
+    that does not parse is dropped, as unknown evidence is (it only groups failures)."""
+    if not evidence:
+        return None
+    try:
+        return RootCause.from_json(dict(evidence), "root cause")
+    except InputError:
+        return None
 
 
 def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:
@@ -145,7 +157,7 @@ def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[
 
 def store_incident(
     store: Store,
-    incident: dict[str, Any],
+    incident: Incident,
     *,
     log_tail_text: str,
     context: dict[str, Any],
@@ -249,23 +261,22 @@ def capture_incident(
     )
     if warnings is not None:
         warnings.extend(history.warnings)
-    for entry in incident["failures"]:
-        triage = history.triage.get(str(entry.get("nodeid") or entry.get("test")))
-        if triage is not None:
-            entry["triage"] = triage.to_json()
-    incident["diff_hash"] = snapshot.diff_hash
-    incident["test_digests"] = digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))
-    if tdd_nodeids:
-        incident["tdd_nodeids"] = list(tdd_nodeids)
-    if unverified:
-        incident["unverified_failures"] = unverified
-    if pytest_options:
-        incident["pytest_options"] = list(pytest_options)
-    started_in = invocation_dir(config)
-    if started_in:
-        incident["invocation_dir"] = started_in  # verification runs start there too
-    if ci_run:
-        incident["ci_run"] = ci_run
+    entries = tuple(
+        replace(entry, triage=history.triage[key]) if key in history.triage else entry
+        for entry in incident.failures
+        for key in [str(entry.nodeid or entry.test)]
+    )
+    incident = replace(
+        incident,
+        failures=entries,
+        diff_hash=snapshot.diff_hash,
+        test_digests=MappingProxyType(digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))),
+        tdd_nodeids=tuple(tdd_nodeids),
+        unverified_failures=unverified,
+        pytest_options=tuple(pytest_options),
+        invocation_dir=invocation_dir(config) or None,  # verification runs start there too
+        ci_run=ci_run or None,
+    )
     context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []

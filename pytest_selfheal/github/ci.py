@@ -131,7 +131,7 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[st
             incident = store.read_incident(incident_id)
         except SelfhealError:
             continue  # a broken new incident is not ours to loop; `selfheal status` shows it
-        if incident.get_extra("ci_run") == token:
+        if incident.ci_run == token:
             return incident_id
     return None
 

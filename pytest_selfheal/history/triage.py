@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.vocab import TriageLabel
 
 # The labels (records/vocab.TriageLabel), by the names the history uses.
@@ -32,30 +32,6 @@ TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 # A recorded rate needs a few failures behind it before it calls a test flaky.
 MIN_FAILURES_FOR_RATE = 2
 RERUN_DETAIL = "failed, then passed on re-run with no code change"
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Triage(Frozen):
-    """The triage of one failure and the evidence behind it."""
-
-    label: TriageLabel
-    detail: str  # one line a person reads: "first seen on main at abc1234 (2026-11-20), 3 times"
-    first_seen_commit: Optional[str] = None
-    first_seen_at: Optional[str] = None
-    occurrences: Optional[int] = None
-    flake_rate: Optional[float] = None
-    quarantine_reason: Optional[str] = None
-    base_branch: Optional[str] = None  # the branch "known" refers to
-
-    def to_json(self) -> dict[str, object]:
-        """The ``triage`` object of incident.json and the report (absent fields left out)."""
-        data: dict[str, object] = {"label": self.label, "detail": self.detail}
-        for key in ("first_seen_commit", "first_seen_at", "occurrences", "flake_rate", "quarantine_reason",
-                    "base_branch"):
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
-        return data
 
 
 def triage_failure(
@@ -94,8 +70,7 @@ def triage_failure(
 
 
 # The keys of a ``triage`` object (``Triage.to_json``), in its order.
-TRIAGE_FIELDS: tuple[str, ...] = ("label", "detail", "first_seen_commit", "first_seen_at", "occurrences",
-                                  "flake_rate", "quarantine_reason", "base_branch")
+TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in Triage.FIELDS)
 
 
 def triage_headline(labels: Sequence[str], base_branch: str) -> str:

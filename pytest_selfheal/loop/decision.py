@@ -7,7 +7,7 @@ step. The vocabulary, the config and the observation predicates are in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Optional
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
@@ -59,8 +59,7 @@ def known_flaky(incident: Incident) -> frozenset[str]:
     """Node ids the capture's triage labelled flaky or quarantined (the failure history)."""
     out = set()
     for failure in incident.failures:
-        triage = failure.get_extra("triage")
-        if isinstance(triage, Mapping) and triage.get("label") in KNOWN_FLAKY_LABELS:
+        if failure.triage is not None and failure.triage.label in KNOWN_FLAKY_LABELS:
             out.add(failure.nodeid or failure.test)
     return frozenset(out)
 

@@ -73,6 +73,35 @@ class RootCause(JsonRecord):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class Triage(JsonRecord):
+    """A captured failure's triage against the base branch's history: new, known, flaky or
+    quarantined, and the evidence behind it (docs/history.md). Absent fields are left out."""
+
+    KIND: ClassVar[str] = "triage"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("label", string, required=True),
+        Field("detail", string, required=True),
+        Field("first_seen_commit", string),
+        Field("first_seen_at", string),
+        Field("occurrences", integer),
+        Field("flake_rate", number),
+        Field("quarantine_reason", string),
+        Field("base_branch", string),
+    )
+
+    label: str  # a TriageLabel (a plain string here: a label of a newer version still reads)
+    detail: str  # one line a person reads: "first seen on main at abc1234 (2026-11-20), 3 times"
+    first_seen_commit: Optional[str] = None
+    first_seen_at: Optional[str] = None
+    occurrences: Optional[int] = None
+    flake_rate: Optional[float] = None
+    quarantine_reason: Optional[str] = None
+    base_branch: Optional[str] = None  # the branch "known" refers to
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class FailureEntry(JsonRecord):
     """One failing test as recorded in an incident or an attempt (every key optional)."""
 
@@ -91,6 +120,7 @@ class FailureEntry(JsonRecord):
         Field("message", string),
         Field("target_paths", strings),
         Field("root_cause", RootCause.parse),
+        Field("triage", Triage.parse),
     )
 
     nodeid: Optional[str] = None  # the pytest node id, when the plugin captured it
@@ -106,6 +136,7 @@ class FailureEntry(JsonRecord):
     message: str = ""
     target_paths: tuple[str, ...] = ()
     root_cause: Optional[RootCause] = None  # capture only: the evidence that groups failures by root cause
+    triage: Optional[Triage] = None  # capture only: new, known, flaky or quarantined
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
@@ -146,20 +177,23 @@ class Incident(JsonRecord):
         Field("resumed_after_iteration", integer),
         Field("test_digests", object_of(string)),
         Field("unverified_failures", integer),
+        Field("ci_run", string),
     )
 
-    incident_id: str
-    status: str  # a copy of status.txt, which is authoritative
-    created_at: str
-    updated_at: str
-    run_id: str
-    year: int
-    month: int
-    ym: str
+    # The capture fills the failure fields; the store fills the empty identity and time
+    # fields when it creates the incident (Store.create_incident).
     step: str  # the first failing test's node id, or "collection"
     failure_class: str
     message: str
     error_signature: str  # the first failure's signature (not its fingerprint)
+    incident_id: str = ""
+    status: str = "new"  # a copy of status.txt, which is authoritative
+    created_at: str = ""
+    updated_at: str = ""
+    run_id: str = ""
+    year: int = 0
+    month: int = 0
+    ym: str = ""
     failures: tuple[FailureEntry, ...] = ()
     fingerprints: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
@@ -179,5 +213,7 @@ class Incident(JsonRecord):
     test_digests: Mapping[str, str] = field(default_factory=empty_map)
     # Failing tests the capture counted but could not keep (over its cap): never verified.
     unverified_failures: int = 0
+    # The run token of the `selfheal ci` that started this capture: ci loops only its own.
+    ci_run: Optional[str] = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

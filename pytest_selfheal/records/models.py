@@ -8,10 +8,11 @@ Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to
 
 from __future__ import annotations
 
-from dataclasses import asdict, field
+from dataclasses import asdict, field, fields
 from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import FailureEntry, RootCause
 from pytest_selfheal.records.vocab import FailureClass
 
 # Outcomes of one testcase, as read from junit XML.
@@ -108,10 +109,18 @@ class Failure(Frozen):
     nodeid: Optional[str] = None
     target_paths: list[str] = field(default_factory=list)
     # The root-cause evidence resolved at capture (capture/evidence.py); None when unknown.
-    root_cause: Optional[dict[str, Any]] = None
+    root_cause: Optional[RootCause] = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["root_cause"] is None:
-            del data["root_cause"]  # absent, not null: verification failures never have one
+        """The failure as JSON (``root_cause`` absent, not null, when unknown)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["target_paths"] = list(self.target_paths)
+        if self.root_cause is None:
+            del data["root_cause"]  # verification failures never have one
+        else:
+            data["root_cause"] = self.root_cause.to_json()
         return data
+
+    def to_entry(self) -> FailureEntry:
+        """The failure as an incident's ``failures`` entry (the same keys as :meth:`to_dict`)."""
+        return FailureEntry.from_json(self.to_dict(), "failure")

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.redact import Redactor, default_redactor
@@ -119,7 +120,7 @@ class StoreWriter(StoreReader):
 
     def create_incident(
         self,
-        incident: Mapping[str, Any],
+        incident: Union[Incident, Mapping[str, Any]],
         *,
         log_tail: str,
         context: Mapping[str, Any],
@@ -131,8 +132,10 @@ class StoreWriter(StoreReader):
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
-        Fills ``incident_id``, ``status`` (always ``new``), ``created_at``, ``updated_at``,
-        ``year``, ``month``, ``ym`` and ``run_id`` when missing. The folder is built under
+        ``incident``: the capture's record (its empty identity and time fields are the store's
+        to fill), or a document a caller built. Fills ``incident_id``, ``status`` (always
+        ``new``), ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id``
+        when missing. The folder is built under
         a temporary name (with the ``incident_captured`` event already in its log) and
         renamed into place, so a half-made incident never appears. ``events``: more
         ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
@@ -147,7 +150,7 @@ class StoreWriter(StoreReader):
         written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: dict[str, Any] = self._clean(incident)
+        doc: dict[str, Any] = self._clean(_unfilled(incident) if isinstance(incident, Incident) else incident)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
         if doc.setdefault("status", NEW) != NEW:
@@ -484,3 +487,13 @@ class StoreWriter(StoreReader):
 
 
 __all__ = ["StoreWriter"]
+
+
+# The fields of a new incident that the store fills (a record built by the capture leaves them empty).
+_STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
+
+
+def _unfilled(incident: Incident) -> dict[str, Any]:
+    """The incident's document without the store's fields that the record leaves empty."""
+    return {key: value for key, value in incident.to_json().items()
+            if not (key in _STORE_FILLED and value in ("", 0))}

@@ -329,7 +329,7 @@ def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path)
     looped = [line for line in done.stdout.splitlines() if "running the RALF-Lite loop on" in line]
     assert len(looped) == 1 and committed not in looped[0], done.stdout
     (own,) = [i for i in incident_ids(project / ".selfheal") if i != committed]
-    assert store.read_incident(own).get_extra("ci_run"), "the capture did not record ci's run token"
+    assert store.read_incident(own).ci_run, "the capture did not record ci's run token"
     assert looped[0].endswith(own)
     # The token marks the capture; the tests themselves never see it.
     assert set(seen.read_text().split()) == {"<absent>"}, seen.read_text()
@@ -350,7 +350,7 @@ def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_pa
         looped.append(lines[0].rsplit(" ", 1)[1])
     assert len(set(looped)) == 4, f"two ci runs chose the same incident: {looped}"
     store = Store(project / ".selfheal")
-    tokens = {store.read_incident(i).get_extra("ci_run") for i in looped}
+    tokens = {store.read_incident(i).ci_run for i in looped}
     assert len(tokens) == 4 and None not in tokens
     for incident_id in looped:
         assert store.count_attempts(incident_id) == 1, incident_id
