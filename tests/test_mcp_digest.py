@@ -21,7 +21,7 @@ from mcp.types import ListRootsResult, Root
 from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
-from pytest_selfheal.mcp_server.digest import group_page, ranked_causes
+from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
 
@@ -269,3 +269,10 @@ def test_the_approval_question_says_whether_the_patch_was_verified(tmp_path: Pat
     verified = ProposedPatch("incident_x", b"", tmp_path / "final.patch", tmp_path, summary, False,
                              verified=True, stop_reason="success")
     assert verified.question.endswith("The patch is verified: the incident's tests passed with it.")
+
+
+def test_a_code_excerpt_keeps_its_indentation_on_one_escaped_line() -> None:
+    # Seen on toolz: "  319 | \"\"\" The first n" lost the docstring's four spaces.
+    assert code_line('  319 |     """ The first n elements', 200) == '  319 |     """ The first n elements'
+    assert code_line("> 12 |         x = 1\x1b[2J\rz", 200) == "> 12 |         x = 1\\x1b[2J\\rz"
+    assert code_line("  1 | " + "y" * 300, 40) == "  1 | " + "y" * 33 + "…"

@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+from pytest_selfheal.errors import printable
+
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
 NODEIDS_PER_GROUP = 3  # failing test ids named per group (the count says how many in all)
@@ -97,6 +99,13 @@ def _triage_counts(entries: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def code_line(text: str, limit: int) -> str:
+    """One numbered line of code as shown: its indentation kept (one_line would collapse it),
+    characters a terminal acts on escaped, cut at ``limit``."""
+    shown = printable(text.rstrip())
+    return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
+
+
 def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapping[str, Mapping[str, Any]],
                 full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
@@ -112,7 +121,7 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
     if cause.get("where"):  # the top suspect and a few lines of its code (plan/suspects.py)
         lines.append(f"where: {one_line(cause['where'], 200)}"
                      + (f" (assertion {one_line(cause['assertion'], 200)})" if cause.get("assertion") else ""))
-        lines.extend(f"  {one_line(line, 200)}" for line in (cause.get("excerpt") or [])[:8])
+        lines.extend(f"  {code_line(str(line), 200)}" for line in (cause.get("excerpt") or [])[:8])
     targets = [str(p) for p in cause.get("target_paths") or []]
     if targets:
         lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")
