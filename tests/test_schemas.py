@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pathlib
 from typing import Any
 
 import jsonschema
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from schema_check import assert_valid, jsonschema_errors
 
 import pytest_selfheal
-from pytest_selfheal.errors import InputError
+from pytest_selfheal.errors import InputError, one_line
+from pytest_selfheal.records.schema_gen import DOCUMENTS, schema_text
 from pytest_selfheal.store import schema
 
 ID = "incident_20260217_120000_run_abc"
@@ -123,7 +125,7 @@ RUN_RESULT_FULL = dict(
     flaky_tests=[],
     tests_fixed=["tests/test_a.py::test_y"],
     fingerprints_per_iteration=[["ab12"], "cd34", None, []],
-    decision_point={"reason": "repeated_fingerprint", "message": "m", "options": ["retry", {"id": "x"}], "context": {}},
+    decision_point={"reason": "repeated_fingerprint", "message": "m", "options": [{"id": "retry"}, {"id": "x"}], "context": {}},
     handoff={"iterations": 3, "fingerprints_per_iteration": [["ab12"]], "fixed": [], "recommended_next_action": "look"},
     effective_config={"max_iterations": 3},
 )
@@ -194,6 +196,13 @@ BAD: list[tuple[str, str, Any]] = [
 
 
 @pytest.mark.parametrize("kind", schema.KINDS)
+def test_shipped_schema_is_generated_from_the_record(kind: str) -> None:
+    # scripts/regen_schemas.py rewrites the files after a change to a record's FIELDS.
+    shipped = (pathlib.Path(pytest_selfheal.__file__).parent / "schemas" / f"{kind}.schema.json").read_text("utf-8")
+    assert shipped == schema_text(kind)
+
+
+@pytest.mark.parametrize("kind", schema.KINDS)
 def test_shipped_schema_is_valid_json_schema(kind: str) -> None:
     loaded = schema.load_schema(kind)
     jsonschema.Draft202012Validator.check_schema(loaded)
@@ -218,6 +227,7 @@ def test_good_documents_pass_both_validators(kind: str, doc: dict[str, Any]) -> 
     assert_valid(kind, doc)
     assert schema.validate(kind, doc) == []
     schema.ensure_valid(kind, doc, "x.json")
+    assert json.dumps(DOCUMENTS[kind][0].from_json(doc, "x.json").to_json()) == json.dumps(doc)
 
 
 @pytest.mark.parametrize("kind,why,doc", BAD, ids=[f"{k}-{w}" for k, w, _ in BAD])
@@ -229,6 +239,9 @@ def test_bad_documents_fail_both_validators(kind: str, why: str, doc: Any) -> No
         schema.ensure_valid(kind, doc, "/r/x.json")
     assert "\n" not in str(info.value)
     assert str(info.value).startswith(f"/r/x.json: invalid {kind}: ")
+    with pytest.raises(InputError) as parsed:  # the record's own check says the same words
+        DOCUMENTS[kind][0].from_json(doc, "/r/x.json")
+    assert str(parsed.value) == one_line(f"/r/x.json: invalid {kind}: {problems[0]}")
 
 
 def test_both_validators_count_the_same_violations() -> None:

@@ -3,6 +3,7 @@ archive, listing, and the crash-safe file primitives underneath (fsio)."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import itertools
 import json
@@ -21,7 +22,7 @@ from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, states
@@ -65,6 +66,13 @@ def plan_doc(incident_id: str) -> dict[str, Any]:
 
 def plan_record(incident_id: str, **changes: Any) -> Plan:
     return Plan.from_json({**plan_doc(incident_id), **changes}, "a test plan")
+
+
+def off_schema_plan(incident_id: str) -> Plan:
+    """A plan built in code with a value ``from_json`` would refuse: the writer's check must catch it."""
+    plan = plan_record(incident_id)
+    action = dataclasses.replace(plan.actions[0], root_cause=GroupKey(evidence="a guess", keys=None, extra=()))
+    return dataclasses.replace(plan, actions=(action,))
 
 
 def attempt_doc(incident_id: str, iteration: int, **extra: Any) -> dict[str, Any]:
@@ -477,7 +485,7 @@ def test_plan_roundtrip(store: Store) -> None:
     assert store.read_plan(incident_id).to_json() == plan_doc(incident_id)
     assert store.read_plan_md(incident_id) == "# Plan\n"
     with pytest.raises(ValueError):
-        store.write_plan(incident_id, plan_record(incident_id, actions=[dict(plan_doc(incident_id)["actions"][0], root_cause={"evidence": "a guess"})]), "")
+        store.write_plan(incident_id, off_schema_plan(incident_id), "")
     with pytest.raises(ValueError, match="names incident"):
         store.write_plan(incident_id, plan_record("incident_20260101_000000_other"), "")
     path.write_text('{"incident_id": 1}')
@@ -499,7 +507,7 @@ def test_attempts(store: Store) -> None:
         store.write_attempt(incident_id, attempt_rec(incident_id, 2, result="stop"))
     assert json.loads(second.read_text())["result"] == "stop"  # untouched
     with pytest.raises(ValueError):
-        store.write_attempt(incident_id, attempt_rec(incident_id, 0))
+        store.write_attempt(incident_id, dataclasses.replace(attempt_rec(incident_id, 1), iteration=0))
     store.write_attempt(incident_id, attempt_rec(incident_id, 10))
     assert [a.iteration for a in store.read_attempts(incident_id)] == [1, 2, 10]  # numeric, not lexical
 

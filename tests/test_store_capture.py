@@ -7,6 +7,7 @@ fsyncs, and keep the crash guarantees of docs/store.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -22,7 +23,7 @@ from test_store_concurrency import check_root, kill_after
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
@@ -130,8 +131,9 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
     store = Store(tmp_path / ".selfheal")
 
     def bad(incident: Incident) -> tuple[Plan, str]:
-        action = plan_doc(incident.incident_id)["actions"][0]
-        return build(incident, actions=[dict(action, root_cause={"evidence": "a guess"})])
+        plan, markdown = build(incident)  # then a value from_json would refuse, set in code
+        action = dataclasses.replace(plan.actions[0], root_cause=GroupKey(evidence="a guess", keys=None, extra=()))
+        return dataclasses.replace(plan, actions=(action,)), markdown
 
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
         store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)

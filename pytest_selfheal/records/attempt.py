@@ -17,14 +17,18 @@ from pytest_selfheal.records.jsondoc import (
     Field,
     JsonRecord,
     boolean,
+    checked,
     empty_map,
+    incident_id,
     integer,
     nullable,
     number,
     object_of,
     string,
     strings,
+    timestamp,
 )
+from pytest_selfheal.records.vocab import StopReason
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -72,7 +76,7 @@ class RepairBlock(JsonRecord):
     KIND: ClassVar[str] = "repair"
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("provider", string),
-        Field("result", string),
+        Field("result", checked(string, enum=("diff", "no_fix_found", "timeout", "crashed"))),
         Field("files_changed", strings),
         Field("patch", nullable(string)),
         Field("scope_denied", boolean),
@@ -113,18 +117,18 @@ class Attempt(JsonRecord):
 
     KIND: ClassVar[str] = "attempt"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", string, required=True),
-        Field("iteration", integer, required=True),
-        Field("started_at", string, required=True),
-        Field("finished_at", string, required=True),
+        Field("incident_id", incident_id, required=True),
+        Field("iteration", checked(integer, minimum=1), required=True),
+        Field("started_at", timestamp, required=True),
+        Field("finished_at", timestamp, required=True),
         Field("actions_applied", strings, required=True),
         Field("verification_commands", strings, required=True),
         Field("verification_passed", boolean, required=True),
-        Field("result", string, required=True),
+        Field("result", checked(string, enum=("continue", "stop")), required=True),
         Field("error_signature", nullable(string), required=True),
-        Field("mode", string),
-        Field("stop_reason", nullable(string)),
-        Field("outcomes", object_of(string)),
+        Field("mode", checked(string, enum=("verify", "agent", "repair"))),
+        Field("stop_reason", nullable(checked(string, enum=StopReason))),
+        Field("outcomes", object_of(checked(string, enum=("passed", "failed", "error", "skipped", "missing")))),
         Field("failures", failure_entries),
         Field("new_failures", failure_entries),
         Field("fingerprint_changed", nullable(boolean)),
@@ -133,7 +137,7 @@ class Attempt(JsonRecord):
         Field("tests_fixed", strings),
         Field("diff_hash", nullable(string)),
         Field("exit_code", nullable(integer)),
-        Field("duration_seconds", number),
+        Field("duration_seconds", checked(number, minimum=0)),
         Field("timed_out", boolean),
         Field("repair", nullable(RepairBlock.parse)),
         Field("scope_denied", boolean),

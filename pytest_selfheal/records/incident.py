@@ -18,14 +18,18 @@ from pytest_selfheal.records.jsondoc import (
     JsonRecord,
     array_of,
     boolean,
+    checked,
     empty_map,
+    incident_id,
     integer,
     nullable,
     number,
     object_of,
     string,
     strings,
+    timestamp,
 )
+from pytest_selfheal.records.vocab import IncidentStatus
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -38,7 +42,7 @@ class CodeRef(JsonRecord):
         Field("name", string),
         Field("line", nullable(integer)),
         Field("bases", strings),
-        Field("score", number),
+        Field("score", checked(number, minimum=0, maximum=1)),
     )
 
     path: str  # repo-relative POSIX path, never a test file
@@ -60,7 +64,16 @@ class RootCause(JsonRecord):
         Field("stack", array_of(CodeRef.parse)),
         Field("test_line", CodeRef.parse),
         Field("calls", array_of(CodeRef.parse)),
-        Field("spectrum", array_of(CodeRef.parse)),
+        Field(
+            "spectrum",
+            checked(
+                array_of(CodeRef.parse),
+                description=(
+                    "With --selfheal-spectrum: the functions the test ran, most suspicious (Ochiai over the run's"
+                    " failing and passing tests) first."
+                ),
+            ),
+        ),
     )
 
     frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
@@ -109,17 +122,42 @@ class FailureEntry(JsonRecord):
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("nodeid", nullable(string)),
         Field("test", string),
-        Field("outcome", string),
+        Field("outcome", checked(string, enum=("passed", "failed", "error", "skipped", "missing"))),
         Field("fingerprint", string),
         Field("signature", string),
-        Field("scheme", integer),
-        Field("failure_type", string),
+        Field("scheme", checked(integer, minimum=0)),
+        Field(
+            "failure_type",
+            checked(
+                string,
+                enum=(
+                    "TEST_ASSERTION",
+                    "DOCTEST_MISMATCH",
+                    "TYPECHECK",
+                    "LINT",
+                    "BUILD_COMPILE",
+                    "TOOLING_ENV",
+                    "TIMEOUT",
+                    "UNKNOWN",
+                ),
+            ),
+        ),
         Field("code_fixable", boolean),
         Field("transient", boolean),
         Field("failure_class", string),
         Field("message", string),
         Field("target_paths", strings),
-        Field("root_cause", RootCause.parse),
+        Field(
+            "root_cause",
+            checked(
+                RootCause.parse,
+                description=(
+                    "Root-cause evidence resolved at capture: the innermost project frame outside the tests, the"
+                    " project frames on the way to it, the test's failing line, and the project definitions the test"
+                    " calls; with --selfheal-spectrum, the functions it ran ranked by suspiciousness."
+                ),
+            ),
+        ),
         Field("triage", Triage.parse),
     )
 
@@ -150,14 +188,14 @@ class Incident(JsonRecord):
 
     KIND: ClassVar[str] = "incident"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", string, required=True),
-        Field("status", string, required=True),
-        Field("created_at", string, required=True),
-        Field("updated_at", string, required=True),
+        Field("incident_id", incident_id, required=True),
+        Field("status", checked(string, enum=IncidentStatus), required=True),
+        Field("created_at", timestamp, required=True),
+        Field("updated_at", timestamp, required=True),
         Field("run_id", string, required=True),
-        Field("year", integer, required=True),
-        Field("month", integer, required=True),
-        Field("ym", string, required=True),
+        Field("year", checked(integer, minimum=1), required=True),
+        Field("month", checked(integer, minimum=1, maximum=12), required=True),
+        Field("ym", checked(string, pattern="^[0-9]{4}-[0-9]{2}$"), required=True),
         Field("step", string, required=True),
         Field("failure_class", string, required=True),
         Field("message", string, required=True),

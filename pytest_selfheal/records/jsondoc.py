@@ -20,8 +20,10 @@ schema check, which the store runs on the same document. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
+from functools import partial
 from types import MappingProxyType
 from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
@@ -44,11 +46,18 @@ class FieldError(Exception):
     nullable field can add ``or null`` to the message.
     """
 
-    def __init__(self, path: str, problem: str, expected: str = "") -> None:
+    def __init__(self, path: str, problem: str, expected: str = "", options: tuple[Any, ...] = ()) -> None:
         super().__init__(f"field {path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem
         self.expected = expected
+        self.options = options
+
+
+def not_one_of(path: str, value: Any, options: tuple[Any, ...]) -> FieldError:
+    """The error for a value outside ``options`` (the allowed values, ``None`` shown as null)."""
+    shown = ", ".join("null" if o is None else str(o) for o in options)
+    return FieldError(path, f"{one_line(repr(value), 80)} is not one of {shown}", options=options)
 
 
 def type_name(value: Any) -> str:
@@ -68,6 +77,27 @@ def child(path: str, key: str) -> str:
 
 def _expected(path: str, names: str, value: Any) -> FieldError:
     return FieldError(path, f"expected {names}, got {type_name(value)}", expected=names)
+
+
+# --------------------------------------------------------------------------- JSON Schema of a parser
+
+Schema = dict[str, Any]
+# The JSON Schema of each parser, built on demand (a record's schema names other records').
+_SCHEMAS: dict[Callable[..., Any], Callable[[], Schema]] = {}
+P = TypeVar("P", bound=Callable[..., Any])
+
+
+def _declares(parse: P, schema: Callable[[], Schema]) -> P:
+    _SCHEMAS[parse] = schema
+    return parse
+
+
+def schema_of(parse: Parser) -> Schema:
+    """The JSON Schema (a fresh dict) of the values ``parse`` accepts: the schema files' source."""
+    owner = getattr(parse, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, JsonRecord):
+        return owner.schema()
+    return _SCHEMAS[parse]()
 
 
 # --------------------------------------------------------------------------- frozen JSON values
@@ -96,6 +126,7 @@ def thaw(value: Any) -> Any:
 # --------------------------------------------------------------------------- parsers
 
 
+@partial(_declares, schema=lambda: {"type": "string"})
 def string(value: Any, path: str) -> str:
     """A string."""
     if not isinstance(value, str):
@@ -103,6 +134,7 @@ def string(value: Any, path: str) -> str:
     return value
 
 
+@partial(_declares, schema=lambda: {"type": "integer"})
 def integer(value: Any, path: str) -> int:
     """An integer (not a boolean); an integral float counts, as in JSON Schema."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -114,6 +146,7 @@ def integer(value: Any, path: str) -> int:
     return value
 
 
+@partial(_declares, schema=lambda: {"type": "number"})
 def number(value: Any, path: str) -> float:
     """A number (integer or float, not a boolean), kept as written."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -121,6 +154,7 @@ def number(value: Any, path: str) -> float:
     return value
 
 
+@partial(_declares, schema=lambda: {"type": "boolean"})
 def boolean(value: Any, path: str) -> bool:
     """``true`` or ``false``."""
     if not isinstance(value, bool):
@@ -128,6 +162,7 @@ def boolean(value: Any, path: str) -> bool:
     return value
 
 
+@partial(_declares, schema=lambda: {"type": "object"})
 def json_object(value: Any, path: str) -> Mapping[str, Any]:
     """Any object, frozen (its content is not checked)."""
     if not isinstance(value, dict):
@@ -135,6 +170,7 @@ def json_object(value: Any, path: str) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], freeze(value))
 
 
+@partial(_declares, schema=lambda: {"type": "array"})
 def json_array(value: Any, path: str) -> tuple[Any, ...]:
     """Any array, frozen (its items are not checked)."""
     if not isinstance(value, list):
@@ -142,6 +178,7 @@ def json_array(value: Any, path: str) -> tuple[Any, ...]:
     return cast(tuple[Any, ...], freeze(value))
 
 
+@partial(_declares, schema=dict)
 def any_value(value: Any, path: str) -> Any:
     """Any JSON value, frozen."""
     return freeze(value)
@@ -158,9 +195,19 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
         except FieldError as exc:
             if exc.path == path and exc.expected:
                 raise _expected(path, f"{exc.expected} or null", value) from None
+            if exc.path == path and exc.options:
+                raise not_one_of(path, value, (*exc.options, None)) from None
             raise
 
-    return parse_nullable
+    def schema() -> Schema:
+        inner = schema_of(parse)
+        names = inner["type"] if isinstance(inner["type"], list) else [inner["type"]]
+        inner["type"] = [*names, "null"]
+        if "enum" in inner:
+            inner["enum"] = [*inner["enum"], None]
+        return inner
+
+    return _declares(parse_nullable, schema)
 
 
 def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
@@ -171,7 +218,7 @@ def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ..
             raise _expected(path, "array", value)
         return tuple(parse(item, f"{path}[{index}]") for index, item in enumerate(value))
 
-    return parse_array
+    return _declares(parse_array, lambda: {"type": "array", "items": schema_of(parse)})
 
 
 def object_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Mapping[str, T]]:
@@ -182,7 +229,7 @@ def object_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Mapping[st
             raise _expected(path, "object", value)
         return MappingProxyType({key: parse(item, child(path, key)) for key, item in value.items()})
 
-    return parse_object
+    return _declares(parse_object, lambda: {"type": "object", "additionalProperties": schema_of(parse)})
 
 
 strings = array_of(string)
@@ -190,19 +237,19 @@ strings = array_of(string)
 E = TypeVar("E", bound=Enum)
 
 
-def one_of(enum: type[E]) -> Callable[[Any, str], E]:
-    """A string that is the value of a member of ``enum``: the member."""
-    values = ", ".join(str(member.value) for member in enum)
+def one_of(enum: type[E], *only: E) -> Callable[[Any, str], E]:
+    """A string that is the value of a member of ``enum`` (or of ``only``, when given): the member."""
+    values = tuple(member.value for member in (only or tuple(enum)))
 
     def parse_member(value: Any, path: str) -> E:
-        try:
-            return enum(string(value, path))
-        except ValueError:
-            raise FieldError(path, f"expected one of {values}, got {value!r}") from None
+        if string(value, path) not in values:
+            raise not_one_of(path, value, values)
+        return enum(value)
 
-    return parse_member
+    return _declares(parse_member, lambda: {"type": "string", "enum": list(values)})
 
 
+@partial(_declares, schema=lambda: {"type": ["array", "string", "null"], "items": {"type": "string"}})
 def fingerprints_entry(value: Any, path: str) -> FingerprintsEntry:
     """One entry of ``fingerprints_per_iteration``: a list of strings, a string or null."""
     if value is None or isinstance(value, str):
@@ -213,6 +260,59 @@ def fingerprints_entry(value: Any, path: str) -> FingerprintsEntry:
 
 
 fingerprints_per_iteration = array_of(fingerprints_entry)
+
+
+def checked(
+    parse: Callable[[Any, str], T],
+    *,
+    enum: Union[type[Enum], Iterable[Any], None] = None,
+    pattern: str = "",
+    minimum: Optional[float] = None,
+    maximum: Optional[float] = None,
+    description: str = "",
+) -> Callable[[Any, str], T]:
+    """``parse``, then the allowed values: one of ``enum`` (values, or an ``Enum``'s member values),
+    a ``pattern`` match, ``minimum``/``maximum``. The schema files say the same (``schema_of``);
+    ``description`` is for them only."""
+    options = None if enum is None else tuple(m.value if isinstance(m, Enum) else m for m in enum)
+    search = re.compile(pattern).search if pattern else None
+
+    def parse_checked(value: Any, path: str) -> T:
+        result = parse(value, path)
+        if options is not None and not any(_same(value, option) for option in options):
+            raise not_one_of(path, value, options)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if minimum is not None and value < minimum:
+                raise FieldError(path, f"{value} is less than the minimum {minimum}")
+            if maximum is not None and value > maximum:
+                raise FieldError(path, f"{value} is more than the maximum {maximum}")
+        if search is not None and isinstance(value, str) and search(value) is None:
+            raise FieldError(path, f"{one_line(repr(value), 80)} does not match {pattern}")
+        return result
+
+    def schema() -> Schema:
+        out = schema_of(parse)
+        words: Schema = {"enum": None if options is None else list(options), "pattern": pattern, "minimum": minimum, "maximum": maximum}
+        words["description"] = description
+        head = {"type": out.pop("type")} if "type" in out else {}
+        head.update((key, value) for key, value in words.items() if value not in (None, ""))
+        return {**head, **{key: value for key, value in out.items() if key not in head}}
+
+    return _declares(parse_checked, schema)
+
+
+def _same(a: Any, b: Any) -> bool:
+    # enum equality as in JSON: true is not 1.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else bool(a == b)
+
+
+# The package's own identifiers, as the schema files state them.
+INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
+TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?\+00:00$"
+incident_id = checked(string, pattern=INCIDENT_ID_PATTERN)
+timestamp = checked(
+    string, pattern=TIMESTAMP_PATTERN, description="ISO-8601 timestamp in UTC with an explicit +00:00 offset."
+)
 
 
 # --------------------------------------------------------------------------- records
@@ -248,6 +348,17 @@ class JsonRecord(Frozen):
 
     keys: Optional[tuple[str, ...]]
     extra: Extra
+
+    @classmethod
+    def schema(cls) -> Schema:
+        """The JSON Schema of this record's object (its ``FIELDS``; other keys are allowed)."""
+        out: Schema = {"type": "object"}
+        required = [field.key for field in cls.FIELDS if field.required]
+        if required:
+            out["required"] = required
+        out["properties"] = {field.key: schema_of(field.parse) for field in cls.FIELDS}
+        out["additionalProperties"] = True
+        return out
 
     @classmethod
     def from_json(cls: type[R], doc: Any, where: str) -> R:

@@ -13,7 +13,19 @@ from dataclasses import field
 from typing import ClassVar, Optional
 
 from pytest_selfheal.records.frozen import dataclass
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, array_of, integer, number, string, strings
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    array_of,
+    checked,
+    incident_id,
+    integer,
+    number,
+    string,
+    strings,
+    timestamp,
+)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -44,7 +56,11 @@ class GroupKey(JsonRecord):
 
     KIND: ClassVar[str] = "root cause"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("evidence", string, required=True),
+        Field(
+            "evidence",
+            checked(string, enum=("frame", "stack", "calls", "class", "spectrum", "fingerprint")),
+            required=True,
+        ),
         Field("path", string),
         Field("name", string),
     )
@@ -65,8 +81,8 @@ class SuspectEntry(JsonRecord):
         Field("path", string, required=True),
         Field("name", string, required=True),
         Field("line", integer),
-        Field("score", number, required=True),
-        Field("evidence", string, required=True),
+        Field("score", checked(number, minimum=0, maximum=1), required=True),
+        Field("evidence", checked(string, enum=("frame", "stack", "calls", "class", "spectrum")), required=True),
         Field("failures", integer),
     )
 
@@ -132,10 +148,18 @@ class PlanAction(JsonRecord):
         Field("nodeids", strings),
         Field("test_paths", strings),
         Field("root_cause", GroupKey.parse),
-        Field("where", string),
-        Field("assertion", string),
-        Field("suspects", array_of(SuspectEntry.parse)),
-        Field("excerpt", Excerpt.parse),
+        Field("where", checked(string, description="The top suspect's path:line.")),
+        Field(
+            "assertion",
+            checked(string, description="The first failure's last test-file line (path:line): its assertion."),
+        ),
+        Field(
+            "suspects",
+            checked(
+                array_of(SuspectEntry.parse), description="The group's suspicious functions, most suspicious first."
+            ),
+        ),
+        Field("excerpt", checked(Excerpt.parse, description="A few lines of code around the top suspect's line.")),
     )
 
     id: str
@@ -183,8 +207,8 @@ class Plan(JsonRecord):
 
     KIND: ClassVar[str] = "plan"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", string, required=True),
-        Field("generated_at", string, required=True),
+        Field("incident_id", incident_id, required=True),
+        Field("generated_at", timestamp, required=True),
         Field("summary", string, required=True),
         Field("root_cause_hypotheses", array_of(Hypothesis.parse), required=True),
         Field("actions", array_of(PlanAction.parse), required=True),

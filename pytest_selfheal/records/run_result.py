@@ -15,8 +15,10 @@ from pytest_selfheal.records.jsondoc import (
     JsonRecord,
     array_of,
     boolean,
+    checked,
     empty_map,
     fingerprints_per_iteration,
+    incident_id,
     integer,
     json_array,
     json_object,
@@ -96,7 +98,7 @@ class Handoff(JsonRecord):
 
     KIND: ClassVar[str] = "handoff"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("iterations", integer),
+        Field("iterations", checked(integer, minimum=0)),
         Field("stop_reason", nullable(string)),
         Field("fingerprints_per_iteration", fingerprints_per_iteration),
         Field("fixed", json_array),
@@ -148,12 +150,26 @@ class RunResult(JsonRecord):
 
     KIND: ClassVar[str] = "run_result"
     FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", string, required=True),
-        Field("final_status", one_of(FinalStatus), required=True),
-        Field("loops_used", integer, required=True),
-        Field("runtime_minutes", number, required=True),
-        Field("same_error_repeats", integer, required=True),
-        Field("archived_to", nullable(string), required=True),
+        Field("incident_id", incident_id, required=True),
+        Field(
+            "final_status",
+            one_of(FinalStatus, FinalStatus.RESOLVED, FinalStatus.ESCALATED, FinalStatus.REPLAN_REQUESTED),
+            required=True,
+        ),
+        Field("loops_used", checked(integer, minimum=0), required=True),
+        Field("runtime_minutes", checked(number, minimum=0), required=True),
+        Field("same_error_repeats", checked(integer, minimum=0), required=True),
+        Field(
+            "archived_to",
+            checked(
+                nullable(string),
+                description=(
+                    "Relative to the reports root, e.g. error_archive/resolved/<id>; null when not archived"
+                    " (replan_requested)."
+                ),
+            ),
+            required=True,
+        ),
         Field("stop_reason", nullable(one_of(StopReason))),
         Field("message", string),
         Field("iteration", integer),
