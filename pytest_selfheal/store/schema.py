@@ -1,32 +1,23 @@
-"""The JSON Schemas that ship in ``pytest_selfheal/schemas/`` and a tiny validator for them.
+"""The JSON Schemas that ship in ``pytest_selfheal/schemas/``, and the store's check of a document.
 
-``jsonschema`` is a test-only dependency, so the runtime checks its subset of the
-standard here: ``type`` (a name or a list of names), ``required``, ``properties``,
-``additionalProperties`` (bool or schema), ``enum``, ``items`` (one schema), ``minimum``,
-``maximum`` and ``pattern``; ``$schema``, ``$id``, ``title`` and ``description`` are
-annotations. A schema using any other keyword is refused (``ValueError``) so the shipped
-files can never silently mean more than this validator checks. tests/test_schemas.py
-checks that this validator and ``jsonschema`` agree.
+The schemas are generated from the record declarations (``records/schema_gen.py``); the
+one check is the record's own parser (``from_json``), which ``validate`` and
+``ensure_valid`` name by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
+dependency) agrees with it on the shipped files.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Optional
+from typing import Any
 
-from pytest_selfheal.errors import InputError, one_line
-from pytest_selfheal.records.jsondoc import type_name
+from pytest_selfheal.records.jsondoc import FieldError
+from pytest_selfheal.records.schema_gen import DOCUMENTS, document_schema
 
 KINDS: tuple[str, ...] = ("incident", "plan", "attempt", "run_result")
-
-SUPPORTED_KEYWORDS = frozenset(
-    {"type", "required", "properties", "additionalProperties", "enum", "items", "minimum", "maximum", "pattern"}
-)
-ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
 
 
 def schema_filename(kind: str) -> str:
@@ -62,7 +53,7 @@ def vocabulary() -> frozenset[str]:
                 walk(value)
 
     for kind in KINDS:
-        walk(load_schema(kind))
+        walk(document_schema(kind))
     return frozenset(words)
 
 
@@ -88,179 +79,18 @@ def load_schema(kind: str) -> dict[str, Any]:
     return data
 
 
-def _type_matches(name: str, value: Any) -> bool:
-    # Same semantics as jsonschema's draft 2020-12 type checker: bool is not a number,
-    # and a float with an integral value counts as an integer.
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "null":
-        return value is None
-    if name == "integer":
-        if isinstance(value, bool):
-            return False
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    raise ValueError(f"unsupported JSON Schema type {name!r}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    # enum equality as in JSON: true is not 1.
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else bool(a == b)
-
-
-def _where(path: str) -> str:
-    return f"field {path}: " if path else ""
-
-
-def iter_errors(schema: Mapping[str, Any], doc: Any, path: str = "") -> list[str]:
-    """Every violation of ``schema`` by ``doc`` as ``"field <path>: <problem>"`` strings."""
-    unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
-    if unknown:
-        raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)} at {_where(path) or 'the top level'}")
-    errors: list[str] = []
-    if "type" in schema:
-        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_type_matches(name, doc) for name in names):
-            errors.append(f"{_where(path)}expected {' or '.join(names)}, got {type_name(doc)}")
-            return errors  # other keywords would only repeat the same problem
-    if "enum" in schema and not any(_same(doc, option) for option in schema["enum"]):
-        shown = ", ".join("null" if o is None else str(o) for o in schema["enum"])
-        errors.append(f"{_where(path)}{one_line(repr(doc), 80)} is not one of {shown}")
-    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
-        if "minimum" in schema and doc < schema["minimum"]:
-            errors.append(f"{_where(path)}{doc} is less than the minimum {schema['minimum']}")
-        if "maximum" in schema and doc > schema["maximum"]:
-            errors.append(f"{_where(path)}{doc} is more than the maximum {schema['maximum']}")
-    if isinstance(doc, str) and "pattern" in schema and re.search(schema["pattern"], doc) is None:
-        errors.append(f"{_where(path)}{one_line(repr(doc), 80)} does not match {schema['pattern']}")
-    if isinstance(doc, dict):
-        for key in schema.get("required", []):
-            if key not in doc:
-                errors.append(f"field {path + '.' if path else ''}{key}: required field missing")
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, value in doc.items():
-            child = f"{path}.{key}" if path else str(key)
-            if key in properties:
-                errors.extend(iter_errors(properties[key], value, child))
-            elif extra is False:
-                errors.append(f"field {child}: unexpected field")
-            elif isinstance(extra, dict):
-                errors.extend(iter_errors(extra, value, child))
-    if isinstance(doc, list) and "items" in schema:
-        for index, item in enumerate(doc):
-            errors.extend(iter_errors(schema["items"], item, f"{path}[{index}]"))
-    return errors
-
-
-Check = Callable[[Any], bool]
-
-
-def compile_check(schema: Mapping[str, Any]) -> Check:
-    """``schema`` as one predicate, true exactly when :func:`iter_errors` finds nothing.
-
-    The keywords are read once, not at every node of every document: a capture validates
-    an incident of many failures, and the predicate is several times faster than walking
-    the schema (docs/benchmarks.md). The error messages still come from
-    :func:`iter_errors`, which runs only on an invalid document.
-    """
-    unknown = set(schema) - SUPPORTED_KEYWORDS - ANNOTATIONS
-    if unknown:
-        raise ValueError(f"unsupported JSON Schema keyword(s) {sorted(unknown)}")
-    checks: list[Check] = []
-    if "type" in schema:
-        checks.append(_type_check(tuple(schema["type"] if isinstance(schema["type"], list) else [schema["type"]])))
-    if "enum" in schema:
-        options = tuple(schema["enum"])
-        checks.append(lambda doc: any(_same(doc, option) for option in options))
-    # `not <`, `not >`: exactly the walk's test (a NaN passes both, as there).
-    if "minimum" in schema:
-        low = schema["minimum"]
-        checks.append(lambda doc: not isinstance(doc, (int, float)) or isinstance(doc, bool) or not doc < low)
-    if "maximum" in schema:
-        high = schema["maximum"]
-        checks.append(lambda doc: not isinstance(doc, (int, float)) or isinstance(doc, bool) or not doc > high)
-    if "pattern" in schema:
-        search = re.compile(schema["pattern"]).search
-        checks.append(lambda doc: not isinstance(doc, str) or search(doc) is not None)
-    if "required" in schema or "properties" in schema or "additionalProperties" in schema:
-        checks.append(_object_check(schema))
-    if "items" in schema:
-        item = compile_check(schema["items"])
-        checks.append(lambda doc: not isinstance(doc, list) or all(item(value) for value in doc))
-    if len(checks) == 1:
-        return checks[0]
-    if len(checks) == 2:
-        first, second = checks
-        return lambda doc: first(doc) and second(doc)
-    return lambda doc: all(check(doc) for check in checks)
-
-
-# Types whose check is one isinstance (bool is not an int here: "boolean" is its own type).
-_PLAIN_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
-
-
-def _type_check(names: tuple[str, ...]) -> Check:
-    for name in names:
-        _type_matches(name, None)  # an unknown type name is refused when compiling, as when walking
-    if set(names) <= set(_PLAIN_TYPES) | {"null"}:
-        types = tuple(_PLAIN_TYPES[n] for n in names if n != "null")
-        if "null" in names:
-            return lambda doc: doc is None or isinstance(doc, types)
-        return lambda doc: isinstance(doc, types)
-    return lambda doc: any(_type_matches(name, doc) for name in names)
-
-
-def _object_check(schema: Mapping[str, Any]) -> Check:
-    required = tuple(schema.get("required", ()))
-    properties = {key: compile_check(child) for key, child in schema.get("properties", {}).items()}
-    extra = schema.get("additionalProperties", True)
-    other: Optional[Check] = compile_check(extra) if isinstance(extra, dict) else None
-
-    def check(doc: Any) -> bool:
-        if not isinstance(doc, dict):
-            return True
-        if any(key not in doc for key in required):
-            return False
-        for key, value in doc.items():
-            known = properties.get(key)
-            if known is not None:
-                if not known(value):
-                    return False
-            elif extra is False or (other is not None and not other(value)):
-                return False
-        return True
-
-    return check
-
-
 def validate(kind: str, doc: Any) -> list[str]:
-    """Violations of the shipped ``kind`` schema by ``doc`` (an empty list when valid)."""
-    if _cached_check(kind)(doc):
-        return []
-    return iter_errors(_cached_schema(kind), doc)
-
-
-@cache
-def _cached_check(kind: str) -> Check:
-    return compile_check(_cached_schema(kind))
-
-
-@cache
-def _cached_schema(kind: str) -> Mapping[str, Any]:
-    return load_schema(kind)
+    """The first violation of the ``kind`` record's declaration by ``doc`` (``"field <path>: <problem>"``),
+    as a list: empty when valid."""
+    schema_filename(kind)
+    try:
+        DOCUMENTS[kind][0].parse(doc, "")
+    except FieldError as exc:
+        return [str(exc)]
+    return []
 
 
 def ensure_valid(kind: str, doc: Any, source: str) -> None:
     """Raise a one-line ``InputError`` ``"<source>: invalid <kind>: field <path>: <problem>"`` if ``doc`` is invalid."""
-    problems = validate(kind, doc)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(one_line(f"{source}: invalid {kind}: {problems[0]}{more}"))
+    schema_filename(kind)
+    DOCUMENTS[kind][0].from_json(doc, source)
