@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -767,8 +768,12 @@ def test_capture_and_attempt_observations() -> None:
         observation_from_attempt(attempt_record(iteration="1"))
     with pytest.raises(InputError, match=r"failures\[0\] has no fingerprint"):
         observation_from_attempt(attempt_record(failures=[{}]))
+    with pytest.raises(InputError, match="field repair.result: 'exploded' is not one of diff, "):
+        attempt_record(repair={"result": "exploded"})  # the record refuses it when parsed
+    built = attempt_record(repair={"result": "diff"})  # a record built in code: the policy still refuses it
+    assert built.repair is not None
     with pytest.raises(InputError, match="unknown repair_result"):
-        observation_from_attempt(attempt_record(repair={"result": "exploded"}))
+        observation_from_attempt(dataclasses.replace(built, repair=dataclasses.replace(built.repair, result="exploded")))
     with pytest.raises(InputError, match="field failures: expected array"):
         capture_observation(incident_record(failures="nope"))
     with pytest.raises(InputError, match=r"failures\[0\] needs a nodeid/test and a fingerprint"):

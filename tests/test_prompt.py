@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from helpers import attempt_record, incident_record
@@ -143,7 +144,7 @@ def test_huge_inputs_are_bounded() -> None:
 def test_sparse_records_fall_back_to_placeholders() -> None:
     # Malformed files never get here: the store refuses them when it parses the records.
     text = build_prompt(
-        incident=incident_record(incident_id="", failures=[{"fingerprint": "f"}]),
+        incident=dataclasses.replace(incident_record(failures=[{"fingerprint": "f"}]), incident_id=""),
         plan=plan_record(actions=[{"id": "", "title": "", "priority": "high", "risk": "low", "target_paths": [],
                                    "verification": []}]),
         attempts=[], iteration=1, max_iterations=3, log_tail="", allowed_paths=[], remaining_budget=None,
