@@ -20,6 +20,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -43,7 +44,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import ours, validate
-from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
+from pytest_selfheal.store.states import STATUSES, check_transition
 
 # Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
 Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
@@ -153,7 +154,7 @@ class StoreWriter(StoreReader):
         doc: dict[str, Any] = self._clean(_unfilled(incident) if isinstance(incident, Incident) else incident)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
-        if doc.setdefault("status", NEW) != NEW:
+        if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
         doc.setdefault("created_at", stamp)
@@ -173,7 +174,7 @@ class StoreWriter(StoreReader):
         # Serialise up front (once: the build reuses the text while the id stays): unserialisable
         # data fails before anything touches the disk.
         context_text = fsio.dumps_json(self._clean(context))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=PLANNED) if plan is not None else doc)}
+        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
         for name, data in events:
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
@@ -250,7 +251,7 @@ class StoreWriter(StoreReader):
                     "step": doc["step"],
                     "failure_class": doc["failure_class"],
                     "error_signature": doc["error_signature"],
-                    "status": NEW,
+                    "status": IncidentStatus.NEW,
                 },
                 ts=self._now(),
             )
