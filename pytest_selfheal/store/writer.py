@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
@@ -288,8 +289,8 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ status
 
-    def update_incident(self, incident_id: str, /, **fields: Any) -> dict[str, Any]:
-        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
+    def update_incident(self, incident_id: str, /, **fields: Any) -> Incident:
+        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new record.
 
         ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
         this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
@@ -305,7 +306,7 @@ class StoreWriter(StoreReader):
             if problems:
                 raise ValueError(f"incident update does not fit the schema: {problems[0]}")
             fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-            return doc
+            return Incident.from_json(doc, "incident")
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
         """Move the incident to status ``new`` if the table allows it from ``status.txt``.
@@ -339,19 +340,19 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ events
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Event:
         record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
-    def append_event(self, incident_id: str, name: str, /, **data: Any) -> dict[str, Any]:
+    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
         """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
         return self.append_events(incident_id, [(name, data)])[0]
 
-    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Event]:
         """Append several ``(name, data)`` events in order, as one write and one fsync.
 
         For a burst of events of one step (a capture's ``failure_classified`` lines): the
@@ -473,7 +474,7 @@ class StoreWriter(StoreReader):
         except ValueError:
             return self.redactor.redact(line)
         clean = self.redactor.redact_obj(record, ours)
-        return line if clean == record else ev.encode_event(clean)
+        return line if clean == record else ev.encode_line(clean)
 
     # ------------------------------------------------------------------ helpers
 
