@@ -145,9 +145,8 @@ def root_cause_of(payload: object) -> Optional[RootCause]:
         return None
 
 
-def with_spectrum(root_cause: Optional[RootCause], ranked: Sequence[Mapping[str, object]]) -> RootCause:
-    """``root_cause`` with the ``--selfheal-spectrum`` entries of its test (plan/suspects.py's JSON)."""
-    spectrum = tuple(CodeRef.from_json(dict(entry), "spectrum entry") for entry in ranked)
+def with_spectrum(root_cause: Optional[RootCause], spectrum: tuple[CodeRef, ...]) -> RootCause:
+    """``root_cause`` with the ``--selfheal-spectrum`` entries of its test (capture/spectrum.py)."""
     return replace(root_cause or RootCause(), spectrum=spectrum)
 
 
