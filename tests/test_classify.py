@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any, Optional
 
 import pytest
@@ -99,7 +100,7 @@ def test_default_rules(case: models.TestCaseResult, failure_type: str, rule: str
 
 
 def test_flags_and_failure_classes() -> None:
-    assert classify(tc("assert 1 == 2")).to_dict() == {
+    assert asdict(classify(tc("assert 1 == 2"))) == {
         "failure_type": "TEST_ASSERTION", "code_fixable": True, "transient": False,
         "failure_class": "deterministic", "rule": "assertion",
     }  # fmt: skip

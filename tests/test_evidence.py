@@ -156,7 +156,7 @@ def evidence(project: tuple[Path, ModuleType], test: str) -> dict[str, Any]:
     else:
         pytest.fail(f"{test} passed")
     assert found is not None
-    return found
+    return found.to_json()  # as incident.json holds it
 
 
 def core(project: tuple[Path, ModuleType]) -> str:
@@ -219,7 +219,7 @@ def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Pa
         owner().test_operators_on_a_local_object()
     found = Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info), None, owner)
     assert found is not None
-    assert [(c["name"], c.get("line")) for c in found["calls"]] == [
+    assert [(c.name, c.line) for c in found.calls] == [
         ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47)]
     # Without the test's class, `self.Kind` names nothing: no evidence at all.
     assert Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info)) is None
@@ -269,13 +269,13 @@ def test_fixture_values_of_project_classes_stand_for_the_methods_the_test_names(
     assert found == [(core(project), "Calc.run"), (core(project), "add")]  # the dict is not the project's
     # In the evidence when the test's own code names no project definition.
     evidence = resolver.resolve(test_with_fixture, [], args)
-    assert evidence == {"calls": [{"path": core(project), "name": "Calc.run", "line": 11},
+    assert evidence is not None and evidence.to_json() == {"calls": [{"path": core(project), "name": "Calc.run", "line": 11},
                                   {"path": core(project), "name": "add", "line": 7}]}
     # A fixture whose class has none of the names the test uses: the class itself.
     assert resolver.fixture_calls(lambda calc: calc.other(), {"calc": calc_class()}) == [(core(project), "Calc")]
     # A test that names a project function itself: that is the evidence, not its fixtures.
     evidence = resolver.resolve(module.test_direct, [], {"calc": calc_class()})
-    assert evidence == {"calls": [{"path": core(project), "name": "add", "line": 7}]}
+    assert evidence is not None and evidence.to_json() == {"calls": [{"path": core(project), "name": "add", "line": 7}]}
 
 
 def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_path: Path) -> None:

@@ -390,7 +390,7 @@ def test_set_status_rejects_unknown_status_and_clashing_data(store: Store) -> No
 def test_update_incident(store: Store) -> None:
     incident_id = create(store)
     doc = store.update_incident(incident_id, fingerprints=["a", "b"])
-    assert store.read_incident(incident_id).fingerprints == ("a", "b") and doc["fingerprints"] == ["a", "b"]
+    assert store.read_incident(incident_id).fingerprints == ("a", "b") and doc.fingerprints == ("a", "b")
     with pytest.raises(ValueError):
         store.update_incident(incident_id, status="planned")
     with pytest.raises(ValueError):
@@ -423,7 +423,8 @@ def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     events, warnings = store.read_events(incident_id)
     assert warnings == []
     assert [e.event for e in events] == ["incident_captured", "failure_classified", "failure_classified", "plan_generated"]
-    assert [e.to_json() for e in events[1:3]] == records and [r["nodeid"] for r in records] == ["t.py::a", "t.py::b"]
+    assert [e.to_json() for e in events[1:3]] == [r.to_json() for r in records]
+    assert [r.get("nodeid") for r in records] == ["t.py::a", "t.py::b"]
     with pytest.raises(ValueError, match="unknown event name"):
         store.append_events(incident_id, [("failure_classified", {}), ("incident_exploded", {})])
     assert len(store.read_events(incident_id)[0]) == 4  # a bad batch writes nothing
@@ -437,7 +438,7 @@ def test_unknown_event_name_is_a_programming_error(store: Store) -> None:
         store.append_event(incident_id, "loop_stopped", ts="now")
     # data may use any other key, even the parameter names
     record = store.append_event(incident_id, "loop_stopped", name="n", new="x", data=1)
-    assert (record["name"], record["new"], record["data"]) == ("n", "x", 1)
+    assert (record.get("name"), record.get("new"), record.get("data")) == ("n", "x", 1)
 
 
 def test_torn_last_line_is_skipped_and_reported(store: Store) -> None:

@@ -28,10 +28,11 @@ import inspect
 import os
 import sys
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
+from pytest_selfheal.records.incident import CodeRef, RootCause
 
 # A definition: (repo-relative path, qualified name).
 Definition = tuple[str, str]
@@ -45,6 +46,10 @@ MAX_STACK = 8
 MAX_BASES = 4
 # Helpers in test files are followed this many levels below the test function.
 _HELPER_DEPTH = 1
+# The keys a code reference writes, in order, whatever its values (a frame's line may be null).
+_FRAME_KEYS = ("path", "name", "line")
+_TEST_LINE_KEYS = ("path", "line")
+_CALL_KEYS = ("path", "name")
 
 
 def _code_names(code: types.CodeType) -> list[str]:
@@ -107,7 +112,7 @@ class Resolver:
 
     # ------------------------------------------------------------------ frame
 
-    def frame(self, traceback: Iterable[Any]) -> Optional[dict[str, Any]]:
+    def frame(self, traceback: Iterable[Any]) -> Optional[CodeRef]:
         """The innermost traceback entry in a project file that is not a test file.
 
         ``traceback`` holds pytest ``TracebackEntry`` objects (``path``, ``lineno`` 0-based,
@@ -117,13 +122,13 @@ class Resolver:
 
     def frames(
         self, traceback: Iterable[Any]
-    ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]], Optional[dict[str, Any]]]:
+    ) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
         """The innermost project frame outside the tests, the project frames the traceback
         passed through on its way there (outermost first, at most :data:`MAX_STACK`, the
         innermost excluded), and the last line of a test file it passed (``path``, ``line``:
         the assertion, or the test's call that raised)."""
-        found: list[dict[str, Any]] = []
-        in_test: Optional[dict[str, Any]] = None
+        found: list[CodeRef] = []
+        in_test: Optional[CodeRef] = None
         for entry in traceback:
             code, lineno = _entry_code(entry)
             if code is None:
@@ -132,14 +137,14 @@ class Resolver:
             if rel is None:
                 continue
             if is_test_file(rel):
-                in_test = {"path": rel, "line": lineno}
+                in_test = CodeRef(rel, line=lineno, keys=_TEST_LINE_KEYS)
                 continue
-            found.append({"path": rel, "name": qualname(code, _entry_frame(entry)), "line": lineno})
+            found.append(CodeRef(rel, qualname(code, _entry_frame(entry)), lineno, keys=_FRAME_KEYS))
         if not found:
             return None, [], in_test
-        stack: list[dict[str, Any]] = []
+        stack: list[CodeRef] = []
         for item in found[:-1]:  # a recursive function once, at its innermost call
-            stack = [s for s in stack if (s["path"], s["name"]) != (item["path"], item["name"])] + [item]
+            stack = [s for s in stack if (s.path, s.name) != (item.path, item.name)] + [item]
         return found[-1], stack[-MAX_STACK:], in_test
 
     # ------------------------------------------------------------------ calls
@@ -183,7 +188,7 @@ class Resolver:
         code = getattr(func, "__code__", None)
         if not isinstance(code, types.CodeType):
             return []
-        namespace: dict[str, Any] = getattr(func, "__globals__", {})
+        namespace: dict[str, object] = getattr(func, "__globals__", {})
         if inspect.isclass(owner):
             bound = {n: inspect.getattr_static(owner, n, None) for n in _code_names(code) if n not in namespace}
             bound = {n: v for n, v in bound.items() if inspect.isclass(v) or inspect.isfunction(v)}
@@ -191,7 +196,7 @@ class Resolver:
                 return self._code_calls(code, {**namespace, **bound}, _HELPER_DEPTH, owner)
         return self._code_calls(code, namespace, _HELPER_DEPTH)
 
-    def _code_calls(self, code: types.CodeType, namespace: dict[str, Any], depth: int,
+    def _code_calls(self, code: types.CodeType, namespace: Mapping[str, object], depth: int,
                     owner: Any = None) -> list[Definition]:
         memo = (code, id(owner))
         cached = self._calls.get(memo)
@@ -249,7 +254,7 @@ class Resolver:
                 found.append(where)
         return found
 
-    def doctest(self, dtest: Any, excinfo: Any) -> Optional[dict[str, Any]]:
+    def doctest(self, dtest: Any, excinfo: Any) -> Optional[RootCause]:
         """The ``root_cause`` evidence of a failing doctest (a ``doctest.DocTest``): its
         calls are the object whose docstring holds it, then what its examples name (looked
         up in its module, since the doctest's own globals are cleared after it ran); its
@@ -278,7 +283,7 @@ class Resolver:
 
     # ------------------------------------------------------------------ both
 
-    def fixture_calls(self, function: Any, funcargs: Mapping[str, Any]) -> list[Definition]:
+    def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
         """The project definitions the test reaches through its fixture values: for an
         argument holding an instance of a project class, the methods of that class the
         test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
@@ -307,28 +312,26 @@ class Resolver:
                     found.append(where)
         return found
 
-    def where(self, definition: Definition) -> dict[str, Any]:
+    def where(self, definition: Definition) -> CodeRef:
         """A called definition as evidence: ``path``, ``name``, the line of its ``def`` (a
         function) or its project base classes as ``path::name`` (a class)."""
-        out: dict[str, Any] = {"path": definition[0], "name": definition[1]}
+        path, name = definition
         obj = self._objects.get(definition)
         if obj is None:
-            return out
+            return CodeRef(path, name, keys=_CALL_KEYS)
         if inspect.isclass(obj):
             bases = [self.definition(b) for b in obj.__mro__[1:]]
-            named = [f"{b[0]}::{b[1]}" for b in bases if b is not None and not is_test_file(b[0])]
-            if named:
-                out["bases"] = named[:MAX_BASES]
-        else:
-            code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
-            if isinstance(code, types.CodeType):
-                out["line"] = code.co_firstlineno
-        return out
+            named = tuple(f"{b[0]}::{b[1]}" for b in bases if b is not None and not is_test_file(b[0]))
+            return CodeRef(path, name, bases=named[:MAX_BASES], keys=_CALL_KEYS + (("bases",) if named else ()))
+        code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
+        if isinstance(code, types.CodeType):
+            return CodeRef(path, name, code.co_firstlineno, keys=_FRAME_KEYS)
+        return CodeRef(path, name, keys=_CALL_KEYS)
 
     def resolve(
-        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, Any]] = None,
+        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, object]] = None,
         owner: Any = None,
-    ) -> Optional[dict[str, Any]]:
+    ) -> Optional[RootCause]:
         """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
         fixture values: their project classes count as calls when the test's own code
@@ -345,22 +348,13 @@ class Resolver:
         return _evidence(frame, calls, stack, in_test)
 
 
-def _evidence(frame: Optional[dict[str, Any]], calls: list[dict[str, Any]], stack: Any = (),
-              test_line: Any = None) -> Optional[dict[str, Any]]:
-    """The ``root_cause`` object of a frame, the traceback's path, the test's own line and
+def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequence[CodeRef] = (),
+              test_line: Optional[CodeRef] = None) -> Optional[RootCause]:
+    """The ``root_cause`` record of a frame, the traceback's path, the test's own line and
     the calls, or None when neither a frame nor a call points anywhere."""
     if frame is None and not calls:
         return None
-    evidence: dict[str, Any] = {}
-    if frame is not None:
-        evidence["frame"] = frame
-    if stack:
-        evidence["stack"] = stack
-    if test_line is not None:
-        evidence["test_line"] = test_line
-    if calls:
-        evidence["calls"] = calls
-    return evidence
+    return RootCause(frame=frame, stack=tuple(stack), test_line=test_line, calls=tuple(calls))
 
 
 # The special method an instruction calls on its operand.

@@ -32,7 +32,7 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
-from pytest_selfheal.records.incident import Incident, RootCause
+from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
@@ -115,10 +115,10 @@ def with_target_paths(
     imports, and the root-cause evidence its report carries (capture/evidence.py). ``base``: the
     invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
     text_by_nodeid: dict[str, str] = {}
-    evidence: dict[str, Mapping[str, object]] = {}
+    evidence: dict[str, RootCause] = {}
     for report in reports:
         text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
-        if report.root_cause and report.nodeid not in evidence:
+        if report.root_cause is not None and report.nodeid not in evidence:
             evidence[report.nodeid] = report.root_cause  # the first failing phase's (call before teardown)
     repo_root = str(rootdir.resolve())
     imports_of: dict[str, list[str]] = {}  # one parse per test file, not one per failure
@@ -130,19 +130,24 @@ def with_target_paths(
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra, base=base)
-        out.append(replace(failure, target_paths=paths, root_cause=_root_cause(evidence.get(nodeid))))
+        out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
     return out
 
 
-def _root_cause(evidence: Optional[Mapping[str, object]]) -> Optional[RootCause]:
-    """The evidence a report carries (JSON: it rides on xdist reports) as a record; evidence
-    that does not parse is dropped, as unknown evidence is (it only groups failures)."""
-    if not evidence:
+def root_cause_of(payload: object) -> Optional[RootCause]:
+    """The evidence an xdist worker's report carries (its JSON) as a record; evidence that
+    does not parse is dropped, as unknown evidence is (it only groups failures)."""
+    if not payload or not isinstance(payload, Mapping):
         return None
     try:
-        return RootCause.from_json(dict(evidence), "root cause")
+        return RootCause.from_json(dict(payload), "root cause")
     except InputError:
         return None
+
+
+def with_spectrum(root_cause: Optional[RootCause], spectrum: tuple[CodeRef, ...]) -> RootCause:
+    """``root_cause`` with the ``--selfheal-spectrum`` entries of its test (capture/spectrum.py)."""
+    return replace(root_cause or RootCause(), spectrum=spectrum)
 
 
 def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:

@@ -24,6 +24,7 @@ import pytest
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.capture.evidence import Resolver, qualname
 from pytest_selfheal.plan.suspects import FunctionKey, spectrum_evidence
+from pytest_selfheal.records.incident import CodeRef
 
 # The report attribute carrying a test's functions from an xdist worker ("path::name::line").
 SPECTRUM_ATTR = "selfheal_spectrum"
@@ -107,10 +108,12 @@ class SpectrumHook:
         elif report.when == "call" and report.passed and report.nodeid not in self.failed:
             self.passed.add(report.nodeid)
 
-    def evidence(self) -> dict[str, list[dict[str, Any]]]:
+    def evidence(self) -> dict[str, tuple[CodeRef, ...]]:
         """Per failing test, its most suspicious functions by the spectrum (plan/suspects.py)."""
         covered = {n: keys for n, keys in self.covered.items() if n in self.failed or n in self.passed}
-        return spectrum_evidence(covered, self.failed, self.passed)
+        ranked = spectrum_evidence(covered, self.failed, self.passed)
+        return {nodeid: tuple(CodeRef.from_json(entry, "spectrum entry") for entry in entries)
+                for nodeid, entries in ranked.items()}
 
 
 def _parse_key(text: str) -> Optional[FunctionKey]:

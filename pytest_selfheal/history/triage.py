@@ -22,11 +22,6 @@ from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.vocab import TriageLabel
 
-# The labels (records/vocab.TriageLabel), by the names the history uses.
-NEW = TriageLabel.NEW
-KNOWN = TriageLabel.KNOWN
-FLAKY = TriageLabel.FLAKY
-QUARANTINED = TriageLabel.QUARANTINED
 TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 
 # A recorded rate needs a few failures behind it before it calls a test flaky.
@@ -50,23 +45,23 @@ def triage_failure(
     if entry is not None:
         owner = f", owner {entry.owner}" if entry.owner else ""
         expires = f", until {entry.expires}" if entry.expires else ""
-        return Triage(QUARANTINED, f"quarantined: {entry.reason}{owner}{expires}", quarantine_reason=entry.reason,
+        return Triage(TriageLabel.QUARANTINED, f"quarantined: {entry.reason}{owner}{expires}", quarantine_reason=entry.reason,
                       base_branch=base_branch)
     rate = flake_rates.get(nodeid)
     if nodeid in passed_on_rerun:
-        return Triage(FLAKY, RERUN_DETAIL, flake_rate=round(rate.rate, 3) if rate else None, base_branch=base_branch)
+        return Triage(TriageLabel.FLAKY, RERUN_DETAIL, flake_rate=round(rate.rate, 3) if rate else None, base_branch=base_branch)
     if rate is not None and rate.failed >= MIN_FAILURES_FOR_RATE and rate.rate > flaky_rate:
-        return Triage(FLAKY, f"passed on re-run {rate.flaky} of {rate.failed} recorded failures "
+        return Triage(TriageLabel.FLAKY, f"passed on re-run {rate.flaky} of {rate.failed} recorded failures "
                              f"({rate.rate:.0%} > {flaky_rate:.0%})", flake_rate=round(rate.rate, 3),
                       base_branch=base_branch)
     seen = sightings.get(fingerprint)
     if seen is not None:
         commit = f" at {seen.first_commit[:12]}" if seen.first_commit else ""
         times = "once" if seen.occurrences == 1 else f"{seen.occurrences} times"
-        return Triage(KNOWN, f"known on {base_branch}: first seen{commit} ({seen.first_seen_at[:10]}), {times}",
+        return Triage(TriageLabel.KNOWN, f"known on {base_branch}: first seen{commit} ({seen.first_seen_at[:10]}), {times}",
                       first_seen_commit=seen.first_commit, first_seen_at=seen.first_seen_at,
                       occurrences=seen.occurrences, base_branch=base_branch)
-    return Triage(NEW, f"new: never seen failing on {base_branch}", base_branch=base_branch)
+    return Triage(TriageLabel.NEW, f"new: never seen failing on {base_branch}", base_branch=base_branch)
 
 
 # The keys of a ``triage`` object (``Triage.to_json``), in its order.
@@ -76,10 +71,10 @@ TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in Triage.FIELDS)
 def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     """``2 new, 1 known on main, 1 flaky`` — the first line of the PR comment (zero counts left out)."""
     parts: list[str] = []
-    for label in (NEW, KNOWN, FLAKY, QUARANTINED):
+    for label in TriageLabel:
         count = labels.count(label)
         if count:
-            parts.append(f"{count} {label}" + (f" on {base_branch}" if label == KNOWN else ""))
+            parts.append(f"{count} {label}" + (f" on {base_branch}" if label == TriageLabel.KNOWN else ""))
     return ", ".join(parts) if parts else "no failures"
 
 
@@ -99,8 +94,8 @@ def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str])
         entry.update({k: recorded[k] for k in TRIAGE_FIELDS
                       if isinstance(recorded.get(k), (str, int, float)) and not isinstance(recorded.get(k), bool)})
         entry["detail"] = entry["detail"] if isinstance(entry.get("detail"), str) else ""
-        if nodeid in flaky and entry["label"] != QUARANTINED:
-            entry["label"], entry["detail"] = FLAKY, RERUN_DETAIL
+        if nodeid in flaky and entry["label"] != TriageLabel.QUARANTINED:
+            entry["label"], entry["detail"] = TriageLabel.FLAKY, RERUN_DETAIL
         entries.append(entry)
     return entries
 
@@ -118,10 +113,6 @@ def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[dict[str
 
 
 __all__ = [
-    "FLAKY",
-    "KNOWN",
-    "NEW",
-    "QUARANTINED",
     "RERUN_DETAIL",
     "TRIAGE_FIELDS",
     "TRIAGE_LABELS",

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import RootCause
 from pytest_selfheal.records.redacted import bounded_name
 
 # Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
@@ -38,7 +39,7 @@ class FailedReport(Frozen):
     file: Optional[str] = None
     line: Optional[int] = None
     duration: float = 0.0
-    root_cause: Optional[dict[str, Any]] = None  # evidence resolved inside pytest (capture/evidence.py)
+    root_cause: Optional[RootCause] = None  # evidence resolved inside pytest (capture/evidence.py)
 
     @property
     def outcome(self) -> str:

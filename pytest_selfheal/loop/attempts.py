@@ -51,14 +51,13 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
-from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
 
 
 @dataclass
@@ -162,8 +161,8 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
         plan = build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
         store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
-    if store.read_status(incident_id) == NEW:
-        store.set_status(incident_id, PLANNED)
+    if store.read_status(incident_id) == IncidentStatus.NEW:
+        store.set_status(incident_id, IncidentStatus.PLANNED)
     return store.read_plan(incident_id)
 
 
@@ -181,15 +180,15 @@ def start_running(store: Store, incident_id: str, **data: Any) -> None:
     """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
     ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
     status = store.read_status(incident_id)
-    if status == NEW:
+    if status == IncidentStatus.NEW:
         ensure_plan(store, incident_id)
         status = store.read_status(incident_id)
-    elif status == PLAN_PROPOSED:
+    elif status == IncidentStatus.PLAN_PROPOSED:
         # Only reachable by hand: a completed replan goes on to planned by itself.
-        store.set_status(incident_id, PLANNED, reason="resume")
-        status = PLANNED
-    if status == PLANNED:
-        store.set_status(incident_id, RUNNING, **data)
+        store.set_status(incident_id, IncidentStatus.PLANNED, reason="resume")
+        status = IncidentStatus.PLANNED
+    if status == IncidentStatus.PLANNED:
+        store.set_status(incident_id, IncidentStatus.RUNNING, **data)
 
 
 def require_inbox(store: Store, incident_id: str) -> None:
@@ -370,7 +369,6 @@ def record_iteration(
         return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
 
 
-
 # --------------------------------------------------------------------------- finalize
 
 
@@ -546,11 +544,11 @@ def finalize(
 def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
     status = store.read_status(incident_id)
-    if status == RUNNING:
-        store.set_status(incident_id, PLAN_PROPOSED, reason="replan_requested", iteration=last)
-        status = PLAN_PROPOSED
+    if status == IncidentStatus.RUNNING:
+        store.set_status(incident_id, IncidentStatus.PLAN_PROPOSED, reason="replan_requested", iteration=last)
+        status = IncidentStatus.PLAN_PROPOSED
     kill_point("finalize:after_plan_proposed")
-    if status != PLAN_PROPOSED:
+    if status != IncidentStatus.PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
     plan = store.read_plan(incident_id)
     if plan.replanned_at_iteration != last:
@@ -572,7 +570,7 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
             replanned_at_iteration=last,
             actions=[a.id for a in plan.actions],
         )
-    store.set_status(incident_id, PLANNED, reason="replan", iteration=last)
+    store.set_status(incident_id, IncidentStatus.PLANNED, reason="replan", iteration=last)
 
 
 __all__ = [

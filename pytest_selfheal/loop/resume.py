@@ -28,9 +28,9 @@ from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED
 
 # --------------------------------------------------------------------------- time
 
@@ -180,7 +180,7 @@ def pending_stop(
         return None
     decision = _decision_from_record(source)
     if decision.stop_reason == policy.REPLAN_REQUESTED and (
-        status == PLANNED or (replanned_at == last and status != PLAN_PROPOSED)
+        status == IncidentStatus.PLANNED or (replanned_at == last and status != IncidentStatus.PLAN_PROPOSED)
     ):
         return None
     return decision
@@ -260,7 +260,7 @@ def _replayed_status(records: Sequence[Event]) -> Optional[str]:
     status: Optional[str] = None
     for record in records:
         if record.event == ev.INCIDENT_CAPTURED:
-            status = str(record.get("status") or NEW)
+            status = str(record.get("status") or IncidentStatus.NEW)
         elif record.event == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
             status = str(record.get("to"))
     return status

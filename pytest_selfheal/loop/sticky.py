@@ -26,12 +26,11 @@ from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.loop.resume import capture_diff_hash, read_context
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import Failure
-from pytest_selfheal.records.vocab import Line, Tone
+from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.states import ESCALATED, PLAN_PROPOSED
 
 ALREADY_STOPPED = "already_stopped"
 # Stopped incidents compared with a run's failures: the newest ones (ids sort by time).
@@ -91,7 +90,7 @@ def match_stopped(
         if incident.incident_id not in held:
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
-        attachment = Attachment.ALREADY_STOPPED if unchanged or incident.status == PLAN_PROPOSED else Attachment.CONTINUED
+        attachment = Attachment.ALREADY_STOPPED if unchanged or incident.status == IncidentStatus.PLAN_PROPOSED else Attachment.CONTINUED
         matches.append(StickyMatch(incident, tuple(held[incident.incident_id]), attachment))
     return matches, rest
 
@@ -99,7 +98,7 @@ def match_stopped(
 def _candidate_ids(store: Store) -> list[tuple[str, str]]:
     """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
     found: list[tuple[str, str]] = []
-    for bucket in (INBOX, ESCALATED):
+    for bucket in (INBOX, IncidentStatus.ESCALATED):
         try:
             names = os.listdir(store.bucket_dir(bucket))
         except OSError:
@@ -119,7 +118,7 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
             break
         try:
             status = store.read_status(incident_id)
-            if status not in (ESCALATED, PLAN_PROPOSED):
+            if status not in (IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED):
                 continue
             incident = store.read_incident(incident_id)
             attempts = store.read_attempts(incident_id)

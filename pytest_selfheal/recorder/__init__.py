@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pytest_selfheal.capture.spectrum import SpectrumHook
     from pytest_selfheal.loop import agent_mode  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.records.incident import RootCause
     from pytest_selfheal.redact import Redactor
     from pytest_selfheal.report.data import IncidentRun
     from pytest_selfheal.store.root import Store
@@ -51,8 +52,8 @@ _FLAG_KEYS = {
 _PLUGIN_NAME = "selfheal-recorder"
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
-# The report attribute carrying a failure's root-cause evidence: a plain dict, so that
-# xdist serialises it from the worker to the controller with the rest of the report.
+# The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
+# so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 # The recorder's late loads: what only a failure, an open incident or --selfheal-spectrum
@@ -156,9 +157,9 @@ class RootCauseHook:
     def __init__(self, rootdir: str) -> None:
         self.rootdir = rootdir
         self.resolver: Optional[Resolver] = None  # made at the first failure: a green run never needs it
-        self.evidence: dict[str, dict[str, Any]] = {}
+        self.evidence: dict[str, RootCause] = {}
 
-    def resolve(self, item: Any, excinfo: Any) -> Optional[dict[str, Any]]:
+    def resolve(self, item: Any, excinfo: Any) -> Optional[RootCause]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
         evidence = late("evidence")
         if self.resolver is None:
@@ -182,8 +183,8 @@ class RootCauseHook:
 
 
 class WorkerRootCauseHook(RootCauseHook):
-    """The same in an xdist worker: the evidence must ride on the report itself (a plain
-    dict, serialised with it to the controller), so it is resolved when the report is made.
+    """The same in an xdist worker: the evidence must ride on the report itself (its
+    JSON, serialised with it to the controller), so it is resolved when the report is made.
     Only workers pay for this wrapper (a generator per test phase)."""
 
     @pytest.hookimpl(hookwrapper=True)
@@ -195,7 +196,7 @@ class WorkerRootCauseHook(RootCauseHook):
         if report.failed:
             evidence = self.resolve(item, call.excinfo)
             if evidence is not None:
-                setattr(report, ROOT_CAUSE_ATTR, evidence)
+                setattr(report, ROOT_CAUSE_ATTR, evidence.to_json())
 
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
         """Nothing: the wrapper above has resolved it."""
@@ -237,7 +238,7 @@ class Failed(NamedTuple):
     file: Optional[str]
     line: Optional[int]
     duration: float
-    root_cause: Optional[dict[str, Any]]  # evidence resolved in an xdist worker (ROOT_CAUSE_ATTR)
+    root_cause: object  # evidence resolved in an xdist worker: its JSON (ROOT_CAUSE_ATTR), read at session end
     tdd: bool  # marked @pytest.mark.tdd
 
 
@@ -245,7 +246,7 @@ class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(
-        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, dict[str, Any]]] = None,
+        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, RootCause]] = None,
         spectrum: Optional[SpectrumHook] = None,
     ) -> None:
         self.config = config

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir
+from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of, with_spectrum
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
@@ -47,7 +47,7 @@ def failed_reports(recorder: Recorder) -> list[FailedReport]:
             recorder.tdd_nodeids.append(nodeid)
         reports.append(FailedReport(nodeid=nodeid, when=failed.when, message=failed.message, text=failed.text,
                                     file=failed.file, line=failed.line, duration=failed.duration,
-                                    root_cause=failed.root_cause))
+                                    root_cause=root_cause_of(failed.root_cause)))
     return reports
 
 
@@ -66,12 +66,12 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
     # Evidence resolved in this process after the report was logged (xdist's rides on the report).
     evidence = recorder.evidence
     reports = [
-        replace(r, root_cause=evidence[r.nodeid]) if not r.root_cause and r.nodeid in evidence else r
+        replace(r, root_cause=evidence[r.nodeid]) if r.root_cause is None and r.nodeid in evidence else r
         for r in reports
     ]
     if recorder.spectrum is not None:
         ranked = recorder.spectrum.evidence()
-        reports = [replace(r, root_cause={**(r.root_cause or {}), "spectrum": ranked[r.nodeid]})
+        reports = [replace(r, root_cause=with_spectrum(r.root_cause, ranked[r.nodeid]))
                    if r.nodeid in ranked else r for r in reports]
     failures = analyse_run(
         config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,

@@ -3,12 +3,12 @@
 junit XML -> TestCaseResult -> Failure (fingerprint + classification) -> incident -> plan
 -> loop observations -> attempts and run result -> report.
 
-Everything here is plain data: no I/O, no pytest objects, JSON-friendly via ``to_dict``.
+Everything here is plain data: no I/O, no pytest objects (a ``Failure`` becomes a ``FailureEntry`` record).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, field, fields
+from dataclasses import field, fields
 from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -73,9 +73,6 @@ class Classification(Frozen):
     failure_class: FailureClass
     rule: str = ""  # name of the rule that matched, for explanations
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Fingerprint(Frozen):
@@ -84,9 +81,6 @@ class Fingerprint(Frozen):
     signature: str  # "<failure_type> | <test> | <normalised message>"
     fingerprint: str  # short stable hash of the signature
     scheme: int  # version of the normalisation scheme that produced it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -7,8 +7,9 @@ One event is one JSON object on one line of the incident's ``audit_tail.jsonl``:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.event import Event
@@ -61,7 +62,8 @@ def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> s
     return moment.astimezone(timezone.utc).isoformat(timespec=timespec)
 
 
-def build_event(name: str, incident_id: str, data: Optional[dict[str, Any]] = None, *, ts: Optional[datetime] = None) -> dict[str, Any]:
+def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]] = None, *,
+                ts: Optional[datetime] = None) -> Event:
     """One event record. An unknown ``name`` or a data key that shadows ``ts``/``event``/
     ``incident_id`` is a programming error: ``ValueError``."""
     if name not in EVENT_NAMES:
@@ -70,15 +72,19 @@ def build_event(name: str, incident_id: str, data: Optional[dict[str, Any]] = No
     clash = [key for key in RESERVED_KEYS if key in payload]
     if clash:
         raise ValueError(f"event data must not set {', '.join(clash)}")
-    record: dict[str, Any] = {"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id}
-    record.update(payload)
-    return record
+    return Event.from_json({"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id, **payload},
+                           "event")
 
 
-def encode_event(record: dict[str, Any]) -> str:
-    """The single-line JSON text of ``record`` (no trailing newline)."""
+def encode_event(event: Event) -> str:
+    """The single-line JSON text of ``event`` (no trailing newline)."""
+    return encode_line(event.to_json())
+
+
+def encode_line(doc: object) -> str:
+    """One JSON line of the log, keys sorted (no trailing newline)."""
     # json.dumps escapes newlines inside strings, so the result is always one line.
-    return json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def since_last_reopen(events: list[Event]) -> list[Event]:

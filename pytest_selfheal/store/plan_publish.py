@@ -16,12 +16,13 @@ from typing import Any
 
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import PLAN_JSON, PLAN_MD
 from pytest_selfheal.store.schema import validate
-from pytest_selfheal.store.states import NEW, PLANNED, check_transition
+from pytest_selfheal.store.states import check_transition
 
 # The plan a capture publishes with its incident: built from the incident with its final id
 # (the id is chosen under the lock), as (the plan, plan.md's text).
@@ -64,7 +65,7 @@ def publish_plan(
         raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "
                          f"{problems[0] if problems else plan_doc.get('incident_id')}")
     plan_text = fsio.dumps_json(plan_doc)  # once: unserialisable values fail before any write
-    check_transition(incident_id, NEW, PLANNED)
+    check_transition(incident_id, IncidentStatus.NEW, IncidentStatus.PLANNED)
     fsio.ensure_dir(plans_root)
     build = plans_root / PLAN_BUILD
     shutil.rmtree(build, ignore_errors=True)
@@ -82,9 +83,9 @@ def publish_plan(
     fsio.fsync_dir(plans_root)
     log = events + [
         (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
-        (ev.STATUS_CHANGED, {"from": NEW, "to": PLANNED}),
+        (ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
     ]
-    return dict(doc, status=PLANNED), log, plan_text
+    return dict(doc, status=IncidentStatus.PLANNED), log, plan_text
 
 
 __all__ = ["PLAN_BUILD", "PlanBuilder", "publish_plan"]

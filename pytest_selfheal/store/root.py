@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 
 from pytest_selfheal.errors import RefusedError, UsageError
+from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
@@ -34,7 +35,7 @@ from pytest_selfheal.store.reader import (
     INCIDENT_JSON,
     STATUS_TXT,
 )
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, REOPENED, check_transition
+from pytest_selfheal.store.states import ARCHIVE_BUCKETS, check_transition
 from pytest_selfheal.store.writer import StoreWriter
 
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
@@ -113,15 +114,16 @@ class Store(StoreWriter):
             after = self.next_attempt_number(incident_id) - 1
             data = {"bucket": bucket, "reopened_from": self._relative(folder), "after_iteration": after,
                     **({"continues_run": True} if continue_run else {})}
-            if current != REOPENED:
+            # `selfheal reopen ID`: back to the inbox as planned (not a TRANSITIONS move).
+            if current != IncidentStatus.PLANNED:
                 doc = self._read_incident_doc(folder, incident_id)
-                doc["status"] = REOPENED
+                doc["status"] = IncidentStatus.PLANNED
                 doc["resumed_after_iteration" if continue_run else "reopened_after_iteration"] = after
                 doc["updated_at"] = ev.format_ts(self._now())
                 fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
-                fsio.atomic_write_text(folder / STATUS_TXT, REOPENED + "\n")
+                fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
                 self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                      {"from": current, "to": REOPENED, "reason": "code_changed" if continue_run else "reopen"})
+                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"})
                 self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
@@ -131,7 +133,7 @@ class Store(StoreWriter):
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
                         self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                              {"from": bucket, "to": REOPENED, "reason": "reopen", "recovered": True})
+                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True})
                     self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
             fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
             return bucket, current, after

@@ -11,38 +11,25 @@ from __future__ import annotations
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.records.vocab import IncidentStatus
 
-# The statuses (records/vocab.IncidentStatus), by the names the store uses.
-NEW = IncidentStatus.NEW
-PLANNED = IncidentStatus.PLANNED
-RUNNING = IncidentStatus.RUNNING
-RESOLVED = IncidentStatus.RESOLVED
-ESCALATED = IncidentStatus.ESCALATED
-PLAN_PROPOSED = IncidentStatus.PLAN_PROPOSED
-
 STATUSES: tuple[IncidentStatus, ...] = tuple(IncidentStatus)
 
 # Terminal statuses are also the archive buckets: error_archive/<status>/<incident_id>/.
-TERMINAL: tuple[IncidentStatus, ...] = (RESOLVED, ESCALATED)
+TERMINAL: tuple[IncidentStatus, ...] = (IncidentStatus.RESOLVED, IncidentStatus.ESCALATED)
 ARCHIVE_BUCKETS: tuple[IncidentStatus, ...] = TERMINAL
 
 TRANSITIONS: dict[str, frozenset[IncidentStatus]] = {
     # A plan is generated; or a human gives up before planning (archive --as escalated).
-    NEW: frozenset({PLANNED, ESCALATED}),
+    IncidentStatus.NEW: frozenset({IncidentStatus.PLANNED, IncidentStatus.ESCALATED}),
     # The loop starts; or a human gives up before any run.
-    PLANNED: frozenset({RUNNING, ESCALATED}),
+    IncidentStatus.PLANNED: frozenset({IncidentStatus.RUNNING, IncidentStatus.ESCALATED}),
     # Only a run that verified can resolve; it may also escalate or request a replan.
-    RUNNING: frozenset({RESOLVED, ESCALATED, PLAN_PROPOSED}),
+    IncidentStatus.RUNNING: frozenset({IncidentStatus.RESOLVED, IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED}),
     # The regenerated plan is written; or a human gives up instead of replanning.
-    PLAN_PROPOSED: frozenset({PLANNED, ESCALATED}),
+    IncidentStatus.PLAN_PROPOSED: frozenset({IncidentStatus.PLANNED, IncidentStatus.ESCALATED}),
     # Archived: final.
-    RESOLVED: frozenset(),
-    ESCALATED: frozenset(),
+    IncidentStatus.RESOLVED: frozenset(),
+    IncidentStatus.ESCALATED: frozenset(),
 }
-
-
-# `selfheal reopen ID`: an archived incident goes back to the inbox as planned. Not in
-# TRANSITIONS: set_status never leaves an archived status; Store.reopen moves the folder too.
-REOPENED = PLANNED
 
 
 def _check_known(status: str) -> None:

@@ -17,9 +17,11 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -43,7 +45,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import ours, validate
-from pytest_selfheal.store.states import NEW, PLANNED, STATUSES, check_transition
+from pytest_selfheal.store.states import STATUSES, check_transition
 
 # Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
 Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
@@ -153,7 +155,7 @@ class StoreWriter(StoreReader):
         doc: dict[str, Any] = self._clean(_unfilled(incident) if isinstance(incident, Incident) else incident)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
-        if doc.setdefault("status", NEW) != NEW:
+        if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
         doc.setdefault("created_at", stamp)
@@ -173,7 +175,7 @@ class StoreWriter(StoreReader):
         # Serialise up front (once: the build reuses the text while the id stays): unserialisable
         # data fails before anything touches the disk.
         context_text = fsio.dumps_json(self._clean(context))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=PLANNED) if plan is not None else doc)}
+        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
         for name, data in events:
             ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
 
@@ -250,7 +252,7 @@ class StoreWriter(StoreReader):
                     "step": doc["step"],
                     "failure_class": doc["failure_class"],
                     "error_signature": doc["error_signature"],
-                    "status": NEW,
+                    "status": IncidentStatus.NEW,
                 },
                 ts=self._now(),
             )
@@ -287,8 +289,8 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ status
 
-    def update_incident(self, incident_id: str, /, **fields: Any) -> dict[str, Any]:
-        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new doc.
+    def update_incident(self, incident_id: str, /, **fields: Any) -> Incident:
+        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new record.
 
         ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
         this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
@@ -304,7 +306,7 @@ class StoreWriter(StoreReader):
             if problems:
                 raise ValueError(f"incident update does not fit the schema: {problems[0]}")
             fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-            return doc
+            return Incident.from_json(doc, "incident")
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
         """Move the incident to status ``new`` if the table allows it from ``status.txt``.
@@ -338,19 +340,19 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ events
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Event:
         record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
-    def append_event(self, incident_id: str, name: str, /, **data: Any) -> dict[str, Any]:
+    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
         """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
         return self.append_events(incident_id, [(name, data)])[0]
 
-    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Event]:
         """Append several ``(name, data)`` events in order, as one write and one fsync.
 
         For a burst of events of one step (a capture's ``failure_classified`` lines): the
@@ -472,7 +474,7 @@ class StoreWriter(StoreReader):
         except ValueError:
             return self.redactor.redact(line)
         clean = self.redactor.redact_obj(record, ours)
-        return line if clean == record else ev.encode_event(clean)
+        return line if clean == record else ev.encode_line(clean)
 
     # ------------------------------------------------------------------ helpers
 
