@@ -33,6 +33,7 @@ from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.resume import pending_stop
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"
@@ -141,9 +142,9 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
     ])
     assert replayed["stop_reason"] == reason
     assert replayed["final_status"] == result["final_status"] == decision.final_status
-    open_stop = reason in (policy.CANCELLED, policy.DISABLED)
+    open_stop = reason in (StopReason.CANCELLED, StopReason.DISABLED)
     assert (result["final_status"] is None) == open_stop
-    assert (result["archived_to"] is None) == (open_stop or reason == policy.REPLAN_REQUESTED)
+    assert (result["archived_to"] is None) == (open_stop or reason == StopReason.REPLAN_REQUESTED)
 
 
 def test_differences_name_the_key() -> None:

@@ -51,7 +51,7 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -315,7 +315,7 @@ def record_iteration(
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=bool(edited),
-            provider_escaped=bool(repair is not None and repair.get_extra(policy.PROVIDER_ESCAPED)),
+            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
         )
         observations = previous + [observation]
@@ -503,7 +503,7 @@ def finalize(
         )
         point = result["decision_point"]
         stop_data = {"iteration": last, "stop_reason": reason}
-        if reason in (policy.CANCELLED, policy.DISABLED):
+        if reason in (StopReason.CANCELLED, StopReason.DISABLED):
             store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
             store.append_event(
                 incident_id, ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
@@ -535,7 +535,7 @@ def finalize(
                 message=decision.message,
             )
         kill_point("finalize:after_loop_stopped")
-        if reason == policy.REPLAN_REQUESTED:
+        if reason == StopReason.REPLAN_REQUESTED:
             _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
         else:
             kill_point("finalize:before_archive")

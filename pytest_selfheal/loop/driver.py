@@ -71,7 +71,7 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.vocab import Line, final_tone
+from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -299,9 +299,9 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         decision = decide(pol, observations, cancelled=True)
-        if decision.stop_reason != policy.CANCELLED:
+        if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
-            decision = _open_stop_decision(policy.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
+            decision = _open_stop_decision(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
         finalize(store, incident_id, decision, effective=effective, observations=observations, project_root=project_root)
     say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
 
@@ -347,7 +347,7 @@ def _drive(
     )
     if selection.refused is not None:
         iteration = len(split_runs(attempts, policy.reopened_after(incident))[1])
-        decision = _open_stop_decision(policy.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
+        decision = _open_stop_decision(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
         return result
@@ -373,9 +373,9 @@ def _drive(
         # A reopen is the user saying "the environment is fixed" or "it fails again": a
         # tooling_env or a success seen before it is checked by running the verification,
         # not repeated from the record (a resolved incident reopened after a regression).
-        rechecked = ({policy.TOOLING_ENV_STOP, policy.SUCCESS} if not run and policy.reopened_after(incident) is not None
+        rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run and policy.reopened_after(incident) is not None
                      else set())
-        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
+        if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
@@ -520,7 +520,7 @@ def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
     flaky = [str(n) for n in result.get("flaky_tests") or []]
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
     verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
-    if result.get("stop_reason") == policy.TOOLING_ENV_STOP:
+    if result.get("stop_reason") == StopReason.TOOLING_ENV:
         # Not code-fixable: the line says what to fix (the missing module, the failed command).
         verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
     final = result.get("final_status")

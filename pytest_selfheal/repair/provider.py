@@ -43,7 +43,6 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.loop.policy import (
-    PROVIDER_ESCAPED,
     REPAIR_CRASHED,
     REPAIR_DIFF,
     REPAIR_NO_FIX_FOUND,
@@ -56,6 +55,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -293,9 +293,9 @@ class RepairSession:
             call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
         result = self._inspect(iteration, call, before, plan, targets, globs)
         if escaped:
-            result[PROVIDER_ESCAPED] = escaped
+            result[StopReason.PROVIDER_ESCAPED] = escaped
             self.say(f"selfheal: incident {incident_id} repair {iteration}: {call.message}; stopping "
-                     f"({PROVIDER_ESCAPED}), nothing of this repair is applied")
+                     f"({StopReason.PROVIDER_ESCAPED}), nothing of this repair is applied")
         self.results.append(result)
         store.append_event(
             incident_id,
