@@ -71,6 +71,7 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
@@ -98,7 +99,7 @@ class Verifier(Protocol):
 
 class Provider(Protocol):
     """A repair provider, called before each verification of a run (docs/loop.md): None
-    (no repair: the iteration only verifies) or the repair dict, whose ``worktree`` is
+    (no repair: the iteration only verifies) or its :class:`RepairBlock`, whose ``worktree`` is
     where the verification then runs. :class:`repair.provider.RepairSession` in production."""
 
     def __call__(
@@ -110,7 +111,7 @@ class Provider(Protocol):
         plan: Plan,
         last_attempt: Optional[Attempt],
         observations: Sequence[policy.Observation],
-    ) -> Optional[dict[str, Any]]: ...
+    ) -> Optional[RepairBlock]: ...
 
 
 def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
@@ -250,7 +251,7 @@ def run_loop(
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Mapping[str, Any]] = (),
     verifier: Verifier = run_selection,
-) -> dict[str, Any]:
+) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
     Resumes from disk: completes a pending stop, else continues at the next attempt
@@ -260,7 +261,7 @@ def run_loop(
     ``cancelled`` (events only, the incident stays ``running`` and resumable) and raises
     ``Cancelled`` (exit 130). ``unattended`` (default: stdin is not a TTY) and
     ``approve`` feed ``apply_to.autonomous_plans``. For ``disabled`` stops the returned
-    dict has ``final_status: null`` and is not written to disk. ``hook_rules``: extra
+    result has ``final_status`` None and is not written to disk. ``hook_rules``: extra
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
     verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
@@ -320,10 +321,10 @@ def _drive(
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Mapping[str, Any]],
     verifier: Verifier,
-) -> dict[str, Any]:
+) -> LoopResult:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
-    def close(decision: policy.Decision) -> dict[str, Any]:
+    def close(decision: policy.Decision) -> LoopResult:
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
         say(_final_line(incident_id, result))
@@ -383,7 +384,7 @@ def _drive(
         repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                answer = provider(
+                repair = provider(
                     incident_id=incident_id,
                     iteration=next_number,
                     store=store,
@@ -391,8 +392,6 @@ def _drive(
                     last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
-            # Parsed once, here: the attempt records it as its repair block.
-            repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
             f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
@@ -515,17 +514,17 @@ def verify_iteration(
     )
 
 
-def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
-    where = f" -> {result['archived_to']}" if result.get("archived_to") else ""
-    flaky = [str(n) for n in result.get("flaky_tests") or []]
+def _final_line(incident_id: str, result: LoopResult) -> str:
+    where = f" -> {result.archived_to}" if result.archived_to else ""
+    flaky = list(result.flaky_tests)
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
     verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
-    if result.get("stop_reason") == StopReason.TOOLING_ENV:
+    if result.stop_reason == StopReason.TOOLING_ENV:
         # Not code-fixable: the line says what to fix (the missing module, the failed command).
-        verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
-    final = result.get("final_status")
+        verdict += f"; {result.decision.message if result.decision is not None else ''}".rstrip("; ")
+    final = result.final_status
     return Line(f"selfheal: incident {incident_id} {final or 'open'}: stop_reason "
-                f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}",
+                f"{result.stop_reason} after {result.loops_used} iteration(s){where}{verdict}",
                 final_tone(final))
 
 

@@ -71,7 +71,7 @@ def run_incident_loop(
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = hooks.classification_rules(pluginmanager)
     if not verify_only and has_repair_provider(effective, pluginmanager):
-        result = importlib.import_module(_REPAIR_SESSION).repair_loop(
+        result: LoopResult = importlib.import_module(_REPAIR_SESSION).repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
             unattended=unattended,
@@ -81,4 +81,4 @@ def run_incident_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
             unattended=unattended, env=env, hook_rules=rules,
         )
-    return LoopResult.from_json(result, f"the loop of {incident_id}")
+    return result
