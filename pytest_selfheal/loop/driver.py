@@ -24,9 +24,9 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Optional, Protocol
 
-from pytest_selfheal.analysis.rules import rules_for_run
+from pytest_selfheal.analysis.rules import Rule, rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot
@@ -249,7 +249,7 @@ def run_loop(
     out: Optional[Callable[[str], None]] = None,
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
 ) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
@@ -319,7 +319,7 @@ def _drive(
     say: Callable[[str], None],
     state: CancelState,
     env: Optional[Mapping[str, str]],
-    hook_rules: Sequence[Mapping[str, Any]],
+    hook_rules: Sequence[Rule],
     verifier: Verifier,
 ) -> LoopResult:
     pol = policy.LoopPolicy.from_settings(effective.settings)
@@ -428,7 +428,7 @@ def _verify_and_record(
     state: CancelState,
     env: Optional[Mapping[str, str]],
     mode: str,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
     invocation_dir: Optional[Path] = None,
 ) -> IterationOutcome:
@@ -492,7 +492,7 @@ def verify_iteration(
     project_root: Path,
     repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """Run ONE iteration now — the plan's verification selections, observe, record,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks
+from pytest_selfheal.analysis.rules import Rule, parse_hook_rules
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import isolated_git_env
@@ -87,7 +88,7 @@ def repair_loop(
     out: Optional[Say] = None,
     input_fn: Optional[Callable[[str], str]] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Optional[Sequence[Mapping[str, Any]]] = None,
+    hook_rules: Optional[Sequence[Rule]] = None,
     unattended: Optional[bool] = None,
 ) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
@@ -114,7 +115,7 @@ def repair_loop(
     approver = approver_from(
         approve=approve, config_approve=effective.settings.repair.approve, interactive=interactive, input_fn=input_fn
     )
-    rules = list(hook_rules) if hook_rules is not None else hooks.classification_rules(pm)
+    rules = list(hook_rules) if hook_rules is not None else parse_hook_rules(hooks.classification_rules(pm))
     with isolated_git_env():
         store.locate(incident_id)  # an unknown id fails before a worktree is made
         _remove_stale(store, incident_id)
