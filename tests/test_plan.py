@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from helpers import build_plan_doc
+from helpers import attempt_record, build_plan_doc
 from hypothesis import given
 from hypothesis import strategies as st
 from schema_check import assert_valid
@@ -22,6 +22,7 @@ from pytest_selfheal.plan.build import (
     replan,
     verification_argv,
 )
+from pytest_selfheal.records.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = "2026-02-17T03:15:00+00:00"
@@ -314,7 +315,8 @@ def test_replan() -> None:
         {"iteration": 1, "failures": [{"fingerprint": "fp-a"}], "actions_applied": ["A1"], "error_signature": "s"},
         {"iteration": 2, "failures": [{"fingerprint": "fp-a"}, {"fingerprint": "fp-b"}], "actions_applied": []},
     ]
-    new = replan(plan, attempts, generated_at="2026-02-17T04:00:00+00:00")
+    records = [attempt_record(**a) for a in attempts]
+    new = replan(Plan.from_json(plan, "plan"), records, generated_at="2026-02-17T04:00:00+00:00").to_json()
     assert new["revision"] == 2 and new["generated_at"] == "2026-02-17T04:00:00+00:00"
     assert plan["revision"] == 1  # the input is not modified
     assert "Revision 2: 2 iterations" in new["summary"] and "fp-a, fp-b" in new["summary"]
@@ -323,7 +325,7 @@ def test_replan() -> None:
     assert "outside its target paths" in new["root_cause_hypotheses"][-1]["reason"]
     assert new["replan_history"] == [{"revision": 1, "iterations": 2, "fingerprints_seen": ["fp-a", "fp-b"]}]
     assert new["actions"] == plan["actions"]
-    again = replan(new, attempts[:1])
+    again = replan(Plan.from_json(new, "plan"), records[:1]).to_json()
     assert again["revision"] == 3 and again["generated_at"] == new["generated_at"]
     assert again["summary"].count("Revision") == 1  # only the latest note; history keeps all
     assert len(again["replan_history"]) == 2
@@ -332,5 +334,5 @@ def test_replan() -> None:
 
 def test_replan_falls_back_to_error_signature() -> None:
     plan = build_plan_doc(THREE, generated_at=NOW)
-    new = replan(plan, [{"iteration": 1, "error_signature": "sig-1"}])
+    new = replan(Plan.from_json(plan, "plan"), [attempt_record(iteration=1, error_signature="sig-1")]).to_json()
     assert new["replan_history"][0]["fingerprints_seen"] == ["sig-1"]

@@ -55,7 +55,7 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
+from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
 from pytest_selfheal.store.states import NEW, PLAN_PROPOSED, PLANNED, RUNNING
@@ -556,11 +556,8 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
     if plan.replanned_at_iteration != last:
         _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        # plan/build.py still reads the plan and the attempts as JSON documents.
-        new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
-        new["replanned_at_iteration"] = last
-        store.write_plan(incident_id, Plan.from_json(new, "the new plan revision"), render_plan_md(new))
-        plan = Plan.from_json(new, PLAN_JSON)
+        plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
+        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
