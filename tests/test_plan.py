@@ -138,7 +138,7 @@ def test_verification_commands() -> None:
     assert plan["verification_commands"] == [
         "python -m pytest -q tests/test_calc.py::test_add tests/test_calc.py::test_sub tests/test_io.py::test_read"
     ]
-    assert verification_argv(plan) == [
+    assert verification_argv(Plan.from_json(plan, "plan")) == [
         [
             "python",
             "-m",
@@ -153,14 +153,14 @@ def test_verification_commands() -> None:
 
 def test_custom_python_is_quoted() -> None:
     plan = build_plan_doc(THREE, generated_at=NOW, python="/opt/my python/bin/python3")
-    assert verification_argv(plan)[0][0] == "/opt/my python/bin/python3"
+    assert verification_argv(Plan.from_json(plan, "plan"))[0][0] == "/opt/my python/bin/python3"
 
 
 def test_parametrised_ids_round_trip() -> None:
     ids = ["tests/test_p.py::test_x[a b]", "tests/test_p.py::test_x[it's]", 'tests/test_p.py::test_x["q" | $HOME;]']
     inc = incident(*[failure(n, "assert False", fingerprint=f"f{i}") for i, n in enumerate(ids)])
     plan = build_plan_doc(inc, generated_at=NOW)
-    assert verification_argv(plan) == [["python", "-m", "pytest", "-q", *ids]]
+    assert verification_argv(Plan.from_json(plan, "plan")) == [["python", "-m", "pytest", "-q", *ids]]
     assert shlex.split(plan["actions"][0]["verification"][0])[4:] == ids
 
 
@@ -280,8 +280,9 @@ def test_missing_incident_id() -> None:
     ],
 )
 def test_verification_argv_rejects_bad_plans(plan: dict[str, Any]) -> None:
+    doc = {k: v for k, v in build_plan_doc(THREE, generated_at=NOW).items() if k != "verification_commands"}
     with pytest.raises(InputError) as info:
-        verification_argv(plan)
+        verification_argv(Plan.from_json({**doc, **plan}, "plan.json"))
     assert "plan.json" in str(info.value) and "\n" not in str(info.value)
 
 

@@ -199,7 +199,7 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
     """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = incident.incident_id
-    argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
+    argvs = verification_argv(plan)
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "

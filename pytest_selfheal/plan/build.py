@@ -350,19 +350,14 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
     }, "the built plan")
 
 
-def verification_argv(plan: Mapping[str, Any]) -> list[list[str]]:
+def verification_argv(plan: Plan) -> list[list[str]]:
     """The plan's ``verification_commands`` as argv lists (``shlex.split``, never a shell).
 
     Raises :class:`~pytest_selfheal.errors.InputError` for a hand-edited plan whose
-    commands are missing, not strings, empty or unbalanced in their quoting.
+    commands are empty or unbalanced in their quoting (reading the plan checked the types).
     """
-    commands = plan.get("verification_commands")
-    if not isinstance(commands, list):
-        raise InputError("plan.json: 'verification_commands' must be a list of strings")
     argvs: list[list[str]] = []
-    for i, command in enumerate(commands):
-        if not isinstance(command, str):
-            raise InputError(f"plan.json: verification_commands[{i}] must be a string")
+    for i, command in enumerate(plan.verification_commands):
         try:
             argv = shlex.split(command)
         except ValueError as exc:
