@@ -286,11 +286,11 @@ def effective_config(project: Path, *settings: str) -> Any:
 
 
 def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: Any) -> dict[str, Any]:
-    """``run_loop`` in this process (verifications are still real subprocesses)."""
+    """``run_loop`` in this process (verifications are still real subprocesses); its result's JSON document."""
     kwargs.setdefault("unattended", False)
     kwargs.setdefault("env", run_env())
     return run_loop(Store(project / ".selfheal"), incident_id, effective=effective_config(project, *settings),
-                    project_root=project, **kwargs)
+                    project_root=project, **kwargs).to_json()
 
 
 def assert_replay_equals_disk(store: Store, incident_id: str) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def test_the_definition_most_failing_tests_call_is_the_suspect() -> None:
     # The verification command names the 7 test files, not 161 node ids; the loop still maps
     # every node id back (selected_by).
     [command] = plan["verification_commands"]
-    argv = verification_argv(plan)[0]
+    argv = verification_argv(Plan.from_json(plan, "plan"))[0]
     assert argv[-7:] == [f"tests/test_p{i}.py" for i in range(7)] and "::" not in command
     assert all(selected_by(n, argv) for n in action["nodeids"])
     md = render_plan_md(plan)

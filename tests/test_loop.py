@@ -33,7 +33,7 @@ from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
 from pytest_selfheal.loop.verify import VerificationRun
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
@@ -239,9 +239,10 @@ def test_provider_seam_no_fix_found(tmp_path: Path) -> None:
     incident_id = capture(project)
     calls: list[dict[str, Any]] = []
 
-    def provider(**request: Any) -> dict[str, Any]:
+    def provider(**request: Any) -> RepairBlock:
         calls.append(request)
-        return {"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}
+        return RepairBlock.from_json({"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None},
+                                     "fake")
 
     result = loop_in_process(project, incident_id, provider=provider)
     store = Store(project / ".selfheal")
@@ -297,9 +298,9 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
                               **common)
     assert second.closed and second.decision.stop_reason == "success"
     assert second.attempt is not None and second.attempt.new_failures[0].fingerprint == "new"
-    assert second.run_result is not None and second.run_result["runtime_minutes"] == 1.5
-    assert second.run_result["tests_fixed"] == [nodeid] and second.run_result["flaky_tests"] == []
-    assert fp in second.run_result["fingerprints_per_iteration"][0]
+    assert second.run_result is not None and second.run_result.runtime_minutes == 1.5
+    assert second.run_result.tests_fixed == (nodeid,) and second.run_result.flaky_tests == ()
+    assert fp in second.run_result.to_json()["fingerprints_per_iteration"][0]
     assert store.locate(incident_id)[0] == "resolved"
     with pytest.raises(RefusedError, match="already archived"):
         record_iteration(store, incident_id, outcomes={}, failures=[], diff_hash=None,

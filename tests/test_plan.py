@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from helpers import build_plan_doc
+from helpers import attempt_record, build_plan_doc
 from hypothesis import given
 from hypothesis import strategies as st
 from schema_check import assert_valid
@@ -22,6 +22,7 @@ from pytest_selfheal.plan.build import (
     replan,
     verification_argv,
 )
+from pytest_selfheal.records.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = "2026-02-17T03:15:00+00:00"
@@ -137,7 +138,7 @@ def test_verification_commands() -> None:
     assert plan["verification_commands"] == [
         "python -m pytest -q tests/test_calc.py::test_add tests/test_calc.py::test_sub tests/test_io.py::test_read"
     ]
-    assert verification_argv(plan) == [
+    assert verification_argv(Plan.from_json(plan, "plan")) == [
         [
             "python",
             "-m",
@@ -152,14 +153,14 @@ def test_verification_commands() -> None:
 
 def test_custom_python_is_quoted() -> None:
     plan = build_plan_doc(THREE, generated_at=NOW, python="/opt/my python/bin/python3")
-    assert verification_argv(plan)[0][0] == "/opt/my python/bin/python3"
+    assert verification_argv(Plan.from_json(plan, "plan"))[0][0] == "/opt/my python/bin/python3"
 
 
 def test_parametrised_ids_round_trip() -> None:
     ids = ["tests/test_p.py::test_x[a b]", "tests/test_p.py::test_x[it's]", 'tests/test_p.py::test_x["q" | $HOME;]']
     inc = incident(*[failure(n, "assert False", fingerprint=f"f{i}") for i, n in enumerate(ids)])
     plan = build_plan_doc(inc, generated_at=NOW)
-    assert verification_argv(plan) == [["python", "-m", "pytest", "-q", *ids]]
+    assert verification_argv(Plan.from_json(plan, "plan")) == [["python", "-m", "pytest", "-q", *ids]]
     assert shlex.split(plan["actions"][0]["verification"][0])[4:] == ids
 
 
@@ -279,8 +280,9 @@ def test_missing_incident_id() -> None:
     ],
 )
 def test_verification_argv_rejects_bad_plans(plan: dict[str, Any]) -> None:
+    doc = {k: v for k, v in build_plan_doc(THREE, generated_at=NOW).items() if k != "verification_commands"}
     with pytest.raises(InputError) as info:
-        verification_argv(plan)
+        verification_argv(Plan.from_json({**doc, **plan}, "plan.json"))
     assert "plan.json" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -314,7 +316,8 @@ def test_replan() -> None:
         {"iteration": 1, "failures": [{"fingerprint": "fp-a"}], "actions_applied": ["A1"], "error_signature": "s"},
         {"iteration": 2, "failures": [{"fingerprint": "fp-a"}, {"fingerprint": "fp-b"}], "actions_applied": []},
     ]
-    new = replan(plan, attempts, generated_at="2026-02-17T04:00:00+00:00")
+    records = [attempt_record(**a) for a in attempts]
+    new = replan(Plan.from_json(plan, "plan"), records, generated_at="2026-02-17T04:00:00+00:00").to_json()
     assert new["revision"] == 2 and new["generated_at"] == "2026-02-17T04:00:00+00:00"
     assert plan["revision"] == 1  # the input is not modified
     assert "Revision 2: 2 iterations" in new["summary"] and "fp-a, fp-b" in new["summary"]
@@ -323,7 +326,7 @@ def test_replan() -> None:
     assert "outside its target paths" in new["root_cause_hypotheses"][-1]["reason"]
     assert new["replan_history"] == [{"revision": 1, "iterations": 2, "fingerprints_seen": ["fp-a", "fp-b"]}]
     assert new["actions"] == plan["actions"]
-    again = replan(new, attempts[:1])
+    again = replan(Plan.from_json(new, "plan"), records[:1]).to_json()
     assert again["revision"] == 3 and again["generated_at"] == new["generated_at"]
     assert again["summary"].count("Revision") == 1  # only the latest note; history keeps all
     assert len(again["replan_history"]) == 2
@@ -332,5 +335,5 @@ def test_replan() -> None:
 
 def test_replan_falls_back_to_error_signature() -> None:
     plan = build_plan_doc(THREE, generated_at=NOW)
-    new = replan(plan, [{"iteration": 1, "error_signature": "sig-1"}])
+    new = replan(Plan.from_json(plan, "plan"), [attempt_record(iteration=1, error_signature="sig-1")]).to_json()
     assert new["replan_history"][0]["fingerprints_seen"] == ["sig-1"]

@@ -177,9 +177,10 @@ def replanned_plan() -> dict[str, Any]:
     """The demo's escalated plan after the real ``replan`` (as the loop's close-out writes it)."""
     plan = json.loads((DEMO / "ce6465_plan.json").read_text(encoding="utf-8"))
     attempts = [json.loads((DEMO / f"ce6465_attempt_0{n}.json").read_text(encoding="utf-8")) for n in (1, 2)]
-    once = replan(plan, attempts, generated_at="2026-11-23T22:00:00+00:00")
-    once["replanned_at_iteration"] = 2
-    return replan(once, attempts, generated_at="2026-11-23T22:10:00+00:00")
+    records = [Attempt.from_json(a, "attempt") for a in attempts]
+    once = replan(Plan.from_json(plan, "plan"), records, generated_at="2026-11-23T22:00:00+00:00")
+    once = dataclasses.replace(once, replanned_at_iteration=2)
+    return replan(once, records, generated_at="2026-11-23T22:10:00+00:00").to_json()
 
 
 def test_golden_report_inputs_round_trip_exactly() -> None:

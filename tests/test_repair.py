@@ -98,9 +98,10 @@ class Env:
                              approver=approver or Approver(), pluginmanager=pm)
 
     def call(self, session: RepairSession, iteration: int = 1) -> dict[str, Any]:
+        """One repair call; the JSON document of the repair block it returns."""
         capture = policy.capture_observation(self.store.read_incident(self.incident_id))
         return session(incident_id=self.incident_id, iteration=iteration, store=self.store, plan=self.plan,
-                       last_attempt=None, observations=[capture])
+                       last_attempt=None, observations=[capture]).to_json()
 
 
 @pytest.fixture
@@ -489,7 +490,7 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
     fixer = Fixer()
     lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
-                         interactive=False, pluginmanager=hook_pm(("fixer", fixer)), out=lines.append)
+                         interactive=False, pluginmanager=hook_pm(("fixer", fixer)), out=lines.append).to_json()
     assert result["final_status"] == "resolved" and result["stop_reason"] == "success"
     assert result["repair"]["applied"] is True and result["repair"]["final_patch"] == "final.patch"
     assert (top / "calc.py").read_text() == FIXED
@@ -534,7 +535,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
 
     lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=e.top, approve=False,
-                         interactive=False, pluginmanager=hook_pm(("looks", Looks())), out=lines.append)
+                         interactive=False, pluginmanager=hook_pm(("looks", Looks())), out=lines.append).to_json()
     assert seen == [FIXED]  # the accepted repair of attempt 1 was replayed
     assert any("resumed the worktree from attempt_01.patch" in line for line in lines)
     assert result["stop_reason"] == "success" and result["repair"]["applied"] is False
@@ -567,7 +568,7 @@ def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path, monk
     lines: list[str] = []
     result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
                          interactive=False, pluginmanager=hook_pm(("fixer", FixesWhileTheUserEdits())),
-                         out=lines.append)
+                         out=lines.append).to_json()
     block = result["repair"]
     assert result["final_status"] == "resolved" and block["applied"] is False
     assert "does not apply cleanly" in block["message"]

@@ -32,7 +32,9 @@ from pytest_selfheal.loop.attempts import build_run_result
 from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.resume import pending_stop
+from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"
@@ -137,13 +139,13 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
     replayed = replay([
         _ev("incident_captured", status="new"),
         _vf(1, "stop", reason),
-        _ev("loop_stopped", iteration=1, stop_reason=reason, final_status=result["final_status"]),
+        _ev("loop_stopped", iteration=1, stop_reason=reason, final_status=result.final_status),
     ])
     assert replayed["stop_reason"] == reason
-    assert replayed["final_status"] == result["final_status"] == decision.final_status
-    open_stop = reason in (policy.CANCELLED, policy.DISABLED)
-    assert (result["final_status"] is None) == open_stop
-    assert (result["archived_to"] is None) == (open_stop or reason == policy.REPLAN_REQUESTED)
+    assert replayed["final_status"] == result.final_status == decision.final_status
+    open_stop = reason in (StopReason.CANCELLED, StopReason.DISABLED)
+    assert (result.final_status is None) == open_stop
+    assert (result.archived_to is None) == (open_stop or reason == StopReason.REPLAN_REQUESTED)
 
 
 def test_differences_name_the_key() -> None:
@@ -167,17 +169,18 @@ def _simple(make: Callable[[Path], Path], *settings: str, **kwargs: Any) -> Scen
     return scenario
 
 
-def _no_fix(**request: Any) -> dict[str, Any]:
-    return {"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}
+def _no_fix(**request: Any) -> RepairBlock:
+    return RepairBlock.from_json({"provider": "fake", "result": "no_fix_found", "files_changed": [], "patch": None}, "fake")
 
 
-def _denied(**request: Any) -> dict[str, Any]:
-    return {"provider": "fake", "result": "diff", "files_changed": ["setup.py"], "patch": "", "scope_denied": True}
+def _denied(**request: Any) -> RepairBlock:
+    return RepairBlock.from_json({"provider": "fake", "result": "diff", "files_changed": ["setup.py"], "patch": "",
+                                  "scope_denied": True}, "fake")
 
 
-def _escaped(**request: Any) -> dict[str, Any]:
-    return {"provider": "fake", "result": "crashed", "files_changed": [], "patch": None,
-            "provider_escaped": ["calc.py", ".git/hooks/post-checkout"]}
+def _escaped(**request: Any) -> RepairBlock:
+    return RepairBlock.from_json({"provider": "fake", "result": "crashed", "files_changed": [], "patch": None,
+                                  "provider_escaped": ["calc.py", ".git/hooks/post-checkout"]}, "fake")
 
 
 def _cancelled(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
@@ -203,11 +206,11 @@ def _tests_edited(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
 
-    def provider(**request: Any) -> dict[str, Any]:
+    def provider(**request: Any) -> RepairBlock:
         test_file = project / "test_calc.py"
         test_file.write_text(test_file.read_text().replace("return a + b", "return a - b"))
-        return {"provider": "fake", "result": "diff", "files_changed": ["test_calc.py"], "patch": None,
-                "tests_edited": ["test_calc.py"]}
+        return RepairBlock.from_json({"provider": "fake", "result": "diff", "files_changed": ["test_calc.py"],
+                                      "patch": None, "tests_edited": ["test_calc.py"]}, "fake")
 
     return project, incident_id, loop_in_process(project, incident_id, "repair.allow_test_edits=true",
                                                  provider=provider)

@@ -36,7 +36,7 @@ def test_a_member_is_its_value_in_json_text_and_comparisons(member: TextEnum) ->
 
 def test_final_status_is_defined_once() -> None:
     assert IncidentStatus.RESOLVED == FinalStatus.RESOLVED and IncidentStatus.RESOLVED in states.TERMINAL
-    assert policy.final_status_of(policy.SUCCESS) is FinalStatus.RESOLVED
+    assert policy.final_status_of(StopReason.SUCCESS) is FinalStatus.RESOLVED
     assert policy.STOP_REASONS == tuple(StopReason)
 
 

@@ -196,11 +196,17 @@ def rules_from_config(rules: Any, where: str = "classification.rules") -> list[R
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
 
 
-def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
-    """The extra rules of a run: hook-provided first (validated here), then the configured
-    ones (``Settings.classification_rules``, validated by the config merge).
+def parse_hook_rules(hooked: Sequence[Mapping[str, Any]]) -> list[Rule]:
+    """The rules ``pytest_selfheal_classification_rules`` returned (hook payloads), validated
+    like the config's; parsed once per run, where the hook is called."""
+    return rules_from_config(list(hooked))
+
+
+def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Rule] = ()) -> list[Rule]:
+    """The extra rules of a run: hook-provided first (:func:`parse_hook_rules`), then the
+    configured ones (``Settings.classification_rules``, validated by the config merge).
 
     Capture and every verification run build their rules here, so one failure gets one
     type (and one fingerprint) on every surface.
     """
-    return rules_from_config(list(hooked)) + list(configured)
+    return [*hooked, *configured]

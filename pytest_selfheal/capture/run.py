@@ -18,7 +18,7 @@ from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.frames import target_paths
-from pytest_selfheal.analysis.rules import rules_for_run
+from pytest_selfheal.analysis.rules import parse_hook_rules, rules_for_run
 from pytest_selfheal.analysis.testfiles import digests, test_code_paths
 from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
@@ -214,7 +214,8 @@ def analyse_run(
     failures = fingerprint_reports(
         reports,
         counts=counts,
-        rules=rules_for_run(effective.settings.classification_rules, hooks.classification_rules(config.pluginmanager)),
+        rules=rules_for_run(effective.settings.classification_rules,
+                            parse_hook_rules(hooks.classification_rules(config.pluginmanager))),
         junit_path=Path(xmlpath) if xmlpath else None,
         prefix=_junit_prefix(config),
         warnings=warnings,

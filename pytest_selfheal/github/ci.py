@@ -66,9 +66,8 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
-from pytest_selfheal.loop.policy import TESTS_EDITED
 from pytest_selfheal.records.run_result import LoopResult
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
@@ -353,7 +352,7 @@ def run_ci(
         reason = report.get("stop_reason") or (loop_result and loop_result.stop_reason) or STOP_NONE
         final = str(report.get("final_status") or "unknown")
         repair = loop_result.repair if loop_result is not None else None
-        if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == TESTS_EDITED):
+        if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == StopReason.TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
             proposed = read_run_bytes(store, incident_id, repair.final_patch)
             if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails

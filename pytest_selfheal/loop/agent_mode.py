@@ -95,7 +95,7 @@ def open_incidents(store: Store) -> list[OpenIncident]:
         try:
             incident = store.read_incident(incident_id)
             plan = store.read_plan(incident_id)
-            selection = selection_nodeids(plan, incident, verification_argv(plan.to_json()))
+            selection = selection_nodeids(plan, incident, verification_argv(plan))
             outcomes, failures = _last_known(incident, store.read_attempts(incident_id))
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration

@@ -50,12 +50,12 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus
+from pytest_selfheal.records.run_result import LoopResult, RunResult
+from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
 from pytest_selfheal.redact import REDACTED, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import INBOX, PLAN_JSON, RUN_RESULT_JSON, attempt_filename
+from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
 
@@ -68,7 +68,7 @@ class IterationOutcome:
     decision: policy.Decision
     closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
-    run_result: Optional[dict[str, Any]] = None  # when closed
+    run_result: Optional[LoopResult] = None  # when closed
     warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
     notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
 
@@ -314,7 +314,7 @@ def record_iteration(
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=bool(edited),
-            provider_escaped=bool(repair is not None and repair.get_extra(policy.PROVIDER_ESCAPED)),
+            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
         )
         observations = previous + [observation]
@@ -420,7 +420,7 @@ def build_run_result(
     failure_signature: Optional[str],
     effective: EffectiveConfig,
     reopened: Optional[int] = None,
-) -> dict[str, Any]:
+) -> LoopResult:
     """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
 
     Deterministic for a given stop and attempts (runtime from the attempts' timestamps),
@@ -430,7 +430,7 @@ def build_run_result(
     archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
-    result: dict[str, Any] = {
+    document = {  # the document's key order, written as is
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
@@ -449,7 +449,7 @@ def build_run_result(
         "effective_config": values,
         "effective_config_origins": origins,
     }
-    return result
+    return LoopResult.from_json(document, RUN_RESULT_JSON)
 
 
 def finalize(
@@ -460,7 +460,7 @@ def finalize(
     effective: EffectiveConfig,
     observations: Optional[Sequence[policy.Observation]] = None,
     project_root: Path,
-) -> dict[str, Any]:
+) -> LoopResult:
     """Close the loop for ``decision`` (a stop); returns the run result. Idempotent.
 
     - resolved/escalated: ``run_result.json``, ``decision_point_needed`` + ``loop_stopped``,
@@ -470,7 +470,7 @@ def finalize(
       with ``replan: true``), ``plan_proposed → planned``; nothing archived;
     - ``cancelled`` / ``disabled``: only the two events (always appended: each is a new
       stop); nothing else changes, the incident stays open and resumable. The returned
-      dict has the run-result shape with ``final_status: null`` and is not written.
+      result has ``final_status`` None and is not written.
 
     Every step checks what is already done (the run result of this stop, each event of
     this stop — keyed by the last attempt number and the stop reason —, the status, the
@@ -499,9 +499,9 @@ def finalize(
             effective=effective,
             reopened=policy.reopened_after(incident),
         )
-        point = result["decision_point"]
+        point = result.decision_point.to_json() if result.decision_point is not None else None
         stop_data = {"iteration": last, "stop_reason": reason}
-        if reason in (policy.CANCELLED, policy.DISABLED):
+        if reason in (StopReason.CANCELLED, StopReason.DISABLED):
             store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
             store.append_event(
                 incident_id, ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
@@ -511,10 +511,10 @@ def finalize(
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
             existing = store.read_run_result(incident_id)
-            return existing.to_json() if existing is not None else result
+            return LoopResult.from_json(existing.to_json(), RUN_RESULT_JSON) if existing is not None else result
         existing = store.read_run_result(incident_id)
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
-            store.write_run_result(incident_id, RunResult.from_json(result, RUN_RESULT_JSON))
+            store.write_run_result(incident_id, RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
         records = ev.since_last_reopen(store.read_events(incident_id)[0])
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
@@ -525,19 +525,19 @@ def finalize(
                 incident_id,
                 ev.LOOP_STOPPED,
                 **stop_data,
-                final_status=result["final_status"],
-                archived_to=result["archived_to"],
+                final_status=result.final_status,
+                archived_to=result.archived_to,
                 loop_iteration=decision.iteration,
-                flaky_tests=result["flaky_tests"],
-                tests_fixed=result["tests_fixed"],
+                flaky_tests=list(result.flaky_tests),
+                tests_fixed=list(result.tests_fixed),
                 message=decision.message,
             )
         kill_point("finalize:after_loop_stopped")
-        if reason == policy.REPLAN_REQUESTED:
+        if reason == StopReason.REPLAN_REQUESTED:
             _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
         else:
             kill_point("finalize:before_archive")
-            store.archive(incident_id, str(result["final_status"]))
+            store.archive(incident_id, str(result.final_status))
         return result
 
 
@@ -554,11 +554,8 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
     if plan.replanned_at_iteration != last:
         _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
-        # plan/build.py still reads the plan and the attempts as JSON documents.
-        new = replan(plan.to_json(), [a.to_json() for a in run_attempts], generated_at=ev.format_ts())
-        new["replanned_at_iteration"] = last
-        store.write_plan(incident_id, Plan.from_json(new, "the new plan revision"), render_plan_md(new))
-        plan = Plan.from_json(new, PLAN_JSON)
+        plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
+        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):

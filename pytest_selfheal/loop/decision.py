@@ -14,25 +14,10 @@ from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
     ACTION_CONTINUE,
     ACTION_STOP,
-    CANCELLED,
-    DISABLED,
-    MAX_ITERATIONS,
     MIN_FINGERPRINT_REPEATS,
-    NO_FIX_FOUND,
     NO_FIX_FOUND_LIMIT,
-    NO_PROGRESS,
     PRECEDENCE,
-    PROVIDER_ESCAPED,
-    REPEATED_FINGERPRINT,
-    REPLAN_REQUESTED,
-    RUNTIME_BUDGET,
-    SCOPE_EXPANSION_DENIED,
-    SUCCESS,
-    TESTS_EDITED,
     TIMEOUT_LIMIT,
-    TIMEOUT_STOP,
-    TOOLING_ENV_STOP,
-    UNVERIFIED_FAILURES,
     Decision,
     LoopPolicy,
     Observation,
@@ -49,7 +34,7 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
-from pytest_selfheal.records.vocab import TriageLabel
+from pytest_selfheal.records.vocab import StopReason, TriageLabel
 
 # Triage labels (history/triage.py) under which a failure is known not to be deterministic.
 KNOWN_FLAKY_LABELS: tuple[TriageLabel, ...] = (TriageLabel.FLAKY, TriageLabel.QUARANTINED)
@@ -95,7 +80,7 @@ def decide(
         # Only "nothing may run" answers are possible before the capture exists.
         if policy.enabled and not cancelled:
             raise ValueError("decide() needs at least the capture observation")
-        reason = DISABLED if not policy.enabled else CANCELLED
+        reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
         message = stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes)
         baseline = Progress(False, ("baseline",), False, ())
         return Decision(ACTION_STOP, reason, None, baseline, 0, 0, False, message, 0, (reason,))
@@ -113,23 +98,23 @@ def decide(
     stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
     green = is_success(cur) and not cur.provider_escaped
     holds: dict[str, bool] = {
-        DISABLED: not policy.enabled,
+        StopReason.DISABLED: not policy.enabled,
         # A green run after a provider escaped is no success: what it changed outside is unknown.
-        TESTS_EDITED: green and cur.tests_edited,
-        UNVERIFIED_FAILURES: green and unverified > 0,
-        SUCCESS: green,
-        CANCELLED: cancelled,
-        TOOLING_ENV_STOP: TOOLING_ENV in cur.failure_types,
-        SCOPE_EXPANSION_DENIED: cur.scope_denied,
-        PROVIDER_ESCAPED: cur.provider_escaped,
-        TIMEOUT_STOP: timeouts >= TIMEOUT_LIMIT,
-        REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
-        REPEATED_FINGERPRINT: verified and not flaky_only
+        StopReason.TESTS_EDITED: green and cur.tests_edited,
+        StopReason.UNVERIFIED_FAILURES: green and unverified > 0,
+        StopReason.SUCCESS: green,
+        StopReason.CANCELLED: cancelled,
+        StopReason.TOOLING_ENV: TOOLING_ENV in cur.failure_types,
+        StopReason.SCOPE_EXPANSION_DENIED: cur.scope_denied,
+        StopReason.PROVIDER_ESCAPED: cur.provider_escaped,
+        StopReason.TIMEOUT: timeouts >= TIMEOUT_LIMIT,
+        StopReason.REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
+        StopReason.REPEATED_FINGERPRINT: verified and not flaky_only
         and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
-        NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
-        NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
-        RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
-        MAX_ITERATIONS: iteration >= policy.max_iterations,
+        StopReason.NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
+        StopReason.NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
+        StopReason.RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
+        StopReason.MAX_ITERATIONS: iteration >= policy.max_iterations,
     }
     conditions = tuple(reason for reason in PRECEDENCE if holds[reason])
     if conditions:
@@ -138,7 +123,7 @@ def decide(
             reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes,
             unverified=unverified,
         )
-        if flaky_only and reason != SUCCESS:
+        if flaky_only and reason != StopReason.SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
                         + ", ".join(sorted(failing_tests(cur))[:5]) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")

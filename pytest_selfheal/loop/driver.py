@@ -24,9 +24,9 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Optional, Protocol
 
-from pytest_selfheal.analysis.rules import rules_for_run
+from pytest_selfheal.analysis.rules import Rule, rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot
@@ -71,7 +71,8 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.vocab import Line, final_tone
+from pytest_selfheal.records.run_result import LoopResult
+from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -98,7 +99,7 @@ class Verifier(Protocol):
 
 class Provider(Protocol):
     """A repair provider, called before each verification of a run (docs/loop.md): None
-    (no repair: the iteration only verifies) or the repair dict, whose ``worktree`` is
+    (no repair: the iteration only verifies) or its :class:`RepairBlock`, whose ``worktree`` is
     where the verification then runs. :class:`repair.provider.RepairSession` in production."""
 
     def __call__(
@@ -110,7 +111,7 @@ class Provider(Protocol):
         plan: Plan,
         last_attempt: Optional[Attempt],
         observations: Sequence[policy.Observation],
-    ) -> Optional[dict[str, Any]]: ...
+    ) -> Optional[RepairBlock]: ...
 
 
 def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
@@ -198,7 +199,7 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
     """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = incident.incident_id
-    argvs = verification_argv(plan.to_json())  # plan/build.py reads the JSON document
+    argvs = verification_argv(plan)
     if not argvs:
         raise InputError(
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
@@ -248,9 +249,9 @@ def run_loop(
     out: Optional[Callable[[str], None]] = None,
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
-) -> dict[str, Any]:
+) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
     Resumes from disk: completes a pending stop, else continues at the next attempt
@@ -260,7 +261,7 @@ def run_loop(
     ``cancelled`` (events only, the incident stays ``running`` and resumable) and raises
     ``Cancelled`` (exit 130). ``unattended`` (default: stdin is not a TTY) and
     ``approve`` feed ``apply_to.autonomous_plans``. For ``disabled`` stops the returned
-    dict has ``final_status: null`` and is not written to disk. ``hook_rules``: extra
+    result has ``final_status`` None and is not written to disk. ``hook_rules``: extra
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
     verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
@@ -299,9 +300,9 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
         context = read_context(store, incident_id)
         observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
         decision = decide(pol, observations, cancelled=True)
-        if decision.stop_reason != policy.CANCELLED:
+        if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
-            decision = _open_stop_decision(policy.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
+            decision = _open_stop_decision(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
         finalize(store, incident_id, decision, effective=effective, observations=observations, project_root=project_root)
     say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
 
@@ -318,12 +319,12 @@ def _drive(
     say: Callable[[str], None],
     state: CancelState,
     env: Optional[Mapping[str, str]],
-    hook_rules: Sequence[Mapping[str, Any]],
+    hook_rules: Sequence[Rule],
     verifier: Verifier,
-) -> dict[str, Any]:
+) -> LoopResult:
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
-    def close(decision: policy.Decision) -> dict[str, Any]:
+    def close(decision: policy.Decision) -> LoopResult:
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
         say(_final_line(incident_id, result))
@@ -347,7 +348,7 @@ def _drive(
     )
     if selection.refused is not None:
         iteration = len(split_runs(attempts, policy.reopened_after(incident))[1])
-        decision = _open_stop_decision(policy.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
+        decision = _open_stop_decision(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
         return result
@@ -373,9 +374,9 @@ def _drive(
         # A reopen is the user saying "the environment is fixed" or "it fails again": a
         # tooling_env or a success seen before it is checked by running the verification,
         # not repeated from the record (a resolved incident reopened after a regression).
-        rechecked = ({policy.TOOLING_ENV_STOP, policy.SUCCESS} if not run and policy.reopened_after(incident) is not None
+        rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run and policy.reopened_after(incident) is not None
                      else set())
-        if pre.stopped and pre.stop_reason != policy.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
+        if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
             # Before running anything: the capture alone is decisive (tooling_env,
             # max_iterations 0), the runtime budget is gone, or the config changed.
             return close(pre)
@@ -383,7 +384,7 @@ def _drive(
         repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                answer = provider(
+                repair = provider(
                     incident_id=incident_id,
                     iteration=next_number,
                     store=store,
@@ -391,8 +392,6 @@ def _drive(
                     last_attempt=run[-1] if run else None,
                     observations=list(observations),
                 )
-            # Parsed once, here: the attempt records it as its repair block.
-            repair = RepairBlock.from_json(answer, "the repair provider's result") if answer else None
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
             f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
@@ -429,7 +428,7 @@ def _verify_and_record(
     state: CancelState,
     env: Optional[Mapping[str, str]],
     mode: str,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
     invocation_dir: Optional[Path] = None,
 ) -> IterationOutcome:
@@ -493,7 +492,7 @@ def verify_iteration(
     project_root: Path,
     repair: Optional[RepairBlock] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Mapping[str, Any]] = (),
+    hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
 ) -> IterationOutcome:
     """Run ONE iteration now — the plan's verification selections, observe, record,
@@ -515,17 +514,17 @@ def verify_iteration(
     )
 
 
-def _final_line(incident_id: str, result: Mapping[str, Any]) -> str:
-    where = f" -> {result['archived_to']}" if result.get("archived_to") else ""
-    flaky = [str(n) for n in result.get("flaky_tests") or []]
+def _final_line(incident_id: str, result: LoopResult) -> str:
+    where = f" -> {result.archived_to}" if result.archived_to else ""
+    flaky = list(result.flaky_tests)
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
     verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
-    if result.get("stop_reason") == policy.TOOLING_ENV_STOP:
+    if result.stop_reason == StopReason.TOOLING_ENV:
         # Not code-fixable: the line says what to fix (the missing module, the failed command).
-        verdict += f"; {(result.get('decision') or {}).get('message') or ''}".rstrip("; ")
-    final = result.get("final_status")
+        verdict += f"; {result.decision.message if result.decision is not None else ''}".rstrip("; ")
+    final = result.final_status
     return Line(f"selfheal: incident {incident_id} {final or 'open'}: stop_reason "
-                f"{result.get('stop_reason')} after {result.get('loops_used')} iteration(s){where}{verdict}",
+                f"{result.stop_reason} after {result.loops_used} iteration(s){where}{verdict}",
                 final_tone(final))
 
 

@@ -43,44 +43,27 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # --------------------------------------------------------------------------- constants
 
-# The stop reasons (records/vocab.StopReason), by the names the loop uses.
-SUCCESS = StopReason.SUCCESS
-MAX_ITERATIONS = StopReason.MAX_ITERATIONS
-REPEATED_FINGERPRINT = StopReason.REPEATED_FINGERPRINT
-NO_PROGRESS = StopReason.NO_PROGRESS
-REPLAN_REQUESTED = StopReason.REPLAN_REQUESTED
-RUNTIME_BUDGET = StopReason.RUNTIME_BUDGET
-TOOLING_ENV_STOP = StopReason.TOOLING_ENV
-TIMEOUT_STOP = StopReason.TIMEOUT
-NO_FIX_FOUND = StopReason.NO_FIX_FOUND
-SCOPE_EXPANSION_DENIED = StopReason.SCOPE_EXPANSION_DENIED
-PROVIDER_ESCAPED = StopReason.PROVIDER_ESCAPED
-CANCELLED = StopReason.CANCELLED
-DISABLED = StopReason.DISABLED
-TESTS_EDITED = StopReason.TESTS_EDITED
-UNVERIFIED_FAILURES = StopReason.UNVERIFIED_FAILURES
-
 STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
 
 # When several stop conditions hold in one iteration the first in this order wins
 # (docs/loop.md "Precedence"): nothing runs when disabled; a green run is never reported
 # as a failure; then the most specific diagnosis before generic exhaustion.
 PRECEDENCE: tuple[StopReason, ...] = (
-    DISABLED,
-    TESTS_EDITED,
-    UNVERIFIED_FAILURES,
-    SUCCESS,
-    CANCELLED,
-    TOOLING_ENV_STOP,
-    SCOPE_EXPANSION_DENIED,
-    PROVIDER_ESCAPED,
-    TIMEOUT_STOP,
-    REPLAN_REQUESTED,
-    REPEATED_FINGERPRINT,
-    NO_PROGRESS,
-    NO_FIX_FOUND,
-    RUNTIME_BUDGET,
-    MAX_ITERATIONS,
+    StopReason.DISABLED,
+    StopReason.TESTS_EDITED,
+    StopReason.UNVERIFIED_FAILURES,
+    StopReason.SUCCESS,
+    StopReason.CANCELLED,
+    StopReason.TOOLING_ENV,
+    StopReason.SCOPE_EXPANSION_DENIED,
+    StopReason.PROVIDER_ESCAPED,
+    StopReason.TIMEOUT,
+    StopReason.REPLAN_REQUESTED,
+    StopReason.REPEATED_FINGERPRINT,
+    StopReason.NO_PROGRESS,
+    StopReason.NO_FIX_FOUND,
+    StopReason.RUNTIME_BUDGET,
+    StopReason.MAX_ITERATIONS,
 )
 
 ACTION_CONTINUE = "continue"
@@ -489,12 +472,12 @@ def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
     The one home of this mapping: :func:`decide`, the driver's run result and the event
     replay all call it.
     """
-    if stop_reason is None or stop_reason in (CANCELLED, DISABLED):
+    if stop_reason is None or stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
         # Nothing was decided about the failure: the incident stays open and resumable.
         return None
-    if stop_reason == SUCCESS:
+    if stop_reason == StopReason.SUCCESS:
         return FinalStatus.RESOLVED
-    if stop_reason == REPLAN_REQUESTED:
+    if stop_reason == StopReason.REPLAN_REQUESTED:
         return FinalStatus.REPLAN_REQUESTED
     return FinalStatus.ESCALATED
 
@@ -551,7 +534,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
             tests_edited=bool(attempt.tests_edited),
-            provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(PROVIDER_ESCAPED)),
+            provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=environment_of(attempt.failures),
         )
     except ValueError as exc:  # an unknown repair result

@@ -21,7 +21,7 @@ under ``loop_stops`` (events only, not compared).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
@@ -41,30 +41,45 @@ from pytest_selfheal.store.root import Store
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
 
-def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> dict[str, Any]:
+class _Iteration(NamedTuple):
+    """One iteration of the compared state (its ``_asdict()`` is the JSON entry)."""
+
+    iteration: Any  # as the record holds it (an int; a hand-edited log may hold anything)
+    verification_passed: bool
+    fingerprints: list[str]
+    result: Any
+    stop_reason: Any
+
+
+class _Stop(NamedTuple):
+    """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
+
+    iteration: Any
+    stop_reason: Any
+    final_status: Any = None
+
+
+def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> _Iteration:
     fingerprints = record.get("fingerprints")
-    return {
-        "iteration": record.get("iteration"),
-        "verification_passed": bool(record.get("verification_passed", False)),
-        "fingerprints": [str(f) for f in fingerprints] if isinstance(fingerprints, list) else [],
-        "result": record.get("result"),
-        "stop_reason": record.get("stop_reason"),
-    }
+    return _Iteration(
+        iteration=record.get("iteration"),
+        verification_passed=bool(record.get("verification_passed", False)),
+        fingerprints=[str(f) for f in fingerprints] if isinstance(fingerprints, list) else [],
+        result=record.get("result"),
+        stop_reason=record.get("stop_reason"),
+    )
 
 
 def _stop_in_force(
-    iterations: Sequence[Mapping[str, Any]],
-    closing: Optional[Mapping[str, Any]],
-    status: Optional[str],
-    reopened: Optional[int],
+    iterations: Sequence[_Iteration], closing: Optional[_Stop], status: Optional[str], reopened: Optional[int]
 ) -> Optional[str]:
-    last = iterations[-1]["iteration"] if iterations else 0
+    last = iterations[-1].iteration if iterations else 0
     if stop_is_history(reopened, last, status):
         return None  # reopened and not stopped since: the old stop is history, not in force
-    if closing is not None and closing.get("iteration") == last and closing.get("stop_reason"):
-        return str(closing["stop_reason"])
-    if iterations and iterations[-1].get("result") == "stop":
-        reason = iterations[-1].get("stop_reason")
+    if closing is not None and closing.iteration == last and closing.stop_reason:
+        return str(closing.stop_reason)
+    if iterations and iterations[-1].result == "stop":
+        reason = iterations[-1].stop_reason
         return str(reason) if reason else None
     return None
 
@@ -73,17 +88,18 @@ def _state(
     incident_id: Optional[str],
     status: Optional[str],
     bucket: str,
-    iterations: list[dict[str, Any]],
-    closing: Optional[Mapping[str, Any]],
+    iterations: Sequence[_Iteration],
+    closing: Optional[_Stop],
     archived_to: Optional[str],
     reopened: Optional[int] = None,
 ) -> dict[str, Any]:
+    """The compared state as its JSON document (``selfheal replay --json`` prints it)."""
     stop_reason = _stop_in_force(iterations, closing, status, reopened)
     return {
         "incident_id": incident_id,
         "status": status,
         "bucket": bucket,
-        "iterations": iterations,
+        "iterations": [entry._asdict() for entry in iterations],
         "stop_reason": stop_reason,
         "final_status": final_status_of(stop_reason),
         "archived_to": archived_to,
@@ -105,10 +121,10 @@ def replay(events: Sequence[Event]) -> dict[str, Any]:
     status: Optional[str] = None
     bucket = INBOX
     archived_to: Optional[str] = None
-    by_number: dict[int, dict[str, Any]] = {}
-    closing: Optional[dict[str, Any]] = None
+    by_number: dict[int, _Iteration] = {}
+    closing: Optional[_Stop] = None
     reopened: Optional[int] = None
-    stops: list[dict[str, Any]] = []
+    stops: list[_Stop] = []
     for record in events:
         name = record.event
         if incident_id is None and record.incident_id is not None:
@@ -129,16 +145,12 @@ def replay(events: Sequence[Event]) -> dict[str, Any]:
             if isinstance(number, int) and not isinstance(number, bool):
                 by_number[number] = _iteration_entry(record)
         elif name == LOOP_STOPPED:
-            stop = {
-                "iteration": record.get("iteration"),
-                "stop_reason": record.get("stop_reason"),
-                "final_status": record.get("final_status"),
-            }
+            stop = _Stop(record.get("iteration"), record.get("stop_reason"), record.get("final_status"))
             stops.append(stop)
-            if stop["final_status"]:
+            if stop.final_status:
                 closing = stop
     state = _state(incident_id, status, bucket, [by_number[k] for k in sorted(by_number)], closing, archived_to, reopened)
-    state["loop_stops"] = stops
+    state["loop_stops"] = [stop._asdict() for stop in stops]
     return state
 
 
@@ -152,11 +164,7 @@ def state_from_disk(store: Store, incident_id: str) -> dict[str, Any]:
         # The data its verification_finished event holds: the same entry as the replay's.
         iterations.append(_iteration_entry(verification_event(attempt)))
     run_result = store.read_run_result(incident_id)
-    closing = (
-        {"iteration": run_result.iteration, "stop_reason": run_result.stop_reason}
-        if run_result is not None
-        else None
-    )
+    closing = _Stop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
     archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
     try:
         reopened = stop_history_after(store.read_incident(incident_id))

@@ -28,7 +28,7 @@ from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.vocab import IncidentStatus
+from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
 
@@ -79,7 +79,7 @@ def split_runs(
     """
     boundary = -1
     for index, attempt in enumerate(attempts):
-        if attempt.result == policy.ACTION_STOP and attempt.stop_reason == policy.REPLAN_REQUESTED:
+        if attempt.result == policy.ACTION_STOP and attempt.stop_reason == StopReason.REPLAN_REQUESTED:
             boundary = index
         if reopened and attempt.iteration == reopened:
             boundary = index  # attempts are sorted: a later replan still moves it on
@@ -179,7 +179,7 @@ def pending_stop(
     if source is None or not source.stop_reason:
         return None
     decision = _decision_from_record(source)
-    if decision.stop_reason == policy.REPLAN_REQUESTED and (
+    if decision.stop_reason == StopReason.REPLAN_REQUESTED and (
         status == IncidentStatus.PLANNED or (replanned_at == last and status != IncidentStatus.PLAN_PROPOSED)
     ):
         return None

@@ -22,7 +22,6 @@ parametrised ids with spaces or brackets survive the round trip.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import shlex
 from collections.abc import Mapping, Sequence
@@ -39,6 +38,7 @@ from pytest_selfheal.plan.groups import (
     selection_file,
 )
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
+from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.models import (
@@ -350,19 +350,14 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
     }, "the built plan")
 
 
-def verification_argv(plan: Mapping[str, Any]) -> list[list[str]]:
+def verification_argv(plan: Plan) -> list[list[str]]:
     """The plan's ``verification_commands`` as argv lists (``shlex.split``, never a shell).
 
     Raises :class:`~pytest_selfheal.errors.InputError` for a hand-edited plan whose
-    commands are missing, not strings, empty or unbalanced in their quoting.
+    commands are empty or unbalanced in their quoting (reading the plan checked the types).
     """
-    commands = plan.get("verification_commands")
-    if not isinstance(commands, list):
-        raise InputError("plan.json: 'verification_commands' must be a list of strings")
     argvs: list[list[str]] = []
-    for i, command in enumerate(commands):
-        if not isinstance(command, str):
-            raise InputError(f"plan.json: verification_commands[{i}] must be a string")
+    for i, command in enumerate(plan.verification_commands):
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -528,30 +523,27 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
-def _attempt_fingerprints(attempt: Mapping[str, Any]) -> list[str]:
-    failures = attempt.get("failures")
-    if isinstance(failures, list):
-        fps = [f.get("fingerprint") for f in failures if isinstance(f, Mapping)]
-        return [fp for fp in fps if isinstance(fp, str) and fp]
-    signature = attempt.get("error_signature")
-    return [signature] if isinstance(signature, str) and signature else []
+def _attempt_fingerprints(attempt: Attempt) -> list[str]:
+    # An attempt whose document has no ``failures`` list (an older one) names its signature.
+    if attempt.failures or (attempt.keys is not None and "failures" in attempt.keys):
+        return [f.fingerprint for f in attempt.failures if f.fingerprint]
+    return [attempt.error_signature] if attempt.error_signature else []
 
 
-def replan(
-    plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], *, generated_at: Optional[str] = None
-) -> dict[str, Any]:
+def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[str] = None) -> Plan:
     """A new revision of ``plan`` after ``replan_requested``: what was tried is written in.
 
-    ``attempts`` are the ``attempt_XX.json`` records of the run that asked for the
-    replan. The summary gains a note of the iterations and fingerprints seen, the old
-    hypotheses lose one confidence level (they did not pan out), a new hypothesis says
-    the cause may lie outside the plan's target paths, and ``revision`` is bumped.
+    ``attempts`` are the attempts of the run that asked for the replan. The summary gains
+    a note of the iterations and fingerprints seen, the old hypotheses lose one confidence
+    level (they did not pan out), a new hypothesis says the cause may lie outside the
+    plan's target paths, and ``revision`` is bumped. The new revision is built on the
+    plan's document, so every key it had stays in place.
     """
-    new = copy.deepcopy(dict(plan))
-    revision = _revision(plan)
+    new = plan.to_json()  # a fresh document: ``plan`` is not modified
+    revision = _revision(new)
     fingerprints = _unique([fp for a in attempts for fp in _attempt_fingerprints(a)])
     iterations = len(attempts)
-    applied = _unique([str(x) for a in attempts for x in (a.get("actions_applied") or []) if isinstance(x, str)])
+    applied = _unique([x for a in attempts for x in a.actions_applied])
     note = (
         f"Revision {revision + 1}: {iterations} iteration{'s' if iterations != 1 else ''} "
         f"of revision {revision} made no "
@@ -560,17 +552,17 @@ def replan(
         + ")."
     )
     # The summary carries only the latest note; replan_history keeps them all.
-    base_summary = str(plan.get("base_summary") or plan.get("summary", ""))
+    base_summary = str(new.get("base_summary") or new.get("summary", ""))
     new["base_summary"] = base_summary
     joiner = " " if not base_summary or base_summary.endswith((".", "!", "?")) else ". "
     new["summary"] = f"{base_summary}{joiner}{note}".strip()
-    hypotheses = [dict(h) for h in plan.get("root_cause_hypotheses", []) if isinstance(h, Mapping)]
+    hypotheses = [dict(h) for h in new.get("root_cause_hypotheses", []) if isinstance(h, Mapping)]
     for hyp in hypotheses:
         hyp["confidence"] = _LOWER.get(str(hyp.get("confidence")), "low")
     targets = _unique(
         [
             p
-            for a in plan.get("actions", [])
+            for a in new.get("actions", [])
             if isinstance(a, Mapping)
             for p in (a.get("target_paths") or [])
             if isinstance(p, str)
@@ -591,9 +583,9 @@ def replan(
     )
     new["root_cause_hypotheses"] = hypotheses
     new["revision"] = revision + 1
-    history = list(plan.get("replan_history", []) or [])
+    history = list(new.get("replan_history", []) or [])
     history.append({"revision": revision, "iterations": iterations, "fingerprints_seen": fingerprints})
     new["replan_history"] = history
     if generated_at is not None:
         new["generated_at"] = generated_at
-    return new
+    return Plan.from_json(new, "the new plan revision")

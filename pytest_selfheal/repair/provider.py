@@ -43,7 +43,6 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.loop.policy import (
-    PROVIDER_ESCAPED,
     REPAIR_CRASHED,
     REPAIR_DIFF,
     REPAIR_NO_FIX_FOUND,
@@ -52,10 +51,11 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -223,7 +223,7 @@ class RepairSession:
         # Import locations of the user's tree the verification could not point at the worktree.
         self.not_redirected: list[str] = []
         self.policy = LoopPolicy.from_settings(settings)
-        self.results: list[dict[str, Any]] = []
+        self.results: list[RepairBlock] = []
 
     # -- the provider seam
 
@@ -237,8 +237,8 @@ class RepairSession:
         last_attempt: Optional[Attempt] = None,
         observations: Sequence[Any] = (),
         **_: Any,
-    ) -> dict[str, Any]:
-        """One repair before verification ``iteration`` (the attempt number)."""
+    ) -> RepairBlock:
+        """One repair before verification ``iteration`` (the attempt number): the attempt's repair block."""
         store = store or self.store
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
@@ -291,27 +291,28 @@ class RepairSession:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
             call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
-        result = self._inspect(iteration, call, before, plan, targets, globs)
+        document = self._inspect(iteration, call, before, plan, targets, globs)
         if escaped:
-            result[PROVIDER_ESCAPED] = escaped
+            document[StopReason.PROVIDER_ESCAPED] = escaped
             self.say(f"selfheal: incident {incident_id} repair {iteration}: {call.message}; stopping "
-                     f"({PROVIDER_ESCAPED}), nothing of this repair is applied")
+                     f"({StopReason.PROVIDER_ESCAPED}), nothing of this repair is applied")
+        result = RepairBlock.from_json(document, "the repair provider's result")
         self.results.append(result)
         store.append_event(
             incident_id,
             ev.REPAIR_ATTEMPT_COMPLETED,
             iteration=iteration,
             attempt=iteration,
-            provider=result["provider"],
-            result=result["result"],
-            files_changed=result["files_changed"],
-            patch=result["patch"],
-            scope_denied=result["scope_denied"],
+            provider=result.provider,
+            result=result.result,
+            files_changed=list(result.files_changed),
+            patch=result.patch,
+            scope_denied=result.scope_denied,
             failureSignature=signature,
         )
-        shown = f" ({', '.join(result['files_changed'])})" if result["files_changed"] else ""
-        denied = " — out of scope, not approved, rolled back" if result["scope_denied"] else ""
-        self.say(f"selfheal: incident {incident_id} repair {iteration}: {result['result']}{shown}{denied}")
+        shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
+        denied = " — out of scope, not approved, rolled back" if result.scope_denied else ""
+        self.say(f"selfheal: incident {incident_id} repair {iteration}: {result.result}{shown}{denied}")
         return result
 
     def describe(self) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks
+from pytest_selfheal.analysis.rules import Rule, parse_hook_rules
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import isolated_git_env
@@ -24,7 +25,7 @@ from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.records.run_result import LoopResult, RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.approval import Approver, approver_from
 from pytest_selfheal.repair.patch_summary import refusal, summarise
@@ -87,9 +88,9 @@ def repair_loop(
     out: Optional[Say] = None,
     input_fn: Optional[Callable[[str], str]] = None,
     env: Optional[Mapping[str, str]] = None,
-    hook_rules: Optional[Sequence[Mapping[str, Any]]] = None,
+    hook_rules: Optional[Sequence[Rule]] = None,
     unattended: Optional[bool] = None,
-) -> dict[str, Any]:
+) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
 
     1. create a worktree of the repository containing ``project_root`` holding the user's
@@ -114,7 +115,7 @@ def repair_loop(
     approver = approver_from(
         approve=approve, config_approve=effective.settings.repair.approve, interactive=interactive, input_fn=input_fn
     )
-    rules = list(hook_rules) if hook_rules is not None else hooks.classification_rules(pm)
+    rules = list(hook_rules) if hook_rules is not None else parse_hook_rules(hooks.classification_rules(pm))
     with isolated_git_env():
         store.locate(incident_id)  # an unknown id fails before a worktree is made
         _remove_stale(store, incident_id)
@@ -160,18 +161,18 @@ def repair_loop(
 def _close_out(
     store: Store,
     incident_id: str,
-    result: dict[str, Any],
+    result: LoopResult,
     *,
     wt: Worktree,
     session: RepairSession,
     approver: Approver,
     say: Say,
-) -> dict[str, Any]:
+) -> LoopResult:
     """final.patch, approval, apply; the ``repair`` block of the run result."""
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
-    resolved = result.get("final_status") == FinalStatus.RESOLVED
+    resolved = result.final_status == FinalStatus.RESOLVED
     block: dict[str, Any] = {
         "final_patch": None,
         "applied": False,
@@ -184,7 +185,7 @@ def _close_out(
         path = write_patch(store, incident_id, FINAL_PATCH, patch)
         block["final_patch"] = FINAL_PATCH
         store.append_event(
-            incident_id, ev.DIFF_PROPOSED, iteration=result.get("iteration"), kind="final", diffId=FINAL_PATCH,
+            incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final", diffId=FINAL_PATCH,
             patch=FINAL_PATCH, files_changed=files, final=True,
         )
         if session.redactor.redact(patch.decode("utf-8", errors="replace")) != patch.decode("utf-8", errors="replace"):
@@ -237,13 +238,11 @@ def _close_out(
             except OSError as exc:
                 raise fsio.io_error("remove", store.runs_dir(incident_id) / FINAL_PATCH, exc) from None
         block["message"] = "no change was proposed" if not resolved else "resolved without a code change"
-    result = dict(result)
-    result["repair"] = block
+    repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
     existing = store.read_run_result(incident_id)
-    if existing is not None and (existing.iteration, existing.stop_reason) == (result.get("iteration"), result.get("stop_reason")):
-        repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+    if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
         store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
-    return result
+    return dataclasses.replace(result, repair=repair)
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -57,8 +57,8 @@ _UNFINISHED_RANK = 2
 # Stop reasons in the loop's own precedence (most specific diagnosis first), except that
 # success ranks last and "no stop reason yet" just before it.
 REASON_ORDER: tuple[Optional[str], ...] = tuple(
-    r for r in policy.PRECEDENCE if r != policy.SUCCESS
-) + (None, policy.SUCCESS)
+    r for r in policy.PRECEDENCE if r != StopReason.SUCCESS
+) + (None, StopReason.SUCCESS)
 
 
 # --------------------------------------------------------------------------- input
@@ -353,7 +353,7 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
         nodeids = strs(action.get("nodeids"))
         count, passed = _task_progress(nodeids, iterations)
         if passed:
-            task_stop: Optional[str] = policy.SUCCESS
+            task_stop: Optional[str] = StopReason.SUCCESS
         elif finished and (count > 0 or loops_used == 0):
             task_stop = stop_reason  # the loop stopped while this action was still failing
         else:

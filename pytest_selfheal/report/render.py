@@ -17,9 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
-from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
-from pytest_selfheal.records.vocab import Line, final_tone
+from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.report.data import REPORT_TITLE, flatten_config, unique
 from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
 
@@ -438,7 +437,7 @@ def _mermaid(entry: ReportIncident) -> list[str]:
         end = "loop not finished"
     nodes.append(f'  stop(["{end}"])')
     edges.append(f"  {previous} --> stop")
-    (passes if reason == policy.SUCCESS else fails).append("stop")
+    (passes if reason == StopReason.SUCCESS else fails).append("stop")
     return (["```mermaid", "flowchart LR"] + nodes + edges + [
         "  classDef pass fill:#dafbe1,stroke:#1a7f37",
         "  classDef fail fill:#ffebe9,stroke:#cf222e",

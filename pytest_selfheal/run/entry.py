@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 import pluggy
 
 from pytest_selfheal import hooks
+from pytest_selfheal.analysis.rules import parse_hook_rules
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.verify import verification_root
@@ -69,9 +70,9 @@ def run_incident_loop(
             f"verifying in {project_root}")
     if interactive is None:
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
-    rules = hooks.classification_rules(pluginmanager)
+    rules = parse_hook_rules(hooks.classification_rules(pluginmanager))
     if not verify_only and has_repair_provider(effective, pluginmanager):
-        result = importlib.import_module(_REPAIR_SESSION).repair_loop(
+        result: LoopResult = importlib.import_module(_REPAIR_SESSION).repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
             unattended=unattended,
@@ -81,4 +82,4 @@ def run_incident_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
             unattended=unattended, env=env, hook_rules=rules,
         )
-    return LoopResult.from_json(result, f"the loop of {incident_id}")
+    return result
