@@ -69,7 +69,7 @@ from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.loop.policy import TESTS_EDITED
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus
-from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
@@ -215,7 +215,7 @@ def _resolve(path: Path, cwd: Path) -> Path:
 def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> tuple[EffectiveConfig, Redactor]:
     overrides: list[Override] = [parse_override(text, origin) for text, origin in options.overrides]
     effective = load_config(cwd, env=env, overrides=overrides)
-    return effective, default_redactor(effective.settings.redaction, env=env)
+    return effective, effective.redactor
 
 
 def _write_report_files(

@@ -56,7 +56,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
 from pytest_selfheal.repair.escape import changes, user_state
@@ -215,7 +215,7 @@ class RepairSession:
         self.say: Say = say or (lambda line: None)
         self.env = env
         settings = effective.settings
-        self.redactor: Redactor = default_redactor(settings.redaction)
+        self.redactor: Redactor = effective.redactor
         self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
         self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
         self.globs: list[str] = list(settings.repair.allowed_paths)
