@@ -42,6 +42,7 @@ from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
+from pytest_selfheal.hookspecs import RepairRequest
 from pytest_selfheal.loop.policy import (
     PROVIDER_ESCAPED,
     REPAIR_CRASHED,
@@ -336,7 +337,7 @@ class RepairSession:
     ) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
-            request = {
+            request: RepairRequest = {
                 "incident_id": self.incident_id,
                 "iteration": iteration,
                 "worktree": str(self.wt.project_root),
