@@ -4,11 +4,13 @@
 from the run's verdict, or read back from an untrusted artifact by ``sanitize_ci_info``
 (every field checked there); written by :meth:`CiInfo.to_json`, its one JSON boundary.
 :class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
-the one place the client looks inside a comment's JSON.
+the one place the client looks inside a comment's JSON. :class:`ActionInputs`, the action's
+``INPUT_*`` variables, parsed by ``github/ci_inputs.action_inputs``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -66,4 +68,21 @@ class IssueComment(Frozen):
         )
 
 
-__all__ = ["CiInfo", "IssueComment"]
+@dataclass(frozen=True, eq=False, repr=False)
+class ActionInputs(Frozen):
+    """The inputs of the GitHub Action that are set, parsed (None or empty: not set)."""
+
+    pytest_args: tuple[str, ...] = ()
+    working_directory: Optional[Path] = None
+    #: ``(KEY=VALUE text, origin)`` config overrides: the ``config`` lines, then ``repair-command``.
+    overrides: tuple[tuple[str, str], ...] = ()
+    comment: Optional[bool] = None
+    fail_on_unresolved: Optional[bool] = None
+    pass_on_proposed_fix: Optional[bool] = None
+    report_name: Optional[str] = None
+    comment_from: Optional[Path] = None
+    pull_request: Optional[int] = None
+    expected_head_sha: Optional[str] = None
+
+
+__all__ = ["ActionInputs", "CiInfo", "IssueComment"]
