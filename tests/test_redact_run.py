@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,10 @@ def test_the_redactor_of_a_config_is_built_once() -> None:
     effective = merge_layers([("test", {"redaction": {"patterns": ["ACME-[0-9]{5}"]}})])
     assert effective.redactor is effective.redactor
     assert effective.redactor.redact(f"x {SECRET} y") == "x [REDACTED] y"
+
+
+def test_a_suspicious_project_pattern_compiles_without_a_python_warning() -> None:
+    effective = merge_layers([("test", {"redaction": {"patterns": ["[[a]"]}})])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert effective.redactor.redact("bcd") == "bcd"
