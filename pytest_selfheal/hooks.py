@@ -12,12 +12,13 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pluggy
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.errors import ConfigError, one_line
+from pytest_selfheal.hookspecs import ClassificationRule, RepairAnswer, RepairRequest
 
 ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
@@ -56,10 +57,10 @@ def _caller(pm: Optional[pluggy.PluginManager], name: str) -> Optional[Any]:
     return getattr(pm.hook, name, None) if pm is not None else None
 
 
-def classification_rules(pm: Optional[pluggy.PluginManager]) -> list[Mapping[str, Any]]:
+def classification_rules(pm: Optional[pluggy.PluginManager]) -> list[ClassificationRule]:
     """Rules contributed by ``pytest_selfheal_classification_rules``, in hook-call order."""
     caller = _caller(pm, "pytest_selfheal_classification_rules")
-    rules: list[Mapping[str, Any]] = []
+    rules: list[ClassificationRule] = []
     if caller is not None:
         for contributed in caller():
             rules.extend(contributed or [])
@@ -75,10 +76,13 @@ def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> list[str]:
     return [i.plugin_name for i in reversed(impls)]  # pluggy calls the last registered (and tryfirst) first
 
 
-def call_repair(pm: pluggy.PluginManager, request: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
-    """``pytest_selfheal_repair(request)`` through pluggy: the first non-None answer (firstresult)."""
+def call_repair(pm: pluggy.PluginManager, request: RepairRequest) -> Optional[RepairAnswer]:
+    """``pytest_selfheal_repair(request)`` through pluggy: the first non-None answer (firstresult);
+    an answer that is not a mapping is its ``result`` (checked by the caller)."""
     answer = pm.hook.pytest_selfheal_repair(request=request)
-    return answer if answer is None or isinstance(answer, Mapping) else {"result": answer}
+    if answer is None or isinstance(answer, Mapping):
+        return cast(Optional[RepairAnswer], answer)
+    return cast(RepairAnswer, {"result": answer})
 
 
 def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optional[TracebackType]) -> Optional[str]:
@@ -95,7 +99,8 @@ def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optio
 
 
 def report_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Extra report sections from ``pytest_selfheal_report_sections``, in hook-call order."""
+    """Extra report sections (:class:`~pytest_selfheal.hookspecs.ReportSection`) from
+    ``pytest_selfheal_report_sections``, in hook-call order; unchecked (report/sections.py checks)."""
     caller = _caller(pm, "pytest_selfheal_report_sections")
     sections: list[dict[str, str]] = []
     if caller is not None:

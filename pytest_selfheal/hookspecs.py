@@ -8,15 +8,60 @@ under the entry-point group ``pytest_selfheal`` (docs/hooks.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 import pluggy
 
 hookspec = pluggy.HookspecMarker("pytest")
 
 
+# The payloads of the hooks: plain dicts at run time (a plugin returns a dict literal), their
+# shapes written down here for type checkers. What a plugin returns is checked where it is used.
+
+
+class ClassificationRule(TypedDict, total=False):
+    """A rule of ``pytest_selfheal_classification_rules`` (``name``, ``pattern`` and
+    ``failure_type`` are required; the rules module checks every field)."""
+
+    name: str
+    pattern: str
+    failure_type: str
+    code_fixable: bool
+    transient: bool
+    failure_class: str
+    keywords: list[str]
+
+
+class RepairRequest(TypedDict):
+    """What ``pytest_selfheal_repair`` is asked: ``plan`` is the plan's JSON (docs/hooks.md),
+    ``failures`` the incident's failing tests as in ``incident.json``."""
+
+    incident_id: str
+    iteration: int
+    worktree: str
+    prompt: str
+    prompt_file: str
+    plan: dict[str, Any]
+    failures: list[Any]
+
+
+class RepairAnswer(TypedDict, total=False):
+    """A repair provider's answer: ``result`` is ``"done"`` or ``"gave_up"``."""
+
+    result: str
+    message: str
+    provider: str
+
+
+class ReportSection(TypedDict):
+    """An extra report section."""
+
+    title: str
+    markdown: str
+
+
 @hookspec
-def pytest_selfheal_classification_rules() -> Optional[Sequence[Mapping[str, Any]]]:
+def pytest_selfheal_classification_rules() -> Optional[Sequence[ClassificationRule]]:
     """Return extra classification rules, tried before the configured and built-in ones.
 
     Each rule is a mapping like the ``classification.rules`` config entries:
@@ -28,7 +73,7 @@ def pytest_selfheal_classification_rules() -> Optional[Sequence[Mapping[str, Any
 
 
 @hookspec(firstresult=True)
-def pytest_selfheal_repair(request: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+def pytest_selfheal_repair(request: RepairRequest) -> Optional[RepairAnswer]:
     """Repair provider: change code in ``request["worktree"]`` between two iterations.
 
     ``request`` carries ``incident_id``, ``iteration``, ``worktree`` (a path: an isolated
@@ -43,7 +88,7 @@ def pytest_selfheal_repair(request: Mapping[str, Any]) -> Optional[Mapping[str, 
 
 
 @hookspec
-def pytest_selfheal_report_sections(report: Mapping[str, Any]) -> Optional[list[dict[str, str]]]:
+def pytest_selfheal_report_sections(report: Mapping[str, Any]) -> Optional[list[ReportSection]]:
     """Return extra report sections: a list of ``{"title": ..., "markdown": ...}``.
 
     ``report`` is the report's JSON data (docs/report.md). Sections are appended after the

@@ -74,7 +74,7 @@ def test_list_follows_pagination(fake_github: FakeGitHub, per_page: int) -> None
     fake_github.max_per_page = per_page
     ids = [fake_github.add_comment(PR, f"c{i}", "someone") for i in range(23)]
     listed = list(client_for(fake_github).list_issue_comments(PR))
-    assert [c["id"] for c in listed] == ids
+    assert [c.id for c in listed] == ids
     gets = fake_github.requests_to("GET", "/comments")
     assert len(gets) == -(-23 // per_page)
     assert gets[0].query["per_page"] == ["100"]

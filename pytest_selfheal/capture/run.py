@@ -35,7 +35,7 @@ from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.redact import Redactor, default_redactor, redact_cases
+from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
@@ -209,7 +209,7 @@ def analyse_run(
     """Fingerprinted, classified, redacted failures of this run's failing reports, with
     target paths. ``redactor``: the run's (default: built from ``effective``)."""
     xmlpath = getattr(config.option, "xmlpath", None)
-    redactor = redactor or default_redactor(effective.settings.redaction)
+    redactor = redactor or effective.redactor
     reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
         reports,
@@ -250,7 +250,7 @@ def capture_incident(
     (over the junit reader's cap): recorded, so the incident can never end in ``success``.
     """
     rootdir = Path(config.rootpath)
-    redactor = redactor or default_redactor(effective.settings.redaction)
+    redactor = redactor or effective.redactor
     reports = redact_nodeids(reports, redactor)
     tdd_nodeids = [redactor.redact(n) for n in tdd_nodeids]
     run_id = new_run_id()

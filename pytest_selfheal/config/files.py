@@ -13,6 +13,7 @@ parsed and checked before anything is returned: a bad one raises ConfigError (on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -297,5 +298,6 @@ def load_config(
         ini = found[1] if found else {}
         if found:
             ini_origin = f"pytest ini ({found[0]})"
-    return build_effective_config(file_layers, ini=ini, ini_origin=ini_origin or "pytest ini",
-                                  overrides=overrides)
+    effective = build_effective_config(file_layers, ini=ini, ini_origin=ini_origin or "pytest ini",
+                                       overrides=overrides)
+    return effective if env is os.environ else dataclasses.replace(effective, environ=env)

@@ -23,12 +23,15 @@ result, once per :class:`EffectiveConfig`. Code reads settings, never the raw ma
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
+import importlib
 import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Union
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
@@ -51,6 +54,9 @@ from pytest_selfheal.config.keys import (
 )
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records.frozen import Frozen, dataclass
+
+if TYPE_CHECKING:
+    from pytest_selfheal.redact import Redactor
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                "false": False, "no": False, "off": False, "0": False}
@@ -213,6 +219,19 @@ class EffectiveConfig(Frozen):
     values: dict[str, Any]
     origins: dict[str, str]
     settings: Settings
+    # The environment the files were read with (None: ``os.environ``); the redactor hides its secrets.
+    environ: Optional[Mapping[str, str]] = dataclasses.field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        """The run's one redactor: ``redaction`` settings and the environment, built on first use.
+
+        Everything a run writes or posts is redacted by it (store, report, CLI output, MCP,
+        PR comment). The redact module is loaded then: a green run never imports it.
+        """
+        redact = importlib.import_module("pytest_selfheal.redact")
+        built: Redactor = redact.default_redactor(self.settings.redaction, env=self.environ)
+        return built
 
     def get(self, dotted: str) -> Any:
         """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).

@@ -80,7 +80,7 @@ def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
     return HookPayload(agent, _field(data, "conversation_id", str, "") or "", first, loops > 0, loops)
 
 
-def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, Any]:
+def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:
     """The JSON the agent reads on the hook's stdout (exit code 0 either way)."""
     if agent is Agent.CLAUDE:
         if answer.block:

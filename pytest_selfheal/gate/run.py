@@ -30,6 +30,7 @@ from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
 from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -80,7 +81,7 @@ CONTINUE_NEXT = ("fix the code at the target paths below, never the failing test
                  "again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
 
 
-def _digest(project: Project, store: Store, verdict: dict[str, Any], limit: int, redactor: Any) -> str:
+def _digest(project: Project, store: Store, verdict: dict[str, Any], limit: int, redactor: Redactor) -> str:
     open_id = verdict.get("incident_id")
     shown = {**verdict, "next": CONTINUE_NEXT}
     more = f"`selfheal show {open_id}` prints the whole digest" if open_id else "`selfheal status` lists them"
@@ -97,7 +98,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     args: Optional[list[str]] = None if open_incidents(store) else list(gate.pytest_args)
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
-    redactor = project.redactor(effective)
+    redactor = effective.redactor
     if verdict.get("decision") != "CONTINUE":
         _remember(store, payload, 0)
         return GateAnswer(False, redactor.redact(one_line(_stop_text(verdict), gate.max_chars)))

@@ -243,7 +243,7 @@ def _as_number(value: Any) -> Optional[int]:
 
 
 def _get(mapping: Any, key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, dict) else None
+    return mapping.get(key) if isinstance(mapping, Mapping) else None
 
 
 #: Events whose payload carries ``pull_request`` directly.
@@ -262,17 +262,16 @@ def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> 
     - ``issue_comment``: ``event["issue"]["number"]`` when the issue is a pull request;
     - anything else: None.
     """
-    data: dict[str, Any] = dict(event) if isinstance(event, Mapping) else {}
     if event_name in PULL_REQUEST_EVENTS:
-        number = _as_number(_get(data.get("pull_request"), "number"))
-        return number if number is not None else _as_number(data.get("number"))
+        number = _as_number(_get(_get(event, "pull_request"), "number"))
+        return number if number is not None else _as_number(_get(event, "number"))
     if event_name == "workflow_run":
-        prs = _get(data.get("workflow_run"), "pull_requests")
+        prs = _get(_get(event, "workflow_run"), "pull_requests")
         if isinstance(prs, list) and prs:
             return _as_number(_get(prs[0], "number"))
         return None
     if event_name == "issue_comment":
-        issue = data.get("issue")
+        issue = _get(event, "issue")
         if _get(issue, "pull_request"):
             return _as_number(_get(issue, "number"))
         return None

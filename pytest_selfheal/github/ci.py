@@ -15,6 +15,7 @@ action's inputs are in :mod:`.ci_inputs`, the verdict and its markdown in :mod:`
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import os
 import secrets
@@ -66,9 +67,10 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
@@ -214,7 +216,7 @@ def _resolve(path: Path, cwd: Path) -> Path:
 def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> tuple[EffectiveConfig, Redactor]:
     overrides: list[Override] = [parse_override(text, origin) for text, origin in options.overrides]
     effective = load_config(cwd, env=env, overrides=overrides)
-    return effective, default_redactor(effective.settings.redaction, env=env)
+    return effective, effective.redactor
 
 
 def _write_report_files(
@@ -238,7 +240,7 @@ def _publish(
     ctx: ActionsContext,
     env: Mapping[str, str],
     options: CiOptions,
-    info: Mapping[str, Any],
+    info: CiInfo,
     rep: _Reporter,
 ) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment (each failure
@@ -250,7 +252,7 @@ def _publish(
     if not options.comment:
         return
     # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
-    create = info["final_status"] not in (FinalStatus.PASSED, "no_incidents")
+    create = info.final_status not in (FinalStatus.PASSED, "no_incidents")
     result.comment = post_comment(
         ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
         create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
@@ -369,7 +371,7 @@ def run_ci(
         rep.warn(redactor.redact(str(exc)))
         markdown = render_ci_markdown(report, info, error=loop_error, proposed_patch=proposed)
     markdown = redactor.redact(markdown)
-    document = redactor.redact_obj({**report, "ci": info})
+    document = redactor.redact_obj({**report, "ci": info.to_json()})
     if error is not None:
         exit_code = error.exit_code
     else:
@@ -414,16 +416,14 @@ def comment_from_report(
     path = _resolve(options.comment_from, here)
     report = read_report(path)
     info = sanitize_ci_info(report.get("ci"), report)
-    number = options.pull_request or info["pull_request"] or ctx.pull_request_number()
-    info["pull_request"] = number
+    number = options.pull_request or info.pull_request or ctx.pull_request_number()
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
-    if not (runs and isinstance(info["run_url"], str) and info["run_url"].startswith(runs)):
-        info["run_url"] = None
-    if options.expected_head_sha:
-        info["head_sha"] = options.expected_head_sha
-    verdict = Verdict(info["final_status"], info["stop_reason"], info["iterations"], info["incident_id"],
-                      info["pytest_exit_code"])
+    run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None
+    info = dataclasses.replace(info, pull_request=number, run_url=run_url,
+                               head_sha=options.expected_head_sha or info.head_sha)
+    verdict = Verdict(info.final_status, info.stop_reason, info.iterations, info.incident_id,
+                      info.pytest_exit_code)
     markdown = redactor.redact(render_ci_markdown(report, info))
     result = CiResult(EXIT_OK, verdict, report, markdown, report_path=path.with_suffix(".md"),
                       report_json_path=path, pull_request=number)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, TypeVar
 
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.records.ci import ActionInputs
+
+T = TypeVar("T")
 
 DEFAULT_REPORT_NAME = "default"
 
@@ -127,47 +130,36 @@ def _positive_int(text: str, name: str) -> int:
     return int(value)
 
 
-def action_inputs(env: Mapping[str, str]) -> dict[str, Any]:
-    """The action's inputs from ``INPUT_*`` variables, parsed; only those that are set.
+def action_inputs(env: Mapping[str, str]) -> ActionInputs:
+    """The action's inputs from ``INPUT_*`` variables, parsed; those not set are None (or empty).
 
-    Keys: pytest_args, working_directory, overrides, comment, fail_on_unresolved,
-    pass_on_proposed_fix, report_name, comment_from, pull_request, expected_head_sha. Bad values raise UsageError
-    naming the input (exit 2).
+    Bad values raise UsageError naming the input (exit 2).
     """
     def get(name: str) -> Optional[str]:
         value = env.get(name)
         return value if value is not None and value.strip() else None
 
-    found: dict[str, Any] = {}
-    if (text := get("INPUT_PYTEST_ARGS")) is not None:
-        found["pytest_args"] = parse_pytest_args(text)
-    if (text := get("INPUT_WORKING_DIRECTORY")) is not None:
-        found["working_directory"] = Path(text.strip())
-    overrides: list[tuple[str, str]] = []
-    if (text := get("INPUT_CONFIG")) is not None:
-        overrides.extend(parse_config_lines(text))
-    if (text := get("INPUT_REPAIR_COMMAND")) is not None:
-        repair = parse_repair_command(text)
-        if repair is not None:
-            overrides.append((repair, "repair-command input"))
-    if overrides:
-        found["overrides"] = overrides
-    if (text := get("INPUT_COMMENT")) is not None:
-        found["comment"] = parse_bool(text, "comment")
-    if (text := get("INPUT_FAIL_ON_UNRESOLVED")) is not None:
-        found["fail_on_unresolved"] = parse_bool(text, "fail-on-unresolved")
-    if (text := get("INPUT_PASS_ON_PROPOSED_FIX")) is not None:
-        found["pass_on_proposed_fix"] = parse_bool(text, "pass-on-proposed-fix")
-    if (text := get("INPUT_REPORT_NAME")) is not None:
-        found["report_name"] = text.strip()
-    if (text := get("INPUT_COMMENT_FROM")) is not None:
-        found["comment_from"] = Path(text.strip())
-    if (text := get("INPUT_PULL_REQUEST_NUMBER")) is not None:
-        found["pull_request"] = _positive_int(text, "pull-request-number")
-    if (text := get("INPUT_EXPECTED_HEAD_SHA")) is not None:
-        found["expected_head_sha"] = parse_sha(text, "expected-head-sha")
-    return found
+    def parsed(name: str, parse: Callable[[str], T]) -> Optional[T]:
+        text = get(name)
+        return parse(text) if text is not None else None
 
+    overrides: list[tuple[str, str]] = list(parsed("INPUT_CONFIG", parse_config_lines) or [])
+    repair = parsed("INPUT_REPAIR_COMMAND", parse_repair_command)
+    if repair is not None:
+        overrides.append((repair, "repair-command input"))
+    return ActionInputs(
+        pytest_args=tuple(parsed("INPUT_PYTEST_ARGS", parse_pytest_args) or ()),
+        working_directory=parsed("INPUT_WORKING_DIRECTORY", lambda text: Path(text.strip())),
+        overrides=tuple(overrides),
+        comment=parsed("INPUT_COMMENT", lambda text: parse_bool(text, "comment")),
+        fail_on_unresolved=parsed("INPUT_FAIL_ON_UNRESOLVED", lambda text: parse_bool(text, "fail-on-unresolved")),
+        pass_on_proposed_fix=parsed("INPUT_PASS_ON_PROPOSED_FIX",
+                                    lambda text: parse_bool(text, "pass-on-proposed-fix")),
+        report_name=parsed("INPUT_REPORT_NAME", str.strip),
+        comment_from=parsed("INPUT_COMMENT_FROM", lambda text: Path(text.strip())),
+        pull_request=parsed("INPUT_PULL_REQUEST_NUMBER", lambda text: _positive_int(text, "pull-request-number")),
+        expected_head_sha=parsed("INPUT_EXPECTED_HEAD_SHA", lambda text: parse_sha(text, "expected-head-sha")),
+    )
 
 __all__ = [
     "ACTION_INPUT_VARS",

@@ -16,6 +16,7 @@ import pluggy
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.vocab import FinalStatus
@@ -55,18 +56,18 @@ def verdict_without_incident(pytest_exit_code: int) -> Verdict:
 
 
 def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
-            run_url: Optional[str]) -> dict[str, Any]:
+            run_url: Optional[str]) -> CiInfo:
     """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
-    return {
-        "final_status": verdict.final_status,
-        "stop_reason": verdict.stop_reason,
-        "iterations": verdict.iterations,
-        "incident_id": verdict.incident_id,
-        "pytest_exit_code": verdict.pytest_exit_code,
-        "pull_request": pull_request,
-        "head_sha": head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
-        "run_url": normalised_url(run_url),
-    }
+    return CiInfo(
+        final_status=verdict.final_status,
+        stop_reason=verdict.stop_reason,
+        iterations=verdict.iterations,
+        incident_id=verdict.incident_id,
+        pytest_exit_code=verdict.pytest_exit_code,
+        pull_request=pull_request,
+        head_sha=head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
+        run_url=normalised_url(run_url),
+    )
 
 
 def normalised_url(url: Any) -> Optional[str]:
@@ -96,7 +97,7 @@ def _opt_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> dict[str, Any]:
+def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> CiInfo:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -109,47 +110,47 @@ def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> dict[str, Any]:
     url = given.get("run_url")
     report_final = report.get("final_status")
     report_reason = report.get("stop_reason")
-    return {
-        "final_status": final if isinstance(final, str) and _STATUS_WORD.match(final)
+    return CiInfo(
+        final_status=final if isinstance(final, str) and _STATUS_WORD.match(final)
         else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
-        "stop_reason": reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
+        stop_reason=reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
         else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
               else STOP_NONE),
-        "iterations": iterations if iterations is not None and iterations >= 0
+        iterations=iterations if iterations is not None and iterations >= 0
         else int(_opt_int(report.get("total_retries")) or 0),
-        "incident_id": incident if is_incident_id(incident) else None,
-        "pytest_exit_code": _opt_int(given.get("pytest_exit_code")),
-        "pull_request": pr if pr is not None and pr > 0 else None,
-        "head_sha": sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
-        "run_url": normalised_url(url),
-    }
+        incident_id=incident if is_incident_id(incident) else None,
+        pytest_exit_code=_opt_int(given.get("pytest_exit_code")),
+        pull_request=pr if pr is not None and pr > 0 else None,
+        head_sha=sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
+        run_url=normalised_url(url),
+    )
 
 
-def ci_headline(report: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+def ci_headline(report: Mapping[str, Any], info: CiInfo) -> str:
     """The first line of the job summary and the PR comment: stop reason and final status.
 
     The report's own headline (``render_headline``) when the loop stopped and the report
     agrees with ``info``; otherwise the same shape built from ``info``:
     ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
     """
-    if (report.get("incidents") and report.get("stop_reason") == info["stop_reason"]
-            and report.get("final_status") == info["final_status"]):
+    if (report.get("incidents") and report.get("stop_reason") == info.stop_reason
+            and report.get("final_status") == info.final_status):
         return render_headline(report)
-    status = text(info["final_status"], 60)
-    verdict = f"{status} — stop reason {code(info['stop_reason'], 60)}"
-    exit_code = info.get("pytest_exit_code")
-    if info["final_status"] == FinalStatus.PASSED:
+    status = text(info.final_status, 60)
+    verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
+    exit_code = info.pytest_exit_code
+    if info.final_status == FinalStatus.PASSED:
         details = "pytest passed: no failing test, nothing to loop"
-    elif info["final_status"] == FinalStatus.FAILED:
+    elif info.final_status == FinalStatus.FAILED:
         details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
-    elif info["final_status"] == FinalStatus.ERROR:
+    elif info.final_status == FinalStatus.ERROR:
         details = f"pytest exit code {exit_code}: {describe_pytest_exit(exit_code)}"
-    elif info["final_status"] == FinalStatus.FIX_PROPOSED:
+    elif info.final_status == FinalStatus.FIX_PROPOSED:
         details = ("fixed in an isolated worktree and verified there; the fix is only proposed (below): "
                    "the code of this commit still fails")
     else:
-        iterations = int(info.get("iterations") or 0)
-        who = info.get("incident_id") or (f"{len(report.get('incidents') or [])} incidents")
+        iterations = info.iterations
+        who = info.incident_id or (f"{len(report.get('incidents') or [])} incidents")
         details = f"{who}, {iterations} iteration{'s' if iterations != 1 else ''}"
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
@@ -191,7 +192,7 @@ def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineE
 
 def render_ci_markdown(
     report: Mapping[str, Any],
-    info: Mapping[str, Any],
+    info: CiInfo,
     *,
     error: Optional[str] = None,
     pm: Optional[pluggy.PluginManager] = None,
@@ -240,13 +241,13 @@ def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
             f"\n\n{fence}diff\n{text.rstrip()}\n{fence}\n{note}\n")
 
 
-def comment_footer(info: Mapping[str, Any]) -> str:
+def comment_footer(info: CiInfo) -> str:
     """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
     parts = []
-    if info.get("run_url"):
-        parts.append(f"[workflow run]({info['run_url']})")
-    if info.get("head_sha"):
-        parts.append(f"commit `{str(info['head_sha'])[:12]}`")
+    if info.run_url:
+        parts.append(f"[workflow run]({info.run_url})")
+    if info.head_sha:
+        parts.append(f"commit `{info.head_sha[:12]}`")
     return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
 
 

@@ -19,11 +19,12 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.records.ci import IssueComment
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class GitHubClient:
             api_message=api_message,
         )
 
-    def request(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> tuple[int, HTTPMessage, Any]:
+    def request(self, method: str, path: str, body: Optional[Mapping[str, str]] = None) -> tuple[int, HTTPMessage, Any]:
         """One API call; ``path`` is relative to ``api_url`` or an absolute same-origin URL.
 
         Returns ``(status, headers, decoded JSON or None)``; raises GitHubError on an HTTP
@@ -270,7 +271,7 @@ class GitHubClient:
         login = data.get("login") if isinstance(data, dict) else None
         return login if isinstance(login, str) and login else None
 
-    def list_issue_comments(self, number: int) -> Iterator[dict[str, Any]]:
+    def list_issue_comments(self, number: int) -> Iterator[IssueComment]:
         """Every comment of issue/PR ``number``, oldest first, across all pages.
 
         Follows ``Link: rel="next"`` only within the API's origin (a link elsewhere ends the
@@ -286,7 +287,7 @@ class GitHubClient:
                 raise GitHubError(status, "GitHub API: the comment list is not a JSON array")
             for item in data:
                 if isinstance(item, dict):
-                    yield item
+                    yield IssueComment.from_json(item)
             pages += 1
             nxt = _next_link(headers.get("Link"))
             if nxt is None:
@@ -298,15 +299,15 @@ class GitHubClient:
                 break
             url = nxt
 
-    def create_issue_comment(self, number: int, body: str) -> dict[str, Any]:
+    def create_issue_comment(self, number: int, body: str) -> IssueComment:
         """POST a new comment on issue/PR ``number``; returns the created comment."""
         _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
-        return data if isinstance(data, dict) else {}
+        return IssueComment.from_json(data)
 
-    def update_issue_comment(self, comment_id: int, body: str) -> dict[str, Any]:
+    def update_issue_comment(self, comment_id: int, body: str) -> IssueComment:
         """PATCH the body of comment ``comment_id``; returns the updated comment."""
         _, _, data = self.request("PATCH", f"{self._repo_path()}/issues/comments/{int(comment_id)}", {"body": body})
-        return data if isinstance(data, dict) else {}
+        return IssueComment.from_json(data)
 
 
 # --- the sticky comment -------------------------------------------------------------------------
@@ -374,13 +375,7 @@ class CommentResult(Frozen):
     url: Optional[str] = None
 
 
-def _author_of(comment: dict[str, Any]) -> str:
-    user = comment.get("user")
-    login = user.get("login") if isinstance(user, dict) else None
-    return login.lower() if isinstance(login, str) else ""
-
-
-def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[dict[str, Any]]:
+def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[IssueComment]:
     """The oldest comment on ``number`` containing ``tag`` and written by ``author``.
 
     Other users' comments that quote the marker are ignored, so nobody can make us edit (or
@@ -388,8 +383,7 @@ def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str
     """
     wanted = author.lower()
     for comment in client.list_issue_comments(number):
-        body = comment.get("body")
-        if isinstance(body, str) and tag in body and _author_of(comment) == wanted and isinstance(comment.get("id"), int):
+        if comment.body is not None and tag in comment.body and comment.author.lower() == wanted and comment.id is not None:
             return comment
     return None
 
@@ -398,7 +392,7 @@ def _why(exc: GitHubError) -> str:
     return f"HTTP {exc.status}: {exc.api_message or 'no message'}"
 
 
-def _send(call: Callable[[str], dict[str, Any]], text: str, original: str) -> dict[str, Any]:
+def _send(call: Callable[[str], IssueComment], text: str, original: str) -> IssueComment:
     """``call(text)``; on 422 (body too long) once more with a harder-truncated body."""
     try:
         return call(text)
@@ -447,12 +441,8 @@ def upsert_sticky_comment(
             return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_why(exc)}){tail}")
         raise
 
-    def outcome(action: str, data: dict[str, Any]) -> CommentResult:
-        cid = data.get("id")
-        url = data.get("html_url")
-        return CommentResult(
-            action, cid if isinstance(cid, int) else None, None, url if isinstance(url, str) else None
-        )
+    def outcome(action: str, comment: IssueComment) -> CommentResult:
+        return CommentResult(action, comment.id, None, comment.html_url)
 
     def refused(verb: str, exc: GitHubError) -> CommentResult:
         if exc.status == 422:
@@ -463,10 +453,10 @@ def upsert_sticky_comment(
                 "write to pull requests (a fork PR's read-only token, or `pull-requests: write` "
                 "missing from the workflow's permissions)"
             )
-        return CommentResult("skipped", existing.get("id") if existing else None, why + tail)
+        return CommentResult("skipped", existing.id if existing else None, why + tail)
 
-    if existing is not None:
-        comment_id = int(existing["id"])
+    if existing is not None and existing.id is not None:
+        comment_id = existing.id
         try:
             return outcome("updated", _send(lambda b: client.update_issue_comment(comment_id, b), text, body))
         except GitHubError as exc:

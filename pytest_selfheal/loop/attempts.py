@@ -52,7 +52,7 @@ from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Fai
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
-from pytest_selfheal.redact import REDACTED, default_redactor
+from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
@@ -406,7 +406,7 @@ def _redact_config(redactor: Any, value: Any) -> Any:
 
 
 def _effective_config_doc(effective: EffectiveConfig) -> tuple[dict[str, Any], dict[str, str]]:
-    values = _redact_config(default_redactor(effective.settings.redaction), dict(effective.values))
+    values = _redact_config(effective.redactor, dict(effective.values))
     return values, dict(effective.origins)
 
 

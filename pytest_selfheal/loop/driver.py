@@ -73,7 +73,6 @@ from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
-from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
@@ -436,7 +435,7 @@ def _verify_and_record(
     command, observe, then :func:`record_iteration` with signals deferred. ``invocation_dir``:
     where the capture ran pytest (inside ``cwd``), where the commands start."""
     settings = effective.settings
-    redactor = default_redactor(settings.redaction)
+    redactor = effective.redactor
     rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
     hasher = PendingSnapshot(cwd, exclude=[store.root], context=False)

@@ -124,15 +124,15 @@ class Project:
 
     def store(self, effective: Optional[EffectiveConfig] = None) -> Store:
         """The reports root of the project, redacting with its settings."""
-        settings = (effective or self.effective()).settings
-        return Store(self.root / settings.reports_dir, redactor=default_redactor(settings.redaction))
+        effective = effective or self.effective()
+        return Store(self.root / effective.settings.reports_dir, redactor=effective.redactor)
 
     def error_line(self, text: str) -> str:
         """A tool error as the client gets it: one line, redacted, at most ``mcp.max_chars``
         (the defaults when the config itself is what cannot be read)."""
         try:
-            settings = self.effective().settings
-            redactor, limit = default_redactor(settings.redaction), int(settings.mcp.max_chars)
+            effective = self.effective()
+            redactor, limit = effective.redactor, int(effective.settings.mcp.max_chars)
         except SelfhealError:
             redactor, limit = default_redactor(), int(McpSettings().max_chars)
         return one_line(redactor.redact(text), limit)
@@ -194,7 +194,7 @@ class Project:
         if not ids:
             raise NotFoundError(f"no incidents in {store.root}")
         report = build_from_store(store, ids, self.root)
-        markdown = default_redactor(effective.settings.redaction).redact(
+        markdown = effective.redactor.redact(
             report_markdown(report, hooks.cli_plugin_manager()))
         blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
         return ToolResult(fit(blocks, self._limit(effective), what="report section(s)",
@@ -253,7 +253,7 @@ class Project:
 
     def redactor(self, effective: EffectiveConfig) -> Redactor:
         """The project's redactor (its configured patterns and variable names)."""
-        return default_redactor(effective.settings.redaction)
+        return effective.redactor
 
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),

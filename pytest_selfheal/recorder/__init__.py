@@ -63,7 +63,6 @@ _LATE = {
     "finish": "pytest_selfheal.recorder.finish",  # the session end: capture, agent mode, loop, report
     "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
     "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
-    "redact": "pytest_selfheal.redact",  # a failing or an open incident's node id, the store
     "store": "pytest_selfheal.store.root",
     "agent_mode": "pytest_selfheal.loop.agent_mode",
     "entry": "pytest_selfheal.run.entry",
@@ -299,7 +298,7 @@ class Recorder:
     def redactor(self) -> Redactor:
         """This run's redactor (its settings), made on first use: a green run never needs one."""
         if self._redactor is None:
-            self._redactor = late("redact").default_redactor(self.effective.settings.redaction)
+            self._redactor = self.effective.redactor
         redactor: Redactor = self._redactor
         return redactor
 

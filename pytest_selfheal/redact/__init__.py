@@ -35,6 +35,7 @@ import dataclasses
 import fnmatch
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
@@ -447,7 +448,11 @@ class Redactor:
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"redaction.patterns: expected a non-empty regular expression, got {raw!r}")
             try:
-                custom.append(_CustomPattern(re.compile(raw)))
+                # As the config's validator compiles them: a FutureWarning ("Possible nested
+                # set") would print two lines of Python on stderr of every command.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    custom.append(_CustomPattern(re.compile(raw)))
             except re.error as exc:
                 raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
         self._custom: tuple[_CustomPattern, ...] = tuple(custom)

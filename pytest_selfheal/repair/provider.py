@@ -42,6 +42,7 @@ from pytest_selfheal import hooks, process
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
+from pytest_selfheal.hookspecs import RepairRequest
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -56,7 +57,7 @@ from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import StopReason
-from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
 from pytest_selfheal.repair.escape import changes, user_state
@@ -215,7 +216,7 @@ class RepairSession:
         self.say: Say = say or (lambda line: None)
         self.env = env
         settings = effective.settings
-        self.redactor: Redactor = default_redactor(settings.redaction)
+        self.redactor: Redactor = effective.redactor
         self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
         self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
         self.globs: list[str] = list(settings.repair.allowed_paths)
@@ -337,7 +338,7 @@ class RepairSession:
     ) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
-            request = {
+            request: RepairRequest = {
                 "incident_id": self.incident_id,
                 "iteration": iteration,
                 "worktree": str(self.wt.project_root),

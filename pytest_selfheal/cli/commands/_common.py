@@ -11,14 +11,26 @@ from typing import Any, Optional
 
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import UsageError
-from pytest_selfheal.redact import default_redactor
+from pytest_selfheal.errors import SelfhealError, UsageError
+from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store.root import Store
 
 
-def print_json(data: Any) -> None:
-    """Print ``data`` as indented, key-sorted JSON on stdout, secrets redacted (keys and values)."""
-    sys.stdout.write(json.dumps(default_redactor().redact_obj(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+def print_json(data: Any, redactor: Optional[Redactor] = None) -> None:
+    """Print ``data`` as indented, key-sorted JSON on stdout, secrets redacted (keys and values)
+    by ``redactor``, else the project's (:func:`project_redactor`)."""
+    redactor = redactor or project_redactor()
+    text = json.dumps(redactor.redact_obj(data), indent=2, sort_keys=True, ensure_ascii=False)
+    sys.stdout.write(text + "\n")
+
+
+def project_redactor() -> Redactor:
+    """The redactor of the project seen from here: its ``redaction`` settings and the environment
+    (``EffectiveConfig.redactor``); the built-in defaults alone when its config cannot be read."""
+    try:
+        return load_config(project_root()).redactor
+    except SelfhealError:
+        return default_redactor()
 
 
 # --- reports root (--dir) -------------------------------------------------------------
@@ -53,7 +65,7 @@ def store_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfi
     project = project_root()
     if effective is None:
         effective = load_config(project)
-    return Store(project / effective.settings.reports_dir, redactor=default_redactor(effective.settings.redaction))
+    return Store(project / effective.settings.reports_dir, redactor=effective.redactor)
 
 
 def parse_days(text: str, flag: str, *, zero_ok: bool) -> float:

@@ -17,6 +17,7 @@ from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.github.ci import comment_from_report, run_ci
 from pytest_selfheal.github.ci_inputs import CiOptions, action_inputs, parse_sha
+from pytest_selfheal.records.ci import ActionInputs
 
 NAME = "ci"
 HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"
@@ -64,36 +65,34 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
     """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
     variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
     before the flags' ones."""
-    inputs: dict[str, Any] = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
+    inputs = action_inputs(os.environ if env is None else env) if args.action_inputs else ActionInputs()
 
-    def pick(flag: Any, key: str, default: Any) -> Any:
-        if flag is not None:
-            return flag
-        return inputs.get(key, default)
+    def pick(flag: Any, given: Any, default: Any) -> Any:
+        return flag if flag is not None else (given if given is not None else default)
 
     if args.pr is not None and args.pr <= 0:
         raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
     sha = parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None
-    comment_from = Path(args.comment_from) if args.comment_from else inputs.get("comment_from")
-    pytest_args = list(inputs.get("pytest_args", [])) + list(args.pytest_args)
+    comment_from = Path(args.comment_from) if args.comment_from else inputs.comment_from
+    pytest_args = list(inputs.pytest_args) + list(args.pytest_args)
     if comment_from is not None and pytest_args:
         raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
     if args.post_only and comment_from is None:
         raise UsageError("--post-only posts a report written earlier: give --comment-from REPORT.json")
     return CiOptions(
         pytest_args=pytest_args,
-        overrides=list(inputs.get("overrides", [])) + [(text, "--set") for text in args.overrides],
+        overrides=list(inputs.overrides) + [(text, "--set") for text in args.overrides],
         reports_dir=Path(args.dir) if args.dir else None,
-        comment=bool(pick(args.comment, "comment", True)),
-        fail_on_unresolved=bool(pick(args.fail_on_unresolved, "fail_on_unresolved", True)),
-        pass_on_proposed_fix=bool(pick(args.pass_on_proposed_fix, "pass_on_proposed_fix", False)),
-        report_name=str(pick(args.report_name, "report_name", "default")) or "default",
+        comment=bool(pick(args.comment, inputs.comment, True)),
+        fail_on_unresolved=bool(pick(args.fail_on_unresolved, inputs.fail_on_unresolved, True)),
+        pass_on_proposed_fix=bool(pick(args.pass_on_proposed_fix, inputs.pass_on_proposed_fix, False)),
+        report_name=str(pick(args.report_name, inputs.report_name, "default")) or "default",
         report_path=Path(args.report_path) if args.report_path else None,
         comment_from=comment_from,
         post_only=bool(args.post_only),
-        pull_request=pick(args.pr, "pull_request", None),
-        expected_head_sha=pick(sha, "expected_head_sha", None),
-        working_directory=inputs.get("working_directory"),
+        pull_request=pick(args.pr, inputs.pull_request, None),
+        expected_head_sha=pick(sha, inputs.expected_head_sha, None),
+        working_directory=inputs.working_directory,
     )
 
 

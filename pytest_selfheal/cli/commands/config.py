@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     overrides = [parse_override(text, "--set") for text in args.overrides]
     effective = load_config(project.resolve(), overrides=overrides)
     if not args.show_origin:
-        print_json(effective.to_json())
+        print_json(effective.to_json(), effective.redactor)
     elif args.json:
-        print_json(effective.with_origins())
+        print_json(effective.with_origins(), effective.redactor)
     else:
         rows = [(f"{key} = {json.dumps(entry['value'], ensure_ascii=False)}", entry["origin"])
                 for key, entry in effective.with_origins().items()]

@@ -9,7 +9,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, project_root, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    add_dir_argument,
+    parse_days,
+    print_json,
+    project_redactor,
+    project_root,
+    store_from_args,
+)
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
@@ -23,7 +30,6 @@ from pytest_selfheal.history.share import (
     refuse_on_pull_request,
     token_env,
 )
-from pytest_selfheal.redact import default_redactor
 
 NAME = "history"
 HELP = "the recent runs, one test's or failure's outcomes; push|pull|compact the shared history (git remote)"
@@ -135,7 +141,7 @@ def _share(args: argparse.Namespace) -> int:
     project = project_root()
     root = store_from_args(args).root
     remote: str = args.remote
-    shown = default_redactor().redact(remote)  # a URL may carry credentials
+    shown = project_redactor().redact(remote)  # a URL may carry credentials
     if not remote or remote.startswith("-"):
         raise UsageError(f"--remote: expected a git remote name or URL, got {shown!r}")
     auth = None

@@ -8,9 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_selfheal import hooks
-from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, project_root, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    add_dir_argument,
+    print_json,
+    project_redactor,
+    project_root,
+    store_from_args,
+)
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
@@ -67,7 +72,7 @@ def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
         body = report_markdown(report, hooks.cli_plugin_manager(), headline=args.headline)
     # What leaves here is redacted like every other surface: the stored data already is, the
     # effective config is read now (a secret written into a config value).
-    body = default_redactor().redact(body)
+    body = project_redactor().redact(body)
     if args.output is None:
         print(body, end="")
         return

@@ -8,13 +8,12 @@ import json
 import sys
 from pathlib import Path
 
-from pytest_selfheal.cli.commands._common import project_root
+from pytest_selfheal.cli.commands._common import project_redactor, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK
 from pytest_selfheal.gate.agents import Agent, answer_json
 from pytest_selfheal.gate.install import install
 from pytest_selfheal.gate.run import stop_gate
-from pytest_selfheal.redact import default_redactor
 
 NAME = "stop-gate"
 HELP = "answer a coding agent's stop hook (Claude Code, Cursor) from the loop's verdict, or install that hook"
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         answer, lines = None, [f"selfheal: error: stop-gate {agent.value}: internal error "
                                f"({type(exc).__name__}); letting the agent stop"]
-    redactor = default_redactor()
+    redactor = project_redactor()
     for line in lines:
         sys.stderr.write(redactor.redact(line) + "\n")
     sys.stdout.write(json.dumps(answer_json(agent, answer) if answer else {}, ensure_ascii=False) + "\n")

@@ -1,0 +1,88 @@
+"""The records of ``selfheal ci`` at its GitHub seam. Pure.
+
+:class:`CiInfo`, the ``ci`` block of a report JSON: built by ``github/ci_verdict.ci_info``
+from the run's verdict, or read back from an untrusted artifact by ``sanitize_ci_info``
+(every field checked there); written by :meth:`CiInfo.to_json`, its one JSON boundary.
+:class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
+the one place the client looks inside a comment's JSON. :class:`ActionInputs`, the action's
+``INPUT_*`` variables, parsed by ``github/ci_inputs.action_inputs``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CiInfo(Frozen):
+    """What one ``selfheal ci`` run concluded and where it ran: the verdict, the pull
+    request, the checked head commit and the workflow run's URL (checked values only)."""
+
+    final_status: str
+    stop_reason: str
+    iterations: int
+    incident_id: Optional[str]
+    pytest_exit_code: Optional[int]
+    pull_request: Optional[int]
+    head_sha: Optional[str]
+    run_url: Optional[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``ci`` block as stored in the report JSON (string-valued enums stay strings)."""
+        return {
+            "final_status": str(self.final_status),
+            "stop_reason": str(self.stop_reason),
+            "iterations": self.iterations,
+            "incident_id": self.incident_id,
+            "pytest_exit_code": self.pytest_exit_code,
+            "pull_request": self.pull_request,
+            "head_sha": self.head_sha,
+            "run_url": self.run_url,
+        }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IssueComment(Frozen):
+    """A comment of an issue or PR as the API returns it: its id, body, author and page URL
+    (each None, or ``""`` for the author, when the payload lacks it or has another type)."""
+
+    id: Optional[int]
+    body: Optional[str]
+    author: str
+    html_url: Optional[str]
+
+    @classmethod
+    def from_json(cls, data: object) -> IssueComment:
+        """The comment in an API payload (anything: a payload that is not an object is empty)."""
+        fields = data if isinstance(data, dict) else {}
+        cid, body, url, user = fields.get("id"), fields.get("body"), fields.get("html_url"), fields.get("user")
+        login = user.get("login") if isinstance(user, dict) else None
+        return cls(
+            cid if isinstance(cid, int) and not isinstance(cid, bool) else None,
+            body if isinstance(body, str) else None,
+            login if isinstance(login, str) else "",
+            url if isinstance(url, str) else None,
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ActionInputs(Frozen):
+    """The inputs of the GitHub Action that are set, parsed (None or empty: not set)."""
+
+    pytest_args: tuple[str, ...] = ()
+    working_directory: Optional[Path] = None
+    #: ``(KEY=VALUE text, origin)`` config overrides: the ``config`` lines, then ``repair-command``.
+    overrides: tuple[tuple[str, str], ...] = ()
+    comment: Optional[bool] = None
+    fail_on_unresolved: Optional[bool] = None
+    pass_on_proposed_fix: Optional[bool] = None
+    report_name: Optional[str] = None
+    comment_from: Optional[Path] = None
+    pull_request: Optional[int] = None
+    expected_head_sha: Optional[str] = None
+
+
+__all__ = ["ActionInputs", "CiInfo", "IssueComment"]
