@@ -26,6 +26,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.vocab import FinalStatus
 
 REPORT_SCHEMA_VERSION = 1
@@ -34,17 +35,6 @@ REPORT_TITLE = "RALF Lite Loop Report"
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
 RUN_RESULT_ORIGIN = "run_result.json"
-
-# Keys a report JSON must have (``validate_report``), top level and per incident.
-REQUIRED_KEYS: tuple[str, ...] = (
-    "schema_version", "title", "enabled", "effective_config", "origins", "auto_tasks_looped",
-    "total_retries", "incidents", "stop_reason", "final_status", "recommended_next_action",
-)
-INCIDENT_KEYS: tuple[str, ...] = (
-    "incident_id", "status", "bucket", "final_status", "stop_reason", "loops_used", "tasks",
-    "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests",
-)
-TASK_KEYS: tuple[str, ...] = ("task", "attempts", "stop_reason")
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
 # Outcome: escalated, then replan_requested, then not finished, then resolved last.
@@ -554,16 +544,12 @@ def build_report(
 # --------------------------------------------------------------------------- validation
 
 
-def _expect(condition: bool, source: str, where: str, expected: str) -> None:
-    if not condition:
-        raise InputError(f"{source}: {where}: expected {expected}")
-
-
 def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
     """``data`` if it is a report JSON this version can render and merge, else ``InputError``.
 
-    Checks ``schema_version`` and the keys listed in docs/report.md "Validation";
-    the message names ``source`` and the first bad key (one line).
+    Gates ``schema_version``, then parses ``data`` into :class:`ReportDoc` (the keys and
+    types of docs/report.md "Validation"); the message names ``source`` and the first bad
+    field (one line).
     """
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
@@ -571,29 +557,4 @@ def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
     if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
         raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
                          f"(expected {REPORT_SCHEMA_VERSION})")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        raise InputError(f"{source}: not a RALF Lite Loop Report: missing key {missing[0]!r}")
-    _expect(isinstance(data["effective_config"], dict), source, "effective_config", "an object")
-    _expect(isinstance(data["origins"], dict), source, "origins", "an object")
-    _expect(isinstance(data["enabled"], bool), source, "enabled", "true or false")
-    _expect(isinstance(data["incidents"], list), source, "incidents", "a list")
-    for i, entry in enumerate(data["incidents"]):
-        where = f"incidents[{i}]"
-        _expect(isinstance(entry, dict), source, where, "an object")
-        for key in INCIDENT_KEYS:
-            _expect(key in entry, source, f"{where}.{key}", "a value (missing)")
-        _expect(isinstance(entry["incident_id"], str), source, f"{where}.incident_id", "a string")
-        _expect(isinstance(entry["loops_used"], int) and not isinstance(entry["loops_used"], bool), source,
-                f"{where}.loops_used", "an integer")
-        for key in ("tasks", "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests"):
-            _expect(isinstance(entry[key], list), source, f"{where}.{key}", "a list")
-        for j, task in enumerate(entry["tasks"]):
-            _expect(isinstance(task, dict) and all(k in task for k in TASK_KEYS), source,
-                    f"{where}.tasks[{j}]", "an object with task, attempts, stop_reason")
-            _expect(isinstance(task["attempts"], int) and not isinstance(task["attempts"], bool), source,
-                    f"{where}.tasks[{j}].attempts", "an integer")
-        for j, iteration in enumerate(entry["iterations"]):
-            _expect(isinstance(iteration, dict) and isinstance(iteration.get("outcomes", {}), dict), source,
-                    f"{where}.iterations[{j}]", "an object with an outcomes object")
-    return data
+    return ReportDoc.from_json(data, source).to_json()
