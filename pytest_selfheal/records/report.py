@@ -232,3 +232,142 @@ class IncidentView(Frozen):
             "events": self.events,
             "warnings": list(self.warnings),
         }
+
+
+# --------------------------------------------------------------------------- built by report.data
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IterationEntry(Frozen):
+    """One verification of an incident as the report JSON lists it (``incidents[].iterations``)."""
+
+    iteration: int
+    mode: Optional[str]
+    started_at: Optional[str]
+    finished_at: Optional[str]
+    result: Optional[str]
+    stop_reason: Optional[str]
+    verification_passed: bool
+    outcomes: Mapping[str, str]  # node id -> outcome, the tests this iteration ran
+    fingerprints: tuple[str, ...]
+    error_signature: Optional[str]
+    fingerprint_changed: Optional[bool]
+    progress: Optional[bool]
+    progress_reasons: tuple[str, ...]
+    diff_hash: Optional[str]
+    repair_result: Optional[str]
+    timed_out: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The iteration's object in the report JSON."""
+        return {
+            "iteration": self.iteration, "mode": self.mode, "started_at": self.started_at,
+            "finished_at": self.finished_at, "result": self.result, "stop_reason": self.stop_reason,
+            "verification_passed": self.verification_passed, "outcomes": dict(self.outcomes),
+            "fingerprints": list(self.fingerprints), "error_signature": self.error_signature,
+            "fingerprint_changed": self.fingerprint_changed, "progress": self.progress,
+            "progress_reasons": list(self.progress_reasons), "diff_hash": self.diff_hash,
+            "repair_result": self.repair_result, "timed_out": self.timed_out,
+        }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TaskEntry(Frozen):
+    """One plan action of an incident in the report JSON: its attempts and where it stopped."""
+
+    task: str
+    title: str
+    nodeids: tuple[str, ...]
+    attempts: int
+    stop_reason: Optional[str]
+    passed: bool
+    flaky: bool
+    fingerprint: Optional[str]
+    fingerprints: tuple[str, ...]
+    signature: Optional[str]
+    failure_type: Optional[str]
+    where: Optional[str] = None  # the top suspect, when the plan has it
+
+    def to_json(self) -> dict[str, object]:
+        """The task's object in the report JSON (``label``: the task id until the report labels it)."""
+        data: dict[str, object] = {
+            "task": self.task, "label": self.task, "title": self.title, "nodeids": list(self.nodeids),
+            "attempts": self.attempts, "stop_reason": self.stop_reason, "passed": self.passed,
+            "flaky": self.flaky, "fingerprint": self.fingerprint, "fingerprints": list(self.fingerprints),
+            "signature": self.signature, "failure_type": self.failure_type,
+        }
+        if self.where is not None:
+            data["where"] = self.where
+        return data
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NewFailureEntry(Frozen):
+    """A failure outside the incident's selection, first seen in ``iteration``."""
+
+    nodeid: Optional[str]
+    fingerprint: Optional[str]
+    signature: Optional[str]
+    failure_type: Optional[str]
+    iteration: int
+
+    def to_json(self) -> dict[str, object]:
+        """The failure's object in the report JSON."""
+        return {"nodeid": self.nodeid, "fingerprint": self.fingerprint, "signature": self.signature,
+                "failure_type": self.failure_type, "iteration": self.iteration}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IncidentEntry(Frozen):
+    """One incident of the report JSON as ``report.data`` builds it (docs/report.md "JSON").
+
+    ``run_config``, ``decision_point``, ``handoff`` and ``triage`` are JSON copied from the
+    run result and the history (their keys are the user's or another stage's).
+    """
+
+    incident_id: str
+    status: str
+    bucket: str
+    created_at: Optional[str]
+    step: Optional[str]
+    failure_class: Optional[str]
+    error_signature: Optional[str]
+    capture_tests: tuple[str, ...]
+    plan_revision: Optional[int]
+    finished: bool
+    final_status: str
+    stop_reason: Optional[str]
+    loops_used: int
+    same_error_repeats: Optional[int]
+    runtime_minutes: Optional[float]
+    archived_to: Optional[str]
+    run_config: Optional[Mapping[str, object]]
+    tasks: tuple[TaskEntry, ...]
+    iterations: tuple[IterationEntry, ...]
+    fingerprints_per_iteration: tuple[tuple[str, ...], ...]
+    tests_fixed: tuple[str, ...]
+    flaky_tests: tuple[str, ...]
+    tests_edited: tuple[str, ...]
+    unverified_failures: int
+    new_failures: tuple[NewFailureEntry, ...]
+    triage: tuple[Mapping[str, object], ...]
+    decision_point: Optional[Mapping[str, object]]
+    handoff: Mapping[str, object]
+
+    def to_json(self) -> dict[str, object]:
+        """The incident's object in the report JSON."""
+        return {
+            "incident_id": self.incident_id, "status": self.status, "bucket": self.bucket,
+            "created_at": self.created_at, "step": self.step, "failure_class": self.failure_class,
+            "error_signature": self.error_signature, "capture_tests": list(self.capture_tests),
+            "plan_revision": self.plan_revision, "finished": self.finished, "final_status": self.final_status,
+            "stop_reason": self.stop_reason, "loops_used": self.loops_used,
+            "same_error_repeats": self.same_error_repeats, "runtime_minutes": self.runtime_minutes,
+            "archived_to": self.archived_to, "run_config": self.run_config,
+            "tasks": [t.to_json() for t in self.tasks], "iterations": [i.to_json() for i in self.iterations],
+            "fingerprints_per_iteration": [list(f) for f in self.fingerprints_per_iteration],
+            "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
+            "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
+            "new_failures": [f.to_json() for f in self.new_failures], "triage": list(self.triage),
+            "decision_point": self.decision_point, "handoff": self.handoff,
+        }
