@@ -543,12 +543,12 @@ def build_report(
 # --------------------------------------------------------------------------- validation
 
 
-def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
-    """``data`` if it is a report JSON this version can render and merge, else ``InputError``.
+def parse_report(data: Any, source: str = "report") -> ReportDoc:
+    """The :class:`ReportDoc` of ``data`` if it is a report JSON this version can render and
+    merge, else ``InputError``.
 
-    Gates ``schema_version``, then parses ``data`` into :class:`ReportDoc` (the keys and
-    types of docs/report.md "Validation"); the message names ``source`` and the first bad
-    field (one line).
+    Gates ``schema_version``, then parses (the keys and types of docs/report.md
+    "Validation"); the message names ``source`` and the first bad field (one line).
     """
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
@@ -556,4 +556,9 @@ def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
     if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
         raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
                          f"(expected {REPORT_SCHEMA_VERSION})")
-    return ReportDoc.from_json(data, source).to_json()
+    return ReportDoc.from_json(data, source)
+
+
+def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
+    """``data`` as its JSON again if it is a report this version can render and merge (:func:`parse_report`)."""
+    return parse_report(data, source).to_json()
