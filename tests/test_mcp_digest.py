@@ -22,6 +22,8 @@ from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
 from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes
+from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.report import CauseGroup, IncidentView
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
 
@@ -233,19 +235,23 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
 # --------------------------------------------------------------------------- pure parts
 
 
-def _view(sizes: list[int]) -> dict[str, Any]:
+def _view(sizes: list[int]) -> IncidentView:
     causes, failures = [], []
     for index, size in enumerate(sizes):
-        ids = [f"tests/test_{index}.py::test_case[{n}]" for n in range(size)]
-        causes.append({"path": f"pkg/m{index}.py", "name": f"f{index}", "nodeids": ids, "action": f"A{index + 1}"})
-        failures += [{"nodeid": i, "message": f"AssertionError: {'x' * 80} {i}", "fingerprint": "abc"} for i in ids]
-    return {"incident_id": "incident_x", "incident": {"failures": failures}, "root_causes": causes}
+        ids = tuple(f"tests/test_{index}.py::test_case[{n}]" for n in range(size))
+        causes.append(CauseGroup(action=f"A{index + 1}", evidence="frame", path=f"pkg/m{index}.py", name=f"f{index}",
+                                 signature=None, nodeids=ids))
+        failures += [FailureEntry(nodeid=i, message=f"AssertionError: {'x' * 80} {i}", fingerprint="abc") for i in ids]
+    incident = Incident(step="collection", failure_class="test", message="", error_signature="", failures=tuple(failures))
+    return IncidentView(incident_id="incident_x", status="new", bucket="inbox", path="inbox/incident_x",
+                        incident=incident, root_causes=tuple(causes), plan=None, attempts=(), run_result=None,
+                        events=0, warnings=())
 
 
 @pytest.mark.parametrize("limit", [200, 333, 1000, 8000])
 def test_every_test_of_a_group_is_on_some_page_within_the_bound(limit: int) -> None:
     view = _view([3, 40, 7])
-    assert [len(c["nodeids"]) for c in ranked_causes(view)] == [40, 7, 3]
+    assert [len(c.nodeids) for c in ranked_causes(view)] == [40, 7, 3]
     seen: list[str] = []
     offset = 0
     while True:

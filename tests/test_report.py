@@ -450,8 +450,8 @@ def test_report_json_round_trips_through_validation() -> None:
     [
         (lambda r: r.update(schema_version=2), "unsupported report schema_version 2"),
         (lambda r: r.update(schema_version=True), "schema_version true"),
-        (lambda r: r.pop("incidents"), "missing key 'incidents'"),
-        (lambda r: r.update(incidents={}), "incidents: expected a list"),
+        (lambda r: r.pop("incidents"), "field incidents: required field missing"),
+        (lambda r: r.update(incidents={}), "field incidents: expected array, got object"),
         (lambda r: r["incidents"][0].pop("tasks"), r"incidents\[0\].tasks"),
         (lambda r: r["incidents"][0]["tasks"][0].update(attempts="3"), r"tasks\[0\].attempts"),
     ],

@@ -225,7 +225,7 @@ def test_merge_two_shards(project: Path, tmp_path: Path) -> None:
         ("", "corrupted JSON (empty file)"),
         ("[]", "expected a JSON object"),
         ('{"schema_version": 99}', "unsupported report schema_version 99"),
-        ('{"schema_version": 1, "title": "x"}', "missing key 'enabled'"),
+        ('{"schema_version": 1, "title": "x"}', "invalid report: field enabled: required field missing"),
     ],
 )
 def test_merge_bad_file(tmp_path: Path, project: Path, content: str, needle: str) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
+from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.report import CauseGroup, IncidentView
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
@@ -83,19 +85,15 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
 # --------------------------------------------------------------------------- one incident
 
 
-def _failures_by_id(incident: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    found: dict[str, Mapping[str, Any]] = {}
-    for entry in incident.get("failures") or []:
-        if isinstance(entry, Mapping):
-            found.setdefault(str(entry.get("nodeid") or entry.get("test") or ""), entry)
+def _failures_by_id(failures: Sequence[FailureEntry]) -> dict[str, FailureEntry]:
+    found: dict[str, FailureEntry] = {}
+    for entry in failures:
+        found.setdefault(entry.nodeid or entry.test or "", entry)
     return found
 
 
-def _triage_counts(entries: Sequence[Mapping[str, Any]]) -> str:
-    labels = Counter(
-        str((entry.get("triage") or {}).get("label") or "untriaged")
-        for entry in entries if isinstance(entry.get("triage") or {}, Mapping)
-    )
+def _triage_counts(entries: Sequence[FailureEntry]) -> str:
+    labels = Counter(str((entry.triage.label if entry.triage is not None else "") or "untriaged") for entry in entries)
     return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -106,39 +104,39 @@ def code_line(text: str, limit: int) -> str:
     return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
 
 
-def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapping[str, Mapping[str, Any]],
+def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str, FailureEntry],
                 full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
     first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""
     scale = FULL_SCALE if full else 1
-    nodeids = [str(n) for n in cause.get("nodeids") or []]
+    nodeids = list(cause.nodeids)
     entries = [failures[n] for n in nodeids if n in failures]
-    where = f"{cause['path']}::{cause['name']}" if cause.get("path") and cause.get("name") else (
-        cause.get("path") or one_line(cause.get("signature"), 120))
-    head = f"{cause['action']}: " if cause.get("action") else ""
+    where = f"{cause.path}::{cause.name}" if cause.path and cause.name else (
+        cause.path or one_line(cause.signature, 120))
+    head = f"{cause.action}: " if cause.action else ""
     lines = [f"## Root cause {index} of {total}: {head}{where} "
-             f"(evidence: {cause.get('evidence') or 'fingerprint'}), {len(nodeids)} failing test(s)"]
-    if cause.get("where"):  # the top suspect and a few lines of its code (plan/suspects.py)
-        lines.append(f"where: {one_line(cause['where'], 200)}"
-                     + (f" (assertion {one_line(cause['assertion'], 200)})" if cause.get("assertion") else ""))
-        lines.extend(f"  {code_line(str(line), 200)}" for line in (cause.get("excerpt") or [])[:8])
-    targets = [str(p) for p in cause.get("target_paths") or []]
+             f"(evidence: {cause.evidence or 'fingerprint'}), {len(nodeids)} failing test(s)"]
+    if cause.where:  # the top suspect and a few lines of its code (plan/suspects.py)
+        lines.append(f"where: {one_line(cause.where, 200)}"
+                     + (f" (assertion {one_line(cause.assertion, 200)})" if cause.assertion else ""))
+        lines.extend(f"  {code_line(line, 200)}" for line in (cause.excerpt or ())[:8])
+    targets = list(cause.target_paths)
     if targets:
         lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")
-    tests = [str(p) for p in cause.get("test_paths") or []]
+    tests = list(cause.test_paths)
     if tests:
         lines.append(f"test paths: {_listed(tests, PATHS_PER_GROUP * scale)}")
     lines.append(f"tests: {_listed(nodeids, NODEIDS_PER_GROUP * scale)}")
     if entries:
-        prints = list(dict.fromkeys(str(e.get("fingerprint") or "-") for e in entries))
+        prints = list(dict.fromkeys(e.fingerprint or "-" for e in entries))
         lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP * scale)}")
-        kinds = Counter(f"{e.get('failure_type') or '-'} ({e.get('failure_class') or '-'})" for e in entries)
+        kinds = Counter(f"{e.failure_type or '-'} ({e.failure_class or '-'})" for e in entries)
         lines.append("class: " + ", ".join(kinds))
-        if any(e.get("triage") for e in entries):  # an attempt's failures are not triaged
+        if any(e.triage is not None for e in entries):  # an attempt's failures are not triaged
             lines.append(f"triage: {_triage_counts(entries)}")
         messages: dict[str, list[str]] = {}
         for entry in entries:
-            messages.setdefault(one_line(entry.get("message")), []).append(str(entry.get("nodeid") or "-"))
+            messages.setdefault(one_line(entry.message), []).append(entry.nodeid or "-")
         shown = list(messages.items())[:DISTINCT_PER_GROUP * scale]
         lines.append(f"failures ({len(messages)} distinct first line(s)):")
         for message, ids in shown:
@@ -148,64 +146,62 @@ def group_block(index: int, total: int, cause: Mapping[str, Any], failures: Mapp
     return "\n".join(lines)
 
 
-def incident_head(view: Mapping[str, Any]) -> str:
+def incident_head(view: IncidentView) -> str:
     """The first lines of an incident: id, status, class, signature, counts."""
-    incident = view["incident"]
-    failures = [f for f in incident.get("failures") or [] if isinstance(f, Mapping)]
-    causes = view.get("root_causes") or []
+    incident = view.incident
+    failures = incident.failures
     lines = [
-        f"# Incident {view['incident_id']}",
-        f"status: {view['status']} ({view['bucket']}: {view['path']})",
-        f"class: {incident.get('failure_class')}, first failure: {one_line(incident.get('step'), 200)}",
-        f"signature: {one_line(incident.get('error_signature'))}",
-        f"failures: {len(failures)} in {len(causes)} root cause group(s)"
-        + (f"; triage: {_triage_counts(failures)}" if any(f.get("triage") for f in failures) else ""),
+        f"# Incident {view.incident_id}",
+        f"status: {view.status} ({view.bucket}: {view.path})",
+        f"class: {incident.failure_class}, first failure: {one_line(incident.step, 200)}",
+        f"signature: {one_line(incident.error_signature)}",
+        f"failures: {len(failures)} in {len(view.root_causes)} root cause group(s)"
+        + (f"; triage: {_triage_counts(failures)}" if any(f.triage is not None for f in failures) else ""),
     ]
-    if view.get("now"):
-        lines.append(f"now: {view['now']}")
+    if view.now:
+        lines.append(f"now: {view.now}")
     return "\n".join(lines)
 
 
-def plan_block(view: Mapping[str, Any]) -> str:
+def plan_block(view: IncidentView) -> str:
     """The plan's summary, actions and verification commands (each command cut)."""
-    plan = view.get("plan")
+    plan = view.plan
     if plan is None:
         return "## Plan\nnone yet"
-    lines = ["## Plan", one_line(plan.get("summary"), 400)]
-    lines += [f"- {a['id']}: {one_line(a['title'], 300)}" for a in plan.get("actions") or []]
-    commands = [str(c) for c in plan.get("verification_commands") or []]
+    lines = ["## Plan", one_line(plan.summary, 400)]
+    lines += [f"- {action_id}: {one_line(title, 300)}" for action_id, title in plan.actions]
+    commands = list(plan.verification_commands)
     lines += [f"verify: {one_line(c, 300)}" for c in commands[:3]]
     if len(commands) > 3:
         lines.append(f"verify: … {len(commands) - 3} more command(s)")
     return "\n".join(lines)
 
 
-def attempts_block(view: Mapping[str, Any]) -> str:
+def attempts_block(view: IncidentView) -> str:
     """Each recorded attempt in one line, then the run result."""
-    lines = [f"## Attempts: {view.get('attempts', 0)}"]
-    for attempt in view.get("attempt_results") or []:
-        verdict = "passed" if attempt.get("verification_passed") else "failed"
-        stop = f", stop_reason {attempt['stop_reason']}" if attempt.get("stop_reason") else ""
-        lines.append(f"#{attempt.get('iteration')}: {verdict}, {attempt.get('result')}{stop}")
-    result = view.get("run_result")
-    if result:
-        stop = f", stop_reason {result['stop_reason']}" if result.get("stop_reason") else ""
-        lines.append(f"run result: {result.get('final_status')} after {result.get('loops_used')} loop(s){stop}")
+    lines = [f"## Attempts: {len(view.attempts)}"]
+    for attempt in view.attempts:
+        verdict = "passed" if attempt.verification_passed else "failed"
+        stop = f", stop_reason {attempt.stop_reason}" if attempt.stop_reason else ""
+        lines.append(f"#{attempt.iteration}: {verdict}, {attempt.result}{stop}")
+    result = view.run_result
+    if result is not None:
+        stop = f", stop_reason {result.stop_reason}" if result.stop_reason else ""
+        lines.append(f"run result: {result.final_status} after {result.loops_used} loop(s){stop}")
     return "\n".join(lines)
 
 
-def ranked_causes(view: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def ranked_causes(view: IncidentView) -> list[CauseGroup]:
     """The root-cause groups of a view, largest first (ties keep the plan's order): group N of
     the digest, of ``show`` and of its paging is the N-th of this list."""
-    causes = [c for c in view.get("root_causes") or [] if isinstance(c, Mapping)]
-    return sorted(causes, key=lambda cause: -len(cause.get("nodeids") or []))
+    return sorted(view.root_causes, key=lambda cause: -len(cause.nodeids))
 
 
-def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> list[str]:
+def incident_blocks(view: IncidentView, group: Optional[int] = None) -> list[str]:
     """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
     the head, one block per root-cause group (largest first), the plan, the attempts. ``group``
     (1-based): the head and that one group in full; ``IndexError`` when there is no such group."""
-    failures = _failures_by_id(view["incident"])
+    failures = _failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     if group is not None:
         if not 1 <= group <= len(causes):
@@ -216,19 +212,19 @@ def incident_blocks(view: Mapping[str, Any], group: Optional[int] = None) -> lis
     return blocks + [plan_block(view), attempts_block(view)]
 
 
-def group_page(view: Mapping[str, Any], group: int, offset: int, max_chars: int) -> str:
+def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> str:
     """One page of root-cause group ``group`` (1-based, ranked): its head line, at offset 0 its
     summary (target paths, fingerprints, distinct first lines; at most half the page), then its
     failing tests from ``offset``, one line each with its first line, as many as fit in
     ``max_chars``; the last line names the offset of the next page. Every test is on some page,
     whatever the bound: a page holds at least one (its line cut to fit). ``IndexError`` when
     there is no such group, ``ValueError`` when the offset is past its tests."""
-    failures = _failures_by_id(view["incident"])
+    failures = _failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     if not 1 <= group <= len(causes):
         raise IndexError(group)
     cause = causes[group - 1]
-    nodeids = [str(n) for n in cause.get("nodeids") or []]
+    nodeids = list(cause.nodeids)
     if offset < 0 or (offset and offset >= len(nodeids)):
         raise ValueError(offset)
     block = group_block(group, len(causes), cause, failures, full=True).split("\n")
@@ -248,7 +244,8 @@ def group_page(view: Mapping[str, Any], group: int, offset: int, max_chars: int)
     shown = 0
     for index, nodeid in enumerate(nodeids[offset:], offset):
         reserve = 0 if index + 1 == len(nodeids) else len(note(index + 1))
-        line = f"\n- {nodeid}: {one_line((failures.get(nodeid) or {}).get('message'))}"
+        found = failures.get(nodeid)
+        line = f"\n- {nodeid}: {one_line(found.message if found is not None else None)}"
         room = max_chars - len(text) - reserve
         if len(line) > room:
             if shown:

@@ -17,6 +17,7 @@ import re
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,6 +39,7 @@ from pytest_selfheal.mcp_server.digest import (
     verdict_lines,
 )
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
@@ -180,7 +182,7 @@ class Project:
         try:
             return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
         except IndexError:
-            raise UsageError(f"group {group}: incident {resolved} has {len(view['root_causes'])} "
+            raise UsageError(f"group {group}: incident {resolved} has {len(view.root_causes)} "
                              "root-cause group(s), numbered from 1") from None
         except ValueError:
             raise UsageError(f"offset {offset}: root-cause group {group} of incident {resolved} has fewer tests"
@@ -441,26 +443,22 @@ class Project:
                           f"{', '.join(proposed.files)}{partial}")
 
 
-def current_view(store: Store, incident_id: str) -> dict[str, Any]:
+def current_view(store: Store, incident_id: str) -> IncidentView:
     """The incident view with its failures as they are now: after an attempt, the groups keep
     the plan's root causes but hold only the tests still failing, with their latest messages
     and fingerprints (an agent must not chase the capture's stale messages)."""
     view = incident_view(store, incident_id)
-    attempts = store.read_attempts(incident_id)
-    if not attempts:
+    if not view.attempts:
         return view
-    last = attempts[-1]
-    failures = [entry.to_json() for entry in last.failures]
-    failing = {str(entry.get("nodeid") or entry.get("test")) for entry in failures}
+    last = view.attempts[-1]
+    failing = {entry.nodeid or entry.test for entry in last.failures}
     causes = []
-    for cause in view["root_causes"]:
-        nodeids = [n for n in cause["nodeids"] if n in failing]
+    for cause in view.root_causes:
+        nodeids = tuple(n for n in cause.nodeids if n in failing)
         if nodeids:
-            causes.append({**cause, "nodeids": nodeids})
-    view["incident"] = {**view["incident"], "failures": failures}
-    view["root_causes"] = causes
-    view["now"] = f"attempt #{last.iteration}: {len(failures)} of the selection still failing"
-    return view
+            causes.append(replace(cause, nodeids=nodeids))
+    return replace(view, incident=replace(view.incident, failures=last.failures), root_causes=tuple(causes),
+                   now=f"attempt #{last.iteration}: {len(last.failures)} of the selection still failing")
 
 
 __all__ = ["FOR_THE_USER", "Project", "ToolResult"]

@@ -26,6 +26,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 REPORT_SCHEMA_VERSION = 1
@@ -34,17 +35,6 @@ REPORT_TITLE = "RALF Lite Loop Report"
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
 RUN_RESULT_ORIGIN = "run_result.json"
-
-# Keys a report JSON must have (``validate_report``), top level and per incident.
-REQUIRED_KEYS: tuple[str, ...] = (
-    "schema_version", "title", "enabled", "effective_config", "origins", "auto_tasks_looped",
-    "total_retries", "incidents", "stop_reason", "final_status", "recommended_next_action",
-)
-INCIDENT_KEYS: tuple[str, ...] = (
-    "incident_id", "status", "bucket", "final_status", "stop_reason", "loops_used", "tasks",
-    "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests",
-)
-TASK_KEYS: tuple[str, ...] = ("task", "attempts", "stop_reason")
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
 # Outcome: escalated, then replan_requested, then not finished, then resolved last.
@@ -230,7 +220,7 @@ def _resolve_config(
     return values, resolved
 
 
-def _iteration_entry(attempt: Mapping[str, object]) -> dict[str, Any]:
+def _iteration_entry(attempt: Mapping[str, object]) -> IterationEntry:
     raw_outcomes = attempt.get("outcomes")
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
@@ -241,27 +231,27 @@ def _iteration_entry(attempt: Mapping[str, object]) -> dict[str, Any]:
         else {}
     )
     repair = attempt.get("repair")
-    return {
-        "iteration": as_int(attempt.get("iteration")),
-        "mode": opt_str(attempt.get("mode")),
-        "started_at": opt_str(attempt.get("started_at")),
-        "finished_at": opt_str(attempt.get("finished_at")),
-        "result": opt_str(attempt.get("result")),
-        "stop_reason": opt_str(attempt.get("stop_reason")),
-        "verification_passed": attempt.get("verification_passed") is True,
-        "outcomes": outcomes,
-        "fingerprints": [as_str(f.get("fingerprint")) for f in dicts(attempt.get("failures")) if f.get("fingerprint")],
-        "error_signature": opt_str(attempt.get("error_signature")),
-        "fingerprint_changed": opt_bool(attempt.get("fingerprint_changed")),
-        "progress": opt_bool(attempt.get("progress")),
-        "progress_reasons": strs(attempt.get("progress_reasons")),
-        "diff_hash": opt_str(attempt.get("diff_hash")),
-        "repair_result": opt_str(repair.get("result")) if isinstance(repair, Mapping) else None,
-        "timed_out": attempt.get("timed_out") is True,
-    }
+    return IterationEntry(
+        iteration=as_int(attempt.get("iteration")),
+        mode=opt_str(attempt.get("mode")),
+        started_at=opt_str(attempt.get("started_at")),
+        finished_at=opt_str(attempt.get("finished_at")),
+        result=opt_str(attempt.get("result")),
+        stop_reason=opt_str(attempt.get("stop_reason")),
+        verification_passed=attempt.get("verification_passed") is True,
+        outcomes=outcomes,
+        fingerprints=tuple(as_str(f.get("fingerprint")) for f in dicts(attempt.get("failures")) if f.get("fingerprint")),
+        error_signature=opt_str(attempt.get("error_signature")),
+        fingerprint_changed=opt_bool(attempt.get("fingerprint_changed")),
+        progress=opt_bool(attempt.get("progress")),
+        progress_reasons=tuple(strs(attempt.get("progress_reasons"))),
+        diff_hash=opt_str(attempt.get("diff_hash")),
+        repair_result=opt_str(repair.get("result")) if isinstance(repair, Mapping) else None,
+        timed_out=attempt.get("timed_out") is True,
+    )
 
 
-def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any]]) -> tuple[int, bool]:
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[IterationEntry]) -> tuple[int, bool]:
     """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
 
     An iteration counts when it verified any of the action's node ids, until every one of
@@ -271,7 +261,7 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
     latest: dict[str, str] = {}
     count = 0
     for iteration in iterations:
-        outcomes: Mapping[str, str] = iteration["outcomes"]
+        outcomes = iteration.outcomes
         if nodeids and outcomes:
             touched = [n for n in nodeids if n in outcomes]
             if not touched:
@@ -282,7 +272,7 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[Mapping[str, Any
                 return count, True
         else:
             count += 1
-            if iteration["verification_passed"]:
+            if iteration.verification_passed:
                 return count, True
     return count, False
 
@@ -315,7 +305,7 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
         return f"Investigate manually: selfheal show {incident_id}"
 
 
-def _incident_entry(run: IncidentRun) -> dict[str, Any]:
+def _incident_entry(run: IncidentRun) -> IncidentEntry:
     incident = run.incident
     incident_id = as_str(incident.get("incident_id"))
     status = as_str(incident.get("status"), "new")
@@ -323,19 +313,19 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
     iterations = [_iteration_entry(a) for a in attempts]
     rr = run.run_result
     last = iterations[-1] if iterations else None
-    stopped_attempt = last is not None and last["result"] == policy.ACTION_STOP
-    if policy.stop_is_history(policy.stop_history_after(incident), as_int(last["iteration"]) if last else 0, status):
+    stopped_attempt = last is not None and last.result == policy.ACTION_STOP
+    if policy.stop_is_history(policy.stop_history_after(incident), last.iteration if last else 0, status):
         rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
     stop_reason: Optional[str] = opt_str(rr.get("stop_reason")) if rr is not None else None
     if stop_reason is None and stopped_attempt and last is not None:
-        stop_reason = last["stop_reason"]
+        stop_reason = last.stop_reason
     final_status = as_str(rr.get("final_status"), status) if rr is not None else status
     loops_used = as_int(rr.get("loops_used"), len(iterations)) if rr is not None else len(iterations)
 
     failures = dicts(incident.get("failures"))
     capture_fps = [as_str(f.get("fingerprint")) for f in failures if f.get("fingerprint")]
-    fingerprints_per_iteration = [capture_fps] + [list(i["fingerprints"]) for i in iterations]
+    fingerprints_per_iteration = (tuple(capture_fps),) + tuple(i.fingerprints for i in iterations)
 
     # The loop's own verdicts when recorded; else the same rules over the recorded observations.
     recorded = rr or {}
@@ -348,7 +338,7 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
 
-    tasks: list[dict[str, Any]] = []
+    tasks: list[TaskEntry] = []
     for action in dicts((run.plan or {}).get("actions")):
         nodeids = strs(action.get("nodeids"))
         count, passed = _task_progress(nodeids, iterations)
@@ -358,23 +348,22 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
             task_stop = stop_reason  # the loop stopped while this action was still failing
         else:
             task_stop = None  # not run (yet), or never verified by the loop
-        tasks.append({
-            "task": as_str(action.get("id"), f"A{len(tasks) + 1}"),
-            "label": as_str(action.get("id"), f"A{len(tasks) + 1}"),
-            "title": as_str(action.get("title")),
-            "nodeids": nodeids,
-            "attempts": count,
-            "stop_reason": task_stop,
-            "passed": passed,
-            "flaky": bool(nodeids) and passed and all(n in flaky for n in nodeids),
-            "fingerprint": opt_str(action.get("fingerprint")),
-            "fingerprints": strs(action.get("fingerprints")),
-            "signature": opt_str(action.get("signature")),
-            "failure_type": opt_str(action.get("failure_type")),
-            **({"where": action["where"]} if isinstance(action.get("where"), str) else {}),  # the top suspect
-        })
+        tasks.append(TaskEntry(
+            task=as_str(action.get("id"), f"A{len(tasks) + 1}"),
+            title=as_str(action.get("title")),
+            nodeids=tuple(nodeids),
+            attempts=count,
+            stop_reason=task_stop,
+            passed=passed,
+            flaky=bool(nodeids) and passed and all(n in flaky for n in nodeids),
+            fingerprint=opt_str(action.get("fingerprint")),
+            fingerprints=tuple(strs(action.get("fingerprints"))),
+            signature=opt_str(action.get("signature")),
+            failure_type=opt_str(action.get("failure_type")),
+            where=opt_str(action.get("where")),  # the top suspect
+        ))
 
-    new_failures: list[dict[str, Any]] = []
+    new_failures: list[NewFailureEntry] = []
     seen: set[tuple[str, str]] = set()
     for attempt in attempts:
         for failure in dicts(attempt.get("new_failures")):
@@ -382,13 +371,13 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
             if key in seen:
                 continue
             seen.add(key)
-            new_failures.append({
-                "nodeid": _nodeid(failure),
-                "fingerprint": opt_str(failure.get("fingerprint")),
-                "signature": opt_str(failure.get("signature")),
-                "failure_type": opt_str(failure.get("failure_type")),
-                "iteration": as_int(attempt.get("iteration")),
-            })
+            new_failures.append(NewFailureEntry(
+                nodeid=_nodeid(failure),
+                fingerprint=opt_str(failure.get("fingerprint")),
+                signature=opt_str(failure.get("signature")),
+                failure_type=opt_str(failure.get("failure_type")),
+                iteration=as_int(attempt.get("iteration")),
+            ))
 
     tooling = any(f.get("failure_type") == TOOLING_ENV for f in failures)
     recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None, tooling)
@@ -400,7 +389,7 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
     else:
         handoff = {
             "iterations": len(iterations),
-            "fingerprints_per_iteration": copy.deepcopy(fingerprints_per_iteration),
+            "fingerprints_per_iteration": [list(f) for f in fingerprints_per_iteration],
             "fixed": list(tests_fixed),
             "flaky_tests": list(flaky),
         }
@@ -409,37 +398,37 @@ def _incident_entry(run: IncidentRun) -> dict[str, Any]:
     run_config = rr.get("effective_config") if rr is not None else None
     runtime = rr.get("runtime_minutes") if rr is not None else None
 
-    return {
-        "incident_id": incident_id,
-        "status": status,
-        "bucket": run.bucket,
-        "created_at": opt_str(incident.get("created_at")),
-        "step": opt_str(incident.get("step")),
-        "failure_class": opt_str(incident.get("failure_class")),
-        "error_signature": opt_str(incident.get("error_signature")),
-        "capture_tests": unique(n for n in (_nodeid(f) for f in failures) if n),
-        "plan_revision": as_int((run.plan or {}).get("revision"), 1) if run.plan is not None else None,
-        "finished": finished,
-        "final_status": final_status,
-        "stop_reason": stop_reason,
-        "loops_used": loops_used,
-        "same_error_repeats": as_int(rr.get("same_error_repeats")) if rr is not None else None,
-        "runtime_minutes": runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
-        "archived_to": opt_str(rr.get("archived_to")) if rr is not None else None,
-        "run_config": copy.deepcopy(dict(_unwrap_config(run_config))) if isinstance(run_config, Mapping) else None,
-        "tasks": tasks,
-        "iterations": iterations,
-        "fingerprints_per_iteration": fingerprints_per_iteration,
-        "tests_fixed": tests_fixed,
-        "flaky_tests": list(unique(flaky)),
+    return IncidentEntry(
+        incident_id=incident_id,
+        status=status,
+        bucket=run.bucket,
+        created_at=opt_str(incident.get("created_at")),
+        step=opt_str(incident.get("step")),
+        failure_class=opt_str(incident.get("failure_class")),
+        error_signature=opt_str(incident.get("error_signature")),
+        capture_tests=tuple(unique(n for n in (_nodeid(f) for f in failures) if n)),
+        plan_revision=as_int((run.plan or {}).get("revision"), 1) if run.plan is not None else None,
+        finished=finished,
+        final_status=final_status,
+        stop_reason=stop_reason,
+        loops_used=loops_used,
+        same_error_repeats=as_int(rr.get("same_error_repeats")) if rr is not None else None,
+        runtime_minutes=runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
+        archived_to=opt_str(rr.get("archived_to")) if rr is not None else None,
+        run_config=copy.deepcopy(dict(_unwrap_config(run_config))) if isinstance(run_config, Mapping) else None,
+        tasks=tuple(tasks),
+        iterations=tuple(iterations),
+        fingerprints_per_iteration=fingerprints_per_iteration,
+        tests_fixed=tuple(tests_fixed),
+        flaky_tests=tuple(unique(flaky)),
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
-        "tests_edited": strs(attempts[-1].get("tests_edited")) if attempts else [],
-        "unverified_failures": as_int(incident.get("unverified_failures")),
-        "new_failures": new_failures,
-        "triage": report_triage(failures, flaky),
-        "decision_point": copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
-        "handoff": handoff,
-    }
+        tests_edited=tuple(strs(attempts[-1].get("tests_edited"))) if attempts else (),
+        unverified_failures=as_int(incident.get("unverified_failures")),
+        new_failures=tuple(new_failures),
+        triage=tuple(report_triage(failures, flaky)),
+        decision_point=copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
+        handoff=handoff,
+    )
 
 
 def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
@@ -546,7 +535,7 @@ def build_report(
         "origins": resolved,
         "config_differences": [],
         "shards": [],
-        "incidents": [_incident_entry(run) for run in runs],
+        "incidents": [_incident_entry(run).to_json() for run in runs],  # the JSON output boundary
     }
     return finish_report(report)
 
@@ -554,16 +543,12 @@ def build_report(
 # --------------------------------------------------------------------------- validation
 
 
-def _expect(condition: bool, source: str, where: str, expected: str) -> None:
-    if not condition:
-        raise InputError(f"{source}: {where}: expected {expected}")
+def parse_report(data: Any, source: str = "report") -> ReportDoc:
+    """The :class:`ReportDoc` of ``data`` if it is a report JSON this version can render and
+    merge, else ``InputError``.
 
-
-def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
-    """``data`` if it is a report JSON this version can render and merge, else ``InputError``.
-
-    Checks ``schema_version`` and the keys listed in docs/report.md "Validation";
-    the message names ``source`` and the first bad key (one line).
+    Gates ``schema_version``, then parses (the keys and types of docs/report.md
+    "Validation"); the message names ``source`` and the first bad field (one line).
     """
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
@@ -571,29 +556,9 @@ def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
     if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
         raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
                          f"(expected {REPORT_SCHEMA_VERSION})")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        raise InputError(f"{source}: not a RALF Lite Loop Report: missing key {missing[0]!r}")
-    _expect(isinstance(data["effective_config"], dict), source, "effective_config", "an object")
-    _expect(isinstance(data["origins"], dict), source, "origins", "an object")
-    _expect(isinstance(data["enabled"], bool), source, "enabled", "true or false")
-    _expect(isinstance(data["incidents"], list), source, "incidents", "a list")
-    for i, entry in enumerate(data["incidents"]):
-        where = f"incidents[{i}]"
-        _expect(isinstance(entry, dict), source, where, "an object")
-        for key in INCIDENT_KEYS:
-            _expect(key in entry, source, f"{where}.{key}", "a value (missing)")
-        _expect(isinstance(entry["incident_id"], str), source, f"{where}.incident_id", "a string")
-        _expect(isinstance(entry["loops_used"], int) and not isinstance(entry["loops_used"], bool), source,
-                f"{where}.loops_used", "an integer")
-        for key in ("tasks", "iterations", "fingerprints_per_iteration", "tests_fixed", "flaky_tests"):
-            _expect(isinstance(entry[key], list), source, f"{where}.{key}", "a list")
-        for j, task in enumerate(entry["tasks"]):
-            _expect(isinstance(task, dict) and all(k in task for k in TASK_KEYS), source,
-                    f"{where}.tasks[{j}]", "an object with task, attempts, stop_reason")
-            _expect(isinstance(task["attempts"], int) and not isinstance(task["attempts"], bool), source,
-                    f"{where}.tasks[{j}].attempts", "an integer")
-        for j, iteration in enumerate(entry["iterations"]):
-            _expect(isinstance(iteration, dict) and isinstance(iteration.get("outcomes", {}), dict), source,
-                    f"{where}.iterations[{j}]", "an object with an outcomes object")
-    return data
+    return ReportDoc.from_json(data, source)
+
+
+def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
+    """``data`` as its JSON again if it is a report this version can render and merge (:func:`parse_report`)."""
+    return parse_report(data, source).to_json()

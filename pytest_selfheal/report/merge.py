@@ -1,6 +1,6 @@
 """Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
 
-Pure: report JSON in, report JSON out (fields and rules: docs/report.md "Merging").
+Pure: report JSON in (parsed into ``ReportDoc`` records), report JSON out (fields and rules: docs/report.md "Merging").
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.records.jsondoc import thaw
+from pytest_selfheal.records.report import ReportIncidentDoc
 from pytest_selfheal.report.data import (
     REPORT_SCHEMA_VERSION,
     REPORT_TITLE,
@@ -17,8 +19,8 @@ from pytest_selfheal.report.data import (
     dicts,
     finish_report,
     flatten_config,
+    parse_report,
     strs,
-    validate_report,
 )
 
 
@@ -37,13 +39,13 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
     labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]
     if len(labels) != len(reports):
         raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
-    checked = [copy.deepcopy(validate_report(r, label)) for r, label in zip(reports, labels)]
+    checked = [parse_report(r, label) for r, label in zip(reports, labels)]
     first = checked[0]
-    base = flatten_config(first["effective_config"])
+    base = flatten_config(first.effective_config)
     differences: list[dict[str, Any]] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
-        for inner in dicts(shard.get("config_differences")):
+        for inner in dicts(thaw(shard.get_extra("config_differences"))):
             recorded = inner.get("values")
             differences.append({
                 "shard": f"{label} / {as_str(inner.get('shard'))}",
@@ -52,23 +54,23 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             })
         if shard is first:
             continue
-        other = flatten_config(shard["effective_config"])
+        other = flatten_config(shard.effective_config)
         keys = sorted(k for k in set(base) | set(other) if base.get(k, ...) != other.get(k, ...))
-        values = {k: other.get(k) for k in keys}
+        values = {k: thaw(other.get(k)) for k in keys}
         # "(enabled)": the report's own flag (selfheal off) when the config key agrees.
-        if shard["enabled"] != first["enabled"] and "enabled" not in keys:
+        if shard.enabled != first.enabled and "enabled" not in keys:
             keys = ["(enabled)"] + keys
-            values["(enabled)"] = shard["enabled"]
+            values["(enabled)"] = shard.enabled
         if keys:
             differences.append({"shard": label, "keys": keys, "values": values})
-    incidents: list[dict[str, Any]] = []
+    incidents: list[ReportIncidentDoc] = []
     seen: set[str] = set()
     shards: list[dict[str, Any]] = []
     for label, shard in zip(labels, checked):
         ids: list[str] = []
         duplicates: list[str] = []
-        for entry in shard["incidents"]:
-            incident_id = entry["incident_id"]
+        for entry in shard.incidents:
+            incident_id = entry.incident_id
             if incident_id in seen:
                 duplicates.append(incident_id)
                 continue
@@ -79,19 +81,19 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             "name": label,
             "incidents": ids,
             "duplicates": duplicates,
-            "stop_reason": shard["stop_reason"],
-            "final_status": shard["final_status"],
-            "total_retries": shard["total_retries"],
+            "stop_reason": thaw(shard.stop_reason),
+            "final_status": thaw(shard.final_status),
+            "total_retries": thaw(shard.total_retries),
         })
     merged: dict[str, Any] = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": REPORT_TITLE,
-        "enabled": first["enabled"],
-        "effective_config": first["effective_config"],
-        "origins": first["origins"],
+        "enabled": first.enabled,
+        "effective_config": thaw(first.effective_config),
+        "origins": thaw(first.origins),
         "config_differences": differences,
         "shards": shards,
-        "incidents": incidents,
+        "incidents": [entry.to_json() for entry in incidents],  # the JSON output boundary
     }
     return finish_report(merged)
 

@@ -12,6 +12,7 @@ from pytest_selfheal.cli.commands._common import (
     print_json,
     store_from_args,
 )
+from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.report.incident_view import incident_view
 
 NAME = "show"
@@ -38,62 +39,61 @@ def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
-def format_text(data: dict[str, Any]) -> str:
-    """``incident_view``'s result as readable ``label  value`` lines."""
-    incident = data["incident"]
-    rows: list[tuple[str, Any]] = [
-        ("incident", data["incident_id"]),
-        ("status", f"{data['status']} ({data['bucket']}: {data['path']})"),
-        ("created", incident["created_at"]),
-        ("updated", incident["updated_at"]),
-        ("run", incident["run_id"]),
-        ("step", incident["step"]),
-        ("class", incident["failure_class"]),
-        ("signature", incident["error_signature"]),
-        ("message", incident["message"]),
+def format_text(view: IncidentView) -> str:
+    """An :class:`IncidentView` as readable ``label  value`` lines."""
+    incident = view.incident
+    rows: list[tuple[str, object]] = [
+        ("incident", view.incident_id),
+        ("status", f"{view.status} ({view.bucket}: {view.path})"),
+        ("created", incident.created_at),
+        ("updated", incident.updated_at),
+        ("run", incident.run_id),
+        ("step", incident.step),
+        ("class", incident.failure_class),
+        ("signature", incident.error_signature),
+        ("message", incident.message),
     ]
-    failures = incident.get("failures")
-    if isinstance(failures, list):
-        rows.append(("failures", f"{len(failures)} in {len(data['root_causes'])} root cause(s)"))
-    for cause in data["root_causes"]:
-        where = f"{cause['path']}::{cause['name']}" if cause.get("path") else cause.get("signature") or "-"
-        head = f"{cause['action']}: " if cause.get("action") else ""
-        rows.append(("", f"{head}{where} ({cause['evidence']}), {len(cause['nodeids'])} failing test(s)"))
-        if cause.get("where"):
-            rows.append(("", f"- where: {cause['where']}" + (f" (assertion {cause['assertion']})" if cause.get("assertion") else "")))
-        if len(cause.get("suspects") or []) > 1:
-            rows.append(("", f"- other suspects: {'; '.join(cause['suspects'][1:])}"))
-        rows.extend(("", _Code(f"  {line}")) for line in cause.get("excerpt") or [])
-        if cause["target_paths"]:
-            rows.append(("", f"- target paths: {', '.join(cause['target_paths'])}"))
-        if cause["test_paths"]:
-            rows.append(("", f"- test paths: {', '.join(cause['test_paths'])}"))
-        shown = cause["nodeids"][:_SHOWN_NODEIDS]
-        more = len(cause["nodeids"]) - len(shown)
+    if "failures" in (incident.keys or ("failures",)):
+        rows.append(("failures", f"{len(incident.failures)} in {len(view.root_causes)} root cause(s)"))
+    for cause in view.root_causes:
+        where = f"{cause.path}::{cause.name}" if cause.path else cause.signature or "-"
+        head = f"{cause.action}: " if cause.action else ""
+        rows.append(("", f"{head}{where} ({cause.evidence}), {len(cause.nodeids)} failing test(s)"))
+        if cause.where:
+            rows.append(("", f"- where: {cause.where}" + (f" (assertion {cause.assertion})" if cause.assertion else "")))
+        if len(cause.suspects) > 1:
+            rows.append(("", f"- other suspects: {'; '.join(cause.suspects[1:])}"))
+        rows.extend(("", _Code(f"  {line}")) for line in cause.excerpt or ())
+        if cause.target_paths:
+            rows.append(("", f"- target paths: {', '.join(cause.target_paths)}"))
+        if cause.test_paths:
+            rows.append(("", f"- test paths: {', '.join(cause.test_paths)}"))
+        shown = cause.nodeids[:_SHOWN_NODEIDS]
+        more = len(cause.nodeids) - len(shown)
         rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
-    plan = data["plan"]
+    plan = view.plan
     if plan is None:
         rows.append(("plan", "none"))
     else:
-        rows.append(("plan", f"{plan['summary']} ({len(plan['actions'])} actions, {len(plan['verification_commands'])} verification commands)"))
-        for action in plan["actions"]:
-            rows.append(("", f"{action['id']}: {action['title']}"))
-    rows.append(("attempts", data["attempts"]))
-    for attempt in data["attempt_results"]:
-        verdict = "passed" if attempt["verification_passed"] else "failed"
-        stop = f", stop_reason {attempt['stop_reason']}" if attempt["stop_reason"] else ""
-        rows.append(("", f"#{attempt['iteration']}: {verdict}, {attempt['result']}{stop}"))
-    result = data["run_result"]
+        rows.append(("plan", f"{plan.summary} ({len(plan.actions)} actions, {len(plan.verification_commands)} verification commands)"))
+        for action_id, title in plan.actions:
+            rows.append(("", f"{action_id}: {title}"))
+    rows.append(("attempts", len(view.attempts)))
+    for attempt in view.attempts:
+        verdict = "passed" if attempt.verification_passed else "failed"
+        stop = f", stop_reason {attempt.stop_reason}" if attempt.stop_reason else ""
+        rows.append(("", f"#{attempt.iteration}: {verdict}, {attempt.result}{stop}"))
+    result = view.run_result
     if result is None:
         rows.append(("run result", "none"))
     else:
-        stop = f", stop_reason {result['stop_reason']}" if result.get("stop_reason") else ""
-        rows.append(("run result", f"{result['final_status']} after {result['loops_used']} loops{stop}"))
-        point = result.get("decision_point")
-        if isinstance(point, dict) and point.get("message"):
-            rows.append(("", f"why: {point['message']}"))  # e.g. the missing module of a tooling_env stop
-    rows.append(("events", data["events"]))
-    for warning in data["warnings"]:
+        stop = f", stop_reason {result.stop_reason}" if result.stop_reason else ""
+        rows.append(("run result", f"{result.final_status} after {result.loops_used} loops{stop}"))
+        point = result.decision_point
+        if point is not None and point.message:
+            rows.append(("", f"why: {point.message}"))  # e.g. the missing module of a tooling_env stop
+    rows.append(("events", view.events))
+    for warning in view.warnings:
         rows.append(("warning", warning))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label.ljust(width)}  {_flat(value)}".rstrip() for label, value in rows)
@@ -102,9 +102,9 @@ def format_text(data: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store = store_from_args(args)
-    data = incident_view(store, incident_id_from_args(store, args))
+    view = incident_view(store, incident_id_from_args(store, args))
     if args.json:
-        print_json(data)
+        print_json(view.to_json())
     else:
-        print(format_text(data))
+        print(format_text(view))
     return 0

@@ -1,0 +1,373 @@
+"""The report JSON (``selfheal report --format json``) and the incident view (``selfheal show``) as records.
+
+:class:`ReportDoc` declares the fields a report read back from a file must have, with
+their types (docs/report.md "Validation"); every other key is kept as read, so
+``ReportDoc.from_json(doc, where).to_json()`` is ``doc`` again. The ``schema_version``
+gate stays with ``report.data.validate_report``. :class:`IncidentView` is one incident as
+``selfheal show`` and the MCP ``show`` tool read it (built by ``report.incident_view``). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any, ClassVar, Optional
+
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    any_value,
+    array_of,
+    boolean,
+    empty_map,
+    integer,
+    json_array,
+    json_object,
+    string,
+)
+from pytest_selfheal.records.run_result import RunResult
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportTaskDoc(JsonRecord):
+    """One task of a report incident: ``task``, ``attempts``, ``stop_reason`` must be there."""
+
+    KIND: ClassVar[str] = "report"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("task", any_value, required=True),
+        Field("attempts", integer, required=True),
+        Field("stop_reason", any_value, required=True),
+    )
+
+    task: Any = None
+    attempts: int = 0
+    stop_reason: Any = None
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportIterationDoc(JsonRecord):
+    """One iteration of a report incident: an optional ``outcomes`` object."""
+
+    KIND: ClassVar[str] = "report"
+    FIELDS: ClassVar[tuple[Field, ...]] = (Field("outcomes", json_object),)
+
+    outcomes: Mapping[str, Any] = field(default_factory=empty_map)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportIncidentDoc(JsonRecord):
+    """One incident of a report: the keys the merge and the renderer rely on."""
+
+    KIND: ClassVar[str] = "report"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("incident_id", string, required=True),
+        Field("status", any_value, required=True),
+        Field("bucket", any_value, required=True),
+        Field("final_status", any_value, required=True),
+        Field("stop_reason", any_value, required=True),
+        Field("loops_used", integer, required=True),
+        Field("tasks", array_of(ReportTaskDoc.parse), required=True),
+        Field("iterations", array_of(ReportIterationDoc.parse), required=True),
+        Field("fingerprints_per_iteration", json_array, required=True),
+        Field("tests_fixed", json_array, required=True),
+        Field("flaky_tests", json_array, required=True),
+    )
+
+    incident_id: str = ""
+    status: Any = None
+    bucket: Any = None
+    final_status: Any = None
+    stop_reason: Any = None
+    loops_used: int = 0
+    tasks: tuple[ReportTaskDoc, ...] = ()
+    iterations: tuple[ReportIterationDoc, ...] = ()
+    fingerprints_per_iteration: tuple[Any, ...] = ()
+    tests_fixed: tuple[Any, ...] = ()
+    flaky_tests: tuple[Any, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportDoc(JsonRecord):
+    """A whole report JSON: the plan-level keys and its incidents (docs/report.md "JSON")."""
+
+    KIND: ClassVar[str] = "report"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("schema_version", integer, required=True),
+        Field("title", any_value, required=True),
+        Field("enabled", boolean, required=True),
+        Field("effective_config", json_object, required=True),
+        Field("origins", json_object, required=True),
+        Field("auto_tasks_looped", any_value, required=True),
+        Field("total_retries", any_value, required=True),
+        Field("incidents", array_of(ReportIncidentDoc.parse), required=True),
+        Field("stop_reason", any_value, required=True),
+        Field("final_status", any_value, required=True),
+        Field("recommended_next_action", any_value, required=True),
+    )
+
+    schema_version: int = 1
+    title: Any = None
+    enabled: bool = True
+    effective_config: Mapping[str, Any] = field(default_factory=empty_map)
+    origins: Mapping[str, Any] = field(default_factory=empty_map)
+    auto_tasks_looped: Any = None
+    total_retries: Any = None
+    incidents: tuple[ReportIncidentDoc, ...] = ()
+    stop_reason: Any = None
+    final_status: Any = None
+    recommended_next_action: Any = None
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CauseGroup(Frozen):
+    """One root-cause group: a plan action's, or (no plan yet) one computed from the failures.
+
+    ``where``, ``assertion``, ``suspects`` (``name (path:line, evidence, score)``) and
+    ``excerpt`` (numbered code lines) are the action's *where*, each only when the plan has it.
+    """
+
+    action: Optional[str]
+    evidence: str
+    path: Optional[str]
+    name: Optional[str]
+    signature: Optional[str]
+    nodeids: tuple[str, ...]
+    target_paths: tuple[str, ...] = ()
+    test_paths: tuple[str, ...] = ()
+    where: Optional[str] = None
+    assertion: Optional[str] = None
+    suspects: tuple[str, ...] = ()
+    excerpt: Optional[tuple[str, ...]] = None
+    from_plan: bool = True  # a computed group writes path and name only when set
+
+    def to_json(self) -> dict[str, object]:
+        """The group as ``selfheal show --json`` prints it."""
+        data: dict[str, object] = {"action": self.action, "evidence": self.evidence}
+        if self.from_plan or self.path is not None:
+            data["path"] = self.path
+        if self.from_plan or self.name is not None:
+            data["name"] = self.name
+        data.update(signature=self.signature, target_paths=list(self.target_paths),
+                    test_paths=list(self.test_paths), nodeids=list(self.nodeids))
+        if self.where:
+            data["where"] = self.where
+        if self.assertion:
+            data["assertion"] = self.assertion
+        if self.suspects:
+            data["suspects"] = list(self.suspects)
+        if self.excerpt is not None:
+            data["excerpt"] = list(self.excerpt)
+        return data
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PlanSummary(Frozen):
+    """The plan as the view shows it: summary, action ids and titles, verification commands."""
+
+    generated_at: str
+    summary: str
+    actions: tuple[tuple[str, str], ...]
+    verification_commands: tuple[str, ...]
+    path: str
+
+    def to_json(self) -> dict[str, object]:
+        """The plan summary as ``selfheal show --json`` prints it."""
+        return {"generated_at": self.generated_at, "summary": self.summary,
+                "actions": [{"id": i, "title": t} for i, t in self.actions],
+                "verification_commands": list(self.verification_commands), "path": self.path}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IncidentView(Frozen):
+    """One incident with its groups, plan, attempts and run result (``now``: the MCP's note
+    on the latest attempt, see ``mcp_server.tools.current_view``)."""
+
+    incident_id: str
+    status: str
+    bucket: str
+    path: str
+    incident: Incident
+    root_causes: tuple[CauseGroup, ...]
+    plan: Optional[PlanSummary]
+    attempts: tuple[Attempt, ...]
+    run_result: Optional[RunResult]
+    events: int
+    warnings: tuple[str, ...]
+    now: Optional[str] = None
+
+    def to_json(self) -> dict[str, object]:
+        """The view as one JSON-friendly dict: what ``selfheal show --json`` prints."""
+        return {
+            "incident_id": self.incident_id,
+            "status": self.status,
+            "bucket": self.bucket,
+            "path": self.path,
+            "incident": self.incident.to_json(),
+            "root_causes": [cause.to_json() for cause in self.root_causes],
+            "plan": self.plan.to_json() if self.plan is not None else None,
+            "attempts": len(self.attempts),
+            "attempt_results": [
+                {
+                    "iteration": a.iteration,
+                    "result": a.result,
+                    "verification_passed": a.verification_passed,
+                    "stop_reason": a.stop_reason,
+                    "error_signature": a.error_signature,
+                }
+                for a in self.attempts
+            ],
+            "run_result": self.run_result.to_json() if self.run_result is not None else None,
+            "events": self.events,
+            "warnings": list(self.warnings),
+        }
+
+
+# --------------------------------------------------------------------------- built by report.data
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IterationEntry(Frozen):
+    """One verification of an incident as the report JSON lists it (``incidents[].iterations``)."""
+
+    iteration: int
+    mode: Optional[str]
+    started_at: Optional[str]
+    finished_at: Optional[str]
+    result: Optional[str]
+    stop_reason: Optional[str]
+    verification_passed: bool
+    outcomes: Mapping[str, str]  # node id -> outcome, the tests this iteration ran
+    fingerprints: tuple[str, ...]
+    error_signature: Optional[str]
+    fingerprint_changed: Optional[bool]
+    progress: Optional[bool]
+    progress_reasons: tuple[str, ...]
+    diff_hash: Optional[str]
+    repair_result: Optional[str]
+    timed_out: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The iteration's object in the report JSON."""
+        return {
+            "iteration": self.iteration, "mode": self.mode, "started_at": self.started_at,
+            "finished_at": self.finished_at, "result": self.result, "stop_reason": self.stop_reason,
+            "verification_passed": self.verification_passed, "outcomes": dict(self.outcomes),
+            "fingerprints": list(self.fingerprints), "error_signature": self.error_signature,
+            "fingerprint_changed": self.fingerprint_changed, "progress": self.progress,
+            "progress_reasons": list(self.progress_reasons), "diff_hash": self.diff_hash,
+            "repair_result": self.repair_result, "timed_out": self.timed_out,
+        }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TaskEntry(Frozen):
+    """One plan action of an incident in the report JSON: its attempts and where it stopped."""
+
+    task: str
+    title: str
+    nodeids: tuple[str, ...]
+    attempts: int
+    stop_reason: Optional[str]
+    passed: bool
+    flaky: bool
+    fingerprint: Optional[str]
+    fingerprints: tuple[str, ...]
+    signature: Optional[str]
+    failure_type: Optional[str]
+    where: Optional[str] = None  # the top suspect, when the plan has it
+
+    def to_json(self) -> dict[str, object]:
+        """The task's object in the report JSON (``label``: the task id until the report labels it)."""
+        data: dict[str, object] = {
+            "task": self.task, "label": self.task, "title": self.title, "nodeids": list(self.nodeids),
+            "attempts": self.attempts, "stop_reason": self.stop_reason, "passed": self.passed,
+            "flaky": self.flaky, "fingerprint": self.fingerprint, "fingerprints": list(self.fingerprints),
+            "signature": self.signature, "failure_type": self.failure_type,
+        }
+        if self.where is not None:
+            data["where"] = self.where
+        return data
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NewFailureEntry(Frozen):
+    """A failure outside the incident's selection, first seen in ``iteration``."""
+
+    nodeid: Optional[str]
+    fingerprint: Optional[str]
+    signature: Optional[str]
+    failure_type: Optional[str]
+    iteration: int
+
+    def to_json(self) -> dict[str, object]:
+        """The failure's object in the report JSON."""
+        return {"nodeid": self.nodeid, "fingerprint": self.fingerprint, "signature": self.signature,
+                "failure_type": self.failure_type, "iteration": self.iteration}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IncidentEntry(Frozen):
+    """One incident of the report JSON as ``report.data`` builds it (docs/report.md "JSON").
+
+    ``run_config``, ``decision_point``, ``handoff`` and ``triage`` are JSON copied from the
+    run result and the history (their keys are the user's or another stage's).
+    """
+
+    incident_id: str
+    status: str
+    bucket: str
+    created_at: Optional[str]
+    step: Optional[str]
+    failure_class: Optional[str]
+    error_signature: Optional[str]
+    capture_tests: tuple[str, ...]
+    plan_revision: Optional[int]
+    finished: bool
+    final_status: str
+    stop_reason: Optional[str]
+    loops_used: int
+    same_error_repeats: Optional[int]
+    runtime_minutes: Optional[float]
+    archived_to: Optional[str]
+    run_config: Optional[Mapping[str, object]]
+    tasks: tuple[TaskEntry, ...]
+    iterations: tuple[IterationEntry, ...]
+    fingerprints_per_iteration: tuple[tuple[str, ...], ...]
+    tests_fixed: tuple[str, ...]
+    flaky_tests: tuple[str, ...]
+    tests_edited: tuple[str, ...]
+    unverified_failures: int
+    new_failures: tuple[NewFailureEntry, ...]
+    triage: tuple[Mapping[str, object], ...]
+    decision_point: Optional[Mapping[str, object]]
+    handoff: Mapping[str, object]
+
+    def to_json(self) -> dict[str, object]:
+        """The incident's object in the report JSON."""
+        return {
+            "incident_id": self.incident_id, "status": self.status, "bucket": self.bucket,
+            "created_at": self.created_at, "step": self.step, "failure_class": self.failure_class,
+            "error_signature": self.error_signature, "capture_tests": list(self.capture_tests),
+            "plan_revision": self.plan_revision, "finished": self.finished, "final_status": self.final_status,
+            "stop_reason": self.stop_reason, "loops_used": self.loops_used,
+            "same_error_repeats": self.same_error_repeats, "runtime_minutes": self.runtime_minutes,
+            "archived_to": self.archived_to, "run_config": self.run_config,
+            "tasks": [t.to_json() for t in self.tasks], "iterations": [i.to_json() for i in self.iterations],
+            "fingerprints_per_iteration": [list(f) for f in self.fingerprints_per_iteration],
+            "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
+            "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
+            "new_failures": [f.to_json() for f in self.new_failures], "triage": list(self.triage),
+            "decision_point": self.decision_point, "handoff": self.handoff,
+        }
