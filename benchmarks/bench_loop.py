@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/bench_loop.py [--tests 2000] [--failing 3] [--sleep 0.005] [--repeat 7] [--full-repeat 3]
+                                [--instructions]
 
 Generates a pytest project in a temporary git repository (``--tests`` tests in files of 50,
 each sleeping ``--sleep`` seconds, ``--failing`` of them failing deterministically), captures
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_cli_start import selfheal_argv  # this folder is first on sys.path
+from bench_plugin_overhead import instructions
 
 TEST_FILE_SIZE = 50
 
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep", type=float, default=0.005)
     parser.add_argument("--repeat", type=int, default=7, help="interleaved runs of (a) and (b)")
     parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the instructions of (d) and (b), children included (valgrind)")
     args = parser.parse_args(argv)
 
     from pytest_selfheal.config.files import load_config
@@ -213,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
               f"wall, {median_cpu['d'] / median_cpu['b']:.3f} CPU (target <= 1.10)")
         print(f"CPU ratio a/b: {median_cpu['a'] / median_cpu['b']:.3f}; load average now: "
               f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+        if args.instructions:
+            restore()
+            loop_count = instructions([*selfheal_argv(sys.executable), "loop", incident_id], root, env)
+            restore()
+            direct_count = instructions([sys.executable, "-m", "pytest", "-q", *failing], root, env)
+            print(f"instructions d {loop_count:,}, b {direct_count:,}: ratio d/b {loop_count / direct_count:.3f}")
         print(f"attempts recorded: {store.count_attempts(incident_id)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,7 @@ where every test fails (``--tests 50 --failures 50 --skip-green``) <= 1.15.
 session end) then add nothing to the baseline, which makes the ratio stricter.
 
     python benchmarks/bench_plugin_overhead.py [--tests 5000] [--failures 50] [--repeat 7]
-                                               [--skip-green] [--no-autoload]
+                                               [--skip-green] [--no-autoload] [--instructions]
 """
 
 from __future__ import annotations
@@ -71,13 +71,42 @@ def timed(argv: Sequence[str], cwd: Path, env: Optional[dict[str, str]] = None) 
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def ratio(root: Path, repeat: int, autoload: bool = True) -> tuple[float, float, float, float]:
-    """(median plain wall, median selfheal wall, wall ratio, CPU ratio), runs interleaved."""
+def instructions(argv: Sequence[str], cwd: Path, env: Optional[dict[str, str]] = None) -> int:
+    """Instructions executed by ``argv`` and every process it starts (valgrind's callgrind,
+    ``--trace-children=yes``): a count that other load on the machine does not change."""
+    with tempfile.TemporaryDirectory(prefix="selfheal-bench-callgrind-") as logs:
+        subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
+                        f"--log-file={logs}/%p.log", *argv], cwd=str(cwd), env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+        total = 0
+        for log in Path(logs).glob("*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if "Collected :" in line:
+                    total += int(line.rsplit(":", 1)[1].strip())
+        if not total:
+            raise SystemExit("valgrind counted nothing: is valgrind installed?")
+        return total
+
+
+def sides(autoload: bool) -> tuple[list[str], dict[str, str]]:
+    """(the plain side's argv, the environment of both sides)."""
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     env = child_env()
     if not autoload:
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         base += ["-p", "pytest_selfheal.plugin"]
+    return base, env
+
+
+def instruction_ratio(root: Path, autoload: bool = True) -> tuple[int, int]:
+    """(plain, selfheal) instructions of one run each (after ratio()'s warming runs)."""
+    base, env = sides(autoload)
+    return instructions(base, root, env), instructions(base + ["--selfheal", "--selfheal-dir=.selfheal-count"], root, env)
+
+
+def ratio(root: Path, repeat: int, autoload: bool = True) -> tuple[float, float, float, float]:
+    """(median plain wall, median selfheal wall, wall ratio, CPU ratio), runs interleaved."""
+    base, env = sides(autoload)
     plain: list[tuple[float, float]] = []
     healed: list[tuple[float, float]] = []
     # Warm the file cache and the .pyc files of both sides (the plugin's modules are
@@ -104,6 +133,8 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--failures", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--skip-green", action="store_true", help="measure only the suite with failures")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the instructions of one run per side (valgrind): load does not change them")
     parser.add_argument("--no-autoload", action="store_true", help="no other installed pytest plugins on either side")
     args = parser.parse_args(list(argv) or None)
     autoload = not args.no_autoload
@@ -116,6 +147,9 @@ def main(argv: Sequence[str] = ()) -> int:
                 f"green suite ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
                 f"ratio {r:.3f} wall, {c:.3f} CPU (target <= 1.03)"
             )
+            if args.instructions:
+                pi, hi = instruction_ratio(green, autoload)
+                print(f"green suite: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
         red = Path(tmp, "red")
         make_suite(red, args.tests, args.failures)
         p, h, r, c = ratio(red, args.repeat, autoload)
@@ -124,6 +158,9 @@ def main(argv: Sequence[str] = ()) -> int:
             f"with {args.failures} failures ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
             f"ratio {r:.3f} wall, {c:.3f} CPU (target <= {target})"
         )
+        if args.instructions:
+            pi, hi = instruction_ratio(red, autoload)
+            print(f"with {args.failures} failures: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
     return 0
 
 

@@ -21,6 +21,7 @@ Measure with the package installed from a wheel into a venv of its own (``--pyth
 editable install is not what users run, and the script says so when it sees one.
 
     python benchmarks/bench_real_project.py [--python PY] [--repeat 9] [--only green|red]
+                                            [--instructions]
                                             [--bytecode both|write|dont-write] [--cache DIR]
 """
 
@@ -38,7 +39,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench_plugin_overhead import timed  # this folder is first on sys.path
+from bench_plugin_overhead import instructions, timed  # this folder is first on sys.path
 
 SDIST = "cachetools==5.5.2"
 TESTS = "tests"
@@ -103,13 +104,35 @@ def drop_rewritten_pyc(*folders: Path) -> None:
             pyc.unlink()
 
 
-def measure(project: Path, python: str, repeat: int, dont_write: bool, package: Path) -> tuple[float, ...]:
-    """(plain wall, selfheal wall, wall ratio, plain CPU, selfheal CPU, CPU ratio): medians of interleaved pairs."""
+def run_env(project: Path, dont_write: bool) -> dict[str, str]:
+    """The environment of both sides' runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONDONTWRITEBYTECODE"))}
     env["PYTHONPATH"] = str(project / PYTHONPATH)
     env["OPENCODE_CONFIG_DIR"] = str(project.parent / "no-global-config")
     if dont_write:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def count(project: Path, python: str, dont_write: bool, package: Path) -> tuple[int, int]:
+    """(plain, selfheal) instructions of one run each, after a warming pair (the .pyc files)."""
+    env = run_env(project, dont_write)
+    plain_argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS]
+    counts = []
+    for n, argv in enumerate((plain_argv, plain_argv + ["--selfheal", "--selfheal-dir=.selfheal-count-warm"],
+                              plain_argv, plain_argv + ["--selfheal", "--selfheal-dir=.selfheal-count"])):
+        if dont_write:
+            drop_rewritten_pyc(package, project)
+        if n < 2:
+            timed(argv, project, env)
+        else:
+            counts.append(instructions(argv, project, env))
+    return counts[0], counts[1]
+
+
+def measure(project: Path, python: str, repeat: int, dont_write: bool, package: Path) -> tuple[float, ...]:
+    """(plain wall, selfheal wall, wall ratio, plain CPU, selfheal CPU, CPU ratio): medians of interleaved pairs."""
+    env = run_env(project, dont_write)
     plain_argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS]
     runs: dict[str, list[tuple[float, float]]] = {"plain": [], "selfheal": []}
     for n in range(repeat + 1):
@@ -133,6 +156,8 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--only", choices=("green", "red"))
     parser.add_argument("--bytecode", choices=("both", "write", "dont-write"), default="both")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the instructions of one run per side (valgrind): load does not change them")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the sdist is kept")
     parser.add_argument("--sdist", default=SDIST, help=argparse.SUPPRESS)  # the tests' tiny stand-in
     args = parser.parse_args(list(argv) or None)
@@ -150,6 +175,9 @@ def main(argv: Sequence[str] = ()) -> int:
                 target = "1.03" if kind == "green" else "1.05"
                 print(f"{kind} run, {mode}: plain {p:.3f}s, --selfheal {h:.3f}s, ratio {r:.3f} wall, "
                       f"{c:.3f} CPU ({pc:.3f}s vs {hc:.3f}s) (target <= {target})")
+                if args.instructions:
+                    pi, hi = count(project, args.python, dont_write, package)
+                    print(f"{kind} run, {mode}: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
     return 0
 
 

@@ -10,15 +10,48 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+from collections.abc import Iterable
 
 import pytest
 
-from pytest_selfheal import hookspecs
-from pytest_selfheal.config.ini import INI_KEYS, VERIFYING_ENV
+
+def unmark_own_package(meta_path: Iterable[object]) -> bool:
+    """Take this package out of the modules pytest's assertion rewriting loads, and say
+    whether it could (docs/decisions.md, "The plugin's modules are not assertion-rewritten").
+
+    pytest marks every package of a ``pytest11`` plugin's distribution for rewriting, and
+    its loader parses and compiles a marked module from source unless it wrote its own
+    ``.pyc`` before, which ``PYTHONDONTWRITEBYTECODE`` or a read-only site-packages forbids:
+    tens of milliseconds on every run. Without the mark the ordinary loader reads the
+    installed ``.pyc``. The hook's mark set is private: guarded, and without it (another
+    pytest) the modules are rewritten as before, which only costs time.
+    """
+    top = __name__.partition(".")[0]
+    done = False
+    for hook in meta_path:
+        marked = getattr(hook, "_must_rewrite", None)
+        cache = getattr(hook, "_marked_for_rewrite_cache", None)
+        if type(hook).__name__ != "AssertionRewritingHook" or not isinstance(marked, set):
+            continue
+        marked.discard(top)
+        if isinstance(cache, dict):
+            for name in [n for n in cache if n == top or n.startswith(top + ".")]:
+                del cache[name]
+        done = True
+    return done
+
+
+# Before the package's other modules load: they then come from their installed .pyc files.
+unmark_own_package(sys.meta_path)
+
+from pytest_selfheal import hookspecs  # noqa: E402
+from pytest_selfheal.config.ini import INI_KEYS, VERIFYING_ENV  # noqa: E402
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register the plugin's own hookspecs (the extension API, see hookspecs.py)."""
+    unmark_own_package(sys.meta_path)  # each config installs its own hook (pytester runs)
     pluginmanager.add_hookspecs(hookspecs)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,34 @@ def test_a_broken_unrelated_pytest_plugin_does_not_break_selfheal_loop(
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "STOP repeated_fingerprint" in result.stdout and "unrelated_broken" not in sys.modules
+
+
+def test_pytest_does_not_rewrite_the_package_it_marked(pytestconfig: pytest.Config) -> None:
+    """pytest marks a ``pytest11`` distribution's packages for assertion rewriting; the plugin
+    takes its own out (docs/decisions.md), so they load from their installed ``.pyc`` files.
+    An editable install is never marked, hence pytest's own hook here."""
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    import pytest_selfheal.config
+    from pytest_selfheal.plugin import unmark_own_package
+
+    hook = AssertionRewritingHook(pytestconfig)
+    with warnings.catch_warnings():  # "already imported": this hook did not load it
+        warnings.simplefilter("ignore")
+        hook.mark_rewrite("pytest_selfheal", "another_plugin")
+    where = list(pytest_selfheal.config.__path__)
+    assert hook.find_spec("pytest_selfheal.config.settings", where) is not None  # would rewrite it
+    assert unmark_own_package([object(), hook])
+    assert hook.find_spec("pytest_selfheal.config.settings", where) is None
+    assert hook.find_spec("pytest_selfheal.config.files", where) is None
+    # Only ours: another plugin's package stays marked.
+    assert hook._must_rewrite == {"another_plugin"}
+
+
+def test_unmarking_on_a_pytest_without_the_mark_set_changes_nothing() -> None:
+    from pytest_selfheal.plugin import unmark_own_package
+
+    class AssertionRewritingHook:  # another pytest's hook: no private mark set
+        pass
+
+    assert not unmark_own_package([AssertionRewritingHook(), object()])

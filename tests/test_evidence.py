@@ -285,6 +285,38 @@ def test_without_evidence_the_imports_fallback_follows_a_package_re_export(tmp_p
     (tmp_path / "pkg" / "more.py").write_text("def helper():\n    pass\n")
     (tmp_path / "test_x.py").write_text("from pkg import add\n")
     assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/core.py", "pkg/more.py"]
+    # Read once per version of the __init__.py: an edit is seen.
+    (tmp_path / "pkg" / "__init__.py").write_text("from .more import helper  # now longer than before\n")
+    assert local_imports("test_x.py", tmp_path) == ["pkg/__init__.py", "pkg/more.py"]
+
+
+def test_the_imports_fallback_finds_the_statements_ast_walk_finds_in_its_order() -> None:
+    import ast
+
+    from pytest_selfheal.capture.imports import _statements
+
+    source = textwrap.dedent("""\
+        import a
+        try:
+            from b import c
+        except ImportError:
+            def f():
+                import d
+        else:
+            import e
+        finally:
+            pass
+        match x:
+            case 1:
+                class K:
+                    from .g import h
+        with y as z:
+            import i
+        import j
+    """)
+    tree = ast.parse(source)
+    walked = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)]
+    assert list(_statements(tree)) == walked and len(walked) == 13
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="code objects carry their qualified name from 3.11")

@@ -5,7 +5,6 @@ validation needs only this module (a green ``pytest --selfheal`` run imports no 
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 import warnings
@@ -148,6 +147,7 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
     for key in entry:
         if key not in RULE_KEYS:
+            import difflib  # only on this error path: a green run never loads it
             close = difflib.get_close_matches(str(key), list(RULE_KEYS), n=1)
             hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(RULE_KEYS)}"
             raise ConfigError(f"{at}.{key}: unknown key; {hint}")

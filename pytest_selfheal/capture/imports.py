@@ -9,14 +9,32 @@ a package's ``__init__.py`` the sibling modules it re-exports from.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import functools
+from collections import deque
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _MAX_SOURCE_BYTES = 2_000_000
+# What a block of statements is a list of (a try's handlers, a match's cases hold blocks).
+_BLOCK = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.stmt]:
+    """The statements of ``tree`` in ``ast.walk``'s order, nested ones included: an import is
+    a statement, so this finds what ``ast.walk`` would without visiting every expression (a
+    capture may read a package ``__init__.py`` of thousands of lines)."""
+    todo: deque[ast.AST] = deque([tree])
+    while todo:
+        node = todo.popleft()
+        if isinstance(node, ast.stmt):
+            yield node
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], _BLOCK):
+                todo.extend(value)
 
 
 def _module_names(tree: ast.AST) -> Iterable[str]:
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name
@@ -38,16 +56,26 @@ def _parse(path: Path, root: Path) -> ast.AST | None:
 
 def _reexported(init: Path, root: Path) -> list[Path]:
     """The sibling modules a package ``__init__.py`` imports relatively (``from .core import *``):
-    where what it re-exports is defined."""
+    where what it re-exports is defined. Read once per version of the file: the test files of
+    a capture often import the same package."""
+    try:
+        stat = init.stat()
+    except OSError:
+        return []
+    return list(_reexported_by_version(init, root, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _reexported_by_version(init: Path, root: Path, mtime_ns: int, size: int) -> tuple[Path, ...]:
     tree = _parse(init, root)
     found: list[Path] = []
-    for node in ast.walk(tree) if tree is not None else []:
+    for node in _statements(tree) if tree is not None else []:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
             base = init.parent.joinpath(*node.module.split("."))
             for candidate in (base.with_suffix(".py"), base / "__init__.py"):
                 if candidate.is_file() and candidate not in found:
                     found.append(candidate)
-    return found
+    return tuple(found)
 
 
 def local_imports(test_file: str, rootdir: Path) -> list[str]:

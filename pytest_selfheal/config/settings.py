@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import importlib
 import math
 import re
@@ -273,6 +272,7 @@ def _type_error(origin: str, where: str, expected: str, value: Any) -> ConfigErr
 
 
 def _unknown_key(origin: str, where: str, key: str, known: Sequence[str]) -> ConfigError:
+    import difflib  # only on this error path: a green run never loads it
     close = difflib.get_close_matches(key, known, n=1)
     hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(known)}"
     return config_error(f"{origin}: {where}: unknown key; {hint}")
