@@ -194,7 +194,12 @@ class StoreReader:
     # ------------------------------------------------------------------ incident + status
 
     def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
-        return Incident.from_json(self._read_incident_doc(folder, incident_id), str(folder / INCIDENT_JSON))
+        path = folder / INCIDENT_JSON
+        incident = Incident.from_json(fsio.read_json(path), str(path))  # parsed once: the one check
+        if incident.incident_id != incident_id:
+            raise InputError(one_line(f"{path}: incident_id {incident.incident_id!r} does not match its folder "
+                                      f"{incident_id}"))
+        return incident
 
     def _read_incident_doc(self, folder: Path, incident_id: str) -> dict[str, Any]:
         """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
@@ -382,17 +387,13 @@ class StoreReader:
     # ------------------------------------------------------------------ helpers
 
     def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
-        """The one place a store document becomes a record: the shipped schema of its
-        ``KIND`` (allowed values, patterns), then ``from_json`` (types)."""
-        return record.from_json(self._read_doc(record.KIND, path, incident_id), str(path))
-
-    def _read_doc(self, kind: str, path: Path, incident_id: str) -> dict[str, Any]:
-        doc = fsio.read_json(path)
-        ensure_valid(kind, doc, str(path))
-        assert isinstance(doc, dict)
-        if doc["incident_id"] != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match {incident_id}"))
-        return doc
+        """The one place a store document becomes a record: ``from_json`` checks its types and
+        allowed values once (the shipped schemas are generated from the same declaration)."""
+        parsed = record.from_json(fsio.read_json(path), str(path))
+        found = getattr(parsed, "incident_id", incident_id)
+        if found != incident_id:
+            raise InputError(one_line(f"{path}: incident_id {found!r} does not match {incident_id}"))
+        return parsed
 
 
 def _id_time(incident_id: str) -> str:
