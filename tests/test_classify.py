@@ -19,6 +19,7 @@ from pytest_selfheal.analysis.rules import rules_from_config
 from pytest_selfheal.config.settings import merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records import models
+from pytest_selfheal.records.vocab import FAILURE_TYPES
 
 
 def tc(message: str = "", exc_type: str = "", text: str = "") -> models.TestCaseResult:
@@ -276,4 +277,4 @@ def test_keywords_never_hide_a_match(case: models.TestCaseResult, failure_type: 
 def test_explain_rules_lists_every_rule() -> None:
     table = explain_rules()
     assert [row["name"] for row in table] == [r.name for r in DEFAULT_RULES]
-    assert {row["failure_type"] for row in table} == set(models.FAILURE_TYPES) - {models.UNKNOWN}
+    assert {row["failure_type"] for row in table} == set(FAILURE_TYPES) - {models.UNKNOWN}

@@ -34,7 +34,8 @@ from pytest_selfheal.loop.policy import (
     same_error_repeats,
 )
 from pytest_selfheal.loop.selection import loop_selection
-from pytest_selfheal.records.models import FAILURE_TYPES, TEST_ASSERTION, TIMEOUT, TOOLING_ENV
+from pytest_selfheal.records.models import TEST_ASSERTION, TIMEOUT, TOOLING_ENV
+from pytest_selfheal.records.vocab import FAILURE_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 A = "tests/test_a.py::test_a"

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.vocab import FailureClass
+from pytest_selfheal.records.vocab import FAILURE_TYPES, FailureClass
 
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
 TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
@@ -113,7 +113,7 @@ _REQUIRED_KEYS = ("name", "pattern", "failure_type")
 _EXPECTED = {
     "name": "a non-empty string",
     "pattern": "a regular expression",
-    "failure_type": "one of " + ", ".join(models.FAILURE_TYPES),
+    "failure_type": "one of " + ", ".join(FAILURE_TYPES),
     "code_fixable": "a boolean (true or false)",
     "transient": "a boolean (true or false)",
     "failure_class": "one of " + ", ".join(FAILURE_CLASSES),
@@ -162,7 +162,7 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         raise ConfigError(f"{at}.name: expected {_EXPECTED['name']}, got {describe_value(entry['name'])}")
     if entry["failure_type"] not in TYPE_DEFAULTS:
         raise ConfigError(
-            f"{at}.failure_type: expected one of {', '.join(models.FAILURE_TYPES)}, "
+            f"{at}.failure_type: expected one of {', '.join(FAILURE_TYPES)}, "
             f"got {describe_value(entry['failure_type'])}"
         )
     if "failure_class" in entry and entry["failure_class"] not in FAILURE_CLASSES:

@@ -28,7 +28,7 @@ from pytest_selfheal.records.jsondoc import (
     strings,
     timestamp,
 )
-from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.records.vocab import OUTCOMES, StopReason
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -128,7 +128,7 @@ class Attempt(JsonRecord):
         Field("error_signature", nullable(string), required=True),
         Field("mode", checked(string, enum=("verify", "agent", "repair"))),
         Field("stop_reason", nullable(checked(string, enum=StopReason))),
-        Field("outcomes", object_of(checked(string, enum=("passed", "failed", "error", "skipped", "missing")))),
+        Field("outcomes", object_of(checked(string, enum=OUTCOMES))),
         Field("failures", failure_entries),
         Field("new_failures", failure_entries),
         Field("fingerprint_changed", nullable(boolean)),

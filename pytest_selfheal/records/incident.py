@@ -29,7 +29,7 @@ from pytest_selfheal.records.jsondoc import (
     strings,
     timestamp,
 )
-from pytest_selfheal.records.vocab import IncidentStatus
+from pytest_selfheal.records.vocab import FAILURE_TYPES, OUTCOMES, IncidentStatus
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -122,26 +122,11 @@ class FailureEntry(JsonRecord):
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("nodeid", nullable(string)),
         Field("test", string),
-        Field("outcome", checked(string, enum=("passed", "failed", "error", "skipped", "missing"))),
+        Field("outcome", checked(string, enum=OUTCOMES)),
         Field("fingerprint", string),
         Field("signature", string),
         Field("scheme", checked(integer, minimum=0)),
-        Field(
-            "failure_type",
-            checked(
-                string,
-                enum=(
-                    "TEST_ASSERTION",
-                    "DOCTEST_MISMATCH",
-                    "TYPECHECK",
-                    "LINT",
-                    "BUILD_COMPILE",
-                    "TOOLING_ENV",
-                    "TIMEOUT",
-                    "UNKNOWN",
-                ),
-            ),
-        ),
+        Field("failure_type", checked(string, enum=FAILURE_TYPES)),
         Field("code_fixable", boolean),
         Field("transient", boolean),
         Field("failure_class", string),

@@ -13,27 +13,18 @@ from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, RootCause
-from pytest_selfheal.records.vocab import FailureClass
+from pytest_selfheal.records.vocab import FAILURE_TYPES, OUTCOMES, FailureClass
 
-# Outcomes of one testcase, as read from junit XML.
-OUTCOME_PASSED = "passed"
-OUTCOME_FAILED = "failed"  # a <failure> element
-OUTCOME_ERROR = "error"  # an <error> element (setup/teardown/collection errors)
-OUTCOME_SKIPPED = "skipped"
-OUTCOME_MISSING = "missing"  # a selected test that did not appear in the junit at all
+# Outcomes of one testcase, as read from junit XML (declared in records/vocab.OUTCOMES):
+# failed is a <failure> element, error an <error> element (setup/teardown/collection
+# errors), missing a selected test that did not appear in the junit at all.
+OUTCOME_PASSED, OUTCOME_FAILED, OUTCOME_ERROR, OUTCOME_SKIPPED, OUTCOME_MISSING = OUTCOMES
 
 FAILING_OUTCOMES = (OUTCOME_FAILED, OUTCOME_ERROR)
 
-# Failure types.
-TEST_ASSERTION = "TEST_ASSERTION"
-TYPECHECK = "TYPECHECK"
-LINT = "LINT"
-BUILD_COMPILE = "BUILD_COMPILE"
-TOOLING_ENV = "TOOLING_ENV"
-TIMEOUT = "TIMEOUT"
-UNKNOWN = "UNKNOWN"
-DOCTEST_MISMATCH = "DOCTEST_MISMATCH"  # a doctest example printed something else than its expected output
-FAILURE_TYPES = (TEST_ASSERTION, DOCTEST_MISMATCH, TYPECHECK, LINT, BUILD_COMPILE, TOOLING_ENV, TIMEOUT, UNKNOWN)
+# Failure types (declared in records/vocab.FAILURE_TYPES); DOCTEST_MISMATCH: a doctest
+# example printed something else than its expected output.
+TEST_ASSERTION, DOCTEST_MISMATCH, TYPECHECK, LINT, BUILD_COMPILE, TOOLING_ENV, TIMEOUT, UNKNOWN = FAILURE_TYPES
 
 # The contract's failure_class values (records/vocab.FailureClass).
 FAILURE_CLASS_DETERMINISTIC = FailureClass.DETERMINISTIC
@@ -105,16 +96,22 @@ class Failure(Frozen):
     # The root-cause evidence resolved at capture (capture/evidence.py); None when unknown.
     root_cause: Optional[RootCause] = None
 
+    def _keys(self) -> tuple[str, ...]:
+        # Every field, in order; root_cause absent, not null, when unknown (verification
+        # failures never have one).
+        return tuple(f.name for f in fields(self) if f.name != "root_cause" or self.root_cause is not None)
+
     def to_dict(self) -> dict[str, Any]:
         """The failure as JSON (``root_cause`` absent, not null, when unknown)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["target_paths"] = list(self.target_paths)
-        if self.root_cause is None:
-            del data["root_cause"]  # verification failures never have one
-        else:
-            data["root_cause"] = self.root_cause.to_json()
-        return data
+        return self.to_entry().to_json()
 
     def to_entry(self) -> FailureEntry:
-        """The failure as an incident's ``failures`` entry (the same keys as :meth:`to_dict`)."""
-        return FailureEntry.from_json(self.to_dict(), "failure")
+        """The failure as an incident's ``failures`` entry, written with the same keys
+        (``keys``: a null node id or empty target paths are written, as read)."""
+        return FailureEntry(
+            nodeid=self.nodeid, test=self.test, outcome=self.outcome, fingerprint=self.fingerprint,
+            signature=self.signature, scheme=self.scheme, failure_type=self.failure_type,
+            code_fixable=self.code_fixable, transient=self.transient, failure_class=self.failure_class,
+            message=self.message, target_paths=tuple(self.target_paths), root_cause=self.root_cause,
+            keys=self._keys(),
+        )

@@ -121,6 +121,14 @@ def final_tone(final_status: Optional[str]) -> Tone:
     return Tone.BAD if final_status == FinalStatus.ESCALATED else Tone.PLAIN
 
 
+# Outcomes of one testcase, as read from junit XML (records/models.py names each), and the
+# failure types the classifier gives (the same): declared here, where the record parsers
+# that check them can import them.
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "missing")
+FAILURE_TYPES: tuple[str, ...] = ("TEST_ASSERTION", "DOCTEST_MISMATCH", "TYPECHECK", "LINT", "BUILD_COMPILE",
+                                  "TOOLING_ENV", "TIMEOUT", "UNKNOWN")
+
+
 def stop_tone(stop_reason: Optional[str]) -> Tone:
     """Green for a STOP success, red for any other STOP, yellow for CONTINUE (None)."""
     if stop_reason is None:
@@ -129,6 +137,8 @@ def stop_tone(stop_reason: Optional[str]) -> Tone:
 
 
 __all__ = [
+    "FAILURE_TYPES",
+    "OUTCOMES",
     "FailureClass",
     "FinalStatus",
     "IncidentStatus",
