@@ -588,7 +588,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert {p: p.read_bytes() for p in all_files(store.plans_root)} == plans_before
     assert {p: p.read_bytes() for p in all_files(store.runs_root)} == runs_before
     assert store.read_plan(incident_id).incident_id == incident_id
-    assert [s["bucket"] for s in store.list_incidents()] == ["resolved"]
+    assert [s.bucket for s in store.list_incidents()] == ["resolved"]
     assert no_temp_files(store.root)
 
 
@@ -675,11 +675,13 @@ def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
     (store.inbox_dir / "not_an_incident").mkdir()
     (store.inbox_dir / ".incident.json.1234.tmp").write_text("")
     rows = store.list_incidents()
-    assert [r["incident_id"] for r in rows] == [b, a, c]
-    assert rows[0]["status"] == "escalated" and rows[0]["bucket"] == "escalated"
-    assert rows[1]["attempts"] == 1 and rows[1]["status"] == "new"
-    assert set(rows[1]) == {"incident_id", "status", "bucket", "error_signature", "created_at", "updated_at", "step", "attempts", "path"}
-    assert rows[2]["status"] == "corrupted" and "corrupted JSON" in rows[2]["error"]
+    assert [r.incident_id for r in rows] == [b, a, c]
+    assert rows[0].status == "escalated" and rows[0].bucket == "escalated"
+    assert rows[1].attempts == 1 and rows[1].status == "new"
+    assert list(rows[1].to_json()) == ["incident_id", "status", "bucket", "error_signature", "created_at", "updated_at",
+                                       "step", "attempts", "path"]
+    assert rows[2].corrupted and "corrupted JSON" in str(rows[2].error)
+    assert list(rows[2].to_json())[-1] == "error" and rows[2].to_json()["error_signature"] is None
 
 
 def test_list_missing_root_and_root_is_a_file(tmp_path: Path) -> None:

@@ -173,8 +173,8 @@ def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_
         store = Store(root)
         for row in store.list_incidents():
             # Published planned, never without its plan; the log ends with the move to planned.
-            assert row["status"] == "planned" and store.read_plan(row["incident_id"]).incident_id == row["incident_id"]
-            events, _ = store.read_events(row["incident_id"])
+            assert row.status == "planned" and store.read_plan(row.incident_id).incident_id == row.incident_id
+            events, _ = store.read_events(row.incident_id)
             assert [e.event for e in events][-2:] == ["plan_generated", "status_changed"]
     assert Store(root).list_incidents()  # the loopers did get work done
     one_step(Store(root))

@@ -95,19 +95,19 @@ def check_root(root: Path) -> None:
         json.loads(path.read_text(encoding="utf-8"))  # raises on a partial file
     store = Store(root)
     rows = store.list_incidents()
-    assert [r for r in rows if r["status"] == "corrupted"] == []
+    assert [r for r in rows if r.status == "corrupted"] == []
     for row in rows:
-        folder = root / row["path"]
+        folder = root / row.path
         assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == sorted(INCIDENT_FILES)
         assert_valid("incident", json.loads((folder / "incident.json").read_text()))
-        events, warnings = store.read_events(row["incident_id"])
+        events, warnings = store.read_events(row.incident_id)
         assert events[0].event == "incident_captured"
         # only a torn *last* line can exist (from a kill mid-append)
         assert all("torn last line" in w for w in warnings), warnings
-        store.read_attempts(row["incident_id"])
-        store.read_run_result(row["incident_id"])
+        store.read_attempts(row.incident_id)
+        store.read_run_result(row.incident_id)
     # no incident is ever in two places
-    ids = [r["incident_id"] for r in rows]
+    ids = [r.incident_id for r in rows]
     assert len(ids) == len(set(ids))
 
 
@@ -138,7 +138,7 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     assert len(made) == workers * 20
     assert len(set(made)) == len(made)  # all ids unique despite the tiny token space
     assert all(m.startswith("incident_20260217_120000_") for m in made)
-    listed = [r["incident_id"] for r in store.list_incidents()]
+    listed = [r.incident_id for r in store.list_incidents()]
     assert sorted(listed) == sorted(made + [shared])
     events, warnings = store.read_events(shared)
     assert warnings == []

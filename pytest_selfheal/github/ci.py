@@ -125,7 +125,7 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[st
     time, never holds this run's token, so it is never looped here. (Under ci the plugin's
     agent-in-the-loop mode adopts no open incident: recorder/.)"""
     for row in reversed(store.list_incidents()):  # newest first
-        incident_id = str(row["incident_id"])
+        incident_id = row.incident_id
         if incident_id in before:
             continue
         try:

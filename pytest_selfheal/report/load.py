@@ -55,7 +55,7 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
     rows = store.list_incidents()  # oldest first, by created_at then id
-    ids = [str(row["incident_id"]) for row in rows]
+    ids = [row.incident_id for row in rows]
     return ids if every else ids[-1:]
 
 
