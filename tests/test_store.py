@@ -173,7 +173,7 @@ def test_create_writes_the_five_files(store: Store) -> None:
 
 
 def test_create_logs_the_given_events_after_incident_captured(store: Store) -> None:
-    events = [("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
+    events = [ev.pending("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
     incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=events)
     logged, warnings = store.read_events(incident_id)
     assert warnings == []
@@ -182,7 +182,7 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
     assert {e.incident_id for e in logged} == {incident_id}
     # An unknown event name is refused before anything is written.
     with pytest.raises(ValueError, match="unknown event name"):
-        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[("no_such_event", {})])
+        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[ev.pending("no_such_event")])
     assert [p.name for p in store.inbox_dir.iterdir()] == [incident_id]
 
 
@@ -417,7 +417,7 @@ def test_events_append_and_read(store: Store) -> None:
 def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     incident_id = create(store)
     records = store.append_events(
-        incident_id, [("failure_classified", {"nodeid": "t.py::a"}), ("failure_classified", {"nodeid": "t.py::b"})]
+        incident_id, [ev.pending("failure_classified", {"nodeid": "t.py::a"}), ev.pending("failure_classified", {"nodeid": "t.py::b"})]
     )
     store.append_event(incident_id, "plan_generated", actions=[])
     events, warnings = store.read_events(incident_id)
@@ -426,7 +426,7 @@ def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     assert [e.to_json() for e in events[1:3]] == [r.to_json() for r in records]
     assert [r.get("nodeid") for r in records] == ["t.py::a", "t.py::b"]
     with pytest.raises(ValueError, match="unknown event name"):
-        store.append_events(incident_id, [("failure_classified", {}), ("incident_exploded", {})])
+        store.append_events(incident_id, [ev.pending("failure_classified"), ev.pending("incident_exploded")])
     assert len(store.read_events(incident_id)[0]) == 4  # a bad batch writes nothing
 
 

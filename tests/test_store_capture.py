@@ -25,9 +25,10 @@ from pytest_selfheal.plan.build import render_plan_md
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
-CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
+CLASSIFIED = [pending("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
 
 
 def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
@@ -145,6 +146,8 @@ import sys
 from pytest_selfheal.plan.build import render_plan_md
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store.events import pending
+from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
@@ -160,7 +163,7 @@ while True:
     n += 1
     store.create_incident(
         {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
-        log_tail="log\n" * 500, context={"n": n}, events=[("failure_classified", {"n": n})], plan=plan)
+        log_tail="log\n" * 500, context={"n": n}, events=[pending("failure_classified", {"n": n})], plan=plan)
 """
 
 

@@ -36,7 +36,7 @@ from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, redact_cases
-from pytest_selfheal.store.events import format_ts
+from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
@@ -172,8 +172,8 @@ def store_incident(
     """Write the incident, its classification events and its plan; the incident appears ``planned``.
     ``published``: receives incident.json and plan.json as written (``Store.create_incident``)."""
     classified = [
-        (
-            "failure_classified",
+        pending(
+            FAILURE_CLASSIFIED,
             {
                 "nodeid": failure.nodeid,
                 "fingerprint": failure.fingerprint,

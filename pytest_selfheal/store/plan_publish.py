@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import IncidentStatus
@@ -27,7 +28,6 @@ from pytest_selfheal.store.states import check_transition
 # The plan a capture publishes with its incident: built from the incident with its final id
 # (the id is chosen under the lock), as (the plan, plan.md's text).
 PlanBuilder = Callable[[Incident], tuple[Plan, str]]
-Events = list[tuple[str, Mapping[str, Any]]]
 
 # error_plans/.tmp_plan/: a capture's plan under construction. One fixed name: under the lock
 # nobody else builds a plan, so whatever is there is a crash leftover (and error_plans/,
@@ -38,12 +38,12 @@ PLAN_BUILD = ".tmp_plan"
 def publish_plan(
     plans_root: Path,
     doc: dict[str, Any],
-    events: Events,
+    events: list[Event],
     plan: PlanBuilder,
     *,
     clean: Callable[[Mapping[str, Any]], dict[str, Any]],
     redact: Callable[[str], str],
-) -> tuple[dict[str, Any], Events, str]:
+) -> tuple[dict[str, Any], list[Event], str]:
     """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
 
     Returns the incident as it is to be published (status ``planned``), its log with
@@ -82,8 +82,8 @@ def publish_plan(
         raise
     fsio.fsync_dir(plans_root)
     log = events + [
-        (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
-        (ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
+        ev.pending(ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
+        ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
     ]
     return dict(doc, status=IncidentStatus.PLANNED), log, plan_text
 

@@ -74,15 +74,15 @@ class Store(StoreWriter):
                 check_transition(incident_id, current, bucket)
                 fsio.ensure_dir(target_dir)
                 self._write_status(folder, incident_id, current, bucket, {"reason": "archive"})
-                self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
                 events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
-                    self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True}))
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
-                    self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
             fsio.move(folder, destination)
             return destination
 
@@ -122,9 +122,9 @@ class Store(StoreWriter):
                 doc["updated_at"] = ev.format_ts(self._now())
                 fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
                 fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
-                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"})
-                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
+                self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
+                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"}))
+                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, data))
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
                 events = self._read_events_at(folder)[0]
@@ -132,9 +132,9 @@ class Store(StoreWriter):
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
-                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True})
-                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
+                        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True}))
+                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, dict(data, recovered=True)))
             fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
             return bucket, current, after
 

@@ -84,8 +84,8 @@ class StoreWriter(StoreReader):
         """``doc`` with secrets redacted from its keys and values (what is written)."""
         return dict(self.redactor.redact_obj(dict(doc), ours))
 
-    def _clean_events(self, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
-        return [(name, self._clean(data)) for name, data in events]
+    def _clean_events(self, events: Sequence[Event]) -> list[Event]:
+        return [ev.pending(event.event, self._clean(event.data)) for event in events]
 
     # ------------------------------------------------------------------ time, lock
 
@@ -128,7 +128,7 @@ class StoreWriter(StoreReader):
         context: Mapping[str, Any],
         run: Optional[str] = None,
         now: Optional[datetime] = None,
-        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[Event] = (),
         plan: Optional[PlanBuilder] = None,
         published: Optional[Published] = None,
     ) -> str:
@@ -140,7 +140,7 @@ class StoreWriter(StoreReader):
         when missing. The folder is built under
         a temporary name (with the ``incident_captured`` event already in its log) and
         renamed into place, so a half-made incident never appears. ``events``: more
-        ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
+        events of the capture (its ``failure_classified`` lines, :func:`~pytest_selfheal.store.events.pending`), logged
         after ``incident_captured`` in the same build, not as a later append and fsync.
         Data that does not fit the incident schema, or an unknown event name, is a
         programming error (``ValueError``). Everything is redacted on the way (the class doc).
@@ -176,8 +176,8 @@ class StoreWriter(StoreReader):
         # data fails before anything touches the disk.
         context_text = fsio.dumps_json(self._clean(context))
         texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
-        for name, data in events:
-            ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
+        for event in events:
+            ev.encode_event(ev.stamp(event, str(doc["incident_id"])))
 
         with self.lock():
             inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
@@ -231,7 +231,7 @@ class StoreWriter(StoreReader):
         doc: dict[str, Any],
         log_tail: str,
         context_text: str,
-        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[Event] = (),
         *,
         text: Optional[str] = None,
     ) -> bool:
@@ -256,7 +256,7 @@ class StoreWriter(StoreReader):
                 },
                 ts=self._now(),
             )
-            log = [captured] + [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
             incident_text = text if text is not None else fsio.dumps_json(doc)
@@ -334,14 +334,12 @@ class StoreWriter(StoreReader):
         doc["updated_at"] = ev.format_ts(self._now())
         fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
-        data = {"from": current, "to": new}
-        data.update(event_data)
-        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, data)
+        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": current, "to": new, **event_data}))
 
     # ------------------------------------------------------------------ events
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Event:
-        record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
+    def _append_event_at(self, folder: Path, incident_id: str, event: Event) -> Event:
+        record = ev.stamp(self._clean_events([event])[0], incident_id, ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
@@ -350,23 +348,21 @@ class StoreWriter(StoreReader):
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
-        return self.append_events(incident_id, [(name, data)])[0]
+        return self.append_events(incident_id, [ev.pending(name, data)])[0]
 
-    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Event]:
-        """Append several ``(name, data)`` events in order, as one write and one fsync.
+    def append_events(self, incident_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append several events (:func:`~pytest_selfheal.store.events.pending`) in order, as one write and one fsync.
 
         For a burst of events of one step (a capture's ``failure_classified`` lines): the
         same records as one ``append_event`` each, at one fsync. Unknown names are a
-        ``ValueError`` before anything is written. Returns the records.
+        ``ValueError`` before anything is written (:func:`~pytest_selfheal.store.events.pending`). Returns the records.
         """
         incident_id = validate_incident_id(incident_id)
-        events = self._clean_events(events)
-        for name, data in events:
-            ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
+        events = self._clean_events(events)  # each checked again: before taking the lock
         self.locate(incident_id)
         with self.lock():
             _, folder = self.locate(incident_id)
-            records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            records = [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
 
