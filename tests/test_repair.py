@@ -26,6 +26,7 @@ from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
@@ -70,7 +71,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[
             ],
         },
         log_tail=log_tail,
-        context={},
+        context=RunContext(),
     )
     plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
     store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))

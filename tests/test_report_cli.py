@@ -13,6 +13,7 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
@@ -42,7 +43,7 @@ def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
     incident = {k: v for k, v in run["incident"].items()
                 if k not in ("status", "created_at", "updated_at", "year", "month", "ym", "run_id")}
     created = datetime.fromisoformat(run["incident"]["created_at"]).astimezone(timezone.utc)
-    incident_id = store.create_incident(incident, log_tail="E boom\n", context={}, now=created)
+    incident_id = store.create_incident(incident, log_tail="E boom\n", context=RunContext(), now=created)
     assert incident_id == run["incident"]["incident_id"]
     store.write_plan(incident_id, Plan.from_json(run["plan"], "plan.json"), "# plan\n")
     store.set_status(incident_id, "planned")

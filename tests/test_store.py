@@ -22,6 +22,7 @@ from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
@@ -121,7 +122,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def create(store: Store, **extra: Any) -> str:
-    return store.create_incident(incident_data(**extra), log_tail="E assert 1 == 2\n", context={"python": "3.x"}, now=NOW)
+    return store.create_incident(incident_data(**extra), log_tail="E assert 1 == 2\n", context=RunContext(python="3.x"), now=NOW)
 
 
 def force_status(store: Store, incident_id: str, status: str) -> None:
@@ -174,7 +175,7 @@ def test_create_writes_the_five_files(store: Store) -> None:
 
 def test_create_logs_the_given_events_after_incident_captured(store: Store) -> None:
     events = [ev.pending("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=events)
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, events=events)
     logged, warnings = store.read_events(incident_id)
     assert warnings == []
     assert [e.event for e in logged] == ["incident_captured"] + ["failure_classified"] * 3
@@ -182,7 +183,7 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
     assert {e.incident_id for e in logged} == {incident_id}
     # An unknown event name is refused before anything is written.
     with pytest.raises(ValueError, match="unknown event name"):
-        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[ev.pending("no_such_event")])
+        store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, events=[ev.pending("no_such_event")])
     assert [p.name for p in store.inbox_dir.iterdir()] == [incident_id]
 
 
@@ -201,7 +202,7 @@ def test_create_with_run_token(store: Store) -> None:
 
 
 def create_with_run(store: Store, run: str) -> str:
-    return store.create_incident(incident_data(), log_tail="", context={}, run=run, now=NOW)
+    return store.create_incident(incident_data(), log_tail="", context=RunContext(), run=run, now=NOW)
 
 
 def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,13 +232,13 @@ def test_create_with_explicit_existing_id_is_refused(store: Store) -> None:
 
 def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
     with pytest.raises(ValueError, match="step"):
-        store.create_incident({"failure_class": "x", "message": "m", "error_signature": "s"}, log_tail="", context={})
+        store.create_incident({"failure_class": "x", "message": "m", "error_signature": "s"}, log_tail="", context=RunContext())
     with pytest.raises(ValueError, match="status"):
         create(store, status="running")
     with pytest.raises(UsageError):
         create(store, incident_id="../evil")
     with pytest.raises(TypeError):
-        store.create_incident(incident_data(), log_tail="", context={"x": object()})
+        store.create_incident(incident_data(), log_tail="", context=RunContext(extra=(("x", object()),)))
     assert not store.inbox_dir.exists() or list(store.inbox_dir.iterdir()) == []
 
 
@@ -340,7 +341,7 @@ def test_bad_status_txt(store: Store) -> None:
 def test_read_log_tail_and_context(store: Store) -> None:
     incident_id = create(store)
     assert store.read_log_tail(incident_id) == "E assert 1 == 2\n"
-    assert store.read_context(incident_id) == {"python": "3.x"}
+    assert store.read_context(incident_id) == RunContext(python="3.x")
 
 
 # --------------------------------------------------------------------------- status
@@ -665,9 +666,9 @@ def test_archive_bad_bucket(store: Store) -> None:
 
 
 def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
-    a = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
-    b = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    c = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 3, tzinfo=timezone.utc))
+    a = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    b = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    c = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 3, tzinfo=timezone.utc))
     store.write_attempt(a, attempt_rec(a, 1))
     store.archive(b, "escalated")
     (store.inbox_dir / c / "incident.json").write_text('{"incident_id": "inc')  # torn by hand
@@ -851,7 +852,7 @@ def test_lock_timeout_is_store_io_error(held_lock: Path) -> None:
     store = Store(held_lock, lock_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(StoreIOError) as info:
-        store.create_incident(incident_data(), log_tail="", context={})
+        store.create_incident(incident_data(), log_tail="", context=RunContext())
     assert 0.25 <= time.monotonic() - started < 5
     assert str(info.value) == (
         f"timed out after 0.3s waiting for the lock {held_lock / '.lock'} (another selfheal process is using this reports root)"

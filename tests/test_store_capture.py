@@ -22,6 +22,7 @@ from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.report.load import load_incident_run
@@ -38,7 +39,7 @@ def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
 
 def four_steps(store: Store) -> str:
     """The capture as it was: create, write the plan, log plan_generated, move to planned."""
-    incident_id = store.create_incident(incident_data(), log_tail="tail\n", context={"python": "3.x"}, now=NOW,
+    incident_id = store.create_incident(incident_data(), log_tail="tail\n", context=RunContext(python="3.x"), now=NOW,
                                         events=CLASSIFIED)
     plan = Plan.from_json(plan_doc(incident_id), "a test plan")
     store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
@@ -48,7 +49,7 @@ def four_steps(store: Store) -> str:
 
 
 def one_step(store: Store) -> str:
-    return store.create_incident(incident_data(), log_tail="tail\n", context={"python": "3.x"}, now=NOW,
+    return store.create_incident(incident_data(), log_tail="tail\n", context=RunContext(python="3.x"), now=NOW,
                                  events=CLASSIFIED, plan=build)
 
 
@@ -137,7 +138,7 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
         return dataclasses.replace(plan, actions=(action,)), markdown
 
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
-        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)
+        store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, plan=bad)
     assert store.list_incidents() == [] and not store.plans_root.exists()
 
 
@@ -146,7 +147,7 @@ import sys
 from pytest_selfheal.plan.build import render_plan_md
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
-from pytest_selfheal.store.events import pending
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
@@ -163,7 +164,7 @@ while True:
     n += 1
     store.create_incident(
         {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
-        log_tail="log\n" * 500, context={"n": n}, events=[pending("failure_classified", {"n": n})], plan=plan)
+        log_tail="log\n" * 500, context=RunContext(python=str(n)), events=[pending("failure_classified", {"n": n})], plan=plan)
 """
 
 
@@ -192,7 +193,7 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
         plan, _ = build(incident, summary=f"token {secret}")
         return plan, f"# plan\ntoken {secret}\n"
 
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=leaky)
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, plan=leaky)
     folder = store.plans_dir(incident_id)
     for name in ("plan.json", "plan.md"):
         text = (folder / name).read_text()
@@ -210,7 +211,7 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
         return build(incident, summary=f"token {secret}")
 
     incident_id = store.create_incident(incident_data(message=f"assert {secret} == 2", counts={"tests": 3}),
-                                        log_tail="tail\n", context={}, now=NOW, events=CLASSIFIED,
+                                        log_tail="tail\n", context=RunContext(), now=NOW, events=CLASSIFIED,
                                         plan=build_with_secret, published=lambda doc, plan: got.append((doc, plan)))
     run = load_incident_run(store, incident_id)
     assert got == [(dict(run.incident), dict(run.plan or {}))]
@@ -221,6 +222,6 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
 def test_published_without_a_plan(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
     got: list[tuple[dict[str, Any], Any]] = []
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW,
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW,
                                         published=lambda doc, plan: got.append((doc, plan)))
     assert got == [(dict(load_incident_run(store, incident_id).incident), None)]

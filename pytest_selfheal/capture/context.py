@@ -10,6 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.redact import Redactor
+
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
     "CI",
@@ -52,15 +55,20 @@ def ci_context(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_context(
-    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ, *, git: Optional[dict[str, Any]]
-) -> dict[str, Any]:
-    """Everything ``context.json`` records about the run; ``git`` is
-    :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
+    rootdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str] = os.environ,
+    *,
+    git: Optional[Mapping[str, Any]],
+    redactor: Optional[Redactor] = None,
+) -> RunContext:
+    """Everything ``context.json`` records about the run, with secrets removed by ``redactor``;
+    ``git`` is :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
     import pytest
 
     for probe in _PLATFORM_PROBE:
         probe.join()
-    return {
+    doc = {
         "rootdir": str(rootdir),
         "git": git,
         "python": sys.version.split()[0],
@@ -71,3 +79,5 @@ def run_context(
         "cwd": os.getcwd(),
         "ci": ci_context(env),
     }
+    # The one place the document is built: redacted as JSON, then parsed (its key order kept).
+    return RunContext.from_json(redactor.redact_obj(doc) if redactor is not None else doc, "context.json")

@@ -32,6 +32,7 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -165,7 +166,7 @@ def store_incident(
     incident: Incident,
     *,
     log_tail_text: str,
-    context: dict[str, Any],
+    context: RunContext,
     failures: Sequence[Failure],
     published: Optional[Published] = None,
 ) -> str:
@@ -283,7 +284,7 @@ def capture_incident(
         invocation_dir=invocation_dir(config) or None,  # verification runs start there too
         ci_run=ci_run or None,
     )
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
+    context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,

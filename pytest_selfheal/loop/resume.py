@@ -17,7 +17,7 @@ at every step, never from memory:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -25,6 +25,7 @@ from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.run_result import RunResult
@@ -88,7 +89,7 @@ def split_runs(
     return attempts[boundary], list(attempts[boundary + 1:])
 
 
-def capture_diff_hash(incident: Incident, context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) -> Optional[str]:
     """The working-tree diff hash at capture time, or None when unknown.
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
@@ -97,10 +98,8 @@ def capture_diff_hash(incident: Incident, context: Optional[Mapping[str, Any]] =
     """
     if incident.diff_hash:
         return incident.diff_hash
-    git_info = (context or {}).get("git")
-    if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
-        return clean_tree_hash(str(git_info["commit"]))
-    return None
+    commit = context.git.clean_commit if context is not None and context.git is not None else None
+    return clean_tree_hash(commit) if commit is not None else None
 
 
 def observations_from_disk(
@@ -199,7 +198,7 @@ def pending_on_disk(
     )
 
 
-def read_context(store: Store, incident_id: str) -> Optional[dict[str, Any]]:
+def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
     """``context.json`` of the incident, or None when it is missing or unreadable."""
     try:
         return store.read_context(incident_id)

@@ -15,6 +15,7 @@ from typing import Any, Optional, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import JsonRecord
@@ -240,14 +241,11 @@ class StoreReader:
         _, folder = self.locate(incident_id)
         return fsio.read_text(folder / LOG_TAIL_TXT)
 
-    def read_context(self, incident_id: str) -> dict[str, Any]:
-        """``context.json`` (must be a JSON object)."""
+    def read_context(self, incident_id: str) -> RunContext:
+        """``context.json``, parsed (``InputError`` naming file and field otherwise)."""
         _, folder = self.locate(incident_id)
         path = folder / CONTEXT_JSON
-        doc = fsio.read_json(path)
-        if not isinstance(doc, dict):
-            raise InputError(f"{path}: expected a JSON object")
-        return doc
+        return RunContext.from_json(fsio.read_json(path), str(path))
 
     # ------------------------------------------------------------------ events
 

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
@@ -125,7 +126,7 @@ class StoreWriter(StoreReader):
         incident: Union[Incident, Mapping[str, Any]],
         *,
         log_tail: str,
-        context: Mapping[str, Any],
+        context: RunContext,
         run: Optional[str] = None,
         now: Optional[datetime] = None,
         events: Sequence[Event] = (),
@@ -174,7 +175,7 @@ class StoreWriter(StoreReader):
             raise ValueError(f"incident does not fit the schema: {problems[0]}")
         # Serialise up front (once: the build reuses the text while the id stays): unserialisable
         # data fails before anything touches the disk.
-        context_text = fsio.dumps_json(self._clean(context))
+        context_text = fsio.dumps_json(self._clean(context.to_json()))
         texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
         for event in events:
             ev.encode_event(ev.stamp(event, str(doc["incident_id"])))

@@ -16,6 +16,7 @@ import pytest
 from helpers import cli
 
 from pytest_selfheal.errors import EXIT_REFUSED, EXIT_UNRESOLVED
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.repair import approval
 from pytest_selfheal.repair.patch_summary import refusal, summarise
 from pytest_selfheal.store.root import Store
@@ -61,7 +62,7 @@ def _project(tmp_path: Path) -> tuple[Path, Store, str]:
     incident_id = store.create_incident(
         {"step": "test_calc.py::test_f", "failure_class": "deterministic", "message": "m",
          "error_signature": "TEST_ASSERTION | t | m", "rootdir": str(top)},
-        log_tail="", context={},
+        log_tail="", context=RunContext(),
     )
     return top, store, incident_id
 
