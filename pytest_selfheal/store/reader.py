@@ -25,7 +25,6 @@ from pytest_selfheal.records.summary import CORRUPTED, IncidentSummary
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
-from pytest_selfheal.store.schema import ensure_valid
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
 INBOX = "inbox"
@@ -202,16 +201,6 @@ class StoreReader:
             raise InputError(one_line(f"{path}: incident_id {incident.incident_id!r} does not match its folder "
                                       f"{incident_id}"))
         return incident
-
-    def _read_incident_doc(self, folder: Path, incident_id: str) -> dict[str, Any]:
-        """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
-        path = folder / INCIDENT_JSON
-        doc = fsio.read_json(path)
-        ensure_valid("incident", doc, str(path))
-        assert isinstance(doc, dict)
-        if doc["incident_id"] != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
-        return doc
 
     @staticmethod
     def _read_status_at(folder: Path) -> str:

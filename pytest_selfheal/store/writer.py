@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -20,6 +21,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus
@@ -54,6 +56,9 @@ Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
 _CREATE_RETRIES = 50
+
+# What create_incident takes: the capture's record, or a document a caller built (parsed once).
+NewIncident = Union[Incident, Mapping[str, Any]]
 
 
 class StoreWriter(StoreReader):
@@ -123,7 +128,7 @@ class StoreWriter(StoreReader):
 
     def create_incident(
         self,
-        incident: Union[Incident, Mapping[str, Any]],
+        incident: NewIncident,
         *,
         log_tail: str,
         context: RunContext,
@@ -153,9 +158,50 @@ class StoreWriter(StoreReader):
         written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: dict[str, Any] = self._clean(_unfilled(incident) if isinstance(incident, Incident) else incident)
+        new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
+        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
+        # data fails before anything touches the disk.
+        context_text = fsio.dumps_json(self._clean(context.to_json()))
+        texts = {new.incident_id: fsio.dumps_json((replace(new, status=IncidentStatus.PLANNED) if plan is not None else new).to_json())}
+        for event in events:
+            ev.encode_event(ev.stamp(event, new.incident_id))
+
+        with self.lock():
+            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
+            self._remove_stale_builds(inbox)
+            for _ in range(_CREATE_RETRIES):
+                incident_id = new.incident_id
+                # A plan folder without its incident (a capture killed between its two renames)
+                # keeps its id: a new plan never lands in it.
+                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
+                    if explicit_id:
+                        raise RefusedError(f"incident {incident_id} already exists")
+                    new = replace(new, incident_id=self._next_candidate(moment, run))
+                    continue
+                log, final, plan_text = list(events), new, None
+                if plan is not None:
+                    plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
+                                                          text=self._plan_text, redact=self.redactor.redact)
+                    final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
+                text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
+                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                    if published is not None:
+                        published(json.loads(text), json.loads(plan_text) if plan_text is not None else None)
+                    return incident_id
+                if explicit_id:
+                    raise RefusedError(f"incident {incident_id} already exists")
+                new = replace(new, incident_id=self._next_candidate(moment, run))
+        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+
+    def _new_incident(self, incident: NewIncident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
+        """The new incident as it is published: redacted, with the fields the store fills set
+        where missing, checked once (``ValueError``); and whether the caller gave its id."""
+        given = incident.to_json() if isinstance(incident, Incident) else dict(incident)
+        if isinstance(incident, Incident):  # the record leaves the store's fields empty
+            given = {key: value for key, value in given.items() if not (key in _STORE_FILLED and value in ("", 0))}
+        doc = self._clean(given)
         if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
@@ -170,41 +216,7 @@ class StoreWriter(StoreReader):
             doc["incident_id"] = validate_incident_id(doc["incident_id"])
         else:
             doc["incident_id"] = new_incident_id(moment, run)
-        problems = validate("incident", doc)
-        if problems:
-            raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
-        # data fails before anything touches the disk.
-        context_text = fsio.dumps_json(self._clean(context.to_json()))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
-        for event in events:
-            ev.encode_event(ev.stamp(event, str(doc["incident_id"])))
-
-        with self.lock():
-            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
-            self._remove_stale_builds(inbox)
-            for _ in range(_CREATE_RETRIES):
-                incident_id = str(doc["incident_id"])
-                # A plan folder without its incident (a capture killed between its two renames)
-                # keeps its id: a new plan never lands in it.
-                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
-                    if explicit_id:
-                        raise RefusedError(f"incident {incident_id} already exists")
-                    doc["incident_id"] = self._next_candidate(moment, run)
-                    continue
-                log, final, plan_text = list(events), doc, None
-                if plan is not None:
-                    final, log, plan_text = publish_plan(self.confined(self.plans_root), doc, log, plan,
-                                                         clean=self._clean, redact=self.redactor.redact)
-                text = texts.get(incident_id) or fsio.dumps_json(final)
-                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
-                    if published is not None:
-                        published(json.loads(text), json.loads(plan_text) if plan_text is not None else None)
-                    return incident_id
-                if explicit_id:
-                    raise RefusedError(f"incident {incident_id} already exists")
-                doc["incident_id"] = self._next_candidate(moment, run)
-        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+        return _incident_of(doc, "incident"), explicit_id
 
     @staticmethod
     def _next_candidate(moment: datetime, run: Optional[str]) -> str:
@@ -229,16 +241,16 @@ class StoreWriter(StoreReader):
     def _build_and_publish(
         self,
         inbox: Path,
-        doc: dict[str, Any],
+        incident: Incident,
         log_tail: str,
         context_text: str,
-        events: Sequence[Event] = (),
+        events: Sequence[Event],
         *,
-        text: Optional[str] = None,
+        text: str,
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken.
-        ``text``: incident.json's text when already serialised."""
-        incident_id = str(doc["incident_id"])
+        ``text``: incident.json's text."""
+        incident_id = incident.incident_id
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
             build.mkdir()
@@ -249,10 +261,10 @@ class StoreWriter(StoreReader):
                 ev.INCIDENT_CAPTURED,
                 incident_id,
                 {
-                    "run_id": doc["run_id"],
-                    "step": doc["step"],
-                    "failure_class": doc["failure_class"],
-                    "error_signature": doc["error_signature"],
+                    "run_id": incident.run_id,
+                    "step": incident.step,
+                    "failure_class": incident.failure_class,
+                    "error_signature": incident.error_signature,
                     "status": IncidentStatus.NEW,
                 },
                 ts=self._now(),
@@ -260,10 +272,9 @@ class StoreWriter(StoreReader):
             log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
-            incident_text = text if text is not None else fsio.dumps_json(doc)
             for name, content in (
-                (INCIDENT_JSON, incident_text),
-                (STATUS_TXT, f"{doc['status']}\n"),
+                (INCIDENT_JSON, text),
+                (STATUS_TXT, f"{incident.status}\n"),
                 (LOG_TAIL_TXT, log_tail),
                 (CONTEXT_JSON, context_text),
                 (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
@@ -300,14 +311,12 @@ class StoreWriter(StoreReader):
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
         with self.locked(incident_id) as (incident_id, _, folder):
-            doc = self._read_incident_doc(folder, incident_id)
+            doc = self._read_incident_at(folder, incident_id).to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
-            problems = validate("incident", doc)
-            if problems:
-                raise ValueError(f"incident update does not fit the schema: {problems[0]}")
-            fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-            return Incident.from_json(doc, "incident")
+            updated = _incident_of(doc, "incident update")
+            self._write_incident(folder, updated)
+            return updated
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
         """Move the incident to status ``new`` if the table allows it from ``status.txt``.
@@ -327,15 +336,20 @@ class StoreWriter(StoreReader):
             check_transition(incident_id, current, new)
             if bucket != INBOX:  # only reachable after a hand edit of status.txt
                 raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
-            self._write_status(folder, incident_id, current, new, event_data)
+            self._write_status(folder, incident_id, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
 
-    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_doc(folder, incident_id)
-        doc["status"] = new
-        doc["updated_at"] = ev.format_ts(self._now())
-        fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
+    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, changed: Event) -> None:
+        """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
+        ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event)."""
+        incident = self._read_incident_at(folder, incident_id)
+        self._write_incident(folder, replace(incident, status=new, updated_at=ev.format_ts(self._now())))
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
-        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": current, "to": new, **event_data}))
+        data = {"from": current, "to": new, **changed.data}
+        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, data))
+
+    def _write_incident(self, folder: Path, incident: Incident) -> None:
+        """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
+        fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
 
     # ------------------------------------------------------------------ events
 
@@ -376,13 +390,12 @@ class StoreWriter(StoreReader):
         appends ``plan_generated`` and moves the status.
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(plan.to_json())
+        text = self._plan_text(plan, incident_id)
         plan_md = self.redactor.redact(plan_md)
-        self._check_doc("plan", doc, incident_id)
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
-            fsio.atomic_write_json(self.confined(folder / PLAN_JSON), doc)
+            fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
@@ -394,8 +407,7 @@ class StoreWriter(StoreReader):
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(attempt.to_json())
-        self._check_doc("attempt", doc, incident_id)
+        text = self._text("attempt", attempt, incident_id)
         iteration = attempt.iteration
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
@@ -405,17 +417,16 @@ class StoreWriter(StoreReader):
                     f"{self._relative(path)} already exists; the next attempt of {incident_id} "
                     f"is {self.next_attempt_number(incident_id)}"
                 )
-            fsio.atomic_write_json(path, doc)
+            fsio.atomic_write_text(path, text)
             return path
 
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(result.to_json())
-        self._check_doc("run_result", doc, incident_id)
+        text = self._text("run_result", result, incident_id)
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
+            fsio.atomic_write_text(self.confined(folder / RUN_RESULT_JSON), text)
             return folder / RUN_RESULT_JSON
 
     def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
@@ -475,14 +486,20 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _check_doc(kind: str, doc: Mapping[str, Any], incident_id: str) -> None:
+    def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
+        """The text a record is written as: its JSON redacted, checked once against the ``kind``
+        declaration and to name ``incident_id`` (``ValueError`` otherwise: a bug of the caller),
+        serialised (unserialisable values fail here, before any file is touched)."""
+        doc = self._clean(record.to_json())
         problems = validate(kind, doc)
         if problems:
             raise ValueError(f"{kind} for {incident_id} does not fit the schema: {problems[0]}")
         if doc["incident_id"] != incident_id:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
-        fsio.dumps_json(doc)  # unserialisable values fail here, before any file is touched
+        return fsio.dumps_json(doc)
+
+    def _plan_text(self, plan: Plan, incident_id: str) -> str:
+        return self._text("plan", plan, incident_id)
 
 
 __all__ = ["StoreWriter"]
@@ -492,7 +509,9 @@ __all__ = ["StoreWriter"]
 _STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
 
 
-def _unfilled(incident: Incident) -> dict[str, Any]:
-    """The incident's document without the store's fields that the record leaves empty."""
-    return {key: value for key, value in incident.to_json().items()
-            if not (key in _STORE_FILLED and value in ("", 0))}
+def _incident_of(doc: object, what: str) -> Incident:
+    """The record of an incident document the store built, checked once (``ValueError``: a bug of the caller)."""
+    try:
+        return Incident.parse(doc, "")
+    except FieldError as exc:
+        raise ValueError(f"{what} does not fit the schema: {exc}") from None
