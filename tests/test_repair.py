@@ -27,6 +27,7 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
@@ -59,17 +60,18 @@ def make_repo(path: Path) -> None:
 
 def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[str, Plan]:
     incident_id = store.create_incident(
-        {
-            "step": "test_calc.py::test_add",
-            "failure_class": "deterministic",
-            "message": "assert -1 == 5",
-            "error_signature": "TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
-            "failures": [
-                {"nodeid": "test_calc.py::test_add", "test": "test_calc::test_add", "fingerprint": "fp1",
-                 "signature": "TEST_ASSERTION | test_calc::test_add | assert -1 == 5", "failure_type": "TEST_ASSERTION",
-                 "failure_class": "deterministic", "message": "assert -1 == 5", "target_paths": ["calc.py"]}
-            ],
-        },
+        Incident(
+            step="test_calc.py::test_add",
+            failure_class="deterministic",
+            message="assert -1 == 5",
+            error_signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
+            failures=(
+                FailureEntry(nodeid="test_calc.py::test_add", test="test_calc::test_add", fingerprint="fp1",
+                             signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
+                             failure_type="TEST_ASSERTION", failure_class="deterministic", message="assert -1 == 5",
+                             target_paths=("calc.py",)),
+            ),
+        ),
         log_tail=log_tail,
         context=RunContext(),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,6 +15,7 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
@@ -40,8 +42,9 @@ def golden_run(case: str) -> dict[str, Any]:
 def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
     """Replay a golden case through the real Store API: create, plan, attempts, run result, archive."""
     run = golden_run(case)
-    incident = {k: v for k, v in run["incident"].items()
-                if k not in ("status", "created_at", "updated_at", "year", "month", "ym", "run_id")}
+    # The golden incident as the capture hands it over: the store's fields left empty.
+    incident = dataclasses.replace(Incident.from_json(run["incident"], case), status="new", created_at="",
+                                   updated_at="", year=0, month=0, ym="", run_id="")
     created = datetime.fromisoformat(run["incident"]["created_at"]).astimezone(timezone.utc)
     incident_id = store.create_incident(incident, log_tail="E boom\n", context=RunContext(), now=created)
     assert incident_id == run["incident"]["incident_id"]

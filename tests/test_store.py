@@ -23,6 +23,7 @@ from schema_check import assert_file_valid
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
@@ -32,16 +33,17 @@ from pytest_selfheal.store.root import Store
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def incident_data(**extra: Any) -> dict[str, Any]:
+def incident_data(**extra: Any) -> Incident:
+    """A capture's incident record (the store fills its identity and time fields), with ``extra`` fields."""
     data: dict[str, Any] = {
         "step": "tests/test_a.py::test_x",
         "failure_class": "deterministic",
         "message": "assert 1 == 2",
         "error_signature": "TEST_ASSERTION | tests.test_a::test_x | assert 1 == 2",
-        "failures": [{"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12", "failure_type": "TEST_ASSERTION"}],
+        "failures": (FailureEntry(nodeid="tests/test_a.py::test_x", fingerprint="ab12", failure_type="TEST_ASSERTION"),),
     }
     data.update(extra)
-    return data
+    return Incident(**data)
 
 
 def plan_doc(incident_id: str) -> dict[str, Any]:
@@ -232,7 +234,7 @@ def test_create_with_explicit_existing_id_is_refused(store: Store) -> None:
 
 def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
     with pytest.raises(ValueError, match="step"):
-        store.create_incident({"failure_class": "x", "message": "m", "error_signature": "s"}, log_tail="", context=RunContext())
+        create(store, step=None)
     with pytest.raises(ValueError, match="status"):
         create(store, status="running")
     with pytest.raises(UsageError):

@@ -145,9 +145,10 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
 CAPTURE_LOOPER = r"""
 import sys
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
-from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
@@ -163,7 +164,7 @@ n = 0
 while True:
     n += 1
     store.create_incident(
-        {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
+        Incident(step=f"s{n}", failure_class="deterministic", message="m" * 2000, error_signature="sig"),
         log_tail="log\n" * 500, context=RunContext(python=str(n)), events=[pending("failure_classified", {"n": n})], plan=plan)
 """
 

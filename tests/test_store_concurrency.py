@@ -14,6 +14,7 @@ import pytest
 from schema_check import assert_valid
 
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store.reader import INCIDENT_FILES
 from pytest_selfheal.store.root import Store
 
@@ -23,6 +24,7 @@ from datetime import datetime, timezone
 import pytest_selfheal.store.ids as ids
 import pytest_selfheal.store.root as store_mod
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store.root import Store
 
 # One fixed second and a 256-value token space: ids collide across processes on purpose.
@@ -38,8 +40,8 @@ while not os.path.exists(os.path.join(root, "go")):
 made = []
 for i in range(20):
     made.append(store.create_incident(
-        {"step": f"w{worker}::{i}", "failure_class": "deterministic", "message": "m",
-         "error_signature": f"sig {worker} {i}"},
+        Incident(step=f"w{worker}::{i}", failure_class="deterministic", message="m",
+                 error_signature=f"sig {worker} {i}"),
         log_tail="x\n", context=RunContext(python=str(worker)), now=now))
     for j in range(50 // 20 + (1 if i < 50 % 20 else 0)):
         store.append_event(shared, "verification_finished", worker=worker, n=i, j=j)
@@ -50,6 +52,7 @@ LOOPER = r"""
 import sys
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
@@ -60,7 +63,7 @@ n = 0
 while True:
     n += 1
     iid = store.create_incident(
-        {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
+        Incident(step=f"s{n}", failure_class="deterministic", message="m" * 2000, error_signature="sig"),
         log_tail="log\n" * 500, context=RunContext(python=str(n)))
     store.append_event(iid, "failure_classified", n=n)
     store.set_status(iid, "planned")
@@ -119,7 +122,8 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     root = tmp_path / ".selfheal"
     store = Store(root)
     shared = store.create_incident(
-        {"step": "shared", "failure_class": "deterministic", "message": "m", "error_signature": "s"}, log_tail="", context=RunContext()
+        Incident(step="shared", failure_class="deterministic", message="m", error_signature="s"), log_tail="",
+        context=RunContext()
     )
     procs = [
         subprocess.Popen(
@@ -174,7 +178,8 @@ def test_killed_at_random_instants_leaves_a_readable_root(tmp_path: Path) -> Non
     # the lock died with the process: a new writer proceeds at once
     store = Store(root, lock_timeout=2)
     incident_id = store.create_incident(
-        {"step": "after", "failure_class": "deterministic", "message": "m", "error_signature": "s"}, log_tail="", context=RunContext()
+        Incident(step="after", failure_class="deterministic", message="m", error_signature="s"), log_tail="",
+        context=RunContext()
     )
     assert store.read_status(incident_id) == "new"
     assert len(store.list_incidents()) > len(delays)  # the loopers did get work done

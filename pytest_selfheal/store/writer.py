@@ -57,9 +57,6 @@ Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
 _BUILD_PREFIX = ".tmp_"
 _CREATE_RETRIES = 50
 
-# What create_incident takes: the capture's record, or a document a caller built (parsed once).
-NewIncident = Union[Incident, Mapping[str, Any]]
-
 
 class StoreWriter(StoreReader):
     """The writes of the incident store under one reports root: incidents, status
@@ -128,7 +125,7 @@ class StoreWriter(StoreReader):
 
     def create_incident(
         self,
-        incident: NewIncident,
+        incident: Incident,
         *,
         log_tail: str,
         context: RunContext,
@@ -140,10 +137,9 @@ class StoreWriter(StoreReader):
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
-        ``incident``: the capture's record (its empty identity and time fields are the store's
-        to fill), or a document a caller built. Fills ``incident_id``, ``status`` (always
-        ``new``), ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id``
-        when missing. The folder is built under
+        ``incident``: the capture's record; the store fills its empty ``incident_id``,
+        ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id`` (its
+        ``status`` must be ``new``). The folder is built under
         a temporary name (with the ``incident_captured`` event already in its log) and
         renamed into place, so a half-made incident never appears. ``events``: more
         events of the capture (its ``failure_classified`` lines, :func:`~pytest_selfheal.store.events.pending`), logged
@@ -195,13 +191,12 @@ class StoreWriter(StoreReader):
                 new = replace(new, incident_id=self._next_candidate(moment, run))
         raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
 
-    def _new_incident(self, incident: NewIncident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
+    def _new_incident(self, incident: Incident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
         """The new incident as it is published: redacted, with the fields the store fills set
-        where missing, checked once (``ValueError``); and whether the caller gave its id."""
-        given = incident.to_json() if isinstance(incident, Incident) else dict(incident)
-        if isinstance(incident, Incident):  # the record leaves the store's fields empty
-            given = {key: value for key, value in given.items() if not (key in _STORE_FILLED and value in ("", 0))}
-        doc = self._clean(given)
+        where the record left them empty, checked once (``ValueError``); and whether the
+        caller gave its id."""
+        doc = self._clean({key: value for key, value in incident.to_json().items()
+                           if not (key in _STORE_FILLED and value in ("", 0))})
         if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
