@@ -93,15 +93,20 @@ def make_run(
     incident = {**INCIDENT_DEFAULTS, "incident_id": incident_id, "status": status, "created_at": created_at,
                 "failures": failures}
     groups = actions if actions is not None else [tests]
-    plan = {"incident_id": incident_id, "actions": [
-        {"id": f"A{i}", "title": title, "nodeids": g} for i, g in enumerate(groups, start=1)]}
+    plan = {"incident_id": incident_id, "generated_at": created_at, "summary": "", "root_cause_hypotheses": [],
+            "actions": [{"id": f"A{i}", "title": title, "priority": "high", "risk": "low", "target_paths": [],
+                         "verification": [], "nodeids": g} for i, g in enumerate(groups, start=1)],
+            "verification_commands": [], "done_criteria": []}
     records = []
     for i, a in enumerate(attempts or [], start=1):
-        # A whole attempt document, as the store holds it (the report parses it).
+        # A whole attempt document, as the store holds it.
         record = {**ATTEMPT_DEFAULTS, "incident_id": incident_id, "iteration": i}
         record.update(a)
         records.append(record)
-    return IncidentRun(incident, plan, records, run_result, bucket)
+    result = {"incident_id": incident_id, **run_result} if run_result is not None else None
+    # The documents parsed into the report's input records.
+    return IncidentRun.from_dict({"incident": incident, "plan": plan, "attempts": records, "run_result": result,
+                                  "bucket": bucket})
 
 
 def finished(stop_reason: str, final_status: str, loops: int, **extra: Any) -> dict[str, Any]:
@@ -289,10 +294,10 @@ def test_plan_level_fields_follow_the_deciding_incident() -> None:
                               "stop_reason": "no_progress"}],
                    run_result=finished("no_progress", "escalated", 1), created_at="2026-11-22T11:00:00+00:00")
     report = build_report(incidents=[bad, good])
-    assert [e["incident_id"] for e in report["incidents"]] == [good.incident["incident_id"], bad.incident["incident_id"]]
+    assert [e["incident_id"] for e in report["incidents"]] == [good.incident.incident_id, bad.incident.incident_id]
     assert (report["stop_reason"], report["final_status"]) == ("no_progress", "escalated")
-    assert report["deciding_incident"] == bad.incident["incident_id"]
-    assert report["recommended_next_action"].startswith(bad.incident["incident_id"] + ": Regenerate the plan")
+    assert report["deciding_incident"] == bad.incident.incident_id
+    assert report["recommended_next_action"].startswith(bad.incident.incident_id + ": Regenerate the plan")
 
 
 def test_same_task_ids_across_incidents_get_an_incident_label() -> None:
@@ -404,8 +409,10 @@ def test_mermaid_is_small_and_optional() -> None:
     long_run = make_run(attempts=[{"outcomes": {"tests/test_a.py::test_one": "failed"}} for _ in range(14)])
     chart = render_markdown(build_report(incidents=[long_run])).split("```mermaid\n", 1)[1].split("```", 1)[0]
     assert 'skip["4 earlier iterations"]' in chart and "i14" in chart and "i4[" not in chart
-    hostile = make_run(attempts=[{"outcomes": {}, "mode": 'x"]; click c0 call alert()'}])
-    assert 'click c0 call alert()"' not in render_markdown(build_report(incidents=[hostile]))
+    # An attempt record only has a known mode; a report read back from a file may hold anything.
+    hostile = build_report(incidents=[make_run(attempts=[{"outcomes": {}, "mode": "verify"}])])
+    hostile["incidents"][0]["iterations"][0]["mode"] = 'x"]; click c0 call alert()'
+    assert 'click c0 call alert()"' not in render_markdown(hostile)
 
 
 def test_extra_sections_are_appended() -> None:
@@ -516,7 +523,7 @@ def test_terminal_line_of_a_loop_in_progress() -> None:
     lines = render_terminal(build_report(incidents=[run]))
     assert lines[0] == "RALF Lite Loop Report: running, loop not finished (1 incident, 1 retry)"
     assert lines[1].endswith(": running (not finished) after 1 iteration: A1 1x not run")
-    assert lines[-1] == f"  next: Continue the loop: selfheal loop {run.incident['incident_id']}"
+    assert lines[-1] == f"  next: Continue the loop: selfheal loop {run.incident.incident_id}"
 
 
 def test_every_json_field_is_documented() -> None:

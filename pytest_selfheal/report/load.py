@@ -25,16 +25,9 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     """
     bucket, _ = store.locate(incident_id)
     incident = dataclasses.replace(store.read_incident(incident_id), status=store.read_status(incident_id))
-    plan = store.read_plan(incident_id).to_json() if store.has_plan(incident_id) else None
-    run_result = store.read_run_result(incident_id)
-    # The report data reads JSON documents tolerantly (a report file holds them too).
-    return IncidentRun(
-        incident=incident.to_json(),
-        plan=plan,
-        attempts=[a.to_json() for a in store.read_attempts(incident_id)],
-        run_result=run_result.to_json() if run_result is not None else None,
-        bucket=bucket,
-    )
+    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
+    return IncidentRun(incident=incident, plan=plan, attempts=tuple(store.read_attempts(incident_id)),
+                       run_result=store.read_run_result(incident_id), bucket=bucket)
 
 
 def read_report(path: Path) -> dict[str, Any]:
