@@ -13,6 +13,7 @@ from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.report import ReportIncidentDoc
 from pytest_selfheal.report.data import (
     REASON_ORDER,
     REPORT_SCHEMA_VERSION,
@@ -280,10 +281,10 @@ def test_reason_order_covers_every_stop_reason() -> None:
     ],
 )
 def test_plan_level_worst_rule(a: Any, b: Any, worst: int) -> None:
-    entries = [{"incident_id": f"i{i}", "stop_reason": r, "final_status": s, "finished": r is not None}
+    entries = [ReportIncidentDoc(incident_id=f"i{i}", stop_reason=r, final_status=s, finished=r is not None)
                for i, (r, s) in enumerate((a, b))]
     chosen = deciding_incident(entries)
-    assert chosen is not None and chosen["incident_id"] == f"i{worst}"
+    assert chosen is not None and chosen.incident_id == f"i{worst}"
 
 
 def test_plan_level_fields_follow_the_deciding_incident() -> None:

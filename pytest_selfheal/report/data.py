@@ -16,7 +16,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from dataclasses import replace
+from typing import Any, Optional, Protocol, TypeVar
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
@@ -28,7 +29,14 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, thaw
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
+from pytest_selfheal.records.report import (
+    IncidentEntry,
+    IterationEntry,
+    NewFailureEntry,
+    ReportDoc,
+    ReportOutcome,
+    TaskEntry,
+)
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -445,64 +453,104 @@ def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
     return {i: i for i in ids}
 
 
-def _label_tasks(incidents: list[dict[str, Any]]) -> None:
+class ReportedTask(Protocol):
+    """A task as the plan-level rules read it: a built :class:`TaskEntry` or a read ``ReportTaskDoc``."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
+class ReportedIncident(Protocol):
+    """An incident as the plan-level rules read it: a built :class:`IncidentEntry` or a
+    ``ReportIncidentDoc`` of a shard read back (whose values may be any JSON)."""
+
+    @property
+    def incident_id(self) -> str: ...
+
+    @property
+    def final_status(self) -> Any: ...
+
+    @property
+    def stop_reason(self) -> Any: ...
+
+    @property
+    def finished(self) -> Any: ...
+
+    @property
+    def loops_used(self) -> int: ...
+
+    @property
+    def tasks(self) -> Sequence[ReportedTask]: ...
+
+    @property
+    def triage(self) -> Any: ...
+
+    @property
+    def handoff(self) -> Any: ...
+
+
+def _task_labels(incidents: Sequence[ReportedIncident]) -> tuple[tuple[str, ...], ...]:
     """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
     owners: dict[str, set[str]] = {}
     for entry in incidents:
-        for task in entry["tasks"]:
-            owners.setdefault(str(task["task"]), set()).add(str(entry["incident_id"]))
+        for task in entry.tasks:
+            owners.setdefault(str(task.task), set()).add(entry.incident_id)
     collide = any(len(ids) > 1 for ids in owners.values())
-    short = _short_ids([str(e["incident_id"]) for e in incidents])
-    for entry in incidents:
-        for task in entry["tasks"]:
-            task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
+    short = _short_ids([e.incident_id for e in incidents])
+    return tuple(tuple(f"{task.task} ({short[entry.incident_id]})" if collide else str(task.task) for task in entry.tasks)
+                 for entry in incidents)
 
 
-def _severity(entry: Mapping[str, object]) -> tuple[int, int]:
-    outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
-    if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
+def _severity(entry: ReportedIncident) -> tuple[int, int]:
+    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK)
+    if outcome != _UNFINISHED_RANK and not entry.finished:
         outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
-    reason = entry.get("stop_reason")
+    reason = entry.stop_reason
     # Even ranks for known reasons; an unknown one sits after the known failures and
     # before "no stop reason yet".
     rank = 2 * REASON_ORDER.index(reason) if reason in REASON_ORDER else 2 * REASON_ORDER.index(None) - 1
     return outcome, rank
 
 
-def deciding_incident(incidents: Sequence[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
+Reported = TypeVar("Reported", bound=ReportedIncident)
+
+
+def deciding_incident(incidents: Sequence[Reported]) -> Optional[Reported]:
     """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
 
     Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
     stop reason in the loop's precedence (success last), then report order.
     """
-    best: Optional[Mapping[str, object]] = None
+    best: Optional[Reported] = None
     for entry in incidents:
         if best is None or _severity(entry) < _severity(best):
             best = entry
     return best
 
 
-def finish_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Fill the derived plan-level fields from ``report["incidents"]``."""
-    incidents: list[dict[str, Any]] = report["incidents"]
-    _label_tasks(incidents)
-    report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
-    report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
-    report["triage_summary"] = triage_summary([t for e in incidents for t in dicts(e.get("triage"))])
+def finish_report(incidents: Sequence[ReportedIncident]) -> ReportOutcome:
+    """The plan-level fields and the task labels of a report of ``incidents`` (in report order)."""
+    looped = sum(1 for e in incidents for t in e.tasks if as_int(t.attempts) > 0)
+    retries = sum(as_int(e.loops_used) for e in incidents)
+    triage = triage_summary([t for e in incidents for t in dicts(e.triage)])
+    labels = _task_labels(incidents)
     worst = deciding_incident(incidents)
     if worst is None:
-        report["stop_reason"] = None
-        report["final_status"] = "no_incidents"
-        report["recommended_next_action"] = "Nothing to do: no incident was captured."
-        report["deciding_incident"] = None
-    else:
-        report["stop_reason"] = worst.get("stop_reason")
-        report["final_status"] = worst.get("final_status")
-        handoff = worst.get("handoff")
-        action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
-        report["recommended_next_action"] = f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
-        report["deciding_incident"] = worst["incident_id"]
-    return report
+        return ReportOutcome(looped, retries, triage, stop_reason=None, final_status="no_incidents",
+                             recommended_next_action="Nothing to do: no incident was captured.",
+                             deciding_incident=None, labels=labels)
+    handoff = worst.handoff
+    action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
+    return ReportOutcome(
+        looped, retries, triage, labels=labels,
+        stop_reason=worst.stop_reason,
+        final_status=worst.final_status,
+        recommended_next_action=f"{worst.incident_id}: {action}" if len(incidents) > 1 else action,
+        deciding_incident=worst.incident_id,
+    )
 
 
 def build_report(
@@ -530,17 +578,37 @@ def build_report(
         seen.add(incident_id)
         runs.append(run)
     runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
-    report: dict[str, Any] = {
+    entries = [_incident_entry(run) for run in runs]
+    outcome = finish_report(entries)
+    labelled = [replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, labels)))
+                for e, labels in zip(entries, outcome.labels)]
+    return report_json(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
+                       origins=resolved, incidents=[e.to_json() for e in labelled], outcome=outcome)
+
+
+def report_json(
+    *,
+    enabled: bool,
+    effective_config: Mapping[str, object],
+    origins: Mapping[str, object],
+    incidents: list[dict[str, object]],
+    outcome: ReportOutcome,
+    config_differences: Sequence[Mapping[str, object]] = (),
+    shards: Sequence[Mapping[str, object]] = (),
+) -> dict[str, Any]:
+    """The report JSON (the output boundary of :func:`build_report` and ``report.merge``):
+    the head, the ``incidents`` objects and the plan-level fields of ``outcome``."""
+    return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": REPORT_TITLE,
-        "enabled": bool(enabled) and values.get("enabled") is not False,
-        "effective_config": values,
-        "origins": resolved,
-        "config_differences": [],
-        "shards": [],
-        "incidents": [_incident_entry(run).to_json() for run in runs],  # the JSON output boundary
+        "enabled": enabled,
+        "effective_config": dict(effective_config),
+        "origins": dict(origins),
+        "config_differences": list(config_differences),
+        "shards": list(shards),
+        "incidents": incidents,
+        **outcome.to_json(),
     }
-    return finish_report(report)
 
 
 # --------------------------------------------------------------------------- validation

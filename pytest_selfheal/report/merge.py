@@ -13,13 +13,12 @@ from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
 from pytest_selfheal.records.report import ReportIncidentDoc
 from pytest_selfheal.report.data import (
-    REPORT_SCHEMA_VERSION,
-    REPORT_TITLE,
     as_str,
     dicts,
     finish_report,
     flatten_config,
     parse_report,
+    report_json,
     strs,
 )
 
@@ -85,15 +84,12 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             "final_status": thaw(shard.final_status),
             "total_retries": thaw(shard.total_retries),
         })
-    merged: dict[str, Any] = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "title": REPORT_TITLE,
-        "enabled": first.enabled,
-        "effective_config": thaw(first.effective_config),
-        "origins": thaw(first.origins),
-        "config_differences": differences,
-        "shards": shards,
-        "incidents": [entry.to_json() for entry in incidents],  # the JSON output boundary
-    }
-    return finish_report(merged)
+    outcome = finish_report(incidents)
+    documents = [entry.to_json() for entry in incidents]
+    for document, task_labels in zip(documents, outcome.labels):
+        for task, label in zip(document["tasks"], task_labels):
+            task["label"] = label
+    return report_json(enabled=first.enabled, effective_config=thaw(first.effective_config),
+                       origins=thaw(first.origins), incidents=documents, outcome=outcome,
+                       config_differences=differences, shards=shards)
 
