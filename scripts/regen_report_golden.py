@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
-from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
+from pytest_selfheal.report.data import IncidentRun, build_report, parse_report  # noqa: E402
 from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
@@ -47,7 +47,7 @@ def render_case(doc: Mapping[str, Any], source: str = "case") -> tuple[str, str]
     """``(expected JSON text, expected markdown)`` for one case's input document."""
     if "merge" in doc:
         shards = list(doc["merge"])
-        report = merge_reports([_build(s, f"{source}: {s['name']}") for s in shards],
+        report = merge_reports([parse_report(_build(s, f"{source}: {s['name']}"), str(s["name"])) for s in shards],
                                names=[str(s["name"]) for s in shards])
     else:
         report = _build(doc, source)

@@ -20,9 +20,9 @@ from pytest_selfheal.report.data import (
     IncidentRun,
     build_report,
     deciding_incident,
-    validate_report,
+    parse_report,
 )
-from pytest_selfheal.report.merge import merge_reports
+from pytest_selfheal.report.merge import merge_reports as merge_records
 from pytest_selfheal.report.render import (
     GRID_MAX_COLUMNS,
     GRID_MAX_TESTS,
@@ -54,6 +54,11 @@ SPEC_HEAD = """\
 | A1   | 1        | success |
 | A2   | 3        | repeated_fingerprint |
 """
+
+
+def merge_reports(reports: list[dict[str, Any]], *, names: Optional[list[str]] = None) -> dict[str, Any]:
+    """``merge_reports`` of report JSON, each parsed first as ``read_report`` parses a file."""
+    return merge_records([parse_report(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names)
 
 
 def golden_runs(case: str) -> list[IncidentRun]:
@@ -449,7 +454,7 @@ def test_incident_run_round_trip_and_bad_shapes() -> None:
 def test_report_json_round_trips_through_validation() -> None:
     report = golden_report("two_actions")
     text_form = json.loads(json.dumps(report))
-    assert validate_report(text_form) == report
+    assert parse_report(text_form).to_json() == report
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
 
 
@@ -468,9 +473,9 @@ def test_validate_report_names_the_problem(mutate: Any, needle: str) -> None:
     report = copy.deepcopy(golden_report("two_actions"))
     mutate(report)
     with pytest.raises(InputError, match=needle):
-        validate_report(report, "shard.json")
+        parse_report(report, "shard.json")
     with pytest.raises(InputError, match="^shard.json: expected a JSON object"):
-        validate_report([], "shard.json")
+        parse_report([], "shard.json")
 
 
 def test_merge_rules() -> None:
@@ -515,7 +520,7 @@ def test_merge_errors() -> None:
         merge_reports([])
     with pytest.raises(UsageError, match="1 names for 2 reports"):
         merge_reports([golden_report("flaky_success")] * 2, names=["x"])
-    with pytest.raises(InputError, match="^b: unsupported report schema_version"):
+    with pytest.raises(InputError, match="^shard 2: unsupported report schema_version"):
         merge_reports([golden_report("flaky_success"), {"schema_version": 9}], names=["a", "b"])
 
 

@@ -414,7 +414,7 @@ def comment_from_report(
     rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
     _effective, redactor = _load(options, here, source)
     path = _resolve(options.comment_from, here)
-    report = read_report(path)
+    report = read_report(path).to_json()
     info = sanitize_ci_info(report.get("ci"), report)
     number = options.pull_request or info.pull_request or ctx.pull_request_number()
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.

@@ -3,7 +3,7 @@
 :class:`ReportDoc` declares the fields a report read back from a file must have, with
 their types (docs/report.md "Validation"); every other key is kept as read, so
 ``ReportDoc.from_json(doc, where).to_json()`` is ``doc`` again. The ``schema_version``
-gate stays with ``report.data.validate_report``. :class:`IncidentView` is one incident as
+gate stays with ``report.data.parse_report``. :class:`IncidentView` is one incident as
 ``selfheal show`` and the MCP ``show`` tool read it (built by ``report.incident_view``). Pure.
 """
 

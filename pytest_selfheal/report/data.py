@@ -2,7 +2,7 @@
 
 Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
 ``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report
-JSON (``build_report``). ``validate_report``
+JSON (``build_report``). ``parse_report``
 checks a report JSON read back from a file; ``report.merge`` unites shard reports and
 ``report.render`` turns a report into markdown and terminal lines. Every field and rule is
 documented in docs/report.md; keep the two in step.
@@ -629,7 +629,3 @@ def parse_report(data: Any, source: str = "report") -> ReportDoc:
                          f"(expected {REPORT_SCHEMA_VERSION})")
     return ReportDoc.from_json(data, source)
 
-
-def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
-    """``data`` as its JSON again if it is a report this version can render and merge (:func:`parse_report`)."""
-    return parse_report(data, source).to_json()

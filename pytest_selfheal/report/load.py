@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
-from pytest_selfheal.report.data import IncidentRun, build_report, validate_report
+from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -30,8 +31,8 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
                        run_result=store.read_run_result(incident_id), bucket=bucket)
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """A report JSON file, validated; NotFoundError (4) when missing, InputError (3) when bad."""
+def read_report(path: Path) -> ReportDoc:
+    """A report JSON file, parsed; NotFoundError (4) when missing, InputError (3) when bad."""
     if not path.exists():
         raise NotFoundError(f"{path}: no such report file")
     try:
@@ -40,7 +41,7 @@ def read_report(path: Path) -> dict[str, Any]:
         raise fsio.io_error("read", path, exc) from None
     if size > MAX_REPORT_BYTES:
         raise InputError(f"{path}: too large for a report ({size} bytes, limit {MAX_REPORT_BYTES})")
-    return validate_report(fsio.read_json(path), str(path))
+    return parse_report(fsio.read_json(path), str(path))
 
 
 def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:

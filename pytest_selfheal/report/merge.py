@@ -1,6 +1,7 @@
 """Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
 
-Pure: report JSON in (parsed into ``ReportDoc`` records), report JSON out (fields and rules: docs/report.md "Merging").
+Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse_report``), report JSON out
+(fields and rules: docs/report.md "Merging").
 """
 
 from __future__ import annotations
@@ -11,34 +12,32 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
-from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.records.report import ReportDoc, ReportIncidentDoc
 from pytest_selfheal.report.data import (
     as_str,
     dicts,
     finish_report,
     flatten_config,
-    parse_report,
     report_json,
     strs,
 )
 
 
-def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """One report from several shard reports (e.g. the jobs of a CI matrix).
 
     Incidents are concatenated in shard order, a repeated incident id kept once (the
     first); counts and the plan-level stop reason are derived again from the result (the
     same worst rule). The effective config is the first shard's; keys whose value differs
     in another shard are listed per shard in ``config_differences``. ``names`` label the
-    shards (default ``shard 1``, ``shard 2``…). Every input is checked first
-    (``InputError``).
+    shards (default ``shard 1``, ``shard 2``…).
     """
     if not reports:
         raise UsageError("nothing to merge: give at least one report")
     labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]
     if len(labels) != len(reports):
         raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
-    checked = [parse_report(r, label) for r, label in zip(reports, labels)]
+    checked = list(reports)
     first = checked[0]
     base = flatten_config(first.effective_config)
     differences: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """The report JSON as records: what ``report.render`` reads. Pure.
 
 A report JSON (``report.data.build_report``, ``report.merge``, or a file read back and
-checked by ``validate_report``) is parsed here once, tolerantly (a field of the wrong type
+checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
 :class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
 :class:`TriageRow`, :class:`NewFailure`, :class:`DecisionPoint`; and :class:`Shard`,
@@ -259,7 +259,7 @@ class Report(Frozen):
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Report:
-        """The records of a report JSON (``build_report``, ``merge_reports``, ``validate_report``)."""
+        """The records of a report JSON (``build_report``, ``merge_reports``, a file read back)."""
         triage = data.get("triage_summary")
         final_status = data.get("final_status")
         origins = data.get("origins")
