@@ -403,3 +403,34 @@ class ReportOutcome(Frozen):
             "final_status": self.final_status, "recommended_next_action": self.recommended_next_action,
             "deciding_incident": self.deciding_incident,
         }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ShardEntry(Frozen):
+    """One shard of a merged report as ``report.merge`` writes it (``shards[]``)."""
+
+    name: str
+    incidents: tuple[str, ...]  # the incidents the merge took from it
+    duplicates: tuple[str, ...]  # those already in an earlier shard
+    stop_reason: object  # the shard's plan-level values, as read
+    final_status: object
+    total_retries: object
+
+    def to_json(self) -> dict[str, object]:
+        """The shard's object in the report JSON."""
+        return {"name": self.name, "incidents": list(self.incidents), "duplicates": list(self.duplicates),
+                "stop_reason": self.stop_reason, "final_status": self.final_status,
+                "total_retries": self.total_retries}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConfigDifferenceEntry(Frozen):
+    """A shard whose config differs from the first shard's (``config_differences[]``)."""
+
+    shard: str
+    keys: tuple[str, ...]
+    values: Mapping[str, object]  # {dotted key: the shard's value}, JSON
+
+    def to_json(self) -> dict[str, object]:
+        """The difference's object in the report JSON."""
+        return {"shard": self.shard, "keys": list(self.keys), "values": dict(self.values)}

@@ -30,11 +30,13 @@ from pytest_selfheal.records.jsondoc import JsonRecord, thaw
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import (
+    ConfigDifferenceEntry,
     IncidentEntry,
     IterationEntry,
     NewFailureEntry,
     ReportDoc,
     ReportOutcome,
+    ShardEntry,
     TaskEntry,
 )
 from pytest_selfheal.records.run_result import RunResult
@@ -593,8 +595,8 @@ def report_json(
     origins: Mapping[str, object],
     incidents: list[dict[str, object]],
     outcome: ReportOutcome,
-    config_differences: Sequence[Mapping[str, object]] = (),
-    shards: Sequence[Mapping[str, object]] = (),
+    config_differences: Sequence[ConfigDifferenceEntry] = (),
+    shards: Sequence[ShardEntry] = (),
 ) -> dict[str, Any]:
     """The report JSON (the output boundary of :func:`build_report` and ``report.merge``):
     the head, the ``incidents`` objects and the plan-level fields of ``outcome``."""
@@ -604,8 +606,8 @@ def report_json(
         "enabled": enabled,
         "effective_config": dict(effective_config),
         "origins": dict(origins),
-        "config_differences": list(config_differences),
-        "shards": list(shards),
+        "config_differences": [d.to_json() for d in config_differences],
+        "shards": [s.to_json() for s in shards],
         "incidents": incidents,
         **outcome.to_json(),
     }

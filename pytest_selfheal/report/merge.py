@@ -6,13 +6,12 @@ Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
-from pytest_selfheal.records.report import ReportDoc, ReportIncidentDoc
+from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
 from pytest_selfheal.report.data import (
     as_str,
     dicts,
@@ -40,16 +39,15 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
     checked = list(reports)
     first = checked[0]
     base = flatten_config(first.effective_config)
-    differences: list[dict[str, Any]] = []
+    differences: list[ConfigDifferenceEntry] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
         for inner in dicts(thaw(shard.get_extra("config_differences"))):
             recorded = inner.get("values")
-            differences.append({
-                "shard": f"{label} / {as_str(inner.get('shard'))}",
-                "keys": strs(inner.get("keys")),
-                "values": copy.deepcopy(dict(recorded) if isinstance(recorded, Mapping) else {}),
-            })
+            differences.append(ConfigDifferenceEntry(
+                f"{label} / {as_str(inner.get('shard'))}", tuple(strs(inner.get("keys"))),
+                dict(recorded) if isinstance(recorded, Mapping) else {},
+            ))
         if shard is first:
             continue
         other = flatten_config(shard.effective_config)
@@ -60,10 +58,10 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             keys = ["(enabled)"] + keys
             values["(enabled)"] = shard.enabled
         if keys:
-            differences.append({"shard": label, "keys": keys, "values": values})
+            differences.append(ConfigDifferenceEntry(label, tuple(keys), values))
     incidents: list[ReportIncidentDoc] = []
     seen: set[str] = set()
-    shards: list[dict[str, Any]] = []
+    shards: list[ShardEntry] = []
     for label, shard in zip(labels, checked):
         ids: list[str] = []
         duplicates: list[str] = []
@@ -75,14 +73,8 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             seen.add(incident_id)
             ids.append(incident_id)
             incidents.append(entry)
-        shards.append({
-            "name": label,
-            "incidents": ids,
-            "duplicates": duplicates,
-            "stop_reason": thaw(shard.stop_reason),
-            "final_status": thaw(shard.final_status),
-            "total_retries": thaw(shard.total_retries),
-        })
+        shards.append(ShardEntry(label, tuple(ids), tuple(duplicates), thaw(shard.stop_reason),
+                                 thaw(shard.final_status), thaw(shard.total_retries)))
     outcome = finish_report(incidents)
     documents = [entry.to_json() for entry in incidents]
     for document, task_labels in zip(documents, outcome.labels):
