@@ -14,15 +14,9 @@ from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.report import ReportIncidentDoc
-from pytest_selfheal.report.data import (
-    REASON_ORDER,
-    REPORT_SCHEMA_VERSION,
-    IncidentRun,
-    build_report,
-    deciding_incident,
-    parse_report,
-)
+from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
 from pytest_selfheal.report.merge import merge_reports as merge_records
+from pytest_selfheal.report.outcome import REASON_ORDER, REPORT_SCHEMA_VERSION, deciding_incident
 from pytest_selfheal.report.render import (
     GRID_MAX_COLUMNS,
     GRID_MAX_TESTS,

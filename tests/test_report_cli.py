@@ -15,7 +15,8 @@ from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, parse_report
+from pytest_selfheal.report.data import parse_report
+from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION
 from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
 

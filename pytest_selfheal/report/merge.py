@@ -12,14 +12,9 @@ from typing import Any, Optional
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
 from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
-from pytest_selfheal.report.data import (
-    as_str,
-    dicts,
-    finish_report,
-    flatten_config,
-    report_json,
-    strs,
-)
+from pytest_selfheal.report.data import flatten_config
+from pytest_selfheal.report.outcome import finish_report, report_json
+from pytest_selfheal.report.tolerant import as_str, dicts, strs
 
 
 def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.report.data import as_int, dicts, opt_str, strs
+from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
 
 DASH = "—"
 
