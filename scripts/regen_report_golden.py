@@ -28,12 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
-from pytest_selfheal.report.data import IncidentRun, build_report, parse_report  # noqa: E402
+from pytest_selfheal.records.report import ReportDoc  # noqa: E402
+from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
 from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
-def _build(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
+def _build(doc: Mapping[str, Any], source: str) -> ReportDoc:
     runs = [IncidentRun.from_dict(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
     return build_report(
         incidents=runs,
@@ -47,14 +48,14 @@ def render_case(doc: Mapping[str, Any], source: str = "case") -> tuple[str, str]
     """``(expected JSON text, expected markdown)`` for one case's input document."""
     if "merge" in doc:
         shards = list(doc["merge"])
-        report = merge_reports([parse_report(_build(s, f"{source}: {s['name']}"), str(s["name"])) for s in shards],
+        report = merge_reports([_build(s, f"{source}: {s['name']}") for s in shards],
                                names=[str(s["name"]) for s in shards])
     else:
         report = _build(doc, source)
     render = doc.get("render", {})
     markdown = render_markdown(report, headline=bool(render.get("headline", False)),
                                extra_sections=doc.get("extra_sections", ()))
-    return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", markdown
+    return json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n", markdown
 
 
 def cases() -> list[Path]:

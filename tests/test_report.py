@@ -14,7 +14,8 @@ from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.report import ReportIncidentDoc
-from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
+from pytest_selfheal.report.data import IncidentRun, parse_report
+from pytest_selfheal.report.data import build_report as build_record
 from pytest_selfheal.report.merge import merge_reports as merge_records
 from pytest_selfheal.report.outcome import REASON_ORDER, REPORT_SCHEMA_VERSION, deciding_incident
 from pytest_selfheal.report.render import (
@@ -50,9 +51,14 @@ SPEC_HEAD = """\
 """
 
 
+def build_report(**options: Any) -> dict[str, Any]:
+    """The JSON of ``build_report``'s report (what every surface writes)."""
+    return build_record(**options).to_json()
+
+
 def merge_reports(reports: list[dict[str, Any]], *, names: Optional[list[str]] = None) -> dict[str, Any]:
-    """``merge_reports`` of report JSON, each parsed first as ``read_report`` parses a file."""
-    return merge_records([parse_report(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names)
+    """The JSON of ``merge_reports`` of report JSON, each parsed first as ``read_report`` parses a file."""
+    return merge_records([parse_report(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names).to_json()
 
 
 def golden_runs(case: str) -> list[IncidentRun]:

@@ -2,7 +2,7 @@
 
 Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
 ``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report
-JSON (``build_report``). ``parse_report``
+JSON as a ``ReportDoc`` (``build_report``). ``parse_report``
 checks a report JSON read back from a file; ``report.merge`` unites shard reports and
 ``report.render`` turns a report into markdown and terminal lines. Every field and rule is
 documented in docs/report.md; keep the two in step.
@@ -32,7 +32,7 @@ from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import StopReason
-from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, finish_report, report_json
+from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, assemble_report, finish_report
 from pytest_selfheal.report.tolerant import strs, unique
 
 INBOX = "inbox"
@@ -385,8 +385,8 @@ def build_report(
     effective_config: Optional[Mapping[str, object]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
-) -> dict[str, Any]:
-    """The report JSON for ``incidents`` (fields: docs/report.md "JSON").
+) -> ReportDoc:
+    """The report of ``incidents`` (its JSON's fields: docs/report.md "JSON").
 
     ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
     ``{"ralf_lite": ...}`` form is accepted too) and ``origins`` its ``{dotted key:
@@ -408,8 +408,8 @@ def build_report(
     outcome = finish_report(entries)
     labelled = [replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, labels)))
                 for e, labels in zip(entries, outcome.labels)]
-    return report_json(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
-                       origins=resolved, incidents=[e.to_json() for e in labelled], outcome=outcome)
+    return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
+                           origins=resolved, incidents=[e.to_json() for e in labelled], outcome=outcome)
 
 
 # --------------------------------------------------------------------------- validation

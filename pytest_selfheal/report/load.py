@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
@@ -53,7 +53,7 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
     return ids if every else ids[-1:]
 
 
-def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> dict[str, Any]:
+def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> ReportDoc:
     """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]

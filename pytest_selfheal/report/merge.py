@@ -1,23 +1,23 @@
 """Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
 
-Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse_report``), report JSON out
+Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse_report``) and out
 (fields and rules: docs/report.md "Merging").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
 from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
 from pytest_selfheal.report.data import flatten_config
-from pytest_selfheal.report.outcome import finish_report, report_json
+from pytest_selfheal.report.outcome import assemble_report, finish_report
 from pytest_selfheal.report.tolerant import as_str, dicts, strs
 
 
-def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> ReportDoc:
     """One report from several shard reports (e.g. the jobs of a CI matrix).
 
     Incidents are concatenated in shard order, a repeated incident id kept once (the
@@ -75,7 +75,7 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
     for document, task_labels in zip(documents, outcome.labels):
         for task, label in zip(document["tasks"], task_labels):
             task["label"] = label
-    return report_json(enabled=first.enabled, effective_config=thaw(first.effective_config),
-                       origins=thaw(first.origins), incidents=documents, outcome=outcome,
-                       config_differences=differences, shards=shards)
+    return assemble_report(enabled=first.enabled, effective_config=thaw(first.effective_config),
+                           origins=thaw(first.origins), incidents=documents, outcome=outcome,
+                           config_differences=differences, shards=shards)
 

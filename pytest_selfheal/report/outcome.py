@@ -1,6 +1,6 @@
 """The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
 the counts, the task labels, over built ``IncidentEntry`` or merged ``ReportIncidentDoc``
-records; and :func:`report_json`, the one place the report JSON is assembled."""
+records; and :func:`assemble_report`, the one place a report's JSON is put together."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Optional, Protocol, TypeVar
 
 from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
-from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportOutcome, ShardEntry
+from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.report.tolerant import as_int, as_str, dicts, unique
 
@@ -142,7 +142,7 @@ def finish_report(incidents: Sequence[ReportedIncident]) -> ReportOutcome:
     )
 
 
-def report_json(
+def assemble_report(
     *,
     enabled: bool,
     effective_config: Mapping[str, object],
@@ -151,10 +151,11 @@ def report_json(
     outcome: ReportOutcome,
     config_differences: Sequence[ConfigDifferenceEntry] = (),
     shards: Sequence[ShardEntry] = (),
-) -> dict[str, Any]:
-    """The report JSON (the output boundary of :func:`build_report` and ``report.merge``):
-    the head, the ``incidents`` objects and the plan-level fields of ``outcome``."""
-    return {
+) -> ReportDoc:
+    """The report (``report.data.build_report``, ``report.merge``) as the record of its JSON:
+    the head, the ``incidents`` objects and the plan-level fields of ``outcome``, checked as a
+    report read back from a file is."""
+    doc: dict[str, object] = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": REPORT_TITLE,
         "enabled": enabled,
@@ -165,3 +166,4 @@ def report_json(
         "incidents": incidents,
         **outcome.to_json(),
     }
+    return ReportDoc.from_json(doc, "the report")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
 
 DASH = "—"
@@ -278,10 +279,13 @@ class Report(Frozen):
         )
 
 
-# The report as its callers hold it: the JSON (built, merged or read back) or its records.
-ReportInput = Union[Report, Mapping[str, Any]]
+# The report as its callers hold it: built, merged or read back (``ReportDoc``), its JSON
+# (the ``selfheal ci`` document), or the renderer's records.
+ReportInput = Union[Report, ReportDoc, Mapping[str, Any]]
 
 
 def as_report(report: ReportInput) -> Report:
     """The records of ``report``: parsed once from the report JSON, or ``report`` itself."""
-    return report if isinstance(report, Report) else Report.from_json(report)
+    if isinstance(report, Report):
+        return report
+    return Report.from_json(report.to_json() if isinstance(report, ReportDoc) else report)
