@@ -343,7 +343,7 @@ def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**report, "ci": ci_block}))
+    path.write_text(json.dumps({**report.to_json(), "ci": ci_block}))
     return path
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from helpers import disk_full_on
@@ -202,11 +202,11 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
 
 
 def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> None:
-    """The capture's report is built from ``published``'s documents instead of reading the
+    """The capture's report is built from ``published``'s records instead of reading the
     files back: they must be exactly what ``load_incident_run`` reads, redaction included."""
     store = Store(tmp_path / "root")
     secret = "ghp_" + "a" * 36
-    got: list[tuple[dict[str, Any], Any]] = []
+    got: list[tuple[Incident, Optional[Plan]]] = []
 
     def build_with_secret(incident: Incident) -> tuple[Plan, str]:
         return build(incident, summary=f"token {secret}")
@@ -215,14 +215,15 @@ def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> N
                                         log_tail="tail\n", context=RunContext(), now=NOW, events=CLASSIFIED,
                                         plan=build_with_secret, published=lambda doc, plan: got.append((doc, plan)))
     run = load_incident_run(store, incident_id)
-    assert got == [(dict(run.incident), dict(run.plan or {}))]
-    assert secret not in json.dumps(got) and run.bucket == "inbox" and not run.attempts and run.run_result is None
-    assert json.dumps(got[0][0]) == json.dumps(dict(run.incident))  # same key order too
+    assert got == [(run.incident, run.plan)] and run.plan is not None
+    documents = [got[0][0].to_json(), run.plan.to_json()]
+    assert secret not in json.dumps(documents) and run.bucket == "inbox" and not run.attempts and run.run_result is None
+    assert json.dumps(got[0][0].to_json()) == json.dumps(run.incident.to_json())  # same key order too
 
 
 def test_published_without_a_plan(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
-    got: list[tuple[dict[str, Any], Any]] = []
+    got: list[tuple[Incident, Optional[Plan]]] = []
     incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW,
                                         published=lambda doc, plan: got.append((doc, plan)))
-    assert got == [(dict(load_incident_run(store, incident_id).incident), None)]
+    assert got == [(load_incident_run(store, incident_id).incident, None)]

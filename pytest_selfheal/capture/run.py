@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional, Union
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -50,14 +50,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class CaptureResult:
-    """What a capture produced: the incident id, the lines for the terminal summary, and
-    ``incident.json`` and ``plan.json`` as written (the input of the run's report)."""
+    """What a capture produced: the incident id, the incident and its plan as the store
+    wrote them (the input of the run's report), and the lines for the terminal summary."""
 
     incident_id: str
     failures: list[Failure]
+    incident: Incident
+    plan: Optional[Plan] = None
     summary_lines: list[str] = field(default_factory=list)
-    incident: dict[str, Any] = field(default_factory=dict)
-    plan: Optional[dict[str, Any]] = None
 
 
 def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
@@ -171,7 +171,7 @@ def store_incident(
     published: Optional[Published] = None,
 ) -> str:
     """Write the incident, its classification events and its plan; the incident appears ``planned``.
-    ``published``: receives incident.json and plan.json as written (``Store.create_incident``)."""
+    ``published``: receives the incident and plan records as written (``Store.create_incident``)."""
     classified = [
         pending(
             FAILURE_CLASSIFIED,
@@ -286,7 +286,7 @@ def capture_incident(
     )
     context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
-    written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []
+    written: list[tuple[Incident, Optional[Plan]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
@@ -302,7 +302,7 @@ def capture_incident(
         lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{failure.nodeid or failure.test}")
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
-    return CaptureResult(incident_id, list(failures), lines, incident=written[0][0], plan=written[0][1])
+    return CaptureResult(incident_id, list(failures), written[0][0], written[0][1], lines)
 
 
 def _junit_prefix(config: pytest.Config) -> str:

@@ -391,7 +391,7 @@ class Project:
         if verdict["status"] == FinalStatus.RESOLVED:
             return f"done: {verdict['incident_id']} is archived as resolved"
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
-        action = one_line(report.get("recommended_next_action") or "read the loop report", 500)
+        action = one_line(report.recommended_next_action or "read the loop report", 500)
         # The agent's step is to stop; the rest is for the user it hands over to.
         return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 

@@ -50,8 +50,8 @@ from pytest_selfheal.store.reader import (
 from pytest_selfheal.store.schema import ours, validate
 from pytest_selfheal.store.states import STATUSES, check_transition
 
-# Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
-Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
+# Receives a new incident and its plan (or None) as records of the files written (create_incident).
+Published = Callable[[Incident, Optional[Plan]], None]
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
@@ -149,8 +149,8 @@ class StoreWriter(StoreReader):
 
         ``plan``: the capture's plan, built from the incident with its final id: the incident
         is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
-        ``published``: called once the incident is in place with ``incident.json`` and
-        ``plan.json`` (None without ``plan``) as a reader decodes them from the files just
+        ``published``: called once the incident is in place with the records of ``incident.json``
+        and ``plan.json`` (None without ``plan``) as a reader parses them from the files just
         written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
@@ -184,7 +184,8 @@ class StoreWriter(StoreReader):
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
                     if published is not None:
-                        published(json.loads(text), json.loads(plan_text) if plan_text is not None else None)
+                        published(Incident.from_json(json.loads(text), "incident.json"),
+                                  Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None)
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
