@@ -13,7 +13,6 @@ from pytest_selfheal.analysis.classify import (
     TYPE_DEFAULTS,
     Rule,
     classify,
-    explain_rules,
 )
 from pytest_selfheal.analysis.rules import rules_from_config
 from pytest_selfheal.config.settings import merge_layers
@@ -274,7 +273,6 @@ def test_keywords_never_hide_a_match(case: models.TestCaseResult, failure_type: 
     assert (unfiltered.failure_type, unfiltered.rule) == (failure_type, rule)
 
 
-def test_explain_rules_lists_every_rule() -> None:
-    table = explain_rules()
-    assert [row["name"] for row in table] == [r.name for r in DEFAULT_RULES]
-    assert {row["failure_type"] for row in table} == set(FAILURE_TYPES) - {models.UNKNOWN}
+def test_the_default_rules_give_every_failure_type_but_unknown() -> None:
+    assert {r.classification().failure_type for r in DEFAULT_RULES} == set(FAILURE_TYPES) - {models.UNKNOWN}
+    assert all(r.classification().rule == r.name for r in DEFAULT_RULES)
