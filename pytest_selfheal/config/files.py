@@ -28,9 +28,9 @@ import iniconfig
 from pytest_selfheal.config.ini import INI_OVERRIDES
 from pytest_selfheal.config.keys import ROOT_KEY
 from pytest_selfheal.config.settings import (
+    ConfigLayer,
     EffectiveConfig,
     IniValue,
-    Layer,
     Override,
     build_effective_config,
     config_error,
@@ -155,14 +155,12 @@ def read_config_section(path: Path) -> Optional[Any]:
     return document.get(ROOT_KEY)
 
 
-def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[Layer]:
-    """Global then project ``(origin, ralf_lite mapping)`` layers, for the files that have one."""
-    layers: list[Layer] = []
-    for path in [global_config_path(env), *project_config_paths(project_root)]:
-        section = read_config_section(path)
-        if section is not None:
-            layers.append((str(path), section))
-    return layers
+def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[ConfigLayer]:
+    """Global then project layers, for the files that have a ``ralf_lite`` section: every
+    file is read and parsed, then each section checked (ConfigError naming its file)."""
+    paths = [global_config_path(env), *project_config_paths(project_root)]
+    sections = [(str(path), read_config_section(path)) for path in paths]
+    return [ConfigLayer.of(origin, section) for origin, section in sections if section is not None]
 
 
 # --- pytest ini files ---------------------------------------------------------------
