@@ -30,7 +30,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
 from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
@@ -55,6 +55,7 @@ from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 if TYPE_CHECKING:
+    from pytest_selfheal.hookspecs import ClassificationRule
     from pytest_selfheal.redact import Redactor
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
@@ -226,6 +227,13 @@ class Settings(Frozen):
         )
 
 
+class KeyOrigin(TypedDict):
+    """A key's value and where it came from, as ``selfheal config --show-origin --json`` prints it."""
+
+    value: Any
+    origin: str
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class EffectiveConfig(Frozen):
     """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
@@ -269,7 +277,7 @@ class EffectiveConfig(Frozen):
         """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
         return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
 
-    def with_origins(self) -> dict[str, dict[str, Any]]:
+    def with_origins(self) -> dict[str, KeyOrigin]:
         """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
         return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
                 for key, value, origin in self.leaves()}
@@ -321,7 +329,7 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[s
     return list(value)
 
 
-def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[dict[str, Any]]:
+def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[ClassificationRule]:
     # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
@@ -331,7 +339,8 @@ def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[dic
             rule_from_mapping(rule, f"{where}[{index}]")
         except ConfigError as exc:
             raise config_error(f"{origin}: {exc}") from None
-        rules.append({field: rule[field] for field in RULE_KEYS if field in rule})
+        # A copy of the checked rule (the hook payload's shape: only known keys pass).
+        rules.append(cast("ClassificationRule", {field: rule[field] for field in RULE_KEYS if field in rule}))
     return rules
 
 
