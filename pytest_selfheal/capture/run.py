@@ -32,6 +32,7 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -262,7 +263,7 @@ def capture_incident(
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=snapshot.context or {}),
+                 git=snapshot.context or GitContext()),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
     )
     if warnings is not None:
@@ -283,7 +284,7 @@ def capture_incident(
         invocation_dir=invocation_dir(config) or None,  # verification runs start there too
         ci_run=ci_run or None,
     )
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
+    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context.to_json() if snapshot.context else None))
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
