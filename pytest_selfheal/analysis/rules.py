@@ -11,13 +11,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from re import Pattern
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.errors import ConfigError, describe_value
-from pytest_selfheal.hookspecs import ClassificationRule
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.vocab import FAILURE_TYPES, FailureClass
+
+if TYPE_CHECKING:  # the hook payload's shape; hookspecs (and pluggy) are not loaded to validate
+    from pytest_selfheal.hookspecs import ClassificationRule
 
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
 TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
