@@ -12,7 +12,8 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop.resume import capture_diff_hash
-from pytest_selfheal.records.context import GitContext, RunContext
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import default_redactor
 
@@ -22,7 +23,8 @@ GIT = {"root": "/r", "commit": "a" * 40, "branch": None, "dirty": False, "diff_s
 def test_the_capture_writes_every_key_in_its_order_with_the_git_part_as_given(tmp_path: Path) -> None:
     secret = "s3cr3t-value-1234"
     env = {"CI": "true", "GITHUB_REF": f"refs/{secret}", "API_TOKEN": secret}
-    context = run_context(tmp_path, ["-q", secret], env, git=GIT, redactor=default_redactor(env=env))
+    git = GitContext(root="/r", commit="a" * 40, branch=None, dirty=False, diff_stat="", untracked=0, keys=SNAPSHOT_KEYS)
+    context = run_context(tmp_path, ["-q", secret], env, git=git, redactor=default_redactor(env=env))
     doc = context.to_json()
     assert list(doc) == list(RunContext.ORDER)
     assert json.dumps(doc["git"]) == json.dumps(GIT)  # null branch and empty diff stat kept, in order
@@ -34,7 +36,7 @@ def test_the_capture_writes_every_key_in_its_order_with_the_git_part_as_given(tm
 
 def test_outside_git_the_git_part_is_null_and_an_error_is_kept(tmp_path: Path) -> None:
     assert run_context(tmp_path, [], {}, git=None).to_json()["git"] is None
-    failed = run_context(tmp_path, [], {}, git={"error": "git status: boom"})
+    failed = run_context(tmp_path, [], {}, git=GitContext.failed("git status: boom"))
     assert failed.git == GitContext(error="git status: boom") and failed.git.clean_commit is None
 
 

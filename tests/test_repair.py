@@ -20,7 +20,7 @@ import pytest
 from helpers import broken_pytest_plugin, fake_distribution
 
 from pytest_selfheal import hookspecs
-from pytest_selfheal.config.settings import default_config, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
@@ -96,7 +96,7 @@ class Env:
 
     def session(self, pm: Optional[pluggy.PluginManager] = None, approver: Optional[Approver] = None,
                 **config: Any) -> RepairSession:
-        effective = merge_layers([("test", {"repair": config})]) if config else default_config()
+        effective = merge_layers([ConfigLayer.of("test", {"repair": config})]) if config else default_config()
         return RepairSession(self.store, self.incident_id, effective=effective, worktree=self.wt,
                              approver=approver or Approver(), pluginmanager=pm)
 
@@ -365,7 +365,7 @@ def test_second_call_patch_is_cumulative(env: Env) -> None:
 def test_provider_configured() -> None:
     assert not provider_configured(default_config(), None)
     assert not provider_configured(default_config(), hook_pm())
-    assert provider_configured(merge_layers([("t", {"repair": {"command": ["agent"]}})]), None)
+    assert provider_configured(merge_layers([ConfigLayer.of("t", {"repair": {"command": ["agent"]}})]), None)
     assert provider_configured(default_config(), hook_pm(("fixer", Fixer())))
 
 

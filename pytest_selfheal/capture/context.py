@@ -8,9 +8,10 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.redact import Redactor
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
@@ -59,7 +60,7 @@ def run_context(
     args: Sequence[str],
     env: Mapping[str, str] = os.environ,
     *,
-    git: Optional[Mapping[str, Any]],
+    git: Optional[GitContext],
     redactor: Optional[Redactor] = None,
 ) -> RunContext:
     """Everything ``context.json`` records about the run, with secrets removed by ``redactor``;
@@ -70,7 +71,7 @@ def run_context(
         probe.join()
     doc = {
         "rootdir": str(rootdir),
-        "git": git,
+        "git": git.to_json() if git is not None else None,
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "pytest": pytest.__version__,

@@ -33,6 +33,7 @@ from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -263,7 +264,7 @@ def capture_incident(
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=snapshot.context or {}),
+                 git=snapshot.context or GitContext()),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
     )
     if warnings is not None:

@@ -87,7 +87,7 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
 
 
 def _failure_record(failure: Failure) -> dict[str, Any]:
-    data = failure.to_dict()
+    data = failure.to_entry().to_json()
     data.pop("target_paths", None)
     data.pop("root_cause", None)  # the capture's grouping evidence (agent mode has it): not an attempt's
     return data
