@@ -17,11 +17,11 @@ from types import ModuleType
 from typing import Any, Optional
 
 import pytest
-from helpers import build_plan_doc
+from helpers import INCIDENT_REQUIRED, build_plan_doc
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.mcp_server.digest import incident_blocks
-from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.suspects import (
     EvidenceKind,
@@ -31,7 +31,7 @@ from pytest_selfheal.plan.suspects import (
     spectrum_evidence,
     spectrum_scores,
 )
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Excerpt, Plan
 from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.report.incident_view import incident_view
@@ -168,10 +168,26 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     assert action["suspects"][0] == {"path": "cache.py", "name": "Cache.__setitem__", "line": 10,
                                      "score": round(ochiai(4, 5), 3), "evidence": "stack", "failures": 5}
     assert action["excerpt"]["start"] == 8 and "maxsize - 1" in action["excerpt"]["lines"][1]
-    md = render_plan_md(Plan.from_json(plan, "plan"))
+    built = Plan.from_json(plan, "plan")
+    md = render_plan_md(built)
     assert "- Where: cache.py:10 in Cache.__setitem__ (stack, 5 failure(s), score 0.89)" in md
     assert "   9 |             while len(self._data) >= self.maxsize - 1:" in md
     assert "> 10 |                 self.popitem()" in md
+
+
+def test_the_built_plan_is_the_record_its_json_reads_back() -> None:
+    """build_plan makes the records itself: each value has the type and the value a read gives."""
+    source = str(corpus.CACHES).lstrip("\n").splitlines()
+    spectrum = {**ref("cache.py", "Cache.get", 12), "score": 0.5}
+    failures = [*SHARED_CALLEE, failure("tests/test_c.py::test_get", "assert 1 == 2", spectrum=[spectrum]),
+                {"nodeid": None, "test": "t::x", "message": "E", "target_paths": ["src/a.py", "tests/test_a.py"]}]
+    doc = {**INCIDENT_REQUIRED, "incident_id": "incident_20260101_000000_abc", "failures": failures}
+    built = build_plan(Incident.from_json(doc, "incident"), generated_at="2026-01-01T00:00:00+00:00",
+                       source=lambda path: source if path == "cache.py" else None)
+    assert built.actions[0].excerpt is not None and built.actions[0].suspects and len(built.actions) == 3
+    assert Plan.from_json(built.to_json(), "plan") == built
+    again = replan(built, [])
+    assert Plan.from_json(again.to_json(), "plan") == again
 
 
 # ---------------------------------------------------------------- end to end (pytester)

@@ -178,6 +178,7 @@ __all__ = [
     "EVIDENCE_CALLS",
     "EVIDENCE_FINGERPRINT",
     "EVIDENCE_FRAME",
+    "Definition",
     "Group",
     "MAX_SELECTION_CHARS",
     "MAX_SELECTION_NODEIDS",

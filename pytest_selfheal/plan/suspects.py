@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
-from pytest_selfheal.plan.groups import Group
+from pytest_selfheal.plan.groups import Definition, Group
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
@@ -44,8 +44,6 @@ _EVIDENCE_SHARE = 0.1
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = tuple[str, str, int]
-
-Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 # Reads a project file's lines (None when it cannot): the caller's I/O, so this stays pure.
 Source = Callable[[str], Optional[Sequence[str]]]
