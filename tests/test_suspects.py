@@ -24,7 +24,6 @@ from pytest_selfheal.mcp_server.digest import incident_blocks
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.suspects import (
-    EvidenceKind,
     excerpt,
     ochiai,
     rank_groups,
@@ -33,6 +32,7 @@ from pytest_selfheal.plan.suspects import (
 )
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Excerpt, Plan
+from pytest_selfheal.records.vocab import EvidenceKind
 from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store

@@ -31,7 +31,6 @@ from typing import Optional
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.plan.groups import (
-    EVIDENCE_FINGERPRINT,
     Group,
     collapse_selection,
     evidence_paths,
@@ -54,6 +53,7 @@ from pytest_selfheal.records.models import (
 )
 from pytest_selfheal.records.plan import Hypothesis, Plan, PlanAction, ReplanEntry
 from pytest_selfheal.records.redacted import runnable_nodeid
+from pytest_selfheal.records.vocab import EvidenceKind
 
 DONE_CRITERIA: tuple[str, ...] = (
     "Target error no longer reproduces",
@@ -234,7 +234,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     message = normalised_message(first)
     nodeids = _unique([s for s in (_selection(m) for m in members) if s is not None])
     tests = _unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
-    if group.evidence == EVIDENCE_FINGERPRINT:
+    if group.evidence == EvidenceKind.FINGERPRINT:
         # No evidence: the paths of the traceback text and the test file's imports.
         candidates = [p for member in members for p in member.target_paths if p]
         targets = _unique([p for p in candidates if not is_test_file(p)])

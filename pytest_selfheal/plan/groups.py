@@ -28,10 +28,7 @@ from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import GroupKey
 from pytest_selfheal.records.redacted import runnable_nodeid
-
-EVIDENCE_FRAME = "frame"
-EVIDENCE_CALLS = "calls"
-EVIDENCE_FINGERPRINT = "fingerprint"
+from pytest_selfheal.records.vocab import EvidenceKind
 
 # A selection with more node ids than this, or longer than MAX_SELECTION_CHARS in total, is
 # written as its test files (docs/loop.md "The plan").
@@ -45,7 +42,7 @@ Definition = tuple[str, str]  # (repo-relative path, qualified name)
 class Group(Frozen):
     """One root cause: how it was found, where it points, and the failures it explains."""
 
-    evidence: str  # EVIDENCE_FRAME | EVIDENCE_CALLS | EVIDENCE_FINGERPRINT (or a suspect's EvidenceKind)
+    evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
     members: tuple[FailureEntry, ...] = ()
@@ -96,10 +93,10 @@ def group_by_root_cause(
     for failure in failures:
         frame = frame_of(failure)
         if frame is not None:
-            key: tuple[Hashable, ...] = (EVIDENCE_FRAME, *frame)
+            key: tuple[Hashable, ...] = (EvidenceKind.FRAME, *frame)
             frames.setdefault(frame, key)
             frame_sizes[key] = frame_sizes.get(key, 0) + 1
-            groups.setdefault(key, Group(EVIDENCE_FRAME, frame[0], frame[1]))
+            groups.setdefault(key, Group(EvidenceKind.FRAME, frame[0], frame[1]))
     # How many failing tests (without a frame) call each definition: the most shared is the suspect.
     shared: dict[Definition, int] = {}
     for failure in failures:
@@ -117,11 +114,11 @@ def group_by_root_cause(
             key = max(matching, key=lambda k: frame_sizes[k])
         elif calls:
             best = max(calls, key=lambda c: (shared.get(c, 0), -calls.index(c)))
-            key = (EVIDENCE_CALLS, *best)
-            groups.setdefault(key, Group(EVIDENCE_CALLS, best[0], best[1]))
+            key = (EvidenceKind.CALLS, *best)
+            groups.setdefault(key, Group(EvidenceKind.CALLS, best[0], best[1]))
         else:
-            key = (EVIDENCE_FINGERPRINT, fingerprint_key(failure))
-            groups.setdefault(key, Group(EVIDENCE_FINGERPRINT, None, None))
+            key = (EvidenceKind.FINGERPRINT, fingerprint_key(failure))
+            groups.setdefault(key, Group(EvidenceKind.FINGERPRINT, None, None))
         assigned.append(key)
     members: dict[tuple[Hashable, ...], list[FailureEntry]] = {}
     for failure, key in zip(failures, assigned):
@@ -175,9 +172,6 @@ def selected_by(nodeid: str, words: Collection[str]) -> bool:
 
 
 __all__ = [
-    "EVIDENCE_CALLS",
-    "EVIDENCE_FINGERPRINT",
-    "EVIDENCE_FRAME",
     "Definition",
     "Group",
     "MAX_SELECTION_CHARS",

@@ -23,7 +23,6 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import field
-from enum import Enum
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
@@ -31,6 +30,7 @@ from pytest_selfheal.plan.groups import Definition, Group
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
+from pytest_selfheal.records.vocab import EvidenceKind
 
 # Suspects kept per group (plan.json, plan.md and every surface that shows them).
 MAX_SUSPECTS = 5
@@ -51,16 +51,6 @@ Source = Callable[[str], Optional[Sequence[str]]]
 EXCERPT_BEFORE = 2
 EXCERPT_AFTER = 2
 EXCERPT_LINE_CHARS = 160
-
-
-class EvidenceKind(str, Enum):
-    """Why a function is a suspect, the most direct first."""
-
-    FRAME = "frame"  # the innermost project frame of a failure's traceback: where it raised
-    STACK = "stack"  # a project frame the traceback passed through on its way there
-    CALLS = "calls"  # a function the failing test calls
-    CLASS = "class"  # a method of a class (or of its base) the failing test uses, seen failing elsewhere
-    SPECTRUM = "spectrum"  # run by the failing tests more than by the passing ones (--selfheal-spectrum)
 
 
 # How much one failure's vote of each kind counts: the traceback is what happened, a call
@@ -293,7 +283,7 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
         ranked = _suspects(group, by_id, scores, evidence)
         if ranked:
             top = ranked[0]
-            group = Group(top.evidence.value, top.path, top.name, group.members)
+            group = Group(top.evidence, top.path, top.name, group.members)
         out.append(RankedGroup(group, tuple(ranked)))
     order = {id(r): i for i, r in enumerate(out)}
     return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
