@@ -32,11 +32,6 @@ class ClosedRun(Frozen):
     stop_reason: Optional[str]
     status: str
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``closed`` object of the structured content."""
-        return {"incident_id": self.incident_id, "iteration": self.iteration, "stop_reason": self.stop_reason,
-                "status": self.status}
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RunVerdict(Frozen):
@@ -97,8 +92,10 @@ class RunVerdict(Frozen):
             doc["tests_fixed"] = fixed
         if self.bucket is not None:
             doc["bucket"] = self.bucket
-        if self.closed is not None:
-            doc["closed"] = self.closed.to_json()
+        closed = self.closed
+        if closed is not None:
+            doc["closed"] = {"incident_id": closed.incident_id, "iteration": closed.iteration,
+                             "stop_reason": closed.stop_reason, "status": closed.status}
         if self.stopped_because is not None:
             doc["stopped_because"] = self.stopped_because
         doc.update(summary=self.summary, next=self.next)
