@@ -24,6 +24,8 @@ from pytest_selfheal.github.actions_env import (
     write_outputs,
     write_step_summary,
 )
+from pytest_selfheal.history import sources
+from pytest_selfheal.history.sources import actions_event
 
 # --- a parser that reads $GITHUB_OUTPUT like the runner does ------------------------------------
 # (actions/runner, FileCommandManager: lines split on "\n" with an optional "\r"; NAME=VALUE,
@@ -209,6 +211,18 @@ def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     good = tmp_path / "event.json"
     good.write_text(json.dumps({"number": 5}), encoding="utf-8")
     assert read_event(str(good)) == {"number": 5}
+
+
+def test_one_reader_of_the_event_payload_bounds_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    big = tmp_path / "event.json"
+    big.write_text(json.dumps({"pull_request": {"base": {"sha": "a" * 40}}}), encoding="utf-8")
+    assert actions_event({"GITHUB_EVENT_PATH": str(big)})["pull_request"] == {"base": {"sha": "a" * 40}}
+    monkeypatch.setattr(sources, "MAX_EVENT_BYTES", 16)
+    assert read_event(str(big)) == {}
+    assert f"::warning::The event payload {big} is larger than 16 bytes." in capsys.readouterr().out
+    assert actions_event({"GITHUB_EVENT_PATH": str(big)}) == {}  # the history reads it silently
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize(

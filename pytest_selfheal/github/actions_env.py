@@ -8,7 +8,6 @@ variables read.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -17,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import IO, Any, Optional
 
+from pytest_selfheal.history.sources import read_actions_event
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 #: GitHub's size limit for the step summary of one step (bytes, after appending).
@@ -213,21 +213,10 @@ def read_event(path: Optional[str] = None, *, env: Optional[Mapping[str, str]] =
     target = path if path is not None else source.get("GITHUB_EVENT_PATH")
     if not target:
         return {}
-    try:
-        with open(target, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        warning(f"Could not read the event payload {target}: {exc.strerror or exc.__class__.__name__}")
-        return {}
-    try:
-        data = json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        warning(f"The event payload {target} is not valid JSON: {str(exc).splitlines()[0][:200]}")
-        return {}
-    if not isinstance(data, dict):
-        warning(f"The event payload {target} is not a JSON object.")
-        return {}
-    return data
+    payload, problem = read_actions_event(target)
+    if problem is not None:
+        warning(problem)
+    return payload
 
 
 def _as_number(value: Any) -> Optional[int]:

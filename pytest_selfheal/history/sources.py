@@ -62,17 +62,30 @@ def read_quarantine(
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
+def read_actions_event(path: str) -> tuple[dict[str, object], Optional[str]]:
+    """The webhook payload of the triggering event in the file ``path`` (``$GITHUB_EVENT_PATH``)
+    and None, or ``{}`` and the one-line reason it could not be read (the caller decides
+    whether to warn). The one reader of the payload: ``selfheal ci`` and the history read it here."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_EVENT_BYTES + 1)
+    except OSError as exc:
+        return {}, f"Could not read the event payload {path}: {exc.strerror or exc.__class__.__name__}"
+    if len(raw) > MAX_EVENT_BYTES:
+        return {}, f"The event payload {path} is larger than {MAX_EVENT_BYTES} bytes."
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return {}, f"The event payload {path} is not valid JSON: {str(exc).splitlines()[0][:200]}"
+    if not isinstance(data, dict):
+        return {}, f"The event payload {path} is not a JSON object."
+    return data, None
+
+
 def actions_event(env: Mapping[str, str]) -> dict[str, object]:
     """The Actions event payload (``GITHUB_EVENT_PATH``), ``{}`` outside Actions or when unreadable."""
     path = env.get("GITHUB_EVENT_PATH")
-    if not path:
-        return {}
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(MAX_EVENT_BYTES + 1)[:MAX_EVENT_BYTES])
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_actions_event(path)[0] if path else {}
 
 
 def base_revision(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
@@ -101,4 +114,4 @@ def quarantine_in_force(
     return read_quarantine(project_root, relative, revision=revision)
 
 
-__all__ = ["actions_event", "base_branch", "base_revision", "quarantine_in_force", "read_quarantine"]
+__all__ = ["actions_event", "read_actions_event", "base_branch", "base_revision", "quarantine_in_force", "read_quarantine"]
