@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import (
@@ -219,23 +219,27 @@ class Decision(Frozen):
         """True when the loop must stop."""
         return self.action == ACTION_STOP
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (for attempt_XX.json, run_result.json and events)."""
-        return {
-            "action": self.action,
-            "stop_reason": self.stop_reason,
-            "final_status": self.final_status,
-            "progress": self.progress.progress,
-            "progress_reasons": list(self.progress.reasons),
-            "fingerprint_changed": self.progress.fingerprint_changed,
-            "tests_fixed": list(self.progress.tests_fixed),
-            "same_error_repeats": self.same_error_repeats,
-            "no_progress_streak": self.no_progress_streak,
-            "retry_timeout": self.retry_timeout,
-            "message": self.message,
-            "iteration": self.iteration,
-            "conditions": list(self.conditions),
-        }
+    def to_record(self) -> RecordedDecision:
+        """The decision as recorded in attempt_XX.json, run_result.json and events (every key written)."""
+        return RecordedDecision(
+            action=self.action,
+            stop_reason=self.stop_reason,
+            final_status=self.final_status,
+            progress=self.progress.progress,
+            progress_reasons=tuple(self.progress.reasons),
+            fingerprint_changed=self.progress.fingerprint_changed,
+            tests_fixed=tuple(self.progress.tests_fixed),
+            same_error_repeats=self.same_error_repeats,
+            no_progress_streak=self.no_progress_streak,
+            retry_timeout=self.retry_timeout,
+            message=self.message,
+            iteration=self.iteration,
+            conditions=tuple(self.conditions),
+            keys=_DECISION_KEYS,
+        )
+
+
+_DECISION_KEYS = tuple(f.key for f in RecordedDecision.FIELDS)
 
 
 # --------------------------------------------------------------------------- observation helpers
