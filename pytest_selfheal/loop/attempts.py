@@ -40,7 +40,7 @@ from pytest_selfheal.loop.resume import (
     pending_on_disk,
     read_context,
     recover_events,
-    repeated_failure_data,
+    repeated_failure_event,
     run_started,
     split_runs,
     verification_event,
@@ -347,7 +347,7 @@ def record_iteration(
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
-        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))
+        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
         kill_point("record:after_verification_event")
         history_warnings = _record_history(
             store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
@@ -355,7 +355,7 @@ def record_iteration(
         )
         if decision.same_error_repeats >= 2:
             store.append_event(
-                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
+                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)

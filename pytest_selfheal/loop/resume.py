@@ -10,7 +10,7 @@ at every step, never from memory:
   :func:`pending_on_disk`), rebuilt as the same :class:`policy.Decision`;
 - the events a kill may have lost between a file and its log line (:func:`recover_events`),
   with the event data an attempt implies (:func:`verification_event`,
-  :func:`repeated_failure_data`);
+  :func:`repeated_failure_event`);
 - the timestamps of the records (:func:`stamp`, :func:`parse_stamp`, :func:`minutes_between`).
 """
 
@@ -27,6 +27,7 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import events as ev
@@ -224,31 +225,37 @@ def _failure_key(failure: FailureEntry, key: str) -> Any:
     return getattr(failure, key) if failure.keys is None or key in failure.keys else None
 
 
-def verification_event(attempt: Attempt) -> dict[str, Any]:
-    """The ``verification_finished`` data: enough to replay the loop from events alone."""
+def _event(name: str, **data: Any) -> Event:
+    """An event built in code (``append_event`` writes ``event.data`` with its time and id)."""
+    return Event(event=name, extra=tuple((key, freeze(value)) for key, value in data.items()))
+
+
+def verification_event(attempt: Attempt) -> Event:
+    """The ``verification_finished`` event of an attempt: enough to replay the loop from events alone."""
     failures = attempt.failures
-    return {
-        "iteration": attempt.iteration,
-        "loop_iteration": _recorded(attempt, "iteration"),
-        "mode": attempt.mode,
-        "verification_passed": attempt.verification_passed,
-        "result": attempt.result,
-        "stop_reason": attempt.stop_reason,
-        "outcomes": dict(attempt.outcomes),
-        "fingerprints": [_failure_key(f, "fingerprint") for f in failures],
-        "failure_types": [_failure_key(f, "failure_type") for f in failures],
-        "error_signature": attempt.error_signature,
-        "diff_hash": attempt.diff_hash,
-        "timed_out": bool(attempt.timed_out),
-        "repair_result": attempt.repair.result if attempt.repair is not None else None,
-        "scope_denied": bool(attempt.scope_denied),
-        "progress": attempt.progress,
-        "progress_reasons": list(attempt.progress_reasons),
-        "fingerprint_changed": attempt.fingerprint_changed,
-        "same_error_repeats": _recorded(attempt, "same_error_repeats"),
-        "no_progress_streak": _recorded(attempt, "no_progress_streak"),
-        "exit_code": attempt.exit_code,
-    }
+    return _event(
+        ev.VERIFICATION_FINISHED,
+        iteration=attempt.iteration,
+        loop_iteration=_recorded(attempt, "iteration"),
+        mode=attempt.mode,
+        verification_passed=attempt.verification_passed,
+        result=attempt.result,
+        stop_reason=attempt.stop_reason,
+        outcomes=dict(attempt.outcomes),
+        fingerprints=[_failure_key(f, "fingerprint") for f in failures],
+        failure_types=[_failure_key(f, "failure_type") for f in failures],
+        error_signature=attempt.error_signature,
+        diff_hash=attempt.diff_hash,
+        timed_out=bool(attempt.timed_out),
+        repair_result=attempt.repair.result if attempt.repair is not None else None,
+        scope_denied=bool(attempt.scope_denied),
+        progress=attempt.progress,
+        progress_reasons=list(attempt.progress_reasons),
+        fingerprint_changed=attempt.fingerprint_changed,
+        same_error_repeats=_recorded(attempt, "same_error_repeats"),
+        no_progress_streak=_recorded(attempt, "no_progress_streak"),
+        exit_code=attempt.exit_code,
+    )
 
 
 def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
@@ -279,7 +286,7 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
     for attempt in attempts:
         iteration = attempt.iteration
         if not has_event(records, ev.VERIFICATION_FINISHED, iteration=iteration):
-            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt))
+            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt).data)
             added += 1
         repeats = attempt.decision.same_error_repeats if attempt.decision is not None else 0
         if repeats >= 2 and not has_event(
@@ -289,7 +296,7 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
                 incident_id,
                 ev.REPEATED_FAILURE_DETECTED,
                 recovered=True,
-                **repeated_failure_data(attempt, repeats),
+                **repeated_failure_event(attempt, repeats).data,
             )
             added += 1
     actual = store.read_status(incident_id)
@@ -300,14 +307,15 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
     return added
 
 
-def repeated_failure_data(attempt: Attempt, repeats: int) -> dict[str, Any]:
-    """The ``repeated_failure_detected`` data for an attempt that saw its failure ``repeats`` times in a row."""
-    return {
-        "iteration": attempt.iteration,
-        "fingerprints": sorted({str(_failure_key(f, "fingerprint")) for f in attempt.failures}),
-        "error_signature": attempt.error_signature,
-        "same_error_repeats": repeats,
-    }
+def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
+    """The ``repeated_failure_detected`` event of an attempt that saw its failure ``repeats`` times in a row."""
+    return _event(
+        ev.REPEATED_FAILURE_DETECTED,
+        iteration=attempt.iteration,
+        fingerprints=sorted({str(_failure_key(f, "fingerprint")) for f in attempt.failures}),
+        error_signature=attempt.error_signature,
+        same_error_repeats=repeats,
+    )
 
 
 __all__ = [
@@ -320,7 +328,7 @@ __all__ = [
     "pending_stop",
     "read_context",
     "recover_events",
-    "repeated_failure_data",
+    "repeated_failure_event",
     "run_started",
     "split_runs",
     "stamp",
