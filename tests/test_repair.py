@@ -29,7 +29,7 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
-from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
+from pytest_selfheal.repair.approval import Approver, Asked, approver_from, is_interactive
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
 from pytest_selfheal.repair.session import repair_loop
@@ -430,7 +430,7 @@ def test_approver_up_front_and_without_terminal() -> None:
     assert Approver(approved=True).confirm("apply?")
     no = Approver(interactive=False, input_fn=lambda q: pytest.fail("must not ask"))
     assert not no.confirm("apply?")
-    assert no.asked == [{"question": "apply?", "answer": False, "how": "no terminal and no approval"}]
+    assert no.asked == [Asked("apply?", False, "no terminal and no approval")]
     assert approver_from(approve=False, config_approve=True, interactive=False).approved
     assert not approver_from(approve=False, config_approve="yes", interactive=False).approved  # only a real true
     assert approver_from(approve=True, interactive=False).how == "approved"
