@@ -38,7 +38,6 @@ from pytest_selfheal.loop.resume import (
     observations_from_disk,
     parse_stamp,
     pending_on_disk,
-    read_context,
     recover_events,
     repeated_failure_event,
     run_started,
@@ -305,8 +304,7 @@ def record_iteration(
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
             return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
-        context = read_context(store, incident_id)
-        previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
@@ -484,8 +482,7 @@ def finalize(
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         if observations is None:
-            context = read_context(store, incident_id)
-            observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+            observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
         last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,

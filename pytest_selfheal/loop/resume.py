@@ -89,16 +89,21 @@ def split_runs(
     return attempts[boundary], list(attempts[boundary + 1:])
 
 
-def capture_diff_hash(incident: Incident, context: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+def capture_diff_hash(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
     """The working-tree diff hash at capture time, or None when unknown.
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
-    at that commit (gitrepo.clean_tree_hash); otherwise unknown.
+    at that commit (gitrepo.clean_tree_hash); otherwise unknown (context.json is read
+    only then, and a missing or bad one never blocks the loop: it is informative only).
     """
     if incident.diff_hash:
         return incident.diff_hash
-    git_info = (context or {}).get("git")
+    try:
+        context = store.read_context(incident_id)
+    except (InputError, NotFoundError, StoreIOError):
+        return None
+    git_info = context.get("git")
     if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
         return clean_tree_hash(str(git_info["commit"]))
     return None
@@ -118,7 +123,7 @@ def observations_from_disk(
     """
     baseline, run = split_runs(attempts, policy.reopened_after(incident))
     if baseline is None:
-        diff = capture_hash if capture_hash is not None else capture_diff_hash(incident)
+        diff = capture_hash if capture_hash is not None else incident.diff_hash or None
         first = policy.capture_observation(incident, diff_hash=diff)
     else:
         first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0)
@@ -198,14 +203,6 @@ def pending_on_disk(
         attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at,
         policy.stop_history_after(store.read_incident(incident_id)),
     )
-
-
-def read_context(store: Store, incident_id: str) -> Optional[dict[str, Any]]:
-    """``context.json`` of the incident, or None when it is missing or unreadable."""
-    try:
-        return store.read_context(incident_id)
-    except (InputError, NotFoundError, StoreIOError):
-        return None  # context.json is informative only: a bad one never blocks the loop
 
 
 # --------------------------------------------------------------------------- events
@@ -326,7 +323,6 @@ __all__ = [
     "parse_stamp",
     "pending_on_disk",
     "pending_stop",
-    "read_context",
     "recover_events",
     "repeated_failure_event",
     "run_started",
