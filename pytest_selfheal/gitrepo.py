@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from pytest_selfheal.errors import RefusedError, one_line
+from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
 
 # Identity used for commits the tool makes itself (demo repos).
 TOOL_NAME = "pytest-selfheal"
@@ -127,7 +128,7 @@ def clean_tree_hash(commit: str) -> str:
 class GitSnapshot(NamedTuple):  # NamedTuple: a frozen dataclass costs ~1 ms more to define
     """One read of the working tree: ``context.json``'s git part and the diff hash."""
 
-    context: Optional[dict[str, Any]]  # None outside a git repository
+    context: Optional[GitContext]  # None outside a git repository
     diff_hash: Optional[str]  # None when unknown (outside git, a git error)
 
 
@@ -210,22 +211,17 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
             _read_git(top, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"])
         )
     except GitFailed as exc:
-        return GitSnapshot({"error": one_line(f"git {exc.args_list[0]}: {exc}")} if context else None, None)
-    info: Optional[dict[str, Any]] = None
+        return GitSnapshot(GitContext.failed(one_line(f"git {exc.args_list[0]}: {exc}")) if context else None, None)
+    info: Optional[GitContext] = None
     if context:
-        info = {
-            "root": str(top),
-            "commit": status.head,
-            "branch": status.branch,
-            "dirty": status.changed or status.untracked > 0,
-            "diff_stat": "",
-            "untracked": status.untracked,
-        }
-        if status.head and status.changed:
-            try:
-                info["diff_stat"] = _read_git(top, ["diff", "HEAD", "--stat"]).decode("utf-8", "replace")
-            except GitFailed as exc:
-                info = {"error": one_line(f"git {exc.args_list[0]}: {exc}")}
+        try:
+            stat = _read_git(top, ["diff", "HEAD", "--stat"]) if status.head and status.changed else b""
+            info = GitContext(root=str(top), commit=status.head, branch=status.branch,
+                              dirty=status.changed or status.untracked > 0,
+                              diff_stat=stat.decode("utf-8", "replace"), untracked=status.untracked,
+                              keys=SNAPSHOT_KEYS)
+        except GitFailed as exc:
+            info = GitContext.failed(one_line(f"git {exc.args_list[0]}: {exc}"))
     return GitSnapshot(info, _hash_tree(top, status, exclude))
 
 
@@ -289,7 +285,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
 # --- run context -----------------------------------------------------------------
 
 
-def git_context(path: Path) -> Optional[dict[str, Any]]:
+def git_context(path: Path) -> Optional[GitContext]:
     """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
     return git_snapshot(path).context
 

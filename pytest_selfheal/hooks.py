@@ -18,7 +18,7 @@ import pluggy
 
 from pytest_selfheal import hookspecs
 from pytest_selfheal.errors import ConfigError, one_line
-from pytest_selfheal.hookspecs import ClassificationRule, RepairAnswer, RepairRequest
+from pytest_selfheal.hookspecs import ClassificationRule, RepairAnswer, RepairRequest, ReportData
 
 ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
@@ -98,7 +98,7 @@ def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optio
     return found
 
 
-def report_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
+def report_sections(pm: Optional[pluggy.PluginManager], report: ReportData) -> list[dict[str, str]]:
     """Extra report sections (:class:`~pytest_selfheal.hookspecs.ReportSection`) from
     ``pytest_selfheal_report_sections``, in hook-call order; unchecked (report/sections.py checks)."""
     caller = _caller(pm, "pytest_selfheal_report_sections")

@@ -18,6 +18,9 @@ hookspec = pluggy.HookspecMarker("pytest")
 # The payloads of the hooks: plain dicts at run time (a plugin returns a dict literal), their
 # shapes written down here for type checkers. What a plugin returns is checked where it is used.
 
+# The report's JSON data (docs/report.md), as ``pytest_selfheal_report_sections`` receives it.
+ReportData = Mapping[str, Any]
+
 
 class ClassificationRule(TypedDict, total=False):
     """A rule of ``pytest_selfheal_classification_rules`` (``name``, ``pattern`` and
@@ -88,7 +91,7 @@ def pytest_selfheal_repair(request: RepairRequest) -> Optional[RepairAnswer]:
 
 
 @hookspec
-def pytest_selfheal_report_sections(report: Mapping[str, Any]) -> Optional[list[ReportSection]]:
+def pytest_selfheal_report_sections(report: ReportData) -> Optional[list[ReportSection]]:
     """Return extra report sections: a list of ``{"title": ..., "markdown": ...}``.
 
     ``report`` is the report's JSON data (docs/report.md). Sections are appended after the

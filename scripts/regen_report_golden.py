@@ -28,12 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
+from pytest_selfheal.records.report import ReportDoc  # noqa: E402
 from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
 from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
-def _build(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
+def _build(doc: Mapping[str, Any], source: str) -> ReportDoc:
     runs = [IncidentRun.from_dict(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
     return build_report(
         incidents=runs,
@@ -54,7 +55,7 @@ def render_case(doc: Mapping[str, Any], source: str = "case") -> tuple[str, str]
     render = doc.get("render", {})
     markdown = render_markdown(report, headline=bool(render.get("headline", False)),
                                extra_sections=doc.get("extra_sections", ()))
-    return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", markdown
+    return json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n", markdown
 
 
 def cases() -> list[Path]:

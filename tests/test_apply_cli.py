@@ -15,6 +15,8 @@ from helpers import CliResult, cli
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_USAGE
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.repair import approval
 from pytest_selfheal.store.root import Store
@@ -47,9 +49,9 @@ def setup(tmp_path: Path, *, with_patch: bool = True) -> tuple[Path, Store, str]
     repo.close()
     store = Store(top / ".selfheal")
     incident_id = store.create_incident(
-        {"step": "test_calc.py::test_add", "failure_class": "deterministic", "message": "m",
-         "error_signature": "TEST_ASSERTION | t | m", "rootdir": str(top)},
-        log_tail="", context={},
+        Incident(step="test_calc.py::test_add", failure_class="deterministic", message="m",
+                 error_signature="TEST_ASSERTION | t | m", rootdir=str(top)),
+        log_tail="", context=RunContext(),
     )
     if with_patch:
         store.write_run_file(incident_id, "final.patch", patch)
@@ -133,8 +135,8 @@ def test_dir_option_and_not_a_repository(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     other = Store(plain / ".selfheal")
-    loose = other.create_incident({"step": "s", "failure_class": "deterministic", "message": "m",
-                                   "error_signature": "x", "rootdir": str(plain)}, log_tail="", context={})
+    loose = other.create_incident(Incident(step="s", failure_class="deterministic", message="m",
+                                           error_signature="x", rootdir=str(plain)), log_tail="", context=RunContext())
     other.write_run_file(loose, "final.patch", "diff --git a/x b/x\n")
     refused = cli("apply", loose, "--yes", cwd=plain)
     assert refused.returncode == EXIT_REFUSED and "need a git repository" in one_line_error(refused)

@@ -4,6 +4,7 @@ itself through the console script's ``main`` in this process."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -24,6 +25,8 @@ from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_U
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
 from pytest_selfheal.records.ci import ActionInputs
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.run import pytest_run
 from pytest_selfheal.run.outcome import exit_code_for
@@ -340,7 +343,7 @@ def _report_file(tmp_path: Path, ci_block: Mapping[str, object]) -> Path:
     report = build_report(incidents=[])
     path = tmp_path / "artifact" / "ralf_lite_report.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**report, "ci": ci_block}))
+    path.write_text(json.dumps({**report.to_json(), "ci": ci_block}))
     return path
 
 
@@ -492,13 +495,13 @@ def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path
     from pytest_selfheal.store.root import Store
 
     store = Store(tmp_path / ".selfheal")
-    base = {"step": "t.py::t", "failure_class": "code", "message": "m", "error_signature": "s", "rootdir": "/x"}
-    old = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
+    base = Incident(step="t.py::t", failure_class="code", message="m", error_signature="s", rootdir="/x")
+    old = store.create_incident(dataclasses.replace(base, ci_run="mine"), log_tail="", context=RunContext())
     before = pytest_run.snapshot(store)
-    theirs = store.create_incident({**base, "ci_run": "theirs"}, log_tail="", context={})
+    theirs = store.create_incident(dataclasses.replace(base, ci_run="theirs"), log_tail="", context=RunContext())
     assert ci.captured_incident(store, before, "mine") is None  # the old one was there before: not ours
-    mine = store.create_incident({**base, "ci_run": "mine"}, log_tail="", context={})
-    store.create_incident(dict(base), log_tail="", context={})  # no token: a plain local capture
+    mine = store.create_incident(dataclasses.replace(base, ci_run="mine"), log_tail="", context=RunContext())
+    store.create_incident(base, log_tail="", context=RunContext())  # no token: a plain local capture
     assert ci.captured_incident(store, before, "mine") == mine
     assert ci.captured_incident(store, before, "theirs") == theirs
     assert old != mine and len(ci.new_run_token()) == 32

@@ -13,10 +13,9 @@ from pytest_selfheal.analysis.classify import (
     TYPE_DEFAULTS,
     Rule,
     classify,
-    explain_rules,
 )
 from pytest_selfheal.analysis.rules import rules_from_config
-from pytest_selfheal.config.settings import merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records import models
 from pytest_selfheal.records.vocab import FAILURE_TYPES
@@ -202,13 +201,13 @@ def test_config_and_hook_rules_share_one_validator(rule: dict[str, Any]) -> None
     with pytest.raises(ConfigError) as from_hook:
         rules_from_config([rule])
     with pytest.raises(ConfigError) as from_config:
-        merge_layers([("project.json", {"classification": {"rules": [rule]}})])
+        merge_layers([ConfigLayer.of("project.json", {"classification": {"rules": [rule]}})])
     assert str(from_config.value) == f"project.json: ralf_lite.{from_hook.value}"
 
 
 def test_config_rules_may_carry_keywords_like_hook_rules() -> None:
     rule = {"name": "db", "pattern": "locked", "failure_type": "TIMEOUT", "keywords": ["locked"]}
-    effective = merge_layers([("project.json", {"classification": {"rules": [rule]}})])
+    effective = merge_layers([ConfigLayer.of("project.json", {"classification": {"rules": [rule]}})])
     assert effective.get("classification.rules") == [rule]
     assert rules_from_config(effective.get("classification.rules"))[0].keywords == ("locked",)
 
@@ -274,7 +273,6 @@ def test_keywords_never_hide_a_match(case: models.TestCaseResult, failure_type: 
     assert (unfiltered.failure_type, unfiltered.rule) == (failure_type, rule)
 
 
-def test_explain_rules_lists_every_rule() -> None:
-    table = explain_rules()
-    assert [row["name"] for row in table] == [r.name for r in DEFAULT_RULES]
-    assert {row["failure_type"] for row in table} == set(FAILURE_TYPES) - {models.UNKNOWN}
+def test_the_default_rules_give_every_failure_type_but_unknown() -> None:
+    assert {r.classification().failure_type for r in DEFAULT_RULES} == set(FAILURE_TYPES) - {models.UNKNOWN}
+    assert all(r.classification().rule == r.name for r in DEFAULT_RULES)

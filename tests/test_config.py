@@ -15,6 +15,7 @@ from pytest_selfheal.config.files import global_config_path, load_config, read_p
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import DEFAULTS, SCHEMA, ini_table, reference_table
 from pytest_selfheal.config.settings import (
+    ConfigLayer,
     Override,
     Settings,
     default_config,
@@ -294,7 +295,7 @@ def test_bad_values_name_file_key_and_type(
 def test_valid_rules_and_numbers_pass() -> None:
     rule = {"name": "db", "pattern": r"refused \d+", "failure_type": "TOOLING_ENV", "transient": True,
             "failure_class": "environment"}
-    effective = merge_layers([("f", {
+    effective = merge_layers([ConfigLayer.of("f", {
         "classification": {"rules": [rule]},
         "max_runtime_minutes": 1.5,
         "repair": {"timeout_seconds": 30, "command": ["aider", "{prompt_file}"]},
@@ -578,11 +579,11 @@ def test_settings_defaults_are_the_built_in_defaults() -> None:
 
 def test_settings_are_built_once_from_the_merged_values() -> None:
     effective = merge_layers([
-        ("project.yaml", {"max_iterations": 5, "verification": {"allowlist": ["pytest", "tox"]},
+        ConfigLayer.of("project.yaml", {"max_iterations": 5, "verification": {"allowlist": ["pytest", "tox"]},
                           "repair": {"command": ["agent", "{prompt_file}"], "allowed_paths": ["src/*"]},
                           "redaction": {"env_names": ["*CRED*"]},
                           "classification": {"rules": [{"name": "db", "pattern": "db down", "failure_type": "TOOLING_ENV"}]}}),
-        ("--set", {"apply_to": {"tdd_tasks": True}, "report_path": "r.md"}),
+        ConfigLayer.of("--set", {"apply_to": {"tdd_tasks": True}, "report_path": "r.md"}),
     ])
     settings = effective.settings
     assert settings.max_iterations == 5 and settings.apply_to.tdd_tasks and settings.apply_to.auto_tasks

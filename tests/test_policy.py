@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
-from pytest_selfheal.config.settings import default_config, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
@@ -679,7 +679,7 @@ def test_policy_defaults_from_default_settings() -> None:
 
 
 def test_policy_from_full_config_ignores_other_keys() -> None:
-    effective = merge_layers([(
+    effective = merge_layers([ConfigLayer.of(
         "project.yaml",
         {
             "enabled": False,
@@ -715,7 +715,7 @@ def test_policy_from_full_config_ignores_other_keys() -> None:
 def test_policy_keys_are_checked_once_by_the_config_merge(config: dict[str, Any], key: str) -> None:
     # The policy reads typed settings; the one validator of its keys is the config merge.
     with pytest.raises(ConfigError) as info:
-        merge_layers([("project.yaml", config)])
+        merge_layers([ConfigLayer.of("project.yaml", config)])
     assert str(info.value).startswith(f"project.yaml: {key}:")
     assert "\n" not in str(info.value)
 

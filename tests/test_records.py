@@ -24,6 +24,7 @@ from pytest_selfheal.errors import EXIT_OK, InputError
 from pytest_selfheal.plan.build import replan
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlock
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.plan import Excerpt, GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry, SuspectEntry
@@ -460,6 +461,16 @@ def test_bad_event(doc: dict[str, Any], problem: str) -> None:
     with pytest.raises(InputError) as info:
         Event.from_json(doc, "audit_tail.jsonl line 4")
     assert info.value.message == f"audit_tail.jsonl line 4: invalid event: {problem}"
+
+
+def test_a_git_context_writes_what_the_snapshot_wrote_as_a_dict() -> None:
+    snapshot = {"root": "/r", "commit": None, "branch": None, "dirty": False, "diff_stat": "", "untracked": 0}
+    built = GitContext(root="/r", dirty=False, diff_stat="", untracked=0,
+                       keys=("root", "commit", "branch", "dirty", "diff_stat", "untracked"))
+    assert json.dumps(built.to_json()) == json.dumps(snapshot)
+    assert GitContext.from_json(snapshot, "context.json") == built and built.clean_commit is None
+    assert GitContext.failed("git status: boom").to_json() == {"error": "git status: boom"}
+    assert GitContext(commit="abc", dirty=False).clean_commit == "abc"
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.config.settings import RedactionSettings, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, RedactionSettings, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.redact import (
     BUILTIN_KINDS,
@@ -250,7 +250,7 @@ def test_default_redactor_reads_config_and_environment(monkeypatch: pytest.Monke
 def test_bad_redaction_config_is_refused_by_the_config_merge(section: dict[str, object], message: str) -> None:
     # The redactor reads checked settings; the config merge is the one validator.
     with pytest.raises(ConfigError, match=message):
-        merge_layers([("project.yaml", {"redaction": section})])
+        merge_layers([ConfigLayer.of("project.yaml", {"redaction": section})])
 
 
 def test_redact_obj_recurses_into_keys_and_values(redactor: Redactor) -> None:

@@ -11,7 +11,7 @@ import pytest
 from helpers import cli
 
 from pytest_selfheal.cli.commands._common import print_json
-from pytest_selfheal.config.settings import merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 
 SECRET = "ACME-90210"
 INI = "[pytest]\nselfheal_config =\n    redaction.patterns = ['ACME-[0-9]{5}']\n    history.base_branch = ACME-90210\n"
@@ -45,13 +45,13 @@ def test_print_json_redacts_with_the_project_of_the_working_directory(
 
 
 def test_the_redactor_of_a_config_is_built_once() -> None:
-    effective = merge_layers([("test", {"redaction": {"patterns": ["ACME-[0-9]{5}"]}})])
+    effective = merge_layers([ConfigLayer.of("test", {"redaction": {"patterns": ["ACME-[0-9]{5}"]}})])
     assert effective.redactor is effective.redactor
     assert effective.redactor.redact(f"x {SECRET} y") == "x [REDACTED] y"
 
 
 def test_a_suspicious_project_pattern_compiles_without_a_python_warning() -> None:
-    effective = merge_layers([("test", {"redaction": {"patterns": ["[[a]"]}})])
+    effective = merge_layers([ConfigLayer.of("test", {"redaction": {"patterns": ["[[a]"]}})])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert effective.redactor.redact("bcd") == "bcd"

@@ -20,12 +20,14 @@ import pytest
 from helpers import broken_pytest_plugin, fake_distribution
 
 from pytest_selfheal import hookspecs
-from pytest_selfheal.config.settings import default_config, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
@@ -58,19 +60,20 @@ def make_repo(path: Path) -> None:
 
 def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[str, Plan]:
     incident_id = store.create_incident(
-        {
-            "step": "test_calc.py::test_add",
-            "failure_class": "deterministic",
-            "message": "assert -1 == 5",
-            "error_signature": "TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
-            "failures": [
-                {"nodeid": "test_calc.py::test_add", "test": "test_calc::test_add", "fingerprint": "fp1",
-                 "signature": "TEST_ASSERTION | test_calc::test_add | assert -1 == 5", "failure_type": "TEST_ASSERTION",
-                 "failure_class": "deterministic", "message": "assert -1 == 5", "target_paths": ["calc.py"]}
-            ],
-        },
+        Incident(
+            step="test_calc.py::test_add",
+            failure_class="deterministic",
+            message="assert -1 == 5",
+            error_signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
+            failures=(
+                FailureEntry(nodeid="test_calc.py::test_add", test="test_calc::test_add", fingerprint="fp1",
+                             signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
+                             failure_type="TEST_ASSERTION", failure_class="deterministic", message="assert -1 == 5",
+                             target_paths=("calc.py",)),
+            ),
+        ),
         log_tail=log_tail,
-        context={},
+        context=RunContext(),
     )
     plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
     store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
@@ -93,7 +96,7 @@ class Env:
 
     def session(self, pm: Optional[pluggy.PluginManager] = None, approver: Optional[Approver] = None,
                 **config: Any) -> RepairSession:
-        effective = merge_layers([("test", {"repair": config})]) if config else default_config()
+        effective = merge_layers([ConfigLayer.of("test", {"repair": config})]) if config else default_config()
         return RepairSession(self.store, self.incident_id, effective=effective, worktree=self.wt,
                              approver=approver or Approver(), pluginmanager=pm)
 
@@ -362,7 +365,7 @@ def test_second_call_patch_is_cumulative(env: Env) -> None:
 def test_provider_configured() -> None:
     assert not provider_configured(default_config(), None)
     assert not provider_configured(default_config(), hook_pm())
-    assert provider_configured(merge_layers([("t", {"repair": {"command": ["agent"]}})]), None)
+    assert provider_configured(merge_layers([ConfigLayer.of("t", {"repair": {"command": ["agent"]}})]), None)
     assert provider_configured(default_config(), hook_pm(("fixer", Fixer())))
 
 

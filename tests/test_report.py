@@ -13,15 +13,11 @@ from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.loop import policy
-from pytest_selfheal.report.data import (
-    REASON_ORDER,
-    REPORT_SCHEMA_VERSION,
-    IncidentRun,
-    build_report,
-    deciding_incident,
-    validate_report,
-)
-from pytest_selfheal.report.merge import merge_reports
+from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.report.data import IncidentRun, parse_report
+from pytest_selfheal.report.data import build_report as build_record
+from pytest_selfheal.report.merge import merge_reports as merge_records
+from pytest_selfheal.report.outcome import REASON_ORDER, REPORT_SCHEMA_VERSION, deciding_incident
 from pytest_selfheal.report.render import (
     GRID_MAX_COLUMNS,
     GRID_MAX_TESTS,
@@ -53,6 +49,16 @@ SPEC_HEAD = """\
 | A1   | 1        | success |
 | A2   | 3        | repeated_fingerprint |
 """
+
+
+def build_report(**options: Any) -> dict[str, Any]:
+    """The JSON of ``build_report``'s report (what every surface writes)."""
+    return build_record(**options).to_json()
+
+
+def merge_reports(reports: list[dict[str, Any]], *, names: Optional[list[str]] = None) -> dict[str, Any]:
+    """The JSON of ``merge_reports`` of report JSON, each parsed first as ``read_report`` parses a file."""
+    return merge_records([parse_report(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names).to_json()
 
 
 def golden_runs(case: str) -> list[IncidentRun]:
@@ -93,15 +99,20 @@ def make_run(
     incident = {**INCIDENT_DEFAULTS, "incident_id": incident_id, "status": status, "created_at": created_at,
                 "failures": failures}
     groups = actions if actions is not None else [tests]
-    plan = {"incident_id": incident_id, "actions": [
-        {"id": f"A{i}", "title": title, "nodeids": g} for i, g in enumerate(groups, start=1)]}
+    plan = {"incident_id": incident_id, "generated_at": created_at, "summary": "", "root_cause_hypotheses": [],
+            "actions": [{"id": f"A{i}", "title": title, "priority": "high", "risk": "low", "target_paths": [],
+                         "verification": [], "nodeids": g} for i, g in enumerate(groups, start=1)],
+            "verification_commands": [], "done_criteria": []}
     records = []
     for i, a in enumerate(attempts or [], start=1):
-        # A whole attempt document, as the store holds it (the report parses it).
+        # A whole attempt document, as the store holds it.
         record = {**ATTEMPT_DEFAULTS, "incident_id": incident_id, "iteration": i}
         record.update(a)
         records.append(record)
-    return IncidentRun(incident, plan, records, run_result, bucket)
+    result = {"incident_id": incident_id, **run_result} if run_result is not None else None
+    # The documents parsed into the report's input records.
+    return IncidentRun.from_dict({"incident": incident, "plan": plan, "attempts": records, "run_result": result,
+                                  "bucket": bucket})
 
 
 def finished(stop_reason: str, final_status: str, loops: int, **extra: Any) -> dict[str, Any]:
@@ -275,10 +286,10 @@ def test_reason_order_covers_every_stop_reason() -> None:
     ],
 )
 def test_plan_level_worst_rule(a: Any, b: Any, worst: int) -> None:
-    entries = [{"incident_id": f"i{i}", "stop_reason": r, "final_status": s, "finished": r is not None}
+    entries = [ReportIncidentDoc(incident_id=f"i{i}", stop_reason=r, final_status=s, finished=r is not None)
                for i, (r, s) in enumerate((a, b))]
     chosen = deciding_incident(entries)
-    assert chosen is not None and chosen["incident_id"] == f"i{worst}"
+    assert chosen is not None and chosen.incident_id == f"i{worst}"
 
 
 def test_plan_level_fields_follow_the_deciding_incident() -> None:
@@ -289,10 +300,10 @@ def test_plan_level_fields_follow_the_deciding_incident() -> None:
                               "stop_reason": "no_progress"}],
                    run_result=finished("no_progress", "escalated", 1), created_at="2026-11-22T11:00:00+00:00")
     report = build_report(incidents=[bad, good])
-    assert [e["incident_id"] for e in report["incidents"]] == [good.incident["incident_id"], bad.incident["incident_id"]]
+    assert [e["incident_id"] for e in report["incidents"]] == [good.incident.incident_id, bad.incident.incident_id]
     assert (report["stop_reason"], report["final_status"]) == ("no_progress", "escalated")
-    assert report["deciding_incident"] == bad.incident["incident_id"]
-    assert report["recommended_next_action"].startswith(bad.incident["incident_id"] + ": Regenerate the plan")
+    assert report["deciding_incident"] == bad.incident.incident_id
+    assert report["recommended_next_action"].startswith(bad.incident.incident_id + ": Regenerate the plan")
 
 
 def test_same_task_ids_across_incidents_get_an_incident_label() -> None:
@@ -404,8 +415,10 @@ def test_mermaid_is_small_and_optional() -> None:
     long_run = make_run(attempts=[{"outcomes": {"tests/test_a.py::test_one": "failed"}} for _ in range(14)])
     chart = render_markdown(build_report(incidents=[long_run])).split("```mermaid\n", 1)[1].split("```", 1)[0]
     assert 'skip["4 earlier iterations"]' in chart and "i14" in chart and "i4[" not in chart
-    hostile = make_run(attempts=[{"outcomes": {}, "mode": 'x"]; click c0 call alert()'}])
-    assert 'click c0 call alert()"' not in render_markdown(build_report(incidents=[hostile]))
+    # An attempt record only has a known mode; a report read back from a file may hold anything.
+    hostile = build_report(incidents=[make_run(attempts=[{"outcomes": {}, "mode": "verify"}])])
+    hostile["incidents"][0]["iterations"][0]["mode"] = 'x"]; click c0 call alert()'
+    assert 'click c0 call alert()"' not in render_markdown(hostile)
 
 
 def test_extra_sections_are_appended() -> None:
@@ -441,7 +454,7 @@ def test_incident_run_round_trip_and_bad_shapes() -> None:
 def test_report_json_round_trips_through_validation() -> None:
     report = golden_report("two_actions")
     text_form = json.loads(json.dumps(report))
-    assert validate_report(text_form) == report
+    assert parse_report(text_form).to_json() == report
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
 
 
@@ -460,9 +473,9 @@ def test_validate_report_names_the_problem(mutate: Any, needle: str) -> None:
     report = copy.deepcopy(golden_report("two_actions"))
     mutate(report)
     with pytest.raises(InputError, match=needle):
-        validate_report(report, "shard.json")
+        parse_report(report, "shard.json")
     with pytest.raises(InputError, match="^shard.json: expected a JSON object"):
-        validate_report([], "shard.json")
+        parse_report([], "shard.json")
 
 
 def test_merge_rules() -> None:
@@ -507,7 +520,7 @@ def test_merge_errors() -> None:
         merge_reports([])
     with pytest.raises(UsageError, match="1 names for 2 reports"):
         merge_reports([golden_report("flaky_success")] * 2, names=["x"])
-    with pytest.raises(InputError, match="^b: unsupported report schema_version"):
+    with pytest.raises(InputError, match="^shard 2: unsupported report schema_version"):
         merge_reports([golden_report("flaky_success"), {"schema_version": 9}], names=["a", "b"])
 
 
@@ -516,7 +529,7 @@ def test_terminal_line_of_a_loop_in_progress() -> None:
     lines = render_terminal(build_report(incidents=[run]))
     assert lines[0] == "RALF Lite Loop Report: running, loop not finished (1 incident, 1 retry)"
     assert lines[1].endswith(": running (not finished) after 1 iteration: A1 1x not run")
-    assert lines[-1] == f"  next: Continue the loop: selfheal loop {run.incident['incident_id']}"
+    assert lines[-1] == f"  next: Continue the loop: selfheal loop {run.incident.incident_id}"
 
 
 def test_every_json_field_is_documented() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,9 +14,12 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.report.data import REPORT_SCHEMA_VERSION, validate_report
+from pytest_selfheal.report.data import parse_report
+from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION
 from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
 
@@ -39,10 +43,11 @@ def golden_run(case: str) -> dict[str, Any]:
 def store_incident(store: Store, case: str, *, archive: bool = True) -> str:
     """Replay a golden case through the real Store API: create, plan, attempts, run result, archive."""
     run = golden_run(case)
-    incident = {k: v for k, v in run["incident"].items()
-                if k not in ("status", "created_at", "updated_at", "year", "month", "ym", "run_id")}
+    # The golden incident as the capture hands it over: the store's fields left empty.
+    incident = dataclasses.replace(Incident.from_json(run["incident"], case), status="new", created_at="",
+                                   updated_at="", year=0, month=0, ym="", run_id="")
     created = datetime.fromisoformat(run["incident"]["created_at"]).astimezone(timezone.utc)
-    incident_id = store.create_incident(incident, log_tail="E boom\n", context={}, now=created)
+    incident_id = store.create_incident(incident, log_tail="E boom\n", context=RunContext(), now=created)
     assert incident_id == run["incident"]["incident_id"]
     store.write_plan(incident_id, Plan.from_json(run["plan"], "plan.json"), "# plan\n")
     store.set_status(incident_id, "planned")
@@ -73,7 +78,7 @@ def test_report_of_one_incident_as_json(project: Path) -> None:
     result = cli("report", "incident_20261122_101500_ab12cd", "--format", "json", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
-    validate_report(report)
+    parse_report(report)
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
     assert report["title"] == "RALF Lite Loop Report"
     assert (report["stop_reason"], report["final_status"]) == ("repeated_fingerprint", "escalated")
@@ -204,7 +209,7 @@ def test_merge_two_shards(project: Path, tmp_path: Path) -> None:
     result = cli("merge", str(a), str(b), "--name", "py3.9", "py3.12", "--json", cwd=tmp_path)
     assert result.returncode == EXIT_OK, result.stderr
     merged = json.loads(result.stdout)
-    validate_report(merged)
+    parse_report(merged)
     assert [s["name"] for s in merged["shards"]] == ["py3.9", "py3.12"]
     assert (merged["stop_reason"], merged["final_status"], merged["total_retries"]) == (
         "repeated_fingerprint", "escalated", 4)

@@ -22,6 +22,8 @@ from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
@@ -31,16 +33,17 @@ from pytest_selfheal.store.root import Store
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def incident_data(**extra: Any) -> dict[str, Any]:
+def incident_data(**extra: Any) -> Incident:
+    """A capture's incident record (the store fills its identity and time fields), with ``extra`` fields."""
     data: dict[str, Any] = {
         "step": "tests/test_a.py::test_x",
         "failure_class": "deterministic",
         "message": "assert 1 == 2",
         "error_signature": "TEST_ASSERTION | tests.test_a::test_x | assert 1 == 2",
-        "failures": [{"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12", "failure_type": "TEST_ASSERTION"}],
+        "failures": (FailureEntry(nodeid="tests/test_a.py::test_x", fingerprint="ab12", failure_type="TEST_ASSERTION"),),
     }
     data.update(extra)
-    return data
+    return Incident(**data)
 
 
 def plan_doc(incident_id: str) -> dict[str, Any]:
@@ -121,7 +124,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def create(store: Store, **extra: Any) -> str:
-    return store.create_incident(incident_data(**extra), log_tail="E assert 1 == 2\n", context={"python": "3.x"}, now=NOW)
+    return store.create_incident(incident_data(**extra), log_tail="E assert 1 == 2\n", context=RunContext(python="3.x"), now=NOW)
 
 
 def force_status(store: Store, incident_id: str, status: str) -> None:
@@ -173,8 +176,8 @@ def test_create_writes_the_five_files(store: Store) -> None:
 
 
 def test_create_logs_the_given_events_after_incident_captured(store: Store) -> None:
-    events = [("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=events)
+    events = [ev.pending("failure_classified", {"nodeid": f"t.py::t{i}", "fingerprint": f"f{i}"}) for i in range(3)]
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, events=events)
     logged, warnings = store.read_events(incident_id)
     assert warnings == []
     assert [e.event for e in logged] == ["incident_captured"] + ["failure_classified"] * 3
@@ -182,7 +185,7 @@ def test_create_logs_the_given_events_after_incident_captured(store: Store) -> N
     assert {e.incident_id for e in logged} == {incident_id}
     # An unknown event name is refused before anything is written.
     with pytest.raises(ValueError, match="unknown event name"):
-        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, events=[("no_such_event", {})])
+        store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, events=[ev.pending("no_such_event")])
     assert [p.name for p in store.inbox_dir.iterdir()] == [incident_id]
 
 
@@ -201,7 +204,7 @@ def test_create_with_run_token(store: Store) -> None:
 
 
 def create_with_run(store: Store, run: str) -> str:
-    return store.create_incident(incident_data(), log_tail="", context={}, run=run, now=NOW)
+    return store.create_incident(incident_data(), log_tail="", context=RunContext(), run=run, now=NOW)
 
 
 def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,13 +234,13 @@ def test_create_with_explicit_existing_id_is_refused(store: Store) -> None:
 
 def test_create_refuses_bad_documents_before_writing(store: Store) -> None:
     with pytest.raises(ValueError, match="step"):
-        store.create_incident({"failure_class": "x", "message": "m", "error_signature": "s"}, log_tail="", context={})
+        create(store, step=None)
     with pytest.raises(ValueError, match="status"):
         create(store, status="running")
     with pytest.raises(UsageError):
         create(store, incident_id="../evil")
     with pytest.raises(TypeError):
-        store.create_incident(incident_data(), log_tail="", context={"x": object()})
+        store.create_incident(incident_data(), log_tail="", context=RunContext(extra=(("x", object()),)))
     assert not store.inbox_dir.exists() or list(store.inbox_dir.iterdir()) == []
 
 
@@ -340,7 +343,7 @@ def test_bad_status_txt(store: Store) -> None:
 def test_read_log_tail_and_context(store: Store) -> None:
     incident_id = create(store)
     assert store.read_log_tail(incident_id) == "E assert 1 == 2\n"
-    assert store.read_context(incident_id) == {"python": "3.x"}
+    assert store.read_context(incident_id) == RunContext(python="3.x")
 
 
 # --------------------------------------------------------------------------- status
@@ -417,7 +420,7 @@ def test_events_append_and_read(store: Store) -> None:
 def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     incident_id = create(store)
     records = store.append_events(
-        incident_id, [("failure_classified", {"nodeid": "t.py::a"}), ("failure_classified", {"nodeid": "t.py::b"})]
+        incident_id, [ev.pending("failure_classified", {"nodeid": "t.py::a"}), ev.pending("failure_classified", {"nodeid": "t.py::b"})]
     )
     store.append_event(incident_id, "plan_generated", actions=[])
     events, warnings = store.read_events(incident_id)
@@ -426,7 +429,7 @@ def test_append_events_writes_the_same_records_in_order(store: Store) -> None:
     assert [e.to_json() for e in events[1:3]] == [r.to_json() for r in records]
     assert [r.get("nodeid") for r in records] == ["t.py::a", "t.py::b"]
     with pytest.raises(ValueError, match="unknown event name"):
-        store.append_events(incident_id, [("failure_classified", {}), ("incident_exploded", {})])
+        store.append_events(incident_id, [ev.pending("failure_classified"), ev.pending("incident_exploded")])
     assert len(store.read_events(incident_id)[0]) == 4  # a bad batch writes nothing
 
 
@@ -588,7 +591,7 @@ def test_archive_moves_the_inbox_folder_only(store: Store) -> None:
     assert {p: p.read_bytes() for p in all_files(store.plans_root)} == plans_before
     assert {p: p.read_bytes() for p in all_files(store.runs_root)} == runs_before
     assert store.read_plan(incident_id).incident_id == incident_id
-    assert [s["bucket"] for s in store.list_incidents()] == ["resolved"]
+    assert [s.bucket for s in store.list_incidents()] == ["resolved"]
     assert no_temp_files(store.root)
 
 
@@ -665,9 +668,9 @@ def test_archive_bad_bucket(store: Store) -> None:
 
 
 def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
-    a = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
-    b = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    c = store.create_incident(incident_data(), log_tail="", context={}, now=datetime(2026, 1, 3, tzinfo=timezone.utc))
+    a = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    b = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    c = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=datetime(2026, 1, 3, tzinfo=timezone.utc))
     store.write_attempt(a, attempt_rec(a, 1))
     store.archive(b, "escalated")
     (store.inbox_dir / c / "incident.json").write_text('{"incident_id": "inc')  # torn by hand
@@ -675,11 +678,13 @@ def test_list_incidents_sorted_and_tolerant(store: Store) -> None:
     (store.inbox_dir / "not_an_incident").mkdir()
     (store.inbox_dir / ".incident.json.1234.tmp").write_text("")
     rows = store.list_incidents()
-    assert [r["incident_id"] for r in rows] == [b, a, c]
-    assert rows[0]["status"] == "escalated" and rows[0]["bucket"] == "escalated"
-    assert rows[1]["attempts"] == 1 and rows[1]["status"] == "new"
-    assert set(rows[1]) == {"incident_id", "status", "bucket", "error_signature", "created_at", "updated_at", "step", "attempts", "path"}
-    assert rows[2]["status"] == "corrupted" and "corrupted JSON" in rows[2]["error"]
+    assert [r.incident_id for r in rows] == [b, a, c]
+    assert rows[0].status == "escalated" and rows[0].bucket == "escalated"
+    assert rows[1].attempts == 1 and rows[1].status == "new"
+    assert list(rows[1].to_json()) == ["incident_id", "status", "bucket", "error_signature", "created_at", "updated_at",
+                                       "step", "attempts", "path"]
+    assert rows[2].corrupted and "corrupted JSON" in str(rows[2].error)
+    assert list(rows[2].to_json())[-1] == "error" and rows[2].to_json()["error_signature"] is None
 
 
 def test_list_missing_root_and_root_is_a_file(tmp_path: Path) -> None:
@@ -849,7 +854,7 @@ def test_lock_timeout_is_store_io_error(held_lock: Path) -> None:
     store = Store(held_lock, lock_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(StoreIOError) as info:
-        store.create_incident(incident_data(), log_tail="", context={})
+        store.create_incident(incident_data(), log_tail="", context=RunContext())
     assert 0.25 <= time.monotonic() - started < 5
     assert str(info.value) == (
         f"timed out after 0.3s waiting for the lock {held_lock / '.lock'} (another selfheal process is using this reports root)"

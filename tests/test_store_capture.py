@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from helpers import disk_full_on
@@ -22,12 +22,14 @@ from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
-CLASSIFIED = [("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
+CLASSIFIED = [pending("failure_classified", {"nodeid": "tests/test_a.py::test_x", "fingerprint": "ab12"})]
 
 
 def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
@@ -37,7 +39,7 @@ def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
 
 def four_steps(store: Store) -> str:
     """The capture as it was: create, write the plan, log plan_generated, move to planned."""
-    incident_id = store.create_incident(incident_data(), log_tail="tail\n", context={"python": "3.x"}, now=NOW,
+    incident_id = store.create_incident(incident_data(), log_tail="tail\n", context=RunContext(python="3.x"), now=NOW,
                                         events=CLASSIFIED)
     plan = Plan.from_json(plan_doc(incident_id), "a test plan")
     store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
@@ -47,7 +49,7 @@ def four_steps(store: Store) -> str:
 
 
 def one_step(store: Store) -> str:
-    return store.create_incident(incident_data(), log_tail="tail\n", context={"python": "3.x"}, now=NOW,
+    return store.create_incident(incident_data(), log_tail="tail\n", context=RunContext(python="3.x"), now=NOW,
                                  events=CLASSIFIED, plan=build)
 
 
@@ -136,15 +138,18 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
         return dataclasses.replace(plan, actions=(action,)), markdown
 
     with pytest.raises(ValueError, match="plan for .* does not fit the schema"):
-        store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=bad)
+        store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, plan=bad)
     assert store.list_incidents() == [] and not store.plans_root.exists()
 
 
 CAPTURE_LOOPER = r"""
 import sys
 from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.report.load import load_incident_run
+from pytest_selfheal.store.events import pending
 from pytest_selfheal.store.root import Store
 
 store = Store(sys.argv[1], lock_timeout=60)
@@ -159,8 +164,8 @@ n = 0
 while True:
     n += 1
     store.create_incident(
-        {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
-        log_tail="log\n" * 500, context={"n": n}, events=[("failure_classified", {"n": n})], plan=plan)
+        Incident(step=f"s{n}", failure_class="deterministic", message="m" * 2000, error_signature="sig"),
+        log_tail="log\n" * 500, context=RunContext(python=str(n)), events=[pending("failure_classified", {"n": n})], plan=plan)
 """
 
 
@@ -173,8 +178,8 @@ def test_a_capture_killed_at_random_instants_leaves_whole_planned_incidents(tmp_
         store = Store(root)
         for row in store.list_incidents():
             # Published planned, never without its plan; the log ends with the move to planned.
-            assert row["status"] == "planned" and store.read_plan(row["incident_id"]).incident_id == row["incident_id"]
-            events, _ = store.read_events(row["incident_id"])
+            assert row.status == "planned" and store.read_plan(row.incident_id).incident_id == row.incident_id
+            events, _ = store.read_events(row.incident_id)
             assert [e.event for e in events][-2:] == ["plan_generated", "status_changed"]
     assert Store(root).list_incidents()  # the loopers did get work done
     one_step(Store(root))
@@ -189,7 +194,7 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
         plan, _ = build(incident, summary=f"token {secret}")
         return plan, f"# plan\ntoken {secret}\n"
 
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW, plan=leaky)
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW, plan=leaky)
     folder = store.plans_dir(incident_id)
     for name in ("plan.json", "plan.md"):
         text = (folder / name).read_text()
@@ -197,27 +202,28 @@ def test_the_published_plan_goes_through_the_writer_s_redaction(tmp_path: Path) 
 
 
 def test_published_documents_are_what_the_report_reads_back(tmp_path: Path) -> None:
-    """The capture's report is built from ``published``'s documents instead of reading the
+    """The capture's report is built from ``published``'s records instead of reading the
     files back: they must be exactly what ``load_incident_run`` reads, redaction included."""
     store = Store(tmp_path / "root")
     secret = "ghp_" + "a" * 36
-    got: list[tuple[dict[str, Any], Any]] = []
+    got: list[tuple[Incident, Optional[Plan]]] = []
 
     def build_with_secret(incident: Incident) -> tuple[Plan, str]:
         return build(incident, summary=f"token {secret}")
 
     incident_id = store.create_incident(incident_data(message=f"assert {secret} == 2", counts={"tests": 3}),
-                                        log_tail="tail\n", context={}, now=NOW, events=CLASSIFIED,
+                                        log_tail="tail\n", context=RunContext(), now=NOW, events=CLASSIFIED,
                                         plan=build_with_secret, published=lambda doc, plan: got.append((doc, plan)))
     run = load_incident_run(store, incident_id)
-    assert got == [(dict(run.incident), dict(run.plan or {}))]
-    assert secret not in json.dumps(got) and run.bucket == "inbox" and not run.attempts and run.run_result is None
-    assert json.dumps(got[0][0]) == json.dumps(dict(run.incident))  # same key order too
+    assert got == [(run.incident, run.plan)] and run.plan is not None
+    documents = [got[0][0].to_json(), run.plan.to_json()]
+    assert secret not in json.dumps(documents) and run.bucket == "inbox" and not run.attempts and run.run_result is None
+    assert json.dumps(got[0][0].to_json()) == json.dumps(run.incident.to_json())  # same key order too
 
 
 def test_published_without_a_plan(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
-    got: list[tuple[dict[str, Any], Any]] = []
-    incident_id = store.create_incident(incident_data(), log_tail="", context={}, now=NOW,
+    got: list[tuple[Incident, Optional[Plan]]] = []
+    incident_id = store.create_incident(incident_data(), log_tail="", context=RunContext(), now=NOW,
                                         published=lambda doc, plan: got.append((doc, plan)))
-    assert got == [(dict(load_incident_run(store, incident_id).incident), None)]
+    assert got == [(load_incident_run(store, incident_id).incident, None)]

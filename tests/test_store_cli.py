@@ -23,6 +23,8 @@ from pytest_selfheal.errors import (
     RefusedError,
 )
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
@@ -38,14 +40,14 @@ def one_line_error(result: CliResult | subprocess.CompletedProcess[str]) -> str:
 
 def new_incident(store: Store, step: str = "tests/test_a.py::test_x", day: int = 17) -> str:
     return store.create_incident(
-        {
-            "step": step,
-            "failure_class": "deterministic",
-            "message": "assert 1 == 2\nsecond line",
-            "error_signature": f"TEST_ASSERTION | {step} | assert 1 == 2",
-        },
+        Incident(
+            step=step,
+            failure_class="deterministic",
+            message="assert 1 == 2\nsecond line",
+            error_signature=f"TEST_ASSERTION | {step} | assert 1 == 2",
+        ),
         log_tail="E assert 1 == 2\n",
-        context={},
+        context=RunContext(),
         now=datetime(2026, 2, day, 12, 0, 0, tzinfo=timezone.utc),
     )
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from schema_check import assert_valid
 
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store.reader import INCIDENT_FILES
 from pytest_selfheal.store.root import Store
 
@@ -21,6 +23,8 @@ import os, sys, time
 from datetime import datetime, timezone
 import pytest_selfheal.store.ids as ids
 import pytest_selfheal.store.root as store_mod
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.store.root import Store
 
 # One fixed second and a 256-value token space: ids collide across processes on purpose.
@@ -36,9 +40,9 @@ while not os.path.exists(os.path.join(root, "go")):
 made = []
 for i in range(20):
     made.append(store.create_incident(
-        {"step": f"w{worker}::{i}", "failure_class": "deterministic", "message": "m",
-         "error_signature": f"sig {worker} {i}"},
-        log_tail="x\n", context={"worker": worker}, now=now))
+        Incident(step=f"w{worker}::{i}", failure_class="deterministic", message="m",
+                 error_signature=f"sig {worker} {i}"),
+        log_tail="x\n", context=RunContext(python=str(worker)), now=now))
     for j in range(50 // 20 + (1 if i < 50 % 20 else 0)):
         store.append_event(shared, "verification_finished", worker=worker, n=i, j=j)
 print("\n".join(made))
@@ -47,6 +51,8 @@ print("\n".join(made))
 LOOPER = r"""
 import sys
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store.root import Store
@@ -57,8 +63,8 @@ n = 0
 while True:
     n += 1
     iid = store.create_incident(
-        {"step": f"s{n}", "failure_class": "deterministic", "message": "m" * 2000, "error_signature": "sig"},
-        log_tail="log\n" * 500, context={"n": n})
+        Incident(step=f"s{n}", failure_class="deterministic", message="m" * 2000, error_signature="sig"),
+        log_tail="log\n" * 500, context=RunContext(python=str(n)))
     store.append_event(iid, "failure_classified", n=n)
     store.set_status(iid, "planned")
     store.write_plan(iid, Plan.from_json({"incident_id": iid, "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s",
@@ -95,19 +101,19 @@ def check_root(root: Path) -> None:
         json.loads(path.read_text(encoding="utf-8"))  # raises on a partial file
     store = Store(root)
     rows = store.list_incidents()
-    assert [r for r in rows if r["status"] == "corrupted"] == []
+    assert [r for r in rows if r.status == "corrupted"] == []
     for row in rows:
-        folder = root / row["path"]
+        folder = root / row.path
         assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == sorted(INCIDENT_FILES)
         assert_valid("incident", json.loads((folder / "incident.json").read_text()))
-        events, warnings = store.read_events(row["incident_id"])
+        events, warnings = store.read_events(row.incident_id)
         assert events[0].event == "incident_captured"
         # only a torn *last* line can exist (from a kill mid-append)
         assert all("torn last line" in w for w in warnings), warnings
-        store.read_attempts(row["incident_id"])
-        store.read_run_result(row["incident_id"])
+        store.read_attempts(row.incident_id)
+        store.read_run_result(row.incident_id)
     # no incident is ever in two places
-    ids = [r["incident_id"] for r in rows]
+    ids = [r.incident_id for r in rows]
     assert len(ids) == len(set(ids))
 
 
@@ -116,7 +122,8 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     root = tmp_path / ".selfheal"
     store = Store(root)
     shared = store.create_incident(
-        {"step": "shared", "failure_class": "deterministic", "message": "m", "error_signature": "s"}, log_tail="", context={}
+        Incident(step="shared", failure_class="deterministic", message="m", error_signature="s"), log_tail="",
+        context=RunContext()
     )
     procs = [
         subprocess.Popen(
@@ -138,7 +145,7 @@ def test_parallel_processes_share_one_root(tmp_path: Path, workers: int) -> None
     assert len(made) == workers * 20
     assert len(set(made)) == len(made)  # all ids unique despite the tiny token space
     assert all(m.startswith("incident_20260217_120000_") for m in made)
-    listed = [r["incident_id"] for r in store.list_incidents()]
+    listed = [r.incident_id for r in store.list_incidents()]
     assert sorted(listed) == sorted(made + [shared])
     events, warnings = store.read_events(shared)
     assert warnings == []
@@ -171,7 +178,8 @@ def test_killed_at_random_instants_leaves_a_readable_root(tmp_path: Path) -> Non
     # the lock died with the process: a new writer proceeds at once
     store = Store(root, lock_timeout=2)
     incident_id = store.create_incident(
-        {"step": "after", "failure_class": "deterministic", "message": "m", "error_signature": "s"}, log_tail="", context={}
+        Incident(step="after", failure_class="deterministic", message="m", error_signature="s"), log_tail="",
+        context=RunContext()
     )
     assert store.read_status(incident_id) == "new"
     assert len(store.list_incidents()) > len(delays)  # the loopers did get work done

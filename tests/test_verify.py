@@ -370,7 +370,7 @@ def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
     reports = project / ".selfheal"
     states = [_gitpython_context(project)]
     clean = git_snapshot(project, exclude=[reports])
-    assert clean.context == states[0] and clean.context["dirty"] is False
+    assert clean.context is not None and clean.context.to_json() == states[0] and clean.context.dirty is False
     assert clean.diff_hash == diff_hash(project, exclude=[reports])
     # A rename of a path that looks like a status line, an edit and an untracked file.
     repo = git.Repo(project)
@@ -378,8 +378,8 @@ def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
     (project / "src" / "mod.py").write_text("X = 2\n")
     (project / "src" / "new.py").write_text("N = 1\n")
     dirty = git_snapshot(project / "src", exclude=[reports])
-    assert dirty.context == _gitpython_context(project)
-    assert dirty.context["untracked"] == 1 and "mod.py" in dirty.context["diff_stat"]
+    assert dirty.context is not None and dirty.context.to_json() == _gitpython_context(project)
+    assert dirty.context.untracked == 1 and "mod.py" in (dirty.context.diff_stat or "")
     assert dirty.diff_hash not in (None, clean.diff_hash)
     # Detached, and reached through a symlinked spelling (kept as given, as gitpython does).
     git_commit_all(project, "all")
@@ -387,8 +387,8 @@ def test_git_snapshot_reads_what_gitpython_reads(tmp_path: Path) -> None:
     repo.close()
     (tmp_path / "link").symlink_to(project)
     linked = git_snapshot(tmp_path / "link")
-    assert linked.context == _gitpython_context(tmp_path / "link")
-    assert linked.context["branch"] is None and linked.context["root"] == str(tmp_path / "link")
+    assert linked.context is not None and linked.context.to_json() == _gitpython_context(tmp_path / "link")
+    assert linked.context.branch is None and linked.context.root == str(tmp_path / "link")
     plain = tmp_path / "plain"
     plain.mkdir()
     assert git_snapshot(plain) == git_snapshot(plain, context=False) and git_snapshot(plain).context is None
@@ -400,7 +400,7 @@ def test_a_snapshot_in_a_thread_reads_what_git_snapshot_reads(tmp_path: Path, mo
     reports = project / ".selfheal"
     pending = PendingSnapshot(project, exclude=[reports])
     assert pending.result() == git_snapshot(project, exclude=[reports])
-    assert pending.result().context is not None and pending.result().context["dirty"] is True
+    assert pending.result().context is not None and pending.result().context.dirty is True
     assert PendingSnapshot(project, [reports], context=False).result() == git_snapshot(project, [reports], context=False)
 
     def broken(*args: object, **kwargs: object) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from itertools import compress
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
@@ -409,21 +409,3 @@ def classify(
     if rule is None and case.text:
         rule = _match(extra_rules, case.text[:TEXT_HEAD], headline=False)
     return rule.result if rule is not None else UNKNOWN_CLASSIFICATION
-
-
-def explain_rules(rules: Sequence[Rule] = DEFAULT_RULES) -> list[dict[str, Any]]:
-    """The rule table as plain data (for docs and ``--json`` output)."""
-    table = []
-    for rule in rules:
-        c = rule.classification()
-        table.append(
-            {
-                "name": rule.name,
-                "pattern": rule.pattern,
-                "failure_type": c.failure_type,
-                "code_fixable": c.code_fixable,
-                "transient": c.transient,
-                "failure_class": c.failure_class,
-            }
-        )
-    return table

@@ -11,12 +11,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from re import Pattern
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records import models
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.vocab import FAILURE_TYPES, FailureClass
+
+if TYPE_CHECKING:  # the hook payload's shape; hookspecs (and pluggy) are not loaded to validate
+    from pytest_selfheal.hookspecs import ClassificationRule
 
 # (code_fixable, transient, failure_class) of each failure type, unless a rule says otherwise.
 TYPE_DEFAULTS: dict[str, tuple[bool, bool, FailureClass]] = {
@@ -196,7 +199,7 @@ def rules_from_config(rules: Any, where: str = "classification.rules") -> list[R
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
 
 
-def parse_hook_rules(hooked: Sequence[Mapping[str, Any]]) -> list[Rule]:
+def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
     """The rules ``pytest_selfheal_classification_rules`` returned (hook payloads), validated
     like the config's; parsed once per run, where the hook is called."""
     return rules_from_config(list(hooked))

@@ -8,7 +8,11 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.redact import Redactor
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
@@ -52,17 +56,22 @@ def ci_context(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_context(
-    rootdir: Path, args: Sequence[str], env: Mapping[str, str] = os.environ, *, git: Optional[dict[str, Any]]
-) -> dict[str, Any]:
-    """Everything ``context.json`` records about the run; ``git`` is
-    :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
+    rootdir: Path,
+    args: Sequence[str],
+    env: Mapping[str, str] = os.environ,
+    *,
+    git: Optional[GitContext],
+    redactor: Optional[Redactor] = None,
+) -> RunContext:
+    """Everything ``context.json`` records about the run, with secrets removed by ``redactor``;
+    ``git`` is :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
     import pytest
 
     for probe in _PLATFORM_PROBE:
         probe.join()
-    return {
+    doc = {
         "rootdir": str(rootdir),
-        "git": git,
+        "git": git.to_json() if git is not None else None,
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "pytest": pytest.__version__,
@@ -71,3 +80,5 @@ def run_context(
         "cwd": os.getcwd(),
         "ci": ci_context(env),
     }
+    # The one place the document is built: redacted as JSON, then parsed (its key order kept).
+    return RunContext.from_json(redactor.redact_obj(doc) if redactor is not None else doc, "context.json")

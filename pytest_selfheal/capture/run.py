@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional, Union
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -32,11 +32,13 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.redact import Redactor, redact_cases
-from pytest_selfheal.store.events import format_ts
+from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
@@ -49,14 +51,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class CaptureResult:
-    """What a capture produced: the incident id, the lines for the terminal summary, and
-    ``incident.json`` and ``plan.json`` as written (the input of the run's report)."""
+    """What a capture produced: the incident id, the incident and its plan as the store
+    wrote them (the input of the run's report), and the lines for the terminal summary."""
 
     incident_id: str
     failures: list[Failure]
+    incident: Incident
+    plan: Optional[Plan] = None
     summary_lines: list[str] = field(default_factory=list)
-    incident: dict[str, Any] = field(default_factory=dict)
-    plan: Optional[dict[str, Any]] = None
 
 
 def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
@@ -165,15 +167,15 @@ def store_incident(
     incident: Incident,
     *,
     log_tail_text: str,
-    context: dict[str, Any],
+    context: RunContext,
     failures: Sequence[Failure],
     published: Optional[Published] = None,
 ) -> str:
     """Write the incident, its classification events and its plan; the incident appears ``planned``.
-    ``published``: receives incident.json and plan.json as written (``Store.create_incident``)."""
+    ``published``: receives the incident and plan records as written (``Store.create_incident``)."""
     classified = [
-        (
-            "failure_classified",
+        pending(
+            FAILURE_CLASSIFIED,
             {
                 "nodeid": failure.nodeid,
                 "fingerprint": failure.fingerprint,
@@ -262,7 +264,7 @@ def capture_incident(
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=snapshot.context or {}),
+                 git=snapshot.context or GitContext()),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
     )
     if warnings is not None:
@@ -283,9 +285,9 @@ def capture_incident(
         invocation_dir=invocation_dir(config) or None,  # verification runs start there too
         ci_run=ci_run or None,
     )
-    context = redactor.redact_obj(run_context(rootdir, list(config.invocation_params.args), git=snapshot.context))
+    context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
-    written: list[tuple[dict[str, Any], Optional[dict[str, Any]]]] = []
+    written: list[tuple[Incident, Optional[Plan]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
     where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
@@ -301,7 +303,7 @@ def capture_incident(
         lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{failure.nodeid or failure.test}")
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
-    return CaptureResult(incident_id, list(failures), lines, incident=written[0][0], plan=written[0][1])
+    return CaptureResult(incident_id, list(failures), written[0][0], written[0][1], lines)
 
 
 def _junit_prefix(config: pytest.Config) -> str:

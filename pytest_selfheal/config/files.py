@@ -28,9 +28,9 @@ import iniconfig
 from pytest_selfheal.config.ini import INI_OVERRIDES
 from pytest_selfheal.config.keys import ROOT_KEY
 from pytest_selfheal.config.settings import (
+    ConfigLayer,
     EffectiveConfig,
     IniValue,
-    Layer,
     Override,
     build_effective_config,
     config_error,
@@ -155,14 +155,12 @@ def read_config_section(path: Path) -> Optional[Any]:
     return document.get(ROOT_KEY)
 
 
-def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[Layer]:
-    """Global then project ``(origin, ralf_lite mapping)`` layers, for the files that have one."""
-    layers: list[Layer] = []
-    for path in [global_config_path(env), *project_config_paths(project_root)]:
-        section = read_config_section(path)
-        if section is not None:
-            layers.append((str(path), section))
-    return layers
+def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[ConfigLayer]:
+    """Global then project layers, for the files that have a ``ralf_lite`` section: every
+    file is read and parsed, then each section checked (ConfigError naming its file)."""
+    paths = [global_config_path(env), *project_config_paths(project_root)]
+    sections = [(str(path), read_config_section(path)) for path in paths]
+    return [ConfigLayer.of(origin, section) for origin, section in sections if section is not None]
 
 
 # --- pytest ini files ---------------------------------------------------------------
@@ -175,11 +173,10 @@ def _toml_loads(text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     # Below 3.11: tomli, a declared dependency there (pytest requires it too).
     tomli = importlib.import_module("tomli")
-    document: dict[str, Any] = tomli.loads(text)
-    return document
+    return dict(tomli.loads(text))
 
 
-def _ini_text(name: str, value: Any) -> str:
+def _ini_text(name: str, value: object) -> str:
     """A TOML value as the text an ini file would hold, keeping list items apart."""
     if isinstance(value, str):
         return value
@@ -190,8 +187,14 @@ def _ini_text(name: str, value: Any) -> str:
     return json.dumps(value, default=str)  # true/false, numbers
 
 
-def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, Any]]:
-    """pytest's options in ``path``; None when the file holds no pytest section."""
+def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:
+    """The ``selfheal*`` options of a pytest section, as ini text."""
+    return {key: _ini_text(key, value) for key, value in options.items() if key.startswith("selfheal")}
+
+
+def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
+    """The ``selfheal*`` options of pytest's section in ``path`` (as ini text); None when the
+    file holds no pytest section."""
     name = path.name
     if name.endswith(".toml"):
         try:
@@ -200,21 +203,21 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, Any]]:
             raise config_error(f"{path}: invalid TOML: {exc}") from None
         if name != "pyproject.toml":
             table = document.get("pytest", {})
-            return dict(table) if isinstance(table, dict) else {}
+            return _selfheal_options(table) if isinstance(table, dict) else {}
         tool = document.get("tool", {})
         pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
         if not isinstance(pytest_table, dict):
             return None
         native = {k: v for k, v in pytest_table.items() if k != "ini_options"}
         section = native or pytest_table.get("ini_options")
-        return dict(section) if isinstance(section, dict) else None
+        return _selfheal_options(section) if isinstance(section, dict) else None
     try:
         ini = iniconfig.IniConfig(str(path), data=text)
     except iniconfig.ParseError as exc:
         raise config_error(f"{path}: invalid ini file at line {exc.lineno + 1}: {exc.msg}") from None
     section_name = "tool:pytest" if name == "setup.cfg" else "pytest"
     if section_name in ini.sections:
-        return dict(ini[section_name].items())
+        return _selfheal_options(dict(ini[section_name].items()))
     return {} if name in ("pytest.ini", ".pytest.ini") else None  # these count even if empty
 
 
@@ -227,8 +230,7 @@ def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]
             continue
         options = _parse_pytest_config(path, text)
         if options is not None:
-            return path, {key: _ini_text(key, value) for key, value in options.items()
-                          if key.startswith("selfheal")}
+            return path, options
     return None
 
 

@@ -194,7 +194,8 @@ SCHEMA: tuple[KeySpec, ...] = (
 SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
 
 
-def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+def nest(flat: Mapping[str, object]) -> dict[str, Any]:
+    """The nested ``ralf_lite`` JSON object of ``{dotted leaf key: value}``."""
     nested: dict[str, Any] = {}
     for dotted, value in flat.items():
         node = nested
@@ -205,7 +206,7 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
-DEFAULTS: dict[str, Any] = nest({spec.key: spec.default for spec in SCHEMA})
+DEFAULTS = nest({spec.key: spec.default for spec in SCHEMA})
 """The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
 
 

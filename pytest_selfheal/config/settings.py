@@ -28,9 +28,9 @@ import importlib
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
 from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
@@ -55,6 +55,7 @@ from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 if TYPE_CHECKING:
+    from pytest_selfheal.hookspecs import ClassificationRule
     from pytest_selfheal.redact import Redactor
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
@@ -65,7 +66,6 @@ _KEY_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 # A value as it arrives from an ini file: text, the lines of a linelist, or unset.
 IniValue = Union[str, Sequence[str], None]
-Layer = tuple[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -79,6 +79,21 @@ class Override(Frozen):
     key: str
     value: Any
     origin: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConfigLayer(Frozen):
+    """One layer of the merge, checked: where it came from (a file path, ``pytest ini (<path>)``,
+    a flag) and its values, ``{dotted leaf key: value}`` (``"apply_to.tdd_tasks": True``)."""
+
+    origin: str
+    values: Mapping[str, Any]  # each value valid for its key (config/keys.py)
+
+    @classmethod
+    def of(cls, origin: str, section: object) -> ConfigLayer:
+        """The layer of a ``ralf_lite`` value as a file gives it (nested objects), checked
+        strictly; ConfigError naming ``origin``, the key and the expected type."""
+        return cls(origin, dict(_flatten(origin, section)))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -174,40 +189,49 @@ class Settings(Frozen):
     gate: GateSettings = GateSettings()
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Settings:
-        """The typed view of a complete, already checked ``ralf_lite`` mapping (a merge's values)."""
-        apply_to, verification = values["apply_to"], values["verification"]
-        repair, redaction = values["repair"], values["redaction"]
-        command = repair["command"]
+    def from_layer(cls, merged: ConfigLayer) -> Settings:
+        """The typed view of a merge's values (every key present, each already checked)."""
+        value = merged.values.__getitem__
+        command = value("repair.command")
         return cls(
-            enabled=values["enabled"],
-            max_iterations=values["max_iterations"],
-            error_fingerprint_repeats=values["error_fingerprint_repeats"],
-            no_progress_repeats=values["no_progress_repeats"],
-            apply_to=ApplyToSettings(apply_to["auto_tasks"], apply_to["autonomous_plans"], apply_to["tdd_tasks"]),
-            max_runtime_minutes=values["max_runtime_minutes"],
-            auto_replan_on_no_progress=values["auto_replan_on_no_progress"],
-            reports_dir=values["reports_dir"],
-            report_path=values["report_path"],
-            log_tail_lines=values["log_tail_lines"],
-            verification=VerificationSettings(
-                tuple(verification["allowlist"]), verification["timeout_seconds"], tuple(verification["args"])
-            ),
+            enabled=value("enabled"),
+            max_iterations=value("max_iterations"),
+            error_fingerprint_repeats=value("error_fingerprint_repeats"),
+            no_progress_repeats=value("no_progress_repeats"),
+            apply_to=ApplyToSettings(value("apply_to.auto_tasks"), value("apply_to.autonomous_plans"),
+                                     value("apply_to.tdd_tasks")),
+            max_runtime_minutes=value("max_runtime_minutes"),
+            auto_replan_on_no_progress=value("auto_replan_on_no_progress"),
+            reports_dir=value("reports_dir"),
+            report_path=value("report_path"),
+            log_tail_lines=value("log_tail_lines"),
+            verification=VerificationSettings(tuple(value("verification.allowlist")),
+                                              value("verification.timeout_seconds"),
+                                              tuple(value("verification.args"))),
             repair=RepairSettings(
                 tuple(command) if command else None,
-                repair["timeout_seconds"],
-                tuple(repair["allowed_paths"]),
-                repair["approve"],
-                repair["allow_test_edits"],
-                repair["allow_binary"],
+                value("repair.timeout_seconds"),
+                tuple(value("repair.allowed_paths")),
+                value("repair.approve"),
+                value("repair.allow_test_edits"),
+                value("repair.allow_binary"),
             ),
-            redaction=RedactionSettings(tuple(redaction["patterns"]), tuple(redaction["env_names"])),
-            classification_rules=tuple(rules_from_config(list(values["classification"]["rules"]))),
-            history=HistorySettings(**values["history"]),
-            mcp=McpSettings(**values["mcp"]),
-            gate=GateSettings(tuple(values["gate"]["pytest_args"]), values["gate"]["timeout_seconds"],
-                              values["gate"]["max_chars"]),
+            redaction=RedactionSettings(tuple(value("redaction.patterns")), tuple(value("redaction.env_names"))),
+            classification_rules=tuple(rules_from_config(list(value("classification.rules")))),
+            history=HistorySettings(value("history.enabled"), value("history.base_branch"),
+                                    value("history.flaky_rate"), value("history.window_days"),
+                                    value("history.quarantine_file")),
+            mcp=McpSettings(value("mcp.max_chars")),
+            gate=GateSettings(tuple(value("gate.pytest_args")), value("gate.timeout_seconds"),
+                              value("gate.max_chars")),
         )
+
+
+class KeyOrigin(TypedDict):
+    """A key's value and where it came from, as ``selfheal config --show-origin --json`` prints it."""
+
+    value: Any
+    origin: str
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -253,7 +277,7 @@ class EffectiveConfig(Frozen):
         """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
         return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
 
-    def with_origins(self) -> dict[str, dict[str, Any]]:
+    def with_origins(self) -> dict[str, KeyOrigin]:
         """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
         return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
                 for key, value, origin in self.leaves()}
@@ -305,7 +329,7 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[s
     return list(value)
 
 
-def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[dict[str, Any]]:
+def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[ClassificationRule]:
     # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
@@ -315,7 +339,8 @@ def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[dic
             rule_from_mapping(rule, f"{where}[{index}]")
         except ConfigError as exc:
             raise config_error(f"{origin}: {exc}") from None
-        rules.append({field: rule[field] for field in RULE_KEYS if field in rule})
+        # A copy of the checked rule (the hook payload's shape: only known keys pass).
+        rules.append(cast("ClassificationRule", {field: rule[field] for field in RULE_KEYS if field in rule}))
     return rules
 
 
@@ -352,22 +377,20 @@ def _known_names(prefix: str) -> list[str]:
     return [key.split(".", 1)[1] for key in SPECS if key.startswith(prefix + ".")]
 
 
-def _flatten(origin: str, data: Any, prefix: str = "") -> dict[str, Any]:
-    """Check one layer's ``ralf_lite`` mapping; return ``{dotted leaf: value}``."""
+def _flatten(origin: str, data: object, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Check one layer's ``ralf_lite`` mapping: ``(dotted leaf, value)`` for each of its leaves."""
     where = f"{ROOT_KEY}.{prefix}" if prefix else ROOT_KEY
     if not isinstance(data, Mapping):
         raise _type_error(origin, where, "an object", data)
-    flat: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         # Files nest objects; a literal "apply_to.tdd_tasks" key is not another spelling.
         if not isinstance(key, str) or "." in key or (dotted not in SPECS and dotted not in GROUPS):
             raise _unknown_key(origin, f"{where}.{key}", str(key), _known_names(prefix))
         if dotted in GROUPS:
-            flat.update(_flatten(origin, value, dotted))  # groups are one level deep
+            yield from _flatten(origin, value, dotted)  # groups are one level deep
         else:
-            flat[dotted] = _check_leaf(origin, f"{ROOT_KEY}.{dotted}", SPECS[dotted], value)
-    return flat
+            yield dotted, _check_leaf(origin, f"{ROOT_KEY}.{dotted}", SPECS[dotted], value)
 
 
 # --- text coercion (ini options and command-line overrides) -------------------------
@@ -425,8 +448,8 @@ def _coerce_text(spec: KeySpec, text: str) -> Any:
     return [line.strip() for line in stripped.splitlines() if line.strip()]
 
 
-def _override_flat(origin: str, key: str, value: Any, label: Optional[str] = None) -> dict[str, Any]:
-    """One override as ``{dotted leaf: value}``: coerced from text if text, then checked.
+def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = None) -> Iterator[tuple[str, Any]]:
+    """One override as ``(dotted leaf, value)`` pairs: coerced from text if text, then checked.
 
     ``label`` names the key in errors when the user wrote something else (an ini name).
     """
@@ -446,7 +469,7 @@ def _override_flat(origin: str, key: str, value: Any, label: Optional[str] = Non
             value = _coerce_text(spec, value)
         except ValueError:
             raise _type_error(origin, where, spec.expected, value) from None
-    return {dotted: _check_leaf(origin, where, spec, value)}
+    return iter([(dotted, _check_leaf(origin, where, spec, value))])
 
 
 def parse_override(text: str, origin: str) -> Override:
@@ -461,25 +484,25 @@ def parse_override(text: str, origin: str) -> Override:
     return Override(_known_key(origin, key), value.strip(), origin)
 
 
-def override_layers(overrides: Sequence[Override]) -> list[Layer]:
-    """Each override as one checked layer ``(origin, ralf_lite mapping)``, in order."""
-    return [(o.origin, nest(_override_flat(o.origin, o.key, o.value))) for o in overrides]
+def override_layers(overrides: Sequence[Override]) -> list[ConfigLayer]:
+    """Each override as one checked layer, in order."""
+    return [ConfigLayer(o.origin, dict(_override_leaves(o.origin, o.key, o.value))) for o in overrides]
 
 
-def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[Layer]:
+def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[ConfigLayer]:
     """The pytest ini options as checked layers: named options first, then ``selfheal_config``.
 
     Unset and empty values are skipped; names that are not config keys (``selfheal``,
     ``selfheal_loop``… which belong to the plugin) are ignored.
     """
-    flat: dict[str, Any] = {}
+    leaves: list[tuple[str, Any]] = []
     for name, dotted in INI_KEYS.items():
         value = ini.get(name)
         if name == INI_OVERRIDES or value is None or len(value) == 0:
             continue
         text = value if isinstance(value, str) else "\n".join(value)
-        flat.update(_override_flat(origin, dotted, text, label=name))
-    layers: list[Layer] = [(origin, nest(flat))] if flat else []
+        leaves.extend(_override_leaves(origin, dotted, text, label=name))
+    layers = [ConfigLayer(origin, dict(leaves))] if leaves else []
     lines = ini.get(INI_OVERRIDES) or []
     for line in lines.splitlines() if isinstance(lines, str) else lines:
         if line.strip():
@@ -490,32 +513,27 @@ def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[Layer]:
 # --- merge --------------------------------------------------------------------------
 
 
-def merge_layers(layers: Sequence[Layer]) -> EffectiveConfig:
-    """Defaults, then each ``(origin, ralf_lite mapping)`` in order, later wins, deep merge.
-
-    Every layer is checked first; a bad one raises ConfigError naming its origin, the key
-    and the expected type, and nothing is returned.
-    """
-    flats = [(origin, _flatten(origin, mapping)) for origin, mapping in layers]
+def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
+    """Defaults, then each (checked) layer in order, later wins, key by key."""
     values = {spec.key: copy.deepcopy(spec.default) for spec in SCHEMA}
     origins = {spec.key: DEFAULT_ORIGIN for spec in SCHEMA}
-    for origin, flat in flats:
-        for dotted, value in flat.items():
-            values[dotted] = value
-            origins[dotted] = origin
-    nested = nest(values)
-    return EffectiveConfig(values=nested, origins=origins, settings=Settings.from_values(nested))
+    for layer in layers:
+        for dotted, value in layer.values.items():
+            values[dotted] = copy.deepcopy(value)  # the result's lists are its own
+            origins[dotted] = layer.origin
+    settings = Settings.from_layer(ConfigLayer("merged", values))
+    return EffectiveConfig(values=nest(values), origins=origins, settings=settings)
 
 
 def build_effective_config(
-    file_layers: Sequence[Layer],
+    file_layers: Sequence[ConfigLayer],
     *,
     ini: Mapping[str, IniValue],
     ini_origin: str,
     overrides: Sequence[Override] = (),
 ) -> EffectiveConfig:
-    """Files, then ini options, then overrides; errors reported in that order."""
-    merge_layers(file_layers)  # report a bad file before a bad ini option or flag
+    """Files, then ini options, then overrides; errors reported in that order (the file
+    layers are checked already, the ini options and overrides are checked here in turn)."""
     return merge_layers([*file_layers, *ini_layers(ini, ini_origin), *override_layers(overrides)])
 
 

@@ -125,7 +125,7 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[st
     time, never holds this run's token, so it is never looped here. (Under ci the plugin's
     agent-in-the-loop mode adopts no open incident: recorder/.)"""
     for row in reversed(store.list_incidents()):  # newest first
-        incident_id = str(row["incident_id"])
+        incident_id = row.incident_id
         if incident_id in before:
             continue
         try:
@@ -329,7 +329,7 @@ def run_ci(
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
-        report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
+        report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins).to_json()
         if verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
                      "disabled by the pytest arguments, or did the capture fail? see the log above)")
@@ -350,7 +350,7 @@ def run_ci(
                 error = exc
                 rep.say(f"selfheal: error: {exc}")
         report = build_report(incidents=[load_incident_run(store, incident_id)],
-                              effective_config=effective.values, origins=effective.origins)
+                              effective_config=effective.values, origins=effective.origins).to_json()
         reason = report.get("stop_reason") or (loop_result and loop_result.stop_reason) or STOP_NONE
         final = str(report.get("final_status") or "unknown")
         repair = loop_result.repair if loop_result is not None else None
@@ -414,7 +414,7 @@ def comment_from_report(
     rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
     _effective, redactor = _load(options, here, source)
     path = _resolve(options.comment_from, here)
-    report = read_report(path)
+    report = read_report(path).to_json()
     info = sanitize_ci_info(report.get("ci"), report)
     number = options.pull_request or info.pull_request or ctx.pull_request_number()
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.

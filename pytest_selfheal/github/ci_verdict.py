@@ -20,9 +20,9 @@ from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.vocab import FinalStatus
-from pytest_selfheal.report.data import dicts, opt_str, strs
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.report.tolerant import dicts, opt_str, strs
 from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 

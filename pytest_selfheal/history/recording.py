@@ -27,6 +27,7 @@ from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import base_branch, quarantine_in_force
 from pytest_selfheal.history.triage import Triage, triage_failure
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.store.events import format_ts
 
 
@@ -79,18 +80,18 @@ def run_info(
     iteration: Optional[int] = None,
     tests_run: Optional[int] = None,
     now: Optional[dt.datetime] = None,
-    git: Optional[Mapping[str, object]] = None,
+    git: Optional[GitContext] = None,
 ) -> hr.RunInfo:
     """The run's record: time, commit and branch (the Actions variables, else ``git`` — the
     caller's git context when it has one — else git itself), CI ids."""
     source = os.environ if env is None else env
     if git is None:
-        git = git_context(project_root) or {}
-    branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.get("branch")
-    commit = source.get("GITHUB_SHA") or git.get("commit")
+        git = git_context(project_root) or GitContext()
+    branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.branch
+    commit = source.get("GITHUB_SHA") or git.commit
     return hr.RunInfo(
         run_key=run_key, recorded_at=format_ts(now), kind=kind, incident_id=incident_id, iteration=iteration,
-        commit=commit if isinstance(commit, str) else None, branch=branch if isinstance(branch, str) else None,
+        commit=commit, branch=branch,
         ci_workflow=source.get("GITHUB_WORKFLOW") or None, ci_job=source.get("GITHUB_JOB") or None,
         ci_run_id=source.get("GITHUB_RUN_ID") or None, tests_run=tests_run,
     )

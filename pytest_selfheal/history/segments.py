@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.history.records import OUTCOMES, RunInfo, TestOutcome
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -37,7 +37,6 @@ REPLACED_DIR = "replaced"
 
 _RUN_FIELDS: tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
                                 "ci_workflow", "ci_job", "ci_run_id", "tests_run")
-_INT_FIELDS = ("iteration", "tests_run")
 
 
 class SegmentError(ValueError):
@@ -67,7 +66,8 @@ class Segment(Frozen):
 
 def encode(segment: Segment) -> bytes:
     """The segment's canonical bytes: sorted keys, no spaces, UTF-8 — equal runs, equal bytes."""
-    data: dict[str, Any] = {
+    replaces = {"replaces": sorted(set(segment.replaces))} if segment.replaces else {}
+    data = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "runs": [
@@ -75,9 +75,8 @@ def encode(segment: Segment) -> bytes:
              "outcomes": [[o.nodeid, o.outcome, o.fingerprint, o.failure_class] for o in item.outcomes]}
             for item in segment.runs
         ],
+        **replaces,
     }
-    if segment.replaces:
-        data["replaces"] = sorted(set(segment.replaces))
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -125,21 +124,24 @@ def _optional_str(value: object, what: str) -> Optional[str]:
     raise SegmentError(f"{what}: expected a string or null")
 
 
+def _optional_int(value: object, what: str) -> Optional[int]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise SegmentError(f"{what}: expected an integer or null")
+    return value
+
+
 def _run(data: object) -> RunInfo:
     if not isinstance(data, Mapping):
         raise SegmentError("a run is not an object")
-    values: dict[str, Any] = {}
-    for name in _RUN_FIELDS:
-        value = data.get(name)
-        if name in _INT_FIELDS:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise SegmentError(f"run.{name}: expected an integer or null")
-            values[name] = value
-        else:
-            values[name] = _optional_str(value, f"run.{name}")
-    if not values["run_key"] or not values["recorded_at"] or not values["kind"]:
+    # Checked in _RUN_FIELDS order (the first bad field is the one named).
+    run_key, recorded_at, kind, incident_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[:4])
+    iteration = _optional_int(data.get("iteration"), "run.iteration")
+    commit, branch, ci_workflow, ci_job, ci_run_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[5:10])
+    tests_run = _optional_int(data.get("tests_run"), "run.tests_run")
+    if not run_key or not recorded_at or not kind:
         raise SegmentError("a run without run_key, recorded_at or kind")
-    return RunInfo(**values)
+    return RunInfo(run_key, recorded_at, kind, incident_id, iteration, commit, branch, ci_workflow, ci_job,
+                   ci_run_id, tests_run)
 
 
 def _outcome(data: object) -> TestOutcome:

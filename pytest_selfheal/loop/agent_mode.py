@@ -89,9 +89,9 @@ def open_incidents(store: Store) -> list[OpenIncident]:
     """Inbox incidents still looping (planned/running) with a readable plan; others are skipped."""
     found = []
     for summary in store.list_incidents():
-        if summary.get("bucket") != "inbox" or summary.get("status") not in OPEN_STATUSES:
+        if summary.bucket != "inbox" or summary.status not in OPEN_STATUSES:
             continue
-        incident_id = str(summary["incident_id"])
+        incident_id = summary.incident_id
         try:
             incident = store.read_incident(incident_id)
             plan = store.read_plan(incident_id)

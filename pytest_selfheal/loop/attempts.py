@@ -32,7 +32,7 @@ from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.resume import (
-    capture_diff_hash,
+    capture_hash_on_disk,
     has_event,
     minutes_between,
     observations_from_disk,
@@ -304,7 +304,7 @@ def record_iteration(
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
             return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
-        previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
+        previous = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
@@ -482,7 +482,7 @@ def finalize(
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         if observations is None:
-            observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
+            observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,

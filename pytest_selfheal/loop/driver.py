@@ -45,7 +45,7 @@ from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import option_record
 from pytest_selfheal.loop.resume import (
-    capture_diff_hash,
+    capture_hash_on_disk,
     minutes_between,
     observations_from_disk,
     pending_on_disk,
@@ -297,7 +297,7 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
     with store.lock():
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
+        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
@@ -364,7 +364,7 @@ def _drive(
     while True:
         state.check()
         attempts = store.read_attempts(incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(store, incident_id, incident))
+        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)

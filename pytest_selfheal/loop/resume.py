@@ -5,7 +5,7 @@
 at every step, never from memory:
 
 - the loop runs (:func:`split_runs`) and their observations (:func:`observations_from_disk`),
-  with the capture's diff hash (:func:`capture_diff_hash`);
+  with the capture's diff hash (:func:`capture_diff_hash`, :func:`capture_hash_on_disk`);
 - a recorded stop whose close-out has not completed (:func:`pending_stop`,
   :func:`pending_on_disk`), rebuilt as the same :class:`policy.Decision`;
 - the events a kill may have lost between a file and its log line (:func:`recover_events`),
@@ -17,7 +17,7 @@ at every step, never from memory:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -25,6 +25,7 @@ from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import freeze
@@ -89,24 +90,30 @@ def split_runs(
     return attempts[boundary], list(attempts[boundary + 1:])
 
 
-def capture_diff_hash(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
+def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) -> Optional[str]:
     """The working-tree diff hash at capture time, or None when unknown.
 
     ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
     ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
-    at that commit (gitrepo.clean_tree_hash); otherwise unknown (context.json is read
-    only then, and a missing or bad one never blocks the loop: it is informative only).
+    at that commit (gitrepo.clean_tree_hash); otherwise unknown.
     """
+    if incident.diff_hash:
+        return incident.diff_hash
+    commit = context.git.clean_commit if context is not None and context.git is not None else None
+    return clean_tree_hash(commit) if commit is not None else None
+
+
+def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
+    """:func:`capture_diff_hash` of the incident, reading ``context.json`` only when
+    ``incident.json`` has no diff hash (a missing or bad one never blocks the loop: it is
+    informative only)."""
     if incident.diff_hash:
         return incident.diff_hash
     try:
         context = store.read_context(incident_id)
     except (InputError, NotFoundError, StoreIOError):
         return None
-    git_info = context.get("git")
-    if isinstance(git_info, Mapping) and git_info.get("dirty") is False and isinstance(git_info.get("commit"), str):
-        return clean_tree_hash(str(git_info["commit"]))
-    return None
+    return capture_diff_hash(incident, context)
 
 
 def observations_from_disk(
@@ -317,6 +324,7 @@ def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
 
 __all__ = [
     "capture_diff_hash",
+    "capture_hash_on_disk",
     "has_event",
     "minutes_between",
     "observations_from_disk",

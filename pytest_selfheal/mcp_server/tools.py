@@ -141,7 +141,7 @@ class Project:
 
     def incident_ids(self, limit: int = 50) -> list[str]:
         """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
-        return [str(row["incident_id"]) for row in reversed(self.store().list_incidents())][:limit]
+        return [row.incident_id for row in reversed(self.store().list_incidents())][:limit]
 
     def _limit(self, effective: EffectiveConfig) -> int:
         return int(effective.settings.mcp.max_chars)
@@ -155,8 +155,8 @@ class Project:
         if not rows:
             return ToolResult(f"no incidents in {self.store(effective).root}; call run_tests to run the suite")
         lines = [
-            f"{row['incident_id']}  {row['status']}  {row['bucket']}  attempts {row.get('attempts', 0)}  "
-            + one_line(row.get("error") if row["status"] == "corrupted" else row.get("error_signature"), 160)
+            f"{row.incident_id}  {row.status}  {row.bucket}  attempts {row.attempts}  "
+            + one_line(row.error if row.corrupted else row.error_signature, 160)
             for row in rows
         ]
         head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
@@ -391,7 +391,7 @@ class Project:
         if verdict["status"] == FinalStatus.RESOLVED:
             return f"done: {verdict['incident_id']} is archived as resolved"
         report = build_from_store(store, [str(verdict["incident_id"])], self.root)
-        action = one_line(report.get("recommended_next_action") or "read the loop report", 500)
+        action = one_line(report.recommended_next_action or "read the loop report", 500)
         # The agent's step is to stop; the rest is for the user it hands over to.
         return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 

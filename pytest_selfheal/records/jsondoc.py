@@ -81,7 +81,12 @@ def _expected(path: str, names: str, value: Any) -> FieldError:
 
 # --------------------------------------------------------------------------- JSON Schema of a parser
 
-Schema = dict[str, Any]
+# The two JSON object types of the package's documents: as ``json.loads`` gives and ``json.dumps``
+# takes one (what ``to_json`` writes, a JSON Schema), and as a record holds one it does not
+# model, read-only (``freeze``). Records type everything else.
+JsonObject = dict[str, Any]
+FrozenObject = Mapping[str, Any]
+Schema = JsonObject
 # The JSON Schema of each parser, built on demand (a record's schema names other records').
 _SCHEMAS: dict[Callable[..., Any], Callable[[], Schema]] = {}
 P = TypeVar("P", bound=Callable[..., Any])
@@ -163,11 +168,11 @@ def boolean(value: Any, path: str) -> bool:
 
 
 @partial(_declares, schema=lambda: {"type": "object"})
-def json_object(value: Any, path: str) -> Mapping[str, Any]:
+def json_object(value: Any, path: str) -> FrozenObject:
     """Any object, frozen (its content is not checked)."""
     if not isinstance(value, dict):
         raise _expected(path, "object", value)
-    return cast(Mapping[str, Any], freeze(value))
+    return cast(FrozenObject, freeze(value))
 
 
 @partial(_declares, schema=lambda: {"type": "array"})
@@ -383,18 +388,13 @@ class JsonRecord(Frozen):
         for field in cls.FIELDS:
             if field.required and field.key not in doc:
                 raise FieldError(child(path, field.key), "required field missing")
-        values: dict[str, Any] = {}
-        extra: list[tuple[str, Any]] = []
-        for key, value in doc.items():
-            spec = known.get(key)
-            if spec is None:
-                extra.append((key, freeze(value)))
-            else:
-                values[spec.name] = spec.parse(value, child(path, key))
+        values = {known[key].name: known[key].parse(value, child(path, key))
+                  for key, value in doc.items() if key in known}
+        extra = tuple((key, freeze(value)) for key, value in doc.items() if key not in known)
         build = cast(Callable[..., R], cls)
-        return build(**values, keys=tuple(doc), extra=tuple(extra))
+        return build(**values, keys=tuple(doc), extra=extra)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The JSON document (a fresh dict): the read keys in their order, values as read."""
         known = {field.key: field for field in self.FIELDS}
         extras = dict(self.extra)
@@ -405,7 +405,7 @@ class JsonRecord(Frozen):
             if field.key not in seen and getattr(self, field.name) != defaults.get(field.name):
                 order.append(field.key)
         order.extend(key for key, _ in self.extra if key not in seen)
-        doc: dict[str, Any] = {}
+        doc: JsonObject = {}
         for key in order:
             spec = known.get(key)
             if spec is not None:
@@ -419,8 +419,9 @@ class JsonRecord(Frozen):
         return dict(self.extra).get(key, default)
 
 
-def _defaults(cls: type) -> dict[str, Any]:
-    defaults: dict[str, Any] = {}
+def _defaults(cls: type) -> dict[str, object]:
+    """Each dataclass field's default (a fresh one from a factory); fields without one left out."""
+    defaults: dict[str, object] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         if f.default is not dataclasses.MISSING:
             defaults[f.name] = f.default
@@ -429,6 +430,6 @@ def _defaults(cls: type) -> dict[str, Any]:
     return defaults
 
 
-def empty_map() -> Mapping[str, Any]:
+def empty_map() -> FrozenObject:
     """A fresh empty read-only mapping: the default of an absent object field."""
     return MappingProxyType({})

@@ -9,7 +9,7 @@ Everything here is plain data: no I/O, no pytest objects (a ``Failure`` becomes 
 from __future__ import annotations
 
 from dataclasses import field, fields
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, RootCause
@@ -100,10 +100,6 @@ class Failure(Frozen):
         # Every field, in order; root_cause absent, not null, when unknown (verification
         # failures never have one).
         return tuple(f.name for f in fields(self) if f.name != "root_cause" or self.root_cause is not None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The failure as JSON (``root_cause`` absent, not null, when unknown)."""
-        return self.to_entry().to_json()
 
     def to_entry(self) -> FailureEntry:
         """The failure as an incident's ``failures`` entry, written with the same keys

@@ -3,7 +3,7 @@
 :class:`ReportDoc` declares the fields a report read back from a file must have, with
 their types (docs/report.md "Validation"); every other key is kept as read, so
 ``ReportDoc.from_json(doc, where).to_json()`` is ``doc`` again. The ``schema_version``
-gate stays with ``report.data.validate_report``. :class:`IncidentView` is one incident as
+gate stays with ``report.data.parse_report``. :class:`IncidentView` is one incident as
 ``selfheal show`` and the MCP ``show`` tool read it (built by ``report.incident_view``). Pure.
 """
 
@@ -79,6 +79,10 @@ class ReportIncidentDoc(JsonRecord):
         Field("fingerprints_per_iteration", json_array, required=True),
         Field("tests_fixed", json_array, required=True),
         Field("flaky_tests", json_array, required=True),
+        # Read by the plan-level rules (report.data.finish_report), any value accepted.
+        Field("finished", any_value),
+        Field("triage", any_value),
+        Field("handoff", any_value),
     )
 
     incident_id: str = ""
@@ -92,6 +96,9 @@ class ReportIncidentDoc(JsonRecord):
     fingerprints_per_iteration: tuple[Any, ...] = ()
     tests_fixed: tuple[Any, ...] = ()
     flaky_tests: tuple[Any, ...] = ()
+    finished: Any = True  # absent in a report of an older version: finished
+    triage: Any = ()
+    handoff: Any = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
@@ -287,11 +294,12 @@ class TaskEntry(Frozen):
     signature: Optional[str]
     failure_type: Optional[str]
     where: Optional[str] = None  # the top suspect, when the plan has it
+    label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents
 
     def to_json(self) -> dict[str, object]:
-        """The task's object in the report JSON (``label``: the task id until the report labels it)."""
+        """The task's object in the report JSON (``label``: the task id unless labelled)."""
         data: dict[str, object] = {
-            "task": self.task, "label": self.task, "title": self.title, "nodeids": list(self.nodeids),
+            "task": self.task, "label": self.label or self.task, "title": self.title, "nodeids": list(self.nodeids),
             "attempts": self.attempts, "stop_reason": self.stop_reason, "passed": self.passed,
             "flaky": self.flaky, "fingerprint": self.fingerprint, "fingerprints": list(self.fingerprints),
             "signature": self.signature, "failure_type": self.failure_type,
@@ -371,3 +379,58 @@ class IncidentEntry(Frozen):
             "new_failures": [f.to_json() for f in self.new_failures], "triage": list(self.triage),
             "decision_point": self.decision_point, "handoff": self.handoff,
         }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReportOutcome(Frozen):
+    """The plan-level fields of a report, derived from its incidents (docs/report.md), and
+    each incident's task labels (``labels[i][j]``: incident i, task j)."""
+
+    auto_tasks_looped: int
+    total_retries: int
+    triage_summary: Optional[Mapping[str, object]]
+    stop_reason: object  # the deciding incident's, as its entry has it (a merged shard's as read)
+    final_status: object
+    recommended_next_action: str
+    deciding_incident: Optional[str]
+    labels: tuple[tuple[str, ...], ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The plan-level keys of the report JSON."""
+        return {
+            "auto_tasks_looped": self.auto_tasks_looped, "total_retries": self.total_retries,
+            "triage_summary": self.triage_summary, "stop_reason": self.stop_reason,
+            "final_status": self.final_status, "recommended_next_action": self.recommended_next_action,
+            "deciding_incident": self.deciding_incident,
+        }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ShardEntry(Frozen):
+    """One shard of a merged report as ``report.merge`` writes it (``shards[]``)."""
+
+    name: str
+    incidents: tuple[str, ...]  # the incidents the merge took from it
+    duplicates: tuple[str, ...]  # those already in an earlier shard
+    stop_reason: object  # the shard's plan-level values, as read
+    final_status: object
+    total_retries: object
+
+    def to_json(self) -> dict[str, object]:
+        """The shard's object in the report JSON."""
+        return {"name": self.name, "incidents": list(self.incidents), "duplicates": list(self.duplicates),
+                "stop_reason": self.stop_reason, "final_status": self.final_status,
+                "total_retries": self.total_retries}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConfigDifferenceEntry(Frozen):
+    """A shard whose config differs from the first shard's (``config_differences[]``)."""
+
+    shard: str
+    keys: tuple[str, ...]
+    values: Mapping[str, object]  # {dotted key: the shard's value}, JSON
+
+    def to_json(self) -> dict[str, object]:
+        """The difference's object in the report JSON."""
+        return {"shard": self.shard, "keys": list(self.keys), "values": dict(self.values)}

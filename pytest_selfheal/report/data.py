@@ -1,8 +1,8 @@
 """The ``## RALF Lite Loop Report`` data: the report JSON and its validation.
 
-Pure: no file I/O, no clock. The input is plain dicts as the store reads them
-(``incident.json``, ``plan.json``, ``attempt_XX.json``, ``run_result.json``) wrapped in
-:class:`IncidentRun`; the output is the report JSON (``build_report``). ``validate_report``
+Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
+``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report
+JSON as a ``ReportDoc`` (``build_report``). ``parse_report``
 checks a report JSON read back from a file; ``report.merge`` unites shard reports and
 ``report.render`` turns a report into markdown and terminal lines. Every field and rule is
 documented in docs/report.md; keep the two in step.
@@ -15,135 +15,84 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.history.triage import report_triage, triage_summary
+from pytest_selfheal.history.triage import report_triage
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.jsondoc import JsonRecord, thaw
 from pytest_selfheal.records.models import TOOLING_ENV
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
-from pytest_selfheal.records.vocab import FinalStatus, StopReason
-
-REPORT_SCHEMA_VERSION = 1
-REPORT_TITLE = "RALF Lite Loop Report"
+from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, assemble_report, finish_report
+from pytest_selfheal.report.tolerant import strs, unique
 
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
 RUN_RESULT_ORIGIN = "run_result.json"
-
-# Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
-# Outcome: escalated, then replan_requested, then not finished, then resolved last.
-_OUTCOME_RANK: dict[str, int] = {
-    FinalStatus.ESCALATED: 0,
-    FinalStatus.REPLAN_REQUESTED: 1,
-    FinalStatus.RESOLVED: 3,
-}
-_UNFINISHED_RANK = 2
-# Stop reasons in the loop's own precedence (most specific diagnosis first), except that
-# success ranks last and "no stop reason yet" just before it.
-REASON_ORDER: tuple[Optional[str], ...] = tuple(
-    r for r in policy.PRECEDENCE if r != StopReason.SUCCESS
-) + (None, StopReason.SUCCESS)
-
 
 # --------------------------------------------------------------------------- input
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IncidentRun(Frozen):
-    """One incident's files as read from the store: the input of :func:`build_report`.
+    """One incident's records as read from the store: the input of :func:`build_report`.
 
     ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
-    ``incident["status"]`` should carry the authoritative status (``status.txt``).
+    ``incident.status`` should carry the authoritative status (``status.txt``).
     """
 
-    incident: Mapping[str, object]
-    plan: Optional[Mapping[str, object]] = None
-    attempts: Sequence[Mapping[str, object]] = ()
-    run_result: Optional[Mapping[str, object]] = None
+    incident: Incident
+    plan: Optional[Plan] = None
+    attempts: Sequence[Attempt] = ()
+    run_result: Optional[RunResult] = None
     bucket: str = INBOX
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (the shape of the golden-file inputs)."""
         return {
-            "incident": copy.deepcopy(dict(self.incident)),
-            "plan": copy.deepcopy(dict(self.plan)) if self.plan is not None else None,
-            "attempts": [copy.deepcopy(dict(a)) for a in self.attempts],
-            "run_result": copy.deepcopy(dict(self.run_result)) if self.run_result is not None else None,
+            "incident": self.incident.to_json(),
+            "plan": self.plan.to_json() if self.plan is not None else None,
+            "attempts": [a.to_json() for a in self.attempts],
+            "run_result": self.run_result.to_json() if self.run_result is not None else None,
             "bucket": self.bucket,
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "incident run") -> IncidentRun:
-        """The inverse of :meth:`to_dict`; ``InputError`` naming ``source`` on a bad shape."""
+    def from_dict(cls, data: object, source: str = "incident run") -> IncidentRun:
+        """The inverse of :meth:`to_dict` (a golden input's JSON); ``InputError`` naming ``source`` on a bad shape."""
         if not isinstance(data, Mapping):
             raise InputError(f"{source}: expected an object")
         incident = data.get("incident")
-        if not isinstance(incident, Mapping) or not isinstance(incident.get("incident_id"), str):
+        if not isinstance(incident, dict) or not isinstance(incident.get("incident_id"), str):
             raise InputError(f"{source}: 'incident' must be an object with a string incident_id")
         plan = data.get("plan")
         run_result = data.get("run_result")
         attempts = data.get("attempts", [])
-        if plan is not None and not isinstance(plan, Mapping):
+        if plan is not None and not isinstance(plan, dict):
             raise InputError(f"{source}: 'plan' must be an object or null")
-        if run_result is not None and not isinstance(run_result, Mapping):
+        if run_result is not None and not isinstance(run_result, dict):
             raise InputError(f"{source}: 'run_result' must be an object or null")
-        if not isinstance(attempts, list) or not all(isinstance(a, Mapping) for a in attempts):
+        if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
             raise InputError(f"{source}: 'attempts' must be a list of objects")
         bucket = data.get("bucket", INBOX)
         if not isinstance(bucket, str):
             raise InputError(f"{source}: 'bucket' must be a string")
-        return cls(incident, plan, tuple(attempts), run_result, bucket)
-
-
-# --------------------------------------------------------------------------- tolerant readers
-# The records are plain dicts from disk: read each field tolerantly (a wrong type reads as
-# the default) so one odd record never stops a report. Rendering uses these too.
-
-
-def as_str(value: Any, default: str = "") -> str:
-    """``value`` if it is a string, else ``default``."""
-    return value if isinstance(value, str) else default
-
-
-def opt_str(value: Any) -> Optional[str]:
-    """``value`` if it is a string, else None."""
-    return value if isinstance(value, str) else None
-
-
-def as_int(value: Any, default: int = 0) -> int:
-    """``value`` if it is an int (not a bool), else ``default``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def opt_bool(value: Any) -> Optional[bool]:
-    """``value`` if it is a bool, else None."""
-    return value if isinstance(value, bool) else None
-
-
-def dicts(value: Any) -> list[Mapping[str, object]]:
-    """The mappings in a list ``value`` (others dropped); [] when it is no list."""
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
-
-
-def strs(value: Any) -> list[str]:
-    """The strings in a list ``value`` (others dropped); [] when it is no list."""
-    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
-
-
-def unique(items: Iterable[str]) -> list[str]:
-    """``items`` without repeats, in first-seen order."""
-    return list(dict.fromkeys(items))
-
-
-def _nodeid(failure: Mapping[str, object]) -> Optional[str]:
-    """A failure's selection: its pytest node id, else its runner-independent test identity."""
-    return opt_str(failure.get("nodeid")) or opt_str(failure.get("test"))
+        return cls(
+            Incident.from_json(incident, f"{source}: incident"),
+            Plan.from_json(plan, f"{source}: plan") if plan is not None else None,
+            tuple(Attempt.from_json(a, f"{source}: attempts[{i}]") for i, a in enumerate(attempts)),
+            RunResult.from_json(run_result, f"{source}: run_result") if run_result is not None else None,
+            bucket,
+        )
 
 
 def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
@@ -202,9 +151,8 @@ def _resolve_config(
         given = _unwrap_config(effective_config)
     else:
         for run in runs:
-            recorded = (run.run_result or {}).get("effective_config")
-            if isinstance(recorded, Mapping):
-                given, given_origin = _unwrap_config(recorded), RUN_RESULT_ORIGIN
+            if run.run_result is not None and _recorded(run.run_result, "effective_config"):
+                given, given_origin = _unwrap_config(thaw(run.run_result.effective_config)), RUN_RESULT_ORIGIN
                 break
     values = _deep_merge(DEFAULTS, given or {})
     named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
@@ -220,34 +168,33 @@ def _resolve_config(
     return values, resolved
 
 
-def _iteration_entry(attempt: Mapping[str, object]) -> IterationEntry:
-    raw_outcomes = attempt.get("outcomes")
+def _recorded(record: JsonRecord, key: str) -> bool:
+    """True when ``record``'s document has ``key`` (a record built in code has every field)."""
+    return record.keys is None or key in record.keys
+
+
+def _iteration_entry(attempt: Attempt) -> IterationEntry:
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
-    not_run = set(strs(attempt.get("not_run")))
-    outcomes = (
-        {str(k): str(v) for k, v in sorted(raw_outcomes.items(), key=lambda kv: str(kv[0])) if str(k) not in not_run}
-        if isinstance(raw_outcomes, Mapping)
-        else {}
-    )
-    repair = attempt.get("repair")
+    not_run = set(strs(attempt.get_extra("not_run")))
+    repair = attempt.repair
     return IterationEntry(
-        iteration=as_int(attempt.get("iteration")),
-        mode=opt_str(attempt.get("mode")),
-        started_at=opt_str(attempt.get("started_at")),
-        finished_at=opt_str(attempt.get("finished_at")),
-        result=opt_str(attempt.get("result")),
-        stop_reason=opt_str(attempt.get("stop_reason")),
-        verification_passed=attempt.get("verification_passed") is True,
-        outcomes=outcomes,
-        fingerprints=tuple(as_str(f.get("fingerprint")) for f in dicts(attempt.get("failures")) if f.get("fingerprint")),
-        error_signature=opt_str(attempt.get("error_signature")),
-        fingerprint_changed=opt_bool(attempt.get("fingerprint_changed")),
-        progress=opt_bool(attempt.get("progress")),
-        progress_reasons=tuple(strs(attempt.get("progress_reasons"))),
-        diff_hash=opt_str(attempt.get("diff_hash")),
-        repair_result=opt_str(repair.get("result")) if isinstance(repair, Mapping) else None,
-        timed_out=attempt.get("timed_out") is True,
+        iteration=attempt.iteration,
+        mode=attempt.mode,
+        started_at=attempt.started_at,
+        finished_at=attempt.finished_at,
+        result=attempt.result,
+        stop_reason=attempt.stop_reason,
+        verification_passed=attempt.verification_passed,
+        outcomes={k: v for k, v in sorted(attempt.outcomes.items()) if k not in not_run},
+        fingerprints=tuple(f.fingerprint for f in attempt.failures if f.fingerprint),
+        error_signature=attempt.error_signature,
+        fingerprint_changed=attempt.fingerprint_changed,
+        progress=attempt.progress,
+        progress_reasons=attempt.progress_reasons,
+        diff_hash=attempt.diff_hash,
+        repair_result=repair.result if repair is not None and _recorded(repair, "result") else None,
+        timed_out=attempt.timed_out is True,
     )
 
 
@@ -280,9 +227,8 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[IterationEntry])
 def _observations(run: IncidentRun) -> list[policy.Observation]:
     """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
-        # The report's inputs are JSON documents (golden inputs, hand-made runs): parsed here.
-        capture = policy.capture_observation(Incident.from_json(dict(run.incident), "incident"))
-        return [capture] + [policy.observation_from_attempt(Attempt.from_json(dict(a), "attempt")) for a in run.attempts]
+        capture = policy.capture_observation(run.incident)
+        return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
     except (InputError, ValueError, TypeError, KeyError, AttributeError):
         return []
 
@@ -305,11 +251,16 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
         return f"Investigate manually: selfheal show {incident_id}"
 
 
+def _failure_id(failure: FailureEntry) -> Optional[str]:
+    """A failure's selection: its pytest node id, else its runner-independent test identity."""
+    return failure.nodeid or failure.test or None
+
+
 def _incident_entry(run: IncidentRun) -> IncidentEntry:
     incident = run.incident
-    incident_id = as_str(incident.get("incident_id"))
-    status = as_str(incident.get("status"), "new")
-    attempts = sorted(run.attempts, key=lambda a: as_int(a.get("iteration")))
+    incident_id = incident.incident_id
+    status = incident.status or "new"
+    attempts = sorted(run.attempts, key=lambda a: a.iteration)
     iterations = [_iteration_entry(a) for a in attempts]
     rr = run.run_result
     last = iterations[-1] if iterations else None
@@ -317,30 +268,30 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     if policy.stop_is_history(policy.stop_history_after(incident), last.iteration if last else 0, status):
         rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
-    stop_reason: Optional[str] = opt_str(rr.get("stop_reason")) if rr is not None else None
+    stop_reason: Optional[str] = rr.stop_reason if rr is not None else None
     if stop_reason is None and stopped_attempt and last is not None:
         stop_reason = last.stop_reason
-    final_status = as_str(rr.get("final_status"), status) if rr is not None else status
-    loops_used = as_int(rr.get("loops_used"), len(iterations)) if rr is not None else len(iterations)
+    final_status = rr.final_status if rr is not None else status
+    loops_used = rr.loops_used if rr is not None else len(iterations)
 
-    failures = dicts(incident.get("failures"))
-    capture_fps = [as_str(f.get("fingerprint")) for f in failures if f.get("fingerprint")]
-    fingerprints_per_iteration = (tuple(capture_fps),) + tuple(i.fingerprints for i in iterations)
+    failures = incident.failures
+    capture_fps = tuple(f.fingerprint for f in failures if f.fingerprint)
+    fingerprints_per_iteration = (capture_fps,) + tuple(i.fingerprints for i in iterations)
 
     # The loop's own verdicts when recorded; else the same rules over the recorded observations.
-    recorded = rr or {}
-    needs_observations = "flaky_tests" not in recorded or "tests_fixed" not in recorded
-    observations = _observations(run) if needs_observations else []
-    flaky = strs(recorded["flaky_tests"]) if "flaky_tests" in recorded else (
+    has_flaky = rr is not None and _recorded(rr, "flaky_tests")
+    has_fixed = rr is not None and _recorded(rr, "tests_fixed")
+    observations = _observations(run) if not (has_flaky and has_fixed) else []
+    flaky = list(rr.flaky_tests) if rr is not None and has_flaky else (
         policy.flaky_tests(observations) if observations else [])
-    fixed = strs(recorded["tests_fixed"]) if "tests_fixed" in recorded else (
+    fixed = list(rr.tests_fixed) if rr is not None and has_fixed else (
         policy.fixed_tests(observations) if observations else [])
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
 
     tasks: list[TaskEntry] = []
-    for action in dicts((run.plan or {}).get("actions")):
-        nodeids = strs(action.get("nodeids"))
+    for action in run.plan.actions if run.plan is not None else ():
+        nodeids = action.nodeids
         count, passed = _task_progress(nodeids, iterations)
         if passed:
             task_stop: Optional[str] = StopReason.SUCCESS
@@ -349,41 +300,40 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         else:
             task_stop = None  # not run (yet), or never verified by the loop
         tasks.append(TaskEntry(
-            task=as_str(action.get("id"), f"A{len(tasks) + 1}"),
-            title=as_str(action.get("title")),
-            nodeids=tuple(nodeids),
+            task=action.id or f"A{len(tasks) + 1}",
+            title=action.title,
+            nodeids=nodeids,
             attempts=count,
             stop_reason=task_stop,
             passed=passed,
             flaky=bool(nodeids) and passed and all(n in flaky for n in nodeids),
-            fingerprint=opt_str(action.get("fingerprint")),
-            fingerprints=tuple(strs(action.get("fingerprints"))),
-            signature=opt_str(action.get("signature")),
-            failure_type=opt_str(action.get("failure_type")),
-            where=opt_str(action.get("where")),  # the top suspect
+            fingerprint=action.fingerprint,
+            fingerprints=action.fingerprints,
+            signature=action.signature,
+            failure_type=action.failure_type,
+            where=action.where,  # the top suspect
         ))
 
     new_failures: list[NewFailureEntry] = []
     seen: set[tuple[str, str]] = set()
     for attempt in attempts:
-        for failure in dicts(attempt.get("new_failures")):
-            key = (_nodeid(failure) or "", as_str(failure.get("fingerprint")))
+        for failure in attempt.new_failures:
+            key = (_failure_id(failure) or "", failure.fingerprint)
             if key in seen:
                 continue
             seen.add(key)
             new_failures.append(NewFailureEntry(
-                nodeid=_nodeid(failure),
-                fingerprint=opt_str(failure.get("fingerprint")),
-                signature=opt_str(failure.get("signature")),
-                failure_type=opt_str(failure.get("failure_type")),
-                iteration=as_int(attempt.get("iteration")),
+                nodeid=_failure_id(failure),
+                fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
+                signature=failure.signature if _recorded(failure, "signature") else None,
+                failure_type=failure.failure_type if _recorded(failure, "failure_type") else None,
+                iteration=attempt.iteration,
             ))
 
-    tooling = any(f.get("failure_type") == TOOLING_ENV for f in failures)
+    tooling = any(f.failure_type == TOOLING_ENV for f in failures)
     recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None, tooling)
-    recorded_handoff = rr.get("handoff") if rr is not None else None
-    if isinstance(recorded_handoff, Mapping):
-        handoff = copy.deepcopy(dict(recorded_handoff))
+    if rr is not None and rr.handoff is not None:
+        handoff = rr.handoff.to_json()  # the loop's handoff, copied as recorded
         if isinstance(handoff.get("recommended_next_action"), str):
             recommended = handoff["recommended_next_action"]
     else:
@@ -394,112 +344,39 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             "flaky_tests": list(flaky),
         }
     handoff["recommended_next_action"] = recommended
-    decision = rr.get("decision_point") if rr is not None else None
-    run_config = rr.get("effective_config") if rr is not None else None
-    runtime = rr.get("runtime_minutes") if rr is not None else None
+    has_config = rr is not None and _recorded(rr, "effective_config")
 
     return IncidentEntry(
         incident_id=incident_id,
         status=status,
         bucket=run.bucket,
-        created_at=opt_str(incident.get("created_at")),
-        step=opt_str(incident.get("step")),
-        failure_class=opt_str(incident.get("failure_class")),
-        error_signature=opt_str(incident.get("error_signature")),
-        capture_tests=tuple(unique(n for n in (_nodeid(f) for f in failures) if n)),
-        plan_revision=as_int((run.plan or {}).get("revision"), 1) if run.plan is not None else None,
+        created_at=incident.created_at,
+        step=incident.step,
+        failure_class=incident.failure_class,
+        error_signature=incident.error_signature,
+        capture_tests=tuple(unique(n for n in (_failure_id(f) for f in failures) if n)),
+        plan_revision=(run.plan.revision or 1) if run.plan is not None else None,
         finished=finished,
         final_status=final_status,
         stop_reason=stop_reason,
         loops_used=loops_used,
-        same_error_repeats=as_int(rr.get("same_error_repeats")) if rr is not None else None,
-        runtime_minutes=runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
-        archived_to=opt_str(rr.get("archived_to")) if rr is not None else None,
-        run_config=copy.deepcopy(dict(_unwrap_config(run_config))) if isinstance(run_config, Mapping) else None,
+        same_error_repeats=rr.same_error_repeats if rr is not None else None,
+        runtime_minutes=rr.runtime_minutes if rr is not None else None,
+        archived_to=rr.archived_to if rr is not None else None,
+        run_config=_unwrap_config(thaw(rr.effective_config)) if rr is not None and has_config else None,
         tasks=tuple(tasks),
         iterations=tuple(iterations),
         fingerprints_per_iteration=fingerprints_per_iteration,
         tests_fixed=tuple(tests_fixed),
         flaky_tests=tuple(unique(flaky)),
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
-        tests_edited=tuple(strs(attempts[-1].get("tests_edited"))) if attempts else (),
-        unverified_failures=as_int(incident.get("unverified_failures")),
+        tests_edited=attempts[-1].tests_edited if attempts else (),
+        unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures),
-        triage=tuple(report_triage(failures, flaky)),
-        decision_point=copy.deepcopy(dict(decision)) if isinstance(decision, Mapping) else None,
+        triage=tuple(report_triage([f.to_json() for f in failures], flaky)),
+        decision_point=rr.decision_point.to_json() if rr is not None and rr.decision_point is not None else None,
         handoff=handoff,
     )
-
-
-def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
-    """The shortest common suffix length (from 6) that tells the incidents apart."""
-    ids = unique(incident_ids)
-    longest = max((len(i) for i in ids), default=0)
-    for size in range(6, longest + 1):
-        suffixes = {i: (i if len(i) <= size else "…" + i[-size:]) for i in ids}
-        if len(set(suffixes.values())) == len(ids):
-            return suffixes
-    return {i: i for i in ids}
-
-
-def _label_tasks(incidents: list[dict[str, Any]]) -> None:
-    """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
-    owners: dict[str, set[str]] = {}
-    for entry in incidents:
-        for task in entry["tasks"]:
-            owners.setdefault(str(task["task"]), set()).add(str(entry["incident_id"]))
-    collide = any(len(ids) > 1 for ids in owners.values())
-    short = _short_ids([str(e["incident_id"]) for e in incidents])
-    for entry in incidents:
-        for task in entry["tasks"]:
-            task["label"] = f"{task['task']} ({short[str(entry['incident_id'])]})" if collide else str(task["task"])
-
-
-def _severity(entry: Mapping[str, object]) -> tuple[int, int]:
-    outcome = _OUTCOME_RANK.get(str(entry.get("final_status")), _UNFINISHED_RANK)
-    if outcome != _UNFINISHED_RANK and not entry.get("finished", True):
-        outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
-    reason = entry.get("stop_reason")
-    # Even ranks for known reasons; an unknown one sits after the known failures and
-    # before "no stop reason yet".
-    rank = 2 * REASON_ORDER.index(reason) if reason in REASON_ORDER else 2 * REASON_ORDER.index(None) - 1
-    return outcome, rank
-
-
-def deciding_incident(incidents: Sequence[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
-    """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
-
-    Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
-    stop reason in the loop's precedence (success last), then report order.
-    """
-    best: Optional[Mapping[str, object]] = None
-    for entry in incidents:
-        if best is None or _severity(entry) < _severity(best):
-            best = entry
-    return best
-
-
-def finish_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Fill the derived plan-level fields from ``report["incidents"]``."""
-    incidents: list[dict[str, Any]] = report["incidents"]
-    _label_tasks(incidents)
-    report["auto_tasks_looped"] = sum(1 for e in incidents for t in e["tasks"] if as_int(t.get("attempts")) > 0)
-    report["total_retries"] = sum(as_int(e.get("loops_used")) for e in incidents)
-    report["triage_summary"] = triage_summary([t for e in incidents for t in dicts(e.get("triage"))])
-    worst = deciding_incident(incidents)
-    if worst is None:
-        report["stop_reason"] = None
-        report["final_status"] = "no_incidents"
-        report["recommended_next_action"] = "Nothing to do: no incident was captured."
-        report["deciding_incident"] = None
-    else:
-        report["stop_reason"] = worst.get("stop_reason")
-        report["final_status"] = worst.get("final_status")
-        handoff = worst.get("handoff")
-        action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
-        report["recommended_next_action"] = f"{worst['incident_id']}: {action}" if len(incidents) > 1 else action
-        report["deciding_incident"] = worst["incident_id"]
-    return report
 
 
 def build_report(
@@ -508,8 +385,8 @@ def build_report(
     effective_config: Optional[Mapping[str, object]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
-) -> dict[str, Any]:
-    """The report JSON for ``incidents`` (fields: docs/report.md "JSON").
+) -> ReportDoc:
+    """The report of ``incidents`` (its JSON's fields: docs/report.md "JSON").
 
     ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
     ``{"ralf_lite": ...}`` form is accepted too) and ``origins`` its ``{dotted key:
@@ -521,23 +398,18 @@ def build_report(
     runs: list[IncidentRun] = []
     seen: set[str] = set()
     for run in incidents:
-        incident_id = as_str(run.incident.get("incident_id"))
+        incident_id = run.incident.incident_id
         if incident_id in seen:
             continue
         seen.add(incident_id)
         runs.append(run)
-    runs.sort(key=lambda r: (as_str(r.incident.get("created_at")), as_str(r.incident.get("incident_id"))))
-    report: dict[str, Any] = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "title": REPORT_TITLE,
-        "enabled": bool(enabled) and values.get("enabled") is not False,
-        "effective_config": values,
-        "origins": resolved,
-        "config_differences": [],
-        "shards": [],
-        "incidents": [_incident_entry(run).to_json() for run in runs],  # the JSON output boundary
-    }
-    return finish_report(report)
+    runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
+    entries = [_incident_entry(run) for run in runs]
+    outcome = finish_report(entries)
+    labelled = [replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, labels)))
+                for e, labels in zip(entries, outcome.labels)]
+    return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
+                           origins=resolved, incidents=[e.to_json() for e in labelled], outcome=outcome)
 
 
 # --------------------------------------------------------------------------- validation
@@ -558,7 +430,3 @@ def parse_report(data: Any, source: str = "report") -> ReportDoc:
                          f"(expected {REPORT_SCHEMA_VERSION})")
     return ReportDoc.from_json(data, source)
 
-
-def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
-    """``data`` as its JSON again if it is a report this version can render and merge (:func:`parse_report`)."""
-    return parse_report(data, source).to_json()

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
-from pytest_selfheal.report.data import IncidentRun, build_report, validate_report
+from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -25,20 +26,13 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     """
     bucket, _ = store.locate(incident_id)
     incident = dataclasses.replace(store.read_incident(incident_id), status=store.read_status(incident_id))
-    plan = store.read_plan(incident_id).to_json() if store.has_plan(incident_id) else None
-    run_result = store.read_run_result(incident_id)
-    # The report data reads JSON documents tolerantly (a report file holds them too).
-    return IncidentRun(
-        incident=incident.to_json(),
-        plan=plan,
-        attempts=[a.to_json() for a in store.read_attempts(incident_id)],
-        run_result=run_result.to_json() if run_result is not None else None,
-        bucket=bucket,
-    )
+    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
+    return IncidentRun(incident=incident, plan=plan, attempts=tuple(store.read_attempts(incident_id)),
+                       run_result=store.read_run_result(incident_id), bucket=bucket)
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """A report JSON file, validated; NotFoundError (4) when missing, InputError (3) when bad."""
+def read_report(path: Path) -> ReportDoc:
+    """A report JSON file, parsed; NotFoundError (4) when missing, InputError (3) when bad."""
     if not path.exists():
         raise NotFoundError(f"{path}: no such report file")
     try:
@@ -47,7 +41,7 @@ def read_report(path: Path) -> dict[str, Any]:
         raise fsio.io_error("read", path, exc) from None
     if size > MAX_REPORT_BYTES:
         raise InputError(f"{path}: too large for a report ({size} bytes, limit {MAX_REPORT_BYTES})")
-    return validate_report(fsio.read_json(path), str(path))
+    return parse_report(fsio.read_json(path), str(path))
 
 
 def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:
@@ -55,11 +49,11 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
     rows = store.list_incidents()  # oldest first, by created_at then id
-    ids = [str(row["incident_id"]) for row in rows]
+    ids = [row.incident_id for row in rows]
     return ids if every else ids[-1:]
 
 
-def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> dict[str, Any]:
+def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> ReportDoc:
     """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]

@@ -1,57 +1,48 @@
 """Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
 
-Pure: report JSON in (parsed into ``ReportDoc`` records), report JSON out (fields and rules: docs/report.md "Merging").
+Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse_report``) and out
+(fields and rules: docs/report.md "Merging").
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import thaw
-from pytest_selfheal.records.report import ReportIncidentDoc
-from pytest_selfheal.report.data import (
-    REPORT_SCHEMA_VERSION,
-    REPORT_TITLE,
-    as_str,
-    dicts,
-    finish_report,
-    flatten_config,
-    parse_report,
-    strs,
-)
+from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
+from pytest_selfheal.report.data import flatten_config
+from pytest_selfheal.report.outcome import assemble_report, finish_report
+from pytest_selfheal.report.tolerant import as_str, dicts, strs
 
 
-def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> ReportDoc:
     """One report from several shard reports (e.g. the jobs of a CI matrix).
 
     Incidents are concatenated in shard order, a repeated incident id kept once (the
     first); counts and the plan-level stop reason are derived again from the result (the
     same worst rule). The effective config is the first shard's; keys whose value differs
     in another shard are listed per shard in ``config_differences``. ``names`` label the
-    shards (default ``shard 1``, ``shard 2``…). Every input is checked first
-    (``InputError``).
+    shards (default ``shard 1``, ``shard 2``…).
     """
     if not reports:
         raise UsageError("nothing to merge: give at least one report")
     labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]
     if len(labels) != len(reports):
         raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
-    checked = [parse_report(r, label) for r, label in zip(reports, labels)]
+    checked = list(reports)
     first = checked[0]
     base = flatten_config(first.effective_config)
-    differences: list[dict[str, Any]] = []
+    differences: list[ConfigDifferenceEntry] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
         for inner in dicts(thaw(shard.get_extra("config_differences"))):
             recorded = inner.get("values")
-            differences.append({
-                "shard": f"{label} / {as_str(inner.get('shard'))}",
-                "keys": strs(inner.get("keys")),
-                "values": copy.deepcopy(dict(recorded) if isinstance(recorded, Mapping) else {}),
-            })
+            differences.append(ConfigDifferenceEntry(
+                f"{label} / {as_str(inner.get('shard'))}", tuple(strs(inner.get("keys"))),
+                dict(recorded) if isinstance(recorded, Mapping) else {},
+            ))
         if shard is first:
             continue
         other = flatten_config(shard.effective_config)
@@ -62,10 +53,10 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             keys = ["(enabled)"] + keys
             values["(enabled)"] = shard.enabled
         if keys:
-            differences.append({"shard": label, "keys": keys, "values": values})
+            differences.append(ConfigDifferenceEntry(label, tuple(keys), values))
     incidents: list[ReportIncidentDoc] = []
     seen: set[str] = set()
-    shards: list[dict[str, Any]] = []
+    shards: list[ShardEntry] = []
     for label, shard in zip(labels, checked):
         ids: list[str] = []
         duplicates: list[str] = []
@@ -77,23 +68,14 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], *, names: Optional[Seque
             seen.add(incident_id)
             ids.append(incident_id)
             incidents.append(entry)
-        shards.append({
-            "name": label,
-            "incidents": ids,
-            "duplicates": duplicates,
-            "stop_reason": thaw(shard.stop_reason),
-            "final_status": thaw(shard.final_status),
-            "total_retries": thaw(shard.total_retries),
-        })
-    merged: dict[str, Any] = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "title": REPORT_TITLE,
-        "enabled": first.enabled,
-        "effective_config": thaw(first.effective_config),
-        "origins": thaw(first.origins),
-        "config_differences": differences,
-        "shards": shards,
-        "incidents": [entry.to_json() for entry in incidents],  # the JSON output boundary
-    }
-    return finish_report(merged)
+        shards.append(ShardEntry(label, tuple(ids), tuple(duplicates), thaw(shard.stop_reason),
+                                 thaw(shard.final_status), thaw(shard.total_retries)))
+    outcome = finish_report(incidents)
+    documents = [entry.to_json() for entry in incidents]
+    for document, task_labels in zip(documents, outcome.labels):
+        for task, label in zip(document["tasks"], task_labels):
+            task["label"] = label
+    return assemble_report(enabled=first.enabled, effective_config=thaw(first.effective_config),
+                           origins=thaw(first.origins), incidents=documents, outcome=outcome,
+                           config_differences=differences, shards=shards)
 

@@ -19,7 +19,9 @@ from typing import Optional
 
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
-from pytest_selfheal.report.data import REPORT_TITLE, flatten_config, unique
+from pytest_selfheal.report.data import flatten_config
+from pytest_selfheal.report.outcome import REPORT_TITLE
+from pytest_selfheal.report.tolerant import unique
 from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"

@@ -1,7 +1,7 @@
 """The report JSON as records: what ``report.render`` reads. Pure.
 
 A report JSON (``report.data.build_report``, ``report.merge``, or a file read back and
-checked by ``validate_report``) is parsed here once, tolerantly (a field of the wrong type
+checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
 :class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
 :class:`TriageRow`, :class:`NewFailure`, :class:`DecisionPoint`; and :class:`Shard`,
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.report.data import as_int, dicts, opt_str, strs
+from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
 
 DASH = "—"
 
@@ -259,7 +260,7 @@ class Report(Frozen):
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Report:
-        """The records of a report JSON (``build_report``, ``merge_reports``, ``validate_report``)."""
+        """The records of a report JSON (``build_report``, ``merge_reports``, a file read back)."""
         triage = data.get("triage_summary")
         final_status = data.get("final_status")
         origins = data.get("origins")
@@ -278,10 +279,13 @@ class Report(Frozen):
         )
 
 
-# The report as its callers hold it: the JSON (built, merged or read back) or its records.
-ReportInput = Union[Report, Mapping[str, Any]]
+# The report as its callers hold it: built, merged or read back (``ReportDoc``), its JSON
+# (the ``selfheal ci`` document), or the renderer's records.
+ReportInput = Union[Report, ReportDoc, Mapping[str, Any]]
 
 
 def as_report(report: ReportInput) -> Report:
     """The records of ``report``: parsed once from the report JSON, or ``report`` itself."""
-    return report if isinstance(report, Report) else Report.from_json(report)
+    if isinstance(report, Report):
+        return report
+    return Report.from_json(report.to_json() if isinstance(report, ReportDoc) else report)

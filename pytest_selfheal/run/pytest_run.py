@@ -52,4 +52,4 @@ Snapshot = dict[str, tuple[Any, ...]]
 
 def snapshot(store: Store) -> Snapshot:
     """``{incident id: (bucket, status, attempts)}`` of every incident of the root."""
-    return {str(r["incident_id"]): (r["bucket"], r["status"], r["attempts"]) for r in store.list_incidents()}
+    return {r.incident_id: (r.bucket, r.status, r.attempts) for r in store.list_incidents()}

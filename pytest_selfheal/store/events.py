@@ -62,18 +62,30 @@ def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> s
     return moment.astimezone(timezone.utc).isoformat(timespec=timespec)
 
 
-def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]] = None, *,
-                ts: Optional[datetime] = None) -> Event:
-    """One event record. An unknown ``name`` or a data key that shadows ``ts``/``event``/
-    ``incident_id`` is a programming error: ``ValueError``."""
+def pending(name: str, data: Optional[Mapping[str, object]] = None) -> Event:
+    """An event to log: its name and data, without the ``ts`` and ``incident_id`` the store
+    stamps on it when it writes it (``create_incident(events=…)``, ``append_events``). An
+    unknown ``name`` or a data key that shadows ``ts``/``event``/``incident_id`` is a
+    programming error: ``ValueError``."""
     if name not in EVENT_NAMES:
         raise ValueError(f"unknown event name {name!r} (expected one of {', '.join(EVENT_NAMES)})")
     payload = dict(data or {})
     clash = [key for key in RESERVED_KEYS if key in payload]
     if clash:
         raise ValueError(f"event data must not set {', '.join(clash)}")
-    return Event.from_json({"ts": format_ts(ts, "microseconds"), "event": name, "incident_id": incident_id, **payload},
-                           "event")
+    return Event.from_json({"event": name, **payload}, "event")
+
+
+def stamp(event: Event, incident_id: str, *, ts: Optional[datetime] = None) -> Event:
+    """``event`` (a :func:`pending` one) as logged: with its time (now by default) and incident id."""
+    return Event.from_json({"ts": format_ts(ts, "microseconds"), "event": event.event, "incident_id": incident_id,
+                            **event.data}, "event")
+
+
+def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]] = None, *,
+                ts: Optional[datetime] = None) -> Event:
+    """One event record as logged (:func:`pending`, then :func:`stamp`)."""
+    return stamp(pending(name, data), incident_id, ts=ts)
 
 
 def encode_event(event: Event) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import IncidentStatus
@@ -21,13 +21,12 @@ from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import PLAN_JSON, PLAN_MD
-from pytest_selfheal.store.schema import validate
+from pytest_selfheal.store.schema import ours
 from pytest_selfheal.store.states import check_transition
 
 # The plan a capture publishes with its incident: built from the incident with its final id
 # (the id is chosen under the lock), as (the plan, plan.md's text).
 PlanBuilder = Callable[[Incident], tuple[Plan, str]]
-Events = list[tuple[str, Mapping[str, Any]]]
 
 # error_plans/.tmp_plan/: a capture's plan under construction. One fixed name: under the lock
 # nobody else builds a plan, so whatever is there is a crash leftover (and error_plans/,
@@ -37,34 +36,29 @@ PLAN_BUILD = ".tmp_plan"
 
 def publish_plan(
     plans_root: Path,
-    doc: dict[str, Any],
-    events: Events,
+    incident: Incident,
     plan: PlanBuilder,
     *,
-    clean: Callable[[Mapping[str, Any]], dict[str, Any]],
+    text: Callable[[Plan, str], str],
     redact: Callable[[str], str],
-) -> tuple[dict[str, Any], Events, str]:
-    """Build ``error_plans/<id>/`` for the new incident ``doc`` and rename it into place.
+) -> tuple[list[Event], str]:
+    """Build ``error_plans/<id>/`` for the new ``incident`` and rename it into place.
 
-    Returns the incident as it is to be published (status ``planned``), its log with
-    the plan's two events (``plan_generated``, ``status_changed`` new → planned) and the
+    Returns the plan's two events for the incident's log (``plan_generated``,
+    ``status_changed`` new → planned; the incident is then published ``planned``) and the
     text of the ``plan.json`` written. Nobody
     reads the plan of an incident that does not exist yet, so the plan folder is built like
     the incident's: files written in place and fsynced, one folder fsync, one rename. A
     plan that does not fit the schema is a programming error (``ValueError``), raised
-    before anything is written; ``OSError`` becomes ``StoreIOError``. ``clean`` and
-    ``redact``: the writer's redaction of a document and of a text (what ``write_plan``
-    applies); ``plans_root`` is already confined to the reports root.
+    before anything is written; ``OSError`` becomes ``StoreIOError``. ``text`` and
+    ``redact``: the writer's text of a plan for an incident (redacted and checked, what
+    ``write_plan`` writes) and its redaction of a text; ``plans_root`` is already confined
+    to the reports root.
     """
-    incident_id = str(doc["incident_id"])
+    incident_id = incident.incident_id
     target = plans_root / validate_incident_id(incident_id)
-    built, built_md = plan(Incident.from_json(doc, "the new incident"))
-    plan_doc, plan_md = clean(built.to_json()), redact(built_md)
-    problems = validate("plan", plan_doc)
-    if problems or plan_doc.get("incident_id") != incident_id:
-        raise ValueError(f"plan for {incident_id} does not fit the schema or names another incident: "
-                         f"{problems[0] if problems else plan_doc.get('incident_id')}")
-    plan_text = fsio.dumps_json(plan_doc)  # once: unserialisable values fail before any write
+    built, built_md = plan(incident)
+    plan_text, plan_md = text(built, incident_id), redact(built_md)  # once: a bad plan fails before any write
     check_transition(incident_id, IncidentStatus.NEW, IncidentStatus.PLANNED)
     fsio.ensure_dir(plans_root)
     build = plans_root / PLAN_BUILD
@@ -81,11 +75,12 @@ def publish_plan(
             raise fsio.io_error("write plan", target, exc) from None
         raise
     fsio.fsync_dir(plans_root)
-    log = events + [
-        (ev.PLAN_GENERATED, {"actions": [a["id"] for a in plan_doc["actions"]]}),
-        (ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
-    ]
-    return dict(doc, status=IncidentStatus.PLANNED), log, plan_text
+    # The action ids as plan.json has them (redacted as in the document).
+    actions = [action.id if ours(action.id) else redact(action.id) for action in built.actions]
+    return [
+        ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
+        ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
+    ], plan_text
 
 
 __all__ = ["PLAN_BUILD", "PlanBuilder", "publish_plan"]

@@ -15,15 +15,16 @@ from typing import Any, Optional, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.summary import CORRUPTED, IncidentSummary
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
-from pytest_selfheal.store.schema import ensure_valid
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
 INBOX = "inbox"
@@ -201,16 +202,6 @@ class StoreReader:
                                       f"{incident_id}"))
         return incident
 
-    def _read_incident_doc(self, folder: Path, incident_id: str) -> dict[str, Any]:
-        """``incident.json`` schema-validated, as the document (the writers rewrite it)."""
-        path = folder / INCIDENT_JSON
-        doc = fsio.read_json(path)
-        ensure_valid("incident", doc, str(path))
-        assert isinstance(doc, dict)
-        if doc["incident_id"] != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {doc['incident_id']!r} does not match its folder {incident_id}"))
-        return doc
-
     @staticmethod
     def _read_status_at(folder: Path) -> str:
         path = folder / STATUS_TXT
@@ -239,14 +230,11 @@ class StoreReader:
         _, folder = self.locate(incident_id)
         return fsio.read_text(folder / LOG_TAIL_TXT)
 
-    def read_context(self, incident_id: str) -> dict[str, Any]:
-        """``context.json`` (must be a JSON object)."""
+    def read_context(self, incident_id: str) -> RunContext:
+        """``context.json``, parsed (``InputError`` naming file and field otherwise)."""
         _, folder = self.locate(incident_id)
         path = folder / CONTEXT_JSON
-        doc = fsio.read_json(path)
-        if not isinstance(doc, dict):
-            raise InputError(f"{path}: expected a JSON object")
-        return doc
+        return RunContext.from_json(fsio.read_json(path), str(path))
 
     # ------------------------------------------------------------------ events
 
@@ -334,16 +322,15 @@ class StoreReader:
 
     # ------------------------------------------------------------------ listing
 
-    def list_incidents(self) -> list[dict[str, Any]]:
-        """Summaries of every incident in every bucket, oldest first.
+    def list_incidents(self) -> list[IncidentSummary]:
+        """Summaries of every incident in every bucket, oldest first (by ``created_at``, then id).
 
-        ``{incident_id, status, bucket, error_signature, created_at, updated_at, step,
-        attempts, path}``; an unreadable incident is listed with status ``corrupted`` and
-        an ``error`` line instead of failing the whole listing. A missing root lists nothing.
+        An unreadable incident is listed with status ``corrupted`` and its ``error`` instead
+        of failing the whole listing. A missing root lists nothing.
         """
         if self._root.exists() and not self._root.is_dir():
             raise InputError(f"{self._root}: the reports root is not a directory")
-        rows: list[dict[str, Any]] = []
+        rows: list[IncidentSummary] = []
         for bucket in BUCKETS:
             base = self.bucket_dir(bucket)
             try:
@@ -358,31 +345,20 @@ class StoreReader:
                 # Skips build folders (.tmp_*), temp files and anything else that is not an id.
                 if is_incident_id(name) and (base / name).is_dir():
                     rows.append(self._summary(bucket, base / name, name))
-        rows.sort(key=lambda row: (str(row["created_at"] or _id_time(row["incident_id"])), row["incident_id"]))
+        rows.sort(key=lambda row: (row.created_at or _id_time(row.incident_id), row.incident_id))
         return rows
 
-    def _summary(self, bucket: str, folder: Path, incident_id: str) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "incident_id": incident_id,
-            "status": "corrupted",
-            "bucket": bucket,
-            "error_signature": None,
-            "created_at": None,
-            "updated_at": None,
-            "step": None,
-            "attempts": 0,
-            "path": self._relative(folder),
-        }
+    def _summary(self, bucket: str, folder: Path, incident_id: str) -> IncidentSummary:
+        path, attempts = self._relative(folder), 0
         try:
-            row["attempts"] = self.count_attempts(incident_id)
+            attempts = self.count_attempts(incident_id)
             incident = self._read_incident_at(folder, incident_id)
-            for key in ("error_signature", "created_at", "updated_at", "step"):
-                row[key] = getattr(incident, key)
-            row["status"] = self._read_status_at(folder)
+            status = self._read_status_at(folder)
         except SelfhealError as exc:
-            row["status"] = "corrupted"
-            row["error"] = exc.message
-        return row
+            return IncidentSummary(incident_id, CORRUPTED, bucket, path, attempts=attempts, error=exc.message)
+        return IncidentSummary(incident_id, status, bucket, path, error_signature=incident.error_signature,
+                               created_at=incident.created_at, updated_at=incident.updated_at, step=incident.step,
+                               attempts=attempts)
 
     # ------------------------------------------------------------------ helpers
 

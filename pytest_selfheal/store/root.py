@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from pytest_selfheal.errors import RefusedError, UsageError
@@ -32,7 +33,6 @@ from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import (
     ARCHIVE_DIR,
     INBOX,
-    INCIDENT_JSON,
     STATUS_TXT,
 )
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, check_transition
@@ -73,16 +73,16 @@ class Store(StoreWriter):
             if current != bucket:
                 check_transition(incident_id, current, bucket)
                 fsio.ensure_dir(target_dir)
-                self._write_status(folder, incident_id, current, bucket, {"reason": "archive"})
-                self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+                self._write_status(folder, incident_id, current, bucket, ev.pending(ev.STATUS_CHANGED, {"reason": "archive"}))
+                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
                 events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
-                    self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True}))
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
-                    self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
+                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
             fsio.move(folder, destination)
             return destination
 
@@ -116,15 +116,17 @@ class Store(StoreWriter):
                     **({"continues_run": True} if continue_run else {})}
             # `selfheal reopen ID`: back to the inbox as planned (not a TRANSITIONS move).
             if current != IncidentStatus.PLANNED:
-                doc = self._read_incident_doc(folder, incident_id)
-                doc["status"] = IncidentStatus.PLANNED
-                doc["resumed_after_iteration" if continue_run else "reopened_after_iteration"] = after
-                doc["updated_at"] = ev.format_ts(self._now())
-                fsio.atomic_write_json(folder / INCIDENT_JSON, doc)
+                incident = replace(self._read_incident_at(folder, incident_id), status=IncidentStatus.PLANNED,
+                                   updated_at=ev.format_ts(self._now()))
+                if continue_run:
+                    incident = replace(incident, resumed_after_iteration=after)
+                else:
+                    incident = replace(incident, reopened_after_iteration=after)
+                self._write_incident(folder, incident)
                 fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
-                self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"})
-                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
+                self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
+                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"}))
+                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, data))
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
                 events = self._read_events_at(folder)[0]
@@ -132,9 +134,9 @@ class Store(StoreWriter):
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
-                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
-                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True})
-                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
+                        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True}))
+                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, dict(data, recovered=True)))
             fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
             return bucket, current, after
 

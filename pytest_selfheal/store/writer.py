@@ -11,14 +11,17 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus
@@ -47,8 +50,8 @@ from pytest_selfheal.store.reader import (
 from pytest_selfheal.store.schema import ours, validate
 from pytest_selfheal.store.states import STATUSES, check_transition
 
-# Receives a new incident's incident.json and plan.json (or None) as written (create_incident).
-Published = Callable[[dict[str, Any], Optional[dict[str, Any]]], None]
+# Receives a new incident and its plan (or None) as records of the files written (create_incident).
+Published = Callable[[Incident, Optional[Plan]], None]
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
@@ -84,8 +87,8 @@ class StoreWriter(StoreReader):
         """``doc`` with secrets redacted from its keys and values (what is written)."""
         return dict(self.redactor.redact_obj(dict(doc), ours))
 
-    def _clean_events(self, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
-        return [(name, self._clean(data)) for name, data in events]
+    def _clean_events(self, events: Sequence[Event]) -> list[Event]:
+        return [ev.pending(event.event, self._clean(event.data)) for event in events]
 
     # ------------------------------------------------------------------ time, lock
 
@@ -122,39 +125,79 @@ class StoreWriter(StoreReader):
 
     def create_incident(
         self,
-        incident: Union[Incident, Mapping[str, Any]],
+        incident: Incident,
         *,
         log_tail: str,
-        context: Mapping[str, Any],
+        context: RunContext,
         run: Optional[str] = None,
         now: Optional[datetime] = None,
-        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[Event] = (),
         plan: Optional[PlanBuilder] = None,
         published: Optional[Published] = None,
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
-        ``incident``: the capture's record (its empty identity and time fields are the store's
-        to fill), or a document a caller built. Fills ``incident_id``, ``status`` (always
-        ``new``), ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id``
-        when missing. The folder is built under
+        ``incident``: the capture's record; the store fills its empty ``incident_id``,
+        ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id`` (its
+        ``status`` must be ``new``). The folder is built under
         a temporary name (with the ``incident_captured`` event already in its log) and
         renamed into place, so a half-made incident never appears. ``events``: more
-        ``(name, data)`` events of the capture (its ``failure_classified`` lines), logged
+        events of the capture (its ``failure_classified`` lines, :func:`~pytest_selfheal.store.events.pending`), logged
         after ``incident_captured`` in the same build, not as a later append and fsync.
         Data that does not fit the incident schema, or an unknown event name, is a
         programming error (``ValueError``). Everything is redacted on the way (the class doc).
 
         ``plan``: the capture's plan, built from the incident with its final id: the incident
         is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
-        ``published``: called once the incident is in place with ``incident.json`` and
-        ``plan.json`` (None without ``plan``) as a reader decodes them from the files just
+        ``published``: called once the incident is in place with the records of ``incident.json``
+        and ``plan.json`` (None without ``plan``) as a reader parses them from the files just
         written, so that the capture's report need not read them back.
         """
         moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
-        doc: dict[str, Any] = self._clean(_unfilled(incident) if isinstance(incident, Incident) else incident)
+        new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
+        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
+        # data fails before anything touches the disk.
+        context_text = fsio.dumps_json(self._clean(context.to_json()))
+        texts = {new.incident_id: fsio.dumps_json((replace(new, status=IncidentStatus.PLANNED) if plan is not None else new).to_json())}
+        for event in events:
+            ev.encode_event(ev.stamp(event, new.incident_id))
+
+        with self.lock():
+            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
+            self._remove_stale_builds(inbox)
+            for _ in range(_CREATE_RETRIES):
+                incident_id = new.incident_id
+                # A plan folder without its incident (a capture killed between its two renames)
+                # keeps its id: a new plan never lands in it.
+                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
+                    if explicit_id:
+                        raise RefusedError(f"incident {incident_id} already exists")
+                    new = replace(new, incident_id=self._next_candidate(moment, run))
+                    continue
+                log, final, plan_text = list(events), new, None
+                if plan is not None:
+                    plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
+                                                          text=self._plan_text, redact=self.redactor.redact)
+                    final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
+                text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
+                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                    if published is not None:
+                        published(Incident.from_json(json.loads(text), "incident.json"),
+                                  Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None)
+                    return incident_id
+                if explicit_id:
+                    raise RefusedError(f"incident {incident_id} already exists")
+                new = replace(new, incident_id=self._next_candidate(moment, run))
+        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+
+    def _new_incident(self, incident: Incident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
+        """The new incident as it is published: redacted, with the fields the store fills set
+        where the record left them empty, checked once (``ValueError``); and whether the
+        caller gave its id."""
+        doc = self._clean({key: value for key, value in incident.to_json().items()
+                           if not (key in _STORE_FILLED and value in ("", 0))})
         if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
             raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
@@ -169,41 +212,7 @@ class StoreWriter(StoreReader):
             doc["incident_id"] = validate_incident_id(doc["incident_id"])
         else:
             doc["incident_id"] = new_incident_id(moment, run)
-        problems = validate("incident", doc)
-        if problems:
-            raise ValueError(f"incident does not fit the schema: {problems[0]}")
-        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
-        # data fails before anything touches the disk.
-        context_text = fsio.dumps_json(self._clean(context))
-        texts = {str(doc["incident_id"]): fsio.dumps_json(dict(doc, status=IncidentStatus.PLANNED) if plan is not None else doc)}
-        for name, data in events:
-            ev.encode_event(ev.build_event(name, str(doc["incident_id"]), dict(data)))
-
-        with self.lock():
-            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
-            self._remove_stale_builds(inbox)
-            for _ in range(_CREATE_RETRIES):
-                incident_id = str(doc["incident_id"])
-                # A plan folder without its incident (a capture killed between its two renames)
-                # keeps its id: a new plan never lands in it.
-                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
-                    if explicit_id:
-                        raise RefusedError(f"incident {incident_id} already exists")
-                    doc["incident_id"] = self._next_candidate(moment, run)
-                    continue
-                log, final, plan_text = list(events), doc, None
-                if plan is not None:
-                    final, log, plan_text = publish_plan(self.confined(self.plans_root), doc, log, plan,
-                                                         clean=self._clean, redact=self.redactor.redact)
-                text = texts.get(incident_id) or fsio.dumps_json(final)
-                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
-                    if published is not None:
-                        published(json.loads(text), json.loads(plan_text) if plan_text is not None else None)
-                    return incident_id
-                if explicit_id:
-                    raise RefusedError(f"incident {incident_id} already exists")
-                doc["incident_id"] = self._next_candidate(moment, run)
-        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+        return _incident_of(doc, "incident"), explicit_id
 
     @staticmethod
     def _next_candidate(moment: datetime, run: Optional[str]) -> str:
@@ -228,16 +237,16 @@ class StoreWriter(StoreReader):
     def _build_and_publish(
         self,
         inbox: Path,
-        doc: dict[str, Any],
+        incident: Incident,
         log_tail: str,
         context_text: str,
-        events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        events: Sequence[Event],
         *,
-        text: Optional[str] = None,
+        text: str,
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken.
-        ``text``: incident.json's text when already serialised."""
-        incident_id = str(doc["incident_id"])
+        ``text``: incident.json's text."""
+        incident_id = incident.incident_id
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
             build.mkdir()
@@ -248,21 +257,20 @@ class StoreWriter(StoreReader):
                 ev.INCIDENT_CAPTURED,
                 incident_id,
                 {
-                    "run_id": doc["run_id"],
-                    "step": doc["step"],
-                    "failure_class": doc["failure_class"],
-                    "error_signature": doc["error_signature"],
+                    "run_id": incident.run_id,
+                    "step": incident.step,
+                    "failure_class": incident.failure_class,
+                    "error_signature": incident.error_signature,
                     "status": IncidentStatus.NEW,
                 },
                 ts=self._now(),
             )
-            log = [captured] + [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
-            incident_text = text if text is not None else fsio.dumps_json(doc)
             for name, content in (
-                (INCIDENT_JSON, incident_text),
-                (STATUS_TXT, f"{doc['status']}\n"),
+                (INCIDENT_JSON, text),
+                (STATUS_TXT, f"{incident.status}\n"),
                 (LOG_TAIL_TXT, log_tail),
                 (CONTEXT_JSON, context_text),
                 (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
@@ -299,14 +307,12 @@ class StoreWriter(StoreReader):
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
         with self.locked(incident_id) as (incident_id, _, folder):
-            doc = self._read_incident_doc(folder, incident_id)
+            doc = self._read_incident_at(folder, incident_id).to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
-            problems = validate("incident", doc)
-            if problems:
-                raise ValueError(f"incident update does not fit the schema: {problems[0]}")
-            fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
-            return Incident.from_json(doc, "incident")
+            updated = _incident_of(doc, "incident update")
+            self._write_incident(folder, updated)
+            return updated
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
         """Move the incident to status ``new`` if the table allows it from ``status.txt``.
@@ -326,22 +332,25 @@ class StoreWriter(StoreReader):
             check_transition(incident_id, current, new)
             if bucket != INBOX:  # only reachable after a hand edit of status.txt
                 raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
-            self._write_status(folder, incident_id, current, new, event_data)
+            self._write_status(folder, incident_id, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
 
-    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, event_data: Mapping[str, Any]) -> None:
-        doc = self._read_incident_doc(folder, incident_id)
-        doc["status"] = new
-        doc["updated_at"] = ev.format_ts(self._now())
-        fsio.atomic_write_json(self.confined(folder / INCIDENT_JSON), doc)
+    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, changed: Event) -> None:
+        """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
+        ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event)."""
+        incident = self._read_incident_at(folder, incident_id)
+        self._write_incident(folder, replace(incident, status=new, updated_at=ev.format_ts(self._now())))
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
-        data = {"from": current, "to": new}
-        data.update(event_data)
-        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, data)
+        data = {"from": current, "to": new, **changed.data}
+        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, data))
+
+    def _write_incident(self, folder: Path, incident: Incident) -> None:
+        """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
+        fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
 
     # ------------------------------------------------------------------ events
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> Event:
-        record = ev.build_event(name, incident_id, self._clean(data), ts=self._now())
+    def _append_event_at(self, folder: Path, incident_id: str, event: Event) -> Event:
+        record = ev.stamp(self._clean_events([event])[0], incident_id, ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
         return record
 
@@ -350,23 +359,21 @@ class StoreWriter(StoreReader):
 
         Unknown event names are a programming error (``ValueError``). Returns the record.
         """
-        return self.append_events(incident_id, [(name, data)])[0]
+        return self.append_events(incident_id, [ev.pending(name, data)])[0]
 
-    def append_events(self, incident_id: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Event]:
-        """Append several ``(name, data)`` events in order, as one write and one fsync.
+    def append_events(self, incident_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append several events (:func:`~pytest_selfheal.store.events.pending`) in order, as one write and one fsync.
 
         For a burst of events of one step (a capture's ``failure_classified`` lines): the
         same records as one ``append_event`` each, at one fsync. Unknown names are a
-        ``ValueError`` before anything is written. Returns the records.
+        ``ValueError`` before anything is written (:func:`~pytest_selfheal.store.events.pending`). Returns the records.
         """
         incident_id = validate_incident_id(incident_id)
-        events = self._clean_events(events)
-        for name, data in events:
-            ev.build_event(name, incident_id, dict(data))  # validate before taking the lock
+        events = self._clean_events(events)  # each checked again: before taking the lock
         self.locate(incident_id)
         with self.lock():
             _, folder = self.locate(incident_id)
-            records = [ev.build_event(name, incident_id, dict(data), ts=self._now()) for name, data in events]
+            records = [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
 
@@ -379,13 +386,12 @@ class StoreWriter(StoreReader):
         appends ``plan_generated`` and moves the status.
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(plan.to_json())
+        text = self._plan_text(plan, incident_id)
         plan_md = self.redactor.redact(plan_md)
-        self._check_doc("plan", doc, incident_id)
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
-            fsio.atomic_write_json(self.confined(folder / PLAN_JSON), doc)
+            fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
@@ -397,8 +403,7 @@ class StoreWriter(StoreReader):
         never duplicates or rewrites history. Must fit the schema (``ValueError``).
         """
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(attempt.to_json())
-        self._check_doc("attempt", doc, incident_id)
+        text = self._text("attempt", attempt, incident_id)
         iteration = attempt.iteration
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
@@ -408,17 +413,16 @@ class StoreWriter(StoreReader):
                     f"{self._relative(path)} already exists; the next attempt of {incident_id} "
                     f"is {self.next_attempt_number(incident_id)}"
                 )
-            fsio.atomic_write_json(path, doc)
+            fsio.atomic_write_text(path, text)
             return path
 
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
         incident_id = validate_incident_id(incident_id)
-        doc = self._clean(result.to_json())
-        self._check_doc("run_result", doc, incident_id)
+        text = self._text("run_result", result, incident_id)
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_json(self.confined(folder / RUN_RESULT_JSON), doc)
+            fsio.atomic_write_text(self.confined(folder / RUN_RESULT_JSON), text)
             return folder / RUN_RESULT_JSON
 
     def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
@@ -478,14 +482,20 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _check_doc(kind: str, doc: Mapping[str, Any], incident_id: str) -> None:
+    def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
+        """The text a record is written as: its JSON redacted, checked once against the ``kind``
+        declaration and to name ``incident_id`` (``ValueError`` otherwise: a bug of the caller),
+        serialised (unserialisable values fail here, before any file is touched)."""
+        doc = self._clean(record.to_json())
         problems = validate(kind, doc)
         if problems:
             raise ValueError(f"{kind} for {incident_id} does not fit the schema: {problems[0]}")
         if doc["incident_id"] != incident_id:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
-        fsio.dumps_json(doc)  # unserialisable values fail here, before any file is touched
+        return fsio.dumps_json(doc)
+
+    def _plan_text(self, plan: Plan, incident_id: str) -> str:
+        return self._text("plan", plan, incident_id)
 
 
 __all__ = ["StoreWriter"]
@@ -495,7 +505,9 @@ __all__ = ["StoreWriter"]
 _STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
 
 
-def _unfilled(incident: Incident) -> dict[str, Any]:
-    """The incident's document without the store's fields that the record leaves empty."""
-    return {key: value for key, value in incident.to_json().items()
-            if not (key in _STORE_FILLED and value in ("", 0))}
+def _incident_of(doc: object, what: str) -> Incident:
+    """The record of an incident document the store built, checked once (``ValueError``: a bug of the caller)."""
+    try:
+        return Incident.parse(doc, "")
+    except FieldError as exc:
+        raise ValueError(f"{what} does not fit the schema: {exc}") from None

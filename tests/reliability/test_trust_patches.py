@@ -16,6 +16,8 @@ import pytest
 from helpers import cli
 
 from pytest_selfheal.errors import EXIT_REFUSED, EXIT_UNRESOLVED
+from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.repair import approval
 from pytest_selfheal.repair.patch_summary import refusal, summarise
 from pytest_selfheal.store.root import Store
@@ -59,9 +61,9 @@ def _project(tmp_path: Path) -> tuple[Path, Store, str]:
     _git(top, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
     store = Store(top / ".selfheal")
     incident_id = store.create_incident(
-        {"step": "test_calc.py::test_f", "failure_class": "deterministic", "message": "m",
-         "error_signature": "TEST_ASSERTION | t | m", "rootdir": str(top)},
-        log_tail="", context={},
+        Incident(step="test_calc.py::test_f", failure_class="deterministic", message="m",
+                 error_signature="TEST_ASSERTION | t | m", rootdir=str(top)),
+        log_tail="", context=RunContext(),
     )
     return top, store, incident_id
 

@@ -34,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
     pruned: list[dict[str, Any]] = []
     for row in store.list_incidents():
         # Archiving stamps updated_at: the age of an archived incident is the time since then.
-        archived_at = parse_stamp(row.get("updated_at")) or parse_stamp(row.get("created_at"))
-        if row["bucket"] == INBOX or archived_at is None or archived_at > cutoff:
+        archived_at = parse_stamp(row.updated_at) or parse_stamp(row.created_at)
+        if row.bucket == INBOX or archived_at is None or archived_at > cutoff:
             continue
         if not args.dry_run:
-            store.prune(row["incident_id"])
-        pruned.append({"incident_id": row["incident_id"], "bucket": row["bucket"], "archived_at": row.get("updated_at")})
+            store.prune(row.incident_id)
+        pruned.append({"incident_id": row.incident_id, "bucket": row.bucket, "archived_at": row.updated_at})
     if args.json:
         print_json({"dry_run": bool(args.dry_run), "pruned": pruned})
         return 0

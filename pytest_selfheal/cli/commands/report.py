@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from pytest_selfheal import hooks
 from pytest_selfheal.cli.commands._common import (
@@ -16,6 +15,7 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
@@ -54,7 +54,7 @@ def output_format(args: argparse.Namespace) -> str:
     return "json" if args.json else (args.format or "md")
 
 
-def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
+def emit(report: ReportDoc, args: argparse.Namespace) -> None:
     """Print ``report`` (or write it to ``--output``) in the chosen format.
 
     The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of
@@ -62,10 +62,10 @@ def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
     """
     fmt = output_format(args)
     if fmt == "json" and args.output is None:
-        print_json(report)
+        print_json(report.to_json())
         return
     if fmt == "json":
-        body = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        body = json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     elif fmt == "text":
         body = "".join(line + "\n" for line in render_terminal(report))
     else:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
+from pytest_selfheal.records.summary import IncidentSummary
 
 NAME = "status"
 HELP = "list incidents (inbox and archive) with their status"
@@ -26,14 +27,14 @@ def _cell(value: Any, width: int = 0) -> str:
     return text if not width or len(text) <= width else text[: width - 3] + "..."
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
+def format_table(rows: Sequence[IncidentSummary]) -> str:
     """The incidents as an aligned text table (ID, STATUS, BUCKET, ATTEMPTS, SIGNATURE)."""
     header = ("ID", "STATUS", "BUCKET", "ATTEMPTS", "SIGNATURE")
     body: list[Sequence[str]] = []
     for row in rows:
         # A corrupted incident shows its whole error: that line is what the user must fix.
-        last = _cell(row.get("error")) if row["status"] == "corrupted" else _cell(row.get("error_signature"), _SIGNATURE_WIDTH)
-        body.append((_cell(row["incident_id"]), _cell(row["status"]), _cell(row["bucket"]), _cell(row.get("attempts", 0)), last))
+        last = _cell(row.error) if row.corrupted else _cell(row.error_signature, _SIGNATURE_WIDTH)
+        body.append((_cell(row.incident_id), _cell(row.status), _cell(row.bucket), _cell(row.attempts), last))
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
     lines = []
     for line in [header, *body]:
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     rows = store.list_incidents()
     if args.json:
-        print_json(rows)
+        print_json([row.to_json() for row in rows])
     elif not rows:
         print(f"no incidents in {store.root}")
     else:

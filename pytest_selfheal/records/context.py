@@ -1,0 +1,60 @@
+"""``error_inbox/<id>/context.json`` as a record: ``RunContext`` with its ``GitContext`` (docs/store.md). Pure.
+
+What the capture knew about the run: the git state, versions, platform, CI metadata.
+Informative only (a missing or unreadable one never blocks the loop), so every field is
+optional; the capture writes all of them, in :data:`RunContext.ORDER`, ``null`` when unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import ClassVar, Optional
+
+from pytest_selfheal.records.frozen import dataclass
+from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    empty_map,
+    nullable,
+    object_of,
+    string,
+    strings,
+)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RunContext(JsonRecord):
+    """``context.json``: the run a capture saw."""
+
+    KIND: ClassVar[str] = "context"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("rootdir", string),
+        Field("git", nullable(GitContext.parse)),
+        Field("python", string),
+        Field("python_implementation", string),
+        Field("pytest", string),
+        Field("platform", string),
+        Field("invocation_args", strings),
+        Field("cwd", string),
+        Field("ci", object_of(string)),
+    )
+    # The keys the capture writes, in this order (null when unknown).
+    ORDER: ClassVar[tuple[str, ...]] = tuple(f.key for f in FIELDS)
+
+    rootdir: Optional[str] = None
+    git: Optional[GitContext] = None  # None: outside a git repository
+    python: Optional[str] = None  # ``3.12.1``
+    python_implementation: Optional[str] = None
+    pytest: Optional[str] = None  # pytest's version
+    platform: Optional[str] = None
+    invocation_args: tuple[str, ...] = ()
+    cwd: Optional[str] = None
+    ci: Mapping[str, str] = field(default_factory=empty_map)  # the CI variables present (a fixed list, no secrets)
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+
+__all__ = ["GitContext", "RunContext"]

@@ -1,0 +1,55 @@
+"""The git part of an incident's ``context.json`` as a record: ``GitContext`` (docs/store.md). Pure.
+
+``gitrepo.git_snapshot`` builds it; the capture writes its ``to_json`` into ``context.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import ClassVar, Optional
+
+from pytest_selfheal.records.frozen import dataclass
+from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, boolean, integer, nullable, string
+
+# The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
+SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GitContext(JsonRecord):
+    """The repository's root, commit, branch and whether the tree had changes
+    (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""
+
+    KIND: ClassVar[str] = "git context"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("root", string),
+        Field("commit", nullable(string)),
+        Field("branch", nullable(string)),
+        Field("dirty", boolean),
+        Field("diff_stat", string),
+        Field("untracked", integer),
+        Field("error", string),
+    )
+
+    root: Optional[str] = None
+    commit: Optional[str] = None  # None: a repository without commits
+    branch: Optional[str] = None  # None: a detached HEAD
+    dirty: Optional[bool] = None  # tracked changes or untracked files
+    diff_stat: Optional[str] = None  # ``git diff HEAD --stat`` of the changes
+    untracked: Optional[int] = None
+    error: Optional[str] = None  # the git command that failed, and why
+    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
+    extra: Extra = ()
+
+    @classmethod
+    def failed(cls, error: str) -> GitContext:
+        """The context of a git command that failed: ``{"error": ...}`` only."""
+        return cls(error=error, keys=("error",))
+
+    @property
+    def clean_commit(self) -> Optional[str]:
+        """The commit when the tree was known clean at it (its diff hash is the clean tree's), else None."""
+        return self.commit if self.dirty is False else None
+
+
+__all__ = ["SNAPSHOT_KEYS", "GitContext"]

@@ -1,0 +1,169 @@
+"""The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
+the counts, the task labels, over built ``IncidentEntry`` or merged ``ReportIncidentDoc``
+records; and :func:`assemble_report`, the one place a report's JSON is put together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Protocol, TypeVar
+
+from pytest_selfheal.history.triage import triage_summary
+from pytest_selfheal.loop import policy
+from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
+from pytest_selfheal.report.tolerant import as_int, as_str, dicts, unique
+
+REPORT_SCHEMA_VERSION = 1
+REPORT_TITLE = "RALF Lite Loop Report"
+
+# Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
+# Outcome: escalated, then replan_requested, then not finished, then resolved last.
+_OUTCOME_RANK: dict[str, int] = {
+    FinalStatus.ESCALATED: 0,
+    FinalStatus.REPLAN_REQUESTED: 1,
+    FinalStatus.RESOLVED: 3,
+}
+_UNFINISHED_RANK = 2
+# Stop reasons in the loop's own precedence (most specific diagnosis first), except that
+# success ranks last and "no stop reason yet" just before it.
+REASON_ORDER: tuple[Optional[str], ...] = tuple(
+    r for r in policy.PRECEDENCE if r != StopReason.SUCCESS
+) + (None, StopReason.SUCCESS)
+
+
+def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
+    """The shortest common suffix length (from 6) that tells the incidents apart."""
+    ids = unique(incident_ids)
+    longest = max((len(i) for i in ids), default=0)
+    for size in range(6, longest + 1):
+        suffixes = {i: (i if len(i) <= size else "…" + i[-size:]) for i in ids}
+        if len(set(suffixes.values())) == len(ids):
+            return suffixes
+    return {i: i for i in ids}
+
+
+class ReportedTask(Protocol):
+    """A task as the plan-level rules read it: a built :class:`TaskEntry` or a read ``ReportTaskDoc``."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
+class ReportedIncident(Protocol):
+    """An incident as the plan-level rules read it: a built :class:`IncidentEntry` or a
+    ``ReportIncidentDoc`` of a shard read back (whose values may be any JSON)."""
+
+    @property
+    def incident_id(self) -> str: ...
+
+    @property
+    def final_status(self) -> Any: ...
+
+    @property
+    def stop_reason(self) -> Any: ...
+
+    @property
+    def finished(self) -> Any: ...
+
+    @property
+    def loops_used(self) -> int: ...
+
+    @property
+    def tasks(self) -> Sequence[ReportedTask]: ...
+
+    @property
+    def triage(self) -> Any: ...
+
+    @property
+    def handoff(self) -> Any: ...
+
+
+def _task_labels(incidents: Sequence[ReportedIncident]) -> tuple[tuple[str, ...], ...]:
+    """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
+    owners: dict[str, set[str]] = {}
+    for entry in incidents:
+        for task in entry.tasks:
+            owners.setdefault(str(task.task), set()).add(entry.incident_id)
+    collide = any(len(ids) > 1 for ids in owners.values())
+    short = _short_ids([e.incident_id for e in incidents])
+    return tuple(tuple(f"{task.task} ({short[entry.incident_id]})" if collide else str(task.task) for task in entry.tasks)
+                 for entry in incidents)
+
+
+def _severity(entry: ReportedIncident) -> tuple[int, int]:
+    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK)
+    if outcome != _UNFINISHED_RANK and not entry.finished:
+        outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
+    reason = entry.stop_reason
+    # Even ranks for known reasons; an unknown one sits after the known failures and
+    # before "no stop reason yet".
+    rank = 2 * REASON_ORDER.index(reason) if reason in REASON_ORDER else 2 * REASON_ORDER.index(None) - 1
+    return outcome, rank
+
+
+Reported = TypeVar("Reported", bound=ReportedIncident)
+
+
+def deciding_incident(incidents: Sequence[Reported]) -> Optional[Reported]:
+    """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
+
+    Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
+    stop reason in the loop's precedence (success last), then report order.
+    """
+    best: Optional[Reported] = None
+    for entry in incidents:
+        if best is None or _severity(entry) < _severity(best):
+            best = entry
+    return best
+
+
+def finish_report(incidents: Sequence[ReportedIncident]) -> ReportOutcome:
+    """The plan-level fields and the task labels of a report of ``incidents`` (in report order)."""
+    looped = sum(1 for e in incidents for t in e.tasks if as_int(t.attempts) > 0)
+    retries = sum(as_int(e.loops_used) for e in incidents)
+    triage = triage_summary([t for e in incidents for t in dicts(e.triage)])
+    labels = _task_labels(incidents)
+    worst = deciding_incident(incidents)
+    if worst is None:
+        return ReportOutcome(looped, retries, triage, stop_reason=None, final_status="no_incidents",
+                             recommended_next_action="Nothing to do: no incident was captured.",
+                             deciding_incident=None, labels=labels)
+    handoff = worst.handoff
+    action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
+    return ReportOutcome(
+        looped, retries, triage, labels=labels,
+        stop_reason=worst.stop_reason,
+        final_status=worst.final_status,
+        recommended_next_action=f"{worst.incident_id}: {action}" if len(incidents) > 1 else action,
+        deciding_incident=worst.incident_id,
+    )
+
+
+def assemble_report(
+    *,
+    enabled: bool,
+    effective_config: Mapping[str, object],
+    origins: Mapping[str, object],
+    incidents: list[dict[str, object]],
+    outcome: ReportOutcome,
+    config_differences: Sequence[ConfigDifferenceEntry] = (),
+    shards: Sequence[ShardEntry] = (),
+) -> ReportDoc:
+    """The report (``report.data.build_report``, ``report.merge``) as the record of its JSON:
+    the head, the ``incidents`` objects and the plan-level fields of ``outcome``, checked as a
+    report read back from a file is."""
+    doc: dict[str, object] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "title": REPORT_TITLE,
+        "enabled": enabled,
+        "effective_config": dict(effective_config),
+        "origins": dict(origins),
+        "config_differences": [d.to_json() for d in config_differences],
+        "shards": [s.to_json() for s in shards],
+        "incidents": incidents,
+        **outcome.to_json(),
+    }
+    return ReportDoc.from_json(doc, "the report")
