@@ -9,7 +9,6 @@ both groups (docs/hooks.md).
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Optional, cast
@@ -17,16 +16,12 @@ from typing import Any, Optional, cast
 import pluggy
 
 from pytest_selfheal import hookspecs
+from pytest_selfheal.entrypoints import entry_points_in
 from pytest_selfheal.errors import ConfigError, one_line
 from pytest_selfheal.hookspecs import ClassificationRule, RepairAnswer, RepairRequest, ReportData
 
 ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
-
-
-def entry_points_in(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The installed entry points of ``group``."""
-    return list(importlib.metadata.entry_points(group=group))
 
 
 def _implements_a_hook(plugin: object) -> bool:

@@ -473,7 +473,7 @@ def disk_full_on(monkeypatch: Any, name: str) -> None:
 
 
 # The fields an incident.json always has, for the plan tests' partial incidents.
-_INCIDENT_REQUIRED = {
+INCIDENT_REQUIRED = {
     "incident_id": "", "status": "new", "created_at": "2026-02-17T03:15:00+00:00",
     "updated_at": "2026-02-17T03:15:00+00:00", "run_id": "run1", "year": 2026, "month": 2, "ym": "2026-02",
     "step": "", "failure_class": "deterministic", "message": "", "error_signature": "",
@@ -483,5 +483,5 @@ _INCIDENT_REQUIRED = {
 def build_plan_doc(incident: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
     """``build_plan`` of a partial incident document (its missing required fields filled in; an
     absent ``incident_id`` is empty), as the plan's JSON document."""
-    record = Incident.from_json({**_INCIDENT_REQUIRED, **incident}, "a test incident")
+    record = Incident.from_json({**INCIDENT_REQUIRED, **incident}, "a test incident")
     return build_plan(record, **kwargs).to_json()

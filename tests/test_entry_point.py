@@ -62,6 +62,18 @@ def test_a_command_imports_only_itself_and_status_never_pytest(tmp_path: Path) -
     assert loaded.split() == ["pytest_selfheal.cli.commands._common", "pytest_selfheal.cli.commands.status"]
 
 
+def test_selfheal_loop_parent_imports_no_xml_library_nor_importlib_metadata(tmp_path: Path) -> None:
+    """The parent of a ``selfheal loop`` run imports its command, the loop and the entry-point
+    reader, not ``importlib.metadata`` (the email package), junitparser or pytest: its child
+    runs pytest (docs/benchmarks.md, iteration)."""
+    probe = ("import sys\nfrom pytest_selfheal.cli.main import build_parser\nbuild_parser('loop')\n"
+             "from pytest_selfheal.hooks import cli_plugin_manager\ncli_plugin_manager()\n"
+             "print(sorted(m for m in ('importlib.metadata', 'email', 'junitparser', 'pytest') if m in sys.modules))\n")
+    done = subprocess.run([PY, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=run_env(), stdin=subprocess.DEVNULL)
+    assert done.stdout.splitlines()[-1:] == ["[]"], done.stdout + done.stderr
+
+
 def test_every_command_module_is_named_like_its_command() -> None:
     from pytest_selfheal.cli.main import command_module, command_names
 

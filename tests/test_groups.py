@@ -17,6 +17,7 @@ from pytest_selfheal.plan.groups import (
     group_by_root_cause,
     selected_by,
 )
+from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import allowed_paths, out_of_scope
 
@@ -74,7 +75,8 @@ def test_a_frame_groups_whatever_the_message_and_a_call_of_its_function_joins_it
         with_evidence(failure("tests/test_s.py::test_peek", "assert 1 == 2"), calls=[ref("src/stack.py", "Stack")]),
         with_evidence(failure("tests/test_q.py::test_q", "assert 1 == 2"), calls=[ref("src/queue.py", "Queue")]),
     ]
-    groups = group_by_root_cause(failures, lambda f: f["message"])
+    entries = [FailureEntry.from_json(f, "failure") for f in failures]
+    groups = group_by_root_cause(entries, lambda f: f.message)
     assert [(g.evidence, g.path, g.name, len(g.members)) for g in groups] == [
         ("frame", "src/stack.py", "Stack.pop", 3),
         ("calls", "src/queue.py", "Queue", 1),
@@ -100,7 +102,7 @@ def test_the_definition_most_failing_tests_call_is_the_suspect() -> None:
     argv = verification_argv(Plan.from_json(plan, "plan"))[0]
     assert argv[-7:] == [f"tests/test_p{i}.py" for i in range(7)] and "::" not in command
     assert all(selected_by(n, argv) for n in action["nodeids"])
-    md = render_plan_md(plan)
+    md = render_plan_md(Plan.from_json(plan, "plan"))
     assert len(md.encode()) < 8 * 1024 and "… 158 more" in md
 
 
@@ -119,7 +121,7 @@ def test_failures_without_evidence_fall_back_to_type_and_message() -> None:
 def test_evidence_in_test_files_is_no_evidence() -> None:
     item = with_evidence(failure("tests/test_a.py::test_1", "boom"), frame=ref("tests/conftest.py", "fx", 3),
                          calls=[ref("tests/helpers.py", "make")])
-    [group] = group_by_root_cause([item], lambda f: f["message"])
+    [group] = group_by_root_cause([FailureEntry.from_json(item, "failure")], lambda f: f.message)
     assert group.evidence == "fingerprint"
 
 
@@ -157,7 +159,7 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
         for i in range(500)
     ]
     plan = build_plan_doc(incident(*failures), generated_at=NOW)
-    md = render_plan_md(plan)
+    md = render_plan_md(Plan.from_json(plan, "plan"))
     assert len(md.encode()) <= MAX_PLAN_MD_BYTES
     assert "more actions: see plan.json" in md
     assert md.rstrip().endswith("- [ ] No new failure appears in the verification selection")

@@ -21,6 +21,7 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import base_revision, read_quarantine
 from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
+from pytest_selfheal.records.incident import FailureEntry
 
 TODAY = dt.date(2026, 11, 24)
 
@@ -186,17 +187,20 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
 
 
 def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> None:
-    def failure(name: str, label: str) -> dict[str, object]:
-        return {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
-                "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}
+    def failure(name: str, label: str) -> FailureEntry:
+        return FailureEntry.from_json(
+            {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
+             "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}, "f")
     entries = report_triage([failure("a", "new"), failure("b", "quarantined"), failure("c", "known"),
-                             {"nodeid": "t.py::d"}, failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
-    assert [(e["nodeid"], e["label"], e["detail"]) for e in entries] == [
+                             FailureEntry(nodeid="t.py::d"), failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
+    docs = [e.to_json() for e in entries]
+    assert [(e["nodeid"], e["label"], e["detail"]) for e in docs] == [
         ("t.py::a", "flaky", "failed, then passed on re-run with no code change"),
         ("t.py::b", "quarantined", "quarantined detail"), ("t.py::c", "known", "known detail")]
-    assert "odd" not in entries[0] and entries[0]["fingerprint"] == "fpa"
-    assert triage_summary(entries) == {"counts": {"known": 1, "flaky": 1, "quarantined": 1},
-                                       "line": "1 known on main, 1 flaky, 1 quarantined"}
+    assert "odd" not in docs[0] and docs[0]["fingerprint"] == "fpa"
+    assert list(docs[0]) == ["fingerprint", "failure_type", "nodeid", "label", "detail", "base_branch"]
+    assert triage_summary([e.triage for e in entries]) == {"counts": {"known": 1, "flaky": 1, "quarantined": 1},
+                                                           "line": "1 known on main, 1 flaky, 1 quarantined"}
     assert triage_summary([]) is None
 
 

@@ -7,15 +7,9 @@ import pytest
 from _pytest.junitxml import mangle_test_address
 from junitparser import JUnitXml
 
+from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity, xml_escape_visible
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import (
-    FailedReport,
-    build_junit,
-    junit_message,
-    mangle_nodeid,
-    nodeid_by_identity,
-    xml_escape_visible,
-)
+from pytest_selfheal.junit.writer import FailedReport, build_junit, junit_message
 
 NODEIDS = [
     "tests/test_a.py::test_b",

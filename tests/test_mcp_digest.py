@@ -10,6 +10,8 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,11 @@ from mcp.types import ListRootsResult, Root
 from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
-from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes
+from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes, verdict_lines
 from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.mcp import Decision, RunVerdict
 from pytest_selfheal.records.report import CauseGroup, IncidentView
+from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
 
@@ -282,3 +286,23 @@ def test_a_code_excerpt_keeps_its_indentation_on_one_escaped_line() -> None:
     assert code_line('  319 |     """ The first n elements', 200) == '  319 |     """ The first n elements'
     assert code_line("> 12 |         x = 1\x1b[2J\rz", 200) == "> 12 |         x = 1\\x1b[2J\\rz"
     assert code_line("  1 | " + "y" * 300, 40) == "  1 | " + "y" * 33 + "…"
+
+
+def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_the_record() -> None:
+    made = partial(RunVerdict, pytest_exit_code=1, counts=(("failed", 2),), max_iterations=5)
+    ran = made(Decision.CONTINUE, None, "running", "s", "n", incident_id="i1", iteration=2,
+               fingerprint_changed=True, progress=False, tests_fixed=("t::a",), flaky=True, bucket="inbox")
+    head = ["pytest_exit_code", "counts", "max_iterations", "incident_id", "iteration", "captured",
+            "fingerprint_changed", "progress"]
+    assert list(ran.to_json()) == [*head, "tests_fixed", "flaky", "decision", "stop_reason", "status", "bucket",
+                                   "summary", "next"]
+    captured = made(Decision.CONTINUE, None, "captured", "s", "n", incident_id="i2", captured="i2",
+                    tests_fixed=(), bucket="inbox")
+    assert list(captured.to_json()) == [*head, "decision", "stop_reason", "status", "tests_fixed", "bucket",
+                                        "summary", "next"]
+    assert ran.to_json()["counts"] == {"failed": 2} and ran.to_json()["decision"] == "CONTINUE"
+    assert verdict_lines(ran)[:3] == ["CONTINUE: s", "pytest: 2 failed (exit code 1)",
+                                      "incident i1: iteration 2 of 5, fingerprint changed, progress no "
+                                      "(flaky: a test changed outcome with no code change)"]
+    redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
+    assert "ghp_" not in redacted.summary and redacted.decision is Decision.CONTINUE

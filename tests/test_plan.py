@@ -22,6 +22,7 @@ from pytest_selfheal.plan.build import (
     replan,
     verification_argv,
 )
+from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,10 +242,11 @@ def test_normalised_message_cuts_the_test_exactly() -> None:
     f = failure("t.py::a | b", "x | y")
     f["test"] = "t::a | b"
     f["signature"] = "TEST_ASSERTION | t::a | b | x | y"
-    assert normalised_message(f) == "x | y"
-    assert normalised_message({"signature": "A | t | m | n"}) == "m | n"
-    assert normalised_message({"message": "raw"}) == "raw"
-    assert len(group_failures([failure("t.py::a", "m"), failure("t.py::b", "m")])) == 1
+    assert normalised_message(FailureEntry.from_json(f, "f")) == "x | y"
+    assert normalised_message(FailureEntry(signature="A | t | m | n")) == "m | n"
+    assert normalised_message(FailureEntry(message="raw")) == "raw"
+    both = [FailureEntry.from_json(failure(n, "m"), "f") for n in ("t.py::a", "t.py::b")]
+    assert len(group_failures(both)) == 1
 
 
 def test_incident_without_failures_list() -> None:
@@ -288,7 +290,7 @@ def test_verification_argv_rejects_bad_plans(plan: dict[str, Any]) -> None:
 
 def test_render_plan_md() -> None:
     plan = build_plan_doc(THREE, generated_at=NOW)
-    md = render_plan_md(plan)
+    md = render_plan_md(Plan.from_json(plan, "plan"))
     assert md.startswith(f"# Remediation plan: {INCIDENT_ID}\n")
     headings = ("## Summary", "## Root-cause hypotheses", "## Actions", "## Verification commands", "## Done criteria")
     for heading in headings:
@@ -301,12 +303,12 @@ def test_render_plan_md() -> None:
 
 def test_render_escapes_table_cells_and_fences() -> None:
     inc = incident(failure("t.py::test[a|b]", "weird ``` message | with pipe\nand newline"))
-    md = render_plan_md(build_plan_doc(inc, generated_at=NOW))
+    md = render_plan_md(Plan.from_json(build_plan_doc(inc, generated_at=NOW), "plan"))
     row = next(line for line in md.splitlines() if line.startswith("| A1 "))
     assert row.count(" | ") == 6  # the pipes inside cells are escaped
     assert "t.py::test[a\\|b]" in row
     inc = incident(failure("t.py::test_x[```]", "E"))
-    md = render_plan_md(build_plan_doc(inc, generated_at=NOW))
+    md = render_plan_md(Plan.from_json(build_plan_doc(inc, generated_at=NOW), "plan"))
     assert "````sh\n" in md
 
 
@@ -326,11 +328,12 @@ def test_replan() -> None:
     assert "outside its target paths" in new["root_cause_hypotheses"][-1]["reason"]
     assert new["replan_history"] == [{"revision": 1, "iterations": 2, "fingerprints_seen": ["fp-a", "fp-b"]}]
     assert new["actions"] == plan["actions"]
-    again = replan(Plan.from_json(new, "plan"), records[:1]).to_json()
+    again_plan = replan(Plan.from_json(new, "plan"), records[:1])
+    again = again_plan.to_json()
     assert again["revision"] == 3 and again["generated_at"] == new["generated_at"]
     assert again["summary"].count("Revision") == 1  # only the latest note; history keeps all
     assert len(again["replan_history"]) == 2
-    assert "## Previous attempts" in render_plan_md(again) and "revision 3" in render_plan_md(again)
+    assert "## Previous attempts" in render_plan_md(again_plan) and "revision 3" in render_plan_md(again_plan)
 
 
 def test_replan_falls_back_to_error_signature() -> None:

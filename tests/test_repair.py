@@ -76,7 +76,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[
         context=RunContext(),
     )
     plan = build_plan(store.read_incident(incident_id), generated_at="2026-02-17T12:00:00+00:00")
-    store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+    store.write_plan(incident_id, plan, render_plan_md(plan))
     return incident_id, store.read_plan(incident_id)
 
 

@@ -34,7 +34,7 @@ CLASSIFIED = [pending("failure_classified", {"nodeid": "tests/test_a.py::test_x"
 
 def build(incident: Incident, **changes: Any) -> tuple[Plan, str]:
     plan = Plan.from_json({**plan_doc(incident.incident_id), **changes}, "a test plan")
-    return plan, render_plan_md(plan.to_json())
+    return plan, render_plan_md(plan)
 
 
 def four_steps(store: Store) -> str:
@@ -42,7 +42,7 @@ def four_steps(store: Store) -> str:
     incident_id = store.create_incident(incident_data(), log_tail="tail\n", context=RunContext(python="3.x"), now=NOW,
                                         events=CLASSIFIED)
     plan = Plan.from_json(plan_doc(incident_id), "a test plan")
-    store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+    store.write_plan(incident_id, plan, render_plan_md(plan))
     store.append_event(incident_id, "plan_generated", actions=[a.id for a in plan.actions])
     store.set_status(incident_id, "planned")
     return incident_id
@@ -157,7 +157,8 @@ store = Store(sys.argv[1], lock_timeout=60)
 def plan(incident):
     built = {"incident_id": incident.incident_id, "generated_at": "2026-02-17T12:00:00+00:00", "summary": "s" * 2000,
              "root_cause_hypotheses": [], "actions": [], "verification_commands": ["t"], "done_criteria": []}
-    return Plan.from_json(built, "plan"), render_plan_md(built) * 20
+    record = Plan.from_json(built, "plan")
+    return record, render_plan_md(record) * 20
 
 print("ready", flush=True)
 n = 0

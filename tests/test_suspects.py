@@ -17,20 +17,22 @@ from types import ModuleType
 from typing import Any, Optional
 
 import pytest
-from helpers import build_plan_doc
+from helpers import INCIDENT_REQUIRED, build_plan_doc
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.mcp_server.digest import incident_blocks
-from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.suspects import (
-    EvidenceKind,
     excerpt,
     ochiai,
     rank_groups,
     spectrum_evidence,
     spectrum_scores,
 )
+from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.plan import Excerpt, Plan
+from pytest_selfheal.records.vocab import EvidenceKind
 from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
@@ -74,6 +76,11 @@ def failure(nodeid: str, message: str, **evidence: Any) -> dict[str, Any]:
             "code_fixable": True, "root_cause": evidence}
 
 
+def grouped(failures: list[dict[str, Any]]) -> list[Any]:
+    """``group_by_root_cause`` of failure documents, keyed by message when they have no evidence."""
+    return group_by_root_cause([FailureEntry.from_json(f, "failure") for f in failures], lambda f: f.message)
+
+
 # The cheap evidence of the same fault: popitem frames under __setitem__, and tests that only
 # name a subclass of Cache.
 SHARED_CALLEE = [
@@ -91,7 +98,7 @@ SHARED_CALLEE = [
 
 
 def test_a_shared_callee_on_every_path_is_the_one_suspect_of_one_group() -> None:
-    before = group_by_root_cause(SHARED_CALLEE, lambda f: f["message"])
+    before = grouped(SHARED_CALLEE)
     assert len(before) == 3  # two popitem frames and the classes' most shared call: three actions for one bug
     ranked = rank_groups(before)
     assert len(ranked) == 1
@@ -110,7 +117,7 @@ def test_a_frame_never_votes_for_the_test_s_other_calls() -> None:
         failure("t.py::test_y", "wrong", calls=[ref("m.py", "add", 1)]),
         failure("t.py::test_z", "wrong", calls=[ref("m.py", "add", 1)]),
     ]
-    ranked = rank_groups(group_by_root_cause(failures, lambda f: f["message"]))
+    ranked = rank_groups(grouped(failures))
     # Two faults, the larger first.
     assert [(r.group.name, len(r.group.members)) for r in ranked] == [("add", 2), ("sub", 1)]
 
@@ -123,8 +130,8 @@ def test_the_spectrum_ranks_what_failing_tests_ran_and_passing_ones_did_not() ->
     assert scores[popitem] == pytest.approx(1 / (2 * 1) ** 0.5)
     assert get not in scores  # no failing test ran it
     evidence = spectrum_evidence(covered, {"f1", "f2"}, {"p1", "p2"})
-    assert [e["name"] for e in evidence["f1"]] == ["C.__setitem__", "C.popitem"]
-    assert evidence["f2"] == [{"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
+    assert [e.name for e in evidence["f1"]] == ["C.__setitem__", "C.popitem"]
+    assert [e.to_json() for e in evidence["f2"]] == [{"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
 
 
 def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
@@ -135,7 +142,7 @@ def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
                 {**ref("c.py", "C.__lt__", 40), "score": 0.3}]
     failures = [failure("t.py::test_x", "wrong", calls=[ref("c.py", "C.timer", 3), ref("c.py", "C.get", 12)],
                         spectrum=spectrum)]
-    (only,) = rank_groups(group_by_root_cause(failures, lambda f: f["message"]))
+    (only,) = rank_groups(grouped(failures))
     assert [s.name for s in only.suspects] == ["C.get", "C.__iter__", "C.__lt__", "C.timer"]
     assert [s.score for s in only.suspects[:3]] == pytest.approx([0.9 * 0.447 + 0.1 * ochiai(0.8, 1), 0.9 * 0.447,
                                                                   0.9 * 0.3])
@@ -144,10 +151,10 @@ def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
 
 def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
     lines = [f"line {n}" for n in range(1, 11)] + ["x" * 500]
-    assert excerpt(lines, 1) == {"start": 1, "line": 1, "lines": ["line 1", "line 2", "line 3"]}
-    cut = excerpt(lines, 11)
-    assert cut is not None and cut["start"] == 9 and len(cut["lines"][-1]) == 160
-    assert excerpt(lines, 12) is None  # the file changed since the run
+    assert excerpt("m.py", lines, 1) == Excerpt("m.py", 1, 1, ("line 1", "line 2", "line 3"))
+    cut = excerpt("m.py", lines, 11)
+    assert cut is not None and cut.start == 9 and len(cut.lines[-1]) == 160
+    assert excerpt("m.py", lines, 12) is None  # the file changed since the run
 
 
 def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
@@ -161,10 +168,26 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     assert action["suspects"][0] == {"path": "cache.py", "name": "Cache.__setitem__", "line": 10,
                                      "score": round(ochiai(4, 5), 3), "evidence": "stack", "failures": 5}
     assert action["excerpt"]["start"] == 8 and "maxsize - 1" in action["excerpt"]["lines"][1]
-    md = render_plan_md(plan)
+    built = Plan.from_json(plan, "plan")
+    md = render_plan_md(built)
     assert "- Where: cache.py:10 in Cache.__setitem__ (stack, 5 failure(s), score 0.89)" in md
     assert "   9 |             while len(self._data) >= self.maxsize - 1:" in md
     assert "> 10 |                 self.popitem()" in md
+
+
+def test_the_built_plan_is_the_record_its_json_reads_back() -> None:
+    """build_plan makes the records itself: each value has the type and the value a read gives."""
+    source = str(corpus.CACHES).lstrip("\n").splitlines()
+    spectrum = {**ref("cache.py", "Cache.get", 12), "score": 0.5}
+    failures = [*SHARED_CALLEE, failure("tests/test_c.py::test_get", "assert 1 == 2", spectrum=[spectrum]),
+                {"nodeid": None, "test": "t::x", "message": "E", "target_paths": ["src/a.py", "tests/test_a.py"]}]
+    doc = {**INCIDENT_REQUIRED, "incident_id": "incident_20260101_000000_abc", "failures": failures}
+    built = build_plan(Incident.from_json(doc, "incident"), generated_at="2026-01-01T00:00:00+00:00",
+                       source=lambda path: source if path == "cache.py" else None)
+    assert built.actions[0].excerpt is not None and built.actions[0].suspects and len(built.actions) == 3
+    assert Plan.from_json(built.to_json(), "plan") == built
+    again = replan(built, [])
+    assert Plan.from_json(again.to_json(), "plan") == again
 
 
 # ---------------------------------------------------------------- end to end (pytester)

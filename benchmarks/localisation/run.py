@@ -44,6 +44,7 @@ import pypi
 from corpus import Mutant
 
 from pytest_selfheal.plan.groups import group_by_root_cause
+from pytest_selfheal.records.incident import FailureEntry
 
 MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"]}
 PLAIN_TIMEOUT = 120
@@ -214,7 +215,8 @@ def run_project(job: tuple[str, Optional[pypi.Project], list[Case], Options]) ->
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
                     incident = read_json(root / ".selfheal" / "error_inbox", "incident.json") or {"failures": []}
-                    groups = group_by_root_cause(incident["failures"], lambda f: f.get("signature"))
+                    failures = [FailureEntry.from_json(f, "failure") for f in incident["failures"]]
+                    groups = group_by_root_cause(failures, lambda f: f.signature)
                     old = score(mutant, [(g.path, g.name) for g in groups])
                     detail["previous"] = {"actions": len(groups), "top1": old[0], "top3": old[1],
                                           "suspects": [g.name for g in groups[:3]]}

@@ -7,7 +7,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Optional
 
-from pytest_selfheal.junit.writer import FailedReport, nodeid_by_identity
+from pytest_selfheal.junit.nodeids import nodeid_by_identity
+from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 

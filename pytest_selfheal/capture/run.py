@@ -191,7 +191,7 @@ def store_incident(
     def plan(written: Incident) -> tuple[Plan, str]:
         # From the incident as the store publishes it: no re-read of incident.json.
         built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
-        return built, render_plan_md(built.to_json())
+        return built, render_plan_md(built)
 
     # One step: the classification events, the plan and the move to `planned` are all in
     # place when the incident appears (no append, status move or plan write of their own).

@@ -111,9 +111,7 @@ class SpectrumHook:
     def evidence(self) -> dict[str, tuple[CodeRef, ...]]:
         """Per failing test, its most suspicious functions by the spectrum (plan/suspects.py)."""
         covered = {n: keys for n, keys in self.covered.items() if n in self.failed or n in self.passed}
-        ranked = spectrum_evidence(covered, self.failed, self.passed)
-        return {nodeid: tuple(CodeRef.from_json(entry, "spectrum entry") for entry in entries)
-                for nodeid, entries in ranked.items()}
+        return spectrum_evidence(covered, self.failed, self.passed)
 
 
 def _parse_key(text: str) -> Optional[FunctionKey]:

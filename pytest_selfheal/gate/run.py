@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
@@ -29,6 +30,7 @@ from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_pa
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
+from pytest_selfheal.records.mcp import Decision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio
@@ -67,13 +69,13 @@ def _remember(store: Store, payload: HookPayload, blocks: int) -> None:
     fsio.atomic_write_json(path, {"agent": payload.agent.value, "blocks": blocks})
 
 
-def _stop_text(verdict: Mapping[str, Any]) -> str:
-    if verdict.get("status") in GREEN:
-        return f"selfheal: tests passed; {verdict.get('summary')}"  # not "pass:", a password label to the redactor
-    reason = verdict.get("stop_reason") or verdict.get("status")
-    text = f"selfheal: STOP {reason}: {verdict.get('summary')}"
+def _stop_text(verdict: RunVerdict) -> str:
+    if verdict.status in GREEN:
+        return f"selfheal: tests passed; {verdict.summary}"  # not "pass:", a password label to the redactor
+    reason = verdict.stop_reason or verdict.status
+    text = f"selfheal: STOP {reason}: {verdict.summary}"
     # The message is the user's: their step, not the agent's (which is to stop, as it does).
-    step = str(verdict.get("next") or "").split(FOR_THE_USER, 1)[-1]
+    step = verdict.next.split(FOR_THE_USER, 1)[-1]
     return text + (f"; next: {step}" if step else "")
 
 
@@ -81,9 +83,9 @@ CONTINUE_NEXT = ("fix the code at the target paths below, never the failing test
                  "again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
 
 
-def _digest(project: Project, store: Store, verdict: dict[str, Any], limit: int, redactor: Redactor) -> str:
-    open_id = verdict.get("incident_id")
-    shown = {**verdict, "next": CONTINUE_NEXT}
+def _digest(project: Project, store: Store, verdict: RunVerdict, limit: int, redactor: Redactor) -> str:
+    open_id = verdict.incident_id
+    shown = replace(verdict, next=CONTINUE_NEXT)
     more = f"`selfheal show {open_id}` prints the whole digest" if open_id else "`selfheal status` lists them"
     return project.verdict_result(store, shown, limit, redactor=redactor, structured=False, more=more).text
 
@@ -99,14 +101,14 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = effective.redactor
-    if verdict.get("decision") != "CONTINUE":
+    if verdict.decision is not Decision.CONTINUE:
         _remember(store, payload, 0)
         return GateAnswer(False, redactor.redact(one_line(_stop_text(verdict), gate.max_chars)))
     if blocks >= settings.max_iterations:
         _remember(store, payload, 0)
         return GateAnswer(False, redactor.redact(one_line(
             f"selfheal: the stop gate let the agent stop: it blocked {blocks} time(s) in a row, the loop's budget "
-            f"(max_iterations {settings.max_iterations}), and the tests still fail: {verdict.get('summary')}",
+            f"(max_iterations {settings.max_iterations}), and the tests still fail: {verdict.summary}",
             gate.max_chars)))
     _remember(store, payload, blocks + 1)
     return GateAnswer(True, _digest(project, store, verdict, int(gate.max_chars), redactor))

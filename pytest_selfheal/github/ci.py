@@ -68,6 +68,7 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.history.sources import quarantine_in_force
 from pytest_selfheal.records.ci import CiInfo
+from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor
@@ -259,7 +260,7 @@ def _publish(
     )
 
 
-def _quarantine_exit(report: Mapping[str, Any], effective: EffectiveConfig, project: Path,
+def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
     revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
@@ -329,7 +330,7 @@ def run_ci(
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
         verdict = verdict_without_incident(code)
-        report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins).to_json()
+        report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
         if verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
                      "disabled by the pytest arguments, or did the capture fail? see the log above)")
@@ -350,16 +351,16 @@ def run_ci(
                 error = exc
                 rep.say(f"selfheal: error: {exc}")
         report = build_report(incidents=[load_incident_run(store, incident_id)],
-                              effective_config=effective.values, origins=effective.origins).to_json()
-        reason = report.get("stop_reason") or (loop_result and loop_result.stop_reason) or STOP_NONE
-        final = str(report.get("final_status") or "unknown")
+                              effective_config=effective.values, origins=effective.origins)
+        reason = report.stop_reason or (loop_result and loop_result.stop_reason) or STOP_NONE
+        final = str(report.final_status or "unknown")
         repair = loop_result.repair if loop_result is not None else None
         if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == StopReason.TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
             proposed = read_run_bytes(store, incident_id, repair.final_patch)
             if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
                 final = FinalStatus.FIX_PROPOSED
-        verdict = Verdict(final, str(reason), int(report.get("total_retries") or 0), incident_id, code)
+        verdict = Verdict(final, str(reason), int(report.total_retries or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)
@@ -371,7 +372,7 @@ def run_ci(
         rep.warn(redactor.redact(str(exc)))
         markdown = render_ci_markdown(report, info, error=loop_error, proposed_patch=proposed)
     markdown = redactor.redact(markdown)
-    document = redactor.redact_obj({**report, "ci": info.to_json()})
+    document = redactor.redact_obj({**report.to_json(), "ci": info.to_json()})
     if error is not None:
         exit_code = error.exit_code
     else:
@@ -414,8 +415,8 @@ def comment_from_report(
     rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
     _effective, redactor = _load(options, here, source)
     path = _resolve(options.comment_from, here)
-    report = read_report(path).to_json()
-    info = sanitize_ci_info(report.get("ci"), report)
+    report = read_report(path)
+    info = sanitize_ci_info(report.get_extra("ci"), report)
     number = options.pull_request or info.pull_request or ctx.pull_request_number()
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
@@ -425,7 +426,7 @@ def comment_from_report(
     verdict = Verdict(info.final_status, info.stop_reason, info.iterations, info.incident_id,
                       info.pytest_exit_code)
     markdown = redactor.redact(render_ci_markdown(report, info))
-    result = CiResult(EXIT_OK, verdict, report, markdown, report_path=path.with_suffix(".md"),
+    result = CiResult(EXIT_OK, verdict, report.to_json(), markdown, report_path=path.with_suffix(".md"),
                       report_json_path=path, pull_request=number)
     if result.report_path is not None and not result.report_path.is_file():
         result.report_path = None

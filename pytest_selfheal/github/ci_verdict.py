@@ -19,6 +19,7 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
+from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
@@ -97,7 +98,7 @@ def _opt_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> CiInfo:
+def sanitize_ci_info(data: Any, report: ReportDoc) -> CiInfo:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -108,8 +109,8 @@ def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> CiInfo:
     incident = given.get("incident_id")
     sha = given.get("head_sha")
     url = given.get("run_url")
-    report_final = report.get("final_status")
-    report_reason = report.get("stop_reason")
+    report_final = report.final_status
+    report_reason = report.stop_reason
     return CiInfo(
         final_status=final if isinstance(final, str) and _STATUS_WORD.match(final)
         else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
@@ -117,7 +118,7 @@ def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> CiInfo:
         else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
               else STOP_NONE),
         iterations=iterations if iterations is not None and iterations >= 0
-        else int(_opt_int(report.get("total_retries")) or 0),
+        else int(_opt_int(report.total_retries) or 0),
         incident_id=incident if is_incident_id(incident) else None,
         pytest_exit_code=_opt_int(given.get("pytest_exit_code")),
         pull_request=pr if pr is not None and pr > 0 else None,
@@ -126,15 +127,14 @@ def sanitize_ci_info(data: Any, report: Mapping[str, Any]) -> CiInfo:
     )
 
 
-def ci_headline(report: Mapping[str, Any], info: CiInfo) -> str:
+def ci_headline(report: ReportDoc, info: CiInfo) -> str:
     """The first line of the job summary and the PR comment: stop reason and final status.
 
     The report's own headline (``render_headline``) when the loop stopped and the report
     agrees with ``info``; otherwise the same shape built from ``info``:
     ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
     """
-    if (report.get("incidents") and report.get("stop_reason") == info.stop_reason
-            and report.get("final_status") == info.final_status):
+    if report.incidents and report.stop_reason == info.stop_reason and report.final_status == info.final_status:
         return render_headline(report)
     status = text(info.final_status, 60)
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
@@ -150,35 +150,33 @@ def ci_headline(report: Mapping[str, Any], info: CiInfo) -> str:
                    "the code of this commit still fails")
     else:
         iterations = info.iterations
-        who = info.incident_id or (f"{len(report.get('incidents') or [])} incidents")
+        who = info.incident_id or f"{len(report.incidents)} incidents"
         details = f"{who}, {iterations} iteration{'s' if iterations != 1 else ''}"
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
 
-def unresolved_failures(report: Mapping[str, Any]) -> dict[str, Optional[str]]:
+def unresolved_failures(report: ReportDoc) -> dict[str, Optional[str]]:
     """``{node id: fingerprint}`` of every test still failing when the loop stopped: the
     capture's failures and the loop's new ones, by their latest outcome (a test no
     iteration re-ran is still failing), without the fixed and the flaky ones."""
     failing: dict[str, Optional[str]] = {}
-    for entry in dicts(report.get("incidents")):
-        fingerprints: dict[str, Optional[str]] = {n: None for n in strs(entry.get("capture_tests"))}
-        for item in dicts(entry.get("triage")) + dicts(entry.get("new_failures")):
+    for entry in report.incidents:
+        fingerprints: dict[str, Optional[str]] = {n: None for n in strs(entry.get_extra("capture_tests"))}
+        for item in dicts(entry.triage) + dicts(entry.get_extra("new_failures")):
             nodeid = opt_str(item.get("nodeid"))
             if nodeid:
                 fingerprints[nodeid] = fingerprints.get(nodeid) or opt_str(item.get("fingerprint"))
         latest: dict[str, str] = {}
-        for iteration in dicts(entry.get("iterations")):
-            outcomes = iteration.get("outcomes")
-            if isinstance(outcomes, Mapping):
-                latest.update({str(k): str(v) for k, v in outcomes.items()})
-        done = set(strs(entry.get("tests_fixed"))) | set(strs(entry.get("flaky_tests")))
+        for iteration in entry.iterations:
+            latest.update({str(k): str(v) for k, v in iteration.outcomes.items()})
+        done = set(strs(entry.tests_fixed)) | set(strs(entry.flaky_tests))
         for nodeid, fingerprint in fingerprints.items():
             if nodeid not in done and latest.get(nodeid, "failed") in FAILING_OUTCOMES:
                 failing[nodeid] = fingerprint
     return failing
 
 
-def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
+def only_quarantined(report: ReportDoc, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
     """``{node id: reason}`` when every test still failing is covered by ``quarantine`` (the
     base revision's list: then they do not fail the ``selfheal ci`` job); ``{}`` otherwise."""
     covered: dict[str, str] = {}
@@ -191,7 +189,7 @@ def only_quarantined(report: Mapping[str, Any], quarantine: Sequence[QuarantineE
 
 
 def render_ci_markdown(
-    report: Mapping[str, Any],
+    report: ReportDoc,
     info: CiInfo,
     *,
     error: Optional[str] = None,

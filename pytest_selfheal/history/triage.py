@@ -15,11 +15,13 @@ One label per failure, first that holds wins (docs/history.md):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Optional
+from dataclasses import replace
+from typing import Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
-from pytest_selfheal.records.incident import Triage
+from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.records.report import TriageEntry
 from pytest_selfheal.records.vocab import TriageLabel
 
 TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
@@ -78,36 +80,30 @@ def triage_headline(labels: Sequence[str], base_branch: str) -> str:
     return ", ".join(parts) if parts else "no failures"
 
 
-def report_triage(failures: Sequence[Mapping[str, Any]], flaky: Collection[str]) -> list[dict[str, Any]]:
+def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> list[TriageEntry]:
     """The report's ``triage`` of one incident: each captured failure's recorded triage
     (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
     re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
-    entries: list[dict[str, Any]] = []
+    entries: list[TriageEntry] = []
     for failure in failures:
-        recorded = failure.get("triage")
-        if not isinstance(recorded, Mapping) or recorded.get("label") not in TRIAGE_LABELS:
+        recorded = failure.triage
+        if recorded is None or recorded.label not in TRIAGE_LABELS:
             continue
-        nodeid = failure.get("nodeid") or failure.get("test")
-        entry: dict[str, Any] = {key: failure.get(key) if isinstance(failure.get(key), str) else None
-                                 for key in ("fingerprint", "failure_type")}
-        entry["nodeid"] = nodeid if isinstance(nodeid, str) else None
-        entry.update({k: recorded[k] for k in TRIAGE_FIELDS
-                      if isinstance(recorded.get(k), (str, int, float)) and not isinstance(recorded.get(k), bool)})
-        entry["detail"] = entry["detail"] if isinstance(entry.get("detail"), str) else ""
-        if nodeid in flaky and entry["label"] != TriageLabel.QUARANTINED:
-            entry["label"], entry["detail"] = TriageLabel.FLAKY, RERUN_DETAIL
-        entries.append(entry)
+        nodeid = failure.nodeid or failure.test
+        if nodeid in flaky and recorded.label != TriageLabel.QUARANTINED:
+            recorded = replace(recorded, label=TriageLabel.FLAKY, detail=RERUN_DETAIL)
+        entries.append(TriageEntry(nodeid, failure.fingerprint, failure.failure_type, recorded))
     return entries
 
 
-def triage_summary(entries: Sequence[Mapping[str, object]]) -> Optional[dict[str, object]]:
-    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of triage objects (the
-    report's ``triage_summary``); None when there are none."""
-    labels = [str(e.get("label")) for e in entries if e.get("label") in TRIAGE_LABELS]
+def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
+    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages
+    (its ``triage_summary``); None when there are none."""
+    labels = [str(t.label) for t in triages if t.label in TRIAGE_LABELS]
     if not labels:
         return None
-    branches = [e.get("base_branch") for e in entries if isinstance(e.get("base_branch"), str)]
-    base = str(branches[0]) if branches else "main"
+    branches = [t.base_branch for t in triages if t.base_branch is not None]
+    base = branches[0] if branches else "main"
     return {"counts": {label: labels.count(label) for label in TRIAGE_LABELS if label in labels},
             "line": triage_headline(labels, base)}
 

@@ -15,7 +15,7 @@ from typing import Optional
 from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
 
-from pytest_selfheal.junit.writer import mangle_nodeid, xml_escape_visible
+from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 QUARANTINED_PROPERTY = "selfheal.quarantined"

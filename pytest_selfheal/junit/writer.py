@@ -10,21 +10,15 @@ failure gets the same fingerprint from this document, from ``--junitxml`` and fr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Optional
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
+from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import RootCause
-from pytest_selfheal.records.redacted import bounded_name
 
-# Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
-# writes the complement of the legal ranges ([^\x09\x0a\x0d\x20-\x7e\x80-\ud7ff
-# \ue000-\ufffd\U00010000-\U0010ffff]); this is the same set spelled as its few illegal
-# ranges, which compiles in a tenth of the time (~5 ms saved on every capture).
-_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
 
 
@@ -45,33 +39,6 @@ class FailedReport(Frozen):
     def outcome(self) -> str:
         """junit element: <failure> for a failing test body, <error> otherwise."""
         return "failure" if self.when == "call" else "error"
-
-
-def xml_escape_visible(text: str) -> str:
-    """Replace characters XML cannot hold by a visible ``#xNN`` form."""
-
-    def repl(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"#x{code:02X}" if code <= 0xFF else f"#x{code:04X}"
-
-    return _ILLEGAL_XML.sub(repl, text)
-
-
-def mangle_nodeid(nodeid: str, prefix: str = "") -> tuple[str, str]:
-    """pytest's junit (classname, name) for a node id.
-
-    ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``). Each
-    part is cut as the junit reader cuts it (``records.redacted.bounded_name``).
-    """
-    path, bracket, params = nodeid.partition("[")
-    names = path.split("::")
-    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
-    names[-1] += bracket + params
-    classnames = names[:-1]
-    if prefix:
-        classnames.insert(0, prefix)
-    # A file or test name may hold a control character XML cannot carry (`test_\x01.py`).
-    return bounded_name(xml_escape_visible(".".join(classnames))), bounded_name(xml_escape_visible(names[-1]))
 
 
 def junit_message(report: FailedReport) -> str:
@@ -134,20 +101,8 @@ def build_junit(
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + body + b"\n"
 
 
-def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> dict[str, str]:
-    """Map the junit identity ``classname::name`` back to node ids."""
-    mapping = {}
-    for nodeid in nodeids:
-        classname, name = mangle_nodeid(nodeid, prefix)
-        mapping[f"{classname}::{name}" if classname else name] = nodeid
-    return mapping
-
-
 __all__: list[str] = [
     "FailedReport",
     "build_junit",
     "junit_message",
-    "mangle_nodeid",
-    "nodeid_by_identity",
-    "xml_escape_visible",
 ]

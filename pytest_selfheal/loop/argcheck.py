@@ -26,15 +26,14 @@ line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_argu
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
+from pytest_selfheal.entrypoints import entry_points_in
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.hooks import entry_points_in
 
 PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
 SAFE_FLAGS = frozenset({

@@ -162,7 +162,7 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
     if not store.has_plan(incident_id):
         incident = store.read_incident(incident_id)
         plan = build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
-        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+        store.write_plan(incident_id, plan, render_plan_md(plan))
         store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
     if store.read_status(incident_id) == IncidentStatus.NEW:
         store.set_status(incident_id, IncidentStatus.PLANNED)
@@ -550,7 +550,7 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
         _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
         run_attempts = list(run) + ([attempts[-1]] if attempts else [])
         plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
-        store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+        store.write_plan(incident_id, plan, render_plan_md(plan))
     kill_point("finalize:after_replan_written")
     records, _ = store.read_events(incident_id)
     if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.mcp import Decision, RunVerdict
 from pytest_selfheal.records.report import CauseGroup, IncidentView
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
@@ -262,32 +263,30 @@ def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> s
 # --------------------------------------------------------------------------- run_tests
 
 
-def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
+def verdict_lines(verdict: RunVerdict) -> list[str]:
     """The run_tests verdict as the first lines of its text: the decision first."""
-    decision = str(verdict.get("decision"))
-    head = decision + (f" {verdict['stop_reason']}" if decision == "STOP" and verdict.get("stop_reason") else "")
-    lines = [f"{head}: {verdict.get('summary')}"]
-    counts = verdict.get("counts") or {}
-    if counts:
-        lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in counts.items())
-                     + f" (exit code {verdict.get('pytest_exit_code')})")
-    iteration = verdict.get("iteration")
-    if iteration is not None:
-        fp = "changed" if verdict.get("fingerprint_changed") else "same"
-        progress = "yes" if verdict.get("progress") else "no (flaky: a test changed outcome with no code change)" \
-            if verdict.get("flaky") else "no"
-        lines.append(f"incident {verdict.get('incident_id')}: iteration {iteration} of "
-                     f"{verdict.get('max_iterations')}, fingerprint {fp}, progress {progress}")
-    if verdict.get("captured"):
-        lines.append(f"captured incident {verdict['captured']}")
-    for line in verdict.get("plugin_lines") or []:
+    decision = verdict.decision.value
+    head = decision + (f" {verdict.stop_reason}" if verdict.decision is Decision.STOP and verdict.stop_reason else "")
+    lines = [f"{head}: {verdict.summary}"]
+    if verdict.counts:
+        lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in verdict.counts)
+                     + f" (exit code {verdict.pytest_exit_code})")
+    if verdict.iteration is not None:
+        fp = "changed" if verdict.fingerprint_changed else "same"
+        progress = "yes" if verdict.progress else "no (flaky: a test changed outcome with no code change)" \
+            if verdict.flaky else "no"
+        lines.append(f"incident {verdict.incident_id}: iteration {verdict.iteration} of "
+                     f"{verdict.max_iterations}, fingerprint {fp}, progress {progress}")
+    if verdict.captured:
+        lines.append(f"captured incident {verdict.captured}")
+    for line in verdict.plugin_lines:
         lines.append(f"> {one_line(line, 400)}")
-    if verdict.get("next"):
-        lines.append(f"next: {verdict['next']}")
+    if verdict.next:
+        lines.append(f"next: {verdict.next}")
     return lines
 
 
-def structured_size(data: Optional[Mapping[str, Any]]) -> int:
+def structured_size(data: Optional[dict[str, Any]]) -> int:
     """How many characters ``data`` takes in a result (its compact JSON)."""
     return 0 if data is None else len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
@@ -295,10 +294,11 @@ def structured_size(data: Optional[Mapping[str, Any]]) -> int:
 ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "iteration", "max_iterations")
 
 
-def bounded_verdict(data: dict[str, Any], max_chars: int) -> dict[str, Any]:
+def bounded_verdict(verdict: RunVerdict, max_chars: int) -> dict[str, Any]:
     """The verdict's structured part, at most half of ``max_chars`` when it can be: whole when
     it fits, else only its :data:`ESSENTIAL` keys that are set (the text says the rest), else
     the decision and the incident alone. The text gets the other half at least."""
+    data = verdict.to_json()
     if structured_size(data) <= max_chars // 2:
         return data
     essential = {k: data[k] for k in ESSENTIAL if data.get(k) is not None}
@@ -307,7 +307,7 @@ def bounded_verdict(data: dict[str, Any], max_chars: int) -> dict[str, Any]:
     return {k: essential[k] for k in ("decision", "incident_id") if k in essential}
 
 
-def result_size(text: str, data: Optional[Mapping[str, Any]]) -> int:
+def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
     """The size of a tool result the bound applies to: its text plus its structured JSON."""
     return len(text) + structured_size(data)
 

@@ -16,8 +16,9 @@ import collections
 import re
 import shlex
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,6 +40,7 @@ from pytest_selfheal.mcp_server.digest import (
     verdict_lines,
 )
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.mcp import ClosedRun, Decision, RunVerdict
 from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
@@ -260,8 +262,8 @@ class Project:
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
                     timeout: Optional[tuple[float, str]] = None,
-                    cancel: Optional[threading.Event] = None) -> dict[str, Any]:
-        """Run ``pytest --selfheal`` and return its verdict as a mapping (see :meth:`run_tests`).
+                    cancel: Optional[threading.Event] = None) -> RunVerdict:
+        """Run ``pytest --selfheal`` and return its verdict (see :meth:`run_tests`).
 
         ``trusted``: more arguments passed without the allowlist check (config the user wrote);
         ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``);
@@ -315,97 +317,90 @@ class Project:
                              _plugin_section(lines))
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
-                 after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> dict[str, Any]:
-        settings = effective.settings
-        verdict: dict[str, Any] = {
-            "pytest_exit_code": code, "counts": counts, "max_iterations": settings.max_iterations,
-            "incident_id": None, "iteration": None, "captured": captured[-1] if captured else None,
-            "fingerprint_changed": None, "progress": None, "plugin_lines": [],
-        }
+                 after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> RunVerdict:
+        made = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
+                       max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
+        ran: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
-            verdict.update(
-                incident_id=incident_id, iteration=last.iteration, fingerprint_changed=bool(last.fingerprint_changed),
-                progress=bool(last.progress), tests_fixed=list(last.tests_fixed)[:20],
-                flaky=FLAKY in last.progress_reasons,
-                decision="STOP" if stop else "CONTINUE", stop_reason=last.stop_reason if stop else None,
-                status=store.read_status(incident_id), bucket=bucket,
-            )
+            ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
+                       stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
+                       summary="", next="", incident_id=incident_id, iteration=last.iteration,
+                       fingerprint_changed=bool(last.fingerprint_changed), progress=bool(last.progress),
+                       tests_fixed=tuple(last.tests_fixed)[:20], flaky=FLAKY in last.progress_reasons, bucket=bucket)
         stopped = parse_already_stopped(plugin_lines)  # a STOP already_stopped line of the plugin
         if captured:
             # A new incident to fix outweighs the verdict on the one that just closed: the
             # verdict is about the new one, the closed one is named apart.
-            closed = ""
-            if iterated:
-                verdict["closed"] = {key: verdict[key] for key in ("incident_id", "iteration", "stop_reason", "status")}
-                closed = (f"; incident {verdict['incident_id']} stopped in the same run "
-                          f"({verdict['stop_reason']}, now {verdict['status']})")
-            verdict.update(decision="CONTINUE", stop_reason=None, status="captured", incident_id=captured[-1],
-                           iteration=None, fingerprint_changed=None, progress=None, tests_fixed=[], bucket="inbox")
-            verdict["summary"] = f"captured incident {captured[-1]}: fix the code its root causes point at{closed}"
-            verdict["next"] = ("edit the code at the target paths below (show gives the whole digest), never the "
-                               "failing tests; then call run_tests again without arguments: that run replays the "
-                               "capture's pytest options and is the incident's next iteration")
-        elif iterated:
-            verdict["summary"] = self._iteration_summary(verdict)
-            verdict["next"] = self._next(verdict, store)
-        elif stopped is not None:
+            closed, also = None, ""
+            if ran is not None:
+                closed = ClosedRun(iterated[-1], int(ran.iteration or 0), ran.stop_reason, ran.status)
+                also = f"; incident {closed.incident_id} stopped in the same run ({closed.stop_reason}, now {closed.status})"
+            return made(
+                decision=Decision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
+                tests_fixed=(), flaky=None if ran is None else ran.flaky, bucket="inbox", closed=closed,
+                summary=f"captured incident {captured[-1]}: fix the code its root causes point at{also}",
+                next=("edit the code at the target paths below (show gives the whole digest), never the failing "
+                      "tests; then call run_tests again without arguments: that run replays the capture's pytest "
+                      "options and is the incident's next iteration"))
+        if ran is not None:
+            return replace(ran, summary=self._iteration_summary(ran), next=self._next(ran, store))
+        if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
             bucket, _ = store.locate(incident_id)
-            verdict.update(decision="STOP", stop_reason=ALREADY_STOPPED, incident_id=incident_id, iteration=iteration,
-                           status=store.read_status(incident_id), bucket=bucket, stopped_because=why,
-                           summary=f"these failures are incident {incident_id}'s, which stopped ({why}); the code "
-                                   "under test has not changed since, so this run is not a new attempt",
-                           next=f"stop here and report to the user; the loop goes on only after a code change or "
-                                f"`selfheal reopen {incident_id}` (the user's decision)")
-        else:
-            open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
-            if code == 0 and not open_ids:
-                verdict.update(decision="STOP", stop_reason="none", status="passed",
-                               summary="all selected tests passed and no incident is open", next="nothing to fix")
-            else:
-                # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
-                verdict.update(decision="CONTINUE", stop_reason=None, status="not_counted", plugin_lines=plugin_lines,
-                               summary="this run recorded nothing" + (
-                                   " (the plugin's lines below say why)" if plugin_lines else
-                                   ": it did not re-run the open incident's failing tests" if open_ids else ""),
-                               next="call run_tests with no arguments to re-run the open incident's tests"
-                               if open_ids else "fix the failures above, then call run_tests again")
-        return verdict
+            return made(decision=Decision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
+                        iteration=iteration, status=store.read_status(incident_id), bucket=bucket,
+                        stopped_because=why,
+                        summary=f"these failures are incident {incident_id}'s, which stopped ({why}); the code "
+                                "under test has not changed since, so this run is not a new attempt",
+                        next=f"stop here and report to the user; the loop goes on only after a code change or "
+                             f"`selfheal reopen {incident_id}` (the user's decision)")
+        open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
+        if code == 0 and not open_ids:
+            return made(decision=Decision.STOP, stop_reason="none", status="passed",
+                        summary="all selected tests passed and no incident is open", next="nothing to fix")
+        # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
+        return made(decision=Decision.CONTINUE, stop_reason=None, status="not_counted",
+                    plugin_lines=tuple(plugin_lines),
+                    summary="this run recorded nothing" + (
+                        " (the plugin's lines below say why)" if plugin_lines else
+                        ": it did not re-run the open incident's failing tests" if open_ids else ""),
+                    next="call run_tests with no arguments to re-run the open incident's tests"
+                    if open_ids else "fix the failures above, then call run_tests again")
 
     @staticmethod
-    def _iteration_summary(verdict: Mapping[str, Any]) -> str:
-        if verdict["bucket"] != "inbox":
-            return f"incident {verdict['incident_id']} is {verdict['status']}, archived to error_archive/{verdict['bucket']}"
-        if verdict["decision"] == "STOP":
-            return f"incident {verdict['incident_id']} stopped and is {verdict['status']}"
-        return f"incident {verdict['incident_id']} is still failing; iteration {verdict['iteration']} recorded"
+    def _iteration_summary(verdict: RunVerdict) -> str:
+        if verdict.bucket != "inbox":
+            return f"incident {verdict.incident_id} is {verdict.status}, archived to error_archive/{verdict.bucket}"
+        if verdict.decision is Decision.STOP:
+            return f"incident {verdict.incident_id} stopped and is {verdict.status}"
+        return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
-    def _next(self, verdict: Mapping[str, Any], store: Store) -> str:
-        if verdict["decision"] == "CONTINUE":
+    def _next(self, verdict: RunVerdict, store: Store) -> str:
+        if verdict.decision is Decision.CONTINUE:
             return "change the code at the target paths, then call run_tests again"
-        if verdict["status"] == FinalStatus.RESOLVED:
-            return f"done: {verdict['incident_id']} is archived as resolved"
-        report = build_from_store(store, [str(verdict["incident_id"])], self.root)
+        if verdict.status == FinalStatus.RESOLVED:
+            return f"done: {verdict.incident_id} is archived as resolved"
+        report = build_from_store(store, [str(verdict.incident_id)], self.root)
         action = one_line(report.recommended_next_action or "read the loop report", 500)
         # The agent's step is to stop; the rest is for the user it hands over to.
         return f"stop trying and hand over to the user (the report tool gives the loop report){FOR_THE_USER}{action}"
 
-    def verdict_result(self, store: Store, verdict: dict[str, Any], limit: int, *, redactor: Redactor,
+    def verdict_result(self, store: Store, verdict: RunVerdict, limit: int, *, redactor: Redactor,
                        structured: bool = True, more: Optional[str] = None) -> ToolResult:
         """The verdict as a tool result: its lines and the open incident's root-cause groups,
         the whole at most ``limit`` characters (``structured``: the verdict's JSON counted in);
         ``more`` says where the groups left out are (default: the ``show`` tool)."""
-        verdict = redactor.redact_obj(verdict)
+        verdict = verdict.redacted(redactor.redact_obj)
         blocks = ["\n".join(verdict_lines(verdict))]
-        open_id = verdict["incident_id"] if verdict.get("status") != FinalStatus.RESOLVED else None
+        open_id = verdict.incident_id if verdict.status != FinalStatus.RESOLVED else None
         if open_id:
             blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
-        data = bounded_verdict({k: v for k, v in verdict.items() if k != "plugin_lines"}, limit)
+        data = bounded_verdict(verdict, limit)
         if more is None:
             more = (f"call show with incident_id {open_id} (and group=N for one group in full)"
                     if open_id else "call status")

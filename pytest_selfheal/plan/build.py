@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.plan.groups import (
-    EVIDENCE_FINGERPRINT,
     Group,
     collapse_selection,
     evidence_paths,
@@ -39,8 +39,7 @@ from pytest_selfheal.plan.groups import (
 )
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.jsondoc import FieldError
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     DOCTEST_MISMATCH,
@@ -52,8 +51,9 @@ from pytest_selfheal.records.models import (
     TYPECHECK,
     UNKNOWN,
 )
-from pytest_selfheal.records.plan import Plan, PlanAction
+from pytest_selfheal.records.plan import Hypothesis, Plan, PlanAction, ReplanEntry
 from pytest_selfheal.records.redacted import runnable_nodeid
+from pytest_selfheal.records.vocab import EvidenceKind
 
 DONE_CRITERIA: tuple[str, ...] = (
     "Target error no longer reproduces",
@@ -108,80 +108,65 @@ def _type_info(failure_type: str) -> tuple[str, str, str]:
     return _TYPE_INFO.get(failure_type, _TYPE_INFO[UNKNOWN])
 
 
-def _str(value: Any, default: str = "") -> str:
-    return value if isinstance(value, str) else default
-
-
-def _failures(incident: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _failures(incident: Incident) -> tuple[FailureEntry, ...]:
     """The incident's failures; an incident without a list gets one from its top-level fields."""
-    raw = incident.get("failures")
-    failures: list[dict[str, Any]] = []
-    if isinstance(raw, list):
-        for item in raw:
-            if isinstance(item, Mapping):
-                failures.append(dict(item))
-    if failures:
-        return failures
-    step = _str(incident.get("step"))
-    return [
-        {
-            "nodeid": step if step and step != _STEP_COLLECTION else None,
-            "test": step if step != _STEP_COLLECTION else "",
-            "fingerprint": _str(incident.get("fingerprint")) or _short_hash(_str(incident.get("error_signature"))),
-            "signature": _str(incident.get("error_signature")),
-            "failure_type": _str(incident.get("failure_type"), UNKNOWN),
-            "failure_class": _str(incident.get("failure_class")),
-            "message": _str(incident.get("message")),
-            "code_fixable": False,
-            "transient": incident.get("failure_class") == "transient",
-            "target_paths": [],
-        }
-    ]
+    if incident.failures:
+        return incident.failures
+    step = incident.step
+    return (
+        FailureEntry(
+            nodeid=step if step and step != _STEP_COLLECTION else None,
+            test=step if step != _STEP_COLLECTION else "",
+            fingerprint=incident.fingerprint or _short_hash(incident.error_signature),
+            signature=incident.error_signature,
+            failure_type=incident.failure_type if incident.failure_type is not None else UNKNOWN,
+            failure_class=incident.failure_class,
+            message=incident.message,
+            code_fixable=False,
+            transient=incident.failure_class == "transient",
+        ),
+    )
 
 
-def _selection(failure: Mapping[str, Any]) -> Optional[str]:
+def _failure_type(failure: FailureEntry) -> str:
+    return failure.failure_type or UNKNOWN
+
+
+def _selection(failure: FailureEntry) -> Optional[str]:
     """The pytest selection of a failure: its node id, else its junit test identity."""
-    nodeid = failure.get("nodeid")
-    if isinstance(nodeid, str) and nodeid:
-        return nodeid
-    test = failure.get("test")
-    return test if isinstance(test, str) and test else None
+    return failure.nodeid or failure.test or None
 
 
-def normalised_message(failure: Mapping[str, Any]) -> str:
+def normalised_message(failure: FailureEntry) -> str:
     """The failure's signature without the test part: ``<normalised message>``.
 
     Signatures read ``<type> | <test> | <normalised message>``. The known test
     identity is cut out exactly, so a ``|`` inside the message or the test id is safe.
     """
-    signature = _str(failure.get("signature"))
-    failure_type = _str(failure.get("failure_type"))
-    test = _str(failure.get("test"))
-    head = f"{failure_type} | {test} | "
+    signature, test = failure.signature, failure.test
+    head = f"{failure.failure_type} | {test} | "
     if test and signature.startswith(head):
         return signature[len(head):]
     parts = signature.split(" | ", 2)
     if len(parts) == 3:
         return parts[2]
-    return signature or _str(failure.get("message"))
+    return signature or failure.message
 
 
 def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_GROUP_HASH_LEN]
 
 
-def group_failures(failures: Sequence[Mapping[str, Any]]) -> list[Group]:
+def group_failures(failures: Sequence[FailureEntry]) -> list[Group]:
     """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
     failure type and normalised message; merged where their top suspect is one function, the
     largest first (plan/suspects.py)."""
     return [r.group for r in rank_failures(failures)]
 
 
-def rank_failures(failures: Sequence[Mapping[str, Any]]) -> list[RankedGroup]:
+def rank_failures(failures: Sequence[FailureEntry]) -> list[RankedGroup]:
     """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
-    return rank_groups(group_by_root_cause(
-        failures, lambda f: (_str(f.get("failure_type"), UNKNOWN), normalised_message(f))
-    ))
+    return rank_groups(group_by_root_cause(failures, lambda f: (_failure_type(f), normalised_message(f))))
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
@@ -207,13 +192,13 @@ def _unique(items: Sequence[str]) -> list[str]:
     return out
 
 
-def _priority(members: Sequence[Mapping[str, Any]]) -> str:
+def _priority(members: Sequence[FailureEntry]) -> str:
     first = members[0]
-    if first.get("failure_type") == TOOLING_ENV or first.get("failure_class") == FAILURE_CLASS_ENVIRONMENT:
+    if first.failure_type == TOOLING_ENV or first.failure_class == FAILURE_CLASS_ENVIRONMENT:
         return "P2"  # environment: not fixable by code changes
-    if first.get("transient") is True:
+    if first.transient is True:
         return "P1"  # transient / flaky-looking: a re-run may be enough
-    if first.get("code_fixable") is True:
+    if first.code_fixable is True:
         return "P0"  # deterministic and code-fixable: the main work
     return "P1"
 
@@ -233,21 +218,25 @@ def _collect_only(python: str) -> str:
     return " ".join(shlex.quote(arg) for arg in (python, "-m", "pytest", "-q", "--collect-only"))
 
 
-def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Source]) -> dict[str, Any]:
+# The keys of a built action, hypothesis and plan, in the order plan.json has always had them.
+_ACTION_KEYS = ("id", "title", "priority", "risk", "target_paths", "test_paths", "verification", "fingerprint",
+                "fingerprints", "signature", "failure_type", "nodeids", "root_cause")
+_HYPOTHESIS_KEYS = ("id", "confidence", "reason", "actions", "failure_type")
+_PLAN_KEYS = ("incident_id", "generated_at", "revision", "summary", "root_cause_hypotheses", "actions",
+              "verification_commands", "done_criteria")
+
+
+def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Source]) -> PlanAction:
     group = ranked.group
     members = group.members
     first = members[0]
-    failure_type = _str(first.get("failure_type"), UNKNOWN)
+    failure_type = _failure_type(first)
     message = normalised_message(first)
     nodeids = _unique([s for s in (_selection(m) for m in members) if s is not None])
     tests = _unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
-    if group.evidence == EVIDENCE_FINGERPRINT:
+    if group.evidence == EvidenceKind.FINGERPRINT:
         # No evidence: the paths of the traceback text and the test file's imports.
-        candidates: list[str] = []
-        for member in members:
-            paths = member.get("target_paths")
-            if isinstance(paths, list):
-                candidates.extend(p for p in paths if isinstance(p, str) and p)
+        candidates = [p for member in members for p in member.target_paths if p]
         targets = _unique([p for p in candidates if not is_test_file(p)])
         tests = _unique(tests + [p for p in candidates if is_test_file(p) and p.endswith(".py")])
         signature = f"{failure_type} | {message}"
@@ -260,56 +249,56 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         about = _shorten(f"{group.name} in {group.path}{shapes} ({message})")
     verb = _type_info(failure_type)[0]
     count = f" ({len(nodeids)} tests)" if len(nodeids) > 1 else f" in {nodeids[0]}" if nodeids else ""
-    return {
-        "id": f"A{index}",
-        "title": f"{verb}{count}: {about}",
-        "priority": _priority(members),
-        "risk": _risk(targets),
-        "target_paths": targets,
-        "test_paths": tests,
-        "verification": [
-            pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python)
-        ],
-        "fingerprint": _short_hash(signature),
-        "fingerprints": _unique([_str(m.get("fingerprint")) for m in members if m.get("fingerprint")]),
-        "signature": signature,
-        "failure_type": failure_type,
-        "nodeids": nodeids,
-        "root_cause": group.to_json(),
-        **locate(ranked, source),
-    }
+    located = locate(ranked, source)
+    return PlanAction(
+        id=f"A{index}",
+        title=f"{verb}{count}: {about}",
+        priority=_priority(members),
+        risk=_risk(targets),
+        target_paths=tuple(targets),
+        test_paths=tuple(tests),
+        verification=(pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python),),
+        fingerprint=_short_hash(signature),
+        fingerprints=tuple(_unique([m.fingerprint for m in members if m.fingerprint])),
+        signature=signature,
+        failure_type=failure_type,
+        nodeids=tuple(nodeids),
+        root_cause=group.key(),
+        where=located.where,
+        assertion=located.assertion,
+        suspects=located.suspects,
+        excerpt=located.excerpt,
+        keys=_ACTION_KEYS + located.action_keys(),
+    )
 
 
-def _hypotheses(
-    actions: Sequence[Mapping[str, Any]], groups: Sequence[Group]
-) -> list[dict[str, Any]]:
+def _hypotheses(actions: Sequence[PlanAction], groups: Sequence[Group]) -> tuple[Hypothesis, ...]:
     by_type: dict[str, list[int]] = {}
     for i, action in enumerate(actions):
-        by_type.setdefault(str(action["failure_type"]), []).append(i)
-    hypotheses: list[dict[str, Any]] = []
+        by_type.setdefault(action.failure_type or "", []).append(i)
+    hypotheses: list[Hypothesis] = []
     for n, (failure_type, indexes) in enumerate(by_type.items(), start=1):
         _, reason, confidence = _type_info(failure_type)
-        if any(m.get("transient") is True for i in indexes for m in groups[i].members):
+        if any(m.transient is True for i in indexes for m in groups[i].members):
             # Transient classes: a re-run may pass; the code may be fine.
             reason += "; the failure looks transient (a re-run may pass)"
             confidence = "low"
         example = actions[indexes[0]]
-        ids = ", ".join(str(actions[i]["id"]) for i in indexes)
-        where = example["nodeids"][0] if example["nodeids"] else failure_type
+        ids = ", ".join(actions[i].id for i in indexes)
+        where = example.nodeids[0] if example.nodeids else failure_type
         message = normalised_message(groups[indexes[0]].members[0])
-        cause = example.get("root_cause") or {}
-        if cause.get("path"):
-            reason += f"; the evidence points at {cause['path']}::{cause.get('name')}"
-        hypotheses.append(
-            {
-                "id": f"H{n}",
-                "confidence": confidence,
-                "reason": f"{ids}: {reason} ({where}: {_shorten(message, 120)})",
-                "actions": [actions[i]["id"] for i in indexes],
-                "failure_type": failure_type,
-            }
-        )
-    return hypotheses
+        cause = example.root_cause
+        if cause is not None and cause.path:
+            reason += f"; the evidence points at {cause.path}::{cause.name}"
+        hypotheses.append(Hypothesis(
+            id=f"H{n}",
+            confidence=confidence,
+            reason=f"{ids}: {reason} ({where}: {_shorten(message, 120)})",
+            actions=tuple(actions[i].id for i in indexes),
+            failure_type=failure_type,
+            keys=_HYPOTHESIS_KEYS,
+        ))
+    return tuple(hypotheses)
 
 
 def build_plan(incident: Incident, *, generated_at: str, python: str = "python", source: Optional[Source] = None) -> Plan:
@@ -323,31 +312,31 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
     incident_id = incident.incident_id
     if not incident_id:
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
-    failures = _failures(incident.to_json())
-    ranked = rank_failures(failures)
+    ranked = rank_failures(_failures(incident))
     groups = [r.group for r in ranked]
-    actions = [_action(i, r, python, source) for i, r in enumerate(ranked, start=1)]
-    all_nodeids = _unique([n for a in actions for n in a["nodeids"]])
+    actions = tuple(_action(i, r, python, source) for i, r in enumerate(ranked, start=1))
+    all_nodeids = _unique([n for a in actions for n in a.nodeids])
     first = actions[0]
     tests = len(all_nodeids)
     summary = (
         f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
-        f"{first['nodeids'][0] if first['nodeids'] else incident.step or 'unknown'} — "
-        f"{first['failure_type']}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
+        f"{first.nodeids[0] if first.nodeids else incident.step or 'unknown'} — "
+        f"{first.failure_type}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
     )
-    return Plan.from_json({
-        "incident_id": incident_id,
-        "generated_at": generated_at,
-        "revision": 1,
-        "summary": summary,
-        "root_cause_hypotheses": _hypotheses(actions, groups),
-        "actions": actions,
-        "verification_commands": [
-            pytest_command(collapse_selection(all_nodeids), python=python) if all_nodeids else _collect_only(python)
-        ],
-        "done_criteria": list(DONE_CRITERIA),
-    }, "the built plan")
+    return Plan(
+        incident_id=incident_id,
+        generated_at=generated_at,
+        revision=1,
+        summary=summary,
+        root_cause_hypotheses=_hypotheses(actions, groups),
+        actions=actions,
+        verification_commands=(
+            pytest_command(collapse_selection(all_nodeids), python=python) if all_nodeids else _collect_only(python),
+        ),
+        done_criteria=DONE_CRITERIA,
+        keys=_PLAN_KEYS,
+    )
 
 
 def verification_argv(plan: Plan) -> list[list[str]]:
@@ -368,15 +357,14 @@ def verification_argv(plan: Plan) -> list[list[str]]:
     return argvs
 
 
-def _revision(plan: Mapping[str, Any]) -> int:
-    value = plan.get("revision", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+def _revision(plan: Plan) -> int:
+    return plan.revision if plan.revision is not None and plan.revision >= 1 else 1
 
 
 # --------------------------------------------------------------------------- markdown
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
     return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split()) or "—"
 
@@ -395,21 +383,17 @@ def _code_block(text: str, lang: str = "sh") -> list[str]:
     return [f"{fence}{lang}", text, fence]
 
 
-def _where_md(action: Mapping[str, Any]) -> list[str]:
+def _where_md(action: PlanAction) -> list[str]:
     """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
-    try:
-        record = PlanAction.parse(action, "action")
-    except FieldError:  # a hand-edited plan.json: its table row is enough
-        return []
-    lines = [f"- {_shorten(line, 600)}" for line in where_lines(record)]
-    if record.excerpt is not None:
-        lines += [""] + _code_block("\n".join(record.excerpt.numbered()), "python")
+    lines = [f"- {_shorten(line, 600)}" for line in where_lines(action)]
+    if action.excerpt is not None:
+        lines += [""] + _code_block("\n".join(action.excerpt.numbered()), "python")
     return lines + [""] if lines else []
 
 
-def _listed(items: Any, limit: int) -> list[str]:
+def _listed(items: Sequence[str], limit: int) -> list[str]:
     """At most ``limit`` items of a list, then "… N more"."""
-    values = [str(v) for v in items] if isinstance(items, list) else []
+    values = list(items)
     if len(values) <= limit:
         return values
     return values[:limit] + [f"… {len(values) - limit} more"]
@@ -442,38 +426,34 @@ class _Bounded:
         self.size += _size([line])
 
 
-def render_plan_md(plan: Mapping[str, Any]) -> str:
+def render_plan_md(plan: Plan) -> str:
     """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
 
     Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
     tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
     holds them all).
     """
-    lines: list[str] = [f"# Remediation plan: {plan.get('incident_id', '?')}", ""]
-    meta = f"Generated {plan.get('generated_at', '?')}"
+    lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
+    meta = f"Generated {plan.generated_at}"
     revision = _revision(plan)
     if revision > 1:
         meta += f" · revision {revision}"
-    lines += [meta, "", "## Summary", "", _shorten(str(plan.get("summary", "")), 2000), ""]
+    lines += [meta, "", "## Summary", "", _shorten(plan.summary, 2000), ""]
     lines += ["## Root-cause hypotheses", ""]
-    for hyp in plan.get("root_cause_hypotheses", [])[:_MD_MAX_ROWS]:
-        lines.append(f"- **{hyp.get('id')}** ({hyp.get('confidence')}): {_shorten(str(hyp.get('reason')), 600)}")
-    actions = [a for a in plan.get("actions", []) if isinstance(a, Mapping)]
+    for hyp in plan.root_cause_hypotheses[:_MD_MAX_ROWS]:
+        lines.append(f"- **{hyp.id}** ({hyp.confidence}): {_shorten(hyp.reason, 600)}")
+    actions = plan.actions
     # The tail is always written; the actions share what is left of the budget.
     tail = ["", "## Verification commands", ""]
-    for command in plan.get("verification_commands", []):
-        text = str(command)
+    for text in plan.verification_commands:
         tail += _code_block(_shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
     tail += ["", "## Done criteria", ""]
-    tail += [f"- [ ] {c}" for c in plan.get("done_criteria", [])]
-    history = plan.get("replan_history")
-    if isinstance(history, list) and history:
+    tail += [f"- [ ] {c}" for c in plan.done_criteria]
+    if plan.replan_history:
         tail += ["", "## Previous attempts", ""]
-        for entry in history[-_MD_MAX_ROWS:]:
-            fps = ", ".join(_listed(entry.get("fingerprints_seen", []), 10)) or "none"
-            tail.append(
-                f"- Revision {entry.get('revision')}: {entry.get('iterations')} iteration(s), fingerprints seen: {fps}"
-            )
+        for entry in plan.replan_history[-_MD_MAX_ROWS:]:
+            fps = ", ".join(_listed(entry.fingerprints_seen, 10)) or "none"
+            tail.append(f"- Revision {entry.revision}: {entry.iterations} iteration(s), fingerprints seen: {fps}")
     budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
     lines += ["", "## Actions", ""]
     lines += [
@@ -486,13 +466,13 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
         row = "| " + " | ".join(
             _cell(v)
             for v in (
-                action.get("id", ""),
-                action.get("priority", ""),
-                action.get("risk", ""),
-                action.get("title", ""),
-                _listed(action.get("target_paths", []), 5),
-                _listed(action.get("test_paths", []), 5),
-                _listed(action.get("nodeids", []), 3),
+                action.id,
+                action.priority,
+                action.risk,
+                action.title,
+                _listed(action.target_paths, 5),
+                _listed(action.test_paths, 5),
+                _listed(action.nodeids, 3),
             )
         ) + " |"
         if not bounded.within([row]):
@@ -502,13 +482,13 @@ def render_plan_md(plan: Mapping[str, Any]) -> str:
         bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
     detailed = 0
     for action in actions[:shown]:
-        block = ["", f"### {action.get('id')}: {action.get('title')}", ""]
-        if action.get("signature"):
-            signature = " ".join(str(action["signature"]).split()).replace("`", "'")
+        block = ["", f"### {action.id}: {action.title}", ""]
+        if action.signature:
+            signature = " ".join(action.signature.split()).replace("`", "'")
             block += [f"Signature: `{_shorten(signature, 300)}`", ""]
         block += _where_md(action)
-        for command in action.get("verification", []):
-            block += _code_block(str(command))
+        for command in action.verification:
+            block += _code_block(command)
         if not bounded.within(block):
             break
         detailed += 1
@@ -536,12 +516,10 @@ def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[st
     ``attempts`` are the attempts of the run that asked for the replan. The summary gains
     a note of the iterations and fingerprints seen, the old hypotheses lose one confidence
     level (they did not pan out), a new hypothesis says the cause may lie outside the
-    plan's target paths, and ``revision`` is bumped. The new revision is built on the
-    plan's document, so every key it had stays in place.
+    plan's target paths, and ``revision`` is bumped. Every other key of the plan stays in place.
     """
-    new = plan.to_json()  # a fresh document: ``plan`` is not modified
-    revision = _revision(new)
-    fingerprints = _unique([fp for a in attempts for fp in _attempt_fingerprints(a)])
+    revision = _revision(plan)
+    fingerprints = tuple(_unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
     iterations = len(attempts)
     applied = _unique([x for a in attempts for x in a.actions_applied])
     note = (
@@ -552,40 +530,29 @@ def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[st
         + ")."
     )
     # The summary carries only the latest note; replan_history keeps them all.
-    base_summary = str(new.get("base_summary") or new.get("summary", ""))
-    new["base_summary"] = base_summary
+    base_summary = plan.base_summary or plan.summary
     joiner = " " if not base_summary or base_summary.endswith((".", "!", "?")) else ". "
-    new["summary"] = f"{base_summary}{joiner}{note}".strip()
-    hypotheses = [dict(h) for h in new.get("root_cause_hypotheses", []) if isinstance(h, Mapping)]
-    for hyp in hypotheses:
-        hyp["confidence"] = _LOWER.get(str(hyp.get("confidence")), "low")
-    targets = _unique(
-        [
-            p
-            for a in new.get("actions", [])
-            if isinstance(a, Mapping)
-            for p in (a.get("target_paths") or [])
-            if isinstance(p, str)
-        ]
+    hypotheses = [replace(h, confidence=_LOWER.get(h.confidence, "low")) for h in plan.root_cause_hypotheses]
+    targets = _unique([p for a in plan.actions for p in a.target_paths])
+    hypotheses.append(Hypothesis(
+        id=f"H{len(hypotheses) + 1}",
+        confidence="medium",
+        reason=(
+            f"The previous plan did not make progress after {iterations} iteration"
+            f"{'s' if iterations != 1 else ''}: the root cause may lie outside its target paths "
+            f"({', '.join(targets) or 'none'}), e.g. in shared fixtures, configuration or a dependency"
+        ),
+        actions=(),
+        failure_type="",
+        keys=_HYPOTHESIS_KEYS,
+    ))
+    entry = ReplanEntry(revision, iterations, fingerprints, keys=("revision", "iterations", "fingerprints_seen"))
+    return replace(
+        plan,
+        base_summary=base_summary,
+        summary=f"{base_summary}{joiner}{note}".strip(),
+        root_cause_hypotheses=tuple(hypotheses),
+        revision=revision + 1,
+        replan_history=plan.replan_history + (entry,),
+        generated_at=plan.generated_at if generated_at is None else generated_at,
     )
-    hypotheses.append(
-        {
-            "id": f"H{len(hypotheses) + 1}",
-            "confidence": "medium",
-            "reason": (
-                f"The previous plan did not make progress after {iterations} iteration"
-                f"{'s' if iterations != 1 else ''}: the root cause may lie outside its target paths "
-                f"({', '.join(targets) or 'none'}), e.g. in shared fixtures, configuration or a dependency"
-            ),
-            "actions": [],
-            "failure_type": "",
-        }
-    )
-    new["root_cause_hypotheses"] = hypotheses
-    new["revision"] = revision + 1
-    history = list(new.get("replan_history", []) or [])
-    history.append({"revision": revision, "iterations": iterations, "fingerprints_seen": fingerprints})
-    new["replan_history"] = history
-    if generated_at is not None:
-        new["generated_at"] = generated_at
-    return Plan.from_json(new, "the new plan revision")

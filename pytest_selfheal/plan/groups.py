@@ -20,16 +20,15 @@ every test of a file selection back to its node id anyway.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from collections.abc import Callable, Collection, Hashable, Sequence
+from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import CodeRef, FailureEntry
+from pytest_selfheal.records.plan import GroupKey
 from pytest_selfheal.records.redacted import runnable_nodeid
-
-EVIDENCE_FRAME = "frame"
-EVIDENCE_CALLS = "calls"
-EVIDENCE_FINGERPRINT = "fingerprint"
+from pytest_selfheal.records.vocab import EvidenceKind
 
 # A selection with more node ids than this, or longer than MAX_SELECTION_CHARS in total, is
 # written as its test files (docs/loop.md "The plan").
@@ -39,46 +38,35 @@ MAX_SELECTION_CHARS = 2000
 Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 
-@dataclass
-class Group:
+@dataclass(frozen=True, eq=False, repr=False)
+class Group(Frozen):
     """One root cause: how it was found, where it points, and the failures it explains."""
 
-    evidence: str  # EVIDENCE_FRAME | EVIDENCE_CALLS | EVIDENCE_FINGERPRINT
+    evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
-    members: list[Mapping[str, Any]] = field(default_factory=list)
+    members: tuple[FailureEntry, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        """The action's ``root_cause`` object in ``plan.json``."""
-        data: dict[str, Any] = {"evidence": self.evidence}
-        if self.path is not None:
-            data["path"] = self.path
-        if self.name is not None:
-            data["name"] = self.name
-        return data
+    def key(self) -> GroupKey:
+        """The action's ``root_cause`` in ``plan.json``."""
+        return GroupKey(self.evidence, self.path, self.name)
 
 
-def _ref(value: Any) -> Optional[Definition]:
-    if not isinstance(value, Mapping):
+def _ref(ref: Optional[CodeRef]) -> Optional[Definition]:
+    if ref is None or not ref.path or is_test_file(ref.path):
         return None
-    path, name = value.get("path"), value.get("name")
-    if not isinstance(path, str) or not path or is_test_file(path):
-        return None
-    return path, name if isinstance(name, str) else ""
+    return ref.path, ref.name
 
 
-def frame_of(failure: Mapping[str, Any]) -> Optional[Definition]:
+def frame_of(failure: FailureEntry) -> Optional[Definition]:
     """The failure's innermost project frame outside the tests, from its ``root_cause``."""
-    evidence = failure.get("root_cause")
-    return _ref(evidence.get("frame")) if isinstance(evidence, Mapping) else None
+    return _ref(failure.root_cause.frame) if failure.root_cause is not None else None
 
 
-def calls_of(failure: Mapping[str, Any]) -> list[Definition]:
+def calls_of(failure: FailureEntry) -> list[Definition]:
     """The project definitions the failing test calls, from its ``root_cause``."""
-    evidence = failure.get("root_cause")
-    calls = evidence.get("calls") if isinstance(evidence, Mapping) else None
     out: list[Definition] = []
-    for item in calls if isinstance(calls, (list, tuple)) else []:
+    for item in failure.root_cause.calls if failure.root_cause is not None else ():
         ref = _ref(item)
         if ref is not None and ref not in out:
             out.append(ref)
@@ -91,24 +79,24 @@ def _explains(frame: Definition, call: Definition) -> bool:
 
 
 def group_by_root_cause(
-    failures: Sequence[Mapping[str, Any]], fingerprint_key: Any
+    failures: Sequence[FailureEntry], fingerprint_key: Callable[[FailureEntry], Hashable]
 ) -> list[Group]:
     """The failures in root-cause groups, in order of each group's first failure.
 
     ``fingerprint_key(failure)`` gives the key of a failure without evidence (its type and
     normalised message).
     """
-    groups: dict[tuple[Any, ...], Group] = {}
-    assigned: list[tuple[Any, ...]] = []
-    frames: dict[Definition, tuple[Any, ...]] = {}
-    frame_sizes: dict[tuple[Any, ...], int] = {}
+    groups: dict[tuple[Hashable, ...], Group] = {}
+    assigned: list[tuple[Hashable, ...]] = []
+    frames: dict[Definition, tuple[Hashable, ...]] = {}
+    frame_sizes: dict[tuple[Hashable, ...], int] = {}
     for failure in failures:
         frame = frame_of(failure)
         if frame is not None:
-            key: tuple[Any, ...] = (EVIDENCE_FRAME, *frame)
+            key: tuple[Hashable, ...] = (EvidenceKind.FRAME, *frame)
             frames.setdefault(frame, key)
             frame_sizes[key] = frame_sizes.get(key, 0) + 1
-            groups.setdefault(key, Group(EVIDENCE_FRAME, frame[0], frame[1]))
+            groups.setdefault(key, Group(EvidenceKind.FRAME, frame[0], frame[1]))
     # How many failing tests (without a frame) call each definition: the most shared is the suspect.
     shared: dict[Definition, int] = {}
     for failure in failures:
@@ -126,16 +114,17 @@ def group_by_root_cause(
             key = max(matching, key=lambda k: frame_sizes[k])
         elif calls:
             best = max(calls, key=lambda c: (shared.get(c, 0), -calls.index(c)))
-            key = (EVIDENCE_CALLS, *best)
-            groups.setdefault(key, Group(EVIDENCE_CALLS, best[0], best[1]))
+            key = (EvidenceKind.CALLS, *best)
+            groups.setdefault(key, Group(EvidenceKind.CALLS, best[0], best[1]))
         else:
-            key = (EVIDENCE_FINGERPRINT, fingerprint_key(failure))
-            groups.setdefault(key, Group(EVIDENCE_FINGERPRINT, None, None))
+            key = (EvidenceKind.FINGERPRINT, fingerprint_key(failure))
+            groups.setdefault(key, Group(EvidenceKind.FINGERPRINT, None, None))
         assigned.append(key)
+    members: dict[tuple[Hashable, ...], list[FailureEntry]] = {}
     for failure, key in zip(failures, assigned):
-        groups[key].members.append(failure)
+        members.setdefault(key, []).append(failure)
     # In order of each group's first failure, not of its first frame.
-    return [groups[key] for key in dict.fromkeys(assigned)]
+    return [Group(groups[key].evidence, groups[key].path, groups[key].name, tuple(members[key])) for key in members]
 
 
 def selection_file(selection: str) -> Optional[str]:
@@ -183,9 +172,7 @@ def selected_by(nodeid: str, words: Collection[str]) -> bool:
 
 
 __all__ = [
-    "EVIDENCE_CALLS",
-    "EVIDENCE_FINGERPRINT",
-    "EVIDENCE_FRAME",
+    "Definition",
     "Group",
     "MAX_SELECTION_CHARS",
     "MAX_SELECTION_NODEIDS",

@@ -20,16 +20,17 @@ calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import field
-from enum import Enum
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
-from pytest_selfheal.plan.groups import Group
+from pytest_selfheal.plan.groups import Definition, Group
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.plan import PlanAction
+from pytest_selfheal.records.incident import CodeRef, FailureEntry
+from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
+from pytest_selfheal.records.vocab import EvidenceKind
 
 # Suspects kept per group (plan.json, plan.md and every surface that shows them).
 MAX_SUSPECTS = 5
@@ -44,24 +45,12 @@ _EVIDENCE_SHARE = 0.1
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = tuple[str, str, int]
 
-Definition = tuple[str, str]  # (repo-relative path, qualified name)
-
 # Reads a project file's lines (None when it cannot): the caller's I/O, so this stays pure.
 Source = Callable[[str], Optional[Sequence[str]]]
 # The excerpt around a top suspect's line: lines before and after it, each cut at a width.
 EXCERPT_BEFORE = 2
 EXCERPT_AFTER = 2
 EXCERPT_LINE_CHARS = 160
-
-
-class EvidenceKind(str, Enum):
-    """Why a function is a suspect, the most direct first."""
-
-    FRAME = "frame"  # the innermost project frame of a failure's traceback: where it raised
-    STACK = "stack"  # a project frame the traceback passed through on its way there
-    CALLS = "calls"  # a function the failing test calls
-    CLASS = "class"  # a method of a class (or of its base) the failing test uses, seen failing elsewhere
-    SPECTRUM = "spectrum"  # run by the failing tests more than by the passing ones (--selfheal-spectrum)
 
 
 # How much one failure's vote of each kind counts: the traceback is what happened, a call
@@ -87,13 +76,11 @@ class Suspect(Frozen):
     evidence: EvidenceKind  # the most direct kind of evidence that named it
     failures: int  # the group's failures whose evidence names it
 
-    def to_json(self) -> dict[str, Any]:
-        """The suspect in ``plan.json``'s ``suspects`` list."""
-        data: dict[str, Any] = {"path": self.path, "name": self.name}
-        if self.line is not None:
-            data["line"] = self.line
-        data.update(score=round(self.score, 3), evidence=self.evidence.value, failures=self.failures)
-        return data
+    def entry(self) -> SuspectEntry:
+        """The suspect in ``plan.json``'s ``suspects`` list (its score to 3 decimals)."""
+        keys = ("path", "name", "line") if self.line is not None else ("path", "name")
+        return SuspectEntry(self.path, self.name, round(self.score, 3), self.evidence.value, self.line,
+                            self.failures, keys=keys + ("score", "evidence", "failures"))
 
     @property
     def where(self) -> str:
@@ -119,27 +106,41 @@ class RankedGroup(Frozen):
     suspects: tuple[Suspect, ...] = field(default=())
 
 
-def _ref(value: Any) -> Optional[tuple[Definition, Optional[int]]]:
-    if not isinstance(value, Mapping):
+@dataclass(frozen=True, eq=False, repr=False)
+class Located(Frozen):
+    """What a plan action says about *where* (:func:`locate`); None or empty: not known."""
+
+    assertion: Optional[str] = None  # the first failure's test line
+    where: Optional[str] = None  # the top suspect's path:line
+    suspects: tuple[SuspectEntry, ...] = ()
+    excerpt: Optional[Excerpt] = None
+
+    def action_keys(self) -> tuple[str, ...]:
+        """The action keys it fills, in the order ``plan.json`` writes them."""
+        known = (("assertion", self.assertion is not None), ("where", self.where is not None),
+                 ("suspects", bool(self.suspects)), ("excerpt", self.excerpt is not None))
+        return tuple(key for key, filled in known if filled)
+
+
+def _ref(ref: Optional[CodeRef]) -> Optional[tuple[Definition, Optional[int]]]:
+    if ref is None or not ref.path or not ref.name or is_test_file(ref.path):
         return None
-    path, name, line = value.get("path"), value.get("name"), value.get("line")
-    if not isinstance(path, str) or not path or not isinstance(name, str) or not name or is_test_file(path):
-        return None
-    return (path, name), line if isinstance(line, int) and not isinstance(line, bool) else None
+    return (ref.path, ref.name), ref.line
 
 
-def _refs(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
+def _names_line(ref: CodeRef) -> bool:
+    """The reference has a ``line`` key: a called function (a called class has none)."""
+    return ref.line is not None or (ref.keys is not None and "line" in ref.keys)
 
 
-def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, list[Definition]]) -> list[Vote]:
+def votes_of(failure: FailureEntry, methods: Mapping[Definition, list[Definition]]) -> list[Vote]:
     """The functions ``failure``'s evidence names, each once with its most direct kind.
 
     ``methods`` maps a class to the functions of it that some failure's traceback names
     (a test that only uses ``LRUCache`` votes weakly for ``Cache.__setitem__`` seen failing).
     """
-    evidence = failure.get("root_cause")
-    if not isinstance(evidence, Mapping):
+    evidence = failure.root_cause
+    if evidence is None:
         return []
     found: dict[Definition, Vote] = {}
 
@@ -148,48 +149,52 @@ def votes_of(failure: Mapping[str, Any], methods: Mapping[Definition, list[Defin
         if known is None or _ORDER[kind] < _ORDER[known.kind]:
             found[definition] = Vote(definition, kind, line, known.score if known is not None else None)
 
-    for item in _refs(evidence.get("spectrum")):
-        ref, score = _ref(item), item.get("score")
-        if ref is not None and isinstance(score, (int, float)) and not isinstance(score, bool):
+    for item in evidence.spectrum:
+        ref, score = _ref(item), item.score
+        if ref is not None and score is not None:
             found[ref[0]] = Vote(ref[0], EvidenceKind.SPECTRUM, ref[1], float(score))
 
-    frame = _ref(evidence.get("frame"))
+    frame = _ref(evidence.frame)
     if frame is not None:
         add(frame[0], EvidenceKind.FRAME, frame[1])
-        for item in _refs(evidence.get("stack")):
+        for item in evidence.stack:
             ref = _ref(item)
             if ref is not None:
                 add(ref[0], EvidenceKind.STACK, ref[1])
         return list(found.values())
-    calls = _refs(evidence.get("calls"))
+    calls = evidence.calls
     # A class stands for its methods: weakly when the test names some of them (they vote).
-    functions = any("line" in item for item in calls)
+    functions = any(_names_line(item) for item in calls)
     for item in calls:
         ref = _ref(item)
         if ref is None:
             continue
-        if functions and "line" not in item:
+        if functions and not _names_line(item):
             add(ref[0], EvidenceKind.CLASS, None)
-        bases = item.get("bases")
-        classes = [ref[0]] + [tuple(b.split("::", 1)) for b in bases if isinstance(b, str) and "::" in b] \
-            if isinstance(bases, (list, tuple)) else [ref[0]]
-        linked = [m for cls in classes for m in methods.get((cls[0], cls[1]), [])]
+        classes = [ref[0]] + [_definition(b) for b in item.bases if "::" in b]
+        linked = [m for cls in classes for m in methods.get(cls, [])]
         if linked:
             for method in linked:
                 add(method, EvidenceKind.CLASS, None)
-        if not functions or "line" in item:
+        if not functions or _names_line(item):
             add(ref[0], EvidenceKind.CALLS, ref[1])
     return list(found.values())
 
 
-def _traceback_methods(failures: Sequence[Mapping[str, Any]]) -> dict[Definition, list[Definition]]:
+def _definition(text: str) -> Definition:
+    """``path::name`` (a base class as ``CodeRef.bases`` names it) as a definition."""
+    path, name = text.split("::", 1)
+    return path, name
+
+
+def _traceback_methods(failures: Iterable[FailureEntry]) -> dict[Definition, list[Definition]]:
     """Class → the methods of it that some failure's traceback (frame or stack) names."""
     out: dict[Definition, list[Definition]] = {}
     for failure in failures:
-        evidence = failure.get("root_cause")
-        if not isinstance(evidence, Mapping):
+        evidence = failure.root_cause
+        if evidence is None:
             continue
-        for item in [evidence.get("frame"), *_refs(evidence.get("stack"))]:
+        for item in [evidence.frame, *evidence.stack]:
             ref = _ref(item)
             if ref is None or "." not in ref[0][1]:
                 continue
@@ -224,18 +229,21 @@ def spectrum_scores(
     return {key: ochiai(count, total, ep.get(key, 0)) for key, count in ef.items()}
 
 
+_SPECTRUM_KEYS = ("path", "name", "line", "score")
+
+
 def spectrum_evidence(
     covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, tuple[CodeRef, ...]]:
     """Per failing test, the :data:`MAX_SPECTRUM` most suspicious functions it ran, as the
     ``spectrum`` list of its ``root_cause`` (``path``, ``name``, ``line`` of the def, ``score``)."""
     scores = spectrum_scores(covered, failed, passed)
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, tuple[CodeRef, ...]] = {}
     for nodeid in sorted(failed):
         keys = sorted(covered.get(nodeid, ()), key=lambda k: (-scores.get(k, 0.0), k))[:MAX_SPECTRUM]
         if keys:
-            out[nodeid] = [{"path": p, "name": n, "line": line, "score": round(scores.get((p, n, line), 0.0), 3)}
-                           for p, n, line in keys]
+            out[nodeid] = tuple(CodeRef(p, n, line, score=round(scores.get((p, n, line), 0.0), 3),
+                                        keys=_SPECTRUM_KEYS) for p, n, line in keys)
     return out
 
 
@@ -262,20 +270,20 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
     floor = _NO_PASSING_SIDE * min(scores.values()) if scores else 1.0
     scores.update((d, floor * e) for d, e in evidence.items() if d not in measured)
     by_id = {id(m): v for m, v in zip(members, votes)}
-    merged: dict[Any, list[Group]] = {}
+    merged: dict[Hashable, list[Group]] = {}
     for group in groups:
         ranked = _suspects(group, by_id, scores, evidence)
-        key: Any = (ranked[0].path, ranked[0].name) if ranked else id(group)
+        key: Hashable = (ranked[0].path, ranked[0].name) if ranked else id(group)
         merged.setdefault(key, []).append(group)
     out: list[RankedGroup] = []
     for parts in merged.values():
         group = parts[0]
         if len(parts) > 1:
-            group = Group(group.evidence, group.path, group.name, [m for p in parts for m in p.members])
+            group = Group(group.evidence, group.path, group.name, tuple(m for p in parts for m in p.members))
         ranked = _suspects(group, by_id, scores, evidence)
         if ranked:
             top = ranked[0]
-            group = Group(top.evidence.value, top.path, top.name, group.members)
+            group = Group(top.evidence, top.path, top.name, group.members)
         out.append(RankedGroup(group, tuple(ranked)))
     order = {id(r): i for i, r in enumerate(out)}
     return sorted(out, key=lambda r: (-len(r.group.members), order[id(r)]))
@@ -305,46 +313,37 @@ def _suspects(group: Group, votes: Mapping[int, list[Vote]], scores: Mapping[Def
     return out
 
 
-def excerpt(lines: Sequence[str], line: int) -> Optional[dict[str, Any]]:
-    """The lines around ``line`` (1-based) as ``{"start", "line", "lines"}``, None when the
-    file has no such line (it changed since the run)."""
+def excerpt(path: str, lines: Sequence[str], line: int) -> Optional[Excerpt]:
+    """The lines of ``path`` around ``line`` (1-based), None when the file has no such line
+    (it changed since the run)."""
     if line < 1 or line > len(lines):
         return None
     start = max(1, line - EXCERPT_BEFORE)
     shown = [str(text).rstrip("\r\n") for text in lines[start - 1: line + EXCERPT_AFTER]]
-    cut = [t if len(t) <= EXCERPT_LINE_CHARS else t[: EXCERPT_LINE_CHARS - 1] + "…" for t in shown]
-    return {"start": start, "line": line, "lines": cut}
+    cut = tuple(t if len(t) <= EXCERPT_LINE_CHARS else t[: EXCERPT_LINE_CHARS - 1] + "…" for t in shown)
+    return Excerpt(path, start, line, cut)
 
 
-def test_line_of(members: Sequence[Mapping[str, Any]]) -> Optional[str]:
+def test_line_of(members: Sequence[FailureEntry]) -> Optional[str]:
     """``path:line`` of the first failure's last test-file line (its assertion), or None."""
     for member in members:
-        evidence = member.get("root_cause")
-        where = evidence.get("test_line") if isinstance(evidence, Mapping) else None
-        if isinstance(where, Mapping) and isinstance(where.get("path"), str):
-            line = where.get("line")
-            return f"{where['path']}:{line}" if isinstance(line, int) else str(where["path"])
+        where = member.root_cause.test_line if member.root_cause is not None else None
+        if where is not None:
+            return f"{where.path}:{where.line}" if where.line is not None else where.path
     return None
 
 
-def locate(ranked: RankedGroup, source: Optional[Source]) -> dict[str, Any]:
-    """The plan action's keys that say *where*: ``suspects``, ``assertion`` (the first
+def locate(ranked: RankedGroup, source: Optional[Source]) -> Located:
+    """What the plan action says about *where*: its ``suspects``, ``assertion`` (the first
     failure's test line), ``where`` (the top suspect's ``path:line``) and ``excerpt`` (a few
     lines of code around it, when ``source`` can read the file)."""
-    out: dict[str, Any] = {}
     assertion = test_line_of(ranked.group.members)
-    if assertion is not None:
-        out["assertion"] = assertion
     if not ranked.suspects:
-        return out
+        return Located(assertion)
     top = ranked.suspects[0]
-    out["where"] = top.where
-    out["suspects"] = [s.to_json() for s in ranked.suspects]
     lines = source(top.path) if source is not None and top.line is not None else None
-    code = excerpt(lines, top.line) if lines is not None and top.line is not None else None
-    if code is not None:
-        out["excerpt"] = {"path": top.path, **code}
-    return out
+    code = excerpt(top.path, lines, top.line) if lines is not None and top.line is not None else None
+    return Located(assertion, top.where, tuple(s.entry() for s in ranked.suspects), code)
 
 
 def where_lines(action: PlanAction) -> list[str]:
@@ -366,6 +365,7 @@ def where_lines(action: PlanAction) -> list[str]:
 __all__ = [
     "EvidenceKind",
     "FunctionKey",
+    "Located",
     "MAX_SPECTRUM",
     "MAX_SUSPECTS",
     "RankedGroup",

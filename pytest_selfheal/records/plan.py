@@ -26,6 +26,7 @@ from pytest_selfheal.records.jsondoc import (
     strings,
     timestamp,
 )
+from pytest_selfheal.records.vocab import SUSPECT_EVIDENCE, EvidenceKind
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -58,14 +59,14 @@ class GroupKey(JsonRecord):
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field(
             "evidence",
-            checked(string, enum=("frame", "stack", "calls", "class", "spectrum", "fingerprint")),
+            checked(string, enum=EvidenceKind),
             required=True,
         ),
         Field("path", string),
         Field("name", string),
     )
 
-    evidence: str  # frame | stack | calls | class | spectrum | fingerprint (plan/suspects.py)
+    evidence: str  # an EvidenceKind
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
@@ -82,14 +83,14 @@ class SuspectEntry(JsonRecord):
         Field("name", string, required=True),
         Field("line", integer),
         Field("score", checked(number, minimum=0, maximum=1), required=True),
-        Field("evidence", checked(string, enum=("frame", "stack", "calls", "class", "spectrum")), required=True),
+        Field("evidence", checked(string, enum=SUSPECT_EVIDENCE), required=True),
         Field("failures", integer),
     )
 
     path: str
     name: str
     score: float
-    evidence: str  # frame | stack | calls | class | spectrum
+    evidence: str  # an EvidenceKind other than fingerprint
     line: Optional[int] = None
     failures: int = 0  # the action's failures whose evidence names it
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)

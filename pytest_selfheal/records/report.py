@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident import Incident, Triage
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -326,6 +326,27 @@ class NewFailureEntry(Frozen):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class TriageEntry(Frozen):
+    """One captured failure's triage in the report (``incidents[].triage[]``): the failure's
+    identity and its :class:`Triage` (turned ``flaky`` when the loop saw it pass on re-run)."""
+
+    nodeid: Optional[str]
+    fingerprint: Optional[str]
+    failure_type: Optional[str]
+    triage: Triage
+
+    def to_json(self) -> dict[str, object]:
+        """The entry's object: the identity, then the triage's known fields that are set."""
+        doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,
+                                  "nodeid": self.nodeid}
+        for spec in Triage.FIELDS:
+            value = getattr(self.triage, spec.key)
+            if value is not None:
+                doc[spec.key] = value
+        return doc
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class IncidentEntry(Frozen):
     """One incident of the report JSON as ``report.data`` builds it (docs/report.md "JSON").
 
@@ -358,7 +379,7 @@ class IncidentEntry(Frozen):
     tests_edited: tuple[str, ...]
     unverified_failures: int
     new_failures: tuple[NewFailureEntry, ...]
-    triage: tuple[Mapping[str, object], ...]
+    triage: tuple[TriageEntry, ...]
     decision_point: Optional[Mapping[str, object]]
     handoff: Mapping[str, object]
 
@@ -376,7 +397,7 @@ class IncidentEntry(Frozen):
             "fingerprints_per_iteration": [list(f) for f in self.fingerprints_per_iteration],
             "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
             "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
-            "new_failures": [f.to_json() for f in self.new_failures], "triage": list(self.triage),
+            "new_failures": [f.to_json() for f in self.new_failures], "triage": [t.to_json() for t in self.triage],
             "decision_point": self.decision_point, "handoff": self.handoff,
         }
 

@@ -37,6 +37,22 @@ class FinalStatus(TextEnum):
     FIX_PROPOSED = "fix_proposed"
 
 
+class EvidenceKind(TextEnum):
+    """Why failures were grouped, or why a function is a suspect: the most direct first
+    (plan/groups.py, plan/suspects.py)."""
+
+    FRAME = "frame"  # the innermost project frame of a failure's traceback: where it raised
+    STACK = "stack"  # a project frame the traceback passed through on its way there
+    CALLS = "calls"  # a function the failing test calls
+    CLASS = "class"  # a method of a class (or of its base) the failing test uses, seen failing elsewhere
+    SPECTRUM = "spectrum"  # run by the failing tests more than by the passing ones (--selfheal-spectrum)
+    FINGERPRINT = "fingerprint"  # no evidence: failures with the same type and normalised message (groups only)
+
+
+# The kinds a suspect (a function) can have: all but the fingerprint.
+SUSPECT_EVIDENCE: tuple[EvidenceKind, ...] = tuple(k for k in EvidenceKind if k is not EvidenceKind.FINGERPRINT)
+
+
 class IncidentStatus(TextEnum):
     """``status.txt`` of an incident (store/states.py holds the moves between them).
 
@@ -137,6 +153,8 @@ def stop_tone(stop_reason: Optional[str]) -> Tone:
 
 
 __all__ = [
+    "SUSPECT_EVIDENCE",
+    "EvidenceKind",
     "FAILURE_TYPES",
     "OUTCOMES",
     "FailureClass",

@@ -373,7 +373,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         tests_edited=attempts[-1].tests_edited if attempts else (),
         unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures),
-        triage=tuple(report_triage([f.to_json() for f in failures], flaky)),
+        triage=tuple(report_triage(failures, flaky)),
         decision_point=rr.decision_point.to_json() if rr is not None and rr.decision_point is not None else None,
         handoff=handoff,
     )

@@ -31,12 +31,11 @@ def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[CauseGroup, .
     grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
     if plan is not None and plan.actions:
         return tuple(_action_group(action) for action in plan.actions)
-    groups = group_failures([entry.to_json() for entry in incident.failures])  # the plan stage reads JSON
     return tuple(
         CauseGroup(action=None, evidence=group.evidence, path=group.path, name=group.name,
-                   signature=group.members[0].get("signature"),
-                   nodeids=tuple(str(m.get("nodeid") or m.get("test")) for m in group.members), from_plan=False)
-        for group in groups
+                   signature=group.members[0].signature or None,
+                   nodeids=tuple(m.nodeid or m.test for m in group.members), from_plan=False)
+        for group in group_failures(incident.failures)
     )
 
 

@@ -9,9 +9,10 @@ from typing import Any, Optional, Protocol, TypeVar
 
 from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
-from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry
+from pytest_selfheal.records.incident import Triage
+from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry, TriageEntry
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.report.tolerant import as_int, as_str, dicts, unique
+from pytest_selfheal.report.tolerant import as_int, as_str, opt_str, unique
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -120,11 +121,23 @@ def deciding_incident(incidents: Sequence[Reported]) -> Optional[Reported]:
     return best
 
 
+def _triages(triage: Any) -> list[Triage]:
+    """An incident's triages: a built entry's records, or a shard's JSON read tolerantly."""
+    found: list[Triage] = []
+    for item in triage if isinstance(triage, (list, tuple)) else ():
+        if isinstance(item, TriageEntry):
+            found.append(item.triage)
+        elif isinstance(item, Mapping):
+            found.append(Triage(as_str(item.get("label")), as_str(item.get("detail")),
+                                base_branch=opt_str(item.get("base_branch"))))
+    return found
+
+
 def finish_report(incidents: Sequence[ReportedIncident]) -> ReportOutcome:
     """The plan-level fields and the task labels of a report of ``incidents`` (in report order)."""
     looped = sum(1 for e in incidents for t in e.tasks if as_int(t.attempts) > 0)
     retries = sum(as_int(e.loops_used) for e in incidents)
-    triage = triage_summary([t for e in incidents for t in dicts(e.triage)])
+    triage = triage_summary([t for e in incidents for t in _triages(e.triage)])
     labels = _task_labels(incidents)
     worst = deciding_incident(incidents)
     if worst is None:

@@ -111,14 +111,14 @@ def test_the_pr_comment_renders_nothing_from_test_output(tmp_path: Path, fake_gi
     "./../../../../../attacker/x",
 ])
 def test_run_url_is_normalised_before_its_prefix_check(escape: str, tmp_path: Path, fake_github: FakeGitHub) -> None:
-    report = build_report(incidents=[]).to_json()
+    report = build_report(incidents=[])
     info = sanitize_ci_info({"run_url": f"https://github.com/o/r/actions/runs/1/{escape}"}, report)
     assert info.run_url == "https://github.com/attacker/x"  # what a browser opens
     # Through the comment-only mode: the footer links no run outside this repository's.
     url = f"https://github.com/{fake_github.repository}/actions/runs/1/{escape}"
     path = tmp_path / "artifact" / "ralf_lite_report.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**report, "ci": {"final_status": "failed", "stop_reason": "max_iterations",
+    path.write_text(json.dumps({**report.to_json(), "ci": {"final_status": "failed", "stop_reason": "max_iterations",
                                                  "iterations": 1, "run_url": url}}))
     env = ci_env(tmp_path, fake_github, {})
     done = cli("ci", "--comment-from", str(path), cwd=tmp_path, env=env)
@@ -128,7 +128,7 @@ def test_run_url_is_normalised_before_its_prefix_check(escape: str, tmp_path: Pa
 
 
 def test_a_normalised_run_url_of_this_repository_is_kept() -> None:
-    report = build_report(incidents=[]).to_json()
+    report = build_report(incidents=[])
     url = "https://github.com/o/r/actions/runs/1/attempts/../"
     info = sanitize_ci_info({"run_url": url}, report)
     assert info.run_url == "https://github.com/o/r/actions/runs/1/"

@@ -28,8 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_selfheal.history.quarantine import parse_quarantine
+from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, build_junit, mangle_nodeid
+from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store.root import Store
 

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         with store.lock():
             incident = store.read_incident(incident_id)
             plan = build_plan(incident, generated_at=format_ts(), source=project_source(incident.rootdir))
-            store.write_plan(incident_id, plan, render_plan_md(plan.to_json()))
+            store.write_plan(incident_id, plan, render_plan_md(plan))
             store.append_event(incident_id, PLAN_GENERATED, forced=True, revision=plan.revision,
                                actions=[a.id for a in plan.actions])
         if not args.json:

@@ -1,0 +1,105 @@
+"""The verdict of the MCP ``run_tests`` tool (and of the stop gate, which runs it). Pure.
+
+:class:`RunVerdict` is built by ``mcp_server/tools.Project.run_verdict`` from what one
+``pytest --selfheal`` run recorded; the tool's text reads its fields, and
+:meth:`RunVerdict.to_json` is the tool's structured content (docs/mcp.md "The verdict"),
+its one JSON boundary, with the keys in the order the tool has always sent them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Optional
+
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.vocab import TextEnum
+
+
+class Decision(TextEnum):
+    """What the agent does next: fix and run again, or stop trying."""
+
+    CONTINUE = "CONTINUE"
+    STOP = "STOP"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ClosedRun(Frozen):
+    """The incident a run stopped while it captured a new one (the verdict's ``closed``)."""
+
+    incident_id: str
+    iteration: int
+    stop_reason: Optional[str]
+    status: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RunVerdict(Frozen):
+    """What one test run means for the agent: the decision, why, the incident it is about.
+
+    ``status`` is ``captured``, the incident's status, ``passed`` or ``not_counted``; the
+    optional fields are None when the run does not say (``tests_fixed`` and ``flaky``: not
+    an iteration; ``bucket``: no incident; ``stopped_because``: not ``STOP already_stopped``).
+    ``plugin_lines`` (the plugin's own lines, when they say why nothing was recorded) go in
+    the text only.
+    """
+
+    decision: Decision
+    stop_reason: Optional[str]
+    status: str
+    summary: str
+    next: str
+    pytest_exit_code: Optional[int]
+    counts: tuple[tuple[str, int], ...]  # pytest's summary line, e.g. (("failed", 3), ("passed", 1))
+    max_iterations: int
+    incident_id: Optional[str] = None
+    iteration: Optional[int] = None
+    captured: Optional[str] = None
+    fingerprint_changed: Optional[bool] = None
+    progress: Optional[bool] = None
+    tests_fixed: Optional[tuple[str, ...]] = None
+    flaky: Optional[bool] = None
+    bucket: Optional[str] = None
+    closed: Optional[ClosedRun] = None
+    stopped_because: Optional[str] = None
+    plugin_lines: tuple[str, ...] = ()
+
+    def redacted(self, redact_obj: Callable[[Any], Any]) -> RunVerdict:
+        """The verdict with every string passed through ``redact_obj`` (a redactor's), the
+        decision word aside; the counts as an object (their keys are redacted as keys)."""
+        changes = {f.name: redact_obj(getattr(self, f.name)) for f in dataclasses.fields(self)
+                   if f.name not in ("decision", "counts", "closed")}
+        closed = self.closed
+        if closed is not None:
+            closed = ClosedRun(redact_obj(closed.incident_id), closed.iteration, redact_obj(closed.stop_reason),
+                               redact_obj(closed.status))
+        return dataclasses.replace(self, counts=tuple(redact_obj(dict(self.counts)).items()), closed=closed,
+                                   **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The structured content of ``run_tests``: every field but ``plugin_lines``; an
+        iteration's ``tests_fixed`` and ``flaky`` before the decision, a capture's after it."""
+        doc: dict[str, Any] = {
+            "pytest_exit_code": self.pytest_exit_code, "counts": dict(self.counts),
+            "max_iterations": self.max_iterations, "incident_id": self.incident_id, "iteration": self.iteration,
+            "captured": self.captured, "fingerprint_changed": self.fingerprint_changed, "progress": self.progress,
+        }
+        fixed = None if self.tests_fixed is None else list(self.tests_fixed)
+        if self.flaky is not None:
+            doc.update(tests_fixed=fixed, flaky=self.flaky)
+        doc.update(decision=self.decision.value, stop_reason=self.stop_reason, status=self.status)
+        if self.flaky is None and fixed is not None:
+            doc["tests_fixed"] = fixed
+        if self.bucket is not None:
+            doc["bucket"] = self.bucket
+        closed = self.closed
+        if closed is not None:
+            doc["closed"] = {"incident_id": closed.incident_id, "iteration": closed.iteration,
+                             "stop_reason": closed.stop_reason, "status": closed.status}
+        if self.stopped_because is not None:
+            doc["stopped_because"] = self.stopped_because
+        doc.update(summary=self.summary, next=self.next)
+        return doc
+
+
+__all__ = ["ClosedRun", "Decision", "RunVerdict"]
