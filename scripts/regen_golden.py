@@ -222,12 +222,10 @@ def expected_for(xml: Path) -> list[dict[str, Any]]:
 
     warnings: list[str] = []
     errors: list[str] = []
-    rows = collect([str(xml)], warnings, errors)
+    found = collect([str(xml)], warnings, errors)
     if errors:
         raise SystemExit(f"{xml.name}: {errors[0]}")
-    for row in rows:
-        row["file"] = xml.name
-    return rows
+    return [row._replace(file=xml.name).to_json() for row in found]
 
 
 def render(rows: list[dict[str, Any]]) -> str:

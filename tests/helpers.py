@@ -294,12 +294,12 @@ def loop_in_process(project: Path, incident_id: str, *settings: str, **kwargs: A
 
 
 def assert_replay_equals_disk(store: Store, incident_id: str) -> dict[str, Any]:
-    """The events alone rebuild exactly the state on disk; returns the replayed state."""
+    """The events alone rebuild exactly the state on disk; returns the replayed state as JSON."""
     records, warnings = store.read_events(incident_id)
     assert warnings == []
     replayed = replay(records)
     assert differences(replayed, state_from_disk(store, incident_id)) == []
-    return replayed
+    return replayed.to_json()
 
 
 def assert_files_valid(store: Store, incident_id: str) -> None:

@@ -402,3 +402,27 @@ def test_merge_adds_the_shards_histories(tmp_path: Path) -> None:
     assert cli("merge", "--history", str(tmp_path / "none"), cwd=project).returncode == EXIT_NOT_FOUND
     (tmp_path / "bad.sqlite3").write_bytes(b"junk" * 1000)
     assert cli("merge", "--history", str(tmp_path / "bad.sqlite3"), cwd=project).returncode == EXIT_BAD_INPUT
+
+
+def test_history_json_loads_the_config_once_and_redacts_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_selfheal.cli.commands import _common
+    from pytest_selfheal.cli.commands import history as history_command
+
+    project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
+    (project / ".planning").mkdir()
+    (project / ".planning" / "config.json").write_text('{"ralf_lite": {"redaction": {"patterns": ["feature-[0-9]+"]}}}')
+    with HistoryDB.open(project / ".selfheal") as db:
+        db.record(run("1", "2026-01-01T00:00:00+00:00", branch="feature-42"), [failed("test_a.py::test_a")])
+    loads: list[Path] = []
+    real = history_command.load_config
+
+    def counted(root: Path) -> object:
+        loads.append(root)
+        return real(root)
+
+    monkeypatch.setattr(history_command, "load_config", counted)
+    monkeypatch.setattr(_common, "load_config", counted)
+    code, out, err = cli("history", "--test", "test_a.py::test_a", "--json", cwd=project)
+    assert code == EXIT_OK, err
+    assert len(loads) == 1
+    assert [row["branch"] for row in json.loads(out)] == ["[REDACTED]"]

@@ -426,7 +426,7 @@ def test_partial_fix_then_stuck() -> None:
     observations.append(fail(2, ["FA"], diff="d1", outcomes={A: "failed", B: "passed"}))
     decision = decide(DEFAULT, observations)
     assert decision.stop_reason == "repeated_fingerprint"
-    assert handoff(observations, decision)["fixed"] == [B]
+    assert handoff(observations, decision).to_json()["fixed"] == [B]
 
 
 def test_timeout_retries_once_then_stops() -> None:
@@ -586,7 +586,7 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     decision = decide(policy, observations, **kwargs)
     point = decision_point(
         decision, observations, policy, incident_id="incident_20260101_000000_r1", pending_scope_files=["x.py"]
-    )
+    ).to_json()
     assert set(point) == {"reason", "message", "options", "context"}
     assert point["reason"] == reason and point["message"] == decision.message
     assert len(point["options"]) >= 3
@@ -600,11 +600,11 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     for option in point["options"]:
         if option["command"] and option["command"].startswith("selfheal"):
             assert "incident_20260101_000000_r1" in option["command"]
-    data = handoff(observations, decision)
+    data = handoff(observations, decision).to_json()
     assert data["iterations"] == len(observations) - 1
     assert data["fingerprints_per_iteration"] == [list(o.fingerprints) for o in observations]
     assert data["recommended_next_action"] == recommended_next_action(reason)
-    json.dumps({"decision_point": point, "handoff": data, "decision": decision.to_dict()})
+    json.dumps({"decision_point": point, "handoff": data, "decision": decision.to_record().to_json()})
 
 
 def test_decision_point_and_handoff_match_the_run_result_schema() -> None:
@@ -620,9 +620,9 @@ def test_decision_point_and_handoff_match_the_run_result_schema() -> None:
         "stop_reason": decision.stop_reason,
         "flaky_tests": flaky_tests(observations),
         "tests_fixed": fixed_tests(observations),
-        "fingerprints_per_iteration": handoff(observations, decision)["fingerprints_per_iteration"],
-        "decision_point": decision_point(decision, observations, DEFAULT),
-        "handoff": handoff(observations, decision),
+        "fingerprints_per_iteration": handoff(observations, decision).to_json()["fingerprints_per_iteration"],
+        "decision_point": decision_point(decision, observations, DEFAULT).to_json(),
+        "handoff": handoff(observations, decision).to_json(),
     }
     assert_valid("run_result", doc)
 

@@ -3,6 +3,7 @@ reach, a real loop whose replayed state equals the state on disk."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -67,7 +68,7 @@ def test_replay_of_a_closed_loop() -> None:
         _ev("status_changed", **{"from": "running", "to": "escalated"}),
         _ev("incident_archived", bucket="escalated", archived_to=f"error_archive/escalated/{ID}"),
     ]
-    state = replay(events)
+    state = replay(events).to_json()
     assert {k: state[k] for k in COMPARED_KEYS} == {
         "incident_id": ID,
         "status": "escalated",
@@ -93,7 +94,7 @@ def test_replay_is_order_tolerant_and_ignores_unknown_events() -> None:
         _vf(2, "stop", "success", fps=()),  # a recovered record of an iteration: the last one wins
         Event.from_json({"event": "verification_finished", "iteration": "x"}, "test"),  # not a number: ignored
     ]
-    state = replay(events)
+    state = replay(events).to_json()
     assert [i["iteration"] for i in state["iterations"]] == [1, 2]
     assert state["stop_reason"] == "success" and state["final_status"] == "resolved"
     assert state["status"] == "new" and state["bucket"] == "inbox" and state["archived_to"] is None
@@ -102,16 +103,16 @@ def test_replay_is_order_tolerant_and_ignores_unknown_events() -> None:
 def test_open_stops_and_stops_in_force() -> None:
     base = [_ev("incident_captured", status="new"), _vf(1)]
     cancelled = replay(base + [_ev("loop_stopped", iteration=1, stop_reason="cancelled", final_status=None)])
-    assert cancelled["stop_reason"] is None and cancelled["loop_stops"][0]["stop_reason"] == "cancelled"
+    assert cancelled.stop_reason is None and cancelled.loop_stops[0].stop_reason == "cancelled"
     # A close-out decided between iterations belongs to the latest iteration.
     budget = replay(base + [_ev("loop_stopped", iteration=1, stop_reason="runtime_budget", final_status="escalated")])
-    assert budget["stop_reason"] == "runtime_budget"
+    assert budget.stop_reason == "runtime_budget"
     # A replan's close-out stops being in force once a new run records an iteration.
     replanned = replay(base[:1] + [_vf(1, "stop", "replan_requested"),
                                    _ev("loop_stopped", iteration=1, stop_reason="replan_requested",
                                        final_status="replan_requested"), _vf(2)])
-    assert replanned["stop_reason"] is None and replanned["final_status"] is None
-    assert replay([])["incident_id"] is None
+    assert replanned.stop_reason is None and replanned.final_status is None
+    assert replay([]).incident_id is None
 
 
 def test_final_status_of_every_stop_reason() -> None:
@@ -141,8 +142,8 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
         _vf(1, "stop", reason),
         _ev("loop_stopped", iteration=1, stop_reason=reason, final_status=result.final_status),
     ])
-    assert replayed["stop_reason"] == reason
-    assert replayed["final_status"] == result.final_status == decision.final_status
+    assert replayed.stop_reason == reason
+    assert replayed.final_status == result.final_status == decision.final_status
     open_stop = reason in (StopReason.CANCELLED, StopReason.DISABLED)
     assert (result.final_status is None) == open_stop
     assert (result.archived_to is None) == (open_stop or reason == StopReason.REPLAN_REQUESTED)
@@ -150,7 +151,7 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
 
 def test_differences_name_the_key() -> None:
     state = replay([_ev("incident_captured", status="new")])
-    other = dict(state, status="planned")
+    other = dataclasses.replace(state, status="planned")
     assert differences(state, state) == []
     assert differences(state, other) == ["status: events say 'new', files say 'planned'"]
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import git
 import pytest
 
-from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.gitrepo import diff_hash, init_repo, isolated_git_env, run_git
+from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.carry import carry_ignored
 
@@ -245,8 +246,10 @@ def test_remove_recorded_only_touches_selfheal_temp_dirs(project: Path, tmp_path
     record = W.worktree_record(wt)
     victim = tmp_path / "precious"
     victim.mkdir()
-    W.remove_recorded({"repo": str(project), "path": str(victim / "x"), "scratch": str(victim)})
-    W.remove_recorded({"repo": 1})
+    W.remove_recorded(WorktreeRecord(repo=str(project), path=str(victim / "x"), scratch=str(victim)))
+    W.remove_recorded(WorktreeRecord(repo=str(project)))
+    with pytest.raises(InputError):  # a hand-edited record is refused where it is read
+        WorktreeRecord.from_json({"repo": 1}, "worktree.json")
     assert victim.is_dir()
     W.remove_recorded(record)  # a killed run's leftover
     assert not wt.path.exists() and not wt.scratch.exists()

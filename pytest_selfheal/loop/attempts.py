@@ -32,22 +32,21 @@ from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.resume import (
-    capture_diff_hash,
+    capture_hash_on_disk,
     has_event,
     minutes_between,
     observations_from_disk,
     parse_stamp,
     pending_on_disk,
-    read_context,
     recover_events,
-    repeated_failure_data,
+    repeated_failure_event,
     run_started,
     split_runs,
     verification_event,
 )
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
@@ -86,11 +85,15 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
 # --------------------------------------------------------------------------- attempt
 
 
-def _failure_record(failure: Failure) -> dict[str, Any]:
-    data = failure.to_entry().to_json()
-    data.pop("target_paths", None)
-    data.pop("root_cause", None)  # the capture's grouping evidence (agent mode has it): not an attempt's
-    return data
+_NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
+
+
+def _failure_entry(failure: Failure) -> FailureEntry:
+    """The failure as an attempt records it: without its target paths and the capture's
+    grouping evidence (agent mode has it), which are the incident's."""
+    entry = failure.to_entry()
+    keys = tuple(k for k in entry.keys or () if k not in _NOT_AN_ATTEMPTS)
+    return dataclasses.replace(entry, target_paths=(), root_cause=None, keys=keys)
 
 
 def _attempt_document(
@@ -128,8 +131,8 @@ def _attempt_document(
         "mode": mode,
         "stop_reason": decision.stop_reason,
         "outcomes": dict(observation.outcomes),
-        "failures": [_failure_record(f) for f in failures],
-        "new_failures": [_failure_record(f) for f in new_failures],
+        "failures": [_failure_entry(f).to_json() for f in failures],
+        "new_failures": [_failure_entry(f).to_json() for f in new_failures],
         "fingerprint_changed": decision.progress.fingerprint_changed,
         "progress": decision.progress.progress,
         "progress_reasons": list(decision.progress.reasons),
@@ -141,7 +144,7 @@ def _attempt_document(
         "repair": repair.to_json() if repair is not None else None,
         "scope_denied": observation.scope_denied,
         "same_error_repeats": decision.same_error_repeats,
-        "decision": decision.to_dict(),
+        "decision": decision.to_record().to_json(),
     }
     if not_run:
         doc["not_run"] = list(not_run)
@@ -301,8 +304,7 @@ def record_iteration(
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
             return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
-        context = read_context(store, incident_id)
-        previous = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        previous = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
@@ -343,7 +345,7 @@ def record_iteration(
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
-        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt))
+        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
         kill_point("record:after_verification_event")
         history_warnings = _record_history(
             store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
@@ -351,7 +353,7 @@ def record_iteration(
         )
         if decision.same_error_repeats >= 2:
             store.append_event(
-                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_data(attempt, decision.same_error_repeats)
+                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
@@ -405,11 +407,6 @@ def _redact_config(redactor: Any, value: Any) -> Any:
     return redactor.redact(value) if isinstance(value, str) else value
 
 
-def _effective_config_doc(effective: EffectiveConfig) -> tuple[dict[str, Any], dict[str, str]]:
-    values = _redact_config(effective.redactor, dict(effective.values))
-    return values, dict(effective.origins)
-
-
 def build_run_result(
     incident_id: str,
     decision: policy.Decision,
@@ -428,7 +425,6 @@ def build_run_result(
     """
     final = policy.final_status_of(decision.stop_reason)
     archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
-    values, origins = _effective_config_doc(effective)
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,
@@ -443,11 +439,11 @@ def build_run_result(
         "flaky_tests": policy.flaky_tests(observations),
         "tests_fixed": policy.fixed_tests(observations),
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
-        "decision_point": point,
-        "handoff": messages.handoff(observations, decision, incident_id),
-        "decision": decision.to_dict(),
-        "effective_config": values,
-        "effective_config_origins": origins,
+        "decision_point": point.to_json(),
+        "handoff": messages.handoff(observations, decision, incident_id).to_json(),
+        "decision": decision.to_record().to_json(),
+        "effective_config": _redact_config(effective.redactor, dict(effective.values)),
+        "effective_config_origins": dict(effective.origins),
     }
     return LoopResult.from_json(document, RUN_RESULT_JSON)
 
@@ -486,8 +482,7 @@ def finalize(
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         if observations is None:
-            context = read_context(store, incident_id)
-            observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+            observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,

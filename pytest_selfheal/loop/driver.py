@@ -43,12 +43,12 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.messages import option_record
 from pytest_selfheal.loop.resume import (
-    capture_diff_hash,
+    capture_hash_on_disk,
     minutes_between,
     observations_from_disk,
     pending_on_disk,
-    read_context,
     recover_events,
     run_started,
     split_runs,
@@ -71,7 +71,7 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.run_result import LoopResult
+from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -172,18 +172,19 @@ def _command_text(argv: Sequence[str]) -> str:
 def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: RefusedError) -> None:
     """Log a refused verification command: one ``decision_point_needed`` (nothing ran)."""
     command = _command_text(argv)
-    point = {
-        "reason": "verification_command_refused",
-        "message": exc.message,
-        "options": [
-            {"id": "regenerate_plan", "label": "Regenerate the plan from the incident", "command": f"selfheal plan {incident_id} --force"},
-            {"id": "allowlist", "label": "Add the runner to ralf_lite.verification.allowlist (only if you trust it)", "command": None},
-            {"id": "stop", "label": "Give up and archive as escalated", "command": f"selfheal archive {incident_id} --as escalated"},
-        ],
-        "context": {"command": command},
-    }
+    options = (
+        option_record("regenerate_plan", "Regenerate the plan from the incident", f"selfheal plan {incident_id} --force"),
+        option_record("allowlist", "Add the runner to ralf_lite.verification.allowlist (only if you trust it)", None),
+        option_record("stop", "Give up and archive as escalated", f"selfheal archive {incident_id} --as escalated"),
+    )
+    # Its context is the refused command alone (no iteration ran).
+    context = DecisionContext(keys=("command",), extra=(("command", command),))
+    point = DecisionPoint(
+        reason="verification_command_refused", message=exc.message, options=options, context=context,
+        keys=("reason", "message", "options", "context"),
+    )
     store.append_event(
-        incident_id, ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point
+        incident_id, ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
     )
 
 
@@ -296,8 +297,7 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
     with store.lock():
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
-        context = read_context(store, incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
@@ -364,8 +364,7 @@ def _drive(
     while True:
         state.check()
         attempts = store.read_attempts(incident_id)
-        context = read_context(store, incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_diff_hash(incident, context))
+        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)

@@ -6,7 +6,7 @@ recommended next action -- and the one-line terminal status.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.loop.policy import (
     FLAKY,
@@ -20,6 +20,7 @@ from pytest_selfheal.loop.policy import (
     is_evidence,
 )
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
+from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff
 from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason, stop_tone
 
 # --------------------------------------------------------------------------- decision sentences
@@ -312,7 +313,7 @@ def decision_point(
     incident_id: Optional[str] = None,
     failure_signature: Optional[str] = None,
     pending_scope_files: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> DecisionPoint:
     """The decision point written at every stop: ``{reason, message, options, context}``.
 
     ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
@@ -326,43 +327,55 @@ def decision_point(
     table = _OPTIONS[decision.stop_reason]
     if decision.final_status in (FinalStatus.RESOLVED, FinalStatus.ESCALATED):
         table = tuple(_archived_option(*option) for option in table)
-    options = [
-        {"id": oid, "label": label, "command": command.format(id=ident) if command is not None else None}
+    options = tuple(
+        option_record(oid, label, command.format(id=ident) if command is not None else None)
         for oid, label, command in table
-    ]
+    )
     fingerprint = next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None)
-    return {
-        "reason": decision.stop_reason,
-        "message": decision.message,
-        "options": options,
-        "context": {
-            "iteration": decision.iteration,
-            "remaining": max(0, policy.max_iterations - decision.iteration),
-            "failureSignature": failure_signature,
-            "fingerprint": fingerprint,
-            "pendingScopeFiles": list(pending_scope_files),
-        },
-    }
+    context = DecisionContext(
+        iteration=decision.iteration,
+        remaining=max(0, policy.max_iterations - decision.iteration),
+        failure_signature=failure_signature,
+        fingerprint=fingerprint,
+        pending_scope_files=tuple(pending_scope_files),
+        keys=_CONTEXT_KEYS,
+    )
+    return DecisionPoint(
+        reason=decision.stop_reason, message=decision.message, options=options, context=context, keys=_POINT_KEYS
+    )
+
+
+def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
+    """One option of a decision point, written with all three keys (``command`` null when none)."""
+    return DecisionOption(id=oid, label=label, command=command, keys=_OPTION_KEYS)
+
+
+# Every key of each record written, in its order (a null stays null).
+_POINT_KEYS = ("reason", "message", "options", "context")
+_OPTION_KEYS = ("id", "label", "command")
+_CONTEXT_KEYS = ("iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles")
+_HANDOFF_KEYS = tuple(f.key for f in Handoff.FIELDS)
 
 
 def handoff(
     observations: Sequence[Observation],
     decision: Decision,
     incident_id: Optional[str] = None,
-) -> dict[str, Any]:
+) -> Handoff:
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion").
 
     ``fingerprints_per_iteration[i]`` lists the failing fingerprints of iteration ``i``
     (0 = the capture). ``fixed`` lists the tests that failed and now pass.
     """
-    return {
-        "iterations": max(0, len(observations) - 1),
-        "stop_reason": decision.stop_reason,
-        "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
-        "fixed": fixed_tests(observations),
-        "flaky_tests": flaky_tests(observations),
-        "recommended_next_action": recommended_next_action(decision.stop_reason, incident_id),
-    }
+    return Handoff(
+        iterations=max(0, len(observations) - 1),
+        stop_reason=decision.stop_reason,
+        fingerprints_per_iteration=tuple(tuple(o.fingerprints) for o in observations),
+        fixed=tuple(fixed_tests(observations)),
+        flaky_tests=tuple(flaky_tests(observations)),
+        recommended_next_action=recommended_next_action(decision.stop_reason, incident_id),
+        keys=_HANDOFF_KEYS,
+    )
 
 
 def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional[str] = None) -> str:

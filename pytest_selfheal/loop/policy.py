@@ -22,13 +22,13 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.frozen import Frozen, dataclass
-from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
     OUTCOME_ERROR,
@@ -38,6 +38,7 @@ from pytest_selfheal.records.models import (
     OUTCOME_SKIPPED,
     TIMEOUT,
     TOOLING_ENV,
+    Failure,
 )
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -219,23 +220,27 @@ class Decision(Frozen):
         """True when the loop must stop."""
         return self.action == ACTION_STOP
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (for attempt_XX.json, run_result.json and events)."""
-        return {
-            "action": self.action,
-            "stop_reason": self.stop_reason,
-            "final_status": self.final_status,
-            "progress": self.progress.progress,
-            "progress_reasons": list(self.progress.reasons),
-            "fingerprint_changed": self.progress.fingerprint_changed,
-            "tests_fixed": list(self.progress.tests_fixed),
-            "same_error_repeats": self.same_error_repeats,
-            "no_progress_streak": self.no_progress_streak,
-            "retry_timeout": self.retry_timeout,
-            "message": self.message,
-            "iteration": self.iteration,
-            "conditions": list(self.conditions),
-        }
+    def to_record(self) -> RecordedDecision:
+        """The decision as recorded in attempt_XX.json, run_result.json and events (every key written)."""
+        return RecordedDecision(
+            action=self.action,
+            stop_reason=self.stop_reason,
+            final_status=self.final_status,
+            progress=self.progress.progress,
+            progress_reasons=tuple(self.progress.reasons),
+            fingerprint_changed=self.progress.fingerprint_changed,
+            tests_fixed=tuple(self.progress.tests_fixed),
+            same_error_repeats=self.same_error_repeats,
+            no_progress_streak=self.no_progress_streak,
+            retry_timeout=self.retry_timeout,
+            message=self.message,
+            iteration=self.iteration,
+            conditions=tuple(self.conditions),
+            keys=_DECISION_KEYS,
+        )
+
+
+_DECISION_KEYS = tuple(f.key for f in RecordedDecision.FIELDS)
 
 
 # --------------------------------------------------------------------------- observation helpers
@@ -504,13 +509,13 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
     return Observation(0, outcomes, fingerprints, types, diff_hash, environment=environment_of(incident.failures))
 
 
-def environment_of(failures: Sequence[Any]) -> Optional[str]:
+def environment_of(failures: Sequence[Union[Failure, FailureEntry]]) -> Optional[str]:
     """``"message (test)"`` of the first TOOLING_ENV failure (a missing module, a command
     not found), or None: what a ``tooling_env`` stop names as its cause."""
     for failure in failures:
-        if getattr(failure, "failure_type", None) == TOOLING_ENV:
-            message = " ".join(str(getattr(failure, "message", "") or "").split())[:300] or "no message recorded"
-            test = getattr(failure, "nodeid", None) or getattr(failure, "test", "")
+        if failure.failure_type == TOOLING_ENV:
+            message = " ".join((failure.message or "").split())[:300] or "no message recorded"
+            test = failure.nodeid or failure.test
             return f"{message} ({test})" if test else message
     return None
 

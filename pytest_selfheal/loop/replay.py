@@ -20,13 +20,14 @@ under ``loop_stops`` (events only, not compared).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Optional, Union
+from collections.abc import Sequence
+from typing import Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
     INCIDENT_CAPTURED,
@@ -38,40 +39,20 @@ from pytest_selfheal.store.events import (
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
-COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
-
-class _Iteration(NamedTuple):
-    """One iteration of the compared state (its ``_asdict()`` is the JSON entry)."""
-
-    iteration: Any  # as the record holds it (an int; a hand-edited log may hold anything)
-    verification_passed: bool
-    fingerprints: list[str]
-    result: Any
-    stop_reason: Any
-
-
-class _Stop(NamedTuple):
-    """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
-
-    iteration: Any
-    stop_reason: Any
-    final_status: Any = None
-
-
-def _iteration_entry(record: Union[Mapping[str, Any], Event]) -> _Iteration:
+def _iteration_entry(record: Event) -> ReplayIteration:
     fingerprints = record.get("fingerprints")
-    return _Iteration(
+    return ReplayIteration(
         iteration=record.get("iteration"),
         verification_passed=bool(record.get("verification_passed", False)),
-        fingerprints=[str(f) for f in fingerprints] if isinstance(fingerprints, list) else [],
+        fingerprints=tuple(str(f) for f in fingerprints) if isinstance(fingerprints, list) else (),
         result=record.get("result"),
         stop_reason=record.get("stop_reason"),
     )
 
 
 def _stop_in_force(
-    iterations: Sequence[_Iteration], closing: Optional[_Stop], status: Optional[str], reopened: Optional[int]
+    iterations: Sequence[ReplayIteration], closing: Optional[ReplayStop], status: Optional[str], reopened: Optional[int]
 ) -> Optional[str]:
     last = iterations[-1].iteration if iterations else 0
     if stop_is_history(reopened, last, status):
@@ -88,25 +69,28 @@ def _state(
     incident_id: Optional[str],
     status: Optional[str],
     bucket: str,
-    iterations: Sequence[_Iteration],
-    closing: Optional[_Stop],
+    iterations: Sequence[ReplayIteration],
+    closing: Optional[ReplayStop],
     archived_to: Optional[str],
     reopened: Optional[int] = None,
-) -> dict[str, Any]:
-    """The compared state as its JSON document (``selfheal replay --json`` prints it)."""
+    stops: Optional[Sequence[ReplayStop]] = None,
+) -> LoopState:
+    """The compared state; with ``stops`` (the replay's), ``loop_stops`` too."""
     stop_reason = _stop_in_force(iterations, closing, status, reopened)
-    return {
-        "incident_id": incident_id,
-        "status": status,
-        "bucket": bucket,
-        "iterations": [entry._asdict() for entry in iterations],
-        "stop_reason": stop_reason,
-        "final_status": final_status_of(stop_reason),
-        "archived_to": archived_to,
-    }
+    return LoopState(
+        incident_id=incident_id,
+        status=status,
+        bucket=bucket,
+        iterations=tuple(iterations),
+        stop_reason=stop_reason,
+        final_status=final_status_of(stop_reason),
+        archived_to=archived_to,
+        loop_stops=tuple(stops or ()),
+        keys=COMPARED_KEYS if stops is None else (*COMPARED_KEYS, "loop_stops"),
+    )
 
 
-def replay(events: Sequence[Event]) -> dict[str, Any]:
+def replay(events: Sequence[Event]) -> LoopState:
     """The loop state rebuilt from the events alone (pure).
 
     Status follows ``incident_captured`` then every ``status_changed``; the bucket and
@@ -121,10 +105,10 @@ def replay(events: Sequence[Event]) -> dict[str, Any]:
     status: Optional[str] = None
     bucket = INBOX
     archived_to: Optional[str] = None
-    by_number: dict[int, _Iteration] = {}
-    closing: Optional[_Stop] = None
+    by_number: dict[int, ReplayIteration] = {}
+    closing: Optional[ReplayStop] = None
     reopened: Optional[int] = None
-    stops: list[_Stop] = []
+    stops: list[ReplayStop] = []
     for record in events:
         name = record.event
         if incident_id is None and record.incident_id is not None:
@@ -145,16 +129,15 @@ def replay(events: Sequence[Event]) -> dict[str, Any]:
             if isinstance(number, int) and not isinstance(number, bool):
                 by_number[number] = _iteration_entry(record)
         elif name == LOOP_STOPPED:
-            stop = _Stop(record.get("iteration"), record.get("stop_reason"), record.get("final_status"))
+            stop = ReplayStop(record.get("iteration"), record.get("stop_reason"), record.get("final_status"))
             stops.append(stop)
             if stop.final_status:
                 closing = stop
-    state = _state(incident_id, status, bucket, [by_number[k] for k in sorted(by_number)], closing, archived_to, reopened)
-    state["loop_stops"] = [stop._asdict() for stop in stops]
-    return state
+    iterations = [by_number[k] for k in sorted(by_number)]
+    return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened, stops)
 
 
-def state_from_disk(store: Store, incident_id: str) -> dict[str, Any]:
+def state_from_disk(store: Store, incident_id: str) -> LoopState:
     """The same state built from the files: ``status.txt``, the attempts, ``run_result.json``
     and the bucket the incident folder is in. Raises like the store (corrupted files: exit 3)."""
     bucket, _ = store.locate(incident_id)
@@ -164,7 +147,7 @@ def state_from_disk(store: Store, incident_id: str) -> dict[str, Any]:
         # The data its verification_finished event holds: the same entry as the replay's.
         iterations.append(_iteration_entry(verification_event(attempt)))
     run_result = store.read_run_result(incident_id)
-    closing = _Stop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
+    closing = ReplayStop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
     archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
     try:
         reopened = stop_history_after(store.read_incident(incident_id))
@@ -173,12 +156,13 @@ def state_from_disk(store: Store, incident_id: str) -> dict[str, Any]:
     return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)
 
 
-def differences(replayed: Mapping[str, Any], disk: Mapping[str, Any]) -> list[str]:
-    """One line per compared key that differs (empty: replay equals the disk)."""
+def differences(replayed: LoopState, disk: LoopState) -> list[str]:
+    """One line per compared key that differs (empty: replay equals the disk), its values as JSON."""
+    events, files = replayed.to_json(), disk.to_json()
     lines = []
     for key in COMPARED_KEYS:
-        if replayed.get(key) != disk.get(key):
-            lines.append(f"{key}: events say {replayed.get(key)!r}, files say {disk.get(key)!r}")
+        if events.get(key) != files.get(key):
+            lines.append(f"{key}: events say {events.get(key)!r}, files say {files.get(key)!r}")
     return lines
 
 

@@ -5,12 +5,12 @@
 at every step, never from memory:
 
 - the loop runs (:func:`split_runs`) and their observations (:func:`observations_from_disk`),
-  with the capture's diff hash (:func:`capture_diff_hash`);
+  with the capture's diff hash (:func:`capture_diff_hash`, :func:`capture_hash_on_disk`);
 - a recorded stop whose close-out has not completed (:func:`pending_stop`,
   :func:`pending_on_disk`), rebuilt as the same :class:`policy.Decision`;
 - the events a kill may have lost between a file and its log line (:func:`recover_events`),
   with the event data an attempt implies (:func:`verification_event`,
-  :func:`repeated_failure_data`);
+  :func:`repeated_failure_event`);
 - the timestamps of the records (:func:`stamp`, :func:`parse_stamp`, :func:`minutes_between`).
 """
 
@@ -28,6 +28,7 @@ from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import events as ev
@@ -102,6 +103,19 @@ def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) 
     return clean_tree_hash(commit) if commit is not None else None
 
 
+def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
+    """:func:`capture_diff_hash` of the incident, reading ``context.json`` only when
+    ``incident.json`` has no diff hash (a missing or bad one never blocks the loop: it is
+    informative only)."""
+    if incident.diff_hash:
+        return incident.diff_hash
+    try:
+        context = store.read_context(incident_id)
+    except (InputError, NotFoundError, StoreIOError):
+        return None
+    return capture_diff_hash(incident, context)
+
+
 def observations_from_disk(
     incident: Incident,
     attempts: Sequence[Attempt],
@@ -116,7 +130,7 @@ def observations_from_disk(
     """
     baseline, run = split_runs(attempts, policy.reopened_after(incident))
     if baseline is None:
-        diff = capture_hash if capture_hash is not None else capture_diff_hash(incident)
+        diff = capture_hash if capture_hash is not None else incident.diff_hash or None
         first = policy.capture_observation(incident, diff_hash=diff)
     else:
         first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0)
@@ -198,14 +212,6 @@ def pending_on_disk(
     )
 
 
-def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
-    """``context.json`` of the incident, or None when it is missing or unreadable."""
-    try:
-        return store.read_context(incident_id)
-    except (InputError, NotFoundError, StoreIOError):
-        return None  # context.json is informative only: a bad one never blocks the loop
-
-
 # --------------------------------------------------------------------------- events
 
 
@@ -223,31 +229,37 @@ def _failure_key(failure: FailureEntry, key: str) -> Any:
     return getattr(failure, key) if failure.keys is None or key in failure.keys else None
 
 
-def verification_event(attempt: Attempt) -> dict[str, Any]:
-    """The ``verification_finished`` data: enough to replay the loop from events alone."""
+def _event(name: str, **data: Any) -> Event:
+    """An event built in code (``append_event`` writes ``event.data`` with its time and id)."""
+    return Event(event=name, extra=tuple((key, freeze(value)) for key, value in data.items()))
+
+
+def verification_event(attempt: Attempt) -> Event:
+    """The ``verification_finished`` event of an attempt: enough to replay the loop from events alone."""
     failures = attempt.failures
-    return {
-        "iteration": attempt.iteration,
-        "loop_iteration": _recorded(attempt, "iteration"),
-        "mode": attempt.mode,
-        "verification_passed": attempt.verification_passed,
-        "result": attempt.result,
-        "stop_reason": attempt.stop_reason,
-        "outcomes": dict(attempt.outcomes),
-        "fingerprints": [_failure_key(f, "fingerprint") for f in failures],
-        "failure_types": [_failure_key(f, "failure_type") for f in failures],
-        "error_signature": attempt.error_signature,
-        "diff_hash": attempt.diff_hash,
-        "timed_out": bool(attempt.timed_out),
-        "repair_result": attempt.repair.result if attempt.repair is not None else None,
-        "scope_denied": bool(attempt.scope_denied),
-        "progress": attempt.progress,
-        "progress_reasons": list(attempt.progress_reasons),
-        "fingerprint_changed": attempt.fingerprint_changed,
-        "same_error_repeats": _recorded(attempt, "same_error_repeats"),
-        "no_progress_streak": _recorded(attempt, "no_progress_streak"),
-        "exit_code": attempt.exit_code,
-    }
+    return _event(
+        ev.VERIFICATION_FINISHED,
+        iteration=attempt.iteration,
+        loop_iteration=_recorded(attempt, "iteration"),
+        mode=attempt.mode,
+        verification_passed=attempt.verification_passed,
+        result=attempt.result,
+        stop_reason=attempt.stop_reason,
+        outcomes=dict(attempt.outcomes),
+        fingerprints=[_failure_key(f, "fingerprint") for f in failures],
+        failure_types=[_failure_key(f, "failure_type") for f in failures],
+        error_signature=attempt.error_signature,
+        diff_hash=attempt.diff_hash,
+        timed_out=bool(attempt.timed_out),
+        repair_result=attempt.repair.result if attempt.repair is not None else None,
+        scope_denied=bool(attempt.scope_denied),
+        progress=attempt.progress,
+        progress_reasons=list(attempt.progress_reasons),
+        fingerprint_changed=attempt.fingerprint_changed,
+        same_error_repeats=_recorded(attempt, "same_error_repeats"),
+        no_progress_streak=_recorded(attempt, "no_progress_streak"),
+        exit_code=attempt.exit_code,
+    )
 
 
 def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
@@ -278,7 +290,7 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
     for attempt in attempts:
         iteration = attempt.iteration
         if not has_event(records, ev.VERIFICATION_FINISHED, iteration=iteration):
-            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt))
+            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt).data)
             added += 1
         repeats = attempt.decision.same_error_repeats if attempt.decision is not None else 0
         if repeats >= 2 and not has_event(
@@ -288,7 +300,7 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
                 incident_id,
                 ev.REPEATED_FAILURE_DETECTED,
                 recovered=True,
-                **repeated_failure_data(attempt, repeats),
+                **repeated_failure_event(attempt, repeats).data,
             )
             added += 1
     actual = store.read_status(incident_id)
@@ -299,27 +311,28 @@ def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) 
     return added
 
 
-def repeated_failure_data(attempt: Attempt, repeats: int) -> dict[str, Any]:
-    """The ``repeated_failure_detected`` data for an attempt that saw its failure ``repeats`` times in a row."""
-    return {
-        "iteration": attempt.iteration,
-        "fingerprints": sorted({str(_failure_key(f, "fingerprint")) for f in attempt.failures}),
-        "error_signature": attempt.error_signature,
-        "same_error_repeats": repeats,
-    }
+def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
+    """The ``repeated_failure_detected`` event of an attempt that saw its failure ``repeats`` times in a row."""
+    return _event(
+        ev.REPEATED_FAILURE_DETECTED,
+        iteration=attempt.iteration,
+        fingerprints=sorted({str(_failure_key(f, "fingerprint")) for f in attempt.failures}),
+        error_signature=attempt.error_signature,
+        same_error_repeats=repeats,
+    )
 
 
 __all__ = [
     "capture_diff_hash",
+    "capture_hash_on_disk",
     "has_event",
     "minutes_between",
     "observations_from_disk",
     "parse_stamp",
     "pending_on_disk",
     "pending_stop",
-    "read_context",
     "recover_events",
-    "repeated_failure_data",
+    "repeated_failure_event",
     "run_started",
     "split_runs",
     "stamp",

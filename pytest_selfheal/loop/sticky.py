@@ -23,7 +23,7 @@ from typing import Optional
 
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.loop.attempts import reopen_incident
-from pytest_selfheal.loop.resume import capture_diff_hash, read_context
+from pytest_selfheal.loop.resume import capture_hash_on_disk
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone
@@ -131,7 +131,7 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
             diff_hash = last.diff_hash
         else:
             fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
-            diff_hash = capture_diff_hash(incident, read_context(store, incident_id))
+            diff_hash = capture_hash_on_disk(store, incident_id, incident)
         reason = (run_result.stop_reason if run_result is not None else None) or "archived"
         if fingerprints:
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,

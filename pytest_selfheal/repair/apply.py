@@ -22,7 +22,6 @@ from pytest_selfheal.repair.patch_summary import PatchSummary, refusal, summaris
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store.events import format_ts
-from pytest_selfheal.store.reader import RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 
@@ -105,9 +104,14 @@ def _record_applied(store: Store, incident_id: str, top: Path) -> None:
     existing = store.read_run_result(incident_id)
     if existing is None:
         return
-    block = existing.repair.to_json() if existing.repair is not None else {}
-    block.update({"final_patch": block.get("final_patch") or "final.patch", "applied": True,
-                  "applied_at": format_ts(), "applied_to": str(top), "apply_command": None,
-                  "message": f"applied to {top} with `selfheal apply`"})
-    repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+    block = existing.repair if existing.repair is not None else RunRepair(keys=())
+    read = block.keys or ()
+    repair = dataclasses.replace(
+        block, final_patch=block.final_patch or "final.patch", applied=True, applied_at=format_ts(),
+        applied_to=str(top), apply_command=None, message=f"applied to {top} with `selfheal apply`",
+        keys=(*read, *(key for key in _APPLIED_KEYS if key not in read)),  # every one written, nulls too
+    )
     store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
+
+
+_APPLIED_KEYS = ("final_patch", "applied", "applied_at", "applied_to", "apply_command", "message")

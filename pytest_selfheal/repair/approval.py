@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, TextIO
 
+from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import dataclass as frozen_dataclass
+
 YES_WORDS = frozenset({"y", "yes"})
 
 
@@ -50,6 +53,15 @@ def ask_on_stderr(question: str) -> str:
     return line.rstrip("\r\n")
 
 
+@frozen_dataclass(frozen=True, eq=False, repr=False)
+class Asked(Frozen):
+    """One approval question and its answer."""
+
+    question: str
+    answer: bool
+    how: str  # approved up front | no terminal and no approval | interactive
+
+
 @dataclass
 class Approver:
     """Answers approval questions; records every question and answer (for the report).
@@ -62,15 +74,15 @@ class Approver:
     interactive: bool = False
     input_fn: Callable[[str], str] = ask_on_stderr
     out: Optional[TextIO] = None  # where details are shown before a question (default stderr)
-    asked: list[dict[str, Any]] = field(default_factory=list)
+    asked: list[Asked] = field(default_factory=list)
 
     def confirm(self, question: str, *, details: str = "") -> bool:
         """Yes when approved up front, or a human typed y/yes; no otherwise (also on EOF)."""
         if self.approved:
-            self.asked.append({"question": question, "answer": True, "how": "approved up front"})
+            self.asked.append(Asked(question, True, "approved up front"))
             return True
         if not self.interactive:
-            self.asked.append({"question": question, "answer": False, "how": "no terminal and no approval"})
+            self.asked.append(Asked(question, False, "no terminal and no approval"))
             return False
         stream = self.out if self.out is not None else sys.stderr
         if details:
@@ -81,7 +93,7 @@ class Approver:
         except (EOFError, OSError):
             answer = ""
         ok = answer.strip().lower() in YES_WORDS
-        self.asked.append({"question": question, "answer": ok, "how": "interactive"})
+        self.asked.append(Asked(question, ok, "interactive"))
         return ok
 
     @property
@@ -114,4 +126,4 @@ def approver_from(
     )
 
 
-__all__ = ["Approver", "YES_WORDS", "approver_from", "ask_on_stderr", "is_interactive"]
+__all__ = ["Approver", "Asked", "YES_WORDS", "approver_from", "ask_on_stderr", "is_interactive"]

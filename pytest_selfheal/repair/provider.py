@@ -35,6 +35,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -55,6 +56,7 @@ from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.redact import Redactor
@@ -292,12 +294,12 @@ class RepairSession:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
             call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
-        document = self._inspect(iteration, call, before, plan, targets, globs)
+        result = self._inspect(iteration, call, before, plan, targets, globs)
         if escaped:
-            document[StopReason.PROVIDER_ESCAPED] = escaped
+            key = StopReason.PROVIDER_ESCAPED.value
+            result = replace(result, keys=(*(result.keys or ()), key), extra=(*result.extra, (key, freeze(escaped))))
             self.say(f"selfheal: incident {incident_id} repair {iteration}: {call.message}; stopping "
                      f"({StopReason.PROVIDER_ESCAPED}), nothing of this repair is applied")
-        result = RepairBlock.from_json(document, "the repair provider's result")
         self.results.append(result)
         store.append_event(
             incident_id,
@@ -433,36 +435,31 @@ class RepairSession:
         plan: Plan,
         targets: Sequence[str],
         globs: Sequence[str],
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "provider": call.provider,
-            "result": REPAIR_NO_FIX_FOUND,
-            "files_changed": [],
-            "patch": None,
-            "scope_denied": False,
-            "out_of_scope": [],
-            **({"code_path_not_redirected": list(self.not_redirected)} if self.not_redirected else {}),
-            "exit_code": call.exit_code,
-            "duration_seconds": round(max(0.0, call.duration), 3),
-            "message": call.message,
-            "actions_applied": [],
-            "prompt": prompt_name(iteration),
-            "log": call.log,
-            "worktree": str(self.wt.project_root),
-        }
+    ) -> RepairBlock:
+        base = RepairBlock(
+            provider=call.provider,
+            result=REPAIR_NO_FIX_FOUND,
+            exit_code=call.exit_code,
+            duration_seconds=round(max(0.0, call.duration), 3),
+            message=call.message,
+            prompt=prompt_name(iteration),
+            log=call.log,
+            worktree=str(self.wt.project_root),
+            scope_denied=False,
+            keys=_BLOCK_KEYS if not self.not_redirected else _REDIRECTED_BLOCK_KEYS,
+            extra=(("code_path_not_redirected", tuple(self.not_redirected)),) if self.not_redirected else (),
+        )
         if call.status in ("timeout", "crashed", "gave_up", "declined"):
             # No new evidence may leak into the next verification: roll back partial edits.
             self.wt.restore(before)
-            result["result"] = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
-            result["tests_edited"] = self._tests_edited(before)
-            return result
+            outcome = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
+            return replace(base, result=outcome, tests_edited=tuple(self._tests_edited(before)))
         self.wt.reset_head()  # undo commits the provider made; files stay
         after = self.wt.snapshot()
         changed = self.wt.project_relative(self.wt.changed_files(before, after))
         if not changed:
-            result["message"] = call.message or "the provider changed nothing"
-            result["tests_edited"] = self._tests_edited(after)
-            return result
+            return replace(base, message=call.message or "the provider changed nothing",
+                           tests_edited=tuple(self._tests_edited(after)))
         tests = [f for f in changed if scope.is_test_file(f)]
         if tests and not self.allow_test_edits:
             # Approval applies a fix; it never authorises weakening a test. Only
@@ -473,26 +470,23 @@ class RepairSession:
                 reason="the repair edited test files; ralf_lite.repair.allow_test_edits is false, and approval "
                        "never covers test edits",
             )
-            result.update(result=REPAIR_DIFF, scope_denied=True, out_of_scope=tests, files_changed=changed,
-                          tests_edited=self._tests_edited(before),
-                          message=f"edited test files ({', '.join(tests)}): test edits need "
-                                  "ralf_lite.repair.allow_test_edits (approval never covers them); rolled back")
-            return result
-        result["result"] = REPAIR_DIFF
-        result["files_changed"] = changed
-        result["tests_edited"] = self._tests_edited(after)
+            return replace(base, result=REPAIR_DIFF, scope_denied=True, out_of_scope=tuple(tests),
+                           files_changed=tuple(changed), tests_edited=tuple(self._tests_edited(before)),
+                           message=f"edited test files ({', '.join(tests)}): test edits need "
+                                   "ralf_lite.repair.allow_test_edits (approval never covers them); rolled back")
         patch_name = attempt_patch_name(iteration)
         cumulative = self.wt.diff(self.wt.base, after)
         write_patch(self.store, self.incident_id, patch_name, cumulative)
-        result["patch"] = patch_name
-        result["actions_applied"] = _actions_touched(plan, changed)
+        result = replace(base, result=REPAIR_DIFF, files_changed=tuple(changed),
+                         tests_edited=tuple(self._tests_edited(after)), patch=patch_name,
+                         actions_applied=tuple(_actions_touched(plan, changed)))
         self.store.append_event(
             self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration, kind="repair",
             diffId=patch_name, patch=patch_name, files_changed=changed,
         )
         outside = scope.out_of_scope(changed, targets, globs, allow_test_edits=self.allow_test_edits)
         if outside:
-            result["out_of_scope"] = outside
+            result = replace(result, out_of_scope=tuple(outside))
             self.store.append_event(
                 self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=outside,
                 reason="the repair changed files outside the plan's target paths and ralf_lite.repair.allowed_paths"
@@ -502,11 +496,16 @@ class RepairSession:
             details = self.redactor.redact(self.wt.diff(before, after).decode("utf-8", errors="replace"))
             if not self.approver.confirm(question, details=details):
                 self.wt.restore(before)
-                result["tests_edited"] = self._tests_edited(before)
-                result["scope_denied"] = True
-                result["actions_applied"] = []
-                result["message"] = f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back"
+                result = replace(result, tests_edited=tuple(self._tests_edited(before)), scope_denied=True, actions_applied=(),
+                                 message=f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back")
         return result
+
+
+# The repair block's keys in the order it is written (every one, empty lists and nulls included).
+_BLOCK_HEAD = ("provider", "result", "files_changed", "patch", "scope_denied", "out_of_scope")
+_BLOCK_TAIL = ("exit_code", "duration_seconds", "message", "actions_applied", "prompt", "log", "worktree", "tests_edited")
+_BLOCK_KEYS = _BLOCK_HEAD + _BLOCK_TAIL
+_REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL)
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.rules import Rule, parse_hook_rules
@@ -25,6 +25,7 @@ from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.records.run_result import LoopResult, RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.approval import Approver, approver_from
@@ -42,7 +43,6 @@ from pytest_selfheal.repair.worktree import (
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
-from pytest_selfheal.store.reader import RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
@@ -69,11 +69,10 @@ def _remove_stale(store: Store, incident_id: str) -> None:
     if not path.exists():
         return
     try:
-        record = fsio.read_json(path)
+        record = WorktreeRecord.from_json(fsio.read_json(path), str(path))
     except SelfhealError:
-        record = None
-    if isinstance(record, Mapping):
-        remove_recorded(record)
+        return  # unreadable: nothing known to remove
+    remove_recorded(record)
 
 
 def repair_loop(
@@ -121,7 +120,7 @@ def repair_loop(
         _remove_stale(store, incident_id)
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
-            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt)))
+            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
             accepted = _accepted_patch(store.read_attempts(incident_id), reopened_after(store.read_incident(incident_id)))
             if accepted is not None and store.read_status(incident_id) == "running":
                 data = read_run_bytes(store, incident_id, accepted)
@@ -158,6 +157,10 @@ def repair_loop(
                 pass
 
 
+# The run result's repair block, every key written in this order.
+_RUN_REPAIR_KEYS = ("final_patch", "applied", "apply_command", "files_changed", "message", "provider_calls")
+
+
 def _close_out(
     store: Store,
     incident_id: str,
@@ -173,17 +176,13 @@ def _close_out(
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
     resolved = result.final_status == FinalStatus.RESOLVED
-    block: dict[str, Any] = {
-        "final_patch": None,
-        "applied": False,
-        "apply_command": None,
-        "files_changed": files,
-        "message": "",
-        "provider_calls": len(session.results),
-    }
+    final_patch: Optional[str] = None
+    applied = False
+    command: Optional[str] = None  # the apply command, when the patch may be applied by hand
+    message = ""
     if patch.strip():
         path = write_patch(store, incident_id, FINAL_PATCH, patch)
-        block["final_patch"] = FINAL_PATCH
+        final_patch = FINAL_PATCH
         store.append_event(
             incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final", diffId=FINAL_PATCH,
             patch=FINAL_PATCH, files_changed=files, final=True,
@@ -191,13 +190,13 @@ def _close_out(
         if session.redactor.redact(patch.decode("utf-8", errors="replace")) != patch.decode("utf-8", errors="replace"):
             say(f"selfheal: warning: {path} contains text that looks like a secret; patches are kept unredacted "
                 "so that they apply — review it before sharing")
-        command = apply_command(store, incident_id)
+        suggested = apply_command(store, incident_id)
         if not resolved:
-            block["message"] = (
+            message = (
                 f"a partial patch is proposed ({FINAL_PATCH}); the incident is not resolved, so it is not applied"
             )
             say(f"selfheal: the loop did not resolve {incident_id}; the partial patch is in {path} "
-                f"(apply it anyway with: {command})")
+                f"(apply it anyway with: {suggested})")
         else:
             # What the patch does, from the whole patch as git reads it (not the changed-file list).
             described = summarise(wt.repo_top, patch)
@@ -206,26 +205,26 @@ def _close_out(
             question = f"Apply the fix of {incident_id} ({summary}) to your working tree?"
             verdict = check_patch(wt.repo_top, patch)
             if refused:
-                block["message"] = f"not applied: {refused}"
-                say(f"selfheal: {block['message']}; it stays proposed in {path}")
+                message = f"not applied: {refused}"
+                say(f"selfheal: {message}; it stays proposed in {path}")
             elif not verdict.ok:
-                block["apply_command"] = command
-                block["message"] = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
-                say(f"selfheal: {block['message']}; it stays proposed in {path}")
+                command = suggested
+                message = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
+                say(f"selfheal: {message}; it stays proposed in {path}")
             elif approver.confirm(question, details=session.redactor.redact(patch.decode("utf-8", errors="replace"))):
                 try:
                     apply_patch(wt.repo_top, patch)
                 except SelfhealError as exc:
-                    block["apply_command"] = command
-                    block["message"] = f"not applied: {exc}"
-                    say(f"selfheal: {block['message']}")
+                    command = suggested
+                    message = f"not applied: {exc}"
+                    say(f"selfheal: {message}")
                 else:
-                    block["applied"] = True
-                    block["message"] = f"applied to {wt.repo_top} ({approver.how}): {summary}"
+                    applied = True
+                    message = f"applied to {wt.repo_top} ({approver.how}): {summary}"
                     say(f"selfheal: fix applied to your working tree: {summary}")
             else:
-                block["apply_command"] = command
-                block["message"] = f"proposed, not applied (no approval: {approver.how}); apply with `{command}`"
+                command = suggested
+                message = f"proposed, not applied (no approval: {approver.how}); apply with `{command}`"
                 say(f"selfheal: the fix is proposed, not applied: {path}")
                 say(f"selfheal: to apply it run: {command}")
     else:
@@ -237,8 +236,11 @@ def _close_out(
                 pass
             except OSError as exc:
                 raise fsio.io_error("remove", store.runs_dir(incident_id) / FINAL_PATCH, exc) from None
-        block["message"] = "no change was proposed" if not resolved else "resolved without a code change"
-    repair = RunRepair.from_json(block, f"{RUN_RESULT_JSON}: repair")
+        message = "no change was proposed" if not resolved else "resolved without a code change"
+    repair = RunRepair(
+        final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files), message=message,
+        provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS,
+    )
     existing = store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
         store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))

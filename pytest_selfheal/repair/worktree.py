@@ -47,6 +47,7 @@ from typing import Any, Optional
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.repair.carry import MAX_BYTES, MAX_FILES, carry_ignored
 
 # Pathspecs left out of every snapshot (and so out of every patch).
@@ -370,33 +371,33 @@ def apply_patch(top: Path, patch: bytes) -> None:
     with_patch_file(patch, go)
 
 
-def worktree_record(wt: Worktree) -> dict[str, str]:
+def worktree_record(wt: Worktree) -> WorktreeRecord:
     """What is written to ``error_runs/<id>/worktree.json`` so a killed run's worktree can be
     removed by the next one."""
-    return {"repo": str(wt.repo_top), "path": str(wt.path), "scratch": str(wt.scratch)}
+    return WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
 
 
-def remove_recorded(record: Mapping[str, Any]) -> None:
+def remove_recorded(record: WorktreeRecord) -> None:
     """Remove a worktree named by a :func:`worktree_record` (a killed run's leftover); never raises.
 
     Only a path under the system temp directory named ``selfheal-*`` is deleted, so a
     hand-edited record cannot point the cleanup at anything else.
     """
-    repo, path, scratch = (record.get(k) for k in ("repo", "path", "scratch"))
-    if not all(isinstance(v, str) and v for v in (repo, path, scratch)):
+    repo, path, scratch = record.repo, record.path, record.scratch
+    if not (repo and path and scratch):
         return
-    scratch_path = Path(str(scratch))
+    scratch_path = Path(scratch)
     tmp = Path(tempfile.gettempdir()).resolve()
     try:
         inside = scratch_path.resolve().parent == tmp and scratch_path.name.startswith("selfheal-")
     except OSError:
         return
-    if not inside or Path(str(path)).resolve().parent != scratch_path.resolve():
+    if not inside or Path(path).resolve().parent != scratch_path.resolve():
         return
-    if not Path(str(repo)).is_dir():
+    if not Path(repo).is_dir():
         shutil.rmtree(scratch_path, ignore_errors=True)
         return
-    remove_worktree(Path(str(repo)), Path(str(path)), scratch_path)
+    remove_worktree(Path(repo), Path(path), scratch_path)
 
 
 __all__ = [

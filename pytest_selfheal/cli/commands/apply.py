@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -43,27 +42,25 @@ def run(args: argparse.Namespace) -> int:
     proposed = proposed_patch(store, incident_id, root,  # unknown id or no patch: 4
                               allow_binary=effective.settings.repair.allow_binary)
     top = proposed.working_tree
-    data: dict[str, Any] = {"incident_id": incident_id, "patch": str(proposed.path), "working_tree": str(top)}
+
+    def emit(text: str, *, applied: bool, already: bool = False) -> None:
+        if not args.json:
+            sys.stdout.write(text + "\n")
+            return
+        print_json({"incident_id": incident_id, "patch": str(proposed.path), "working_tree": str(top),
+                    "applied": applied, "already_applied": already,
+                    **({} if already else {"files_changed": proposed.files})}, effective.redactor)
+
     if proposed.already_applied:
-        data.update(applied=False, already_applied=True)
-        _emit(args, data, f"nothing to do: {FINAL_PATCH} of {incident_id} is already applied to {top}")
+        emit(f"nothing to do: {FINAL_PATCH} of {incident_id} is already applied to {top}", applied=False, already=True)
         return EXIT_OK
     approver = approver_from(approve=bool(args.yes))
     if not approver.approved and not approver.interactive:
         raise RefusedError(f"not applied: confirmation needed and there is no terminal to ask on; "
                            f"re-run with --yes: selfheal apply {incident_id} --yes")
     if not approver.confirm(proposed.question):
-        data.update(applied=False, already_applied=False, files_changed=proposed.files)
-        _emit(args, data, "not applied")
+        emit("not applied", applied=False)
         return EXIT_UNRESOLVED
     apply_proposed(store, proposed)
-    data.update(applied=True, already_applied=False, files_changed=proposed.files)
-    _emit(args, data, f"applied {FINAL_PATCH} of {incident_id} to {top}: {', '.join(proposed.files)}")
+    emit(f"applied {FINAL_PATCH} of {incident_id} to {top}: {', '.join(proposed.files)}", applied=True)
     return EXIT_OK
-
-
-def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    if args.json:
-        print_json(data)
-    else:
-        sys.stdout.write(text + "\n")

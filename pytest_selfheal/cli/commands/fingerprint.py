@@ -11,13 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.cli.commands._common import project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from pytest_selfheal.records.models import Failure
 
 NAME = "fingerprint"
 HELP = "Fingerprint and classify the failing testcases of junit XML files (any runner)."
@@ -38,43 +39,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class FingerprintRow(NamedTuple):
+    """One failing testcase of one file (a tuple: 10,000 rows are built per run)."""
+
+    file: str
+    failure: Failure
+    rule: str  # the classification rule that matched
+
+    def to_json(self) -> dict[str, Any]:
+        """The row ``--json`` prints (built by hand: ``dataclasses.asdict`` deep-copies, slowly)."""
+        failure = self.failure
+        return {
+            "test": failure.test,
+            "fingerprint": failure.fingerprint,
+            "signature": failure.signature,
+            "scheme": failure.scheme,
+            "failure_type": failure.failure_type,
+            "code_fixable": failure.code_fixable,
+            "transient": failure.transient,
+            "failure_class": failure.failure_class,
+            "rule": self.rule,
+            "message": failure.message,
+            "outcome": failure.outcome,
+            "file": self.file,
+        }
+
+
 def collect(
     files: list[str], warnings: list[str], errors: list[str], rules: Sequence[Rule] = ()
-) -> list[dict[str, Any]]:
-    """Failures of every file as JSON-ready dicts; bad files go to ``errors``.
+) -> list[FingerprintRow]:
+    """Failures of every file; bad files go to ``errors``.
 
     ``rules``: extra classification rules, tried before the built-in ones. This is the
     whole work of the command minus config and printing (the benchmark times it).
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[FingerprintRow] = []
     for name in files:
         try:
             analysed = analyse_junit(name, rules, warnings=warnings)
         except InputError as exc:
             errors.append(str(exc))
             continue
-        for failure, classification in analysed:
-            # Built by hand: dataclasses.asdict deep-copies and is slow on 10,000 rows.
-            rows.append(
-                {
-                    "test": failure.test,
-                    "fingerprint": failure.fingerprint,
-                    "signature": failure.signature,
-                    "scheme": failure.scheme,
-                    "failure_type": failure.failure_type,
-                    "code_fixable": failure.code_fixable,
-                    "transient": failure.transient,
-                    "failure_class": failure.failure_class,
-                    "rule": classification.rule,
-                    "message": failure.message,
-                    "outcome": failure.outcome,
-                    "file": name,
-                }
-            )
+        rows.extend(FingerprintRow(name, failure, classification.rule) for failure, classification in analysed)
     return rows
 
 
-def write_json(rows: list[dict[str, Any]], out: IO[str]) -> None:
+def write_json(rows: Sequence[FingerprintRow], out: IO[str]) -> None:
     """A JSON list with one object per line.
 
     Not ``_common.print_json``: json's indenting encoder is pure Python and builds the
@@ -84,7 +94,7 @@ def write_json(rows: list[dict[str, Any]], out: IO[str]) -> None:
     out.write("[\n")
     last = len(rows) - 1
     for index, row in enumerate(rows):
-        line = json.dumps(row, sort_keys=True, ensure_ascii=False)
+        line = json.dumps(row.to_json(), sort_keys=True, ensure_ascii=False)
         out.write(f"  {line}{',' if index < last else ''}\n")
     out.write("]\n")
 
@@ -110,5 +120,5 @@ def run(args: argparse.Namespace) -> int:
             write_json(rows, sys.stdout)
         else:
             for row in rows:
-                sys.stdout.write(f"{row['fingerprint']}  {row['signature']}\n")
+                sys.stdout.write(f"{row.failure.fingerprint}  {row.failure.signature}\n")
     return EXIT_BAD_INPUT if errors else EXIT_OK

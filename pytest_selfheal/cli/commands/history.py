@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from pytest_selfheal.cli.commands._common import (
     add_dir_argument,
@@ -30,6 +30,7 @@ from pytest_selfheal.history.share import (
     refuse_on_pull_request,
     token_env,
 )
+from pytest_selfheal.redact import Redactor
 
 NAME = "history"
 HELP = "the recent runs, one test's or failure's outcomes; push|pull|compact the shared history (git remote)"
@@ -82,57 +83,61 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"the history path {path!r} holds a line break")
         print(path if effective.settings.history.enabled else "")
         return 0
-    store = store_from_args(args)
+    # The config is loaded once: its redactor also redacts the --json output.
+    config = None if getattr(args, "dir", None) else load_config(project_root())
+    store = store_from_args(args, config)
+    redactor = config.redactor if config is not None else None
     try:
         with HistoryDB.open(store.root, create=False) as db:
             if args.test is None and args.fingerprint is None:
-                return _print_recent(db.recent_runs(args.limit), args.json)
+                return _print_recent(db.recent_runs(args.limit), args.json, redactor)
             rows = db.history_of(nodeid=args.test, fingerprint=args.fingerprint, limit=args.limit)
     except HistoryUnavailable as exc:
         raise NotFoundError(str(exc)) from None
-    data: list[dict[str, Any]] = [
-        {"recorded_at": run_info.recorded_at, "kind": run_info.kind, "incident_id": run_info.incident_id,
-         "iteration": run_info.iteration, "commit": run_info.commit, "branch": run_info.branch,
-         "ci_run_id": run_info.ci_run_id, "nodeid": outcome.nodeid, "outcome": outcome.outcome,
-         "fingerprint": outcome.fingerprint, "failure_class": outcome.failure_class}
-        for run_info, outcome in rows
-    ]
     if args.json:
-        print_json(data)
+        print_json([
+            {"recorded_at": run_info.recorded_at, "kind": run_info.kind, "incident_id": run_info.incident_id,
+             "iteration": run_info.iteration, "commit": run_info.commit, "branch": run_info.branch,
+             "ci_run_id": run_info.ci_run_id, "nodeid": outcome.nodeid, "outcome": outcome.outcome,
+             "fingerprint": outcome.fingerprint, "failure_class": outcome.failure_class}
+            for run_info, outcome in rows
+        ], redactor)
         return 0
     subject = args.test if args.test is not None else f"fingerprint {args.fingerprint}"
-    if not data:
+    if not rows:
         print(f"no recorded outcome for {subject}")
         return 0
-    print(f"{subject}: {len(data)} recorded outcome(s), newest first")
-    for row in data:
-        where = " ".join(str(v) for v in (row["branch"], (row["commit"] or "")[:12]) if v)
-        print(f"  {row['recorded_at']}  {row['outcome']:<16} {row['kind']:<7} {row['fingerprint'] or '-':<12}  {where}")
+    print(f"{subject}: {len(rows)} recorded outcome(s), newest first")
+    for run_info, outcome in rows:
+        where = " ".join(str(v) for v in (run_info.branch, (run_info.commit or "")[:12]) if v)
+        print(f"  {run_info.recorded_at}  {outcome.outcome:<16} {run_info.kind:<7} {outcome.fingerprint or '-':<12}  "
+              f"{where}")
     return 0
 
 
-def _print_recent(runs: Sequence[tuple[RunInfo, list[TestOutcome]]], as_json: bool) -> int:
+def _print_recent(
+    runs: Sequence[tuple[RunInfo, list[TestOutcome]]], as_json: bool, redactor: Optional[Redactor] = None
+) -> int:
     """The recent runs, newest first, each with its failing and re-run tests."""
-    data: list[dict[str, Any]] = [
-        {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
-         "workflow": r.ci_workflow, "ci_run_id": r.ci_run_id, "incident_id": r.incident_id, "iteration": r.iteration,
-         "tests_run": r.tests_run,
-         "outcomes": [{"nodeid": o.nodeid, "outcome": o.outcome, "fingerprint": o.fingerprint,
-                       "failure_class": o.failure_class} for o in outcomes]}
-        for r, outcomes in runs
-    ]
     if as_json:
-        print_json(data)
+        print_json([
+            {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
+             "workflow": r.ci_workflow, "ci_run_id": r.ci_run_id, "incident_id": r.incident_id,
+             "iteration": r.iteration, "tests_run": r.tests_run,
+             "outcomes": [{"nodeid": o.nodeid, "outcome": o.outcome, "fingerprint": o.fingerprint,
+                           "failure_class": o.failure_class} for o in outcomes]}
+            for r, outcomes in runs
+        ], redactor)
         return 0
-    if not data:
+    if not runs:
         print("no recorded run")
         return 0
-    print(f"{len(data)} recorded run(s), newest first")
-    for row in data:
-        where = " ".join(str(v) for v in (row["branch"] or "-", (row["commit"] or "-")[:12], row["job"] or "-"))
-        print(f"  {row['recorded_at']}  {row['kind']:<7} {where}  {len(row['outcomes'])} outcome(s)")
-        for item in row["outcomes"]:
-            print(f"    {item['outcome']:<16} {item['fingerprint'] or '-':<12}  {item['nodeid']}")
+    print(f"{len(runs)} recorded run(s), newest first")
+    for r, outcomes in runs:
+        where = " ".join(str(v) for v in (r.branch or "-", (r.commit or "-")[:12], r.ci_job or "-"))
+        print(f"  {r.recorded_at}  {r.kind:<7} {where}  {len(outcomes)} outcome(s)")
+        for o in outcomes:
+            print(f"    {o.outcome:<16} {o.fingerprint or '-':<12}  {o.nodeid}")
     return 0
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, store_from_args
 from pytest_selfheal.loop.resume import parse_stamp
+from pytest_selfheal.records.summary import IncidentSummary
 from pytest_selfheal.store.reader import INBOX
 
 NAME = "prune"
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     if not args.dry_run:
         store.finish_prunes()
-    pruned: list[dict[str, Any]] = []
+    pruned: list[IncidentSummary] = []
     for row in store.list_incidents():
         # Archiving stamps updated_at: the age of an archived incident is the time since then.
         archived_at = parse_stamp(row.updated_at) or parse_stamp(row.created_at)
@@ -39,12 +39,13 @@ def run(args: argparse.Namespace) -> int:
             continue
         if not args.dry_run:
             store.prune(row.incident_id)
-        pruned.append({"incident_id": row.incident_id, "bucket": row.bucket, "archived_at": row.updated_at})
+        pruned.append(row)
     if args.json:
-        print_json({"dry_run": bool(args.dry_run), "pruned": pruned})
+        print_json({"dry_run": bool(args.dry_run), "pruned": [
+            {"incident_id": row.incident_id, "bucket": row.bucket, "archived_at": row.updated_at} for row in pruned]})
         return 0
     verb = "would prune" if args.dry_run else "pruned"
-    for item in pruned:
-        print(f"{verb} {item['incident_id']} ({item['bucket']}, archived {item['archived_at']})")
+    for row in pruned:
+        print(f"{verb} {row.incident_id} ({row.bucket}, archived {row.updated_at})")
     print(f"{verb} {len(pruned)} archived incident(s) older than {args.older_than} day(s)")
     return 0

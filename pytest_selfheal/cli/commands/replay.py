@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -16,6 +14,7 @@ from pytest_selfheal.cli.commands._common import (
 )
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
+from pytest_selfheal.records.loop_state import LoopState
 
 NAME = "replay"
 HELP = "rebuild the loop state from the incident's events alone and check it equals the files (exit 3 if not)"
@@ -29,23 +28,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dir_argument(parser)
 
 
-def format_state(state: Mapping[str, Any]) -> list[str]:
+def format_state(state: LoopState) -> list[str]:
     """The replayed state as readable lines."""
     lines = [
-        f"incident      {state.get('incident_id')}",
-        f"status        {state.get('status')} ({state.get('bucket')})",
-        f"stop_reason   {state.get('stop_reason') or '-'}",
-        f"final_status  {state.get('final_status') or '-'}",
-        f"archived_to   {state.get('archived_to') or '-'}",
-        f"iterations    {len(state.get('iterations') or [])}",
+        f"incident      {state.incident_id}",
+        f"status        {state.status} ({state.bucket})",
+        f"stop_reason   {state.stop_reason or '-'}",
+        f"final_status  {state.final_status or '-'}",
+        f"archived_to   {state.archived_to or '-'}",
+        f"iterations    {len(state.iterations)}",
     ]
-    for entry in state.get("iterations") or []:
-        verdict = "passed" if entry.get("verification_passed") else "failed"
-        stop = f" {entry.get('stop_reason')}" if entry.get("stop_reason") else ""
-        fps = ", ".join(entry.get("fingerprints") or []) or "no failure"
-        lines.append(f"  #{entry.get('iteration')}: {verdict}, {entry.get('result')}{stop} [{fps}]")
-    for stop in state.get("loop_stops") or []:
-        lines.append(f"loop_stopped  {stop.get('stop_reason')} at iteration {stop.get('iteration')}")
+    for entry in state.iterations:
+        verdict = "passed" if entry.verification_passed else "failed"
+        stop = f" {entry.stop_reason}" if entry.stop_reason else ""
+        fps = ", ".join(entry.fingerprints) or "no failure"
+        lines.append(f"  #{entry.iteration}: {verdict}, {entry.result}{stop} [{fps}]")
+    for halt in state.loop_stops:
+        lines.append(f"loop_stopped  {halt.stop_reason} at iteration {halt.iteration}")
     return lines
 
 
@@ -58,14 +57,13 @@ def run(args: argparse.Namespace) -> int:
     disk = state_from_disk(store, incident_id)
     diff = differences(replayed, disk)
     if args.json:
-        data: dict[str, Any] = {
-            "replayed": replayed,
-            "disk": disk,
+        print_json({
+            "replayed": replayed.to_json(),
+            "disk": disk.to_json(),
             "equal": not diff,
             "differences": diff,
             "warnings": warnings,
-        }
-        print_json(data)
+        })
     else:
         for line in format_state(replayed):
             print(line)

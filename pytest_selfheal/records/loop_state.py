@@ -1,0 +1,100 @@
+"""The loop state ``selfheal replay`` compares, as records: ``LoopState`` with its
+``ReplayIteration`` and ``ReplayStop`` entries (docs/loop.md "Replay"). Pure.
+
+Built in code, never read from a file: ``to_json`` is what ``selfheal replay --json``
+prints. Values the event log holds as read (an iteration number, a result) stay as read,
+since a hand-edited log may hold anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, ClassVar, Optional
+
+from pytest_selfheal.records.frozen import dataclass
+from pytest_selfheal.records.jsondoc import (
+    Extra,
+    Field,
+    JsonRecord,
+    any_value,
+    array_of,
+    boolean,
+    nullable,
+    string,
+    strings,
+)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReplayIteration(JsonRecord):
+    """One iteration of the compared state, from its ``verification_finished`` data."""
+
+    KIND: ClassVar[str] = "replayed iteration"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("iteration", any_value),
+        Field("verification_passed", boolean),
+        Field("fingerprints", strings),
+        Field("result", any_value),
+        Field("stop_reason", any_value),
+    )
+
+    iteration: Any = None  # an int, as recorded
+    verification_passed: bool = False
+    fingerprints: tuple[str, ...] = ()
+    result: Any = None  # continue | stop, as recorded
+    stop_reason: Any = None
+    keys: Optional[tuple[str, ...]] = field(default=("iteration", "verification_passed", "fingerprints", "result",
+                                                     "stop_reason"), repr=False, compare=False)
+    extra: Extra = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReplayStop(JsonRecord):
+    """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
+
+    KIND: ClassVar[str] = "replayed stop"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("iteration", any_value),
+        Field("stop_reason", any_value),
+        Field("final_status", any_value),
+    )
+
+    iteration: Any = None
+    stop_reason: Any = None
+    final_status: Any = None
+    keys: Optional[tuple[str, ...]] = field(default=("iteration", "stop_reason", "final_status"), repr=False,
+                                            compare=False)
+    extra: Extra = ()
+
+
+# The keys ``selfheal replay`` compares, in the order the state is written.
+COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LoopState(JsonRecord):
+    """The loop state rebuilt from the events or from the files; ``loop_stops`` (every
+    ``loop_stopped`` of the log) only in the replay's, and not compared."""
+
+    KIND: ClassVar[str] = "loop state"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("incident_id", nullable(string)),
+        Field("status", nullable(string)),
+        Field("bucket", string),
+        Field("iterations", array_of(ReplayIteration.parse)),
+        Field("stop_reason", nullable(string)),
+        Field("final_status", nullable(string)),
+        Field("archived_to", nullable(string)),
+        Field("loop_stops", array_of(ReplayStop.parse)),
+    )
+
+    incident_id: Optional[str] = None
+    status: Optional[str] = None
+    bucket: str = ""
+    iterations: tuple[ReplayIteration, ...] = ()
+    stop_reason: Optional[str] = None  # the stop in force
+    final_status: Optional[str] = None
+    archived_to: Optional[str] = None
+    loop_stops: tuple[ReplayStop, ...] = ()
+    keys: Optional[tuple[str, ...]] = field(default=COMPARED_KEYS, repr=False, compare=False)
+    extra: Extra = ()

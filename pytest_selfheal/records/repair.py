@@ -1,0 +1,24 @@
+"""``error_runs/<id>/worktree.json`` as a record: ``WorktreeRecord``, the repair worktree a
+killed run may leave behind (docs/repair.md). Pure."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import ClassVar, Optional
+
+from pytest_selfheal.records.frozen import dataclass
+from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WorktreeRecord(JsonRecord):
+    """Where a repair run's worktree lives, written while it exists so the next run can remove it."""
+
+    KIND: ClassVar[str] = "worktree record"
+    FIELDS: ClassVar[tuple[Field, ...]] = (Field("repo", string), Field("path", string), Field("scratch", string))
+
+    repo: str = ""  # the repository's top level
+    path: str = ""  # the worktree
+    scratch: str = ""  # the temporary directory holding it
+    keys: Optional[tuple[str, ...]] = field(default=("repo", "path", "scratch"), repr=False, compare=False)
+    extra: Extra = ()
