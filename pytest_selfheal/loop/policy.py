@@ -22,7 +22,7 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
@@ -442,25 +442,18 @@ def retry_eligible(observation: Observation, classification_transient: bool) -> 
 # --------------------------------------------------------------------------- final status
 
 
-def reopened_after(incident: Any) -> Optional[int]:
+def reopened_after(incident: Incident) -> Optional[int]:
     """The attempt number after which ``selfheal reopen`` started a new loop run
-    (``incident.json``'s ``reopened_after_iteration``, from the document or its
-    ``Incident`` record), or None when never reopened."""
-    if isinstance(incident, Mapping):
-        value = incident.get("reopened_after_iteration")
-    else:
-        value = getattr(incident, "reopened_after_iteration", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    (``incident.json``'s ``reopened_after_iteration``), or None when never reopened."""
+    value = incident.reopened_after_iteration
+    return value if value is not None and value >= 0 else None
 
 
-def stop_history_after(incident: Any) -> Optional[int]:
+def stop_history_after(incident: Incident) -> Optional[int]:
     """The attempt up to which a recorded stop is history: the later of a reopen
     (``reopened_after_iteration``) and a resume after a code change
     (``resumed_after_iteration``, which keeps the loop run going), or None."""
-    resumed = incident.get("resumed_after_iteration") if isinstance(incident, Mapping) else getattr(
-        incident, "resumed_after_iteration", None)
-    values = [v for v in (reopened_after(incident), resumed)
-              if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    values = [v for v in (incident.reopened_after_iteration, incident.resumed_after_iteration) if v is not None and v >= 0]
     return max(values) if values else None
 
 

@@ -19,6 +19,7 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan, PlanAction
+from pytest_selfheal.records.vocab import EvidenceKind
 
 MAX_FAILURES_LISTED = 20
 MAX_MESSAGE_CHARS = 300
@@ -138,7 +139,7 @@ def _plan_section(plan: Plan) -> list[str]:
             lines.append("  - target paths (the code to fix): " + ", ".join(_code(p) for p in action.target_paths))
         cause = action.root_cause
         if cause is not None and cause.path is not None:
-            how = "raised in" if cause.evidence == "frame" else "the failing tests call"
+            how = "raised in" if cause.evidence == EvidenceKind.FRAME else "the failing tests call"
             lines.append(f"  - root cause: {how} {_code(cause.path + '::' + (cause.name or ''))}")
         lines.extend(_where_lines(action, with_code=index < MAX_EXCERPTS))
         if action.test_paths:
