@@ -147,7 +147,6 @@ class CiResult:
 
     exit_code: int
     verdict: Verdict
-    report: dict[str, Any]
     markdown: str
     report_path: Optional[Path] = None
     report_json_path: Optional[Path] = None
@@ -381,7 +380,7 @@ def run_ci(
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
         exit_code = _quarantine_exit(report, effective, here, source, event, rep, exit_code)
-    result = CiResult(exit_code, verdict, document, markdown, pull_request=number,
+    result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None)
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
@@ -426,7 +425,7 @@ def comment_from_report(
     verdict = Verdict(info.final_status, info.stop_reason, info.iterations, info.incident_id,
                       info.pytest_exit_code)
     markdown = redactor.redact(render_ci_markdown(report, info))
-    result = CiResult(EXIT_OK, verdict, report.to_json(), markdown, report_path=path.with_suffix(".md"),
+    result = CiResult(EXIT_OK, verdict, markdown, report_path=path.with_suffix(".md"),
                       report_json_path=path, pull_request=number)
     if result.report_path is not None and not result.report_path.is_file():
         result.report_path = None
