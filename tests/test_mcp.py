@@ -363,6 +363,8 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
                 ({"selection": ["../outside.py"]}, "inside the project root"),
                 ({"selection": ["-x"]}, "selection entries are node ids or paths"),
                 ({"selection": "test_many.py"}, "run_tests: bad arguments: selection"),
+                ({"args": ["test_many.py"], "selection": []},
+                 "run_tests: bad arguments: unknown args (known: pytest_args, selection)"),
             ):
                 refused = await client.call_tool("run_tests", args)
                 assert refused.is_error and expected in text_of(refused), (args, text_of(refused))

@@ -114,6 +114,14 @@ class SelfhealMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Optional[Context[Any, Any]] = None
     ) -> Union[CallToolResult, InputRequiredResult]:
+        # The SDK's argument models ignore unknown names: `run_tests {"args": [...]}` would run
+        # the whole suite, silently. A misspelt argument is refused, naming the known ones.
+        tool = next((t for t in await self.list_tools() if t.name == name), None)
+        known = sorted((tool.input_schema or {}).get("properties", {})) if tool is not None else []
+        unknown = sorted(set(arguments) - set(known)) if tool is not None else []
+        if unknown:
+            raise ToolError(self.project.error_line(
+                f"{name}: bad arguments: unknown {', '.join(unknown)} (known: {', '.join(known) or 'none'})"))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
