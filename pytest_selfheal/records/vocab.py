@@ -14,7 +14,7 @@ from typing import Optional
 
 
 class TextEnum(str, Enum):
-    """A string-valued enum whose ``str()``/``format()`` is its value on Python 3.9 to 3.13."""
+    """A string-valued enum whose ``str()``/``format()`` is its value on Python 3.10 to 3.13."""
 
     def __str__(self) -> str:
         return str(self.value)
