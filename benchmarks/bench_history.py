@@ -53,6 +53,7 @@ def recording_ms(root: Path, failures: int, repeat: int) -> float:
     ``failures`` failures into the persisted database), measured in this process."""
     from pytest_selfheal.config.settings import HistorySettings
     from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+    from pytest_selfheal.records.git import GitContext
 
     failing = [Failing(f"test_gen_000.py::test_{i}", f"{i:012x}", "deterministic") for i in range(failures)]
     times: list[float] = []
@@ -60,7 +61,7 @@ def recording_ms(root: Path, failures: int, repeat: int) -> float:
         start = time.perf_counter()
         record_and_triage(root / ".selfheal-inprocess", HistorySettings(),
                           run_info(run_key=f"bench:{n}", kind="capture", project_root=root, env={},
-                                   git={"branch": "main", "commit": "0" * 40}),
+                                   git=GitContext(branch="main", commit="0" * 40)),
                           failing, project_root=root, env={})
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000

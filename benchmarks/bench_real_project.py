@@ -67,8 +67,10 @@ def unpack(sdist: Path, dest: Path, bug: bool) -> Path:
         top = tar.getnames()[0].split("/")[0]
         # The "data" filter (Python 3.12, and backported) drops the archive's owners, which
         # git refuses as dubious ownership when extracted as root.
-        extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(dest.parent / "unpack", **extra)  # a pinned sdist from PyPI
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest.parent / "unpack", filter="data")  # a pinned sdist from PyPI
+        else:
+            tar.extractall(dest.parent / "unpack")
     shutil.move(str(dest.parent / "unpack" / top), str(dest))
     if bug:
         path = dest / BUG[0]
