@@ -206,6 +206,22 @@ def test_out_of_scope_edit_stops_scope_expansion_denied(tmp_path: Path) -> None:
     assert outcome["repair"]["final_patch"] is None
 
 
+def test_after_a_reopen_the_repair_lines_carry_the_iteration_not_the_attempt_number(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    verify_only = cli("loop", project.incident_id, cwd=project.top, env=job_env())  # attempt 1: the same failure
+    assert verify_only.returncode == EXIT_UNRESOLVED, verify_only.stdout + verify_only.stderr
+    assert cli("reopen", project.incident_id, cwd=project.top, env=job_env()).returncode == EXIT_OK
+    result = project.loop("fix")  # attempt 2, the first iteration of the new loop run
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("selfheal: incident ")]
+    prefix = f"selfheal: incident {project.incident_id} iteration 1 of 3: "
+    assert prefix + "repair: asking command:" in "\n".join(lines)
+    assert prefix + "repair: diff (calc.py)" in lines
+    assert any(line.startswith(prefix + "running ") for line in lines)
+    assert not any(" repair 2" in line for line in lines)
+    assert (project.runs / "prompt_02.md").is_file()  # files keep the attempt number
+
+
 @pytest.mark.slow  # ~9 s; by default: test_repair.py -k timeout_kills, test_policy.py -k timeout
 def test_hanging_agent_stops_timeout_after_one_retry(tmp_path: Path) -> None:
     project = Project(tmp_path)

@@ -43,7 +43,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import option_record
+from pytest_selfheal.loop.messages import iteration_prefix, option_record
 from pytest_selfheal.loop.resume import (
     capture_hash_on_disk,
     minutes_between,
@@ -391,7 +391,7 @@ def _drive(
                     observations=list(observations),
                 )
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
-        say(f"selfheal: incident {incident_id} iteration {pre.iteration + 1} of {pol.max_iterations}: "
+        say(f"{iteration_prefix(incident_id, pre.iteration + 1, pol.max_iterations)}: "
             f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
         kill_point("iteration:before_verify")
         outcome = _verify_and_record(

@@ -378,18 +378,24 @@ def handoff(
     )
 
 
+def iteration_prefix(incident_id: Optional[str], iteration: int, max_iterations: int) -> str:
+    """``selfheal: incident <id> iteration 2 of 3`` — how each line about one iteration of a
+    loop run begins: its repair, its verification command, its status line."""
+    who = f"incident {incident_id} " if incident_id else ""
+    return f"selfheal: {who}iteration {iteration} of {max_iterations}"
+
+
 def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional[str] = None) -> str:
     """One machine-parseable line for the terminal (the agent-in-the-loop mode).
 
     ``selfheal: incident <id> iteration 2 of 3: fingerprint same, progress no -> STOP repeated_fingerprint``
     """
-    who = f"incident {incident_id} " if incident_id else ""
     fp = "changed" if decision.progress.fingerprint_changed else "same"
     prog = "yes" if decision.progress.progress else "no"
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
     reasons = decision.progress.reasons
     unstable = " (message unstable)" if MESSAGE_UNSTABLE in reasons else " (flaky)" if FLAKY in reasons else ""
-    text = (f"selfheal: {who}iteration {decision.iteration} of {policy.max_iterations}: "
+    text = (f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: "
             f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}")
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
@@ -440,6 +446,7 @@ __all__ = [
     "handoff",
     "plural",
     "recommended_next_action",
+    "iteration_prefix",
     "status_line",
     "stop_message",
     "unverified_line",

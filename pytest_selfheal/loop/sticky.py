@@ -23,6 +23,7 @@ from typing import Optional
 
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.loop.messages import iteration_prefix
 from pytest_selfheal.loop.resume import capture_hash_on_disk
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import Failure
@@ -143,7 +144,7 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
     stopped = match.incident
-    return Line(f"selfheal: incident {stopped.incident_id} iteration {stopped.iteration} of {max_iterations}: "
+    return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
 

@@ -44,6 +44,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.hookspecs import RepairRequest
+from pytest_selfheal.loop.messages import iteration_prefix
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -279,7 +280,9 @@ class RepairSession:
             failureSignature=signature,
             prompt=prompt_name(iteration),
         )
-        self.say(f"selfheal: incident {incident_id} repair {iteration}: asking {self.describe()}")
+        # Numbered as the iteration it prepares (the attempt number keeps counting after a reopen).
+        line = f"{iteration_prefix(incident_id, loop_iteration, self.policy.max_iterations)}: repair"
+        self.say(f"{line}: asking {self.describe()}")
         guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id))
         before = self.wt.snapshot()
         call = self._call_provider(
@@ -298,7 +301,7 @@ class RepairSession:
         if escaped:
             key = StopReason.PROVIDER_ESCAPED.value
             result = replace(result, keys=(*(result.keys or ()), key), extra=(*result.extra, (key, freeze(escaped))))
-            self.say(f"selfheal: incident {incident_id} repair {iteration}: {call.message}; stopping "
+            self.say(f"{line}: {call.message}; stopping "
                      f"({StopReason.PROVIDER_ESCAPED}), nothing of this repair is applied")
         self.results.append(result)
         store.append_event(
@@ -315,7 +318,7 @@ class RepairSession:
         )
         shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
         denied = " — out of scope, not approved, rolled back" if result.scope_denied else ""
-        self.say(f"selfheal: incident {incident_id} repair {iteration}: {result.result}{shown}{denied}")
+        self.say(f"{line}: {result.result}{shown}{denied}")
         return result
 
     def describe(self) -> str:
