@@ -112,6 +112,12 @@ def test_a_green_selfheal_run_imports_no_capture_machinery(tmp_path: Path) -> No
     # The probe sees them when a test fails.
     red = loaded_subpackages(tmp_path / "red", "assert False")
     assert {"capture", "junit", "plan", "report", "store"} <= red
+    # Once the incident is closed (the fix's run records it), the inbox is empty again: the
+    # next green run loads no more than the first did.
+    assert "loop" in loaded_subpackages(tmp_path / "red", "assert True")
+    assert not list((tmp_path / "red" / ".selfheal" / "error_inbox").iterdir())
+    after = loaded_subpackages(tmp_path / "red", "assert True")
+    assert sorted(after.intersection(CAPTURE_SIDE)) == []
 
 
 def test_a_broken_unrelated_pytest_plugin_does_not_break_selfheal_loop(
