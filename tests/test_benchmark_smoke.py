@@ -120,3 +120,12 @@ def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
                         tmp_path)
     assert "2 faults kept of 2 mutants tried (caches 1, textfmt 1)" in out
     assert "| previous | 2 |" in out and "| evidence | 2 |" in out and "| fauxpy | not run |" in out
+
+
+def test_floors_benchmark_prints_the_floor_of_the_iteration_and_of_the_capture(tmp_path: Path) -> None:
+    out = run_benchmark("bench_floors.py", ["--tests", "4", "--failing", "1", "--capture-tests", "2"], tmp_path)
+    lines = out.splitlines()
+    assert lines[0].startswith("iteration: b ") and " python start " in lines[0]
+    assert lines[1].startswith("iteration (child + python start) / b: floor ") and "(target <= 1.10: " in lines[1]
+    assert lines[2].startswith("capture: plain ") and " of the package) cost " in lines[2]
+    assert lines[3].startswith("capture (plain + imports) / plain: floor ") and "(target <= 1.15: " in lines[3]
