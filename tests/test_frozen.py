@@ -8,6 +8,8 @@ import dataclasses
 import importlib
 import pickle
 import pkgutil
+import subprocess
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import field
@@ -186,3 +188,51 @@ def test_every_frozen_dataclass_of_the_package_uses_frozen() -> None:
     assert [f"{c.__module__}.{c.__qualname__}" for c in ours if methods & set(vars(c))] == []
     # Made by records.frozen.dataclass (which tells Frozen the fields __init__ sets).
     assert [f"{c.__module__}.{c.__qualname__}" for c in ours if "_init_sets" not in vars(c)] == []
+
+
+def test_a_record_is_built_on_first_use_as_dataclasses_would_have_built_it() -> None:
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Pending(Frozen):
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Unread(Frozen):
+        c: str = "x"
+
+    # Nothing is built at definition: the dataclass attributes appear on first use.
+    assert "__dataclass_fields__" not in Pending.__dict__ and "__dataclass_fields__" not in Unread.__dict__
+    first = Pending(1)
+    assert "__dataclass_fields__" in Pending.__dict__
+    assert (first.a, first.b, first == Pending(1, []), repr(first)) == (1, [], True, f"{Pending.__qualname__}(a=1, b=[])")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.a = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
+        Pending()  # type: ignore[call-arg]
+    # Reading what the machinery sets builds a class too; a missing attribute stays missing.
+    assert dataclasses.is_dataclass(Unread) and [f.name for f in dataclasses.fields(Unread)] == ["c"]
+    assert Unread.__match_args__ == ("c",) and dataclasses.replace(Unread(), c="y") == Unread("y")
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        Unread.nothing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_subclass_of_an_unbuilt_record_has_its_own_fields_and_its_bases() -> None:
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Base(Frozen):
+        a: int
+
+    @dataclass(frozen=True, eq=False, repr=False)
+    class Sub(Base):
+        c: str = "x"
+
+    assert [f.name for f in dataclasses.fields(Sub)] == ["a", "c"]
+    assert [f.name for f in dataclasses.fields(Base)] == ["a"]
+    assert (Sub(1).a, Sub(1, "y").c, Sub(1) == Base(1)) == (1, "y", False)
+
+
+def test_importing_the_records_builds_none_of_them() -> None:
+    program = ("import pytest_selfheal.records.report as r, dataclasses\n"
+               "print('__dataclass_fields__' in r.ReportDoc.__dict__, dataclasses.is_dataclass(r.ReportDoc),"
+               " '__dataclass_fields__' in r.ReportDoc.__dict__)")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True", "True"]

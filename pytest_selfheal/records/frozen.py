@@ -20,6 +20,13 @@ hashed on the same fields, shown as ``Thing(a=1, b='x')`` with the fields whose 
 is on, and ``FrozenInstanceError`` on any assignment or deletion once built
 (tests/test_frozen.py checks each against the generated methods). Type checkers see
 :func:`dataclass` as ``dataclasses.dataclass`` itself, so they check the frozen fields.
+
+A class that derives from no other dataclass is built by
+``dataclasses.dataclass`` on first use, not at import: its first instance, or the first
+read of what the dataclass machinery sets on it (``dataclasses.fields``, ``is_dataclass``,
+``__match_args__``). A run uses about half of the package's records: the others cost
+nothing (docs/benchmarks.md). A class read before its first use shows the class body's
+attributes (a ``field(...)`` default is still the ``Field``).
 """
 
 from __future__ import annotations
@@ -76,7 +83,45 @@ def _shape(cls: type) -> _Shape:
     return shape
 
 
-class Frozen:
+# What dataclasses.dataclass sets on a class: reading one of them builds a pending class.
+_BUILT_ON_READ = frozenset({"__dataclass_fields__", "__dataclass_params__", "__match_args__"})
+# Classes decorated but not built yet, with their dataclass parameters.
+_PENDING: dict[type, dict[str, Any]] = {}
+
+
+def _build(cls: type) -> None:
+    """Run ``dataclasses.dataclass`` on ``cls`` if it is still pending (once)."""
+    params = _PENDING.pop(cls, None)
+    if params is None:
+        return
+    # dataclasses keeps an __init__ the class defines: take the placeholder away first.
+    delattr(cls, "__init__")
+    built: Any = dataclasses.dataclass(cls, **params)
+    built._init_sets = _settable(built)
+
+
+def _first_init(cls: type) -> Callable[..., None]:
+    """A pending class's ``__init__``: builds the class, then runs the generated one."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _build(cls)
+        cast(Any, cls).__init__(self, *args, **kwargs)
+
+    return __init__
+
+
+class _BuiltOnUse(type):
+    """The metaclass of :class:`Frozen`: a read of a dataclass attribute builds a pending class
+    (only reads that find nothing reach ``__getattr__``: it costs nothing once built)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name in _BUILT_ON_READ and cls in _PENDING:
+            _build(cls)
+            return getattr(cls, name)
+        raise AttributeError(f"type object {cls.__qualname__!r} has no attribute {name!r}")
+
+
+class Frozen(metaclass=_BuiltOnUse):
     """Base of the package's frozen dataclasses: ``==``, ``hash``, ``repr`` and the refusal
     to change a field as ``@dataclasses.dataclass(frozen=True)`` generates them, defined once
     (module docstring)."""
@@ -136,7 +181,14 @@ else:
                 return dataclasses.dataclass(cls, **params)
             if not issubclass(cls, Frozen) or params.get("eq", True) or params.get("repr", True):
                 raise TypeError(f"{cls.__qualname__}: a frozen dataclass derives from Frozen, with eq=False, repr=False")
-            made = dataclasses.dataclass(cls, **dict(params, frozen=False))
+            unfrozen = dict(params, frozen=False)
+            if "__init__" not in cls.__dict__ and not params.get("slots") and not any(
+                    "__dataclass_fields__" in base.__dict__ or base in _PENDING for base in cls.__mro__[1:]):
+                _PENDING[cls] = unfrozen
+                cls.__init__ = _first_init(cls)
+                return cls
+            # A dataclass's subclass is built now: it would otherwise see its base's fields as its own.
+            made = dataclasses.dataclass(cls, **unfrozen)
             made._init_sets = _settable(made)
             return made
 
