@@ -134,14 +134,16 @@ class HistoryDB:
             raise _unavailable(self.path, "another application's SQLite file")
         if version > SCHEMA_VERSION:
             raise _unavailable(self.path, f"schema version {version} is newer than this pytest-selfheal ({SCHEMA_VERSION})")
-        if version < SCHEMA_VERSION:
-            if not create:
-                raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
-            self._migrate(version)
-        self._db.execute("PRAGMA journal_mode = WAL")
+        if version < SCHEMA_VERSION and not create:
+            raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
         # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
         # runs, which the history can afford (the incident files hold what the loop needs).
+        # Set before migrating: a new database's schema steps then commit to the WAL unsynced
+        # (half the syncs of creating one).
+        self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
+        if version < SCHEMA_VERSION:
+            self._migrate(version)
 
     def _migrate(self, version: int) -> None:
         # One transaction per step: a crash leaves the previous version, never half of one.
