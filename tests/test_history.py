@@ -61,6 +61,16 @@ def test_sightings_count_only_the_base_branch(tmp_path: Path) -> None:
         "aaa111", "2026-11-01T10:00:00+00:00", 2)
 
 
+def test_a_sighting_names_the_commit_of_its_earliest_run_whatever_order_runs_were_recorded(tmp_path: Path) -> None:
+    with HistoryDB.open(tmp_path) as db:
+        db.record(run("m2", "2026-11-02T10:00:00+00:00", commit="bbb222"), [failed("t.py::a")])
+        db.record(run("m3", "2026-11-03T10:00:00+00:00", commit="ccc333"), [failed("t.py::a")])
+        db.record(run("m1", "2026-11-01T10:00:00+00:00", commit="aaa111"), [failed("t.py::a")])
+        seen = db.sightings(["fp1"], "main")
+    assert (seen["fp1"].first_commit, seen["fp1"].first_seen_at, seen["fp1"].occurrences) == (
+        "aaa111", "2026-11-01T10:00:00+00:00", 3)
+
+
 def test_sightings_of_more_fingerprints_than_one_query_holds(tmp_path: Path) -> None:
     """Fingerprints are looked up in chunks (SQLite bounds the parameters of a statement):
     every seen one is found, in the order asked, whatever chunk it falls in."""

@@ -253,31 +253,22 @@ class HistoryDB:
     def sightings(self, fingerprints: Iterable[str], branch: str) -> dict[str, Sighting]:
         """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""
         wanted = list(dict.fromkeys(fingerprints))
-        seen: dict[str, tuple[object, object]] = {}
+        seen: dict[str, Sighting] = {}
         # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
-        # most of them is "never seen"); chunks stay under SQLite's bound on parameters.
+        # most of them is "never seen"); chunks stay under SQLite's bound on parameters. With
+        # one MIN() aggregate, SQLite takes the bare r.commit_sha from that earliest row.
         for start in range(0, len(wanted), _SIGHTINGS_CHUNK):
             chunk = wanted[start:start + _SIGHTINGS_CHUNK]
-            for fingerprint, first_seen, runs in self._db.execute(
-                f"""SELECT o.fingerprint, MIN(r.recorded_at), COUNT(DISTINCT r.id) FROM outcomes o
+            for fingerprint, first_seen, runs, commit in self._db.execute(
+                f"""SELECT o.fingerprint, MIN(r.recorded_at), COUNT(DISTINCT r.id), r.commit_sha FROM outcomes o
                     JOIN runs r ON r.id = o.run_id
                     WHERE o.fingerprint IN ({', '.join('?' * len(chunk))}) AND r.branch = ? AND o.outcome IN (?, ?, ?)
                     GROUP BY o.fingerprint""",
                 (*chunk, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
             ):
-                seen[str(fingerprint)] = (first_seen, runs)
-        found: dict[str, Sighting] = {}
-        for fingerprint in wanted:
-            row = seen.get(fingerprint)
-            if not row or not row[1]:
-                continue
-            first = self._db.execute(
-                """SELECT r.commit_sha FROM outcomes o JOIN runs r ON r.id = o.run_id
-                   WHERE o.fingerprint = ? AND r.branch = ? AND r.recorded_at = ? LIMIT 1""",
-                (fingerprint, branch, row[0]),
-            ).fetchone()
-            found[fingerprint] = Sighting(fingerprint, first[0] if first else None, str(row[0]), int(str(row[1])))
-        return found
+                if runs:
+                    seen[str(fingerprint)] = Sighting(str(fingerprint), commit, str(first_seen), int(runs))
+        return {fingerprint: seen[fingerprint] for fingerprint in wanted if fingerprint in seen}
 
     def flake_rates(self, since: str, nodeids: Optional[Iterable[str]] = None) -> list[FlakeRate]:
         """Tests that passed on re-run at least once since ``since`` (ISO time), ranked by
