@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
+import importlib.machinery
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -24,8 +25,11 @@ from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_USAGE, SelfhealError
 def command_names() -> list[str]:
     """Every command, by its module's name (``stop_gate.py`` is ``stop-gate``), without
     importing any: a run imports only the command it runs (docs/benchmarks.md)."""
-    return sorted(info.name.replace("_", "-") for info in pkgutil.iter_modules(commands.__path__)
-                  if not info.name.startswith("_"))
+    # A listing, not pkgutil.iter_modules: pkgutil and the inspect it imports are not needed.
+    suffixes = tuple(importlib.machinery.all_suffixes())
+    names = {entry.name.split(".", 1)[0] for folder in commands.__path__ for entry in os.scandir(folder)
+             if entry.name.endswith(suffixes) and entry.is_file()}
+    return sorted(name.replace("_", "-") for name in names if name.isidentifier() and not name.startswith("_"))
 
 
 def command_module(name: str) -> ModuleType:
