@@ -221,6 +221,9 @@ _FIELD = getattr(dataclasses, "_FIELD", None)
 _FIELD_CLASSVAR = getattr(dataclasses, "_FIELD_CLASSVAR", None)
 _HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
 _IDENTIFIER = re.compile(r"^(?:\s*(\w+)\s*\.)?\s*(\w+)").match  # dataclasses' own pattern
+# An annotation's (qualifier, name) by that pattern (None: no match): the same few strings recur.
+_NAMED: dict[str, Any] = {}
+_UNSEEN: Any = ()
 _GENERIC_ALIAS = type(ClassVar[int])
 _RESERVED = frozenset({"self", "_set"})
 
@@ -251,10 +254,13 @@ def _kind(annotation: Any, module: dict[str, Any]) -> Any:
     """``_FIELD`` or ``_FIELD_CLASSVAR`` as dataclasses decides, or None (for dataclasses to decide)."""
     target: Any = annotation
     if isinstance(annotation, str):
-        match = _IDENTIFIER(annotation)
-        if match is None:
+        named = _NAMED.get(annotation, _UNSEEN)
+        if named is _UNSEEN:
+            match = _IDENTIFIER(annotation)
+            named = _NAMED[annotation] = None if match is None else match.group(1, 2)
+        if named is None:
             return _FIELD
-        qualifier, name = match.group(1, 2)
+        qualifier, name = named
         if not qualifier:
             target = module.get(name)
         elif module.get(qualifier) is typing:
