@@ -42,7 +42,7 @@ import typing
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from types import CellType, CodeType, FunctionType, MemberDescriptorType
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, cast
 
 _Values = Callable[[Any], tuple[Any, ...]]
 
@@ -105,7 +105,7 @@ def _build(cls: type) -> None:
     _make(cls, params)
 
 
-def _make(cls: Any, params: dict[str, Any]) -> Any:
+def _make(cls: Any, params: dict[str, bool]) -> Any:
     """``dataclasses.dataclass(cls, **params)``: the short way (below) when it can."""
     made = None if len(params) > 3 else _fast_dataclass(cls)
     if made is None:  # anything the short way does not handle: dataclasses does it all
@@ -222,7 +222,7 @@ _FIELD_CLASSVAR = getattr(dataclasses, "_FIELD_CLASSVAR", None)
 _HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
 _IDENTIFIER = re.compile(r"^(?:\s*(\w+)\s*\.)?\s*(\w+)").match  # dataclasses' own pattern
 # An annotation's (qualifier, name) by that pattern (None: no match): the same few strings recur.
-_NAMED: dict[str, Any] = {}
+_NAMED: dict[str, Optional[tuple[Any, ...]]] = {}
 _UNSEEN: Any = ()
 _GENERIC_ALIAS = type(ClassVar[int])
 _RESERVED = frozenset({"self", "_set"})
@@ -244,13 +244,13 @@ def _template(arity: int) -> CodeType:
     code = _TEMPLATES.get(arity)
     if code is None:
         params = "".join(f", _{i}" for i in range(arity))
-        scope: dict[str, Any] = {}
+        scope: dict[str, Callable[..., Any]] = {}
         exec(f"def make(_set):\n def __init__(self{params}):\n  _set(self, ({params[2:]}{',' if arity else ''}))\n return __init__", scope)
         code = _TEMPLATES[arity] = scope["make"](None).__code__
     return code
 
 
-def _kind(annotation: Any, module: dict[str, Any]) -> Any:
+def _kind(annotation: object, module: dict[str, object]) -> Any:
     """``_FIELD`` or ``_FIELD_CLASSVAR`` as dataclasses decides, or None (for dataclasses to decide)."""
     target: Any = annotation
     if isinstance(annotation, str):
@@ -283,7 +283,7 @@ def _fast_dataclass(cls: Any) -> Any:
     if _FIELD is None or module is None or "__slots__" in vars(cls):
         return None
     namespace = vars(module)
-    fields: dict[str, Any] = {}
+    fields: dict[str, dataclasses.Field[Any]] = {}
     for base in cls.__mro__[-1:0:-1]:
         base_fields = getattr(base, "__dataclass_fields__", None)
         if base_fields is not None:
@@ -314,7 +314,7 @@ def _fast_dataclass(cls: Any) -> Any:
     if any(isinstance(value, dataclasses.Field) and name not in annotations for name, value in vars(cls).items()):
         return None
     fields.update((f.name, f) for f, _ in own)
-    params = [f for f in fields.values() if f._field_type is _FIELD and f.init]
+    params = [f for f in fields.values() if getattr(f, "_field_type", None) is _FIELD and f.init]
     seen_default = False
     for f in params:
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
@@ -345,7 +345,7 @@ def _fast_dataclass(cls: Any) -> Any:
     return cls
 
 
-def _init_of(cls: type, params: list[Any], post_init: bool, namespace: dict[str, Any]) -> Any:
+def _init_of(cls: type, params: list[Any], post_init: bool, namespace: dict[str, object]) -> Any:
     """The ``__init__`` dataclasses would generate for ``params`` (same signature, annotations,
     defaults), storing the fields straight into the instance's ``__dict__``, in order."""
     names = tuple(f.name for f in params)
