@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import inspect
 import pickle
 import pkgutil
 import subprocess
@@ -236,3 +237,82 @@ def test_importing_the_records_builds_none_of_them() -> None:
                " '__dataclass_fields__' in r.ReportDoc.__dict__)")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def _as_dataclasses_makes_it(cls: Any) -> Any:
+    """The same class body again, made by ``dataclasses.dataclass(eq=False, repr=False)``."""
+    own = vars(cls)["__annotations__"]
+
+    def body(ns: dict[str, Any]) -> None:
+        ns.update(__annotations__=dict(own), __module__=cls.__module__, __qualname__=cls.__qualname__)
+        ns.update((k, v) for k, v in vars(cls).items() if k in ("__doc__", "__post_init__") or k.isupper())
+        for f in cls.__dataclass_fields__.values():
+            if f.name in own and f._field_type is dataclasses._FIELD:  # type: ignore[attr-defined]
+                ns[f.name] = field(default=f.default, default_factory=f.default_factory, init=f.init, repr=f.repr,
+                                   hash=f.hash, compare=f.compare, metadata=dict(f.metadata) or None)
+
+    twin: Any = dataclasses.dataclass(eq=False, repr=False)(types.new_class(cls.__name__, cls.__bases__, {}, body))
+    twin._init_sets = frozenset(f.name for f in dataclasses.fields(twin))
+    return twin
+
+
+def _made(cls: Any, *args: Any) -> Any:
+    """What building with ``args`` (or the required parameters only) leaves: the stored
+    fields in order with their types, or the error."""
+    params = inspect.signature(cls).parameters.values()
+    try:
+        one = cls(*args) if args else cls(**{p.name: "x" for p in params if p.default is inspect.Parameter.empty})
+    except (TypeError, ValueError) as exc:
+        return repr(exc)
+    return [(k, type(v)) for k, v in vars(one).items()]
+
+
+@pytest.mark.parametrize("cls", [OurMany, OurOne, OurNone, CodeRef, FailureEntry, Incident])
+def test_made_as_dataclasses_makes_it(cls: Any) -> None:
+    """frozen.dataclass makes a class without exec: fields, parameters, __init__ (signature,
+    annotations, defaults, what it stores in which order), __match_args__ are dataclasses' own."""
+    twin = _as_dataclasses_makes_it(cls)
+
+    def shape(c: Any) -> Any:
+        fields = [(f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.hash, f.compare,
+                   dict(f.metadata), f.kw_only, f._field_type) for f in c.__dataclass_fields__.values()]
+        init = c.__init__
+        return (fields, repr(c.__dataclass_params__), str(inspect.signature(c)), init.__annotations__,
+                init.__defaults__, init.__kwdefaults__, init.__qualname__, init.__globals__ is twin.__init__.__globals__,
+                c.__match_args__, c.__doc__, hasattr(c, "__replace__"),
+                [getattr(c, f, "-") for f in c.__dataclass_fields__])
+
+    assert shape(cls) == shape(twin)
+    assert _made(cls) == _made(twin)
+    assert _made(cls, *range(40)) == _made(twin, *range(40))
+
+
+def test_every_frozen_class_is_made_as_dataclasses_makes_it() -> None:
+    for cls in _package_classes():
+        if isinstance(cls, type) and issubclass(cls, Frozen) and dataclasses.is_dataclass(cls):
+            test_made_as_dataclasses_makes_it(cls)
+
+
+def test_what_the_short_way_leaves_to_dataclasses() -> None:
+    """InitVar, keyword-only fields and their errors: dataclasses makes the class."""
+
+    @dataclass(frozen=True, eq=False, repr=False)
+    class WithInitVar(Frozen):
+        a: int
+        scale: dataclasses.InitVar[int] = 2
+        b: int = field(default=0, kw_only=True)
+        doubled: int = field(init=False, default=0)
+
+        def __post_init__(self, scale: int) -> None:
+            object.__setattr__(self, "doubled", self.a * scale)
+
+    one = WithInitVar(3, 5, b=1)
+    assert (one.a, one.b, one.doubled) == (3, 1, 15) and "scale" not in dataclasses.fields(one)
+    with pytest.raises(TypeError, match="non-default argument 'c' follows default argument"):
+
+        @dataclass(frozen=True, eq=False, repr=False)
+        class Bad(Frozen):
+            a: int = 0
+            c: int  # type: ignore[misc]
+
+        dataclasses.fields(Bad)  # built on first use

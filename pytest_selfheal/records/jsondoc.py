@@ -117,8 +117,18 @@ def freeze(value: Any) -> Any:
     return value
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def thaw(value: Any) -> Any:
     """The JSON value of a frozen value or record (the inverse of ``freeze``)."""
+    kind = type(value)
+    if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
+        return value
+    if kind is tuple:
+        return [thaw(item) for item in value]
+    if kind is MappingProxyType:
+        return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, tuple):
@@ -180,7 +190,7 @@ def json_array(value: Any, path: str) -> tuple[Any, ...]:
     """Any array, frozen (its items are not checked)."""
     if not isinstance(value, list):
         raise _expected(path, "array", value)
-    return cast(tuple[Any, ...], freeze(value))
+    return cast("tuple[Any, ...]", freeze(value))
 
 
 @partial(_declares, schema=dict)
@@ -281,10 +291,13 @@ def checked(
     ``description`` is for them only."""
     options = None if enum is None else tuple(m.value if isinstance(m, Enum) else m for m in enum)
     search = re.compile(pattern).search if pattern else None
+    texts = frozenset(option for option in options or () if type(option) is str)  # a string value: one look-up
 
     def parse_checked(value: Any, path: str) -> T:
         result = parse(value, path)
-        if options is not None and not any(_same(value, option) for option in options):
+        if options is not None and not (type(value) is str and value in texts) and not any(
+            _same(value, option) for option in options
+        ):
             raise not_one_of(path, value, options)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if minimum is not None and value < minimum:
@@ -384,32 +397,39 @@ class JsonRecord(Frozen):
         """
         if not isinstance(doc, dict):
             raise _expected(path, "object", doc)
-        known = {field.key: field for field in cls.FIELDS}
-        for field in cls.FIELDS:
-            if field.required and field.key not in doc:
-                raise FieldError(child(path, field.key), "required field missing")
-        values = {known[key].name: known[key].parse(value, child(path, key))
-                  for key, value in doc.items() if key in known}
-        extra = tuple((key, freeze(value)) for key, value in doc.items() if key not in known)
-        build = cast(Callable[..., R], cls)
-        return build(**values, keys=tuple(doc), extra=extra)
+        shape = _shape(cls)
+        for key in shape.required:
+            if key not in doc:
+                raise FieldError(child(path, key), "required field missing")
+        known = shape.known
+        values = {}
+        extra = []
+        for key, value in doc.items():
+            spec = known.get(key)
+            if spec is None:
+                extra.append((key, freeze(value)))
+            else:
+                values[spec[0]] = spec[1](value, f"{path}.{key}" if path else key)
+        build = cast("Callable[..., R]", cls)  # a string: not built again on every call
+        return build(**values, keys=tuple(doc), extra=tuple(extra))
 
     def to_json(self) -> JsonObject:
         """The JSON document (a fresh dict): the read keys in their order, values as read."""
-        known = {field.key: field for field in self.FIELDS}
+        shape = _shape(type(self))
+        known = shape.known
         extras = dict(self.extra)
-        order: list[str] = list(self.keys) if self.keys is not None else [f.key for f in self.FIELDS if f.required]
+        order: list[str] = list(self.keys) if self.keys is not None else list(shape.required)
         seen = set(order)
-        defaults = _defaults(type(self))
-        for field in self.FIELDS:
-            if field.key not in seen and getattr(self, field.name) != defaults.get(field.name):
-                order.append(field.key)
+        defaults = shape.defaults
+        for key, (name, _) in known.items():
+            if key not in seen and getattr(self, name) != defaults.get(name):
+                order.append(key)
         order.extend(key for key, _ in self.extra if key not in seen)
         doc: JsonObject = {}
         for key in order:
             spec = known.get(key)
             if spec is not None:
-                doc[key] = thaw(getattr(self, spec.name))
+                doc[key] = thaw(getattr(self, spec[0]))
             elif key in extras:
                 doc[key] = thaw(extras[key])
         return doc
@@ -417,6 +437,27 @@ class JsonRecord(Frozen):
     def get_extra(self, key: str, default: Any = None) -> Any:
         """The frozen value of an unknown key, or ``default``."""
         return dict(self.extra).get(key, default)
+
+
+class _Shape:
+    """What ``parse`` and ``to_json`` read of a record class's ``FIELDS``, worked out once per class."""
+
+    def __init__(self, cls: type[JsonRecord]) -> None:
+        # key -> (attribute, parser), in FIELDS order.
+        self.known = {field.key: (field.name, field.parse) for field in cls.FIELDS}
+        self.required = tuple(field.key for field in cls.FIELDS if field.required)
+        # Compared with, never handed out: a factory's value (an empty mapping or list) is made once.
+        self.defaults = _defaults(cls)
+
+
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type[JsonRecord]) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = _Shape(cls)
+    return shape
 
 
 def _defaults(cls: type) -> dict[str, object]:
