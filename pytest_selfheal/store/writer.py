@@ -162,7 +162,7 @@ class StoreWriter(StoreReader):
         context_text = fsio.dumps_json(self._clean(context.to_json()))
         texts = {new.incident_id: fsio.dumps_json((replace(new, status=IncidentStatus.PLANNED) if plan is not None else new).to_json())}
         for event in events:
-            ev.encode_event(ev.stamp(event, new.incident_id))
+            ev.encode_event(event)
 
         with self.lock():
             inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
@@ -184,7 +184,9 @@ class StoreWriter(StoreReader):
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
                     if published is not None:
-                        published(Incident.from_json(json.loads(text), "incident.json"),
+                        # ``final`` was parsed from its document with its keys sorted: a reader
+                        # parses the same record back from ``text``.
+                        published(final,
                                   Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None)
                     return incident_id
                 if explicit_id:
@@ -212,7 +214,9 @@ class StoreWriter(StoreReader):
             doc["incident_id"] = validate_incident_id(doc["incident_id"])
         else:
             doc["incident_id"] = new_incident_id(moment, run)
-        return _incident_of(doc, "incident"), explicit_id
+        # Keys sorted at every level, as incident.json has them: the record is then the one a
+        # reader parses back from the file (``published``).
+        return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
 
     @staticmethod
     def _next_candidate(moment: datetime, run: Optional[str]) -> str:
