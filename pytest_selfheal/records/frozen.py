@@ -4,9 +4,9 @@
 its module is imported (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
 ``__setattr__``, ``__delattr__``, the first in its slower frozen form): on Python 3.11
 that is most of what importing the records, the settings and the policy costs, and every
-``pytest --selfheal`` run pays it (docs/benchmarks.md, issue 10). Here only
-``__init__`` is compiled per class; :class:`Frozen` defines the five others once, with the
-dataclass semantics. A frozen dataclass of the package is declared::
+``pytest --selfheal`` run pays it (docs/benchmarks.md, issue 10). Here :class:`Frozen`
+defines five of them once, with the dataclass semantics, and ``__init__`` is made without
+``exec`` where it can be ("the short way" below). A frozen dataclass of the package is declared::
 
     from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -21,13 +21,11 @@ is on, and ``FrozenInstanceError`` on any assignment or deletion once built
 (tests/test_frozen.py checks each against the generated methods). Type checkers see
 :func:`dataclass` as ``dataclasses.dataclass`` itself, so they check the frozen fields.
 
-A class that derives from no other dataclass is built by
-``dataclasses.dataclass`` on first use, not at import: its first instance, or the first
+A class that derives from no other dataclass is built on first use, not at import: its first instance, or the first
 read of what the dataclass machinery sets on it (``dataclasses.fields``, ``is_dataclass``,
 ``__match_args__``). A run uses about half of the package's records: the others cost
 nothing (docs/benchmarks.md). A class read before its first use shows the class body's
 attributes (a ``field(...)`` default is still the ``Field``).
-It is built without ``exec`` where it can: see "the short way" below.
 """
 
 from __future__ import annotations
