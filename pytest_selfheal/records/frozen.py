@@ -38,6 +38,7 @@ import reprlib
 import sys
 import typing
 from collections.abc import Callable, Sequence
+from functools import cache
 from operator import attrgetter
 from types import CellType, CodeType, FunctionType, MemberDescriptorType
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, cast
@@ -77,14 +78,7 @@ def _settable(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init or f.default_factory is not dataclasses.MISSING)
 
 
-_SHAPES: dict[type, _Shape] = {}
-
-
-def _shape(cls: type) -> _Shape:
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        shape = _SHAPES[cls] = _Shape(cls)
-    return shape
+_shape = cache(_Shape)  # one per class
 
 
 # What dataclasses.dataclass sets on a class: reading one of them builds a pending class.
@@ -105,7 +99,8 @@ def _build(cls: type) -> None:
 
 def _make(cls: Any, params: dict[str, bool]) -> Any:
     """``dataclasses.dataclass(cls, **params)``: the short way (below) when it can."""
-    made = None if len(params) > 3 else _fast_dataclass(cls)
+    # The short way knows the parameters every frozen record has (frozen, eq, repr: all off), no other.
+    made = _fast_dataclass(cls) if params.keys() <= {"frozen", "eq", "repr"} else None
     if made is None:  # anything the short way does not handle: dataclasses does it all
         made = dataclasses.dataclass(cls, **params)
     made._init_sets = _settable(made)
@@ -168,9 +163,9 @@ class Frozen(metaclass=_BuiltOnUse):
         return f"{self.__class__.__qualname__}({shown})"
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # The generated __init__ sets each field once (a plain ``self.x = x``); after it,
-        # every field is set and nothing else may be. Every record built pays this per
-        # field: kept to two lookups and a store (a field is never a descriptor).
+        # An __init__ dataclasses generates sets each field once (a plain ``self.x = x``;
+        # the short way's writes the instance's __dict__); after it, every field is set and
+        # nothing else may be. Kept to two lookups and a store (a field is never a descriptor).
         state = self.__dict__
         if name in state or name not in self._init_sets:
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")

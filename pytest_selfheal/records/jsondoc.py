@@ -23,7 +23,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from functools import partial
+from functools import cache, partial
 from types import MappingProxyType
 from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
@@ -125,10 +125,6 @@ def thaw(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
         return value
-    if kind is tuple:
-        return [thaw(item) for item in value]
-    if kind is MappingProxyType:
-        return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, tuple):
@@ -409,7 +405,7 @@ class JsonRecord(Frozen):
             if spec is None:
                 extra.append((key, freeze(value)))
             else:
-                values[spec[0]] = spec[1](value, f"{path}.{key}" if path else key)
+                values[spec[0]] = spec[1](value, child(path, key))
         build = cast("Callable[..., R]", cls)  # a string: not built again on every call
         return build(**values, keys=tuple(doc), extra=tuple(extra))
 
@@ -450,14 +446,7 @@ class _Shape:
         self.defaults = _defaults(cls)
 
 
-_SHAPES: dict[type, _Shape] = {}
-
-
-def _shape(cls: type[JsonRecord]) -> _Shape:
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        shape = _SHAPES[cls] = _Shape(cls)
-    return shape
+_shape = cache(_Shape)  # one per record class
 
 
 def _defaults(cls: type) -> dict[str, object]:
