@@ -16,7 +16,7 @@ import pluggy
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.records.ci import NEW_FLAKY, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
+from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import ReportDoc
@@ -146,7 +146,8 @@ def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
         if isinstance(item, Mapping) and isinstance(item.get("nodeid"), str) and len(tests) < MAX_NEW_TESTS:
             message = item.get("first_failure")
             tests.append(NewTestResult(item["nodeid"][:500], _count(item.get("passed")), _count(item.get("failed")),
-                                       message[:300] if isinstance(message, str) else ""))
+                                       message[:300] if isinstance(message, str) else "",
+                                       reruns=_count(item.get("reruns"))))
     note = data.get("note")
     seed = _opt_int(data.get("seed"))
     return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), seed,
@@ -172,10 +173,12 @@ def new_tests_section(check: NewTestsCheck) -> str:
         if len(flaky) > NEW_TESTS_SHOWN:
             lines.append(f"- … and {len(flaky) - NEW_TESTS_SHOWN} more (the report JSON lists them all)")
         lines.append("")
-    if stable:
-        shown = ", ".join(code(t.nodeid, 120) for t in stable[:NEW_TESTS_SHOWN])
-        more = f" and {len(stable) - NEW_TESTS_SHOWN} more" if len(stable) > NEW_TESTS_SHOWN else ""
-        lines += [f"Checked, passed every run: {shown}{more}", ""]
+    not_rerun = [t for t in check.tests if t.label == NEW_NOT_RUN]
+    for tests, title in ((stable, "Checked, passed every run"), (not_rerun, "Not re-run, not checked")):
+        if tests:
+            shown = ", ".join(code(t.nodeid, 120) for t in tests[:NEW_TESTS_SHOWN])
+            more = f" and {len(tests) - NEW_TESTS_SHOWN} more" if len(tests) > NEW_TESTS_SHOWN else ""
+            lines += [f"{title}: {shown}{more}", ""]
     if flaky and check.seed is not None:
         lines += [f"Next: make {'them' if len(flaky) != 1 else 'it'} deterministic (shared state, run order, time, "
                   f"randomness); `selfheal ci --set new_tests.seed={check.seed}` replays the same orders.", ""]

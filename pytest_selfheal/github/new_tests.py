@@ -117,8 +117,11 @@ class _Tally:
     failed: int = 0
     first_failure: str = ""
     fingerprint: str = ""
+    reruns: int = 0
 
-    def add(self, outcome: str, message: str = "", fingerprint: str = "") -> None:
+    def add(self, outcome: str, message: str = "", fingerprint: str = "", *, rerun: bool = False) -> None:
+        if rerun and (outcome == models.OUTCOME_PASSED or outcome in models.FAILING_OUTCOMES):
+            self.reruns += 1
         if outcome == models.OUTCOME_PASSED:
             self.passed += 1
         elif outcome in models.FAILING_OUTCOMES:
@@ -209,9 +212,12 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, reports_root: 
         if nodeid in tallies:
             tallies[nodeid].add(models.OUTCOME_FAILED, message, fingerprint)
     for nodeid, tally in tallies.items():
-        if nodeid not in run.main_failures and tally.passed:
+        if nodeid not in run.main_failures and tally.reruns:
             tally.add(models.OUTCOME_PASSED)  # the job's own run, which passed it
-    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint)
+    for prefix in prefixes:  # found, but no re-run got to it: named, never counted as checked
+        if not any(n == prefix or n.startswith((prefix + "[", prefix + "::")) for n in tallies):
+            tallies[prefix] = _Tally()
+    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns)
                     for n, t in sorted(tallies.items()))
     not_rerun = settings.reruns - done
     note = f"{len(results)} new or changed test(s) re-run {done} of {settings.reruns} time(s) (seed {seed})"
@@ -232,9 +238,10 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
     started = time.monotonic()
     done = 0
     with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
+        last = 0.0  # how long the last re-run took: one that would not fit is not started
         for index in range(settings.new_tests.reruns):
             left = budget - (time.monotonic() - started)
-            if left <= 0:
+            if left <= 0 or left < last:
                 return tallies, done, None
             order = list(prefixes)
             rng.shuffle(order)
@@ -246,6 +253,7 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
                 return tallies, done, f"not re-run: {exc}"
             junit = Path(scratch) / f"rerun-{index + 1}.xml"
             result = run_selection(argv, cwd=run.project_root, junit_path=junit, timeout_seconds=left, env=run.env)
+            last = result.duration_seconds
             if result.timed_out:
                 return tallies, done, None  # the budget ran out during this one: it does not count
             try:
@@ -261,7 +269,7 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
                 nodeid = next((n for n in (_matches(p, case) for p in prefixes) if n), None)
                 if nodeid is not None:
                     tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
-                                                             fingerprints.get(case.test, ""))
+                                                             fingerprints.get(case.test, ""), rerun=True)
             done += 1
     return tallies, done, None
 

@@ -19,7 +19,7 @@ from pytest_selfheal.records.frozen import Frozen, dataclass
 NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
 NEW_FAILING = "failing"  # failed every time: an ordinary failure, looped like any other
 NEW_STABLE = "checked"  # passed every time
-NEW_NOT_RUN = "not run"  # skipped or deselected every time: nothing to judge
+NEW_NOT_RUN = "not re-run"  # no re-run ran it (the budget, a skip, a deselection): nothing to judge
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -32,20 +32,21 @@ class NewTestResult(Frozen):
     failed: int
     first_failure: str = ""  # the first failure's message, one line, redacted
     fingerprint: str = ""  # the first failure's fingerprint (the history records it)
+    reruns: int = 0  # the re-runs that ran it (passed or failed)
 
     @property
     def label(self) -> str:
-        """``flaky (new)``, ``failing``, ``checked`` or ``not run``."""
+        """``flaky (new)``, ``not re-run``, ``failing`` or ``checked``."""
         if self.passed and self.failed:
             return NEW_FLAKY
-        if self.failed:
-            return NEW_FAILING
-        return NEW_STABLE if self.passed else NEW_NOT_RUN
+        if not self.reruns:
+            return NEW_NOT_RUN
+        return NEW_FAILING if self.failed else NEW_STABLE
 
     def to_json(self) -> dict[str, Any]:
         """As stored in the ``ci.new_tests`` block of the report JSON."""
         return {"nodeid": self.nodeid, "passed": self.passed, "failed": self.failed,
-                "first_failure": self.first_failure, "fingerprint": self.fingerprint}
+                "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
