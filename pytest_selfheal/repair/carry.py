@@ -35,6 +35,7 @@ from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.store.fsio import within
 
 # Directory names never carried, at any depth: environments, VCS, caches, build trees.
 SKIPPED_DIRS = frozenset({
@@ -83,7 +84,7 @@ def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Pa
     when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
     base = os.path.realpath(top)
     real = os.path.realpath(top / rel)
-    if not real.startswith(base.rstrip(os.sep) + os.sep):
+    if not within(real, base) or real == base:
         return None
     inner = Path(real).relative_to(base).as_posix()
     return None if _inside(inner, [*exclude, ".git"]) else Path(real)

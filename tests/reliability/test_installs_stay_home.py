@@ -7,7 +7,9 @@ back as ``Infinity`` (no longer JSON); a lone ``\\ud800`` escape was a traceback
 ``hooks`` objects the first (a ``PreToolUse`` guard) was dropped; any command mentioning
 ``stop-gate claude`` counted as the gate's own hook; the hook ran a bare ``selfheal`` (exit 127
 where the environment is not on the agent's ``PATH``). The CLI runs in process (``main(argv)``),
-the links are real.
+the links are real. And every configured path (``history.quarantine_file``, ``reports_dir``,
+``report_path``) is resolved whole: a link on its way leading out of the project is refused,
+not only a link as its last component.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, make_project, run_env
+from helpers import cli, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_REFUSED
 
@@ -157,3 +159,50 @@ def test_without_a_console_script_the_hook_runs_the_interpreter(tmp_path: Path,
     expected = shlex.join([os.path.abspath(sys.executable), "-m", "pytest_selfheal", "stop-gate", "cursor"])
     assert code == 0 and out.rstrip().endswith(f": it runs {expected}")
     assert json.loads((project / ".cursor" / "hooks.json").read_text())["hooks"]["stop"] == [{"command": expected}]
+
+
+# --------------------------------------------------------------------------- configured paths
+
+
+FAILING = {"test_a.py": "def test_a():\n    assert 0\n"}
+
+
+def _configured(tmp_path: Path, key: str, value: str) -> tuple[Path, Path]:
+    """A project whose ``key`` names ``value`` under ``shared``, a link to a folder outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    project = make_project(tmp_path / "p", FAILING)
+    (project / "shared").symlink_to(outside, target_is_directory=True)
+    section, _, leaf = key.rpartition(".")
+    nested: dict[str, Any] = {leaf: value}
+    if section:
+        nested = {section: nested}
+    (project / ".planning").mkdir()
+    (project / ".planning" / "config.json").write_text(json.dumps({"ralf_lite": nested}))
+    return project, outside
+
+
+def test_a_quarantine_file_under_a_link_leading_out_is_neither_read_nor_written(tmp_path: Path) -> None:
+    project, outside = _configured(tmp_path, "history.quarantine_file", "shared/quarantine.yml")
+    listed = "quarantine:\n  - test: test_a.py::test_a\n    reason: from outside\n"
+    (outside / "quarantine.yml").write_text(listed)
+    code, out, err = cli("quarantine", "list", cwd=project)
+    assert code == 0 and "from outside" not in out and out.startswith("no quarantine entries in force"), out
+    assert len(err.splitlines()) == 1 and "shared is a symbolic link leading out of the project" in err, err
+    code, out, err = cli("quarantine", "add", "--test", "test_a.py::test_b", "--reason", "r", cwd=project)
+    assert (code, out) == (EXIT_REFUSED, "") and len(err.splitlines()) == 1, err
+    assert "shared is a symbolic link leading out of the project" in err
+    assert (outside / "quarantine.yml").read_text() == listed
+
+
+@pytest.mark.parametrize("key", ["reports_dir", "report_path"])
+def test_a_reports_path_under_a_link_leading_out_is_refused(tmp_path: Path, key: str) -> None:
+    project, outside = _configured(tmp_path, key, "shared/selfheal" if key == "reports_dir" else "shared/report.md")
+    result = run_pytest_selfheal(project)
+    said = result.stdout + result.stderr
+    assert result.returncode == 1, said  # the plugin never changes pytest's outcome
+    assert f"refusing {key} shared/" in said and "shared is a symbolic link leading out of the project" in said, said
+    assert list(outside.iterdir()) == []
+    if key == "reports_dir":
+        code, out, err = cli("status", cwd=project)
+        assert (code, out) == (EXIT_REFUSED, "") and len(err.splitlines()) == 1, err
