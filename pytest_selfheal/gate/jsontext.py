@@ -3,7 +3,7 @@
 An agent's settings file is the user's: its numbers are kept as they are written (``1e400``
 stays ``1e400``, never ``Infinity``; ``12345678901234567890.0`` keeps its digits) because each
 number is held as its source text, and what cannot be written back as it was read is refused
-with one line (``InputError``) instead of being changed: a key given twice in one object (the
+with one line (``InputError``) instead of being changed: nesting deeper than :data:`MAX_DEPTH`, a key given twice in one object (the
 last one would silently win and the others, a ``PreToolUse`` guard, be lost), ``NaN`` or
 ``Infinity`` (not JSON), a lone UTF-16 surrogate escape (``"\\ud800"``: no character to write).
 """
@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 from pytest_selfheal.errors import InputError
+
+MAX_DEPTH = 100  # settings files nest a few levels; the copy and the writer recurse per level
 
 
 class Number(str):
@@ -61,15 +63,17 @@ def loads(text: str) -> Any:
 
 
 def _walk_strings(value: Any) -> None:
-    stack = [value]
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)) and depth > MAX_DEPTH:
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(item, dict):
             for key, inner in item.items():
                 _check_text(key)
-                stack.append(inner)
+                stack.append((inner, depth + 1))
         elif isinstance(item, list):
-            stack.extend(item)
+            stack.extend((inner, depth + 1) for inner in item)
         elif isinstance(item, str) and not isinstance(item, Number):
             _check_text(item)
 

@@ -103,6 +103,7 @@ def test_install_keeps_every_number_and_string_as_it_was(tmp_path: Path) -> None
     ('{"statusLine": "\\ud800"}', "lone surrogate"),
     ('{"n": NaN}', "NaN is not JSON"),
     ('{"n": -Infinity}', "-Infinity is not JSON"),
+    ('{"x": ' + "[" * 900 + "]" * 900 + "}", "nested deeper than 100 levels"),
 ])
 def test_install_refuses_what_it_cannot_keep(tmp_path: Path, text: str, why: str) -> None:
     project = _project(tmp_path)
