@@ -137,6 +137,7 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     sized = [(found[0], rel, found[1]) for rel in ignored_files(top, exclude)
              if (found := _sized_source(top, rel, prefixes)) is not None]
     sized.sort()
+    home = os.path.realpath(dest)
     copied: list[str] = []
     used = 0
     left_out = left_bytes = 0
@@ -148,6 +149,8 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
         target = dest / rel
         if target.exists() or target.is_symlink():
             continue
+        if not within(os.path.realpath(target.parent), home):
+            continue  # a link of the worktree's own checkout on the way: the copy would land outside
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)  # the file's bytes, never a link

@@ -19,6 +19,7 @@ from helpers import capture, cli, make_project, run_env
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.repair import worktree as W
+from pytest_selfheal.repair.carry import carry_ignored
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
@@ -103,3 +104,13 @@ def test_writes_through_what_was_carried_stay_in_the_worktree_or_stop_provider_e
     attempt = json.loads((project / ".selfheal" / "error_runs" / incident_id / "attempt_01.json").read_text())
     assert attempt["repair"]["provider_escaped"] == ["generated/_version.py", "linked_dir/_version.py",
                                                      "linked_version.py"], attempt["repair"]
+
+
+def test_a_copy_never_lands_outside_through_a_link_of_the_worktree(tmp_path: Path) -> None:
+    project, outside = _project(tmp_path)
+    dest = tmp_path / "wt"
+    dest.mkdir()
+    (dest / "generated").symlink_to(outside, target_is_directory=True)  # a link the checkout holds
+    carried = carry_ignored(project, dest, [".selfheal"])
+    assert sorted(p.name for p in outside.iterdir()) == ["id"]
+    assert "generated/_version.py" not in carried.paths and "linked_version.py" in carried.paths
