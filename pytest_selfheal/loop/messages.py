@@ -152,7 +152,8 @@ _OPTIONS: dict[str, tuple[tuple[str, str, Optional[str]], ...]] = {
     ),
     StopReason.TESTS_EDITED: (
         ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
-        ("apply", "Apply the proposed patch, test edits included, after review", "selfheal apply {id}"),
+        ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",
+         "selfheal apply {id} --allow-test-edits"),
         ("export", "Export the loop report", "selfheal report {id}"),
     ),
     StopReason.MAX_ITERATIONS: (
@@ -242,8 +243,9 @@ _NEXT_ACTION: dict[str, str] = {
         "verified, and what still fails is captured as its own incident."
     ),
     StopReason.TESTS_EDITED: (
-        "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
-        "patch only if the tests were wrong (selfheal apply {id})."
+        "Review the test diff first (selfheal show {id}): the selection passes only with tests changed, and "
+        "approval never covers a test edit; only if the tests were wrong, allow the edits deliberately "
+        "(selfheal apply {id} --allow-test-edits)."
     ),
     StopReason.MAX_ITERATIONS: (
         "Investigate manually with the plan, or raise max_iterations and loop again "
