@@ -117,7 +117,40 @@ def test_a_reopen_with_approval_after_scope_expansion_denied_runs_the_provider(
     outcome = project.run_result()
     assert (outcome["stop_reason"], outcome["final_status"]) == ("success", "resolved") and project.archived("resolved")
     assert [a["repair"]["scope_denied"] for a in project.attempts()] == [True, False]
-    if remedy[0] == "--approve":  # approved up front: the fix reached the working tree
+    if remedy[0] == "--approve":  # approved up front: the fix reached the working tree, other.py named
+        assert "repair: diff (calc.py, other.py) — out of scope, approved up front (--approve or repair.approve): " \
+               "other.py" in said
         assert (project.top / "calc.py").read_text() == FIXED and (project.top / "other.py").read_text() == "o = 2\n"
     else:  # in scope, no approval to apply: proposed
         assert (project.top / "calc.py").read_text() == BUGGY and outcome["repair"]["applied"] is False
+
+
+@pytest.mark.parametrize("approve", [pytest.param(True, id="applied"),
+                                     pytest.param(False, id="proposed", marks=pytest.mark.slow)])  # ~4 s
+def test_the_report_says_what_the_repair_did_and_what_to_do_next(tmp_path: Path, approve: bool) -> None:
+    project = Project(tmp_path)
+    assert project.loop("fix", *(("--approve",) if approve else ())).returncode == EXIT_OK
+    report = cli("report", project.incident_id, cwd=project.top, env=job_env())
+    assert report.returncode == EXIT_OK, report.stderr
+    text = report.stdout
+    assert "- Repair: iteration 1: command:python — diff (calc.py)" in text, text
+    assert "Nothing to do" not in text
+    next_action = text.split("### Recommended Next Action", 1)[1]
+    if approve:
+        assert "final.patch: applied to " in text and "(approved up front): 1 file(s): calc.py" in text
+        assert "Review the fix the repair applied to your working tree (calc.py)" in next_action
+    else:
+        assert "final.patch: proposed, not applied" in text
+        assert f"apply it with: selfheal apply {project.incident_id}" in next_action
+
+
+def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    result = project.loop("crash")
+    assert result.returncode == EXIT_UNRESOLVED
+    said = result.stdout + result.stderr
+    line = "repair: crashed: exit code 3: agent: model quota exceeded — rolled back"
+    assert f"iteration 1 of 3: {line}" in said, said
+    report = cli("report", project.incident_id, cwd=project.top, env=job_env()).stdout
+    assert "- Repair: iteration 1: command:python — crashed: exit code 3: agent: model quota exceeded" in report
+    assert "- Repair: patch: no change was proposed" in report

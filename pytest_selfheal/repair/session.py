@@ -228,7 +228,8 @@ def _close_out(
                     say(f"selfheal: {message}")
                 else:
                     applied = True
-                    message = f"applied to {wt.repo_top} ({approver.how}): {summary}"
+                    who = "approved up front" if approver.approved else "approved at the prompt"
+                    message = f"applied to {wt.repo_top} ({who}): {summary}"
                     say(f"selfheal: fix applied to your working tree: {summary}")
             else:
                 command = suggested
