@@ -151,6 +151,16 @@ def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_p
     said = result.stdout + result.stderr
     line = "repair: crashed: exit code 3: agent: model quota exceeded — rolled back"
     assert f"iteration 1 of 3: {line}" in said, said
+    # Nothing of the repair was kept: the code is the capture's, so the tests are not run again.
+    assert "iteration 1 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
+           "the one the capture ran; its failures stand" in said
+    assert "iteration 2 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
+           "the one iteration 1 ran" in said
+    assert "running python -m pytest" not in said
+    attempts = project.attempts()
+    assert [a["verification_commands"] for a in attempts] == [[], []]
+    assert [a["not_run"] for a in attempts] == [["test_calc.py::test_add"]] * 2
+    assert project.run_result()["stop_reason"] == "no_fix_found"
     report = cli("report", project.incident_id, cwd=project.top, env=job_env()).stdout
     assert "- Repair: iteration 1: command:python — crashed: exit code 3: agent: model quota exceeded" in report
     assert "- Repair: patch: no change was proposed" in report
