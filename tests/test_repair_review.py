@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import assert_replay_equals_disk, cli
 from test_repair_e2e import AGENT, BUGGY, FIXED, TESTS, Project, job_env
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
+from pytest_selfheal.store.root import Store
 
 # The agent of test_repair_e2e.py, plus a mode that fixes the code *and* loosens the test.
 REVIEW_AGENT = AGENT + """
@@ -117,6 +118,7 @@ def test_a_reopen_with_approval_after_scope_expansion_denied_runs_the_provider(
     outcome = project.run_result()
     assert (outcome["stop_reason"], outcome["final_status"]) == ("success", "resolved") and project.archived("resolved")
     assert [a["repair"]["scope_denied"] for a in project.attempts()] == [True, False]
+    assert_replay_equals_disk(Store(project.top / ".selfheal"), project.incident_id)
     if remedy[0] == "--approve":  # approved up front: the fix reached the working tree, other.py named
         assert "repair: diff (calc.py, other.py) — out of scope, approved up front (--approve or repair.approve): " \
                "other.py" in said
@@ -161,6 +163,7 @@ def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_p
     assert [a["verification_commands"] for a in attempts] == [[], []]
     assert [a["not_run"] for a in attempts] == [["test_calc.py::test_add"]] * 2
     assert project.run_result()["stop_reason"] == "no_fix_found"
+    assert_replay_equals_disk(Store(project.top / ".selfheal"), project.incident_id)
     report = cli("report", project.incident_id, cwd=project.top, env=job_env()).stdout
     assert "- Repair: iteration 1: command:python — crashed: exit code 3: agent: model quota exceeded" in report
     assert "- Repair: patch: no change was proposed" in report
