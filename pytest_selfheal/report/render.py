@@ -210,6 +210,8 @@ def _section_stop(report: Report) -> list[str]:
               "capture's cap; it cannot end in success" for e in incidents if e.unverified_failures]
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report.final_status)}")
+    lines += [f"- Repair{f' of {code(e.incident_id)}' if _multi(report) else ''}: {text(line, 300)}"
+              for e in incidents for line in e.repair]
     if len(incidents) > 1 and report.deciding_incident:
         lines.append(f"- Decided by: {code(report.deciding_incident)} (the worst outcome; docs/report.md)")
     lines.append("")
