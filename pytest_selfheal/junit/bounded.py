@@ -84,7 +84,7 @@ class BoundedFeed:
         self.value_len = self.dropped = 0  # bytes of the open attribute value read, not passed on
         self.tag_len = self.tag_values = 0  # bytes of the open token outside values, of values passed
         self.truncated = 0  # attribute values cut so far
-        self.changed = False
+        self.changed = False  # bytes of this chunk dropped or added: else it passes as a view
 
     def feed(self, data: bytes, final: bool) -> Bytes:
         """The filtered bytes of ``data`` (some may be held back until the next call)."""
@@ -99,7 +99,7 @@ class BoundedFeed:
             return data
         buf = self.carry + data if self.carry else data
         out: list[Bytes] = []
-        self.changed = False  # bytes dropped or added: else what is passed on is buf[:pos]
+        self.changed = False
         pos = self._run(buf, len(buf) if final else max(0, len(buf) - _HOLD), out, final)
         self.carry = buf[pos:]
         return b"".join(out) if self.changed else memoryview(buf)[:pos]  # no copy of an untouched chunk
