@@ -166,15 +166,15 @@ SCHEMA: tuple[KeySpec, ...] = (
             "Record every capture and loop iteration in `history.sqlite3` under the reports root and "
             "triage each failure as new, known, flaky or quarantined."),
     KeySpec("history.base_branch", STRING, "main",
-            "The branch whose failures count as `known` (on a pull request in Actions, the pull "
-            "request's base branch wins)."),
+            "The branch whose failures count as `known` (in Actions, a pull request's or the merge "
+            "queue's base branch wins)."),
     KeySpec("history.flaky_rate", NUMBER, 0.1,
             "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`."),
     KeySpec("history.window_days", NUMBER, 30,
             "How far back, in days, flake rates look (`selfheal flaky`, triage)."),
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
-            "The committed quarantine list, relative to the project root; on a pull request it is read "
-            "from the base revision."),
+            "The committed quarantine list, relative to the project root; for an event that tests code "
+            "not merged yet it is read from the base revision."),
     KeySpec("mcp.max_chars", INT, 8000,
             "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
             "cut with a note saying what was left out and which tool gives more."),

@@ -66,7 +66,9 @@ from pytest_selfheal.github.client import (
     marker,
     upsert_sticky_comment,
 )
-from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.history.event import RunBase
+from pytest_selfheal.history.segment_dir import local_segments, this_run_segments
+from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult
@@ -154,6 +156,9 @@ class CiResult:
     comment: Optional[CommentResult] = None
     warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
+    #: The history segments this run recorded, when its event tests merged code (what the
+    #: action's history-push step shares); empty otherwise.
+    history_segments: list[str] = field(default_factory=list)
 
     def outputs(self) -> dict[str, str]:
         """The step outputs (names as in action.yml)."""
@@ -165,6 +170,7 @@ class CiResult:
             "report-path": str(self.report_path) if self.report_path else "",
             "report-json-path": str(self.report_json_path) if self.report_json_path else "",
             "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
+            "history-segments": " ".join(self.history_segments),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,12 +266,13 @@ def _publish(
 
 
 def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Path,
-                     env: Mapping[str, str], event: Mapping[str, object], rep: _Reporter, exit_code: int) -> int:
+                     env: Mapping[str, str], base: RunBase, rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
-    revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
-    Expired or malformed entries are warnings naming their line."""
+    revision's for an event that tests code not merged yet: a PR cannot quarantine its own
+    failure; none where no base was found), else ``exit_code``. Expired or malformed entries
+    are warnings naming their line."""
     history = effective.settings.history
-    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, event)
+    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, base=base)
     for line in warnings:
         rep.warn(line)
     covered = only_quarantined(report, quarantine)
@@ -301,6 +308,9 @@ def run_ci(
     event = ctx.event()
     rep = _Reporter(out, ctx.in_actions)
     effective, redactor = _load(options, here, source)
+    # Judged before the tests run too: the base revision (a branch tip the tests could move),
+    # the base repository, whether this run may share its history.
+    base = run_base(source, find_project_root(here), effective.settings.history.base_branch, event)
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
@@ -310,6 +320,7 @@ def run_ci(
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
     store = Store(root, redactor=redactor)
     before = snapshot(store)
+    segments_before = set(local_segments(root))
     # The test processes get no token (process.child_environment: every *TOKEN* variable).
     test_env = process.child_environment(source)
     # What this run captures holds the run token (issue 12, finding 5); only the capturing pytest gets it.
@@ -379,9 +390,11 @@ def run_ci(
                                   pytest_exit_code=verdict.pytest_exit_code,
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
-        exit_code = _quarantine_exit(report, effective, here, source, event, rep, exit_code)
+        exit_code = _quarantine_exit(report, effective, here, source, base, rep, exit_code)
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None)
+    if incident_id is not None and base.shares and effective.settings.history.enabled:
+        result.history_segments = this_run_segments(root, segments_before, store.read_incident(incident_id))
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
     result.warnings = rep.warnings
