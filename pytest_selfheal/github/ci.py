@@ -394,7 +394,10 @@ def run_ci(
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None)
     if incident_id is not None and base.shares and effective.settings.history.enabled:
-        result.history_segments = this_run_segments(root, segments_before, store.read_incident(incident_id))
+        try:
+            result.history_segments = this_run_segments(root, segments_before, store.read_incident(incident_id))
+        except SelfhealError as exc:  # nothing to share is no reason to lose the report
+            rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
     result.warnings = rep.warnings
