@@ -95,11 +95,6 @@ class RunBase(Frozen):
     problem: Optional[str] = None
 
     @property
-    def in_actions(self) -> bool:
-        """True when the run is judged as an Actions event."""
-        return self.event is not None
-
-    @property
     def shares(self) -> bool:
         """True when the run may write the shared history: merged code, or a run by hand."""
         return not self.unmerged
