@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
+from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.report.data import flatten_config
@@ -265,7 +266,8 @@ def _section_tasks(report: Report) -> list[str]:
                 "yes" if task.flaky else "no",
             ])
     if not rows:
-        return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."]
+        return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."
+                if report.incidents else "None: no incident, so no plan."]
     return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
 
 
@@ -290,14 +292,16 @@ def _config_difference_lines(report: Report) -> list[str]:
 
 
 def _section_config(report: Report) -> list[str]:
-    origins = report.origins
-    rows = [
-        [code(key), code(_scalar(value)), text(origins.get(key, DASH))]
-        for key, value in flatten_config(report.effective_config).items()
-    ]
-    lines = ["### Effective Config", ""] + _table(["Key", "Value", "Origin"], rows)
+    """The keys set away from their defaults (every key is in the JSON and `selfheal config --show-origin`)."""
+    origins, values = report.origins, flatten_config(report.effective_config)
+    rows = [[code(key), code(_scalar(value)), text(origins.get(key, DASH))]
+            for key, value in values.items() if origins.get(key, DEFAULT_ORIGIN) != DEFAULT_ORIGIN]
+    rest = (f"The other {len(values) - len(rows)} keys are at their defaults" if rows
+            else f"Every key is at its default ({len(values)} keys)")
+    table = _table(["Key", "Value", "Origin"], rows) + [""] if rows else []
     notes = _config_difference_lines(report)
-    return lines + ([""] + notes if notes else [])
+    return ["### Effective Config", "", *table, f"{rest}; `selfheal config --show-origin` lists every key."] + (
+        [""] + notes if notes else [])
 
 
 def _section_fingerprints(report: Report) -> list[str]:
