@@ -76,7 +76,7 @@ SNOOPS = """
 # It changes an allowed file too: after a repair that kept nothing the tests would not run again.
 PROVIDER = ("import json, os; open(os.environ['SEEN_LOG'], 'a').write(json.dumps(['repair', "
             "sorted(k for k in os.environ if 'TOKEN' in k.upper() or k.startswith(('GITHUB_ENV', 'GITHUB_PATH', "
-            "'GITHUB_OUTPUT', 'GITHUB_STEP_SUMMARY', 'GITHUB_STATE'))), []]) + '\n'); open('note.txt', 'a').write('x\n')")
+            "'GITHUB_OUTPUT', 'GITHUB_STEP_SUMMARY', 'GITHUB_STATE'))), []]) + '\\n'); open('note.txt', 'a').write('x\\n')")
 
 
 def _seen(log: Path) -> list[Any]:
