@@ -449,6 +449,7 @@ __all__ = [
     "iteration_prefix",
     "status_line",
     "stop_message",
+    "UNVERIFIED",
     "unverified_line",
     "unverified_summary",
     "unverified_tests",

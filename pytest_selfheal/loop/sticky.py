@@ -10,14 +10,23 @@ stopped without success, they are not a new incident with a fresh budget:
 - with the code changed (or no git to tell), the run continues that incident — reopened
   in place, its loop run and budget going on — as its next iteration.
 
-:func:`match_stopped` is the pure rule; :func:`stopped_incidents` reads the candidates.
+A run that *passes* a stopped incident's tests has no fingerprint to match, yet may be the
+same verdict: an incident that stopped on a green run that was not a success (a test edited:
+``tests_edited``; any later stop of that kind) stays attached to its selection's node ids.
+Its tests passing again with the code unchanged is ``STOP already_stopped`` again; with the
+code changed (a commit too), the run is its next iteration, judged by every rule (a test
+still weakened stops ``tests_edited`` again). The same holds for an incident that stopped
+red whose test code changed since its capture: a pass then is judged, never a plain green.
+
+:func:`match_stopped` and :func:`match_green` are the pure rules; :func:`stopped_incidents`
+reads the candidates.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from enum import Enum
 from typing import Optional
 
@@ -56,6 +65,9 @@ class StoppedIncident(Frozen):
     iteration: int  # the last attempt number (0: stopped before any verification)
     fingerprints: frozenset[str]
     diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
+    nodeids: frozenset[str] = frozenset()  # its selection as last verified (the capture's failures before)
+    green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
+    test_digests: tuple[tuple[str, str], ...] = ()  # the capture's test code (analysis/testfiles.py)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -65,6 +77,7 @@ class StickyMatch(Frozen):
     incident: StoppedIncident
     failures: tuple[Failure, ...]
     attachment: Attachment
+    passed: tuple[str, ...] = ()  # a green match (match_green): its tests this run passed
 
 
 def match_stopped(
@@ -94,6 +107,38 @@ def match_stopped(
         attachment = Attachment.ALREADY_STOPPED if unchanged or incident.status == IncidentStatus.PLAN_PROPOSED else Attachment.CONTINUED
         matches.append(StickyMatch(incident, tuple(held[incident.incident_id]), attachment))
     return matches, rest
+
+
+def match_green(
+    stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
+    tests_changed: Callable[[StoppedIncident], bool], taken: Collection[str] = (),
+) -> list[StickyMatch]:
+    """The stopped incidents whose tests this run passed and none failed (pure but for
+    ``tests_changed``, asked only of a red stop: did its test code change since the capture?).
+
+    Each test goes to the newest incident holding it; ``taken``: incidents already matched
+    by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
+    with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
+    red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
+    a weakened test), else not matched (a fix after the stop is a plain green run).
+    """
+    claimed: set[str] = set()
+    matches = []
+    for incident in stopped:
+        mine = incident.nodeids - claimed
+        claimed |= incident.nodeids
+        ran = sorted(n for n in mine if n in passed)
+        if not ran or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
+            continue
+        unchanged = diff_hash is not None and diff_hash == incident.diff_hash
+        if incident.green:
+            attachment = Attachment.ALREADY_STOPPED if unchanged else Attachment.CONTINUED
+        elif tests_changed(incident):
+            attachment = Attachment.CONTINUED
+        else:
+            continue
+        matches.append(StickyMatch(incident, (), attachment, tuple(ran)))
+    return matches
 
 
 def _candidate_ids(store: Store) -> list[tuple[str, str]]:
@@ -126,17 +171,22 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
             run_result = store.read_run_result(incident_id)
         except SelfhealError:
             continue
+        green = False
         if attempts:
             last = attempts[-1]
             fingerprints = frozenset(f.fingerprint for f in last.failures if f.fingerprint)
             diff_hash = last.diff_hash
+            nodeids = frozenset(last.outcomes)
+            green = bool(last.verification_passed) and bool(nodeids)
         else:
             fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
             diff_hash = capture_hash_on_disk(store, incident_id, incident)
+            nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
         reason = (run_result.stop_reason if run_result is not None else None) or "archived"
-        if fingerprints:
+        if fingerprints or green:
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
-                                       fingerprints, diff_hash))
+                                       fingerprints, diff_hash, nodeids, green,
+                                       tuple(sorted(incident.test_digests.items()))))
     return out
 
 
@@ -144,8 +194,9 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
     stopped = match.incident
+    held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
-                f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
+                f"{held} already stopped ({stopped.stop_reason}), code unchanged "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
 
 
@@ -184,13 +235,14 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
     """The ``capture_attached`` event on the stopped incident: a run saw its failures again."""
     store.append_event(
         match.incident.incident_id, ev.CAPTURE_ATTACHED, attachment=match.attachment.value,
-        failures=len(match.failures), nodeids=[f.nodeid or f.test for f in match.failures[:50]],
+        failures=len(match.failures),
+        nodeids=[f.nodeid or f.test for f in match.failures[:50]] or list(match.passed[:50]),
         diff_hash=diff_hash,
     )
 
 
 __all__ = [
     "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
-    "match_stopped",
+    "match_green", "match_stopped",
     "next_step", "parse_already_stopped", "record_attached", "stopped_incidents",
 ]

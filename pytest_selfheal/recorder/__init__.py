@@ -276,6 +276,7 @@ class Recorder:
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
+        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     def _open_incidents(self) -> list[OpenIncident]:
@@ -372,10 +373,48 @@ class Recorder:
         store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
         return store
 
+    def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
+        """Open incidents' selected tests this run should have run and has no outcome for
+        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
+        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
+        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
+            return set()
+        rootdir = Path(self.config.rootpath)
+        scopes = []
+        for arg in self.config.args:
+            path, _, rest = str(arg).partition("::")
+            scopes.append((Path(os.path.abspath(Path(self.config.invocation_params.dir, path))), rest))
+        gone = set()
+        for nodeid in self.watched - self.outcomes.keys():
+            if is_redacted(nodeid) or TRUNCATED in nodeid:
+                continue  # an id holding a secret cannot be placed
+            path, _, rest = nodeid.partition("::")
+            where = Path(os.path.abspath(rootdir / path))
+            if any((where == scope and (not inner or rest == inner or rest.startswith(inner + "::")))
+                   or (not inner and scope in where.parents) for scope, inner in scopes):
+                gone.add(nodeid)
+        return gone
+
+    def has_stopped_incidents(self) -> bool:
+        """Cheap look before loading the loop side: any escalated or inbox incident at all."""
+        for folder in (self.reports_root / "error_archive" / "escalated", self.reports_root / "error_inbox"):
+            try:
+                with os.scandir(folder) as entries:
+                    if any(True for _ in entries):
+                        return True
+            except OSError:
+                continue
+        return False
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # trylast: pytest's own junitxml has written --junitxml by now.
-        if not self.failed and not self.outcomes:
+        self.gone = self._gone(session, int(exitstatus))
+        # A green run goes on only when an open incident's test is gone, or when a stopped
+        # incident may hold the tests it passed (a stop sticks: loop/sticky.py).
+        if not self.failed and not self.outcomes and not self.gone and not (
+                self.passed and not self.ci_run and self.has_stopped_incidents()):
             return
 
         try:
