@@ -282,6 +282,30 @@ def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Pat
     anyio.run(scenario)
 
 
+def test_an_unchanged_run_is_no_attempt_and_a_weakened_test_stays_stopped(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", CALC)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            incident_id = ((await client.call_tool("run_tests", {})).structured_content or {})["captured"]
+            same = await client.call_tool("run_tests", {})
+            verdict = same.structured_content or {}
+            assert (verdict["decision"], verdict["iteration"]) == ("CONTINUE", 1), text_of(same)
+            assert "nothing changed since the last run" in verdict["summary"]
+            test_file = project / "test_calc.py"
+            test_file.write_text(test_file.read_text().replace("== 5", "== -1"))  # the test weakened to the bug
+            edited = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (edited["decision"], edited["stop_reason"]) == ("STOP", "tests_edited"), edited
+            for _ in range(2):  # never "all selected tests passed" while the stop holds
+                again = await client.call_tool("run_tests", {})
+                verdict = again.structured_content or {}
+                assert (verdict["decision"], verdict["stop_reason"], verdict["incident_id"]) == (
+                    "STOP", "already_stopped", incident_id), text_of(again)
+                assert verdict["stopped_because"] == "tests_edited" and verdict["status"] == "escalated"
+
+    anyio.run(scenario)
+
+
 def test_a_broken_config_is_every_tools_one_line_answer(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {**CALC, ".planning/config.json": '{"ralf_lite": {"max_iterations": 0}}'})
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from helpers import PY, cli, make_project, run_env, run_pytest_selfheal
+from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, InputError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
@@ -120,6 +120,25 @@ def test_claude_never_blocks_past_the_budget(red: Path) -> None:
     answer, _ = gate("claude", claude_payload(red, active=True, session="s-budget"), red)
     assert set(answer) == {"systemMessage"}, answer
     assert "blocked 3 time(s) in a row" in answer["systemMessage"]
+
+
+def test_after_tests_edited_every_stop_says_stop_again_never_tests_passed(red: Path) -> None:
+    test_file = red / "test_calc.py"
+    test_file.write_text(test_file.read_text().replace("== 3", "== 7"))  # weakened to the bug's answer
+    answer, _ = gate("claude", claude_payload(red), red)
+    assert answer["systemMessage"].startswith("selfheal: STOP tests_edited: "), answer
+    incident = answer["systemMessage"].split("incident ")[1].split()[0]
+    answer, _ = gate("claude", claude_payload(red), red)
+    assert answer["systemMessage"].startswith("selfheal: STOP already_stopped: "), answer
+    assert f"incident {incident}'s, which stopped (tests_edited)" in answer["systemMessage"]
+    # A commit changes the diff hash: the next run is the incident's next iteration. The gate's
+    # run has other options than the capture's, so it asks for the capture's first ...
+    git_commit_all(red, "weaken the test")
+    answer, err = gate("cursor", cursor_payload(red), red)
+    assert "not counted as an iteration" in answer["followup_message"], (answer, err)
+    # ... and that run, the weakened test passing, stops tests_edited again.
+    answer, err = gate("cursor", cursor_payload(red, loop_count=1), red)
+    assert answer == {} and err.startswith(f"selfheal: STOP tests_edited: incident {incident} "), err
 
 
 def test_cursor_follows_up_then_stops_at_its_loop_count(red: Path) -> None:

@@ -28,14 +28,14 @@ import os
 import re
 from collections.abc import Callable, Collection, Sequence
 from enum import Enum
+from pathlib import Path
 from typing import Optional
 
+from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.loop.attempts import reopen_incident
-from pytest_selfheal.loop.messages import iteration_prefix
-from pytest_selfheal.loop.resume import capture_hash_on_disk
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
 from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import is_incident_id
@@ -67,7 +67,6 @@ class StoppedIncident(Frozen):
     diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
     nodeids: frozenset[str] = frozenset()  # its selection as last verified (the capture's failures before)
     green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
-    test_digests: tuple[tuple[str, str], ...] = ()  # the capture's test code (analysis/testfiles.py)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -154,10 +153,11 @@ def _candidate_ids(store: Store) -> list[tuple[str, str]]:
     return found
 
 
-def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedIncident]:
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *, light: bool = False) -> list[StoppedIncident]:
     """The newest ``limit`` incidents that stopped without success, newest first: escalated
     (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
-    (``selfheal status`` shows it)."""
+    (``selfheal status`` shows it). ``light``: the look of a green run (:func:`holds_passed`):
+    only incidents with an attempt, their ``incident.json`` not read (no capture hash)."""
     out: list[StoppedIncident] = []
     for bucket, incident_id in _candidate_ids(store):
         if len(out) >= limit:
@@ -166,8 +166,10 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
             status = store.read_status(incident_id)
             if status not in (IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED):
                 continue
-            incident = store.read_incident(incident_id)
             attempts = store.read_attempts(incident_id)
+            if light and not attempts:
+                continue
+            incident = None if light else store.read_incident(incident_id)
             run_result = store.read_run_result(incident_id)
         except SelfhealError:
             continue
@@ -178,26 +180,57 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
             diff_hash = last.diff_hash
             nodeids = frozenset(last.outcomes)
             green = bool(last.verification_passed) and bool(nodeids)
-        else:
+        elif incident is not None:
+            from pytest_selfheal.loop.resume import capture_hash_on_disk  # the loop side: only a red run's look
+
             fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
             diff_hash = capture_hash_on_disk(store, incident_id, incident)
             nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
         reason = (run_result.stop_reason if run_result is not None else None) or "archived"
         if fingerprints or green:
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
-                                       fingerprints, diff_hash, nodeids, green,
-                                       tuple(sorted(incident.test_digests.items()))))
+                                       fingerprints, diff_hash, nodeids, green))
     return out
+
+
+def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], bool]:
+    """Whether a stopped incident's test code (its capture's digests) changed since."""
+    def check(incident: StoppedIncident) -> bool:
+        try:
+            return bool(changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests)))
+        except SelfhealError:
+            return False
+    return check
+
+
+def as_known(stopped: Sequence[StoppedIncident], passed: Collection[str],
+             redact: Callable[[str], str]) -> Collection[str]:
+    """``passed`` as the incidents know their tests: redacted (``redact``) only when one of
+    them holds a redacted or cut id (a secret in a parametrize id; docs/redaction.md)."""
+    if any(is_redacted(n) or TRUNCATED in n for s in stopped for n in s.nodeids):
+        return {redact(n) for n in passed}
+    return passed
+
+
+def holds_passed(store: Store, rootdir: Path, passed: Collection[str], redact: Callable[[str], str]) -> bool:
+    """A green run's cheap look: may a stopped incident hold tests it passed? (Then the run
+    goes on to the session end's whole look, recorder/finish.py.)"""
+    stopped = stopped_incidents(store, light=True)
+    return bool(stopped) and bool(match_green(stopped, as_known(stopped, passed, redact), (), None,
+                                              tests_changed(store, rootdir)))
 
 
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
+    from pytest_selfheal.loop.messages import iteration_prefix  # the loop side: only once a run matched
+
     stopped = match.incident
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{held} already stopped ({stopped.stop_reason}), code unchanged "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
+
 
 
 def next_step(match: StickyMatch) -> str:
@@ -210,7 +243,7 @@ def next_step(match: StickyMatch) -> str:
             f"selfheal reopen {stopped.incident_id}")
 
 
-_LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .*\((\w+)\), code unchanged -> STOP "
+_LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .* already stopped \((\w+)\), .* -> STOP "
                    + ALREADY_STOPPED + r"$")
 
 
@@ -227,6 +260,8 @@ def parse_already_stopped(lines: Sequence[str]) -> Optional[tuple[str, int, str]
 def continue_stopped(store: Store, match: StickyMatch) -> None:
     """Bring a stopped incident whose code changed back to the inbox with its loop run going
     on (no fresh budget: ``resumed_after_iteration``); an inbox one is left as it is."""
+    from pytest_selfheal.loop.attempts import reopen_incident  # the loop side: only once a run matched
+
     if match.incident.bucket != INBOX:
         reopen_incident(store, match.incident.incident_id, continue_run=True)
 
@@ -242,7 +277,7 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 
 __all__ = [
-    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
-    "match_green", "match_stopped",
-    "next_step", "parse_already_stopped", "record_attached", "stopped_incidents",
+    "ALREADY_STOPPED", "Attachment", "as_known", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
+    "holds_passed", "match_green", "match_stopped",
+    "next_step", "parse_already_stopped", "record_attached", "stopped_incidents", "tests_changed",
 ]

@@ -66,7 +66,7 @@ _LATE = {
     "store": "pytest_selfheal.store.root",
     "agent_mode": "pytest_selfheal.loop.agent_mode",
     "entry": "pytest_selfheal.run.entry",
-    "sticky": "pytest_selfheal.loop.sticky",
+    "sticky": "pytest_selfheal.loop.sticky",  # a stop sticks: also the cheap look of a green run
 }
 
 
@@ -357,6 +357,10 @@ class Recorder:
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
                 self.outcomes[nodeid] = outcome
 
+    def known_id(self, nodeid: str) -> str:
+        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        return self.redactor.redact(bounded_nodeid(nodeid))
+
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
         holding a secret) its redacted form, as stored (docs/redaction.md)."""
@@ -391,10 +395,20 @@ class Recorder:
                 continue  # an id holding a secret cannot be placed
             path, _, rest = nodeid.partition("::")
             where = Path(os.path.abspath(rootdir / path))
-            if any((where == scope and (not inner or rest == inner or rest.startswith(inner + "::")))
+            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
                    or (not inner and scope in where.parents) for scope, inner in scopes):
                 gone.add(nodeid)
         return gone
+
+    def _stopped_hold_passed(self) -> bool:
+        """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
+        cheap look: the store and the incidents' last attempts, none of the capture side."""
+        try:
+            held: bool = late("sticky").holds_passed(self.store(), Path(self.config.rootpath), self.passed,
+                                                     self.known_id)
+        except SelfhealError:
+            return False
+        return held
 
     def has_stopped_incidents(self) -> bool:
         """Cheap look before loading the loop side: any escalated or inbox incident at all."""
@@ -414,7 +428,7 @@ class Recorder:
         # A green run goes on only when an open incident's test is gone, or when a stopped
         # incident may hold the tests it passed (a stop sticks: loop/sticky.py).
         if not self.failed and not self.outcomes and not self.gone and not (
-                self.passed and not self.ci_run and self.has_stopped_incidents()):
+                self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()):
             return
 
         try:

@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of, with_spectrum
@@ -21,7 +20,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder, late
-from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
+from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.vocab import Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -159,12 +158,10 @@ def _attach_to_stopped(
     root = Path(recorder.config.rootpath)
     diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
     matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
-    passed = recorder.passed
-    if recorder.watched_redacted or any(is_redacted(n) or TRUNCATED in n for s in stopped for n in s.nodeids):
-        passed = {recorder.redactor.redact(bounded_nodeid(n)) for n in passed}  # as the incidents know them
     matches += sticky.match_green(
-        stopped, passed, {f.nodeid for f in failures if f.nodeid}, diff,
-        lambda s: bool(changed(root, dict(s.test_digests))),
+        stopped, sticky.as_known(stopped, recorder.passed, recorder.known_id), {f.nodeid for f in failures if f.nodeid},
+        diff,
+        sticky.tests_changed(store, root),
         taken={m.incident.incident_id for m in matches} | set(iterated))
     still_open: list[str] = []
     max_iterations = recorder.effective.settings.max_iterations
