@@ -18,65 +18,41 @@ code changed (a commit too), the run is its next iteration, judged by every rule
 still weakened stops ``tests_edited`` again). The same holds for an incident that stopped
 red whose test code changed since its capture: a pass then is judged, never a plain green.
 
-:func:`match_stopped` and :func:`match_green` are the pure rules; :func:`stopped_incidents`
-reads the candidates.
+:func:`match_stopped` and :func:`match_green` (loop/stopped.py, with the candidates'
+reading: a green run's cheap look) are the pure rules.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Collection, Sequence
-from enum import Enum
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Optional
 
-from pytest_selfheal.analysis.testfiles import changed
-from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.loop.messages import iteration_prefix
+from pytest_selfheal.loop.resume import capture_hash_on_disk
+from pytest_selfheal.loop.stopped import (
+    ALREADY_STOPPED,
+    STOPPED_LIMIT,
+    Attachment,
+    StickyMatch,
+    StoppedIncident,
+    as_known,
+    match_green,
+    tests_changed,
+)
+from pytest_selfheal.loop.stopped import stopped_incidents as _stopped_incidents
 from pytest_selfheal.records.models import Failure
-from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
 from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
-ALREADY_STOPPED = "already_stopped"
-# Stopped incidents compared with a run's failures: the newest ones (ids sort by time).
-STOPPED_LIMIT = 50
 
-
-class Attachment(str, Enum):
-    """What a run's failures held by a stopped incident do to it."""
-
-    ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
-    CONTINUED = "continued"  # code changed: the incident's next iteration
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class StoppedIncident(Frozen):
-    """An incident whose loop stopped without success, as its last evidence left it."""
-
-    incident_id: str
-    bucket: str  # error_inbox (plan_proposed) or an archive bucket (escalated)
-    status: str
-    stop_reason: str  # the recorded stop reason; "archived" when a person archived it
-    iteration: int  # the last attempt number (0: stopped before any verification)
-    fingerprints: frozenset[str]
-    diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
-    nodeids: frozenset[str] = frozenset()  # its selection as last verified (the capture's failures before)
-    green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class StickyMatch(Frozen):
-    """This run's failures that one stopped incident holds, and what follows."""
-
-    incident: StoppedIncident
-    failures: tuple[Failure, ...]
-    attachment: Attachment
-    passed: tuple[str, ...] = ()  # a green match (match_green): its tests this run passed
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedIncident]:
+    """The newest ``limit`` incidents that stopped without success, newest first, with the
+    capture's diff hash of one stopped before any attempt (loop/stopped.py)."""
+    return _stopped_incidents(store, limit, capture_hash=capture_hash_on_disk)
 
 
 def match_stopped(
@@ -108,123 +84,11 @@ def match_stopped(
     return matches, rest
 
 
-def match_green(
-    stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
-    tests_changed: Callable[[StoppedIncident], bool], taken: Collection[str] = (),
-) -> list[StickyMatch]:
-    """The stopped incidents whose tests this run passed and none failed (pure but for
-    ``tests_changed``, asked only of a red stop: did its test code change since the capture?).
-
-    Each test goes to the newest incident holding it; ``taken``: incidents already matched
-    by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
-    with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
-    red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
-    a weakened test), else not matched (a fix after the stop is a plain green run).
-    """
-    claimed: set[str] = set()
-    matches = []
-    for incident in stopped:
-        mine = incident.nodeids - claimed
-        claimed |= incident.nodeids
-        ran = sorted(n for n in mine if n in passed)
-        if not ran or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
-            continue
-        unchanged = diff_hash is not None and diff_hash == incident.diff_hash
-        if incident.green:
-            attachment = Attachment.ALREADY_STOPPED if unchanged else Attachment.CONTINUED
-        elif tests_changed(incident):
-            attachment = Attachment.CONTINUED
-        else:
-            continue
-        matches.append(StickyMatch(incident, (), attachment, tuple(ran)))
-    return matches
-
-
-def _candidate_ids(store: Store) -> list[tuple[str, str]]:
-    """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
-    found: list[tuple[str, str]] = []
-    for bucket in (INBOX, IncidentStatus.ESCALATED):
-        try:
-            names = os.listdir(store.bucket_dir(bucket))
-        except OSError:
-            continue
-        found += [(bucket, n) for n in names if is_incident_id(n)]
-    found.sort(key=lambda pair: pair[1], reverse=True)
-    return found
-
-
-def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *, light: bool = False) -> list[StoppedIncident]:
-    """The newest ``limit`` incidents that stopped without success, newest first: escalated
-    (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
-    (``selfheal status`` shows it). ``light``: the look of a green run (:func:`holds_passed`):
-    only incidents with an attempt, their ``incident.json`` not read (no capture hash)."""
-    out: list[StoppedIncident] = []
-    for bucket, incident_id in _candidate_ids(store):
-        if len(out) >= limit:
-            break
-        try:
-            status = store.read_status(incident_id)
-            if status not in (IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED):
-                continue
-            attempts = store.read_attempts(incident_id)
-            if light and not attempts:
-                continue
-            incident = None if light else store.read_incident(incident_id)
-            run_result = store.read_run_result(incident_id)
-        except SelfhealError:
-            continue
-        green = False
-        if attempts:
-            last = attempts[-1]
-            fingerprints = frozenset(f.fingerprint for f in last.failures if f.fingerprint)
-            diff_hash = last.diff_hash
-            nodeids = frozenset(last.outcomes)
-            green = bool(last.verification_passed) and bool(nodeids)
-        elif incident is not None:
-            from pytest_selfheal.loop.resume import capture_hash_on_disk  # the loop side: only a red run's look
-
-            fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
-            diff_hash = capture_hash_on_disk(store, incident_id, incident)
-            nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
-        reason = (run_result.stop_reason if run_result is not None else None) or "archived"
-        if fingerprints or green:
-            out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
-                                       fingerprints, diff_hash, nodeids, green))
-    return out
-
-
-def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], bool]:
-    """Whether a stopped incident's test code (its capture's digests) changed since."""
-    def check(incident: StoppedIncident) -> bool:
-        try:
-            return bool(changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests)))
-        except SelfhealError:
-            return False
-    return check
-
-
-def as_known(stopped: Sequence[StoppedIncident], passed: Collection[str],
-             redact: Callable[[str], str]) -> Collection[str]:
-    """``passed`` as the incidents know their tests: redacted (``redact``) only when one of
-    them holds a redacted or cut id (a secret in a parametrize id; docs/redaction.md)."""
-    if any(is_redacted(n) or TRUNCATED in n for s in stopped for n in s.nodeids):
-        return {redact(n) for n in passed}
-    return passed
-
-
-def holds_passed(store: Store, rootdir: Path, passed: Collection[str], redact: Callable[[str], str]) -> bool:
-    """A green run's cheap look: may a stopped incident hold tests it passed? (Then the run
-    goes on to the session end's whole look, recorder/finish.py.)"""
-    stopped = stopped_incidents(store, light=True)
-    return bool(stopped) and bool(match_green(stopped, as_known(stopped, passed, redact), (), None,
-                                              tests_changed(store, rootdir)))
 
 
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
-    from pytest_selfheal.loop.messages import iteration_prefix  # the loop side: only once a run matched
-
     stopped = match.incident
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
@@ -260,8 +124,6 @@ def parse_already_stopped(lines: Sequence[str]) -> Optional[tuple[str, int, str]
 def continue_stopped(store: Store, match: StickyMatch) -> None:
     """Bring a stopped incident whose code changed back to the inbox with its loop run going
     on (no fresh budget: ``resumed_after_iteration``); an inbox one is left as it is."""
-    from pytest_selfheal.loop.attempts import reopen_incident  # the loop side: only once a run matched
-
     if match.incident.bucket != INBOX:
         reopen_incident(store, match.incident.incident_id, continue_run=True)
 
@@ -277,7 +139,7 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 
 __all__ = [
-    "ALREADY_STOPPED", "Attachment", "as_known", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
-    "holds_passed", "match_green", "match_stopped",
-    "next_step", "parse_already_stopped", "record_attached", "stopped_incidents", "tests_changed",
+    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
+    "continue_stopped", "match_green", "match_stopped", "next_step", "parse_already_stopped", "record_attached",
+    "stopped_incidents", "tests_changed",
 ]

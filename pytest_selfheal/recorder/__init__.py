@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
     from pytest_selfheal.capture.evidence import Resolver
     from pytest_selfheal.capture.spectrum import SpectrumHook
-    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.loop import agent_mode, stopped  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
     from pytest_selfheal.records.incident import RootCause
     from pytest_selfheal.redact import Redactor
@@ -66,7 +66,8 @@ _LATE = {
     "store": "pytest_selfheal.store.root",
     "agent_mode": "pytest_selfheal.loop.agent_mode",
     "entry": "pytest_selfheal.run.entry",
-    "sticky": "pytest_selfheal.loop.sticky",  # a stop sticks: also the cheap look of a green run
+    "sticky": "pytest_selfheal.loop.sticky",
+    "stopped": "pytest_selfheal.loop.stopped",  # a green run's cheap look at the stopped incidents
 }
 
 
@@ -404,7 +405,7 @@ class Recorder:
         """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
         cheap look: the store and the incidents' last attempts, none of the capture side."""
         try:
-            held: bool = late("sticky").holds_passed(self.store(), Path(self.config.rootpath), self.passed,
+            held: bool = late("stopped").holds_passed(self.store(), Path(self.config.rootpath), self.passed,
                                                      self.known_id)
         except SelfhealError:
             return False
