@@ -9,13 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import assert_replay_equals_disk, cli
+from helpers import PY, assert_replay_equals_disk, cli
 from test_repair_e2e import AGENT, BUGGY, FIXED, TESTS, Project, job_env
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
 from pytest_selfheal.store.root import Store
 
 # The agent of test_repair_e2e.py, plus a mode that fixes the code *and* loosens the test.
+PROVIDER = Path(PY).name  # the provider command is this interpreter (python, python3…)
 REVIEW_AGENT = AGENT + """
 if mode == "fix_and_loosen":
     calc.write_text(calc.read_text().replace("a - b", "a + b"))
@@ -135,7 +136,7 @@ def test_the_report_says_what_the_repair_did_and_what_to_do_next(tmp_path: Path,
     report = cli("report", project.incident_id, cwd=project.top, env=job_env())
     assert report.returncode == EXIT_OK, report.stderr
     text = report.stdout
-    assert "- Repair: iteration 1: command:python — diff (calc.py)" in text, text
+    assert f"- Repair: iteration 1: command:{PROVIDER} — diff (calc.py)" in text, text
     assert "Nothing to do" not in text
     next_action = text.split("### Recommended Next Action", 1)[1]
     if approve:
@@ -165,5 +166,5 @@ def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_p
     assert project.run_result()["stop_reason"] == "no_fix_found"
     assert_replay_equals_disk(Store(project.top / ".selfheal"), project.incident_id)
     report = cli("report", project.incident_id, cwd=project.top, env=job_env()).stdout
-    assert "- Repair: iteration 1: command:python — crashed: exit code 3: agent: model quota exceeded" in report
+    assert f"- Repair: iteration 1: command:{PROVIDER} — crashed: exit code 3: agent: model quota exceeded" in report
     assert "- Repair: patch: no change was proposed" in report
