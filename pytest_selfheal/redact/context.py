@@ -90,9 +90,15 @@ def _redact_option(m: re.Match[str]) -> str:
     return m.group("label") + REDACTED
 
 
+# One search before the commands' own (each compiled only when its command occurs).
+_ANY_COMMAND = lazy(r"mysql|mariadb|curl|sshpass|docker|podman|buildah|skopeo|nerdctl|oras|helm")
+
+
 def command_pass(text: str) -> str:
     """The password options of the commands above, on the rest of each line that runs one."""
     folded = fold(text)
+    if _ANY_COMMAND().search(folded) is None:
+        return text
     for client, option in _COMMANDS:
         out: list[str] = []
         last = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from pytest_selfheal.records.redacted import REDACTED
 from pytest_selfheal.redact.context import lazy, spliced
@@ -29,15 +29,16 @@ def _wrapping(cls: str, low: int, high: int) -> str:
     return rf"(?:[{cls}]|\r?\n(?=[{cls}])){{{low},{high + _EXTRA_BREAKS}}}"
 
 
-class TokenKind(NamedTuple):
+class TokenKind:
     """A token format: its literal needles (its pass is skipped unless one occurs), its regex,
-    and for a format of fixed length that length and its prefix's."""
+    and for a format of fixed length that length and its prefix's. (A plain class: a
+    NamedTuple costs every capture its creation at import.)"""
 
-    kind: str
-    needles: tuple[str, ...]
-    regex: str
-    fixed: Optional[int] = None
-    prefix: int = 0
+    __slots__ = ("fixed", "kind", "needles", "prefix", "regex")
+
+    def __init__(self, kind: str, needles: tuple[str, ...], regex: str, fixed: Optional[int] = None,
+                 prefix: int = 0) -> None:
+        self.kind, self.needles, self.regex, self.fixed, self.prefix = kind, needles, regex, fixed, prefix
 
 
 def _kind(kind: str, needles: tuple[str, ...], head: str, cls: str, low: int, high: int,
