@@ -134,6 +134,18 @@ def test_names_are_names(text: str) -> None:
     assert REDACTOR.redact(text) == text
 
 
+@pytest.mark.parametrize("text, secret", [
+    ("DB_PASS=123456", "123456"),  # a number after a label of a word of its own is no count
+    ("client_secret: abc123xyz[", "abc123xyz"),  # no dotted call: not code
+    ("config: /home/runner/.app password=hunter2", "hunter2"),  # a path before it is not its word
+    ("api_token: s3cr3tv4lue", "s3cr3tv4lue"),
+    ("secret_key_base: abcdef123456", "abcdef123456"),
+    ("self.password = 'hunter2'", "hunter2"),
+])
+def test_no_name_rule_hides_a_secret(text: str, secret: str) -> None:
+    assert secret not in REDACTOR.redact(text)
+
+
 def test_every_word_of_the_ordinary_corpus_survives() -> None:
     lines = CORPUS["ordinary_lines"]()
     assert len(lines) >= 300

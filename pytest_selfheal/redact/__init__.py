@@ -253,8 +253,10 @@ def _names_no_value(m: re.Match[str], folded: str) -> bool:
     if code is not None and code.end() == m.end("assign_value"):
         return True
     value = m.group("assign_value")
-    keyword = folded[m.start("assign_label") : m.start("suffix")]
-    return keyword == "pass" and value.isdigit()
+    start = m.start("assign_label")
+    # Only a word of its own: DB_PASS=123456 is a password.
+    alone = start == 0 or not (folded[start - 1].isalnum() or folded[start - 1] in "_-")
+    return alone and folded[start : m.start("suffix")] == "pass" and value.isdigit()
 
 
 def _labels_pass(text: str, folded: str) -> str:
