@@ -44,6 +44,10 @@ PLACES = [
     ("['docker', 'login', '-p', 'Dk3rPassw0rd', 'reg']", "Dk3rPassw0rd", f"['docker', 'login', '-p', '{REDACTED}', 'reg']"),
     ("['docker', 'login', '--password', 'Dk3rPassw0rd']", "Dk3rPassw0rd", f"['docker', 'login', '--password', '{REDACTED}']"),
     ("['mysql', '-uroot', '-pMyS3cret', 'db']", "MyS3cret", f"['mysql', '-uroot', '-p{REDACTED}', 'db']"),
+    ("sshpass -p 'Hunter2pw' ssh h", "Hunter2pw", f"sshpass -p '{REDACTED}' ssh h"),  # quoted, as scripts write it
+    ("mysql -uroot -p'MyS3cret' db", "MyS3cret", f"mysql -uroot -p'{REDACTED}' db"),
+    ("curl -u 'admin:s3cretpw' https://x", "s3cretpw", f"curl -u 'admin:{REDACTED}' https://x"),
+    ("docker login -p \"Dk3rPassw0rd\" reg", "Dk3rPassw0rd", f"docker login -p \"{REDACTED}\" reg"),
     # Signed-URL and credential query parameters.
     ("https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524&X-Amz-Signature=aeeed9bbccd4d02e",
      "aeeed9bbccd4d02e", f"https://b.s3.amazonaws.com/k?X-Amz-Credential={REDACTED}&X-Amz-Signature={REDACTED}"),

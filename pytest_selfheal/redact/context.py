@@ -61,10 +61,6 @@ def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) 
 NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
 
 
-def netrc_repl(m: re.Match[str], text: str) -> str:
-    return text[m.start("label") : m.end("label")] + REDACTED
-
-
 # Command lines carry a password by position: ``curl -u user:PASS``, ``sshpass -p PASS``,
 # ``docker login -p PASS``, ``mysql -pPASS``. Each option only on a line that runs its
 # command (elsewhere ``-p`` is a pytest plugin, ``-u`` a flag of sort), written in a shell
@@ -72,17 +68,18 @@ def netrc_repl(m: re.Match[str], text: str) -> str:
 
 
 def _sep(group: str, glued: bool = False) -> str:
-    """Between an option and its value: blanks, ``=``, an argv repr's ``', '`` (or nothing)."""
-    return rf"(?:[ \t]+|=|(?P<{group}>[\"']),[ \t]*(?P={group}){'|' if glued else ''})"
+    """Between an option and its value: blanks, ``=``, an argv repr's ``', '`` (or nothing),
+    then the value's opening quote if it has one (``-p 'PASS'``)."""
+    return rf"(?:[ \t]+|=|(?P<{group}>[\"']),[ \t]*(?P={group}){'|' if glued else ''})[\"']?"
 
 
 _COMMANDS: tuple[tuple[Callable[[], re.Pattern[str]], Callable[[], re.Pattern[str]]], ...] = (
-    (lazy(r"mysql|mariadb"), lazy(r"(?<![\w-])(?P<label>-p)(?![\s\-'\"])(?!\[REDACTED\])(?P<value>[^\s'\"]+)")),
+    (lazy(r"mysql|mariadb"), lazy(r"(?<![\w-])(?P<label>-p[\"']?)(?![\s\-'\",])(?!\[REDACTED\])(?P<value>[^\s'\"]+)")),
     (lazy(r"curl"), lazy(r"(?<![\w-])(?P<label>(?:-[uU]" + _sep("q1", glued=True) + r"|--(?:proxy-)?user" + _sep("q2") + r")"
                          r"[^\s'\":]{0,256}:)(?P<value>[^\s'\"]+)")),
-    (lazy(r"sshpass"), lazy(r"(?<![\w-])(?P<label>-p" + _sep("q", glued=True) + r")(?!-)(?P<value>[^\s'\"]+)")),
+    (lazy(r"sshpass"), lazy(r"(?<![\w-])(?P<label>-p" + _sep("q", glued=True) + r")(?![-,])(?P<value>[^\s'\"]+)")),
     (lazy(r"(?:docker|podman|buildah|skopeo|nerdctl|oras|helm)\b[^\n]{0,64}?\blogin\b"),
-     lazy(r"(?<![\w-])(?P<label>(?:-p|--password)" + _sep("q") + r")(?!-)(?P<value>[^\s'\"]+)")),
+     lazy(r"(?<![\w-])(?P<label>(?:-p|--password)" + _sep("q") + r")(?![-,])(?P<value>[^\s'\"]+)")),
 )
 
 
