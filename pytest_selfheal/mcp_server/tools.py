@@ -416,7 +416,8 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
-                              allow_binary=effective.settings.repair.allow_binary)
+                              allow_binary=effective.settings.repair.allow_binary,
+                              allow_test_edits=effective.settings.repair.allow_test_edits)
 
     def approval_question(self, proposed: ProposedPatch) -> str:
         """What the user is asked before ``apply``: the patch, its files, whether it was
