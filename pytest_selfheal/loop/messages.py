@@ -492,6 +492,7 @@ __all__ = [
     "repair_line",
     "status_line",
     "stop_message",
+    "UNVERIFIED",
     "unverified_line",
     "unverified_summary",
     "unverified_tests",
