@@ -40,6 +40,7 @@ from pytest_selfheal.records.models import (
     TOOLING_ENV,
     Failure,
 )
+from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # --------------------------------------------------------------------------- constants
@@ -467,17 +468,10 @@ def stop_is_history(reopened: Optional[int], last_iteration: int, status: Option
 def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
     """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
 
-    The one home of this mapping: :func:`decide`, the driver's run result and the event
-    replay all call it.
+    :func:`decide`, the driver's run result and the event replay all call it; the mapping
+    is the stop reason's row of ``records/stops.py``.
     """
-    if stop_reason is None or stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
-        # Nothing was decided about the failure: the incident stays open and resumable.
-        return None
-    if stop_reason == StopReason.SUCCESS:
-        return FinalStatus.RESOLVED
-    if stop_reason == StopReason.REPLAN_REQUESTED:
-        return FinalStatus.REPLAN_REQUESTED
-    return FinalStatus.ESCALATED
+    return None if stop_reason is None else stop_facts(stop_reason).final_status
 
 
 # --------------------------------------------------------------------------- from disk

@@ -145,13 +145,6 @@ FAILURE_TYPES: tuple[str, ...] = ("TEST_ASSERTION", "DOCTEST_MISMATCH", "TYPECHE
                                   "TOOLING_ENV", "TIMEOUT", "UNKNOWN")
 
 
-def stop_tone(stop_reason: Optional[str]) -> Tone:
-    """Green for a STOP success, red for any other STOP, yellow for CONTINUE (None)."""
-    if stop_reason is None:
-        return Tone.WARN
-    return Tone.GOOD if stop_reason == StopReason.SUCCESS else Tone.BAD
-
-
 __all__ = [
     "SUSPECT_EVIDENCE",
     "EvidenceKind",
@@ -166,6 +159,5 @@ __all__ = [
     "Tone",
     "TriageLabel",
     "final_tone",
-    "stop_tone",
     "tone_of",
 ]
