@@ -44,13 +44,14 @@ from pytest_selfheal.loop.resume import (
     split_runs,
     verification_event,
 )
+from pytest_selfheal.loop.seal_check import fresh_seal
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
-from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
+from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, Line, StopReason, tone_of
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -113,6 +114,7 @@ def _attempt_document(
     repair: Optional[RepairBlock],
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
+    harness_changed: Sequence[str] = (),
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
@@ -150,6 +152,8 @@ def _attempt_document(
         doc["not_run"] = list(not_run)
     if tests_edited:
         doc["tests_edited"] = list(tests_edited)
+    if harness_changed:
+        doc["harness_changed"] = list(harness_changed)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -169,14 +173,22 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
     return store.read_plan(incident_id)
 
 
-def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
+def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False,
+                    effective: Optional[EffectiveConfig] = None, project_root: Optional[Path] = None,
+                    ) -> tuple[str, str, int]:
     """``selfheal reopen``: an archived incident back to the inbox as ``planned``
     (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
     ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
-    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
+    ``effective``: a person's reopen takes a fresh seal (in ``project_root``, default the
+    capture's rootdir) with these judging keys. Returns ``(bucket it came from, status it
+    had, reopened_after_iteration)``."""
     with store.lock():
         ensure_plan(store, incident_id)
-        return store.reopen(incident_id, continue_run=continue_run)
+        seal = None
+        if effective is not None and not continue_run:
+            incident = store.read_incident(incident_id)
+            seal = fresh_seal(incident, Path(project_root or incident.rootdir or "."), effective)
+        return store.reopen(incident_id, continue_run=continue_run, seal=seal)
 
 
 def start_running(store: Store, incident_id: str, **data: Any) -> None:
@@ -269,6 +281,7 @@ def record_iteration(
     duration_seconds: Optional[float] = None,
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
+    harness_changed: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -284,7 +297,10 @@ def record_iteration(
     ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
     whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     ``tests_edited``: test files changed since the capture (agent mode; a repair's come in
-    ``repair.tests_edited``). Raises ``RefusedError`` for an archived incident.
+    ``repair.tests_edited``). ``harness_changed``: what changed in the incident's seal since
+    the capture (loop/seal_check.py): the iteration stops ``harness_changed``. ``effective``
+    must be the incident's judged config (:func:`seal_check.judged_config`). Raises
+    ``RefusedError`` for an archived incident.
     """
     incident_id = validate_incident_id(incident_id)
     pol = policy.LoopPolicy.from_settings(effective.settings)
@@ -316,6 +332,7 @@ def record_iteration(
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=bool(edited),
+            harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
         )
@@ -342,6 +359,7 @@ def record_iteration(
             repair=repair,
             not_run=not_run,
             tests_edited=edited,
+            harness_changed=harness_changed,
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
@@ -356,6 +374,10 @@ def record_iteration(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
+        if decision.stop_reason == StopReason.HARNESS_CHANGED:
+            # The iteration line names what changed: the agent (and the person) sees why at once.
+            line = Line(f"{line} ({messages.changed_summary(harness_changed)} changed since the capture)",
+                        tone_of(line))
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
         if not decision.stopped:

@@ -58,6 +58,12 @@ def continue_message(
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
 
+def changed_summary(names: Sequence[str], limit: int = 5) -> str:
+    """``pytest.ini: addopts, tests/__init__.py (+2 more)``: what changed since the capture."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
 def stop_message(
     reason: str,
     policy: LoopPolicy,
@@ -94,6 +100,7 @@ def stop_message(
         "flaky_note": f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else "",
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
+        "changes": changed_summary(cur.harness_changed if cur is not None else ()),
     }
     return stop_facts(reason).message.format_map(values)
 

@@ -52,6 +52,7 @@ STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
 # as a failure; then the most specific diagnosis before generic exhaustion.
 PRECEDENCE: tuple[StopReason, ...] = (
     StopReason.DISABLED,
+    StopReason.HARNESS_CHANGED,
     StopReason.TESTS_EDITED,
     StopReason.UNVERIFIED_FAILURES,
     StopReason.SUCCESS,
@@ -167,6 +168,7 @@ class Observation(Frozen):
     scope_denied: bool = False
     tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
     provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
+    harness_changed: tuple[str, ...] = ()  # what changed in the incident's seal since the capture
     # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
     environment: Optional[str] = None
 
@@ -526,6 +528,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
             tests_edited=bool(attempt.tests_edited),
+            harness_changed=tuple(attempt.harness_changed),
             provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=environment_of(attempt.failures),
         )

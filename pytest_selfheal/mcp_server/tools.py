@@ -27,6 +27,7 @@ from pytest_selfheal.config.files import find_project_root, is_project, load_con
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.messages import changed_summary
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
@@ -321,11 +322,13 @@ class Project:
         made = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         ran: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
+        harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
+            harness = last.harness_changed
             ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -347,7 +350,10 @@ class Project:
                       "tests; then call run_tests again without arguments: that run replays the capture's pytest "
                       "options and is the incident's next iteration"))
         if ran is not None:
-            return replace(ran, summary=self._iteration_summary(ran), next=self._next(ran, store))
+            summary = self._iteration_summary(ran)
+            if harness:
+                summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+            return replace(ran, summary=summary, next=self._next(ran, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped

@@ -36,6 +36,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "flaky_note",  # "; flaky (passed without a code change): a, b", or ""
     "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
     "seen",  # "same failure", or "no verdict (<the tests without one>)"
+    "changes",  # what changed since the capture, named (harness_changed)
 )
 
 
@@ -91,6 +92,19 @@ STOPS: Mapping[str, StopFacts] = {
         ),
         "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
         "patch only if the tests were wrong (selfheal apply {id}).",
+    ),
+    StopReason.HARNESS_CHANGED: StopFacts(
+        _ESCALATED,
+        "What decides what runs and how a result is judged changed since the capture ({changes}): "
+        "the verdict of this run is not trusted; not resolved.",
+        (
+            ("review", "Review what changed since the capture (tests' packages, pytest configuration, "
+             "start-up customisation, judging keys)", "selfheal show {id}"),
+            ("reopen", "Undo the change (or accept it), then reopen: a fresh seal is taken", "selfheal reopen {id}"),
+            _EXPORT,
+        ),
+        "Review what changed since the capture (the decision point names it); undo it, then reopen the incident "
+        "(selfheal reopen {id}): a reopen is a person's act and takes a fresh seal of what is there then.",
     ),
     StopReason.MAX_ITERATIONS: StopFacts(
         _ESCALATED,

@@ -71,6 +71,8 @@ class StopReason(TextEnum):
     """Why the loop stopped (loop/policy.py decides; docs/loop.md lists them)."""
 
     SUCCESS = "success"
+    # What decides what runs and how a result is judged changed since the capture (the seal).
+    HARNESS_CHANGED = "harness_changed"
     TESTS_EDITED = "tests_edited"  # the selection passes, but only with test files edited: a person looks
     # The selection passes, but the capture counted failures it could not keep (its cap): never verified.
     UNVERIFIED_FAILURES = "unverified_failures"

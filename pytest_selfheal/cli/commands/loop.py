@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         stream.flush()
 
     if args.reopen and store.locate(incident_id)[0] != INBOX:
-        bucket, previous, _ = reopen_incident(store, incident_id)
+        bucket, previous, _ = reopen_incident(store, incident_id, effective=effective, project_root=project)
         progress(f"selfheal: reopened {incident_id} ({previous} -> planned) from error_archive/{bucket}")
 
     result = run_incident_loop(
