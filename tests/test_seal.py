@@ -245,13 +245,19 @@ def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path
 
     project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/__init__.py": "",
                                                "tests/test_calc.py": TEST_CALC})
+    repeats = {"error_fingerprint_repeats": 9, "no_progress_repeats": 9}
+    _config(project, **repeats)
     params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
                                    env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
 
     async def scenario() -> None:
         async with Client(params, read_timeout_seconds=300) as client:
             first = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert first["captured"]
+            assert first["captured"] and first["max_iterations"] == 3
+            _config(project, max_iterations=9, **repeats)  # raised after the capture: not this incident's budget
+            again = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (again["decision"], again["max_iterations"]) == ("CONTINUE", 3), again
+            assert "config key max_iterations changed since the capture: not applied" in again["summary"], again
             (project / "tests" / "__init__.py").write_text(PATCH)  # the cheat: the test now passes
             verdict = (await client.call_tool("run_tests", {})).structured_content or {}
             assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict

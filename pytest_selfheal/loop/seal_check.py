@@ -20,6 +20,9 @@ from pytest_selfheal.config.settings import EffectiveConfig, judging_values, und
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.seal import Seal
 
+# The words of the line that reports an edited judging key (other surfaces pass it on).
+NOT_APPLIED = "changed since the capture: not applied to incident"
+
 
 def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[EffectiveConfig, Optional[str]]:
     """``effective`` under ``incident``'s judging keys, and the line naming the keys edited
@@ -33,8 +36,7 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
     ident = incident.incident_id
     judged = under_judging(effective, recorded, f"incident {ident} (its capture)")
     keys = "config key " + ", ".join(changed) if len(changed) == 1 else "config keys " + ", ".join(changed)
-    return judged, (f"selfheal: incident {ident}: {keys} changed since the capture: not applied to incident "
-                    f"{ident} until `selfheal reopen {ident}`")
+    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} until `selfheal reopen {ident}`"
 
 
 def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] = None,
@@ -61,4 +63,4 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
     return reseal(incident.seal, root, judging=judging_values(effective))
 
 
-__all__ = ["fresh_seal", "harness_changed", "judged_config"]
+__all__ = ["NOT_APPLIED", "fresh_seal", "harness_changed", "judged_config"]

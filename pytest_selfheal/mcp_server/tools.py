@@ -29,6 +29,7 @@ from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, U
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.messages import changed_summary
 from pytest_selfheal.loop.policy import FLAKY
+from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
@@ -329,11 +330,14 @@ class Project:
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
             harness = last.harness_changed
+            # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
+            judged, _ = judged_config(effective, store.read_incident(incident_id))
             ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
                        fingerprint_changed=bool(last.fingerprint_changed), progress=bool(last.progress),
-                       tests_fixed=tuple(last.tests_fixed)[:20], flaky=FLAKY in last.progress_reasons, bucket=bucket)
+                       tests_fixed=tuple(last.tests_fixed)[:20], flaky=FLAKY in last.progress_reasons, bucket=bucket,
+                       max_iterations=judged.settings.max_iterations)
         stopped = parse_already_stopped(plugin_lines)  # a STOP already_stopped line of the plugin
         if captured:
             # A new incident to fix outweighs the verdict on the one that just closed: the
@@ -353,6 +357,8 @@ class Project:
             summary = self._iteration_summary(ran)
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+            summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
+                               if NOT_APPLIED in line)
             return replace(ran, summary=summary, next=self._next(ran, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
