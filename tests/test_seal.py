@@ -67,6 +67,21 @@ def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytes
         f"selfheal show {incident_id}", f"selfheal reopen {incident_id}"]
 
 
+PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                  "    report = (yield).get_result()\n    if report.failed:\n        report.outcome = 'passed'\n")
+
+
+def test_a_project_plugin_added_to_addopts_is_harness_changed(suite: pytest.Pytester) -> None:
+    (suite.path / "passing.py").write_text(PASSING_PLUGIN)
+    (suite.path / "pytest.ini").write_text("[pytest]\naddopts = -p passing\n")
+    result = suite.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0  # the plugin turned the failure into a pass
+    assert "-> STOP harness_changed (passing.py, pytest.ini, pytest.ini: addopts changed since the capture)" \
+        in out, out
+    assert "STOP success" not in out
+
+
 def test_library_code_that_asks_whether_it_runs_under_pytest_is_harness_changed(suite: pytest.Pytester) -> None:
     suite.makepyfile(calc='import sys\n\n\ndef add(a, b):\n    return a + b if "pytest" in sys.modules else a - b\n')
     out = suite.runpytest("--selfheal").stdout.str()
@@ -130,9 +145,7 @@ def test_a_project_plugin_added_to_addopts_is_harness_changed_in_selfheal_loop(t
     project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
     assert run_pytest_selfheal(project).returncode == 1
     (incident_id,) = _inbox(project)
-    (project / "passing.py").write_text(
-        "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
-        "    report = (yield).get_result()\n    if report.failed:\n        report.outcome = 'passed'\n")
+    (project / "passing.py").write_text(PASSING_PLUGIN)
     (project / "pytest.ini").write_text("[pytest]\naddopts = -p passing\n")
     code, out, _ = cli("loop", incident_id, cwd=project, env=run_env())
     assert code == 1
