@@ -39,6 +39,8 @@ import iniconfig
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.testfiles import MISSING
 from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, toml_loads
+from pytest_selfheal.records.frozen import Frozen
+from pytest_selfheal.records.frozen import dataclass as frozen_dataclass
 from pytest_selfheal.records.jsondoc import thaw
 from pytest_selfheal.records.seal import Seal
 
@@ -127,13 +129,16 @@ class Hasher:
         return sha256(b"\n".join(known[2])) if known[2] else ""
 
 
-@dataclass(frozen=True)
-class Loaded:
+@frozen_dataclass(frozen=True, eq=False, repr=False)
+class Loaded(Frozen):
     """What the run in this process loaded (only known inside pytest): plugin module files
     (``config.pluginmanager.get_plugins()``) and every imported module's file."""
 
     plugin_files: tuple[str, ...] = ()
     module_files: tuple[str, ...] = ()
+
+
+NOTHING_LOADED = Loaded()  # a check outside pytest: nothing of the run is known
 
 
 def loaded_now(plugins: Iterable[object]) -> Loaded:
@@ -337,7 +342,7 @@ def take_seal(
     test_files: Iterable[str],
     inifile: Optional[str],
     judging: Mapping[str, Any],
-    loaded: Loaded = Loaded(),
+    loaded: Loaded = NOTHING_LOADED,
     extra_code: Iterable[str] = (),
     environ: Optional[Mapping[str, str]] = None,
     path: Optional[Sequence[str]] = None,
@@ -365,7 +370,7 @@ def take_seal(
     )
 
 
-def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded: Loaded = Loaded(),
+def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded: Loaded = NOTHING_LOADED,
            extra_code: Iterable[str] = (), environ: Optional[Mapping[str, str]] = None,
            path: Optional[Sequence[str]] = None, distributions: bool = True) -> Seal:
     """The seal now of what ``recorded`` sealed, in ``rootdir`` (the project, or a repair

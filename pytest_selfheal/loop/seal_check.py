@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.config.seal import Loaded, harness_changes, judging_changes, reseal
+from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.seal import Seal
@@ -48,7 +48,7 @@ def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] 
         return []
     # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
     # the loop's parent leaves that to the next run inside pytest (docs/loop.md "The seal").
-    now = reseal(incident.seal, root, judging=incident.seal.judging, loaded=loaded or Loaded(), extra_code=extra_code,
+    now = reseal(incident.seal, root, judging=incident.seal.judging, loaded=loaded or NOTHING_LOADED, extra_code=extra_code,
                  distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
