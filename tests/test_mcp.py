@@ -318,6 +318,37 @@ def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode:
     anyio.run(scenario)
 
 
+def test_apply_refuses_a_patch_that_edits_tests_without_asking(tmp_path: Path) -> None:
+    """Approval never covers a test edit: the apply tool refuses it in one line naming the
+    file, before any question, unless repair.allow_test_edits is set."""
+    files = dict(REEXPORT)
+    files["tests/test_add.py"] = files["tests/test_add.py"].replace("range(150)", "range(2)")
+    project = make_project(tmp_path / "proj", files)
+    incident_id = _incident_with_patch(project)
+    test_file = project / "tests" / "test_add.py"
+    original = test_file.read_text()
+    test_file.write_text(original.replace("== n + 1", "== n + 1 or True"))
+    loosened = subprocess.run(["git", "diff", "--", "tests"], cwd=project, capture_output=True, check=True).stdout
+    test_file.write_text(original)
+    patch = project / ".selfheal" / "error_runs" / incident_id / "final.patch"
+    patch.write_bytes(patch.read_bytes() + loosened)
+    clean = tree_state(project)
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async def scenario() -> None:
+        async with session(project, elicit=elicit) as client:
+            refused = await client.call_tool("apply", {"incident_id": incident_id})
+            assert refused.is_error and "\n" not in text_of(refused)
+            assert "edits test files (tests/test_add.py)" in text_of(refused)
+            assert asked == [] and tree_state(project) == clean
+
+    anyio.run(scenario)
+
+
 # --------------------------------------------------------------------------- errors and bounds
 
 

@@ -206,3 +206,5 @@ def test_a_push_event_checks_nothing(tmp_path: Path) -> None:
     result = run_ci(project, env)
     assert result.returncode == EXIT_OK, result.stdout
     assert "new tests not checked: no base revision (not a pull request event)" in result.stdout
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "None: no incident, so no plan." in summary and "selfheal plan" not in summary

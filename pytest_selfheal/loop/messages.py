@@ -11,6 +11,9 @@ from typing import Optional
 from pytest_selfheal.loop.policy import (
     FLAKY,
     MESSAGE_UNSTABLE,
+    REPAIR_CRASHED,
+    REPAIR_NO_FIX_FOUND,
+    REPAIR_TIMEOUT,
     Decision,
     LoopPolicy,
     Observation,
@@ -19,10 +22,11 @@ from pytest_selfheal.loop.policy import (
     flaky_tests,
     is_evidence,
 )
+from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
-from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff
+from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
 from pytest_selfheal.records.stops import stop_facts, stop_tone
-from pytest_selfheal.records.vocab import FinalStatus, Line
+from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason
 
 # --------------------------------------------------------------------------- decision sentences
 
@@ -113,6 +117,41 @@ def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[st
     if stop_reason is None:
         return "Continue the loop: run the next iteration."
     return stop_facts(stop_reason).next_action.format(id=incident_id or "ID")
+
+
+def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
+    """What to do once a repair changed something, or None (the stop reason's own action
+    fits): a fix applied is reviewed, tested and committed; a fix proposed is reviewed and
+    applied; a partial patch is there to review. Never "nothing to do" after a repair."""
+    if repair is None or not repair.final_patch:
+        return None
+    files = ", ".join(repair.files_changed[:5]) + (f" (+{len(repair.files_changed) - 5} more)"
+                                                   if len(repair.files_changed) > 5 else "")
+    if repair.applied:
+        return (f"Review the fix the repair applied to your working tree ({files}), run the whole suite "
+                "(python -m pytest), then commit it.")
+    if stop_reason == StopReason.SUCCESS:
+        command = repair.apply_command or f"selfheal apply {incident_id}"
+        return (f"Review the proposed fix ({files}; selfheal show {incident_id}): it is not in your working tree "
+                f"yet; apply it with: {command}")
+    if stop_reason == StopReason.TESTS_EDITED:
+        return None  # its own action already says review the test diff first
+    return recommended_next_action(stop_reason, incident_id) + (
+        f" A partial patch ({files}) is proposed for review, not applied: selfheal show {incident_id}.")
+
+
+def repair_line(result: RepairBlock) -> str:
+    """What one repair call did, for its progress line and the report: the result, the files,
+    and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
+    which out-of-scope files approval let in."""
+    shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
+    if result.result in (REPAIR_CRASHED, REPAIR_TIMEOUT):
+        return f"{result.result}{shown}: {result.message or 'no message'} — rolled back"
+    if result.scope_denied or result.out_of_scope:
+        return f"{result.result}{shown} — {result.message}"
+    if result.result == REPAIR_NO_FIX_FOUND and result.message:
+        return f"{result.result}: {result.message}"
+    return f"{result.result}{shown}"
 
 
 def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str, str, Optional[str]]:
@@ -267,6 +306,8 @@ __all__ = [
     "plural",
     "recommended_next_action",
     "iteration_prefix",
+    "next_action_after_repair",
+    "repair_line",
     "status_line",
     "stop_message",
     "unverified_line",

@@ -64,6 +64,7 @@ _LATE = {
     "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
     "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
     "store": "pytest_selfheal.store.root",
+    "fsio": "pytest_selfheal.store.fsio",
     "agent_mode": "pytest_selfheal.loop.agent_mode",
     "entry": "pytest_selfheal.run.entry",
     "sticky": "pytest_selfheal.loop.sticky",
@@ -368,7 +369,9 @@ class Recorder:
         return None
 
     def store(self) -> Store:
-        """The store of this run's reports root, redacting with this run's settings."""
+        """The store of this run's reports root, redacting with this run's settings; RefusedError
+        when the configured root leads out of the project."""
+        late("fsio").project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
         store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
         return store
 

@@ -32,7 +32,7 @@ from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.store.fsio import atomic_write_text
+from pytest_selfheal.store.fsio import atomic_write_text, project_path
 
 if TYPE_CHECKING:
     # Loaded late (the recorder's late loads); named here so that import-linter still checks the edges.
@@ -59,6 +59,7 @@ def failed_reports(recorder: Recorder) -> list[FailedReport]:
 def finish_session(recorder: Recorder, exitstatus: int) -> None:
     """Record what the run found: agent attempts, a stopped incident's next iteration or a new
     incident (with the loop when asked), then the report; the lines go to ``recorder.lines``."""
+    project_path(recorder.config.rootpath, recorder.effective.settings.reports_dir, "reports_dir")
     reports = failed_reports(recorder)
     counts = {"tests": recorder.tests, "failed": len(reports), "skipped": recorder.skipped}
     warnings: list[str] = []
@@ -268,11 +269,15 @@ def _write_report(recorder: Recorder) -> None:
         enabled=recorder.effective.settings.enabled,
     )
     for line in render_terminal(report):
+        if recorder.ci_run and line.startswith("  next:"):
+            # `selfheal ci` started this run and loops what it captured right after it: no
+            # command for the reader to type.
+            line = "  next: selfheal ci runs the RALF-Lite loop on what this run captured"
         # The one `next:` line is essential; the report's per-incident lines are details.
         level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY
         recorder.lines.append((level, line))
     path = recorder.effective.settings.report_path
     if path:
-        target = Path(recorder.config.rootpath, str(path))
+        target = project_path(recorder.config.rootpath, str(path), "report_path")
         atomic_write_text(target, recorder.redactor.redact(report_markdown(report, recorder.config.pluginmanager)))
         recorder.lines.append((SUMMARY, f"report written to {target}"))

@@ -87,11 +87,13 @@ STOPS: Mapping[str, StopFacts] = {
         "(ralf_lite.repair.allow_test_edits): a person must review the test diff; not resolved.",
         (
             ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
-            ("apply", "Apply the proposed patch, test edits included, after review", "selfheal apply {id}"),
+            ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",
+             "selfheal apply {id} --allow-test-edits"),
             _EXPORT,
         ),
-        "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
-        "patch only if the tests were wrong (selfheal apply {id}).",
+        "Review the test diff first (selfheal show {id}): the selection passes only with tests changed, and "
+        "approval never covers a test edit; only if the tests were wrong, allow the edits deliberately "
+        "(selfheal apply {id} --allow-test-edits).",
     ),
     StopReason.HARNESS_CHANGED: StopFacts(
         _ESCALATED,

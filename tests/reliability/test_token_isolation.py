@@ -63,8 +63,9 @@ SNOOPS = """
         assert 1 + 1 == 3
 """
 
+# It changes an allowed file too: after a repair that kept nothing the tests would not run again.
 PROVIDER = ("import json, os; open(os.environ['SEEN_LOG'], 'a').write(json.dumps(['repair', "
-            "sorted(k for k in os.environ if 'TOKEN' in k.upper()), []]) + '\\n')")
+            "sorted(k for k in os.environ if 'TOKEN' in k.upper()), []]) + '\\n'); open('note.txt', 'a').write('x\\n')")
 
 
 def _seen(log: Path) -> list[Any]:
@@ -76,7 +77,8 @@ def test_no_token_named_variable_reaches_a_child(tmp_path: Path, fake_github: Fa
     project = make_project(tmp_path / "p", {"test_app.py": SNOOPS})
     env = ci_env(tmp_path, fake_github, {"SEEN_LOG": str(log), **TOKENS})
     provider = json.dumps([PY, "-c", PROVIDER])
-    done = cli("ci", "--set", f"repair.command={provider}", "--", "-q", cwd=project, env=env)
+    done = cli("ci", "--set", f"repair.command={provider}", "--set", 'repair.allowed_paths=["note.txt"]', "--", "-q",
+               cwd=project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     seen = _seen(log)
     assert {where for where, _, _ in seen} >= {"capture", "verification", "repair"}, seen
