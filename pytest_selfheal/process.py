@@ -62,17 +62,29 @@ MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
 WITHHELD_TOKENS: tuple[str, ...] = (
     "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
 )
+#: The runner's command files: a line a test appends to one of them reaches the job's later
+#: steps (``BASH_ENV=…`` in ``$GITHUB_ENV`` runs in the step that holds the token).
+RUNNER_COMMAND_FILES: tuple[str, ...] = (
+    "GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_STATE",
+)
 
 
-def withheld(name: str) -> bool:
-    """Whether the variable ``name`` is kept from every child: a token by name (``*TOKEN*``,
-    any case), unless it is one of selfheal's own ``SELFHEAL_*`` variables."""
+def token_named(name: str) -> bool:
+    """Whether the variable ``name`` holds a token by its name (``*TOKEN*``, any case), unless
+    it is one of selfheal's own ``SELFHEAL_*`` variables."""
     upper = name.upper()
     return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
 
 
+def withheld(name: str) -> bool:
+    """Whether the variable ``name`` is kept from every child: a token (:func:`token_named`)
+    or one of the runner's command files (:data:`RUNNER_COMMAND_FILES`)."""
+    return token_named(name) or name.upper() in RUNNER_COMMAND_FILES
+
+
 def child_environment(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment of a child: ``env`` (default: ours) without the tokens (:func:`withheld`)."""
+    """The environment of a child: ``env`` (default: ours) without the tokens and the runner's
+    command files (:func:`withheld`)."""
     source = os.environ if env is None else env
     return {k: v for k, v in source.items() if not withheld(k)}
 
@@ -490,6 +502,7 @@ __all__ = [
     "ProcessResult",
     "TAIL_BYTES",
     "TAIL_LINES",
+    "RUNNER_COMMAND_FILES",
     "WITHHELD_TOKENS",
     "child_environment",
     "kill_group",
@@ -497,5 +510,6 @@ __all__ = [
     "run",
     "tail_bytes",
     "terminate_group",
+    "token_named",
     "withheld",
 ]

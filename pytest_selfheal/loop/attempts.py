@@ -44,14 +44,13 @@ from pytest_selfheal.loop.resume import (
     split_runs,
     verification_event,
 )
-from pytest_selfheal.loop.seal_check import fresh_seal
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
-from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, Line, StopReason, tone_of
+from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -85,6 +84,18 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
 
 # --------------------------------------------------------------------------- attempt
 
+AGENT_MODE = "agent"
+# The repair block of an agent-mode run with the code unchanged since the previous one: the
+# agent, as the provider, tried nothing (docs/loop.md "An unchanged run is no attempt").
+AGENT_UNCHANGED = "nothing changed since the last run (the same diff hash): an iteration with nothing tried"
+
+
+def agent_unchanged() -> RepairBlock:
+    """The repair block of an unchanged agent-mode run: provider ``agent``, no fix found."""
+    return RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
+                                  "message": AGENT_UNCHANGED}, "repair")
+
+
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
 
@@ -114,7 +125,6 @@ def _attempt_document(
     repair: Optional[RepairBlock],
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
-    harness_changed: Sequence[str] = (),
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
@@ -148,12 +158,9 @@ def _attempt_document(
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_record().to_json(),
     }
-    if not_run:
-        doc["not_run"] = list(not_run)
-    if tests_edited:
-        doc["tests_edited"] = list(tests_edited)
-    if harness_changed:
-        doc["harness_changed"] = list(harness_changed)
+    for key, names in (("not_run", not_run), ("tests_edited", tests_edited), ("harness_changed", observation.harness_changed)):
+        if names:
+            doc[key] = list(names)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -173,22 +180,14 @@ def ensure_plan(store: Store, incident_id: str) -> Plan:
     return store.read_plan(incident_id)
 
 
-def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False,
-                    effective: Optional[EffectiveConfig] = None, project_root: Optional[Path] = None,
-                    ) -> tuple[str, str, int]:
+def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
     """``selfheal reopen``: an archived incident back to the inbox as ``planned``
     (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
     ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
-    ``effective``: a person's reopen takes a fresh seal (in ``project_root``, default the
-    capture's rootdir) with these judging keys. Returns ``(bucket it came from, status it
-    had, reopened_after_iteration)``."""
+    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
     with store.lock():
         ensure_plan(store, incident_id)
-        seal = None
-        if effective is not None and not continue_run:
-            incident = store.read_incident(incident_id)
-            seal = fresh_seal(incident, Path(project_root or incident.rootdir or "."), effective)
-        return store.reopen(incident_id, continue_run=continue_run, seal=seal)
+        return store.reopen(incident_id, continue_run=continue_run)
 
 
 def start_running(store: Store, incident_id: str, **data: Any) -> None:
@@ -297,10 +296,12 @@ def record_iteration(
     ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
     whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     ``tests_edited``: test files changed since the capture (agent mode; a repair's come in
-    ``repair.tests_edited``). ``harness_changed``: what changed in the incident's seal since
-    the capture (loop/seal_check.py): the iteration stops ``harness_changed``. ``effective``
-    must be the incident's judged config (:func:`seal_check.judged_config`). Raises
-    ``RefusedError`` for an archived incident.
+    ``repair.tests_edited``). Raises ``RefusedError`` for an archived incident.
+
+    An unchanged run is no attempt: in agent mode, a run whose known diff hash equals the
+    previous observation's records the agent as a provider that produced no fix
+    (:data:`AGENT_UNCHANGED`), so the first such run continues while the budget lasts and
+    the second in a row stops ``no_fix_found``.
     """
     incident_id = validate_incident_id(incident_id)
     pol = policy.LoopPolicy.from_settings(effective.settings)
@@ -321,6 +322,8 @@ def record_iteration(
             return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
+        if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
+            repair = agent_unchanged()
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
@@ -331,8 +334,7 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=bool(edited),
-            harness_changed=tuple(harness_changed),
+            tests_edited=bool(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
         )
@@ -359,7 +361,6 @@ def record_iteration(
             repair=repair,
             not_run=not_run,
             tests_edited=edited,
-            harness_changed=harness_changed,
         )
         store.write_attempt(incident_id, attempt)
         kill_point("record:after_attempt")
@@ -374,10 +375,6 @@ def record_iteration(
                 incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data
             )
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
-        if decision.stop_reason == StopReason.HARNESS_CHANGED:
-            # The iteration line names what changed: the agent (and the person) sees why at once.
-            line = Line(f"{line} ({messages.changed_summary(harness_changed)} changed since the capture)",
-                        tone_of(line))
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
         if not decision.stopped:
@@ -588,7 +585,10 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
 
 
 __all__ = [
+    "AGENT_MODE",
+    "AGENT_UNCHANGED",
     "IterationOutcome",
+    "agent_unchanged",
     "agent_status_line",
     "build_run_result",
     "ensure_plan",

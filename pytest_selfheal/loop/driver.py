@@ -19,6 +19,7 @@ Used by the loop entry (``pytest_selfheal.run.entry``: ``selfheal loop``, ``pyte
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -43,7 +44,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import iteration_prefix, option_record
+from pytest_selfheal.loop.messages import iteration_prefix, naming_changes, option_record
 from pytest_selfheal.loop.resume import (
     capture_hash_on_disk,
     minutes_between,
@@ -530,7 +531,8 @@ def _verify_and_record(
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations
-    return outcome
+    return dataclasses.replace(outcome, status_line=naming_changes(
+        outcome.status_line, outcome.decision.stop_reason if outcome.decision else None, changed_harness))
 
 
 def verify_iteration(

@@ -259,6 +259,14 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 
+def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]) -> str:
+    """The iteration line of a ``harness_changed`` stop with what changed named at its end
+    (docs/loop.md "Status line"): the agent, and the person, see why at once."""
+    if stop_reason != StopReason.HARNESS_CHANGED or not changed:
+        return line
+    return Line(f"{line} ({changed_summary(changed)} changed since the capture)", stop_tone(stop_reason))
+
+
 # --------------------------------------------------------------------------- tests without a verdict
 
 # A selected test that ran to no verdict, by outcome: how every surface names it.
@@ -306,10 +314,12 @@ __all__ = [
     "plural",
     "recommended_next_action",
     "iteration_prefix",
+    "naming_changes",
     "next_action_after_repair",
     "repair_line",
     "status_line",
     "stop_message",
+    "UNVERIFIED",
     "unverified_line",
     "unverified_summary",
     "unverified_tests",

@@ -19,6 +19,7 @@ from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes,
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.store.root import Store
 
 # The words of the line that reports an edited judging key (other surfaces pass it on).
 NOT_APPLIED = "changed since the capture: not applied to incident"
@@ -55,6 +56,15 @@ def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] 
     return [name for name in harness_changes(incident.seal, now) if name not in incident.test_digests]
 
 
+def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
+    """After a person's reopen (``selfheal reopen``, ``selfheal loop --reopen``): the
+    incident's seal taken again in ``root`` with today's judging keys; what changed before
+    is accepted from now on. Nothing for an incident captured without a seal."""
+    seal = fresh_seal(store.read_incident(incident_id), root, effective)
+    if seal is not None:
+        store.update_incident(incident_id, seal=seal.to_json())
+
+
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
     """The seal of what ``incident``'s seal covers as it is now, with today's judging keys
     (``selfheal reopen``); None for an incident captured without one."""
@@ -63,4 +73,4 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
     return reseal(incident.seal, root, judging=judging_values(effective))
 
 
-__all__ = ["NOT_APPLIED", "fresh_seal", "harness_changed", "judged_config"]
+__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config"]

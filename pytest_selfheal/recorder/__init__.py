@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
     from pytest_selfheal.capture.evidence import Resolver
     from pytest_selfheal.capture.spectrum import SpectrumHook
-    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.loop import agent_mode, stopped  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
     from pytest_selfheal.records.incident import RootCause
     from pytest_selfheal.redact import Redactor
@@ -68,6 +68,7 @@ _LATE = {
     "agent_mode": "pytest_selfheal.loop.agent_mode",
     "entry": "pytest_selfheal.run.entry",
     "sticky": "pytest_selfheal.loop.sticky",
+    "stopped": "pytest_selfheal.loop.stopped",  # a green run's cheap look at the stopped incidents
 }
 
 
@@ -277,6 +278,7 @@ class Recorder:
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
+        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     def _open_incidents(self) -> list[OpenIncident]:
@@ -357,6 +359,10 @@ class Recorder:
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
                 self.outcomes[nodeid] = outcome
 
+    def known_id(self, nodeid: str) -> str:
+        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        return self.redactor.redact(bounded_nodeid(nodeid))
+
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
         holding a secret) its redacted form, as stored (docs/redaction.md)."""
@@ -375,10 +381,58 @@ class Recorder:
         store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
         return store
 
+    def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
+        """Open incidents' selected tests this run should have run and has no outcome for
+        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
+        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
+        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
+            return set()
+        rootdir = Path(self.config.rootpath)
+        scopes = []
+        for arg in self.config.args:
+            path, _, rest = str(arg).partition("::")
+            scopes.append((Path(os.path.abspath(Path(self.config.invocation_params.dir, path))), rest))
+        gone = set()
+        for nodeid in self.watched - self.outcomes.keys():
+            if is_redacted(nodeid) or TRUNCATED in nodeid:
+                continue  # an id holding a secret cannot be placed
+            path, _, rest = nodeid.partition("::")
+            where = Path(os.path.abspath(rootdir / path))
+            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
+                   or (not inner and scope in where.parents) for scope, inner in scopes):
+                gone.add(nodeid)
+        return gone
+
+    def _stopped_hold_passed(self) -> bool:
+        """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
+        cheap look: the store and the incidents' last attempts, none of the capture side."""
+        try:
+            held: bool = late("stopped").holds_passed(self.store(), Path(self.config.rootpath), self.passed,
+                                                     self.known_id)
+        except SelfhealError:
+            return False
+        return held
+
+    def has_stopped_incidents(self) -> bool:
+        """Cheap look before loading the loop side: any escalated or inbox incident at all."""
+        for folder in (self.reports_root / "error_archive" / "escalated", self.reports_root / "error_inbox"):
+            try:
+                with os.scandir(folder) as entries:
+                    if any(True for _ in entries):
+                        return True
+            except OSError:
+                continue
+        return False
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # trylast: pytest's own junitxml has written --junitxml by now.
-        if not self.failed and not self.outcomes:
+        self.gone = self._gone(session, int(exitstatus))
+        # A green run goes on only when an open incident's test is gone, or when a stopped
+        # incident may hold the tests it passed (a stop sticks: loop/sticky.py).
+        if not self.failed and not self.outcomes and not self.gone and not (
+                self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()):
             return
 
         try:

@@ -10,7 +10,6 @@ loop, and writes the report.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -85,9 +84,10 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
     )
     covered: set[str] = set()
     still_open: list[str] = []
+    iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
     # The run's replayable options: compared by agent mode, recorded by a capture.
-    options, options_problem = capture_options(recorder.config) if recorder.outcomes or failures else ([], None)
-    if recorder.outcomes:
+    options, options_problem = capture_options(recorder.config)
+    if recorder.outcomes or recorder.gone:
         agent = late("agent_mode").record_agent_attempts(
             store=recorder.store(),
             effective=recorder.effective,
@@ -102,13 +102,14 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
             run_options=None if options_problem else options,
             run_dir=invocation_dir(recorder.config),
             loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            gone=recorder.gone,
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
-        covered, still_open = agent.covered, agent.still_open
+        covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
-    if remaining and not still_open and not recorder.ci_run and _has_stopped_incidents(recorder):
+    if (remaining or recorder.passed) and not still_open and not recorder.ci_run and recorder.has_stopped_incidents():
         remaining, continued = _attach_to_stopped(recorder, remaining, failures, git, exitstatus,
-                                                  None if options_problem else options)
+                                                  None if options_problem else options, iterated)
         still_open += continued
     if remaining and still_open:
         # One incident at a time: new failures wait in the attempt until the open one closes.
@@ -165,24 +166,14 @@ def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
                      loaded=loaded_now(config.pluginmanager.get_plugins()))
 
 
-def _has_stopped_incidents(recorder: Recorder) -> bool:
-    """Cheap look before loading the loop side: any escalated or inbox incident at all."""
-    for folder in (recorder.reports_root / "error_archive" / "escalated", recorder.reports_root / "error_inbox"):
-        try:
-            if any(True for _ in os.scandir(folder)):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _attach_to_stopped(
     recorder: Recorder, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
-    run_options: Optional[list[str]],
+    run_options: Optional[list[str]], iterated: list[str],
 ) -> tuple[list[Any], list[str]]:
     """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-    incident. Code unchanged → STOP already_stopped; changed → that incident's next
-    iteration. Returns the failures left to capture and the incidents still open."""
+    incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
+    already_stopped; changed → that incident's next iteration. Returns the failures left to
+    capture and the incidents still open."""
     sticky = late("sticky")
     store = recorder.store()
     stopped = sticky.stopped_incidents(store)
@@ -190,7 +181,12 @@ def _attach_to_stopped(
         return remaining, []
     root = Path(recorder.config.rootpath)
     diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
-    matches, rest = sticky.match_stopped(stopped, remaining, diff)
+    matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
+    matches += sticky.match_green(
+        stopped, sticky.as_known(stopped, recorder.passed, recorder.known_id), {f.nodeid for f in failures if f.nodeid},
+        diff,
+        sticky.tests_changed(store, root),
+        taken={m.incident.incident_id for m in matches} | set(iterated))
     still_open: list[str] = []
     max_iterations = recorder.effective.settings.max_iterations
     for match in matches:

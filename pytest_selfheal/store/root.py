@@ -24,10 +24,8 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 from pytest_selfheal.errors import RefusedError, UsageError
-from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -90,7 +88,7 @@ class Store(StoreWriter):
 
     # ------------------------------------------------------------------ reopen
 
-    def reopen(self, incident_id: str, *, continue_run: bool = False, seal: Optional[Seal] = None) -> tuple[str, str, int]:
+    def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` with status ``planned``.
 
         In the archive folder: ``incident.json`` gets ``status: planned`` and
@@ -105,9 +103,6 @@ class Store(StoreWriter):
         ``continue_run``: a run saw the stopped failures again with the code changed
         (loop/sticky.py): ``resumed_after_iteration`` is written instead, so the old stop
         is history but the loop run — its budget and counters — goes on.
-
-        ``seal``: the fresh seal a person's reopen takes (loop/seal_check.py), written to
-        ``incident.json`` with the status: what changed before it is accepted from now on.
         """
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
@@ -127,8 +122,6 @@ class Store(StoreWriter):
                     incident = replace(incident, resumed_after_iteration=after)
                 else:
                     incident = replace(incident, reopened_after_iteration=after)
-                if seal is not None:
-                    incident = replace(incident, seal=seal)
                 self._write_incident(folder, incident)
                 fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
                 self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,

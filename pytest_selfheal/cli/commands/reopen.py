@@ -14,6 +14,7 @@ from pytest_selfheal.cli.commands._common import (
 )
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.loop.seal_check import take_fresh_seal
 
 NAME = "reopen"
 HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ with status planned, "
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     effective = load_config(project)  # a reopen is a person's act: it takes a fresh seal, with today's keys
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
-    bucket, previous, after = reopen_incident(store, incident_id, effective=effective, project_root=project)
+    bucket, previous, after = reopen_incident(store, incident_id)
+    take_fresh_seal(store, incident_id, project, effective)
     relative = store.locate(incident_id)[1].relative_to(store.root).as_posix()
     if args.json:
         print_json(
