@@ -148,7 +148,16 @@ def record_agent_attempts(
     even when no other selected test ran.
     """
     result = AgentResult()
-    touched = [i for i in incidents if any(n in outcomes or n in gone for n in i.selection)]
+    here = project_root.resolve()
+
+    def ours(incident: OpenIncident) -> bool:
+        # A reports root shared by several projects: a test of another project's incident is
+        # not gone because this project's run did not run it.
+        rootdir = incident.captured.rootdir if incident.captured is not None else None
+        return not rootdir or Path(rootdir).resolve() == here
+
+    touched = [i for i in incidents
+               if any(n in outcomes or (n in gone and ours(i)) for n in i.selection)]
     if not touched:
         return result
     diff = diff_hash(project_root, exclude=[reports_root])
