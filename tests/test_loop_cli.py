@@ -132,7 +132,8 @@ def test_commands_that_are_not_allowlisted_are_refused_and_never_run(tmp_path: P
 
 def test_hung_test_times_out_retries_once_and_stops(tmp_path: Path) -> None:
     project = hanging_project(tmp_path)
-    incident_id = capture(project)
+    # The judging keys in force at the capture judge the incident (docs/loop.md "The seal").
+    incident_id = capture(project, "--selfheal-set=verification.timeout_seconds=1")
     start = time.monotonic()
     result = selfheal(project, "loop", incident_id, "--set", "verification.timeout_seconds=1")
     assert result.returncode == EXIT_UNRESOLVED, result.stderr
@@ -238,7 +239,7 @@ def test_corrupted_attempt_is_exit_3(tmp_path: Path) -> None:
 
 def test_disabled_loop_exits_1_and_leaves_the_incident_open(tmp_path: Path) -> None:
     project = deterministic_project(tmp_path)
-    incident_id = capture(project)
+    incident_id = capture(project, "--selfheal-set=enabled=false")
     result = selfheal(project, "loop", incident_id, "--set", "enabled=false", "--json")
     assert result.returncode == EXIT_UNRESOLVED
     assert json.loads(result.stdout)["stop_reason"] == "disabled"
@@ -351,7 +352,8 @@ TARGET_TEST = """
 
 def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_path: Path) -> None:
     project = make_project(tmp_path / "opts", {"conftest.py": TARGET_CONFTEST, "test_deploy.py": TARGET_TEST})
-    incident_id = capture(project, "--target=staging", "-W", "default", "-k", "deploy", "--tb=short")
+    incident_id = capture(project, "--target=staging", "-W", "default", "-k", "deploy", "--tb=short",
+                          '--selfheal-set=verification.args=["-W", "ignore::UserWarning"]')
     store = Store(project / ".selfheal")
     # The helper's own -p no:cacheprovider is an option of the run too; -q, -k, --tb and -p
     # pytest_selfheal.plugin, --selfheal are not replayed.

@@ -86,6 +86,9 @@ STOP_CASES: list[tuple[str, LoopPolicy, list[Observation], dict[str, Any], str, 
     ("success_flaky", DEFAULT, [fail(0), green(1)], {}, "success", "resolved", 1),
     ("tests_edited", DEFAULT, [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)], {},
      "tests_edited", "escalated", 1),
+    # A pass with tests edited and the seal broken: the judge changed, that comes first.
+    ("harness_changed", DEFAULT, [fail(0), green(1, diff="d1", tests_edited=True, harness_changed=("tests/__init__.py",))],
+     {}, "harness_changed", "escalated", 1),
     ("unverified_failures", DEFAULT, [fail(0), green(1)], {"unverified": 1}, "unverified_failures", "escalated", 1),
     ("cancelled", DEFAULT, [fail(0)], {"cancelled": True}, "cancelled", None, 0),
     ("tooling_env_at_capture", DEFAULT, [fail(0, types=[TOOLING_ENV])], {}, "tooling_env", "escalated", 0),
@@ -180,7 +183,7 @@ def test_stop_cases_did_not_stop_earlier() -> None:
 def test_precedence_is_a_permutation_of_stop_reasons() -> None:
     assert sorted(PRECEDENCE) == sorted(STOP_REASONS)
     assert len(set(PRECEDENCE)) == len(PRECEDENCE)
-    assert PRECEDENCE[:4] == ("disabled", "tests_edited", "unverified_failures", "success")
+    assert PRECEDENCE[:5] == ("disabled", "harness_changed", "tests_edited", "unverified_failures", "success")
     assert PRECEDENCE.index("replan_requested") < PRECEDENCE.index("repeated_fingerprint")
 
 

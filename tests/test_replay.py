@@ -121,7 +121,7 @@ def test_final_status_of_every_stop_reason() -> None:
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
         "scope_expansion_denied": "escalated", "provider_escaped": "escalated", "cancelled": None, "disabled": None,
-        "tests_edited": "escalated", "unverified_failures": "escalated",
+        "tests_edited": "escalated", "unverified_failures": "escalated", "harness_changed": "escalated",
     }
 
 
@@ -164,7 +164,8 @@ Scenario = Callable[[Path], tuple[Path, str, dict[str, Any]]]
 def _simple(make: Callable[[Path], Path], *settings: str, **kwargs: Any) -> Scenario:
     def scenario(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
         project = make(tmp_path)
-        incident_id = capture(project)
+        # The judging keys in force at the capture judge the incident: set them there.
+        incident_id = capture(project, *(f"--selfheal-set={s}" for s in settings))
         return project, incident_id, loop_in_process(project, incident_id, *settings, **kwargs)
 
     return scenario
@@ -226,6 +227,14 @@ def _unverified(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     return project, incident_id, loop_in_process(project, incident_id)
 
 
+def _harness_changed(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
+    """The tests' package gains an __init__.py after the capture (the seal, docs/loop.md)."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    (project / "__init__.py").write_text("")
+    return project, incident_id, loop_in_process(project, incident_id)
+
+
 def _tooling(tmp_path: Path) -> Path:
     return make_project(tmp_path / "env", {"test_env.py": TOOLING})
 
@@ -247,6 +256,7 @@ SCENARIOS: dict[str, tuple[Scenario, int, str]] = {
     "disabled": (_simple(deterministic_project, "enabled=false"), 0, "inbox"),
     "tests_edited": (_tests_edited, 1, "escalated"),
     "unverified_failures": (_unverified, 1, "escalated"),
+    "harness_changed": (_harness_changed, 1, "escalated"),
 }
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import string
 
 import pytest
 
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records.stops import MESSAGE_FIELDS, STOPS, stop_facts, stop_tone
 from pytest_selfheal.records.vocab import (
     FailureClass,
     FinalStatus,
@@ -17,7 +19,6 @@ from pytest_selfheal.records.vocab import (
     Tone,
     TriageLabel,
     final_tone,
-    stop_tone,
     tone_of,
 )
 from pytest_selfheal.store import states
@@ -46,3 +47,13 @@ def test_a_line_carries_the_tone_of_its_record() -> None:
     assert [stop_tone(r) for r in (None, StopReason.SUCCESS, StopReason.MAX_ITERATIONS)] == [Tone.WARN, Tone.GOOD, Tone.BAD]
     assert [final_tone(s) for s in (FinalStatus.RESOLVED, FinalStatus.ESCALATED, None, "replan_requested")] == [
         Tone.GOOD, Tone.BAD, Tone.PLAIN, Tone.PLAIN]
+
+
+def test_every_stop_reason_has_one_row_of_facts() -> None:
+    assert set(STOPS) == set(StopReason)
+    for reason, facts in STOPS.items():
+        names = {name for _, name, _, _ in string.Formatter().parse(facts.message) if name}
+        assert names <= set(MESSAGE_FIELDS), reason
+        assert facts.options and facts.next_action.format(id="ID")
+    with pytest.raises(ValueError, match="unknown stop reason 'nope'"):
+        stop_facts("nope")

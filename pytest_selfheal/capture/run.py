@@ -37,6 +37,7 @@ from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.ids import new_run_id
@@ -243,6 +244,7 @@ def capture_incident(
     redactor: Optional[Redactor] = None,
     git: Optional[PendingSnapshot] = None,
     unverified: int = 0,
+    seal: Optional[Seal] = None,
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
@@ -252,6 +254,7 @@ def capture_incident(
     (excluding ``reports_root``) when the caller started it early, so its git processes ran
     while the failures were analysed. ``unverified``: failing tests counted but not kept
     (over the junit reader's cap): recorded, so the incident can never end in ``success``.
+    ``seal``: what decides what runs and how it is judged, as this run had it (config/seal.py).
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or effective.redactor
@@ -286,6 +289,7 @@ def capture_incident(
         pytest_options=tuple(pytest_options),
         invocation_dir=invocation_dir(config) or None,  # verification runs start there too
         ci_run=ci_run or None,
+        seal=seal,
     )
     context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))

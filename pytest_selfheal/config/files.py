@@ -166,7 +166,8 @@ def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) ->
 # --- pytest ini files ---------------------------------------------------------------
 
 
-def _toml_loads(text: str) -> dict[str, Any]:
+def toml_loads(text: str) -> dict[str, Any]:
+    """A TOML document (tomllib; tomli below Python 3.11)."""
     if sys.version_info >= (3, 11):
         import tomllib
 
@@ -198,7 +199,7 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
     name = path.name
     if name.endswith(".toml"):
         try:
-            document = _toml_loads(text)
+            document = toml_loads(text)
         except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
             raise config_error(f"{path}: invalid TOML: {exc}") from None
         if name != "pyproject.toml":

@@ -62,6 +62,9 @@ class KeySpec(Frozen):
     default: Any
     meaning: str
     nullable: bool = False
+    # A judging key: the value in force when an incident is captured judges it until
+    # `selfheal reopen` (config/seal.py); a later edit is reported, not obeyed.
+    judging: bool = False
 
     @property
     def expected(self) -> str:
@@ -90,16 +93,16 @@ GROUPS: dict[str, str] = {
 SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("enabled", BOOL, True,
             "Master switch of the loop. `false`: failing runs are still captured as incidents, "
-            "but the loop stops at once with stop reason `disabled`."),
+            "but the loop stops at once with stop reason `disabled`.", judging=True),
     KeySpec("max_iterations", INT, 3,
             "Most iterations (verification runs, the capture not counted) of one loop run; "
-            "reaching it stops with `max_iterations`."),
+            "reaching it stops with `max_iterations`.", judging=True),
     KeySpec("error_fingerprint_repeats", INT, 2,
             "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
-            "consecutive iterations."),
+            "consecutive iterations.", judging=True),
     KeySpec("no_progress_repeats", INT, 2,
             "Stop with `no_progress` (or `replan_requested`, see `auto_replan_on_no_progress`) "
-            "after this many consecutive iterations without progress."),
+            "after this many consecutive iterations without progress.", judging=True),
     KeySpec("apply_to.auto_tasks", BOOL, True,
             "The loop runs for ordinary failing tests captured by `pytest --selfheal`."),
     KeySpec("apply_to.autonomous_plans", BOOL, True,
@@ -109,7 +112,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "unless `true`."),
     KeySpec("max_runtime_minutes", NUMBER, None,
             "Wall-clock budget of one loop, in minutes; exceeding it stops with "
-            "`runtime_budget`. `null`: no time-based stop.", nullable=True),
+            "`runtime_budget`. `null`: no time-based stop.", nullable=True, judging=True),
     KeySpec("auto_replan_on_no_progress", BOOL, False,
             "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
             "with `replan_requested` instead of escalating."),
@@ -126,16 +129,16 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
             "Executable names (basename, or `python -m <module>`) verification commands may "
             "run; any other command is refused and logged. Their arguments are checked too: "
-            "selections inside the project root and safe options only (docs/loop.md)."),
+            "selections inside the project root and safe options only (docs/loop.md).", judging=True),
     KeySpec("verification.args", STRINGS, [],
             "Extra pytest arguments for every verification run, after the capture's own options "
             "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
             "like the capture's options, and judged by value like them: `-p` only for an installed plugin, "
             "`-o`/`-c` and path values inside the project, never `@FILE`, `--basetemp`, `--rootdir`, "
-            "`--confcutdir` ([loop.md](loop.md#what-a-verification-run-executes))."),
+            "`--confcutdir` ([loop.md](loop.md#what-a-verification-run-executes)).", judging=True),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
-            "and counts as a `timeout`."),
+            "and counts as a `timeout`.", judging=True),
     KeySpec("repair.command", ARGV, None,
             "Repair provider command as an argv list, never run through a shell; placeholders "
             "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "
@@ -199,17 +202,18 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("gate.pytest_args", STRINGS, [],
             "Arguments of the `pytest --selfheal` run a stop gate makes when no incident is open (node "
             "ids, paths, allowlisted options such as `-x`); with an incident open the gate re-runs it "
-            "with its capture's own options instead."),
+            "with its capture's own options instead.", judging=True),
     KeySpec("gate.timeout_seconds", NUMBER, 300,
             "The longest a stop gate's test run may take; past it the run is stopped and the agent "
             "is let stop (a gate fails open). `selfheal stop-gate install` gives the agent's hook "
-            "timeout 30 s more."),
+            "timeout 30 s more.", judging=True),
     KeySpec("gate.max_chars", INT, 4000,
             "The longest message a stop gate hands the agent (the verdict and its root-cause groups); "
             "a longer one is cut with a note naming `selfheal show`."),
 )
 
 SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
+JUDGING_KEYS: tuple[str, ...] = tuple(spec.key for spec in SCHEMA if spec.judging)
 
 
 def nest(flat: Mapping[str, object]) -> dict[str, Any]:

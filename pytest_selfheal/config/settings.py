@@ -40,6 +40,7 @@ from pytest_selfheal.config.keys import (
     DEFAULT_ORIGIN,
     GROUPS,
     INT,
+    JUDGING_KEYS,
     NUMBER,
     REGEXES,
     ROOT_KEY,
@@ -550,6 +551,36 @@ def build_effective_config(
     """Files, then ini options, then overrides; errors reported in that order (the file
     layers are checked already, the ini options and overrides are checked here in turn)."""
     return merge_layers([*file_layers, *ini_layers(ini, ini_origin), *override_layers(overrides)])
+
+
+# --- judging keys -------------------------------------------------------------------
+
+
+def judging_values(effective: EffectiveConfig) -> dict[str, Any]:
+    """The judging keys (:data:`keys.JUDGING_KEYS`) and their values in ``effective``: what
+    an incident's seal records at capture."""
+    return {key: effective.get(key) for key in JUDGING_KEYS}
+
+
+def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origin: str) -> EffectiveConfig:
+    """``effective`` with the judging keys set back to ``recorded`` (an incident's seal),
+    their origin ``origin``; every other key as it is. A recorded value that is no longer
+    valid (or missing) keeps today's."""
+    values = {spec.key: effective.get(spec.key) for spec in SCHEMA}
+    origins = dict(effective.origins)
+    for key in JUDGING_KEYS:
+        if key not in recorded:
+            continue
+        value = copy.deepcopy(recorded[key])
+        value = list(value) if isinstance(value, tuple) else value  # a frozen copy read back
+        try:
+            values[key] = _check_leaf(origin, key, SPECS[key], value)
+        except ConfigError:
+            continue
+        if values[key] != effective.get(key):
+            origins[key] = origin
+    settings = Settings.from_layer(ConfigLayer("merged", values))
+    return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
 
 
 def default_config() -> EffectiveConfig:

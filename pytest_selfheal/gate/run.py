@@ -35,9 +35,11 @@ from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_payload
 from pytest_selfheal.loop.agent_mode import open_incidents
-from pytest_selfheal.loop.sticky import ALREADY_STOPPED
+from pytest_selfheal.loop.seal_check import judged_config
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.mcp import Decision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor
@@ -98,6 +100,19 @@ def _digest(project: Project, store: Store, verdict: RunVerdict, limit: int, red
     return project.verdict_result(store, shown, limit, redactor=redactor, structured=False, more=more).text
 
 
+def _judging_incident(store: Store) -> tuple[bool, Optional[Incident]]:
+    """``(an incident is open, the incident whose capture judges this stop)``: the open one,
+    else the newest that stopped without success (its stop sticks until a reopen)."""
+    found = open_incidents(store)
+    if found:
+        return True, found[0].captured
+    stopped = stopped_incidents(store, limit=1)
+    try:
+        return False, store.read_incident(stopped[0].incident_id) if stopped else None
+    except SelfhealError:
+        return False, None
+
+
 # Stops by repetition: an agent that ran the tests itself before stopping may have spent
 # them; with budget left, the gate's first answer still sends it back once.
 SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopReason.NO_FIX_FOUND)
@@ -122,16 +137,25 @@ def _sent_back(verdict: RunVerdict) -> RunVerdict:
 
 
 def decide(project: Project, payload: HookPayload) -> GateAnswer:
-    """Run the tests and answer from the verdict (a SelfhealError when they cannot be run)."""
+    """Run the tests and answer from the verdict (a SelfhealError when they cannot be run).
+
+    The gate's own keys (``gate.pytest_args``, ``gate.timeout_seconds``) and the budget are
+    those in force when the judging incident was captured; a later edit is named, not obeyed."""
     effective = project.effective()
-    settings = effective.settings
     store = project.store(effective)
+    is_open, judging = _judging_incident(store)
+    edited_keys = None
+    if judging is not None:
+        effective, edited_keys = judged_config(effective, judging)
+    settings = effective.settings
     blocks = blocks_so_far(store, payload)
     gate = settings.gate
-    args: Optional[list[str]] = None if open_incidents(store) else list(gate.pytest_args)
+    args: Optional[list[str]] = None if is_open else list(gate.pytest_args)
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = effective.redactor
+    if edited_keys:
+        verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
     if _send_back_once(verdict, blocks):
         verdict = _sent_back(verdict)
     if verdict.decision is not Decision.CONTINUE:

@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.analysis.testfiles import changed
+from pytest_selfheal.config.seal import Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
+from pytest_selfheal.loop.messages import naming_changes
+from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import FailureEntry, Incident
@@ -47,6 +50,7 @@ class OpenIncident:
     options: Optional[list[str]] = None  # the capture's replayed pytest options (None: not recorded)
     test_digests: dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
     invocation_dir: str = ""  # where the capture ran pytest, relative to the rootdir ("" the rootdir)
+    captured: Optional[Incident] = None  # incident.json: its seal and judging keys (loop/seal_check.py)
 
 
 @dataclass
@@ -107,7 +111,7 @@ def open_incidents(store: Store) -> list[OpenIncident]:
             recorded = "pytest_options" in (incident.keys or ())
             found.append(OpenIncident(incident_id, selection, outcomes, failures,
                                       list(incident.pytest_options) if recorded else None,
-                                      dict(incident.test_digests), incident.invocation_dir or ""))
+                                      dict(incident.test_digests), incident.invocation_dir or "", incident))
     return found
 
 
@@ -125,6 +129,7 @@ def record_agent_attempts(
     exit_code: Optional[int],
     run_options: Optional[Sequence[str]] = None,
     run_dir: Optional[str] = None,
+    loaded: Optional[Loaded] = None,
     gone: Collection[str] = (),
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
@@ -135,13 +140,24 @@ def record_agent_attempts(
     use — and its failures of the selection wait (they are not a new incident either).
     The same holds for ``run_dir`` (where this run started, relative to the rootdir; None:
     unknown): tests that read files relative to the working directory are only comparable
-    from the capture's directory.
+    from the capture's directory. Each incident is judged by the keys in force at its capture,
+    and its seal is compared (``loaded``: what this process loaded, config/seal.py): what
+    changed stops the iteration with ``harness_changed``.
     ``gone``: selected tests this run should have run (its paths cover them, it was not cut
     short) and has no outcome for: recorded ``missing``, and they make the run an iteration
     even when no other selected test ran.
     """
     result = AgentResult()
-    touched = [i for i in incidents if any(n in outcomes or n in gone for n in i.selection)]
+    here = project_root.resolve()
+
+    def ours(incident: OpenIncident) -> bool:
+        # A reports root shared by several projects: a test of another project's incident is
+        # not gone because this project's run did not run it.
+        rootdir = incident.captured.rootdir if incident.captured is not None else None
+        return not rootdir or Path(rootdir).resolve() == here
+
+    touched = [i for i in incidents
+               if any(n in outcomes or (n in gone and ours(i)) for n in i.selection)]
     if not touched:
         return result
     diff = diff_hash(project_root, exclude=[reports_root])
@@ -185,10 +201,14 @@ def record_agent_attempts(
         # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
         # over above and listed, so they are never counted as run, gone or passed.
         not_run = [n for n in incident.selection if n not in outcomes and n not in gone]
+        judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
+        if edited_keys:
+            result.lines.append(edited_keys)
+        changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
         outcome = record_iteration(
             store,
             incident.incident_id,
-            effective=effective,
+            effective=judged,
             outcomes=run_outcomes,
             failures=run_failures,
             diff_hash=diff,
@@ -202,9 +222,10 @@ def record_agent_attempts(
             not_run=not_run,
             # Tests, conftests edited since the capture: a pass with them is never `success`.
             tests_edited=changed(project_root, incident.test_digests),
+            harness_changed=changed_harness,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
-        result.lines.append(outcome.status_line)
+        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changed_harness))
         if outcome.attempt is not None and outcome.attempt.repair is not None \
                 and outcome.attempt.repair.message == AGENT_UNCHANGED:
             result.lines.append(

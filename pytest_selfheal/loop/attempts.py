@@ -158,10 +158,9 @@ def _attempt_document(
         "same_error_repeats": decision.same_error_repeats,
         "decision": decision.to_record().to_json(),
     }
-    if not_run:
-        doc["not_run"] = list(not_run)
-    if tests_edited:
-        doc["tests_edited"] = list(tests_edited)
+    for key, names in (("not_run", not_run), ("tests_edited", tests_edited), ("harness_changed", observation.harness_changed)):
+        if names:
+            doc[key] = list(names)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -281,6 +280,7 @@ def record_iteration(
     duration_seconds: Optional[float] = None,
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
+    harness_changed: Sequence[str] = (),
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -334,7 +334,7 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=bool(edited),
+            tests_edited=bool(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
         )

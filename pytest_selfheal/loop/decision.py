@@ -99,6 +99,8 @@ def decide(
     green = is_success(cur) and not cur.provider_escaped
     holds: dict[str, bool] = {
         StopReason.DISABLED: not policy.enabled,
+        # The judge was changed: whatever this run saw, its verdict is not trusted.
+        StopReason.HARNESS_CHANGED: bool(cur.harness_changed),
         # A green run after a provider escaped is no success: what it changed outside is unknown.
         StopReason.TESTS_EDITED: green and cur.tests_edited,
         StopReason.UNVERIFIED_FAILURES: green and unverified > 0,

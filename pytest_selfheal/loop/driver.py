@@ -19,6 +19,7 @@ Used by the loop entry (``pytest_selfheal.run.entry``: ``selfheal loop``, ``pyte
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -43,7 +44,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import iteration_prefix, option_record
+from pytest_selfheal.loop.messages import iteration_prefix, naming_changes, option_record
 from pytest_selfheal.loop.resume import (
     capture_hash_on_disk,
     minutes_between,
@@ -55,6 +56,7 @@ from pytest_selfheal.loop.resume import (
     stamp,
     utcnow,
 )
+from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
@@ -321,6 +323,11 @@ def _drive(
     hook_rules: Sequence[Rule],
     verifier: Verifier,
 ) -> LoopResult:
+    with store.lock():
+        # The keys in force at the capture judge the incident (a later edit is reported).
+        effective, edited_keys = judged_config(effective, store.read_incident(incident_id))
+    if edited_keys:
+        say(edited_keys)
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
     def close(decision: policy.Decision) -> LoopResult:
@@ -414,7 +421,7 @@ def _drive(
                 store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
                 timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
                 env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
-                invocation_dir=start_dir(verify_cwd, incident.invocation_dir),
+                invocation_dir=start_dir(verify_cwd, incident.invocation_dir), incident=incident,
             )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
@@ -469,10 +476,12 @@ def _verify_and_record(
     hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
     invocation_dir: Optional[Path] = None,
+    incident: Optional[Incident] = None,
 ) -> IterationOutcome:
     """One iteration: the diff hash (in a thread, while the tests run), every verification
     command, observe, then :func:`record_iteration` with signals deferred. ``invocation_dir``:
-    where the capture ran pytest (inside ``cwd``), where the commands start."""
+    where the capture ran pytest (inside ``cwd``), where the commands start. ``incident``:
+    its seal is compared in ``cwd`` (what changed stops the iteration ``harness_changed``)."""
     settings = effective.settings
     redactor = effective.redactor
     rules = rules_for_run(settings.classification_rules, hook_rules)
@@ -496,6 +505,8 @@ def _verify_and_record(
             timed_out = timed_out or run.timed_out
             codes.append(run.exit_code)
     tree_hash = hasher.result().diff_hash
+    changed_harness = (harness_changed(incident, cwd, extra_code=repair.files_changed if repair is not None else ())
+                       if incident is not None else [])
     # The first failing command's code (None: timed out or could not start), else 0.
     exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
@@ -516,10 +527,12 @@ def _verify_and_record(
         repair=repair,
         project_root=project_root,
         duration_seconds=duration,
+        harness_changed=changed_harness,
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations
-    return outcome
+    return dataclasses.replace(outcome, status_line=naming_changes(
+        outcome.status_line, outcome.decision.stop_reason if outcome.decision else None, changed_harness))
 
 
 def verify_iteration(
@@ -541,6 +554,7 @@ def verify_iteration(
     incident_id = validate_incident_id(incident_id)
     plan = store.read_plan(incident_id)
     incident = store.read_incident(incident_id)
+    effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)
     check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
     return _verify_and_record(
@@ -548,7 +562,7 @@ def verify_iteration(
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
-        verifier=verifier, invocation_dir=start_dir(project_root, incident.invocation_dir),
+        verifier=verifier, invocation_dir=start_dir(project_root, incident.invocation_dir), incident=incident,
     )
 
 

@@ -25,7 +25,8 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
-from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason, stop_tone
+from pytest_selfheal.records.stops import stop_facts, stop_tone
+from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason
 
 # --------------------------------------------------------------------------- decision sentences
 
@@ -61,6 +62,12 @@ def continue_message(
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
 
+def changed_summary(names: Sequence[str], limit: int = 5) -> str:
+    """``pytest.ini: addopts, tests/__init__.py (+2 more)``: what changed since the capture."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
 def stop_message(
     reason: str,
     policy: LoopPolicy,
@@ -73,232 +80,43 @@ def stop_message(
     elapsed: float,
     unverified: int = 0,
 ) -> str:
-    """The sentence of a stop for ``reason``, naming the counts that triggered it."""
+    """The sentence of a stop for ``reason`` (its row's template), naming the counts that triggered it."""
     cur = observations[-1] if observations else None
-    fingerprint = cur.primary_fingerprint if cur is not None else None
-    if reason == StopReason.DISABLED:
-        return "The RALF-Lite loop is disabled (ralf_lite.enabled is false); nothing was re-run."
-    if reason == StopReason.SUCCESS:
-        flaky = flaky_tests(observations)
-        note = f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else ""
-        return f"All selected tests pass at iteration {iteration}; the incident is resolved{note}."
-    if reason == StopReason.UNVERIFIED_FAILURES:
-        return (f"All selected tests pass at iteration {iteration}, but {unverified:,} more failure(s) of the "
-                "capture were over its cap and never verified: not resolved.")
-    if reason == StopReason.TESTS_EDITED:
-        return (f"All selected tests pass at iteration {iteration}, but only with test files edited "
-                "(ralf_lite.repair.allow_test_edits): a person must review the test diff; not resolved.")
-    if reason == StopReason.CANCELLED:
-        return (
-            f"Cancelled after iteration {iteration}; recorded attempts are saved "
-            "and `selfheal loop` resumes the incident."
-        )
-    if reason == StopReason.TOOLING_ENV:
-        why = f": {cur.environment}" if cur is not None and cur.environment else ""
-        return (
-            f"A failure is classified TOOLING_ENV (the environment, not the code){why}; "
-            "stopping at once; fix the environment and loop again."
-        )
-    if reason == StopReason.SCOPE_EXPANSION_DENIED:
-        return (
-            f"The repair at iteration {iteration} touched files outside the plan's scope "
-            "and the expansion was not approved."
-        )
-    if reason == StopReason.PROVIDER_ESCAPED:
-        return (
-            f"The repair provider at iteration {iteration} changed your working tree, index, HEAD or .git "
-            "outside its worktree; nothing of that repair is applied — review what it changed."
-        )
-    if reason == StopReason.TIMEOUT:
-        return f"Iteration {iteration} timed out again ({timeouts} timeouts in a row, one retry allowed); stopping."
-    if reason == StopReason.REPLAN_REQUESTED:
-        return f"No progress for {streak} consecutive iterations (the capture counts as one); a new plan is requested."
-    if reason == StopReason.REPEATED_FINGERPRINT:
-        # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
-        evidence = [o for o in observations if is_evidence(o)]
-        fingerprint = evidence[-1].primary_fingerprint if evidence else fingerprint
-        left = max(0, policy.max_iterations - iteration)
-        rest = f" without using the {plural(left, 'remaining iteration')}" if left else ""
-        return (
-            f"The same failure (fingerprint {fingerprint}) was seen {same} times in a row, "
-            f"the capture included; stopping{rest}."
-        )
-    if reason == StopReason.NO_PROGRESS:
-        no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
-        seen = f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure"
-        return (
-            f"No progress for {streak} consecutive iterations (the capture counts as one): "
-            f"no test fixed, {seen}, no code change."
-        )
-    if reason == StopReason.NO_FIX_FOUND:
-        return f"The repair provider produced no fix {no_fixes} times in a row."
-    if reason == StopReason.RUNTIME_BUDGET:
-        budget = policy.max_runtime_minutes or 0.0
-        return f"The runtime budget of {budget:g} minutes is used up ({elapsed:.1f} minutes elapsed)."
-    # StopReason.MAX_ITERATIONS
-    return f"All {plural(policy.max_iterations, 'iteration')} are used and the failure persists."
+    flaky = flaky_tests(observations)
+    # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
+    evidence = [o for o in observations if is_evidence(o)]
+    fingerprint = evidence[-1].primary_fingerprint if evidence else cur.primary_fingerprint if cur else None
+    left = max(0, policy.max_iterations - iteration)
+    no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
+    values = {
+        "iteration": iteration,
+        "max_iterations": policy.max_iterations,
+        "all_iterations": plural(policy.max_iterations, "iteration"),
+        "same": same,
+        "streak": streak,
+        "timeouts": timeouts,
+        "no_fixes": no_fixes,
+        "elapsed": elapsed,
+        "budget": policy.max_runtime_minutes or 0.0,
+        "unverified": unverified,
+        "fingerprint": fingerprint,
+        "rest": f" without using the {plural(left, 'remaining iteration')}" if left else "",
+        "flaky_note": f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else "",
+        "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
+        "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
+        "changes": changed_summary(cur.harness_changed if cur is not None else ()),
+    }
+    return stop_facts(reason).message.format_map(values)
 
 
 # --------------------------------------------------------------------------- stop artefacts
-
-# Context-aware options per stop reason (seed: self-correction loop decision points).
-# (id, label, command template or None); {id} is the incident id.
-_OPTIONS: dict[str, tuple[tuple[str, str, Optional[str]], ...]] = {
-    StopReason.SUCCESS: (
-        ("accept", "Accept the result: the incident is archived as resolved", None),
-        ("run_full_suite", "Run the whole test suite to check for regressions", "python -m pytest"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.UNVERIFIED_FAILURES: (
-        ("rerun", "Run the whole suite with pytest --selfheal: what still fails is captured", "python -m pytest --selfheal"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.TESTS_EDITED: (
-        ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
-        ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",
-         "selfheal apply {id} --allow-test-edits"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.MAX_ITERATIONS: (
-        ("one_more", "Raise ralf_lite.max_iterations and try more iterations", "selfheal loop {id}"),
-        ("retry_tests", "Re-run the verification tests", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.REPEATED_FINGERPRINT: (
-        ("investigate", "Investigate the repeated failure manually", "selfheal show {id}"),
-        ("replan", "Regenerate the plan", "selfheal plan {id} --force"),
-        ("change_and_retry", "Change the code, then re-run the verification tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.NO_PROGRESS: (
-        ("replan", "Regenerate the plan", "selfheal plan {id} --force"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.REPLAN_REQUESTED: (
-        ("review_plan", "Review the regenerated plan", "selfheal show {id}"),
-        ("resume", "Run the loop on the new plan", "selfheal loop {id}"),
-        ("stop", "Give up and archive as escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.RUNTIME_BUDGET: (
-        ("more_time", "Raise ralf_lite.max_runtime_minutes and resume", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.TOOLING_ENV: (
-        ("change_test_command", "Change the test command or the verification allowlist", None),
-        ("retry_after_env_fix", "Fix the environment, then retry the tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.TIMEOUT: (
-        ("raise_timeout", "Raise the verification/repair timeout and resume", "selfheal loop {id}"),
-        ("investigate", "Investigate the hang manually", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.NO_FIX_FOUND: (
-        ("change_provider", "Try another repair provider or give it more context", "selfheal loop {id}"),
-        ("fix_manually", "Fix the code manually, then re-run the verification tests", "selfheal loop {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.SCOPE_EXPANSION_DENIED: (
-        (
-            "approve_scope",
-            "Allow the files (ralf_lite.repair.allowed_paths or approval) and resume",
-            "selfheal loop {id}",
-        ),
-        ("fix_manually", "Fix the code manually within the plan's scope", "selfheal show {id}"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.PROVIDER_ESCAPED: (
-        ("review", "Review what the provider changed outside its worktree (git status, .git/hooks, .git/config)",
-         "git status"),
-        ("sandbox", "Run the provider in a container (docs/repair.md) and resume", "selfheal loop {id} --reopen"),
-        ("stop", "Stop and keep the incident escalated", "selfheal archive {id} --as escalated"),
-    ),
-    StopReason.CANCELLED: (
-        ("resume", "Resume the loop where it stopped", "selfheal loop {id}"),
-        ("stop", "Give up and archive as escalated", "selfheal archive {id} --as escalated"),
-        ("export", "Export the loop report", "selfheal report {id}"),
-    ),
-    StopReason.DISABLED: (
-        ("enable", "Set ralf_lite.enabled to true and run the loop", "selfheal loop {id}"),
-        ("investigate", "Investigate manually with the plan", "selfheal show {id}"),
-        ("export", "Export the report", "selfheal report {id}"),
-    ),
-}
-
-# {id} is the incident id ("ID" when unknown). A stop that escalates has archived the
-# incident: looping again goes through a reopen (`selfheal loop ID --reopen`, docs/loop.md).
-_NEXT_ACTION: dict[str, str] = {
-    StopReason.SUCCESS: "Nothing to do: the verification passes; review any proposed patch and run the full suite.",
-    StopReason.UNVERIFIED_FAILURES: (
-        "Run the whole suite again (python -m pytest --selfheal): the failures over the capture's cap were never "
-        "verified, and what still fails is captured as its own incident."
-    ),
-    StopReason.TESTS_EDITED: (
-        "Review the test diff first (selfheal show {id}): the selection passes only with tests changed, and "
-        "approval never covers a test edit; only if the tests were wrong, allow the edits deliberately "
-        "(selfheal apply {id} --allow-test-edits)."
-    ),
-    StopReason.MAX_ITERATIONS: (
-        "Investigate manually with the plan, or raise max_iterations and loop again "
-        "(selfheal loop {id} --reopen) if the last iterations made progress."
-    ),
-    StopReason.REPEATED_FINGERPRINT: (
-        "Investigate manually: the same failure keeps coming back; check the plan's target paths and hypotheses, "
-        "change the code, then loop again (selfheal loop {id} --reopen)."
-    ),
-    StopReason.NO_PROGRESS: (
-        "Regenerate the plan (selfheal plan {id} --force) or investigate manually: nothing changed between "
-        "iterations; then loop again (selfheal loop {id} --reopen)."
-    ),
-    StopReason.REPLAN_REQUESTED: "Review the regenerated plan, then resume the loop on it (selfheal loop {id}).",
-    StopReason.RUNTIME_BUDGET: (
-        "Raise max_runtime_minutes and loop again (selfheal loop {id} --reopen), or investigate manually; "
-        "the loop ran out of time."
-    ),
-    StopReason.TOOLING_ENV: (
-        "Fix the environment (missing module, command, credentials or service), then loop again "
-        "(selfheal loop {id} --reopen)."
-    ),
-    StopReason.TIMEOUT: "Find out why the run hangs (or raise the timeout), then loop again (selfheal loop {id} --reopen).",
-    StopReason.NO_FIX_FOUND: (
-        "Fix the code manually or give the repair provider more context (it found no change to make), "
-        "then loop again (selfheal loop {id} --reopen)."
-    ),
-    StopReason.SCOPE_EXPANSION_DENIED: (
-        "Decide whether the repair may touch the extra files; allow them and loop again "
-        "(selfheal loop {id} --reopen), or fix within scope."
-    ),
-    StopReason.PROVIDER_ESCAPED: (
-        "Review what the repair provider changed in your working tree and .git (hooks, config), undo what you "
-        "did not want, and run the provider in a container before looping again (selfheal loop {id} --reopen)."
-    ),
-    StopReason.CANCELLED: "Resume the loop with `selfheal loop {id}` when ready; nothing was lost.",
-    StopReason.DISABLED: "Enable ralf_lite (enabled: true) to loop, or fix the failure manually using the plan.",
-}
-
 
 def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[str] = None) -> str:
     """One sentence telling a human (or agent) what to do after this stop reason; the
     commands in it name ``incident_id`` (``ID`` when None) and work as printed."""
     if stop_reason is None:
         return "Continue the loop: run the next iteration."
-    try:
-        return _NEXT_ACTION[stop_reason].format(id=incident_id or "ID")
-    except KeyError:
-        raise ValueError(f"unknown stop reason {stop_reason!r}") from None
+    return stop_facts(stop_reason).next_action.format(id=incident_id or "ID")
 
 
 def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
@@ -365,7 +183,7 @@ def decision_point(
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
-    table = _OPTIONS[decision.stop_reason]
+    table = stop_facts(decision.stop_reason).options
     if decision.final_status in (FinalStatus.RESOLVED, FinalStatus.ESCALATED):
         table = tuple(_archived_option(*option) for option in table)
     options = tuple(
@@ -441,6 +259,14 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 
+def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]) -> str:
+    """The iteration line of a ``harness_changed`` stop with what changed named at its end
+    (docs/loop.md "Status line"): the agent, and the person, see why at once."""
+    if stop_reason != StopReason.HARNESS_CHANGED or not changed:
+        return line
+    return Line(f"{line} ({changed_summary(changed)} changed since the capture)", stop_tone(stop_reason))
+
+
 # --------------------------------------------------------------------------- tests without a verdict
 
 # A selected test that ran to no verdict, by outcome: how every surface names it.
@@ -488,6 +314,7 @@ __all__ = [
     "plural",
     "recommended_next_action",
     "iteration_prefix",
+    "naming_changes",
     "next_action_after_repair",
     "repair_line",
     "status_line",

@@ -40,6 +40,7 @@ from pytest_selfheal.records.models import (
     TOOLING_ENV,
     Failure,
 )
+from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # --------------------------------------------------------------------------- constants
@@ -51,6 +52,7 @@ STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
 # as a failure; then the most specific diagnosis before generic exhaustion.
 PRECEDENCE: tuple[StopReason, ...] = (
     StopReason.DISABLED,
+    StopReason.HARNESS_CHANGED,
     StopReason.TESTS_EDITED,
     StopReason.UNVERIFIED_FAILURES,
     StopReason.SUCCESS,
@@ -166,6 +168,7 @@ class Observation(Frozen):
     scope_denied: bool = False
     tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
     provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
+    harness_changed: tuple[str, ...] = ()  # what changed in the incident's seal since the capture
     # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
     environment: Optional[str] = None
 
@@ -467,17 +470,10 @@ def stop_is_history(reopened: Optional[int], last_iteration: int, status: Option
 def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
     """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
 
-    The one home of this mapping: :func:`decide`, the driver's run result and the event
-    replay all call it.
+    :func:`decide`, the driver's run result and the event replay all call it; the mapping
+    is the stop reason's row of ``records/stops.py``.
     """
-    if stop_reason is None or stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
-        # Nothing was decided about the failure: the incident stays open and resumable.
-        return None
-    if stop_reason == StopReason.SUCCESS:
-        return FinalStatus.RESOLVED
-    if stop_reason == StopReason.REPLAN_REQUESTED:
-        return FinalStatus.REPLAN_REQUESTED
-    return FinalStatus.ESCALATED
+    return None if stop_reason is None else stop_facts(stop_reason).final_status
 
 
 # --------------------------------------------------------------------------- from disk
@@ -532,6 +528,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
             tests_edited=bool(attempt.tests_edited),
+            harness_changed=tuple(attempt.harness_changed),
             provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=environment_of(attempt.failures),
         )

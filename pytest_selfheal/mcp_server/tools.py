@@ -28,8 +28,9 @@ from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
-from pytest_selfheal.loop.messages import UNVERIFIED, unverified_summary, unverified_tests
+from pytest_selfheal.loop.messages import UNVERIFIED, changed_summary, unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
+from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
@@ -335,18 +336,23 @@ class Project:
         made = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         ran: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
+        harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
+            harness = last.harness_changed
+            # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
+            judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
             ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
                        fingerprint_changed=bool(last.fingerprint_changed), progress=bool(last.progress),
-                       tests_fixed=tuple(last.tests_fixed)[:20], flaky=FLAKY in last.progress_reasons, bucket=bucket)
+                       tests_fixed=tuple(last.tests_fixed)[:20], flaky=FLAKY in last.progress_reasons, bucket=bucket,
+                       max_iterations=judged.settings.max_iterations)
         stopped = parse_already_stopped(plugin_lines)  # a STOP already_stopped line of the plugin
         if captured:
             # A new incident to fix outweighs the verdict on the one that just closed: the
@@ -365,8 +371,12 @@ class Project:
         if ran is not None:
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
                 "" if ran.decision is Decision.STOP else ", and a second such run in a row stops (no_fix_found)")
-            return replace(ran, summary=self._iteration_summary(ran) + (nothing if unchanged else ""),
-                           next=self._next(ran, store))
+            summary = self._iteration_summary(ran) + (nothing if unchanged else "")
+            if harness:
+                summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+            summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
+                               if NOT_APPLIED in line)
+            return replace(ran, summary=summary, next=self._next(ran, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped

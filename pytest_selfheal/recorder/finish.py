@@ -9,6 +9,8 @@ loop, and writes the report.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -16,11 +18,14 @@ from typing import TYPE_CHECKING, Any, Optional
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of, with_spectrum
+from pytest_selfheal.config.seal import loaded_now, take_seal
+from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder, late
 from pytest_selfheal.records.redacted import bounded_nodeid
+from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
@@ -96,6 +101,7 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
             exit_code=exitstatus,
             run_options=None if options_problem else options,
             run_dir=invocation_dir(recorder.config),
+            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
             gone=recorder.gone,
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
@@ -132,6 +138,7 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
             redactor=recorder.redactor,
             git=git,
             unverified=max(0, unverified),
+            seal=run_seal(recorder, [p for f in remaining for p in f.target_paths]),
         )
         recorder.incident_id = result.incident_id
         recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
@@ -141,6 +148,22 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
             _run_loop(recorder, result.incident_id)
     recorder.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
     _write_report(recorder)
+
+
+def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
+    """The seal of this run (config/seal.py), taken only when it captures: the test modules it
+    collected (every test it reported is in one), its inifile, what it loaded, the judging keys.
+    ``code``: modules to check for test-aware code beside those this process imported."""
+    config = recorder.config
+    root = Path(config.rootpath)
+    reported = itertools.chain(recorder.passed, recorder.skipped_ids, (f.nodeid for f in recorder.failed))
+    inipath = config.inipath
+    inifile = None
+    if inipath is not None:
+        inifile = Path(inipath).relative_to(root).as_posix() if Path(inipath).is_relative_to(root) else str(inipath)
+    return take_seal(root, test_files={n.split("::", 1)[0] for n in reported}, inifile=inifile,
+                     judging=judging_values(recorder.effective), extra_code=code,
+                     loaded=loaded_now(config.pluginmanager.get_plugins()))
 
 
 def _attach_to_stopped(
@@ -184,6 +207,7 @@ def _attach_to_stopped(
             project_root=root, reports_root=recorder.reports_root,
             invocation=list(recorder.config.invocation_params.args),
             started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
+            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         still_open += agent.still_open

@@ -144,6 +144,7 @@ class Attempt(JsonRecord):
         Field("same_error_repeats", integer),
         Field("decision", RecordedDecision.parse),
         Field("tests_edited", strings),
+        Field("harness_changed", strings),
     )
 
     incident_id: str
@@ -175,5 +176,7 @@ class Attempt(JsonRecord):
     # Test files the verified code differs in from the user's (repair) or the capture's
     # (agent mode) state: a pass with them is `tests_edited`, never `success`.
     tests_edited: tuple[str, ...] = ()
+    # What changed in the incident's seal since the capture (named): never `success`.
+    harness_changed: tuple[str, ...] = ()
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

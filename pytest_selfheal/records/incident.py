@@ -29,6 +29,7 @@ from pytest_selfheal.records.jsondoc import (
     strings,
     timestamp,
 )
+from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FAILURE_TYPES, OUTCOMES, IncidentStatus
 
 
@@ -201,6 +202,7 @@ class Incident(JsonRecord):
         Field("test_digests", object_of(string)),
         Field("unverified_failures", integer),
         Field("ci_run", string),
+        Field("seal", Seal.parse),
     )
 
     # The capture fills the failure fields; the store fills the empty identity and time
@@ -238,5 +240,7 @@ class Incident(JsonRecord):
     unverified_failures: int = 0
     # The run token of the `selfheal ci` that started this capture: ci loops only its own.
     ci_run: Optional[str] = None
+    # What decides what runs and how a result is judged, at capture (None: captured before seals).
+    seal: Optional[Seal] = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

@@ -71,6 +71,8 @@ class StopReason(TextEnum):
     """Why the loop stopped (loop/policy.py decides; docs/loop.md lists them)."""
 
     SUCCESS = "success"
+    # What decides what runs and how a result is judged changed since the capture (the seal).
+    HARNESS_CHANGED = "harness_changed"
     TESTS_EDITED = "tests_edited"  # the selection passes, but only with test files edited: a person looks
     # The selection passes, but the capture counted failures it could not keep (its cap): never verified.
     UNVERIFIED_FAILURES = "unverified_failures"
@@ -145,13 +147,6 @@ FAILURE_TYPES: tuple[str, ...] = ("TEST_ASSERTION", "DOCTEST_MISMATCH", "TYPECHE
                                   "TOOLING_ENV", "TIMEOUT", "UNKNOWN")
 
 
-def stop_tone(stop_reason: Optional[str]) -> Tone:
-    """Green for a STOP success, red for any other STOP, yellow for CONTINUE (None)."""
-    if stop_reason is None:
-        return Tone.WARN
-    return Tone.GOOD if stop_reason == StopReason.SUCCESS else Tone.BAD
-
-
 __all__ = [
     "SUSPECT_EVIDENCE",
     "EvidenceKind",
@@ -166,6 +161,5 @@ __all__ = [
     "Tone",
     "TriageLabel",
     "final_tone",
-    "stop_tone",
     "tone_of",
 ]

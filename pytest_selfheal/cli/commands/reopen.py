@@ -9,9 +9,12 @@ from pytest_selfheal.cli.commands._common import (
     add_dir_argument,
     incident_id_from_args,
     print_json,
+    project_root,
     store_from_args,
 )
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.loop.attempts import reopen_incident
+from pytest_selfheal.loop.seal_check import take_fresh_seal
 
 NAME = "reopen"
 HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ with status planned, "
@@ -27,9 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Reopen the incident; an open (inbox) incident exits 5, unknown ids 4, bad ids 2."""
-    store = store_from_args(args)
+    project = project_root()
+    effective = load_config(project)  # a reopen is a person's act: it takes a fresh seal, with today's keys
+    store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
     bucket, previous, after = reopen_incident(store, incident_id)
+    take_fresh_seal(store, incident_id, project, effective)
     relative = store.locate(incident_id)[1].relative_to(store.root).as_posix()
     if args.json:
         print_json(

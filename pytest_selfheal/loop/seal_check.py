@@ -1,0 +1,76 @@
+"""An open incident's seal at each verification (edge): the judging keys in force at its
+capture, and what changed since in what decides what runs (config/seal.py).
+
+- :func:`judged_config`: the effective config with the incident's judging keys (thresholds,
+  budget, gate and verification arguments, ``enabled``) as they were at capture, and the one
+  line that reports a later edit: reported, never obeyed, until ``selfheal reopen``.
+- :func:`harness_changed`: what changed in the seal, each named; a non-empty answer stops
+  the iteration with ``harness_changed`` (never ``success``).
+- :func:`fresh_seal`: the seal a reopen (a person's act) records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Optional
+
+from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
+from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.store.root import Store
+
+# The words of the line that reports an edited judging key (other surfaces pass it on).
+NOT_APPLIED = "changed since the capture: not applied to incident"
+
+
+def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[EffectiveConfig, Optional[str]]:
+    """``effective`` under ``incident``'s judging keys, and the line naming the keys edited
+    since its capture (None when none was, or the incident has no seal)."""
+    if incident.seal is None:
+        return effective, None
+    recorded = incident.seal.judging
+    changed = judging_changes(recorded, judging_values(effective))
+    if not changed:
+        return effective, None
+    ident = incident.incident_id
+    judged = under_judging(effective, recorded, f"incident {ident} (its capture)")
+    keys = "config key " + ", ".join(changed) if len(changed) == 1 else "config keys " + ", ".join(changed)
+    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} until `selfheal reopen {ident}`"
+
+
+def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] = None,
+                    extra_code: Iterable[str] = ()) -> list[str]:
+    """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
+    project, or the repair worktree the verification runs in), each named; [] without a
+    seal. The failing tests' files and their conftests are left to ``tests_edited``."""
+    if incident.seal is None:
+        return []
+    # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
+    # the loop's parent leaves that to the next run inside pytest (docs/loop.md "The seal").
+    now = reseal(incident.seal, root, judging=incident.seal.judging, loaded=loaded or NOTHING_LOADED, extra_code=extra_code,
+                 distributions=loaded is not None)
+    # The failing tests' own files and conftests have their own verdict: a pass with them
+    # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
+    return [name for name in harness_changes(incident.seal, now) if name not in incident.test_digests]
+
+
+def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
+    """After a person's reopen (``selfheal reopen``, ``selfheal loop --reopen``): the
+    incident's seal taken again in ``root`` with today's judging keys; what changed before
+    is accepted from now on. Nothing for an incident captured without a seal."""
+    seal = fresh_seal(store.read_incident(incident_id), root, effective)
+    if seal is not None:
+        store.update_incident(incident_id, seal=seal.to_json())
+
+
+def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
+    """The seal of what ``incident``'s seal covers as it is now, with today's judging keys
+    (``selfheal reopen``); None for an incident captured without one."""
+    if incident.seal is None:
+        return None
+    return reseal(incident.seal, root, judging=judging_values(effective))
+
+
+__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config"]

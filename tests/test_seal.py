@@ -1,0 +1,279 @@
+"""The judge out of the defendant's reach: after a capture, each way of changing what runs or
+how a result is judged (instead of the code under test) is never ``success`` and names what
+changed; the judging keys in force at the capture judge the incident until a reopen."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
+
+from pytest_selfheal.config.seal import Hasher, harness_changes, reseal, take_seal
+
+CALC = "def add(a, b):\n    return a - b\n"
+TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+PATCH = "import calc\n\ncalc.add = lambda a, b: a + b\n"
+
+
+def _inbox(root: Path) -> list[str]:
+    folder = root / ".selfheal" / "error_inbox"
+    return sorted(p.name for p in folder.glob("incident_*")) if folder.exists() else []
+
+
+def _attempts(root: Path, incident_id: str) -> list[dict[str, Any]]:
+    runs = root / ".selfheal" / "error_runs" / incident_id
+    return [json.loads(f.read_text()) for f in sorted(runs.glob("attempt_*.json"))]
+
+
+def _config(root: Path, **keys: Any) -> None:
+    (root / ".planning").mkdir(exist_ok=True)
+    (root / ".planning" / "config.json").write_text(json.dumps({"ralf_lite": keys}))
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A red project (the tests in a package, ``suite/``), captured by ``pytest --selfheal``."""
+    pytester.makepyfile(calc=CALC)
+    package = pytester.mkpydir("suite")
+    (package / "test_calc.py").write_text(TEST_CALC)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    assert len(_inbox(pytester.path)) == 1
+    return pytester
+
+
+def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytest.Pytester) -> None:
+    (incident_id,) = _inbox(suite.path)
+    (suite.path / "suite" / "__init__.py").write_text(PATCH)
+    result = suite.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0  # pytest saw a pass: the verdict is selfheal's
+    assert (f"incident {incident_id} iteration 1 of 3: fingerprint changed, progress yes -> STOP harness_changed "
+            "(suite/__init__.py changed since the capture)") in out
+    assert "STOP success" not in out
+    (attempt,) = _attempts(suite.path, incident_id)
+    assert attempt["stop_reason"] == "harness_changed" and attempt["harness_changed"] == ["suite/__init__.py"]
+    run_result = json.loads((suite.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
+    assert run_result["final_status"] == "escalated"
+    assert "suite/__init__.py" in run_result["decision_point"]["message"]
+    assert [o["command"] for o in run_result["decision_point"]["options"]][:2] == [
+        f"selfheal show {incident_id}", f"selfheal reopen {incident_id}"]
+
+
+PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                  "    report = (yield).get_result()\n    if report.failed:\n        report.outcome = 'passed'\n")
+
+
+def test_a_project_plugin_added_to_addopts_is_harness_changed(suite: pytest.Pytester) -> None:
+    (suite.path / "passing.py").write_text(PASSING_PLUGIN)
+    (suite.path / "pytest.ini").write_text("[pytest]\naddopts = -p passing\n")
+    result = suite.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0  # the plugin turned the failure into a pass
+    assert "-> STOP harness_changed (passing.py, pytest.ini, pytest.ini: addopts changed since the capture)" \
+        in out, out
+    assert "STOP success" not in out
+
+
+def test_library_code_that_asks_whether_it_runs_under_pytest_is_harness_changed(suite: pytest.Pytester) -> None:
+    suite.makepyfile(calc='import sys\n\n\ndef add(a, b):\n    return a + b if "pytest" in sys.modules else a - b\n')
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (calc.py (test-aware code) changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP success" in out and "harness_changed" not in out
+
+
+def test_a_reopen_takes_a_fresh_seal(suite: pytest.Pytester) -> None:
+    (incident_id,) = _inbox(suite.path)
+    conftest = suite.path / "suite" / "helpers_conftest"
+    conftest.mkdir()
+    (conftest / "conftest.py").write_text("# a new conftest under the rootdir\n")
+    assert "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed" in suite.runpytest("--selfheal").stdout.str()
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a person accepts the new conftest
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP success" in out and "harness_changed" not in out, out
+
+
+def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(calc=CALC, test_calc=TEST_CALC)
+    _config(pytester.path, max_iterations=2, error_fingerprint_repeats=9, no_progress_repeats=9)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _inbox(pytester.path)
+    _config(pytester.path, max_iterations=10, error_fingerprint_repeats=9, no_progress_repeats=9, enabled=False)
+    notice = (f"selfheal: incident {incident_id}: config keys enabled, max_iterations changed since the capture: "
+              f"not applied to incident {incident_id} until `selfheal reopen {incident_id}`")
+    lines = []
+    for body in ("a * b", "a - b - 0"):  # the agent changes the code; the test still fails
+        pytester.makepyfile(calc=f"def add(a, b):\n    return {body}\n")
+        out = pytester.runpytest("--selfheal").stdout.str()
+        assert notice in out, out
+        assert "STOP disabled" not in out
+        lines.append(next(line for line in out.splitlines() if f"incident {incident_id} iteration" in line))
+    assert " of 2: " in lines[0] and lines[0].endswith("-> CONTINUE")
+    assert "iteration 2 of 2: " in lines[1] and lines[1].endswith("-> STOP max_iterations"), lines
+
+
+def test_raised_thresholds_do_not_extend_selfheal_loop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    _config(project, max_iterations=1, error_fingerprint_repeats=9, no_progress_repeats=9)
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    _config(project, max_iterations=5, error_fingerprint_repeats=9, no_progress_repeats=9)
+    code, out, _ = cli("loop", incident_id, cwd=project, env=run_env())
+    assert code == 1
+    assert f"config key max_iterations changed since the capture: not applied to incident {incident_id}" in out
+    assert "iteration 1 of 1: " in out and "-> STOP max_iterations" in out, out
+    assert len(_attempts(project, incident_id)) == 1
+
+
+def test_a_project_plugin_added_to_addopts_is_harness_changed_in_selfheal_loop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    (project / "passing.py").write_text(PASSING_PLUGIN)
+    (project / "pytest.ini").write_text("[pytest]\naddopts = -p passing\n")
+    code, out, _ = cli("loop", incident_id, cwd=project, env=run_env())
+    assert code == 1
+    assert "-> STOP harness_changed (pytest.ini: addopts changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+def test_a_sitecustomize_on_the_path_is_harness_changed(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    env = {"PYTHONPATH": str(boot)}
+    assert run_pytest_selfheal(project, env=env).returncode == 1
+    (boot / "sitecustomize.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n{PATCH}")
+    result = run_pytest_selfheal(project, env=env)
+    assert result.returncode == 0, result.stdout  # the patch works: pytest passes
+    assert f"-> STOP harness_changed (sitecustomize ({boot / 'sitecustomize.py'}) changed since the capture)" \
+        in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_sitecustomize_in_a_second_venvs_site_packages_is_harness_changed(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    site_packages = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        capture_output=True, text=True, check=True).stdout.strip())
+    # The package installed into the venv, beside the test environment's dependencies.
+    subprocess.run([PY, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
+                    str(Path(__file__).resolve().parent.parent)], check=True, timeout=300, capture_output=True)
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (site_packages / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q"],
+                              cwd=project, capture_output=True, text=True, timeout=120, env=run_env())
+
+    assert run().returncode == 1
+    (site_packages / "sitecustomize.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n{PATCH}")
+    result = run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "-> STOP harness_changed (sitecustomize (" in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
+
+
+def test_the_gates_own_arguments_edited_after_the_capture_do_not_apply(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    for _ in range(4):  # the same failure again until its stop (repeated fingerprint)
+        if "-> STOP" in run_pytest_selfheal(project).stdout:
+            break
+    assert _inbox(project) == []
+    _config(project, gate={"pytest_args": ["--deselect", "test_calc.py::test_add"]})
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", "claude"], input=json.dumps(payload).encode(),
+                          cwd=project, capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    answer = json.loads(done.stdout)
+    message = answer.get("systemMessage") or answer.get("reason") or ""
+    assert "tests passed" not in message, answer  # the capture's arguments ran: the test still fails
+    assert f"config key gate.pytest_args changed since the capture: not applied to incident " \
+        f"{incident_id}" in message, answer
+
+
+def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
+    root = tmp_path
+    (root / "tests").mkdir()
+    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
+    (root / "lib.py").write_text("def f():\n    return 1\n")
+    env = {"PYTEST_ADDOPTS": "-x"}
+    seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
+                     extra_code=["lib.py"], environ=env, path=[])
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[])) == []
+    (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
+    (root / "tests" / "__init__.py").write_text("")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -q -p cheat\n")
+    (root / "tox.ini").write_text("[pytest]\nxfail_strict = false\n")
+    (root / "tests" / "pytest.ini").write_text("[pytest]\n")
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])) == [
+        "tests/__init__.py", "pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict",
+        "PYTEST_ADDOPTS"]
+
+
+def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f.py"
+    path.write_text("import pytest\n")
+    reads: list[str] = []
+    real_open = open
+
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    hasher = Hasher()
+    monkeypatch.setattr("builtins.open", counting_open)
+    digest = hasher.digest(str(path))
+    assert hasher.digest(str(path)) == digest and reads == [str(path)]
+    assert hasher.test_aware(str(path)) == hasher.test_aware(str(path)) != ""
+    assert reads == [str(path), str(path)]  # the test-aware scan reads the file it checks, once
+
+
+def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/__init__.py": "",
+                                               "tests/test_calc.py": TEST_CALC})
+    repeats = {"error_fingerprint_repeats": 9, "no_progress_repeats": 9}
+    _config(project, **repeats)
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
+                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert first["captured"] and first["max_iterations"] == 3
+            _config(project, max_iterations=9, **repeats)  # raised after the capture: not this incident's budget
+            again = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (again["decision"], again["max_iterations"]) == ("CONTINUE", 3), again
+            assert "config key max_iterations changed since the capture: not applied" in again["summary"], again
+            (project / "tests" / "__init__.py").write_text(PATCH)  # the cheat: the test now passes
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
+            assert "tests/__init__.py" in verdict["summary"], verdict
+
+    anyio.run(scenario)
