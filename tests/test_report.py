@@ -367,7 +367,8 @@ def test_text_is_one_line_without_raw_html() -> None:
 
 def test_table_cells_are_escaped() -> None:
     nasty = "title | with pipe\nand `tick` <!-- marker -->"
-    run = make_run(tests=["t.py::test_x[a|b]"], title=nasty)
+    # Two tasks: the Tasks table names their tests (one task leaves that to the grid).
+    run = make_run(tests=["t.py::test_x[a|b]", "t.py::y"], actions=[["t.py::test_x[a|b]"], ["t.py::y"]], title=nasty)
     markdown = render_markdown(build_report(incidents=[run]))
     row = next(line for line in markdown.splitlines() if line.startswith("| A1 | title"))
     assert row == ("| A1 | title \\| with pipe and \\`tick\\` &lt;!-- marker --&gt; | `t.py::test_x[a\\|b]` | 0 | "
@@ -383,7 +384,8 @@ def test_table_cells_are_escaped() -> None:
 
 def test_grid_is_capped() -> None:
     tests = [f"tests/test_many.py::test_{i:02d}" for i in range(GRID_MAX_TESTS + 5)]
-    attempts = [{"outcomes": {t: ("passed" if (i + j) % 3 else "failed") for j, t in enumerate(tests)}}
+    # Each test its own outcomes in the shown iterations (bit i % 9 of j): no two share a row.
+    attempts = [{"outcomes": {t: ("failed" if (j >> (i % 9)) & 1 else "passed") for j, t in enumerate(tests)}}
                 for i in range(12)]
     report = build_report(incidents=[make_run(tests=tests, attempts=attempts)])
     markdown = render_markdown(report)

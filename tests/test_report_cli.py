@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,34 @@ def test_report_markdown_defaults_to_the_latest_incident(project: Path) -> None:
     assert headline.stdout.splitlines()[0] == ("**selfheal: planned — loop not run yet** "
                                                "(incident_20261122_110000_plan01, 0 iterations)")
     assert headline.stdout.split("\n", 2)[2] == result.stdout
+
+
+def test_report_without_an_id_picks_the_newest_readable_incident_and_says_so(project: Path) -> None:
+    root = project / ".selfheal"
+    # A folder named like an incident newer than any, with nothing readable in it (a copy, a crash).
+    (root / "error_inbox" / "incident_20991231_235959_junk01").mkdir(parents=True)
+    # The oldest incident, edited afterwards: a later created_at and the newest files on disk.
+    old = root / "error_archive" / "resolved" / "incident_20261122_090000_fl4ky1"
+    doc = json.loads((old / "incident.json").read_text(encoding="utf-8"))
+    doc["created_at"] = "2027-06-01T00:00:00+00:00"
+    (old / "incident.json").write_text(json.dumps(doc), encoding="utf-8")
+    for path in old.rglob("*"):
+        os.utime(path)
+    result = cli("report", cwd=project)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "`incident_20261122_110000_plan01`" in result.stdout  # the newest by the time in its id
+    assert "incident_20261122_090000_fl4ky1" not in result.stdout and "junk01" not in result.stdout
+    assert result.stderr == ("selfheal: reporting incident_20261122_110000_plan01, the newest of 4 incidents by "
+                             "the time in its id (1 unreadable skipped); give an ID for another\n")
+    # An id given, or --all: no choice was made, nothing to say.
+    assert cli("report", "incident_20261122_090000_fl4ky1", cwd=project).stderr == ""
+
+
+def test_report_of_the_only_incident_says_nothing_on_stderr(tmp_path: Path) -> None:
+    store_incident(Store(tmp_path / ".selfheal"), "flaky_success")
+    result = cli("report", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (EXIT_OK, "")
+    assert "incident_20261122_090000_fl4ky1" in result.stdout
 
 
 def test_report_all(project: Path) -> None:

@@ -10,9 +10,12 @@ from typing import Optional
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
+from pytest_selfheal.loop.messages import plural
 from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.summary import CORRUPTED
 from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import incident_timestamp
 from pytest_selfheal.store.root import Store
 
 # A report of thousands of incidents is a few MiB; anything far beyond is not a report.
@@ -44,13 +47,39 @@ def read_report(path: Path) -> ReportDoc:
     return parse_report(fsio.read_json(path), str(path))
 
 
+def _id_order(incident_id: str) -> tuple[str, str]:
+    moment = incident_timestamp(incident_id)  # UTC: its ISO text orders as the time does
+    return (moment.isoformat() if moment else "", incident_id)
+
+
+def latest_incident(store: Store) -> tuple[Optional[str], str]:
+    """The incident a person means by "the latest", and one line saying which it is.
+
+    The newest by the time in its id (what the store wrote, unlike a ``created_at`` that a
+    copy or an edit may change), among the readable incidents: a folder that is not a valid
+    incident never wins while a valid one exists. The line is empty with one incident at most.
+    """
+    rows = store.list_incidents()
+    valid = [row for row in rows if row.status != CORRUPTED] or rows
+    if not valid:
+        return None, ""
+    newest = max(valid, key=lambda row: _id_order(row.incident_id))
+    skipped = len(rows) - len(valid)
+    note = "" if len(rows) < 2 else (
+        f"selfheal: reporting {newest.incident_id}, the newest of {plural(len(rows), 'incident')} by the time in "
+        f"its id{f' ({skipped} unreadable skipped)' if skipped else ''}; give an ID for another")
+    return newest.incident_id, note
+
+
 def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:
-    """The ids to report: ``incident_id``; or all (``every``); or the latest by created_at."""
+    """The ids to report: ``incident_id``; or all (``every``, oldest first); or the latest
+    (:func:`latest_incident`)."""
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
-    rows = store.list_incidents()  # oldest first, by created_at then id
-    ids = [row.incident_id for row in rows]
-    return ids if every else ids[-1:]
+    if every:
+        return [row.incident_id for row in store.list_incidents()]  # oldest first, by created_at then id
+    latest, _ = latest_incident(store)
+    return [latest] if latest else []
 
 
 def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> ReportDoc:

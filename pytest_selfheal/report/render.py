@@ -34,9 +34,11 @@ HEAD_CONFIG_KEYS: tuple[str, ...] = ("max_iterations", "error_fingerprint_repeat
 # Bounds that keep a report readable (and a PR comment far below GitHub's limits).
 GRID_MAX_TESTS = 30
 GRID_MAX_COLUMNS = 10  # the capture column included
+GRID_GROUP_MIN = 4  # this many tests or more with the same outcomes in every column share one row
 MERMAID_MAX_INCIDENTS = 3
 CELL_LIMIT = 200  # characters of one value in a table cell or list item
 LIST_LIMIT = 5  # node ids / fingerprints shown in one cell
+SECTION_MAX_ROWS = 10  # tests named per group of a section (tasks, new failures per section); the rest counted
 TERMINAL_MAX_INCIDENTS = 5
 TERMINAL_MAX_TESTS = 3
 
@@ -113,6 +115,11 @@ def _codes(items: Sequence[str], limit: int = LIST_LIMIT, sep: str = ", ") -> st
     return shown + (f"{sep}… +{len(items) - limit}" if len(items) > limit else "")
 
 
+def _more(hidden: int, what: str) -> list[str]:
+    """The line after a list cut at its bound: the rest counted, and where they all are."""
+    return ["", f"… and {hidden:,} more {what}: `selfheal report --format json` has them all."] if hidden > 0 else []
+
+
 def _reason(value: Optional[str]) -> str:
     return code(value) if isinstance(value, str) and value else DASH
 
@@ -183,13 +190,13 @@ def _head(report: Report) -> list[str]:
         "| Task | Attempts | Stop Reason |",
         "|------|----------|-------------|",
     ]
-    for entry in report.incidents:
-        for task in entry.tasks:
-            label = cell(text(task.label, 80))
-            stop = task.stop_reason
-            lines.append(f"| {label.ljust(4)} | {str(task.attempts).ljust(8)} | "
-                         f"{cell(text(stop, 60)) if stop else DASH} |")
-    return lines
+    tasks = [task for entry in report.incidents for task in entry.tasks]
+    for task in tasks[:SECTION_MAX_ROWS]:
+        label = cell(text(task.label, 80))
+        stop = task.stop_reason
+        lines.append(f"| {label.ljust(4)} | {str(task.attempts).ljust(8)} | "
+                     f"{cell(text(stop, 60)) if stop else DASH} |")
+    return lines + _more(len(tasks) - SECTION_MAX_ROWS, "tasks")
 
 
 def _section_stop(report: Report) -> list[str]:
@@ -238,10 +245,14 @@ def _section_stop(report: Report) -> list[str]:
 
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
     """The captured failures with their triage (docs/history.md), or the quarantined ones."""
-    rows = []
+    rows: list[list[str]] = []
+    hidden: dict[Optional[str], int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
     for entry in report.incidents:
         for t in entry.triage:
             if (t.label == "quarantined") == quarantined:
+                seen = hidden[t.label] = hidden.get(t.label, -SECTION_MAX_ROWS) + 1
+                if seen > 0:
+                    continue
                 row = [code(t.nodeid, 120), code(t.fingerprint)]
                 row += [] if quarantined else [text(t.failure_type, 40), f"**{text(t.label, 20)}**"]
                 rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.detail)])
@@ -250,26 +261,32 @@ def _section_triage(report: Report, quarantined: bool) -> list[str]:
     header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
     title = ["### Quarantined Failures", "", "Still run and reported; they do not fail the `selfheal ci` job (the "
              "quarantine file of the base revision on a pull request):", ""] if quarantined else ["### Failures", ""]
-    return title + _table((["Incident"] if _multi(report) else []) + header, rows)
+    counts = {text(label, 20): n for label, n in hidden.items() if n > 0}
+    split = ", ".join(f"{n:,} {label}" for label, n in counts.items())
+    what = f"{next(iter(counts))} failures" if len(counts) == 1 else f"failures ({split})"
+    more = _more(sum(counts.values()), what)
+    return title + _table((["Incident"] if _multi(report) else []) + header, rows) + more
 
 
 def _section_tasks(report: Report) -> list[str]:
     rows = []
-    for entry in report.incidents:
-        for task in entry.tasks:
-            stop = task.stop_reason
-            rows.append([
-                text(task.label, 80),
-                text(task.title or DASH) + (f"<br>at {_codes([task.where])}" if task.where else ""),
-                _codes(task.nodeids, sep="<br>"),
-                str(task.attempts),
-                _reason(stop) if stop else (NOT_RUN if not task.attempts else DASH),
-                "yes" if task.flaky else "no",
-            ])
+    tasks = [task for entry in report.incidents for task in entry.tasks]
+    for task in tasks[:SECTION_MAX_ROWS]:
+        stop = task.stop_reason
+        rows.append([
+            text(task.label, 80),
+            text(task.title or DASH) + (f"<br>at {_codes([task.where])}" if task.where else ""),
+            # One task: its tests are the grid's (Iterations × Tests names them); several: a few each.
+            plural(len(task.nodeids), "test") if len(tasks) == 1 else _codes(task.nodeids, 3, "<br>"),
+            str(task.attempts),
+            _reason(stop) if stop else (NOT_RUN if not task.attempts else DASH),
+            "yes" if task.flaky else "no",
+        ])
     if not rows:
         return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."
                 if report.incidents else "None: no incident, so no plan."]
-    return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
+    return (["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
+            + _more(len(tasks) - SECTION_MAX_ROWS, "tasks"))
 
 
 def _config_difference_lines(report: Report) -> list[str]:
@@ -329,11 +346,17 @@ def _section_fingerprints(report: Report) -> list[str]:
 
 def _test_list(report: Report, fixed: bool, empty: str) -> list[str]:
     items: list[str] = []
+    hidden = 0
     for entry in report.incidents:
-        for nodeid in entry.tests_fixed if fixed else entry.flaky_tests:
-            where = f" — {code(entry.incident_id)}" if _multi(report) else ""
-            items.append(f"- {code(nodeid)}{where}")
-    return items or [empty]
+        where = f" — {code(entry.incident_id)}" if _multi(report) else ""
+        tests = entry.tests_fixed if fixed else entry.flaky_tests
+        if tests and set(tests) == set(entry.capture_tests):  # Failures and the grid name them already
+            items.append(f"- {'The captured failure' if len(tests) == 1 else f'All {len(tests):,} captured failures'}"
+                         f"{where}")
+            continue
+        items += [f"- {code(nodeid)}{where}" for nodeid in tests[:SECTION_MAX_ROWS]]
+        hidden += max(0, len(tests) - SECTION_MAX_ROWS)
+    return items + _more(hidden, "tests") if items else [empty]
 
 
 def _section_fixed(report: Report) -> list[str]:
@@ -357,7 +380,8 @@ def _section_new_failures(report: Report) -> list[str]:
     if not rows:
         return []
     header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "First Seen (Iteration)"]
-    return ["### New Failures", "", "Failures outside the verification selection:", ""] + _table(header, rows)
+    return (["### New Failures", "", "Failures outside the verification selection:", ""]
+            + _table(header, rows[:SECTION_MAX_ROWS]) + _more(len(rows) - SECTION_MAX_ROWS, "new failures"))
 
 
 def _grid_tests(entry: ReportIncident) -> list[str]:
@@ -384,17 +408,25 @@ def _section_grid(report: Report) -> list[str]:
         shown = iterations[hidden_iterations:]
         capture = set(entry.capture_tests)
         header = ["Test", "capture"] + [str(it.iteration) for it in shown]
-        rows = []
-        for nodeid in tests[:GRID_MAX_TESTS]:
-            row = [code(nodeid, 120), _FAIL if nodeid in capture else DASH]
-            for it in shown:
-                outcome = it.outcomes.get(nodeid)
-                row.append(_CELL_SYMBOL.get(outcome, _WARN) if outcome is not None else DASH)
-            rows.append(row)
+        # Tests with the same outcomes in every column share one row: the grid scales with the
+        # different histories, not with the tests (the JSON has each test's outcomes).
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for nodeid in tests:
+            outcomes = [it.outcomes.get(nodeid) for it in shown]
+            key = (_FAIL if nodeid in capture else DASH,) + tuple(
+                DASH if o is None else _CELL_SYMBOL.get(o, _WARN) for o in outcomes)
+            groups.setdefault(key, []).append(nodeid)
+        more = {ids[0]: len(ids) - 1 for ids in groups.values() if len(ids) >= GRID_GROUP_MIN}
+        named = [(t, k) for k, ids in groups.items() for t in ids if len(ids) < GRID_GROUP_MIN or t in more]
+        order = {nodeid: i for i, nodeid in enumerate(tests)}
+        named.sort(key=lambda row: order[row[0]])  # in the order of the tests
+        rows = [[code(nodeid, 120) + (f" and {more[nodeid]:,} more with these outcomes" if nodeid in more else ""),
+                 *key] for nodeid, key in named[:GRID_MAX_TESTS]]
         lines += _table(header, rows)
         notes = []
-        if len(tests) > GRID_MAX_TESTS:
-            notes.append(f"… {len(tests) - GRID_MAX_TESTS} more tests not shown")
+        hidden_tests = sum(1 + more.get(nodeid, 0) for nodeid, _ in named[GRID_MAX_TESTS:])
+        if hidden_tests:
+            notes.append(f"… {hidden_tests:,} more tests not shown")
         if hidden_iterations:
             notes.append(f"… {plural(hidden_iterations, 'earlier iteration')} not shown")
         lines += ([""] + ["; ".join(notes) + "."] if notes else []) + [""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from pytest_selfheal import hooks
@@ -16,7 +17,7 @@ from pytest_selfheal.cli.commands._common import (
 )
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.report import ReportDoc
-from pytest_selfheal.report.load import build_from_store, select_ids
+from pytest_selfheal.report.load import build_from_store, latest_incident, select_ids
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import fsio
@@ -41,7 +42,7 @@ def add_format_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``[ID] [--all] [--format md|json] [--json] [--output PATH] [--headline] [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", nargs="?",
-                        help="incident id, a unique prefix of one, or `latest` (default: the latest incident by created_at)")
+                        help="incident id, a unique prefix of one, or `latest` (default: the newest readable incident by the time in its id)")
     parser.add_argument("--all", action="store_true", help="one report over every incident of the reports root")
     add_format_arguments(parser)
     add_dir_argument(parser)
@@ -87,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give an incident ID or --all, not both")
     output_format(args)  # a contradiction fails before anything is read
     store = store_from_args(args)
-    ids = select_ids(store, args.incident_id, args.all)
+    if args.incident_id is None and not args.all:
+        latest, note = latest_incident(store)
+        ids = [latest] if latest else []
+        if note:  # which one "the latest" is, when there was a choice (stdout stays the report)
+            print(note, file=sys.stderr)
+    else:
+        ids = select_ids(store, args.incident_id, args.all)
     emit(build_from_store(store, ids, project_root()), args)
     return 0
