@@ -446,7 +446,8 @@ class _Shape:
         self.defaults = _defaults(cls)
 
 
-_shape = cache(_Shape)  # one per record class
+# One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
+_shape = cast("Callable[[type[JsonRecord]], _Shape]", cache(_Shape))
 
 
 def _defaults(cls: type) -> dict[str, object]:
