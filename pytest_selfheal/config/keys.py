@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_selfheal.config.ini import INI_KEYS
+from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "ralf_lite"
@@ -112,7 +112,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("auto_replan_on_no_progress", BOOL, False,
             "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
             "with `replan_requested` instead of escalating."),
-    KeySpec("reports_dir", STRING, ".selfheal",
+    KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
             "the project root (pytest's rootdir)."),
     KeySpec("report_path", STRING, None,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import math
 import re
 import shlex
@@ -33,7 +32,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
 from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
-from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import (
     ARGV,
     BOOL,
@@ -52,6 +50,7 @@ from pytest_selfheal.config.keys import (
     nest,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
+from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 if TYPE_CHECKING:
@@ -177,7 +176,7 @@ class Settings(Frozen):
     apply_to: ApplyToSettings = ApplyToSettings()
     max_runtime_minutes: Optional[float] = None
     auto_replan_on_no_progress: bool = False
-    reports_dir: str = ".selfheal"
+    reports_dir: str = DEFAULT_REPORTS_DIR
     report_path: Optional[str] = None
     log_tail_lines: int = 200
     verification: VerificationSettings = VerificationSettings()
@@ -252,9 +251,10 @@ class EffectiveConfig(Frozen):
         Everything a run writes or posts is redacted by it (store, report, CLI output, MCP,
         PR comment). The redact module is loaded then: a green run never imports it.
         """
-        redact = importlib.import_module("pytest_selfheal.redact")
-        built: Redactor = redact.default_redactor(self.settings.redaction, env=self.environ)
-        return built
+        # Imported here: merging the config does no I/O, and reading the environment is I/O.
+        from pytest_selfheal.redact import default_redactor
+
+        return default_redactor(self.settings.redaction, env=self.environ)
 
     def get(self, dotted: str) -> Any:
         """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).

@@ -28,7 +28,6 @@ from typing import IO, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
-from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import (
     EXIT_OK,
@@ -67,6 +66,7 @@ from pytest_selfheal.github.client import (
     upsert_sticky_comment,
 )
 from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiInfo
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult

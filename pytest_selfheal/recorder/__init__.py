@@ -1,42 +1,48 @@
 """The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
 
-During the run it keeps counters and the failing reports, nothing more: a green run imports
-the config and this module only (docs/benchmarks.md, "Green run"). At session end, on the
-controller only and only when something failed or an open incident's test ran, the session
-end (:mod:`.finish`) records the next iteration of an open incident (agent mode) or captures
-a new incident, optionally runs the loop, and writes the report.
+During the run it keeps counters and the failing reports, nothing more. pytest marks every
+module of a plugin's distribution for assertion rewriting, so where bytecode is not written
+(``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
+compiled again on every run: a green run imports no module of the package but the plugin,
+this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). So the
+config is read at the start only when there is one to read (a ``--selfheal-*`` flag, a
+``selfheal_*`` ini option, a config file), and everything else is imported inside the
+function that first needs it: a failure, an open incident, ``--selfheal-spectrum``. At
+session end, on the controller only and only when something failed or an open incident's
+test ran, the session end (:mod:`.finish`) records the next iteration of an open incident
+(agent mode) or captures a new incident, optionally runs the loop, and writes the report.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import pytest
 
-from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
-from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
-from pytest_selfheal.records.vocab import Line, Tone, tone_of
+from pytest_selfheal.names import (
+    CI_RUN_ENV,
+    DEFAULT_REPORTS_DIR,
+    INBOX_DIR,
+    INCIDENT_PREFIX,
+    INI_KEYS,
+    RECORDER_PLUGIN,
+    global_config_path,
+    project_config_paths,
+)
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    # Loaded late (see late()); named here so that import-linter still checks the edges.
-    from pytest_selfheal import redact  # noqa: F401
-    from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
     from pytest_selfheal.capture.evidence import Resolver
     from pytest_selfheal.capture.spectrum import SpectrumHook
-    from pytest_selfheal.loop import agent_mode  # noqa: F401
+    from pytest_selfheal.config.settings import EffectiveConfig
     from pytest_selfheal.loop.agent_mode import OpenIncident
     from pytest_selfheal.records.incident import RootCause
+    from pytest_selfheal.records.vocab import Tone
     from pytest_selfheal.redact import Redactor
     from pytest_selfheal.report.data import IncidentRun
     from pytest_selfheal.store.root import Store
@@ -49,49 +55,24 @@ _FLAG_KEYS = {
     "selfheal_max_iterations": "max_iterations",
     "selfheal_approve": "repair.approve",
 }
-_PLUGIN_NAME = "selfheal-recorder"
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
 # The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
 # so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-# The recorder's late loads: what only a failure, an open incident or --selfheal-spectrum
-# needs. A green run imports none of them (docs/benchmarks.md, "Green run"); a run that only
-# captures never imports the loop side (agent mode, the loop entry, sticky stops).
-_LATE = {
-    "finish": "pytest_selfheal.recorder.finish",  # the session end: capture, agent mode, loop, report
-    "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
-    "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
-    "store": "pytest_selfheal.store.root",
-    "agent_mode": "pytest_selfheal.loop.agent_mode",
-    "entry": "pytest_selfheal.run.entry",
-    "sticky": "pytest_selfheal.loop.sticky",
-}
-
-
-def late(name: str) -> ModuleType:
-    """The recorder's late-loaded module ``name`` (a key of ``_LATE``), imported on first use.
-
-    Like a run without --selfheal never imports this module (plugin.py), a run with it
-    imports only what it uses: pytest marks every module of a plugin's distribution for
-    assertion rewriting, so where bytecode is not written (``PYTHONDONTWRITEBYTECODE``,
-    read-only site-packages) each module imported is parsed and compiled again on every run.
-    """
-    return importlib.import_module(_LATE[name])
-
-
 def start(config: pytest.Config) -> None:
-    """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
-    try:
-        effective = load_effective_config(config)
-    except SelfhealError as exc:
-        raise pytest.UsageError(f"selfheal: {exc}") from None
+    """Read the config if there is one (refusing to run on a bad one) and register the
+    recorder on the controller."""
+    effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
     if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
                                                  and config.getini("selfheal_spectrum")):
-        spectrum = late("spectrum").SpectrumHook(str(config.rootpath), worker=worker)
+        # Imported here: only --selfheal-spectrum records what each test runs.
+        from pytest_selfheal.capture.spectrum import SpectrumHook
+
+        spectrum = SpectrumHook(str(config.rootpath), worker=worker)
         config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
     if worker:
         # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
@@ -99,7 +80,21 @@ def start(config: pytest.Config) -> None:
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), _PLUGIN_NAME)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), RECORDER_PLUGIN)
+
+
+def has_config(config: pytest.Config) -> bool:
+    """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
+    ``selfheal_*`` ini option, or a config file (global or project). Without one the
+    effective config is the defaults, and the run reads no file to know it."""
+    if any(config.getoption(dest) is not None for dest in _FLAG_KEYS) or config.getoption("selfheal_set"):
+        return True
+    if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
+        return True
+    global_path = global_config_path(os.environ)
+    paths = [*project_config_paths(config.rootpath), *([global_path] if global_path is not None else [])]
+    # No home for the global file: reading the config says so.
+    return global_path is None or any(os.path.lexists(path) for path in paths)
 
 
 def _ini_values(config: pytest.Config) -> dict[str, str]:
@@ -115,7 +110,12 @@ def _ini_values(config: pytest.Config) -> dict[str, str]:
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags)."""
+    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
+    # Imported here: a run without a config to read (has_config) never loads the config modules.
+    from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.config.settings import Override, parse_override
+    from pytest_selfheal.errors import SelfhealError
+
     overrides: list[Override] = []
     for dest, key in _FLAG_KEYS.items():
         value = config.getoption(dest)
@@ -129,7 +129,18 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     for text in config.getoption("selfheal_set") or []:
         overrides.append(parse_override(text, "--selfheal-set"))
     ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
-    return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    try:
+        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+
+
+def default_config() -> EffectiveConfig:
+    """The effective config of a run that has none to read (:func:`has_config`): the defaults."""
+    # Imported here: only a run with something to record needs the settings.
+    from pytest_selfheal.config.settings import build_effective_config
+
+    return build_effective_config([], ini={}, ini_origin="pytest ini", overrides=())
 
 
 def _crash_message(report: Any) -> str:
@@ -160,7 +171,9 @@ class RootCauseHook:
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[RootCause]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
-        evidence = late("evidence")
+        # Imported here: only a failing test is read for evidence.
+        from pytest_selfheal.capture import evidence
+
         if self.resolver is None:
             self.resolver = evidence.Resolver(self.rootdir)
         resolver: Resolver = self.resolver
@@ -209,11 +222,12 @@ SUMMARY = -1
 DETAIL = 0
 
 
-_MARKUP: dict[Tone, dict[str, bool]] = {
-    Tone.GOOD: {"green": True},
-    Tone.BAD: {"red": True, "bold": True},
-    Tone.WARN: {"yellow": True},
-    Tone.PLAIN: {},
+# A Tone is its string value (records/vocab.py).
+_MARKUP: dict[str, dict[str, bool]] = {
+    "good": {"green": True},
+    "bad": {"red": True, "bold": True},
+    "warn": {"yellow": True},
+    "plain": {},
 }
 
 
@@ -224,6 +238,14 @@ def _markup(tone: Tone) -> dict[str, bool]:
 
 # Worst outcome wins when a test has several reports (setup, call, teardown).
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+def _any_redacted(nodeids: set[str]) -> bool:
+    """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
+    # Imported here: only a run with open incidents watches node ids.
+    from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
+
+    return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
 
 
 class Failed(NamedTuple):
@@ -245,13 +267,13 @@ class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(
-        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, RootCause]] = None,
-        spectrum: Optional[SpectrumHook] = None,
+        self, config: pytest.Config, effective: Optional[EffectiveConfig],
+        evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
-        self.effective = effective
+        self._effective = effective  # None: no config to read, the defaults (built when first asked for)
         self.failed: list[Failed] = []
         self.tests = 0
         self.skipped = 0
@@ -261,7 +283,7 @@ class Recorder:
         # once the loop has changed it).
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
-        self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
+        self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
@@ -270,7 +292,7 @@ class Recorder:
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
-        self.watched_redacted = any(is_redacted(n) or TRUNCATED in n for n in self.watched)
+        self.watched_redacted = bool(self.watched) and _any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
@@ -282,7 +304,7 @@ class Recorder:
         try:
             # Only an incident folder in the inbox can be open. Once every incident is closed
             # or archived, a run (a green one too) must not load the loop side to find none.
-            if not any(name.startswith("incident_") for name in os.listdir(self.reports_root / "error_inbox")):
+            if not any(name.startswith(INCIDENT_PREFIX) for name in os.listdir(self.reports_root / INBOX_DIR)):
                 return []
         except (FileNotFoundError, NotADirectoryError):
             return []
@@ -294,12 +316,22 @@ class Recorder:
             # what runs under the job's token. The failures are captured as ci's own incident.
             return []
 
+        # Imported here: only an incident in the inbox needs the loop side.
+        from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.loop.agent_mode import open_incidents
+
         try:
-            found: list[OpenIncident] = late("agent_mode").open_incidents(self.store())
-            return found
+            return open_incidents(self.store())
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
             return []
+
+    @property
+    def effective(self) -> EffectiveConfig:
+        """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
+        if self._effective is None:
+            self._effective = default_config()
+        return self._effective
 
     @property
     def redactor(self) -> Redactor:
@@ -362,6 +394,9 @@ class Recorder:
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
+            # Imported here: only an open incident whose ids hold a secret needs it.
+            from pytest_selfheal.records.redacted import bounded_nodeid
+
             redacted = self.redactor.redact(bounded_nodeid(nodeid))
             if redacted in self.watched:
                 return redacted
@@ -369,22 +404,14 @@ class Recorder:
 
     def store(self) -> Store:
         """The store of this run's reports root, redacting with this run's settings."""
-        store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
-        return store
+        # Imported here: a green run without open incidents never opens the store.
+        from pytest_selfheal.store.root import Store
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        # trylast: pytest's own junitxml has written --junitxml by now.
-        if not self.failed and not self.outcomes:
-            return
+        return Store(self.reports_root, redactor=self.redactor)
 
-        try:
-            late("finish").finish_session(self, int(exitstatus))
-        except SelfhealError as exc:
-            self.lines.append((ESSENTIAL, Line(f"selfheal: error: {exc}", Tone.BAD)))
-        except Exception as exc:  # the plugin never changes pytest's outcome
-            self.lines.append((ESSENTIAL, Line(
-                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected", Tone.BAD)))
+    def has_work(self) -> bool:
+        """Whether the session end has anything to record: a failure, or a test an open incident verifies."""
+        return bool(self.failed or self.outcomes)
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""
@@ -400,6 +427,9 @@ class Recorder:
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:
             return
+        # Imported here: a run with nothing to say shows no line.
+        from pytest_selfheal.records.vocab import tone_of
+
         terminalreporter.section("selfheal", sep="-")
         for line in shown:
             terminalreporter.write_line(line, **_markup(tone_of(line)))

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
+from pytest_selfheal.names import INCIDENT_ID_PATTERN
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 R = TypeVar("R", bound="JsonRecord")
@@ -321,7 +322,6 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # The package's own identifiers, as the schema files state them.
-INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
 TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?\+00:00$"
 incident_id = checked(string, pattern=INCIDENT_ID_PATTERN)
 timestamp = checked(
