@@ -135,13 +135,6 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
         raise pytest.UsageError(f"selfheal: {exc}") from None
 
 
-def default_config() -> EffectiveConfig:
-    """The effective config of a run that has none to read (:func:`has_config`): the defaults."""
-    # Imported here: only a run with something to record needs the settings.
-    from pytest_selfheal.config.settings import build_effective_config
-
-    return build_effective_config([], ini={}, ini_origin="pytest ini", overrides=())
-
 
 def _crash_message(report: Any) -> str:
     reprcrash = getattr(report.longrepr, "reprcrash", None)
@@ -330,6 +323,9 @@ class Recorder:
     def effective(self) -> EffectiveConfig:
         """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
         if self._effective is None:
+            # Imported here: only a run with something to record needs the settings.
+            from pytest_selfheal.config.settings import default_config
+
             self._effective = default_config()
         return self._effective
 

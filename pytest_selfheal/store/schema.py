@@ -88,9 +88,3 @@ def validate(kind: str, doc: Any) -> list[str]:
     except FieldError as exc:
         return [str(exc)]
     return []
-
-
-def ensure_valid(kind: str, doc: Any, source: str) -> None:
-    """Raise a one-line ``InputError`` ``"<source>: invalid <kind>: field <path>: <problem>"`` if ``doc`` is invalid."""
-    schema_filename(kind)
-    DOCUMENTS[kind][0].from_json(doc, source)
