@@ -1,4 +1,4 @@
-"""A real project's suite: ``pytest --selfheal`` vs plain ``pytest``, green and red (issue 24).
+"""A real project's suite: ``pytest --selfheal`` vs plain ``pytest``, green and red.
 
 The suite of a pinned PyPI sdist (default ``cachetools==5.5.2``: 216 tests, about a second),
 downloaded once with ``pip download --no-binary :all: --no-deps`` into ``--cache`` (outside

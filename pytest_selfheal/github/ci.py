@@ -312,7 +312,7 @@ def run_ci(
     before = snapshot(store)
     # The test processes get no token (process.child_environment: every *TOKEN* variable).
     test_env = process.child_environment(source)
-    # What this run captures holds the run token (issue 12, finding 5); only the capturing pytest gets it.
+    # What this run captures holds the run token; only the capturing pytest gets it.
     token = new_run_token()
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)

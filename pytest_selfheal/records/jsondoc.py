@@ -11,10 +11,10 @@ in ``keys`` order, so ``json.dumps(R.from_json(doc, where).to_json())`` is byte-
 to ``json.dumps(doc)``. The one normalisation: an integer field written as an integral
 float (``3.0``, which JSON Schema counts as an integer) comes back as ``3``.
 
-A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``, in
-the words of the shipped-schema check (``pytest_selfheal/store/schema.py``). Records
-check types; allowed values (enums, id and timestamp patterns, ranges) stay with that
-schema check, which the store runs on the same document. Pure: no I/O.
+A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``. A
+parser checks the type; :func:`checked` adds the allowed values (enums, id and timestamp
+patterns, ranges). The shipped JSON Schemas are generated from the same parsers
+(:func:`schema_of`, ``records/schema_gen.py``), so the two never disagree. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def freeze(value: Any) -> Any:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def thaw(value: Any) -> Any:
+def plain_json(value: Any) -> Any:
     """The JSON value of a frozen value or record (the inverse of ``freeze``)."""
     kind = type(value)
     if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
@@ -129,9 +129,9 @@ def thaw(value: Any) -> Any:
     if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, tuple):
-        return [thaw(item) for item in value]
+        return [plain_json(item) for item in value]
     if isinstance(value, Mapping):
-        return {key: thaw(item) for key, item in value.items()}
+        return {key: plain_json(item) for key, item in value.items()}
     return value
 
 
@@ -425,9 +425,9 @@ class JsonRecord(Frozen):
         for key in order:
             spec = known.get(key)
             if spec is not None:
-                doc[key] = thaw(getattr(self, spec[0]))
+                doc[key] = plain_json(getattr(self, spec[0]))
             elif key in extras:
-                doc[key] = thaw(extras[key])
+                doc[key] = plain_json(extras[key])
         return doc
 
     def get_extra(self, key: str, default: Any = None) -> Any:

@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
+from pytest_selfheal.names import INCIDENT_ID_PATTERN
 from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.schema_gen import DOCUMENTS, document_schema
 
@@ -59,12 +60,11 @@ def vocabulary() -> frozenset[str]:
 
 # The package's own generated values: incident ids and ISO timestamps, never a secret.
 _OWN_VALUE = re.compile(
-    r"incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9]{2}:[0-9]{2})",
-    re.ASCII,
+    INCIDENT_ID_PATTERN.strip("^$") + r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9]{2}:[0-9]{2})",
 )
 
 
-def ours(text: str) -> bool:
+def written_by_selfheal(text: str) -> bool:
     """True for a string the package itself wrote into a document: a schema's property name
     or enum word (:func:`vocabulary`), an incident id, a timestamp. Redaction leaves these
     alone (``Redactor.redact_obj``'s ``keep``)."""
