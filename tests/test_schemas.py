@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schema_check import assert_valid, jsonschema_errors
+from schema_check import assert_valid, jsonschema_errors, load_schema
 
 import pytest_selfheal
 from pytest_selfheal.errors import InputError
@@ -204,7 +204,7 @@ def test_shipped_schema_is_generated_from_the_record(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", schema.KINDS)
 def test_shipped_schema_is_valid_json_schema(kind: str) -> None:
-    loaded = schema.load_schema(kind)
+    loaded = load_schema(kind)
     jsonschema.Draft202012Validator.check_schema(loaded)
     assert loaded["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 

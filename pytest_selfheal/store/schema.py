@@ -8,7 +8,6 @@ dependency) agrees with it on the shipped files.
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache, lru_cache
 from importlib import resources
@@ -69,14 +68,6 @@ def written_by_selfheal(text: str) -> bool:
     or enum word (:func:`vocabulary`), an incident id, a timestamp. Redaction leaves these
     alone (``Redactor.redact_obj``'s ``keep``)."""
     return text in vocabulary() or _OWN_VALUE.fullmatch(text) is not None
-
-
-def load_schema(kind: str) -> dict[str, Any]:
-    """A fresh copy of the shipped JSON Schema for ``kind``."""
-    data = json.loads(_load_text(kind))
-    if not isinstance(data, dict):  # pragma: no cover - the shipped files are objects
-        raise ValueError(f"schema {kind} is not a JSON object")
-    return data
 
 
 def validate(kind: str, doc: Any) -> list[str]:
