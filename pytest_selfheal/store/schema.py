@@ -1,16 +1,14 @@
 """The JSON Schemas that ship in ``pytest_selfheal/schemas/``, and the store's check of a document.
 
 The schemas are generated from the record declarations (``records/schema_gen.py``); the
-one check is the record's own parser (``from_json``), which ``validate`` and
-``ensure_valid`` name by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
+one check is the record's own parser (``from_json``), which ``validate`` names by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
 dependency) agrees with it on the shipped files.
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 from typing import Any
 
 from pytest_selfheal.names import INCIDENT_ID_PATTERN
@@ -25,12 +23,6 @@ def schema_filename(kind: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown schema kind {kind!r} (expected one of {', '.join(KINDS)})")
     return f"{kind}.schema.json"
-
-
-@cache
-def _load_text(kind: str) -> str:
-    ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
-    return ref.read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
