@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -402,6 +403,39 @@ def repo_top(path: Path) -> Path:
         return Path(repo.working_tree_dir).resolve()
     finally:
         repo.close()
+
+
+# --- what a pull request changed --------------------------------------------------
+
+_HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def has_commit(cwd: Path, revision: str) -> bool:
+    """Whether ``revision`` names a commit this clone has (a shallow clone may lack the base)."""
+    try:
+        run_git(cwd, ["cat-file", "-e", f"{revision}^{{commit}}"])
+    except GitFailed:
+        return False
+    return True
+
+
+def changed_lines(cwd: Path, base: str, paths: Sequence[str] = ("*.py",)) -> dict[str, list[tuple[int, int]]]:
+    """The lines of the working tree that differ from commit ``base``: ``{path: [(first, last), …]}``
+    with POSIX paths relative to ``cwd`` (only files below it) and 1-based inclusive line ranges of the new side
+    (a deleted line marks the line after it). Files deleted since ``base`` are left out; a
+    file added since it is changed from its first line to its last. Raises :class:`GitFailed`."""
+    raw = run_git(cwd, ["-c", "core.quotePath=false", "diff", "--relative", "--no-color", "--no-ext-diff", "--no-textconv", "-U0", "--find-renames",
+                        "--diff-filter=d", base, "--", *paths])
+    changed: dict[str, list[tuple[int, int]]] = {}
+    current: Optional[list[tuple[int, int]]] = None
+    for line in raw.splitlines():
+        if line.startswith(b"+++ "):
+            name = line[4:].decode("utf-8", "surrogateescape")
+            current = changed.setdefault(name[2:], []) if name.startswith("b/") else None
+        elif current is not None and (match := _HUNK.match(line)):
+            first, count = int(match.group(1)), int(match.group(2) or 1)
+            current.append((first, first + count - 1) if count else (first + 1, first + 1))
+    return {path: ranges for path, ranges in changed.items() if ranges}
 
 
 # --- the demo ----------------------------------------------------------------------

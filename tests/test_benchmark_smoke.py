@@ -129,3 +129,10 @@ def test_floors_benchmark_prints_the_floor_of_the_iteration_and_of_the_capture(t
     assert lines[1].startswith("iteration (child + python start) / b: floor ") and "(target <= 1.10: " in lines[1]
     assert lines[2].startswith("capture: plain ") and " of the package) cost " in lines[2]
     assert lines[3].startswith("capture (plain + imports) / plain: floor ") and "(target <= 1.15: " in lines[3]
+
+
+def test_new_tests_benchmark_prints_the_ratio_of_the_check(tmp_path: Path) -> None:
+    out = run_benchmark("bench_new_tests.py", ["--tests", "40", "--new", "2", "--repeat", "1", "--share", "5"],
+                        tmp_path)
+    assert "suite: 40 tests" in out and "ratio check on / off: median" in out
+    assert "2 new or changed test(s) re-run 5 of 5 time(s)" in out

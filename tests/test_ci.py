@@ -235,6 +235,9 @@ def test_push_event_no_comment_and_no_fail_on_unresolved(tmp_path: Path, fake_gi
     assert "no comment" in done.stdout
     assert fake_github.requests == []
     assert "## RALF Lite Loop Report" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    # The capture's terminal names no command for the loop selfheal ci is about to run.
+    assert "next: selfheal ci runs the RALF-Lite loop on what this run captured" in done.stdout
+    assert "next: Run the loop" not in done.stdout
 
 
 CALC_FIX_AGENT = """

@@ -47,6 +47,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "classification": {"rules": []},
     "history": {"enabled": True, "base_branch": "main", "flaky_rate": 0.1, "window_days": 30,
                 "quarantine_file": ".selfheal-quarantine.yml"},
+    "new_tests": {"enabled": True, "reruns": 5, "max_seconds": 120, "max_share": 0.2, "seed": None},
     "mcp": {"max_chars": 8000},
     "gate": {"pytest_args": [], "timeout_seconds": 300, "max_chars": 4000},
 }

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import CliResult, capture, cli, make_project, selfheal_process
 
+from pytest_selfheal.cli.main import command_names
 from pytest_selfheal.errors import (
     EXIT_BAD_INPUT,
     EXIT_IO,
@@ -351,3 +352,14 @@ def test_show_lists_the_failures_grouped_by_root_cause(tmp_path: Path) -> None:
     assert f"failures    6 in {len(causes)} root cause(s)" in text
     for cause in causes:
         assert f"{cause['action']}: " in text and f"{len(cause['nodeids'])} failing test(s)" in text
+
+
+def test_help_groups_the_commands_a_newcomer_starts_with_and_says_what_the_loop_is() -> None:
+    code, out, _err = cli("--help")
+    assert code == 0
+    assert "RALF-Lite loop re-runs only its failing tests" in " ".join(out.split())
+    start = out.index("Start here:")
+    assert start < out.index("Incidents:") < out.index("CI and the failure history:") < out.index("Coding agents:")
+    listed = [line.split()[0] for line in out[start:].splitlines() if line[:2] == "  " and line[2:3] != " "]
+    assert listed[:5] == ["demo", "status", "show", "loop", "report"]
+    assert sorted(listed) == sorted(command_names())  # every command once, none left out

@@ -80,6 +80,14 @@ DEFAULT_RULES: tuple[Rule, ...] = (
         keywords=("timeout", "deadlineexceeded", "time", "deadline exceeded"),
     ),
     # -- TOOLING_ENV -----------------------------------------------------------------------
+    # pytest-xdist's workers collected different tests (random or unordered parametrize ids):
+    # the error names a worker, not code; nothing in the project can be verified by node id.
+    Rule(
+        "xdist_collection_mismatch",
+        r"Different tests were collected between gw\d+ and gw\d+",
+        _E,
+        keywords=("different tests were collected",),
+    ),
     Rule(
         "missing_module",
         r"ModuleNotFoundError: No module named|No module named '",

@@ -129,6 +129,8 @@ def with_target_paths(
     for failure in failures:
         nodeid = failure.nodeid or ""
         test_file = nodeid.split("::", 1)[0] if nodeid else ""
+        if test_file and not (rootdir / test_file).is_file():
+            test_file = ""  # not a file: a collector's directory, or an xdist worker (gw1) reporting an error
         if test_file and test_file not in imports_of:
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []

@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Optional
@@ -42,6 +43,45 @@ def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
     return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
 
 
+DESCRIPTION = (
+    "Turn a red pytest run into a bounded, honest repair loop. `pytest --selfheal` captures the "
+    "failing run as an incident; the RALF-Lite loop re-runs only its failing tests, lets a repair "
+    "provider (an AI coding agent or a hook) change code in between, and stops on a hard rule: "
+    "success, max_iterations, repeated_fingerprint, no_progress..."
+)
+# The commands in the order a newcomer meets them; one that is not listed here is shown under
+# "More", so adding a command still needs no change of this file.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Start here", ("demo", "status", "show", "loop", "report")),
+    ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
+    ("CI and the failure history", ("ci", "merge", "history", "flaky", "quarantine", "junit")),
+    ("Coding agents", ("mcp", "stop-gate")),
+    ("Configuration and tools", ("config", "fingerprint")),
+)
+_HELP_WIDTH = 100
+
+
+def command_overview(helps: dict[str, str]) -> str:
+    """The grouped list of commands with their one-line help (``selfheal --help``'s body)."""
+    listed = {name for _, names in GROUPS for name in names}
+    groups = [*GROUPS, ("More", tuple(sorted(n for n in helps if n not in listed)))]
+    width = max(map(len, helps), default=8) + 2
+    lines: list[str] = []
+    for title, names in groups:
+        present = [n for n in names if n in helps]
+        if not present:
+            continue
+        lines.append(f"{title}:")
+        for name in present:
+            text = " ".join(helps[name].split())
+            wrapped = textwrap.wrap(text, _HELP_WIDTH - width - 2) or [""]
+            lines.append(f"  {name.ljust(width)}{wrapped[0]}")
+            lines += [" " * (width + 2) + more for more in wrapped[1:]]
+        lines.append("")
+    lines.append("`selfheal COMMAND --help` shows a command's options.")
+    return "\n".join(lines)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits with our usage code and a one-line message."""
 
@@ -52,12 +92,17 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser, one subparser per discovered command (``only``: that one alone,
     so that running a command imports no other)."""
-    parser = _Parser(prog="selfheal", description="Incidents, fingerprints and the RALF-Lite loop.")
+    modules = _command_modules(only)
+    parser = _Parser(prog="selfheal", description=textwrap.fill(DESCRIPTION, _HELP_WIDTH),
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog=command_overview({m.NAME: m.HELP for m in modules}) if only is None else None)
     parser.add_argument("--version", action="version", version=f"selfheal {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # The commands are listed by the epilog, grouped; argparse's own list would be alphabetical.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                help="one of the commands below")
     sub.required = True
-    for module in _command_modules(only):
-        child = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+    for module in modules:
+        child = sub.add_parser(module.NAME, description=module.HELP)
         module.add_arguments(child)
         child.set_defaults(_run=module.run)
     return parser

@@ -82,6 +82,7 @@ GROUPS: dict[str, str] = {
     "redaction": "what is removed from everything written to disk or posted",
     "classification": "extra rules for classifying failures",
     "history": "the failure history and the triage of every failure (new, known, flaky, quarantined)",
+    "new_tests": "the check of the tests a pull request adds or changes for flakiness (`selfheal ci`)",
     "mcp": "the MCP server for coding agents (`selfheal mcp`)",
     "gate": "the stop gates of coding agents (`selfheal stop-gate claude|cursor`)",
 }
@@ -175,6 +176,20 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
             "The committed quarantine list, relative to the project root; on a pull request it is read "
             "from the base revision."),
+    KeySpec("new_tests.enabled", BOOL, True,
+            "On a pull request, `selfheal ci` re-runs the tests the pull request adds or changes, to "
+            "catch a flaky test before it merges ([action.md](action.md#new-tests-are-checked-for-flakiness))."),
+    KeySpec("new_tests.reruns", INT, 5,
+            "How many more times each new or changed test runs, in an order shuffled by a recorded seed."),
+    KeySpec("new_tests.max_seconds", NUMBER, 120,
+            "The most time, in seconds, the re-runs of new tests may take; re-runs that do not fit are "
+            "left out and named."),
+    KeySpec("new_tests.max_share", NUMBER, 0.2,
+            "The most time the re-runs of new tests may take as a share of the job's own test run "
+            "(0.2: a fifth); the smaller of this and `new_tests.max_seconds` applies."),
+    KeySpec("new_tests.seed", INT, None,
+            "The seed of the re-runs' order. `null`: a fresh one each run, printed and kept in the report "
+            "so that a person can replay the same orders.", nullable=True),
     KeySpec("mcp.max_chars", INT, 8000,
             "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
             "cut with a note saying what was left out and which tool gives more."),

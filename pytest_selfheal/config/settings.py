@@ -145,6 +145,17 @@ class HistorySettings(Frozen):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class NewTestsSettings(Frozen):
+    """``new_tests``: the check of a pull request's new tests for flakiness (``selfheal ci``)."""
+
+    enabled: bool = True
+    reruns: int = 5
+    max_seconds: float = 120
+    max_share: float = 0.2
+    seed: Optional[int] = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class McpSettings(Frozen):
     """``mcp``: the MCP server (``selfheal mcp``)."""
 
@@ -184,6 +195,7 @@ class Settings(Frozen):
     redaction: RedactionSettings = RedactionSettings()
     classification_rules: tuple[Rule, ...] = ()
     history: HistorySettings = HistorySettings()
+    new_tests: NewTestsSettings = NewTestsSettings()
     mcp: McpSettings = McpSettings()
     gate: GateSettings = GateSettings()
 
@@ -220,6 +232,9 @@ class Settings(Frozen):
             history=HistorySettings(value("history.enabled"), value("history.base_branch"),
                                     value("history.flaky_rate"), value("history.window_days"),
                                     value("history.quarantine_file")),
+            new_tests=NewTestsSettings(value("new_tests.enabled"), value("new_tests.reruns"),
+                                       value("new_tests.max_seconds"), value("new_tests.max_share"),
+                                       value("new_tests.seed")),
             mcp=McpSettings(value("mcp.max_chars")),
             gate=GateSettings(tuple(value("gate.pytest_args")), value("gate.timeout_seconds"),
                               value("gate.max_chars")),

@@ -21,6 +21,7 @@ import os
 import secrets
 import shlex
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +66,12 @@ from pytest_selfheal.github.client import (
     marker,
     upsert_sticky_comment,
 )
-from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
+from pytest_selfheal.history import records as hr
+from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.sources import base_revision, quarantine_in_force
 from pytest_selfheal.names import CI_RUN_ENV
-from pytest_selfheal.records.ci import CiInfo
+from pytest_selfheal.records.ci import CiInfo, NewTestsCheck
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
@@ -154,6 +158,12 @@ class CiResult:
     comment: Optional[CommentResult] = None
     warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
+    new_tests: Optional[NewTestsCheck] = None
+
+    @property
+    def new_flaky_tests(self) -> list[str]:
+        """The node ids of the new tests found flaky (empty when none or not checked)."""
+        return list(self.new_tests.flaky) if self.new_tests is not None else []
 
     def outputs(self) -> dict[str, str]:
         """The step outputs (names as in action.yml)."""
@@ -165,6 +175,7 @@ class CiResult:
             "report-path": str(self.report_path) if self.report_path else "",
             "report-json-path": str(self.report_json_path) if self.report_json_path else "",
             "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
+            "new-flaky-tests": json.dumps(self.new_flaky_tests),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,6 +197,7 @@ class CiResult:
             "comment": comment,
             "warnings": list(self.warnings),
             "error": self.error,
+            "new_flaky_tests": self.new_flaky_tests,
         }
 
 
@@ -251,8 +263,9 @@ def _publish(
         write_outputs(result.outputs(), env=env)
     if not options.comment:
         return
-    # A green run (nothing failed) only updates an existing comment: no noise on green PRs.
-    create = info.final_status not in (FinalStatus.PASSED, "no_incidents")
+    # A green run (nothing failed, no flaky new test) only updates an existing comment: no
+    # noise on green PRs.
+    create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests)
     result.comment = post_comment(
         ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
         create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
@@ -274,6 +287,35 @@ def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Pat
     rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
             "they do not fail the job")
     return EXIT_OK
+
+
+def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
+                     env: Mapping[str, str], event: Mapping[str, object], test_env: Mapping[str, str],
+                     run_seconds: float, incident_id: Optional[str], token: str, rep: _Reporter) -> NewTestsCheck:
+    """The check of the pull request's new tests for flakiness (github/new_tests.py); a flaky
+    one is recorded in the history as a test that failed and passed on the same code."""
+    main_failures: dict[str, tuple[str, str]] = {}
+    if incident_id is not None:
+        try:
+            failures = store.read_incident(incident_id).failures
+        except SelfhealError:
+            failures = ()
+        main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
+    check = check_new_tests(NewTestsRun(project, base_revision(env, event), options.pytest_args, run_seconds,
+                                        main_failures, test_env), effective, Path(store.root), say=rep.say)
+    check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky)
+    rep.say(effective.redactor.redact(summary_line(check)))
+    flaky = [t for t in check.tests if t.nodeid in check.flaky]
+    if flaky and effective.settings.history.enabled:
+        run = run_info(run_key=f"new-tests-{token}", kind=hr.NEW_TESTS, project_root=project, env=env,
+                       tests_run=len(check.tests))
+        recorded = record_and_triage(Path(store.root), effective.settings.history, run,
+                                     [Failing(t.nodeid, t.fingerprint or "flaky-new") for t in flaky],
+                                     project_root=project, passed_on_rerun=[t.nodeid for t in flaky], env=env,
+                                     event=event)
+        for line in recorded.warnings:
+            rep.warn(line)
+    return check
 
 
 def run_ci(
@@ -317,13 +359,16 @@ def run_ci(
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
+    started = time.monotonic()
     code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
+    run_seconds = time.monotonic() - started
     incident_id = captured_incident(store, before, token)
     if incident_id is not None:
         # The capture ran without the *TOKEN* variables (test_env), so it could not redact
         # their values: this process has them, and redacts the captured files once more.
         store.redact_again(incident_id)
 
+    project = find_project_root(here)
     error: Optional[SelfhealError] = None
     loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
@@ -341,7 +386,7 @@ def run_ci(
             rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
             try:
                 loop_result = run_incident_loop(
-                    store, incident_id, effective=effective, cwd=find_project_root(here), pluginmanager=pm,
+                    store, incident_id, effective=effective, cwd=project, pluginmanager=pm,
                     interactive=False, unattended=True, out=rep.say, env=test_env,
                 )
             except Cancelled:
@@ -363,7 +408,10 @@ def run_ci(
 
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)
-    info = ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url)
+    new_tests = _check_new_tests(options, effective, store, project, source, event, test_env, run_seconds,
+                                 incident_id, token, rep)
+    info = dataclasses.replace(ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
+                               new_tests=new_tests)
     loop_error = str(error) if error else None
     try:
         markdown = render_ci_markdown(report, info, error=loop_error, pm=pm, proposed_patch=proposed)
@@ -380,8 +428,12 @@ def run_ci(
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
         exit_code = _quarantine_exit(report, effective, here, source, event, rep, exit_code)
+    if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
+        rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
+                "(fail-on-new-flaky: false only reports them)")
+        exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
-                      error=str(error) if error else None)
+                      error=str(error) if error else None, new_tests=new_tests)
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
     result.warnings = rep.warnings

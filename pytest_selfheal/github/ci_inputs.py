@@ -35,6 +35,8 @@ ACTION_INPUT_VARS: tuple[str, ...] = (
     "INPUT_COMMENT_FROM",
     "INPUT_PULL_REQUEST_NUMBER",
     "INPUT_EXPECTED_HEAD_SHA",
+    "INPUT_FAIL_ON_NEW_FLAKY",
+    "INPUT_NEW_TEST_RERUNS",
 )
 
 #: A commit SHA as GitHub writes it (also checks the ``head_sha`` of a report's ``ci`` block).
@@ -55,6 +57,8 @@ class CiOptions:
     fail_on_unresolved: bool = True
     #: Exit 0 when the loop's fix is only proposed (the checked-out code still fails).
     pass_on_proposed_fix: bool = False
+    #: A new or changed test found flaky fails the job (exit 1); false only reports it.
+    fail_on_new_flaky: bool = True
     report_name: str = DEFAULT_REPORT_NAME
     report_path: Optional[Path] = None
     #: Comment-only mode: post this report JSON (no pytest, no loop).
@@ -123,6 +127,15 @@ def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
     return sha
 
 
+def parse_new_test_reruns(text: str, name: str = "new-test-reruns") -> str:
+    """The re-runs of new tests as a config override text: ``0`` switches the check off."""
+    value = text.strip()
+    if not value.isdigit() or len(value) > 6:
+        raise UsageError(f"{name}: expected a whole number of re-runs (0 switches the check off), "
+                         f"got {json.dumps(text[:80])}")
+    return "new_tests.enabled=false" if int(value) == 0 else f"new_tests.reruns={int(value)}"
+
+
 def _positive_int(text: str, name: str) -> int:
     value = text.strip()
     if not value.isdigit() or int(value) <= 0:
@@ -147,6 +160,9 @@ def action_inputs(env: Mapping[str, str]) -> ActionInputs:
     repair = parsed("INPUT_REPAIR_COMMAND", parse_repair_command)
     if repair is not None:
         overrides.append((repair, "repair-command input"))
+    reruns = parsed("INPUT_NEW_TEST_RERUNS", parse_new_test_reruns)
+    if reruns is not None:
+        overrides.append((reruns, "new-test-reruns input"))
     return ActionInputs(
         pytest_args=tuple(parsed("INPUT_PYTEST_ARGS", parse_pytest_args) or ()),
         working_directory=parsed("INPUT_WORKING_DIRECTORY", lambda text: Path(text.strip())),
@@ -155,6 +171,7 @@ def action_inputs(env: Mapping[str, str]) -> ActionInputs:
         fail_on_unresolved=parsed("INPUT_FAIL_ON_UNRESOLVED", lambda text: parse_bool(text, "fail-on-unresolved")),
         pass_on_proposed_fix=parsed("INPUT_PASS_ON_PROPOSED_FIX",
                                     lambda text: parse_bool(text, "pass-on-proposed-fix")),
+        fail_on_new_flaky=parsed("INPUT_FAIL_ON_NEW_FLAKY", lambda text: parse_bool(text, "fail-on-new-flaky")),
         report_name=parsed("INPUT_REPORT_NAME", str.strip),
         comment_from=parsed("INPUT_COMMENT_FROM", lambda text: Path(text.strip())),
         pull_request=parsed("INPUT_PULL_REQUEST_NUMBER", lambda text: _positive_int(text, "pull-request-number")),
@@ -169,6 +186,7 @@ __all__ = [
     "action_inputs",
     "parse_bool",
     "parse_config_lines",
+    "parse_new_test_reruns",
     "parse_pytest_args",
     "parse_repair_command",
     "parse_sha",

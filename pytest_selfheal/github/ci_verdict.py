@@ -16,7 +16,7 @@ import pluggy
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.records.ci import CiInfo
+from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import ReportDoc
@@ -124,7 +124,66 @@ def sanitize_ci_info(data: Any, report: ReportDoc) -> CiInfo:
         pull_request=pr if pr is not None and pr > 0 else None,
         head_sha=sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
         run_url=normalised_url(url),
+        new_tests=sanitize_new_tests(given.get("new_tests")),
     )
+
+
+MAX_NEW_TESTS = 500  # new or changed tests kept from an artifact's ``new_tests`` block
+
+
+def _count(value: Any) -> int:
+    number = _opt_int(value)
+    return number if number is not None and 0 <= number < 10**6 else 0
+
+
+def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
+    """The ``new_tests`` block of an untrusted ``ci`` block, every field checked (None when absent)."""
+    if not isinstance(data, Mapping):
+        return None
+    tests: list[NewTestResult] = []
+    given = data.get("tests")
+    for item in given if isinstance(given, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("nodeid"), str) and len(tests) < MAX_NEW_TESTS:
+            message = item.get("first_failure")
+            tests.append(NewTestResult(item["nodeid"][:500], _count(item.get("passed")), _count(item.get("failed")),
+                                       message[:300] if isinstance(message, str) else "",
+                                       reruns=_count(item.get("reruns"))))
+    note = data.get("note")
+    seed = _opt_int(data.get("seed"))
+    return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), seed,
+                         _count(data.get("reruns")), _count(data.get("not_rerun")), data.get("fails_job") is True)
+
+
+NEW_TESTS_SHOWN = 20  # tests named per label in the summary and the comment
+
+
+def new_tests_section(check: NewTestsCheck) -> str:
+    """``### New tests checked for flakiness``: the flaky ones first (passed / failed and the
+    first failure's message), then the checked ones, each list bounded; then the note."""
+    flaky = [t for t in check.tests if t.label == NEW_FLAKY]
+    stable = [t for t in check.tests if t.label == NEW_STABLE]
+    lines = ["### New tests checked for flakiness", ""]
+    if flaky:
+        consequence = "this fails the job" if check.fails_job else "reported only (`fail-on-new-flaky: false`)"
+        lines += [f"**{len(flaky)} new or changed test{'s are' if len(flaky) != 1 else ' is'} flaky** — "
+                  f"passed and failed on the same code; {consequence}:", ""]
+        for test in flaky[:NEW_TESTS_SHOWN]:
+            failure = f": {text(test.first_failure, 200)}" if test.first_failure else ""
+            lines.append(f"- {NEW_FLAKY} {code(test.nodeid, 200)} — {test.passed} passed, {test.failed} failed{failure}")
+        if len(flaky) > NEW_TESTS_SHOWN:
+            lines.append(f"- … and {len(flaky) - NEW_TESTS_SHOWN} more (the report JSON lists them all)")
+        lines.append("")
+    not_rerun = [t for t in check.tests if t.label == NEW_NOT_RUN]
+    for tests, title in ((stable, "Checked, passed every run"), (not_rerun, "Not re-run, not checked")):
+        if tests:
+            shown = ", ".join(code(t.nodeid, 120) for t in tests[:NEW_TESTS_SHOWN])
+            more = f" and {len(tests) - NEW_TESTS_SHOWN} more" if len(tests) > NEW_TESTS_SHOWN else ""
+            lines += [f"{title}: {shown}{more}", ""]
+    if flaky and check.seed is not None:
+        lines += [f"Next: make {'them' if len(flaky) != 1 else 'it'} deterministic (shared state, run order, time, "
+                  f"randomness); `selfheal ci --set new_tests.seed={check.seed}` replays the same orders.", ""]
+    lines += [f"_{text(check.note, 500)}_", ""]
+    return "\n".join(lines) + "\n"
 
 
 def ci_headline(report: ReportDoc, info: CiInfo) -> str:
@@ -139,7 +198,12 @@ def ci_headline(report: ReportDoc, info: CiInfo) -> str:
     status = text(info.final_status, 60)
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
     exit_code = info.pytest_exit_code
-    if info.final_status == FinalStatus.PASSED:
+    new_tests = info.new_tests
+    flaky = new_tests.flaky if new_tests is not None else ()
+    if info.final_status == FinalStatus.PASSED and new_tests is not None and flaky:
+        details = (f"pytest passed, but {len(flaky)} new or changed test{'s' if len(flaky) != 1 else ''} passed "
+                   "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails_job else ""))
+    elif info.final_status == FinalStatus.PASSED:
         details = "pytest passed: no failing test, nothing to loop"
     elif info.final_status == FinalStatus.FAILED:
         details = f"pytest exit code {exit_code}: tests failed but no incident was captured — see the job log"
@@ -196,11 +260,13 @@ def render_ci_markdown(
     pm: Optional[pluggy.PluginManager] = None,
     proposed_patch: Optional[bytes] = None,
 ) -> str:
-    """The headline, a blank line, then the report (without its own headline, plus the
+    """The headline, a blank line, the check of new tests (on a pull request), then the report (without its own headline, plus the
     sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
     last section. ``proposed_patch``: a fix that is only proposed, shown right after the
     headline (bounded, in an inert fence). A failing section hook is a ``ConfigError``."""
     body = f"{ci_headline(report, info)}\n\n"
+    if info.new_tests is not None:
+        body += new_tests_section(info.new_tests)
     if proposed_patch is not None:
         body += proposed_fix_section(proposed_patch)
     body += report_markdown(report, pm)
@@ -257,6 +323,8 @@ __all__ = [
     "Verdict",
     "ci_headline",
     "ci_info",
+    "new_tests_section",
+    "sanitize_new_tests",
     "comment_footer",
     "normalised_url",
     "only_quarantined",

@@ -22,7 +22,8 @@ OUTCOMES: tuple[str, ...] = (FAILED, PASSED_ON_RERUN, PASSED, QUARANTINED)
 CAPTURE = "capture"  # pytest --selfheal created an incident
 LOOP = "loop"  # one verification iteration of the loop
 AGENT = "agent"  # pytest --selfheal recorded as the next iteration of an open incident
-RUN_KINDS: tuple[str, ...] = (CAPTURE, LOOP, AGENT)
+NEW_TESTS = "new_tests"  # selfheal ci re-ran a pull request's new tests and found them flaky
+RUN_KINDS: tuple[str, ...] = (CAPTURE, LOOP, AGENT, NEW_TESTS)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -23,6 +23,7 @@ parametrised ids with spaces or brackets survive the round trip.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import replace
@@ -132,9 +133,15 @@ def _failure_type(failure: FailureEntry) -> str:
     return failure.failure_type or UNKNOWN
 
 
+# An xdist worker's own error (its collection differed) is reported under the worker's name.
+_XDIST_WORKER = re.compile(r"gw\d+")
+
+
 def _selection(failure: FailureEntry) -> Optional[str]:
-    """The pytest selection of a failure: its node id, else its junit test identity."""
-    return failure.nodeid or failure.test or None
+    """The pytest selection of a failure: its node id, else its junit test identity; none for
+    an error an xdist worker reports under its own name (``gw1``: not a test to re-run)."""
+    selection = failure.nodeid or failure.test or None
+    return None if selection is not None and _XDIST_WORKER.fullmatch(selection) else selection
 
 
 def normalised_message(failure: FailureEntry) -> str:
@@ -318,8 +325,11 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
     all_nodeids = _unique([n for a in actions for n in a.nodeids])
     first = actions[0]
     tests = len(all_nodeids)
+    errors = sum(len(r.group.members) for r in ranked)
+    failing = (f"{tests} failing test{'s' if tests != 1 else ''}" if tests
+               else f"{errors} error{'s' if errors != 1 else ''} outside any test")
     summary = (
-        f"{tests} failing test{'s' if tests != 1 else ''} in {len(actions)} root cause "
+        f"{failing} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
         f"{first.nodeids[0] if first.nodeids else incident.step or 'unknown'} — "
         f"{first.failure_type}: {_shorten(normalised_message(groups[0].members[0]), 120)}"

@@ -261,6 +261,10 @@ def _write_report(recorder: Recorder) -> None:
         enabled=recorder.effective.settings.enabled,
     )
     for line in render_terminal(report):
+        if recorder.ci_run and line.startswith("  next:"):
+            # `selfheal ci` started this run and loops what it captured right after it: no
+            # command for the reader to type.
+            line = "  next: selfheal ci runs the RALF-Lite loop on what this run captured"
         # The one `next:` line is essential; the report's per-incident lines are details.
         level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY
         recorder.lines.append((level, line))

@@ -15,6 +15,64 @@ from typing import Any, Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
+# The label of a new or changed test after its re-runs (github/new_tests.py).
+NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
+NEW_FAILING = "failing"  # failed every time: an ordinary failure, looped like any other
+NEW_STABLE = "checked"  # passed every time
+NEW_NOT_RUN = "not re-run"  # no re-run ran it (the budget, a skip, a deselection): nothing to judge
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NewTestResult(Frozen):
+    """One test the pull request adds or changes, and how its runs went (the job's own run
+    and the re-runs of the check)."""
+
+    nodeid: str
+    passed: int
+    failed: int
+    first_failure: str = ""  # the first failure's message, one line, redacted
+    fingerprint: str = ""  # the first failure's fingerprint (the history records it)
+    reruns: int = 0  # the re-runs that ran it (passed or failed)
+
+    @property
+    def label(self) -> str:
+        """``flaky (new)``, ``not re-run``, ``failing`` or ``checked``."""
+        if self.passed and self.failed:
+            return NEW_FLAKY
+        if not self.reruns:
+            return NEW_NOT_RUN
+        return NEW_FAILING if self.failed else NEW_STABLE
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the ``ci.new_tests`` block of the report JSON."""
+        return {"nodeid": self.nodeid, "passed": self.passed, "failed": self.failed,
+                "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NewTestsCheck(Frozen):
+    """What the check of new tests for flakiness did on one ``selfheal ci`` run: ``note`` is
+    its one line (what was checked, or why nothing was), ``tests`` every new or changed test
+    with its outcomes, ``seed`` the re-run order's seed (replayable), ``not_rerun`` how many
+    of the planned re-runs the time budget cut."""
+
+    note: str
+    tests: tuple[NewTestResult, ...] = ()
+    seed: Optional[int] = None
+    reruns: int = 0  # the re-runs done
+    not_rerun: int = 0  # planned re-runs left out for lack of time
+    fails_job: bool = False  # a flaky new test fails the job (the action's fail-on-new-flaky)
+
+    @property
+    def flaky(self) -> tuple[str, ...]:
+        """The node ids labelled ``flaky (new)``."""
+        return tuple(t.nodeid for t in self.tests if t.label == NEW_FLAKY)
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the ``ci`` block of the report JSON (``new_tests``)."""
+        return {"note": self.note, "tests": [t.to_json() for t in self.tests], "seed": self.seed,
+                "reruns": self.reruns, "not_rerun": self.not_rerun, "fails_job": self.fails_job}
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class CiInfo(Frozen):
@@ -29,10 +87,11 @@ class CiInfo(Frozen):
     pull_request: Optional[int]
     head_sha: Optional[str]
     run_url: Optional[str]
+    new_tests: Optional[NewTestsCheck] = None  # the check of new tests for flakiness (pull requests)
 
     def to_json(self) -> dict[str, Any]:
         """The ``ci`` block as stored in the report JSON (string-valued enums stay strings)."""
-        return {
+        block: dict[str, Any] = {
             "final_status": str(self.final_status),
             "stop_reason": str(self.stop_reason),
             "iterations": self.iterations,
@@ -42,6 +101,9 @@ class CiInfo(Frozen):
             "head_sha": self.head_sha,
             "run_url": self.run_url,
         }
+        if self.new_tests is not None:
+            block["new_tests"] = self.new_tests.to_json()
+        return block
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -79,10 +141,12 @@ class ActionInputs(Frozen):
     comment: Optional[bool] = None
     fail_on_unresolved: Optional[bool] = None
     pass_on_proposed_fix: Optional[bool] = None
+    fail_on_new_flaky: Optional[bool] = None
     report_name: Optional[str] = None
     comment_from: Optional[Path] = None
     pull_request: Optional[int] = None
     expected_head_sha: Optional[str] = None
 
 
-__all__ = ["ActionInputs", "CiInfo", "IssueComment"]
+__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_NOT_RUN", "NEW_STABLE", "ActionInputs", "CiInfo", "IssueComment",
+           "NewTestResult", "NewTestsCheck"]

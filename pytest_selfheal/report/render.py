@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
+from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone
 from pytest_selfheal.report.data import flatten_config
@@ -265,6 +266,8 @@ def _section_tasks(report: Report) -> list[str]:
                 "yes" if task.flaky else "no",
             ])
     if not rows:
+        if not report.incidents:
+            return ["### Tasks", "", "None: no incident, so no plan."]
         return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."]
     return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
 
@@ -290,12 +293,18 @@ def _config_difference_lines(report: Report) -> list[str]:
 
 
 def _section_config(report: Report) -> list[str]:
+    """The keys that differ from their defaults (every key is in the JSON and in
+    ``selfheal config --show-origin``): a report is read for what was set, not for 40 defaults."""
     origins = report.origins
-    rows = [
-        [code(key), code(_scalar(value)), text(origins.get(key, DASH))]
-        for key, value in flatten_config(report.effective_config).items()
-    ]
-    lines = ["### Effective Config", ""] + _table(["Key", "Value", "Origin"], rows)
+    values = flatten_config(report.effective_config)
+    rows = [[code(key), code(_scalar(value)), text(origins.get(key, DASH))]
+            for key, value in values.items() if origins.get(key, DEFAULT_ORIGIN) != DEFAULT_ORIGIN]
+    rest = len(values) - len(rows)
+    if rows:
+        defaults = f"The other {rest} keys are at their defaults (`selfheal config --show-origin` lists every key)."
+    else:
+        defaults = f"Every key is at its default ({rest} keys; `selfheal config --show-origin` lists them)."
+    lines = ["### Effective Config", ""] + (_table(["Key", "Value", "Origin"], rows) + [""] if rows else []) + [defaults]
     notes = _config_difference_lines(report)
     return lines + ([""] + notes if notes else [])
 

@@ -21,7 +21,7 @@ from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 from pytest_selfheal.records.models import Failure
 
 NAME = "fingerprint"
-HELP = "Fingerprint and classify the failing testcases of junit XML files (any runner)."
+HELP = "fingerprint and classify the failing testcases of junit XML files (any runner)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

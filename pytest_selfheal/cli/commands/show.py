@@ -58,7 +58,8 @@ def format_text(view: IncidentView) -> str:
     for cause in view.root_causes:
         where = f"{cause.path}::{cause.name}" if cause.path else cause.signature or "-"
         head = f"{cause.action}: " if cause.action else ""
-        rows.append(("", f"{head}{where} ({cause.evidence}), {len(cause.nodeids)} failing test(s)"))
+        tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
+        rows.append(("", f"{head}{where} ({cause.evidence}), {tests}"))
         if cause.where:
             rows.append(("", f"- where: {cause.where}" + (f" (assertion {cause.assertion})" if cause.assertion else "")))
         if len(cause.suspects) > 1:
@@ -70,7 +71,8 @@ def format_text(view: IncidentView) -> str:
             rows.append(("", f"- test paths: {', '.join(cause.test_paths)}"))
         shown = cause.nodeids[:_SHOWN_NODEIDS]
         more = len(cause.nodeids) - len(shown)
-        rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
+        if shown:
+            rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
     plan = view.plan
     if plan is None:
         rows.append(("plan", "none"))

@@ -1,0 +1,287 @@
+"""New tests are checked for flakiness before they merge (edge: git, the verification runner).
+
+A flaky test is cheapest to catch on the pull request that adds it. On a pull request,
+``selfheal ci`` finds the tests the pull request **adds or changes** — the test functions
+and test classes of the changed test modules whose lines, decorators included (a
+parametrisation is part of its test), differ from the base revision — and re-runs just
+those ``new_tests.reruns`` more times, each time in another order drawn from one recorded
+seed, within a time budget (the smaller of ``new_tests.max_seconds`` and
+``new_tests.max_share`` of the job's own test run). A test that passed and failed on the
+same code is ``flaky (new)``; one that failed every time is an ordinary failure (the loop
+has it already); one that passed every time is listed as checked.
+
+The re-runs go through the loop's own verification runner (an allowlisted argv, checked
+arguments, no shell, no token, redacted output) and are never attempts of an incident.
+Unchanged tests never run for this. Without a base revision in the clone (a shallow
+checkout, an event that is not a pull request) one line says what was not checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from pytest_selfheal.analysis.analyse import failures_from_cases
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import InputError, RefusedError
+from pytest_selfheal.gitrepo import GitFailed, changed_lines, has_commit
+from pytest_selfheal.junit.nodeids import mangle_nodeid
+from pytest_selfheal.junit.reader import dedupe, iter_testcases
+from pytest_selfheal.loop.argcheck import SAFE_VALUED
+from pytest_selfheal.loop.verify import check_command, run_selection
+from pytest_selfheal.records import models
+from pytest_selfheal.records.ci import NewTestResult, NewTestsCheck
+from pytest_selfheal.redact import redact_cases
+
+# A test module larger than this is not parsed for its tests (nothing generated is a test).
+MAX_MODULE_BYTES = 2_000_000
+# pytest options whose value is the next word: kept with it when the job's own arguments are
+# replayed (every other bare word is a selection, replaced by the new tests).
+_VALUED = frozenset({*SAFE_VALUED, "-p", "-o", "--override-ini", "-c", "--config-file", "-W",
+                     "--pythonwarnings", "--import-mode", "-n", "--numprocesses", "--dist", "--ignore",
+                     "--ignore-glob", "--log-level", "--timeout"})
+
+Say = Callable[[str], None]
+Span = tuple[int, int]
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+
+
+# --------------------------------------------------------------------------- finding them (pure)
+
+
+def _span(node: Union[FunctionNode, ast.ClassDef]) -> Span:
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return first, node.end_lineno or node.lineno
+
+
+def _overlaps(span: Span, ranges: Sequence[Span]) -> bool:
+    return any(first <= span[1] and last >= span[0] for first, last in ranges)
+
+
+def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
+    """The tests of one test module that ``ranges`` (changed lines, 1-based, inclusive)
+    touch, as node-id suffixes: ``test_f``, ``TestC::test_m``, or ``TestC`` when a line of
+    the class outside its test methods changed (its line, decorators, attributes, fixtures,
+    helpers: every test of the class depends on them). Module-level code is not a test.
+    ``SyntaxError`` when the module does not parse."""
+    names: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            if _overlaps(_span(node), ranges):
+                names.append(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") and _overlaps(_span(node), ranges):
+            tests = [n for n in node.body
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")]
+            spans = [_span(n) for n in tests]
+            first, last = _span(node)
+            inside = [(max(a, first), min(b, last)) for a, b in ranges if a <= last and b >= first]
+            outside = any(not any(s[0] <= a and b <= s[1] for s in spans) for a, b in inside)
+            if outside:
+                names.append(node.name)
+            else:
+                names += [f"{node.name}::{t.name}" for t, s in zip(tests, spans) if _overlaps(s, ranges)]
+    return names
+
+
+def rerun_options(pytest_args: Sequence[str]) -> list[str]:
+    """The job's pytest arguments without their selections (paths, node ids): the options
+    every re-run of the new tests keeps, so they run as the job's own run did."""
+    kept: list[str] = []
+    expects_value = False
+    for word in pytest_args:
+        if expects_value:
+            kept.append(word)
+            expects_value = False
+        elif word.startswith("-") and word != "-":
+            kept.append(word)
+            expects_value = word in _VALUED
+        # else: a selection of the job's run, replaced by the new tests
+    return kept
+
+
+def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> float:
+    """The re-runs' time budget: ``max_share`` of the job's test run, at most ``max_seconds``."""
+    return max(0.0, min(max_seconds, max_share * run_seconds))
+
+
+@dataclass
+class _Tally:
+    passed: int = 0
+    failed: int = 0
+    first_failure: str = ""
+    fingerprint: str = ""
+    reruns: int = 0
+
+    def add(self, outcome: str, message: str = "", fingerprint: str = "", *, rerun: bool = False) -> None:
+        if rerun and (outcome == models.OUTCOME_PASSED or outcome in models.FAILING_OUTCOMES):
+            self.reruns += 1
+        if outcome == models.OUTCOME_PASSED:
+            self.passed += 1
+        elif outcome in models.FAILING_OUTCOMES:
+            self.failed += 1
+            if not self.first_failure:
+                first = next((line.strip() for line in message.splitlines() if line.strip()), "failed")
+                self.first_failure = first[:300]
+                self.fingerprint = fingerprint
+
+
+def _matches(prefix: str, case: models.TestCaseResult) -> Optional[str]:
+    """The node id of ``case`` when it is a test of ``prefix`` (the node id of a function, a
+    method or a whole class), else None."""
+    classname, name = mangle_nodeid(prefix)
+    if case.classname == classname and (case.name == name or case.name.startswith(name + "[")):
+        return prefix + case.name[len(name):]  # the test itself, or one of its parametrisations
+    if case.classname == (f"{classname}.{name}" if classname else name):
+        return f"{prefix}::{case.name}"  # a method of the class
+    return None
+
+
+def is_test_module(path: str) -> bool:
+    """pytest's default ``python_files``: ``test_*.py`` and ``*_test.py``."""
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+# --------------------------------------------------------------------------- the check (edge)
+
+
+@dataclass
+class NewTestsRun:
+    """What the check needs from the ``selfheal ci`` run it belongs to."""
+
+    project_root: Path  # pytest's rootdir: node ids are relative to it
+    base: Optional[str]  # the base revision of the pull request (None: none known)
+    pytest_args: Sequence[str]  # the job's own pytest arguments
+    run_seconds: float  # how long the job's own test run took
+    main_failures: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # nodeid -> (message, fingerprint)
+    env: Optional[Mapping[str, str]] = None  # the test processes' environment (no token)
+
+
+def find_new_tests(project_root: Path, base: str) -> tuple[list[str], list[str]]:
+    """``(node-id prefixes of the tests added or changed since base, warnings)``."""
+    ranges = changed_lines(project_root, base)
+    prefixes: list[str] = []
+    warnings: list[str] = []
+    for path in sorted(ranges):
+        if not is_test_module(path):
+            continue
+        file = project_root / path
+        try:
+            if not file.is_file() or file.stat().st_size > MAX_MODULE_BYTES:
+                continue
+            names = changed_tests(file.read_text(encoding="utf-8"), ranges[path])
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
+            warnings.append(f"{path}: not read for new tests ({type(exc).__name__}): its collection error is the run's")
+            continue
+        prefixes += [f"{path}::{name}" for name in names]
+    return prefixes, warnings
+
+
+def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, reports_root: Path, *, say: Say) -> NewTestsCheck:
+    """Find the tests a pull request adds or changes and re-run them (module doc); one line
+    per step through ``say``. Never raises for what it cannot do: the returned note says it."""
+    settings = effective.settings.new_tests
+    if not settings.enabled:
+        return NewTestsCheck("new tests not checked: new_tests.enabled is false")
+    if run.base is None:
+        return NewTestsCheck("new tests not checked: no base revision (not a pull request event)")
+    if not has_commit(run.project_root, run.base):
+        return NewTestsCheck(f"new tests not checked: the base revision {run.base[:12]} is not in this clone "
+                             "(a shallow checkout: give actions/checkout fetch-depth: 2 or more)")
+    try:
+        prefixes, warnings = find_new_tests(run.project_root, run.base)
+    except GitFailed as exc:
+        return NewTestsCheck(f"new tests not checked: git diff against {run.base[:12]} failed: {exc.first_line}")
+    for line in warnings:
+        say(f"selfheal ci: warning: {line}")
+    if not prefixes:
+        return NewTestsCheck(f"no test added or changed since {run.base[:12]}: nothing to check")
+    budget = budget_seconds(run.run_seconds, settings.max_seconds, settings.max_share)
+    seed = settings.seed if settings.seed is not None else 1 + secrets.randbelow(2**31 - 1)
+    say(f"selfheal ci: re-running {len(prefixes)} new or changed test(s) up to {settings.reruns} time(s) "
+        f"(seed {seed}, budget {budget:.1f} s)")
+    tallies, done, error = _rerun(run, effective, prefixes, seed, budget, reports_root)
+    for nodeid, (message, fingerprint) in run.main_failures.items():
+        if nodeid in tallies:
+            tallies[nodeid].add(models.OUTCOME_FAILED, message, fingerprint)
+    for nodeid, tally in tallies.items():
+        if nodeid not in run.main_failures and tally.reruns:
+            tally.add(models.OUTCOME_PASSED)  # the job's own run, which passed it
+    for prefix in prefixes:  # found, but no re-run got to it: named, never counted as checked
+        if not any(n == prefix or n.startswith((prefix + "[", prefix + "::")) for n in tallies):
+            tallies[prefix] = _Tally()
+    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns)
+                    for n, t in sorted(tallies.items()))
+    not_rerun = settings.reruns - done
+    note = f"{len(results)} new or changed test(s) re-run {done} of {settings.reruns} time(s) (seed {seed})"
+    if not_rerun:
+        note += f"; {not_rerun} re-run(s) left out: " + (error or f"the budget of {budget:.1f} s was spent")
+    elif error:
+        note += f"; {error}"
+    return NewTestsCheck(note, results, seed, done, not_rerun)
+
+
+def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str], seed: int, budget: float,
+           reports_root: Path) -> tuple[dict[str, _Tally], int, Optional[str]]:
+    """The re-runs: ``(tallies by node id, re-runs done, why they ended early or None)``."""
+    settings = effective.settings
+    options = [*rerun_options(run.pytest_args), *settings.verification.args]
+    rng = random.Random(seed)
+    tallies: dict[str, _Tally] = {}
+    started = time.monotonic()
+    done = 0
+    with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
+        last = 0.0  # how long the last re-run took: one that would not fit is not started
+        for index in range(settings.new_tests.reruns):
+            left = budget - (time.monotonic() - started)
+            if left <= 0 or left < last:
+                return tallies, done, None
+            order = list(prefixes)
+            rng.shuffle(order)
+            argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", *options, *order]
+            try:
+                check_command(argv, allowlist=settings.verification.allowlist, root=run.project_root,
+                              trusted=[*run.pytest_args, *settings.verification.args])
+            except RefusedError as exc:
+                return tallies, done, f"not re-run: {exc}"
+            junit = Path(scratch) / f"rerun-{index + 1}.xml"
+            result = run_selection(argv, cwd=run.project_root, junit_path=junit, timeout_seconds=left, env=run.env)
+            last = result.duration_seconds
+            if result.timed_out:
+                return tallies, done, None  # the budget ran out during this one: it does not count
+            try:
+                cases = dedupe(redact_cases(iter_testcases(junit), effective.redactor)) if junit.is_file() else []
+            except InputError as exc:
+                return tallies, done, f"re-run {index + 1} gave no readable junit ({exc})"
+            if not cases:
+                line = effective.redactor.redact(result.output_tail.strip().splitlines()[-1:][0]
+                                                 if result.output_tail.strip() else "no output")
+                return tallies, done, f"re-run {index + 1} ran no test: {line}"
+            fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
+            for case in cases:
+                nodeid = next((n for n in (_matches(p, case) for p in prefixes) if n), None)
+                if nodeid is not None:
+                    tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
+                                                             fingerprints.get(case.test, ""), rerun=True)
+            done += 1
+    return tallies, done, None
+
+
+def summary_line(check: NewTestsCheck) -> str:
+    """The one terminal line of the check's result."""
+    flaky = check.flaky
+    if flaky:
+        shown = ", ".join(flaky[:3]) + (f" and {len(flaky) - 3} more" if len(flaky) > 3 else "")
+        return f"selfheal ci: flaky (new): {shown} — {check.note}"
+    return f"selfheal ci: {check.note}"
+
+
+__all__ = ["NewTestsRun", "budget_seconds", "changed_tests", "check_new_tests", "find_new_tests",
+           "is_test_module", "rerun_options", "summary_line"]

@@ -1,0 +1,210 @@
+"""New tests are checked for flakiness before they merge: `selfheal ci` on a pull request
+re-runs the tests the pull request adds or changes (github/new_tests.py)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import git
+import pytest
+from fake_github import FakeGitHub
+from helpers import cli, git_commit_all, make_project
+from test_ci import PR, actions_env, ours, outputs_of, run_ci
+
+from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
+from pytest_selfheal.github.ci_verdict import new_tests_section, sanitize_ci_info
+from pytest_selfheal.github.new_tests import budget_seconds, changed_tests, rerun_options
+from pytest_selfheal.records.ci import NEW_FLAKY, NewTestResult, NewTestsCheck
+from pytest_selfheal.records.report import ReportDoc
+
+MODULE = textwrap.dedent('''\
+    import pytest
+
+    VALUE = 1
+
+
+    def helper():
+        return VALUE
+
+
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_param(n):
+        assert n
+
+
+    def test_plain():
+        assert helper()
+
+
+    class TestGroup:
+        limit = 3
+
+        def test_one(self):
+            assert self.limit
+
+        def test_two(self):
+            assert True
+    ''')
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(MODULE.splitlines(), start=1) if text in line)
+
+
+@pytest.mark.parametrize(("changed", "expected"), [
+    ("[1, 2]", ["test_param"]),  # a parametrisation is part of its test
+    ("assert helper()", ["test_plain"]),
+    ("assert self.limit", ["TestGroup::test_one"]),
+    ("limit = 3", ["TestGroup"]),  # a class attribute: every test of the class
+    ("VALUE = 1", []),  # module-level code is not a test
+    ("return VALUE", []),  # nor a helper function
+])
+def test_changed_lines_name_the_tests_they_touch(changed: str, expected: list[str]) -> None:
+    line = _line(changed)
+    assert changed_tests(MODULE, [(line, line)]) == expected
+
+
+def test_an_added_module_is_all_new() -> None:
+    assert changed_tests(MODULE, [(1, len(MODULE.splitlines()))]) == ["test_param", "test_plain", "TestGroup"]
+
+
+def test_reruns_keep_the_jobs_options_not_its_selections() -> None:
+    args = ["-q", "tests", "-k", "fast", "-p", "no:warnings", "tests/unit/test_a.py::test_x", "--tb=short", "-x"]
+    assert rerun_options(args) == ["-q", "-k", "fast", "-p", "no:warnings", "--tb=short", "-x"]
+
+
+def test_the_budget_is_the_smaller_of_share_and_cap() -> None:
+    assert budget_seconds(100.0, 120.0, 0.2) == pytest.approx(20.0)
+    assert budget_seconds(10_000.0, 120.0, 0.2) == 120.0
+
+
+def test_an_artifacts_new_tests_block_is_checked_field_by_field() -> None:
+    check = NewTestsCheck("2 new tests re-run 5 of 5 time(s) (seed 7)",
+                          (NewTestResult("t.py::test_a", 3, 2, "boom", reruns=4),
+                           NewTestResult("t.py::test_b", 5, 0, reruns=4)),
+                          seed=7, reruns=5, fails_job=True)
+    block = {"final_status": "passed", "stop_reason": "none", "new_tests": check.to_json()}
+    back = sanitize_ci_info(block, ReportDoc())
+    assert back.new_tests is not None
+    assert back.new_tests.flaky == ("t.py::test_a",)
+    assert back.new_tests.seed == 7 and back.new_tests.fails_job
+    hostile = sanitize_ci_info({"new_tests": {"tests": [{"nodeid": 5}, "x", {"nodeid": "a", "passed": -3}],
+                                              "note": ["no"]}}, ReportDoc())
+    assert hostile.new_tests is not None
+    assert [(t.nodeid, t.passed) for t in hostile.new_tests.tests] == [("a", 0)]
+
+
+def test_the_section_names_the_flaky_ones_and_bounds_the_lists() -> None:
+    tests = tuple(NewTestResult(f"t.py::test_{i}", 1, 1, "AssertionError: odd run") for i in range(25))
+    section = new_tests_section(NewTestsCheck("25 re-run", tests, fails_job=True))
+    assert "**25 new or changed tests are flaky**" in section and "this fails the job" in section
+    assert section.count(f"- {NEW_FLAKY}") == 20 and "… and 5 more" in section
+
+
+# --------------------------------------------------------------------------- selfheal ci end to end
+
+OLD_TEST = '''
+import os
+from pathlib import Path
+
+
+def test_old():
+    with Path(os.environ["RUNS_LOG"]).open("a") as log:
+        log.write("old\\n")
+'''
+
+NEW_TESTS = '''
+import os
+from pathlib import Path
+
+
+def _runs():
+    log = Path(os.environ["RUNS_LOG"])
+    with log.open("a") as out:
+        out.write("flaky\\n")
+    return log.read_text().splitlines().count("flaky")
+
+
+def test_flaky():
+    assert _runs() % 2 == 1, "fails every second run"
+
+
+def test_stable():
+    assert True
+'''
+
+
+def _pull_request(tmp_path: Path) -> tuple[Path, str]:
+    """A project whose base commit has test_old.py and whose head adds test_new.py: ``(project, base sha)``."""
+    project = make_project(tmp_path / "proj", {"test_old.py": OLD_TEST})
+    base = git.Repo(project).head.commit.hexsha
+    (project / "test_new.py").write_text(NEW_TESTS)
+    git_commit_all(project, "add tests")
+    return project, base
+
+
+def _env(tmp_path: Path, fake: FakeGitHub, base: str) -> dict[str, str]:
+    env = actions_env(tmp_path, fake, event={"pull_request": {"number": PR, "base": {"sha": base}}})
+    env["RUNS_LOG"] = str(tmp_path / "runs.log")
+    return env
+
+
+def test_a_new_test_failing_every_second_run_fails_the_job(tmp_path: Path, fake_github: FakeGitHub) -> None:
+    project, base = _pull_request(tmp_path)
+    env = _env(tmp_path, fake_github, base)
+    result = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.seed=11")
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout
+    assert "flaky (new): test_new.py::test_flaky" in result.stdout
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "### New tests checked for flakiness" in summary
+    assert "`test_new.py::test_flaky` — 3 passed, 3 failed: AssertionError: fails every second run" in summary
+    assert "Checked, passed every run: `test_new.py::test_stable`" in summary
+    assert "re-run 5 of 5 time(s) (seed 11)" in summary
+    [comment] = ours(fake_github)
+    assert "flaky (new) `test_new.py::test_flaky`" in str(comment["body"])
+    assert json.loads(outputs_of(env)["new-flaky-tests"]) == ["test_new.py::test_flaky"]
+    runs = Path(env["RUNS_LOG"]).read_text().splitlines()
+    assert runs.count("old") == 1  # an unchanged test runs once: the job's own run
+    assert runs.count("flaky") == 6
+    # Only reported: the job passes, the summary says so.
+    reported = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.reruns=1",
+                      "--no-comment", "--no-fail-on-new-flaky")
+    assert reported.returncode == EXIT_OK, reported.stdout
+    assert "selfheal ci: flaky (new): test_new.py::test_flaky" in reported.stdout
+    assert "reported only (`fail-on-new-flaky: false`)" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    history = cli("flaky", cwd=project, env=env)  # the flaky new test is in the failure history
+    assert "test_new.py::test_flaky" in history.stdout
+
+
+def test_the_budget_cuts_reruns_and_says_so(tmp_path: Path, fake_github: FakeGitHub) -> None:
+    project, base = _pull_request(tmp_path)
+    env = _env(tmp_path, fake_github, base)
+    result = run_ci(project, env, "--set", "new_tests.max_seconds=0.001", "--no-comment")
+    assert result.returncode == EXIT_OK, result.stdout
+    assert "re-run 0 of 5 time(s)" in result.stdout and "5 re-run(s) left out: the budget of" in result.stdout
+    assert Path(env["RUNS_LOG"]).read_text().splitlines().count("flaky") == 1  # the job's own run only
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "Not re-run, not checked: `test_new.py::test_flaky`, `test_new.py::test_stable`" in summary
+
+
+def test_a_shallow_clone_checks_nothing_and_says_so(tmp_path: Path, fake_github: FakeGitHub) -> None:
+    project, _base = _pull_request(tmp_path)
+    env = _env(tmp_path, fake_github, "ab" * 20)  # a base commit this clone does not have
+    result = run_ci(project, env, "--no-comment")
+    assert result.returncode == EXIT_OK, result.stdout
+    assert f"new tests not checked: the base revision {'ab' * 6} is not in this clone" in result.stdout
+    assert json.loads(outputs_of(env)["new-flaky-tests"]) == []
+    assert Path(env["RUNS_LOG"]).read_text().splitlines().count("flaky") == 1
+
+
+def test_a_push_event_checks_nothing(tmp_path: Path) -> None:
+    project, _base = _pull_request(tmp_path)
+    env = actions_env(tmp_path, None, event={}, event_name="push")
+    env["RUNS_LOG"] = str(tmp_path / "runs.log")
+    result = run_ci(project, env)
+    assert result.returncode == EXIT_OK, result.stdout
+    assert "new tests not checked: no base revision (not a pull request event)" in result.stdout
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "None: no incident, so no plan." in summary and "selfheal plan" not in summary
