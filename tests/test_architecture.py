@@ -37,6 +37,7 @@ _RECORDER_WAITS = {
     "pytest_selfheal.loop.agent_mode",  # an open incident
     "pytest_selfheal.records.redacted",  # an open incident's ids holding a secret
     "pytest_selfheal.records.vocab",  # a line to show
+    "pytest_selfheal.store.fsio",  # an open incident, or something to record
     "pytest_selfheal.store.root",  # an open incident, or something to record
 }
 LAZY_IMPORTS: set[tuple[str, str]] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
@@ -14,6 +15,9 @@ from helpers import PY, cli, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, InputError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
+
+# The console script of this test environment: what an install run from it writes.
+SELFHEAL = str(Path(sysconfig.get_path("scripts"), "selfheal"))
 
 
 def claude_payload(project: Path, active: bool = False, session: str = "sess-1") -> dict[str, Any]:
@@ -156,13 +160,14 @@ def test_payload_shapes_parse() -> None:
 def test_install_on_an_empty_project_then_again(tmp_path: Path, agent: str, relative: str) -> None:
     project = make_project(tmp_path / "p", {}, git=False)
     code, out, err = cli("stop-gate", "install", agent, cwd=project)
-    assert (code, err) == (0, "") and out == f"installed the stop hook in {project / relative}\n"
+    command = f"{SELFHEAL} stop-gate {agent}"
+    assert (code, err) == (0, "") and out == f"installed the stop hook in {project / relative}: it runs {command}\n"
     written = json.loads((project / relative).read_text())
     if agent == "claude":
         assert written == {"hooks": {"Stop": [{"hooks": [
-            {"type": "command", "command": "selfheal stop-gate claude", "timeout": 330}]}]}}
+            {"type": "command", "command": command, "timeout": 330}]}]}}
     else:
-        assert written == {"version": 1, "hooks": {"stop": [{"command": "selfheal stop-gate cursor"}]}}
+        assert written == {"version": 1, "hooks": {"stop": [{"command": command}]}}
     before = (project / relative).read_text()
     code, out, _ = cli("stop-gate", "install", agent, cwd=project)
     assert code == 0 and out.startswith("the stop hook is already in") and (project / relative).read_text() == before
@@ -180,14 +185,14 @@ def test_install_keeps_the_users_other_settings(tmp_path: Path) -> None:
     assert written["permissions"] == existing["permissions"]
     assert written["hooks"]["PreToolUse"] == existing["hooks"]["PreToolUse"]
     assert written["hooks"]["Stop"][0] == existing["hooks"]["Stop"][0]
-    assert written["hooks"]["Stop"][1]["hooks"][0]["command"] == "selfheal stop-gate claude"
+    assert written["hooks"]["Stop"][1]["hooks"][0]["command"] == f"{SELFHEAL} stop-gate claude"
     (project / ".cursor").mkdir()
     (project / ".cursor" / "hooks.json").write_text(json.dumps(
         {"version": 1, "hooks": {"afterFileEdit": [{"command": "fmt"}], "stop": [{"command": "say done"}]}}))
     assert cli("stop-gate", "install", "cursor", cwd=project).returncode == 0
     cursor = json.loads((project / ".cursor" / "hooks.json").read_text())
     assert cursor["hooks"]["afterFileEdit"] == [{"command": "fmt"}]
-    assert cursor["hooks"]["stop"] == [{"command": "say done"}, {"command": "selfheal stop-gate cursor"}]
+    assert cursor["hooks"]["stop"] == [{"command": "say done"}, {"command": f"{SELFHEAL} stop-gate cursor"}]
 
 
 @pytest.mark.parametrize("text", ["{not json", "[]", '{"hooks": []}', '{"hooks": {"Stop": {}}}',

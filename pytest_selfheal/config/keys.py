@@ -115,10 +115,12 @@ SCHEMA: tuple[KeySpec, ...] = (
             "with `replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir)."),
+            "the project root (pytest's rootdir) and must resolve inside it, every symbolic link on "
+            "its way followed (one leading out is refused, exit 5); an absolute path is taken as given."),
     KeySpec("report_path", STRING, None,
             "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
-            "path is relative to the project root. `null`: no report file.", nullable=True),
+            "path is relative to the project root and must resolve inside it, like `reports_dir`. "
+            "`null`: no report file.", nullable=True),
     KeySpec("log_tail_lines", INT, 200,
             "Lines of failing output kept in an incident's `log_tail.txt` (after redaction)."),
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
@@ -174,8 +176,9 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("history.window_days", NUMBER, 30,
             "How far back, in days, flake rates look (`selfheal flaky`, triage)."),
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
-            "The committed quarantine list, relative to the project root; on a pull request it is read "
-            "from the base revision."),
+            "The committed quarantine list, relative to the project root and resolved inside it (a "
+            "symbolic link on its way leading out, or the file itself a link, is refused); on a pull "
+            "request it is read from the base revision."),
     KeySpec("new_tests.enabled", BOOL, True,
             "On a pull request, `selfheal ci` re-runs the tests the pull request adds or changes, to "
             "catch a flaky test before it merges ([action.md](action.md#new-tests-are-checked-for-flakiness))."),

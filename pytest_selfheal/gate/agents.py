@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from enum import Enum
+from pathlib import PurePath
 from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.gate.jsontext import Number, dumps
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is not one
@@ -92,13 +95,33 @@ def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:
 # --------------------------------------------------------------------------- settings files
 
 
-def hook_command(agent: Agent) -> str:
-    """The command the installed hook runs (``selfheal`` found on the agent's PATH)."""
-    return f"selfheal stop-gate {agent.value}"
+def hook_argv(agent: Agent, program: Sequence[str]) -> list[str]:
+    """The argv of the installed hook: ``program`` (the ``selfheal`` console script, or
+    ``python -m pytest_selfheal``) then ``stop-gate <agent>``."""
+    return [*program, "stop-gate", agent.value]
 
 
-def _is_ours(entry: Any, agent: Agent) -> bool:
-    return isinstance(entry, Mapping) and f"stop-gate {agent.value}" in str(entry.get("command") or "")
+def _argv(command: Any) -> Optional[list[str]]:
+    if not isinstance(command, str):
+        return None
+    try:
+        return shlex.split(command)
+    except ValueError:  # an unclosed quote: not a command of ours
+        return None
+
+
+def is_gate_command(command: Any, agent: Agent) -> bool:
+    """Whether ``command`` (a hook's command line) runs exactly ``selfheal stop-gate <agent>``:
+    a program named ``selfheal`` or ``python -m pytest_selfheal``, then those two words and
+    nothing else. A command that merely mentions them (``curl …|sh # selfheal stop-gate
+    claude``) is someone else's."""
+    argv = _argv(command)
+    if not argv or argv[-2:] != ["stop-gate", agent.value]:
+        return False
+    program = argv[:-2]
+    if len(program) == 1:
+        return PurePath(program[0]).name in ("selfheal", "selfheal.exe")
+    return len(program) == 3 and program[1:] == ["-m", "pytest_selfheal"]
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -113,30 +136,54 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+class Change(str, Enum):
+    """What an install does to the settings file."""
+
+    NONE = "none"  # the hook is there, running this command
+    ADDED = "added"
+    UPDATED = "updated"  # the gate's own hook now runs this command (another selfheal before)
+
+
+def _put(entries: list[Any], where: str, agent: Agent, command: str) -> Change:
+    """Point the gate's own entry of ``entries`` at ``command``; ``NONE`` when already so,
+    ``ADDED`` (nothing appended yet) when there is no entry of ours."""
+    for entry in entries:
+        found = _object(entry, where)
+        if found.get("command") == command:
+            return Change.NONE
+    for entry in entries:
+        if is_gate_command(entry.get("command"), agent):
+            entry["command"] = command
+            return Change.UPDATED
+    return Change.ADDED
+
+
 def merged_settings(agent: Agent, existing: Optional[Any], command: str,
-                    timeout_seconds: int) -> tuple[dict[str, Any], bool]:
+                    timeout_seconds: int) -> tuple[dict[str, Any], Change]:
     """``existing`` (the parsed settings file, None when there is none) with the gate's stop
-    hook added, and whether anything changed. Every other key and hook is kept; a hook that
-    already runs ``stop-gate <agent>`` is left as it is (installing twice changes nothing).
+    hook running ``command``, and what changed. Every other key and hook is kept as it is;
+    the gate's own hook (:func:`is_gate_command`) is pointed at ``command``, never doubled.
     InputError when the file's shape is not the agent's (nothing is written then)."""
     settings = _object(copy.deepcopy(existing) if existing is not None else {}, "the settings file")
     hooks = _object(settings.setdefault("hooks", {}), "hooks")
     if agent is Agent.CLAUDE:
         groups = _list(hooks.setdefault("Stop", []), "hooks.Stop")
-        for group in groups:
-            inner = _list(_object(group, "an entry of hooks.Stop").get("hooks", []), "hooks.Stop[].hooks")
-            if any(_is_ours(entry, agent) for entry in inner):
-                return settings, False
-        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout_seconds}]})
-        return settings, True
-    if settings.setdefault("version", 1) != 1:
-        raise InputError(f"version {json.dumps(settings['version'])} is not the hooks.json version 1")
+        inner = [_list(_object(group, "an entry of hooks.Stop").get("hooks", []), "hooks.Stop[].hooks")
+                 for group in groups]
+        found = [entry for entries in inner for entry in entries]
+        change = _put(found, "an entry of hooks.Stop[].hooks", agent, command)
+        if change is Change.ADDED:
+            groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout_seconds}]})
+        return settings, change
+    version = settings.setdefault("version", 1)
+    if not (version == 1 and type(version) is int) and not (isinstance(version, Number) and float(version) == 1):
+        raise InputError(f"version {dumps(version)} is not the hooks.json version 1")
     entries = _list(hooks.setdefault("stop", []), "hooks.stop")
-    if any(_is_ours(_object(entry, "an entry of hooks.stop"), agent) for entry in entries):
-        return settings, False
-    entries.append({"command": command})
-    return settings, True
+    change = _put(entries, "an entry of hooks.stop", agent, command)
+    if change is Change.ADDED:
+        entries.append({"command": command})
+    return settings, change
 
 
-__all__ = ["Agent", "GateAnswer", "HookPayload", "answer_json", "hook_command", "merged_settings",
-           "parse_payload"]
+__all__ = ["Agent", "Change", "GateAnswer", "HookPayload", "answer_json", "hook_argv", "is_gate_command",
+           "merged_settings", "parse_payload"]

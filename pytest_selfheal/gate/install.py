@@ -1,29 +1,46 @@
 """``selfheal stop-gate install claude|cursor``: write the gate's stop hook into the agent's
-settings file (edge; docs/agents.md). The file is merged, never replaced: the user's other
-keys and hooks stay, a second install changes nothing, and a file that cannot be read as the
-agent's settings is left untouched with one line saying why."""
+settings file (edge; docs/agents.md). The file is the user's and is merged, never replaced:
+
+- written only where it belongs: under the project root (or the home directory with
+  ``--user``), never through a symbolic link (a committed ``.claude`` link to ``../../.claude``
+  would reach the user's own settings; a linked ``settings.json`` would be replaced by a file);
+- every byte of meaning kept: numbers as written, no key given twice, no value that cannot be
+  written back (gate/jsontext.py); the user's other keys and hooks stay, a second install
+  changes nothing;
+- the hook runs the ``selfheal`` this install was run from, by its absolute path: the agent's
+  ``PATH`` need not hold the project's environment.
+
+A file that cannot be kept whole is left untouched with one line saying why.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import shlex
+import stat
+import sys
+import sysconfig
 from pathlib import Path
 
-from pytest_selfheal.errors import InputError, SelfhealError
-from pytest_selfheal.gate.agents import Agent, hook_command, merged_settings
+from pytest_selfheal.errors import InputError, RefusedError, SelfhealError, one_line
+from pytest_selfheal.gate import jsontext
+from pytest_selfheal.gate.agents import Agent, Change, hook_argv, merged_settings
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.store import fsio
 
 HOOK_MARGIN_SECONDS = 30  # the agent's hook timeout over gate.timeout_seconds: the gate answers first
 
 SETTINGS_FILES = {Agent.CLAUDE: Path(".claude") / "settings.json", Agent.CURSOR: Path(".cursor") / "hooks.json"}
+_SCRIPT_NAMES = ("selfheal", "selfheal.exe")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Installed(Frozen):
-    """What an install did: the settings file and whether it changed."""
+    """What an install did: the settings file, what changed, the command the hook runs."""
 
     path: Path
-    changed: bool
+    change: Change
+    command: str
 
 
 def settings_path(agent: Agent, base: Path) -> Path:
@@ -31,29 +48,67 @@ def settings_path(agent: Agent, base: Path) -> Path:
     return base / SETTINGS_FILES[agent]
 
 
+def selfheal_program() -> list[str]:
+    """The ``selfheal`` running now, as an absolute argv: the console script this process was
+    started as, else the one of this interpreter's environment, else ``python -m pytest_selfheal``."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = [started] if started is not None and started.name in _SCRIPT_NAMES else []
+    scripts = sysconfig.get_path("scripts")
+    if scripts:
+        candidates += [Path(scripts, name) for name in _SCRIPT_NAMES]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return [os.path.abspath(candidate)]
+    return [os.path.abspath(sys.executable), "-m", "pytest_selfheal"]
+
+
+def _check_no_link(base: Path, path: Path) -> bool:
+    """Whether ``path`` exists as a regular file; RefusedError when any entry below ``base``
+    down to it is a symbolic link (the write would land wherever it points)."""
+    current = base
+    for part in path.relative_to(base).parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise fsio.io_error("read", current, exc) from None
+        if stat.S_ISLNK(mode):
+            # Relative names first: the one line must keep its point within its length limit.
+            raise RefusedError(one_line(
+                f"{current.relative_to(base)} is a symbolic link (to {os.readlink(current)}): nothing written; "
+                f"the stop hook goes only into a real file under {base}"))
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: not a regular file; left unchanged")
+    return True
+
+
 def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "") -> Installed:
-    """Add the stop hook to ``agent``'s settings file under ``base`` (created when missing)."""
+    """Add the stop hook to ``agent``'s settings file under ``base`` (created when missing).
+    ``command``: the hook's command line (default: this ``selfheal``, by its absolute path)."""
     path = settings_path(agent, base)
     existing = None
-    if path.exists():
+    if _check_no_link(base, path):
         try:
             text = fsio.read_text(path)
         except SelfhealError as exc:
             raise InputError(f"{path}: {exc}") from None
         if text.strip():
             try:
-                existing = json.loads(text.lstrip("\ufeff"))
-            except ValueError as exc:
-                raise InputError(f"{path}: not JSON ({exc}); left unchanged") from None
+                existing = jsontext.loads(text.lstrip("\ufeff"))
+            except InputError as exc:
+                raise InputError(f"{path}: {exc}; left unchanged") from None
+    command = command or shlex.join(hook_argv(agent, selfheal_program()))
     try:
-        merged, changed = merged_settings(agent, existing, command or hook_command(agent),
-                                          int(timeout_seconds) + HOOK_MARGIN_SECONDS)
+        merged, change = merged_settings(agent, existing, command, int(timeout_seconds) + HOOK_MARGIN_SECONDS)
     except InputError as exc:
         raise InputError(f"{path}: {exc}; left unchanged") from None
-    if changed:
+    if change is not Change.NONE:
         fsio.ensure_dir(path.parent)
-        fsio.atomic_write_text(path, json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
-    return Installed(path, changed)
+        _check_no_link(base, path)  # the folder just made, or one made meanwhile
+        fsio.atomic_write_text(path, jsontext.dumps(merged) + "\n")
+    return Installed(path, change, command)
 
 
-__all__ = ["Installed", "install", "settings_path"]
+__all__ = ["Installed", "install", "selfheal_program", "settings_path"]

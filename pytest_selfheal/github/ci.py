@@ -346,7 +346,8 @@ def run_ci(
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
-    root = _resolve(options.reports_dir or Path(effective.settings.reports_dir), here)
+    root = (_resolve(options.reports_dir, here) if options.reports_dir
+            else fsio.project_path(here, effective.settings.reports_dir, "reports_dir"))
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
+from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
+from pytest_selfheal.store.fsio import project_path
 
 MAX_QUARANTINE_BYTES = 1024 * 1024
 
@@ -24,6 +26,20 @@ def _relative_inside(relative: str) -> Optional[str]:
     if path.is_absolute() or ".." in path.parts or not path.parts:
         return None
     return path.as_posix()
+
+
+def quarantine_path(project_root: Path, relative: str) -> Path:
+    """The quarantine file ``relative`` (``history.quarantine_file``) in the working tree, once
+    the whole path is checked: relative, inside the project with every link on the way
+    resolved, not itself a link. ``RefusedError`` (one line) otherwise: never read or written
+    outside the project."""
+    inside = _relative_inside(relative)
+    if inside is None:
+        raise RefusedError(f"{relative}: the quarantine file must be a path inside the project")
+    path = project_path(project_root, inside, "history.quarantine_file")
+    if path.is_symlink():
+        raise RefusedError(f"{inside}: a symbolic link; the quarantine file must be a real file")
+    return path
 
 
 def read_quarantine(
@@ -46,9 +62,12 @@ def read_quarantine(
             return [], [f"{where}: cannot read the base revision ({exc.first_line}); quarantine ignored"]
     else:
         where = inside
-        path = Path(project_root, inside)
-        if path.is_symlink() or not path.is_file():
-            return [], [] if not path.is_symlink() else [f"{where}: a symlink; quarantine ignored"]
+        try:
+            path = quarantine_path(project_root, inside)
+        except RefusedError as exc:
+            return [], [f"{exc}; quarantine ignored"]
+        if not path.is_file():
+            return [], []
         try:
             with open(path, "rb") as handle:
                 data = handle.read(MAX_QUARANTINE_BYTES + 1)
@@ -114,4 +133,5 @@ def quarantine_in_force(
     return read_quarantine(project_root, relative, revision=revision)
 
 
-__all__ = ["actions_event", "read_actions_event", "base_branch", "base_revision", "quarantine_in_force", "read_quarantine"]
+__all__ = ["actions_event", "read_actions_event", "base_branch", "base_revision", "quarantine_in_force", "quarantine_path",
+           "read_quarantine"]

@@ -50,6 +50,7 @@ from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
@@ -129,7 +130,7 @@ class Project:
     def store(self, effective: Optional[EffectiveConfig] = None) -> Store:
         """The reports root of the project, redacting with its settings."""
         effective = effective or self.effective()
-        return Store(self.root / effective.settings.reports_dir, redactor=effective.redactor)
+        return Store(fsio.project_path(self.root, effective.settings.reports_dir, "reports_dir"), redactor=effective.redactor)
 
     def error_line(self, text: str) -> str:
         """A tool error as the client gets it: one line, redacted, at most ``mcp.max_chars``

@@ -399,10 +399,13 @@ class Recorder:
         return None
 
     def store(self) -> Store:
-        """The store of this run's reports root, redacting with this run's settings."""
+        """The store of this run's reports root, redacting with this run's settings; RefusedError
+        when the configured root leads out of the project."""
         # Imported here: a green run without open incidents never opens the store.
+        from pytest_selfheal.store.fsio import project_path
         from pytest_selfheal.store.root import Store
 
+        project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
         return Store(self.reports_root, redactor=self.redactor)
 
     def has_work(self) -> bool:

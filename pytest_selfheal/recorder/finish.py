@@ -29,7 +29,7 @@ from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.store.fsio import atomic_write_text
+from pytest_selfheal.store.fsio import atomic_write_text, project_path
 
 if TYPE_CHECKING:
     from pytest_selfheal.loop.agent_mode import OpenIncident
@@ -64,6 +64,7 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
 
 
 def _finish(recorder: Recorder, exitstatus: int) -> None:
+    project_path(recorder.config.rootpath, recorder.effective.settings.reports_dir, "reports_dir")
     reports = failed_reports(recorder)
     counts = {"tests": recorder.tests, "failed": len(reports), "skipped": recorder.skipped}
     warnings: list[str] = []
@@ -270,6 +271,6 @@ def _write_report(recorder: Recorder) -> None:
         recorder.lines.append((level, line))
     path = recorder.effective.settings.report_path
     if path:
-        target = Path(recorder.config.rootpath, str(path))
+        target = project_path(recorder.config.rootpath, str(path), "report_path")
         atomic_write_text(target, recorder.redactor.redact(report_markdown(report, recorder.config.pluginmanager)))
         recorder.lines.append((SUMMARY, f"report written to {target}"))

@@ -16,19 +16,26 @@ worktree, with three limits:
   generated ``_version.py`` always fits; a big ignored data set is what gets left out), a
   warning says how much was left out;
 * they never flow back: they stay ignored in the worktree (same ``.gitignore`` files), so
-  no snapshot takes them and no patch creates, changes or deletes them.
+  no snapshot takes them and no patch creates, changes or deletes them;
+* never a link: an ignored symbolic link is carried as a copy of what it points to when that
+  is inside the project (a linked directory as a copy of its files), or not at all. A live
+  link would let the provider write wherever it points (an ``ssh`` link to ``~/.ssh``) from
+  inside its worktree; the escape check (repair/escape.py) also watches the user's side of
+  every carried file.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.store.fsio import within
 
 # Directory names never carried, at any depth: environments, VCS, caches, build trees.
 SKIPPED_DIRS = frozenset({
@@ -72,6 +79,17 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
             yield (here / name).relative_to(top).as_posix()
 
 
+def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
+    """What the ignored entry ``rel`` of ``top`` holds, with every link on the way resolved,
+    when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
+    base = os.path.realpath(top)
+    real = os.path.realpath(top / rel)
+    if not within(real, base) or real == base:
+        return None
+    inner = Path(real).relative_to(base).as_posix()
+    return None if _inside(inner, [*exclude, ".git"]) else Path(real)
+
+
 def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
     """The ignored files of the working tree at ``top`` worth carrying (repository-relative,
     skipped trees and ``exclude`` prefixes left out); at most ``_MAX_SEEN`` are looked at."""
@@ -87,7 +105,8 @@ def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
         if _inside(rel, prefixes) or any(_skipped_dir(top.joinpath(*parts[: i + 1])) for i in range(len(parts) - 1)):
             continue
         path = top / rel
-        if path.is_dir() and not path.is_symlink():
+        # A link to a folder inside the project is walked as that folder; one leading out, never.
+        if path.is_dir() and (not path.is_symlink() or real_source(top, rel, prefixes) is not None):
             if not _skipped_dir(path):
                 found.extend(_walk(top, rel, prefixes))
         elif not rel.endswith(SKIPPED_FILE_SUFFIXES):
@@ -97,12 +116,16 @@ def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
     return found[:_MAX_SEEN]
 
 
-def _size(path: Path) -> Optional[int]:
+def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
+    """The size and path of the regular file the ignored file ``rel`` is copied from: itself,
+    or what its links point to inside the project; None for anything else (a link leading
+    out, a dangling link, a FIFO)."""
+    source = real_source(top, rel, prefixes)
     try:
-        st = path.lstat()
+        info = source.stat() if source is not None else None
     except OSError:
         return None
-    return st.st_size
+    return (info.st_size, source) if info is not None and source is not None and stat.S_ISREG(info.st_mode) else None
 
 
 def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
@@ -110,12 +133,15 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``
     (a worktree of the same repository), smallest first within the bounds; a file that
     already exists in ``dest`` is never overwritten (git's checkout wins)."""
-    sized = [(size, rel) for rel in ignored_files(top, exclude) if (size := _size(top / rel)) is not None]
+    prefixes = [p.strip("/") for p in exclude if p.strip("/")]
+    sized = [(found[0], rel, found[1]) for rel in ignored_files(top, exclude)
+             if (found := _sized_source(top, rel, prefixes)) is not None]
     sized.sort()
+    home = os.path.realpath(dest)
     copied: list[str] = []
     used = 0
     left_out = left_bytes = 0
-    for size, rel in sized:
+    for size, rel, source in sized:
         if len(copied) >= max_files or used + size > max_bytes:
             left_out += 1
             left_bytes += size
@@ -123,9 +149,11 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
         target = dest / rel
         if target.exists() or target.is_symlink():
             continue
+        if not within(os.path.realpath(target.parent), home):
+            continue  # a link of the worktree's own checkout on the way: the copy would land outside
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(top / rel, target, follow_symlinks=False)
+            shutil.copy2(source, target)  # the file's bytes, never a link
         except OSError:
             left_out += 1
             left_bytes += size
@@ -135,4 +163,4 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
 
 
-__all__ = ["Carried", "MAX_BYTES", "MAX_FILES", "SKIPPED_DIRS", "carry_ignored", "ignored_files"]
+__all__ = ["Carried", "MAX_BYTES", "MAX_FILES", "SKIPPED_DIRS", "carry_ignored", "ignored_files", "real_source"]

@@ -11,7 +11,9 @@ user's side is fingerprinted and compared after it:
   refreshes by itself) and ``HEAD`` (the ref it names and the commit);
 - ``.git/hooks`` (every file, its content and executable bit), ``.git/config`` and
   ``config.worktree``;
-- the incident's own records under the reports root (incident, plan, attempts, result).
+- the incident's own records under the reports root (incident, plan, attempts, result);
+- the user's side of every ignored file carried into the worktree (repair/carry.py): the
+  file itself, or what its link points to (``git status`` shows no ignored file).
 
 Any difference is named (``calc.py``, ``index``, ``HEAD``, ``.git/hooks/post-checkout``) and
 stops the loop with ``provider_escaped``; nothing of that repair is kept or applied.
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.repair.carry import real_source
 from pytest_selfheal.repair.worktree import exclude_pathspecs
 
 # What git may write by itself while the loop runs, and the loop's own scratch.
@@ -71,12 +74,18 @@ def _common_dir(top: Path) -> Path:
     return path if path.is_absolute() else (top / path)
 
 
-def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None) -> UserState:
+def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None,
+               carried: Sequence[str] = ()) -> UserState:
     """The fingerprint of the working tree at ``top`` (the user's repository, not a repair
     worktree), its index, ``HEAD``, hooks and config; ``exclude``: paths left out (the
     reports root, which the loop itself writes); ``records``: name → file of the documents
-    the verdict is read from (a plan rewritten to select a passing test is an escape too)."""
+    the verdict is read from (a plan rewritten to select a passing test is an escape too);
+    ``carried``: the repository-relative ignored files copied into the worktree."""
     entries: dict[str, str] = {name: _digest_file(path) for name, path in (records or {}).items()}
+    for rel in carried:
+        # What the copy was made from, links resolved: a write reaching it is an escape.
+        source = real_source(top, rel)
+        entries[rel] = _digest_file(source) if source is not None else "outside"
     specs = exclude_pathspecs(top, exclude)
     status = _git(top, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".", *specs])
     for record in status.split(b"\0"):

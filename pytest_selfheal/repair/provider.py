@@ -283,7 +283,7 @@ class RepairSession:
         # Numbered as the iteration it prepares (the attempt number keeps counting after a reopen).
         line = f"{iteration_prefix(incident_id, loop_iteration, self.policy.max_iterations)}: repair"
         self.say(f"{line}: asking {self.describe()}")
-        guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id))
+        guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id), self.wt.carried)
         before = self.wt.snapshot()
         call = self._call_provider(
             iteration=iteration,
@@ -292,7 +292,8 @@ class RepairSession:
             plan=plan,
             failures=_failures_for_request(incident, attempts),
         )
-        escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id)))
+        escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id),
+                                            self.wt.carried))
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"

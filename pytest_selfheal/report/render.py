@@ -266,9 +266,8 @@ def _section_tasks(report: Report) -> list[str]:
                 "yes" if task.flaky else "no",
             ])
     if not rows:
-        if not report.incidents:
-            return ["### Tasks", "", "None: no incident, so no plan."]
-        return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."]
+        return ["### Tasks", "", "No plan yet: the tasks appear once `selfheal plan` has run."
+                if report.incidents else "None: no incident, so no plan."]
     return ["### Tasks", ""] + _table(["Task", "Title", "Tests", "Attempts", "Stop Reason", "Flaky"], rows)
 
 
@@ -293,20 +292,16 @@ def _config_difference_lines(report: Report) -> list[str]:
 
 
 def _section_config(report: Report) -> list[str]:
-    """The keys that differ from their defaults (every key is in the JSON and in
-    ``selfheal config --show-origin``): a report is read for what was set, not for 40 defaults."""
-    origins = report.origins
-    values = flatten_config(report.effective_config)
+    """The keys set away from their defaults (every key is in the JSON and `selfheal config --show-origin`)."""
+    origins, values = report.origins, flatten_config(report.effective_config)
     rows = [[code(key), code(_scalar(value)), text(origins.get(key, DASH))]
             for key, value in values.items() if origins.get(key, DEFAULT_ORIGIN) != DEFAULT_ORIGIN]
-    rest = len(values) - len(rows)
-    if rows:
-        defaults = f"The other {rest} keys are at their defaults (`selfheal config --show-origin` lists every key)."
-    else:
-        defaults = f"Every key is at its default ({rest} keys; `selfheal config --show-origin` lists them)."
-    lines = ["### Effective Config", ""] + (_table(["Key", "Value", "Origin"], rows) + [""] if rows else []) + [defaults]
+    rest = (f"The other {len(values) - len(rows)} keys are at their defaults" if rows
+            else f"Every key is at its default ({len(values)} keys)")
+    table = _table(["Key", "Value", "Origin"], rows) + [""] if rows else []
     notes = _config_difference_lines(report)
-    return lines + ([""] + notes if notes else [])
+    return ["### Effective Config", "", *table, f"{rest}; `selfheal config --show-origin` lists every key."] + (
+        [""] + notes if notes else [])
 
 
 def _section_fingerprints(report: Report) -> list[str]:

@@ -7,6 +7,7 @@
   fsyncs once and renames into place (one folder fsync for all its files).
 - ``append_line`` / ``append_lines``: one ``O_APPEND`` write + fsync, for the append-only event logs.
 - ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
+- ``project_path``: a configured path resolved whole (every link on its way) inside the project.
 - ``confine``: the check that a write stays under the reports root — no symbolic link
   between the root and the file (``RefusedError``, exit 5); files are also opened with
   ``O_NOFOLLOW`` where they may already exist (appends, locks).
@@ -58,7 +59,7 @@ def confine(root: PathLike, path: PathLike) -> Path:
     target = Path(os.path.abspath(os.fspath(path)))
     if os.path.islink(base):
         real, home = os.path.realpath(base), os.path.realpath(base.parent)
-        if not real.startswith(home.rstrip(os.sep) + os.sep):
+        if not within(real, home) or real == home:
             raise RefusedError(one_line(
                 f"refusing to write under {base}: the reports root is a symbolic link leading out of {base.parent} "
                 f"(to {real}); set reports_dir to the real folder instead"))
@@ -80,6 +81,36 @@ def confine(root: PathLike, path: PathLike) -> Path:
                 f"link (replace it with a real folder or file: every write stays inside the reports root {base})"
             ))
     return target
+
+
+def within(real: str, folder: str) -> bool:
+    """Whether the resolved path ``real`` is ``folder`` (resolved too) or lies below it."""
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def project_path(project_root: PathLike, value: str, what: str) -> Path:
+    """The configured path ``value`` (``what`` names its key) under ``project_root``, once the
+    whole of it is checked: every symbolic link on the way resolved, the result must lie inside
+    the project (a ``history`` link to ``~`` would make ``history/quarantine.yml`` read or write
+    the user's files). ``RefusedError`` (one line, exit 5) otherwise. An absolute value is a
+    place its writer chose (a flag, the user's own config) and is taken as given."""
+    target = Path(value)
+    if target.is_absolute():
+        return target
+    base = Path(os.path.abspath(os.fspath(project_root)))
+    home = os.path.realpath(base)
+    joined = base / target
+    real = os.path.realpath(joined)
+    if within(real, home):
+        return joined
+    current = base
+    for part in target.parts:
+        current = current / part
+        if os.path.islink(current) and not within(os.path.realpath(current), home):
+            raise RefusedError(one_line(
+                f"refusing {what} {value}: {current.relative_to(base).as_posix()} is a symbolic link leading out of "
+                f"the project {base} (to {os.path.realpath(current)}); configure a place inside it"))
+    raise RefusedError(one_line(f"refusing {what} {value}: it leads out of the project {base} (to {real})"))
 
 
 def _reason(exc: OSError) -> str:

@@ -13,6 +13,7 @@ from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, UsageError
 from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 
@@ -65,7 +66,7 @@ def store_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfi
     project = project_root()
     if effective is None:
         effective = load_config(project)
-    return Store(project / effective.settings.reports_dir, redactor=effective.redactor)
+    return Store(fsio.project_path(project, effective.settings.reports_dir, "reports_dir"), redactor=effective.redactor)
 
 
 def parse_days(text: str, flag: str, *, zero_ok: bool) -> float:

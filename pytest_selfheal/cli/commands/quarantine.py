@@ -12,7 +12,7 @@ from pytest_selfheal.cli.commands._common import print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, remove_entries
-from pytest_selfheal.history.sources import read_quarantine
+from pytest_selfheal.history.sources import quarantine_path, read_quarantine
 from pytest_selfheal.store import fsio
 
 NAME = "quarantine"
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _file(project: Path) -> tuple[Path, str]:
     relative = load_config(project).settings.history.quarantine_file
-    return project / relative, relative
+    return quarantine_path(project, relative), relative
 
 
 def _read(path: Path) -> Optional[str]:
@@ -42,10 +42,11 @@ def _read(path: Path) -> Optional[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """0 done; 2 bad arguments, a bad file or a bad config; 4 nothing to remove."""
+    """0 done; 2 bad arguments, a bad file or a bad config; 4 nothing to remove; 5 the configured
+    file is not a real file inside the project (add, remove)."""
     project = project_root()
-    path, relative = _file(project)
     if args.action == "list":
+        relative = load_config(project).settings.history.quarantine_file
         entries, warnings = read_quarantine(project, relative, revision=args.revision)
         for warning in warnings:
             print(f"selfheal: warning: {warning}", file=sys.stderr)
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.test is None and args.fingerprint is None:
         raise UsageError(f"quarantine {args.action}: give --test NODEID or --fingerprint FP")
+    path, relative = _file(project)
     if args.action == "add":
         if not args.reason or not args.reason.strip():
             raise UsageError("quarantine add: --reason is required")

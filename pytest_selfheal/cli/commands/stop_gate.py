@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_selfheal.cli.commands._common import project_redactor, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK
-from pytest_selfheal.gate.agents import Agent, answer_json
+from pytest_selfheal.gate.agents import Agent, Change, answer_json
 from pytest_selfheal.gate.install import install
 from pytest_selfheal.gate.run import stop_gate
 
@@ -33,12 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     setup.add_argument("--user", action="store_true",
                        help="the settings file in your home directory (every project), not the project's")
     setup.add_argument("--command", default="", metavar="CMD",
-                       help="the command the hook runs (default: selfheal stop-gate AGENT, selfheal on the "
-                            "agent's PATH)")
+                       help="the command line the hook runs (default: this selfheal by its absolute path, "
+                            "then stop-gate AGENT)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """The hook: 0 always (a gate fails open). install: 0, 3 a settings file of another shape, 6 unwritable."""
+    """The hook: 0 always (a gate fails open). install: 0; 3 a settings file that cannot be kept whole
+    (not JSON, a key twice, another shape); 5 a symbolic link on the way; 6 unwritable."""
     if args.gate_command == "install":
         return _install(args)
     agent = Agent(args.gate_command)
@@ -62,6 +63,9 @@ def _install(args: argparse.Namespace) -> int:
     base = Path.home() if args.user else root
     timeout = load_config(root).settings.gate.timeout_seconds
     done = install(agent, base, timeout, args.command)
-    verb = "installed the stop hook in" if done.changed else "the stop hook is already in"
-    sys.stdout.write(f"{verb} {done.path}\n")
+    sys.stdout.write(f"{_SAID[done.change]} {done.path}: it runs {done.command}\n")
     return EXIT_OK
+
+
+_SAID = {Change.ADDED: "installed the stop hook in", Change.UPDATED: "updated the stop hook in",
+         Change.NONE: "the stop hook is already in"}
