@@ -122,7 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With ``--selfheal``, on the controller: the session end records what the run found."""
     recorder = session.config.pluginmanager.get_plugin(RECORDER_PLUGIN)
-    if recorder is None or not recorder.has_work():
+    if recorder is None or not recorder.has_work(session, int(exitstatus)):
         return
     # Imported here: only a run with a failure or an open incident's test loads the capture,
     # the loop and the report.

@@ -15,28 +15,14 @@ Every child selfheal starts — a verification selection, a repair command, the 
   ``max_line_bytes`` handed over in pieces — memory stays bounded whatever the child
   prints (a 512 MB line without a newline included). :func:`read_tail` reads back a
   bounded tail;
-- the child dies when selfheal dies. On Linux the child asks the kernel for SIGKILL when
-  its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which also covers a SIGKILLed
-  selfheal. Grandchildren, which PDEATHSIG does not reach, are taken down with their
-  group by the **reaper** (:class:`_Reaper`, POSIX): one small helper process per selfheal
-  process, started with the first child, to which every live group is announced through a
-  pipe; when selfheal dies in any way (SIGKILL included) the pipe reaches end-of-file and
-  the reaper SIGKILLs every group still announced. On a normal exit an ``atexit`` handler
-  SIGKILLs every live group; an exception (Ctrl-C, SIGTERM turned into one by the loop)
-  stops the group before it propagates. A grandchild that leaves the group on purpose
-  (``setsid``) escapes all of them.
-
-Trade-off of PDEATHSIG: ``subprocess`` offers no way to call prctl in the child except
-``preexec_fn``, which runs Python between fork and exec. That is unsafe in general with
-threads (a lock held by another thread at fork time stays held in the child) and it turns
-off the ``vfork``/``posix_spawn`` fast path. The function here only calls a libc function
-resolved in the parent beforehand and ``os.getppid``/``os._exit`` — no import, no
-allocation worth a lock — which keeps that window as small as Python allows. (Python 3.11's
-``process_group=0`` avoids ``preexec_fn`` for the group, but nothing does for PDEATHSIG;
-``start_new_session`` is kept because it also works on 3.9 and detaches the child from the
-terminal, so an agent waiting on /dev/tty fails instead of hanging.) The kernel sends the
-signal when the *thread* that forked the child exits; :func:`run` blocks in that thread
-until the child is gone, so that is the same moment here.
+- the child dies when selfheal dies, however selfheal dies (SIGKILL included), and its
+  grandchildren with it: one mechanism, the **reaper** (:class:`_Reaper`, POSIX), a small
+  helper process per selfheal process, started before the first child, to which every live
+  group is announced through a pipe. When selfheal is gone, in any way, the kernel closes
+  the pipe; at end-of-file the reaper SIGKILLs every group still announced. If it cannot
+  start, no child is started (the promise cannot be kept); if it died, the next child
+  starts a new one and the live groups are announced to it again. A grandchild that leaves
+  the group on purpose (``setsid``) escapes it (docs/decisions.md "Trust boundaries").
 
 A bare program name (``pytest``) is looked up on the absolute entries of the child's
 ``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
@@ -52,10 +38,7 @@ Redaction is the callers' business: the file and the lines are the child's raw b
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import errno
-import functools
 import os
 import shutil
 import signal
@@ -75,22 +58,33 @@ TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
 TAIL_LINES = 200
 CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: Variables never passed to a child, whatever their name (docs/action.md "Security").
 WITHHELD_TOKENS: tuple[str, ...] = (
     "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
 )
+#: The runner's command files: a line a test appends to one of them reaches the job's later
+#: steps (``BASH_ENV=…`` in ``$GITHUB_ENV`` runs in the step that holds the token).
+RUNNER_COMMAND_FILES: tuple[str, ...] = (
+    "GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_STATE",
+)
 
 
-def withheld(name: str) -> bool:
-    """Whether the variable ``name`` is kept from every child: a token by name (``*TOKEN*``,
-    any case), unless it is one of selfheal's own ``SELFHEAL_*`` variables."""
+def token_named(name: str) -> bool:
+    """Whether the variable ``name`` holds a token by its name (``*TOKEN*``, any case), unless
+    it is one of selfheal's own ``SELFHEAL_*`` variables."""
     upper = name.upper()
     return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
 
 
+def withheld(name: str) -> bool:
+    """Whether the variable ``name`` is kept from every child: a token (:func:`token_named`)
+    or one of the runner's command files (:data:`RUNNER_COMMAND_FILES`)."""
+    return token_named(name) or name.upper() in RUNNER_COMMAND_FILES
+
+
 def child_environment(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment of a child: ``env`` (default: ours) without the tokens (:func:`withheld`)."""
+    """The environment of a child: ``env`` (default: ours) without the tokens and the runner's
+    command files (:func:`withheld`)."""
     source = os.environ if env is None else env
     return {k: v for k, v in source.items() if not withheld(k)}
 
@@ -146,20 +140,6 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
         pass
 
 
-_LIVE: set[subprocess.Popen[bytes]] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _kill_live_groups() -> None:
-    # The portable fallback: whatever still runs when the interpreter exits goes with it.
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for proc in live:
-        kill_group(proc, signal.SIGKILL)
-
-
-atexit.register(_kill_live_groups)
-
 # The reaper's program: groups announced as "+PGID" / "-PGID" lines on stdin; at end-of-file
 # (our process is gone, however it died) every group still announced is SIGKILLed.
 _REAPER_CODE = """
@@ -191,88 +171,71 @@ for group in groups:
 
 class _Reaper:
     """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
-    process groups of its children (grandchildren included). One per selfheal process
-    (a forked child starts its own), started on first use; if it cannot start, children
-    still have PDEATHSIG and the atexit handler."""
+    process groups of its children (grandchildren included). One per selfheal process (a
+    forked child starts its own), started by :meth:`ready` before the first child."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owner = -1
-        self._fd: Optional[int] = None
-        self._proc: Optional[subprocess.Popen[bytes]] = None  # kept: a dropped Popen warns
+        self._owner = -1  # the pid whose reaper ``_proc`` is
+        self._fd: Optional[int] = None  # the pipe's write end
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._groups: set[int] = set()  # announced, not forgotten: told again to a new reaper
 
-    def _pipe(self) -> Optional[int]:
-        if self._owner == os.getpid():
-            return self._fd
-        self._owner, self._fd = os.getpid(), None
-        try:
-            read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
-        except OSError:
-            return None
-        try:
-            # Not through run(): the reaper must outlive us, so no PDEATHSIG and no group kill.
-            self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
-            )
-        except OSError:
-            os.close(write_end)
-            return None
-        finally:
-            os.close(read_end)
-        self._fd = write_end
-        return write_end
+    def ready(self) -> bool:
+        """Whether a reaper of this process runs, started (again) if needed: a child may start."""
+        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+            return True
+        with self._lock:
+            if self._owner != os.getpid():  # forked: the reaper and the pipe are the parent's
+                if self._fd is not None:
+                    os.close(self._fd)
+                self._owner, self._fd, self._proc, self._groups = os.getpid(), None, None, set()
+            if self._proc is not None and self._proc.poll() is None:
+                return True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            try:
+                read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+                try:
+                    # Not through run(): the reaper must outlive us.
+                    self._proc = subprocess.Popen(
+                        [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
+                    )
+                except OSError:
+                    os.close(write_end)
+                    raise
+                finally:
+                    os.close(read_end)
+                self._fd = write_end
+                os.write(write_end, "".join(f"+{group}\n" for group in self._groups).encode("ascii"))
+            except OSError:
+                return False
+            return True
 
     def _send(self, line: str) -> None:
-        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+        if self._fd is None:
             return
-        with self._lock:
-            fd = self._pipe()
-            if fd is None:
-                return
-            try:
-                os.write(fd, line.encode("ascii"))
-            except OSError:  # the reaper is gone: PDEATHSIG and atexit remain
-                self._fd = None
+        try:
+            os.write(self._fd, line.encode("ascii"))
+        except OSError:  # the reaper is gone: the next ready() starts another and tells it
+            pass
 
     def watch(self, pgid: int) -> None:
         """Announce a live group: SIGKILLed if we die while it is announced."""
-        self._send(f"+{pgid}\n")
+        with self._lock:
+            self._groups.add(pgid)
+            self._send(f"+{pgid}\n")
 
     def forget(self, pgid: int) -> None:
         """The group is gone (or stopped by us): nothing to do for it any more."""
-        self._send(f"-{pgid}\n")
+        with self._lock:
+            self._groups.discard(pgid)
+            self._send(f"-{pgid}\n")
 
 
 _REAPER = _Reaper()
-
-
-@functools.lru_cache(maxsize=1)
-def _prctl() -> Optional[Callable[..., int]]:
-    """libc's ``prctl`` on Linux (resolved in the parent, before any fork), else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    function.restype = ctypes.c_int
-    return function
-
-
-def _die_with_parent() -> Optional[Callable[[], None]]:
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:  # in the child, between fork and exec: keep it minimal
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os._exit(1)
-
-    return preexec
 
 
 def _spawn(
@@ -288,7 +251,6 @@ def _spawn(
     return subprocess.Popen(
         argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
         stdout=stdout, stderr=subprocess.STDOUT, shell=False, start_new_session=True,
-        preexec_fn=_die_with_parent(),
     )
 
 
@@ -457,14 +419,14 @@ def run(
             executable = resolve_executable(full[0], env)
             if executable is None:
                 raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
+            if not _REAPER.ready():
+                raise OSError("cannot start the reaper that stops children when selfheal dies")
             proc = _spawn([executable, *full[1:]], cwd, env, stdout)
         except OSError as exc:
             reason = _why_not_started(exc, cwd)
             if sink is not None:
                 sink.write(f"{full[0] if full else '?'}: cannot start: {reason}\n".encode())
             return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
         _REAPER.watch(proc.pid)
         try:
             if on_line is not None:
@@ -473,8 +435,6 @@ def run(
                 pump.start()
             timed_out = _wait(proc, timeout_seconds, kill_grace, pump, cancel)
         finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(proc)
             _REAPER.forget(proc.pid)
     finally:
         if sink is not None:
@@ -542,6 +502,7 @@ __all__ = [
     "ProcessResult",
     "TAIL_BYTES",
     "TAIL_LINES",
+    "RUNNER_COMMAND_FILES",
     "WITHHELD_TOKENS",
     "child_environment",
     "kill_group",
@@ -549,5 +510,6 @@ __all__ = [
     "run",
     "tail_bytes",
     "terminate_group",
+    "token_named",
     "withheld",
 ]

@@ -321,7 +321,7 @@ def test_the_cache_keys_of_a_two_entry_matrix_are_distinct() -> None:
         assert not any(other.startswith(p) for p in prefixes)
 
 
-def _locate(tmp_path: Path, event: str, sync: str) -> tuple[int, dict[str, str]]:
+def _locate(tmp_path: Path, event: str, sync: str, comment_from: str = "") -> tuple[int, dict[str, str]]:
     """The ``history`` step's script in a project, as the runner runs it: exit code and outputs."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
@@ -331,6 +331,7 @@ def _locate(tmp_path: Path, event: str, sync: str) -> tuple[int, dict[str, str]]
     script = next(s for s in _steps() if s.get("id") == "history")["run"]
     env = {"PATH": os.environ["PATH"], "SELFHEAL_PYTHON": sys.executable, "INPUT_WORKING_DIRECTORY": str(project),
            "INPUT_HISTORY_SYNC": sync, "GITHUB_EVENT_NAME": event, "GITHUB_OUTPUT": str(outputs),
+           "INPUT_COMMENT_FROM": comment_from,
            "GITHUB_WORKSPACE": str(tmp_path), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           stdin=subprocess.DEVNULL)
@@ -338,14 +339,22 @@ def _locate(tmp_path: Path, event: str, sync: str) -> tuple[int, dict[str, str]]
     return done.returncode, found
 
 
-def test_the_history_modes_pull_everywhere_and_push_only_outside_pull_requests(tmp_path: Path) -> None:
+def test_the_history_modes_pull_everywhere_and_push_only_what_selfheal_ci_names(tmp_path: Path) -> None:
     code, pushed = _locate(tmp_path, "push", "auto")
     assert code == 0 and (pushed["pull"], pushed["push"]) == ("true", "true")
     assert pushed["path"].endswith("/.selfheal/history.sqlite3")
     assert pushed["segments"].endswith("/.selfheal/history-segments")
     assert len(pushed["key"]) == 8
     code, pr = _locate(tmp_path, "pull_request", "auto")
-    assert code == 0 and (pr["pull"], pr["push"]) == ("true", "false") and pr["key"] == pushed["key"]
+    assert code == 0 and pr["pull"] == "true" and pr["key"] == pushed["key"]
+    # Whatever the mode, the push step shares only the segments `selfheal ci` names, and it
+    # names none for an event that tests code not merged yet (tests/test_ci_events.py).
+    push_step = next(s for s in _steps() if s.get("id") == "history-push")
+    assert "steps.selfheal.outputs.history-segments != ''" in push_step["if"]
+    assert '--segments "$SELFHEAL_SEGMENTS"' in push_step["run"]
+    # Comment-only mode (the trusted half of the workflow_run recipe) touches no history.
+    code, comment_only = _locate(tmp_path, "workflow_run", "auto", comment_from="report.json")
+    assert code == 0 and comment_only["path"] == "" and comment_only["pull"] == comment_only["push"] == "false"
     assert _locate(tmp_path, "push", "pull")[1]["push"] == "false"
     assert _locate(tmp_path, "push", "off")[1]["pull"] == "false"
     code, found = _locate(tmp_path, "push", "sometimes")

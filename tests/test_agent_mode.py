@@ -74,23 +74,82 @@ def test_fixed_between_runs_resolves_and_archives(project: pytest.Pytester) -> N
 def test_every_agent_mode_run_records_in_the_history(project: pytest.Pytester) -> None:
     project.runpytest("--selfheal")  # the same failure again: agent iteration 1
     project.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
-    project.runpytest("--selfheal")  # fixed: nothing open any more, a plain green run
+    project.runpytest("--selfheal")  # fixed: agent iteration 2, the incident resolves
     with HistoryDB.open(_root(project), create=False) as db:
         runs = list(db.runs())
-    assert [(info.kind, info.iteration) for info, _ in runs] == [("capture", None), ("agent", 1)]
+    assert [(info.kind, info.iteration) for info, _ in runs] == [("capture", None), ("agent", 1), ("agent", 2)]
     (info, outcomes) = runs[1]
     assert info.run_key == f"agent:{info.incident_id}:1" and info.tests_run == 1
     assert [(o.nodeid, o.outcome) for o in outcomes] == [("test_mod.py::test_add", "failed")]
     assert outcomes[0].fingerprint == runs[0][1][0].fingerprint
+    assert [(o.nodeid, o.outcome) for o in runs[2][1]] == [("test_mod.py::test_add", "passed")]
 
 
-def test_same_failure_again_stops_by_repetition(project: pytest.Pytester) -> None:
+def test_same_failure_again_after_a_change_stops_by_repetition(project: pytest.Pytester) -> None:
     (incident,) = _incident_dirs(project, "inbox")
+    project.makepyfile(mod="# tried\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
     result = project.runpytest("--selfheal")
     match = STATUS_LINE.search(result.stdout.str())
     assert match and match["fp"] == "same" and match["verdict"] == "STOP repeated_fingerprint"
     assert [p.name for p in _incident_dirs(project, "escalated")] == [incident.name]
     assert _incident_dirs(project, "inbox") == []  # no second incident for the same failure
+
+
+def test_an_unchanged_run_is_no_attempt(project: pytest.Pytester) -> None:
+    (incident,) = _incident_dirs(project, "inbox")
+    # The code as at the capture: an iteration with nothing tried; the budget goes on.
+    out = project.runpytest("--selfheal").stdout.str()
+    match = STATUS_LINE.search(out)
+    assert match and (match["k"], match["verdict"]) == ("1", "CONTINUE"), out
+    assert (f"selfheal: incident {incident.name}: nothing changed since the last run: counted as an iteration with "
+            "nothing tried; a second such run in a row stops (no_fix_found)") in out
+    # The second in a row stops: the empty-diff stop.
+    out = project.runpytest("--selfheal").stdout.str()
+    match = STATUS_LINE.search(out)
+    assert match and (match["k"], match["verdict"]) == ("2", "STOP no_fix_found"), out
+    assert [p.name for p in _incident_dirs(project, "escalated")] == [incident.name]
+    attempts = _attempts(project, incident.name)
+    for attempt in attempts:
+        assert_valid("attempt", attempt)
+    assert [(a["repair"]["provider"], a["repair"]["result"]) for a in attempts] == [("agent", "no_fix_found")] * 2
+    # A change between two runs is an attempt again: not "nothing changed".
+    assert cli("reopen", incident.name, cwd=project.path).returncode == 0
+    project.makepyfile(mod="def add(a, b):\n    return a * b\n\ndef sub(a, b):\n    return a - b\n")
+    out = project.runpytest("--selfheal").stdout.str()
+    assert "nothing changed" not in out and STATUS_LINE.search(out), out
+
+
+@pytest.mark.parametrize("how", ["deselect", "keyword", "rename", "delete", "skip"])
+def test_a_failing_test_that_no_longer_runs_is_not_verified_and_reaches_a_stop(project: pytest.Pytester,
+                                                                              how: str) -> None:
+    (incident,) = _incident_dirs(project, "inbox")
+    args: list[str] = []
+    if how == "deselect":
+        args = ["--deselect", "test_mod.py::test_add"]
+    elif how == "keyword":
+        args = ["-k", "not test_add"]
+    elif how == "rename":
+        project.makepyfile(test_mod=TESTS.replace("def test_add", "def test_add_renamed"))
+    elif how == "delete":
+        (project.path / "test_mod.py").unlink()
+        project.makepyfile(test_other="def test_other():\n    assert True\n")
+    else:
+        project.makepyfile(test_mod="import pytest\n\n" + TESTS.replace("def test_add", "@pytest.mark.skip\ndef test_add"))
+    verdicts = []
+    for run in range(1, 4):
+        # Each run changes the code, so each one is an attempt: only the budget stops them.
+        project.makepyfile(mod=f"# try {run}\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
+        out = project.runpytest("--selfheal", *args).stdout.str()
+        match = STATUS_LINE.search(out)
+        assert match and match["id"] == incident.name and match["k"] == str(run), out
+        label = "skipped" if how == "skip" else "not collected or deselected"
+        assert f"selfheal: incident {incident.name}: 1 {label} (test_mod.py::test_add): verified nothing" in out, out
+        verdicts.append(match["verdict"])
+        if match["verdict"].startswith("STOP"):
+            break
+    assert verdicts[-1] == "STOP max_iterations" and len(verdicts) == 3, verdicts  # never a success, never endless
+    outcome = "skipped" if how == "skip" else "missing"
+    assert [a["outcomes"]["test_mod.py::test_add"] for a in _attempts(project, incident.name)] == [outcome] * 3
 
 
 def test_code_change_that_still_fails_continues(project: pytest.Pytester) -> None:

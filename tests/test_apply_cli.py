@@ -140,3 +140,36 @@ def test_dir_option_and_not_a_repository(tmp_path: Path) -> None:
     other.write_run_file(loose, "final.patch", "diff --git a/x b/x\n")
     refused = cli("apply", loose, "--yes", cwd=plain)
     assert refused.returncode == EXIT_REFUSED and "need a git repository" in one_line_error(refused)
+
+
+@pytest.mark.parametrize("change", ["rename", "delete"])
+def test_a_patch_moving_or_deleting_a_test_file_is_refused_without_allow_test_edits(tmp_path: Path, change: str) -> None:
+    """A test renamed out of tests/ or a conftest deleted is a test edit too: approval never covers it."""
+    top = tmp_path / "proj"
+    (top / "tests").mkdir(parents=True)
+    (top / "tests" / "test_calc.py").write_text("def test_add():\n    assert 1 + 1 == 2\n")
+    (top / "tests" / "conftest.py").write_text("import pytest\n")
+    (top / ".gitignore").write_text(".selfheal/\n")
+    repo = git.Repo.init(top)
+    repo.git.add(A=True)
+    repo.index.commit("init")
+    if change == "rename":
+        repo.git.mv("tests/test_calc.py", "calc_check.py")
+    else:
+        repo.git.rm("-q", "tests/conftest.py")
+    patch = repo.git.diff("--cached", "-M", "--binary") + "\n"
+    repo.git.reset("-q", "--hard")
+    repo.close()
+    store = Store(top / ".selfheal")
+    incident_id = store.create_incident(
+        Incident(step="tests/test_calc.py::test_add", failure_class="deterministic", message="m",
+                 error_signature="TEST_ASSERTION | t | m", rootdir=str(top)),
+        log_tail="", context=RunContext(),
+    )
+    store.write_run_file(incident_id, "final.patch", patch)
+    refused = cli("apply", incident_id, "--yes", cwd=top)
+    assert refused.returncode == EXIT_REFUSED
+    named = "tests/test_calc.py" if change == "rename" else "tests/conftest.py"
+    assert f"edits test files ({named})" in one_line_error(refused)
+    assert (top / "tests" / "test_calc.py").is_file() and (top / "tests" / "conftest.py").is_file()
+    assert cli("apply", incident_id, "--yes", "--allow-test-edits", cwd=top).returncode == EXIT_OK

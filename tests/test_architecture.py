@@ -35,6 +35,7 @@ _RECORDER_WAITS = {
     "pytest_selfheal.config.settings",  # a config to read, or something to record
     "pytest_selfheal.errors",  # a config to read, or an open incident
     "pytest_selfheal.loop.agent_mode",  # an open incident
+    "pytest_selfheal.loop.stopped",  # a stopped incident that may hold a passed test
     "pytest_selfheal.records.redacted",  # an open incident's ids holding a secret
     "pytest_selfheal.records.vocab",  # a line to show
     "pytest_selfheal.store.fsio",  # an open incident, or something to record

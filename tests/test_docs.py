@@ -37,7 +37,8 @@ OTHER_TOOLS = {
     "--yes": "aider", "--message-file": "aider", "--no-auto-commits": "aider", "--permission-mode": "claude",
     "--allowedTools": "claude", "--full-auto": "codex exec", "--html": "pytest-html, in an example of a refused option",
     "--api-key": "any tool: redaction.md's options whose value is redacted", "--token": "any tool, likewise",
-    "--password": "any tool, likewise", "--dist": "pytest-xdist",
+    "--password": "any tool, likewise", "--http-password": "wget, likewise", "--dist": "pytest-xdist",
+    "--depth": "git fetch",
 }
 # Options the verification check refuses by name (loop/argcheck.py), pytest's or its plugins'.
 REFUSED = ROOT / "pytest_selfheal" / "loop" / "argcheck.py"

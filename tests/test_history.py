@@ -17,9 +17,10 @@ from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.event import judge_event
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.sources import base_revision, read_quarantine
+from pytest_selfheal.history.sources import read_quarantine
 from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
 from pytest_selfheal.records.incident import FailureEntry
 
@@ -255,8 +256,9 @@ def test_on_a_pull_request_the_list_comes_from_the_base_revision(tmp_path: Path)
     assert (missing, warnings) == ([], [])
     outside, warnings = read_quarantine(project, "../x.yml", today=TODAY)
     assert outside == [] and "inside the project" in warnings[0]
-    assert base_revision({}, {"pull_request": {"base": {"sha": base}}}) == base
-    assert base_revision({}, {"pull_request": {"base": {"sha": "; rm -rf /"}}}) is None
+    pr = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"}
+    assert judge_event(pr, {"pull_request": {"base": {"sha": base}}}, project).revision == base
+    assert judge_event(pr, {"pull_request": {"base": {"sha": "; rm -rf /"}}}, project).revision is None
 
 
 def git_head(project: Path) -> str:
@@ -363,7 +365,8 @@ def test_a_pull_request_run_is_triaged_against_main_and_the_base_quarantine(tmp_
     # The PR quarantines its own new failure: ignored, the list comes from the base revision.
     (project / ".selfheal-quarantine.yml").write_text("quarantine:\n  - test: t.py::new\n    reason: mine\n")
     git_commit_all(project, "PR")
-    pr_env = {"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "2"}
+    pr_env = {"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "2",
+              "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"}
     event = {"pull_request": {"base": {"sha": base}}}
     result = record_and_triage(
         root, settings, run_info(run_key="pr-2", kind=hr.LOOP, project_root=project, env=pr_env),
@@ -378,6 +381,35 @@ def test_a_pull_request_run_is_triaged_against_main_and_the_base_quarantine(tmp_
     assert pr_run.branch == "feature" and pr_run.ci_run_id == "2"
     assert {o.nodeid: o.outcome for o in recorded} == {"t.py::known": "failed", "t.py::new": "failed",
                                                         "t.py::flaky": "passed_on_rerun", "t.py::base_q": "quarantined"}
+
+
+def test_a_fork_pull_requests_own_main_runs_are_not_known_on_main(tmp_path: Path) -> None:
+    """"Known" counts the base repository's branch: a fork's ``main`` (GITHUB_HEAD_REF) is
+    another branch (through selfheal ci: tests/reliability/test_trust_ci_events.py)."""
+    project = make_project(tmp_path / "p", {"t.py": ""})
+    root = project / ".selfheal"
+    fork = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_REPOSITORY": "octo/app",
+            "GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "main"}
+    event = {"pull_request": {"base": {"sha": git_head(project), "ref": "main", "repo": {"full_name": "octo/app"}},
+                              "head": {"ref": "main", "repo": {"full_name": "forker/app"}}}}
+    event_file = tmp_path / "event.json"
+    event_file.write_text(json.dumps(event))
+    fork["GITHUB_EVENT_PATH"] = str(event_file)
+
+    def triage(key: str, env: dict[str, str]) -> str:
+        done = record_and_triage(root, HistorySettings(), run_info(run_key=key, kind=hr.CAPTURE, project_root=project,
+                                                                   env=env),
+                                 [Failing("t.py::mine", "fpm")], project_root=project, env=env)
+        return str(done.triage["t.py::mine"].label)
+
+    assert [triage("fork-1", fork), triage("fork-2", fork)] == ["new", "new"]
+    with HistoryDB.open(root) as db:
+        assert {run.repository for run, _ in db.runs()} == {"forker/app"}
+    # The base repository's own main makes it known.
+    push = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push", "GITHUB_REPOSITORY": "octo/app",
+            "GITHUB_REF_NAME": "main", "GITHUB_REF": "refs/heads/main"}
+    assert triage("main-1", push) == "new"
+    assert triage("fork-3", fork) == "known"
 
 
 def test_an_unusable_history_is_a_warning_and_triage_still_answers(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -23,7 +24,17 @@ from pytest_selfheal.history import share
 from pytest_selfheal.history.db import APPLICATION_ID, MIGRATIONS, HistoryDB
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import local_segments, write_segment
-from pytest_selfheal.history.segments import Segment, SegmentRun, decode, encode, single_run
+from pytest_selfheal.history.segments import (
+    MAX_OUTCOMES,
+    Segment,
+    SegmentError,
+    SegmentRun,
+    accept,
+    decode,
+    encode,
+    segment_name,
+    single_run,
+)
 
 FAILING_TESTS = {
     "test_a.py": "def test_a():\n    assert 1 == 2\n",
@@ -223,6 +234,45 @@ def test_a_segment_is_content_addressed_and_round_trips() -> None:
                 b'{"format": "selfheal-history-segment", "version": 1, "runs": [{"run": {}, "outcomes": []}]}'):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def _run_doc(**fields: object) -> bytes:
+    run = {"run_key": "capture:x", "recorded_at": "2026-11-20T10:00:00+00:00", "kind": "capture", **fields}
+    return json.dumps({"format": "selfheal-history-segment", "version": 1,
+                       "runs": [{"run": run, "outcomes": [["t.py::a", "failed", "fp", None]]}]}).encode()
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"kind": "deploy"}, "run.kind"),
+    ({"commit": "; rm -rf /"}, "run.commit"),
+    ({"branch": "main\n## heading"}, "run.branch"),
+    ({"branch": "../../etc"}, "run.branch"),
+    ({"repository": "a/b/c"}, "run.repository"),
+    ({"recorded_at": "yesterday"}, "run.recorded_at"),
+    ({"recorded_at": "9999-12-31T00:00:00+00:00"}, "in the future"),
+    ({"iteration": -1}, "run.iteration"),
+    ({"ci_job": "x" * 9000}, "run.ci_job"),
+])
+def test_an_implausible_segment_is_refused_with_its_reason(fields: dict[str, object], why: str) -> None:
+    data = _run_doc(**fields)
+    with pytest.raises(SegmentError, match=re.escape(why)):
+        accept(segment_name(data), data)
+    good = _run_doc(branch="feature/x", repository="octo/app", commit="ab" * 20)
+    assert accept(segment_name(good), good).runs[0].run.repository == "octo/app"
+    with pytest.raises(SegmentError, match="not the hash of its bytes"):
+        accept("ab" * 20, good)
+    many = json.dumps({"format": "selfheal-history-segment", "version": 1, "runs": [
+        {"run": json.loads(good)["runs"][0]["run"], "outcomes": [["t", "failed", None, None]] * (MAX_OUTCOMES + 1)}]})
+    with pytest.raises(SegmentError, match="over the bound"):
+        decode(many.encode())
+
+
+def test_history_push_takes_only_segment_names(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"t.py": ""})
+    done = cli("history", "push", "--segments", "../../etc/passwd", cwd=project)
+    assert done.returncode == EXIT_USAGE and "is not a history segment name" in done.stderr
+    assert cli("history", "pull", "--segments", "ab" * 20, cwd=project).returncode == EXIT_USAGE
+    assert cli("history", "push", "--segments", "", cwd=project).stdout == "no segment of this run to push\n"
 
 
 def test_a_version_1_database_is_migrated_with_its_runs(tmp_path: Path) -> None:

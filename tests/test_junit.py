@@ -111,6 +111,15 @@ def test_first_failure_of_a_testcase_speaks_and_system_out_is_ignored() -> None:
     assert (only.outcome, only.message, only.text) == ("failed", "first", "one")
 
 
+def test_a_skipped_testcase_after_a_failing_one_has_no_text_of_it() -> None:
+    failed, skipped = read(
+        """<testsuite><testcase classname="T" name="f"><failure message="m">TRACE</failure></testcase>
+           <testcase classname="T" name="s"><skipped message="not today">why</skipped></testcase></testsuite>"""
+    )
+    assert (failed.outcome, failed.text) == ("failed", "TRACE")
+    assert (skipped.outcome, skipped.message, skipped.text) == ("skipped", "not today", "")
+
+
 def test_failure_text_is_bounded_to_its_head() -> None:
     head = "E   RuntimeError: the head\n"
     (only,) = read(

@@ -249,6 +249,82 @@ def test_running_again_after_a_stop_is_stop_again_not_a_fresh_budget(tmp_path: P
     anyio.run(scenario)
 
 
+CALC = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                    "def test_other():\n    assert True\n",
+}
+
+
+def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", CALC)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            incident_id = ((await client.call_tool("run_tests", {})).structured_content or {})["captured"]
+            # The agent renames the failing test out of collection instead of fixing the code.
+            test_file = project / "test_calc.py"
+            test_file.write_text(test_file.read_text().replace("def test_add", "def check_add"))
+            verdicts = []
+            for _ in range(3):
+                result = await client.call_tool("run_tests", {})
+                verdict = result.structured_content or {}
+                assert not result.is_error and verdict["incident_id"] == incident_id, text_of(result)
+                verdicts.append((verdict["decision"], verdict["stop_reason"], verdict["iteration"]))
+                if verdict["decision"] == "STOP":
+                    break
+                assert "1 not collected or deselected (test_calc.py::test_add): not verified" in verdict["next"]
+                # The root cause is still shown: the digest is never empty while the test is not verified.
+                assert "## Root cause 1 of 1" in text_of(result) and "calc.py" in text_of(result)
+            # The rename changed a file (an attempt), then nothing changed twice: the empty-diff stop.
+            assert verdicts == [("CONTINUE", None, 1), ("CONTINUE", None, 2), ("STOP", "no_fix_found", 3)], verdicts
+
+    anyio.run(scenario)
+
+
+def test_an_unchanged_run_is_no_attempt_and_a_weakened_test_stays_stopped(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", CALC)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            incident_id = ((await client.call_tool("run_tests", {})).structured_content or {})["captured"]
+            same = await client.call_tool("run_tests", {})
+            verdict = same.structured_content or {}
+            assert (verdict["decision"], verdict["iteration"]) == ("CONTINUE", 1), text_of(same)
+            assert "nothing changed since the last run" in verdict["summary"]
+            test_file = project / "test_calc.py"
+            test_file.write_text(test_file.read_text().replace("== 5", "== -1"))  # the test weakened to the bug
+            edited = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (edited["decision"], edited["stop_reason"]) == ("STOP", "tests_edited"), edited
+            for _ in range(2):  # never "all selected tests passed" while the stop holds
+                again = await client.call_tool("run_tests", {})
+                verdict = again.structured_content or {}
+                assert (verdict["decision"], verdict["stop_reason"], verdict["incident_id"]) == (
+                    "STOP", "already_stopped", incident_id), text_of(again)
+                assert verdict["stopped_because"] == "tests_edited" and verdict["status"] == "escalated"
+
+    anyio.run(scenario)
+
+
+def test_a_broken_config_is_every_tools_one_line_answer(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {**CALC, ".planning/config.json": '{"ralf_lite": {"max_iterations": 0}}'})
+
+    async def scenario() -> None:
+        async with session(project) as client:  # it starts: the client can read why
+            for name, arguments in (("status", {}), ("run_tests", {}), ("show", {"incident_id": "latest"}),
+                                    ("report", {}), ("loop", {"incident_id": "latest"})):
+                result = await client.call_tool(name, arguments)
+                text = text_of(result)
+                assert result.is_error and text.startswith(f"{name}: ") and "\n" not in text, (name, text)
+                assert "max_iterations" in text and "config.json" in text, text
+            # Fixed while the server runs: the next call reads it.
+            (project / ".planning" / "config.json").write_text("{}")
+            assert not (await client.call_tool("status", {})).is_error
+        assert not (project / ".selfheal" / "error_inbox").exists()  # nothing ran on the broken config
+
+    anyio.run(scenario)
+
+
 # --------------------------------------------------------------------------- apply
 
 
@@ -314,6 +390,37 @@ def test_apply_needs_the_users_approval_through_the_client(tmp_path: Path, mode:
             again = await client.call_tool("apply", {"incident_id": incident_id})
             assert text_of(again).startswith("nothing to do: final.patch")
             assert len(asked) == 2  # nothing asked when there is nothing to apply
+
+    anyio.run(scenario)
+
+
+def test_apply_refuses_a_patch_that_edits_tests_without_asking(tmp_path: Path) -> None:
+    """Approval never covers a test edit: the apply tool refuses it in one line naming the
+    file, before any question, unless repair.allow_test_edits is set."""
+    files = dict(REEXPORT)
+    files["tests/test_add.py"] = files["tests/test_add.py"].replace("range(150)", "range(2)")
+    project = make_project(tmp_path / "proj", files)
+    incident_id = _incident_with_patch(project)
+    test_file = project / "tests" / "test_add.py"
+    original = test_file.read_text()
+    test_file.write_text(original.replace("== n + 1", "== n + 1 or True"))
+    loosened = subprocess.run(["git", "diff", "--", "tests"], cwd=project, capture_output=True, check=True).stdout
+    test_file.write_text(original)
+    patch = project / ".selfheal" / "error_runs" / incident_id / "final.patch"
+    patch.write_bytes(patch.read_bytes() + loosened)
+    clean = tree_state(project)
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async def scenario() -> None:
+        async with session(project, elicit=elicit) as client:
+            refused = await client.call_tool("apply", {"incident_id": incident_id})
+            assert refused.is_error and "\n" not in text_of(refused)
+            assert "edits test files (tests/test_add.py)" in text_of(refused)
+            assert asked == [] and tree_state(project) == clean
 
     anyio.run(scenario)
 

@@ -219,12 +219,12 @@ def child_named(parent: int, name: str, seconds: float = 30.0) -> int:
     raise AssertionError(f"no child {name!r} of {parent}")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children found through /proc")
 def test_the_child_dies_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
     parent = start_parent(tmp_path, "main", ["sleep", "120"])
     try:
         child = child_named(parent.pid, "sleep")
-        os.kill(parent.pid, signal.SIGKILL)  # no finally, no atexit: only the kernel can help
+        os.kill(parent.pid, signal.SIGKILL)  # no finally, no atexit: only the reaper can help
         parent.wait()
         assert gone_within(child)
     finally:
@@ -242,7 +242,7 @@ def _with_a_grandchild(pidfile: Path) -> str:
 
 @posix_only
 def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
-    # PDEATHSIG reaches the child only; the reaper takes the rest of its group (issue 12, finding 6).
+    # The reaper takes the child's whole group, so a grandchild goes with it.
     pidfile = tmp_path / "grandchild.pid"
     parent = start_parent(tmp_path, "main", [sys.executable, "-c", _with_a_grandchild(pidfile)])
     grandchild: Optional[int] = None
@@ -261,7 +261,7 @@ def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
 
 @posix_only
 def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> None:
-    # A grandchild is out of PDEATHSIG's reach: the atexit fallback must take its group down.
+    # A normal exit closes the reaper's pipe as a SIGKILL does: the group goes down.
     pidfile = tmp_path / "grandchild.pid"
     parent = start_parent(tmp_path, "thread", [sys.executable, "-c", _with_a_grandchild(pidfile)])
     try:
@@ -272,3 +272,76 @@ def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> No
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+REAPER_KILLED_PARENT = """
+import sys, threading, time
+from pathlib import Path
+from pytest_selfheal.process import run
+
+where, code_a, code_b = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+threading.Thread(target=run, args=([sys.executable, "-c", code_a],), kwargs={"cwd": where}, daemon=True).start()
+while not (where / "go").exists():
+    time.sleep(0.05)
+run([sys.executable, "-c", code_b], cwd=where)
+"""
+
+
+def reaper_of(parent: int, seconds: float = 30.0) -> int:
+    """The pid of ``parent``'s reaper, known by its program text in /proc (bounded wait)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"os.killpg(group" in cmdline:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no reaper of {parent}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children found through /proc")
+def test_a_reaper_that_died_is_replaced_and_told_every_live_group(tmp_path: Path) -> None:
+    # The first group was announced to a reaper that is gone: only its replacement, told
+    # every live group when the next child starts, can take it down with selfheal.
+    script = tmp_path / "parent.py"
+    script.write_text(REAPER_KILLED_PARENT)
+    first, second = tmp_path / "first.pid", tmp_path / "second.pid"
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), _with_a_grandchild(first), _with_a_grandchild(second)],
+        cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL)
+    grandchildren: list[int] = []
+    try:
+        grandchildren.append(int(wait_for_file(first)))
+        reaper = reaper_of(parent.pid)
+        os.kill(reaper, signal.SIGKILL)
+        assert gone_within(reaper)
+        (tmp_path / "go").write_text("1")
+        grandchildren.append(int(wait_for_file(second)))
+        assert alive(grandchildren[0])
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert all(gone_within(pid) for pid in grandchildren)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in grandchildren:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@posix_only
+def test_no_child_starts_when_the_reaper_cannot(tmp_path: Path) -> None:
+    code = ("import sys; from pathlib import Path; from pytest_selfheal.process import run\n"
+            "sys.executable = '/nonexistent/python'\n"
+            "result = run(['sleep', '120'], cwd=Path.cwd(), output_path=Path('out'))\n"
+            "print(result.started, result.error)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "False cannot start the reaper that stops children when selfheal dies\n", done.stderr
+    assert (tmp_path / "out").read_text() == "sleep: cannot start: cannot start the reaper that stops children" \
+        " when selfheal dies\n"

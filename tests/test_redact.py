@@ -296,9 +296,23 @@ def test_callable(redactor: Redactor) -> None:
         "Cookie: " * 40_000,
         "pass=" * 60_000,
         '\\"password\\": \\"' * 20_000,
+        "://a:@" * 30_000,
+        "://a:" * 30_000 + "@",
+        "curl -u a:b\n" * 20_000,
+        "sshpass -p" * 20_000,
+        "&sig=a" * 30_000,
+        "://a" + "/b" * 100_000 + "/webhook/x",
+        ("ghp_" + "a\n" * 20) * 5_000,
+        ("eyJ" + "a\n") * 30_000,
+        "-----END PRIVATE KEY-----\n" * 20_000,
+        (("A" * 64 + "\n") * 300 + "-----END PRIVATE KEY-----\n") * 50,
+        "(b'cookie', b'" * 20_000,
+        "TestToken::" * 30_000,
     ],
     ids=["letters", "keywords", "open-quote", "pem-headers", "url-colons", "jwt-dots", "auth-labels", "long-label",
-         "prefixes", "netrc", "mysql", "shortened", "aws-ids", "cookies", "bare-pass", "escaped-json"],
+         "prefixes", "netrc", "mysql", "shortened", "aws-ids", "cookies", "bare-pass", "escaped-json", "url-ats",
+         "url-one-at", "curl-lines", "sshpass", "query", "webhook-path", "wrapped-tokens", "wrapped-jwt-heads",
+         "pem-ends", "pem-cut-bodies", "header-tuples", "node-ids"],
 )
 def test_hostile_inputs_stay_linear(redactor: Redactor, hostile: str) -> None:
     # No timing assert: a quadratic scan of these would take minutes, so finishing is the test.
@@ -314,6 +328,8 @@ FRAGMENTS = [
     REDACTED, URL_MASK, "[", "]", "REDA", "ghp_", "A" * 20, "0" * 16, "AKIA", "eyJ", "xoxb-",
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "hooks.slack.com/services/",
     "tok-value-1234567", "pa55-word-value", "İ", "é", "\t", "-", "_",
+    "::", "curl -u ", "sshpass -p", "docker login -p ", "?sig=", "&key=", "/webhook/", "(b'cookie', b'",
+    "-----END PRIVATE KEY-----", "\r\n", "TestToken", "/etc/passwd'",
 ]
 fragment_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)), max_size=40).map("".join)
 

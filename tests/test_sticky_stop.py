@@ -120,7 +120,7 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
     git_commit_all(pytester.path, "project")
     pytester.runpytest("--selfheal", "test_mod.py::test_add")  # captures only test_add
     verdicts = []
-    for _ in range(4):
+    for _ in range(6):  # unchanged runs: each incident stops at its second
         out = pytester.runpytest("--selfheal").stdout.str()
         assert len(_ids(pytester, "inbox")) <= 1, out  # never two open incidents
         verdicts.append(out)
@@ -129,6 +129,59 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
         assert "CONTINUE" not in out and "captured" not in out, out
         assert len(ALREADY.findall(out)) >= 1
     assert _ids(pytester, "inbox") == []
+
+
+# --------------------------------------------------------------------------- a green run sticks too
+
+WEAKENED = TESTS.replace("assert add(2, 3) == 5", "assert True").replace("assert sub(5, 3) == 2", "assert True")
+GREEN_ALREADY = re.compile(r"^selfheal: incident (incident_\S+) iteration (\d+) of 3: (\d+) passing test\(s\) already "
+                           r"stopped \((\w+)\), code unchanged -> STOP already_stopped$", re.M)
+
+
+@pytest.fixture
+def weakened(pytester: pytest.Pytester) -> tuple[pytest.Pytester, str]:
+    """A capture, then the agent weakens both tests: STOP tests_edited."""
+    pytester.makepyfile(mod=BUGGY, test_mod=TESTS)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _ids(pytester, "inbox")
+    pytester.makepyfile(test_mod=WEAKENED)
+    found = STATUS.search(pytester.runpytest("--selfheal").stdout.str())
+    assert found and found.group(4) == "STOP tests_edited"
+    return pytester, incident_id
+
+
+def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: tuple[pytest.Pytester, str]) -> None:
+    p, incident_id = weakened
+    for _ in range(2):
+        result = p.runpytest("--selfheal")
+        assert result.ret == 0  # pytest's own verdict stands
+        out = result.stdout.str()
+        found = GREEN_ALREADY.search(out)
+        assert found, out
+        assert (found.group(1), found.group(3), found.group(4)) == (incident_id, "2", "tests_edited")
+        assert f"selfheal reopen {incident_id}" in out and "captured" not in out
+    assert _attempts(p, incident_id)[-1]["iteration"] == 1  # nothing recorded: the same verdict
+    # Committing the weakened test changes no code under test: the next run is the incident's
+    # next iteration, and a pass with the test still weakened stops tests_edited again.
+    git_commit_all(p.path, "weaken the tests")
+    found = STATUS.search(p.runpytest("--selfheal").stdout.str())
+    assert found and (found.group(1), found.group(2), found.group(4)) == (incident_id, "2", "STOP tests_edited")
+    assert GREEN_ALREADY.search(p.runpytest("--selfheal").stdout.str())
+    # A change of the code under test, the test still weakened: still no success.
+    p.makepyfile(mod="# touched\n" + BUGGY)
+    found = STATUS.search(p.runpytest("--selfheal").stdout.str())
+    assert found and found.group(4) == "STOP tests_edited"
+    assert _ids(p, "inbox") == [] and _ids(p, "resolved") == [] and _ids(p, "escalated") == [incident_id]
+
+
+def test_a_test_weakened_after_a_stop_is_judged_not_a_plain_pass(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    stopped.makepyfile(test_mod=WEAKENED)
+    found = STATUS.search(stopped.runpytest("--selfheal").stdout.str())
+    assert found and (found.group(1), found.group(4)) == (earlier, "STOP tests_edited")
+    assert _ids(stopped, "resolved") == []
 
 
 # --------------------------------------------------------------------------- nothing verified, nothing resolved

@@ -4,6 +4,7 @@ agent's payload on stdin, its answer read from stdout (issue 26); ``install`` in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sysconfig
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from helpers import PY, cli, make_project, run_env, run_pytest_selfheal
+from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, InputError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
@@ -32,10 +33,11 @@ def cursor_payload(project: Path, loop_count: int = 0) -> dict[str, Any]:
             "workspace_roots": [str(project)], "status": "completed", "loop_count": loop_count}
 
 
-def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] = None) -> tuple[dict[str, Any], str]:
+def gate(agent: str, payload: Any, cwd: Path, env: Optional[Mapping[str, str]] = None,
+         python: str = PY) -> tuple[dict[str, Any], str]:
     """Run the hook as the agent does; returns its JSON answer and its stderr (exit code 0 always)."""
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", agent], input=raw, cwd=cwd,
+    done = subprocess.run([python, "-m", "pytest_selfheal", "stop-gate", agent], input=raw, cwd=cwd,
                           capture_output=True, timeout=300,
                           env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin", **(env or {})}))
     assert done.returncode == 0, done.stderr
@@ -78,13 +80,37 @@ def test_claude_blocks_with_the_digest_then_lets_the_fixed_run_stop(red: Path) -
     assert f"incident {incident} is resolved" in answer["systemMessage"], answer  # whole, nothing redacted
 
 
-def test_claude_lets_a_stopped_loop_stop_and_says_why(red: Path) -> None:
-    # Nothing changed since the capture: the same fingerprint again, the loop stops.
+def test_an_unchanged_run_is_no_attempt_then_the_second_stops(red: Path) -> None:
+    # Nothing changed since the capture: an iteration with nothing tried, the agent goes back.
     answer, _ = gate("claude", claude_payload(red), red)
+    assert answer["decision"] == "block", answer
+    assert "iteration 1 of 3" in answer["reason"] and "nothing changed since the last run" in answer["reason"]
+    assert "## Root cause 1 of 1" in answer["reason"]
+    # The second unchanged run in a row stops (no_fix_found), and the gate says why.
+    answer, _ = gate("claude", claude_payload(red, active=True), red)
     assert set(answer) == {"systemMessage"}, answer
-    assert answer["systemMessage"].startswith("selfheal: STOP repeated_fingerprint: "), answer
+    assert answer["systemMessage"].startswith("selfheal: STOP no_fix_found: "), answer
     # The user's next step, not the MCP agent's "hand over" line.
     assert "; next: " in answer["systemMessage"] and "report tool" not in answer["systemMessage"]
+
+
+@pytest.mark.parametrize("agent", ["claude", "cursor"])
+def test_the_first_answer_on_red_tests_sends_the_agent_back_whatever_it_ran(red: Path, agent: str) -> None:
+    # The agent ran the tests itself after a change that fixes nothing: the same failure
+    # again, the loop stopped by repetition with budget left.
+    edit(red, "a + b  # tried")
+    ran = run_pytest_selfheal(red)
+    assert "-> STOP repeated_fingerprint" in ran.stdout, ran.stdout
+    first = claude_payload(red) if agent == "claude" else cursor_payload(red)
+    answer, _ = gate(agent, first, red)
+    sent = answer.get("reason") or answer.get("followup_message") or ""
+    assert sent.startswith("CONTINUE: incident "), answer
+    assert "stopped (repeated_fingerprint) with 2 of 3 iteration(s) left" in sent and "test_calc.py::test_sub" in sent
+    # Sent back once: the next stop without a change is let through.
+    again = claude_payload(red, active=True) if agent == "claude" else cursor_payload(red, loop_count=1)
+    answer, err = gate(agent, again, red)
+    assert "decision" not in answer and "followup_message" not in answer, answer
+    assert "STOP already_stopped" in (answer.get("systemMessage") or err), (answer, err)
 
 
 def test_claude_never_blocks_past_the_budget(red: Path) -> None:
@@ -98,6 +124,25 @@ def test_claude_never_blocks_past_the_budget(red: Path) -> None:
     answer, _ = gate("claude", claude_payload(red, active=True, session="s-budget"), red)
     assert set(answer) == {"systemMessage"}, answer
     assert "blocked 3 time(s) in a row" in answer["systemMessage"]
+
+
+def test_after_tests_edited_every_stop_says_stop_again_never_tests_passed(red: Path) -> None:
+    test_file = red / "test_calc.py"
+    test_file.write_text(test_file.read_text().replace("== 3", "== 7"))  # weakened to the bug's answer
+    answer, _ = gate("claude", claude_payload(red), red)
+    assert answer["systemMessage"].startswith("selfheal: STOP tests_edited: "), answer
+    incident = answer["systemMessage"].split("incident ")[1].split()[0]
+    answer, _ = gate("claude", claude_payload(red), red)
+    assert answer["systemMessage"].startswith("selfheal: STOP already_stopped: "), answer
+    assert f"incident {incident}'s, which stopped (tests_edited)" in answer["systemMessage"]
+    # A commit changes the diff hash: the next run is the incident's next iteration. The gate's
+    # run has other options than the capture's, so it asks for the capture's first ...
+    git_commit_all(red, "weaken the test")
+    answer, err = gate("cursor", cursor_payload(red), red)
+    assert "not counted as an iteration" in answer["followup_message"], (answer, err)
+    # ... and that run, the weakened test passing, stops tests_edited again.
+    answer, err = gate("cursor", cursor_payload(red, loop_count=1), red)
+    assert answer == {} and err.startswith(f"selfheal: STOP tests_edited: incident {incident} "), err
 
 
 def test_cursor_follows_up_then_stops_at_its_loop_count(red: Path) -> None:
@@ -119,10 +164,65 @@ def test_green_run_lets_the_agent_stop(tmp_path: Path) -> None:
     assert answer == {} and err.startswith("selfheal: tests passed; ")
 
 
+# --------------------------------------------------------------------------- fail open, visibly
+
+CANNOT = "selfheal: the stop gate could not judge the tests, so it let the agent stop: "
+
+
+def _no_pytest_python(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """An interpreter that runs selfheal but has no pytest: a bare venv whose path holds every
+    package of ours but pytest's (symlinked), and this checkout."""
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    site = Path(pytest.__file__).resolve().parent.parent
+    for entry in site.iterdir():
+        if not entry.name.startswith(("pytest", "_pytest", "py.py", "__pycache__")) and not entry.name.endswith(".pth"):
+            (shadow / entry.name).symlink_to(entry)
+    checkout = Path(__file__).resolve().parent.parent
+    return str(tmp_path / "venv" / "bin" / "python"), {"PYTHONPATH": f"{checkout}{os.pathsep}{shadow}"}
+
+
+@pytest.mark.parametrize("case", ["config", "addopts", "conftest", "no_pytest"])
+def test_when_the_gate_cannot_judge_it_lets_the_agent_stop_and_says_why(tmp_path: Path, case: str) -> None:
+    files = {"calc.py": CALC, "test_calc.py": TEST_CALC}
+    ini = ""
+    if case == "config":
+        files[".planning/config.json"] = "{ not json"
+    elif case == "addopts":
+        # The suite's children load the plugin by its module name (PYTEST_PLUGINS), so its
+        # refusal names both: the entry point's name, and the module's.
+        ini = "addopts = -p no:selfheal -p no:pytest_selfheal.plugin\n"
+    elif case == "conftest":
+        files["conftest.py"] = "import not_installed_anywhere\n"
+    project = make_project(tmp_path / "proj", files, ini=ini)
+    python, env = _no_pytest_python(tmp_path) if case == "no_pytest" else (PY, {})
+    for agent in ("claude", "cursor"):
+        first = claude_payload(project) if agent == "claude" else cursor_payload(project)
+        answer, err = gate(agent, first, project, env=env, python=python)
+        # Never a block because it could not run; the person sees why.
+        assert "decision" not in answer and "followup_message" not in answer, (case, answer)
+        if agent == "claude":
+            assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith(CANNOT), answer
+        assert len(err.splitlines()) == 1 and err.startswith(f"selfheal: error: stop-gate {agent}: "), err
+        why = {"config": "config.json", "addopts": "the selfheal plugin is not loaded in the test run", "conftest": "not_installed_anywhere",
+               "no_pytest": "No module named pytest"}[case]
+        assert why in err, err
+
+
+def test_a_cursor_turn_that_did_not_complete_runs_nothing(red: Path) -> None:
+    for status in ("aborted", "error"):
+        answer, err = gate("cursor", {**cursor_payload(red), "status": status}, red)
+        assert answer == {} and f"the turn ended {status}, not completed: no tests run" in err
+    assert not list((red / ".selfheal" / "error_runs").glob("*/attempt_*.json"))  # no iteration spent
+
+
 @pytest.mark.parametrize("agent", ["claude", "cursor"])
 def test_garbage_on_stdin_lets_the_agent_stop_with_one_line(tmp_path: Path, agent: str) -> None:
     answer, err = gate(agent, b"\xff\xfe{ garbage", tmp_path)
-    assert answer == {}
+    # The person is told why: Claude Code shows the systemMessage; Cursor shows the hook's stderr.
+    assert answer == ({"systemMessage": "selfheal: the stop gate could not judge the tests, so it let the agent "
+                                        "stop: hook payload: not JSON (UnicodeDecodeError)"} if agent == "claude" else {})
     assert len(err.splitlines()) == 1 and err.startswith(f"selfheal: error: stop-gate {agent}: hook payload: ")
 
 
@@ -131,7 +231,10 @@ def test_garbage_on_stdin_lets_the_agent_stop_with_one_line(tmp_path: Path, agen
                                   '{"cwd": 7, "workspace_roots": "/"}', "{" * 5000])
 def test_malformed_payloads_let_the_agent_stop(tmp_path: Path, agent: str, text: str) -> None:
     code, out, err = cli("stop-gate", agent, cwd=tmp_path, stdin=text)
-    assert (code, json.loads(out)) == (0, {})
+    answer = json.loads(out)
+    assert code == 0 and "decision" not in answer and "followup_message" not in answer
+    assert answer.get("systemMessage", "hook payload: ").split("let the agent stop: ")[-1].startswith(
+        "hook payload: ") if agent == "claude" else answer == {}
     assert len(err.splitlines()) == 1 and err.startswith(f"selfheal: error: stop-gate {agent}: hook payload: ")
 
 
@@ -140,7 +243,8 @@ def test_a_directory_that_is_not_a_project_runs_nothing(tmp_path: Path) -> None:
     bare.mkdir()
     (bare / "test_x.py").write_text("def test_x():\n    assert False\n")
     answer, err = gate("claude", claude_payload(bare), bare)
-    assert answer == {} and "is not a project" in err and len(err.splitlines()) == 1
+    assert set(answer) == {"systemMessage"} and "is not a project" in answer["systemMessage"]
+    assert "is not a project" in err and len(err.splitlines()) == 1
     assert not (bare / ".selfheal").exists()
 
 

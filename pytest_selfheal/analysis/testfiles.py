@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from pytest_selfheal.analysis.frames import is_test_file
 
 MISSING = "missing"
 
@@ -50,4 +53,40 @@ def changed(rootdir: Path, recorded: Mapping[str, str]) -> list[str]:
     return [path for path in sorted(recorded) if now[path] != recorded[path]]
 
 
-__all__ = ["MISSING", "changed", "digests", "test_code_paths"]
+_SECTION = re.compile(r"(?m)^(?=diff --git )")
+_HEADER = re.compile(r"diff --git a/(\S+) b/(\S+)")
+
+
+def _section_paths(chunk: str) -> tuple[str, ...]:
+    found = _HEADER.match(chunk)
+    return tuple(dict.fromkeys(found.groups())) if found is not None else ()
+
+
+def patch_sections(patch: str) -> tuple[str, list[str]]:
+    """``(head, sections)``: the text before the first ``diff --git`` line, then one git
+    section per file, in patch order."""
+    chunks = _SECTION.split(patch)
+    if chunks and not chunks[0].startswith("diff --git "):
+        return chunks[0], chunks[1:]
+    return "", chunks
+
+
+def patch_test_files(patch: str) -> list[str]:
+    """The tests, conftests and fixtures a git patch's sections name (either side of a
+    rename), each once, in patch order."""
+    _, sections = patch_sections(patch)
+    return list(dict.fromkeys(path for chunk in sections for path in _section_paths(chunk) if is_test_file(path)))
+
+
+def tests_first(patch: str) -> str:
+    """The patch with the sections of tests, conftests and fixtures first: a test edit is
+    what a reviewer must see before the fix."""
+    head, sections = patch_sections(patch)
+
+    def is_test(chunk: str) -> bool:
+        return any(is_test_file(path) for path in _section_paths(chunk))
+
+    return head + "".join(sorted(sections, key=lambda chunk: not is_test(chunk)))
+
+
+__all__ = ["MISSING", "changed", "digests", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]

@@ -169,16 +169,16 @@ SCHEMA: tuple[KeySpec, ...] = (
             "Record every capture and loop iteration in `history.sqlite3` under the reports root and "
             "triage each failure as new, known, flaky or quarantined."),
     KeySpec("history.base_branch", STRING, "main",
-            "The branch whose failures count as `known` (on a pull request in Actions, the pull "
-            "request's base branch wins)."),
+            "The branch whose failures count as `known` (in Actions, a pull request's or the merge "
+            "queue's base branch wins)."),
     KeySpec("history.flaky_rate", NUMBER, 0.1,
             "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`."),
     KeySpec("history.window_days", NUMBER, 30,
             "How far back, in days, flake rates look (`selfheal flaky`, triage)."),
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
             "The committed quarantine list, relative to the project root and resolved inside it (a "
-            "symbolic link on its way leading out, or the file itself a link, is refused); on a pull "
-            "request it is read from the base revision."),
+            "symbolic link on its way leading out, or the file itself a link, is refused); for an event "
+            "that tests code not merged yet it is read from the base revision."),
     KeySpec("new_tests.enabled", BOOL, True,
             "On a pull request, `selfheal ci` re-runs the tests the pull request adds or changes, to "
             "catch a flaky test before it merges ([action.md](action.md#new-tests-are-checked-for-flakiness))."),

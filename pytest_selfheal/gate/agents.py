@@ -5,8 +5,10 @@ Claude Code runs the ``Stop`` hooks of ``.claude/settings.json``: the payload on
 hook blocked); the answer ``{"decision": "block", "reason": …}`` makes the agent continue
 with the reason as its instruction, ``{"systemMessage": …}`` is shown to the user.
 Cursor runs the ``stop`` hooks of ``.cursor/hooks.json``: the payload has
-``conversation_id``, ``workspace_roots`` and ``loop_count`` (follow-ups already sent);
-``{"followup_message": …}`` is sent as the next user message.
+``conversation_id``, ``workspace_roots``, ``status`` (``completed``, ``aborted``, ``error``)
+and ``loop_count`` (follow-ups already sent); ``{"followup_message": …}`` is sent as the
+next user message, and nothing else of the answer reaches the user: what the gate says to
+the person goes to stderr, which Cursor shows in its hooks output.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class HookPayload(Frozen):
     directory: Optional[str]  # Claude's cwd, Cursor's first workspace root
     continued: bool  # the agent goes on because a stop hook blocked before
     loop_count: Optional[int] = None  # Cursor: follow-ups already sent in this conversation
+    status: Optional[str] = None  # Cursor: how the turn ended (completed, aborted, error); None when absent
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -80,7 +83,8 @@ def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
     loops = _field(data, "loop_count", int, 0) or 0
     if loops < 0:
         raise InputError("hook payload: loop_count is negative")
-    return HookPayload(agent, _field(data, "conversation_id", str, "") or "", first, loops > 0, loops)
+    return HookPayload(agent, _field(data, "conversation_id", str, "") or "", first, loops > 0, loops,
+                       _field(data, "status", str, None))
 
 
 def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:

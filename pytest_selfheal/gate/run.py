@@ -5,9 +5,16 @@ tool does, and answer the agent from the verdict.
   the gate has already blocked ``max_iterations`` times in a row: then let the agent stop.
 - STOP, whatever the reason (``success``, ``repeated_fingerprint``, ``max_iterations``, reasons
   added later…) or a green run: let the agent stop and say why.
+- The first answer of a chain (the agent stops on its own) on red tests with budget left
+  sends the agent back even when the run stopped by repetition (``repeated_fingerprint``,
+  ``no_progress``, ``no_fix_found``, or ``already_stopped`` for one of them): whatever the
+  agent ran before, it gets one chance to change the code; that change continues the incident.
+- A Cursor turn that did not complete (``status`` ``aborted``, ``error``): run nothing, let it stop.
 - Anything else (a payload that is not one, a directory that is not a project, a bad config, a
-  test run that cannot start or passes ``gate.timeout_seconds``): let the agent stop, and say
-  why in one line. A gate fails open: it must never trap the agent.
+  test run that cannot start, that the plugin did not record, or that passes
+  ``gate.timeout_seconds``): let the agent stop, and tell the person why in one line
+  (Claude Code's ``systemMessage``; Cursor's hooks output, stderr). A gate fails open: it must
+  never trap the agent, nor block because it could not judge.
 
 Claude Code tells the hook only that it goes on because of a stop hook (``stop_hook_active``),
 not how many times; the gate counts its blocks of each session in
@@ -28,10 +35,11 @@ from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_payload
 from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
 from pytest_selfheal.records.mcp import Decision, RunVerdict
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
@@ -90,6 +98,29 @@ def _digest(project: Project, store: Store, verdict: RunVerdict, limit: int, red
     return project.verdict_result(store, shown, limit, redactor=redactor, structured=False, more=more).text
 
 
+# Stops by repetition: an agent that ran the tests itself before stopping may have spent
+# them; with budget left, the gate's first answer still sends it back once.
+SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopReason.NO_FIX_FOUND)
+
+
+def _send_back_once(verdict: RunVerdict, blocks: int) -> bool:
+    """The gate's first answer on red tests with budget left, whatever the verdict's stop."""
+    if blocks or verdict.decision is not Decision.STOP or verdict.iteration is None:
+        return False
+    reason = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
+    red = any(kind in ("failed", "error", "errors") and number for kind, number in verdict.counts)
+    return red and reason in SEND_BACK_ONCE and verdict.iteration < verdict.max_iterations
+
+
+def _sent_back(verdict: RunVerdict) -> RunVerdict:
+    why = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
+    left = verdict.max_iterations - int(verdict.iteration or 0)
+    return replace(verdict, decision=Decision.CONTINUE, summary=(
+        f"incident {verdict.incident_id} stopped ({why}) with {left} of {verdict.max_iterations} iteration(s) "
+        "left and the tests still fail: nothing you ran changed the code enough; change it, and the next run "
+        "continues the incident"))
+
+
 def decide(project: Project, payload: HookPayload) -> GateAnswer:
     """Run the tests and answer from the verdict (a SelfhealError when they cannot be run)."""
     effective = project.effective()
@@ -101,6 +132,8 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = effective.redactor
+    if _send_back_once(verdict, blocks):
+        verdict = _sent_back(verdict)
     if verdict.decision is not Decision.CONTINUE:
         _remember(store, payload, 0)
         return GateAnswer(False, redactor.redact(one_line(_stop_text(verdict), gate.max_chars)))
@@ -126,6 +159,9 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
     whatever goes wrong lets the agent stop, with one line saying why."""
     try:
         payload = parse_payload(agent, raw)
+        if payload.status not in (None, "completed"):
+            return GateAnswer(False), [f"selfheal: stop-gate {agent.value}: the turn ended {payload.status}, "
+                                       "not completed: no tests run; letting the agent stop"]
         directory = _directory(payload, env, cwd or Path.cwd())
         if not directory.is_dir():
             raise SelfhealError(f"{directory}: not a directory")
@@ -134,10 +170,17 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
                                 "or .git here or above); not running tests there")
         answer = decide(Project(directory), payload)
     except SelfhealError as exc:
-        return GateAnswer(False), [f"selfheal: error: stop-gate {agent.value}: {one_line(str(exc), 600)}; "
-                                   "letting the agent stop"]
+        return cannot_judge(agent, str(exc))
     lines = [answer.message] if agent is Agent.CURSOR and not answer.block and answer.message else []
     return answer, lines
 
 
-__all__ = ["GATE_DIR", "blocks_so_far", "decide", "stop_gate"]
+def cannot_judge(agent: Agent, why: str) -> tuple[GateAnswer, list[str]]:
+    """Fail open, visibly: let the agent stop and tell the person why (in the answer for
+    Claude Code, on stderr, which Cursor shows in its hooks output)."""
+    line = (f"selfheal: the stop gate could not judge the tests, so it let the agent stop: {one_line(why, 600)}")
+    return GateAnswer(False, line), [f"selfheal: error: stop-gate {agent.value}: {one_line(why, 600)}; "
+                                     "letting the agent stop"]
+
+
+__all__ = ["GATE_DIR", "blocks_so_far", "cannot_judge", "decide", "stop_gate"]

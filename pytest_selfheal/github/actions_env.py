@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import IO, Any, Optional
 
+from pytest_selfheal.history.event import PULL_REQUEST_EVENTS
 from pytest_selfheal.history.sources import read_actions_event
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
@@ -233,12 +234,6 @@ def _as_number(value: Any) -> Optional[int]:
 
 def _get(mapping: Any, key: str) -> Any:
     return mapping.get(key) if isinstance(mapping, Mapping) else None
-
-
-#: Events whose payload carries ``pull_request`` directly.
-PULL_REQUEST_EVENTS = frozenset(
-    {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
-)
 
 
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:

@@ -68,8 +68,11 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
+from pytest_selfheal.history.event import PULL_REQUEST_EVENTS as _PULL_REQUESTS
+from pytest_selfheal.history.event import RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.sources import base_revision, quarantine_in_force
+from pytest_selfheal.history.segment_dir import local_segments, this_run_segments
+from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiInfo, NewTestsCheck
 from pytest_selfheal.records.report import ReportDoc
@@ -159,6 +162,9 @@ class CiResult:
     warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
     new_tests: Optional[NewTestsCheck] = None
+    #: The history segments this run recorded, when its event tests merged code (what the
+    #: action's history-push step shares); empty otherwise.
+    history_segments: list[str] = field(default_factory=list)
 
     @property
     def new_flaky_tests(self) -> list[str]:
@@ -176,6 +182,7 @@ class CiResult:
             "report-json-path": str(self.report_json_path) if self.report_json_path else "",
             "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
             "new-flaky-tests": json.dumps(self.new_flaky_tests),
+            "history-segments": " ".join(self.history_segments),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -273,12 +280,13 @@ def _publish(
 
 
 def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Path,
-                     env: Mapping[str, str], event: Mapping[str, object], rep: _Reporter, exit_code: int) -> int:
+                     env: Mapping[str, str], base: RunBase, rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
-    revision's on a pull request: a PR cannot quarantine its own failure), else ``exit_code``.
-    Expired or malformed entries are warnings naming their line."""
+    revision's for an event that tests code not merged yet: a PR cannot quarantine its own
+    failure; none where no base was found), else ``exit_code``. Expired or malformed entries
+    are warnings naming their line."""
     history = effective.settings.history
-    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, event)
+    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, base=base)
     for line in warnings:
         rep.warn(line)
     covered = only_quarantined(report, quarantine)
@@ -290,7 +298,7 @@ def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Pat
 
 
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
-                     env: Mapping[str, str], event: Mapping[str, object], test_env: Mapping[str, str],
+                     env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
                      run_seconds: float, incident_id: Optional[str], token: str, rep: _Reporter) -> NewTestsCheck:
     """The check of the pull request's new tests for flakiness (github/new_tests.py); a flaky
     one is recorded in the history as a test that failed and passed on the same code."""
@@ -301,7 +309,9 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
         except SelfhealError:
             failures = ()
         main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
-    check = check_new_tests(NewTestsRun(project, base_revision(env, event), options.pytest_args, run_seconds,
+    # A pull request's new tests: the diff against its base (another event checks none).
+    pull_base = base.revision if base.event in _PULL_REQUESTS else None
+    check = check_new_tests(NewTestsRun(project, pull_base, options.pytest_args, run_seconds,
                                         main_failures, test_env), effective, Path(store.root), say=rep.say)
     check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky)
     rep.say(effective.redactor.redact(summary_line(check)))
@@ -343,6 +353,9 @@ def run_ci(
     event = ctx.event()
     rep = _Reporter(out, ctx.in_actions)
     effective, redactor = _load(options, here, source)
+    # Judged before the tests run too: the base revision (a branch tip the tests could move),
+    # the base repository, whether this run may share its history.
+    base = run_base(source, find_project_root(here), effective.settings.history.base_branch, event)
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
@@ -353,6 +366,7 @@ def run_ci(
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
     store = Store(root, redactor=redactor)
     before = snapshot(store)
+    segments_before = set(local_segments(root))
     # The test processes get no token (process.child_environment: every *TOKEN* variable).
     test_env = process.child_environment(source)
     # What this run captures holds the run token; only the capturing pytest gets it.
@@ -409,7 +423,7 @@ def run_ci(
 
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)
-    new_tests = _check_new_tests(options, effective, store, project, source, event, test_env, run_seconds,
+    new_tests = _check_new_tests(options, effective, store, project, source, event, base, test_env, run_seconds,
                                  incident_id, token, rep)
     info = dataclasses.replace(ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
                                new_tests=new_tests)
@@ -428,13 +442,18 @@ def run_ci(
                                   pytest_exit_code=verdict.pytest_exit_code,
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
-        exit_code = _quarantine_exit(report, effective, here, source, event, rep, exit_code)
+        exit_code = _quarantine_exit(report, effective, here, source, base, rep, exit_code)
     if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
         rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
                 "(fail-on-new-flaky: false only reports them)")
         exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None, new_tests=new_tests)
+    if incident_id is not None and base.shares and effective.settings.history.enabled:
+        try:
+            result.history_segments = this_run_segments(root, segments_before, store.read_incident(incident_id))
+        except SelfhealError as exc:  # nothing to share is no reason to lose the report
+            rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
     result.warnings = rep.warnings

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import pluggy
 
-from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
@@ -276,19 +276,6 @@ def render_ci_markdown(
 
 
 PATCH_LIMIT = 20_000  # characters of a proposed patch shown in the summary and the comment
-
-
-def tests_first(patch: str) -> str:
-    """The patch with the files of tests, conftests and fixtures first: a test edit is what a
-    reviewer must see before the fix."""
-    chunks = re.split(r"(?m)^(?=diff --git )", patch)
-    head, files = (chunks[0], chunks[1:]) if chunks and not chunks[0].startswith("diff --git ") else ("", chunks)
-
-    def is_test(chunk: str) -> bool:
-        found = re.match(r"diff --git a/(\S+)", chunk)
-        return found is not None and is_test_file(found.group(1))
-
-    return head + "".join(sorted(files, key=lambda chunk: not is_test(chunk)))
 
 
 def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:

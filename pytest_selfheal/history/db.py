@@ -31,7 +31,7 @@ from pytest_selfheal.history.records import (
 
 HISTORY_FILE = "history.sqlite3"
 APPLICATION_ID = 0x53484C46  # "SHLF": tells our database from any other SQLite file
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 # MIGRATIONS[v] takes a database at version v to v + 1 (version 0: an empty file).
@@ -65,10 +65,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # The history segments already recorded (history/segments.py): a pull reads only the new ones.
     1: ("CREATE TABLE segments (name TEXT PRIMARY KEY) WITHOUT ROWID",),
+    # The repository of a run's branch ("known" counts the base repository's branch only), and
+    # the shared segments a pull refused: each is said once, never downloaded again.
+    2: ("ALTER TABLE runs ADD COLUMN repository TEXT",
+        "CREATE TABLE refused_segments (name TEXT PRIMARY KEY, reason TEXT NOT NULL) WITHOUT ROWID"),
 }
 
 _RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
-                "ci_workflow", "ci_job", "ci_run_id", "tests_run")
+                "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
 # Fingerprints per sightings query: SQLite before 3.32 allows 999 parameters in a statement.
 _SIGHTINGS_CHUNK = 500
 
@@ -198,7 +202,7 @@ class HistoryDB:
                     f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) "
                     f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
                     (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
-                     run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run),
+                     run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run, run.repository),
                 )
                 if cursor.rowcount == 1:
                     added += 1
@@ -217,6 +221,14 @@ class HistoryDB:
     def recorded_segments(self) -> set[str]:
         """The names of the segments whose runs are recorded here."""
         return {str(name) for (name,) in self._db.execute("SELECT name FROM segments")}
+
+    def refused_segments(self) -> set[str]:
+        """The names of the segments a pull refused (never read again)."""
+        return {str(name) for (name,) in self._db.execute("SELECT name FROM refused_segments")}
+
+    def refuse_segments(self, refused: Iterable[tuple[str, str]]) -> None:
+        """Remember ``(name, reason)`` of segments that are not imported."""
+        self._db.executemany("INSERT OR IGNORE INTO refused_segments (name, reason) VALUES (?, ?)", list(refused))
 
     def merge_from(self, other: HistoryDB) -> int:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
@@ -250,8 +262,11 @@ class HistoryDB:
         for row in rows:
             yield _run_info(row[1:]), self._outcomes_of(int(row[0]))
 
-    def sightings(self, fingerprints: Iterable[str], branch: str) -> dict[str, Sighting]:
-        """For each fingerprint that failed on ``branch``: first seen (commit, time) and how many runs."""
+    def sightings(self, fingerprints: Iterable[str], branch: str,
+                  repository: Optional[str] = None) -> dict[str, Sighting]:
+        """For each fingerprint that failed on ``branch`` (of ``repository`` when given: a
+        fork's branch of the same name is another branch): first seen (commit, time) and how
+        many runs."""
         wanted = list(dict.fromkeys(fingerprints))
         seen: dict[str, Sighting] = {}
         # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
@@ -263,8 +278,9 @@ class HistoryDB:
                 f"""SELECT o.fingerprint, MIN(r.recorded_at), COUNT(DISTINCT r.id), r.commit_sha FROM outcomes o
                     JOIN runs r ON r.id = o.run_id
                     WHERE o.fingerprint IN ({', '.join('?' * len(chunk))}) AND r.branch = ? AND o.outcome IN (?, ?, ?)
+                    {"AND r.repository = ?" if repository is not None else ""}
                     GROUP BY o.fingerprint""",
-                (*chunk, branch, FAILED, PASSED_ON_RERUN, QUARANTINED),
+                (*chunk, branch, FAILED, PASSED_ON_RERUN, QUARANTINED, *([repository] if repository is not None else [])),
             ):
                 if runs:
                     seen[str(fingerprint)] = Sighting(str(fingerprint), commit, str(first_seen), int(runs))
@@ -303,7 +319,8 @@ class HistoryDB:
 
 
 def _run_info(row: Sequence[object]) -> RunInfo:
-    (run_key, recorded_at, kind, incident_id, iteration, commit, branch, workflow, job, run_id, tests_run) = row
+    (run_key, recorded_at, kind, incident_id, iteration, commit, branch, workflow, job, run_id, tests_run,
+     repository) = row
     return RunInfo(
         run_key=str(run_key), recorded_at=str(recorded_at), kind=str(kind),
         incident_id=None if incident_id is None else str(incident_id),
@@ -312,6 +329,7 @@ def _run_info(row: Sequence[object]) -> RunInfo:
         ci_workflow=None if workflow is None else str(workflow), ci_job=None if job is None else str(job),
         ci_run_id=None if run_id is None else str(run_id),
         tests_run=None if tests_run is None else int(str(tests_run)),
+        repository=None if repository is None else str(repository),
     )
 
 

@@ -1,8 +1,8 @@
 """Record a run in the history and triage its failures (edge: the database, git, the environment).
 
 The one entry every surface calls (the capture, each loop iteration, an agent-mode run):
-read the quarantine list (from the base revision on a pull request), look up the base
-branch's sightings and the flake rates *before* this run is added (a failure never makes
+read the quarantine list (from the base revision for an event that tests code not merged
+yet: ``history/event.py``), look up the base repository's branch's sightings and the flake rates *before* this run is added (a failure never makes
 itself known), record the run (its segment, then the database), and return one
 :class:`~pytest_selfheal.history.triage.Triage`
 per failing test. Any history problem is a warning line; the caller goes on without it.
@@ -21,10 +21,11 @@ from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
+from pytest_selfheal.history.event import head_repository
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.segment_dir import segments_dir, write_segment
 from pytest_selfheal.history.segments import single_run
-from pytest_selfheal.history.sources import base_branch, quarantine_in_force
+from pytest_selfheal.history.sources import actions_event, quarantine_in_force, run_base
 from pytest_selfheal.history.triage import Triage, triage_failure
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.git import GitContext
@@ -83,7 +84,8 @@ def run_info(
     git: Optional[GitContext] = None,
 ) -> hr.RunInfo:
     """The run's record: time, commit and branch (the Actions variables, else ``git`` — the
-    caller's git context when it has one — else git itself), CI ids."""
+    caller's git context when it has one — else git itself), the repository that branch is
+    of (a fork's for a fork's pull request), CI ids."""
     source = os.environ if env is None else env
     if git is None:
         git = git_context(project_root) or GitContext()
@@ -91,9 +93,10 @@ def run_info(
     commit = source.get("GITHUB_SHA") or git.commit
     return hr.RunInfo(
         run_key=run_key, recorded_at=format_ts(now), kind=kind, incident_id=incident_id, iteration=iteration,
-        commit=commit, branch=branch,
+        commit=commit, branch=branch if branch and hr.plausible_ref_name(branch) else None,
         ci_workflow=source.get("GITHUB_WORKFLOW") or None, ci_job=source.get("GITHUB_JOB") or None,
         ci_run_id=source.get("GITHUB_RUN_ID") or None, tests_run=tests_run,
+        repository=head_repository(source, actions_event(source)),
     )
 
 
@@ -116,10 +119,11 @@ def record_and_triage(
     fingerprint they failed with. ``passed``: tests that passed after a code change.
     """
     source = os.environ if env is None else env
-    result = HistoryResult(base_branch=base_branch(source, settings.base_branch))
     if not settings.enabled:
-        return result
-    result.quarantine, warnings = quarantine_in_force(project_root, settings.quarantine_file, source, event)
+        return HistoryResult(base_branch=settings.base_branch)
+    base = run_base(source, project_root, settings.base_branch, event)
+    result = HistoryResult(base_branch=base.branch)
+    result.quarantine, warnings = quarantine_in_force(project_root, settings.quarantine_file, source, base=base)
     result.warnings.extend(warnings)
     rerun = set(passed_on_rerun)
     outcomes: list[hr.TestOutcome] = []
@@ -143,7 +147,7 @@ def record_and_triage(
                                         f"({exc}); it stays in {HISTORY_FILE} only"))
     try:
         with HistoryDB.open(reports_root) as db:
-            sightings = db.sightings([f.fingerprint for f in failing], result.base_branch)
+            sightings = db.sightings([f.fingerprint for f in failing], base.branch, base.repository)
             rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
             db.record(run, outcomes, segment=segment)
     except HistoryUnavailable as exc:

@@ -7,6 +7,7 @@ the same redacted failures as the incident files.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from pytest_selfheal.records.frozen import Frozen, dataclass
@@ -26,9 +27,29 @@ NEW_TESTS = "new_tests"  # selfheal ci re-ran a pull request's new tests and fou
 RUN_KINDS: tuple[str, ...] = (CAPTURE, LOOP, AGENT, NEW_TESTS)
 
 
+# owner/name as GitHub spells it: letters, digits, '-', '_', '.'; one slash.
+_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
+
+
+def plausible_ref_name(name: str) -> bool:
+    """True for a branch name git could have made (``git check-ref-format`` rules, at most
+    255 characters): no control character, space, ``~^:?*[\\``, ``..``, ``@{``, no leading
+    ``-`` or ``/``, no trailing ``/``, ``.`` or ``.lock``."""
+    if not name or len(name) > 255 or name.startswith(("-", "/")) or name.endswith(("/", ".", ".lock")):
+        return False
+    if any(ord(c) < 0x20 or c in " ~^:?*[\\\x7f" for c in name) or ".." in name or "@{" in name or "//" in name:
+        return False
+    return all(part and not part.startswith(".") for part in name.split("/"))
+
+
+def plausible_repository(name: str) -> bool:
+    """True for an ``owner/name`` repository full name."""
+    return bool(_REPOSITORY.match(name))
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class RunInfo(Frozen):
-    """One recorded run: when, where (commit, branch, CI job) and how many tests ran.
+    """One recorded run: when, where (commit, branch and its repository, CI job) and how many tests ran.
 
     ``run_key`` makes recording idempotent and shard merges free of duplicates: the same
     run recorded twice (a resumed close-out, a merged shard seen before) is kept once.
@@ -45,6 +66,8 @@ class RunInfo(Frozen):
     ci_job: Optional[str] = None
     ci_run_id: Optional[str] = None
     tests_run: Optional[int] = None
+    #: The repository (owner/name) whose branch this is: a fork's ``main`` is not the base's.
+    repository: Optional[str] = None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -85,6 +108,8 @@ class FlakeRate(Frozen):
 
 
 __all__ = [
+    "plausible_ref_name",
+    "plausible_repository",
     "AGENT",
     "CAPTURE",
     "FAILED",

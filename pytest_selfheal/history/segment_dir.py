@@ -3,20 +3,24 @@
 Every recorded run is also written here as one segment (``history/segments.py``), the
 durable form the database is rebuilt from and ``selfheal history push`` shares. Files are
 written atomically (``store/fsio.py``), inside the reports root, and never rewritten: a
-segment's name is the hash of its bytes.
+segment's name is the hash of its bytes. The folder is writable by the tests too, so every
+file is read back as untrusted input, and a run shares only the segments it recorded.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Optional, Protocol
 
 from pytest_selfheal.history.segments import (
+    MAX_SEGMENT_BYTES,
     SEGMENT_SUFFIX,
     Segment,
     SegmentError,
-    decode,
+    accept,
     encode,
     is_segment_name,
     segment_name,
@@ -24,6 +28,16 @@ from pytest_selfheal.history.segments import (
 from pytest_selfheal.store.fsio import atomic_write_bytes, confine, ensure_dir
 
 SEGMENTS_FOLDER = "history-segments"
+
+
+class _Incident(Protocol):
+    """What :func:`this_run_segments` reads of an incident record."""
+
+    @property
+    def incident_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
 
 
 def segments_dir(reports_root: Path) -> Path:
@@ -59,27 +73,46 @@ def local_segments(reports_root: Path) -> dict[str, Path]:
     return found
 
 
-def read_segment_file(path: Path) -> Segment:
-    """The segment in ``path``; :class:`SegmentError` when it cannot be read or is not one."""
+def read_segment_file(path: Path, *, now: Optional[dt.datetime] = None) -> Segment:
+    """The segment in ``path``, taken as untrusted input (a test could have written the file):
+    read at most :data:`MAX_SEGMENT_BYTES` + 1 bytes, its name the hash of its bytes, its runs
+    plausible (:func:`~pytest_selfheal.history.segments.accept`). :class:`SegmentError` otherwise."""
     try:
-        data = path.read_bytes()  # written by this package (write_segment), never by a user
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SEGMENT_BYTES + 1)
     except OSError as exc:
         raise SegmentError(f"cannot read ({exc.strerror})") from None
-    return decode(data)
+    return accept(path.name[:-len(SEGMENT_SUFFIX)], data, now=now)
 
 
-def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]], list[str]]:
-    """``(segments with their names, problems)`` of local segment files: a file that cannot
-    be read is one line in problems, left in place (never deleted), and skipped."""
+def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
+    """``(segments with their names, refused)`` of local segment files; ``refused``: ``(name,
+    the one line why)`` of each file that cannot be read or is not a plausible segment, left in
+    place (never deleted) and skipped."""
     segments: list[tuple[str, Segment]] = []
-    problems: list[str] = []
+    refused: list[tuple[str, str]] = []
+    now = dt.datetime.now(dt.timezone.utc)
     for path in paths:
+        name = path.name[:-len(SEGMENT_SUFFIX)]
         try:
-            segments.append((path.name[:-len(SEGMENT_SUFFIX)], read_segment_file(path)))
+            segments.append((name, read_segment_file(path, now=now)))
         except SegmentError as exc:
-            problems.append(f"{path}: not a readable history segment ({exc}); skipped")
-    return segments, problems
+            refused.append((name, f"{path}: not a readable history segment ({exc}); skipped"))
+    return segments, refused
 
 
-__all__ = ["SEGMENTS_FOLDER", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
+def this_run_segments(reports_root: Path, before: Collection[str], incident: _Incident) -> list[str]:
+    """The names of the segments one ``selfheal ci`` run recorded: written since ``before``
+    (the names there when it started), plausible, and holding only the runs of its capture
+    (``capture:<run id>``) and of its loop on ``incident`` (``loop:<incident id>:<n>``).
+    Anything else a test dropped into the folder meanwhile is not this run's to share."""
+    capture, loop = f"capture:{incident.run_id}", f"loop:{incident.incident_id}:"
+    fresh = [path for name, path in sorted(local_segments(reports_root).items()) if name not in before]
+    accepted, _ = read_segment_files(fresh)
+    return [name for name, segment in accepted
+            if segment.runs and not segment.compacted
+            and all(item.run.run_key == capture or item.run.run_key.startswith(loop) for item in segment.runs)]
+
+
+__all__ = ["SEGMENTS_FOLDER", "this_run_segments", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
            "write_segment"]

@@ -13,12 +13,21 @@ clone that still has one of those old segments does not bring it back.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Optional
 
-from pytest_selfheal.history.records import OUTCOMES, RunInfo, TestOutcome
+from pytest_selfheal.history.records import (
+    OUTCOMES,
+    RUN_KINDS,
+    RunInfo,
+    TestOutcome,
+    plausible_ref_name,
+    plausible_repository,
+)
 from pytest_selfheal.records.frozen import Frozen, dataclass
 
 FORMAT = "selfheal-history-segment"
@@ -35,8 +44,19 @@ COMPACTED_DIR = "compacted"
 # (no compacted segment read) that a clone's old segment must not come back.
 REPLACED_DIR = "replaced"
 
+# Bounds of a segment taken from outside: a compacted segment of a busy project is a few MB.
+MAX_SEGMENT_BYTES = 16 * 1024 * 1024
+MAX_RUNS = 100_000
+MAX_OUTCOMES = 25_000  # the junit reader keeps 10,000 failing tests; a re-run adds their passes
+MAX_TEXT = 8192  # a node id is cut at 4,096 characters (records/redacted.py)
+MAX_ITERATION = 100_000
+MAX_TESTS_RUN = 100_000_000
+#: How far a run may seem to be in the future (another machine's clock).
+CLOCK_SKEW = dt.timedelta(minutes=10)
+_COMMIT = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
 _RUN_FIELDS: tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
-                                "ci_workflow", "ci_job", "ci_run_id", "tests_run")
+                                "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
 
 
 class SegmentError(ValueError):
@@ -119,44 +139,70 @@ def name_of_path(path: str) -> Optional[tuple[str, str]]:
 
 
 def _optional_str(value: object, what: str) -> Optional[str]:
-    if value is None or isinstance(value, str):
+    if value is None or (isinstance(value, str) and len(value) <= MAX_TEXT):
         return value
-    raise SegmentError(f"{what}: expected a string or null")
+    raise SegmentError(f"{what}: expected a string of at most {MAX_TEXT} characters or null")
 
 
-def _optional_int(value: object, what: str) -> Optional[int]:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise SegmentError(f"{what}: expected an integer or null")
+def _optional_int(value: object, what: str, bound: int) -> Optional[int]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound):
+        raise SegmentError(f"{what}: expected an integer from 0 to {bound} or null")
     return value
 
 
-def _run(data: object) -> RunInfo:
+def _when(text: str, now: Optional[dt.datetime]) -> None:
+    """``recorded_at`` must be a time, and (given ``now``) not later than the clock skew allows:
+    a run "recorded" in 9999 would stay inside every window forever."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise SegmentError(f"run.recorded_at: not an ISO time: {text[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    if now is not None and when > now + CLOCK_SKEW:
+        raise SegmentError(f"run.recorded_at {text[:40]!r} is in the future")
+
+
+def _run(data: object, now: Optional[dt.datetime]) -> RunInfo:
     if not isinstance(data, Mapping):
         raise SegmentError("a run is not an object")
     # Checked in _RUN_FIELDS order (the first bad field is the one named).
     run_key, recorded_at, kind, incident_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[:4])
-    iteration = _optional_int(data.get("iteration"), "run.iteration")
+    iteration = _optional_int(data.get("iteration"), "run.iteration", MAX_ITERATION)
     commit, branch, ci_workflow, ci_job, ci_run_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[5:10])
-    tests_run = _optional_int(data.get("tests_run"), "run.tests_run")
+    tests_run = _optional_int(data.get("tests_run"), "run.tests_run", MAX_TESTS_RUN)
+    repository = _optional_str(data.get("repository"), "run.repository")
     if not run_key or not recorded_at or not kind:
         raise SegmentError("a run without run_key, recorded_at or kind")
+    if kind not in RUN_KINDS:
+        raise SegmentError(f"run.kind {kind[:40]!r} is not one of {', '.join(RUN_KINDS)}")
+    _when(recorded_at, now)
+    if commit is not None and not _COMMIT.match(commit):
+        raise SegmentError("run.commit: not a commit id")
+    if branch is not None and not plausible_ref_name(branch):
+        raise SegmentError(f"run.branch {branch[:40]!r} is not a branch name")
+    if repository is not None and not plausible_repository(repository):
+        raise SegmentError(f"run.repository {repository[:40]!r} is not owner/name")
     return RunInfo(run_key, recorded_at, kind, incident_id, iteration, commit, branch, ci_workflow, ci_job,
-                   ci_run_id, tests_run)
+                   ci_run_id, tests_run, repository)
 
 
 def _outcome(data: object) -> TestOutcome:
     if not isinstance(data, list) or len(data) != 4:
         raise SegmentError("an outcome is not [nodeid, outcome, fingerprint, failure_class]")
     nodeid, outcome, fingerprint, failure_class = data
-    if not isinstance(nodeid, str) or outcome not in OUTCOMES:
-        raise SegmentError(f"an outcome with a bad node id or outcome {outcome!r}")
+    if not isinstance(nodeid, str) or not nodeid or len(nodeid) > MAX_TEXT or outcome not in OUTCOMES:
+        raise SegmentError(f"an outcome with a bad node id or outcome {str(outcome)[:40]!r}")
     return TestOutcome(nodeid, str(outcome), _optional_str(fingerprint, "fingerprint"),
                        _optional_str(failure_class, "failure_class"))
 
 
-def decode(data: bytes) -> Segment:
+def decode(data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
     """The segment of ``data``; :class:`SegmentError` for anything else (another format, a
-    newer version, a bad field)."""
+    newer version, a bad or implausible field, more than the bounds allow). ``now``: runs
+    recorded after it (beyond :data:`CLOCK_SKEW`) are refused too."""
+    if len(data) > MAX_SEGMENT_BYTES:
+        raise SegmentError(f"{len(data):,} bytes, over the bound of {MAX_SEGMENT_BYTES:,}")
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -169,14 +215,28 @@ def decode(data: bytes) -> Segment:
     replaces = document.get("replaces", [])
     if not isinstance(runs, list) or not isinstance(replaces, list):
         raise SegmentError("runs and replaces must be lists")
+    if len(runs) > MAX_RUNS:
+        raise SegmentError(f"{len(runs):,} runs, over the bound of {MAX_RUNS:,}")
     items = []
     for entry in runs:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("outcomes"), list):
             raise SegmentError("a run entry without outcomes")
-        items.append(SegmentRun(_run(entry.get("run")), tuple(_outcome(o) for o in entry["outcomes"])))
+        if len(entry["outcomes"]) > MAX_OUTCOMES:
+            raise SegmentError(f"a run of {len(entry['outcomes']):,} outcomes, over the bound of {MAX_OUTCOMES:,}")
+        items.append(SegmentRun(_run(entry.get("run"), now), tuple(_outcome(o) for o in entry["outcomes"])))
     if not all(isinstance(n, str) and is_segment_name(n) for n in replaces):
         raise SegmentError("replaces holds something that is not a segment name")
     return Segment(tuple(items), tuple(replaces))
+
+
+def accept(name: str, data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
+    """The segment called ``name`` with bytes ``data``, taken as untrusted input (a file a
+    test could have written, a blob anyone who pushed could have made): its name must be the
+    hash of its bytes, and it must decode within the bounds, nothing recorded later than
+    ``now`` (default: the current time) allows. :class:`SegmentError` otherwise."""
+    if segment_name(data) != name:
+        raise SegmentError("its name is not the hash of its bytes")
+    return decode(data, now=now or dt.datetime.now(dt.timezone.utc))
 
 
 def single_run(run: RunInfo, outcomes: Sequence[TestOutcome]) -> Segment:
@@ -199,12 +259,15 @@ def compact(named: Iterable[tuple[str, Segment]]) -> Segment:
 
 
 __all__ = [
+    "CLOCK_SKEW",
     "COMPACTED_DIR",
+    "MAX_SEGMENT_BYTES",
     "REPLACED_DIR",
     "SEGMENTS_DIR",
     "Segment",
     "SegmentError",
     "SegmentRun",
+    "accept",
     "compact",
     "decode",
     "encode",

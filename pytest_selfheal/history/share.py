@@ -12,8 +12,11 @@ by ``run_key``, so a run seen twice counts once. ``selfheal history compact`` me
 segments into one, keeping every run.
 
 Only git and the remote's own credentials: every command goes through
-:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). A pull request
-never writes: push and compact refuse on a ``pull_request`` event.
+:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). Only merged code
+writes: push and compact refuse on every event that tests code not merged yet
+(``history/event.py``). Every segment read, shared or local, is untrusted input: named by
+the hash of its bytes, within bounds, plausible (``segments.accept``); a blob is never read
+past :data:`~pytest_selfheal.history.segments.MAX_SEGMENT_BYTES`.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -34,28 +38,28 @@ from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
 from pytest_selfheal.history.segments import (
+    MAX_SEGMENT_BYTES,
     REPLACED_DIR,
     Segment,
     SegmentError,
+    accept,
     compact,
-    decode,
     encode,
     name_of_path,
     replaced_path,
     segment_name,
     tree_path,
 )
+from pytest_selfheal.history.sources import run_base
 from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import default_redactor
 
 DEFAULT_REMOTE = "origin"
 HISTORY_REF = "refs/selfheal/history"
 PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one through
+READ_BATCH_BYTES = 32 * 1024 * 1024  # the most segment bytes a pull holds at once
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
-# Events whose runs read the shared history and never write it: the code under test is the
-# pull request's, which may come from a fork.
-READ_ONLY_EVENTS = ("pull_request", "pull_request_target")
 # What git says when a push lost a race: the ref moved since our fetch ("[rejected] …
 # (fetch first)" / "(non-fast-forward)"), or another push held the ref's lock on the remote
 # ("[remote rejected] … (cannot lock ref …)" / "(failed to update ref)"). Anything else (no
@@ -78,12 +82,14 @@ class SharedHistoryError(SelfhealError):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class PushResult(Frozen):
-    """What a push did: segments added to the remote, those it already had, attempts made."""
+    """What a push did: segments added to the remote, those it already had, attempts made,
+    and one line per segment it would not push."""
 
     pushed: int
     already: int
     attempts: int
     commit: Optional[str]
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -108,12 +114,12 @@ class CompactResult(Frozen):
 
 
 class _Entry:
-    """One segment file of the shared tree."""
+    """One segment file of the shared tree (``size``: the blob's, as git lists it)."""
 
-    __slots__ = ("blob", "name", "path")
+    __slots__ = ("blob", "name", "path", "size")
 
-    def __init__(self, name: str, blob: str, path: str) -> None:
-        self.name, self.blob, self.path = name, blob, path
+    def __init__(self, name: str, blob: str, path: str, size: int = 0) -> None:
+        self.name, self.blob, self.path, self.size = name, blob, path, size
 
 
 class _Tree:
@@ -158,11 +164,14 @@ def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterat
         yield repo
 
 
-def refuse_on_pull_request(env: Mapping[str, str], what: str) -> None:
-    """A pull request's job reads the shared history and never writes it (fork-safe)."""
-    if env.get("GITHUB_EVENT_NAME") in READ_ONLY_EVENTS:
-        raise RefusedError(f"selfheal history {what}: a pull request reads the shared history and never writes it "
-                           "(its runs stay in this job's own history)")
+def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) -> None:
+    """Only runs of merged code write the shared history (a push to the default branch, a
+    schedule, a manual run there: ``history/event.py``) — or a person, outside Actions. A pull
+    request, the merge queue, a push to another branch and every other event read it only."""
+    base = run_base(env, project_root)
+    if not base.shares:
+        raise RefusedError(f"selfheal history {what}: the {base.event} event tests code not merged yet: it reads "
+                           "the shared history and never writes it (its runs stay in this job's own history)")
 
 
 def _run(repo: _Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
@@ -205,23 +214,25 @@ def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
     tree = _Tree()
     if commit is None:
         return tree
-    for record in _git(root, ["ls-tree", "-r", "-z", commit]).split(b"\0"):
+    # -l: each blob's size, so that no blob over the bound is ever read.
+    for record in _git(root, ["ls-tree", "-r", "-l", "-z", commit]).split(b"\0"):
         if not record:
             continue
         meta, _, path = record.decode("utf-8", "replace").partition("\t")
         parts = meta.split()
         found = name_of_path(path)
-        if found is None or len(parts) != 3 or parts[1] != "blob":
+        if found is None or len(parts) != 4 or parts[1] != "blob" or not parts[3].isdigit():
             continue
         if found[1] == REPLACED_DIR:
             tree.replaced.add(found[0])
         else:
-            tree.segments[found[0]] = _Entry(found[0], parts[2], path)
+            tree.segments[found[0]] = _Entry(found[0], parts[2], path, int(parts[3]))
     return tree
 
 
 def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
-    """The contents of ``blobs``, in order, with one ``git cat-file --batch``."""
+    """The contents of ``blobs``, in order, with one ``git cat-file --batch`` (the caller
+    bounds their total size)."""
     if not blobs:
         return []
     out = _git(root, ["cat-file", "--batch"], stdin="".join(f"{b}\n" for b in blobs).encode())
@@ -238,15 +249,43 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
     return contents
 
 
-def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[str]]:
+def _batches(entries: Sequence[_Entry]) -> Iterator[list[_Entry]]:
+    """``entries`` in runs of at most :data:`READ_BATCH_BYTES` together (one entry alone may reach
+    :data:`MAX_SEGMENT_BYTES`): what one ``cat-file`` holds in memory at once."""
+    batch: list[_Entry] = []
+    size = 0
+    for entry in entries:
+        if batch and size + entry.size > READ_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(entry)
+        size += entry.size
+    if batch:
+        yield batch
+
+
+def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
+    """``(segments, refused)`` of shared ``entries``, taken as untrusted input: a blob over
+    :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread; the others must be
+    named by the hash of their bytes and plausible (``segments.accept``). ``refused``:
+    ``(name, the one line why)``."""
     segments: list[tuple[str, Segment]] = []
-    problems: list[str] = []
-    for entry, data in zip(entries, _read_blobs(root, [e.blob for e in entries])):
-        try:
-            segments.append((entry.name, decode(data)))
-        except SegmentError as exc:
-            problems.append(f"{entry.path}: not a readable history segment ({exc}); skipped")
-    return segments, problems
+    refused: list[tuple[str, str]] = []
+    now = dt.datetime.now(dt.timezone.utc)
+    readable = []
+    for entry in entries:
+        if entry.size > MAX_SEGMENT_BYTES:
+            refused.append((entry.name, f"{entry.path}: {entry.size:,} bytes, over the bound of "
+                                        f"{MAX_SEGMENT_BYTES:,}; not read, skipped"))
+        else:
+            readable.append(entry)
+    for batch in _batches(readable):
+        for entry, data in zip(batch, _read_blobs(root, [e.blob for e in batch])):
+            try:
+                segments.append((entry.name, accept(entry.name, data, now=now)))
+            except SegmentError as exc:
+                refused.append((entry.name, f"{entry.path}: not a readable history segment ({exc}); skipped"))
+    return segments, refused
 
 
 def _commit(root: _Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], removes: Sequence[_Entry],
@@ -284,17 +323,30 @@ def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
 
 def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
          attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
-         auth: Optional[Mapping[str, str]] = None) -> PushResult:
+         auth: Optional[Mapping[str, str]] = None, only: Optional[Collection[str]] = None) -> PushResult:
     """Add this machine's segments that the remote lacks to its ``ref``: fetch, commit the
     missing segments on top, push; on a lost race, again (up to ``attempts`` times).
-    ``auth``: :func:`token_env` of a token (git then works in a scratch repository)."""
+    ``only``: the names of the segments to share (those one run recorded); default every
+    local one. Each is read as untrusted input first: one that is not plausible is not
+    pushed (a line in ``problems``). ``auth``: :func:`token_env` of a token (git then works
+    in a scratch repository)."""
+    local, problems = _pushable(reports_root, only)
     with _repository(project_root, auth) as repo:
-        return _push_from(repo, reports_root, remote, ref, attempts, sleep)
+        result = _push_from(repo, local, remote, ref, attempts, sleep)
+    return replace(result, problems=tuple(problems))
 
 
-def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts: int,
+def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], list[str]]:
+    found = local_segments(reports_root)
+    problems = [f"{name}: no such history segment here; not pushed" for name in sorted(set(only or ()) - set(found))]
+    wanted = sorted(found if only is None else set(only) & set(found))
+    accepted, refused = read_segment_files([found[name] for name in wanted])
+    problems += [line.replace("; skipped", "; not pushed") for _, line in refused]
+    return {name: found[name] for name, _ in accepted}, problems
+
+
+def _push_from(repo: _Repo, local: Mapping[str, Path], remote: str, ref: str, attempts: int,
                sleep: Callable[[float], None]) -> PushResult:
-    local = local_segments(reports_root)
     blobs: dict[str, str] = {}
     for attempt in range(1, attempts + 1):
         parent = _fetch(repo, remote, ref)
@@ -320,20 +372,22 @@ def _push_from(repo: _Repo, reports_root: Path, remote: str, ref: str, attempts:
 
 
 def _recorded(reports_root: Path) -> set[str]:
-    """The segments the database already holds (none when it does not exist yet)."""
+    """The segments the database already holds or refused (none when it does not exist yet)."""
     try:
         with HistoryDB.open(reports_root, create=False) as db:
-            return db.recorded_segments()
+            return db.recorded_segments() | db.refused_segments()
     except HistoryUnavailable:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def rebuild(reports_root: Path, segments: Sequence[tuple[str, Segment]]) -> tuple[int, int]:
+def rebuild(reports_root: Path, segments: Sequence[tuple[str, Segment]],
+            refused: Sequence[tuple[str, str]] = ()) -> tuple[int, int]:
     """Record every run of ``segments`` (with their names) in the database, one
-    transaction; ``(runs, added)``."""
+    transaction, and remember the ``refused`` ``(name, why)`` (never read again); ``(runs, added)``."""
     items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]
     try:
         with HistoryDB.open(reports_root) as db:
+            db.refuse_segments(refused)
             added = db.import_runs(items, segments=[name for name, _ in segments])
     except HistoryUnavailable as exc:
         raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
@@ -344,18 +398,21 @@ def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
     """Fetch the remote's ``ref`` and rebuild the database from its segments and this
     machine's own: only the segments it does not hold yet are read (a pull after a restored
-    cache reads what is new since). ``auth``: as for :func:`push`."""
+    cache reads what is new since). Every segment is untrusted input (``segments.accept``): one
+    refused is one line in ``problems`` once, remembered, and never read again. ``auth``: as
+    for :func:`push`."""
     with _repository(project_root, auth) as repo:
         commit = _fetch(repo, remote, ref)
         done = _recorded(reports_root)
         tree = _tree(repo, commit)
         fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
-        shared, problems = _decode_all(repo, fresh)
+        shared, refused = _decode_all(repo, fresh)
     local = [path for name, path in sorted(local_segments(reports_root).items())
              if name not in done and name not in tree.segments]
-    mine, local_problems = read_segment_files(local)
-    runs, added = rebuild(reports_root, shared + mine)
-    return PullResult(len(shared) + len(mine), runs, added, commit, tuple(problems + local_problems))
+    mine, local_refused = read_segment_files(local)
+    runs, added = rebuild(reports_root, shared + mine, refused + local_refused)
+    return PullResult(len(shared) + len(mine), runs, added, commit,
+                      tuple(line for _, line in refused + local_refused))
 
 
 def _older(segment: Segment, cutoff: dt.datetime) -> bool:
@@ -419,6 +476,6 @@ __all__ = [
     "pull",
     "push",
     "rebuild",
-    "refuse_on_pull_request",
+    "refuse_unless_merged",
     "token_env",
 ]

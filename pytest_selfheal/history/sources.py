@@ -1,7 +1,8 @@
 """Where the history's inputs come from (edge): the quarantine file and the run's context.
 
-On a pull request the quarantine list is read from the base revision through git (a PR
-cannot quarantine its own failure); elsewhere from the working tree.
+For an event that tests code not merged yet the quarantine list is read from the base
+revision through git (``history/event.py``: a pull request cannot quarantine its own
+failure); for merged code and outside Actions from the working tree.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import GitFailed, run_git
+from pytest_selfheal.history.event import RunBase, judge_event
 from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
 from pytest_selfheal.store.fsio import project_path
 
@@ -54,10 +56,12 @@ def read_quarantine(
     if revision is not None:
         where = f"{inside}@{revision[:12]}"
         try:
-            listed = run_git(project_root, ["ls-tree", "--name-only", revision, "--", inside])
+            # No replace refs: the tested code could have planted one over the base's blob.
+            plain = {"GIT_NO_REPLACE_OBJECTS": "1"}
+            listed = run_git(project_root, ["ls-tree", "--name-only", revision, "--", inside], env=plain)
             if not listed.strip():
                 return [], []
-            data = run_git(project_root, ["show", f"{revision}:{inside}"])
+            data = run_git(project_root, ["show", f"{revision}:{inside}"], env=plain)
         except GitFailed as exc:
             return [], [f"{where}: cannot read the base revision ({exc.first_line}); quarantine ignored"]
     else:
@@ -107,31 +111,26 @@ def actions_event(env: Mapping[str, str]) -> dict[str, object]:
     return read_actions_event(path)[0] if path else {}
 
 
-def base_revision(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
-    """The pull request's base commit (``pull_request.base.sha`` of the event), or None."""
-    pull = event.get("pull_request")
-    base = pull.get("base") if isinstance(pull, Mapping) else None
-    sha = base.get("sha") if isinstance(base, Mapping) else None
-    if isinstance(sha, str) and len(sha) >= 7 and all(c in "0123456789abcdef" for c in sha.lower()):
-        return sha
-    return None
-
-
-def base_branch(env: Mapping[str, str], configured: str) -> str:
-    """The branch whose failures count as known: the PR's base (``GITHUB_BASE_REF``) in
-    Actions, else the configured ``history.base_branch``."""
-    return env.get("GITHUB_BASE_REF") or configured
+def run_base(env: Mapping[str, str], project_root: Path, configured_branch: str = "main",
+             event: Optional[Mapping[str, object]] = None) -> RunBase:
+    """The judgement of this run's Actions event (:func:`~pytest_selfheal.history.event.judge_event`);
+    ``event`` read from ``GITHUB_EVENT_PATH`` when not given."""
+    return judge_event(env, event if event is not None else actions_event(env), project_root, configured_branch)
 
 
 def quarantine_in_force(
-    project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None
+    project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None,
+    *, base: Optional[RunBase] = None,
 ) -> tuple[list[QuarantineEntry], list[str]]:
-    """The quarantine every surface applies: on a pull request (``pull_request.base.sha`` in
-    the Actions event, ``event`` or read from ``GITHUB_EVENT_PATH``) the file at the base
-    revision, never the head; elsewhere the working tree's. ``(entries, warnings)``."""
-    revision = base_revision(env, event if event is not None else actions_event(env))
-    return read_quarantine(project_root, relative, revision=revision)
+    """The quarantine every surface applies: for an event that tests code not merged yet the
+    file at the base revision (``base``, else judged from ``env`` and ``event``), never the
+    tested code's; none at all, and one warning, where no base revision was found; the working
+    tree's for merged code and outside Actions. ``(entries, warnings)``."""
+    judged = base if base is not None else run_base(env, project_root, event=event)
+    if judged.problem is not None:
+        return [], [judged.problem]
+    return read_quarantine(project_root, relative, revision=judged.revision)
 
 
-__all__ = ["actions_event", "read_actions_event", "base_branch", "base_revision", "quarantine_in_force", "quarantine_path",
-           "read_quarantine"]
+__all__ = ["actions_event", "quarantine_in_force", "quarantine_path", "read_actions_event", "read_quarantine",
+           "run_base"]

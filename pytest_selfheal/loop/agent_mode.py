@@ -5,13 +5,16 @@ an open incident's verification tests, it is recorded as the incident's next att
 (mode ``agent``) and the loop decides — the one-line status tells the agent CONTINUE or
 STOP. Tests of the selection that this run did not execute keep their last known outcome
 and fingerprint (listed in the attempt's ``not_run``), so running a subset never looks
-like a fix.
+like a fix. A selected test that this run should have run and did not (deleted, renamed,
+deselected, ``-k``-ed away: ``gone``) is ``missing``: not verified, and the run still counts.
+A run with the code unchanged since the previous iteration is an iteration with nothing
+tried (loop/attempts.py): the first says so and continues, the second in a row stops.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,12 +24,12 @@ from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
-from pytest_selfheal.loop.attempts import record_iteration
+from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, Failure
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, Failure
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
@@ -122,6 +125,7 @@ def record_agent_attempts(
     exit_code: Optional[int],
     run_options: Optional[Sequence[str]] = None,
     run_dir: Optional[str] = None,
+    gone: Collection[str] = (),
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
 
@@ -132,9 +136,12 @@ def record_agent_attempts(
     The same holds for ``run_dir`` (where this run started, relative to the rootdir; None:
     unknown): tests that read files relative to the working directory are only comparable
     from the capture's directory.
+    ``gone``: selected tests this run should have run (its paths cover them, it was not cut
+    short) and has no outcome for: recorded ``missing``, and they make the run an iteration
+    even when no other selected test ran.
     """
     result = AgentResult()
-    touched = [i for i in incidents if any(n in outcomes for n in i.selection)]
+    touched = [i for i in incidents if any(n in outcomes or n in gone for n in i.selection)]
     if not touched:
         return result
     diff = diff_hash(project_root, exclude=[reports_root])
@@ -168,6 +175,8 @@ def record_agent_attempts(
                 run_outcomes[nodeid] = outcomes[nodeid]
                 if outcomes[nodeid] in FAILING_OUTCOMES and nodeid in by_nodeid:
                     run_failures.append(by_nodeid[nodeid])
+            elif nodeid in gone:
+                run_outcomes[nodeid] = OUTCOME_MISSING  # it should have run: not verified, never carried over
             else:
                 run_outcomes[nodeid] = incident.last_outcomes.get(nodeid, OUTCOME_FAILED)
                 if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
@@ -175,7 +184,7 @@ def record_agent_attempts(
         new_failures = [f for f in failures if f.nodeid not in selection]
         # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
         # over above and listed, so they are never counted as run, gone or passed.
-        not_run = [n for n in incident.selection if n not in outcomes]
+        not_run = [n for n in incident.selection if n not in outcomes and n not in gone]
         outcome = record_iteration(
             store,
             incident.incident_id,
@@ -185,7 +194,7 @@ def record_agent_attempts(
             diff_hash=diff,
             started_at=format_ts(started_at),
             finished_at=finished,
-            mode="agent",
+            mode=AGENT_MODE,
             verification_commands=[command],
             exit_code=exit_code,
             new_failures=new_failures,
@@ -196,6 +205,12 @@ def record_agent_attempts(
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(outcome.status_line)
+        if outcome.attempt is not None and outcome.attempt.repair is not None \
+                and outcome.attempt.repair.message == AGENT_UNCHANGED:
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: nothing changed since the last run: counted as an "
+                "iteration with nothing tried" + ("" if outcome.closed else
+                                                  "; a second such run in a row stops (no_fix_found)"))
         result.lines += outcome.notes
         if not_run:
             ran = len(incident.selection) - len(not_run)

@@ -84,6 +84,18 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
 
 # --------------------------------------------------------------------------- attempt
 
+AGENT_MODE = "agent"
+# The repair block of an agent-mode run with the code unchanged since the previous one: the
+# agent, as the provider, tried nothing (docs/loop.md "An unchanged run is no attempt").
+AGENT_UNCHANGED = "nothing changed since the last run (the same diff hash): an iteration with nothing tried"
+
+
+def agent_unchanged() -> RepairBlock:
+    """The repair block of an unchanged agent-mode run: provider ``agent``, no fix found."""
+    return RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
+                                  "message": AGENT_UNCHANGED}, "repair")
+
+
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
 
@@ -285,6 +297,11 @@ def record_iteration(
     whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
     ``tests_edited``: test files changed since the capture (agent mode; a repair's come in
     ``repair.tests_edited``). Raises ``RefusedError`` for an archived incident.
+
+    An unchanged run is no attempt: in agent mode, a run whose known diff hash equals the
+    previous observation's records the agent as a provider that produced no fix
+    (:data:`AGENT_UNCHANGED`), so the first such run continues while the budget lasts and
+    the second in a row stops ``no_fix_found``.
     """
     incident_id = validate_incident_id(incident_id)
     pol = policy.LoopPolicy.from_settings(effective.settings)
@@ -305,6 +322,8 @@ def record_iteration(
             return IterationOutcome(None, waiting, True, line, result)
         incident = store.read_incident(incident_id)
         previous = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
+        if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
+            repair = agent_unchanged()
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
         observation = policy.Observation(
             iteration=len(previous),
@@ -566,7 +585,10 @@ def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: i
 
 
 __all__ = [
+    "AGENT_MODE",
+    "AGENT_UNCHANGED",
     "IterationOutcome",
+    "agent_unchanged",
     "agent_status_line",
     "build_run_result",
     "ensure_plan",

@@ -29,7 +29,7 @@ from typing import Optional, Protocol
 from pytest_selfheal.analysis.rules import Rule, rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
-from pytest_selfheal.gitrepo import PendingSnapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,
@@ -368,7 +368,7 @@ def _drive(
         started = run_started(attempts, policy.reopened_after(incident))
         pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                      known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
-        _, run = split_runs(attempts, policy.reopened_after(incident))
+        baseline, run = split_runs(attempts, policy.reopened_after(incident))
         # A reopen is the user saying "the environment is fixed" or "it fails again": a
         # tooling_env or a success seen before it is checked by running the verification,
         # not repeated from the record (a resolved incident reopened after a regression).
@@ -391,15 +391,31 @@ def _drive(
                     observations=list(observations),
                 )
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
-        say(f"{iteration_prefix(incident_id, pre.iteration + 1, pol.max_iterations)}: "
-            f"running {'; '.join(commands)}" + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
-        kill_point("iteration:before_verify")
-        outcome = _verify_and_record(
-            store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
-            timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-            env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
-            invocation_dir=start_dir(verify_cwd, incident.invocation_dir),
-        )
+        prefix = iteration_prefix(incident_id, pre.iteration + 1, pol.max_iterations)
+        known = _unchanged_since(store, incident, run if run or baseline is None else None, observations, repair,
+                                 verify_cwd)
+        if known is not None:
+            # The code is the one the last run verified: running it again would only repeat that run.
+            seen = f"iteration {len(run)}" if run else "the capture"
+            say(f"{prefix}: verification not run: nothing of the repair was kept "
+                f"({repair.result if repair is not None else 'no repair'}), so the code is the one {seen} ran; "
+                "its failures stand")
+            outcome = record_iteration(
+                store, incident_id, effective=effective, outcomes=known[0], failures=known[1],
+                diff_hash=observations[-1].diff_hash, started_at=stamp(utcnow()), finished_at=stamp(utcnow()),
+                mode="repair", verification_commands=[], exit_code=None, repair=repair, project_root=project_root,
+                duration_seconds=0.0, not_run=list(known[0]),
+            )
+        else:
+            say(f"{prefix}: running {'; '.join(commands)}"
+                + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
+            kill_point("iteration:before_verify")
+            outcome = _verify_and_record(
+                store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
+                timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
+                env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
+                invocation_dir=start_dir(verify_cwd, incident.invocation_dir),
+            )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
@@ -409,6 +425,30 @@ def _drive(
             assert outcome.run_result is not None
             say(_final_line(incident_id, outcome.run_result))
             return outcome.run_result
+
+
+def _unchanged_since(
+    store: Store,
+    incident: Incident,
+    run: Optional[Sequence[Attempt]],
+    observations: Sequence[policy.Observation],
+    repair: Optional[RepairBlock],
+    cwd: Path,
+) -> Optional[tuple[dict[str, str], list[Failure]]]:
+    """The last known outcomes and failures when a repair call left the code exactly as the
+    previous observation of this run saw it (rolled back: a crash, a timeout, a provider
+    that gave up, a scope denial, an escape; or nothing changed), else None: verify.
+
+    ``run``: the attempts of this loop run, None when it starts from an earlier run's last
+    attempt (a reopen or a replan says that verdict may no longer hold: its first iteration
+    verifies). The tree's diff hash must equal the previous one (known on both sides)."""
+    if run is None or repair is None or (repair.result == policy.REPAIR_DIFF and not repair.scope_denied):
+        return None
+    previous = observations[-1]
+    if previous.diff_hash is None or diff_hash(cwd, exclude=[store.root]) != previous.diff_hash:
+        return None
+    entries = run[-1].failures if run else incident.failures
+    return dict(previous.outcomes), [Failure.from_entry(entry) for entry in entries]
 
 
 def _verify_and_record(

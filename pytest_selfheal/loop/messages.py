@@ -11,6 +11,9 @@ from typing import Optional
 from pytest_selfheal.loop.policy import (
     FLAKY,
     MESSAGE_UNSTABLE,
+    REPAIR_CRASHED,
+    REPAIR_NO_FIX_FOUND,
+    REPAIR_TIMEOUT,
     Decision,
     LoopPolicy,
     Observation,
@@ -19,8 +22,9 @@ from pytest_selfheal.loop.policy import (
     flaky_tests,
     is_evidence,
 )
+from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
-from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff
+from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
 from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason, stop_tone
 
 # --------------------------------------------------------------------------- decision sentences
@@ -152,7 +156,8 @@ _OPTIONS: dict[str, tuple[tuple[str, str, Optional[str]], ...]] = {
     ),
     StopReason.TESTS_EDITED: (
         ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
-        ("apply", "Apply the proposed patch, test edits included, after review", "selfheal apply {id}"),
+        ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",
+         "selfheal apply {id} --allow-test-edits"),
         ("export", "Export the loop report", "selfheal report {id}"),
     ),
     StopReason.MAX_ITERATIONS: (
@@ -242,8 +247,9 @@ _NEXT_ACTION: dict[str, str] = {
         "verified, and what still fails is captured as its own incident."
     ),
     StopReason.TESTS_EDITED: (
-        "Review the test edits first (selfheal show {id}): the selection passes only with tests changed; apply the "
-        "patch only if the tests were wrong (selfheal apply {id})."
+        "Review the test diff first (selfheal show {id}): the selection passes only with tests changed, and "
+        "approval never covers a test edit; only if the tests were wrong, allow the edits deliberately "
+        "(selfheal apply {id} --allow-test-edits)."
     ),
     StopReason.MAX_ITERATIONS: (
         "Investigate manually with the plan, or raise max_iterations and loop again "
@@ -293,6 +299,41 @@ def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[st
         return _NEXT_ACTION[stop_reason].format(id=incident_id or "ID")
     except KeyError:
         raise ValueError(f"unknown stop reason {stop_reason!r}") from None
+
+
+def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
+    """What to do once a repair changed something, or None (the stop reason's own action
+    fits): a fix applied is reviewed, tested and committed; a fix proposed is reviewed and
+    applied; a partial patch is there to review. Never "nothing to do" after a repair."""
+    if repair is None or not repair.final_patch:
+        return None
+    files = ", ".join(repair.files_changed[:5]) + (f" (+{len(repair.files_changed) - 5} more)"
+                                                   if len(repair.files_changed) > 5 else "")
+    if repair.applied:
+        return (f"Review the fix the repair applied to your working tree ({files}), run the whole suite "
+                "(python -m pytest), then commit it.")
+    if stop_reason == StopReason.SUCCESS:
+        command = repair.apply_command or f"selfheal apply {incident_id}"
+        return (f"Review the proposed fix ({files}; selfheal show {incident_id}): it is not in your working tree "
+                f"yet; apply it with: {command}")
+    if stop_reason == StopReason.TESTS_EDITED:
+        return None  # its own action already says review the test diff first
+    return recommended_next_action(stop_reason, incident_id) + (
+        f" A partial patch ({files}) is proposed for review, not applied: selfheal show {incident_id}.")
+
+
+def repair_line(result: RepairBlock) -> str:
+    """What one repair call did, for its progress line and the report: the result, the files,
+    and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
+    which out-of-scope files approval let in."""
+    shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
+    if result.result in (REPAIR_CRASHED, REPAIR_TIMEOUT):
+        return f"{result.result}{shown}: {result.message or 'no message'} — rolled back"
+    if result.scope_denied or result.out_of_scope:
+        return f"{result.result}{shown} — {result.message}"
+    if result.result == REPAIR_NO_FIX_FOUND and result.message:
+        return f"{result.result}: {result.message}"
+    return f"{result.result}{shown}"
 
 
 def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str, str, Optional[str]]:
@@ -447,8 +488,11 @@ __all__ = [
     "plural",
     "recommended_next_action",
     "iteration_prefix",
+    "next_action_after_repair",
+    "repair_line",
     "status_line",
     "stop_message",
+    "UNVERIFIED",
     "unverified_line",
     "unverified_summary",
     "unverified_tests",

@@ -126,14 +126,20 @@ def observations_from_disk(
 
     Observation 0 is the capture (the incident's failures, ``capture_hash`` as its diff
     hash — default: ``incident.json``'s ``diff_hash``) for the first run, or the last
-    attempt of the previous run after a ``replan_requested`` stop (see :func:`split_runs`).
+    attempt of the previous run after a ``replan_requested`` stop or a reopen (see
+    :func:`split_runs`), without its repair call's verdict.
     """
     baseline, run = split_runs(attempts, policy.reopened_after(incident))
     if baseline is None:
         diff = capture_hash if capture_hash is not None else incident.diff_hash or None
         first = policy.capture_observation(incident, diff_hash=diff)
     else:
-        first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0)
+        # The failure state the previous run ended in, not what its last repair call did: a
+        # scope denial, a test edit, an escape or a provider that gave up belongs to that run
+        # and its stop. A reopened run (with approval, wider scope, another provider) starts
+        # from the code and its failures alone, with its own budget.
+        first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0, repair_result=None,
+                                    scope_denied=False, tests_edited=False, provider_escaped=False)
     return [first] + [policy.observation_from_attempt(a) for a in run]
 
 

@@ -10,61 +10,49 @@ stopped without success, they are not a new incident with a fresh budget:
 - with the code changed (or no git to tell), the run continues that incident — reopened
   in place, its loop run and budget going on — as its next iteration.
 
-:func:`match_stopped` is the pure rule; :func:`stopped_incidents` reads the candidates.
+A run that *passes* a stopped incident's tests has no fingerprint to match, yet may be the
+same verdict: an incident that stopped on a green run that was not a success (a test edited:
+``tests_edited``; any later stop of that kind) stays attached to its selection's node ids.
+Its tests passing again with the code unchanged is ``STOP already_stopped`` again; with the
+code changed (a commit too), the run is its next iteration, judged by every rule (a test
+still weakened stops ``tests_edited`` again). The same holds for an incident that stopped
+red whose test code changed since its capture: a pass then is judged, never a plain green.
+
+:func:`match_stopped` and :func:`match_green` (loop/stopped.py, with the candidates'
+reading: a green run's cheap look) are the pure rules.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
-from enum import Enum
 from typing import Optional
 
-from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.loop.messages import iteration_prefix
 from pytest_selfheal.loop.resume import capture_hash_on_disk
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.loop.stopped import (
+    ALREADY_STOPPED,
+    STOPPED_LIMIT,
+    Attachment,
+    StickyMatch,
+    StoppedIncident,
+    as_known,
+    match_green,
+    tests_changed,
+)
+from pytest_selfheal.loop.stopped import stopped_incidents as _stopped_incidents
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
-ALREADY_STOPPED = "already_stopped"
-# Stopped incidents compared with a run's failures: the newest ones (ids sort by time).
-STOPPED_LIMIT = 50
 
-
-class Attachment(str, Enum):
-    """What a run's failures held by a stopped incident do to it."""
-
-    ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
-    CONTINUED = "continued"  # code changed: the incident's next iteration
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class StoppedIncident(Frozen):
-    """An incident whose loop stopped without success, as its last evidence left it."""
-
-    incident_id: str
-    bucket: str  # error_inbox (plan_proposed) or an archive bucket (escalated)
-    status: str
-    stop_reason: str  # the recorded stop reason; "archived" when a person archived it
-    iteration: int  # the last attempt number (0: stopped before any verification)
-    fingerprints: frozenset[str]
-    diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class StickyMatch(Frozen):
-    """This run's failures that one stopped incident holds, and what follows."""
-
-    incident: StoppedIncident
-    failures: tuple[Failure, ...]
-    attachment: Attachment
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedIncident]:
+    """The newest ``limit`` incidents that stopped without success, newest first, with the
+    capture's diff hash of one stopped before any attempt (loop/stopped.py)."""
+    return _stopped_incidents(store, limit, capture_hash=capture_hash_on_disk)
 
 
 def match_stopped(
@@ -96,57 +84,17 @@ def match_stopped(
     return matches, rest
 
 
-def _candidate_ids(store: Store) -> list[tuple[str, str]]:
-    """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
-    found: list[tuple[str, str]] = []
-    for bucket in (INBOX, IncidentStatus.ESCALATED):
-        try:
-            names = os.listdir(store.bucket_dir(bucket))
-        except OSError:
-            continue
-        found += [(bucket, n) for n in names if is_incident_id(n)]
-    found.sort(key=lambda pair: pair[1], reverse=True)
-    return found
-
-
-def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedIncident]:
-    """The newest ``limit`` incidents that stopped without success, newest first: escalated
-    (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
-    (``selfheal status`` shows it)."""
-    out: list[StoppedIncident] = []
-    for bucket, incident_id in _candidate_ids(store):
-        if len(out) >= limit:
-            break
-        try:
-            status = store.read_status(incident_id)
-            if status not in (IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED):
-                continue
-            incident = store.read_incident(incident_id)
-            attempts = store.read_attempts(incident_id)
-            run_result = store.read_run_result(incident_id)
-        except SelfhealError:
-            continue
-        if attempts:
-            last = attempts[-1]
-            fingerprints = frozenset(f.fingerprint for f in last.failures if f.fingerprint)
-            diff_hash = last.diff_hash
-        else:
-            fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
-            diff_hash = capture_hash_on_disk(store, incident_id, incident)
-        reason = (run_result.stop_reason if run_result is not None else None) or "archived"
-        if fingerprints:
-            out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
-                                       fingerprints, diff_hash))
-    return out
 
 
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
     stopped = match.incident
+    held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
-                f"{len(match.failures)} failure(s) already stopped ({stopped.stop_reason}), code unchanged "
+                f"{held} already stopped ({stopped.stop_reason}), code unchanged "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
+
 
 
 def next_step(match: StickyMatch) -> str:
@@ -159,7 +107,7 @@ def next_step(match: StickyMatch) -> str:
             f"selfheal reopen {stopped.incident_id}")
 
 
-_LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .*\((\w+)\), code unchanged -> STOP "
+_LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .* already stopped \((\w+)\), .* -> STOP "
                    + ALREADY_STOPPED + r"$")
 
 
@@ -184,13 +132,14 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
     """The ``capture_attached`` event on the stopped incident: a run saw its failures again."""
     store.append_event(
         match.incident.incident_id, ev.CAPTURE_ATTACHED, attachment=match.attachment.value,
-        failures=len(match.failures), nodeids=[f.nodeid or f.test for f in match.failures[:50]],
+        failures=len(match.failures),
+        nodeids=[f.nodeid or f.test for f in match.failures[:50]] or list(match.passed[:50]),
         diff_hash=diff_hash,
     )
 
 
 __all__ = [
-    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "continue_stopped",
-    "match_stopped",
-    "next_step", "parse_already_stopped", "record_attached", "stopped_incidents",
+    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
+    "continue_stopped", "match_green", "match_stopped", "next_step", "parse_already_stopped", "record_attached",
+    "stopped_incidents", "tests_changed",
 ]

@@ -27,6 +27,8 @@ from pytest_selfheal.config.files import find_project_root, is_project, load_con
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
+from pytest_selfheal.loop.messages import UNVERIFIED, unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
@@ -54,6 +56,8 @@ from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
+UNVERIFIED_OUTCOMES = frozenset(outcome for outcome, _label in UNVERIFIED)  # skipped, missing
+NOT_LOADED = "is `-p no:selfheal` in addopts or PYTEST_ADDOPTS?"
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
 PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
 _SECTION = re.compile(r"^-+ selfheal -+$")
@@ -310,23 +314,34 @@ class Project:
         captured = [i for i in after if i not in before]
         iterated = [i for i in after if i in before and after[i][2] != before[i][2]]
         code = ran.exit_code
+        section = _plugin_section(lines)
         if not captured and not iterated and code not in (0, 1):
+            refused = next((one_line(line, 300) for line in lines if "unrecognized arguments: --selfheal" in line), "")
+            if refused:
+                raise SelfhealError(f"the selfheal plugin is not loaded in the test run ({NOT_LOADED}): {refused}")
             first = next((one_line(line, 300) for line in lines if line.startswith(("ERROR", "E "))), "")
             raise SelfhealError(f"{describe_pytest_exit(code)} (exit code {code}); nothing was recorded"
                                 + (f": {first}" if first else ""))
-        return self._verdict(effective, store, code, _counts(lines), after, captured, iterated,
-                             _plugin_section(lines))
+        if not captured and not iterated and code == 1 and not section:
+            # A red run the plugin neither recorded nor spoke about: it did not run in it.
+            last = next((one_line(line, 300) for line in reversed(lines) if line.strip()), "")
+            raise SelfhealError(
+                f"the test run failed and the selfheal plugin recorded nothing: it did not run there ({NOT_LOADED}, "
+                "or pytest missing from this interpreter)" + (f"; the run's last line: {last}" if last else ""))
+        return self._verdict(effective, store, code, _counts(lines), after, captured, iterated, section)
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
                  after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> RunVerdict:
         made = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         ran: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
+        unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
+            unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
             ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -348,7 +363,10 @@ class Project:
                       "tests; then call run_tests again without arguments: that run replays the capture's pytest "
                       "options and is the incident's next iteration"))
         if ran is not None:
-            return replace(ran, summary=self._iteration_summary(ran), next=self._next(ran, store))
+            nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
+                "" if ran.decision is Decision.STOP else ", and a second such run in a row stops (no_fix_found)")
+            return replace(ran, summary=self._iteration_summary(ran) + (nothing if unchanged else ""),
+                           next=self._next(ran, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
@@ -356,7 +374,7 @@ class Project:
             return made(decision=Decision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
                         iteration=iteration, status=store.read_status(incident_id), bucket=bucket,
                         stopped_because=why,
-                        summary=f"these failures are incident {incident_id}'s, which stopped ({why}); the code "
+                        summary=f"this run's tests are incident {incident_id}'s, which stopped ({why}); the code "
                                 "under test has not changed since, so this run is not a new attempt",
                         next=f"stop here and report to the user; the loop goes on only after a code change or "
                              f"`selfheal reopen {incident_id}` (the user's decision)")
@@ -383,6 +401,13 @@ class Project:
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
         if verdict.decision is Decision.CONTINUE:
+            last = store.read_attempts(str(verdict.incident_id))[-1]
+            missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
+            if missing:
+                # Not run is not fixed: the budget goes on, the agent must make them run again.
+                return (f"{unverified_summary(missing)}: not verified, and this run counts toward the budget; "
+                        "make them run again (never delete, rename, skip or deselect a failing test), change the "
+                        "code at the target paths, then call run_tests again")
             return "change the code at the target paths, then call run_tests again"
         if verdict.status == FinalStatus.RESOLVED:
             return f"done: {verdict.incident_id} is archived as resolved"
@@ -416,7 +441,8 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
-                              allow_binary=effective.settings.repair.allow_binary)
+                              allow_binary=effective.settings.repair.allow_binary,
+                              allow_test_edits=effective.settings.repair.allow_test_edits)
 
     def approval_question(self, proposed: ProposedPatch) -> str:
         """What the user is asked before ``apply``: the patch, its files, whether it was
@@ -447,14 +473,18 @@ def current_view(store: Store, incident_id: str) -> IncidentView:
     if not view.attempts:
         return view
     last = view.attempts[-1]
+    # Still to fix: what failed, and what ran to no verdict (skipped, deselected, gone).
     failing = {entry.nodeid or entry.test for entry in last.failures}
+    failing |= {n for n, outcome in last.outcomes.items() if outcome in UNVERIFIED_OUTCOMES}
     causes = []
     for cause in view.root_causes:
         nodeids = tuple(n for n in cause.nodeids if n in failing)
         if nodeids:
             causes.append(replace(cause, nodeids=nodeids))
-    return replace(view, incident=replace(view.incident, failures=last.failures), root_causes=tuple(causes),
-                   now=f"attempt #{last.iteration}: {len(last.failures)} of the selection still failing")
+    unverified = len(failing) - len(last.failures)
+    now = f"attempt #{last.iteration}: {len(last.failures)} of the selection still failing" + (
+        f", {unverified} not verified (skipped, deselected or no longer collected)" if unverified > 0 else "")
+    return replace(view, incident=replace(view.incident, failures=last.failures), root_causes=tuple(causes), now=now)
 
 
 __all__ = ["FOR_THE_USER", "Project", "ToolResult"]

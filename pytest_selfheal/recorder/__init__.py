@@ -30,6 +30,7 @@ from pytest_selfheal.names import (
     INCIDENT_PREFIX,
     INI_KEYS,
     RECORDER_PLUGIN,
+    archive_dir,
     global_config_path,
     project_config_paths,
 )
@@ -291,6 +292,7 @@ class Recorder:
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
+        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     def _open_incidents(self) -> list[OpenIncident]:
@@ -384,6 +386,13 @@ class Recorder:
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
                 self.outcomes[nodeid] = outcome
 
+    def known_id(self, nodeid: str) -> str:
+        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        # Imported here: only a run with incidents on disk compares ids with them.
+        from pytest_selfheal.records.redacted import bounded_nodeid
+
+        return self.redactor.redact(bounded_nodeid(nodeid))
+
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
         holding a secret) its redacted form, as stored (docs/redaction.md)."""
@@ -408,9 +417,62 @@ class Recorder:
         project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
         return Store(self.reports_root, redactor=self.redactor)
 
-    def has_work(self) -> bool:
-        """Whether the session end has anything to record: a failure, or a test an open incident verifies."""
-        return bool(self.failed or self.outcomes)
+    def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
+        """Open incidents' selected tests this run should have run and has no outcome for
+        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
+        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
+        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
+            return set()
+        # Imported here: only a run with open incidents watches node ids.
+        from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
+
+        rootdir = Path(self.config.rootpath)
+        scopes = []
+        for arg in self.config.args:
+            path, _, rest = str(arg).partition("::")
+            scopes.append((Path(os.path.abspath(Path(self.config.invocation_params.dir, path))), rest))
+        gone = set()
+        for nodeid in self.watched - self.outcomes.keys():
+            if is_redacted(nodeid) or TRUNCATED in nodeid:
+                continue  # an id holding a secret cannot be placed
+            path, _, rest = nodeid.partition("::")
+            where = Path(os.path.abspath(rootdir / path))
+            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
+                   or (not inner and scope in where.parents) for scope, inner in scopes):
+                gone.add(nodeid)
+        return gone
+
+    def _stopped_hold_passed(self) -> bool:
+        """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
+        cheap look: the store and the incidents' last attempts, none of the capture side."""
+        # Imported here: only a reports root holding incidents is looked at.
+        from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.loop.stopped import holds_passed
+
+        try:
+            return holds_passed(self.store(), Path(self.config.rootpath), self.passed, self.known_id)
+        except SelfhealError:
+            return False
+
+    def has_stopped_incidents(self) -> bool:
+        """Cheap look before loading the loop side: any escalated or inbox incident at all."""
+        for folder in (self.reports_root / archive_dir("escalated"), self.reports_root / INBOX_DIR):
+            try:
+                with os.scandir(folder) as entries:
+                    if any(True for _ in entries):
+                        return True
+            except OSError:
+                continue
+        return False
+
+    def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
+        """Whether the session end has anything to record: a failure, a test an open incident
+        verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
+        loop/sticky.py). Sets :attr:`gone`."""
+        self.gone = self._gone(session, exitstatus)
+        return bool(self.failed or self.outcomes or self.gone or (
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""

@@ -9,7 +9,6 @@ loop, and writes the report.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -21,10 +20,9 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.names import INBOX_DIR, archive_dir
 from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder
 from pytest_selfheal.records.redacted import bounded_nodeid
-from pytest_selfheal.records.vocab import FinalStatus, Line, Tone
+from pytest_selfheal.records.vocab import Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
@@ -90,9 +88,10 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     )
     covered: set[str] = set()
     still_open: list[str] = []
+    iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
     # The run's replayable options: compared by agent mode, recorded by a capture.
-    options, options_problem = capture_options(recorder.config) if recorder.outcomes or failures else ([], None)
-    if recorder.outcomes:
+    options, options_problem = capture_options(recorder.config)
+    if recorder.outcomes or recorder.gone:
         # Imported here: a run that only captures never loads the loop side.
         from pytest_selfheal.loop.agent_mode import record_agent_attempts
 
@@ -109,13 +108,14 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             exit_code=exitstatus,
             run_options=None if options_problem else options,
             run_dir=invocation_dir(recorder.config),
+            gone=recorder.gone,
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
-        covered, still_open = agent.covered, agent.still_open
+        covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
-    if remaining and not still_open and not recorder.ci_run and _has_stopped_incidents(recorder):
+    if (remaining or recorder.passed) and not still_open and not recorder.ci_run and recorder.has_stopped_incidents():
         remaining, continued = _attach_to_stopped(recorder, remaining, failures, git, exitstatus,
-                                                  None if options_problem else options)
+                                                  None if options_problem else options, iterated)
         still_open += continued
     if remaining and still_open:
         # One incident at a time: new failures wait in the attempt until the open one closes.
@@ -155,24 +155,14 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     _write_report(recorder)
 
 
-def _has_stopped_incidents(recorder: Recorder) -> bool:
-    """Cheap look before loading the loop side: any escalated or inbox incident at all."""
-    for folder in (recorder.reports_root / archive_dir(FinalStatus.ESCALATED.value), recorder.reports_root / INBOX_DIR):
-        try:
-            if any(True for _ in os.scandir(folder)):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _attach_to_stopped(
     recorder: Recorder, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
-    run_options: Optional[list[str]],
+    run_options: Optional[list[str]], iterated: list[str],
 ) -> tuple[list[Any], list[str]]:
     """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-    incident. Code unchanged → STOP already_stopped; changed → that incident's next
-    iteration. Returns the failures left to capture and the incidents still open."""
+    incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
+    already_stopped; changed → that incident's next iteration. Returns the failures left to
+    capture and the incidents still open."""
     # Imported here: a run that only captures never loads the loop side.
     from pytest_selfheal.loop import agent_mode, sticky
 
@@ -182,7 +172,12 @@ def _attach_to_stopped(
         return remaining, []
     root = Path(recorder.config.rootpath)
     diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
-    matches, rest = sticky.match_stopped(stopped, remaining, diff)
+    matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
+    matches += sticky.match_green(
+        stopped, sticky.as_known(stopped, recorder.passed, recorder.known_id), {f.nodeid for f in failures if f.nodeid},
+        diff,
+        sticky.tests_changed(store, root),
+        taken={m.incident.incident_id for m in matches} | set(iterated))
     still_open: list[str] = []
     max_iterations = recorder.effective.settings.max_iterations
     for match in matches:

@@ -101,6 +101,17 @@ class Failure(Frozen):
         # failures never have one).
         return tuple(f.name for f in fields(self) if f.name != "root_cause" or self.root_cause is not None)
 
+    @classmethod
+    def from_entry(cls, entry: FailureEntry) -> Failure:
+        """The failure a recorded entry (an incident's or an attempt's) describes; a key the
+        file lacks takes the default a capture would have written."""
+        return cls(
+            test=entry.test or entry.nodeid or "", fingerprint=entry.fingerprint, signature=entry.signature,
+            scheme=entry.scheme or 1, failure_type=entry.failure_type or "UNKNOWN", code_fixable=bool(entry.code_fixable),
+            transient=bool(entry.transient), failure_class=entry.failure_class or "deterministic", message=entry.message,
+            outcome=entry.outcome or OUTCOME_FAILED, nodeid=entry.nodeid, target_paths=list(entry.target_paths),
+        )
+
     def to_entry(self) -> FailureEntry:
         """The failure as an incident's ``failures`` entry, written with the same keys
         (``keys``: a null node id or empty target paths are written, as read)."""

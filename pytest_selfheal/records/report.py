@@ -382,6 +382,7 @@ class IncidentEntry(Frozen):
     triage: tuple[TriageEntry, ...]
     decision_point: Optional[Mapping[str, object]]
     handoff: Mapping[str, object]
+    repair: Optional[Mapping[str, object]] = None  # what the repair did (None: no provider ran)
 
     def to_json(self) -> dict[str, object]:
         """The incident's object in the report JSON."""
@@ -398,7 +399,7 @@ class IncidentEntry(Frozen):
             "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
             "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
             "new_failures": [f.to_json() for f in self.new_failures], "triage": [t.to_json() for t in self.triage],
-            "decision_point": self.decision_point, "handoff": self.handoff,
+            "decision_point": self.decision_point, "handoff": self.handoff, "repair": self.repair,
         }
 
 

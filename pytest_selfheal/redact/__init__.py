@@ -44,20 +44,27 @@ from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.redacted import REDACTED, URL_MASK, is_redacted, runnable_nodeid
 from pytest_selfheal.redact.context import (
     ENCODED_URL,
+    HEADER_WORDS,
     NETRC,
+    QUERY_SECRET,
     SHORTENED_ITEM,
+    SLACK_WEBHOOK,
     TUPLE_HEADER,
+    WEBHOOK,
     aws_pair_pass,
+    command_pass,
     encoded_url_repl,
     fold,
+    label_repl,
     lazy,
-    mysql_pass,
-    netrc_repl,
     shortened_repl,
+    spliced,
     sub_spans,
     tuple_header_repl,
+    url_pass,
     written_forms,
 )
+from pytest_selfheal.redact.formats import ANY_TOKEN, ANY_TOKEN_NEEDLE, TOKEN_KINDS, pem_pass, token_pass
 
 DEFAULT_ENV_NAMES: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
@@ -85,92 +92,6 @@ def _quote_aware(value: str) -> str:
     return REDACTED
 
 
-# --- token formats: case-sensitive, each with a literal prefix -------------------------------
-
-# (kind, needles (pass skipped unless one occurs), regex). The whole match is replaced.
-_TOKEN_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    # GitHub: classic PAT, OAuth, user-to-server, server-to-server, refresh; fine-grained PAT.
-    ("github_token", ("gh", "github_pat_"), r"g(?:h[pousr]_[A-Za-z0-9]{10,255}|ithub_pat_[A-Za-z0-9_]{10,255})"),
-    # OpenAI-style secret keys (sk-..., sk-proj-...).
-    ("sk_key", ("sk-",), r"sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,255}"),
-    # AWS access key ids (long-term AKIA, temporary ASIA) and Google API keys.
-    ("aws_key_id", ("AKIA", "ASIA"), r"AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}"),
-    ("google_api_key", ("AIza",), r"AIza[0-9A-Za-z_\-]{35}"),
-    # Slack bot/user/app/refresh tokens.
-    ("slack_token", ("xox", "xapp-"), r"x(?:ox[abprse]-[A-Za-z0-9-]{10,255}|app-[0-9]-[A-Za-z0-9-]{10,255})"),
-    # JWTs: base64url header and payload both start with '{"' -> "eyJ".
-    ("jwt", ("eyJ",), r"eyJ[A-Za-z0-9_\-]{2,8192}\.eyJ[A-Za-z0-9_\-]{2,65536}\.[A-Za-z0-9_\-]{0,8192}"),
-    ("pypi_token", ("pypi-AgE",), r"pypi-AgE[A-Za-z0-9_\-]{20,512}"),
-    ("npm_token", ("npm_",), r"npm_[A-Za-z0-9]{36}"),
-    ("stripe_key", ("k_live_", "k_test_"), r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,255}"),
-    # GitLab personal/project/group access tokens.
-    ("gitlab_token", ("glpat-",), r"glpat-[A-Za-z0-9_\-]{20,255}"),
-    # Hugging Face access tokens: "hf_" + 34 letters and digits (no "_": identifiers stay).
-    ("huggingface_token", ("hf_",), r"hf_[A-Za-z0-9]{30,255}"),
-    # SendGrid API keys: "SG." + 22 + "." + 43.
-    ("sendgrid_key", ("SG.",), r"SG\.[A-Za-z0-9_\-]{16,64}\.[A-Za-z0-9_\-]{16,128}"),
-)
-
-_TOKEN_PASSES: tuple[tuple[str, tuple[str, ...], Callable[[], re.Pattern[str]]], ...] = tuple(
-    (kind, needles, lazy(rx)) for kind, needles, rx in _TOKEN_KINDS
-)
-# Used to decide whether a URL user name is itself a secret.
-_ANY_TOKEN = lazy("|".join(rx for _, _, rx in _TOKEN_KINDS))
-
-# --- structured kinds: case-sensitive, own replacement ---------------------------------------
-
-# PEM private key blocks, multi-line. The body is the PEM alphabet (base64, whitespace, the
-# "Proc-Type:"/"DEK-Info:" headers, and "\\": a block inside a Python repr has its line
-# breaks escaped, "\\n", once per level of repr) up to the END line; a block cut short (a log
-# tail) is redacted up to where the alphabet stops. Once BEGIN matched the match cannot
-# fail, so each character is scanned once.
-_PEM = lazy(
-    r"(?P<begin>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)"
-    r"[A-Za-z0-9+/=\s:,.\\]*(?:(?:\[REDACTED\]|-(?!----END))[A-Za-z0-9+/=\s:,.\\]*)*"
-    r"(?P<end>-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"
-)
-
-
-_ESCAPED_NEWLINE = lazy(r"\\+n")
-
-
-def _pem_repl(m: re.Match[str], text: str) -> str:
-    # A block inside a repr keeps its escaped line breaks: the repr stays one line.
-    block = m.group(0)
-    escaped = _ESCAPED_NEWLINE().search(block) if "\n" not in block else None
-    sep = escaped.group(0) if escaped is not None else "\n"
-    return f"{m.group('begin')}{sep}{REDACTED}{sep}{m.group('end') or ''}"
-
-
-# URL credentials: scheme://user:password@host, or a long user-only token
-# (https://<token>@host: at least 20 characters with a digit and a letter, so not a user
-# name). Anchored on "://" (the scheme is left alone) so the scan has a literal prefix.
-_URL = lazy(
-    r"://(?:"
-    r"(?P<user>[^\s:/@\[\]\"'<>]{0,256}):(?P<pw>[^\s/@\"'<>]{1,1024})@"
-    r"|(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])(?P<only>[A-Za-z0-9_\-]{20,256})@"
-    r")"
-)
-
-
-def _url_repl(m: re.Match[str], text: str) -> str:
-    if m.group("only") is not None:
-        return f"://{URL_MASK}@"
-    user = m.group("user")
-    # A user name that is itself a token (https://ghp_x:x-oauth-basic@...) goes too.
-    if user and user != URL_MASK and (_ANY_TOKEN().search(user) or REDACTED in user):
-        user = URL_MASK
-    return f"://{user}:{URL_MASK}@"
-
-
-# Slack incoming webhooks: the path is the secret.
-_SLACK_WEBHOOK = lazy(r"(?P<pre>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]+")
-
-
-def _slack_repl(m: re.Match[str], text: str) -> str:
-    return m.group("pre") + REDACTED
-
-
 # --- labels: matched case-insensitively on a lower-cased copy --------------------------------
 
 # The value after a label: the marker (listed first, so an already redacted value is matched
@@ -187,16 +108,18 @@ _VALUE = (
     r"|\\{0,4}[\"']?[^\s\"'`,;&]+)"
 )
 # Assignment operators; "==" is a comparison (``assert tokens == [...]``): redacting it would
-# garble assertion messages and their fingerprints.
-_OP = r"(?:=>|:=|:|=(?!=))"
+# garble assertion messages and their fingerprints; "::" separates the parts of a node id
+# (``test_auth.py::TestToken::test_refresh`` names a test, it assigns nothing).
+_COLON = r":(?!:)"
+_OP = r"(?:=>|:=|" + _COLON + r"|=(?!=))"
 
 _LABELS = lazy(
     # Authorization headers: HTTP, curl -H, dict reprs, JSON; the scheme word is kept.
-    r"(?P<auth_label>(?:proxy-)?authorization[\"']?\s{0,10}[:=]\s{0,10}[\"']?"
+    r"(?P<auth_label>(?:proxy-)?authorization[\"']?\s{0,10}(?:" + _COLON + r"|=)\s{0,10}[\"']?"
     r"(?:(?:bearer|basic|token|digest|negotiate|bot)\s{1,10})?)"
     r"(?P<auth_value>\[redacted\]|[^\s\"',;]+)"
     # Cookie headers: every cookie of the header is a session credential.
-    r"|(?P<cookie_label>(?:set-)?cookie[\"']?[ \t]{0,10}:[ \t]{0,10}[\"']?)"
+    r"|(?P<cookie_label>(?:set-)?cookie[\"']?[ \t]{0,10}" + _COLON + r"[ \t]{0,10}[\"']?)"
     r"(?P<cookie_value>\[redacted\]|[^\n\"']+)"
     # AWS secret access keys after their label.
     r"|(?P<aws_label>(?:aws_?secret_?access_?key|aws_?secret_?key|secret_?access_?key)"
@@ -232,7 +155,6 @@ _LABEL_NEEDLES: tuple[str, ...] = ("authorization", "bearer", "pass", "secret", 
 
 # One search for every needle instead of a substring test per needle (most texts hold none).
 _ANY_LABEL_NEEDLE = lazy("|".join(re.escape(n) for n in _LABEL_NEEDLES))
-_ANY_TOKEN_NEEDLE = lazy("|".join(re.escape(n) for _, needles, _ in _TOKEN_KINDS for n in needles))
 
 _LABEL_KINDS = ("auth", "cookie", "aws", "bearer", "assign")
 # The longest a label can be from its keyword to its value (keyword, suffix, quote, spaces,
@@ -268,10 +190,13 @@ BUILTIN_KINDS: tuple[str, ...] = (
     "slack_webhook",
     "cookie_header",
     "netrc_password",
-    "mysql_password_option",
+    "command_line_password",
+    "signed_url_parameter",
+    "webhook_url",
+    "header_tuple",
     "aws_secret_next_to_key_id",
     "shortened_item",
-) + tuple(kind for kind, _, _ in _TOKEN_KINDS)
+) + tuple(dict.fromkeys(kind.kind for kind in TOKEN_KINDS))
 
 def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> int:
     """Where the redaction of a value must end.
@@ -293,6 +218,47 @@ def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> in
             return end
 
 
+_WORD_BEFORE = lazy(r"[a-z0-9_\-]{0,64}$")
+
+
+def _in_path(folded: str, start: int) -> bool:
+    """Whether the word holding a label keyword at ``start`` is the last part of a path
+    (``'/etc/passwd': expected``, ``/run/secrets/db_password``): a file name, not a label."""
+    word = _WORD_BEFORE().search(folded, max(0, start - 64), start)
+    begin = word.start() if word is not None else start
+    return begin > 0 and folded[begin - 1] == "/"
+
+
+# A label's suffix naming a property of the secret, not the secret: ``token_type: bearer``,
+# ``token_count: 1``, ``password_file: /run/x``, ``tokenize.TokenError: (...)``.
+_PROPERTY_SUFFIXES = frozenset(
+    "count counts type types kind length len size limit min max url uri urls endpoint host file files path dir"
+    " name names expiry expires expires_at expires_in expiration ttl lifetime timeout policy hint reset strength"
+    " format version scope scopes source error errors exception warning required enabled".split()
+)
+# An unquoted value that is code: a dotted name called, or called or subscripted with a
+# string (a traceback's source line ``password = form.cleaned_data["password"]``, pytest's
+# ``where 'passwd' = os.path.basename('/etc/passwd')``).
+_CODE_VALUE = lazy(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+(?:\(\)|[\[(](?=[\"']))")
+
+
+def _names_no_value(m: re.Match[str], folded: str) -> bool:
+    """Whether a matched label is a name rather than a secret's label (see above); a bare
+    ``pass`` before a number is a count (``pass: 12, fail: 3``)."""
+    if m.start("assign_label") == -1:
+        return False
+    if m.group("suffix").lstrip("_-") in _PROPERTY_SUFFIXES:
+        return True
+    code = _CODE_VALUE().match(folded, m.start("assign_value"))
+    if code is not None and code.end() == m.end("assign_value"):
+        return True
+    value = m.group("assign_value")
+    start = m.start("assign_label")
+    # Only a word of its own: DB_PASS=123456 is a password.
+    alone = start == 0 or not (folded[start - 1].isalnum() or folded[start - 1] in "_-")
+    return alone and folded[start : m.start("suffix")] == "pass" and value.isdigit()
+
+
 def _labels_pass(text: str, folded: str) -> str:
     """Replace label values, matching on ``folded`` (lower-cased ``text``, same indexes)."""
     out: list[str] = []
@@ -302,7 +268,7 @@ def _labels_pass(text: str, folded: str) -> str:
         if start < last:  # inside a value already replaced
             continue
         m = _LABELS().match(folded, start)
-        if m is None:
+        if m is None or _in_path(folded, start):
             continue
         # Prefer the label nearest its value: "TOKENAuthorization: Bearer x" is an
         # Authorization header, not token="Authorization:" (the suffix swallowed a label).
@@ -314,20 +280,21 @@ def _labels_pass(text: str, folded: str) -> str:
                     break
             else:
                 break
+        if _names_no_value(m, folded):
+            continue
         end = _extend_over_swallowed_labels(folded, m.start(f"{_label_kind(m)}_value"), m.end())
         out.append(text[last:start])
         out.append(_labels_repl(m, text, end))
         last = end
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
+    return spliced(out, text, last)
 
 
 # Command-line options carrying a secret: ``--api-key VALUE``, ``--token VALUE``, ``-p`` is not
 # covered (too ambiguous). The value must not look like another option.
+# Also as an argv list's repr: ``['--password', 'VALUE']``.
 _OPTION_SECRET = lazy(
-    r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|pass(?:word|wd)?|secret|[a-z]*[_-]?secret)[ \t]+)"
+    r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|(?:[a-z]+-)?pass(?:word|wd)?|secret|[a-z]*[_-]?secret)"
+    r"(?:[ \t]+|(?P<q>[\"']),[ \t]*(?P=q)))"
     r"(?!-|\[REDACTED\])(?P<value>[^\s\"']+)",
     re.IGNORECASE,
 )
@@ -336,35 +303,36 @@ _OPTION_SECRET = lazy(
 def _builtin_pass(text: str) -> str:
     if "--" in text or " -" in text:
         text = _OPTION_SECRET().sub(lambda m: m.group("label") + REDACTED, text)
-    if " -p" in text:
-        text = mysql_pass(text)
+    if "-p" in text or "-u" in text or "-U" in text or "--" in text:
+        text = command_pass(text)
     if "...'" in text or '..."' in text or "'..." in text or '"...' in text:
         text = sub_spans(SHORTENED_ITEM(), text, text, shortened_repl)
     if "AKIA" in text or "ASIA" in text:
         text = aws_pair_pass(text)
-    if "-----BEGIN" in text:
-        text = sub_spans(_PEM(), text, text, _pem_repl)
+    if "-----" in text:
+        text = pem_pass(text)
+    # Token formats before the labels: a token split by a line break after its label is
+    # replaced whole, not its first line as the label's value.
+    if ANY_TOKEN_NEEDLE().search(text):
+        text = token_pass(text)
     folded = fold(text)
     if _ANY_LABEL_NEEDLE().search(folded):
         text = _labels_pass(text, folded)
     if "password" in folded:
-        text = sub_spans(NETRC(), fold(text), text, netrc_repl)
-    if "://" in text:
-        text = sub_spans(_URL(), text, text, _url_repl)
+        text = sub_spans(NETRC(), fold(text), text, label_repl)
+    if "=" in text and ("?" in text or "&" in text):
+        text = sub_spans(QUERY_SECRET(), fold(text), text, label_repl)
+    if "://" in text and "@" in text:
+        text = url_pass(text, lambda user: ANY_TOKEN().search(user) is not None)
     if "%3a%2f%2f" in folded:
         text = sub_spans(ENCODED_URL(), fold(text), text, encoded_url_repl)
-    if "," in text and any(word in folded for word in _HEADER_WORDS):
+    if "," in text and any(word in folded for word in HEADER_WORDS):
         text = sub_spans(TUPLE_HEADER(), fold(text), text, tuple_header_repl)
-    if "hooks.slack.com/" in text:
-        text = sub_spans(_SLACK_WEBHOOK(), text, text, _slack_repl)
-    if _ANY_TOKEN_NEEDLE().search(text):
-        for _kind, needles, regex in _TOKEN_PASSES:
-            if any(n in text for n in needles):
-                text = regex().sub(REDACTED, text)
+    if "hook" in folded:
+        text = sub_spans(SLACK_WEBHOOK(), text, text, label_repl)
+        if "://" in text:
+            text = sub_spans(WEBHOOK(), fold(text), text, label_repl)
     return text
-
-
-_HEADER_WORDS = ("authorization", "cookie", "api-key", "auth-token")
 
 
 def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 
-from pytest_selfheal.records.redacted import REDACTED
+from pytest_selfheal.records.redacted import REDACTED, URL_MASK
 
 _Replacer = Callable[["re.Match[str]", str], str]
 
@@ -35,6 +35,15 @@ def fold(text: str) -> str:
     return folded if len(folded) == len(text) else text.translate(_ASCII_LOWER)
 
 
+def spliced(out: list[str], text: str, last: int) -> str:
+    """``text`` rebuilt from the pieces ``out`` of its first ``last`` characters and the rest
+    (``text`` itself when nothing was replaced)."""
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
 def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) -> str:
     """Like ``regex.sub`` but matching on ``scanned`` (same length as ``text``) and keeping
     ``text`` between the matches."""
@@ -44,10 +53,7 @@ def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) 
         out.append(text[last : m.start()])
         out.append(repl(m, text))
         last = m.end()
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
+    return spliced(out, text, last)
 
 
 # netrc entries: ``machine host login user password VALUE`` (whitespace-separated, any
@@ -55,31 +61,56 @@ def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) 
 NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
 
 
-def netrc_repl(m: re.Match[str], text: str) -> str:
-    return text[m.start("label") : m.end("label")] + REDACTED
+# Command lines carry a password by position: ``curl -u user:PASS``, ``sshpass -p PASS``,
+# ``docker login -p PASS``, ``mysql -pPASS``. Each option only on a line that runs its
+# command (elsewhere ``-p`` is a pytest plugin, ``-u`` a flag of sort), written in a shell
+# line or as a Python argv list (``['curl', '-u', 'user:PASS']``).
 
 
-# MySQL/MariaDB clients take the password glued to ``-p`` (``mysql -uroot -pSECRET``). Only
-# on a line that runs one of them: elsewhere ``-pno:cacheprovider`` is a pytest option.
-_MYSQL_CLIENT = lazy(r"mysql|mariadb")
-_MYSQL_PASSWORD = lazy(r"(?<![\w-])-p(?![\s-])(?!\[REDACTED\])\S+")
+def _sep(group: str, glued: bool = False) -> str:
+    """Between an option and its value: blanks, ``=``, an argv repr's ``', '`` (or nothing),
+    then the value's opening quote if it has one (``-p 'PASS'``)."""
+    return rf"(?:[ \t]+|=|(?P<{group}>[\"']),[ \t]*(?P={group}){'|' if glued else ''})[\"']?"
 
 
-def mysql_pass(text: str) -> str:
-    out: list[str] = []
-    last = 0
-    for client in _MYSQL_CLIENT().finditer(fold(text)):
-        if client.start() < last:
-            continue
-        end = text.find("\n", client.end())
-        end = len(text) if end == -1 else end
-        out.append(text[last : client.end()])
-        out.append(_MYSQL_PASSWORD().sub("-p" + REDACTED, text[client.end() : end]))
-        last = end
-    if not out:
+_COMMANDS: tuple[tuple[Callable[[], re.Pattern[str]], Callable[[], re.Pattern[str]]], ...] = (
+    (lazy(r"mysql|mariadb"), lazy(r"(?<![\w-])(?P<label>-p[\"']?)(?![\s\-'\",])(?!\[REDACTED\])(?P<value>[^\s'\"]+)")),
+    (lazy(r"curl"), lazy(r"(?<![\w-])(?P<label>(?:-[uU]" + _sep("q1", glued=True) + r"|--(?:proxy-)?user" + _sep("q2") + r")"
+                         r"[^\s'\":]{0,256}:)(?P<value>[^\s'\"]+)")),
+    (lazy(r"sshpass"), lazy(r"(?<![\w-])(?P<label>-p" + _sep("q", glued=True) + r")(?![-,])(?P<value>[^\s'\"]+)")),
+    (lazy(r"(?:docker|podman|buildah|skopeo|nerdctl|oras|helm)\b[^\n]{0,64}?\blogin\b"),
+     lazy(r"(?<![\w-])(?P<label>(?:-p|--password)" + _sep("q") + r")(?![-,])(?P<value>[^\s'\"]+)")),
+)
+
+
+def _redact_option(m: re.Match[str]) -> str:
+    return m.group("label") + REDACTED
+
+
+# One search before the commands' own (each compiled only when its command occurs).
+_ANY_COMMAND = lazy(r"mysql|mariadb|curl|sshpass|docker|podman|buildah|skopeo|nerdctl|oras|helm")
+
+
+def command_pass(text: str) -> str:
+    """The password options of the commands above, on the rest of each line that runs one."""
+    folded = fold(text)
+    if _ANY_COMMAND().search(folded) is None:
         return text
-    out.append(text[last:])
-    return "".join(out)
+    for client, option in _COMMANDS:
+        out: list[str] = []
+        last = 0
+        for run in client().finditer(folded):
+            if run.start() < last:
+                continue
+            end = text.find("\n", run.end())
+            end = len(text) if end == -1 else end
+            out.append(text[last : run.end()])
+            out.append(option().sub(_redact_option, text[run.end() : end]))
+            last = end
+        if out:
+            text = spliced(out, text, last)
+            folded = fold(text)
+    return text
 
 
 # An AWS secret access key has no format of its own, but it travels with its key id: a
@@ -104,10 +135,7 @@ def aws_pair_pass(text: str) -> str:
         out.append(text[last:start])
         out.append(_AWS_SECRET().sub(REDACTED, text[start:end]))
         last = end
-    if not out:
-        return text
-    out.append(text[last:])
-    return "".join(out)
+    return spliced(out, text, last)
 
 
 # pytest shortens a long item of an assertion diff by cutting its head: ``'...v2H4s9ZAs1kmrv'``.
@@ -123,11 +151,15 @@ def shortened_repl(m: re.Match[str], text: str) -> str:
     return f"{m.group('q')}...{body}{m.group('q')}"
 
 
-# ('Authorization', 'Basic dXNlcjpwYXNz'): a header as a (name, value) tuple or list item.
+# ('Authorization', 'Basic dXNlcjpwYXNz'): a header as a (name, value) tuple or list item,
+# also as ASGI writes it, in bytes: (b'cookie', b'session=...').
 TUPLE_HEADER = lazy(
-    r"(?P<label>(?P<q>[\"'])(?:proxy-)?(?:authorization|cookie|set-cookie|x-api-key|x-auth-token|api-key)"
-    r"(?P=q)\s{0,4},\s{0,4}(?P<q2>[\"']))(?P<value>[^\"'\n]{1,4096})(?P=q2)"
+    r"(?P<label>b?(?P<q>[\"'])(?:proxy-authorization|authorization|cookie|set-cookie"
+    r"|[a-z0-9\-]{0,32}(?:api-?key|token|secret|password))"
+    r"(?P=q)\s{0,4},\s{0,4}b?(?P<q2>[\"']))(?P<value>[^\"'\n]{1,4096})(?P=q2)"
 )
+#: Words one of which a header tuple's name holds (its pass runs only then).
+HEADER_WORDS = ("authorization", "cookie", "key", "token", "secret", "password")
 
 
 def tuple_header_repl(m: re.Match[str], text: str) -> str:
@@ -143,6 +175,102 @@ def encoded_url_repl(m: re.Match[str], text: str) -> str:
     """Keep the user, hide the password (as the plain URL pass does)."""
     start, end = m.span("value")
     return text[m.start():start] + "***" + text[end:m.end()]
+
+
+# URL credentials: ``scheme://user:password@host``, the password whatever its characters
+# (``/``, ``@``, ``:``, ``%``-escapes), or a long user-only token (https://<token>@host: at
+# least 20 characters with a digit and a letter, so not a user name). Anchored on "://" (the
+# scheme is left alone) so the scan has a literal prefix; where the userinfo ends is decided
+# by :func:`_userinfo_end`.
+_URL = lazy(
+    r"://(?:"
+    r"(?P<user>\[REDACTED\]|[^\s:/@\[\]\"'<>]{0,256}):"
+    r"|(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])(?P<only>[A-Za-z0-9_\-]{20,256})@"
+    r")"
+)
+# The rest of the URL after ``user:``, scanned up to the next "://" only (a password holds
+# none, and a nested URL is its own match): each character is scanned once.
+_REST = lazy(r"[^\s\"'<>]{1,1024}")
+_MAX_REST = 1024
+# What follows the ``@`` that ends a userinfo: a host, a port, then the end of the authority.
+_HOST_AFTER = lazy(r"(?:\[[0-9A-Fa-f:.]{2,64}\]|[A-Za-z0-9._~%\-]{1,253})(?::[0-9]{0,5})?(?:[/?#\\),;\]}|]|$)")
+# host:port/path, not user:password (``http://localhost:8080/users/bob@example.com``).
+_PORT_THEN_PATH = lazy(r"[0-9]{0,5}[/?#]")
+
+
+def _userinfo_end(rest: str) -> int:
+    """The index of the ``@`` that ends the password in ``rest`` (what follows ``user:``), or -1.
+
+    The last ``@`` followed by a host, before the query of the first such host: a password
+    may hold ``@`` and ``/`` (``p@ss/w0rd@db/app``), a path may hold ``/@scope`` and a query
+    ``?email=a@b.com``. No ``@`` followed by a host: the last ``@`` (the safe direction).
+    """
+    if "@" not in rest or _PORT_THEN_PATH().match(rest):
+        return -1
+    hosts: list[int] = []
+    ats: list[int] = []
+    at = rest.find("@")
+    while at != -1:
+        if rest[at - 1 : at] != "/":
+            ats.append(at)
+            if _HOST_AFTER().match(rest, at + 1):
+                hosts.append(at)
+        at = rest.find("@", at + 1)
+    if not hosts:
+        return ats[-1] if ats else -1
+    query = min((i for i in (rest.find("?", hosts[0]), rest.find("#", hosts[0])) if i != -1), default=len(rest))
+    return max(at for at in hosts if at < query)
+
+
+def url_pass(text: str, secret_user: Callable[[str], bool]) -> str:
+    """URL credentials: the password becomes ``***`` (host and path stay), and the user too
+    when ``secret_user`` says it is itself a secret."""
+    out: list[str] = []
+    last = pos = 0
+    regex = _URL()
+    while (m := regex.search(text, pos)) is not None:
+        if m.group("only") is not None:
+            out.append(text[last : m.start()] + f"://{URL_MASK}@")
+            last = pos = m.end()
+            continue
+        nested = text.find("://", m.end(), m.end() + _MAX_REST)
+        rest = _REST().match(text, m.end(), nested if nested != -1 else len(text))
+        end = _userinfo_end(rest.group(0)) if rest is not None else -1
+        if end <= 0:  # no "@" that ends a userinfo, or no password before it
+            pos = m.start() + 3
+            continue
+        user = m.group("user")
+        if user and user != URL_MASK and (REDACTED in user or secret_user(user)):
+            user = URL_MASK
+        out.append(text[last : m.start()] + f"://{user}:{URL_MASK}@")
+        last = pos = m.end() + end + 1
+    return spliced(out, text, last)
+
+
+# Query parameters that carry a credential by their name: signed URLs (S3, GCS, Azure SAS,
+# CloudFront), API keys and tokens. Matched on the lower-cased text; the name is kept.
+QUERY_SECRET = lazy(
+    r"(?P<label>[?&](?:amp;)?(?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)"
+    r"|sig|signature|key|apikey|api[_-]key|(?:access|refresh|id|auth|private)?[_-]?token|client_secret|secret"
+    r"|password|passwd|pass|pwd|auth|jwt|code_verifier)=)(?P<value>[^&#\s\"'<>\\]+)"
+)
+
+
+def label_repl(m: re.Match[str], text: str) -> str:
+    """The label as written (``m`` matched the folded text) and the marker."""
+    return text[m.start("label") : m.end("label")] + REDACTED
+
+
+# Webhook URLs: the path is the secret. A host named hooks.* (Slack, Zapier), or a path
+# segment named webhook(s) (Discord's /api/webhooks/ID/TOKEN, Teams' webhookb2, any
+# …/webhook/<secret>); only inside a URL, so a source path src/webhook/x.py stays.
+WEBHOOK = lazy(
+    r"(?P<label>://(?:hooks\.(?!slack\.com/)[a-z0-9.\-]{1,253}(?::[0-9]{1,5})?"
+    r"|[a-z0-9.\-]{1,253}(?::[0-9]{1,5})?(?:/[^\s/\"'<>?#]{1,256}){0,8}?/webhooks?[a-z0-9]{0,4})/)"
+    r"(?P<value>[^\s\"'<>?#\\]+)"
+)
+# Slack's own, also without a scheme.
+SLACK_WEBHOOK = lazy(r"(?P<label>hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<value>[A-Za-z0-9/_\-]+)")
 
 
 def written_forms(values: Iterable[str]) -> set[str]:

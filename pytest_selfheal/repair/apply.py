@@ -62,11 +62,15 @@ class ProposedPatch(Frozen):
                 f"The patch is {self.verdict}.")
 
 
-def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False) -> ProposedPatch:
+def proposed_patch(
+    store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False, allow_test_edits: bool = False
+) -> ProposedPatch:
     """The proposed patch of ``incident_id``, checked: unknown id or no patch is a
     NotFoundError (4); a patch that does not apply cleanly, no git repository, a symlink
-    pointing out of the repository or a binary change without ``allow_binary``
-    (``repair.allow_binary``), a RefusedError (5). Nothing is changed."""
+    pointing out of the repository, a binary change without ``allow_binary``
+    (``repair.allow_binary``) or an edit of tests, conftests or fixtures without
+    ``allow_test_edits`` (``repair.allow_test_edits``: approval never covers test edits),
+    a RefusedError (5). Nothing is changed."""
     incident = store.read_incident(incident_id)
     patch = read_run_bytes(store, incident_id, FINAL_PATCH)
     where = store.runs_dir(incident_id) / FINAL_PATCH
@@ -79,6 +83,14 @@ def proposed_patch(store: Store, incident_id: str, project_root: Path, *, allow_
     refused = refusal(summary, top, allow_binary=allow_binary)
     if refused:
         raise RefusedError(f"{FINAL_PATCH} of {incident_id} is refused: {refused}; nothing was changed")
+    tests = summary.test_files
+    if tests and not allow_test_edits and not verdict.already_applied:
+        raise RefusedError(
+            f"{FINAL_PATCH} of {incident_id} is refused: it edits test files ({', '.join(tests)}) and approval never "
+            f"covers test edits; review the test diff (selfheal show {incident_id}), and only if the tests were wrong "
+            f"allow them deliberately: selfheal apply {incident_id} --allow-test-edits (or "
+            "ralf_lite.repair.allow_test_edits: true); nothing was changed"
+        )
     if not verdict.ok and not verdict.already_applied:
         raise RefusedError(
             f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"

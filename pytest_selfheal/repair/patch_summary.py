@@ -18,6 +18,8 @@ import posixpath
 from pathlib import Path
 from typing import Optional
 
+from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.analysis.testfiles import patch_test_files
 from pytest_selfheal.errors import RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.loop.argcheck import inside_root
@@ -35,6 +37,8 @@ class PatchSummary(Frozen):
     notes: tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
     binary: tuple[str, ...]  # paths whose change is binary
     symlinks: tuple[tuple[str, Optional[str]], ...]  # (link, target; None: not found in the patch)
+    # The tests, conftests and fixtures it writes, deletes or moves away (a rename's source too).
+    test_files: tuple[str, ...] = ()
 
     def text(self) -> str:
         """One line for the approval question: the files, then what is special about them."""
@@ -109,7 +113,9 @@ def summarise(top: Path, patch: bytes) -> PatchSummary:
         except GitFailed as exc:
             raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
         notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
-        return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)))
+        tests = [f for f in files if is_test_file(f)] + patch_test_files(patch.decode("utf-8", errors="replace"))
+        return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)),
+                            tuple(dict.fromkeys(tests)))
 
     result: PatchSummary = with_patch_file(patch, go)
     return result

@@ -44,7 +44,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
 from pytest_selfheal.hookspecs import RepairRequest
-from pytest_selfheal.loop.messages import iteration_prefix
+from pytest_selfheal.loop.messages import iteration_prefix, repair_line
 from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_DIFF,
@@ -317,9 +317,7 @@ class RepairSession:
             scope_denied=result.scope_denied,
             failureSignature=signature,
         )
-        shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
-        denied = " — out of scope, not approved, rolled back" if result.scope_denied else ""
-        self.say(f"{line}: {result.result}{shown}{denied}")
+        self.say(f"{line}: {repair_line(result)}")
         return result
 
     def describe(self) -> str:
@@ -502,6 +500,11 @@ class RepairSession:
                 self.wt.restore(before)
                 result = replace(result, tests_edited=tuple(self._tests_edited(before)), scope_denied=True, actions_applied=(),
                                  message=f"out of scope and not approved ({self.approver.how}): {', '.join(outside)}; rolled back")
+            else:
+                # Never silent: the files approval let in are named on the line, in the attempt and the report.
+                how = "up front (--approve or repair.approve)" if self.approver.approved else "at the prompt"
+                result = replace(result, message="; ".join(filter(None, (
+                    f"out of scope, approved {how}: {', '.join(outside)}", call.message))))
         return result
 
 

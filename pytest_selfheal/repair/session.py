@@ -191,15 +191,23 @@ def _close_out(
             say(f"selfheal: warning: {path} contains text that looks like a secret; patches are kept unredacted "
                 "so that they apply — review it before sharing")
         suggested = apply_command(store, incident_id)
-        if not resolved:
+        # What the patch does, from the whole patch as git reads it (not the changed-file list).
+        described = summarise(wt.repo_top, patch)
+        if not resolved and described.test_files:
+            # Approval never covers a test edit: the person reviews it, and allows it deliberately or not at all.
+            tests = ", ".join(described.test_files)
+            message = (f"a patch that edits test files ({tests}) is proposed for review ({FINAL_PATCH}); "
+                       "it is not applied, and approval alone never applies it")
+            say(f"selfheal: the loop did not resolve {incident_id}; the patch in {path} edits test files ({tests}): "
+                f"review the test diff first (selfheal show {incident_id}); only if the tests were wrong, allow "
+                f"the test edits deliberately: {suggested} --allow-test-edits")
+        elif not resolved:
             message = (
                 f"a partial patch is proposed ({FINAL_PATCH}); the incident is not resolved, so it is not applied"
             )
             say(f"selfheal: the loop did not resolve {incident_id}; the partial patch is in {path} "
                 f"(apply it anyway with: {suggested})")
         else:
-            # What the patch does, from the whole patch as git reads it (not the changed-file list).
-            described = summarise(wt.repo_top, patch)
             refused = refusal(described, wt.repo_top, allow_binary=session.effective.settings.repair.allow_binary)
             summary = described.text()
             question = f"Apply the fix of {incident_id} ({summary}) to your working tree?"
@@ -220,7 +228,8 @@ def _close_out(
                     say(f"selfheal: {message}")
                 else:
                     applied = True
-                    message = f"applied to {wt.repo_top} ({approver.how}): {summary}"
+                    who = "approved up front" if approver.approved else "approved at the prompt"
+                    message = f"applied to {wt.repo_top} ({who}): {summary}"
                     say(f"selfheal: fix applied to your working tree: {summary}")
             else:
                 command = suggested

@@ -233,6 +233,35 @@ def _observations(run: IncidentRun) -> list[policy.Observation]:
         return []
 
 
+REPAIR_CALLS_SHOWN = 5  # the last repair calls the report names (all are counted)
+
+
+def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Optional[dict[str, object]]:
+    """What the repair did, or None when no provider ran: each call (its result, files,
+    and why it was rolled back or which out-of-scope files approval let in), then the end:
+    applied (by whom, where, which files), proposed, or nothing kept."""
+    calls = [a for a in attempts if a.repair is not None and a.repair.provider]
+    block = rr.repair if rr is not None else None
+    if not calls and block is None:
+        return None
+    lines = [f"iteration {a.iteration}: {a.repair.provider} — {messages.repair_line(a.repair)}"
+             for a in calls[-REPAIR_CALLS_SHOWN:] if a.repair is not None]
+    if len(calls) > REPAIR_CALLS_SHOWN:
+        lines.insert(0, f"{len(calls)} repair calls, the last {REPAIR_CALLS_SHOWN}:")
+    if block is not None:
+        named = block.final_patch and not all(f in block.message for f in block.files_changed)
+        files = f" ({', '.join(block.files_changed)})" if block.files_changed and named else ""
+        lines.append(f"{block.final_patch or 'patch'}: {block.message or 'no change was proposed'}{files}")
+    return {
+        "provider_calls": block.provider_calls if block is not None else len(calls),
+        "final_patch": block.final_patch if block is not None else None,
+        "applied": bool(block is not None and block.applied),
+        "applied_to": block.applied_to if block is not None else None,
+        "files_changed": list(block.files_changed) if block is not None else [],
+        "summary": lines,
+    }
+
+
 def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool,
                  tooling: bool = False) -> str:
     if not finished:
@@ -343,7 +372,9 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             "fixed": list(tests_fixed),
             "flaky_tests": list(flaky),
         }
-    handoff["recommended_next_action"] = recommended
+    # A repair that applied or proposed a fix changes what a person does next.
+    after_repair = messages.next_action_after_repair(stop_reason, incident_id, rr.repair) if rr is not None else None
+    handoff["recommended_next_action"] = after_repair or recommended
     has_config = rr is not None and _recorded(rr, "effective_config")
 
     return IncidentEntry(
@@ -376,6 +407,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         triage=tuple(report_triage(failures, flaky)),
         decision_point=rr.decision_point.to_json() if rr is not None and rr.decision_point is not None else None,
         handoff=handoff,
+        repair=_repair_summary(attempts, rr),
     )
 
 

@@ -19,9 +19,10 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
-from pytest_selfheal.records.vocab import Line, StopReason, final_tone
+from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import REPORT_TITLE
+from pytest_selfheal.report.timeline import mermaid_timeline
 from pytest_selfheal.report.tolerant import unique
 from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
 
@@ -34,7 +35,6 @@ HEAD_CONFIG_KEYS: tuple[str, ...] = ("max_iterations", "error_fingerprint_repeat
 GRID_MAX_TESTS = 30
 GRID_MAX_COLUMNS = 10  # the capture column included
 MERMAID_MAX_INCIDENTS = 3
-MERMAID_MAX_ITERATIONS = 10
 CELL_LIMIT = 200  # characters of one value in a table cell or list item
 LIST_LIMIT = 5  # node ids / fingerprints shown in one cell
 TERMINAL_MAX_INCIDENTS = 5
@@ -44,7 +44,6 @@ NOT_RUN = "not run"
 
 _PASS, _FAIL, _WARN = "✅", "❌", "⚠️"
 _CELL_SYMBOL = {"passed": _PASS, "failed": _FAIL, "error": _FAIL, "skipped": _WARN, "missing": _WARN}
-_MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")
 # Punctuation that opens a link, image, emphasis, code span or strike-through ("(", ")", "!"
 # open nothing without a "["; "_" only where emphasis can open: not inside a word).
 _MD_PUNCTUATION = re.compile(r"[\\`*\[\]~]|(?<![^\W_])_")
@@ -210,6 +209,8 @@ def _section_stop(report: Report) -> list[str]:
               "capture's cap; it cannot end in success" for e in incidents if e.unverified_failures]
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report.final_status)}")
+    lines += [f"- Repair{f' of {code(e.incident_id)}' if _multi(report) else ''}: {text(line, 300)}"
+              for e in incidents for line in e.repair]
     if len(incidents) > 1 and report.deciding_incident:
         lines.append(f"- Decided by: {code(report.deciding_incident)} (the worst outcome; docs/report.md)")
     lines.append("")
@@ -402,54 +403,6 @@ def _section_grid(report: Report) -> list[str]:
     return lines
 
 
-def _mermaid_label(value: str) -> str:
-    return _MERMAID_UNSAFE.sub("", value)[:80]
-
-
-def _mermaid(entry: ReportIncident) -> list[str]:
-    capture_count = len(entry.capture_tests) or len(entry.capture_fingerprints)
-    nodes = [f'  c0["capture: {capture_count} failing"]']
-    edges: list[str] = []
-    passes: list[str] = []
-    fails = ["c0"]
-    previous = "c0"
-    iterations = entry.iterations
-    hidden = max(0, len(iterations) - MERMAID_MAX_ITERATIONS)
-    if hidden:
-        nodes.append(f'  skip["{hidden} earlier iterations"]')
-        edges.append(f"  {previous} --> skip")
-        previous = "skip"
-    for it in iterations[hidden:]:
-        number = it.iteration or 0
-        node = f"i{number}"
-        mode = _mermaid_label(it.mode or "verify")
-        failing = sum(1 for o in it.outcomes.values() if o in ("failed", "error"))
-        failing = failing or len(it.fingerprints)
-        state = "passed" if it.verification_passed else f"{failing} failing"
-        nodes.append(f'  {node}["iteration {number} ({mode}): {state}"]')
-        changed = it.fingerprint_changed
-        arrow = " -->" if changed is None or it.verification_passed else (
-            " -->|new fingerprint|" if changed else " -->|same fingerprint|")
-        edges.append(f"  {previous}{arrow} {node}")
-        (passes if it.verification_passed else fails).append(node)
-        previous = node
-    reason = entry.stop_reason
-    if reason:
-        status = str(entry.final_status)
-        end = _mermaid_label(reason if status == reason else f"{reason}: {status}")
-    elif not iterations:
-        end = "loop not run yet"
-    else:
-        end = "loop not finished"
-    nodes.append(f'  stop(["{end}"])')
-    edges.append(f"  {previous} --> stop")
-    (passes if reason == StopReason.SUCCESS else fails).append("stop")
-    return (["```mermaid", "flowchart LR"] + nodes + edges + [
-        "  classDef pass fill:#dafbe1,stroke:#1a7f37",
-        "  classDef fail fill:#ffebe9,stroke:#cf222e",
-    ] + ([f"  class {','.join(passes)} pass"] if passes else []) + [f"  class {','.join(fails)} fail", "```"])
-
-
 def _section_timeline(report: Report) -> list[str]:
     incidents = report.incidents
     if not incidents:
@@ -458,7 +411,7 @@ def _section_timeline(report: Report) -> list[str]:
     if len(incidents) > MERMAID_MAX_INCIDENTS:
         return lines + [f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
     for entry in incidents:
-        lines += _sub(report, entry) + _mermaid(entry) + [""]
+        lines += _sub(report, entry) + mermaid_timeline(entry) + [""]
     return lines[:-1]
 
 

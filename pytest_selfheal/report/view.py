@@ -167,6 +167,7 @@ class ReportIncident(Frozen):
     tests_fixed: tuple[str, ...] = ()
     flaky_tests: tuple[str, ...] = ()
     tests_edited: tuple[str, ...] = ()
+    repair: tuple[str, ...] = ()  # what the repair did, one sentence per call and its end
     unverified_failures: int = 0
     same_error_repeats: Optional[str] = None
     runtime_minutes: Optional[float] = None
@@ -197,6 +198,7 @@ class ReportIncident(Frozen):
             capture_fingerprints=tuple(capture), capture_tests=tuple(strs(data.get("capture_tests"))),
             tests_fixed=tuple(strs(data.get("tests_fixed"))), flaky_tests=tuple(strs(data.get("flaky_tests"))),
             tests_edited=tuple(strs(data.get("tests_edited"))),
+            repair=tuple(strs((_mapping(data.get("repair")) or {}).get("summary"))),
             unverified_failures=as_int(data.get("unverified_failures")),
             same_error_repeats=None if repeats is None else str(repeats),
             runtime_minutes=_number(data.get("runtime_minutes")), archived_to=_text(data.get("archived_to")) or None,

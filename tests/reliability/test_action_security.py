@@ -44,7 +44,11 @@ SEES_TOKEN = """
         assert 1 + 1 == 3
 """
 
-PROVIDER = "import os; open(os.environ['SEEN_LOG'], 'a').write('repair ' + os.environ.get('GITHUB_TOKEN', '<absent>') + '\\n')"
+# It changes an allowed file too: after a repair that kept nothing the tests would not run again.
+PROVIDER = ("import os; open(os.environ['SEEN_LOG'], 'a').write('repair ' + os.environ.get('GITHUB_TOKEN', '<absent>') "
+            "+ '\\n'); open('note.txt', 'a').write('tried\\n')")
+ALLOW_NOTE = 'repair.allowed_paths=["note.txt"]'
+
 
 
 def actions_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
@@ -74,7 +78,7 @@ def test_the_token_never_reaches_any_test_process(tmp_path: Path, fake_github: F
     project = make_project(tmp_path / "proj", {"test_app.py": SEES_TOKEN})
     env = actions_env(tmp_path, fake_github, SEEN_LOG=str(log))
     provider = json.dumps([PY, "-c", PROVIDER])
-    done = run_ci(project, env, "--set", f"repair.command={provider}", "--", "-q")
+    done = run_ci(project, env, "--set", f"repair.command={provider}", "--set", ALLOW_NOTE, "--", "-q")
     assert done.returncode == 1, done.stdout + done.stderr
     assert fake_github.requests_to("POST"), "the comment (the token's one use) was not posted"
     seen = [line.split(" ", 1) for line in log.read_text().splitlines()]

@@ -28,7 +28,7 @@ from fake_github import FakeGitHub
 from helpers import PY, cli, make_project
 from test_actions_env import parse_github_output
 
-from pytest_selfheal.process import withheld
+from pytest_selfheal.process import token_named
 
 from .test_secrets_everywhere import ci_env
 
@@ -41,12 +41,22 @@ TOKENS = {
     "DEPLOY_TOKEN": "deploy-token-value-0004",
 }
 
-# Each process appends what it can see: its own token-named variables, and its parent's.
+# Each process appends what it can see: its own token-named variables and runner command
+# files, and its parent's tokens. Given $GITHUB_ENV / $GITHUB_PATH, it appends to them what
+# would run project code in the job's later steps (the step that holds the token).
 SNOOPS = """
     import json, os
 
+    COMMAND_FILES = ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_STATE")
+
     def _note(where):
-        mine = sorted(k for k in os.environ if "TOKEN" in k.upper())
+        mine = sorted(k for k in os.environ if "TOKEN" in k.upper() or k in COMMAND_FILES)
+        if os.environ.get("GITHUB_ENV"):
+            with open(os.environ["GITHUB_ENV"], "a") as f:
+                f.write("BASH_ENV=" + os.environ["EVIL_SCRIPT"] + "\\n")
+        if os.environ.get("GITHUB_PATH"):
+            with open(os.environ["GITHUB_PATH"], "a") as f:
+                f.write(os.path.dirname(os.environ["EVIL_SCRIPT"]) + "\\n")
         try:
             with open(f"/proc/{os.getppid()}/environ", "rb") as f:
                 parent = sorted(e.split(b"=", 1)[0].decode() for e in f.read().split(b"\\0") if b"TOKEN" in e.upper())
@@ -63,20 +73,35 @@ SNOOPS = """
         assert 1 + 1 == 3
 """
 
+# It changes an allowed file too: after a repair that kept nothing the tests would not run again.
 PROVIDER = ("import json, os; open(os.environ['SEEN_LOG'], 'a').write(json.dumps(['repair', "
-            "sorted(k for k in os.environ if 'TOKEN' in k.upper()), []]) + '\\n')")
+            "sorted(k for k in os.environ if 'TOKEN' in k.upper() or k.startswith(('GITHUB_ENV', 'GITHUB_PATH', "
+            "'GITHUB_OUTPUT', 'GITHUB_STEP_SUMMARY', 'GITHUB_STATE'))), []]) + '\\n'); open('note.txt', 'a').write('x\\n')")
 
 
 def _seen(log: Path) -> list[Any]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def _command_files(tmp_path: Path) -> dict[str, str]:
+    """The runner's command files a job step gets, as empty temp files, and the script a test
+    would have the later steps run (``EVIL_SCRIPT``: it leaves ``EVIL_RAN`` behind)."""
+    files = {name: tmp_path / f"runner-{name.lower()}" for name in ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE")}
+    for path in files.values():
+        path.write_text("")
+    evil = tmp_path / "evil" / "evil.sh"
+    evil.parent.mkdir()
+    evil.write_text(f"echo ran > {tmp_path / 'EVIL_RAN'}\n")
+    return {**{k: str(v) for k, v in files.items()}, "EVIL_SCRIPT": str(evil)}
+
+
 def test_no_token_named_variable_reaches_a_child(tmp_path: Path, fake_github: FakeGitHub) -> None:
     log = tmp_path / "seen.log"
     project = make_project(tmp_path / "p", {"test_app.py": SNOOPS})
-    env = ci_env(tmp_path, fake_github, {"SEEN_LOG": str(log), **TOKENS})
+    env = ci_env(tmp_path, fake_github, {"SEEN_LOG": str(log), **TOKENS, **_command_files(tmp_path)})
     provider = json.dumps([PY, "-c", PROVIDER])
-    done = cli("ci", "--set", f"repair.command={provider}", "--", "-q", cwd=project, env=env)
+    done = cli("ci", "--set", f"repair.command={provider}", "--set", 'repair.allowed_paths=["note.txt"]', "--", "-q",
+               cwd=project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     seen = _seen(log)
     assert {where for where, _, _ in seen} >= {"capture", "verification", "repair"}, seen
@@ -97,7 +122,7 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
     steps = {s["id"]: s for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]}
     log = tmp_path / "seen.log"
     project = make_project(tmp_path / "p", {"test_app.py": SNOOPS})
-    runner = ci_env(tmp_path, fake_github, {"SEEN_LOG": str(log)})
+    runner = ci_env(tmp_path, fake_github, {"SEEN_LOG": str(log), **_command_files(tmp_path)})
     token = runner.pop("GITHUB_TOKEN")  # the runner does not export it: the action passes its input
     runner.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
 
@@ -105,7 +130,7 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
     test_step = _step_env(steps["selfheal"], runner, {"SELFHEAL_PYTHON": PY, "INPUT_PYTEST_ARGS": "-q",
                                                       "INPUT_COMMENT": "true", "INPUT_REPORT_NAME": "default",
                                                       "INPUT_FAIL_ON_UNRESOLVED": "true", "INPUT_WORKING_DIRECTORY": "."})
-    assert not any(withheld(k) for k in test_step), sorted(k for k in test_step if withheld(k))
+    assert not any(token_named(k) for k in test_step), sorted(k for k in test_step if token_named(k))
     done = subprocess.run(["bash", "-c", steps["selfheal"]["run"]], cwd=project, env=test_step,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -113,6 +138,8 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
     assert {where for where, _, _ in seen} >= {"capture", "verification"}, seen
     assert all(mine == [] and parent == [] for _, mine, parent in seen), seen  # nothing, not even in /proc
     assert not fake_github.requests_to("POST") and not fake_github.requests_to("PATCH")
+    # The tests could not reach the runner's command files: nothing for the later steps.
+    assert all(Path(runner[name]).read_text() == "" for name in ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE"))
     outputs = dict(parse_github_output(Path(runner["GITHUB_OUTPUT"]).read_text()))
     summary_size = Path(runner["GITHUB_STEP_SUMMARY"]).stat().st_size
     assert summary_size > 0
@@ -130,6 +157,11 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
     pth_dir.mkdir()
     (pth_dir / "evil.pth").write_text(f"import os; open({str(tmp_path / 'PTH_RAN')!r}, 'w').write(os.environ.get('GITHUB_TOKEN', ''))\n")
     post_env["PYTHONPATH"] = str(pth_dir)  # ignored under -I; and .pth files are only read by site (-S)
+    # What the runner does between steps: every NAME=VALUE line of $GITHUB_ENV joins the next
+    # step's environment (before, a test's BASH_ENV=evil.sh ran in this bash step).
+    for line in Path(runner["GITHUB_ENV"]).read_text().splitlines():
+        name, _, value = line.partition("=")
+        post_env[name] = value
     posted = subprocess.run(["bash", "-c", steps["post"]["run"]], cwd=project, env=post_env,
                             capture_output=True, text=True, timeout=300)
     assert posted.returncode == 0, posted.stdout + posted.stderr
@@ -137,13 +169,14 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
     assert "## RALF Lite Loop Report" in str(comment["body"])
     assert Path(runner["GITHUB_STEP_SUMMARY"]).stat().st_size == summary_size  # posted only, summary not repeated
     assert not (tmp_path / "PTH_RAN").exists()
+    assert not (tmp_path / "EVIL_RAN").exists()
 
 
 def test_the_post_step_runs_no_project_code() -> None:
     # Which step holds the token: test_action_security.py::test_only_the_posting_step_gets_the_token.
     steps = yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]
     holders = ("post", "history-pull", "history-push")
-    assert not any(withheld(k) for s in steps if s["id"] not in holders for k in (s.get("env") or {}))
+    assert not any(token_named(k) for s in steps if s["id"] not in holders for k in (s.get("env") or {}))
     for history in (s for s in steps if s["id"] in holders[1:]):
         # The shared history's steps: the same isolated interpreter; git gets the token in its
         # environment only, in a scratch repository (--token-env), from this repository's URL.

@@ -24,23 +24,28 @@ HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.pat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--yes] [--json] [--dir DIR]``."""
+    """``ID [--yes] [--allow-test-edits] [--json] [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--yes", action="store_true",
                         help="apply without asking (needed when there is no terminal to ask on)")
+    parser.add_argument("--allow-test-edits", action="store_true",
+                        help="apply a patch that edits tests, conftest or fixtures (repair.allow_test_edits); "
+                             "without it such a patch is refused, whatever the approval")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Apply ``final.patch``; exit codes in docs/exit-codes.md (0 applied or already applied,
-    1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git)."""
+    1 declined at the prompt, 4 no incident or no patch, 5 refused: conflict, no confirmation, not git,
+    test edits without ``repair.allow_test_edits``)."""
     root = project_root()
     effective = load_config(root)
     store = store_from_args(args, effective)  # --dir, else the configured reports_dir of the project
     incident_id = incident_id_from_args(store, args)
     proposed = proposed_patch(store, incident_id, root,  # unknown id or no patch: 4
-                              allow_binary=effective.settings.repair.allow_binary)
+                              allow_binary=effective.settings.repair.allow_binary,
+                              allow_test_edits=effective.settings.repair.allow_test_edits or bool(args.allow_test_edits))
     top = proposed.working_tree
 
     def emit(text: str, *, applied: bool, already: bool = False) -> None:

@@ -21,13 +21,14 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.records import RunInfo, TestOutcome
+from pytest_selfheal.history.segments import is_segment_name
 from pytest_selfheal.history.share import (
     DEFAULT_REMOTE,
     HISTORY_REF,
     compact_shared,
     pull,
     push,
-    refuse_on_pull_request,
+    refuse_unless_merged,
     token_env,
 )
 from pytest_selfheal.redact import Redactor
@@ -56,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"git remote (name or URL) of the shared history (default {DEFAULT_REMOTE}; "
                              f"ref {HISTORY_REF})")
     parser.add_argument("--older-than", metavar="DAYS", help="compact: segments whose runs are all older than DAYS")
+    parser.add_argument("--segments", metavar="NAMES",
+                        help="push: only these segments (names separated by spaces or commas: those one run "
+                             "recorded, as `selfheal ci` writes them to its history-segments output); default "
+                             "every segment here")
     parser.add_argument("--token-env", metavar="VAR",
                         help="push|pull|compact: send the token in environment variable VAR to an https remote "
                              "(as the Action does with its github-token); git then works in a private scratch "
@@ -65,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print or share the history; 0, 2 bad arguments, 4 no history yet (or an unusable
-    database), 5 push or compact on a pull request, 6 git could not reach or update the remote."""
+    database), 5 push or compact on an event that tests code not merged yet, 6 git could not reach or
+    update the remote."""
     if args.limit < 1:
         raise UsageError(f"--limit: expected an integer >= 1, got {args.limit}")
     if args.action is not None:
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--older-than is for `selfheal history compact`")
     if args.token_env is not None:
         raise UsageError("--token-env is for `selfheal history push|pull|compact`")
+    if args.segments is not None:
+        raise UsageError("--segments is for `selfheal history push`")
     if args.path:
         effective = load_config(project_root())
         path = str((store_from_args(args, effective).root / HISTORY_FILE).absolute())
@@ -158,6 +166,8 @@ def _share(args: argparse.Namespace) -> int:
             # git works in a scratch repository then: it has no remote names, only URLs.
             raise UsageError(f"--token-env: --remote must be a URL, not the remote name {shown!r}")
         auth = token_env(token.strip())
+    if args.segments is not None and args.action != "push":
+        raise UsageError("--segments is for `selfheal history push`")
     if args.action == "pull":
         if args.older_than is not None:
             raise UsageError("--older-than is for `selfheal history compact`")
@@ -168,11 +178,17 @@ def _share(args: argparse.Namespace) -> int:
         print(f"pulled {pulled.segments} new segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
               f"in {root / HISTORY_FILE}")
         return 0
-    refuse_on_pull_request(os.environ, args.action)
+    refuse_unless_merged(os.environ, args.action, project)
     if args.action == "push":
         if args.older_than is not None:
             raise UsageError("--older-than is for `selfheal history compact`")
-        pushed = push(project, root, remote=remote, auth=auth)
+        only = _segment_names(args.segments)
+        if only is not None and not only:
+            print("no segment of this run to push")
+            return 0
+        pushed = push(project, root, remote=remote, auth=auth, only=only)
+        for line in pushed.problems:
+            print(f"selfheal: warning: {line}", file=sys.stderr)
         retried = f" after {pushed.attempts} attempts" if pushed.attempts > 1 else ""
         print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
               f"({pushed.already} already there)")
@@ -185,6 +201,17 @@ def _share(args: argparse.Namespace) -> int:
         print(f"compacted {done.replaced} segment(s) older than {days:g} days into one ({done.runs} run(s)) "
               f"on {shown} {HISTORY_REF}")
     return 0
+
+
+def _segment_names(text: Optional[str]) -> Optional[list[str]]:
+    """The names of ``--segments`` (None: not given); a word that is not a segment name is exit 2."""
+    if text is None:
+        return None
+    names = text.replace(",", " ").split()
+    bad = [name for name in names if not is_segment_name(name)]
+    if bad:
+        raise UsageError(f"--segments: {bad[0][:80]!r} is not a history segment name")
+    return names
 
 
 def _older_than(text: Optional[str]) -> float:

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set."""
+    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set
+    (a bad config file is each tool's one-line error instead)."""
     if importlib.util.find_spec("mcp") is None:
         raise UsageError(INSTALL_HINT)
     directory = Path(args.root) if args.root else Path.cwd()
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     # Outside a project (clients start servers in / or $HOME) tests run only in a root the
     # client names; --root is the user's word that the directory is the project.
     project = Project(directory, args.overrides, confirmed=bool(args.root) or is_project(directory.resolve()))
-    project.effective()  # so does a bad config file
+    # A bad config file does not stop the server: the config is read at every call, so every
+    # tool answers with its one-line error until it is fixed (a client shows no start-up error).
     # The SDK (a heavy optional dependency) is imported only now, by the server module.
     serving = importlib.import_module("pytest_selfheal.mcp_server.server")
     serving.build_server(project).run("stdio")

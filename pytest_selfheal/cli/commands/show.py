@@ -1,25 +1,73 @@
-"""``selfheal show ID``: one incident — its fields, status, plan, attempts and run result."""
+"""``selfheal show ID``: one incident — its fields, status, plan, attempts, run result and
+the proposed patch (redacted, bounded, test files first: what a person reviews before
+``selfheal apply``)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Optional
 
+from pytest_selfheal.analysis.testfiles import patch_test_files, tests_first
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
     add_dir_argument,
     incident_id_from_args,
     print_json,
+    project_redactor,
     store_from_args,
 )
+from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.report import IncidentView
+from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.store.root import Store
 
 NAME = "show"
 HELP = "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run result"
 
 # Failing tests listed per root cause in the text output (the JSON lists them all).
 _SHOWN_NODEIDS = 5
+# Of the proposed patch shown (text and JSON): the whole file stays in error_runs/ID/.
+PATCH_LINES = 200
+PATCH_CHARS = 16_000
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ShownPatch(Frozen):
+    """The proposed patch as ``show`` prints it: redacted, test sections first, bounded."""
+
+    path: str  # relative to the reports root
+    applied: bool
+    test_files: tuple[str, ...]
+    text: str
+    total_lines: int
+    shown_lines: int
+
+    def to_json(self) -> dict[str, object]:
+        """What ``show --json`` adds as ``proposed_patch``."""
+        return {"path": self.path, "applied": self.applied, "test_files": list(self.test_files), "text": self.text,
+                "total_lines": self.total_lines, "shown_lines": self.shown_lines}
+
+
+def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
+    """The incident's ``final.patch`` for review, or None when nothing is proposed. Patches are
+    kept unredacted so that they apply; what is shown is redacted like every other output."""
+    data = read_run_bytes(store, view.incident_id, FINAL_PATCH)
+    if not data or not data.strip():
+        return None
+    text = tests_first(project_redactor().redact(data.decode("utf-8", errors="replace")))
+    lines = text.splitlines()
+    shown: list[str] = []
+    size = 0
+    for line in lines[:PATCH_LINES]:
+        size += len(line) + 1
+        if size > PATCH_CHARS:
+            break
+        shown.append(line)
+    repair = view.run_result.repair if view.run_result is not None else None
+    path = (store.runs_dir(view.incident_id) / FINAL_PATCH).relative_to(store.root).as_posix()
+    return ShownPatch(path, bool(repair is not None and repair.applied), tuple(patch_test_files(text)),
+                      "\n".join(shown), len(lines), len(shown))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +87,8 @@ def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
-def format_text(view: IncidentView) -> str:
-    """An :class:`IncidentView` as readable ``label  value`` lines."""
+def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
+    """An :class:`IncidentView` (and its proposed ``patch``) as readable ``label  value`` lines."""
     incident = view.incident
     rows: list[tuple[str, object]] = [
         ("incident", view.incident_id),
@@ -94,6 +142,14 @@ def format_text(view: IncidentView) -> str:
         point = result.decision_point
         if point is not None and point.message:
             rows.append(("", f"why: {point.message}"))  # e.g. the missing module of a tooling_env stop
+    if patch is not None:
+        state = "applied" if patch.applied else "proposed, not applied"
+        tests = (f"; edits test files: {', '.join(patch.test_files)} (shown first: review them before any apply)"
+                 if patch.test_files else "")
+        rows.append(("patch", f"{patch.path} ({state}){tests}"))
+        rows.extend(("", _Code(f"  {line}")) for line in patch.text.splitlines())
+        if patch.shown_lines < patch.total_lines:
+            rows.append(("", f"(first {patch.shown_lines} of {patch.total_lines} lines; the whole patch: {patch.path})"))
     rows.append(("events", view.events))
     for warning in view.warnings:
         rows.append(("warning", warning))
@@ -105,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store = store_from_args(args)
     view = incident_view(store, incident_id_from_args(store, args))
+    patch = shown_patch(store, view)
     if args.json:
-        print_json(view.to_json())
+        print_json({**view.to_json(), "proposed_patch": patch.to_json() if patch is not None else None})
     else:
-        print(format_text(view))
+        print(format_text(view, patch))
     return 0

@@ -13,7 +13,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK
 from pytest_selfheal.gate.agents import Agent, Change, answer_json
 from pytest_selfheal.gate.install import install
-from pytest_selfheal.gate.run import stop_gate
+from pytest_selfheal.gate.run import cannot_judge, stop_gate
 
 NAME = "stop-gate"
 HELP = "answer a coding agent's stop hook (Claude Code, Cursor) from the loop's verdict, or install that hook"
@@ -48,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
         raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
         answer, lines = stop_gate(agent, raw)
     except Exception as exc:
-        answer, lines = None, [f"selfheal: error: stop-gate {agent.value}: internal error "
-                               f"({type(exc).__name__}); letting the agent stop"]
+        answer, lines = cannot_judge(agent, f"internal error ({type(exc).__name__})")
     redactor = project_redactor()
     for line in lines:
         sys.stderr.write(redactor.redact(line) + "\n")
-    sys.stdout.write(json.dumps(answer_json(agent, answer) if answer else {}, ensure_ascii=False) + "\n")
+    shown = answer_json(agent, answer)
+    sys.stdout.write(json.dumps({k: redactor.redact(v) for k, v in shown.items()}, ensure_ascii=False) + "\n")
     return EXIT_OK
 
 

@@ -1,0 +1,182 @@
+"""The incidents that stopped without success, as a run compares itself with them (edge:
+reads the store; none of the loop side, so a green run can take this look cheaply).
+
+:func:`stopped_incidents` reads the candidates; :func:`match_green` is the rule for a run
+that passes a stopped incident's tests (the rules of a stop that sticks: loop/sticky.py);
+:func:`holds_passed` is a green run's look, before it loads anything more.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+from pytest_selfheal.analysis.testfiles import changed
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
+from pytest_selfheal.records.vocab import IncidentStatus
+from pytest_selfheal.store.ids import is_incident_id
+from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.root import Store
+
+ALREADY_STOPPED = "already_stopped"
+# Stopped incidents compared with a run's failures: the newest ones (ids sort by time).
+STOPPED_LIMIT = 50
+
+
+class Attachment(str, Enum):
+    """What a run's failures held by a stopped incident do to it."""
+
+    ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
+    CONTINUED = "continued"  # code changed: the incident's next iteration
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StoppedIncident(Frozen):
+    """An incident whose loop stopped without success, as its last evidence left it."""
+
+    incident_id: str
+    bucket: str  # error_inbox (plan_proposed) or an archive bucket (escalated)
+    status: str
+    stop_reason: str  # the recorded stop reason; "archived" when a person archived it
+    iteration: int  # the last attempt number (0: stopped before any verification)
+    fingerprints: frozenset[str]
+    diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
+    nodeids: frozenset[str] = frozenset()  # its selection as last verified (the capture's failures before)
+    green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StickyMatch(Frozen):
+    """This run's failures that one stopped incident holds, and what follows."""
+
+    incident: StoppedIncident
+    failures: tuple[Failure, ...]
+    attachment: Attachment
+    passed: tuple[str, ...] = ()  # a green match (match_green): its tests this run passed
+
+
+def match_green(
+    stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
+    tests_changed: Callable[[StoppedIncident], bool], taken: Collection[str] = (),
+) -> list[StickyMatch]:
+    """The stopped incidents whose tests this run passed and none failed (pure but for
+    ``tests_changed``, asked only of a red stop: did its test code change since the capture?).
+
+    Each test goes to the newest incident holding it; ``taken``: incidents already matched
+    by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
+    with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
+    red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
+    a weakened test), else not matched (a fix after the stop is a plain green run).
+    """
+    claimed: set[str] = set()
+    matches = []
+    for incident in stopped:
+        mine = incident.nodeids - claimed
+        claimed |= incident.nodeids
+        ran = sorted(n for n in mine if n in passed)
+        if not ran or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
+            continue
+        unchanged = diff_hash is not None and diff_hash == incident.diff_hash
+        if incident.green:
+            attachment = Attachment.ALREADY_STOPPED if unchanged else Attachment.CONTINUED
+        elif tests_changed(incident):
+            attachment = Attachment.CONTINUED
+        else:
+            continue
+        matches.append(StickyMatch(incident, (), attachment, tuple(ran)))
+    return matches
+
+
+def _candidate_ids(store: Store) -> list[tuple[str, str]]:
+    """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
+    found: list[tuple[str, str]] = []
+    for bucket in (INBOX, IncidentStatus.ESCALATED):
+        try:
+            names = os.listdir(store.bucket_dir(bucket))
+        except OSError:
+            continue
+        found += [(bucket, n) for n in names if is_incident_id(n)]
+    found.sort(key=lambda pair: pair[1], reverse=True)
+    return found
+
+
+def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
+                      capture_hash: Optional[Callable[[Store, str, Incident], Optional[str]]] = None,
+                      ) -> list[StoppedIncident]:
+    """The newest ``limit`` incidents that stopped without success, newest first: escalated
+    (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
+    (``selfheal status`` shows it). ``capture_hash``: the capture's diff hash of an incident
+    stopped before any attempt (``loop.resume.capture_hash_on_disk``, the loop side); without
+    it, the look of a green run (:func:`holds_passed`): only incidents with an attempt, their
+    ``incident.json`` not read."""
+    out: list[StoppedIncident] = []
+    for bucket, incident_id in _candidate_ids(store):
+        if len(out) >= limit:
+            break
+        try:
+            status = store.read_status(incident_id)
+            if status not in (IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED):
+                continue
+            attempts = store.read_attempts(incident_id)
+            if capture_hash is None and not attempts:
+                continue
+            incident = None if capture_hash is None else store.read_incident(incident_id)
+            run_result = store.read_run_result(incident_id)
+        except SelfhealError:
+            continue
+        green = False
+        if attempts:
+            last = attempts[-1]
+            fingerprints = frozenset(f.fingerprint for f in last.failures if f.fingerprint)
+            diff_hash = last.diff_hash
+            nodeids = frozenset(last.outcomes)
+            green = bool(last.verification_passed) and bool(nodeids)
+        elif incident is not None and capture_hash is not None:
+            fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
+            diff_hash = capture_hash(store, incident_id, incident)
+            nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
+        reason = (run_result.stop_reason if run_result is not None else None) or "archived"
+        if fingerprints or green:
+            out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
+                                       fingerprints, diff_hash, nodeids, green))
+    return out
+
+
+def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], bool]:
+    """Whether a stopped incident's test code (its capture's digests) changed since."""
+    def check(incident: StoppedIncident) -> bool:
+        try:
+            return bool(changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests)))
+        except SelfhealError:
+            return False
+    return check
+
+
+def as_known(stopped: Sequence[StoppedIncident], passed: Collection[str],
+             redact: Callable[[str], str]) -> Collection[str]:
+    """``passed`` as the incidents know their tests: redacted (``redact``) only when one of
+    them holds a redacted or cut id (a secret in a parametrize id; docs/redaction.md)."""
+    if any(is_redacted(n) or TRUNCATED in n for s in stopped for n in s.nodeids):
+        return {redact(n) for n in passed}
+    return passed
+
+
+def holds_passed(store: Store, rootdir: Path, passed: Collection[str], redact: Callable[[str], str]) -> bool:
+    """A green run's cheap look: may a stopped incident hold tests it passed? (Then the run
+    goes on to the session end's whole look, recorder/finish.py.)"""
+    stopped = stopped_incidents(store)
+    return bool(stopped) and bool(match_green(stopped, as_known(stopped, passed, redact), (), None,
+                                              tests_changed(store, rootdir)))
+
+
+__all__ = [
+    "ALREADY_STOPPED", "STOPPED_LIMIT", "Attachment", "StickyMatch", "StoppedIncident", "as_known", "holds_passed",
+    "match_green", "stopped_incidents", "tests_changed",
+]
