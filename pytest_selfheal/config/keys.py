@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -53,8 +53,8 @@ _TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class KeySpec(Frozen):
+@dataclass(frozen=True)
+class KeySpec:
     """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
 
     key: str

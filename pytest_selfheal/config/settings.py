@@ -28,6 +28,7 @@ import math
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
@@ -51,7 +52,6 @@ from pytest_selfheal.config.keys import (
 )
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 if TYPE_CHECKING:
     from pytest_selfheal.hookspecs import ClassificationRule
@@ -67,8 +67,8 @@ _KEY_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 IniValue = Union[str, Sequence[str], None]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Override(Frozen):
+@dataclass(frozen=True)
+class Override:
     """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``).
 
     ``value`` is text to coerce to the key's type (what :func:`parse_override` gives) or an
@@ -80,8 +80,8 @@ class Override(Frozen):
     origin: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ConfigLayer(Frozen):
+@dataclass(frozen=True)
+class ConfigLayer:
     """One layer of the merge, checked: where it came from (a file path, ``pytest ini (<path>)``,
     a flag) and its values, ``{dotted leaf key: value}`` (``"apply_to.tdd_tasks": True``)."""
 
@@ -95,8 +95,8 @@ class ConfigLayer(Frozen):
         return cls(origin, dict(_flatten(origin, section)))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ApplyToSettings(Frozen):
+@dataclass(frozen=True)
+class ApplyToSettings:
     """``apply_to``: which failures the loop applies to."""
 
     auto_tasks: bool = True
@@ -104,8 +104,8 @@ class ApplyToSettings(Frozen):
     tdd_tasks: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class VerificationSettings(Frozen):
+@dataclass(frozen=True)
+class VerificationSettings:
     """``verification``: how the loop re-runs the failing tests."""
 
     allowlist: tuple[str, ...] = ("pytest",)
@@ -113,8 +113,8 @@ class VerificationSettings(Frozen):
     args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RepairSettings(Frozen):
+@dataclass(frozen=True)
+class RepairSettings:
     """``repair``: the repair provider called between iterations."""
 
     command: Optional[tuple[str, ...]] = None
@@ -125,16 +125,16 @@ class RepairSettings(Frozen):
     allow_binary: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RedactionSettings(Frozen):
+@dataclass(frozen=True)
+class RedactionSettings:
     """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
 
     patterns: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class HistorySettings(Frozen):
+@dataclass(frozen=True)
+class HistorySettings:
     """``history``: the failure history and triage."""
 
     enabled: bool = True
@@ -144,8 +144,8 @@ class HistorySettings(Frozen):
     quarantine_file: str = ".selfheal-quarantine.yml"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewTestsSettings(Frozen):
+@dataclass(frozen=True)
+class NewTestsSettings:
     """``new_tests``: the check of a pull request's new tests for flakiness (``selfheal ci``)."""
 
     enabled: bool = True
@@ -155,15 +155,15 @@ class NewTestsSettings(Frozen):
     seed: Optional[int] = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class McpSettings(Frozen):
+@dataclass(frozen=True)
+class McpSettings:
     """``mcp``: the MCP server (``selfheal mcp``)."""
 
     max_chars: int = 8000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class GateSettings(Frozen):
+@dataclass(frozen=True)
+class GateSettings:
     """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
 
     pytest_args: tuple[str, ...] = ()
@@ -171,8 +171,8 @@ class GateSettings(Frozen):
     max_chars: int = 4000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Settings(Frozen):
+@dataclass(frozen=True)
+class Settings:
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
     Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
@@ -248,8 +248,8 @@ class KeyOrigin(TypedDict):
     origin: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class EffectiveConfig(Frozen):
+@dataclass(frozen=True)
+class EffectiveConfig:
     """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
     the typed :class:`Settings` built from them once."""
 

@@ -20,12 +20,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
 from pytest_selfheal.records.ci import IssueComment
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 log = logging.getLogger(__name__)
 
@@ -365,8 +365,8 @@ def _fit_in_bytes(body: str) -> str:
         budget = max(1024, int(budget * 0.75))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CommentResult(Frozen):
+@dataclass(frozen=True)
+class CommentResult:
     """What :func:`upsert_sticky_comment` did."""
 
     action: str  # "created" | "updated" | "skipped"

@@ -22,6 +22,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -36,7 +37,6 @@ from pytest_selfheal.loop.invocation import from_invocation_dir
 from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
 
@@ -62,8 +62,8 @@ _ANYWHERE_BAD = ("$(", "`")
 
 _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
 
-@dataclass(frozen=True, eq=False, repr=False)
-class VerificationRun(Frozen):
+@dataclass(frozen=True)
+class VerificationRun:
     """What one verification subprocess did."""
 
     argv: list[str]  # as executed (interpreter resolved, --junitxml added)

@@ -10,14 +10,13 @@ such a warning rather than failing the whole log.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, plain_json, string
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Event(JsonRecord):
     """One event of an incident's log."""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from functools import cache, partial
 from types import MappingProxyType
@@ -29,7 +30,6 @@ from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.names import INCIDENT_ID_PATTERN
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 R = TypeVar("R", bound="JsonRecord")
 T = TypeVar("T")
@@ -332,8 +332,8 @@ timestamp = checked(
 # --------------------------------------------------------------------------- records
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Field(Frozen):
+@dataclass(frozen=True)
+class Field:
     """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
 
     key: str
@@ -347,7 +347,7 @@ class Field(Frozen):
         return self.attr or self.key
 
 
-class JsonRecord(Frozen):
+class JsonRecord:
     """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
 
     Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
@@ -24,7 +24,6 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import report_triage
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
@@ -42,8 +41,8 @@ RUN_RESULT_ORIGIN = "run_result.json"
 # --------------------------------------------------------------------------- input
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IncidentRun(Frozen):
+@dataclass(frozen=True)
+class IncidentRun:
     """One incident's records as read from the store: the input of :func:`build_report`.
 
     ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
