@@ -1,4 +1,4 @@
-"""CLI start: ``selfheal status`` vs ``python -c "import pytest"`` (issue 24).
+"""CLI start: ``selfheal status`` vs ``python -c "import pytest"``.
 
 Every command pays the start of the ``selfheal`` process; ``status`` does almost nothing
 else (an empty project: no reports root), so its time is that start. The baseline is what

@@ -18,7 +18,7 @@ interleaved runs (median reported):
 The order of each pair alternates. CPU times are printed beside wall times: on a machine
 shared with other jobs they are much less noisy.
 
-Targets (issue 3): time ratio <= 1.5, peak memory ratio <= 1.0. Results are recorded in
+Targets: time ratio <= 1.5, peak memory ratio <= 1.0. Results are recorded in
 docs/benchmarks.md. Linux/macOS only (peak RSS through ``os.wait4``).
 """
 

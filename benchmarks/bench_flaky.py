@@ -12,7 +12,7 @@ temporary directory, then measures in interleaved runs, in this process:
   nodeid HAVING ... ORDER BY rate`` over the same window, ``fetchall()``;
 * ours: ``HistoryDB.flake_rates(since)`` (the call ``selfheal flaky`` makes), records built.
 
-Target (issue 13): ours / baseline <= 1.5 (median). Results: docs/benchmarks.md.
+Target: ours / baseline <= 1.5 (median). Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations

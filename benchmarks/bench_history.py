@@ -1,4 +1,4 @@
-"""Failure history cost: a capture of 50 failures with the history vs the same capture without (issue 13).
+"""Failure history cost: a capture of 50 failures with the history vs the same capture without.
 
 Both sides run ``pytest --selfheal`` on the same generated suite (every test fails, so
 every run captures an incident of ``--failures`` failures), interleaved; the only

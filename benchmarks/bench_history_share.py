@@ -23,7 +23,7 @@ Usage::
    processes racing on one ref); baseline: the same pushes one after the other. A fresh
    pull must then see every run: no record lost. The attempts each push needed are printed.
 
-No target is set by the issue (issue 23): the figures are recorded in docs/benchmarks.md.
+No target is set by the issue: the figures are recorded in docs/benchmarks.md.
 """
 
 from __future__ import annotations

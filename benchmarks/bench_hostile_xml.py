@@ -1,4 +1,4 @@
-"""Benchmark: the hostile-XML cases of issue 12 finding 7, against a plain expat parse.
+"""Benchmark: the hostile-XML cases, against a plain expat parse.
 
 Usage::
 
@@ -23,7 +23,7 @@ The XML cases compare:
 * ``selfheal``: ``analysis.analyse.analyse_junit`` (what ``selfheal fingerprint`` runs:
   the bounded junit reader, classification and fingerprint of each kept failure).
 
-Target (issue 12): time ratio selfheal/plain <= 2, and a peak RSS that does not grow with
+Target: time ratio selfheal/plain <= 2, and a peak RSS that does not grow with
 the input (compare with ``idle``: an interpreter that imported the same modules).
 Linux/macOS only (``os.wait4``).
 """

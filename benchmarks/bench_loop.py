@@ -23,7 +23,7 @@ Wall time is what the targets are about; the CPU time of each side (this process
 children) is printed too, since it barely moves when the machine is busy with other work.
 Every child runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (the capture loads the plugin
 with ``-p``): other installed plugins would add the same startup cost to (a) and (b) and
-flatter the ratio. Targets: a/b <= 1.15 and c/a >= 20 (issue 4); d/b <= 1.10 (issue 24).
+flatter the ratio. Targets: a/b <= 1.15 and c/a >= 20; d/b <= 1.10.
 Results are recorded in docs/benchmarks.md.
 """
 

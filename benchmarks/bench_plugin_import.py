@@ -1,4 +1,4 @@
-"""Import cost of the plugin: ``import pytest_selfheal.plugin`` after ``import pytest`` (issue 6).
+"""Import cost of the plugin: ``import pytest_selfheal.plugin`` after ``import pytest``.
 
 Every pytest run of every user imports the plugin (a ``pytest11`` entry point), so this
 must stay small. Each sample is a fresh interpreter that imports pytest, then times the

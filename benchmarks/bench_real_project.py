@@ -1,4 +1,4 @@
-"""A real project's suite: ``pytest --selfheal`` vs plain ``pytest``, green and red (issue 24).
+"""A real project's suite: ``pytest --selfheal`` vs plain ``pytest``, green and red.
 
 The suite of a pinned PyPI sdist (default ``cachetools==5.5.2``: 216 tests, about a second),
 downloaded once with ``pip download --no-binary :all: --no-deps`` into ``--cache`` (outside
@@ -21,7 +21,7 @@ Measure with the package installed from a wheel into a venv of its own (``--pyth
 editable install is not what users run, and the script says so when it sees one.
 
     python benchmarks/bench_real_project.py [--python PY] [--repeat 9] [--only green|red]
-                                            [--instructions]
+                                            [--instructions] [--configured]
                                             [--bytecode both|write|dont-write] [--cache DIR]
 """
 
@@ -116,15 +116,23 @@ def run_env(project: Path, dont_write: bool) -> dict[str, str]:
     return env
 
 
-def count(project: Path, python: str, dont_write: bool, package: Path) -> tuple[int, int]:
+def selfheal_argv(plain_argv: list[str], project: Path, configured: bool) -> list[str]:
+    """The ``--selfheal`` side, on a fresh default reports root (removed first, so each red run
+    pays a whole capture). ``configured``: the root named by ``--selfheal-dir`` too, a flag that
+    sets a config key, so the run reads the config at its start as a configured project's does."""
+    shutil.rmtree(project / ".selfheal", ignore_errors=True)
+    return plain_argv + ["--selfheal", *(["--selfheal-dir=.selfheal"] if configured else [])]
+
+
+def count(project: Path, python: str, dont_write: bool, package: Path, configured: bool) -> tuple[int, int]:
     """(plain, selfheal) instructions of one run each, after a warming pair (the .pyc files)."""
     env = run_env(project, dont_write)
     plain_argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS]
     counts = []
-    for n, argv in enumerate((plain_argv, plain_argv + ["--selfheal", "--selfheal-dir=.selfheal-count-warm"],
-                              plain_argv, plain_argv + ["--selfheal", "--selfheal-dir=.selfheal-count"])):
+    for n in range(4):
         if dont_write:
             drop_rewritten_pyc(package, project)
+        argv = plain_argv if n % 2 == 0 else selfheal_argv(plain_argv, project, configured)
         if n < 2:
             timed(argv, project, env)
         else:
@@ -132,7 +140,8 @@ def count(project: Path, python: str, dont_write: bool, package: Path) -> tuple[
     return counts[0], counts[1]
 
 
-def measure(project: Path, python: str, repeat: int, dont_write: bool, package: Path) -> tuple[float, ...]:
+def measure(project: Path, python: str, repeat: int, dont_write: bool, package: Path,
+            configured: bool) -> tuple[float, ...]:
     """(plain wall, selfheal wall, wall ratio, plain CPU, selfheal CPU, CPU ratio): medians of interleaved pairs."""
     env = run_env(project, dont_write)
     plain_argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS]
@@ -140,9 +149,8 @@ def measure(project: Path, python: str, repeat: int, dont_write: bool, package: 
     for n in range(repeat + 1):
         if dont_write:
             drop_rewritten_pyc(package, project)
-        sides = {"plain": plain_argv, "selfheal": plain_argv + ["--selfheal", f"--selfheal-dir=.selfheal-{n}"]}
-        for name in (list(sides) if n % 2 == 0 else list(reversed(sides))):
-            result = timed(sides[name], project, env)
+        for name in ("plain", "selfheal") if n % 2 == 0 else ("selfheal", "plain"):
+            result = timed(plain_argv if name == "plain" else selfheal_argv(plain_argv, project, configured), project, env)
             if n:  # the first pair warms the file cache (and, writing, the .pyc files)
                 runs[name].append(result)
     plain = statistics.median(w for w, _ in runs["plain"])
@@ -160,6 +168,8 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--bytecode", choices=("both", "write", "dont-write"), default="both")
     parser.add_argument("--instructions", action="store_true",
                         help="also count the instructions of one run per side (valgrind): load does not change them")
+    parser.add_argument("--configured", action="store_true",
+                        help="pass --selfheal-dir too: the run reads the config at its start, as a configured project's")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the sdist is kept")
     parser.add_argument("--sdist", default=SDIST, help=argparse.SUPPRESS)  # the tests' tiny stand-in
     args = parser.parse_args(list(argv) or None)
@@ -172,13 +182,13 @@ def main(argv: Sequence[str] = ()) -> int:
         for kind in ("green", "red") if args.only is None else (args.only,):
             project = unpack(sdist, Path(tmp, kind), bug=kind == "red")
             for dont_write in modes:
-                p, h, r, pc, hc, c = measure(project, args.python, args.repeat, dont_write, package)
+                p, h, r, pc, hc, c = measure(project, args.python, args.repeat, dont_write, package, args.configured)
                 mode = "PYTHONDONTWRITEBYTECODE=1" if dont_write else ".pyc written"
                 target = "1.03" if kind == "green" else "1.05"
                 print(f"{kind} run, {mode}: plain {p:.3f}s, --selfheal {h:.3f}s, ratio {r:.3f} wall, "
                       f"{c:.3f} CPU ({pc:.3f}s vs {hc:.3f}s) (target <= {target})")
                 if args.instructions:
-                    pi, hi = count(project, args.python, dont_write, package)
+                    pi, hi = count(project, args.python, dont_write, package, args.configured)
                     print(f"{kind} run, {mode}: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
     return 0
 

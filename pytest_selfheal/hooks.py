@@ -10,13 +10,13 @@ both groups (docs/hooks.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any, Optional, cast
 
 import pluggy
 
 from pytest_selfheal import hookspecs
-from pytest_selfheal.entrypoints import entry_points_in
 from pytest_selfheal.errors import ConfigError, one_line
 from pytest_selfheal.hookspecs import ClassificationRule, RepairAnswer, RepairRequest, ReportData
 
@@ -34,7 +34,7 @@ def cli_plugin_manager() -> pluggy.PluginManager:
     One that fails to load is a one-line ``ConfigError`` (it was registered for us)."""
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
-    for ep in entry_points_in(ENTRY_POINT_GROUP):
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
         if pm.is_blocked(ep.name) or pm.get_plugin(ep.name) is not None:
             continue
         try:

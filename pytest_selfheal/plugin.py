@@ -1,57 +1,24 @@
 """The pytest plugin: ``pytest --selfheal`` (edge: pytest hooks only).
 
 This module is what every pytest run of every user imports, so it holds only the options:
-the recorder (recorder/) and everything it needs load only when ``--selfheal`` is on.
+the recorder (recorder/) loads only when ``--selfheal`` is on, and the rest of the package
+only when a run has something to record.
 Recording is kept to the cheap minimum during the run (counters and the failing reports);
 all the work happens once, at session end, on the controller: xdist workers never write.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
-from collections.abc import Iterable
 
 import pytest
 
-
-def unmark_own_package(meta_path: Iterable[object]) -> bool:
-    """Take this package out of the modules pytest's assertion rewriting loads, and say
-    whether it could (docs/decisions.md, "The plugin's modules are not assertion-rewritten").
-
-    pytest marks every package of a ``pytest11`` plugin's distribution for rewriting, and
-    its loader parses and compiles a marked module from source unless it wrote its own
-    ``.pyc`` before, which ``PYTHONDONTWRITEBYTECODE`` or a read-only site-packages forbids:
-    tens of milliseconds on every run. Without the mark the ordinary loader reads the
-    installed ``.pyc``. The hook's mark set is private: guarded, and without it (another
-    pytest) the modules are rewritten as before, which only costs time.
-    """
-    top = __name__.partition(".")[0]
-    done = False
-    for hook in meta_path:
-        marked = getattr(hook, "_must_rewrite", None)
-        cache = getattr(hook, "_marked_for_rewrite_cache", None)
-        if type(hook).__name__ != "AssertionRewritingHook" or not isinstance(marked, set):
-            continue
-        marked.discard(top)
-        if isinstance(cache, dict):
-            for name in [n for n in cache if n == top or n.startswith(top + ".")]:
-                del cache[name]
-        done = True
-    return done
-
-
-# Before the package's other modules load: they then come from their installed .pyc files.
-unmark_own_package(sys.meta_path)
-
-from pytest_selfheal import hookspecs  # noqa: E402
-from pytest_selfheal.config.ini import INI_KEYS, VERIFYING_ENV  # noqa: E402
+from pytest_selfheal import hookspecs
+from pytest_selfheal.names import INI_KEYS, RECORDER_PLUGIN, VERIFYING_ENV
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register the plugin's own hookspecs (the extension API, see hookspecs.py)."""
-    unmark_own_package(sys.meta_path)  # each config installs its own hook (pytester runs)
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -144,7 +111,21 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not _enabled(config):
         return
-    # Loaded here, not at the top: a run without --selfheal must not pay for the recorder's
-    # imports (config, capture, loop, report: tens of milliseconds; docs/benchmarks.md).
-    recorder = importlib.import_module("pytest_selfheal.recorder")
+    # Imported here: every pytest run imports this module, and one without --selfheal must
+    # not parse and compile the recorder (pytest rewrites the package's modules it imports).
+    from pytest_selfheal import recorder
+
     recorder.start(config)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own junitxml has written --junitxml
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With ``--selfheal``, on the controller: the session end records what the run found."""
+    recorder = session.config.pluginmanager.get_plugin(RECORDER_PLUGIN)
+    if recorder is None or not recorder.has_work(session, int(exitstatus)):
+        return
+    # Imported here: only a run with a failure or an open incident's test loads the capture,
+    # the loop and the report.
+    from pytest_selfheal.recorder.finish import finish_session
+
+    finish_session(recorder, int(exitstatus))

@@ -47,10 +47,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
-
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
@@ -92,8 +91,8 @@ def child_environment(env: Optional[Mapping[str, str]] = None) -> dict[str, str]
 LineSink = Callable[[bytes], None]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ProcessResult(Frozen):
+@dataclass(frozen=True)
+class ProcessResult:
     """What one child process did."""
 
     argv: list[str]

@@ -14,15 +14,23 @@ Kinds: ``incident``, ``plan``, ``attempt``, ``run_result`` (pytest_selfheal/sche
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from pytest_selfheal.store.schema import KINDS, load_schema
+from pytest_selfheal.store.schema import KINDS, schema_filename
 
 _VALIDATORS: dict[str, Any] = {}
+
+
+def load_schema(kind: str) -> dict[str, Any]:
+    """A fresh copy of the shipped JSON Schema for ``kind`` (as the wheel ships it)."""
+    ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
+    loaded: dict[str, Any] = json.loads(ref.read_text(encoding="utf-8"))
+    return loaded
 
 
 def validator(kind: str) -> Any:

@@ -26,7 +26,32 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
 MAX_MODULE_LINES = 600
 
 # (module, imported module): the only package-internal imports allowed inside a function.
-LAZY_IMPORTS: set[tuple[str, str]] = set()
+# pytest parses and compiles every module of the package a run imports where bytecode is not
+# written, so the plugin's side imports what only some runs need where they first need it.
+_RECORDER_WAITS = {
+    "pytest_selfheal.capture.evidence",  # a failing test's evidence
+    "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
+    "pytest_selfheal.config.files",  # a config to read (recorder.has_config)
+    "pytest_selfheal.config.settings",  # a config to read, or something to record
+    "pytest_selfheal.errors",  # a config to read, or an open incident
+    "pytest_selfheal.loop.agent_mode",  # an open incident
+    "pytest_selfheal.loop.stopped",  # a stopped incident that may hold a passed test
+    "pytest_selfheal.records.redacted",  # an open incident's ids holding a secret
+    "pytest_selfheal.records.vocab",  # a line to show
+    "pytest_selfheal.store.fsio",  # an open incident, or something to record
+    "pytest_selfheal.store.root",  # an open incident, or something to record
+}
+LAZY_IMPORTS: set[tuple[str, str]] = {
+    ("pytest_selfheal.plugin", "pytest_selfheal.recorder"),  # --selfheal
+    ("pytest_selfheal.plugin", "pytest_selfheal.recorder.finish"),  # something to record
+    *(("pytest_selfheal.recorder", waiting) for waiting in _RECORDER_WAITS),
+    # The loop side: an open incident, a stopped one, or --selfheal-loop.
+    ("pytest_selfheal.recorder.finish", "pytest_selfheal.loop.agent_mode"),
+    ("pytest_selfheal.recorder.finish", "pytest_selfheal.loop.sticky"),
+    ("pytest_selfheal.recorder.finish", "pytest_selfheal.run.entry"),
+    # Reading the environment for secrets is I/O: merging the config does none.
+    ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -12,7 +12,6 @@ import pytest
 
 from pytest_selfheal.config import files as config_files
 from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
-from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import DEFAULTS, SCHEMA, ini_table, reference_table
 from pytest_selfheal.config.settings import (
     ConfigLayer,
@@ -25,6 +24,7 @@ from pytest_selfheal.config.settings import (
     parse_override,
 )
 from pytest_selfheal.errors import EXIT_USAGE, ConfigError
+from pytest_selfheal.names import INI_KEYS, INI_OVERRIDES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 

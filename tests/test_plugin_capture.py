@@ -185,6 +185,23 @@ def test_bad_config_stops_the_run_with_one_line(project: pytest.Pytester) -> Non
     assert not (project.path / ".selfheal").exists()
 
 
+@pytest.mark.parametrize("where", ["ini", "global"])
+def test_a_bad_config_stops_a_green_run_too(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                            where: str) -> None:
+    """A green run reads no config when there is none, but one that is there is read whole."""
+    pytester.makepyfile(test_green="def test_green():\n    assert True\n")
+    if where == "ini":
+        pytester.makeini("[pytest]\nselfheal_max_iterations = three\n")
+    else:
+        home = pytester.path / "oc"
+        (home / "get-shit-done").mkdir(parents=True)
+        (home / "get-shit-done" / "config.json").write_text('{"ralf_lite": {"max_iterations": "three"}}')
+        monkeypatch.setenv("OPENCODE_CONFIG_DIR", str(home))
+    result = pytester.runpytest_subprocess("--selfheal")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    assert "max_iterations" in result.stderr.str()
+
+
 def test_secrets_in_failure_output_are_redacted(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOY_TOKEN", "s3cr3t-deploy-value")
     pytester.makepyfile(

@@ -483,3 +483,18 @@ def test_demo_run_documents_round_trip_exactly(request: pytest.FixtureRequest, t
     assert {kind for kind, _, _ in docs} == {*RECORDS, "event"}
     for kind, where, doc in docs:
         assert_exact_round_trip(kind, where, doc)
+
+
+def test_equality_hash_and_repr_ignore_the_read_key_order() -> None:
+    """A record with nested records, read keys and extra keys: ``keys`` is neither compared,
+    hashed nor shown, ``extra`` is."""
+    doc = {"path": "src/a.py", "name": "f", "line": 3, "more": [1]}
+    ref = CodeRef.from_json(doc, "x")
+    assert ref == CodeRef(path="src/a.py", name="f", line=3, extra=(("more", (1,)),))
+    assert ref != CodeRef(path="src/a.py", name="f", line=3)
+    assert repr(ref) == "CodeRef(path='src/a.py', name='f', line=3, bases=(), score=None, extra=(('more', (1,)),))"
+    entry = FailureEntry(nodeid="t::x", root_cause=RootCause(frame=ref))
+    assert entry == dataclasses.replace(entry) and hash(entry) == hash(dataclasses.replace(entry))
+    assert len({entry, dataclasses.replace(entry, keys=("nodeid",))}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.nodeid = "t::y"  # type: ignore[misc]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional
@@ -392,6 +393,28 @@ def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyP
     pm = cli_plugin_manager()
     assert repair_hook_names(pm) == ["my_repair_hook"]
     assert provider_configured(default_config(), pm)
+
+
+def test_cli_loads_entry_point_hooks_of_a_zipped_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry points are read as pytest reads them (importlib.metadata): a distribution inside a
+    zip file on sys.path counts too."""
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, "zipped_repair_hook", """
+        import pluggy
+        hookimpl = pluggy.HookimplMarker("pytest")
+
+        @hookimpl
+        def pytest_selfheal_repair(request):
+            return {"result": "gave_up"}
+    """)
+    archive = tmp_path / "site.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for path in sorted(site.rglob("*")):
+            if path.is_file():
+                bundle.write(path, path.relative_to(site).as_posix())
+    monkeypatch.syspath_prepend(str(archive))
+    assert repair_hook_names(cli_plugin_manager()) == ["zipped_repair_hook"]
 
 
 def test_a_broken_unrelated_pytest_plugin_cannot_stop_selfheal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Localisation benchmark: injected faults, where does each surface point? (issue 25)
+"""Localisation benchmark: injected faults, where does each surface point?
 
 For each mutant of the corpus (pypi.py: real projects from pinned sdists; ``--corpus
 written``: corpus.py's two small projects) that fails at least one test: copy its project

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Optional, Union
 
 from pytest_selfheal.analysis import classify as classify_module
@@ -83,19 +82,3 @@ def failures_from_cases(
     return sorted(failures, key=lambda f: is_doctest_line(f.message))  # stable
 
 
-def failures_from_junit(
-    paths: Union[PathLike, Iterable[PathLike]],
-    extra_rules: Sequence[Rule] = (),
-    warnings: Optional[list[str]] = None,
-) -> list[models.Failure]:
-    """Failures of one or more junit files, file by file (reruns de-duplicated per file).
-
-    Raises :class:`errors.InputError` for a file that cannot be read as junit XML;
-    truncation warnings are appended to ``warnings``.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    failures: list[models.Failure] = []
-    for path in paths:
-        failures.extend(f for f, _ in analyse_junit(Path(path), extra_rules, warnings))
-    return failures

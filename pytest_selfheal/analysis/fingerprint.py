@@ -527,17 +527,6 @@ def _normalise_cached(text: str) -> str:
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
 
 
-def signature_of(failure_type: str, test: str, normalised: str) -> str:
-    """The human-readable signature ``<failure_type> | <test> | <normalised message>``."""
-    return f"{failure_type} | {test} | {normalised}"
-
-
-def hash_signature(signature: str, scheme: int = SCHEME) -> str:
-    """The short fingerprint of a signature: 12 hex characters of sha256 over scheme + it."""
-    digest = hashlib.sha256(f"{scheme}:{signature}".encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:HASH_LENGTH]
-
-
 def fingerprint(
     case: models.TestCaseResult, failure_type: str, *, line: Optional[str] = None
 ) -> models.Fingerprint:

@@ -9,13 +9,12 @@ import functools
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from re import Pattern
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.records import models
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.vocab import FAILURE_TYPES, FailureClass
 
 if TYPE_CHECKING:  # the hook payload's shape; hookspecs (and pluggy) are not loaded to validate
@@ -41,8 +40,8 @@ def compiled(pattern: str) -> Pattern[str]:
     return re.compile(pattern, re.MULTILINE)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Rule(Frozen):
+@dataclass(frozen=True)
+class Rule:
     """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
 
     ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
@@ -67,7 +66,7 @@ class Rule(Frozen):
     def __post_init__(self) -> None:
         if self.failure_type not in TYPE_DEFAULTS:
             raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
-        # Frozen dataclass: derived attributes are set through object.__setattr__.
+        # A frozen dataclass: derived attributes are set through object.__setattr__.
         object.__setattr__(self, "result", self._classification())
 
     @property

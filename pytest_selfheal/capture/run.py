@@ -31,6 +31,7 @@ from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
+from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
@@ -296,7 +297,7 @@ def capture_incident(
     written: list[tuple[Incident, Optional[Plan]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
-    where = _display_path(reports_root / "error_inbox" / incident_id, Path(config.invocation_params.dir))
+    where = _display_path(reports_root / INBOX_DIR / incident_id, Path(config.invocation_params.dir))
     labels = [t.label for t in history.triage.values()]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
     lines = [f"captured {incident_id}: {len(failures)} failure(s){triaged} -> {where}"]

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import iniconfig
 
-from pytest_selfheal.config.ini import INI_OVERRIDES
+from pytest_selfheal import names
 from pytest_selfheal.config.keys import ROOT_KEY
 from pytest_selfheal.config.settings import (
     ConfigLayer,
@@ -36,12 +36,10 @@ from pytest_selfheal.config.settings import (
     config_error,
 )
 from pytest_selfheal.errors import describe_value
+from pytest_selfheal.names import INI_OVERRIDES, project_config_paths
 
 # Config files are a few hundred bytes; the bound keeps a stray huge file from eating memory.
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
-
-PROJECT_DIR = ".planning"
-PROJECT_FILES = ("config.yml", "config.yaml", "config.json")  # merge order: later wins
 
 # pytest's own config files in its order of precedence (pytest 9; older pytest reads a
 # subset of them, in the same order).
@@ -52,35 +50,13 @@ PYTEST_CONFIG_FILES = (
 
 
 def global_config_path(env: Mapping[str, str] = os.environ) -> Path:
-    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``.
-
-    As in the shell, an empty OPENCODE_CONFIG_DIR counts as unset; a leading ``~`` in it
-    is expanded with HOME from ``env``.
-    """
-    base = env.get("OPENCODE_CONFIG_DIR") or ""
-    if base == "~" or base.startswith("~/"):
-        directory = _home(env) / base[2:]
-    elif base:
-        directory = Path(base)
-    else:
-        directory = _home(env) / ".config" / "opencode"
-    return directory / "get-shit-done" / "config.json"
-
-
-def _home(env: Mapping[str, str]) -> Path:
-    home = env.get("HOME")
-    if home:
-        return Path(home)
-    try:
-        return Path.home()
-    except (RuntimeError, KeyError):
+    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``
+    (:func:`pytest_selfheal.names.global_config_path`); ConfigError when HOME is unknown."""
+    path = names.global_config_path(env)
+    if path is None:
         raise config_error("cannot locate the global config: HOME is not set "
-                           "(set HOME or OPENCODE_CONFIG_DIR)") from None
-
-
-def project_config_paths(project_root: Path) -> list[Path]:
-    """The project config files, existing or not, in merge order (later wins)."""
-    return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]
+                           "(set HOME or OPENCODE_CONFIG_DIR)")
+    return path
 
 
 def _read_text(path: Path) -> Optional[str]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_selfheal.config.ini import INI_KEYS
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -53,8 +53,8 @@ _TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class KeySpec(Frozen):
+@dataclass(frozen=True)
+class KeySpec:
     """One leaf key under ``ralf_lite``: its dotted name, kind, default and meaning."""
 
     key: str
@@ -116,7 +116,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("auto_replan_on_no_progress", BOOL, False,
             "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
             "with `replan_requested` instead of escalating."),
-    KeySpec("reports_dir", STRING, ".selfheal",
+    KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
             "the project root (pytest's rootdir) and must resolve inside it, every symbolic link on "
             "its way followed (one leading out is refused, exit 5); an absolute path is taken as given."),

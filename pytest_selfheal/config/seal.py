@@ -39,9 +39,7 @@ import iniconfig
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.testfiles import MISSING
 from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, toml_loads
-from pytest_selfheal.records.frozen import Frozen
-from pytest_selfheal.records.frozen import dataclass as frozen_dataclass
-from pytest_selfheal.records.jsondoc import thaw
+from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.seal import Seal
 
 UNSET = "unset"
@@ -129,8 +127,8 @@ class Hasher:
         return sha256(b"\n".join(known[2])) if known[2] else ""
 
 
-@frozen_dataclass(frozen=True, eq=False, repr=False)
-class Loaded(Frozen):
+@dataclass(frozen=True)
+class Loaded:
     """What the run in this process loaded (only known inside pytest): plugin module files
     (``config.pluginmanager.get_plugins()``) and every imported module's file."""
 
@@ -422,7 +420,7 @@ def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list
     """The judging keys whose value now differs from the recorded one, sorted (compared as
     JSON: a value read back from ``incident.json`` is a frozen copy)."""
     def text(values: Mapping[str, Any], key: str) -> str:
-        return json.dumps(thaw(values.get(key)), sort_keys=True)
+        return json.dumps(plain_json(values.get(key)), sort_keys=True)
 
     return sorted(key for key in set(recorded) | set(now) if text(recorded, key) != text(now, key))
 

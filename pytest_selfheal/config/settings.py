@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import math
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
 from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
-from pytest_selfheal.config.ini import INI_KEYS, INI_OVERRIDES
 from pytest_selfheal.config.keys import (
     ARGV,
     BOOL,
@@ -53,7 +52,7 @@ from pytest_selfheal.config.keys import (
     nest,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
 
 if TYPE_CHECKING:
     from pytest_selfheal.hookspecs import ClassificationRule
@@ -69,8 +68,8 @@ _KEY_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 IniValue = Union[str, Sequence[str], None]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Override(Frozen):
+@dataclass(frozen=True)
+class Override:
     """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``).
 
     ``value`` is text to coerce to the key's type (what :func:`parse_override` gives) or an
@@ -82,8 +81,8 @@ class Override(Frozen):
     origin: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ConfigLayer(Frozen):
+@dataclass(frozen=True)
+class ConfigLayer:
     """One layer of the merge, checked: where it came from (a file path, ``pytest ini (<path>)``,
     a flag) and its values, ``{dotted leaf key: value}`` (``"apply_to.tdd_tasks": True``)."""
 
@@ -97,8 +96,8 @@ class ConfigLayer(Frozen):
         return cls(origin, dict(_flatten(origin, section)))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ApplyToSettings(Frozen):
+@dataclass(frozen=True)
+class ApplyToSettings:
     """``apply_to``: which failures the loop applies to."""
 
     auto_tasks: bool = True
@@ -106,8 +105,8 @@ class ApplyToSettings(Frozen):
     tdd_tasks: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class VerificationSettings(Frozen):
+@dataclass(frozen=True)
+class VerificationSettings:
     """``verification``: how the loop re-runs the failing tests."""
 
     allowlist: tuple[str, ...] = ("pytest",)
@@ -115,8 +114,8 @@ class VerificationSettings(Frozen):
     args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RepairSettings(Frozen):
+@dataclass(frozen=True)
+class RepairSettings:
     """``repair``: the repair provider called between iterations."""
 
     command: Optional[tuple[str, ...]] = None
@@ -127,16 +126,16 @@ class RepairSettings(Frozen):
     allow_binary: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RedactionSettings(Frozen):
+@dataclass(frozen=True)
+class RedactionSettings:
     """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
 
     patterns: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class HistorySettings(Frozen):
+@dataclass(frozen=True)
+class HistorySettings:
     """``history``: the failure history and triage."""
 
     enabled: bool = True
@@ -146,8 +145,8 @@ class HistorySettings(Frozen):
     quarantine_file: str = ".selfheal-quarantine.yml"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewTestsSettings(Frozen):
+@dataclass(frozen=True)
+class NewTestsSettings:
     """``new_tests``: the check of a pull request's new tests for flakiness (``selfheal ci``)."""
 
     enabled: bool = True
@@ -157,15 +156,15 @@ class NewTestsSettings(Frozen):
     seed: Optional[int] = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class McpSettings(Frozen):
+@dataclass(frozen=True)
+class McpSettings:
     """``mcp``: the MCP server (``selfheal mcp``)."""
 
     max_chars: int = 8000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class GateSettings(Frozen):
+@dataclass(frozen=True)
+class GateSettings:
     """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
 
     pytest_args: tuple[str, ...] = ()
@@ -173,8 +172,8 @@ class GateSettings(Frozen):
     max_chars: int = 4000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Settings(Frozen):
+@dataclass(frozen=True)
+class Settings:
     """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
 
     Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
@@ -189,7 +188,7 @@ class Settings(Frozen):
     apply_to: ApplyToSettings = ApplyToSettings()
     max_runtime_minutes: Optional[float] = None
     auto_replan_on_no_progress: bool = False
-    reports_dir: str = ".selfheal"
+    reports_dir: str = DEFAULT_REPORTS_DIR
     report_path: Optional[str] = None
     log_tail_lines: int = 200
     verification: VerificationSettings = VerificationSettings()
@@ -250,8 +249,8 @@ class KeyOrigin(TypedDict):
     origin: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class EffectiveConfig(Frozen):
+@dataclass(frozen=True)
+class EffectiveConfig:
     """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
     the typed :class:`Settings` built from them once."""
 
@@ -268,9 +267,10 @@ class EffectiveConfig(Frozen):
         Everything a run writes or posts is redacted by it (store, report, CLI output, MCP,
         PR comment). The redact module is loaded then: a green run never imports it.
         """
-        redact = importlib.import_module("pytest_selfheal.redact")
-        built: Redactor = redact.default_redactor(self.settings.redaction, env=self.environ)
-        return built
+        # Imported here: merging the config does no I/O, and reading the environment is I/O.
+        from pytest_selfheal.redact import default_redactor
+
+        return default_redactor(self.settings.redaction, env=self.environ)
 
     def get(self, dotted: str) -> Any:
         """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).

@@ -17,13 +17,13 @@ import copy
 import json
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePath
 from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.gate.jsontext import Number, dumps
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is not one
 
@@ -35,8 +35,8 @@ class Agent(str, Enum):
     CURSOR = "cursor"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class HookPayload(Frozen):
+@dataclass(frozen=True)
+class HookPayload:
     """The parts of a stop hook's payload the gate reads."""
 
     agent: Agent
@@ -47,8 +47,8 @@ class HookPayload(Frozen):
     status: Optional[str] = None  # Cursor: how the turn ended (completed, aborted, error); None when absent
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class GateAnswer(Frozen):
+@dataclass(frozen=True)
+class GateAnswer:
     """The gate's answer: ``block`` (the agent must continue, ``message`` says with what) or
     let it stop (``message``, when not empty, says why to the user)."""
 

@@ -20,12 +20,12 @@ import shlex
 import stat
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_selfheal.errors import InputError, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gate import jsontext
 from pytest_selfheal.gate.agents import Agent, Change, hook_argv, merged_settings
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.store import fsio
 
 HOOK_MARGIN_SECONDS = 30  # the agent's hook timeout over gate.timeout_seconds: the gate answers first
@@ -34,8 +34,8 @@ SETTINGS_FILES = {Agent.CLAUDE: Path(".claude") / "settings.json", Agent.CURSOR:
 _SCRIPT_NAMES = ("selfheal", "selfheal.exe")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Installed(Frozen):
+@dataclass(frozen=True)
+class Installed:
     """What an install did: the settings file, what changed, the command the hook runs."""
 
     path: Path

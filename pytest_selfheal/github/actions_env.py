@@ -13,12 +13,11 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
 from pytest_selfheal.history.event import PULL_REQUEST_EVENTS
 from pytest_selfheal.history.sources import read_actions_event
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 #: GitHub's size limit for the step summary of one step (bytes, after appending).
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -265,8 +264,8 @@ def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> 
 # --- context ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ActionsContext(Frozen):
+@dataclass(frozen=True)
+class ActionsContext:
     """The standard Actions environment variables ``selfheal ci`` reads.
 
     ``token`` is excluded from ``repr`` so the context can be logged.

@@ -29,7 +29,6 @@ from typing import IO, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
-from pytest_selfheal.config.ini import CI_RUN_ENV
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import (
     EXIT_OK,
@@ -74,6 +73,7 @@ from pytest_selfheal.history.event import RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import local_segments, this_run_segments
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
+from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiInfo, NewTestsCheck
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult
@@ -369,7 +369,7 @@ def run_ci(
     segments_before = set(local_segments(root))
     # The test processes get no token (process.child_environment: every *TOKEN* variable).
     test_env = process.child_environment(source)
-    # What this run captures holds the run token (issue 12, finding 5); only the capturing pytest gets it.
+    # What this run captures holds the run token; only the capturing pytest gets it.
     token = new_run_token()
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)

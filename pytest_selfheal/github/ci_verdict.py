@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import pluggy
@@ -17,7 +18,6 @@ from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.vocab import FinalStatus
@@ -36,8 +36,8 @@ _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Verdict(Frozen):
+@dataclass(frozen=True)
+class Verdict:
     """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
 
     final_status: str

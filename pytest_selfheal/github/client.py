@@ -20,12 +20,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
 from pytest_selfheal.records.ci import IssueComment
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
     return prefix + kept + closers + note
 
 
-def _fit_harder(body: str) -> str:
+def _fit_in_bytes(body: str) -> str:
     """A body that fits even if GitHub counts bytes rather than characters (used after a 422)."""
     budget = MAX_COMMENT_CHARS - 2048
     while True:
@@ -365,8 +365,8 @@ def _fit_harder(body: str) -> str:
         budget = max(1024, int(budget * 0.75))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CommentResult(Frozen):
+@dataclass(frozen=True)
+class CommentResult:
     """What :func:`upsert_sticky_comment` did."""
 
     action: str  # "created" | "updated" | "skipped"
@@ -388,7 +388,7 @@ def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str
     return None
 
 
-def _why(exc: GitHubError) -> str:
+def _http_reason(exc: GitHubError) -> str:
     return f"HTTP {exc.status}: {exc.api_message or 'no message'}"
 
 
@@ -399,7 +399,7 @@ def _send(call: Callable[[str], IssueComment], text: str, original: str) -> Issu
     except GitHubError as exc:
         if exc.status != 422:
             raise
-        harder = _fit_harder(original)
+        harder = _fit_in_bytes(original)
         if harder == text:
             raise
         log.info("GitHub refused the comment body (422); retrying with a shorter one")
@@ -438,7 +438,7 @@ def upsert_sticky_comment(
         existing = find_sticky_comment(client, number, tag, author)
     except GitHubError as exc:
         if exc.status in (403, 404):
-            return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_why(exc)}){tail}")
+            return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_http_reason(exc)}){tail}")
         raise
 
     def outcome(action: str, comment: IssueComment) -> CommentResult:
@@ -446,10 +446,10 @@ def upsert_sticky_comment(
 
     def refused(verb: str, exc: GitHubError) -> CommentResult:
         if exc.status == 422:
-            why = f"GitHub refused the report comment on {where} even after truncating it ({_why(exc)})"
+            why = f"GitHub refused the report comment on {where} even after truncating it ({_http_reason(exc)})"
         else:
             why = (
-                f"Could not {verb} the report comment on {where} ({_why(exc)}): the token cannot "
+                f"Could not {verb} the report comment on {where} ({_http_reason(exc)}): the token cannot "
                 "write to pull requests (a fork PR's read-only token, or `pull-requests: write` "
                 "missing from the workflow's permissions)"
             )

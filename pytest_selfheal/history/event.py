@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.history.records import plausible_ref_name, plausible_repository
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 #: Events whose payload carries ``pull_request``.
 PULL_REQUEST_EVENTS = frozenset(
@@ -74,8 +74,8 @@ def _branch(ref: Optional[str]) -> Optional[str]:
     return name if not name.startswith("refs/") and plausible_ref_name(name) else None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RunBase(Frozen):
+@dataclass(frozen=True)
+class RunBase:
     """The judgement of one run's event: what its quarantine list and "known" triage are read
     against, which repository its runs are recorded for, and whether it may share history."""
 

@@ -20,9 +20,8 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
-
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 ROOT_KEY = "quarantine"
 
@@ -33,8 +32,8 @@ def _yaml() -> Any:
 ENTRY_KEYS = ("test", "fingerprint", "reason", "expires", "owner")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class QuarantineEntry(Frozen):
+@dataclass(frozen=True)
+class QuarantineEntry:
     """One entry: what it covers (a test or a fingerprint), why, until when, whose."""
 
     reason: str

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -27,7 +27,6 @@ from pytest_selfheal.history.segment_dir import segments_dir, write_segment
 from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import actions_event, quarantine_in_force, run_base
 from pytest_selfheal.history.triage import Triage, triage_failure
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.store.events import format_ts
 
@@ -51,8 +50,8 @@ class HistorySection(Protocol):
     def quarantine_file(self) -> str: ...
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Failing(Frozen):
+@dataclass(frozen=True)
+class Failing:
     """One failing test of the run, as recorded (already redacted)."""
 
     nodeid: str

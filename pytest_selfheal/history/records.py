@@ -8,9 +8,8 @@ the same redacted failures as the incident files.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
-
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # The outcome of one test in one recorded run.
 FAILED = "failed"  # failed (or errored) and was not seen passing in that run
@@ -47,8 +46,8 @@ def plausible_repository(name: str) -> bool:
     return bool(_REPOSITORY.match(name))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RunInfo(Frozen):
+@dataclass(frozen=True)
+class RunInfo:
     """One recorded run: when, where (commit, branch and its repository, CI job) and how many tests ran.
 
     ``run_key`` makes recording idempotent and shard merges free of duplicates: the same
@@ -70,8 +69,8 @@ class RunInfo(Frozen):
     repository: Optional[str] = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TestOutcome(Frozen):
+@dataclass(frozen=True)
+class TestOutcome:
     """One failing or re-run test of a recorded run."""
 
     __test__ = False  # not a pytest test class, whatever its name says
@@ -82,8 +81,8 @@ class TestOutcome(Frozen):
     failure_class: Optional[str] = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Sighting(Frozen):
+@dataclass(frozen=True)
+class Sighting:
     """What the history knows of one fingerprint on one branch: first seen, how often."""
 
     fingerprint: str
@@ -92,8 +91,8 @@ class Sighting(Frozen):
     occurrences: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class FlakeRate(Frozen):
+@dataclass(frozen=True)
+class FlakeRate:
     """A test's flake record over a window: re-run passes among its recorded failures."""
 
     nodeid: str

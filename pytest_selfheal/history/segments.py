@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from pytest_selfheal.history.records import (
@@ -28,7 +29,6 @@ from pytest_selfheal.history.records import (
     plausible_ref_name,
     plausible_repository,
 )
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 FORMAT = "selfheal-history-segment"
 FORMAT_VERSION = 1
@@ -63,16 +63,16 @@ class SegmentError(ValueError):
     """A document that is not a readable segment; ``str()`` says why in one line."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class SegmentRun(Frozen):
+@dataclass(frozen=True)
+class SegmentRun:
     """One run of a segment with its outcomes."""
 
     run: RunInfo
     outcomes: tuple[TestOutcome, ...]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Segment(Frozen):
+@dataclass(frozen=True)
+class Segment:
     """A segment: its runs, and (compacted segments only) the names of the segments it replaces."""
 
     runs: tuple[SegmentRun, ...]

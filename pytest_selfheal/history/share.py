@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -51,7 +51,6 @@ from pytest_selfheal.history.segments import (
     tree_path,
 )
 from pytest_selfheal.history.sources import run_base
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.redact import default_redactor
 
 DEFAULT_REMOTE = "origin"
@@ -80,8 +79,8 @@ class SharedHistoryError(SelfhealError):
         super().__init__(one_line(default_redactor().redact(message)))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PushResult(Frozen):
+@dataclass(frozen=True)
+class PushResult:
     """What a push did: segments added to the remote, those it already had, attempts made,
     and one line per segment it would not push."""
 
@@ -92,8 +91,8 @@ class PushResult(Frozen):
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PullResult(Frozen):
+@dataclass(frozen=True)
+class PullResult:
     """What a pull did: segments read (those the database did not hold yet, shared and local),
     runs in them, runs new to the database."""
 
@@ -104,8 +103,8 @@ class PullResult(Frozen):
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CompactResult(Frozen):
+@dataclass(frozen=True)
+class CompactResult:
     """What a compaction did: segments merged into one, and the runs it holds."""
 
     replaced: int

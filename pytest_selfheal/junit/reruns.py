@@ -10,13 +10,13 @@ failing is a ``<failure>``; a quarantined failure carries the property
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 QUARANTINED_PROPERTY = "selfheal.quarantined"
 TRIAGE_PROPERTY = "selfheal.triage"
@@ -26,8 +26,8 @@ FAILED = "failed"
 SKIPPED = "skipped"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class FailedRun(Frozen):
+@dataclass(frozen=True)
+class FailedRun:
     """One failed run of a test: the junit ``message``, ``type`` and text."""
 
     message: str
@@ -35,8 +35,8 @@ class FailedRun(Frozen):
     text: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RerunCase(Frozen):
+@dataclass(frozen=True)
+class RerunCase:
     """One test of the incident: its final outcome and its failed runs, oldest first."""
 
     nodeid: str

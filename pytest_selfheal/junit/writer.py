@@ -11,19 +11,19 @@ failure gets the same fingerprint from this document, from ``--junitxml`` and fr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import RootCause
 
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class FailedReport(Frozen):
+@dataclass(frozen=True)
+class FailedReport:
     """A failing pytest report reduced to plain data."""
 
     nodeid: str

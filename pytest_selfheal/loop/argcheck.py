@@ -26,13 +26,13 @@ line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_argu
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.entrypoints import entry_points_in
 from pytest_selfheal.errors import RefusedError
 
 PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
@@ -115,7 +115,7 @@ def installed_plugins() -> frozenset[str]:
     """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, its module and
     the module's packages (``xdist``, ``xdist.plugin``)."""
     names: set[str] = set()
-    for entry in entry_points_in("pytest11"):
+    for entry in importlib.metadata.entry_points(group="pytest11"):
         names.add(entry.name)
         parts = entry.value.split(":", 1)[0].strip().split(".")
         names.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))

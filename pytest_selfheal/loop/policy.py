@@ -22,12 +22,12 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
@@ -107,8 +107,8 @@ FLAKY = "flaky"
 # --------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class LoopPolicy(Frozen):
+@dataclass(frozen=True)
+class LoopPolicy:
     """The loop-relevant part of the effective ``ralf_lite`` config.
 
     The first six fields are the ones :func:`decide` uses; the ``apply_to`` flags are
@@ -150,8 +150,8 @@ class LoopPolicy(Frozen):
         )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Observation(Frozen):
+@dataclass(frozen=True)
+class Observation:
     """What one iteration observed; the driver records one per attempt.
 
     ``iteration`` 0 is the capture. ``fingerprints`` and ``failure_types`` describe the
@@ -193,8 +193,8 @@ class Observation(Frozen):
         return self.fingerprints[0] if self.fingerprints else None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Progress(Frozen):
+@dataclass(frozen=True)
+class Progress:
     """The progress signal of one iteration compared with the previous one."""
 
     progress: bool
@@ -203,8 +203,8 @@ class Progress(Frozen):
     tests_fixed: tuple[str, ...]  # node ids failing (or missing) before and passing now
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Decision(Frozen):
+@dataclass(frozen=True)
+class Decision:
     """What to do after the latest observation, and why."""
 
     action: str  # "continue" | "stop"

@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from pytest_selfheal.loop.policy import LoopPolicy
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class LoopSelection(Frozen):
+@dataclass(frozen=True)
+class LoopSelection:
     """Which failing tests the loop may verify, and whether it may run at all."""
 
     nodeids: tuple[str, ...]  # what the loop verifies

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
@@ -37,8 +37,8 @@ class Attachment(str, Enum):
     CONTINUED = "continued"  # code changed: the incident's next iteration
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class StoppedIncident(Frozen):
+@dataclass(frozen=True)
+class StoppedIncident:
     """An incident whose loop stopped without success, as its last evidence left it."""
 
     incident_id: str
@@ -52,8 +52,8 @@ class StoppedIncident(Frozen):
     green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class StickyMatch(Frozen):
+@dataclass(frozen=True)
+class StickyMatch:
     """This run's failures that one stopped incident holds, and what follows."""
 
     incident: StoppedIncident

@@ -22,21 +22,21 @@ import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.config.ini import VERIFYING_ENV
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, check_arguments, inside_root, option_groups
 from pytest_selfheal.loop.invocation import from_invocation_dir
+from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
 
@@ -62,8 +62,8 @@ _ANYWHERE_BAD = ("$(", "`")
 
 _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
 
-@dataclass(frozen=True, eq=False, repr=False)
-class VerificationRun(Frozen):
+@dataclass(frozen=True)
+class VerificationRun:
     """What one verification subprocess did."""
 
     argv: list[str]  # as executed (interpreter resolved, --junitxml added)

@@ -17,7 +17,7 @@ import re
 import shlex
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional
@@ -42,7 +42,6 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.mcp import ClosedRun, Decision, RunVerdict
 from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.records.vocab import FinalStatus
@@ -66,8 +65,8 @@ _SUMMARY = re.compile(r"\bin \d+(?:\.\d+)?s\b")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ToolResult(Frozen):
+@dataclass(frozen=True)
+class ToolResult:
     """A tool's answer: text for the model, and (run_tests) the verdict as structured data."""
 
     text: str

@@ -21,10 +21,10 @@ every test of a file selection back to its node id anyway.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import GroupKey
 from pytest_selfheal.records.redacted import runnable_nodeid
@@ -38,8 +38,8 @@ MAX_SELECTION_CHARS = 2000
 Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Group(Frozen):
+@dataclass(frozen=True)
+class Group:
     """One root cause: how it was found, where it points, and the failures it explains."""
 
     evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)

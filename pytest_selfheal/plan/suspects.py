@@ -22,12 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Definition, Group
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
 from pytest_selfheal.records.vocab import EvidenceKind
@@ -65,8 +64,8 @@ _WEIGHT: dict[EvidenceKind, float] = {
 _ORDER = {kind: i for i, kind in enumerate(EvidenceKind)}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Suspect(Frozen):
+@dataclass(frozen=True)
+class Suspect:
     """One suspicious function of a group: where, how suspicious, and why."""
 
     path: str  # repo-relative file
@@ -88,8 +87,8 @@ class Suspect(Frozen):
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Vote(Frozen):
+@dataclass(frozen=True)
+class Vote:
     """One failure's evidence for one function."""
 
     definition: Definition
@@ -98,16 +97,16 @@ class Vote(Frozen):
     score: Optional[float] = None  # a spectrum vote carries its Ochiai score
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RankedGroup(Frozen):
+@dataclass(frozen=True)
+class RankedGroup:
     """A root-cause group with its ranked suspects (the first is the group's cause)."""
 
     group: Group
     suspects: tuple[Suspect, ...] = field(default=())
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Located(Frozen):
+@dataclass(frozen=True)
+class Located:
     """What a plan action says about *where* (:func:`locate`); None or empty: not known."""
 
     assertion: Optional[str] = None  # the first failure's test line

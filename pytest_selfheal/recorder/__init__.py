@@ -1,42 +1,49 @@
 """The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
 
-During the run it keeps counters and the failing reports, nothing more: a green run imports
-the config and this module only (docs/benchmarks.md, "Green run"). At session end, on the
-controller only and only when something failed or an open incident's test ran, the session
-end (:mod:`.finish`) records the next iteration of an open incident (agent mode) or captures
-a new incident, optionally runs the loop, and writes the report.
+During the run it keeps counters and the failing reports, nothing more. pytest marks every
+module of a plugin's distribution for assertion rewriting, so where bytecode is not written
+(``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
+compiled again on every run: a green run imports no module of the package but the plugin,
+this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). So the
+config is read at the start only when there is one to read (a ``--selfheal-*`` flag, a
+``selfheal_*`` ini option, a config file), and everything else is imported inside the
+function that first needs it: a failure, an open incident, ``--selfheal-spectrum``. At
+session end, on the controller only and only when something failed or an open incident's
+test ran, the session end (:mod:`.finish`) records the next iteration of an open incident
+(agent mode) or captures a new incident, optionally runs the loop, and writes the report.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import pytest
 
-from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.ini import CI_RUN_ENV, INI_KEYS
-from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
-from pytest_selfheal.records.vocab import Line, Tone, tone_of
+from pytest_selfheal.names import (
+    CI_RUN_ENV,
+    DEFAULT_REPORTS_DIR,
+    INBOX_DIR,
+    INCIDENT_PREFIX,
+    INI_KEYS,
+    RECORDER_PLUGIN,
+    archive_dir,
+    global_config_path,
+    project_config_paths,
+)
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
 
-    # Loaded late (see late()); named here so that import-linter still checks the edges.
-    from pytest_selfheal import redact  # noqa: F401
-    from pytest_selfheal.capture import evidence, spectrum  # noqa: F401
     from pytest_selfheal.capture.evidence import Resolver
     from pytest_selfheal.capture.spectrum import SpectrumHook
-    from pytest_selfheal.loop import agent_mode, stopped  # noqa: F401
+    from pytest_selfheal.config.settings import EffectiveConfig
     from pytest_selfheal.loop.agent_mode import OpenIncident
     from pytest_selfheal.records.incident import RootCause
+    from pytest_selfheal.records.vocab import Tone
     from pytest_selfheal.redact import Redactor
     from pytest_selfheal.report.data import IncidentRun
     from pytest_selfheal.store.root import Store
@@ -49,51 +56,24 @@ _FLAG_KEYS = {
     "selfheal_max_iterations": "max_iterations",
     "selfheal_approve": "repair.approve",
 }
-_PLUGIN_NAME = "selfheal-recorder"
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
 # The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
 # so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-# The recorder's late loads: what only a failure, an open incident or --selfheal-spectrum
-# needs. A green run imports none of them (docs/benchmarks.md, "Green run"); a run that only
-# captures never imports the loop side (agent mode, the loop entry, sticky stops).
-_LATE = {
-    "finish": "pytest_selfheal.recorder.finish",  # the session end: capture, agent mode, loop, report
-    "evidence": "pytest_selfheal.capture.evidence",  # a failing test's root cause, read at its failure
-    "spectrum": "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
-    "store": "pytest_selfheal.store.root",
-    "fsio": "pytest_selfheal.store.fsio",
-    "agent_mode": "pytest_selfheal.loop.agent_mode",
-    "entry": "pytest_selfheal.run.entry",
-    "sticky": "pytest_selfheal.loop.sticky",
-    "stopped": "pytest_selfheal.loop.stopped",  # a green run's cheap look at the stopped incidents
-}
-
-
-def late(name: str) -> ModuleType:
-    """The recorder's late-loaded module ``name`` (a key of ``_LATE``), imported on first use.
-
-    Like a run without --selfheal never imports this module (plugin.py), a run with it
-    imports only what it uses: pytest marks every module of a plugin's distribution for
-    assertion rewriting, so where bytecode is not written (``PYTHONDONTWRITEBYTECODE``,
-    read-only site-packages) each module imported is parsed and compiled again on every run.
-    """
-    return importlib.import_module(_LATE[name])
-
-
 def start(config: pytest.Config) -> None:
-    """Load the config (refusing to run on a bad one) and register the recorder on the controller."""
-    try:
-        effective = load_effective_config(config)
-    except SelfhealError as exc:
-        raise pytest.UsageError(f"selfheal: {exc}") from None
+    """Read the config if there is one (refusing to run on a bad one) and register the
+    recorder on the controller."""
+    effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
     if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
                                                  and config.getini("selfheal_spectrum")):
-        spectrum = late("spectrum").SpectrumHook(str(config.rootpath), worker=worker)
+        # Imported here: only --selfheal-spectrum records what each test runs.
+        from pytest_selfheal.capture.spectrum import SpectrumHook
+
+        spectrum = SpectrumHook(str(config.rootpath), worker=worker)
         config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
     if worker:
         # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
@@ -101,7 +81,21 @@ def start(config: pytest.Config) -> None:
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), _PLUGIN_NAME)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), RECORDER_PLUGIN)
+
+
+def has_config(config: pytest.Config) -> bool:
+    """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
+    ``selfheal_*`` ini option, or a config file (global or project). Without one the
+    effective config is the defaults, and the run reads no file to know it."""
+    if any(config.getoption(dest) is not None for dest in _FLAG_KEYS) or config.getoption("selfheal_set"):
+        return True
+    if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
+        return True
+    global_path = global_config_path(os.environ)
+    paths = [*project_config_paths(config.rootpath), *([global_path] if global_path is not None else [])]
+    # No home for the global file: reading the config says so.
+    return global_path is None or any(os.path.lexists(path) for path in paths)
 
 
 def _ini_values(config: pytest.Config) -> dict[str, str]:
@@ -117,7 +111,12 @@ def _ini_values(config: pytest.Config) -> dict[str, str]:
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags)."""
+    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
+    # Imported here: a run without a config to read (has_config) never loads the config modules.
+    from pytest_selfheal.config.files import load_config
+    from pytest_selfheal.config.settings import Override, parse_override
+    from pytest_selfheal.errors import SelfhealError
+
     overrides: list[Override] = []
     for dest, key in _FLAG_KEYS.items():
         value = config.getoption(dest)
@@ -131,7 +130,11 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     for text in config.getoption("selfheal_set") or []:
         overrides.append(parse_override(text, "--selfheal-set"))
     ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
-    return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    try:
+        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+
 
 
 def _crash_message(report: Any) -> str:
@@ -162,7 +165,9 @@ class RootCauseHook:
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[RootCause]:
         """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
-        evidence = late("evidence")
+        # Imported here: only a failing test is read for evidence.
+        from pytest_selfheal.capture import evidence
+
         if self.resolver is None:
             self.resolver = evidence.Resolver(self.rootdir)
         resolver: Resolver = self.resolver
@@ -211,11 +216,12 @@ SUMMARY = -1
 DETAIL = 0
 
 
-_MARKUP: dict[Tone, dict[str, bool]] = {
-    Tone.GOOD: {"green": True},
-    Tone.BAD: {"red": True, "bold": True},
-    Tone.WARN: {"yellow": True},
-    Tone.PLAIN: {},
+# A Tone is its string value (records/vocab.py).
+_MARKUP: dict[str, dict[str, bool]] = {
+    "good": {"green": True},
+    "bad": {"red": True, "bold": True},
+    "warn": {"yellow": True},
+    "plain": {},
 }
 
 
@@ -226,6 +232,14 @@ def _markup(tone: Tone) -> dict[str, bool]:
 
 # Worst outcome wins when a test has several reports (setup, call, teardown).
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+def _any_redacted(nodeids: set[str]) -> bool:
+    """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
+    # Imported here: only a run with open incidents watches node ids.
+    from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
+
+    return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
 
 
 class Failed(NamedTuple):
@@ -247,13 +261,13 @@ class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
     def __init__(
-        self, config: pytest.Config, effective: EffectiveConfig, evidence: Optional[dict[str, RootCause]] = None,
-        spectrum: Optional[SpectrumHook] = None,
+        self, config: pytest.Config, effective: Optional[EffectiveConfig],
+        evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
-        self.effective = effective
+        self._effective = effective  # None: no config to read, the defaults (built when first asked for)
         self.failed: list[Failed] = []
         self.tests = 0
         self.skipped = 0
@@ -263,7 +277,7 @@ class Recorder:
         # once the loop has changed it).
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
-        self.reports_root = Path(config.rootpath, effective.settings.reports_dir)
+        self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
@@ -272,7 +286,7 @@ class Recorder:
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
-        self.watched_redacted = any(is_redacted(n) or TRUNCATED in n for n in self.watched)
+        self.watched_redacted = bool(self.watched) and _any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
@@ -285,7 +299,7 @@ class Recorder:
         try:
             # Only an incident folder in the inbox can be open. Once every incident is closed
             # or archived, a run (a green one too) must not load the loop side to find none.
-            if not any(name.startswith("incident_") for name in os.listdir(self.reports_root / "error_inbox")):
+            if not any(name.startswith(INCIDENT_PREFIX) for name in os.listdir(self.reports_root / INBOX_DIR)):
                 return []
         except (FileNotFoundError, NotADirectoryError):
             return []
@@ -297,12 +311,25 @@ class Recorder:
             # what runs under the job's token. The failures are captured as ci's own incident.
             return []
 
+        # Imported here: only an incident in the inbox needs the loop side.
+        from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.loop.agent_mode import open_incidents
+
         try:
-            found: list[OpenIncident] = late("agent_mode").open_incidents(self.store())
-            return found
+            return open_incidents(self.store())
         except SelfhealError as exc:
             self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
             return []
+
+    @property
+    def effective(self) -> EffectiveConfig:
+        """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
+        if self._effective is None:
+            # Imported here: only a run with something to record needs the settings.
+            from pytest_selfheal.config.settings import default_config
+
+            self._effective = default_config()
+        return self._effective
 
     @property
     def redactor(self) -> Redactor:
@@ -361,6 +388,9 @@ class Recorder:
 
     def known_id(self, nodeid: str) -> str:
         """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        # Imported here: only a run with incidents on disk compares ids with them.
+        from pytest_selfheal.records.redacted import bounded_nodeid
+
         return self.redactor.redact(bounded_nodeid(nodeid))
 
     def _watched_id(self, nodeid: str) -> Optional[str]:
@@ -369,6 +399,9 @@ class Recorder:
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
+            # Imported here: only an open incident whose ids hold a secret needs it.
+            from pytest_selfheal.records.redacted import bounded_nodeid
+
             redacted = self.redactor.redact(bounded_nodeid(nodeid))
             if redacted in self.watched:
                 return redacted
@@ -377,9 +410,12 @@ class Recorder:
     def store(self) -> Store:
         """The store of this run's reports root, redacting with this run's settings; RefusedError
         when the configured root leads out of the project."""
-        late("fsio").project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
-        store: Store = late("store").Store(self.reports_root, redactor=self.redactor)
-        return store
+        # Imported here: a green run without open incidents never opens the store.
+        from pytest_selfheal.store.fsio import project_path
+        from pytest_selfheal.store.root import Store
+
+        project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
+        return Store(self.reports_root, redactor=self.redactor)
 
     def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
         """Open incidents' selected tests this run should have run and has no outcome for
@@ -388,6 +424,9 @@ class Recorder:
         if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
                 or exitstatus == pytest.ExitCode.INTERRUPTED:
             return set()
+        # Imported here: only a run with open incidents watches node ids.
+        from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
+
         rootdir = Path(self.config.rootpath)
         scopes = []
         for arg in self.config.args:
@@ -407,16 +446,18 @@ class Recorder:
     def _stopped_hold_passed(self) -> bool:
         """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
         cheap look: the store and the incidents' last attempts, none of the capture side."""
+        # Imported here: only a reports root holding incidents is looked at.
+        from pytest_selfheal.errors import SelfhealError
+        from pytest_selfheal.loop.stopped import holds_passed
+
         try:
-            held: bool = late("stopped").holds_passed(self.store(), Path(self.config.rootpath), self.passed,
-                                                     self.known_id)
+            return holds_passed(self.store(), Path(self.config.rootpath), self.passed, self.known_id)
         except SelfhealError:
             return False
-        return held
 
     def has_stopped_incidents(self) -> bool:
         """Cheap look before loading the loop side: any escalated or inbox incident at all."""
-        for folder in (self.reports_root / "error_archive" / "escalated", self.reports_root / "error_inbox"):
+        for folder in (self.reports_root / archive_dir("escalated"), self.reports_root / INBOX_DIR):
             try:
                 with os.scandir(folder) as entries:
                     if any(True for _ in entries):
@@ -425,23 +466,13 @@ class Recorder:
                 continue
         return False
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        # trylast: pytest's own junitxml has written --junitxml by now.
-        self.gone = self._gone(session, int(exitstatus))
-        # A green run goes on only when an open incident's test is gone, or when a stopped
-        # incident may hold the tests it passed (a stop sticks: loop/sticky.py).
-        if not self.failed and not self.outcomes and not self.gone and not (
-                self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()):
-            return
-
-        try:
-            late("finish").finish_session(self, int(exitstatus))
-        except SelfhealError as exc:
-            self.lines.append((ESSENTIAL, Line(f"selfheal: error: {exc}", Tone.BAD)))
-        except Exception as exc:  # the plugin never changes pytest's outcome
-            self.lines.append((ESSENTIAL, Line(
-                f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected", Tone.BAD)))
+    def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
+        """Whether the session end has anything to record: a failure, a test an open incident
+        verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
+        loop/sticky.py). Sets :attr:`gone`."""
+        self.gone = self._gone(session, exitstatus)
+        return bool(self.failed or self.outcomes or self.gone or (
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""
@@ -457,6 +488,9 @@ class Recorder:
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:
             return
+        # Imported here: a run with nothing to say shows no line.
+        from pytest_selfheal.records.vocab import tone_of
+
         terminalreporter.section("selfheal", sep="-")
         for line in shown:
             terminalreporter.write_line(line, **_markup(tone_of(line)))

@@ -20,10 +20,11 @@ from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of, with_spectrum
 from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder, late
+from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder
 from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import Line, Tone
@@ -34,10 +35,7 @@ from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store.fsio import atomic_write_text, project_path
 
 if TYPE_CHECKING:
-    # Loaded late (the recorder's late loads); named here so that import-linter still checks the edges.
-    from pytest_selfheal.loop import sticky  # noqa: F401
     from pytest_selfheal.loop.agent_mode import OpenIncident
-    from pytest_selfheal.run import entry  # noqa: F401
 
 
 def failed_reports(recorder: Recorder) -> list[FailedReport]:
@@ -57,7 +55,18 @@ def failed_reports(recorder: Recorder) -> list[FailedReport]:
 
 def finish_session(recorder: Recorder, exitstatus: int) -> None:
     """Record what the run found: agent attempts, a stopped incident's next iteration or a new
-    incident (with the loop when asked), then the report; the lines go to ``recorder.lines``."""
+    incident (with the loop when asked), then the report; the lines go to ``recorder.lines``.
+    An error is one line there: the plugin never changes pytest's outcome."""
+    try:
+        _finish(recorder, exitstatus)
+    except SelfhealError as exc:
+        recorder.lines.append((ESSENTIAL, Line(f"selfheal: error: {exc}", Tone.BAD)))
+    except Exception as exc:
+        recorder.lines.append((ESSENTIAL, Line(
+            f"selfheal: internal error ({type(exc).__name__}: {exc}); the test run itself is unaffected", Tone.BAD)))
+
+
+def _finish(recorder: Recorder, exitstatus: int) -> None:
     project_path(recorder.config.rootpath, recorder.effective.settings.reports_dir, "reports_dir")
     reports = failed_reports(recorder)
     counts = {"tests": recorder.tests, "failed": len(reports), "skipped": recorder.skipped}
@@ -88,7 +97,10 @@ def finish_session(recorder: Recorder, exitstatus: int) -> None:
     # The run's replayable options: compared by agent mode, recorded by a capture.
     options, options_problem = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
-        agent = late("agent_mode").record_agent_attempts(
+        # Imported here: a run that only captures never loads the loop side.
+        from pytest_selfheal.loop.agent_mode import record_agent_attempts
+
+        agent = record_agent_attempts(
             store=recorder.store(),
             effective=recorder.effective,
             incidents=recorder.open_incidents,
@@ -174,7 +186,9 @@ def _attach_to_stopped(
     incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
     already_stopped; changed → that incident's next iteration. Returns the failures left to
     capture and the incidents still open."""
-    sticky = late("sticky")
+    # Imported here: a run that only captures never loads the loop side.
+    from pytest_selfheal.loop import agent_mode, sticky
+
     store = recorder.store()
     stopped = sticky.stopped_incidents(store)
     if not stopped:
@@ -195,7 +209,6 @@ def _attach_to_stopped(
             recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
             recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
             continue
-        agent_mode = late("agent_mode")
         incident_id = match.incident.incident_id
         sticky.continue_stopped(store, match)
         recorder.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
@@ -237,7 +250,10 @@ def _outcomes_of(recorder: Recorder, incidents: list[OpenIncident], failures: li
 def _run_loop(recorder: Recorder, incident_id: str) -> None:
     approve = recorder.effective.settings.repair.approve
     recorder.captured = None  # the loop adds attempts and moves it: the report reads it back
-    late("entry").run_incident_loop(
+    # Imported here: only --selfheal-loop runs the loop.
+    from pytest_selfheal.run.entry import run_incident_loop
+
+    run_incident_loop(
         recorder.store(),
         incident_id,
         effective=recorder.effective,

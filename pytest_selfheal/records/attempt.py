@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.incident import FailureEntry, failure_entries
 from pytest_selfheal.records.jsondoc import (
     Extra,
@@ -31,7 +30,7 @@ from pytest_selfheal.records.jsondoc import (
 from pytest_selfheal.records.vocab import OUTCOMES, StopReason
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RecordedDecision(JsonRecord):
     """The loop's decision after one observation, as recorded (every key optional)."""
 
@@ -69,7 +68,7 @@ class RecordedDecision(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RepairBlock(JsonRecord):
     """What one repair provider call did (docs/repair.md "What one repair call records")."""
 
@@ -111,7 +110,7 @@ class RepairBlock(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
 

@@ -10,10 +10,9 @@ the one place the client looks inside a comment's JSON. :class:`ActionInputs`, t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
-
-from pytest_selfheal.records.frozen import Frozen, dataclass
 
 # The label of a new or changed test after its re-runs (github/new_tests.py).
 NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
@@ -22,8 +21,8 @@ NEW_STABLE = "checked"  # passed every time
 NEW_NOT_RUN = "not re-run"  # no re-run ran it (the budget, a skip, a deselection): nothing to judge
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewTestResult(Frozen):
+@dataclass(frozen=True)
+class NewTestResult:
     """One test the pull request adds or changes, and how its runs went (the job's own run
     and the re-runs of the check)."""
 
@@ -49,8 +48,8 @@ class NewTestResult(Frozen):
                 "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewTestsCheck(Frozen):
+@dataclass(frozen=True)
+class NewTestsCheck:
     """What the check of new tests for flakiness did on one ``selfheal ci`` run: ``note`` is
     its one line (what was checked, or why nothing was), ``tests`` every new or changed test
     with its outcomes, ``seed`` the re-run order's seed (replayable), ``not_rerun`` how many
@@ -74,8 +73,8 @@ class NewTestsCheck(Frozen):
                 "reruns": self.reruns, "not_rerun": self.not_rerun, "fails_job": self.fails_job}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CiInfo(Frozen):
+@dataclass(frozen=True)
+class CiInfo:
     """What one ``selfheal ci`` run concluded and where it ran: the verdict, the pull
     request, the checked head commit and the workflow run's URL (checked values only)."""
 
@@ -106,8 +105,8 @@ class CiInfo(Frozen):
         return block
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IssueComment(Frozen):
+@dataclass(frozen=True)
+class IssueComment:
     """A comment of an issue or PR as the API returns it: its id, body, author and page URL
     (each None, or ``""`` for the author, when the payload lacks it or has another type)."""
 
@@ -130,8 +129,8 @@ class IssueComment(Frozen):
         )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ActionInputs(Frozen):
+@dataclass(frozen=True)
+class ActionInputs:
     """The inputs of the GitHub Action that are set, parsed (None or empty: not set)."""
 
     pytest_args: tuple[str, ...] = ()

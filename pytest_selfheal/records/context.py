@@ -8,10 +8,9 @@ optional; the capture writes all of them, in :data:`RunContext.ORDER`, ``null`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.jsondoc import (
     Extra,
@@ -25,7 +24,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RunContext(JsonRecord):
     """``context.json``: the run a capture saw."""
 

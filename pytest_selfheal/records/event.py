@@ -10,14 +10,13 @@ such a warning rather than failing the whole log.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string, thaw
+from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, plain_json, string
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Event(JsonRecord):
     """One event of an incident's log."""
 
@@ -37,11 +36,11 @@ class Event(JsonRecord):
     @property
     def data(self) -> dict[str, Any]:
         """The event's data (every key but ``ts``, ``event`` and ``incident_id``) as plain JSON."""
-        return {key: thaw(value) for key, value in self.extra}
+        return {key: plain_json(value) for key, value in self.extra}
 
     def get(self, key: str, default: Any = None) -> Any:
         """One data value as plain JSON, or ``default`` (the lookup readers do on event dicts today)."""
         for name, value in self.extra:
             if name == key:
-                return thaw(value)
+                return plain_json(value)
         return default

@@ -5,17 +5,16 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, boolean, integer, nullable, string
 
 # The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
 SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class GitContext(JsonRecord):
     """The repository's root, commit, branch and whether the tree had changes
     (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""

@@ -8,10 +8,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -33,7 +32,7 @@ from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FAILURE_TYPES, OUTCOMES, IncidentStatus
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class CodeRef(JsonRecord):
     """A place in the code under test: a project file and a function or class in it (+ a line for a frame)."""
 
@@ -55,7 +54,7 @@ class CodeRef(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RootCause(JsonRecord):
     """A failure's root-cause evidence, resolved at capture inside pytest (docs/store.md)."""
 
@@ -86,7 +85,7 @@ class RootCause(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Triage(JsonRecord):
     """A captured failure's triage against the base branch's history: new, known, flaky or
     quarantined, and the evidence behind it (docs/history.md). Absent fields are left out."""
@@ -115,7 +114,7 @@ class Triage(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class FailureEntry(JsonRecord):
     """One failing test as recorded in an incident or an attempt (every key optional)."""
 
@@ -168,7 +167,7 @@ class FailureEntry(JsonRecord):
 failure_entries = array_of(FailureEntry.parse)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Incident(JsonRecord):
     """``error_inbox/<id>/incident.json``: the contract fields, then the known extensions."""
 

@@ -11,10 +11,10 @@ in ``keys`` order, so ``json.dumps(R.from_json(doc, where).to_json())`` is byte-
 to ``json.dumps(doc)``. The one normalisation: an integer field written as an integral
 float (``3.0``, which JSON Schema counts as an integer) comes back as ``3``.
 
-A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``, in
-the words of the shipped-schema check (``pytest_selfheal/store/schema.py``). Records
-check types; allowed values (enums, id and timestamp patterns, ranges) stay with that
-schema check, which the store runs on the same document. Pure: no I/O.
+A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``. A
+parser checks the type; :func:`checked` adds the allowed values (enums, id and timestamp
+patterns, ranges). The shipped JSON Schemas are generated from the same parsers
+(:func:`schema_of`, ``records/schema_gen.py``), so the two never disagree. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from functools import cache, partial
 from types import MappingProxyType
 from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
-from pytest_selfheal.records.frozen import Frozen, dataclass
+from pytest_selfheal.names import INCIDENT_ID_PATTERN
 
 R = TypeVar("R", bound="JsonRecord")
 T = TypeVar("T")
@@ -120,7 +121,7 @@ def freeze(value: Any) -> Any:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def thaw(value: Any) -> Any:
+def plain_json(value: Any) -> Any:
     """The JSON value of a frozen value or record (the inverse of ``freeze``)."""
     kind = type(value)
     if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
@@ -128,9 +129,9 @@ def thaw(value: Any) -> Any:
     if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, tuple):
-        return [thaw(item) for item in value]
+        return [plain_json(item) for item in value]
     if isinstance(value, Mapping):
-        return {key: thaw(item) for key, item in value.items()}
+        return {key: plain_json(item) for key, item in value.items()}
     return value
 
 
@@ -321,7 +322,6 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # The package's own identifiers, as the schema files state them.
-INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
 TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?\+00:00$"
 incident_id = checked(string, pattern=INCIDENT_ID_PATTERN)
 timestamp = checked(
@@ -332,8 +332,8 @@ timestamp = checked(
 # --------------------------------------------------------------------------- records
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Field(Frozen):
+@dataclass(frozen=True)
+class Field:
     """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
 
     key: str
@@ -347,7 +347,7 @@ class Field(Frozen):
         return self.attr or self.key
 
 
-class JsonRecord(Frozen):
+class JsonRecord:
     """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
 
     Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages),
@@ -425,9 +425,9 @@ class JsonRecord(Frozen):
         for key in order:
             spec = known.get(key)
             if spec is not None:
-                doc[key] = thaw(getattr(self, spec[0]))
+                doc[key] = plain_json(getattr(self, spec[0]))
             elif key in extras:
-                doc[key] = thaw(extras[key])
+                doc[key] = plain_json(extras[key])
         return doc
 
     def get_extra(self, key: str, default: Any = None) -> Any:
@@ -446,7 +446,8 @@ class _Shape:
         self.defaults = _defaults(cls)
 
 
-_shape = cache(_Shape)  # one per record class
+# One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
+_shape = cast("Callable[[type[JsonRecord]], _Shape]", cache(_Shape))
 
 
 def _defaults(cls: type) -> dict[str, object]:

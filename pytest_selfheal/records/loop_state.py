@@ -8,10 +8,9 @@ since a hand-edited log may hold anything.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -25,7 +24,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReplayIteration(JsonRecord):
     """One iteration of the compared state, from its ``verification_finished`` data."""
 
@@ -48,7 +47,7 @@ class ReplayIteration(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReplayStop(JsonRecord):
     """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
 
@@ -71,7 +70,7 @@ class ReplayStop(JsonRecord):
 COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class LoopState(JsonRecord):
     """The loop state rebuilt from the events or from the files; ``loop_stops`` (every
     ``loop_stopped`` of the log) only in the replay's, and not compared."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.vocab import TextEnum
 
 
@@ -23,8 +23,8 @@ class Decision(TextEnum):
     STOP = "STOP"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ClosedRun(Frozen):
+@dataclass(frozen=True)
+class ClosedRun:
     """The incident a run stopped while it captured a new one (the verdict's ``closed``)."""
 
     incident_id: str
@@ -33,8 +33,8 @@ class ClosedRun(Frozen):
     status: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class RunVerdict(Frozen):
+@dataclass(frozen=True)
+class RunVerdict:
     """What one test run means for the agent: the decision, why, the incident it is about.
 
     ``status`` is ``captured``, the incident's status, ``passed`` or ``not_counted``; the

@@ -8,10 +8,9 @@ Everything here is plain data: no I/O, no pytest objects (a ``Failure`` becomes 
 
 from __future__ import annotations
 
-from dataclasses import field, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, RootCause
 from pytest_selfheal.records.vocab import FAILURE_TYPES, OUTCOMES, FailureClass
 
@@ -32,8 +31,8 @@ FAILURE_CLASS_TRANSIENT = FailureClass.TRANSIENT
 FAILURE_CLASS_ENVIRONMENT = FailureClass.ENVIRONMENT
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TestCaseResult(Frozen):
+@dataclass(frozen=True)
+class TestCaseResult:
     """One <testcase> as read from a junit file of any runner."""
 
     __test__ = False  # not a pytest test class
@@ -54,8 +53,8 @@ class TestCaseResult(Frozen):
         return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Classification(Frozen):
+@dataclass(frozen=True)
+class Classification:
     """What kind of failure this is and whether code changes can fix it."""
 
     failure_type: str  # one of FAILURE_TYPES
@@ -65,8 +64,8 @@ class Classification(Frozen):
     rule: str = ""  # name of the rule that matched, for explanations
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Fingerprint(Frozen):
+@dataclass(frozen=True)
+class Fingerprint:
     """A failure's stable identity across reruns and machines."""
 
     signature: str  # "<failure_type> | <test> | <normalised message>"
@@ -74,8 +73,8 @@ class Fingerprint(Frozen):
     scheme: int  # version of the normalisation scheme that produced it
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Failure(Frozen):
+@dataclass(frozen=True)
+class Failure:
     """A failing testcase with its fingerprint and classification.
 
     ``nodeid`` is the pytest node id when known (captured by the plugin), else None.

@@ -9,10 +9,9 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -29,7 +28,7 @@ from pytest_selfheal.records.jsondoc import (
 from pytest_selfheal.records.vocab import SUSPECT_EVIDENCE, EvidenceKind
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Hypothesis(JsonRecord):
     """One root-cause hypothesis: ``{id, confidence, reason}`` + the actions it explains."""
 
@@ -51,7 +50,7 @@ class Hypothesis(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class GroupKey(JsonRecord):
     """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
 
@@ -73,7 +72,7 @@ class GroupKey(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class SuspectEntry(JsonRecord):
     """One suspicious function of an action (plan/suspects.py): where, how suspicious, why."""
 
@@ -102,7 +101,7 @@ class SuspectEntry(JsonRecord):
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Excerpt(JsonRecord):
     """A few lines of code around the top suspect's line, read when the plan was built."""
 
@@ -130,7 +129,7 @@ class Excerpt(JsonRecord):
         )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
 
@@ -184,7 +183,7 @@ class PlanAction(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReplanEntry(JsonRecord):
     """One earlier revision in ``replan_history``: what it tried before the replan."""
 
@@ -202,7 +201,7 @@ class ReplanEntry(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Plan(JsonRecord):
     """``error_plans/<id>/plan.json``."""
 

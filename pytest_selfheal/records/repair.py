@@ -3,14 +3,13 @@ killed run may leave behind (docs/repair.md). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class WorktreeRecord(JsonRecord):
     """Where a repair run's worktree lives, written while it exists so the next run can remove it."""
 

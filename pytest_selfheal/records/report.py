@@ -10,11 +10,10 @@ gate stays with ``report.data.parse_report``. :class:`IncidentView` is one incid
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident, Triage
 from pytest_selfheal.records.jsondoc import (
     Extra,
@@ -32,7 +31,7 @@ from pytest_selfheal.records.jsondoc import (
 from pytest_selfheal.records.run_result import RunResult
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReportTaskDoc(JsonRecord):
     """One task of a report incident: ``task``, ``attempts``, ``stop_reason`` must be there."""
 
@@ -50,7 +49,7 @@ class ReportTaskDoc(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReportIterationDoc(JsonRecord):
     """One iteration of a report incident: an optional ``outcomes`` object."""
 
@@ -62,7 +61,7 @@ class ReportIterationDoc(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReportIncidentDoc(JsonRecord):
     """One incident of a report: the keys the merge and the renderer rely on."""
 
@@ -103,7 +102,7 @@ class ReportIncidentDoc(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class ReportDoc(JsonRecord):
     """A whole report JSON: the plan-level keys and its incidents (docs/report.md "JSON")."""
 
@@ -137,8 +136,8 @@ class ReportDoc(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CauseGroup(Frozen):
+@dataclass(frozen=True)
+class CauseGroup:
     """One root-cause group: a plan action's, or (no plan yet) one computed from the failures.
 
     ``where``, ``assertion``, ``suspects`` (``name (path:line, evidence, score)``) and
@@ -179,8 +178,8 @@ class CauseGroup(Frozen):
         return data
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PlanSummary(Frozen):
+@dataclass(frozen=True)
+class PlanSummary:
     """The plan as the view shows it: summary, action ids and titles, verification commands."""
 
     generated_at: str
@@ -196,8 +195,8 @@ class PlanSummary(Frozen):
                 "verification_commands": list(self.verification_commands), "path": self.path}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IncidentView(Frozen):
+@dataclass(frozen=True)
+class IncidentView:
     """One incident with its groups, plan, attempts and run result (``now``: the MCP's note
     on the latest attempt, see ``mcp_server.tools.current_view``)."""
 
@@ -244,8 +243,8 @@ class IncidentView(Frozen):
 # --------------------------------------------------------------------------- built by report.data
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IterationEntry(Frozen):
+@dataclass(frozen=True)
+class IterationEntry:
     """One verification of an incident as the report JSON lists it (``incidents[].iterations``)."""
 
     iteration: int
@@ -278,8 +277,8 @@ class IterationEntry(Frozen):
         }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TaskEntry(Frozen):
+@dataclass(frozen=True)
+class TaskEntry:
     """One plan action of an incident in the report JSON: its attempts and where it stopped."""
 
     task: str
@@ -309,8 +308,8 @@ class TaskEntry(Frozen):
         return data
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewFailureEntry(Frozen):
+@dataclass(frozen=True)
+class NewFailureEntry:
     """A failure outside the incident's selection, first seen in ``iteration``."""
 
     nodeid: Optional[str]
@@ -325,8 +324,8 @@ class NewFailureEntry(Frozen):
                 "failure_type": self.failure_type, "iteration": self.iteration}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TriageEntry(Frozen):
+@dataclass(frozen=True)
+class TriageEntry:
     """One captured failure's triage in the report (``incidents[].triage[]``): the failure's
     identity and its :class:`Triage` (turned ``flaky`` when the loop saw it pass on re-run)."""
 
@@ -346,8 +345,8 @@ class TriageEntry(Frozen):
         return doc
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IncidentEntry(Frozen):
+@dataclass(frozen=True)
+class IncidentEntry:
     """One incident of the report JSON as ``report.data`` builds it (docs/report.md "JSON").
 
     ``run_config``, ``decision_point``, ``handoff`` and ``triage`` are JSON copied from the
@@ -403,8 +402,8 @@ class IncidentEntry(Frozen):
         }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ReportOutcome(Frozen):
+@dataclass(frozen=True)
+class ReportOutcome:
     """The plan-level fields of a report, derived from its incidents (docs/report.md), and
     each incident's task labels (``labels[i][j]``: incident i, task j)."""
 
@@ -427,8 +426,8 @@ class ReportOutcome(Frozen):
         }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ShardEntry(Frozen):
+@dataclass(frozen=True)
+class ShardEntry:
     """One shard of a merged report as ``report.merge`` writes it (``shards[]``)."""
 
     name: str
@@ -445,8 +444,8 @@ class ShardEntry(Frozen):
                 "total_retries": self.total_retries}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ConfigDifferenceEntry(Frozen):
+@dataclass(frozen=True)
+class ConfigDifferenceEntry:
     """A shard whose config differs from the first shard's (``config_differences[]``)."""
 
     shard: str

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.attempt import RecordedDecision
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -32,7 +31,7 @@ from pytest_selfheal.records.jsondoc import (
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class DecisionOption(JsonRecord):
     """One choice offered at a decision point: ``{id, label, command}``."""
 
@@ -50,7 +49,7 @@ class DecisionOption(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class DecisionContext(JsonRecord):
     """The decision point's ``context`` (camelCase keys, as the seed contract names them)."""
 
@@ -72,7 +71,7 @@ class DecisionContext(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class DecisionPoint(JsonRecord):
     """What a human may do next, written at every stop: ``{reason, message, options, context}``."""
 
@@ -92,7 +91,7 @@ class DecisionPoint(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Handoff(JsonRecord):
     """The structured handoff written at every stop (seed: "Handoff on Exhaustion")."""
 
@@ -116,7 +115,7 @@ class Handoff(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RunRepair(JsonRecord):
     """The end of a loop with a repair provider (docs/repair.md "The end of the loop")."""
 
@@ -144,7 +143,7 @@ class RunRepair(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class RunResult(JsonRecord):
     """``error_runs/<id>/run_result.json``: how a loop run ended."""
 
@@ -206,7 +205,7 @@ class RunResult(JsonRecord):
     extra: Extra = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class LoopResult(RunResult):
     """What :func:`pytest_selfheal.run.entry.run_incident_loop` returns: the run result of
     the stop, or for a stop that decided nothing (``disabled``, ``cancelled``) the same

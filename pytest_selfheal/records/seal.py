@@ -10,10 +10,9 @@ reopen`` takes a fresh seal.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import (
     Extra,
     Field,
@@ -28,7 +27,7 @@ from pytest_selfheal.records.jsondoc import (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class Seal(JsonRecord):
     """What decides what runs and how a result is judged, at capture (docs/loop.md "The seal")."""
 

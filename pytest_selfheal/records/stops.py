@@ -11,9 +11,9 @@ option's command and in the next action is the incident id.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Optional
 
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.vocab import FinalStatus, StopReason, Tone
 
 # (id, label, command template or None) of one option of a decision point.
@@ -40,8 +40,8 @@ MESSAGE_FIELDS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class StopFacts(Frozen):
+@dataclass(frozen=True)
+class StopFacts:
     """Everything fixed about one stop reason."""
 
     final_status: Optional[FinalStatus]  # None: the incident stays open and resumable

@@ -6,17 +6,16 @@ order, ``null`` when unknown, and ``error`` only for a corrupted incident.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.frozen import dataclass
 from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, integer, nullable, string
 
 # The status of a listed incident whose files cannot be read (``error`` says why).
 CORRUPTED = "corrupted"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True)
 class IncidentSummary(JsonRecord):
     """An incident as listed: where it is, its status and what its files say of it."""
 

@@ -504,7 +504,7 @@ class Redactor:
         Keys too: node ids are keys (``outcomes``), and a parametrize id can hold
         a secret. Two keys that redact to the same text merge, the later value winning.
         ``keep``: whole strings left as they are (the package's own field names, enum
-        words and ids: the store passes :func:`pytest_selfheal.store.schema.ours`). Other values are returned
+        words and ids: the store passes :func:`pytest_selfheal.store.schema.written_by_selfheal`). Other values are returned
         unchanged. Returns new containers, never mutates ``obj``.
         """
         if isinstance(obj, str):

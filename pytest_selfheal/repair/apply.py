@@ -9,13 +9,13 @@ nothing here applies a patch on its own.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.errors import NotFoundError, RefusedError
 from pytest_selfheal.gitrepo import isolated_git_env, repo_top
 from pytest_selfheal.loop.verify import verification_root
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.patch_summary import PatchSummary, refusal, summarise
@@ -25,8 +25,8 @@ from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ProposedPatch(Frozen):
+@dataclass(frozen=True)
+class ProposedPatch:
     """An incident's proposed patch, checked against the working tree it would change."""
 
     incident_id: str

@@ -20,9 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, TextIO
 
-from pytest_selfheal.records.frozen import Frozen
-from pytest_selfheal.records.frozen import dataclass as frozen_dataclass
-
 YES_WORDS = frozenset({"y", "yes"})
 
 
@@ -53,8 +50,8 @@ def ask_on_stderr(question: str) -> str:
     return line.rstrip("\r\n")
 
 
-@frozen_dataclass(frozen=True, eq=False, repr=False)
-class Asked(Frozen):
+@dataclass(frozen=True)
+class Asked:
     """One approval question and its answer."""
 
     question: str

@@ -30,11 +30,11 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.store.fsio import within
 
 # Directory names never carried, at any depth: environments, VCS, caches, build trees.
@@ -51,8 +51,8 @@ MAX_BYTES = 64 * 1024 * 1024
 _MAX_SEEN = 100_000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Carried(Frozen):
+@dataclass(frozen=True)
+class Carried:
     """What :func:`carry_ignored` copied: repository-relative POSIX paths, and how much did not fit."""
 
     paths: tuple[str, ...]

@@ -24,10 +24,10 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.repair.carry import real_source
 from pytest_selfheal.repair.worktree import exclude_pathspecs
 
@@ -38,8 +38,8 @@ _HEAD = "HEAD"
 _INDEX = "index"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class UserState(Frozen):
+@dataclass(frozen=True)
+class UserState:
     """A fingerprint of the user's side of the repository: name → digest."""
 
     entries: Mapping[str, str]

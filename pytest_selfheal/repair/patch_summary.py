@@ -15,6 +15,7 @@ files, and each symlink with its target. Two kinds are refused before the questi
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -23,14 +24,13 @@ from pytest_selfheal.analysis.testfiles import patch_test_files
 from pytest_selfheal.errors import RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.loop.argcheck import inside_root
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.repair.worktree import with_patch_file
 
 SYMLINK_MODE = "120000"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PatchSummary(Frozen):
+@dataclass(frozen=True)
+class PatchSummary:
     """Every file a patch writes and what happens to it."""
 
     files: tuple[str, ...]  # every path git would write, in patch order, each once

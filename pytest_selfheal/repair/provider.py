@@ -35,7 +35,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -55,7 +55,6 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
@@ -108,8 +107,8 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[
     return env
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class CommandRun(Frozen):
+@dataclass(frozen=True)
+class CommandRun:
     """What one repair command did."""
 
     argv: list[str]

@@ -40,13 +40,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, repo_top, run_git
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.repair.carry import MAX_BYTES, MAX_FILES, carry_ignored
 
@@ -299,8 +298,8 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
 # --------------------------------------------------------------------------- patches
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PatchCheck(Frozen):
+@dataclass(frozen=True)
+class PatchCheck:
     """Whether a patch applies to a working tree: ``ok``, ``already_applied``, or neither
     (``error`` holds git's first error line)."""
 

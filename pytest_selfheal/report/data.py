@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
@@ -24,9 +24,8 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import report_triage
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.jsondoc import JsonRecord, thaw
+from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
@@ -42,8 +41,8 @@ RUN_RESULT_ORIGIN = "run_result.json"
 # --------------------------------------------------------------------------- input
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class IncidentRun(Frozen):
+@dataclass(frozen=True)
+class IncidentRun:
     """One incident's records as read from the store: the input of :func:`build_report`.
 
     ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
@@ -152,7 +151,7 @@ def _resolve_config(
     else:
         for run in runs:
             if run.run_result is not None and _recorded(run.run_result, "effective_config"):
-                given, given_origin = _unwrap_config(thaw(run.run_result.effective_config)), RUN_RESULT_ORIGIN
+                given, given_origin = _unwrap_config(plain_json(run.run_result.effective_config)), RUN_RESULT_ORIGIN
                 break
     values = _deep_merge(DEFAULTS, given or {})
     named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
@@ -394,7 +393,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         same_error_repeats=rr.same_error_repeats if rr is not None else None,
         runtime_minutes=rr.runtime_minutes if rr is not None else None,
         archived_to=rr.archived_to if rr is not None else None,
-        run_config=_unwrap_config(thaw(rr.effective_config)) if rr is not None and has_config else None,
+        run_config=_unwrap_config(plain_json(rr.effective_config)) if rr is not None and has_config else None,
         tasks=tuple(tasks),
         iterations=tuple(iterations),
         fingerprints_per_iteration=fingerprints_per_iteration,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.records.jsondoc import thaw
+from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import assemble_report, finish_report
@@ -37,7 +37,7 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
     differences: list[ConfigDifferenceEntry] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
-        for inner in dicts(thaw(shard.get_extra("config_differences"))):
+        for inner in dicts(plain_json(shard.get_extra("config_differences"))):
             recorded = inner.get("values")
             differences.append(ConfigDifferenceEntry(
                 f"{label} / {as_str(inner.get('shard'))}", tuple(strs(inner.get("keys"))),
@@ -47,7 +47,7 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             continue
         other = flatten_config(shard.effective_config)
         keys = sorted(k for k in set(base) | set(other) if base.get(k, ...) != other.get(k, ...))
-        values = {k: thaw(other.get(k)) for k in keys}
+        values = {k: plain_json(other.get(k)) for k in keys}
         # "(enabled)": the report's own flag (selfheal off) when the config key agrees.
         if shard.enabled != first.enabled and "enabled" not in keys:
             keys = ["(enabled)"] + keys
@@ -68,14 +68,14 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             seen.add(incident_id)
             ids.append(incident_id)
             incidents.append(entry)
-        shards.append(ShardEntry(label, tuple(ids), tuple(duplicates), thaw(shard.stop_reason),
-                                 thaw(shard.final_status), thaw(shard.total_retries)))
+        shards.append(ShardEntry(label, tuple(ids), tuple(duplicates), plain_json(shard.stop_reason),
+                                 plain_json(shard.final_status), plain_json(shard.total_retries)))
     outcome = finish_report(incidents)
     documents = [entry.to_json() for entry in incidents]
     for document, task_labels in zip(documents, outcome.labels):
         for task, label in zip(document["tasks"], task_labels):
             task["label"] = label
-    return assemble_report(enabled=first.enabled, effective_config=thaw(first.effective_config),
-                           origins=thaw(first.origins), incidents=documents, outcome=outcome,
+    return assemble_report(enabled=first.enabled, effective_config=plain_json(first.effective_config),
+                           origins=plain_json(first.origins), incidents=documents, outcome=outcome,
                            config_differences=differences, shards=shards)
 

@@ -22,11 +22,6 @@ def as_int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def opt_bool(value: Any) -> Optional[bool]:
-    """``value`` if it is a bool, else None."""
-    return value if isinstance(value, bool) else None
-
-
 def dicts(value: Any) -> list[Mapping[str, object]]:
     """The mappings in a list ``value`` (others dropped); [] when it is no list."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []

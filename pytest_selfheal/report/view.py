@@ -11,9 +11,9 @@ reads as its default, as the renderer always did), into a tree of frozen records
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
 
@@ -39,8 +39,8 @@ def _mapping(value: object) -> Optional[Mapping[str, object]]:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ReportTask(Frozen):
+@dataclass(frozen=True)
+class ReportTask:
     """One plan action of an incident: its attempts and where it stopped."""
 
     task: str
@@ -61,8 +61,8 @@ class ReportTask(Frozen):
                    flaky=bool(data.get("flaky")))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ReportIteration(Frozen):
+@dataclass(frozen=True)
+class ReportIteration:
     """One verification of the loop as the report shows it."""
 
     iteration: Optional[int]
@@ -86,8 +86,8 @@ class ReportIteration(Frozen):
                    progress=_opt_bool(data.get("progress")), progress_reasons=tuple(strs(data.get("progress_reasons"))))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TriageRow(Frozen):
+@dataclass(frozen=True)
+class TriageRow:
     """One captured failure and its triage label (docs/history.md)."""
 
     label: Optional[str]
@@ -104,8 +104,8 @@ class TriageRow(Frozen):
                    detail=_text(data.get("detail"), DASH))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NewFailure(Frozen):
+@dataclass(frozen=True)
+class NewFailure:
     """A failure outside the verification selection, first seen in ``iteration``."""
 
     nodeid: str
@@ -118,8 +118,8 @@ class NewFailure(Frozen):
                    iteration=str(data.get("iteration")))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class DecisionOption(Frozen):
+@dataclass(frozen=True)
+class DecisionOption:
     """One option of a decision point; ``plain`` when the JSON gave a bare value."""
 
     label: str
@@ -135,8 +135,8 @@ class DecisionOption(Frozen):
                    command=opt_str(data.get("command")))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class DecisionPoint(Frozen):
+@dataclass(frozen=True)
+class DecisionPoint:
     """Where the loop stopped and handed over: the reason, a message, the options."""
 
     reason: Optional[str]
@@ -150,8 +150,8 @@ class DecisionPoint(Frozen):
                    options=tuple(DecisionOption.from_json(o) for o in options) if isinstance(options, list) else ())
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ReportIncident(Frozen):
+@dataclass(frozen=True)
+class ReportIncident:
     """One incident of the report: its outcome, tasks, iterations and tests."""
 
     incident_id: str
@@ -211,8 +211,8 @@ class ReportIncident(Frozen):
         )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ConfigDifference(Frozen):
+@dataclass(frozen=True)
+class ConfigDifference:
     """A shard that ran with other config values than the first shard."""
 
     shard: str
@@ -225,8 +225,8 @@ class ConfigDifference(Frozen):
                    values=_mapping(data.get("values")) or {})
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Shard(Frozen):
+@dataclass(frozen=True)
+class Shard:
     """One shard of a merged report."""
 
     name: str
@@ -242,8 +242,8 @@ class Shard(Frozen):
                    final_status=_text(data.get("final_status"), DASH))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Report(Frozen):
+@dataclass(frozen=True)
+class Report:
     """A whole report: the plan-level outcome, the config and its origins, the incidents."""
 
     enabled: bool

@@ -14,11 +14,9 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from pytest_selfheal.errors import NotFoundError, UsageError
+from pytest_selfheal.names import INCIDENT_ID_PATTERN, INCIDENT_PREFIX
 
-# ASCII only: in a str pattern, \d would also match non-ASCII digits.
-RUN_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,40}", re.ASCII)
-INCIDENT_ID_RE = re.compile(r"incident_([0-9]{8})_([0-9]{6})_([A-Za-z0-9_-]{1,40})", re.ASCII)
-INCIDENT_ID_PATTERN = r"^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"  # as in the JSON Schemas
+INCIDENT_ID_RE = re.compile(INCIDENT_ID_PATTERN)
 
 MAX_RUN_TOKEN = 40
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+", re.ASCII)
@@ -46,7 +44,7 @@ def new_incident_id(now: Optional[datetime] = None, run: Optional[str] = None) -
     """A fresh incident id for ``now`` (UTC), with ``run`` (made safe) or a random token."""
     stamp = _utc(now).strftime("%Y%m%d_%H%M%S")
     token = safe_run_token(run) if run is not None else new_run_token()
-    return f"incident_{stamp}_{token}"
+    return f"{INCIDENT_PREFIX}{stamp}_{token}"
 
 
 def new_run_id(now: Optional[datetime] = None) -> str:
@@ -112,10 +110,10 @@ def resolve_incident_ref(text: object, known: Iterable[str]) -> str:
 
 def incident_timestamp(incident_id: str) -> Optional[datetime]:
     """The UTC creation time encoded in a valid id, or None if the digits are not a real date."""
-    match = INCIDENT_ID_RE.fullmatch(incident_id)
-    if match is None:
+    if INCIDENT_ID_RE.fullmatch(incident_id) is None:
         return None
+    stamp = incident_id[len(INCIDENT_PREFIX):][:15]  # YYYYMMDD_HHMMSS
     try:
-        return datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc)
+        return datetime.strptime(stamp, "%Y%m%d_%H%M%S").replace(tzinfo=timezone.utc)
     except ValueError:
         return None

@@ -21,7 +21,7 @@ from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import PLAN_JSON, PLAN_MD
-from pytest_selfheal.store.schema import ours
+from pytest_selfheal.store.schema import written_by_selfheal
 from pytest_selfheal.store.states import check_transition
 
 # The plan a capture publishes with its incident: built from the incident with its final id
@@ -76,7 +76,7 @@ def publish_plan(
         raise
     fsio.fsync_dir(plans_root)
     # The action ids as plan.json has them (redacted as in the document).
-    actions = [action.id if ours(action.id) else redact(action.id) for action in built.actions]
+    actions = [action.id if written_by_selfheal(action.id) else redact(action.id) for action in built.actions]
     return [
         ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
         ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, TypeVar, Union, overload
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
+from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
@@ -30,10 +31,6 @@ from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 INBOX = "inbox"
 BUCKETS: tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
 
-INBOX_DIR = "error_inbox"
-PLANS_DIR = "error_plans"
-RUNS_DIR = "error_runs"
-ARCHIVE_DIR = "error_archive"
 LOCK_FILE = ".lock"
 
 INCIDENT_JSON = "incident.json"

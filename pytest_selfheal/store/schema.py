@@ -1,19 +1,17 @@
 """The JSON Schemas that ship in ``pytest_selfheal/schemas/``, and the store's check of a document.
 
 The schemas are generated from the record declarations (``records/schema_gen.py``); the
-one check is the record's own parser (``from_json``), which ``validate`` and
-``ensure_valid`` name by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
+one check is the record's own parser (``from_json``), which ``validate`` names by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
 dependency) agrees with it on the shipped files.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 from typing import Any
 
+from pytest_selfheal.names import INCIDENT_ID_PATTERN
 from pytest_selfheal.records.jsondoc import FieldError
 from pytest_selfheal.records.schema_gen import DOCUMENTS, document_schema
 
@@ -25,12 +23,6 @@ def schema_filename(kind: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown schema kind {kind!r} (expected one of {', '.join(KINDS)})")
     return f"{kind}.schema.json"
-
-
-@cache
-def _load_text(kind: str) -> str:
-    ref = resources.files("pytest_selfheal").joinpath("schemas").joinpath(schema_filename(kind))
-    return ref.read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -59,24 +51,15 @@ def vocabulary() -> frozenset[str]:
 
 # The package's own generated values: incident ids and ISO timestamps, never a secret.
 _OWN_VALUE = re.compile(
-    r"incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9]{2}:[0-9]{2})",
-    re.ASCII,
+    INCIDENT_ID_PATTERN.strip("^$") + r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9]{2}:[0-9]{2})",
 )
 
 
-def ours(text: str) -> bool:
+def written_by_selfheal(text: str) -> bool:
     """True for a string the package itself wrote into a document: a schema's property name
     or enum word (:func:`vocabulary`), an incident id, a timestamp. Redaction leaves these
     alone (``Redactor.redact_obj``'s ``keep``)."""
     return text in vocabulary() or _OWN_VALUE.fullmatch(text) is not None
-
-
-def load_schema(kind: str) -> dict[str, Any]:
-    """A fresh copy of the shipped JSON Schema for ``kind``."""
-    data = json.loads(_load_text(kind))
-    if not isinstance(data, dict):  # pragma: no cover - the shipped files are objects
-        raise ValueError(f"schema {kind} is not a JSON object")
-    return data
 
 
 def validate(kind: str, doc: Any) -> list[str]:
@@ -88,9 +71,3 @@ def validate(kind: str, doc: Any) -> list[str]:
     except FieldError as exc:
         return [str(exc)]
     return []
-
-
-def ensure_valid(kind: str, doc: Any, source: str) -> None:
-    """Raise a one-line ``InputError`` ``"<source>: invalid <kind>: field <path>: <problem>"`` if ``doc`` is invalid."""
-    schema_filename(kind)
-    DOCUMENTS[kind][0].from_json(doc, source)

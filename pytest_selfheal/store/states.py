@@ -56,9 +56,3 @@ def check_transition(incident_id: str, current: str, new: str) -> None:
         return
     allowed = ", ".join(allowed_targets(current)) or "none, it is final"
     raise RefusedError(f"cannot move incident {incident_id} from {current} to {new} (allowed from {current}: {allowed})")
-
-
-def is_terminal(status: str) -> bool:
-    """True for ``resolved`` and ``escalated``: archived statuses with no way out."""
-    _check_known(status)
-    return status in TERMINAL

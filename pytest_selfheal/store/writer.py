@@ -47,7 +47,7 @@ from pytest_selfheal.store.reader import (
     StoreReader,
     attempt_filename,
 )
-from pytest_selfheal.store.schema import ours, validate
+from pytest_selfheal.store.schema import validate, written_by_selfheal
 from pytest_selfheal.store.states import STATUSES, check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
@@ -85,7 +85,7 @@ class StoreWriter(StoreReader):
 
     def _clean(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         """``doc`` with secrets redacted from its keys and values (what is written)."""
-        return dict(self.redactor.redact_obj(dict(doc), ours))
+        return dict(self.redactor.redact_obj(dict(doc), written_by_selfheal))
 
     def _clean_events(self, events: Sequence[Event]) -> list[Event]:
         return [ev.pending(event.event, self._clean(event.data)) for event in events]
@@ -465,7 +465,7 @@ class StoreWriter(StoreReader):
                 text = fsio.read_text(path)
                 if path.suffix == ".json":
                     doc = fsio.read_json(path)
-                    clean = self.redactor.redact_obj(doc, ours)
+                    clean = self.redactor.redact_obj(doc, written_by_selfheal)
                     new = fsio.dumps_json(clean) if clean != doc else text
                 elif path.suffix == ".jsonl":  # event by event; a torn line as text
                     new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
@@ -481,7 +481,7 @@ class StoreWriter(StoreReader):
             record = json.loads(line)
         except ValueError:
             return self.redactor.redact(line)
-        clean = self.redactor.redact_obj(record, ours)
+        clean = self.redactor.redact_obj(record, written_by_selfheal)
         return line if clean == record else ev.encode_line(clean)
 
     # ------------------------------------------------------------------ helpers

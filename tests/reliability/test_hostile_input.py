@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from helpers import FULL, PY, capture, cli, make_project, run_env, run_pytest_selfheal, selfheal
 
-from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.store.root import Store
 
@@ -240,7 +240,7 @@ def test_xml_family_through_selfheal_fingerprint(tmp_path: Path, listener: Liste
     for name, _data, code, _ in cases:
         path = tmp_path / f"{name}.xml"
         try:
-            failures_from_junit(path, warnings=[])
+            analyse_junit(path, warnings=[])
         except InputError:
             assert code != 0, name
 

@@ -4,7 +4,7 @@ loop writes nothing outside the reports root (issue 7 item 3).
 - junit: documents built from a strategy over element names, attributes and text (control
   characters, huge numbers, entities, CDATA, broken nesting), and random byte mutations of
   the real junit files of tests/golden/ → ``junit.iter_testcases`` /
-  ``analyse.failures_from_junit`` raise nothing but ``errors.InputError``; a sample goes
+  ``analyse.analyse_junit`` raise nothing but ``errors.InputError``; a sample goes
   through the ``selfheal fingerprint`` console script: no traceback, exit 0 or 3;
 - config: random JSON values under ``ralf_lite`` (and random ``KEY=VALUE`` overrides) →
   a valid ``EffectiveConfig`` or ``errors.ConfigError``, nothing else;
@@ -30,7 +30,7 @@ from helpers import FULL, PY, capture, make_project, run_env, selfheal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.analysis.analyse import failures_from_junit
+from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.keys import SCHEMA
 from pytest_selfheal.config.settings import EffectiveConfig, parse_override
@@ -138,7 +138,7 @@ def read_everything(data: bytes, tmp: Path) -> None:
     path = tmp / "junit.xml"
     path.write_bytes(data)
     try:
-        failures = failures_from_junit(path, warnings=warnings)
+        failures = [failure for failure, _ in analyse_junit(path, warnings=warnings)]
     except InputError as exc:
         assert "\n" not in str(exc)
     else:

@@ -13,6 +13,7 @@ from typing import Optional
 from pytest_selfheal import process
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.gitrepo import init_repo
+from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INBOX_DIR, INCIDENT_PREFIX
 
 NAME = "demo"
 HELP = "copy the bundled demo project (one real bug, one flaky test) into a temp git repo and self-heal it"
@@ -55,8 +56,8 @@ def _echo(line: bytes) -> None:
 
 
 def _newest_inbox_incident(project: Path) -> Optional[str]:
-    inbox = project / ".selfheal" / "error_inbox"
-    ids = sorted(p.name for p in inbox.glob("incident_*")) if inbox.is_dir() else []
+    inbox = project / DEFAULT_REPORTS_DIR / INBOX_DIR
+    ids = sorted(p.name for p in inbox.glob(f"{INCIDENT_PREFIX}*")) if inbox.is_dir() else []
     return ids[-1] if ids else None
 
 

@@ -5,6 +5,7 @@ the proposed patch (redacted, bounded, test files first: what a person reviews b
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.testfiles import patch_test_files, tests_first
@@ -16,7 +17,6 @@ from pytest_selfheal.cli.commands._common import (
     project_redactor,
     store_from_args,
 )
-from pytest_selfheal.records.frozen import Frozen, dataclass
 from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
@@ -32,8 +32,8 @@ PATCH_LINES = 200
 PATCH_CHARS = 16_000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ShownPatch(Frozen):
+@dataclass(frozen=True)
+class ShownPatch:
     """The proposed patch as ``show`` prints it: redacted, test sections first, bounded."""
 
     path: str  # relative to the reports root

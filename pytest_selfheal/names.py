@@ -1,0 +1,90 @@
+"""The names pytest-selfheal shares with the world outside the package: the pytest ini options
+and environment variables it reads, where its config files are, and the layout of the
+reports root on disk.
+
+Every run of ``pytest`` imports this module (the plugin registers the ini options), and a
+green ``pytest --selfheal`` run finds what it must know here without loading the config or
+the store: so it imports nothing of the package, and it does no I/O (the pure core imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Optional
+
+# --------------------------------------------------------------------------- pytest ini options
+
+# pytest ini option -> dotted config key (layer 4). The plugin registers these names with
+# ``parser.addini``; ``selfheal_config`` is not one key but a linelist of KEY=VALUE overrides.
+INI_OVERRIDES = "selfheal_config"
+INI_KEYS: dict[str, str] = {
+    "selfheal_dir": "reports_dir",
+    "selfheal_report": "report_path",
+    "selfheal_max_iterations": "max_iterations",
+    "selfheal_error_fingerprint_repeats": "error_fingerprint_repeats",
+    "selfheal_no_progress_repeats": "no_progress_repeats",
+    "selfheal_max_runtime_minutes": "max_runtime_minutes",
+    "selfheal_approve": "repair.approve",
+    "selfheal_repair_command": "repair.command",
+    INI_OVERRIDES: "",
+}
+
+# --------------------------------------------------------------------------- environment variables
+
+# Set by the loop in the verification runs it starts: the child run stays passive, so a
+# verification run never captures an incident or records an attempt of its own.
+VERIFYING_ENV = "SELFHEAL_VERIFYING"
+# `selfheal ci` gives its pytest child a fresh random token here: the capture records it as
+# incident.json `ci_run`, and ci loops only the incident holding its own token (docs/github.md).
+CI_RUN_ENV = "SELFHEAL_CI_RUN"
+
+# The recorder's name in pytest's plugin manager (``-p no:selfheal-recorder`` turns it off).
+RECORDER_PLUGIN = "selfheal-recorder"
+
+# --------------------------------------------------------------------------- config files
+
+PROJECT_DIR = ".planning"
+PROJECT_FILES = ("config.yml", "config.yaml", "config.json")  # merge order: later wins
+
+
+def global_config_path(env: Mapping[str, str]) -> Optional[Path]:
+    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``; None when
+    no home directory can be found for it.
+
+    As in the shell, an empty OPENCODE_CONFIG_DIR counts as unset; a leading ``~`` in it
+    is expanded with HOME from ``env``.
+    """
+    base = env.get("OPENCODE_CONFIG_DIR") or ""
+    if base and base != "~" and not base.startswith("~/"):
+        return Path(base) / "get-shit-done" / "config.json"
+    home = env.get("HOME")
+    if not home:
+        try:
+            home = str(Path.home())
+        except (RuntimeError, KeyError):
+            return None
+    directory = Path(home) / base[2:] if base else Path(home) / ".config" / "opencode"
+    return directory / "get-shit-done" / "config.json"
+
+
+def project_config_paths(project_root: Path) -> list[Path]:
+    """The project config files, existing or not, in merge order (later wins)."""
+    return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]
+
+
+# --------------------------------------------------------------------------- the reports root
+
+DEFAULT_REPORTS_DIR = ".selfheal"  # under the project root (config key reports_dir)
+INBOX_DIR = "error_inbox"  # the open incidents, one folder each
+PLANS_DIR = "error_plans"
+RUNS_DIR = "error_runs"
+ARCHIVE_DIR = "error_archive"  # closed incidents, one folder per final status (resolved, escalated)
+INCIDENT_PREFIX = "incident_"
+# An incident id, ``incident_YYYYMMDD_HHMMSS_<run token>`` (UTC), as the JSON Schemas state it.
+INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
+
+
+def archive_dir(bucket: str) -> str:
+    """The folder, relative to the reports root, of the closed incidents of ``bucket``."""
+    return f"{ARCHIVE_DIR}/{bucket}"
