@@ -187,6 +187,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_one(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {
         "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
@@ -223,6 +224,7 @@ def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_on
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_running_again_after_a_stop_is_stop_again_not_a_fresh_budget(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {
         "calc.py": "def add(a, b):\n    return a - b\n",
@@ -256,6 +258,7 @@ CALC = {
 }
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", CALC)
 
@@ -282,6 +285,7 @@ def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Pat
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_an_unchanged_run_is_no_attempt_and_a_weakened_test_stays_stopped(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", CALC)
 

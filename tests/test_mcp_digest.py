@@ -110,6 +110,7 @@ def test_groups_ranked_by_size_and_a_520_test_group_reachable_page_by_page(tmp_p
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_the_bound_holds_at_200_characters_structured_part_included(tmp_path: Path) -> None:
     files = dict(TWO_GROUPS, **{"test_b_big.py": TWO_GROUPS["test_b_big.py"].replace("range(520)", "range(20)")})
     project = make_project(tmp_path / "proj", files)
@@ -188,6 +189,7 @@ def test_a_client_that_goes_away_mid_run_ends_the_server_and_pytest(tmp_path: Pa
             server.wait()
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_outside_a_project_tests_run_only_in_a_root_the_client_names(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -212,6 +214,7 @@ def test_outside_a_project_tests_run_only_in_a_root_the_client_names(tmp_path: P
     anyio.run(scenario)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {"calc.py": "def add(a, b):\n    return a - b\n",
                                                "test_calc.py": "from calc import add\n\n\ndef test_add():\n"

@@ -154,20 +154,21 @@ def _env(tmp_path: Path, fake: FakeGitHub, base: str) -> dict[str, str]:
 def test_a_new_test_failing_every_second_run_fails_the_job(tmp_path: Path, fake_github: FakeGitHub) -> None:
     project, base = _pull_request(tmp_path)
     env = _env(tmp_path, fake_github, base)
-    result = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.seed=11")
+    result = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.seed=11",
+                    "--set", "new_tests.reruns=3")
     assert result.returncode == EXIT_UNRESOLVED, result.stdout
     assert "flaky (new): test_new.py::test_flaky" in result.stdout
     summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
     assert "### New tests checked for flakiness" in summary
-    assert "`test_new.py::test_flaky` — 3 passed, 3 failed: AssertionError: fails every second run" in summary
+    assert "`test_new.py::test_flaky` — 2 passed, 2 failed: AssertionError: fails every second run" in summary
     assert "Checked, passed every run: `test_new.py::test_stable`" in summary
-    assert "re-run 5 of 5 time(s) (seed 11)" in summary
+    assert "re-run 3 of 3 time(s) (seed 11)" in summary
     [comment] = ours(fake_github)
     assert "flaky (new) `test_new.py::test_flaky`" in str(comment["body"])
     assert json.loads(outputs_of(env)["new-flaky-tests"]) == ["test_new.py::test_flaky"]
     runs = Path(env["RUNS_LOG"]).read_text().splitlines()
     assert runs.count("old") == 1  # an unchanged test runs once: the job's own run
-    assert runs.count("flaky") == 6
+    assert runs.count("flaky") == 4  # the job's own run and 3 re-runs
     # Only reported: the job passes, the summary says so.
     reported = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.reruns=1",
                       "--no-comment", "--no-fail-on-new-flaky")

@@ -206,6 +206,7 @@ def test_out_of_scope_edit_stops_scope_expansion_denied(tmp_path: Path) -> None:
     assert outcome["repair"]["final_patch"] is None
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_after_a_reopen_the_repair_lines_carry_the_iteration_not_the_attempt_number(tmp_path: Path) -> None:
     project = Project(tmp_path)
     verify_only = cli("loop", project.incident_id, cwd=project.top, env=job_env())  # attempt 1: the same failure
@@ -343,6 +344,7 @@ def test_approval_never_covers_a_weakened_test(tmp_path: Path) -> None:
     assert not (project.runs / "final.patch").exists()
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_test_edits_allowed_by_the_config_end_tests_edited_not_success(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("weaken", "--approve", "--allow-test-edits")

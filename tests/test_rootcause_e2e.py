@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.errors import EXIT_OK
@@ -243,6 +245,7 @@ def test_an_off_by_one_failing_161_tests_is_one_small_plan_and_is_fixed(tmp_path
     assert sorted(outcomes) == sorted(action["nodeids"]) and set(outcomes.values()) == {"passed"}
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_evidence_travels_from_xdist_workers(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", {"shapes/__init__.py": "from .core import *\n",
                                             "shapes/core.py": CORE, "tests/test_shapes.py": SHAPE_TESTS}, ini=INI)

@@ -201,6 +201,7 @@ def test_real():
 """
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_failures_over_the_capture_cap_keep_the_incident_from_success(pytester: pytest.Pytester,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The capture keeps at most MAX_FAILURES failures (10,000; 3 here): three flaky ones are

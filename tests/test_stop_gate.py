@@ -126,6 +126,7 @@ def test_claude_never_blocks_past_the_budget(red: Path) -> None:
     assert "blocked 3 time(s) in a row" in answer["systemMessage"]
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_after_tests_edited_every_stop_says_stop_again_never_tests_passed(red: Path) -> None:
     test_file = red / "test_calc.py"
     test_file.write_text(test_file.read_text().replace("== 3", "== 7"))  # weakened to the bug's answer

@@ -29,6 +29,7 @@ from pytest_selfheal.store.root import Store
 from .conftest import DETERMINISTIC, one_error_line
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_resolved_incident_reopened_after_a_regression_is_verified_not_success(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC})
     incident_id = capture(project)
