@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.errors import EXIT_OK
