@@ -31,7 +31,7 @@ from pytest_selfheal.loop.messages import naming_changes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, Failure
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
@@ -63,25 +63,6 @@ class AgentResult:
     covered: set[str] = field(default_factory=set)
 
 
-def failure_from_record(record: FailureEntry) -> Failure:
-    """A ``Failure`` from a recorded failure (incident or attempt); a key the file lacks
-    takes the default a capture would have written."""
-    return Failure(
-        test=record.test or record.nodeid or "",
-        fingerprint=record.fingerprint,
-        signature=record.signature,
-        scheme=record.scheme or 1,
-        failure_type=record.failure_type or "UNKNOWN",
-        code_fixable=bool(record.code_fixable),
-        transient=bool(record.transient),
-        failure_class=record.failure_class or "deterministic",
-        message=record.message,
-        outcome=record.outcome or OUTCOME_FAILED,
-        nodeid=record.nodeid,
-        target_paths=list(record.target_paths),
-    )
-
-
 def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[str, str], dict[str, Failure]]:
     if attempts:
         outcomes = dict(attempts[-1].outcomes)
@@ -89,7 +70,7 @@ def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[s
     else:
         records = incident.failures
         outcomes = {r.nodeid: r.outcome or OUTCOME_FAILED for r in records if r.nodeid}
-    return outcomes, {r.nodeid: failure_from_record(r) for r in records if r.nodeid}
+    return outcomes, {r.nodeid: Failure.from_entry(r) for r in records if r.nodeid}
 
 
 def open_incidents(store: Store) -> list[OpenIncident]:
