@@ -90,9 +90,14 @@ def child_env(config_dir: Path) -> dict[str, str]:
     return env
 
 
+NEVER_STOP = ("max_iterations=100000", "error_fingerprint_repeats=100000", "no_progress_repeats=100000")
+
+
 def capture(root: Path, env: dict[str, str]) -> str:
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider",
+         # The judging keys are the capture's: never stop, so each measured iteration is a plain "continue".
+         *(word for key in NEVER_STOP for word in ("--selfheal-set", key))],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
     )
     inbox = root / ".selfheal" / "error_inbox"
@@ -149,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
               f"captured {incident_id} in {time.perf_counter() - started:.1f}s")
         store = Store(root / ".selfheal")
         # Never stop: each measured iteration is a plain "continue" (nothing archived).
-        overrides = [parse_override(text, "bench") for text in (
-            "max_iterations=100000", "error_fingerprint_repeats=100000", "no_progress_repeats=100000")]
+        overrides = [parse_override(text, "bench") for text in NEVER_STOP]
         effective = load_config(root, overrides=overrides)
 
         def iteration() -> None:

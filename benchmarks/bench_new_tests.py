@@ -63,7 +63,7 @@ def build(root: Path, tests: int, new: int, sleep: float) -> str:
 def run_ci(root: Path, event: Path, *extra: str, notes: list[str] | None = None) -> float:
     """One ``selfheal ci`` in-process; its wall seconds (its new-tests line added to ``notes``)."""
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.update({"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event),
+    os.environ.update({"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event),
                        "PYTEST_ADDOPTS": "-p no:hypothesispytest -p no:xdist"})
     os.chdir(root)
     started = time.perf_counter()

@@ -101,6 +101,7 @@ def _loop(*settings: str) -> Callable[[Path, str], str]:
         result = selfheal(project, "loop", incident_id, *args)
         assert result.returncode == 1, result.stdout + result.stderr
         return result.stdout + result.stderr
+    run.settings = settings  # type: ignore[attr-defined]  # judging keys: the capture takes them too
     return run
 
 
@@ -146,7 +147,8 @@ DEFAULT_SUGGESTIONS = {"resolved", "repeated_fingerprint", "tooling_env"}
 def test_every_suggested_command_works_as_printed(scenario: str, tmp_path: Path) -> None:
     make, after, stop_reason, bucket = SCENARIOS[scenario]
     project = make(tmp_path)
-    captured = run_pytest_selfheal(project)
+    # The keys that judge an incident are the capture's: the scenario's loop settings go in at capture.
+    captured = run_pytest_selfheal(project, *(a for s in getattr(after, "settings", ()) for a in ("--selfheal-set", s)))
     assert captured.returncode == 1, captured.stdout + captured.stderr
     (incident_id,) = incident_ids(project / ".selfheal")
     # What the capture printed works in the state the capture left.
