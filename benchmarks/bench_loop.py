@@ -93,11 +93,16 @@ def child_env(config_dir: Path) -> dict[str, str]:
 NEVER_STOP = ("max_iterations=100000", "error_fingerprint_repeats=100000", "no_progress_repeats=100000")
 
 
-def capture(root: Path, env: dict[str, str]) -> str:
+# (d) is a loop as a user runs it: one iteration, then the stop and the archive.
+ONE_ITERATION = ("max_iterations=1",)
+
+
+def capture(root: Path, env: dict[str, str], judging: tuple[str, ...]) -> str:
+    """Capture the project with these judging keys (they are the incident's: a later config cannot change them)."""
+    shutil.rmtree(root / ".selfheal", ignore_errors=True)
     subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "pytest_selfheal.plugin", "--selfheal", "-q", "-p", "no:cacheprovider",
-         # The judging keys are the capture's: never stop, so each measured iteration is a plain "continue".
-         *(word for key in NEVER_STOP for word in ("--selfheal-set", key))],
+         *(word for key in judging for word in ("--selfheal-set", key))],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
     )
     inbox = root / ".selfheal" / "error_inbox"
@@ -148,12 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         root = work / "project"
         failing = generate(root, args.tests, args.failing, args.sleep)
         env = child_env(config_dir)
+        # Two captures of the same run: (d)'s stops after one iteration, (a)'s never stops.
+        loop_id = capture(root, env, ONE_ITERATION)
+        loop_snapshot = work / "captured_loop"
+        shutil.copytree(root / ".selfheal", loop_snapshot)
         started = time.perf_counter()
-        incident_id = capture(root, env)
+        incident_id = capture(root, env, NEVER_STOP)
         print(f"project: {args.tests} tests ({args.sleep * 1000:g} ms each), {len(failing)} failing; "
               f"captured {incident_id} in {time.perf_counter() - started:.1f}s")
         store = Store(root / ".selfheal")
-        # Never stop: each measured iteration is a plain "continue" (nothing archived).
+        # (a)'s capture never stops: each measured iteration is a plain "continue" (nothing archived).
         overrides = [parse_override(text, "bench") for text in NEVER_STOP]
         effective = load_config(root, overrides=overrides)
 
@@ -169,13 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         snapshot = work / "captured"
         shutil.copytree(root / ".selfheal", snapshot)
 
-        def restore() -> None:
+        def restore(source: Path = snapshot) -> None:
             shutil.rmtree(root / ".selfheal")
-            shutil.copytree(snapshot, root / ".selfheal")
+            shutil.copytree(source, root / ".selfheal")
 
         def loop_cli() -> None:
-            subprocess.run([*selfheal_argv(sys.executable), "loop", incident_id], cwd=root, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            subprocess.run([*selfheal_argv(sys.executable), "loop", loop_id], cwd=root, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=600)
 
         def full() -> None:
             subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=root, env=env,
@@ -183,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
         iteration()  # warm-up: imports (gitpython, junit reader) happen once per process
         direct()
-        restore()
+        restore(loop_snapshot)
         loop_cli()
         restore()
         times: dict[str, list[float]] = {"a": [], "b": [], "c": [], "d": []}
@@ -196,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(("c", full))
             for key, fn in runs:
                 if key == "d":
-                    restore()
+                    restore(loop_snapshot)
                 wall, used = timed(fn)
                 if key == "d":
                     restore()  # (a) records into the open incident the loop archived
@@ -222,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU ratio a/b: {median_cpu['a'] / median_cpu['b']:.3f}; load average now: "
               f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
         if args.instructions:
-            restore()
-            loop_count = instructions([*selfheal_argv(sys.executable), "loop", incident_id], root, env)
+            restore(loop_snapshot)
+            loop_count = instructions([*selfheal_argv(sys.executable), "loop", loop_id], root, env)
             restore()
             direct_count = instructions([sys.executable, "-m", "pytest", "-q", *failing], root, env)
             print(f"instructions d {loop_count:,}, b {direct_count:,}: ratio d/b {loop_count / direct_count:.3f}")
