@@ -155,10 +155,10 @@ def loaded_now(plugins: Iterable[object]) -> Loaded:
 def _relative(rootdir: Path, path: str) -> Optional[str]:
     """``path`` as a rootdir-relative POSIX path, or None outside the rootdir (or in an
     environment or a hidden directory inside it)."""
-    try:
-        rel = Path(os.path.abspath(path)).relative_to(rootdir)
-    except ValueError:
-        return None
+    absolute = os.path.abspath(path)
+    if not absolute.startswith(os.path.join(rootdir, "")):
+        return None  # most of sys.modules: told apart without making a Path of each
+    rel = Path(absolute).relative_to(rootdir)
     parts = rel.parts
     if not parts or any(p.startswith(".") or p in _SKIP_DIRS for p in parts[:-1]):
         return None

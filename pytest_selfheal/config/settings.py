@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
 
-from pytest_selfheal.analysis.rules import RULE_KEYS, Rule, regex_problem, rule_from_mapping, rules_from_config
 from pytest_selfheal.config.keys import (
     ARGV,
     BOOL,
@@ -55,6 +54,7 @@ from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
 
 if TYPE_CHECKING:
+    from pytest_selfheal.analysis.rules import Rule
     from pytest_selfheal.hookspecs import ClassificationRule
     from pytest_selfheal.redact import Redactor
 
@@ -204,7 +204,9 @@ class Settings:
     def from_layer(cls, merged: ConfigLayer) -> Settings:
         """The typed view of a merge's values (every key present, each already checked)."""
         value = merged.values.__getitem__
-        command = value("repair.command")
+        command, rules = value("repair.command"), value("classification.rules")
+        if rules:  # see _check_strings
+            from pytest_selfheal.analysis.rules import rules_from_config
         return cls(
             enabled=value("enabled"),
             max_iterations=value("max_iterations"),
@@ -229,7 +231,7 @@ class Settings:
                 value("repair.allow_binary"),
             ),
             redaction=RedactionSettings(tuple(value("redaction.patterns")), tuple(value("redaction.env_names"))),
-            classification_rules=tuple(rules_from_config(list(value("classification.rules")))),
+            classification_rules=tuple(rules_from_config(list(rules))) if rules else (),
             history=HistorySettings(value("history.enabled"), value("history.base_branch"),
                                     value("history.flaky_rate"), value("history.window_days"),
                                     value("history.quarantine_file")),
@@ -336,7 +338,10 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[s
         raise _type_error(origin, where, spec.expected, value)
     for index, item in enumerate(value):
         _no_nul(origin, f"{where}[{index}]", item)
-    if spec.kind == REGEXES:
+    if spec.kind == REGEXES and value:
+        # Imported here: the rules' module loads the failure records, which a run that only
+        # reads the config (a green one) must not parse and compile.
+        from pytest_selfheal.analysis.rules import regex_problem
         for index, pattern in enumerate(value):
             problem = regex_problem(pattern)
             if problem is not None:
@@ -349,6 +354,9 @@ def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[Cla
     # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
+    if not value:
+        return []
+    from pytest_selfheal.analysis.rules import RULE_KEYS, rule_from_mapping  # see _check_strings
     rules = []
     for index, rule in enumerate(value):
         try:
