@@ -12,8 +12,8 @@ import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.loop import policy
 from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun, parse_report
 from pytest_selfheal.report.data import build_report as build_record
 from pytest_selfheal.report.merge import merge_reports as merge_records
@@ -268,7 +268,7 @@ def test_fingerprints_per_iteration_start_with_the_capture() -> None:
 
 
 def test_reason_order_covers_every_stop_reason() -> None:
-    assert set(REASON_ORDER) - {None} == set(policy.STOP_REASONS)
+    assert set(REASON_ORDER) - {None} == set(StopReason)
     assert REASON_ORDER[-2:] == (None, "success")
 
 

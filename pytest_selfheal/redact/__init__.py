@@ -414,7 +414,6 @@ class Redactor:
         }
         # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
         values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
-        self._secret_count = len(secrets)
         # Longest first: a value that contains another is replaced whole.
         self._env_values: tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: dict[tuple[str, ...], re.Pattern[str]] = {}
@@ -432,11 +431,6 @@ class Redactor:
             except re.error as exc:
                 raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
         self._custom: tuple[_CustomPattern, ...] = tuple(custom)
-
-    @property
-    def env_value_count(self) -> int:
-        """How many environment values are being hidden (for diagnostics; never the values)."""
-        return self._secret_count
 
     def _env_pass(self, text: str) -> str:
         # Only the values present in this text go into the alternation: a substring test is a
