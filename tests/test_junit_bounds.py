@@ -1,4 +1,4 @@
-"""Hostile XML at linear cost (issue 12 finding 7): the bounded feed in front of expat, the
+"""Hostile XML at linear cost: the bounded feed in front of expat, the
 failures kept per document, and ``selfheal ci``'s copy of its child's output.
 
 Correctness at small sizes, memory as a tracemalloc bound with a wide margin; the large

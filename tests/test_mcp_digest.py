@@ -1,4 +1,4 @@
-"""``selfheal mcp`` as an agent meets it on a real project (issue 26): groups ranked by size and
+"""``selfheal mcp`` as an agent meets it on a real project: groups ranked by size and
 reachable in full page by page, the bound at ``mcp.max_chars=200``, cancellation and a client
 that goes away, a server started outside a project, the output schema, the options check of a
 capture that recorded none. The SDK's own client over stdio, as in test_mcp.py."""
