@@ -14,7 +14,6 @@ parsed and checked before anything is returned: a bad one raises ConfigError (on
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import stat
@@ -149,7 +148,8 @@ def toml_loads(text: str) -> dict[str, Any]:
 
         return tomllib.loads(text)
     # Below 3.11: tomli, a declared dependency there (pytest requires it too).
-    tomli = importlib.import_module("tomli")
+    import tomli  # type: ignore[import-not-found,unused-ignore]  # installed below 3.11 only
+
     return dict(tomli.loads(text))
 
 
