@@ -25,7 +25,7 @@ from test_process import gone_within  # a liveness wait with a generous deadline
 
 from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes, verdict_lines
 from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.mcp import Decision, RunVerdict
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.report import CauseGroup, IncidentView
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch
@@ -293,13 +293,13 @@ def test_a_code_excerpt_keeps_its_indentation_on_one_escaped_line() -> None:
 
 def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_the_record() -> None:
     made = partial(RunVerdict, pytest_exit_code=1, counts=(("failed", 2),), max_iterations=5)
-    ran = made(Decision.CONTINUE, None, "running", "s", "n", incident_id="i1", iteration=2,
+    ran = made(RunDecision.CONTINUE, None, "running", "s", "n", incident_id="i1", iteration=2,
                fingerprint_changed=True, progress=False, tests_fixed=("t::a",), flaky=True, bucket="inbox")
     head = ["pytest_exit_code", "counts", "max_iterations", "incident_id", "iteration", "captured",
             "fingerprint_changed", "progress"]
     assert list(ran.to_json()) == [*head, "tests_fixed", "flaky", "decision", "stop_reason", "status", "bucket",
                                    "summary", "next"]
-    captured = made(Decision.CONTINUE, None, "captured", "s", "n", incident_id="i2", captured="i2",
+    captured = made(RunDecision.CONTINUE, None, "captured", "s", "n", incident_id="i2", captured="i2",
                     tests_fixed=(), bucket="inbox")
     assert list(captured.to_json()) == [*head, "decision", "stop_reason", "status", "tests_fixed", "bucket",
                                         "summary", "next"]
@@ -308,4 +308,4 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
                                       "incident i1: iteration 2 of 5, fingerprint changed, progress no "
                                       "(flaky: a test changed outcome with no code change)"]
     redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
-    assert "ghp_" not in redacted.summary and redacted.decision is Decision.CONTINUE
+    assert "ghp_" not in redacted.summary and redacted.decision is RunDecision.CONTINUE

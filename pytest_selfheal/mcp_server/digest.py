@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.records.incident import FailureEntry
-from pytest_selfheal.records.mcp import Decision, RunVerdict
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.report import CauseGroup, IncidentView
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
@@ -266,7 +266,7 @@ def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> s
 def verdict_lines(verdict: RunVerdict) -> list[str]:
     """The run_tests verdict as the first lines of its text: the decision first."""
     decision = verdict.decision.value
-    head = decision + (f" {verdict.stop_reason}" if verdict.decision is Decision.STOP and verdict.stop_reason else "")
+    head = decision + (f" {verdict.stop_reason}" if verdict.decision is RunDecision.STOP and verdict.stop_reason else "")
     lines = [f"{head}: {verdict.summary}"]
     if verdict.counts:
         lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in verdict.counts)

@@ -42,7 +42,7 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.records.mcp import ClosedRun, Decision, RunVerdict
+from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
@@ -346,7 +346,7 @@ class Project:
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
-            iteration_verdict = verdict_of(decision=Decision.STOP if stop else Decision.CONTINUE,
+            iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
                        fingerprint_changed=bool(last.fingerprint_changed), progress=bool(last.progress),
@@ -361,7 +361,7 @@ class Project:
                 closed = ClosedRun(iterated[-1], int(iteration_verdict.iteration or 0), iteration_verdict.stop_reason, iteration_verdict.status)
                 also = f"; incident {closed.incident_id} stopped in the same run ({closed.stop_reason}, now {closed.status})"
             return verdict_of(
-                decision=Decision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
+                decision=RunDecision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
                 tests_fixed=(), flaky=None if iteration_verdict is None else iteration_verdict.flaky, bucket="inbox", closed=closed,
                 summary=f"captured incident {captured[-1]}: fix the code its root causes point at{also}",
                 next=("edit the code at the target paths below (show gives the whole digest), never the failing "
@@ -369,7 +369,7 @@ class Project:
                       "options and is the incident's next iteration"))
         if iteration_verdict is not None:
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
-                "" if iteration_verdict.decision is Decision.STOP else ", and a second such run in a row stops (no_fix_found)")
+                "" if iteration_verdict.decision is RunDecision.STOP else ", and a second such run in a row stops (no_fix_found)")
             summary = self._iteration_summary(iteration_verdict) + (nothing if unchanged else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
@@ -380,7 +380,7 @@ class Project:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
             bucket, _ = store.locate(incident_id)
-            return verdict_of(decision=Decision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
+            return verdict_of(decision=RunDecision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
                         iteration=iteration, status=store.read_status(incident_id), bucket=bucket,
                         stopped_because=why,
                         summary=f"this run's tests are incident {incident_id}'s, which stopped ({why}); the code "
@@ -389,10 +389,10 @@ class Project:
                              f"`selfheal reopen {incident_id}` (the user's decision)")
         open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
         if code == 0 and not open_ids:
-            return verdict_of(decision=Decision.STOP, stop_reason="none", status="passed",
+            return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
                         summary="all selected tests passed and no incident is open", next="nothing to fix")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
-        return verdict_of(decision=Decision.CONTINUE, stop_reason=None, status="not_counted",
+        return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                     plugin_lines=tuple(plugin_lines),
                     summary="this run recorded nothing" + (
                         " (the plugin's lines below say why)" if plugin_lines else
@@ -404,12 +404,12 @@ class Project:
     def _iteration_summary(verdict: RunVerdict) -> str:
         if verdict.bucket != "inbox":
             return f"incident {verdict.incident_id} is {verdict.status}, archived to error_archive/{verdict.bucket}"
-        if verdict.decision is Decision.STOP:
+        if verdict.decision is RunDecision.STOP:
             return f"incident {verdict.incident_id} stopped and is {verdict.status}"
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
-        if verdict.decision is Decision.CONTINUE:
+        if verdict.decision is RunDecision.CONTINUE:
             last = store.read_attempts(str(verdict.incident_id))[-1]
             missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
             if missing:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pytest_selfheal.records.vocab import TextEnum
 
 
-class Decision(TextEnum):
+class RunDecision(TextEnum):
     """What the agent does next: fix and run again, or stop trying."""
 
     CONTINUE = "CONTINUE"
@@ -44,7 +44,7 @@ class RunVerdict:
     the text only.
     """
 
-    decision: Decision
+    decision: RunDecision
     stop_reason: Optional[str]
     status: str
     summary: str
@@ -102,4 +102,4 @@ class RunVerdict:
         return doc
 
 
-__all__ = ["ClosedRun", "Decision", "RunVerdict"]
+__all__ = ["ClosedRun", "RunDecision", "RunVerdict"]
