@@ -309,3 +309,17 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
                                       "(flaky: a test changed outcome with no code change)"]
     redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
     assert "ghp_" not in redacted.summary and redacted.decision is RunDecision.CONTINUE
+
+
+def test_the_output_schema_is_the_verdict_records_json() -> None:
+    from pytest_selfheal.mcp_server.server import Verdict
+    from pytest_selfheal.records.mcp import ClosedRun
+
+    every = RunVerdict(RunDecision.STOP, "already_stopped", "escalated", "s", "n", 1, (("failed", 2),), 5,
+                       incident_id="i1", iteration=2, captured="i2", fingerprint_changed=False, progress=False,
+                       tests_fixed=("t::a",), flaky=False, bucket="archive",
+                       closed=ClosedRun("i0", 3, "success", "resolved"), stopped_because="no_progress")
+    schema = Verdict.model_json_schema()
+    assert set(schema["properties"]) == set(every.to_json())  # every key the tool sends is declared
+    assert schema["required"] == ["decision"] and schema["properties"]["decision"]["enum"] == ["CONTINUE", "STOP"]
+    assert Verdict.model_validate(every.to_json()).model_dump(exclude_unset=True) == every.to_json()
