@@ -13,6 +13,7 @@ from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
 from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.records.run_result import DecisionPoint
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun, parse_report
 from pytest_selfheal.report.data import build_report as build_record
@@ -570,4 +571,5 @@ def test_report_records_read_odd_fields_as_defaults() -> None:
     assert (iteration.iteration, dict(iteration.outcomes), iteration.progress) == (None, {"a": "passed"}, False)
     assert parsed.runtime_minutes is None
     assert parsed.decision_point is not None
-    assert [(o.label, o.id, o.plain) for o in parsed.decision_point.options] == [("retry", None, True), ("o1", "o1", False)]
+    assert [(o.label, o.id) for o in parsed.decision_point.options] == [("retry", ""), ("o1", "o1")]
+    assert isinstance(parsed.decision_point, DecisionPoint)  # the run result's record, declared once

@@ -19,12 +19,13 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
+from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import REPORT_TITLE
 from pytest_selfheal.report.timeline import mermaid_timeline
 from pytest_selfheal.report.tolerant import unique
-from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
+from pytest_selfheal.report.view import DASH, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
 
@@ -448,9 +449,7 @@ def _section_timeline(report: Report) -> list[str]:
 
 
 def _option_line(option: DecisionOption) -> str:
-    if option.plain:
-        return f"  - {text(option.label)}"
-    oid = f"{code(option.id)}: " if option.id is not None else ""
+    oid = f"{code(option.id)}: " if option.id else ""
     command = f" — {code(option.command)}" if option.command is not None else ""
     return f"  - {oid}{text(option.label)}{command}"
 

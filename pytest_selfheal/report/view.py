@@ -4,7 +4,7 @@ A report JSON (``report.data.build_report``, ``report.merge``, or a file read ba
 checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
 :class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
-:class:`TriageRow`, :class:`NewFailure`, :class:`DecisionPoint`; and :class:`Shard`,
+:class:`TriageRow`, :class:`NewFailure` and the run result's ``DecisionPoint``; and :class:`Shard`,
 :class:`ConfigDifference`. Only the config mappings stay JSON: their keys are the user's.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
 from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
 
 DASH = "—"
@@ -118,36 +119,19 @@ class NewFailure:
                    iteration=str(data.get("iteration")))
 
 
-@dataclass(frozen=True)
-class DecisionOption:
-    """One option of a decision point; ``plain`` when the JSON gave a bare value."""
-
-    label: str
-    id: Optional[str] = None
-    command: Optional[str] = None
-    plain: bool = False
-
-    @classmethod
-    def from_json(cls, data: object) -> DecisionOption:
-        if not isinstance(data, Mapping):
-            return cls(label=str(data), plain=True)
-        return cls(label=_text(data.get("label") or data.get("id"), DASH), id=opt_str(data.get("id")),
-                   command=opt_str(data.get("command")))
+def _option(data: object) -> DecisionOption:
+    """One option of a decision point read tolerantly; a bare value is its label alone."""
+    if not isinstance(data, Mapping):
+        return DecisionOption(label=str(data))
+    return DecisionOption(id=opt_str(data.get("id")) or "", label=_text(data.get("label") or data.get("id"), DASH),
+                          command=opt_str(data.get("command")))
 
 
-@dataclass(frozen=True)
-class DecisionPoint:
-    """Where the loop stopped and handed over: the reason, a message, the options."""
-
-    reason: Optional[str]
-    message: Optional[str] = None
-    options: tuple[DecisionOption, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> DecisionPoint:
-        options = data.get("options")
-        return cls(reason=opt_str(data.get("reason")) or None, message=_text(data.get("message")) or None,
-                   options=tuple(DecisionOption.from_json(o) for o in options) if isinstance(options, list) else ())
+def _decision_point(data: Mapping[str, object]) -> DecisionPoint:
+    """The run result's decision point as the report carries it, read tolerantly."""
+    options = data.get("options")
+    return DecisionPoint(reason=opt_str(data.get("reason")) or "", message=_text(data.get("message")),
+                         options=tuple(_option(o) for o in options) if isinstance(options, list) else ())
 
 
 @dataclass(frozen=True)
@@ -205,7 +189,7 @@ class ReportIncident:
             error_signature=_text(data.get("error_signature")) or None,
             triage=tuple(TriageRow.from_json(t) for t in dicts(data.get("triage"))),
             new_failures=tuple(NewFailure.from_json(f) for f in dicts(data.get("new_failures"))),
-            decision_point=DecisionPoint.from_json(point) if isinstance(point, Mapping) else None,
+            decision_point=_decision_point(point) if isinstance(point, Mapping) else None,
             next_action=_text(handoff.get("recommended_next_action"), DASH) if isinstance(handoff, Mapping) else DASH,
             run_config=_mapping(data.get("run_config")),
         )
