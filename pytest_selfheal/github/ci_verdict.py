@@ -21,10 +21,10 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.tolerant import dicts, opt_str, strs
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.report.tolerant import dicts, opt_str, strs
 from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 

@@ -29,6 +29,7 @@ from pytest_selfheal.records.jsondoc import (
     string,
 )
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.tolerant import as_str, strs
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,11 @@ class IncidentView:
 # --------------------------------------------------------------------------- built by report.data
 
 
+def _text(value: object) -> Optional[str]:
+    """``str(value)`` when ``value`` is truthy, else None: how a report read back shows a value."""
+    return str(value) if value else None
+
+
 @dataclass(frozen=True)
 class IterationEntry:
     """One verification of an incident as the report JSON lists it (``incidents[].iterations``)."""
@@ -309,14 +315,22 @@ class TaskEntry:
 
 
 @dataclass(frozen=True)
-class NewFailureEntry:
-    """A failure outside the incident's selection, first seen in ``iteration``."""
+class NewFailure:
+    """A failure outside the incident's selection, first seen in ``iteration`` (built by
+    ``report.data``; read back tolerantly by :meth:`from_json`, ``iteration`` as read)."""
 
     nodeid: Optional[str]
     fingerprint: Optional[str]
     signature: Optional[str]
     failure_type: Optional[str]
-    iteration: int
+    iteration: object
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> NewFailure:
+        """The failure of a report JSON: a value of another type reads as its text, or None."""
+        return cls(nodeid=_text(data.get("nodeid")), fingerprint=_text(data.get("fingerprint")),
+                   signature=_text(data.get("signature")), failure_type=_text(data.get("failure_type")),
+                   iteration=data.get("iteration"))
 
     def to_json(self) -> dict[str, object]:
         """The failure's object in the report JSON."""
@@ -377,7 +391,7 @@ class IncidentEntry:
     flaky_tests: tuple[str, ...]
     tests_edited: tuple[str, ...]
     unverified_failures: int
-    new_failures: tuple[NewFailureEntry, ...]
+    new_failures: tuple[NewFailure, ...]
     triage: tuple[TriageEntry, ...]
     decision_point: Optional[Mapping[str, object]]
     handoff: Mapping[str, object]
@@ -427,15 +441,23 @@ class ReportOutcome:
 
 
 @dataclass(frozen=True)
-class ShardEntry:
-    """One shard of a merged report as ``report.merge`` writes it (``shards[]``)."""
+class Shard:
+    """One shard of a merged report as ``report.merge`` writes it (``shards[]``), or as read
+    back tolerantly by :meth:`from_json`."""
 
     name: str
-    incidents: tuple[str, ...]  # the incidents the merge took from it
-    duplicates: tuple[str, ...]  # those already in an earlier shard
-    stop_reason: object  # the shard's plan-level values, as read
-    final_status: object
-    total_retries: object
+    incidents: tuple[str, ...] = ()  # the incidents the merge took from it
+    duplicates: tuple[str, ...] = ()  # those already in an earlier shard
+    stop_reason: object = None  # the shard's plan-level values, as read
+    final_status: object = None
+    total_retries: object = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Shard:
+        """The shard of a report JSON (non-string ids dropped)."""
+        return cls(name=str(data.get("name")), incidents=tuple(strs(data.get("incidents"))),
+                   duplicates=tuple(strs(data.get("duplicates"))), stop_reason=data.get("stop_reason"),
+                   final_status=data.get("final_status"), total_retries=data.get("total_retries"))
 
     def to_json(self) -> dict[str, object]:
         """The shard's object in the report JSON."""
@@ -445,12 +467,19 @@ class ShardEntry:
 
 
 @dataclass(frozen=True)
-class ConfigDifferenceEntry:
+class ConfigDifference:
     """A shard whose config differs from the first shard's (``config_differences[]``)."""
 
     shard: str
     keys: tuple[str, ...]
     values: Mapping[str, object]  # {dotted key: the shard's value}, JSON
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ConfigDifference:
+        """The difference of a report JSON (a merged report merged again, or rendered)."""
+        values = data.get("values")
+        return cls(shard=as_str(data.get("shard")), keys=tuple(strs(data.get("keys"))),
+                   values={str(k): v for k, v in values.items()} if isinstance(values, Mapping) else {})
 
     def to_json(self) -> dict[str, object]:
         """The difference's object in the report JSON."""

@@ -28,11 +28,11 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
+from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailure, ReportDoc, TaskEntry
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, assemble_report, finish_report
-from pytest_selfheal.report.tolerant import strs, unique
 
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
@@ -342,7 +342,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             where=action.where,  # the top suspect
         ))
 
-    new_failures: list[NewFailureEntry] = []
+    new_failures: list[NewFailure] = []
     seen: set[tuple[str, str]] = set()
     for attempt in attempts:
         for failure in attempt.new_failures:
@@ -350,7 +350,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             if key in seen:
                 continue
             seen.add(key)
-            new_failures.append(NewFailureEntry(
+            new_failures.append(NewFailure(
                 nodeid=_failure_id(failure),
                 fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
                 signature=failure.signature if _recorded(failure, "signature") else None,

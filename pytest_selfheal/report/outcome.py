@@ -10,9 +10,9 @@ from typing import Any, Optional, Protocol, TypeVar
 from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.incident import Triage
-from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry, TriageEntry
+from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportOutcome, Shard, TriageEntry
+from pytest_selfheal.records.tolerant import as_int, as_str, opt_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.report.tolerant import as_int, as_str, opt_str, unique
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -162,8 +162,8 @@ def assemble_report(
     origins: Mapping[str, object],
     incidents: list[dict[str, object]],
     outcome: ReportOutcome,
-    config_differences: Sequence[ConfigDifferenceEntry] = (),
-    shards: Sequence[ShardEntry] = (),
+    config_differences: Sequence[ConfigDifference] = (),
+    shards: Sequence[Shard] = (),
 ) -> ReportDoc:
     """The report (``report.data.build_report``, ``report.merge``) as the record of its JSON:
     the head, the ``incidents`` objects and the plan-level fields of ``outcome``, checked as a

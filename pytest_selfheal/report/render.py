@@ -20,11 +20,11 @@ from typing import Optional
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.run_result import DecisionOption
+from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import REPORT_TITLE
 from pytest_selfheal.report.timeline import mermaid_timeline
-from pytest_selfheal.report.tolerant import unique
 from pytest_selfheal.report.view import DASH, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
@@ -121,7 +121,7 @@ def _more(hidden: int, what: str) -> list[str]:
     return ["", f"… and {hidden:,} more {what}: `selfheal report --format json` has them all."] if hidden > 0 else []
 
 
-def _reason(value: Optional[str]) -> str:
+def _reason(value: object) -> str:
     return code(value) if isinstance(value, str) and value else DASH
 
 
@@ -376,7 +376,7 @@ def _section_new_failures(report: Report) -> list[str]:
     rows = []
     for entry in report.incidents:
         for f in entry.new_failures:
-            row = [code(f.nodeid), code(f.fingerprint), f.iteration]
+            row = [code(f.nodeid or DASH), code(f.fingerprint or ""), str(f.iteration)]
             rows.append(([code(entry.incident_id)] if _multi(report) else []) + row)
     if not rows:
         return []
@@ -493,7 +493,7 @@ def _section_shards(report: Report) -> list[str]:
         dup = shard.duplicates
         row = [
             text(shard.name), _codes(ids, sep="<br>") if ids else "none",
-            _reason(shard.stop_reason), text(shard.final_status),
+            _reason(shard.stop_reason), text(shard.final_status or DASH),
         ]
         if notes:
             row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")

@@ -4,8 +4,9 @@ A report JSON (``report.data.build_report``, ``report.merge``, or a file read ba
 checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
 :class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
-:class:`TriageRow`, :class:`NewFailure` and the run result's ``DecisionPoint``; and :class:`Shard`,
-:class:`ConfigDifference`. Only the config mappings stay JSON: their keys are the user's.
+:class:`TriageRow`; the records the report is built from are read back with their own
+``from_json`` (``records.report``'s ``NewFailure``, ``Shard``, ``ConfigDifference``; the run
+result's ``DecisionPoint``). Only the config mappings stay JSON: their keys are the user's.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import ConfigDifference, NewFailure, ReportDoc, Shard
 from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
-from pytest_selfheal.report.tolerant import as_int, dicts, opt_str, strs
+from pytest_selfheal.records.tolerant import as_int, dicts, opt_str, strs
 
 DASH = "—"
 
@@ -105,20 +106,6 @@ class TriageRow:
                    detail=_text(data.get("detail"), DASH))
 
 
-@dataclass(frozen=True)
-class NewFailure:
-    """A failure outside the verification selection, first seen in ``iteration``."""
-
-    nodeid: str
-    fingerprint: str
-    iteration: str
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> NewFailure:
-        return cls(nodeid=_text(data.get("nodeid"), DASH), fingerprint=_text(data.get("fingerprint")),
-                   iteration=str(data.get("iteration")))
-
-
 def _option(data: object) -> DecisionOption:
     """One option of a decision point read tolerantly; a bare value is its label alone."""
     if not isinstance(data, Mapping):
@@ -193,37 +180,6 @@ class ReportIncident:
             next_action=_text(handoff.get("recommended_next_action"), DASH) if isinstance(handoff, Mapping) else DASH,
             run_config=_mapping(data.get("run_config")),
         )
-
-
-@dataclass(frozen=True)
-class ConfigDifference:
-    """A shard that ran with other config values than the first shard."""
-
-    shard: str
-    keys: tuple[str, ...]
-    values: Mapping[str, object]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ConfigDifference:
-        return cls(shard=str(data.get("shard")), keys=tuple(strs(data.get("keys"))),
-                   values=_mapping(data.get("values")) or {})
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard of a merged report."""
-
-    name: str
-    incidents: tuple[str, ...] = ()
-    duplicates: tuple[str, ...] = ()
-    stop_reason: Optional[str] = None
-    final_status: str = DASH
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> Shard:
-        return cls(name=str(data.get("name")), incidents=tuple(strs(data.get("incidents"))),
-                   duplicates=tuple(strs(data.get("duplicates"))), stop_reason=opt_str(data.get("stop_reason")) or None,
-                   final_status=_text(data.get("final_status"), DASH))
 
 
 @dataclass(frozen=True)
