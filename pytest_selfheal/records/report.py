@@ -29,7 +29,7 @@ from pytest_selfheal.records.jsondoc import (
     string,
 )
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.tolerant import as_str, strs
+from pytest_selfheal.records.tolerant import as_int, as_str, opt_str, strs
 
 
 @dataclass(frozen=True)
@@ -249,26 +249,48 @@ def _text(value: object) -> Optional[str]:
     return str(value) if value else None
 
 
-@dataclass(frozen=True)
-class IterationEntry:
-    """One verification of an incident as the report JSON lists it (``incidents[].iterations``)."""
+def _opt_bool(value: object) -> Optional[bool]:
+    return None if value is None else bool(value)
 
-    iteration: int
-    mode: Optional[str]
-    started_at: Optional[str]
-    finished_at: Optional[str]
-    result: Optional[str]
-    stop_reason: Optional[str]
-    verification_passed: bool
-    outcomes: Mapping[str, str]  # node id -> outcome, the tests this iteration ran
-    fingerprints: tuple[str, ...]
-    error_signature: Optional[str]
-    fingerprint_changed: Optional[bool]
-    progress: Optional[bool]
-    progress_reasons: tuple[str, ...]
-    diff_hash: Optional[str]
-    repair_result: Optional[str]
-    timed_out: bool
+
+@dataclass(frozen=True)
+class ReportIteration:
+    """One verification of an incident as the report JSON lists it (``incidents[].iterations``):
+    built by ``report.data`` from an attempt, or read back tolerantly by :meth:`from_json`."""
+
+    iteration: Optional[int]  # None: a report read back gave no integer
+    mode: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    result: Optional[str] = None
+    stop_reason: Optional[str] = None
+    verification_passed: bool = False
+    outcomes: Mapping[str, str] = field(default_factory=empty_map)  # node id -> outcome, the tests it ran
+    fingerprints: tuple[str, ...] = ()
+    error_signature: Optional[str] = None
+    fingerprint_changed: Optional[bool] = None
+    progress: Optional[bool] = None
+    progress_reasons: tuple[str, ...] = ()
+    diff_hash: Optional[str] = None
+    repair_result: Optional[str] = None
+    timed_out: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ReportIteration:
+        """The iteration of a report JSON: a value of the wrong type reads as its default."""
+        number = data.get("iteration")
+        raw = data.get("outcomes")
+        outcomes = {str(k): str(v) for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
+        return cls(
+            iteration=number if isinstance(number, int) and not isinstance(number, bool) else None,
+            mode=_text(data.get("mode")), started_at=opt_str(data.get("started_at")),
+            finished_at=opt_str(data.get("finished_at")), result=opt_str(data.get("result")),
+            stop_reason=opt_str(data.get("stop_reason")), verification_passed=bool(data.get("verification_passed")),
+            outcomes=outcomes, fingerprints=tuple(strs(data.get("fingerprints"))),
+            error_signature=opt_str(data.get("error_signature")),
+            fingerprint_changed=_opt_bool(data.get("fingerprint_changed")), progress=_opt_bool(data.get("progress")),
+            progress_reasons=tuple(strs(data.get("progress_reasons"))), diff_hash=opt_str(data.get("diff_hash")),
+            repair_result=opt_str(data.get("repair_result")), timed_out=data.get("timed_out") is True)
 
     def to_json(self) -> dict[str, object]:
         """The iteration's object in the report JSON."""
@@ -284,22 +306,35 @@ class IterationEntry:
 
 
 @dataclass(frozen=True)
-class TaskEntry:
-    """One plan action of an incident in the report JSON: its attempts and where it stopped."""
+class ReportTask:
+    """One plan action of an incident in the report JSON: its attempts and where it stopped.
+    Built by ``report.data`` from the plan and the iterations, or read back tolerantly by
+    :meth:`from_json`."""
 
     task: str
-    title: str
-    nodeids: tuple[str, ...]
-    attempts: int
-    stop_reason: Optional[str]
-    passed: bool
-    flaky: bool
-    fingerprint: Optional[str]
-    fingerprints: tuple[str, ...]
-    signature: Optional[str]
-    failure_type: Optional[str]
+    title: str = ""
+    nodeids: tuple[str, ...] = ()
+    attempts: int = 0
+    stop_reason: Optional[str] = None
+    passed: bool = False
+    flaky: bool = False
+    fingerprint: Optional[str] = None
+    fingerprints: tuple[str, ...] = ()
+    signature: Optional[str] = None
+    failure_type: Optional[str] = None
     where: Optional[str] = None  # the top suspect, when the plan has it
     label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ReportTask:
+        """The task of a report JSON: a value of the wrong type reads as its default."""
+        task = str(data.get("task"))
+        return cls(task=task, label=_text(data.get("label")) or task, attempts=as_int(data.get("attempts")),
+                   stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")) or "",
+                   where=_text(data.get("where")), nodeids=tuple(strs(data.get("nodeids"))),
+                   flaky=bool(data.get("flaky")), passed=bool(data.get("passed")),
+                   fingerprint=opt_str(data.get("fingerprint")), fingerprints=tuple(strs(data.get("fingerprints"))),
+                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")))
 
     def to_json(self) -> dict[str, object]:
         """The task's object in the report JSON (``label``: the task id unless labelled)."""
@@ -384,8 +419,8 @@ class IncidentEntry:
     runtime_minutes: Optional[float]
     archived_to: Optional[str]
     run_config: Optional[Mapping[str, object]]
-    tasks: tuple[TaskEntry, ...]
-    iterations: tuple[IterationEntry, ...]
+    tasks: tuple[ReportTask, ...]
+    iterations: tuple[ReportIteration, ...]
     fingerprints_per_iteration: tuple[tuple[str, ...], ...]
     tests_fixed: tuple[str, ...]
     flaky_tests: tuple[str, ...]

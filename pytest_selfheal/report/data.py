@@ -28,7 +28,7 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailure, ReportDoc, TaskEntry
+from pytest_selfheal.records.report import IncidentEntry, NewFailure, ReportDoc, ReportIteration, ReportTask
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason
@@ -172,12 +172,12 @@ def _recorded(record: JsonRecord, key: str) -> bool:
     return record.keys is None or key in record.keys
 
 
-def _iteration_entry(attempt: Attempt) -> IterationEntry:
+def _iteration_entry(attempt: Attempt) -> ReportIteration:
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
     not_run = set(strs(attempt.get_extra("not_run")))
     repair = attempt.repair
-    return IterationEntry(
+    return ReportIteration(
         iteration=attempt.iteration,
         mode=attempt.mode,
         started_at=attempt.started_at,
@@ -197,7 +197,7 @@ def _iteration_entry(attempt: Attempt) -> IterationEntry:
     )
 
 
-def _task_progress(nodeids: Sequence[str], iterations: Sequence[IterationEntry]) -> tuple[int, bool]:
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, bool]:
     """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
 
     An iteration counts when it verified any of the action's node ids, until every one of
@@ -293,7 +293,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     rr = run.run_result
     last = iterations[-1] if iterations else None
     stopped_attempt = last is not None and last.result == policy.ACTION_STOP
-    if policy.stop_is_history(policy.stop_history_after(incident), last.iteration if last else 0, status):
+    if policy.stop_is_history(policy.stop_history_after(incident), (last.iteration or 0) if last else 0, status):
         rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
     stop_reason: Optional[str] = rr.stop_reason if rr is not None else None
@@ -317,7 +317,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
 
-    tasks: list[TaskEntry] = []
+    tasks: list[ReportTask] = []
     for action in run.plan.actions if run.plan is not None else ():
         nodeids = action.nodeids
         count, passed = _task_progress(nodeids, iterations)
@@ -327,7 +327,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             task_stop = stop_reason  # the loop stopped while this action was still failing
         else:
             task_stop = None  # not run (yet), or never verified by the loop
-        tasks.append(TaskEntry(
+        tasks.append(ReportTask(
             task=action.id or f"A{len(tasks) + 1}",
             title=action.title,
             nodeids=nodeids,

@@ -44,7 +44,7 @@ def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
 
 
 class ReportedTask(Protocol):
-    """A task as the plan-level rules read it: a built :class:`TaskEntry` or a read ``ReportTaskDoc``."""
+    """A task as the plan-level rules read it: a built ``ReportTask`` or a read ``ReportTaskDoc``."""
 
     @property
     def task(self) -> Any: ...

@@ -3,10 +3,10 @@
 A report JSON (``report.data.build_report``, ``report.merge``, or a file read back and
 checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
-:class:`Report` → :class:`ReportIncident` → :class:`ReportTask`, :class:`ReportIteration`,
-:class:`TriageRow`; the records the report is built from are read back with their own
-``from_json`` (``records.report``'s ``NewFailure``, ``Shard``, ``ConfigDifference``; the run
-result's ``DecisionPoint``). Only the config mappings stay JSON: their keys are the user's.
+:class:`Report` → :class:`ReportIncident` → :class:`TriageRow`; the records the report is
+built from are read back with their own ``from_json`` (``records.report``'s ``ReportTask``,
+``ReportIteration``, ``NewFailure``, ``Shard``, ``ConfigDifference``; the run result's
+``DecisionPoint``). Only the config mappings stay JSON: their keys are the user's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from pytest_selfheal.records.report import ConfigDifference, NewFailure, ReportDoc, Shard
+from pytest_selfheal.records.report import ConfigDifference, NewFailure, ReportDoc, ReportIteration, ReportTask, Shard
 from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
 from pytest_selfheal.records.tolerant import as_int, dicts, opt_str, strs
 
@@ -39,53 +39,6 @@ def _number(value: object) -> Optional[float]:
 
 def _mapping(value: object) -> Optional[Mapping[str, object]]:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else None
-
-
-@dataclass(frozen=True)
-class ReportTask:
-    """One plan action of an incident: its attempts and where it stopped."""
-
-    task: str
-    label: str
-    attempts: int
-    stop_reason: Optional[str] = None
-    title: str = ""
-    where: Optional[str] = None
-    nodeids: tuple[str, ...] = ()
-    flaky: bool = False
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ReportTask:
-        task = str(data.get("task"))
-        return cls(task=task, label=_text(data.get("label"), task), attempts=as_int(data.get("attempts")),
-                   stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")),
-                   where=_text(data.get("where")) or None, nodeids=tuple(strs(data.get("nodeids"))),
-                   flaky=bool(data.get("flaky")))
-
-
-@dataclass(frozen=True)
-class ReportIteration:
-    """One verification of the loop as the report shows it."""
-
-    iteration: Optional[int]
-    outcomes: Mapping[str, str]
-    mode: Optional[str] = None
-    verification_passed: bool = False
-    fingerprints: tuple[str, ...] = ()
-    fingerprint_changed: Optional[bool] = None
-    progress: Optional[bool] = None
-    progress_reasons: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ReportIteration:
-        number = data.get("iteration")
-        raw = data.get("outcomes")
-        outcomes = {str(k): str(v) for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
-        return cls(iteration=number if isinstance(number, int) and not isinstance(number, bool) else None,
-                   mode=_text(data.get("mode")) or None, verification_passed=bool(data.get("verification_passed")),
-                   outcomes=outcomes, fingerprints=tuple(strs(data.get("fingerprints"))),
-                   fingerprint_changed=_opt_bool(data.get("fingerprint_changed")),
-                   progress=_opt_bool(data.get("progress")), progress_reasons=tuple(strs(data.get("progress_reasons"))))
 
 
 @dataclass(frozen=True)
