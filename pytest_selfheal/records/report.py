@@ -383,6 +383,15 @@ class TriageEntry:
     failure_type: Optional[str]
     triage: Triage
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> TriageEntry:
+        """The entry of a report JSON, read tolerantly: the identity as text or None, the
+        triage's label and detail as strings (``""`` when not one), its base branch."""
+        return cls(nodeid=_text(data.get("nodeid")), fingerprint=_text(data.get("fingerprint")),
+                   failure_type=_text(data.get("failure_type")),
+                   triage=Triage(as_str(data.get("label")), as_str(data.get("detail")),
+                                 base_branch=opt_str(data.get("base_branch"))))
+
     def to_json(self) -> dict[str, object]:
         """The entry's object: the identity, then the triage's known fields that are set."""
         doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,

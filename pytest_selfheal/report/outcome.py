@@ -11,7 +11,7 @@ from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportOutcome, Shard, TriageEntry
-from pytest_selfheal.records.tolerant import as_int, as_str, opt_str, unique
+from pytest_selfheal.records.tolerant import as_int, as_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 REPORT_SCHEMA_VERSION = 1
@@ -128,8 +128,7 @@ def _triages(triage: Any) -> list[Triage]:
         if isinstance(item, TriageEntry):
             found.append(item.triage)
         elif isinstance(item, Mapping):
-            found.append(Triage(as_str(item.get("label")), as_str(item.get("detail")),
-                                base_branch=opt_str(item.get("base_branch"))))
+            found.append(TriageEntry.from_json(item).triage)
     return found
 
 

@@ -247,16 +247,17 @@ def _section_stop(report: Report) -> list[str]:
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
     """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows: list[list[str]] = []
-    hidden: dict[Optional[str], int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
+    hidden: dict[str, int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
     for entry in report.incidents:
         for t in entry.triage:
-            if (t.label == "quarantined") == quarantined:
-                seen = hidden[t.label] = hidden.get(t.label, -SECTION_MAX_ROWS) + 1
+            label = t.triage.label or DASH
+            if (label == "quarantined") == quarantined:
+                seen = hidden[label] = hidden.get(label, -SECTION_MAX_ROWS) + 1
                 if seen > 0:
                     continue
-                row = [code(t.nodeid, 120), code(t.fingerprint)]
-                row += [] if quarantined else [text(t.failure_type, 40), f"**{text(t.label, 20)}**"]
-                rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.detail)])
+                row = [code(t.nodeid or DASH, 120), code(t.fingerprint or "")]
+                row += [] if quarantined else [text(t.failure_type or DASH, 40), f"**{text(label, 20)}**"]
+                rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.triage.detail or DASH)])
     if not rows:
         return []
     header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])

@@ -3,9 +3,9 @@
 A report JSON (``report.data.build_report``, ``report.merge``, or a file read back and
 checked by ``parse_report``) is parsed here once, tolerantly (a field of the wrong type
 reads as its default, as the renderer always did), into a tree of frozen records:
-:class:`Report` → :class:`ReportIncident` → :class:`TriageRow`; the records the report is
-built from are read back with their own ``from_json`` (``records.report``'s ``ReportTask``,
-``ReportIteration``, ``NewFailure``, ``Shard``, ``ConfigDifference``; the run result's
+:class:`Report` → :class:`ReportIncident`; the records the report is built from are read
+back with their own ``from_json`` (``records.report``'s ``ReportTask``, ``ReportIteration``,
+``TriageEntry``, ``NewFailure``, ``Shard``, ``ConfigDifference``; the run result's
 ``DecisionPoint``). Only the config mappings stay JSON: their keys are the user's.
 """
 
@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from pytest_selfheal.records.report import ConfigDifference, NewFailure, ReportDoc, ReportIteration, ReportTask, Shard
+from pytest_selfheal.records.report import (
+    ConfigDifference,
+    NewFailure,
+    ReportDoc,
+    ReportIteration,
+    ReportTask,
+    Shard,
+    TriageEntry,
+)
 from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
 from pytest_selfheal.records.tolerant import as_int, dicts, opt_str, strs
 
@@ -39,24 +47,6 @@ def _number(value: object) -> Optional[float]:
 
 def _mapping(value: object) -> Optional[Mapping[str, object]]:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else None
-
-
-@dataclass(frozen=True)
-class TriageRow:
-    """One captured failure and its triage label (docs/history.md)."""
-
-    label: Optional[str]
-    nodeid: str = DASH
-    fingerprint: str = ""
-    failure_type: str = DASH
-    detail: str = DASH
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> TriageRow:
-        label = data.get("label")
-        return cls(label=None if label is None else str(label), nodeid=_text(data.get("nodeid"), DASH),
-                   fingerprint=_text(data.get("fingerprint")), failure_type=_text(data.get("failure_type"), DASH),
-                   detail=_text(data.get("detail"), DASH))
 
 
 def _option(data: object) -> DecisionOption:
@@ -97,7 +87,7 @@ class ReportIncident:
     runtime_minutes: Optional[float] = None
     archived_to: Optional[str] = None
     error_signature: Optional[str] = None
-    triage: tuple[TriageRow, ...] = ()
+    triage: tuple[TriageEntry, ...] = ()
     new_failures: tuple[NewFailure, ...] = ()
     decision_point: Optional[DecisionPoint] = None
     next_action: str = DASH
@@ -127,7 +117,7 @@ class ReportIncident:
             same_error_repeats=None if repeats is None else str(repeats),
             runtime_minutes=_number(data.get("runtime_minutes")), archived_to=_text(data.get("archived_to")) or None,
             error_signature=_text(data.get("error_signature")) or None,
-            triage=tuple(TriageRow.from_json(t) for t in dicts(data.get("triage"))),
+            triage=tuple(TriageEntry.from_json(t) for t in dicts(data.get("triage"))),
             new_failures=tuple(NewFailure.from_json(f) for f in dicts(data.get("new_failures"))),
             decision_point=_decision_point(point) if isinstance(point, Mapping) else None,
             next_action=_text(handoff.get("recommended_next_action"), DASH) if isinstance(handoff, Mapping) else DASH,
