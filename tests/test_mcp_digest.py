@@ -25,8 +25,8 @@ from test_process import gone_within  # a liveness wait with a generous deadline
 
 from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes, verdict_lines
 from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
-from pytest_selfheal.records.report import CauseGroup, IncidentView
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary

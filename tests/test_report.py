@@ -12,7 +12,7 @@ import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.records.report import Report, ReportIncident, ReportIncidentDoc, as_report
 from pytest_selfheal.records.run_result import DecisionPoint
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun, parse_report
@@ -30,7 +30,6 @@ from pytest_selfheal.report.render import (
     render_terminal,
     text,
 )
-from pytest_selfheal.report.view import Report, ReportIncident, as_report
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
 

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
-from pytest_selfheal.records.report import CauseGroup, IncidentView
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group

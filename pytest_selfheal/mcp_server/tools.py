@@ -42,8 +42,8 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
-from pytest_selfheal.records.report import IncidentView
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch

@@ -28,7 +28,7 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import IncidentEntry, NewFailure, ReportDoc, ReportIteration, ReportTask
+from pytest_selfheal.records.report import NewFailure, ReportDoc, ReportIncident, ReportIteration, ReportTask
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason
@@ -284,7 +284,7 @@ def _failure_id(failure: FailureEntry) -> Optional[str]:
     return failure.nodeid or failure.test or None
 
 
-def _incident_entry(run: IncidentRun) -> IncidentEntry:
+def _incident_entry(run: IncidentRun) -> ReportIncident:
     incident = run.incident
     incident_id = incident.incident_id
     status = incident.status or "new"
@@ -376,7 +376,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     handoff["recommended_next_action"] = after_repair or recommended
     has_config = rr is not None and _recorded(rr, "effective_config")
 
-    return IncidentEntry(
+    return ReportIncident(
         incident_id=incident_id,
         status=status,
         bucket=run.bucket,
@@ -404,7 +404,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures),
         triage=tuple(report_triage(failures, flaky)),
-        decision_point=rr.decision_point.to_json() if rr is not None and rr.decision_point is not None else None,
+        decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),
     )

@@ -1,5 +1,5 @@
 """The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
-the counts, the task labels, over built ``IncidentEntry`` or merged ``ReportIncidentDoc``
+the counts, the task labels, over built ``ReportIncident`` or merged ``ReportIncidentDoc``
 records; and :func:`assemble_report`, the one place a report's JSON is put together."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class ReportedTask(Protocol):
 
 
 class ReportedIncident(Protocol):
-    """An incident as the plan-level rules read it: a built :class:`IncidentEntry` or a
+    """An incident as the plan-level rules read it: a built ``ReportIncident`` or a
     ``ReportIncidentDoc`` of a shard read back (whose values may be any JSON)."""
 
     @property

@@ -19,13 +19,13 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
+from pytest_selfheal.records.report import Report, ReportIncident, ReportInput, as_report
 from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import REPORT_TITLE
 from pytest_selfheal.report.timeline import mermaid_timeline
-from pytest_selfheal.report.view import DASH, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
 
@@ -37,6 +37,7 @@ GRID_MAX_TESTS = 30
 GRID_MAX_COLUMNS = 10  # the capture column included
 GRID_GROUP_MIN = 4  # this many tests or more with the same outcomes in every column share one row
 MERMAID_MAX_INCIDENTS = 3
+DASH = "—"  # an empty cell or a value not recorded
 CELL_LIMIT = 200  # characters of one value in a table cell or list item
 LIST_LIMIT = 5  # node ids / fingerprints shown in one cell
 SECTION_MAX_ROWS = 10  # tests named per group of a section (tasks, new failures per section); the rest counted
@@ -218,7 +219,7 @@ def _section_stop(report: Report) -> list[str]:
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report.final_status)}")
     lines += [f"- Repair{f' of {code(e.incident_id)}' if _multi(report) else ''}: {text(line, 300)}"
-              for e in incidents for line in e.repair]
+              for e in incidents for line in e.repair_summary]
     if len(incidents) > 1 and report.deciding_incident:
         lines.append(f"- Decided by: {code(report.deciding_incident)} (the worst outcome; docs/report.md)")
     lines.append("")
@@ -229,7 +230,7 @@ def _section_stop(report: Report) -> list[str]:
             code(e.incident_id), text(e.status), text(e.final_status),
             _reason(e.stop_reason) if e.stop_reason else (NOT_RUN if not e.loops_used else DASH),
             str(e.loops_used),
-            DASH if e.same_error_repeats is None else e.same_error_repeats,
+            DASH if e.same_error_repeats is None else str(e.same_error_repeats),
             _minutes(e.runtime_minutes),
             code(archived) if archived else DASH,
         ])
@@ -452,7 +453,7 @@ def _section_timeline(report: Report) -> list[str]:
 def _option_line(option: DecisionOption) -> str:
     oid = f"{code(option.id)}: " if option.id else ""
     command = f" — {code(option.command)}" if option.command is not None else ""
-    return f"  - {oid}{text(option.label)}{command}"
+    return f"  - {oid}{text(option.label or DASH)}{command}"
 
 
 def _section_decision(report: Report) -> list[str]:
@@ -479,7 +480,7 @@ def _section_next(report: Report) -> list[str]:
     if len(incidents) <= 1:
         return lines + [text(report.recommended_next_action, 500)]
     for entry in incidents:
-        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action, 500)}")
+        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action or DASH, 500)}")
     return lines
 
 
