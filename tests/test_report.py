@@ -12,7 +12,7 @@ import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.records.report import Report, ReportIncident, ReportIncidentDoc, as_report
+from pytest_selfheal.records.report import Report, ReportIncident, as_report
 from pytest_selfheal.records.run_result import DecisionPoint
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun, parse_report
@@ -286,8 +286,8 @@ def test_reason_order_covers_every_stop_reason() -> None:
     ],
 )
 def test_plan_level_worst_rule(a: Any, b: Any, worst: int) -> None:
-    entries = [ReportIncidentDoc(incident_id=f"i{i}", stop_reason=r, final_status=s, finished=r is not None)
-               for i, (r, s) in enumerate((a, b))]
+    entries = [ReportIncident.from_json({"incident_id": f"i{i}", "stop_reason": r, "final_status": s,
+                                         "finished": r is not None}) for i, (r, s) in enumerate((a, b))]
     chosen = deciding_incident(entries)
     assert chosen is not None and chosen.incident_id == f"i{worst}"
 

@@ -392,7 +392,7 @@ class ReportIncident:
             step=opt_str(data.get("step")), failure_class=opt_str(data.get("failure_class")),
             error_signature=_text(data.get("error_signature")), capture_tests=tuple(strs(data.get("capture_tests"))),
             plan_revision=revision if isinstance(revision, int) and not isinstance(revision, bool) else None,
-            finished=bool(data.get("finished")),
+            finished=bool(data.get("finished", True)),  # absent in a report of an older version: finished
             final_status=None if final_status is None else str(final_status),
             stop_reason=opt_str(data.get("stop_reason")) or None, loops_used=as_int(data.get("loops_used")),
             same_error_repeats=data.get("same_error_repeats"),
@@ -439,8 +439,8 @@ class ReportOutcome:
     auto_tasks_looped: int
     total_retries: int
     triage_summary: Optional[Mapping[str, object]]
-    stop_reason: object  # the deciding incident's, as its entry has it (a merged shard's as read)
-    final_status: object
+    stop_reason: Optional[str]  # the deciding incident's
+    final_status: Optional[str]
     recommended_next_action: str
     deciding_incident: Optional[str]
     labels: tuple[tuple[str, ...], ...] = ()

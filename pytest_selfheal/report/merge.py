@@ -12,7 +12,7 @@ from typing import Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import plain_json
-from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncidentDoc, Shard
+from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncident, ReportIncidentDoc, Shard
 from pytest_selfheal.records.tolerant import dicts
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import assemble_report, finish_report
@@ -68,7 +68,8 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             incidents.append(entry)
         shards.append(Shard(label, tuple(ids), tuple(duplicates), plain_json(shard.stop_reason),
                             plain_json(shard.final_status), plain_json(shard.total_retries)))
-    outcome = finish_report(incidents)
+    # The rules read each shard's incident as the one incident record; its JSON is kept as read.
+    outcome = finish_report([ReportIncident.from_json(entry.to_json()) for entry in incidents])
     documents = [entry.to_json() for entry in incidents]
     for document, task_labels in zip(documents, outcome.labels):
         for task, label in zip(document["tasks"], task_labels):
