@@ -159,3 +159,18 @@ def test_a_green_selfheal_run_imports_at_most_five_modules_of_the_package(tmp_pa
     loaded = (tmp_path / "loaded.txt").read_text().split()
     assert loaded == ["pytest_selfheal", "pytest_selfheal.hookspecs", "pytest_selfheal.names",
                       "pytest_selfheal.plugin", "pytest_selfheal.recorder"]
+
+
+def test_a_green_run_with_a_config_to_read_loads_the_config_alone(tmp_path: Path) -> None:
+    """A config to read (here a flag that sets a key) adds the config's modules and the errors
+    only: the classification rules and the failure records under them wait for a config that
+    sets patterns or rules, or for a failure."""
+    make_project(tmp_path, {"conftest.py": LOADED_PROBE, "test_one.py": "def test_one():\n    assert True\n"})
+    done = subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL, "--selfheal-dir=reports"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=run_env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded = (tmp_path / "loaded.txt").read_text().split()
+    assert loaded == ["pytest_selfheal", "pytest_selfheal.config", "pytest_selfheal.config.files",
+                      "pytest_selfheal.config.keys", "pytest_selfheal.config.settings", "pytest_selfheal.errors",
+                      "pytest_selfheal.hookspecs", "pytest_selfheal.names", "pytest_selfheal.plugin",
+                      "pytest_selfheal.recorder"]
