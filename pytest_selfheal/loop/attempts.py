@@ -44,6 +44,7 @@ from pytest_selfheal.loop.resume import (
     split_runs,
     verification_event,
 )
+from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
@@ -94,7 +95,6 @@ def agent_unchanged() -> RepairBlock:
     """The repair block of an unchanged agent-mode run: provider ``agent``, no fix found."""
     return RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
                                   "message": AGENT_UNCHANGED}, "repair")
-
 
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
@@ -209,7 +209,7 @@ def require_inbox(store: Store, incident_id: str) -> None:
     """Refuse (``RefusedError``, exit 5) an incident that is already archived."""
     bucket, _ = store.locate(incident_id)
     if bucket != INBOX:
-        raise RefusedError(f"incident {incident_id} is already archived in error_archive/{bucket}")
+        raise RefusedError(f"incident {incident_id} is already archived in {archive_dir(bucket)}")
 
 
 # --------------------------------------------------------------------------- record
@@ -443,7 +443,7 @@ def build_run_result(
     so a resumed close-out writes the same document.
     """
     final = policy.final_status_of(decision.stop_reason)
-    archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
+    archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,

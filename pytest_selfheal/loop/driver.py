@@ -67,6 +67,7 @@ from pytest_selfheal.loop.verify import (
     run_selection,
     verify_dir_prefix,
 )
+from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
@@ -126,7 +127,7 @@ def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
         if pending_on_disk(store, incident_id, store.read_attempts(incident_id)) is not None:
             return
     raise RefusedError(
-        f"incident {incident_id} is {status} but still in error_inbox (an interrupted archive): "
+        f"incident {incident_id} is {status} but still in {INBOX_DIR} (an interrupted archive): "
         f"run `selfheal archive {incident_id} --as {status}` to finish it"
     )
 

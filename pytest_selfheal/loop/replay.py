@@ -26,6 +26,7 @@ from typing import Optional
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
+from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
 from pytest_selfheal.store.events import (
@@ -148,7 +149,7 @@ def state_from_disk(store: Store, incident_id: str) -> LoopState:
         iterations.append(_iteration_entry(verification_event(attempt)))
     run_result = store.read_run_result(incident_id)
     closing = ReplayStop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
-    archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
+    archived_to = archived_path(bucket, incident_id) if bucket != INBOX else None
     try:
         reopened = stop_history_after(store.read_incident(incident_id))
     except InputError:
