@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
@@ -139,22 +139,21 @@ def replay(events: Sequence[Event]) -> LoopState:
 
 
 def state_from_disk(store: Store, incident_id: str) -> LoopState:
-    """The same state built from the files: ``status.txt``, the attempts, ``run_result.json``
-    and the bucket the incident folder is in. Raises like the store (corrupted files: exit 3)."""
-    bucket, _ = store.locate(incident_id)
-    status = store.read_status(incident_id)
-    iterations = []
-    for attempt in store.read_attempts(incident_id):
-        # The data its verification_finished event holds: the same entry as the replay's.
-        iterations.append(_iteration_entry(verification_event(attempt)))
-    run_result = store.read_run_result(incident_id)
-    closing = ReplayStop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
-    archived_to = archived_path(bucket, incident_id) if bucket != INBOX else None
-    try:
-        reopened = stop_history_after(store.read_incident(incident_id))
-    except InputError:
-        reopened = None  # replay does not need the rest of incident.json: a bad one is `show`'s to report
-    return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)
+    """The same state built from the files, as the loop reads them (:meth:`LoopRun.read`):
+    ``status.txt``, the attempts, ``run_result.json`` and the bucket the incident folder is
+    in. Raises like the store (corrupted files: exit 3)."""
+    return disk_state(LoopRun.read(store, incident_id))
+
+
+def disk_state(run: LoopRun) -> LoopState:
+    """The compared state of a loop state held in memory (what its files say)."""
+    # The data each attempt's verification_finished event holds: the same entry as the replay's.
+    iterations = [_iteration_entry(verification_event(attempt)) for attempt in run.attempts]
+    result = run.run_result
+    closing = ReplayStop(result.iteration, result.stop_reason) if result is not None else None
+    archived_to = archived_path(run.bucket, run.incident_id) if run.bucket != INBOX else None
+    return _state(run.incident_id, run.status, run.bucket, iterations, closing, archived_to,
+                  stop_history_after(run.incident))
 
 
 def differences(replayed: LoopState, disk: LoopState) -> list[str]:
@@ -167,4 +166,4 @@ def differences(replayed: LoopState, disk: LoopState) -> list[str]:
     return lines
 
 
-__all__ = ["COMPARED_KEYS", "differences", "replay", "state_from_disk"]
+__all__ = ["COMPARED_KEYS", "differences", "disk_state", "replay", "state_from_disk"]
