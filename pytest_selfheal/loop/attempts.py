@@ -545,9 +545,7 @@ def _replan(run: LoopRun, last: int) -> None:
     kill_point("finalize:after_plan_proposed")
     if run.status != IncidentStatus.PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
-    plan = run.plan
-    if plan is None:
-        plan = run.store.read_plan(run.incident_id)  # the store's error: a plan deleted by hand
+    plan = run.require_plan()
     if plan.replanned_at_iteration != last:
         attempts = run.attempts
         _, this_run = split_runs(attempts[:-1], run.reopened) if attempts else (None, [])

@@ -549,7 +549,7 @@ def verify_iteration(
     is the full driver. Not-allowlisted commands raise ``RefusedError``, nothing runs.
     """
     run = LoopRun.resume(store, incident_id)
-    plan = run.plan if run.plan is not None else store.read_plan(run.incident_id)  # the store's error when missing
+    plan = run.require_plan()
     incident = run.incident
     effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records
 from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
@@ -139,21 +140,30 @@ def replay(events: Sequence[Event]) -> LoopState:
 
 
 def state_from_disk(store: Store, incident_id: str) -> LoopState:
-    """The same state built from the files, as the loop reads them (:meth:`LoopRun.read`):
+    """The same state built from the files, as the loop reads them (:func:`~pytest_selfheal.loop.state.read_records`):
     ``status.txt``, the attempts, ``run_result.json`` and the bucket the incident folder is
     in. Raises like the store (corrupted files: exit 3)."""
-    return disk_state(LoopRun.read(store, incident_id))
+    records = read_records(store, incident_id)
+    try:
+        reopened = stop_history_after(store.read_incident(records.incident_id))
+    except InputError:
+        reopened = None  # replay does not need the rest of incident.json: a bad one is `show`'s to report
+    return _disk_state(records, reopened)
 
 
 def disk_state(run: LoopRun) -> LoopState:
     """The compared state of a loop state held in memory (what its files say)."""
+    return _disk_state(RunRecords(run.incident_id, run.bucket, run.status, run.attempts, run.run_result),
+                       stop_history_after(run.incident))
+
+
+def _disk_state(records: RunRecords, reopened: Optional[int]) -> LoopState:
     # The data each attempt's verification_finished event holds: the same entry as the replay's.
-    iterations = [_iteration_entry(verification_event(attempt)) for attempt in run.attempts]
-    result = run.run_result
+    iterations = [_iteration_entry(verification_event(attempt)) for attempt in records.attempts]
+    result = records.run_result
     closing = ReplayStop(result.iteration, result.stop_reason) if result is not None else None
-    archived_to = archived_path(run.bucket, run.incident_id) if run.bucket != INBOX else None
-    return _state(run.incident_id, run.status, run.bucket, iterations, closing, archived_to,
-                  stop_history_after(run.incident))
+    archived_to = archived_path(records.bucket, records.incident_id) if records.bucket != INBOX else None
+    return _state(records.incident_id, records.status, records.bucket, iterations, closing, archived_to, reopened)
 
 
 def differences(replayed: LoopState, disk: LoopState) -> list[str]:

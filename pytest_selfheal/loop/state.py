@@ -8,7 +8,9 @@ no step reads back what an earlier one wrote, and the event log is written from 
 writes instead of being a second truth to reconcile.
 
 The files stay the record and the crash recovery: :meth:`LoopRun.read` is the one way to
-rebuild the state from them (the loop's start and resume, ``selfheal replay``'s disk side).
+rebuild the state from them (the loop's start and resume), over :func:`read_records`,
+which ``selfheal replay``'s disk side reads too (it must still answer when ``incident.json``
+or ``plan.json`` is unreadable).
 """
 
 from __future__ import annotations
@@ -39,13 +41,34 @@ from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
 
+@dataclass(frozen=True)
+class RunRecords:
+    """The records of a loop run that every view of its state reads: where the incident
+    folder is, ``status.txt``, the attempts and ``run_result.json``."""
+
+    incident_id: str
+    bucket: str
+    status: str
+    attempts: list[Attempt]
+    run_result: Optional[RunResult]
+
+
+def read_records(store: Store, incident_id: str) -> RunRecords:
+    """:class:`RunRecords` from the files (the loop state's read, and ``selfheal replay``'s,
+    which needs no more of the incident). Raises like the store (corrupted files: exit 3)."""
+    incident_id = validate_incident_id(incident_id)
+    bucket, _ = store.locate(incident_id)
+    return RunRecords(incident_id, bucket, store.read_status(incident_id), store.read_attempts(incident_id),
+                      store.read_run_result(incident_id))
+
+
 @dataclass
 class LoopRun:
     """One incident's loop state: what its files say, kept current by writing through it.
 
     ``events`` are the log as read plus the events appended through :meth:`append_event`
-    (what the close-out checks to stay idempotent); a status move's own ``status_changed``
-    line is the store's and is not added here.
+    (what the close-out checks to stay idempotent); the other lines of the log — a status
+    move's ``status_changed``, a repair provider's events — are the store's alone.
     """
 
     store: Store
@@ -64,19 +87,18 @@ class LoopRun:
     def read(cls, store: Store, incident_id: str) -> LoopRun:
         """The state from the files of ``incident_id``, each read once (call under the store
         lock when it is to be acted on). Raises like the store (corrupted files: exit 3)."""
-        incident_id = validate_incident_id(incident_id)
-        bucket, _ = store.locate(incident_id)
-        incident = store.read_incident(incident_id)
+        records = read_records(store, incident_id)
+        incident = store.read_incident(records.incident_id)
         return cls(
             store=store,
             incident=incident,
-            bucket=bucket,
-            status=store.read_status(incident_id),
-            plan=store.read_plan(incident_id) if store.has_plan(incident_id) else None,
-            attempts=store.read_attempts(incident_id),
-            run_result=store.read_run_result(incident_id),
-            events=store.read_events(incident_id)[0],
-            capture_hash=capture_hash_on_disk(store, incident_id, incident),
+            bucket=records.bucket,
+            status=records.status,
+            plan=store.read_plan(incident.incident_id) if store.has_plan(incident.incident_id) else None,
+            attempts=records.attempts,
+            run_result=records.run_result,
+            events=store.read_events(incident.incident_id)[0],
+            capture_hash=capture_hash_on_disk(store, incident.incident_id, incident),
         )
 
     @classmethod
@@ -120,6 +142,10 @@ class LoopRun:
     def split(self) -> tuple[Optional[Attempt], list[Attempt]]:
         """``(baseline attempt or None, attempts of the current loop run)`` (:func:`~pytest_selfheal.loop.resume.split_runs`)."""
         return split_runs(self.attempts, self.reopened)
+
+    def require_plan(self) -> Plan:
+        """The plan; the store's own error (``NotFoundError``) when the incident has none."""
+        return self.plan if self.plan is not None else self.store.read_plan(self.incident_id)
 
     def observations(self) -> list[policy.Observation]:
         """The observations of the current loop run: observation 0, then one per attempt."""
@@ -206,4 +232,4 @@ def _logged_status(records: list[Event]) -> Optional[str]:
     return status
 
 
-__all__ = ["LoopRun"]
+__all__ = ["LoopRun", "RunRecords", "read_records"]
