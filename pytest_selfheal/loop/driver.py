@@ -163,8 +163,9 @@ def _command_text(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: RefusedError) -> None:
+def _refuse_command(run: LoopRun, argv: Sequence[str], exc: RefusedError) -> None:
     """Log a refused verification command: one ``decision_point_needed`` (nothing ran)."""
+    incident_id = run.incident_id
     command = _command_text(argv)
     options = (
         option_record("regenerate_plan", "Regenerate the plan from the incident", f"selfheal plan {incident_id} --force"),
@@ -177,8 +178,8 @@ def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: Re
         reason="verification_command_refused", message=exc.message, options=options, context=context,
         keys=("reason", "message", "options", "context"),
     )
-    store.append_event(
-        incident_id, ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
+    run.append_event(
+        ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
     )
 
 
@@ -204,23 +205,21 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
 
 
 def check_commands(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     argvs: Sequence[Sequence[str]],
     *,
-    incident: Incident,
     effective: EffectiveConfig,
     project_root: Path,
 ) -> None:
     """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
     first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
-    trusted = _trusted_options(incident, effective)
+    trusted = _trusted_options(run.incident, effective)
     for argv in argvs:
         try:
             check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
                           trusted=trusted)
         except RefusedError as exc:
-            _refuse_command(store, incident_id, argv, exc)
+            _refuse_command(run, argv, exc)
             raise
 
 
@@ -350,7 +349,7 @@ def _drive(
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
-    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
+    check_commands(run, argvs, effective=effective, project_root=project_root)
     commands = [_command_text(a) for a in argvs]
     timeout = effective.settings.verification.timeout_seconds
 
@@ -553,7 +552,7 @@ def verify_iteration(
     incident = run.incident
     effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)
-    check_commands(store, run.incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
+    check_commands(run, argvs, effective=effective, project_root=project_root)
     return _verify_and_record(
         run, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
