@@ -8,10 +8,20 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from helpers import PY, assert_replay_equals_disk, capture, deterministic_project, effective_config, run_env
+import pytest
+from helpers import (
+    PY,
+    assert_replay_equals_disk,
+    capture,
+    clone_project,
+    deterministic_project,
+    effective_config,
+    run_env,
+)
 
 from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.replay import disk_state, state_from_disk
+from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
@@ -51,9 +61,17 @@ COUNT_OPENS = textwrap.dedent("""
 """)
 
 
-def test_one_verify_only_iteration_reads_each_incident_file_at_most_twice(tmp_path: Path) -> None:
-    project = deterministic_project(tmp_path)
-    incident_id = capture(project, *(word for key in NEVER_STOP for word in ("--selfheal-set", key)))
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One capture for the module (each test loops a copy)."""
+    project = deterministic_project(tmp_path_factory.mktemp("loop-state"))
+    return project, capture(project, *(word for key in NEVER_STOP for word in ("--selfheal-set", key)))
+
+
+def test_one_verify_only_iteration_reads_each_incident_file_at_most_twice(
+    tmp_path: Path, captured: tuple[Path, str]
+) -> None:
+    project, incident_id = clone_project(captured[0], tmp_path / "project"), captured[1]
     child = subprocess.run([PY, "-c", COUNT_OPENS, str(project), incident_id], capture_output=True, text=True,
                            env=run_env(), timeout=120, check=False)
     assert child.returncode == 0, child.stderr
@@ -65,22 +83,30 @@ def test_one_verify_only_iteration_reads_each_incident_file_at_most_twice(tmp_pa
         assert opened.get(name, 0) <= 2, opened
 
 
-def test_the_state_in_memory_is_what_the_files_say_after_a_loop(tmp_path: Path) -> None:
-    """Written through: after an iteration and its close-out (an escalation, archived), the
-    state the driver held equals the state read back from the files, and the event log
-    alone tells the same story."""
-    project = deterministic_project(tmp_path)
-    incident_id = capture(project)
+def test_the_state_in_memory_is_what_the_files_say_after_a_loop(tmp_path: Path, captured: tuple[Path, str]) -> None:
+    """Written through: after each iteration and the close-out (archived), the state the
+    loop held equals the state read back from the files, and the event log alone tells the
+    same story."""
+    project, incident_id = clone_project(captured[0], tmp_path / "project"), captured[1]
     store = Store(project / ".selfheal")
     run = LoopRun.resume(store, incident_id)
-    # The captured failure seen again, the code unchanged.
-    outcome = record_iteration(
-        run, effective=effective_config(project), outcomes={"test_calc.py::test_sub": "failed"},
-        failures=[Failure.from_entry(run.incident.failures[0])], diff_hash=run.capture_hash,
-        started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:00:01+00:00", mode="verify",
-        verification_commands=[], exit_code=1, project_root=project,
+    nodeid = "test_calc.py::test_sub"
+    judged, _ = judged_config(effective_config(project), run.incident)  # the capture's keys, as the driver takes them
+    common = dict(effective=judged, mode="verify", verification_commands=[], project_root=project)
+    # The captured failure seen again, the code unchanged: the loop continues (the capture never stops it).
+    seen_again = record_iteration(
+        run, outcomes={nodeid: "failed"}, failures=[Failure.from_entry(run.incident.failures[0])],
+        diff_hash=run.capture_hash, started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:00:01+00:00",
+        exit_code=1, **common,
     )
-    assert outcome.closed and outcome.decision.stop_reason == "repeated_fingerprint"
-    assert run.bucket == "escalated" and [a.iteration for a in run.attempts] == [1]
+    assert not seen_again.closed and run.status == "running"
+    assert disk_state(run) == state_from_disk(store, incident_id)
+    # Then it passes after a code change: success, resolved and archived.
+    fixed = record_iteration(
+        run, outcomes={nodeid: "passed"}, failures=[], diff_hash="0" * 16,
+        started_at="2026-01-01T00:01:00+00:00", finished_at="2026-01-01T00:01:01+00:00", exit_code=0, **common,
+    )
+    assert fixed.closed and fixed.decision.stop_reason == "success"
+    assert run.bucket == "resolved" and [a.iteration for a in run.attempts] == [1, 2]
     assert disk_state(run) == state_from_disk(store, incident_id)
     assert_replay_equals_disk(store, incident_id)
