@@ -27,15 +27,18 @@ from pytest_selfheal.names import SELECTION_FILE, SELECTION_OPTION, SELECTION_PL
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.store.root import Store
 
-# 6 files of 100 tests; in 3 of them 10 tests fail: 30 failures over 3 of 6 files.
+# 6 files of N tests; in 3 of them 10 tests fail: 30 failures over 3 of 6 files.
 MODULE = """
 import pytest
 
-@pytest.mark.parametrize("i", range(100))
+@pytest.mark.parametrize("i", range({size}))
 def test_value(i):
     assert i >= {failing}
 """
-FILES = {f"tests/test_m{n}.py": MODULE.format(failing=10 if n < 3 else 0) for n in range(6)}
+
+
+def _files(size: int) -> dict[str, str]:
+    return {f"tests/test_m{n}.py": MODULE.format(size=size, failing=10 if n < 3 else 0) for n in range(6)}
 
 
 def _selection_doc(path: Path, nodeids: Sequence[str]) -> Path:
@@ -43,8 +46,9 @@ def _selection_doc(path: Path, nodeids: Sequence[str]) -> Path:
     return path
 
 
-def test_the_loop_runs_exactly_the_thirty_failing_node_ids(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "p", {"tests/__init__.py": "", **FILES})
+@pytest.mark.parametrize("size", [20, pytest.param(100, marks=pytest.mark.slow, id="600-tests")])
+def test_the_loop_runs_exactly_the_thirty_failing_node_ids(tmp_path: Path, size: int) -> None:
+    project = make_project(tmp_path / "p", {"tests/__init__.py": "", **_files(size)})
     incident_id = capture(project, "--selfheal-set", "ralf_lite.max_iterations=1")
     store = Store(project / ".selfheal")
     [command] = store.read_plan(incident_id).verification_commands
@@ -60,7 +64,8 @@ def test_the_loop_runs_exactly_the_thirty_failing_node_ids(tmp_path: Path) -> No
 
     result = loop_in_process(project, incident_id, verifier=counting)
     [(argv, tests, selection)] = ran
-    assert len(tests) == 30 and sorted(selection) == sorted(failing)  # exactly the failing tests ran: none of their 270 neighbours
+    # Exactly the failing tests ran, none of their passing neighbours in the same 3 files.
+    assert len(tests) == 30 and sorted(selection) == sorted(failing)
     assert not any("::" in word for word in argv)  # they went through the file, not the command line
     assert f"{SELECTION_OPTION}={store.runs_dir(incident_id).resolve() / SELECTION_FILE}" in argv
     # The channel is selfheal's own: no harness change, the failures are judged as such.
