@@ -9,9 +9,9 @@ line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_argu
   options this check would never see;
 - a selection (a node id or a path) must resolve inside the project root;
 - ``--rootdir``, ``--basetemp`` (pytest deletes it), ``--confcutdir``, ``--junitxml``,
-  ``--debug``, ``--pyargs``, ``--report-log``, ``--selfheal-selection-file`` are refused from every source: the loop sets
-  them itself, and only the live process's own argv (agent mode, which runs nothing of
-  ours) may carry them;
+  ``--debug``, ``--pyargs``, ``--report-log``, ``--selfheal-selection-file`` are refused
+  from every source: the loop sets them itself, and only the live process's own argv (agent
+  mode, which runs nothing of ours) may carry them;
 - ``-p``, ``-o`` and ``-c`` are judged by their value from every source: ``-p no:NAME`` only
   disables, ``-p NAME`` loads only a plugin installed in the environment (a ``pytest11``
   entry point or one of pytest's own), ``-o KEY=VALUE`` only with a value that cannot name a

@@ -8,7 +8,8 @@ One verification run = one argv list from ``plan.json``'s ``verification_command
 2. :func:`run_selection` — the argv through :func:`pytest_selfheal.process.run` (no
    shell, its own process group, output to a file, a timeout that kills the whole group,
    the child dies with selfheal), ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
-   the environment so the plugin inside the child stays passive.
+   the environment so the plugin inside the child stays passive; a long selection reaches
+   the child through a selection file under the reports root (:func:`through_selection_file`).
 3. :func:`observe` — the junit read back into per-node-id outcomes and fingerprinted,
    classified failures (secrets redacted before fingerprinting, as at capture).
 """
@@ -68,6 +69,7 @@ _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
 # selection stays on it as the plan wrote it.
 MAX_ARGV_SELECTION = 20
 MAX_ARGV_SELECTION_CHARS = 2000
+
 
 @dataclass(frozen=True)
 class VerificationRun:
@@ -426,7 +428,7 @@ def observe(
 
     Testcases are mapped back to node ids through pytest's junit name mangling; a failing
     testcase outside the selection keeps its junit identity as key (a passing or skipped
-    one is left out: it ran only because a collapsed selection named its file). Selected node ids
+    one is left out: it ran only because a command naming its file selected it). Selected node ids
     absent from the junit are ``missing``. When the run produced no usable junit
     (timeout, crash, usage error, interpreter or runner not found) every selected node id
     is ``missing`` and ONE synthetic failure is built from the output's last non-empty
@@ -462,8 +464,8 @@ def observe(
     by_identity = _identity_map(selection_nodeids)
     for case in cases:
         mapped = nodeid_for(case.test, by_identity)
-        # A test outside the selection ran because its file was selected (a collapsed
-        # selection): only its failure says something; a pass or a skip of it is not ours.
+        # A test outside the selection ran because its file was selected (a command naming
+        # files): only its failure says something; a pass or a skip of it is not ours.
         if mapped is not None or case.outcome in models.FAILING_OUTCOMES:
             outcomes[mapped or case.test] = case.outcome
     for nodeid in selection_nodeids:
