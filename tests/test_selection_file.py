@@ -51,6 +51,7 @@ def test_the_loop_runs_exactly_the_thirty_failing_node_ids(tmp_path: Path, size:
     project = make_project(tmp_path / "p", {"tests/__init__.py": "", **_files(size)})
     incident_id = capture(project, "--selfheal-set", "ralf_lite.max_iterations=1")
     store = Store(project / ".selfheal")
+    assert store.read_incident(incident_id).seal is not None  # the seal is compared at the iteration
     [command] = store.read_plan(incident_id).verification_commands
     failing = [f"tests/test_m{n}.py::test_value[{i}]" for n in range(3) for i in range(10)]
     assert sorted(shlex.split(command)[4:]) == sorted(failing)  # the plan names every node id, not the 3 files
