@@ -135,7 +135,8 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
     calls: list[list[str]] = []
 
     def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
-                 env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None) -> VerificationRun:
+                 env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
+                 selection_file: Optional[Path] = None) -> VerificationRun:
         calls.append(list(argv))
         junit_path.write_text('<testsuite name="pytest" tests="1">'
                               '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')
@@ -366,8 +367,8 @@ def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
     assert _exclude_from_argvs(argvs, ["t.py::a", "t.py::b"]) == []
 
 
-def test_a_collapsed_selection_selects_by_file_and_deselects_exclusions() -> None:
-    # A long selection written as its test files (plan/groups.py): the node ids are still selected.
+def test_a_file_selection_selects_by_file_and_deselects_exclusions() -> None:
+    # A command naming test files (by hand, or an older plan's shortened one): the node ids are still selected.
     plan = Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
                            "summary": "s", "root_cause_hypotheses": [], "verification_commands": [], "done_criteria": [],
                            "actions": [{"id": "A1", "title": "t", "priority": "high", "risk": "low", "target_paths": [],

@@ -62,7 +62,7 @@ from pytest_selfheal.loop.verify import (
     verify_dir_prefix,
 )
 from pytest_selfheal.names import INBOX_DIR
-from pytest_selfheal.plan.build import verification_argv
+from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
@@ -79,7 +79,8 @@ from pytest_selfheal.store.states import TERMINAL
 class Verifier(Protocol):
     """Runs one verification command (an argv list, never a shell) with its junit XML at
     ``junit_path``, and says what it did. :func:`verify.run_selection` in production; the
-    driver observes the junit it leaves, so a verifier is all a test needs to fake a run."""
+    driver observes the junit it leaves, so a verifier is all a test needs to fake a run.
+    ``selection_file``: where a long selection is handed to the child (under the reports root)."""
 
     def __call__(
         self,
@@ -90,6 +91,7 @@ class Verifier(Protocol):
         timeout_seconds: Optional[float],
         env: Optional[Mapping[str, str]] = None,
         invocation_dir: Optional[Path] = None,
+        selection_file: Optional[Path] = None,
     ) -> VerificationRun: ...
 
 
@@ -128,8 +130,9 @@ def _refuse_interrupted_archive(run: LoopRun) -> None:
 
 def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> list[str]:
     """The node ids the verification commands select: the plan's action node ids that
-    appear in the commands, or whose test file does (a long selection collapsed to files,
-    plan/groups.py), else the command words holding ``::``."""
+    appear in the commands (every one, in the commands the plan writes), or whose test file
+    does (a command naming files: written by hand, or by an older plan), else the command
+    words holding ``::``."""
     words = {word for argv in argvs for word in argv}
     candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
@@ -143,7 +146,7 @@ def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[s
 def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str]) -> list[list[str]]:
     """Drop excluded node ids from the commands; a command left with no node id at all is
     dropped too (it would run the whole suite). An excluded test selected through its file
-    (a collapsed selection) is deselected with ``--deselect``."""
+    (a command naming files) is deselected with ``--deselect``."""
     if not excluded:
         return [list(a) for a in argvs]
     gone = set(excluded)
@@ -160,7 +163,8 @@ def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str])
 
 
 def _command_text(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
+    """The command as shown and recorded: a long selection shortened (plan/build.py)."""
+    return readable_command(" ".join(shlex.quote(a) for a in argv))
 
 
 def _refuse_command(run: LoopRun, argv: Sequence[str], exc: RefusedError) -> None:
@@ -493,7 +497,8 @@ def _verify_and_record(
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=timeout, env=env, invocation_dir=invocation_dir)
+                               timeout_seconds=timeout, env=env, invocation_dir=invocation_dir,
+                               selection_file=run.store.selection_file(run.incident_id, index))
             got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=redactor)
             outcomes.update(got)
