@@ -3,11 +3,12 @@
 Usage::
 
     python benchmarks/bench_loop.py [--tests 2000] [--failing 3] [--sleep 0.005] [--repeat 7] [--full-repeat 3]
-                                [--instructions]
+                                [--file-size 50] [--failing-files N] [--instructions]
 
-Generates a pytest project in a temporary git repository (``--tests`` tests in files of 50,
-each sleeping ``--sleep`` seconds, ``--failing`` of them failing deterministically), captures
-it once with ``pytest --selfheal``, then times, in interleaved runs (median reported):
+Generates a pytest project in a temporary git repository (``--tests`` tests in files of
+``--file-size``, each sleeping ``--sleep`` seconds, ``--failing`` of them failing
+deterministically: spread over the suite, or over the first ``--failing-files`` files),
+captures it once with ``pytest --selfheal``, then times, in interleaved runs (median reported):
 
 * (a) one verify-only iteration, exactly what ``selfheal loop`` does per iteration
   (``loop.verify_iteration``: diff hash, ``python -m pytest -q <node ids> --junitxml``,
@@ -23,7 +24,9 @@ Wall time is what the targets are about; the CPU time of each side (this process
 children) is printed too, since it barely moves when the machine is busy with other work.
 Every child runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (the capture loads the plugin
 with ``-p``): other installed plugins would add the same startup cost to (a) and (b) and
-flatter the ratio. Targets: a/b <= 1.15 and c/a >= 20; d/b <= 1.10.
+flatter the ratio. Targets: a/b <= 1.25 and c/a >= 20; d/b <= 1.10. The exact-selection
+variant, ``--tests 600 --file-size 100 --failing 30 --failing-files 3`` (30 failures over 3
+of 6 files: the iteration must run the 30 node ids, not their files): a/b <= 1.25.
 Results are recorded in docs/benchmarks.md.
 """
 
@@ -44,24 +47,34 @@ from pathlib import Path
 from bench_cli_start import selfheal_argv  # this folder is first on sys.path
 from bench_plugin_overhead import instructions
 
-TEST_FILE_SIZE = 50
+
+def _failing_numbers(tests: int, failing: int, file_size: int, failing_files: int) -> set[int]:
+    """The failing tests' numbers: one per region of the suite, or of each of the first
+    ``failing_files`` files (evenly within each)."""
+    if not failing_files:
+        return {int((k + 0.5) * tests / failing) for k in range(min(failing, tests))}
+    chosen: set[int] = set()
+    for index in range(failing_files):
+        count = failing // failing_files + (1 if index < failing % failing_files else 0)
+        chosen.update(index * file_size + int((k + 0.5) * file_size / count) for k in range(min(count, file_size)))
+    return chosen
 
 
-def generate(root: Path, tests: int, failing: int, sleep: float) -> list[str]:
-    """Write the project; returns the failing node ids (spread over the first files)."""
+def generate(root: Path, tests: int, failing: int, sleep: float, file_size: int = 50,
+             failing_files: int = 0) -> list[str]:
+    """Write the project; returns the failing node ids."""
     root.mkdir(parents=True)
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / ".gitignore").write_text(".selfheal/\n__pycache__/\n.pytest_cache/\n")
     tests_dir = root / "tests"
     tests_dir.mkdir()
     failing_ids: list[str] = []
-    files = (tests + TEST_FILE_SIZE - 1) // TEST_FILE_SIZE
-    # Spread evenly over the suite: one failing test per region.
-    chosen = {int((k + 0.5) * tests / failing) for k in range(min(failing, tests))}
+    files = (tests + file_size - 1) // file_size
+    chosen = _failing_numbers(tests, failing, file_size, failing_files)
     for index in range(files):
         lines = ["import time", "", ""]
-        for number in range(TEST_FILE_SIZE):
-            global_number = index * TEST_FILE_SIZE + number
+        for number in range(file_size):
+            global_number = index * file_size + number
             if global_number >= tests:
                 break
             lines.append(f"def test_{number:03d}():")
@@ -134,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--failing", type=int, default=3)
     parser.add_argument("--sleep", type=float, default=0.005)
+    parser.add_argument("--file-size", type=int, default=50, help="tests per file")
+    parser.add_argument("--failing-files", type=int, default=0,
+                        help="put the failing tests in the first N files (0: spread over the suite)")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved runs of (a) and (b)")
     parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
     parser.add_argument("--instructions", action="store_true",
@@ -151,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         config_dir.mkdir()
         os.environ["OPENCODE_CONFIG_DIR"] = str(config_dir)
         root = work / "project"
-        failing = generate(root, args.tests, args.failing, args.sleep)
+        failing = generate(root, args.tests, args.failing, args.sleep, args.file_size, args.failing_files)
         env = child_env(config_dir)
         # Two captures of the same run: (d)'s stops after one iteration, (a)'s never stops.
         loop_id = capture(root, env, ONE_ITERATION)
@@ -224,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"({key}) {label}: median {median[key]:.3f}s wall, {median_cpu[key]:.3f}s CPU  [{spread}]")
         ratio_ab = median["a"] / median["b"]
         ratio_ca = median["c"] / median["a"]
-        print(f"ratio a/b (iteration vs direct pytest of the failing tests): {ratio_ab:.3f} (target <= 1.15)")
+        print(f"ratio a/b (iteration vs direct pytest of the failing tests): {ratio_ab:.3f} (target <= 1.25)")
         print(f"ratio c/a (whole suite vs one iteration): {ratio_ca:.1f} (target >= 20)")
         print(f"ratio d/b (selfheal loop ID vs direct pytest of the failing tests): {median['d'] / median['b']:.3f} "
               f"wall, {median_cpu['d'] / median_cpu['b']:.3f} CPU (target <= 1.10)")

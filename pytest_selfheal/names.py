@@ -42,6 +42,15 @@ CI_RUN_ENV = "SELFHEAL_CI_RUN"
 # The recorder's name in pytest's plugin manager (``-p no:selfheal-recorder`` turns it off).
 RECORDER_PLUGIN = "selfheal-recorder"
 
+# A verification's long selection travels in a file selfheal writes under the reports root
+# (``error_runs/<id>/selection.json``), read by the plugin module the child loads with
+# ``-p`` (pytest_selfheal/selection.py); the option naming the file is refused from every
+# other source (loop/argcheck.py).
+SELECTION_PLUGIN = "pytest_selfheal.selection"
+SELECTION_OPTION = "--selfheal-selection-file"
+SELECTION_FILE = "selection.json"
+SELECTION_FORMAT = "selfheal_selection"  # the key holding the format's version (1)
+
 # --------------------------------------------------------------------------- config files
 
 PROJECT_DIR = ".planning"
@@ -88,3 +97,8 @@ INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
 def archive_dir(bucket: str) -> str:
     """The folder, relative to the reports root, of the closed incidents of ``bucket``."""
     return f"{ARCHIVE_DIR}/{bucket}"
+
+
+def archived_path(bucket: str, incident_id: str) -> str:
+    """Where a closed incident's folder is, relative to the reports root (``archived_to``)."""
+    return f"{archive_dir(bucket)}/{incident_id}"

@@ -64,13 +64,18 @@ def test_fingerprint_benchmark_prints_its_ratios(tmp_path: Path, cases: int, fai
         assert any(line.startswith(label) for line in lines), out
 
 
-@pytest.mark.parametrize(("tests", "failing", "sleep", "repeat"), [
-    (20, 2, "0", 1),
-    pytest.param(2000, 3, "0.005", 2, marks=pytest.mark.slow, id="at-size"),
+@pytest.mark.parametrize(("tests", "failing", "sleep", "repeat", "more"), [
+    (20, 2, "0", 1, ()),
+    pytest.param(2000, 3, "0.005", 2, (), marks=pytest.mark.slow, id="at-size"),
+    # The exact selection: 30 failures over 3 of 6 files.
+    pytest.param(600, 30, "0", 1, ("--file-size", "100", "--failing-files", "3"), marks=pytest.mark.slow,
+                 id="exact-selection"),
 ])
-def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: int, sleep: str, repeat: int) -> None:
+def test_loop_benchmark_prints_its_ratios(tmp_path: Path, tests: int, failing: int, sleep: str, repeat: int,
+                                          more: tuple[str, ...]) -> None:
     out = run_benchmark("bench_loop.py", ["--tests", str(tests), "--failing", str(failing), "--sleep", sleep,
-                                          "--repeat", str(repeat), "--full-repeat", "1"], tmp_path, env=run_env())
+                                          "--repeat", str(repeat), "--full-repeat", "1", *more], tmp_path,
+                        env=run_env())
     assert "ratio a/b (iteration vs direct pytest of the failing tests):" in out
     assert "ratio c/a (whole suite vs one iteration):" in out
     assert "ratio d/b (selfheal loop ID vs direct pytest of the failing tests):" in out

@@ -3,6 +3,7 @@ target paths from the evidence, test paths apart; selections and plan.md that st
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Optional
 
 import pytest
@@ -10,13 +11,8 @@ from helpers import build_plan_doc
 from schema_check import assert_valid
 from test_plan import INCIDENT_ID, NOW, failure, incident
 
-from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES, render_plan_md, verification_argv
-from pytest_selfheal.plan.groups import (
-    MAX_SELECTION_NODEIDS,
-    collapse_selection,
-    group_by_root_cause,
-    selected_by,
-)
+from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES, readable_command, render_plan_md, verification_argv
+from pytest_selfheal.plan.groups import group_by_root_cause, selected_by
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import allowed_paths, out_of_scope
@@ -96,12 +92,9 @@ def test_the_definition_most_failing_tests_call_is_the_suspect() -> None:
     [action] = plan["actions"]
     assert action["root_cause"]["name"] == "paginate"
     assert action["target_paths"][0] == "src/pages.py"
-    # The verification command names the 7 test files, not 161 node ids; the loop still maps
-    # every node id back (selected_by).
-    [command] = plan["verification_commands"]
+    # The verification command selects the 161 node ids themselves, never their 7 files.
     argv = verification_argv(Plan.from_json(plan, "plan"))[0]
-    assert argv[-7:] == [f"tests/test_p{i}.py" for i in range(7)] and "::" not in command
-    assert all(selected_by(n, argv) for n in action["nodeids"])
+    assert argv[4:] == action["nodeids"] and len(argv[4:]) == 161
     md = render_plan_md(Plan.from_json(plan, "plan"))
     assert len(md.encode()) < 8 * 1024 and "… 158 more" in md
 
@@ -137,16 +130,22 @@ def test_target_paths_name_every_file_the_evidence_points_at_never_a_test() -> N
     assert action["target_paths"] == ["src/pricing.py", "src/factories.py"]
 
 
-def test_selection_collapses_to_files_above_the_threshold() -> None:
-    ids = [f"tests/test_a.py::test_{i}" for i in range(MAX_SELECTION_NODEIDS)]
-    assert collapse_selection(ids) == ids
-    more = ids + ["tests/sub/test_b.py::TestB::test_x[1]"]
-    assert collapse_selection(more) == ["tests/test_a.py", "tests/sub/test_b.py"]
-    long_ids = [f"tests/test_a.py::test_{'x' * 300}[{i}]" for i in range(8)]
-    assert collapse_selection(long_ids) == ["tests/test_a.py"]
-    # junit identities of another runner have no file: kept as they are.
-    identities = [f"suite.Case::test_{i}" for i in range(30)]
-    assert collapse_selection(identities) == identities
+def test_a_long_selection_keeps_every_node_id_and_plan_md_shows_it_short() -> None:
+    ids = [f"tests/test_a.py::test_{i}" for i in range(25)] + ["tests/sub/test_b.py::TestB::test_x[1]"]
+    plan = build_plan_doc(incident(*[failure(n, "assert 1 == 2") for n in ids]), generated_at=NOW)
+    # Every node id runs: the command selects each one, never its file.
+    [command] = plan["verification_commands"]
+    assert shlex.split(command)[4:] == ids
+    assert shlex.split(plan["actions"][0]["verification"][0])[4:] == ids
+    shown = readable_command(command)
+    assert shown == ("python -m pytest -q tests/test_a.py::test_0 tests/test_a.py::test_1 tests/test_a.py::test_2 "
+                     "… 23 more node ids")
+    assert shown in render_plan_md(Plan.from_json(plan, "plan")) and "test_a.py::test_24" not in render_plan_md(
+        Plan.from_json(plan, "plan"))
+    # A short command, and a node id given to --deselect, are shown as they are.
+    assert readable_command("python -m pytest -q a.py::t") == "python -m pytest -q a.py::t"
+    deselected = "python -m pytest " + " ".join(f"--deselect a.py::t{i}" for i in range(12))
+    assert readable_command(deselected) == deselected
     assert selected_by("tests/test_a.py::test_1", ["python", "-m", "pytest", "tests/test_a.py"])
     assert not selected_by("tests/test_a.py::test_1", ["python", "-m", "pytest", "tests/test_b.py"])
 

@@ -31,7 +31,8 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
-from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
+from pytest_selfheal.loop.resume import pending_stop, split_runs
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.models import Failure
@@ -134,7 +135,8 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
     calls: list[list[str]] = []
 
     def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
-                 env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None) -> VerificationRun:
+                 env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
+                 selection_file: Optional[Path] = None) -> VerificationRun:
         calls.append(list(argv))
         junit_path.write_text('<testsuite name="pytest" tests="1">'
                               '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')
@@ -285,14 +287,14 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     fp = store.read_incident(incident_id).fingerprint
     common = dict(effective=effective, mode="agent", verification_commands=["python -m pytest"],
                   project_root=project, exit_code=1)
-    first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
+    first = record_iteration(LoopRun.resume(store, incident_id), outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
                              diff_hash="aaaa", started_at="2026-01-01T00:00:00+00:00",
                              finished_at="2026-01-01T00:00:05+00:00", **common)
     assert not first.closed and first.attempt is not None and first.attempt.iteration == 1
     assert first.status_line.endswith("iteration 1 of 3: fingerprint changed, progress yes -> CONTINUE")
     assert store.read_status(incident_id) == "running"
     # Outcomes cover the incident's selection; a failure elsewhere is a new failure.
-    second = record_iteration(store, incident_id, outcomes={nodeid: "passed"}, failures=[],
+    second = record_iteration(LoopRun.resume(store, incident_id), outcomes={nodeid: "passed"}, failures=[],
                               new_failures=[_failure("test_new.py::t", "new")], diff_hash="bbbb",
                               started_at="2026-01-01T00:01:00+00:00", finished_at="2026-01-01T00:01:30+00:00",
                               **common)
@@ -303,7 +305,7 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     assert fp in second.run_result.to_json()["fingerprints_per_iteration"][0]
     assert store.locate(incident_id)[0] == "resolved"
     with pytest.raises(RefusedError, match="already archived"):
-        record_iteration(store, incident_id, outcomes={}, failures=[], diff_hash=None,
+        record_iteration(LoopRun.resume(store, incident_id), outcomes={}, failures=[], diff_hash=None,
                          started_at="2026-01-01T00:02:00+00:00", finished_at="2026-01-01T00:02:01+00:00",
                          **common)
     assert_files_valid(store, incident_id)
@@ -317,7 +319,7 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
     effective = effective_config(project, "max_iterations=5")
     nodeid = "test_calc.py::test_sub"
     outcome = record_iteration(
-        store, incident_id, effective=effective, outcomes={nodeid: "failed"},
+        LoopRun.resume(store, incident_id), effective=effective, outcomes={nodeid: "failed"},
         failures=[_failure(nodeid, "zzz")], diff_hash=None, started_at="2026-01-01T00:00:00+00:00",
         finished_at="2026-01-01T00:00:01+00:00", mode="agent", verification_commands=[], exit_code=1,
         project_root=project,
@@ -326,9 +328,11 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
     stop = policy.Decision("stop", "max_iterations", "escalated", policy.Progress(False, (), False, ()), 1, 1, False,
                            "All iterations are used.", 1, ("max_iterations",))
     # Run the close-out's first half twice (as a resume after a kill would), then completely.
-    observations = observations_from_disk(store.read_incident(incident_id), store.read_attempts(incident_id))
-    first = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
-    again = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
+    observations = LoopRun.read(store, incident_id).observations()
+    first = finalize(LoopRun.resume(store, incident_id), stop, effective=effective, observations=observations,
+                     project_root=project)
+    again = finalize(LoopRun.resume(store, incident_id), stop, effective=effective, observations=observations,
+                     project_root=project)
     assert first == again
     for name in ("decision_point_needed", "loop_stopped", "incident_archived"):
         assert len(events_named(store, incident_id, name)) == 1, name
@@ -363,8 +367,8 @@ def test_selection_excludes_tdd_tests_unless_configured(tmp_path: Path) -> None:
     assert _exclude_from_argvs(argvs, ["t.py::a", "t.py::b"]) == []
 
 
-def test_a_collapsed_selection_selects_by_file_and_deselects_exclusions() -> None:
-    # A long selection written as its test files (plan/groups.py): the node ids are still selected.
+def test_a_file_selection_selects_by_file_and_deselects_exclusions() -> None:
+    # A command naming test files (by hand, or an older plan's shortened one): the node ids are still selected.
     plan = Plan.from_json({"incident_id": "incident_20260217_120000_ab12cd", "generated_at": "2026-02-17T12:00:00+00:00",
                            "summary": "s", "root_cause_hypotheses": [], "verification_commands": [], "done_criteria": [],
                            "actions": [{"id": "A1", "title": "t", "priority": "high", "risk": "low", "target_paths": [],

@@ -6,6 +6,7 @@ command (a small script) that fixes that module in the worktree gets `success`."
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 import textwrap
@@ -17,7 +18,6 @@ from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.errors import EXIT_OK
 from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES
-from pytest_selfheal.plan.groups import MAX_SELECTION_NODEIDS
 
 INI = "pythonpath = .\n"
 
@@ -111,8 +111,8 @@ def test_thirty_failures_of_one_bug_in_six_assertion_shapes_are_one_action(tmp_p
     assert action["root_cause"] == {"evidence": "calls", "path": "lib/window.py", "name": "window"}
     assert action["target_paths"] == ["lib/window.py"] and action["test_paths"] == ["tests/test_window.py"]
     assert len(action["nodeids"]) == 30
-    # More than MAX_SELECTION_NODEIDS node ids: the command names the test file.
-    assert 30 > MAX_SELECTION_NODEIDS and plan["verification_commands"][0].endswith(" tests/test_window.py")
+    # However many, the command selects every node id (never the test file).
+    assert shlex.split(plan["verification_commands"][0])[4:] == action["nodeids"]
     shown = selfheal(project, "show", incident_id)
     assert shown.returncode == EXIT_OK, shown.stderr
     assert "30 in 1 root cause(s)" in shown.stdout
@@ -231,9 +231,8 @@ def test_an_off_by_one_failing_161_tests_is_one_small_plan_and_is_fixed(tmp_path
     md = (project / ".selfheal" / "error_plans" / incident_id / "plan.md").read_bytes()
     assert len(md) < 16 * 1024 < MAX_PLAN_MD_BYTES
     [command] = plan["verification_commands"]
-    assert "::" not in command and command.count("tests/test_pages_") == 8
-    # The fix verifies through the collapsed selection: every failing node id is mapped back,
-    # the passing neighbours in the same files do not count against it.
+    assert sorted(shlex.split(command)[4:]) == sorted(action["nodeids"])
+    # The fix verifies exactly the 161 failing node ids (through the selection file).
     fix = agent_command(tmp_path, "lib/pages.py", "i + size + 1", "i + size")
     result = selfheal(project, "loop", incident_id, "--set", f"repair.command={fix}")
     assert result.returncode == EXIT_OK, result.stdout + result.stderr

@@ -167,7 +167,7 @@ def test_observe_a_file_selection_records_the_selected_tests_and_failing_neighbo
         def test_skipped():
             pass
     """})
-    # A collapsed selection names the files; the plan's node ids are mapped back.
+    # A command naming the files (by hand, or an older plan's): the plan's node ids are mapped back.
     run = run_selection(["python", "-m", "pytest", "-q", "test_a.py", "test_b.py"], cwd=project,
                         junit_path=tmp_path / "j.xml", timeout_seconds=120, env=run_env())
     outcomes, _ = observe(run, ["test_b.py::test_sel", "test_a.py::test_pass"])

@@ -29,6 +29,7 @@ from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_it
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.loop.messages import naming_changes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
@@ -187,8 +188,7 @@ def record_agent_attempts(
             result.lines.append(edited_keys)
         changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
         outcome = record_iteration(
-            store,
-            incident.incident_id,
+            LoopRun.resume(store, incident.incident_id),
             effective=judged,
             outcomes=run_outcomes,
             failures=run_failures,

@@ -9,9 +9,9 @@ line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_argu
   options this check would never see;
 - a selection (a node id or a path) must resolve inside the project root;
 - ``--rootdir``, ``--basetemp`` (pytest deletes it), ``--confcutdir``, ``--junitxml``,
-  ``--debug``, ``--pyargs``, ``--report-log`` are refused from every source: the loop sets
-  them itself, and only the live process's own argv (agent mode, which runs nothing of
-  ours) may carry them;
+  ``--debug``, ``--pyargs``, ``--report-log``, ``--selfheal-selection-file`` are refused
+  from every source: the loop sets them itself, and only the live process's own argv (agent
+  mode, which runs nothing of ours) may carry them;
 - ``-p``, ``-o`` and ``-c`` are judged by their value from every source: ``-p no:NAME`` only
   disables, ``-p NAME`` loads only a plugin installed in the environment (a ``pytest11``
   entry point or one of pytest's own), ``-o KEY=VALUE`` only with a value that cannot name a
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.names import SELECTION_OPTION
 
 PYTEST_RUNNERS = frozenset({"pytest", "py.test"})
 SAFE_FLAGS = frozenset({
@@ -63,7 +64,7 @@ SAFE_VALUED: dict[str, Callable[[str], bool]] = {
 # source (the capture never records them: capture/options.py).
 NEVER_REPLAYED = frozenset({
     "--rootdir", "--basetemp", "--confcutdir", "--junitxml", "--junit-xml", "--debug", "--pyargs",
-    "--report-log", "--result-log", "--resultlog",
+    "--report-log", "--result-log", "--resultlog", SELECTION_OPTION,
 })
 # Options judged by their value wherever they come from: (short, long) spellings.
 _PLUGIN = ("-p",)

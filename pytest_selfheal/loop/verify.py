@@ -8,7 +8,8 @@ One verification run = one argv list from ``plan.json``'s ``verification_command
 2. :func:`run_selection` — the argv through :func:`pytest_selfheal.process.run` (no
    shell, its own process group, output to a file, a timeout that kills the whole group,
    the child dies with selfheal), ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
-   the environment so the plugin inside the child stays passive.
+   the environment so the plugin inside the child stays passive; a long selection reaches
+   the child through a selection file under the reports root (:func:`through_selection_file`).
 3. :func:`observe` — the junit read back into per-node-id outcomes and fingerprinted,
    classified failures (secrets redacted before fingerprinting, as at capture).
 """
@@ -32,13 +33,14 @@ from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
-from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, check_arguments, inside_root, option_groups
+from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root, option_groups
 from pytest_selfheal.loop.invocation import from_invocation_dir
-from pytest_selfheal.names import VERIFYING_ENV
+from pytest_selfheal.names import SELECTION_FORMAT, SELECTION_OPTION, SELECTION_PLUGIN, VERIFYING_ENV
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.store import fsio
 
 # The environment variable the child pytest sees: the plugin does nothing when it is set,
 # so a verification run never captures an incident of its own.
@@ -61,6 +63,13 @@ _EXECUTABLE_BAD = set(";&|<>$`()")
 _ANYWHERE_BAD = ("$(", "`")
 
 _PYTHON_NAMES = ("python", "python3", "pythonw", "py")
+
+# A selection longer than this (node ids or characters) travels in a selection file, never on
+# the command line: an argument list has a limit (Windows: 32,767 characters), a short
+# selection stays on it as the plan wrote it.
+MAX_ARGV_SELECTION = 20
+MAX_ARGV_SELECTION_CHARS = 2000
+
 
 @dataclass(frozen=True)
 class VerificationRun:
@@ -190,6 +199,35 @@ def resolve_argv(argv: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- running
 
 
+def selection_words(argv: Sequence[str]) -> tuple[int, int]:
+    """The ``[start, end)`` range of the selection words of a pytest command: the words that
+    follow the runner and its value-less flags (``-q``), up to the first option. Nothing can
+    read them as an option's value, so they may move anywhere pytest takes positional words.
+    An empty range for another runner, or when an option that may take a value comes first."""
+    start = _runner_length(argv)
+    if runner_name(argv) not in PYTEST_RUNNERS:
+        return start, start
+    while start < len(argv) and argv[start] in SAFE_FLAGS:
+        start += 1
+    end = start
+    while end < len(argv) and argv[end] and not argv[end].startswith(("-", "@")):
+        end += 1
+    return start, end
+
+
+def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
+    """``argv`` with a long selection (:data:`MAX_ARGV_SELECTION`) moved into the selection
+    file ``path`` (atomic, through store/fsio.py; under the reports root, where the caller
+    chose it): in its place, the plugin that puts it back in the child and the file's name
+    (pytest_selfheal/selection.py). A short selection, or none, leaves ``argv`` as it is."""
+    start, end = selection_words(argv)
+    words = list(argv[start:end])
+    if len(words) <= MAX_ARGV_SELECTION and sum(len(w) + 1 for w in words) <= MAX_ARGV_SELECTION_CHARS:
+        return list(argv)
+    fsio.atomic_write_json(path, {SELECTION_FORMAT: 1, "nodeids": words})
+    return [*argv[:start], "-p", SELECTION_PLUGIN, f"{SELECTION_OPTION}={Path(path).resolve()}", *argv[end:]]
+
+
 def run_selection(
     argv: Sequence[str],
     *,
@@ -199,6 +237,7 @@ def run_selection(
     env: Optional[Mapping[str, str]] = None,
     kill_grace: float = KILL_GRACE_SECONDS,
     invocation_dir: Optional[Path] = None,
+    selection_file: Optional[Path] = None,
 ) -> VerificationRun:
     """Run one verification command and wait for it (argv list, never a shell).
 
@@ -222,6 +261,8 @@ def run_selection(
     if invocation_dir is not None and Path(invocation_dir).resolve() != Path(cwd).resolve():
         start = Path(invocation_dir)
         argv = from_invocation_dir(argv, Path(cwd), start, skip=_runner_length(argv))
+    if selection_file is not None:
+        argv = through_selection_file(argv, selection_file)
     full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
     child_env[VERIFYING_ENV] = "1"
@@ -360,6 +401,9 @@ def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_typ
         # pytest refuses the whole run when one selected node id names nothing: nothing was
         # verified, so the loop stops instead of reading a changed message as progress.
         Rule("verification_not_found", r"^ERROR: not found: ", models.TOOLING_ENV, keywords=("error: not found",)),
+        # The selection file selfheal wrote could not be read in the child (pytest_selfheal/selection.py).
+        Rule("verification_selection_file", r"^ERROR: selfheal: the verification's selection file",
+             models.TOOLING_ENV, keywords=("selection file",)),
     )
     case = models.TestCaseResult(
         classname="",
@@ -384,7 +428,7 @@ def observe(
 
     Testcases are mapped back to node ids through pytest's junit name mangling; a failing
     testcase outside the selection keeps its junit identity as key (a passing or skipped
-    one is left out: it ran only because a collapsed selection named its file). Selected node ids
+    one is left out: it ran only because a command naming its file selected it). Selected node ids
     absent from the junit are ``missing``. When the run produced no usable junit
     (timeout, crash, usage error, interpreter or runner not found) every selected node id
     is ``missing`` and ONE synthetic failure is built from the output's last non-empty
@@ -420,8 +464,8 @@ def observe(
     by_identity = _identity_map(selection_nodeids)
     for case in cases:
         mapped = nodeid_for(case.test, by_identity)
-        # A test outside the selection ran because its file was selected (a collapsed
-        # selection): only its failure says something; a pass or a skip of it is not ours.
+        # A test outside the selection ran because its file was selected (a command naming
+        # files): only its failure says something; a pass or a skip of it is not ours.
         if mapped is not None or case.outcome in models.FAILING_OUTCOMES:
             outcomes[mapped or case.test] = case.outcome
     for nodeid in selection_nodeids:
@@ -473,6 +517,8 @@ __all__ = [
     "resolve_argv",
     "run_selection",
     "runner_name",
+    "selection_words",
     "synthetic_failure",
+    "through_selection_file",
     "verification_root",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
+from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
@@ -172,7 +173,7 @@ def plan_block(view: IncidentView) -> str:
     lines = ["## Plan", one_line(plan.summary, 400)]
     lines += [f"- {action_id}: {one_line(title, 300)}" for action_id, title in plan.actions]
     commands = list(plan.verification_commands)
-    lines += [f"verify: {one_line(c, 300)}" for c in commands[:3]]
+    lines += [f"verify: {one_line(readable_command(c), 300)}" for c in commands[:3]]
     if len(commands) > 3:
         lines.append(f"verify: … {len(commands) - 3} more command(s)")
     return "\n".join(lines)

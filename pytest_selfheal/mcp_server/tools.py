@@ -42,6 +42,7 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
+from pytest_selfheal.names import archive_dir
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus
@@ -403,7 +404,7 @@ class Project:
     @staticmethod
     def _iteration_summary(verdict: RunVerdict) -> str:
         if verdict.bucket != "inbox":
-            return f"incident {verdict.incident_id} is {verdict.status}, archived to error_archive/{verdict.bucket}"
+            return f"incident {verdict.incident_id} is {verdict.status}, archived to {archive_dir(str(verdict.bucket))}"
         if verdict.decision is RunDecision.STOP:
             return f"incident {verdict.incident_id} stopped and is {verdict.status}"
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"

@@ -11,8 +11,9 @@ evidence points at the same function (innermost project frame, else the definiti
 test calls) are one action whatever their messages; failures without evidence fall back to
 their failure type and normalised message. Each action's ``target_paths`` are the source
 files of its evidence, its ``test_paths`` the failing tests' files, its ``root_cause`` the
-evidence that grouped it. Long selections collapse to test files; ``plan.md`` stays under
-:data:`MAX_PLAN_MD_BYTES`. The rules are in docs/loop.md "The plan".
+evidence that grouped it. A command selects every failing node id, however many (the loop
+runs exactly them); ``plan.md`` shows a long one short (:func:`readable_command`) and stays
+under :data:`MAX_PLAN_MD_BYTES`. The rules are in docs/loop.md "The plan".
 
 Verification commands are strings for humans and for the loop driver, which splits them
 with :func:`shlex.split` and runs the argv list without a shell
@@ -33,7 +34,6 @@ from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.plan.groups import (
     Group,
-    collapse_selection,
     evidence_paths,
     group_by_root_cause,
     selection_file,
@@ -102,6 +102,9 @@ _STEP_COLLECTION = "collection"
 MAX_PLAN_MD_BYTES = 64 * 1024
 _MD_MAX_ROWS = 200  # actions, hypotheses and earlier revisions listed in plan.md
 _MD_MAX_COMMAND = 8000  # a longer verification command is shown cut (plan.json holds it whole)
+# A command selecting more node ids than this is shown with its first few, then "… N more".
+_SHOWN_NODEIDS = 10
+_SHOWN_HEAD = 3
 _GROUP_HASH_LEN = 12
 
 
@@ -264,7 +267,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         risk=_risk(targets),
         target_paths=tuple(targets),
         test_paths=tuple(tests),
-        verification=(pytest_command(collapse_selection(nodeids), python=python) if nodeids else _collect_only(python),),
+        verification=(pytest_command(nodeids, python=python) if nodeids else _collect_only(python),),
         fingerprint=_short_hash(signature),
         fingerprints=tuple(_unique([m.fingerprint for m in members if m.fingerprint])),
         signature=signature,
@@ -342,11 +345,34 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
         root_cause_hypotheses=_hypotheses(actions, groups),
         actions=actions,
         verification_commands=(
-            pytest_command(collapse_selection(all_nodeids), python=python) if all_nodeids else _collect_only(python),
+            pytest_command(all_nodeids, python=python) if all_nodeids else _collect_only(python),
         ),
         done_criteria=DONE_CRITERIA,
         keys=_PLAN_KEYS,
     )
+
+
+def readable_command(command: str) -> str:
+    """``command`` as people read it (plan.md, the loop's progress lines, attempts, prompts):
+    past :data:`_SHOWN_NODEIDS` node ids, the first few, then ``… N more node ids``. Only
+    what is shown: the plan holds every node id and every one of them runs."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    # A node id given to an option (--deselect a.py::t) is the option's, not the selection's.
+    selected = [i for i, w in enumerate(words) if "::" in w and not w.startswith("-")
+                and (i == 0 or words[i - 1] != "--deselect")]
+    if len(selected) <= _SHOWN_NODEIDS:
+        return command
+    hidden = set(selected[_SHOWN_HEAD:])
+    shown: list[str] = []
+    for index, word in enumerate(words):
+        if index == selected[_SHOWN_HEAD]:
+            shown.append(f"… {len(hidden)} more node ids")
+        if index not in hidden:
+            shown.append(shlex.quote(word))
+    return " ".join(shown)
 
 
 def verification_argv(plan: Plan) -> list[list[str]]:
@@ -455,7 +481,8 @@ def render_plan_md(plan: Plan) -> str:
     actions = plan.actions
     # The tail is always written; the actions share what is left of the budget.
     tail = ["", "## Verification commands", ""]
-    for text in plan.verification_commands:
+    for command in plan.verification_commands:
+        text = readable_command(command)
         tail += _code_block(_shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
     tail += ["", "## Done criteria", ""]
     tail += [f"- [ ] {c}" for c in plan.done_criteria]
@@ -498,7 +525,7 @@ def render_plan_md(plan: Plan) -> str:
             block += [f"Signature: `{_shorten(signature, 300)}`", ""]
         block += _where_md(action)
         for command in action.verification:
-            block += _code_block(command)
+            block += _code_block(readable_command(command))
         if not bounded.within(block):
             break
         detailed += 1

@@ -13,9 +13,9 @@ One plan action per *root cause*, not per message. A failure's evidence (``root_
 3. **fingerprint** — no evidence (a collection error, another runner's junit): failures
    with the same failure type and normalised message, as before.
 
-A long selection collapses to its test files (:data:`MAX_SELECTION_NODEIDS`,
-:data:`MAX_SELECTION_CHARS`): a command with 161 node ids is unreadable and the loop maps
-every test of a file selection back to its node id anyway.
+A selection is every failing node id, however many: the plan's commands hold them all and
+the loop runs exactly them (a long one through a selection file, loop/verify.py); plan.md
+shows a short form.
 """
 
 from __future__ import annotations
@@ -29,11 +29,6 @@ from pytest_selfheal.records.incident import CodeRef, FailureEntry
 from pytest_selfheal.records.plan import GroupKey
 from pytest_selfheal.records.redacted import runnable_nodeid
 from pytest_selfheal.records.vocab import EvidenceKind
-
-# A selection with more node ids than this, or longer than MAX_SELECTION_CHARS in total, is
-# written as its test files (docs/loop.md "The plan").
-MAX_SELECTION_NODEIDS = 20
-MAX_SELECTION_CHARS = 2000
 
 Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
@@ -147,24 +142,10 @@ def evidence_paths(group: Group) -> list[str]:
     return paths
 
 
-def collapse_selection(nodeids: Sequence[str]) -> list[str]:
-    """``nodeids``, or their test files (each once, in order) when the list is long.
-
-    Kept as node ids when some of them have no file (junit identities of another runner).
-    """
-    # Measured as run: a redacted or cut id is selected through its parent (records/redacted.py).
-    length = sum(len(runnable_nodeid(n) or n) + 1 for n in nodeids)
-    if len(nodeids) <= MAX_SELECTION_NODEIDS and length <= MAX_SELECTION_CHARS:
-        return list(nodeids)
-    files = [selection_file(n) for n in nodeids]
-    if any(f is None for f in files):
-        return list(nodeids)
-    return list(dict.fromkeys(f for f in files if f is not None))
-
-
 def selected_by(nodeid: str, words: Collection[str]) -> bool:
     """True when a command's ``words`` select ``nodeid``: the node id itself, its runnable
-    parent when it was redacted (records/redacted.py), or its test file."""
+    parent when it was redacted (records/redacted.py), or its test file (a command written
+    by hand, or by a version of selfheal that shortened long selections to their files)."""
     if nodeid in words or runnable_nodeid(nodeid) in words:
         return True
     path = selection_file(nodeid)
@@ -174,10 +155,7 @@ def selected_by(nodeid: str, words: Collection[str]) -> bool:
 __all__ = [
     "Definition",
     "Group",
-    "MAX_SELECTION_CHARS",
-    "MAX_SELECTION_NODEIDS",
     "calls_of",
-    "collapse_selection",
     "evidence_paths",
     "frame_of",
     "group_by_root_cause",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
+from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.plan.suspects import where_lines
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
@@ -145,7 +146,7 @@ def _plan_section(plan: Plan) -> list[str]:
         if action.test_paths:
             lines.append("  - tests to make pass: " + ", ".join(_code(p) for p in action.test_paths[:MAX_FAILURES_LISTED]))
         for command in action.verification:
-            lines.append(f"  - verify: {_code(command)}")
+            lines.append(f"  - verify: {_code(readable_command(command))}")
     return lines
 
 

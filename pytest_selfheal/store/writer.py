@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
+from pytest_selfheal.names import SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
@@ -446,6 +447,14 @@ class StoreWriter(StoreReader):
             folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / name), text)
             return folder / name
+
+    def selection_file(self, incident_id: str, index: int = 0) -> Path:
+        """Where verification command ``index`` hands a long selection to its pytest child
+        (loop/verify.py): ``error_runs/<id>/selection.json``, ``selection_2.json``… for more
+        commands; the folder is created, the path confined to the reports root."""
+        folder = fsio.ensure_dir(self.confined(self.runs_dir(validate_incident_id(incident_id))))
+        name = SELECTION_FILE if index == 0 else SELECTION_FILE.replace(".", f"_{index + 1}.", 1)
+        return self.confined(folder / name)
 
     def redact_again(self, incident_id: str) -> list[str]:
         """Apply this store's redactor to an incident written by another process (the

@@ -1,0 +1,60 @@
+"""The selection channel of a verification run: the exact node ids, read from a file selfheal wrote.
+
+A verification selects exactly the failing node ids, however many. A long list does not fit
+a command line (an argument over the kernel's limit, or Windows' 32,767 characters), and
+pytest's ``@file`` arguments only exist from pytest 8.2 and would read a file of anyone's:
+the loop writes the node ids under the reports root (``error_runs/<id>/selection.json``) and
+starts the child with ``-p pytest_selfheal.selection --selfheal-selection-file=<that file>``.
+
+This module is that ``-p`` plugin, never the entry-point plugin (so it is never registered
+twice). Its :func:`pytest_load_initial_conftests` — the documented way to change the
+arguments before they are parsed — puts the file's node ids where the option was, so
+pytest parses them like node ids typed on the command line (the initial conftests of their
+folders included). The option is deliberately not registered: a child where this hook did
+not run stops on "unrecognized arguments" instead of running the whole suite, and so does a
+missing, unreadable or garbled file (one ``ERROR:`` line, exit 4).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_selfheal.names import SELECTION_FORMAT, SELECTION_OPTION
+
+_PREFIX = SELECTION_OPTION + "="
+
+
+def read_selection(path: str) -> list[str]:
+    """The node ids of a selection file; ``ValueError`` (one line) when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    nodeids = doc.get("nodeids") if isinstance(doc, dict) and doc.get(SELECTION_FORMAT) == 1 else None
+    if not isinstance(nodeids, list) or not nodeids or not all(isinstance(n, str) and n for n in nodeids):
+        raise ValueError(f"{path} is not a selection file (a non-empty list of node ids)")
+    return nodeids
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Replace ``--selfheal-selection-file=PATH`` in ``args`` by the node ids PATH holds."""
+    where = [i for i, word in enumerate(args) if word.startswith(_PREFIX)]
+    if not where:
+        return
+    if len(where) > 1:
+        raise pytest.UsageError(f"selfheal: {SELECTION_OPTION} given {len(where)} times")
+    try:
+        nodeids = read_selection(args[where[0]][len(_PREFIX):])
+    except ValueError as exc:
+        raise pytest.UsageError(f"selfheal: the verification's selection file: {exc}") from None
+    args[where[0]:where[0] + 1] = nodeids
+    # pytest's own hook (trylast, after this one) finds the initial conftests from the
+    # arguments it parsed before: the node ids' folders join them, as on a command line.
+    namespace = early_config.known_args_namespace
+    namespace.file_or_dir = [*(namespace.file_or_dir or ()), *nodeids]
+
+
+__all__ = ["pytest_load_initial_conftests", "read_selection"]
