@@ -107,7 +107,21 @@ def test_a_shared_callee_on_every_path_is_the_one_suspect_of_one_group() -> None
     top = only.suspects[0]
     assert (top.path, top.name, top.line, top.evidence) == ("cache.py", "Cache.__setitem__", 10, EvidenceKind.STACK)
     assert top.failures == 5 and top.score == pytest.approx(ochiai(3 + 2 * 0.5, 5))
-    assert [s.name for s in only.suspects[1:]] == ["Cache.popitem", "LRUCache.popitem", "LRUCache", "FIFOCache"]
+    # The classes the tests build stand for their methods: never suspects themselves.
+    assert [s.name for s in only.suspects[1:]] == ["Cache.popitem", "LRUCache.popitem"]
+
+
+def test_a_class_alone_is_never_a_suspect() -> None:
+    """Tests that build a Version and compare it name the class and its __init__: the
+    suspect is the method, with its def line, never the class."""
+    calls = [ref("version.py", "Version"), ref("version.py", "Version.__init__", 40)]
+    failures = [failure(f"t.py::test_{n}", "assert 1 == 2", calls=calls) for n in ("rc", "pre")]
+    (only,) = rank_groups(grouped(failures))
+    assert [(s.name, s.line) for s in only.suspects] == [("Version.__init__", 40)]
+    assert (only.group.name, only.group.evidence) == ("Version.__init__", EvidenceKind.CALLS)
+    # A class with no method to name leaves no suspect, not the class.
+    (bare,) = rank_groups(grouped([failure("t.py::test_x", "assert 1 == 2", calls=[ref("version.py", "Version")])]))
+    assert bare.suspects == ()
 
 
 def test_a_frame_never_votes_for_the_test_s_other_calls() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import linecache
 import os
 import sys
 import types
@@ -50,6 +51,8 @@ _HELPER_DEPTH = 1
 _FRAME_KEYS = ("path", "name", "line")
 _TEST_LINE_KEYS = ("path", "line")
 _CALL_KEYS = ("path", "name")
+# Decorator lines skipped at most before a function's ``def``.
+_MAX_DECORATOR_LINES = 40
 
 
 def _code_names(code: types.CodeType) -> list[str]:
@@ -71,6 +74,20 @@ def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> s
     while ".<locals>.<" in name:
         name = name.rsplit(".<locals>.<", 1)[0]
     return name
+
+
+def def_line(code: types.CodeType) -> int:
+    """The line of ``code``'s ``def`` (or ``class``): its first line, after any decorators."""
+    first = code.co_firstlineno
+    for line in range(first, first + _MAX_DECORATOR_LINES):
+        text = linecache.getline(code.co_filename, line).lstrip()
+        if not text:
+            return first  # no source: the interpreter's first line
+        if text.startswith(("def ", "async def ", "class ")):
+            return line
+        if not text.startswith(("@", "#")) and line == first:
+            return first  # a lambda or a comprehension: its own line
+    return first
 
 
 def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
@@ -239,9 +256,10 @@ class Resolver:
     def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
         """The project methods of ``cls`` (its own or inherited) that ``code`` names as
         attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
-        through an operator (``cache[k] = v``: ``__setitem__``), where they are defined."""
+        through an operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a
+        test names a class to build one), where they are defined."""
         found: list[Definition] = []
-        for name in [*_code_names(code), *_implied_dunders(code)]:
+        for name in [*_code_names(code), *_implied_dunders(code), "__init__"]:  # a class named is built
             attr = inspect.getattr_static(cls, name, None)
             if isinstance(attr, (staticmethod, classmethod)):
                 attr = attr.__func__
@@ -325,7 +343,7 @@ class Resolver:
             return CodeRef(path, name, bases=named[:MAX_BASES], keys=_CALL_KEYS + (("bases",) if named else ()))
         code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
         if isinstance(code, types.CodeType):
-            return CodeRef(path, name, code.co_firstlineno, keys=_FRAME_KEYS)
+            return CodeRef(path, name, def_line(code), keys=_FRAME_KEYS)
         return CodeRef(path, name, keys=_CALL_KEYS)
 
     def resolve(
@@ -425,4 +443,4 @@ def traceback_of(excinfo: Any) -> list[Any]:
     return _links(tb)
 
 
-__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "qualname", "traceback_of"]
+__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "def_line", "qualname", "traceback_of"]

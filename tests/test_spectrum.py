@@ -1,0 +1,85 @@
+"""The coverage spectrum records evidence, not noise (capture/spectrum.py, through pytester)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+# A wrong value computed by a helper; the failing assertion's explanation calls
+# Money.__repr__ (and, through it, Money.amount), which no test of the helper needs.
+MONEY = '''
+def _cents(text):
+    whole, _, frac = text.partition(".")
+    return int(whole) * 100 + int(frac or 0) * 10  # the bug: "1.05" is 150
+
+
+class Money:
+    def __init__(self, text):
+        self.cents = _cents(text)
+
+    @property
+    def amount(self):
+        return sum(c for c in [self.cents])
+
+    def __eq__(self, other):
+        return isinstance(other, Money) and self.cents == other.cents
+
+    def __repr__(self):
+        return f"Money({self.amount})"
+'''
+
+TESTS = '''
+from money import Money
+
+def test_cents():
+    assert Money("1.05") == Money("1.050")
+
+def test_whole():
+    assert Money("2") == Money("2.0")
+
+def test_amount():
+    assert Money("3").amount == 300
+'''
+
+
+def _spectrum(pytester: pytest.Pytester) -> list[dict[str, Any]]:
+    pytester.makepyfile(money=MONEY, test_money=TESTS)
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, passed=2)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    (failure,) = json.loads(incident.read_text())["failures"]
+    found: list[dict[str, Any]] = failure["root_cause"]["spectrum"]
+    return found
+
+
+def test_what_only_explains_a_failed_assertion_is_not_evidence(pytester: pytest.Pytester) -> None:
+    """The rewritten assertion's repr of its operands runs Money.__repr__ only because the
+    test failed (and Money.amount through it): neither is in the spectrum, where __repr__,
+    run by the failing test alone, ranked first."""
+    assert {s["name"] for s in _spectrum(pytester)} == {"Money.__eq__", "Money.__init__", "_cents"}
+
+
+def test_a_function_is_keyed_by_its_def_line(pytester: pytest.Pytester) -> None:
+    """A property is the line of its def, not of @property; a generator expression is the
+    function it is written in, at that function's def."""
+    pytester.makepyfile(test_amount_fails='''
+from money import Money
+
+def test_amount_of_cents():
+    assert Money("1.05").amount == 105
+''')
+    names = {s["name"]: s["line"] for s in _spectrum_of(pytester, failed=2, passed=2)}
+    lines = MONEY.lstrip("\n").splitlines()
+    assert lines[names["Money.amount"] - 1].strip() == "def amount(self):"
+    assert lines[names["_cents"] - 1].startswith("def _cents")
+    assert not any("<genexpr>" in n for n in names)
+
+
+def _spectrum_of(pytester: pytest.Pytester, *, failed: int, passed: int) -> list[dict[str, Any]]:
+    pytester.makepyfile(money=MONEY, test_money=TESTS)
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=failed, passed=passed)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    return [s for f in json.loads(incident.read_text())["failures"] for s in f["root_cause"]["spectrum"]]
