@@ -30,6 +30,7 @@ import os
 import sys
 import types
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
@@ -347,13 +348,14 @@ class Resolver:
         return CodeRef(path, name, keys=_CALL_KEYS)
 
     def resolve(
-        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, object]] = None,
-        owner: Any = None,
+        self, function: Any, traceback: Sequence[Any], funcargs: Optional[Mapping[str, object]] = None,
+        owner: Any = None, error: Optional[BaseException] = None,
     ) -> Optional[RootCause]:
         """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
         fixture values: their project classes count as calls when the test's own code
-        names no project definition."""
+        names no project definition. ``error`` is the exception: unless an assertion's, its
+        type is recorded, and where it was raised when that is outside the project."""
         try:
             frame, stack, in_test = self.frames(traceback)
             called = self.calls(function, owner) if function is not None else []
@@ -361,9 +363,30 @@ class Resolver:
                 # Weaker than what the test's own code names: only when that is nothing.
                 called = self.fixture_calls(function, funcargs)
             calls = [self.where(d) for d in called[:MAX_CALLS]]
+            found = _evidence(frame, calls, stack, in_test)
+            if found is not None and isinstance(error, Exception) and not isinstance(error, AssertionError):
+                found = replace(found, exception=exception_name(error), raised=self.raised(traceback))
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
-        return _evidence(frame, calls, stack, in_test)
+        return found
+
+    def raised(self, traceback: Sequence[Any]) -> Optional[CodeRef]:
+        """The traceback's innermost frame when it is outside the project (a library, the
+        standard library): its file relative to the import root it was found under."""
+        code, lineno = _entry_code(traceback[-1]) if traceback else (None, None)
+        if code is None or self.relative(code.co_filename) is not None:
+            return None
+        filename = os.path.realpath(code.co_filename)
+        roots = sorted((os.path.realpath(p) for p in sys.path if p), key=len, reverse=True)
+        root = next((r for r in roots if filename.startswith(r + os.sep)), None)
+        path = filename[len(root) + 1:] if root is not None else os.path.basename(filename)
+        return CodeRef(path.replace(os.sep, "/"), qualname(code), lineno, keys=_FRAME_KEYS)
+
+
+def exception_name(error: BaseException) -> str:
+    """An exception's type as a reader names it: ``TypeError``, ``json.decoder.JSONDecodeError``."""
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequence[CodeRef] = (),
@@ -443,4 +466,4 @@ def traceback_of(excinfo: Any) -> list[Any]:
     return _links(tb)
 
 
-__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "def_line", "qualname", "traceback_of"]
+__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "def_line", "exception_name", "qualname", "traceback_of"]

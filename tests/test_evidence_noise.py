@@ -1,4 +1,4 @@
-"""The coverage spectrum records evidence, not noise (capture/spectrum.py, through pytester)."""
+"""Evidence, not noise: what the capture records and how the plan words it (through pytester)."""
 
 from __future__ import annotations
 
@@ -83,3 +83,24 @@ def _spectrum_of(pytester: pytest.Pytester, *, failed: int, passed: int) -> list
     result.assert_outcomes(failed=failed, passed=passed)
     (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
     return [s for f in json.loads(incident.read_text())["failures"] for s in f["root_cause"]["spectrum"]]
+
+
+def test_an_exception_raised_in_library_code_is_planned_as_such(pytester: pytest.Pytester) -> None:
+    """A TypeError raised inside json by the project's call, and an OSError raised by a C
+    call in the project: each action says what was raised and where, not "the failing
+    assertion"; a failed assert keeps its wording."""
+    pytester.makepyfile(mod="import json, os\n\ndef parse(text):\n    return json.loads(text, object_hook=1)\n\n"
+                            "def load(path):\n    return os.stat(path)\n\ndef two():\n    return 3\n")
+    pytester.makepyfile(test_mod="from mod import load, parse, two\n\ndef test_parse():\n    parse('{\"a\": {}}')\n\n"
+                                 "def test_load():\n    load('/nonexistent/x')\n\ndef test_two():\n    assert two() == 2\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=3)
+    (plan,) = (pytester.path / ".selfheal" / "error_plans").glob("*/plan.json")
+    titles = sorted(a["title"] for a in json.loads(plan.read_text())["actions"])
+    assert titles[0] == "Fix the FileNotFoundError in test_mod.py::test_load: raised in mod.py:7 (load)"
+    assert titles[1].startswith("Fix the TypeError in test_mod.py::test_parse: raised in json/")
+    assert titles[1].endswith(" from mod.py:4 (parse)") and "(JSONDecoder.raw_decode)" in titles[1]
+    assert titles[2] == "Fix the failing assertion in test_mod.py::test_two: two in mod.py (assert 3 == 2)"
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    failures = {f["test"].rsplit(":", 1)[-1]: f["root_cause"] for f in json.loads(incident.read_text())["failures"]}
+    assert failures["test_load"]["exception"] == "FileNotFoundError" and "raised" not in failures["test_load"]
+    assert "exception" not in failures["test_two"]
