@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from helpers import git_commit_all
 
 # A wrong value computed by a helper; the failing assertion's explanation calls
 # Money.__repr__ (and, through it, Money.amount), which no test of the helper needs.
@@ -104,3 +105,17 @@ def test_an_exception_raised_in_library_code_is_planned_as_such(pytester: pytest
     failures = {f["test"].rsplit(":", 1)[-1]: f["root_cause"] for f in json.loads(incident.read_text())["failures"]}
     assert failures["test_load"]["exception"] == "FileNotFoundError" and "raised" not in failures["test_load"]
     assert "exception" not in failures["test_two"]
+
+
+def test_a_git_ignored_generated_module_is_never_a_target_path(pytester: pytest.Pytester) -> None:
+    """A failure with no evidence targets the modules its test imports, behind the package's
+    __init__ too: the tracked ones, not the generated, git-ignored _version.py."""
+    pytester.makepyfile(**{"pkg/__init__": "from ._version import VERSION\nfrom .core import *\n",
+                           "pkg/_version": "VERSION = '1.0'\n", "pkg/core": "LIMIT = 3\n",
+                           "test_pkg": "import pkg\n\ndef test_limit():\n    assert pkg.LIMIT == 2\n"})
+    (pytester.path / ".gitignore").write_text("pkg/_version.py\n.selfheal/\n")
+    git_commit_all(pytester.path)
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    (plan,) = (pytester.path / ".selfheal" / "error_plans").glob("*/plan.json")
+    (action,) = json.loads(plan.read_text())["actions"]
+    assert action["target_paths"] == ["pkg/__init__.py", "pkg/core.py"]
