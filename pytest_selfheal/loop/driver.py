@@ -31,6 +31,7 @@ from pytest_selfheal.analysis.rules import Rule, rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.loop import localise as localisation
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,
@@ -345,6 +346,11 @@ def _drive(
             return close(waiting)
         plan = ensure_plan(store, incident_id)
         incident = store.read_incident(incident_id)
+    if localisation.wanted(incident, effective, len(attempts)):
+        # Before any repair provider reads the plan: its suspects ranked by a spectrum.
+        plan = localisation.localise(store, incident_id, plan=plan, incident=incident, effective=effective,
+                                     project_root=project_root, trusted=_trusted_options(incident, effective),
+                                     env=env, say=say)
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
