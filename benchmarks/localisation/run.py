@@ -14,7 +14,7 @@ before suspects (``plan/groups.py`` alone, in the order of the first failure) on
 incident: top-1 = the first group's function, top-3 = among the first three groups'.
 
     python benchmarks/localisation/run.py [--corpus pypi|written] [--limit N per project] [--jobs N]
-        [--modes evidence,spectrum] [--fauxpy PYTHON] [--json FILE]
+        [--modes evidence,spectrum,localised] [--projects NAME,...] [--fauxpy PYTHON] [--json FILE]
     python benchmarks/localisation/run.py --table FILE   # the table of a --json FILE
 
 FauxPy (``pip install fauxpy``, the benchmark environment only) is run with
@@ -165,8 +165,9 @@ def fauxpy_ranking(root: Path, case: Case, line: int, python: str) -> tuple[Opti
     return hits, spent
 
 
-def cases(name: str) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
-    """The corpus by project: (project name, its PyPI pin or None, its cases in order)."""
+def cases(name: str, only: Sequence[str] = ()) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
+    """The corpus by project: (project name, its PyPI pin or None, its cases in order); ``only``:
+    these PyPI projects alone."""
     if name == "written":
         out: dict[str, list[Case]] = {}
         for mutant in corpus.MUTANTS:
@@ -175,6 +176,8 @@ def cases(name: str) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
         return [(k, None, v) for k, v in out.items()]
     found: list[tuple[str, Optional[pypi.Project], list[Case]]] = []
     for project in pypi.PROJECTS:
+        if only and project.name not in only:
+            continue
         folder = pypi.unpacked(project)
         found.append((project.name, project, [Case(m, folder, project.tests, project.options, project.src,
                                                    project.exclude) for m in pypi.candidates(project, folder)]))
@@ -267,6 +270,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--modes", default="evidence,spectrum,localised")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="projects measured at once")
+    parser.add_argument("--projects", default="", help="only these PyPI projects (comma-separated names)")
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also append every fault's result to FILE as it is measured (one JSON object a line)")
     parser.add_argument("--table", metavar="FILE", default=None, help="print the table of a --json FILE and stop")
@@ -279,7 +283,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     options = Options(args.limit, tuple(m for m in args.modes.split(",") if m), args.fauxpy, args.json)
     if args.json:
         Path(args.json).write_text("")
-    jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus)]
+    jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus, [p for p in args.projects.split(",") if p])]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(run_project, jobs, chunksize=1)
