@@ -119,3 +119,26 @@ def test_a_git_ignored_generated_module_is_never_a_target_path(pytester: pytest.
     (plan,) = (pytester.path / ".selfheal" / "error_plans").glob("*/plan.json")
     (action,) = json.loads(plan.read_text())["actions"]
     assert action["target_paths"] == ["pkg/__init__.py", "pkg/core.py"]
+
+
+def test_what_only_words_a_unittest_failure_is_not_evidence(pytester: pytest.Pytester) -> None:
+    """unittest's assertEqual runs Money.__repr__ (and Money.amount) for its message only."""
+    pytester.makepyfile(money=MONEY, test_money='''
+import unittest
+from money import Money
+
+class TestMoney(unittest.TestCase):
+    def test_cents(self):
+        self.assertEqual(Money("1.05"), Money("1.050"))
+
+    def test_whole(self):
+        self.assertEqual(Money("2"), Money("2.0"))
+
+    def test_amount(self):
+        self.assertEqual(Money("3").amount, 300)
+''')
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, passed=2)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    (failure,) = json.loads(incident.read_text())["failures"]
+    assert {s["name"] for s in failure["root_cause"]["spectrum"]} == {"Money.__eq__", "Money.__init__", "_cents"}

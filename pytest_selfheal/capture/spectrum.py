@@ -9,7 +9,7 @@ is off by default: a capture without the flag pays nothing (docs/loop.md "Suspec
 
 Calls made only to explain a failure are not evidence: once assertion rewriting starts
 formatting a failed ``assert`` (its ``repr`` of each operand, its comparison explanation),
-nothing is recorded until that code returns, so ``Version.__repr__`` never outranks the
+or unittest's ``assertEqual`` its message, nothing is recorded until that code returns, so ``Version.__repr__`` never outranks the
 helper that computed the wrong value. A function is keyed by the line of its ``def`` (not
 its first decorator's), and a generator expression or comprehension by the function it is
 written in.
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import inspect
 import os
+import pprint
 import sys
 import types
+import unittest.util
 from collections.abc import Generator
 from typing import Any, Optional
 
@@ -40,6 +42,9 @@ SPECTRUM_ATTR = "selfheal_spectrum"
 # The folder of pytest's assertion rewriting, found through its public API: code there runs
 # only to explain an assertion (and, with ``enable_assertion_pass_hook``, a passing one).
 _ASSERTION_DIR = os.path.dirname(inspect.getfile(pytest.register_assert_rewrite))
+# unittest's message helpers (``safe_repr`` of ``assertEqual``'s operands) and the pretty
+# printer its long diffs use: they run a project's ``__repr__`` only to word a failure.
+_REPORTING_FILES = frozenset(os.path.realpath(m.__file__) for m in (unittest.util, pprint) if m.__file__)
 # Callers looked through for the function a generator expression or comprehension is written in.
 _MAX_ENCLOSING = 3
 # The memo of a code that starts the explanation of an assertion.
@@ -63,7 +68,7 @@ class SpectrumHook:
     # ------------------------------------------------------------------ tracing
 
     def _key(self, code: types.CodeType, frame: types.FrameType) -> Optional[FunctionKey]:
-        if os.path.dirname(code.co_filename) == _ASSERTION_DIR:
+        if os.path.dirname(code.co_filename) == _ASSERTION_DIR or os.path.realpath(code.co_filename) in _REPORTING_FILES:
             return _REPORTING
         rel = self.resolver.relative(code.co_filename)
         if rel is None or is_test_file(rel) or code.co_name == "<module>":
