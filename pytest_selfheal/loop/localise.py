@@ -24,6 +24,7 @@ from typing import Optional
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, verify_dir_prefix
 from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, render_plan_md, verification_argv
@@ -31,7 +32,6 @@ from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
 
 PLUGIN_MODULE = "pytest_selfheal.plugin"
@@ -83,19 +83,18 @@ def with_spectra(failures: Sequence[FailureEntry], spectra: Mapping[str, tuple[C
 
 
 def localise(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     *,
     plan: Plan,
-    incident: Incident,
     effective: EffectiveConfig,
     project_root: Path,
     trusted: Sequence[str],
     env: Optional[Mapping[str, str]],
     say: Callable[[str], None],
 ) -> Plan:
-    """Run the localisation of ``incident`` and return its plan, rebuilt when the run ranked
-    some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
+    """Run the localisation of ``run``'s incident and return its plan, rebuilt when the run
+    ranked some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
+    incident, incident_id = run.incident, run.incident_id
     argvs = verification_argv(plan)
     files = _files(incident, project_root)
     if not argvs or not files:
@@ -114,19 +113,19 @@ def localise(
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         out = Path(tmp) / "spectrum.json"
         child[LOCALISE_ENV] = str(out)
-        run = run_selection(argv, cwd=project_root, junit_path=Path(tmp) / "junit.xml",
-                            timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
-                            invocation_dir=start_dir(project_root, incident.invocation_dir))
-        spectra = {} if run.timed_out else read_spectrum(out)
+        done = run_selection(argv, cwd=project_root, junit_path=Path(tmp) / "junit.xml",
+                             timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
+                             invocation_dir=start_dir(project_root, incident.invocation_dir))
+        spectra = {} if done.timed_out else read_spectrum(out)
     if not spectra:
         say("selfheal: localisation recorded nothing; the capture's plan stands")
         return plan
-    with store.lock():
-        updated = store.update_incident(incident_id, failures=[f.to_json() for f in
-                                                               with_spectra(incident.failures, spectra)])
-        rebuilt = build_plan(updated, generated_at=ev.format_ts(), source=project_source(updated.rootdir))
-        store.write_plan(incident_id, rebuilt, render_plan_md(rebuilt))
-        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in rebuilt.actions], localised=True)
+    with run.store.lock():
+        run.incident = run.store.update_incident(
+            incident_id, failures=[f.to_json() for f in with_spectra(incident.failures, spectra)])
+        rebuilt = build_plan(run.incident, generated_at=ev.format_ts(), source=project_source(run.incident.rootdir))
+        run.write_plan(rebuilt, render_plan_md(rebuilt))
+        run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in rebuilt.actions], localised=True)
     return rebuilt
 
 

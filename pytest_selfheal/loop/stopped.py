@@ -80,8 +80,8 @@ def match_green(
     for incident in stopped:
         mine = incident.nodeids - claimed
         claimed |= incident.nodeids
-        ran = sorted(n for n in mine if n in passed)
-        if not ran or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
+        passed_now = sorted(n for n in mine if n in passed)
+        if not passed_now or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
         if incident.green:
@@ -90,7 +90,7 @@ def match_green(
             attachment = Attachment.CONTINUED
         else:
             continue
-        matches.append(StickyMatch(incident, (), attachment, tuple(ran)))
+        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now)))
     return matches
 
 
