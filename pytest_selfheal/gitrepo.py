@@ -438,6 +438,18 @@ def changed_lines(cwd: Path, base: str, paths: Sequence[str] = ("*.py",)) -> dic
     return {path: ranges for path, ranges in changed.items() if ranges}
 
 
+def ignored(cwd: Path, paths: Sequence[str]) -> set[str]:
+    """Those of ``paths`` (relative to ``cwd``) git ignores and does not track: generated
+    files (``_version.py``), never the code to fix. Empty outside a repository or without git."""
+    if not paths:
+        return set()
+    try:
+        out = run_git(cwd, ["check-ignore", "-z", "--stdin"], stdin="\0".join(paths).encode() + b"\0")
+    except GitFailed:  # exit 1: none is ignored; 128: not a repository
+        return set()
+    return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
+
+
 # --- the demo ----------------------------------------------------------------------
 
 
@@ -468,6 +480,7 @@ __all__ = [
     "diff_hash",
     "git_context",
     "git_snapshot",
+    "ignored",
     "init_repo",
     "repo_top",
     "run_git",

@@ -35,6 +35,8 @@ INI_KEYS: dict[str, str] = {
 # Set by the loop in the verification runs it starts: the child run stays passive, so a
 # verification run never captures an incident or records an attempt of its own.
 VERIFYING_ENV = "SELFHEAL_VERIFYING"
+# Set by the loop on its localisation run: the file the run's coverage spectrum is written to.
+LOCALISE_ENV = "SELFHEAL_LOCALISE"
 # `selfheal ci` gives its pytest child a fresh random token here: the capture records it as
 # incident.json `ci_run`, and ci loops only the incident holding its own token (docs/github.md).
 CI_RUN_ENV = "SELFHEAL_CI_RUN"

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from pytest_selfheal import hookspecs
-from pytest_selfheal.names import INI_KEYS, RECORDER_PLUGIN, VERIFYING_ENV
+from pytest_selfheal.names import INI_KEYS, LOCALISE_ENV, RECORDER_PLUGIN, VERIFYING_ENV
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -109,6 +109,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tdd: a red-first (TDD) test, kept out of the RALF-Lite loop unless ralf_lite.apply_to.tdd_tasks"
     )
+    localise = os.environ.get(LOCALISE_ENV)
+    if localise and os.environ.get(VERIFYING_ENV):
+        # The loop's localisation run (passive, like a verification run): its spectrum only.
+        from pytest_selfheal.capture import localise as localisation
+
+        localisation.start(config, localise)
     if not _enabled(config):
         return
     # Imported here: every pytest run imports this module, and one without --selfheal must

@@ -44,6 +44,7 @@ _RECORDER_WAITS = {
 LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.plugin", "pytest_selfheal.recorder"),  # --selfheal
     ("pytest_selfheal.plugin", "pytest_selfheal.recorder.finish"),  # something to record
+    ("pytest_selfheal.plugin", "pytest_selfheal.capture.localise"),  # the loop's localisation run
     *(("pytest_selfheal.recorder", waiting) for waiting in _RECORDER_WAITS),
     # The loop side: an open incident, a stopped one, or --selfheal-loop.
     ("pytest_selfheal.recorder.finish", "pytest_selfheal.loop.agent_mode"),

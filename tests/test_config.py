@@ -40,7 +40,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "reports_dir": ".selfheal",
     "report_path": None,
     "log_tail_lines": 200,
-    "verification": {"allowlist": ["pytest"], "timeout_seconds": 900, "args": []},
+    "verification": {"allowlist": ["pytest"], "timeout_seconds": 900, "args": [], "localise": True},
     "repair": {"command": None, "timeout_seconds": 600, "allowed_paths": [], "approve": False,
                "allow_test_edits": False, "allow_binary": False},
     "redaction": {"patterns": [], "env_names": ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"]},

@@ -187,7 +187,7 @@ def test_helpers_in_test_files_are_followed_libraries_ignored(project: tuple[Pat
     root, module = project
     func = module.test_library_only
     assert Resolver(str(root)).resolve(func, []) is None  # json is not the project's
-    assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped", "line": 26}]
+    assert evidence(project, "test_decorated")["calls"] == [{"path": core(project), "name": "wrapped", "line": 27}]  # the def, not @_decorate
     assert evidence(project, "test_nested_lambda")["calls"] == [{"path": core(project), "name": "add", "line": 7}]
     # A helper that imports inside its body (iniconfig's tests do): the module is found by its dotted name.
     assert evidence(project, "test_through_a_helper_that_imports_locally")["calls"] == [
@@ -212,7 +212,7 @@ def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: tupl
 
 def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Path, ModuleType]) -> None:
     """``box = self.Kind()`` (a project class bound on the unittest-style test class),
-    ``box["k"] = 1``, ``len(box)``, ``box.size()``: the class and the methods reached."""
+    ``box["k"] = 1``, ``len(box)``, ``box.size()``: the class, the methods reached and its __init__ (it is built)."""
     root, module = project
     owner = module.TestOwned
     with pytest.raises(AssertionError) as info:
@@ -220,7 +220,7 @@ def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Pa
     found = Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info), None, owner)
     assert found is not None
     assert [(c.name, c.line) for c in found.calls] == [
-        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47)]
+        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47), ("Box.__init__", 44)]
     # Without the test's class, `self.Kind` names nothing: no evidence at all.
     assert Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info)) is None
 

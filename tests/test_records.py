@@ -121,14 +121,14 @@ def demo_snapshot() -> list[tuple[str, str, Any]]:
 @pytest.fixture
 def captured(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, Any]]:
     """A real capture: `pytest --selfheal` on a failing project with a tdd-marked test and a
-    bug in a source module (its failure carries root-cause evidence: a frame, a stack, calls and
-    the run's spectrum), and
+    bug in a source module (its failure carries root-cause evidence: a frame, a stack, calls,
+    the run's spectrum, and the exception raised in the standard library below them), and
     one failure more than the capture keeps (its cap, lowered to 4: unverified_failures)."""
     from pytest_selfheal.junit import reader
 
     monkeypatch.setattr(reader, "MAX_FAILURES", 4)
-    pytester.makepyfile(shapes="def area(w, h):\n    return _checked(w * h)\n\ndef _checked(value):\n"
-                                "    raise ValueError('negative')\n\nclass Base:\n    pass\n\nclass Square(Base):\n    pass\n")
+    pytester.makepyfile(shapes="import json\n\ndef area(w, h):\n    return _checked(w * h)\n\ndef _checked(value):\n"
+                                "    return json.loads('negative')\n\nclass Base:\n    pass\n\nclass Square(Base):\n    pass\n")
     pytester.makepyfile(
         test_t="""
 import pytest
@@ -212,10 +212,13 @@ def test_captured_incident_plan_and_events_round_trip_exactly(captured: list[tup
                 "test_t.py::test_area",
             ]
             evidence = record.failures[3].root_cause
-            assert evidence is not None and evidence.frame == CodeRef(path="shapes.py", name="_checked", line=5)
-            assert evidence.stack == (CodeRef(path="shapes.py", name="area", line=2),)
+            assert evidence is not None and evidence.frame == CodeRef(path="shapes.py", name="_checked", line=7)
+            assert evidence.stack == (CodeRef(path="shapes.py", name="area", line=4),)
             assert evidence.test_line == CodeRef(path="test_t.py", line=14)
-            assert evidence.calls == (CodeRef(path="shapes.py", name="area", line=1),)
+            assert evidence.calls == (CodeRef(path="shapes.py", name="area", line=3),)
+            # Raised in the standard library, below the project's frame.
+            assert evidence.exception == "json.decoder.JSONDecodeError"
+            assert evidence.raised is not None and evidence.raised.path == "json/decoder.py"
             square = record.failures[1].root_cause
             assert square is not None and square.calls == (CodeRef(path="shapes.py", name="Square", bases=("shapes.py::Base",)),)
             assert record.status == "planned" and record.extra == ()  # the capture planned it

@@ -17,10 +17,12 @@ from types import ModuleType
 from typing import Any, Optional
 
 import pytest
-from helpers import INCIDENT_REQUIRED, build_plan_doc
+from helpers import INCIDENT_REQUIRED, build_plan_doc, capture, selfheal
 
 from pytest_selfheal.cli.main import main
+from pytest_selfheal.loop.localise import read_spectrum, with_spectra
 from pytest_selfheal.mcp_server.digest import incident_blocks
+from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.suspects import (
@@ -107,7 +109,21 @@ def test_a_shared_callee_on_every_path_is_the_one_suspect_of_one_group() -> None
     top = only.suspects[0]
     assert (top.path, top.name, top.line, top.evidence) == ("cache.py", "Cache.__setitem__", 10, EvidenceKind.STACK)
     assert top.failures == 5 and top.score == pytest.approx(ochiai(3 + 2 * 0.5, 5))
-    assert [s.name for s in only.suspects[1:]] == ["Cache.popitem", "LRUCache.popitem", "LRUCache", "FIFOCache"]
+    # The classes the tests build stand for their methods: never suspects themselves.
+    assert [s.name for s in only.suspects[1:]] == ["Cache.popitem", "LRUCache.popitem"]
+
+
+def test_a_class_alone_is_never_a_suspect() -> None:
+    """Tests that build a Version and compare it name the class and its __init__: the
+    suspect is the method, with its def line, never the class."""
+    calls = [ref("version.py", "Version"), ref("version.py", "Version.__init__", 40)]
+    failures = [failure(f"t.py::test_{n}", "assert 1 == 2", calls=calls) for n in ("rc", "pre")]
+    (only,) = rank_groups(grouped(failures))
+    assert [(s.name, s.line) for s in only.suspects] == [("Version.__init__", 40)]
+    assert (only.group.name, only.group.evidence) == ("Version.__init__", EvidenceKind.CALLS)
+    # A class with no method to name leaves no suspect, not the class.
+    (bare,) = rank_groups(grouped([failure("t.py::test_x", "assert 1 == 2", calls=[ref("version.py", "Version")])]))
+    assert bare.suspects == ()
 
 
 def test_a_frame_never_votes_for_the_test_s_other_calls() -> None:
@@ -283,3 +299,40 @@ def test_the_excerpt_is_redacted_like_every_other_plan_field(pytester: pytest.Py
     for name in ("plan.json", "plan.md"):
         text = (folder / name).read_text()
         assert "raise ValueError(x)" in text and token not in text and "token = " in text
+
+
+def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The loop's passive run (SELFHEAL_VERIFYING, SELFHEAL_LOCALISE=FILE) captures nothing
+    and writes each failing test's spectrum, which the loop adds to the incident."""
+    mutated(pytester.path, SETITEM_BUG)
+    out = tmp_path / "spectrum.json"
+    monkeypatch.setenv(VERIFYING_ENV, "1")
+    monkeypatch.setenv(LOCALISE_ENV, str(out))
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=7, passed=5)
+    assert not (pytester.path / ".selfheal").exists()
+    spectra = read_spectrum(out)
+    assert len(spectra) == 7
+    assert all(refs[0].name == "Cache.__setitem__" for refs in spectra.values())
+    entry = FailureEntry.from_json(failure(next(iter(spectra)), "boom", frame=ref("caches.py", "x", 1)), "failure")
+    (merged,) = with_spectra([entry], spectra)
+    assert merged.root_cause is not None and merged.root_cause.frame is not None
+    assert merged.root_cause.spectrum == spectra[next(iter(spectra))]
+
+
+@pytest.mark.slow  # ~6 s: a capture, then the loop's localisation and verification runs
+def test_the_default_capture_is_localised_before_the_first_iteration(tmp_path: Path) -> None:
+    """Captured without --selfheal-spectrum the bug is two actions; the loop's localisation
+    makes it one, led by the buggy function, before the first verification runs."""
+    mutated(tmp_path, SETITEM_BUG)
+    (tmp_path / ".gitignore").write_text(".selfheal/\n")
+    incident_id = capture(tmp_path, "--selfheal-set", "max_iterations=1")
+    store = Store(tmp_path / ".selfheal")
+    assert len(store.read_plan(incident_id).actions) == 2
+    result = selfheal(tmp_path, "loop", incident_id)
+    assert "localising" in result.stdout + result.stderr, result.stdout + result.stderr
+    plan = store.read_plan(incident_id)
+    assert [a.suspects[0].name for a in plan.actions] == ["Cache.__setitem__"], result.stdout + result.stderr
+    failures = store.read_incident(incident_id).failures
+    assert all(f.root_cause is not None and f.root_cause.spectrum for f in failures)

@@ -52,9 +52,20 @@ PROJECTS: list[Project] = [
             "toolz", exclude="[toolz/tests]", note="tests inside the package"),
     Project("more-itertools", "10.5.0", ("more_itertools/recipes.py",), ("tests/test_recipes.py",),
             "more_itertools", note="the recipes module and its tests"),
+    Project("itsdangerous", "2.2.0", ("src/itsdangerous/encoding.py", "src/itsdangerous/signer.py",
+                                      "src/itsdangerous/serializer.py"),
+            ("tests/test_itsdangerous/test_encoding.py", "tests/test_itsdangerous/test_signer.py",
+             "tests/test_itsdangerous/test_serializer.py"), "src", options=("-o", "pythonpath=src"),
+            note="src layout; the tests that need no freezegun"),
+    Project("boltons", "24.1.0", ("boltons/urlutils.py", "boltons/strutils.py", "boltons/iterutils.py"),
+            ("tests/test_urlutils.py", "tests/test_strutils.py", "tests/test_iterutils.py"), "boltons",
+            options=("--noconftest",), note="three utility modules; its conftest predates pytest 9's hooks"),
+    Project("python-dateutil", "2.9.0.post0", ("src/dateutil/relativedelta.py", "src/dateutil/easter.py"),
+            ("tests/test_relativedelta.py", "tests/test_easter.py"), "src", options=("-o", "pythonpath=src"),
+            note="src layout; needs six in the benchmark environment"),
 ]
 
-# Faults kept per project (5 projects: 65 in all).
+# Faults kept per project (8 projects: 104 in all).
 PER_PROJECT = 13
 
 

@@ -4,7 +4,9 @@ For each mutant of the corpus (pypi.py: real projects from pinned sdists; ``--co
 written``: corpus.py's two small projects) that fails at least one test: copy its project
 to a temporary directory, inject the mutant, run the project's tests once plainly and once
 per mode under ``pytest --selfheal`` (``evidence``: the capture as it is by default;
-``spectrum``: with ``--selfheal-spectrum``), and read the plan: **actions** (how many
+``spectrum``: with ``--selfheal-spectrum``; ``localised``: the default capture, then the
+loop's first iteration — its localisation run and one verification — ``selfheal loop``),
+and read the plan: **actions** (how many
 actions the one fault became), **top-1** (the first action's first suspect is the broken
 function), **top-3** (it is among the first action's first three suspects), **time** (the
 run's wall time over the plain run's, and over FauxPy's). ``previous`` is the grouping
@@ -12,7 +14,7 @@ before suspects (``plan/groups.py`` alone, in the order of the first failure) on
 incident: top-1 = the first group's function, top-3 = among the first three groups'.
 
     python benchmarks/localisation/run.py [--corpus pypi|written] [--limit N per project] [--jobs N]
-        [--modes evidence,spectrum] [--fauxpy PYTHON] [--json FILE]
+        [--modes evidence,spectrum,localised] [--projects NAME,...] [--fauxpy PYTHON] [--json FILE]
     python benchmarks/localisation/run.py --table FILE   # the table of a --json FILE
 
 FauxPy (``pip install fauxpy``, the benchmark environment only) is run with
@@ -46,7 +48,10 @@ from corpus import Mutant
 from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.records.incident import FailureEntry
 
-MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"]}
+MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"],
+         "localised": ["--selfheal", "--selfheal-set", "max_iterations=1"]}
+# Modes whose plan is read after the loop's first iteration (its localisation run first).
+AFTER_FIRST_ITERATION = {"localised"}
 PLAIN_TIMEOUT = 120
 
 
@@ -106,6 +111,18 @@ def pytest_run(root: Path, args: Sequence[str], python: str = sys.executable,
     return time.perf_counter() - start, done.returncode, done.stdout
 
 
+def first_iteration(root: Path) -> float:
+    """Run the loop's first iteration on the one incident below ``root`` (``selfheal loop``:
+    its localisation run, then one verification); its wall time."""
+    found = sorted((root / ".selfheal" / "error_inbox").glob("*/incident.json"))
+    if not found:
+        return 0.0
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest_selfheal", "loop", found[0].parent.name], cwd=root, check=False,
+                   capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
 def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:
     found = sorted(folder.glob(f"*/{name}"))
     return json.loads(found[0].read_text()) if found else None
@@ -148,8 +165,9 @@ def fauxpy_ranking(root: Path, case: Case, line: int, python: str) -> tuple[Opti
     return hits, spent
 
 
-def cases(name: str) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
-    """The corpus by project: (project name, its PyPI pin or None, its cases in order)."""
+def cases(name: str, only: Sequence[str] = ()) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
+    """The corpus by project: (project name, its PyPI pin or None, its cases in order); ``only``:
+    these PyPI projects alone."""
     if name == "written":
         out: dict[str, list[Case]] = {}
         for mutant in corpus.MUTANTS:
@@ -158,6 +176,8 @@ def cases(name: str) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
         return [(k, None, v) for k, v in out.items()]
     found: list[tuple[str, Optional[pypi.Project], list[Case]]] = []
     for project in pypi.PROJECTS:
+        if only and project.name not in only:
+            continue
         folder = pypi.unpacked(project)
         found.append((project.name, project, [Case(m, folder, project.tests, project.options, project.src,
                                                    project.exclude) for m in pypi.candidates(project, folder)]))
@@ -206,6 +226,8 @@ def run_project(job: tuple[str, Optional[pypi.Project], list[Case], Options]) ->
             for mode in options.modes:
                 shutil.rmtree(root / ".selfheal", ignore_errors=True)
                 spent, _, _ = pytest_run(root, [*case.tests, *case.options, *MODES[mode]])
+                if mode in AFTER_FIRST_ITERATION:
+                    spent += first_iteration(root)
                 plan = read_json(root / ".selfheal" / "error_plans", "plan.json") or {"actions": []}
                 first = plan["actions"][0].get("suspects", []) if plan["actions"] else []
                 top1, top3 = score(mutant, [(s.get("path"), s.get("name")) for s in first])
@@ -245,9 +267,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--corpus", choices=["pypi", "written"], default="pypi")
     parser.add_argument("--limit", type=int, default=pypi.PER_PROJECT, help="faults per project")
-    parser.add_argument("--modes", default="evidence,spectrum")
+    parser.add_argument("--modes", default="evidence,spectrum,localised")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="projects measured at once")
+    parser.add_argument("--projects", default="", help="only these PyPI projects (comma-separated names)")
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also append every fault's result to FILE as it is measured (one JSON object a line)")
     parser.add_argument("--table", metavar="FILE", default=None, help="print the table of a --json FILE and stop")
@@ -260,7 +283,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     options = Options(args.limit, tuple(m for m in args.modes.split(",") if m), args.fauxpy, args.json)
     if args.json:
         Path(args.json).write_text("")
-    jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus)]
+    jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus, [p for p in args.projects.split(",") if p])]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(run_project, jobs, chunksize=1)
@@ -281,7 +304,8 @@ def _count(details: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def rows_of(details: list[dict[str, Any]], modes: Sequence[str] = ("evidence", "spectrum")) -> dict[str, list[Row]]:
+def rows_of(details: list[dict[str, Any]], modes: Sequence[str] = ("evidence", "spectrum", "localised")
+            ) -> dict[str, list[Row]]:
     """The table's rows from every fault's result."""
     rows: dict[str, list[Row]] = {m: [] for m in ["previous", *modes, "fauxpy"]}
     for fault, detail in enumerate(details):

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import dis
 import inspect
+import linecache
 import os
 import sys
 import types
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
@@ -50,6 +52,8 @@ _HELPER_DEPTH = 1
 _FRAME_KEYS = ("path", "name", "line")
 _TEST_LINE_KEYS = ("path", "line")
 _CALL_KEYS = ("path", "name")
+# Decorator lines skipped at most before a function's ``def``.
+_MAX_DECORATOR_LINES = 40
 
 
 def _code_names(code: types.CodeType) -> list[str]:
@@ -71,6 +75,20 @@ def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> s
     while ".<locals>.<" in name:
         name = name.rsplit(".<locals>.<", 1)[0]
     return name
+
+
+def def_line(code: types.CodeType) -> int:
+    """The line of ``code``'s ``def`` (or ``class``): its first line, after any decorators."""
+    first = code.co_firstlineno
+    for line in range(first, first + _MAX_DECORATOR_LINES):
+        text = linecache.getline(code.co_filename, line).lstrip()
+        if not text:
+            return first  # no source: the interpreter's first line
+        if text.startswith(("def ", "async def ", "class ")):
+            return line
+        if not text.startswith(("@", "#")) and line == first:
+            return first  # a lambda or a comprehension: its own line
+    return first
 
 
 def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
@@ -239,9 +257,10 @@ class Resolver:
     def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
         """The project methods of ``cls`` (its own or inherited) that ``code`` names as
         attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
-        through an operator (``cache[k] = v``: ``__setitem__``), where they are defined."""
+        through an operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a
+        test names a class to build one), where they are defined."""
         found: list[Definition] = []
-        for name in [*_code_names(code), *_implied_dunders(code)]:
+        for name in [*_code_names(code), *_implied_dunders(code), "__init__"]:  # a class named is built
             attr = inspect.getattr_static(cls, name, None)
             if isinstance(attr, (staticmethod, classmethod)):
                 attr = attr.__func__
@@ -325,17 +344,18 @@ class Resolver:
             return CodeRef(path, name, bases=named[:MAX_BASES], keys=_CALL_KEYS + (("bases",) if named else ()))
         code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
         if isinstance(code, types.CodeType):
-            return CodeRef(path, name, code.co_firstlineno, keys=_FRAME_KEYS)
+            return CodeRef(path, name, def_line(code), keys=_FRAME_KEYS)
         return CodeRef(path, name, keys=_CALL_KEYS)
 
     def resolve(
-        self, function: Any, traceback: Iterable[Any], funcargs: Optional[Mapping[str, object]] = None,
-        owner: Any = None,
+        self, function: Any, traceback: Sequence[Any], funcargs: Optional[Mapping[str, object]] = None,
+        owner: Any = None, error: Optional[BaseException] = None,
     ) -> Optional[RootCause]:
         """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
         neither a frame nor a call points into the project. ``funcargs`` are the test's
         fixture values: their project classes count as calls when the test's own code
-        names no project definition."""
+        names no project definition. ``error`` is the exception: unless an assertion's, its
+        type is recorded, and where it was raised when that is outside the project."""
         try:
             frame, stack, in_test = self.frames(traceback)
             called = self.calls(function, owner) if function is not None else []
@@ -343,9 +363,30 @@ class Resolver:
                 # Weaker than what the test's own code names: only when that is nothing.
                 called = self.fixture_calls(function, funcargs)
             calls = [self.where(d) for d in called[:MAX_CALLS]]
+            found = _evidence(frame, calls, stack, in_test)
+            if found is not None and isinstance(error, Exception) and not isinstance(error, AssertionError):
+                found = replace(found, exception=exception_name(error), raised=self.raised(traceback))
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
-        return _evidence(frame, calls, stack, in_test)
+        return found
+
+    def raised(self, traceback: Sequence[Any]) -> Optional[CodeRef]:
+        """The traceback's innermost frame when it is outside the project (a library, the
+        standard library): its file relative to the import root it was found under."""
+        code, lineno = _entry_code(traceback[-1]) if traceback else (None, None)
+        if code is None or self.relative(code.co_filename) is not None:
+            return None
+        filename = os.path.realpath(code.co_filename)
+        roots = sorted((os.path.realpath(p) for p in sys.path if p), key=len, reverse=True)
+        root = next((r for r in roots if filename.startswith(r + os.sep)), None)
+        path = filename[len(root) + 1:] if root is not None else os.path.basename(filename)
+        return CodeRef(path.replace(os.sep, "/"), qualname(code), lineno, keys=_FRAME_KEYS)
+
+
+def exception_name(error: BaseException) -> str:
+    """An exception's type as a reader names it: ``TypeError``, ``json.decoder.JSONDecodeError``."""
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequence[CodeRef] = (),
@@ -425,4 +466,4 @@ def traceback_of(excinfo: Any) -> list[Any]:
     return _links(tb)
 
 
-__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "qualname", "traceback_of"]
+__all__ = ["MAX_CALLS", "MAX_STACK", "Resolver", "def_line", "exception_name", "qualname", "traceback_of"]

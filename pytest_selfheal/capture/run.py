@@ -25,7 +25,7 @@ from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot
+from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot, ignored
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import triage_headline
@@ -116,7 +116,8 @@ def with_target_paths(
     failures: Sequence[Failure], reports: Sequence[FailedReport], rootdir: Path, base: str = ""
 ) -> list[Failure]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports, and the root-cause evidence its report carries (capture/evidence.py). ``base``: the
+    imports (none that git ignores), and the root-cause evidence its report carries
+    (capture/evidence.py). ``base``: the
     invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
     text_by_nodeid: dict[str, str] = {}
     evidence: dict[str, RootCause] = {}
@@ -137,6 +138,10 @@ def with_target_paths(
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra, base=base)
         out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
+    # A generated, git-ignored file (``_version.py``) is never the code to fix: one git call.
+    skip = ignored(rootdir, sorted({p for f in out for p in f.target_paths}))
+    if skip:
+        out = [replace(f, target_paths=[p for p in f.target_paths if p not in skip]) for f in out]
     return out
 
 

@@ -7,6 +7,13 @@ entry is one ``call`` event where line coverage is one event per line. It uses
 :func:`sys.settrace` with no per-frame tracer (the interpreter then reports calls only) and
 is off by default: a capture without the flag pays nothing (docs/loop.md "Suspects").
 
+Calls made only to explain a failure are not evidence: once assertion rewriting starts
+formatting a failed ``assert`` (its ``repr`` of each operand, its comparison explanation),
+or unittest's ``assertEqual`` its message, nothing is recorded until that code returns, so ``Version.__repr__`` never outranks the
+helper that computed the wrong value. A function is keyed by the line of its ``def`` (not
+its first decorator's), and a generator expression or comprehension by the function it is
+written in.
+
 A run that already traces (coverage.py, a debugger) keeps its tracer and gets no spectrum.
 Under xdist each worker records its tests and the function keys ride on the teardown
 report (:data:`SPECTRUM_ATTR`) to the controller, like the root-cause evidence.
@@ -14,20 +21,34 @@ report (:data:`SPECTRUM_ATTR`) to the controller, like the root-cause evidence.
 
 from __future__ import annotations
 
+import inspect
+import os
+import pprint
 import sys
 import types
+import unittest.util
 from collections.abc import Generator
 from typing import Any, Optional
 
 import pytest
 
 from pytest_selfheal.analysis.frames import is_test_file
-from pytest_selfheal.capture.evidence import Resolver, qualname
+from pytest_selfheal.capture.evidence import Resolver, def_line, qualname
 from pytest_selfheal.plan.suspects import FunctionKey, spectrum_evidence
 from pytest_selfheal.records.incident import CodeRef
 
 # The report attribute carrying a test's functions from an xdist worker ("path::name::line").
 SPECTRUM_ATTR = "selfheal_spectrum"
+# The folder of pytest's assertion rewriting, found through its public API: code there runs
+# only to explain an assertion (and, with ``enable_assertion_pass_hook``, a passing one).
+_ASSERTION_DIR = os.path.dirname(inspect.getfile(pytest.register_assert_rewrite))
+# unittest's message helpers (``safe_repr`` of ``assertEqual``'s operands) and the pretty
+# printer its long diffs use: they run a project's ``__repr__`` only to word a failure.
+_REPORTING_FILES = frozenset(os.path.realpath(m.__file__) for m in (unittest.util, pprint) if m.__file__)
+# Callers looked through for the function a generator expression or comprehension is written in.
+_MAX_ENCLOSING = 3
+# The memo of a code that starts the explanation of an assertion.
+_REPORTING = ("", "", 0)
 
 
 class SpectrumHook:
@@ -42,24 +63,47 @@ class SpectrumHook:
         self.skipped_reason: Optional[str] = None  # why no spectrum was recorded (another tracer)
         self._keys: dict[types.CodeType, Optional[FunctionKey]] = {}
         self._current: Optional[set[FunctionKey]] = None
+        self._reporting = 0  # assertion-explaining frames open: their calls are not evidence
 
     # ------------------------------------------------------------------ tracing
 
     def _key(self, code: types.CodeType, frame: types.FrameType) -> Optional[FunctionKey]:
+        if os.path.dirname(code.co_filename) == _ASSERTION_DIR or os.path.realpath(code.co_filename) in _REPORTING_FILES:
+            return _REPORTING
         rel = self.resolver.relative(code.co_filename)
         if rel is None or is_test_file(rel) or code.co_name == "<module>":
             return None
-        return rel, qualname(code, frame), code.co_firstlineno
+        name = qualname(code, frame)
+        if name != getattr(code, "co_qualname", code.co_name):  # a genexpr, comprehension or lambda
+            outer = frame.f_back
+            for _ in range(_MAX_ENCLOSING):
+                if outer is None:
+                    break
+                if outer.f_code.co_filename == code.co_filename and qualname(outer.f_code, outer) == name:
+                    return rel, name, def_line(outer.f_code)
+                outer = outer.f_back
+        return rel, name, def_line(code)
 
-    def _trace(self, frame: types.FrameType, event: str, arg: Any) -> None:
+    def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         # Called on "call" events only: returning None asks for no line events in the frame.
         code = frame.f_code
         try:
             key = self._keys[code]
         except KeyError:
             key = self._keys[code] = self._key(code, frame)
-        if key is not None and self._current is not None:
+        if key is _REPORTING:
+            self._reporting += 1
+            return self._until_return
+        if key is not None and self._current is not None and not self._reporting:
             self._current.add(key)
+        return None
+
+    def _until_return(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # The local tracer of an assertion-explaining frame: recording resumes when it returns.
+        if event == "return":
+            self._reporting -= 1
+            return None
+        return self._until_return
 
     def _phase(self, item: pytest.Item) -> Generator[None, None, None]:
         if sys.gettrace() is not None:
@@ -67,6 +111,7 @@ class SpectrumHook:
             yield
             return
         self._current = self.covered.setdefault(item.nodeid, set())
+        self._reporting = 0
         sys.settrace(self._trace)
         try:
             yield

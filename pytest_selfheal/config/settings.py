@@ -112,6 +112,7 @@ class VerificationSettings:
     allowlist: tuple[str, ...] = ("pytest",)
     timeout_seconds: float = 900
     args: tuple[str, ...] = ()
+    localise: bool = True
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class Settings:
             log_tail_lines=value("log_tail_lines"),
             verification=VerificationSettings(tuple(value("verification.allowlist")),
                                               value("verification.timeout_seconds"),
-                                              tuple(value("verification.args"))),
+                                              tuple(value("verification.args")), value("verification.localise")),
             repair=RepairSettings(
                 tuple(command) if command else None,
                 value("repair.timeout_seconds"),

@@ -34,6 +34,7 @@ from pytest_selfheal.analysis.rules import Rule, rules_for_run
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.loop import localise as localisation
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,
@@ -338,6 +339,11 @@ def _drive(
             say(f"selfheal: incident {incident_id}: completing the recorded stop ({waiting.stop_reason})")
             return close(waiting)
         plan = ensure_plan(run)
+    if localisation.wanted(run.incident, effective, len(run.attempts)):
+        # Before any repair provider reads the plan: its suspects ranked by a spectrum.
+        plan = localisation.localise(run, plan=plan, effective=effective, project_root=project_root,
+                                     trusted=_trusted_options(run.incident, effective), env=env, say=say)
+        incident = run.incident
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)

@@ -154,7 +154,7 @@ def _shown(argv: Sequence[str]) -> str:
     return shown if len(shown) <= 200 else shown[:197] + "..."
 
 
-def _runner_length(argv: Sequence[str]) -> int:
+def runner_length(argv: Sequence[str]) -> int:
     """How many words name the runner: 3 for ``python -m pytest``, 2 for ``python -mpytest``, else 1."""
     if len(argv) >= 2 and _is_python(_basename(argv[0])):
         if argv[1] == "-m" and len(argv) >= 3:
@@ -182,7 +182,7 @@ def check_command(
     path outside the root.
     """
     check_allowed(argv, allowlist)
-    check_arguments(argv[_runner_length(argv):], root=root, trusted=trusted,
+    check_arguments(argv[runner_length(argv):], root=root, trusted=trusted,
                     pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
 
 
@@ -204,7 +204,7 @@ def selection_words(argv: Sequence[str]) -> tuple[int, int]:
     follow the runner and its value-less flags (``-q``), up to the first option. Nothing can
     read them as an option's value, so they may move anywhere pytest takes positional words.
     An empty range for another runner, or when an option that may take a value comes first."""
-    start = _runner_length(argv)
+    start = runner_length(argv)
     if runner_name(argv) not in PYTEST_RUNNERS:
         return start, start
     while start < len(argv) and argv[start] in SAFE_FLAGS:
@@ -260,7 +260,7 @@ def run_selection(
     start = cwd
     if invocation_dir is not None and Path(invocation_dir).resolve() != Path(cwd).resolve():
         start = Path(invocation_dir)
-        argv = from_invocation_dir(argv, Path(cwd), start, skip=_runner_length(argv))
+        argv = from_invocation_dir(argv, Path(cwd), start, skip=runner_length(argv))
     if selection_file is not None:
         argv = through_selection_file(argv, selection_file)
     full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]

@@ -258,6 +258,10 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         shapes = f", {messages} messages" if messages > 1 else ""
         about = _shorten(f"{group.name} in {group.path}{shapes} ({message})")
     verb = _type_info(failure_type)[0]
+    raised = _raised(first) if failure_type == TEST_ASSERTION else None
+    if raised is not None:  # an exception, not a failed assertion: what it is, where it was raised
+        messages = len({normalised_message(m) for m in members})
+        verb, about = raised[0], _shorten(raised[1] + (f", {messages} messages" if messages > 1 else ""))
     count = f" ({len(nodeids)} tests)" if len(nodeids) > 1 else f" in {nodeids[0]}" if nodeids else ""
     located = locate(ranked, source)
     return PlanAction(
@@ -280,6 +284,18 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         excerpt=located.excerpt,
         keys=_ACTION_KEYS + located.action_keys(),
     )
+
+
+def _raised(failure: FailureEntry) -> Optional[tuple[str, str]]:
+    """The title's verb and place for a failure that raised an exception (not an assertion's):
+    ``Fix the TypeError`` and ``raised in json/decoder.py:355 (JSONDecoder.raw_decode) from
+    parse in mod.py`` (a library's frame, then the project's that called it)."""
+    evidence = failure.root_cause
+    if evidence is None or not evidence.exception:
+        return None
+    places = [p for p in (evidence.raised, evidence.frame) if p is not None]
+    said = [f"{p.path}:{p.line} ({p.name})" if p.line is not None else f"{p.path} ({p.name})" for p in places]
+    return f"Fix the {evidence.exception}", "raised in " + " from ".join(said) if said else "raised"
 
 
 def _hypotheses(actions: Sequence[PlanAction], groups: Sequence[Group]) -> tuple[Hypothesis, ...]:

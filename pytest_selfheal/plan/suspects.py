@@ -161,22 +161,18 @@ def votes_of(failure: FailureEntry, methods: Mapping[Definition, list[Definition
             if ref is not None:
                 add(ref[0], EvidenceKind.STACK, ref[1])
         return list(found.values())
-    calls = evidence.calls
-    # A class stands for its methods: weakly when the test names some of them (they vote).
-    functions = any(_names_line(item) for item in calls)
-    for item in calls:
+    # A class is never a suspect itself: it stands for its methods, those the test names
+    # (its ``__init__`` when the test builds one) and those some failure's traceback names.
+    for item in evidence.calls:
         ref = _ref(item)
         if ref is None:
             continue
-        if functions and not _names_line(item):
-            add(ref[0], EvidenceKind.CLASS, None)
-        classes = [ref[0]] + [_definition(b) for b in item.bases if "::" in b]
-        linked = [m for cls in classes for m in methods.get(cls, [])]
-        if linked:
-            for method in linked:
-                add(method, EvidenceKind.CLASS, None)
-        if not functions or _names_line(item):
+        if _names_line(item):
             add(ref[0], EvidenceKind.CALLS, ref[1])
+            continue
+        classes = [ref[0]] + [_definition(b) for b in item.bases if "::" in b]
+        for method in (m for cls in classes for m in methods.get(cls, [])):
+            add(method, EvidenceKind.CLASS, None)
     return list(found.values())
 
 

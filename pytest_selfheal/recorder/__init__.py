@@ -176,7 +176,8 @@ class RootCauseHook:
             return resolver.doctest(dtest, excinfo)
         funcargs = getattr(item, "funcargs", None)
         return resolver.resolve(getattr(item, "obj", None), evidence.traceback_of(excinfo),
-                                funcargs if isinstance(funcargs, dict) else None, getattr(item, "cls", None))
+                                funcargs if isinstance(funcargs, dict) else None, getattr(item, "cls", None),
+                                getattr(excinfo, "value", None))
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:

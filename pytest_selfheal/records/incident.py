@@ -74,6 +74,17 @@ class RootCause(JsonRecord):
                 ),
             ),
         ),
+        Field("exception", checked(string, description="The exception's type when it is not an assertion's.")),
+        Field(
+            "raised",
+            checked(
+                CodeRef.parse,
+                description=(
+                    "Where that exception was raised when it was outside the project: a library's or the standard"
+                    " library's file (relative to its import root), function and line."
+                ),
+            ),
+        ),
     )
 
     frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
@@ -81,6 +92,8 @@ class RootCause(JsonRecord):
     test_line: Optional[CodeRef] = None  # the last test-file line of the traceback (the assertion)
     calls: tuple[CodeRef, ...] = ()  # the project functions and classes the test calls, where they are defined
     spectrum: tuple[CodeRef, ...] = ()  # --selfheal-spectrum: the functions it ran, most suspicious first
+    exception: Optional[str] = None  # the exception's type (``json.JSONDecodeError``) unless an assertion's
+    raised: Optional[CodeRef] = None  # where it was raised outside the project (``json/decoder.py``)
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

@@ -1,0 +1,45 @@
+"""The loop's localisation run: the coverage spectrum of a run, written to a file (edge).
+
+Before the first iteration of an incident captured without ``--selfheal-spectrum``, the
+loop re-runs the failing tests' files (the failing tests and their passing neighbours)
+with :envvar:`SELFHEAL_LOCALISE` naming a file (docs/loop.md "Suspects"). This run is
+passive like every verification run: it captures nothing. It records what each test ran
+(:class:`~pytest_selfheal.capture.spectrum.SpectrumHook`) and, at the session's end on the
+controller, writes the spectrum evidence of each failing test there as JSON::
+
+    {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]}}
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_selfheal.capture.spectrum import SpectrumHook
+from pytest_selfheal.store.fsio import atomic_write_json
+
+_NAME = "selfheal-localise"
+
+
+class LocaliseHook:
+    """Writes the run's spectrum evidence to ``path`` when the session ends."""
+
+    def __init__(self, spectrum: SpectrumHook, path: str) -> None:
+        self.spectrum = spectrum
+        self.path = path
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        found = self.spectrum.evidence()
+        atomic_write_json(self.path, {"spectrum": {n: [r.to_json() for r in refs] for n, refs in found.items()}})
+
+
+def start(config: pytest.Config, path: str) -> None:
+    """Record this run's spectrum (every xdist worker too) and, on the controller, write it to ``path``."""
+    worker = hasattr(config, "workerinput")
+    spectrum = SpectrumHook(str(config.rootpath), worker=worker)
+    config.pluginmanager.register(spectrum, f"{_NAME}-spectrum")
+    if not worker:
+        config.pluginmanager.register(LocaliseHook(spectrum, path), _NAME)
+
+
+__all__ = ["LocaliseHook", "start"]

@@ -1,0 +1,132 @@
+"""Localisation before the first iteration: the plan's suspects ranked by a coverage spectrum (edge).
+
+A capture without ``--selfheal-spectrum`` sees only the failing tests, so it cannot tell a
+symptom every failing test reaches from the cause the passing tests never run. Before the
+first iteration of such an incident (``verification.localise``, on by default), the loop
+runs the failing tests' files once (the failing tests and their passing neighbours: a cost
+that grows with the failures, never with the suite) as a passive run recording what each
+test runs (capture/localise.py), adds each failing test's most suspicious functions to its
+``root_cause`` ``spectrum`` and rebuilds the plan from them, before any repair provider or
+agent reads it (docs/loop.md "Suspects"). The run is not an iteration and judges nothing; a
+run that cannot localise (refused, timed out, nothing recorded) leaves the plan as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import InputError, RefusedError
+from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, verify_dir_prefix
+from pytest_selfheal.names import LOCALISE_ENV
+from pytest_selfheal.plan.build import build_plan, render_plan_md, verification_argv
+from pytest_selfheal.plan.groups import selection_file
+from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.source import project_source
+
+PLUGIN_MODULE = "pytest_selfheal.plugin"
+_NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+
+
+def wanted(incident: Incident, effective: EffectiveConfig, attempts: int) -> bool:
+    """Whether the loop localises before its next iteration: the first of the incident, on a
+    capture with root-cause evidence, no spectrum yet, and a passing test (a spectrum of
+    failing tests alone says nothing the capture's evidence does not)."""
+    failures = incident.failures
+    counts = incident.counts
+    passed = counts.get("tests", 1) - counts.get("failed", 0) - counts.get("skipped", 0) - counts.get("errors", 0)
+    return (effective.settings.verification.localise and attempts == 0 and bool(failures) and passed > 0
+            and any(f.root_cause is not None for f in failures)
+            and not any(f.root_cause is not None and f.root_cause.spectrum for f in failures))
+
+
+def _files(incident: Incident, root: Path) -> list[str]:
+    """The test files of the incident's failing tests that exist below ``root``."""
+    out: list[str] = []
+    for failure in incident.failures:
+        path = selection_file(failure.nodeid) if failure.nodeid else None
+        if path and path not in out and (root / path).is_file():
+            out.append(path)
+    return out
+
+
+def read_spectrum(path: Path) -> dict[str, tuple[CodeRef, ...]]:
+    """The spectrum evidence a localisation run wrote (capture/localise.py), per failing node id;
+    empty when the file is missing or does not parse."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        found = doc["spectrum"]
+        return {str(n): tuple(CodeRef.from_json(r, "spectrum") for r in refs) for n, refs in found.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, InputError):
+        return {}
+
+
+def with_spectra(failures: Sequence[FailureEntry], spectra: Mapping[str, tuple[CodeRef, ...]]) -> tuple[FailureEntry, ...]:
+    """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
+    out = []
+    for failure in failures:
+        found = spectra.get(failure.nodeid or "")
+        if found:
+            failure = replace(failure, root_cause=replace(failure.root_cause or RootCause(), spectrum=found))
+        out.append(failure)
+    return tuple(out)
+
+
+def localise(
+    run: LoopRun,
+    *,
+    plan: Plan,
+    effective: EffectiveConfig,
+    project_root: Path,
+    trusted: Sequence[str],
+    env: Optional[Mapping[str, str]],
+    say: Callable[[str], None],
+) -> Plan:
+    """Run the localisation of ``run``'s incident and return its plan, rebuilt when the run
+    ranked some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
+    incident, incident_id = run.incident, run.incident_id
+    argvs = verification_argv(plan)
+    files = _files(incident, project_root)
+    if not argvs or not files:
+        return plan
+    child = dict(os.environ if env is None else env)
+    # Without plugin autoload the run loads the plugin itself (with it, by its module name
+    # twice over would be an error).
+    plugin = ["-p", PLUGIN_MODULE] if child.get(_NO_AUTOLOAD) else []
+    argv = argvs[0][: runner_length(argvs[0])] + ["-q", *plugin, *files, *trusted]
+    try:
+        check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root, trusted=trusted)
+    except RefusedError as exc:
+        say(f"selfheal: localisation not run: {exc}")
+        return plan
+    say(f"selfheal: incident {incident_id}: localising: running the {len(files)} test file(s) of its failures")
+    with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
+        out = Path(tmp) / "spectrum.json"
+        child[LOCALISE_ENV] = str(out)
+        done = run_selection(argv, cwd=project_root, junit_path=Path(tmp) / "junit.xml",
+                             timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
+                             invocation_dir=start_dir(project_root, incident.invocation_dir))
+        spectra = {} if done.timed_out else read_spectrum(out)
+    if not spectra:
+        say("selfheal: localisation recorded nothing; the capture's plan stands")
+        return plan
+    with run.store.lock():
+        run.incident = run.store.update_incident(
+            incident_id, failures=[f.to_json() for f in with_spectra(incident.failures, spectra)])
+        rebuilt = build_plan(run.incident, generated_at=ev.format_ts(), source=project_source(run.incident.rootdir))
+        run.write_plan(rebuilt, render_plan_md(rebuilt))
+        run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in rebuilt.actions], localised=True)
+    return rebuilt
+
+
+__all__ = ["localise", "read_spectrum", "wanted", "with_spectra"]

@@ -1,0 +1,144 @@
+"""Evidence, not noise: what the capture records and how the plan words it (through pytester)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from helpers import git_commit_all
+
+# A wrong value computed by a helper; the failing assertion's explanation calls
+# Money.__repr__ (and, through it, Money.amount), which no test of the helper needs.
+MONEY = '''
+def _cents(text):
+    whole, _, frac = text.partition(".")
+    return int(whole) * 100 + int(frac or 0) * 10  # the bug: "1.05" is 150
+
+
+class Money:
+    def __init__(self, text):
+        self.cents = _cents(text)
+
+    @property
+    def amount(self):
+        return sum(c for c in [self.cents])
+
+    def __eq__(self, other):
+        return isinstance(other, Money) and self.cents == other.cents
+
+    def __repr__(self):
+        return f"Money({self.amount})"
+'''
+
+TESTS = '''
+from money import Money
+
+def test_cents():
+    assert Money("1.05") == Money("1.050")
+
+def test_whole():
+    assert Money("2") == Money("2.0")
+
+def test_amount():
+    assert Money("3").amount == 300
+'''
+
+
+def _spectrum(pytester: pytest.Pytester) -> list[dict[str, Any]]:
+    pytester.makepyfile(money=MONEY, test_money=TESTS)
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, passed=2)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    (failure,) = json.loads(incident.read_text())["failures"]
+    found: list[dict[str, Any]] = failure["root_cause"]["spectrum"]
+    return found
+
+
+def test_what_only_explains_a_failed_assertion_is_not_evidence(pytester: pytest.Pytester) -> None:
+    """The rewritten assertion's repr of its operands runs Money.__repr__ only because the
+    test failed (and Money.amount through it): neither is in the spectrum, where __repr__,
+    run by the failing test alone, ranked first."""
+    assert {s["name"] for s in _spectrum(pytester)} == {"Money.__eq__", "Money.__init__", "_cents"}
+
+
+def test_a_function_is_keyed_by_its_def_line(pytester: pytest.Pytester) -> None:
+    """A property is the line of its def, not of @property; a generator expression is the
+    function it is written in, at that function's def."""
+    pytester.makepyfile(test_amount_fails='''
+from money import Money
+
+def test_amount_of_cents():
+    assert Money("1.05").amount == 105
+''')
+    names = {s["name"]: s["line"] for s in _spectrum_of(pytester, failed=2, passed=2)}
+    lines = MONEY.lstrip("\n").splitlines()
+    assert lines[names["Money.amount"] - 1].strip() == "def amount(self):"
+    assert lines[names["_cents"] - 1].startswith("def _cents")
+    assert not any("<genexpr>" in n for n in names)
+
+
+def _spectrum_of(pytester: pytest.Pytester, *, failed: int, passed: int) -> list[dict[str, Any]]:
+    pytester.makepyfile(money=MONEY, test_money=TESTS)
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=failed, passed=passed)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    return [s for f in json.loads(incident.read_text())["failures"] for s in f["root_cause"]["spectrum"]]
+
+
+def test_an_exception_raised_in_library_code_is_planned_as_such(pytester: pytest.Pytester) -> None:
+    """A TypeError raised inside json by the project's call, and an OSError raised by a C
+    call in the project: each action says what was raised and where, not "the failing
+    assertion"; a failed assert keeps its wording."""
+    pytester.makepyfile(mod="import json, os\n\ndef parse(text):\n    return json.loads(text, object_hook=1)\n\n"
+                            "def load(path):\n    return os.stat(path)\n\ndef two():\n    return 3\n")
+    pytester.makepyfile(test_mod="from mod import load, parse, two\n\ndef test_parse():\n    parse('{\"a\": {}}')\n\n"
+                                 "def test_load():\n    load('/nonexistent/x')\n\ndef test_two():\n    assert two() == 2\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=3)
+    (plan,) = (pytester.path / ".selfheal" / "error_plans").glob("*/plan.json")
+    titles = sorted(a["title"] for a in json.loads(plan.read_text())["actions"])
+    assert titles[0] == "Fix the FileNotFoundError in test_mod.py::test_load: raised in mod.py:7 (load)"
+    assert titles[1].startswith("Fix the TypeError in test_mod.py::test_parse: raised in json/")
+    assert titles[1].endswith(" from mod.py:4 (parse)") and "(JSONDecoder.raw_decode)" in titles[1]
+    assert titles[2] == "Fix the failing assertion in test_mod.py::test_two: two in mod.py (assert 3 == 2)"
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    failures = {f["test"].rsplit(":", 1)[-1]: f["root_cause"] for f in json.loads(incident.read_text())["failures"]}
+    assert failures["test_load"]["exception"] == "FileNotFoundError" and "raised" not in failures["test_load"]
+    assert "exception" not in failures["test_two"]
+
+
+def test_a_git_ignored_generated_module_is_never_a_target_path(pytester: pytest.Pytester) -> None:
+    """A failure with no evidence targets the modules its test imports, behind the package's
+    __init__ too: the tracked ones, not the generated, git-ignored _version.py."""
+    pytester.makepyfile(**{"pkg/__init__": "from ._version import VERSION\nfrom .core import *\n",
+                           "pkg/_version": "VERSION = '1.0'\n", "pkg/core": "LIMIT = 3\n",
+                           "test_pkg": "import pkg\n\ndef test_limit():\n    assert pkg.LIMIT == 2\n"})
+    (pytester.path / ".gitignore").write_text("pkg/_version.py\n.selfheal/\n")
+    git_commit_all(pytester.path)
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    (plan,) = (pytester.path / ".selfheal" / "error_plans").glob("*/plan.json")
+    (action,) = json.loads(plan.read_text())["actions"]
+    assert action["target_paths"] == ["pkg/__init__.py", "pkg/core.py"]
+
+
+def test_what_only_words_a_unittest_failure_is_not_evidence(pytester: pytest.Pytester) -> None:
+    """unittest's assertEqual runs Money.__repr__ (and Money.amount) for its message only."""
+    pytester.makepyfile(money=MONEY, test_money='''
+import unittest
+from money import Money
+
+class TestMoney(unittest.TestCase):
+    def test_cents(self):
+        self.assertEqual(Money("1.05"), Money("1.050"))
+
+    def test_whole(self):
+        self.assertEqual(Money("2"), Money("2.0"))
+
+    def test_amount(self):
+        self.assertEqual(Money("3").amount, 300)
+''')
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, passed=2)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    (failure,) = json.loads(incident.read_text())["failures"]
+    assert {s["name"] for s in failure["root_cause"]["spectrum"]} == {"Money.__eq__", "Money.__init__", "_cents"}
