@@ -305,7 +305,6 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
                                         "summary", "next"]
     assert ran.to_json()["counts"] == {"failed": 2} and ran.to_json()["decision"] == "CONTINUE"
     assert verdict_lines(ran)[:3] == ["CONTINUE: s", "pytest: 2 failed (exit code 1)",
-                                      "incident i1: iteration 2 of 5, fingerprint changed, progress no "
-                                      "(flaky: a test changed outcome with no code change)"]
+                                      "incident i1: iteration 2 of 5, fingerprint changed, progress no (flaky)"]
     redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
     assert "ghp_" not in redacted.summary and redacted.decision is Decision.CONTINUE

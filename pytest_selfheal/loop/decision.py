@@ -14,6 +14,7 @@ from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
     ACTION_CONTINUE,
     ACTION_STOP,
+    HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
     PRECEDENCE,
@@ -125,6 +126,9 @@ def decide(
             reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes,
             unverified=unverified,
         )
+        if reason == StopReason.HARNESS_CHANGED:
+            # The judge changed: nothing this run saw counts as progress (not judged).
+            progress = Progress(False, (HARNESS_CHANGED,), progress.fingerprint_changed, ())
         if flaky_only and reason != StopReason.SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
                         + ", ".join(sorted(failing_tests(cur))[:5]) + "): it failed on every re-run, which the "

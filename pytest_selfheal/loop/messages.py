@@ -9,8 +9,6 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Optional
 
 from pytest_selfheal.loop.policy import (
-    FLAKY,
-    MESSAGE_UNSTABLE,
     REPAIR_CRASHED,
     REPAIR_NO_FIX_FOUND,
     REPAIR_TIMEOUT,
@@ -25,7 +23,7 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
-from pytest_selfheal.records.stops import stop_facts, stop_tone
+from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
 from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason
 
 # --------------------------------------------------------------------------- decision sentences
@@ -249,13 +247,9 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
 
     ``selfheal: incident <id> iteration 2 of 3: fingerprint same, progress no -> STOP repeated_fingerprint``
     """
-    fp = "changed" if decision.progress.fingerprint_changed else "same"
-    prog = "yes" if decision.progress.progress else "no"
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
-    reasons = decision.progress.reasons
-    unstable = " (message unstable)" if MESSAGE_UNSTABLE in reasons else " (flaky)" if FLAKY in reasons else ""
-    text = (f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: "
-            f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}")
+    words = progress_words(decision.progress.fingerprint_changed, decision.progress.progress, decision.progress.reasons)
+    text = f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: {words} -> {verdict}"
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 

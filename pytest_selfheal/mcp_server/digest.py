@@ -18,6 +18,7 @@ from pytest_selfheal.errors import printable
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.mcp import Decision, RunVerdict
 from pytest_selfheal.records.report import CauseGroup, IncidentView
+from pytest_selfheal.records.stops import progress_words
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
@@ -272,11 +273,8 @@ def verdict_lines(verdict: RunVerdict) -> list[str]:
         lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in verdict.counts)
                      + f" (exit code {verdict.pytest_exit_code})")
     if verdict.iteration is not None:
-        fp = "changed" if verdict.fingerprint_changed else "same"
-        progress = "yes" if verdict.progress else "no (flaky: a test changed outcome with no code change)" \
-            if verdict.flaky else "no"
-        lines.append(f"incident {verdict.incident_id}: iteration {verdict.iteration} of "
-                     f"{verdict.max_iterations}, fingerprint {fp}, progress {progress}")
+        words = progress_words(verdict.fingerprint_changed, verdict.progress, ("flaky",) if verdict.flaky else ())
+        lines.append(f"incident {verdict.incident_id}: iteration {verdict.iteration} of {verdict.max_iterations}, {words}")
     if verdict.captured:
         lines.append(f"captured incident {verdict.captured}")
     for line in verdict.plugin_lines:
