@@ -883,6 +883,7 @@ def test_an_unstable_message_is_a_repeat_not_progress() -> None:
     assert decision.stop_reason == "repeated_fingerprint" and decision.progress.reasons == ("message_unstable",)
     assert status_line(decision, LoopPolicy(max_iterations=5)).endswith(
         "fingerprint same, progress no (message unstable) -> STOP repeated_fingerprint")
+    assert "(fingerprint F2; its message changes between runs) was seen 2 times" in decision.message
     # A repair diff in between is a code change: the new message is a new error.
     repaired = [fail(0, ["F1"]), fail(1, ["F2"], repair_result="diff")]
     assert same_error_repeats(repaired) == 1
@@ -911,6 +912,11 @@ def test_a_repeat_stop_never_reads_fingerprint_changed() -> None:
     decision = decide(DEFAULT, [capture, rerun])
     assert decision.stop_reason == "repeated_fingerprint"
     assert status_line(decision, DEFAULT).endswith("fingerprint same, progress no (flaky) -> STOP repeated_fingerprint")
+    assert "(fingerprint BUG) was seen 2 times" in decision.message
+    # The flaky failure came first at capture: the stop names the one repeated, and says so.
+    flaky_first = fail(0, ["FL", "BUG"], outcomes={"fl": "failed", "bug": "failed"})
+    message = decide(DEFAULT, [flaky_first, rerun]).message
+    assert "(fingerprint BUG; not the capture's first failure (FL), which no longer fails) was seen 2" in message
 
 
 def test_a_failing_test_that_skips_is_not_verified_never_flaky() -> None:

@@ -84,6 +84,7 @@ def stop_message(
     # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
     evidence = [o for o in observations if is_evidence(o)]
     fingerprint = evidence[-1].primary_fingerprint if evidence else cur.primary_fingerprint if cur else None
+    fingerprint_note = _fingerprint_note(fingerprint, evidence)
     left = max(0, policy.max_iterations - iteration)
     no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
     values = {
@@ -98,6 +99,7 @@ def stop_message(
         "budget": policy.max_runtime_minutes or 0.0,
         "unverified": unverified,
         "fingerprint": fingerprint,
+        "fingerprint_note": fingerprint_note,
         "rest": f" without using the {plural(left, 'remaining iteration')}" if left else "",
         "flaky_note": f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else "",
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
@@ -105,6 +107,21 @@ def stop_message(
         "changes": changed_summary(cur.harness_changed if cur is not None else ()),
     }
     return stop_facts(reason).message.format_map(values)
+
+
+def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation]) -> str:
+    """What a repeat's fingerprint is, when it is not simply the capture's first failure's:
+    the capture's is named (it passed since, or still fails beside it), and a fingerprint not
+    seen before (an unstable message) says so."""
+    if fingerprint is None or len(evidence) < 2:
+        return ""
+    if fingerprint not in evidence[-2].fingerprint_set:
+        return "; its message changes between runs"
+    first = evidence[0].primary_fingerprint
+    if first is None or first == fingerprint:
+        return ""
+    gone = first not in evidence[-1].fingerprint_set
+    return f"; not the capture's first failure ({first}), which {'no longer fails' if gone else 'fails too'}"
 
 
 # --------------------------------------------------------------------------- stop artefacts

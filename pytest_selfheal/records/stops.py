@@ -32,6 +32,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "budget",  # ralf_lite.max_runtime_minutes (0 when unset)
     "unverified",  # the failures over the capture's cap
     "fingerprint",  # the repeated failure's fingerprint
+    "fingerprint_note",  # ", not the capture's first failure (<fp>), which ..." when they differ, or ""
     "rest",  # " without using the 2 remaining iterations", or ""
     "flaky_note",  # "; flaky (passed without a code change): a, b", or ""
     "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
@@ -123,7 +124,7 @@ STOPS: Mapping[str, StopFacts] = {
     ),
     StopReason.REPEATED_FINGERPRINT: StopFacts(
         _ESCALATED,
-        "The same failure (fingerprint {fingerprint}) was seen {same} times in a row, the capture included; "
+        "The same failure (fingerprint {fingerprint}{fingerprint_note}) was seen {same} times in a row, the capture included; "
         "stopping{rest}.",
         (
             ("investigate", "Investigate the repeated failure manually", "selfheal show {id}"),

@@ -189,6 +189,9 @@ def _delta_section(incident: Incident, attempts: Sequence[Attempt]) -> list[str]
         lines.append(f"- ran to no verdict (not fixed): {unverified_summary(unverified)}")
     if not fp_now:
         lines.append("- fingerprint: no failure fingerprint in the latest run")
+    elif fp_now == fp_before and latest.repair is None:
+        lines.append("- fingerprint: SAME as before — the re-run without a change saw this failure again (nothing "
+                     "has been tried on it yet)")
     elif fp_now == fp_before:
         lines.append("- fingerprint: SAME as before — the previous change did not affect this failure")
     elif fp_now - fp_before:
