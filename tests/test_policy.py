@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -18,7 +19,7 @@ from schema_check import assert_valid
 from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
+from pytest_selfheal.loop.messages import command_shown, decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
     STOP_REASONS,
@@ -959,3 +960,21 @@ def test_known_flaky_reads_the_capture_triage() -> None:
         {"nodeid": "t::c", "fingerprint": "f3", "triage": {"label": "new", "detail": ""}},
     ])
     assert known_flaky(incident) == frozenset({"t::a", "t::b"})
+
+
+def test_lines_that_list_node_ids_are_bounded() -> None:
+    """10,000 flaky tests beside a real bug made one 365 KB escalation line."""
+    flaky = [f"t.py::test_{n}" for n in range(10_000)]
+    capture = fail(0, ["BUG"], outcomes={"bug": "failed", **{n: "failed" for n in flaky}})
+    rerun = fail(1, ["BUG"], outcomes={"bug": "failed", **{n: "passed" for n in flaky}})
+    green_run = green(1, outcomes={n: "passed" for n in flaky})
+    success = decide(DEFAULT, [fail(0, outcomes={n: "failed" for n in flaky}), green_run])
+    assert success.stop_reason == "success" and success.message.endswith("t.py::test_4 and 9,995 more.")
+    assert len(success.message) < 300
+    known = decide(DEFAULT, [capture, rerun], known_flaky={"bug"})
+    assert len(known.message) < 600
+    argv = ["python", "-m", "pytest", "-q", *flaky, "-p", "no:randomly"]
+    assert command_shown(argv) == ("python -m pytest -q t.py::test_0 t.py::test_1 t.py::test_2 t.py::test_3 "
+                                   "t.py::test_4 (+9,995 more test ids) -p no:randomly")
+    few = ["python", "-m", "pytest", "a b.py::t", "c.py::u"]
+    assert command_shown(few) == shlex.join(few)
