@@ -494,6 +494,14 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
             shown = await client.call_tool("show", {"incident_id": incident_id})
             assert size_of(shown) <= limit and "[cut: " in text_of(shown)
             assert f"`selfheal show {incident_id} --json` prints everything" in text_of(shown)
+            negative = await client.call_tool("show", {"incident_id": incident_id, "group": 1, "offset": -5})
+            assert negative.is_error and text_of(negative) == (
+                "show: offset -5: an offset counts tests from the first (0), never below 0")
+            # Captured seconds ago without options (none recorded is "none", not "not recorded"):
+            # a run with options is judged by the options check, never refused as a pre-options incident.
+            other = await client.call_tool("run_tests", {"selection": ["test_many.py"], "pytest_args": ["-q"]})
+            assert "captured before pytest options were recorded" not in text_of(other), text_of(other)
+            assert not other.is_error and (other.structured_content or {})["incident_id"] == incident_id, text_of(other)
             report = await client.call_tool("report", {})
             assert size_of(report) <= limit
             for result in (many, shown, report):

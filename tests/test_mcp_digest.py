@@ -224,10 +224,12 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
         async with session(project) as client:
             first = await client.call_tool("run_tests", {})
             incident_id = (first.structured_content or {})["captured"]
-            # As an incident captured before options were recorded has it: no pytest_options.
+            # As an incident captured before options were recorded has it: no pytest_options
+            # (none recorded is no key too) and no seal (sealing came later).
             path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
             doc = json.loads(path.read_text())
             doc.pop("pytest_options", None)
+            doc.pop("seal", None)
             path.write_text(json.dumps(doc))
             other = await client.call_tool("run_tests", {"pytest_args": ["-p", "no:cacheprovider"]})
             assert other.is_error and "captured before pytest options were recorded" in text_of(other)

@@ -185,6 +185,8 @@ class Project:
                     "prints everything")
             return ToolResult(fit(incident_blocks(view), limit, what="block(s) (root-cause groups, plan, attempts)",
                                   more=more))
+        if offset is not None and offset < 0:
+            raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
         head = f"# Incident {resolved}\n"
         try:
             return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
