@@ -105,6 +105,14 @@ def test_the_budget_is_not_fresh_after_a_code_change(stopped: pytest.Pytester) -
     assert found and found.group(1) == earlier and found.group(2) == "3", out
     assert found.group(4).startswith("STOP")
     assert _ids(stopped, "inbox") == []
+    # The budget of 3 is used up: another change has no iteration left (it was "iteration 4 of 3").
+    stopped.makepyfile(mod="# three\n" + BUGGY)
+    out = stopped.runpytest("--selfheal").stdout.str()
+    assert "iteration 4" not in out, out
+    assert (f"incident {earlier} iteration 3 of 3: 2 failure(s) already stopped (repeated_fingerprint), "
+            "no iteration left -> STOP already_stopped") in out
+    assert f"only a reopen gives it new iterations: selfheal reopen {earlier}" in out
+    assert len(_attempts(stopped, earlier)) == 3 and _ids(stopped, "inbox") == []
 
 
 def test_a_fix_after_the_stop_is_a_plain_green_run(stopped: pytest.Pytester) -> None:
