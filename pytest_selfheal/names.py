@@ -88,3 +88,8 @@ INCIDENT_ID_PATTERN = "^incident_[0-9]{8}_[0-9]{6}_[A-Za-z0-9_-]{1,40}$"
 def archive_dir(bucket: str) -> str:
     """The folder, relative to the reports root, of the closed incidents of ``bucket``."""
     return f"{ARCHIVE_DIR}/{bucket}"
+
+
+def archived_path(bucket: str, incident_id: str) -> str:
+    """Where a closed incident's folder is, relative to the reports root (``archived_to``)."""
+    return f"{archive_dir(bucket)}/{incident_id}"

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
-from pytest_selfheal.github import ci, ci_inputs, ci_verdict
+from pytest_selfheal.github import ci, ci_inputs
+from pytest_selfheal.records.ci import CiVerdict
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = ROOT / "action.yml"
@@ -136,7 +137,7 @@ def test_input_variables_are_exactly_what_python_reads() -> None:
 def test_outputs_map_to_the_outputs_selfheal_ci_writes() -> None:
     action = _action()
     step_ids = {s.get("id") for s in _steps()}
-    written = set(ci.CiResult(0, ci_verdict.Verdict("passed", "none", 0, None, 0), "").outputs())
+    written = set(ci.CiResult(0, CiVerdict("passed", "none", 0, None, 0), "").outputs())
     assert {"final-status", "stop-reason", "iterations", "incident-id", "report-path"} <= set(action["outputs"])
     for name, spec in action["outputs"].items():
         match = _STEP_OUTPUT.match(str(spec["value"]))

@@ -51,6 +51,13 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.recorder.finish", "pytest_selfheal.run.entry"),
     # Reading the environment for secrets is I/O: merging the config does none.
     ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),
+    # The repair side (providers, worktrees, patches): only when a repair provider runs.
+    ("pytest_selfheal.run.entry", "pytest_selfheal.repair.session"),
+    # The MCP SDK, an optional extra, is imported by the server module.
+    ("pytest_selfheal.cli.commands.mcp", "pytest_selfheal.mcp_server.server"),
+    # A ``selfheal`` run imports the one command it runs.
+    *(("pytest_selfheal.cli.main", f"pytest_selfheal.cli.commands.{path.stem}")
+      for path in (PACKAGE / "cli" / "commands").glob("[!_]*.py")),
 }
 
 

@@ -24,7 +24,7 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
 from pytest_selfheal.github.client import marker
-from pytest_selfheal.records.ci import ActionInputs
+from pytest_selfheal.records.ci import ActionInputs, CiVerdict
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.report.data import build_report
@@ -489,7 +489,7 @@ def test_loop_statuses_use_the_same_exit_code_map(status: str, expected: int) ->
 
 
 def test_verdict_without_incident() -> None:
-    assert ci_verdict.verdict_without_incident(0) == ci_verdict.Verdict("passed", "none", 0, None, 0)
+    assert ci_verdict.verdict_without_incident(0) == CiVerdict("passed", "none", 0, None, 0)
     assert ci_verdict.verdict_without_incident(1).stop_reason == "not_captured"
     assert ci_verdict.verdict_without_incident(2).final_status == "error"
 

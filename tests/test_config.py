@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_selfheal.config import files as config_files
-from pytest_selfheal.config.files import global_config_path, load_config, read_pytest_ini
+from pytest_selfheal.config.files import find_pytest_ini, global_config_path, load_config
 from pytest_selfheal.config.keys import DEFAULTS, SCHEMA, ini_table, reference_table
 from pytest_selfheal.config.settings import (
     ConfigLayer,
@@ -502,6 +502,12 @@ def test_every_ini_name_maps_to_a_schema_key() -> None:
 # --- pytest ini files ------------------------------------------------------------------
 
 
+def ini_options(project_root: Path) -> dict[str, str]:
+    """The ``selfheal*`` options of the pytest config file ``load_config`` would read."""
+    found = find_pytest_ini(project_root)
+    return found[1] if found else {}
+
+
 @pytest.mark.parametrize(
     "name, content",
     [
@@ -514,19 +520,19 @@ def test_every_ini_name_maps_to_a_schema_key() -> None:
         ("setup.cfg", "[metadata]\nname = x\n[tool:pytest]\nselfheal_max_iterations = 4\n"),
     ],
 )
-def test_read_pytest_ini_kinds(tmp_path: Path, name: str, content: str) -> None:
+def test_find_pytest_ini_kinds(tmp_path: Path, name: str, content: str) -> None:
     (tmp_path / name).write_text(content)
-    assert read_pytest_ini(tmp_path) == {"selfheal_max_iterations": "4"}
+    assert ini_options(tmp_path) == {"selfheal_max_iterations": "4"}
 
 
-def test_read_pytest_ini_order_and_sections(tmp_path: Path) -> None:
-    assert read_pytest_ini(tmp_path) == {}
+def test_find_pytest_ini_order_and_sections(tmp_path: Path) -> None:
+    assert ini_options(tmp_path) == {}
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\nselfheal_max_iterations = 1\n")
     (tmp_path / "tox.ini").write_text("[tox]\n")  # no [pytest] section: skipped, like pytest
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no pytest table: skipped
-    assert read_pytest_ini(tmp_path) == {"selfheal_max_iterations": "1"}
+    assert ini_options(tmp_path) == {"selfheal_max_iterations": "1"}
     (tmp_path / "pytest.ini").write_text("[other]\nselfheal_max_iterations = 2\n")
-    assert read_pytest_ini(tmp_path) == {}  # pytest.ini wins even without a [pytest] section
+    assert ini_options(tmp_path) == {}  # pytest.ini wins even without a [pytest] section
 
 
 def test_toml_lists_keep_items_apart(tmp_path: Path, env: dict[str, str]) -> None:
@@ -552,7 +558,7 @@ def test_toml_lists_keep_items_apart(tmp_path: Path, env: dict[str, str]) -> Non
 def test_bad_pytest_config_files(tmp_path: Path, name: str, content: str, expected: str) -> None:
     (tmp_path / name).write_text(content)
     with pytest.raises(ConfigError) as info:
-        read_pytest_ini(tmp_path)
+        ini_options(tmp_path)
     assert str(info.value).startswith(f"{tmp_path / name}: {expected}")
 
 

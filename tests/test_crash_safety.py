@@ -1,5 +1,5 @@
 """SIGKILL ``selfheal loop`` at many points; the root stays readable and the loop resumes to the
-same final result without losing or duplicating an attempt (issue 4 item 7).
+same final result without losing or duplicating an attempt.
 
 Two kinds of kill points:
 

@@ -1,4 +1,4 @@
-"""Doctests as first-class failures (issue 21): a readable message (the failing example,
+"""Doctests as first-class failures: a readable message (the failing example,
 expected and got), a class of their own (DOCTEST_MISMATCH), grouped with the code failures
 that share their cause, never the incident's signature when a code failure exists, and the
 same fingerprint with and without pytest-xdist. Real pytest runs for the capture."""

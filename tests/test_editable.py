@@ -1,4 +1,4 @@
-"""The code under test is the worktree's (issue 11), with real editable installs:
+"""The code under test is the worktree's, with real editable installs:
 a project installed with ``pip install --no-build-isolation -e`` (setuptools and hatchling
 from the test extra) into its own virtual environment, captured with that environment's
 ``pytest --selfheal``, then looped by that environment's ``selfheal loop`` with an agent

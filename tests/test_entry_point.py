@@ -64,7 +64,7 @@ def test_a_command_imports_only_itself_and_status_never_pytest(tmp_path: Path) -
 def test_selfheal_loop_parent_imports_no_xml_library_nor_pytest(tmp_path: Path) -> None:
     """The parent of a ``selfheal loop`` run imports its command, the loop and the entry points
     (``importlib.metadata``), not junitparser or pytest: its child runs pytest
-    (docs/benchmarks.md, iteration). Finding the command lists a folder: no pkgutil."""
+    (docs/benchmarks.md, iteration). Finding the command imports no pkgutil."""
     probe = ("import sys\nfrom pytest_selfheal.cli.main import build_parser, command_names\n"
              "assert 'loop' in command_names()\nbuild_parser('loop')\n"
              "from pytest_selfheal.hooks import cli_plugin_manager\ncli_plugin_manager()\n"
@@ -75,11 +75,17 @@ def test_selfheal_loop_parent_imports_no_xml_library_nor_pytest(tmp_path: Path) 
     assert done.stdout.splitlines()[-1:] == ["[]"], done.stdout + done.stderr
 
 
-def test_every_command_module_is_named_like_its_command() -> None:
+def test_every_command_module_is_listed_and_named_like_its_command() -> None:
+    from pytest_selfheal.cli import commands
     from pytest_selfheal.cli.main import command_module, command_names
 
+    folder = Path(commands.__file__).parent
+    modules = {p.stem.replace("_", "-") for p in folder.glob("*.py") if not p.name.startswith("_")}
+    assert sorted(modules) == command_names()  # a new command module is listed, none is left out
     for name in command_names():
         assert command_module(name).NAME == name
+    with pytest.raises(ValueError, match="no selfheal command 'nope'"):
+        command_module("nope")
 
 
 # Writes the package's modules loaded by the end of the run (after the recorder's session end).

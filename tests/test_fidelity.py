@@ -1,4 +1,4 @@
-"""Verification reproduces the project (issue 21): the repair worktree carries the ignored
+"""Verification reproduces the project: the repair worktree carries the ignored
 files the code under test needs — a generated ``_version.py`` imported by the package (as
 setuptools-scm / hatch-vcs write it), a compiled catalogue the tests read — and the final
 patch holds only the provider's change, so ``selfheal apply`` keeps ignored files the user

@@ -1,4 +1,4 @@
-"""The failure history end to end (issue 13 "Done when"): a real git repository, ``selfheal ci``
+"""The failure history end to end: a real git repository, ``selfheal ci``
 driven as in tests/test_ci.py, the loopback GitHub server, one reports root persisted from a
 push run on ``main`` to the pull-request runs."""
 

@@ -19,12 +19,16 @@ from pytest_selfheal.junit.reader import (
     iter_testcases,
     latest_failing,
     map_failing,
-    read_failing,
     text_marker,
 )
 from pytest_selfheal.records import models
 
 GOLDEN = Path(__file__).parent / "golden"
+
+
+def failing_cases(source: Any, warnings: Optional[list[str]] = None) -> list[models.TestCaseResult]:
+    """The failing testcases as the live path reads them (``map_failing`` keeping each case)."""
+    return map_failing(source, lambda case: case, warnings=warnings)
 
 
 def read(xml: str, warnings: Optional[list[str]] = None) -> list[models.TestCaseResult]:
@@ -177,14 +181,14 @@ def test_pytest_call_failure_plus_teardown_error_keeps_the_failure() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.xml")))
-def test_read_failing_equals_latest_failing_of_all_cases(name: str) -> None:
+def test_map_failing_equals_latest_failing_of_all_cases(name: str) -> None:
     path = GOLDEN / name
-    assert read_failing(path) == latest_failing(iter_testcases(path))
-    assert map_failing(path, lambda c: c.test) == [c.test for c in read_failing(path)]
+    assert failing_cases(path) == latest_failing(iter_testcases(path))
+    assert map_failing(path, lambda c: c.test) == [c.test for c in failing_cases(path)]
 
 
 def test_golden_rerunfailures_duplicates_collapse() -> None:
-    failing = read_failing(GOLDEN / "pytest_rerunfailures.xml")
+    failing = failing_cases(GOLDEN / "pytest_rerunfailures.xml")
     assert [c.test for c in failing] == ["tests.test_api::test_always_fails"]
 
 
@@ -193,7 +197,7 @@ def test_golden_teardown_double_record_keeps_the_call_failure() -> None:
         c for c in iter_testcases(GOLDEN / "pytest_xunit2.xml") if c.name == "test_fails_then_teardown_error"
     ]
     assert [c.outcome for c in records] == ["failed", "error"]
-    (kept,) = [c for c in read_failing(GOLDEN / "pytest_xunit2.xml") if c.name == records[0].name]
+    (kept,) = [c for c in failing_cases(GOLDEN / "pytest_xunit2.xml") if c.name == records[0].name]
     assert kept.outcome == "failed"
 
 
@@ -289,10 +293,10 @@ def test_truncated_real_file_yields_complete_cases_and_a_warning() -> None:
         assert len(warnings) == 1 and "truncated" in warnings[0]
 
 
-def test_truncated_read_failing_keeps_what_was_complete() -> None:
+def test_truncated_map_failing_keeps_what_was_complete() -> None:
     data = (GOLDEN / "pytest_xunit2.xml").read_bytes()
     warnings: list[str] = []
-    failing = read_failing(io.BytesIO(data[: len(data) // 2]), warnings=warnings)
+    failing = failing_cases(io.BytesIO(data[: len(data) // 2]), warnings=warnings)
     assert failing == latest_failing(iter_testcases(io.BytesIO(data[: len(data) // 2])))
     assert failing and len(warnings) == 1
 
@@ -303,7 +307,7 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r": is a directory, not a junit XML file$"):
         list(iter_testcases(tmp_path))
     with pytest.raises(InputError, match=r": is a directory, not a junit XML file$"):
-        read_failing(str(tmp_path))
+        failing_cases(str(tmp_path))
 
 
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

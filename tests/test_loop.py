@@ -31,7 +31,8 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
-from pytest_selfheal.loop.resume import observations_from_disk, pending_stop, split_runs
+from pytest_selfheal.loop.resume import pending_stop, split_runs
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.models import Failure
@@ -285,14 +286,14 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     fp = store.read_incident(incident_id).fingerprint
     common = dict(effective=effective, mode="agent", verification_commands=["python -m pytest"],
                   project_root=project, exit_code=1)
-    first = record_iteration(store, incident_id, outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
+    first = record_iteration(LoopRun.resume(store, incident_id), outcomes={nodeid: "failed"}, failures=[_failure(nodeid, "other")],
                              diff_hash="aaaa", started_at="2026-01-01T00:00:00+00:00",
                              finished_at="2026-01-01T00:00:05+00:00", **common)
     assert not first.closed and first.attempt is not None and first.attempt.iteration == 1
     assert first.status_line.endswith("iteration 1 of 3: fingerprint changed, progress yes -> CONTINUE")
     assert store.read_status(incident_id) == "running"
     # Outcomes cover the incident's selection; a failure elsewhere is a new failure.
-    second = record_iteration(store, incident_id, outcomes={nodeid: "passed"}, failures=[],
+    second = record_iteration(LoopRun.resume(store, incident_id), outcomes={nodeid: "passed"}, failures=[],
                               new_failures=[_failure("test_new.py::t", "new")], diff_hash="bbbb",
                               started_at="2026-01-01T00:01:00+00:00", finished_at="2026-01-01T00:01:30+00:00",
                               **common)
@@ -303,7 +304,7 @@ def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: P
     assert fp in second.run_result.to_json()["fingerprints_per_iteration"][0]
     assert store.locate(incident_id)[0] == "resolved"
     with pytest.raises(RefusedError, match="already archived"):
-        record_iteration(store, incident_id, outcomes={}, failures=[], diff_hash=None,
+        record_iteration(LoopRun.resume(store, incident_id), outcomes={}, failures=[], diff_hash=None,
                          started_at="2026-01-01T00:02:00+00:00", finished_at="2026-01-01T00:02:01+00:00",
                          **common)
     assert_files_valid(store, incident_id)
@@ -317,7 +318,7 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
     effective = effective_config(project, "max_iterations=5")
     nodeid = "test_calc.py::test_sub"
     outcome = record_iteration(
-        store, incident_id, effective=effective, outcomes={nodeid: "failed"},
+        LoopRun.resume(store, incident_id), effective=effective, outcomes={nodeid: "failed"},
         failures=[_failure(nodeid, "zzz")], diff_hash=None, started_at="2026-01-01T00:00:00+00:00",
         finished_at="2026-01-01T00:00:01+00:00", mode="agent", verification_commands=[], exit_code=1,
         project_root=project,
@@ -326,9 +327,11 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
     stop = policy.Decision("stop", "max_iterations", "escalated", policy.Progress(False, (), False, ()), 1, 1, False,
                            "All iterations are used.", 1, ("max_iterations",))
     # Run the close-out's first half twice (as a resume after a kill would), then completely.
-    observations = observations_from_disk(store.read_incident(incident_id), store.read_attempts(incident_id))
-    first = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
-    again = finalize(store, incident_id, stop, effective=effective, observations=observations, project_root=project)
+    observations = LoopRun.read(store, incident_id).observations()
+    first = finalize(LoopRun.resume(store, incident_id), stop, effective=effective, observations=observations,
+                     project_root=project)
+    again = finalize(LoopRun.resume(store, incident_id), stop, effective=effective, observations=observations,
+                     project_root=project)
     assert first == again
     for name in ("decision_point_needed", "loop_stopped", "incident_archived"):
         assert len(events_named(store, incident_id, name)) == 1, name

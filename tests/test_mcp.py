@@ -1,4 +1,4 @@
-"""``selfheal mcp`` driven by the SDK's own client over stdio (a real subprocess), issue 14.
+"""``selfheal mcp`` driven by the SDK's own client over stdio (a real subprocess).
 
 The server runs as ``python -m pytest_selfheal mcp`` in a real project; each test is one or
 two client sessions. The pure bound (``digest.fit``) is checked directly at the end.

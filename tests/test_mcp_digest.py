@@ -1,4 +1,4 @@
-"""``selfheal mcp`` as an agent meets it on a real project (issue 26): groups ranked by size and
+"""``selfheal mcp`` as an agent meets it on a real project: groups ranked by size and
 reachable in full page by page, the bound at ``mcp.max_chars=200``, cancellation and a client
 that goes away, a server started outside a project, the output schema, the options check of a
 capture that recorded none. The SDK's own client over stdio, as in test_mcp.py."""
@@ -25,8 +25,8 @@ from test_process import gone_within  # a liveness wait with a generous deadline
 
 from pytest_selfheal.mcp_server.digest import code_line, fit_by_value, group_page, ranked_causes, verdict_lines
 from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.mcp import Decision, RunVerdict
-from pytest_selfheal.records.report import CauseGroup, IncidentView
+from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
@@ -295,13 +295,13 @@ def test_a_code_excerpt_keeps_its_indentation_on_one_escaped_line() -> None:
 
 def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_the_record() -> None:
     made = partial(RunVerdict, pytest_exit_code=1, counts=(("failed", 2),), max_iterations=5)
-    ran = made(Decision.CONTINUE, None, "running", "s", "n", incident_id="i1", iteration=2,
+    ran = made(RunDecision.CONTINUE, None, "running", "s", "n", incident_id="i1", iteration=2,
                fingerprint_changed=True, progress=False, tests_fixed=("t::a",), flaky=True, bucket="inbox")
     head = ["pytest_exit_code", "counts", "max_iterations", "incident_id", "iteration", "captured",
             "fingerprint_changed", "progress"]
     assert list(ran.to_json()) == [*head, "tests_fixed", "flaky", "decision", "stop_reason", "status", "bucket",
                                    "summary", "next"]
-    captured = made(Decision.CONTINUE, None, "captured", "s", "n", incident_id="i2", captured="i2",
+    captured = made(RunDecision.CONTINUE, None, "captured", "s", "n", incident_id="i2", captured="i2",
                     tests_fixed=(), bucket="inbox")
     assert list(captured.to_json()) == [*head, "decision", "stop_reason", "status", "tests_fixed", "bucket",
                                         "summary", "next"]
@@ -309,7 +309,7 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
     assert verdict_lines(ran)[:3] == ["CONTINUE: s", "pytest: 2 failed (exit code 1)",
                                       "incident i1: iteration 2 of 5, fingerprint changed, progress no (flaky)"]
     redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
-    assert "ghp_" not in redacted.summary and redacted.decision is Decision.CONTINUE
+    assert "ghp_" not in redacted.summary and redacted.decision is RunDecision.CONTINUE
 
 
 def test_fit_by_value_shortens_the_least_valuable_first_and_keeps_the_essentials() -> None:
@@ -329,3 +329,17 @@ def test_fit_by_value_shortens_the_least_valuable_first_and_keeps_the_essentials
     tiny = fit_by_value(blocks, 150, value=rank, essential=2, more="x")
     assert len(tiny) <= 150 and "### Decision Point" in tiny and "### Recommended Next Action" in tiny
     assert fit_by_value(blocks[:1], 400, value=rank, essential=2, more="x") == "**verdict**"
+
+
+def test_the_output_schema_is_the_verdict_records_json() -> None:
+    from pytest_selfheal.mcp_server.server import Verdict
+    from pytest_selfheal.records.mcp import ClosedRun
+
+    every = RunVerdict(RunDecision.STOP, "already_stopped", "escalated", "s", "n", 1, (("failed", 2),), 5,
+                       incident_id="i1", iteration=2, captured="i2", fingerprint_changed=False, progress=False,
+                       tests_fixed=("t::a",), flaky=False, bucket="archive",
+                       closed=ClosedRun("i0", 3, "success", "resolved"), stopped_because="no_progress")
+    schema = Verdict.model_json_schema()
+    assert set(schema["properties"]) == set(every.to_json())  # every key the tool sends is declared
+    assert schema["required"] == ["decision"] and schema["properties"]["decision"]["enum"] == ["CONTINUE", "STOP"]
+    assert Verdict.model_validate(every.to_json()).model_dump(exclude_unset=True) == every.to_json()

@@ -22,7 +22,6 @@ from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.messages import command_shown, decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
-    STOP_REASONS,
     LoopPolicy,
     Observation,
     capture_observation,
@@ -31,12 +30,11 @@ from pytest_selfheal.loop.policy import (
     no_progress_streak,
     observation_from_attempt,
     progress_between,
-    retry_eligible,
     same_error_repeats,
 )
 from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.records.models import TEST_ASSERTION, TIMEOUT, TOOLING_ENV
-from pytest_selfheal.records.vocab import FAILURE_TYPES
+from pytest_selfheal.records.vocab import FAILURE_TYPES, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
 A = "tests/test_a.py::test_a"
@@ -147,7 +145,7 @@ STOP_CASES: list[tuple[str, LoopPolicy, list[Observation], dict[str, Any], str, 
 
 
 def test_stop_cases_cover_every_reason() -> None:
-    assert {case[4] for case in STOP_CASES} == set(STOP_REASONS)
+    assert {case[4] for case in STOP_CASES} == set(tuple(StopReason))
 
 
 @pytest.mark.parametrize(
@@ -182,7 +180,7 @@ def test_stop_cases_did_not_stop_earlier() -> None:
 
 
 def test_precedence_is_a_permutation_of_stop_reasons() -> None:
-    assert sorted(PRECEDENCE) == sorted(STOP_REASONS)
+    assert sorted(PRECEDENCE) == sorted(tuple(StopReason))
     assert len(set(PRECEDENCE)) == len(PRECEDENCE)
     assert PRECEDENCE[:5] == ("disabled", "harness_changed", "tests_edited", "unverified_failures", "success")
     assert PRECEDENCE.index("replan_requested") < PRECEDENCE.index("repeated_fingerprint")
@@ -193,7 +191,7 @@ def test_docs_state_the_same_precedence() -> None:
     match = re.search(r"^PRECEDENCE: (.+)$", text, re.MULTILINE)
     assert match, "docs/loop.md must state the precedence on a 'PRECEDENCE:' line"
     assert tuple(x.strip() for x in match.group(1).split(">")) == PRECEDENCE
-    for reason in STOP_REASONS:
+    for reason in tuple(StopReason):
         assert f"`{reason}`" in text
 
 
@@ -640,7 +638,7 @@ def test_decision_point_refuses_a_continue() -> None:
 
 
 def test_recommended_next_action() -> None:
-    for reason in STOP_REASONS:
+    for reason in tuple(StopReason):
         assert recommended_next_action(reason).endswith(".")
     assert "Continue" in recommended_next_action(None)
     with pytest.raises(ValueError):
@@ -656,24 +654,6 @@ def test_status_line_is_parseable() -> None:
     )
     go = decide(DEFAULT, [fail(0), fail(1, ["G"], diff="d1")])
     assert status_line(go, DEFAULT).endswith("iteration 1 of 3: fingerprint changed, progress yes -> CONTINUE")
-
-
-# --------------------------------------------------------------------------- retry eligibility
-
-
-@pytest.mark.parametrize(
-    "observation,transient,expected",
-    [
-        (fail(0), False, True),  # the first re-run tells flaky from deterministic
-        (fail(1), False, False),  # deterministic and nothing new: ask the provider or stop
-        (fail(1), True, True),  # transient class
-        (timed_out(1), False, True),  # timeout: retry once
-        (fail(1, ["T"], types=[TIMEOUT]), False, True),
-        (fail(1, repair_result="timeout"), False, True),
-    ],
-)
-def test_retry_eligible(observation: Observation, transient: bool, expected: bool) -> None:
-    assert retry_eligible(observation, transient) is expected
 
 
 # --------------------------------------------------------------------------- config
@@ -840,7 +820,7 @@ def test_decide_returns_continue_or_exactly_one_known_stop(
     if decision.action == "continue":
         assert decision.stop_reason is None and decision.final_status is None and decision.conditions == ()
     else:
-        assert decision.stop_reason in STOP_REASONS
+        assert decision.stop_reason in tuple(StopReason)
         assert decision.stop_reason == decision.conditions[0]
         assert list(decision.conditions) == [r for r in PRECEDENCE if r in decision.conditions]
         assert decision.final_status in ("resolved", "escalated", "replan_requested", None)
@@ -862,7 +842,7 @@ def test_loop_driven_by_decide_stops_within_max_iterations(policy: LoopPolicy, d
         assert len(observations) - 1 < policy.max_iterations
         observations.append(data.draw(observations_st(len(observations))))
     assert len(observations) - 1 <= policy.max_iterations
-    assert decision.stop_reason in STOP_REASONS
+    assert decision.stop_reason in tuple(StopReason)
 
 
 def test_a_flaky_timeout_beside_a_real_failure_does_not_void_the_observation() -> None:

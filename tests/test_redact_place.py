@@ -1,4 +1,4 @@
-"""Redaction by place (issue 35): credentials found where they sit (URL userinfo whatever its
+"""Redaction by place: credentials found where they sit (URL userinfo whatever its
 characters, command-line options, signed-URL parameters, webhook URLs, header tuples), values
 split by a line break, and names that are names (``TestToken``, ``'/etc/passwd'``). Both sides
 are measured on the corpora of tests/redaction_corpus/ (scripts/redaction_figures.py prints the

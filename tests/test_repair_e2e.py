@@ -1,6 +1,6 @@
 """Repair providers end to end: `pytest --selfheal` captures an injected bug, then
 `selfheal loop ID` runs a real agent command (a small Python script) in an isolated
-worktree, in a real git repository (issue 5 "Done when"). Captures, verifications and agents
+worktree, in a real git repository. Captures, verifications and agents
 are real subprocesses; ``selfheal`` itself runs in process (``helpers.cli``) except where a
 fresh interpreter or a signal is what is tested."""
 

@@ -30,7 +30,7 @@ from pytest_selfheal.config.settings import default_config
 from pytest_selfheal.errors import Cancelled
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import build_run_result
-from pytest_selfheal.loop.policy import STOP_REASONS, final_status_of
+from pytest_selfheal.loop.policy import final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.resume import pending_stop
 from pytest_selfheal.records.attempt import RepairBlock
@@ -116,7 +116,7 @@ def test_open_stops_and_stops_in_force() -> None:
 
 
 def test_final_status_of_every_stop_reason() -> None:
-    assert {r: final_status_of(r) for r in STOP_REASONS} == {
+    assert {r: final_status_of(r) for r in tuple(StopReason)} == {
         "success": "resolved", "max_iterations": "escalated", "repeated_fingerprint": "escalated",
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
         "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
@@ -125,7 +125,7 @@ def test_final_status_of_every_stop_reason() -> None:
     }
 
 
-@pytest.mark.parametrize("reason", STOP_REASONS)
+@pytest.mark.parametrize("reason", tuple(StopReason))
 def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
     """For every stop reason the driver's close-out and the event replay give one final status."""
     # The driver: a stop recorded in attempt 1 without its final status, rebuilt on resume
@@ -261,7 +261,7 @@ SCENARIOS: dict[str, tuple[Scenario, int, str]] = {
 
 
 def test_every_stop_reason_has_a_scenario() -> None:
-    assert sorted(SCENARIOS) == sorted(STOP_REASONS)
+    assert sorted(SCENARIOS) == sorted(tuple(StopReason))
 
 
 # A sample of the stop reasons by default (a stop that resolves, one by repetition, one by

@@ -12,8 +12,9 @@ import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.loop import policy
-from pytest_selfheal.records.report import ReportIncidentDoc
+from pytest_selfheal.records.report import Report, ReportIncident, as_report
+from pytest_selfheal.records.run_result import DecisionPoint
+from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun, parse_report
 from pytest_selfheal.report.data import build_report as build_record
 from pytest_selfheal.report.merge import merge_reports as merge_records
@@ -29,7 +30,6 @@ from pytest_selfheal.report.render import (
     render_terminal,
     text,
 )
-from pytest_selfheal.report.view import Report, ReportIncident, as_report
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
 
@@ -279,7 +279,7 @@ def test_fingerprints_per_iteration_start_with_the_capture() -> None:
 
 
 def test_reason_order_covers_every_stop_reason() -> None:
-    assert set(REASON_ORDER) - {None} == set(policy.STOP_REASONS)
+    assert set(REASON_ORDER) - {None} == set(StopReason)
     assert REASON_ORDER[-2:] == (None, "success")
 
 
@@ -297,8 +297,8 @@ def test_reason_order_covers_every_stop_reason() -> None:
     ],
 )
 def test_plan_level_worst_rule(a: Any, b: Any, worst: int) -> None:
-    entries = [ReportIncidentDoc(incident_id=f"i{i}", stop_reason=r, final_status=s, finished=r is not None)
-               for i, (r, s) in enumerate((a, b))]
+    entries = [ReportIncident.from_json({"incident_id": f"i{i}", "stop_reason": r, "final_status": s,
+                                         "finished": r is not None}) for i, (r, s) in enumerate((a, b))]
     chosen = deciding_incident(entries)
     assert chosen is not None and chosen.incident_id == f"i{worst}"
 
@@ -581,4 +581,5 @@ def test_report_records_read_odd_fields_as_defaults() -> None:
     assert (iteration.iteration, dict(iteration.outcomes), iteration.progress) == (None, {"a": "passed"}, False)
     assert parsed.runtime_minutes is None
     assert parsed.decision_point is not None
-    assert [(o.label, o.id, o.plain) for o in parsed.decision_point.options] == [("retry", None, True), ("o1", "o1", False)]
+    assert [(o.label, o.id) for o in parsed.decision_point.options] == [("retry", ""), ("o1", "o1")]
+    assert isinstance(parsed.decision_point, DecisionPoint)  # the run result's record, declared once

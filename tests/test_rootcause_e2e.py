@@ -1,4 +1,4 @@
-"""Root cause, not message, end to end (issue 11 item 3): a real `pytest --selfheal`
+"""Root cause, not message, end to end: a real `pytest --selfheal`
 capture (a subprocess) in a real git repository resolves each failure's evidence, the plan
 has one action per root cause whose target paths name the defining module, and a real agent
 command (a small script) that fixes that module in the worktree gets `success`."""

@@ -1,5 +1,5 @@
 """``selfheal stop-gate claude|cursor`` driven as the agents drive it: a real subprocess, the
-agent's payload on stdin, its answer read from stdout (issue 26); ``install`` in process."""
+agent's payload on stdin, its answer read from stdout; ``install`` in process."""
 
 from __future__ import annotations
 

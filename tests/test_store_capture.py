@@ -1,4 +1,4 @@
-"""A capture's incident published with its plan in one step (``Store.create_incident(plan=…)``, issue 10).
+"""A capture's incident published with its plan in one step (``Store.create_incident(plan=…)``).
 
 The one-step path must leave exactly what the four steps it replaces leave
 (create_incident, write_plan, append_event plan_generated, set_status planned), with fewer

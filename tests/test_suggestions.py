@@ -1,5 +1,5 @@
 """Every command that a report, a decision point, a handoff or a terminal line suggests works
-as printed (issue 11): the commands are collected from real runs that end in each
+as printed: the commands are collected from real runs that end in each
 kind of stop, then each one is run through ``helpers.cli`` on a copy of the project as it
 was when the command was printed, and must not fail with a usage, state or not-found error.
 """

@@ -38,7 +38,6 @@ def test_a_member_is_its_value_in_json_text_and_comparisons(member: TextEnum) ->
 def test_final_status_is_defined_once() -> None:
     assert IncidentStatus.RESOLVED == FinalStatus.RESOLVED and IncidentStatus.RESOLVED in states.TERMINAL
     assert policy.final_status_of(StopReason.SUCCESS) is FinalStatus.RESOLVED
-    assert policy.STOP_REASONS == tuple(StopReason)
 
 
 def test_a_line_carries_the_tone_of_its_record() -> None:

@@ -153,7 +153,6 @@ def first_stable_line(case: models.TestCaseResult) -> str:
 Replacement = Union[str, Callable[[Match[str]], str]]
 
 
-_TS_DATE = r"\d{4}-\d{2}-\d{2}"
 _MMSS = r":[0-5]\d:[0-5]\d"
 _TS_TIME = rf"\d{{1,2}}{_MMSS}(?:[.,]\d+)?"
 _TS_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2})(?![\w<]))?"

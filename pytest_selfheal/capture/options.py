@@ -36,7 +36,7 @@ DROPPED_DESTS = frozenset({
 OptionLookup = Callable[[str], Optional[tuple[bool, str]]]
 
 
-def _ours(dest: str, value: Optional[str]) -> bool:
+def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
     if dest.startswith("selfheal"):
         return True
     # The plugin itself: the verification child loads it (or not) as the user's pytest does.
@@ -71,7 +71,7 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
                 continue
             value = args[index]
             index += 1
-        if dest in DROPPED_DESTS or _ours(dest, value):
+        if dest in DROPPED_DESTS or _is_selfheal_option(dest, value):
             continue
         if value is None:
             kept.append(name)

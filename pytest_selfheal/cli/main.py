@@ -1,17 +1,14 @@
 """The ``selfheal`` console script.
 
 Each subcommand is a module in ``pytest_selfheal.cli.commands`` exposing ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``; they are discovered, so adding a
-command never touches this file. Errors reach the user as one line and an exit code
+``add_arguments(parser)`` and ``run(args) -> int``, listed in :data:`GROUPS` and imported by
+:func:`command_module` only when it runs. Errors reach the user as one line and an exit code
 (docs/exit-codes.md), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.machinery
-import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -19,29 +16,7 @@ from types import ModuleType
 from typing import Optional
 
 from pytest_selfheal import __version__
-from pytest_selfheal.cli import commands
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_USAGE, SelfhealError
-
-
-def command_names() -> list[str]:
-    """Every command, by its module's name (``stop_gate.py`` is ``stop-gate``), without
-    importing any: a run imports only the command it runs (docs/benchmarks.md)."""
-    # A listing, not pkgutil.iter_modules: pkgutil and the inspect it imports are not needed.
-    suffixes = tuple(importlib.machinery.all_suffixes())
-    names = {entry.name.split(".", 1)[0] for folder in commands.__path__ for entry in os.scandir(folder)
-             if entry.name.endswith(suffixes) and entry.is_file()}
-    return sorted(name.replace("_", "-") for name in names if name.isidentifier() and not name.startswith("_"))
-
-
-def command_module(name: str) -> ModuleType:
-    """The module of command ``name`` (its ``NAME`` is ``name``)."""
-    return importlib.import_module(f"{commands.__name__}.{name.replace('-', '_')}")
-
-
-def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
-    names = [only] if only is not None else command_names()
-    return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
-
 
 DESCRIPTION = (
     "Turn a red pytest run into a bounded, honest repair loop. `pytest --selfheal` captures the "
@@ -49,8 +24,8 @@ DESCRIPTION = (
     "provider (an AI coding agent or a hook) change code in between, and stops on a hard rule: "
     "success, max_iterations, repeated_fingerprint, no_progress..."
 )
-# The commands in the order a newcomer meets them; one that is not listed here is shown under
-# "More", so adding a command still needs no change of this file.
+# Every command, in the order a newcomer meets them: a new command module is listed here and
+# in :func:`command_module` (tests/test_entry_point.py checks that none is left out).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start here", ("demo", "status", "show", "loop", "report")),
     ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
@@ -61,13 +36,117 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _HELP_WIDTH = 100
 
 
+def command_names() -> list[str]:
+    """Every command of :data:`GROUPS`, sorted (``stop_gate.py`` is ``stop-gate``)."""
+    return sorted(name for _, names in GROUPS for name in names)
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of command ``name`` (its ``NAME`` is ``name``); ValueError for no command.
+
+    Imported here, one at a time: a run imports only the command it runs, not the imports of
+    the twenty others (docs/benchmarks.md, "CLI start").
+    """
+    module_name = name.replace("-", "_")
+    if module_name == "apply":
+        from pytest_selfheal.cli.commands import apply
+
+        return apply
+    elif module_name == "archive":
+        from pytest_selfheal.cli.commands import archive
+
+        return archive
+    elif module_name == "ci":
+        from pytest_selfheal.cli.commands import ci
+
+        return ci
+    elif module_name == "config":
+        from pytest_selfheal.cli.commands import config
+
+        return config
+    elif module_name == "demo":
+        from pytest_selfheal.cli.commands import demo
+
+        return demo
+    elif module_name == "fingerprint":
+        from pytest_selfheal.cli.commands import fingerprint
+
+        return fingerprint
+    elif module_name == "flaky":
+        from pytest_selfheal.cli.commands import flaky
+
+        return flaky
+    elif module_name == "history":
+        from pytest_selfheal.cli.commands import history
+
+        return history
+    elif module_name == "junit":
+        from pytest_selfheal.cli.commands import junit
+
+        return junit
+    elif module_name == "loop":
+        from pytest_selfheal.cli.commands import loop
+
+        return loop
+    elif module_name == "mcp":
+        from pytest_selfheal.cli.commands import mcp
+
+        return mcp
+    elif module_name == "merge":
+        from pytest_selfheal.cli.commands import merge
+
+        return merge
+    elif module_name == "plan":
+        from pytest_selfheal.cli.commands import plan
+
+        return plan
+    elif module_name == "prune":
+        from pytest_selfheal.cli.commands import prune
+
+        return prune
+    elif module_name == "quarantine":
+        from pytest_selfheal.cli.commands import quarantine
+
+        return quarantine
+    elif module_name == "reopen":
+        from pytest_selfheal.cli.commands import reopen
+
+        return reopen
+    elif module_name == "replay":
+        from pytest_selfheal.cli.commands import replay
+
+        return replay
+    elif module_name == "report":
+        from pytest_selfheal.cli.commands import report
+
+        return report
+    elif module_name == "show":
+        from pytest_selfheal.cli.commands import show
+
+        return show
+    elif module_name == "status":
+        from pytest_selfheal.cli.commands import status
+
+        return status
+    elif module_name == "stop_gate":
+        from pytest_selfheal.cli.commands import stop_gate
+
+        return stop_gate
+    raise ValueError(f"no selfheal command {name!r}")
+
+
+def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
+    names = [only] if only is not None else command_names()
+    return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
+
+
+
+
 def command_overview(helps: dict[str, str]) -> str:
     """The grouped list of commands with their one-line help (``selfheal --help``'s body)."""
-    listed = {name for _, names in GROUPS for name in names}
-    groups = [*GROUPS, ("More", tuple(sorted(n for n in helps if n not in listed)))]
     width = max(map(len, helps), default=8) + 2
     lines: list[str] = []
-    for title, names in groups:
+    for title, names in GROUPS:
         present = [n for n in names if n in helps]
         if not present:
             continue

@@ -14,7 +14,6 @@ parsed and checked before anything is returned: a bad one raises ConfigError (on
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import stat
@@ -149,7 +148,8 @@ def toml_loads(text: str) -> dict[str, Any]:
 
         return tomllib.loads(text)
     # Below 3.11: tomli, a declared dependency there (pytest requires it too).
-    tomli = importlib.import_module("tomli")
+    import tomli  # type: ignore[import-not-found,unused-ignore]  # installed below 3.11 only
+
     return dict(tomli.loads(text))
 
 
@@ -199,7 +199,14 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
 
 
 def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]:
-    """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options."""
+    """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options.
+
+    Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
+    pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
+    (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
+    tomli (declared below 3.11), ini files with iniconfig. Lists come back one item per line for
+    ``selfheal_config`` and as a JSON list otherwise.
+    """
     for name in PYTEST_CONFIG_FILES:
         path = Path(project_root, name)
         text = _read_text(path)
@@ -241,19 +248,6 @@ def is_project(start: Path) -> bool:
                 (folder / marker).exists() for marker in ("setup.py", "pyproject.toml", ".git")):
             return True
     return False
-
-
-def read_pytest_ini(project_root: Path) -> dict[str, str]:
-    """The ``selfheal*`` options of the first pytest config file in ``project_root``.
-
-    Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
-    pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
-    (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
-    tomli (declared below 3.11), ini files with iniconfig. Lists come back one item per line for
-    ``selfheal_config`` and as a JSON list otherwise.
-    """
-    found = find_pytest_ini(project_root)
-    return found[1] if found else {}
 
 
 def load_config(

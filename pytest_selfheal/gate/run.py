@@ -40,7 +40,7 @@ from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.mcp import Decision, RunVerdict
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio
@@ -120,7 +120,7 @@ SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopR
 
 def _send_back_once(verdict: RunVerdict, blocks: int) -> bool:
     """The gate's first answer on red tests with budget left, whatever the verdict's stop."""
-    if blocks or verdict.decision is not Decision.STOP or verdict.iteration is None:
+    if blocks or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
         return False
     reason = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
     red = any(kind in ("failed", "error", "errors") and number for kind, number in verdict.counts)
@@ -130,7 +130,7 @@ def _send_back_once(verdict: RunVerdict, blocks: int) -> bool:
 def _sent_back(verdict: RunVerdict) -> RunVerdict:
     why = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
     left = verdict.max_iterations - int(verdict.iteration or 0)
-    return replace(verdict, decision=Decision.CONTINUE, summary=(
+    return replace(verdict, decision=RunDecision.CONTINUE, summary=(
         f"incident {verdict.incident_id} stopped ({why}) with {left} of {verdict.max_iterations} iteration(s) "
         "left and the tests still fail: nothing you ran changed the code enough; change it, and the next run "
         "continues the incident"))
@@ -158,7 +158,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
     if _send_back_once(verdict, blocks):
         verdict = _sent_back(verdict)
-    if verdict.decision is not Decision.CONTINUE:
+    if verdict.decision is not RunDecision.CONTINUE:
         _remember(store, payload, 0)
         return GateAnswer(False, redactor.redact(one_line(_stop_text(verdict), gate.max_chars)))
     if blocks >= settings.max_iterations:

@@ -49,9 +49,8 @@ from pytest_selfheal.github.actions_env import (
 from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions
 from pytest_selfheal.github.ci_verdict import (
     STOP_NONE,
-    Verdict,
-    ci_info,
     comment_footer,
+    located,
     only_quarantined,
     render_ci_markdown,
     sanitize_ci_info,
@@ -74,7 +73,7 @@ from pytest_selfheal.history.recording import Failing, record_and_triage, run_in
 from pytest_selfheal.history.segment_dir import local_segments, this_run_segments
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.names import CI_RUN_ENV
-from pytest_selfheal.records.ci import CiInfo, NewTestsCheck
+from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
 from pytest_selfheal.records.report import ReportDoc
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
@@ -153,7 +152,7 @@ class CiResult:
     """What one ``selfheal ci`` run did (``--json`` prints :meth:`to_dict`)."""
 
     exit_code: int
-    verdict: Verdict
+    verdict: CiVerdict
     markdown: str
     report_path: Optional[Path] = None
     report_json_path: Optional[Path] = None
@@ -259,7 +258,7 @@ def _publish(
     ctx: ActionsContext,
     env: Mapping[str, str],
     options: CiOptions,
-    info: CiInfo,
+    info: CiVerdict,
     rep: _Reporter,
 ) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment (each failure
@@ -419,13 +418,13 @@ def run_ci(
             proposed = read_run_bytes(store, incident_id, repair.final_patch)
             if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
                 final = FinalStatus.FIX_PROPOSED
-        verdict = Verdict(final, str(reason), int(report.total_retries or 0), incident_id, code)
+        verdict = CiVerdict(final, str(reason), int(report.total_retries or 0), incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)
     new_tests = _check_new_tests(options, effective, store, project, source, event, base, test_env, run_seconds,
                                  incident_id, token, rep)
-    info = dataclasses.replace(ci_info(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
+    info = dataclasses.replace(located(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
                                new_tests=new_tests)
     loop_error = str(error) if error else None
     try:
@@ -494,10 +493,8 @@ def comment_from_report(
     run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None
     info = dataclasses.replace(info, pull_request=number, run_url=run_url,
                                head_sha=options.expected_head_sha or info.head_sha)
-    verdict = Verdict(info.final_status, info.stop_reason, info.iterations, info.incident_id,
-                      info.pytest_exit_code)
     markdown = redactor.redact(render_ci_markdown(report, info))
-    result = CiResult(EXIT_OK, verdict, markdown, report_path=path.with_suffix(".md"),
+    result = CiResult(EXIT_OK, info, markdown, report_path=path.with_suffix(".md"),
                       report_json_path=path, pull_request=number)
     if result.report_path is not None and not result.report_path.is_file():
         result.report_path = None

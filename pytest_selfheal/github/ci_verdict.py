@@ -1,15 +1,16 @@
 """The verdict of one ``selfheal ci`` run and its markdown: headline, report, footer.
 
-Pure: the ``ci`` block of the report JSON is built (:func:`ci_info`) or, read back from an
-untrusted artifact, checked field by field (:func:`sanitize_ci_info`).
+Pure: the verdict (:class:`~pytest_selfheal.records.ci.CiVerdict`, also the ``ci`` block of
+the report JSON) is placed at its run (:func:`located`) or, read back from an untrusted
+artifact, checked field by field (:func:`sanitize_ci_info`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import pluggy
@@ -17,13 +18,13 @@ import pluggy
 from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
-from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiInfo, NewTestResult, NewTestsCheck
+from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.tolerant import dicts, opt_str, strs
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.report.tolerant import dicts, opt_str, strs
 from pytest_selfheal.run.pytest_run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
@@ -36,39 +37,22 @@ _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome ``selfheal ci`` reports: outputs, headline and exit code come from it."""
-
-    final_status: str
-    stop_reason: str
-    iterations: int
-    incident_id: Optional[str]
-    pytest_exit_code: Optional[int]
-
-
-def verdict_without_incident(pytest_exit_code: int) -> Verdict:
+def verdict_without_incident(pytest_exit_code: int) -> CiVerdict:
     """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
     if pytest_exit_code == 0:
-        return Verdict(FinalStatus.PASSED, STOP_NONE, 0, None, 0)
+        return CiVerdict(FinalStatus.PASSED, STOP_NONE, 0, None, 0)
     if pytest_exit_code == 1:
-        return Verdict(FinalStatus.FAILED, STOP_NOT_CAPTURED, 0, None, 1)
-    return Verdict(FinalStatus.ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
+        return CiVerdict(FinalStatus.FAILED, STOP_NOT_CAPTURED, 0, None, 1)
+    return CiVerdict(FinalStatus.ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
 
 
-def ci_info(verdict: Verdict, *, pull_request: Optional[int], head_sha: Optional[str],
-            run_url: Optional[str]) -> CiInfo:
-    """The ``ci`` block stored in the report JSON (read back by ``--comment-from``)."""
-    return CiInfo(
-        final_status=verdict.final_status,
-        stop_reason=verdict.stop_reason,
-        iterations=verdict.iterations,
-        incident_id=verdict.incident_id,
-        pytest_exit_code=verdict.pytest_exit_code,
-        pull_request=pull_request,
-        head_sha=head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
-        run_url=normalised_url(run_url),
-    )
+def located(verdict: CiVerdict, *, pull_request: Optional[int], head_sha: Optional[str],
+            run_url: Optional[str]) -> CiVerdict:
+    """``verdict`` with where it ran, checked: the pull request, the head commit (a full sha
+    or None) and the run's URL (a plain http(s) URL or None)."""
+    return dataclasses.replace(verdict, pull_request=pull_request,
+                               head_sha=head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
+                               run_url=normalised_url(run_url))
 
 
 def normalised_url(url: Any) -> Optional[str]:
@@ -98,7 +82,7 @@ def _opt_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def sanitize_ci_info(data: Any, report: ReportDoc) -> CiInfo:
+def sanitize_ci_info(data: Any, report: ReportDoc) -> CiVerdict:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -111,7 +95,7 @@ def sanitize_ci_info(data: Any, report: ReportDoc) -> CiInfo:
     url = given.get("run_url")
     report_final = report.final_status
     report_reason = report.stop_reason
-    return CiInfo(
+    return CiVerdict(
         final_status=final if isinstance(final, str) and _STATUS_WORD.match(final)
         else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
         stop_reason=reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
@@ -186,7 +170,7 @@ def new_tests_section(check: NewTestsCheck) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ci_headline(report: ReportDoc, info: CiInfo) -> str:
+def ci_headline(report: ReportDoc, info: CiVerdict) -> str:
     """The first line of the job summary and the PR comment: stop reason and final status.
 
     The report's own headline (``render_headline``) when the loop stopped and the report
@@ -254,7 +238,7 @@ def only_quarantined(report: ReportDoc, quarantine: Sequence[QuarantineEntry]) -
 
 def render_ci_markdown(
     report: ReportDoc,
-    info: CiInfo,
+    info: CiVerdict,
     *,
     error: Optional[str] = None,
     pm: Optional[pluggy.PluginManager] = None,
@@ -292,7 +276,7 @@ def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
             f"\n\n{fence}diff\n{text.rstrip()}\n{fence}\n{note}\n")
 
 
-def comment_footer(info: CiInfo) -> str:
+def comment_footer(info: CiVerdict) -> str:
     """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
     parts = []
     if info.run_url:
@@ -307,9 +291,8 @@ __all__ = [
     "STOP_NONE",
     "STOP_NOT_CAPTURED",
     "STOP_PYTEST_ERROR",
-    "Verdict",
     "ci_headline",
-    "ci_info",
+    "located",
     "new_tests_section",
     "sanitize_new_tests",
     "comment_footer",

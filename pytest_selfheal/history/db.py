@@ -234,10 +234,6 @@ class HistoryDB:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
         return self.import_runs(other.runs())
 
-    def run_count(self) -> int:
-        """How many runs are recorded."""
-        return int(self._db.execute("SELECT count(*) FROM runs").fetchone()[0])
-
     def recent_runs(self, limit: int) -> list[tuple[RunInfo, list[TestOutcome]]]:
         """The newest ``limit`` runs with their outcomes, newest first."""
         rows = self._db.execute(

@@ -18,7 +18,6 @@ out with a warning naming its line; the rest still apply.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -27,8 +26,10 @@ ROOT_KEY = "quarantine"
 
 
 def _yaml() -> Any:
-    # Late: pyyaml costs ~12 ms to import, and most runs have no quarantine file to read.
-    return importlib.import_module("yaml")
+    # Imported on first use: pyyaml costs ~12 ms to import, and most runs have no quarantine file.
+    import yaml  # type: ignore[import-untyped,unused-ignore]
+
+    return yaml
 ENTRY_KEYS = ("test", "fingerprint", "reason", "expires", "owner")
 
 

@@ -377,11 +377,6 @@ def map_failing(
     return [value for _, value in latest.kept.values()]
 
 
-def read_failing(source: Source, *, warnings: Optional[list[str]] = None) -> list[models.TestCaseResult]:
-    """The failing testcases of a junit file after rerun de-duplication (see map_failing)."""
-    return map_failing(source, lambda case: case, warnings=warnings)
-
-
 def dedupe(cases: Iterable[models.TestCaseResult]) -> list[models.TestCaseResult]:
     """One record per test identity (``classname::name``): the last record wins.
 

@@ -29,6 +29,7 @@ from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_it
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.loop.messages import naming_changes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
@@ -133,14 +134,14 @@ def record_agent_attempts(
     result = AgentResult()
     here = project_root.resolve()
 
-    def ours(incident: OpenIncident) -> bool:
+    def of_this_project(incident: OpenIncident) -> bool:
         # A reports root shared by several projects: a test of another project's incident is
         # not gone because this project's run did not run it.
         rootdir = incident.captured.rootdir if incident.captured is not None else None
         return not rootdir or Path(rootdir).resolve() == here
 
     touched = [i for i in incidents
-               if any(n in outcomes or (n in gone and ours(i)) for n in i.selection)]
+               if any(n in outcomes or (n in gone and of_this_project(i)) for n in i.selection)]
     if not touched:
         return result
     diff = diff_hash(project_root, exclude=[reports_root])
@@ -189,8 +190,7 @@ def record_agent_attempts(
             result.lines.append(edited_keys)
         changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
         outcome = record_iteration(
-            store,
-            incident.incident_id,
+            LoopRun.resume(store, incident.incident_id),
             effective=judged,
             outcomes=run_outcomes,
             failures=run_failures,
@@ -217,9 +217,9 @@ def record_agent_attempts(
                                                   "; a second such run in a row stops (no_fix_found)"))
         result.lines += outcome.notes
         if not_run:
-            ran = len(incident.selection) - len(not_run)
+            ran_count = len(incident.selection) - len(not_run)
             result.lines.append(
-                f"selfheal: incident {incident.incident_id}: this run ran {ran} of {len(incident.selection)} "
+                f"selfheal: incident {incident.incident_id}: this run ran {ran_count} of {len(incident.selection)} "
                 f"selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep their last outcome"
             )
         result.touched.append(incident.incident_id)

@@ -1,9 +1,9 @@
 """The loop's records: one iteration recorded (``attempt_XX.json`` + its events) and the close-out of a stop.
 
 - :func:`record_iteration` (used by the driver and by the agent-in-the-loop mode): under
-  the store lock, decides over the observations on disk plus this one, writes the next
-  ``attempt_XX.json`` (never twice: ``Store.write_attempt`` refuses to overwrite) and its
-  events, and on a stop calls :func:`finalize`.
+  the store lock, decides over the observations of the loop state (:class:`~pytest_selfheal.loop.state.LoopRun`)
+  plus this one, writes the next ``attempt_XX.json`` (never twice: ``Store.write_attempt``
+  refuses to overwrite) and its events through the state, and on a stop calls :func:`finalize`.
 - **Every stop is recorded before it is acted on**: the attempt that stops carries
   ``result: "stop"`` and its whole decision, so a resume after a kill anywhere in
   :func:`finalize` completes the *same* stop (``run_result.json`` from
@@ -32,18 +32,16 @@ from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.resume import (
-    capture_hash_on_disk,
     has_event,
     minutes_between,
-    observations_from_disk,
     parse_stamp,
-    pending_on_disk,
-    recover_events,
     repeated_failure_event,
     run_started,
     split_runs,
     verification_event,
 )
+from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
@@ -53,7 +51,6 @@ from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
@@ -94,7 +91,6 @@ def agent_unchanged() -> RepairBlock:
     """The repair block of an unchanged agent-mode run: provider ``agent``, no fix found."""
     return RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
                                   "message": AGENT_UNCHANGED}, "repair")
-
 
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
@@ -167,17 +163,22 @@ def _attempt_document(
 # --------------------------------------------------------------------------- plan + status
 
 
-def ensure_plan(store: Store, incident_id: str) -> Plan:
+def _plan_of(incident: Incident) -> Plan:
+    """The plan a capture killed before writing it would have written."""
+    return build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
+
+
+def ensure_plan(run: LoopRun) -> Plan:
     """The incident's plan, generated if missing (a capture killed before writing it);
     moves ``new → planned``. Call under the store lock."""
-    if not store.has_plan(incident_id):
-        incident = store.read_incident(incident_id)
-        plan = build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
-        store.write_plan(incident_id, plan, render_plan_md(plan))
-        store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
-    if store.read_status(incident_id) == IncidentStatus.NEW:
-        store.set_status(incident_id, IncidentStatus.PLANNED)
-    return store.read_plan(incident_id)
+    plan = run.plan
+    if plan is None:
+        plan = _plan_of(run.incident)
+        run.write_plan(plan, render_plan_md(plan))
+        run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
+    if run.status == IncidentStatus.NEW:
+        run.set_status(IncidentStatus.PLANNED)
+    return plan
 
 
 def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
@@ -186,30 +187,30 @@ def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = Fals
     ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
     Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
     with store.lock():
-        ensure_plan(store, incident_id)
+        if not store.has_plan(incident_id):  # archived before it had one: only the plan is missing
+            plan = _plan_of(store.read_incident(incident_id))
+            store.write_plan(incident_id, plan, render_plan_md(plan))
+            store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
         return store.reopen(incident_id, continue_run=continue_run)
 
 
-def start_running(store: Store, incident_id: str, **data: Any) -> None:
+def start_running(run: LoopRun, **data: Any) -> None:
     """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
     ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
-    status = store.read_status(incident_id)
-    if status == IncidentStatus.NEW:
-        ensure_plan(store, incident_id)
-        status = store.read_status(incident_id)
-    elif status == IncidentStatus.PLAN_PROPOSED:
+    if run.status == IncidentStatus.NEW:
+        ensure_plan(run)
+    elif run.status == IncidentStatus.PLAN_PROPOSED:
         # Only reachable by hand: a completed replan goes on to planned by itself.
-        store.set_status(incident_id, IncidentStatus.PLANNED, reason="resume")
-        status = IncidentStatus.PLANNED
-    if status == IncidentStatus.PLANNED:
-        store.set_status(incident_id, IncidentStatus.RUNNING, **data)
+        run.set_status(IncidentStatus.PLANNED, reason="resume")
+    if run.status == IncidentStatus.PLANNED:
+        run.set_status(IncidentStatus.RUNNING, **data)
 
 
 def require_inbox(store: Store, incident_id: str) -> None:
     """Refuse (``RefusedError``, exit 5) an incident that is already archived."""
     bucket, _ = store.locate(incident_id)
     if bucket != INBOX:
-        raise RefusedError(f"incident {incident_id} is already archived in error_archive/{bucket}")
+        raise RefusedError(f"incident {incident_id} is already archived in {archive_dir(bucket)}")
 
 
 # --------------------------------------------------------------------------- record
@@ -261,8 +262,7 @@ def _record_history(
 
 
 def record_iteration(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     *,
     effective: EffectiveConfig,
     outcomes: Mapping[str, str],
@@ -286,7 +286,8 @@ def record_iteration(
 
     Under the store lock: completes a pending stop instead if there is one (nothing new is
     recorded then); otherwise moves ``planned → running`` if needed, decides over the
-    observations on disk plus this one, writes ``attempt_XX.json`` (the next free number),
+    observations of ``run`` (the loop state, read again only when the files moved on
+    without it: :meth:`LoopRun.refresh`) plus this one, writes ``attempt_XX.json`` (the next free number),
     appends ``verification_finished`` (and ``repeated_failure_detected`` when the same
     failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
 
@@ -303,25 +304,19 @@ def record_iteration(
     (:data:`AGENT_UNCHANGED`), so the first such run continues while the budget lasts and
     the second in a row stops ``no_fix_found``.
     """
-    incident_id = validate_incident_id(incident_id)
+    store, incident_id = run.store, run.incident_id
     pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         require_inbox(store, incident_id)
-        attempts = store.read_attempts(incident_id)
-        recover_events(store, incident_id, attempts)
-        waiting = pending_on_disk(store, incident_id, attempts)
+        run.refresh()
+        waiting = run.pending()
         if waiting is not None:
-            result = finalize(
-                store,
-                incident_id,
-                waiting,
-                effective=effective,
-                project_root=project_root,
-            )
+            result = finalize(run, waiting, effective=effective, project_root=project_root)
             line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
             return IterationOutcome(None, waiting, True, line, result)
-        incident = store.read_incident(incident_id)
-        previous = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
+        incident = run.incident
+        attempts = list(run.attempts)
+        previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
             repair = agent_unchanged()
         edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
@@ -343,8 +338,8 @@ def record_iteration(
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
                           unverified=incident.unverified_failures)
-        iteration = store.next_attempt_number(incident_id)
-        start_running(store, incident_id, iteration=iteration)
+        iteration = run.next_iteration
+        start_running(run, iteration=iteration)
         attempt = _attempt_document(
             incident_id,
             iteration,
@@ -362,31 +357,22 @@ def record_iteration(
             not_run=not_run,
             tests_edited=edited,
         )
-        store.write_attempt(incident_id, attempt)
+        run.write_attempt(attempt)
         kill_point("record:after_attempt")
-        store.append_event(incident_id, ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
+        run.append_event(ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
         kill_point("record:after_verification_event")
         history_warnings = _record_history(
             store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
             observations=observations, failures=failures, mode=mode, project_root=project_root,
         )
         if decision.same_error_repeats >= 2:
-            store.append_event(
-                incident_id, ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data
-            )
+            run.append_event(ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data)
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
         if not decision.stopped:
             return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
-        result = finalize(
-            store,
-            incident_id,
-            decision,
-            effective=effective,
-            observations=observations,
-            project_root=project_root,
-        )
+        result = finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
         return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
 
 
@@ -443,7 +429,7 @@ def build_run_result(
     so a resumed close-out writes the same document.
     """
     final = policy.final_status_of(decision.stop_reason)
-    archived_to = f"error_archive/{final}/{incident_id}" if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
+    archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,
@@ -468,8 +454,7 @@ def build_run_result(
 
 
 def finalize(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     decision: policy.Decision,
     *,
     effective: EffectiveConfig,
@@ -490,18 +475,17 @@ def finalize(
     Every step checks what is already done (the run result of this stop, each event of
     this stop — keyed by the last attempt number and the stop reason —, the status, the
     plan's ``replanned_at_iteration``), so a resume after a kill at any point completes it
-    without duplicates. ``observations`` default to the ones on disk.
+    without duplicates. ``observations`` default to the ones of ``run``.
     """
     if not decision.stopped or decision.stop_reason is None:
         raise ValueError("finalize() needs a decision that stops the loop")
     reason = decision.stop_reason
     pol = policy.LoopPolicy.from_settings(effective.settings)
+    store, incident_id = run.store, run.incident_id
     with store.lock():
-        bucket, _ = store.locate(incident_id)
-        attempts = store.read_attempts(incident_id)
-        incident = store.read_incident(incident_id)
+        bucket, attempts, incident = run.bucket, run.attempts, run.incident
         if observations is None:
-            observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
+            observations = run.observations()
         last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
             incident_id,
@@ -516,27 +500,26 @@ def finalize(
         point = result.decision_point.to_json() if result.decision_point is not None else None
         stop_data = {"iteration": last, "stop_reason": reason}
         if reason in (StopReason.CANCELLED, StopReason.DISABLED):
-            store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
-            store.append_event(
-                incident_id, ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
+            run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
+            run.append_event(
+                ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
                 message=decision.message,
             )
             return result
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
-            existing = store.read_run_result(incident_id)
+            existing = run.run_result
             return LoopResult.from_json(existing.to_json(), RUN_RESULT_JSON) if existing is not None else result
-        existing = store.read_run_result(incident_id)
+        existing = run.run_result
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
-            store.write_run_result(incident_id, RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
+            run.write_run_result(RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
-        records = ev.since_last_reopen(store.read_events(incident_id)[0])
+        records = ev.since_last_reopen(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
-            store.append_event(incident_id, ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
+            run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")
         if not has_event(records, ev.LOOP_STOPPED, **stop_data):
-            store.append_event(
-                incident_id,
+            run.append_event(
                 ev.LOOP_STOPPED,
                 **stop_data,
                 final_status=result.final_status,
@@ -548,40 +531,37 @@ def finalize(
             )
         kill_point("finalize:after_loop_stopped")
         if reason == StopReason.REPLAN_REQUESTED:
-            _replan(store, incident_id, attempts, last, policy.reopened_after(incident))
+            _replan(run, last)
         else:
             kill_point("finalize:before_archive")
-            store.archive(incident_id, str(result.final_status))
+            run.archive(str(result.final_status))
         return result
 
 
-def _replan(store: Store, incident_id: str, attempts: Sequence[Attempt], last: int, reopened: Optional[int]) -> None:
+def _replan(run: LoopRun, last: int) -> None:
     """running → plan_proposed → (plan regenerated) → planned, each step skipped when done."""
-    status = store.read_status(incident_id)
-    if status == IncidentStatus.RUNNING:
-        store.set_status(incident_id, IncidentStatus.PLAN_PROPOSED, reason="replan_requested", iteration=last)
-        status = IncidentStatus.PLAN_PROPOSED
+    if run.status == IncidentStatus.RUNNING:
+        run.set_status(IncidentStatus.PLAN_PROPOSED, reason="replan_requested", iteration=last)
     kill_point("finalize:after_plan_proposed")
-    if status != IncidentStatus.PLAN_PROPOSED:
+    if run.status != IncidentStatus.PLAN_PROPOSED:
         return  # planned already: the replan completed before a kill
-    plan = store.read_plan(incident_id)
+    plan = run.require_plan()
     if plan.replanned_at_iteration != last:
-        _, run = split_runs(attempts[:-1], reopened) if attempts else (None, [])
-        run_attempts = list(run) + ([attempts[-1]] if attempts else [])
+        attempts = run.attempts
+        _, this_run = split_runs(attempts[:-1], run.reopened) if attempts else (None, [])
+        run_attempts = list(this_run) + ([attempts[-1]] if attempts else [])
         plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
-        store.write_plan(incident_id, plan, render_plan_md(plan))
+        run.write_plan(plan, render_plan_md(plan))
     kill_point("finalize:after_replan_written")
-    records, _ = store.read_events(incident_id)
-    if not has_event(records, ev.PLAN_GENERATED, replanned_at_iteration=last):
-        store.append_event(
-            incident_id,
+    if not has_event(run.events, ev.PLAN_GENERATED, replanned_at_iteration=last):
+        run.append_event(
             ev.PLAN_GENERATED,
             replan=True,
             revision=plan.revision,
             replanned_at_iteration=last,
             actions=[a.id for a in plan.actions],
         )
-    store.set_status(incident_id, IncidentStatus.PLANNED, reason="replan", iteration=last)
+    run.set_status(IncidentStatus.PLANNED, reason="replan", iteration=last)
 
 
 __all__ = [

@@ -4,9 +4,12 @@ One iteration = *(repair) → verify → observe → record → decide*. The dec
 :func:`~pytest_selfheal.loop.decision.decide` (pure); this module prepares the plan's verification selections
 (allowlist, excluded quarantined tests), runs them (:mod:`verify`), calls the repair
 provider, and hands each observation to :func:`records.record_iteration`, which records
-it and closes the loop on a stop. All of it is resumable, because every step starts from
-the files (:mod:`resume`): an iteration killed before its attempt was written was never
-recorded and simply runs again; a recorded stop is completed, never re-decided.
+it and closes the loop on a stop. The loop state (:class:`~pytest_selfheal.loop.state.LoopRun`)
+is read once when a run starts and updated in memory as each attempt is written; the
+run is decided once before its first iteration and then once per iteration, when its
+attempt is recorded. All of it is resumable, because the state is the files' (:mod:`state`):
+an iteration killed before its attempt was written was never recorded and simply runs
+again; a recorded stop is completed, never re-decided.
 
 :func:`run_loop` holds the per-incident loop lock for the whole run and turns
 Ctrl-C/SIGTERM into a recorded ``cancelled`` stop (:mod:`control`);
@@ -45,19 +48,10 @@ from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, l
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record
-from pytest_selfheal.loop.resume import (
-    capture_hash_on_disk,
-    minutes_between,
-    observations_from_disk,
-    pending_on_disk,
-    recover_events,
-    run_started,
-    split_runs,
-    stamp,
-    utcnow,
-)
+from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.selection import loop_selection
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     VerificationRun,
@@ -67,6 +61,7 @@ from pytest_selfheal.loop.verify import (
     run_selection,
     verify_dir_prefix,
 )
+from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
@@ -115,18 +110,15 @@ class Provider(Protocol):
     ) -> Optional[RepairBlock]: ...
 
 
-def _refuse_interrupted_archive(store: Store, incident_id: str) -> None:
+def _refuse_interrupted_archive(run: LoopRun) -> None:
     """An inbox incident with a final status and no recorded stop is a half-done ``selfheal
     archive`` (killed between its status change and its move): looping it would verify an
     incident someone already closed. A stop the loop itself recorded is completed instead."""
-    status = store.read_status(incident_id)
-    if status not in TERMINAL:
+    status, incident_id = run.status, run.incident_id
+    if status not in TERMINAL or run.pending() is not None:
         return
-    with store.lock():
-        if pending_on_disk(store, incident_id, store.read_attempts(incident_id)) is not None:
-            return
     raise RefusedError(
-        f"incident {incident_id} is {status} but still in error_inbox (an interrupted archive): "
+        f"incident {incident_id} is {status} but still in {INBOX_DIR} (an interrupted archive): "
         f"run `selfheal archive {incident_id} --as {status}` to finish it"
     )
 
@@ -171,8 +163,9 @@ def _command_text(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: RefusedError) -> None:
+def _refuse_command(run: LoopRun, argv: Sequence[str], exc: RefusedError) -> None:
     """Log a refused verification command: one ``decision_point_needed`` (nothing ran)."""
+    incident_id = run.incident_id
     command = _command_text(argv)
     options = (
         option_record("regenerate_plan", "Regenerate the plan from the incident", f"selfheal plan {incident_id} --force"),
@@ -185,8 +178,8 @@ def _refuse_command(store: Store, incident_id: str, argv: Sequence[str], exc: Re
         reason="verification_command_refused", message=exc.message, options=options, context=context,
         keys=("reason", "message", "options", "context"),
     )
-    store.append_event(
-        incident_id, ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
+    run.append_event(
+        ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
     )
 
 
@@ -212,23 +205,21 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
 
 
 def check_commands(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     argvs: Sequence[Sequence[str]],
     *,
-    incident: Incident,
     effective: EffectiveConfig,
     project_root: Path,
 ) -> None:
     """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
     first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
-    trusted = _trusted_options(incident, effective)
+    trusted = _trusted_options(run.incident, effective)
     for argv in argvs:
         try:
             check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
                           trusted=trusted)
         except RefusedError as exc:
-            _refuse_command(store, incident_id, argv, exc)
+            _refuse_command(run, argv, exc)
             raise
 
 
@@ -271,7 +262,6 @@ def run_loop(
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
-    _refuse_interrupted_archive(store, incident_id)
     remove_stale_verify_dirs()  # what a SIGKILLed loop left: unredacted output of its runs
     # One line each, whatever a test's file name holds (a line break would forge a status line).
     say: Callable[[str], None] = (lambda line: out(printable(line))) if out else (lambda line: None)
@@ -279,9 +269,12 @@ def run_loop(
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
     state = CancelState()
     with loop_lock(store, incident_id), signal_handlers(state):
+        # Read once, under the loop lock: no other loop writes this incident while it runs.
+        run = LoopRun.resume(store, incident_id)
+        _refuse_interrupted_archive(run)
         try:
             return _drive(
-                store, incident_id, effective=effective, project_root=Path(project_root), provider=provider,
+                run, effective=effective, project_root=Path(project_root), provider=provider,
                 approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
                 verifier=verifier,
             )
@@ -297,20 +290,19 @@ def run_loop(
 def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path, say: Callable[[str], None]) -> None:
     pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
-        attempts = store.read_attempts(incident_id)
-        incident = store.read_incident(incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
+        # Read again: the interrupt may have landed between a write and the state's update.
+        run = LoopRun.read(store, incident_id)
+        observations = run.observations()
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
             decision = _open_stop_decision(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
-        finalize(store, incident_id, decision, effective=effective, observations=observations, project_root=project_root)
+        finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
     say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
 
 
 def _drive(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     *,
     effective: EffectiveConfig,
     project_root: Path,
@@ -323,28 +315,25 @@ def _drive(
     hook_rules: Sequence[Rule],
     verifier: Verifier,
 ) -> LoopResult:
-    with store.lock():
-        # The keys in force at the capture judge the incident (a later edit is reported).
-        effective, edited_keys = judged_config(effective, store.read_incident(incident_id))
+    store, incident_id, incident = run.store, run.incident_id, run.incident
+    # The keys in force at the capture judge the incident (a later edit is reported).
+    effective, edited_keys = judged_config(effective, incident)
     if edited_keys:
         say(edited_keys)
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
     def close(decision: policy.Decision) -> LoopResult:
-        result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
+        result = finalize(run, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
         say(_final_line(incident_id, result))
         return result
 
     with store.lock():
-        attempts = store.read_attempts(incident_id)
-        recover_events(store, incident_id, attempts)
-        waiting = pending_on_disk(store, incident_id, attempts)
+        waiting = run.pending()
         if waiting is not None:
             say(f"selfheal: incident {incident_id}: completing the recorded stop ({waiting.stop_reason})")
             return close(waiting)
-        plan = ensure_plan(store, incident_id)
-        incident = store.read_incident(incident_id)
+        plan = ensure_plan(run)
 
     argvs = _plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
@@ -353,39 +342,30 @@ def _drive(
         pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
-        iteration = len(split_runs(attempts, policy.reopened_after(incident))[1])
+        iteration = len(run.split()[1])
         decision = _open_stop_decision(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
-        result = finalize(store, incident_id, decision, effective=effective, project_root=project_root)
+        result = finalize(run, decision, effective=effective, project_root=project_root)
         say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
-    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
+    check_commands(run, argvs, effective=effective, project_root=project_root)
     commands = [_command_text(a) for a in argvs]
     timeout = effective.settings.verification.timeout_seconds
 
     with store.lock():
-        start_running(store, incident_id, reason="loop")
+        start_running(run, reason="loop")
     kill_point("loop:after_running")
 
+    # Decided once before the first iteration; after that, each iteration's recorded decision is the one.
+    pre = _decide_before_running(run, pol)
+    if pre is not None:
+        return close(pre)
     while True:
         state.check()
-        attempts = store.read_attempts(incident_id)
-        observations = observations_from_disk(incident, attempts, capture_hash=capture_hash_on_disk(store, incident_id, incident))
-        started = run_started(attempts, policy.reopened_after(incident))
-        pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
-                     known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
-        baseline, run = split_runs(attempts, policy.reopened_after(incident))
-        # A reopen is the user saying "the environment is fixed" or "it fails again": a
-        # tooling_env or a success seen before it is checked by running the verification,
-        # not repeated from the record (a resolved incident reopened after a regression).
-        rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run and policy.reopened_after(incident) is not None
-                     else set())
-        if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
-            # Before running anything: the capture alone is decisive (tooling_env,
-            # max_iterations 0), the runtime budget is gone, or the config changed.
-            return close(pre)
-        next_number = attempts[-1].iteration + 1 if attempts else 1
+        observations = run.observations()
+        baseline, this_run = run.split()
+        next_number = run.next_iteration
         repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
@@ -394,21 +374,21 @@ def _drive(
                     iteration=next_number,
                     store=store,
                     plan=plan,
-                    last_attempt=run[-1] if run else None,
+                    last_attempt=this_run[-1] if this_run else None,
                     observations=list(observations),
                 )
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
-        prefix = iteration_prefix(incident_id, pre.iteration + 1, pol.max_iterations)
-        known = _unchanged_since(store, incident, run if run or baseline is None else None, observations, repair,
-                                 verify_cwd)
+        prefix = iteration_prefix(incident_id, len(observations), pol.max_iterations)
+        known = _unchanged_since(store, incident, this_run if this_run or baseline is None else None, observations,
+                                 repair, verify_cwd)
         if known is not None:
             # The code is the one the last run verified: running it again would only repeat that run.
-            seen = f"iteration {len(run)}" if run else "the capture"
+            seen = f"iteration {len(this_run)}" if this_run else "the capture"
             say(f"{prefix}: verification not run: nothing of the repair was kept "
                 f"({repair.result if repair is not None else 'no repair'}), so the code is the one {seen} ran; "
                 "its failures stand")
             outcome = record_iteration(
-                store, incident_id, effective=effective, outcomes=known[0], failures=known[1],
+                run, effective=effective, outcomes=known[0], failures=known[1],
                 diff_hash=observations[-1].diff_hash, started_at=stamp(utcnow()), finished_at=stamp(utcnow()),
                 mode="repair", verification_commands=[], exit_code=None, repair=repair, project_root=project_root,
                 duration_seconds=0.0, not_run=list(known[0]),
@@ -418,7 +398,7 @@ def _drive(
                 + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
             kill_point("iteration:before_verify")
             outcome = _verify_and_record(
-                store, incident_id, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
+                run, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
                 timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
                 env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
                 invocation_dir=start_dir(verify_cwd, incident.invocation_dir), incident=incident,
@@ -432,6 +412,24 @@ def _drive(
             assert outcome.run_result is not None
             say(_final_line(incident_id, outcome.run_result))
             return outcome.run_result
+
+
+def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[policy.Decision]:
+    """The stop the records alone decide before anything runs, or None: the capture alone
+    is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
+    incident = run.incident
+    observations = run.observations()
+    started = run_started(run.attempts, run.reopened)
+    pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
+                 known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
+    # A reopen is the user saying "the environment is fixed" or "it fails again": a
+    # tooling_env or a success seen before it is checked by running the verification,
+    # not repeated from the record (a resolved incident reopened after a regression).
+    rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run.split()[1] and run.reopened is not None
+                 else set())
+    if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
+        return pre
+    return None
 
 
 def _unchanged_since(
@@ -459,8 +457,7 @@ def _unchanged_since(
 
 
 def _verify_and_record(
-    store: Store,
-    incident_id: str,
+    run: LoopRun,
     *,
     argvs: Sequence[Sequence[str]],
     commands: Sequence[str],
@@ -486,7 +483,7 @@ def _verify_and_record(
     redactor = effective.redactor
     rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
-    hasher = PendingSnapshot(cwd, exclude=[store.root], context=False)
+    hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
     outcomes: dict[str, str] = {}
     failures: list[Failure] = []
     codes: list[Optional[int]] = []
@@ -495,15 +492,15 @@ def _verify_and_record(
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
-                run = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
                                timeout_seconds=timeout, env=env, invocation_dir=invocation_dir)
-            got, failed = observe(run, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
+            got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=redactor)
             outcomes.update(got)
             failures.extend(failed)
-            duration += run.duration_seconds
-            timed_out = timed_out or run.timed_out
-            codes.append(run.exit_code)
+            duration += ran.duration_seconds
+            timed_out = timed_out or ran.timed_out
+            codes.append(ran.exit_code)
     tree_hash = hasher.result().diff_hash
     changed_harness = (harness_changed(incident, cwd, extra_code=repair.files_changed if repair is not None else ())
                        if incident is not None else [])
@@ -512,8 +509,7 @@ def _verify_and_record(
     kill_point("iteration:after_verify")
     finished = utcnow()
     outcome = record_iteration(
-        store,
-        incident_id,
+        run,
         effective=effective,
         outcomes=outcomes,
         failures=failures,
@@ -551,14 +547,14 @@ def verify_iteration(
     signal handling, no pre-checks. For embedding (the plugin, benchmarks); ``run_loop``
     is the full driver. Not-allowlisted commands raise ``RefusedError``, nothing runs.
     """
-    incident_id = validate_incident_id(incident_id)
-    plan = store.read_plan(incident_id)
-    incident = store.read_incident(incident_id)
+    run = LoopRun.resume(store, incident_id)
+    plan = run.require_plan()
+    incident = run.incident
     effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)
-    check_commands(store, incident_id, argvs, incident=incident, effective=effective, project_root=project_root)
+    check_commands(run, argvs, effective=effective, project_root=project_root)
     return _verify_and_record(
-        store, incident_id, argvs=argvs, commands=[_command_text(a) for a in argvs],
+        run, argvs=argvs, commands=[_command_text(a) for a in argvs],
         nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
         timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
         repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,

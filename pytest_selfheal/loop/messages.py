@@ -247,7 +247,7 @@ def handoff(
     decision: Decision,
     incident_id: Optional[str] = None,
 ) -> Handoff:
-    """The structured handoff written at every stop (seed: "Handoff on Exhaustion").
+    """The structured handoff written at every stop: what was tried and what is left.
 
     ``fingerprints_per_iteration[i]`` lists the failing fingerprints of iteration ``i``
     (0 = the capture). ``fixed`` lists the tests that failed and now pass.

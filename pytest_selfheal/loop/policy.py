@@ -45,8 +45,6 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # --------------------------------------------------------------------------- constants
 
-STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
-
 # When several stop conditions hold in one iteration the first in this order wins
 # (docs/loop.md "Precedence"): nothing runs when disabled; a green run is never reported
 # as a failure; then the most specific diagnosis before generic exhaustion.
@@ -447,18 +445,6 @@ def fixed_tests(observations: Sequence[Observation]) -> list[str]:
             if outcome != OUTCOME_MISSING:
                 latest[nodeid] = outcome
     return [n for n in ever_failed if latest.get(n) == OUTCOME_PASSED]
-
-
-def retry_eligible(observation: Observation, classification_transient: bool) -> bool:
-    """May the verification be re-run after ``observation`` *without* a new diff? (seed 004)
-
-    A re-run without new evidence is allowed only when it can teach something: after
-    the capture (iteration 0: the one re-run that tells flaky from deterministic), after a
-    timeout (the retry-once rule; :func:`decide` enforces the once), or when the failures
-    are classified transient. Otherwise the driver must get a diff from the repair
-    provider first, or stop.
-    """
-    return observation.iteration == 0 or is_timeout(observation) or classification_transient
 
 
 # --------------------------------------------------------------------------- final status

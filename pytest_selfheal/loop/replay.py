@@ -26,6 +26,8 @@ from typing import Optional
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.resume import verification_event
+from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records
+from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
 from pytest_selfheal.store.events import (
@@ -138,22 +140,30 @@ def replay(events: Sequence[Event]) -> LoopState:
 
 
 def state_from_disk(store: Store, incident_id: str) -> LoopState:
-    """The same state built from the files: ``status.txt``, the attempts, ``run_result.json``
-    and the bucket the incident folder is in. Raises like the store (corrupted files: exit 3)."""
-    bucket, _ = store.locate(incident_id)
-    status = store.read_status(incident_id)
-    iterations = []
-    for attempt in store.read_attempts(incident_id):
-        # The data its verification_finished event holds: the same entry as the replay's.
-        iterations.append(_iteration_entry(verification_event(attempt)))
-    run_result = store.read_run_result(incident_id)
-    closing = ReplayStop(run_result.iteration, run_result.stop_reason) if run_result is not None else None
-    archived_to = f"error_archive/{bucket}/{incident_id}" if bucket != INBOX else None
+    """The same state built from the files, as the loop reads them (:func:`~pytest_selfheal.loop.state.read_records`):
+    ``status.txt``, the attempts, ``run_result.json`` and the bucket the incident folder is
+    in. Raises like the store (corrupted files: exit 3)."""
+    records = read_records(store, incident_id)
     try:
-        reopened = stop_history_after(store.read_incident(incident_id))
+        reopened = stop_history_after(store.read_incident(records.incident_id))
     except InputError:
         reopened = None  # replay does not need the rest of incident.json: a bad one is `show`'s to report
-    return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened)
+    return _disk_state(records, reopened)
+
+
+def disk_state(run: LoopRun) -> LoopState:
+    """The compared state of a loop state held in memory (what its files say)."""
+    return _disk_state(RunRecords(run.incident_id, run.bucket, run.status, run.attempts, run.run_result),
+                       stop_history_after(run.incident))
+
+
+def _disk_state(records: RunRecords, reopened: Optional[int]) -> LoopState:
+    # The data each attempt's verification_finished event holds: the same entry as the replay's.
+    iterations = [_iteration_entry(verification_event(attempt)) for attempt in records.attempts]
+    result = records.run_result
+    closing = ReplayStop(result.iteration, result.stop_reason) if result is not None else None
+    archived_to = archived_path(records.bucket, records.incident_id) if records.bucket != INBOX else None
+    return _state(records.incident_id, records.status, records.bucket, iterations, closing, archived_to, reopened)
 
 
 def differences(replayed: LoopState, disk: LoopState) -> list[str]:
@@ -166,4 +176,4 @@ def differences(replayed: LoopState, disk: LoopState) -> list[str]:
     return lines
 
 
-__all__ = ["COMPARED_KEYS", "differences", "replay", "state_from_disk"]
+__all__ = ["COMPARED_KEYS", "differences", "disk_state", "replay", "state_from_disk"]

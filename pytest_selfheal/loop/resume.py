@@ -1,16 +1,14 @@
-"""The loop's state as the files hold it, for every step and every resume (docs/loop.md).
+"""What the loop derives from its records, pure (docs/loop.md): the pieces of the loop state.
 
-**Disk is the truth**: the driver and the records rebuild what they need from
-``incident.json``, ``context.json``, the attempts, ``run_result.json`` and the event log
-at every step, never from memory:
+:class:`~pytest_selfheal.loop.state.LoopRun` reads the files once and holds them; these
+functions turn what it holds into what the loop decides on:
 
-- the loop runs (:func:`split_runs`) and their observations (:func:`observations_from_disk`),
+- the loop runs (:func:`split_runs`) and their observations (:func:`observations_of`),
   with the capture's diff hash (:func:`capture_diff_hash`, :func:`capture_hash_on_disk`);
-- a recorded stop whose close-out has not completed (:func:`pending_stop`,
-  :func:`pending_on_disk`), rebuilt as the same :class:`policy.Decision`;
-- the events a kill may have lost between a file and its log line (:func:`recover_events`),
-  with the event data an attempt implies (:func:`verification_event`,
-  :func:`repeated_failure_event`);
+- a recorded stop whose close-out has not completed (:func:`pending_stop`), rebuilt as
+  the same :class:`policy.Decision`;
+- the event data an attempt implies (:func:`verification_event`,
+  :func:`repeated_failure_event`), for the log and for its recovery after a kill;
 - the timestamps of the records (:func:`stamp`, :func:`parse_stamp`, :func:`minutes_between`).
 """
 
@@ -116,7 +114,7 @@ def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> 
     return capture_diff_hash(incident, context)
 
 
-def observations_from_disk(
+def observations_of(
     incident: Incident,
     attempts: Sequence[Attempt],
     *,
@@ -205,19 +203,6 @@ def pending_stop(
     return decision
 
 
-def pending_on_disk(
-    store: Store, incident_id: str, attempts: Sequence[Attempt]
-) -> Optional[policy.Decision]:
-    """:func:`pending_stop` from the files of ``incident_id`` (call under the store lock)."""
-    replanned_at: Optional[int] = None
-    if store.has_plan(incident_id):
-        replanned_at = store.read_plan(incident_id).replanned_at_iteration
-    return pending_stop(
-        attempts, store.read_run_result(incident_id), store.read_status(incident_id), replanned_at,
-        policy.stop_history_after(store.read_incident(incident_id)),
-    )
-
-
 # --------------------------------------------------------------------------- events
 
 
@@ -273,50 +258,6 @@ def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
     return any(r.event == name and all(r.get(k) == v for k, v in match.items()) for r in records)
 
 
-def _replayed_status(records: Sequence[Event]) -> Optional[str]:
-    status: Optional[str] = None
-    for record in records:
-        if record.event == ev.INCIDENT_CAPTURED:
-            status = str(record.get("status") or IncidentStatus.NEW)
-        elif record.event == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
-            status = str(record.get("to"))
-    return status
-
-
-def recover_events(store: Store, incident_id: str, attempts: Sequence[Attempt]) -> int:
-    """Append the events a kill may have lost; returns how many were added. Call under the store lock.
-
-    A kill between ``attempt_XX.json`` and its ``verification_finished`` (or
-    ``repeated_failure_detected``) line, or between ``status.txt`` and its
-    ``status_changed`` line, would leave the event log behind the files; the missing
-    records are appended (marked ``recovered: true``) so ``selfheal replay`` equals the disk.
-    """
-    records, _ = store.read_events(incident_id)
-    added = 0
-    for attempt in attempts:
-        iteration = attempt.iteration
-        if not has_event(records, ev.VERIFICATION_FINISHED, iteration=iteration):
-            store.append_event(incident_id, ev.VERIFICATION_FINISHED, recovered=True, **verification_event(attempt).data)
-            added += 1
-        repeats = attempt.decision.same_error_repeats if attempt.decision is not None else 0
-        if repeats >= 2 and not has_event(
-            records, ev.REPEATED_FAILURE_DETECTED, iteration=iteration
-        ):
-            store.append_event(
-                incident_id,
-                ev.REPEATED_FAILURE_DETECTED,
-                recovered=True,
-                **repeated_failure_event(attempt, repeats).data,
-            )
-            added += 1
-    actual = store.read_status(incident_id)
-    logged = _replayed_status(records)
-    if logged is not None and logged != actual:
-        store.append_event(incident_id, ev.STATUS_CHANGED, **{"from": logged, "to": actual, "recovered": True})
-        added += 1
-    return added
-
-
 def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
     """The ``repeated_failure_detected`` event of an attempt that saw its failure ``repeats`` times in a row."""
     return _event(
@@ -333,11 +274,9 @@ __all__ = [
     "capture_hash_on_disk",
     "has_event",
     "minutes_between",
-    "observations_from_disk",
+    "observations_of",
     "parse_stamp",
-    "pending_on_disk",
     "pending_stop",
-    "recover_events",
     "repeated_failure_event",
     "run_started",
     "split_runs",

@@ -88,8 +88,8 @@ def match_green(
     for incident in stopped:
         mine = incident.nodeids - claimed
         claimed |= incident.nodeids
-        ran = sorted(n for n in mine if n in passed)
-        if not ran or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
+        passed_now = sorted(n for n in mine if n in passed)
+        if not passed_now or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
         if incident.green:
@@ -98,7 +98,7 @@ def match_green(
             attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
             continue
-        matches.append(StickyMatch(incident, (), attachment, tuple(ran), code_changed=not unchanged))
+        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged))
     return matches
 
 

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.records.incident import FailureEntry
-from pytest_selfheal.records.mcp import Decision, RunVerdict
-from pytest_selfheal.records.report import CauseGroup, IncidentView
+from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.stops import progress_words
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
@@ -313,7 +313,7 @@ def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> s
 def verdict_lines(verdict: RunVerdict) -> list[str]:
     """The run_tests verdict as the first lines of its text: the decision first."""
     decision = verdict.decision.value
-    head = decision + (f" {verdict.stop_reason}" if verdict.decision is Decision.STOP and verdict.stop_reason else "")
+    head = decision + (f" {verdict.stop_reason}" if verdict.decision is RunDecision.STOP and verdict.stop_reason else "")
     lines = [f"{head}: {verdict.summary}"]
     if verdict.counts:
         lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in verdict.counts)

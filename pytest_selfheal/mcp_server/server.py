@@ -9,7 +9,9 @@ the command runs and the extra is installed.
 # registration, and `apply`'s names a resolver local to build_server.
 
 import asyncio
+import dataclasses
 import threading
+import typing
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -23,11 +25,12 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Resource as MCPResource
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.mcp_server.tools import Project, ToolResult
+from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.repair.apply import ProposedPatch
 
 INSTRUCTIONS = """\
@@ -49,28 +52,44 @@ class Approval(BaseModel):
     approve: bool = Field(description="true: apply the proposed patch to your working tree")
 
 
-class Verdict(BaseModel):
-    """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict").
-    Under a small ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+def _json_type(annotation: Any) -> Any:
+    """The type of a :class:`RunVerdict` field as :meth:`RunVerdict.to_json` writes it."""
+    if annotation is RunDecision:
+        return Literal[tuple(d.value for d in RunDecision)]
+    if annotation is ClosedRun:
+        return dict[str, Any]
+    if typing.get_origin(annotation) is Union:
+        return Optional[_json_type(next(a for a in typing.get_args(annotation) if a is not type(None)))]
+    if typing.get_origin(annotation) is tuple:
+        item = typing.get_args(annotation)[0]
+        if typing.get_origin(item) is tuple:  # (key, value) pairs: an object
+            return dict[typing.get_args(item)]  # type: ignore[misc]
+        return list[item]  # type: ignore[valid-type]
+    return annotation
 
-    model_config = ConfigDict(extra="allow")  # keys added later stay valid
 
-    decision: Literal["CONTINUE", "STOP"] = Field(description="CONTINUE: fix and run again; STOP: stop trying")
-    stop_reason: Optional[str] = Field(None, description="with STOP: the loop's stop reason, `none` for a green run")
-    status: Optional[str] = Field(None, description="captured, running, resolved, escalated, passed, not_counted, ...")
-    incident_id: Optional[str] = Field(None, description="the incident the verdict is about")
-    captured: Optional[str] = Field(None, description="the incident this run captured, if any")
-    iteration: Optional[int] = Field(None, description="iteration k (of max_iterations) this run recorded")
-    max_iterations: Optional[int] = None
-    fingerprint_changed: Optional[bool] = None
-    progress: Optional[bool] = None
-    tests_fixed: Optional[list[str]] = None
-    counts: Optional[dict[str, int]] = Field(None, description="pytest's summary, e.g. {\"failed\": 3, \"passed\": 1}")
-    pytest_exit_code: Optional[int] = None
-    summary: Optional[str] = None
-    next: Optional[str] = Field(None, description="what to do next")
-    bucket: Optional[str] = None
-    closed: Optional[dict[str, Any]] = Field(None, description="an incident the same run stopped")
+def _verdict_model() -> type[BaseModel]:
+    """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict"),
+    built from :class:`RunVerdict`'s fields: only the decision is required, since under a small
+    ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+    hints = typing.get_type_hints(RunVerdict)
+    fields: dict[str, Any] = {}
+    for spec in dataclasses.fields(RunVerdict):
+        if spec.name == "plugin_lines":
+            continue  # the text's only
+        kind = _json_type(hints[spec.name])
+        doc = spec.metadata.get("doc")
+        if spec.name == "decision":
+            fields[spec.name] = (kind, Field(description=doc))
+        else:
+            fields[spec.name] = (Optional[kind], Field(None, description=doc))
+    # Keys added later stay valid for a client that checks an older schema.
+    return create_model("Verdict", __config__=ConfigDict(extra="allow"), __doc__=(
+        'The structured part of ``run_tests`` (docs/mcp.md "The verdict"). Under a small\n'
+        "``mcp.max_chars`` only the first keys are sent (the text has the rest)."), **fields)
+
+
+Verdict = _verdict_model()
 
 
 class _AlreadyApplied:

@@ -43,8 +43,9 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.records.mcp import ClosedRun, Decision, RunVerdict
-from pytest_selfheal.records.report import IncidentView
+from pytest_selfheal.names import archive_dir
+from pytest_selfheal.records.incident_view import IncidentView
+from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
@@ -303,20 +304,20 @@ class Project:
                            [*selection, *pytest_args])
         seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
                                    "verification.timeout_seconds")
-        ran = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
+        completed = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
                           timeout_seconds=seconds, cancel=cancel)
         if cancel is not None and cancel.is_set():
             raise SelfhealError("cancelled: the test run was stopped with its process group")
         lines = [redactor.redact(line) for line in tail]
-        if not ran.started:
-            raise SelfhealError(f"cannot start pytest ({argv[0]}): {ran.error}")
-        if ran.timed_out:
+        if not completed.started:
+            raise SelfhealError(f"cannot start pytest ({argv[0]}): {completed.error}")
+        if completed.timed_out:
             raise SelfhealError(f"the test run passed its timeout of {seconds:g} s ({key}) "
                                 "and was stopped; nothing was recorded for it")
         after = snapshot(store)
         captured = [i for i in after if i not in before]
         iterated = [i for i in after if i in before and after[i][2] != before[i][2]]
-        code = ran.exit_code
+        code = completed.exit_code
         section = _plugin_section(lines)
         if not captured and not iterated and code not in (0, 1):
             refused = next((one_line(line, 300) for line in lines if "unrecognized arguments: --selfheal" in line), "")
@@ -335,9 +336,9 @@ class Project:
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
                  after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> RunVerdict:
-        made = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
+        verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
-        ran: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
+        iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
         if iterated:
@@ -349,7 +350,7 @@ class Project:
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
-            ran = made(decision=Decision.STOP if stop else Decision.CONTINUE,
+            iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
                        fingerprint_changed=bool(last.fingerprint_changed), progress=bool(last.progress),
@@ -360,30 +361,30 @@ class Project:
             # A new incident to fix outweighs the verdict on the one that just closed: the
             # verdict is about the new one, the closed one is named apart.
             closed, also = None, ""
-            if ran is not None:
-                closed = ClosedRun(iterated[-1], int(ran.iteration or 0), ran.stop_reason, ran.status)
+            if iteration_verdict is not None:
+                closed = ClosedRun(iterated[-1], int(iteration_verdict.iteration or 0), iteration_verdict.stop_reason, iteration_verdict.status)
                 also = f"; incident {closed.incident_id} stopped in the same run ({closed.stop_reason}, now {closed.status})"
-            return made(
-                decision=Decision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
-                tests_fixed=(), flaky=None if ran is None else ran.flaky, bucket="inbox", closed=closed,
+            return verdict_of(
+                decision=RunDecision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
+                tests_fixed=(), flaky=None if iteration_verdict is None else iteration_verdict.flaky, bucket="inbox", closed=closed,
                 summary=f"captured incident {captured[-1]}: fix the code its root causes point at{also}",
                 next=("edit the code at the target paths below (show gives the whole digest), never the failing "
                       "tests; then call run_tests again without arguments: that run replays the capture's pytest "
                       "options and is the incident's next iteration"))
-        if ran is not None:
+        if iteration_verdict is not None:
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
-                "" if ran.decision is Decision.STOP else ", and a second such run in a row stops (no_fix_found)")
-            summary = self._iteration_summary(ran) + (nothing if unchanged else "")
+                "" if iteration_verdict.decision is RunDecision.STOP else ", and a second such run in a row stops (no_fix_found)")
+            summary = self._iteration_summary(iteration_verdict) + (nothing if unchanged else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
             summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
                                if NOT_APPLIED in line)
-            return replace(ran, summary=summary, next=self._next(ran, store))
+            return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
             bucket, _ = store.locate(incident_id)
-            return made(decision=Decision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
+            return verdict_of(decision=RunDecision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
                         iteration=iteration, status=store.read_status(incident_id), bucket=bucket,
                         stopped_because=why,
                         summary=f"this run's tests are incident {incident_id}'s, which stopped ({why}); the code "
@@ -392,10 +393,10 @@ class Project:
                              f"`selfheal reopen {incident_id}` (the user's decision)")
         open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
         if code == 0 and not open_ids:
-            return made(decision=Decision.STOP, stop_reason="none", status="passed",
+            return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
                         summary="all selected tests passed and no incident is open", next="nothing to fix")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
-        return made(decision=Decision.CONTINUE, stop_reason=None, status="not_counted",
+        return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                     plugin_lines=tuple(plugin_lines),
                     summary="this run recorded nothing" + (
                         " (the plugin's lines below say why)" if plugin_lines else
@@ -406,13 +407,13 @@ class Project:
     @staticmethod
     def _iteration_summary(verdict: RunVerdict) -> str:
         if verdict.bucket != "inbox":
-            return f"incident {verdict.incident_id} is {verdict.status}, archived to error_archive/{verdict.bucket}"
-        if verdict.decision is Decision.STOP:
+            return f"incident {verdict.incident_id} is {verdict.status}, archived to {archive_dir(str(verdict.bucket))}"
+        if verdict.decision is RunDecision.STOP:
             return f"incident {verdict.incident_id} stopped and is {verdict.status}"
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
-        if verdict.decision is Decision.CONTINUE:
+        if verdict.decision is RunDecision.CONTINUE:
             last = store.read_attempts(str(verdict.incident_id))[-1]
             missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
             if missing:

@@ -1,6 +1,6 @@
 """The remediation plan: ``plan.json`` and ``plan.md`` from an incident (pure).
 
-Contract fields (seed: error automation contract): incident_id, generated_at, summary,
+Contract fields (the plan every consumer reads): incident_id, generated_at, summary,
 root_cause_hypotheses, actions (id, title, priority, risk, target_paths, verification),
 verification_commands, done_criteria. Extensions: ``revision`` (1, bumped by
 :func:`replan`), per action ``fingerprint``/``fingerprints``/``signature``/

@@ -1,8 +1,10 @@
 """The records of ``selfheal ci`` at its GitHub seam. Pure.
 
-:class:`CiInfo`, the ``ci`` block of a report JSON: built by ``github/ci_verdict.ci_info``
-from the run's verdict, or read back from an untrusted artifact by ``sanitize_ci_info``
-(every field checked there); written by :meth:`CiInfo.to_json`, its one JSON boundary.
+:class:`CiVerdict`, what one ``selfheal ci`` run concluded: the step outputs, the headline,
+the exit code and the ``ci`` block of a report JSON all read it. Built by ``github/ci.py``
+(``github/ci_verdict.verdict_without_incident`` when nothing was captured), or read back from
+an untrusted artifact by ``sanitize_ci_info`` (every field checked there); written by
+:meth:`CiVerdict.to_json`, its one JSON boundary.
 :class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
 the one place the client looks inside a comment's JSON. :class:`ActionInputs`, the action's
 ``INPUT_*`` variables, parsed by ``github/ci_inputs.action_inputs``.
@@ -74,18 +76,19 @@ class NewTestsCheck:
 
 
 @dataclass(frozen=True)
-class CiInfo:
+class CiVerdict:
     """What one ``selfheal ci`` run concluded and where it ran: the verdict, the pull
-    request, the checked head commit and the workflow run's URL (checked values only)."""
+    request, the checked head commit and the workflow run's URL (checked values only; None
+    until :func:`github.ci_verdict.located` sets them)."""
 
     final_status: str
     stop_reason: str
     iterations: int
     incident_id: Optional[str]
     pytest_exit_code: Optional[int]
-    pull_request: Optional[int]
-    head_sha: Optional[str]
-    run_url: Optional[str]
+    pull_request: Optional[int] = None
+    head_sha: Optional[str] = None
+    run_url: Optional[str] = None
     new_tests: Optional[NewTestsCheck] = None  # the check of new tests for flakiness (pull requests)
 
     def to_json(self) -> dict[str, Any]:
@@ -147,5 +150,5 @@ class ActionInputs:
     expected_head_sha: Optional[str] = None
 
 
-__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_NOT_RUN", "NEW_STABLE", "ActionInputs", "CiInfo", "IssueComment",
+__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_NOT_RUN", "NEW_STABLE", "ActionInputs", "CiVerdict", "IssueComment",
            "NewTestResult", "NewTestsCheck"]

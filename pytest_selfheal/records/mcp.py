@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pytest_selfheal.records.vocab import TextEnum
 
 
-class Decision(TextEnum):
+class RunDecision(TextEnum):
     """What the agent does next: fix and run again, or stop trying."""
 
     CONTINUE = "CONTINUE"
@@ -41,26 +41,28 @@ class RunVerdict:
     optional fields are None when the run does not say (``tests_fixed`` and ``flaky``: not
     an iteration; ``bucket``: no incident; ``stopped_because``: not ``STOP already_stopped``).
     ``plugin_lines`` (the plugin's own lines, when they say why nothing was recorded) go in
-    the text only.
+    the text only. A field's ``doc`` metadata is its description in the tool's output schema
+    (``mcp_server/server.py`` builds that schema from these fields).
     """
 
-    decision: Decision
-    stop_reason: Optional[str]
-    status: str
+    decision: RunDecision = field(metadata={"doc": "CONTINUE: fix and run again; STOP: stop trying"})
+    stop_reason: Optional[str] = field(metadata={"doc": "with STOP: the loop's stop reason, `none` for a green run"})
+    status: str = field(metadata={"doc": "captured, running, resolved, escalated, passed, not_counted, ..."})
     summary: str
-    next: str
+    next: str = field(metadata={"doc": "what to do next"})
     pytest_exit_code: Optional[int]
-    counts: tuple[tuple[str, int], ...]  # pytest's summary line, e.g. (("failed", 3), ("passed", 1))
+    # pytest's summary line, e.g. (("failed", 3), ("passed", 1)); an object in the JSON
+    counts: tuple[tuple[str, int], ...] = field(metadata={"doc": "pytest's summary, e.g. {\"failed\": 3, \"passed\": 1}"})
     max_iterations: int
-    incident_id: Optional[str] = None
-    iteration: Optional[int] = None
-    captured: Optional[str] = None
+    incident_id: Optional[str] = field(default=None, metadata={"doc": "the incident the verdict is about"})
+    iteration: Optional[int] = field(default=None, metadata={"doc": "iteration k (of max_iterations) this run recorded"})
+    captured: Optional[str] = field(default=None, metadata={"doc": "the incident this run captured, if any"})
     fingerprint_changed: Optional[bool] = None
     progress: Optional[bool] = None
     tests_fixed: Optional[tuple[str, ...]] = None
     flaky: Optional[bool] = None
     bucket: Optional[str] = None
-    closed: Optional[ClosedRun] = None
+    closed: Optional[ClosedRun] = field(default=None, metadata={"doc": "an incident the same run stopped"})
     stopped_because: Optional[str] = None
     plugin_lines: tuple[str, ...] = ()
 
@@ -102,4 +104,4 @@ class RunVerdict:
         return doc
 
 
-__all__ = ["ClosedRun", "Decision", "RunVerdict"]
+__all__ = ["ClosedRun", "RunDecision", "RunVerdict"]

@@ -227,7 +227,7 @@ class Plan(JsonRecord):
     actions: tuple[PlanAction, ...]
     verification_commands: tuple[str, ...]  # shell-like lines, split with shlex, never run by a shell
     done_criteria: tuple[str, ...]
-    revision: Optional[int] = None  # absent in seed-contract plans: revision 1
+    revision: Optional[int] = None  # absent in plans of the first contract: revision 1
     base_summary: Optional[str] = None  # the summary before replan notes were added
     replan_history: tuple[ReplanEntry, ...] = ()
     replanned_at_iteration: Optional[int] = None

@@ -51,7 +51,7 @@ class DecisionOption(JsonRecord):
 
 @dataclass(frozen=True)
 class DecisionContext(JsonRecord):
-    """The decision point's ``context`` (camelCase keys, as the seed contract names them)."""
+    """The decision point's ``context`` (camelCase keys, as the decision-point contract names them)."""
 
     KIND: ClassVar[str] = "decision context"
     FIELDS: ClassVar[tuple[Field, ...]] = (
@@ -93,7 +93,7 @@ class DecisionPoint(JsonRecord):
 
 @dataclass(frozen=True)
 class Handoff(JsonRecord):
-    """The structured handoff written at every stop (seed: "Handoff on Exhaustion")."""
+    """The structured handoff written at every stop: what was tried and what is left."""
 
     KIND: ClassVar[str] = "handoff"
     FIELDS: ClassVar[tuple[Field, ...]] = (

@@ -25,7 +25,7 @@ DOCUMENTS: dict[str, tuple[type[JsonRecord], str, str]] = {
         "error_inbox/<incident_id>/incident.json. Contract fields are required; "
         "extra fields are allowed and typed when known.",
     ),
-    "plan": (Plan, "plan.json", "error_plans/<incident_id>/plan.json (seed contract). Extra fields are allowed."),
+    "plan": (Plan, "plan.json", "error_plans/<incident_id>/plan.json. Extra fields are allowed."),
     "attempt": (Attempt, "attempt_XX.json", f"error_runs/<incident_id>/attempt_XX.json: {_TYPED}"),
     "run_result": (RunResult, "run_result.json", f"error_runs/<incident_id>/run_result.json: {_TYPED}"),
 }

@@ -54,9 +54,9 @@ from pytest_selfheal.redact.context import (
     aws_pair_pass,
     command_pass,
     encoded_url_repl,
-    fold,
     label_repl,
     lazy,
+    lower_same_length,
     shortened_repl,
     spliced,
     sub_spans,
@@ -323,23 +323,23 @@ def _builtin_pass(text: str) -> str:
     # replaced whole, not its first line as the label's value.
     if ANY_TOKEN_NEEDLE().search(text):
         text = token_pass(text)
-    folded = fold(text)
+    folded = lower_same_length(text)
     if _ANY_LABEL_NEEDLE().search(folded):
         text = _labels_pass(text, folded)
     if "password" in folded:
-        text = sub_spans(NETRC(), fold(text), text, label_repl)
+        text = sub_spans(NETRC(), lower_same_length(text), text, label_repl)
     if "=" in text and ("?" in text or "&" in text):
-        text = sub_spans(QUERY_SECRET(), fold(text), text, label_repl)
+        text = sub_spans(QUERY_SECRET(), lower_same_length(text), text, label_repl)
     if "://" in text and "@" in text:
         text = url_pass(text, lambda user: ANY_TOKEN().search(user) is not None)
     if "%3a%2f%2f" in folded:
-        text = sub_spans(ENCODED_URL(), fold(text), text, encoded_url_repl)
+        text = sub_spans(ENCODED_URL(), lower_same_length(text), text, encoded_url_repl)
     if "," in text and any(word in folded for word in HEADER_WORDS):
-        text = sub_spans(TUPLE_HEADER(), fold(text), text, tuple_header_repl)
+        text = sub_spans(TUPLE_HEADER(), lower_same_length(text), text, tuple_header_repl)
     if "hook" in folded:
         text = sub_spans(SLACK_WEBHOOK(), text, text, label_repl)
         if "://" in text:
-            text = sub_spans(WEBHOOK(), fold(text), text, label_repl)
+            text = sub_spans(WEBHOOK(), lower_same_length(text), text, label_repl)
     return text
 
 
@@ -414,7 +414,6 @@ class Redactor:
         }
         # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
         values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
-        self._secret_count = len(secrets)
         # Longest first: a value that contains another is replaced whole.
         self._env_values: tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: dict[tuple[str, ...], re.Pattern[str]] = {}
@@ -432,11 +431,6 @@ class Redactor:
             except re.error as exc:
                 raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
         self._custom: tuple[_CustomPattern, ...] = tuple(custom)
-
-    @property
-    def env_value_count(self) -> int:
-        """How many environment values are being hidden (for diagnostics; never the values)."""
-        return self._secret_count
 
     def _env_pass(self, text: str) -> str:
         # Only the values present in this text go into the alternation: a substring test is a

@@ -29,7 +29,7 @@ def lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
 _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 
-def fold(text: str) -> str:
+def lower_same_length(text: str) -> str:
     """Lower-case ``text`` keeping every index (``str.lower`` may grow "İ" into 2 chars)."""
     folded = text.lower()
     return folded if len(folded) == len(text) else text.translate(_ASCII_LOWER)
@@ -93,7 +93,7 @@ _ANY_COMMAND = lazy(r"mysql|mariadb|curl|sshpass|docker|podman|buildah|skopeo|ne
 
 def command_pass(text: str) -> str:
     """The password options of the commands above, on the rest of each line that runs one."""
-    folded = fold(text)
+    folded = lower_same_length(text)
     if _ANY_COMMAND().search(folded) is None:
         return text
     for client, option in _COMMANDS:
@@ -109,7 +109,7 @@ def command_pass(text: str) -> str:
             last = end
         if out:
             text = spliced(out, text, last)
-            folded = fold(text)
+            folded = lower_same_length(text)
     return text
 
 

@@ -28,11 +28,11 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import IncidentEntry, IterationEntry, NewFailureEntry, ReportDoc, TaskEntry
+from pytest_selfheal.records.report import NewFailure, ReportDoc, ReportIncident, ReportIteration, ReportTask
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, assemble_report, finish_report
-from pytest_selfheal.report.tolerant import strs, unique
 
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
@@ -172,12 +172,12 @@ def _recorded(record: JsonRecord, key: str) -> bool:
     return record.keys is None or key in record.keys
 
 
-def _iteration_entry(attempt: Attempt) -> IterationEntry:
+def _iteration_entry(attempt: Attempt) -> ReportIteration:
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
     not_run = set(strs(attempt.get_extra("not_run")))
     repair = attempt.repair
-    return IterationEntry(
+    return ReportIteration(
         iteration=attempt.iteration,
         mode=attempt.mode,
         started_at=attempt.started_at,
@@ -197,7 +197,7 @@ def _iteration_entry(attempt: Attempt) -> IterationEntry:
     )
 
 
-def _task_progress(nodeids: Sequence[str], iterations: Sequence[IterationEntry]) -> tuple[int, Optional[int]]:
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
     """``(attempts, index of the iteration it passed at, or None)`` of one plan action
     (docs/report.md "Task attempts").
 
@@ -285,7 +285,7 @@ def _failure_id(failure: FailureEntry) -> Optional[str]:
     return failure.nodeid or failure.test or None
 
 
-def _incident_entry(run: IncidentRun) -> IncidentEntry:
+def _incident_entry(run: IncidentRun) -> ReportIncident:
     incident = run.incident
     incident_id = incident.incident_id
     status = incident.status or "new"
@@ -294,7 +294,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     rr = run.run_result
     last = iterations[-1] if iterations else None
     stopped_attempt = last is not None and last.result == policy.ACTION_STOP
-    if policy.stop_is_history(policy.stop_history_after(incident), last.iteration if last else 0, status):
+    if policy.stop_is_history(policy.stop_history_after(incident), (last.iteration or 0) if last else 0, status):
         rr, stopped_attempt = None, False  # reopened (selfheal reopen) and not stopped since
     finished = rr is not None or stopped_attempt
     stop_reason: Optional[str] = rr.stop_reason if rr is not None else None
@@ -318,7 +318,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
 
-    tasks: list[TaskEntry] = []
+    tasks: list[ReportTask] = []
     for action in run.plan.actions if run.plan is not None else ():
         nodeids = action.nodeids
         count, passed_at = _task_progress(nodeids, iterations)
@@ -333,7 +333,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             task_stop = stop_reason  # the loop stopped while this action was still failing
         else:
             task_stop = None  # not run (yet), or never verified by the loop
-        tasks.append(TaskEntry(
+        tasks.append(ReportTask(
             task=action.id or f"A{len(tasks) + 1}",
             title=action.title,
             nodeids=nodeids,
@@ -348,7 +348,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             where=action.where,  # the top suspect
         ))
 
-    new_failures: list[NewFailureEntry] = []
+    new_failures: list[NewFailure] = []
     seen: set[tuple[str, str]] = set()
     for attempt in attempts:
         for failure in attempt.new_failures:
@@ -356,7 +356,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
             if key in seen:
                 continue
             seen.add(key)
-            new_failures.append(NewFailureEntry(
+            new_failures.append(NewFailure(
                 nodeid=_failure_id(failure),
                 fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
                 signature=failure.signature if _recorded(failure, "signature") else None,
@@ -382,7 +382,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
     handoff["recommended_next_action"] = after_repair or recommended
     has_config = rr is not None and _recorded(rr, "effective_config")
 
-    return IncidentEntry(
+    return ReportIncident(
         incident_id=incident_id,
         status=status,
         bucket=run.bucket,
@@ -410,7 +410,7 @@ def _incident_entry(run: IncidentRun) -> IncidentEntry:
         unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures),
         triage=tuple(report_triage(failures, flaky)),
-        decision_point=rr.decision_point.to_json() if rr is not None and rr.decision_point is not None else None,
+        decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),
     )

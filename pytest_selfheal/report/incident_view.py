@@ -9,8 +9,8 @@ from typing import Optional
 
 from pytest_selfheal.plan.build import group_failures
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.incident_view import CauseGroup, IncidentView, PlanSummary
 from pytest_selfheal.records.plan import Plan, PlanAction
-from pytest_selfheal.records.report import CauseGroup, IncidentView, PlanSummary
 from pytest_selfheal.store.root import Store
 
 

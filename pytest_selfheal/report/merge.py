@@ -6,15 +6,16 @@ Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import plain_json
-from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportIncidentDoc, ShardEntry
+from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncident, ReportIncidentDoc, Shard
+from pytest_selfheal.records.tolerant import dicts
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import assemble_report, finish_report
-from pytest_selfheal.report.tolerant import as_str, dicts, strs
 
 
 def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> ReportDoc:
@@ -34,15 +35,12 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
     checked = list(reports)
     first = checked[0]
     base = flatten_config(first.effective_config)
-    differences: list[ConfigDifferenceEntry] = []
+    differences: list[ConfigDifference] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
         for inner in dicts(plain_json(shard.get_extra("config_differences"))):
-            recorded = inner.get("values")
-            differences.append(ConfigDifferenceEntry(
-                f"{label} / {as_str(inner.get('shard'))}", tuple(strs(inner.get("keys"))),
-                dict(recorded) if isinstance(recorded, Mapping) else {},
-            ))
+            known = ConfigDifference.from_json(inner)
+            differences.append(replace(known, shard=f"{label} / {known.shard}"))
         if shard is first:
             continue
         other = flatten_config(shard.effective_config)
@@ -53,10 +51,10 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             keys = ["(enabled)"] + keys
             values["(enabled)"] = shard.enabled
         if keys:
-            differences.append(ConfigDifferenceEntry(label, tuple(keys), values))
+            differences.append(ConfigDifference(label, tuple(keys), values))
     incidents: list[ReportIncidentDoc] = []
     seen: set[str] = set()
-    shards: list[ShardEntry] = []
+    shards: list[Shard] = []
     for label, shard in zip(labels, checked):
         ids: list[str] = []
         duplicates: list[str] = []
@@ -68,9 +66,10 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             seen.add(incident_id)
             ids.append(incident_id)
             incidents.append(entry)
-        shards.append(ShardEntry(label, tuple(ids), tuple(duplicates), plain_json(shard.stop_reason),
-                                 plain_json(shard.final_status), plain_json(shard.total_retries)))
-    outcome = finish_report(incidents)
+        shards.append(Shard(label, tuple(ids), tuple(duplicates), plain_json(shard.stop_reason),
+                            plain_json(shard.final_status), plain_json(shard.total_retries)))
+    # The rules read each shard's incident as the one incident record; its JSON is kept as read.
+    outcome = finish_report([ReportIncident.from_json(entry.to_json()) for entry in incidents])
     documents = [entry.to_json() for entry in incidents]
     for document, task_labels in zip(documents, outcome.labels):
         for task, label in zip(document["tasks"], task_labels):

@@ -1,18 +1,17 @@
 """The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
-the counts, the task labels, over built ``IncidentEntry`` or merged ``ReportIncidentDoc``
-records; and :func:`assemble_report`, the one place a report's JSON is put together."""
+the counts, the task labels, over ``ReportIncident`` records (built, or a shard's read back);
+and :func:`assemble_report`, the one place a report's JSON is put together."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Protocol, TypeVar
+from typing import Optional
 
 from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
-from pytest_selfheal.records.incident import Triage
-from pytest_selfheal.records.report import ConfigDifferenceEntry, ReportDoc, ReportOutcome, ShardEntry, TriageEntry
+from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncident, ReportOutcome, Shard
+from pytest_selfheal.records.tolerant import as_int, as_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.report.tolerant import as_int, as_str, opt_str, unique
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -43,46 +42,7 @@ def _short_ids(incident_ids: Sequence[str]) -> dict[str, str]:
     return {i: i for i in ids}
 
 
-class ReportedTask(Protocol):
-    """A task as the plan-level rules read it: a built :class:`TaskEntry` or a read ``ReportTaskDoc``."""
-
-    @property
-    def task(self) -> Any: ...
-
-    @property
-    def attempts(self) -> int: ...
-
-
-class ReportedIncident(Protocol):
-    """An incident as the plan-level rules read it: a built :class:`IncidentEntry` or a
-    ``ReportIncidentDoc`` of a shard read back (whose values may be any JSON)."""
-
-    @property
-    def incident_id(self) -> str: ...
-
-    @property
-    def final_status(self) -> Any: ...
-
-    @property
-    def stop_reason(self) -> Any: ...
-
-    @property
-    def finished(self) -> Any: ...
-
-    @property
-    def loops_used(self) -> int: ...
-
-    @property
-    def tasks(self) -> Sequence[ReportedTask]: ...
-
-    @property
-    def triage(self) -> Any: ...
-
-    @property
-    def handoff(self) -> Any: ...
-
-
-def _task_labels(incidents: Sequence[ReportedIncident]) -> tuple[tuple[str, ...], ...]:
+def _task_labels(incidents: Sequence[ReportIncident]) -> tuple[tuple[str, ...], ...]:
     """Plain task ids, or ``A1 (…ab12cd)`` for every task when an id repeats across incidents."""
     owners: dict[str, set[str]] = {}
     for entry in incidents:
@@ -94,7 +54,7 @@ def _task_labels(incidents: Sequence[ReportedIncident]) -> tuple[tuple[str, ...]
                  for entry in incidents)
 
 
-def _severity(entry: ReportedIncident) -> tuple[int, int]:
+def _severity(entry: ReportIncident) -> tuple[int, int]:
     outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK)
     if outcome != _UNFINISHED_RANK and not entry.finished:
         outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
@@ -105,47 +65,31 @@ def _severity(entry: ReportedIncident) -> tuple[int, int]:
     return outcome, rank
 
 
-Reported = TypeVar("Reported", bound=ReportedIncident)
-
-
-def deciding_incident(incidents: Sequence[Reported]) -> Optional[Reported]:
+def deciding_incident(incidents: Sequence[ReportIncident]) -> Optional[ReportIncident]:
     """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
 
     Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
     stop reason in the loop's precedence (success last), then report order.
     """
-    best: Optional[Reported] = None
+    best: Optional[ReportIncident] = None
     for entry in incidents:
         if best is None or _severity(entry) < _severity(best):
             best = entry
     return best
 
 
-def _triages(triage: Any) -> list[Triage]:
-    """An incident's triages: a built entry's records, or a shard's JSON read tolerantly."""
-    found: list[Triage] = []
-    for item in triage if isinstance(triage, (list, tuple)) else ():
-        if isinstance(item, TriageEntry):
-            found.append(item.triage)
-        elif isinstance(item, Mapping):
-            found.append(Triage(as_str(item.get("label")), as_str(item.get("detail")),
-                                base_branch=opt_str(item.get("base_branch"))))
-    return found
-
-
-def finish_report(incidents: Sequence[ReportedIncident]) -> ReportOutcome:
+def finish_report(incidents: Sequence[ReportIncident]) -> ReportOutcome:
     """The plan-level fields and the task labels of a report of ``incidents`` (in report order)."""
     looped = sum(1 for e in incidents for t in e.tasks if as_int(t.attempts) > 0)
     retries = sum(as_int(e.loops_used) for e in incidents)
-    triage = triage_summary([t for e in incidents for t in _triages(e.triage)])
+    triage = triage_summary([t.triage for e in incidents for t in e.triage])
     labels = _task_labels(incidents)
     worst = deciding_incident(incidents)
     if worst is None:
         return ReportOutcome(looped, retries, triage, stop_reason=None, final_status="no_incidents",
                              recommended_next_action="Nothing to do: no incident was captured.",
                              deciding_incident=None, labels=labels)
-    handoff = worst.handoff
-    action = as_str(handoff.get("recommended_next_action")) if isinstance(handoff, Mapping) else ""
+    action = as_str(worst.handoff.get("recommended_next_action"))
     return ReportOutcome(
         looped, retries, triage, labels=labels,
         stop_reason=worst.stop_reason,
@@ -162,8 +106,8 @@ def assemble_report(
     origins: Mapping[str, object],
     incidents: list[dict[str, object]],
     outcome: ReportOutcome,
-    config_differences: Sequence[ConfigDifferenceEntry] = (),
-    shards: Sequence[ShardEntry] = (),
+    config_differences: Sequence[ConfigDifference] = (),
+    shards: Sequence[Shard] = (),
 ) -> ReportDoc:
     """The report (``report.data.build_report``, ``report.merge``) as the record of its JSON:
     the head, the ``incidents`` objects and the plan-level fields of ``outcome``, checked as a

@@ -19,13 +19,14 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
+from pytest_selfheal.records.report import Report, ReportIncident, ReportInput, as_report
+from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.stops import PROGRESS_NOTES
+from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
 from pytest_selfheal.report.outcome import REPORT_TITLE
 from pytest_selfheal.report.timeline import mermaid_timeline
-from pytest_selfheal.report.tolerant import unique
-from pytest_selfheal.report.view import DASH, DecisionOption, Report, ReportIncident, ReportInput, as_report
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
 
@@ -37,6 +38,7 @@ GRID_MAX_TESTS = 30
 GRID_MAX_COLUMNS = 10  # the capture column included
 GRID_GROUP_MIN = 4  # this many tests or more with the same outcomes in every column share one row
 MERMAID_MAX_INCIDENTS = 3
+DASH = "—"  # an empty cell or a value not recorded
 CELL_LIMIT = 200  # characters of one value in a table cell or list item
 LIST_LIMIT = 5  # node ids / fingerprints shown in one cell
 SECTION_MAX_ROWS = 10  # tests named per group of a section (tasks, new failures per section); the rest counted
@@ -121,7 +123,7 @@ def _more(hidden: int, what: str) -> list[str]:
     return ["", f"… and {hidden:,} more {what}: `selfheal report --format json` has them all."] if hidden > 0 else []
 
 
-def _reason(value: Optional[str]) -> str:
+def _reason(value: object) -> str:
     return code(value) if isinstance(value, str) and value else DASH
 
 
@@ -218,7 +220,7 @@ def _section_stop(report: Report) -> list[str]:
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report.final_status)}")
     lines += [f"- Repair{f' of {code(e.incident_id)}' if _multi(report) else ''}: {text(line, 300)}"
-              for e in incidents for line in e.repair]
+              for e in incidents for line in e.repair_summary]
     if len(incidents) > 1 and report.deciding_incident:
         lines.append(f"- Decided by: {code(report.deciding_incident)} (the worst outcome; docs/report.md)")
     lines.append("")
@@ -229,7 +231,7 @@ def _section_stop(report: Report) -> list[str]:
             code(e.incident_id), text(e.status), text(e.final_status),
             _reason(e.stop_reason) if e.stop_reason else (NOT_RUN if not e.loops_used else DASH),
             str(e.loops_used),
-            DASH if e.same_error_repeats is None else e.same_error_repeats,
+            DASH if e.same_error_repeats is None else str(e.same_error_repeats),
             _minutes(e.runtime_minutes),
             code(archived) if archived else DASH,
         ])
@@ -247,16 +249,17 @@ def _section_stop(report: Report) -> list[str]:
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
     """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows: list[list[str]] = []
-    hidden: dict[Optional[str], int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
+    hidden: dict[str, int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
     for entry in report.incidents:
         for t in entry.triage:
-            if (t.label == "quarantined") == quarantined:
-                seen = hidden[t.label] = hidden.get(t.label, -SECTION_MAX_ROWS) + 1
+            label = t.triage.label or DASH
+            if (label == "quarantined") == quarantined:
+                seen = hidden[label] = hidden.get(label, -SECTION_MAX_ROWS) + 1
                 if seen > 0:
                     continue
-                row = [code(t.nodeid, 120), code(t.fingerprint)]
-                row += [] if quarantined else [text(t.failure_type, 40), f"**{text(t.label, 20)}**"]
-                rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.detail)])
+                row = [code(t.nodeid or DASH, 120), code(t.fingerprint or "")]
+                row += [] if quarantined else [text(t.failure_type or DASH, 40), f"**{text(label, 20)}**"]
+                rows.append(([code(entry.incident_id)] if _multi(report) else []) + row + [text(t.triage.detail or DASH)])
     if not rows:
         return []
     header = ["Test", "Fingerprint"] + (["Quarantine"] if quarantined else ["Type", "Triage", "Detail"])
@@ -376,7 +379,7 @@ def _section_new_failures(report: Report) -> list[str]:
     rows = []
     for entry in report.incidents:
         for f in entry.new_failures:
-            row = [code(f.nodeid), code(f.fingerprint), f.iteration]
+            row = [code(f.nodeid or DASH), code(f.fingerprint or ""), str(f.iteration)]
             rows.append(([code(entry.incident_id)] if _multi(report) else []) + row)
     if not rows:
         return []
@@ -449,11 +452,9 @@ def _section_timeline(report: Report) -> list[str]:
 
 
 def _option_line(option: DecisionOption) -> str:
-    if option.plain:
-        return f"  - {text(option.label)}"
-    oid = f"{code(option.id)}: " if option.id is not None else ""
+    oid = f"{code(option.id)}: " if option.id else ""
     command = f" — {code(option.command)}" if option.command is not None else ""
-    return f"  - {oid}{text(option.label)}{command}"
+    return f"  - {oid}{text(option.label or DASH)}{command}"
 
 
 def _section_decision(report: Report) -> list[str]:
@@ -480,7 +481,7 @@ def _section_next(report: Report) -> list[str]:
     if len(incidents) <= 1:
         return lines + [text(report.recommended_next_action, 500)]
     for entry in incidents:
-        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action, 500)}")
+        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action or DASH, 500)}")
     return lines
 
 
@@ -495,7 +496,7 @@ def _section_shards(report: Report) -> list[str]:
         dup = shard.duplicates
         row = [
             text(shard.name), _codes(ids, sep="<br>") if ids else "none",
-            _reason(shard.stop_reason), text(shard.final_status),
+            _reason(shard.stop_reason), text(shard.final_status or DASH),
         ]
         if notes:
             row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")

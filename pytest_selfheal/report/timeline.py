@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
+from pytest_selfheal.records.report import ReportIncident
 from pytest_selfheal.records.vocab import StopReason
-from pytest_selfheal.report.view import ReportIncident
 
 MERMAID_MAX_ITERATIONS = 10
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:()/+-]")

@@ -9,11 +9,10 @@ hook classification rules, so they fingerprint a failure exactly like the captur
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import pluggy
 
@@ -24,14 +23,6 @@ from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.store.root import Store
-
-if TYPE_CHECKING:
-    # Loaded late (see run_incident_loop); named here so that import-linter still checks the edge.
-    from pytest_selfheal.repair import session  # noqa: F401
-
-# The repair side (repair/: providers, worktrees, patches, approval), loaded only when a
-# provider runs: a verify-only loop, the common case, never imports it (docs/benchmarks.md).
-_REPAIR_SESSION = "pytest_selfheal.repair.session"
 
 
 def has_repair_provider(effective: EffectiveConfig, pluginmanager: Optional[pluggy.PluginManager]) -> bool:
@@ -72,7 +63,11 @@ def run_incident_loop(
         interactive = sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
     rules = parse_hook_rules(hooks.classification_rules(pluginmanager))
     if not verify_only and has_repair_provider(effective, pluginmanager):
-        result: LoopResult = importlib.import_module(_REPAIR_SESSION).repair_loop(
+        # Imported only when a provider runs: the repair side (providers, worktrees, patches,
+        # approval) is never loaded by a verify-only loop, the common case (docs/benchmarks.md).
+        from pytest_selfheal.repair.session import repair_loop
+
+        result = repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
             unattended=unattended,

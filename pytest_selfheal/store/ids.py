@@ -49,7 +49,7 @@ def new_incident_id(now: Optional[datetime] = None, run: Optional[str] = None) -
 
 
 def new_run_id(now: Optional[datetime] = None) -> str:
-    """A run id in the seed's shape: ``run_YYYYMMDD_HHMMSS_ffffff`` (UTC)."""
+    """A run id: ``run_YYYYMMDD_HHMMSS_ffffff`` (UTC)."""
     return "run_" + _utc(now).strftime("%Y%m%d_%H%M%S_%f")
 
 

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pytest_selfheal.errors import RefusedError, UsageError
+from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -107,7 +108,7 @@ class Store(StoreWriter):
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(
-                    f"incident {incident_id} is open (error_inbox, status {self._read_status_at(folder)}); "
+                    f"incident {incident_id} is open ({INBOX_DIR}, status {self._read_status_at(folder)}); "
                     "only an archived incident can be reopened"
                 )
             current = self._read_status_at(folder)
@@ -153,7 +154,7 @@ class Store(StoreWriter):
         """
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
-                raise RefusedError(f"incident {incident_id} is open (error_inbox); archive it before pruning")
+                raise RefusedError(f"incident {incident_id} is open ({INBOX_DIR}); archive it before pruning")
             # Renaming a linked incident folder moves the link, never what it points at.
             fsio.move(folder, self.confined(self.archive_root / f"{PRUNING_PREFIX}{incident_id}"))
             self._finish_prune(incident_id)

@@ -1,1 +1,1 @@
-"""Reliability and security figures (issue 7): faults, hostile input, secrets, concurrency."""
+"""Reliability and security figures: faults, hostile input, secrets, concurrency."""

@@ -170,8 +170,8 @@ def _triggers(doc: dict[Any, Any]) -> list[str]:
 
 
 def test_only_the_posting_step_gets_the_token() -> None:
-    # Since issue 12: the tests run in the "selfheal" step without it (test_token_isolation.py).
-    # Since issue 23: the shared history's pull and push hold it too, in the same isolation.
+    # The tests run in the "selfheal" step without it (test_token_isolation.py).
+    # The shared history's pull and push hold it too, in the same isolation.
     steps = _load(ROOT / "action.yml")["runs"]["steps"]
     holders = [s.get("id") for s in steps if "github-token" in json.dumps(s.get("env") or {})
                or "GITHUB_TOKEN" in (s.get("env") or {})]

@@ -1,4 +1,4 @@
-"""The third adversarial pass over the trust boundaries (issue 22; docs/reliability.md
+"""The third adversarial pass over the trust boundaries (docs/reliability.md
 "Adversarial pass, round 3"): each variant that broke, reproduced, then held.
 
 - a resolved incident reopened after a regression said ``STOP success`` without running;

@@ -1,4 +1,4 @@
-"""The PR comment renders nothing taken from test output (issue 12 finding 8).
+"""The PR comment renders nothing taken from test output.
 
 A failing test whose message and parametrize id carry markdown (an image, a link, bold,
 an autolink, ``www.``, an e-mail, ``#1`` / ``org/repo#5`` cross-references, an ``@user``

@@ -88,7 +88,7 @@ def test_allowlist_is_not_bypassed_by_a_path_named_like_the_runner(tmp_path: Pat
     assert result.returncode == 5, result.stdout + result.stderr
 
 
-# Was a strict xfail until issue 12: pytest's diff cuts a long item's head ('...tail'), so the
+# Once a strict xfail: pytest's diff cuts a long item's head ('...tail'), so the
 # rest lost its label or prefix. Fixed in redact.py (kind ``shortened_item``: token-like runs
 # in a quoted item starting with '...'; ``aws_secret_next_to_key_id``); the limit that stays
 # is in docs/redaction.md "Shortened values".

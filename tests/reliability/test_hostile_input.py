@@ -187,7 +187,7 @@ def xml_cases(secret_file: Path, listener: Listener) -> list[tuple[str, bytes, i
         ("bad-entity-reference", b"<testsuites><testsuite>&undefined;</testsuite></testsuites>", 3, err),
         ("control-characters", b"<testsuites><testsuite><testcase name='a\x01b'/></testsuite></testsuites>", 3, err),
         ("two-documents", VALID_JUNIT + VALID_JUNIT, 0, warn),
-        # Refused at the depth bound (issue 22): expat's tag stack grew to ~1 GB for 52 MB of nesting.
+        # Refused at the depth bound: expat's tag stack grew to ~1 GB for 52 MB of nesting.
         ("deeply-nested", b"<testsuites>" + b"<testsuite>" * 50_000 + b"</testsuite>" * 50_000 + b"</testsuites>", 3, err),
         ("nested-within-bound", b"<testsuites>" + b"<testsuite>" * 900 + b"</testsuite>" * 900 + b"</testsuites>", 0, ""),
         ("huge-attribute", b'<testsuites><testsuite><testcase classname="c" name="n"><failure message="'

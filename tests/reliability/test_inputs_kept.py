@@ -1,4 +1,4 @@
-"""No input loses the run (issue 22 finding 5 and 6, and the smaller items): each input that
+"""No input loses the run: each input that
 used to end in "selfheal: internal error" with no incident is now one warning or an escaped
 value, and the incident is captured. Property-based tests over each parser assert the same
 for arbitrary text, surrogates and YAML documents (docs/reliability.md "Trust boundaries").

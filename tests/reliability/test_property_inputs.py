@@ -1,5 +1,5 @@
 """Property-based: random junit and config documents never crash anything, and a capture or a
-loop writes nothing outside the reports root (issue 7 item 3).
+loop writes nothing outside the reports root.
 
 - junit: documents built from a strategy over element names, attributes and text (control
   characters, huge numbers, entities, CDATA, broken nesting), and random byte mutations of

@@ -1,4 +1,4 @@
-"""Trust boundaries, second round (issue 22 finding 4): a provider that leaves its worktree.
+"""Trust boundaries, second round: a provider that leaves its worktree.
 
 A repair command found the user's repository with ``git rev-parse --git-common-dir``, edited
 the user's ``calc.py``, wrote a file and installed an executable ``.git/hooks/post-checkout``;

@@ -1,4 +1,4 @@
-"""Redaction as one boundary (issue 12 findings 1 and 2).
+"""Redaction as one boundary.
 
 - A PEM private key inside a Python repr (``raise ValueError(repr(pem))``: its line breaks
   are ``\\n`` escapes) is redacted whole, BEGIN through END, in log_tail.txt, the repair

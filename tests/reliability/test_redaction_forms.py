@@ -1,4 +1,4 @@
-"""Redaction gaps of the second adversarial review (issue 22 finding 7), closed at the one
+"""Redaction gaps of the second adversarial review, closed at the one
 boundary (``redact.py``): an env secret in its escaped or base64 form, percent-encoded URL
 credentials, a header written as a Python tuple. One test per form at the redactor, and one
 capture through ``pytest --selfheal`` + ``selfheal report`` showing none reaches disk or the

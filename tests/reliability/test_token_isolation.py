@@ -1,4 +1,4 @@
-"""The GitHub token never reaches a test or repair process (issue 12 finding 9).
+"""The GitHub token never reaches a test or repair process.
 
 - process.py builds every child's environment without ``GH_TOKEN``, ``GITHUB_TOKEN``,
   ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``, ``ACTIONS_RUNTIME_TOKEN`` or any ``*TOKEN*`` variable:

@@ -1,4 +1,4 @@
-"""Trust boundaries (issue 12 findings 3-6): each test reproduces one finding of
+"""Trust boundaries: each test reproduces one finding of
 the adversarial review and shows the boundary holds (docs/reliability.md "Trust boundaries").
 
 - plan commands: an allowlisted runner AND allowlisted arguments; the verification runs in
@@ -202,7 +202,7 @@ def test_a_bare_runner_never_resolves_through_a_relative_path_entry(tmp_path: Pa
     assert shutil.which("pytest") is not None
 
 
-# --------------------------------------------------------------------------- symlinks (finding 4)
+# --------------------------------------------------------------------------- symlinks
 
 
 def _plant_link(root: Path, incident_id: str, what: str, outside: Path) -> None:
@@ -285,7 +285,7 @@ def test_a_replan_does_not_write_through_a_symlinked_plans_folder(tmp_path: Path
     assert "symbolic link" in one_error_line(result.stderr)
 
 
-# --------------------------------------------------------------------------- selfheal ci (finding 5)
+# --------------------------------------------------------------------------- selfheal ci
 
 CI_TEST = """
     import os
@@ -356,7 +356,7 @@ def test_four_concurrent_ci_runs_on_one_root_each_loop_their_own_incident(tmp_pa
         assert store.count_attempts(incident_id) == 1, incident_id
 
 
-# --------------------------------------------------------------------------- process hygiene (finding 6)
+# --------------------------------------------------------------------------- process hygiene
 
 HANGS_WITH_A_GRANDCHILD = """
     import os, subprocess, time

@@ -1,4 +1,4 @@
-"""Trust boundaries, second round (issue 22): options replayed from disk and ``@argfile``.
+"""Trust boundaries, second round: options replayed from disk and ``@argfile``.
 
 Each test reproduces one finding of the second adversarial review and shows the boundary
 holds (docs/reliability.md "Trust boundaries"): an option is judged by its value wherever it
@@ -49,7 +49,7 @@ def _assert_refused(project: Path, incident_id: str, victim: Path, result: objec
 
 
 def test_an_argfile_in_a_plan_command_is_refused_and_the_victim_survives(tmp_path: Path) -> None:
-    """Finding 1: ``@args.txt`` inside the project made pytest read ``--basetemp=/abs/victim``
+    """``@args.txt`` inside the project made pytest read ``--basetemp=/abs/victim``
     (which pytest wipes) and ``-o cache_dir=/abs``; both ``@x`` and ``@/abs/x`` passed as paths."""
     victim = _victim(tmp_path, "victim")
     project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC})
@@ -67,7 +67,7 @@ def test_an_argfile_in_a_plan_command_is_refused_and_the_victim_survives(tmp_pat
 
 
 def test_options_hand_edited_into_incident_json_are_judged_by_their_value(tmp_path: Path) -> None:
-    """Finding 2: ``pytest_options`` in incident.json were trusted as "recorded at capture": a
+    """``pytest_options`` in incident.json were trusted as "recorded at capture": a
     ``-c`` ini outside the project with ``addopts = --basetemp=VICTIM`` wiped the victim."""
     victim = _victim(tmp_path, "victim2")
     evil_ini = tmp_path / "evil.ini"
@@ -149,7 +149,7 @@ def test_value_judged_options_refused_from_any_source(tmp_path: Path, argv: list
 
 
 def test_mcp_run_tests_refuses_argfiles_and_hostile_recorded_options(tmp_path: Path) -> None:
-    """Finding 1 and 2 through MCP: ``selection: ["@/abs/evil_args"]`` and the documented first
+    """Both through MCP: ``selection: ["@/abs/evil_args"]`` and the documented first
     call, ``run_tests`` with no arguments, replaying a hand-edited incident.json."""
     import anyio
     from mcp import Client, StdioServerParameters

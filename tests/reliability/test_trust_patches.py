@@ -1,4 +1,4 @@
-"""Trust boundaries, second round (issue 22 finding 3): a patch is shown as what it does.
+"""Trust boundaries, second round: a patch is shown as what it does.
 
 The approval question of ``selfheal apply`` named only the files of ``diff --git`` headers:
 plain unified hunks after one git-style section, a created ``sitecustomize.py`` and a source

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.mcp_server.tools import Project
-
-if TYPE_CHECKING:
-    # Loaded late (see run): the SDK is the optional extra. Named here so import-linter checks the edge.
-    from pytest_selfheal.mcp_server import server  # noqa: F401
 
 NAME = "mcp"
 HELP = "serve run_tests, status, show, loop, report and apply to a coding agent over MCP (stdio)"
@@ -43,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     project = Project(directory, args.overrides, confirmed=bool(args.root) or is_project(directory.resolve()))
     # A bad config file does not stop the server: the config is read at every call, so every
     # tool answers with its one-line error until it is fixed (a client shows no start-up error).
-    # The SDK (a heavy optional dependency) is imported only now, by the server module.
-    serving = importlib.import_module("pytest_selfheal.mcp_server.server")
-    serving.build_server(project).run("stdio")
+    # Imported only now: the server module imports the SDK, an optional and heavy extra.
+    from pytest_selfheal.mcp_server.server import build_server
+
+    build_server(project).run("stdio")
     return 0

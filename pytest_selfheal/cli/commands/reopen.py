@@ -15,7 +15,7 @@ from pytest_selfheal.cli.commands._common import (
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.loop.seal_check import take_fresh_seal
-from pytest_selfheal.names import archive_dir
+from pytest_selfheal.names import archived_path
 
 NAME = "reopen"
 HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ with status planned, "
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                 "incident_id": incident_id,
                 "status": "planned",
                 "previous_status": previous,
-                "reopened_from": f"{archive_dir(bucket)}/{incident_id}",
+                "reopened_from": archived_path(bucket, incident_id),
                 "reopened_after_iteration": after,
                 "path": relative,
             }

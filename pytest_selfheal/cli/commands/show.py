@@ -17,7 +17,7 @@ from pytest_selfheal.cli.commands._common import (
     project_redactor,
     store_from_args,
 )
-from pytest_selfheal.records.report import IncidentView
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
