@@ -31,11 +31,13 @@ clean tree neither listing runs.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import subprocess
 import tempfile
 import threading
+import tokenize
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,8 +115,50 @@ def _hash_file(digest: hashlib._Hash, path: Path) -> None:
 def _start(head: Optional[str], diff: bytes) -> hashlib._Hash:
     digest = hashlib.sha256()
     digest.update(b"head\0" + (head or "").encode() + b"\0diff\0")
-    digest.update(diff)
+    digest.update(behaviour_diff(diff))
     return digest
+
+
+# What makes a file's diff more than its lines (a new, deleted, renamed or re-moded file).
+_FILE_HEADERS = (b"new file", b"deleted file", b"rename ", b"copy ", b"old mode", b"new mode", b"similarity", b"Binary")
+
+
+def behaviour_diff(diff: bytes) -> bytes:
+    """``git diff`` output without the sections of Python files whose removed and added
+    lines are the same code once comments and blank lines are dropped: such an edit cannot
+    change what the code does, so it is no code change for the loop (docs/loop.md
+    "Progress"). Any other file, and a Python file that is new, deleted, renamed or
+    re-moded, stays whole."""
+    if b"\ndiff --git " not in b"\n" + diff:
+        return diff
+    sections = re.split(rb"(?m)^(?=diff --git )", diff)
+    return b"".join(section for section in sections if not _comments_only(section))
+
+
+def _comments_only(section: bytes) -> bool:
+    head, _, body = section.partition(b"\n@@")
+    first = head.split(b"\n", 1)[0]
+    if not first.startswith(b"diff --git ") or not first.endswith(b".py") or not body:
+        return False
+    if any(line.startswith(_FILE_HEADERS) for line in head.split(b"\n")[1:]):
+        return False
+    lines = [line for line in (b"@@" + body).split(b"\n") if line[:1] in (b"+", b"-")]
+    removed = [code for line in lines if line[:1] == b"-" for code in [_code_of(line[1:])] if code]
+    added = [code for line in lines if line[:1] == b"+" for code in [_code_of(line[1:])] if code]
+    return bool(lines) and removed == added
+
+
+def _code_of(line: bytes) -> bytes:
+    """A Python line without its comment and trailing blanks, as the tokenizer sees it (a
+    ``#`` in a string stays); a line it cannot read alone (inside a multi-line string) stays whole."""
+    text = line.decode("utf-8", errors="replace")
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text.strip() + "\n").readline):
+            if token.type == tokenize.COMMENT:
+                return text.strip()[: token.start[1]].rstrip().encode()
+    except (tokenize.TokenError, SyntaxError):
+        return line.strip()
+    return line.strip()
 
 
 def clean_tree_hash(commit: str) -> str:

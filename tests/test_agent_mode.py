@@ -87,7 +87,7 @@ def test_every_agent_mode_run_records_in_the_history(project: pytest.Pytester) -
 
 def test_same_failure_again_after_a_change_stops_by_repetition(project: pytest.Pytester) -> None:
     (incident,) = _incident_dirs(project, "inbox")
-    project.makepyfile(mod="# tried\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
+    project.makepyfile(mod="TRIED = 1\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
     result = project.runpytest("--selfheal")
     match = STATUS_LINE.search(result.stdout.str())
     assert match and match["fp"] == "same" and match["verdict"] == "STOP repeated_fingerprint"
@@ -138,7 +138,7 @@ def test_a_failing_test_that_no_longer_runs_is_not_verified_and_reaches_a_stop(p
     verdicts = []
     for run in range(1, 4):
         # Each run changes the code, so each one is an attempt: only the budget stops them.
-        project.makepyfile(mod=f"# try {run}\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
+        project.makepyfile(mod=f"TRY = {run}\ndef add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n")
         out = project.runpytest("--selfheal", *args).stdout.str()
         match = STATUS_LINE.search(out)
         assert match and match["id"] == incident.name and match["k"] == str(run), out

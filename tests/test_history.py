@@ -22,7 +22,7 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import read_quarantine
 from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import FailureEntry, Triage
 
 TODAY = dt.date(2026, 11, 24)
 
@@ -468,3 +468,57 @@ def test_history_json_loads_the_config_once_and_redacts_with_it(tmp_path: Path, 
     assert code == EXIT_OK, err
     assert len(loads) == 1
     assert [row["branch"] for row in json.loads(out)] == ["[REDACTED]"]
+
+
+FLIP = """
+    import os
+    STATE = {state!r}
+
+    def test_flip():
+        if os.path.exists(STATE):
+            os.remove(STATE)
+            return
+        open(STATE, "w").close()
+        assert False, "fails every other run"
+
+    def test_real():
+        assert 1 + 1 == 3
+"""
+
+
+def test_the_triage_figure_counts_this_runs_failure_as_selfheal_flaky_does(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
+    root = project / ".selfheal"
+
+    def triage(key: str, passed_on_rerun: tuple[str, ...] = ()) -> Triage:
+        info = run_info(run_key=key, kind=hr.CAPTURE, project_root=project, env={})
+        return record_and_triage(root, HistorySettings(), info, [Failing("t.py::f", "fp")], project_root=project,
+                                 env={}, passed_on_rerun=passed_on_rerun).triage["t.py::f"]
+
+    triage("r1")
+    triage("r2", passed_on_rerun=("t.py::f",))
+    third = triage("r3")
+    with HistoryDB.open(root) as db:
+        (rate,) = db.flake_rates("2000-01-01T00:00:00+00:00")
+    assert (rate.flaky, rate.failed) == (1, 3)
+    assert "passed on re-run 1 of 3 recorded failures (33% > 10%)" in third.detail
+
+
+@pytest.mark.slow  # a capture, a loop and a capture: the figure has a fast test above
+def test_a_failure_the_history_calls_flaky_reads_flaky_everywhere_with_one_figure(tmp_path: Path) -> None:
+    """The triage counted the failures before this run's (1 of 2, 50 %) while `selfheal flaky`
+    counted it (1 of 3, 33 %), and the class said deterministic."""
+    project = make_project(tmp_path / "flip", {"test_flip.py": FLIP.format(state=str(tmp_path / "flip.state"))})
+    first = capture(project, "-p", "no:randomly")
+    looped = cli("loop", first, cwd=project)  # test_flip passes on the re-run: flaky; test_real repeats
+    assert "flaky (passed on re-run with no code change): test_flip.py::test_flip" in looped.stdout, looped.stdout
+    second = capture(project, "-p", "no:randomly")  # test_real stays stopped; test_flip is captured
+    incident = json.loads(next((project / ".selfheal").rglob(f"{second}/incident.json")).read_text())
+    (entry,) = incident["failures"]
+    assert entry["triage"]["label"] == "flaky", entry
+    assert "passed on re-run 1 of 3 recorded failures (33% > 10%)" in entry["triage"]["detail"]
+    assert entry["failure_class"] == "transient" and incident["failure_class"] == "transient"
+    flaky = json.loads(cli("flaky", "--json", cwd=project).stdout)
+    assert [(r["nodeid"], r["flaky"], r["failed"]) for r in flaky] == [("test_flip.py::test_flip", 1, 3)]
+    shown = cli("show", second, cwd=project).stdout
+    assert "transient" in shown and "deterministic" not in shown, shown

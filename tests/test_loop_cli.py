@@ -366,3 +366,38 @@ def test_the_captures_own_options_are_replayed_in_every_verification_run(tmp_pat
     assert run_result is not None and run_result.stop_reason == "repeated_fingerprint"
     # The same failure came back, not "run with --target": one fingerprint throughout.
     assert len({fp for row in run_result.fingerprints_per_iteration for fp in row}) == 1
+
+
+MANY_FLAKY = """
+    import os
+    import pytest
+    STATE = {state!r}
+
+    @pytest.mark.parametrize("n", range(12))
+    def test_flaky(n):
+        mark = STATE + str(n)
+        if not os.path.exists(mark):
+            open(mark, "w").close()
+            assert False, "first run fails"
+
+    def test_bug():
+        assert 1 + 1 == 3
+"""
+
+
+@pytest.mark.slow  # a few seconds: test_policy keeps the fast test of these lines
+def test_the_stop_lines_name_the_first_few_flaky_tests_and_count_the_rest(tmp_path: Path) -> None:
+    """Twelve flaky tests and a real bug: the escalation line named all of them (10,000 flaky
+    failures made it 365 KB); now the first five and "and 7 more"."""
+    project = make_project(tmp_path / "many", {"test_many.py": MANY_FLAKY.format(state=str(tmp_path / "m"))})
+    incident_id = capture(project, "-p", "no:randomly")
+    looped = selfheal(project, "loop", incident_id)
+    lines = (looped.stdout + looped.stderr).splitlines()
+    final = [line for line in lines if "stop_reason repeated_fingerprint" in line]
+    assert len(final) == 1, looped.stdout + looped.stderr
+    assert final[0].endswith("test_many.py::test_flaky[4] and 7 more"), final[0]
+    assert any(line.endswith("fingerprint same, progress no (flaky) -> STOP repeated_fingerprint") for line in lines)
+    (running,) = [line for line in lines if ": running python -m pytest" in line]
+    assert "'test_many.py::test_flaky[4]' (+8 more test ids) -p no:cacheprovider" in running, running
+    result = Store(project / ".selfheal").read_run_result(incident_id)
+    assert result is not None and len(result.flaky_tests) == 12  # the record keeps them all

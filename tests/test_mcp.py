@@ -166,7 +166,8 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
 
             report = await client.call_tool("report", {"incident_id": incident_id})
             assert not report.is_error and size_of(report) <= LIMIT
-            assert text_of(report).startswith("## RALF Lite Loop Report")
+            assert text_of(report).startswith(f"**selfheal: resolved — stop reason `success`** ({incident_id}")
+            assert "\n## RALF Lite Loop Report\n" in text_of(report)
             assert "`success`" in text_of(report)
             resource = await client.read_resource(f"selfheal://report/{incident_id}")
             assert resource.contents[0].text == text_of(report)  # type: ignore[union-attr]
@@ -494,6 +495,14 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
             shown = await client.call_tool("show", {"incident_id": incident_id})
             assert size_of(shown) <= limit and "[cut: " in text_of(shown)
             assert f"`selfheal show {incident_id} --json` prints everything" in text_of(shown)
+            negative = await client.call_tool("show", {"incident_id": incident_id, "group": 1, "offset": -5})
+            assert negative.is_error and text_of(negative) == (
+                "show: offset -5: an offset counts tests from the first (0), never below 0")
+            # Captured seconds ago without options (none recorded is "none", not "not recorded"):
+            # a run with options is judged by the options check, never refused as a pre-options incident.
+            other = await client.call_tool("run_tests", {"selection": ["test_many.py"], "pytest_args": ["-q"]})
+            assert "captured before pytest options were recorded" not in text_of(other), text_of(other)
+            assert not other.is_error and (other.structured_content or {})["incident_id"] == incident_id, text_of(other)
             report = await client.call_tool("report", {})
             assert size_of(report) <= limit
             for result in (many, shown, report):
@@ -503,6 +512,13 @@ def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
             loop = await client.call_tool("loop", {"incident_id": incident_id})
             assert not loop.is_error and text_of(loop).startswith("STOP ")
             assert size_of(loop) <= limit
+            # 40 failures do not fit in 1,500 characters: the sections are shortened by value,
+            # the verdict, the decision point and the next action always kept (the first
+            # section that did not fit used to end the text, dropping all three).
+            stopped = text_of(await client.call_tool("report", {"incident_id": incident_id}))
+            assert len(stopped) <= limit and stopped.startswith("**selfheal: escalated"), stopped
+            assert "### Decision Point" in stopped and f"selfheal show {incident_id}" in stopped, stopped
+            assert "### Recommended Next Action" in stopped and "[cut: " in stopped, stopped
 
     anyio.run(scenario)
 

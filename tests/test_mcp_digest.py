@@ -23,7 +23,7 @@ from mcp.types import ListRootsResult, Root
 from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
-from pytest_selfheal.mcp_server.digest import code_line, group_page, ranked_causes, verdict_lines
+from pytest_selfheal.mcp_server.digest import code_line, fit_by_value, group_page, ranked_causes, verdict_lines
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
@@ -224,10 +224,12 @@ def test_a_capture_without_recorded_options_refuses_runs_with_other_options(tmp_
         async with session(project) as client:
             first = await client.call_tool("run_tests", {})
             incident_id = (first.structured_content or {})["captured"]
-            # As an incident captured before options were recorded has it: no pytest_options.
+            # As an incident captured before options were recorded has it: no pytest_options
+            # (none recorded is no key too) and no seal (sealing came later).
             path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
             doc = json.loads(path.read_text())
             doc.pop("pytest_options", None)
+            doc.pop("seal", None)
             path.write_text(json.dumps(doc))
             other = await client.call_tool("run_tests", {"pytest_args": ["-p", "no:cacheprovider"]})
             assert other.is_error and "captured before pytest options were recorded" in text_of(other)
@@ -305,10 +307,28 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
                                         "summary", "next"]
     assert ran.to_json()["counts"] == {"failed": 2} and ran.to_json()["decision"] == "CONTINUE"
     assert verdict_lines(ran)[:3] == ["CONTINUE: s", "pytest: 2 failed (exit code 1)",
-                                      "incident i1: iteration 2 of 5, fingerprint changed, progress no "
-                                      "(flaky: a test changed outcome with no code change)"]
+                                      "incident i1: iteration 2 of 5, fingerprint changed, progress no (flaky)"]
     redacted = replace(ran, summary="token ghp_" + "a" * 36).redacted(default_redactor().redact_obj)
     assert "ghp_" not in redacted.summary and redacted.decision is RunDecision.CONTINUE
+
+
+def test_fit_by_value_shortens_the_least_valuable_first_and_keeps_the_essentials() -> None:
+    blocks = ["**verdict**", "## Head\n" + "h\n" * 50, "### Stop\nwhy", "### Config\n" + "c\n" * 300,
+              "### Failures\n" + "f\n" * 100, "### Decision Point\noptions", "### Recommended Next Action\ndo this"]
+    value = {"**": 0, "## Head": 4, "### Stop": 1, "### Config": 8, "### Failures": 2, "### Decision Point": 0,
+             "### Recommended Next Action": 0}
+    rank = lambda block: next(v for k, v in value.items() if block.startswith(k))  # noqa: E731
+    text = fit_by_value(blocks, 400, value=rank, essential=2, more="see all")
+    assert len(text) <= 400
+    assert "### Config" not in text and "### Failures\nf\n" in text  # the config goes before the failures
+    for kept in ("**verdict**", "### Stop\nwhy", "### Decision Point\noptions", "### Recommended Next Action\ndo this"):
+        assert kept in text
+    assert "## Head\nh\n…" in text  # shortened, after the config went
+    assert text.endswith("[cut: 2 section(s) shortened or left out to stay under 400 characters; see all]")
+    # Less room than the essentials need: they are shortened, never left out.
+    tiny = fit_by_value(blocks, 150, value=rank, essential=2, more="x")
+    assert len(tiny) <= 150 and "### Decision Point" in tiny and "### Recommended Next Action" in tiny
+    assert fit_by_value(blocks[:1], 400, value=rank, essential=2, more="x") == "**verdict**"
 
 
 def test_the_output_schema_is_the_verdict_records_json() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -18,7 +19,7 @@ from schema_check import assert_valid
 from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.messages import decision_point, handoff, recommended_next_action, status_line
+from pytest_selfheal.loop.messages import command_shown, decision_point, handoff, recommended_next_action, status_line
 from pytest_selfheal.loop.policy import (
     PRECEDENCE,
     LoopPolicy,
@@ -538,7 +539,8 @@ def test_progress_between_reasons() -> None:
     assert downstream.reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
     # The same tests fail with another message while the code is known to be the same: unstable.
     unstable = progress_between(base, fail(1, ["G"], outcomes={A: "failed", B: "missing"}))
-    assert unstable.progress is False and unstable.reasons == ("message_unstable",) and unstable.fingerprint_changed
+    # ... judged the same failure again: "fingerprint same", as the repeat count sees it.
+    assert unstable.progress is False and unstable.reasons == ("message_unstable",) and not unstable.fingerprint_changed
     after_edit = progress_between(base, fail(1, ["G"], diff="d9", outcomes={A: "failed", B: "missing"}))
     assert after_edit.reasons == ("fingerprint_changed", "diff_changed")
     code = progress_between(base, fail(1, ["F"], diff="d9", outcomes={A: "failed", B: "missing"}))
@@ -552,7 +554,8 @@ def test_fewer_failures_without_a_fix_is_not_progress() -> None:
     prev = fail(0, ["FA", "FB"], outcomes={A: "failed", B: "failed"})
     cur = fail(1, ["FA"], outcomes={A: "failed", B: "missing"})
     progress = progress_between(prev, cur)
-    assert progress.progress is False and progress.fingerprint_changed is True
+    # B ran to no verdict: not verified (never flaky); FA is the same failure seen again.
+    assert (progress.progress, progress.reasons, progress.fingerprint_changed) == (False, ("not_verified",), False)
 
 
 def test_unknown_diff_hash_is_never_a_change() -> None:
@@ -860,7 +863,8 @@ def test_an_unstable_message_is_a_repeat_not_progress() -> None:
     decision = decide(LoopPolicy(max_iterations=5), history)
     assert decision.stop_reason == "repeated_fingerprint" and decision.progress.reasons == ("message_unstable",)
     assert status_line(decision, LoopPolicy(max_iterations=5)).endswith(
-        "fingerprint changed, progress no (message unstable) -> STOP repeated_fingerprint")
+        "fingerprint same, progress no (message unstable) -> STOP repeated_fingerprint")
+    assert "(fingerprint F2; its message changes between runs) was seen 2 times" in decision.message
     # A repair diff in between is a code change: the new message is a new error.
     repaired = [fail(0, ["F1"]), fail(1, ["F2"], repair_result="diff")]
     assert same_error_repeats(repaired) == 1
@@ -879,6 +883,40 @@ def test_one_flaky_one_quarantined_one_real_does_not_burn_the_budget_as_progress
     assert decision.stop_reason == "repeated_fingerprint" and decision.iteration == 1
     assert "progress no (flaky)" in status_line(decision, LoopPolicy(max_iterations=5))
     assert flaky_tests([capture, rerun]) == ["fl"]
+
+
+def test_a_repeat_stop_never_reads_fingerprint_changed() -> None:
+    """The demo's case: a real bug and a flaky test; the flaky one passes on the re-run, the
+    bug repeats. The line said "fingerprint changed, progress no (flaky) -> STOP repeated_fingerprint"."""
+    capture = fail(0, ["BUG", "FL"], outcomes={"bug": "failed", "fl": "failed"})
+    rerun = fail(1, ["BUG"], outcomes={"bug": "failed", "fl": "passed"})
+    decision = decide(DEFAULT, [capture, rerun])
+    assert decision.stop_reason == "repeated_fingerprint"
+    assert status_line(decision, DEFAULT).endswith("fingerprint same, progress no (flaky) -> STOP repeated_fingerprint")
+    assert "(fingerprint BUG) was seen 2 times" in decision.message
+    # The flaky failure came first at capture: the stop names the one repeated, and says so.
+    flaky_first = fail(0, ["FL", "BUG"], outcomes={"fl": "failed", "bug": "failed"})
+    message = decide(DEFAULT, [flaky_first, rerun]).message
+    assert "(fingerprint BUG; not the capture's first failure (FL), which no longer fails) was seen 2" in message
+
+
+def test_a_failing_test_that_skips_is_not_verified_never_flaky() -> None:
+    capture = fail(0, ["F", "G"], outcomes={A: "failed", B: "failed"})
+    rerun = fail(1, ["F"], outcomes={A: "failed", B: "skipped"})
+    decision = decide(LoopPolicy(max_iterations=5), [capture, rerun])
+    assert decision.progress.reasons == ("not_verified",) and flaky_tests([capture, rerun]) == []
+    line = status_line(decision, LoopPolicy(max_iterations=5))
+    assert "progress no (not verified)" in line and "flaky" not in line
+    # A pass beside the skip is still a flaky pass.
+    passed = fail(1, ["F"], outcomes={A: "failed", B: "passed"})
+    assert decide(LoopPolicy(max_iterations=5), [capture, passed]).progress.reasons == ("flaky",)
+
+
+def test_a_harness_changed_stop_is_never_progress() -> None:
+    rerun = fail(1, ["G"], diff="d9", harness_changed=("pytest.ini: addopts",))
+    decision = decide(DEFAULT, [fail(0), rerun])
+    assert decision.stop_reason == "harness_changed" and decision.progress.progress is False
+    assert "progress no (not judged) -> STOP harness_changed" in status_line(decision, DEFAULT)
 
 
 def test_a_failure_the_history_calls_flaky_is_not_escalated_as_deterministic() -> None:
@@ -902,3 +940,21 @@ def test_known_flaky_reads_the_capture_triage() -> None:
         {"nodeid": "t::c", "fingerprint": "f3", "triage": {"label": "new", "detail": ""}},
     ])
     assert known_flaky(incident) == frozenset({"t::a", "t::b"})
+
+
+def test_lines_that_list_node_ids_are_bounded() -> None:
+    """10,000 flaky tests beside a real bug made one 365 KB escalation line."""
+    flaky = [f"t.py::test_{n}" for n in range(10_000)]
+    capture = fail(0, ["BUG"], outcomes={"bug": "failed", **{n: "failed" for n in flaky}})
+    rerun = fail(1, ["BUG"], outcomes={"bug": "failed", **{n: "passed" for n in flaky}})
+    green_run = green(1, outcomes={n: "passed" for n in flaky})
+    success = decide(DEFAULT, [fail(0, outcomes={n: "failed" for n in flaky}), green_run])
+    assert success.stop_reason == "success" and success.message.endswith("t.py::test_4 and 9,995 more.")
+    assert len(success.message) < 300
+    known = decide(DEFAULT, [capture, rerun], known_flaky={"bug"})
+    assert len(known.message) < 600
+    argv = ["python", "-m", "pytest", "-q", *flaky, "-p", "no:randomly"]
+    assert command_shown(argv) == ("python -m pytest -q t.py::test_0 t.py::test_1 t.py::test_2 t.py::test_3 "
+                                   "t.py::test_4 (+9,995 more test ids) -p no:randomly")
+    few = ["python", "-m", "pytest", "a b.py::t", "c.py::u"]
+    assert command_shown(few) == shlex.join(few)

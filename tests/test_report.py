@@ -216,6 +216,17 @@ def test_task_attempts_count_until_all_tests_of_the_action_passed() -> None:
     assert report["total_retries"] == 3  # every verification iteration re-ran tests that had failed
 
 
+@pytest.mark.parametrize("reason", ["unverified_failures", "tests_edited"])
+def test_a_task_that_passes_at_a_stop_that_is_no_success_is_not_success(reason: str) -> None:
+    a = "t.py::a"
+    run = make_run(tests=[a], actions=[[a]], attempts=[
+        {"outcomes": {a: "passed"}, "verification_passed": True, "result": "stop", "stop_reason": reason}],
+        run_result=finished(reason, "escalated", 1))
+    report = build_report(incidents=[run])
+    assert [(t["attempts"], t["stop_reason"]) for t in report["incidents"][0]["tasks"]] == [(1, reason)]
+    assert f"| A1   | 1        | {reason} |" in render_markdown(report)
+
+
 def test_task_attempts_without_per_test_outcomes_fall_back_to_verification_passed() -> None:
     run = make_run(attempts=[{"verification_passed": False}, {"verification_passed": True, "result": "stop",
                                                                "stop_reason": "success"}])

@@ -55,7 +55,7 @@ def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytes
     result = suite.runpytest("--selfheal")
     out = result.stdout.str()
     assert result.ret == 0  # pytest saw a pass: the verdict is selfheal's
-    assert (f"incident {incident_id} iteration 1 of 3: fingerprint changed, progress yes -> STOP harness_changed "
+    assert (f"incident {incident_id} iteration 1 of 3: fingerprint changed, progress no (not judged) -> STOP harness_changed "
             "(suite/__init__.py changed since the capture)") in out
     assert "STOP success" not in out
     (attempt,) = _attempts(suite.path, incident_id)

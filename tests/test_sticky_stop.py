@@ -82,7 +82,7 @@ def test_reopen_is_the_way_back(stopped: pytest.Pytester) -> None:
 def test_a_code_change_continues_the_stopped_incident_with_its_budget(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
     # A change that does not fix anything: the same failures, the code changed.
-    stopped.makepyfile(mod="# touched\n" + BUGGY)
+    stopped.makepyfile(mod="TOUCHED = 1\n" + BUGGY)
     out = stopped.runpytest("--selfheal").stdout.str()
     found = STATUS.search(out)
     assert found, out
@@ -95,16 +95,35 @@ def test_a_code_change_continues_the_stopped_incident_with_its_budget(stopped: p
     assert [e["attachment"] for e in events] == ["continued"]
 
 
+def test_a_comment_only_edit_is_no_code_change(stopped: pytest.Pytester) -> None:
+    """A comment or a blank line cannot change what the code does: the stop stays (it
+    counted as a code change, and as "progress yes")."""
+    (earlier,) = _ids(stopped, "escalated")
+    stopped.makepyfile(mod="# touched\n" + BUGGY.replace("return a - b", "return a - b  # why?") + "\n\n")
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = ALREADY.search(out)
+    assert found and found.group(1) == earlier, out
+    assert len(_attempts(stopped, earlier)) == 1
+
+
 def test_the_budget_is_not_fresh_after_a_code_change(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
-    stopped.makepyfile(mod="# one\n" + BUGGY)
+    stopped.makepyfile(mod="ONE = 1\n" + BUGGY)
     stopped.runpytest("--selfheal")  # iteration 2: repeated again, escalated again
-    stopped.makepyfile(mod="# two\n" + BUGGY)
+    stopped.makepyfile(mod="TWO = 2\n" + BUGGY)
     out = stopped.runpytest("--selfheal").stdout.str()
     found = STATUS.search(out)
     assert found and found.group(1) == earlier and found.group(2) == "3", out
     assert found.group(4).startswith("STOP")
     assert _ids(stopped, "inbox") == []
+    # The budget of 3 is used up: another change has no iteration left (it was "iteration 4 of 3").
+    stopped.makepyfile(mod="THREE = 3\n" + BUGGY)
+    out = stopped.runpytest("--selfheal").stdout.str()
+    assert "iteration 4" not in out, out
+    assert (f"incident {earlier} iteration 3 of 3: 2 failure(s) already stopped (repeated_fingerprint), "
+            "no iteration left -> STOP already_stopped") in out
+    assert f"only a reopen gives it new iterations: selfheal reopen {earlier}" in out
+    assert len(_attempts(stopped, earlier)) == 3 and _ids(stopped, "inbox") == []
 
 
 def test_a_fix_after_the_stop_is_a_plain_green_run(stopped: pytest.Pytester) -> None:
@@ -170,7 +189,7 @@ def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: 
     assert found and (found.group(1), found.group(2), found.group(4)) == (incident_id, "2", "STOP tests_edited")
     assert GREEN_ALREADY.search(p.runpytest("--selfheal").stdout.str())
     # A change of the code under test, the test still weakened: still no success.
-    p.makepyfile(mod="# touched\n" + BUGGY)
+    p.makepyfile(mod="TOUCHED = 1\n" + BUGGY)
     found = STATUS.search(p.runpytest("--selfheal").stdout.str())
     assert found and found.group(4) == "STOP tests_edited"
     assert _ids(p, "inbox") == [] and _ids(p, "resolved") == [] and _ids(p, "escalated") == [incident_id]

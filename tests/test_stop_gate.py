@@ -98,7 +98,7 @@ def test_an_unchanged_run_is_no_attempt_then_the_second_stops(red: Path) -> None
 def test_the_first_answer_on_red_tests_sends_the_agent_back_whatever_it_ran(red: Path, agent: str) -> None:
     # The agent ran the tests itself after a change that fixes nothing: the same failure
     # again, the loop stopped by repetition with budget left.
-    edit(red, "a + b  # tried")
+    edit(red, "b + a  # tried")
     ran = run_pytest_selfheal(red)
     assert "-> STOP repeated_fingerprint" in ran.stdout, ran.stdout
     first = claude_payload(red) if agent == "claude" else cursor_payload(red)

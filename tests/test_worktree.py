@@ -326,3 +326,18 @@ def test_ignored_files_are_carried_bounded_and_never_patched(tmp_path: Path) -> 
     assert carried.paths == ("data/deeper/more.txt", "src/pkg/locale/fr/LC_MESSAGES/pkg.mo")
     assert carried.left_out == 2 and carried.left_out_bytes > 0
     assert "src/pkg/_version.py" not in carried.paths  # the largest two are the ones left out
+
+
+def test_the_diff_hash_ignores_comment_and_blank_line_edits_of_python_files(tmp_path: Path) -> None:
+    """Progress means the code's behaviour could have changed: a comment is no code change."""
+    code = 'def f(a):\n    s = "a#b"\n    return a - 1\n'
+    make_repo(tmp_path, {"m.py": code, "notes.txt": "x\n"})
+    clean = diff_hash(tmp_path)
+    (tmp_path / "m.py").write_text("# why\n" + code.replace("a - 1\n", "a - 1  # off by one?\n") + "\n\n")
+    assert diff_hash(tmp_path) == clean
+    for changed in (code.replace("a - 1", "a + 1"), code.replace("a#b", "a#c"), code + "X = 1  # new\n"):
+        (tmp_path / "m.py").write_text(changed)
+        assert diff_hash(tmp_path) != clean, changed
+    (tmp_path / "m.py").write_text(code)
+    (tmp_path / "notes.txt").write_text("x\n# a comment in a text file is content\n")
+    assert diff_hash(tmp_path) != clean

@@ -35,10 +35,11 @@ from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan, render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
-from pytest_selfheal.records.incident import CodeRef, Incident, RootCause
+from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause, Triage
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.records.vocab import FailureClass, TriageLabel
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.ids import new_run_id
@@ -235,6 +236,14 @@ def analyse_run(
     return with_target_paths(failures, reports, Path(config.rootpath), invocation_dir(config))
 
 
+def _triaged(entry: FailureEntry, triage: Triage) -> FailureEntry:
+    """``entry`` with its triage; a failure the history calls flaky is classed transient
+    (not deterministic), so its class, its triage and `selfheal flaky` say the same."""
+    if triage.label == TriageLabel.FLAKY and entry.failure_class == FailureClass.DETERMINISTIC:
+        return replace(entry, triage=triage, failure_class=FailureClass.TRANSIENT)
+    return replace(entry, triage=triage)
+
+
 def capture_incident(
     *,
     config: pytest.Config,
@@ -281,13 +290,14 @@ def capture_incident(
     if warnings is not None:
         warnings.extend(history.warnings)
     entries = tuple(
-        replace(entry, triage=history.triage[key]) if key in history.triage else entry
+        _triaged(entry, history.triage[key]) if key in history.triage else entry
         for entry in incident.failures
         for key in [str(entry.nodeid or entry.test)]
     )
     incident = replace(
         incident,
         failures=entries,
+        failure_class=entries[0].failure_class or incident.failure_class if entries else incident.failure_class,
         diff_hash=snapshot.diff_hash,
         test_digests=MappingProxyType(digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))),
         tdd_nodeids=tuple(tdd_nodeids),

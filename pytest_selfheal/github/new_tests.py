@@ -38,6 +38,7 @@ from pytest_selfheal.loop.argcheck import SAFE_VALUED
 from pytest_selfheal.loop.verify import check_command, run_selection
 from pytest_selfheal.records import models
 from pytest_selfheal.records.ci import NewTestResult, NewTestsCheck
+from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import redact_cases
 
 # A test module larger than this is not parsed for its tests (nothing generated is a test).
@@ -278,8 +279,7 @@ def summary_line(check: NewTestsCheck) -> str:
     """The one terminal line of the check's result."""
     flaky = check.flaky
     if flaky:
-        shown = ", ".join(flaky[:3]) + (f" and {len(flaky) - 3} more" if len(flaky) > 3 else "")
-        return f"selfheal ci: flaky (new): {shown} — {check.note}"
+        return f"selfheal ci: flaky (new): {first_few(flaky, 3)} — {check.note}"
     return f"selfheal ci: {check.note}"
 
 

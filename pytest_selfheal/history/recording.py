@@ -147,8 +147,10 @@ def record_and_triage(
     try:
         with HistoryDB.open(reports_root) as db:
             sightings = db.sightings([f.fingerprint for f in failing], base.branch, base.repository)
-            rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
             db.record(run, outcomes, segment=segment)
+            # After this run is recorded: its failure counts, so the triage's figure is the
+            # one `selfheal flaky` shows next (3 of 7, not 3 of 6).
+            rates = {r.nodeid: r for r in db.flake_rates(since, nodeids=[f.nodeid for f in failing])}
     except HistoryUnavailable as exc:
         result.unavailable = str(exc)
         result.warnings.append(result.unavailable)

@@ -89,8 +89,10 @@ def open_incidents(store: Store) -> list[OpenIncident]:
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
         if selection:
-            # An incident captured before options were recorded has none to compare.
-            recorded = "pytest_options" in (incident.keys or ())
+            # An incident captured before options were recorded has none to compare. No
+            # options is no key (a default is not written), so a sealed incident, captured
+            # by a version that records them, has its options recorded: none.
+            recorded = "pytest_options" in (incident.keys or ()) or incident.seal is not None
             found.append(OpenIncident(incident_id, selection, outcomes, failures,
                                       list(incident.pytest_options) if recorded else None,
                                       dict(incident.test_digests), incident.invocation_dir or "", incident))

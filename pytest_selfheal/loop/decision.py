@@ -14,6 +14,7 @@ from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
     ACTION_CONTINUE,
     ACTION_STOP,
+    HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
     PRECEDENCE,
@@ -34,7 +35,7 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
-from pytest_selfheal.records.vocab import StopReason, TriageLabel
+from pytest_selfheal.records.vocab import StopReason, TriageLabel, first_few
 
 # Triage labels (history/triage.py) under which a failure is known not to be deterministic.
 KNOWN_FLAKY_LABELS: tuple[TriageLabel, ...] = (TriageLabel.FLAKY, TriageLabel.QUARANTINED)
@@ -125,9 +126,12 @@ def decide(
             reason, policy, observations, iteration, same, streak, timeouts, no_fixes, elapsed_minutes,
             unverified=unverified,
         )
+        if reason == StopReason.HARNESS_CHANGED:
+            # The judge changed: nothing this run saw counts as progress (not judged).
+            progress = Progress(False, (HARNESS_CHANGED,), progress.fingerprint_changed, ())
         if flaky_only and reason != StopReason.SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
-                        + ", ".join(sorted(failing_tests(cur))[:5]) + "): it failed on every re-run, which the "
+                        + first_few(sorted(failing_tests(cur))) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")
         return Decision(
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions

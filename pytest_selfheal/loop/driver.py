@@ -48,7 +48,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import iteration_prefix, naming_changes, option_record
+from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record
 from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.selection import loop_selection
@@ -70,7 +70,7 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult
-from pytest_selfheal.records.vocab import Line, StopReason, final_tone
+from pytest_selfheal.records.vocab import Line, StopReason, final_tone, first_few
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
@@ -404,7 +404,7 @@ def _drive(
                 duration_seconds=0.0, not_run=list(known[0]),
             )
         else:
-            say(f"{prefix}: running {'; '.join(commands)}"
+            say(f"{prefix}: running {'; '.join(command_shown(a) for a in argvs)}"
                 + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
             kill_point("iteration:before_verify")
             outcome = _verify_and_record(
@@ -577,7 +577,7 @@ def _final_line(incident_id: str, result: LoopResult) -> str:
     where = f" -> {result.archived_to}" if result.archived_to else ""
     flaky = list(result.flaky_tests)
     # A success without a code change is a flaky test passing on re-run: say so, it is not a fix.
-    verdict = f"; flaky (passed on re-run with no code change): {', '.join(flaky)}" if flaky else ""
+    verdict = f"; flaky (passed on re-run with no code change): {first_few(flaky)}" if flaky else ""
     if result.stop_reason == StopReason.TOOLING_ENV:
         # Not code-fixable: the line says what to fix (the missing module, the failed command).
         verdict += f"; {result.decision.message if result.decision is not None else ''}".rstrip("; ")

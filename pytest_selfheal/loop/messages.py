@@ -5,12 +5,11 @@ recommended next action -- and the one-line terminal status.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Mapping, Sequence
 from typing import Optional
 
 from pytest_selfheal.loop.policy import (
-    FLAKY,
-    MESSAGE_UNSTABLE,
     REPAIR_CRASHED,
     REPAIR_NO_FIX_FOUND,
     REPAIR_TIMEOUT,
@@ -25,8 +24,8 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
-from pytest_selfheal.records.stops import stop_facts, stop_tone
-from pytest_selfheal.records.vocab import FinalStatus, Line, StopReason
+from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
+from pytest_selfheal.records.vocab import FIRST_FEW, FinalStatus, Line, StopReason, first_few
 
 # --------------------------------------------------------------------------- decision sentences
 
@@ -62,10 +61,9 @@ def continue_message(
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
 
-def changed_summary(names: Sequence[str], limit: int = 5) -> str:
-    """``pytest.ini: addopts, tests/__init__.py (+2 more)``: what changed since the capture."""
-    shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+def changed_summary(names: Sequence[str]) -> str:
+    """``pytest.ini: addopts, tests/__init__.py and 2 more``: what changed since the capture."""
+    return first_few(names)
 
 
 def stop_message(
@@ -86,6 +84,7 @@ def stop_message(
     # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
     evidence = [o for o in observations if is_evidence(o)]
     fingerprint = evidence[-1].primary_fingerprint if evidence else cur.primary_fingerprint if cur else None
+    fingerprint_note = _fingerprint_note(fingerprint, evidence)
     left = max(0, policy.max_iterations - iteration)
     no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
     values = {
@@ -100,13 +99,29 @@ def stop_message(
         "budget": policy.max_runtime_minutes or 0.0,
         "unverified": unverified,
         "fingerprint": fingerprint,
+        "fingerprint_note": fingerprint_note,
         "rest": f" without using the {plural(left, 'remaining iteration')}" if left else "",
-        "flaky_note": f"; flaky (passed without a code change): {', '.join(flaky)}" if flaky else "",
+        "flaky_note": f"; flaky (passed without a code change): {first_few(flaky)}" if flaky else "",
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
         "changes": changed_summary(cur.harness_changed if cur is not None else ()),
     }
     return stop_facts(reason).message.format_map(values)
+
+
+def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation]) -> str:
+    """What a repeat's fingerprint is, when it is not simply the capture's first failure's:
+    the capture's is named (it passed since, or still fails beside it), and a fingerprint not
+    seen before (an unstable message) says so."""
+    if fingerprint is None or len(evidence) < 2:
+        return ""
+    if fingerprint not in evidence[-2].fingerprint_set:
+        return "; its message changes between runs"
+    first = evidence[0].primary_fingerprint
+    if first is None or first == fingerprint:
+        return ""
+    gone = first not in evidence[-1].fingerprint_set
+    return f"; not the capture's first failure ({first}), which {'no longer fails' if gone else 'fails too'}"
 
 
 # --------------------------------------------------------------------------- stop artefacts
@@ -125,8 +140,7 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
     applied; a partial patch is there to review. Never "nothing to do" after a repair."""
     if repair is None or not repair.final_patch:
         return None
-    files = ", ".join(repair.files_changed[:5]) + (f" (+{len(repair.files_changed) - 5} more)"
-                                                   if len(repair.files_changed) > 5 else "")
+    files = first_few(repair.files_changed)
     if repair.applied:
         return (f"Review the fix the repair applied to your working tree ({files}), run the whole suite "
                 "(python -m pytest), then commit it.")
@@ -140,11 +154,23 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
         f" A partial patch ({files}) is proposed for review, not applied: selfheal show {incident_id}.")
 
 
+def command_shown(argv: Sequence[str], limit: int = FIRST_FEW) -> str:
+    """A verification command as its ``running`` line shows it: quoted, its first few test
+    ids and a count of the rest (``... test_b.py::t (+9,995 more test ids) -p no:x``); the
+    attempt records the whole command."""
+    ids = [i for i, arg in enumerate(argv) if "::" in arg and not arg.startswith("-")]
+    hidden = set(ids[limit:])
+    words = [shlex.quote(arg) for i, arg in enumerate(argv) if i not in hidden]
+    if hidden:
+        words.insert(ids[limit - 1] + 1 if limit else ids[0], f"(+{len(hidden):,} more test ids)")
+    return " ".join(words)
+
+
 def repair_line(result: RepairBlock) -> str:
     """What one repair call did, for its progress line and the report: the result, the files,
     and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
     which out-of-scope files approval let in."""
-    shown = f" ({', '.join(result.files_changed)})" if result.files_changed else ""
+    shown = f" ({first_few(result.files_changed)})" if result.files_changed else ""
     if result.result in (REPAIR_CRASHED, REPAIR_TIMEOUT):
         return f"{result.result}{shown}: {result.message or 'no message'} — rolled back"
     if result.scope_denied or result.out_of_scope:
@@ -249,13 +275,9 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
 
     ``selfheal: incident <id> iteration 2 of 3: fingerprint same, progress no -> STOP repeated_fingerprint``
     """
-    fp = "changed" if decision.progress.fingerprint_changed else "same"
-    prog = "yes" if decision.progress.progress else "no"
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
-    reasons = decision.progress.reasons
-    unstable = " (message unstable)" if MESSAGE_UNSTABLE in reasons else " (flaky)" if FLAKY in reasons else ""
-    text = (f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: "
-            f"fingerprint {fp}, progress {prog}{unstable} -> {verdict}")
+    words = progress_words(decision.progress.fingerprint_changed, decision.progress.progress, decision.progress.reasons)
+    text = f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: {words} -> {verdict}"
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 
@@ -289,13 +311,9 @@ def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ())
     return found
 
 
-def unverified_summary(groups: Sequence[tuple[str, Sequence[str]]], limit: int = 5) -> str:
+def unverified_summary(groups: Sequence[tuple[str, Sequence[str]]], limit: int = FIRST_FEW) -> str:
     """``1 skipped (a.py::t), 2 not collected or deselected (b.py::u, b.py::v)``."""
-    parts = []
-    for label, nodeids in groups:
-        shown = ", ".join(nodeids[:limit]) + (f" (+{len(nodeids) - limit} more)" if len(nodeids) > limit else "")
-        parts.append(f"{len(nodeids)} {label} ({shown})")
-    return ", ".join(parts)
+    return ", ".join(f"{len(nodeids):,} {label} ({first_few(nodeids, limit)})" for label, nodeids in groups)
 
 
 def unverified_line(incident_id: str, outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> Optional[str]:
@@ -308,6 +326,7 @@ def unverified_line(incident_id: str, outcomes: Mapping[str, str], not_run: Coll
 
 
 __all__ = [
+    "command_shown",
     "continue_message",
     "decision_point",
     "handoff",

@@ -101,6 +101,11 @@ MESSAGE_UNSTABLE = "message_unstable"
 # Not progress either: with the code known to be the same, a test passed or the failing tests
 # changed. That is flakiness, never a fix; what still fails is seen again.
 FLAKY = "flaky"
+# Not progress: with the code the same, a failing test ran to no verdict (skipped, an xfail,
+# not collected). Nothing was verified of it: neither fixed nor flaky.
+NOT_VERIFIED = "not_verified"
+# Not judged: what runs or judges the tests changed since the capture (harness_changed).
+HARNESS_CHANGED = "harness_changed"
 
 # --------------------------------------------------------------------------- data
 
@@ -197,7 +202,7 @@ class Progress:
 
     progress: bool
     reasons: tuple[str, ...]  # tests_fixed | fingerprint_changed | diff_changed, or why not judged
-    fingerprint_changed: bool  # the set of failing fingerprints differs from the previous one
+    fingerprint_changed: bool  # judged another failure (failure_changed), not a repeat
     tests_fixed: tuple[str, ...]  # node ids failing (or missing) before and passing now
 
 
@@ -309,6 +314,13 @@ def message_unstable(prev: Observation, cur: Observation) -> bool:
     )
 
 
+def failure_changed(prev: Observation, cur: Observation) -> bool:
+    """Is ``cur``'s failure another one than ``prev``'s (not a repeat)? The fingerprint sets
+    differ, unless the code is known to be the same and something still fails: an unstable
+    message, or a flaky test changing beside what still fails, is the same failure again."""
+    return prev.fingerprint_set != cur.fingerprint_set and not (code_unchanged(prev, cur) and bool(cur.fingerprints))
+
+
 def flaky_change(prev: Observation, cur: Observation) -> bool:
     """With the code known to be the same, a test changed outcome: flakiness, not progress."""
     if not code_unchanged(prev, cur):
@@ -339,11 +351,13 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
         if outcome in was_failing and cur.outcomes.get(nodeid) == OUTCOME_PASSED
     )
     prev_set = prev.fingerprint_set
+    changed = failure_changed(prev, cur)
     if not fixed and message_unstable(prev, cur):
-        return Progress(False, (MESSAGE_UNSTABLE,), True, ())
+        return Progress(False, (MESSAGE_UNSTABLE,), changed, ())
     if flaky_change(prev, cur):
-        # Nothing was changed, so nothing was fixed: a pass here is a flaky test's.
-        return Progress(False, (FLAKY,), prev_set != cur.fingerprint_set, ())
+        # Nothing was changed, so nothing was fixed: a pass here is a flaky test's; a failing
+        # test that only ran to no verdict is neither fixed nor flaky.
+        return Progress(False, (NOT_VERIFIED if _only_no_verdict(prev, cur, fixed) else FLAKY,), changed, ())
     new_error = any(fp not in prev_set for fp in cur.fingerprints)
     reasons: list[str] = []
     if fixed:
@@ -352,8 +366,13 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
         reasons.append(PROGRESS_FINGERPRINT_CHANGED)
     if _code_changed(prev, cur):
         reasons.append(PROGRESS_DIFF_CHANGED)
-    return Progress(bool(reasons), tuple(reasons), prev_set != cur.fingerprint_set, fixed)
+    return Progress(bool(reasons), tuple(reasons), changed, fixed)
 
+
+def _only_no_verdict(prev: Observation, cur: Observation, fixed: Sequence[str]) -> bool:
+    # What changed outcome is only failing tests that now ran to no verdict: none passed, none newly fails.
+    no_verdict = [n for n in failing_tests(prev) if cur.outcomes.get(n, OUTCOME_MISSING) in (OUTCOME_SKIPPED, OUTCOME_MISSING)]
+    return bool(no_verdict) and not fixed and failing_tests(cur) <= failing_tests(prev)
 
 
 def same_error_repeats(observations: Sequence[Observation]) -> int:
@@ -370,7 +389,7 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
         prev, cur = evidence[i - 1], evidence[i]
         # An unstable message, or a flaky test changing beside what still fails, with the
         # code unchanged, is the same failure seen again (docs/loop.md "Progress").
-        if prev.fingerprint_set != cur.fingerprint_set and not code_unchanged(prev, cur):
+        if failure_changed(prev, cur):
             break
         count += 1
     return count

@@ -79,8 +79,11 @@ def match_stopped(
         if incident.incident_id not in held:
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
-        attachment = Attachment.ALREADY_STOPPED if unchanged or incident.status == IncidentStatus.PLAN_PROPOSED else Attachment.CONTINUED
-        matches.append(StickyMatch(incident, tuple(held[incident.incident_id]), attachment))
+        # A loop run that used its whole budget has no iteration left to continue with: a
+        # reopen (a person's act) gives a fresh one.
+        stays = unchanged or incident.status == IncidentStatus.PLAN_PROPOSED or incident.exhausted
+        attachment = Attachment.ALREADY_STOPPED if stays else Attachment.CONTINUED
+        matches.append(StickyMatch(incident, tuple(held[incident.incident_id]), attachment, code_changed=not unchanged))
     return matches, rest
 
 
@@ -91,8 +94,9 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
     stopped = match.incident
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
+    why = "no iteration left" if match.code_changed and stopped.exhausted else "code unchanged"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
-                f"{held} already stopped ({stopped.stop_reason}), code unchanged "
+                f"{held} already stopped ({stopped.stop_reason}), {why} "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
 
 
@@ -103,6 +107,9 @@ def next_step(match: StickyMatch) -> str:
     if stopped.bucket == INBOX:
         return (f"selfheal: incident {stopped.incident_id} waits for its proposed plan: "
                 f"selfheal loop {stopped.incident_id} (or change the code under test)")
+    if match.code_changed and stopped.exhausted:
+        return (f"selfheal: incident {stopped.incident_id} used its whole iteration budget: the code changed, but "
+                f"only a reopen gives it new iterations: selfheal reopen {stopped.incident_id}")
     return (f"selfheal: incident {stopped.incident_id} stays stopped until the code under test changes, or: "
             f"selfheal reopen {stopped.incident_id}")
 

@@ -50,6 +50,13 @@ class StoppedIncident:
     diff_hash: Optional[str]  # the working-tree diff hash at its last sighting (None: unknown)
     nodeids: frozenset[str] = frozenset()  # its selection as last verified (the capture's failures before)
     green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
+    # Its loop run's iterations left under its max_iterations when it stopped (None: unknown).
+    remaining: Optional[int] = None
+
+    @property
+    def exhausted(self) -> bool:
+        """Its loop run used its whole budget: a code change has no iteration to continue it with."""
+        return self.remaining == 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class StickyMatch:
     failures: tuple[Failure, ...]
     attachment: Attachment
     passed: tuple[str, ...] = ()  # a green match (match_green): its tests this run passed
+    code_changed: bool = False  # already stopped although the code changed: its budget is used up
 
 
 def match_green(
@@ -85,12 +93,12 @@ def match_green(
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
         if incident.green:
-            attachment = Attachment.ALREADY_STOPPED if unchanged else Attachment.CONTINUED
+            attachment = Attachment.ALREADY_STOPPED if unchanged or incident.exhausted else Attachment.CONTINUED
         elif tests_changed(incident):
-            attachment = Attachment.CONTINUED
+            attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
             continue
-        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now)))
+        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged))
     return matches
 
 
@@ -143,9 +151,12 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
             diff_hash = capture_hash(store, incident_id, incident)
             nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
         reason = (run_result.stop_reason if run_result is not None else None) or "archived"
+        point = run_result.decision_point if run_result is not None else None
+        context = point.context if point is not None else None
         if fingerprints or green:
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
-                                       fingerprints, diff_hash, nodeids, green))
+                                       fingerprints, diff_hash, nodeids, green,
+                                       context.remaining if context is not None else None))
     return out
 
 

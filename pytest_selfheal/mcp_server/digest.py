@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
@@ -19,6 +19,7 @@ from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
+from pytest_selfheal.records.stops import progress_words
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
@@ -82,6 +83,52 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
         break
     text = separator.join(kept)
     return text[:budget]  # a budget below the note's own length: the note is cut too
+
+
+def fit_by_value(blocks: Sequence[str], max_chars: int, *, value: Callable[[str], int], essential: int, more: str,
+                 separator: str = "\n\n") -> str:
+    """The blocks in their order within ``max_chars``, shortened in order of ``value`` (0 is
+    the most valuable; the least valuable, later first, goes first): a block keeps its first
+    lines that fit, with a last ``…`` line, or is left out; a block valued below
+    ``essential`` is never left out (its first line stays), only shortened once nothing less
+    valuable is left to cut. A last line says how many were shortened or left out and points
+    at ``more``."""
+    blocks = [block.strip("\n") for block in blocks]
+    whole = separator.join(blocks)
+    if len(whole) <= max_chars:
+        return whole
+    kept: list[Optional[str]] = list(blocks)
+    note = f"[cut: {{}} section(s) shortened or left out to stay under {max_chars} characters; {more}]"
+    if len(note) > max_chars // 3:  # a small bound: the facts before the pointer to more
+        note = "[cut: {} section(s) shortened or left out]"
+    budget = max_chars - len(note.format(len(blocks))) - len(separator)
+    cut = 0
+    for index in sorted(range(len(blocks)), key=lambda i: (-value(blocks[i]), -i)):
+        over = len(separator.join(b for b in kept if b is not None)) - budget
+        if over <= 0:
+            break
+        block = blocks[index]
+        short = _first_lines(block, len(block) - over - 2)
+        needed = value(block) < essential
+        if "\n" in short or (short and needed):
+            kept[index] = short + "\n…"
+        else:
+            kept[index] = one_line(block.split("\n", 1)[0], 120) if needed else None
+        cut += 1
+    text = separator.join([b for b in kept if b is not None] + [note.format(cut)])
+    return text[:max_chars]
+
+
+def _first_lines(block: str, size: int) -> str:
+    """The whole first lines of ``block`` within ``size`` characters ("" when not even one)."""
+    lines: list[str] = []
+    used = 0
+    for line in block.split("\n"):
+        if used + len(line) + 1 > size:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- one incident
@@ -273,11 +320,8 @@ def verdict_lines(verdict: RunVerdict) -> list[str]:
         lines.append("pytest: " + ", ".join(f"{n} {k}" for k, n in verdict.counts)
                      + f" (exit code {verdict.pytest_exit_code})")
     if verdict.iteration is not None:
-        fp = "changed" if verdict.fingerprint_changed else "same"
-        progress = "yes" if verdict.progress else "no (flaky: a test changed outcome with no code change)" \
-            if verdict.flaky else "no"
-        lines.append(f"incident {verdict.incident_id}: iteration {verdict.iteration} of "
-                     f"{verdict.max_iterations}, fingerprint {fp}, progress {progress}")
+        words = progress_words(verdict.fingerprint_changed, verdict.progress, ("flaky",) if verdict.flaky else ())
+        lines.append(f"incident {verdict.incident_id}: iteration {verdict.iteration} of {verdict.max_iterations}, {words}")
     if verdict.captured:
         lines.append(f"captured incident {verdict.captured}")
     for line in verdict.plugin_lines:
@@ -316,6 +360,7 @@ def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
 __all__ = [
     "bounded_verdict",
     "fit",
+    "fit_by_value",
     "group_page",
     "incident_blocks",
     "ranked_causes",

@@ -36,6 +36,7 @@ from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
     fit,
+    fit_by_value,
     group_page,
     incident_blocks,
     one_line,
@@ -50,7 +51,7 @@ from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.report.load import build_from_store, select_ids
-from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
@@ -186,6 +187,8 @@ class Project:
                     "prints everything")
             return ToolResult(fit(incident_blocks(view), limit, what="block(s) (root-cause groups, plan, attempts)",
                                   more=more))
+        if offset is not None and offset < 0:
+            raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
         head = f"# Incident {resolved}\n"
         try:
             return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
@@ -205,10 +208,10 @@ class Project:
             raise NotFoundError(f"no incidents in {store.root}")
         report = build_from_store(store, ids, self.root)
         markdown = effective.redactor.redact(
-            report_markdown(report, hooks.cli_plugin_manager()))
+            report_markdown(report, hooks.cli_plugin_manager(), headline=True))
         blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
-        return ToolResult(fit(blocks, self._limit(effective), what="report section(s)",
-                              more=f"`selfheal report {ids[0]}` prints the whole report"))
+        return ToolResult(fit_by_value(blocks, self._limit(effective), value=report_section_value, essential=ESSENTIAL_VALUE,
+                                       more=f"`selfheal report {ids[0]}` prints the whole report"))
 
     # ------------------------------------------------------------------ the loop
 

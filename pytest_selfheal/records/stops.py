@@ -32,6 +32,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "budget",  # ralf_lite.max_runtime_minutes (0 when unset)
     "unverified",  # the failures over the capture's cap
     "fingerprint",  # the repeated failure's fingerprint
+    "fingerprint_note",  # ", not the capture's first failure (<fp>), which ..." when they differ, or ""
     "rest",  # " without using the 2 remaining iterations", or ""
     "flaky_note",  # "; flaky (passed without a code change): a, b", or ""
     "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
@@ -123,7 +124,7 @@ STOPS: Mapping[str, StopFacts] = {
     ),
     StopReason.REPEATED_FINGERPRINT: StopFacts(
         _ESCALATED,
-        "The same failure (fingerprint {fingerprint}) was seen {same} times in a row, the capture included; "
+        "The same failure (fingerprint {fingerprint}{fingerprint_note}) was seen {same} times in a row, the capture included; "
         "stopping{rest}.",
         (
             ("investigate", "Investigate the repeated failure manually", "selfheal show {id}"),
@@ -253,6 +254,27 @@ STOPS: Mapping[str, StopFacts] = {
 }
 
 
+# The progress labels that qualify a "progress no", by progress reason: how every surface
+# (the iteration line, the report, MCP) says why a changed run is no progress.
+PROGRESS_NOTES: Mapping[str, str] = {
+    "message_unstable": "message unstable",  # new messages, same tests, same code: a repeat
+    "flaky": "flaky",  # a test changed outcome with the code unchanged: never a fix
+    "not_verified": "not verified",  # a failing test ran to no verdict (skipped, not collected)
+    "harness_changed": "not judged",  # the judge changed: nothing of this run is trusted
+}
+
+
+def progress_words(fingerprint_changed: Optional[bool], progress: Optional[bool], reasons: tuple[str, ...] = ()) -> str:
+    """``fingerprint same, progress no (flaky)``: the one wording of an iteration's progress.
+
+    "fingerprint same" is the loop's judgement (the failure seen before, counted as a
+    repeat), not a byte comparison: a new message with the code unchanged is the same
+    failure (docs/loop.md "Progress")."""
+    note = next((f" ({PROGRESS_NOTES[r]})" for r in reasons if r in PROGRESS_NOTES), "") if not progress else ""
+    return (f"fingerprint {'changed' if fingerprint_changed else 'same'}, "
+            f"progress {'yes' if progress else 'no'}{note}")
+
+
 def stop_facts(stop_reason: str) -> StopFacts:
     """The row of ``stop_reason``; ``ValueError`` for a name that is no stop reason."""
     try:
@@ -269,4 +291,6 @@ def stop_tone(stop_reason: Optional[str]) -> Tone:
     return facts.tone if facts is not None else Tone.BAD
 
 
-__all__ = ["MESSAGE_FIELDS", "STOPS", "Option", "StopFacts", "stop_facts", "stop_tone"]
+__all__ = [
+    "MESSAGE_FIELDS", "PROGRESS_NOTES", "STOPS", "Option", "StopFacts", "progress_words", "stop_facts", "stop_tone",
+]

@@ -9,6 +9,7 @@ what a plain ``(str, Enum)`` formats to), and code that builds text uses ``.valu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 from typing import Optional
 
@@ -127,6 +128,17 @@ class Line(str):
         return line
 
 
+# How many names a one-line list shows before it counts the rest.
+FIRST_FEW = 5
+
+
+def first_few(names: Sequence[str], limit: int = FIRST_FEW) -> str:
+    """``a, b, c, d, e and 9,995 more``: a list of names (node ids, files) bounded for one
+    line; the records keep them all."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit:,} more" if len(names) > limit else "")
+
+
 def tone_of(line: str) -> Tone:
     """The tone a line was built with (:data:`Tone.PLAIN` for plain text)."""
     return line.tone if isinstance(line, Line) else Tone.PLAIN
@@ -160,6 +172,8 @@ __all__ = [
     "TextEnum",
     "Tone",
     "TriageLabel",
+    "FIRST_FEW",
     "final_tone",
+    "first_few",
     "tone_of",
 ]

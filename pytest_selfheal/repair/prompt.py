@@ -20,7 +20,7 @@ from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan, PlanAction
-from pytest_selfheal.records.vocab import EvidenceKind
+from pytest_selfheal.records.vocab import EvidenceKind, first_few
 
 MAX_FAILURES_LISTED = 20
 MAX_MESSAGE_CHARS = 300
@@ -150,6 +150,10 @@ def _plan_section(plan: Plan) -> list[str]:
     return lines
 
 
+def _listed(nodeids: Sequence[str]) -> str:
+    return first_few([_code(n) for n in nodeids], MAX_FAILURES_LISTED)
+
+
 def _repair_lines(repair: Optional[RepairBlock]) -> list[str]:
     if repair is None:
         return ["- no repair ran before it (a plain re-run of the verification)"]
@@ -181,15 +185,18 @@ def _delta_section(incident: Incident, attempts: Sequence[Attempt]) -> list[str]
     fp_now = set(_fingerprints_of(latest))
     lines.append(f"Attempt {latest.iteration}:")
     lines.extend(_repair_lines(latest.repair))
-    lines.append("- tests fixed: " + (", ".join(_code(n) for n in fixed) if fixed else "none"))
+    lines.append("- tests fixed: " + (_listed(fixed) if fixed else "none"))
     if broke:
-        lines.append("- tests that passed before and fail now: " + ", ".join(_code(n) for n in broke))
-    lines.append("- still failing: " + (", ".join(_code(n) for n in still[:MAX_FAILURES_LISTED]) if still else "none"))
+        lines.append("- tests that passed before and fail now: " + _listed(broke))
+    lines.append("- still failing: " + (_listed(still) if still else "none"))
     unverified = unverified_tests(now)
     if unverified:
         lines.append(f"- ran to no verdict (not fixed): {unverified_summary(unverified)}")
     if not fp_now:
         lines.append("- fingerprint: no failure fingerprint in the latest run")
+    elif fp_now == fp_before and latest.repair is None:
+        lines.append("- fingerprint: SAME as before — the re-run without a change saw this failure again (nothing "
+                     "has been tried on it yet)")
     elif fp_now == fp_before:
         lines.append("- fingerprint: SAME as before — the previous change did not affect this failure")
     elif fp_now - fp_before:

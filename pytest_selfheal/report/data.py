@@ -197,8 +197,9 @@ def _iteration_entry(attempt: Attempt) -> ReportIteration:
     )
 
 
-def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, bool]:
-    """``(attempts, passed)`` of one plan action (docs/report.md "Task attempts").
+def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
+    """``(attempts, index of the iteration it passed at, or None)`` of one plan action
+    (docs/report.md "Task attempts").
 
     An iteration counts when it verified any of the action's node ids, until every one of
     them has passed (its latest outcome). Without node ids or per-test outcomes, every
@@ -206,7 +207,7 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]
     """
     latest: dict[str, str] = {}
     count = 0
-    for iteration in iterations:
+    for index, iteration in enumerate(iterations):
         outcomes = iteration.outcomes
         if nodeids and outcomes:
             touched = [n for n in nodeids if n in outcomes]
@@ -215,12 +216,12 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]
             count += 1
             latest.update({n: outcomes[n] for n in touched})
             if all(latest.get(n) == "passed" for n in nodeids):
-                return count, True
+                return count, index
         else:
             count += 1
             if iteration.verification_passed:
-                return count, True
-    return count, False
+                return count, index
+    return count, None
 
 
 def _observations(run: IncidentRun) -> list[policy.Observation]:
@@ -320,9 +321,14 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     tasks: list[ReportTask] = []
     for action in run.plan.actions if run.plan is not None else ():
         nodeids = action.nodeids
-        count, passed = _task_progress(nodeids, iterations)
-        if passed:
-            task_stop: Optional[str] = StopReason.SUCCESS
+        count, passed_at = _task_progress(nodeids, iterations)
+        passed = passed_at is not None
+        if passed and finished and stop_reason and passed_at == len(iterations) - 1:
+            # Passed at the iteration the loop stopped on: that stop's verdict is the task's too
+            # (a green selection that stopped unverified_failures or tests_edited is no success).
+            task_stop: Optional[str] = stop_reason
+        elif passed:
+            task_stop = StopReason.SUCCESS
         elif finished and (count > 0 or loops_used == 0):
             task_stop = stop_reason  # the loop stopped while this action was still failing
         else:

@@ -21,6 +21,7 @@ from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
 from pytest_selfheal.records.report import Report, ReportIncident, ReportInput, as_report
 from pytest_selfheal.records.run_result import DecisionOption
+from pytest_selfheal.records.stops import PROGRESS_NOTES
 from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
@@ -335,7 +336,7 @@ def _section_fingerprints(report: Report) -> list[str]:
             reasons = it.progress_reasons
             progress = _yes_no(it.progress)
             if reasons and it.progress is not None:
-                progress += f" ({', '.join(text(r, 40) for r in reasons)})"
+                progress += f" ({', '.join(text(PROGRESS_NOTES.get(r, r), 40) for r in reasons)})"
             fps = it.fingerprints
             # Skipped or absent tests verified nothing: say so, never a bare ❌ without a fingerprint.
             unverified = unverified_tests(it.outcomes)

@@ -47,3 +47,38 @@ def report_markdown(report: Union[ReportDoc, Mapping[str, Any]], pm: Optional[pl
     (``report``: a report, or the JSON of one, such as the ``selfheal ci`` document)."""
     doc = report.to_json() if isinstance(report, ReportDoc) else report  # the hooks' payload
     return render_markdown(doc, headline=headline, extra_sections=hook_sections(pm, doc))
+
+
+# The report's sections by what a reader with little room needs first: the verdict (the
+# headline), what to do and the decision (0), why the loop stopped (1) -- below
+# ESSENTIAL_VALUE, never left out -- then what failed and the plan, the history, the
+# settings. A hook's section ranks last.
+SECTION_VALUE: Mapping[str, int] = {
+    "### Recommended Next Action": 0,
+    "### Decision Point": 0,
+    "### Stop Reason and Final Status": 1,
+    "### Failures": 2,
+    "### Quarantined Failures": 2,
+    "### Tasks": 3,
+    "### Flaky Tests": 3,
+    "### Tests Fixed Along the Way": 3,
+    "### New Failures": 4,
+    "### Task Attempts": 4,
+    "## RALF Lite Loop Report": 4,
+    "### Fingerprint per Iteration": 5,
+    "### Iterations × Tests": 6,
+    "### Loop Timeline": 7,
+    "### Shards": 7,
+    "### Effective Config": 8,
+}
+ESSENTIAL_VALUE = 2
+_HOOK_VALUE = 9
+
+
+def report_section_value(block: str) -> int:
+    """The :data:`SECTION_VALUE` of one block of the markdown report (its heading line); the
+    headline before the first heading (``**selfheal: …**``, the verdict) is 0."""
+    heading = block.split("\n", 1)[0].strip()
+    if not heading.startswith("#"):
+        return 0
+    return SECTION_VALUE.get(heading, _HOOK_VALUE)

@@ -15,6 +15,7 @@ from typing import Optional
 
 from pytest_selfheal.errors import NotFoundError, UsageError
 from pytest_selfheal.names import INCIDENT_ID_PATTERN, INCIDENT_PREFIX
+from pytest_selfheal.records.vocab import first_few
 
 INCIDENT_ID_RE = re.compile(INCIDENT_ID_PATTERN)
 
@@ -104,8 +105,7 @@ def resolve_incident_ref(text: object, known: Iterable[str]) -> str:
         if is_incident_id(text):
             return text
         raise NotFoundError(f"no incident id starts with {text!r}")
-    shown = ", ".join(matches[:3]) + (f" and {len(matches) - 3} more" if len(matches) > 3 else "")
-    raise UsageError(f"incident id prefix {text!r} is ambiguous: {shown}")
+    raise UsageError(f"incident id prefix {text!r} is ambiguous: {first_few(matches, 3)}")
 
 
 def incident_timestamp(incident_id: str) -> Optional[datetime]:
