@@ -11,8 +11,9 @@ from helpers import build_plan_doc
 from schema_check import assert_valid
 from test_plan import INCIDENT_ID, NOW, failure, incident
 
-from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES, readable_command, render_plan_md, verification_argv
+from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import group_by_root_cause, selected_by
+from pytest_selfheal.plan.markdown import MAX_PLAN_MD_BYTES, render_plan_md
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import allowed_paths, out_of_scope

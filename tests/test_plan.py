@@ -18,10 +18,10 @@ from pytest_selfheal.plan.build import (
     group_failures,
     normalised_message,
     pytest_command,
-    render_plan_md,
     replan,
     verification_argv,
 )
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.plan import Plan
 

@@ -17,7 +17,7 @@ import pytest
 from helpers import capture, make_project, selfheal
 
 from pytest_selfheal.errors import EXIT_OK
-from pytest_selfheal.plan.build import MAX_PLAN_MD_BYTES
+from pytest_selfheal.plan.markdown import MAX_PLAN_MD_BYTES
 
 INI = "pythonpath = .\n"
 

@@ -23,8 +23,9 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.loop.localise import read_spectrum, with_spectra
 from pytest_selfheal.mcp_server.digest import incident_blocks
 from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
-from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
+from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.groups import group_by_root_cause
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.plan.suspects import (
     excerpt,
     ochiai,

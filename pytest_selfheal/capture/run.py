@@ -32,7 +32,8 @@ from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.names import INBOX_DIR
-from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.plan.build import build_plan
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause, Triage

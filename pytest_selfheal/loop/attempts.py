@@ -42,7 +42,8 @@ from pytest_selfheal.loop.resume import (
 )
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.names import archive_dir, archived_path
-from pytest_selfheal.plan.build import build_plan, render_plan_md, replan
+from pytest_selfheal.plan.build import build_plan, replan
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure

@@ -27,8 +27,9 @@ from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, verify_dir_prefix
 from pytest_selfheal.names import LOCALISE_ENV
-from pytest_selfheal.plan.build import build_plan, render_plan_md, verification_argv
+from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev

@@ -13,7 +13,7 @@ their failure type and normalised message. Each action's ``target_paths`` are th
 files of its evidence, its ``test_paths`` the failing tests' files, its ``root_cause`` the
 evidence that grouped it. A command selects every failing node id, however many (the loop
 runs exactly them); ``plan.md`` shows a long one short (:func:`readable_command`) and stays
-under :data:`MAX_PLAN_MD_BYTES`. The rules are in docs/loop.md "The plan".
+under a size bound (plan/markdown.py). The rules are in docs/loop.md "The plan".
 
 Verification commands are strings for humans and for the loop driver, which splits them
 with :func:`shlex.split` and runs the argv list without a shell
@@ -38,7 +38,7 @@ from pytest_selfheal.plan.groups import (
     group_by_root_cause,
     selection_file,
 )
-from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups, where_lines
+from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.models import (
@@ -99,9 +99,6 @@ _TYPE_INFO: dict[str, tuple[str, str, str]] = {
 _STEP_COLLECTION = "collection"
 
 # plan.md stays readable and small at any failure count (docs/loop.md "The plan").
-MAX_PLAN_MD_BYTES = 64 * 1024
-_MD_MAX_ROWS = 200  # actions, hypotheses and earlier revisions listed in plan.md
-_MD_MAX_COMMAND = 8000  # a longer verification command is shown cut (plan.json holds it whole)
 # A command selecting more node ids than this is shown with its first few, then "… N more".
 _SHOWN_NODEIDS = 10
 _SHOWN_HEAD = 3
@@ -218,7 +215,8 @@ def _risk(target_paths: Sequence[str]) -> str:
     return "low" if len(target_paths) <= 2 else "medium"
 
 
-def _shorten(text: str, limit: int = 80) -> str:
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -250,18 +248,18 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         targets = _unique([p for p in candidates if not is_test_file(p)])
         tests = _unique(tests + [p for p in candidates if is_test_file(p) and p.endswith(".py")])
         signature = f"{failure_type} | {message}"
-        about = _shorten(message) or failure_type
+        about = shorten(message) or failure_type
     else:
         targets = evidence_paths(group)
         signature = f"{failure_type} | root cause {group.path}::{group.name}"
         messages = len({normalised_message(m) for m in members})
         shapes = f", {messages} messages" if messages > 1 else ""
-        about = _shorten(f"{group.name} in {group.path}{shapes} ({message})")
+        about = shorten(f"{group.name} in {group.path}{shapes} ({message})")
     verb = _type_info(failure_type)[0]
     raised = _raised(first) if failure_type == TEST_ASSERTION else None
     if raised is not None:  # an exception, not a failed assertion: what it is, where it was raised
         messages = len({normalised_message(m) for m in members})
-        verb, about = raised[0], _shorten(raised[1] + (f", {messages} messages" if messages > 1 else ""))
+        verb, about = raised[0], shorten(raised[1] + (f", {messages} messages" if messages > 1 else ""))
     count = f" ({len(nodeids)} tests)" if len(nodeids) > 1 else f" in {nodeids[0]}" if nodeids else ""
     located = locate(ranked, source)
     return PlanAction(
@@ -319,7 +317,7 @@ def _hypotheses(actions: Sequence[PlanAction], groups: Sequence[Group]) -> tuple
         hypotheses.append(Hypothesis(
             id=f"H{n}",
             confidence=confidence,
-            reason=f"{ids}: {reason} ({where}: {_shorten(message, 120)})",
+            reason=f"{ids}: {reason} ({where}: {shorten(message, 120)})",
             actions=tuple(actions[i].id for i in indexes),
             failure_type=failure_type,
             keys=_HYPOTHESIS_KEYS,
@@ -351,7 +349,7 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
         f"{failing} in {len(actions)} root cause "
         f"group{'s' if len(actions) != 1 else ''}; first: "
         f"{first.nodeids[0] if first.nodeids else incident.step or 'unknown'} — "
-        f"{first.failure_type}: {_shorten(normalised_message(groups[0].members[0]), 120)}"
+        f"{first.failure_type}: {shorten(normalised_message(groups[0].members[0]), 120)}"
     )
     return Plan(
         incident_id=incident_id,
@@ -409,146 +407,9 @@ def verification_argv(plan: Plan) -> list[list[str]]:
     return argvs
 
 
-def _revision(plan: Plan) -> int:
+def plan_revision(plan: Plan) -> int:
+    """The plan's revision, 1 for a plan that has none (an older one)."""
     return plan.revision if plan.revision is not None and plan.revision >= 1 else 1
-
-
-# --------------------------------------------------------------------------- markdown
-
-
-def _cell(value: object) -> str:
-    text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split()) or "—"
-
-
-def _fence(text: str) -> str:
-    # A fence longer than any backtick run inside, so a command can never close it.
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    return "`" * max(3, longest + 1)
-
-
-def _code_block(text: str, lang: str = "sh") -> list[str]:
-    fence = _fence(text)
-    return [f"{fence}{lang}", text, fence]
-
-
-def _where_md(action: PlanAction) -> list[str]:
-    """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
-    lines = [f"- {_shorten(line, 600)}" for line in where_lines(action)]
-    if action.excerpt is not None:
-        lines += [""] + _code_block("\n".join(action.excerpt.numbered()), "python")
-    return lines + [""] if lines else []
-
-
-def _listed(items: Sequence[str], limit: int) -> list[str]:
-    """At most ``limit`` items of a list, then "… N more"."""
-    values = list(items)
-    if len(values) <= limit:
-        return values
-    return values[:limit] + [f"… {len(values) - limit} more"]
-
-
-def _size(lines: list[str]) -> int:
-    """The bytes ``lines`` take in plan.md, a newline after each."""
-    return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
-
-
-class _Bounded:
-    """The lines of plan.md and their running size: a block is appended only while the plan
-    stays under the budget (the size kept, not recounted from the top for each block)."""
-
-    def __init__(self, lines: list[str], budget: int) -> None:
-        self.lines, self.budget, self.size = lines, budget, _size(lines)
-
-    def within(self, block: list[str]) -> bool:
-        """Append ``block`` when the plan stays under the budget with it."""
-        size = self.size + _size(block)
-        if size > self.budget:
-            return False
-        self.lines.extend(block)
-        self.size = size
-        return True
-
-    def append(self, line: str) -> None:
-        """Append ``line`` whatever the budget (it has been set aside in it)."""
-        self.lines.append(line)
-        self.size += _size([line])
-
-
-def render_plan_md(plan: Plan) -> str:
-    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
-
-    Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
-    tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
-    holds them all).
-    """
-    lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
-    meta = f"Generated {plan.generated_at}"
-    revision = _revision(plan)
-    if revision > 1:
-        meta += f" · revision {revision}"
-    lines += [meta, "", "## Summary", "", _shorten(plan.summary, 2000), ""]
-    lines += ["## Root-cause hypotheses", ""]
-    for hyp in plan.root_cause_hypotheses[:_MD_MAX_ROWS]:
-        lines.append(f"- **{hyp.id}** ({hyp.confidence}): {_shorten(hyp.reason, 600)}")
-    actions = plan.actions
-    # The tail is always written; the actions share what is left of the budget.
-    tail = ["", "## Verification commands", ""]
-    for command in plan.verification_commands:
-        text = readable_command(command)
-        tail += _code_block(_shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
-    tail += ["", "## Done criteria", ""]
-    tail += [f"- [ ] {c}" for c in plan.done_criteria]
-    if plan.replan_history:
-        tail += ["", "## Previous attempts", ""]
-        for entry in plan.replan_history[-_MD_MAX_ROWS:]:
-            fps = ", ".join(_listed(entry.fingerprints_seen, 10)) or "none"
-            tail.append(f"- Revision {entry.revision}: {entry.iterations} iteration(s), fingerprints seen: {fps}")
-    budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
-    lines += ["", "## Actions", ""]
-    lines += [
-        "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
-        "|----|----------|------|-------|--------------|------------|-------|",
-    ]
-    bounded = _Bounded(lines, budget)
-    shown = 0
-    for action in actions[:_MD_MAX_ROWS]:
-        row = "| " + " | ".join(
-            _cell(v)
-            for v in (
-                action.id,
-                action.priority,
-                action.risk,
-                action.title,
-                _listed(action.target_paths, 5),
-                _listed(action.test_paths, 5),
-                _listed(action.nodeids, 3),
-            )
-        ) + " |"
-        if not bounded.within([row]):
-            break
-        shown += 1
-    if shown < len(actions):
-        bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
-    detailed = 0
-    for action in actions[:shown]:
-        block = ["", f"### {action.id}: {action.title}", ""]
-        if action.signature:
-            signature = " ".join(action.signature.split()).replace("`", "'")
-            block += [f"Signature: `{_shorten(signature, 300)}`", ""]
-        block += _where_md(action)
-        for command in action.verification:
-            block += _code_block(readable_command(command))
-        if not bounded.within(block):
-            break
-        detailed += 1
-    if detailed < len(actions):
-        lines += ["", f"The commands of {len(actions) - detailed} more actions are in plan.json."]
-    lines += tail
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- replan
@@ -571,7 +432,7 @@ def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[st
     level (they did not pan out), a new hypothesis says the cause may lie outside the
     plan's target paths, and ``revision`` is bumped. Every other key of the plan stays in place.
     """
-    revision = _revision(plan)
+    revision = plan_revision(plan)
     fingerprints = tuple(_unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
     iterations = len(attempts)
     applied = _unique([x for a in attempts for x in a.actions_applied])

@@ -12,7 +12,8 @@ from pytest_selfheal.cli.commands._common import (
     print_json,
     store_from_args,
 )
-from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.plan.build import build_plan
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
 from pytest_selfheal.store.source import project_source
 

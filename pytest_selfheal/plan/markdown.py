@@ -1,0 +1,153 @@
+"""``plan.md``: the plan as a person reads it, bounded at any size (pure).
+
+``plan.json`` holds the whole plan; this rendering lists a few paths per table cell, cuts a
+long verification command and stops listing actions before :data:`MAX_PLAN_MD_BYTES`.
+The rules are in docs/loop.md "The plan".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_selfheal.plan.build import plan_revision, readable_command, shorten
+from pytest_selfheal.plan.suspects import where_lines
+from pytest_selfheal.records.plan import Plan, PlanAction
+
+MAX_PLAN_MD_BYTES = 64 * 1024
+_MD_MAX_ROWS = 200  # actions, hypotheses and earlier revisions listed in plan.md
+_MD_MAX_COMMAND = 8000  # a longer verification command is shown cut (plan.json holds it whole)
+
+
+def _cell(value: object) -> str:
+    text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split()) or "—"
+
+
+def _fence(text: str) -> str:
+    # A fence longer than any backtick run inside, so a command can never close it.
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def _code_block(text: str, lang: str = "sh") -> list[str]:
+    fence = _fence(text)
+    return [f"{fence}{lang}", text, fence]
+
+
+def _where_md(action: PlanAction) -> list[str]:
+    """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
+    lines = [f"- {shorten(line, 600)}" for line in where_lines(action)]
+    if action.excerpt is not None:
+        lines += [""] + _code_block("\n".join(action.excerpt.numbered()), "python")
+    return lines + [""] if lines else []
+
+
+def _listed(items: Sequence[str], limit: int) -> list[str]:
+    """At most ``limit`` items of a list, then "… N more"."""
+    values = list(items)
+    if len(values) <= limit:
+        return values
+    return values[:limit] + [f"… {len(values) - limit} more"]
+
+
+def _size(lines: list[str]) -> int:
+    """The bytes ``lines`` take in plan.md, a newline after each."""
+    return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
+
+
+class _Bounded:
+    """The lines of plan.md and their running size: a block is appended only while the plan
+    stays under the budget (the size kept, not recounted from the top for each block)."""
+
+    def __init__(self, lines: list[str], budget: int) -> None:
+        self.lines, self.budget, self.size = lines, budget, _size(lines)
+
+    def within(self, block: list[str]) -> bool:
+        """Append ``block`` when the plan stays under the budget with it."""
+        size = self.size + _size(block)
+        if size > self.budget:
+            return False
+        self.lines.extend(block)
+        self.size = size
+        return True
+
+    def append(self, line: str) -> None:
+        """Append ``line`` whatever the budget (it has been set aside in it)."""
+        self.lines.append(line)
+        self.size += _size([line])
+
+
+def render_plan_md(plan: Plan) -> str:
+    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
+
+    Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
+    tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
+    holds them all).
+    """
+    lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
+    meta = f"Generated {plan.generated_at}"
+    revision = plan_revision(plan)
+    if revision > 1:
+        meta += f" · revision {revision}"
+    lines += [meta, "", "## Summary", "", shorten(plan.summary, 2000), ""]
+    lines += ["## Root-cause hypotheses", ""]
+    for hyp in plan.root_cause_hypotheses[:_MD_MAX_ROWS]:
+        lines.append(f"- **{hyp.id}** ({hyp.confidence}): {shorten(hyp.reason, 600)}")
+    actions = plan.actions
+    # The tail is always written; the actions share what is left of the budget.
+    tail = ["", "## Verification commands", ""]
+    for command in plan.verification_commands:
+        text = readable_command(command)
+        tail += _code_block(shorten(text, _MD_MAX_COMMAND) if len(text) > _MD_MAX_COMMAND else text)
+    tail += ["", "## Done criteria", ""]
+    tail += [f"- [ ] {c}" for c in plan.done_criteria]
+    if plan.replan_history:
+        tail += ["", "## Previous attempts", ""]
+        for entry in plan.replan_history[-_MD_MAX_ROWS:]:
+            fps = ", ".join(_listed(entry.fingerprints_seen, 10)) or "none"
+            tail.append(f"- Revision {entry.revision}: {entry.iterations} iteration(s), fingerprints seen: {fps}")
+    budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
+    lines += ["", "## Actions", ""]
+    lines += [
+        "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
+        "|----|----------|------|-------|--------------|------------|-------|",
+    ]
+    bounded = _Bounded(lines, budget)
+    shown = 0
+    for action in actions[:_MD_MAX_ROWS]:
+        row = "| " + " | ".join(
+            _cell(v)
+            for v in (
+                action.id,
+                action.priority,
+                action.risk,
+                action.title,
+                _listed(action.target_paths, 5),
+                _listed(action.test_paths, 5),
+                _listed(action.nodeids, 3),
+            )
+        ) + " |"
+        if not bounded.within([row]):
+            break
+        shown += 1
+    if shown < len(actions):
+        bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
+    detailed = 0
+    for action in actions[:shown]:
+        block = ["", f"### {action.id}: {action.title}", ""]
+        if action.signature:
+            signature = " ".join(action.signature.split()).replace("`", "'")
+            block += [f"Signature: `{shorten(signature, 300)}`", ""]
+        block += _where_md(action)
+        for command in action.verification:
+            block += _code_block(readable_command(command))
+        if not bounded.within(block):
+            break
+        detailed += 1
+    if detailed < len(actions):
+        lines += ["", f"The commands of {len(actions) - detailed} more actions are in plan.json."]
+    lines += tail
+    return "\n".join(lines) + "\n"
