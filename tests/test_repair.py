@@ -25,7 +25,8 @@ from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_l
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
-from pytest_selfheal.plan.build import build_plan, render_plan_md
+from pytest_selfheal.plan.build import build_plan
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import FailureEntry, Incident

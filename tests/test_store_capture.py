@@ -21,7 +21,7 @@ from test_store import NOW, incident_data, no_temp_files, plan_doc
 from test_store_concurrency import check_root, kill_after
 
 from pytest_selfheal.errors import StoreIOError
-from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
@@ -144,7 +144,7 @@ def test_a_bad_plan_is_a_programming_error_before_any_write(tmp_path: Path) -> N
 
 CAPTURE_LOOPER = r"""
 import sys
-from pytest_selfheal.plan.build import render_plan_md
+from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
