@@ -225,8 +225,9 @@ def capture(project: Path, *args: str, env: Optional[Mapping[str, str]] = None) 
 
 
 def clone_project(template: Path, dest: Path) -> Path:
-    """Copy a captured project; every incident's ``rootdir`` points at the copy."""
-    shutil.copytree(template, dest, symlinks=True)
+    """Copy a captured project (into ``dest``, which may exist, e.g. a pytester's folder, the
+    working directory); every incident's ``rootdir`` points at the copy."""
+    shutil.copytree(template, dest, symlinks=True, dirs_exist_ok=True)
     for bucket in ("error_inbox", "error_archive/resolved", "error_archive/escalated"):
         base = dest / ".selfheal" / bucket
         if not base.is_dir():

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TWO_BUGS_TESTS, cli, events_named, git_commit_all
+from helpers import TWO_BUGS_TESTS, cli, clone_project, events_named, git_commit_all
 
 from pytest_selfheal.store.root import Store
 
@@ -33,9 +35,16 @@ def _attempts(p: pytest.Pytester, incident_id: str) -> list[dict[str, Any]]:
     return [json.loads(f.read_text()) for f in sorted(runs.glob("attempt_*.json"))]
 
 
+# One stopped project per test process (each test gets a copy): building it costs a capture and a loop.
+_STOPPED_TEMPLATE: list[Path] = []
+
+
 @pytest.fixture
-def stopped(pytester: pytest.Pytester) -> pytest.Pytester:
+def stopped(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> pytest.Pytester:
     """A capture, then a verify-only loop that stops with repeated_fingerprint."""
+    if _STOPPED_TEMPLATE:
+        clone_project(_STOPPED_TEMPLATE[0], pytester.path)
+        return pytester
     pytester.makepyfile(mod=BUGGY, test_mod=TESTS)
     (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
     git_commit_all(pytester.path, "project")
@@ -44,6 +53,9 @@ def stopped(pytester: pytest.Pytester) -> pytest.Pytester:
     looped = cli("loop", incident_id, "--json", cwd=pytester.path)
     assert json.loads(looped.stdout)["stop_reason"] == "repeated_fingerprint", looped.stderr
     assert _ids(pytester, "escalated") == [incident_id]
+    template = tmp_path_factory.mktemp("stopped") / "project"
+    shutil.copytree(pytester.path, template, symlinks=True)
+    _STOPPED_TEMPLATE.append(template)
     return pytester
 
 
