@@ -197,6 +197,7 @@ BUGGY = 'def refresh(token):\n    return token + "-1"\n\ndef expiry():\n    retu
 FIXED = 'def refresh(token):\n    return token + "-2"\n\ndef expiry():\n    return 3600\n'
 
 
+@pytest.mark.slow  # ~4 s end to end (capture, loop, fix); the redactor keeps such names in the tests above
 def test_a_test_class_named_token_is_captured_whole_and_verified(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(auth=BUGGY, test_auth=TOKEN_TESTS)
     (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
