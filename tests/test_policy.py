@@ -34,6 +34,7 @@ from pytest_selfheal.loop.policy import (
 )
 from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.records.models import TEST_ASSERTION, TIMEOUT, TOOLING_ENV
+from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import FAILURE_TYPES, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -455,6 +456,17 @@ def test_timeout_failure_type_at_capture_is_the_first_timeout() -> None:
     assert first.action == "continue" and first.retry_timeout is True
     assert decide(DEFAULT, [capture, fail(1, ["T"], types=[TIMEOUT])]).stop_reason == "timeout"
     assert decide(DEFAULT, [capture, green(1)]).stop_reason == "success"
+
+
+def test_a_pass_after_a_capture_of_timeouts_reads_as_first_evidence_not_the_same_fingerprint() -> None:
+    # The capture's failures were all timeouts (no evidence): the green re-run is the first
+    # evidence, so its line must not say "fingerprint same" beside STOP success.
+    capture = fail(0, ["T"], types=[TIMEOUT])
+    decision = decide(DEFAULT, [capture, green(1)])
+    assert decision.stop_reason == "success"
+    progress = decision.progress
+    assert progress_words(progress.fingerprint_changed, progress.progress, progress.reasons) == (
+        "fingerprint changed, progress no (first evidence)")
 
 
 def test_timed_out_iterations_are_transparent_to_repeat_counting() -> None:

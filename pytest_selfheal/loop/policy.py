@@ -94,6 +94,7 @@ DEFAULT_NO_PROGRESS_REPEATS = 2
 # Progress reasons, in the order they are listed.
 PROGRESS_TESTS_FIXED = "tests_fixed"
 PROGRESS_FINGERPRINT_CHANGED = "fingerprint_changed"
+BASELINE = "baseline"  # the first evidence: nothing earlier to compare with
 PROGRESS_DIFF_CHANGED = "diff_changed"
 # Not progress: the fingerprints changed, the code and the failing tests did not (a message
 # that depends on hash order, a timestamp the rules missed...). Judged as a repeat.
@@ -343,7 +344,9 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     if is_no_fix(cur):
         return Progress(False, (cur.repair_result or REPAIR_NO_FIX_FOUND,), False, ())
     if prev is None:
-        return Progress(False, ("baseline",), False, ())
+        # Nothing before it was evidence (the capture's failures were all timeouts): what
+        # this run shows is new, and there is nothing to call progress against.
+        return Progress(False, (BASELINE,), True, ())
     was_failing = FAILING_OUTCOMES + (OUTCOME_MISSING,)
     fixed = tuple(
         nodeid
