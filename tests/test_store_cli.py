@@ -363,3 +363,19 @@ def test_help_groups_the_commands_a_newcomer_starts_with_and_says_what_the_loop_
     listed = [line.split()[0] for line in out[start:].splitlines() if line[:2] == "  " and line[2:3] != " "]
     assert listed[:5] == ["demo", "status", "show", "loop", "report"]
     assert sorted(listed) == sorted(command_names())  # every command once, none left out
+
+
+def test_show_bounds_its_root_causes_and_actions(tmp_path: Path) -> None:
+    # 25 distinct failures are 25 root causes: the text lists 20 of each and counts the rest,
+    # the JSON keeps them all.
+    tests = "".join(f"def test_{n}():\n    assert {n} == -1\n\n" for n in range(25))
+    project = make_project(tmp_path / "p", {"test_many.py": tests})
+    incident_id = capture(project)
+    code, out, err = cli("show", incident_id, "--json", cwd=project)
+    assert code == EXIT_OK, err
+    assert len(json.loads(out)["root_causes"]) == 25
+    code, text, _ = cli("show", incident_id, cwd=project)
+    assert "failures    25 in 25 root cause(s)" in text
+    assert "... and 5 more root cause(s) (--json lists them all)" in text
+    assert "... and 5 more action(s) (plan.md, plan.json)" in text
+    assert text.count("failing test(s)") == 20

@@ -18,6 +18,7 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.records.incident_view import IncidentView
+from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
@@ -27,6 +28,8 @@ HELP = "show one incident: fields, status, failures grouped by root cause, plan 
 
 # Failing tests listed per root cause in the text output (the JSON lists them all).
 _SHOWN_NODEIDS = 5
+# Root causes and plan actions listed (10,000 failures made 500 of each): the rest counted, all in --json.
+_SHOWN_GROUPS = 20
 # Of the proposed patch shown (text and JSON): the whole file stays in error_runs/ID/.
 PATCH_LINES = 200
 PATCH_CHARS = 16_000
@@ -103,7 +106,7 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
     ]
     if "failures" in (incident.keys or ("failures",)):
         rows.append(("failures", f"{len(incident.failures)} in {len(view.root_causes)} root cause(s)"))
-    for cause in view.root_causes:
+    for cause in view.root_causes[:_SHOWN_GROUPS]:
         where = f"{cause.path}::{cause.name}" if cause.path else cause.signature or "-"
         head = f"{cause.action}: " if cause.action else ""
         tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
@@ -114,20 +117,24 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
             rows.append(("", f"- other suspects: {'; '.join(cause.suspects[1:])}"))
         rows.extend(("", _Code(f"  {line}")) for line in cause.excerpt or ())
         if cause.target_paths:
-            rows.append(("", f"- target paths: {', '.join(cause.target_paths)}"))
+            rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
         if cause.test_paths:
-            rows.append(("", f"- test paths: {', '.join(cause.test_paths)}"))
+            rows.append(("", f"- test paths: {first_few(cause.test_paths)}"))
         shown = cause.nodeids[:_SHOWN_NODEIDS]
         more = len(cause.nodeids) - len(shown)
         if shown:
             rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
+    if len(view.root_causes) > _SHOWN_GROUPS:
+        rows.append(("", f"... and {len(view.root_causes) - _SHOWN_GROUPS:,} more root cause(s) (--json lists them all)"))
     plan = view.plan
     if plan is None:
         rows.append(("plan", "none"))
     else:
         rows.append(("plan", f"{plan.summary} ({len(plan.actions)} actions, {len(plan.verification_commands)} verification commands)"))
-        for action_id, title in plan.actions:
+        for action_id, title in plan.actions[:_SHOWN_GROUPS]:
             rows.append(("", f"{action_id}: {title}"))
+        if len(plan.actions) > _SHOWN_GROUPS:
+            rows.append(("", f"... and {len(plan.actions) - _SHOWN_GROUPS:,} more action(s) (plan.md, plan.json)"))
     rows.append(("attempts", len(view.attempts)))
     for attempt in view.attempts:
         verdict = "passed" if attempt.verification_passed else "failed"
