@@ -14,6 +14,7 @@ from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
     ACTION_CONTINUE,
     ACTION_STOP,
+    BASELINE,
     HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
@@ -83,7 +84,7 @@ def decide(
             raise ValueError("decide() needs at least the capture observation")
         reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
         message = stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes)
-        baseline = Progress(False, ("baseline",), False, ())
+        baseline = Progress(False, (BASELINE,), False, ())
         return Decision(ACTION_STOP, reason, None, baseline, 0, 0, False, message, 0, (reason,))
 
     cur = observations[-1]

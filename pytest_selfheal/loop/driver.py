@@ -229,7 +229,7 @@ def check_commands(
 
 
 def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
-    baseline = policy.Progress(False, ("baseline",), False, ())
+    baseline = policy.Progress(False, (policy.BASELINE,), False, ())
     return policy.Decision(policy.ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
 
 

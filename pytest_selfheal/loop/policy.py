@@ -94,7 +94,8 @@ DEFAULT_NO_PROGRESS_REPEATS = 2
 # Progress reasons, in the order they are listed.
 PROGRESS_TESTS_FIXED = "tests_fixed"
 PROGRESS_FINGERPRINT_CHANGED = "fingerprint_changed"
-BASELINE = "baseline"  # the first evidence: nothing earlier to compare with
+BASELINE = "baseline"  # a decision made before any run was compared (a stop before the first iteration)
+FIRST_EVIDENCE = "first_evidence"  # nothing earlier was evidence: nothing to compare this run with
 PROGRESS_DIFF_CHANGED = "diff_changed"
 # Not progress: the fingerprints changed, the code and the failing tests did not (a message
 # that depends on hash order, a timestamp the rules missed...). Judged as a repeat.
@@ -346,7 +347,7 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     if prev is None:
         # Nothing before it was evidence (the capture's failures were all timeouts): what
         # this run shows is new, and there is nothing to call progress against.
-        return Progress(False, (BASELINE,), True, ())
+        return Progress(False, (FIRST_EVIDENCE,), True, ())
     was_failing = FAILING_OUTCOMES + (OUTCOME_MISSING,)
     fixed = tuple(
         nodeid

@@ -261,7 +261,7 @@ PROGRESS_NOTES: Mapping[str, str] = {
     "flaky": "flaky",  # a test changed outcome with the code unchanged: never a fix
     "not_verified": "not verified",  # a failing test ran to no verdict (skipped, not collected)
     "harness_changed": "not judged",  # the judge changed: nothing of this run is trusted
-    "baseline": "first evidence",  # nothing earlier was evidence (a capture of timeouts only)
+    "first_evidence": "first evidence",  # nothing earlier was evidence (a capture of timeouts only)
 }
 
 
