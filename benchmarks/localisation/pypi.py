@@ -63,9 +63,12 @@ PROJECTS: list[Project] = [
     Project("python-dateutil", "2.9.0.post0", ("src/dateutil/relativedelta.py", "src/dateutil/easter.py"),
             ("tests/test_relativedelta.py", "tests/test_easter.py"), "src", options=("-o", "pythonpath=src"),
             note="src layout; needs six in the benchmark environment"),
+    Project("packaging", "24.2", ("src/packaging/version.py", "src/packaging/utils.py"), ("tests/test_utils.py",),
+            "src", options=("-o", "pythonpath=src"),
+            note="src layout; Version and the filename helpers, through test_utils.py (its others take minutes)"),
 ]
 
-# Faults kept per project (8 projects: 104 in all).
+# Faults kept per project (9 projects: 117 in all).
 PER_PROJECT = 13
 
 
