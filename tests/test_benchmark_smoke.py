@@ -6,6 +6,7 @@ minute on the 2-core machine, which it cannot spare."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -123,8 +124,47 @@ def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
     # FauxPy's says "not run".
     out = run_benchmark("localisation/run.py", ["--corpus", "written", "--limit", "1", "--modes", "evidence"],
                         tmp_path)
-    assert "2 faults kept of 2 mutants tried (caches 1, textfmt 1)" in out
+    assert "2 faults kept of 2 tried (caches 1, textfmt 1)" in out
     assert "| previous | 2 |" in out and "| evidence | 2 |" in out and "| fauxpy | not run |" in out
+
+
+def test_localisation_benchmark_prints_the_regressions_apart(tmp_path: Path) -> None:
+    # Offline: the cache already holds both releases of a declared regression (a stand-in
+    # for boltons 24.0.0 and 24.1.0, so nothing is downloaded). The case runs N's code with
+    # N+1's test, and its table is the regressions' own.
+    cache = tmp_path / "cache" / "src"
+    old, new = cache / "boltons-24.0.0", cache / "boltons-24.1.0"
+    sentinel = ("def make_sentinel(name='_MISSING', var_name=None):\n"
+                "    class Sentinel:\n"
+                "        def __init__(self):\n"
+                "            self.name = name\n"
+                "{more}"
+                "    return Sentinel()\n")
+    copies = ("        def __copy__(self):\n            return self\n\n"
+              "        def __deepcopy__(self, _memo):\n            return self\n")
+    for root, more in ((old, ""), (new, copies)):
+        (root / "boltons").mkdir(parents=True)
+        (root / "tests").mkdir()
+        (root / "boltons" / "__init__.py").write_text("")
+        (root / "boltons" / "typeutils.py").write_text(sentinel.format(more=more))
+        (root / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    (old / "tests" / "test_typeutils.py").write_text("from boltons.typeutils import make_sentinel\n")
+    (new / "tests" / "test_typeutils.py").write_text(
+        "import copy\nfrom boltons.typeutils import make_sentinel\n\n"
+        "def test_sentinel_name():\n    assert make_sentinel('x').name == 'x'\n\n"
+        "def test_sentinel_copy():\n    test = make_sentinel('test')\n    assert test is copy.copy(test)\n")
+    out = run_benchmark("localisation/run.py", ["--corpus", "regressions", "--projects", "boltons", "--limit", "1",
+                                                "--modes", "previous,evidence"], tmp_path,
+                        env={**os.environ, "SELFHEAL_LOCALISATION_CACHE": str(tmp_path / "cache")})
+    assert "1 faults kept of 1 tried (boltons (regressions) 1)" in out, out
+    assert "regressions: 1 faults (boltons 1)" in out and "mutants:" not in out
+    assert "| evidence | 1 | 100% | 100% |" in out and "| fauxpy | not run |" in out
+
+
+def test_localisation_benchmark_refuses_the_fauxpy_mode_without_its_interpreter(tmp_path: Path) -> None:
+    done = subprocess.run([PY, str(BENCHMARKS / "localisation/run.py"), "--modes", "evidence,fauxpy"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "the 'fauxpy' mode needs --fauxpy PYTHON" in done.stderr
 
 
 def test_floors_benchmark_prints_the_floor_of_the_iteration_and_of_the_capture(tmp_path: Path) -> None:

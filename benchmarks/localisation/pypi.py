@@ -20,6 +20,7 @@ import ast
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -78,21 +79,26 @@ def cache_dir() -> Path:
 
 def unpacked(project: Project) -> Path:
     """The unpacked sdist of ``project`` in the cache, downloaded on first use."""
+    return unpacked_sdist(project.name, project.version)
+
+
+def unpacked_sdist(name: str, version: str) -> Path:
+    """The unpacked sdist of ``name`` ``version`` in the cache, downloaded on first use."""
     root = cache_dir()
-    folder = root / "src" / f"{project.name}-{project.version}"
+    folder = root / "src" / f"{name}-{version}"
     if folder.is_dir():
         return folder
     sdists = root / "sdists"
     sdists.mkdir(parents=True, exist_ok=True)
-    stem = f"{project.name}-{project.version}.tar.gz".lower().replace("-", "_")
+    stem = f"{name}-{version}.tar.gz".lower().replace("-", "_")
     found = [p for p in sdists.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
     if not found:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        "-d", str(sdists), f"{project.name}=={project.version}"], check=True,
-                       stdin=subprocess.DEVNULL)
+                        "-d", str(sdists), f"{name}=={version}"], check=True, stdin=subprocess.DEVNULL)
         found = [p for p in sdists.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
     archive = found[0]
     extract = root / "src" / ".partial"
+    shutil.rmtree(extract, ignore_errors=True)
     with tarfile.open(archive) as tar:
         tar.extractall(extract, filter="data")
     (only,) = list(extract.iterdir())
@@ -183,11 +189,17 @@ def candidates(project: Project, folder: Path) -> list[Mutant]:
     return [m for _, _, m in sorted(order, key=lambda t: (t[0], t[1]))]
 
 
-def cached(project: Project, kind: str) -> dict[str, Any]:
-    """What earlier benchmark runs remembered of each mutant (``path:line:new``): ``verdicts``,
-    the plain run's exit code (a mutant no test kills is not retried); ``fauxpy``, its
-    result (FauxPy's ranking does not change with this project's code)."""
-    path = cache_dir() / kind / f"{project.name}-{project.version}.json"
+def stem_of(project: Project) -> str:
+    """The name of ``project``'s cache files."""
+    return f"{project.name}-{project.version}"
+
+
+def cached(stem: str, kind: str) -> dict[str, Any]:
+    """What earlier benchmark runs remembered of each fault of the sdist ``stem`` (a mutant
+    by ``path:line:new``): ``verdicts``, the plain run's exit code (a fault no test catches
+    is not retried); ``fauxpy``, its result (FauxPy's ranking does not change with this
+    project's code)."""
+    path = cache_dir() / kind / f"{stem}.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -195,12 +207,12 @@ def cached(project: Project, kind: str) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def verdicts(project: Project) -> dict[str, int]:
-    return {k: int(v) for k, v in cached(project, "verdicts").items()}
+def verdicts(stem: str) -> dict[str, int]:
+    return {k: int(v) for k, v in cached(stem, "verdicts").items()}
 
 
-def remember(project: Project, kind: str, known: Mapping[str, Any]) -> None:
-    path = cache_dir() / kind / f"{project.name}-{project.version}.json"
+def remember(stem: str, kind: str, known: Mapping[str, Any]) -> None:
+    path = cache_dir() / kind / f"{stem}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(known, indent=0, sort_keys=True))
 

@@ -1,21 +1,25 @@
-"""Localisation benchmark: injected faults, where does each surface point?
+"""Localisation benchmark: a fault in a real project, where does each surface point?
 
-For each mutant of the corpus (pypi.py: real projects from pinned sdists; ``--corpus
-written``: corpus.py's two small projects) that fails at least one test: copy its project
-to a temporary directory, inject the mutant, run the project's tests once plainly and once
-per mode under ``pytest --selfheal`` (``evidence``: the capture as it is by default;
-``spectrum``: with ``--selfheal-spectrum``; ``localised``: the default capture, then the
-loop's first iteration — its localisation run and one verification — ``selfheal loop``),
-and read the plan: **actions** (how many
-actions the one fault became), **top-1** (the first action's first suspect is the broken
-function), **top-3** (it is among the first action's first three suspects), **time** (the
-run's wall time over the plain run's, and over FauxPy's). ``previous`` is the grouping
-before suspects (``plan/groups.py`` alone, in the order of the first failure) on the same
-incident: top-1 = the first group's function, top-3 = among the first three groups'.
+Two kinds of fault. **Mutants** (pypi.py: real projects from pinned sdists; ``--corpus
+written``: corpus.py's two small projects): one injected token, kept when it fails at least
+one test. **Real regressions** (regressions.py): release N's code with release N+1's test
+that fails on it, the function the fix changed as the answer. For each fault: build its
+project in a temporary directory, run its tests once plainly and once per mode under
+``pytest --selfheal`` (``evidence``: the capture as it is by default; ``spectrum``: with
+``--selfheal-spectrum``; ``localised``: the default capture, then the loop's first
+iteration — its localisation run and one verification — ``selfheal loop``), and read the
+plan: **actions** (how many actions the one fault became), **top-1** (the first action's
+first suspect is the broken function), **top-3** (it is among the first action's first
+three suspects), **time** (the run's wall time over the plain run's, the first iteration's
+over a plain run of the failing tests alone, and over FauxPy's). ``previous`` is the
+grouping before suspects (``plan/groups.py`` alone, in the order of the first failure) on
+the same incident: top-1 = the first group's function, top-3 = among the first three groups'.
+Each kind has its own table, and with both (``--corpus all``) a table of all.
 
-    python benchmarks/localisation/run.py [--corpus pypi|written] [--limit N per project] [--jobs N]
-        [--modes evidence,spectrum,localised] [--projects NAME,...] [--fauxpy PYTHON] [--json FILE]
-    python benchmarks/localisation/run.py --table FILE   # the table of a --json FILE
+    python benchmarks/localisation/run.py [--corpus pypi|regressions|all|written] [--limit N per project]
+        [--jobs N] [--modes previous,evidence,spectrum,localised,fauxpy] [--projects NAME,...]
+        [--fauxpy PYTHON] [--json FILE]
+    python benchmarks/localisation/run.py --table FILE   # the tables of a --json FILE
 
 FauxPy (``pip install fauxpy``, the benchmark environment only) is run with
 ``--fauxpy PYTHON`` (an interpreter whose environment has it and pytest): its SBFL
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -43,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
 import pypi
+import regressions
 from corpus import Mutant
 
 from pytest_selfheal.plan.groups import group_by_root_cause
@@ -56,14 +61,21 @@ PLAIN_TIMEOUT = 120
 
 
 class Case(NamedTuple):
-    """One mutant and how to run its project."""
+    """One fault (a mutant, or a real regression) and how to run its project."""
 
-    mutant: Mutant
-    source: Optional[Path]  # the unpacked sdist to copy (None: corpus.py's written files)
+    project: str
+    kind: str  # "mutants" or "regressions"
+    answers: tuple[tuple[str, str], ...]  # (path, qualified name): the function(s) to name
+    key: str  # the fault's key in the cache
+    stem: Optional[str]  # the name of its sdist's cache files (None: nothing cached)
+    label: str  # how the log names it
     tests: tuple[str, ...]
     options: tuple[str, ...]
     src: str
     exclude: str
+    mutant: Optional[Mutant] = None
+    source: Optional[Path] = None  # the unpacked sdist a mutant's project copies (None: corpus.py's files)
+    regression: Optional[regressions.Case] = None
 
 
 class Row(NamedTuple):
@@ -73,11 +85,18 @@ class Row(NamedTuple):
     top3: bool
     seconds: float
     plain: float
+    iteration: float  # the first iteration's time (localised), else 0
+    failing: float  # a plain run of the failing tests alone, else 0
 
 
-def make_project(root: Path, case: Case) -> int:
-    """Write ``case``'s project below ``root`` with its mutant injected; the mutated line."""
+def make_project(root: Path, case: Case) -> list[tuple[int, int]]:
+    """Write ``case``'s project below ``root`` (with its mutant injected); the lines of each
+    answer (a mutant's: its mutated line)."""
+    if case.regression is not None:
+        case.regression.build(root)
+        return [regressions.span(root, path, function) for path, function in case.answers]
     mutant = case.mutant
+    assert mutant is not None
     if case.source is not None:
         shutil.copytree(case.source, root, dirs_exist_ok=True)
     else:
@@ -93,11 +112,12 @@ def make_project(root: Path, case: Case) -> int:
             raise SystemExit(f"{mutant.path}:{mutant.line} is not {mutant.old!r}")
         lines[mutant.line - 1] = mutant.new
         target.write_text("".join(lines), encoding="utf-8")
-        return mutant.line
+        return [(mutant.line, mutant.line)]
     if source.count(mutant.old) != 1:
         raise SystemExit(f"mutant {mutant.old!r} is not exactly once in {mutant.path}")
     target.write_text(source.replace(mutant.old, mutant.new), encoding="utf-8")
-    return source[: source.index(mutant.old)].count("\n") + 1
+    line = source[: source.index(mutant.old)].count("\n") + 1
+    return [(line, line)]
 
 
 def pytest_run(root: Path, args: Sequence[str], python: str = sys.executable,
@@ -128,22 +148,35 @@ def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:
     return json.loads(found[0].read_text()) if found else None
 
 
-def same(mutant: Mutant, path: Optional[str], name: Optional[str]) -> bool:
-    """Whether a suspect names the mutant's function (a comprehension's or generator
-    expression's code, ``f.<locals>.<genexpr>``, counts as ``f``)."""
-    return path == mutant.path and (name or "").split(".<locals>")[0] == mutant.function
+def same(case: Case, path: Optional[str], name: Optional[str]) -> bool:
+    """Whether a suspect names one of the fault's functions (code nested in one, such as a
+    comprehension's or a generator expression's, ``f.<locals>.<genexpr>``, counts as ``f``)."""
+    return (path, (name or "").split(".<locals>")[0]) in case.answers
 
 
-def score(mutant: Mutant, ranked: list[tuple[Optional[str], Optional[str]]]) -> tuple[bool, bool]:
+def score(case: Case, ranked: list[tuple[Optional[str], Optional[str]]]) -> tuple[bool, bool]:
     """(top-1, top-3) of a ranking of (path, name), best first."""
-    hits = [same(mutant, p, n) for p, n in ranked[:3]]
+    hits = [same(case, p, n) for p, n in ranked[:3]]
     return bool(hits) and hits[0], any(hits)
 
 
-def fauxpy_ranking(root: Path, case: Case, line: int, python: str) -> tuple[Optional[list[bool]], float]:
-    """FauxPy's SBFL function ranking as hits (does the entity hold the mutant's line in
-    its function?), best first, and its wall time. Its report folders (written beside the
-    project) are removed."""
+def fauxpy_hit(case: Case, spans: list[tuple[int, int]], path: str, name: str, first: int, last: int) -> bool:
+    """Whether a FauxPy entity (a function by file, name and lines) is the fault's: a
+    mutant's function holds its line; a regression's entity is a fixed function or nested in one."""
+    for (want, function), (start, end) in zip(case.answers, spans):
+        if path != want:
+            continue
+        if case.mutant is not None and first <= start <= last and name == function.rsplit(".", 1)[-1]:
+            return True
+        if case.mutant is None and start <= first and last <= end:
+            return True
+    return False
+
+
+def fauxpy_ranking(root: Path, case: Case, spans: list[tuple[int, int]], python: str
+                   ) -> tuple[Optional[list[bool]], float]:
+    """FauxPy's SBFL function ranking as hits (``fauxpy_hit``), best first, and its wall
+    time. Its report folders (written beside the project) are removed."""
     args = [*case.tests, *case.options, "--src", case.src, "--family", "sbfl", "--granularity", "function"]
     if case.exclude:
         args += ["--exclude", case.exclude]
@@ -158,30 +191,52 @@ def fauxpy_ranking(root: Path, case: Case, line: int, python: str) -> tuple[Opti
                 path, name, first, last = entity.rsplit("::", 3)
                 rel = Path(path).resolve().relative_to(root.resolve()).as_posix() if Path(path).is_absolute() \
                     else path
-                hits.append(rel == case.mutant.path and int(first) <= line <= int(last)
-                            and name == case.mutant.function.rsplit(".", 1)[-1])
+                hits.append(fauxpy_hit(case, spans, rel, name, int(first), int(last)))
     for leftover in reports:
         shutil.rmtree(leftover, ignore_errors=True)
     return hits, spent
 
 
-def cases(name: str, only: Sequence[str] = ()) -> list[tuple[str, Optional[pypi.Project], list[Case]]]:
-    """The corpus by project: (project name, its PyPI pin or None, its cases in order); ``only``:
-    these PyPI projects alone."""
+def mutant_cases(name: str, only: Sequence[str] = ()) -> list[tuple[str, list[Case]]]:
+    """The mutants by project: (project name, its cases in order); ``only``: these PyPI
+    projects alone."""
     if name == "written":
         out: dict[str, list[Case]] = {}
         for mutant in corpus.MUTANTS:
             src = "src" if any(k.startswith("src/") for k in corpus.PROJECTS[mutant.project]) else "."
-            out.setdefault(mutant.project, []).append(Case(mutant, None, (), (), src, ""))
-        return [(k, None, v) for k, v in out.items()]
-    found: list[tuple[str, Optional[pypi.Project], list[Case]]] = []
+            out.setdefault(mutant.project, []).append(_mutant_case(mutant, None, (), (), src, "", None))
+        return list(out.items())
+    found: list[tuple[str, list[Case]]] = []
     for project in pypi.PROJECTS:
         if only and project.name not in only:
             continue
         folder = pypi.unpacked(project)
-        found.append((project.name, project, [Case(m, folder, project.tests, project.options, project.src,
-                                                   project.exclude) for m in pypi.candidates(project, folder)]))
+        found.append((project.name, [_mutant_case(m, folder, project.tests, project.options, project.src,
+                                                  project.exclude, pypi.stem_of(project))
+                                     for m in pypi.candidates(project, folder)]))
     return found
+
+
+def _mutant_case(mutant: Mutant, source: Optional[Path], tests: tuple[str, ...], options: tuple[str, ...],
+                 src: str, exclude: str, stem: Optional[str]) -> Case:
+    return Case(mutant.project, "mutants", ((mutant.path, mutant.function),), pypi.key_of(mutant), stem,
+                f"{mutant.function}:{mutant.line} ({mutant.new.strip()[:60]!r})", tests, options, src, exclude,
+                mutant=mutant, source=source)
+
+
+def regression_cases(only: Sequence[str] = ()) -> list[tuple[str, list[Case]]]:
+    """The real regressions by project, in declaration order."""
+    out: dict[str, list[Case]] = {}
+    for found in regressions.cases():
+        release = found.release
+        if only and release.project not in only:
+            continue
+        deselect = [arg for node in found.deselected() for arg in ("--deselect", node)]
+        label = f"{release.old}->{release.new} {', '.join(f for _, f in found.bug.functions)} ({found.bug.note})"
+        out.setdefault(release.project, []).append(Case(
+            release.project, "regressions", found.bug.functions, found.key, found.stem, label, release.tests,
+            (*release.options, *deselect), release.src, release.exclude, regression=found))
+    return [(f"{name} (regressions)", todo) for name, todo in out.items()]
 
 
 class Options(NamedTuple):
@@ -191,66 +246,73 @@ class Options(NamedTuple):
     log: Optional[str]  # a file each fault's result is appended to (one JSON object a line)
 
 
-def run_project(job: tuple[str, Optional[pypi.Project], list[Case], Options]) -> tuple[list[dict[str, Any]], int]:
+def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, Any]], int]:
     """Measure the first ``limit`` faults of one project: each fault's result and the
-    mutants tried. FauxPy's result of a fault is kept in the cache (it does not
+    faults tried. FauxPy's result of a fault is kept in the cache (it does not
     depend on this code): ``--fauxpy`` runs it where the cache has none."""
-    name, project, todo, options = job
+    name, todo, options = job
     details: list[dict[str, Any]] = []
-    known = pypi.verdicts(project) if project is not None else {}
-    fauxpy_known = pypi.cached(project, "fauxpy") if project is not None else {}
+    stem = todo[0].stem if todo else None
+    known = pypi.verdicts(stem) if stem else {}
+    fauxpy_known = pypi.cached(stem, "fauxpy") if stem else {}
     tried = 0
     for case in todo:
-        mutant = case.mutant
         if len(details) >= options.limit:
             break
-        key = pypi.key_of(mutant)
-        if known.get(key, 1) != 1:
+        if case.stem != stem:  # a project's regressions of several releases
+            stem = case.stem
+            known = pypi.verdicts(stem) if stem else {}
+            fauxpy_known = pypi.cached(stem, "fauxpy") if stem else {}
+        if known.get(case.key, 1) != 1:
             continue
         tried += 1
         with tempfile.TemporaryDirectory(prefix="selfheal-loc-") as tmp:
             root = Path(tmp) / "project"
             root.mkdir()
-            line = make_project(root, case)
+            spans = make_project(root, case)
             plain, code, _ = pytest_run(root, [*case.tests, *case.options])
-            if project is not None:
-                known[key] = code
-                pypi.remember(project, "verdicts", known)
+            if stem:
+                known[case.key] = code
+                pypi.remember(stem, "verdicts", known)
             if code != 1:
-                print(f"skip {name}:{mutant.function} ({mutant.new.strip()[:50]!r}): no test fails (exit {code})",
-                      flush=True)
+                print(f"skip {name}:{case.label}: no test fails (exit {code})", flush=True)
                 continue
-            detail: dict[str, Any] = {"project": name, "path": mutant.path, "line": line,
-                                      "function": mutant.function, "new": mutant.new.strip(), "plain": plain}
-            said = [f"{name}:{mutant.function}:{line} ({mutant.new.strip()[:60]!r})"]
+            detail: dict[str, Any] = {"project": case.project, "kind": case.kind, "path": case.answers[0][0],
+                                      "line": spans[0][0], "function": ", ".join(f for _, f in case.answers),
+                                      "new": case.mutant.new.strip() if case.mutant else "", "plain": plain}
+            said = [f"{name}:{case.label}"]
             for mode in options.modes:
                 shutil.rmtree(root / ".selfheal", ignore_errors=True)
                 spent, _, _ = pytest_run(root, [*case.tests, *case.options, *MODES[mode]])
-                if mode in AFTER_FIRST_ITERATION:
-                    spent += first_iteration(root)
+                iteration = first_iteration(root) if mode in AFTER_FIRST_ITERATION else 0.0
+                spent += iteration
                 plan = read_json(root / ".selfheal" / "error_plans", "plan.json") or {"actions": []}
                 first = plan["actions"][0].get("suspects", []) if plan["actions"] else []
-                top1, top3 = score(mutant, [(s.get("path"), s.get("name")) for s in first])
+                top1, top3 = score(case, [(s.get("path"), s.get("name")) for s in first])
                 detail[mode] = {"actions": len(plan["actions"]), "top1": top1, "top3": top3, "seconds": spent,
-                                "suspects": [s.get("name") for s in first[:3]]}
+                                "iteration": iteration, "suspects": [s.get("name") for s in first[:3]]}
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
                     incident = read_json(root / ".selfheal" / "error_inbox", "incident.json") or {"failures": []}
                     failures = [FailureEntry.from_json(f, "failure") for f in incident["failures"]]
                     groups = group_by_root_cause(failures, lambda f: f.signature)
-                    old = score(mutant, [(g.path, g.name) for g in groups])
+                    old = score(case, [(g.path, g.name) for g in groups])
                     detail["previous"] = {"actions": len(groups), "top1": old[0], "top3": old[1],
                                           "suspects": [g.name for g in groups[:3]]}
                     said.append(f"  previous  {len(groups)} action(s), top-1 {old[0]}, top-3 {old[1]}")
-            faux = fauxpy_known.get(key)
+                    # What the first iteration is compared with: the failing tests run plainly.
+                    nodeids = sorted({f.nodeid for f in failures if f.nodeid})
+                    if nodeids:
+                        detail["failing"] = pytest_run(root, [*nodeids, *case.options])[0]
+            faux = fauxpy_known.get(case.key)
             if faux is None and options.fauxpy:
-                hits, spent = fauxpy_ranking(root, case, line, options.fauxpy)
+                hits, spent = fauxpy_ranking(root, case, spans, options.fauxpy)
                 if hits is not None:
                     faux = {"top1": bool(hits) and hits[0], "top3": any(hits[:3]), "seconds": spent, "plain": plain}
-                    if project is not None:
-                        fauxpy_known[key] = faux
-                        pypi.remember(project, "fauxpy", fauxpy_known)
+                    if stem:
+                        fauxpy_known[case.key] = faux
+                        pypi.remember(stem, "fauxpy", fauxpy_known)
             if faux is not None:
                 detail["fauxpy"] = faux
                 said.append(f"  fauxpy    top-1 {faux['top1']}, top-3 {faux['top3']}, "
@@ -265,36 +327,60 @@ def run_project(job: tuple[str, Optional[pypi.Project], list[Case], Options]) ->
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--corpus", choices=["pypi", "written"], default="pypi")
+    parser.add_argument("--corpus", choices=["pypi", "written", "regressions", "all"], default="pypi",
+                        help="pypi: the real projects' mutants; regressions: the real regressions; all: both")
     parser.add_argument("--limit", type=int, default=pypi.PER_PROJECT, help="faults per project")
-    parser.add_argument("--modes", default="evidence,spectrum,localised")
+    parser.add_argument("--modes", default="evidence,spectrum,localised",
+                        help=f"of {', '.join(MODES)}; 'previous' is always measured, 'fauxpy' needs --fauxpy")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="projects measured at once")
     parser.add_argument("--projects", default="", help="only these PyPI projects (comma-separated names)")
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also append every fault's result to FILE as it is measured (one JSON object a line)")
-    parser.add_argument("--table", metavar="FILE", default=None, help="print the table of a --json FILE and stop")
+    parser.add_argument("--table", metavar="FILE", default=None, help="print the tables of a --json FILE and stop")
     args = parser.parse_args(argv)
     if args.table:
         found = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.strip()]
-        print(f"{len(found)} faults ({', '.join(f'{p} {n}' for p, n in _count(found).items())})\n")
-        print(table(rows_of(found)))
+        print(tables(found, [m for m in MODES if any(m in d for d in found)]))
         return 0
-    options = Options(args.limit, tuple(m for m in args.modes.split(",") if m), args.fauxpy, args.json)
+    asked = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in asked if m not in (*MODES, "previous", "fauxpy")]
+    if unknown:
+        parser.error(f"unknown mode(s): {', '.join(unknown)}")
+    if "fauxpy" in asked and not args.fauxpy:
+        parser.error("the 'fauxpy' mode needs --fauxpy PYTHON (an interpreter with fauxpy and pytest)")
+    options = Options(args.limit, tuple(m for m in asked if m in MODES), args.fauxpy, args.json)
     if args.json:
         Path(args.json).write_text("")
-    jobs = [(name, project, todo, options) for name, project, todo in cases(args.corpus, [p for p in args.projects.split(",") if p])]
+    only = [p for p in args.projects.split(",") if p]
+    todo = mutant_cases(args.corpus, only) if args.corpus != "regressions" else []
+    if args.corpus in ("regressions", "all"):
+        todo += regression_cases(only)
+    jobs = [(name, cases, options) for name, cases in todo]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(run_project, jobs, chunksize=1)
     else:
         results = [run_project(job) for job in jobs]
     details = [d for found, _ in results for d in found]
-    rows = rows_of(details, options.modes)
     kept = ", ".join(f"{job[0]} {len(r[0])}" for job, r in zip(jobs, results))
-    print(f"\n{len(details)} faults kept of {sum(r[1] for r in results)} mutants tried ({kept})\n")
-    print(table(rows))
+    print(f"\n{len(details)} faults kept of {sum(r[1] for r in results)} tried ({kept})\n")
+    print(tables(details, options.modes))
     return 0
+
+
+def tables(details: list[dict[str, Any]], modes: Sequence[str]) -> str:
+    """A table per kind of fault (the mutants, the real regressions) and, with both, one of all."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for detail in details:
+        kinds.setdefault(detail.get("kind", "mutants"), []).append(detail)
+    if len(kinds) > 1:
+        kinds["all"] = details
+    out = []
+    for kind, found in kinds.items():
+        counts = ", ".join(f"{p} {n}" for p, n in _count(found).items())
+        out.append(f"{kind}: {len(found)} faults ({counts})\n\n{table(rows_of(found, modes))}\n")
+    return "\n".join(out)
 
 
 def _count(details: list[dict[str, Any]]) -> dict[str, int]:
@@ -316,34 +402,50 @@ def rows_of(details: list[dict[str, Any]], modes: Sequence[str] = ("evidence", "
             seconds = got.get("seconds", detail.get(modes[0], {}).get("seconds", 0.0) if modes else 0.0)
             plain = got.get("plain", detail["plain"])
             found.append(Row(fault, int(got.get("actions", 0)), bool(got["top1"]), bool(got["top3"]),
-                                  float(seconds), float(plain)))
+                             float(seconds), float(plain), float(got.get("iteration", 0.0)),
+                             float(detail.get("failing", 0.0))))
     return rows
 
 
 def table(rows: dict[str, list[Row]]) -> str:
-    """The benchmark's Markdown table: one row per mode. The time columns compare each
-    run with the same fault's plain run, and with FauxPy's (its time over the plain run,
-    and the time each adds to the plain run)."""
-    faux = {r.fault: r.seconds / r.plain for r in rows.get("fauxpy", [])}
-    out = [("| mode | faults | top-1 | top-3 | actions median | actions p90 | time / plain run | time / FauxPy's "
-            "| added time / FauxPy's |"), "|---|---|---|---|---|---|---|---|---|"]
+    """The benchmark's Markdown table: one row per mode. ``on FauxPy's faults``: top-1 and
+    top-3 on the faults FauxPy ranked. The time columns compare each run with the same
+    fault's plain run, the first iteration with a plain run of the failing tests alone, and
+    each run with FauxPy's (its time over the plain run, and the time each adds to the plain run)."""
+    faux = {r.fault: r for r in rows.get("fauxpy", [])}
+    out = [("| mode | faults | top-1 | top-3 | on FauxPy's faults: top-1 / top-3 | actions median | actions p90 "
+            "| time / plain run | first iteration / failing tests' run | time / FauxPy's | added time / FauxPy's |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode, data in rows.items():
         if not data:
-            out.append(f"| {mode} | not run | | | | | | | |")
+            out.append(f"| {mode} | not run | | | | | | | | | |")
             continue
         n = len(data)
         actions = sorted(d.actions for d in data)
         p90 = actions[min(n - 1, round(0.9 * (n - 1)))]
         counts = "— | —" if mode == "fauxpy" else f"{statistics.median(actions):g} | {p90}"
-        ours = [d for d in data if d.fault in faux] if mode not in ("fauxpy", "previous") else []
+        shared = [d for d in data if d.fault in faux]
+        same = f"{_share(d.top1 for d in shared)} / {_share(d.top3 for d in shared)} ({len(shared)})" \
+            if shared else "—"
+        ours = shared if mode not in ("fauxpy", "previous") else []
         versus = "— | —"
         if ours:
-            ratio = statistics.median((d.seconds / d.plain) / faux[d.fault] for d in ours)
-            added = statistics.median(max(d.seconds / d.plain - 1, 0) / max(faux[d.fault] - 1, 1e-3) for d in ours)
+            ratio = statistics.median((d.seconds / d.plain) / (faux[d.fault].seconds / faux[d.fault].plain)
+                                      for d in ours)
+            added = statistics.median(max(d.seconds / d.plain - 1, 0)
+                                      / max(faux[d.fault].seconds / faux[d.fault].plain - 1, 1e-3) for d in ours)
             versus = f"{ratio:.2f} | {added:.2f}"
-        out.append(f"| {mode} | {n} | {sum(d.top1 for d in data) / n:.0%} | {sum(d.top3 for d in data) / n:.0%} | "
-                   f"{counts} | {statistics.median(d.seconds / d.plain for d in data):.2f} | {versus} |")
+        timed = [d for d in data if d.iteration and d.failing]
+        iteration = f"{statistics.median(d.iteration / d.failing for d in timed):.2f}" if timed else "—"
+        out.append(f"| {mode} | {n} | {_share(d.top1 for d in data)} | {_share(d.top3 for d in data)} | {same} | "
+                   f"{counts} | {statistics.median(d.seconds / d.plain for d in data):.2f} | {iteration} | "
+                   f"{versus} |")
     return "\n".join(out)
+
+
+def _share(hits: Iterable[bool]) -> str:
+    found = list(hits)
+    return f"{sum(found) / len(found):.0%}" if found else "—"
 
 
 if __name__ == "__main__":
