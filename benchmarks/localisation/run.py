@@ -257,8 +257,8 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
     fauxpy_known = pypi.cached(stem, "fauxpy") if stem else {}
     tried = 0
     for case in todo:
-        if len(details) >= options.limit:
-            break
+        if case.kind == "mutants" and len(details) >= options.limit:
+            break  # every regression is measured
         if case.stem != stem:  # a project's regressions of several releases
             stem = case.stem
             known = pypi.verdicts(stem) if stem else {}
@@ -329,7 +329,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--corpus", choices=["pypi", "written", "regressions", "all"], default="pypi",
                         help="pypi: the real projects' mutants; regressions: the real regressions; all: both")
-    parser.add_argument("--limit", type=int, default=pypi.PER_PROJECT, help="faults per project")
+    parser.add_argument("--limit", type=int, default=pypi.PER_PROJECT, help="mutants per project")
     parser.add_argument("--modes", default="evidence,spectrum,localised",
                         help=f"of {', '.join(MODES)}; 'previous' is always measured, 'fauxpy' needs --fauxpy")
     parser.add_argument("--fauxpy", metavar="PYTHON", default=None)
@@ -353,9 +353,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         Path(args.json).write_text("")
     only = [p for p in args.projects.split(",") if p]
-    todo = mutant_cases(args.corpus, only) if args.corpus != "regressions" else []
-    if args.corpus in ("regressions", "all"):
-        todo += regression_cases(only)
+    # The regressions first: a round cut short still has all of them.
+    todo = regression_cases(only) if args.corpus in ("regressions", "all") else []
+    if args.corpus != "regressions":
+        todo += mutant_cases(args.corpus, only)
     jobs = [(name, cases, options) for name, cases in todo]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
