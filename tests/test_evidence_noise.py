@@ -78,6 +78,22 @@ def test_amount_of_cents():
     assert not any("<genexpr>" in n for n in names)
 
 
+def test_a_class_made_inside_a_function_is_not_a_suspect(pytester: pytest.Pytester) -> None:
+    """A factory builds its class each call: the class body runs, but the suspects are the
+    factory and the methods, never the class."""
+    pytester.makepyfile(sentinel="def make(name):\n    class Sentinel:\n        def __init__(self):\n"
+                                 "            self.name = name\n\n    return Sentinel()\n",
+                        test_sentinel="import copy\nfrom sentinel import make\n\n"
+                                      "def test_copy():\n    s = make('x')\n    assert copy.copy(s) is s\n\n"
+                                      "def test_name():\n    assert make('y').name == 'y'\n")
+    pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider").assert_outcomes(failed=1,
+                                                                                                        passed=1)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    (failure,) = json.loads(incident.read_text())["failures"]
+    names = {s["name"]: s["line"] for s in failure["root_cause"]["spectrum"]}
+    assert names == {"make": 1, "make.<locals>.Sentinel.__init__": 3}
+
+
 def _spectrum_of(pytester: pytest.Pytester, *, failed: int, passed: int) -> list[dict[str, Any]]:
     pytester.makepyfile(money=MONEY, test_money=TESTS)
     result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")

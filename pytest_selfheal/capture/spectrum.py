@@ -12,7 +12,8 @@ formatting a failed ``assert`` (its ``repr`` of each operand, its comparison exp
 or unittest's ``assertEqual`` its message, nothing is recorded until that code returns, so ``Version.__repr__`` never outranks the
 helper that computed the wrong value. A function is keyed by the line of its ``def`` (not
 its first decorator's), and a generator expression or comprehension by the function it is
-written in.
+written in. A class body is never a key, also a class made inside a function (it runs
+each time the function does): the suspect is the function or a method.
 
 A run that already traces (coverage.py, a debugger) keeps its tracer and gets no spectrum.
 Under xdist each worker records its tests and the function keys ride on the teardown
@@ -71,7 +72,9 @@ class SpectrumHook:
         if os.path.dirname(code.co_filename) == _ASSERTION_DIR or os.path.realpath(code.co_filename) in _REPORTING_FILES:
             return _REPORTING
         rel = self.resolver.relative(code.co_filename)
-        if rel is None or is_test_file(rel) or code.co_name == "<module>":
+        # A module's or a class's body (a class made inside a function, each time it is
+        # called) is not a function: no new locals.
+        if rel is None or is_test_file(rel) or not code.co_flags & inspect.CO_NEWLOCALS:
             return None
         name = qualname(code, frame)
         if name != getattr(code, "co_qualname", code.co_name):  # a genexpr, comprehension or lambda
