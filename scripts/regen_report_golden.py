@@ -28,13 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
-from pytest_selfheal.records.report import ReportDoc  # noqa: E402
+from pytest_selfheal.records.report import Report  # noqa: E402
 from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
 from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
-def _build(doc: Mapping[str, Any], source: str) -> ReportDoc:
+def _build(doc: Mapping[str, Any], source: str) -> Report:
     runs = [IncidentRun.from_dict(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
     return build_report(
         incidents=runs,

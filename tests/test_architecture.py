@@ -56,6 +56,8 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),
     # The repair side (providers, worktrees, patches): only when a repair provider runs.
     ("pytest_selfheal.run.entry", "pytest_selfheal.repair.session"),
+    # The report's records: a loop iteration records its history and triage, and builds no report.
+    ("pytest_selfheal.history.triage", "pytest_selfheal.records.report"),
     # The MCP SDK, an optional extra, is imported by the server module.
     ("pytest_selfheal.cli.commands.mcp", "pytest_selfheal.mcp_server.server"),
     # A ``selfheal`` run imports the one command it runs.

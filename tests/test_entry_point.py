@@ -61,18 +61,36 @@ def test_a_command_imports_only_itself_and_status_never_pytest(tmp_path: Path) -
     assert loaded.split() == ["pytest_selfheal.cli.commands._common", "pytest_selfheal.cli.commands.status"]
 
 
-def test_selfheal_loop_parent_imports_no_xml_library_nor_pytest(tmp_path: Path) -> None:
-    """The parent of a ``selfheal loop`` run imports its command, the loop and the entry points
-    (``importlib.metadata``), not junitparser or pytest: its child runs pytest
-    (docs/benchmarks.md, iteration). Finding the command imports no pkgutil."""
-    probe = ("import sys\nfrom pytest_selfheal.cli.main import build_parser, command_names\n"
-             "assert 'loop' in command_names()\nbuild_parser('loop')\n"
-             "from pytest_selfheal.hooks import cli_plugin_manager\ncli_plugin_manager()\n"
-             "print(sorted(m for m in ('junitparser', 'pytest', 'pkgutil')"
-             " if m in sys.modules))\n")
-    done = subprocess.run([PY, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env=run_env(), stdin=subprocess.DEVNULL)
-    assert done.stdout.splitlines()[-1:] == ["[]"], done.stdout + done.stderr
+# Runs one verify-only `selfheal loop ID` to its stop in a fresh interpreter and prints what it imported.
+LOOP_PROBE = """
+import sys
+from pytest_selfheal.cli.main import main
+code = main(["loop", sys.argv[1]])
+print(code, " ".join(sorted(sys.modules)))
+"""
+# What a verify-only loop's parent has no use for: the child runs pytest (and writes its
+# junit); the repair side waits for a provider; a report is built only when one is asked for.
+NOT_IN_A_LOOP_PARENT = ("pytest", "_pytest", "junitparser", "pkgutil", "pytest_selfheal.repair",
+                        "pytest_selfheal.report", "pytest_selfheal.records.report", "pytest_selfheal.capture",
+                        "pytest_selfheal.recorder", "pytest_selfheal.plugin")
+
+
+def test_a_verify_only_selfheal_loop_parent_imports_what_its_iteration_and_stop_need(tmp_path: Path) -> None:
+    """The parent of a verify-only ``selfheal loop`` run, through one iteration, the stop and
+    the archive, imports its command, the loop, the store and the entry points
+    (``importlib.metadata``): not pytest or junitparser (its child runs pytest), not the repair
+    side, not the report's records (docs/benchmarks.md, "Loop iteration"). Finding the command
+    imports no pkgutil."""
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)  # its one failure repeats: the first iteration stops
+    done = subprocess.run([PY, "-c", LOOP_PROBE, incident_id], cwd=project, capture_output=True, text=True,
+                          timeout=120, env=run_env(), stdin=subprocess.DEVNULL)
+    code, loaded = done.stdout.splitlines()[-1].split(" ", 1)
+    assert code == str(EXIT_UNRESOLVED) and "STOP repeated_fingerprint" in done.stdout, done.stdout + done.stderr
+    modules = loaded.split()
+    assert "importlib.metadata" in modules and "pytest_selfheal.loop.driver" in modules
+    assert [m for m in modules if m in NOT_IN_A_LOOP_PARENT or m.startswith(tuple(f"{n}." for n in NOT_IN_A_LOOP_PARENT))] == []
+    assert list((project / ".selfheal" / "error_archive" / "escalated").iterdir())  # the stop ran
 
 
 def test_every_command_module_is_listed_and_named_like_its_command() -> None:

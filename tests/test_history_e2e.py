@@ -17,7 +17,7 @@ from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.github.ci_verdict import only_quarantined, unresolved_failures
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history.quarantine import QuarantineEntry
-from pytest_selfheal.records.report import ReportDoc, ReportIncidentDoc
+from pytest_selfheal.records.report import Report, ReportIncident
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports" / "triage_pull_request.expected.json"
 
@@ -137,7 +137,7 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
 
 
 def test_the_job_passes_only_when_every_failure_left_is_quarantined() -> None:
-    report = ReportDoc.from_json(json.loads(GOLDEN.read_text()), str(GOLDEN))
+    report = Report.read(json.loads(GOLDEN.read_text()), str(GOLDEN))
     left = unresolved_failures(report)  # test_clock passed on re-run: flaky, not left
     assert left == {"tests/test_calc.py::test_divide": "4b8e0c1d2f3a", "tests/test_calc.py::test_parse": "5c6d7e8f9a0b",
                     "tests/test_calc.py::test_upstream": "7e8f9a0b1c2d"}
@@ -148,5 +148,5 @@ def test_the_job_passes_only_when_every_failure_left_is_quarantined() -> None:
     assert only_quarantined(report, by_fingerprint) == {"tests/test_calc.py::test_upstream": "sandbox",
                                                         "tests/test_calc.py::test_divide": "known",
                                                         "tests/test_calc.py::test_parse": "parser"}
-    fixed = ReportIncidentDoc(incident_id="i", tests_fixed=("t.py::x",), extra=(("capture_tests", ("t.py::x",)),))
-    assert unresolved_failures(ReportDoc(incidents=(fixed,))) == {}
+    fixed = ReportIncident.from_json({"incident_id": "i", "tests_fixed": ["t.py::x"], "capture_tests": ["t.py::x"]})
+    assert unresolved_failures(Report.from_json({"incidents": [fixed.to_json()]})) == {}

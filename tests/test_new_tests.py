@@ -17,7 +17,7 @@ from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.github.ci_verdict import new_tests_section, sanitize_ci_info
 from pytest_selfheal.github.new_tests import budget_seconds, changed_tests, rerun_options
 from pytest_selfheal.records.ci import NEW_FLAKY, NewTestResult, NewTestsCheck
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import Report
 
 MODULE = textwrap.dedent('''\
     import pytest
@@ -86,12 +86,12 @@ def test_an_artifacts_new_tests_block_is_checked_field_by_field() -> None:
                            NewTestResult("t.py::test_b", 5, 0, reruns=4)),
                           seed=7, reruns=5, fails_job=True)
     block = {"final_status": "passed", "stop_reason": "none", "new_tests": check.to_json()}
-    back = sanitize_ci_info(block, ReportDoc())
+    back = sanitize_ci_info(block, Report.from_json({}))
     assert back.new_tests is not None
     assert back.new_tests.flaky == ("t.py::test_a",)
     assert back.new_tests.seed == 7 and back.new_tests.fails_job
     hostile = sanitize_ci_info({"new_tests": {"tests": [{"nodeid": 5}, "x", {"nodeid": "a", "passed": -3}],
-                                              "note": ["no"]}}, ReportDoc())
+                                              "note": ["no"]}}, Report.from_json({}))
     assert hostile.new_tests is not None
     assert [(t.nodeid, t.passed) for t in hostile.new_tests.tests] == [("a", 0)]
 

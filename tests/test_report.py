@@ -12,13 +12,13 @@ import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.records.report import Report, ReportIncident, as_report
+from pytest_selfheal.records.report import REPORT_SCHEMA_VERSION, Report, ReportIncident, as_report
 from pytest_selfheal.records.run_result import DecisionPoint
 from pytest_selfheal.records.vocab import StopReason
-from pytest_selfheal.report.data import IncidentRun, parse_report
+from pytest_selfheal.report.data import IncidentRun
 from pytest_selfheal.report.data import build_report as build_record
 from pytest_selfheal.report.merge import merge_reports as merge_records
-from pytest_selfheal.report.outcome import REASON_ORDER, REPORT_SCHEMA_VERSION, deciding_incident
+from pytest_selfheal.report.outcome import REASON_ORDER, deciding_incident
 from pytest_selfheal.report.render import (
     GRID_MAX_COLUMNS,
     GRID_MAX_TESTS,
@@ -58,7 +58,7 @@ def build_report(**options: Any) -> dict[str, Any]:
 
 def merge_reports(reports: list[dict[str, Any]], *, names: Optional[list[str]] = None) -> dict[str, Any]:
     """The JSON of ``merge_reports`` of report JSON, each parsed first as ``read_report`` parses a file."""
-    return merge_records([parse_report(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names).to_json()
+    return merge_records([Report.read(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names).to_json()
 
 
 def golden_runs(case: str) -> list[IncidentRun]:
@@ -467,7 +467,7 @@ def test_incident_run_round_trip_and_bad_shapes() -> None:
 def test_report_json_round_trips_through_validation() -> None:
     report = golden_report("two_actions")
     text_form = json.loads(json.dumps(report))
-    assert parse_report(text_form).to_json() == report
+    assert Report.read(text_form).to_json() == report
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
 
 
@@ -480,15 +480,74 @@ def test_report_json_round_trips_through_validation() -> None:
         (lambda r: r.update(incidents={}), "field incidents: expected array, got object"),
         (lambda r: r["incidents"][0].pop("tasks"), r"incidents\[0\].tasks"),
         (lambda r: r["incidents"][0]["tasks"][0].update(attempts="3"), r"tasks\[0\].attempts"),
+        (lambda r: r["incidents"][0].update(loops_used="3"),
+         r"^shard.json: invalid report: field incidents\[0\].loops_used: expected integer, got string$"),
+        (lambda r: r["incidents"].append("x"), r"field incidents\[1\]: expected object, got string$"),
+        (lambda r: r["incidents"][0]["iterations"][0].update(outcomes=[]),
+         r"field incidents\[0\].iterations\[0\].outcomes: expected object, got array$"),
+        (lambda r: r.update(enabled="yes"), "field enabled: expected boolean, got string$"),
+        (lambda r: r.update(origins=None), "field origins: expected object, got null$"),
+        # The missing key is named before a bad value; values in the document's order.
+        (lambda r: r.update(enabled=1, title=None) or r.pop("stop_reason"), "field stop_reason: required field missing$"),
     ],
 )
 def test_validate_report_names_the_problem(mutate: Any, needle: str) -> None:
     report = copy.deepcopy(golden_report("two_actions"))
     mutate(report)
     with pytest.raises(InputError, match=needle):
-        parse_report(report, "shard.json")
+        Report.read(report, "shard.json")
     with pytest.raises(InputError, match="^shard.json: expected a JSON object"):
-        parse_report([], "shard.json")
+        Report.read([], "shard.json")
+
+
+@pytest.mark.parametrize("case", sorted(p.name[: -len(".expected.json")] for p in GOLDEN.glob("*.expected.json")))
+def test_a_report_read_back_is_the_same_report(case: str) -> None:
+    # One set of records is built, written and read back: a file comes back key for key
+    # (the run result's decision point with its context, each failure's triage evidence).
+    text_form = (GOLDEN / f"{case}.expected.json").read_text(encoding="utf-8")
+    report = Report.read(json.loads(text_form), case)
+    assert json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n" == text_form
+    assert Report.read(json.loads(text_form), case) == report
+    # And it renders as the report it was built as.
+    given = json.loads((GOLDEN / f"{case}.input.json").read_text(encoding="utf-8"))
+    markdown = render_markdown(report, headline=bool(given.get("render", {}).get("headline")),
+                               extra_sections=given.get("extra_sections", ()))
+    assert markdown == (GOLDEN / f"{case}.expected.md").read_text(encoding="utf-8")
+
+
+def test_a_config_read_back_renders_as_built() -> None:
+    # A file's config is held frozen: an empty object and objects in a list still render as JSON.
+    built = build_record(incidents=[], effective_config={"weird": {}, "lst": [{"a": 1}]},
+                         origins={"weird": "pyproject.toml", "lst": "pyproject.toml"})
+    back = Report.read(json.loads(json.dumps(built.to_json())))
+    markdown = render_markdown(back)
+    assert "| `weird` | `{}` | pyproject.toml |" in markdown and '`[{"a": 1}]`' in markdown
+    assert markdown == render_markdown(built)
+
+
+def test_a_file_read_back_reads_integral_floats_as_counts() -> None:
+    report = golden_report("two_actions")
+    report["incidents"][0]["loops_used"] = 3.0  # what JSON Schema counts as an integer
+    report["incidents"][0]["tasks"][1]["attempts"] = 3.0
+    merged = merge_reports([report])
+    assert merged["total_retries"] == 3 and merged["incidents"][0]["loops_used"] == 3
+    assert [t["attempts"] for t in merged["incidents"][0]["tasks"]] == [1, 3]
+
+
+def test_merge_keeps_the_keys_of_a_newer_version() -> None:
+    newer = golden_report("two_actions")
+    entry = newer["incidents"][0]
+    entry["blame"] = {"commit": "abc1234"}
+    entry["tasks"][0]["owner"] = "team-a"
+    entry["iterations"][0]["cpu_seconds"] = 1.5
+    merged = merge_reports([newer, golden_report("flaky_success")], names=["new", "old"])
+    kept = merged["incidents"][0]
+    assert kept["blame"] == {"commit": "abc1234"}
+    assert kept["tasks"][0]["owner"] == "team-a" and kept["iterations"][0]["cpu_seconds"] == 1.5
+    assert "owner" not in merged["incidents"][1]["tasks"][0]
+    # A shard's own head (its ``ci`` block, say) is the shard's: the merge derives its own.
+    assert "ci" not in merge_reports([{**newer, "ci": {"final_status": "escalated"}}])
+    assert Report.read({**newer, "ci": {"final_status": "x"}}).extra == {"ci": {"final_status": "x"}}
 
 
 def test_merge_rules() -> None:

@@ -18,9 +18,8 @@ from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.report import REPORT_SCHEMA_VERSION, Report
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.report.data import parse_report
-from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION
 from pytest_selfheal.report.render import REPORT_HEADING
 from pytest_selfheal.store.root import Store
 
@@ -79,7 +78,7 @@ def test_report_of_one_incident_as_json(project: Path) -> None:
     result = cli("report", "incident_20261122_101500_ab12cd", "--format", "json", cwd=project)
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
-    parse_report(report)
+    Report.read(report)
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
     assert report["title"] == "RALF Lite Loop Report"
     assert (report["stop_reason"], report["final_status"]) == ("repeated_fingerprint", "escalated")
@@ -238,7 +237,7 @@ def test_merge_two_shards(project: Path, tmp_path: Path) -> None:
     result = cli("merge", str(a), str(b), "--name", "py3.9", "py3.12", "--json", cwd=tmp_path)
     assert result.returncode == EXIT_OK, result.stderr
     merged = json.loads(result.stdout)
-    parse_report(merged)
+    Report.read(merged)
     assert [s["name"] for s in merged["shards"]] == ["py3.9", "py3.12"]
     assert (merged["stop_reason"], merged["final_status"], merged["total_retries"]) == (
         "repeated_fingerprint", "escalated", 4)

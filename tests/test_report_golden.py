@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from pytest_selfheal.report.data import parse_report
+from pytest_selfheal.records.report import Report
 from pytest_selfheal.report.render import REPORT_HEADING
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_golden(case: Path) -> None:
             pytest.fail(f"{path.name} drifted from the rendering; if the change is intended run `{REGEN}` "
                         f"and review the diff", pytrace=False)
     # The expected JSON is a valid report: what `selfheal merge` accepts.
-    parse_report(json.loads(json_text), json_path.name)
+    Report.read(json.loads(json_text), json_path.name)
     head = markdown.split("\n### Stop Reason", 1)[0]
     assert REPORT_HEADING in head and "- Total retries: " in head
 

@@ -81,6 +81,15 @@ def test_running_again_with_the_code_unchanged_stops_again(stopped: pytest.Pytes
     assert [(r["incident_id"], r["status"]) for r in rows] == [(earlier, "escalated")]
 
 
+def test_the_stop_line_counts_the_stopped_runs_budget_not_todays(stopped: pytest.Pytester) -> None:
+    """The budget is the capture's judging key: a later max_iterations is not the "of N"."""
+    (earlier,) = _ids(stopped, "escalated")
+    out = stopped.runpytest("--selfheal", "--selfheal-set", "max_iterations=7").stdout.str()
+    found = ALREADY.search(out)  # "iteration 1 of 3", as the stopped run had it
+    assert found and found.group(1) == earlier, out
+    assert "of 7" not in out
+
+
 def test_reopen_is_the_way_back(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
     assert cli("reopen", earlier, cwd=stopped.path).returncode == 0

@@ -74,7 +74,7 @@ from pytest_selfheal.history.segment_dir import local_segments, this_run_segment
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.redact import Redactor
@@ -278,7 +278,7 @@ def _publish(
     )
 
 
-def _quarantine_exit(report: ReportDoc, effective: EffectiveConfig, project: Path,
+def _quarantine_exit(report: Report, effective: EffectiveConfig, project: Path,
                      env: Mapping[str, str], base: RunBase, rep: _Reporter, exit_code: int) -> int:
     """EXIT_OK when every test still failing is quarantined by the list in force (the base
     revision's for an event that tests code not merged yet: a PR cannot quarantine its own
@@ -486,7 +486,7 @@ def comment_from_report(
     _effective, redactor = _load(options, here, source)
     path = _resolve(options.comment_from, here)
     report = read_report(path)
-    info = sanitize_ci_info(report.get_extra("ci"), report)
+    info = sanitize_ci_info(report.extra.get("ci"), report)
     number = options.pull_request or info.pull_request or ctx.pull_request_number()
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None

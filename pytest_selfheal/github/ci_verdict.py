@@ -20,8 +20,7 @@ from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
-from pytest_selfheal.records.report import ReportDoc
-from pytest_selfheal.records.tolerant import dicts, opt_str, strs
+from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
@@ -82,7 +81,7 @@ def _opt_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def sanitize_ci_info(data: Any, report: ReportDoc) -> CiVerdict:
+def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
     """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
     every field checked; fields that do not fit are replaced from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -170,7 +169,7 @@ def new_tests_section(check: NewTestsCheck) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ci_headline(report: ReportDoc, info: CiVerdict) -> str:
+def ci_headline(report: Report, info: CiVerdict) -> str:
     """The first line of the job summary and the PR comment: stop reason and final status.
 
     The report's own headline (``render_headline``) when the loop stopped and the report
@@ -203,28 +202,27 @@ def ci_headline(report: ReportDoc, info: CiVerdict) -> str:
     return f"**selfheal: {verdict}** ({text(details, 300)})"
 
 
-def unresolved_failures(report: ReportDoc) -> dict[str, Optional[str]]:
+def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
     """``{node id: fingerprint}`` of every test still failing when the loop stopped: the
     capture's failures and the loop's new ones, by their latest outcome (a test no
     iteration re-ran is still failing), without the fixed and the flaky ones."""
     failing: dict[str, Optional[str]] = {}
     for entry in report.incidents:
-        fingerprints: dict[str, Optional[str]] = {n: None for n in strs(entry.get_extra("capture_tests"))}
-        for item in dicts(entry.triage) + dicts(entry.get_extra("new_failures")):
-            nodeid = opt_str(item.get("nodeid"))
-            if nodeid:
-                fingerprints[nodeid] = fingerprints.get(nodeid) or opt_str(item.get("fingerprint"))
+        fingerprints: dict[str, Optional[str]] = dict.fromkeys(entry.capture_tests)
+        for item in entry.triage + entry.new_failures:
+            if item.nodeid:
+                fingerprints[item.nodeid] = fingerprints.get(item.nodeid) or item.fingerprint
         latest: dict[str, str] = {}
         for iteration in entry.iterations:
-            latest.update({str(k): str(v) for k, v in iteration.outcomes.items()})
-        done = set(strs(entry.tests_fixed)) | set(strs(entry.flaky_tests))
+            latest.update(iteration.outcomes)
+        done = set(entry.tests_fixed) | set(entry.flaky_tests)
         for nodeid, fingerprint in fingerprints.items():
             if nodeid not in done and latest.get(nodeid, "failed") in FAILING_OUTCOMES:
                 failing[nodeid] = fingerprint
     return failing
 
 
-def only_quarantined(report: ReportDoc, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
+def only_quarantined(report: Report, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
     """``{node id: reason}`` when every test still failing is covered by ``quarantine`` (the
     base revision's list: then they do not fail the ``selfheal ci`` job); ``{}`` otherwise."""
     covered: dict[str, str] = {}
@@ -237,7 +235,7 @@ def only_quarantined(report: ReportDoc, quarantine: Sequence[QuarantineEntry]) -
 
 
 def render_ci_markdown(
-    report: ReportDoc,
+    report: Report,
     info: CiVerdict,
     *,
     error: Optional[str] = None,

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.incident import FailureEntry, Triage
-from pytest_selfheal.records.report import TriageEntry
 from pytest_selfheal.records.vocab import TriageLabel
+
+if TYPE_CHECKING:
+    from pytest_selfheal.records.report import TriageEntry
 
 TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 
@@ -84,6 +86,10 @@ def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> l
     """The report's ``triage`` of one incident: each captured failure's recorded triage
     (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
     re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    # Imported here: the report's records are the report's; a loop iteration that records
+    # its history and triages never builds one.
+    from pytest_selfheal.records.report import TriageEntry
+
     entries: list[TriageEntry] = []
     for failure in failures:
         recorded = failure.triage

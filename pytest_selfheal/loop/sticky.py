@@ -91,8 +91,12 @@ def match_stopped(
 
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (the grammar of the iteration
-    line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back."""
+    line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back.
+    ``max_iterations``: today's, shown only when the stopped run did not record its own
+    (the capture's judging key, which a later config edit does not change)."""
     stopped = match.incident
+    if stopped.max_iterations is not None:
+        max_iterations = stopped.max_iterations
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
     why = "no iteration left" if match.code_changed and stopped.exhausted else "code unchanged"
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "

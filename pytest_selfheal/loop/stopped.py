@@ -52,6 +52,8 @@ class StoppedIncident:
     green: bool = False  # its last run passed every selected test, and it still stopped (not a success)
     # Its loop run's iterations left under its max_iterations when it stopped (None: unknown).
     remaining: Optional[int] = None
+    # Its loop run's max_iterations, the capture's judging key (None: unknown).
+    max_iterations: Optional[int] = None
 
     @property
     def exhausted(self) -> bool:
@@ -156,7 +158,8 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
         if fingerprints or green:
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
                                        fingerprints, diff_hash, nodeids, green,
-                                       context.remaining if context is not None else None))
+                                       context.remaining if context is not None else None,
+                                       context.iteration + context.remaining if context is not None else None))
     return out
 
 

@@ -20,6 +20,7 @@ from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.stops import progress_words
+from pytest_selfheal.records.vocab import first_few
 
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
@@ -33,12 +34,6 @@ def one_line(value: Any, limit: int = MESSAGE_CHARS) -> str:
     """``value`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
     text = " ".join(str("-" if value is None else value).split())
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
-def _listed(items: Sequence[str], shown: int) -> str:
-    head = ", ".join(items[:shown])
-    more = len(items) - shown
-    return head + (f" (+{more} more)" if more > 0 else "")
 
 
 def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0,
@@ -171,14 +166,14 @@ def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str
         lines.extend(f"  {code_line(line, 200)}" for line in (cause.excerpt or ())[:8])
     targets = list(cause.target_paths)
     if targets:
-        lines.append(f"target paths (fix here): {_listed(targets, PATHS_PER_GROUP * scale)}")
+        lines.append(f"target paths (fix here): {first_few(targets, PATHS_PER_GROUP * scale)}")
     tests = list(cause.test_paths)
     if tests:
-        lines.append(f"test paths: {_listed(tests, PATHS_PER_GROUP * scale)}")
-    lines.append(f"tests: {_listed(nodeids, NODEIDS_PER_GROUP * scale)}")
+        lines.append(f"test paths: {first_few(tests, PATHS_PER_GROUP * scale)}")
+    lines.append(f"tests: {first_few(nodeids, NODEIDS_PER_GROUP * scale)}")
     if entries:
         prints = list(dict.fromkeys(e.fingerprint or "-" for e in entries))
-        lines.append(f"fingerprints: {_listed(prints, FINGERPRINTS_PER_GROUP * scale)}")
+        lines.append(f"fingerprints: {first_few(prints, FINGERPRINTS_PER_GROUP * scale)}")
         kinds = Counter(f"{e.failure_type or '-'} ({e.failure_class or '-'})" for e in entries)
         lines.append("class: " + ", ".join(kinds))
         if any(e.triage is not None for e in entries):  # an attempt's failures are not triaged
@@ -189,7 +184,7 @@ def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str
         shown = list(messages.items())[:DISTINCT_PER_GROUP * scale]
         lines.append(f"failures ({len(messages)} distinct first line(s)):")
         for message, ids in shown:
-            lines.append(f"- {message}  [{_listed(ids, 1)}]")
+            lines.append(f"- {message}  [{first_few(ids, 1)}]")
         if len(messages) > len(shown):
             lines.append(f"- … {len(messages) - len(shown)} more distinct first line(s)")
     return "\n".join(lines)

@@ -1,148 +1,114 @@
 """The report (``selfheal report``) as records: one model from the build to every rendering.
 
-:class:`ReportDoc` declares the fields a report read back from a file must have, with
-their types (docs/report.md "Validation"); every other key is kept as read, so
-``ReportDoc.from_json(doc, where).to_json()`` is ``doc`` again. The ``schema_version``
-gate stays with ``report.data.parse_report``.
-
-The content of a report is one set of records: ``report.data`` builds :class:`ReportIncident`
-(→ :class:`ReportTask`, :class:`ReportIteration`, :class:`TriageEntry`, :class:`NewFailure`,
-the run result's ``DecisionPoint``), ``report.merge`` adds :class:`Shard` and
-:class:`ConfigDifference`; each writes its JSON (``to_json``) and reads it back tolerantly
-(``from_json``: a value of the wrong type reads as its default, one odd entry never stops a
-report), and :class:`Report` is the whole report as the renderer reads it. Pure.
+A report is one set of records: ``report.data`` builds :class:`ReportIncident` (→
+:class:`ReportTask`, :class:`ReportIteration`, :class:`TriageEntry`, :class:`NewFailure`,
+the run result's ``DecisionPoint``) and ``report.outcome`` puts them in a :class:`Report`
+with the plan-level fields; ``report.merge`` unites reports into one, adding :class:`Shard`
+and :class:`ConfigDifference`. Each record writes its JSON (``to_json``) and reads it back
+tolerantly (``from_json``: a value of the wrong type reads as its default, one odd entry
+never stops a report). A report JSON read back from a file is checked first
+(:meth:`Report.read`: the keys and types of docs/report.md "Validation"); the keys a record
+does not know (a newer version's, the ``ci`` block of ``selfheal ci``) are kept as read in
+its ``extra`` and written back, so a merge carries them. Pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Union
 
+from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     Field,
-    JsonRecord,
+    FieldError,
+    FrozenObject,
+    Parser,
     any_value,
     array_of,
     boolean,
+    child,
     empty_map,
+    freeze,
     integer,
-    json_array,
-    json_object,
+    plain_json,
     string,
+    type_name,
 )
 from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
 from pytest_selfheal.records.tolerant import as_int, as_str, dicts, opt_str, strs
 
-
-@dataclass(frozen=True)
-class ReportTaskDoc(JsonRecord):
-    """One task of a report incident: ``task``, ``attempts``, ``stop_reason`` must be there."""
-
-    KIND: ClassVar[str] = "report"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("task", any_value, required=True),
-        Field("attempts", integer, required=True),
-        Field("stop_reason", any_value, required=True),
-    )
-
-    task: Any = None
-    attempts: int = 0
-    stop_reason: Any = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
+REPORT_SCHEMA_VERSION = 1
+REPORT_TITLE = "RALF Lite Loop Report"
 
 
-@dataclass(frozen=True)
-class ReportIterationDoc(JsonRecord):
-    """One iteration of a report incident: an optional ``outcomes`` object."""
-
-    KIND: ClassVar[str] = "report"
-    FIELDS: ClassVar[tuple[Field, ...]] = (Field("outcomes", json_object),)
-
-    outcomes: Mapping[str, Any] = field(default_factory=empty_map)
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
+# --------------------------------------------------------------------------- a report read back
 
 
-@dataclass(frozen=True)
-class ReportIncidentDoc(JsonRecord):
-    """One incident of a report: the keys the merge and the renderer rely on."""
+def _json_type(kind: type, name: str) -> Parser:
+    """A check that a value is a JSON ``name`` (an object or an array), its content unchecked."""
 
-    KIND: ClassVar[str] = "report"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", string, required=True),
-        Field("status", any_value, required=True),
-        Field("bucket", any_value, required=True),
-        Field("final_status", any_value, required=True),
-        Field("stop_reason", any_value, required=True),
-        Field("loops_used", integer, required=True),
-        Field("tasks", array_of(ReportTaskDoc.parse), required=True),
-        Field("iterations", array_of(ReportIterationDoc.parse), required=True),
-        Field("fingerprints_per_iteration", json_array, required=True),
-        Field("tests_fixed", json_array, required=True),
-        Field("flaky_tests", json_array, required=True),
-        # Read by the plan-level rules (report.data.finish_report), any value accepted.
-        Field("finished", any_value),
-        Field("triage", any_value),
-        Field("handoff", any_value),
-    )
+    def check(value: Any, path: str) -> Any:
+        if not isinstance(value, kind):
+            raise FieldError(path, f"expected {name}, got {type_name(value)}", expected=name)
+        return value
 
-    incident_id: str = ""
-    status: Any = None
-    bucket: Any = None
-    final_status: Any = None
-    stop_reason: Any = None
-    loops_used: int = 0
-    tasks: tuple[ReportTaskDoc, ...] = ()
-    iterations: tuple[ReportIterationDoc, ...] = ()
-    fingerprints_per_iteration: tuple[Any, ...] = ()
-    tests_fixed: tuple[Any, ...] = ()
-    flaky_tests: tuple[Any, ...] = ()
-    finished: Any = True  # absent in a report of an older version: finished
-    triage: Any = ()
-    handoff: Any = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
+    return check
 
 
-@dataclass(frozen=True)
-class ReportDoc(JsonRecord):
-    """A whole report JSON: the plan-level keys and its incidents (docs/report.md "JSON")."""
-
-    KIND: ClassVar[str] = "report"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("schema_version", integer, required=True),
-        Field("title", any_value, required=True),
-        Field("enabled", boolean, required=True),
-        Field("effective_config", json_object, required=True),
-        Field("origins", json_object, required=True),
-        Field("auto_tasks_looped", any_value, required=True),
-        Field("total_retries", any_value, required=True),
-        Field("incidents", array_of(ReportIncidentDoc.parse), required=True),
-        Field("stop_reason", any_value, required=True),
-        Field("final_status", any_value, required=True),
-        Field("recommended_next_action", any_value, required=True),
-    )
-
-    schema_version: int = 1
-    title: Any = None
-    enabled: bool = True
-    effective_config: Mapping[str, Any] = field(default_factory=empty_map)
-    origins: Mapping[str, Any] = field(default_factory=empty_map)
-    auto_tasks_looped: Any = None
-    total_retries: Any = None
-    incidents: tuple[ReportIncidentDoc, ...] = ()
-    stop_reason: Any = None
-    final_status: Any = None
-    recommended_next_action: Any = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
+_object = _json_type(dict, "object")
+_array = _json_type(list, "array")
 
 
-# --------------------------------------------------------------------------- built by report.data
+def _required(**parsers: Parser) -> tuple[Field, ...]:
+    """The keys a record's JSON must have, each with its check (``any_value``: any value)."""
+    return tuple(Field(key, parse, required=True) for key, parse in parsers.items())
+
+
+class _ReadBack:
+    """A report record as a file holds it: ``CHECKED`` are the keys its JSON must have
+    (``required``) and the types they must have when present (docs/report.md "Validation");
+    ``WRITTEN`` the keys its ``to_json`` writes that are not fields."""
+
+    CHECKED: ClassVar[tuple[Field, ...]] = ()
+    WRITTEN: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def check(cls, doc: Any, path: str) -> None:
+        """``FieldError`` for the first bad field of ``doc`` at ``path``: a missing key in
+        ``CHECKED`` order, else a value of the wrong type in the document's order."""
+        if not isinstance(doc, dict):
+            raise FieldError(path, f"expected object, got {type_name(doc)}", expected="object")
+        for spec in cls.CHECKED:
+            if spec.required and spec.key not in doc:
+                raise FieldError(child(path, spec.key), "required field missing")
+        parsers = {spec.key: spec.parse for spec in cls.CHECKED}
+        for key, value in doc.items():
+            parse = parsers.get(key)
+            if parse is not None:
+                parse(value, child(path, key))
+
+    @classmethod
+    def unknown(cls, data: Mapping[str, object]) -> FrozenObject:
+        """The keys of ``data`` the record does not model, frozen as read (its ``extra``)."""
+        known = _known_keys(cls)
+        extra = {key: value for key, value in data.items() if key not in known}
+        return freeze(extra) if extra else empty_map()
+
+
+_KNOWN_KEYS: dict[type, frozenset[str]] = {}
+
+
+def _known_keys(cls: type[_ReadBack]) -> frozenset[str]:
+    """The JSON keys ``cls`` models: its fields (``extra`` aside) and its ``WRITTEN`` keys."""
+    known = _KNOWN_KEYS.get(cls)
+    if known is None:
+        names = (f.name for f in dataclasses.fields(cls) if f.name != "extra")  # type: ignore[arg-type]  # a dataclass
+        known = _KNOWN_KEYS[cls] = frozenset(names) | frozenset(cls.WRITTEN)
+    return known
 
 
 def _text(value: object) -> Optional[str]:
@@ -155,7 +121,15 @@ def _opt_bool(value: object) -> Optional[bool]:
 
 
 def _mapping(value: object) -> Optional[Mapping[str, object]]:
-    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else None
+    """A JSON object as read, frozen (None when ``value`` is no object)."""
+    return freeze({str(k): v for k, v in value.items()}) if isinstance(value, Mapping) else None
+
+
+def _count(value: object) -> int:
+    """An integer count (an integral float, as the check of a file lets through, counts)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return as_int(value)
 
 
 def _option(data: object) -> DecisionOption:
@@ -167,16 +141,23 @@ def _option(data: object) -> DecisionOption:
 
 
 def _decision_point(data: Mapping[str, object]) -> DecisionPoint:
-    """The run result's decision point as the report carries it, read tolerantly."""
+    """The run result's decision point as the report carries it: as recorded (every key kept),
+    or read tolerantly when a value does not fit the record."""
+    try:
+        return DecisionPoint.parse(data, "decision_point")
+    except FieldError:
+        pass
     options = data.get("options")
     return DecisionPoint(reason=opt_str(data.get("reason")) or "", message=_text(data.get("message")) or "",
                          options=tuple(_option(o) for o in options) if isinstance(options, list) else ())
 
 
 @dataclass(frozen=True)
-class ReportIteration:
+class ReportIteration(_ReadBack):
     """One verification of an incident as the report JSON lists it (``incidents[].iterations``):
     built by ``report.data`` from an attempt, or read back tolerantly by :meth:`from_json`."""
+
+    CHECKED: ClassVar[tuple[Field, ...]] = (Field("outcomes", _object),)
 
     iteration: Optional[int]  # None: a report read back gave no integer
     mode: Optional[str] = None
@@ -194,6 +175,7 @@ class ReportIteration:
     diff_hash: Optional[str] = None
     repair_result: Optional[str] = None
     timed_out: bool = False
+    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> ReportIteration:
@@ -203,14 +185,15 @@ class ReportIteration:
         outcomes = {str(k): str(v) for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
         return cls(
             iteration=number if isinstance(number, int) and not isinstance(number, bool) else None,
-            mode=_text(data.get("mode")), started_at=opt_str(data.get("started_at")),
+            mode=opt_str(data.get("mode")), started_at=opt_str(data.get("started_at")),
             finished_at=opt_str(data.get("finished_at")), result=opt_str(data.get("result")),
             stop_reason=opt_str(data.get("stop_reason")), verification_passed=bool(data.get("verification_passed")),
             outcomes=outcomes, fingerprints=tuple(strs(data.get("fingerprints"))),
             error_signature=opt_str(data.get("error_signature")),
             fingerprint_changed=_opt_bool(data.get("fingerprint_changed")), progress=_opt_bool(data.get("progress")),
             progress_reasons=tuple(strs(data.get("progress_reasons"))), diff_hash=opt_str(data.get("diff_hash")),
-            repair_result=opt_str(data.get("repair_result")), timed_out=data.get("timed_out") is True)
+            repair_result=opt_str(data.get("repair_result")), timed_out=data.get("timed_out") is True,
+            extra=cls.unknown(data))
 
     def to_json(self) -> dict[str, object]:
         """The iteration's object in the report JSON."""
@@ -221,15 +204,17 @@ class ReportIteration:
             "fingerprints": list(self.fingerprints), "error_signature": self.error_signature,
             "fingerprint_changed": self.fingerprint_changed, "progress": self.progress,
             "progress_reasons": list(self.progress_reasons), "diff_hash": self.diff_hash,
-            "repair_result": self.repair_result, "timed_out": self.timed_out,
+            "repair_result": self.repair_result, "timed_out": self.timed_out, **plain_json(self.extra),
         }
 
 
 @dataclass(frozen=True)
-class ReportTask:
+class ReportTask(_ReadBack):
     """One plan action of an incident in the report JSON: its attempts and where it stopped.
     Built by ``report.data`` from the plan and the iterations, or read back tolerantly by
     :meth:`from_json`."""
+
+    CHECKED: ClassVar[tuple[Field, ...]] = _required(task=any_value, attempts=integer, stop_reason=any_value)
 
     task: str
     title: str = ""
@@ -244,17 +229,19 @@ class ReportTask:
     failure_type: Optional[str] = None
     where: Optional[str] = None  # the top suspect, when the plan has it
     label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents
+    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> ReportTask:
         """The task of a report JSON: a value of the wrong type reads as its default."""
         task = str(data.get("task"))
-        return cls(task=task, label=_text(data.get("label")) or task, attempts=as_int(data.get("attempts")),
+        return cls(task=task, label=_text(data.get("label")) or task, attempts=_count(data.get("attempts")),
                    stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")) or "",
-                   where=_text(data.get("where")), nodeids=tuple(strs(data.get("nodeids"))),
+                   where=opt_str(data.get("where")), nodeids=tuple(strs(data.get("nodeids"))),
                    flaky=bool(data.get("flaky")), passed=bool(data.get("passed")),
                    fingerprint=opt_str(data.get("fingerprint")), fingerprints=tuple(strs(data.get("fingerprints"))),
-                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")))
+                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")),
+                   extra=cls.unknown(data))
 
     def to_json(self) -> dict[str, object]:
         """The task's object in the report JSON (``label``: the task id unless labelled)."""
@@ -266,6 +253,7 @@ class ReportTask:
         }
         if self.where is not None:
             data["where"] = self.where
+        data.update(plain_json(self.extra))
         return data
 
 
@@ -282,15 +270,23 @@ class NewFailure:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> NewFailure:
-        """The failure of a report JSON: a value of another type reads as its text, or None."""
-        return cls(nodeid=_text(data.get("nodeid")), fingerprint=_text(data.get("fingerprint")),
-                   signature=_text(data.get("signature")), failure_type=_text(data.get("failure_type")),
-                   iteration=data.get("iteration"))
+        """The failure of a report JSON: a value that is no string reads as None."""
+        return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
+                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")),
+                   iteration=freeze(data.get("iteration")))
 
     def to_json(self) -> dict[str, object]:
         """The failure's object in the report JSON."""
         return {"nodeid": self.nodeid, "fingerprint": self.fingerprint, "signature": self.signature,
-                "failure_type": self.failure_type, "iteration": self.iteration}
+                "failure_type": self.failure_type, "iteration": plain_json(self.iteration)}
+
+
+def _lenient(spec: Field, value: object) -> Any:
+    """``value`` parsed by the record field ``spec``, or None when it does not fit."""
+    try:
+        return spec.parse(value, spec.key)
+    except FieldError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -305,12 +301,13 @@ class TriageEntry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> TriageEntry:
-        """The entry of a report JSON, read tolerantly: the identity as text or None, the
-        triage's label and detail as strings (``""`` when not one), its base branch."""
-        return cls(nodeid=_text(data.get("nodeid")), fingerprint=_text(data.get("fingerprint")),
-                   failure_type=_text(data.get("failure_type")),
-                   triage=Triage(as_str(data.get("label")), as_str(data.get("detail")),
-                                 base_branch=opt_str(data.get("base_branch"))))
+        """The entry of a report JSON, read tolerantly: the identity as a string or None, the
+        triage's label and detail as strings (``""`` when not one), each other field of
+        :class:`Triage` as its type or None."""
+        evidence = {spec.name: _lenient(spec, data.get(spec.key)) for spec in Triage.FIELDS if not spec.required}
+        return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
+                   failure_type=opt_str(data.get("failure_type")),
+                   triage=Triage(as_str(data.get("label")), as_str(data.get("detail")), **evidence))
 
     def to_json(self) -> dict[str, object]:
         """The entry's object: the identity, then the triage's known fields that are set."""
@@ -324,7 +321,7 @@ class TriageEntry:
 
 
 @dataclass(frozen=True)
-class ReportIncident:
+class ReportIncident(_ReadBack):
     """One incident of the report JSON (docs/report.md "JSON"): built by ``report.data``, or
     read back tolerantly by :meth:`from_json` (a value of the wrong type reads as its default,
     so that one odd entry never stops a report from rendering).
@@ -332,6 +329,12 @@ class ReportIncident:
     ``run_config``, ``handoff`` and ``repair`` are JSON copied from the run result (their keys
     are the user's or another stage's); ``same_error_repeats`` is as read.
     """
+
+    # The keys the merge and the renderer rely on.
+    CHECKED: ClassVar[tuple[Field, ...]] = _required(
+        incident_id=string, status=any_value, bucket=any_value, final_status=any_value, stop_reason=any_value,
+        loops_used=integer, tasks=array_of(ReportTask.check), iterations=array_of(ReportIteration.check),
+        fingerprints_per_iteration=_array, tests_fixed=_array, flaky_tests=_array)
 
     incident_id: str
     status: str
@@ -362,6 +365,7 @@ class ReportIncident:
     decision_point: Optional[DecisionPoint]
     handoff: Mapping[str, object]
     repair: Optional[Mapping[str, object]] = None  # what the repair did (None: no provider ran)
+    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @property
     def capture_fingerprints(self) -> tuple[str, ...]:
@@ -390,15 +394,14 @@ class ReportIncident:
             incident_id=str(data.get("incident_id")), status=str(data.get("status")),
             bucket=opt_str(data.get("bucket")), created_at=opt_str(data.get("created_at")),
             step=opt_str(data.get("step")), failure_class=opt_str(data.get("failure_class")),
-            error_signature=_text(data.get("error_signature")), capture_tests=tuple(strs(data.get("capture_tests"))),
+            error_signature=opt_str(data.get("error_signature")), capture_tests=tuple(strs(data.get("capture_tests"))),
             plan_revision=revision if isinstance(revision, int) and not isinstance(revision, bool) else None,
             finished=bool(data.get("finished", True)),  # absent in a report of an older version: finished
             final_status=None if final_status is None else str(final_status),
-            stop_reason=opt_str(data.get("stop_reason")) or None, loops_used=as_int(data.get("loops_used")),
-            same_error_repeats=data.get("same_error_repeats"),
-            runtime_minutes=float(runtime) if isinstance(runtime, (int, float)) and not isinstance(runtime, bool)
-            else None,
-            archived_to=_text(data.get("archived_to")), run_config=_mapping(data.get("run_config")),
+            stop_reason=opt_str(data.get("stop_reason")) or None, loops_used=_count(data.get("loops_used")),
+            same_error_repeats=freeze(data.get("same_error_repeats")),
+            runtime_minutes=runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
+            archived_to=opt_str(data.get("archived_to")), run_config=_mapping(data.get("run_config")),
             tasks=tuple(ReportTask.from_json(t) for t in dicts(data.get("tasks"))),
             iterations=tuple(ReportIteration.from_json(i) for i in dicts(data.get("iterations"))),
             fingerprints_per_iteration=tuple(tuple(strs(f)) for f in fpi) if isinstance(fpi, list) else (),
@@ -408,7 +411,8 @@ class ReportIncident:
             new_failures=tuple(NewFailure.from_json(f) for f in dicts(data.get("new_failures"))),
             triage=tuple(TriageEntry.from_json(t) for t in dicts(data.get("triage"))),
             decision_point=_decision_point(point) if isinstance(point, Mapping) else None,
-            handoff=_mapping(data.get("handoff")) or {}, repair=_mapping(data.get("repair")),
+            handoff=_mapping(data.get("handoff")) or empty_map(), repair=_mapping(data.get("repair")),
+            extra=cls.unknown(data),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -419,39 +423,15 @@ class ReportIncident:
             "error_signature": self.error_signature, "capture_tests": list(self.capture_tests),
             "plan_revision": self.plan_revision, "finished": self.finished, "final_status": self.final_status,
             "stop_reason": self.stop_reason, "loops_used": self.loops_used,
-            "same_error_repeats": self.same_error_repeats, "runtime_minutes": self.runtime_minutes,
-            "archived_to": self.archived_to, "run_config": self.run_config,
+            "same_error_repeats": plain_json(self.same_error_repeats), "runtime_minutes": self.runtime_minutes,
+            "archived_to": self.archived_to, "run_config": plain_json(self.run_config),
             "tasks": [t.to_json() for t in self.tasks], "iterations": [i.to_json() for i in self.iterations],
             "fingerprints_per_iteration": [list(f) for f in self.fingerprints_per_iteration],
             "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
             "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
             "new_failures": [f.to_json() for f in self.new_failures], "triage": [t.to_json() for t in self.triage],
             "decision_point": self.decision_point.to_json() if self.decision_point is not None else None,
-            "handoff": self.handoff, "repair": self.repair,
-        }
-
-
-@dataclass(frozen=True)
-class ReportOutcome:
-    """The plan-level fields of a report, derived from its incidents (docs/report.md), and
-    each incident's task labels (``labels[i][j]``: incident i, task j)."""
-
-    auto_tasks_looped: int
-    total_retries: int
-    triage_summary: Optional[Mapping[str, object]]
-    stop_reason: Optional[str]  # the deciding incident's
-    final_status: Optional[str]
-    recommended_next_action: str
-    deciding_incident: Optional[str]
-    labels: tuple[tuple[str, ...], ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        """The plan-level keys of the report JSON."""
-        return {
-            "auto_tasks_looped": self.auto_tasks_looped, "total_retries": self.total_retries,
-            "triage_summary": self.triage_summary, "stop_reason": self.stop_reason,
-            "final_status": self.final_status, "recommended_next_action": self.recommended_next_action,
-            "deciding_incident": self.deciding_incident,
+            "handoff": plain_json(self.handoff), "repair": plain_json(self.repair), **plain_json(self.extra),
         }
 
 
@@ -502,52 +482,95 @@ class ConfigDifference:
 
 
 @dataclass(frozen=True)
-class Report:
-    """A whole report as the renderer reads it: the plan-level outcome, the config and its
-    origins, the incidents; parsed once, tolerantly, by :meth:`from_json`."""
+class Report(_ReadBack):
+    """A whole report (docs/report.md "JSON"): its config and their origins, its incidents and
+    the plan-level fields derived from them (``report.outcome.assemble_report``); or the
+    records of a report JSON, read tolerantly by :meth:`from_json` (checked first by
+    :meth:`read` when it comes from a file)."""
+
+    CHECKED: ClassVar[tuple[Field, ...]] = _required(
+        schema_version=integer, title=any_value, enabled=boolean, effective_config=_object, origins=_object,
+        auto_tasks_looped=any_value, total_retries=any_value, incidents=array_of(ReportIncident.check),
+        stop_reason=any_value, final_status=any_value, recommended_next_action=any_value)
+    WRITTEN: ClassVar[tuple[str, ...]] = ("schema_version", "title")
 
     enabled: bool
     effective_config: Mapping[str, object]
     origins: Mapping[str, str]
-    auto_tasks_looped: str
-    total_retries: int
-    final_status: Optional[str]
-    stop_reason: Optional[str]
-    recommended_next_action: str
     incidents: tuple[ReportIncident, ...]
+    auto_tasks_looped: int  # plan actions with at least one attempt
+    total_retries: int  # the incidents' loops_used
+    stop_reason: Optional[str]  # the deciding incident's
+    final_status: Optional[str]
+    recommended_next_action: str
     deciding_incident: Optional[str] = None
-    triage_line: Optional[str] = None
+    triage_summary: Optional[Mapping[str, object]] = None  # {counts, line}
     config_differences: tuple[ConfigDifference, ...] = ()
     shards: tuple[Shard, ...] = ()
+    extra: FrozenObject = field(default_factory=empty_map)  # e.g. the ``ci`` block of ``selfheal ci``, as read
+
+    @property
+    def triage_line(self) -> Optional[str]:
+        """The triage's one line for the headline (``2 new, 1 known on main``), if any."""
+        return opt_str(self.triage_summary.get("line")) if self.triage_summary is not None else None
+
+    @classmethod
+    def read(cls, data: Any, source: str = "report") -> Report:
+        """The records of a report JSON read back from ``source`` (a file, a shard) if this
+        version can render and merge it: ``schema_version`` gated, then the keys and types of
+        docs/report.md "Validation" checked; else ``InputError`` naming ``source`` and the
+        first bad field, in one line."""
+        if not isinstance(data, dict):
+            raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
+        version = data.get("schema_version")
+        if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
+            raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
+                             f"(expected {REPORT_SCHEMA_VERSION})")
+        try:
+            cls.check(data, "")
+        except FieldError as exc:
+            raise InputError(one_line(f"{source}: invalid report: {exc}")) from None
+        return cls.from_json(data)
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Report:
-        """The records of a report JSON (``build_report``, ``merge_reports``, a file read back)."""
+        """The records of a report JSON (a file read back, the ``selfheal ci`` document), read tolerantly."""
         triage = data.get("triage_summary")
         final_status = data.get("final_status")
         origins = data.get("origins")
         return cls(
-            enabled=bool(data.get("enabled")), effective_config=_mapping(data.get("effective_config")) or {},
+            enabled=bool(data.get("enabled")), effective_config=_mapping(data.get("effective_config")) or empty_map(),
             origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, Mapping) else {},
-            auto_tasks_looped=str(data.get("auto_tasks_looped")), total_retries=as_int(data.get("total_retries")),
-            final_status=None if final_status is None else str(final_status),
-            stop_reason=opt_str(data.get("stop_reason")) or None,
-            recommended_next_action=str(data.get("recommended_next_action")),
             incidents=tuple(ReportIncident.from_json(e) for e in dicts(data.get("incidents"))),
-            deciding_incident=_text(data.get("deciding_incident")),
-            triage_line=opt_str(triage.get("line")) if isinstance(triage, Mapping) else None,
+            auto_tasks_looped=_count(data.get("auto_tasks_looped")), total_retries=_count(data.get("total_retries")),
+            stop_reason=opt_str(data.get("stop_reason")) or None,
+            final_status=None if final_status is None else str(final_status),
+            recommended_next_action=as_str(data.get("recommended_next_action")),
+            deciding_incident=opt_str(data.get("deciding_incident")),
+            triage_summary=_mapping(triage),
             config_differences=tuple(ConfigDifference.from_json(d) for d in dicts(data.get("config_differences"))),
             shards=tuple(Shard.from_json(s) for s in dicts(data.get("shards"))),
+            extra=cls.unknown(data),
         )
 
+    def to_json(self) -> dict[str, object]:
+        """The report JSON (docs/report.md "JSON"): what ``selfheal report --json`` prints."""
+        return {
+            "schema_version": REPORT_SCHEMA_VERSION, "title": REPORT_TITLE, "enabled": self.enabled,
+            "effective_config": plain_json(self.effective_config), "origins": dict(self.origins),
+            "config_differences": [d.to_json() for d in self.config_differences],
+            "shards": [s.to_json() for s in self.shards], "incidents": [e.to_json() for e in self.incidents],
+            "auto_tasks_looped": self.auto_tasks_looped, "total_retries": self.total_retries,
+            "triage_summary": plain_json(self.triage_summary), "stop_reason": self.stop_reason,
+            "final_status": self.final_status, "recommended_next_action": self.recommended_next_action,
+            "deciding_incident": self.deciding_incident, **plain_json(self.extra),
+        }
 
-# The report as its callers hold it: built, merged or read back (``ReportDoc``), its JSON
-# (the ``selfheal ci`` document), or the renderer's records.
-ReportInput = Union[Report, ReportDoc, Mapping[str, Any]]
+
+# The report as its callers hold it: the records, or its JSON (the ``selfheal ci`` document).
+ReportInput = Union[Report, Mapping[str, Any]]
 
 
 def as_report(report: ReportInput) -> Report:
-    """The records of ``report``: parsed once from the report JSON, or ``report`` itself."""
-    if isinstance(report, Report):
-        return report
-    return Report.from_json(report.to_json() if isinstance(report, ReportDoc) else report)
+    """The records of ``report``: ``report`` itself, or read tolerantly from its JSON."""
+    return report if isinstance(report, Report) else Report.from_json(report)

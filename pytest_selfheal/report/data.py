@@ -1,10 +1,10 @@
-"""The ``## RALF Lite Loop Report`` data: the report JSON and its validation.
+"""The ``## RALF Lite Loop Report`` data: the report of an incident's records.
 
 Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
-``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report
-JSON as a ``ReportDoc`` (``build_report``). ``parse_report``
-checks a report JSON read back from a file; ``report.merge`` unites shard reports and
-``report.render`` turns a report into markdown and terminal lines. Every field and rule is
+``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report's
+records, a ``records.report.Report`` (``build_report``; ``Report.read`` reads one back from
+a file); ``report.merge`` unites reports and ``report.render`` turns a report into markdown
+and terminal lines. Every field and rule is
 documented in docs/report.md; keep the two in step.
 
 Everything is deterministic (sorted, no timestamps but those in the data) so golden
@@ -14,9 +14,8 @@ files stay stable. Input is assumed to be redacted already.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
@@ -28,11 +27,11 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import NewFailure, ReportDoc, ReportIncident, ReportIteration, ReportTask
+from pytest_selfheal.records.report import NewFailure, Report, ReportIncident, ReportIteration, ReportTask
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason
-from pytest_selfheal.report.outcome import REPORT_SCHEMA_VERSION, assemble_report, finish_report
+from pytest_selfheal.report.outcome import assemble_report
 
 INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
@@ -422,7 +421,7 @@ def build_report(
     effective_config: Optional[Mapping[str, object]] = None,
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
-) -> ReportDoc:
+) -> Report:
     """The report of ``incidents`` (its JSON's fields: docs/report.md "JSON").
 
     ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
@@ -441,29 +440,5 @@ def build_report(
         seen.add(incident_id)
         runs.append(run)
     runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
-    entries = [_incident_entry(run) for run in runs]
-    outcome = finish_report(entries)
-    labelled = [replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, labels)))
-                for e, labels in zip(entries, outcome.labels)]
     return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
-                           origins=resolved, incidents=[e.to_json() for e in labelled], outcome=outcome)
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def parse_report(data: Any, source: str = "report") -> ReportDoc:
-    """The :class:`ReportDoc` of ``data`` if it is a report JSON this version can render and
-    merge, else ``InputError``.
-
-    Gates ``schema_version``, then parses (the keys and types of docs/report.md
-    "Validation"); the message names ``source`` and the first bad field (one line).
-    """
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
-    version = data.get("schema_version")
-    if isinstance(version, bool) or version != REPORT_SCHEMA_VERSION:
-        raise InputError(f"{source}: unsupported report schema_version {json.dumps(version)} "
-                         f"(expected {REPORT_SCHEMA_VERSION})")
-    return ReportDoc.from_json(data, source)
-
+                           origins=resolved, incidents=[_incident_entry(run) for run in runs])

@@ -11,9 +11,9 @@ from typing import Optional
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
 from pytest_selfheal.loop.messages import plural
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.summary import CORRUPTED
-from pytest_selfheal.report.data import IncidentRun, build_report, parse_report
+from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp
 from pytest_selfheal.store.root import Store
@@ -34,7 +34,7 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
                        run_result=store.read_run_result(incident_id), bucket=bucket)
 
 
-def read_report(path: Path) -> ReportDoc:
+def read_report(path: Path) -> Report:
     """A report JSON file, parsed; NotFoundError (4) when missing, InputError (3) when bad."""
     if not path.exists():
         raise NotFoundError(f"{path}: no such report file")
@@ -44,7 +44,7 @@ def read_report(path: Path) -> ReportDoc:
         raise fsio.io_error("read", path, exc) from None
     if size > MAX_REPORT_BYTES:
         raise InputError(f"{path}: too large for a report ({size} bytes, limit {MAX_REPORT_BYTES})")
-    return parse_report(fsio.read_json(path), str(path))
+    return Report.read(fsio.read_json(path), str(path))
 
 
 def _id_order(incident_id: str) -> tuple[str, str]:
@@ -82,7 +82,7 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
     return [latest] if latest else []
 
 
-def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> ReportDoc:
+def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> Report:
     """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]

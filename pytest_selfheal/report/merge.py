@@ -1,24 +1,28 @@
 """Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
 
-Pure: ``ReportDoc`` records in (``report.load.read_report``, ``report.data.parse_report``) and out
+Pure: ``Report`` records in (built, or read back by ``report.load.read_report``) and out
 (fields and rules: docs/report.md "Merging").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Optional
 
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.records.jsondoc import plain_json
-from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncident, ReportIncidentDoc, Shard
-from pytest_selfheal.records.tolerant import dicts
+from pytest_selfheal.records.report import ConfigDifference, Report, ReportIncident, Shard
 from pytest_selfheal.report.data import flatten_config
-from pytest_selfheal.report.outcome import assemble_report, finish_report
+from pytest_selfheal.report.outcome import assemble_report
 
 
-def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]] = None) -> ReportDoc:
+def _flat(config: Mapping[str, object]) -> dict[str, object]:
+    """``flatten_config`` with plain JSON values: a built report's and a file's compare equal."""
+    return {key: plain_json(value) for key, value in flatten_config(config).items()}
+
+
+def merge_reports(reports: Sequence[Report], *, names: Optional[Sequence[str]] = None) -> Report:
     """One report from several shard reports (e.g. the jobs of a CI matrix).
 
     Incidents are concatenated in shard order, a repeated incident id kept once (the
@@ -34,25 +38,23 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
         raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
     checked = list(reports)
     first = checked[0]
-    base = flatten_config(first.effective_config)
+    base = _flat(first.effective_config)
     differences: list[ConfigDifference] = []
     for label, shard in zip(labels, checked):
         # A merged report merged again keeps the differences it already knew about.
-        for inner in dicts(plain_json(shard.get_extra("config_differences"))):
-            known = ConfigDifference.from_json(inner)
-            differences.append(replace(known, shard=f"{label} / {known.shard}"))
+        differences += [replace(known, shard=f"{label} / {known.shard}") for known in shard.config_differences]
         if shard is first:
             continue
-        other = flatten_config(shard.effective_config)
+        other = _flat(shard.effective_config)
         keys = sorted(k for k in set(base) | set(other) if base.get(k, ...) != other.get(k, ...))
-        values = {k: plain_json(other.get(k)) for k in keys}
+        values = {k: other.get(k) for k in keys}
         # "(enabled)": the report's own flag (selfheal off) when the config key agrees.
         if shard.enabled != first.enabled and "enabled" not in keys:
             keys = ["(enabled)"] + keys
             values["(enabled)"] = shard.enabled
         if keys:
             differences.append(ConfigDifference(label, tuple(keys), values))
-    incidents: list[ReportIncidentDoc] = []
+    incidents: list[ReportIncident] = []
     seen: set[str] = set()
     shards: list[Shard] = []
     for label, shard in zip(labels, checked):
@@ -66,15 +68,8 @@ def merge_reports(reports: Sequence[ReportDoc], *, names: Optional[Sequence[str]
             seen.add(incident_id)
             ids.append(incident_id)
             incidents.append(entry)
-        shards.append(Shard(label, tuple(ids), tuple(duplicates), plain_json(shard.stop_reason),
-                            plain_json(shard.final_status), plain_json(shard.total_retries)))
-    # The rules read each shard's incident as the one incident record; its JSON is kept as read.
-    outcome = finish_report([ReportIncident.from_json(entry.to_json()) for entry in incidents])
-    documents = [entry.to_json() for entry in incidents]
-    for document, task_labels in zip(documents, outcome.labels):
-        for task, label in zip(document["tasks"], task_labels):
-            task["label"] = label
-    return assemble_report(enabled=first.enabled, effective_config=plain_json(first.effective_config),
-                           origins=plain_json(first.origins), incidents=documents, outcome=outcome,
-                           config_differences=differences, shards=shards)
+        shards.append(Shard(label, tuple(ids), tuple(duplicates), shard.stop_reason, shard.final_status,
+                            shard.total_retries))
+    return assemble_report(enabled=first.enabled, effective_config=first.effective_config, origins=first.origins,
+                           incidents=incidents, config_differences=differences, shards=shards)
 

@@ -1,20 +1,18 @@
 """The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
-the counts, the task labels, over ``ReportIncident`` records (built, or a shard's read back);
-and :func:`assemble_report`, the one place a report's JSON is put together."""
+the counts, the task labels, over ``ReportIncident`` records (built, or a shard's read back),
+in :func:`assemble_report`, the one place a :class:`Report` is put together."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Optional
 
 from pytest_selfheal.history.triage import triage_summary
 from pytest_selfheal.loop import policy
-from pytest_selfheal.records.report import ConfigDifference, ReportDoc, ReportIncident, ReportOutcome, Shard
-from pytest_selfheal.records.tolerant import as_int, as_str, unique
+from pytest_selfheal.records.report import ConfigDifference, Report, ReportIncident, Shard
+from pytest_selfheal.records.tolerant import as_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-
-REPORT_SCHEMA_VERSION = 1
-REPORT_TITLE = "RALF Lite Loop Report"
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
 # Outcome: escalated, then replan_requested, then not finished, then resolved last.
@@ -78,49 +76,31 @@ def deciding_incident(incidents: Sequence[ReportIncident]) -> Optional[ReportInc
     return best
 
 
-def finish_report(incidents: Sequence[ReportIncident]) -> ReportOutcome:
-    """The plan-level fields and the task labels of a report of ``incidents`` (in report order)."""
-    looped = sum(1 for e in incidents for t in e.tasks if as_int(t.attempts) > 0)
-    retries = sum(as_int(e.loops_used) for e in incidents)
-    triage = triage_summary([t.triage for e in incidents for t in e.triage])
-    labels = _task_labels(incidents)
-    worst = deciding_incident(incidents)
-    if worst is None:
-        return ReportOutcome(looped, retries, triage, stop_reason=None, final_status="no_incidents",
-                             recommended_next_action="Nothing to do: no incident was captured.",
-                             deciding_incident=None, labels=labels)
-    action = as_str(worst.handoff.get("recommended_next_action"))
-    return ReportOutcome(
-        looped, retries, triage, labels=labels,
-        stop_reason=worst.stop_reason,
-        final_status=worst.final_status,
-        recommended_next_action=f"{worst.incident_id}: {action}" if len(incidents) > 1 else action,
-        deciding_incident=worst.incident_id,
-    )
-
-
 def assemble_report(
     *,
     enabled: bool,
     effective_config: Mapping[str, object],
-    origins: Mapping[str, object],
-    incidents: list[dict[str, object]],
-    outcome: ReportOutcome,
+    origins: Mapping[str, str],
+    incidents: Sequence[ReportIncident],
     config_differences: Sequence[ConfigDifference] = (),
     shards: Sequence[Shard] = (),
-) -> ReportDoc:
-    """The report (``report.data.build_report``, ``report.merge``) as the record of its JSON:
-    the head, the ``incidents`` objects and the plan-level fields of ``outcome``, checked as a
-    report read back from a file is."""
-    doc: dict[str, object] = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "title": REPORT_TITLE,
-        "enabled": enabled,
-        "effective_config": dict(effective_config),
-        "origins": dict(origins),
-        "config_differences": [d.to_json() for d in config_differences],
-        "shards": [s.to_json() for s in shards],
-        "incidents": incidents,
-        **outcome.to_json(),
-    }
-    return ReportDoc.from_json(doc, "the report")
+) -> Report:
+    """The report of ``incidents`` (in report order; ``report.data.build_report``,
+    ``report.merge``): their tasks labelled, the plan-level fields derived from them."""
+    labels = _task_labels(incidents)
+    labelled = tuple(replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, names)))
+                     for e, names in zip(incidents, labels))
+    worst = deciding_incident(labelled)
+    action = as_str(worst.handoff.get("recommended_next_action")) if worst is not None else ""
+    return Report(
+        enabled=enabled, effective_config=effective_config, origins=origins, incidents=labelled,
+        auto_tasks_looped=sum(1 for e in labelled for t in e.tasks if t.attempts > 0),
+        total_retries=sum(e.loops_used for e in labelled),
+        triage_summary=triage_summary([t.triage for e in labelled for t in e.triage]),
+        stop_reason=worst.stop_reason if worst is not None else None,
+        final_status=worst.final_status if worst is not None else "no_incidents",
+        recommended_next_action="Nothing to do: no incident was captured." if worst is None
+        else f"{worst.incident_id}: {action}" if len(labelled) > 1 else action,
+        deciding_incident=worst.incident_id if worst is not None else None,
+        config_differences=tuple(config_differences), shards=tuple(shards),
+    )

@@ -19,13 +19,13 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
-from pytest_selfheal.records.report import Report, ReportIncident, ReportInput, as_report
+from pytest_selfheal.records.jsondoc import plain_json
+from pytest_selfheal.records.report import REPORT_TITLE, Report, ReportIncident, ReportInput, as_report
 from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.stops import PROGRESS_NOTES
 from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
 from pytest_selfheal.report.data import flatten_config
-from pytest_selfheal.report.outcome import REPORT_TITLE
 from pytest_selfheal.report.timeline import mermaid_timeline
 
 REPORT_HEADING = f"## {REPORT_TITLE}"
@@ -59,10 +59,11 @@ _AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
 def _scalar(value: object) -> str:
-    """A config value as the head line and tables write it: JSON, but bare strings."""
+    """A config value as the head line and tables write it: JSON, but bare strings (a report
+    read back holds its config frozen)."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------- markdown helpers

@@ -9,13 +9,13 @@ so it is not part of the pure core; ``report.render`` stays pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import pluggy
 
 from pytest_selfheal import hooks
 from pytest_selfheal.errors import ConfigError, one_line
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import ReportInput, as_report
 from pytest_selfheal.report.render import render_markdown
 
 HOOK_NAME = "pytest_selfheal_report_sections"
@@ -41,12 +41,12 @@ def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any])
     return sections
 
 
-def report_markdown(report: Union[ReportDoc, Mapping[str, Any]], pm: Optional[pluggy.PluginManager], *,
-                    headline: bool = False) -> str:
+def report_markdown(report: ReportInput, pm: Optional[pluggy.PluginManager], *, headline: bool = False) -> str:
     """``render_markdown(report)`` plus the sections of the report-section hooks of ``pm``
-    (``report``: a report, or the JSON of one, such as the ``selfheal ci`` document)."""
-    doc = report.to_json() if isinstance(report, ReportDoc) else report  # the hooks' payload
-    return render_markdown(doc, headline=headline, extra_sections=hook_sections(pm, doc))
+    (``report``: a report, or the JSON of one, such as the ``selfheal ci`` document); a hook
+    is given the report JSON."""
+    payload = report if isinstance(report, Mapping) else report.to_json()
+    return render_markdown(as_report(report), headline=headline, extra_sections=hook_sections(pm, payload))
 
 
 # The report's sections by what a reader with little room needs first: the verdict (the

@@ -16,7 +16,7 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.records.report import ReportDoc
+from pytest_selfheal.records.report import Report
 from pytest_selfheal.report.load import build_from_store, latest_incident, select_ids
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
@@ -55,7 +55,7 @@ def output_format(args: argparse.Namespace) -> str:
     return "json" if args.json else (args.format or "md")
 
 
-def emit(report: ReportDoc, args: argparse.Namespace) -> None:
+def emit(report: Report, args: argparse.Namespace) -> None:
     """Print ``report`` (or write it to ``--output``) in the chosen format.
 
     The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of

@@ -26,8 +26,6 @@ from pytest_selfheal.store.root import Store
 NAME = "show"
 HELP = "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run result"
 
-# Failing tests listed per root cause in the text output (the JSON lists them all).
-_SHOWN_NODEIDS = 5
 # Root causes and plan actions listed (10,000 failures made 500 of each): the rest counted, all in --json.
 _SHOWN_GROUPS = 20
 # Of the proposed patch shown (text and JSON): the whole file stays in error_runs/ID/.
@@ -120,10 +118,8 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
             rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
         if cause.test_paths:
             rows.append(("", f"- test paths: {first_few(cause.test_paths)}"))
-        shown = cause.nodeids[:_SHOWN_NODEIDS]
-        more = len(cause.nodeids) - len(shown)
-        if shown:
-            rows.append(("", f"- tests: {', '.join(shown)}" + (f" (+{more} more)" if more else "")))
+        if cause.nodeids:
+            rows.append(("", f"- tests: {first_few(cause.nodeids)}"))
     if len(view.root_causes) > _SHOWN_GROUPS:
         rows.append(("", f"... and {len(view.root_causes) - _SHOWN_GROUPS:,} more root cause(s) (--json lists them all)"))
     plan = view.plan
