@@ -40,16 +40,14 @@ _NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
 def wanted(incident: Incident, effective: EffectiveConfig, attempts: int) -> bool:
-    """Whether the loop localises before its next iteration: the first of the incident, a
-    failing test to run, no spectrum yet, and a passing test (a spectrum of failing tests
-    alone says nothing the capture's evidence does not). A failure with no root-cause
-    evidence at all (an ``assert`` on a value the test computed, no project frame) needs
-    the spectrum most."""
+    """Whether the loop localises before its next iteration: the first of the incident, on a
+    capture with root-cause evidence, no spectrum yet, and a passing test (a spectrum of
+    failing tests alone says nothing the capture's evidence does not)."""
     failures = incident.failures
     counts = incident.counts
     passed = counts.get("tests", 1) - counts.get("failed", 0) - counts.get("skipped", 0) - counts.get("errors", 0)
-    return (effective.settings.verification.localise and attempts == 0 and passed > 0
-            and any(f.nodeid for f in failures)
+    return (effective.settings.verification.localise and attempts == 0 and bool(failures) and passed > 0
+            and any(f.root_cause is not None for f in failures)
             and not any(f.root_cause is not None and f.root_cause.spectrum for f in failures))
 
 
