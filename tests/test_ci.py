@@ -247,7 +247,7 @@ calc.write_text(calc.read_text().replace("a - b", "a + b"))
 """
 
 
-@pytest.mark.parametrize("pass_on_proposed_fix", [False, True])
+@pytest.mark.parametrize("pass_on_proposed_fix", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_a_fix_that_is_only_proposed_does_not_turn_the_job_green(tmp_path: Path, fake_github: FakeGitHub,
                                                                  pass_on_proposed_fix: bool) -> None:
     """The job is about the code it checked out: a repair provider's fix is proposed (in the

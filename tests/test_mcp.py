@@ -460,6 +460,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_errors_are_one_line_and_the_server_survives(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", HOSTILE)
     limit = 1500

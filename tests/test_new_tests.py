@@ -151,6 +151,7 @@ def _env(tmp_path: Path, fake: FakeGitHub, base: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_new_test_failing_every_second_run_fails_the_job(tmp_path: Path, fake_github: FakeGitHub) -> None:
     project, base = _pull_request(tmp_path)
     env = _env(tmp_path, fake_github, base)

@@ -571,6 +571,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     assert final is not None and b"+    return a + b" in final
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     top = tmp_path / "proj"
     make_repo(top)

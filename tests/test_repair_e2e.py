@@ -291,6 +291,7 @@ def test_cli_hook_provider_from_an_entry_point(tmp_path: Path) -> None:
     assert (project.top / "calc.py").read_text() == FIXED
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_during_a_repair_cleans_up_and_stays_resumable(tmp_path: Path) -> None:
     project = Project(tmp_path)

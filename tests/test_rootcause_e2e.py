@@ -216,6 +216,7 @@ def _page_tests(index: int, count: int) -> str:
     )
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_an_off_by_one_failing_161_tests_is_one_small_plan_and_is_fixed(tmp_path: Path) -> None:
     files = {"lib/__init__.py": "", "lib/pages.py": PAGES, "lib/fmt.py": FORMAT}
     counts = [21] * 7 + [14]  # 161 failing tests in 8 files

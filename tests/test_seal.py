@@ -193,6 +193,7 @@ def test_a_sitecustomize_in_a_second_venvs_site_packages_is_harness_changed(tmp_
     assert "STOP success" not in result.stdout
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_the_gates_own_arguments_edited_after_the_capture_do_not_apply(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
     assert run_pytest_selfheal(project).returncode == 1
@@ -251,6 +252,7 @@ def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert reads == [str(path), str(path)]  # the test-aware scan reads the file it checks, once
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path: Path) -> None:
     pytest.importorskip("mcp")
     import anyio

@@ -95,6 +95,7 @@ def test_the_token_never_reaches_any_test_process(tmp_path: Path, fake_github: F
 MALICIOUS_PLAN_COMMANDS = ["sh -c 'touch {marker}'", "pytest; touch {marker}", "python -c \"open('{marker}','w')\""]
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_pr_controlled_reports_root_never_runs_its_plan(tmp_path: Path, fake_github: FakeGitHub) -> None:
     """A PR commits ``.selfheal/`` with an open incident and a hand-written plan, plus a config
     that allowlists ``sh`` and ``python``: the job loops only the incident it captured itself."""

@@ -128,6 +128,7 @@ def test_four_captures_on_one_root_at_once(tmp_path: Path, xdist: bool) -> None:
                    workers_each=2 if xdist else 1, runs=rounds, incidents=4 * rounds, corrupted=0, duplicates=0)
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_two_loops_on_one_incident(tmp_path: Path) -> None:
     flag = tmp_path / "verifying.flag"
     project = make_project(tmp_path / "slow", {"test_slow.py": SLOW_VERIFY.format(flag=str(flag))})

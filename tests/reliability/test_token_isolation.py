@@ -23,6 +23,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]
 from fake_github import FakeGitHub
 from helpers import PY, cli, make_project
@@ -118,6 +119,7 @@ def _step_env(step: dict[str, Any], base: dict[str, str], values: dict[str, str]
     return env
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fake_github: FakeGitHub) -> None:
     steps = {s["id"]: s for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]}
     log = tmp_path / "seen.log"

@@ -310,6 +310,7 @@ def _ci_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_ci_never_adopts_an_incident_committed_to_the_repository(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {"test_app.py": CI_TEST}, git=False)
     committed = capture(project)  # the PR author's own capture, with its plan, committed
