@@ -69,6 +69,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> Optional[int]:
     return cores
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the package once per test session (in the controller, before the workers
+    start): where ``PYTHONDONTWRITEBYTECODE`` is set, as on these machines and in CI, no
+    import writes a ``.pyc``, so every child interpreter the tests start (the CLI, the loop's
+    parent, the MCP server) would compile the package's modules from source again. This is
+    the test harness's set-up only; no test reads or asserts bytecode."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    import pytest_selfheal
+
+    compileall.compile_dir(str(Path(pytest_selfheal.__file__).parent), quiet=1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default tier: without ``-m`` the ``slow`` tests are deselected (not skipped)."""
     if config.getoption("markexpr") or FULL:

@@ -223,6 +223,7 @@ def test_read_only_token_warns_and_a_flaky_test_resolves(tmp_path: Path, fake_gi
     assert read_only not in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_push_event_no_comment_and_no_fail_on_unresolved(tmp_path: Path, fake_github: FakeGitHub) -> None:
     project = make_project(tmp_path / "proj", ini=None, files={"test_app.py": FAILING_TEST})
     env = actions_env(tmp_path, fake_github, event={"ref": "refs/heads/main"}, event_name="push")

@@ -509,6 +509,7 @@ def capture(project: Path) -> str:
     return incident_id
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> None:
     top = tmp_path / "proj"
     make_repo(top)

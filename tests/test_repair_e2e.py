@@ -370,6 +370,7 @@ SRC_AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_fix_in_the_worktree_is_judged_there_when_the_package_is_importable_from_the_user_tree(
     tmp_path: Path,
 ) -> None:

@@ -168,6 +168,7 @@ def kill_after(script: str, root: Path, delay: float) -> None:
     proc.stdout.close()
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_killed_at_random_instants_leaves_a_readable_root(tmp_path: Path) -> None:
     root = tmp_path / ".selfheal"

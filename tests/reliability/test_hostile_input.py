@@ -393,6 +393,7 @@ def write_config(project: Path, global_dir: Path, name: str, content: str) -> Pa
     return path
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_config_family(tmp_path: Path, global_config_dir: Path, counts: dict[str, int]) -> None:
     """Every bad config is one line naming the file, exit 2 (``selfheal config``), and the
     YAML tags never run: the marker file is never created."""

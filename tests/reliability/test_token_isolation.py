@@ -96,6 +96,7 @@ def _command_files(tmp_path: Path) -> dict[str, str]:
     return {**{k: str(v) for k, v in files.items()}, "EVIL_SCRIPT": str(evil)}
 
 
+@pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_no_token_named_variable_reaches_a_child(tmp_path: Path, fake_github: FakeGitHub) -> None:
     log = tmp_path / "seen.log"
     project = make_project(tmp_path / "p", {"test_app.py": SNOOPS})
