@@ -34,6 +34,8 @@ from pytest_selfheal.records.jsondoc import (
     empty_map,
     freeze,
     integer,
+    json_array,
+    json_object,
     plain_json,
     string,
     type_name,
@@ -46,21 +48,6 @@ REPORT_TITLE = "RALF Lite Loop Report"
 
 
 # --------------------------------------------------------------------------- a report read back
-
-
-def _json_type(kind: type, name: str) -> Parser:
-    """A check that a value is a JSON ``name`` (an object or an array), its content unchecked."""
-
-    def check(value: Any, path: str) -> Any:
-        if not isinstance(value, kind):
-            raise FieldError(path, f"expected {name}, got {type_name(value)}", expected=name)
-        return value
-
-    return check
-
-
-_object = _json_type(dict, "object")
-_array = _json_type(list, "array")
 
 
 def _required(**parsers: Parser) -> tuple[Field, ...]:
@@ -157,7 +144,7 @@ class ReportIteration(_ReadBack):
     """One verification of an incident as the report JSON lists it (``incidents[].iterations``):
     built by ``report.data`` from an attempt, or read back tolerantly by :meth:`from_json`."""
 
-    CHECKED: ClassVar[tuple[Field, ...]] = (Field("outcomes", _object),)
+    CHECKED: ClassVar[tuple[Field, ...]] = (Field("outcomes", json_object),)
 
     iteration: Optional[int]  # None: a report read back gave no integer
     mode: Optional[str] = None
@@ -334,7 +321,7 @@ class ReportIncident(_ReadBack):
     CHECKED: ClassVar[tuple[Field, ...]] = _required(
         incident_id=string, status=any_value, bucket=any_value, final_status=any_value, stop_reason=any_value,
         loops_used=integer, tasks=array_of(ReportTask.check), iterations=array_of(ReportIteration.check),
-        fingerprints_per_iteration=_array, tests_fixed=_array, flaky_tests=_array)
+        fingerprints_per_iteration=json_array, tests_fixed=json_array, flaky_tests=json_array)
 
     incident_id: str
     status: str
@@ -489,7 +476,7 @@ class Report(_ReadBack):
     :meth:`read` when it comes from a file)."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = _required(
-        schema_version=integer, title=any_value, enabled=boolean, effective_config=_object, origins=_object,
+        schema_version=integer, title=any_value, enabled=boolean, effective_config=json_object, origins=json_object,
         auto_tasks_looped=any_value, total_retries=any_value, incidents=array_of(ReportIncident.check),
         stop_reason=any_value, final_status=any_value, recommended_next_action=any_value)
     WRITTEN: ClassVar[tuple[str, ...]] = ("schema_version", "title")
