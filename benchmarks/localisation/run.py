@@ -11,7 +11,9 @@ iteration — its localisation run and one verification — ``selfheal loop``), 
 plan: **actions** (how many actions the one fault became), **top-1** (the first action's
 first suspect is the broken function), **top-3** (it is among the first action's first
 three suspects), **time** (the run's wall time over the plain run's, the first iteration's
-over a plain run of the failing tests alone, and over FauxPy's). ``previous`` is the
+over a plain run of the failing tests alone, and over FauxPy's; the first iteration runs
+twice from the same state, with and without its localisation run, to tell what localising
+adds). ``previous`` is the
 grouping before suspects (``plan/groups.py`` alone, in the order of the first failure) on
 the same incident: top-1 = the first group's function, top-3 = among the first three groups'.
 Each kind has its own table, and with both (``--corpus all``) a table of all.
@@ -87,6 +89,7 @@ class Row(NamedTuple):
     plain: float
     iteration: float  # the first iteration's time (localised), else 0
     failing: float  # a plain run of the failing tests alone, else 0
+    localising: float = 0.0  # what the localisation run added to the first iteration (localised), else 0
 
 
 def make_project(root: Path, case: Case) -> list[tuple[int, int]]:
@@ -131,16 +134,27 @@ def pytest_run(root: Path, args: Sequence[str], python: str = sys.executable,
     return time.perf_counter() - start, done.returncode, done.stdout
 
 
-def first_iteration(root: Path) -> float:
+def first_iteration(root: Path, *options: str) -> float:
     """Run the loop's first iteration on the one incident below ``root`` (``selfheal loop``:
     its localisation run, then one verification); its wall time."""
     found = sorted((root / ".selfheal" / "error_inbox").glob("*/incident.json"))
     if not found:
         return 0.0
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest_selfheal", "loop", found[0].parent.name], cwd=root, check=False,
-                   capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "pytest_selfheal", "loop", found[0].parent.name, *options], cwd=root,
+                   check=False, capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
     return time.perf_counter() - start
+
+
+def localisation_cost(root: Path) -> tuple[float, float]:
+    """The first iteration's wall time with its localisation run and without it (the same
+    incident, its reports root restored in between): their difference is what localising costs."""
+    state, saved = root / ".selfheal", root.parent / "selfheal-before-iteration"
+    shutil.copytree(state, saved)
+    bare = first_iteration(root, "--set", "verification.localise=false")
+    shutil.rmtree(state)
+    saved.rename(state)
+    return first_iteration(root), bare
 
 
 def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:
@@ -244,6 +258,7 @@ class Options(NamedTuple):
     modes: tuple[str, ...]
     fauxpy: Optional[str]
     log: Optional[str]  # a file each fault's result is appended to (one JSON object a line)
+    keep: bool = False  # each mode's incident failures kept in its result (--keep-evidence)
 
 
 def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, Any]], int]:
@@ -279,22 +294,29 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
                 continue
             detail: dict[str, Any] = {"project": case.project, "kind": case.kind, "path": case.answers[0][0],
                                       "line": spans[0][0], "function": ", ".join(f for _, f in case.answers),
-                                      "new": case.mutant.new.strip() if case.mutant else "", "plain": plain}
+                                      "new": case.mutant.new.strip() if case.mutant else "", "plain": plain,
+                                      "answers": [list(a) for a in case.answers]}
             said = [f"{name}:{case.label}"]
             for mode in options.modes:
                 shutil.rmtree(root / ".selfheal", ignore_errors=True)
                 spent, _, _ = pytest_run(root, [*case.tests, *case.options, *MODES[mode]])
-                iteration = first_iteration(root) if mode in AFTER_FIRST_ITERATION else 0.0
+                iteration, bare = localisation_cost(root) if mode in AFTER_FIRST_ITERATION else (0.0, 0.0)
                 spent += iteration
                 plan = read_json(root / ".selfheal" / "error_plans", "plan.json") or {"actions": []}
                 first = plan["actions"][0].get("suspects", []) if plan["actions"] else []
                 top1, top3 = score(case, [(s.get("path"), s.get("name")) for s in first])
                 detail[mode] = {"actions": len(plan["actions"]), "top1": top1, "top3": top3, "seconds": spent,
                                 "iteration": iteration, "suspects": [s.get("name") for s in first[:3]]}
+                if bare:
+                    detail[mode]["unlocalised_iteration"] = bare
+                incidents = sorted((root / ".selfheal").glob("**/incident.json"))
+                if options.keep and incidents:
+                    # The evidence the plan was built from, to study a ranking without re-running.
+                    detail[mode]["failures"] = json.loads(incidents[0].read_text())["failures"]
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
-                    incident = read_json(root / ".selfheal" / "error_inbox", "incident.json") or {"failures": []}
+                    incident = json.loads(incidents[0].read_text()) if incidents else {"failures": []}
                     failures = [FailureEntry.from_json(f, "failure") for f in incident["failures"]]
                     groups = group_by_root_cause(failures, lambda f: f.signature)
                     old = score(case, [(g.path, g.name) for g in groups])
@@ -337,6 +359,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--projects", default="", help="only these PyPI projects (comma-separated names)")
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also append every fault's result to FILE as it is measured (one JSON object a line)")
+    parser.add_argument("--keep-evidence", action="store_true",
+                        help="with --json: each mode's incident failures (root-cause evidence, spectrum) kept too")
     parser.add_argument("--table", metavar="FILE", default=None, help="print the tables of a --json FILE and stop")
     args = parser.parse_args(argv)
     if args.table:
@@ -349,7 +373,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"unknown mode(s): {', '.join(unknown)}")
     if "fauxpy" in asked and not args.fauxpy:
         parser.error("the 'fauxpy' mode needs --fauxpy PYTHON (an interpreter with fauxpy and pytest)")
-    options = Options(args.limit, tuple(m for m in asked if m in MODES), args.fauxpy, args.json)
+    options = Options(args.limit, tuple(m for m in asked if m in MODES), args.fauxpy, args.json, args.keep_evidence)
     if args.json:
         Path(args.json).write_text("")
     only = [p for p in args.projects.split(",") if p]
@@ -402,9 +426,11 @@ def rows_of(details: list[dict[str, Any]], modes: Sequence[str] = ("evidence", "
                 continue
             seconds = got.get("seconds", detail.get(modes[0], {}).get("seconds", 0.0) if modes else 0.0)
             plain = got.get("plain", detail["plain"])
+            bare = got.get("unlocalised_iteration")
+            localising = max(float(got["iteration"]) - float(bare), 0.0) if bare else 0.0
             found.append(Row(fault, int(got.get("actions", 0)), bool(got["top1"]), bool(got["top3"]),
                              float(seconds), float(plain), float(got.get("iteration", 0.0)),
-                             float(detail.get("failing", 0.0))))
+                             float(detail.get("failing", 0.0)), localising))
     return rows
 
 
@@ -412,7 +438,9 @@ def table(rows: dict[str, list[Row]]) -> str:
     """The benchmark's Markdown table: one row per mode. ``on FauxPy's faults``: top-1 and
     top-3 on the faults FauxPy ranked. The time columns compare each run with the same
     fault's plain run, the first iteration with a plain run of the failing tests alone, and
-    each run with FauxPy's (its time over the plain run, and the time each adds to the plain run)."""
+    each run with FauxPy's (its time over the plain run, and the time each adds to the plain run
+    to write its ranking: for ``localised`` the capture's and the localisation run's, measured as
+    the first iteration less the same iteration without localisation)."""
     faux = {r.fault: r for r in rows.get("fauxpy", [])}
     out = [("| mode | faults | top-1 | top-3 | on FauxPy's faults: top-1 / top-3 | actions median | actions p90 "
             "| time / plain run | first iteration / failing tests' run | time / FauxPy's | added time / FauxPy's |"),
@@ -433,7 +461,7 @@ def table(rows: dict[str, list[Row]]) -> str:
         if ours:
             ratio = statistics.median((d.seconds / d.plain) / (faux[d.fault].seconds / faux[d.fault].plain)
                                       for d in ours)
-            added = statistics.median(max(d.seconds / d.plain - 1, 0)
+            added = statistics.median(max(_ranking_seconds(d) / d.plain - 1, 0)
                                       / max(faux[d.fault].seconds / faux[d.fault].plain - 1, 1e-3) for d in ours)
             versus = f"{ratio:.2f} | {added:.2f}"
         timed = [d for d in data if d.iteration and d.failing]
@@ -442,6 +470,14 @@ def table(rows: dict[str, list[Row]]) -> str:
                    f"{counts} | {statistics.median(d.seconds / d.plain for d in data):.2f} | {iteration} | "
                    f"{versus} |")
     return "\n".join(out)
+
+
+def _ranking_seconds(row: Row) -> float:
+    """The time a mode takes to write its ranked plan: the run, and for ``localised`` the
+    localisation run (not the first iteration's verification, which a loop runs either way)."""
+    if row.localising:
+        return row.seconds - row.iteration + row.localising
+    return row.seconds
 
 
 def _share(hits: Iterable[bool]) -> str:
