@@ -147,8 +147,30 @@ def test_the_spectrum_ranks_what_failing_tests_ran_and_passing_ones_did_not() ->
     assert scores[popitem] == pytest.approx(1 / (2 * 1) ** 0.5)
     assert get not in scores  # no failing test ran it
     evidence = spectrum_evidence(covered, {"f1", "f2"}, {"p1", "p2"})
-    assert [e.name for e in evidence["f1"]] == ["C.__setitem__", "C.popitem"]
-    assert [e.to_json() for e in evidence["f2"]] == [{"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
+    assert [e.name for e in evidence.top["f1"]] == ["C.__setitem__", "C.popitem"]
+    assert [e.to_json() for e in evidence.top["f2"]] == [
+        {"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
+    assert evidence.scores == scores
+
+
+def test_a_function_the_evidence_names_keeps_its_score_past_the_kept_few() -> None:
+    """One failing test runs seven functions that many passing tests run too; the traceback
+    names the one most passing tests run, outside the spectrum's five: it is still scored,
+    and its frame leads the plan where the spectrum cannot tell the others apart."""
+    parse = ("p.py", "parser.parse", 10)
+    helpers = [("p.py", f"helper{n}", 100 + n) for n in range(6)]
+    covered: dict[str, set[tuple[str, str, int]]] = {"f": {parse, *helpers}}
+    for n in range(60):  # every passing test runs parse, and all helpers but one
+        covered[f"p{n}"] = {parse, *(h for i, h in enumerate(helpers) if i != n % 6)}
+    spectrum = spectrum_evidence(covered, {"f"}, {f"p{n}" for n in range(60)})
+    assert ("p.py", "parser.parse") not in [(r.path, r.name) for r in spectrum.top["f"]]
+    entry = FailureEntry.from_json(failure("f", "TypeError", frame=ref("p.py", "parser.parse", 12)), "failure")
+    refs = spectrum.for_failure("f", entry.root_cause)
+    assert [r.name for r in refs][:5] == [r.name for r in spectrum.top["f"]]
+    assert (refs[-1].name, refs[-1].line, refs[-1].score) == ("parser.parse", 10, round(1 / 61 ** 0.5, 3))
+    (merged,) = with_spectra([entry], spectrum)
+    (only,) = rank_groups(group_by_root_cause([merged], lambda f: f.message))
+    assert only.suspects[0].name == "parser.parse" and only.suspects[0].line == 12  # the frame's line
 
 
 def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
@@ -313,13 +335,15 @@ def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
     monkeypatch.setenv(LOCALISE_ENV, str(out))
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=7, passed=5)
     assert not (pytester.path / ".selfheal").exists()
-    spectra = read_spectrum(out)
-    assert len(spectra) == 7
-    assert all(refs[0].name == "Cache.__setitem__" for refs in spectra.values())
-    entry = FailureEntry.from_json(failure(next(iter(spectra)), "boom", frame=ref("caches.py", "x", 1)), "failure")
-    (merged,) = with_spectra([entry], spectra)
+    spectrum = read_spectrum(out)
+    assert len(spectrum.top) == 7
+    assert all(refs[0].name == "Cache.__setitem__" for refs in spectrum.top.values())
+    assert ("caches.py", "Cache.__missing__") in {key[:2] for key in spectrum.scores}
+    first = next(iter(spectrum.top))
+    entry = FailureEntry.from_json(failure(first, "boom", frame=ref("caches.py", "x", 1)), "failure")
+    (merged,) = with_spectra([entry], spectrum)
     assert merged.root_cause is not None and merged.root_cause.frame is not None
-    assert merged.root_cause.spectrum == spectra[next(iter(spectra))]
+    assert merged.root_cause.spectrum == spectrum.top[first]
 
 
 @pytest.mark.slow  # ~6 s: a capture, then the loop's localisation and verification runs

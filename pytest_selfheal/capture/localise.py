@@ -5,9 +5,11 @@ loop re-runs the failing tests' files (the failing tests and their passing neigh
 with :envvar:`SELFHEAL_LOCALISE` naming a file (docs/loop.md "Suspects"). This run is
 passive like every verification run: it captures nothing. It records what each test ran
 (:class:`~pytest_selfheal.capture.spectrum.SpectrumHook`) and, at the session's end on the
-controller, writes the spectrum evidence of each failing test there as JSON::
+controller, writes the spectrum evidence of each failing test there as JSON, with the score
+of every function a failing test ran (the loop adds those the failure's evidence names)::
 
-    {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]}}
+    {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]},
+     "scores": [[<path>, <name>, <line of the def>, <score>], ...]}
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class LocaliseHook:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         found = self.spectrum.evidence()
-        atomic_write_json(self.path, {"spectrum": {n: [r.to_json() for r in refs] for n, refs in found.items()}})
+        atomic_write_json(self.path, {"spectrum": {n: [r.to_json() for r in refs] for n, refs in found.top.items()},
+                                      "scores": [[*key, round(score, 3)] for key, score in sorted(found.scores.items())]})
 
 
 def start(config: pytest.Config, path: str) -> None:

@@ -35,8 +35,7 @@ import pytest
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.capture.evidence import Resolver, def_line, qualname
-from pytest_selfheal.plan.suspects import FunctionKey, spectrum_evidence
-from pytest_selfheal.records.incident import CodeRef
+from pytest_selfheal.plan.suspects import FunctionKey, Spectrum, spectrum_evidence
 
 # The report attribute carrying a test's functions from an xdist worker ("path::name::line").
 SPECTRUM_ATTR = "selfheal_spectrum"
@@ -156,8 +155,9 @@ class SpectrumHook:
         elif report.when == "call" and report.passed and report.nodeid not in self.failed:
             self.passed.add(report.nodeid)
 
-    def evidence(self) -> dict[str, tuple[CodeRef, ...]]:
-        """Per failing test, its most suspicious functions by the spectrum (plan/suspects.py)."""
+    def evidence(self) -> Spectrum:
+        """The run's spectrum: every function a failing test ran scored, and per failing test
+        its most suspicious ones (plan/suspects.py)."""
         covered = {n: keys for n, keys in self.covered.items() if n in self.failed or n in self.passed}
         return spectrum_evidence(covered, self.failed, self.passed)
 

@@ -30,6 +30,7 @@ from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.plan.markdown import render_plan_md
+from pytest_selfheal.plan.suspects import FunctionKey, Spectrum
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
@@ -61,23 +62,32 @@ def _files(incident: Incident, root: Path) -> list[str]:
     return out
 
 
-def read_spectrum(path: Path) -> dict[str, tuple[CodeRef, ...]]:
-    """The spectrum evidence a localisation run wrote (capture/localise.py), per failing node id;
-    empty when the file is missing or does not parse."""
+_NOTHING = Spectrum({}, {})
+
+
+def read_spectrum(path: Path) -> Spectrum:
+    """The spectrum a localisation run wrote (capture/localise.py); empty when the file is
+    missing or does not parse."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        found = doc["spectrum"]
-        return {str(n): tuple(CodeRef.from_json(r, "spectrum") for r in refs) for n, refs in found.items()}
+        top = {str(n): tuple(CodeRef.from_json(r, "spectrum") for r in refs) for n, refs in doc["spectrum"].items()}
+        scores: dict[FunctionKey, float] = {}
+        for path_, name, line, score in doc.get("scores", []):
+            if not (isinstance(path_, str) and isinstance(name, str) and type(line) is int
+                    and isinstance(score, (int, float)) and 0 <= score <= 1):
+                raise ValueError("a spectrum score is not [path, name, line, score]")
+            scores[(path_, name, line)] = float(score)
+        return Spectrum(top, scores)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, InputError):
-        return {}
+        return _NOTHING
 
 
-def with_spectra(failures: Sequence[FailureEntry], spectra: Mapping[str, tuple[CodeRef, ...]]) -> tuple[FailureEntry, ...]:
+def with_spectra(failures: Sequence[FailureEntry], spectrum: Spectrum) -> tuple[FailureEntry, ...]:
     """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
     out = []
     for failure in failures:
-        found = spectra.get(failure.nodeid or "")
-        if found:
+        if failure.nodeid in spectrum.top:
+            found = spectrum.for_failure(failure.nodeid, failure.root_cause)
             failure = replace(failure, root_cause=replace(failure.root_cause or RootCause(), spectrum=found))
         out.append(failure)
     return tuple(out)
@@ -117,13 +127,13 @@ def localise(
         done = run_selection(argv, cwd=project_root, junit_path=Path(tmp) / "junit.xml",
                              timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
                              invocation_dir=start_dir(project_root, incident.invocation_dir))
-        spectra = {} if done.timed_out else read_spectrum(out)
-    if not spectra:
+        spectrum = _NOTHING if done.timed_out else read_spectrum(out)
+    if not spectrum.top:
         say("selfheal: localisation recorded nothing; the capture's plan stands")
         return plan
     with run.store.lock():
         run.incident = run.store.update_incident(
-            incident_id, failures=[f.to_json() for f in with_spectra(incident.failures, spectra)])
+            incident_id, failures=[f.to_json() for f in with_spectra(incident.failures, spectrum)])
         rebuilt = build_plan(run.incident, generated_at=ev.format_ts(), source=project_source(run.incident.rootdir))
         run.write_plan(rebuilt, render_plan_md(rebuilt))
         run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in rebuilt.actions], localised=True)

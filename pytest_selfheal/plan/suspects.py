@@ -23,21 +23,20 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Definition, Group
-from pytest_selfheal.records.incident import CodeRef, FailureEntry
+from pytest_selfheal.records.incident import CodeRef, FailureEntry, RootCause
 from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
 from pytest_selfheal.records.vocab import EvidenceKind
 
 # Suspects kept per group (plan.json, plan.md and every surface that shows them).
 MAX_SUSPECTS = 5
-# Functions of the coverage spectrum kept per failing test in incident.json.
+# The most suspicious functions of the coverage spectrum kept per failing test in
+# incident.json (with the functions its evidence names, whatever their rank).
 MAX_SPECTRUM = 5
-# With a spectrum, a function only the evidence names scores at most this share of the
-# least suspicious function the spectrum names.
-_NO_PASSING_SIDE = 0.5
 # With a spectrum, the share of a function's score that its evidence's votes make.
 _EVIDENCE_SHARE = 0.1
 
@@ -227,19 +226,58 @@ def spectrum_scores(
 _SPECTRUM_KEYS = ("path", "name", "line", "score")
 
 
+@dataclass(frozen=True)
+class Spectrum:
+    """A run's coverage spectrum as the plan reads it: per failing test its
+    :data:`MAX_SPECTRUM` most suspicious functions, and the score of every function a
+    failing test ran (:meth:`for_failure` adds those its evidence names)."""
+
+    top: Mapping[str, tuple[CodeRef, ...]]  # node id → its most suspicious functions, best first
+    scores: Mapping[FunctionKey, float]  # every function a failing test ran → its Ochiai score
+
+    @cached_property
+    def _by_definition(self) -> dict[Definition, FunctionKey]:
+        # A function redefined under one name (a conditional def): its most suspicious one.
+        out: dict[Definition, FunctionKey] = {}
+        for key, score in self.scores.items():
+            known = out.get(key[:2])
+            if known is None or score > self.scores[known]:
+                out[key[:2]] = key
+        return out
+
+    def for_failure(self, nodeid: Optional[str], root_cause: Optional[RootCause]) -> tuple[CodeRef, ...]:
+        """The ``spectrum`` list of ``nodeid``'s ``root_cause``: its most suspicious functions
+        and every one its evidence names that a failing test ran (the frame and stack when it
+        has a traceback, else its calls), most suspicious first."""
+        found = {(r.path, r.name): r for r in self.top.get(nodeid or "", ())}
+        if root_cause is not None:
+            # A failure with a traceback votes with it only (votes_of).
+            named = [root_cause.frame, *root_cause.stack] if root_cause.frame is not None else list(root_cause.calls)
+            for ref in named:
+                key = self._by_definition.get((ref.path, ref.name)) if ref is not None and ref.path and ref.name \
+                    else None
+                if key is not None and key[:2] not in found:
+                    found[key[:2]] = _spectrum_ref(key, self.scores[key])
+        return tuple(sorted(found.values(), key=lambda r: -(r.score or 0.0)))  # stable: ties keep their order
+
+
+def _spectrum_ref(key: FunctionKey, score: float) -> CodeRef:
+    path, name, line = key
+    return CodeRef(path, name, line, score=round(score, 3), keys=_SPECTRUM_KEYS)
+
+
 def spectrum_evidence(
     covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
-) -> dict[str, tuple[CodeRef, ...]]:
-    """Per failing test, the :data:`MAX_SPECTRUM` most suspicious functions it ran, as the
-    ``spectrum`` list of its ``root_cause`` (``path``, ``name``, ``line`` of the def, ``score``)."""
+) -> Spectrum:
+    """The run's :class:`Spectrum`: Ochiai of every function the failing tests ran, and per
+    failing test the :data:`MAX_SPECTRUM` most suspicious functions it ran."""
     scores = spectrum_scores(covered, failed, passed)
-    out: dict[str, tuple[CodeRef, ...]] = {}
+    top: dict[str, tuple[CodeRef, ...]] = {}
     for nodeid in sorted(failed):
         keys = sorted(covered.get(nodeid, ()), key=lambda k: (-scores.get(k, 0.0), k))[:MAX_SPECTRUM]
         if keys:
-            out[nodeid] = tuple(CodeRef(p, n, line, score=round(scores.get((p, n, line), 0.0), 3),
-                                        keys=_SPECTRUM_KEYS) for p, n, line in keys)
-    return out
+            top[nodeid] = tuple(_spectrum_ref(k, scores.get(k, 0.0)) for k in keys)
+    return Spectrum(top, scores)
 
 
 def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
@@ -258,12 +296,15 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
             if vote.score is not None:
                 measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
     evidence = {d: ochiai(w, len(members)) for d, w in weight.items()}
-    # With a spectrum, it decides, the evidence tipping close calls (a tenth of the score);
-    # a function it does not name (not run, or less suspicious than the ones it kept) ranks
-    # below every one it does.
-    scores = {d: (1 - _EVIDENCE_SHARE) * m + _EVIDENCE_SHARE * evidence.get(d, 0.0) for d, m in measured.items()}
-    floor = _NO_PASSING_SIDE * min(scores.values()) if scores else 1.0
-    scores.update((d, floor * e) for d, e in evidence.items() if d not in measured)
+    # With a spectrum, it decides and the evidence makes a tenth of the score: enough to
+    # tip close calls, and to lead where the spectrum cannot tell the functions apart (one
+    # failing test and every function it ran run by many passing tests). The spectrum
+    # scores every function the evidence names that a failing test ran; one it does not
+    # score no failing test ran.
+    scores = evidence
+    if measured:
+        scores = {d: (1 - _EVIDENCE_SHARE) * measured.get(d, 0.0) + _EVIDENCE_SHARE * evidence.get(d, 0.0)
+                  for d in weight}
     by_id = {id(m): v for m, v in zip(members, votes)}
     merged: dict[Hashable, list[Group]] = {}
     for group in groups:
@@ -365,6 +406,7 @@ __all__ = [
     "MAX_SUSPECTS",
     "RankedGroup",
     "Source",
+    "Spectrum",
     "Suspect",
     "Vote",
     "excerpt",

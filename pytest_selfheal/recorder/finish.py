@@ -85,8 +85,8 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     ]
     if recorder.spectrum is not None:
         ranked = recorder.spectrum.evidence()
-        reports = [replace(r, root_cause=with_spectrum(r.root_cause, ranked[r.nodeid]))
-                   if r.nodeid in ranked else r for r in reports]
+        reports = [replace(r, root_cause=with_spectrum(r.root_cause, ranked.for_failure(r.nodeid, r.root_cause)))
+                   if r.nodeid in ranked.top else r for r in reports]
     failures = analyse_run(
         config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
         redactor=recorder.redactor,

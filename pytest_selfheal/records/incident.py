@@ -69,8 +69,9 @@ class RootCause(JsonRecord):
             checked(
                 array_of(CodeRef.parse),
                 description=(
-                    "With --selfheal-spectrum: the functions the test ran, most suspicious (Ochiai over the run's"
-                    " failing and passing tests) first."
+                    "With --selfheal-spectrum or after the loop's localisation run: the test's most suspicious"
+                    " functions (Ochiai over the run's failing and passing tests) and those its evidence names, most"
+                    " suspicious first."
                 ),
             ),
         ),
