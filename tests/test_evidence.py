@@ -22,7 +22,7 @@ CORE = """
     import functools
     import json
 
-    __all__ = ["add", "Calc", "dumps_sorted", "wrapped", "Sub"]
+    __all__ = ["add", "Calc", "dumps_sorted", "wrapped", "Sub", "lookup"]
 
     def add(a, b):
         return a - b
@@ -72,6 +72,17 @@ CORE = """
 
         def size(self):
             return 0
+
+        def __iter__(self):
+            return iter(self.items)
+
+    def _make_lookup():
+        class Lookup:
+            def __call__(self, name=None):
+                return name
+        return Lookup()
+
+    lookup = _make_lookup()
 """
 
 TESTS = """
@@ -116,13 +127,16 @@ TESTS = """
     def test_through_a_base_class():
         Sub().put("k")
 
+    def test_a_callable_object():
+        assert {pkg}.lookup("x") is None
+
     class TestOwned:
         Kind = {pkg}.core.Box
 
         def test_operators_on_a_local_object(self):
             box = self.Kind()
             box["k"] = 1
-            assert len(box) == 2 and box.size() == 1
+            assert len(box) == 2 and box.size() == 1 and sorted(box) == ["k"]
 """
 
 
@@ -210,9 +224,17 @@ def test_the_path_to_the_symptom_the_test_line_and_a_class_s_bases(project: tupl
     assert evidence(project, "test_direct")["test_line"] == {"path": test_file, "line": 10}
 
 
+def test_a_callable_object_counts_as_a_call_of_its_call_method(project: tuple[Path, ModuleType]) -> None:
+    """``pkg.lookup("x")`` where ``lookup`` is an instance a factory made (dateutil's
+    ``tz.gettz``): the test calls its class's ``__call__``."""
+    found = evidence(project, "test_a_callable_object")
+    assert found["calls"] == [{"path": core(project), "name": "_make_lookup.<locals>.Lookup.__call__", "line": 61}]
+
+
 def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Path, ModuleType]) -> None:
     """``box = self.Kind()`` (a project class bound on the unittest-style test class),
-    ``box["k"] = 1``, ``len(box)``, ``box.size()``: the class, the methods reached and its __init__ (it is built)."""
+    ``box["k"] = 1``, ``len(box)``, ``box.size()``, ``sorted(box)`` (a builtin that iterates it): the class,
+    the methods reached and its __init__ (it is built)."""
     root, module = project
     owner = module.TestOwned
     with pytest.raises(AssertionError) as info:
@@ -220,7 +242,8 @@ def test_a_local_object_s_methods_and_operators_count_as_calls(project: tuple[Pa
     found = Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info), None, owner)
     assert found is not None
     assert [(c.name, c.line) for c in found.calls] == [
-        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__setitem__", 47), ("Box.__init__", 44)]
+        ("Box", None), ("Box.size", 53), ("Box.__len__", 50), ("Box.__iter__", 56), ("Box.__setitem__", 47),
+        ("Box.__init__", 44)]
     # Without the test's class, `self.Kind` names nothing: no evidence at all.
     assert Resolver(str(root)).resolve(owner.test_operators_on_a_local_object, traceback_of(info)) is None
 

@@ -238,7 +238,10 @@ class Resolver:
                 candidates = [obj]
             for candidate in candidates:
                 if not (inspect.isfunction(candidate) or inspect.isclass(candidate) or inspect.ismethod(candidate)):
-                    continue
+                    # A callable object (dateutil's ``tz.gettz``, an instance a factory made): its ``__call__``.
+                    candidate = inspect.getattr_static(type(candidate), "__call__", None)
+                    if not inspect.isfunction(candidate):
+                        continue
                 where = self.definition(candidate)
                 if where is None or where in found:
                     continue
@@ -401,8 +404,11 @@ def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequenc
 # The special method an instruction calls on its operand.
 _DUNDER_OPS = {"BINARY_SUBSCR": "__getitem__", "STORE_SUBSCR": "__setitem__", "DELETE_SUBSCR": "__delitem__",
                "CONTAINS_OP": "__contains__", "GET_ITER": "__iter__"}
-# The special method a builtin called by name calls.
-_DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "str": "__str__", "hash": "__hash__"}
+# The special method a builtin called by name calls (one that iterates its argument: ``__iter__``).
+_DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "str": "__str__", "hash": "__hash__",
+                    "reversed": "__reversed__",
+                    **dict.fromkeys(("list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all",
+                                     "enumerate", "zip", "map", "filter"), "__iter__")}
 
 
 def _implied_dunders(code: types.CodeType) -> list[str]:
