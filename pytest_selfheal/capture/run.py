@@ -36,7 +36,7 @@ from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
-from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause, Triage
+from pytest_selfheal.records.incident import FailureEntry, Incident, RootCause, Triage
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
@@ -156,11 +156,6 @@ def root_cause_of(payload: object) -> Optional[RootCause]:
         return RootCause.from_json(dict(payload), "root cause")
     except InputError:
         return None
-
-
-def with_spectrum(root_cause: Optional[RootCause], spectrum: tuple[CodeRef, ...]) -> RootCause:
-    """``root_cause`` with the ``--selfheal-spectrum`` entries of its test (capture/spectrum.py)."""
-    return replace(root_cause or RootCause(), spectrum=spectrum)
 
 
 def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:

@@ -31,7 +31,7 @@ from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.plan.suspects import FunctionKey, Spectrum
-from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
+from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.source import project_source
@@ -84,13 +84,7 @@ def read_spectrum(path: Path) -> Spectrum:
 
 def with_spectra(failures: Sequence[FailureEntry], spectrum: Spectrum) -> tuple[FailureEntry, ...]:
     """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
-    out = []
-    for failure in failures:
-        if failure.nodeid in spectrum.top:
-            found = spectrum.for_failure(failure.nodeid, failure.root_cause)
-            failure = replace(failure, root_cause=replace(failure.root_cause or RootCause(), spectrum=found))
-        out.append(failure)
-    return tuple(out)
+    return tuple(replace(f, root_cause=spectrum.root_cause(f.nodeid, f.root_cause)) for f in failures)
 
 
 def localise(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Optional
 
@@ -247,18 +247,31 @@ class Spectrum:
 
     def for_failure(self, nodeid: Optional[str], root_cause: Optional[RootCause]) -> tuple[CodeRef, ...]:
         """The ``spectrum`` list of ``nodeid``'s ``root_cause``: its most suspicious functions
-        and every one its evidence names that a failing test ran (the frame and stack when it
-        has a traceback, else its calls), most suspicious first."""
+        and every one its evidence votes for (:func:`named_by`) that a failing test ran, most
+        suspicious first."""
         found = {(r.path, r.name): r for r in self.top.get(nodeid or "", ())}
-        if root_cause is not None:
-            # A failure with a traceback votes with it only (votes_of).
-            named = [root_cause.frame, *root_cause.stack] if root_cause.frame is not None else list(root_cause.calls)
-            for ref in named:
-                key = self._by_definition.get((ref.path, ref.name)) if ref is not None and ref.path and ref.name \
-                    else None
-                if key is not None and key[:2] not in found:
-                    found[key[:2]] = _spectrum_ref(key, self.scores[key])
+        for definition in named_by(root_cause):
+            key = self._by_definition.get(definition)
+            if key is not None and definition not in found:
+                found[definition] = _spectrum_ref(key, self.scores[key])
         return tuple(sorted(found.values(), key=lambda r: -(r.score or 0.0)))  # stable: ties keep their order
+
+    def root_cause(self, nodeid: Optional[str], root_cause: Optional[RootCause]) -> Optional[RootCause]:
+        """``root_cause`` with its test's ``spectrum`` (:meth:`for_failure`), or as it is when
+        the spectrum ranked no such failing test."""
+        if nodeid is None or nodeid not in self.top:
+            return root_cause
+        return replace(root_cause or RootCause(), spectrum=self.for_failure(nodeid, root_cause))
+
+
+def named_by(root_cause: Optional[RootCause]) -> list[Definition]:
+    """The definitions ``root_cause`` votes with by name: its traceback's (frame and stack)
+    when it has a frame in the project, else those it calls."""
+    if root_cause is None:
+        return []
+    frame = _ref(root_cause.frame)
+    refs = [root_cause.frame, *root_cause.stack] if frame is not None else list(root_cause.calls)
+    return [found[0] for found in map(_ref, refs) if found is not None]
 
 
 def _spectrum_ref(key: FunctionKey, score: float) -> CodeRef:

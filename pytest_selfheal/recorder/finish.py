@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of, with_spectrum
+from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of
 from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import SelfhealError
@@ -85,8 +85,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     ]
     if recorder.spectrum is not None:
         ranked = recorder.spectrum.evidence()
-        reports = [replace(r, root_cause=with_spectrum(r.root_cause, ranked.for_failure(r.nodeid, r.root_cause)))
-                   if r.nodeid in ranked.top else r for r in reports]
+        reports = [replace(r, root_cause=ranked.root_cause(r.nodeid, r.root_cause)) for r in reports]
     failures = analyse_run(
         config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
         redactor=recorder.redactor,
