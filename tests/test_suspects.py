@@ -188,6 +188,22 @@ def test_with_a_spectrum_it_decides_and_the_evidence_tips_close_calls() -> None:
     assert only.suspects[-1].score < only.suspects[-2].score
 
 
+def test_with_one_failing_test_the_function_that_raised_leads() -> None:
+    """toolz's merge_sorted: the one failing test calls merge_sorted, no passing test does,
+    and the helper it calls raises, run by one passing test. Ochiai ranks the wrapper first
+    (1.0 against 0.707); with one failing test the raise is the surer sign. With two failing
+    tests the spectrum decides again."""
+    spectrum = [{**ref("t.py", "merge_sorted", 107), "score": 1.0},
+                {**ref("t.py", "_merge_sorted_binary", 141), "score": 0.707}]
+    raised = dict(frame=ref("t.py", "_merge_sorted_binary", 149), stack=[ref("t.py", "merge_sorted", 120)])
+    (only,) = rank_groups(grouped([failure("a.py::test_m", "IndexError", spectrum=spectrum, **raised)]))
+    assert [s.name for s in only.suspects] == ["_merge_sorted_binary", "merge_sorted"]
+    assert only.suspects[0].line == 149 and only.suspects[0].score == pytest.approx(0.9 * 1.0 + 0.1 * ochiai(1, 1))
+    two = [failure(f"a.py::test_{n}", "IndexError", spectrum=spectrum, **raised) for n in "mn"]
+    (both,) = rank_groups(grouped(two))
+    assert [s.name for s in both.suspects] == ["merge_sorted", "_merge_sorted_binary"]
+
+
 def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
     lines = [f"line {n}" for n in range(1, 11)] + ["x" * 500]
     assert excerpt("m.py", lines, 1) == Excerpt("m.py", 1, 1, ("line 1", "line 2", "line 3"))

@@ -309,6 +309,13 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
             if vote.score is not None:
                 measured[vote.definition] = max(measured.get(vote.definition, 0.0), vote.score)
     evidence = {d: ochiai(w, len(members)) for d, w in weight.items()}
+    if measured and len(members) == 1:
+        # One failing test: Ochiai can then only prefer what fewer passing tests ran (a
+        # wrapper no other test calls over the helper that raised), so the function that
+        # raised counts as the spectrum's best and leads.
+        raised = next((v.definition for v in votes[0] if v.kind is EvidenceKind.FRAME), None)
+        if raised is not None:
+            measured[raised] = max(measured.values())
     # With a spectrum, it decides and the evidence makes a tenth of the score: enough to
     # tip close calls, and to lead where the spectrum cannot tell the functions apart (one
     # failing test and every function it ran run by many passing tests). The spectrum
