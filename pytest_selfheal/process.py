@@ -19,8 +19,11 @@ Every child selfheal starts — a verification selection, a repair command, the 
   grandchildren with it: one mechanism, the **reaper** (:class:`_Reaper`, POSIX), a small
   helper process per selfheal process, started before the first child, to which every live
   group is announced through a pipe. When selfheal is gone, in any way, the kernel closes
-  the pipe; at end-of-file the reaper SIGKILLs every group still announced. If it cannot
-  start, no child is started (the promise cannot be kept); if it died, the next child
+  the pipe; at end-of-file the reaper SIGKILLs every group still announced. A group is only
+  known once the child has exec'd, so each start is announced before it begins, as a mark
+  in the child's environment (:data:`SPAWN_MARK_VARIABLE`): a selfheal killed in between
+  leaves a start never ended, and on Linux the reaper finds that child by its mark. If it
+  cannot start, no child is started (the promise cannot be kept); if it died, the next child
   starts a new one and the live groups are announced to it again. A grandchild that leaves
   the group on purpose (``setsid``) escapes it (docs/decisions.md "Trust boundaries").
 
@@ -139,12 +142,20 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
         pass
 
 
-# The reaper's program: groups announced as "+PGID" / "-PGID" lines on stdin; at end-of-file
-# (our process is gone, however it died) every group still announced is SIGKILLed.
+#: Set in each child's environment to the mark of its spawn: how the reaper finds a child
+#: whose group it was never told because selfheal died between the child's exec and the
+#: announcement (Linux, through /proc; elsewhere that child is left).
+SPAWN_MARK_VARIABLE = "SELFHEAL_SPAWN"
+
+# The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group; "?MARK"
+# says a child is being started with SELFHEAL_SPAWN=MARK, "=MARK" that its start is over (its
+# group announced, or it did not start). At end-of-file (our process is gone, however it
+# died) every group still announced is SIGKILLed, and so is every process whose environment
+# holds the mark of a start that never ended.
 _REAPER_CODE = """
-import os, signal
+import os, signal, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-groups, pending = set(), b""
+groups, starting, pending = set(), set(), b""
 while True:
     try:
         data = os.read(0, 4096)
@@ -156,22 +167,47 @@ while True:
         break
     *lines, pending = (pending + data).split(b"\\n")
     for line in lines:
-        if line[:1] == b"+":
-            groups.add(int(line[1:]))
-        elif line[:1] == b"-":
-            groups.discard(int(line[1:]))
+        kind, value = line[:1], line[1:]
+        if kind == b"+":
+            groups.add(int(value))
+        elif kind == b"-":
+            groups.discard(int(value))
+        elif kind == b"?":
+            starting.add(b"SELFHEAL_SPAWN=" + value)
+        elif kind == b"=":
+            starting.discard(b"SELFHEAL_SPAWN=" + value)
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
+# A child's environment shows in /proc a moment after its exec closed our pipe: look again,
+# briefly, until each unended start was seen (a start whose exec failed is never seen).
+seen, deadline = set(), time.monotonic() + 2
+while starting - seen and os.path.isdir("/proc") and time.monotonic() < deadline:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/" + entry + "/environ", "rb") as handle:
+                marked = starting.intersection(handle.read().split(b"\\0"))
+        except OSError:
+            continue
+        if marked:
+            seen |= marked
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(int(entry), signal.SIGKILL)
+                except OSError:
+                    pass
+    time.sleep(0.02)
 """
 
 
 class _Reaper:
     """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
     process groups of its children (grandchildren included). One per selfheal process (a
-    forked child starts its own), started by :meth:`ready` before the first child."""
+    forked child starts its own), started by :meth:`spawn` before the first child."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -179,53 +215,67 @@ class _Reaper:
         self._fd: Optional[int] = None  # the pipe's write end
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._groups: set[int] = set()  # announced, not forgotten: told again to a new reaper
+        self._spawns = 0  # how many children were started: the next spawn's mark
 
-    def ready(self) -> bool:
-        """Whether a reaper of this process runs, started (again) if needed: a child may start."""
-        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
-            return True
-        with self._lock:
-            if self._owner != os.getpid():  # forked: the reaper and the pipe are the parent's
-                if self._fd is not None:
-                    os.close(self._fd)
-                self._owner, self._fd, self._proc, self._groups = os.getpid(), None, None, set()
-            if self._proc is not None and self._proc.poll() is None:
-                return True
+    def _ready(self) -> None:
+        """A reaper of this process runs, started (again) if needed (under the lock); raises
+        OSError when none can start."""
+        if self._owner != os.getpid():  # forked: the reaper and the pipe are the parent's
             if self._fd is not None:
                 os.close(self._fd)
-                self._fd = None
-            try:
-                read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
-                try:
-                    # Not through run(): the reaper must outlive us.
-                    self._proc = subprocess.Popen(
-                        [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
-                    )
-                except OSError:
-                    os.close(write_end)
-                    raise
-                finally:
-                    os.close(read_end)
-                self._fd = write_end
-                os.write(write_end, "".join(f"+{group}\n" for group in self._groups).encode("ascii"))
-            except OSError:
-                return False
-            return True
+            self._owner, self._fd, self._proc, self._groups = os.getpid(), None, None, set()
+        if self._fd is not None and self._proc is not None and self._proc.poll() is None:
+            return
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        try:
+            # Not through run(): the reaper must outlive us.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
+            )
+        except OSError:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._fd = write_end
+        self._send("".join(f"+{group}\n" for group in self._groups))
 
-    def _send(self, line: str) -> None:
-        if self._fd is None:
+    def _send(self, lines: str) -> None:
+        if self._fd is None or not lines:
             return
         try:
-            os.write(self._fd, line.encode("ascii"))
-        except OSError:  # the reaper is gone: the next ready() starts another and tells it
+            os.write(self._fd, lines.encode("ascii"))
+        except OSError:  # the reaper is gone: the next spawn starts another and tells it
             pass
 
-    def watch(self, pgid: int) -> None:
-        """Announce a live group: SIGKILLed if we die while it is announced."""
-        with self._lock:
-            self._groups.add(pgid)
-            self._send(f"+{pgid}\n")
+    def spawn(self, start: Callable[[dict[str, str]], subprocess.Popen[bytes]], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper.
+
+        The mark is announced before the start and dropped once the group is: a SIGKILL
+        between the child's exec and the announcement leaves the reaper a start that never
+        ended, and it finds that child by its mark. Raises OSError when no reaper runs or
+        can start: no child without one.
+        """
+        with self._lock:  # one reaper, the same one, from the mark to the group
+            try:
+                self._ready()
+            except OSError:
+                raise OSError("cannot start the reaper that stops children when selfheal dies") from None
+            self._spawns += 1
+            mark = f"{os.getpid()}.{self._spawns}"
+            self._send(f"?{mark}\n")
+            try:
+                proc = start({**env, SPAWN_MARK_VARIABLE: mark})
+            except BaseException:
+                self._send(f"={mark}\n")
+                raise
+            self._groups.add(proc.pid)
+            self._send(f"+{proc.pid}\n={mark}\n")
+            return proc
 
     def forget(self, pgid: int) -> None:
         """The group is gone (or stopped by us): nothing to do for it any more."""
@@ -240,17 +290,18 @@ _REAPER = _Reaper()
 def _spawn(
     argv: list[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: int | IO[bytes]
 ) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session and group, known to the reaper (:class:`_Reaper`)."""
     child_env = child_environment(env)  # never a token, whoever called
-    if sys.platform == "win32":  # pragma: no cover
+    if sys.platform == "win32":  # pragma: no cover - no process groups to signal, no reaper
         return subprocess.Popen(
             argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
             stdout=stdout, stderr=subprocess.STDOUT, shell=False,
             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
         )
-    return subprocess.Popen(
-        argv, cwd=str(cwd), env=child_env, stdin=subprocess.DEVNULL,
+    return _REAPER.spawn(lambda marked: subprocess.Popen(
+        argv, cwd=str(cwd), env=marked, stdin=subprocess.DEVNULL,
         stdout=stdout, stderr=subprocess.STDOUT, shell=False, start_new_session=True,
-    )
+    ), child_env)
 
 
 # --------------------------------------------------------------------------- output
@@ -418,15 +469,12 @@ def run(
             executable = resolve_executable(full[0], env)
             if executable is None:
                 raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
-            if not _REAPER.ready():
-                raise OSError("cannot start the reaper that stops children when selfheal dies")
             proc = _spawn([executable, *full[1:]], cwd, env, stdout)
         except OSError as exc:
             reason = _why_not_started(exc, cwd)
             if sink is not None:
                 sink.write(f"{full[0] if full else '?'}: cannot start: {reason}\n".encode())
             return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)
-        _REAPER.watch(proc.pid)
         try:
             if on_line is not None:
                 assert proc.stdout is not None

@@ -187,6 +187,19 @@ if mode == "thread":  # the interpreter exits while run() still waits in a daemo
     deadline = time.monotonic() + 30
     while not (where / "grandchild.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+elif mode == "killed-after-spawn":  # SIGKILLed the moment its child has exec'd, before run() goes on
+    import os, signal, subprocess
+    started = subprocess.Popen
+
+    class Popen(started):  # type: ignore[misc]
+        def __init__(self, args, *rest, **options):
+            super().__init__(args, *rest, **options)
+            if args[0] != sys.executable:  # the child, not the reaper
+                (where / "child.pid").write_text(str(self.pid))
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    subprocess.Popen = Popen
+    run(argv, cwd=where)
 else:
     run(argv, cwd=where)
 """
@@ -198,6 +211,16 @@ def start_parent(tmp_path: Path, mode: str, argv: list[str]) -> subprocess.Popen
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, str(script), str(tmp_path), mode, *argv], cwd=str(tmp_path),
                             env=env, stdin=subprocess.DEVNULL)
+
+
+def stop_all(parent: subprocess.Popen[bytes], *pids: Optional[int]) -> None:
+    """A test's clean-up: the parent, then whatever it left that is still alive."""
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait()
+    for pid in pids:
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def child_named(parent: int, name: str, seconds: float = 30.0) -> int:
@@ -228,9 +251,21 @@ def test_the_child_dies_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
         parent.wait()
         assert gone_within(child)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
+        stop_all(parent)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="found by its mark through /proc")
+def test_a_child_is_announced_before_it_runs(tmp_path: Path) -> None:
+    # Its group is known once the spawn returned: a SIGKILL right then left it running, before
+    # its start was announced with the mark the reaper finds it by.
+    parent = start_parent(tmp_path, "killed-after-spawn", ["sleep", "120"])
+    child: Optional[int] = None
+    try:
+        assert parent.wait(timeout=60) == -signal.SIGKILL
+        child = int(wait_for_file(tmp_path / "child.pid"))
+        assert gone_within(child)
+    finally:
+        stop_all(parent, child)
 
 
 def _with_a_grandchild(pidfile: Path) -> str:
@@ -252,11 +287,7 @@ def test_grandchildren_die_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
         parent.wait()
         assert gone_within(grandchild)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        if grandchild is not None and alive(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
+        stop_all(parent, grandchild)
 
 
 @posix_only
@@ -269,9 +300,7 @@ def test_live_groups_are_killed_when_the_interpreter_exits(tmp_path: Path) -> No
         assert parent.wait(timeout=60) == 0
         assert grandchild is not None and gone_within(grandchild)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
+        stop_all(parent)
 
 
 REAPER_KILLED_PARENT = """
@@ -326,12 +355,7 @@ def test_a_reaper_that_died_is_replaced_and_told_every_live_group(tmp_path: Path
         parent.wait()
         assert all(gone_within(pid) for pid in grandchildren)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        for pid in grandchildren:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_all(parent, *grandchildren)
 
 
 @posix_only
