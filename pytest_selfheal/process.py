@@ -211,11 +211,22 @@ class _Reaper:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owner = -1  # the pid whose reaper ``_proc`` is
+        self._owner = -1  # the pid whose reaper ``_pid`` is
         self._fd: Optional[int] = None  # the pipe's write end
-        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._pid: Optional[int] = None  # a child never waited for, so not a Popen (it warns)
         self._groups: set[int] = set()  # announced, not forgotten: told again to a new reaper
         self._spawns = 0  # how many children were started: the next spawn's mark
+
+    def _running(self) -> bool:
+        if self._pid is None:
+            return False
+        try:
+            if os.waitpid(self._pid, os.WNOHANG) == (0, 0):
+                return True
+        except ChildProcessError:  # reaped by someone else
+            pass
+        self._pid = None
+        return False
 
     def _ready(self) -> None:
         """A reaper of this process runs, started (again) if needed (under the lock); raises
@@ -223,19 +234,26 @@ class _Reaper:
         if self._owner != os.getpid():  # forked: the reaper and the pipe are the parent's
             if self._fd is not None:
                 os.close(self._fd)
-            self._owner, self._fd, self._proc, self._groups = os.getpid(), None, None, set()
-        if self._fd is not None and self._proc is not None and self._proc.poll() is None:
+            self._owner, self._fd, self._pid, self._groups = os.getpid(), None, None, set()
+        if self._fd is not None and self._running():
             return
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        if read_end < 3:  # our stdin was closed: a dup2 onto itself keeps close-on-exec on older libcs
+            import fcntl  # POSIX only, as this branch is
+
+            low, read_end = read_end, fcntl.fcntl(read_end, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(low)
         try:
-            # Not through run(): the reaper must outlive us.
-            self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-I", "-c", _REAPER_CODE], stdin=read_end,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, shell=False,
-            )
+            # Not through run(): the reaper must outlive us, in a session of its own.
+            argv = [sys.executable, "-S", "-I", "-c", _REAPER_CODE]
+            self._pid = os.posix_spawn(sys.executable, argv, os.environ, setsid=True, file_actions=[
+                (os.POSIX_SPAWN_DUP2, read_end, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+            ])
         except OSError:
             os.close(write_end)
             raise

@@ -369,3 +369,46 @@ def test_no_child_starts_when_the_reaper_cannot(tmp_path: Path) -> None:
     assert done.stdout == "False cannot start the reaper that stops children when selfheal dies\n", done.stderr
     assert (tmp_path / "out").read_text() == "sleep: cannot start: cannot start the reaper that stops children" \
         " when selfheal dies\n"
+
+
+
+
+def run_python(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter that warns of unclosed resources, in ``tmp_path``."""
+    return subprocess.run([sys.executable, "-W", "default", "-c", textwrap.dedent(code)], cwd=str(tmp_path),
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+
+
+@posix_only
+def test_the_reaper_outlives_us_without_a_warning(tmp_path: Path) -> None:
+    # A child we never wait for: held as a Popen it said "subprocess N is still running" at exit.
+    done = run_python(tmp_path, """
+        import sys
+        from pathlib import Path
+        from pytest_selfheal.process import run
+        print(run([sys.executable, "-c", "pass"], cwd=Path.cwd()).exit_code)
+    """)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0\n", "")
+
+
+@posix_only
+def test_with_our_stdin_closed_the_reaper_still_reads_its_pipe(tmp_path: Path) -> None:
+    # The pipe's read end is then fd 0, which must not stay close-on-exec in the reaper.
+    done = run_python(tmp_path, """
+        import os, sys, threading, time
+        from pathlib import Path
+        from pytest_selfheal.process import run
+        os.close(0)
+        child = [sys.executable, "-c", "import os, time; open('child.pid', 'w').write(str(os.getpid())); time.sleep(120)"]
+        threading.Thread(target=run, args=(child,), kwargs={"cwd": Path.cwd()}, daemon=True).start()
+        while not Path("child.pid").exists():
+            time.sleep(0.05)
+    """)
+    child = int(wait_for_file(tmp_path / "child.pid"))
+    try:
+        assert done.returncode == 0, done.stderr
+        assert gone_within(child)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
