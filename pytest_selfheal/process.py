@@ -254,7 +254,7 @@ class _Reaper:
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
             ])
-        except OSError:
+        except (OSError, NotImplementedError):  # the latter: no POSIX_SPAWN_SETSID in this libc
             os.close(write_end)
             raise
         finally:
@@ -281,7 +281,7 @@ class _Reaper:
         with self._lock:  # one reaper, the same one, from the mark to the group
             try:
                 self._ready()
-            except OSError:
+            except (OSError, NotImplementedError):
                 raise OSError("cannot start the reaper that stops children when selfheal dies") from None
             self._spawns += 1
             mark = f"{os.getpid()}.{self._spawns}"

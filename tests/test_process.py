@@ -359,9 +359,14 @@ def test_a_reaper_that_died_is_replaced_and_told_every_live_group(tmp_path: Path
 
 
 @posix_only
-def test_no_child_starts_when_the_reaper_cannot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("breakage", [
+    "sys.executable = '/nonexistent/python'",
+    # a libc without POSIX_SPAWN_SETSID
+    "import os\ndef no_setsid(*args, **kwargs): raise NotImplementedError('setsid')\nos.posix_spawn = no_setsid",
+])
+def test_no_child_starts_when_the_reaper_cannot(tmp_path: Path, breakage: str) -> None:
     code = ("import sys; from pathlib import Path; from pytest_selfheal.process import run\n"
-            "sys.executable = '/nonexistent/python'\n"
+            f"{breakage}\n"
             "result = run(['sleep', '120'], cwd=Path.cwd(), output_path=Path('out'))\n"
             "print(result.started, result.error)")
     done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO)),
