@@ -147,9 +147,9 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
 #: announcement (Linux, through /proc; elsewhere that child is left).
 SPAWN_MARK_VARIABLE = "SELFHEAL_SPAWN"
 
-# The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group; "?MARK"
-# says a child is being started with SELFHEAL_SPAWN=MARK, "=MARK" that its start is over (its
-# group announced, or it did not start). At end-of-file (our process is gone, however it
+# The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group;
+# "?NAME=MARK" says a child is being started with that entry in its environment, "=NAME=MARK"
+# that its start is over (its group announced, or it did not start). At end-of-file (our process is gone, however it
 # died) every group still announced is SIGKILLed, and so is every process whose environment
 # holds the mark of a start that never ended.
 _REAPER_CODE = """
@@ -173,9 +173,9 @@ while True:
         elif kind == b"-":
             groups.discard(int(value))
         elif kind == b"?":
-            starting.add(b"SELFHEAL_SPAWN=" + value)
+            starting.add(value)
         elif kind == b"=":
-            starting.discard(b"SELFHEAL_SPAWN=" + value)
+            starting.discard(value)
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
@@ -240,7 +240,7 @@ class _Reaper:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        read_end, write_end = os.pipe()  # close-on-exec: a child of ours holds it until its exec
         if read_end < 3:  # our stdin was closed: a dup2 onto itself keeps close-on-exec on older libcs
             import fcntl  # POSIX only, as this branch is
 
@@ -285,14 +285,15 @@ class _Reaper:
                 raise OSError("cannot start the reaper that stops children when selfheal dies") from None
             self._spawns += 1
             mark = f"{os.getpid()}.{self._spawns}"
-            self._send(f"?{mark}\n")
+            entry = f"{SPAWN_MARK_VARIABLE}={mark}"  # as the reaper reads it in /proc/<pid>/environ
+            self._send(f"?{entry}\n")
             try:
                 proc = start({**env, SPAWN_MARK_VARIABLE: mark})
             except BaseException:
-                self._send(f"={mark}\n")
+                self._send(f"={entry}\n")
                 raise
             self._groups.add(proc.pid)
-            self._send(f"+{proc.pid}\n={mark}\n")
+            self._send(f"+{proc.pid}\n={entry}\n")
             return proc
 
     def forget(self, pgid: int) -> None:

@@ -358,6 +358,13 @@ def test_a_reaper_that_died_is_replaced_and_told_every_live_group(tmp_path: Path
         stop_all(parent, *grandchildren)
 
 
+def run_python(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter that warns of unclosed resources, in ``tmp_path``."""
+    return subprocess.run([sys.executable, "-W", "default", "-c", textwrap.dedent(code)], cwd=str(tmp_path),
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+
+
 @posix_only
 @pytest.mark.parametrize("breakage", [
     "sys.executable = '/nonexistent/python'",
@@ -369,20 +376,10 @@ def test_no_child_starts_when_the_reaper_cannot(tmp_path: Path, breakage: str) -
             f"{breakage}\n"
             "result = run(['sleep', '120'], cwd=Path.cwd(), output_path=Path('out'))\n"
             "print(result.started, result.error)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO)),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = run_python(tmp_path, code)
     assert done.stdout == "False cannot start the reaper that stops children when selfheal dies\n", done.stderr
     assert (tmp_path / "out").read_text() == "sleep: cannot start: cannot start the reaper that stops children" \
         " when selfheal dies\n"
-
-
-
-
-def run_python(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh interpreter that warns of unclosed resources, in ``tmp_path``."""
-    return subprocess.run([sys.executable, "-W", "default", "-c", textwrap.dedent(code)], cwd=str(tmp_path),
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
 
 
 @posix_only
