@@ -14,6 +14,7 @@ from schema_check import assert_valid
 
 from pytest_selfheal.capture.context import probe_platform, run_context
 from pytest_selfheal.records.context import RunContext
+from pytest_selfheal.records.jsondoc import fields_of
 
 BUGGY = """
 def add(a, b):
@@ -323,7 +324,7 @@ def test_the_platform_probe_gives_run_context_the_same_platform(tmp_path: Path) 
     probe_platform()  # once per process: a second call starts nothing
     context = run_context(tmp_path, ["-q"], {}, git=None)
     assert context.platform == platform.platform() and context.invocation_args == ("-q",)
-    assert list(context.to_json()) == list(RunContext.ORDER) and context.git is None
+    assert list(context.to_json()) == list(tuple(f.key for f in fields_of(RunContext))) and context.git is None
 
 
 READ_BACK_CONFTEST = """

@@ -26,7 +26,7 @@ from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlo
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
-from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.jsondoc import JsonRecord, fields_of
 from pytest_selfheal.records.plan import Excerpt, GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry, SuspectEntry
 from pytest_selfheal.records.run_result import (
     DecisionContext,
@@ -101,9 +101,9 @@ def assert_exact_round_trip(kind: str, where: str, doc: Any) -> JsonRecord:
 def known_keys_seen(record: Any, seen: dict[str, set]) -> None:  # type: ignore[type-arg]
     """Collect, per record class, the known keys present in ``record`` and its nested records."""
     if isinstance(record, JsonRecord):
-        known = {field.key for field in record.FIELDS}
+        known = {field.key for field in fields_of(type(record))}
         seen.setdefault(type(record).__name__, set()).update(k for k in record.keys or () if k in known)
-        for field in record.FIELDS:
+        for field in fields_of(type(record)):
             known_keys_seen(getattr(record, field.name), seen)
     elif isinstance(record, tuple):
         for item in record:
@@ -245,7 +245,7 @@ def test_every_known_field_occurs_in_a_real_document(
     for kind, where, doc in docs:
         known_keys_seen(record_class(kind).from_json(doc, where), seen)
     missing = {
-        cls.__name__: sorted({f.key for f in cls.FIELDS} - seen.get(cls.__name__, set()))
+        cls.__name__: sorted({f.key for f in fields_of(cls)} - seen.get(cls.__name__, set()))
         for cls in ALL_RECORDS
     }
     assert {name: keys for name, keys in missing.items() if keys} == {}
@@ -254,9 +254,9 @@ def test_every_known_field_occurs_in_a_real_document(
 @pytest.mark.parametrize("kind", sorted(RECORDS))
 def test_every_schema_property_is_a_typed_field(kind: str) -> None:
     schema = json.loads((TESTS.parent / "pytest_selfheal" / "schemas" / f"{kind}.schema.json").read_text())
-    fields = {field.key for field in RECORDS[kind].FIELDS}
+    fields = {field.key for field in fields_of(RECORDS[kind])}
     assert set(schema["properties"]) <= fields
-    assert set(schema["required"]) == {field.key for field in RECORDS[kind].FIELDS if field.required}
+    assert set(schema["required"]) == {field.key for field in fields_of(RECORDS[kind]) if field.required}
 
 
 def test_typed_values_are_frozen(demo_snapshot: list[tuple[str, str, Any]]) -> None:
@@ -302,7 +302,7 @@ def test_unknown_keys_keep_their_value_and_position() -> None:
 
 
 def test_absent_and_null_stay_apart() -> None:
-    contract = {k: v for k, v in demo_attempt().items() if k in {f.key for f in Attempt.FIELDS if f.required}}
+    contract = {k: v for k, v in demo_attempt().items() if k in {f.key for f in fields_of(Attempt) if f.required}}
     bare = assert_exact_round_trip("attempt", "attempt_01.json", contract)
     assert isinstance(bare, Attempt) and bare.repair is None and bare.stop_reason is None
     assert "repair" not in bare.to_json() and "stop_reason" not in bare.to_json()
@@ -378,7 +378,7 @@ BAD = [
     ("incident", "year", "2026", "field year: expected integer, got string"),
     ("incident", "failures[0].scheme", "1", "field failures[0].scheme: expected integer, got string"),
     ("incident", "failures[0].nodeid", 3, "field failures[0].nodeid: expected string or null, got integer"),
-    ("incident", "failures[0].code_fixable", 1, "field failures[0].code_fixable: expected boolean, got integer"),
+    ("incident", "failures[0].code_fixable", 1, "field failures[0].code_fixable: expected boolean or null, got integer"),
     ("incident", "failures", {}, "field failures: expected array, got object"),
     ("plan", "actions[0].target_paths", "a.py", "field actions[0].target_paths: expected array, got string"),
     ("plan", "root_cause_hypotheses[0].reason", None, "field root_cause_hypotheses[0].reason: expected string, got null"),
@@ -410,10 +410,10 @@ def test_wrong_type_is_one_line_naming_file_and_field(kind: str, path: str, valu
 EXTENSIONS = [
     ("incident", "counts.failed", "1", "field counts.failed: expected integer, got string"),
     ("incident", "diff_hash", 0, "field diff_hash: expected string or null, got integer"),
-    ("plan", "revision", "2", "field revision: expected integer, got string"),
+    ("plan", "revision", "2", "field revision: expected integer or null, got string"),
     ("plan", "actions[0].nodeids", "t.py::x", "field actions[0].nodeids: expected array, got string"),
     ("attempt", "decision.same_error_repeats", None, "field decision.same_error_repeats: expected integer, got null"),
-    ("attempt", "scope_denied", "no", "field scope_denied: expected boolean, got string"),
+    ("attempt", "scope_denied", "no", "field scope_denied: expected boolean or null, got string"),
     ("run_result", "decision_point.context.remaining", "1", "field decision_point.context.remaining: expected integer, got string"),
     ("run_result", "repair.provider_calls", [], "field repair.provider_calls: expected integer, got array"),
 ]  # fmt: skip
@@ -440,7 +440,7 @@ def test_wrong_type_inside_a_mapping_names_the_key() -> None:
 @pytest.mark.parametrize("kind", sorted(RECORDS))
 def test_missing_required_field_and_non_object(kind: str) -> None:
     doc = json.loads((DEMO / DEMO_FILE[kind]).read_text(encoding="utf-8"))
-    required = next(field.key for field in RECORDS[kind].FIELDS if field.required)
+    required = next(field.key for field in fields_of(RECORDS[kind]) if field.required)
     del doc[required]
     with pytest.raises(InputError) as info:
         RECORDS[kind].from_json(doc, "f.json")
@@ -457,7 +457,7 @@ def test_missing_required_field_and_non_object(kind: str) -> None:
     [
         ({"ts": "2026-11-23T22:00:00+00:00"}, "field event: required field missing"),
         ({"event": 3}, "field event: expected string, got integer"),
-        ({"event": "loop_stopped", "incident_id": ["x"]}, "field incident_id: expected string, got array"),
+        ({"event": "loop_stopped", "incident_id": ["x"]}, "field incident_id: expected string or null, got array"),
     ],
 )
 def test_bad_event(doc: dict[str, Any], problem: str) -> None:

@@ -15,6 +15,7 @@ from pytest_selfheal.loop.resume import capture_diff_hash
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.redact import default_redactor
 
 GIT = {"root": "/r", "commit": "a" * 40, "branch": None, "dirty": False, "diff_stat": "", "untracked": 0}
@@ -26,7 +27,7 @@ def test_the_capture_writes_every_key_in_its_order_with_the_git_part_as_given(tm
     git = GitContext(root="/r", commit="a" * 40, branch=None, dirty=False, diff_stat="", untracked=0, keys=SNAPSHOT_KEYS)
     context = run_context(tmp_path, ["-q", secret], env, git=git, redactor=default_redactor(env=env))
     doc = context.to_json()
-    assert list(doc) == list(RunContext.ORDER)
+    assert list(doc) == list(tuple(f.key for f in fields_of(RunContext)))
     assert json.dumps(doc["git"]) == json.dumps(GIT)  # null branch and empty diff stat kept, in order
     assert doc["python"] == sys.version.split()[0] and doc["rootdir"] == str(tmp_path)
     assert secret not in json.dumps(doc) and doc["ci"]["CI"] == "true"

@@ -197,7 +197,7 @@ BAD: list[tuple[str, str, Any]] = [
 
 @pytest.mark.parametrize("kind", schema.KINDS)
 def test_shipped_schema_is_generated_from_the_record(kind: str) -> None:
-    # scripts/regen_schemas.py rewrites the files after a change to a record's FIELDS.
+    # scripts/regen_schemas.py rewrites the files after a change to a record's fields.
     shipped = (pathlib.Path(pytest_selfheal.__file__).parent / "schemas" / f"{kind}.schema.json").read_text("utf-8")
     assert shipped == schema_text(kind)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Optional
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.vocab import TriageLabel
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def triage_failure(
 
 
 # The keys of a ``triage`` object (``Triage.to_json``), in its order.
-TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in Triage.FIELDS)
+TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in fields_of(Triage))
 
 
 def triage_headline(labels: Sequence[str], base_branch: str) -> str:

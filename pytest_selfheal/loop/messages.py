@@ -22,6 +22,7 @@ from pytest_selfheal.loop.policy import (
     is_evidence,
 )
 from pytest_selfheal.records.attempt import RepairBlock
+from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
 from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
@@ -239,7 +240,7 @@ def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOptio
 _POINT_KEYS = ("reason", "message", "options", "context")
 _OPTION_KEYS = ("id", "label", "command")
 _CONTEXT_KEYS = ("iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles")
-_HANDOFF_KEYS = tuple(f.key for f in Handoff.FIELDS)
+_HANDOFF_KEYS = tuple(f.key for f in fields_of(Handoff))
 
 
 def handoff(

@@ -29,6 +29,7 @@ from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
     OUTCOME_ERROR,
@@ -248,7 +249,7 @@ class Decision:
         )
 
 
-_DECISION_KEYS = tuple(f.key for f in RecordedDecision.FIELDS)
+_DECISION_KEYS = tuple(f.key for f in fields_of(RecordedDecision))
 
 
 # --------------------------------------------------------------------------- observation helpers

@@ -77,8 +77,8 @@ class Suspect:
     def entry(self) -> SuspectEntry:
         """The suspect in ``plan.json``'s ``suspects`` list (its score to 3 decimals)."""
         keys = ("path", "name", "line") if self.line is not None else ("path", "name")
-        return SuspectEntry(self.path, self.name, round(self.score, 3), self.evidence.value, self.line,
-                            self.failures, keys=keys + ("score", "evidence", "failures"))
+        return SuspectEntry(path=self.path, name=self.name, score=round(self.score, 3), evidence=self.evidence.value,
+                            line=self.line, failures=self.failures, keys=keys + ("score", "evidence", "failures"))
 
     @property
     def where(self) -> str:

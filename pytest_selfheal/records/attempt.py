@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Annotated, ClassVar, Optional
 
-from pytest_selfheal.records.incident import FailureEntry, failure_entries
+from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.jsondoc import (
     Extra,
-    Field,
     JsonRecord,
-    boolean,
     checked,
     empty_map,
     incident_id,
@@ -24,7 +22,6 @@ from pytest_selfheal.records.jsondoc import (
     number,
     object_of,
     string,
-    strings,
     timestamp,
 )
 from pytest_selfheal.records.vocab import OUTCOMES, StopReason
@@ -35,21 +32,6 @@ class RecordedDecision(JsonRecord):
     """The loop's decision after one observation, as recorded (every key optional)."""
 
     KIND: ClassVar[str] = "decision"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("action", string),
-        Field("stop_reason", nullable(string)),
-        Field("final_status", nullable(string)),
-        Field("progress", boolean),
-        Field("progress_reasons", strings),
-        Field("fingerprint_changed", boolean),
-        Field("tests_fixed", strings),
-        Field("same_error_repeats", integer),
-        Field("no_progress_streak", integer),
-        Field("retry_timeout", boolean),
-        Field("message", string),
-        Field("iteration", integer),
-        Field("conditions", strings),
-    )
 
     action: str = ""  # continue | stop
     stop_reason: Optional[str] = None
@@ -73,25 +55,10 @@ class RepairBlock(JsonRecord):
     """What one repair provider call did (docs/repair.md "What one repair call records")."""
 
     KIND: ClassVar[str] = "repair"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("provider", string),
-        Field("result", checked(string, enum=("diff", "no_fix_found", "timeout", "crashed"))),
-        Field("files_changed", strings),
-        Field("patch", nullable(string)),
-        Field("scope_denied", boolean),
-        Field("out_of_scope", strings),
-        Field("exit_code", nullable(integer)),
-        Field("duration_seconds", number),
-        Field("message", string),
-        Field("actions_applied", strings),
-        Field("prompt", nullable(string)),
-        Field("log", nullable(string)),
-        Field("worktree", nullable(string)),
-        Field("tests_edited", strings),
-    )
 
     provider: str = ""
-    result: str = ""  # diff | no_fix_found | timeout | crashed
+    # diff | no_fix_found | timeout | crashed
+    result: Annotated[str, checked(string, enum=("diff", "no_fix_found", "timeout", "crashed"))] = ""
     files_changed: tuple[str, ...] = ()
     patch: Optional[str] = None  # attempt_XX.patch, None when nothing changed
     scope_denied: Optional[bool] = None
@@ -115,49 +82,22 @@ class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
 
     KIND: ClassVar[str] = "attempt"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", incident_id, required=True),
-        Field("iteration", checked(integer, minimum=1), required=True),
-        Field("started_at", timestamp, required=True),
-        Field("finished_at", timestamp, required=True),
-        Field("actions_applied", strings, required=True),
-        Field("verification_commands", strings, required=True),
-        Field("verification_passed", boolean, required=True),
-        Field("result", checked(string, enum=("continue", "stop")), required=True),
-        Field("error_signature", nullable(string), required=True),
-        Field("mode", checked(string, enum=("verify", "agent", "repair"))),
-        Field("stop_reason", nullable(checked(string, enum=StopReason))),
-        Field("outcomes", object_of(checked(string, enum=OUTCOMES))),
-        Field("failures", failure_entries),
-        Field("new_failures", failure_entries),
-        Field("fingerprint_changed", nullable(boolean)),
-        Field("progress", nullable(boolean)),
-        Field("progress_reasons", strings),
-        Field("tests_fixed", strings),
-        Field("diff_hash", nullable(string)),
-        Field("exit_code", nullable(integer)),
-        Field("duration_seconds", checked(number, minimum=0)),
-        Field("timed_out", boolean),
-        Field("repair", nullable(RepairBlock.parse)),
-        Field("scope_denied", boolean),
-        Field("same_error_repeats", integer),
-        Field("decision", RecordedDecision.parse),
-        Field("tests_edited", strings),
-        Field("harness_changed", strings),
-    )
 
-    incident_id: str
-    iteration: int  # the attempt number, counting across loop runs; equals XX in the file name
-    started_at: str
-    finished_at: str
+    incident_id: Annotated[str, incident_id]
+    # the attempt number, counting across loop runs; equals XX in the file name
+    iteration: Annotated[int, checked(integer, minimum=1)]
+    started_at: Annotated[str, timestamp]
+    finished_at: Annotated[str, timestamp]
     actions_applied: tuple[str, ...]  # plan action ids the repair touched; () in verify-only mode
     verification_commands: tuple[str, ...]
     verification_passed: bool
-    result: str  # continue | stop
+    result: Annotated[str, checked(string, enum=("continue", "stop"))]  # continue | stop
     error_signature: Optional[str]  # the first failure's signature, None without failures
-    mode: Optional[str] = None  # verify | agent | repair
-    stop_reason: Optional[str] = None
-    outcomes: Mapping[str, str] = field(default_factory=empty_map)  # {nodeid: outcome}
+    # verify | agent | repair
+    mode: Annotated[Optional[str], checked(string, enum=("verify", "agent", "repair"))] = None
+    stop_reason: Annotated[Optional[str], nullable(checked(string, enum=StopReason))] = None
+    # {nodeid: outcome}
+    outcomes: Annotated[Mapping[str, str], object_of(checked(string, enum=OUTCOMES))] = field(default_factory=empty_map)
     failures: tuple[FailureEntry, ...] = ()  # of the selection
     new_failures: tuple[FailureEntry, ...] = ()  # outside the incident's selection
     fingerprint_changed: Optional[bool] = None
@@ -166,7 +106,7 @@ class Attempt(JsonRecord):
     tests_fixed: tuple[str, ...] = ()
     diff_hash: Optional[str] = None  # working-tree hash at verification time
     exit_code: Optional[int] = None  # the first non-zero exit code of the commands
-    duration_seconds: Optional[float] = None
+    duration_seconds: Annotated[Optional[float], checked(number, minimum=0)] = None
     timed_out: Optional[bool] = None
     repair: Optional[RepairBlock] = None
     scope_denied: Optional[bool] = None

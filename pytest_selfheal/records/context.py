@@ -2,7 +2,7 @@
 
 What the capture knew about the run: the git state, versions, platform, CI metadata.
 Informative only (a missing or unreadable one never blocks the loop), so every field is
-optional; the capture writes all of them, in :data:`RunContext.ORDER`, ``null`` when unknown.
+optional; the capture writes all of them, in :data:`tuple(f.key for f in fields_of(RunContext))`, ``null`` when unknown.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ from typing import ClassVar, Optional
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.jsondoc import (
     Extra,
-    Field,
     JsonRecord,
     empty_map,
-    nullable,
-    object_of,
-    string,
-    strings,
 )
 
 
@@ -29,19 +24,6 @@ class RunContext(JsonRecord):
     """``context.json``: the run a capture saw."""
 
     KIND: ClassVar[str] = "context"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("rootdir", string),
-        Field("git", nullable(GitContext.parse)),
-        Field("python", string),
-        Field("python_implementation", string),
-        Field("pytest", string),
-        Field("platform", string),
-        Field("invocation_args", strings),
-        Field("cwd", string),
-        Field("ci", object_of(string)),
-    )
-    # The keys the capture writes, in this order (null when unknown).
-    ORDER: ClassVar[tuple[str, ...]] = tuple(f.key for f in FIELDS)
 
     rootdir: Optional[str] = None
     git: Optional[GitContext] = None  # None: outside a git repository

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, plain_json, string
+from pytest_selfheal.records.jsondoc import Extra, JsonRecord, plain_json
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,6 @@ class Event(JsonRecord):
     """One event of an incident's log."""
 
     KIND: ClassVar[str] = "event"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("event", string, required=True),
-        Field("ts", string),
-        Field("incident_id", string),
-    )
 
     event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
     ts: Optional[str] = None  # ISO-8601 UTC with microseconds

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, boolean, integer, nullable, string
+from pytest_selfheal.records.jsondoc import Extra, JsonRecord
 
 # The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
 SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
@@ -20,15 +20,6 @@ class GitContext(JsonRecord):
     (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""
 
     KIND: ClassVar[str] = "git context"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("root", string),
-        Field("commit", nullable(string)),
-        Field("branch", nullable(string)),
-        Field("dirty", boolean),
-        Field("diff_stat", string),
-        Field("untracked", integer),
-        Field("error", string),
-    )
 
     root: Optional[str] = None
     commit: Optional[str] = None  # None: a repository without commits

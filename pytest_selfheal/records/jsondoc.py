@@ -1,8 +1,9 @@
 """The machinery every on-disk record shares: typed fields parsed once, an exact round trip.
 
-A record is a frozen dataclass whose class attribute ``FIELDS`` lists the JSON keys it
-knows, each with a parser that checks the value's type once and returns it in frozen
-form (lists become tuples, objects read-only mappings, nested objects records).
+A record is a frozen dataclass; its fields are the JSON keys it knows. Each field's type
+gives the parser that checks a value once and returns it in frozen form (lists become
+tuples, objects read-only mappings, nested objects records); an ``Annotated`` type says
+what a type cannot (allowed values, a key that is no Python name: :func:`fields_of`).
 
 Two dataclass fields make the round trip exact: ``keys`` (the key order of the document
 that was read; ``None`` for a record built in code) and ``extra`` (every key the record
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache, partial
 from types import MappingProxyType
-from typing import Any, ClassVar, Optional, TypeVar, Union, cast
+from typing import Annotated, Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.names import INCIDENT_ID_PATTERN
@@ -334,43 +336,85 @@ timestamp = checked(
 
 @dataclass(frozen=True)
 class Field:
-    """One known JSON key of a record: its parser and, when the key is not a Python name, the attribute."""
+    """One known JSON key of a record, as derived from its dataclass field (:func:`fields_of`)."""
 
     key: str
     parse: Parser
     required: bool = False
-    attr: str = ""
+    name: str = ""  # the dataclass attribute holding the value
 
-    @property
-    def name(self) -> str:
-        """The dataclass attribute holding the value."""
-        return self.attr or self.key
+
+@dataclass(frozen=True)
+class JsonKey:
+    """In a field's ``Annotated`` type: the JSON key, where it is not the attribute's name."""
+
+    key: str
+
+
+class _Presence(Enum):
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+
+
+# In a field's ``Annotated`` type: the document must have the key although the record has a
+# default (or need not, although it has none).
+REQUIRED = _Presence.REQUIRED
+OPTIONAL = _Presence.OPTIONAL
+
+
+def parser_for(kind: Any) -> Parser:
+    """The parser of a field's type: ``str``, ``int``, ``float``, ``bool``, ``Any``, a record,
+    an ``Enum``, ``Optional[X]`` (null or X: a key may be null or absent alike),
+    ``tuple[X, ...]`` (an array) and ``Mapping[str, X]`` (an object)."""
+    simple = {str: string, int: integer, float: number, bool: boolean, Any: any_value}.get(kind)
+    if simple is not None:
+        return simple
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Union and len(args) == 2 and type(None) in args:
+        return nullable(parser_for(next(arg for arg in args if arg is not type(None))))
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return json_array if args[0] is Any else strings if args[0] is str else array_of(parser_for(args[0]))
+    if origin is Mapping and args[0] is str:
+        return json_object if args[1] is Any else object_of(parser_for(args[1]))
+    if isinstance(kind, type) and issubclass(kind, JsonRecord):
+        return kind.parse
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return one_of(kind)
+    raise TypeError(f"no JSON parser for {kind!r}: name one in its Annotated type")
+
+
+def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
+    """The JSON keys of a record class, in its fields' order. A field's type gives its parser
+    and its key is required when it has no default; an ``Annotated`` type may say otherwise:
+    a parser (a ``checked`` one: allowed values, a description), a :class:`JsonKey`,
+    ``REQUIRED`` or ``OPTIONAL``. ``keys`` and ``extra`` are not keys."""
+    return _shape(cls).fields
 
 
 class JsonRecord:
     """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
 
-    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages),
-    ``FIELDS``, one attribute per field, and last ``keys`` and ``extra`` (module docstring).
+    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages), one
+    attribute per JSON key (:func:`fields_of`), and last ``keys`` and ``extra`` (module docstring).
     A record built in code (``keys`` None) writes its required fields, then every other
     field that differs from its default, then ``extra``. A field changed with
     ``dataclasses.replace`` that the document did not have is written after the read keys.
     """
 
     KIND: ClassVar[str] = "document"
-    FIELDS: ClassVar[tuple[Field, ...]] = ()
 
     keys: Optional[tuple[str, ...]]
     extra: Extra
 
     @classmethod
     def schema(cls) -> Schema:
-        """The JSON Schema of this record's object (its ``FIELDS``; other keys are allowed)."""
+        """The JSON Schema of this record's object (its fields; other keys are allowed)."""
         out: Schema = {"type": "object"}
-        required = [field.key for field in cls.FIELDS if field.required]
+        fields = fields_of(cls)
+        required = [field.key for field in fields if field.required]
         if required:
             out["required"] = required
-        out["properties"] = {field.key: schema_of(field.parse) for field in cls.FIELDS}
+        out["properties"] = {field.key: schema_of(field.parse) for field in fields}
         out["additionalProperties"] = True
         return out
 
@@ -436,12 +480,28 @@ class JsonRecord:
 
 
 class _Shape:
-    """What ``parse`` and ``to_json`` read of a record class's ``FIELDS``, worked out once per class."""
+    """What ``parse`` and ``to_json`` read of a record class's fields, worked out once per class."""
 
     def __init__(self, cls: type[JsonRecord]) -> None:
-        # key -> (attribute, parser), in FIELDS order.
-        self.known = {field.key: (field.name, field.parse) for field in cls.FIELDS}
-        self.required = tuple(field.key for field in cls.FIELDS if field.required)
+        hints = typing.get_type_hints(cls, include_extras=True)
+        fields = []
+        for spec in dataclasses.fields(cast(Any, cls)):
+            if spec.name in ("keys", "extra"):
+                continue
+            kind, said = hints[spec.name], []
+            if typing.get_origin(kind) is Annotated:
+                kind, *said = typing.get_args(kind)
+            key = next((item.key for item in said if isinstance(item, JsonKey)), spec.name)
+            parse = next((item for item in said if callable(item) and not isinstance(item, JsonKey)), None)
+            presence = next((item for item in said if isinstance(item, _Presence)), None)
+            if presence is None:
+                defaulted = spec.default is not dataclasses.MISSING or spec.default_factory is not dataclasses.MISSING
+                presence = OPTIONAL if defaulted else REQUIRED
+            fields.append(Field(key, parse or parser_for(kind), presence is REQUIRED, spec.name))
+        self.fields = tuple(fields)
+        # key -> (attribute, parser), in the fields' order.
+        self.known = {field.key: (field.name, field.parse) for field in fields}
+        self.required = tuple(field.key for field in fields if field.required)
         # Compared with, never handed out: a factory's value (an empty mapping or list) is made once.
         self.defaults = _defaults(cls)
 

@@ -13,14 +13,7 @@ from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
     Extra,
-    Field,
     JsonRecord,
-    any_value,
-    array_of,
-    boolean,
-    nullable,
-    string,
-    strings,
 )
 
 
@@ -29,13 +22,6 @@ class ReplayIteration(JsonRecord):
     """One iteration of the compared state, from its ``verification_finished`` data."""
 
     KIND: ClassVar[str] = "replayed iteration"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("iteration", any_value),
-        Field("verification_passed", boolean),
-        Field("fingerprints", strings),
-        Field("result", any_value),
-        Field("stop_reason", any_value),
-    )
 
     iteration: Any = None  # an int, as recorded
     verification_passed: bool = False
@@ -52,11 +38,6 @@ class ReplayStop(JsonRecord):
     """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
 
     KIND: ClassVar[str] = "replayed stop"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("iteration", any_value),
-        Field("stop_reason", any_value),
-        Field("final_status", any_value),
-    )
 
     iteration: Any = None
     stop_reason: Any = None
@@ -76,16 +57,6 @@ class LoopState(JsonRecord):
     ``loop_stopped`` of the log) only in the replay's, and not compared."""
 
     KIND: ClassVar[str] = "loop state"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", nullable(string)),
-        Field("status", nullable(string)),
-        Field("bucket", string),
-        Field("iterations", array_of(ReplayIteration.parse)),
-        Field("stop_reason", nullable(string)),
-        Field("final_status", nullable(string)),
-        Field("archived_to", nullable(string)),
-        Field("loop_stops", array_of(ReplayStop.parse)),
-    )
 
     incident_id: Optional[str] = None
     status: Optional[str] = None

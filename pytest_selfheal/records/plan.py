@@ -10,19 +10,16 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Annotated, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
     Extra,
-    Field,
     JsonRecord,
     array_of,
     checked,
     incident_id,
-    integer,
     number,
     string,
-    strings,
     timestamp,
 )
 from pytest_selfheal.records.vocab import SUSPECT_EVIDENCE, EvidenceKind
@@ -33,13 +30,6 @@ class Hypothesis(JsonRecord):
     """One root-cause hypothesis: ``{id, confidence, reason}`` + the actions it explains."""
 
     KIND: ClassVar[str] = "hypothesis"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("id", string, required=True),
-        Field("confidence", string, required=True),
-        Field("reason", string, required=True),
-        Field("actions", strings),
-        Field("failure_type", string),
-    )
 
     id: str
     confidence: str  # high | medium | low
@@ -55,42 +45,25 @@ class GroupKey(JsonRecord):
     """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
 
     KIND: ClassVar[str] = "root cause"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field(
-            "evidence",
-            checked(string, enum=EvidenceKind),
-            required=True,
-        ),
-        Field("path", string),
-        Field("name", string),
-    )
 
-    evidence: str  # an EvidenceKind
+    evidence: Annotated[str, checked(string, enum=EvidenceKind)]  # an EvidenceKind
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SuspectEntry(JsonRecord):
     """One suspicious function of an action (plan/suspects.py): where, how suspicious, why."""
 
     KIND: ClassVar[str] = "suspect"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("path", string, required=True),
-        Field("name", string, required=True),
-        Field("line", integer),
-        Field("score", checked(number, minimum=0, maximum=1), required=True),
-        Field("evidence", checked(string, enum=SUSPECT_EVIDENCE), required=True),
-        Field("failures", integer),
-    )
 
     path: str
     name: str
-    score: float
-    evidence: str  # an EvidenceKind other than fingerprint
     line: Optional[int] = None
+    score: Annotated[float, checked(number, minimum=0, maximum=1)]
+    evidence: Annotated[str, checked(string, enum=SUSPECT_EVIDENCE)]  # an EvidenceKind other than fingerprint
     failures: int = 0  # the action's failures whose evidence names it
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
@@ -106,12 +79,6 @@ class Excerpt(JsonRecord):
     """A few lines of code around the top suspect's line, read when the plan was built."""
 
     KIND: ClassVar[str] = "excerpt"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("path", string, required=True),
-        Field("start", integer, required=True),
-        Field("line", integer, required=True),
-        Field("lines", strings, required=True),
-    )
 
     path: str
     start: int  # the 1-based line number of lines[0]
@@ -134,33 +101,6 @@ class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
 
     KIND: ClassVar[str] = "plan action"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("id", string, required=True),
-        Field("title", string, required=True),
-        Field("priority", string, required=True),
-        Field("risk", string, required=True),
-        Field("target_paths", strings, required=True),
-        Field("verification", strings, required=True),
-        Field("fingerprint", string),
-        Field("fingerprints", strings),
-        Field("signature", string),
-        Field("failure_type", string),
-        Field("nodeids", strings),
-        Field("test_paths", strings),
-        Field("root_cause", GroupKey.parse),
-        Field("where", checked(string, description="The top suspect's path:line.")),
-        Field(
-            "assertion",
-            checked(string, description="The first failure's last test-file line (path:line): its assertion."),
-        ),
-        Field(
-            "suspects",
-            checked(
-                array_of(SuspectEntry.parse), description="The group's suspicious functions, most suspicious first."
-            ),
-        ),
-        Field("excerpt", checked(Excerpt.parse, description="A few lines of code around the top suspect's line.")),
-    )
 
     id: str
     title: str
@@ -175,10 +115,19 @@ class PlanAction(JsonRecord):
     nodeids: tuple[str, ...] = ()
     test_paths: tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
     root_cause: Optional[GroupKey] = None  # the evidence that grouped the action's failures
-    where: Optional[str] = None  # the top suspect's path:line
-    assertion: Optional[str] = None  # the first failure's test line (path:line)
-    suspects: tuple[SuspectEntry, ...] = ()  # most suspicious first
-    excerpt: Optional[Excerpt] = None  # code around the top suspect's line
+    # the top suspect's path:line
+    where: Annotated[Optional[str], checked(string, description="The top suspect's path:line.")] = None
+    # the first failure's test line (path:line)
+    assertion: Annotated[Optional[str], checked(
+        string, description="The first failure's last test-file line (path:line): its assertion."
+    )] = None
+    suspects: Annotated[tuple[SuspectEntry, ...], checked(
+        array_of(SuspectEntry.parse), description="The group's suspicious functions, most suspicious first."
+    )] = ()  # most suspicious first
+    # code around the top suspect's line
+    excerpt: Annotated[Optional[Excerpt], checked(
+        Excerpt.parse, description="A few lines of code around the top suspect's line."
+    )] = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
@@ -188,11 +137,6 @@ class ReplanEntry(JsonRecord):
     """One earlier revision in ``replan_history``: what it tried before the replan."""
 
     KIND: ClassVar[str] = "replan entry"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("revision", integer),
-        Field("iterations", integer),
-        Field("fingerprints_seen", strings),
-    )
 
     revision: int = 0
     iterations: int = 0
@@ -206,22 +150,9 @@ class Plan(JsonRecord):
     """``error_plans/<id>/plan.json``."""
 
     KIND: ClassVar[str] = "plan"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("incident_id", incident_id, required=True),
-        Field("generated_at", timestamp, required=True),
-        Field("summary", string, required=True),
-        Field("root_cause_hypotheses", array_of(Hypothesis.parse), required=True),
-        Field("actions", array_of(PlanAction.parse), required=True),
-        Field("verification_commands", strings, required=True),
-        Field("done_criteria", strings, required=True),
-        Field("revision", integer),
-        Field("base_summary", string),
-        Field("replan_history", array_of(ReplanEntry.parse)),
-        Field("replanned_at_iteration", integer),
-    )
 
-    incident_id: str
-    generated_at: str
+    incident_id: Annotated[str, incident_id]
+    generated_at: Annotated[str, timestamp]
     summary: str
     root_cause_hypotheses: tuple[Hypothesis, ...]
     actions: tuple[PlanAction, ...]

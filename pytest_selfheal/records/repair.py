@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, Field, JsonRecord, string
+from pytest_selfheal.records.jsondoc import Extra, JsonRecord
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,6 @@ class WorktreeRecord(JsonRecord):
     """Where a repair run's worktree lives, written while it exists so the next run can remove it."""
 
     KIND: ClassVar[str] = "worktree record"
-    FIELDS: ClassVar[tuple[Field, ...]] = (Field("repo", string), Field("path", string), Field("scratch", string))
 
     repo: str = ""  # the repository's top level
     path: str = ""  # the worktree

@@ -32,6 +32,7 @@ from pytest_selfheal.records.jsondoc import (
     boolean,
     child,
     empty_map,
+    fields_of,
     freeze,
     integer,
     json_array,
@@ -291,7 +292,7 @@ class TriageEntry:
         """The entry of a report JSON, read tolerantly: the identity as a string or None, the
         triage's label and detail as strings (``""`` when not one), each other field of
         :class:`Triage` as its type or None."""
-        evidence = {spec.name: _lenient(spec, data.get(spec.key)) for spec in Triage.FIELDS if not spec.required}
+        evidence = {spec.name: _lenient(spec, data.get(spec.key)) for spec in fields_of(Triage) if not spec.required}
         return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
                    failure_type=opt_str(data.get("failure_type")),
                    triage=Triage(as_str(data.get("label")), as_str(data.get("detail")), **evidence))
@@ -300,7 +301,7 @@ class TriageEntry:
         """The entry's object: the identity, then the triage's known fields that are set."""
         doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,
                                   "nodeid": self.nodeid}
-        for spec in Triage.FIELDS:
+        for spec in fields_of(Triage):
             value = getattr(self.triage, spec.key)
             if value is not None:
                 doc[spec.key] = value

@@ -1,6 +1,6 @@
 """The shipped JSON Schemas (``pytest_selfheal/schemas/``), generated from the record declarations.
 
-Each record's ``FIELDS`` (parsers, ``checked`` allowed values, descriptions) is the one
+Each record's fields (types, ``checked`` allowed values, descriptions) are the one
 source: ``from_json`` checks it, ``document_schema`` states it for users.
 ``scripts/regen_schemas.py`` writes the files; tests/test_schemas.py checks they match.
 Pure: no I/O.

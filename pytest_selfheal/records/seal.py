@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Annotated, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
     Extra,
-    Field,
     FrozenObject,
     JsonRecord,
+    Parser,
     checked,
     empty_map,
     json_object,
@@ -26,42 +26,46 @@ from pytest_selfheal.records.jsondoc import (
     strings,
 )
 
+Digests = Mapping[str, str]
+
+
+def _digests(description: str) -> Parser:
+    """A ``{name: digest}`` map, with what it holds for the schema."""
+    return checked(object_of(string), description=description)
+
 
 @dataclass(frozen=True)
 class Seal(JsonRecord):
     """What decides what runs and how a result is judged, at capture (docs/loop.md "The seal")."""
 
     KIND: ClassVar[str] = "seal"
-    FIELDS: ClassVar[tuple[Field, ...]] = (
-        Field("files", checked(object_of(string), description=(
-            "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "
-            "conftest.py of their packages, every conftest.py under the rootdir, the project's own plugins."))),
-        Field("pytest_config", checked(object_of(string), description=(
-            "`<config file>: <key>` of pytest's section in every file pytest may read it from, and `inifile` "
-            "(the file the capture used)."))),
-        Field("environment", checked(object_of(string), description="PYTEST_ADDOPTS, PYTEST_PLUGINS, ...")),
-        Field("startup", checked(object_of(string), description=(
-            "The interpreter's start-up customisation: sitecustomize, usercustomize and the .pth files of the "
-            "site directories."))),
-        Field("distributions", checked(object_of(string), description=(
-            "Installed distributions that can act on a run (pytest plugins by entry point): name -> version."))),
-        Field("code", checked(strings, description=(
-            "Rootdir-relative non-test modules the capture's run imported: checked for test-aware code."))),
-        Field("test_aware", checked(object_of(string), description=(
-            "Of those, the ones that asked whether they run under a test at capture, with their sha256."))),
-        Field("judging", checked(json_object, description=(
-            "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
-            "arguments, enabled): they judge the incident until `selfheal reopen`."))),
-    )
 
-    files: Mapping[str, str] = field(default_factory=empty_map)
-    pytest_config: Mapping[str, str] = field(default_factory=empty_map)
-    environment: Mapping[str, str] = field(default_factory=empty_map)
-    startup: Mapping[str, str] = field(default_factory=empty_map)
-    distributions: Mapping[str, str] = field(default_factory=empty_map)
-    code: tuple[str, ...] = ()
-    test_aware: Mapping[str, str] = field(default_factory=empty_map)
-    judging: FrozenObject = field(default_factory=empty_map)
+    files: Annotated[Digests, _digests(
+        "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "
+        "conftest.py of their packages, every conftest.py under the rootdir, the project's own plugins."
+    )] = field(default_factory=empty_map)
+    pytest_config: Annotated[Digests, _digests(
+        "`<config file>: <key>` of pytest's section in every file pytest may read it from, and `inifile` "
+        "(the file the capture used)."
+    )] = field(default_factory=empty_map)
+    environment: Annotated[Digests, _digests("PYTEST_ADDOPTS, PYTEST_PLUGINS, ...")] = field(default_factory=empty_map)
+    startup: Annotated[Digests, _digests(
+        "The interpreter's start-up customisation: sitecustomize, usercustomize and the .pth files of the "
+        "site directories."
+    )] = field(default_factory=empty_map)
+    distributions: Annotated[Digests, _digests(
+        "Installed distributions that can act on a run (pytest plugins by entry point): name -> version."
+    )] = field(default_factory=empty_map)
+    code: Annotated[tuple[str, ...], checked(strings, description=(
+        "Rootdir-relative non-test modules the capture's run imported: checked for test-aware code."
+    ))] = ()
+    test_aware: Annotated[Digests, _digests(
+        "Of those, the ones that asked whether they run under a test at capture, with their sha256."
+    )] = field(default_factory=empty_map)
+    judging: Annotated[FrozenObject, checked(json_object, description=(
+        "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
+        "arguments, enabled): they judge the incident until `selfheal reopen`."
+    ))] = field(default_factory=empty_map)
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

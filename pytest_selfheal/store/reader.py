@@ -352,8 +352,8 @@ class StoreReader:
             incident = self._read_incident_at(folder, incident_id)
             status = self._read_status_at(folder)
         except SelfhealError as exc:
-            return IncidentSummary(incident_id, CORRUPTED, bucket, path, attempts=attempts, error=exc.message)
-        return IncidentSummary(incident_id, status, bucket, path, error_signature=incident.error_signature,
+            return IncidentSummary(incident_id=incident_id, status=CORRUPTED, bucket=bucket, path=path, attempts=attempts, error=exc.message)
+        return IncidentSummary(incident_id=incident_id, status=status, bucket=bucket, path=path, error_signature=incident.error_signature,
                                created_at=incident.created_at, updated_at=incident.updated_at, step=incident.step,
                                attempts=attempts)
 
