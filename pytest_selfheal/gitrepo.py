@@ -6,7 +6,7 @@ No other module imports ``git`` (an import-linter contract in pyproject.toml) or
 - the working-tree diff hash the loop's progress check compares (:func:`diff_hash`) and
   the git part of an incident's ``context.json`` (:func:`git_context`), read in one pass
   by :func:`git_snapshot`. These run the git binary directly, with the commands and the
-  environment gitpython used: importing gitpython (~40 ms) cost more than a capture's
+  environment gitpython used: importing gitpython cost more than a capture's
   whole git work, on every failing ``pytest --selfheal`` run (docs/benchmarks.md);
 - the commands of the repair worktrees (:func:`run_git`, :func:`repo_top`;
   ``repair/worktree.py`` holds what they are for);
@@ -170,7 +170,7 @@ def clean_tree_hash(commit: str) -> str:
     return _start(commit, b"").hexdigest()[:HASH_LENGTH]
 
 
-class GitSnapshot(NamedTuple):  # NamedTuple: a frozen dataclass costs ~1 ms more to define
+class GitSnapshot(NamedTuple):  # NamedTuple: cheaper to define than a frozen dataclass
     """One read of the working tree: ``context.json``'s git part and the diff hash."""
 
     context: Optional[GitContext]  # None outside a git repository

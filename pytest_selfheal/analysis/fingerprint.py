@@ -227,7 +227,7 @@ def _rule(
     chars: str, needles: tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
 ) -> _Rule:
     # Compiled when first needed: most lines meet the conditions of a few rules only, and
-    # compiling all of them cost every failing `pytest --selfheal` run ~5 ms at import.
+    # compiling all of them cost every failing `pytest --selfheal` run at import.
     return _Rule(frozenset(chars), needles, digits, functools.lru_cache(maxsize=None)(lambda: re.compile(pattern)), replacement)
 
 

@@ -74,7 +74,7 @@ class Rule:
         """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
 
         Most rules never get past their keywords, and compiling all the default rules
-        up front cost every failing ``pytest --selfheal`` run ~5 ms. Patterns from config
+        up front cost every failing ``pytest --selfheal`` run. Patterns from config
         and hooks are compiled when validated (``rules.regex_problem``).
         """
         return compiled(self.pattern)

@@ -94,7 +94,7 @@ def _parse_json(path: Path, text: str) -> Any:
 
 
 def _parse_yaml(path: Path, text: str) -> Any:
-    # Lazy: pyyaml costs ~13 ms to import and most projects have no YAML config file.
+    # Lazy: pyyaml is slow to import and most projects have no YAML config file.
     import yaml  # type: ignore[import-untyped,unused-ignore]
 
     try:

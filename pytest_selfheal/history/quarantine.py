@@ -26,7 +26,7 @@ ROOT_KEY = "quarantine"
 
 
 def _yaml() -> Any:
-    # Imported on first use: pyyaml costs ~12 ms to import, and most runs have no quarantine file.
+    # Imported on first use: pyyaml is slow to import, and most runs have no quarantine file.
     import yaml  # type: ignore[import-untyped,unused-ignore]
 
     return yaml

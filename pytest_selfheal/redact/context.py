@@ -22,7 +22,7 @@ _Replacer = Callable[["re.Match[str]", str], str]
 
 def lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
     """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
-    text needs few of these regexes; compiling them all cost every capture ~4 ms."""
+    text needs few of these regexes; compiling them all would cost every capture."""
     return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
 
 
