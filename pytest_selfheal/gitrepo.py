@@ -236,7 +236,8 @@ def _parse_status(raw: bytes) -> _Status:
     return _Status(head, branch, changed, untracked)
 
 
-def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True) -> GitSnapshot:
+def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True,
+                 diff_hash: bool = True) -> GitSnapshot:
     """The git context and the diff hash of the repository containing ``project_root``, in one pass.
 
     Runs the git binary directly (argv lists, no shell): importing gitpython costs more
@@ -245,7 +246,7 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
     untracked listing and the diff stat run only when the status shows something for them.
     The results are those of the gitpython calls they replace (tests/test_verify.py,
     tests/test_plugin_capture.py). ``context=False`` skips the diff stat (the loop needs
-    only the hash).
+    only the hash), ``diff_hash=False`` the hash (a history record needs only the context).
     """
     try:
         top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"])))
@@ -267,7 +268,7 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
                               keys=SNAPSHOT_KEYS)
         except GitFailed as exc:
             info = GitContext.failed(one_line(f"git {exc.args_list[0]}: {exc}"))
-    return GitSnapshot(info, _hash_tree(top, status, exclude))
+    return GitSnapshot(info, _hash_tree(top, status, exclude) if diff_hash else None)
 
 
 def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path]) -> Optional[str]:
@@ -332,7 +333,7 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
 
 def git_context(path: Path) -> Optional[GitContext]:
     """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
-    return git_snapshot(path).context
+    return git_snapshot(path, diff_hash=False).context
 
 
 # --- commands (repair worktrees) ----------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
+    PYTEST_SELFHEAL,
     assert_replay_equals_disk,
     capture,
     clone_project,
@@ -68,7 +69,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return project, capture(project, *(word for key in NEVER_STOP for word in ("--selfheal-set", key)))
 
 
-def test_one_verify_only_iteration_reads_each_incident_file_at_most_twice(
+def test_one_verify_only_iteration_reads_each_incident_file_at_most_once(
     tmp_path: Path, captured: tuple[Path, str]
 ) -> None:
     project, incident_id = clone_project(captured[0], tmp_path / "project"), captured[1]
@@ -80,7 +81,46 @@ def test_one_verify_only_iteration_reads_each_incident_file_at_most_twice(
     opened = result["opened"]
     assert opened.get("attempt_01.json", 0) == 0  # written (through a temporary file), never read back
     for name in ("status.txt", "incident.json", "plan.json"):
-        assert opened.get(name, 0) <= 2, opened
+        assert opened.get(name, 0) <= 1, opened
+
+
+# The whole process of a surface, its command line included, under the same hook.
+COUNT_PROCESS_OPENS = textwrap.dedent("""
+    import collections, json, os, sys
+    root = os.path.join(os.getcwd(), ".selfheal") + os.sep
+    opened = collections.Counter()
+
+    def hook(event, args):
+        if event == "open" and isinstance(args[0], str) and args[0].startswith(root) and isinstance(args[1], str) \
+                and "r" in args[1]:
+            opened[os.path.basename(args[0])] += 1
+
+    sys.addaudithook(hook)
+    if sys.argv[1] == "pytest":
+        import pytest
+        code = pytest.main(sys.argv[2:])
+    else:
+        from pytest_selfheal.cli.main import main
+        code = main(sys.argv[1:])
+    print(json.dumps({"code": int(code), "opened": opened}))
+""")
+
+
+def test_a_red_capture_and_a_selfheal_loop_read_each_incident_file_at_most_once(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+
+    def counted(*argv: str) -> dict[str, int]:
+        child = subprocess.run([PY, "-c", COUNT_PROCESS_OPENS, *argv], cwd=project, capture_output=True, text=True,
+                               env=run_env(), timeout=120, check=False)
+        assert child.stderr == "" or "Traceback" not in child.stderr, child.stderr
+        opened: dict[str, int] = json.loads(child.stdout.splitlines()[-1])["opened"]
+        return opened
+
+    assert counted("pytest", *PYTEST_SELFHEAL, "-q", "-p", "no:cacheprovider") == {}  # written, never read back
+    (incident_id,) = [p.name for p in (project / ".selfheal" / "error_inbox").iterdir()]
+    opened = counted("loop", incident_id)  # to its stop: verified, archived
+    for name in ("status.txt", "incident.json", "plan.json"):
+        assert opened.get(name, 0) <= 1, opened
 
 
 def test_the_state_in_memory_is_what_the_files_say_after_a_loop(tmp_path: Path, captured: tuple[Path, str]) -> None:

@@ -249,6 +249,7 @@ def run_loop(
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
+    incident: Optional[Incident] = None,
 ) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -263,7 +264,8 @@ def run_loop(
     classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
     verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
-    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`).
+    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`). ``incident``:
+    the record as the caller read it, which the loop state then holds (not read again).
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -275,7 +277,7 @@ def run_loop(
     state = CancelState()
     with loop_lock(store, incident_id), signal_handlers(state):
         # Read once, under the loop lock: no other loop writes this incident while it runs.
-        run = LoopRun.resume(store, incident_id)
+        run = LoopRun.resume(store, incident_id, incident)
         _refuse_interrupted_archive(run)
         try:
             return _drive(

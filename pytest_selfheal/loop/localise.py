@@ -127,7 +127,7 @@ def localise(
         return plan
     with run.store.lock():
         run.incident = run.store.update_incident(
-            incident_id, failures=[f.to_json() for f in with_spectra(incident.failures, spectrum)])
+            incident_id, held=run.incident, failures=[f.to_json() for f in with_spectra(incident.failures, spectrum)])
         rebuilt = build_plan(run.incident, generated_at=ev.format_ts(), source=project_source(run.incident.rootdir))
         run.write_plan(rebuilt, render_plan_md(rebuilt))
         run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in rebuilt.actions], localised=True)

@@ -84,11 +84,12 @@ class LoopRun:
     # ------------------------------------------------------------------ reading
 
     @classmethod
-    def read(cls, store: Store, incident_id: str) -> LoopRun:
+    def read(cls, store: Store, incident_id: str, incident: Optional[Incident] = None) -> LoopRun:
         """The state from the files of ``incident_id``, each read once (call under the store
-        lock when it is to be acted on). Raises like the store (corrupted files: exit 3)."""
+        lock when it is to be acted on). ``incident``: its record as the caller already read
+        it (the loop entry), not read again. Raises like the store (corrupted files: exit 3)."""
         records = read_records(store, incident_id)
-        incident = store.read_incident(records.incident_id)
+        incident = incident or store.read_incident(records.incident_id)
         return cls(
             store=store,
             incident=incident,
@@ -102,11 +103,11 @@ class LoopRun:
         )
 
     @classmethod
-    def resume(cls, store: Store, incident_id: str) -> LoopRun:
+    def resume(cls, store: Store, incident_id: str, incident: Optional[Incident] = None) -> LoopRun:
         """:meth:`read` under the store lock, then, for an open incident, the events a kill
         lost appended (:meth:`recover_events`)."""
         with store.lock():
-            run = cls.read(store, incident_id)
+            run = cls.read(store, incident_id, incident)
             if run.bucket == INBOX:
                 run.recover_events()
             return run
@@ -161,9 +162,8 @@ class LoopRun:
 
     def set_status(self, new: str, **data: Any) -> None:
         """``Store.set_status``, and the state's status with it."""
-        self.store.set_status(self.incident_id, new, **data)
+        self.incident = self.store.set_status(self.incident_id, new, held=(self.status, self.incident), **data)
         self.status = new
-        self.incident = dataclasses.replace(self.incident, status=new)
 
     def write_plan(self, plan: Plan, plan_md: str) -> None:
         """``Store.write_plan``, and the state's plan with it."""
@@ -188,7 +188,7 @@ class LoopRun:
 
     def archive(self, bucket: str) -> None:
         """``Store.archive`` (the status move, its events and the folder's rename), and the state with it."""
-        self.store.archive(self.incident_id, bucket)
+        self.store.archive(self.incident_id, bucket, held=(self.status, self.incident))
         self.bucket = self.status = bucket
         self.incident = dataclasses.replace(self.incident, status=bucket)
 

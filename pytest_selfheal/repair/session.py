@@ -25,6 +25,7 @@ from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
 from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.records.run_result import LoopResult, RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
@@ -89,6 +90,7 @@ def repair_loop(
     env: Optional[Mapping[str, str]] = None,
     hook_rules: Optional[Sequence[Rule]] = None,
     unattended: Optional[bool] = None,
+    incident: Optional[Incident] = None,
 ) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
 
@@ -121,7 +123,8 @@ def repair_loop(
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
             store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
-            accepted = _accepted_patch(store.read_attempts(incident_id), reopened_after(store.read_incident(incident_id)))
+            incident = incident or store.read_incident(incident_id)
+            accepted = _accepted_patch(store.read_attempts(incident_id), reopened_after(incident))
             if accepted is not None and store.read_status(incident_id) == "running":
                 data = read_run_bytes(store, incident_id, accepted)
                 if data:
@@ -145,6 +148,7 @@ def repair_loop(
             result = loop.run_loop(
                 store, incident_id, effective=effective, project_root=wt.project_root, provider=session,
                 approve=approve, out=say, env=redirect.env, hook_rules=rules, unattended=unattended,
+                incident=incident,
             )
             return _close_out(store, incident_id, result, wt=wt, session=session, approver=approver, say=say)
         finally:

@@ -53,7 +53,7 @@ def run_incident_loop(
     ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
     (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
     """
-    incident = store.read_incident(incident_id)
+    incident = store.read_incident(incident_id)  # read once: the loop state holds it from here on
     project_root = verification_root(incident, cwd, store.root)
     recorded = incident.rootdir
     if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
@@ -70,11 +70,11 @@ def run_incident_loop(
         result = repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
-            unattended=unattended,
+            unattended=unattended, incident=incident,
         )
     else:
         result = run_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
-            unattended=unattended, env=env, hook_rules=rules,
+            unattended=unattended, env=env, hook_rules=rules, incident=incident,
         )
     return result

@@ -24,9 +24,11 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 from pytest_selfheal.errors import RefusedError, UsageError
 from pytest_selfheal.names import INBOX_DIR
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -51,7 +53,7 @@ class Store(StoreWriter):
 
     # ------------------------------------------------------------------ archive
 
-    def archive(self, incident_id: str, bucket: str) -> Path:
+    def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
         """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/`` (one rename).
 
         First the status moves to ``bucket`` through the table (``RefusedError`` and no
@@ -59,7 +61,8 @@ class Store(StoreWriter):
         renamed. An already archived incident is refused. An inbox incident whose status
         already equals ``bucket`` (a previous archive interrupted before its rename) is
         simply moved, adding only the events that are missing. ``error_plans/<id>`` and
-        ``error_runs/<id>`` stay where they are. Returns the new folder.
+        ``error_runs/<id>`` stay where they are. Returns the new folder. ``held``:
+        ``(status.txt, record)`` as the caller's state holds them, not read again.
         """
         if bucket not in ARCHIVE_BUCKETS:
             raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
@@ -67,14 +70,15 @@ class Store(StoreWriter):
             if where != INBOX:
                 raise RefusedError(f"incident {incident_id} is already archived in {ARCHIVE_DIR}/{where}")
             self.confined(folder)
-            current = self._read_status_at(folder)
+            current = held[0] if held else self._read_status_at(folder)
             target_dir = self.confined(self.bucket_dir(bucket))
             destination = self.confined(target_dir / incident_id)
             archived_to = self._relative(destination)
             if current != bucket:
                 check_transition(incident_id, current, bucket)
                 fsio.ensure_dir(target_dir)
-                self._write_status(folder, incident_id, current, bucket, ev.pending(ev.STATUS_CHANGED, {"reason": "archive"}))
+                incident = held[1] if held else self._read_incident_at(folder, incident_id)
+                self._write_status(folder, incident, current, bucket, ev.pending(ev.STATUS_CHANGED, {"reason": "archive"}))
                 self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.

@@ -302,30 +302,35 @@ class StoreWriter(StoreReader):
 
     # ------------------------------------------------------------------ status
 
-    def update_incident(self, incident_id: str, /, **fields: Any) -> Incident:
+    def update_incident(self, incident_id: str, /, *, held: Optional[Incident] = None, **fields: Any) -> Incident:
         """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new record.
 
         ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
         this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
+        ``held``: the record as the caller's state holds it (a loop run), changed instead of
+        the file read again.
         """
         fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
         with self.locked(incident_id) as (incident_id, _, folder):
-            doc = self._read_incident_at(folder, incident_id).to_json()
+            doc = (held or self._read_incident_at(folder, incident_id)).to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             updated = _incident_of(doc, "incident update")
             self._write_incident(folder, updated)
             return updated
 
-    def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
-        """Move the incident to status ``new`` if the table allows it from ``status.txt``.
+    def set_status(self, incident_id: str, new: str, /, *, held: Optional[tuple[str, Incident]] = None,
+                   **event_data: Any) -> Incident:
+        """Move the incident to status ``new`` if the table allows it from ``status.txt``;
+        returns the record written.
 
         Writes ``incident.json`` (status, updated_at) and then ``status.txt`` — each
         atomically; ``status.txt`` is the commit point — and appends ``status_changed``
         ``{from, to, ...event_data}``. A refused move raises ``RefusedError`` and changes
-        nothing; an archived incident's status is final.
+        nothing; an archived incident's status is final. ``held``: ``(status.txt, record)``
+        as the caller's state holds them (a loop run under its lock), not read again.
         """
         if new not in STATUSES:
             raise ValueError(f"unknown incident status {new!r} (expected one of {', '.join(STATUSES)})")
@@ -333,20 +338,22 @@ class StoreWriter(StoreReader):
         if clash:
             raise ValueError(f"status_changed data must not set {', '.join(clash)}")
         with self.locked(incident_id) as (incident_id, bucket, folder):
-            current = self._read_status_at(folder)
+            current, incident = held or (self._read_status_at(folder), self._read_incident_at(folder, incident_id))
             check_transition(incident_id, current, new)
             if bucket != INBOX:  # only reachable after a hand edit of status.txt
                 raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
-            self._write_status(folder, incident_id, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
+            return self._write_status(folder, incident, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
 
-    def _write_status(self, folder: Path, incident_id: str, current: str, new: str, changed: Event) -> None:
+    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, changed: Event) -> Incident:
         """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
-        ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event)."""
-        incident = self._read_incident_at(folder, incident_id)
-        self._write_incident(folder, replace(incident, status=new, updated_at=ev.format_ts(self._now())))
+        ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event).
+        Returns the record written."""
+        incident = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
+        self._write_incident(folder, incident)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
         data = {"from": current, "to": new, **changed.data}
-        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, data))
+        self._append_event_at(folder, incident.incident_id, ev.pending(ev.STATUS_CHANGED, data))
+        return incident
 
     def _write_incident(self, folder: Path, incident: Incident) -> None:
         """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""

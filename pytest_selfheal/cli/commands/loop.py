@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     effective = load_config(project, overrides=overrides)
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
-    store.read_incident(incident_id)  # unknown id: exit 4 before anything runs
+    store.locate(incident_id)  # unknown id: exit 4 before anything runs
 
     def progress(line: str) -> None:
         stream = sys.stderr if args.json else sys.stdout
