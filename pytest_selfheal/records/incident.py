@@ -200,6 +200,7 @@ class Incident(JsonRecord):
         Field("message", string, required=True),
         Field("error_signature", string, required=True),
         Field("failures", failure_entries),
+        Field("passed_on_rerun", failure_entries),
         Field("fingerprints", strings),
         Field("nodeids", strings),
         Field("rootdir", string),
@@ -233,6 +234,9 @@ class Incident(JsonRecord):
     month: int = 0
     ym: str = ""
     failures: tuple[FailureEntry, ...] = ()
+    # Tests the captured run saw fail and then pass on a re-run (a re-run plugin): flaky,
+    # recorded with the failures' triage, never in the selection.
+    passed_on_rerun: tuple[FailureEntry, ...] = ()
     fingerprints: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
     rootdir: Optional[str] = None
