@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli
+from helpers import cli, make_project
+from test_ci import actions_env, outputs_of
 
+from pytest_selfheal.github.ci_verdict import ci_headline, sanitize_ci_info
 from pytest_selfheal.history.records import FAILED, PASSED_ON_RERUN
+from pytest_selfheal.history.segment_dir import ci_capture_run_id, local_segments, passed_on_rerun_in, this_run_segments
 from pytest_selfheal.history.triage import triage_headline
+from pytest_selfheal.names import CI_RUN_ENV
+from pytest_selfheal.records.ci import CiVerdict
+from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.render import render_headline
 from pytest_selfheal.store.root import Store
@@ -154,3 +160,44 @@ def test_the_headline_counts_the_flaky_tests_that_passed_on_a_rerun() -> None:
     assert triage_headline(["flaky", "known", "flaky"], "main", passed_on_rerun=1) == (
         "1 known on main, 2 flaky (1 passed on re-run)")
     assert triage_headline(["new"], "main", passed_on_rerun=1) == "1 new"
+
+
+def test_under_selfheal_ci_the_green_run_is_found_by_its_token(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`selfheal ci` finds its pytest's record of a green run by the run token, which the
+    tests never see; a record without the token is not its run's."""
+    pytester.makepyfile(test_x=FLIPS + OK)
+    root = pytester.path / ".selfheal"
+    pytester.runpytest("--selfheal", *RERUNFAILURES)  # another run's record, before ci's
+    before = set(local_segments(root))
+    monkeypatch.setenv(CI_RUN_ENV, "token-of-this-ci-run")
+    assert_outcomes(pytester.runpytest("--selfheal", *RERUNFAILURES), passed=2, rerun=1)
+    token_run = ci_capture_run_id("token-of-this-ci-run")
+    assert passed_on_rerun_in(root, before, token_run) == ["test_x.py::test_flaky"]
+    assert passed_on_rerun_in(root, set(), ci_capture_run_id("another-token")) == []
+    assert len(this_run_segments(root, before, token_run)) == 1
+
+
+def test_the_ci_headline_of_a_green_run_counts_its_rerun_passes() -> None:
+    info = CiVerdict(FinalStatus.PASSED, "none", 0, None, 0, passed_on_rerun=("t.py::test_a", "t.py::test_b"))
+    report = build_report(incidents=[])
+    assert ci_headline(report, info) == ("**selfheal: passed — stop reason `none`** (pytest passed, 2 flaky (passed on "
+                                         "re-run): t.py::test_a, t.py::test_b; nothing to loop)")
+    # Read back from an artifact (comment-only mode), checked.
+    block = {**info.to_json(), "passed_on_rerun": ["t.py::test_a", 7, "t.py::test_b"]}
+    assert sanitize_ci_info(block, report).passed_on_rerun == info.passed_on_rerun
+    assert "passed_on_rerun" not in CiVerdict(FinalStatus.PASSED, "none", 0, None, 0).to_json()
+
+
+@pytest.mark.slow
+def test_selfheal_ci_counts_a_green_runs_rerun_pass_and_shares_its_record(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", ini=None, files={"test_x.py": FLIPS + OK})
+    env = actions_env(tmp_path, None, event={"ref": "refs/heads/main", "repository": {"default_branch": "main"}},
+                      event_name="push")
+    env["GITHUB_REF_NAME"] = "main"
+    done = cli("ci", "--", "-q", "-p", "no:flaky", "--reruns", "2", cwd=project, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = outputs_of(env)
+    assert out["final-status"] == "passed" and out["history-segments"], out
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "pytest passed, 1 flaky (passed on re-run): test_x.py::test_flaky; nothing to loop" in summary.splitlines()[0]

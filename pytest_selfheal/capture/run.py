@@ -346,15 +346,15 @@ def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
 
 def record_passed_on_rerun(
     *, config: pytest.Config, effective: EffectiveConfig, passed_on_rerun: Sequence[Failure],
-    counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None,
+    counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None, run_id: Optional[str] = None,
 ) -> list[str]:
     """Record a run that captured nothing but had tests pass on a re-run (a green run, or
     one whose failures an open incident took): one history run of its own holding them as
-    ``passed_on_rerun``; the terminal lines that say so."""
+    ``passed_on_rerun`` (``capture:<run_id>``, a new id by default); the terminal lines that say so."""
     rootdir = Path(config.rootpath)
     history = record_and_triage(
         reports_root, effective.settings.history,
-        run_info(run_key=f"capture:{new_run_id()}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests")),
+        run_info(run_key=f"capture:{run_id or new_run_id()}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests")),
         [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in passed_on_rerun], project_root=rootdir,
         passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
     )

@@ -29,6 +29,7 @@ from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Failed, Recorder
@@ -175,7 +176,8 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     if passed_on_rerun:
         lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,
                                        passed_on_rerun=passed_on_rerun, counts=counts,
-                                       reports_root=recorder.reports_root, warnings=warnings)
+                                       reports_root=recorder.reports_root, warnings=warnings,
+                                       run_id=ci_capture_run_id(recorder.ci_run) if recorder.ci_run else None)
         recorder.lines.extend((SUMMARY if index == 0 else DETAIL, line) for index, line in enumerate(lines))
     recorder.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
     _write_report(recorder)
