@@ -143,6 +143,12 @@ def test_a_pass_on_a_flaky_rerun_is_recorded_as_flaky(pytester: pytest.Pytester)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["selfheal: 1 flaky (passed on re-run), recorded in the history"])
     assert [row[1:3] for row in history(pytester.path)] == [("test_x.py::test_flaky", PASSED_ON_RERUN)]
+    # A test failing all its runs is one failure, its two re-runs counted as pytest-rerunfailures' are.
+    pytester.makepyfile(test_y="from flaky import flaky\n\n@flaky(max_runs=3)\ndef test_always():\n    assert 0\n")
+    result = pytester.runpytest("--selfheal", "-p", "no:rerunfailures", "test_y.py", "test_x.py")
+    result.assert_outcomes(failed=1, passed=2)
+    result.stdout.re_match_lines([r"captured incident_\S+: 1 failure\(s\) \(1 new\), 1 flaky \(passed on re-run\) -> "])
+    assert incident_of(pytester.path)["counts"] == {"tests": 3, "failed": 1, "skipped": 0, "rerun": 3}
 
 
 @pytest.mark.slow

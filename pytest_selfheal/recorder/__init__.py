@@ -1,6 +1,7 @@
 """The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
 
-During the run it keeps counters and the failing reports, nothing more. pytest marks every
+During the run it keeps counters, the failing reports and the failed runs a re-run plugin
+ran again, nothing more. pytest marks every
 module of a plugin's distribution for assertion rewriting, so where bytecode is not written
 (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
 compiled again on every run: a green run imports no module of the package but the plugin,
@@ -291,8 +292,9 @@ class Recorder:
         # current attempt was re-run: a green run without a re-run only tests one empty set.
         self.reruns: list[Failed] = []
         self.rerun_attempt: set[str] = set()
-        # Failing reports seen at their failure and not logged (yet): see pytest_exception_interact.
-        self.unlogged: dict[str, list[Failed]] = {}
+        # Failing reports seen at their failure and not logged (yet), with what they say: see
+        # pytest_exception_interact.
+        self.unlogged: dict[str, list[tuple[Any, Failed]]] = {}
         self.tests = 0
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
@@ -372,7 +374,7 @@ class Recorder:
         """A failing report logged after it was seen at its failure: not a hidden run."""
         pending = self.unlogged.get(report.nodeid)
         if pending:
-            pending.pop()
+            pending[:] = [(seen, failed) for seen, failed in pending if seen is not report]
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
@@ -383,7 +385,7 @@ class Recorder:
         if not isinstance(report, pytest.TestReport) or not report.failed or (
                 last is not None and last.nodeid == report.nodeid and last.when == report.when):
             return
-        self.unlogged.setdefault(report.nodeid, []).append(_failed(report, report.when))
+        self.unlogged.setdefault(report.nodeid, []).append((report, _failed(report, report.when)))
 
     def _rerun(self, report: pytest.TestReport) -> None:
         """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
@@ -396,11 +398,16 @@ class Recorder:
             self.tests -= 1
             self.reruns.append(_failed(report, report.when))
 
+    def _take_hidden(self) -> None:
+        """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
+        was logged (it failed in its call) is not counted as a test of its own."""
+        for hidden in self.unlogged.values():
+            self.reruns += [failed for _, failed in hidden]
+            self.tests -= sum(1 for _, failed in hidden if failed.when == "call")
+        self.unlogged.clear()
+
     def passed_on_rerun(self) -> list[str]:
         """The tests that failed, were re-run and passed in the end (in the order re-run)."""
-        for hidden in self.unlogged.values():
-            self.reruns += hidden  # the failed runs flaky re-ran and never logged
-        self.unlogged.clear()
         if not self.reruns:
             return []
         failing = {f.nodeid for f in self.failed}
@@ -527,6 +534,8 @@ class Recorder:
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py). Sets :attr:`gone`."""
         self.gone = self._gone(session, exitstatus)
+        if self.unlogged:
+            self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
             self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
 
