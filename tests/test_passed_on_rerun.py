@@ -99,6 +99,10 @@ def test_a_red_run_records_the_test_that_passed_on_a_rerunfailures_rerun_as_flak
     assert report.triage_line == "1 new, 1 flaky (passed on re-run)"
     assert "1 new, 1 flaky (passed on re-run)" in render_headline(report)
     assert list(report.incidents[0].flaky_tests) == ["test_x.py::test_flaky"]
+    # The incident's junit: the flaky test passes with its failed run, the Surefire way.
+    code, out, err = cli("junit", "--output", "rerun.xml", cwd=pytester.path)
+    assert (code, err) == (0, "") and out.endswith("2 test(s) of " + incident["incident_id"] + ", 1 flaky\n"), out
+    assert '<flakyFailure message="AssertionError: first run fails"' in (pytester.path / "rerun.xml").read_text()
 
 
 def test_a_green_run_records_only_what_passed_on_a_rerun(pytester: pytest.Pytester) -> None:
