@@ -5,12 +5,16 @@ same suite with some failing tests. Each --selfheal run uses a fresh reports roo
 failing run pays a full capture. Targets: green <= 1.03, with failures <= 1.05; a suite
 where every test fails (``--tests 50 --failures 50 --skip-green``) <= 1.25 (a fixed-cost watch).
 
+``--reruns N`` arms pytest-rerunfailures on both sides: what a green run costs a project
+that re-runs failures when nothing is re-run.
+
 ``--no-autoload`` runs both sides with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and
 ``-p pytest_selfheal.plugin``: other installed plugins (hypothesis imports itself at
 session end) then add nothing to the baseline, which makes the ratio stricter.
 
     python benchmarks/bench_plugin_overhead.py [--tests 5000] [--failures 50] [--repeat 7]
                                                [--skip-green] [--no-autoload] [--instructions]
+                                               [--reruns N]
 """
 
 from __future__ import annotations
@@ -88,25 +92,28 @@ def instructions(argv: Sequence[str], cwd: Path, env: Optional[dict[str, str]] =
         return total
 
 
-def sides(autoload: bool) -> tuple[list[str], dict[str, str]]:
-    """(the plain side's argv, the environment of both sides)."""
+def sides(autoload: bool, reruns: int = 0) -> tuple[list[str], dict[str, str]]:
+    """(the plain side's argv, the environment of both sides); ``reruns``: pytest-rerunfailures'
+    ``--reruns`` on both sides (0: not armed)."""
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     env = child_env()
     if not autoload:
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        base += ["-p", "pytest_selfheal.plugin"]
+        base += ["-p", "pytest_selfheal.plugin"] + (["-p", "pytest_rerunfailures"] if reruns else [])
+    if reruns:
+        base += ["--reruns", str(reruns)]
     return base, env
 
 
-def instruction_ratio(root: Path, autoload: bool = True) -> tuple[int, int]:
+def instruction_ratio(root: Path, autoload: bool = True, reruns: int = 0) -> tuple[int, int]:
     """(plain, selfheal) instructions of one run each (after ratio()'s warming runs)."""
-    base, env = sides(autoload)
+    base, env = sides(autoload, reruns)
     return instructions(base, root, env), instructions(base + ["--selfheal", "--selfheal-dir=.selfheal-count"], root, env)
 
 
-def ratio(root: Path, repeat: int, autoload: bool = True) -> tuple[float, float, float, float]:
+def ratio(root: Path, repeat: int, autoload: bool = True, reruns: int = 0) -> tuple[float, float, float, float]:
     """(median plain wall, median selfheal wall, wall ratio, CPU ratio), runs interleaved."""
-    base, env = sides(autoload)
+    base, env = sides(autoload, reruns)
     plain: list[tuple[float, float]] = []
     healed: list[tuple[float, float]] = []
     # Warm the file cache and the .pyc files of both sides (the plugin's modules are
@@ -136,30 +143,33 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="also count the instructions of one run per side (valgrind): load does not change them")
     parser.add_argument("--no-autoload", action="store_true", help="no other installed pytest plugins on either side")
+    parser.add_argument("--reruns", type=int, default=0, metavar="N",
+                        help="arm pytest-rerunfailures (--reruns N) on both sides")
     args = parser.parse_args(list(argv) or None)
     autoload = not args.no_autoload
+    reruns = args.reruns
     with tempfile.TemporaryDirectory(prefix="selfheal-bench-") as tmp:
         if not args.skip_green:
             green = Path(tmp, "green")
             make_suite(green, args.tests, 0)
-            p, h, r, c = ratio(green, args.repeat, autoload)
+            p, h, r, c = ratio(green, args.repeat, autoload, reruns)
             print(
                 f"green suite ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
                 f"ratio {r:.3f} wall, {c:.3f} CPU (target <= 1.03)"
             )
             if args.instructions:
-                pi, hi = instruction_ratio(green, autoload)
+                pi, hi = instruction_ratio(green, autoload, reruns)
                 print(f"green suite: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
         red = Path(tmp, "red")
         make_suite(red, args.tests, args.failures)
-        p, h, r, c = ratio(red, args.repeat, autoload)
+        p, h, r, c = ratio(red, args.repeat, autoload, reruns)
         target = "1.25" if args.failures >= args.tests else "1.05"
         print(
             f"with {args.failures} failures ({args.tests} tests): plain {p:.3f}s, --selfheal {h:.3f}s, "
             f"ratio {r:.3f} wall, {c:.3f} CPU (target <= {target})"
         )
         if args.instructions:
-            pi, hi = instruction_ratio(red, autoload)
+            pi, hi = instruction_ratio(red, autoload, reruns)
             print(f"with {args.failures} failures: instructions plain {pi:,}, --selfheal {hi:,}, ratio {hi / pi:.3f}")
     return 0
 

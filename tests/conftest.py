@@ -24,6 +24,8 @@ settings.load_profile("selfheal")
 
 pytest_plugins = ["pytester", "fake_github"]
 
+NO_RERUN_PLUGINS = "-p no:hypothesispytest -p no:flaky -p no:rerunfailures"
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -37,8 +39,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
         "GIT_COMMITTER_EMAIL": "author@example.invalid",
         "GIT_PYTHON_REFRESH": "quiet",
         # Every pytest the tests start (captures, verifications) runs a tiny project that does
-        # not use hypothesis: not importing it saves ~1.5 s of CPU per child process.
-        "PYTEST_ADDOPTS": "-p no:hypothesispytest",
+        # not use hypothesis: not importing it saves ~1.5 s of CPU per child process. Nor the
+        # re-run plugins, which only tests/test_passed_on_rerun.py uses (it clears this).
+        "PYTEST_ADDOPTS": NO_RERUN_PLUGINS,
     }.items():
         monkeypatch.setenv(key, value)
     for key in (
@@ -92,6 +95,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's own, its runs without the re-run plugins installed for
+    tests/test_passed_on_rerun.py (pytester drops PYTEST_ADDOPTS: it is set again). flaky
+    wraps every test in its own protocol, and rerunfailures serves a socket wherever xdist
+    is installed: each costs every run its share, and flaky breaks a run inside a run."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_RERUN_PLUGINS)
+    return pytester
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ OTHER_TOOLS = {
     "--allowedTools": "claude", "--full-auto": "codex exec", "--html": "pytest-html, in an example of a refused option",
     "--api-key": "any tool: redaction.md's options whose value is redacted", "--token": "any tool, likewise",
     "--password": "any tool, likewise", "--http-password": "wget, likewise", "--dist": "pytest-xdist",
-    "--depth": "git fetch",
+    "--depth": "git fetch", "--reruns": "pytest-rerunfailures",
 }
 # Options the verification check refuses by name (loop/argcheck.py), pytest's or its plugins'.
 REFUSED = ROOT / "pytest_selfheal" / "loop" / "argcheck.py"

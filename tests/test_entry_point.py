@@ -169,10 +169,12 @@ def test_a_broken_unrelated_pytest_plugin_does_not_break_selfheal_loop(
 def test_a_green_selfheal_run_imports_at_most_five_modules_of_the_package(tmp_path: Path) -> None:
     """pytest parses and compiles every module of the package a run imports where bytecode is
     not written (it rewrites a plugin distribution's modules): a green run of a project without
-    a config imports the package, the plugin, its hookspecs, the names and the recorder only."""
+    a config imports the package, the plugin, its hookspecs, the names and the recorder only;
+    with a re-run plugin armed (``--reruns``) and nothing re-run, no more."""
     make_project(tmp_path, {"conftest.py": LOADED_PROBE, "test_one.py": "def test_one():\n    assert True\n"})
-    done = subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=run_env(), stdin=subprocess.DEVNULL)
+    done = subprocess.run([PY, "-m", "pytest", *PYTEST_SELFHEAL, "-p", "pytest_rerunfailures", "--reruns", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, env=run_env(),
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = (tmp_path / "loaded.txt").read_text().split()
     assert loaded == ["pytest_selfheal", "pytest_selfheal.hookspecs", "pytest_selfheal.names",

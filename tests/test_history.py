@@ -211,7 +211,7 @@ def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> N
     assert "odd" not in docs[0] and docs[0]["fingerprint"] == "fpa"
     assert list(docs[0]) == ["fingerprint", "failure_type", "nodeid", "label", "detail", "base_branch"]
     assert triage_summary([e.triage for e in entries]) == {"counts": {"known": 1, "flaky": 1, "quarantined": 1},
-                                                           "line": "1 known on main, 1 flaky, 1 quarantined"}
+                                                           "line": "1 known on main, 1 flaky (passed on re-run), 1 quarantined"}
     assert triage_summary([]) is None
 
 

@@ -28,7 +28,7 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot, ignored
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
-from pytest_selfheal.history.triage import triage_headline
+from pytest_selfheal.history.triage import rerun_count, triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import FailedReport, build_junit
 from pytest_selfheal.names import INBOX_DIR
@@ -213,10 +213,13 @@ def analyse_run(
     counts: Mapping[str, int],
     warnings: list[str],
     redactor: Optional[Redactor] = None,
+    user_junit: bool = True,
 ) -> list[Failure]:
     """Fingerprinted, classified, redacted failures of this run's failing reports, with
-    target paths. ``redactor``: the run's (default: built from ``effective``)."""
-    xmlpath = getattr(config.option, "xmlpath", None)
+    target paths. ``redactor``: the run's (default: built from ``effective``).
+    ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
+    that passed on re-run, which it holds as passing tests."""
+    xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     redactor = redactor or effective.redactor
     reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
@@ -256,6 +259,8 @@ def capture_incident(
     git: Optional[PendingSnapshot] = None,
     unverified: int = 0,
     seal: Optional[Seal] = None,
+    passed_on_rerun: Sequence[Failure] = (),
+    reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
 
@@ -266,6 +271,9 @@ def capture_incident(
     while the failures were analysed. ``unverified``: failing tests counted but not kept
     (over the junit reader's cap): recorded, so the incident can never end in ``success``.
     ``seal``: what decides what runs and how it is judged, as this run had it (config/seal.py).
+    ``passed_on_rerun``: the failed runs of tests that passed on a re-run (a re-run plugin),
+    recorded and triaged with the capture and kept beside its failures, never in its
+    selection; ``reruns``: how often each failing test was re-run (node id as recorded).
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or effective.redactor
@@ -281,18 +289,16 @@ def capture_incident(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
                  git=snapshot.context or GitContext()),
-        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures], project_root=rootdir,
+        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in [*failures, *passed_on_rerun]],
+        project_root=rootdir, passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
     )
     if warnings is not None:
         warnings.extend(history.warnings)
-    entries = tuple(
-        _triaged(entry, history.triage[key]) if key in history.triage else entry
-        for entry in incident.failures
-        for key in [str(entry.nodeid or entry.test)]
-    )
+    entries = _triaged_entries(incident.failures, history.triage)
     incident = replace(
         incident,
         failures=entries,
+        passed_on_rerun=_triaged_entries([f.to_entry() for f in passed_on_rerun], history.triage),
         failure_class=entries[0].failure_class or incident.failure_class if entries else incident.failure_class,
         diff_hash=snapshot.diff_hash,
         test_digests=MappingProxyType(digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))),
@@ -309,19 +315,59 @@ def capture_incident(
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
     where = _display_path(reports_root / INBOX_DIR / incident_id, Path(config.invocation_params.dir))
-    labels = [t.label for t in history.triage.values()]
+    labels = [t.label for f in failures if (t := history.triage.get(f.nodeid or f.test)) is not None]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
-    lines = [f"captured {incident_id}: {len(failures)} failure(s){triaged} -> {where}"]
+    flaky = f", {rerun_count(len(passed_on_rerun))}" if passed_on_rerun else ""
+    lines = [f"captured {incident_id}: {len(failures)} failure(s){triaged}{flaky} -> {where}"]
     if unverified:
         lines.append(f"  {unverified:,} more failing test(s) over the capture's cap of {len(failures):,} are never "
                      "verified: this incident cannot end in success")
-    for failure in failures[:10]:
-        triage = history.triage.get(failure.nodeid or failure.test)
-        label = f"{triage.label:<11} " if triage is not None else ""
-        lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{failure.nodeid or failure.test}")
+    lines += failure_lines(failures, history.triage, reruns)
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
+    lines += failure_lines(passed_on_rerun, history.triage)
     return CaptureResult(incident_id, list(failures), written[0][0], written[0][1], lines)
+
+
+def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
+                  reruns: Mapping[str, int] = MappingProxyType({})) -> list[str]:
+    """A line per failure (the first ten): fingerprint, type, triage, node id, and how often
+    a re-run plugin ran it again."""
+    lines = []
+    for failure in failures[:10]:
+        nodeid = failure.nodeid or failure.test
+        found = triage.get(nodeid)
+        label = f"{found.label:<11} " if found is not None else ""
+        times = reruns.get(nodeid, 0)
+        again = f" (failed again on {times} re-run{'s' if times != 1 else ''})" if times else ""
+        lines.append(f"  {failure.fingerprint}  {failure.failure_type:<14} {label}{nodeid}{again}")
+    return lines
+
+
+def record_passed_on_rerun(
+    *, config: pytest.Config, effective: EffectiveConfig, passed_on_rerun: Sequence[Failure],
+    counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None, run_id: Optional[str] = None,
+) -> list[str]:
+    """Record a run that captured nothing but had tests pass on a re-run (a green run, or
+    one whose failures an open incident took): one history run of its own holding them as
+    ``passed_on_rerun`` (``capture:<run_id>``, a new id by default); the terminal lines that say so."""
+    rootdir = Path(config.rootpath)
+    history = record_and_triage(
+        reports_root, effective.settings.history,
+        run_info(run_key=f"capture:{run_id or new_run_id()}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests")),
+        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in passed_on_rerun], project_root=rootdir,
+        passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
+    )
+    if warnings is not None:
+        warnings.extend(history.warnings)
+    recorded = effective.settings.history.enabled and history.unavailable is None
+    return [f"selfheal: {rerun_count(len(passed_on_rerun))}, {'' if recorded else 'not '}recorded in the history",
+            *failure_lines(passed_on_rerun, history.triage)]
+
+
+def _triaged_entries(entries: Sequence[FailureEntry], triage: Mapping[str, Triage]) -> tuple[FailureEntry, ...]:
+    return tuple(_triaged(entry, triage[key]) if key in triage else entry
+                 for entry in entries for key in [str(entry.nodeid or entry.test)])
 
 
 def _junit_prefix(config: pytest.Config) -> str:

@@ -70,7 +70,12 @@ from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.event import PULL_REQUEST_EVENTS as _PULL_REQUESTS
 from pytest_selfheal.history.event import RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.segment_dir import local_segments, this_run_segments
+from pytest_selfheal.history.segment_dir import (
+    ci_capture_run_id,
+    local_segments,
+    passed_on_rerun_in,
+    this_run_segments,
+)
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
@@ -387,7 +392,9 @@ def run_ci(
     loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
     if incident_id is None:
-        verdict = verdict_without_incident(code)
+        # Tests that passed only on a re-run: its pytest recorded them under the token's run id.
+        verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
+            passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
         if verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
@@ -448,9 +455,12 @@ def run_ci(
         exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None, new_tests=new_tests)
-    if incident_id is not None and base.shares and effective.settings.history.enabled:
+    if base.shares and effective.settings.history.enabled:
         try:
-            result.history_segments = this_run_segments(root, segments_before, store.read_incident(incident_id))
+            captured = store.read_incident(incident_id) if incident_id is not None else None
+            result.history_segments = this_run_segments(
+                root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
+                incident_id)
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)

@@ -18,6 +18,7 @@ import pluggy
 from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.triage import rerun_count
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import Report
@@ -108,15 +109,22 @@ def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
         head_sha=sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
         run_url=normalised_url(url),
         new_tests=sanitize_new_tests(given.get("new_tests")),
+        passed_on_rerun=_nodeids(given.get("passed_on_rerun")),
     )
 
 
-MAX_NEW_TESTS = 500  # new or changed tests kept from an artifact's ``new_tests`` block
+MAX_NEW_TESTS = 500  # new or changed tests (or re-run passes) kept from an artifact's ``ci`` block
+RERUN_NAMES_SHOWN = 5  # tests named in the headline of a green run that passed some only on a re-run
 
 
 def _count(value: Any) -> int:
     number = _opt_int(value)
     return number if number is not None and 0 <= number < 10**6 else 0
+
+
+def _nodeids(data: Any) -> tuple[str, ...]:
+    """Node ids of an untrusted list: strings only, each cut, at most MAX_NEW_TESTS of them."""
+    return tuple(n[:500] for n in data if isinstance(n, str))[:MAX_NEW_TESTS] if isinstance(data, list) else ()
 
 
 def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
@@ -186,6 +194,11 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
     if info.final_status == FinalStatus.PASSED and new_tests is not None and flaky:
         details = (f"pytest passed, but {len(flaky)} new or changed test{'s' if len(flaky) != 1 else ''} passed "
                    "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails_job else ""))
+    elif info.final_status == FinalStatus.PASSED and info.passed_on_rerun:
+        shown = info.passed_on_rerun[:RERUN_NAMES_SHOWN]
+        more = f" and {len(info.passed_on_rerun) - len(shown)} more" if len(info.passed_on_rerun) > len(shown) else ""
+        details = (f"pytest passed, {rerun_count(len(info.passed_on_rerun))}: "
+                   f"{', '.join(shown)}{more}; nothing to loop")
     elif info.final_status == FinalStatus.PASSED:
         details = "pytest passed: no failing test, nothing to loop"
     elif info.final_status == FinalStatus.FAILED:

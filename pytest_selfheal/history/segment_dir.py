@@ -10,11 +10,13 @@ file is read back as untrusted input, and a run shares only the segments it reco
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Optional
 
+from pytest_selfheal.history.records import PASSED_ON_RERUN
 from pytest_selfheal.history.segments import (
     MAX_SEGMENT_BYTES,
     SEGMENT_SUFFIX,
@@ -29,15 +31,6 @@ from pytest_selfheal.store.fsio import atomic_write_bytes, confine, ensure_dir
 
 SEGMENTS_FOLDER = "history-segments"
 
-
-class _Incident(Protocol):
-    """What :func:`this_run_segments` reads of an incident record."""
-
-    @property
-    def incident_id(self) -> str: ...
-
-    @property
-    def run_id(self) -> str: ...
 
 
 def segments_dir(reports_root: Path) -> Path:
@@ -101,18 +94,41 @@ def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]]
     return segments, refused
 
 
-def this_run_segments(reports_root: Path, before: Collection[str], incident: _Incident) -> list[str]:
-    """The names of the segments one ``selfheal ci`` run recorded: written since ``before``
-    (the names there when it started), plausible, and holding only the runs of its capture
-    (``capture:<run id>``) and of its loop on ``incident`` (``loop:<incident id>:<n>``).
-    Anything else a test dropped into the folder meanwhile is not this run's to share."""
-    capture, loop = f"capture:{incident.run_id}", f"loop:{incident.incident_id}:"
+def ci_capture_run_id(token: str) -> str:
+    """The run id under which the pytest of a ``selfheal ci`` run records a run that captured
+    no incident (tests that passed on a re-run): its run token's digest, so that ci finds the
+    run, and a test, which never sees the token, cannot make one that passes for it."""
+    return "ci-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def _this_run(reports_root: Path, before: Collection[str], run_id: str,
+              incident_id: Optional[str]) -> list[tuple[str, Segment]]:
+    capture, loop = f"capture:{run_id}", f"loop:{incident_id}:" if incident_id else None
     fresh = [path for name, path in sorted(local_segments(reports_root).items()) if name not in before]
     accepted, _ = read_segment_files(fresh)
-    return [name for name, segment in accepted
+    return [(name, segment) for name, segment in accepted
             if segment.runs and not segment.compacted
-            and all(item.run.run_key == capture or item.run.run_key.startswith(loop) for item in segment.runs)]
+            and all(item.run.run_key == capture or (loop is not None and item.run.run_key.startswith(loop))
+                    for item in segment.runs)]
 
 
-__all__ = ["SEGMENTS_FOLDER", "this_run_segments", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
+def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
+                      incident_id: Optional[str] = None) -> list[str]:
+    """The names of the segments one ``selfheal ci`` run recorded: written since ``before``
+    (the names there when it started), plausible, and holding only the runs of its pytest
+    (``capture:<run id>``: the capture's, or :func:`ci_capture_run_id`'s without an incident)
+    and of its loop on ``incident_id`` (``loop:<incident id>:<n>``). Anything else a test
+    dropped into the folder meanwhile is not this run's to share."""
+    return [name for name, _ in _this_run(reports_root, before, run_id, incident_id)]
+
+
+def passed_on_rerun_in(reports_root: Path, before: Collection[str], run_id: str) -> list[str]:
+    """The tests the run ``capture:<run id>`` recorded as passed on a re-run (segments
+    written since ``before`` only, as :func:`this_run_segments` reads them)."""
+    return list(dict.fromkeys(outcome.nodeid for _, segment in _this_run(reports_root, before, run_id, None)
+                              for item in segment.runs for outcome in item.outcomes
+                              if outcome.outcome == PASSED_ON_RERUN))
+
+
+__all__ = ["SEGMENTS_FOLDER", "ci_capture_run_id", "passed_on_rerun_in", "this_run_segments", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
            "write_segment"]

@@ -73,12 +73,21 @@ def triage_failure(
 TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in fields_of(Triage))
 
 
-def triage_headline(labels: Sequence[str], base_branch: str) -> str:
-    """``2 new, 1 known on main, 1 flaky`` — the first line of the PR comment (zero counts left out)."""
+def rerun_count(count: int) -> str:
+    """``1 flaky (passed on re-run)``: how every surface counts tests that passed on a re-run."""
+    return f"{count} {TriageLabel.FLAKY} (passed on re-run)"
+
+
+def triage_headline(labels: Sequence[str], base_branch: str, passed_on_rerun: int = 0) -> str:
+    """``2 new, 1 known on main, 1 flaky`` — the first line of the PR comment (zero counts left
+    out). ``passed_on_rerun``: how many of the flaky ones passed on a re-run in this run."""
     parts: list[str] = []
     for label in TriageLabel:
         count = labels.count(label)
-        if count:
+        if label == TriageLabel.FLAKY and passed_on_rerun and count:
+            parts.append(rerun_count(count) if passed_on_rerun >= count
+                         else f"{count} {label} ({passed_on_rerun} passed on re-run)")
+        elif count:
             parts.append(f"{count} {label}" + (f" on {base_branch}" if label == TriageLabel.KNOWN else ""))
     return ", ".join(parts) if parts else "no failures"
 
@@ -111,8 +120,9 @@ def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
         return None
     branches = [t.base_branch for t in triages if t.base_branch is not None]
     base = branches[0] if branches else "main"
+    rerun = sum(1 for t in triages if t.label == TriageLabel.FLAKY and t.detail == RERUN_DETAIL)
     return {"counts": {label: labels.count(label) for label in TRIAGE_LABELS if label in labels},
-            "line": triage_headline(labels, base)}
+            "line": triage_headline(labels, base, rerun)}
 
 
 __all__ = [
@@ -121,6 +131,7 @@ __all__ = [
     "TRIAGE_LABELS",
     "Triage",
     "report_triage",
+    "rerun_count",
     "triage_failure",
     "triage_headline",
     "triage_summary",

@@ -1,6 +1,7 @@
 """The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
 
-During the run it keeps counters and the failing reports, nothing more. pytest marks every
+During the run it keeps counters, the failing reports and the failed runs a re-run plugin
+ran again, nothing more. pytest marks every
 module of a plugin's distribution for assertion rewriting, so where bytecode is not written
 (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
 compiled again on every run: a green run imports no module of the package but the plugin,
@@ -58,6 +59,8 @@ _FLAG_KEYS = {
 }
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
+# The outcome pytest-rerunfailures gives the report of a failed run it runs again.
+RERUN_OUTCOME: str = "rerun"
 # The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
 # so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
@@ -258,6 +261,21 @@ class Failed(NamedTuple):
     tdd: bool  # marked @pytest.mark.tdd
 
 
+def _failed(report: Any, when: str) -> Failed:
+    location = getattr(report, "location", None)
+    return Failed(
+        nodeid=report.nodeid,
+        when=when,
+        message=_crash_message(report),
+        text=str(report.longreprtext or ""),
+        file=location[0] if location else None,
+        line=(location[1] + 1) if location and location[1] is not None else None,
+        duration=float(getattr(report, "duration", 0.0) or 0.0),
+        root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
+        tdd="tdd" in getattr(report, "keywords", {}),
+    )
+
+
 class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
@@ -270,6 +288,13 @@ class Recorder:
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
         self.failed: list[Failed] = []
+        # Failed runs a re-run plugin ran again (outcome ``rerun``; one per attempt), and the tests whose
+        # current attempt was re-run: a green run without a re-run only tests one empty set.
+        self.reruns: list[Failed] = []
+        self.rerun_attempt: set[str] = set()
+        # Failing reports seen at their failure and not logged (yet), with what they say: see
+        # pytest_exception_interact.
+        self.unlogged: dict[str, list[tuple[Any, Failed]]] = {}
         self.tests = 0
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
@@ -341,20 +366,52 @@ class Recorder:
         return redactor
 
     def _record(self, report: Any, when: str) -> None:
-        location = getattr(report, "location", None)
-        self.failed.append(
-            Failed(
-                nodeid=report.nodeid,
-                when=when,
-                message=_crash_message(report),
-                text=str(report.longreprtext or ""),
-                file=location[0] if location else None,
-                line=(location[1] + 1) if location and location[1] is not None else None,
-                duration=float(getattr(report, "duration", 0.0) or 0.0),
-                root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
-                tdd="tdd" in getattr(report, "keywords", {}),
-            )
-        )
+        if self.unlogged:
+            self._logged(report)
+        self.failed.append(_failed(report, when))
+
+    def _logged(self, report: Any) -> None:
+        """A failing report logged after it was seen at its failure: not a hidden run."""
+        pending = self.unlogged.get(report.nodeid)
+        if pending:
+            pending[:] = [(seen, failed) for seen, failed in pending if seen is not report]
+
+    @pytest.hookimpl
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        # Called at a failure only (a passing test pays nothing), after its report is logged;
+        # pytest-rerunfailures calls it before, and flaky never logs the failed runs it
+        # re-runs: a failure not logged by the session end is such a hidden run.
+        last = self.failed[-1] if self.failed else None
+        if not isinstance(report, pytest.TestReport) or not report.failed or (
+                last is not None and last.nodeid == report.nodeid and last.when == report.when):
+            return
+        self.unlogged.setdefault(report.nodeid, []).append((report, _failed(report, report.when)))
+
+    def _rerun(self, report: pytest.TestReport) -> None:
+        """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
+        the outcome ``rerun``): kept, and its attempt not counted as a test of its own."""
+        nodeid = report.nodeid
+        if self.unlogged:
+            self._logged(report)
+        if nodeid not in self.rerun_attempt:  # an attempt's first failing phase (a teardown may follow)
+            self.rerun_attempt.add(nodeid)
+            self.tests -= 1
+            self.reruns.append(_failed(report, report.when))
+
+    def _take_hidden(self) -> None:
+        """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
+        was logged (it failed in its call) is not counted as a test of its own."""
+        for hidden in self.unlogged.values():
+            self.reruns += [failed for _, failed in hidden]
+            self.tests -= sum(1 for _, failed in hidden if failed.when == "call")
+        self.unlogged.clear()
+
+    def passed_on_rerun(self) -> list[str]:
+        """The tests that failed, were re-run and passed in the end (in the order re-run)."""
+        if not self.reruns:
+            return []
+        failing = {f.nodeid for f in self.failed}
+        return [n for n in dict.fromkeys(r.nodeid for r in self.reruns) if n in self.passed and n not in failing]
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -365,6 +422,8 @@ class Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Hot path: three calls per test. Keep it to comparisons, increments and one lookup.
         if report.when == "setup":
+            if self.rerun_attempt:
+                self.rerun_attempt.discard(report.nodeid)  # a new attempt of a re-run test
             self.tests += 1
             if report.skipped:
                 self.skipped += 1
@@ -373,6 +432,9 @@ class Recorder:
             self.passed.add(report.nodeid)
         if report.failed:
             self._record(report, report.when)
+        elif report.outcome == RERUN_OUTCOME:
+            self._rerun(report)
+            return
         nodeid = self._watched_id(report.nodeid) if self.watched else None
         if nodeid is not None:
             if report.failed:
@@ -472,7 +534,9 @@ class Recorder:
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py). Sets :attr:`gone`."""
         self.gone = self._gone(session, exitstatus)
-        return bool(self.failed or self.outcomes or self.gone or (
+        if self.unlogged:
+            self._take_hidden()
+        return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
             self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
 
     def loop_requested(self) -> bool:

@@ -10,6 +10,7 @@ loop, and writes the report.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -17,14 +18,22 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import analyse_run, capture_incident, invocation_dir, root_cause_of
+from pytest_selfheal.capture.run import (
+    analyse_run,
+    capture_incident,
+    invocation_dir,
+    record_passed_on_rerun,
+    root_cause_of,
+)
 from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Recorder
+from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Failed, Recorder
+from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import Line, Tone
@@ -38,14 +47,15 @@ if TYPE_CHECKING:
     from pytest_selfheal.loop.agent_mode import OpenIncident
 
 
-def failed_reports(recorder: Recorder) -> list[FailedReport]:
-    """The failing reports the run kept, as every document holds them: the node id redacted
-    (a parametrize id can carry a secret), the tests marked ``tdd`` noted on the recorder."""
+def failed_reports(recorder: Recorder, kept: Optional[Sequence[Failed]] = None) -> list[FailedReport]:
+    """The failing reports the run kept (or ``kept``), as every document holds them: the node
+    id redacted (a parametrize id can carry a secret), the failing tests marked ``tdd`` noted
+    on the recorder."""
     redactor = recorder.redactor
     reports: list[FailedReport] = []
-    for failed in recorder.failed:
+    for failed in recorder.failed if kept is None else kept:
         nodeid = redactor.redact(bounded_nodeid(failed.nodeid))  # cut as the junit reader cuts it
-        if failed.tdd and nodeid not in recorder.tdd_nodeids:
+        if kept is None and failed.tdd and nodeid not in recorder.tdd_nodeids:
             recorder.tdd_nodeids.append(nodeid)
         reports.append(FailedReport(nodeid=nodeid, when=failed.when, message=failed.message, text=failed.text,
                                     file=failed.file, line=failed.line, duration=failed.duration,
@@ -70,6 +80,8 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     project_path(recorder.config.rootpath, recorder.effective.settings.reports_dir, "reports_dir")
     reports = failed_reports(recorder)
     counts = {"tests": recorder.tests, "failed": len(reports), "skipped": recorder.skipped}
+    if recorder.reruns:
+        counts["rerun"] = len(recorder.reruns)  # pytest's own count: failed runs run again
     warnings: list[str] = []
     git: Optional[PendingSnapshot] = None
     if reports and not recorder.open_incidents:
@@ -90,6 +102,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
         redactor=recorder.redactor,
     )
+    passed_on_rerun = _passed_on_rerun(recorder, counts, warnings)
     covered: set[str] = set()
     still_open: list[str] = []
     iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
@@ -150,15 +163,39 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             git=git,
             unverified=max(0, unverified),
             seal=run_seal(recorder, [p for f in remaining for p in f.target_paths]),
+            passed_on_rerun=passed_on_rerun,
+            reruns=Counter(recorder.known_id(r.nodeid) for r in recorder.reruns),
         )
+        passed_on_rerun = []  # recorded with the capture
         recorder.incident_id = result.incident_id
         recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
         if recorder.loop_requested():
             _run_loop(recorder, result.incident_id)
+    if passed_on_rerun:
+        lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,
+                                       passed_on_rerun=passed_on_rerun, counts=counts,
+                                       reports_root=recorder.reports_root, warnings=warnings,
+                                       run_id=ci_capture_run_id(recorder.ci_run) if recorder.ci_run else None)
+        recorder.lines.extend((SUMMARY if index == 0 else DETAIL, line) for index, line in enumerate(lines))
     recorder.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
     _write_report(recorder)
+
+
+def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[str]) -> list[Failure]:
+    """The tests that passed on a re-run, fingerprinted and classified from their first
+    failed run as any failure is (the one path: our junit document, the junit reader)."""
+    nodeids = set(recorder.passed_on_rerun())
+    if not nodeids:
+        return []
+    first: dict[str, Failed] = {}
+    for failed in recorder.reruns:
+        if failed.nodeid in nodeids:
+            first.setdefault(failed.nodeid, failed)
+    return analyse_run(config=recorder.config, effective=recorder.effective,
+                       reports=failed_reports(recorder, list(first.values())), counts=counts, warnings=warnings,
+                       redactor=recorder.redactor, user_junit=False)
 
 
 def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:

@@ -90,6 +90,8 @@ class CiVerdict:
     head_sha: Optional[str] = None
     run_url: Optional[str] = None
     new_tests: Optional[NewTestsCheck] = None  # the check of new tests for flakiness (pull requests)
+    # Without an incident: the tests the run passed only on a re-run (a re-run plugin), recorded as flaky.
+    passed_on_rerun: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The ``ci`` block as stored in the report JSON (string-valued enums stay strings)."""
@@ -105,6 +107,8 @@ class CiVerdict:
         }
         if self.new_tests is not None:
             block["new_tests"] = self.new_tests.to_json()
+        if self.passed_on_rerun:
+            block["passed_on_rerun"] = list(self.passed_on_rerun)
         return block
 
 

@@ -152,6 +152,9 @@ class Incident(JsonRecord):
     message: str
     error_signature: str  # the first failure's signature (not its fingerprint)
     failures: tuple[FailureEntry, ...] = ()
+    # Tests the captured run saw fail and then pass on a re-run (a re-run plugin): flaky,
+    # recorded with the failures' triage, never in the selection.
+    passed_on_rerun: tuple[FailureEntry, ...] = ()
     fingerprints: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
     rootdir: Optional[str] = None

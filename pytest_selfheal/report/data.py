@@ -316,6 +316,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         policy.fixed_tests(observations) if observations else [])
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
+    # And so is one the captured run itself saw pass on a re-run (a re-run plugin).
+    flaky += [nodeid for f in incident.passed_on_rerun if (nodeid := _failure_id(f))]
 
     tasks: list[ReportTask] = []
     for action in run.plan.actions if run.plan is not None else ():
@@ -408,7 +410,7 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         tests_edited=attempts[-1].tests_edited if attempts else (),
         unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures),
-        triage=tuple(report_triage(failures, flaky)),
+        triage=tuple(report_triage([*failures, *incident.passed_on_rerun], flaky)),
         decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),

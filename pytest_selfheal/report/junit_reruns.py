@@ -2,7 +2,8 @@
 
 Each test the incident captured becomes one case: its failed runs (the capture, then every
 attempt where it failed), its outcome at the latest run that ran it, and whether it is
-flaky (failed, then passed with no code change in between: ``policy.flaky_tests``).
+flaky (failed, then passed with no code change in between: ``policy.flaky_tests``); and each
+test the captured run passed only on a re-run, flaky.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def rerun_cases(
             flaky=nodeid in flaky and outcome == OUTCOME_PASSED,
             quarantine_reason=entry.reason if entry is not None and final == FAILED else None,
         ))
+    # The tests the captured run itself passed on a re-run (a re-run plugin): flaky from the start.
+    cases += [RerunCase(nodeid=nodeid, outcome=PASSED, failed_runs=(_failed_run(failure),), flaky=True)
+              for failure in incident.passed_on_rerun if (nodeid := failure.nodeid or failure.test) not in runs]
     return cases
 
 
