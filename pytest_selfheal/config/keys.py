@@ -197,7 +197,8 @@ SCHEMA: tuple[KeySpec, ...] = (
             "left out and named."),
     KeySpec("new_tests.max_share", NUMBER, 0.2,
             "The most time the re-runs of new tests may take as a share of the job's own test run "
-            "(0.2: a fifth); the smaller of this and `new_tests.max_seconds` applies."),
+            "(0.2: a fifth), but at least 30 s; `new_tests.max_seconds` caps it. A new test not re-run its count "
+            "is `unchecked` and fails the job unless `fail-on-new-unchecked: false`."),
     KeySpec("new_tests.seed", INT, None,
             "The seed of the re-runs' order. `null`: a fresh one each run, printed and kept in the report "
             "so that a person can replay the same orders.", nullable=True),
