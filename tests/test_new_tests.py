@@ -173,7 +173,7 @@ def _env(tmp_path: Path, fake: FakeGitHub, base: str) -> dict[str, str]:
 def test_a_new_test_failing_every_second_run_fails_the_job(tmp_path: Path, fake_github: FakeGitHub) -> None:
     project, base = _pull_request(tmp_path)
     env = _env(tmp_path, fake_github, base)
-    result = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.seed=11",
+    result = run_ci(project, env, "--set", "new_tests.seed=11",
                     "--set", "new_tests.reruns=3")
     assert result.returncode == EXIT_UNRESOLVED, result.stdout
     assert "flaky (new): test_new.py::test_flaky" in result.stdout  # bound by assignment, found by collection
@@ -189,7 +189,7 @@ def test_a_new_test_failing_every_second_run_fails_the_job(tmp_path: Path, fake_
     assert runs.count("old") == 1  # an unchanged test runs once: the job's own run
     assert runs.count("flaky") == 4  # the job's own run and 3 re-runs
     # Only reported: the job passes, the summary says so.
-    reported = run_ci(project, env, "--set", "new_tests.max_share=1000", "--set", "new_tests.reruns=1",
+    reported = run_ci(project, env, "--set", "new_tests.reruns=1",
                       "--no-comment", "--no-fail-on-new-flaky")
     assert reported.returncode == EXIT_OK, reported.stdout
     assert "selfheal ci: flaky (new): test_new.py::test_flaky" in reported.stdout
