@@ -125,10 +125,12 @@ def test_the_plugin_refuses_before_any_test_runs(pytester: pytest.Pytester) -> N
     result.stderr.fnmatch_lines([f"*selfheal: *ralf_lite.verification.args[[]0]: refusing \"--rootdir=/\": {ROOT_REFUSAL}*"])
     assert not (pytester.path / "ran").exists()
     (pytester.path / ".planning" / "config.json").unlink()
-    outside = pytester.runpytest("--selfheal", f"--selfheal-dir={pytester.path.parent / 'elsewhere'}")
+    elsewhere = pytester.path.parent / "elsewhere"
+    pytester.makeini(f"[pytest]\nselfheal_dir = {elsewhere}\n")  # text committed with the project
+    outside = pytester.runpytest("--selfheal")
     assert outside.ret == pytest.ExitCode.USAGE_ERROR
-    outside.stderr.fnmatch_lines(["*--selfheal-dir: ralf_lite.reports_dir: refusing *: it leads out of the project*"])
-    assert not (pytester.path / "ran").exists() and not (pytester.path.parent / "elsewhere").exists()
+    outside.stderr.fnmatch_lines(["*pytest ini (*): ralf_lite.reports_dir: refusing *: it leads out of the project*"])
+    assert not (pytester.path / "ran").exists() and not elsewhere.exists()
 
 
 def test_selfheal_ci_refuses_before_any_test_runs(tmp_path: Path) -> None:
@@ -141,6 +143,17 @@ def test_selfheal_ci_refuses_before_any_test_runs(tmp_path: Path) -> None:
     assert done.stderr.startswith('selfheal: error: --set: ralf_lite.verification.args[0]: refusing '
                                   f'"--config-file=/etc/pytest.ini": {ROOT_REFUSAL}')
     assert not (project / "ran").exists()
-    elsewhere = run_ci(project, env, "--dir", str(tmp_path / "reports"))
-    assert elsewhere.returncode == EXIT_USAGE and "the reports root must lie inside the project" in elsewhere.stderr
-    assert not (project / "ran").exists()
+    _config(project, {"report_path": str(tmp_path / "report.md")})  # a committed config: outside is refused
+    elsewhere = run_ci(project, env)
+    assert elsewhere.returncode == EXIT_USAGE and "report_path: refusing" in elsewhere.stderr, elsewhere.stdout
+    assert not (project / "ran").exists() and not (tmp_path / "report.md").exists()
+
+
+def test_a_flags_absolute_path_is_its_invokers_choice(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    run = _selfheal_config(project, "--set", f"reports_dir={tmp_path / 'shared'}")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["ralf_lite"]["reports_dir"] == str(tmp_path / "shared")
+    climbing = _selfheal_config(project, "--set", "reports_dir=../shared")
+    assert climbing.returncode == EXIT_USAGE and 'refusing "../shared": it leads out of the project' in climbing.stderr

@@ -51,8 +51,9 @@ from pytest_selfheal.config.keys import (
     STRINGS,
     KeySpec,
     nest,
+    outside_project,
+    text_problem,
 )
-from pytest_selfheal.config.shapes import outside_project, text_problem
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
 
@@ -332,8 +333,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
-    problem = text_problem(spec, value)
-    if problem is not None:
+    if (problem := text_problem(spec, value)) is not None:
         raise config_error(f"{origin}: {where}: {problem}")
 
 
@@ -552,15 +552,15 @@ def build_effective_config(
     overrides: Sequence[Override] = (),
     project_root: Optional[str] = None,
 ) -> EffectiveConfig:
-    """Files, then ini options, then overrides; errors reported in that order (the file layers are
-    checked already, the others here). A path key's value must lie inside ``project_root``, if given."""
-    effective = merge_layers([*file_layers, *ini_layers(ini, ini_origin), *override_layers(overrides)])
-    for spec in SCHEMA if project_root is not None else ():
-        value = effective.get(spec.key)
-        if spec.shape == PATH and isinstance(value, str) and outside_project(value, str(project_root)):
-            raise config_error(f"{effective.origins[spec.key]}: {ROOT_KEY}.{spec.key}: refusing {describe_value(value)}: "
-                               f"it leads out of the project {project_root}; configure a path inside it")
-    return effective
+    """Files, then ini options, then overrides; errors reported in that order (files are checked
+    already). A file's or ini option's path must lie inside ``project_root`` (an override's is its invoker's)."""
+    project_layers = [*file_layers, *ini_layers(ini, ini_origin)]
+    for layer in project_layers if project_root is not None else ():
+        for key, value in layer.values.items():
+            if SPECS[key].shape == PATH and isinstance(value, str) and outside_project(value, str(project_root)):
+                raise config_error(f"{layer.origin}: {ROOT_KEY}.{key}: refusing {describe_value(value)}: "
+                                   f"it leads out of the project {project_root}; configure a path inside it")
+    return merge_layers([*project_layers, *override_layers(overrides)])
 
 
 # --- judging keys -------------------------------------------------------------------

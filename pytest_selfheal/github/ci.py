@@ -30,7 +30,6 @@ from typing import IO, Any, Optional
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
-from pytest_selfheal.config.shapes import outside_project
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -363,9 +362,6 @@ def run_ci(
 
     root = (_resolve(options.reports_dir, here) if options.reports_dir
             else fsio.project_path(here, effective.settings.reports_dir, "reports_dir"))
-    if outside_project(os.path.abspath(root), os.path.abspath(find_project_root(here))):
-        # The pytest run is told this root as reports_dir, which must lie inside the project.
-        raise UsageError(f"--dir {root}: the reports root must lie inside the project {find_project_root(here)}")
     md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
