@@ -4,6 +4,7 @@ re-runs the tests the pull request adds or changes (github/new_tests.py)."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -13,9 +14,17 @@ from fake_github import FakeGitHub
 from helpers import cli, git_commit_all, make_project
 from test_ci import PR, actions_env, ours, outputs_of, run_ci
 
+from pytest_selfheal.config.settings import default_config
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.github.ci_verdict import new_tests_section, sanitize_ci_info
-from pytest_selfheal.github.new_tests import BUDGET_FLOOR_SECONDS, budget_seconds, changed_tests, rerun_options
+from pytest_selfheal.github.new_tests import (
+    BUDGET_FLOOR_SECONDS,
+    NewTestsRun,
+    budget_seconds,
+    changed_tests,
+    find_new_tests,
+    rerun_options,
+)
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_UNCHECKED, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.report import Report
 
@@ -116,6 +125,26 @@ def test_the_section_gives_unchecked_tests_their_own_line() -> None:
     assert "Checked, passed every run: `t.py::test_ok`" in section
     reported = new_tests_section(NewTestsCheck("2 re-run", tests))
     assert "reported only (`fail-on-new-unchecked: false`)" in reported
+
+
+def test_new_tests_are_what_the_pull_request_collects_and_its_base_did_not(tmp_path: Path) -> None:
+    """A parametrisation added through a module-level list (no test's line changed), a test
+    bound by assignment, and a test changed in place: each found, nothing else."""
+    project = make_project(tmp_path / "proj", {
+        "test_m.py": "import pytest\n\nCASES = [1]\n\n\n@pytest.mark.parametrize('n', CASES)\n"
+                     "def test_p(n):\n    assert n\n\n\ndef test_same():\n    assert True\n\n\n"
+                     "def test_edited():\n    assert 1\n"})
+    base = git.Repo(project).head.commit.hexsha
+    text = (project / "test_m.py").read_text()
+    text = text.replace("CASES = [1]", "CASES = [1, 2]").replace("assert 1\n", "assert 2\n")
+    (project / "test_m.py").write_text(text + "\n\ndef _impl():\n    pass\n\n\ntest_bound = _impl\n")
+    git_commit_all(project, "change tests")
+    said: list[str] = []
+    run = NewTestsRun(project, base, [], 1.0, env=dict(os.environ))
+    found = find_new_tests(run, default_config(), base, say=said.append)
+    assert found == ["test_m.py::test_p[2]", "test_m.py::test_edited", "test_m.py::test_bound"]
+    assert said == []
+    assert git.Repo(project).git.worktree("list").count("\n") == 0  # the base's checkout is gone
 
 
 # --------------------------------------------------------------------------- selfheal ci end to end

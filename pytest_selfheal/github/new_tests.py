@@ -234,9 +234,16 @@ def collected(root: Path, effective: EffectiveConfig, run: NewTestsRun, timeout:
         return None, f"more than {MAX_COLLECTED} lines of output"
     if result.exit_code == 5:  # no tests collected
         return [], ""
-    ids = [line for line in lines if "::" in line and not line.startswith((" ", "<", "="))]
-    if result.exit_code != 0 or not result.started:
-        last = next((line.strip() for line in reversed(lines) if line.strip()), result.error or "no output")
+    ids: list[str] = []
+    for line in lines:  # one id a line, then a blank line (then the count, the warnings)
+        if ids and not line.strip():
+            break
+        if "::" in line and not line.startswith((" ", "<", "=")):
+            ids.append(line)
+    if not result.started or result.exit_code is None:
+        return None, f"pytest could not start: {result.error}"
+    if result.exit_code != 0:
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
         return None, f"pytest exited with {result.exit_code}: {effective.redactor.redact(last)[:200]}"
     return ids, ""
 
