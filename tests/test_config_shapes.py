@@ -60,6 +60,8 @@ REFUSED = [
     ({"verification": {"args": ["--confcutdir=/"]}}, f'refusing "--confcutdir=/": {ROOT_REFUSAL}'),
     ({"gate": {"pytest_args": ["--inifile", "x.ini"]}}, f'gate.pytest_args[0]: refusing "--inifile": {ROOT_REFUSAL}'),
     ({"verification": {"args": ["@more-args.txt"]}}, "refusing \"@more-args.txt\": pytest would read more arguments"),
+    ({"verification": {"args": ["-o", "confcutdir=/"]}}, f'args[1]: refusing "confcutdir=/": {ROOT_REFUSAL}'),
+    ({"verification": {"args": ["--override-ini=addopts=-x --rootdir=/"]}}, "args[0]: refusing \"--override-ini="),
     # bounded counts
     ({"max_iterations": 10**12}, "max_iterations: expected an integer from 1 to 1000, got 1000000000000"),
     ({"new_tests": {"reruns": 101}}, "new_tests.reruns: expected an integer from 1 to 100, got 101"),

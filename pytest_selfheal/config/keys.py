@@ -350,10 +350,21 @@ def shape_problem(spec: KeySpec, item: str) -> Optional[str]:
             return ("a shell, an interpreter or a launcher runs whatever its arguments say; allowlist the "
                     "test runner itself (a module run as `python -m NAME` is allowlisted as NAME)")
     elif spec.shape == PYTEST_ARGS:
-        if item.startswith("@"):
-            return "pytest would read more arguments from that file"
-        if item.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(item):
-            return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+        return _argument_problem(item)
+    return None
+
+
+def _argument_problem(word: str) -> Optional[str]:
+    if word.startswith("@"):
+        return "pytest would read more arguments from that file"
+    if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word):
+        return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+    # An ini override (``-o KEY=VALUE``, glued or the next word): the same options as ini keys.
+    key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
+    if key.strip() == "confcutdir":
+        return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+    if key.strip() == "addopts":
+        return next(filter(None, map(_argument_problem, value.split())), None)
     return None
 
 
