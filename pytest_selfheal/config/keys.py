@@ -31,14 +31,13 @@ ARGV = "argv"
 RULES = "rules"
 
 # Shapes a value must also have, beyond its kind (``shape_problem`` below judges them).
-PATH = "path"  # a path inside the project: relative without climbing out, or absolute inside the root
+PATH = "path"  # a path inside the project: never climbing out; absolute only inside it (but from a flag)
 COMMANDS = "commands"  # program names none of which runs code or a program given in its arguments
 PYTEST_ARGS = "pytest_args"  # pytest arguments that neither move the rootdir or config nor read @FILE
 
-# Every list holds at most this many items; every string and regular expression at most so many characters.
+# Every list holds at most this many items, every string at most so many characters.
 MAX_ITEMS = 1000
 MAX_TEXT = 4096
-MAX_PATTERN = 1000
 DAY_SECONDS = 86_400
 
 # What an error message says was expected, per kind.
@@ -146,9 +145,9 @@ SCHEMA: tuple[KeySpec, ...] = (
             "with `replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir); relative or absolute, it must lie inside the project "
-            "([paths](#paths-commands-arguments-and-patterns)), every symbolic link on its way followed (one "
-            "leading out is refused, exit 5).", shape=PATH),
+            "the project root (pytest's rootdir) and must lie inside it, an absolute one too unless a flag "
+            "gives it ([paths](#paths-commands-arguments-and-patterns)), every symbolic link on its way "
+            "followed (one leading out is refused, exit 5).", shape=PATH),
     KeySpec("report_path", STRING, None,
             "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
             "path is relative to the project root and must resolve inside it, like `reports_dir`. "
@@ -357,11 +356,9 @@ def shape_problem(spec: KeySpec, item: str) -> Optional[str]:
 def _argument_problem(word: str) -> Optional[str]:
     if word.startswith("@"):
         return "pytest would read more arguments from that file"
-    if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word):
-        return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
-    # An ini override (``-o KEY=VALUE``, glued or the next word): the same options as ini keys.
+    # An ini override (``-o KEY=VALUE``, glued or the next word) may name the same options as ini keys.
     key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
-    if key.strip() == "confcutdir":
+    if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word) or key.strip() == "confcutdir":
         return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
     if key.strip() == "addopts":
         return next(filter(None, map(_argument_problem, value.split())), None)
