@@ -10,6 +10,8 @@ No other module imports ``git`` (an import-linter contract in pyproject.toml) or
   whole git work, on every failing ``pytest --selfheal`` run (docs/benchmarks.md);
 - the commands of the repair worktrees (:func:`run_git`, :func:`repo_top`;
   ``repair/worktree.py`` holds what they are for);
+- what a pull request changed (:func:`changed_lines`) and its base revision checked out
+  beside it (:func:`base_checkout`), for the check of new tests;
 - a committed repository for the demo (:func:`init_repo`).
 
 The diff hash. Progress includes "the code diff (gitpython, hashed) changed". The
@@ -481,6 +483,25 @@ def changed_lines(cwd: Path, base: str, paths: Sequence[str] = ("*.py",)) -> dic
             first, count = int(match.group(1)), int(match.group(2) or 1)
             current.append((first, first + count - 1) if count else (first + 1, first + 1))
     return {path: ranges for path, ranges in changed.items() if ranges}
+
+
+@contextmanager
+def base_checkout(cwd: Path, revision: str) -> Iterator[Path]:
+    """A detached worktree of commit ``revision`` in a temporary directory, no hook run,
+    removed on exit: the directory in it where ``cwd`` lies. Raises :class:`GitFailed`."""
+    top = Path(run_git(cwd, ["rev-parse", "--show-toplevel"]).decode("utf-8", "surrogateescape").strip())
+    below = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
+    with tempfile.TemporaryDirectory(prefix="selfheal-base-") as scratch:
+        hooks, tree = Path(scratch, "hooks"), Path(scratch, "tree")
+        hooks.mkdir()
+        run_git(cwd, ["worktree", "add", "--detach", "--quiet", str(tree), revision], hooks_dir=hooks)
+        try:
+            yield tree / below if below != "." else tree
+        finally:
+            try:
+                run_git(cwd, ["worktree", "remove", "--force", str(tree)], hooks_dir=hooks)
+            except GitFailed:  # gone already: its record is pruned
+                run_git(cwd, ["worktree", "prune"], hooks_dir=hooks)
 
 
 def ignored(cwd: Path, paths: Sequence[str]) -> set[str]:

@@ -52,6 +52,7 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.recorder.finish", "pytest_selfheal.run.entry"),
     # Only a config with patterns or rules loads their checks (and the failure records under them).
     ("pytest_selfheal.config.settings", "pytest_selfheal.analysis.rules"),
+    ("pytest_selfheal.config.keys", "pytest_selfheal.analysis.rules"),
     # Reading the environment for secrets is I/O: merging the config does none.
     ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),
     # The repair side (providers, worktrees, patches): only when a repair provider runs.

@@ -231,12 +231,12 @@ def test_yaml_project_file_and_json_wins(project: Path, env: dict[str, str]) -> 
     "section, expected",
     [
         ({"max_iterations": "three"},
-         'ralf_lite.max_iterations: expected an integer >= 1, got "three"'),
-        ({"max_iterations": "4"}, 'ralf_lite.max_iterations: expected an integer >= 1, got "4"'),
-        ({"max_iterations": True}, "ralf_lite.max_iterations: expected an integer >= 1, got true"),
-        ({"max_iterations": 0}, "ralf_lite.max_iterations: expected an integer >= 1, got 0"),
-        ({"max_iterations": 2.5}, "ralf_lite.max_iterations: expected an integer >= 1, got 2.5"),
-        ({"max_iterations": None}, "ralf_lite.max_iterations: expected an integer >= 1, got null"),
+         'ralf_lite.max_iterations: expected an integer from 1 to 1000, got "three"'),
+        ({"max_iterations": "4"}, 'ralf_lite.max_iterations: expected an integer from 1 to 1000, got "4"'),
+        ({"max_iterations": True}, "ralf_lite.max_iterations: expected an integer from 1 to 1000, got true"),
+        ({"max_iterations": 0}, "ralf_lite.max_iterations: expected an integer from 1 to 1000, got 0"),
+        ({"max_iterations": 2.5}, "ralf_lite.max_iterations: expected an integer from 1 to 1000, got 2.5"),
+        ({"max_iterations": None}, "ralf_lite.max_iterations: expected an integer from 1 to 1000, got null"),
         ({"enabled": 1}, "ralf_lite.enabled: expected a boolean (true or false), got 1"),
         ({"enabled": "yes"}, 'ralf_lite.enabled: expected a boolean (true or false), got "yes"'),
         ({"max_iteration": 3}, 'ralf_lite.max_iteration: unknown key; did you mean "max_iterations"?'),
@@ -245,11 +245,11 @@ def test_yaml_project_file_and_json_wins(project: Path, env: dict[str, str]) -> 
         ({"apply_to.tdd_tasks": True}, "ralf_lite.apply_to.tdd_tasks: unknown key"),
         ({"apply_to": {"tdd_tasks": "no"}},
          'ralf_lite.apply_to.tdd_tasks: expected a boolean (true or false), got "no"'),
-        ({"max_runtime_minutes": 0}, "ralf_lite.max_runtime_minutes: expected a number > 0 or null, got 0"),
+        ({"max_runtime_minutes": 0}, "ralf_lite.max_runtime_minutes: expected a number > 0 and <= 10080 or null, got 0"),
         ({"max_runtime_minutes": float("inf")},
-         "ralf_lite.max_runtime_minutes: expected a number > 0 or null, got inf"),
+         "ralf_lite.max_runtime_minutes: expected a number > 0 and <= 10080 or null, got inf"),
         ({"verification": {"timeout_seconds": -1}},
-         "ralf_lite.verification.timeout_seconds: expected a number > 0, got -1"),
+         "ralf_lite.verification.timeout_seconds: expected a number > 0 and <= 86400, got -1"),
         ({"verification": {"allowlist": "pytest"}},
          'ralf_lite.verification.allowlist: expected a list of strings, got "pytest"'),
         ({"verification": {"allowlist": ["pytest", 3]}},
@@ -423,12 +423,12 @@ def test_text_values_are_coerced(text: str, key: str, value: Any) -> None:
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("max_iterations=three", 'ralf_lite.max_iterations: expected an integer >= 1, got "three"'),
-        ("max_iterations=0", "ralf_lite.max_iterations: expected an integer >= 1, got 0"),
-        ("max_iterations=1.5", 'ralf_lite.max_iterations: expected an integer >= 1, got "1.5"'),
+        ("max_iterations=three", 'ralf_lite.max_iterations: expected an integer from 1 to 1000, got "three"'),
+        ("max_iterations=0", "ralf_lite.max_iterations: expected an integer from 1 to 1000, got 0"),
+        ("max_iterations=1.5", 'ralf_lite.max_iterations: expected an integer from 1 to 1000, got "1.5"'),
         ("enabled=maybe", 'ralf_lite.enabled: expected a boolean (true or false), got "maybe"'),
-        ("max_runtime_minutes=soon", "ralf_lite.max_runtime_minutes: expected a number > 0 or null"),
-        ("max_runtime_minutes=nan", "ralf_lite.max_runtime_minutes: expected a number > 0 or null, got nan"),
+        ("max_runtime_minutes=soon", "ralf_lite.max_runtime_minutes: expected a number > 0 and <= 10080 or null"),
+        ("max_runtime_minutes=nan", "ralf_lite.max_runtime_minutes: expected a number > 0 and <= 10080 or null, got nan"),
         ("repair.command=aider 'open", "ralf_lite.repair.command: expected a non-empty list of strings"),
         ("repair.command=[aider", "ralf_lite.repair.command: expected a non-empty list of strings"),
         ("verification.allowlist=[1, 2]", "ralf_lite.verification.allowlist: expected a list of strings"),
@@ -487,7 +487,7 @@ def test_ini_errors_name_the_ini_option() -> None:
     with pytest.raises(ConfigError) as info:
         ini_layers({"selfheal_max_iterations": "three"}, "pytest ini (/p/pytest.ini)")
     assert str(info.value) == ('pytest ini (/p/pytest.ini): selfheal_max_iterations: '
-                               'expected an integer >= 1, got "three"')
+                               'expected an integer from 1 to 1000, got "three"')
     with pytest.raises(ConfigError, match=r"^pytest ini \(/p/pytest.ini\): expected KEY=VALUE"):
         ini_layers({INI_OVERRIDES: "max_iterations"}, "pytest ini (/p/pytest.ini)")
 

@@ -125,9 +125,9 @@ def test_project_option(selfheal: Any, project: Path, tmp_path: Path) -> None:
         ("config.json", '{\n  "ralf_lite": {\n    "max_iterations": 3\n    "enabled": true}}',
          "invalid JSON at line 4 column 5: Expecting ',' delimiter"),
         ("config.json", '{"ralf_lite": {"max_iterations": "three"}}',
-         'ralf_lite.max_iterations: expected an integer >= 1, got "three"'),
+         'ralf_lite.max_iterations: expected an integer from 1 to 1000, got "three"'),
         ("config.json", '{"ralf_lite": {"max_iterations": true}}',
-         "ralf_lite.max_iterations: expected an integer >= 1, got true"),
+         "ralf_lite.max_iterations: expected an integer from 1 to 1000, got true"),
         ("config.json", '{"ralf_lite": {"retries": 3}}', "ralf_lite.retries: unknown key"),
         ("config.json", '{"ralf_lite": {"repair": {"approve": "yes"}}}',
          'ralf_lite.repair.approve: expected a boolean (true or false), got "yes"'),
@@ -173,7 +173,7 @@ def test_foreign_top_level_keys_never_error(selfheal: Any, project: Path, global
     "args, message",
     [
         (["--set", "max_iterations=three"],
-         'selfheal: error: --set: ralf_lite.max_iterations: expected an integer >= 1, got "three"'),
+         'selfheal: error: --set: ralf_lite.max_iterations: expected an integer from 1 to 1000, got "three"'),
         (["--set", "max_iterations"], "selfheal: error: --set: expected KEY=VALUE"),
         (["--set", "nope=1"], "selfheal: error: --set: ralf_lite.nope: unknown key"),
     ],
@@ -190,4 +190,4 @@ def test_bad_ini_option_is_one_line_and_exit_2(selfheal: Any, project: Path) -> 
     run = selfheal()
     assert run.code == 2 and run.err.count("\n") == 1
     assert run.err == (f"selfheal: error: pytest ini ({project / 'pyproject.toml'}): "
-                       'selfheal_no_progress_repeats: expected an integer >= 1, got "often"\n')
+                       'selfheal_no_progress_repeats: expected an integer from 1 to 1000, got "often"\n')

@@ -123,8 +123,86 @@ _EXPECTED = {
 }
 
 
+# A pattern is searched in every failure's text: one longer than this, or with more variable
+# repeats than this, costs too much to be worth it.
+MAX_PATTERN_CHARS = 1000
+MAX_PATTERN_REPEATS = 20
+
+
+def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
+    """``(its length, whether it is variable)`` of the quantifier at ``index`` that can match
+    its atom more than once: ``*``, ``+``, ``{m,}`` and ``{m,n}`` with m < n are variable,
+    ``{n}`` with n > 1 is not. ``(0, False)`` for none (``?`` matches at most once)."""
+    if index >= len(pattern):
+        return 0, False
+    if pattern[index] in "*+":
+        return 1, True
+    close = pattern.find("}", index)
+    if pattern[index] != "{" or close < 0:
+        return 0, False
+    low, comma, high = (part.strip() for part in pattern[index + 1:close].partition(","))
+    if not (low.isdigit() or (comma and low == "")) or not (high.isdigit() or high == ""):
+        return 0, False  # not a quantifier: a literal brace
+    if not comma:
+        return (close - index + 1, False) if int(low) > 1 else (0, False)
+    if high == "" or int(high) > int(low or "0"):
+        return close - index + 1, True
+    return (close - index + 1, False) if int(high) > 1 else (0, False)
+
+
+def backtracking_problem(pattern: str) -> Optional[str]:
+    """Why searching ``pattern`` may take exponential (or high polynomial) time, or None: a
+    group repeated more than once that holds a variable repeat or an alternation (``(a+)+``,
+    ``(\\w+\\s?)*``, ``(a|ab)*``, ``(.*a){20}``), more than :data:`MAX_PATTERN_REPEATS`
+    variable repeats, or more than :data:`MAX_PATTERN_CHARS` characters. A static bound on
+    the shape, not a proof: some harmless patterns of that shape are refused too (write
+    ``(?:ab)+`` without the inner repeat)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"longer than {MAX_PATTERN_CHARS} characters"
+    groups: list[list[bool]] = [[False, False]]  # per open group: holds a variable repeat, holds an alternation
+    repeats = 0
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        index += 1
+        if char == "\\":
+            index += 1  # an escaped character: a literal or a class like \w
+        elif char == "[":
+            index += pattern.startswith("^", index)
+            index += pattern.startswith("]", index)  # a leading ] is a literal
+            while index < len(pattern) and pattern[index] != "]":
+                index += 2 if pattern[index] == "\\" else 1
+            index += 1
+        elif char == "(":
+            groups.append([False, False])
+        elif char == ")" and len(groups) > 1:
+            inner_repeat, inner_alternation = groups.pop()
+            width, variable = _quantifier(pattern, index)
+            if width and (inner_repeat or inner_alternation):
+                what = "a repeat" if inner_repeat else "an alternation"
+                return (f"a repeated group holds {what} (nested quantifiers backtrack exponentially; "
+                        "repeat the group's content once, or make the alternatives exclusive)")
+            groups[-1][0] = groups[-1][0] or inner_repeat or variable
+            repeats += variable
+            index += width
+        elif char == "|":
+            groups[-1][1] = True
+        else:
+            width, variable = _quantifier(pattern, index - 1)
+            groups[-1][0] = groups[-1][0] or variable
+            repeats += variable
+            index += max(width - 1, 0)
+        if repeats > MAX_PATTERN_REPEATS:
+            return f"more than {MAX_PATTERN_REPEATS} variable repeats"
+    return None
+
+
 def regex_problem(pattern: str) -> Optional[str]:
-    """Why ``pattern`` is not a usable regular expression, or None when it is."""
+    """Why ``pattern`` is not a usable regular expression, or None when it is: it must compile,
+    and its search must have a bounded cost (:func:`backtracking_problem`)."""
+    problem = backtracking_problem(pattern)
+    if problem is not None:
+        return problem
     try:
         # A FutureWarning ("Possible nested set") would print two extra lines on stderr.
         with warnings.catch_warnings():

@@ -272,5 +272,5 @@ def load_config(
         if found:
             ini_origin = f"pytest ini ({found[0]})"
     effective = build_effective_config(file_layers, ini=ini, ini_origin=ini_origin or "pytest ini",
-                                       overrides=overrides)
+                                       overrides=overrides, project_root=os.path.abspath(project_root))
     return effective if env is os.environ else dataclasses.replace(effective, environ=env)

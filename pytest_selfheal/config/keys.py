@@ -1,23 +1,26 @@
 """The configuration keys (docs/configuration.md): one table, ``SCHEMA``, of every leaf under ``ralf_lite``.
 
-Pure. Defaults, validation (:mod:`pytest_selfheal.config.settings`), the error messages
-and the reference tables in docs/configuration.md all derive from this table.
+Pure. Defaults, validation (:mod:`pytest_selfheal.config.settings`, with the shapes below),
+the error messages and the reference tables in docs/configuration.md all derive from this table.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
+from pytest_selfheal.errors import describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
 
-# Value kinds of the schema. Integers are always >= 1 and numbers always > 0: every
-# integer key is a count and every number a duration, so one bound per kind is enough.
+# Value kinds of the schema. Integers are always >= 1 and numbers always > 0 (every integer
+# key is a count, every number a duration or a share), each at most its key's ``most``.
 BOOL = "bool"
 INT = "int"
 NUMBER = "number"
@@ -26,6 +29,16 @@ STRINGS = "strings"
 REGEXES = "regexes"
 ARGV = "argv"
 RULES = "rules"
+
+# Shapes a value must also have, beyond its kind (``shape_problem`` below judges them).
+PATH = "path"  # a path inside the project: never climbing out; absolute only inside it (but from a flag)
+COMMANDS = "commands"  # program names none of which runs code or a program given in its arguments
+PYTEST_ARGS = "pytest_args"  # pytest arguments that neither move the rootdir or config nor read @FILE
+
+# Every list holds at most this many items, every string at most so many characters.
+MAX_ITEMS = 1000
+MAX_TEXT = 4096
+DAY_SECONDS = 86_400
 
 # What an error message says was expected, per kind.
 _EXPECTED = {
@@ -65,16 +78,30 @@ class KeySpec:
     # A judging key: the value in force when an incident is captured judges it until
     # `selfheal reopen` (config/seal.py); a later edit is reported, not obeyed.
     judging: bool = False
+    most: Optional[float] = None  # the largest INT or NUMBER value
+    shape: str = ""  # PATH, COMMANDS or PYTEST_ARGS: what else a valid value must be
 
     @property
     def expected(self) -> str:
         """What a valid value looks like, for error messages."""
-        return _EXPECTED[self.kind] + (" or null" if self.nullable else "")
+        if self.most is not None and self.kind == INT:
+            text = f"an integer from 1 to {_number(self.most)}"
+        else:
+            text = _EXPECTED[self.kind] + (f" and <= {_number(self.most)}" if self.most is not None else "")
+        return text + (" or null" if self.nullable else "")
 
     @property
     def type_name(self) -> str:
         """The type as written in the reference table."""
-        return _TYPE_NAMES[self.kind] + (" or null" if self.nullable else "")
+        if self.most is not None:
+            text = f"int 1–{_number(self.most)}" if self.kind == INT else f"number > 0, ≤ {_number(self.most)}"
+        else:
+            text = _TYPE_NAMES[self.kind]
+        return text + (" or null" if self.nullable else "")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
 
 
 # Objects under ralf_lite (merged key by key) and what each groups.
@@ -96,13 +123,13 @@ SCHEMA: tuple[KeySpec, ...] = (
             "but the loop stops at once with stop reason `disabled`.", judging=True),
     KeySpec("max_iterations", INT, 3,
             "Most iterations (verification runs, the capture not counted) of one loop run; "
-            "reaching it stops with `max_iterations`.", judging=True),
+            "reaching it stops with `max_iterations`.", judging=True, most=1000),
     KeySpec("error_fingerprint_repeats", INT, 2,
             "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
-            "consecutive iterations.", judging=True),
+            "consecutive iterations.", judging=True, most=1000),
     KeySpec("no_progress_repeats", INT, 2,
             "Stop with `no_progress` (or `replan_requested`, see `auto_replan_on_no_progress`) "
-            "after this many consecutive iterations without progress.", judging=True),
+            "after this many consecutive iterations without progress.", judging=True, most=1000),
     KeySpec("apply_to.auto_tasks", BOOL, True,
             "The loop runs for ordinary failing tests captured by `pytest --selfheal`."),
     KeySpec("apply_to.autonomous_plans", BOOL, True,
@@ -112,33 +139,37 @@ SCHEMA: tuple[KeySpec, ...] = (
             "unless `true`."),
     KeySpec("max_runtime_minutes", NUMBER, None,
             "Wall-clock budget of one loop, in minutes; exceeding it stops with "
-            "`runtime_budget`. `null`: no time-based stop.", nullable=True, judging=True),
+            "`runtime_budget`. `null`: no time-based stop.", nullable=True, judging=True, most=10_080),
     KeySpec("auto_replan_on_no_progress", BOOL, False,
             "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
             "with `replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir) and must resolve inside it, every symbolic link on "
-            "its way followed (one leading out is refused, exit 5); an absolute path is taken as given."),
+            "the project root (pytest's rootdir) and must lie inside it, an absolute one too unless a flag "
+            "gives it ([paths](#paths-commands-arguments-and-patterns)), every symbolic link on its way "
+            "followed (one leading out is refused, exit 5).", shape=PATH),
     KeySpec("report_path", STRING, None,
             "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
             "path is relative to the project root and must resolve inside it, like `reports_dir`. "
-            "`null`: no report file.", nullable=True),
+            "`null`: no report file.", nullable=True, shape=PATH),
     KeySpec("log_tail_lines", INT, 200,
-            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction)."),
+            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction).", most=100_000),
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
             "Executable names (basename, or `python -m <module>`) verification commands may "
-            "run; any other command is refused and logged. Their arguments are checked too: "
-            "selections inside the project root and safe options only (docs/loop.md).", judging=True),
+            "run; any other command is refused and logged. Never a shell, an interpreter or a launcher "
+            "([commands](#paths-commands-arguments-and-patterns)). Their arguments are checked too: "
+            "selections inside the project root and safe options only (docs/loop.md).", judging=True, shape=COMMANDS),
     KeySpec("verification.args", STRINGS, [],
             "Extra pytest arguments for every verification run, after the capture's own options "
             "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
             "like the capture's options, and judged by value like them: `-p` only for an installed plugin, "
-            "`-o`/`-c` and path values inside the project, never `@FILE`, `--basetemp`, `--rootdir`, "
-            "`--confcutdir` ([loop.md](loop.md#what-a-verification-run-executes)).", judging=True),
+            "`-o` and path values inside the project, never `@FILE`, `--basetemp`, or an option that moves the "
+            "rootdir or the config (`--rootdir`, `-c`, `--confcutdir`: "
+            "[arguments](#paths-commands-arguments-and-patterns); "
+            "[loop.md](loop.md#what-a-verification-run-executes)).", judging=True, shape=PYTEST_ARGS),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
-            "and counts as a `timeout`.", judging=True),
+            "and counts as a `timeout`.", judging=True, most=DAY_SECONDS),
     KeySpec("verification.localise", BOOL, True,
             "Before the first iteration of an incident captured without `--selfheal-spectrum`, re-run "
             "the failing tests' files once (the failing tests and their passing neighbours) recording "
@@ -150,7 +181,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "provider (verify-only, unless a plugin hook provides one).", nullable=True),
     KeySpec("repair.timeout_seconds", NUMBER, 600,
             "Timeout of one repair provider call, in seconds; a repair that exceeds it is "
-            "killed and recorded as a `timeout`."),
+            "killed and recorded as a `timeout`.", most=DAY_SECONDS),
     KeySpec("repair.allowed_paths", STRINGS, [],
             "Extra glob patterns (relative to the project root) a repair may touch without "
             "asking, beside the plan's `target_paths`."),
@@ -180,41 +211,42 @@ SCHEMA: tuple[KeySpec, ...] = (
             "The branch whose failures count as `known` (in Actions, a pull request's or the merge "
             "queue's base branch wins)."),
     KeySpec("history.flaky_rate", NUMBER, 0.1,
-            "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`."),
+            "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`.", most=1),
     KeySpec("history.window_days", NUMBER, 30,
-            "How far back, in days, flake rates look (`selfheal flaky`, triage)."),
+            "How far back, in days, flake rates look (`selfheal flaky`, triage).", most=3650),
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
             "The committed quarantine list, relative to the project root and resolved inside it (a "
             "symbolic link on its way leading out, or the file itself a link, is refused); for an event "
-            "that tests code not merged yet it is read from the base revision."),
+            "that tests code not merged yet it is read from the base revision.", shape=PATH),
     KeySpec("new_tests.enabled", BOOL, True,
             "On a pull request, `selfheal ci` re-runs the tests the pull request adds or changes, to "
             "catch a flaky test before it merges ([action.md](action.md#new-tests-are-checked-for-flakiness))."),
     KeySpec("new_tests.reruns", INT, 5,
-            "How many more times each new or changed test runs, in an order shuffled by a recorded seed."),
+            "How many more times each new or changed test runs, in an order shuffled by a recorded seed.", most=100),
     KeySpec("new_tests.max_seconds", NUMBER, 120,
             "The most time, in seconds, the re-runs of new tests may take; re-runs that do not fit are "
-            "left out and named."),
+            "left out and named.", most=DAY_SECONDS),
     KeySpec("new_tests.max_share", NUMBER, 0.2,
             "The most time the re-runs of new tests may take as a share of the job's own test run "
-            "(0.2: a fifth); the smaller of this and `new_tests.max_seconds` applies."),
+            "(0.2: a fifth), but at least 30 s; `new_tests.max_seconds` caps it. A new test not re-run its count "
+            "is `unchecked` and fails the job unless `fail-on-new-unchecked: false`.", most=10),
     KeySpec("new_tests.seed", INT, None,
             "The seed of the re-runs' order. `null`: a fresh one each run, printed and kept in the report "
-            "so that a person can replay the same orders.", nullable=True),
+            "so that a person can replay the same orders.", nullable=True, most=2**31 - 1),
     KeySpec("mcp.max_chars", INT, 8000,
             "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
-            "cut with a note saying what was left out and which tool gives more."),
+            "cut with a note saying what was left out and which tool gives more.", most=1_000_000),
     KeySpec("gate.pytest_args", STRINGS, [],
             "Arguments of the `pytest --selfheal` run a stop gate makes when no incident is open (node "
             "ids, paths, allowlisted options such as `-x`); with an incident open the gate re-runs it "
-            "with its capture's own options instead.", judging=True),
+            "with its capture's own options instead.", judging=True, shape=PYTEST_ARGS),
     KeySpec("gate.timeout_seconds", NUMBER, 300,
             "The longest a stop gate's test run may take; past it the run is stopped and the agent "
             "is let stop (a gate fails open). `selfheal stop-gate install` gives the agent's hook "
-            "timeout 30 s more.", judging=True),
+            "timeout 30 s more.", judging=True, most=DAY_SECONDS),
     KeySpec("gate.max_chars", INT, 4000,
             "The longest message a stop gate hands the agent (the verdict and its root-cause groups); "
-            "a longer one is cut with a note naming `selfheal show`."),
+            "a longer one is cut with a note naming `selfheal show`.", most=1_000_000),
 )
 
 SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
@@ -235,6 +267,110 @@ def nest(flat: Mapping[str, object]) -> dict[str, Any]:
 
 DEFAULTS = nest({spec.key: spec.default for spec in SCHEMA})
 """The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
+
+
+# --- shapes ---------------------------------------------------------------------------
+# What a value must be beyond its kind, judged by its text alone
+# (docs/configuration.md "Paths, commands, arguments and patterns"); config/settings.py
+# checks every value of every layer with text_problem. A pattern's cost is judged by the one regular expression
+# validator, analysis/rules.regex_problem.
+
+# The programs an allowlist may not name: a shell, an interpreter, or a launcher of another
+# program or code given in its arguments. An entry is judged by its basename, lower-cased,
+# without a Windows suffix and without a trailing version (``/bin/bash5`` → ``bash``,
+# ``python3.12`` → ``python``, ``node18.exe`` → ``node``).
+RUNS_ANYTHING = frozenset({
+    # shells
+    "sh", "bash", "zsh", "dash", "ksh", "mksh", "pdksh", "oksh", "yash", "ash", "csh", "tcsh", "fish", "rc", "es",
+    "nu", "elvish", "xonsh", "busybox", "toybox", "cmd", "command", "powershell", "pwsh",
+    # interpreters
+    "python", "pythonw", "py", "pypy", "ipython", "jython", "ironpython", "graalpy", "micropython", "node",
+    "nodejs", "deno", "bun", "perl", "ruby", "irb", "jruby", "php", "lua", "luajit", "tclsh", "wish", "expect",
+    "awk", "gawk", "mawk", "nawk", "sed", "osascript", "cscript", "wscript", "java", "jshell", "groovy", "scala",
+    "julia", "r", "rscript", "guile", "racket", "sbcl", "clisp", "ghci", "runghc", "runhaskell", "erl",
+    "escript", "elixir", "iex", "swift", "dotnet", "make", "gmake",
+    # launchers of what their arguments name
+    "env", "sudo", "doas", "su", "runuser", "pkexec", "nohup", "nice", "ionice", "timeout", "time", "chrt",
+    "taskset", "setsid", "stdbuf", "unbuffer", "script", "xargs", "parallel", "watch", "exec", "eval", "strace",
+    "ltrace", "gdb", "lldb", "valgrind", "chroot", "nsenter", "unshare", "firejail", "systemd-run", "flock",
+    "ssh", "docker", "podman", "kubectl", "npx", "pnpx", "uvx", "pipx", "uv", "poetry", "pdm", "hatch", "rye",
+    "conda", "mamba", "micromamba", "npm", "pnpm", "yarn", "find",
+})
+# pytest options that move its rootdir or its config file (and with them conftest.py and
+# every ini option): refused in verification.args and gate.pytest_args, in every spelling.
+ROOT_MOVING_OPTIONS = ("--rootdir", "--confcutdir", "-c", "--config-file", "--inifile")
+
+
+def program_stem(entry: str) -> str:
+    """What an allowlist entry names: its first word's basename, lower-cased, without a Windows
+    suffix or a trailing version (``/usr/bin/Python3.12.exe`` → ``python``)."""
+    words = entry.split()
+    name = (words[0] if words else "").replace("\\", "/").rsplit("/", 1)[-1].lower()
+    for suffix in (".exe", ".cmd", ".bat", ".com", ".ps1"):
+        name = name.removesuffix(suffix)
+    return re.sub(r"[-_.]?[0-9][0-9._-]*$", "", name)
+
+
+def _short_c(word: str) -> bool:
+    # -c glued to its value (-cFILE), or after value-less short flags (-qc FILE).
+    letters = word[1:].lstrip("qvxsl")
+    return word.startswith("-") and not word.startswith("--") and letters.startswith("c")
+
+
+def text_problem(spec: KeySpec, item: str) -> Optional[str]:
+    """Why one string value (or one item of a list) of ``spec`` is refused, or None: a NUL, a
+    length over :data:`MAX_TEXT`, a regular expression that does not compile or costs too much
+    (``analysis/rules.regex_problem``), or the key's shape (:func:`shape_problem`)."""
+    if "\x00" in item:  # no path, argv word or name can hold NUL: refused here, not as an internal error later
+        return "contains a NUL character"
+    if len(item) > MAX_TEXT:
+        return f"longer than {MAX_TEXT} characters"
+    if spec.kind == REGEXES:
+        # Imported here: the rules' module loads the failure records, which a run that only
+        # reads the config (a green one) must not parse and compile.
+        from pytest_selfheal.analysis.rules import regex_problem
+
+        problem = regex_problem(item)
+        return f"expected a valid regular expression, got {describe_value(item)}: {problem}" if problem else None
+    problem = shape_problem(spec, item)
+    return f"refusing {describe_value(item)}: {problem}" if problem is not None else None
+
+
+def shape_problem(spec: KeySpec, item: str) -> Optional[str]:
+    """Why one value (one item of a list) of ``spec`` lacks the key's shape, or None: a path
+    that climbs out of the project, an allowlisted program that runs anything its arguments
+    say, a pytest argument that moves the rootdir or the config or reads ``@FILE``."""
+    if spec.shape == PATH:
+        path = item.replace("\\", "/")
+        if not posixpath.isabs(path) and posixpath.normpath(path).split("/")[0] == "..":
+            return "it leads out of the project; configure a path inside it"
+    elif spec.shape == COMMANDS:
+        if program_stem(item) in RUNS_ANYTHING:
+            return ("a shell, an interpreter or a launcher runs whatever its arguments say; allowlist the "
+                    "test runner itself (a module run as `python -m NAME` is allowlisted as NAME)")
+    elif spec.shape == PYTEST_ARGS:
+        return _argument_problem(item)
+    return None
+
+
+def _argument_problem(word: str) -> Optional[str]:
+    if word.startswith("@"):
+        return "pytest would read more arguments from that file"
+    # An ini override (``-o KEY=VALUE``, glued or the next word) may name the same options as ini keys.
+    key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
+    if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word) or key.strip() == "confcutdir":
+        return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+    if key.strip() == "addopts":
+        return next(filter(None, map(_argument_problem, value.split())), None)
+    return None
+
+
+def outside_project(value: str, project_root: str) -> bool:
+    """Whether the path ``value`` (relative to ``project_root``) lies outside it, by its text
+    alone (the store follows its symbolic links: ``fsio.project_path``)."""
+    root = posixpath.normpath(project_root.replace("\\", "/"))
+    target = posixpath.normpath(posixpath.join(root, value.replace("\\", "/")))
+    return target != root and not target.startswith(root.rstrip("/") + "/")
 
 
 # --- documentation ------------------------------------------------------------------

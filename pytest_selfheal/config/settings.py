@@ -39,7 +39,9 @@ from pytest_selfheal.config.keys import (
     GROUPS,
     INT,
     JUDGING_KEYS,
+    MAX_ITEMS,
     NUMBER,
+    PATH,
     REGEXES,
     ROOT_KEY,
     RULES,
@@ -49,6 +51,8 @@ from pytest_selfheal.config.keys import (
     STRINGS,
     KeySpec,
     nest,
+    outside_project,
+    text_problem,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
@@ -328,26 +332,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # True is not an integer
 
 
-def _no_nul(origin: str, where: str, value: str) -> None:
-    # No path, argv word or name can hold NUL: refused here, not as an internal error later.
-    if "\x00" in value:
-        raise config_error(f"{origin}: {where}: contains a NUL character")
+def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
+    if (problem := text_problem(spec, value)) is not None:
+        raise config_error(f"{origin}: {where}: {problem}")
 
 
 def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
     for index, item in enumerate(value):
-        _no_nul(origin, f"{where}[{index}]", item)
-    if spec.kind == REGEXES and value:
-        # Imported here: the rules' module loads the failure records, which a run that only
-        # reads the config (a green one) must not parse and compile.
-        from pytest_selfheal.analysis.rules import regex_problem
-        for index, pattern in enumerate(value):
-            problem = regex_problem(pattern)
-            if problem is not None:
-                raise config_error(f"{origin}: {where}[{index}]: expected a valid regular "
-                                   f"expression, got {describe_value(pattern)}: {problem}")
+        _check_text(origin, f"{where}[{index}]", spec, item)
     return list(value)
 
 
@@ -373,6 +367,8 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
     """``value`` if valid for ``spec`` (lists copied), else ConfigError naming ``where``."""
     if value is None and spec.nullable:
         return None
+    if isinstance(value, (list, tuple)) and len(value) > MAX_ITEMS:
+        raise config_error(f"{origin}: {where}: more than {MAX_ITEMS} items")
     kind = spec.kind
     if kind in (STRINGS, REGEXES) or (kind == ARGV and value):
         return _check_strings(origin, where, spec, value)
@@ -380,18 +376,16 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         return _check_rules(origin, where, spec, value)
     if kind == BOOL:
         ok = isinstance(value, bool)
-    elif kind == INT:
-        ok = _is_int(value) and value >= 1
-    elif kind == NUMBER:
+    elif kind in (INT, NUMBER):  # a count is >= 1, a duration or share > 0; each at most its key's most
         # No float() on ints: a huge int would overflow instead of being a plain "no".
-        ok = (_is_int(value) and value > 0) or (
-            isinstance(value, float) and math.isfinite(value) and value > 0)
+        number = _is_int(value) or (kind == NUMBER and isinstance(value, float) and math.isfinite(value))
+        ok = number and value > 0 and (spec.most is None or value <= spec.most)
     else:  # STRING, or an empty ARGV list
         ok = kind == STRING and isinstance(value, str) and value != ""
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
     if isinstance(value, str):
-        _no_nul(origin, where, value)
+        _check_text(origin, where, spec, value)
     return value
 
 
@@ -556,10 +550,17 @@ def build_effective_config(
     ini: Mapping[str, IniValue],
     ini_origin: str,
     overrides: Sequence[Override] = (),
+    project_root: Optional[str] = None,
 ) -> EffectiveConfig:
-    """Files, then ini options, then overrides; errors reported in that order (the file
-    layers are checked already, the ini options and overrides are checked here in turn)."""
-    return merge_layers([*file_layers, *ini_layers(ini, ini_origin), *override_layers(overrides)])
+    """Files, then ini options, then overrides; errors reported in that order (files are checked
+    already). A file's or ini option's path must lie inside ``project_root`` (an override's is its invoker's)."""
+    project_layers = [*file_layers, *ini_layers(ini, ini_origin)]
+    for layer in project_layers if project_root is not None else ():
+        for key, value in layer.values.items():
+            if SPECS[key].shape == PATH and isinstance(value, str) and outside_project(value, str(project_root)):
+                raise config_error(f"{layer.origin}: {ROOT_KEY}.{key}: refusing {describe_value(value)}: "
+                                   f"it leads out of the project {project_root}; configure a path inside it")
+    return merge_layers([*project_layers, *override_layers(overrides)])
 
 
 # --- judging keys -------------------------------------------------------------------

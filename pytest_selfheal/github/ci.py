@@ -276,7 +276,8 @@ def _publish(
         return
     # A green run (nothing failed, no flaky new test) only updates an existing comment: no
     # noise on green PRs.
-    create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests)
+    unchecked = bool(info.new_tests and info.new_tests.unchecked)
+    create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests) or unchecked
     result.comment = post_comment(
         ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
         create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
@@ -316,8 +317,9 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
     # A pull request's new tests: the diff against its base (another event checks none).
     pull_base = base.revision if base.event in _PULL_REQUESTS else None
     check = check_new_tests(NewTestsRun(project, pull_base, options.pytest_args, run_seconds,
-                                        main_failures, test_env), effective, Path(store.root), say=rep.say)
-    check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky)
+                                        main_failures, test_env), effective, say=rep.say)
+    check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky,
+                                unchecked_fails_job=options.fail_on_new_unchecked)
     rep.say(effective.redactor.redact(summary_line(check)))
     flaky = [t for t in check.tests if t.nodeid in check.flaky]
     if flaky and effective.settings.history.enabled:
@@ -452,6 +454,10 @@ def run_ci(
     if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
         rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
                 "(fail-on-new-flaky: false only reports them)")
+        exit_code = EXIT_UNRESOLVED
+    if new_tests.unchecked and new_tests.unchecked_fails_job and exit_code == EXIT_OK:
+        rep.say(f"selfheal ci: {len(new_tests.unchecked)} new or changed test(s) unchecked (not re-run their "
+                "count): the job fails (fail-on-new-unchecked: false only reports them)")
         exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, verdict, markdown, pull_request=number,
                       error=str(error) if error else None, new_tests=new_tests)

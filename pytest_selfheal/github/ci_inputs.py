@@ -36,6 +36,7 @@ ACTION_INPUT_VARS: tuple[str, ...] = (
     "INPUT_PULL_REQUEST_NUMBER",
     "INPUT_EXPECTED_HEAD_SHA",
     "INPUT_FAIL_ON_NEW_FLAKY",
+    "INPUT_FAIL_ON_NEW_UNCHECKED",
     "INPUT_NEW_TEST_RERUNS",
 )
 
@@ -59,6 +60,8 @@ class CiOptions:
     pass_on_proposed_fix: bool = False
     #: A new or changed test found flaky fails the job (exit 1); false only reports it.
     fail_on_new_flaky: bool = True
+    #: A new or changed test not re-run its count (unchecked) fails the job; false only reports it.
+    fail_on_new_unchecked: bool = True
     report_name: str = DEFAULT_REPORT_NAME
     report_path: Optional[Path] = None
     #: Comment-only mode: post this report JSON (no pytest, no loop).
@@ -172,6 +175,8 @@ def action_inputs(env: Mapping[str, str]) -> ActionInputs:
         pass_on_proposed_fix=parsed("INPUT_PASS_ON_PROPOSED_FIX",
                                     lambda text: parse_bool(text, "pass-on-proposed-fix")),
         fail_on_new_flaky=parsed("INPUT_FAIL_ON_NEW_FLAKY", lambda text: parse_bool(text, "fail-on-new-flaky")),
+        fail_on_new_unchecked=parsed("INPUT_FAIL_ON_NEW_UNCHECKED",
+                                     lambda text: parse_bool(text, "fail-on-new-unchecked")),
         report_name=parsed("INPUT_REPORT_NAME", str.strip),
         comment_from=parsed("INPUT_COMMENT_FROM", lambda text: Path(text.strip())),
         pull_request=parsed("INPUT_PULL_REQUEST_NUMBER", lambda text: _positive_int(text, "pull-request-number")),

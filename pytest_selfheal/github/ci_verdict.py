@@ -19,7 +19,7 @@ from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.triage import rerun_count
-from pytest_selfheal.records.ci import NEW_FLAKY, NEW_NOT_RUN, NEW_STABLE, CiVerdict, NewTestResult, NewTestsCheck
+from pytest_selfheal.records.ci import NEW_FLAKY, NEW_STABLE, NEW_UNCHECKED, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.vocab import FinalStatus
@@ -138,38 +138,52 @@ def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
             message = item.get("first_failure")
             tests.append(NewTestResult(item["nodeid"][:500], _count(item.get("passed")), _count(item.get("failed")),
                                        message[:300] if isinstance(message, str) else "",
-                                       reruns=_count(item.get("reruns"))))
+                                       reruns=_count(item.get("reruns")), planned=_count(item.get("planned"))))
     note = data.get("note")
     seed = _opt_int(data.get("seed"))
     return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), seed,
-                         _count(data.get("reruns")), _count(data.get("not_rerun")), data.get("fails_job") is True)
+                         _count(data.get("reruns")), _count(data.get("not_rerun")), data.get("fails_job") is True,
+                         data.get("unchecked_fails_job") is True)
 
 
 NEW_TESTS_SHOWN = 20  # tests named per label in the summary and the comment
 
 
+def _listed(tests: Sequence[NewTestResult], label: str, lines: list[str], consequence: str, detail: str) -> None:
+    """The flaky or unchecked ones: a bold line, then one bounded list item per test."""
+    chosen = [t for t in tests if t.label == label]
+    if not chosen:
+        return
+    word = label.split(" ")[0]  # "flaky (new)": these are new tests already
+    lines += [f"**{len(chosen)} new or changed test{'s are' if len(chosen) != 1 else ' is'} {word}** — "
+              f"{detail}; {consequence}:", ""]
+    for test in chosen[:NEW_TESTS_SHOWN]:
+        failure = f": {text(test.first_failure, 200)}" if test.first_failure else ""
+        runs = (f"{test.passed} passed, {test.failed} failed" if label == NEW_FLAKY
+                else f"re-run {test.reruns} of {test.planned} time(s)")
+        lines.append(f"- {label} {code(test.nodeid, 200)} — {runs}{failure}")
+    if len(chosen) > NEW_TESTS_SHOWN:
+        lines.append(f"- … and {len(chosen) - NEW_TESTS_SHOWN} more (the report JSON lists them all)")
+    lines.append("")
+
+
 def new_tests_section(check: NewTestsCheck) -> str:
     """``### New tests checked for flakiness``: the flaky ones first (passed / failed and the
-    first failure's message), then the checked ones, each list bounded; then the note."""
-    flaky = [t for t in check.tests if t.label == NEW_FLAKY]
-    stable = [t for t in check.tests if t.label == NEW_STABLE]
+    first failure's message), then the unchecked ones (not re-run their count), then the
+    checked ones, each list bounded; then the note."""
     lines = ["### New tests checked for flakiness", ""]
-    if flaky:
-        consequence = "this fails the job" if check.fails_job else "reported only (`fail-on-new-flaky: false`)"
-        lines += [f"**{len(flaky)} new or changed test{'s are' if len(flaky) != 1 else ' is'} flaky** — "
-                  f"passed and failed on the same code; {consequence}:", ""]
-        for test in flaky[:NEW_TESTS_SHOWN]:
-            failure = f": {text(test.first_failure, 200)}" if test.first_failure else ""
-            lines.append(f"- {NEW_FLAKY} {code(test.nodeid, 200)} — {test.passed} passed, {test.failed} failed{failure}")
-        if len(flaky) > NEW_TESTS_SHOWN:
-            lines.append(f"- … and {len(flaky) - NEW_TESTS_SHOWN} more (the report JSON lists them all)")
-        lines.append("")
-    not_rerun = [t for t in check.tests if t.label == NEW_NOT_RUN]
-    for tests, title in ((stable, "Checked, passed every run"), (not_rerun, "Not re-run, not checked")):
-        if tests:
-            shown = ", ".join(code(t.nodeid, 120) for t in tests[:NEW_TESTS_SHOWN])
-            more = f" and {len(tests) - NEW_TESTS_SHOWN} more" if len(tests) > NEW_TESTS_SHOWN else ""
-            lines += [f"{title}: {shown}{more}", ""]
+    _listed(check.tests, NEW_FLAKY, lines,
+            "this fails the job" if check.fails_job else "reported only (`fail-on-new-flaky: false`)",
+            "passed and failed on the same code")
+    _listed(check.tests, NEW_UNCHECKED, lines,
+            "this fails the job" if check.unchecked_fails_job else "reported only (`fail-on-new-unchecked: false`)",
+            "not re-run their count, so not checked")
+    stable = [t for t in check.tests if t.label == NEW_STABLE]
+    if stable:
+        shown = ", ".join(code(t.nodeid, 120) for t in stable[:NEW_TESTS_SHOWN])
+        more = f" and {len(stable) - NEW_TESTS_SHOWN} more" if len(stable) > NEW_TESTS_SHOWN else ""
+        lines += [f"Checked, passed every run: {shown}{more}", ""]
+    flaky = check.flaky
     if flaky and check.seed is not None:
         lines += [f"Next: make {'them' if len(flaky) != 1 else 'it'} deterministic (shared state, run order, time, "
                   f"randomness); `selfheal ci --set new_tests.seed={check.seed}` replays the same orders.", ""]
@@ -191,9 +205,13 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
     exit_code = info.pytest_exit_code
     new_tests = info.new_tests
     flaky = new_tests.flaky if new_tests is not None else ()
+    unchecked = new_tests.unchecked if new_tests is not None else ()
     if info.final_status == FinalStatus.PASSED and new_tests is not None and flaky:
         details = (f"pytest passed, but {len(flaky)} new or changed test{'s' if len(flaky) != 1 else ''} passed "
-                   "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails_job else ""))
+                   "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails else ""))
+    elif info.final_status == FinalStatus.PASSED and new_tests is not None and unchecked:
+        details = (f"pytest passed, but {len(unchecked)} new or changed test{'s' if len(unchecked) != 1 else ''} "
+                   "could not be re-run their count (below)" + ("; the job fails" if new_tests.fails else ""))
     elif info.final_status == FinalStatus.PASSED and info.passed_on_rerun:
         shown = info.passed_on_rerun[:RERUN_NAMES_SHOWN]
         more = f" and {len(info.passed_on_rerun) - len(shown)} more" if len(info.passed_on_rerun) > len(shown) else ""

@@ -1,19 +1,23 @@
 """New tests are checked for flakiness before they merge (edge: git, the verification runner).
 
 A flaky test is cheapest to catch on the pull request that adds it. On a pull request,
-``selfheal ci`` finds the tests the pull request **adds or changes** — the test functions
-and test classes of the changed test modules whose lines, decorators included (a
-parametrisation is part of its test), differ from the base revision — and re-runs just
-those ``new_tests.reruns`` more times, each time in another order drawn from one recorded
-seed, within a time budget (the smaller of ``new_tests.max_seconds`` and
-``new_tests.max_share`` of the job's own test run). A test that passed and failed on the
-same code is ``flaky (new)``; one that failed every time is an ordinary failure (the loop
-has it already); one that passed every time is listed as checked.
+``selfheal ci`` finds the tests the pull request **adds or changes**: the node ids pytest
+collects on it and not on its base revision (checked out beside the project in a temporary
+git worktree; parametrisations and tests bound by assignment included), and the tests of
+the changed test modules whose lines, decorators included, differ from the base. It re-runs
+just those ``new_tests.reruns`` more times, each time in another order drawn from one
+recorded seed, within a time budget (``new_tests.max_share`` of the job's own test run, at
+least :data:`BUDGET_FLOOR_SECONDS`, at most ``new_tests.max_seconds``). A test that passed
+and failed on the same code is ``flaky (new)``; one that failed every time is an ordinary
+failure (the loop has it already); one that passed every time is listed as checked; one
+that was not re-run its count (the budget spent, a refused or broken re-run) is
+``unchecked`` — not a pass.
 
-The re-runs go through the loop's own verification runner (an allowlisted argv, checked
-arguments, no shell, no token, redacted output) and are never attempts of an incident.
-Unchanged tests never run for this. Without a base revision in the clone (a shallow
-checkout, an event that is not a pull request) one line says what was not checked.
+The collections and re-runs go through the loop's own verification checks and process
+runner (an allowlisted argv, checked arguments, no shell, no token, redacted output) and
+are never attempts of an incident. Unchanged tests never run for this. Without a base
+revision in the clone (a shallow checkout, an event that is not a pull request) one line
+says what was not checked; a side that does not collect is one line and a fallback.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
-from pytest_selfheal.gitrepo import GitFailed, changed_lines, has_commit
+from pytest_selfheal.gitrepo import GitFailed, base_checkout, changed_lines, has_commit
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import SAFE_VALUED
-from pytest_selfheal.loop.verify import check_command, run_selection
+from pytest_selfheal.loop.verify import check_command, resolve_argv, run_selection
 from pytest_selfheal.records import models
 from pytest_selfheal.records.ci import NewTestResult, NewTestsCheck
 from pytest_selfheal.records.vocab import first_few
@@ -43,6 +48,11 @@ from pytest_selfheal.redact import redact_cases
 
 # A test module larger than this is not parsed for its tests (nothing generated is a test).
 MAX_MODULE_BYTES = 2_000_000
+# The least time the re-runs get, whatever the share: a suite that runs in a second still
+# has its new tests re-run their count.
+BUDGET_FLOOR_SECONDS = 30.0
+# Lines of a collection's output read; a larger suite is compared by changed lines only.
+MAX_COLLECTED = 200_000
 # pytest options whose value is the next word: kept with it when the job's own arguments are
 # replayed (every other bare word is a selection, replaced by the new tests).
 _VALUED = frozenset({*SAFE_VALUED, "-p", "-o", "--override-ini", "-c", "--config-file", "-W",
@@ -108,8 +118,10 @@ def rerun_options(pytest_args: Sequence[str]) -> list[str]:
 
 
 def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> float:
-    """The re-runs' time budget: ``max_share`` of the job's test run, at most ``max_seconds``."""
-    return max(0.0, min(max_seconds, max_share * run_seconds))
+    """The re-runs' time budget: ``max_share`` of the job's test run but at least
+    :data:`BUDGET_FLOOR_SECONDS` (a small suite's new tests are re-run their count too), at
+    most ``max_seconds``."""
+    return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
 @dataclass
@@ -121,8 +133,8 @@ class _Tally:
     reruns: int = 0
 
     def add(self, outcome: str, message: str = "", fingerprint: str = "", *, rerun: bool = False) -> None:
-        if rerun and (outcome == models.OUTCOME_PASSED or outcome in models.FAILING_OUTCOMES):
-            self.reruns += 1
+        if rerun:
+            self.reruns += 1  # a skip is a run too: a test skipped every time is not unchecked
         if outcome == models.OUTCOME_PASSED:
             self.passed += 1
         elif outcome in models.FAILING_OUTCOMES:
@@ -165,9 +177,9 @@ class NewTestsRun:
     env: Optional[Mapping[str, str]] = None  # the test processes' environment (no token)
 
 
-def find_new_tests(project_root: Path, base: str) -> tuple[list[str], list[str]]:
-    """``(node-id prefixes of the tests added or changed since base, warnings)``."""
-    ranges = changed_lines(project_root, base)
+def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]]) -> tuple[list[str], list[str]]:
+    """``(node-id prefixes of the tests whose lines changed, warnings)``: the test functions
+    and classes of the changed test modules that ``ranges`` touch."""
     prefixes: list[str] = []
     warnings: list[str] = []
     for path in sorted(ranges):
@@ -185,7 +197,89 @@ def find_new_tests(project_root: Path, base: str) -> tuple[list[str], list[str]]
     return prefixes, warnings
 
 
-def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, reports_root: Path, *, say: Say) -> NewTestsCheck:
+def _covers(prefix: str, nodeid: str) -> bool:
+    return nodeid == prefix or nodeid.startswith((prefix + "[", prefix + "::"))
+
+
+def _unparametrised(nodeid: str) -> str:
+    """``t.py::test_f[1-a]`` → ``t.py::test_f``: one selection runs every parametrisation."""
+    last = nodeid.rfind("::")
+    bracket = nodeid.find("[", last) if last >= 0 else -1
+    return nodeid[:bracket] if bracket >= 0 and nodeid.endswith("]") else nodeid
+
+
+def collected(root: Path, effective: EffectiveConfig, run: NewTestsRun, timeout: float) -> tuple[Optional[list[str]], str]:
+    """The node ids pytest collects in ``root`` with the job's options (``--collect-only``,
+    through the verification runner's checks and process runner), or ``(None, why not)``."""
+    settings = effective.settings
+    argv = ["python", "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
+            *rerun_options(run.pytest_args), *settings.verification.args]
+    try:
+        check_command(argv, allowlist=settings.verification.allowlist, root=root,
+                      trusted=[*run.pytest_args, *settings.verification.args])
+    except RefusedError as exc:
+        return None, str(exc)
+    lines: list[str] = []
+
+    def keep(line: bytes) -> None:
+        if len(lines) <= MAX_COLLECTED:
+            lines.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+
+    # Last, so they win over addopts: the rootdir the node ids are relative to, one id a line.
+    result = process.run(resolve_argv([*argv, f"--rootdir={root}", "--verbosity=-1"]), cwd=root, env=run.env,
+                         timeout_seconds=timeout, on_line=keep)
+    if result.timed_out:
+        return None, f"it took more than {timeout:.0f} s"
+    if len(lines) > MAX_COLLECTED:
+        return None, f"more than {MAX_COLLECTED} lines of output"
+    if result.exit_code == 5:  # no tests collected
+        return [], ""
+    ids: list[str] = []
+    for line in lines:  # one id a line, then a blank line (then the count, the warnings)
+        if ids and not line.strip():
+            break
+        if "::" in line and not line.startswith((" ", "<", "=")):
+            ids.append(line)
+    if not result.started or result.exit_code is None:
+        return None, f"pytest could not start: {result.error}"
+    if result.exit_code != 0:
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+        return None, f"pytest exited with {result.exit_code}: {effective.redactor.redact(last)[:200]}"
+    return ids, ""
+
+
+def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, say: Say) -> list[str]:
+    """The tests the pull request adds or changes: the node ids pytest collects on it and
+    not on ``base`` (a checkout of it beside the project), and those of its tests whose
+    lines changed. When the base does not collect, every test of a changed test module
+    counts as new; when the pull request does not, the tests whose lines changed. Each
+    fallback is one line through ``say``. Raises :class:`GitFailed` for the diff."""
+    ranges = changed_lines(run.project_root, base)
+    prefixes, warnings = changed_in_place(run.project_root, ranges)
+    for line in warnings:
+        say(f"selfheal ci: warning: {line}")
+    if not ranges:
+        return []  # no Python file changed: no test can be new
+    timeout = effective.settings.verification.timeout_seconds  # a collection is not a re-run: not in the budget
+    now, why = collected(run.project_root, effective, run, timeout)
+    if now is None:
+        say(f"selfheal ci: warning: the pull request's tests did not collect ({why}): "
+            "only the tests whose lines changed are checked")
+        return prefixes
+    try:
+        with base_checkout(run.project_root, base) as tree:
+            before, why = collected(tree, effective, run, timeout)
+    except GitFailed as exc:
+        before, why = None, f"git worktree: {exc.first_line}"
+    if before is None:
+        say(f"selfheal ci: warning: the base revision {base[:12]} did not collect ({why}): "
+            "every test of a changed test module counts as new")
+        return [n for n in now if n.split("::", 1)[0] in ranges or any(_covers(p, n) for p in prefixes)]
+    old = set(before)
+    return [n for n in now if n not in old or any(_covers(p, n) for p in prefixes)]
+
+
+def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -> NewTestsCheck:
     """Find the tests a pull request adds or changes and re-run them (module doc); one line
     per step through ``say``. Never raises for what it cannot do: the returned note says it."""
     settings = effective.settings.new_tests
@@ -197,28 +291,27 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, reports_root: 
         return NewTestsCheck(f"new tests not checked: the base revision {run.base[:12]} is not in this clone "
                              "(a shallow checkout: give actions/checkout fetch-depth: 2 or more)")
     try:
-        prefixes, warnings = find_new_tests(run.project_root, run.base)
+        targets = find_new_tests(run, effective, run.base, say=say)
     except GitFailed as exc:
         return NewTestsCheck(f"new tests not checked: git diff against {run.base[:12]} failed: {exc.first_line}")
-    for line in warnings:
-        say(f"selfheal ci: warning: {line}")
-    if not prefixes:
+    if not targets:
         return NewTestsCheck(f"no test added or changed since {run.base[:12]}: nothing to check")
     budget = budget_seconds(run.run_seconds, settings.max_seconds, settings.max_share)
     seed = settings.seed if settings.seed is not None else 1 + secrets.randbelow(2**31 - 1)
-    say(f"selfheal ci: re-running {len(prefixes)} new or changed test(s) up to {settings.reruns} time(s) "
+    say(f"selfheal ci: re-running {len(targets)} new or changed test(s) up to {settings.reruns} time(s) "
         f"(seed {seed}, budget {budget:.1f} s)")
-    tallies, done, error = _rerun(run, effective, prefixes, seed, budget, reports_root)
+    tallies, done, error = _rerun(run, effective, targets, seed, budget)
+    tallies = {n: t for n, t in tallies.items() if any(_covers(target, n) for target in targets)}
     for nodeid, (message, fingerprint) in run.main_failures.items():
         if nodeid in tallies:
             tallies[nodeid].add(models.OUTCOME_FAILED, message, fingerprint)
     for nodeid, tally in tallies.items():
-        if nodeid not in run.main_failures and tally.reruns:
+        if nodeid not in run.main_failures and tally.passed + tally.failed:
             tally.add(models.OUTCOME_PASSED)  # the job's own run, which passed it
-    for prefix in prefixes:  # found, but no re-run got to it: named, never counted as checked
-        if not any(n == prefix or n.startswith((prefix + "[", prefix + "::")) for n in tallies):
-            tallies[prefix] = _Tally()
-    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns)
+    for target in targets:  # found, but no re-run got to it: named, never counted as checked
+        if not any(_covers(target, n) for n in tallies):
+            tallies[target] = _Tally()
+    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns, settings.reruns)
                     for n, t in sorted(tallies.items()))
     not_rerun = settings.reruns - done
     note = f"{len(results)} new or changed test(s) re-run {done} of {settings.reruns} time(s) (seed {seed})"
@@ -229,11 +322,12 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, reports_root: 
     return NewTestsCheck(note, results, seed, done, not_rerun)
 
 
-def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str], seed: int, budget: float,
-           reports_root: Path) -> tuple[dict[str, _Tally], int, Optional[str]]:
+def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str], seed: int,
+           budget: float) -> tuple[dict[str, _Tally], int, Optional[str]]:
     """The re-runs: ``(tallies by node id, re-runs done, why they ended early or None)``."""
     settings = effective.settings
     options = [*rerun_options(run.pytest_args), *settings.verification.args]
+    selections = list(dict.fromkeys(_unparametrised(t) for t in targets))
     rng = random.Random(seed)
     tallies: dict[str, _Tally] = {}
     started = time.monotonic()
@@ -244,7 +338,7 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
             left = budget - (time.monotonic() - started)
             if left <= 0 or left < last:
                 return tallies, done, None
-            order = list(prefixes)
+            order = list(selections)
             rng.shuffle(order)
             argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", *options, *order]
             try:
@@ -267,7 +361,7 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
                 return tallies, done, f"re-run {index + 1} ran no test: {line}"
             fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
             for case in cases:
-                nodeid = next((n for n in (_matches(p, case) for p in prefixes) if n), None)
+                nodeid = next((n for n in (_matches(p, case) for p in selections) if n), None)
                 if nodeid is not None:
                     tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
                                                              fingerprints.get(case.test, ""), rerun=True)
@@ -277,11 +371,13 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, prefixes: Sequence[str]
 
 def summary_line(check: NewTestsCheck) -> str:
     """The one terminal line of the check's result."""
-    flaky = check.flaky
+    flaky, unchecked = check.flaky, check.unchecked
     if flaky:
         return f"selfheal ci: flaky (new): {first_few(flaky, 3)} — {check.note}"
+    if unchecked:
+        return f"selfheal ci: unchecked (new): {first_few(unchecked, 3)} — {check.note}"
     return f"selfheal ci: {check.note}"
 
 
-__all__ = ["NewTestsRun", "budget_seconds", "changed_tests", "check_new_tests", "find_new_tests",
-           "is_test_module", "rerun_options", "summary_line"]
+__all__ = ["BUDGET_FLOOR_SECONDS", "NewTestsRun", "budget_seconds", "changed_in_place", "changed_tests",
+           "check_new_tests", "collected", "find_new_tests", "is_test_module", "rerun_options", "summary_line"]

@@ -20,7 +20,7 @@ from typing import Any, Optional
 NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
 NEW_FAILING = "failing"  # failed every time: an ordinary failure, looped like any other
 NEW_STABLE = "checked"  # passed every time
-NEW_NOT_RUN = "not re-run"  # no re-run ran it (the budget, a skip, a deselection): nothing to judge
+NEW_UNCHECKED = "unchecked"  # not re-run its count (the budget, a refusal, a collection error): fails the job by default
 
 
 @dataclass(frozen=True)
@@ -33,21 +33,23 @@ class NewTestResult:
     failed: int
     first_failure: str = ""  # the first failure's message, one line, redacted
     fingerprint: str = ""  # the first failure's fingerprint (the history records it)
-    reruns: int = 0  # the re-runs that ran it (passed or failed)
+    reruns: int = 0  # the re-runs that ran it (passed, failed or skipped)
+    planned: int = 0  # the re-runs the check meant to give it (new_tests.reruns)
 
     @property
     def label(self) -> str:
-        """``flaky (new)``, ``not re-run``, ``failing`` or ``checked``."""
+        """``flaky (new)``, ``unchecked``, ``failing`` or ``checked``."""
         if self.passed and self.failed:
             return NEW_FLAKY
-        if not self.reruns:
-            return NEW_NOT_RUN
+        if self.reruns < max(self.planned, 1):
+            return NEW_UNCHECKED
         return NEW_FAILING if self.failed else NEW_STABLE
 
     def to_json(self) -> dict[str, Any]:
         """As stored in the ``ci.new_tests`` block of the report JSON."""
         return {"nodeid": self.nodeid, "passed": self.passed, "failed": self.failed,
-                "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns}
+                "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns,
+                "planned": self.planned}
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class NewTestsCheck:
     """What the check of new tests for flakiness did on one ``selfheal ci`` run: ``note`` is
     its one line (what was checked, or why nothing was), ``tests`` every new or changed test
     with its outcomes, ``seed`` the re-run order's seed (replayable), ``not_rerun`` how many
-    of the planned re-runs the time budget cut."""
+    of the planned re-runs the time budget cut. A flaky test fails the job unless
+    ``fails_job`` is false, an unchecked one unless ``unchecked_fails_job`` is."""
 
     note: str
     tests: tuple[NewTestResult, ...] = ()
@@ -63,16 +66,28 @@ class NewTestsCheck:
     reruns: int = 0  # the re-runs done
     not_rerun: int = 0  # planned re-runs left out for lack of time
     fails_job: bool = False  # a flaky new test fails the job (the action's fail-on-new-flaky)
+    unchecked_fails_job: bool = False  # an unchecked new test fails the job (fail-on-new-unchecked)
 
     @property
     def flaky(self) -> tuple[str, ...]:
         """The node ids labelled ``flaky (new)``."""
         return tuple(t.nodeid for t in self.tests if t.label == NEW_FLAKY)
 
+    @property
+    def unchecked(self) -> tuple[str, ...]:
+        """The node ids labelled ``unchecked``: not re-run their count."""
+        return tuple(t.nodeid for t in self.tests if t.label == NEW_UNCHECKED)
+
+    @property
+    def fails(self) -> bool:
+        """Whether what the check found fails the job (by the two switches)."""
+        return bool((self.flaky and self.fails_job) or (self.unchecked and self.unchecked_fails_job))
+
     def to_json(self) -> dict[str, Any]:
         """As stored in the ``ci`` block of the report JSON (``new_tests``)."""
         return {"note": self.note, "tests": [t.to_json() for t in self.tests], "seed": self.seed,
-                "reruns": self.reruns, "not_rerun": self.not_rerun, "fails_job": self.fails_job}
+                "reruns": self.reruns, "not_rerun": self.not_rerun, "fails_job": self.fails_job,
+                "unchecked_fails_job": self.unchecked_fails_job}
 
 
 @dataclass(frozen=True)
@@ -148,11 +163,12 @@ class ActionInputs:
     fail_on_unresolved: Optional[bool] = None
     pass_on_proposed_fix: Optional[bool] = None
     fail_on_new_flaky: Optional[bool] = None
+    fail_on_new_unchecked: Optional[bool] = None
     report_name: Optional[str] = None
     comment_from: Optional[Path] = None
     pull_request: Optional[int] = None
     expected_head_sha: Optional[str] = None
 
 
-__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_NOT_RUN", "NEW_STABLE", "ActionInputs", "CiVerdict", "IssueComment",
+__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_UNCHECKED", "NEW_STABLE", "ActionInputs", "CiVerdict", "IssueComment",
            "NewTestResult", "NewTestsCheck"]

@@ -98,7 +98,8 @@ MALICIOUS_PLAN_COMMANDS = ["sh -c 'touch {marker}'", "pytest; touch {marker}", "
 @pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_pr_controlled_reports_root_never_runs_its_plan(tmp_path: Path, fake_github: FakeGitHub) -> None:
     """A PR commits ``.selfheal/`` with an open incident and a hand-written plan, plus a config
-    that allowlists ``sh`` and ``python``: the job loops only the incident it captured itself."""
+    that allowlists ``touch`` (a shell or an interpreter it could not: config/keys.py): the job loops
+    only the incident it captured itself."""
     marker = tmp_path / "PWNED"
     log = tmp_path / "seen.log"
     project = make_project(tmp_path / "proj", {"test_app.py": SEES_TOKEN}, git=False)
@@ -115,7 +116,7 @@ def test_a_pr_controlled_reports_root_never_runs_its_plan(tmp_path: Path, fake_g
     plan_path.write_text(json.dumps(plan))
     (project / ".planning").mkdir()
     (project / ".planning" / "config.json").write_text(json.dumps(
-        {"ralf_lite": {"verification": {"allowlist": ["pytest", "sh", "python", "touch"]}}}))
+        {"ralf_lite": {"verification": {"allowlist": ["pytest", "touch"]}}}))
     (project / ".gitignore").write_text("__pycache__/\n")  # the PR commits its .selfheal/
     git_commit_all(project, "PR: add a reports root and a config")
     log.write_text("")

@@ -25,7 +25,7 @@ HELP = "run pytest --selfheal, the loop and the report, and comment on the pull 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``[--dir DIR] [--set KEY=VALUE...] [--[no-]comment] [--[no-]fail-on-unresolved]
-    [--[no-]pass-on-proposed-fix] [--[no-]fail-on-new-flaky] [--report-name NAME] [--report-path PATH] [--json] [--action-inputs]
+    [--[no-]pass-on-proposed-fix] [--[no-]fail-on-new-flaky] [--[no-]fail-on-new-unchecked] [--report-name NAME] [--report-path PATH] [--json] [--action-inputs]
     [--comment-from REPORT.json] [--pr N] [--expected-head-sha SHA] [-- PYTEST_ARGS...]``."""
     add_dir_argument(parser)
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on-new-flaky", action=argparse.BooleanOptionalAction, default=None,
                         help="on a pull request, exit 1 when a test it adds or changes passes and fails on "
                              "re-runs (default: on; the re-runs: the new_tests keys)")
+    parser.add_argument("--fail-on-new-unchecked", action=argparse.BooleanOptionalAction, default=None,
+                        help="on a pull request, exit 1 when a test it adds or changes could not be re-run its "
+                             "count (the budget spent, a refused re-run), so it was not checked (default: on)")
     parser.add_argument("--report-name", metavar="NAME", default=None,
                         help="name of the sticky comment (one comment per PR and name; default: default)")
     parser.add_argument("--report-path", metavar="PATH", default=None,
@@ -90,6 +93,7 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
         fail_on_unresolved=bool(pick(args.fail_on_unresolved, inputs.fail_on_unresolved, True)),
         pass_on_proposed_fix=bool(pick(args.pass_on_proposed_fix, inputs.pass_on_proposed_fix, False)),
         fail_on_new_flaky=bool(pick(args.fail_on_new_flaky, inputs.fail_on_new_flaky, True)),
+        fail_on_new_unchecked=bool(pick(args.fail_on_new_unchecked, inputs.fail_on_new_unchecked, True)),
         report_name=str(pick(args.report_name, inputs.report_name, "default")) or "default",
         report_path=Path(args.report_path) if args.report_path else None,
         comment_from=comment_from,
