@@ -5,7 +5,7 @@
 - no import cycle between modules, counting imports inside functions;
 - package-internal imports sit at the top of a module, except the lazy imports listed
   in ``LAZY_IMPORTS`` (each one says why in a comment beside it);
-- no module is over 600 lines.
+- no module is over 800 lines: modules split by concern, not by size.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ else:  # pragma: no cover - tomli is a dependency below 3.11
     import tomli as tomllib
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_selfheal"
-MAX_MODULE_LINES = 600
+MAX_MODULE_LINES = 800
 
 # (module, imported module): the only package-internal imports allowed inside a function.
 # pytest parses and compiles every module of the package a run imports where bytecode is not
@@ -143,7 +143,7 @@ def test_no_import_cycle_counting_every_import() -> None:
     assert cycles == []
 
 
-def test_no_module_over_600_lines() -> None:
+def test_no_module_over_800_lines() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
     assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
 
