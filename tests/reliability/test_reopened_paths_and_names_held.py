@@ -1,5 +1,6 @@
-"""The third adversarial pass over the trust boundaries (docs/reliability.md
-"Adversarial pass, round 3"): each variant that broke, reproduced, then held.
+"""A reopened incident, the paths a plan names and the names a test or patch chose hold at
+the trust boundaries (docs/reliability.md "Adversarial pass, round 3"): each variant that
+broke, reproduced, then held.
 
 - a resolved incident reopened after a regression said ``STOP success`` without running;
 - ``-o cache_dir=~/x`` or ``$HOME/x`` in a plan passed the path check, and pytest expands

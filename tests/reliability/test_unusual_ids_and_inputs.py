@@ -1,4 +1,4 @@
-"""The smaller findings of the second adversarial review, each reproduced: a shell
+"""Unusual ids and inputs are verified or refused at a bound, each once a finding: a shell
 character in a node id made selfheal refuse its own plan; a committed ``.selfheal`` symlink
 sent every write outside the project; deeply nested junit cost ~1 GB for 52 MB; a 200 KB node
 id could not be verified and was reported as ``repeated_fingerprint``."""
