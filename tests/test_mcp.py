@@ -108,6 +108,11 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             text = text_of(first)
             assert text.startswith(f"CONTINUE: captured incident {incident_id}")
             assert "target paths (fix here): pkg/core.py" in text
+            # The structured part carries the digest too: Claude Code gives the model only it.
+            digest = verdict["digest"]
+            assert digest[0].startswith("## Root cause 1 of 1: A1: pkg/core.py::add") and len(digest) == 1, digest
+            assert "target paths (fix here): pkg/core.py" in digest[0] and "- assert -1 == (0 + 1)" in digest[0]
+            assert "the digest" in verdict["next"]
             assert size_of(first) <= LIMIT
 
             shown = await client.call_tool("show", {"incident_id": incident_id})
