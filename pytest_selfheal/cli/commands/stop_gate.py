@@ -12,6 +12,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK
 from pytest_selfheal.gate.agents import Agent, Change, cannot_judge, hook_output
 from pytest_selfheal.gate.install import HOOK_MARGIN_SECONDS, install
+from pytest_selfheal.gate.run import stop_gate
 
 NAME = "stop-gate"
 HELP = "answer a coding agent's stop hook (Claude Code, Cursor) from the loop's verdict, or install that hook"
@@ -42,8 +43,6 @@ def run(args: argparse.Namespace) -> int:
         return _install(args)
     agent = Agent(args.gate_command)
     try:
-        from pytest_selfheal.gate.run import stop_gate  # the test run's modules: not needed to fail open
-
         stream = getattr(sys.stdin, "buffer", None)  # the bytes; a text-only stdin (embedding) as text
         raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
         answer, lines = stop_gate(agent, raw)
