@@ -283,6 +283,8 @@ def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Pat
                 if verdict["decision"] == "STOP":
                     break
                 assert "1 not collected or deselected (test_calc.py::test_add): not verified" in verdict["next"]
+                # Not "still failing" beside "1 passed": the summary says what the record knows.
+                assert "is not verified: its tests ran to no verdict" in verdict["summary"], verdict["summary"]
                 # The root cause is still shown: the digest is never empty while the test is not verified.
                 assert "## Root cause 1 of 1" in text_of(result) and "calc.py" in text_of(result)
             # The rename changed a file (an attempt), then nothing changed twice: the empty-diff stop.

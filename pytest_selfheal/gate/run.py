@@ -35,7 +35,7 @@ from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, cannot_judge, parse_payload
 from pytest_selfheal.loop.agent_mode import open_incidents
-from pytest_selfheal.loop.seal_check import judged_config
+from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
@@ -155,7 +155,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = effective.redactor
-    if edited_keys:
+    if edited_keys and NOT_APPLIED not in verdict.summary:  # an iteration's summary names them already
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
     if _send_back_once(verdict, payload):
         verdict = _sent_back(verdict)

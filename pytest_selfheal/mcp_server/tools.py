@@ -354,6 +354,7 @@ class Project:
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
+        failing = True  # that iteration saw a failure (not only tests that ran to no verdict)
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
@@ -363,6 +364,7 @@ class Project:
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
+            failing = bool(last.failures)
             iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -387,7 +389,9 @@ class Project:
         if iteration_verdict is not None:
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
                 "" if iteration_verdict.decision is RunDecision.STOP else ", and a second such run in a row stops (no_fix_found)")
-            summary = self._iteration_summary(iteration_verdict) + (nothing if unchanged else "")
+            # A changed harness is a change since the last run, though not of the code.
+            summary = self._iteration_summary(iteration_verdict, failing) + (
+                nothing if unchanged and not harness else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
             summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
@@ -418,11 +422,14 @@ class Project:
                     if open_ids else "fix the failures above, then call run_tests again")
 
     @staticmethod
-    def _iteration_summary(verdict: RunVerdict) -> str:
+    def _iteration_summary(verdict: RunVerdict, failing: bool = True) -> str:
         if verdict.bucket != "inbox":
             return f"incident {verdict.incident_id} is {verdict.status}, archived to {archive_dir(str(verdict.bucket))}"
         if verdict.decision is RunDecision.STOP:
             return f"incident {verdict.incident_id} stopped and is {verdict.status}"
+        if not failing:  # its tests were skipped, deselected or gone: `next` names them
+            return (f"incident {verdict.incident_id} is not verified: its tests ran to no verdict; "
+                    f"iteration {verdict.iteration} recorded")
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
