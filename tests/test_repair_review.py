@@ -157,8 +157,9 @@ def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_p
     # Nothing of the repair was kept: the code is the capture's, so the tests are not run again.
     assert "iteration 1 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
            "the one the capture ran; its failures stand" in said
+    # Iteration 1 ran nothing either: the code is still the one the capture ran.
     assert "iteration 2 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
-           "the one iteration 1 ran" in said
+           "the one the capture ran" in said
     assert "running python -m pytest" not in said
     attempts = project.attempts()
     assert [a["verification_commands"] for a in attempts] == [[], []]
