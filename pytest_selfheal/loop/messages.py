@@ -173,6 +173,8 @@ def repair_line(result: RepairBlock) -> str:
     and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
     which out-of-scope files approval let in."""
     shown = f" ({first_few(result.files_changed)})" if result.files_changed else ""
+    if result.get_extra(StopReason.PROVIDER_ESCAPED):  # recorded as a crash (rolled back), it is no crash
+        return f"escaped its worktree{shown}: {result.message or 'no message'} — rolled back"
     if result.result in (REPAIR_CRASHED, REPAIR_TIMEOUT):
         return f"{result.result}{shown}: {result.message or 'no message'} — rolled back"
     if result.scope_denied or result.out_of_scope:
