@@ -6,6 +6,7 @@ small Python script, tests/test_repair_e2e.py), ``selfheal`` in process (``helpe
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,11 @@ def test_the_report_says_what_the_repair_did_and_what_to_do_next(tmp_path: Path,
     if approve:
         assert "final.patch: applied to " in text and "(approved up front): 1 file(s): calc.py" in text
         assert "Review the fix the repair applied to your working tree (calc.py)" in next_action
+        # show says where the fix is now: the user stashed it away, so it is no longer applied.
+        assert "(applied)" in cli("show", project.incident_id, cwd=project.top, env=job_env()).stdout
+        subprocess.run(["git", "stash"], cwd=project.top, check=True, capture_output=True)
+        shown = cli("show", project.incident_id, cwd=project.top, env=job_env()).stdout
+        assert "(applied by the loop, no longer in your working tree)" in shown and "(applied)" not in shown, shown
     else:
         assert "final.patch: proposed, not applied" in text
         assert f"apply it with: selfheal apply {project.incident_id}" in next_action
