@@ -205,15 +205,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _let_the_agent_stop(hook, str(exc))
         sys.stderr.write(f"selfheal: error: {exc}\n")
         return exc.exit_code
-    except Exception as exc:
-        if hook is None:
-            raise
-        return _let_the_agent_stop(hook, f"internal error ({type(exc).__name__}: {exc})")
     except KeyboardInterrupt:
         sys.stderr.write("selfheal: cancelled\n")
         return EXIT_CANCELLED
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if hook is None:
+            raise
+        return _let_the_agent_stop(hook, f"internal error ({type(exc).__name__}: {exc})")
 
 
 def _let_the_agent_stop(agent: Agent, why: str) -> int:
