@@ -394,8 +394,8 @@ class Project:
                 nothing if unchanged and not harness else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
-            summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
-                               if NOT_APPLIED in line)
+            edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
+            summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it
             return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
