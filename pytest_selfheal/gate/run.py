@@ -118,7 +118,7 @@ def _judging_incident(store: Store) -> tuple[bool, Optional[Incident]]:
 SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopReason.NO_FIX_FOUND)
 
 
-def _send_back_once(verdict: RunVerdict, payload: HookPayload) -> bool:
+def send_back_once(verdict: RunVerdict, payload: HookPayload) -> bool:
     """The gate's first answer (the agent stops on its own: Claude Code's ``stop_hook_active``
     false, Cursor's ``loop_count`` 0) on red tests with budget left, whatever the verdict's stop."""
     if payload.continued or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
@@ -157,7 +157,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     redactor = effective.redactor
     if edited_keys and NOT_APPLIED not in verdict.summary:  # an iteration's summary names them already
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
-    if _send_back_once(verdict, payload):
+    if send_back_once(verdict, payload):
         verdict = _sent_back(verdict)
     if verdict.decision is not RunDecision.CONTINUE:
         _remember(store, payload, 0)
@@ -200,4 +200,4 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
     return answer, lines
 
 
-__all__ = ["GATE_DIR", "blocks_so_far", "decide", "stop_gate"]
+__all__ = ["GATE_DIR", "blocks_so_far", "decide", "send_back_once", "stop_gate"]
