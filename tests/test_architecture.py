@@ -61,6 +61,14 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.history.triage", "pytest_selfheal.records.report"),
     # The MCP SDK, an optional extra, is imported by the server module.
     ("pytest_selfheal.cli.commands.mcp", "pytest_selfheal.mcp_server.server"),
+    # ``selfheal mcp`` answers ``initialize`` first: what a tool runs loads when it is called.
+    *(("pytest_selfheal.mcp_server.tools", f"pytest_selfheal.{name}") for name in (
+        "hooks", "process", "loop.agent_mode", "loop.attempts", "loop.messages", "loop.policy", "loop.seal_check",
+        "loop.sticky", "loop.verify", "repair.apply", "report.incident_view", "report.load", "report.sections",
+        "run.entry", "run.pytest_run")),
+    ("pytest_selfheal.mcp_server.digest", "pytest_selfheal.plan.build"),  # only a digest that shows the plan
+    # A stop hook whose gate did not start (a bad argument, a broken install) still answers, redacted.
+    ("pytest_selfheal.cli.main", "pytest_selfheal.redact"),
     # A ``selfheal`` run imports the one command it runs.
     *(("pytest_selfheal.cli.main", f"pytest_selfheal.cli.commands.{path.stem}")
       for path in (PACKAGE / "cli" / "commands").glob("[!_]*.py")),

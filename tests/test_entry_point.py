@@ -194,3 +194,27 @@ def test_a_green_run_with_a_config_to_read_loads_the_config_alone(tmp_path: Path
                       "pytest_selfheal.config.keys", "pytest_selfheal.config.settings", "pytest_selfheal.errors",
                       "pytest_selfheal.hookspecs", "pytest_selfheal.names", "pytest_selfheal.plugin",
                       "pytest_selfheal.recorder"]
+
+
+# What `selfheal mcp` needs before it answers `initialize`, and what only a tool call needs.
+MCP_START_PROBE = """
+import sys
+from pathlib import Path
+from pytest_selfheal.cli.commands import mcp
+mcp.Project(Path.cwd())
+print(" ".join(sorted(sys.modules)))
+"""
+ONLY_FOR_A_TOOL_CALL = ("pytest", "_pytest", "pytest_selfheal.loop", "pytest_selfheal.run", "pytest_selfheal.report",
+                        "pytest_selfheal.repair", "pytest_selfheal.plan", "pytest_selfheal.hooks",
+                        "pytest_selfheal.process")
+
+
+def test_selfheal_mcp_starts_without_what_only_a_tool_call_needs(tmp_path: Path) -> None:
+    """A client's first calls wait for ``initialize``: the server's start loads its project and
+    config, not the loop, pytest's run, the report or the repair side (docs/benchmarks.md, "MCP start")."""
+    done = subprocess.run([PY, "-c", MCP_START_PROBE], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=run_env(), stdin=subprocess.DEVNULL)
+    modules = done.stdout.split()
+    assert "pytest_selfheal.mcp_server.tools" in modules, done.stdout + done.stderr
+    loaded = [m for m in modules if m in ONLY_FOR_A_TOOL_CALL or m.startswith(tuple(f"{n}." for n in ONLY_FOR_A_TOOL_CALL))]
+    assert loaded == []

@@ -401,3 +401,12 @@ def test_the_stop_lines_name_the_first_few_flaky_tests_and_count_the_rest(tmp_pa
     assert "'test_many.py::test_flaky[4]' (+8 more test ids) -p no:cacheprovider" in running, running
     result = Store(project / ".selfheal").read_run_result(incident_id)
     assert result is not None and len(result.flaky_tests) == 12  # the record keeps them all
+
+
+@pytest.mark.slow  # a capture and a loop run, ~3 s; the line is one branch of the command
+def test_reopen_of_an_open_incident_says_it_has_nothing_to_reopen(tmp_path: Path) -> None:
+    project = deterministic_project(tmp_path)
+    incident_id = capture(project)
+    result = selfheal(project, "loop", incident_id, "--reopen")
+    assert f"selfheal: {incident_id} is open (in the inbox), not archived: --reopen has nothing to reopen" \
+        in result.stdout, result.stdout + result.stderr

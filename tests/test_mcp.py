@@ -108,6 +108,11 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             text = text_of(first)
             assert text.startswith(f"CONTINUE: captured incident {incident_id}")
             assert "target paths (fix here): pkg/core.py" in text
+            # The structured part carries the digest too: Claude Code gives the model only it.
+            digest = verdict["digest"]
+            assert digest[0].startswith("## Root cause 1 of 1: A1: pkg/core.py::add") and len(digest) == 1, digest
+            assert "target paths (fix here): pkg/core.py" in digest[0] and "- assert -1 == (0 + 1)" in digest[0]
+            assert "the digest" in verdict["next"]
             assert size_of(first) <= LIMIT
 
             shown = await client.call_tool("show", {"incident_id": incident_id})
@@ -278,6 +283,8 @@ def test_a_renamed_failing_test_is_not_verified_and_reaches_a_stop(tmp_path: Pat
                 if verdict["decision"] == "STOP":
                     break
                 assert "1 not collected or deselected (test_calc.py::test_add): not verified" in verdict["next"]
+                # Not "still failing" beside "1 passed": the summary says what the record knows.
+                assert "is not verified: its tests ran to no verdict" in verdict["summary"], verdict["summary"]
                 # The root cause is still shown: the digest is never empty while the test is not verified.
                 assert "## Root cause 1 of 1" in text_of(result) and "calc.py" in text_of(result)
             # The rename changed a file (an attempt), then nothing changed twice: the empty-diff stop.

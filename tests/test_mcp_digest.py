@@ -23,7 +23,15 @@ from mcp.types import ListRootsResult, Root
 from test_mcp import session, size_of, text_of
 from test_process import gone_within  # a liveness wait with a generous deadline, not a speed check
 
-from pytest_selfheal.mcp_server.digest import code_line, fit_by_value, group_page, ranked_causes, verdict_lines
+from pytest_selfheal.mcp_server.digest import (
+    bounded_verdict,
+    code_line,
+    fit_by_value,
+    group_page,
+    ranked_causes,
+    structured_size,
+    verdict_lines,
+)
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
@@ -340,6 +348,23 @@ def test_the_output_schema_is_the_verdict_records_json() -> None:
                        tests_fixed=("t::a",), flaky=False, bucket="archive",
                        closed=ClosedRun("i0", 3, "success", "resolved"), stopped_because="no_progress")
     schema = Verdict.model_json_schema()
-    assert set(schema["properties"]) == set(every.to_json())  # every key the tool sends is declared
+    # Every key the tool sends is declared: the verdict's, and the digest of its groups.
+    assert set(schema["properties"]) == {*every.to_json(), "digest"}
     assert schema["required"] == ["decision"] and schema["properties"]["decision"]["enum"] == ["CONTINUE", "STOP"]
     assert Verdict.model_validate(every.to_json()).model_dump(exclude_unset=True) == every.to_json()
+
+
+def test_the_structured_part_holds_the_groups_that_fit_and_says_what_was_left_out() -> None:
+    verdict = RunVerdict(RunDecision.CONTINUE, None, "captured", "captured incident i1", "fix it", 1,
+                         (("failed", 3),), 3, incident_id="i1", captured="i1")
+    groups = [f"## Root cause {n} of 3: pkg/m{n}.py::f\ntarget paths (fix here): pkg/m{n}.py\n" + "x" * 300
+              for n in (1, 2, 3)]
+    whole = bounded_verdict(verdict, 8000, groups, text_chars=500, more="call show")
+    assert whole["digest"] == groups and whole["decision"] == "CONTINUE"
+    for limit in (1800, 1400, 1000):
+        data = bounded_verdict(verdict, limit, groups, text_chars=500, more="call show")
+        assert structured_size(data) + 500 <= limit, limit
+        kept = data.get("digest", [])
+        assert kept and kept[-1].startswith("[cut: ") and kept[-1].endswith("left out; call show]"), (limit, kept)
+        assert kept[:-1] == groups[:len(kept) - 1]
+    assert "digest" not in bounded_verdict(verdict, 600, groups, text_chars=500, more="call show")

@@ -970,3 +970,26 @@ def test_lines_that_list_node_ids_are_bounded() -> None:
                                    "t.py::test_4 (+9,995 more test ids) -p no:randomly")
     few = ["python", "-m", "pytest", "a b.py::t", "c.py::u"]
     assert command_shown(few) == shlex.join(few)
+
+
+def test_every_printed_option_exists_for_this_incident() -> None:
+    # An option that applies a patch is offered only when a repair proposed one: an agent's
+    # test edit in the working tree has no final.patch to apply.
+    observations = [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)]
+    decision = decide(DEFAULT, observations)
+    commands = {proposed: [o["command"] for o in decision_point(decision, observations, DEFAULT, incident_id="i1",
+                                                                 patch_proposed=proposed).to_json()["options"]]
+                for proposed in (True, False)}
+    assert "selfheal apply i1 --allow-test-edits" in commands[True]
+    assert not any(str(c).startswith("selfheal apply") for c in commands[False]) and commands[False]
+    assert "selfheal apply" not in recommended_next_action("tests_edited", "i1")
+    # No provider is named as if there were one: an empty repair may be an agent's unchanged run.
+    for reason in tuple(StopReason):
+        assert "repair provider produced" not in recommended_next_action(reason)
+
+
+def test_a_stop_before_any_run_names_no_fingerprint() -> None:
+    decision = decide(DEFAULT, [], cancelled=True)
+    line = status_line(decision, DEFAULT, incident_id="i1")
+    assert line.endswith(": no verification ran, no fingerprint -> STOP cancelled"), line
+    assert "fingerprint changed" not in line and "first evidence" not in line

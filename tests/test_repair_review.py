@@ -6,6 +6,7 @@ small Python script, tests/test_repair_e2e.py), ``selfheal`` in process (``helpe
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,11 @@ def test_the_report_says_what_the_repair_did_and_what_to_do_next(tmp_path: Path,
     if approve:
         assert "final.patch: applied to " in text and "(approved up front): 1 file(s): calc.py" in text
         assert "Review the fix the repair applied to your working tree (calc.py)" in next_action
+        # show says where the fix is now: the user stashed it away, so it is no longer applied.
+        assert "(applied)" in cli("show", project.incident_id, cwd=project.top, env=job_env()).stdout
+        subprocess.run(["git", "stash"], cwd=project.top, check=True, capture_output=True)
+        shown = cli("show", project.incident_id, cwd=project.top, env=job_env()).stdout
+        assert "(applied by the loop, no longer in your working tree)" in shown and "(applied)" not in shown, shown
     else:
         assert "final.patch: proposed, not applied" in text
         assert f"apply it with: selfheal apply {project.incident_id}" in next_action
@@ -157,8 +163,9 @@ def test_a_crashed_repair_says_its_exit_code_on_the_line_and_in_the_report(tmp_p
     # Nothing of the repair was kept: the code is the capture's, so the tests are not run again.
     assert "iteration 1 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
            "the one the capture ran; its failures stand" in said
+    # Iteration 1 ran nothing either: the code is still the one the capture ran.
     assert "iteration 2 of 3: verification not run: nothing of the repair was kept (crashed), so the code is " \
-           "the one iteration 1 ran" in said
+           "the one the capture ran" in said
     assert "running python -m pytest" not in said
     attempts = project.attempts()
     assert [a["verification_commands"] for a in attempts] == [[], []]

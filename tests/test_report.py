@@ -642,3 +642,9 @@ def test_report_records_read_odd_fields_as_defaults() -> None:
     assert parsed.decision_point is not None
     assert [(o.label, o.id) for o in parsed.decision_point.options] == [("retry", ""), ("o1", "o1")]
     assert isinstance(parsed.decision_point, DecisionPoint)  # the run result's record, declared once
+
+
+def test_terminal_line_of_a_capture_names_no_attempt_count() -> None:
+    # Captured, no iteration yet: its task was not run, not "run 0 times".
+    lines = render_terminal(build_report(incidents=[make_run(attempts=[])]))
+    assert lines[1].endswith(": A1 not run") and "0x" not in lines[1], lines

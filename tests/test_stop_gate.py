@@ -8,6 +8,7 @@ import os
 import subprocess
 import sysconfig
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,6 +17,8 @@ from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_s
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, InputError
 from pytest_selfheal.gate.agents import Agent, GateAnswer, answer_json, parse_payload
+from pytest_selfheal.gate.run import send_back_once
+from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 
 # The console script of this test environment: what an install run from it writes.
 SELFHEAL = str(Path(sysconfig.get_path("scripts"), "selfheal"))
@@ -113,6 +116,18 @@ def test_the_first_answer_on_red_tests_sends_the_agent_back_whatever_it_ran(red:
     answer, err = gate(agent, again, red)
     assert "decision" not in answer and "followup_message" not in answer, answer
     assert "STOP already_stopped" in (answer.get("systemMessage") or err), (answer, err)
+
+
+def test_only_the_first_answer_sends_back_a_stopped_incident() -> None:
+    # Claude Code's stop_hook_active (Cursor's loop_count): the agent goes on because a stop
+    # hook blocked, this gate or another; that answer is no first answer, whatever was counted.
+    stopped = RunVerdict(RunDecision.STOP, "repeated_fingerprint", "escalated", "s", "n", 1, (("failed", 1),), 3,
+                         incident_id="i1", iteration=1)
+    first, again = (parse_payload(Agent.CLAUDE, json.dumps({"stop_hook_active": active}).encode())
+                    for active in (False, True))
+    assert send_back_once(stopped, first) and not send_back_once(stopped, again)
+    assert not send_back_once(replace(stopped, counts=(("passed", 1),)), first)  # green: nothing to send back
+    assert not send_back_once(replace(stopped, iteration=3), first)  # no budget left
 
 
 def test_claude_never_blocks_past_the_budget(red: Path) -> None:
@@ -268,7 +283,9 @@ def test_install_on_an_empty_project_then_again(tmp_path: Path, agent: str, rela
     project = make_project(tmp_path / "p", {}, git=False)
     code, out, err = cli("stop-gate", "install", agent, cwd=project)
     command = f"{SELFHEAL} stop-gate {agent}"
-    assert (code, err) == (0, "") and out == f"installed the stop hook in {project / relative}: it runs {command}\n"
+    bound = ", with a timeout of at least 330 s (gate.timeout_seconds 300 + 30)" if agent == "claude" else ""
+    assert (code, err) == (0, "") and out == (
+        f"installed the stop hook in {project / relative}: it runs {command}{bound}\n")
     written = json.loads((project / relative).read_text())
     if agent == "claude":
         assert written == {"hooks": {"Stop": [{"hooks": [
@@ -278,6 +295,50 @@ def test_install_on_an_empty_project_then_again(tmp_path: Path, agent: str, rela
     before = (project / relative).read_text()
     code, out, _ = cli("stop-gate", "install", agent, cwd=project)
     assert code == 0 and out.startswith("the stop hook is already in") and (project / relative).read_text() == before
+
+
+def test_install_again_raises_a_timeout_the_test_run_outgrew(tmp_path: Path) -> None:
+    # Claude Code kills a hook past its timeout without a word: each install keeps it above
+    # gate.timeout_seconds, and a longer one the user chose stays.
+    project = make_project(tmp_path / "p", {}, git=False)
+    settings = project / ".claude" / "settings.json"
+    assert cli("stop-gate", "install", "claude", cwd=project).returncode == 0
+    (project / ".planning").mkdir()
+    (project / ".planning" / "config.json").write_text('{"ralf_lite": {"gate": {"timeout_seconds": 900}}}')
+    code, out, _ = cli("stop-gate", "install", "claude", cwd=project)
+    assert code == 0 and out.startswith("updated the stop hook in") and "at least 930 s" in out, out
+    assert json.loads(settings.read_text())["hooks"]["Stop"][0]["hooks"][0]["timeout"] == 930
+    written = settings.read_text()
+    for kept, change in (("1e4", "the stop hook is already in"), ('"3600"', "updated the stop hook in")):
+        settings.write_text(written.replace('"timeout": 930', f'"timeout": {kept}'))
+        code, out, _ = cli("stop-gate", "install", "claude", cwd=project)
+        assert code == 0 and out.startswith(change), (kept, out)
+    assert settings.read_text() == written  # a string is no number of seconds: replaced
+
+
+@pytest.mark.parametrize("words", [["claude", "--bogus"], ["codex"], ["cursor", "extra"], ["claude", "-x"], []])
+def test_a_hook_command_line_that_is_wrong_still_answers_and_exits_0(tmp_path: Path, words: list[str]) -> None:
+    # To Claude Code, exit 2 means "block": a usage error would send the agent back for ever.
+    code, out, err = cli("stop-gate", *words, cwd=tmp_path, stdin="{}")
+    assert code == 0 and len(err.splitlines()) == 1 and "letting the agent stop" in err, (code, out, err)
+    answer = json.loads(out)
+    assert answer == {} if words[:1] == ["cursor"] else (
+        set(answer) == {"systemMessage"} and answer["systemMessage"].startswith(CANNOT + "selfheal stop-gate: "))
+    # install is no hook: its usage errors keep their exit code.
+    assert cli("stop-gate", "install", "codex", cwd=tmp_path).returncode == 2
+
+
+def test_a_crash_before_the_gate_starts_is_one_line_and_exit_0(tmp_path: Path) -> None:
+    # A selfheal whose command modules cannot load (a broken install): still one answer.
+    broken = tmp_path / "shadow" / "pytest_selfheal" / "cli" / "commands"
+    broken.mkdir(parents=True)
+    (broken / "stop_gate.py").write_text("raise RuntimeError('half-installed')\n")
+    done = subprocess.run([PY, "-c", "import sys, pytest_selfheal.cli.commands as c; c.__path__.insert(0, sys.argv[1]); "
+                           "from pytest_selfheal.cli.main import main; sys.exit(main(['stop-gate', 'claude']))",
+                           str(broken)], input=b"{}", capture_output=True, timeout=60, cwd=tmp_path, env=run_env())
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and b"half-installed" in done.stderr, done.stderr
+    assert json.loads(done.stdout)["systemMessage"].startswith(CANNOT), done.stdout
 
 
 def test_install_keeps_the_users_other_settings(tmp_path: Path) -> None:

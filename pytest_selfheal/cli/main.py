@@ -16,7 +16,8 @@ from types import ModuleType
 from typing import Optional
 
 from pytest_selfheal import __version__
-from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_USAGE, SelfhealError
+from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
+from pytest_selfheal.gate.agents import Agent, cannot_judge, hook_call, hook_output
 
 DESCRIPTION = (
     "Turn a red pytest run into a bounded, honest repair loop. `pytest --selfheal` captures the "
@@ -162,10 +163,11 @@ def command_overview(helps: dict[str, str]) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits with our usage code and a one-line message."""
+    """argparse whose errors are a UsageError: one line and our usage code (a stop hook's: its
+    fail-open answer)."""
 
     def error(self, message: str) -> NoReturn:  # type: ignore[name-defined]  # noqa: F821
-        self.exit(EXIT_USAGE, f"selfheal: error: {message}\n")
+        raise UsageError(message)
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
@@ -190,12 +192,17 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: parse, run, and turn every known error into one line and an exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
-    # The command is the first word (global options come alone: --help, --version).
-    only = words[0] if words and words[0] in command_names() else None
-    args = build_parser(only).parse_args(words)
+    # A stop hook's command line answers the agent whatever goes wrong, a bad argument or a
+    # bug included: to Claude Code, exit 2 or a traceback would mean "block".
+    hook = hook_call(words)
     try:
+        # The command is the first word (global options come alone: --help, --version).
+        only = words[0] if words and words[0] in command_names() else None
+        args = build_parser(only).parse_args(words)
         return int(args._run(args))
     except SelfhealError as exc:
+        if hook is not None:
+            return _let_the_agent_stop(hook, str(exc))
         sys.stderr.write(f"selfheal: error: {exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
@@ -203,6 +210,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CANCELLED
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if hook is None:
+            raise
+        return _let_the_agent_stop(hook, f"internal error ({type(exc).__name__}: {exc})")
+
+
+def _let_the_agent_stop(agent: Agent, why: str) -> int:
+    """A stop hook's answer when the gate did not start (a bad argument, a broken install)."""
+    from pytest_selfheal.redact import default_redactor
+
+    out, err = hook_output(agent, *cannot_judge(agent, f"selfheal stop-gate: {why}"), default_redactor().redact)
+    sys.stderr.write(err)
+    sys.stdout.write(out)
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,13 +16,13 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePath
 from typing import Any, Optional
 
-from pytest_selfheal.errors import InputError
+from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.gate.jsontext import Number, dumps
 
 MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is not one
@@ -96,6 +96,32 @@ def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:
     return {"followup_message": answer.message} if answer.block else {}
 
 
+def hook_output(agent: Agent, answer: GateAnswer, lines: Sequence[str], redact: Callable[[str], str]) -> tuple[str, str]:
+    """What the hook writes: the answer the agent reads (stdout) and the lines for the person
+    (stderr), each passed through ``redact``."""
+    shown = answer_json(agent, answer)
+    out = json.dumps({key: redact(value) for key, value in shown.items()}, ensure_ascii=False) + "\n"
+    return out, "".join(redact(line) + "\n" for line in lines)
+
+
+def cannot_judge(agent: Agent, why: str) -> tuple[GateAnswer, list[str]]:
+    """Fail open, visibly: let the agent stop and tell the person why (in the answer for
+    Claude Code, on stderr, which Cursor shows in its hooks output)."""
+    line = f"selfheal: the stop gate could not judge the tests, so it let the agent stop: {one_line(why, 600)}"
+    return GateAnswer(False, line), [f"selfheal: error: stop-gate {agent.value}: {one_line(why, 600)}; "
+                                     "letting the agent stop"]
+
+
+def hook_call(words: Sequence[str]) -> Optional[Agent]:
+    """The agent a ``selfheal stop-gate WORD …`` command line answers as a hook (not
+    ``install``, not ``--help``): Claude Code for a word that names no agent, since its answer
+    shape is the one that shows the person a line (Cursor ignores the unknown key); None when
+    the line is no hook call."""
+    if words[:1] != ["stop-gate"] or words[1:2] == ["install"] or {"-h", "--help"} & set(words):
+        return None
+    return Agent.CURSOR if words[1:2] == [Agent.CURSOR.value] else Agent.CLAUDE
+
+
 # --------------------------------------------------------------------------- settings files
 
 
@@ -145,7 +171,7 @@ class Change(str, Enum):
 
     NONE = "none"  # the hook is there, running this command
     ADDED = "added"
-    UPDATED = "updated"  # the gate's own hook now runs this command (another selfheal before)
+    UPDATED = "updated"  # the gate's own hook now runs this command (another selfheal before), or its timeout was short
 
 
 def _put(entries: list[Any], where: str, agent: Agent, command: str) -> Change:
@@ -160,6 +186,16 @@ def _put(entries: list[Any], where: str, agent: Agent, command: str) -> Change:
             entry["command"] = command
             return Change.UPDATED
     return Change.ADDED
+
+
+def _at_least(value: Any, seconds: int) -> bool:
+    """Whether a hook's ``timeout`` (as read: a number's source text) is ``seconds`` or more."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Number)):
+        return False
+    try:
+        return float(value) >= seconds
+    except ValueError:
+        return False
 
 
 def merged_settings(agent: Agent, existing: Optional[Any], command: str,
@@ -178,6 +214,13 @@ def merged_settings(agent: Agent, existing: Optional[Any], command: str,
         change = _put(found, "an entry of hooks.Stop[].hooks", agent, command)
         if change is Change.ADDED:
             groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout_seconds}]})
+            return settings, change
+        # Claude Code kills a hook past its timeout and says nothing: the gate's own must
+        # outlast the test run, also after gate.timeout_seconds was raised since an install.
+        ours = next(entry for entry in found if entry.get("command") == command)
+        if not _at_least(ours.get("timeout"), timeout_seconds):
+            ours["timeout"] = timeout_seconds
+            change = Change.UPDATED
         return settings, change
     version = settings.setdefault("version", 1)
     if not (version == 1 and type(version) is int) and not (isinstance(version, Number) and float(version) == 1):
@@ -189,5 +232,5 @@ def merged_settings(agent: Agent, existing: Optional[Any], command: str,
     return settings, change
 
 
-__all__ = ["Agent", "Change", "GateAnswer", "HookPayload", "answer_json", "hook_argv", "is_gate_command",
-           "merged_settings", "parse_payload"]
+__all__ = ["Agent", "Change", "GateAnswer", "HookPayload", "answer_json", "cannot_judge", "hook_argv", "hook_call", "hook_output",
+           "is_gate_command", "merged_settings", "parse_payload"]

@@ -111,4 +111,4 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
     return Installed(path, change, command)
 
 
-__all__ = ["Installed", "install", "selfheal_program", "settings_path"]
+__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program", "settings_path"]

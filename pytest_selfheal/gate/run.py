@@ -33,9 +33,9 @@ from typing import Optional
 
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, parse_payload
+from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, cannot_judge, parse_payload
 from pytest_selfheal.loop.agent_mode import open_incidents
-from pytest_selfheal.loop.seal_check import judged_config
+from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
 from pytest_selfheal.mcp_server.digest import one_line
 from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
@@ -89,8 +89,8 @@ def _stop_text(verdict: RunVerdict) -> str:
     return text + (f"; next: {step}" if step else "")
 
 
-CONTINUE_NEXT = ("fix the code at the target paths below, never the failing tests, then finish your turn "
-                 "again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
+CONTINUE_NEXT = ("fix the code at the target paths of the root-cause groups, never the failing tests, then finish "
+                 "your turn again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
 
 
 def _digest(project: Project, store: Store, verdict: RunVerdict, limit: int, redactor: Redactor) -> str:
@@ -118,9 +118,10 @@ def _judging_incident(store: Store) -> tuple[bool, Optional[Incident]]:
 SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopReason.NO_FIX_FOUND)
 
 
-def _send_back_once(verdict: RunVerdict, blocks: int) -> bool:
-    """The gate's first answer on red tests with budget left, whatever the verdict's stop."""
-    if blocks or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
+def send_back_once(verdict: RunVerdict, payload: HookPayload) -> bool:
+    """The gate's first answer (the agent stops on its own: Claude Code's ``stop_hook_active``
+    false, Cursor's ``loop_count`` 0) on red tests with budget left, whatever the verdict's stop."""
+    if payload.continued or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
         return False
     reason = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
     red = any(kind in ("failed", "error", "errors") and number for kind, number in verdict.counts)
@@ -154,9 +155,9 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
                                   timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
     redactor = effective.redactor
-    if edited_keys:
+    if edited_keys and NOT_APPLIED not in verdict.summary:  # an iteration's summary names them already
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
-    if _send_back_once(verdict, blocks):
+    if send_back_once(verdict, payload):
         verdict = _sent_back(verdict)
     if verdict.decision is not RunDecision.CONTINUE:
         _remember(store, payload, 0)
@@ -199,12 +200,4 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
     return answer, lines
 
 
-def cannot_judge(agent: Agent, why: str) -> tuple[GateAnswer, list[str]]:
-    """Fail open, visibly: let the agent stop and tell the person why (in the answer for
-    Claude Code, on stderr, which Cursor shows in its hooks output)."""
-    line = (f"selfheal: the stop gate could not judge the tests, so it let the agent stop: {one_line(why, 600)}")
-    return GateAnswer(False, line), [f"selfheal: error: stop-gate {agent.value}: {one_line(why, 600)}; "
-                                     "letting the agent stop"]
-
-
-__all__ = ["GATE_DIR", "blocks_so_far", "cannot_judge", "decide", "stop_gate"]
+__all__ = ["GATE_DIR", "blocks_so_far", "decide", "send_back_once", "stop_gate"]

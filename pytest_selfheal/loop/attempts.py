@@ -431,7 +431,9 @@ def build_run_result(
     """
     final = policy.final_status_of(decision.stop_reason)
     archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
-    point = messages.decision_point(decision, observations, pol, incident_id=incident_id, failure_signature=failure_signature)
+    proposed = any(attempt.repair is not None and attempt.repair.patch for attempt in attempts)
+    point = messages.decision_point(decision, observations, pol, incident_id=incident_id,
+                                    failure_signature=failure_signature, patch_proposed=proposed)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,
         "final_status": final,

@@ -395,7 +395,9 @@ def _drive(
                                  repair, verify_cwd)
         if known is not None:
             # The code is the one the last run verified: running it again would only repeat that run.
-            seen = f"iteration {len(this_run)}" if this_run else "the capture"
+            # Named by the last run that verified: an iteration that skipped its run verified nothing.
+            verified = [attempt.iteration for attempt in this_run if attempt.verification_commands]
+            seen = f"iteration {verified[-1]}" if verified else "the capture"
             say(f"{prefix}: verification not run: nothing of the repair was kept "
                 f"({repair.result if repair is not None else 'no repair'}), so the code is the one {seen} ran; "
                 "its failures stand")

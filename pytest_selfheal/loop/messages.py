@@ -50,8 +50,8 @@ def continue_message(
         return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
     if no_fixes:
         return (
-            f"The repair provider produced no fix at iteration {iteration}; "
-            f"it gets one more chance ({plural(left, 'iteration')} left)."
+            f"No change to the code came at iteration {iteration}: nothing was tried; "
+            f"a second such iteration in a row stops ({plural(left, 'iteration')} left)."
         )
     if iteration == 0:
         upto = plural(policy.max_iterations, "iteration")
@@ -150,7 +150,9 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
         return (f"Review the proposed fix ({files}; selfheal show {incident_id}): it is not in your working tree "
                 f"yet; apply it with: {command}")
     if stop_reason == StopReason.TESTS_EDITED:
-        return None  # its own action already says review the test diff first
+        return (f"Review the test diff first (selfheal show {incident_id}): the selection passes only with tests "
+                "changed, and approval never covers a test edit; only if the tests were wrong, allow the edits "
+                f"deliberately (selfheal apply {incident_id} --allow-test-edits).")
     return recommended_next_action(stop_reason, incident_id) + (
         f" A partial patch ({files}) is proposed for review, not applied: selfheal show {incident_id}.")
 
@@ -172,6 +174,8 @@ def repair_line(result: RepairBlock) -> str:
     and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
     which out-of-scope files approval let in."""
     shown = f" ({first_few(result.files_changed)})" if result.files_changed else ""
+    if result.get_extra(StopReason.PROVIDER_ESCAPED):  # recorded as a crash (rolled back), it is no crash
+        return f"escaped its worktree{shown}: {result.message or 'no message'} — rolled back"
     if result.result in (REPAIR_CRASHED, REPAIR_TIMEOUT):
         return f"{result.result}{shown}: {result.message or 'no message'} — rolled back"
     if result.scope_denied or result.out_of_scope:
@@ -199,18 +203,21 @@ def decision_point(
     incident_id: Optional[str] = None,
     failure_signature: Optional[str] = None,
     pending_scope_files: Sequence[str] = (),
+    patch_proposed: bool = True,
 ) -> DecisionPoint:
     """The decision point written at every stop: ``{reason, message, options, context}``.
 
     ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
     is a suggested shell line for a human, None when there is none; after a stop that
-    archives the incident, a loop command reopens it first). Raises
-    ``ValueError`` for a decision that continues.
+    archives the incident, a loop command reopens it first; one that applies a patch only
+    when a repair proposed one: ``patch_proposed``). Raises ``ValueError`` for a decision
+    that continues.
     """
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
-    table = stop_facts(decision.stop_reason).options
+    table = tuple(option for option in stop_facts(decision.stop_reason).options
+                  if patch_proposed or not (option[2] or "").startswith("selfheal apply"))
     if decision.final_status in (FinalStatus.RESOLVED, FinalStatus.ESCALATED):
         table = tuple(_archived_option(*option) for option in table)
     options = tuple(
@@ -278,6 +285,8 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     """
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
     words = progress_words(decision.progress.fingerprint_changed, decision.progress.progress, decision.progress.reasons)
+    if decision.stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
+        words = "no verification ran, no fingerprint"  # a stop before the run: nothing was compared
     text = f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: {words} -> {verdict}"
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
-from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
@@ -209,6 +208,8 @@ def incident_head(view: IncidentView) -> str:
 
 def plan_block(view: IncidentView) -> str:
     """The plan's summary, actions and verification commands (each command cut)."""
+    from pytest_selfheal.plan.build import readable_command  # the plan's code: only when a plan is shown
+
     plan = view.plan
     if plan is None:
         return "## Plan\nnone yet"
@@ -334,17 +335,33 @@ def structured_size(data: Optional[dict[str, Any]]) -> int:
 ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "iteration", "max_iterations")
 
 
-def bounded_verdict(verdict: RunVerdict, max_chars: int) -> dict[str, Any]:
-    """The verdict's structured part, at most half of ``max_chars`` when it can be: whole when
-    it fits, else only its :data:`ESSENTIAL` keys that are set (the text says the rest), else
-    the decision and the incident alone. The text gets the other half at least."""
+DIGEST = "digest"  # the structured key of the root-cause groups
+DIGEST_DOC = ("the open incident's root-cause groups, largest first, as the show tool writes them: where to fix "
+              "(target paths), the failing tests, the first line of each failure; a last entry says what was left out")
+
+
+def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] = (), *, text_chars: int = 0,
+                    more: str = "") -> dict[str, Any]:
+    """The verdict's structured part: the verdict whole when it fits in half of ``max_chars``,
+    else only its :data:`ESSENTIAL` keys that are set, else the decision and the incident
+    alone; then, under :data:`DIGEST`, as many of the root-cause ``groups`` as fit with
+    ``text_chars`` (the text's own lines) in ``max_chars``, a last entry naming ``more`` when
+    some are left out. Some clients (Claude Code) give the model only this part."""
     data = verdict.to_json()
-    if structured_size(data) <= max_chars // 2:
-        return data
-    essential = {k: data[k] for k in ESSENTIAL if data.get(k) is not None}
-    if structured_size(essential) <= max_chars // 2:
-        return essential
-    return {k: essential[k] for k in ("decision", "incident_id") if k in essential}
+    if structured_size(data) > max_chars // 2:
+        essential = {k: data[k] for k in ESSENTIAL if data.get(k) is not None}
+        data = essential if structured_size(essential) <= max_chars // 2 else {
+            k: essential[k] for k in ("decision", "incident_id") if k in essential}
+    kept: list[str] = []
+    for index, group in enumerate(groups):
+        note = f"[cut: {len(groups) - index} root-cause group(s) left out; {more}]"
+        last = index + 1 == len(groups)
+        if structured_size({**data, DIGEST: [*kept, group] + ([] if last else [note])}) + text_chars > max_chars:
+            if structured_size({**data, DIGEST: [*kept, note]}) + text_chars <= max_chars:
+                kept.append(note)
+            break
+        kept.append(group)
+    return {**data, DIGEST: kept} if kept else data
 
 
 def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
@@ -353,6 +370,8 @@ def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
 
 
 __all__ = [
+    "DIGEST",
+    "DIGEST_DOC",
     "bounded_verdict",
     "fit",
     "fit_by_value",

@@ -15,7 +15,7 @@ import typing
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
 
 from mcp.server import MCPServer
@@ -29,9 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.mcp_server.digest import DIGEST, DIGEST_DOC
 from pytest_selfheal.mcp_server.tools import Project, ToolResult
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
-from pytest_selfheal.repair.apply import ProposedPatch
+
+if TYPE_CHECKING:
+    from pytest_selfheal.repair.apply import ProposedPatch
 
 INSTRUCTIONS = """\
 pytest-selfheal: an honest, bounded repair loop for failing pytest runs.
@@ -83,6 +86,7 @@ def _verdict_model() -> type[BaseModel]:
             fields[spec.name] = (kind, Field(description=doc))
         else:
             fields[spec.name] = (Optional[kind], Field(None, description=doc))
+    fields[DIGEST] = (Optional[list[str]], Field(None, description=DIGEST_DOC))
     # Keys added later stay valid for a client that checks an older schema.
     return create_model("Verdict", __config__=ConfigDict(extra="allow"), __doc__=(
         'The structured part of ``run_tests`` (docs/mcp.md "The verdict"). Under a small\n'
@@ -95,7 +99,7 @@ Verdict = _verdict_model()
 class _AlreadyApplied:
     """Resolver outcome: nothing to ask, the patch is in the tree already."""
 
-    def __init__(self, proposed: ProposedPatch) -> None:
+    def __init__(self, proposed: "ProposedPatch") -> None:
         self.proposed = proposed
 
 

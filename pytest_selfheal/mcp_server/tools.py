@@ -20,19 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
-from pytest_selfheal.loop.agent_mode import open_incidents
-from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
-from pytest_selfheal.loop.messages import UNVERIFIED, changed_summary, unverified_summary, unverified_tests
-from pytest_selfheal.loop.policy import FLAKY
-from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
-from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
-from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
     fit,
@@ -44,21 +36,23 @@ from pytest_selfheal.mcp_server.digest import (
     verdict_lines,
 )
 from pytest_selfheal.names import archive_dir
-from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
+from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
-from pytest_selfheal.repair.apply import ProposedPatch, apply_proposed, proposed_patch
-from pytest_selfheal.report.incident_view import incident_view
-from pytest_selfheal.report.load import build_from_store, select_ids
-from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
-from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.pytest_run import Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
+if TYPE_CHECKING:
+    from pytest_selfheal.records.incident_view import IncidentView
+    from pytest_selfheal.repair.apply import ProposedPatch
+    from pytest_selfheal.run.pytest_run import Snapshot
+
+# What a tool runs (the loop, pytest, the report, the patch) is imported when the tool is
+# called, not when the server starts: a client's first calls wait for `initialize`.
+
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
-UNVERIFIED_OUTCOMES = frozenset(outcome for outcome, _label in UNVERIFIED)  # skipped, missing
+UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified
 NOT_LOADED = "is `-p no:selfheal` in addopts or PYTEST_ADDOPTS?"
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
 PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
@@ -201,6 +195,10 @@ class Project:
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
         """The RALF Lite Loop Report of one incident (default: the latest)."""
+        from pytest_selfheal import hooks
+        from pytest_selfheal.report.load import build_from_store, select_ids
+        from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
+
         effective = self.effective()
         store = self.store(effective)
         ids = select_ids(store, incident_id, every=False)
@@ -217,6 +215,9 @@ class Project:
 
     def loop(self, incident_id: str) -> ToolResult:
         """The verify-only loop of one incident, to its stop."""
+        from pytest_selfheal import hooks
+        from pytest_selfheal.run.entry import run_incident_loop
+
         self.require_project()
         effective = self.effective()
         store = self.store(effective)
@@ -238,6 +239,8 @@ class Project:
 
     def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
                      replayed: Sequence[str] = ()) -> None:
+        from pytest_selfheal.loop.verify import check_command
+
         for word in selection:
             if not word or word.startswith("-"):
                 raise UsageError(f"selection entries are node ids or paths, got {word!r} (options go in pytest_args)")
@@ -278,6 +281,10 @@ class Project:
         ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``);
         ``cancel``: set from another thread, it stops pytest's whole process group.
         """
+        from pytest_selfheal import process
+        from pytest_selfheal.loop.agent_mode import open_incidents
+        from pytest_selfheal.run.pytest_run import describe_pytest_exit, pytest_argv, snapshot
+
         self.require_project()
         replayed: list[str] = list(trusted)
         waiting = open_incidents(store)
@@ -336,11 +343,18 @@ class Project:
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
                  after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> RunVerdict:
+        from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
+        from pytest_selfheal.loop.messages import changed_summary
+        from pytest_selfheal.loop.policy import FLAKY
+        from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
+        from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
+
         verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
+        failing = True  # that iteration saw a failure (not only tests that ran to no verdict)
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
@@ -350,6 +364,7 @@ class Project:
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
+            failing = bool(last.failures)
             iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -368,17 +383,19 @@ class Project:
                 decision=RunDecision.CONTINUE, stop_reason=None, status="captured", incident_id=captured[-1],
                 tests_fixed=(), flaky=None if iteration_verdict is None else iteration_verdict.flaky, bucket="inbox", closed=closed,
                 summary=f"captured incident {captured[-1]}: fix the code its root causes point at{also}",
-                next=("edit the code at the target paths below (show gives the whole digest), never the failing "
-                      "tests; then call run_tests again without arguments: that run replays the capture's pytest "
-                      "options and is the incident's next iteration"))
+                next=("edit the code at the target paths of its root-cause groups (the digest; show gives it whole), "
+                      "never the failing tests; then call run_tests again without arguments: that run replays the "
+                      "capture's pytest options and is the incident's next iteration"))
         if iteration_verdict is not None:
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
                 "" if iteration_verdict.decision is RunDecision.STOP else ", and a second such run in a row stops (no_fix_found)")
-            summary = self._iteration_summary(iteration_verdict) + (nothing if unchanged else "")
+            # A changed harness is a change since the last run, though not of the code.
+            summary = self._iteration_summary(iteration_verdict, failing) + (
+                nothing if unchanged and not harness else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
-            summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
-                               if NOT_APPLIED in line)
+            edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
+            summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it
             return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
@@ -405,14 +422,20 @@ class Project:
                     if open_ids else "fix the failures above, then call run_tests again")
 
     @staticmethod
-    def _iteration_summary(verdict: RunVerdict) -> str:
+    def _iteration_summary(verdict: RunVerdict, failing: bool = True) -> str:
         if verdict.bucket != "inbox":
             return f"incident {verdict.incident_id} is {verdict.status}, archived to {archive_dir(str(verdict.bucket))}"
         if verdict.decision is RunDecision.STOP:
             return f"incident {verdict.incident_id} stopped and is {verdict.status}"
+        if not failing:  # its tests were skipped, deselected or gone: `next` names them
+            return (f"incident {verdict.incident_id} is not verified: its tests ran to no verdict; "
+                    f"iteration {verdict.iteration} recorded")
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
+        from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
+        from pytest_selfheal.report.load import build_from_store
+
         if verdict.decision is RunDecision.CONTINUE:
             last = store.read_attempts(str(verdict.incident_id))[-1]
             missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
@@ -435,22 +458,24 @@ class Project:
         the whole at most ``limit`` characters (``structured``: the verdict's JSON counted in);
         ``more`` says where the groups left out are (default: the ``show`` tool)."""
         verdict = verdict.redacted(redactor.redact_obj)
-        blocks = ["\n".join(verdict_lines(verdict))]
+        head = "\n".join(verdict_lines(verdict))
         open_id = verdict.incident_id if verdict.status != FinalStatus.RESOLVED else None
-        if open_id:
-            blocks += incident_blocks(current_view(store, open_id))[1:-2]  # its root-cause groups
-        data = bounded_verdict(verdict, limit)
+        groups = incident_blocks(current_view(store, open_id))[1:-2] if open_id else []  # its root-cause groups
         if more is None:
             more = (f"call show with incident_id {open_id} (and group=N for one group in full)"
                     if open_id else "call status")
-        text = fit(blocks, limit, what="root-cause group(s)", reserved=structured_size(data) if structured else 0,
-                   more=more)
+        # The structured part holds the groups first: some clients give the model only it.
+        data = bounded_verdict(verdict, limit, groups if structured else (), text_chars=len(head), more=more)
+        text = fit([head, *groups], limit, what="root-cause group(s)",
+                   reserved=structured_size(data) if structured else 0, more=more)
         return ToolResult(text, data)
 
     # ------------------------------------------------------------------ apply
 
     def proposed(self, incident_id: str) -> ProposedPatch:
         """The incident's proposed patch, checked against the working tree (nothing changes)."""
+        from pytest_selfheal.repair.apply import proposed_patch
+
         effective = self.effective()
         store = self.store(effective)
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
@@ -472,6 +497,8 @@ class Project:
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         """Apply a patch the user approved."""
+        from pytest_selfheal.repair.apply import apply_proposed
+
         apply_proposed(self.store(), proposed)
         partial = "" if proposed.verified else f" (the patch is {proposed.verdict})"
         return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "
@@ -482,6 +509,8 @@ def current_view(store: Store, incident_id: str) -> IncidentView:
     """The incident view with its failures as they are now: after an attempt, the groups keep
     the plan's root causes but hold only the tests still failing, with their latest messages
     and fingerprints (an agent must not chase the capture's stale messages)."""
+    from pytest_selfheal.report.incident_view import incident_view
+
     view = incident_view(store, incident_id)
     if not view.attempts:
         return view

@@ -92,9 +92,9 @@ STOPS: Mapping[str, StopFacts] = {
              "selfheal apply {id} --allow-test-edits"),
             _EXPORT,
         ),
-        "Review the test diff first (selfheal show {id}): the selection passes only with tests changed, and "
-        "approval never covers a test edit; only if the tests were wrong, allow the edits deliberately "
-        "(selfheal apply {id} --allow-test-edits).",
+        # A repair's proposed patch gets its own action (loop/messages.next_action_after_repair).
+        "Review the test edit in your working tree first (git diff): the selection passes only with tests changed, "
+        "which is no fix; undo the edit and fix the code, or, only if the tests were wrong, commit it deliberately.",
     ),
     StopReason.HARNESS_CHANGED: StopFacts(
         _ESCALATED,
@@ -193,15 +193,17 @@ STOPS: Mapping[str, StopFacts] = {
     ),
     StopReason.NO_FIX_FOUND: StopFacts(
         _ESCALATED,
-        "The repair provider produced no fix {no_fixes} times in a row.",
+        # Said of whoever repairs: a repair provider, a coding agent's runs, or none at all.
+        "No change to the code came in {no_fixes} iterations in a row: nothing was tried.",
         (
-            ("change_provider", "Try another repair provider or give it more context", "selfheal loop {id}"),
             ("fix_manually", "Fix the code manually, then re-run the verification tests", "selfheal loop {id}"),
+            ("more_context", "Give whoever repairs it (a repair provider, a coding agent) more context",
+             "selfheal show {id}"),
             _KEEP,
             _EXPORT,
         ),
-        "Fix the code manually or give the repair provider more context (it found no change to make), "
-        "then loop again (selfheal loop {id} --reopen).",
+        "Fix the code manually (nothing was changed between the last runs), then loop again "
+        "(selfheal loop {id} --reopen).",
     ),
     StopReason.SCOPE_EXPANSION_DENIED: StopFacts(
         _ESCALATED,

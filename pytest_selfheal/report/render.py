@@ -568,7 +568,8 @@ def render_terminal(report: ReportInput) -> list[str]:
     ]
     shown_incidents = incidents[:TERMINAL_MAX_INCIDENTS]
     for entry in shown_incidents:
-        tasks = [f"{t.task} {t.attempts}x {t.stop_reason or NOT_RUN}" for t in entry.tasks]
+        tasks = [f"{t.task} {t.attempts}x {t.stop_reason or NOT_RUN}" if t.attempts else f"{t.task} {NOT_RUN}"
+                 for t in entry.tasks]
         shown = ", ".join(tasks[:6]) + (f", +{len(tasks) - 6} more" if len(tasks) > 6 else "") or "no plan yet"
         state = entry.stop_reason or ("not finished" if entry.loops_used else NOT_RUN)
         lines.append(f"  {entry.incident_id}: {entry.final_status} ({state}) "

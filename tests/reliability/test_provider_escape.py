@@ -82,6 +82,8 @@ def test_a_provider_that_leaves_its_worktree_stops_provider_escaped(tmp_path: Pa
                  env=run_env())
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
     assert "provider_escaped" in result.stdout and "STOP success" not in result.stdout, result.stdout
+    # Its repair line says what happened: an escape, not a crash.
+    assert "repair: escaped its worktree" in result.stdout and "repair: crashed" not in result.stdout, result.stdout
     runs = project / ".selfheal" / "error_runs" / incident_id
     outcome: dict[str, Any] = json.loads((runs / "run_result.json").read_text())
     assert outcome["stop_reason"] == "provider_escaped" and outcome["final_status"] == "escalated"

@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         bucket, previous, _ = reopen_incident(store, incident_id)
         take_fresh_seal(store, incident_id, project, effective)  # a person's act: a fresh seal
         progress(f"selfheal: reopened {incident_id} ({previous} -> planned) from {archive_dir(bucket)}")
+    elif args.reopen:  # said, not silently ignored
+        progress(f"selfheal: {incident_id} is open (in the inbox), not archived: --reopen has nothing to reopen; "
+                 "the loop goes on with the budget it has")
 
     result = run_incident_loop(
         store,

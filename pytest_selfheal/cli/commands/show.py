@@ -15,10 +15,13 @@ from pytest_selfheal.cli.commands._common import (
     incident_id_from_args,
     print_json,
     project_redactor,
+    project_root,
     store_from_args,
 )
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.vocab import first_few
+from pytest_selfheal.repair.apply import proposed_patch
 from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
@@ -38,11 +41,12 @@ class ShownPatch:
     """The proposed patch as ``show`` prints it: redacted, test sections first, bounded."""
 
     path: str  # relative to the reports root
-    applied: bool
+    applied: bool  # in the working tree now
     test_files: tuple[str, ...]
     text: str
     total_lines: int
     shown_lines: int
+    undone: bool = False  # applied by the loop, no longer in the working tree (stashed, reverted)
 
     def to_json(self) -> dict[str, object]:
         """What ``show --json`` adds as ``proposed_patch``."""
@@ -67,8 +71,20 @@ def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
         shown.append(line)
     repair = view.run_result.repair if view.run_result is not None else None
     path = (store.runs_dir(view.incident_id) / FINAL_PATCH).relative_to(store.root).as_posix()
-    return ShownPatch(path, bool(repair is not None and repair.applied), tuple(patch_test_files(text)),
-                      "\n".join(shown), len(lines), len(shown))
+    recorded = bool(repair is not None and repair.applied)
+    applied = recorded and _in_the_tree(store, view.incident_id)
+    return ShownPatch(path, applied, tuple(patch_test_files(text)), "\n".join(shown), len(lines), len(shown),
+                      undone=recorded and not applied)
+
+
+def _in_the_tree(store: Store, incident_id: str) -> bool:
+    """Whether the applied ``final.patch`` is still in the working tree (the record says what was
+    done, not what is there now); True when git cannot tell."""
+    try:
+        return proposed_patch(store, incident_id, project_root(), allow_binary=True,
+                              allow_test_edits=True).already_applied
+    except SelfhealError:
+        return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,7 +162,8 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
         if point is not None and point.message:
             rows.append(("", f"why: {point.message}"))  # e.g. the missing module of a tooling_env stop
     if patch is not None:
-        state = "applied" if patch.applied else "proposed, not applied"
+        state = "applied" if patch.applied else (
+            "applied by the loop, no longer in your working tree" if patch.undone else "proposed, not applied")
         tests = (f"; edits test files: {', '.join(patch.test_files)} (shown first: review them before any apply)"
                  if patch.test_files else "")
         rows.append(("patch", f"{patch.path} ({state}){tests}"))

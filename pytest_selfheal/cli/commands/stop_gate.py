@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from pytest_selfheal.cli.commands._common import project_redactor, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK
-from pytest_selfheal.gate.agents import Agent, Change, answer_json
-from pytest_selfheal.gate.install import install
-from pytest_selfheal.gate.run import cannot_judge, stop_gate
+from pytest_selfheal.gate.agents import Agent, Change, cannot_judge, hook_output
+from pytest_selfheal.gate.install import HOOK_MARGIN_SECONDS, install
+from pytest_selfheal.gate.run import stop_gate
 
 NAME = "stop-gate"
 HELP = "answer a coding agent's stop hook (Claude Code, Cursor) from the loop's verdict, or install that hook"
@@ -49,12 +48,10 @@ def run(args: argparse.Namespace) -> int:
         answer, lines = stop_gate(agent, raw)
     except Exception as exc:
         answer, lines = cannot_judge(agent, f"internal error ({type(exc).__name__})")
-    redactor = project_redactor()
-    for line in lines:
-        sys.stderr.write(redactor.redact(line) + "\n")
-    shown = answer_json(agent, answer)
-    sys.stdout.write(json.dumps({k: redactor.redact(v) for k, v in shown.items()}, ensure_ascii=False) + "\n")
-    return EXIT_OK
+    out, err = hook_output(agent, answer, lines, project_redactor().redact)
+    sys.stderr.write(err)
+    sys.stdout.write(out)
+    return EXIT_OK  # always: to Claude Code, exit 2 means "block"
 
 
 def _install(args: argparse.Namespace) -> int:
@@ -63,7 +60,9 @@ def _install(args: argparse.Namespace) -> int:
     base = Path.home() if args.user else root
     timeout = load_config(root).settings.gate.timeout_seconds
     done = install(agent, base, timeout, args.command)
-    sys.stdout.write(f"{_SAID[done.change]} {done.path}: it runs {done.command}\n")
+    bound = (f", with a timeout of at least {int(timeout) + HOOK_MARGIN_SECONDS} s (gate.timeout_seconds "
+             f"{timeout:g} + {HOOK_MARGIN_SECONDS})" if agent is Agent.CLAUDE else "")
+    sys.stdout.write(f"{_SAID[done.change]} {done.path}: it runs {done.command}{bound}\n")
     return EXIT_OK
 
 
