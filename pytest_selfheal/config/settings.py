@@ -113,6 +113,8 @@ class VerificationSettings:
     timeout_seconds: float = 900
     args: tuple[str, ...] = ()
     localise: bool = True
+    regression: str = "affected"  # affected | full | off (loop/regression.py)
+    regression_budget_seconds: float = 600
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,9 @@ class Settings:
             log_tail_lines=value("log_tail_lines"),
             verification=VerificationSettings(tuple(value("verification.allowlist")),
                                               value("verification.timeout_seconds"),
-                                              tuple(value("verification.args")), value("verification.localise")),
+                                              tuple(value("verification.args")), value("verification.localise"),
+                                              value("verification.regression"),
+                                              value("verification.regression_budget_seconds")),
             repair=RepairSettings(
                 tuple(command) if command else None,
                 value("repair.timeout_seconds"),
@@ -387,7 +391,7 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         ok = (_is_int(value) and value > 0) or (
             isinstance(value, float) and math.isfinite(value) and value > 0)
     else:  # STRING, or an empty ARGV list
-        ok = kind == STRING and isinstance(value, str) and value != ""
+        ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
     if isinstance(value, str):

@@ -49,6 +49,7 @@ from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, l
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record
+from pytest_selfheal.loop.regression import check_incident
 from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.selection import loop_selection
@@ -67,7 +68,7 @@ from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.models import OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone, first_few
@@ -512,6 +513,16 @@ def _verify_and_record(
             duration += ran.duration_seconds
             timed_out = timed_out or ran.timed_out
             codes.append(ran.exit_code)
+    regression = None
+    if not timed_out and not failures and outcomes and all(o == OUTCOME_PASSED for o in outcomes.values()):
+        # The selection passes: before it can be a success, the tests the change can reach run
+        # (a repair's worktree leaves the user's tree as the capture saw it: the captured code).
+        with state.interruptible():
+            regression = check_incident(
+                run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
+                selection=list(outcomes), captured_tree=project_root if repair is not None else None, env=env,
+                rules=rules,
+            )
     tree_hash = hasher.result().diff_hash
     changed_harness = (harness_changed(incident, cwd, extra_code=repair.files_changed if repair is not None else ())
                        if incident is not None else [])
@@ -535,6 +546,7 @@ def _verify_and_record(
         project_root=project_root,
         duration_seconds=duration,
         harness_changed=changed_harness,
+        regression=regression,
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations

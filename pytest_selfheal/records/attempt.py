@@ -144,6 +144,8 @@ class Attempt(JsonRecord):
         Field("decision", RecordedDecision.parse),
         Field("tests_edited", strings),
         Field("harness_changed", strings),
+        Field("regression_tests_run", checked(integer, minimum=0)),
+        Field("regressions", strings),
     )
 
     incident_id: str
@@ -177,5 +179,9 @@ class Attempt(JsonRecord):
     tests_edited: tuple[str, ...] = ()
     # What changed in the incident's seal since the capture (named): never `success`.
     harness_changed: tuple[str, ...] = ()
+    # The regression check (loop/regression.py): how many tests it ran (None: it did not run)
+    # and the tests the change broke, whose failures are in ``failures``.
+    regression_tests_run: Optional[int] = None
+    regressions: tuple[str, ...] = ()
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
