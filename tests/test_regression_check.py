@@ -198,6 +198,8 @@ def test_a_repair_that_breaks_neighbours_is_not_a_success_and_names_them(tmp_pat
     attempts = _attempts(project, incident_id)
     assert [a["regressions"] for a in attempts] == [list(BROKEN)] * 3
     assert attempts[-1]["stop_reason"] == "regression"
+    prompt = next((project / ".selfheal").glob(f"**/{incident_id}/prompt_02.md")).read_text()
+    assert "The last repair fixed `test_mul`; it broke `test_add`, `test_total`" in prompt
     assert attempts[0]["regression_tests_run"] == 3  # test_calc.py and test_invoice.py: never test_unrelated.py
     assert _runs(project) == 1
     assert (project / ".selfheal" / "error_archive" / "escalated" / incident_id).is_dir()

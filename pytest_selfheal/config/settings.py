@@ -114,7 +114,6 @@ class VerificationSettings:
     args: tuple[str, ...] = ()
     localise: bool = True
     regression: str = "affected"  # affected | full | off (loop/regression.py)
-    regression_budget_seconds: float = 600
 
 
 @dataclass(frozen=True)
@@ -222,11 +221,8 @@ class Settings:
             reports_dir=value("reports_dir"),
             report_path=value("report_path"),
             log_tail_lines=value("log_tail_lines"),
-            verification=VerificationSettings(tuple(value("verification.allowlist")),
-                                              value("verification.timeout_seconds"),
-                                              tuple(value("verification.args")), value("verification.localise"),
-                                              value("verification.regression"),
-                                              value("verification.regression_budget_seconds")),
+            verification=VerificationSettings(tuple(value("verification.allowlist")), value("verification.timeout_seconds"),
+                tuple(value("verification.args")), value("verification.localise"), value("verification.regression")),
             repair=RepairSettings(
                 tuple(command) if command else None,
                 value("repair.timeout_seconds"),

@@ -36,7 +36,7 @@ from pytest_selfheal.loop.verify import run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, OUTCOME_PASSED, Failure
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, Failure
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
@@ -192,12 +192,10 @@ def record_agent_attempts(
         if edited_keys:
             result.lines.append(edited_keys)
         changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
-        regression = None
-        if incident.captured is not None and run_outcomes and all(o == OUTCOME_PASSED for o in run_outcomes.values()):
-            # The selection passes: the tests the change can reach run before it can be a success.
-            regression = check_incident(store, incident.captured, effective=judged, tree=project_root,
-                                        runner=run_selection, selection=incident.selection,
-                                        rules=rules_for_run(judged.settings.classification_rules, ()))
+        # A passing selection: the tests the change can reach run before it can be a success.
+        regression = check_incident(store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
+                                    outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ())
+                                    ) if incident.captured is not None else None
         outcome = record_iteration(
             LoopRun.resume(store, incident.incident_id),
             effective=judged,

@@ -31,7 +31,7 @@ from pytest_selfheal.history.records import AGENT, LOOP
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.regression import RegressionCheck, short_name
+from pytest_selfheal.loop.regression import RegressionCheck, regression_line
 from pytest_selfheal.loop.resume import (
     has_event,
     minutes_between,
@@ -79,18 +79,6 @@ def agent_status_line(incident_id: str, decision: policy.Decision, iteration: in
     """
     shown = dataclasses.replace(decision, iteration=iteration)
     return messages.status_line(shown, policy.LoopPolicy(max_iterations=max_iterations), incident_id=incident_id)
-
-
-def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
-    """``selfheal: incident <id>: fixed `test_mul`; broke `test_add`, `test_total` (the regression
-    check ran 5 test(s) ...)``: what the repair fixed and what it broke, in one line."""
-    def named(nodeids: Sequence[str]) -> str:
-        return ", ".join(f"`{short_name(n)}`" for n in nodeids)
-
-    if check.broken:
-        head = (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(check.broken)}"
-        return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
-    return f"selfheal: incident {incident_id}: {check.summary()}"
 
 
 # --------------------------------------------------------------------------- attempt
@@ -599,16 +587,6 @@ def _replan(run: LoopRun, last: int) -> None:
 
 
 __all__ = [
-    "AGENT_MODE",
-    "AGENT_UNCHANGED",
-    "IterationOutcome",
-    "agent_unchanged",
-    "agent_status_line",
-    "build_run_result",
-    "ensure_plan",
-    "finalize",
-    "record_iteration",
-    "reopen_incident",
-    "require_inbox",
-    "start_running",
+    "AGENT_MODE", "AGENT_UNCHANGED", "IterationOutcome", "agent_unchanged", "agent_status_line", "build_run_result",
+    "ensure_plan", "finalize", "record_iteration", "reopen_incident", "require_inbox", "start_running",
 ]

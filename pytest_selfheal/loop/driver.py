@@ -68,7 +68,7 @@ from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.models import OUTCOME_PASSED, Failure
+from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult
 from pytest_selfheal.records.vocab import Line, StopReason, final_tone, first_few
@@ -513,16 +513,10 @@ def _verify_and_record(
             duration += ran.duration_seconds
             timed_out = timed_out or ran.timed_out
             codes.append(ran.exit_code)
-    regression = None
-    if not timed_out and not failures and outcomes and all(o == OUTCOME_PASSED for o in outcomes.values()):
-        # The selection passes: before it can be a success, the tests the change can reach run
-        # (a repair's worktree leaves the user's tree as the capture saw it: the captured code).
-        with state.interruptible():
-            regression = check_incident(
-                run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
-                selection=list(outcomes), captured_tree=project_root if repair is not None else None, env=env,
-                rules=rules,
-            )
+    with state.interruptible():  # a passing selection: the tests the change can reach run before a success
+        regression = check_incident(run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
+                                    outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
+                                    captured_tree=project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
     changed_harness = (harness_changed(incident, cwd, extra_code=repair.files_changed if repair is not None else ())
                        if incident is not None else [])
@@ -599,11 +593,4 @@ def _final_line(incident_id: str, result: LoopResult) -> str:
                 final_tone(final))
 
 
-__all__ = [
-    "Provider",
-    "Verifier",
-    "check_commands",
-    "run_loop",
-    "selection_nodeids",
-    "verify_iteration",
-]
+__all__ = ["Provider", "Verifier", "check_commands", "run_loop", "selection_nodeids", "verify_iteration"]

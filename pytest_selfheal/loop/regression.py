@@ -92,6 +92,18 @@ def short_name(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[-1]
 
 
+def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
+    """``selfheal: incident <id>: fixed `test_mul`; broke `test_add`, `test_total` (the regression
+    check ran 5 test(s) ...)``: what the repair fixed and what it broke, in one line."""
+    def named(nodeids: Sequence[str]) -> str:
+        return ", ".join(f"`{short_name(n)}`" for n in nodeids)
+
+    if check.broken:
+        head = (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(check.broken)}"
+        return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
+    return f"selfheal: incident {incident_id}: {check.summary()}"
+
+
 # --------------------------------------------------------------------------- what the change touched
 
 
@@ -425,18 +437,19 @@ def check_incident(
     effective: EffectiveConfig,
     tree: Path,
     runner: Runner,
-    selection: Collection[str],
+    outcomes: Mapping[str, str],
+    failed: bool = False,
     captured_tree: Optional[Path] = None,
-    already: Mapping[str, str] = {},
-    already_failures: Sequence[models.Failure] = (),
     env: Optional[Mapping[str, str]] = None,
     rules: Sequence[Rule] = (),
 ) -> Optional[RegressionCheck]:
     """:func:`check_regressions` of ``incident`` with its recorded capture (commit, command,
-    options, where it ran) and the keys that judge it: what the driver and agent mode call
-    once an iteration's selection passes."""
+    options, where it ran) and the keys that judge it, when the iteration's selection
+    (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
+    driver and agent mode call before every iteration can be a ``success``."""
     settings = effective.settings.verification
-    if settings.regression == OFF:
+    passed = bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
+    if settings.regression == OFF or not passed:
         return None
     try:
         context = store.read_context(incident.incident_id)
@@ -446,9 +459,8 @@ def check_incident(
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
     return check_regressions(
         mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
-        trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=selection,
-        budget_seconds=settings.regression_budget_seconds, commit=commit, captured_tree=captured_tree,
-        already=already, already_failures=already_failures, env=env,
+        trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
+        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
             incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
     )
@@ -464,4 +476,4 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
 
 
 __all__ = ["AFFECTED", "FULL", "MODES", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "short_name"]
+           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "short_name"]
