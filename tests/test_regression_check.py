@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import GITIGNORE, cli, effective_config, make_project, run_pytest_selfheal
+from helpers import GITIGNORE, cli, effective_config, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
@@ -244,3 +244,19 @@ def test_agent_mode_a_narrow_run_that_passes_mul_but_broke_neighbours_is_not_a_s
     assert "-> CONTINUE" in result.stdout and "STOP success" not in result.stdout
     assert _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
     assert _runs(project) == 1
+
+
+@pytest.mark.slow
+def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    _capture(project)
+    (tmp_path / "agent.py").write_text(AGENT)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
+                          input=json.dumps(payload).encode(), capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    answer = json.loads(done.stdout)
+    assert answer["decision"] == "block", answer
+    assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s))" in answer["reason"]
+    assert _runs(project) == 2  # the gate's own run of the whole suite; the check never ran it again

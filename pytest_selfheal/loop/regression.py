@@ -87,6 +87,21 @@ class RegressionCheck:
         return f"{self.ran_text()}: {found}"
 
 
+def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
+    """An attempt's regression check in words for the MCP verdict and the gate: ``fixed `test_mul`;
+    broke `test_add`, `test_total` (the regression check ran 3 test(s))``; "" when none ran."""
+    if tests_run is None:
+        return ""
+    if not broken:
+        return f"the regression check ran {tests_run} test(s): nothing broken"
+    head = f"fixed {_named(fixed)}; " if fixed else "the selection passes; "
+    return f"{head}broke {_named(broken)} (the regression check ran {tests_run} test(s))"
+
+
+def _named(nodeids: Sequence[str]) -> str:
+    return ", ".join(f"`{short_name(n)}`" for n in nodeids)
+
+
 def short_name(nodeid: str) -> str:
     """``test_add`` for ``tests/test_calc.py::test_add``: how a sentence names a test."""
     return nodeid.rsplit("::", 1)[-1]
@@ -95,11 +110,8 @@ def short_name(nodeid: str) -> str:
 def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
     """``selfheal: incident <id>: fixed `test_mul`; broke `test_add`, `test_total` (the regression
     check ran 5 test(s) ...)``: what the repair fixed and what it broke, in one line."""
-    def named(nodeids: Sequence[str]) -> str:
-        return ", ".join(f"`{short_name(n)}`" for n in nodeids)
-
     if check.broken:
-        head = (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(check.broken)}"
+        head = (f"fixed {_named(fixed)}; " if fixed else "the selection passes; ") + f"broke {_named(check.broken)}"
         return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
     return f"selfheal: incident {incident_id}: {check.summary()}"
 
@@ -324,8 +336,6 @@ def check_regressions(
     budget_seconds: float,
     commit: Optional[str],
     captured_tree: Optional[Path] = None,
-    already: Mapping[str, str] = {},
-    already_failures: Sequence[models.Failure] = (),
     env: Optional[Mapping[str, str]] = None,
     invocation_dir: Optional[Path] = None,
     selection_file: Optional[Path] = None,
@@ -340,9 +350,7 @@ def check_regressions(
     the capture's selection words (rootdir-relative; empty: pytest's own ``testpaths``).
     ``selection``: the plan's node ids, judged by the iteration itself. ``commit``: the
     capture's; ``captured_tree``: where the captured code already is (the user's tree while a
-    repair works in a worktree), else the commit is checked out. ``already``: outcomes this
-    run has (agent mode: the tests of a module it ran are not run again), with their
-    ``already_failures``.
+    repair works in a worktree), else the commit is checked out.
     """
     if mode == OFF:
         return None
@@ -364,13 +372,10 @@ def check_regressions(
             files = affected_test_files(tree, changed, skip=skip)
     if files is None:
         scope, words = "the capture's whole command", list(whole_command)
-        outcomes = dict(already)
     else:
-        scope = f"{len(files)} test module(s) that import the change"
-        # A module this run already ran is not run again: its outcomes are this run's.
-        outcomes = {n: o for n, o in already.items() if n.split("::", 1)[0] in files}
-        words = [f for f in files if not any(n.split("::", 1)[0] == f for n in already)]
-    failures = {(f.nodeid or f.test): f for f in already_failures}
+        scope, words = f"{len(files)} test module(s) that import the change", files
+    outcomes: dict[str, str] = {}
+    failures: dict[str, models.Failure] = {}
 
     def run(argv_words: Sequence[str], cwd: Path, name: str, scratch: Path) -> _Ran:
         start = invocation_dir
@@ -476,4 +481,4 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
 
 
 __all__ = ["AFFECTED", "FULL", "MODES", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "short_name"]
+           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "regression_words", "short_name"]

@@ -30,6 +30,7 @@ from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
 from pytest_selfheal.loop.messages import UNVERIFIED, changed_summary, unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
+from pytest_selfheal.loop.regression import regression_words
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 from pytest_selfheal.loop.verify import check_command
@@ -341,6 +342,7 @@ class Project:
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
+        checked = ""  # what that iteration's regression check found (loop/regression.py)
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
@@ -350,6 +352,7 @@ class Project:
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
+            checked = regression_words(last.tests_fixed, last.regressions, last.regression_tests_run)
             iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -377,6 +380,7 @@ class Project:
             summary = self._iteration_summary(iteration_verdict) + (nothing if unchanged else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+            summary += f"; {checked}" if checked else ""
             summary += "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
                                if NOT_APPLIED in line)
             return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
