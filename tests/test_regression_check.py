@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_github import FakeGitHub
 from helpers import GITIGNORE, cli, effective_config, make_project, run_env, run_pytest_selfheal
+from test_ci import actions_env, ours, outputs_of, run_ci
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
@@ -260,3 +262,20 @@ def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path)
     assert answer["decision"] == "block", answer
     assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s))" in answer["reason"]
     assert _runs(project) == 2  # the gate's own run of the whole suite; the check never ran it again
+
+
+@pytest.mark.slow
+def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_proposed(
+        tmp_path: Path, fake_github: FakeGitHub) -> None:
+    project = _project(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+    env = actions_env(tmp_path, fake_github)
+    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), "bad", "{worktree}"])
+    env["INPUT_PASS_ON_PROPOSED_FIX"] = "true"
+    done = run_ci(project, env, "--action-inputs", "--", "-q")
+    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
+    out = outputs_of(env)
+    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
+    (comment,) = ours(fake_github)
+    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`" \
+        in str(comment["body"])
