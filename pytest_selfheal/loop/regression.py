@@ -44,7 +44,6 @@ from pytest_selfheal.store.root import Store
 AFFECTED = "affected"
 FULL = "full"
 OFF = "off"
-MODES: tuple[str, ...] = (AFFECTED, FULL, OFF)
 
 # Directories never searched for project modules: tools', environments', build output.
 _SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env"})
@@ -64,7 +63,7 @@ REGRESSION_SELECTION = 99
 class RegressionCheck:
     """What one regression check ran and found."""
 
-    ran: int  # tests the check ran (this run's own included)
+    ran: int  # tests the check ran (its re-runs not counted)
     broken: tuple[str, ...] = ()  # tests the change broke: fail twice, pass on the captured code
     failures: tuple[models.Failure, ...] = ()  # their failures (redacted)
     flaky: tuple[str, ...] = ()  # failed, then passed on a re-run: not the change's fault
@@ -480,5 +479,5 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         yield path
 
 
-__all__ = ["AFFECTED", "FULL", "MODES", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
+__all__ = ["AFFECTED", "FULL", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
            "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "regression_words", "short_name"]
