@@ -38,6 +38,7 @@ from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records import models
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.root import Store
 
@@ -82,7 +83,7 @@ class RegressionCheck:
         """:meth:`ran_text` and what it found: ``...: broke test_add, test_total`` / ``nothing broken``."""
         if self.timed_out:
             return f"{self.ran_text()}: it hit its time budget (verification.regression_budget_seconds)"
-        found = f"broke {', '.join(short_name(n) for n in self.broken)}" if self.broken else "nothing broken"
+        found = f"broke {_named(self.broken)}" if self.broken else "nothing broken"
         return f"{self.ran_text()}: {found}"
 
 
@@ -98,7 +99,8 @@ def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Opt
 
 
 def _named(nodeids: Sequence[str]) -> str:
-    return ", ".join(f"`{short_name(n)}`" for n in nodeids)
+    # Bounded for one line (the attempt and the report keep them all).
+    return first_few([f"`{short_name(n)}`" for n in nodeids])
 
 
 def short_name(nodeid: str) -> str:
