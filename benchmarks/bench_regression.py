@@ -76,7 +76,8 @@ def tests_per_module(root: Path, env: dict[str, str]) -> collections.Counter[str
     """How many tests each test module holds (one collection of the whole suite)."""
     _, out = _run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0"],
                   root, env)
-    return collections.Counter(line.split("::", 1)[0] for line in out.splitlines() if "::" in line)
+    files = (line.split("::", 1)[0] for line in out.splitlines() if "::" in line and " " not in line.split("::")[0])
+    return collections.Counter(f for f in files if f.endswith(".py"))
 
 
 def affected_table(root: Path, counts: collections.Counter[str]) -> None:
