@@ -279,3 +279,18 @@ def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_p
     (comment,) = ours(fake_github)
     assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`" \
         in str(comment["body"])
+
+
+@pytest.mark.slow
+def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp_path: Path) -> None:
+    flappy = ("import pathlib\nfrom calc import add\n\n\ndef test_flappy():\n"
+              "    state = pathlib.Path(__file__).parent.parent / 'flappy.runs'\n"
+              "    first = not state.exists()\n    state.write_text('x')\n    assert not first and add(1, 1) == 2\n")
+    project = make_project(tmp_path / "proj", {**FILES, "tests/test_flappy.py": flappy}, ini=INI,
+                           gitignore=GITIGNORE + "*.runs\n")
+    incident_id = _capture(project, "tests/test_calc.py")  # the capture never ran test_flappy
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "good", agent)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert "1 flaky (passed on a re-run)" in result.stdout and "STOP success" in result.stdout
