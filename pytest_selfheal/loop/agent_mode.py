@@ -193,9 +193,9 @@ def record_agent_attempts(
             result.lines.append(edited_keys)
         changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
         # A passing selection: the tests the change can reach run before it can be a success.
-        regression = check_incident(store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
-                                    outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ())
-                                    ) if incident.captured is not None else None
+        regression = None if incident.captured is None else check_incident(
+            store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
+            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()))
         outcome = record_iteration(
             LoopRun.resume(store, incident.incident_id),
             effective=judged,
