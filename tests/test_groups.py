@@ -11,7 +11,7 @@ from helpers import build_plan_doc
 from schema_check import assert_valid
 from test_plan import INCIDENT_ID, NOW, failure, incident
 
-from pytest_selfheal.plan.build import readable_command, verification_argv
+from pytest_selfheal.plan.build import DONE_CRITERIA, readable_command, verification_argv
 from pytest_selfheal.plan.groups import group_by_root_cause, selected_by
 from pytest_selfheal.plan.markdown import MAX_PLAN_MD_BYTES, render_plan_md
 from pytest_selfheal.records.incident import FailureEntry
@@ -162,7 +162,7 @@ def test_plan_md_stays_under_its_bound_at_any_size() -> None:
     md = render_plan_md(Plan.from_json(plan, "plan"))
     assert len(md.encode()) <= MAX_PLAN_MD_BYTES
     assert "more actions: see plan.json" in md
-    assert md.rstrip().endswith("- [ ] No new failure appears in the verification selection")
+    assert md.rstrip().endswith(f"- [ ] {DONE_CRITERIA[-1]}")
     assert md.startswith(f"# Remediation plan: {INCIDENT_ID}\n")
 
 

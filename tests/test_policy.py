@@ -124,6 +124,10 @@ STOP_CASES: list[tuple[str, LoopPolicy, list[Observation], dict[str, Any], str, 
     # The selected test vanished (no fingerprint, no pass, no code change): no progress, no repeat.
     ("no_progress", DEFAULT, [fail(0), fail(1, [], outcomes={A: "missing"})], {}, "no_progress", "escalated", 1),
     ("no_fix_found", DEFAULT, [fail(0), nofix(1), nofix(2)], {}, "no_fix_found", "escalated", 2),
+    # The selection passes but the change broke B: at the end of the budget, not a success.
+    ("regression", LoopPolicy(max_iterations=1),
+     [fail(0), fail(1, ["R"], diff="d1", outcomes={A: "passed", "B": "failed"}, regressions=("B",))], {},
+     "regression", "escalated", 1),
     (
         "runtime_budget",
         LoopPolicy(max_runtime_minutes=5),

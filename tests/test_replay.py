@@ -119,7 +119,7 @@ def test_final_status_of_every_stop_reason() -> None:
     assert {r: final_status_of(r) for r in tuple(StopReason)} == {
         "success": "resolved", "max_iterations": "escalated", "repeated_fingerprint": "escalated",
         "no_progress": "escalated", "replan_requested": "replan_requested", "runtime_budget": "escalated",
-        "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated",
+        "tooling_env": "escalated", "timeout": "escalated", "no_fix_found": "escalated", "regression": "escalated",
         "scope_expansion_denied": "escalated", "provider_escaped": "escalated", "cancelled": None, "disabled": None,
         "tests_edited": "escalated", "unverified_failures": "escalated", "harness_changed": "escalated",
     }
@@ -235,6 +235,23 @@ def _harness_changed(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
     return project, incident_id, loop_in_process(project, incident_id)
 
 
+def _regression(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
+    """A provider that fixes the failing test by changing a helper another test relies on."""
+    project = make_project(tmp_path / "reg", {"calc.py": "def one():\n    return 1\n\n\ndef two():\n    return 3\n",
+                                              "test_calc.py": "from calc import two\n\n\ndef test_two():\n"
+                                                              "    assert two() == 2\n",
+                                              "test_one.py": "from calc import one\n\n\ndef test_one():\n"
+                                                             "    assert one() == 1\n"})
+    incident_id = capture(project, "test_calc.py", "--selfheal-set=max_iterations=1")
+
+    def provider(**request: Any) -> RepairBlock:
+        (project / "calc.py").write_text("def one():\n    return 2\n\n\ndef two():\n    return one()\n")
+        return RepairBlock.from_json({"provider": "fake", "result": "diff", "files_changed": ["calc.py"],
+                                      "patch": None}, "fake")
+
+    return project, incident_id, loop_in_process(project, incident_id, "max_iterations=1", provider=provider)
+
+
 def _tooling(tmp_path: Path) -> Path:
     return make_project(tmp_path / "env", {"test_env.py": TOOLING})
 
@@ -257,6 +274,7 @@ SCENARIOS: dict[str, tuple[Scenario, int, str]] = {
     "tests_edited": (_tests_edited, 1, "escalated"),
     "unverified_failures": (_unverified, 1, "escalated"),
     "harness_changed": (_harness_changed, 1, "escalated"),
+    "regression": (_regression, 1, "escalated"),
 }
 
 

@@ -80,10 +80,14 @@ class KeySpec:
     judging: bool = False
     most: Optional[float] = None  # the largest INT or NUMBER value
     shape: str = ""  # PATH, COMMANDS or PYTEST_ARGS: what else a valid value must be
+    # A string key's only allowed values (empty: any non-empty string).
+    choices: tuple[str, ...] = ()
 
     @property
     def expected(self) -> str:
         """What a valid value looks like, for error messages."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
         if self.most is not None and self.kind == INT:
             text = f"an integer from 1 to {_number(self.most)}"
         else:
@@ -93,6 +97,8 @@ class KeySpec:
     @property
     def type_name(self) -> str:
         """The type as written in the reference table."""
+        if self.choices:
+            return ", ".join(f"`{c}`" for c in self.choices[:-1]) + f" or `{self.choices[-1]}`"
         if self.most is not None:
             text = f"int 1–{_number(self.most)}" if self.kind == INT else f"number > 0, ≤ {_number(self.most)}"
         else:
@@ -175,6 +181,15 @@ SCHEMA: tuple[KeySpec, ...] = (
             "the failing tests' files once (the failing tests and their passing neighbours) recording "
             "which project functions each test runs, and rank the plan's suspects by that spectrum "
             "before any repair provider reads it ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands."),
+    KeySpec("verification.regression", STRING, "affected",
+            "The regression check before every `success`: once the selection passes, re-run the tests that can "
+            "reach the changed code (`affected`: the test modules importing a changed module, directly or through "
+            "project modules; the capture's whole command when that cannot be known), the capture's whole command "
+            "(`full`), or none (`off`); a test the change broke makes the iteration no success "
+            "([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
+    KeySpec("verification.regression_budget_seconds", NUMBER, 600,
+            "Timeout of one regression check, in seconds; a check that exceeds it is stopped and the iteration "
+            "counts as a `timeout` (never a `success`).", judging=True),
     KeySpec("repair.command", ARGV, None,
             "Repair provider command as an argv list, never run through a shell; placeholders "
             "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "

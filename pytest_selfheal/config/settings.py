@@ -117,6 +117,7 @@ class VerificationSettings:
     timeout_seconds: float = 900
     args: tuple[str, ...] = ()
     localise: bool = True
+    regression: str = "affected"  # affected | full | off (loop/regression.py)
 
 
 @dataclass(frozen=True)
@@ -224,9 +225,8 @@ class Settings:
             reports_dir=value("reports_dir"),
             report_path=value("report_path"),
             log_tail_lines=value("log_tail_lines"),
-            verification=VerificationSettings(tuple(value("verification.allowlist")),
-                                              value("verification.timeout_seconds"),
-                                              tuple(value("verification.args")), value("verification.localise")),
+            verification=VerificationSettings(tuple(value("verification.allowlist")), value("verification.timeout_seconds"),
+                tuple(value("verification.args")), value("verification.localise"), value("verification.regression")),
             repair=RepairSettings(
                 tuple(command) if command else None,
                 value("repair.timeout_seconds"),
@@ -381,7 +381,7 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         number = _is_int(value) or (kind == NUMBER and isinstance(value, float) and math.isfinite(value))
         ok = number and value > 0 and (spec.most is None or value <= spec.most)
     else:  # STRING, or an empty ARGV list
-        ok = kind == STRING and isinstance(value, str) and value != ""
+        ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
     if isinstance(value, str):

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
+from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.config.seal import Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
@@ -28,8 +29,10 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.loop.messages import naming_changes
+from pytest_selfheal.loop.regression import check_incident
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.verify import run_selection
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
@@ -189,6 +192,10 @@ def record_agent_attempts(
         if edited_keys:
             result.lines.append(edited_keys)
         changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
+        # A passing selection: the tests the change can reach run before it can be a success.
+        regression = None if incident.captured is None else check_incident(
+            store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
+            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()))
         outcome = record_iteration(
             LoopRun.resume(store, incident.incident_id),
             effective=judged,
@@ -206,6 +213,7 @@ def record_agent_attempts(
             # Tests, conftests edited since the capture: a pass with them is never `success`.
             tests_edited=changed(project_root, incident.test_digests),
             harness_changed=changed_harness,
+            regression=regression,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
         result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changed_harness))

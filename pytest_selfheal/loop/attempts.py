@@ -31,6 +31,7 @@ from pytest_selfheal.history.records import AGENT, LOOP
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
+from pytest_selfheal.loop.regression import RegressionCheck, regression_line
 from pytest_selfheal.loop.resume import (
     has_event,
     minutes_between,
@@ -46,7 +47,7 @@ from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_PASSED, Failure
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED, Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
@@ -122,6 +123,7 @@ def _attempt_document(
     repair: Optional[RepairBlock],
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
+    regression_tests_run: Optional[int] = None,
 ) -> Attempt:
     if duration_seconds is None:
         start, end = parse_stamp(started_at), parse_stamp(finished_at)
@@ -158,6 +160,10 @@ def _attempt_document(
     for key, names in (("not_run", not_run), ("tests_edited", tests_edited), ("harness_changed", observation.harness_changed)):
         if names:
             doc[key] = list(names)
+    if regression_tests_run is not None:
+        doc["regression_tests_run"] = regression_tests_run
+    if regression_tests_run is not None or observation.regressions:
+        doc["regressions"] = list(observation.regressions)
     return Attempt.from_json(doc, attempt_filename(iteration))
 
 
@@ -282,6 +288,7 @@ def record_iteration(
     not_run: Sequence[str] = (),
     tests_edited: Sequence[str] = (),
     harness_changed: Sequence[str] = (),
+    regression: Optional[RegressionCheck] = None,
 ) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops.
 
@@ -304,8 +311,16 @@ def record_iteration(
     previous observation's records the agent as a provider that produced no fix
     (:data:`AGENT_UNCHANGED`), so the first such run continues while the budget lasts and
     the second in a row stops ``no_fix_found``.
+
+    ``regression``: the regression check of a selection that passed (loop/regression.py):
+    the tests it found broken join this attempt's outcomes and failures (never a ``success``),
+    and a check that hit its budget makes the iteration a timed-out one.
     """
     store, incident_id = run.store, run.incident_id
+    if regression is not None:
+        outcomes = {**outcomes, **{n: OUTCOME_FAILED for n in regression.broken}}
+        failures = [*failures, *regression.failures]
+        timed_out = timed_out or regression.timed_out
     pol = policy.LoopPolicy.from_settings(effective.settings)
     with store.lock():
         require_inbox(store, incident_id)
@@ -333,6 +348,9 @@ def record_iteration(
             tests_edited=bool(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
+            # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.
+            regressions=(regression.broken if regression is not None
+                         else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()),
         )
         observations = previous + [observation]
         first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
@@ -357,6 +375,7 @@ def record_iteration(
             repair=repair,
             not_run=not_run,
             tests_edited=edited,
+            regression_tests_run=regression.ran if regression is not None else None,
         )
         run.write_attempt(attempt)
         kill_point("record:after_attempt")
@@ -371,6 +390,8 @@ def record_iteration(
         line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
+        if regression is not None:
+            notes.append(regression_line(incident_id, decision.progress.tests_fixed, regression))
         if not decision.stopped:
             return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
         result = finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
@@ -568,16 +589,6 @@ def _replan(run: LoopRun, last: int) -> None:
 
 
 __all__ = [
-    "AGENT_MODE",
-    "AGENT_UNCHANGED",
-    "IterationOutcome",
-    "agent_unchanged",
-    "agent_status_line",
-    "build_run_result",
-    "ensure_plan",
-    "finalize",
-    "record_iteration",
-    "reopen_incident",
-    "require_inbox",
-    "start_running",
+    "AGENT_MODE", "AGENT_UNCHANGED", "IterationOutcome", "agent_unchanged", "agent_status_line", "build_run_result",
+    "ensure_plan", "finalize", "record_iteration", "reopen_incident", "require_inbox", "start_running",
 ]

@@ -99,6 +99,15 @@ def decide(
     flaky_only = only_known_flaky(cur, known_flaky)
     stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
     green = is_success(cur) and not cur.provider_escaped
+    stuck_or_spent: dict[str, bool] = {
+        StopReason.REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
+        StopReason.REPEATED_FINGERPRINT: verified and not flaky_only
+        and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
+        StopReason.NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
+        StopReason.NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
+        StopReason.RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
+        StopReason.MAX_ITERATIONS: iteration >= policy.max_iterations,
+    }
     holds: dict[str, bool] = {
         StopReason.DISABLED: not policy.enabled,
         # The judge was changed: whatever this run saw, its verdict is not trusted.
@@ -112,13 +121,10 @@ def decide(
         StopReason.SCOPE_EXPANSION_DENIED: cur.scope_denied,
         StopReason.PROVIDER_ESCAPED: cur.provider_escaped,
         StopReason.TIMEOUT: timeouts >= TIMEOUT_LIMIT,
-        StopReason.REPLAN_REQUESTED: stuck and policy.auto_replan_on_no_progress,
-        StopReason.REPEATED_FINGERPRINT: verified and not flaky_only
-        and same >= max(MIN_FINGERPRINT_REPEATS, policy.error_fingerprint_repeats),
-        StopReason.NO_PROGRESS: stuck and not policy.auto_replan_on_no_progress,
-        StopReason.NO_FIX_FOUND: no_fixes >= NO_FIX_FOUND_LIMIT,
-        StopReason.RUNTIME_BUDGET: policy.max_runtime_minutes is not None and elapsed_minutes >= policy.max_runtime_minutes,
-        StopReason.MAX_ITERATIONS: iteration >= policy.max_iterations,
+        # The selection passes but the change broke other tests: while the budget lasts the
+        # repair goes on; when it ends (any stop of repetition or exhaustion), this names why.
+        StopReason.REGRESSION: bool(cur.regressions) and any(stuck_or_spent.values()),
+        **stuck_or_spent,
     }
     conditions = tuple(reason for reason in PRECEDENCE if holds[reason])
     if conditions:

@@ -49,6 +49,7 @@ from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, l
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record
+from pytest_selfheal.loop.regression import check_incident
 from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.selection import loop_selection
@@ -516,6 +517,10 @@ def _verify_and_record(
             duration += ran.duration_seconds
             timed_out = timed_out or ran.timed_out
             codes.append(ran.exit_code)
+    with state.interruptible():  # a passing selection: the tests the change can reach run before a success
+        regression = check_incident(run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
+                                    outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
+                                    captured_tree=project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
     changed_harness = (harness_changed(incident, cwd, extra_code=repair.files_changed if repair is not None else ())
                        if incident is not None else [])
@@ -539,6 +544,7 @@ def _verify_and_record(
         project_root=project_root,
         duration_seconds=duration,
         harness_changed=changed_harness,
+        regression=regression,
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations
@@ -591,11 +597,4 @@ def _final_line(incident_id: str, result: LoopResult) -> str:
                 final_tone(final))
 
 
-__all__ = [
-    "Provider",
-    "Verifier",
-    "check_commands",
-    "run_loop",
-    "selection_nodeids",
-    "verify_iteration",
-]
+__all__ = ["Provider", "Verifier", "check_commands", "run_loop", "selection_nodeids", "verify_iteration"]

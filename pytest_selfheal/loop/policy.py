@@ -60,6 +60,7 @@ PRECEDENCE: tuple[StopReason, ...] = (
     StopReason.SCOPE_EXPANSION_DENIED,
     StopReason.PROVIDER_ESCAPED,
     StopReason.TIMEOUT,
+    StopReason.REGRESSION,
     StopReason.REPLAN_REQUESTED,
     StopReason.REPEATED_FINGERPRINT,
     StopReason.NO_PROGRESS,
@@ -177,12 +178,15 @@ class Observation:
     harness_changed: tuple[str, ...] = ()  # what changed in the incident's seal since the capture
     # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
     environment: Optional[str] = None
+    # Tests the change broke (the regression check, loop/regression.py): their failures are this run's.
+    regressions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Accept lists from JSON; the dataclass stays immutable and comparable.
         object.__setattr__(self, "fingerprints", tuple(self.fingerprints))
         object.__setattr__(self, "failure_types", tuple(self.failure_types))
         object.__setattr__(self, "outcomes", dict(self.outcomes))
+        object.__setattr__(self, "regressions", tuple(self.regressions))
         if len(self.fingerprints) != len(self.failure_types):
             raise ValueError("fingerprints and failure_types must have the same length (one per failure)")
         if self.repair_result is not None and self.repair_result not in REPAIR_RESULTS:
@@ -541,6 +545,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             harness_changed=tuple(attempt.harness_changed),
             provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=environment_of(attempt.failures),
+            regressions=tuple(attempt.regressions),
         )
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -346,6 +346,7 @@ class Project:
         from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
         from pytest_selfheal.loop.messages import changed_summary
         from pytest_selfheal.loop.policy import FLAKY
+        from pytest_selfheal.loop.regression import regression_words
         from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
         from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
 
@@ -355,6 +356,7 @@ class Project:
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
         failing = True  # that iteration saw a failure (not only tests that ran to no verdict)
+        checked = ""  # what that iteration's regression check found (loop/regression.py)
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
@@ -365,6 +367,7 @@ class Project:
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
             failing = bool(last.failures)
+            checked = regression_words(last.tests_fixed, last.regressions, last.regression_tests_run)
             iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -395,6 +398,7 @@ class Project:
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
             edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
+            summary += f"; {checked}" if checked else ""
             summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it
             return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
         if stopped is not None:

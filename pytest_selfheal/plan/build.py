@@ -60,6 +60,7 @@ DONE_CRITERIA: tuple[str, ...] = (
     "Target error no longer reproduces",
     "Listed verification commands pass",
     "No new failure appears in the verification selection",
+    "The regression check finds no test the change broke (verification.regression)",
 )
 
 # Per failure type: action title verb, hypothesis text, confidence.

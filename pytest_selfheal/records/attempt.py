@@ -117,5 +117,9 @@ class Attempt(JsonRecord):
     tests_edited: tuple[str, ...] = ()
     # What changed in the incident's seal since the capture (named): never `success`.
     harness_changed: tuple[str, ...] = ()
+    # The regression check (loop/regression.py): how many tests it ran (None: it did not run)
+    # and the tests the change broke, whose failures are in ``failures``.
+    regression_tests_run: Annotated[Optional[int], checked(integer, minimum=0)] = None
+    regressions: tuple[str, ...] = ()
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

@@ -353,6 +353,8 @@ class ReportIncident(_ReadBack):
     decision_point: Optional[DecisionPoint]
     handoff: Mapping[str, object]
     repair: Optional[Mapping[str, object]] = None  # what the repair did (None: no provider ran)
+    # The last regression check: {"tests_run": N, "broken": [node ids]} (None: none ran).
+    regression_check: Optional[Mapping[str, object]] = None
     extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @property
@@ -400,7 +402,7 @@ class ReportIncident(_ReadBack):
             triage=tuple(TriageEntry.from_json(t) for t in dicts(data.get("triage"))),
             decision_point=_decision_point(point) if isinstance(point, Mapping) else None,
             handoff=_mapping(data.get("handoff")) or empty_map(), repair=_mapping(data.get("repair")),
-            extra=cls.unknown(data),
+            regression_check=_mapping(data.get("regression_check")), extra=cls.unknown(data),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -419,7 +421,9 @@ class ReportIncident(_ReadBack):
             "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
             "new_failures": [f.to_json() for f in self.new_failures], "triage": [t.to_json() for t in self.triage],
             "decision_point": self.decision_point.to_json() if self.decision_point is not None else None,
-            "handoff": plain_json(self.handoff), "repair": plain_json(self.repair), **plain_json(self.extra),
+            "handoff": plain_json(self.handoff), "repair": plain_json(self.repair),
+            **({"regression_check": plain_json(self.regression_check)} if self.regression_check is not None else {}),
+            **plain_json(self.extra),
         }
 
 

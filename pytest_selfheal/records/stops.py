@@ -38,6 +38,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
     "seen",  # "same failure", or "no verdict (<the tests without one>)"
     "changes",  # what changed since the capture, named (harness_changed)
+    "broken",  # the tests the change broke, named (regression)
 )
 
 
@@ -231,6 +232,19 @@ STOPS: Mapping[str, StopFacts] = {
         ),
         "Review what the repair provider changed in your working tree and .git (hooks, config), undo what you "
         "did not want, and run the provider in a container before looping again (selfheal loop {id} --reopen).",
+    ),
+    StopReason.REGRESSION: StopFacts(
+        _ESCALATED,
+        "The selected tests pass at iteration {iteration}, but the change broke {broken}, which passed on the "
+        "captured code (the regression check); no iteration fixed both: not resolved.",
+        (
+            ("investigate", "Investigate the broken tests with the plan", "selfheal show {id}"),
+            ("one_more", "Raise ralf_lite.max_iterations and let the repair try again", "selfheal loop {id} --reopen"),
+            _KEEP,
+            _EXPORT,
+        ),
+        "Fix the code so that the failing tests pass without breaking the tests the regression check names "
+        "(selfheal show {id}), then loop again (selfheal loop {id} --reopen).",
     ),
     # Cancelled and disabled decide nothing about the failure: the incident stays open.
     StopReason.CANCELLED: StopFacts(

@@ -87,6 +87,8 @@ class StopReason(TextEnum):
     NO_FIX_FOUND = "no_fix_found"
     SCOPE_EXPANSION_DENIED = "scope_expansion_denied"
     PROVIDER_ESCAPED = "provider_escaped"
+    # The selection passes, but the change broke tests that passed on the captured code.
+    REGRESSION = "regression"
     CANCELLED = "cancelled"
     DISABLED = "disabled"
 

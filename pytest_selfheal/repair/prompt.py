@@ -85,6 +85,12 @@ def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> list[st
     if not failures:
         lines.append(f"No failure is recorded for {where}; see the failing output below.")
         return lines
+    if attempts and attempts[-1].regressions:
+        # The selection passed: what fails now is what the last repair broke (the regression check).
+        fixed = ", ".join(_code(n.rsplit("::", 1)[-1]) for n in attempts[-1].tests_fixed)
+        broke = ", ".join(_code(n.rsplit("::", 1)[-1]) for n in attempts[-1].regressions)
+        lines += [f"The last repair {'fixed ' + fixed + '; it ' if fixed else ''}broke {broke}: they passed on the "
+                  "captured code. Fix the failing tests without breaking these.", ""]
     lines.append(f"As of {where} ({len(failures)} failing):")
     lines.append("")
     for failure in failures[:MAX_FAILURES_LISTED]:

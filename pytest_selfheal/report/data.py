@@ -235,6 +235,14 @@ def _observations(run: IncidentRun) -> list[policy.Observation]:
 REPAIR_CALLS_SHOWN = 5  # the last repair calls the report names (all are counted)
 
 
+def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]]:
+    """The last regression check (loop/regression.py): how many tests it ran, what it found broken."""
+    checked = [a for a in attempts if a.regression_tests_run is not None]
+    if not checked:
+        return None
+    return {"tests_run": checked[-1].regression_tests_run, "broken": list(checked[-1].regressions)}
+
+
 def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Optional[dict[str, object]]:
     """What the repair did, or None when no provider ran: each call (its result, files,
     and why it was rolled back or which out-of-scope files approval let in), then the end:
@@ -414,6 +422,7 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),
+        regression_check=_regression_check(attempts),
     )
 
 

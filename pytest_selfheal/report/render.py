@@ -203,6 +203,15 @@ def _head(report: Report) -> list[str]:
     return lines + _more(len(tasks) - SECTION_MAX_ROWS, "tasks")
 
 
+def _regression_text(incident: ReportIncident) -> str:
+    """``ran 14 test(s) that can reach the change: nothing broken`` / ``...: broke `a`, `b```."""
+    check = incident.regression_check or {}
+    listed = check.get("broken")
+    broken = [n for n in listed if isinstance(n, str)] if isinstance(listed, (list, tuple)) else []
+    found = f"broke {_codes(broken)}" if broken else "nothing broken"
+    return f"ran {text(check.get('tests_run'))} test(s) that can reach the change: {found}"
+
+
 def _section_stop(report: Report) -> list[str]:
     lines = ["### Stop Reason and Final Status", ""]
     incidents = report.incidents
@@ -220,6 +229,8 @@ def _section_stop(report: Report) -> list[str]:
               "capture's cap; it cannot end in success" for e in incidents if e.unverified_failures]
     lines.append(f"- Stop reason: {shown}")
     lines.append(f"- Final status: {text(report.final_status)}")
+    lines += [f"- Regression check{f' of {code(e.incident_id)}' if _multi(report) else ''}: {_regression_text(e)}"
+              for e in incidents if e.regression_check is not None]
     lines += [f"- Repair{f' of {code(e.incident_id)}' if _multi(report) else ''}: {text(line, 300)}"
               for e in incidents for line in e.repair_summary]
     if len(incidents) > 1 and report.deciding_incident:

@@ -1,0 +1,485 @@
+"""The regression check before every ``success`` (edge: files, git, subprocesses; docs/loop.md
+"The regression check").
+
+Once an iteration's selection passes, the tests that can reach the changed code run
+(``verification.regression``): ``affected`` — the test modules that import a changed
+module, directly or through other project modules, found statically from the imports
+(:func:`affected_test_files`); where that cannot be known (a changed conftest, plugin,
+configuration or data file, a module nothing imports by name, a test that reaches a
+module importing by a computed name) the capture's whole command — or ``full``, or ``off``.
+
+A failing test is the change's fault only when it is not the incident's (the capture's
+failures and the selection are not re-judged here), fails again on a re-run (else it is
+flaky) and passes on the captured code: the repair's worktree leaves the user's tree as the
+capture saw it; otherwise the capture's commit, checked out once in a detached worktree.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from pytest_selfheal.analysis.analyse import failures_from_cases
+from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.config.settings import EffectiveConfig
+from pytest_selfheal.errors import InputError, SelfhealError
+from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
+from pytest_selfheal.junit.nodeids import mangle_nodeid
+from pytest_selfheal.junit.reader import dedupe, iter_testcases
+from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.records import models
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.vocab import first_few
+from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.store.root import Store
+
+AFFECTED = "affected"
+FULL = "full"
+OFF = "off"
+
+# Directories never searched for project modules: tools', environments', build output.
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env"})
+# Changed files that cannot change what a test does.
+_DOCUMENTATION = (".md", ".rst")
+# Changed files that change what runs or how it is judged for every test: the whole command.
+_WHOLE_COMMAND_NAMES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
+_DYNAMIC_CALLS = frozenset({"import_module", "__import__"})
+
+Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
+BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
+# The index of the check's selection file (store.selection_file), after any plan command's.
+REGRESSION_SELECTION = 99
+
+
+@dataclass(frozen=True)
+class RegressionCheck:
+    """What one regression check ran and found."""
+
+    ran: int  # tests the check ran (its re-runs not counted)
+    broken: tuple[str, ...] = ()  # tests the change broke: fail twice, pass on the captured code
+    failures: tuple[models.Failure, ...] = ()  # their failures (redacted)
+    flaky: tuple[str, ...] = ()  # failed, then passed on a re-run: not the change's fault
+    preexisting: tuple[str, ...] = ()  # fail on the captured code too: not the change's fault
+    scope: str = ""  # what ran: "3 test modules that import the change", "the capture's whole command"
+    timed_out: bool = False  # the check hit verification.regression_budget_seconds: nothing is known
+
+    def ran_text(self) -> str:
+        """``the regression check ran 12 test(s) (3 test module(s) that import the change)``, and
+        what it did not blame on the change (failing on the captured code too, flaky)."""
+        notes = [f"{len(self.preexisting)} failing on the captured code too"] if self.preexisting else []
+        notes += [f"{len(self.flaky)} flaky (passed on a re-run)"] if self.flaky else []
+        return f"the regression check ran {self.ran} test(s) ({self.scope})" + "".join(f"; {n}" for n in notes)
+
+    def summary(self) -> str:
+        """:meth:`ran_text` and what it found: ``...: broke test_add, test_total`` / ``nothing broken``."""
+        if self.timed_out:
+            return f"{self.ran_text()}: it hit its time budget (verification.regression_budget_seconds)"
+        found = f"broke {_named(self.broken)}" if self.broken else "nothing broken"
+        return f"{self.ran_text()}: {found}"
+
+
+def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
+    """An attempt's regression check in words for the MCP verdict and the gate: ``fixed `test_mul`;
+    broke `test_add`, `test_total` (the regression check ran 3 test(s))``; "" when none ran."""
+    if tests_run is None:
+        return ""
+    if not broken:
+        return f"the regression check ran {tests_run} test(s): nothing broken"
+    head = f"fixed {_named(fixed)}; " if fixed else "the selection passes; "
+    return f"{head}broke {_named(broken)} (the regression check ran {tests_run} test(s))"
+
+
+def _named(nodeids: Sequence[str]) -> str:
+    # Bounded for one line (the attempt and the report keep them all).
+    return first_few([f"`{short_name(n)}`" for n in nodeids])
+
+
+def short_name(nodeid: str) -> str:
+    """``test_add`` for ``tests/test_calc.py::test_add``: how a sentence names a test."""
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
+    """``selfheal: incident <id>: fixed `test_mul`; broke `test_add`, `test_total` (the regression
+    check ran 5 test(s) ...)``: what the repair fixed and what it broke, in one line."""
+    if check.broken:
+        head = (f"fixed {_named(fixed)}; " if fixed else "the selection passes; ") + f"broke {_named(check.broken)}"
+        return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
+    return f"selfheal: incident {incident_id}: {check.summary()}"
+
+
+# --------------------------------------------------------------------------- what the change touched
+
+
+def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
+    """The files of ``tree`` (relative POSIX paths, only below it) that differ from ``commit``,
+    untracked ones included; None when git cannot say (no repository, no commit)."""
+    if not commit:
+        return None
+    try:
+        tracked = run_git(tree, ["-c", "core.quotePath=false", "diff", "--name-only", "--relative", "--no-renames",
+                                 "-z", commit, "--"])
+        untracked = run_git(tree, ["-c", "core.quotePath=false", "ls-files", "-z", "--others", "--exclude-standard"])
+    except GitFailed:
+        return None
+    names = (tracked + b"\0" + untracked).decode("utf-8", "surrogateescape").split("\0")
+    # Caches and tools' folders (bytecode, .pytest_cache, the reports root) are no change of the code.
+    return sorted({n for n in names if n and not n.endswith(".pyc")
+                   and not any(part.startswith(".") or part == "__pycache__" for part in n.split("/")[:-1])})
+
+
+def _module_names(rel: str) -> list[str]:
+    """Every dotted name ``rel`` may be imported as: ``src/pkg/mod.py`` → ``src.pkg.mod``,
+    ``pkg.mod``, ``mod`` (a src layout, a rootdir on ``sys.path``, pytest's rootdir insertion)."""
+    parts = rel[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return [".".join(parts[i:]) for i in range(len(parts))]
+
+
+def _imports(rel: str, source: bytes) -> Optional[tuple[set[str], bool]]:
+    """The dotted names a module imports (each prefix too: ``a.b.c`` runs ``a`` and ``a.b``)
+    and whether it imports by a computed name; None when it does not parse."""
+    try:
+        tree = ast.parse(source, rel)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    dynamic = False
+    package = rel[:-3].split("/")[:-1]
+
+    def add(name: str) -> None:
+        parts = name.split(".")
+        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1] if node.level <= len(package) + 1 else []
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base:
+                add(base)
+            for alias in node.names:
+                add(f"{base}.{alias.name}" if base else alias.name)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in _DYNAMIC_CALLS:
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    add(first.value)
+                else:
+                    dynamic = True
+    return names, dynamic
+
+
+def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
+    skipped = {p.resolve() for p in skip}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
+                         and (here / d).resolve() not in skipped and not (here / d / "pyvenv.cfg").exists())
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield (here / name).relative_to(root).as_posix()
+
+
+def is_test_file(rel: str) -> bool:
+    """pytest's default ``python_files``: ``test_*.py`` and ``*_test.py``."""
+    name = rel.rsplit("/", 1)[-1]
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[Path] = ()) -> Optional[list[str]]:
+    """The test files below ``root`` that can reach a changed file through the imports, or
+    None when that cannot be known (the capture's whole command runs then): a changed
+    conftest, pytest configuration or non-Python file (documentation aside), or a changed
+    module no project module imports by name (a plugin, one imported at run time).
+
+    A test file that does not parse, or that reaches a module importing by a computed name,
+    can reach anything: it is affected by any change to a project module."""
+    code: list[str] = []
+    for rel in changed:
+        name = rel.rsplit("/", 1)[-1]
+        if name in _WHOLE_COMMAND_NAMES or not rel.endswith((".py", *_DOCUMENTATION)):
+            return None
+        if rel.endswith(".py"):
+            code.append(rel)
+    if not code:
+        return []
+    by_name: dict[str, set[str]] = {}
+    graph: dict[str, set[str]] = {}
+    unknown: set[str] = set()  # does not parse, or imports by a computed name
+    for rel in _python_files(root, skip):
+        for name in _module_names(rel):
+            by_name.setdefault(name, set()).add(rel)
+        try:
+            found = _imports(rel, (root / rel).read_bytes())
+        except OSError:
+            found = None
+        if found is None or found[1]:
+            unknown.add(rel)
+        graph[rel] = set() if found is None else found[0]
+    edges = {rel: {f for name in names for f in by_name.get(name, ())} - {rel} for rel, names in graph.items()}
+    imported = {f for targets in edges.values() for f in targets}
+    if any(rel not in imported and not is_test_file(rel) for rel in code):
+        return None  # nothing imports it by name: a plugin, a script, an import at run time
+    # Reverse reachability: who imports (transitively) a changed module, or a module of unknown imports.
+    importers: dict[str, set[str]] = {}
+    for rel, targets in edges.items():
+        for target in targets:
+            importers.setdefault(target, set()).add(rel)
+    reached: set[str] = set()
+    todo = [*code, *unknown]
+    while todo:
+        rel = todo.pop()
+        if rel in reached:
+            continue
+        reached.add(rel)
+        todo.extend(importers.get(rel, ()))
+    return sorted(rel for rel in reached if is_test_file(rel) and (root / rel).is_file())
+
+
+# --------------------------------------------------------------------------- running
+
+
+def nodeid_of(case: models.TestCaseResult, root: Path) -> str:
+    """The node id of a junit testcase (``tests.test_calc`` + ``test_add`` →
+    ``tests/test_calc.py::test_add``): the longest prefix of its classname that is a file."""
+    parts = case.classname.split(".") if case.classname else []
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (root / path).is_file():
+            return "::".join([path, *parts[cut:], case.name])
+    return case.test
+
+
+@dataclass(frozen=True)
+class _Ran:
+    outcomes: dict[str, str]  # node id -> outcome
+    failures: dict[str, models.Failure]  # node id -> failure
+    timed_out: bool
+
+
+def _run(runner: Runner, argv: Sequence[str], *, cwd: Path, scratch: Path, name: str,
+         timeout: float, env: Optional[Mapping[str, str]], invocation_dir: Optional[Path],
+         selection_file: Optional[Path], rules: Sequence[Rule], redactor: Optional[Redactor]) -> _Ran:
+    junit = scratch / f"{name}.xml"
+    ran = runner(list(argv), cwd=cwd, junit_path=junit, timeout_seconds=max(1.0, timeout), env=env,
+                 invocation_dir=invocation_dir, selection_file=selection_file)
+    if ran.timed_out:
+        return _Ran({}, {}, True)
+    try:
+        cases = dedupe(redact_cases(iter_testcases(junit), redactor)) if junit.is_file() else []
+    except InputError:
+        cases = []
+    outcomes = {nodeid_of(case, cwd): case.outcome for case in cases}
+    by_test = {case.test: nodeid_of(case, cwd) for case in cases}
+    failures = {}
+    for failure in failures_from_cases(cases, extra_rules=rules):
+        nodeid = by_test.get(failure.test, failure.test)
+        failures[nodeid] = replace(failure, nodeid=nodeid)
+    return _Ran(outcomes, failures, False)
+
+
+@contextmanager
+def captured_code(tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
+    """The capture's commit checked out in a detached worktree (no hook runs), at the place
+    of ``tree`` in it; None when it cannot be (no repository, no commit). Removed after."""
+    if not commit:
+        yield None
+        return
+    hooks = scratch / "hooks"
+    hooks.mkdir(exist_ok=True)
+    path = scratch / "captured"
+    try:
+        top = repo_top(tree)
+        run_git(top, ["worktree", "add", "--detach", str(path), commit], hooks_dir=hooks)
+    except (GitFailed, SelfhealError):  # no repository, no such commit: nothing to compare with
+        yield None
+        return
+    try:
+        yield path / Path(tree).resolve().relative_to(top) if Path(tree).resolve() != top else path
+    finally:
+        try:
+            run_git(top, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
+        except GitFailed:
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                run_git(top, ["worktree", "prune"], hooks_dir=hooks)
+            except GitFailed:
+                pass
+
+
+def check_regressions(
+    *,
+    mode: str,
+    incident: Incident,
+    tree: Path,
+    runner: Runner,
+    base_argv: Sequence[str],
+    trusted: Sequence[str],
+    whole_command: Sequence[str],
+    selection: Collection[str],
+    budget_seconds: float,
+    commit: Optional[str],
+    captured_tree: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    invocation_dir: Optional[Path] = None,
+    selection_file: Optional[Path] = None,
+    rules: Sequence[Rule] = (),
+    redactor: Optional[Redactor] = None,
+    skip: Collection[Path] = (),
+) -> Optional[RegressionCheck]:
+    """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
+
+    ``base_argv``: the runner (``python -m pytest -q``); ``trusted``: the capture's options
+    and ``verification.args``, appended like to every verification command; ``whole_command``:
+    the capture's selection words (rootdir-relative; empty: pytest's own ``testpaths``).
+    ``selection``: the plan's node ids, judged by the iteration itself. ``commit``: the
+    capture's; ``captured_tree``: where the captured code already is (the user's tree while a
+    repair works in a worktree), else the commit is checked out.
+    """
+    if mode == OFF:
+        return None
+    started = time.monotonic()
+
+    def left() -> float:
+        return budget_seconds - (time.monotonic() - started)
+
+    known = set(selection) | set(incident.nodeids) | {f.nodeid or f.test for f in incident.failures}
+    known_identities = {"::".join(p for p in mangle_nodeid(n) if p) for n in known}
+
+    def theirs(nodeid: str) -> bool:
+        return nodeid in known or "::".join(p for p in mangle_nodeid(nodeid) if p) in known_identities
+
+    files: Optional[list[str]] = None
+    if mode == AFFECTED:
+        changed = changed_files(tree, commit)
+        if changed is not None:
+            files = affected_test_files(tree, changed, skip=skip)
+    if files is None:
+        scope, words = "the capture's whole command", list(whole_command)
+    else:
+        scope, words = f"{len(files)} test module(s) that import the change", files
+    outcomes: dict[str, str] = {}
+    failures: dict[str, models.Failure] = {}
+
+    def run(argv_words: Sequence[str], cwd: Path, name: str, scratch: Path) -> _Ran:
+        start = invocation_dir
+        if invocation_dir is not None and cwd != tree:
+            start = cwd / Path(invocation_dir).resolve().relative_to(Path(tree).resolve())
+        return _run(runner, [*base_argv, *argv_words, *trusted], cwd=cwd, scratch=scratch, name=name,
+                    timeout=left(), env=env, invocation_dir=start, selection_file=selection_file,
+                    rules=rules, redactor=redactor)
+
+    with tempfile.TemporaryDirectory(prefix="selfheal-regression-") as tmp:
+        scratch = Path(tmp)
+        if files is None or words:
+            ran = run(words, tree, "check", scratch)
+            if ran.timed_out:
+                return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+            outcomes.update(ran.outcomes)
+            failures.update(ran.failures)
+        candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
+        if not candidates:
+            return RegressionCheck(len(outcomes), scope=scope)
+        # Fails again? A pass on the re-run is a flaky test's, never the change's fault.
+        again = run(candidates, tree, "rerun", scratch)
+        if again.timed_out:
+            return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+        failures.update(again.failures)
+        flaky = tuple(n for n in candidates if again.outcomes.get(n) == models.OUTCOME_PASSED)
+        failing = [n for n in candidates if n not in flaky]
+        preexisting: tuple[str, ...] = ()
+        if failing:
+            with _captured(captured_tree, tree, commit, scratch) as base:
+                if base is not None:
+                    before = run(failing, base, "captured", scratch)
+                    if before.timed_out:
+                        return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                    preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
+        broken = tuple(n for n in failing if n not in preexisting)
+        return RegressionCheck(len(outcomes), broken, tuple(failures[n] for n in broken if n in failures),
+                               flaky, preexisting, scope)
+
+
+def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:
+    """The capture's selection words (its paths and node ids that exist, made relative to the
+    rootdir): the capture's whole command; empty when it named none (pytest's ``testpaths``)."""
+    start = Path(cwd) if cwd else rootdir
+    words = []
+    for word in invocation_args:
+        if word.startswith("-"):
+            continue
+        path, sep, rest = word.partition("::")
+        try:
+            where = (start / path).resolve()
+            rel = where.relative_to(rootdir.resolve()).as_posix()
+        except (OSError, ValueError, RuntimeError):
+            continue
+        if where.exists():
+            words.append(rel + sep + rest)
+    return words
+
+
+def check_incident(
+    store: Store,
+    incident: Incident,
+    *,
+    effective: EffectiveConfig,
+    tree: Path,
+    runner: Runner,
+    outcomes: Mapping[str, str],
+    failed: bool = False,
+    captured_tree: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+    rules: Sequence[Rule] = (),
+) -> Optional[RegressionCheck]:
+    """:func:`check_regressions` of ``incident`` with its recorded capture (commit, command,
+    options, where it ran) and the keys that judge it, when the iteration's selection
+    (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
+    driver and agent mode call before every iteration can be a ``success``."""
+    settings = effective.settings.verification
+    passed = bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
+    if settings.regression == OFF or not passed:
+        return None
+    try:
+        context = store.read_context(incident.incident_id)
+    except SelfhealError:
+        context = None
+    commit = context.git.commit if context is not None and context.git is not None else None
+    whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
+    return check_regressions(
+        mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
+        trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
+        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, env=env,
+        invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
+            incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
+    )
+
+
+@contextmanager
+def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
+    if captured_tree is not None and Path(captured_tree).resolve() != Path(tree).resolve():
+        yield captured_tree
+        return
+    with captured_code(tree, commit, scratch) as path:
+        yield path
+
+
+__all__ = ["AFFECTED", "FULL", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
+           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "regression_words", "short_name"]

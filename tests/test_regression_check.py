@@ -1,0 +1,296 @@
+"""The regression check before every `success`: a fix that breaks other tests is no success.
+
+The scenario: `calc.py` (`_scale`, `add`, `mul`; the bug in `mul`), `tests/test_calc.py`
+(`test_add`, `test_mul`), `tests/test_invoice.py` (`total()` in another module, built on
+`add`) and `tests/test_unrelated.py` (imports nothing of the project). A repair that "fixes"
+`mul` by changing the shared `_scale` breaks `test_add` and `test_total`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_github import FakeGitHub
+from helpers import GITIGNORE, cli, effective_config, make_project, run_env, run_pytest_selfheal
+from test_ci import actions_env, ours, outputs_of, run_ci
+
+from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
+from pytest_selfheal.loop.decision import decide
+from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
+from pytest_selfheal.loop.regression import affected_test_files
+from pytest_selfheal.records.stops import stop_facts
+from pytest_selfheal.records.vocab import FinalStatus, StopReason
+
+CALC = """\
+def _scale(x):
+    return x
+
+
+def add(a, b):
+    return _scale(a) + _scale(b)
+
+
+def mul(a, b):
+    return a * b - 1
+"""
+FILES = {
+    "calc.py": CALC,
+    "invoice.py": "from calc import add\n\n\ndef total(items):\n    out = 0\n    for item in items:\n"
+                  "        out = add(out, item)\n    return out\n",
+    "tests/test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                          "def test_mul():\n    assert mul(2, 3) == 6\n",
+    "tests/test_invoice.py": "from invoice import total\n\n\ndef test_total():\n    assert total([1, 2]) == 3\n",
+    # Appends a line each time it runs: the check must never run it (it imports nothing changed).
+    "tests/test_unrelated.py": "import json\nimport pathlib\n\n\ndef test_json():\n"
+                               "    with open(pathlib.Path(__file__).parent.parent / 'unrelated.runs', 'a') as f:\n"
+                               "        f.write('ran\\n')\n    assert json.loads('1') == 1\n",
+}
+INI = "pythonpath = .\n"
+
+# The "agent": MODE WORKTREE. `good` fixes mul alone; `bad` fixes mul and breaks the shared helper.
+AGENT = textwrap.dedent(
+    """
+    import pathlib, sys
+    mode, worktree = sys.argv[1:3]
+    calc = pathlib.Path(worktree, "calc.py")
+    text = calc.read_text().replace("a * b - 1", "a * b")
+    if mode == "bad":
+        text = text.replace("    return x\\n", "    return x + 1\\n", 1)
+    calc.write_text(text)
+    """
+)
+
+
+def _project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "proj", FILES, ini=INI, gitignore=GITIGNORE + "*.runs\n")
+
+
+def _capture(project: Path, *args: str) -> str:
+    result = run_pytest_selfheal(project, *args)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (incident,) = [p.name for p in (project / ".selfheal" / "error_inbox").iterdir()]
+    return incident
+
+
+def _runs(project: Path) -> int:
+    marker = project / "unrelated.runs"
+    return len(marker.read_text().splitlines()) if marker.exists() else 0
+
+
+def _attempts(project: Path, incident_id: str) -> list[dict[str, Any]]:
+    found = list((project / ".selfheal").glob(f"**/{incident_id}"))
+    runs = [p for p in found if p.parent.name == "error_runs"] or found
+    return [json.loads(p.read_text()) for p in sorted(runs[0].glob("attempt_*.json"))]
+
+
+def _loop(project: Path, incident_id: str, mode: str, agent: Path) -> Any:
+    command = json.dumps([sys.executable, str(agent), mode, "{worktree}"])
+    return cli("loop", incident_id, "--set", f"repair.command={command}",
+               cwd=project)
+
+
+# --------------------------------------------------------------------------- which tests can reach the change
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_only_the_test_modules_that_import_the_change_directly_or_through_project_modules(tmp_path: Path) -> None:
+    root = _tree(tmp_path, FILES)
+    assert affected_test_files(root, ["calc.py"]) == ["tests/test_calc.py", "tests/test_invoice.py"]
+    assert affected_test_files(root, ["invoice.py"]) == ["tests/test_invoice.py"]
+    assert affected_test_files(root, ["tests/test_unrelated.py"]) == ["tests/test_unrelated.py"]
+    assert affected_test_files(root, ["README.md"]) == []
+
+
+def test_relative_imports_and_packages_are_followed(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "src/shop/__init__.py": "",
+        "src/shop/cart.py": "from .prices import price\n",
+        "src/shop/prices.py": "def price():\n    return 1\n",
+        "tests/test_cart.py": "from shop import cart\n",
+        "tests/test_other_test.py": "import os\n",
+        "tests/other_test.py": "import shop.cart\n",
+    })
+    assert affected_test_files(root, ["src/shop/prices.py"]) == ["tests/other_test.py", "tests/test_cart.py"]
+
+
+def test_what_cannot_be_known_statically_runs_the_whole_command(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {**FILES, "conftest.py": "", "plugin_mod.py": "X = 1\n", "data.json": "{}"})
+    assert affected_test_files(root, ["conftest.py"]) is None  # a conftest reaches every test below it
+    assert affected_test_files(root, ["pyproject.toml"]) is None
+    assert affected_test_files(root, ["data.json"]) is None  # who reads it cannot be known
+    assert affected_test_files(root, ["plugin_mod.py"]) is None  # imported by nothing: by name, at run time
+
+
+def test_a_module_importing_by_a_computed_name_may_reach_any_change(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {**FILES, "loader.py": "import importlib\n\n\ndef load(n):\n"
+                                                  "    return importlib.import_module(n)\n",
+                            "tests/test_loader.py": "from loader import load\n",
+                            "named.py": "import importlib\nimportlib.import_module('invoice')\n",
+                            "tests/test_named.py": "import named\n"})
+    assert affected_test_files(root, ["invoice.py"]) == ["tests/test_invoice.py", "tests/test_loader.py",
+                                                         "tests/test_named.py"]
+
+
+# --------------------------------------------------------------------------- the decision (pure)
+
+
+def _green(iteration: int, regressions: tuple[str, ...] = ()) -> Observation:
+    outcomes = {"tests/test_calc.py::test_mul": "passed", **{n: "failed" for n in regressions}}
+    fingerprints = tuple(f"fp-{n}" for n in regressions)
+    return Observation(iteration, outcomes, fingerprints, ("ASSERTION",) * len(fingerprints), f"h{iteration}",
+                       repair_result="diff", regressions=regressions)
+
+
+CAPTURE = Observation(0, {"tests/test_calc.py::test_mul": "failed"}, ("fp-mul",), ("ASSERTION",), "h0")
+BROKEN = ("tests/test_calc.py::test_add", "tests/test_invoice.py::test_total")
+
+
+def test_a_fix_that_broke_tests_continues_while_the_budget_lasts_then_stops_regression() -> None:
+    policy = LoopPolicy(max_iterations=2)
+    first = decide(policy, [CAPTURE, _green(1, BROKEN)])
+    assert first.action == "continue" and first.progress.tests_fixed == ("tests/test_calc.py::test_mul",)
+    last = decide(policy, [CAPTURE, _green(1, BROKEN), _green(2, BROKEN)])
+    assert last.stop_reason == StopReason.REGRESSION and last.final_status == FinalStatus.ESCALATED
+    # It outranks the exhaustion it ends with: the repeat and the iteration budget.
+    assert {StopReason.REPEATED_FINGERPRINT, StopReason.MAX_ITERATIONS} <= set(last.conditions)
+    assert "test_add, test_total" in last.message
+    assert decide(policy, [CAPTURE, _green(1, BROKEN), _green(2)]).stop_reason == StopReason.SUCCESS
+
+
+def test_regression_sits_after_the_specific_stops_and_before_exhaustion() -> None:
+    at = PRECEDENCE.index(StopReason.REGRESSION)
+    assert PRECEDENCE.index(StopReason.SUCCESS) < at < PRECEDENCE.index(StopReason.REPEATED_FINGERPRINT)
+    assert at > PRECEDENCE.index(StopReason.TOOLING_ENV) and at < PRECEDENCE.index(StopReason.MAX_ITERATIONS)
+    assert stop_facts(StopReason.REGRESSION).final_status == FinalStatus.ESCALATED
+
+
+def test_the_mode_is_one_of_affected_full_off(tmp_path: Path) -> None:
+    assert effective_config(tmp_path).settings.verification.regression == "affected"
+    assert effective_config(tmp_path, "verification.regression=off").settings.verification.regression == "off"
+    with pytest.raises(ConfigError, match="one of affected, full, off"):
+        effective_config(tmp_path, "verification.regression=some")
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_a_repair_that_breaks_neighbours_is_not_a_success_and_names_them(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    assert _runs(project) == 1
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "bad", agent)
+    assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
+    assert "fixed `test_mul`; broke `test_add`, `test_total`" in result.stdout
+    assert "STOP regression" in result.stdout and "STOP success" not in result.stdout
+    attempts = _attempts(project, incident_id)
+    assert [a["regressions"] for a in attempts] == [list(BROKEN)] * 3
+    assert attempts[-1]["stop_reason"] == "regression"
+    prompt = next((project / ".selfheal").glob(f"**/{incident_id}/prompt_02.md")).read_text()
+    assert "The last repair fixed `test_mul`; it broke `test_add`, `test_total`" in prompt
+    assert attempts[0]["regression_tests_run"] == 3  # test_calc.py and test_invoice.py: never test_unrelated.py
+    assert _runs(project) == 1
+    assert (project / ".selfheal" / "error_archive" / "escalated" / incident_id).is_dir()
+
+
+@pytest.mark.slow
+def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "good", agent)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert "STOP success" in result.stdout
+    assert "the regression check ran 3 test(s) (2 test module(s) that import the change): nothing broken" in result.stdout
+    assert _runs(project) == 1
+
+
+@pytest.mark.slow
+def test_a_test_failing_on_the_captured_code_before_any_fix_does_not_block_success(tmp_path: Path) -> None:
+    files = {**FILES, "tests/test_invoice.py": FILES["tests/test_invoice.py"]
+             + "\n\ndef test_currency():\n    assert total([]) == 'EUR 0'\n"}
+    project = make_project(tmp_path / "proj", files, ini=INI, gitignore=GITIGNORE + "*.runs\n")
+    # The capture ran only test_calc.py: test_currency, failing already, was not part of it.
+    incident_id = _capture(project, "tests/test_calc.py")
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "good", agent)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert "1 failing on the captured code too" in result.stdout and "STOP success" in result.stdout
+
+
+@pytest.mark.slow
+def test_agent_mode_a_narrow_run_that_passes_mul_but_broke_neighbours_is_not_a_success(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    (tmp_path / "agent.py").write_text(AGENT)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fixed `test_mul`; broke `test_add`, `test_total`" in result.stdout
+    assert "-> CONTINUE" in result.stdout and "STOP success" not in result.stdout
+    assert _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
+    assert _runs(project) == 1
+
+
+@pytest.mark.slow
+def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    _capture(project)
+    (tmp_path / "agent.py").write_text(AGENT)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
+                          input=json.dumps(payload).encode(), capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    answer = json.loads(done.stdout)
+    assert answer["decision"] == "block", answer
+    assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s))" in answer["reason"]
+    assert _runs(project) == 2  # the gate's own run of the whole suite; the check never ran it again
+
+
+@pytest.mark.slow
+def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_proposed(
+        tmp_path: Path, fake_github: FakeGitHub) -> None:
+    project = _project(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+    env = actions_env(tmp_path, fake_github)
+    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), "bad", "{worktree}"])
+    env["INPUT_PASS_ON_PROPOSED_FIX"] = "true"
+    done = run_ci(project, env, "--action-inputs", "--", "-q")
+    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
+    out = outputs_of(env)
+    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
+    (comment,) = ours(fake_github)
+    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`" \
+        in str(comment["body"])
+
+
+@pytest.mark.slow
+def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp_path: Path) -> None:
+    flappy = ("import pathlib\nfrom calc import add\n\n\ndef test_flappy():\n"
+              "    state = pathlib.Path(__file__).parent.parent / 'flappy.runs'\n"
+              "    first = not state.exists()\n    state.write_text('x')\n    assert not first and add(1, 1) == 2\n")
+    project = make_project(tmp_path / "proj", {**FILES, "tests/test_flappy.py": flappy}, ini=INI,
+                           gitignore=GITIGNORE + "*.runs\n")
+    incident_id = _capture(project, "tests/test_calc.py")  # the capture never ran test_flappy
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "good", agent)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert "1 flaky (passed on a re-run)" in result.stdout and "STOP success" in result.stdout
