@@ -189,7 +189,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
     KeySpec("verification.regression_budget_seconds", NUMBER, 600,
             "Timeout of one regression check, in seconds; a check that exceeds it is stopped and the iteration "
-            "counts as a `timeout` (never a `success`).", judging=True),
+            "counts as a `timeout` (never a `success`).", judging=True, most=DAY_SECONDS),
     KeySpec("repair.command", ARGV, None,
             "Repair provider command as an argv list, never run through a shell; placeholders "
             "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "
