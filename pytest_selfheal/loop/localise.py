@@ -82,6 +82,19 @@ def read_spectrum(path: Path) -> Spectrum:
         return _NOTHING
 
 
+def unrecorded_reason(path: Path, timed_out: bool, exit_code: Optional[int], timeout: Optional[float]) -> str:
+    """Why the localisation run that wrote ``path`` (or did not) ranks no failing test."""
+    if timed_out:
+        return f"its run timed out after {timeout:g} s" if timeout else "its run timed out"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"its run wrote no spectrum: pytest exited {exit_code}" if exit_code is not None else \
+            "its run did not start"
+    reason = doc.get("unrecorded") if isinstance(doc, dict) else None
+    return str(reason) if isinstance(reason, str) and reason else "its spectrum does not parse"
+
+
 def with_spectra(failures: Sequence[FailureEntry], spectrum: Spectrum) -> tuple[FailureEntry, ...]:
     """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
     return tuple(replace(f, root_cause=spectrum.root_cause(f.nodeid, f.root_cause)) for f in failures)
@@ -122,8 +135,9 @@ def localise(
                              timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
                              invocation_dir=start_dir(project_root, incident.invocation_dir))
         spectrum = _NOTHING if done.timed_out else read_spectrum(out)
+        why = unrecorded_reason(out, done.timed_out, done.exit_code, effective.settings.verification.timeout_seconds)
     if not spectrum.top:
-        say("selfheal: localisation recorded nothing; the capture's plan stands")
+        say(f"selfheal: localisation recorded nothing ({why}); the capture's plan stands")
         return plan
     with run.store.lock():
         run.incident = run.store.update_incident(
@@ -134,4 +148,4 @@ def localise(
     return rebuilt
 
 
-__all__ = ["localise", "read_spectrum", "wanted", "with_spectra"]
+__all__ = ["localise", "read_spectrum", "unrecorded_reason", "wanted", "with_spectra"]
