@@ -362,18 +362,47 @@ def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
     assert merged.root_cause.spectrum == spectrum.top[first]
 
 
-@pytest.mark.slow  # ~6 s: a capture, then the loop's localisation and verification runs
-def test_the_default_capture_is_localised_before_the_first_iteration(tmp_path: Path) -> None:
-    """Captured without --selfheal-spectrum the bug is two actions; the loop's localisation
-    makes it one, led by the buggy function, before the first verification runs."""
+@pytest.mark.slow  # ~8 s: a capture, two verify-only loops and a localisation run
+def test_the_plan_is_localised_for_a_reader_and_a_verify_only_loop_runs_none(tmp_path: Path) -> None:
+    """Captured without --selfheal-spectrum the bug is two actions. A verify-only loop runs
+    the failing tests and nothing else (no one reads the ranking); `selfheal plan ID
+    --localise`, what a reader runs, makes it one action led by the buggy function."""
     mutated(tmp_path, SETITEM_BUG)
     (tmp_path / ".gitignore").write_text(".selfheal/\n")
     incident_id = capture(tmp_path, "--selfheal-set", "max_iterations=1")
-    store = Store(tmp_path / ".selfheal")
+    root = tmp_path / ".selfheal"
+    saved = tmp_path.parent / "captured"
+    shutil.copytree(root, saved)
+    store = Store(root)
     assert len(store.read_plan(incident_id).actions) == 2
     result = selfheal(tmp_path, "loop", incident_id)
-    assert "localising" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "localis" not in result.stdout + result.stderr, result.stdout + result.stderr
+    shutil.rmtree(root)
+    shutil.copytree(saved, root)
+    result = selfheal(tmp_path, "plan", incident_id, "--localise")
+    assert "localising" in result.stderr and "- Where: caches.py:10 in Cache.__setitem__" in result.stdout, result.stderr
     plan = store.read_plan(incident_id)
     assert [a.suspects[0].name for a in plan.actions] == ["Cache.__setitem__"], result.stdout + result.stderr
     failures = store.read_incident(incident_id).failures
     assert all(f.root_cause is not None and f.root_cause.spectrum for f in failures)
+    again = selfheal(tmp_path, "plan", incident_id, "--localise")
+    assert "not localised: its failures have a spectrum already" in again.stderr, again.stderr
+
+
+def test_a_plan_that_cannot_be_localised_says_why(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every test failed: a spectrum of failing tests alone ranks nothing new, so `selfheal
+    plan ID --localise` runs nothing and says why; the plan it prints is the capture's."""
+    pytester.makepyfile(mod="def double(n):\n    return n * 3\n",
+                        test_mod="from mod import double\n\ndef test_two():\n    assert double(1) == 2\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    monkeypatch.chdir(pytester.path)
+    store = Store(pytester.path / ".selfheal")
+    (incident_id,) = store.incident_ids()
+    before = store.read_plan_md(incident_id)
+    capsys.readouterr()
+    assert main(["plan", incident_id, "--localise"]) == 0
+    out, err = capsys.readouterr()
+    assert f"selfheal: incident {incident_id}: not localised: no test passed in the capture" in err
+    assert out == before == store.read_plan_md(incident_id)
