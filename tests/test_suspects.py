@@ -37,7 +37,7 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Excerpt, Plan
 from pytest_selfheal.records.vocab import EvidenceKind
 from pytest_selfheal.repair.prompt import build_prompt
-from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.report.incident_view import incident_view, root_causes
 from pytest_selfheal.store.root import Store
 
 CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "localisation" / "corpus.py"
@@ -228,6 +228,56 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     assert "- Where: cache.py:10 in Cache.__setitem__ (stack, 5 failure(s), score 0.89)" in md
     assert "   9 |             while len(self._data) >= self.maxsize - 1:" in md
     assert "> 10 |                 self.popitem()" in md
+
+
+# wcwidth's `_bisearch` (`>` made `>=`) behind its public `wcswidth`: the spectrum scores
+# them 0.734 and 0.738, which is no verdict.
+WIDTH_SOURCE = [
+    "def _bisearch(ucs, table):",
+    "    lbound, ubound = 0, len(table) - 1",
+    "    while ubound >= lbound:",
+    "        mid = (lbound + ubound) // 2",
+    "        if ucs >= table[mid][1]:",
+    "            lbound = mid + 1",
+    "",
+    "def wcswidth(pwcs, n=None):",
+    "    return sum(wcwidth(c) for c in pwcs[:n])",
+]
+
+
+def _width_incident(second: float) -> Incident:
+    spectrum = [{**ref("wcwidth.py", "wcswidth", 8), "score": 0.738},
+                {**ref("wcwidth.py", "_bisearch", 1), "score": second}]
+    failures = [failure(f"tests/test_core.py::test_{n}", "assert 2 == 1", spectrum=spectrum) for n in ("cjk", "emoji")]
+    return Incident.from_json({**INCIDENT_REQUIRED, "incident_id": "incident_20260101_000000_abc",
+                               "failures": failures}, "incident")
+
+
+def test_two_suspects_within_the_margin_are_equals_on_every_surface() -> None:
+    """Scores 0.01 apart name both suspects, with their code, in plan.md, the prompt (which
+    asks to check both), `selfheal show` and the digest's cause line; 0.03 apart, one leads."""
+    plan = build_plan(_width_incident(0.728), generated_at="2026-01-01T00:00:00+00:00",
+                      source=lambda path: WIDTH_SOURCE if path == "wcwidth.py" else None)
+    (action,) = plan.actions
+    assert (action.where, action.also_where) == ("wcwidth.py:8", "wcwidth.py:1")
+    assert action.also_excerpt is not None and action.also_excerpt.lines[0] == "def _bisearch(ucs, table):"
+    assert Plan.from_json(plan.to_json(), "plan") == plan
+    md = render_plan_md(plan)
+    assert ("- Where, two equal suspects (scores within 0.02): wcwidth.py:8 in wcswidth (spectrum, 2 failure(s), "
+            "score 0.66); wcwidth.py:1 in _bisearch (spectrum, 2 failure(s), score 0.66). Check both") in md
+    assert "> 1 | def _bisearch(ucs, table):" in md and "> 8 | def wcswidth(pwcs, n=None):" in md
+    assert "Other suspects" not in md
+    prompt = build_prompt(incident=_width_incident(0.728), plan=plan, attempts=[], iteration=1, max_iterations=3,
+                          log_tail="", allowed_paths=["wcwidth.py"], remaining_budget=2)
+    assert "Check both before choosing where to fix" in prompt and "code around its equal:" in prompt
+    (cause,) = root_causes(_width_incident(0.728), plan)
+    assert cause.where_line() == "where: wcwidth.py:8 or wcwidth.py:1, equal suspects: check both"
+    assert cause.also_excerpt is not None and cause.others == ()
+    apart = build_plan(_width_incident(0.70), generated_at="2026-01-01T00:00:00+00:00",
+                       source=lambda path: WIDTH_SOURCE if path == "wcwidth.py" else None)
+    (alone,) = apart.actions
+    assert alone.also_where is None and alone.also_excerpt is None
+    assert "- Where: wcwidth.py:8 in wcswidth" in render_plan_md(apart)
 
 
 def test_the_built_plan_is_the_record_its_json_reads_back() -> None:

@@ -160,6 +160,10 @@ class PlanAction(JsonRecord):
             ),
         ),
         Field("excerpt", checked(Excerpt.parse, description="A few lines of code around the top suspect's line.")),
+        Field("also_where", checked(string, description=(
+            "The second suspect's path:line when its score is within the near-tie margin of the top's: "
+            "the two are equals."))),
+        Field("also_excerpt", checked(Excerpt.parse, description="A few lines of code around also_where's line.")),
     )
 
     id: str
@@ -179,6 +183,8 @@ class PlanAction(JsonRecord):
     assertion: Optional[str] = None  # the first failure's test line (path:line)
     suspects: tuple[SuspectEntry, ...] = ()  # most suspicious first
     excerpt: Optional[Excerpt] = None  # code around the top suspect's line
+    also_where: Optional[str] = None  # the second suspect's path:line, when it ties with the top
+    also_excerpt: Optional[Excerpt] = None  # code around also_where's line
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 
