@@ -19,7 +19,9 @@ or unittest's ``assertEqual`` its message, nothing is recorded until that code r
 helper that computed the wrong value. A function is keyed by the line of its ``def`` (not
 its first decorator's), and a generator expression or comprehension by the function it is
 written in. A class body is never a key, also a class made inside a function (it runs
-each time the function does): the suspect is the function or a method.
+each time the function does): the suspect is the function or a method. Neither is a method
+of an exception class: it builds or words the failure (``LexerError.__str__`` run by every
+failing test that prints the error), the suspect is the code that raised it.
 
 Under xdist each worker records its tests and the function keys ride on the teardown
 report (:data:`SPECTRUM_ATTR`) to the controller, like the root-cause evidence.
@@ -70,6 +72,15 @@ else:
     _LEAVE_EVENTS = _BACK_EVENTS = 0
 
 
+def _describes_failure(code: types.CodeType, frame: Optional[types.FrameType]) -> bool:
+    """A method of an exception class (its first argument one, or the class): it builds or
+    words a failure, it is not where one comes from."""
+    if frame is None or not code.co_argcount:
+        return False
+    first = frame.f_locals.get(code.co_varnames[0])
+    return isinstance(first, BaseException) or (isinstance(first, type) and issubclass(first, BaseException))
+
+
 def _iter_events(mask: int) -> list[int]:
     """The single events of an event set."""
     return [1 << bit for bit in range(mask.bit_length()) if mask >> bit & 1]
@@ -98,7 +109,7 @@ class SpectrumHook:
         rel = self.resolver.relative(code.co_filename)
         # A module's or a class's body (a class made inside a function, each time it is
         # called) is not a function: no new locals.
-        if rel is None or is_test_file(rel) or not code.co_flags & inspect.CO_NEWLOCALS:
+        if rel is None or is_test_file(rel) or not code.co_flags & inspect.CO_NEWLOCALS or _describes_failure(code, frame):
             return None
         name = qualname(code, frame)
         if name != getattr(code, "co_qualname", code.co_name):  # a genexpr, comprehension or lambda

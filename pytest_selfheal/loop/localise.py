@@ -49,8 +49,10 @@ _NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Optional[str]:
     """Why the incident's plan is not to be localised, or None: it is localised before the
-    first iteration, on a capture with root-cause evidence, no spectrum yet and a passing
-    test (a spectrum of failing tests alone says nothing the capture's evidence does not)."""
+    first iteration, on a capture with no spectrum yet and a passing test (a spectrum of
+    failing tests alone says nothing the capture's evidence does not). Root-cause evidence
+    is not needed: a failure the capture could not trace to project code (an assertion raised
+    while handling the project's exception) is what the spectrum ranks best."""
     failures = incident.failures
     counts = incident.counts
     passed = counts.get("tests", 1) - counts.get("failed", 0) - counts.get("skipped", 0) - counts.get("errors", 0)
@@ -60,8 +62,6 @@ def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Op
         return "its loop has run (a plan is localised before the first iteration)"
     if any(f.root_cause is not None and f.root_cause.spectrum for f in failures):
         return "its failures have a spectrum already"
-    if not any(f.root_cause is not None for f in failures):
-        return "no failure has root-cause evidence"
     if passed <= 0:
         return "no test passed in the capture (a spectrum of failing tests alone ranks nothing new)"
     return None
