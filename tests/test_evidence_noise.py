@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import git_commit_all
+
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.loop.localise import read_spectrum, wanted, why_not
+from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
+from pytest_selfheal.store.root import Store
 
 # A wrong value computed by a helper; the failing assertion's explanation calls
 # Money.__repr__ (and, through it, Money.amount), which no test of the helper needs.
@@ -202,23 +208,20 @@ def test_lex(text, value):
 
 
 def test_an_exception_class_s_methods_are_not_suspects_and_need_no_evidence(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The two escaped strings fail through LexError, which the tests word: the capture has
     no root-cause evidence, yet a reader's localisation runs, and ranks _until (which the
     failing tests ran with the escape) over LexError.__init__ and __str__, never suspects."""
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.loop.localise import read_spectrum, why_not
-    from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
-    from pytest_selfheal.store.root import Store
-
     pytester.makepyfile(lexer=LEXER, test_lexer=LEXER_TESTS)
     pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=2, passed=3)
     store = Store(pytester.path / ".selfheal")
     (incident_id,) = store.incident_ids()
     incident = store.read_incident(incident_id)
     assert all(f.root_cause is None or not f.root_cause.frame for f in incident.failures)
-    assert why_not(incident, load_config(pytester.path), 0) is None
+    config = load_config(pytester.path)
+    assert why_not(incident, config, 0) is None
+    assert wanted(incident, config, 0, read=True) and not wanted(incident, config, 0, read=False)  # a reader only
     out = tmp_path / "spectrum.json"
     monkeypatch.setenv(VERIFYING_ENV, "1")
     monkeypatch.setenv(LOCALISE_ENV, str(out))
