@@ -62,14 +62,15 @@ _UNSEEN = ("", "", -1)
 _TOOL_IDS = (3, 4)
 _TOOL_NAME = "pytest-selfheal spectrum"
 _MONITORING = sys.version_info >= (3, 12)
+# The local events of an assertion-explaining code: its frame leaves, or comes back.
+_LEAVE_EVENTS: tuple[int, ...] = ()
+_BACK_EVENTS: tuple[int, ...] = ()
 if sys.version_info >= (3, 12):
     monitoring = sys.monitoring
-    # The local events of an assertion-explaining code: its frame leaves, or comes back.
-    _LEAVE_EVENTS = monitoring.events.PY_RETURN | monitoring.events.PY_YIELD
-    _BACK_EVENTS = monitoring.events.PY_RESUME
+    _LEAVE_EVENTS = (monitoring.events.PY_RETURN, monitoring.events.PY_YIELD)
+    _BACK_EVENTS = (monitoring.events.PY_RESUME,)
 else:
     monitoring: Any = None
-    _LEAVE_EVENTS = _BACK_EVENTS = 0
 
 
 def _describes_failure(code: types.CodeType, frame: Optional[types.FrameType]) -> bool:
@@ -79,11 +80,6 @@ def _describes_failure(code: types.CodeType, frame: Optional[types.FrameType]) -
         return False
     first = frame.f_locals.get(code.co_varnames[0])
     return isinstance(first, BaseException) or (isinstance(first, type) and issubclass(first, BaseException))
-
-
-def _iter_events(mask: int) -> list[int]:
-    """The single events of an event set."""
-    return [1 << bit for bit in range(mask.bit_length()) if mask >> bit & 1]
 
 
 class SpectrumHook:
@@ -128,7 +124,7 @@ class SpectrumHook:
         if key is _UNSEEN:
             key = self._keys[code] = self._key(code, frame)
             if key is _REPORTING and self._tool is not None:
-                monitoring.set_local_events(self._tool, code, _LEAVE_EVENTS | _BACK_EVENTS)
+                monitoring.set_local_events(self._tool, code, sum(_LEAVE_EVENTS + _BACK_EVENTS))
         if key is _REPORTING:
             self._reporting += 1
         elif key is not None and self._current is not None and not self._reporting:
@@ -157,7 +153,7 @@ class SpectrumHook:
         return None if key is _REPORTING or self._reporting else monitoring.DISABLE
 
     def _back(self, code: types.CodeType, offset: int, *rest: Any) -> None:
-        # PY_RESUME (and PY_THROW) of an assertion-explaining frame.
+        # PY_RESUME of an assertion-explaining frame (a generator's).
         self._reporting += 1
 
     def _leave(self, code: types.CodeType, offset: int, *rest: Any) -> None:
@@ -172,9 +168,9 @@ class SpectrumHook:
             return f"no free sys.monitoring tool id ({held})"
         monitoring.use_tool_id(free, _TOOL_NAME)
         monitoring.register_callback(free, monitoring.events.PY_START, self._start)
-        for event in _iter_events(_BACK_EVENTS):
+        for event in _BACK_EVENTS:
             monitoring.register_callback(free, event, self._back)
-        for event in _iter_events(_LEAVE_EVENTS):
+        for event in _LEAVE_EVENTS:
             monitoring.register_callback(free, event, self._leave)
         monitoring.set_events(free, monitoring.events.PY_START)
         self._tool = free
@@ -184,6 +180,8 @@ class SpectrumHook:
     def pytest_unconfigure(self) -> None:
         if self._tool is not None:
             monitoring.set_events(self._tool, 0)
+            for event in (monitoring.events.PY_START, *_BACK_EVENTS, *_LEAVE_EVENTS):
+                monitoring.register_callback(self._tool, event, None)
             monitoring.free_tool_id(self._tool)
             self._tool = None
 
