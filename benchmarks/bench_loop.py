@@ -3,12 +3,14 @@
 Usage::
 
     python benchmarks/bench_loop.py [--tests 2000] [--failing 3] [--sleep 0.005] [--repeat 7] [--full-repeat 3]
-                                [--file-size 50] [--failing-files N] [--instructions]
+                                [--file-size 50] [--failing-files N] [--calls] [--instructions]
 
 Generates a pytest project in a temporary git repository (``--tests`` tests in files of
 ``--file-size``, each sleeping ``--sleep`` seconds, ``--failing`` of them failing
-deterministically: spread over the suite, or over the first ``--failing-files`` files),
-captures it once with ``pytest --selfheal``, then times, in interleaved runs (median reported):
+deterministically: spread over the suite, or over the first ``--failing-files`` files;
+with ``--calls`` each test checks a function of the project, so a failure has root-cause
+evidence and the loop could localise it), captures it once with ``pytest --selfheal``, then
+times, in interleaved runs (median reported):
 
 * (a) one verify-only iteration, exactly what ``selfheal loop`` does per iteration
   (``loop.verify_iteration``: diff hash, ``python -m pytest -q <node ids> --junitxml``,
@@ -61,9 +63,11 @@ def _failing_numbers(tests: int, failing: int, file_size: int, failing_files: in
 
 
 def generate(root: Path, tests: int, failing: int, sleep: float, file_size: int = 50,
-             failing_files: int = 0) -> list[str]:
+             failing_files: int = 0, calls: bool = False) -> list[str]:
     """Write the project; returns the failing node ids."""
     root.mkdir(parents=True)
+    if calls:
+        (root / "mod.py").write_text("def double(n):\n    return n * 2\n")
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / ".gitignore").write_text(".selfheal/\n__pycache__/\n.pytest_cache/\n")
     tests_dir = root / "tests"
@@ -72,16 +76,19 @@ def generate(root: Path, tests: int, failing: int, sleep: float, file_size: int 
     files = (tests + file_size - 1) // file_size
     chosen = _failing_numbers(tests, failing, file_size, failing_files)
     for index in range(files):
-        lines = ["import time", "", ""]
+        lines = ["import time", *(["from mod import double"] if calls else []), "", ""]
         for number in range(file_size):
             global_number = index * file_size + number
             if global_number >= tests:
                 break
             lines.append(f"def test_{number:03d}():")
             lines.append(f"    time.sleep({sleep})")
+            product = f"double({number})" if calls else f"{number} * 2"
             if global_number in chosen:
-                lines.append(f"    assert {number} * 2 == {number * 2 + 1}, 'deterministic failure {len(failing_ids)}'")
+                lines.append(f"    assert {product} == {number * 2 + 1}, 'deterministic failure {len(failing_ids)}'")
                 failing_ids.append(f"tests/test_mod{index:03d}.py::test_{number:03d}")
+            elif calls:
+                lines.append(f"    assert {product} == {number * 2}")
             lines.append("")
         (tests_dir / f"test_mod{index:03d}.py").write_text("\n".join(lines) + "\n")
     import git
@@ -150,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file-size", type=int, default=50, help="tests per file")
     parser.add_argument("--failing-files", type=int, default=0,
                         help="put the failing tests in the first N files (0: spread over the suite)")
+    parser.add_argument("--calls", action="store_true",
+                        help="each test checks a function of the project (its failures have root-cause evidence)")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved runs of (a) and (b)")
     parser.add_argument("--full-repeat", type=int, default=3, help="runs of (c), interleaved with the first ones")
     parser.add_argument("--instructions", action="store_true",
@@ -167,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         config_dir.mkdir()
         os.environ["OPENCODE_CONFIG_DIR"] = str(config_dir)
         root = work / "project"
-        failing = generate(root, args.tests, args.failing, args.sleep, args.file_size, args.failing_files)
+        failing = generate(root, args.tests, args.failing, args.sleep, args.file_size, args.failing_files,
+                           args.calls)
         env = child_env(config_dir)
         # Two captures of the same run: (d)'s stops after one iteration, (a)'s never stops.
         loop_id = capture(root, env, ONE_ITERATION)

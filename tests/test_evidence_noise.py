@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import git_commit_all
+
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.loop.localise import read_spectrum, wanted, why_not
+from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
+from pytest_selfheal.store.root import Store
 
 # A wrong value computed by a helper; the failing assertion's explanation calls
 # Money.__repr__ (and, through it, Money.amount), which no test of the helper needs.
@@ -158,3 +164,70 @@ class TestMoney(unittest.TestCase):
     (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
     (failure,) = json.loads(incident.read_text())["failures"]
     assert {s["name"] for s in failure["root_cause"]["spectrum"]} == {"Money.__eq__", "Money.__init__", "_cents"}
+
+
+# A lexer whose escape handling is wrong: the failing tests catch its error and word it,
+# so the capture traces nothing to the project, and the error's methods run only in them.
+LEXER = '''
+class LexError(ValueError):
+    def __init__(self, position, text):
+        super().__init__(text)
+        self.position = position
+
+    def __str__(self):
+        return f"at {self.position}: {self.args[0]}"
+
+
+def _until(text, start, quote):
+    end = text.index(quote, start + 1)  # the bug: an escaped quote ends the string
+    return text[start + 1:end], end + 1
+
+
+def lex(text):
+    if text.startswith(("'", '"')):
+        value, end = _until(text, 0, text[0])
+        if end != len(text):
+            raise LexError(end, "unexpected text after the string")
+        return value
+    return text
+'''
+
+LEXER_TESTS = '''
+import pytest
+from lexer import lex
+
+@pytest.mark.parametrize("text, value", [("'a'", "a"), ("b", "b"), ('"c"', "c"),
+                                         ("'d\\\\'e'", "d\\\\'e"), ('"f\\\\"g"', 'f\\\\"g')])
+def test_lex(text, value):
+    try:
+        got = lex(text)
+    except ValueError as e:
+        raise AssertionError(f"{text} does not lex: {e}")
+    assert got == value
+'''
+
+
+def test_an_exception_class_s_methods_are_not_suspects_and_need_no_evidence(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The two escaped strings fail through LexError, which the tests word: the capture has
+    no root-cause evidence, yet a reader's localisation runs, and ranks _until (which the
+    failing tests ran with the escape) over LexError.__init__ and __str__, never suspects."""
+    pytester.makepyfile(lexer=LEXER, test_lexer=LEXER_TESTS)
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=2, passed=3)
+    store = Store(pytester.path / ".selfheal")
+    (incident_id,) = store.incident_ids()
+    incident = store.read_incident(incident_id)
+    assert all(f.root_cause is None or not f.root_cause.frame for f in incident.failures)
+    config = load_config(pytester.path)
+    assert why_not(incident, config, 0) is None
+    assert wanted(incident, config, 0, read=True) and not wanted(incident, config, 0, read=False)  # a reader only
+    out = tmp_path / "spectrum.json"
+    monkeypatch.setenv(VERIFYING_ENV, "1")
+    monkeypatch.setenv(LOCALISE_ENV, str(out))
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=2, passed=3)
+    spectrum = read_spectrum(out)
+    assert len(spectrum.top) == 2
+    for refs in spectrum.top.values():
+        names = [r.name for r in refs]
+        assert names[0] == "_until" and not any(n.startswith("LexError.") for n in names), names

@@ -37,7 +37,7 @@ from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.plan import Excerpt, Plan
 from pytest_selfheal.records.vocab import EvidenceKind
 from pytest_selfheal.repair.prompt import build_prompt
-from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.report.incident_view import incident_view, root_causes
 from pytest_selfheal.store.root import Store
 
 CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "localisation" / "corpus.py"
@@ -230,6 +230,56 @@ def test_the_plan_says_where_with_code_around_the_top_suspect() -> None:
     assert "> 10 |                 self.popitem()" in md
 
 
+# wcwidth's `_bisearch` (`>` made `>=`) behind its public `wcswidth`: the spectrum scores
+# them 0.734 and 0.738, which is no verdict.
+WIDTH_SOURCE = [
+    "def _bisearch(ucs, table):",
+    "    lbound, ubound = 0, len(table) - 1",
+    "    while ubound >= lbound:",
+    "        mid = (lbound + ubound) // 2",
+    "        if ucs >= table[mid][1]:",
+    "            lbound = mid + 1",
+    "",
+    "def wcswidth(pwcs, n=None):",
+    "    return sum(wcwidth(c) for c in pwcs[:n])",
+]
+
+
+def _width_incident(second: float) -> Incident:
+    spectrum = [{**ref("wcwidth.py", "wcswidth", 8), "score": 0.738},
+                {**ref("wcwidth.py", "_bisearch", 1), "score": second}]
+    failures = [failure(f"tests/test_core.py::test_{n}", "assert 2 == 1", spectrum=spectrum) for n in ("cjk", "emoji")]
+    return Incident.from_json({**INCIDENT_REQUIRED, "incident_id": "incident_20260101_000000_abc",
+                               "failures": failures}, "incident")
+
+
+def test_two_suspects_within_the_margin_are_equals_on_every_surface() -> None:
+    """Scores 0.01 apart name both suspects, with their code, in plan.md, the prompt (which
+    asks to check both), `selfheal show` and the digest's cause line; 0.03 apart, one leads."""
+    plan = build_plan(_width_incident(0.728), generated_at="2026-01-01T00:00:00+00:00",
+                      source=lambda path: WIDTH_SOURCE if path == "wcwidth.py" else None)
+    (action,) = plan.actions
+    assert (action.where, action.also_where) == ("wcwidth.py:8", "wcwidth.py:1")
+    assert action.also_excerpt is not None and action.also_excerpt.lines[0] == "def _bisearch(ucs, table):"
+    assert Plan.from_json(plan.to_json(), "plan") == plan
+    md = render_plan_md(plan)
+    assert ("- Where, two equal suspects (scores within 0.02): wcwidth.py:8 in wcswidth (spectrum, 2 failure(s), "
+            "score 0.66); wcwidth.py:1 in _bisearch (spectrum, 2 failure(s), score 0.66). Check both") in md
+    assert "> 1 | def _bisearch(ucs, table):" in md and "> 8 | def wcswidth(pwcs, n=None):" in md
+    assert "Other suspects" not in md
+    prompt = build_prompt(incident=_width_incident(0.728), plan=plan, attempts=[], iteration=1, max_iterations=3,
+                          log_tail="", allowed_paths=["wcwidth.py"], remaining_budget=2)
+    assert "Check both before choosing where to fix" in prompt and "code around its equal:" in prompt
+    (cause,) = root_causes(_width_incident(0.728), plan)
+    assert cause.where_line() == "where: wcwidth.py:8 or wcwidth.py:1, equal suspects: check both"
+    assert cause.also_excerpt is not None and cause.others == ()
+    apart = build_plan(_width_incident(0.70), generated_at="2026-01-01T00:00:00+00:00",
+                       source=lambda path: WIDTH_SOURCE if path == "wcwidth.py" else None)
+    (alone,) = apart.actions
+    assert alone.also_where is None and alone.also_excerpt is None
+    assert "- Where: wcwidth.py:8 in wcswidth" in render_plan_md(apart)
+
+
 def test_the_built_plan_is_the_record_its_json_reads_back() -> None:
     """build_plan makes the records itself: each value has the type and the value a read gives."""
     source = str(corpus.CACHES).lstrip("\n").splitlines()
@@ -362,18 +412,47 @@ def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
     assert merged.root_cause.spectrum == spectrum.top[first]
 
 
-@pytest.mark.slow  # ~6 s: a capture, then the loop's localisation and verification runs
-def test_the_default_capture_is_localised_before_the_first_iteration(tmp_path: Path) -> None:
-    """Captured without --selfheal-spectrum the bug is two actions; the loop's localisation
-    makes it one, led by the buggy function, before the first verification runs."""
+@pytest.mark.slow  # ~8 s: a capture, two verify-only loops and a localisation run
+def test_the_plan_is_localised_for_a_reader_and_a_verify_only_loop_runs_none(tmp_path: Path) -> None:
+    """Captured without --selfheal-spectrum the bug is two actions. A verify-only loop runs
+    the failing tests and nothing else (no one reads the ranking); `selfheal plan ID
+    --localise`, what a reader runs, makes it one action led by the buggy function."""
     mutated(tmp_path, SETITEM_BUG)
     (tmp_path / ".gitignore").write_text(".selfheal/\n")
     incident_id = capture(tmp_path, "--selfheal-set", "max_iterations=1")
-    store = Store(tmp_path / ".selfheal")
+    root = tmp_path / ".selfheal"
+    saved = tmp_path.parent / "captured"
+    shutil.copytree(root, saved)
+    store = Store(root)
     assert len(store.read_plan(incident_id).actions) == 2
     result = selfheal(tmp_path, "loop", incident_id)
-    assert "localising" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "localis" not in result.stdout + result.stderr, result.stdout + result.stderr
+    shutil.rmtree(root)
+    shutil.copytree(saved, root)
+    result = selfheal(tmp_path, "plan", incident_id, "--localise")
+    assert "localising" in result.stderr and "- Where: caches.py:10 in Cache.__setitem__" in result.stdout, result.stderr
     plan = store.read_plan(incident_id)
     assert [a.suspects[0].name for a in plan.actions] == ["Cache.__setitem__"], result.stdout + result.stderr
     failures = store.read_incident(incident_id).failures
     assert all(f.root_cause is not None and f.root_cause.spectrum for f in failures)
+    again = selfheal(tmp_path, "plan", incident_id, "--localise")
+    assert "not localised: its failures have a spectrum already" in again.stderr, again.stderr
+
+
+def test_a_plan_that_cannot_be_localised_says_why(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every test failed: a spectrum of failing tests alone ranks nothing new, so `selfheal
+    plan ID --localise` runs nothing and says why; the plan it prints is the capture's."""
+    pytester.makepyfile(mod="def double(n):\n    return n * 3\n",
+                        test_mod="from mod import double\n\ndef test_two():\n    assert double(1) == 2\n")
+    pytester.runpytest("--selfheal", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    monkeypatch.chdir(pytester.path)
+    store = Store(pytester.path / ".selfheal")
+    (incident_id,) = store.incident_ids()
+    before = store.read_plan_md(incident_id)
+    capsys.readouterr()
+    assert main(["plan", incident_id, "--localise"]) == 0
+    out, err = capsys.readouterr()
+    assert f"selfheal: incident {incident_id}: not localised: no test passed in the capture" in err
+    assert out == before == store.read_plan_md(incident_id)

@@ -6,8 +6,9 @@ one test. **Real regressions** (regressions.py): release N's code with release N
 that fails on it, the function the fix changed as the answer. For each fault: build its
 project in a temporary directory, run its tests once plainly and once per mode under
 ``pytest --selfheal`` (``evidence``: the capture as it is by default; ``spectrum``: with
-``--selfheal-spectrum``; ``localised``: the default capture, then the loop's first
-iteration — its localisation run and one verification — ``selfheal loop``), and read the
+``--selfheal-spectrum``; ``localised``: the default capture, then its localisation run
+for a reader — ``selfheal plan ID --localise`` — and the loop's first iteration, one
+verification — ``selfheal loop``), and read the
 plan: **actions** (how many actions the one fault became), **top-1** (the first action's
 first suspect is the broken function), **top-3** (it is among the first action's first
 three suspects), **time** (the run's wall time over the plain run's, the first iteration's
@@ -134,15 +135,18 @@ def pytest_run(root: Path, args: Sequence[str], python: str = sys.executable,
     return time.perf_counter() - start, done.returncode, done.stdout
 
 
-def first_iteration(root: Path, *options: str) -> float:
-    """Run the loop's first iteration on the one incident below ``root`` (``selfheal loop``:
-    its localisation run, then one verification); its wall time."""
+def first_iteration(root: Path, *, localise: bool) -> float:
+    """Run the loop's first iteration on the one incident below ``root`` (``selfheal loop``,
+    one verification), after ``selfheal plan ID --localise`` (its localisation run, what a
+    reader of the plan runs) when ``localise``; their wall time."""
     found = sorted((root / ".selfheal" / "error_inbox").glob("*/incident.json"))
     if not found:
         return 0.0
+    incident_id = found[0].parent.name
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest_selfheal", "loop", found[0].parent.name, *options], cwd=root,
-                   check=False, capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
+    for command in (["plan", incident_id, "--localise"], ["loop", incident_id])[0 if localise else 1:]:
+        subprocess.run([sys.executable, "-m", "pytest_selfheal", *command], cwd=root, check=False,
+                       capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -151,10 +155,10 @@ def localisation_cost(root: Path) -> tuple[float, float]:
     incident, its reports root restored in between): their difference is what localising costs."""
     state, saved = root / ".selfheal", root.parent / "selfheal-before-iteration"
     shutil.copytree(state, saved)
-    bare = first_iteration(root, "--set", "verification.localise=false")
+    bare = first_iteration(root, localise=False)
     shutil.rmtree(state)
     saved.rename(state)
-    return first_iteration(root), bare
+    return first_iteration(root, localise=True), bare
 
 
 def read_json(folder: Path, name: str) -> Optional[dict[str, Any]]:

@@ -9,7 +9,8 @@ controller, writes the spectrum evidence of each failing test there as JSON, wit
 of every function a failing test ran (the loop adds those the failure's evidence names)::
 
     {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]},
-     "scores": [[<path>, <name>, <line of the def>, <score>], ...]}
+     "scores": [[<path>, <name>, <line of the def>, <score>], ...],
+     "unrecorded": "<why no failing test is ranked>"}  # only when none is
 """
 
 from __future__ import annotations
@@ -32,8 +33,13 @@ class LocaliseHook:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         found = self.spectrum.evidence()
-        atomic_write_json(self.path, {"spectrum": {n: [r.to_json() for r in refs] for n, refs in found.top.items()},
-                                      "scores": [[*key, round(score, 3)] for key, score in sorted(found.scores.items())]})
+        doc: dict[str, object] = {
+            "spectrum": {n: [r.to_json() for r in refs] for n, refs in found.top.items()},
+            "scores": [[*key, round(score, 3)] for key, score in sorted(found.scores.items())],
+        }
+        if not found.top:
+            doc["unrecorded"] = self.spectrum.why_empty()
+        atomic_write_json(self.path, doc)
 
 
 def start(config: pytest.Config, path: str) -> None:

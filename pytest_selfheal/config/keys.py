@@ -177,10 +177,12 @@ SCHEMA: tuple[KeySpec, ...] = (
             "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
             "and counts as a `timeout`.", judging=True, most=DAY_SECONDS),
     KeySpec("verification.localise", BOOL, True,
-            "Before the first iteration of an incident captured without `--selfheal-spectrum`, re-run "
-            "the failing tests' files once (the failing tests and their passing neighbours) recording "
-            "which project functions each test runs, and rank the plan's suspects by that spectrum "
-            "before any repair provider reads it ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands."),
+            "Before the first iteration of an incident captured without `--selfheal-spectrum`, when its "
+            "ranking will be read (a repair provider, the MCP `loop` tool, `selfheal ci`, `selfheal plan ID "
+            "--localise`), re-run the failing tests' files once (the failing tests and their passing neighbours) "
+            "recording which project functions each test runs, and rank the plan's suspects by that spectrum "
+            "([loop.md](loop.md#the-plan)). A verify-only `selfheal loop` runs no localisation. "
+            "`false`: the capture's plan stands."),
     KeySpec("verification.regression", STRING, "affected",
             "The regression check before every `success`: once the selection passes, re-run the tests that can "
             "reach the changed code (`affected`: the test modules importing a changed module, directly or through "

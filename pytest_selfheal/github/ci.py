@@ -410,7 +410,7 @@ def run_ci(
             try:
                 loop_result = run_incident_loop(
                     store, incident_id, effective=effective, cwd=project, pluginmanager=pm,
-                    interactive=False, unattended=True, out=rep.say, env=test_env,
+                    interactive=False, unattended=True, out=rep.say, env=test_env, shown=True,
                 )
             except Cancelled:
                 raise

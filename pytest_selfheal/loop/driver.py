@@ -61,6 +61,7 @@ from pytest_selfheal.loop.verify import (
     observe,
     remove_stale_verify_dirs,
     run_selection,
+    trusted_options,
     verify_dir_prefix,
 )
 from pytest_selfheal.names import INBOX_DIR
@@ -189,15 +190,8 @@ def _refuse_command(run: LoopRun, argv: Sequence[str], exc: RefusedError) -> Non
     )
 
 
-def _trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
-    """The capture's own pytest options and ``verification.args``, appended to every command
-    (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
-    invocation and config, so the argument allowlist trusts them (``check_command``)."""
-    return list(incident.pytest_options) + list(effective.settings.verification.args)
-
-
 def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> list[list[str]]:
-    """The plan's commands as argv lists, each followed by :func:`_trusted_options`; a plan
+    """The plan's commands as argv lists, each followed by :func:`trusted_options`; a plan
     without any command is unusable (``InputError``, exit 3)."""
     incident_id = incident.incident_id
     argvs = verification_argv(plan)
@@ -206,7 +200,7 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
             f"plan.json of {incident_id} has no verification_commands; regenerate it with "
             f"`selfheal plan {incident_id} --force`"
         )
-    trusted = _trusted_options(incident, effective)
+    trusted = trusted_options(incident, effective)
     return [argv + trusted for argv in argvs]
 
 
@@ -219,7 +213,7 @@ def check_commands(
 ) -> None:
     """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
     first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
-    trusted = _trusted_options(run.incident, effective)
+    trusted = trusted_options(run.incident, effective)
     for argv in argvs:
         try:
             check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
@@ -251,6 +245,7 @@ def run_loop(
     hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
     incident: Optional[Incident] = None,
+    shown: bool = False,
 ) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -267,6 +262,8 @@ def run_loop(
     verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
     the two seams the driver talks to (:class:`Verifier`, :class:`Provider`). ``incident``:
     the record as the caller read it, which the loop state then holds (not read again).
+    ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
+    comment), so a loop without a provider localises them too (:func:`localisation.wanted`).
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -284,7 +281,7 @@ def run_loop(
             return _drive(
                 run, effective=effective, project_root=Path(project_root), provider=provider,
                 approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
-                verifier=verifier,
+                verifier=verifier, shown=shown,
             )
         except (Interrupted, KeyboardInterrupt):
             state.requested = True
@@ -322,6 +319,7 @@ def _drive(
     env: Optional[Mapping[str, str]],
     hook_rules: Sequence[Rule],
     verifier: Verifier,
+    shown: bool,
 ) -> LoopResult:
     store, incident_id, incident = run.store, run.incident_id, run.incident
     # The keys in force at the capture judge the incident (a later edit is reported).
@@ -342,10 +340,9 @@ def _drive(
             say(f"selfheal: incident {incident_id}: completing the recorded stop ({waiting.stop_reason})")
             return close(waiting)
         plan = ensure_plan(run)
-    if localisation.wanted(run.incident, effective, len(run.attempts)):
+    if localisation.wanted(run.incident, effective, len(run.attempts), read=provider is not None or shown):
         # Before any repair provider reads the plan: its suspects ranked by a spectrum.
-        plan = localisation.localise(run, plan=plan, effective=effective, project_root=project_root,
-                                     trusted=_trusted_options(run.incident, effective), env=env, say=say)
+        plan = localisation.localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
         incident = run.incident
 
     argvs = _plan_argvs(plan, incident, effective)

@@ -1,14 +1,16 @@
-"""Localisation before the first iteration: the plan's suspects ranked by a coverage spectrum (edge).
+"""Localisation for a reader: the plan's suspects ranked by a coverage spectrum (edge).
 
 A capture without ``--selfheal-spectrum`` sees only the failing tests, so it cannot tell a
-symptom every failing test reaches from the cause the passing tests never run. Before the
-first iteration of such an incident (``verification.localise``, on by default), the loop
-runs the failing tests' files once (the failing tests and their passing neighbours: a cost
-that grows with the failures, never with the suite) as a passive run recording what each
-test runs (capture/localise.py), adds each failing test's most suspicious functions to its
-``root_cause`` ``spectrum`` and rebuilds the plan from them, before any repair provider or
-agent reads it (docs/loop.md "Suspects"). The run is not an iteration and judges nothing; a
-run that cannot localise (refused, timed out, nothing recorded) leaves the plan as it was.
+symptom every failing test reaches from the cause the passing tests never run. When the
+ranking will be read (a repair provider's prompt, the MCP digest, a PR comment, ``selfheal
+plan ID --localise``) and before the incident's first iteration (``verification.localise``,
+on by default), the failing tests' files run once (the failing tests and their passing
+neighbours: a cost that grows with the failures, never with the suite) as a passive run
+recording what each test runs (capture/localise.py); each failing test's most suspicious
+functions go to its ``root_cause`` ``spectrum`` and the plan is rebuilt from them
+(docs/loop.md "The plan"). A verify-only loop localises nothing. The run is not an
+iteration and judges nothing; a run that cannot localise (refused, timed out, nothing
+recorded) leaves the plan as it was and says why.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from typing import Optional
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
+from pytest_selfheal.loop.attempts import ensure_plan, require_inbox
+from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, verify_dir_prefix
+from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, trusted_options, verify_dir_prefix
 from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
@@ -34,22 +39,39 @@ from pytest_selfheal.plan.suspects import FunctionKey, Spectrum
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.ids import validate_incident_id
+from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
 
 PLUGIN_MODULE = "pytest_selfheal.plugin"
 _NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
-def wanted(incident: Incident, effective: EffectiveConfig, attempts: int) -> bool:
-    """Whether the loop localises before its next iteration: the first of the incident, on a
-    capture with root-cause evidence, no spectrum yet, and a passing test (a spectrum of
-    failing tests alone says nothing the capture's evidence does not)."""
+def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Optional[str]:
+    """Why the incident's plan is not to be localised, or None: it is localised before the
+    first iteration, on a capture with no spectrum yet and a passing test (a spectrum of
+    failing tests alone says nothing the capture's evidence does not). Root-cause evidence
+    is not needed: a failure the capture could not trace to project code (an assertion raised
+    while handling the project's exception) is what the spectrum ranks best."""
     failures = incident.failures
     counts = incident.counts
     passed = counts.get("tests", 1) - counts.get("failed", 0) - counts.get("skipped", 0) - counts.get("errors", 0)
-    return (effective.settings.verification.localise and attempts == 0 and bool(failures) and passed > 0
-            and any(f.root_cause is not None for f in failures)
-            and not any(f.root_cause is not None and f.root_cause.spectrum for f in failures))
+    if not effective.settings.verification.localise:
+        return "verification.localise is off"
+    if attempts:
+        return "its loop has run (a plan is localised before the first iteration)"
+    if any(f.root_cause is not None and f.root_cause.spectrum for f in failures):
+        return "its failures have a spectrum already"
+    if passed <= 0:
+        return "no test passed in the capture (a spectrum of failing tests alone ranks nothing new)"
+    return None
+
+
+def wanted(incident: Incident, effective: EffectiveConfig, attempts: int, *, read: bool) -> bool:
+    """Whether the loop localises before its next iteration: only when the ranking will be
+    ``read`` (a repair provider's prompt, the MCP digest, a PR comment; a verify-only loop
+    runs its failing tests and nothing else), and :func:`why_not` finds no reason against."""
+    return read and why_not(incident, effective, attempts) is None
 
 
 def _files(incident: Incident, root: Path) -> list[str]:
@@ -82,6 +104,19 @@ def read_spectrum(path: Path) -> Spectrum:
         return _NOTHING
 
 
+def unrecorded_reason(path: Path, timed_out: bool, exit_code: Optional[int], timeout: Optional[float]) -> str:
+    """Why the localisation run that wrote ``path`` (or did not) ranks no failing test."""
+    if timed_out:
+        return f"its run timed out after {timeout:g} s" if timeout else "its run timed out"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"its run wrote no spectrum: pytest exited {exit_code}" if exit_code is not None else \
+            "its run did not start"
+    reason = doc.get("unrecorded") if isinstance(doc, dict) else None
+    return str(reason) if isinstance(reason, str) and reason else "its spectrum does not parse"
+
+
 def with_spectra(failures: Sequence[FailureEntry], spectrum: Spectrum) -> tuple[FailureEntry, ...]:
     """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
     return tuple(replace(f, root_cause=spectrum.root_cause(f.nodeid, f.root_cause)) for f in failures)
@@ -93,7 +128,6 @@ def localise(
     plan: Plan,
     effective: EffectiveConfig,
     project_root: Path,
-    trusted: Sequence[str],
     env: Optional[Mapping[str, str]],
     say: Callable[[str], None],
 ) -> Plan:
@@ -101,6 +135,7 @@ def localise(
     ranked some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
     incident, incident_id = run.incident, run.incident_id
     argvs = verification_argv(plan)
+    trusted = trusted_options(incident, effective)
     files = _files(incident, project_root)
     if not argvs or not files:
         return plan
@@ -122,8 +157,9 @@ def localise(
                              timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
                              invocation_dir=start_dir(project_root, incident.invocation_dir))
         spectrum = _NOTHING if done.timed_out else read_spectrum(out)
+        why = unrecorded_reason(out, done.timed_out, done.exit_code, effective.settings.verification.timeout_seconds)
     if not spectrum.top:
-        say("selfheal: localisation recorded nothing; the capture's plan stands")
+        say(f"selfheal: localisation recorded nothing ({why}); the capture's plan stands")
         return plan
     with run.store.lock():
         run.incident = run.store.update_incident(
@@ -134,4 +170,26 @@ def localise(
     return rebuilt
 
 
-__all__ = ["localise", "read_spectrum", "wanted", "with_spectra"]
+def localise_plan(
+    store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
+    say: Callable[[str], None], env: Optional[Mapping[str, str]] = None,
+) -> Plan:
+    """Rank the suspects of ``incident_id``'s plan by a spectrum now, for a reader
+    (``selfheal plan ID --localise``), as the loop does before its first iteration; the plan
+    as it was, and why, when it is not to be localised. Refuses like the loop (an archived
+    incident, a running loop: exit 5)."""
+    incident_id = validate_incident_id(incident_id)
+    require_inbox(store, incident_id)
+    with loop_lock(store, incident_id):
+        run = LoopRun.resume(store, incident_id)
+        with store.lock():
+            plan = ensure_plan(run)
+        effective, _ = judged_config(effective, run.incident)
+        why = why_not(run.incident, effective, len(run.attempts))
+        if why is not None:
+            say(f"selfheal: incident {incident_id}: not localised: {why}")
+            return plan
+        return localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
+
+
+__all__ = ["localise", "localise_plan", "read_spectrum", "unrecorded_reason", "wanted", "why_not", "with_spectra"]

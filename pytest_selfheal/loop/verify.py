@@ -30,6 +30,7 @@ from typing import Optional
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
@@ -81,6 +82,13 @@ class VerificationRun:
     duration_seconds: float
     output_tail: str  # bounded tail of stdout+stderr, NOT redacted (the caller redacts)
     junit_path: Path
+
+
+def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
+    """The capture's own pytest options and ``verification.args``, appended to every command
+    (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
+    invocation and config, so the argument allowlist trusts them (:func:`check_command`)."""
+    return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
 # --------------------------------------------------------------------------- allowlist

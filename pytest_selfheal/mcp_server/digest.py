@@ -159,10 +159,11 @@ def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str
     head = f"{cause.action}: " if cause.action else ""
     lines = [f"## Root cause {index} of {total}: {head}{where} "
              f"(evidence: {cause.evidence or 'fingerprint'}), {len(nodeids)} failing test(s)"]
-    if cause.where:  # the top suspect and a few lines of its code (plan/suspects.py)
-        lines.append(f"where: {one_line(cause.where, 200)}"
-                     + (f" (assertion {one_line(cause.assertion, 200)})" if cause.assertion else ""))
-        lines.extend(f"  {code_line(line, 200)}" for line in (cause.excerpt or ())[:8])
+    where_line = cause.where_line()
+    if where_line:  # the top suspect (and its equal) and a few lines of their code (plan/suspects.py)
+        lines.append(one_line(where_line, 400))
+        for code in (cause.excerpt, cause.also_excerpt):
+            lines.extend(f"  {code_line(line, 200)}" for line in (code or ())[:8])
     targets = list(cause.target_paths)
     if targets:
         lines.append(f"target paths (fix here): {first_few(targets, PATHS_PER_GROUP * scale)}")

@@ -225,7 +225,7 @@ class Project:
         progress: list[str] = []
         result = run_incident_loop(
             store, resolved, effective=effective, cwd=self.root, pluginmanager=hooks.cli_plugin_manager(),
-            out=progress.append, interactive=False, unattended=True, verify_only=True,
+            out=progress.append, interactive=False, unattended=True, verify_only=True, shown=True,
         )
         status = result.final_status.value if result.final_status is not None else "unknown"
         reason = result.stop_reason.value if result.stop_reason is not None else status

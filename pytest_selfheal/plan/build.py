@@ -281,6 +281,8 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         assertion=located.assertion,
         suspects=located.suspects,
         excerpt=located.excerpt,
+        also_where=located.also_where,
+        also_excerpt=located.also_excerpt,
         keys=_ACTION_KEYS + located.action_keys(),
     )
 

@@ -40,8 +40,9 @@ def _code_block(text: str, lang: str = "sh") -> list[str]:
 def _where_md(action: PlanAction) -> list[str]:
     """The action's top suspect, assertion and code excerpt (nothing for an older plan)."""
     lines = [f"- {shorten(line, 600)}" for line in where_lines(action)]
-    if action.excerpt is not None:
-        lines += [""] + _code_block("\n".join(action.excerpt.numbered()), "python")
+    for code in (action.excerpt, action.also_excerpt):
+        if code is not None:
+            lines += [""] + _code_block("\n".join(code.numbered()), "python")
     return lines + [""] if lines else []
 
 

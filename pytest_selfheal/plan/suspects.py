@@ -39,6 +39,9 @@ MAX_SUSPECTS = 5
 MAX_SPECTRUM = 5
 # With a spectrum, the share of a function's score that its evidence's votes make.
 _EVIDENCE_SHARE = 0.1
+# The first two suspects of a group whose scores differ by at most this are equals: the
+# plan names both, with their code, and asks to check both (docs/loop.md "The plan").
+NEAR_TIE = 0.02
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = tuple[str, str, int]
@@ -112,11 +115,14 @@ class Located:
     where: Optional[str] = None  # the top suspect's path:line
     suspects: tuple[SuspectEntry, ...] = ()
     excerpt: Optional[Excerpt] = None
+    also_where: Optional[str] = None  # the second suspect's path:line when it ties with the top
+    also_excerpt: Optional[Excerpt] = None
 
     def action_keys(self) -> tuple[str, ...]:
         """The action keys it fills, in the order ``plan.json`` writes them."""
         known = (("assertion", self.assertion is not None), ("where", self.where is not None),
-                 ("suspects", bool(self.suspects)), ("excerpt", self.excerpt is not None))
+                 ("suspects", bool(self.suspects)), ("excerpt", self.excerpt is not None),
+                 ("also_where", self.also_where is not None), ("also_excerpt", self.also_excerpt is not None))
         return tuple(key for key, filled in known if filled)
 
 
@@ -396,25 +402,41 @@ def locate(ranked: RankedGroup, source: Optional[Source]) -> Located:
     assertion = test_line_of(ranked.group.members)
     if not ranked.suspects:
         return Located(assertion)
+
+    def code(suspect: Suspect) -> Optional[Excerpt]:
+        lines = source(suspect.path) if source is not None and suspect.line is not None else None
+        return excerpt(suspect.path, lines, suspect.line) if lines is not None and suspect.line is not None else None
+
     top = ranked.suspects[0]
-    lines = source(top.path) if source is not None and top.line is not None else None
-    code = excerpt(top.path, lines, top.line) if lines is not None and top.line is not None else None
-    return Located(assertion, top.where, tuple(s.entry() for s in ranked.suspects), code)
+    entries = tuple(s.entry() for s in ranked.suspects)
+    if not near_tie(entries):
+        return Located(assertion, top.where, entries, code(top))
+    second = ranked.suspects[1]
+    return Located(assertion, top.where, entries, code(top), second.where, code(second))
+
+
+def near_tie(suspects: Sequence[SuspectEntry]) -> bool:
+    """The first two suspects score within :data:`NEAR_TIE` of each other: neither is the verdict."""
+    return len(suspects) > 1 and suspects[0].score - suspects[1].score <= NEAR_TIE + 1e-9
 
 
 def where_lines(action: PlanAction) -> list[str]:
-    """One line each for the top suspect, the assertion and the other suspects of ``action``
-    (none when the plan predates suspects): what plan.md, ``show``, the digest, the repair
-    prompt and the PR comment say about *where*."""
+    """One line each for the top suspect (and its equal, :func:`near_tie`), the assertion and
+    the other suspects of ``action`` (none when the plan predates suspects): what plan.md and
+    the repair prompt say about *where*."""
     out: list[str] = []
+    equals = 2 if action.also_where is not None and len(action.suspects) > 1 else 1
     if action.suspects:
-        top = action.suspects[0]
-        out.append(f"Where: {top.where} in {top.name} ({top.evidence}, {top.failures} failure(s), "
-                   f"score {top.score:.2f})")
+        said = [f"{s.where} in {s.name} ({s.evidence}, {s.failures} failure(s), score {s.score:.2f})"
+                for s in action.suspects[:equals]]
+        out.append(f"Where: {said[0]}" if equals == 1 else
+                   f"Where, two equal suspects (scores within {NEAR_TIE}): {said[0]}; {said[1]}. "
+                   "Check both before choosing where to fix")
     if action.assertion:
         out.append(f"Assertion: {action.assertion}")
-    if len(action.suspects) > 1:
-        out.append("Other suspects: " + "; ".join(f"{s.name} ({s.where}, {s.score:.2f})" for s in action.suspects[1:]))
+    if len(action.suspects) > equals:
+        out.append("Other suspects: " + "; ".join(f"{s.name} ({s.where}, {s.score:.2f})"
+                                                  for s in action.suspects[equals:]))
     return out
 
 
@@ -424,6 +446,7 @@ __all__ = [
     "Located",
     "MAX_SPECTRUM",
     "MAX_SUSPECTS",
+    "NEAR_TIE",
     "RankedGroup",
     "Source",
     "Spectrum",
@@ -431,6 +454,7 @@ __all__ = [
     "Vote",
     "excerpt",
     "locate",
+    "near_tie",
     "ochiai",
     "rank_groups",
     "spectrum_evidence",

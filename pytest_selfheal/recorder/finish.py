@@ -98,6 +98,8 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     if recorder.spectrum is not None:
         ranked = recorder.spectrum.evidence()
         reports = [replace(r, root_cause=ranked.root_cause(r.nodeid, r.root_cause)) for r in reports]
+        if reports and not ranked.top:
+            warnings.append(f"--selfheal-spectrum recorded no spectrum: {recorder.spectrum.why_empty()}")
     failures = analyse_run(
         config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
         redactor=recorder.redactor,

@@ -16,7 +16,8 @@ class CauseGroup:
     """One root-cause group: a plan action's, or (no plan yet) one computed from the failures.
 
     ``where``, ``assertion``, ``suspects`` (``name (path:line, evidence, score)``) and
-    ``excerpt`` (numbered code lines) are the action's *where*, each only when the plan has it.
+    ``excerpt`` (numbered code lines) are the action's *where*, each only when the plan has it;
+    ``also_where`` and ``also_excerpt`` its second suspect's, when the two are equals.
     """
 
     action: Optional[str]
@@ -31,6 +32,8 @@ class CauseGroup:
     assertion: Optional[str] = None
     suspects: tuple[str, ...] = ()
     excerpt: Optional[tuple[str, ...]] = None
+    also_where: Optional[str] = None
+    also_excerpt: Optional[tuple[str, ...]] = None
     from_plan: bool = True  # a computed group writes path and name only when set
 
     def to_json(self) -> dict[str, object]:
@@ -50,7 +53,23 @@ class CauseGroup:
             data["suspects"] = list(self.suspects)
         if self.excerpt is not None:
             data["excerpt"] = list(self.excerpt)
+        if self.also_where:
+            data["also_where"] = self.also_where
+        if self.also_excerpt is not None:
+            data["also_excerpt"] = list(self.also_excerpt)
         return data
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The suspects after the top one and its equal."""
+        return self.suspects[2 if self.also_where else 1:]
+
+    def where_line(self) -> Optional[str]:
+        """``where: path:line`` (both, when two suspects are equals) and the assertion's line."""
+        if not self.where:
+            return None
+        both = f"{self.where} or {self.also_where}, equal suspects: check both" if self.also_where else self.where
+        return f"where: {both}" + (f" (assertion {self.assertion})" if self.assertion else "")
 
 
 @dataclass(frozen=True)

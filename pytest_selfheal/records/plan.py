@@ -128,6 +128,12 @@ class PlanAction(JsonRecord):
     excerpt: Annotated[Optional[Excerpt], checked(
         Excerpt.parse, description="A few lines of code around the top suspect's line."
     )] = None
+    also_where: Annotated[Optional[str], checked(string, description=(
+        "The second suspect's path:line when its score is within the near-tie margin of the top's: the two are equals."
+    ))] = None
+    also_excerpt: Annotated[Optional[Excerpt], checked(
+        Excerpt.parse, description="A few lines of code around also_where's line."
+    )] = None
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
 

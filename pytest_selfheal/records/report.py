@@ -216,6 +216,7 @@ class ReportTask(_ReadBack):
     signature: Optional[str] = None
     failure_type: Optional[str] = None
     where: Optional[str] = None  # the top suspect, when the plan has it
+    also_where: Optional[str] = None  # the second suspect, when it is the top's equal
     label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents
     extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
@@ -225,7 +226,7 @@ class ReportTask(_ReadBack):
         task = str(data.get("task"))
         return cls(task=task, label=_text(data.get("label")) or task, attempts=_count(data.get("attempts")),
                    stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")) or "",
-                   where=opt_str(data.get("where")), nodeids=tuple(strs(data.get("nodeids"))),
+                   where=opt_str(data.get("where")), also_where=opt_str(data.get("also_where")), nodeids=tuple(strs(data.get("nodeids"))),
                    flaky=bool(data.get("flaky")), passed=bool(data.get("passed")),
                    fingerprint=opt_str(data.get("fingerprint")), fingerprints=tuple(strs(data.get("fingerprints"))),
                    signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")),
@@ -241,6 +242,8 @@ class ReportTask(_ReadBack):
         }
         if self.where is not None:
             data["where"] = self.where
+        if self.also_where is not None:
+            data["also_where"] = self.also_where
         data.update(plain_json(self.extra))
         return data
 

@@ -121,9 +121,10 @@ def _log_section(log_tail: str, source: str) -> list[str]:
 def _where_lines(action: PlanAction, with_code: bool) -> list[str]:
     """Where the action's top suspect is, and the code around it (plan/suspects.py)."""
     lines = [f"  - {_one_line(line, 500)}" for line in where_lines(action)]
-    if action.excerpt is not None and with_code:
-        lines.append("  - code around the top suspect:")
-        lines.extend("    " + line for line in _fence("\n".join(action.excerpt.numbered()), "python").splitlines())
+    for code, whose in ((action.excerpt, "the top suspect"), (action.also_excerpt, "its equal")):
+        if code is not None and with_code:
+            lines.append(f"  - code around {whose}:")
+            lines.extend("    " + line for line in _fence("\n".join(code.numbered()), "python").splitlines())
     return lines
 
 

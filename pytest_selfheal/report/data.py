@@ -355,6 +355,7 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
             signature=action.signature,
             failure_type=action.failure_type,
             where=action.where,  # the top suspect
+            also_where=action.also_where,
         ))
 
     new_failures: list[NewFailure] = []

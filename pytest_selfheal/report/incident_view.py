@@ -23,6 +23,8 @@ def _action_group(action: PlanAction) -> CauseGroup:
         test_paths=action.test_paths, where=action.where, assertion=action.assertion,
         suspects=tuple(f"{s.name} ({s.where}, {s.evidence}, {s.score:.2f})" for s in action.suspects),
         excerpt=action.excerpt.numbered() if action.excerpt is not None else None,
+        also_where=action.also_where,
+        also_excerpt=action.also_excerpt.numbered() if action.also_excerpt is not None else None,
     )
 
 

@@ -289,9 +289,10 @@ def _section_tasks(report: Report) -> list[str]:
     tasks = [task for entry in report.incidents for task in entry.tasks]
     for task in tasks[:SECTION_MAX_ROWS]:
         stop = task.stop_reason
+        places = [place for place in (task.where, task.also_where) if place]  # two: equal suspects
         rows.append([
             text(task.label, 80),
-            text(task.title or DASH) + (f"<br>at {_codes([task.where])}" if task.where else ""),
+            text(task.title or DASH) + (f"<br>at {_codes(places, sep=' or ')}" if places else ""),
             # One task: its tests are the grid's (Iterations × Tests names them); several: a few each.
             plural(len(task.nodeids), "test") if len(tasks) == 1 else _codes(task.nodeids, 3, "<br>"),
             str(task.attempts),

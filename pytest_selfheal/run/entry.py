@@ -43,6 +43,7 @@ def run_incident_loop(
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
     verify_only: bool = False,
+    shown: bool = False,
 ) -> LoopResult:
     """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
@@ -52,6 +53,8 @@ def run_incident_loop(
     whether stdin is a terminal; ``env`` is the test processes' environment (default
     ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
     (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
+    ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
+    comment), so a loop without a repair provider ranks them by a spectrum too.
     """
     incident = store.read_incident(incident_id)  # read once: the loop state holds it from here on
     project_root = verification_root(incident, cwd, store.root)
@@ -75,6 +78,6 @@ def run_incident_loop(
     else:
         result = run_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
-            unattended=unattended, env=env, hook_rules=rules, incident=incident,
+            unattended=unattended, env=env, hook_rules=rules, incident=incident, shown=shown,
         )
     return result

@@ -125,11 +125,12 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
         head = f"{cause.action}: " if cause.action else ""
         tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
         rows.append(("", f"{head}{where} ({cause.evidence}), {tests}"))
-        if cause.where:
-            rows.append(("", f"- where: {cause.where}" + (f" (assertion {cause.assertion})" if cause.assertion else "")))
-        if len(cause.suspects) > 1:
-            rows.append(("", f"- other suspects: {'; '.join(cause.suspects[1:])}"))
-        rows.extend(("", _Code(f"  {line}")) for line in cause.excerpt or ())
+        where_line = cause.where_line()
+        if where_line:
+            rows.append(("", f"- {where_line}"))
+        if cause.others:
+            rows.append(("", f"- other suspects: {'; '.join(cause.others)}"))
+        rows.extend(("", _Code(f"  {line}")) for line in (*(cause.excerpt or ()), *(cause.also_excerpt or ())))
         if cause.target_paths:
             rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
         if cause.test_paths:
