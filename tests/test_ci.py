@@ -506,8 +506,8 @@ def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path
     assert ci.captured_incident(store, before, "mine") is None  # the old one was there before: not ours
     mine = store.create_incident(dataclasses.replace(base, ci_run="mine"), log_tail="", context=RunContext())
     store.create_incident(base, log_tail="", context=RunContext())  # no token: a plain local capture
-    assert ci.captured_incident(store, before, "mine") == mine
-    assert ci.captured_incident(store, before, "theirs") == theirs
+    assert ci.captured_incident(store, before, "mine") == store.read_incident(mine)
+    assert ci.captured_incident(store, before, "theirs") == store.read_incident(theirs)
     assert old != mine and len(ci.new_run_token()) == 32
 
 

@@ -79,6 +79,7 @@ from pytest_selfheal.history.segment_dir import (
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
@@ -130,14 +131,14 @@ def new_run_token() -> str:
     return secrets.token_hex(16)
 
 
-def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[str]:
+def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[Incident]:
     """The incident this run's pytest captured: among the incidents that appeared during it,
     the one whose incident.json holds ``ci_run == token``; else None. An incident committed
     to the repository, or captured by another ``selfheal ci`` on the same root at the same
     time, never holds this run's token, so it is never looped here. (Under ci the plugin's
-    agent-in-the-loop mode adopts no open incident: recorder/.)"""
-    for row in reversed(store.list_incidents()):  # newest first
-        incident_id = row.incident_id
+    agent-in-the-loop mode adopts no open incident: recorder/.) The record read is the one
+    this run holds from here on."""
+    for incident_id in reversed(store.incident_ids()):  # newest first
         if incident_id in before:
             continue
         try:
@@ -145,7 +146,7 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[st
         except SelfhealError:
             continue  # a broken new incident is not ours to loop; `selfheal status` shows it
         if incident.ci_run == token:
-            return incident_id
+            return incident
     return None
 
 
@@ -304,16 +305,11 @@ def _quarantine_exit(report: Report, effective: EffectiveConfig, project: Path,
 
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
-                     run_seconds: float, incident_id: Optional[str], token: str, rep: _Reporter) -> NewTestsCheck:
+                     run_seconds: float, captured: Optional[Incident], token: str, rep: _Reporter) -> NewTestsCheck:
     """The check of the pull request's new tests for flakiness (github/new_tests.py); a flaky
     one is recorded in the history as a test that failed and passed on the same code."""
-    main_failures: dict[str, tuple[str, str]] = {}
-    if incident_id is not None:
-        try:
-            failures = store.read_incident(incident_id).failures
-        except SelfhealError:
-            failures = ()
-        main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
+    failures = captured.failures if captured is not None else ()
+    main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
     # A pull request's new tests: the diff against its base (another event checks none).
     pull_base = base.revision if base.event in _PULL_REQUESTS else None
     check = check_new_tests(NewTestsRun(project, pull_base, options.pytest_args, run_seconds,
@@ -383,11 +379,12 @@ def run_ci(
     started = time.monotonic()
     code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
     run_seconds = time.monotonic() - started
-    incident_id = captured_incident(store, before, token)
-    if incident_id is not None:
+    captured = captured_incident(store, before, token)
+    incident_id = captured.incident_id if captured is not None else None
+    if captured is not None:
         # The capture ran without the *TOKEN* variables (test_env), so it could not redact
         # their values: this process has them, and redacts the captured files once more.
-        store.redact_again(incident_id)
+        captured = store.redact_again(captured)
 
     project = find_project_root(here)
     error: Optional[SelfhealError] = None
@@ -410,7 +407,7 @@ def run_ci(
             try:
                 loop_result = run_incident_loop(
                     store, incident_id, effective=effective, cwd=project, pluginmanager=pm,
-                    interactive=False, unattended=True, out=rep.say, env=test_env, shown=True,
+                    interactive=False, unattended=True, out=rep.say, env=test_env, shown=True, incident=captured,
                 )
             except Cancelled:
                 raise
@@ -432,7 +429,7 @@ def run_ci(
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)
     new_tests = _check_new_tests(options, effective, store, project, source, event, base, test_env, run_seconds,
-                                 incident_id, token, rep)
+                                 captured, token, rep)
     info = dataclasses.replace(located(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
                                new_tests=new_tests)
     loop_error = str(error) if error else None
@@ -463,7 +460,6 @@ def run_ci(
                       error=str(error) if error else None, new_tests=new_tests)
     if base.shares and effective.settings.history.enabled:
         try:
-            captured = store.read_incident(incident_id) if incident_id is not None else None
             result.history_segments = this_run_segments(
                 root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
                 incident_id)

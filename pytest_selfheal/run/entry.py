@@ -21,6 +21,7 @@ from pytest_selfheal.analysis.rules import parse_hook_rules
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.store.root import Store
 
@@ -44,6 +45,7 @@ def run_incident_loop(
     env: Optional[Mapping[str, str]] = None,
     verify_only: bool = False,
     shown: bool = False,
+    incident: Optional[Incident] = None,
 ) -> LoopResult:
     """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
@@ -54,9 +56,10 @@ def run_incident_loop(
     ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
     (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
     ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
-    comment), so a loop without a repair provider ranks them by a spectrum too.
+    comment), so a loop without a repair provider ranks them by a spectrum too. ``incident``:
+    its record as the caller already holds it (``selfheal ci``), not read again.
     """
-    incident = store.read_incident(incident_id)  # read once: the loop state holds it from here on
+    incident = incident or store.read_incident(incident_id)  # read once: the loop state holds it from here on
     project_root = verification_root(incident, cwd, store.root)
     recorded = incident.rootdir
     if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:

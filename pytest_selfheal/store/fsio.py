@@ -300,8 +300,12 @@ def read_text(path: PathLike) -> str:
 
 def read_json(path: PathLike) -> Any:
     """Parse a JSON file; missing, empty, truncated or invalid JSON → one-line ``InputError``."""
+    return parse_json(read_text(path), path)
+
+
+def parse_json(text: str, path: PathLike) -> Any:
+    """Parse the JSON text read from ``path``; empty, truncated or invalid → one-line ``InputError``."""
     target = Path(path)
-    text = read_text(target)
     if not text.strip():
         raise InputError(one_line(f"{target}: corrupted JSON (empty file)"))
     try:

@@ -463,24 +463,28 @@ class StoreWriter(StoreReader):
         name = SELECTION_FILE if index == 0 else SELECTION_FILE.replace(".", f"_{index + 1}.", 1)
         return self.confined(folder / name)
 
-    def redact_again(self, incident_id: str) -> list[str]:
+    def redact_again(self, incident: Incident) -> Incident:
         """Apply this store's redactor to an incident written by another process (the
         pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
-        cannot redact its value): the inbox files, the plan and the attempts (the agent
-        mode records one), each rewritten atomically only when it changes. Returns the
-        names of the files rewritten."""
-        incident_id = validate_incident_id(incident_id)
-        self.locate(incident_id)
-        rewritten: list[str] = []
+        cannot redact its value): the record as the caller holds it, then the other inbox
+        files, the plan and the attempts (the agent mode records one), each read once and
+        rewritten atomically only when it changes. Returns the incident's record as written."""
+        incident_id = incident.incident_id
         with self.lock():
             _, folder = self.locate(incident_id)
-            for path in self.record_paths(incident_id) + [folder / name for name in (CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
+            doc = incident.to_json()
+            clean = self.redactor.redact_obj(doc, written_by_selfheal)
+            if clean != doc:
+                incident = _incident_of(clean, "incident redaction")
+                self._write_incident(folder, incident)
+            for path in [p for p in self.record_paths(incident_id) if p.name != INCIDENT_JSON] + [
+                    folder / name for name in (CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
                     self.plans_dir(incident_id) / PLAN_MD]:
                 if not path.is_file():
                     continue
                 text = fsio.read_text(path)
                 if path.suffix == ".json":
-                    doc = fsio.read_json(path)
+                    doc = fsio.parse_json(text, path)
                     clean = self.redactor.redact_obj(doc, written_by_selfheal)
                     new = fsio.dumps_json(clean) if clean != doc else text
                 elif path.suffix == ".jsonl":  # event by event; a torn line as text
@@ -489,8 +493,7 @@ class StoreWriter(StoreReader):
                     new = self.redactor.redact(text)
                 if new != text:
                     fsio.atomic_write_text(self.confined(path), new)
-                    rewritten.append(path.name)
-        return rewritten
+        return incident
 
     def _redacted_event_line(self, line: str) -> str:
         try:
