@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
+from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.seal import Hasher, harness_changes, reseal, take_seal
 
 CALC = "def add(a, b):\n    return a - b\n"
@@ -63,8 +64,8 @@ def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytes
     run_result = json.loads((suite.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
     assert run_result["final_status"] == "escalated"
     assert "suite/__init__.py" in run_result["decision_point"]["message"]
-    assert [o["command"] for o in run_result["decision_point"]["options"]][:2] == [
-        f"selfheal show {incident_id}", f"selfheal reopen {incident_id}"]
+    commands = [o["command"] for o in run_result["decision_point"]["options"]]
+    assert commands[0] == f"selfheal show {incident_id}" and not any("reopen" in c for c in commands)
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -85,7 +86,8 @@ def test_a_project_plugin_added_to_addopts_is_harness_changed(suite: pytest.Pyte
 def test_library_code_that_asks_whether_it_runs_under_pytest_is_harness_changed(suite: pytest.Pytester) -> None:
     suite.makepyfile(calc='import sys\n\n\ndef add(a, b):\n    return a + b if "pytest" in sys.modules else a - b\n')
     out = suite.runpytest("--selfheal").stdout.str()
-    assert "-> STOP harness_changed (calc.py (test-aware code) changed since the capture)" in out, out
+    assert ("-> STOP harness_changed (calc.py:5 reads the process context: "
+            "'return a + b if \"pytest\" in sys.modules else a - b' changed since the capture)") in out, out
     assert "STOP success" not in out
 
 
@@ -95,16 +97,23 @@ def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:
     assert "-> STOP success" in out and "harness_changed" not in out
 
 
-def test_a_reopen_takes_a_fresh_seal(suite: pytest.Pytester) -> None:
+def test_a_reopen_keeps_the_seal_and_a_new_seal_needs_a_person_at_a_terminal(suite: pytest.Pytester) -> None:
     (incident_id,) = _inbox(suite.path)
     conftest = suite.path / "suite" / "helpers_conftest"
     conftest.mkdir()
     (conftest / "conftest.py").write_text("# a new conftest under the rootdir\n")
-    assert "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed" in suite.runpytest("--selfheal").stdout.str()
-    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a person accepts the new conftest
+    stop = "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed"
+    assert stop in suite.runpytest("--selfheal").stdout.str()
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a budget, not a new seal
     suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
     out = suite.runpytest("--selfheal").stdout.str()
-    assert "-> STOP success" in out and "harness_changed" not in out, out
+    assert stop in out and "STOP success" not in out, out
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0
+    person = {k: v for k, v in run_env().items() if k not in AGENT_VARIABLES}
+    refused = cli("reopen", incident_id, "--new-seal", cwd=suite.path, env=person)  # no terminal here
+    assert refused.returncode == 5 and "needs a terminal to confirm it" in refused.stderr, refused
+    under_agent = cli("reopen", incident_id, "--new-seal", cwd=suite.path, env=run_env({"CLAUDECODE": "1"}))
+    assert under_agent.returncode == 5 and "refused under a coding agent (CLAUDECODE is set)" in under_agent.stderr
 
 
 def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pytester: pytest.Pytester) -> None:
@@ -248,8 +257,8 @@ def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("builtins.open", counting_open)
     digest = hasher.digest(str(path))
     assert hasher.digest(str(path)) == digest and reads == [str(path)]
-    assert hasher.test_aware(str(path)) == hasher.test_aware(str(path)) != ""
-    assert reads == [str(path), str(path)]  # the test-aware scan reads the file it checks, once
+    assert hasher.reads(str(path)) == hasher.reads(str(path)) == ((1, "import pytest"),)
+    assert reads == [str(path), str(path)]  # the context-read scan reads the file it checks, once
 
 
 @pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface

@@ -53,7 +53,7 @@ def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] 
                  distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
-    return [name for name in harness_changes(incident.seal, now) if name not in incident.test_digests]
+    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests]
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:

@@ -36,6 +36,9 @@ class Seal(JsonRecord):
         Field("files", checked(object_of(string), description=(
             "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "
             "conftest.py of their packages, every conftest.py under the rootdir, the project's own plugins."))),
+        Field("modules", checked(object_of(string), description=(
+            "Every other module file the capture's run imported that is not code under repair: the project's "
+            "test code (rootdir-relative) and everything outside the project (absolute), by content."))),
         Field("pytest_config", checked(object_of(string), description=(
             "`<config file>: <key>` of pytest's section in every file pytest may read it from, and `inifile` "
             "(the file the capture used)."))),
@@ -46,15 +49,17 @@ class Seal(JsonRecord):
         Field("distributions", checked(object_of(string), description=(
             "Installed distributions that can act on a run (pytest plugins by entry point): name -> version."))),
         Field("code", checked(strings, description=(
-            "Rootdir-relative non-test modules the capture's run imported: checked for test-aware code."))),
+            "Rootdir-relative non-test modules the capture's run imported (the code under repair): their "
+            "reads of the process context are compared."))),
         Field("test_aware", checked(object_of(string), description=(
-            "Of those, the ones that asked whether they run under a test at capture, with their sha256."))),
+            "Of those, the ones that read the process context at capture: each read line's short sha256."))),
         Field("judging", checked(json_object, description=(
             "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
             "arguments, enabled): they judge the incident until `selfheal reopen`."))),
     )
 
     files: Mapping[str, str] = field(default_factory=empty_map)
+    modules: Mapping[str, str] = field(default_factory=empty_map)
     pytest_config: Mapping[str, str] = field(default_factory=empty_map)
     environment: Mapping[str, str] = field(default_factory=empty_map)
     startup: Mapping[str, str] = field(default_factory=empty_map)
