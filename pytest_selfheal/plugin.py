@@ -14,6 +14,7 @@ import os
 import pytest
 
 from pytest_selfheal import hookspecs
+from pytest_selfheal.cleanroom import selfheal_signal, take_signals
 from pytest_selfheal.names import INI_KEYS, LOCALISE_ENV, RECORDER_PLUGIN, VERIFYING_ENV
 
 
@@ -97,8 +98,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(ini_name, default=None, help=f"ralf_lite.{INI_KEYS[ini_name]}")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Take selfheal's own variables out of the environment before the first conftest runs:
+    the tests cannot tell a verification, or a run selfheal started, from an ordinary run."""
+    take_signals(early_config)
+
+
 def _enabled(config: pytest.Config) -> bool:
-    if os.environ.get(VERIFYING_ENV):
+    if selfheal_signal(config, VERIFYING_ENV):
         return False
     flag = config.getoption("selfheal")
     return bool(flag) if flag is not None else bool(config.getini("selfheal"))
@@ -110,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "tdd: a red-first (TDD) test, kept out of the RALF-Lite loop unless ralf_lite.apply_to.tdd_tasks"
     )
     localise = os.environ.get(LOCALISE_ENV)
-    if localise and os.environ.get(VERIFYING_ENV):
+    if localise and selfheal_signal(config, VERIFYING_ENV):
         # The loop's localisation run (passive, like a verification run): its spectrum only.
         from pytest_selfheal.capture import localise as localisation
 

@@ -30,6 +30,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     """No global config from the real home, a fixed git identity, no CI variables leaking in."""
     global_dir = tmp_path_factory.mktemp("opencode-config")
     monkeypatch.setenv("OPENCODE_CONFIG_DIR", str(global_dir))
+    # selfheal's state (record digests, installed code's bytecode): one per test session,
+    # never the developer's; incidents are told apart by their project's path.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))
     for key, value in {
         "GIT_AUTHOR_NAME": "Test Author",
         "GIT_AUTHOR_EMAIL": "author@example.invalid",

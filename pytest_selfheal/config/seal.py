@@ -65,7 +65,7 @@ _INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 
 # The process context code can read to tell a test run (or a verification) from a real one.
 _CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv"})
-_CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe"}),
+_CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
                "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
                "Path": frozenset({"cwd"}), "pathlib": frozenset({"Path"}),
                "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),

@@ -188,7 +188,8 @@ def record_agent_attempts(
         judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
         if edited_keys:
             result.lines.append(edited_keys)
-        changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
+        changed_harness = (harness_changed(incident.captured, project_root, store=store, loaded=loaded)
+                           if incident.captured else [])
         outcome = record_iteration(
             LoopRun.resume(store, incident.incident_id),
             effective=judged,

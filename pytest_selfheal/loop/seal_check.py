@@ -18,7 +18,9 @@ from typing import Optional
 from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.root import Store
 
 # The words of the line that reports an edited judging key (other surfaces pass it on).
@@ -40,11 +42,14 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
     return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} until `selfheal reopen {ident}`"
 
 
-def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] = None,
+def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, loaded: Optional[Loaded] = None,
                     extra_code: Iterable[str] = ()) -> list[str]:
     """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
     project, or the repair worktree the verification runs in), each named; [] without a
-    seal. The failing tests' files and their conftests are left to ``tests_edited``."""
+    seal. The failing tests' files and their conftests are left to ``tests_edited``.
+    ``store``: the incident's, whose judging records are checked first (store/judging.py)."""
+    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id)):
+        return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
     # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
@@ -54,6 +59,10 @@ def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] 
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
     return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests]
+
+
+def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
+    return store.read_plan(incident_id) if store.has_plan(incident_id) else None
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal import hooks, process
+from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
@@ -304,8 +305,9 @@ class Project:
                            [*selection, *pytest_args])
         seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
                                    "verification.timeout_seconds")
-        completed = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
-                          timeout_seconds=seconds, cancel=cancel)
+        with fresh_bytecode(process.child_environment()) as clean:
+            completed = process.run(argv, cwd=self.directory, env=clean, on_line=keep,
+                                    timeout_seconds=seconds, cancel=cancel)
         if cancel is not None and cancel.is_set():
             raise SelfhealError("cancelled: the test run was stopped with its process group")
         lines = [redactor.redact(line) for line in tail]

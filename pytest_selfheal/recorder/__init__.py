@@ -16,6 +16,8 @@ test ran, the session end (:mod:`.finish`) records the next iteration of an open
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import pytest
 
+from pytest_selfheal.cleanroom import fresh_pycache, selfheal_signal
 from pytest_selfheal.names import (
     CI_RUN_ENV,
     DEFAULT_REPORTS_DIR,
@@ -281,9 +284,15 @@ class Recorder:
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
-        self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
+        self.ci_run: Optional[str] = selfheal_signal(config, CI_RUN_ENV) or None
         self._redactor: Optional[Redactor] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
+        # A run that may be an incident's verdict compiles every module it imports from now
+        # on afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
+        self._pycache: Optional[tuple[Optional[str], str]] = None
+        if self.open_incidents or self.has_stopped_incidents():
+            self._pycache = (sys.pycache_prefix, fresh_pycache(os.environ))
+            sys.pycache_prefix = self._pycache[1]
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
@@ -295,6 +304,12 @@ class Recorder:
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self) -> None:
+        if self._pycache is not None:
+            sys.pycache_prefix = self._pycache[0]
+            shutil.rmtree(self._pycache[1], ignore_errors=True)
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:

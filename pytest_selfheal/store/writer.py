@@ -28,7 +28,7 @@ from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio
+from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
@@ -184,11 +184,12 @@ class StoreWriter(StoreReader):
                     final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                    written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
+                    judging.remember(self._root, incident_id, incident=final, plan=written_plan)
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
                         # parses the same record back from ``text``.
-                        published(final,
-                                  Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None)
+                        published(final, written_plan)
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -351,6 +352,7 @@ class StoreWriter(StoreReader):
     def _write_incident(self, folder: Path, incident: Incident) -> None:
         """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
+        judging.remember(self._root, incident.incident_id, incident=incident)
 
     # ------------------------------------------------------------------ events
 
@@ -397,6 +399,7 @@ class StoreWriter(StoreReader):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
             fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
+            judging.remember(self._root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"))
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs

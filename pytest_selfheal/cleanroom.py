@@ -1,0 +1,86 @@
+"""The clean room (edge: the environment, temp folders): what a test run may not see of
+selfheal, and the bytecode it may not read (docs/loop.md "The seal").
+
+- selfheal's own variables (``TAKEN_SIGNALS``) leave a pytest run's environment before its
+  first conftest runs (:func:`take_signals`, from the plugin): the tests cannot tell a
+  verification, or a run selfheal started, from an ordinary one;
+- a run that may be a verdict compiles what it imports afresh (:func:`fresh_bytecode` for a
+  child, :func:`fresh_pycache` for this process): a ``.pyc`` left in a ``__pycache__``
+  folder is never what runs. Installed code's bytecode (the standard library,
+  site-packages: sealed by content) is kept in the user's state directory between runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sysconfig
+import tempfile
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from pytest_selfheal.names import TAKEN_SIGNALS, installed_bytecode
+
+if TYPE_CHECKING:
+    import pytest
+
+
+@cache
+def _signals() -> pytest.StashKey[dict[str, str]]:
+    # Made on first use: the gate and the MCP server import this module where pytest may be missing.
+    import pytest
+
+    return pytest.StashKey[dict[str, str]]()
+
+
+def take_signals(config: pytest.Config) -> None:
+    """Take selfheal's own variables out of the environment, kept on ``config``."""
+    config.stash[_signals()] = {name: os.environ.pop(name) for name in TAKEN_SIGNALS if name in os.environ}
+
+
+def selfheal_signal(config: pytest.Config, name: str) -> Optional[str]:
+    """The value selfheal's variable ``name`` (one of ``TAKEN_SIGNALS``) had for this run,
+    taken out of the environment if it is still there."""
+    taken = config.stash.get(_signals(), None)
+    value = os.environ.pop(name, None)
+    return taken.get(name, value) if taken is not None else value
+
+
+@contextlib.contextmanager
+def fresh_bytecode(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """``env`` for a test run that reads no bytecode it did not compile itself: a fresh
+    bytecode cache (``PYTHONPYCACHEPREFIX``; pytest's assertion rewriting honours it too),
+    removed afterwards."""
+    cache = fresh_pycache(env)
+    try:
+        yield {**env, "PYTHONPYCACHEPREFIX": cache}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def fresh_pycache(env: Mapping[str, str]) -> str:
+    """A new empty bytecode cache folder (the caller removes it), this interpreter's installed
+    code's folders in it linked to the state directory's bytecode (``env``'s)."""
+    cache = Path(tempfile.mkdtemp(prefix="pycache-"))
+    installed = installed_bytecode(env)
+    if installed is None:
+        return str(cache)
+    for folder in sorted({p for p in (sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))
+                          if p and os.path.isabs(p)}):
+        parts = Path(folder).parts[1:]
+        if any(cache.joinpath(*parts[:i]).is_symlink() for i in range(1, len(parts) + 1)):
+            continue  # inside a folder already linked (site-packages within the standard library)
+        try:
+            target = installed.joinpath(*parts)
+            target.mkdir(parents=True, exist_ok=True)
+            cache.joinpath(*parts[:-1]).mkdir(parents=True, exist_ok=True)
+            cache.joinpath(*parts).symlink_to(target, target_is_directory=True)
+        except OSError:
+            continue  # compiled afresh: slower, never wrong
+    return str(cache)
+
+
+__all__ = ["fresh_bytecode", "fresh_pycache", "selfheal_signal", "take_signals"]
