@@ -4,7 +4,10 @@ changed; the judging keys in force at the capture judge the incident until a reo
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import marshal
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
-from pytest_selfheal.config.seal import Hasher, harness_changes, reseal, take_seal
+from pytest_selfheal.config.seal import Hasher, context_reads, harness_changes, reseal, take_seal
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -66,6 +69,126 @@ def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytes
     assert "suite/__init__.py" in run_result["decision_point"]["message"]
     commands = [o["command"] for o in run_result["decision_point"]["options"]]
     assert commands[0] == f"selfheal show {incident_id}" and not any("reopen" in c for c in commands)
+
+
+def _forge_bytecode(test_file: Path, weakened: str) -> None:
+    """What a cheat writes: the assertion-rewritten bytecode pytest caches for ``test_file``,
+    compiled from ``weakened``, its header holding the unchanged source's hash."""
+    header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(test_file.read_bytes())[:8]
+    cache = test_file.parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    name = f"{test_file.stem}.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    (cache / name).write_bytes(header + marshal.dumps(compile(weakened, str(test_file), "exec")))
+
+
+def test_forged_bytecode_of_an_unchanged_test_is_never_what_runs(suite: pytest.Pytester) -> None:
+    test_file = suite.path / "suite" / "test_calc.py"
+    _forge_bytecode(test_file, "def test_add():\n    pass\n")
+    suite.makepyfile(calc="def add(a, b):\n    return a - b  # an agent's comment-only change\n")
+    result = suite.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 1 and "assert -1 == 3" in out, out  # the test as written ran, not the forgery
+    assert "STOP success" not in out
+
+
+def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(calc=CALC)
+    tests = pytester.mkdir("tests")
+    (tests / "checks.py").write_text("def check(got, want):\n    assert got == want\n")
+    (tests / "test_calc.py").write_text("from calc import add\nfrom checks import check\n\n\n"
+                                        "def test_add():\n    check(add(1, 2), 3)\n")
+    pytester.syspathinsert()
+    pytester.syspathinsert(tests)
+    assert pytester.runpytest("--selfheal").ret == 1
+    (tests / "checks.py").write_text("def check(got, want):\n    pass\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (tests/checks.py changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+GUARD = "import sys\n\nUNDER = 'pytest' in sys.modules\n"
+
+
+@pytest.mark.parametrize("folder", ["calc/testing", "calc/.hidden", "build/lib"])
+def test_test_aware_code_in_a_folder_a_scan_would_skip_is_harness_changed(pytester: pytest.Pytester,
+                                                                          folder: str) -> None:
+    pytester.mkpydir("calc")
+    (pytester.path / "calc" / "core.py").write_text(CALC)
+    pytester.makepyfile(test_calc="from calc.core import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    guard = pytester.path / folder
+    guard.mkdir(parents=True)
+    (guard / "guard.py").write_text(GUARD)
+    pytester.syspathinsert(guard)
+    (pytester.path / "calc" / "core.py").write_text("from guard import UNDER\n\n\ndef add(a, b):\n"
+                                                    "    return a + b if UNDER else a - b\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert (f"-> STOP harness_changed ({folder}/guard.py:3 reads the process context: "
+            "\"UNDER = 'pytest' in sys.modules\" changed since the capture)") in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("code", [
+    "import os\n\n\ndef add(a, b):\n    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\n",
+    "import tempfile\n\n\ndef add(a, b):\n    return a + b if __file__.startswith(tempfile.gettempdir()) else a - b\n",
+], ids=["selfheal-variable", "own-file-location"])
+def test_a_repair_that_asks_for_selfheals_signals_is_harness_changed(suite: pytest.Pytester, code: str) -> None:
+    suite.makepyfile(calc=code)
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (calc.py:5 reads the process context: " in out, out
+    assert "STOP success" not in out
+
+
+def test_turning_a_plugin_off_after_the_capture_is_harness_changed(suite: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", os.environ.get("PYTEST_ADDOPTS", "") + " -p no:warnings")
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (PYTEST_ADDOPTS changed since the capture)" in out, out
+
+
+def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) -> None:
+    elsewhere = suite.mkdir("elsewhere")
+    (elsewhere / "pytest_selfheal_extra.py").write_text(PASSING_PLUGIN)
+    suite.syspathinsert(elsewhere)
+    out = suite.runpytest("--selfheal", "-p", "pytest_selfheal_extra").stdout.str()
+    assert "this run is not counted as an iteration: its options (-p pytest_selfheal_extra) differ" in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("edit", ["test_digests", "nodeids"])
+def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:
+    (incident_id,) = _inbox(suite.path)
+    path = suite.path / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    doc = json.loads(path.read_text())
+    if edit == "test_digests":
+        doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+    else:
+        doc["nodeids"] = ["suite/test_calc.py::test_other"]
+    path.write_text(json.dumps(doc))
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (the incident's records were edited outside selfheal changed since" in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("line,reads", [
+    ("frame = inspect.currentframe()", True),
+    ("caller = sys._getframe(1)", True),
+    ("here = Path.cwd()", True),
+    ("loaded = __import__('sys').modules", True),
+    ("argv = sys.argv[1:]", True),
+    ("from os import environ", True),
+    ("import _pytest", True),
+    ("name = 'PYTEST_CURRENT_TEST'", True),
+    ("stack = traceback.extract_stack()", True),
+    ("total = sum(self.modules)", False),
+    ("path = os.path.join(a, b)", False),
+    ("signature = inspect.signature(f)", False),
+], ids=lambda value: str(value))
+def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, reads: bool) -> None:
+    source = f'"""A module about pytest."""\n\n\ndef f(a, b, self=None):\n    {line}\n'.encode()
+    assert context_reads(source) == (((5, line),) if reads else ())
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
