@@ -3,10 +3,10 @@ capture, and what changed since in what decides what runs (config/seal.py).
 
 - :func:`judged_config`: the effective config with the incident's judging keys (thresholds,
   budget, gate and verification arguments, ``enabled``) as they were at capture, and the one
-  line that reports a later edit: reported, never obeyed, until ``selfheal reopen``.
+  line that reports a later edit: reported, never obeyed (a reopen keeps them too).
 - :func:`harness_changed`: what changed in the seal, each named; a non-empty answer stops
   the iteration with ``harness_changed`` (never ``success``).
-- :func:`fresh_seal`: the seal a reopen (a person's act) records.
+- :func:`fresh_seal`: the seal ``selfheal reopen --new-seal`` (a person at a terminal) records.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
     ident = incident.incident_id
     judged = under_judging(effective, recorded, f"incident {ident} (its capture)")
     keys = "config key " + ", ".join(changed) if len(changed) == 1 else "config keys " + ", ".join(changed)
-    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} until `selfheal reopen {ident}`"
+    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} (its capture's keys judge it)"
 
 
 def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, loaded: Optional[Loaded] = None,
@@ -66,7 +66,7 @@ def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
-    """After a person's reopen (``selfheal reopen``, ``selfheal loop --reopen``): the
+    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the
     incident's seal taken again in ``root`` with today's judging keys; what changed before
     is accepted from now on. Nothing for an incident captured without a seal."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
@@ -76,7 +76,7 @@ def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: Effec
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
     """The seal of what ``incident``'s seal covers as it is now, with today's judging keys
-    (``selfheal reopen``); None for an incident captured without one."""
+    (``selfheal reopen --new-seal``); None for an incident captured without one."""
     if incident.seal is None:
         return None
     return reseal(incident.seal, root, judging=judging_values(effective))

@@ -3,8 +3,8 @@ result is judged, as it was at capture (analysis/seal.py takes and compares it).
 
 Every map is ``{name: digest}``: a file's sha256 (``missing`` when it does not exist), a
 setting's sha256 (``unset``), a distribution's version. ``judging`` holds the values of the
-judging ``ralf_lite`` keys in force at capture: they judge the incident until ``selfheal
-reopen`` takes a fresh seal.
+judging ``ralf_lite`` keys in force at capture: they judge the incident until a person
+takes a new seal (``selfheal reopen --new-seal``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Seal(JsonRecord):
             "Of those, the ones that read the process context at capture: each read line's short sha256."))),
         Field("judging", checked(json_object, description=(
             "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
-            "arguments, enabled): they judge the incident until `selfheal reopen`."))),
+            "arguments, enabled): they judge the incident until a person takes a new seal (`selfheal reopen --new-seal`)."))),
     )
 
     files: Mapping[str, str] = field(default_factory=empty_map)
