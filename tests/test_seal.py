@@ -355,13 +355,14 @@ def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
     env = {"PYTEST_ADDOPTS": "-x"}
     seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
                      extra_code=["lib.py"], environ=env, path=[])
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[])) == []
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == []
     (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
     (root / "tests" / "__init__.py").write_text("")
     (root / "pytest.ini").write_text("[pytest]\naddopts = -q -p cheat\n")
     (root / "tox.ini").write_text("[pytest]\nxfail_strict = false\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])) == [
+    now = reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])
+    assert harness_changes(seal, now, root) == [
         "tests/__init__.py", "pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict",
         "PYTEST_ADDOPTS"]
 

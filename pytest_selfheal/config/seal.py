@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import site
 import sys
 from collections import Counter
@@ -72,8 +73,9 @@ _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "p
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
 _CONTEXT_WORDS = ("pytest", "selfheal")
-_CONTEXT_BYTES = (b"environ", b"getenv", b"modules", b"argv", b"_getframe", b"inspect", b"traceback",
-                  b"__file__", b"getcwd", b"cwd", b"pytest", b"PYTEST", b"selfheal", b"SELFHEAL")
+# A line that may hold a read names one of these (lower-cased), or starts an import.
+_CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|traceback|__file__|cwd|pycache_prefix"
+                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
 
 
 def sha256(data: bytes) -> str:
@@ -107,7 +109,7 @@ def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
     ``sys.modules``, ``sys.argv``, the call stack, its own ``__file__``, the
     working directory, a string naming pytest or selfheal — as ``(line number, stripped
     line)``, from its syntax tree (docstrings left out). A file Python cannot parse: ()."""
-    if not any(word in data for word in _CONTEXT_BYTES):
+    if not _CONTEXT_LINE.search(data.lower()):
         return ()
     try:
         tree = ast.parse(data)
@@ -121,18 +123,27 @@ def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
     return tuple((number, lines[number - 1].strip()) for number in sorted(found))
 
 
-def reads_digest(reads: Iterable[tuple[int, str]]) -> str:
-    """What a seal records of a module's context reads: each line's short sha256, sorted
-    (a line moved is the same read; a line added is a new one)."""
-    return " ".join(sorted(sha256(text.encode("utf-8", "surrogatepass"))[:16] for _, text in reads))
+def _line_key(text: str) -> str:
+    return sha256(text.encode("utf-8", "surrogatepass"))[:16]
+
+
+def code_record(data: bytes) -> str:
+    """What a seal records of a module of the code under repair: its sha256, then the short
+    sha256 of each stripped line that could read the process context (:data:`_CONTEXT_LINE`),
+    sorted. Found without parsing: the module is parsed only when it changed since."""
+    lowered = data.lower()  # one pass over the file: far fewer matches than lines
+    starts = {lowered.rfind(b"\n", 0, m.start()) + 1 for m in _CONTEXT_LINE.finditer(lowered)}
+    lines = (data[start:end if (end := data.find(b"\n", start)) >= 0 else len(data)] for start in starts)
+    keys = sorted(_line_key(line.strip().decode("utf-8", "replace")) for line in lines)
+    return " ".join([sha256(data), *keys])
 
 
 def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The reads of ``reads`` that ``recorded`` (a :func:`reads_digest`) does not hold."""
-    left = Counter(recorded.split())
+    """The reads of ``reads`` whose lines ``recorded`` (a :func:`code_record`) does not hold."""
+    left = Counter(recorded.split()[1:])
     added = []
     for number, text in reads:
-        key = sha256(text.encode("utf-8", "surrogatepass"))[:16]
+        key = _line_key(text)
         if left[key] > 0:
             left[key] -= 1
         else:
@@ -148,6 +159,7 @@ class Hasher:
 
     _digests: dict[str, tuple[int, int, str]] = field(default_factory=dict)
     _reads: dict[str, tuple[int, int, tuple[tuple[int, str], ...]]] = field(default_factory=dict)
+    _records: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @staticmethod
     def _read(path: str) -> Optional[tuple[int, int, bytes]]:
@@ -176,6 +188,16 @@ class Hasher:
             return MISSING
         self._digests[path] = (read[0], read[1], sha256(read[2]))
         return self._digests[path][2]
+
+    def record(self, path: str) -> str:
+        """The file's :func:`code_record` ("" when it cannot be read)."""
+        known = self._records.get(path)
+        if known is None or known[:2] != self._stat(path):
+            read = self._read(path)
+            if read is None:
+                return ""
+            known = self._records[path] = (read[0], read[1], code_record(read[2]))
+        return known[2]
 
     def reads(self, path: str) -> tuple[tuple[int, str], ...]:
         """The file's reads of the process context (:func:`context_reads`)."""
@@ -410,8 +432,8 @@ def _code_paths(paths: Iterable[str]) -> set[str]:
     return {p for p in paths if p.endswith(".py") and not _test_module_name(p) and not p.startswith(("../", "/"))}
 
 
-def _reads(rootdir: Path, code: Iterable[str], hasher: Hasher) -> dict[str, str]:
-    return {rel: digest for rel in code for digest in [reads_digest(hasher.reads(str(rootdir / rel)))] if digest}
+def _records(rootdir: Path, code: Iterable[str], hasher: Hasher) -> dict[str, str]:
+    return {rel: record for rel in code for record in [hasher.record(str(rootdir / rel))] if record}
 
 
 def take_seal(
@@ -444,7 +466,7 @@ def take_seal(
         startup=_startup(hasher, sys.path if path is None else path),
         distributions=_distributions(),
         code=tuple(code),
-        test_aware=_reads(rootdir, code, hasher),
+        test_aware=_records(rootdir, code, hasher),
         judging=dict(judging),
     )
 
@@ -477,7 +499,7 @@ def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded:
         startup=_startup(hasher, sys.path if path is None else path),
         distributions=_distributions() if distributions else recorded.distributions,
         code=tuple(code),
-        test_aware=_reads(rootdir, code, hasher),
+        test_aware={rel: hasher.digest(str(rootdir / rel)) for rel in code},  # parsed only when changed
         judging=dict(judging),
     )
 
@@ -493,10 +515,11 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
-def harness_changes(recorded: Seal, now: Seal, root: Optional[Path] = None) -> list[str]:
+def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
     """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
-    variable, a start-up file, ``<distribution> <version>``, a module's added read of the
-    process context (quoted from ``root``'s file when given). A sealed module gone since is
+    variable, a start-up file, ``<distribution> <version>``, a module of the code under
+    repair changed since with an added read of the process context (parsed and quoted from
+    ``root``, where ``now`` was taken). A sealed module gone since is
     no change (deleting code cannot pass a failure). The judging keys are not in it
     (:func:`judging_changes`: reported, not obeyed)."""
     changed = _differ(recorded.files, now.files)
@@ -510,13 +533,14 @@ def harness_changes(recorded: Seal, now: Seal, root: Optional[Path] = None) -> l
     for name in _differ(recorded.distributions, now.distributions):
         old, new = recorded.distributions.get(name, "not installed"), now.distributions.get(name, "not installed")
         changed.append(f"{name} {old} -> {new}")
+    hasher = Hasher()
     for name in sorted(now.test_aware):
         before = recorded.test_aware.get(name, "")
-        if not Counter(now.test_aware[name].split()) - Counter(before.split()):
-            continue  # the same reads, or fewer: a fix may drop one
-        reads = Hasher().reads(str(root / name)) if root is not None else ()
-        added = added_reads(before, reads)
-        changed.append(_quoted(name, added) if added else f"{name} ({TEST_AWARE})")
+        if now.test_aware[name].split()[:1] == before.split()[:1]:
+            continue  # unchanged since the capture
+        added = added_reads(before, hasher.reads(str(root / name)))
+        if added:
+            changed.append(_quoted(name, added))
     return changed
 
 
@@ -536,7 +560,7 @@ __all__ = [
     "TEST_AWARE",
     "added_reads",
     "context_reads",
-    "reads_digest",
+    "code_record",
     "harness_changes",
     "judging_changes",
     "loaded_now",

@@ -52,7 +52,8 @@ class Seal(JsonRecord):
             "Rootdir-relative non-test modules the capture's run imported (the code under repair): their "
             "reads of the process context are compared."))),
         Field("test_aware", checked(object_of(string), description=(
-            "Of those, the ones that read the process context at capture: each read line's short sha256."))),
+            "Of those, each one's sha256, then the short sha256 of each line that could read the process "
+            "context (parsed only when the module changed since)."))),
         Field("judging", checked(json_object, description=(
             "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
             "arguments, enabled): they judge the incident until a person takes a new seal (`selfheal reopen --new-seal`)."))),
