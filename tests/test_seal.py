@@ -412,3 +412,119 @@ def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path
             assert "tests/__init__.py" in verdict["summary"], verdict
 
     anyio.run(scenario)
+
+
+def _gate(project: Path) -> str:
+    """The Claude Code stop gate's message, through its stdin and stdout."""
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", "claude"], input=json.dumps(payload).encode(),
+                          cwd=project, capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    answer = json.loads(done.stdout)
+    return str(answer.get("systemMessage") or answer.get("reason") or "")
+
+
+@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
+def test_at_the_gate_test_aware_code_in_testing_is_never_tests_passed_nor_after_an_agents_reopen(
+        tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc/__init__.py": "", "calc/core.py": CALC,
+                                               "test_calc.py": TEST_CALC.replace("from calc", "from calc.core")})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    (project / "calc" / "testing").mkdir()
+    (project / "calc" / "testing" / "__init__.py").write_text("")
+    (project / "calc" / "testing" / "guard.py").write_text(GUARD)
+    (project / "calc" / "core.py").write_text("from calc.testing.guard import UNDER\n\n\ndef add(a, b):\n"
+                                              "    return a + b if UNDER else a - b\n")
+    first = _gate(project)
+    assert "tests passed" not in first and "harness_changed" in first, first
+    assert "calc/testing/guard.py:3 reads the process context" in first, first
+    assert "selfheal reopen" not in first, first  # no stop message suggests a reopen
+    assert cli("reopen", incident_id, cwd=project).returncode == 0  # what a dishonest agent runs
+    again = _gate(project)
+    assert "tests passed" not in again and "harness_changed" in again, again
+
+
+@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
+def test_mcp_run_tests_never_passes_edited_records_or_forged_bytecode(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
+                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert first["captured"], first
+            _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
+            (project / "calc.py").write_text(CALC + "# tried something\n")
+            forged = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert forged["stop_reason"] != "success" and forged["decision"] == "CONTINUE", forged
+            (incident_id,) = _inbox(project)
+            path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+            doc = json.loads(path.read_text())
+            doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+            path.write_text(json.dumps(doc))
+            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")  # even an honest fix now
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
+            assert "the incident's records were edited outside selfheal" in verdict["summary"], verdict
+
+    anyio.run(scenario)
+
+
+# A repair provider: writes calc.py into the worktree it is given (argv: worktree, body).
+PROVIDER = "import pathlib, sys\npathlib.Path(sys.argv[1], 'calc.py').write_text(sys.argv[2])\n"
+
+
+@pytest.mark.slow  # a repair worktree and a verification: the default tier keeps the agent-mode runs
+def test_a_repair_that_asks_for_selfheals_variable_is_never_success_in_the_loop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    provider = tmp_path / "provider.py"
+    provider.write_text(PROVIDER)
+    cheat = "import os\n\n\ndef add(a, b):\n    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\n"
+    command = json.dumps([PY, str(provider), "{worktree}", cheat])
+    code, out, _ = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=project, env=run_env())
+    assert code == 1 and "STOP success" not in out, out
+    assert "calc.py:5 reads the process context" in out, out
+
+
+@pytest.mark.slow  # a second environment: a venv of its own
+def test_in_a_second_environment_an_edited_plugin_and_forged_bytecode_are_never_success(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    site_packages = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([PY, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
+                    str(Path(__file__).resolve().parent.parent)], check=True, timeout=300, capture_output=True)
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (site_packages / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
+    plugin = site_packages / "team_plugin.py"  # a plugin module of no distribution, in site-packages
+    plugin.write_text("def pytest_report_header(config):\n    return 'team plugin'\n")
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, "-m", "pytest", "-p", "pytest_selfheal.plugin", "-p", "team_plugin",
+                               "--selfheal", "-q"], cwd=project, capture_output=True, text=True, timeout=120,
+                              env=run_env({"XDG_STATE_HOME": str(tmp_path / "state")}))
+
+    assert run().returncode == 1
+    plugin.write_text(PASSING_PLUGIN)
+    result = run()
+    assert result.returncode == 0, result.stdout + result.stderr  # the plugin turned the failure into a pass
+    assert f"-> STOP harness_changed ({plugin} changed since the capture)" in result.stdout, result.stdout
+    project2 = make_project(tmp_path / "proj2", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+    plugin.write_text("def pytest_report_header(config):\n    return 'team plugin'\n")
+    project = project2
+    assert run().returncode == 1
+    _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
+    (project / "calc.py").write_text(CALC + "# tried something\n")
+    forged = run()
+    assert forged.returncode == 1 and "STOP success" not in forged.stdout, forged.stdout
