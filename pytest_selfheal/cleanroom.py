@@ -1,9 +1,7 @@
-"""The clean room (edge: the environment, temp folders): what a test run may not see of
-selfheal, and the bytecode it may not read (docs/loop.md "The seal").
+"""The clean room (edge: temp folders): the bytecode a test run that may be a verdict may not
+read (docs/loop.md "The seal"). selfheal's own variables leave its environment in the
+plugin (``pytest_load_initial_conftests``).
 
-- selfheal's own variables (``TAKEN_SIGNALS``) leave a pytest run's environment before its
-  first conftest runs (:func:`take_signals`, from the plugin): the tests cannot tell a
-  verification, or a run selfheal started, from an ordinary one;
 - a run that may be a verdict compiles what it imports afresh (:func:`fresh_bytecode` for a
   child, :func:`fresh_pycache` for this process): a ``.pyc`` left in a ``__pycache__``
   folder is never what runs. Installed code's bytecode (the standard library,
@@ -18,35 +16,9 @@ import shutil
 import sysconfig
 import tempfile
 from collections.abc import Iterator, Mapping
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
 
-from pytest_selfheal.names import TAKEN_SIGNALS, installed_bytecode
-
-if TYPE_CHECKING:
-    import pytest
-
-
-@cache
-def _signals() -> pytest.StashKey[dict[str, str]]:
-    # Made on first use: the gate and the MCP server import this module where pytest may be missing.
-    import pytest
-
-    return pytest.StashKey[dict[str, str]]()
-
-
-def take_signals(config: pytest.Config) -> None:
-    """Take selfheal's own variables out of the environment, kept on ``config``."""
-    config.stash[_signals()] = {name: os.environ.pop(name) for name in TAKEN_SIGNALS if name in os.environ}
-
-
-def selfheal_signal(config: pytest.Config, name: str) -> Optional[str]:
-    """The value selfheal's variable ``name`` (one of ``TAKEN_SIGNALS``) had for this run,
-    taken out of the environment if it is still there."""
-    taken = config.stash.get(_signals(), None)
-    value = os.environ.pop(name, None)
-    return taken.get(name, value) if taken is not None else value
+from pytest_selfheal.names import installed_bytecode
 
 
 @contextlib.contextmanager
@@ -83,4 +55,4 @@ def fresh_pycache(env: Mapping[str, str]) -> str:
     return str(cache)
 
 
-__all__ = ["fresh_bytecode", "fresh_pycache", "selfheal_signal", "take_signals"]
+__all__ = ["fresh_bytecode", "fresh_pycache"]

@@ -33,6 +33,7 @@ _RECORDER_WAITS = {
     "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
     "pytest_selfheal.config.files",  # a config to read (recorder.has_config)
     "pytest_selfheal.config.settings",  # a config to read, or something to record
+    "pytest_selfheal.cleanroom",  # an open or stopped incident: a fresh bytecode cache
     "pytest_selfheal.errors",  # a config to read, or an open incident
     "pytest_selfheal.loop.agent_mode",  # an open incident
     "pytest_selfheal.loop.stopped",  # a stopped incident that may hold a passed test

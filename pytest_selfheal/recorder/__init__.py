@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import pytest
 
-from pytest_selfheal.cleanroom import fresh_pycache, selfheal_signal
 from pytest_selfheal.names import (
     CI_RUN_ENV,
     DEFAULT_REPORTS_DIR,
@@ -65,7 +64,7 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 # so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-def start(config: pytest.Config) -> None:
+def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     """Read the config if there is one (refusing to run on a bad one) and register the
     recorder on the controller."""
     effective = load_effective_config(config) if has_config(config) else None
@@ -84,7 +83,7 @@ def start(config: pytest.Config) -> None:
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), RECORDER_PLUGIN)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run), RECORDER_PLUGIN)
 
 
 def has_config(config: pytest.Config) -> bool:
@@ -267,6 +266,7 @@ class Recorder:
     def __init__(
         self, config: pytest.Config, effective: Optional[EffectiveConfig],
         evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
+        ci_run: Optional[str] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
@@ -284,13 +284,15 @@ class Recorder:
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
-        self.ci_run: Optional[str] = selfheal_signal(config, CI_RUN_ENV) or None
+        self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
         self._redactor: Optional[Redactor] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # A run that may be an incident's verdict compiles every module it imports from now
         # on afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
         self._pycache: Optional[tuple[Optional[str], str]] = None
         if self.open_incidents or self.has_stopped_incidents():
+            from pytest_selfheal.cleanroom import fresh_pycache  # imported here: a green run compiles nothing afresh
+
             self._pycache = (sys.pycache_prefix, fresh_pycache(os.environ))
             sys.pycache_prefix = self._pycache[1]
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
