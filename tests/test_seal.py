@@ -167,9 +167,13 @@ def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite
     else:
         doc["nodeids"] = ["suite/test_calc.py::test_other"]
     path.write_text(json.dumps(doc))
+    stop = "-> STOP harness_changed (the incident's records were edited outside selfheal changed since"
     out = suite.runpytest("--selfheal").stdout.str()
-    assert "-> STOP harness_changed (the incident's records were edited outside selfheal changed since" in out, out
-    assert "STOP success" not in out
+    assert stop in out and "STOP success" not in out, out
+    # selfheal's own writes since (the stop, a reopen) never make the edited records good again
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    assert stop in suite.runpytest("--selfheal").stdout.str()
 
 
 @pytest.mark.parametrize("line,reads", [

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from pytest_selfheal.errors import RefusedError, StoreIOError
+from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError
 from pytest_selfheal.names import SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
@@ -185,7 +185,7 @@ class StoreWriter(StoreReader):
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
-                    judging.remember(self._root, incident_id, incident=final, plan=written_plan)
+                    judging.remember(incident_id, incident=final, plan=written_plan)
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
                         # parses the same record back from ``text``.
@@ -351,8 +351,12 @@ class StoreWriter(StoreReader):
 
     def _write_incident(self, folder: Path, incident: Incident) -> None:
         """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
+        try:
+            before: Optional[Incident] = self._read_incident_at(folder, incident.incident_id)
+        except (InputError, NotFoundError, OSError):
+            before = None  # nothing readable to compare: the new record's digest is kept
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
-        judging.remember(self._root, incident.incident_id, incident=incident)
+        judging.remember(incident.incident_id, incident=incident, before=before)
 
     # ------------------------------------------------------------------ events
 
@@ -398,8 +402,9 @@ class StoreWriter(StoreReader):
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
+            before = self.read_plan(incident_id) if (folder / PLAN_JSON).exists() else None
             fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
-            judging.remember(self._root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"))
+            judging.remember(incident_id, plan=Plan.from_json(json.loads(text), "plan.json"), plan_before=before)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
