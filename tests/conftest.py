@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from helpers import FULL
+from helpers import CHILD_ADDOPTS, FULL
 from hypothesis import settings
 
 # No wall-clock threshold in a unit test (these machines are shared and noisy): hypothesis's
@@ -39,9 +39,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
         "GIT_COMMITTER_NAME": "Test Author",
         "GIT_COMMITTER_EMAIL": "author@example.invalid",
         "GIT_PYTHON_REFRESH": "quiet",
-        # Every pytest the tests start (captures, verifications) runs a tiny project that does
-        # not use hypothesis: not importing it saves ~1.5 s of CPU per child process.
-        "PYTEST_ADDOPTS": "-p no:hypothesispytest",
+        "PYTEST_ADDOPTS": CHILD_ADDOPTS,
     }.items():
         monkeypatch.setenv(key, value)
     for key in (

@@ -48,7 +48,7 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
     project, or the repair worktree the verification runs in), each named; [] without a
     seal. The failing tests' files and their conftests are left to ``tests_edited``.
     ``store``: the incident's, whose judging records are checked first (store/judging.py)."""
-    if store is not None and judging.edited(incident, _plan_of(store, incident.incident_id)):
+    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id)):
         return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
@@ -71,7 +71,7 @@ def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: Effec
     is accepted from now on. Nothing for an incident captured without a seal."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
-        judging.accept(store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id))
+        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id))
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:

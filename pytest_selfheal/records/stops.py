@@ -103,6 +103,7 @@ STOPS: Mapping[str, StopFacts] = {
         (
             ("review", "Review what changed since the capture (tests' packages, pytest configuration, "
              "start-up customisation, judging keys) and undo it: a reopen keeps the seal", "selfheal show {id}"),
+            ("plan", "Read the plan: the fix belongs in the code under repair", "selfheal plan {id}"),
             _EXPORT,
         ),
         "Review what changed since the capture (the decision point names it) and undo it; the capture's seal "

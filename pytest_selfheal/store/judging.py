@@ -5,8 +5,8 @@ and options of its capture, and the plan's verification selection — lives in t
 tree (``incident.json``, ``plan.json``), where anything running there can edit it. Each time
 the store writes one of the two files, the digest of its judging part is kept outside the
 project, in ``$XDG_STATE_HOME/pytest-selfheal/records/`` (``~/.local/state`` without it),
-keyed by the incident (its id is unique: a project moved keeps its records); :func:`edited`
-compares them before a verdict. A write of selfheal over records edited outside it never
+keyed by the reports root and the incident (a copy of the project is judged apart);
+:func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
 makes them good again: the edit is remembered until a person takes a new seal
 (:func:`accept`, ``selfheal reopen --new-seal``).
 """
@@ -46,9 +46,12 @@ def plan_digest(plan: Plan) -> str:
     return _digest([{key: action.get(key) for key in _ACTION_KEYS} for action in plan.to_json().get("actions", [])])
 
 
-def _record_path(incident_id: str) -> Optional[Path]:
+def _record_path(reports_root: Path, incident_id: str) -> Optional[Path]:
     state = state_dir(os.environ)
-    return state / "records" / f"{incident_id}.json" if state is not None else None
+    if state is None:
+        return None
+    root = hashlib.sha256(os.fsencode(os.path.realpath(reports_root))).hexdigest()[:24]
+    return state / "records" / root / f"{incident_id}.json"
 
 
 def _read(path: Path) -> Optional[dict[str, Any]]:
@@ -67,11 +70,11 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
         return  # best effort: a state directory that cannot be written leaves the records unchecked
 
 
-def remember(incident_id: str, *, incident: Optional[Incident] = None, plan: Optional[Plan] = None,
+def remember(reports_root: Path, incident_id: str, *, incident: Optional[Incident] = None, plan: Optional[Plan] = None,
              before: Optional[Incident] = None, plan_before: Optional[Plan] = None) -> None:
     """Keep the digests of what the store just wrote (``before``/``plan_before``: what it
     replaced). Replacing records that differ from the kept digests keeps them edited."""
-    path = _record_path(incident_id)
+    path = _record_path(reports_root, incident_id)
     if path is None:
         return
     doc = _read(path) or {}
@@ -85,23 +88,21 @@ def remember(incident_id: str, *, incident: Optional[Incident] = None, plan: Opt
     _write(path, doc)
 
 
-def accept(incident: Incident, plan: Optional[Plan]) -> None:
+def accept(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> None:
     """A person took a new seal: the records as they are now are the incident's."""
-    path = _record_path(incident.incident_id)
+    path = _record_path(reports_root, incident.incident_id)
     if path is not None:
         _write(path, {"incident": incident_digest(incident), **({"plan": plan_digest(plan)} if plan else {})})
 
 
-def edited(incident: Incident, plan: Optional[Plan]) -> bool:
+def edited(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> bool:
     """Whether ``incident``'s (and ``plan``'s) judging records differ from what the store
-    last wrote, or ever did since the capture. No kept digest: edited when the seal is one
-    this version takes (modules sealed), else captured before selfheal kept them."""
-    path = _record_path(incident.incident_id)
-    if path is None:
-        return False
-    kept = _read(path)
+    last wrote, or ever did since the capture. No kept digest (captured before selfheal kept
+    them, elsewhere, or in a copy or a move of the project): nothing to compare."""
+    path = _record_path(reports_root, incident.incident_id)
+    kept = _read(path) if path is not None else None
     if kept is None:
-        return incident.seal is not None and bool(incident.seal.modules)
+        return False
     if kept.get("edited") or kept.get("incident") not in (None, incident_digest(incident)):
         return True
     return plan is not None and kept.get("plan") not in (None, plan_digest(plan))

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError
+from pytest_selfheal.errors import RefusedError, StoreIOError
 from pytest_selfheal.names import SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
@@ -185,7 +185,7 @@ class StoreWriter(StoreReader):
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
-                    judging.remember(incident_id, incident=final, plan=written_plan)
+                    judging.remember(self._root, incident_id, incident=final, plan=written_plan)
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
                         # parses the same record back from ``text``.
@@ -313,11 +313,12 @@ class StoreWriter(StoreReader):
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
         with self.locked(incident_id) as (incident_id, _, folder):
-            doc = self._read_incident_at(folder, incident_id).to_json()
+            before = self._read_incident_at(folder, incident_id)
+            doc = before.to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             updated = _incident_of(doc, "incident update")
-            self._write_incident(folder, updated)
+            self._write_incident(folder, updated, before)
             return updated
 
     def set_status(self, incident_id: str, new: str, /, **event_data: Any) -> None:
@@ -344,19 +345,15 @@ class StoreWriter(StoreReader):
         """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
         ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event)."""
         incident = self._read_incident_at(folder, incident_id)
-        self._write_incident(folder, replace(incident, status=new, updated_at=ev.format_ts(self._now())))
+        self._write_incident(folder, replace(incident, status=new, updated_at=ev.format_ts(self._now())), incident)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
         data = {"from": current, "to": new, **changed.data}
         self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, data))
 
-    def _write_incident(self, folder: Path, incident: Incident) -> None:
-        """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
-        try:
-            before: Optional[Incident] = self._read_incident_at(folder, incident.incident_id)
-        except (InputError, NotFoundError, OSError):
-            before = None  # nothing readable to compare: the new record's digest is kept
+    def _write_incident(self, folder: Path, incident: Incident, before: Incident) -> None:
+        """Rewrite ``incident.json`` (atomically) with a record read from it (``before``) and changed."""
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
-        judging.remember(incident.incident_id, incident=incident, before=before)
+        judging.remember(self._root, incident.incident_id, incident=incident, before=before)
 
     # ------------------------------------------------------------------ events
 
@@ -404,7 +401,8 @@ class StoreWriter(StoreReader):
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
             before = self.read_plan(incident_id) if (folder / PLAN_JSON).exists() else None
             fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
-            judging.remember(incident_id, plan=Plan.from_json(json.loads(text), "plan.json"), plan_before=before)
+            judging.remember(self._root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
+                             plan_before=before)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
