@@ -17,26 +17,28 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Optional
 
 from pytest_selfheal.names import installed_bytecode
 
 
 @contextlib.contextmanager
-def fresh_bytecode(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+def fresh_bytecode(env: Mapping[str, str], inside: Optional[Path] = None) -> Iterator[dict[str, str]]:
     """``env`` for a test run that reads no bytecode it did not compile itself: a fresh
     bytecode cache (``PYTHONPYCACHEPREFIX``; pytest's assertion rewriting honours it too),
-    removed afterwards."""
-    cache = fresh_pycache(env)
+    removed afterwards. ``inside``: the folder to make it in (a verification's own, which the
+    next loop removes if a SIGKILL left it behind)."""
+    cache = fresh_pycache(env, inside)
     try:
         yield {**env, "PYTHONPYCACHEPREFIX": cache}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def fresh_pycache(env: Mapping[str, str]) -> str:
+def fresh_pycache(env: Mapping[str, str], inside: Optional[Path] = None) -> str:
     """A new empty bytecode cache folder (the caller removes it), this interpreter's installed
     code's folders in it linked to the state directory's bytecode (``env``'s)."""
-    cache = Path(tempfile.mkdtemp(prefix="pycache-"))
+    cache = Path(tempfile.mkdtemp(prefix="pycache-", dir=inside))
     installed = installed_bytecode(env)
     if installed is None:
         return str(cache)

@@ -275,7 +275,7 @@ def run_selection(
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
     junit_path.parent.mkdir(parents=True, exist_ok=True)
-    with fresh_bytecode(child_env) as clean:
+    with fresh_bytecode(child_env, junit_path.parent) as clean:
         result = process.run(
             full, cwd=start, output_path=output_path, timeout_seconds=timeout_seconds, env=clean, kill_grace=kill_grace
         )
