@@ -117,7 +117,7 @@ def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
         return ()
     docstrings = {id(n.value) for n in ast.walk(tree)
                   if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = data.decode("utf-8", "replace").split("\n")  # numbered as the parser numbers them
     found = {number for node in ast.walk(tree) for number in [int(getattr(node, "lineno", 0))]
              if 0 < number <= len(lines) and id(node) not in docstrings and _reads_context(node)}
     return tuple((number, lines[number - 1].strip()) for number in sorted(found))
