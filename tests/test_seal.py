@@ -109,7 +109,9 @@ def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: p
 GUARD = "import sys\n\nUNDER = 'pytest' in sys.modules\n"
 
 
-@pytest.mark.parametrize("folder", ["calc/testing", "calc/.hidden", "build/lib"])
+# The default tier keeps one folder; the others are the slow tier's.
+@pytest.mark.parametrize("folder", ["calc/testing", pytest.param("calc/.hidden", marks=pytest.mark.slow),
+                                    pytest.param("build/lib", marks=pytest.mark.slow)])
 def test_test_aware_code_in_a_folder_a_scan_would_skip_is_harness_changed(pytester: pytest.Pytester,
                                                                           folder: str) -> None:
     pytester.mkpydir("calc")
@@ -131,7 +133,8 @@ def test_test_aware_code_in_a_folder_a_scan_would_skip_is_harness_changed(pytest
 
 @pytest.mark.parametrize("code", [
     "import os\n\n\ndef add(a, b):\n    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\n",
-    "import tempfile\n\n\ndef add(a, b):\n    return a + b if __file__.startswith(tempfile.gettempdir()) else a - b\n",
+    pytest.param("import tempfile\n\n\ndef add(a, b):\n    return a + b if __file__.startswith(tempfile.gettempdir()) "
+                 "else a - b\n", marks=pytest.mark.slow),
 ], ids=["selfheal-variable", "own-file-location"])
 def test_a_repair_that_asks_for_selfheals_signals_is_harness_changed(suite: pytest.Pytester, code: str) -> None:
     suite.makepyfile(calc=code)
@@ -157,7 +160,7 @@ def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) ->
     assert "STOP success" not in out
 
 
-@pytest.mark.parametrize("edit", ["test_digests", "nodeids"])
+@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids"])
 def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:
     (incident_id,) = _inbox(suite.path)
     path = suite.path / ".selfheal" / "error_inbox" / incident_id / "incident.json"
