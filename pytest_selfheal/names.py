@@ -40,6 +40,12 @@ LOCALISE_ENV = "SELFHEAL_LOCALISE"
 # `selfheal ci` gives its pytest child a fresh random token here: the capture records it as
 # incident.json `ci_run`, and ci loops only the incident holding its own token (docs/github.md).
 CI_RUN_ENV = "SELFHEAL_CI_RUN"
+# Set in each child's environment to the mark of its spawn (pytest_selfheal/process.py).
+SPAWN_MARK_VARIABLE = "SELFHEAL_SPAWN"
+# Taken out of a pytest run's environment before its first conftest (plugin.py): the tests
+# cannot tell a verification, or a run selfheal started, from an ordinary one. The
+# localisation run's variable stays: its xdist workers read it, and it judges nothing.
+TAKEN_SIGNALS: tuple[str, ...] = (VERIFYING_ENV, CI_RUN_ENV, SPAWN_MARK_VARIABLE)
 
 # The recorder's name in pytest's plugin manager (``-p no:selfheal-recorder`` turns it off).
 RECORDER_PLUGIN = "selfheal-recorder"
@@ -77,6 +83,28 @@ def global_config_path(env: Mapping[str, str]) -> Optional[Path]:
             return None
     directory = Path(home) / base[2:] if base else Path(home) / ".config" / "opencode"
     return directory / "get-shit-done" / "config.json"
+
+
+def state_dir(env: Mapping[str, str]) -> Optional[Path]:
+    """``${XDG_STATE_HOME:-~/.local/state}/pytest-selfheal``: what selfheal keeps out of the
+    project tree (the incidents' record digests, installed code's bytecode); None when no
+    home directory can be found for it."""
+    base = env.get("XDG_STATE_HOME") or ""
+    if base.startswith("/"):
+        return Path(base) / "pytest-selfheal"
+    home = env.get("HOME")
+    if not home:
+        try:
+            home = str(Path.home())
+        except (RuntimeError, KeyError):
+            return None
+    return Path(home) / ".local" / "state" / "pytest-selfheal"
+
+
+def installed_bytecode(env: Mapping[str, str]) -> Optional[Path]:
+    """Where a verification keeps the bytecode of installed code between runs (process.py)."""
+    state = state_dir(env)
+    return state / "bytecode" if state is not None else None
 
 
 def project_config_paths(project_root: Path) -> list[Path]:

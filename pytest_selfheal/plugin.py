@@ -10,11 +10,14 @@ all the work happens once, at session end, on the controller: xdist workers neve
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import pytest
 
 from pytest_selfheal import hookspecs
-from pytest_selfheal.names import INI_KEYS, LOCALISE_ENV, RECORDER_PLUGIN, VERIFYING_ENV
+from pytest_selfheal.names import CI_RUN_ENV, INI_KEYS, LOCALISE_ENV, RECORDER_PLUGIN, TAKEN_SIGNALS, VERIFYING_ENV
+
+_SIGNALS = pytest.StashKey[dict[str, str]]()  # selfheal's own variables of this run (TAKEN_SIGNALS)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -97,8 +100,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(ini_name, default=None, help=f"ralf_lite.{INI_KEYS[ini_name]}")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Take selfheal's own variables out of the environment before the first conftest runs:
+    the tests cannot tell a verification, or a run selfheal started, from an ordinary run."""
+    early_config.stash[_SIGNALS] = {name: os.environ.pop(name) for name in TAKEN_SIGNALS if name in os.environ}
+
+
+def _signal(config: pytest.Config, name: str) -> Optional[str]:
+    """The value selfheal's variable ``name`` had for this run (taken out of the environment
+    if it is still there: the plugin was registered after the initial conftests)."""
+    value = os.environ.pop(name, None)
+    return config.stash.get(_SIGNALS, {}).get(name, value)
+
+
 def _enabled(config: pytest.Config) -> bool:
-    if os.environ.get(VERIFYING_ENV):
+    if _signal(config, VERIFYING_ENV):
         return False
     flag = config.getoption("selfheal")
     return bool(flag) if flag is not None else bool(config.getini("selfheal"))
@@ -110,7 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "tdd: a red-first (TDD) test, kept out of the RALF-Lite loop unless ralf_lite.apply_to.tdd_tasks"
     )
     localise = os.environ.get(LOCALISE_ENV)
-    if localise and os.environ.get(VERIFYING_ENV):
+    if localise and _signal(config, VERIFYING_ENV):
         # The loop's localisation run (passive, like a verification run): its spectrum only.
         from pytest_selfheal.capture import localise as localisation
 
@@ -121,7 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # not parse and compile the recorder (pytest rewrites the package's modules it imports).
     from pytest_selfheal import recorder
 
-    recorder.start(config)
+    recorder.start(config, _signal(config, CI_RUN_ENV))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own junitxml has written --junitxml

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
 
+from pytest_selfheal.names import SPAWN_MARK_VARIABLE
+
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
@@ -142,10 +144,11 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
         pass
 
 
-#: Set in each child's environment to the mark of its spawn: how the reaper finds a child
-#: whose group it was never told because selfheal died between the child's exec and the
-#: announcement (Linux, through /proc; elsewhere that child is left).
-SPAWN_MARK_VARIABLE = "SELFHEAL_SPAWN"
+# SPAWN_MARK_VARIABLE, set in each child's environment to the mark of its spawn: how the
+# reaper finds a child whose group it was never told because selfheal died between the
+# child's exec and the announcement (Linux, through /proc, which keeps a child's first
+# environment: a pytest child takes the mark out of os.environ, the reaper still sees it;
+# elsewhere that child is left).
 
 # The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group;
 # "?NAME=MARK" says a child is being started with that entry in its environment, "=NAME=MARK"

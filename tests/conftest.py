@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from helpers import FULL
+from helpers import CHILD_ADDOPTS, FULL
 from hypothesis import settings
 
 # No wall-clock threshold in a unit test (these machines are shared and noisy): hypothesis's
@@ -24,7 +24,6 @@ settings.load_profile("selfheal")
 
 pytest_plugins = ["pytester", "fake_github"]
 
-NO_RERUN_PLUGINS = "-p no:hypothesispytest -p no:flaky -p no:rerunfailures"
 
 
 @pytest.fixture(autouse=True)
@@ -32,16 +31,19 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     """No global config from the real home, a fixed git identity, no CI variables leaking in."""
     global_dir = tmp_path_factory.mktemp("opencode-config")
     monkeypatch.setenv("OPENCODE_CONFIG_DIR", str(global_dir))
+    # selfheal's state (record digests, installed code's bytecode): one per test session,
+    # never the developer's; incidents are told apart by their project's path.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "state"))
     for key, value in {
         "GIT_AUTHOR_NAME": "Test Author",
         "GIT_AUTHOR_EMAIL": "author@example.invalid",
         "GIT_COMMITTER_NAME": "Test Author",
         "GIT_COMMITTER_EMAIL": "author@example.invalid",
         "GIT_PYTHON_REFRESH": "quiet",
-        # Every pytest the tests start (captures, verifications) runs a tiny project that does
-        # not use hypothesis: not importing it saves ~1.5 s of CPU per child process. Nor the
-        # re-run plugins, which only tests/test_passed_on_rerun.py uses (it clears this).
-        "PYTEST_ADDOPTS": NO_RERUN_PLUGINS,
+        # Every pytest the tests start (captures, verifications) runs a tiny project that uses
+        # neither hypothesis nor the re-run plugins (only tests/test_passed_on_rerun.py does,
+        # and it clears this); the seal compares it, so the children get it too (helpers.run_env).
+        "PYTEST_ADDOPTS": CHILD_ADDOPTS,
     }.items():
         monkeypatch.setenv(key, value)
     for key in (
@@ -103,7 +105,7 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     tests/test_passed_on_rerun.py (pytester drops PYTEST_ADDOPTS: it is set again). flaky
     wraps every test in its own protocol, and rerunfailures serves a socket wherever xdist
     is installed: each costs every run its share, and flaky breaks a run inside a run."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", NO_RERUN_PLUGINS)
+    monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_ADDOPTS)
     return pytester
 
 

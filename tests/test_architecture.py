@@ -33,6 +33,7 @@ _RECORDER_WAITS = {
     "pytest_selfheal.capture.spectrum",  # --selfheal-spectrum
     "pytest_selfheal.config.files",  # a config to read (recorder.has_config)
     "pytest_selfheal.config.settings",  # a config to read, or something to record
+    "pytest_selfheal.cleanroom",  # an open or stopped incident: a fresh bytecode cache
     "pytest_selfheal.errors",  # a config to read, or an open incident
     "pytest_selfheal.loop.agent_mode",  # an open incident
     "pytest_selfheal.loop.stopped",  # a stopped incident that may hold a passed test
@@ -63,7 +64,7 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.cli.commands.mcp", "pytest_selfheal.mcp_server.server"),
     # ``selfheal mcp`` answers ``initialize`` first: what a tool runs loads when it is called.
     *(("pytest_selfheal.mcp_server.tools", f"pytest_selfheal.{name}") for name in (
-        "hooks", "process", "loop.agent_mode", "loop.attempts", "loop.messages", "loop.policy", "loop.seal_check",
+        "cleanroom", "hooks", "process", "loop.agent_mode", "loop.attempts", "loop.messages", "loop.policy", "loop.seal_check",
         "loop.regression", "loop.sticky", "loop.verify", "repair.apply", "report.incident_view", "report.load", "report.sections",
         "run.entry", "run.pytest_run")),
     ("pytest_selfheal.mcp_server.digest", "pytest_selfheal.plan.build"),  # only a digest that shows the plan

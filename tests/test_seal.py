@@ -4,7 +4,10 @@ changed; the judging keys in force at the capture judge the incident until a reo
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import marshal
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,8 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
-from pytest_selfheal.config.seal import Hasher, harness_changes, reseal, take_seal
+from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
+from pytest_selfheal.config.seal import Hasher, context_reads, harness_changes, reseal, take_seal
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -63,8 +67,135 @@ def test_a_monkeypatch_in_the_tests_package_init_is_harness_changed(suite: pytes
     run_result = json.loads((suite.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())
     assert run_result["final_status"] == "escalated"
     assert "suite/__init__.py" in run_result["decision_point"]["message"]
-    assert [o["command"] for o in run_result["decision_point"]["options"]][:2] == [
-        f"selfheal show {incident_id}", f"selfheal reopen {incident_id}"]
+    commands = [o["command"] for o in run_result["decision_point"]["options"]]
+    assert commands[0] == f"selfheal show {incident_id}" and not any("reopen" in c for c in commands)
+
+
+def _forge_bytecode(test_file: Path, weakened: str) -> None:
+    """What a cheat writes: the assertion-rewritten bytecode pytest caches for ``test_file``,
+    compiled from ``weakened``, its header holding the unchanged source's hash."""
+    header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(test_file.read_bytes())[:8]
+    cache = test_file.parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    name = f"{test_file.stem}.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    (cache / name).write_bytes(header + marshal.dumps(compile(weakened, str(test_file), "exec")))
+
+
+def test_forged_bytecode_of_an_unchanged_test_is_never_what_runs(suite: pytest.Pytester) -> None:
+    test_file = suite.path / "suite" / "test_calc.py"
+    _forge_bytecode(test_file, "def test_add():\n    pass\n")
+    suite.makepyfile(calc="def add(a, b):\n    return a - b  # an agent's comment-only change\n")
+    result = suite.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 1 and "assert -1 == 3" in out, out  # the test as written ran, not the forgery
+    assert "STOP success" not in out
+
+
+def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(calc=CALC)
+    tests = pytester.mkdir("tests")
+    (tests / "checks.py").write_text("def check(got, want):\n    assert got == want\n")
+    (tests / "test_calc.py").write_text("from calc import add\nfrom checks import check\n\n\n"
+                                        "def test_add():\n    check(add(1, 2), 3)\n")
+    pytester.syspathinsert()
+    pytester.syspathinsert(tests)
+    assert pytester.runpytest("--selfheal").ret == 1
+    (tests / "checks.py").write_text("def check(got, want):\n    pass\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (tests/checks.py changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+GUARD = "import sys\n\nUNDER = 'pytest' in sys.modules\n"
+
+
+# The default tier keeps one folder; the others are the slow tier's.
+@pytest.mark.parametrize("folder", ["calc/testing", pytest.param("calc/.hidden", marks=pytest.mark.slow),
+                                    pytest.param("build/lib", marks=pytest.mark.slow)])
+def test_test_aware_code_in_a_folder_a_scan_would_skip_is_harness_changed(pytester: pytest.Pytester,
+                                                                          folder: str) -> None:
+    pytester.mkpydir("calc")
+    (pytester.path / "calc" / "core.py").write_text(CALC)
+    pytester.makepyfile(test_calc="from calc.core import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    guard = pytester.path / folder
+    guard.mkdir(parents=True)
+    (guard / "guard.py").write_text(GUARD)
+    pytester.syspathinsert(guard)
+    (pytester.path / "calc" / "core.py").write_text("from guard import UNDER\n\n\ndef add(a, b):\n"
+                                                    "    return a + b if UNDER else a - b\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert (f"-> STOP harness_changed ({folder}/guard.py:3 reads the process context: "
+            "\"UNDER = 'pytest' in sys.modules\" changed since the capture)") in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("code", [
+    "import os\n\n\ndef add(a, b):\n    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\n",
+    pytest.param("import tempfile\n\n\ndef add(a, b):\n    return a + b if __file__.startswith(tempfile.gettempdir()) "
+                 "else a - b\n", marks=pytest.mark.slow),
+], ids=["selfheal-variable", "own-file-location"])
+def test_a_repair_that_asks_for_selfheals_signals_is_harness_changed(suite: pytest.Pytester, code: str) -> None:
+    suite.makepyfile(calc=code)
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (calc.py:5 reads the process context: " in out, out
+    assert "STOP success" not in out
+
+
+def test_turning_a_plugin_off_after_the_capture_is_harness_changed(suite: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", os.environ.get("PYTEST_ADDOPTS", "") + " -p no:warnings")
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (PYTEST_ADDOPTS changed since the capture)" in out, out
+
+
+def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) -> None:
+    elsewhere = suite.mkdir("elsewhere")
+    (elsewhere / "pytest_selfheal_extra.py").write_text(PASSING_PLUGIN)
+    suite.syspathinsert(elsewhere)
+    out = suite.runpytest("--selfheal", "-p", "pytest_selfheal_extra").stdout.str()
+    assert "this run is not counted as an iteration: its options (-p pytest_selfheal_extra) differ" in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids"])
+def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:
+    (incident_id,) = _inbox(suite.path)
+    path = suite.path / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    doc = json.loads(path.read_text())
+    if edit == "test_digests":
+        doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+    else:
+        doc["nodeids"] = ["suite/test_calc.py::test_other"]
+    path.write_text(json.dumps(doc))
+    stop = "-> STOP harness_changed (the incident's records were edited outside selfheal changed since"
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert stop in out and "STOP success" not in out, out
+    # selfheal's own writes since (the stop, a reopen) never make the edited records good again
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0
+    suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    assert stop in suite.runpytest("--selfheal").stdout.str()
+
+
+@pytest.mark.parametrize("line,reads", [
+    ("frame = inspect.currentframe()", True),
+    ("caller = sys._getframe(1)", True),
+    ("here = Path.cwd()", True),
+    ("loaded = __import__('sys').modules", True),
+    ("argv = sys.argv[1:]", True),
+    ("from os import environ", True),
+    ("import _pytest", True),
+    ("name = 'PYTEST_CURRENT_TEST'", True),
+    ("stack = traceback.extract_stack()", True),
+    ("total = sum(self.modules)", False),
+    ("path = os.path.join(a, b)", False),
+    ("signature = inspect.signature(f)", False),
+], ids=lambda value: str(value))
+def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, reads: bool) -> None:
+    source = f'"""A module about pytest."""\n\n\ndef f(a, b, self=None):\n    {line}\n'.encode()
+    assert context_reads(source) == (((5, line),) if reads else ())
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -85,7 +216,8 @@ def test_a_project_plugin_added_to_addopts_is_harness_changed(suite: pytest.Pyte
 def test_library_code_that_asks_whether_it_runs_under_pytest_is_harness_changed(suite: pytest.Pytester) -> None:
     suite.makepyfile(calc='import sys\n\n\ndef add(a, b):\n    return a + b if "pytest" in sys.modules else a - b\n')
     out = suite.runpytest("--selfheal").stdout.str()
-    assert "-> STOP harness_changed (calc.py (test-aware code) changed since the capture)" in out, out
+    assert ("-> STOP harness_changed (calc.py:5 reads the process context: "
+            "'return a + b if \"pytest\" in sys.modules else a - b' changed since the capture)") in out, out
     assert "STOP success" not in out
 
 
@@ -95,16 +227,23 @@ def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:
     assert "-> STOP success" in out and "harness_changed" not in out
 
 
-def test_a_reopen_takes_a_fresh_seal(suite: pytest.Pytester) -> None:
+def test_a_reopen_keeps_the_seal_and_a_new_seal_needs_a_person_at_a_terminal(suite: pytest.Pytester) -> None:
     (incident_id,) = _inbox(suite.path)
     conftest = suite.path / "suite" / "helpers_conftest"
     conftest.mkdir()
     (conftest / "conftest.py").write_text("# a new conftest under the rootdir\n")
-    assert "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed" in suite.runpytest("--selfheal").stdout.str()
-    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a person accepts the new conftest
+    stop = "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed"
+    assert stop in suite.runpytest("--selfheal").stdout.str()
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a budget, not a new seal
     suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
     out = suite.runpytest("--selfheal").stdout.str()
-    assert "-> STOP success" in out and "harness_changed" not in out, out
+    assert stop in out and "STOP success" not in out, out
+    assert cli("reopen", incident_id, cwd=suite.path).returncode == 0
+    person = {k: v for k, v in run_env().items() if k not in AGENT_VARIABLES}
+    refused = cli("reopen", incident_id, "--new-seal", cwd=suite.path, env=person)  # no terminal here
+    assert refused.returncode == 5 and "needs a terminal to confirm it" in refused.stderr, refused
+    under_agent = cli("reopen", incident_id, "--new-seal", cwd=suite.path, env=run_env({"CLAUDECODE": "1"}))
+    assert under_agent.returncode == 5 and "refused under a coding agent (CLAUDECODE is set)" in under_agent.stderr
 
 
 def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pytester: pytest.Pytester) -> None:
@@ -116,7 +255,7 @@ def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pyte
     (incident_id,) = _inbox(pytester.path)
     _config(pytester.path, max_iterations=10, error_fingerprint_repeats=9, no_progress_repeats=9, enabled=False)
     notice = (f"selfheal: incident {incident_id}: config keys enabled, max_iterations changed since the capture: "
-              f"not applied to incident {incident_id} until `selfheal reopen {incident_id}`")
+              f"not applied to incident {incident_id} (its capture's keys judge it)")
     lines = []
     for body in ("a * b", "a - b - 0"):  # the agent changes the code; the test still fails
         pytester.makepyfile(calc=f"def add(a, b):\n    return {body}\n")
@@ -223,13 +362,14 @@ def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
     env = {"PYTEST_ADDOPTS": "-x"}
     seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
                      extra_code=["lib.py"], environ=env, path=[])
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[])) == []
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == []
     (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
     (root / "tests" / "__init__.py").write_text("")
     (root / "pytest.ini").write_text("[pytest]\naddopts = -q -p cheat\n")
     (root / "tox.ini").write_text("[pytest]\nxfail_strict = false\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])) == [
+    now = reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])
+    assert harness_changes(seal, now, root) == [
         "tests/__init__.py", "pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict",
         "PYTEST_ADDOPTS"]
 
@@ -248,8 +388,8 @@ def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("builtins.open", counting_open)
     digest = hasher.digest(str(path))
     assert hasher.digest(str(path)) == digest and reads == [str(path)]
-    assert hasher.test_aware(str(path)) == hasher.test_aware(str(path)) != ""
-    assert reads == [str(path), str(path)]  # the test-aware scan reads the file it checks, once
+    assert hasher.reads(str(path)) == hasher.reads(str(path)) == ((1, "import pytest"),)
+    assert reads == [str(path), str(path)]  # the context-read scan reads the file it checks, once
 
 
 @pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
@@ -279,3 +419,119 @@ def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path
             assert "tests/__init__.py" in verdict["summary"], verdict
 
     anyio.run(scenario)
+
+
+def _gate(project: Path) -> str:
+    """The Claude Code stop gate's message, through its stdin and stdout."""
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", "claude"], input=json.dumps(payload).encode(),
+                          cwd=project, capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    answer = json.loads(done.stdout)
+    return str(answer.get("systemMessage") or answer.get("reason") or "")
+
+
+@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
+def test_at_the_gate_test_aware_code_in_testing_is_never_tests_passed_nor_after_an_agents_reopen(
+        tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc/__init__.py": "", "calc/core.py": CALC,
+                                               "test_calc.py": TEST_CALC.replace("from calc", "from calc.core")})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    (project / "calc" / "testing").mkdir()
+    (project / "calc" / "testing" / "__init__.py").write_text("")
+    (project / "calc" / "testing" / "guard.py").write_text(GUARD)
+    (project / "calc" / "core.py").write_text("from calc.testing.guard import UNDER\n\n\ndef add(a, b):\n"
+                                              "    return a + b if UNDER else a - b\n")
+    first = _gate(project)
+    assert "tests passed" not in first and "harness_changed" in first, first
+    assert "calc/testing/guard.py:3 reads the process context" in first, first
+    assert "selfheal reopen" not in first, first  # no stop message suggests a reopen
+    assert cli("reopen", incident_id, cwd=project).returncode == 0  # what a dishonest agent runs
+    again = _gate(project)
+    assert "tests passed" not in again and "harness_changed" in again, again
+
+
+@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
+def test_mcp_run_tests_never_passes_edited_records_or_forged_bytecode(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
+                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert first["captured"], first
+            _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
+            (project / "calc.py").write_text(CALC + "# tried something\n")
+            forged = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert forged["stop_reason"] != "success" and forged["decision"] == "CONTINUE", forged
+            (incident_id,) = _inbox(project)
+            path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+            doc = json.loads(path.read_text())
+            doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+            path.write_text(json.dumps(doc))
+            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")  # even an honest fix now
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
+            assert "the incident's records were edited outside selfheal" in verdict["summary"], verdict
+
+    anyio.run(scenario)
+
+
+# A repair provider: writes calc.py into the worktree it is given (argv: worktree, body).
+PROVIDER = "import pathlib, sys\npathlib.Path(sys.argv[1], 'calc.py').write_text(sys.argv[2])\n"
+
+
+@pytest.mark.slow  # a repair worktree and a verification: the default tier keeps the agent-mode runs
+def test_a_repair_that_asks_for_selfheals_variable_is_never_success_in_the_loop(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "test_calc.py": TEST_CALC})
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    provider = tmp_path / "provider.py"
+    provider.write_text(PROVIDER)
+    cheat = "import os\n\n\ndef add(a, b):\n    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\n"
+    command = json.dumps([PY, str(provider), "{worktree}", cheat])
+    code, out, _ = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=project, env=run_env())
+    assert code == 1 and "STOP success" not in out, out
+    assert "calc.py:5 reads the process context" in out, out
+
+
+@pytest.mark.slow  # a second environment: a venv of its own
+def test_in_a_second_environment_an_edited_plugin_and_forged_bytecode_are_never_success(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    site_packages = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([PY, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
+                    str(Path(__file__).resolve().parent.parent)], check=True, timeout=300, capture_output=True)
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (site_packages / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
+    plugin = site_packages / "team_plugin.py"  # a plugin module of no distribution, in site-packages
+    plugin.write_text("def pytest_report_header(config):\n    return 'team plugin'\n")
+    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, "-m", "pytest", "-p", "pytest_selfheal.plugin", "-p", "team_plugin",
+                               "--selfheal", "-q"], cwd=project, capture_output=True, text=True, timeout=120,
+                              env=run_env({"XDG_STATE_HOME": str(tmp_path / "state")}))
+
+    assert run().returncode == 1
+    plugin.write_text(PASSING_PLUGIN)
+    result = run()
+    assert result.returncode == 0, result.stdout + result.stderr  # the plugin turned the failure into a pass
+    assert f"-> STOP harness_changed ({plugin} changed since the capture)" in result.stdout, result.stdout
+    project2 = make_project(tmp_path / "proj2", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
+    plugin.write_text("def pytest_report_header(config):\n    return 'team plugin'\n")
+    project = project2
+    assert run().returncode == 1
+    _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
+    (project / "calc.py").write_text(CALC + "# tried something\n")
+    forged = run()
+    assert forged.returncode == 1 and "STOP success" not in forged.stdout, forged.stdout

@@ -95,8 +95,9 @@ def test_one_step_takes_fewer_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     old = len(counted)
     counted.clear()
     one_step(Store(tmp_path / "new"))
-    # 5 incident files + build folder + inbox, 2 plan files + plan build folder + error_plans.
-    assert len(counted) == 11 < old
+    # 5 incident files + build folder + inbox, 2 plan files + plan build folder + error_plans,
+    # the judging records' digests in the state directory (file + folder).
+    assert len(counted) == 13 < old
 
 
 def test_a_failed_plan_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

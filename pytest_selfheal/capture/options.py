@@ -40,7 +40,8 @@ def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
     if dest.startswith("selfheal"):
         return True
     # The plugin itself: the verification child loads it (or not) as the user's pytest does.
-    return dest == "plugins" and value is not None and value.startswith("pytest_selfheal")
+    # Its modules by name: a plugin whose name only starts like it is another plugin.
+    return dest == "plugins" and value is not None and value.split(".")[0] == "pytest_selfheal"
 
 
 def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:

@@ -1,19 +1,24 @@
 """The seal (edge: reads files and the interpreter's state): what decides what runs and how
 a result is judged, taken when an incident is captured and compared at every verification.
+Between a capture and a verdict only the code under repair may change: the project's
+non-test modules.
 
 - the files: the collected test modules, the ``__init__.py`` and ``conftest.py`` of every
   package between them and the rootdir, every ``conftest.py`` under the rootdir, and the
-  project's own plugins (``-p`` modules, ``pytest_plugins`` that resolve to project files);
+  project's own plugins;
+- every other module the run imported, wherever it lives (test helpers, plugins, installed
+  distributions, the standard library), by content;
 - pytest's configuration: pytest's section of every config file pytest may read it from
   (each key apart, so a change names the key), the inifile the capture used, and the
-  environment variables pytest reads options and plugins from;
+  environment variables pytest reads options and plugins from, ``-p no:NAME`` included;
 - the interpreter's start-up customisation: ``sitecustomize`` / ``usercustomize`` where they
   resolve on ``sys.path``, and the ``.pth`` files of the site directories;
 - the installed distributions that can act on a run: pytest itself and every distribution
   that registers a ``pytest11`` plugin, with their versions;
-- test-aware code: the non-test modules of the project the run imported that ask whether
-  they run under a test (``PYTEST_CURRENT_TEST``, ``"pytest" in sys.modules``, an import of
-  ``pytest``): a module that starts to ask (or asks differently) is flagged.
+- the code under repair's reads of the process context (:func:`context_reads`: the
+  environment, ``sys.modules``, ``sys.argv``, the call stack, ``__file__``, the working
+  directory, the names pytest and selfheal): a read added since the capture is flagged,
+  quoted.
 
 Cheap by design: a file's content is hashed once per run (:class:`Hasher`, stat first: size
 and mtime_ns key the run's cache; across runs only content hashes are compared), and a run
@@ -22,6 +27,7 @@ with nothing to judge (green, no incident open) never takes a seal (recorder/fin
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -29,6 +35,7 @@ import posixpath
 import re
 import site
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,23 +52,30 @@ from pytest_selfheal.records.seal import Seal
 UNSET = "unset"
 INIFILE = "inifile"
 NO_INIFILE = "none"
-# The environment pytest reads options and plugins from. Turning plugins off (`-p no:NAME`,
-# PYTEST_DISABLE_PLUGIN_AUTOLOAD) adds nothing that could pass a failure: not sealed.
+# The environment pytest reads options and plugins from (``-p no:NAME`` too: turning a
+# plugin off can pass a failure, e.g. the warnings plugin under ``filterwarnings = error``).
 ENVIRONMENT: tuple[str, ...] = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 STARTUP_MODULES: tuple[str, ...] = ("sitecustomize", "usercustomize")
+TEST_AWARE = "reads the process context"
 
 # Directories no conftest walk enters: pytest's default norecursedirs, caches, environments.
 _SKIP_DIRS = frozenset({"_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}", "__pycache__",
                         "site-packages", "dist-packages"})
-# Code that asks whether it runs under a test: pytest's variables, a look into sys.modules, an import.
-TEST_AWARE = re.compile(
-    rb"""PYTEST_CURRENT_TEST|PYTEST_VERSION|PYTEST_XDIST_WORKER"""
-    rb"""|["']_?pytest["']\s*(?:not\s+)?in\s+sys\.modules"""
-    rb"""|sys\.modules\s*(?:\.get\s*\(|\[)\s*["']_?pytest"""
-    rb"""|(?:import_module|find_spec|__import__)\s*\(\s*["']_?pytest"""
-    rb"""|^[ \t]*(?:import|from)[ \t]+_?pytest\b""",
-    re.MULTILINE,
-)
+# A module below one of these is installed code, not the project's, wherever it lives.
+_INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
+
+# The process context code can read to tell a test run (or a verification) from a real one.
+_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv"})
+_CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
+               "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
+               "Path": frozenset({"cwd"}), "pathlib": frozenset({"Path"}),
+               "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),
+               "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
+_CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
+_CONTEXT_WORDS = ("pytest", "selfheal")
+# A line that may hold a read names one of these (lower-cased), or starts an import.
+_CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|traceback|__file__|cwd|pycache_prefix"
+                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
 
 
 def sha256(data: bytes) -> str:
@@ -69,24 +83,83 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _test_aware(data: bytes) -> tuple[bytes, ...]:
-    """The test-aware constructs in a file's bytes, sorted: the pattern runs only on the lines
-    that name pytest at all (a regular expression over every byte costs 100x more)."""
-    if b"pytest" not in data and b"PYTEST" not in data:
+def _reads_context(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        owner = node.value
+        if node.attr in _CONTEXT_ANYWHERE:
+            return True
+        if isinstance(owner, ast.Name):
+            return owner.id in _CONTEXT_MODULES or node.attr in _CONTEXT_OF.get(owner.id, ())
+        return isinstance(owner, ast.Call) and any(node.attr in names for names in _CONTEXT_OF.values())
+    if isinstance(node, ast.Name):
+        return node.id == "__file__"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return any(word in node.value.lower() for word in _CONTEXT_WORDS)
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] in _CONTEXT_MODULES for alias in node.names)
+    if isinstance(node, ast.ImportFrom):
+        module = (node.module or "").split(".")[0]
+        return module in _CONTEXT_MODULES or any(
+            alias.name in _CONTEXT_OF.get(module, ()) or alias.name in _CONTEXT_ANYWHERE for alias in node.names)
+    return False
+
+
+def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
+    """The lines of a module's source that read the process context — the environment,
+    ``sys.modules``, ``sys.argv``, the call stack, its own ``__file__``, the
+    working directory, a string naming pytest or selfheal — as ``(line number, stripped
+    line)``, from its syntax tree (docstrings left out). A file Python cannot parse: ()."""
+    if not _CONTEXT_LINE.search(data.lower()):
         return ()
-    found = {m.group(0).strip() for line in data.splitlines() if b"pytest" in line or b"PYTEST" in line
-             for m in TEST_AWARE.finditer(line)}
-    return tuple(sorted(found))
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    docstrings = {id(n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+    lines = data.decode("utf-8", "replace").split("\n")  # numbered as the parser numbers them
+    found = {number for node in ast.walk(tree) for number in [int(getattr(node, "lineno", 0))]
+             if 0 < number <= len(lines) and id(node) not in docstrings and _reads_context(node)}
+    return tuple((number, lines[number - 1].strip()) for number in sorted(found))
+
+
+def _line_key(text: str) -> str:
+    return sha256(text.encode("utf-8", "surrogatepass"))[:16]
+
+
+def code_record(data: bytes) -> str:
+    """What a seal records of a module of the code under repair: its sha256, then the short
+    sha256 of each stripped line that could read the process context (:data:`_CONTEXT_LINE`),
+    sorted. Found without parsing: the module is parsed only when it changed since."""
+    lowered = data.lower()  # one pass over the file: far fewer matches than lines
+    starts = {lowered.rfind(b"\n", 0, m.start()) + 1 for m in _CONTEXT_LINE.finditer(lowered)}
+    lines = (data[start:end if (end := data.find(b"\n", start)) >= 0 else len(data)] for start in starts)
+    keys = sorted(_line_key(line.strip().decode("utf-8", "replace")) for line in lines)
+    return " ".join([sha256(data), *keys])
+
+
+def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The reads of ``reads`` whose lines ``recorded`` (a :func:`code_record`) does not hold."""
+    left = Counter(recorded.split()[1:])
+    added = []
+    for number, text in reads:
+        key = _line_key(text)
+        if left[key] > 0:
+            left[key] -= 1
+        else:
+            added.append((number, text))
+    return added
 
 
 @dataclass
 class Hasher:
     """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of its sha256
-    (and, for the modules checked for test-aware code, of what it asks). Never kept across
+    (and, for the code under repair, of its context reads). Never kept across
     runs: an mtime can lie."""
 
     _digests: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-    _aware: dict[str, tuple[int, int, tuple[bytes, ...]]] = field(default_factory=dict)
+    _reads: dict[str, tuple[int, int, tuple[tuple[int, str], ...]]] = field(default_factory=dict)
+    _records: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @staticmethod
     def _read(path: str) -> Optional[tuple[int, int, bytes]]:
@@ -116,15 +189,25 @@ class Hasher:
         self._digests[path] = (read[0], read[1], sha256(read[2]))
         return self._digests[path][2]
 
-    def test_aware(self, path: str) -> str:
-        """sha256 of the test-aware constructs in the file, or "" when it has none."""
-        known = self._aware.get(path)
+    def record(self, path: str) -> str:
+        """The file's :func:`code_record` ("" when it cannot be read)."""
+        known = self._records.get(path)
         if known is None or known[:2] != self._stat(path):
             read = self._read(path)
             if read is None:
                 return ""
-            known = self._aware[path] = (read[0], read[1], _test_aware(read[2]))
-        return sha256(b"\n".join(known[2])) if known[2] else ""
+            known = self._records[path] = (read[0], read[1], code_record(read[2]))
+        return known[2]
+
+    def reads(self, path: str) -> tuple[tuple[int, str], ...]:
+        """The file's reads of the process context (:func:`context_reads`)."""
+        known = self._reads.get(path)
+        if known is None or known[:2] != self._stat(path):
+            read = self._read(path)
+            if read is None:
+                return ()
+            known = self._reads[path] = (read[0], read[1], context_reads(read[2]))
+        return known[2]
 
 
 @dataclass(frozen=True)
@@ -281,27 +364,13 @@ def _version(name: str) -> str:
         return MISSING
 
 
-def _without_plugins_off(words: Sequence[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for index, word in enumerate(words):
-        if skip:
-            skip = False
-        elif word == "-p" and index + 1 < len(words) and words[index + 1].startswith("no:"):
-            skip = True
-        elif not word.startswith("-pno:"):
-            kept.append(word)
-    return kept
-
-
 def _environment(environ: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for name in ENVIRONMENT:
         value = environ.get(name)
-        if name == "PYTEST_ADDOPTS" and value is not None:
-            value = " ".join(_without_plugins_off(value.split())) or None
         if name == "PYTEST_PLUGINS" and value is not None:
-            # Loading selfheal itself this way (the MCP server and the gates may) judges nothing.
+            # Loading selfheal itself this way (the MCP server and the gates may) judges nothing;
+            # its modules by name: a plugin whose name only starts like it is another plugin.
             named = sorted(p.strip() for p in value.split(",") if p.strip() and p.strip().split(".")[0] != "pytest_selfheal")
             value = ",".join(named) or None
         out[name] = sha256(value.encode("utf-8", "surrogatepass")) if value is not None else UNSET
@@ -323,15 +392,48 @@ def _project_plugins(rootdir: Path, loaded: Loaded) -> list[str]:
     return [rel for rel in (_relative(rootdir, f) for f in loaded.plugin_files) if rel is not None]
 
 
-def _project_code(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> list[str]:
+def _project_module(rootdir: Path, path: str) -> Optional[str]:
+    """``path`` rootdir-relative when it is one of the project's modules, in whichever folder
+    (hidden, ``build/``, ``testing/``); None outside the rootdir or in an environment in it."""
+    absolute = os.path.abspath(path)
+    prefix = os.path.join(rootdir, "")
+    if not absolute.startswith(prefix):
+        return None  # most of sys.modules: told apart without making a Path of each
+    rel = absolute[len(prefix):].replace(os.sep, "/")
+    return None if any(part in _INSTALLED_DIRS for part in rel.split("/")[:-1]) else rel
+
+
+def _test_module_name(rel: str) -> bool:
+    name = posixpath.basename(rel)
+    return name == "conftest.py" or name.startswith("test_") or name.endswith("_test.py")
+
+
+def _loaded_modules(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(modules, code)`` of what the run loaded besides ``sealed``: the files sealed by
+    content (the project's test code rootdir-relative, everything outside the project
+    absolute) and the code under repair (the project's other ``.py`` modules)."""
     skip = set(sealed)
-    found = {rel for rel in (_relative(rootdir, f) for f in loaded.module_files)
-             if rel is not None and rel.endswith(".py") and rel not in skip and not is_test_file(rel)}
-    return sorted(found)
+    modules: set[str] = set()
+    code: set[str] = set()
+    for path in dict.fromkeys((*loaded.plugin_files, *loaded.module_files)):
+        rel = _project_module(rootdir, path)
+        if rel is None:
+            modules.add(os.path.abspath(path))
+        elif rel in skip:
+            continue
+        elif is_test_file(rel):
+            modules.add(rel)
+        elif rel.endswith(".py"):
+            code.add(rel)
+    return sorted(modules), sorted(code)
 
 
 def _code_paths(paths: Iterable[str]) -> set[str]:
-    return {p for p in paths if p.endswith(".py") and not is_test_file(p) and not p.startswith(("../", "/"))}
+    return {p for p in paths if p.endswith(".py") and not _test_module_name(p) and not p.startswith(("../", "/"))}
+
+
+def _records(rootdir: Path, code: Iterable[str], hasher: Hasher) -> dict[str, str]:
+    return {rel: record for rel in code for record in [hasher.record(str(rootdir / rel))] if record}
 
 
 def take_seal(
@@ -349,21 +451,22 @@ def take_seal(
     """The seal of a run in ``rootdir`` whose collected test modules are ``test_files``
     (rootdir-relative), with ``inifile`` (rootdir-relative, or absolute outside it) and the
     ``judging`` ralf_lite keys. ``loaded``: what the run loaded (inside pytest);
-    ``extra_code``: more rootdir-relative modules to check for test-aware code (the failures'
-    target paths: an xdist controller imports none of the code under test)."""
+    ``extra_code``: more rootdir-relative modules whose context reads are recorded (the
+    failures' target paths: an xdist controller imports none of the code under test)."""
     hasher = hasher or Hasher()
     tests = sorted({posixpath.normpath(t) for t in test_files if t.endswith(".py") and not t.startswith(("../", "/"))})
     files = _files(rootdir, tests, _project_plugins(rootdir, loaded), hasher)
-    code = sorted(set(_project_code(rootdir, loaded, files)) | _code_paths(extra_code))
-    aware = {rel: digest for rel in code for digest in [hasher.test_aware(str(rootdir / rel))] if digest}
+    modules, loaded_code = _loaded_modules(rootdir, loaded, files)
+    code = sorted(set(loaded_code) | _code_paths(extra_code))
     return Seal(
         files=files,
+        modules={name: hasher.digest(str(rootdir / name)) for name in modules},
         pytest_config=_config(rootdir, _folders(tests), inifile, hasher),
         environment=_environment(os.environ if environ is None else environ),
         startup=_startup(hasher, sys.path if path is None else path),
         distributions=_distributions(),
         code=tuple(code),
-        test_aware=aware,
+        test_aware=_records(rootdir, code, hasher),
         judging=dict(judging),
     )
 
@@ -372,25 +475,31 @@ def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded:
            extra_code: Iterable[str] = (), environ: Optional[Mapping[str, str]] = None,
            path: Optional[Sequence[str]] = None, distributions: bool = True) -> Seal:
     """The seal now of what ``recorded`` sealed, in ``rootdir`` (the project, or a repair
-    worktree): its files hashed again (with the conftests and plugins that appeared since),
-    the same configuration places, start-up files and distributions; the code it checked
-    plus ``extra_code`` (rootdir-relative, e.g. a repair's changed files) and what ``loaded`` holds.
+    worktree): its files and modules hashed again (with the conftests and plugins that
+    appeared since), the same configuration places, start-up files and distributions; the
+    context reads of the code it checked, of ``extra_code`` (rootdir-relative, e.g. a
+    repair's changed files) and of every project module ``loaded`` holds that the capture
+    did not seal (a module new since, in whichever folder).
     ``distributions``: False keeps the recorded ones (a check outside pytest: the loop's parent)."""
     hasher = Hasher()
     tests = [name for name in recorded.files if is_test_file(name)]
     names = set(recorded.files) | set(_conftests(rootdir)) | set(_project_plugins(rootdir, loaded))
     files = {name: hasher.digest(str(rootdir / name)) for name in sorted(names)}
+    _, loaded_code = _loaded_modules(rootdir, loaded, files)
+    new = {rel for rel in (_project_module(rootdir, f) for f in loaded.module_files)
+           if rel is not None and rel.endswith(".py") and rel not in files and rel not in recorded.modules
+           and not _test_module_name(rel)}
+    code = sorted(set(recorded.code) | _code_paths(extra_code) | set(loaded_code) | new)
     inifile = recorded.pytest_config.get(INIFILE)
-    code = sorted(set(recorded.code) | _code_paths(extra_code) | set(_project_code(rootdir, loaded, files)))
-    aware = {rel: digest for rel in code for digest in [hasher.test_aware(str(rootdir / rel))] if digest}
     return Seal(
         files=files,
+        modules={name: hasher.digest(str(rootdir / name)) for name in recorded.modules},
         pytest_config=_config(rootdir, _folders(tests), None if inifile in (None, NO_INIFILE) else inifile, hasher),
         environment=_environment(os.environ if environ is None else environ),
         startup=_startup(hasher, sys.path if path is None else path),
         distributions=_distributions() if distributions else recorded.distributions,
         code=tuple(code),
-        test_aware=aware,
+        test_aware={rel: hasher.digest(str(rootdir / rel)) for rel in code},  # parsed only when changed
         judging=dict(judging),
     )
 
@@ -399,11 +508,24 @@ def _differ(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     return [name for name in sorted(set(before) | set(after)) if before.get(name, MISSING) != after.get(name, MISSING)]
 
 
-def harness_changes(recorded: Seal, now: Seal) -> list[str]:
+def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
+    number, text = added[0]
+    text = text if len(text) <= 80 else text[:77] + "..."
+    more = f" and {len(added) - 1} more" if len(added) > 1 else ""
+    return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
+
+
+def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
     """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
-    variable, a start-up file, ``<distribution> <version>``, ``<module> (test-aware)``. The
-    judging keys are not in it (:func:`judging_changes`: reported, not obeyed)."""
-    changed = _differ(recorded.files, now.files) + _differ(recorded.pytest_config, now.pytest_config)
+    variable, a start-up file, ``<distribution> <version>``, a module of the code under
+    repair changed since with an added read of the process context (parsed and quoted from
+    ``root``, where ``now`` was taken). A sealed module gone since is
+    no change (deleting code cannot pass a failure). The judging keys are not in it
+    (:func:`judging_changes`: reported, not obeyed)."""
+    changed = _differ(recorded.files, now.files)
+    changed += [name for name in sorted(recorded.modules)
+                if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
+    changed += _differ(recorded.pytest_config, now.pytest_config)
     changed += _differ(recorded.environment, now.environment)
     for name in _differ(recorded.startup, now.startup):
         where = now.startup.get(name) or recorded.startup.get(name) or ""
@@ -411,8 +533,14 @@ def harness_changes(recorded: Seal, now: Seal) -> list[str]:
     for name in _differ(recorded.distributions, now.distributions):
         old, new = recorded.distributions.get(name, "not installed"), now.distributions.get(name, "not installed")
         changed.append(f"{name} {old} -> {new}")
-    changed += [f"{name} (test-aware code)" for name in sorted(now.test_aware)
-                if now.test_aware[name] != recorded.test_aware.get(name)]
+    hasher = Hasher()
+    for name in sorted(now.test_aware):
+        before = recorded.test_aware.get(name, "")
+        if now.test_aware[name].split()[:1] == before.split()[:1]:
+            continue  # unchanged since the capture
+        added = added_reads(before, hasher.reads(str(root / name)))
+        if added:
+            changed.append(_quoted(name, added))
     return changed
 
 
@@ -430,6 +558,9 @@ __all__ = [
     "Hasher",
     "Loaded",
     "TEST_AWARE",
+    "added_reads",
+    "context_reads",
+    "code_record",
     "harness_changes",
     "judging_changes",
     "loaded_now",

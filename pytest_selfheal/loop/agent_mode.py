@@ -191,7 +191,8 @@ def record_agent_attempts(
         judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
         if edited_keys:
             result.lines.append(edited_keys)
-        changed_harness = harness_changed(incident.captured, project_root, loaded=loaded) if incident.captured else []
+        changed_harness = (harness_changed(incident.captured, project_root, store=store, loaded=loaded)
+                           if incident.captured else [])
         # A passing selection: the tests the change can reach run before it can be a success.
         regression = None if incident.captured is None else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,

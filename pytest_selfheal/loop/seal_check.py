@@ -3,10 +3,10 @@ capture, and what changed since in what decides what runs (config/seal.py).
 
 - :func:`judged_config`: the effective config with the incident's judging keys (thresholds,
   budget, gate and verification arguments, ``enabled``) as they were at capture, and the one
-  line that reports a later edit: reported, never obeyed, until ``selfheal reopen``.
+  line that reports a later edit: reported, never obeyed (a reopen keeps them too).
 - :func:`harness_changed`: what changed in the seal, each named; a non-empty answer stops
   the iteration with ``harness_changed`` (never ``success``).
-- :func:`fresh_seal`: the seal a reopen (a person's act) records.
+- :func:`fresh_seal`: the seal ``selfheal reopen --new-seal`` (a person at a terminal) records.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Optional
 from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.root import Store
 
 # The words of the line that reports an edited judging key (other surfaces pass it on).
@@ -37,14 +39,17 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
     ident = incident.incident_id
     judged = under_judging(effective, recorded, f"incident {ident} (its capture)")
     keys = "config key " + ", ".join(changed) if len(changed) == 1 else "config keys " + ", ".join(changed)
-    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} until `selfheal reopen {ident}`"
+    return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} (its capture's keys judge it)"
 
 
-def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] = None,
+def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, loaded: Optional[Loaded] = None,
                     extra_code: Iterable[str] = ()) -> list[str]:
     """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
     project, or the repair worktree the verification runs in), each named; [] without a
-    seal. The failing tests' files and their conftests are left to ``tests_edited``."""
+    seal. The failing tests' files and their conftests are left to ``tests_edited``.
+    ``store``: the incident's, whose judging records are checked first (store/judging.py)."""
+    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id)):
+        return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
     # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
@@ -53,21 +58,25 @@ def harness_changed(incident: Incident, root: Path, *, loaded: Optional[Loaded] 
                  distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
-    return [name for name in harness_changes(incident.seal, now) if name not in incident.test_digests]
+    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests]
+
+
+def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
+    return store.read_plan(incident_id) if store.has_plan(incident_id) else None
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
-    """After a person's reopen (``selfheal reopen``, ``selfheal loop --reopen``): the
+    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the
     incident's seal taken again in ``root`` with today's judging keys; what changed before
     is accepted from now on. Nothing for an incident captured without a seal."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
-        store.update_incident(incident_id, seal=seal.to_json())
+        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id))
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
     """The seal of what ``incident``'s seal covers as it is now, with today's judging keys
-    (``selfheal reopen``); None for an incident captured without one."""
+    (``selfheal reopen --new-seal``); None for an incident captured without one."""
     if incident.seal is None:
         return None
     return reseal(incident.seal, root, judging=judging_values(effective))

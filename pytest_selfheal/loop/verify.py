@@ -30,13 +30,19 @@ from typing import Optional
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root, option_groups
 from pytest_selfheal.loop.invocation import from_invocation_dir
-from pytest_selfheal.names import SELECTION_FORMAT, SELECTION_OPTION, SELECTION_PLUGIN, VERIFYING_ENV
+from pytest_selfheal.names import (
+    SELECTION_FORMAT,
+    SELECTION_OPTION,
+    SELECTION_PLUGIN,
+    VERIFYING_ENV,
+)
 from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.incident import Incident
@@ -255,7 +261,8 @@ def run_selection(
     rootdir-relative selections are rewritten relative to it (:mod:`.invocation`).
 
     ``--junitxml=<junit_path>`` is appended (a later option wins over the user's
-    ``addopts``), ``SELFHEAL_VERIFYING=1`` is set, the child gets its own process group
+    ``addopts``), ``SELFHEAL_VERIFYING=1`` is set (the plugin takes it out of the tests'
+    sight), the child compiles every module afresh (:func:`~pytest_selfheal.cleanroom.fresh_bytecode`), gets its own process group
     and stdin from /dev/null, and its output goes to ``<junit_path>.out``. On timeout the
     whole group is stopped (SIGTERM, SIGKILL after ``kill_grace``) and ``timed_out`` is
     True. An exception while waiting (Ctrl-C, SIGTERM turned into an exception by the
@@ -276,9 +283,10 @@ def run_selection(
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
     junit_path.parent.mkdir(parents=True, exist_ok=True)
-    result = process.run(
-        full, cwd=start, output_path=output_path, timeout_seconds=timeout_seconds, env=child_env, kill_grace=kill_grace
-    )
+    with fresh_bytecode(child_env, junit_path.parent) as clean:
+        result = process.run(
+            full, cwd=start, output_path=output_path, timeout_seconds=timeout_seconds, env=clean, kill_grace=kill_grace
+        )
     # A runner that cannot start left its one line in the output: a tooling problem, reported like one.
     return VerificationRun(
         full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path

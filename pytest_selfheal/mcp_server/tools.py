@@ -282,6 +282,7 @@ class Project:
         ``cancel``: set from another thread, it stops pytest's whole process group.
         """
         from pytest_selfheal import process
+        from pytest_selfheal.cleanroom import fresh_bytecode
         from pytest_selfheal.loop.agent_mode import open_incidents
         from pytest_selfheal.run.pytest_run import describe_pytest_exit, pytest_argv, snapshot
 
@@ -311,8 +312,9 @@ class Project:
                            [*selection, *pytest_args])
         seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
                                    "verification.timeout_seconds")
-        completed = process.run(argv, cwd=self.directory, env=process.child_environment(), on_line=keep,
-                          timeout_seconds=seconds, cancel=cancel)
+        with fresh_bytecode(process.child_environment()) as clean:
+            completed = process.run(argv, cwd=self.directory, env=clean, on_line=keep,
+                                    timeout_seconds=seconds, cancel=cancel)
         if cancel is not None and cancel.is_set():
             raise SelfhealError("cancelled: the test run was stopped with its process group")
         lines = [redactor.redact(line) for line in tail]

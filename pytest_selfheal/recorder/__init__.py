@@ -17,6 +17,8 @@ test ran, the session end (:mod:`.finish`) records the next iteration of an open
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,7 +67,7 @@ RERUN_OUTCOME: str = "rerun"
 # so that xdist serialises it from the worker to the controller with the rest of the report.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-def start(config: pytest.Config) -> None:
+def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     """Read the config if there is one (refusing to run on a bad one) and register the
     recorder on the controller."""
     effective = load_effective_config(config) if has_config(config) else None
@@ -84,7 +86,7 @@ def start(config: pytest.Config) -> None:
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum), RECORDER_PLUGIN)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run), RECORDER_PLUGIN)
 
 
 def has_config(config: pytest.Config) -> bool:
@@ -282,6 +284,7 @@ class Recorder:
     def __init__(
         self, config: pytest.Config, effective: Optional[EffectiveConfig],
         evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
+        ci_run: Optional[str] = None,
     ) -> None:
         self.config = config
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
@@ -306,9 +309,17 @@ class Recorder:
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
-        self.ci_run: Optional[str] = os.environ.pop(CI_RUN_ENV, None) or None
+        self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
         self._redactor: Optional[Redactor] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
+        # A run that may be an incident's verdict compiles every module it imports from now
+        # on afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
+        self._pycache: Optional[tuple[Optional[str], str]] = None
+        if self.open_incidents or self.has_stopped_incidents():
+            from pytest_selfheal.cleanroom import fresh_pycache  # imported here: a green run compiles nothing afresh
+
+            self._pycache = (sys.pycache_prefix, fresh_pycache(os.environ))
+            sys.pycache_prefix = self._pycache[1]
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
@@ -320,6 +331,12 @@ class Recorder:
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self) -> None:
+        if self._pycache is not None:
+            sys.pycache_prefix = self._pycache[0]
+            shutil.rmtree(self._pycache[1], ignore_errors=True)
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:

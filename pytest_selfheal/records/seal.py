@@ -3,8 +3,8 @@ result is judged, as it was at capture (analysis/seal.py takes and compares it).
 
 Every map is ``{name: digest}``: a file's sha256 (``missing`` when it does not exist), a
 setting's sha256 (``unset``), a distribution's version. ``judging`` holds the values of the
-judging ``ralf_lite`` keys in force at capture: they judge the incident until ``selfheal
-reopen`` takes a fresh seal.
+judging ``ralf_lite`` keys in force at capture: they judge the incident until a person
+takes a new seal (``selfheal reopen --new-seal``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ class Seal(JsonRecord):
         "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "
         "conftest.py of their packages, every conftest.py under the rootdir, the project's own plugins."
     )] = field(default_factory=empty_map)
+    modules: Annotated[Digests, _digests(
+        "Every other module file the capture's run imported that is not code under repair: the project's "
+        "test code (rootdir-relative) and everything outside the project (absolute), by content."
+    )] = field(default_factory=empty_map)
     pytest_config: Annotated[Digests, _digests(
         "`<config file>: <key>` of pytest's section in every file pytest may read it from, and `inifile` "
         "(the file the capture used)."
@@ -57,14 +61,16 @@ class Seal(JsonRecord):
         "Installed distributions that can act on a run (pytest plugins by entry point): name -> version."
     )] = field(default_factory=empty_map)
     code: Annotated[tuple[str, ...], checked(strings, description=(
-        "Rootdir-relative non-test modules the capture's run imported: checked for test-aware code."
+        "Rootdir-relative non-test modules the capture's run imported (the code under repair): their "
+        "reads of the process context are compared."
     ))] = ()
     test_aware: Annotated[Digests, _digests(
-        "Of those, the ones that asked whether they run under a test at capture, with their sha256."
+        "Of those, each one's sha256, then the short sha256 of each line that could read the process "
+        "context (parsed only when the module changed since)."
     )] = field(default_factory=empty_map)
     judging: Annotated[FrozenObject, checked(json_object, description=(
         "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
-        "arguments, enabled): they judge the incident until `selfheal reopen`."
+        "arguments, enabled): they judge the incident until a person takes a new seal (`selfheal reopen --new-seal`)."
     ))] = field(default_factory=empty_map)
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()

@@ -103,12 +103,13 @@ STOPS: Mapping[str, StopFacts] = {
         "the verdict of this run is not trusted; not resolved.",
         (
             ("review", "Review what changed since the capture (tests' packages, pytest configuration, "
-             "start-up customisation, judging keys)", "selfheal show {id}"),
-            ("reopen", "Undo the change (or accept it), then reopen: a fresh seal is taken", "selfheal reopen {id}"),
+             "start-up customisation, judging keys) and undo it: a reopen keeps the seal", "selfheal show {id}"),
+            ("plan", "Read the plan: the fix belongs in the code under repair", "selfheal plan {id}"),
             _EXPORT,
         ),
-        "Review what changed since the capture (the decision point names it); undo it, then reopen the incident "
-        "(selfheal reopen {id}): a reopen is a person's act and takes a fresh seal of what is there then.",
+        "Review what changed since the capture (the decision point names it) and undo it; the capture's seal "
+        "judges every later run, a reopen too; only a person at a terminal can accept a change "
+        "(docs/loop.md, \"The seal\").",
     ),
     StopReason.MAX_ITERATIONS: StopFacts(
         _ESCALATED,

@@ -121,13 +121,13 @@ class Store(StoreWriter):
                     **({"continues_run": True} if continue_run else {})}
             # `selfheal reopen ID`: back to the inbox as planned (not a TRANSITIONS move).
             if current != IncidentStatus.PLANNED:
-                incident = replace(self._read_incident_at(folder, incident_id), status=IncidentStatus.PLANNED,
-                                   updated_at=ev.format_ts(self._now()))
+                before = self._read_incident_at(folder, incident_id)
+                incident = replace(before, status=IncidentStatus.PLANNED, updated_at=ev.format_ts(self._now()))
                 if continue_run:
                     incident = replace(incident, resumed_after_iteration=after)
                 else:
                     incident = replace(incident, reopened_after_iteration=after)
-                self._write_incident(folder, incident)
+                self._write_incident(folder, incident, before)
                 fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
                 self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
                                       {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"}))

@@ -28,7 +28,7 @@ from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio
+from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
@@ -184,11 +184,12 @@ class StoreWriter(StoreReader):
                     final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                    written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
+                    judging.remember(self._root, incident_id, incident=final, plan=written_plan)
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
                         # parses the same record back from ``text``.
-                        published(final,
-                                  Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None)
+                        published(final, written_plan)
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
@@ -314,11 +315,12 @@ class StoreWriter(StoreReader):
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
         with self.locked(incident_id) as (incident_id, _, folder):
-            doc = (held or self._read_incident_at(folder, incident_id)).to_json()
+            before = held or self._read_incident_at(folder, incident_id)
+            doc = before.to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
             updated = _incident_of(doc, "incident update")
-            self._write_incident(folder, updated)
+            self._write_incident(folder, updated, before)
             return updated
 
     def set_status(self, incident_id: str, new: str, /, *, held: Optional[tuple[str, Incident]] = None,
@@ -348,16 +350,17 @@ class StoreWriter(StoreReader):
         """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
         ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event).
         Returns the record written."""
-        incident = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
-        self._write_incident(folder, incident)
+        written = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
+        self._write_incident(folder, written, incident)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
         data = {"from": current, "to": new, **changed.data}
         self._append_event_at(folder, incident.incident_id, ev.pending(ev.STATUS_CHANGED, data))
-        return incident
+        return written
 
-    def _write_incident(self, folder: Path, incident: Incident) -> None:
-        """Rewrite ``incident.json`` (atomically) with a record read from it and changed."""
+    def _write_incident(self, folder: Path, incident: Incident, before: Incident) -> None:
+        """Rewrite ``incident.json`` (atomically) with a record read from it (``before``) and changed."""
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
+        judging.remember(self._root, incident.incident_id, incident=incident, before=before)
 
     # ------------------------------------------------------------------ events
 
@@ -403,7 +406,10 @@ class StoreWriter(StoreReader):
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
+            before = self.read_plan(incident_id) if (folder / PLAN_JSON).exists() else None
             fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
+            judging.remember(self._root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
+                             plan_before=before)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
@@ -475,8 +481,9 @@ class StoreWriter(StoreReader):
             doc = incident.to_json()
             clean = self.redactor.redact_obj(doc, written_by_selfheal)
             if clean != doc:
-                incident = _incident_of(clean, "incident redaction")
-                self._write_incident(folder, incident)
+                redacted = _incident_of(clean, "incident redaction")
+                self._write_incident(folder, redacted, incident)
+                incident = redacted
             for path in [p for p in self.record_paths(incident_id) if p.name != INCIDENT_JSON] + [
                     folder / name for name in (CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
                     self.plans_dir(incident_id) / PLAN_MD]:

@@ -17,7 +17,6 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import Override, parse_override
 from pytest_selfheal.hooks import cli_plugin_manager
 from pytest_selfheal.loop.attempts import reopen_incident
-from pytest_selfheal.loop.seal_check import take_fresh_seal
 from pytest_selfheal.names import archive_dir
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.outcome import exit_code_for
@@ -64,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.reopen and store.locate(incident_id)[0] != INBOX:
         bucket, previous, _ = reopen_incident(store, incident_id)
-        take_fresh_seal(store, incident_id, project, effective)  # a person's act: a fresh seal
         progress(f"selfheal: reopened {incident_id} ({previous} -> planned) from {archive_dir(bucket)}")
     elif args.reopen:  # said, not silently ignored
         progress(f"selfheal: {incident_id} is open (in the inbox), not archived: --reopen has nothing to reopen; "

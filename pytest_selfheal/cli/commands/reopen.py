@@ -1,8 +1,13 @@
-"""``selfheal reopen ID``: bring an archived incident back to the inbox, status ``planned``."""
+"""``selfheal reopen ID``: bring an archived incident back to the inbox, status ``planned``.
+
+A reopen gives a budget, never a new seal: the capture's seal judges the reopened incident.
+``--new-seal`` also accepts what changed since (a person at a terminal, asked to confirm)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
@@ -13,9 +18,11 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.config.files import load_config
+from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.attempts import reopen_incident
-from pytest_selfheal.loop.seal_check import take_fresh_seal
+from pytest_selfheal.loop.seal_check import harness_changed, take_fresh_seal
 from pytest_selfheal.names import archived_path
+from pytest_selfheal.repair.approval import ask_on_stderr, is_interactive
 
 NAME = "reopen"
 HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ with status planned, "
@@ -26,17 +33,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ID [--json] [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--new-seal", action="store_true",
+                        help="also take a new seal of what is there now, accepting what changed since the capture "
+                             "(asks for a yes at a terminal; refused without one and under a coding agent)")
     add_dir_argument(parser)
+
+# Set in the environment of the coding agents' shells: a seal is never theirs to take.
+AGENT_VARIABLES = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CODEX_SANDBOX", "CURSOR_AGENT", "GEMINI_CLI")
+
+
+def confirm_new_seal(incident_id: str, changes: list[str], environ: Mapping[str, str] = os.environ) -> None:
+    """Raise ``RefusedError`` unless a person at a terminal says yes to a new seal."""
+    agent = next((name for name in AGENT_VARIABLES if environ.get(name)), None)
+    if agent is not None:
+        raise RefusedError(f"a new seal is a person's act: refused under a coding agent ({agent} is set)")
+    if not is_interactive():
+        raise RefusedError("a new seal is a person's act: it needs a terminal to confirm it")
+    shown = "; ".join(changes) if changes else "nothing"
+    try:
+        answer = ask_on_stderr(f"changed since the capture of {incident_id}: {shown}\n"
+                               "take a new seal of what is there now, accepting these changes? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise RefusedError("no new seal taken")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Reopen the incident; an open (inbox) incident exits 5, unknown ids 4, bad ids 2."""
+    """Reopen the incident; an open (inbox) incident exits 5, unknown ids 4, bad ids 2; a
+    new seal not confirmed at a terminal exits 5 before anything moves."""
     project = project_root()
-    effective = load_config(project)  # a reopen is a person's act: it takes a fresh seal, with today's keys
+    effective = load_config(project)
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
+    if args.new_seal:
+        confirm_new_seal(incident_id, harness_changed(store.read_incident(incident_id), project, store=store))
     bucket, previous, after = reopen_incident(store, incident_id)
-    take_fresh_seal(store, incident_id, project, effective)
+    if args.new_seal:
+        take_fresh_seal(store, incident_id, project, effective)
     relative = store.locate(incident_id)[1].relative_to(store.root).as_posix()
     if args.json:
         print_json(

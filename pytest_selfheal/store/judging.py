@@ -1,0 +1,111 @@
+"""The incidents' judging records, kept tamper-evident (edge: the user's state directory).
+
+What judges an incident — its seal (judging keys included), the test digests, the node ids
+and options of its capture, and the plan's verification selection — lives in the project
+tree (``incident.json``, ``plan.json``), where anything running there can edit it. Each time
+the store writes one of the two files, the digest of its judging part is kept outside the
+project, in ``$XDG_STATE_HOME/pytest-selfheal/records/`` (``~/.local/state`` without it),
+keyed by the reports root and the incident (a copy of the project is judged apart);
+:func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
+makes them good again: the edit is remembered until a person takes a new seal
+(:func:`accept`, ``selfheal reopen --new-seal``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from pytest_selfheal.errors import StoreIOError
+from pytest_selfheal.names import state_dir
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import plain_json
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.store import fsio
+
+RECORDS_EDITED = "the incident's records were edited outside selfheal"
+_INCIDENT_KEYS = ("seal", "test_digests", "nodeids", "tdd_nodeids", "pytest_options", "invocation_dir", "rootdir")
+_ACTION_KEYS = ("nodeids", "verification", "test_paths")
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(plain_json(value), sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def incident_digest(incident: Incident) -> str:
+    """The digest of ``incident``'s judging fields."""
+    doc = incident.to_json()
+    return _digest({key: doc.get(key) for key in _INCIDENT_KEYS})
+
+
+def plan_digest(plan: Plan) -> str:
+    """The digest of ``plan``'s verification selection: each action's node ids and commands."""
+    return _digest([{key: action.get(key) for key in _ACTION_KEYS} for action in plan.to_json().get("actions", [])])
+
+
+def _record_path(reports_root: Path, incident_id: str) -> Optional[Path]:
+    state = state_dir(os.environ)
+    if state is None:
+        return None
+    root = hashlib.sha256(os.fsencode(os.path.realpath(reports_root))).hexdigest()[:24]
+    return state / "records" / root / f"{incident_id}.json"
+
+
+def _read(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    try:
+        fsio.ensure_dir(path.parent)
+        fsio.atomic_write_text(path, fsio.dumps_json(doc))
+    except (OSError, StoreIOError):
+        return  # best effort: a state directory that cannot be written leaves the records unchecked
+
+
+def remember(reports_root: Path, incident_id: str, *, incident: Optional[Incident] = None, plan: Optional[Plan] = None,
+             before: Optional[Incident] = None, plan_before: Optional[Plan] = None) -> None:
+    """Keep the digests of what the store just wrote (``before``/``plan_before``: what it
+    replaced). Replacing records that differ from the kept digests keeps them edited."""
+    path = _record_path(reports_root, incident_id)
+    if path is None:
+        return
+    doc = _read(path) or {}
+    if (before is not None and doc.get("incident") not in (None, incident_digest(before))) or (
+            plan_before is not None and doc.get("plan") not in (None, plan_digest(plan_before))):
+        doc["edited"] = True
+    if incident is not None:
+        doc["incident"] = incident_digest(incident)
+    if plan is not None:
+        doc["plan"] = plan_digest(plan)
+    _write(path, doc)
+
+
+def accept(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> None:
+    """A person took a new seal: the records as they are now are the incident's."""
+    path = _record_path(reports_root, incident.incident_id)
+    if path is not None:
+        _write(path, {"incident": incident_digest(incident), **({"plan": plan_digest(plan)} if plan else {})})
+
+
+def edited(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> bool:
+    """Whether ``incident``'s (and ``plan``'s) judging records differ from what the store
+    last wrote, or ever did since the capture. No kept digest (captured before selfheal kept
+    them, elsewhere, or in a copy or a move of the project): nothing to compare."""
+    path = _record_path(reports_root, incident.incident_id)
+    kept = _read(path) if path is not None else None
+    if kept is None:
+        return False
+    if kept.get("edited") or kept.get("incident") not in (None, incident_digest(incident)):
+        return True
+    return plan is not None and kept.get("plan") not in (None, plan_digest(plan))
+
+
+__all__ = ["RECORDS_EDITED", "accept", "edited", "incident_digest", "plan_digest", "remember"]
