@@ -37,6 +37,7 @@ from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, Failure
+from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
@@ -55,6 +56,7 @@ class OpenIncident:
     test_digests: dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
     invocation_dir: str = ""  # where the capture ran pytest, relative to the rootdir ("" the rootdir)
     captured: Optional[Incident] = None  # incident.json: its seal and judging keys (loop/seal_check.py)
+    plan: Optional[Plan] = None  # plan.json as read: its selection's records are checked (store/judging.py)
 
 
 @dataclass
@@ -98,7 +100,7 @@ def open_incidents(store: Store) -> list[OpenIncident]:
             recorded = "pytest_options" in (incident.keys or ()) or incident.seal is not None
             found.append(OpenIncident(incident_id, selection, outcomes, failures,
                                       list(incident.pytest_options) if recorded else None,
-                                      dict(incident.test_digests), incident.invocation_dir or "", incident))
+                                      dict(incident.test_digests), incident.invocation_dir or "", incident, plan))
     return found
 
 
@@ -191,8 +193,8 @@ def record_agent_attempts(
         judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
         if edited_keys:
             result.lines.append(edited_keys)
-        changed_harness = (harness_changed(incident.captured, project_root, store=store, loaded=loaded)
-                           if incident.captured else [])
+        changed_harness = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
+                                           loaded=loaded) if incident.captured else [])
         # A passing selection: the tests the change can reach run before it can be a success.
         regression = None if incident.captured is None else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,

@@ -42,13 +42,15 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
     return judged, f"selfheal: incident {ident}: {keys} {NOT_APPLIED} {ident} (its capture's keys judge it)"
 
 
-def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, loaded: Optional[Loaded] = None,
-                    extra_code: Iterable[str] = ()) -> list[str]:
+def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, plan: Optional[Plan] = None,
+                    loaded: Optional[Loaded] = None, extra_code: Iterable[str] = ()) -> list[str]:
     """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
     project, or the repair worktree the verification runs in), each named; [] without a
     seal. The failing tests' files and their conftests are left to ``tests_edited``.
-    ``store``: the incident's, whose judging records are checked first (store/judging.py)."""
-    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id)):
+    ``store``: the incident's, whose judging records — ``incident`` and ``plan`` as the
+    caller read them for this verdict (the plan read here when not given) — are checked
+    first (store/judging.py)."""
+    if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id)):
         return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
