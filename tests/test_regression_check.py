@@ -143,6 +143,32 @@ def test_a_module_importing_by_a_computed_name_may_reach_any_change(tmp_path: Pa
                                                          "tests/test_named.py"]
 
 
+def test_code_reached_by_name_without_an_import_statement_is_followed(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {**FILES, **{
+        "tests/test_skip.py": "import pytest\ncalc = pytest.importorskip('calc')\n",
+        "tests/test_run.py": "import runpy\nNS = runpy.run_module('invoice')\n",
+        "tests/test_path.py": "import importlib.util\nSPEC = importlib.util.spec_from_file_location('m', '../calc.py')\n",
+        "tests/test_child.py": "import subprocess\nsubprocess.run(['python', '-c', 'import invoice'])\n",
+    }})
+    assert affected_test_files(root, ["calc.py"]) == [
+        "tests/test_calc.py", "tests/test_child.py", "tests/test_invoice.py", "tests/test_path.py",
+        "tests/test_run.py", "tests/test_skip.py"]
+    assert "tests/test_unrelated.py" not in (affected_test_files(root, ["calc.py"]) or [])
+
+
+def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp_path: Path) -> None:
+    fixture = "import pytest\nimport calc\n\n\n@pytest.fixture\ndef c():\n    return calc\n"
+    root = _tree(tmp_path, {**FILES, "tests/unit/conftest.py": fixture,
+                            "tests/unit/test_fx.py": "def test_fx(c):\n    assert c.add(1, 1) == 2\n",
+                            "tests/pkg/__init__.py": "import invoice\n", "tests/pkg/test_in.py": "X = 1\n"})
+    assert affected_test_files(root, ["calc.py"]) == [
+        "tests/pkg/test_in.py", "tests/test_calc.py", "tests/test_invoice.py", "tests/unit/test_fx.py"]
+    # A plugin loaded by configuration: which tests use its fixtures cannot be known.
+    plugin = _tree(tmp_path / "plugin", {**FILES, "tests/plug.py": fixture,
+                                         "tests/test_pl.py": "def test_pl(c):\n    assert c.add(1, 1) == 2\n"})
+    assert affected_test_files(plugin, ["calc.py"]) is None
+
+
 # --------------------------------------------------------------------------- the decision (pure)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -53,6 +54,9 @@ _DOCUMENTATION = (".md", ".rst")
 # Changed files that change what runs or how it is judged for every test: the whole command.
 _WHOLE_COMMAND_NAMES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
 _DYNAMIC_CALLS = frozenset({"import_module", "__import__"})
+# A dotted word inside a string, and how much of one string is read for them.
+_DOTTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_STRING_SCAN = 4096
 
 Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
 BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
@@ -146,15 +150,28 @@ def _module_names(rel: str) -> list[str]:
     return [".".join(parts[i:]) for i in range(len(parts))]
 
 
-def _imports(rel: str, source: bytes) -> Optional[tuple[set[str], bool]]:
-    """The dotted names a module imports (each prefix too: ``a.b.c`` runs ``a`` and ``a.b``)
-    and whether it imports by a computed name; None when it does not parse."""
+@dataclass(frozen=True)
+class _Refs:
+    """What a module refers to (each dotted prefix too: ``a.b.c`` runs ``a`` and ``a.b``),
+    whether it imports by a computed name, and whether it acts on tests that do not import
+    it (defines fixtures or ``pytest_*`` hooks: a conftest, a plugin)."""
+
+    names: set[str]
+    dynamic: bool
+    acts_on_tests: bool
+
+
+def _imports(rel: str, source: bytes) -> Optional[_Refs]:
+    """The names a module refers to; None when it does not parse. An import refers to a
+    module, and so does every dotted word of a string (``importorskip("calc")``,
+    ``run_module``, ``spec_from_file_location(…, "calc.py")``, ``-c "import calc"``,
+    ``mock.patch("calc.mul")``): code is reached by name in more ways than ``import``."""
     try:
         tree = ast.parse(source, rel)
     except (SyntaxError, ValueError):
         return None
     names: set[str] = set()
-    dynamic = False
+    dynamic = acts = False
     package = rel[:-3].split("/")[:-1]
 
     def add(name: str) -> None:
@@ -174,16 +191,20 @@ def _imports(rel: str, source: bytes) -> Optional[tuple[set[str], bool]]:
                 add(base)
             for alias in node.names:
                 add(f"{base}.{alias.name}" if base else alias.name)
-        elif isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if called in _DYNAMIC_CALLS:
-                first = node.args[0] if node.args else None
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    add(first.value)
-                else:
-                    dynamic = True
-    return names, dynamic
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for word in _DOTTED_WORD.findall(node.value[:_STRING_SCAN]):
+                add(word)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            acts = acts or node.name.startswith("pytest_") or any(
+                _called(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list)
+        elif isinstance(node, ast.Call) and _called(node.func) in _DYNAMIC_CALLS:
+            first = node.args[0] if node.args else None
+            dynamic = dynamic or not (isinstance(first, ast.Constant) and isinstance(first.value, str))
+    return _Refs(names, dynamic, acts)
+
+
+def _called(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
@@ -223,6 +244,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
     by_name: dict[str, set[str]] = {}
     graph: dict[str, set[str]] = {}
     unknown: set[str] = set()  # does not parse, or imports by a computed name
+    acting: set[str] = set()  # defines fixtures or hooks
     for rel in _python_files(root, skip):
         for name in _module_names(rel):
             by_name.setdefault(name, set()).add(rel)
@@ -230,9 +252,11 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
             found = _imports(rel, (root / rel).read_bytes())
         except OSError:
             found = None
-        if found is None or found[1]:
+        if found is None or found.dynamic:
             unknown.add(rel)
-        graph[rel] = set() if found is None else found[0]
+        if found is not None and found.acts_on_tests:
+            acting.add(rel)
+        graph[rel] = set() if found is None else found.names
     edges = {rel: {f for name in names for f in by_name.get(name, ())} - {rel} for rel, names in graph.items()}
     imported = {f for targets in edges.values() for f in targets}
     if any(rel not in imported and not is_test_file(rel) for rel in code):
@@ -250,7 +274,20 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
             continue
         reached.add(rel)
         todo.extend(importers.get(rel, ()))
-    return sorted(rel for rel in reached if is_test_file(rel) and (root / rel).is_file())
+    # A reached module nothing imports by name reaches tests without being imported: a conftest
+    # or a package's __init__ acts on every test below its folder; a plugin (fixtures, hooks)
+    # loaded by configuration on tests nobody can name.
+    below: list[str] = []
+    for rel in reached - set(importers):
+        if is_test_file(rel):
+            continue
+        folder, _, name = rel.rpartition("/")
+        if name in ("conftest.py", "__init__.py"):
+            below.append(f"{folder}/" if folder else "")
+        elif rel in acting:
+            return None
+    return sorted(rel for rel in graph if (rel in reached or any(rel.startswith(b) for b in below))
+                  and is_test_file(rel) and (root / rel).is_file())
 
 
 # --------------------------------------------------------------------------- running
