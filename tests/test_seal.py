@@ -10,6 +10,7 @@ import marshal
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_s
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.seal import Hasher, context_reads, harness_changes, reseal, take_seal
+from pytest_selfheal.records.context import GitContext, RunContext
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.store import judging
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -160,12 +164,16 @@ def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) ->
     assert "STOP success" not in out
 
 
-@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids"])
+@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids",
+                                  pytest.param("context", marks=pytest.mark.slow)])
 def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:
     (incident_id,) = _inbox(suite.path)
-    path = suite.path / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    path = suite.path / ".selfheal" / "error_inbox" / incident_id / ("context.json" if edit == "context" else
+                                                                     "incident.json")
     doc = json.loads(path.read_text())
-    if edit == "test_digests":
+    if edit == "context":  # the capture's commit: the regression check's changed files and captured code
+        doc["git"] = {**(doc["git"] or {}), "commit": "f" * 40}
+    elif edit == "test_digests":
         doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
     else:
         doc["nodeids"] = ["suite/test_calc.py::test_other"]
@@ -177,6 +185,17 @@ def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite
     assert cli("reopen", incident_id, cwd=suite.path).returncode == 0
     suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
     assert stop in suite.runpytest("--selfheal").stdout.str()
+
+
+def test_the_captures_context_is_a_judging_record(tmp_path: Path) -> None:
+    context = RunContext(rootdir=str(tmp_path), git=GitContext(commit="a" * 40), invocation_args=("tests",))
+    incident = Incident(incident_id="incident_20260101_000000_aaaaaa", step="", failure_class="", message="",
+                        error_signature="")
+    judging.remember(tmp_path, incident.incident_id, incident=incident, context=context)
+    assert not judging.edited(tmp_path, incident, None, context)
+    for edited in (replace(context, git=GitContext(commit="b" * 40)), replace(context, invocation_args=("tests/x",)),
+                   None):  # another commit, a narrower command, context.json gone
+        assert judging.edited(tmp_path, incident, None, edited)
 
 
 @pytest.mark.parametrize("line,reads", [

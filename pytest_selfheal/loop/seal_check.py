@@ -17,6 +17,8 @@ from typing import Optional
 
 from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
@@ -48,7 +50,8 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
     project, or the repair worktree the verification runs in), each named; [] without a
     seal. The failing tests' files and their conftests are left to ``tests_edited``.
     ``store``: the incident's, whose judging records are checked first (store/judging.py)."""
-    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id)):
+    if store is not None and judging.edited(store.root, incident, _plan_of(store, incident.incident_id),
+                                                 _context_of(store, incident.incident_id)):
         return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
@@ -65,13 +68,21 @@ def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
     return store.read_plan(incident_id) if store.has_plan(incident_id) else None
 
 
+def _context_of(store: Store, incident_id: str) -> Optional[RunContext]:
+    try:
+        return store.read_context(incident_id)
+    except SelfhealError:
+        return None  # gone or unreadable: compared with the kept digest, an edit
+
+
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
     """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the
     incident's seal taken again in ``root`` with today's judging keys; what changed before
     is accepted from now on. Nothing for an incident captured without a seal."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
-        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id))
+        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
+                       _context_of(store, incident_id))
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
