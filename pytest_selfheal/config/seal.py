@@ -65,16 +65,21 @@ _SKIP_DIRS = frozenset({"_darcs", "build", "CVS", "dist", "node_modules", "venv"
 _INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 
 # The process context code can read to tell a test run (or a verification) from a real one.
-_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv"})
+# Where its own code was loaded from (``__file__``, ``__cached__``: a verification's fresh
+# bytecode cache), its parent process and ``/proc`` (the environment it started with) too.
+_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv",
+                               "cache_from_source", "getppid"})
+_CONTEXT_NAMES = frozenset({"__file__", "__cached__", "__spec__", "__loader__"})
 _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
                "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
                "Path": frozenset({"cwd"}), "pathlib": frozenset({"Path"}),
                "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
-_CONTEXT_WORDS = ("pytest", "selfheal")
+_CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
 # A line that may hold a read names one of these (lower-cased), or starts an import.
 _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|traceback|__file__|cwd|pycache_prefix"
+                           rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
                            rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
 
 
@@ -92,7 +97,7 @@ def _reads_context(node: ast.AST) -> bool:
             return owner.id in _CONTEXT_MODULES or node.attr in _CONTEXT_OF.get(owner.id, ())
         return isinstance(owner, ast.Call) and any(node.attr in names for names in _CONTEXT_OF.values())
     if isinstance(node, ast.Name):
-        return node.id == "__file__"
+        return node.id in _CONTEXT_NAMES
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return any(word in node.value.lower() for word in _CONTEXT_WORDS)
     if isinstance(node, ast.Import):
