@@ -320,3 +320,38 @@ def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp
     result = _loop(project, incident_id, "good", agent)
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "1 flaky (passed on a re-run)" in result.stdout and "STOP success" in result.stdout
+
+
+# --------------------------------------------------------------------------- adversarial pass, round 5
+
+
+@pytest.mark.slow
+def test_a_capture_with_uncommitted_changes_is_not_compared_with_its_commit(tmp_path: Path) -> None:
+    """The commit fails `test_total`; the uncommitted tree the capture saw passes it; the
+    "fix" breaks it again. The commit is not the captured code: the failure counts."""
+    project = make_project(tmp_path / "proj", {**FILES, "invoice.py": FILES["invoice.py"].replace("out = 0", "out = 9")},
+                           ini=INI, gitignore=GITIGNORE + "*.runs\n")
+    (project / "invoice.py").write_text(FILES["invoice.py"])
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace("    return x\n", "    return x if x else 9\n"))
+    result = run_pytest_selfheal(project)
+    assert "fixed `test_mul`; broke `test_total`" in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a change that fails a neighbour every second process (a counter in a file it "
+                   "writes at import: `_N = int(Path('n.runs').read_text())`, `_scale` adds `_N % 2`) fails the "
+                   "check's run and passes its re-run: counted flaky, STOP success; plain pytest then fails every "
+                   "second run. Re-runs cannot tell it from a flaky test (docs/reliability.md)")
+def test_a_change_that_breaks_a_neighbour_every_second_run_is_not_a_success(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace(
+        "def _scale(x):\n    return x\n", "import pathlib as _p\n_C = _p.Path('n.runs')\n"
+        "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
+        "def _scale(x):\n    return x + (_N % 2)\n"))
+    result = run_pytest_selfheal(project)
+    assert "STOP success" not in result.stdout, result.stdout

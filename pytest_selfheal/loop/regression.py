@@ -374,6 +374,7 @@ def check_regressions(
     budget_seconds: float,
     commit: Optional[str],
     captured_tree: Optional[Path] = None,
+    clean_capture: bool = True,
     env: Optional[Mapping[str, str]] = None,
     invocation_dir: Optional[Path] = None,
     selection_file: Optional[Path] = None,
@@ -388,7 +389,8 @@ def check_regressions(
     the capture's selection words (rootdir-relative; empty: pytest's own ``testpaths``).
     ``selection``: the plan's node ids, judged by the iteration itself. ``commit``: the
     capture's; ``captured_tree``: where the captured code already is (the user's tree while a
-    repair works in a worktree), else the commit is checked out.
+    repair works in a worktree), else the commit is checked out — when ``clean_capture``: a
+    capture with uncommitted changes saw other code than its commit, so a failure counts.
     """
     if mode == OFF:
         return None
@@ -443,7 +445,7 @@ def check_regressions(
         failing = [n for n in candidates if n not in flaky]
         preexisting: tuple[str, ...] = ()
         if failing:
-            with _captured(captured_tree, tree, commit, scratch) as base:
+            with _captured(captured_tree, tree, commit if clean_capture else None, scratch) as base:
                 if base is not None:
                     before = run(failing, base, "captured", scratch)
                     if before.timed_out:
@@ -499,11 +501,12 @@ def check_incident(
     except SelfhealError:
         context = None
     commit = context.git.commit if context is not None and context.git is not None else None
+    clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
     return check_regressions(
         mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
         trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
-        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, env=env,
+        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
             incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
     )
