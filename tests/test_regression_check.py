@@ -355,3 +355,37 @@ def test_a_change_that_breaks_a_neighbour_every_second_run_is_not_a_success(tmp_
         "def _scale(x):\n    return x + (_N % 2)\n"))
     result = run_pytest_selfheal(project)
     assert "STOP success" not in result.stdout, result.stdout
+
+
+FORGER = textwrap.dedent(
+    """
+    import importlib._bootstrap_external as external, os, pathlib, sys
+    import _pytest.reports as reports
+    calc = pathlib.Path(sys.argv[1], "calc.py")
+    calc.write_text(calc.read_text() + "# tidied\\n")
+    source = pathlib.Path(reports.__file__)
+    forged = source.read_text().replace('outcome = "failed"', 'outcome = "passed"')
+    stat = source.stat()
+    data = external._code_to_timestamp_pyc(compile(forged, str(source), "exec"), stat.st_mtime, stat.st_size)
+    state = pathlib.Path(os.environ.get("XDG_STATE_HOME") or pathlib.Path.home() / ".local" / "state")
+    target = state.joinpath("pytest-selfheal", "bytecode", *source.parent.parts[1:],
+                            f"reports.{sys.implementation.cache_tag}.pyc")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a provider that forges the installed code's bytecode kept in the state "
+                   "directory (pytest's reports.py compiled with every failed outcome 'passed', the source's mtime and "
+                   "size in its header) and a comment-only diff gets STOP success: the clean room links installed "
+                   "code's bytecode to the state directory between runs (docs/reliability.md, round 5)")
+def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verification_runs(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project, "tests/test_calc.py::test_mul")
+    (tmp_path / "forger.py").write_text(FORGER)
+    result = cli("loop", incident_id, "--set",
+                 f"repair.command={json.dumps([sys.executable, str(tmp_path / 'forger.py'), '{worktree}'])}",
+                 cwd=project, env=run_env())
+    assert "STOP success" not in result.stdout + result.stderr, result.stdout + result.stderr
