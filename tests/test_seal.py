@@ -164,6 +164,19 @@ def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) ->
     assert "STOP success" not in out
 
 
+def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_changed(pytester: pytest.Pytester) -> None:
+    """The expected value comes from the standard library's colorsys; a `colorsys.py` beside
+    the tests replaces it (and the sealed file is unchanged)."""
+    pytester.makepyfile(calc=CALC, test_calc="import colorsys\nfrom calc import add\n\n\ndef test_add():\n"
+                        "    assert add(1, 2) == colorsys.rgb_to_hsv(0, 0, 3)[2]\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    pytester.makepyfile(colorsys="def rgb_to_hsv(r, g, b):\n    return (0, 0, -1)\n")
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (colorsys.py (named like " in out, out
+    assert "STOP success" not in out
+
+
 @pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids",
                                   pytest.param("context", marks=pytest.mark.slow)])
 def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:

@@ -35,6 +35,7 @@ import posixpath
 import re
 import site
 import sys
+import sysconfig
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -520,6 +521,46 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
+def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
+    """The top-level module name ``path`` (absolute) is imported by below the first of
+    ``roots`` (longest first) holding it."""
+    for entry in roots:
+        if path.startswith(entry):
+            first = path[len(entry):].split(os.sep, 1)[0]
+            return first[:-3] if first.endswith(".py") else first
+    return None
+
+
+def _importable_as(root: Path, rel: str) -> str:
+    """The top-level name a project module is imported by when its package's parent folder
+    is on ``sys.path``: its top package's name, or its own below a folder that is no package."""
+    parts = rel.split("/")
+    top = len(parts) - 1
+    while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
+        top -= 1
+    name = parts[top]
+    return name[:-3] if name.endswith(".py") else name
+
+
+def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
+    """A module of the code under repair new since the capture that is named like a module
+    the capture loaded from outside the project (``fractions.py`` beside the tests, where the
+    test's expected value came from the standard library's): it replaces that module."""
+    added = sorted(set(now.code) - set(recorded.code))
+    if not added:
+        return []
+    roots = sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
+        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
+        key=len, reverse=True)
+    outside: dict[str, str] = {}
+    for path in recorded.modules:
+        name = _top_name(path, roots) if os.path.isabs(path) else None
+        if name:
+            outside.setdefault(name, path)
+    return [f"{rel} (named like {outside[name]})" for rel in added
+            if (name := _importable_as(root, rel)) in outside]
+
+
 def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
     """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
     variable, a start-up file, ``<distribution> <version>``, a module of the code under
@@ -546,7 +587,7 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
         added = added_reads(before, hasher.reads(str(root / name)))
         if added:
             changed.append(_quoted(name, added))
-    return changed
+    return changed + _shadowing(recorded, now, root)
 
 
 def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
