@@ -18,9 +18,10 @@ import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
-from pytest_selfheal.config.seal import Hasher, context_reads, harness_changes, reseal, take_seal
+from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
 from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.store import judging
 
 CALC = "def add(a, b):\n    return a - b\n"
@@ -174,6 +175,34 @@ def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_chan
     pytester.makepyfile(colorsys="def rgb_to_hsv(r, g, b):\n    return (0, 0, -1)\n")
     out = pytester.runpytest("--selfheal").stdout.str()
     assert "-> STOP harness_changed (colorsys.py (named like " in out, out
+    assert "STOP success" not in out
+
+
+def test_the_code_under_repair_imported_from_outside_the_project_is_replaced(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "proj" / "src" / "calcpkg").mkdir(parents=True)
+    (tmp_path / "proj" / "src" / "calcpkg" / "__init__.py").write_text(CALC)
+    (tmp_path / "proj" / "tools.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "elsewhere"))
+    recorded = Seal(code=("src/calcpkg/__init__.py", "tools.py"))
+    copy = str(tmp_path / "elsewhere" / "calcpkg" / "__init__.py")
+    assert replaced_code(recorded, tmp_path / "proj", Loaded(module_files=(copy, json.__file__))) == [
+        f"src/calcpkg/__init__.py (this run imported {copy} instead)"]
+    project = str(tmp_path / "proj" / "src" / "calcpkg" / "__init__.py")
+    assert replaced_code(recorded, tmp_path / "proj", Loaded(module_files=(project, json.__file__))) == []
+
+
+@pytest.mark.slow
+def test_a_pythonpath_ahead_of_the_project_with_a_fixed_copy_is_harness_changed(tmp_path: Path) -> None:
+    """The project's code is unchanged; the tests ran a fixed copy of its package."""
+    project = make_project(tmp_path / "proj", {"src/calcpkg/__init__.py": CALC, "tests/test_calc.py":
+                           "from calcpkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"})
+    assert run_pytest_selfheal(project, env={"PYTHONPATH": str(project / "src")}).returncode == 1
+    (tmp_path / "copy" / "calcpkg").mkdir(parents=True)
+    (tmp_path / "copy" / "calcpkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    out = run_pytest_selfheal(project, env={"PYTHONPATH": os.pathsep.join([str(tmp_path / "copy"),
+                                                                          str(project / "src")])}).stdout
+    assert "-> STOP harness_changed (src/calcpkg/__init__.py (this run imported " in out, out
     assert "STOP success" not in out
 
 

@@ -521,6 +521,28 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
+def _import_roots() -> list[str]:
+    """The folders modules are imported from (``sys.path``, the interpreter's), longest first."""
+    return sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
+        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
+        key=len, reverse=True)
+
+
+def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
+    """Modules of the code under repair the capture ran that this run (``loaded``) imported
+    by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
+    ahead of the project's): the tests ran other code than the project's."""
+    tops = {_importable_as(rootdir, rel): rel for rel in recorded.code}
+    roots = _import_roots()
+    replaced: dict[str, str] = {}
+    for path in loaded.module_files:
+        if _project_module(rootdir, path) is None:
+            name = _top_name(os.path.abspath(path), roots)
+            if name in tops:
+                replaced.setdefault(tops[name], path)
+    return [f"{rel} (this run imported {path} instead)" for rel, path in sorted(replaced.items())]
+
+
 def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
     """The top-level module name ``path`` (absolute) is imported by below the first of
     ``roots`` (longest first) holding it."""
@@ -549,9 +571,7 @@ def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
     added = sorted(set(now.code) - set(recorded.code))
     if not added:
         return []
-    roots = sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
-        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
-        key=len, reverse=True)
+    roots = _import_roots()
     outside: dict[str, str] = {}
     for path in recorded.modules:
         name = _top_name(path, roots) if os.path.isabs(path) else None
@@ -611,6 +631,7 @@ __all__ = [
     "judging_changes",
     "loaded_now",
     "pytest_section",
+    "replaced_code",
     "reseal",
     "take_seal",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
+from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, replaced_code, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.records.context import RunContext
@@ -61,7 +61,8 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
                  distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
-    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests]
+    replaced = replaced_code(incident.seal, root, loaded) if loaded is not None else []
+    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests] + replaced
 
 
 def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
