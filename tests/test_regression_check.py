@@ -9,6 +9,7 @@ The scenario: `calc.py` (`_scale`, `add`, `mul`; the bug in `mul`), `tests/test_
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -389,3 +390,20 @@ def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verifi
                  f"repair.command={json.dumps([sys.executable, str(tmp_path / 'forger.py'), '{worktree}'])}",
                  cwd=project, env=run_env())
     assert "STOP success" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
+@pytest.mark.xfail(strict=True, reason="an agent that unsets its own variable (or is one the list does not name) "
+                   "and runs `script -qec 'selfheal reopen ID --new-seal' /dev/null` with `y` on stdin gets a "
+                   "pseudo-terminal, so the new seal is taken: its tests/__init__.py monkeypatch then passes, STOP "
+                   "success. A terminal proves a pseudo-terminal, not a person (docs/loop.md, docs/reliability.md)")
+def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
+    assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
+    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
+    subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
+                   capture_output=True, timeout=120, env={k: v for k, v in run_env().items() if k != "CLAUDECODE"})
+    assert "STOP success" not in run_pytest_selfheal(project).stdout
