@@ -165,7 +165,8 @@ def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) ->
     assert "STOP success" not in out
 
 
-def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_changed(pytester: pytest.Pytester) -> None:
+def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_changed(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The expected value comes from the standard library's colorsys; a `colorsys.py` beside
     the tests replaces it (and the sealed file is unchanged)."""
     pytester.makepyfile(calc=CALC, test_calc="import colorsys\nfrom calc import add\n\n\ndef test_add():\n"
@@ -173,6 +174,7 @@ def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_chan
     pytester.syspathinsert()
     assert pytester.runpytest("--selfheal").ret == 1
     pytester.makepyfile(colorsys="def rgb_to_hsv(r, g, b):\n    return (0, 0, -1)\n")
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)  # imported again, as in a new process
     out = pytester.runpytest("--selfheal").stdout.str()
     assert "-> STOP harness_changed (colorsys.py (named like " in out, out
     assert "STOP success" not in out
