@@ -155,6 +155,10 @@ def test_code_reached_by_name_without_an_import_statement_is_followed(tmp_path: 
         "tests/test_calc.py", "tests/test_child.py", "tests/test_invoice.py", "tests/test_path.py",
         "tests/test_run.py", "tests/test_skip.py"]
     assert "tests/test_unrelated.py" not in (affected_test_files(root, ["calc.py"]) or [])
+    shop = _tree(tmp_path / "shop", {"src/shop/__init__.py": "", "src/shop/prices.py": "",
+                                     "tests/test_words.py": "def test_words():\n    assert 'prices' != 'shop.cart'\n",
+                                     "tests/test_whole.py": "import pytest\nprices = pytest.importorskip('shop.prices')\n"})
+    assert affected_test_files(shop, ["src/shop/prices.py"]) == ["tests/test_whole.py"]  # a bare word names nothing
 
 
 def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp_path: Path) -> None:

@@ -157,26 +157,29 @@ class _Refs:
     it (defines fixtures or ``pytest_*`` hooks: a conftest, a plugin)."""
 
     names: set[str]
+    words: set[str]  # dotted words of its strings
     dynamic: bool
     acts_on_tests: bool
 
 
 def _imports(rel: str, source: bytes) -> Optional[_Refs]:
     """The names a module refers to; None when it does not parse. An import refers to a
-    module, and so does every dotted word of a string (``importorskip("calc")``,
-    ``run_module``, ``spec_from_file_location(…, "calc.py")``, ``-c "import calc"``,
-    ``mock.patch("calc.mul")``): code is reached by name in more ways than ``import``."""
+    module, and so does a dotted word of a string that is a module's whole name
+    (``importorskip("calc")``, ``run_module``, ``spec_from_file_location(…, "calc.py")``,
+    ``-c "import calc"``, ``mock.patch("calc.mul")``): code is reached by name in more ways
+    than ``import``; a bare word (``"version"``) names no submodule."""
     try:
         tree = ast.parse(source, rel)
     except (SyntaxError, ValueError):
         return None
     names: set[str] = set()
+    words: set[str] = set()
     dynamic = acts = False
     package = rel[:-3].split("/")[:-1]
 
-    def add(name: str) -> None:
+    def add(name: str, into: set[str] = names) -> None:
         parts = name.split(".")
-        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        into.update(".".join(parts[: i + 1]) for i in range(len(parts)))
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -193,18 +196,30 @@ def _imports(rel: str, source: bytes) -> Optional[_Refs]:
                 add(f"{base}.{alias.name}" if base else alias.name)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             for word in _DOTTED_WORD.findall(node.value[:_STRING_SCAN]):
-                add(word)
+                add(word, words)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             acts = acts or node.name.startswith("pytest_") or any(
                 _called(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list)
         elif isinstance(node, ast.Call) and _called(node.func) in _DYNAMIC_CALLS:
             first = node.args[0] if node.args else None
             dynamic = dynamic or not (isinstance(first, ast.Constant) and isinstance(first.value, str))
-    return _Refs(names, dynamic, acts)
+    return _Refs(names, words, dynamic, acts)
 
 
 def _called(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _whole_name(root: Path, rel: str) -> str:
+    """``rel``'s dotted name from its top package (the first folder up that is no package):
+    ``src/shop/cart.py`` → ``shop.cart``, ``calc.py`` → ``calc``."""
+    parts = rel[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    top = len(parts) - 1
+    while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
+        top -= 1
+    return ".".join(parts[top:])
 
 
 def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
@@ -242,12 +257,15 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
     if not code:
         return []
     by_name: dict[str, set[str]] = {}
+    by_whole_name: dict[str, set[str]] = {}  # the name from its top package: what a string names
     graph: dict[str, set[str]] = {}
     unknown: set[str] = set()  # does not parse, or imports by a computed name
     acting: set[str] = set()  # defines fixtures or hooks
+    strings: dict[str, set[str]] = {}
     for rel in _python_files(root, skip):
         for name in _module_names(rel):
             by_name.setdefault(name, set()).add(rel)
+        by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)
         try:
             found = _imports(rel, (root / rel).read_bytes())
         except OSError:
@@ -257,7 +275,10 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
         if found is not None and found.acts_on_tests:
             acting.add(rel)
         graph[rel] = set() if found is None else found.names
-    edges = {rel: {f for name in names for f in by_name.get(name, ())} - {rel} for rel, names in graph.items()}
+        strings[rel] = set() if found is None else found.words
+    edges = {rel: ({f for name in names for f in by_name.get(name, ())}
+                   | {f for word in strings[rel] for f in by_whole_name.get(word, ())}) - {rel}
+             for rel, names in graph.items()}
     imported = {f for targets in edges.values() for f in targets}
     if any(rel not in imported and not is_test_file(rel) for rel in code):
         return None  # nothing imports it by name: a plugin, a script, an import at run time
