@@ -1,9 +1,10 @@
 """The incidents' judging records, kept tamper-evident (edge: the user's state directory).
 
 What judges an incident — its seal (judging keys included), the test digests, the node ids
-and options of its capture, and the plan's verification selection — lives in the project
-tree (``incident.json``, ``plan.json``), where anything running there can edit it. Each time
-the store writes one of the two files, the digest of its judging part is kept outside the
+and options of its capture, the plan's verification selection and the capture's context
+(its commit and command) — lives in the project tree (``incident.json``, ``plan.json``,
+``context.json``), where anything running there can edit it. Each time the store writes one
+of them, the digest of its judging part is kept outside the
 project, in ``$XDG_STATE_HOME/pytest-selfheal/records/`` (``~/.local/state`` without it),
 keyed by the reports root and the incident (a copy of the project is judged apart);
 :func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
