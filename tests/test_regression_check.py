@@ -174,6 +174,16 @@ def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp
     assert affected_test_files(plugin, ["calc.py"]) is None
 
 
+def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path) -> None:
+    root = _tree(tmp_path, FILES)
+    for patch in ("json.loads = str\n", "import json as j\nj.loads += 1\n", "setattr(json, 'loads', str)\n",
+                  "del json.loads\n"):
+        (root / "calc.py").write_text("import json\n" + patch + CALC)
+        assert affected_test_files(root, ["calc.py"]) is None, patch
+    (root / "calc.py").write_text("import json\nDATA = json.loads('1')\nitems = {}\nitems.x = 1\n" + CALC)
+    assert affected_test_files(root, ["calc.py"]) == ["tests/test_calc.py", "tests/test_invoice.py"]
+
+
 # --------------------------------------------------------------------------- the decision (pure)
 
 
@@ -346,11 +356,9 @@ def test_a_capture_with_uncommitted_changes_is_not_compared_with_its_commit(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a change that fails a neighbour every second process (a counter in a file it "
-                   "writes at import: `_N = int(Path('n.runs').read_text())`, `_scale` adds `_N % 2`) fails the "
-                   "check's run and passes its re-run: counted flaky, STOP success; plain pytest then fails every "
-                   "second run. Re-runs cannot tell it from a flaky test (docs/reliability.md)")
 def test_a_change_that_breaks_a_neighbour_every_second_run_is_not_a_success(tmp_path: Path) -> None:
+    """A counter in a file the change writes at import: the check's run fails, the re-run alone
+    passes, the re-run as the check ran fails again: not flaky, the change's."""
     project = _project(tmp_path)
     _capture(project)
     calc = project / "calc.py"
@@ -413,3 +421,18 @@ def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path) -> 
     subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
                    capture_output=True, timeout=120, env={k: v for k, v in run_env().items() if k != "CLAUDECODE"})
     assert "STOP success" not in run_pytest_selfheal(project).stdout
+
+
+@pytest.mark.slow
+def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_path: Path) -> None:
+    """`calc.py` patches `json.loads` at import: `test_json` (it imports nothing of the
+    project) fails beside it in the whole suite and passes alone."""
+    project = _project(tmp_path)
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
+                    "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
+    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command))" \
+        in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
