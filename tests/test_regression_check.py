@@ -9,6 +9,7 @@ The scenario: `calc.py` (`_scale`, `add`, `mul`; the bug in `mul`), `tests/test_
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,46 @@ def test_a_module_importing_by_a_computed_name_may_reach_any_change(tmp_path: Pa
                             "tests/test_named.py": "import named\n"})
     assert affected_test_files(root, ["invoice.py"]) == ["tests/test_invoice.py", "tests/test_loader.py",
                                                          "tests/test_named.py"]
+
+
+def test_code_reached_by_name_without_an_import_statement_is_followed(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {**FILES, **{
+        "tests/test_skip.py": "import pytest\ncalc = pytest.importorskip('calc')\n",
+        "tests/test_run.py": "import runpy\nNS = runpy.run_module('invoice')\n",
+        "tests/test_path.py": "import importlib.util\nSPEC = importlib.util.spec_from_file_location('m', '../calc.py')\n",
+        "tests/test_child.py": "import subprocess\nsubprocess.run(['python', '-c', 'import invoice'])\n",
+    }})
+    assert affected_test_files(root, ["calc.py"]) == [
+        "tests/test_calc.py", "tests/test_child.py", "tests/test_invoice.py", "tests/test_path.py",
+        "tests/test_run.py", "tests/test_skip.py"]
+    assert "tests/test_unrelated.py" not in (affected_test_files(root, ["calc.py"]) or [])
+    shop = _tree(tmp_path / "shop", {"src/shop/__init__.py": "", "src/shop/prices.py": "",
+                                     "tests/test_words.py": "def test_words():\n    assert 'prices' != 'shop.cart'\n",
+                                     "tests/test_whole.py": "import pytest\nprices = pytest.importorskip('shop.prices')\n"})
+    assert affected_test_files(shop, ["src/shop/prices.py"]) == ["tests/test_whole.py"]  # a bare word names nothing
+
+
+def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp_path: Path) -> None:
+    fixture = "import pytest\nimport calc\n\n\n@pytest.fixture\ndef c():\n    return calc\n"
+    root = _tree(tmp_path, {**FILES, "tests/unit/conftest.py": fixture,
+                            "tests/unit/test_fx.py": "def test_fx(c):\n    assert c.add(1, 1) == 2\n",
+                            "tests/pkg/__init__.py": "import invoice\n", "tests/pkg/test_in.py": "X = 1\n"})
+    assert affected_test_files(root, ["calc.py"]) == [
+        "tests/pkg/test_in.py", "tests/test_calc.py", "tests/test_invoice.py", "tests/unit/test_fx.py"]
+    # A plugin loaded by configuration: which tests use its fixtures cannot be known.
+    plugin = _tree(tmp_path / "plugin", {**FILES, "tests/plug.py": fixture,
+                                         "tests/test_pl.py": "def test_pl(c):\n    assert c.add(1, 1) == 2\n"})
+    assert affected_test_files(plugin, ["calc.py"]) is None
+
+
+def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path) -> None:
+    root = _tree(tmp_path, FILES)
+    for patch in ("json.loads = str\n", "import json as j\nj.loads += 1\n", "setattr(json, 'loads', str)\n",
+                  "del json.loads\n"):
+        (root / "calc.py").write_text("import json\n" + patch + CALC)
+        assert affected_test_files(root, ["calc.py"]) is None, patch
+    (root / "calc.py").write_text("import json\nDATA = json.loads('1')\nitems = {}\nitems.x = 1\n" + CALC)
+    assert affected_test_files(root, ["calc.py"]) == ["tests/test_calc.py", "tests/test_invoice.py"]
 
 
 # --------------------------------------------------------------------------- the decision (pure)
@@ -294,3 +335,121 @@ def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp
     result = _loop(project, incident_id, "good", agent)
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "1 flaky (passed on a re-run)" in result.stdout and "STOP success" in result.stdout
+
+
+# --------------------------------------------------------------------------- adversarial pass, round 5
+
+
+@pytest.mark.slow
+def test_a_capture_with_uncommitted_changes_is_not_compared_with_its_commit(tmp_path: Path) -> None:
+    """The commit fails `test_total`; the uncommitted tree the capture saw passes it; the
+    "fix" breaks it again. The commit is not the captured code: the failure counts."""
+    project = make_project(tmp_path / "proj", {**FILES, "invoice.py": FILES["invoice.py"].replace("out = 0", "out = 9")},
+                           ini=INI, gitignore=GITIGNORE + "*.runs\n")
+    (project / "invoice.py").write_text(FILES["invoice.py"])
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace("    return x\n", "    return x if x else 9\n"))
+    result = run_pytest_selfheal(project)
+    assert "fixed `test_mul`; broke `test_total`" in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_change_that_breaks_a_neighbour_every_second_run_is_not_a_success(tmp_path: Path) -> None:
+    """A counter in a file the change writes at import: the check's run fails, the re-run alone
+    passes, the re-run as the check ran fails again: not flaky, the change's."""
+    project = _project(tmp_path)
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace(
+        "def _scale(x):\n    return x\n", "import pathlib as _p\n_C = _p.Path('n.runs')\n"
+        "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
+        "def _scale(x):\n    return x + (_N % 2)\n"))
+    result = run_pytest_selfheal(project)
+    assert "STOP success" not in result.stdout, result.stdout
+
+
+FORGER = textwrap.dedent(
+    """
+    import importlib._bootstrap_external as external, os, pathlib, sys
+    import _pytest.reports as reports
+    calc = pathlib.Path(sys.argv[1], "calc.py")
+    calc.write_text(calc.read_text() + "# tidied\\n")
+    source = pathlib.Path(reports.__file__)
+    forged = source.read_text().replace('outcome = "failed"', 'outcome = "passed"')
+    stat = source.stat()
+    data = external._code_to_timestamp_pyc(compile(forged, str(source), "exec"), stat.st_mtime, stat.st_size)
+    state = pathlib.Path(os.environ.get("XDG_STATE_HOME") or pathlib.Path.home() / ".local" / "state")
+    target = state.joinpath("pytest-selfheal", "bytecode", *source.parent.parts[1:],
+                            f"reports.{sys.implementation.cache_tag}.pyc")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a provider that forges the installed code's bytecode kept in the state "
+                   "directory (pytest's reports.py compiled with every failed outcome 'passed', the source's mtime and "
+                   "size in its header) and a comment-only diff gets STOP success: the clean room links installed "
+                   "code's bytecode to the state directory between runs (docs/reliability.md, round 5)")
+def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verification_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the forgery stays in this test
+    project = _project(tmp_path)
+    incident_id = _capture(project, "tests/test_calc.py::test_mul")
+    (tmp_path / "forger.py").write_text(FORGER)
+    result = cli("loop", incident_id, "--set",
+                 f"repair.command={json.dumps([sys.executable, str(tmp_path / 'forger.py'), '{worktree}'])}",
+                 cwd=project, env=run_env())
+    assert "STOP success" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
+@pytest.mark.xfail(strict=True, reason="an agent that unsets its own variable (or is one the list does not name) "
+                   "and runs `script -qec 'selfheal reopen ID --new-seal' /dev/null` with `y` on stdin gets a "
+                   "pseudo-terminal, so the new seal is taken: its tests/__init__.py monkeypatch then passes, STOP "
+                   "success. A terminal proves a pseudo-terminal, not a person (docs/loop.md, docs/reliability.md)")
+def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
+    assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
+    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
+    subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
+                   capture_output=True, timeout=120, env={k: v for k, v in run_env().items() if k != "CLAUDECODE"})
+    assert "STOP success" not in run_pytest_selfheal(project).stdout
+
+
+@pytest.mark.slow
+def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_path: Path) -> None:
+    """`calc.py` patches `json.loads` at import: `test_json` (it imports nothing of the
+    project) fails beside it in the whole suite and passes alone."""
+    project = _project(tmp_path)
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
+                    "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
+    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command))" \
+        in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a change whose `_scale` adds 1 when a counter it keeps in a file at import "
+                   "(`_N = int(Path('n.runs').read_text())`) is 1 mod 3: the check's run fails, both re-runs pass, "
+                   "counted flaky: STOP success, and plain pytest fails one run in three. Re-runs cannot tell it from "
+                   "a flaky test (docs/reliability.md, round 5)")
+def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    _capture(project)
+    calc = project / "calc.py"
+    calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace(
+        "def _scale(x):\n    return x\n", "import pathlib as _p\n_C = _p.Path('n.runs')\n"
+        "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
+        "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
+    result = run_pytest_selfheal(project)
+    assert "STOP success" not in result.stdout, result.stdout

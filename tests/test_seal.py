@@ -10,6 +10,7 @@ import marshal
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
-from pytest_selfheal.config.seal import Hasher, context_reads, harness_changes, reseal, take_seal
+from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
+from pytest_selfheal.records.context import GitContext, RunContext
+from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.seal import Seal
+from pytest_selfheal.store import judging
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -160,12 +165,59 @@ def test_a_plugin_named_like_selfheal_is_not_selfheal(suite: pytest.Pytester) ->
     assert "STOP success" not in out
 
 
-@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids"])
+def test_a_new_module_named_like_one_the_tests_load_from_outside_is_harness_changed(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The expected value comes from the standard library's colorsys; a `colorsys.py` beside
+    the tests replaces it (and the sealed file is unchanged)."""
+    pytester.makepyfile(calc=CALC, test_calc="import colorsys\nfrom calc import add\n\n\ndef test_add():\n"
+                        "    assert add(1, 2) == colorsys.rgb_to_hsv(0, 0, 3)[2]\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    pytester.makepyfile(colorsys="def rgb_to_hsv(r, g, b):\n    return (0, 0, -1)\n")
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)  # imported again, as in a new process
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert "-> STOP harness_changed (colorsys.py (named like " in out, out
+    assert "STOP success" not in out
+
+
+def test_the_code_under_repair_imported_from_outside_the_project_is_replaced(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "proj" / "src" / "calcpkg").mkdir(parents=True)
+    (tmp_path / "proj" / "src" / "calcpkg" / "__init__.py").write_text(CALC)
+    (tmp_path / "proj" / "tools.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "elsewhere"))
+    recorded = Seal(code=("src/calcpkg/__init__.py", "tools.py"))
+    copy = str(tmp_path / "elsewhere" / "calcpkg" / "__init__.py")
+    assert replaced_code(recorded, tmp_path / "proj", Loaded(module_files=(copy, json.__file__))) == [
+        f"src/calcpkg/__init__.py (this run imported {copy} instead)"]
+    project = str(tmp_path / "proj" / "src" / "calcpkg" / "__init__.py")
+    assert replaced_code(recorded, tmp_path / "proj", Loaded(module_files=(project, json.__file__))) == []
+
+
+@pytest.mark.slow
+def test_a_pythonpath_ahead_of_the_project_with_a_fixed_copy_is_harness_changed(tmp_path: Path) -> None:
+    """The project's code is unchanged; the tests ran a fixed copy of its package."""
+    project = make_project(tmp_path / "proj", {"src/calcpkg/__init__.py": CALC, "tests/test_calc.py":
+                           "from calcpkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"})
+    assert run_pytest_selfheal(project, env={"PYTHONPATH": str(project / "src")}).returncode == 1
+    (tmp_path / "copy" / "calcpkg").mkdir(parents=True)
+    (tmp_path / "copy" / "calcpkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    out = run_pytest_selfheal(project, env={"PYTHONPATH": os.pathsep.join([str(tmp_path / "copy"),
+                                                                          str(project / "src")])}).stdout
+    assert "-> STOP harness_changed (src/calcpkg/__init__.py (this run imported " in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("edit", [pytest.param("test_digests", marks=pytest.mark.slow), "nodeids",
+                                  pytest.param("context", marks=pytest.mark.slow)])
 def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite: pytest.Pytester, edit: str) -> None:
     (incident_id,) = _inbox(suite.path)
-    path = suite.path / ".selfheal" / "error_inbox" / incident_id / "incident.json"
+    path = suite.path / ".selfheal" / "error_inbox" / incident_id / ("context.json" if edit == "context" else
+                                                                     "incident.json")
     doc = json.loads(path.read_text())
-    if edit == "test_digests":
+    if edit == "context":  # the capture's commit: the regression check's changed files and captured code
+        doc["git"] = {**(doc["git"] or {}), "commit": "f" * 40}
+    elif edit == "test_digests":
         doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
     else:
         doc["nodeids"] = ["suite/test_calc.py::test_other"]
@@ -179,6 +231,17 @@ def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite
     assert stop in suite.runpytest("--selfheal").stdout.str()
 
 
+def test_the_captures_context_is_a_judging_record(tmp_path: Path) -> None:
+    context = RunContext(rootdir=str(tmp_path), git=GitContext(commit="a" * 40), invocation_args=("tests",))
+    incident = Incident(incident_id="incident_20260101_000000_aaaaaa", step="", failure_class="", message="",
+                        error_signature="")
+    judging.remember(tmp_path, incident.incident_id, incident=incident, context=context)
+    assert not judging.edited(tmp_path, incident, None, context)
+    for edited in (replace(context, git=GitContext(commit="b" * 40)), replace(context, invocation_args=("tests/x",)),
+                   None):  # another commit, a narrower command, context.json gone
+        assert judging.edited(tmp_path, incident, None, edited)
+
+
 @pytest.mark.parametrize("line,reads", [
     ("frame = inspect.currentframe()", True),
     ("caller = sys._getframe(1)", True),
@@ -189,6 +252,12 @@ def test_the_incidents_records_edited_outside_selfheal_are_harness_changed(suite
     ("import _pytest", True),
     ("name = 'PYTEST_CURRENT_TEST'", True),
     ("stack = traceback.extract_stack()", True),
+    ("fresh = '__pycache__' not in __cached__", True),
+    ("where = __spec__.cached", True),
+    ("pyc = importlib.util.cache_from_source('x.py')", True),
+    ("started = open('/proc/self/environ', 'rb').read()", True),
+    ("parent = os.getppid()", True),
+    ("hit = self.cached", False),
     ("total = sum(self.modules)", False),
     ("path = os.path.join(a, b)", False),
     ("signature = inspect.signature(f)", False),

@@ -35,6 +35,7 @@ import posixpath
 import re
 import site
 import sys
+import sysconfig
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,16 +66,21 @@ _SKIP_DIRS = frozenset({"_darcs", "build", "CVS", "dist", "node_modules", "venv"
 _INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 
 # The process context code can read to tell a test run (or a verification) from a real one.
-_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv"})
+# Where its own code was loaded from (``__file__``, ``__cached__``: a verification's fresh
+# bytecode cache), its parent process and ``/proc`` (the environment it started with) too.
+_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv",
+                               "cache_from_source", "getppid"})
+_CONTEXT_NAMES = frozenset({"__file__", "__cached__", "__spec__", "__loader__"})
 _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
                "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
                "Path": frozenset({"cwd"}), "pathlib": frozenset({"Path"}),
                "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
-_CONTEXT_WORDS = ("pytest", "selfheal")
+_CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
 # A line that may hold a read names one of these (lower-cased), or starts an import.
 _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|traceback|__file__|cwd|pycache_prefix"
+                           rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
                            rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
 
 
@@ -92,7 +98,7 @@ def _reads_context(node: ast.AST) -> bool:
             return owner.id in _CONTEXT_MODULES or node.attr in _CONTEXT_OF.get(owner.id, ())
         return isinstance(owner, ast.Call) and any(node.attr in names for names in _CONTEXT_OF.values())
     if isinstance(node, ast.Name):
-        return node.id == "__file__"
+        return node.id in _CONTEXT_NAMES
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return any(word in node.value.lower() for word in _CONTEXT_WORDS)
     if isinstance(node, ast.Import):
@@ -515,6 +521,66 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
+def _import_roots() -> list[str]:
+    """The folders modules are imported from (``sys.path``, the interpreter's), longest first."""
+    return sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
+        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
+        key=len, reverse=True)
+
+
+def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
+    """Modules of the code under repair the capture ran that this run (``loaded``) imported
+    by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
+    ahead of the project's): the tests ran other code than the project's."""
+    tops = {_importable_as(rootdir, rel): rel for rel in recorded.code}
+    roots = _import_roots()
+    replaced: dict[str, str] = {}
+    for path in loaded.module_files:
+        if _project_module(rootdir, path) is None:
+            name = _top_name(os.path.abspath(path), roots)
+            if name in tops:
+                replaced.setdefault(tops[name], path)
+    return [f"{rel} (this run imported {path} instead)" for rel, path in sorted(replaced.items())]
+
+
+def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
+    """The top-level module name ``path`` (absolute) is imported by below the first of
+    ``roots`` (longest first) holding it."""
+    for entry in roots:
+        if path.startswith(entry):
+            first = path[len(entry):].split(os.sep, 1)[0]
+            return first[:-3] if first.endswith(".py") else first
+    return None
+
+
+def _importable_as(root: Path, rel: str) -> str:
+    """The top-level name a project module is imported by when its package's parent folder
+    is on ``sys.path``: its top package's name, or its own below a folder that is no package."""
+    parts = rel.split("/")
+    top = len(parts) - 1
+    while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
+        top -= 1
+    name = parts[top]
+    return name[:-3] if name.endswith(".py") else name
+
+
+def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
+    """A module of the code under repair new since the capture that is named like a module
+    the capture loaded from outside the project (``fractions.py`` beside the tests, where the
+    test's expected value came from the standard library's): it replaces that module."""
+    added = sorted(set(now.code) - set(recorded.code))
+    if not added:
+        return []
+    roots = _import_roots()
+    outside: dict[str, str] = {}
+    for path in recorded.modules:
+        name = _top_name(path, roots) if os.path.isabs(path) else None
+        if name:
+            outside.setdefault(name, path)
+    return [f"{rel} (named like {outside[name]})" for rel in added
+            if (name := _importable_as(root, rel)) in outside]
+
+
 def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
     """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
     variable, a start-up file, ``<distribution> <version>``, a module of the code under
@@ -541,7 +607,7 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
         added = added_reads(before, hasher.reads(str(root / name)))
         if added:
             changed.append(_quoted(name, added))
-    return changed
+    return changed + _shadowing(recorded, now, root)
 
 
 def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
@@ -565,6 +631,7 @@ __all__ = [
     "judging_changes",
     "loaded_now",
     "pytest_section",
+    "replaced_code",
     "reseal",
     "take_seal",
 ]

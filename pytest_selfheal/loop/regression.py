@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -53,6 +54,9 @@ _DOCUMENTATION = (".md", ".rst")
 # Changed files that change what runs or how it is judged for every test: the whole command.
 _WHOLE_COMMAND_NAMES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
 _DYNAMIC_CALLS = frozenset({"import_module", "__import__"})
+# A dotted word inside a string, and how much of one string is read for them.
+_DOTTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_STRING_SCAN = 4096
 
 Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
 BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
@@ -146,22 +150,46 @@ def _module_names(rel: str) -> list[str]:
     return [".".join(parts[i:]) for i in range(len(parts))]
 
 
-def _imports(rel: str, source: bytes) -> Optional[tuple[set[str], bool]]:
-    """The dotted names a module imports (each prefix too: ``a.b.c`` runs ``a`` and ``a.b``)
-    and whether it imports by a computed name; None when it does not parse."""
+@dataclass(frozen=True)
+class _Refs:
+    """What a module refers to (each dotted prefix too: ``a.b.c`` runs ``a`` and ``a.b``),
+    whether it imports by a computed name, and whether it acts on tests that do not import
+    it (defines fixtures or ``pytest_*`` hooks: a conftest, a plugin), or on every module of
+    the process (patches another module)."""
+
+    names: set[str]
+    words: set[str]  # dotted words of its strings
+    dynamic: bool
+    acts_on_tests: bool
+    patches: bool  # assigns to another module's attribute: acts on code that never imports it
+
+
+def _imports(rel: str, source: bytes) -> Optional[_Refs]:
+    """The names a module refers to; None when it does not parse. An import refers to a
+    module, and so does a dotted word of a string that is a module's whole name
+    (``importorskip("calc")``, ``run_module``, ``spec_from_file_location(…, "calc.py")``,
+    ``-c "import calc"``, ``mock.patch("calc.mul")``): code is reached by name in more ways
+    than ``import``; a bare word (``"version"``) names no submodule."""
     try:
         tree = ast.parse(source, rel)
     except (SyntaxError, ValueError):
         return None
     names: set[str] = set()
-    dynamic = False
+    words: set[str] = set()
+    bound: set[str] = set()  # the names its imports bind
+    targets: list[ast.expr] = []  # what it assigns to or deletes
+    dynamic = acts = False
     package = rel[:-3].split("/")[:-1]
 
-    def add(name: str) -> None:
+    def add(name: str, into: set[str] = names) -> None:
         parts = name.split(".")
-        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        into.update(".".join(parts[: i + 1]) for i in range(len(parts)))
 
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets.extend(node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target])
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -174,16 +202,36 @@ def _imports(rel: str, source: bytes) -> Optional[tuple[set[str], bool]]:
                 add(base)
             for alias in node.names:
                 add(f"{base}.{alias.name}" if base else alias.name)
-        elif isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if called in _DYNAMIC_CALLS:
-                first = node.args[0] if node.args else None
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    add(first.value)
-                else:
-                    dynamic = True
-    return names, dynamic
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for word in _DOTTED_WORD.findall(node.value[:_STRING_SCAN]):
+                add(word, words)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            acts = acts or node.name.startswith("pytest_") or any(
+                _called(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list)
+        elif isinstance(node, ast.Call) and _called(node.func) in _DYNAMIC_CALLS:
+            first = node.args[0] if node.args else None
+            dynamic = dynamic or not (isinstance(first, ast.Constant) and isinstance(first.value, str))
+        elif isinstance(node, ast.Call) and _called(node.func) in ("setattr", "delattr") and node.args:
+            targets.append(ast.Attribute(value=node.args[0], attr="", ctx=ast.Store()))
+    patches = any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in bound
+                  for target in targets for t in ast.walk(target))
+    return _Refs(names, words, dynamic, acts, patches)
+
+
+def _called(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _whole_name(root: Path, rel: str) -> str:
+    """``rel``'s dotted name from its top package (the first folder up that is no package):
+    ``src/shop/cart.py`` → ``shop.cart``, ``calc.py`` → ``calc``."""
+    parts = rel[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    top = len(parts) - 1
+    while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
+        top -= 1
+    return ".".join(parts[top:])
 
 
 def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
@@ -221,22 +269,36 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
     if not code:
         return []
     by_name: dict[str, set[str]] = {}
+    by_whole_name: dict[str, set[str]] = {}  # the name from its top package: what a string names
     graph: dict[str, set[str]] = {}
     unknown: set[str] = set()  # does not parse, or imports by a computed name
+    acting: set[str] = set()  # defines fixtures or hooks
+    patching: set[str] = set()  # assigns to another module's attributes
+    strings: dict[str, set[str]] = {}
     for rel in _python_files(root, skip):
         for name in _module_names(rel):
             by_name.setdefault(name, set()).add(rel)
+        by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)
         try:
             found = _imports(rel, (root / rel).read_bytes())
         except OSError:
             found = None
-        if found is None or found[1]:
+        if found is None or found.dynamic:
             unknown.add(rel)
-        graph[rel] = set() if found is None else found[0]
-    edges = {rel: {f for name in names for f in by_name.get(name, ())} - {rel} for rel, names in graph.items()}
+        if found is not None and found.acts_on_tests:
+            acting.add(rel)
+        if found is not None and found.patches:
+            patching.add(rel)
+        graph[rel] = set() if found is None else found.names
+        strings[rel] = set() if found is None else found.words
+    edges = {rel: ({f for name in names for f in by_name.get(name, ())}
+                   | {f for word in strings[rel] for f in by_whole_name.get(word, ())}) - {rel}
+             for rel, names in graph.items()}
     imported = {f for targets in edges.values() for f in targets}
     if any(rel not in imported and not is_test_file(rel) for rel in code):
         return None  # nothing imports it by name: a plugin, a script, an import at run time
+    if any(rel in patching for rel in code):
+        return None  # it changes other modules (``json.loads = …``): any test in the process
     # Reverse reachability: who imports (transitively) a changed module, or a module of unknown imports.
     importers: dict[str, set[str]] = {}
     for rel, targets in edges.items():
@@ -250,7 +312,20 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
             continue
         reached.add(rel)
         todo.extend(importers.get(rel, ()))
-    return sorted(rel for rel in reached if is_test_file(rel) and (root / rel).is_file())
+    # A reached module nothing imports by name reaches tests without being imported: a conftest
+    # or a package's __init__ acts on every test below its folder; a plugin (fixtures, hooks)
+    # loaded by configuration on tests nobody can name.
+    below: list[str] = []
+    for rel in reached - set(importers):
+        if is_test_file(rel):
+            continue
+        folder, _, name = rel.rpartition("/")
+        if name in ("conftest.py", "__init__.py"):
+            below.append(f"{folder}/" if folder else "")
+        elif rel in acting:
+            return None
+    return sorted(rel for rel in graph if (rel in reached or any(rel.startswith(b) for b in below))
+                  and is_test_file(rel) and (root / rel).is_file())
 
 
 # --------------------------------------------------------------------------- running
@@ -337,6 +412,7 @@ def check_regressions(
     budget_seconds: float,
     commit: Optional[str],
     captured_tree: Optional[Path] = None,
+    clean_capture: bool = True,
     env: Optional[Mapping[str, str]] = None,
     invocation_dir: Optional[Path] = None,
     selection_file: Optional[Path] = None,
@@ -351,7 +427,8 @@ def check_regressions(
     the capture's selection words (rootdir-relative; empty: pytest's own ``testpaths``).
     ``selection``: the plan's node ids, judged by the iteration itself. ``commit``: the
     capture's; ``captured_tree``: where the captured code already is (the user's tree while a
-    repair works in a worktree), else the commit is checked out.
+    repair works in a worktree), else the commit is checked out — when ``clean_capture``: a
+    capture with uncommitted changes saw other code than its commit, so a failure counts.
     """
     if mode == OFF:
         return None
@@ -397,16 +474,22 @@ def check_regressions(
         candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
         if not candidates:
             return RegressionCheck(len(outcomes), scope=scope)
-        # Fails again? A pass on the re-run is a flaky test's, never the change's fault.
-        again = run(candidates, tree, "rerun", scratch)
-        if again.timed_out:
-            return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
-        failures.update(again.failures)
-        flaky = tuple(n for n in candidates if again.outcomes.get(n) == models.OUTCOME_PASSED)
+        # Fails again? A pass on the re-run is a flaky test's, never the change's fault. A test
+        # that passes alone runs again as the check ran it: beside the modules a change patches
+        # (``json.loads = …``) it can fail every time.
+        flaky: tuple[str, ...] = tuple(candidates)
+        for selection in (candidates, words):
+            again = run(selection, tree, "rerun", scratch)
+            if again.timed_out:
+                return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+            failures.update(again.failures)
+            flaky = tuple(n for n in flaky if again.outcomes.get(n) == models.OUTCOME_PASSED)
+            if not flaky:
+                break
         failing = [n for n in candidates if n not in flaky]
         preexisting: tuple[str, ...] = ()
         if failing:
-            with _captured(captured_tree, tree, commit, scratch) as base:
+            with _captured(captured_tree, tree, commit if clean_capture else None, scratch) as base:
                 if base is not None:
                     before = run(failing, base, "captured", scratch)
                     if before.timed_out:
@@ -462,11 +545,12 @@ def check_incident(
     except SelfhealError:
         context = None
     commit = context.git.commit if context is not None and context.git is not None else None
+    clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
     return check_regressions(
         mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
         trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
-        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, env=env,
+        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
             incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
     )

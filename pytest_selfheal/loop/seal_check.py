@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, reseal
+from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, replaced_code, reseal
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
@@ -48,9 +50,10 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
     project, or the repair worktree the verification runs in), each named; [] without a
     seal. The failing tests' files and their conftests are left to ``tests_edited``.
     ``store``: the incident's, whose judging records — ``incident`` and ``plan`` as the
-    caller read them for this verdict (the plan read here when not given) — are checked
-    first (store/judging.py)."""
-    if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id)):
+    caller read them for this verdict (the plan read here when not given), and the
+    capture's context — are checked first (store/judging.py)."""
+    if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id),
+                                             _context_of(store, incident.incident_id)):
         return [judging.RECORDS_EDITED]
     if incident.seal is None:
         return []
@@ -60,11 +63,19 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
                  distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
-    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests]
+    replaced = replaced_code(incident.seal, root, loaded) if loaded is not None else []
+    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests] + replaced
 
 
 def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
     return store.read_plan(incident_id) if store.has_plan(incident_id) else None
+
+
+def _context_of(store: Store, incident_id: str) -> Optional[RunContext]:
+    try:
+        return store.read_context(incident_id)
+    except SelfhealError:
+        return None  # gone or unreadable: compared with the kept digest, an edit
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
@@ -73,7 +84,8 @@ def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: Effec
     is accepted from now on. Nothing for an incident captured without a seal."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
-        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id))
+        judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
+                       _context_of(store, incident_id))
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:

@@ -1,9 +1,10 @@
 """The incidents' judging records, kept tamper-evident (edge: the user's state directory).
 
 What judges an incident — its seal (judging keys included), the test digests, the node ids
-and options of its capture, and the plan's verification selection — lives in the project
-tree (``incident.json``, ``plan.json``), where anything running there can edit it. Each time
-the store writes one of the two files, the digest of its judging part is kept outside the
+and options of its capture, the plan's verification selection and the capture's context
+(its commit and command) — lives in the project tree (``incident.json``, ``plan.json``,
+``context.json``), where anything running there can edit it. Each time the store writes one
+of them, the digest of its judging part is kept outside the
 project, in ``$XDG_STATE_HOME/pytest-selfheal/records/`` (``~/.local/state`` without it),
 keyed by the reports root and the incident (a copy of the project is judged apart);
 :func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
@@ -21,6 +22,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.names import state_dir
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.plan import Plan
@@ -39,6 +41,12 @@ def incident_digest(incident: Incident) -> str:
     """The digest of ``incident``'s judging fields."""
     doc = incident.to_json()
     return _digest({key: doc.get(key) for key in _INCIDENT_KEYS})
+
+
+def context_digest(context: RunContext) -> str:
+    """The digest of ``context.json``: the capture's commit, command and folder judge too
+    (the regression check's changed files, captured code and whole command)."""
+    return _digest(context.to_json())
 
 
 def plan_digest(plan: Plan) -> str:
@@ -71,7 +79,8 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 
 def remember(reports_root: Path, incident_id: str, *, incident: Optional[Incident] = None, plan: Optional[Plan] = None,
-             before: Optional[Incident] = None, plan_before: Optional[Plan] = None) -> None:
+             before: Optional[Incident] = None, plan_before: Optional[Plan] = None,
+             context: Optional[RunContext] = None) -> None:
     """Keep the digests of what the store just wrote (``before``/``plan_before``: what it
     replaced). Replacing records that differ from the kept digests keeps them edited."""
     path = _record_path(reports_root, incident_id)
@@ -85,27 +94,33 @@ def remember(reports_root: Path, incident_id: str, *, incident: Optional[Inciden
         doc["incident"] = incident_digest(incident)
     if plan is not None:
         doc["plan"] = plan_digest(plan)
+    if context is not None:
+        doc["context"] = context_digest(context)
     _write(path, doc)
 
 
-def accept(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> None:
+def accept(reports_root: Path, incident: Incident, plan: Optional[Plan], context: Optional[RunContext]) -> None:
     """A person took a new seal: the records as they are now are the incident's."""
     path = _record_path(reports_root, incident.incident_id)
     if path is not None:
-        _write(path, {"incident": incident_digest(incident), **({"plan": plan_digest(plan)} if plan else {})})
+        _write(path, {"incident": incident_digest(incident), **({"plan": plan_digest(plan)} if plan else {}),
+                      **({"context": context_digest(context)} if context else {})})
 
 
-def edited(reports_root: Path, incident: Incident, plan: Optional[Plan]) -> bool:
-    """Whether ``incident``'s (and ``plan``'s) judging records differ from what the store
-    last wrote, or ever did since the capture. No kept digest (captured before selfheal kept
-    them, elsewhere, or in a copy or a move of the project): nothing to compare."""
+def edited(reports_root: Path, incident: Incident, plan: Optional[Plan], context: Optional[RunContext]) -> bool:
+    """Whether ``incident``'s (and ``plan``'s, ``context``'s: None when it cannot be read)
+    judging records differ from what the store last wrote, or ever did since the capture. No
+    kept digest (captured before selfheal kept them, elsewhere, or in a copy or a move of the
+    project): nothing to compare."""
     path = _record_path(reports_root, incident.incident_id)
     kept = _read(path) if path is not None else None
     if kept is None:
         return False
     if kept.get("edited") or kept.get("incident") not in (None, incident_digest(incident)):
         return True
+    if "context" in kept and (context is None or kept["context"] != context_digest(context)):
+        return True
     return plan is not None and kept.get("plan") not in (None, plan_digest(plan))
 
 
-__all__ = ["RECORDS_EDITED", "accept", "edited", "incident_digest", "plan_digest", "remember"]
+__all__ = ["RECORDS_EDITED", "accept", "context_digest", "edited", "incident_digest", "plan_digest", "remember"]

@@ -185,7 +185,8 @@ class StoreWriter(StoreReader):
                 text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
                 if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
-                    judging.remember(self._root, incident_id, incident=final, plan=written_plan)
+                    judging.remember(self._root, incident_id, incident=final, plan=written_plan,
+                                     context=RunContext.from_json(json.loads(context_text), "context.json"))
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
                         # parses the same record back from ``text``.
