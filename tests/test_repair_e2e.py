@@ -136,6 +136,7 @@ class Project:
             repo.close()
 
 
+@pytest.mark.slow  # by default: test_fix_with_approve_lands_in_the_working_tree, test_ci.py -k only_proposed
 def test_fix_without_approval_proposes_a_correct_patch(tmp_path: Path) -> None:
     project = Project(tmp_path)
     result = project.loop("fix")
