@@ -110,7 +110,8 @@ def child_env(config_dir: Path) -> dict[str, str]:
     return env
 
 
-NEVER_STOP = ("max_iterations=100000", "error_fingerprint_repeats=100000", "no_progress_repeats=100000")
+# The judging keys at their bound (config/keys.py): no stop in the iterations a benchmark runs.
+NEVER_STOP = ("max_iterations=1000", "error_fingerprint_repeats=1000", "no_progress_repeats=1000")
 
 
 # (d) is a loop as a user runs it: one iteration, then the stop and the archive.

@@ -83,7 +83,7 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr  # known and new still fail
     # The expired entry of the base revision's list: ignored, with a warning naming its line.
     assert f"::warning::.selfheal-quarantine.yml@{base[:12]}:5: expired on 2020-01-31" in result.stdout
-    assert result.stdout.count("expired on 2020-01-31") == 2  # the capture's line and the job's annotation
+    assert result.stdout.count("expired on 2020-01-31") == 2, result.stdout  # the capture's line and the job's annotation
     outputs = outputs_of(env)
     assert triage_of(outputs["report-json-path"]) == {
         "test_known.py::test_known": "known",
@@ -92,17 +92,17 @@ def test_known_new_flaky_and_quarantined_from_main_to_the_pull_request(tmp_path:
         "test_upstream.py::test_upstream": "quarantined",
     }
     report = json.loads(Path(outputs["report-json-path"]).read_text())
-    assert report["triage_summary"]["line"] == "1 new, 1 known on main, 1 flaky, 1 quarantined"
+    assert report["triage_summary"]["line"] == "1 new, 1 known on main, 1 flaky (passed on re-run), 1 quarantined"
     (comment,) = ours(fake_github)
     body = str(comment["body"])
-    assert "1 new, 1 known on main, 1 flaky, 1 quarantined" in first_visible_line(body)
+    assert "1 new, 1 known on main, 1 flaky (passed on re-run), 1 quarantined" in first_visible_line(body)
     failures = body.split("### Failures", 1)[1].split("\n### ", 1)[0]
     assert "| `test_known.py::test_known` |" in failures and "known on main: first seen at " + base[:12] in failures
     assert "**new**" in failures and "**flaky**" in failures and "test_upstream" not in failures
     quarantined = body.split("### Quarantined Failures", 1)[1].split("\n### ", 1)[0]
     assert "`test_upstream.py::test_upstream`" in quarantined and "upstream sandbox flaps, OPS-12" in quarantined
     summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
-    assert "1 new, 1 known on main, 1 flaky, 1 quarantined" in summary.splitlines()[0]
+    assert "1 new, 1 known on main, 1 flaky (passed on re-run), 1 quarantined" in summary.splitlines()[0]
 
     # selfheal flaky ranks the flaky test; selfheal junit writes its <flakyFailure>.
     code, out, err = cli("flaky", "--json", cwd=project, env=env)

@@ -195,6 +195,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_one(tmp_path: Path) -> None:
+    outage = tmp_path / "service-down"  # outside the project: what the captured code sees too
     project = make_project(tmp_path / "proj", {
         "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
         "test_calc.py": """\
@@ -208,24 +209,34 @@ def test_a_run_that_closes_one_incident_and_captures_another_is_about_the_new_on
             def test_mul():
                 assert mul(2, 3) == 6
             """,
+        "test_service.py": f"""\
+            import os
+
+
+            def test_service():
+                assert not os.path.exists({str(outage)!r}), "the service is down"
+            """,
     })
 
     async def scenario() -> None:
         async with session(project) as client:
             first = (await client.call_tool("run_tests", {})).structured_content or {}
             old = first["captured"]
-            # The fix of add breaks mul: the open incident closes, the new failure is its own incident.
-            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n")
+            # add is fixed, and in the same run a test the change cannot have broken fails (it
+            # fails on the captured code too): the open incident closes, the new failure is its
+            # own incident. (A fix that broke mul would be no success: the regression check.)
+            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n")
+            outage.write_text("")
             second = await client.call_tool("run_tests", {})
             verdict = second.structured_content or {}
             new = verdict["captured"]
-            assert new and new != old
+            assert new and new != old, text_of(second)
             assert (verdict["decision"], verdict["status"], verdict["incident_id"]) == ("CONTINUE", "captured", new)
             assert verdict["iteration"] is None
             assert verdict["closed"] == {"incident_id": old, "iteration": 1, "stop_reason": "success",
                                          "status": "resolved"}
             assert f"incident {old} stopped in the same run (success, now resolved)" in text_of(second)
-            assert "test_calc.py::test_mul" in text_of(second) and "test_calc.py::test_add" not in text_of(second)
+            assert "test_service.py::test_service" in text_of(second) and "test_calc.py::test_add" not in text_of(second)
 
     anyio.run(scenario)
 

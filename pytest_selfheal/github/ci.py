@@ -226,6 +226,9 @@ class _Reporter:
         self.stream.flush()
 
     def warn(self, message: str) -> None:
+        """Once per message: two steps reading the same file (the quarantine list) warn alike."""
+        if message in self.warnings:
+            return
         self.warnings.append(message)
         if self.in_actions:
             warning(message, stream=self.stream)

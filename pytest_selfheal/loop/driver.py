@@ -519,7 +519,7 @@ def _verify_and_record(
                                     outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
                                     captured_tree=project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
-    changed_harness = (harness_changed(incident, cwd, store=run.store, plan=run.plan,
+    changed_harness = (harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
                                        extra_code=repair.files_changed if repair is not None else ())
                        if incident is not None else [])
     # The first failing command's code (None: timed out or could not start), else 0.

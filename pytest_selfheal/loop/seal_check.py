@@ -11,7 +11,7 @@ capture, and what changed since in what decides what runs (config/seal.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -45,13 +45,15 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
 
 
 def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, plan: Optional[Plan] = None,
-                    loaded: Optional[Loaded] = None, extra_code: Iterable[str] = ()) -> list[str]:
+                    loaded: Optional[Loaded] = None, extra_code: Iterable[str] = (),
+                    environ: Optional[Mapping[str, str]] = None) -> list[str]:
     """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
     project, or the repair worktree the verification runs in), each named; [] without a
     seal. The failing tests' files and their conftests are left to ``tests_edited``.
     ``store``: the incident's, whose judging records — ``incident`` and ``plan`` as the
     caller read them for this verdict (the plan read here when not given), and the
-    capture's context — are checked first (store/judging.py)."""
+    capture's context — are checked first (store/judging.py). ``environ``: the environment
+    the verification ran with (default this process's), whose option variables are compared."""
     if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id),
                                              _context_of(store, incident.incident_id)):
         return [judging.RECORDS_EDITED]
@@ -60,7 +62,7 @@ def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = 
     # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
     # the loop's parent leaves that to the next run inside pytest (docs/loop.md "The seal").
     now = reseal(incident.seal, root, judging=incident.seal.judging, loaded=loaded or NOTHING_LOADED, extra_code=extra_code,
-                 distributions=loaded is not None)
+                 environ=environ, distributions=loaded is not None)
     # The failing tests' own files and conftests have their own verdict: a pass with them
     # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
     replaced = replaced_code(incident.seal, root, loaded) if loaded is not None else []

@@ -70,7 +70,7 @@ SNOOPS = """
         assert True
 
     def test_bad():
-        _note("verification" if os.environ.get("SELFHEAL_VERIFYING") else "capture")
+        _note("test")  # the capture, then each verification: they look alike to the tests
         assert 1 + 1 == 3
 """
 
@@ -106,7 +106,8 @@ def test_no_token_named_variable_reaches_a_child(tmp_path: Path, fake_github: Fa
                cwd=project, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     seen = _seen(log)
-    assert {where for where, _, _ in seen} >= {"capture", "verification", "repair"}, seen
+    kinds = [where for where, _, _ in seen]
+    assert set(kinds) == {"test", "repair"} and kinds.count("test") >= 2, seen  # the capture and a verification
     assert all(mine == [] for _, mine, _ in seen), seen
     assert fake_github.requests_to("POST"), "the comment (the token's one use) was posted"
 
@@ -138,7 +139,7 @@ def test_the_action_steps_keep_the_token_out_of_the_test_step(tmp_path: Path, fa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     seen = _seen(log)
-    assert {where for where, _, _ in seen} >= {"capture", "verification"}, seen
+    assert [where for where, _, _ in seen].count("test") >= 2, seen  # the capture and a verification
     assert all(mine == [] and parent == [] for _, mine, parent in seen), seen  # nothing, not even in /proc
     assert not fake_github.requests_to("POST") and not fake_github.requests_to("PATCH")
     # The tests could not reach the runner's command files: nothing for the later steps.
