@@ -75,14 +75,22 @@ def global_config_path(env: Mapping[str, str]) -> Optional[Path]:
     base = env.get("OPENCODE_CONFIG_DIR") or ""
     if base and base != "~" and not base.startswith("~/"):
         return Path(base) / "get-shit-done" / "config.json"
-    home = env.get("HOME")
-    if not home:
-        try:
-            home = str(Path.home())
-        except (RuntimeError, KeyError):
-            return None
-    directory = Path(home) / base[2:] if base else Path(home) / ".config" / "opencode"
+    home = _home(env)
+    if home is None:
+        return None
+    directory = home / base[2:] if base else home / ".config" / "opencode"
     return directory / "get-shit-done" / "config.json"
+
+
+def _home(env: Mapping[str, str]) -> Optional[Path]:
+    """HOME from ``env``, else the user's home directory; None when none can be found."""
+    home = env.get("HOME")
+    if home:
+        return Path(home)
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
 
 
 def state_dir(env: Mapping[str, str]) -> Optional[Path]:
@@ -92,13 +100,8 @@ def state_dir(env: Mapping[str, str]) -> Optional[Path]:
     base = env.get("XDG_STATE_HOME") or ""
     if base.startswith("/"):
         return Path(base) / "pytest-selfheal"
-    home = env.get("HOME")
-    if not home:
-        try:
-            home = str(Path.home())
-        except (RuntimeError, KeyError):
-            return None
-    return Path(home) / ".local" / "state" / "pytest-selfheal"
+    home = _home(env)
+    return home / ".local" / "state" / "pytest-selfheal" if home is not None else None
 
 
 def installed_bytecode(env: Mapping[str, str]) -> Optional[Path]:
