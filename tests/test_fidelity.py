@@ -193,6 +193,7 @@ def test_an_agent_fix_is_verified_from_the_captures_directory_in_the_worktree(tm
     assert result["stop_reason"] == "success" and result["repair"]["files_changed"] == ["calc.py"]
 
 
+@pytest.mark.slow
 def test_an_agent_mode_run_from_another_directory_is_not_an_iteration(tmp_path: Path) -> None:
     top = _cwd_project(tmp_path)
     assert _pytest(top / "test", *PYTEST_SELFHEAL).returncode == 1

@@ -83,6 +83,7 @@ def tree_state(project: Path) -> str:
 # --------------------------------------------------------------------------- the workflow
 
 
+@pytest.mark.slow
 def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", REEXPORT)
 

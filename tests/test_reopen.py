@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import (
     DETERMINISTIC,
     FIXED,
@@ -87,6 +88,7 @@ def test_a_reopened_loop_that_still_fails_stops_by_repetition_against_the_last_a
     assert selfheal(project, "reopen", "../x").returncode == EXIT_USAGE
 
 
+@pytest.mark.slow
 def test_agent_mode_runs_a_reopened_incident(tmp_path: Path) -> None:
     project, incident_id, store = _escalated(tmp_path)
     assert selfheal(project, "reopen", "latest").returncode == EXIT_OK

@@ -529,6 +529,7 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
     assert git.Repo(top).git.worktree("list").count("\n") == 0  # only the main worktree is left
 
 
+@pytest.mark.slow
 def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
     """A loop killed after an accepted repair: the next run's worktree starts from that patch."""
     e = Env(tmp_path)

@@ -156,6 +156,7 @@ SHAPE_TESTS = """
 """
 
 
+@pytest.mark.slow
 def test_a_bug_behind_a_re_export_is_targeted_at_the_defining_module_and_fixed(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", {"shapes/__init__.py": "from .core import *\n",
                                             "shapes/core.py": CORE, "tests/test_shapes.py": SHAPE_TESTS}, ini=INI)

@@ -192,6 +192,7 @@ def weakened(pytester: pytest.Pytester) -> tuple[pytest.Pytester, str]:
     return pytester, incident_id
 
 
+@pytest.mark.slow
 def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: tuple[pytest.Pytester, str]) -> None:
     p, incident_id = weakened
     for _ in range(2):

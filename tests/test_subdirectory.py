@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import DETERMINISTIC, FIXED, cli, make_project, run_pytest_selfheal
 
 from pytest_selfheal.config.files import find_project_root
@@ -27,6 +28,7 @@ def test_project_root_follows_pytest_rootdir_rules(tmp_path: Path) -> None:
     assert find_project_root(lone) == lone.resolve()
 
 
+@pytest.mark.slow
 def test_commands_run_from_a_subdirectory_find_the_incident(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", {"tests/test_calc.py": DETERMINISTIC})
     tests = project / "tests"

@@ -139,7 +139,7 @@ SCENARIOS: dict[str, tuple[Callable[[Path], Path], Callable[[Path, str], str], s
 
 # Three kinds of suggestion by default (after a success, after a stop by repetition, after
 # an environment stop); the slow tier follows every scenario's suggestion.
-DEFAULT_SUGGESTIONS = {"resolved", "repeated_fingerprint", "tooling_env"}
+DEFAULT_SUGGESTIONS = {"resolved", "tooling_env"}
 
 
 @pytest.mark.parametrize("scenario", [s if s in DEFAULT_SUGGESTIONS else pytest.param(s, marks=pytest.mark.slow)

@@ -133,6 +133,7 @@ def test_a_nul_in_reports_dir_is_one_config_error(tmp_path: Path) -> None:
     assert "internal error" not in run.stdout + run.stderr and "contains a NUL character" in run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_selfheal_ci_reads_the_event_before_the_tests_run(tmp_path: Path) -> None:
     """A PR's conftest rewrote $GITHUB_EVENT_PATH (base sha = the PR's head) before ``selfheal
     ci`` read it, so the PR's own quarantine file applied and its failure passed the job."""
