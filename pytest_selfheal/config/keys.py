@@ -125,145 +125,111 @@ GROUPS: dict[str, str] = {
 
 SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("enabled", BOOL, True,
-            "Master switch of the loop. `false`: failing runs are still captured as incidents, "
-            "but the loop stops at once with stop reason `disabled`.", judging=True),
+            "Master switch of the loop; `false` still captures incidents but stops the loop at once with "
+            "`disabled`.", judging=True),
     KeySpec("max_iterations", INT, 3,
-            "Most iterations (verification runs, the capture not counted) of one loop run; "
-            "reaching it stops with `max_iterations`.", judging=True, most=1000),
+            "Most verification runs (the capture not counted) in one loop run; then it stops with "
+            "`max_iterations`.", judging=True, most=1000),
     KeySpec("error_fingerprint_repeats", INT, 2,
-            "Stop with `repeated_fingerprint` when the same fingerprint is seen this many "
-            "consecutive iterations.", judging=True, most=1000),
+            "Stop with `repeated_fingerprint` after the same fingerprint this many consecutive iterations.", judging=True, most=1000),
     KeySpec("no_progress_repeats", INT, 2,
-            "Stop with `no_progress` (or `replan_requested`, see `auto_replan_on_no_progress`) "
-            "after this many consecutive iterations without progress.", judging=True, most=1000),
+            "Stop with `no_progress` (or `replan_requested`) after this many consecutive iterations without "
+            "progress.", judging=True, most=1000),
     KeySpec("apply_to.auto_tasks", BOOL, True,
-            "The loop runs for ordinary failing tests captured by `pytest --selfheal`."),
+            "The loop runs for failing tests captured by `pytest --selfheal`."),
     KeySpec("apply_to.autonomous_plans", BOOL, True,
-            "`selfheal loop` / `selfheal ci` may run the loop without a human at the terminal."),
+            "`selfheal loop` / `selfheal ci` may run the loop with no human at the terminal."),
     KeySpec("apply_to.tdd_tasks", BOOL, False,
-            "Tests marked `@pytest.mark.tdd` (red-first tests) are kept out of the loop "
-            "unless `true`."),
+            "The loop also takes tests marked `@pytest.mark.tdd` (red-first tests)."),
     KeySpec("max_runtime_minutes", NUMBER, None,
-            "Wall-clock budget of one loop, in minutes; exceeding it stops with "
-            "`runtime_budget`. `null`: no time-based stop.", nullable=True, judging=True, most=10_080),
+            "Wall-clock budget of one loop; past it, it stops with `runtime_budget`. `null`: none.", nullable=True, judging=True, most=10_080),
     KeySpec("auto_replan_on_no_progress", BOOL, False,
-            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop "
-            "with `replan_requested` instead of escalating."),
+            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop with "
+            "`replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
-            "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir) and must lie inside it, an absolute one too unless a flag "
-            "gives it ([paths](#paths-commands-arguments-and-patterns)), every symbolic link on its way "
-            "followed (one leading out is refused, exit 5).", shape=PATH),
+            "Reports root (incidents, plans, runs, archive), inside the project root "
+            "([paths](#paths-commands-arguments-and-patterns)).", shape=PATH),
     KeySpec("report_path", STRING, None,
-            "Where to write the loop report markdown (`## RALF Lite Loop Report`); a relative "
-            "path is relative to the project root and must resolve inside it, like `reports_dir`. "
-            "`null`: no report file.", nullable=True, shape=PATH),
+            "Where to write the loop report markdown, a path like `reports_dir`. `null`: no report file.", nullable=True, shape=PATH),
     KeySpec("log_tail_lines", INT, 200,
             "Lines of failing output kept in an incident's `log_tail.txt` (after redaction).", most=100_000),
     KeySpec("verification.allowlist", STRINGS, ["pytest"],
-            "Executable names (basename, or `python -m <module>`) verification commands may "
-            "run; any other command is refused and logged. Never a shell, an interpreter or a launcher "
-            "([commands](#paths-commands-arguments-and-patterns)). Their arguments are checked too: "
-            "selections inside the project root and safe options only (docs/loop.md).", judging=True, shape=COMMANDS),
+            "Programs (basename, or `python -m <module>`) a verification command may run; anything else is "
+            "refused and logged ([commands](#paths-commands-arguments-and-patterns)).", judging=True, shape=COMMANDS),
     KeySpec("verification.args", STRINGS, [],
-            "Extra pytest arguments for every verification run, after the capture's own options "
-            "(which are replayed: `-p`, `-o`, `-W`, `--import-mode`, conftest options…). Trusted "
-            "like the capture's options, and judged by value like them: `-p` only for an installed plugin, "
-            "`-o` and path values inside the project, never `@FILE`, `--basetemp`, or an option that moves the "
-            "rootdir or the config (`--rootdir`, `-c`, `--confcutdir`: "
-            "[arguments](#paths-commands-arguments-and-patterns); "
-            "[loop.md](loop.md#what-a-verification-run-executes)).", judging=True, shape=PYTEST_ARGS),
+            "Extra pytest arguments of every verification run, after the capture's replayed options and judged "
+            "like them ([arguments](#paths-commands-arguments-and-patterns)).", judging=True, shape=PYTEST_ARGS),
     KeySpec("verification.timeout_seconds", NUMBER, 900,
-            "Timeout of one verification run, in seconds; a run that exceeds it is stopped "
-            "and counts as a `timeout`.", judging=True, most=DAY_SECONDS),
+            "Timeout of one verification run; a run past it is stopped and counts as a `timeout`.", judging=True, most=DAY_SECONDS),
     KeySpec("verification.localise", BOOL, True,
-            "Before the first iteration of an incident captured without `--selfheal-spectrum`, when its "
-            "ranking will be read (a repair provider, the MCP `loop` tool, `selfheal ci`, `selfheal plan ID "
-            "--localise`), re-run the failing tests' files once (the failing tests and their passing neighbours) "
-            "recording which project functions each test runs, and rank the plan's suspects by that spectrum "
-            "([loop.md](loop.md#the-plan)). A verify-only `selfheal loop` runs no localisation. "
-            "`false`: the capture's plan stands."),
+            "When a plan's ranking will be read, re-run the failing tests' files once to rank its suspects by "
+            "what each test runs ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands."),
     KeySpec("verification.regression", STRING, "affected",
-            "The regression check before every `success`: once the selection passes, re-run the tests that can "
-            "reach the changed code (`affected`: the test modules importing a changed module, directly or through "
-            "project modules; the capture's whole command when that cannot be known), the capture's whole command "
-            "(`full`), or none (`off`); a test the change broke makes the iteration no success "
-            "([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
+            "Before a `success`, re-run the tests that can reach the changed code (`affected`), the capture's "
+            "whole command (`full`) or none (`off`) ([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
     KeySpec("verification.regression_budget_seconds", NUMBER, 600,
-            "Timeout of one regression check, in seconds; a check that exceeds it is stopped and the iteration "
-            "counts as a `timeout` (never a `success`).", judging=True, most=DAY_SECONDS),
+            "Timeout of one regression check; past it the iteration counts as a `timeout`, never a `success`.", judging=True, most=DAY_SECONDS),
     KeySpec("repair.command", ARGV, None,
-            "Repair provider command as an argv list, never run through a shell; placeholders "
-            "`{prompt_file}` `{incident_id}` `{worktree}` `{iteration}`. `null`: no command "
-            "provider (verify-only, unless a plugin hook provides one).", nullable=True),
+            "Repair provider argv, never run through a shell; placeholders `{prompt_file}` `{incident_id}` "
+            "`{worktree}` `{iteration}`. `null`: verify-only, unless a plugin hook provides one.", nullable=True),
     KeySpec("repair.timeout_seconds", NUMBER, 600,
-            "Timeout of one repair provider call, in seconds; a repair that exceeds it is "
-            "killed and recorded as a `timeout`.", most=DAY_SECONDS),
+            "Timeout of one repair provider call; a call past it is killed and recorded as a `timeout`.", most=DAY_SECONDS),
     KeySpec("repair.allowed_paths", STRINGS, [],
-            "Extra glob patterns (relative to the project root) a repair may touch without "
-            "asking, beside the plan's `target_paths`."),
+            "Extra globs (from the project root) a repair may touch without asking, beside the plan's "
+            "`target_paths`."),
     KeySpec("repair.allow_test_edits", BOOL, False,
-            "A repair may edit test files, conftest.py and files below test directories without asking. "
-            "`false`: such a diff asks for scope approval and is rolled back without it, so a weakened "
-            "test never passes as a fix."),
+            "A repair may edit tests, conftest.py and files below test directories without asking; `false`: "
+            "such a diff needs scope approval or is rolled back."),
     KeySpec("repair.allow_binary", BOOL, False,
-            "A repair's patch may change binary files. `false`: a patch with a binary change is refused "
-            "before the approval question (nobody can review it as a diff)."),
+            "A repair's patch may change binary files; `false`: such a patch is refused before the approval "
+            "question."),
     KeySpec("repair.approve", BOOL, False,
-            "Approve up front applying a repair provider's diff to the working tree "
-            "(as `--selfheal-approve` does)."),
+            "Approve applying a repair provider's diff up front (as `--selfheal-approve`)."),
     KeySpec("redaction.patterns", REGEXES, [],
-            "Extra regular expressions (Python `re` syntax) whose matches are redacted."),
+            "Extra regular expressions whose matches are redacted."),
     KeySpec("redaction.env_names", STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
-            "Glob patterns of environment variable names whose values are redacted. The "
-            "four defaults always apply: a list here only adds to them."),
+            "Globs of environment variable names whose values are redacted; added to the four defaults, which "
+            "always apply."),
     KeySpec("classification.rules", RULES, [],
-            "Extra classification rules `{name, pattern, failure_type, code_fixable, "
-            "transient, failure_class, keywords}` (the last four optional), matched against a "
-            "failure's message and text before the built-in rules."),
+            "Extra classification rules, tried on a failure's message and text before the built-in ones."),
     KeySpec("history.enabled", BOOL, True,
-            "Record every capture and loop iteration in `history.sqlite3` under the reports root and "
-            "triage each failure as new, known, flaky or quarantined."),
+            "Record every capture and iteration in `history.sqlite3` under the reports root and triage each "
+            "failure as new, known, flaky or quarantined."),
     KeySpec("history.base_branch", STRING, "main",
-            "The branch whose failures count as `known` (in Actions, a pull request's or the merge "
-            "queue's base branch wins)."),
+            "The branch whose failures count as `known` (in Actions, the pull request's or merge queue's base "
+            "branch wins)."),
     KeySpec("history.flaky_rate", NUMBER, 0.1,
             "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`.", most=1),
     KeySpec("history.window_days", NUMBER, 30,
-            "How far back, in days, flake rates look (`selfheal flaky`, triage).", most=3650),
+            "How many days back flake rates look (`selfheal flaky`, triage).", most=3650),
     KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
-            "The committed quarantine list, relative to the project root and resolved inside it (a "
-            "symbolic link on its way leading out, or the file itself a link, is refused); for an event "
-            "that tests code not merged yet it is read from the base revision.", shape=PATH),
+            "The committed quarantine list, a path inside the project (no symbolic link); read from the base "
+            "revision for an event testing unmerged code.", shape=PATH),
     KeySpec("new_tests.enabled", BOOL, True,
-            "On a pull request, `selfheal ci` re-runs the tests the pull request adds or changes, to "
-            "catch a flaky test before it merges ([action.md](action.md#new-tests-are-checked-for-flakiness))."),
+            "On a pull request, `selfheal ci` re-runs the tests it adds or changes to catch a flaky one "
+            "([action.md](action.md#new-tests-are-checked-for-flakiness))."),
     KeySpec("new_tests.reruns", INT, 5,
-            "How many more times each new or changed test runs, in an order shuffled by a recorded seed.", most=100),
+            "Extra runs of each new or changed test, in an order shuffled by a recorded seed.", most=100),
     KeySpec("new_tests.max_seconds", NUMBER, 120,
-            "The most time, in seconds, the re-runs of new tests may take; re-runs that do not fit are "
-            "left out and named.", most=DAY_SECONDS),
+            "Time cap of the new tests' re-runs; re-runs that do not fit are left out and named.", most=DAY_SECONDS),
     KeySpec("new_tests.max_share", NUMBER, 0.2,
-            "The most time the re-runs of new tests may take as a share of the job's own test run "
-            "(0.2: a fifth), but at least 30 s; `new_tests.max_seconds` caps it. A new test not re-run its count "
-            "is `unchecked` and fails the job unless `fail-on-new-unchecked: false`.", most=10),
+            "Time cap of those re-runs as a share of the job's own test run, at least 30 s and at most "
+            "`new_tests.max_seconds`.", most=10),
     KeySpec("new_tests.seed", INT, None,
-            "The seed of the re-runs' order. `null`: a fresh one each run, printed and kept in the report "
-            "so that a person can replay the same orders.", nullable=True, most=2**31 - 1),
+            "Seed of the re-runs' order; `null`: a fresh one each run, printed and kept in the report for "
+            "replay.", nullable=True, most=2**31 - 1),
     KeySpec("mcp.max_chars", INT, 8000,
-            "The largest result, in characters, any tool of `selfheal mcp` returns; a longer one is "
-            "cut with a note saying what was left out and which tool gives more.", most=1_000_000),
+            "Longest result a `selfheal mcp` tool returns; a longer one is cut with a note naming the tool "
+            "that gives more.", most=1_000_000),
     KeySpec("gate.pytest_args", STRINGS, [],
-            "Arguments of the `pytest --selfheal` run a stop gate makes when no incident is open (node "
-            "ids, paths, allowlisted options such as `-x`); with an incident open the gate re-runs it "
-            "with its capture's own options instead.", judging=True, shape=PYTEST_ARGS),
+            "Arguments of a stop gate's `pytest --selfheal` run when no incident is open; with one open, its "
+            "capture's options are used.", judging=True, shape=PYTEST_ARGS),
     KeySpec("gate.timeout_seconds", NUMBER, 300,
-            "The longest a stop gate's test run may take; past it the run is stopped and the agent "
-            "is let stop (a gate fails open). `selfheal stop-gate install` gives the agent's hook "
-            "timeout 30 s more.", judging=True, most=DAY_SECONDS),
+            "Longest a stop gate's test run may take; past it the agent is let stop (fails open). `selfheal "
+            "stop-gate install` sets the hook's timeout 30 s higher.", judging=True, most=DAY_SECONDS),
     KeySpec("gate.max_chars", INT, 4000,
-            "The longest message a stop gate hands the agent (the verdict and its root-cause groups); "
-            "a longer one is cut with a note naming `selfheal show`.", most=1_000_000),
+            "Longest message a stop gate hands the agent; a longer one is cut with a note naming `selfheal "
+            "show`.", most=1_000_000),
 )
 
 SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
