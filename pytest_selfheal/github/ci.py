@@ -67,7 +67,6 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.event import PULL_REQUEST_EVENTS as _PULL_REQUESTS
 from pytest_selfheal.history.event import RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import (
@@ -176,26 +175,11 @@ class CiResult:
         """The node ids of the new tests found flaky (empty when none or not checked)."""
         return list(self.new_tests.flaky) if self.new_tests is not None else []
 
-    def outputs(self) -> dict[str, str]:
-        """The step outputs (names as in action.yml)."""
-        return {
-            "final-status": self.verdict.final_status,
-            "stop-reason": self.verdict.stop_reason,
-            "iterations": str(self.verdict.iterations),
-            "incident-id": self.verdict.incident_id or "",
-            "report-path": str(self.report_path) if self.report_path else "",
-            "report-json-path": str(self.report_json_path) if self.report_json_path else "",
-            "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
-            "new-flaky-tests": json.dumps(self.new_flaky_tests),
-            "history-segments": " ".join(self.history_segments),
-        }
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary of the run."""
-        comment = None
-        if self.comment is not None:
-            comment = {"action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
-                       "warning": self.comment.warning}
+        """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
+        comment = None if self.comment is None else {
+            "action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
+            "warning": self.comment.warning}
         return {
             "exit_code": self.exit_code,
             "final_status": self.verdict.final_status,
@@ -210,7 +194,25 @@ class CiResult:
             "warnings": list(self.warnings),
             "error": self.error,
             "new_flaky_tests": self.new_flaky_tests,
+            "history_segments": list(self.history_segments),
         }
+
+    def outputs(self) -> dict[str, str]:
+        """The step outputs (names as in action.yml): :data:`OUTPUTS` of :meth:`to_dict` as text."""
+        facts = self.to_dict()
+        return {key.replace("_", "-"): _output_text(key, facts[key]) for key in OUTPUTS}
+
+
+# The facts of a run that are step outputs too (action.yml spells them with "-").
+OUTPUTS = ("final_status", "stop_reason", "iterations", "incident_id", "report_path", "report_json_path",
+           "pytest_exit_code", "new_flaky_tests", "history_segments")
+
+
+def _output_text(key: str, value: Any) -> str:
+    # Segment names are file names a shell step splits on spaces; node ids may hold spaces: JSON.
+    if key == "history_segments":
+        return " ".join(value)
+    return "" if value is None else json.dumps(value) if isinstance(value, list) else str(value)
 
 
 class _Reporter:
@@ -313,9 +315,7 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
     one is recorded in the history as a test that failed and passed on the same code."""
     failures = captured.failures if captured is not None else ()
     main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
-    # A pull request's new tests: the diff against its base (another event checks none).
-    pull_base = base.revision if base.event in _PULL_REQUESTS else None
-    check = check_new_tests(NewTestsRun(project, pull_base, options.pytest_args, run_seconds,
+    check = check_new_tests(NewTestsRun(project, base, options.pytest_args, run_seconds,
                                         main_failures, test_env), effective, say=rep.say)
     check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky,
                                 unchecked_fails_job=options.fail_on_new_unchecked)
