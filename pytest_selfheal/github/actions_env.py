@@ -331,21 +331,3 @@ class ActionsContext:
     def pull_request_number(self) -> Optional[int]:
         """The PR this run is about (:func:`pull_request_number` on the payload), or None."""
         return pull_request_number(self.event_name, self.event()) if self.event_name else None
-
-
-__all__ = [
-    "DEFAULT_API_URL",
-    "DEFAULT_SERVER_URL",
-    "PULL_REQUEST_EVENTS",
-    "STEP_SUMMARY_LIMIT",
-    "ActionsContext",
-    "escape_data",
-    "fit_step_summary",
-    "format_outputs",
-    "notice",
-    "pull_request_number",
-    "read_event",
-    "warning",
-    "write_outputs",
-    "write_step_summary",
-]

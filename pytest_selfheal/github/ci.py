@@ -39,7 +39,6 @@ from pytest_selfheal.errors import (
     UsageError,
 )
 from pytest_selfheal.github.actions_env import (
-    PULL_REQUEST_EVENTS,
     ActionsContext,
     pull_request_number,
     warning,
@@ -67,7 +66,7 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.event import RunBase
+from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import (
     ci_capture_run_id,
@@ -591,15 +590,3 @@ def post_comment(
     else:
         say(f"selfheal ci: PR #{number}: report comment {result.action}" + (f" ({result.url})" if result.url else ""))
     return result
-
-
-__all__ = [
-    "DEFAULT_REPORT_FILE",
-    "CiResult",
-    "captured_incident",
-    "new_run_token",
-    "comment_from_report",
-    "post_comment",
-    "run_ci",
-    "run_pytest",
-]

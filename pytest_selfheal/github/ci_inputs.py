@@ -182,17 +182,3 @@ def action_inputs(env: Mapping[str, str]) -> ActionInputs:
         pull_request=parsed("INPUT_PULL_REQUEST_NUMBER", lambda text: _positive_int(text, "pull-request-number")),
         expected_head_sha=parsed("INPUT_EXPECTED_HEAD_SHA", lambda text: parse_sha(text, "expected-head-sha")),
     )
-
-__all__ = [
-    "ACTION_INPUT_VARS",
-    "COMMIT_SHA",
-    "DEFAULT_REPORT_NAME",
-    "CiOptions",
-    "action_inputs",
-    "parse_bool",
-    "parse_config_lines",
-    "parse_new_test_reruns",
-    "parse_pytest_args",
-    "parse_repair_command",
-    "parse_sha",
-]

@@ -313,23 +313,3 @@ def comment_footer(info: CiVerdict) -> str:
     if info.head_sha:
         parts.append(f"commit `{info.head_sha[:12]}`")
     return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
-
-
-
-__all__ = [
-    "STOP_NONE",
-    "STOP_NOT_CAPTURED",
-    "STOP_PYTEST_ERROR",
-    "ci_headline",
-    "located",
-    "new_tests_section",
-    "sanitize_new_tests",
-    "comment_footer",
-    "normalised_url",
-    "only_quarantined",
-    "proposed_fix_section",
-    "render_ci_markdown",
-    "sanitize_ci_info",
-    "unresolved_failures",
-    "verdict_without_incident",
-]

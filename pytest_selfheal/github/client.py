@@ -472,16 +472,3 @@ def upsert_sticky_comment(
         if exc.status in (403, 404, 422):
             return refused("create", exc)
         raise
-
-
-__all__ = [
-    "ACTIONS_BOT_LOGIN",
-    "MAX_COMMENT_CHARS",
-    "CommentResult",
-    "GitHubClient",
-    "GitHubError",
-    "find_sticky_comment",
-    "fit_comment",
-    "marker",
-    "upsert_sticky_comment",
-]

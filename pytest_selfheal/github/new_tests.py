@@ -381,7 +381,3 @@ def summary_line(check: NewTestsCheck) -> str:
     if unchecked:
         return f"selfheal ci: unchecked (new): {first_few(unchecked, 3)} — {check.note}"
     return f"selfheal ci: {check.note}"
-
-
-__all__ = ["BUDGET_FLOOR_SECONDS", "NewTestsRun", "budget_seconds", "changed_in_place", "changed_tests",
-           "check_new_tests", "collected", "find_new_tests", "is_test_module", "rerun_options", "summary_line"]

@@ -164,12 +164,3 @@ def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optio
 
 def _fail_closed(name: str, why: str) -> str:
     return f"the {name} event tests code not merged yet and {why}: the quarantine list is not applied"
-
-
-__all__ = [
-    "MERGE_GROUP",
-    "PULL_REQUEST_EVENTS",
-    "RunBase",
-    "head_repository",
-    "judge_event",
-]

@@ -104,22 +104,3 @@ class FlakeRate:
     def rate(self) -> float:
         """``flaky / failed`` (0 when it never failed)."""
         return self.flaky / self.failed if self.failed else 0.0
-
-
-__all__ = [
-    "plausible_ref_name",
-    "plausible_repository",
-    "AGENT",
-    "CAPTURE",
-    "FAILED",
-    "LOOP",
-    "OUTCOMES",
-    "PASSED",
-    "PASSED_ON_RERUN",
-    "QUARANTINED",
-    "RUN_KINDS",
-    "FlakeRate",
-    "RunInfo",
-    "Sighting",
-    "TestOutcome",
-]

@@ -256,25 +256,3 @@ def compact(named: Iterable[tuple[str, Segment]]) -> Segment:
             runs.setdefault(item.run.run_key, item)
     ordered = sorted(runs.values(), key=lambda item: (item.run.recorded_at, item.run.run_key))
     return Segment(tuple(ordered), tuple(sorted(set(replaces))))
-
-
-__all__ = [
-    "CLOCK_SKEW",
-    "COMPACTED_DIR",
-    "MAX_SEGMENT_BYTES",
-    "REPLACED_DIR",
-    "SEGMENTS_DIR",
-    "Segment",
-    "SegmentError",
-    "SegmentRun",
-    "accept",
-    "compact",
-    "decode",
-    "encode",
-    "is_segment_name",
-    "name_of_path",
-    "replaced_path",
-    "segment_name",
-    "single_run",
-    "tree_path",
-]

@@ -123,16 +123,3 @@ def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
     rerun = sum(1 for t in triages if t.label == TriageLabel.FLAKY and t.detail == RERUN_DETAIL)
     return {"counts": {label: labels.count(label) for label in TRIAGE_LABELS if label in labels},
             "line": triage_headline(labels, base, rerun)}
-
-
-__all__ = [
-    "RERUN_DETAIL",
-    "TRIAGE_FIELDS",
-    "TRIAGE_LABELS",
-    "Triage",
-    "report_triage",
-    "rerun_count",
-    "triage_failure",
-    "triage_headline",
-    "triage_summary",
-]

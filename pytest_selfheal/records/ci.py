@@ -168,7 +168,3 @@ class ActionInputs:
     comment_from: Optional[Path] = None
     pull_request: Optional[int] = None
     expected_head_sha: Optional[str] = None
-
-
-__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_UNCHECKED", "NEW_STABLE", "ActionInputs", "CiVerdict", "IssueComment",
-           "NewTestResult", "NewTestsCheck"]

@@ -36,6 +36,3 @@ class RunContext(JsonRecord):
     ci: Mapping[str, str] = field(default_factory=empty_map)  # the CI variables present (a fixed list, no secrets)
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
-
-
-__all__ = ["GitContext", "RunContext"]

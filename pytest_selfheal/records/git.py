@@ -40,6 +40,3 @@ class GitContext(JsonRecord):
     def clean_commit(self) -> Optional[str]:
         """The commit when the tree was known clean at it (its diff hash is the clean tree's), else None."""
         return self.commit if self.dirty is False else None
-
-
-__all__ = ["SNAPSHOT_KEYS", "GitContext"]

@@ -74,6 +74,3 @@ class Seal(JsonRecord):
     ))] = field(default_factory=empty_map)
     keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
     extra: Extra = ()
-
-
-__all__ = ["Seal"]

@@ -38,6 +38,3 @@ class IncidentSummary(JsonRecord):
     def corrupted(self) -> bool:
         """True when the incident's files could not be read (``error`` says why)."""
         return self.status == CORRUPTED
-
-
-__all__ = ["CORRUPTED", "IncidentSummary"]

@@ -290,6 +290,3 @@ def build_prompt(
         _constraints_section(allowed_paths, iteration, max_iterations, remaining_budget),
     ]
     return "\n\n".join("\n".join(section) for section in sections).rstrip("\n") + "\n"
-
-
-__all__ = ["build_prompt"]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks, process
+from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
@@ -257,7 +258,7 @@ class RepairSession:
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
                 # What the agent may edit: test files only when repair.allow_test_edits says so.
-                allowed_paths=[t for t in targets if self.allow_test_edits or not scope.is_test_file(t)] + globs,
+                allowed_paths=[t for t in targets if self.allow_test_edits or not is_test_file(t)] + globs,
                 remaining_budget=remaining,
                 # The loop keeps no output of its verification runs: the tail is the capture's.
                 log_tail_source="the captured run" if not attempts else
@@ -426,7 +427,7 @@ class RepairSession:
     def _tests_edited(self, tree: str) -> list[str]:
         """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
         user's state: what a verification of that tree passes with."""
-        return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if scope.is_test_file(f)]
+        return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if is_test_file(f)]
 
     def _inspect(
         self,
@@ -461,7 +462,7 @@ class RepairSession:
         if not changed:
             return replace(base, message=call.message or "the provider changed nothing",
                            tests_edited=tuple(self._tests_edited(after)))
-        tests = [f for f in changed if scope.is_test_file(f)]
+        tests = [f for f in changed if is_test_file(f)]
         if tests and not self.allow_test_edits:
             # Approval applies a fix; it never authorises weakening a test. Only
             # repair.allow_test_edits does, so nobody is asked: the whole repair is undone.
@@ -520,13 +521,3 @@ def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]
-
-
-__all__ = [
-    "CommandRun",
-    "PLACEHOLDERS",
-    "RepairSession",
-    "command_env",
-    "run_command",
-    "substitute",
-]

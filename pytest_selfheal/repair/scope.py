@@ -104,8 +104,3 @@ def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bo
     if allow_test_edits:
         targets += [t for t in plan_test_paths(plan) if t not in targets]
     return targets, [g for g in globs if isinstance(g, str) and g.strip()]
-
-
-__all__ = [
-    "allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths", "plan_test_paths",
-]
