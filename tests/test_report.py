@@ -10,13 +10,11 @@ from typing import Any, Optional
 
 import pytest
 from helpers import ATTEMPT_DEFAULTS, INCIDENT_DEFAULTS
+from test_report_golden import _load_script
 
 from pytest_selfheal.errors import InputError, UsageError
-from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import REPORT_SCHEMA_VERSION, Report, ReportIncident, as_report
-from pytest_selfheal.records.run_result import DecisionPoint, RunResult
+from pytest_selfheal.records.run_result import DecisionPoint
 from pytest_selfheal.records.vocab import StopReason
 from pytest_selfheal.report.data import IncidentRun
 from pytest_selfheal.report.data import build_report as build_record
@@ -64,14 +62,8 @@ def merge_reports(reports: list[dict[str, Any]], *, names: Optional[list[str]] =
     return merge_records([Report.read(r, f"shard {i}") for i, r in enumerate(reports, start=1)], names=names).to_json()
 
 
-def run_of(data: dict[str, Any]) -> IncidentRun:
-    """The input records of one incident's documents (a golden input's JSON), parsed as the store parses them."""
-    plan, result = data.get("plan"), data.get("run_result")
-    return IncidentRun(Incident.from_json(data["incident"], "incident"),
-                       None if plan is None else Plan.from_json(plan, "plan"),
-                       tuple(Attempt.from_json(a, "attempt") for a in data.get("attempts", [])),
-                       None if result is None else RunResult.from_json(result, "run_result"),
-                       data.get("bucket", "inbox"))
+# The golden inputs' documents, parsed as the store parses them (the script that writes the expected files).
+run_of = _load_script().incident_run
 
 
 def golden_runs(case: str) -> list[IncidentRun]:
