@@ -128,13 +128,12 @@ def plain_json(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
         return value
-    if isinstance(value, JsonRecord):
-        return value.to_json()
     if isinstance(value, tuple):
         return [plain_json(item) for item in value]
     if isinstance(value, Mapping):
         return {key: plain_json(item) for key, item in value.items()}
-    return value
+    to_json = getattr(value, "to_json", None)  # a record: JsonRecord, or one of the report's
+    return value if to_json is None else to_json()
 
 
 # --------------------------------------------------------------------------- parsers
