@@ -136,6 +136,11 @@ def plain_json(value: Any) -> Any:
     return value if to_json is None else to_json()
 
 
+def dataclass_json(record: Any) -> JsonObject:
+    """Each dataclass field of ``record`` by name, as JSON (nested records by their ``to_json``)."""
+    return {spec.name: plain_json(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
+
+
 # --------------------------------------------------------------------------- parsers
 
 

@@ -32,6 +32,7 @@ from pytest_selfheal.records.jsondoc import (
     array_of,
     boolean,
     child,
+    dataclass_json,
     empty_map,
     fields_of,
     freeze,
@@ -99,13 +100,9 @@ class _ReadBack:
 
     def to_json(self) -> dict[str, object]:
         """The record's object in the report JSON."""
-        doc: dict[str, object] = {}
-        for name in _fields(type(self)):
-            value = getattr(self, name)
-            if value is not None or name not in self.OMITTED:
-                doc[name] = plain_json(value)
-        doc.update(plain_json(getattr(self, "extra", {})))
-        return doc
+        doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
+               and (value is not None or key not in self.OMITTED)}
+        return {**doc, **plain_json(getattr(self, "extra", {}))}
 
 
 B = TypeVar("B", bound=_ReadBack)
