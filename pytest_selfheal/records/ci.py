@@ -6,14 +6,12 @@ the exit code and the ``ci`` block of a report JSON all read it. Built by ``gith
 an untrusted artifact by ``sanitize_ci_info`` (every field checked there); written by
 :meth:`CiVerdict.to_json`, its one JSON boundary.
 :class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
-the one place the client looks inside a comment's JSON. :class:`ActionInputs`, the action's
-``INPUT_*`` variables, parsed by ``github/ci_inputs.action_inputs``.
+the one place the client looks inside a comment's JSON.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.records.jsondoc import dataclass_json
@@ -136,22 +134,3 @@ class IssueComment:
             login if isinstance(login, str) else "",
             url if isinstance(url, str) else None,
         )
-
-
-@dataclass(frozen=True)
-class ActionInputs:
-    """The inputs of the GitHub Action that are set, parsed (None or empty: not set)."""
-
-    pytest_args: tuple[str, ...] = ()
-    working_directory: Optional[Path] = None
-    #: ``(KEY=VALUE text, origin)`` config overrides: the ``config`` lines, then ``repair-command``.
-    overrides: tuple[tuple[str, str], ...] = ()
-    comment: Optional[bool] = None
-    fail_on_unresolved: Optional[bool] = None
-    pass_on_proposed_fix: Optional[bool] = None
-    fail_on_new_flaky: Optional[bool] = None
-    fail_on_new_unchecked: Optional[bool] = None
-    report_name: Optional[str] = None
-    comment_from: Optional[Path] = None
-    pull_request: Optional[int] = None
-    expected_head_sha: Optional[str] = None
