@@ -8,7 +8,6 @@ nothing here runs a shell or anything else.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,11 +16,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
+from pytest_selfheal.history.records import COMMIT_SHA
 
 DEFAULT_REPORT_NAME = "default"
 
-#: A commit SHA as GitHub writes it (also checks the ``head_sha`` of a report's ``ci`` block).
-COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 

@@ -25,6 +25,7 @@ from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.history.records import plausible_repository
 from pytest_selfheal.records.ci import IssueComment
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ MAX_PAGES = 100
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 _MAX_MESSAGE_CHARS = 300
 
-_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _MARKER_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _ANY_MARKER = re.compile(r"<!-- pytest-selfheal:report:[A-Za-z0-9._-]{1,64} -->")
 _LINK = re.compile(r"<([^>]*)>\s*;\s*rel=\"?([^\";,]*)\"?")
@@ -141,7 +141,7 @@ class GitHubClient:
         origin = _origin(base)
         if origin is None:
             raise ValueError(f"invalid GitHub API URL {api_url!r}: expected http(s)://host[/path]")
-        if not _REPOSITORY.match(repository or "") or ".." in repository:
+        if not plausible_repository(repository or "") or ".." in repository:
             raise ValueError(f"invalid repository {repository!r}: expected owner/name")
         self.api_url = base
         self.repository = repository
