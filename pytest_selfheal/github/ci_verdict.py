@@ -19,6 +19,7 @@ from pytest_selfheal.analysis.testfiles import tests_first
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import COMMIT_SHA
 from pytest_selfheal.history.triage import rerun_count
+from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_STABLE, NEW_UNCHECKED, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import Report
@@ -299,10 +300,9 @@ def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
     if len(text) > limit:
         note = f"\n_(cut at {limit:,} of {len(text):,} characters: the whole patch is `final.patch` in the reports root)_\n"
         text = text[:limit]
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
+    ticks = fence(text)
     return (f"### Proposed fix\n\nNot in this commit: apply it with `selfheal apply` (or as a suggestion), then push."
-            f"\n\n{fence}diff\n{text.rstrip()}\n{fence}\n{note}\n")
+            f"\n\n{ticks}diff\n{text.rstrip()}\n{ticks}\n{note}\n")
 
 
 def comment_footer(info: CiVerdict) -> str:
