@@ -54,7 +54,7 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
 )
 from pytest_selfheal.loop.verify import VERIFYING_ENV
-from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
+from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import freeze
@@ -106,46 +106,6 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[
     env[VERIFYING_ENV] = "1"
     env.update(extra)
     return env
-
-
-@dataclass(frozen=True)
-class CommandRun:
-    """What one repair command did."""
-
-    argv: list[str]
-    started: bool  # False: the executable could not be started
-    exit_code: Optional[int]  # None when it did not start or was killed by the timeout
-    timed_out: bool
-    duration_seconds: float
-    output_path: Path  # raw (unredacted) output, in the session's private temp dir
-    error: str = ""  # why it could not start
-
-
-def run_command(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    timeout_seconds: Optional[float],
-    output_path: Path,
-    env: Optional[Mapping[str, str]] = None,
-    kill_grace: float = KILL_GRACE_SECONDS,
-) -> CommandRun:
-    """Run one repair command and wait (:func:`pytest_selfheal.process.run`: argv list, no
-    shell, own process group, stdin from /dev/null — a provider waiting for input hangs
-    until the timeout).
-
-    Output (stdout+stderr) goes to ``output_path``. On timeout — or any exception while
-    waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL; a background
-    child the command left in its group is killed when it exits (it would keep writing
-    into a worktree that is about to be removed).
-    """
-    result = process.run(
-        argv, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=env, kill_grace=kill_grace
-    )
-    return CommandRun(
-        result.argv, result.started, result.exit_code, result.timed_out, result.duration_seconds, output_path,
-        result.error,
-    )
 
 
 # --------------------------------------------------------------------------- one repair call
@@ -394,7 +354,9 @@ class RepairSession:
             SELFHEAL_PROMPT_FILE=values["prompt_file"],
         )
         raw = self.wt.scratch / f"repair_{iteration:02d}.raw"
-        run = run_command(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
+        # argv list, no shell, its own process group killed on timeout with what it left behind,
+        # stdin from /dev/null: a provider waiting for input hangs until the timeout.
+        run = process.run(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
         text, cut = tail_bytes(raw, LOG_MAX_BYTES)
         header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
         if cut:
