@@ -520,17 +520,6 @@ def comment_from_report(
 # --------------------------------------------------------------------------- comment
 
 
-def _head_sha_of(client: Any, number: int) -> Optional[str]:
-    import urllib.parse
-
-    owner, name = str(client.repository).split("/", 1)
-    path = f"/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}/pulls/{int(number)}"
-    _, _, data = client.request("GET", path)
-    head = data.get("head") if isinstance(data, dict) else None
-    sha = head.get("sha") if isinstance(head, dict) else None
-    return sha if isinstance(sha, str) else None
-
-
 def post_comment(
     ctx: ActionsContext,
     number: Optional[int],
@@ -567,7 +556,7 @@ def post_comment(
     try:
         client = GitHubClient(ctx.api_url, ctx.token, ctx.repository)
         if expected_head_sha:
-            head = _head_sha_of(client, number)
+            head = client.pull_request_head_sha(number)
             if head is None or head.lower() != expected_head_sha.lower():
                 warn(f"PR #{number}'s head is {head or 'unknown'}, not {expected_head_sha}: not commenting "
                      "(the report belongs to another commit; a newer run will comment).")

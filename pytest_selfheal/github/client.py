@@ -271,6 +271,13 @@ class GitHubClient:
         login = data.get("login") if isinstance(data, dict) else None
         return login if isinstance(login, str) and login else None
 
+    def pull_request_head_sha(self, number: int) -> Optional[str]:
+        """The head commit of pull request ``number`` (``GET /pulls/N``), or None when the payload lacks it."""
+        _, _, data = self.request("GET", f"{self._repo_path()}/pulls/{int(number)}")
+        head = data.get("head") if isinstance(data, dict) else None
+        sha = head.get("sha") if isinstance(head, dict) else None
+        return sha if isinstance(sha, str) else None
+
     def list_issue_comments(self, number: int) -> Iterator[IssueComment]:
         """Every comment of issue/PR ``number``, oldest first, across all pages.
 
