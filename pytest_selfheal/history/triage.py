@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Optional
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.incident import FailureEntry, Triage
-from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.vocab import TriageLabel
 
 if TYPE_CHECKING:
@@ -67,10 +66,6 @@ def triage_failure(
                       first_seen_commit=seen.first_commit, first_seen_at=seen.first_seen_at,
                       occurrences=seen.occurrences, base_branch=base_branch)
     return Triage(TriageLabel.NEW, f"new: never seen failing on {base_branch}", base_branch=base_branch)
-
-
-# The keys of a ``triage`` object (``Triage.to_json``), in its order.
-TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in fields_of(Triage))
 
 
 def rerun_count(count: int) -> str:
