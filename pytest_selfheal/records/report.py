@@ -19,7 +19,7 @@ import json
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar, Union, cast
+from typing import Any, ClassVar, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.incident import Triage
@@ -58,6 +58,7 @@ def _required(**parsers: Parser) -> tuple[Field, ...]:
     return tuple(Field(key, parse, required=True) for key, parse in parsers.items())
 
 
+@dataclass(frozen=True)
 class _ReadBack:
     """A report record as a file holds it. Its fields are its JSON keys: :meth:`from_json`
     reads each by its type, tolerantly (:func:`_read`), :meth:`to_json` writes each, then
@@ -68,6 +69,9 @@ class _ReadBack:
     CHECKED: ClassVar[tuple[Field, ...]] = ()
     WRITTEN: ClassVar[tuple[str, ...]] = ()
     OMITTED: ClassVar[tuple[str, ...]] = ()
+
+    # The keys of a newer version (or the ``ci`` block of ``selfheal ci``), as read.
+    extra: FrozenObject = field(default_factory=empty_map, kw_only=True)
 
     @classmethod
     def check(cls, doc: Any, path: str) -> None:
@@ -92,17 +96,15 @@ class _ReadBack:
         for name, (kind, default) in _fields(cls).items():
             if name in data or default is dataclasses.MISSING:
                 values[name] = _read(kind, data.get(name), required=default is dataclasses.MISSING)
-        if "extra" in {f.name for f in dataclasses.fields(cast(Any, cls))}:
-            known = _fields(cls).keys() | set(cls.WRITTEN)
-            extra = {key: value for key, value in data.items() if key not in known}
-            values["extra"] = freeze(extra) if extra else empty_map()
-        return cls(**values)
+        known = _fields(cls).keys() | set(cls.WRITTEN)
+        extra = {key: value for key, value in data.items() if key not in known}
+        return cls(**values, extra=freeze(extra) if extra else empty_map())
 
     def to_json(self) -> dict[str, object]:
         """The record's object in the report JSON."""
         doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
                and (value is not None or key not in self.OMITTED)}
-        return {**doc, **plain_json(getattr(self, "extra", {}))}
+        return {**doc, **plain_json(self.extra)}
 
 
 B = TypeVar("B", bound=_ReadBack)
@@ -207,7 +209,6 @@ class ReportIteration(_ReadBack):
     diff_hash: Optional[str] = None
     repair_result: Optional[str] = None
     timed_out: bool = False
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,6 @@ class ReportTask(_ReadBack):
     where: Optional[str] = None  # the top suspect, when the plan has it
     also_where: Optional[str] = None  # the second suspect, when it is the top's equal
     label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents; else the task id
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     OMITTED: ClassVar[tuple[str, ...]] = ("where", "also_where")
 
@@ -340,7 +340,6 @@ class ReportIncident(_ReadBack):
     repair: Optional[Mapping[str, object]] = None  # what the repair did (None: no provider ran)
     # The last regression check: {"tests_run": N, "broken": [node ids]} (None: none ran).
     regression_check: Optional[Mapping[str, object]] = None
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @property
     def capture_fingerprints(self) -> tuple[str, ...]:
@@ -406,7 +405,6 @@ class Report(_ReadBack):
     triage_summary: Optional[Mapping[str, object]] = None  # {counts, line}
     config_differences: tuple[ConfigDifference, ...] = ()
     shards: tuple[Shard, ...] = ()
-    extra: FrozenObject = field(default_factory=empty_map)  # e.g. the ``ci`` block of ``selfheal ci``, as read
 
     def to_json(self) -> dict[str, object]:
         """The report JSON (docs/report.md "JSON"): what ``selfheal report --json`` prints."""
