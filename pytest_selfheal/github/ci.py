@@ -29,7 +29,7 @@ from typing import IO, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
-from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -81,7 +81,6 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
@@ -241,10 +240,8 @@ def _resolve(path: Path, cwd: Path) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
-def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> tuple[EffectiveConfig, Redactor]:
-    overrides: list[Override] = [parse_override(text, origin) for text, origin in options.overrides]
-    effective = load_config(cwd, env=env, overrides=overrides)
-    return effective, effective.redactor
+def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> EffectiveConfig:
+    return load_config(cwd, env=env, overrides=[parse_override(text, origin) for text, origin in options.overrides])
 
 
 def _write_report_files(
@@ -356,7 +353,8 @@ def run_ci(
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
     event = ctx.event()
     rep = _Reporter(out, ctx.in_actions)
-    effective, redactor = _load(options, here, source)
+    effective = _load(options, here, source)
+    redactor = effective.redactor
     # Judged before the tests run too: the base revision (a branch tip the tests could move),
     # the base repository, whether this run may share its history.
     base = run_base(source, find_project_root(here), effective.settings.history.base_branch, event)
@@ -497,7 +495,7 @@ def comment_from_report(
     here = Path.cwd() if cwd is None else Path(cwd)
     ctx = ActionsContext.from_env(source)
     rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
-    _effective, redactor = _load(options, here, source)
+    redactor = _load(options, here, source).redactor
     path = _resolve(options.comment_from, here)
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
