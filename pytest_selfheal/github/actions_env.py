@@ -133,12 +133,17 @@ def write_step_summary(
     if text is None:
         warning("The job summary is full (GitHub's 1 MiB step limit): the report was not added to it.")
         return False
+    return _append(target, text, "the job summary")
+
+
+def _append(target: str, text: str, what: str) -> bool:
+    """Append ``text`` to the file ``target``; a ``::warning::`` naming ``what`` when it cannot."""
     try:
-        # newline="": bytes on disk are exactly what was measured, on every platform.
+        # newline="": the bytes on disk are what was measured, and a value's "\n" stays "\n".
         with open(target, "a", encoding="utf-8", newline="") as handle:
             handle.write(text)
     except OSError as exc:
-        warning(f"Could not write the job summary: {exc.strerror or exc.__class__.__name__}")
+        warning(f"Could not write {what}: {exc.strerror or exc.__class__.__name__}")
         return False
     return True
 
@@ -185,14 +190,7 @@ def write_outputs(
     target = path if path is not None else source.get("GITHUB_OUTPUT")
     if not target:
         return False
-    try:
-        # newline="": a value's "\n" must not become "\r\n" on Windows runners.
-        with open(target, "a", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-    except OSError as exc:
-        warning(f"Could not write the step outputs: {exc.strerror or exc.__class__.__name__}")
-        return False
-    return True
+    return _append(target, text, "the step outputs")
 
 
 # --- event payload ----------------------------------------------------------------------------
