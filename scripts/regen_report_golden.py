@@ -28,14 +28,28 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden_reports"
 sys.path.insert(0, str(ROOT))
 
+from pytest_selfheal.records.attempt import Attempt  # noqa: E402
+from pytest_selfheal.records.incident import Incident  # noqa: E402
+from pytest_selfheal.records.plan import Plan  # noqa: E402
 from pytest_selfheal.records.report import Report  # noqa: E402
+from pytest_selfheal.records.run_result import RunResult  # noqa: E402
 from pytest_selfheal.report.data import IncidentRun, build_report  # noqa: E402
 from pytest_selfheal.report.merge import merge_reports  # noqa: E402
 from pytest_selfheal.report.render import render_markdown  # noqa: E402
 
 
+def incident_run(data: Mapping[str, Any], source: str = "incident run") -> IncidentRun:
+    """The input records of one incident's documents, parsed as the store parses them."""
+    plan, result = data.get("plan"), data.get("run_result")
+    return IncidentRun(Incident.from_json(data["incident"], f"{source}: incident"),
+                       None if plan is None else Plan.from_json(plan, f"{source}: plan"),
+                       tuple(Attempt.from_json(a, f"{source}: attempt") for a in data.get("attempts", [])),
+                       None if result is None else RunResult.from_json(result, f"{source}: run_result"),
+                       data.get("bucket", "inbox"))
+
+
 def _build(doc: Mapping[str, Any], source: str) -> Report:
-    runs = [IncidentRun.from_dict(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
+    runs = [incident_run(d, f"{source}: incidents[{i}]") for i, d in enumerate(doc.get("incidents", []))]
     return build_report(
         incidents=runs,
         effective_config=doc.get("effective_config"),

@@ -131,7 +131,7 @@ def test_no_expression_in_shell_code_of_the_action() -> None:
 def test_input_variables_are_exactly_what_python_reads() -> None:
     selfheal = next(s for s in _steps() if s.get("id") == "selfheal")
     passed = {k for k in selfheal["env"] if k.startswith("INPUT_")}
-    assert passed == set(ci_inputs.ACTION_INPUT_VARS)
+    assert passed == {variable for variable, _, _ in ci_inputs.ACTION_INPUTS}
 
 
 def test_outputs_map_to_the_outputs_selfheal_ci_writes() -> None:

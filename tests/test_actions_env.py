@@ -17,7 +17,6 @@ from pytest_selfheal.github.actions_env import (
     escape_data,
     fit_step_summary,
     format_outputs,
-    notice,
     pull_request_number,
     read_event,
     warning,
@@ -196,7 +195,7 @@ def test_outputs_roundtrip_property(values: dict[str, str]) -> None:
 
 
 def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert read_event(env={}) == {}
+    assert read_event(None) == {}
     assert capsys.readouterr().out == ""
     assert read_event(str(tmp_path / "missing.json")) == {}
     assert "::warning::Could not read the event payload" in capsys.readouterr().out
@@ -206,7 +205,7 @@ def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "not valid JSON" in capsys.readouterr().out
     array = tmp_path / "array.json"
     array.write_text("[1, 2]", encoding="utf-8")
-    assert read_event(env={"GITHUB_EVENT_PATH": str(array)}) == {}
+    assert read_event(str(array)) == {}
     assert "not a JSON object" in capsys.readouterr().out
     good = tmp_path / "event.json"
     good.write_text(json.dumps({"number": 5}), encoding="utf-8")
@@ -275,7 +274,6 @@ def test_context_from_env(tmp_path: Path) -> None:
     ctx = ActionsContext.from_env(env)
     assert ctx.in_actions and ctx.api_url == "https://ghe.example.com/api/v3"
     assert ctx.repository == "octo/hello" and ctx.sha == "abc123" and ctx.token == "ghs_secretTokenValue123"
-    assert ctx.step_summary == "/tmp/summary" and ctx.output == "/tmp/output"
     assert ctx.run_url == "https://ghe.example.com/octo/hello/actions/runs/777/attempts/2"
     assert ctx.pull_request_number() == 42
     assert "ghs_secretTokenValue123" not in repr(ctx)
@@ -294,8 +292,7 @@ def test_context_defaults() -> None:
 def test_workflow_commands_are_escaped() -> None:
     out = io.StringIO()
     warning("50% done\r\nnext line ::error::injected", stream=out)
-    notice("plain", stream=out)
-    assert out.getvalue() == "::warning::50%25 done%0D%0Anext line ::error::injected\n::notice::plain\n"
+    assert out.getvalue() == "::warning::50%25 done%0D%0Anext line ::error::injected\n"
     assert escape_data("%0A") == "%250A"
 
 

@@ -22,9 +22,11 @@ from pytest_selfheal.github.new_tests import (
     NewTestsRun,
     budget_seconds,
     changed_tests,
+    check_new_tests,
     find_new_tests,
     rerun_options,
 )
+from pytest_selfheal.history.event import RunBase
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_UNCHECKED, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.report import Report
 
@@ -92,6 +94,18 @@ def test_the_budget_is_the_share_above_a_floor_and_below_the_cap() -> None:
     assert budget_seconds(0.5, 10.0, 0.2) == 10.0  # a cap set below the floor is the user's word
 
 
+@pytest.mark.parametrize(("base", "note"), [
+    (RunBase("pull_request", True, None), "the pull_request event names no base revision"),
+    (RunBase("pull_request_target", True, None), "the pull_request_target event names no base revision"),
+    (RunBase("push", True, "ab" * 20), "not a pull request event"),
+    (RunBase(), "not a pull request event"),
+])
+def test_the_run_base_says_why_no_new_test_is_checked(tmp_path: Path, base: RunBase, note: str) -> None:
+    """A pull request without a base revision is not told it is no pull request."""
+    check = check_new_tests(NewTestsRun(tmp_path, base, [], 1.0), default_config(), say=print)
+    assert check.note == f"new tests not checked: {note}"
+
+
 def test_an_artifacts_new_tests_block_is_checked_field_by_field() -> None:
     check = NewTestsCheck("3 new tests re-run 4 of 5 time(s) (seed 7)",
                           (NewTestResult("t.py::test_a", 3, 2, "boom", reruns=4, planned=5),
@@ -140,7 +154,7 @@ def test_new_tests_are_what_the_pull_request_collects_and_its_base_did_not(tmp_p
     (project / "test_m.py").write_text(text + "\n\ndef _impl():\n    pass\n\n\ntest_bound = _impl\n")
     git_commit_all(project, "change tests")
     said: list[str] = []
-    run = NewTestsRun(project, base, [], 1.0, env=dict(os.environ))
+    run = NewTestsRun(project, RunBase("pull_request", True, base), [], 1.0, env=dict(os.environ))
     found = find_new_tests(run, default_config(), base, say=said.append)
     assert found == ["test_m.py::test_p[2]", "test_m.py::test_edited", "test_m.py::test_bound"]
     assert said == []
@@ -289,6 +303,6 @@ def test_a_push_event_checks_nothing(tmp_path: Path) -> None:
     env["RUNS_LOG"] = str(tmp_path / "runs.log")
     result = run_ci(project, env)
     assert result.returncode == EXIT_OK, result.stdout
-    assert "new tests not checked: no base revision (not a pull request event)" in result.stdout
+    assert "new tests not checked: not a pull request event" in result.stdout
     summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
     assert "None: no incident, so no plan." in summary and "selfheal plan" not in summary

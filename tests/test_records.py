@@ -495,7 +495,7 @@ def test_equality_hash_and_repr_ignore_the_read_key_order() -> None:
     ref = CodeRef.from_json(doc, "x")
     assert ref == CodeRef(path="src/a.py", name="f", line=3, extra=(("more", (1,)),))
     assert ref != CodeRef(path="src/a.py", name="f", line=3)
-    assert repr(ref) == "CodeRef(path='src/a.py', name='f', line=3, bases=(), score=None, extra=(('more', (1,)),))"
+    assert repr(ref) == "CodeRef(extra=(('more', (1,)),), path='src/a.py', name='f', line=3, bases=(), score=None)"
     entry = FailureEntry(nodeid="t::x", root_cause=RootCause(frame=ref))
     assert entry == dataclasses.replace(entry) and hash(entry) == hash(dataclasses.replace(entry))
     assert len({entry, dataclasses.replace(entry, keys=("nodeid",))}) == 1

@@ -20,7 +20,7 @@ import pluggy
 import pytest
 from helpers import broken_pytest_plugin, fake_distribution
 
-from pytest_selfheal import hookspecs
+from pytest_selfheal import hookspecs, process
 from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
@@ -35,7 +35,7 @@ from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, Asked, approver_from, is_interactive
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
-from pytest_selfheal.repair.provider import RepairSession, command_env, run_command, substitute
+from pytest_selfheal.repair.provider import RepairSession, command_env, substitute
 from pytest_selfheal.repair.session import repair_loop
 from pytest_selfheal.run.entry import has_repair_provider as provider_configured
 from pytest_selfheal.store.root import Store
@@ -167,7 +167,7 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 def test_run_command_exit_code_and_output(tmp_path: Path) -> None:
     agent = script(tmp_path, "a.py", "import os, sys\nprint('cwd', os.getcwd())\nsys.exit(3)\n")
-    run = run_command([sys.executable, str(agent)], cwd=tmp_path, timeout_seconds=30, output_path=tmp_path / "o.log")
+    run = process.run([sys.executable, str(agent)], cwd=tmp_path, timeout_seconds=30, output_path=tmp_path / "o.log")
     assert run.started and run.exit_code == 3 and not run.timed_out
     assert f"cwd {tmp_path}" in (tmp_path / "o.log").read_text()
 
@@ -194,7 +194,7 @@ def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
         time.sleep(60)
     """)
     start = time.monotonic()
-    run = run_command([sys.executable, str(agent), str(tmp_path / "pid")], cwd=tmp_path, timeout_seconds=1.0,
+    run = process.run([sys.executable, str(agent), str(tmp_path / "pid")], cwd=tmp_path, timeout_seconds=1.0,
                       output_path=tmp_path / "o.log", kill_grace=1.0)
     assert run.timed_out and run.exit_code is None
     assert time.monotonic() - start < 10
@@ -212,7 +212,7 @@ def test_run_command_reaps_background_children_after_exit(tmp_path: Path) -> Non
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open(sys.argv[1], "w").write(str(child.pid))
     """)
-    run = run_command([sys.executable, str(agent), str(tmp_path / "pid")], cwd=tmp_path, timeout_seconds=30,
+    run = process.run([sys.executable, str(agent), str(tmp_path / "pid")], cwd=tmp_path, timeout_seconds=30,
                       output_path=tmp_path / "o.log")
     assert run.exit_code == 0
     grandchild = int((tmp_path / "pid").read_text())
@@ -223,14 +223,14 @@ def test_run_command_reaps_background_children_after_exit(tmp_path: Path) -> Non
 
 
 def test_run_command_that_cannot_start(tmp_path: Path) -> None:
-    run = run_command([str(tmp_path / "no-such-agent")], cwd=tmp_path, timeout_seconds=5, output_path=tmp_path / "o")
+    run = process.run([str(tmp_path / "no-such-agent")], cwd=tmp_path, timeout_seconds=5, output_path=tmp_path / "o")
     assert not run.started and run.exit_code is None and run.error
     assert "cannot start" in (tmp_path / "o").read_text()
 
 
 def test_no_shell_ever(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    run = run_command(["echo", f"x; touch {marker}"], cwd=tmp_path, timeout_seconds=5, output_path=tmp_path / "o")
+    run = process.run(["echo", f"x; touch {marker}"], cwd=tmp_path, timeout_seconds=5, output_path=tmp_path / "o")
     assert run.exit_code == 0 and not marker.exists()
     assert f"x; touch {marker}" in (tmp_path / "o").read_text()
 

@@ -8,7 +8,6 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import (
     allowed_paths,
-    is_allowed,
     is_test_file,
     normalise,
     out_of_scope,
@@ -46,13 +45,18 @@ def test_normalise(raw: str, norm: str) -> None:
     assert normalise(raw) == norm
 
 
+def is_allowed(path: str, targets: list[str], globs: tuple[str, ...] | list[str] = ()) -> bool:
+    """The scope's decision for one file (test files aside)."""
+    return not out_of_scope([path], targets, globs, allow_test_edits=True)
+
+
 def test_target_paths_are_exact() -> None:
     targets = plan_target_paths(PLAN)
     assert is_allowed("src/calc.py", targets)
     assert is_allowed("./src/calc.py", targets)
     assert not is_allowed("src/calc_other.py", targets)
     assert not is_allowed("src", targets)
-    assert not is_allowed("", targets)
+    assert out_of_scope(["", "."], targets) == []  # no file: nothing to ask about
 
 
 def test_globs() -> None:

@@ -50,11 +50,6 @@ def warning(message: str, *, stream: Optional[IO[str]] = None) -> None:
     _command("warning", message, stream)
 
 
-def notice(message: str, *, stream: Optional[IO[str]] = None) -> None:
-    """Print a ``::notice::`` workflow command (a blue annotation on the run)."""
-    _command("notice", message, stream)
-
-
 # --- step summary -----------------------------------------------------------------------------
 
 
@@ -138,12 +133,17 @@ def write_step_summary(
     if text is None:
         warning("The job summary is full (GitHub's 1 MiB step limit): the report was not added to it.")
         return False
+    return _append(target, text, "the job summary")
+
+
+def _append(target: str, text: str, what: str) -> bool:
+    """Append ``text`` to the file ``target``; a ``::warning::`` naming ``what`` when it cannot."""
     try:
-        # newline="": bytes on disk are exactly what was measured, on every platform.
+        # newline="": the bytes on disk are what was measured, and a value's "\n" stays "\n".
         with open(target, "a", encoding="utf-8", newline="") as handle:
             handle.write(text)
     except OSError as exc:
-        warning(f"Could not write the job summary: {exc.strerror or exc.__class__.__name__}")
+        warning(f"Could not write {what}: {exc.strerror or exc.__class__.__name__}")
         return False
     return True
 
@@ -190,30 +190,21 @@ def write_outputs(
     target = path if path is not None else source.get("GITHUB_OUTPUT")
     if not target:
         return False
-    try:
-        # newline="": a value's "\n" must not become "\r\n" on Windows runners.
-        with open(target, "a", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-    except OSError as exc:
-        warning(f"Could not write the step outputs: {exc.strerror or exc.__class__.__name__}")
-        return False
-    return True
+    return _append(target, text, "the step outputs")
 
 
 # --- event payload ----------------------------------------------------------------------------
 
 
-def read_event(path: Optional[str] = None, *, env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
-    """The webhook payload of the triggering event (``$GITHUB_EVENT_PATH``), or ``{}``.
+def read_event(path: Optional[str]) -> dict[str, Any]:
+    """The webhook payload of the triggering event at ``path`` (``$GITHUB_EVENT_PATH``), or ``{}``.
 
-    Tolerant: no variable -> ``{}``; a missing, unreadable or invalid file -> ``{}`` and a
+    Tolerant: no path -> ``{}``; a missing, unreadable or invalid file -> ``{}`` and a
     ``::warning::`` (the caller goes on without a PR number).
     """
-    source = os.environ if env is None else env
-    target = path if path is not None else source.get("GITHUB_EVENT_PATH")
-    if not target:
+    if not path:
         return {}
-    payload, problem = read_actions_event(target)
+    payload, problem = read_actions_event(path)
     if problem is not None:
         warning(problem)
     return payload
@@ -277,13 +268,8 @@ class ActionsContext:
     event_name: Optional[str] = None
     event_path: Optional[str] = None
     sha: Optional[str] = None
-    ref: Optional[str] = None
     run_id: Optional[str] = None
     run_attempt: Optional[str] = None
-    workflow: Optional[str] = None
-    job: Optional[str] = None
-    step_summary: Optional[str] = None
-    output: Optional[str] = None
     in_actions: bool = False
     token: Optional[str] = field(default=None, repr=False)
 
@@ -303,13 +289,8 @@ class ActionsContext:
             event_name=get("GITHUB_EVENT_NAME"),
             event_path=get("GITHUB_EVENT_PATH"),
             sha=get("GITHUB_SHA"),
-            ref=get("GITHUB_REF"),
             run_id=get("GITHUB_RUN_ID"),
             run_attempt=get("GITHUB_RUN_ATTEMPT"),
-            workflow=get("GITHUB_WORKFLOW"),
-            job=get("GITHUB_JOB"),
-            step_summary=get("GITHUB_STEP_SUMMARY"),
-            output=get("GITHUB_OUTPUT"),
             in_actions=source.get("GITHUB_ACTIONS") == "true",
             token=get("GITHUB_TOKEN"),
         )
@@ -326,26 +307,8 @@ class ActionsContext:
 
     def event(self) -> dict[str, Any]:
         """The event payload (:func:`read_event` on ``event_path``; ``{}`` when absent)."""
-        return read_event(self.event_path, env={}) if self.event_path else {}
+        return read_event(self.event_path)
 
     def pull_request_number(self) -> Optional[int]:
         """The PR this run is about (:func:`pull_request_number` on the payload), or None."""
         return pull_request_number(self.event_name, self.event()) if self.event_name else None
-
-
-__all__ = [
-    "DEFAULT_API_URL",
-    "DEFAULT_SERVER_URL",
-    "PULL_REQUEST_EVENTS",
-    "STEP_SUMMARY_LIMIT",
-    "ActionsContext",
-    "escape_data",
-    "fit_step_summary",
-    "format_outputs",
-    "notice",
-    "pull_request_number",
-    "read_event",
-    "warning",
-    "write_outputs",
-    "write_step_summary",
-]

@@ -29,7 +29,7 @@ from typing import IO, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, load_config
-from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.errors import (
     EXIT_OK,
     EXIT_UNRESOLVED,
@@ -39,7 +39,6 @@ from pytest_selfheal.errors import (
     UsageError,
 )
 from pytest_selfheal.github.actions_env import (
-    PULL_REQUEST_EVENTS,
     ActionsContext,
     pull_request_number,
     warning,
@@ -67,8 +66,7 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.event import PULL_REQUEST_EVENTS as _PULL_REQUESTS
-from pytest_selfheal.history.event import RunBase
+from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.segment_dir import (
     ci_capture_run_id,
@@ -83,7 +81,6 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run, read_report
@@ -176,26 +173,11 @@ class CiResult:
         """The node ids of the new tests found flaky (empty when none or not checked)."""
         return list(self.new_tests.flaky) if self.new_tests is not None else []
 
-    def outputs(self) -> dict[str, str]:
-        """The step outputs (names as in action.yml)."""
-        return {
-            "final-status": self.verdict.final_status,
-            "stop-reason": self.verdict.stop_reason,
-            "iterations": str(self.verdict.iterations),
-            "incident-id": self.verdict.incident_id or "",
-            "report-path": str(self.report_path) if self.report_path else "",
-            "report-json-path": str(self.report_json_path) if self.report_json_path else "",
-            "pytest-exit-code": "" if self.verdict.pytest_exit_code is None else str(self.verdict.pytest_exit_code),
-            "new-flaky-tests": json.dumps(self.new_flaky_tests),
-            "history-segments": " ".join(self.history_segments),
-        }
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary of the run."""
-        comment = None
-        if self.comment is not None:
-            comment = {"action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
-                       "warning": self.comment.warning}
+        """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
+        comment = None if self.comment is None else {
+            "action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
+            "warning": self.comment.warning}
         return {
             "exit_code": self.exit_code,
             "final_status": self.verdict.final_status,
@@ -210,7 +192,25 @@ class CiResult:
             "warnings": list(self.warnings),
             "error": self.error,
             "new_flaky_tests": self.new_flaky_tests,
+            "history_segments": list(self.history_segments),
         }
+
+    def outputs(self) -> dict[str, str]:
+        """The step outputs (names as in action.yml): :data:`OUTPUTS` of :meth:`to_dict` as text."""
+        facts = self.to_dict()
+        return {key.replace("_", "-"): _output_text(key, facts[key]) for key in OUTPUTS}
+
+
+# The facts of a run that are step outputs too (action.yml spells them with "-").
+OUTPUTS = ("final_status", "stop_reason", "iterations", "incident_id", "report_path", "report_json_path",
+           "pytest_exit_code", "new_flaky_tests", "history_segments")
+
+
+def _output_text(key: str, value: Any) -> str:
+    # Segment names are file names a shell step splits on spaces; node ids may hold spaces: JSON.
+    if key == "history_segments":
+        return " ".join(value)
+    return "" if value is None else json.dumps(value) if isinstance(value, list) else str(value)
 
 
 class _Reporter:
@@ -240,10 +240,8 @@ def _resolve(path: Path, cwd: Path) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
-def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> tuple[EffectiveConfig, Redactor]:
-    overrides: list[Override] = [parse_override(text, origin) for text, origin in options.overrides]
-    effective = load_config(cwd, env=env, overrides=overrides)
-    return effective, effective.redactor
+def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> EffectiveConfig:
+    return load_config(cwd, env=env, overrides=[parse_override(text, origin) for text, origin in options.overrides])
 
 
 def _write_report_files(
@@ -313,9 +311,7 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
     one is recorded in the history as a test that failed and passed on the same code."""
     failures = captured.failures if captured is not None else ()
     main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
-    # A pull request's new tests: the diff against its base (another event checks none).
-    pull_base = base.revision if base.event in _PULL_REQUESTS else None
-    check = check_new_tests(NewTestsRun(project, pull_base, options.pytest_args, run_seconds,
+    check = check_new_tests(NewTestsRun(project, base, options.pytest_args, run_seconds,
                                         main_failures, test_env), effective, say=rep.say)
     check = dataclasses.replace(check, fails_job=options.fail_on_new_flaky,
                                 unchecked_fails_job=options.fail_on_new_unchecked)
@@ -357,7 +353,8 @@ def run_ci(
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
     event = ctx.event()
     rep = _Reporter(out, ctx.in_actions)
-    effective, redactor = _load(options, here, source)
+    effective = _load(options, here, source)
+    redactor = effective.redactor
     # Judged before the tests run too: the base revision (a branch tip the tests could move),
     # the base repository, whether this run may share its history.
     base = run_base(source, find_project_root(here), effective.settings.history.base_branch, event)
@@ -498,7 +495,7 @@ def comment_from_report(
     here = Path.cwd() if cwd is None else Path(cwd)
     ctx = ActionsContext.from_env(source)
     rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
-    _effective, redactor = _load(options, here, source)
+    redactor = _load(options, here, source).redactor
     path = _resolve(options.comment_from, here)
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
@@ -519,17 +516,6 @@ def comment_from_report(
 
 
 # --------------------------------------------------------------------------- comment
-
-
-def _head_sha_of(client: Any, number: int) -> Optional[str]:
-    import urllib.parse
-
-    owner, name = str(client.repository).split("/", 1)
-    path = f"/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}/pulls/{int(number)}"
-    _, _, data = client.request("GET", path)
-    head = data.get("head") if isinstance(data, dict) else None
-    sha = head.get("sha") if isinstance(head, dict) else None
-    return sha if isinstance(sha, str) else None
 
 
 def post_comment(
@@ -568,7 +554,7 @@ def post_comment(
     try:
         client = GitHubClient(ctx.api_url, ctx.token, ctx.repository)
         if expected_head_sha:
-            head = _head_sha_of(client, number)
+            head = client.pull_request_head_sha(number)
             if head is None or head.lower() != expected_head_sha.lower():
                 warn(f"PR #{number}'s head is {head or 'unknown'}, not {expected_head_sha}: not commenting "
                      "(the report belongs to another commit; a newer run will comment).")
@@ -591,15 +577,3 @@ def post_comment(
     else:
         say(f"selfheal ci: PR #{number}: report comment {result.action}" + (f" ({result.url})" if result.url else ""))
     return result
-
-
-__all__ = [
-    "DEFAULT_REPORT_FILE",
-    "CiResult",
-    "captured_incident",
-    "new_run_token",
-    "comment_from_report",
-    "post_comment",
-    "run_ci",
-    "run_pytest",
-]

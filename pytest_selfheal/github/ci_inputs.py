@@ -8,40 +8,18 @@ nothing here runs a shell or anything else.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Optional, TypeVar
+from typing import Any, Optional
 
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.records.ci import ActionInputs
-
-T = TypeVar("T")
+from pytest_selfheal.history.records import COMMIT_SHA
 
 DEFAULT_REPORT_NAME = "default"
 
-#: The environment variables ``--action-inputs`` reads (action.yml passes every input so).
-ACTION_INPUT_VARS: tuple[str, ...] = (
-    "INPUT_PYTEST_ARGS",
-    "INPUT_WORKING_DIRECTORY",
-    "INPUT_CONFIG",
-    "INPUT_REPAIR_COMMAND",
-    "INPUT_COMMENT",
-    "INPUT_FAIL_ON_UNRESOLVED",
-    "INPUT_PASS_ON_PROPOSED_FIX",
-    "INPUT_REPORT_NAME",
-    "INPUT_COMMENT_FROM",
-    "INPUT_PULL_REQUEST_NUMBER",
-    "INPUT_EXPECTED_HEAD_SHA",
-    "INPUT_FAIL_ON_NEW_FLAKY",
-    "INPUT_FAIL_ON_NEW_UNCHECKED",
-    "INPUT_NEW_TEST_RERUNS",
-)
-
-#: A commit SHA as GitHub writes it (also checks the ``head_sha`` of a report's ``ci`` block).
-COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -106,12 +84,10 @@ def parse_config_lines(text: str, origin: str = "config input") -> list[tuple[st
     return out
 
 
-def parse_repair_command(text: str, name: str = "repair-command") -> Optional[str]:
+def parse_repair_command(text: str, name: str = "repair-command") -> str:
     """A JSON argv list (``["aider", "--yes", "--message-file", "{prompt_file}"]``) as a
-    ``repair.command=...`` override text; None when empty. Anything else is a UsageError:
-    a command line string would invite shell-quoting mistakes, and no shell ever runs it."""
-    if not text.strip():
-        return None
+    ``repair.command=...`` override text. Anything else is a UsageError: a command line
+    string would invite shell-quoting mistakes, and no shell ever runs it."""
     try:
         value = json.loads(text)
     except ValueError:
@@ -146,53 +122,41 @@ def _positive_int(text: str, name: str) -> int:
     return int(value)
 
 
-def action_inputs(env: Mapping[str, str]) -> ActionInputs:
-    """The action's inputs from ``INPUT_*`` variables, parsed; those not set are None (or empty).
+def _overrides(parse: Callable[[str], str], origin: str) -> Callable[[str], list[tuple[str, str]]]:
+    return lambda text: [(parse(text), origin)]
 
-    Bad values raise UsageError naming the input (exit 2).
-    """
-    def get(name: str) -> Optional[str]:
-        value = env.get(name)
-        return value if value is not None and value.strip() else None
 
-    def parsed(name: str, parse: Callable[[str], T]) -> Optional[T]:
-        text = get(name)
-        return parse(text) if text is not None else None
+def _path(text: str) -> Path:
+    return Path(text.strip())
 
-    overrides: list[tuple[str, str]] = list(parsed("INPUT_CONFIG", parse_config_lines) or [])
-    repair = parsed("INPUT_REPAIR_COMMAND", parse_repair_command)
-    if repair is not None:
-        overrides.append((repair, "repair-command input"))
-    reruns = parsed("INPUT_NEW_TEST_RERUNS", parse_new_test_reruns)
-    if reruns is not None:
-        overrides.append((reruns, "new-test-reruns input"))
-    return ActionInputs(
-        pytest_args=tuple(parsed("INPUT_PYTEST_ARGS", parse_pytest_args) or ()),
-        working_directory=parsed("INPUT_WORKING_DIRECTORY", lambda text: Path(text.strip())),
-        overrides=tuple(overrides),
-        comment=parsed("INPUT_COMMENT", lambda text: parse_bool(text, "comment")),
-        fail_on_unresolved=parsed("INPUT_FAIL_ON_UNRESOLVED", lambda text: parse_bool(text, "fail-on-unresolved")),
-        pass_on_proposed_fix=parsed("INPUT_PASS_ON_PROPOSED_FIX",
-                                    lambda text: parse_bool(text, "pass-on-proposed-fix")),
-        fail_on_new_flaky=parsed("INPUT_FAIL_ON_NEW_FLAKY", lambda text: parse_bool(text, "fail-on-new-flaky")),
-        fail_on_new_unchecked=parsed("INPUT_FAIL_ON_NEW_UNCHECKED",
-                                     lambda text: parse_bool(text, "fail-on-new-unchecked")),
-        report_name=parsed("INPUT_REPORT_NAME", str.strip),
-        comment_from=parsed("INPUT_COMMENT_FROM", lambda text: Path(text.strip())),
-        pull_request=parsed("INPUT_PULL_REQUEST_NUMBER", lambda text: _positive_int(text, "pull-request-number")),
-        expected_head_sha=parsed("INPUT_EXPECTED_HEAD_SHA", lambda text: parse_sha(text, "expected-head-sha")),
-    )
 
-__all__ = [
-    "ACTION_INPUT_VARS",
-    "COMMIT_SHA",
-    "DEFAULT_REPORT_NAME",
-    "CiOptions",
-    "action_inputs",
-    "parse_bool",
-    "parse_config_lines",
-    "parse_new_test_reruns",
-    "parse_pytest_args",
-    "parse_repair_command",
-    "parse_sha",
-]
+# The action's inputs as action.yml passes them: the variable, the CiOptions field it gives
+# (the override inputs add up, in this order) and its parser.
+ACTION_INPUTS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
+    ("INPUT_PYTEST_ARGS", "pytest_args", parse_pytest_args),
+    ("INPUT_WORKING_DIRECTORY", "working_directory", _path),
+    ("INPUT_CONFIG", "overrides", parse_config_lines),
+    ("INPUT_REPAIR_COMMAND", "overrides", _overrides(parse_repair_command, "repair-command input")),
+    ("INPUT_NEW_TEST_RERUNS", "overrides", _overrides(parse_new_test_reruns, "new-test-reruns input")),
+    ("INPUT_COMMENT", "comment", partial(parse_bool, name="comment")),
+    ("INPUT_FAIL_ON_UNRESOLVED", "fail_on_unresolved", partial(parse_bool, name="fail-on-unresolved")),
+    ("INPUT_PASS_ON_PROPOSED_FIX", "pass_on_proposed_fix", partial(parse_bool, name="pass-on-proposed-fix")),
+    ("INPUT_FAIL_ON_NEW_FLAKY", "fail_on_new_flaky", partial(parse_bool, name="fail-on-new-flaky")),
+    ("INPUT_FAIL_ON_NEW_UNCHECKED", "fail_on_new_unchecked", partial(parse_bool, name="fail-on-new-unchecked")),
+    ("INPUT_REPORT_NAME", "report_name", str.strip),
+    ("INPUT_COMMENT_FROM", "comment_from", _path),
+    ("INPUT_PULL_REQUEST_NUMBER", "pull_request", partial(_positive_int, name="pull-request-number")),
+    ("INPUT_EXPECTED_HEAD_SHA", "expected_head_sha", partial(parse_sha, name="expected-head-sha")),
+)
+
+
+def action_inputs(env: Mapping[str, str]) -> dict[str, Any]:
+    """The :class:`CiOptions` fields the set ``INPUT_*`` variables give, parsed (an input
+    that is empty is not set). Bad values raise UsageError naming the input (exit 2)."""
+    given: dict[str, Any] = {}
+    for variable, name, parse in ACTION_INPUTS:
+        text = env.get(variable)
+        if text is not None and text.strip():
+            value = parse(text)
+            given[name] = [*given.get(name, ()), *value] if name == "overrides" else value
+    return given

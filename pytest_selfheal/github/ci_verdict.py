@@ -16,9 +16,10 @@ from typing import Any, Optional
 import pluggy
 
 from pytest_selfheal.analysis.testfiles import tests_first
-from pytest_selfheal.github.ci_inputs import COMMIT_SHA
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.records import COMMIT_SHA
 from pytest_selfheal.history.triage import rerun_count
+from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_STABLE, NEW_UNCHECKED, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
 from pytest_selfheal.records.report import Report
@@ -299,10 +300,9 @@ def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
     if len(text) > limit:
         note = f"\n_(cut at {limit:,} of {len(text):,} characters: the whole patch is `final.patch` in the reports root)_\n"
         text = text[:limit]
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
+    ticks = fence(text)
     return (f"### Proposed fix\n\nNot in this commit: apply it with `selfheal apply` (or as a suggestion), then push."
-            f"\n\n{fence}diff\n{text.rstrip()}\n{fence}\n{note}\n")
+            f"\n\n{ticks}diff\n{text.rstrip()}\n{ticks}\n{note}\n")
 
 
 def comment_footer(info: CiVerdict) -> str:
@@ -313,23 +313,3 @@ def comment_footer(info: CiVerdict) -> str:
     if info.head_sha:
         parts.append(f"commit `{info.head_sha[:12]}`")
     return f"\n<sub>pytest-selfheal · {' · '.join(parts)}</sub>\n" if parts else ""
-
-
-
-__all__ = [
-    "STOP_NONE",
-    "STOP_NOT_CAPTURED",
-    "STOP_PYTEST_ERROR",
-    "ci_headline",
-    "located",
-    "new_tests_section",
-    "sanitize_new_tests",
-    "comment_footer",
-    "normalised_url",
-    "only_quarantined",
-    "proposed_fix_section",
-    "render_ci_markdown",
-    "sanitize_ci_info",
-    "unresolved_failures",
-    "verdict_without_incident",
-]

@@ -25,6 +25,7 @@ from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.history.records import plausible_repository
 from pytest_selfheal.records.ci import IssueComment
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ MAX_PAGES = 100
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 _MAX_MESSAGE_CHARS = 300
 
-_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _MARKER_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _ANY_MARKER = re.compile(r"<!-- pytest-selfheal:report:[A-Za-z0-9._-]{1,64} -->")
 _LINK = re.compile(r"<([^>]*)>\s*;\s*rel=\"?([^\";,]*)\"?")
@@ -141,7 +141,7 @@ class GitHubClient:
         origin = _origin(base)
         if origin is None:
             raise ValueError(f"invalid GitHub API URL {api_url!r}: expected http(s)://host[/path]")
-        if not _REPOSITORY.match(repository or "") or ".." in repository:
+        if not plausible_repository(repository or "") or ".." in repository:
             raise ValueError(f"invalid repository {repository!r}: expected owner/name")
         self.api_url = base
         self.repository = repository
@@ -270,6 +270,13 @@ class GitHubClient:
             raise
         login = data.get("login") if isinstance(data, dict) else None
         return login if isinstance(login, str) and login else None
+
+    def pull_request_head_sha(self, number: int) -> Optional[str]:
+        """The head commit of pull request ``number`` (``GET /pulls/N``), or None when the payload lacks it."""
+        _, _, data = self.request("GET", f"{self._repo_path()}/pulls/{int(number)}")
+        head = data.get("head") if isinstance(data, dict) else None
+        sha = head.get("sha") if isinstance(head, dict) else None
+        return sha if isinstance(sha, str) else None
 
     def list_issue_comments(self, number: int) -> Iterator[IssueComment]:
         """Every comment of issue/PR ``number``, oldest first, across all pages.
@@ -472,16 +479,3 @@ def upsert_sticky_comment(
         if exc.status in (403, 404, 422):
             return refused("create", exc)
         raise
-
-
-__all__ = [
-    "ACTIONS_BOT_LOGIN",
-    "MAX_COMMENT_CHARS",
-    "CommentResult",
-    "GitHubClient",
-    "GitHubError",
-    "find_sticky_comment",
-    "fit_comment",
-    "marker",
-    "upsert_sticky_comment",
-]

@@ -37,6 +37,7 @@ from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.gitrepo import GitFailed, base_checkout, changed_lines, has_commit
+from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import SAFE_VALUED
@@ -170,7 +171,7 @@ class NewTestsRun:
     """What the check needs from the ``selfheal ci`` run it belongs to."""
 
     project_root: Path  # pytest's rootdir: node ids are relative to it
-    base: Optional[str]  # the base revision of the pull request (None: none known)
+    base: RunBase  # the judgement of the run's event: a pull request's base revision, or why there is none
     pytest_args: Sequence[str]  # the job's own pytest arguments
     run_seconds: float  # how long the job's own test run took
     main_failures: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # nodeid -> (message, fingerprint)
@@ -285,17 +286,20 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
     settings = effective.settings.new_tests
     if not settings.enabled:
         return NewTestsCheck("new tests not checked: new_tests.enabled is false")
-    if run.base is None:
-        return NewTestsCheck("new tests not checked: no base revision (not a pull request event)")
-    if not has_commit(run.project_root, run.base):
-        return NewTestsCheck(f"new tests not checked: the base revision {run.base[:12]} is not in this clone "
+    if run.base.event not in PULL_REQUEST_EVENTS:
+        return NewTestsCheck("new tests not checked: not a pull request event")
+    base = run.base.revision
+    if base is None:
+        return NewTestsCheck(f"new tests not checked: the {run.base.event} event names no base revision")
+    if not has_commit(run.project_root, base):
+        return NewTestsCheck(f"new tests not checked: the base revision {base[:12]} is not in this clone "
                              "(a shallow checkout: give actions/checkout fetch-depth: 2 or more)")
     try:
-        targets = find_new_tests(run, effective, run.base, say=say)
+        targets = find_new_tests(run, effective, base, say=say)
     except GitFailed as exc:
-        return NewTestsCheck(f"new tests not checked: git diff against {run.base[:12]} failed: {exc.first_line}")
+        return NewTestsCheck(f"new tests not checked: git diff against {base[:12]} failed: {exc.first_line}")
     if not targets:
-        return NewTestsCheck(f"no test added or changed since {run.base[:12]}: nothing to check")
+        return NewTestsCheck(f"no test added or changed since {base[:12]}: nothing to check")
     budget = budget_seconds(run.run_seconds, settings.max_seconds, settings.max_share)
     seed = settings.seed if settings.seed is not None else 1 + secrets.randbelow(2**31 - 1)
     say(f"selfheal ci: re-running {len(targets)} new or changed test(s) up to {settings.reruns} time(s) "
@@ -377,7 +381,3 @@ def summary_line(check: NewTestsCheck) -> str:
     if unchecked:
         return f"selfheal ci: unchecked (new): {first_few(unchecked, 3)} — {check.note}"
     return f"selfheal ci: {check.note}"
-
-
-__all__ = ["BUDGET_FLOOR_SECONDS", "NewTestsRun", "budget_seconds", "changed_in_place", "changed_tests",
-           "check_new_tests", "collected", "find_new_tests", "is_test_module", "rerun_options", "summary_line"]

@@ -327,6 +327,3 @@ def _run_info(row: Sequence[object]) -> RunInfo:
         tests_run=None if tests_run is None else int(str(tests_run)),
         repository=None if repository is None else str(repository),
     )
-
-
-__all__ = ["APPLICATION_ID", "HISTORY_FILE", "SCHEMA_VERSION", "HistoryDB", "HistoryUnavailable"]

@@ -25,14 +25,13 @@ The base revision of each unmerged event:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.history.records import plausible_ref_name, plausible_repository
+from pytest_selfheal.history.records import COMMIT_SHA, plausible_ref_name, plausible_repository
 
 #: Events whose payload carries ``pull_request``.
 PULL_REQUEST_EVENTS = frozenset(
@@ -44,7 +43,6 @@ SCHEDULE = "schedule"
 MERGE_GROUP = "merge_group"
 DEFAULT_REMOTE = "origin"
 
-_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _HEADS = "refs/heads/"
 
 
@@ -59,7 +57,7 @@ def _text(value: object) -> Optional[str]:
 
 
 def _sha(value: object) -> Optional[str]:
-    return value if isinstance(value, str) and _SHA.match(value) else None
+    return value if isinstance(value, str) and COMMIT_SHA.match(value) else None
 
 
 def _repository(value: object) -> Optional[str]:
@@ -164,12 +162,3 @@ def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optio
 
 def _fail_closed(name: str, why: str) -> str:
     return f"the {name} event tests code not merged yet and {why}: the quarantine list is not applied"
-
-
-__all__ = [
-    "MERGE_GROUP",
-    "PULL_REQUEST_EVENTS",
-    "RunBase",
-    "head_repository",
-    "judge_event",
-]

@@ -225,6 +225,3 @@ def remove_entries(text: str, *, test: Optional[str] = None, fingerprint: Option
     for start, end in reversed(doomed):
         del lines[start:end]
     return "".join(lines), len(doomed)
-
-
-__all__ = ["QuarantineEntry", "add_entry", "matching_entry", "parse_quarantine", "remove_entries"]

@@ -26,8 +26,9 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.segment_dir import segments_dir, write_segment
 from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import actions_event, quarantine_in_force, run_base
-from pytest_selfheal.history.triage import Triage, triage_failure
+from pytest_selfheal.history.triage import triage_failure
 from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.store.events import format_ts
 
 
@@ -161,6 +162,3 @@ def record_and_triage(
             passed_on_rerun=passed_on_rerun, quarantine=result.quarantine, flaky_rate=settings.flaky_rate,
         )
     return result
-
-
-__all__ = ["Failing", "HistoryResult", "HistorySection", "record_and_triage", "run_info"]

@@ -28,6 +28,8 @@ RUN_KINDS: tuple[str, ...] = (CAPTURE, LOOP, AGENT, NEW_TESTS)
 
 # owner/name as GitHub spells it: letters, digits, '-', '_', '.'; one slash.
 _REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
+#: A commit SHA as git and GitHub write it, abbreviated or whole.
+COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 
 def plausible_ref_name(name: str) -> bool:
@@ -104,22 +106,3 @@ class FlakeRate:
     def rate(self) -> float:
         """``flaky / failed`` (0 when it never failed)."""
         return self.flaky / self.failed if self.failed else 0.0
-
-
-__all__ = [
-    "plausible_ref_name",
-    "plausible_repository",
-    "AGENT",
-    "CAPTURE",
-    "FAILED",
-    "LOOP",
-    "OUTCOMES",
-    "PASSED",
-    "PASSED_ON_RERUN",
-    "QUARANTINED",
-    "RUN_KINDS",
-    "FlakeRate",
-    "RunInfo",
-    "Sighting",
-    "TestOutcome",
-]

@@ -128,7 +128,3 @@ def passed_on_rerun_in(reports_root: Path, before: Collection[str], run_id: str)
     return list(dict.fromkeys(outcome.nodeid for _, segment in _this_run(reports_root, before, run_id, None)
                               for item in segment.runs for outcome in item.outcomes
                               if outcome.outcome == PASSED_ON_RERUN))
-
-
-__all__ = ["SEGMENTS_FOLDER", "ci_capture_run_id", "passed_on_rerun_in", "this_run_segments", "local_segments", "read_segment_file", "read_segment_files", "segments_dir",
-           "write_segment"]

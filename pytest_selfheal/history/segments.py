@@ -16,12 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 from pytest_selfheal.history.records import (
+    COMMIT_SHA,
     OUTCOMES,
     RUN_KINDS,
     RunInfo,
@@ -53,7 +53,6 @@ MAX_ITERATION = 100_000
 MAX_TESTS_RUN = 100_000_000
 #: How far a run may seem to be in the future (another machine's clock).
 CLOCK_SKEW = dt.timedelta(minutes=10)
-_COMMIT = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 _RUN_FIELDS: tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
                                 "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
@@ -177,7 +176,7 @@ def _run(data: object, now: Optional[dt.datetime]) -> RunInfo:
     if kind not in RUN_KINDS:
         raise SegmentError(f"run.kind {kind[:40]!r} is not one of {', '.join(RUN_KINDS)}")
     _when(recorded_at, now)
-    if commit is not None and not _COMMIT.match(commit):
+    if commit is not None and not COMMIT_SHA.match(commit):
         raise SegmentError("run.commit: not a commit id")
     if branch is not None and not plausible_ref_name(branch):
         raise SegmentError(f"run.branch {branch[:40]!r} is not a branch name")
@@ -256,25 +255,3 @@ def compact(named: Iterable[tuple[str, Segment]]) -> Segment:
             runs.setdefault(item.run.run_key, item)
     ordered = sorted(runs.values(), key=lambda item: (item.run.recorded_at, item.run.run_key))
     return Segment(tuple(ordered), tuple(sorted(set(replaces))))
-
-
-__all__ = [
-    "CLOCK_SKEW",
-    "COMPACTED_DIR",
-    "MAX_SEGMENT_BYTES",
-    "REPLACED_DIR",
-    "SEGMENTS_DIR",
-    "Segment",
-    "SegmentError",
-    "SegmentRun",
-    "accept",
-    "compact",
-    "decode",
-    "encode",
-    "is_segment_name",
-    "name_of_path",
-    "replaced_path",
-    "segment_name",
-    "single_run",
-    "tree_path",
-]

@@ -461,20 +461,3 @@ def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote
         if attempt < attempts:
             _backoff(attempt, sleep)
     raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up compacting after {attempts} attempts")
-
-
-__all__ = [
-    "DEFAULT_REMOTE",
-    "HISTORY_REF",
-    "CompactResult",
-    "PullResult",
-    "PushResult",
-    "SharedHistoryError",
-    "compact_shared",
-    "fetch",
-    "pull",
-    "push",
-    "rebuild",
-    "refuse_unless_merged",
-    "token_env",
-]

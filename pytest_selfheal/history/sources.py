@@ -130,7 +130,3 @@ def quarantine_in_force(
     if judged.problem is not None:
         return [], [judged.problem]
     return read_quarantine(project_root, relative, revision=judged.revision)
-
-
-__all__ = ["actions_event", "quarantine_in_force", "quarantine_path", "read_actions_event", "read_quarantine",
-           "run_base"]

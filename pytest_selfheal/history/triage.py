@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Optional
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
 from pytest_selfheal.records.incident import FailureEntry, Triage
-from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.vocab import TriageLabel
 
 if TYPE_CHECKING:
@@ -67,10 +66,6 @@ def triage_failure(
                       first_seen_commit=seen.first_commit, first_seen_at=seen.first_seen_at,
                       occurrences=seen.occurrences, base_branch=base_branch)
     return Triage(TriageLabel.NEW, f"new: never seen failing on {base_branch}", base_branch=base_branch)
-
-
-# The keys of a ``triage`` object (``Triage.to_json``), in its order.
-TRIAGE_FIELDS: tuple[str, ...] = tuple(f.key for f in fields_of(Triage))
 
 
 def rerun_count(count: int) -> str:
@@ -123,16 +118,3 @@ def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
     rerun = sum(1 for t in triages if t.label == TriageLabel.FLAKY and t.detail == RERUN_DETAIL)
     return {"counts": {label: labels.count(label) for label in TRIAGE_LABELS if label in labels},
             "line": triage_headline(labels, base, rerun)}
-
-
-__all__ = [
-    "RERUN_DETAIL",
-    "TRIAGE_FIELDS",
-    "TRIAGE_LABELS",
-    "Triage",
-    "report_triage",
-    "rerun_count",
-    "triage_failure",
-    "triage_headline",
-    "triage_summary",
-]

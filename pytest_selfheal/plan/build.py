@@ -54,6 +54,7 @@ from pytest_selfheal.records.models import (
 )
 from pytest_selfheal.records.plan import Hypothesis, Plan, PlanAction, ReplanEntry
 from pytest_selfheal.records.redacted import runnable_nodeid
+from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import EvidenceKind
 
 DONE_CRITERIA: tuple[str, ...] = (
@@ -192,14 +193,6 @@ def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
-def _unique(items: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out
-
-
 def _priority(members: Sequence[FailureEntry]) -> str:
     first = members[0]
     if first.failure_type == TOOLING_ENV or first.failure_class == FAILURE_CLASS_ENVIRONMENT:
@@ -241,13 +234,13 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     first = members[0]
     failure_type = _failure_type(first)
     message = normalised_message(first)
-    nodeids = _unique([s for s in (_selection(m) for m in members) if s is not None])
-    tests = _unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
+    nodeids = unique([s for s in (_selection(m) for m in members) if s is not None])
+    tests = unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
     if group.evidence == EvidenceKind.FINGERPRINT:
         # No evidence: the paths of the traceback text and the test file's imports.
         candidates = [p for member in members for p in member.target_paths if p]
-        targets = _unique([p for p in candidates if not is_test_file(p)])
-        tests = _unique(tests + [p for p in candidates if is_test_file(p) and p.endswith(".py")])
+        targets = unique([p for p in candidates if not is_test_file(p)])
+        tests = unique(tests + [p for p in candidates if is_test_file(p) and p.endswith(".py")])
         signature = f"{failure_type} | {message}"
         about = shorten(message) or failure_type
     else:
@@ -272,7 +265,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         test_paths=tuple(tests),
         verification=(pytest_command(nodeids, python=python) if nodeids else _collect_only(python),),
         fingerprint=_short_hash(signature),
-        fingerprints=tuple(_unique([m.fingerprint for m in members if m.fingerprint])),
+        fingerprints=tuple(unique([m.fingerprint for m in members if m.fingerprint])),
         signature=signature,
         failure_type=failure_type,
         nodeids=tuple(nodeids),
@@ -342,7 +335,7 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
     ranked = rank_failures(_failures(incident))
     groups = [r.group for r in ranked]
     actions = tuple(_action(i, r, python, source) for i, r in enumerate(ranked, start=1))
-    all_nodeids = _unique([n for a in actions for n in a.nodeids])
+    all_nodeids = unique([n for a in actions for n in a.nodeids])
     first = actions[0]
     tests = len(all_nodeids)
     errors = sum(len(r.group.members) for r in ranked)
@@ -436,9 +429,9 @@ def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[st
     plan's target paths, and ``revision`` is bumped. Every other key of the plan stays in place.
     """
     revision = plan_revision(plan)
-    fingerprints = tuple(_unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
+    fingerprints = tuple(unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
     iterations = len(attempts)
-    applied = _unique([x for a in attempts for x in a.actions_applied])
+    applied = unique([x for a in attempts for x in a.actions_applied])
     note = (
         f"Revision {revision + 1}: {iterations} iteration{'s' if iterations != 1 else ''} "
         f"of revision {revision} made no "
@@ -450,7 +443,7 @@ def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[st
     base_summary = plan.base_summary or plan.summary
     joiner = " " if not base_summary or base_summary.endswith((".", "!", "?")) else ". "
     hypotheses = [replace(h, confidence=_LOWER.get(h.confidence, "low")) for h in plan.root_cause_hypotheses]
-    targets = _unique([p for a in plan.actions for p in a.target_paths])
+    targets = unique([p for a in plan.actions for p in a.target_paths])
     hypotheses.append(Hypothesis(
         id=f"H{len(hypotheses) + 1}",
         confidence="medium",

@@ -150,15 +150,3 @@ def selected_by(nodeid: str, words: Collection[str]) -> bool:
         return True
     path = selection_file(nodeid)
     return path is not None and path in words
-
-
-__all__ = [
-    "Definition",
-    "Group",
-    "calls_of",
-    "evidence_paths",
-    "frame_of",
-    "group_by_root_cause",
-    "selected_by",
-    "selection_file",
-]

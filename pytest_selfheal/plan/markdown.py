@@ -23,8 +23,8 @@ def _cell(value: object) -> str:
     return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split()) or "—"
 
 
-def _fence(text: str) -> str:
-    # A fence longer than any backtick run inside, so a command can never close it.
+def fence(text: str) -> str:
+    """A code fence longer than any backtick run inside ``text``, so nothing in it can close it."""
     longest = run = 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
@@ -33,8 +33,8 @@ def _fence(text: str) -> str:
 
 
 def _code_block(text: str, lang: str = "sh") -> list[str]:
-    fence = _fence(text)
-    return [f"{fence}{lang}", text, fence]
+    ticks = fence(text)
+    return [f"{ticks}{lang}", text, ticks]
 
 
 def _where_md(action: PlanAction) -> list[str]:

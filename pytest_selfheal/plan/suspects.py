@@ -438,28 +438,3 @@ def where_lines(action: PlanAction) -> list[str]:
         out.append("Other suspects: " + "; ".join(f"{s.name} ({s.where}, {s.score:.2f})"
                                                   for s in action.suspects[equals:]))
     return out
-
-
-__all__ = [
-    "EvidenceKind",
-    "FunctionKey",
-    "Located",
-    "MAX_SPECTRUM",
-    "MAX_SUSPECTS",
-    "NEAR_TIE",
-    "RankedGroup",
-    "Source",
-    "Spectrum",
-    "Suspect",
-    "Vote",
-    "excerpt",
-    "locate",
-    "near_tie",
-    "ochiai",
-    "rank_groups",
-    "spectrum_evidence",
-    "spectrum_scores",
-    "test_line_of",
-    "votes_of",
-    "where_lines",
-]

@@ -12,7 +12,6 @@ from typing import Annotated, ClassVar, Optional
 
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     JsonRecord,
     checked,
     empty_map,
@@ -46,8 +45,6 @@ class RecordedDecision(JsonRecord):
     message: str = ""
     iteration: int = 0
     conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -73,8 +70,6 @@ class RepairBlock(JsonRecord):
     # Test files the worktree's code differs in from the user's state after this call: a
     # selection passing with them is `tests_edited`, never `success` (docs/repair.md).
     tests_edited: tuple[str, ...] = ()
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -121,5 +116,3 @@ class Attempt(JsonRecord):
     # and the tests the change broke, whose failures are in ``failures``.
     regression_tests_run: Annotated[Optional[int], checked(integer, minimum=0)] = None
     regressions: tuple[str, ...] = ()
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()

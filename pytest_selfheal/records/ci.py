@@ -6,15 +6,15 @@ the exit code and the ``ci`` block of a report JSON all read it. Built by ``gith
 an untrusted artifact by ``sanitize_ci_info`` (every field checked there); written by
 :meth:`CiVerdict.to_json`, its one JSON boundary.
 :class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
-the one place the client looks inside a comment's JSON. :class:`ActionInputs`, the action's
-``INPUT_*`` variables, parsed by ``github/ci_inputs.action_inputs``.
+the one place the client looks inside a comment's JSON.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
+
+from pytest_selfheal.records.jsondoc import dataclass_json
 
 # The label of a new or changed test after its re-runs (github/new_tests.py).
 NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
@@ -46,10 +46,8 @@ class NewTestResult:
         return NEW_FAILING if self.failed else NEW_STABLE
 
     def to_json(self) -> dict[str, Any]:
-        """As stored in the ``ci.new_tests`` block of the report JSON."""
-        return {"nodeid": self.nodeid, "passed": self.passed, "failed": self.failed,
-                "first_failure": self.first_failure, "fingerprint": self.fingerprint, "reruns": self.reruns,
-                "planned": self.planned}
+        """As stored in the ``ci.new_tests`` block of the report JSON: every field."""
+        return dataclass_json(self)
 
 
 @dataclass(frozen=True)
@@ -84,10 +82,8 @@ class NewTestsCheck:
         return bool((self.flaky and self.fails_job) or (self.unchecked and self.unchecked_fails_job))
 
     def to_json(self) -> dict[str, Any]:
-        """As stored in the ``ci`` block of the report JSON (``new_tests``)."""
-        return {"note": self.note, "tests": [t.to_json() for t in self.tests], "seed": self.seed,
-                "reruns": self.reruns, "not_rerun": self.not_rerun, "fails_job": self.fails_job,
-                "unchecked_fails_job": self.unchecked_fails_job}
+        """As stored in the ``ci`` block of the report JSON (``new_tests``): every field."""
+        return dataclass_json(self)
 
 
 @dataclass(frozen=True)
@@ -109,22 +105,11 @@ class CiVerdict:
     passed_on_rerun: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The ``ci`` block as stored in the report JSON (string-valued enums stay strings)."""
-        block: dict[str, Any] = {
-            "final_status": str(self.final_status),
-            "stop_reason": str(self.stop_reason),
-            "iterations": self.iterations,
-            "incident_id": self.incident_id,
-            "pytest_exit_code": self.pytest_exit_code,
-            "pull_request": self.pull_request,
-            "head_sha": self.head_sha,
-            "run_url": self.run_url,
-        }
-        if self.new_tests is not None:
-            block["new_tests"] = self.new_tests.to_json()
-        if self.passed_on_rerun:
-            block["passed_on_rerun"] = list(self.passed_on_rerun)
-        return block
+        """The ``ci`` block as stored in the report JSON: every field, ``new_tests`` and
+        ``passed_on_rerun`` only when there are any (string-valued enums as strings)."""
+        block = {key: value for key, value in dataclass_json(self).items()
+                 if value or key not in ("new_tests", "passed_on_rerun")}
+        return {**block, "final_status": str(self.final_status), "stop_reason": str(self.stop_reason)}
 
 
 @dataclass(frozen=True)
@@ -149,26 +134,3 @@ class IssueComment:
             login if isinstance(login, str) else "",
             url if isinstance(url, str) else None,
         )
-
-
-@dataclass(frozen=True)
-class ActionInputs:
-    """The inputs of the GitHub Action that are set, parsed (None or empty: not set)."""
-
-    pytest_args: tuple[str, ...] = ()
-    working_directory: Optional[Path] = None
-    #: ``(KEY=VALUE text, origin)`` config overrides: the ``config`` lines, then ``repair-command``.
-    overrides: tuple[tuple[str, str], ...] = ()
-    comment: Optional[bool] = None
-    fail_on_unresolved: Optional[bool] = None
-    pass_on_proposed_fix: Optional[bool] = None
-    fail_on_new_flaky: Optional[bool] = None
-    fail_on_new_unchecked: Optional[bool] = None
-    report_name: Optional[str] = None
-    comment_from: Optional[Path] = None
-    pull_request: Optional[int] = None
-    expected_head_sha: Optional[str] = None
-
-
-__all__ = ["NEW_FAILING", "NEW_FLAKY", "NEW_UNCHECKED", "NEW_STABLE", "ActionInputs", "CiVerdict", "IssueComment",
-           "NewTestResult", "NewTestsCheck"]

@@ -13,7 +13,6 @@ from typing import ClassVar, Optional
 
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     JsonRecord,
     empty_map,
 )
@@ -34,8 +33,3 @@ class RunContext(JsonRecord):
     invocation_args: tuple[str, ...] = ()
     cwd: Optional[str] = None
     ci: Mapping[str, str] = field(default_factory=empty_map)  # the CI variables present (a fixed list, no secrets)
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
-
-
-__all__ = ["GitContext", "RunContext"]

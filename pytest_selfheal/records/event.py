@@ -10,10 +10,10 @@ such a warning rather than failing the whole log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, JsonRecord, plain_json
+from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,6 @@ class Event(JsonRecord):
     event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
     ts: Optional[str] = None  # ISO-8601 UTC with microseconds
     incident_id: Optional[str] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
     @property
     def data(self) -> dict[str, Any]:

@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, JsonRecord
+from pytest_selfheal.records.jsondoc import JsonRecord
 
 # The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
 SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
@@ -28,8 +28,6 @@ class GitContext(JsonRecord):
     diff_stat: Optional[str] = None  # ``git diff HEAD --stat`` of the changes
     untracked: Optional[int] = None
     error: Optional[str] = None  # the git command that failed, and why
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
     @classmethod
     def failed(cls, error: str) -> GitContext:
@@ -40,6 +38,3 @@ class GitContext(JsonRecord):
     def clean_commit(self) -> Optional[str]:
         """The commit when the tree was known clean at it (its diff hash is the clean tree's), else None."""
         return self.commit if self.dirty is False else None
-
-
-__all__ = ["SNAPSHOT_KEYS", "GitContext"]

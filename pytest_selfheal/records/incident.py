@@ -13,7 +13,6 @@ from typing import Annotated, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
     REQUIRED,
-    Extra,
     JsonRecord,
     array_of,
     checked,
@@ -40,8 +39,6 @@ class CodeRef(JsonRecord):
     bases: tuple[str, ...] = ()  # a called class: its project base classes as ``path::name``
     # a spectrum entry: its Ochiai score
     score: Annotated[Optional[float], checked(number, minimum=0, maximum=1)] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -73,8 +70,6 @@ class RootCause(JsonRecord):
             " library's file (relative to its import root), function and line."
         ),
     )] = None  # where it was raised outside the project (``json/decoder.py``)
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -92,8 +87,6 @@ class Triage(JsonRecord):
     flake_rate: Optional[float] = None
     quarantine_reason: Optional[str] = None
     base_branch: Optional[str] = None  # the branch "known" refers to
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -123,8 +116,6 @@ class FailureEntry(JsonRecord):
         ),
     )] = None  # capture only: the evidence that groups failures by root cause
     triage: Optional[Triage] = None  # capture only: new, known, flaky or quarantined
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 failure_entries = array_of(FailureEntry.parse)
@@ -177,5 +168,3 @@ class Incident(JsonRecord):
     ci_run: Optional[str] = None
     # What decides what runs and how a result is judged, at capture (None: captured before seals).
     seal: Optional[Seal] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()

@@ -128,13 +128,17 @@ def plain_json(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:  # the most frequent values first, by exact type (an enum member is not one)
         return value
-    if isinstance(value, JsonRecord):
-        return value.to_json()
     if isinstance(value, tuple):
         return [plain_json(item) for item in value]
     if isinstance(value, Mapping):
         return {key: plain_json(item) for key, item in value.items()}
-    return value
+    to_json = getattr(value, "to_json", None)  # a record: JsonRecord, or one of the report's
+    return value if to_json is None else to_json()
+
+
+def dataclass_json(record: Any) -> JsonObject:
+    """Each dataclass field of ``record`` by name, as JSON (nested records by their ``to_json``)."""
+    return {spec.name: plain_json(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
 
 
 # --------------------------------------------------------------------------- parsers
@@ -391,11 +395,13 @@ def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
     return _shape(cls).fields
 
 
+@dataclass(frozen=True)
 class JsonRecord:
     """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
 
-    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages), one
-    attribute per JSON key (:func:`fields_of`), and last ``keys`` and ``extra`` (module docstring).
+    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages) and one
+    attribute per JSON key (:func:`fields_of`); ``keys`` and ``extra`` (module docstring) are
+    this base's, keyword-only.
     A record built in code (``keys`` None) writes its required fields, then every other
     field that differs from its default, then ``extra``. A field changed with
     ``dataclasses.replace`` that the document did not have is written after the read keys.
@@ -403,8 +409,8 @@ class JsonRecord:
 
     KIND: ClassVar[str] = "document"
 
-    keys: Optional[tuple[str, ...]]
-    extra: Extra
+    keys: Optional[tuple[str, ...]] = dataclasses.field(default=None, repr=False, compare=False, kw_only=True)
+    extra: Extra = dataclasses.field(default=(), kw_only=True)
 
     @classmethod
     def schema(cls) -> Schema:

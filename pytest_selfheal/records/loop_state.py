@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     JsonRecord,
 )
 
@@ -29,8 +28,7 @@ class ReplayIteration(JsonRecord):
     result: Any = None  # continue | stop, as recorded
     stop_reason: Any = None
     keys: Optional[tuple[str, ...]] = field(default=("iteration", "verification_passed", "fingerprints", "result",
-                                                     "stop_reason"), repr=False, compare=False)
-    extra: Extra = ()
+                                                     "stop_reason"), repr=False, compare=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -43,8 +41,7 @@ class ReplayStop(JsonRecord):
     stop_reason: Any = None
     final_status: Any = None
     keys: Optional[tuple[str, ...]] = field(default=("iteration", "stop_reason", "final_status"), repr=False,
-                                            compare=False)
-    extra: Extra = ()
+                                            compare=False, kw_only=True)
 
 
 # The keys ``selfheal replay`` compares, in the order the state is written.
@@ -66,5 +63,4 @@ class LoopState(JsonRecord):
     final_status: Optional[str] = None
     archived_to: Optional[str] = None
     loop_stops: tuple[ReplayStop, ...] = ()
-    keys: Optional[tuple[str, ...]] = field(default=COMPARED_KEYS, repr=False, compare=False)
-    extra: Extra = ()
+    keys: Optional[tuple[str, ...]] = field(default=COMPARED_KEYS, repr=False, compare=False, kw_only=True)

@@ -102,6 +102,3 @@ class RunVerdict:
             doc["stopped_because"] = self.stopped_because
         doc.update(summary=self.summary, next=self.next)
         return doc
-
-
-__all__ = ["ClosedRun", "RunDecision", "RunVerdict"]

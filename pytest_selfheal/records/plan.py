@@ -9,11 +9,10 @@ per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Optional
 
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     JsonRecord,
     array_of,
     checked,
@@ -36,8 +35,6 @@ class Hypothesis(JsonRecord):
     reason: str
     actions: tuple[str, ...] = ()  # the plan action ids it explains
     failure_type: Optional[str] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -49,8 +46,6 @@ class GroupKey(JsonRecord):
     evidence: Annotated[str, checked(string, enum=EvidenceKind)]  # an EvidenceKind
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +60,6 @@ class SuspectEntry(JsonRecord):
     score: Annotated[float, checked(number, minimum=0, maximum=1)]
     evidence: Annotated[str, checked(string, enum=SUSPECT_EVIDENCE)]  # an EvidenceKind other than fingerprint
     failures: int = 0  # the action's failures whose evidence names it
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
     @property
     def where(self) -> str:
@@ -84,8 +77,6 @@ class Excerpt(JsonRecord):
     start: int  # the 1-based line number of lines[0]
     line: int  # the suspect's line, inside lines
     lines: tuple[str, ...]
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
     def numbered(self) -> tuple[str, ...]:
         """The lines as ``  12 | code``, the suspect's line marked ``>``."""
@@ -134,8 +125,6 @@ class PlanAction(JsonRecord):
     also_excerpt: Annotated[Optional[Excerpt], checked(
         Excerpt.parse, description="A few lines of code around also_where's line."
     )] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -147,8 +136,6 @@ class ReplanEntry(JsonRecord):
     revision: int = 0
     iterations: int = 0
     fingerprints_seen: tuple[str, ...] = ()
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -168,5 +155,3 @@ class Plan(JsonRecord):
     base_summary: Optional[str] = None  # the summary before replan notes were added
     replan_history: tuple[ReplanEntry, ...] = ()
     replanned_at_iteration: Optional[int] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()

@@ -72,15 +72,3 @@ def runnable_nodeid(nodeid: str) -> Optional[str]:
     while parts and _unselectable("::".join(parts)):
         parts.pop()
     return "::".join(parts) or None
-
-
-__all__ = [
-    "MAX_NAME",
-    "REDACTED",
-    "TRUNCATED",
-    "URL_MASK",
-    "bounded_name",
-    "bounded_nodeid",
-    "is_redacted",
-    "runnable_nodeid",
-]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import Extra, JsonRecord
+from pytest_selfheal.records.jsondoc import JsonRecord
 
 
 @dataclass(frozen=True)
@@ -18,5 +18,4 @@ class WorktreeRecord(JsonRecord):
     repo: str = ""  # the repository's top level
     path: str = ""  # the worktree
     scratch: str = ""  # the temporary directory holding it
-    keys: Optional[tuple[str, ...]] = field(default=("repo", "path", "scratch"), repr=False, compare=False)
-    extra: Extra = ()
+    keys: Optional[tuple[str, ...]] = field(default=("repo", "path", "scratch"), repr=False, compare=False, kw_only=True)

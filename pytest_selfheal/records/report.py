@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.incident import Triage
@@ -31,6 +32,7 @@ from pytest_selfheal.records.jsondoc import (
     array_of,
     boolean,
     child,
+    dataclass_json,
     empty_map,
     fields_of,
     freeze,
@@ -56,13 +58,20 @@ def _required(**parsers: Parser) -> tuple[Field, ...]:
     return tuple(Field(key, parse, required=True) for key, parse in parsers.items())
 
 
+@dataclass(frozen=True)
 class _ReadBack:
-    """A report record as a file holds it: ``CHECKED`` are the keys its JSON must have
-    (``required``) and the types they must have when present (docs/report.md "Validation");
-    ``WRITTEN`` the keys its ``to_json`` writes that are not fields."""
+    """A report record as a file holds it. Its fields are its JSON keys: :meth:`from_json`
+    reads each by its type, tolerantly (:func:`_read`), :meth:`to_json` writes each, then
+    ``extra``. ``CHECKED`` are the keys its JSON must have (``required``) and the types they
+    must have when present (docs/report.md "Validation"); ``WRITTEN`` the keys its ``to_json``
+    writes that are not fields; ``OMITTED`` the fields written only when not None."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = ()
     WRITTEN: ClassVar[tuple[str, ...]] = ()
+    OMITTED: ClassVar[tuple[str, ...]] = ()
+
+    # The keys of a newer version (or the ``ci`` block of ``selfheal ci``), as read.
+    extra: FrozenObject = field(default_factory=empty_map, kw_only=True)
 
     @classmethod
     def check(cls, doc: Any, path: str) -> None:
@@ -80,44 +89,81 @@ class _ReadBack:
                 parse(value, child(path, key))
 
     @classmethod
-    def unknown(cls, data: Mapping[str, object]) -> FrozenObject:
-        """The keys of ``data`` the record does not model, frozen as read (its ``extra``)."""
-        known = _known_keys(cls)
+    def from_json(cls: type[B], data: Mapping[str, object]) -> B:
+        """The record of a report JSON, read tolerantly: a value of the wrong type reads as
+        None or empty, an absent key as the field's default; unknown keys go to ``extra``."""
+        values: dict[str, Any] = {}
+        for name, (kind, default) in _fields(cls).items():
+            if name in data or default is dataclasses.MISSING:
+                values[name] = _read(kind, data.get(name), required=default is dataclasses.MISSING)
+        known = _fields(cls).keys() | set(cls.WRITTEN)
         extra = {key: value for key, value in data.items() if key not in known}
-        return freeze(extra) if extra else empty_map()
+        return cls(**values, extra=freeze(extra) if extra else empty_map())
+
+    def to_json(self) -> dict[str, object]:
+        """The record's object in the report JSON."""
+        doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
+               and (value is not None or key not in self.OMITTED)}
+        return {**doc, **plain_json(self.extra)}
 
 
-_KNOWN_KEYS: dict[type, frozenset[str]] = {}
+B = TypeVar("B", bound=_ReadBack)
+_FIELDS: dict[type, dict[str, tuple[Any, Any]]] = {}
 
 
-def _known_keys(cls: type[_ReadBack]) -> frozenset[str]:
-    """The JSON keys ``cls`` models: its fields (``extra`` aside) and its ``WRITTEN`` keys."""
-    known = _KNOWN_KEYS.get(cls)
-    if known is None:
-        names = (f.name for f in dataclasses.fields(cls) if f.name != "extra")  # type: ignore[arg-type]  # a dataclass
-        known = _KNOWN_KEYS[cls] = frozenset(names) | frozenset(cls.WRITTEN)
-    return known
+def _fields(cls: type) -> dict[str, tuple[Any, Any]]:
+    """``{field: (type, default)}`` of a report record (``extra`` aside; a factory's default made once)."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = _FIELDS[cls] = {
+            f.name: (hints[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+            for f in dataclasses.fields(cls) if f.name != "extra"}
+    return found
+
+
+def _read(kind: Any, value: object, *, required: bool = False) -> Any:
+    """``value`` read tolerantly as a field of type ``kind``: a value of the wrong type reads as
+    None (an optional field) or empty; a required string is whatever was there, as a string."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Union:  # Optional[X]
+        inner = next(arg for arg in args if arg is not type(None))
+        if value is None:
+            return None
+        if inner is str:
+            return value if isinstance(value, str) and value else None
+        if inner is bool:
+            return bool(value)
+        if inner is int:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if inner is float:
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if not isinstance(value, Mapping):
+            return None
+        return _decision_point(value) if inner is DecisionPoint else _read(inner, value)
+    if kind is str:
+        return str(value) if required and value is not None else as_str(value)
+    if kind is bool:
+        return bool(value)
+    if kind is int:
+        return int(value) if isinstance(value, float) and value.is_integer() else as_int(value)
+    if origin is tuple:
+        item = args[0]
+        if item is str:
+            return tuple(strs(value))
+        if typing.get_origin(item) is tuple:
+            return tuple(tuple(strs(v)) for v in value) if isinstance(value, list) else ()
+        return tuple(item.from_json(v) for v in dicts(value))
+    if origin is Mapping and args[1] is str:
+        return {str(k): str(v) for k, v in value.items() if v is not None} if isinstance(value, Mapping) else {}
+    if origin is Mapping:
+        return freeze({str(k): v for k, v in value.items()}) if isinstance(value, Mapping) else empty_map()
+    return freeze(value)
 
 
 def _text(value: object) -> Optional[str]:
     """``str(value)`` when ``value`` is truthy, else None: how a report read back shows a value."""
     return str(value) if value else None
-
-
-def _opt_bool(value: object) -> Optional[bool]:
-    return None if value is None else bool(value)
-
-
-def _mapping(value: object) -> Optional[Mapping[str, object]]:
-    """A JSON object as read, frozen (None when ``value`` is no object)."""
-    return freeze({str(k): v for k, v in value.items()}) if isinstance(value, Mapping) else None
-
-
-def _count(value: object) -> int:
-    """An integer count (an integral float, as the check of a file lets through, counts)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return as_int(value)
 
 
 def _option(data: object) -> DecisionOption:
@@ -163,37 +209,6 @@ class ReportIteration(_ReadBack):
     diff_hash: Optional[str] = None
     repair_result: Optional[str] = None
     timed_out: bool = False
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ReportIteration:
-        """The iteration of a report JSON: a value of the wrong type reads as its default."""
-        number = data.get("iteration")
-        raw = data.get("outcomes")
-        outcomes = {str(k): str(v) for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
-        return cls(
-            iteration=number if isinstance(number, int) and not isinstance(number, bool) else None,
-            mode=opt_str(data.get("mode")), started_at=opt_str(data.get("started_at")),
-            finished_at=opt_str(data.get("finished_at")), result=opt_str(data.get("result")),
-            stop_reason=opt_str(data.get("stop_reason")), verification_passed=bool(data.get("verification_passed")),
-            outcomes=outcomes, fingerprints=tuple(strs(data.get("fingerprints"))),
-            error_signature=opt_str(data.get("error_signature")),
-            fingerprint_changed=_opt_bool(data.get("fingerprint_changed")), progress=_opt_bool(data.get("progress")),
-            progress_reasons=tuple(strs(data.get("progress_reasons"))), diff_hash=opt_str(data.get("diff_hash")),
-            repair_result=opt_str(data.get("repair_result")), timed_out=data.get("timed_out") is True,
-            extra=cls.unknown(data))
-
-    def to_json(self) -> dict[str, object]:
-        """The iteration's object in the report JSON."""
-        return {
-            "iteration": self.iteration, "mode": self.mode, "started_at": self.started_at,
-            "finished_at": self.finished_at, "result": self.result, "stop_reason": self.stop_reason,
-            "verification_passed": self.verification_passed, "outcomes": dict(self.outcomes),
-            "fingerprints": list(self.fingerprints), "error_signature": self.error_signature,
-            "fingerprint_changed": self.fingerprint_changed, "progress": self.progress,
-            "progress_reasons": list(self.progress_reasons), "diff_hash": self.diff_hash,
-            "repair_result": self.repair_result, "timed_out": self.timed_out, **plain_json(self.extra),
-        }
 
 
 @dataclass(frozen=True)
@@ -217,39 +232,17 @@ class ReportTask(_ReadBack):
     failure_type: Optional[str] = None
     where: Optional[str] = None  # the top suspect, when the plan has it
     also_where: Optional[str] = None  # the second suspect, when it is the top's equal
-    label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
+    label: str = ""  # ``A1 (…ab12cd)`` when a task id repeats across the report's incidents; else the task id
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ReportTask:
-        """The task of a report JSON: a value of the wrong type reads as its default."""
-        task = str(data.get("task"))
-        return cls(task=task, label=_text(data.get("label")) or task, attempts=_count(data.get("attempts")),
-                   stop_reason=opt_str(data.get("stop_reason")) or None, title=_text(data.get("title")) or "",
-                   where=opt_str(data.get("where")), also_where=opt_str(data.get("also_where")), nodeids=tuple(strs(data.get("nodeids"))),
-                   flaky=bool(data.get("flaky")), passed=bool(data.get("passed")),
-                   fingerprint=opt_str(data.get("fingerprint")), fingerprints=tuple(strs(data.get("fingerprints"))),
-                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")),
-                   extra=cls.unknown(data))
+    OMITTED: ClassVar[tuple[str, ...]] = ("where", "also_where")
 
-    def to_json(self) -> dict[str, object]:
-        """The task's object in the report JSON (``label``: the task id unless labelled)."""
-        data: dict[str, object] = {
-            "task": self.task, "label": self.label or self.task, "title": self.title, "nodeids": list(self.nodeids),
-            "attempts": self.attempts, "stop_reason": self.stop_reason, "passed": self.passed,
-            "flaky": self.flaky, "fingerprint": self.fingerprint, "fingerprints": list(self.fingerprints),
-            "signature": self.signature, "failure_type": self.failure_type,
-        }
-        if self.where is not None:
-            data["where"] = self.where
-        if self.also_where is not None:
-            data["also_where"] = self.also_where
-        data.update(plain_json(self.extra))
-        return data
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.task)
 
 
 @dataclass(frozen=True)
-class NewFailure:
+class NewFailure(_ReadBack):
     """A failure outside the incident's selection, first seen in ``iteration`` (built by
     ``report.data``; read back tolerantly by :meth:`from_json`, ``iteration`` as read)."""
 
@@ -258,18 +251,6 @@ class NewFailure:
     signature: Optional[str]
     failure_type: Optional[str]
     iteration: object
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> NewFailure:
-        """The failure of a report JSON: a value that is no string reads as None."""
-        return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
-                   signature=opt_str(data.get("signature")), failure_type=opt_str(data.get("failure_type")),
-                   iteration=freeze(data.get("iteration")))
-
-    def to_json(self) -> dict[str, object]:
-        """The failure's object in the report JSON."""
-        return {"nodeid": self.nodeid, "fingerprint": self.fingerprint, "signature": self.signature,
-                "failure_type": self.failure_type, "iteration": plain_json(self.iteration)}
 
 
 def _lenient(spec: Field, value: object) -> Any:
@@ -311,7 +292,7 @@ class TriageEntry:
         return doc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportIncident(_ReadBack):
     """One incident of the report JSON (docs/report.md "JSON"): built by ``report.data``, or
     read back tolerantly by :meth:`from_json` (a value of the wrong type reads as its default,
@@ -326,6 +307,7 @@ class ReportIncident(_ReadBack):
         incident_id=string, status=any_value, bucket=any_value, final_status=any_value, stop_reason=any_value,
         loops_used=integer, tasks=array_of(ReportTask.check), iterations=array_of(ReportIteration.check),
         fingerprints_per_iteration=json_array, tests_fixed=json_array, flaky_tests=json_array)
+    OMITTED: ClassVar[tuple[str, ...]] = ("regression_check",)
 
     incident_id: str
     status: str
@@ -336,7 +318,7 @@ class ReportIncident(_ReadBack):
     error_signature: Optional[str]
     capture_tests: tuple[str, ...]
     plan_revision: Optional[int]
-    finished: bool
+    finished: bool = True  # absent in a report of an older version: finished
     final_status: Optional[str]
     stop_reason: Optional[str]
     loops_used: int
@@ -358,7 +340,6 @@ class ReportIncident(_ReadBack):
     repair: Optional[Mapping[str, object]] = None  # what the repair did (None: no provider ran)
     # The last regression check: {"tests_run": N, "broken": [node ids]} (None: none ran).
     regression_check: Optional[Mapping[str, object]] = None
-    extra: FrozenObject = field(default_factory=empty_map)  # keys of a newer version, as read
 
     @property
     def capture_fingerprints(self) -> tuple[str, ...]:
@@ -375,63 +356,9 @@ class ReportIncident(_ReadBack):
         """What the repair did, one sentence per call and its end (empty: no provider ran)."""
         return tuple(strs((self.repair or {}).get("summary")))
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ReportIncident:
-        """The incident of a report JSON (built, merged or a file read back), read tolerantly."""
-        fpi = data.get("fingerprints_per_iteration")
-        point = data.get("decision_point")
-        runtime = data.get("runtime_minutes")
-        final_status = data.get("final_status")
-        revision = data.get("plan_revision")
-        return cls(
-            incident_id=str(data.get("incident_id")), status=str(data.get("status")),
-            bucket=opt_str(data.get("bucket")), created_at=opt_str(data.get("created_at")),
-            step=opt_str(data.get("step")), failure_class=opt_str(data.get("failure_class")),
-            error_signature=opt_str(data.get("error_signature")), capture_tests=tuple(strs(data.get("capture_tests"))),
-            plan_revision=revision if isinstance(revision, int) and not isinstance(revision, bool) else None,
-            finished=bool(data.get("finished", True)),  # absent in a report of an older version: finished
-            final_status=None if final_status is None else str(final_status),
-            stop_reason=opt_str(data.get("stop_reason")) or None, loops_used=_count(data.get("loops_used")),
-            same_error_repeats=freeze(data.get("same_error_repeats")),
-            runtime_minutes=runtime if isinstance(runtime, (int, float)) and not isinstance(runtime, bool) else None,
-            archived_to=opt_str(data.get("archived_to")), run_config=_mapping(data.get("run_config")),
-            tasks=tuple(ReportTask.from_json(t) for t in dicts(data.get("tasks"))),
-            iterations=tuple(ReportIteration.from_json(i) for i in dicts(data.get("iterations"))),
-            fingerprints_per_iteration=tuple(tuple(strs(f)) for f in fpi) if isinstance(fpi, list) else (),
-            tests_fixed=tuple(strs(data.get("tests_fixed"))), flaky_tests=tuple(strs(data.get("flaky_tests"))),
-            tests_edited=tuple(strs(data.get("tests_edited"))),
-            unverified_failures=as_int(data.get("unverified_failures")),
-            new_failures=tuple(NewFailure.from_json(f) for f in dicts(data.get("new_failures"))),
-            triage=tuple(TriageEntry.from_json(t) for t in dicts(data.get("triage"))),
-            decision_point=_decision_point(point) if isinstance(point, Mapping) else None,
-            handoff=_mapping(data.get("handoff")) or empty_map(), repair=_mapping(data.get("repair")),
-            regression_check=_mapping(data.get("regression_check")), extra=cls.unknown(data),
-        )
-
-    def to_json(self) -> dict[str, object]:
-        """The incident's object in the report JSON."""
-        return {
-            "incident_id": self.incident_id, "status": self.status, "bucket": self.bucket,
-            "created_at": self.created_at, "step": self.step, "failure_class": self.failure_class,
-            "error_signature": self.error_signature, "capture_tests": list(self.capture_tests),
-            "plan_revision": self.plan_revision, "finished": self.finished, "final_status": self.final_status,
-            "stop_reason": self.stop_reason, "loops_used": self.loops_used,
-            "same_error_repeats": plain_json(self.same_error_repeats), "runtime_minutes": self.runtime_minutes,
-            "archived_to": self.archived_to, "run_config": plain_json(self.run_config),
-            "tasks": [t.to_json() for t in self.tasks], "iterations": [i.to_json() for i in self.iterations],
-            "fingerprints_per_iteration": [list(f) for f in self.fingerprints_per_iteration],
-            "tests_fixed": list(self.tests_fixed), "flaky_tests": list(self.flaky_tests),
-            "tests_edited": list(self.tests_edited), "unverified_failures": self.unverified_failures,
-            "new_failures": [f.to_json() for f in self.new_failures], "triage": [t.to_json() for t in self.triage],
-            "decision_point": self.decision_point.to_json() if self.decision_point is not None else None,
-            "handoff": plain_json(self.handoff), "repair": plain_json(self.repair),
-            **({"regression_check": plain_json(self.regression_check)} if self.regression_check is not None else {}),
-            **plain_json(self.extra),
-        }
-
 
 @dataclass(frozen=True)
-class Shard:
+class Shard(_ReadBack):
     """One shard of a merged report as ``report.merge`` writes it (``shards[]``), or as read
     back tolerantly by :meth:`from_json`."""
 
@@ -442,38 +369,14 @@ class Shard:
     final_status: object = None
     total_retries: object = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> Shard:
-        """The shard of a report JSON (non-string ids dropped)."""
-        return cls(name=str(data.get("name")), incidents=tuple(strs(data.get("incidents"))),
-                   duplicates=tuple(strs(data.get("duplicates"))), stop_reason=data.get("stop_reason"),
-                   final_status=data.get("final_status"), total_retries=data.get("total_retries"))
-
-    def to_json(self) -> dict[str, object]:
-        """The shard's object in the report JSON."""
-        return {"name": self.name, "incidents": list(self.incidents), "duplicates": list(self.duplicates),
-                "stop_reason": self.stop_reason, "final_status": self.final_status,
-                "total_retries": self.total_retries}
-
 
 @dataclass(frozen=True)
-class ConfigDifference:
+class ConfigDifference(_ReadBack):
     """A shard whose config differs from the first shard's (``config_differences[]``)."""
 
     shard: str
     keys: tuple[str, ...]
     values: Mapping[str, object]  # {dotted key: the shard's value}, JSON
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ConfigDifference:
-        """The difference of a report JSON (a merged report merged again, or rendered)."""
-        values = data.get("values")
-        return cls(shard=as_str(data.get("shard")), keys=tuple(strs(data.get("keys"))),
-                   values={str(k): v for k, v in values.items()} if isinstance(values, Mapping) else {})
-
-    def to_json(self) -> dict[str, object]:
-        """The difference's object in the report JSON."""
-        return {"shard": self.shard, "keys": list(self.keys), "values": dict(self.values)}
 
 
 @dataclass(frozen=True)
@@ -502,7 +405,10 @@ class Report(_ReadBack):
     triage_summary: Optional[Mapping[str, object]] = None  # {counts, line}
     config_differences: tuple[ConfigDifference, ...] = ()
     shards: tuple[Shard, ...] = ()
-    extra: FrozenObject = field(default_factory=empty_map)  # e.g. the ``ci`` block of ``selfheal ci``, as read
+
+    def to_json(self) -> dict[str, object]:
+        """The report JSON (docs/report.md "JSON"): what ``selfheal report --json`` prints."""
+        return {"schema_version": REPORT_SCHEMA_VERSION, "title": REPORT_TITLE, **super().to_json()}
 
     @property
     def triage_line(self) -> Optional[str]:
@@ -527,39 +433,6 @@ class Report(_ReadBack):
             raise InputError(one_line(f"{source}: invalid report: {exc}")) from None
         return cls.from_json(data)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> Report:
-        """The records of a report JSON (a file read back, the ``selfheal ci`` document), read tolerantly."""
-        triage = data.get("triage_summary")
-        final_status = data.get("final_status")
-        origins = data.get("origins")
-        return cls(
-            enabled=bool(data.get("enabled")), effective_config=_mapping(data.get("effective_config")) or empty_map(),
-            origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, Mapping) else {},
-            incidents=tuple(ReportIncident.from_json(e) for e in dicts(data.get("incidents"))),
-            auto_tasks_looped=_count(data.get("auto_tasks_looped")), total_retries=_count(data.get("total_retries")),
-            stop_reason=opt_str(data.get("stop_reason")) or None,
-            final_status=None if final_status is None else str(final_status),
-            recommended_next_action=as_str(data.get("recommended_next_action")),
-            deciding_incident=opt_str(data.get("deciding_incident")),
-            triage_summary=_mapping(triage),
-            config_differences=tuple(ConfigDifference.from_json(d) for d in dicts(data.get("config_differences"))),
-            shards=tuple(Shard.from_json(s) for s in dicts(data.get("shards"))),
-            extra=cls.unknown(data),
-        )
-
-    def to_json(self) -> dict[str, object]:
-        """The report JSON (docs/report.md "JSON"): what ``selfheal report --json`` prints."""
-        return {
-            "schema_version": REPORT_SCHEMA_VERSION, "title": REPORT_TITLE, "enabled": self.enabled,
-            "effective_config": plain_json(self.effective_config), "origins": dict(self.origins),
-            "config_differences": [d.to_json() for d in self.config_differences],
-            "shards": [s.to_json() for s in self.shards], "incidents": [e.to_json() for e in self.incidents],
-            "auto_tasks_looped": self.auto_tasks_looped, "total_retries": self.total_retries,
-            "triage_summary": plain_json(self.triage_summary), "stop_reason": self.stop_reason,
-            "final_status": self.final_status, "recommended_next_action": self.recommended_next_action,
-            "deciding_incident": self.deciding_incident, **plain_json(self.extra),
-        }
 
 
 # The report as its callers hold it: the records, or its JSON (the ``selfheal ci`` document).

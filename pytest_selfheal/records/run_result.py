@@ -8,7 +8,6 @@ from typing import Annotated, Any, ClassVar, Optional
 
 from pytest_selfheal.records.attempt import RecordedDecision
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     FingerprintsEntry,
     JsonKey,
     JsonRecord,
@@ -34,8 +33,6 @@ class DecisionOption(JsonRecord):
     id: str = ""
     label: str = ""
     command: Optional[str] = None  # a suggested shell line for a human; None when there is none
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -49,8 +46,6 @@ class DecisionContext(JsonRecord):
     failure_signature: Annotated[Optional[str], JsonKey("failureSignature")] = None
     fingerprint: Optional[str] = None  # the last seen primary fingerprint
     pending_scope_files: Annotated[tuple[str, ...], JsonKey("pendingScopeFiles")] = ()
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -63,8 +58,6 @@ class DecisionPoint(JsonRecord):
     message: str = ""
     options: tuple[DecisionOption, ...] = ()
     context: Optional[DecisionContext] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -80,8 +73,6 @@ class Handoff(JsonRecord):
     fixed: tuple[Any, ...] = ()  # the tests that failed and now pass (node ids)
     flaky_tests: tuple[str, ...] = ()
     recommended_next_action: str = ""
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -98,8 +89,6 @@ class RunRepair(JsonRecord):
     files_changed: tuple[str, ...] = ()
     message: str = ""
     provider_calls: int = 0
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)
@@ -137,8 +126,6 @@ class RunResult(JsonRecord):
     effective_config: Mapping[str, Any] = field(default_factory=empty_map)  # ralf_lite values, secrets redacted
     effective_config_origins: Mapping[str, str] = field(default_factory=empty_map)  # {dotted key: file or flag}
     repair: Optional[RunRepair] = None
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, Optional
+from typing import Annotated, ClassVar
 
 from pytest_selfheal.records.jsondoc import (
-    Extra,
     FrozenObject,
     JsonRecord,
     Parser,
@@ -72,8 +71,3 @@ class Seal(JsonRecord):
         "The judging ralf_lite keys in force at capture (thresholds, budget, gate and verification "
         "arguments, enabled): they judge the incident until a person takes a new seal (`selfheal reopen --new-seal`)."
     ))] = field(default_factory=empty_map)
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
-
-
-__all__ = ["Seal"]

@@ -307,8 +307,3 @@ def stop_tone(stop_reason: Optional[str]) -> Tone:
         return Tone.WARN
     facts = STOPS.get(stop_reason)
     return facts.tone if facts is not None else Tone.BAD
-
-
-__all__ = [
-    "MESSAGE_FIELDS", "PROGRESS_NOTES", "STOPS", "Option", "StopFacts", "progress_words", "stop_facts", "stop_tone",
-]

@@ -6,10 +6,10 @@ order, ``null`` when unknown, and ``error`` only for a corrupted incident.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import REQUIRED, Extra, JsonRecord
+from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord
 
 # The status of a listed incident whose files cannot be read (``error`` says why).
 CORRUPTED = "corrupted"
@@ -31,13 +31,8 @@ class IncidentSummary(JsonRecord):
     attempts: Annotated[int, REQUIRED] = 0  # attempt files on disk
     path: str  # the incident's folder, relative to the reports root
     error: Optional[str] = None  # a corrupted incident: what is wrong with it
-    keys: Optional[tuple[str, ...]] = field(default=None, repr=False, compare=False)
-    extra: Extra = ()
 
     @property
     def corrupted(self) -> bool:
         """True when the incident's files could not be read (``error`` says why)."""
         return self.status == CORRUPTED
-
-
-__all__ = ["CORRUPTED", "IncidentSummary"]

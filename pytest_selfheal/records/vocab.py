@@ -159,23 +159,3 @@ def final_tone(final_status: Optional[str]) -> Tone:
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "missing")
 FAILURE_TYPES: tuple[str, ...] = ("TEST_ASSERTION", "DOCTEST_MISMATCH", "TYPECHECK", "LINT", "BUILD_COMPILE",
                                   "TOOLING_ENV", "TIMEOUT", "UNKNOWN")
-
-
-__all__ = [
-    "SUSPECT_EVIDENCE",
-    "EvidenceKind",
-    "FAILURE_TYPES",
-    "OUTCOMES",
-    "FailureClass",
-    "FinalStatus",
-    "IncidentStatus",
-    "Line",
-    "StopReason",
-    "TextEnum",
-    "Tone",
-    "TriageLabel",
-    "FIRST_FEW",
-    "final_tone",
-    "first_few",
-    "tone_of",
-]

@@ -121,6 +121,3 @@ def approver_from(
         input_fn=input_fn if input_fn is not None else ask_on_stderr,
         out=out,
     )
-
-
-__all__ = ["Approver", "Asked", "YES_WORDS", "approver_from", "ask_on_stderr", "is_interactive"]

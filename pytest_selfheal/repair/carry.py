@@ -161,6 +161,3 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
         copied.append(rel)
         used += size
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
-
-
-__all__ = ["Carried", "MAX_BYTES", "MAX_FILES", "SKIPPED_DIRS", "carry_ignored", "ignored_files", "real_source"]

@@ -113,6 +113,3 @@ def changes(before: UserState, after: UserState) -> list[str]:
     and removed alike)."""
     names = sorted(set(before.entries) | set(after.entries))
     return [name for name in names if before.entries.get(name) != after.entries.get(name)]
-
-
-__all__ = ["UserState", "changes", "user_state"]

@@ -138,6 +138,3 @@ def refusal(summary: PatchSummary, top: Path, *, allow_binary: bool) -> Optional
         return (f"the patch changes binary file(s) ({', '.join(summary.binary)}), which cannot be reviewed as a "
                 "diff; set ralf_lite.repair.allow_binary: true to allow it")
     return None
-
-
-__all__ = ["PatchSummary", "SYMLINK_MODE", "refusal", "summarise"]

@@ -73,14 +73,3 @@ def apply_command(store: Store, incident_id: str, cwd: Optional[Path] = None) ->
     if root != here / ".selfheal":
         command += f" --dir {shlex.quote(str(root))}"
     return command
-
-
-__all__ = [
-    "FINAL_PATCH",
-    "apply_command",
-    "attempt_patch_name",
-    "log_name",
-    "prompt_name",
-    "read_run_bytes",
-    "write_patch",
-]

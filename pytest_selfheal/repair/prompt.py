@@ -15,6 +15,7 @@ from typing import Optional, Union
 
 from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
 from pytest_selfheal.plan.build import readable_command
+from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.plan.suspects import where_lines
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import FailureEntry, Incident
@@ -35,12 +36,8 @@ def _one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def _fence(text: str, info: str = "") -> str:
-    """``text`` in a code fence longer than any backtick run inside it (so it cannot end early)."""
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    ticks = "`" * max(3, longest + 1)
+    """``text`` in a code fence that cannot end early."""
+    ticks = fence(text)
     body = text if text.endswith("\n") else text + "\n"
     return f"{ticks}{info}\n{body}{ticks}"
 
@@ -290,6 +287,3 @@ def build_prompt(
         _constraints_section(allowed_paths, iteration, max_iterations, remaining_budget),
     ]
     return "\n\n".join("\n".join(section) for section in sections).rstrip("\n") + "\n"
-
-
-__all__ = ["build_prompt"]

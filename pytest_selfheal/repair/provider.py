@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks, process
+from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV
@@ -53,7 +54,7 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
 )
 from pytest_selfheal.loop.verify import VERIFYING_ENV
-from pytest_selfheal.process import KILL_GRACE_SECONDS, tail_bytes
+from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import freeze
@@ -105,46 +106,6 @@ def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[
     env[VERIFYING_ENV] = "1"
     env.update(extra)
     return env
-
-
-@dataclass(frozen=True)
-class CommandRun:
-    """What one repair command did."""
-
-    argv: list[str]
-    started: bool  # False: the executable could not be started
-    exit_code: Optional[int]  # None when it did not start or was killed by the timeout
-    timed_out: bool
-    duration_seconds: float
-    output_path: Path  # raw (unredacted) output, in the session's private temp dir
-    error: str = ""  # why it could not start
-
-
-def run_command(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    timeout_seconds: Optional[float],
-    output_path: Path,
-    env: Optional[Mapping[str, str]] = None,
-    kill_grace: float = KILL_GRACE_SECONDS,
-) -> CommandRun:
-    """Run one repair command and wait (:func:`pytest_selfheal.process.run`: argv list, no
-    shell, own process group, stdin from /dev/null — a provider waiting for input hangs
-    until the timeout).
-
-    Output (stdout+stderr) goes to ``output_path``. On timeout — or any exception while
-    waiting (Ctrl-C) — the whole process group gets SIGTERM, then SIGKILL; a background
-    child the command left in its group is killed when it exits (it would keep writing
-    into a worktree that is about to be removed).
-    """
-    result = process.run(
-        argv, cwd=cwd, output_path=output_path, timeout_seconds=timeout_seconds, env=env, kill_grace=kill_grace
-    )
-    return CommandRun(
-        result.argv, result.started, result.exit_code, result.timed_out, result.duration_seconds, output_path,
-        result.error,
-    )
 
 
 # --------------------------------------------------------------------------- one repair call
@@ -257,7 +218,7 @@ class RepairSession:
                 max_iterations=self.policy.max_iterations,
                 log_tail=self.redactor.redact(self._log_tail()),
                 # What the agent may edit: test files only when repair.allow_test_edits says so.
-                allowed_paths=[t for t in targets if self.allow_test_edits or not scope.is_test_file(t)] + globs,
+                allowed_paths=[t for t in targets if self.allow_test_edits or not is_test_file(t)] + globs,
                 remaining_budget=remaining,
                 # The loop keeps no output of its verification runs: the tail is the capture's.
                 log_tail_source="the captured run" if not attempts else
@@ -393,7 +354,9 @@ class RepairSession:
             SELFHEAL_PROMPT_FILE=values["prompt_file"],
         )
         raw = self.wt.scratch / f"repair_{iteration:02d}.raw"
-        run = run_command(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
+        # argv list, no shell, its own process group killed on timeout with what it left behind,
+        # stdin from /dev/null: a provider waiting for input hangs until the timeout.
+        run = process.run(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
         text, cut = tail_bytes(raw, LOG_MAX_BYTES)
         header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
         if cut:
@@ -426,7 +389,7 @@ class RepairSession:
     def _tests_edited(self, tree: str) -> list[str]:
         """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
         user's state: what a verification of that tree passes with."""
-        return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if scope.is_test_file(f)]
+        return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if is_test_file(f)]
 
     def _inspect(
         self,
@@ -461,7 +424,7 @@ class RepairSession:
         if not changed:
             return replace(base, message=call.message or "the provider changed nothing",
                            tests_edited=tuple(self._tests_edited(after)))
-        tests = [f for f in changed if scope.is_test_file(f)]
+        tests = [f for f in changed if is_test_file(f)]
         if tests and not self.allow_test_edits:
             # Approval applies a fix; it never authorises weakening a test. Only
             # repair.allow_test_edits does, so nobody is asked: the whole repair is undone.
@@ -520,13 +483,3 @@ def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]
-
-
-__all__ = [
-    "CommandRun",
-    "PLACEHOLDERS",
-    "RepairSession",
-    "command_env",
-    "run_command",
-    "substitute",
-]

@@ -64,16 +64,6 @@ def _glob_matches(path: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(path, pat)
 
 
-def is_allowed(path: str, target_paths: Sequence[str], globs: Sequence[str] = ()) -> bool:
-    """True when ``path`` is one of ``target_paths`` or matches one of ``globs``."""
-    norm = normalise(path)
-    if not norm:
-        return False
-    if norm in {normalise(t) for t in target_paths}:
-        return True
-    return any(_glob_matches(norm, g) for g in globs)
-
-
 def out_of_scope(
     files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = (), *, allow_test_edits: bool = False
 ) -> list[str]:
@@ -104,8 +94,3 @@ def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bo
     if allow_test_edits:
         targets += [t for t in plan_test_paths(plan) if t not in targets]
     return targets, [g for g in globs if isinstance(g, str) and g.strip()]
-
-
-__all__ = [
-    "allowed_paths", "is_allowed", "is_test_file", "normalise", "out_of_scope", "plan_target_paths", "plan_test_paths",
-]

@@ -258,9 +258,3 @@ def _close_out(
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
         store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
     return dataclasses.replace(result, repair=repair)
-
-
-__all__ = [
-    "WORKTREE_RECORD",
-    "repair_loop",
-]

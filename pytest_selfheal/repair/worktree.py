@@ -397,18 +397,3 @@ def remove_recorded(record: WorktreeRecord) -> None:
         shutil.rmtree(scratch_path, ignore_errors=True)
         return
     remove_worktree(Path(repo), Path(path), scratch_path)
-
-
-__all__ = [
-    "PatchCheck",
-    "Worktree",
-    "apply_patch",
-    "check_patch",
-    "create",
-    "exclude_pathspecs",
-    "remove_recorded",
-    "remove_worktree",
-    "snapshot_tree",
-    "with_patch_file",
-    "worktree_record",
-]

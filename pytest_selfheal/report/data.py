@@ -54,44 +54,6 @@ class IncidentRun:
     run_result: Optional[RunResult] = None
     bucket: str = INBOX
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (the shape of the golden-file inputs)."""
-        return {
-            "incident": self.incident.to_json(),
-            "plan": self.plan.to_json() if self.plan is not None else None,
-            "attempts": [a.to_json() for a in self.attempts],
-            "run_result": self.run_result.to_json() if self.run_result is not None else None,
-            "bucket": self.bucket,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, source: str = "incident run") -> IncidentRun:
-        """The inverse of :meth:`to_dict` (a golden input's JSON); ``InputError`` naming ``source`` on a bad shape."""
-        if not isinstance(data, Mapping):
-            raise InputError(f"{source}: expected an object")
-        incident = data.get("incident")
-        if not isinstance(incident, dict) or not isinstance(incident.get("incident_id"), str):
-            raise InputError(f"{source}: 'incident' must be an object with a string incident_id")
-        plan = data.get("plan")
-        run_result = data.get("run_result")
-        attempts = data.get("attempts", [])
-        if plan is not None and not isinstance(plan, dict):
-            raise InputError(f"{source}: 'plan' must be an object or null")
-        if run_result is not None and not isinstance(run_result, dict):
-            raise InputError(f"{source}: 'run_result' must be an object or null")
-        if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
-            raise InputError(f"{source}: 'attempts' must be a list of objects")
-        bucket = data.get("bucket", INBOX)
-        if not isinstance(bucket, str):
-            raise InputError(f"{source}: 'bucket' must be a string")
-        return cls(
-            Incident.from_json(incident, f"{source}: incident"),
-            Plan.from_json(plan, f"{source}: plan") if plan is not None else None,
-            tuple(Attempt.from_json(a, f"{source}: attempts[{i}]") for i, a in enumerate(attempts)),
-            RunResult.from_json(run_result, f"{source}: run_result") if run_result is not None else None,
-            bucket,
-        )
-
 
 def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
     # Accept both the bare ralf_lite mapping and the files' {"ralf_lite": {...}} form.

@@ -74,6 +74,3 @@ def rerun_cases(
     cases += [RerunCase(nodeid=nodeid, outcome=PASSED, failed_runs=(_failed_run(failure),), flaky=True)
               for failure in incident.passed_on_rerun if (nodeid := failure.nodeid or failure.test) not in runs]
     return cases
-
-
-__all__ = ["rerun_cases"]

@@ -19,6 +19,7 @@ from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
 from pytest_selfheal.loop.messages import plural, unverified_summary, unverified_tests
+from pytest_selfheal.plan.build import shorten
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.report import REPORT_TITLE, Report, ReportIncident, ReportInput, as_report
 from pytest_selfheal.records.run_result import DecisionOption
@@ -69,19 +70,11 @@ def _scalar(value: object) -> str:
 # --------------------------------------------------------------------------- markdown helpers
 
 
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
-
-
-def _truncate(text: str, limit: int = CELL_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def text(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as inert inline markdown (docs/report.md "Escaping"): one line,
     bounded; no HTML or entity (which could forge the comment's marker), no link, image,
     emphasis, code span, mention, cross-reference or autolink."""
-    flat = _truncate(_one_line(value), limit)
+    flat = shorten(str(value), limit)
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_PUNCTUATION.sub(lambda m: "\\" + m.group(0), flat)
     flat = _REFERENCE.sub("\\1\u200b", flat)
@@ -90,7 +83,7 @@ def text(value: object, limit: int = CELL_LIMIT) -> str:
 
 def code(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as an inline code span, safe for any backticks inside; ``—`` when empty."""
-    flat = _truncate(_one_line(value), limit)
+    flat = shorten(str(value), limit)
     if not flat:
         return DASH
     longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
@@ -595,7 +588,7 @@ def render_terminal(report: ReportInput) -> list[str]:
             lines.append(f"  {label}: {', '.join(tests[:TERMINAL_MAX_TESTS])}{more}")
     lines.append(f"  next: {records.recommended_next_action}")
     # Data may hold newlines: keep every entry one terminal line.
-    plain = [("  " if line.startswith("  ") else "") + _one_line(line) for line in lines]
+    plain = [("  " if line.startswith("  ") else "") + " ".join(line.split()) for line in lines]
     # The headline and each incident's line are shown in the colour of their final status.
     tones = [final_tone(s) for s in [records.final_status] + [e.final_status for e in shown_incidents]]
     return [Line(line, tone) for line, tone in zip(plain, tones)] + plain[len(tones):]

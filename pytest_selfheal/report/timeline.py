@@ -63,6 +63,3 @@ def mermaid_timeline(entry: ReportIncident) -> list[str]:
         "  classDef pass fill:#dafbe1,stroke:#1a7f37",
         "  classDef fail fill:#ffebe9,stroke:#cf222e",
     ] + ([f"  class {','.join(passes)} pass"] if passes else []) + [f"  class {','.join(fails)} fail", "```"])
-
-
-__all__ = ["MERMAID_MAX_ITERATIONS", "mermaid_timeline"]

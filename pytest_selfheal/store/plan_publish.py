@@ -81,6 +81,3 @@ def publish_plan(
         ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
         ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED}),
     ], plan_text
-
-
-__all__ = ["PLAN_BUILD", "PlanBuilder", "publish_plan"]

@@ -372,27 +372,3 @@ class StoreReader:
 def _id_time(incident_id: str) -> str:
     moment = incident_timestamp(incident_id)
     return ev.format_ts(moment) if moment else ""
-
-
-__all__ = [
-    "ARCHIVE_DIR",
-    "ATTEMPT_RE",
-    "AUDIT_TAIL_JSONL",
-    "BUCKETS",
-    "CONTEXT_JSON",
-    "INBOX",
-    "INBOX_DIR",
-    "INCIDENT_FILES",
-    "INCIDENT_JSON",
-    "LOCK_FILE",
-    "LOG_TAIL_TXT",
-    "PLANS_DIR",
-    "PLAN_JSON",
-    "PLAN_MD",
-    "RUNS_DIR",
-    "RUN_FILE_RE",
-    "RUN_RESULT_JSON",
-    "STATUS_TXT",
-    "StoreReader",
-    "attempt_filename",
-]

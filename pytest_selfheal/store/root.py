@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.errors import RefusedError, UsageError
-from pytest_selfheal.names import INBOX_DIR
+from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
 from pytest_selfheal.store.reader import (
-    ARCHIVE_DIR,
     INBOX,
     STATUS_TXT,
 )
@@ -190,6 +189,3 @@ class Store(StoreWriter):
                     shutil.rmtree(path)
             except OSError as exc:
                 raise fsio.io_error("remove", path, exc) from None
-
-
-__all__ = ["Store"]

@@ -52,6 +52,3 @@ def _read(root: str, path: str) -> Optional[list[str]]:
     except OSError:
         return None
     return data.decode("utf-8", errors="replace").splitlines()
-
-
-__all__ = ["MAX_SOURCE_BYTES", "project_source"]

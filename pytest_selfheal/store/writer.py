@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import RefusedError, StoreIOError
-from pytest_selfheal.names import SELECTION_FILE
+from pytest_selfheal.names import ARCHIVE_DIR, SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
@@ -32,7 +32,6 @@ from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
-    ARCHIVE_DIR,
     ATTEMPT_RE,
     AUDIT_TAIL_JSONL,
     BUCKETS,
@@ -527,9 +526,6 @@ class StoreWriter(StoreReader):
 
     def _plan_text(self, plan: Plan, incident_id: str) -> str:
         return self._text("plan", plan, incident_id)
-
-
-__all__ = ["StoreWriter"]
 
 
 # The fields of a new incident that the store fills (a record built by the capture leaves them empty).

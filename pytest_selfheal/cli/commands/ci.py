@@ -16,8 +16,7 @@ from typing import Any
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json
 from pytest_selfheal.errors import UsageError
 from pytest_selfheal.github.ci import comment_from_report, run_ci
-from pytest_selfheal.github.ci_inputs import CiOptions, action_inputs, parse_sha
-from pytest_selfheal.records.ci import ActionInputs
+from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions, action_inputs, parse_sha
 
 NAME = "ci"
 HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"
@@ -71,37 +70,26 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
     """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
     variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
     before the flags' ones."""
-    inputs = action_inputs(os.environ if env is None else env) if args.action_inputs else ActionInputs()
-
-    def pick(flag: Any, given: Any, default: Any) -> Any:
-        return flag if flag is not None else (given if given is not None else default)
-
+    given = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
     if args.pr is not None and args.pr <= 0:
         raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
-    sha = parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None
-    comment_from = Path(args.comment_from) if args.comment_from else inputs.comment_from
-    pytest_args = list(inputs.pytest_args) + list(args.pytest_args)
-    if comment_from is not None and pytest_args:
+    flags = {"comment": args.comment, "fail_on_unresolved": args.fail_on_unresolved,
+             "pass_on_proposed_fix": args.pass_on_proposed_fix, "fail_on_new_flaky": args.fail_on_new_flaky,
+             "fail_on_new_unchecked": args.fail_on_new_unchecked, "report_name": args.report_name,
+             "comment_from": Path(args.comment_from) if args.comment_from else None, "pull_request": args.pr,
+             "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None}
+    options = CiOptions(**{**given, **{key: value for key, value in flags.items() if value is not None}})
+    options.pytest_args = [*given.get("pytest_args", ()), *args.pytest_args]
+    options.overrides = [*given.get("overrides", ()), *((text, "--set") for text in args.overrides)]
+    options.reports_dir = Path(args.dir) if args.dir else None
+    options.report_path = Path(args.report_path) if args.report_path else None
+    options.report_name = options.report_name or DEFAULT_REPORT_NAME
+    options.post_only = bool(args.post_only)
+    if options.comment_from is not None and options.pytest_args:
         raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
-    if args.post_only and comment_from is None:
+    if options.post_only and options.comment_from is None:
         raise UsageError("--post-only posts a report written earlier: give --comment-from REPORT.json")
-    return CiOptions(
-        pytest_args=pytest_args,
-        overrides=list(inputs.overrides) + [(text, "--set") for text in args.overrides],
-        reports_dir=Path(args.dir) if args.dir else None,
-        comment=bool(pick(args.comment, inputs.comment, True)),
-        fail_on_unresolved=bool(pick(args.fail_on_unresolved, inputs.fail_on_unresolved, True)),
-        pass_on_proposed_fix=bool(pick(args.pass_on_proposed_fix, inputs.pass_on_proposed_fix, False)),
-        fail_on_new_flaky=bool(pick(args.fail_on_new_flaky, inputs.fail_on_new_flaky, True)),
-        fail_on_new_unchecked=bool(pick(args.fail_on_new_unchecked, inputs.fail_on_new_unchecked, True)),
-        report_name=str(pick(args.report_name, inputs.report_name, "default")) or "default",
-        report_path=Path(args.report_path) if args.report_path else None,
-        comment_from=comment_from,
-        post_only=bool(args.post_only),
-        pull_request=pick(args.pr, inputs.pull_request, None),
-        expected_head_sha=pick(sha, inputs.expected_head_sha, None),
-        working_directory=inputs.working_directory,
-    )
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
