@@ -171,6 +171,65 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
     assert _ids(pytester, "inbox") == []
 
 
+def test_a_run_with_other_options_leaves_a_stopped_incident_stopped(stopped: pytest.Pytester) -> None:
+    """The code changed, the same failures, other options: not an iteration (like with like),
+    so nothing is reopened and no verdict is printed."""
+    (earlier,) = _ids(stopped, "escalated")
+    stopped.makepyfile(mod="TOUCHED = 1\n" + BUGGY)
+    out = stopped.runpytest("--selfheal", "--doctest-modules").stdout.str()
+    assert f"incident {earlier}: this run is not counted as an iteration: its options (--doctest-modules)" in out
+    assert not STATUS.search(out) and "next iteration" not in out and "captured" not in out, out
+    assert _ids(stopped, "escalated") == [earlier] and len(_attempts(stopped, earlier)) == 1
+
+
+DOCTESTED = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
+ADD_TEST = "from mod import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+
+
+def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
+    """The rule (pure): a stopped incident matched by a green run whose failing tests that run
+    did not run is not_collected, and its line says which, in those words."""
+    from pytest_selfheal.loop import sticky
+
+    incident = sticky.StoppedIncident("incident_1", "escalated", "escalated", "no_fix_found", 2, frozenset({"f"}),
+                                      "h", frozenset({"mod.py::mod.add", "t.py::a", "t.py::b"}),
+                                      failing=frozenset({"mod.py::mod.add", "t.py::b"}), remaining=1)
+    (match,) = sticky.match_green([incident], {"t.py::a"}, (), "h2", lambda _: True)
+    assert match.attachment is sticky.Attachment.NOT_COLLECTED
+    assert match.absent == ("mod.py::mod.add", "t.py::b")
+    line = sticky.not_collected_line(match, {"t.py::b"}, ["--doctest-modules"])
+    assert line == ("selfheal: incident incident_1 stopped (no_fix_found); of the tests it failed, 1 not collected "
+                    "by this run (mod.py::mod.add) and 1 skipped by this run (t.py::b): this run reaches no verdict "
+                    "on it (pytest --selfheal --doctest-modules runs them)")
+    # Every failing test ran and passed: the match is what it was (a changed test: its next iteration).
+    (ran,) = sticky.match_green([incident], {"t.py::a", "t.py::b", "mod.py::mod.add"}, (), "h2", lambda _: True)
+    assert ran.attachment is sticky.Attachment.CONTINUED
+
+
+@pytest.mark.slow  # five runs: the pure rule above stays in the default tier
+def test_a_run_that_did_not_collect_the_failing_tests_reaches_no_verdict(pytester: pytest.Pytester) -> None:
+    """Captured with --doctest-modules, stopped, fixed, tests edited: a run without the option
+    never ran the failing doctest, so it says so and neither stops nor continues the incident."""
+    pytester.makepyfile(mod=DOCTESTED, test_mod=ADD_TEST)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    for _ in range(3):  # the capture, then two unchanged runs: STOP no_fix_found
+        pytester.runpytest("--selfheal", "--doctest-modules")
+    (earlier,) = _ids(pytester, "escalated")
+    pytester.makepyfile(mod=DOCTESTED.replace("a - b", "a + b"), test_mod="# edited\n" + ADD_TEST)
+    result = pytester.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0
+    assert (f"incident {earlier} stopped (no_fix_found); of the tests it failed, 1 not collected by this run "
+            "(mod.py::mod.add): this run reaches no verdict on it (pytest --selfheal --doctest-modules runs them)"
+            ) in out, out
+    assert "-> STOP" not in out and "CONTINUE" not in out and "next iteration" not in out
+    assert _ids(pytester, "escalated") == [earlier] and len(_attempts(pytester, earlier)) == 2
+    # The command printed works: the run with the capture's option is the incident's next iteration.
+    found = STATUS.search(pytester.runpytest("--selfheal", "--doctest-modules").stdout.str())
+    assert found and (found.group(1), found.group(2)) == (earlier, "3")
+
+
 # --------------------------------------------------------------------------- a green run sticks too
 
 WEAKENED = TESTS.replace("assert add(2, 3) == 5", "assert True").replace("assert sub(5, 3) == 2", "assert True")

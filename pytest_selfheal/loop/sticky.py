@@ -25,7 +25,8 @@ reading: a green run's cheap look) are the pure rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Collection, Sequence
 from typing import Optional
 
 from pytest_selfheal.loop.attempts import reopen_incident
@@ -105,6 +106,23 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
 
 
 
+def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Optional[Sequence[str]]) -> str:
+    """A run that did not run the tests a stopped incident failed: no verdict, and why.
+    ``skipped``: this run's skipped tests; ``options``: the capture's (None: not recorded)."""
+    stopped = match.incident
+    gone = [n for n in match.absent if n not in skipped]
+    said = [f"{len(gone)} not collected by this run ({_some(gone)})"] if gone else []
+    said += [f"{len(match.absent) - len(gone)} skipped by this run "
+             f"({_some([n for n in match.absent if n in skipped])})"] if len(gone) < len(match.absent) else []
+    how = f"pytest --selfheal {shlex.join(options)} runs them" if options else "a run that collects them judges it"
+    return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); of the tests it failed, "
+                f"{' and '.join(said)}: this run reaches no verdict on it ({how})", Tone.WARN)
+
+
+def _some(nodeids: Sequence[str]) -> str:
+    return ", ".join(nodeids[:3]) + (f" and {len(nodeids) - 3} more" if len(nodeids) > 3 else "")
+
+
 def next_step(match: StickyMatch) -> str:
     """What to do about an already-stopped failure set: a command that works as printed."""
     stopped = match.incident
@@ -151,6 +169,6 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 __all__ = [
     "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
-    "continue_stopped", "match_green", "match_stopped", "next_step", "parse_already_stopped", "record_attached",
+    "continue_stopped", "match_green", "match_stopped", "next_step", "not_collected_line", "parse_already_stopped", "record_attached",
     "stopped_incidents", "tests_changed",
 ]
