@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from helpers import capture, git_commit_all, loop_in_process, make_project
 
+from pytest_selfheal.analysis import testfiles
 from pytest_selfheal.analysis.analyse import analyse_case
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
-from pytest_selfheal.analysis import testfiles
 from pytest_selfheal.records import models
 
 MODULE = '''\
