@@ -171,6 +171,61 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
     assert _ids(pytester, "inbox") == []
 
 
+REPORT = re.compile(r"^RALF Lite Loop Report: (\w+)(?:, stop reason (\w+))?", re.M)
+OPEN = ("planned", "running")
+
+
+def _one_verdict(p: pytest.Pytester, out: str, incident_id: str) -> str:
+    """The verdict the run's surfaces state about the incident — the iteration line, the
+    report line and its next step, ``selfheal status`` and ``selfheal show`` — asserted to
+    be one, and returned (CONTINUE or the stop reason)."""
+    found = STATUS.search(out)
+    assert found and found.group(1) == incident_id, out
+    line = found.group(4)
+    status = next(r["status"] for r in json.loads(cli("status", "--json", cwd=p.path).stdout)
+                  if r["incident_id"] == incident_id)
+    shown = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)
+    result = shown["run_result"]
+    report = REPORT.search(out)
+    if line == "CONTINUE":
+        assert status in OPEN and shown["status"] == status and result is None, (status, result)
+        assert report and report.group(1) == status and report.group(2) is None, out
+        assert "--reopen" not in out and "Investigate" not in out, out
+        return line
+    reason = line.removeprefix("STOP ")
+    assert status not in OPEN and shown["status"] == status, status
+    assert result is not None and result["stop_reason"] == reason and result["final_status"] == status
+    assert report and report.groups() == (status, reason), out
+    return reason
+
+
+def test_every_surface_states_the_one_verdict_after_a_change(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    # Half a fix: the fingerprint changes, progress — the loop run goes on (the report said
+    # "escalated, stop reason repeated_fingerprint" beside CONTINUE, show said escalated).
+    stopped.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a + b\n")
+    assert _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier) == "CONTINUE"
+    # The same code again: an iteration with nothing tried, its last: one verdict still.
+    assert _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier) != "CONTINUE"
+
+
+def test_every_surface_states_the_one_verdict_without_a_change(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = ALREADY.search(out)
+    assert found and found.group(1) == earlier and not REPORT.search(out), out
+    shown = json.loads(cli("show", earlier, "--json", cwd=stopped.path).stdout)
+    assert shown["status"] == "escalated" and shown["run_result"]["stop_reason"] == found.group(4)
+
+
+def test_every_surface_states_the_one_verdict_after_a_reopen(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    assert cli("reopen", earlier, cwd=stopped.path).returncode == 0
+    shown = json.loads(cli("show", earlier, "--json", cwd=stopped.path).stdout)
+    assert shown["status"] == "planned" and shown["run_result"] is None  # the old stop is history
+    _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier)
+
+
 def test_a_run_with_other_options_leaves_a_stopped_incident_stopped(stopped: pytest.Pytester) -> None:
     """The code changed, the same failures, other options: not an iteration (like with like),
     so nothing is reopened and no verdict is printed."""
@@ -273,6 +328,23 @@ def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: 
     found = STATUS.search(p.runpytest("--selfheal").stdout.str())
     assert found and found.group(4) == "STOP tests_edited"
     assert _ids(p, "inbox") == [] and _ids(p, "resolved") == [] and _ids(p, "escalated") == [incident_id]
+
+
+def test_show_gives_the_test_diff_after_tests_edited(weakened: tuple[pytest.Pytester, str]) -> None:
+    """What the stop asks a person to review is there: the edited tests' diff against the
+    capture; and nothing suggests a command this incident cannot take (no patch to apply)."""
+    p, incident_id = weakened
+    shown = cli("show", incident_id, cwd=p.path)
+    assert shown.returncode == 0
+    assert "test edits  test_mod.py changed since the capture" in shown.stdout, shown.stdout
+    assert "-    assert add(2, 3) == 5" in shown.stdout and "+    assert True" in shown.stdout
+    edits = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)["test_edits"]
+    assert edits["files"] == ["test_mod.py"] and edits["not_in_git"] == [] and "--- a/test_mod.py" in edits["text"]
+    point = json.loads((p.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())[
+        "decision_point"]
+    assert not [o for o in point["options"] if "selfheal apply" in (o["command"] or "")], point
+    assert "allow_test_edits" not in point["message"]
+    assert "selfheal apply" not in shown.stdout and "allow_test_edits" not in shown.stdout
 
 
 def test_a_test_weakened_after_a_stop_is_judged_not_a_plain_pass(stopped: pytest.Pytester) -> None:

@@ -58,9 +58,18 @@ def _digest(rootdir: Path, path: str, doctests: bool) -> str:
         data = (rootdir / path).read_bytes()
     except OSError:
         return MISSING
+    return _of(data, doctests)
+
+
+def _of(data: bytes, doctests: bool) -> str:
     if doctests:
         return DOCTESTS + hashlib.sha256(_docstrings(data)).hexdigest()
     return hashlib.sha256(data).hexdigest()
+
+
+def is_recorded(data: bytes, recorded: str) -> bool:
+    """Whether ``data`` is the content a recorded digest was taken of."""
+    return _of(data, recorded.startswith(DOCTESTS)) == recorded
 
 
 def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
@@ -113,4 +122,4 @@ def tests_first(patch: str) -> str:
     return head + "".join(sorted(sections, key=lambda chunk: not is_test(chunk)))
 
 
-__all__ = ["DOCTESTS", "MISSING", "changed", "digests", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]
+__all__ = ["DOCTESTS", "MISSING", "changed", "digests", "is_recorded", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]
