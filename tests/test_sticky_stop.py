@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from helpers import TWO_BUGS_TESTS, cli, clone_project, events_named, git_commit_all
 
+from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
 
 TESTS = TWO_BUGS_TESTS
@@ -259,6 +260,20 @@ def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
     # Every failing test ran and passed: the match is what it was (a changed test: its next iteration).
     (ran,) = sticky.match_green([incident], {"t.py::a", "t.py::b", "mod.py::mod.add"}, (), "h2", lambda _: True)
     assert ran.attachment is sticky.Attachment.CONTINUED
+
+
+def test_an_already_stopped_line_says_code_unchanged_only_when_it_is() -> None:
+    from pytest_selfheal.loop import sticky
+
+    waiting = sticky.StoppedIncident("incident_1", "error_inbox", "plan_proposed", "replan_requested", 2,
+                                     frozenset({"f"}), "h", remaining=1)
+    failure = Failure(test="t", fingerprint="f", signature="s", scheme=1, failure_type="TEST_ASSERTION",
+                      code_fixable=True, transient=False, failure_class="deterministic", message="m")
+    matches, _ = sticky.match_stopped([waiting], [failure], "h2")
+    line = sticky.already_stopped_line(matches[0], 3)
+    assert "code unchanged" not in line and "its proposed plan waits -> STOP already_stopped" in line, line
+    matches, _ = sticky.match_stopped([waiting], [failure], "h")
+    assert ", code unchanged -> STOP already_stopped" in sticky.already_stopped_line(matches[0], 3)
 
 
 @pytest.mark.slow  # five runs: the pure rule above stays in the default tier

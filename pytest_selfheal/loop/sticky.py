@@ -99,7 +99,9 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     if stopped.max_iterations is not None:
         max_iterations = stopped.max_iterations
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
-    why = "no iteration left" if match.code_changed and stopped.exhausted else "code unchanged"
+    # Each words only when true: the code changed, yet the stop stays for another reason.
+    why = ("code unchanged" if not match.code_changed else "no iteration left" if stopped.exhausted
+           else "its proposed plan waits")
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{held} already stopped ({stopped.stop_reason}), {why} "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
