@@ -244,21 +244,27 @@ ADD_TEST = "from mod import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
 
 def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
     """The rule (pure): a stopped incident matched by a green run whose failing tests that run
-    did not run is not_collected, and its line says which, in those words."""
+    did not run is not_collected, and its line says which, in those words; a failing test
+    gone from a file the run ran, or from an edited test file, is a test edit, judged."""
     from pytest_selfheal.loop import sticky
 
-    incident = sticky.StoppedIncident("incident_1", "escalated", "escalated", "no_fix_found", 2, frozenset({"f"}),
-                                      "h", frozenset({"mod.py::mod.add", "t.py::a", "t.py::b"}),
-                                      failing=frozenset({"mod.py::mod.add", "t.py::b"}), remaining=1)
-    (match,) = sticky.match_green([incident], {"t.py::a"}, (), "h2", lambda _: True)
+    def stopped(*failing: str) -> sticky.StoppedIncident:
+        return sticky.StoppedIncident("incident_1", "escalated", "escalated", "no_fix_found", 2, frozenset({"f"}),
+                                      "h", frozenset({"t.py::a", *failing}), failing=frozenset(failing), remaining=1)
+
+    edited = lambda _: ["other.py"]  # noqa: E731 - its test code changed since the capture
+    (match,) = sticky.match_green([stopped("mod.py::mod.add", "u.py::b")], {"t.py::a"}, (), "h2", edited)
     assert match.attachment is sticky.Attachment.NOT_COLLECTED
-    assert match.absent == ("mod.py::mod.add", "t.py::b")
-    line = sticky.not_collected_line(match, {"t.py::b"}, ["--doctest-modules"])
+    assert match.absent == ("mod.py::mod.add", "u.py::b")
+    line = sticky.not_collected_line(match, {"u.py::b"}, ["--doctest-modules"])
     assert line == ("selfheal: incident incident_1 stopped (no_fix_found); of the tests it failed, 1 not collected "
-                    "by this run (mod.py::mod.add) and 1 skipped by this run (t.py::b): this run reaches no verdict "
+                    "by this run (mod.py::mod.add) and 1 skipped by this run (u.py::b): this run reaches no verdict "
                     "on it (pytest --selfheal --doctest-modules runs them)")
+    for gone, changed in (("t.py::b", ["other.py"]), ("gone.py::b", ["gone.py"])):
+        (judged,) = sticky.match_green([stopped(gone)], {"t.py::a"}, (), "h2", lambda _, c=changed: c)
+        assert judged.attachment is sticky.Attachment.CONTINUED, gone
     # Every failing test ran and passed: the match is what it was (a changed test: its next iteration).
-    (ran,) = sticky.match_green([incident], {"t.py::a", "t.py::b", "mod.py::mod.add"}, (), "h2", lambda _: True)
+    (ran,) = sticky.match_green([stopped("u.py::b")], {"t.py::a", "u.py::b"}, (), "h2", edited)
     assert ran.attachment is sticky.Attachment.CONTINUED
 
 

@@ -8,6 +8,7 @@ that passes a stopped incident's tests (the rules of a stop that sticks: loop/st
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -77,10 +78,10 @@ class StickyMatch:
 
 def match_green(
     stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
-    tests_changed: Callable[[StoppedIncident], bool], taken: Collection[str] = (),
+    tests_changed: Callable[[StoppedIncident], Sequence[str]], taken: Collection[str] = (),
 ) -> list[StickyMatch]:
     """The stopped incidents whose tests this run passed and none failed (pure but for
-    ``tests_changed``, asked only of a red stop: did its test code change since the capture?).
+    ``tests_changed``, asked only of a red stop: its test files changed since the capture).
 
     Each test goes to the newest incident holding it; ``taken``: incidents already matched
     by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
@@ -89,8 +90,10 @@ def match_green(
     a weakened test), else not matched (a fix after the stop is a plain green run). A match
     whose earlier failing tests this run did not run (not collected: other options, other
     paths; skipped) is :attr:`Attachment.NOT_COLLECTED`: a run that did not see them reaches
-    no verdict on them.
+    no verdict on them. A failing test missing from a file this run ran, or from a test file
+    edited since the capture, is a test edit, judged as such (never "not collected").
     """
+    ran = {n.split("::", 1)[0] for n in itertools.chain(passed, failing)}
     claimed: set[str] = set()
     matches = []
     for incident in stopped:
@@ -100,13 +103,15 @@ def match_green(
         if not passed_now or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
+        edited: Sequence[str] = ()
         if incident.green:
             attachment = Attachment.ALREADY_STOPPED if unchanged or incident.exhausted else Attachment.CONTINUED
-        elif tests_changed(incident):
+        elif edited := tests_changed(incident):
             attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
             continue
-        absent = tuple(sorted(n for n in incident.failing if n not in passed))
+        absent = tuple(sorted(n for n in incident.failing if n not in passed
+                              and n.split("::", 1)[0] not in ran and n.split("::", 1)[0] not in edited))
         if absent:
             attachment = Attachment.NOT_COLLECTED
         matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged,
@@ -176,13 +181,13 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
     return out
 
 
-def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], bool]:
-    """Whether a stopped incident's test code (its capture's digests) changed since."""
-    def check(incident: StoppedIncident) -> bool:
+def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], Sequence[str]]:
+    """A stopped incident's test files (its capture's digests) that changed since."""
+    def check(incident: StoppedIncident) -> Sequence[str]:
         try:
-            return bool(changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests)))
+            return changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests))
         except SelfhealError:
-            return False
+            return ()
     return check
 
 
