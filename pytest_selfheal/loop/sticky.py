@@ -108,6 +108,9 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
 
 
 
+NO_VERDICT = "this run reaches no verdict on it"
+
+
 def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Optional[Sequence[str]]) -> str:
     """A run that did not run the tests a stopped incident failed: no verdict, and why.
     ``skipped``: this run's skipped tests; ``options``: the capture's (None: not recorded)."""
@@ -118,7 +121,7 @@ def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Op
              f"({_some([n for n in match.absent if n in skipped])})"] if len(gone) < len(match.absent) else []
     how = f"pytest --selfheal {shlex.join(options)} runs them" if options else "a run that collects them judges it"
     return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); of the tests it failed, "
-                f"{' and '.join(said)}: this run reaches no verdict on it ({how})", Tone.WARN)
+                f"{' and '.join(said)}: {NO_VERDICT} ({how})", Tone.WARN)
 
 
 def _some(nodeids: Sequence[str]) -> str:
@@ -170,7 +173,7 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 
 __all__ = [
-    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
+    "ALREADY_STOPPED", "NO_VERDICT", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
     "continue_stopped", "match_green", "match_stopped", "next_step", "not_collected_line", "parse_already_stopped", "record_attached",
     "stopped_incidents", "tests_changed",
 ]
