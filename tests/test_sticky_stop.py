@@ -210,6 +210,7 @@ def test_every_surface_states_the_one_verdict_after_a_change(stopped: pytest.Pyt
     assert _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier) != "CONTINUE"
 
 
+@pytest.mark.slow  # the change sequence above stays in the default tier
 def test_every_surface_states_the_one_verdict_without_a_change(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
     out = stopped.runpytest("--selfheal").stdout.str()
@@ -219,6 +220,7 @@ def test_every_surface_states_the_one_verdict_without_a_change(stopped: pytest.P
     assert shown["status"] == "escalated" and shown["run_result"]["stop_reason"] == found.group(4)
 
 
+@pytest.mark.slow  # the change sequence above stays in the default tier
 def test_every_surface_states_the_one_verdict_after_a_reopen(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
     assert cli("reopen", earlier, cwd=stopped.path).returncode == 0
@@ -327,8 +329,21 @@ def weakened(pytester: pytest.Pytester) -> tuple[pytest.Pytester, str]:
     return pytester, incident_id
 
 
-def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: tuple[pytest.Pytester, str]) -> None:
+def test_after_tests_edited_show_gives_the_test_diff_and_the_next_runs_stop_again(weakened: tuple[pytest.Pytester, str]) -> None:
     p, incident_id = weakened
+    # What the stop asks a person to review is there: the edited tests' diff against the
+    # capture; and nothing suggests a command this incident cannot take (no patch to apply).
+    shown = cli("show", incident_id, cwd=p.path)
+    assert shown.returncode == 0
+    assert "test edits  test_mod.py changed since the capture" in shown.stdout, shown.stdout
+    assert "-    assert add(2, 3) == 5" in shown.stdout and "+    assert True" in shown.stdout
+    edits = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)["test_edits"]
+    assert edits["files"] == ["test_mod.py"] and edits["not_in_git"] == [] and "--- a/test_mod.py" in edits["text"]
+    point = json.loads((p.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())[
+        "decision_point"]
+    assert not [o for o in point["options"] if "selfheal apply" in (o["command"] or "")], point
+    assert "allow_test_edits" not in point["message"]
+    assert "selfheal apply" not in shown.stdout and "allow_test_edits" not in shown.stdout
     for _ in range(2):
         result = p.runpytest("--selfheal")
         assert result.ret == 0  # pytest's own verdict stands
@@ -349,23 +364,6 @@ def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: 
     found = STATUS.search(p.runpytest("--selfheal").stdout.str())
     assert found and found.group(4) == "STOP tests_edited"
     assert _ids(p, "inbox") == [] and _ids(p, "resolved") == [] and _ids(p, "escalated") == [incident_id]
-
-
-def test_show_gives_the_test_diff_after_tests_edited(weakened: tuple[pytest.Pytester, str]) -> None:
-    """What the stop asks a person to review is there: the edited tests' diff against the
-    capture; and nothing suggests a command this incident cannot take (no patch to apply)."""
-    p, incident_id = weakened
-    shown = cli("show", incident_id, cwd=p.path)
-    assert shown.returncode == 0
-    assert "test edits  test_mod.py changed since the capture" in shown.stdout, shown.stdout
-    assert "-    assert add(2, 3) == 5" in shown.stdout and "+    assert True" in shown.stdout
-    edits = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)["test_edits"]
-    assert edits["files"] == ["test_mod.py"] and edits["not_in_git"] == [] and "--- a/test_mod.py" in edits["text"]
-    point = json.loads((p.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())[
-        "decision_point"]
-    assert not [o for o in point["options"] if "selfheal apply" in (o["command"] or "")], point
-    assert "allow_test_edits" not in point["message"]
-    assert "selfheal apply" not in shown.stdout and "allow_test_edits" not in shown.stdout
 
 
 def test_a_test_weakened_after_a_stop_is_judged_not_a_plain_pass(stopped: pytest.Pytester) -> None:
