@@ -111,6 +111,8 @@ def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
     the capture recorded); None when none differs."""
     recorded = dict(view.incident.test_digests)
     root = Path(view.incident.rootdir) if view.incident.rootdir else project_root()
+    if not root.is_dir():  # captured elsewhere (a CI run's records): nothing here to compare
+        return None
     edited = changed(root, recorded)
     if not edited:
         return None
