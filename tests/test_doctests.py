@@ -5,13 +5,15 @@ same fingerprint with and without pytest-xdist. Real pytest runs for the capture
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import capture, loop_in_process, make_project
+from helpers import capture, git_commit_all, loop_in_process, make_project
 
+from pytest_selfheal.analysis import testfiles
 from pytest_selfheal.analysis.analyse import analyse_case
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models
@@ -97,6 +99,34 @@ def _plan_actions(project: Path, incident_id: str) -> list[dict[str, Any]]:
     plan = json.loads((project / ".selfheal" / "error_plans" / incident_id / "plan.json").read_text())
     actions: list[dict[str, Any]] = plan["actions"]
     return actions
+
+
+def test_a_doctests_module_is_test_code_only_in_its_docstrings(tmp_path: Path) -> None:
+    """A doctest's own module is code under test too: a fix there is no test edit (it stopped
+    ``tests_edited``), an example's edit is one; a test file is its bytes, as before."""
+    (tmp_path / "mod.py").write_text(MODULE)
+    (tmp_path / "test_mod.py").write_text(TESTS)
+    recorded = testfiles.digests(tmp_path, testfiles.test_code_paths(["mod.py::mod.double", "test_mod.py::test_double"]))
+    assert recorded["mod.py"].startswith(testfiles.DOCTESTS) and not recorded["test_mod.py"].startswith(testfiles.DOCTESTS)
+    (tmp_path / "mod.py").write_text(MODULE.replace("return n + 1", "return n * 2"))
+    assert testfiles.changed(tmp_path, recorded) == []
+    (tmp_path / "mod.py").write_text(MODULE.replace("    >>> double(3)\n    6", "    >>> double(3)\n    4"))
+    assert testfiles.changed(tmp_path, recorded) == ["mod.py"]
+    # A digest recorded before (the whole file) is compared as it was recorded.
+    whole = {"mod.py": hashlib.sha256(MODULE.encode()).hexdigest()}
+    (tmp_path / "mod.py").write_text(MODULE.replace("return n + 1", "return n * 2"))
+    assert testfiles.changed(tmp_path, whole) == ["mod.py"]
+
+
+@pytest.mark.slow  # two runs: the digests' rule above stays in the default tier
+def test_an_agents_fix_in_a_doctests_module_is_a_success(pytester: pytest.Pytester) -> None:
+    module = 'def double(n):\n    """\n    >>> double(3)\n    6\n    """\n    return n + 1\n'
+    pytester.makepyfile(mod=module, test_mod=TESTS)
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal", "--doctest-modules").ret == 1
+    pytester.makepyfile(mod=module.replace("return n + 1", "return n * 2"))
+    out = pytester.runpytest("--selfheal", "--doctest-modules").stdout.str()
+    assert "-> STOP success" in out and "tests_edited" not in out, out
 
 
 def test_doctests_selected_by_the_command_line_are_verified_under_it(tmp_path: Path) -> None:

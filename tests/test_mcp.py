@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import anyio
 import pytest
-from helpers import PY, cli, make_project, run_env
+from helpers import PY, cli, incident_ids, make_project, run_env, run_pytest_selfheal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
@@ -598,3 +598,27 @@ def test_fit_keeps_whole_blocks_in_order() -> None:
         "[cut: 1 group(s) left out to stay under 300 characters; call show]"
     assert fit(blocks, 200, what="group(s)", more="call show") == "a" * 100 + "\n\n" + \
         "[cut: 2 group(s) left out to stay under 200 characters; call show]"
+
+
+@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure test in the default tier
+def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_path: Path) -> None:
+    doctested = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
+    tests = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    project = make_project(tmp_path / "proj", {"calc.py": doctested, "test_calc.py": tests})
+
+    # Captured at the user's terminal with an option the MCP server does not pass.
+    assert run_pytest_selfheal(project, "--doctest-modules").returncode == 1
+    (incident_id,) = incident_ids(project / ".selfheal")
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            looped = text_of(await client.call_tool("loop", {"incident_id": incident_id}))
+            assert looped.startswith("STOP repeated_fingerprint"), looped
+            (project / "calc.py").write_text(doctested.replace("a - b", "a + b"))
+            (project / "test_calc.py").write_text("# edited\n" + tests)
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["status"]) == ("STOP", "passed"), verdict
+            assert (f"incident {incident_id} stopped (repeated_fingerprint); of the tests it failed, 1 not collected "
+                    "by this run (calc.py::calc.add): this run reaches no verdict on it") in verdict["summary"]
+
+    anyio.run(scenario)

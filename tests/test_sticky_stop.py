@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from helpers import TWO_BUGS_TESTS, cli, clone_project, events_named, git_commit_all
 
+from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
 
 TESTS = TWO_BUGS_TESTS
@@ -171,6 +172,142 @@ def test_a_partial_selection_never_splits_one_failure_set(pytester: pytest.Pytes
     assert _ids(pytester, "inbox") == []
 
 
+REPORT = re.compile(r"^RALF Lite Loop Report: (\w+)(?:, stop reason (\w+))?", re.M)
+OPEN = ("planned", "running")
+
+
+def _one_verdict(p: pytest.Pytester, out: str, incident_id: str) -> str:
+    """The verdict the run's surfaces state about the incident — the iteration line, the
+    report line and its next step, ``selfheal status`` and ``selfheal show`` — asserted to
+    be one, and returned (CONTINUE or the stop reason)."""
+    found = STATUS.search(out)
+    assert found and found.group(1) == incident_id, out
+    line = found.group(4)
+    status = next(r["status"] for r in json.loads(cli("status", "--json", cwd=p.path).stdout)
+                  if r["incident_id"] == incident_id)
+    shown = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)
+    result = shown["run_result"]
+    report = REPORT.search(out)
+    if line == "CONTINUE":
+        assert status in OPEN and shown["status"] == status and result is None, (status, result)
+        assert report and report.group(1) == status and report.group(2) is None, out
+        assert "--reopen" not in out and "Investigate" not in out, out
+        return line
+    reason = line.removeprefix("STOP ")
+    assert status not in OPEN and shown["status"] == status, status
+    assert result is not None and result["stop_reason"] == reason and result["final_status"] == status
+    assert report and report.groups() == (status, reason), out
+    return reason
+
+
+def test_every_surface_states_the_one_verdict_after_a_change(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    # Half a fix: the fingerprint changes, progress — the loop run goes on (the report said
+    # "escalated, stop reason repeated_fingerprint" beside CONTINUE, show said escalated).
+    stopped.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a + b\n")
+    assert _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier) == "CONTINUE"
+    # The same code again: an iteration with nothing tried, its last: one verdict still.
+    assert _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier) != "CONTINUE"
+
+
+@pytest.mark.slow  # the change sequence above stays in the default tier
+def test_every_surface_states_the_one_verdict_without_a_change(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = ALREADY.search(out)
+    assert found and found.group(1) == earlier and not REPORT.search(out), out
+    shown = json.loads(cli("show", earlier, "--json", cwd=stopped.path).stdout)
+    assert shown["status"] == "escalated" and shown["run_result"]["stop_reason"] == found.group(4)
+
+
+@pytest.mark.slow  # the change sequence above stays in the default tier
+def test_every_surface_states_the_one_verdict_after_a_reopen(stopped: pytest.Pytester) -> None:
+    (earlier,) = _ids(stopped, "escalated")
+    assert cli("reopen", earlier, cwd=stopped.path).returncode == 0
+    shown = json.loads(cli("show", earlier, "--json", cwd=stopped.path).stdout)
+    assert shown["status"] == "planned" and shown["run_result"] is None  # the old stop is history
+    _one_verdict(stopped, stopped.runpytest("--selfheal").stdout.str(), earlier)
+
+
+def test_a_run_with_other_options_leaves_a_stopped_incident_stopped(stopped: pytest.Pytester) -> None:
+    """The code changed, the same failures, other options: not an iteration (like with like),
+    so nothing is reopened and no verdict is printed."""
+    (earlier,) = _ids(stopped, "escalated")
+    stopped.makepyfile(mod="TOUCHED = 1\n" + BUGGY)
+    out = stopped.runpytest("--selfheal", "--doctest-modules").stdout.str()
+    assert f"incident {earlier}: this run is not counted as an iteration: its options (--doctest-modules)" in out
+    assert not STATUS.search(out) and "next iteration" not in out and "captured" not in out, out
+    assert _ids(stopped, "escalated") == [earlier] and len(_attempts(stopped, earlier)) == 1
+
+
+DOCTESTED = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
+ADD_TEST = "from mod import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+
+
+def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
+    """The rule (pure): a stopped incident matched by a green run whose failing tests that run
+    did not run is not_collected, and its line says which, in those words; a failing test
+    gone from a file the run ran, or from an edited test file, is a test edit, judged."""
+    from pytest_selfheal.loop import sticky
+
+    def stopped(*failing: str) -> sticky.StoppedIncident:
+        return sticky.StoppedIncident("incident_1", "escalated", "escalated", "no_fix_found", 2, frozenset({"f"}),
+                                      "h", frozenset({"t.py::a", *failing}), failing=frozenset(failing), remaining=1)
+
+    edited = lambda _: ["other.py"]  # noqa: E731 - its test code changed since the capture
+    (match,) = sticky.match_green([stopped("mod.py::mod.add", "u.py::b")], {"t.py::a"}, (), "h2", edited)
+    assert match.attachment is sticky.Attachment.NOT_COLLECTED
+    assert match.absent == ("mod.py::mod.add", "u.py::b")
+    line = sticky.not_collected_line(match, {"u.py::b"}, ["--doctest-modules"])
+    assert line == ("selfheal: incident incident_1 stopped (no_fix_found); of the tests it failed, 1 not collected "
+                    "by this run (mod.py::mod.add) and 1 skipped by this run (u.py::b): this run reaches no verdict "
+                    "on it (pytest --selfheal --doctest-modules runs them)")
+    for gone, changed in (("t.py::b", ["other.py"]), ("gone.py::b", ["gone.py"])):
+        (judged,) = sticky.match_green([stopped(gone)], {"t.py::a"}, (), "h2", lambda _, c=changed: c)
+        assert judged.attachment is sticky.Attachment.CONTINUED, gone
+    # Every failing test ran and passed: the match is what it was (a changed test: its next iteration).
+    (ran,) = sticky.match_green([stopped("u.py::b")], {"t.py::a", "u.py::b"}, (), "h2", edited)
+    assert ran.attachment is sticky.Attachment.CONTINUED
+
+
+def test_an_already_stopped_line_says_code_unchanged_only_when_it_is() -> None:
+    from pytest_selfheal.loop import sticky
+
+    waiting = sticky.StoppedIncident("incident_1", "error_inbox", "plan_proposed", "replan_requested", 2,
+                                     frozenset({"f"}), "h", remaining=1)
+    failure = Failure(test="t", fingerprint="f", signature="s", scheme=1, failure_type="TEST_ASSERTION",
+                      code_fixable=True, transient=False, failure_class="deterministic", message="m")
+    matches, _ = sticky.match_stopped([waiting], [failure], "h2")
+    line = sticky.already_stopped_line(matches[0], 3)
+    assert "code unchanged" not in line and "its proposed plan waits -> STOP already_stopped" in line, line
+    matches, _ = sticky.match_stopped([waiting], [failure], "h")
+    assert ", code unchanged -> STOP already_stopped" in sticky.already_stopped_line(matches[0], 3)
+
+
+@pytest.mark.slow  # five runs: the pure rule above stays in the default tier
+def test_a_run_that_did_not_collect_the_failing_tests_reaches_no_verdict(pytester: pytest.Pytester) -> None:
+    """Captured with --doctest-modules, stopped, fixed, tests edited: a run without the option
+    never ran the failing doctest, so it says so and neither stops nor continues the incident."""
+    pytester.makepyfile(mod=DOCTESTED, test_mod=ADD_TEST)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    for _ in range(3):  # the capture, then two unchanged runs: STOP no_fix_found
+        pytester.runpytest("--selfheal", "--doctest-modules")
+    (earlier,) = _ids(pytester, "escalated")
+    pytester.makepyfile(mod=DOCTESTED.replace("a - b", "a + b"), test_mod="# edited\n" + ADD_TEST)
+    result = pytester.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0
+    assert (f"incident {earlier} stopped (no_fix_found); of the tests it failed, 1 not collected by this run "
+            "(mod.py::mod.add): this run reaches no verdict on it (pytest --selfheal --doctest-modules runs them)"
+            ) in out, out
+    assert "-> STOP" not in out and "CONTINUE" not in out and "next iteration" not in out
+    assert _ids(pytester, "escalated") == [earlier] and len(_attempts(pytester, earlier)) == 2
+    # The command printed works: the run with the capture's option is the incident's next iteration.
+    found = STATUS.search(pytester.runpytest("--selfheal", "--doctest-modules").stdout.str())
+    assert found and (found.group(1), found.group(2)) == (earlier, "3")
+
+
 # --------------------------------------------------------------------------- a green run sticks too
 
 WEAKENED = TESTS.replace("assert add(2, 3) == 5", "assert True").replace("assert sub(5, 3) == 2", "assert True")
@@ -193,8 +330,21 @@ def weakened(pytester: pytest.Pytester) -> tuple[pytest.Pytester, str]:
 
 
 @pytest.mark.slow
-def test_after_tests_edited_the_next_runs_stop_again_not_a_plain_pass(weakened: tuple[pytest.Pytester, str]) -> None:
+def test_after_tests_edited_show_gives_the_test_diff_and_the_next_runs_stop_again(weakened: tuple[pytest.Pytester, str]) -> None:
     p, incident_id = weakened
+    # What the stop asks a person to review is there: the edited tests' diff against the
+    # capture; and nothing suggests a command this incident cannot take (no patch to apply).
+    shown = cli("show", incident_id, cwd=p.path)
+    assert shown.returncode == 0
+    assert "test edits  test_mod.py changed since the capture" in shown.stdout, shown.stdout
+    assert "-    assert add(2, 3) == 5" in shown.stdout and "+    assert True" in shown.stdout
+    edits = json.loads(cli("show", incident_id, "--json", cwd=p.path).stdout)["test_edits"]
+    assert edits["files"] == ["test_mod.py"] and edits["not_in_git"] == [] and "--- a/test_mod.py" in edits["text"]
+    point = json.loads((p.path / ".selfheal" / "error_runs" / incident_id / "run_result.json").read_text())[
+        "decision_point"]
+    assert not [o for o in point["options"] if "selfheal apply" in (o["command"] or "")], point
+    assert "allow_test_edits" not in point["message"]
+    assert "selfheal apply" not in shown.stdout and "allow_test_edits" not in shown.stdout
     for _ in range(2):
         result = p.runpytest("--selfheal")
         assert result.ret == 0  # pytest's own verdict stands

@@ -4,10 +4,14 @@ A failing test's own file and every ``conftest.py`` between it and the rootdir: 
 change, a later pass may be a weakened test rather than a fix. The capture records their
 digests (``incident.json`` ``test_digests``); the agent-in-the-loop mode compares, so a run
 that passes only because those files changed stops with ``tests_edited``, never ``success``.
+A doctest collected from a module of the code under test (``--doctest-modules``) is that
+module's docstrings, not the module: its digest (``doctests:`` and a hex) covers only them,
+so fixing the code there is a code change, while editing an example is a test edit.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import posixpath
 import re
@@ -17,6 +21,7 @@ from pathlib import Path
 from pytest_selfheal.analysis.frames import is_test_file
 
 MISSING = "missing"
+DOCTESTS = "doctests:"  # the digest of a code module's docstrings (its doctests), not of its bytes
 
 
 def test_code_paths(nodeids: Iterable[str]) -> list[str]:
@@ -36,21 +41,49 @@ def test_code_paths(nodeids: Iterable[str]) -> list[str]:
     return sorted(paths)
 
 
+def _docstrings(source: bytes) -> bytes:
+    """A module's docstrings (where its doctests are), in order; the whole source when it
+    does not parse (then any edit counts)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return source
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = (ast.get_docstring(node, clean=False) for node in ast.walk(tree) if isinstance(node, kinds))
+    return "\0".join(d for d in docs if d).encode("utf-8", "surrogatepass")
+
+
+def _digest(rootdir: Path, path: str, doctests: bool) -> str:
+    try:
+        data = (rootdir / path).read_bytes()
+    except OSError:
+        return MISSING
+    return _of(data, doctests)
+
+
+def _of(data: bytes, doctests: bool) -> str:
+    if doctests:
+        return DOCTESTS + hashlib.sha256(_docstrings(data)).hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_recorded(data: bytes, recorded: str) -> bool:
+    """Whether ``data`` is the content a recorded digest was taken of."""
+    return _of(data, recorded.startswith(DOCTESTS)) == recorded
+
+
 def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
-    """``{path: sha256 of its bytes}``; a file that does not exist (or cannot be read) is ``missing``."""
-    out: dict[str, str] = {}
-    for path in paths:
-        try:
-            out[path] = hashlib.sha256((rootdir / path).read_bytes()).hexdigest()
-        except OSError:
-            out[path] = MISSING
-    return out
+    """``{path: digest}``: sha256 of a test file's bytes, of a code module's docstrings
+    (:data:`DOCTESTS`: a doctest's own module); ``missing`` for a file that does not exist
+    (or cannot be read)."""
+    return {path: _digest(rootdir, path, path.endswith(".py") and not is_test_file(path)) for path in paths}
 
 
 def changed(rootdir: Path, recorded: Mapping[str, str]) -> list[str]:
-    """The recorded paths whose content differs now (created, edited or deleted)."""
-    now = digests(rootdir, recorded)
-    return [path for path in sorted(recorded) if now[path] != recorded[path]]
+    """The recorded paths whose content differs now (created, edited or deleted), each
+    compared as it was recorded (a whole file, or a code module's docstrings)."""
+    return [path for path in sorted(recorded)
+            if _digest(rootdir, path, recorded[path].startswith(DOCTESTS)) != recorded[path]]
 
 
 _SECTION = re.compile(r"(?m)^(?=diff --git )")
@@ -89,4 +122,4 @@ def tests_first(patch: str) -> str:
     return head + "".join(sorted(sections, key=lambda chunk: not is_test(chunk)))
 
 
-__all__ = ["MISSING", "changed", "digests", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]
+__all__ = ["DOCTESTS", "MISSING", "changed", "digests", "is_recorded", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]

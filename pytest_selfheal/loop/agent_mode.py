@@ -79,6 +79,32 @@ def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[s
     return outcomes, {r.nodeid: Failure.from_entry(r) for r in records if r.nodeid}
 
 
+def recorded_options(incident: Incident) -> Optional[list[str]]:
+    """The capture's replayed pytest options; None when the capture did not record them.
+
+    An incident captured before options were recorded has none to compare. No options is
+    no key (a default is not written), so a sealed incident, captured by a version that
+    records them, has its options recorded: none."""
+    recorded = "pytest_options" in (incident.keys or ()) or incident.seal is not None
+    return list(incident.pytest_options) if recorded else None
+
+
+def not_an_iteration(incident_id: str, options: Optional[Sequence[str]], capture_dir: str,
+                     run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
+    """Why this run is not an iteration of the incident (like with like: the capture's
+    options, from the capture's directory), or None. ``None`` options or ``run_dir``: unknown,
+    not compared."""
+    if run_options is not None and options is not None and list(run_options) != list(options):
+        return (f"selfheal: incident {incident_id}: this run is not counted as an iteration: its options "
+                f"({shlex.join(run_options) or 'none'}) differ from the capture's "
+                f"({shlex.join(options) or 'none'}); run pytest --selfheal with the capture's options")
+    if run_dir is not None and run_dir != capture_dir:
+        return (f"selfheal: incident {incident_id}: this run is not counted as an iteration: it ran from "
+                f"{run_dir or '.'}/, the capture from {capture_dir or '.'}/ (relative to the rootdir); "
+                "run pytest --selfheal from there")
+    return None
+
+
 def open_incidents(store: Store) -> list[OpenIncident]:
     """Inbox incidents still looping (planned/running) with a readable plan; others are skipped."""
     found = []
@@ -94,12 +120,7 @@ def open_incidents(store: Store) -> list[OpenIncident]:
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
         if selection:
-            # An incident captured before options were recorded has none to compare. No
-            # options is no key (a default is not written), so a sealed incident, captured
-            # by a version that records them, has its options recorded: none.
-            recorded = "pytest_options" in (incident.keys or ()) or incident.seal is not None
-            found.append(OpenIncident(incident_id, selection, outcomes, failures,
-                                      list(incident.pytest_options) if recorded else None,
+            found.append(OpenIncident(incident_id, selection, outcomes, failures, recorded_options(incident),
                                       dict(incident.test_digests), incident.invocation_dir or "", incident, plan))
     return found
 
@@ -155,21 +176,10 @@ def record_agent_attempts(
     command = shlex.join(["python", "-m", "pytest", *invocation])
     for incident in touched:
         selection = set(incident.selection)
-        if run_options is not None and incident.options is not None and list(run_options) != incident.options:
-            result.lines.append(
-                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: its options "
-                f"({shlex.join(run_options) or 'none'}) differ from the capture's "
-                f"({shlex.join(incident.options) or 'none'}); run pytest --selfheal with the capture's options"
-            )
-            result.covered.update(selection)
-            result.still_open.append(incident.incident_id)
-            continue
-        if run_dir is not None and run_dir != incident.invocation_dir:
-            result.lines.append(
-                f"selfheal: incident {incident.incident_id}: this run is not counted as an iteration: it ran from "
-                f"{run_dir or '.'}/, the capture from {incident.invocation_dir or '.'}/ (relative to the rootdir); "
-                "run pytest --selfheal from there"
-            )
+        unlike = not_an_iteration(incident.incident_id, incident.options, incident.invocation_dir, run_options,
+                                  run_dir)
+        if unlike is not None:
+            result.lines.append(unlike)
             result.covered.update(selection)
             result.still_open.append(incident.incident_id)
             continue

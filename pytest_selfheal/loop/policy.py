@@ -41,6 +41,7 @@ from pytest_selfheal.records.models import (
     TOOLING_ENV,
     Failure,
 )
+from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -479,6 +480,18 @@ def stop_is_history(reopened: Optional[int], last_iteration: int, status: Option
     since: no attempt after it and not closed again. A stop recorded up to that attempt
     (``run_result.json``, the last attempt) is then history, neither in force nor pending."""
     return reopened is not None and last_iteration <= reopened and status not in (FinalStatus.RESOLVED, FinalStatus.ESCALATED)
+
+
+def result_in_force(result: Optional[RunResult], attempts: Sequence[Attempt], incident: Incident,
+                    status: Optional[str]) -> Optional[RunResult]:
+    """``run_result.json`` when it is the incident's verdict now, else None: a stop before
+    a later attempt, or before a reopen or a code change that continued the loop run, is
+    history (every surface that shows a verdict reads it through here)."""
+    last = attempts[-1].iteration if attempts else 0
+    stale = result is not None and result.iteration is not None and result.iteration != last
+    if result is None or stale or stop_is_history(stop_history_after(incident), last, status):
+        return None
+    return result
 
 
 def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:

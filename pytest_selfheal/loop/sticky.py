@@ -25,7 +25,8 @@ reading: a green run's cheap look) are the pure rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Collection, Sequence
 from typing import Optional
 
 from pytest_selfheal.loop.attempts import reopen_incident
@@ -98,11 +99,33 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     if stopped.max_iterations is not None:
         max_iterations = stopped.max_iterations
     held = f"{len(match.failures)} failure(s)" if match.failures else f"{len(match.passed)} passing test(s)"
-    why = "no iteration left" if match.code_changed and stopped.exhausted else "code unchanged"
+    # Each words only when true: the code changed, yet the stop stays for another reason.
+    why = ("code unchanged" if not match.code_changed else "no iteration left" if stopped.exhausted
+           else "its proposed plan waits")
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{held} already stopped ({stopped.stop_reason}), {why} "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
 
+
+
+NO_VERDICT = "this run reaches no verdict on it"
+
+
+def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Optional[Sequence[str]]) -> str:
+    """A run that did not run the tests a stopped incident failed: no verdict, and why.
+    ``skipped``: this run's skipped tests; ``options``: the capture's (None: not recorded)."""
+    stopped = match.incident
+    gone = [n for n in match.absent if n not in skipped]
+    said = [f"{len(gone)} not collected by this run ({_some(gone)})"] if gone else []
+    said += [f"{len(match.absent) - len(gone)} skipped by this run "
+             f"({_some([n for n in match.absent if n in skipped])})"] if len(gone) < len(match.absent) else []
+    how = f"pytest --selfheal {shlex.join(options)} runs them" if options else "a run that collects them judges it"
+    return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); of the tests it failed, "
+                f"{' and '.join(said)}: {NO_VERDICT} ({how})", Tone.WARN)
+
+
+def _some(nodeids: Sequence[str]) -> str:
+    return ", ".join(nodeids[:3]) + (f" and {len(nodeids) - 3} more" if len(nodeids) > 3 else "")
 
 
 def next_step(match: StickyMatch) -> str:
@@ -150,7 +173,7 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 
 __all__ = [
-    "ALREADY_STOPPED", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
-    "continue_stopped", "match_green", "match_stopped", "next_step", "parse_already_stopped", "record_attached",
+    "ALREADY_STOPPED", "NO_VERDICT", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
+    "continue_stopped", "match_green", "match_stopped", "next_step", "not_collected_line", "parse_already_stopped", "record_attached",
     "stopped_incidents", "tests_changed",
 ]

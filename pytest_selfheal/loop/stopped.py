@@ -8,6 +8,7 @@ that passes a stopped incident's tests (the rules of a stop that sticks: loop/st
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Optional
 from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.models import FAILING_OUTCOMES, Failure
 from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store.ids import is_incident_id
@@ -35,6 +36,7 @@ class Attachment(str, Enum):
 
     ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
     CONTINUED = "continued"  # code changed: the incident's next iteration
+    NOT_COLLECTED = "not_collected"  # a test it failed did not run: no verdict, nothing changes
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class StoppedIncident:
     remaining: Optional[int] = None
     # Its loop run's max_iterations, the capture's judging key (None: unknown).
     max_iterations: Optional[int] = None
+    failing: frozenset[str] = frozenset()  # the tests it last saw fail
 
     @property
     def exhausted(self) -> bool:
@@ -70,21 +73,27 @@ class StickyMatch:
     attachment: Attachment
     passed: tuple[str, ...] = ()  # a green match (match_green): its tests this run passed
     code_changed: bool = False  # already stopped although the code changed: its budget is used up
+    absent: tuple[str, ...] = ()  # NOT_COLLECTED: the tests it failed that this run did not run
 
 
 def match_green(
     stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
-    tests_changed: Callable[[StoppedIncident], bool], taken: Collection[str] = (),
+    tests_changed: Callable[[StoppedIncident], Sequence[str]], taken: Collection[str] = (),
 ) -> list[StickyMatch]:
     """The stopped incidents whose tests this run passed and none failed (pure but for
-    ``tests_changed``, asked only of a red stop: did its test code change since the capture?).
+    ``tests_changed``, asked only of a red stop: its test files changed since the capture).
 
     Each test goes to the newest incident holding it; ``taken``: incidents already matched
     by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
     with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
     red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
-    a weakened test), else not matched (a fix after the stop is a plain green run).
+    a weakened test), else not matched (a fix after the stop is a plain green run). A match
+    whose earlier failing tests this run did not run (not collected: other options, other
+    paths; skipped) is :attr:`Attachment.NOT_COLLECTED`: a run that did not see them reaches
+    no verdict on them. A failing test missing from a file this run ran, or from a test file
+    edited since the capture, is a test edit, judged as such (never "not collected").
     """
+    ran = {n.split("::", 1)[0] for n in itertools.chain(passed, failing)}
     claimed: set[str] = set()
     matches = []
     for incident in stopped:
@@ -94,13 +103,19 @@ def match_green(
         if not passed_now or incident.incident_id in taken or any(n in failing for n in incident.nodeids):
             continue
         unchanged = diff_hash is not None and diff_hash == incident.diff_hash
+        edited: Sequence[str] = ()
         if incident.green:
             attachment = Attachment.ALREADY_STOPPED if unchanged or incident.exhausted else Attachment.CONTINUED
-        elif tests_changed(incident):
+        elif edited := tests_changed(incident):
             attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
             continue
-        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged))
+        absent = tuple(sorted(n for n in incident.failing if n not in passed
+                              and n.split("::", 1)[0] not in ran and n.split("::", 1)[0] not in edited))
+        if absent:
+            attachment = Attachment.NOT_COLLECTED
+        matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged,
+                                   absent=absent))
     return matches
 
 
@@ -148,10 +163,12 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
             diff_hash = last.diff_hash
             nodeids = frozenset(last.outcomes)
             green = bool(last.verification_passed) and bool(nodeids)
+            failing = frozenset(n for n, outcome in last.outcomes.items() if outcome in FAILING_OUTCOMES)
         elif incident is not None and capture_hash is not None:
             fingerprints = frozenset(f.fingerprint for f in incident.failures if f.fingerprint)
             diff_hash = capture_hash(store, incident_id, incident)
             nodeids = frozenset(f.nodeid for f in incident.failures if f.nodeid)
+            failing = nodeids
         reason = (run_result.stop_reason if run_result is not None else None) or "archived"
         point = run_result.decision_point if run_result is not None else None
         context = point.context if point is not None else None
@@ -159,17 +176,18 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
             out.append(StoppedIncident(incident_id, bucket, status, reason, attempts[-1].iteration if attempts else 0,
                                        fingerprints, diff_hash, nodeids, green,
                                        context.remaining if context is not None else None,
-                                       context.iteration + context.remaining if context is not None else None))
+                                       context.iteration + context.remaining if context is not None else None,
+                                       failing))
     return out
 
 
-def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], bool]:
-    """Whether a stopped incident's test code (its capture's digests) changed since."""
-    def check(incident: StoppedIncident) -> bool:
+def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], Sequence[str]]:
+    """A stopped incident's test files (its capture's digests) that changed since."""
+    def check(incident: StoppedIncident) -> Sequence[str]:
         try:
-            return bool(changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests)))
+            return changed(rootdir, dict(store.read_incident(incident.incident_id).test_digests))
         except SelfhealError:
-            return False
+            return ()
     return check
 
 

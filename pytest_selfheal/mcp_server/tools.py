@@ -350,7 +350,7 @@ class Project:
         from pytest_selfheal.loop.policy import FLAKY
         from pytest_selfheal.loop.regression import regression_words
         from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
-        from pytest_selfheal.loop.sticky import ALREADY_STOPPED, parse_already_stopped
+        from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
 
         verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
@@ -416,8 +416,10 @@ class Project:
                              f"`selfheal reopen {incident_id}` (the user's decision)")
         open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
         if code == 0 and not open_ids:
+            # A stopped incident whose failing tests this run did not run: said, not judged.
+            unseen = "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines if NO_VERDICT in line)
             return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
-                        summary="all selected tests passed and no incident is open", next="nothing to fix")
+                        summary="all selected tests passed and no incident is open" + unseen, next="nothing to fix")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
         return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                     plugin_lines=tuple(plugin_lines),

@@ -242,12 +242,30 @@ def _attach_to_stopped(
     still_open: list[str] = []
     max_iterations = recorder.effective.settings.max_iterations
     for match in matches:
+        incident_id = match.incident.incident_id
+        if match.attachment is sticky.Attachment.NOT_COLLECTED:
+            try:
+                options = agent_mode.recorded_options(store.read_incident(incident_id))
+            except SelfhealError:
+                options = None
+            recorder.lines.append((ESSENTIAL, sticky.not_collected_line(
+                match, sticky.as_known(stopped, recorder.skipped_ids, recorder.known_id), options)))
+            continue
+        if match.attachment is sticky.Attachment.CONTINUED:
+            # Like with like: a run with other options, or from another directory, is no
+            # iteration of it, and leaves it stopped.
+            captured = store.read_incident(incident_id)
+            unlike = agent_mode.not_an_iteration(incident_id, agent_mode.recorded_options(captured),
+                                                 captured.invocation_dir or "", run_options,
+                                                 invocation_dir(recorder.config))
+            if unlike is not None:
+                recorder.lines.append((ESSENTIAL, unlike))
+                continue
         sticky.record_attached(store, match, diff)
         if match.attachment is sticky.Attachment.ALREADY_STOPPED:
             recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
             recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
             continue
-        incident_id = match.incident.incident_id
         sticky.continue_stopped(store, match)
         recorder.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
                                         "and the code changed since: this run is its next iteration"))

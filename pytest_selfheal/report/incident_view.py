@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from pytest_selfheal.loop.policy import result_in_force
 from pytest_selfheal.plan.build import group_failures
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView, PlanSummary
@@ -62,5 +63,6 @@ def incident_view(store: Store, incident_id: str) -> IncidentView:
     return IncidentView(
         incident_id=incident_id, status=status, bucket=bucket, path=folder.relative_to(store.root).as_posix(),
         incident=incident, root_causes=root_causes(incident, doc), plan=plan, attempts=tuple(attempts),
-        run_result=store.read_run_result(incident_id), events=len(events), warnings=tuple(warnings),
+        run_result=result_in_force(store.read_run_result(incident_id), attempts, incident, status),
+        events=len(events), warnings=tuple(warnings),
     )

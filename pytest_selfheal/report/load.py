@@ -11,6 +11,7 @@ from typing import Optional
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
 from pytest_selfheal.loop.messages import plural
+from pytest_selfheal.loop.policy import result_in_force
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.summary import CORRUPTED
 from pytest_selfheal.report.data import IncidentRun, build_report
@@ -30,8 +31,9 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     bucket, _ = store.locate(incident_id)
     incident = dataclasses.replace(store.read_incident(incident_id), status=store.read_status(incident_id))
     plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
-    return IncidentRun(incident=incident, plan=plan, attempts=tuple(store.read_attempts(incident_id)),
-                       run_result=store.read_run_result(incident_id), bucket=bucket)
+    attempts = store.read_attempts(incident_id)
+    run_result = result_in_force(store.read_run_result(incident_id), attempts, incident, incident.status)
+    return IncidentRun(incident=incident, plan=plan, attempts=tuple(attempts), run_result=run_result, bucket=bucket)
 
 
 def read_report(path: Path) -> Report:

@@ -1,14 +1,17 @@
-"""``selfheal show ID``: one incident — its fields, status, plan, attempts, run result and
-the proposed patch (redacted, bounded, test files first: what a person reviews before
-``selfheal apply``)."""
+"""``selfheal show ID``: one incident — its fields, status, plan, attempts, run result, the
+proposed patch (redacted, bounded, test files first: what a person reviews before
+``selfheal apply``) and the failing tests' files edited since the capture, as a diff
+against the capture (what a ``tests_edited`` stop asks a person to review)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
-from pytest_selfheal.analysis.testfiles import patch_test_files, tests_first
+from pytest_selfheal.analysis.testfiles import MISSING, changed, is_recorded, patch_test_files, tests_first
 from pytest_selfheal.cli.commands._common import (
     ID_HELP,
     add_dir_argument,
@@ -19,6 +22,7 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.repair.apply import proposed_patch
@@ -61,6 +65,17 @@ def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
     if not data or not data.strip():
         return None
     text = tests_first(project_redactor().redact(data.decode("utf-8", errors="replace")))
+    lines, shown = _bounded(text)
+    repair = view.run_result.repair if view.run_result is not None else None
+    path = (store.runs_dir(view.incident_id) / FINAL_PATCH).relative_to(store.root).as_posix()
+    recorded = bool(repair is not None and repair.applied)
+    applied = recorded and _in_the_tree(store, view.incident_id)
+    return ShownPatch(path, applied, tuple(patch_test_files(text)), "\n".join(shown), len(lines), len(shown),
+                      undone=recorded and not applied)
+
+
+def _bounded(text: str) -> tuple[list[str], list[str]]:
+    """``(all lines, the lines shown)``: at most PATCH_LINES lines and PATCH_CHARS characters."""
     lines = text.splitlines()
     shown: list[str] = []
     size = 0
@@ -69,12 +84,73 @@ def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
         if size > PATCH_CHARS:
             break
         shown.append(line)
-    repair = view.run_result.repair if view.run_result is not None else None
-    path = (store.runs_dir(view.incident_id) / FINAL_PATCH).relative_to(store.root).as_posix()
-    recorded = bool(repair is not None and repair.applied)
-    applied = recorded and _in_the_tree(store, view.incident_id)
-    return ShownPatch(path, applied, tuple(patch_test_files(text)), "\n".join(shown), len(lines), len(shown),
-                      undone=recorded and not applied)
+    return lines, shown
+
+
+@dataclass(frozen=True)
+class TestEdits:
+    """The failing tests' files edited since the capture, and their diff against it."""
+
+    __test__ = False  # not a pytest test class, whatever imports it
+
+    files: tuple[str, ...]
+    text: str  # redacted, bounded
+    total_lines: int
+    shown_lines: int
+    not_in_git: tuple[str, ...]  # edited, but git does not hold their captured content
+
+    def to_json(self) -> dict[str, object]:
+        """What ``show --json`` adds as ``test_edits``."""
+        return {"files": list(self.files), "text": self.text, "total_lines": self.total_lines,
+                "shown_lines": self.shown_lines, "not_in_git": list(self.not_in_git)}
+
+
+def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
+    """The test files (``test_digests``) that differ now from the capture, with a diff against
+    the captured content where git has it (the capture's commit, when that file there is what
+    the capture recorded); None when none differs."""
+    recorded = dict(view.incident.test_digests)
+    root = Path(view.incident.rootdir) if view.incident.rootdir else project_root()
+    if not root.is_dir():  # captured elsewhere (a CI run's records): nothing here to compare
+        return None
+    edited = changed(root, recorded)
+    if not edited:
+        return None
+    try:
+        git = store.read_context(view.incident_id).git
+    except SelfhealError:
+        git = None
+    commit = git.commit if git is not None else None
+    sections: list[str] = []
+    unknown: list[str] = []
+    for path in edited:
+        before = _captured(root, commit, path, recorded[path])
+        if before is None:
+            unknown.append(path)
+            continue
+        try:
+            after = (root / path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            after = ""
+        sections.append("".join(difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            f"a/{path} (capture)", "/dev/null" if not (root / path).exists() else f"b/{path} (now)")))
+    lines, shown = _bounded(project_redactor().redact("".join(sections)))
+    return TestEdits(tuple(edited), "\n".join(shown), len(lines), len(shown), tuple(unknown))
+
+
+def _captured(root: Path, commit: Optional[str], path: str, recorded: str) -> Optional[str]:
+    """The file as the capture saw it: "" when it did not exist, else its content at the
+    capture's commit when that is what was recorded; None when git cannot tell."""
+    if recorded == MISSING:
+        return ""
+    if not commit:
+        return None
+    try:
+        data = run_git(root, ["show", f"{commit}:./{path}"])
+    except GitFailed:
+        return None
+    return data.decode("utf-8", errors="replace") if is_recorded(data, recorded) else None
 
 
 def _in_the_tree(store: Store, incident_id: str) -> bool:
@@ -104,8 +180,8 @@ def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
-def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
-    """An :class:`IncidentView` (and its proposed ``patch``) as readable ``label  value`` lines."""
+def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: Optional[TestEdits] = None) -> str:
+    """An :class:`IncidentView` (its proposed ``patch``, its test ``edits``) as readable ``label  value`` lines."""
     incident = view.incident
     rows: list[tuple[str, object]] = [
         ("incident", view.incident_id),
@@ -171,6 +247,13 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None) -> str:
         rows.extend(("", _Code(f"  {line}")) for line in patch.text.splitlines())
         if patch.shown_lines < patch.total_lines:
             rows.append(("", f"(first {patch.shown_lines} of {patch.total_lines} lines; the whole patch: {patch.path})"))
+    if edits is not None:
+        unknown = (f"; not in git as captured (see git diff): {', '.join(edits.not_in_git)}"
+                   if edits.not_in_git else "")
+        rows.append(("test edits", f"{', '.join(edits.files)} changed since the capture{unknown}"))
+        rows.extend(("", _Code(f"  {line}")) for line in edits.text.splitlines())
+        if edits.shown_lines < edits.total_lines:
+            rows.append(("", f"(first {edits.shown_lines} of {edits.total_lines} lines: git diff shows the rest)"))
     rows.append(("events", view.events))
     for warning in view.warnings:
         rows.append(("warning", warning))
@@ -183,8 +266,10 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     view = incident_view(store, incident_id_from_args(store, args))
     patch = shown_patch(store, view)
+    edits = test_edits(store, view)
     if args.json:
-        print_json({**view.to_json(), "proposed_patch": patch.to_json() if patch is not None else None})
+        print_json({**view.to_json(), "proposed_patch": patch.to_json() if patch is not None else None,
+                    "test_edits": edits.to_json() if edits is not None else None})
     else:
-        print(format_text(view, patch))
+        print(format_text(view, patch, edits))
     return 0
