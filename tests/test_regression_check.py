@@ -16,15 +16,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fake_github import FakeGitHub
-from helpers import GITIGNORE, cli, effective_config, make_project, run_env, run_pytest_selfheal
+from helpers import GITIGNORE, cli, effective_config, git_commit_all, make_project, run_env, run_pytest_selfheal
 from test_ci import actions_env, ours, outputs_of, run_ci
+from test_mcp import session
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files
+from pytest_selfheal.loop.regression import affected_test_files, covers
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -281,12 +283,43 @@ def test_agent_mode_a_narrow_run_that_passes_mul_but_broke_neighbours_is_not_a_s
     incident_id = _capture(project)
     (tmp_path / "agent.py").write_text(AGENT)
     subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
-    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
-    assert result.returncode == 0, result.stdout + result.stderr
+    narrow = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    assert narrow.returncode == 0, narrow.stdout + narrow.stderr
+    assert f"incident {incident_id}: passes; not yet checked for regressions" in narrow.stdout
+    assert "STOP" not in narrow.stdout and _attempts(project, incident_id) == []
+    assert (project / ".selfheal" / "error_inbox" / incident_id).is_dir()
+    # The capture's whole command runs the check: what the change broke keeps it open.
+    result = run_pytest_selfheal(project)
     assert "fixed `test_mul`; broke `test_add`, `test_total`" in result.stdout
     assert "-> CONTINUE" in result.stdout and "STOP success" not in result.stdout
     assert _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
-    assert _runs(project) == 1
+    assert _runs(project) == 2  # the capture and the whole run: the check never ran it again
+
+
+def test_a_run_narrower_than_the_capture_that_passes_is_not_yet_checked_and_not_counted(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(calc=CALC, test_calc=FILES["tests/test_calc.py"])
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").iterdir()
+    pytester.makepyfile(calc=CALC.replace("a * b - 1", "a * b"))
+    narrow = pytester.runpytest("--selfheal", "test_calc.py::test_mul")
+    assert narrow.ret == 0
+    narrow.stdout.fnmatch_lines([f"selfheal: incident {incident.name}: passes; not yet checked for regressions: "
+                                 "this run is narrower than the capture's (its default selection), so it is not "
+                                 "counted as an iteration; run pytest --selfheal *"])
+    assert "STOP" not in narrow.stdout.str() and not list((pytester.path / ".selfheal").glob("**/attempt_*.json"))
+    assert incident.is_dir() and (incident / "status.txt").read_text().strip() == "planned"
+
+
+def test_a_run_covers_the_capture_when_it_selects_all_it_selected() -> None:
+    assert covers([], ["tests/test_calc.py"]) and covers(["."], ["tests/test_calc.py::test_mul"])
+    assert covers(["tests"], ["tests/test_calc.py", "tests/test_invoice.py::test_total"])
+    assert covers(["tests/test_calc.py::test_mul"], ["tests/test_calc.py::test_mul[1]"])
+    assert not covers(["tests/test_calc.py::test_mul"], [])  # the capture ran pytest's default selection
+    assert not covers(["tests/test_calc.py"], ["tests/test_calc.py", "tests/test_invoice.py"])
+    assert not covers(["tests/test_calc"], ["tests/test_calc.py"])
 
 
 @pytest.mark.slow
@@ -453,3 +486,33 @@ def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_
         "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
     result = run_pytest_selfheal(project)
     assert "STOP success" not in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_mcp_run_tests_a_fix_that_broke_neighbours_is_no_success_and_a_correct_one_is(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+
+    def edit(mode: str) -> None:
+        subprocess.run(["git", "checkout", "calc.py"], cwd=project, check=True)
+        subprocess.run([sys.executable, str(tmp_path / "agent.py"), mode, str(project)], check=True)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            incident_id = first["captured"]
+            edit("bad")
+            narrow = await client.call_tool("run_tests", {"selection": ["tests/test_calc.py::test_mul"]})
+            verdict = narrow.structured_content or {}
+            assert (verdict["decision"], verdict["status"]) == ("CONTINUE", "not_counted"), verdict
+            assert f"incident {incident_id}: passes; not yet checked for regressions" in verdict["summary"]
+            broke = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (broke["decision"], broke["incident_id"], broke["iteration"]) == ("CONTINUE", incident_id, 1)
+            assert "fixed `test_mul`; broke `test_add`, `test_total`" in broke["summary"], broke
+            edit("good")
+            fixed = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (fixed["decision"], fixed["stop_reason"], fixed["status"]) == ("STOP", "success", "resolved"), fixed
+            assert "the regression check ran 3 test(s): nothing broken" in fixed["summary"]
+
+    anyio.run(scenario)
+    assert _runs(project) == 3  # the capture's run and the two of no selection: never the check's

@@ -38,6 +38,7 @@ from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records import models
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor, redact_cases
@@ -62,6 +63,8 @@ Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
 BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
 # The index of the check's selection file (store.selection_file), after any plan command's.
 REGRESSION_SELECTION = 99
+# What a run narrower than the capture says of a passing selection (it runs no check).
+NOT_YET_CHECKED = "passes; not yet checked for regressions"
 
 
 @dataclass(frozen=True)
@@ -537,13 +540,9 @@ def check_incident(
     (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
     driver and agent mode call before every iteration can be a ``success``."""
     settings = effective.settings.verification
-    passed = bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
-    if settings.regression == OFF or not passed:
+    if settings.regression == OFF or not passes(outcomes, failed):
         return None
-    try:
-        context = store.read_context(incident.incident_id)
-    except SelfhealError:
-        context = None
+    context = _context(store, incident)
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
@@ -556,6 +555,39 @@ def check_incident(
     )
 
 
+def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
+    """Every test of a selection passed (``failed``: a failure or a timeout besides): the
+    iteration is a candidate ``success``, and the regression check decides."""
+    return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
+
+
+def _context(store: Store, incident: Incident) -> Optional[RunContext]:
+    try:
+        return store.read_context(incident.incident_id)
+    except SelfhealError:
+        return None
+
+
+def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
+    """Whether a run of ``run_words`` runs every test the capture's words select (both
+    rootdir-relative; none: pytest's default selection, the widest a run has)."""
+    if not run_words or any(w in ("", ".") for w in run_words):
+        return True
+    return bool(capture) and all(
+        any(c == w or c.startswith((w.rstrip("/") + "/", w + "::", w + "[")) for w in run_words) for c in capture)
+
+
+def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args: Sequence[str],
+                          run_dir: Path) -> Optional[list[str]]:
+    """The capture's selection words when a run of ``run_args`` started in ``run_dir`` does not
+    run them all (its passing selection is not yet checked for regressions); None when it does."""
+    context = _context(store, incident)
+    if context is None:
+        return None
+    capture = capture_words(context.invocation_args, context.cwd, tree)
+    return None if covers(capture_words(run_args, str(run_dir), tree), capture) else capture
+
+
 @contextmanager
 def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
     if captured_tree is not None and Path(captured_tree).resolve() != Path(tree).resolve():
@@ -565,5 +597,6 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         yield path
 
 
-__all__ = ["AFFECTED", "FULL", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "regression_words", "short_name"]
+__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
+           "capture_words", "changed_files", "check_incident", "check_regressions", "covers", "is_test_file",
+           "narrower_than_capture", "nodeid_of", "passes", "regression_line", "regression_words", "short_name"]
