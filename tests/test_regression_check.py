@@ -26,7 +26,7 @@ from test_mcp import session
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files, covers
+from pytest_selfheal.loop.regression import affected_test_files, covers, spectrum_reach
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -176,6 +176,52 @@ def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp
     assert affected_test_files(plugin, ["calc.py"]) is None
 
 
+# A test that loads `fmt.py` from a path named in a data file: no import or string names it.
+LOADED = {
+    "fmt.py": "SEP = ','\n\n\ndef fmt(x):\n    return str(x)\n\n\ndef other(x):\n    return x\n",
+    "app.py": "from fmt import fmt\n\n\ndef show(x):\n    return fmt(x)\n",
+    "plugins.txt": "fmt\n",
+    "loader.py": "import importlib.util\nimport pathlib\n\nHERE = pathlib.Path(__file__).parent\n\n\n"
+                 "def load():\n    name = (HERE / 'plugins.txt').read_text().strip()\n"
+                 "    spec = importlib.util.spec_from_file_location(name, HERE / (name + '.py'))\n"
+                 "    module = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(module)\n"
+                 "    return module\n",
+    "tests/test_app.py": "from app import show\n\n\ndef test_show():\n    assert show(1) == '1'\n",
+    "tests/test_loader.py": "from loader import load\n\n\ndef test_load():\n    assert load().fmt(1) == '1'\n",
+}
+
+
+def test_a_test_whose_recorded_spectrum_entered_a_changed_function_runs_too(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "proj", LOADED)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    spectrum = {"tests/test_loader.py::test_load": {("loader.py", "load", 7), ("fmt.py", "fmt", 4)},
+                "tests/test_app.py::test_show": {("app.py", "show", 4), ("fmt.py", "fmt", 4)}}
+    # The imports alone never find the loader's test: nothing names fmt.py there.
+    assert affected_test_files(root, ["fmt.py"]) == ["tests/test_app.py"]
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("str(x)", "repr(x)"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == {"tests/test_app.py", "tests/test_loader.py"}
+    # A function no recorded test entered: none; module level: every test that ran the file.
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("return x", "return -x"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == set()
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("SEP = ','", "SEP = ';'"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == {"tests/test_app.py", "tests/test_loader.py"}
+    assert spectrum_reach(root, commit, ["fmt.py"], {}) == set()
+
+
+@pytest.mark.slow
+def test_a_capture_with_a_spectrum_checks_the_test_that_loads_the_change_at_run_time(tmp_path: Path) -> None:
+    files = {**LOADED, "fmt.py": LOADED["fmt.py"] + "\n\ndef parse(s):\n    return int(s) + 1\n",
+             "tests/test_app.py": "from fmt import parse\n\n\ndef test_parse():\n    assert parse('2') == 2\n"}
+    project = make_project(tmp_path / "proj", files, ini=INI)
+    incident_id = _capture(project, "--selfheal-spectrum")
+    # Fixes parse, and breaks fmt, which only the loader's test runs.
+    (project / "fmt.py").write_text(files["fmt.py"].replace("int(s) + 1", "int(s)").replace("str(x)", "str(x) + '!'"))
+    result = run_pytest_selfheal(project)
+    assert "fixed `test_parse`; broke `test_load`" in result.stdout, result.stdout + result.stderr
+    assert "1 test module(s) that import the change, 1 whose recorded spectrum ran it" in result.stdout
+    assert _attempts(project, incident_id)[-1]["regressions"] == ["tests/test_loader.py::test_load"]
+
+
 def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path) -> None:
     root = _tree(tmp_path, FILES)
     for patch in ("json.loads = str\n", "import json as j\nj.loads += 1\n", "setattr(json, 'loads', str)\n",
@@ -261,6 +307,9 @@ def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
     assert "STOP success" in result.stdout
     assert "the regression check ran 3 test(s) (2 test module(s) that import the change): nothing broken" in result.stdout
     assert _runs(project) == 1
+    # The localisation run kept what the failing test's passing neighbours ran, for the check.
+    kept = json.loads(next((project / ".selfheal").glob(f"**/{incident_id}/spectrum.json")).read_text())
+    assert sorted(kept["tests"]["tests/test_calc.py::test_add"]) == [["calc.py", "_scale", 1], ["calc.py", "add", 5]]
 
 
 @pytest.mark.slow

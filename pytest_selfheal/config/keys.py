@@ -186,7 +186,8 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("verification.regression", STRING, "affected",
             "The regression check before every `success`: once the selection passes, re-run the tests that can "
             "reach the changed code (`affected`: the test modules importing a changed module, directly or through "
-            "project modules; the capture's whole command when that cannot be known), the capture's whole command "
+            "project modules, or whose recorded spectrum entered a changed function; the capture's whole command when "
+            "that cannot be known), the capture's whole command "
             "(`full`), or none (`off`); a test the change broke makes the iteration no success "
             "([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
     KeySpec("verification.regression_budget_seconds", NUMBER, 600,
