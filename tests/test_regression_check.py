@@ -372,36 +372,48 @@ def test_a_run_covers_the_capture_when_it_selects_all_it_selected() -> None:
 
 
 @pytest.mark.slow
-def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["bad", "good"])
+def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path, mode: str) -> None:
     project = _project(tmp_path)
-    _capture(project)
+    incident_id = _capture(project)
     (tmp_path / "agent.py").write_text(AGENT)
-    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), mode, str(project)], check=True)
     payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
     done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
                           input=json.dumps(payload).encode(), capture_output=True, timeout=300,
                           env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
     answer = json.loads(done.stdout)
+    if mode == "good":  # the correct fix of mul alone: the agent may stop, the incident is resolved
+        assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; ")
+        assert f"incident {incident_id} is resolved" in answer["systemMessage"], answer
+        assert "the regression check ran 3 test(s): nothing broken" in answer["systemMessage"], answer
+        return
     assert answer["decision"] == "block", answer
     assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s))" in answer["reason"]
     assert _runs(project) == 2  # the gate's own run of the whole suite; the check never ran it again
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bad", "good"])
 def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_proposed(
-        tmp_path: Path, fake_github: FakeGitHub) -> None:
+        tmp_path: Path, fake_github: FakeGitHub, mode: str) -> None:
     project = _project(tmp_path)
     (tmp_path / "agent.py").write_text(AGENT)
     env = actions_env(tmp_path, fake_github)
-    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), "bad", "{worktree}"])
+    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), mode, "{worktree}"])
     env["INPUT_PASS_ON_PROPOSED_FIX"] = "true"
     done = run_ci(project, env, "--action-inputs", "--", "-q")
-    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
     out = outputs_of(env)
-    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
     (comment,) = ours(fake_github)
-    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`" \
-        in str(comment["body"])
+    if mode == "good":  # the correct fix of mul alone: a success, proposed
+        assert done.returncode == EXIT_OK, done.stdout + done.stderr
+        assert (out["final-status"], out["stop-reason"]) == ("fix_proposed", "success")
+        assert "Regression check: ran 3 test(s) that can reach the change: nothing broken" in str(comment["body"])
+        return
+    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
+    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
+    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`, " \
+        "`tests/test_invoice.py::test_total`" in str(comment["body"])
 
 
 @pytest.mark.slow
