@@ -9,6 +9,8 @@ like a fix. A selected test that this run should have run and did not (deleted, 
 deselected, ``-k``-ed away: ``gone``) is ``missing``: not verified, and the run still counts.
 A run with the code unchanged since the previous iteration is an iteration with nothing
 tried (loop/attempts.py): the first says so and continues, the second in a row stops.
+A passing selection is a success only after the regression check, which a run selecting at
+least what the capture did runs; a narrower one says it is not yet checked and is not counted.
 """
 
 from __future__ import annotations

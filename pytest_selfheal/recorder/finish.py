@@ -254,8 +254,7 @@ def _attach_to_stopped(
             continue
         incident_id = match.incident.incident_id
         sticky.continue_stopped(store, match)
-        recorder.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
-                                        "and the code changed since: this run is its next iteration"))
+        at = len(recorder.lines)
         resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
         outcomes = _outcomes_of(recorder, resumed, failures)
         agent = agent_mode.record_agent_attempts(
@@ -266,6 +265,10 @@ def _attach_to_stopped(
             loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
+        # A narrower run that passes is continued, not counted (loop/agent_mode.py).
+        recorder.lines.insert(at, (SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
+                                            "and the code changed since: " + ("this run is its next iteration"
+                                            if incident_id in agent.touched else "it continues")))
         still_open += agent.still_open
         recorder.outcomes.update(outcomes)
         recorder.open_incidents += resumed
