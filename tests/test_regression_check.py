@@ -526,7 +526,7 @@ def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_pat
     calc = project / "calc.py"
     calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
                     "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
-    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    result = run_pytest_selfheal(project)
     assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command))" \
         in result.stdout, result.stdout
     assert "STOP success" not in result.stdout
