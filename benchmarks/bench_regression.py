@@ -8,10 +8,11 @@ the repository), unpacked into a temporary git repository (``pythonpath = src``)
   for every module of the package, the test modules a change to it re-runs and their share
   of the suite's tests (one ``--collect-only`` of the whole suite counts them);
 * **the loop in agent mode**: one injected bug (``canonicalize_version`` in ``utils.py``),
-  captured by ``pytest --selfheal`` over the whole suite; then the incident's selection run
-  with ``pytest --selfheal`` twice: after a fix that also breaks ``canonicalize_name`` (the
-  check names what it broke, the verdict is ``CONTINUE``) and after the correct fix (the check
-  finds nothing, ``STOP success``). Each run's wall time, and what the check ran.
+  captured by ``pytest --selfheal`` over the whole suite; then, after a fix that also breaks
+  ``canonicalize_name`` and after the correct fix, the incident's selection alone (it passes:
+  "not yet checked for regressions", not counted) and the whole suite again, which runs the
+  check (it names what the first fix broke, ``CONTINUE``; it finds nothing for the correct
+  one, ``STOP success``). Each run's wall time, and what the check ran.
 
     python benchmarks/bench_regression.py [--cache DIR] [--package packaging==24.1]
 """
@@ -111,11 +112,12 @@ def agent_mode(root: Path, env: dict[str, str]) -> None:
         for old, new in edits:
             text = text.replace(old, new)
         utils.write_text(text)
-        took, out = _run([*pytest, *selection], root, env)
-        lines = [line for line in out.splitlines() if line.startswith("selfheal: incident")]
-        print(f"agent run of the {len(selection)} selected tests, {label}: {took:.1f} s")
-        for line in lines:
-            print("  " + re.sub(r"incident_[0-9_a-z]+", "ID", line)[:300])
+        for what, argv in ((f"the {len(selection)} selected tests", [*pytest, *selection]), ("the whole suite", pytest)):
+            took, out = _run(argv, root, env)
+            lines = [line for line in out.splitlines() if line.startswith("selfheal: incident")]
+            print(f"agent run of {what}, {label}: {took:.1f} s")
+            for line in lines:
+                print("  " + re.sub(r"incident_[0-9_a-z]+", "ID", line)[:300])
 
 
 def _last(out: str, pattern: str) -> str:

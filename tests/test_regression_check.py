@@ -16,15 +16,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fake_github import FakeGitHub
-from helpers import GITIGNORE, cli, effective_config, make_project, run_env, run_pytest_selfheal
+from helpers import GITIGNORE, cli, effective_config, git_commit_all, make_project, run_env, run_pytest_selfheal
 from test_ci import actions_env, ours, outputs_of, run_ci
+from test_mcp import session
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files
+from pytest_selfheal.loop.regression import affected_test_files, covers, spectrum_reach
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -174,6 +176,52 @@ def test_a_fixture_or_hook_reaching_the_change_reaches_the_tests_that_use_it(tmp
     assert affected_test_files(plugin, ["calc.py"]) is None
 
 
+# A test that loads `fmt.py` from a path named in a data file: no import or string names it.
+LOADED = {
+    "fmt.py": "SEP = ','\n\n\ndef fmt(x):\n    return str(x)\n\n\ndef other(x):\n    return x\n",
+    "app.py": "from fmt import fmt\n\n\ndef show(x):\n    return fmt(x)\n",
+    "plugins.txt": "fmt\n",
+    "loader.py": "import importlib.util\nimport pathlib\n\nHERE = pathlib.Path(__file__).parent\n\n\n"
+                 "def load():\n    name = (HERE / 'plugins.txt').read_text().strip()\n"
+                 "    spec = importlib.util.spec_from_file_location(name, HERE / (name + '.py'))\n"
+                 "    module = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(module)\n"
+                 "    return module\n",
+    "tests/test_app.py": "from app import show\n\n\ndef test_show():\n    assert show(1) == '1'\n",
+    "tests/test_loader.py": "from loader import load\n\n\ndef test_load():\n    assert load().fmt(1) == '1'\n",
+}
+
+
+def test_a_test_whose_recorded_spectrum_entered_a_changed_function_runs_too(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "proj", LOADED)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    spectrum = {"tests/test_loader.py::test_load": {("loader.py", "load", 7), ("fmt.py", "fmt", 4)},
+                "tests/test_app.py::test_show": {("app.py", "show", 4), ("fmt.py", "fmt", 4)}}
+    # The imports alone never find the loader's test: nothing names fmt.py there.
+    assert affected_test_files(root, ["fmt.py"]) == ["tests/test_app.py"]
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("str(x)", "repr(x)"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == {"tests/test_app.py", "tests/test_loader.py"}
+    # A function no recorded test entered: none; module level: every test that ran the file.
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("return x", "return -x"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == set()
+    (root / "fmt.py").write_text(LOADED["fmt.py"].replace("SEP = ','", "SEP = ';'"))
+    assert spectrum_reach(root, commit, ["fmt.py"], spectrum) == {"tests/test_app.py", "tests/test_loader.py"}
+    assert spectrum_reach(root, commit, ["fmt.py"], {}) == set()
+
+
+@pytest.mark.slow
+def test_a_capture_with_a_spectrum_checks_the_test_that_loads_the_change_at_run_time(tmp_path: Path) -> None:
+    files = {**LOADED, "fmt.py": LOADED["fmt.py"] + "\n\ndef parse(s):\n    return int(s) + 1\n",
+             "tests/test_app.py": "from fmt import parse\n\n\ndef test_parse():\n    assert parse('2') == 2\n"}
+    project = make_project(tmp_path / "proj", files, ini=INI)
+    incident_id = _capture(project, "--selfheal-spectrum")
+    # Fixes parse, and breaks fmt, which only the loader's test runs.
+    (project / "fmt.py").write_text(files["fmt.py"].replace("int(s) + 1", "int(s)").replace("str(x)", "str(x) + '!'"))
+    result = run_pytest_selfheal(project)
+    assert "fixed `test_parse`; broke `test_load`" in result.stdout, result.stdout + result.stderr
+    assert "1 test module(s) that import the change, 1 whose recorded spectrum ran it" in result.stdout
+    assert _attempts(project, incident_id)[-1]["regressions"] == ["tests/test_loader.py::test_load"]
+
+
 def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path) -> None:
     root = _tree(tmp_path, FILES)
     for patch in ("json.loads = str\n", "import json as j\nj.loads += 1\n", "setattr(json, 'loads', str)\n",
@@ -259,6 +307,9 @@ def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
     assert "STOP success" in result.stdout
     assert "the regression check ran 3 test(s) (2 test module(s) that import the change): nothing broken" in result.stdout
     assert _runs(project) == 1
+    # The localisation run kept what the failing test's passing neighbours ran, for the check.
+    kept = json.loads(next((project / ".selfheal").glob(f"**/{incident_id}/spectrum.json")).read_text())
+    assert sorted(kept["tests"]["tests/test_calc.py::test_add"]) == [["calc.py", "_scale", 1], ["calc.py", "add", 5]]
 
 
 @pytest.mark.slow
@@ -281,45 +332,88 @@ def test_agent_mode_a_narrow_run_that_passes_mul_but_broke_neighbours_is_not_a_s
     incident_id = _capture(project)
     (tmp_path / "agent.py").write_text(AGENT)
     subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
-    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
-    assert result.returncode == 0, result.stdout + result.stderr
+    narrow = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    assert narrow.returncode == 0, narrow.stdout + narrow.stderr
+    assert f"incident {incident_id}: passes; not yet checked for regressions" in narrow.stdout
+    assert "STOP" not in narrow.stdout and _attempts(project, incident_id) == []
+    assert (project / ".selfheal" / "error_inbox" / incident_id).is_dir()
+    # The capture's whole command runs the check: what the change broke keeps it open.
+    result = run_pytest_selfheal(project)
     assert "fixed `test_mul`; broke `test_add`, `test_total`" in result.stdout
     assert "-> CONTINUE" in result.stdout and "STOP success" not in result.stdout
     assert _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
-    assert _runs(project) == 1
+    assert _runs(project) == 2  # the capture and the whole run: the check never ran it again
+
+
+def test_a_run_narrower_than_the_capture_that_passes_is_not_yet_checked_and_not_counted(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(calc=CALC, test_calc=FILES["tests/test_calc.py"])
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").iterdir()
+    pytester.makepyfile(calc=CALC.replace("a * b - 1", "a * b"))
+    narrow = pytester.runpytest("--selfheal", "test_calc.py::test_mul")
+    assert narrow.ret == 0
+    narrow.stdout.fnmatch_lines([f"selfheal: incident {incident.name}: passes; not yet checked for regressions: "
+                                 "this run is narrower than the capture's (its default selection), so it is not "
+                                 "counted as an iteration; run pytest --selfheal *"])
+    assert "STOP" not in narrow.stdout.str() and not list((pytester.path / ".selfheal").glob("**/attempt_*.json"))
+    assert incident.is_dir() and (incident / "status.txt").read_text().strip() == "planned"
+
+
+def test_a_run_covers_the_capture_when_it_selects_all_it_selected() -> None:
+    assert covers([], ["tests/test_calc.py"]) and covers(["."], ["tests/test_calc.py::test_mul"])
+    assert covers(["tests"], ["tests/test_calc.py", "tests/test_invoice.py::test_total"])
+    assert covers(["tests/test_calc.py::test_mul"], ["tests/test_calc.py::test_mul[1]"])
+    assert not covers(["tests/test_calc.py::test_mul"], [])  # the capture ran pytest's default selection
+    assert not covers(["tests/test_calc.py"], ["tests/test_calc.py", "tests/test_invoice.py"])
+    assert not covers(["tests/test_calc"], ["tests/test_calc.py"])
 
 
 @pytest.mark.slow
-def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["bad", "good"])
+def test_the_stop_gate_sends_the_agent_back_naming_what_it_broke(tmp_path: Path, mode: str) -> None:
     project = _project(tmp_path)
-    _capture(project)
+    incident_id = _capture(project)
     (tmp_path / "agent.py").write_text(AGENT)
-    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), mode, str(project)], check=True)
     payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
     done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
                           input=json.dumps(payload).encode(), capture_output=True, timeout=300,
                           env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
     answer = json.loads(done.stdout)
+    if mode == "good":  # the correct fix of mul alone: the agent may stop, the incident is resolved
+        assert set(answer) == {"systemMessage"} and answer["systemMessage"].startswith("selfheal: tests passed; ")
+        assert f"incident {incident_id} is resolved" in answer["systemMessage"], answer
+        assert "the regression check ran 3 test(s): nothing broken" in answer["systemMessage"], answer
+        return
     assert answer["decision"] == "block", answer
     assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s))" in answer["reason"]
     assert _runs(project) == 2  # the gate's own run of the whole suite; the check never ran it again
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bad", "good"])
 def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_proposed(
-        tmp_path: Path, fake_github: FakeGitHub) -> None:
+        tmp_path: Path, fake_github: FakeGitHub, mode: str) -> None:
     project = _project(tmp_path)
     (tmp_path / "agent.py").write_text(AGENT)
     env = actions_env(tmp_path, fake_github)
-    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), "bad", "{worktree}"])
+    env["INPUT_REPAIR_COMMAND"] = json.dumps([sys.executable, str(tmp_path / "agent.py"), mode, "{worktree}"])
     env["INPUT_PASS_ON_PROPOSED_FIX"] = "true"
     done = run_ci(project, env, "--action-inputs", "--", "-q")
-    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
     out = outputs_of(env)
-    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
     (comment,) = ours(fake_github)
-    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`" \
-        in str(comment["body"])
+    if mode == "good":  # the correct fix of mul alone: a success, proposed
+        assert done.returncode == EXIT_OK, done.stdout + done.stderr
+        assert (out["final-status"], out["stop-reason"]) == ("fix_proposed", "success")
+        assert "Regression check: ran 3 test(s) that can reach the change: nothing broken" in str(comment["body"])
+        return
+    assert done.returncode == EXIT_UNRESOLVED, done.stdout + done.stderr
+    assert (out["final-status"], out["stop-reason"]) == ("escalated", "regression")
+    assert "Regression check: ran 3 test(s) that can reach the change: broke `tests/test_calc.py::test_add`, " \
+        "`tests/test_invoice.py::test_total`" in str(comment["body"])
 
 
 @pytest.mark.slow
@@ -432,7 +526,7 @@ def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_pat
     calc = project / "calc.py"
     calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
                     "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
-    result = run_pytest_selfheal(project, "tests/test_calc.py::test_mul")
+    result = run_pytest_selfheal(project)
     assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command))" \
         in result.stdout, result.stdout
     assert "STOP success" not in result.stdout
@@ -453,3 +547,33 @@ def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_
         "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
     result = run_pytest_selfheal(project)
     assert "STOP success" not in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_mcp_run_tests_a_fix_that_broke_neighbours_is_no_success_and_a_correct_one_is(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+
+    def edit(mode: str) -> None:
+        subprocess.run(["git", "checkout", "calc.py"], cwd=project, check=True)
+        subprocess.run([sys.executable, str(tmp_path / "agent.py"), mode, str(project)], check=True)
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            incident_id = first["captured"]
+            edit("bad")
+            narrow = await client.call_tool("run_tests", {"selection": ["tests/test_calc.py::test_mul"]})
+            verdict = narrow.structured_content or {}
+            assert (verdict["decision"], verdict["status"]) == ("CONTINUE", "not_counted"), verdict
+            assert f"incident {incident_id}: passes; not yet checked for regressions" in verdict["summary"]
+            broke = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (broke["decision"], broke["incident_id"], broke["iteration"]) == ("CONTINUE", incident_id, 1)
+            assert "fixed `test_mul`; broke `test_add`, `test_total`" in broke["summary"], broke
+            edit("good")
+            fixed = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (fixed["decision"], fixed["stop_reason"], fixed["status"]) == ("STOP", "success", "resolved"), fixed
+            assert "the regression check ran 3 test(s): nothing broken" in fixed["summary"]
+
+    anyio.run(scenario)
+    assert _runs(project) == 3  # the capture's run and the two of no selection: never the check's

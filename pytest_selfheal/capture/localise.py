@@ -10,6 +10,7 @@ of every function a failing test ran (the loop adds those the failure's evidence
 
     {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]},
      "scores": [[<path>, <name>, <line of the def>, <score>], ...],
+     "tests": {"<node id of a passing test>": [[<path>, <name>, <line of the def>], ...]},
      "unrecorded": "<why no failing test is ranked>"}  # only when none is
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_selfheal.capture.spectrum import SpectrumHook
+from pytest_selfheal.plan.suspects import passing_spectrum
 from pytest_selfheal.store.fsio import atomic_write_json
 
 _NAME = "selfheal-localise"
@@ -36,6 +38,7 @@ class LocaliseHook:
         doc: dict[str, object] = {
             "spectrum": {n: [r.to_json() for r in refs] for n, refs in found.top.items()},
             "scores": [[*key, round(score, 3)] for key, score in sorted(found.scores.items())],
+            **passing_spectrum(self.spectrum.covered, self.spectrum.passed),  # the regression check's reach
         }
         if not found.top:
             doc["unrecorded"] = self.spectrum.why_empty()

@@ -165,7 +165,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "When a plan's ranking will be read, re-run the failing tests' files once to rank its suspects by "
             "what each test runs ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands."),
     KeySpec("verification.regression", STRING, "affected",
-            "Before a `success`, re-run the tests that can reach the changed code (`affected`), the capture's "
+            "Before a `success`, re-run the tests that can reach the changed code by their imports or recorded spectrum (`affected`), the capture's "
             "whole command (`full`) or none (`off`) ([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
     KeySpec("verification.regression_budget_seconds", NUMBER, 600,
             "Timeout of one regression check; past it the iteration counts as a `timeout`, never a `success`.", judging=True, most=DAY_SECONDS),

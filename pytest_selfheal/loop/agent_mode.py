@@ -9,6 +9,8 @@ like a fix. A selected test that this run should have run and did not (deleted, 
 deselected, ``-k``-ed away: ``gone``) is ``missing``: not verified, and the run still counts.
 A run with the code unchanged since the previous iteration is an iteration with nothing
 tried (loop/attempts.py): the first says so and continues, the second in a row stops.
+A passing selection is a success only after the regression check, which a run selecting at
+least what the capture did runs; a narrower one says it is not yet checked and is not counted.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.loop.messages import naming_changes
-from pytest_selfheal.loop.regression import check_incident
+from pytest_selfheal.loop.regression import NOT_YET_CHECKED, check_incident, narrower_than_capture, passes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import run_selection
@@ -205,6 +207,22 @@ def record_agent_attempts(
             result.lines.append(edited_keys)
         changed_harness = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
                                            loaded=loaded) if incident.captured else [])
+        # Tests, conftests edited since the capture: a pass with them is never `success`.
+        tests_edited = changed(project_root, incident.test_digests)
+        narrower = None if incident.captured is None or not passes(run_outcomes) or tests_edited or changed_harness \
+            else narrower_than_capture(store, incident.captured, project_root, invocation, project_root / (run_dir or ""))
+        if narrower is not None:
+            # A success needs the regression check, which a quick run of the failing tests skips:
+            # nothing is decided, so the budget is not spent on it.
+            words = shlex.join(narrower)
+            result.lines.append(
+                f"selfheal: incident {incident.incident_id}: {NOT_YET_CHECKED}: this run is "
+                f"narrower than the capture's ({words or 'its default selection'}), so it is not counted as an "
+                f"iteration; run {' '.join(['pytest --selfheal', words]).strip()} (or the stop gate, or MCP "
+                "run_tests with no selection) for the check and the verdict")
+            result.covered.update(selection)
+            result.still_open.append(incident.incident_id)
+            continue
         # A passing selection: the tests the change can reach run before it can be a success.
         regression = None if incident.captured is None else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
@@ -223,8 +241,7 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
             not_run=not_run,
-            # Tests, conftests edited since the capture: a pass with them is never `success`.
-            tests_edited=changed(project_root, incident.test_digests),
+            tests_edited=tests_edited,
             harness_changed=changed_harness,
             regression=regression,
         )

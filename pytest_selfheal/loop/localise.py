@@ -28,6 +28,7 @@ from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.loop.attempts import ensure_plan, require_inbox
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.regression import passing_spectrum_of
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, trusted_options, verify_dir_prefix
@@ -35,7 +36,7 @@ from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.plan.suspects import FunctionKey, Spectrum
+from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, Spectrum, passing_spectrum
 from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
@@ -158,6 +159,10 @@ def localise(
                              invocation_dir=start_dir(project_root, incident.invocation_dir))
         spectrum = _NOTHING if done.timed_out else read_spectrum(out)
         why = unrecorded_reason(out, done.timed_out, done.exit_code, effective.settings.verification.timeout_seconds)
+        passing = {} if done.timed_out else passing_spectrum_of(out)
+    if passing:  # what the passing neighbours ran: the regression check's reach
+        run.store.write_run_file(incident_id, PASSING_SPECTRUM_FILE,
+                                 json.dumps(passing_spectrum(passing, passing)))
     if not spectrum.top:
         say(f"selfheal: localisation recorded nothing ({why}); the capture's plan stands")
         return plan

@@ -6,7 +6,8 @@ Once an iteration's selection passes, the tests that can reach the changed code 
 module, directly or through other project modules, found statically from the imports
 (:func:`affected_test_files`); where that cannot be known (a changed conftest, plugin,
 configuration or data file, a module nothing imports by name, a test that reaches a
-module importing by a computed name) the capture's whole command — or ``full``, or ``off``.
+module importing by a computed name) the capture's whole command; and, where a spectrum was
+recorded, the tests that entered a changed function (:func:`spectrum_reach`) — or ``full``, or ``off``.
 
 A failing test is the change's fault only when it is not the incident's (the capture's
 failures and the selection are not re-judged here), fails again on a re-run (else it is
@@ -37,7 +38,9 @@ from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor, redact_cases
@@ -62,6 +65,8 @@ Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
 BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
 # The index of the check's selection file (store.selection_file), after any plan command's.
 REGRESSION_SELECTION = 99
+# What a run narrower than the capture says of a passing selection (it runs no check).
+NOT_YET_CHECKED = "passes; not yet checked for regressions"
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,46 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
                   and is_test_file(rel) and (root / rel).is_file())
 
 
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? ", re.M)
+
+
+def _touched_functions(tree: Path, commit: str, rel: str) -> Optional[set[int]]:
+    """The ``def`` lines of the captured ``rel``'s functions the change touched; None when any
+    function of it may behave otherwise (a change at module level or in a class body) or that
+    cannot be known (a file git cannot show or that does not parse)."""
+    try:
+        module = ast.parse(run_git(tree, ["show", f"{commit}:./{rel}"]), rel)
+        diff = run_git(tree, ["diff", "-U0", "--no-renames", "--no-ext-diff", commit, "--", rel])
+    except (GitFailed, SyntaxError, ValueError):
+        return None
+    spans = [(min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno, node.lineno)
+             for node in ast.walk(module) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    lines: set[int] = set()
+    for hunk in _HUNK.finditer(diff):
+        start, count = int(hunk[1]), int(hunk[2] or 1)
+        low, high = (start, start + count - 1) if count else (start, start + 1)  # lines added after ``start``
+        if not any(first <= low and high <= last for first, last, _ in spans):
+            return None
+        lines.update(line for first, last, line in spans if first <= high and low <= last)
+    return lines
+
+
+def spectrum_reach(tree: Path, commit: Optional[str], changed: Sequence[str],
+                   spectrum: Mapping[str, Collection[FunctionKey]], *, by_function: bool = True) -> set[str]:
+    """The test files of the tests whose recorded spectrum (the functions each ran on the
+    captured code) entered a function the change touched: what reaches the change at run time
+    only (a module loaded from a path or a name in data). ``by_function`` False: any function of
+    a changed file (the capture saw other code than its commit)."""
+    paths = {key[0] for keys in spectrum.values() for key in keys} & {c for c in changed if c.endswith(".py")}
+    if not commit or not paths:
+        return set()
+    touched = {rel: _touched_functions(tree, commit, rel) if by_function else None for rel in paths}
+    return {nodeid.split("::", 1)[0] for nodeid, keys in spectrum.items()
+            if any(path in touched and (touched[path] is None or line in (touched[path] or ()))
+                   for path, _name, line in keys)
+            and (tree / nodeid.split("::", 1)[0]).is_file()}
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -419,6 +464,7 @@ def check_regressions(
     rules: Sequence[Rule] = (),
     redactor: Optional[Redactor] = None,
     skip: Collection[Path] = (),
+    spectrum: Mapping[str, Collection[FunctionKey]] = {},
 ) -> Optional[RegressionCheck]:
     """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
 
@@ -429,6 +475,8 @@ def check_regressions(
     capture's; ``captured_tree``: where the captured code already is (the user's tree while a
     repair works in a worktree), else the commit is checked out — when ``clean_capture``: a
     capture with uncommitted changes saw other code than its commit, so a failure counts.
+    ``spectrum``: the functions each passing test ran on the captured code (node id → keys),
+    where one was recorded: a test that entered a changed function runs too.
     """
     if mode == OFF:
         return None
@@ -444,14 +492,18 @@ def check_regressions(
         return nodeid in known or "::".join(p for p in mangle_nodeid(nodeid) if p) in known_identities
 
     files: Optional[list[str]] = None
+    ran_it: set[str] = set()  # test modules only a recorded spectrum shows reaching the change
     if mode == AFFECTED:
         changed = changed_files(tree, commit)
         if changed is not None:
             files = affected_test_files(tree, changed, skip=skip)
+        if files is not None and changed is not None:
+            ran_it = spectrum_reach(tree, commit, changed, spectrum, by_function=clean_capture) - set(files)
     if files is None:
         scope, words = "the capture's whole command", list(whole_command)
     else:
-        scope, words = f"{len(files)} test module(s) that import the change", files
+        scope, words = f"{len(files)} test module(s) that import the change", sorted({*files, *ran_it})
+        scope += f", {len(ran_it)} whose recorded spectrum ran it" if ran_it else ""
     outcomes: dict[str, str] = {}
     failures: dict[str, models.Failure] = {}
 
@@ -537,13 +589,9 @@ def check_incident(
     (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
     driver and agent mode call before every iteration can be a ``success``."""
     settings = effective.settings.verification
-    passed = bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
-    if settings.regression == OFF or not passed:
+    if settings.regression == OFF or not passes(outcomes, failed):
         return None
-    try:
-        context = store.read_context(incident.incident_id)
-    except SelfhealError:
-        context = None
+    context = _context(store, incident)
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
@@ -553,7 +601,49 @@ def check_incident(
         budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
             incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
+        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE),
     )
+
+
+def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
+    """Every test of a selection passed (``failed``: a failure or a timeout besides): the
+    iteration is a candidate ``success``, and the regression check decides."""
+    return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
+
+
+def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
+    """The passing tests' spectrum written at ``path`` (plan/suspects.py); empty without one."""
+    try:
+        return read_passing_spectrum(path.read_text(encoding="utf-8"))
+    except OSError:
+        return {}
+
+
+def _context(store: Store, incident: Incident) -> Optional[RunContext]:
+    try:
+        return store.read_context(incident.incident_id)
+    except SelfhealError:
+        return None
+
+
+def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
+    """Whether a run of ``run_words`` runs every test the capture's words select (both
+    rootdir-relative; none: pytest's default selection, the widest a run has)."""
+    if not run_words or any(w in ("", ".") for w in run_words):
+        return True
+    return bool(capture) and all(
+        any(c == w or c.startswith((w.rstrip("/") + "/", w + "::", w + "[")) for w in run_words) for c in capture)
+
+
+def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args: Sequence[str],
+                          run_dir: Path) -> Optional[list[str]]:
+    """The capture's selection words when a run of ``run_args`` started in ``run_dir`` does not
+    run them all (its passing selection is not yet checked for regressions); None when it does."""
+    context = _context(store, incident)
+    if context is None:
+        return None
+    capture = capture_words(context.invocation_args, context.cwd, tree)
+    return None if covers(capture_words(run_args, str(run_dir), tree), capture) else capture
 
 
 @contextmanager
@@ -565,5 +655,6 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         yield path
 
 
-__all__ = ["AFFECTED", "FULL", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "is_test_file", "nodeid_of", "regression_line", "regression_words", "short_name"]
+__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
+           "capture_words", "changed_files", "check_incident", "check_regressions", "covers", "is_test_file",
+           "narrower_than_capture", "nodeid_of", "passes", "passing_spectrum_of", "regression_line", "spectrum_reach", "regression_words", "short_name"]

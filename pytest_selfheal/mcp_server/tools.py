@@ -348,7 +348,7 @@ class Project:
         from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
         from pytest_selfheal.loop.messages import changed_summary
         from pytest_selfheal.loop.policy import FLAKY
-        from pytest_selfheal.loop.regression import regression_words
+        from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
         from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
         from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
 
@@ -420,6 +420,12 @@ class Project:
             unseen = "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines if NO_VERDICT in line)
             return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
                         summary="all selected tests passed and no incident is open" + unseen, next="nothing to fix")
+        unchecked = next((line.strip().removeprefix("selfheal: ") for line in plugin_lines
+                          if NOT_YET_CHECKED in line), "")
+        if unchecked:
+            return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
+                              summary=unchecked, next="call run_tests with no selection: that run checks what "
+                              "the change broke and is the incident's next iteration")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
         return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                     plugin_lines=tuple(plugin_lines),

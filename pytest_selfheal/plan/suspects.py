@@ -19,6 +19,7 @@ calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -297,6 +298,25 @@ def spectrum_evidence(
         if keys:
             top[nodeid] = tuple(_spectrum_ref(k, scores.get(k, 0.0)) for k in keys)
     return Spectrum(top, scores)
+
+
+# The functions each passing test ran, kept per incident (``error_runs/<id>/``) from a capture
+# with ``--selfheal-spectrum`` or the loop's localisation run: the regression check reads them.
+PASSING_SPECTRUM_FILE = "spectrum.json"
+
+
+def passing_spectrum(covered: Mapping[str, AbstractSet[FunctionKey]], passed: Iterable[str]) -> dict[str, object]:
+    """The :data:`PASSING_SPECTRUM_FILE` of the tests in ``passed``: ``{"tests": {node id: [[path, name, line], …]}}``."""
+    return {"tests": {n: sorted([*k] for k in covered[n]) for n in sorted(passed) if covered.get(n)}}
+
+
+def read_passing_spectrum(text: str) -> dict[str, frozenset[FunctionKey]]:
+    """What :func:`passing_spectrum` wrote, as JSON text; empty when it does not parse (it only ever adds tests)."""
+    try:
+        tests = json.loads(text)["tests"]
+        return {str(n): frozenset((str(p), str(name), int(line)) for p, name, line in keys) for n, keys in tests.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:

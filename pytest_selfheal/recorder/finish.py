@@ -10,6 +10,7 @@ loop, and writes the report.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -32,6 +33,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
 from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Failed, Recorder
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
@@ -171,6 +173,9 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         passed_on_rerun = []  # recorded with the capture
         recorder.incident_id = result.incident_id
         recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
+        if recorder.spectrum is not None and recorder.spectrum.passed:  # the regression check's reach
+            recorder.store().write_run_file(result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
+                passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
         if recorder.loop_requested():
@@ -267,8 +272,7 @@ def _attach_to_stopped(
             recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
             continue
         sticky.continue_stopped(store, match)
-        recorder.lines.append((SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
-                                        "and the code changed since: this run is its next iteration"))
+        at = len(recorder.lines)
         resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
         outcomes = _outcomes_of(recorder, resumed, failures)
         agent = agent_mode.record_agent_attempts(
@@ -279,6 +283,10 @@ def _attach_to_stopped(
             loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
+        # A narrower run that passes is continued, not counted (loop/agent_mode.py).
+        recorder.lines.insert(at, (SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
+                                            "and the code changed since: " + ("this run is its next iteration"
+                                            if incident_id in agent.touched else "it continues")))
         still_open += agent.still_open
         recorder.outcomes.update(outcomes)
         recorder.open_incidents += resumed
