@@ -406,21 +406,59 @@ def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verifi
     assert "STOP success" not in result.stdout + result.stderr, result.stdout + result.stderr
 
 
+# A plugin passing every report, as a conftest or a module an option loads.
+GREENIFY = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+            "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+CHEATS = {
+    "init_monkeypatch": ({"tests/__init__.py": "import calc\ncalc.mul = lambda a, b: a * b\n"}, ""),
+    "conftest_plugin": ({"tests/conftest.py": GREENIFY}, ""),
+    "addopts_plugin": ({"tests/greenify.py": GREENIFY}, " -p tests.greenify"),
+    "weakened_test": ({"tests/test_calc.py": FILES["tests/test_calc.py"].replace("== 6", "in (5, 6)")}, ""),
+}
+
+
+def _new_seal_at_a_terminal(project: Path, incident_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`selfheal reopen ID --new-seal` as an agent can run it: its own variable unset, a
+    pseudo-terminal from `script`, `y` on stdin."""
+    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
+    return subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
+                          capture_output=True, timeout=120, env={k: v for k, v in env.items() if k != "CLAUDECODE"})
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
-@pytest.mark.xfail(strict=True, reason="an agent that unsets its own variable (or is one the list does not name) "
-                   "and runs `script -qec 'selfheal reopen ID --new-seal' /dev/null` with `y` on stdin gets a "
-                   "pseudo-terminal, so the new seal is taken: its tests/__init__.py monkeypatch then passes, STOP "
-                   "success. A terminal proves a pseudo-terminal, not a person (docs/loop.md, docs/reliability.md)")
-def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path, cheat: str) -> None:
+    """Whoever answers the terminal: a change under which the captured code passes the
+    failing test is never sealed."""
     project = _project(tmp_path)
     incident_id = _capture(project)
-    (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
-    assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
-    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
-    subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
-                   capture_output=True, timeout=120, env={k: v for k, v in run_env().items() if k != "CLAUDECODE"})
-    assert "STOP success" not in run_pytest_selfheal(project).stdout
+    files, addopts = CHEATS[cheat]
+    for name, text in files.items():
+        (project / name).write_text(text)
+    env = {"PYTEST_ADDOPTS": run_env()["PYTEST_ADDOPTS"] + addopts}
+    stopped = run_pytest_selfheal(project, env=env).stdout
+    assert "-> STOP " in stopped and "STOP success" not in stopped, stopped
+    refused = _new_seal_at_a_terminal(project, incident_id, run_env(env))
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert "no new seal: `test_mul` (passed) no longer fail on the captured code with what changed since" \
+        in refused.stdout, refused.stdout
+    assert "STOP success" not in run_pytest_selfheal(project, env=env).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
+def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_itself(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    with (project / "pytest.ini").open("a") as ini:
+        ini.write("markers =\n    slow: a slow test\n")
+    (project / "calc.py").write_text(CALC.replace("a * b - 1", "a * b"))
+    assert "STOP harness_changed (pytest.ini: markers" in run_pytest_selfheal(project).stdout
+    taken = _new_seal_at_a_terminal(project, incident_id, run_env())
+    assert taken.returncode == 0 and f"reopened {incident_id}" in taken.stdout, taken.stdout
+    result = run_pytest_selfheal(project).stdout
+    assert "-> STOP success" in result, result
 
 
 @pytest.mark.slow
