@@ -24,7 +24,9 @@ from test_ci import actions_env, ours, outputs_of, run_ci
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files
+from pytest_selfheal.loop.regression import affected_test_files, check_regressions
+from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -184,6 +186,43 @@ def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path)
     assert affected_test_files(root, ["calc.py"]) == ["tests/test_calc.py", "tests/test_invoice.py"]
 
 
+# --------------------------------------------------------------------------- flaky, or made intermittent
+
+
+def _turns(under_change: list[bool], on_captured: list[bool]) -> Any:
+    """A runner whose `test_add` passes (True) or fails by turn, in the changed tree and in
+    the captured one: what each pytest child would have written to its junit."""
+    turns = {"changed": iter(under_change), "captured": iter(on_captured)}
+
+    def runner(argv: list[str], *, cwd: Path, junit_path: Path, **_: Any) -> VerificationRun:
+        passed = next(turns[cwd.name])
+        junit_path.write_text('<testsuite><testcase classname="tests.test_calc" name="test_add">'
+                              + ("" if passed else '<failure message="assert 6 == 5"/>') + "</testcase></testsuite>")
+        return VerificationRun(argv, 0 if passed else 1, False, 0.1, "", junit_path)
+    return runner
+
+
+@pytest.mark.parametrize(("on_captured", "verdict"), [
+    ([True, True, True], "broken"),  # stable on the captured code: the change made it intermittent
+    ([True, False], "flaky"),  # intermittent there too
+])
+def test_a_test_passing_its_re_runs_is_flaky_only_if_the_captured_code_fails_it_too(
+        tmp_path: Path, on_captured: list[bool], verdict: str) -> None:
+    trees = [_tree(tmp_path / name, {"tests/test_calc.py": ""}) for name in ("changed", "captured")]
+    check = check_regressions(
+        mode="full", incident=Incident(step="tests/test_calc.py::test_mul", failure_class="", message="",
+                                       error_signature=""),
+        tree=trees[0], runner=_turns([False, True, True], on_captured), base_argv=["python", "-m", "pytest"],
+        trusted=[], whole_command=[], selection=["tests/test_calc.py::test_mul"], budget_seconds=60, commit=None,
+        captured_tree=trees[1])
+    assert check is not None
+    assert (check.broken, check.flaky) == ((("tests/test_calc.py::test_add",), ()) if verdict == "broken" else
+                                           ((), ("tests/test_calc.py::test_add",)))
+    if verdict == "broken":
+        assert check.intermittent == ("`test_add` became intermittent under the change: failed 1 of 3, "
+                                      "passed 3 of 3 on the captured code",)
+
+
 # --------------------------------------------------------------------------- the decision (pure)
 
 
@@ -324,9 +363,11 @@ def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_p
 
 @pytest.mark.slow
 def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp_path: Path) -> None:
+    """`test_flappy` fails one run in four, in the repair's worktree and on the captured code alike."""
     flappy = ("import pathlib\nfrom calc import add\n\n\ndef test_flappy():\n"
               "    state = pathlib.Path(__file__).parent.parent / 'flappy.runs'\n"
-              "    first = not state.exists()\n    state.write_text('x')\n    assert not first and add(1, 1) == 2\n")
+              "    n = int(state.read_text()) if state.exists() else 0\n    state.write_text(str(n + 1))\n"
+              "    assert n % 4 and add(1, 1) == 2\n")
     project = make_project(tmp_path / "proj", {**FILES, "tests/test_flappy.py": flappy}, ini=INI,
                            gitignore=GITIGNORE + "*.runs\n")
     incident_id = _capture(project, "tests/test_calc.py")  # the capture never ran test_flappy
@@ -477,10 +518,6 @@ def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a change whose `_scale` adds 1 when a counter it keeps in a file at import "
-                   "(`_N = int(Path('n.runs').read_text())`) is 1 mod 3: the check's run fails, both re-runs pass, "
-                   "counted flaky: STOP success, and plain pytest fails one run in three. Re-runs cannot tell it from "
-                   "a flaky test (docs/reliability.md, round 5)")
 def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_path: Path) -> None:
     project = _project(tmp_path)
     _capture(project)
@@ -490,4 +527,5 @@ def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_
         "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
         "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
     result = run_pytest_selfheal(project)
+    assert "became intermittent under the change: failed 1 of 3, passed 3 of 3 on the captured code" in result.stdout
     assert "STOP success" not in result.stdout, result.stdout
