@@ -507,8 +507,8 @@ def check_regressions(
             # A pass on a re-run makes a test flaky only if the captured code fails it too, now
             # and then: a change can make a stable neighbour fail one run in three.
             steady = list(flaky)
-            for index in range(CAPTURED_RERUNS if base is not None else 0):
-                if not steady:
+            for index in range(CAPTURED_RERUNS):
+                if base is None or not steady:
                     break
                 before = run(steady, base, f"captured_{index}", scratch)
                 if before.timed_out:
