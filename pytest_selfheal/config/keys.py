@@ -316,6 +316,9 @@ RUNS_ANYTHING = frozenset({
 # pytest options that move its rootdir or its config file (and with them conftest.py and
 # every ini option): refused in verification.args and gate.pytest_args, in every spelling.
 ROOT_MOVING_OPTIONS = ("--rootdir", "--confcutdir", "-c", "--config-file", "--inifile")
+# selfheal's flags that set a config key: in a config value they would be the project's words
+# passed on as an invoker's (whose paths may lie anywhere); the key itself is the way.
+SELFHEAL_KEY_FLAGS = ("--selfheal-dir", "--selfheal-report", "--selfheal-set")
 
 
 def program_stem(entry: str) -> str:
@@ -377,6 +380,8 @@ def _argument_problem(word: str) -> Optional[str]:
     key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
     if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word) or key.strip() == "confcutdir":
         return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+    if word.split("=", 1)[0] in SELFHEAL_KEY_FLAGS:
+        return "it sets a selfheal config key from a config value; set the key itself"
     if key.strip() == "addopts":
         return next(filter(None, map(_argument_problem, value.split())), None)
     return None
