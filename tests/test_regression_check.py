@@ -503,6 +503,24 @@ def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_it
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="an agent that deletes the incident that stopped harness_changed (`selfheal "
+                   "prune --older-than 0`, `rm -rf .selfheal`, or a new `reports_dir`) forgets its stop: the cheat's "
+                   "green run is plain green, the gate says 'tests passed'. The stop lives only in the project tree "
+                   "(docs/reliability.md, round 5)")
+@pytest.mark.parametrize("forget", ["prune", "delete"])
+def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget: str) -> None:
+    project = _project(tmp_path)
+    _capture(project)
+    (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
+    assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
+    if forget == "prune":
+        assert cli("prune", "--older-than", "0", cwd=project).returncode == 0
+    else:
+        shutil.rmtree(project / ".selfheal")
+    assert "STOP" in run_pytest_selfheal(project).stdout
+
+
+@pytest.mark.slow
 def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_path: Path) -> None:
     """`calc.py` patches `json.loads` at import: `test_json` (it imports nothing of the
     project) fails beside it in the whole suite and passes alone."""
