@@ -482,7 +482,7 @@ def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path, che
     assert "-> STOP " in stopped and "STOP success" not in stopped, stopped
     refused = _new_seal_at_a_terminal(project, incident_id, run_env(env))
     assert refused.returncode == 5, refused.stdout + refused.stderr
-    assert "no new seal: `test_mul` (passed) no longer fail on the captured code with what changed since" \
+    assert "no new seal: the failing test(s) `test_mul` (passed) do not fail on the captured code with what changed since" \
         in refused.stdout, refused.stdout
     assert "STOP success" not in run_pytest_selfheal(project, env=env).stdout
 

@@ -151,7 +151,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "with `replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
             "Reports root (incidents, plans, runs, archive); a relative path is relative to "
-            "the project root (pytest's rootdir) and must lie inside it, an absolute one too unless a flag "
+            "the project root (pytest's rootdir) and must lie inside it, an absolute one too unless its invoker's flag "
             "gives it ([paths](#paths-commands-arguments-and-patterns)), every symbolic link on its way "
             "followed (one leading out is refused, exit 5).", shape=PATH),
     KeySpec("report_path", STRING, None,

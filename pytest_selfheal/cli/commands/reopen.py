@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         passing = passing_without_the_code(store, incident, project, effective)
         if passing:
             named = first_few([f"`{short_name(n)}` ({outcome})" for n, outcome in passing.items()])
-            raise RefusedError(f"no new seal: {named} no longer fail on the captured code with what changed since: "
+            raise RefusedError(f"no new seal: the failing test(s) {named} do not fail on the captured code with what "
+                               "changed since: "
                                "the change passes them by itself, not a fix of the code")
     bucket, previous, after = reopen_incident(store, incident_id)
     if args.new_seal:
