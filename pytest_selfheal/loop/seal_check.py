@@ -35,7 +35,7 @@ from pytest_selfheal.config.seal import (
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.errors import RefusedError, SelfhealError
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.regression import BASE_ARGV, Runner, captured_code
+from pytest_selfheal.loop.regression import BASE_ARGV, REGRESSION_SELECTION, Runner, captured_code
 from pytest_selfheal.loop.verify import observe, run_selection, trusted_options
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
@@ -193,7 +193,8 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
         _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve())
         ran = runner([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
                      junit_path=Path(tmp) / "new_seal.xml", timeout_seconds=float(settings.timeout_seconds),
-                     invocation_dir=start_dir(base, incident.invocation_dir))
+                     invocation_dir=start_dir(base, incident.invocation_dir),
+                     selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION))
         outcomes, _ = observe(ran, selection, rules=rules_for_run(effective.settings.classification_rules, ()),
                               redactor=effective.redactor)
     return {n: outcomes.get(n, OUTCOME_MISSING) for n in selection if outcomes.get(n) not in FAILING_OUTCOMES}
