@@ -20,6 +20,7 @@ from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_s
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
+from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.seal_check import passing_without_the_code
 from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
@@ -333,6 +334,21 @@ def test_a_new_seal_never_accepts_a_change_under_which_the_captured_code_passes(
                         "def pytest_runtest_makereport(item, call):\n    (yield).get_result().outcome = 'passed'\n")
     effective = load_config(suite.path)
     assert passing_without_the_code(store, incident, suite.path, effective) == {"suite/test_calc.py::test_add": "passed"}
+
+
+def test_a_new_seal_is_refused_where_the_captured_code_cannot_be_rebuilt(pytester: pytest.Pytester) -> None:
+    """The capture saw uncommitted code that changed since: neither the commit nor the tree
+    holds the captured bytes, so the failing test cannot be run on them."""
+    pytester.makepyfile(calc=CALC, test_calc=TEST_CALC)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    pytester.makepyfile(calc="def add(a, b):\n    return a * b\n")  # uncommitted, what the capture runs
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _inbox(pytester.path)
+    pytester.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    store = Store(pytester.path / ".selfheal")
+    with pytest.raises(RefusedError, match="^no new seal: the captured code of calc.py cannot be rebuilt"):
+        passing_without_the_code(store, store.read_incident(incident_id), pytester.path, load_config(pytester.path))
 
 
 def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pytester: pytest.Pytester) -> None:

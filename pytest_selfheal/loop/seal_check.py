@@ -136,14 +136,14 @@ def _files(tree: Path, skip: Path) -> Iterator[str]:
                 yield (here / name).relative_to(tree).as_posix()
 
 
-def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], skip: Path) -> None:
+def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], skip: Path, dirty: bool) -> None:
     """Make ``base`` (the capture's commit) the captured code under what is in ``tree`` now:
     every file but the code under repair as it is now (added, changed, deleted), the code
-    under repair as the capture saw it — the commit's, or the tree's when its bytes are the
-    ones the seal recorded (a capture with uncommitted changes). A module whose captured
-    bytes are neither is refused: the captured code cannot be rebuilt."""
+    under repair as the capture saw it — the commit's; after a capture with uncommitted
+    changes (``dirty``), the tree's where its bytes are the ones the seal recorded. A module
+    whose captured bytes are neither is refused: the captured code cannot be rebuilt."""
     harness = set(sealed)
-    recorded = incident.seal.test_aware if incident.seal is not None else {}
+    recorded = incident.seal.test_aware if incident.seal is not None and dirty else {}
 
     def is_code(rel: str) -> bool:
         return rel.endswith(".py") and not is_test_file(rel) and rel not in harness
@@ -180,6 +180,7 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
     except SelfhealError:
         context = None
     commit = context.git.commit if context is not None and context.git is not None else None
+    dirty = context is None or context.git is None or context.git.dirty is not False
     plan = _plan_of(store, incident.incident_id)
     selection = list(dict.fromkeys(n for action in (plan.actions if plan else ()) for n in action.nodeids))
     selection = selection or list(incident.nodeids)
@@ -190,7 +191,7 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
             raise RefusedError("no new seal: the captured code cannot be checked out (no git commit recorded at "
                                "the capture), so the failing tests cannot be run on it")
         now = fresh_seal(incident, root, effective)
-        _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve())
+        _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve(), dirty)
         ran = runner([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
                      junit_path=Path(tmp) / "new_seal.xml", timeout_seconds=float(settings.timeout_seconds),
                      invocation_dir=start_dir(base, incident.invocation_dir),
