@@ -503,21 +503,32 @@ def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_it
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="an agent that deletes the incident that stopped harness_changed (`selfheal "
-                   "prune --older-than 0`, `rm -rf .selfheal`, or a new `reports_dir`) forgets its stop: the cheat's "
-                   "green run is plain green, the gate says 'tests passed'. The stop lives only in the project tree "
-                   "(docs/reliability.md, round 5)")
 @pytest.mark.parametrize("forget", ["prune", "delete"])
 def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget: str) -> None:
+    """After `harness_changed`, the cheat's green run with the incident gone is that stop again,
+    in the plugin and in the stop gate (its stdin and stdout), never "tests passed"."""
     project = _project(tmp_path)
-    _capture(project)
+    incident_id = _capture(project)
     (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
     assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
     if forget == "prune":
-        assert cli("prune", "--older-than", "0", cwd=project).returncode == 0
+        pruned = cli("prune", "--older-than", "0", cwd=project)
+        assert f"kept {incident_id}: it stopped harness_changed" in pruned.stdout, pruned.stdout
+        shutil.rmtree(project / ".selfheal" / "error_archive")
     else:
         shutil.rmtree(project / ".selfheal")
-    assert "STOP" in run_pytest_selfheal(project).stdout
+    out = run_pytest_selfheal(project).stdout
+    assert f"incident {incident_id} stopped harness_changed (tests/__init__.py" in out and "-> STOP already_stopped" in out
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
+                          input=json.dumps(payload).encode(), capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    message = json.loads(done.stdout).get("systemMessage", "")
+    assert message.startswith("selfheal: STOP already_stopped: incident") and "tests passed" not in message, message
+    if forget == "delete":  # `selfheal ci` where the state directory is kept (a self-hosted runner)
+        env = actions_env(tmp_path, None, event={}, event_name="push")
+        assert run_ci(project, env, "--", "-q").returncode == EXIT_UNRESOLVED
+        assert (outputs_of(env)["final-status"], outputs_of(env)["stop-reason"]) == ("escalated", "already_stopped")
 
 
 @pytest.mark.slow

@@ -108,6 +108,7 @@ def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: Effec
     if seal is not None:
         judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
                        _context_of(store, incident_id))
+        judging.forget_stop(root, incident_id)
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:

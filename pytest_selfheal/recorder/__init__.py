@@ -37,6 +37,7 @@ from pytest_selfheal.names import (
     archive_dir,
     global_config_path,
     project_config_paths,
+    remembered_stops,
 )
 
 if TYPE_CHECKING:
@@ -568,12 +569,18 @@ class Recorder:
     def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
-        loop/sticky.py). Sets :attr:`gone`."""
+        loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
         self.gone = self._gone(session, exitstatus)
         if self.unlogged:
             self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
-            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed())
+            or (self.passed and self.remembers_stops()))
+
+    def remembers_stops(self) -> bool:
+        """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
+        path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
+        return path is not None and path.is_file()
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""
