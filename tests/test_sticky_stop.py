@@ -299,12 +299,16 @@ def test_a_stop_outlives_its_records_renamed_moved_pruned_or_deleted(weakened: t
 
 
 @pytest.mark.slow
-def test_a_success_forgets_the_stop(weakened: tuple[pytest.Pytester, str]) -> None:
+def test_a_success_over_the_stopped_tests_forgets_the_stop(weakened: tuple[pytest.Pytester, str]) -> None:
+    """The records deleted, the tests restored: their new incident's honest fix forgets the old stop."""
     p, incident_id = weakened
-    p.makepyfile(test_mod=TESTS, mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
-    found = STATUS.search(_green_verdict(p))
-    assert found and (found.group(1), found.group(4)) == (incident_id, "STOP success")
     shutil.rmtree(p.path / ".selfheal")
+    p.makepyfile(test_mod=TESTS)
+    assert p.runpytest("--selfheal").ret == 1
+    (fresh,) = _ids(p, "inbox")
+    p.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
+    found = STATUS.search(_green_verdict(p))
+    assert found and (found.group(1), found.group(4)) == (fresh, "STOP success")
     assert "already stopped" not in _green_verdict(p) and judging.remembered(p.path) == []
 
 

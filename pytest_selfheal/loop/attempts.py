@@ -542,7 +542,7 @@ def finalize(
         harness = attempts[-1].harness_changed if attempts else ()
         judging.remember_stop(project_root, judging.RememberedStop(
             incident_id, reason, messages.changed_summary(harness) if harness else decision.message or "", last,
-            pol.max_iterations))
+            pol.max_iterations, tuple(attempts[-1].outcomes) if attempts else ()))
         records = ev.since_last_reopen(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)

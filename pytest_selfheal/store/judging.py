@@ -146,6 +146,7 @@ class RememberedStop:
     detail: str  # what the stop named (the changed files, the edited tests…)
     iteration: int
     max_iterations: int
+    nodeids: tuple[str, ...] = ()  # its selection: a later incident's success over all of it forgets it too
 
 
 def _stops_file(project_root: Path) -> Optional[Path]:
@@ -160,24 +161,31 @@ def remembered(project_root: Path) -> list[RememberedStop]:
     for incident_id, entry in sorted(doc.items()):
         try:
             out.append(RememberedStop(incident_id, str(entry["stop_reason"]), str(entry.get("detail", "")),
-                                      int(entry["iteration"]), int(entry["max_iterations"])))
+                                      int(entry["iteration"]), int(entry["max_iterations"]),
+                                      tuple(str(n) for n in entry.get("nodeids", ()))))
         except (KeyError, TypeError, ValueError):
             continue  # an entry not of selfheal's writing is no stop
     return out
 
 
 def remember_stop(project_root: Path, stop: RememberedStop) -> None:
-    """Keep ``stop`` when it is not a fix; a success forgets the incident's stop."""
+    """Keep ``stop`` when it is not a fix. A success forgets the incident's stop, and any other
+    whose whole selection it verified under its own seal (a new capture after the old one was deleted)."""
     path = _stops_file(project_root)
     if path is None or (stop.stop_reason not in NOT_A_FIX and stop.stop_reason != StopReason.SUCCESS):
         return
     doc = _read(path) or {}
     if stop.stop_reason == StopReason.SUCCESS:
-        if doc.pop(stop.incident_id, None) is None:
+        verified = set(stop.nodeids)
+        kept = {key: entry for key, entry in doc.items() if key != stop.incident_id and not (
+            isinstance(entry, dict) and entry.get("nodeids") and verified.issuperset(entry["nodeids"]))}
+        if kept == doc:
             return
+        doc = kept
     else:
         doc[stop.incident_id] = {"stop_reason": stop.stop_reason, "detail": stop.detail[:300],
-                                 "iteration": stop.iteration, "max_iterations": stop.max_iterations}
+                                 "iteration": stop.iteration, "max_iterations": stop.max_iterations,
+                                 "nodeids": list(stop.nodeids[:1000])}
     _write(path, doc)
 
 
