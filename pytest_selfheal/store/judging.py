@@ -12,8 +12,8 @@ makes them good again: the edit is remembered until a person takes a new seal
 (:func:`accept`, ``selfheal reopen --new-seal``).
 
 A stop that says the tests pass but it is not a fix (:data:`NOT_A_FIX`) is kept there too,
-keyed by the project root (:func:`remember_stop`), until the incident succeeds or a person
-takes a new seal: a green run whose reports root no longer holds that incident stopped
+keyed by the project root (:func:`remember_stop`), until a success over its tests or a new
+seal: a green run whose reports root no longer holds that incident stopped
 (deleted, pruned, moved, renamed, another ``reports_dir``) is that stop again, never a pass
 (:func:`forgotten_stops`, which every green verdict goes through: the plugin's session end).
 """
@@ -35,6 +35,7 @@ from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import is_incident_id
 
 RECORDS_EDITED = "the incident's records were edited outside selfheal"
 _INCIDENT_KEYS = ("seal", "test_digests", "nodeids", "tdd_nodeids", "pytest_options", "invocation_dir", "rootdir")
@@ -197,16 +198,15 @@ def forget_stop(project_root: Path, incident_id: str) -> None:
 def forgotten_stops(project_root: Path, reports_root: Path) -> list[RememberedStop]:
     """The kept not-a-fix stops of ``project_root`` whose incident ``reports_root`` no longer
     holds as stopped or open (in ``error_inbox/`` or the escalated archive): a green run then is
-    that stop, never a pass. A person who deleted such an incident on purpose removes the
-    stops file named in docs/loop.md."""
-    stops = remembered(project_root)
+    that stop, never a pass."""
+    stops = [stop for stop in remembered(project_root) if is_incident_id(stop.incident_id)]
     held = [reports_root / INBOX_DIR, reports_root / archive_dir(IncidentStatus.ESCALATED)]
     return [stop for stop in stops if not any((folder / stop.incident_id).is_dir() for folder in held)]
 
 
 def forgotten_line(stop: RememberedStop) -> str:
     """The status line of a green run that is a forgotten stop (the already-stopped grammar,
-    loop/sticky.py ``parse_already_stopped``), then what it named."""
+    loop/sticky.py ``parse_already_stopped``)."""
     return (f"selfheal: incident {stop.incident_id} iteration {stop.iteration} of {stop.max_iterations}: "
             f"this run's tests already stopped ({stop.stop_reason}), {RECORDS_GONE} -> STOP already_stopped")
 
