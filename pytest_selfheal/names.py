@@ -9,6 +9,7 @@ the store: so it imports nothing of the package, and it does no I/O (the pure co
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
@@ -102,6 +103,15 @@ def state_dir(env: Mapping[str, str]) -> Optional[Path]:
         return Path(base) / "pytest-selfheal"
     home = _home(env)
     return home / ".local" / "state" / "pytest-selfheal" if home is not None else None
+
+
+def remembered_stops(env: Mapping[str, str], project_root: str) -> Optional[Path]:
+    """Where the stops of a project's incidents that passed without a fix are kept (store/judging.py),
+    keyed by the project root's real path (``project_root``): a new reports root or a deleted one
+    does not hide them."""
+    state = state_dir(env)
+    key = hashlib.sha256(project_root.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return state / "stops" / f"{key}.json" if state is not None else None
 
 
 def installed_bytecode(env: Mapping[str, str]) -> Optional[Path]:

@@ -66,7 +66,7 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     *(("pytest_selfheal.mcp_server.tools", f"pytest_selfheal.{name}") for name in (
         "cleanroom", "hooks", "process", "loop.agent_mode", "loop.attempts", "loop.messages", "loop.policy", "loop.seal_check",
         "loop.regression", "loop.sticky", "loop.verify", "repair.apply", "report.incident_view", "report.load", "report.sections",
-        "run.entry", "run.pytest_run")),
+        "run.entry", "run.pytest_run", "store.judging")),
     ("pytest_selfheal.mcp_server.digest", "pytest_selfheal.plan.build"),  # only a digest that shows the plan
     # A stop hook whose gate did not start (a bad argument, a broken install) still answers, redacted.
     ("pytest_selfheal.cli.main", "pytest_selfheal.redact"),

@@ -20,6 +20,7 @@ from pytest_selfheal.errors import EXIT_USAGE
 
 SHELL_REFUSAL = "a shell, an interpreter or a launcher runs whatever its arguments say"
 ROOT_REFUSAL = "it moves pytest's rootdir or config file"
+FLAG_REFUSAL = "it sets a selfheal config key from a config value; set the key itself"
 
 
 def _config(project: Path, section: dict[str, Any]) -> Path:
@@ -62,6 +63,9 @@ REFUSED = [
     ({"verification": {"args": ["@more-args.txt"]}}, "refusing \"@more-args.txt\": pytest would read more arguments"),
     ({"verification": {"args": ["-o", "confcutdir=/"]}}, f'args[1]: refusing "confcutdir=/": {ROOT_REFUSAL}'),
     ({"verification": {"args": ["--override-ini=addopts=-x --rootdir=/"]}}, "args[0]: refusing \"--override-ini="),
+    # selfheal's own flags in a config value: the project's words passed on as an invoker's
+    ({"gate": {"pytest_args": ["--selfheal-dir=/tmp/x"]}}, f'pytest_args[0]: refusing "--selfheal-dir=/tmp/x": {FLAG_REFUSAL}'),
+    ({"verification": {"args": ["-o", "addopts=--selfheal-set=reports_dir=/"]}}, "args[1]: refusing"),
     # bounded counts
     ({"max_iterations": 10**12}, "max_iterations: expected an integer from 1 to 1000, got 1000000000000"),
     ({"new_tests": {"reruns": 101}}, "new_tests.reruns: expected an integer from 1 to 100, got 101"),
@@ -133,6 +137,19 @@ def test_the_plugin_refuses_before_any_test_runs(pytester: pytest.Pytester) -> N
     assert outside.ret == pytest.ExitCode.USAGE_ERROR
     outside.stderr.fnmatch_lines(["*pytest ini (*): ralf_lite.reports_dir: refusing *: it leads out of the project*"])
     assert not (pytester.path / "ran").exists() and not elsewhere.exists()
+
+
+@pytest.mark.parametrize("flag", ["--selfheal-dir={}", "--selfheal-set=reports_dir={}", "--selfheal-report={}/r.md"])
+def test_a_path_flag_in_the_ini_addopts_is_the_projects_and_stays_inside_it(pytester: pytest.Pytester, flag: str) -> None:
+    pytester.makepyfile(test_a="def test_a():\n    open('ran', 'w').close()\n")
+    elsewhere = pytester.path.parent / "elsewhere"
+    pytester.makeini(f"[pytest]\naddopts = {flag.format(elsewhere)}\n")  # text committed with the project
+    refused = pytester.runpytest("--selfheal")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines([f"*selfheal: {flag.split('=')[0]} in the addopts of the pytest ini (*): "
+                                  "ralf_lite.*: refusing *: it leads out of the project*"])
+    assert not (pytester.path / "ran").exists() and not elsewhere.exists()
+    assert pytester.runpytest("--selfheal", flag.format(elsewhere)).ret == 0  # the invoker's own choice
 
 
 def test_selfheal_ci_refuses_before_any_test_runs(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ from test_mcp import session
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files, covers, spectrum_reach
+from pytest_selfheal.loop.regression import affected_test_files, check_regressions, covers, spectrum_reach
+from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
@@ -232,6 +234,43 @@ def test_a_change_that_patches_another_module_may_reach_any_test(tmp_path: Path)
     assert affected_test_files(root, ["calc.py"]) == ["tests/test_calc.py", "tests/test_invoice.py"]
 
 
+# --------------------------------------------------------------------------- flaky, or made intermittent
+
+
+def _turns(under_change: list[bool], on_captured: list[bool]) -> Any:
+    """A runner whose `test_add` passes (True) or fails by turn, in the changed tree and in
+    the captured one: what each pytest child would have written to its junit."""
+    turns = {"changed": iter(under_change), "captured": iter(on_captured)}
+
+    def runner(argv: list[str], *, cwd: Path, junit_path: Path, **_: Any) -> VerificationRun:
+        passed = next(turns[cwd.name])
+        junit_path.write_text('<testsuite><testcase classname="tests.test_calc" name="test_add">'
+                              + ("" if passed else '<failure message="assert 6 == 5"/>') + "</testcase></testsuite>")
+        return VerificationRun(argv, 0 if passed else 1, False, 0.1, "", junit_path)
+    return runner
+
+
+@pytest.mark.parametrize(("on_captured", "verdict"), [
+    ([True, True, True], "broken"),  # stable on the captured code: the change made it intermittent
+    ([True, False], "flaky"),  # intermittent there too
+])
+def test_a_test_passing_its_re_runs_is_flaky_only_if_the_captured_code_fails_it_too(
+        tmp_path: Path, on_captured: list[bool], verdict: str) -> None:
+    trees = [_tree(tmp_path / name, {"tests/test_calc.py": ""}) for name in ("changed", "captured")]
+    check = check_regressions(
+        mode="full", incident=Incident(step="tests/test_calc.py::test_mul", failure_class="", message="",
+                                       error_signature=""),
+        tree=trees[0], runner=_turns([False, True, True], on_captured), base_argv=["python", "-m", "pytest"],
+        trusted=[], whole_command=[], selection=["tests/test_calc.py::test_mul"], budget_seconds=60, commit=None,
+        captured_tree=trees[1])
+    assert check is not None
+    assert (check.broken, check.flaky) == ((("tests/test_calc.py::test_add",), ()) if verdict == "broken" else
+                                           ((), ("tests/test_calc.py::test_add",)))
+    if verdict == "broken":
+        assert check.intermittent == ("`test_add` became intermittent under the change: failed 1 of 3, "
+                                      "passed 3 of 3 on the captured code",)
+
+
 # --------------------------------------------------------------------------- the decision (pure)
 
 
@@ -418,9 +457,11 @@ def test_selfheal_ci_a_proposed_fix_that_broke_neighbours_is_escalated_not_fix_p
 
 @pytest.mark.slow
 def test_a_test_that_fails_then_passes_on_a_re_run_is_flaky_not_a_regression(tmp_path: Path) -> None:
+    """`test_flappy` fails one run in four, in the repair's worktree and on the captured code alike."""
     flappy = ("import pathlib\nfrom calc import add\n\n\ndef test_flappy():\n"
               "    state = pathlib.Path(__file__).parent.parent / 'flappy.runs'\n"
-              "    first = not state.exists()\n    state.write_text('x')\n    assert not first and add(1, 1) == 2\n")
+              "    n = int(state.read_text()) if state.exists() else 0\n    state.write_text(str(n + 1))\n"
+              "    assert n % 4 and add(1, 1) == 2\n")
     project = make_project(tmp_path / "proj", {**FILES, "tests/test_flappy.py": flappy}, ini=INI,
                            gitignore=GITIGNORE + "*.runs\n")
     incident_id = _capture(project, "tests/test_calc.py")  # the capture never ran test_flappy
@@ -500,21 +541,88 @@ def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verifi
     assert "STOP success" not in result.stdout + result.stderr, result.stdout + result.stderr
 
 
+# A plugin passing every report, as a conftest or a module an option loads.
+GREENIFY = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+            "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+CHEATS = {
+    "init_monkeypatch": ({"tests/__init__.py": "import calc\ncalc.mul = lambda a, b: a * b\n"}, ""),
+    "conftest_plugin": ({"tests/conftest.py": GREENIFY}, ""),
+    "addopts_plugin": ({"tests/greenify.py": GREENIFY}, " -p tests.greenify"),
+    "weakened_test": ({"tests/test_calc.py": FILES["tests/test_calc.py"].replace("== 6", "in (5, 6)")}, ""),
+}
+
+
+def _new_seal_at_a_terminal(project: Path, incident_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`selfheal reopen ID --new-seal` as an agent can run it: its own variable unset, a
+    pseudo-terminal from `script`, `y` on stdin."""
+    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
+    return subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
+                          capture_output=True, timeout=120, env={k: v for k, v in env.items() if k != "CLAUDECODE"})
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
-@pytest.mark.xfail(strict=True, reason="an agent that unsets its own variable (or is one the list does not name) "
-                   "and runs `script -qec 'selfheal reopen ID --new-seal' /dev/null` with `y` on stdin gets a "
-                   "pseudo-terminal, so the new seal is taken: its tests/__init__.py monkeypatch then passes, STOP "
-                   "success. A terminal proves a pseudo-terminal, not a person (docs/loop.md, docs/reliability.md)")
-def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_new_seal_cannot_be_taken_through_a_faked_terminal(tmp_path: Path, cheat: str) -> None:
+    """Whoever answers the terminal: a change under which the captured code passes the
+    failing test is never sealed."""
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    files, addopts = CHEATS[cheat]
+    for name, text in files.items():
+        (project / name).write_text(text)
+    env = {"PYTEST_ADDOPTS": run_env()["PYTEST_ADDOPTS"] + addopts}
+    stopped = run_pytest_selfheal(project, env=env).stdout
+    assert "-> STOP " in stopped and "STOP success" not in stopped, stopped
+    refused = _new_seal_at_a_terminal(project, incident_id, run_env(env))
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert "no new seal: the failing test(s) `test_mul` (passed) do not fail on the captured code with what changed since" \
+        in refused.stdout, refused.stdout
+    assert "STOP success" not in run_pytest_selfheal(project, env=env).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
+def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_itself(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    with (project / "pytest.ini").open("a") as ini:
+        ini.write("markers =\n    slow: a slow test\n")
+    (project / "calc.py").write_text(CALC.replace("a * b - 1", "a * b"))
+    assert "STOP harness_changed (pytest.ini: markers" in run_pytest_selfheal(project).stdout
+    taken = _new_seal_at_a_terminal(project, incident_id, run_env())
+    assert taken.returncode == 0 and f"reopened {incident_id}" in taken.stdout, taken.stdout
+    result = run_pytest_selfheal(project).stdout
+    assert "-> STOP success" in result, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forget", ["prune", "delete"])
+def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget: str) -> None:
+    """After `harness_changed`, the cheat's green run with the incident gone is that stop again,
+    in the plugin and in the stop gate (its stdin and stdout), never "tests passed"."""
     project = _project(tmp_path)
     incident_id = _capture(project)
     (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
     assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
-    command = " ".join([sys.executable, "-m", "pytest_selfheal", "reopen", incident_id, "--new-seal"])
-    subprocess.run(["script", "-qec", command, "/dev/null"], cwd=project, input="y\n", text=True,
-                   capture_output=True, timeout=120, env={k: v for k, v in run_env().items() if k != "CLAUDECODE"})
-    assert "STOP success" not in run_pytest_selfheal(project).stdout
+    if forget == "prune":
+        pruned = cli("prune", "--older-than", "0", cwd=project)
+        assert f"kept {incident_id}: it stopped harness_changed" in pruned.stdout, pruned.stdout
+        shutil.rmtree(project / ".selfheal" / "error_archive")
+    else:
+        shutil.rmtree(project / ".selfheal")
+    out = run_pytest_selfheal(project).stdout
+    assert f"incident {incident_id} stopped harness_changed (tests/__init__.py" in out and "-> STOP already_stopped" in out
+    payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
+    done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
+                          input=json.dumps(payload).encode(), capture_output=True, timeout=300,
+                          env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+    message = json.loads(done.stdout).get("systemMessage", "")
+    assert message.startswith("selfheal: STOP already_stopped: incident") and "tests passed" not in message, message
+    if forget == "delete":  # `selfheal ci` where the state directory is kept (a self-hosted runner)
+        env = actions_env(tmp_path, None, event={}, event_name="push")
+        assert run_ci(project, env, "--", "-q").returncode == EXIT_UNRESOLVED
+        assert (outputs_of(env)["final-status"], outputs_of(env)["stop-reason"]) == ("escalated", "already_stopped")
 
 
 @pytest.mark.slow
@@ -533,10 +641,6 @@ def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a change whose `_scale` adds 1 when a counter it keeps in a file at import "
-                   "(`_N = int(Path('n.runs').read_text())`) is 1 mod 3: the check's run fails, both re-runs pass, "
-                   "counted flaky: STOP success, and plain pytest fails one run in three. Re-runs cannot tell it from "
-                   "a flaky test (docs/reliability.md, round 5)")
 def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_path: Path) -> None:
     project = _project(tmp_path)
     _capture(project)
@@ -546,6 +650,7 @@ def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_
         "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
         "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
     result = run_pytest_selfheal(project)
+    assert "became intermittent under the change: failed 1 of 3, passed 3 of 3 on the captured code" in result.stdout
     assert "STOP success" not in result.stdout, result.stdout
 
 

@@ -18,11 +18,15 @@ import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
+from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
+from pytest_selfheal.errors import RefusedError
+from pytest_selfheal.loop.seal_check import passing_without_the_code
 from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.store import judging
+from pytest_selfheal.store.root import Store
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -313,6 +317,38 @@ def test_a_reopen_keeps_the_seal_and_a_new_seal_needs_a_person_at_a_terminal(sui
     assert refused.returncode == 5 and "needs a terminal to confirm it" in refused.stderr, refused
     under_agent = cli("reopen", incident_id, "--new-seal", cwd=suite.path, env=run_env({"CLAUDECODE": "1"}))
     assert under_agent.returncode == 5 and "refused under a coding agent (CLAUDECODE is set)" in under_agent.stderr
+
+
+def test_a_new_seal_never_accepts_a_change_under_which_the_captured_code_passes(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `selfheal reopen --new-seal` runs after the person's yes: the failing test on the
+    captured code under what is there now. A hook passing every report passes it: refused,
+    whoever said yes (a person's change is still sealed: tests/test_regression_check.py
+    `-k person_still`, slow tier)."""
+    (incident_id,) = _inbox(suite.path)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # the runs' children: a tiny project
+    store = Store(suite.path / ".selfheal")
+    incident = store.read_incident(incident_id)
+    conftest = suite.path / "suite" / "conftest.py"
+    conftest.write_text("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+                        "def pytest_runtest_makereport(item, call):\n    (yield).get_result().outcome = 'passed'\n")
+    effective = load_config(suite.path)
+    assert passing_without_the_code(store, incident, suite.path, effective) == {"suite/test_calc.py::test_add": "passed"}
+
+
+def test_a_new_seal_is_refused_where_the_captured_code_cannot_be_rebuilt(pytester: pytest.Pytester) -> None:
+    """The capture saw uncommitted code that changed since: neither the commit nor the tree
+    holds the captured bytes, so the failing test cannot be run on them."""
+    pytester.makepyfile(calc=CALC, test_calc=TEST_CALC)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    git_commit_all(pytester.path, "project")
+    pytester.makepyfile(calc="def add(a, b):\n    return a * b\n")  # uncommitted, what the capture runs
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _inbox(pytester.path)
+    pytester.makepyfile(calc="def add(a, b):\n    return a + b\n")
+    store = Store(pytester.path / ".selfheal")
+    with pytest.raises(RefusedError, match="^no new seal: the captured code of calc.py cannot be rebuilt"):
+        passing_without_the_code(store, store.read_incident(incident_id), pytester.path, load_config(pytester.path))
 
 
 def test_raised_thresholds_and_enabled_false_after_the_capture_do_not_apply(pytester: pytest.Pytester) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from helpers import TWO_BUGS_TESTS, cli, clone_project, events_named, git_commit_all
 
 from pytest_selfheal.records.models import Failure
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.root import Store
 
 TESTS = TWO_BUGS_TESTS
@@ -413,3 +415,62 @@ def test_failures_over_the_capture_cap_keep_the_incident_from_success(pytester: 
     assert (result["stop_reason"], result["final_status"]) == ("unverified_failures", "escalated"), looped.stderr
     report = cli("report", incident_id, cwd=pytester.path).stdout
     assert "**Never verified**" in report and "1 failing test(s) over the capture's cap" in report
+
+
+# --------------------------------------------------------------------------- a stop outlives its records
+
+GONE = re.compile(r"^selfheal: incident (incident_\S+) iteration 1 of 3: this run's tests already stopped "
+                  r"\(tests_edited\), its records are gone from the reports root \(deleted or moved outside selfheal\) "
+                  r"-> STOP already_stopped$", re.M)
+
+
+def _green_verdict(p: pytest.Pytester, *args: str) -> str:
+    result = p.runpytest("--selfheal", *args)
+    assert result.ret == 0  # pytest's own verdict stands
+    return result.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_stop_outlives_its_records_renamed_moved_pruned_or_deleted(weakened: tuple[pytest.Pytester, str]) -> None:
+    """After `tests_edited`, whatever takes the incident out of the reports root, the weakened
+    test's green run is that stop again, never a plain pass."""
+    p, incident_id = weakened
+    escalated = p.path / ".selfheal" / "error_archive" / "escalated"
+    pruned = cli("prune", "--older-than", "0", cwd=p.path)
+    assert f"kept {incident_id}: it stopped tests_edited" in pruned.stdout and (escalated / incident_id).is_dir()
+    (escalated / incident_id).rename(escalated / "incident_renamed")
+    found = GONE.search(_green_verdict(p))
+    assert found and found.group(1) == incident_id
+    (escalated / "incident_renamed").rename(escalated / incident_id)
+    out = _green_verdict(p, "--selfheal-dir", "elsewhere")  # another reports root
+    assert GONE.search(out) and f"incident {incident_id} stopped tests_edited (" in out, out
+    shutil.rmtree(p.path / ".selfheal")
+    out = _green_verdict(p)
+    assert GONE.search(out) and "captured" not in out, out
+
+
+@pytest.mark.slow
+def test_a_success_over_the_stopped_tests_forgets_the_stop(weakened: tuple[pytest.Pytester, str]) -> None:
+    """The records deleted, the tests restored: their new incident's honest fix forgets the old stop."""
+    p, incident_id = weakened
+    shutil.rmtree(p.path / ".selfheal")
+    p.makepyfile(test_mod=TESTS)
+    assert p.runpytest("--selfheal").ret == 1
+    (fresh,) = _ids(p, "inbox")
+    p.makepyfile(mod="def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
+    found = STATUS.search(_green_verdict(p))
+    assert found and (found.group(1), found.group(4)) == (fresh, "STOP success")
+    assert "already stopped" not in _green_verdict(p) and judging.remembered(p.path) == []
+
+
+def test_a_kept_stop_whose_records_are_gone_is_no_pass_until_a_success(pytester: pytest.Pytester) -> None:
+    """The cheap look of a green run: a kept `harness_changed` stop, its incident in no reports root."""
+    pytester.makepyfile(test_ok="def test_ok():\n    assert True\n")
+    stop = judging.RememberedStop("incident_20260101_000000_abcdef", "harness_changed", "tests/__init__.py", 2, 3)
+    judging.remember_stop(pytester.path, stop)
+    out = _green_verdict(pytester)
+    assert ("selfheal: incident incident_20260101_000000_abcdef iteration 2 of 3: this run's tests already stopped "
+            "(harness_changed), its records are gone") in out, out
+    assert "incident incident_20260101_000000_abcdef stopped harness_changed (tests/__init__.py); its records" in out
+    judging.remember_stop(pytester.path, replace(stop, stop_reason="success"))
+    assert "already stopped" not in _green_verdict(pytester)

@@ -28,6 +28,7 @@ from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.root import Store
 
 GHOST = "incident_20990101_000000_zz"
@@ -310,6 +311,18 @@ def test_prune_deletes_only_archived_incidents_old_enough(project: Path) -> None
     assert not store.plans_dir(closed).exists() and not store.runs_dir(closed).exists()
     assert store.exists(still_open)  # the inbox is never pruned
     assert store.incident_ids() == [still_open]
+
+
+def test_prune_keeps_an_incident_whose_stop_said_the_tests_pass_without_a_fix(project: Path) -> None:
+    store = Store(project / ".selfheal")
+    stopped, other = new_incident(store, day=17), new_incident(store, day=18)
+    for incident_id in (stopped, other):
+        assert cli("archive", incident_id, "--as", "escalated", cwd=project).returncode == EXIT_OK
+    judging.remember_stop(project, judging.RememberedStop(stopped, "tests_edited", "tests/test_a.py", 1, 3))
+    result = cli("prune", "--older-than", "0", cwd=project)
+    assert result.stdout.splitlines()[0] == (f"kept {stopped}: it stopped tests_edited, which stands until it "
+                                             "succeeds or a person takes a new seal"), result.stdout
+    assert store.incident_ids() == [stopped]
 
 
 def test_prune_completes_an_interrupted_prune_and_refuses_an_open_incident(project: Path) -> None:

@@ -147,7 +147,7 @@ SCHEMA: tuple[KeySpec, ...] = (
             "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop with "
             "`replan_requested` instead of escalating."),
     KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
-            "Reports root (incidents, plans, runs, archive), inside the project root "
+            "Reports root (incidents, plans, runs, archive), inside the project root unless its invoker's flag gives it, every symbolic link on its way followed "
             "([paths](#paths-commands-arguments-and-patterns)).", shape=PATH),
     KeySpec("report_path", STRING, None,
             "Where to write the loop report markdown, a path like `reports_dir`. `null`: no report file.", nullable=True, shape=PATH),
@@ -282,6 +282,9 @@ RUNS_ANYTHING = frozenset({
 # pytest options that move its rootdir or its config file (and with them conftest.py and
 # every ini option): refused in verification.args and gate.pytest_args, in every spelling.
 ROOT_MOVING_OPTIONS = ("--rootdir", "--confcutdir", "-c", "--config-file", "--inifile")
+# selfheal's flags that set a config key: in a config value they would be the project's words
+# passed on as an invoker's (whose paths may lie anywhere); the key itself is the way.
+SELFHEAL_KEY_FLAGS = ("--selfheal-dir", "--selfheal-report", "--selfheal-set")
 
 
 def program_stem(entry: str) -> str:
@@ -343,6 +346,8 @@ def _argument_problem(word: str) -> Optional[str]:
     key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
     if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word) or key.strip() == "confcutdir":
         return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
+    if word.split("=", 1)[0] in SELFHEAL_KEY_FLAGS:
+        return "it sets a selfheal config key from a config value; set the key itself"
     if key.strip() == "addopts":
         return next(filter(None, map(_argument_problem, value.split())), None)
     return None

@@ -83,6 +83,7 @@ class Override:
     key: str
     value: Any
     origin: str
+    project: bool = False  # a flag the project's files gave (the pytest ini's addopts): paths stay inside it
 
 
 @dataclass(frozen=True)
@@ -553,14 +554,17 @@ def build_effective_config(
     project_root: Optional[str] = None,
 ) -> EffectiveConfig:
     """Files, then ini options, then overrides; errors reported in that order (files are checked
-    already). A file's or ini option's path must lie inside ``project_root`` (an override's is its invoker's)."""
+    already). A path from a file, an ini option or a flag the project gave must lie inside
+    ``project_root``; one its invoker gave is the invoker's choice."""
     project_layers = [*file_layers, *ini_layers(ini, ini_origin)]
-    for layer in project_layers if project_root is not None else ():
+    flag_layers = override_layers(overrides)
+    projects = [*project_layers, *(layer for layer, o in zip(flag_layers, overrides) if o.project)]
+    for layer in projects if project_root is not None else ():
         for key, value in layer.values.items():
             if SPECS[key].shape == PATH and isinstance(value, str) and outside_project(value, str(project_root)):
                 raise config_error(f"{layer.origin}: {ROOT_KEY}.{key}: refusing {describe_value(value)}: "
                                    f"it leads out of the project {project_root}; configure a path inside it")
-    return merge_layers([*project_layers, *override_layers(overrides)])
+    return merge_layers([*project_layers, *flag_layers])
 
 
 # --- judging keys -------------------------------------------------------------------

@@ -75,6 +75,7 @@ from pytest_selfheal.history.segment_dir import (
     this_run_segments,
 )
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
+from pytest_selfheal.loop.stopped import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
 from pytest_selfheal.records.incident import Incident
@@ -87,7 +88,7 @@ from pytest_selfheal.report.load import load_incident_run, read_report
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
-from pytest_selfheal.store import fsio
+from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.root import Store
 
 DEFAULT_REPORT_FILE = "ralf_lite_report.md"
@@ -395,7 +396,12 @@ def run_ci(
         verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
             passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
-        if verdict.final_status == FinalStatus.FAILED:
+        gone = judging.forgotten_stops(project, root) if verdict.final_status == FinalStatus.PASSED else []
+        if gone:  # a stop kept outside the project whose records are gone: no pass (store/judging.py)
+            verdict = CiVerdict(FinalStatus.ESCALATED, ALREADY_STOPPED, gone[0].iteration, gone[0].incident_id, code)
+            rep.warn(f"incident {gone[0].incident_id} stopped {gone[0].stop_reason} ({gone[0].detail}); "
+                     f"{judging.RECORDS_GONE}")
+        elif verdict.final_status == FinalStatus.FAILED:
             rep.warn("pytest reported failing tests but no incident was captured (is the selfheal plugin "
                      "disabled by the pytest arguments, or did the capture fail? see the log above)")
         elif verdict.final_status == FinalStatus.ERROR:

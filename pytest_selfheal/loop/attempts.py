@@ -53,6 +53,7 @@ from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.source import project_source
@@ -538,6 +539,10 @@ def finalize(
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             run.write_run_result(RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
+        harness = attempts[-1].harness_changed if attempts else ()
+        judging.remember_stop(project_root, judging.RememberedStop(
+            incident_id, reason, messages.changed_summary(harness) if harness else decision.message or "", last,
+            pol.max_iterations, tuple(attempts[-1].outcomes) if attempts else ()))
         records = ev.since_last_reopen(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)

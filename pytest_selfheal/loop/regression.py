@@ -10,9 +10,11 @@ module importing by a computed name) the capture's whole command; and, where a s
 recorded, the tests that entered a changed function (:func:`spectrum_reach`) — or ``full``, or ``off``.
 
 A failing test is the change's fault only when it is not the incident's (the capture's
-failures and the selection are not re-judged here), fails again on a re-run (else it is
-flaky) and passes on the captured code: the repair's worktree leaves the user's tree as the
-capture saw it; otherwise the capture's commit, checked out once in a detached worktree.
+failures and the selection are not re-judged here), fails again on a re-run and passes on
+the captured code: the repair's worktree leaves the user's tree as the capture saw it;
+otherwise the capture's commit, checked out once in a detached worktree. One that passes its
+re-runs is flaky only when it is intermittent on the captured code too (a failure in
+:data:`CAPTURED_RERUNS` runs there); else the change made it intermittent: broken.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ REGRESSION_SELECTION = 99
 # What a run narrower than the capture says of a passing selection (it runs no check).
 NOT_YET_CHECKED = "passes; not yet checked for regressions"
 
+# Runs on the captured code of a test that failed under the change and passed its re-runs:
+# one failure there makes it flaky; passing them all, the change made it intermittent.
+CAPTURED_RERUNS = 3
+
 
 @dataclass(frozen=True)
 class RegressionCheck:
@@ -76,16 +82,18 @@ class RegressionCheck:
     ran: int  # tests the check ran (its re-runs not counted)
     broken: tuple[str, ...] = ()  # tests the change broke: fail twice, pass on the captured code
     failures: tuple[models.Failure, ...] = ()  # their failures (redacted)
-    flaky: tuple[str, ...] = ()  # failed, then passed on a re-run: not the change's fault
+    flaky: tuple[str, ...] = ()  # failed, then passed on a re-run, intermittent on the captured code too
     preexisting: tuple[str, ...] = ()  # fail on the captured code too: not the change's fault
     scope: str = ""  # what ran: "3 test modules that import the change", "the capture's whole command"
     timed_out: bool = False  # the check hit verification.regression_budget_seconds: nothing is known
+    intermittent: tuple[str, ...] = ()  # of ``broken``: how each one the change made intermittent ran
 
     def ran_text(self) -> str:
         """``the regression check ran 12 test(s) (3 test module(s) that import the change)``, and
         what it did not blame on the change (failing on the captured code too, flaky)."""
         notes = [f"{len(self.preexisting)} failing on the captured code too"] if self.preexisting else []
         notes += [f"{len(self.flaky)} flaky (passed on a re-run)"] if self.flaky else []
+        notes += list(self.intermittent[:3])
         return f"the regression check ran {self.ran} test(s) ({self.scope})" + "".join(f"; {n}" for n in notes)
 
     def summary(self) -> str:
@@ -530,26 +538,44 @@ def check_regressions(
         # that passes alone runs again as the check ran it: beside the modules a change patches
         # (``json.loads = …``) it can fail every time.
         flaky: tuple[str, ...] = tuple(candidates)
+        runs = 1
         for selection in (candidates, words):
             again = run(selection, tree, "rerun", scratch)
             if again.timed_out:
                 return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
             failures.update(again.failures)
             flaky = tuple(n for n in flaky if again.outcomes.get(n) == models.OUTCOME_PASSED)
+            runs += 1
             if not flaky:
                 break
         failing = [n for n in candidates if n not in flaky]
         preexisting: tuple[str, ...] = ()
-        if failing:
-            with _captured(captured_tree, tree, commit if clean_capture else None, scratch) as base:
-                if base is not None:
-                    before = run(failing, base, "captured", scratch)
-                    if before.timed_out:
-                        return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
-                    preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
+        intermittent: list[str] = []  # flaky under the change only: passed every run on the captured code
+        with _captured(captured_tree, tree, commit if clean_capture else None, scratch) as base:
+            if base is not None and failing:
+                before = run(failing, base, "captured", scratch)
+                if before.timed_out:
+                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
+            # A pass on a re-run makes a test flaky only if the captured code fails it too, now
+            # and then: a change can make a stable neighbour fail one run in three.
+            steady = list(flaky)
+            for index in range(CAPTURED_RERUNS):
+                if base is None or not steady:
+                    break
+                before = run(steady, base, f"captured_{index}", scratch)
+                if before.timed_out:
+                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                steady = [n for n in steady if before.outcomes.get(n) not in models.FAILING_OUTCOMES]
+            on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code" if base is not None
+                           else "the captured code could not be run")
+            intermittent = [f"`{short_name(n)}` became intermittent under the change: failed 1 of {runs}, {on_captured}"
+                            for n in steady]
+            flaky = tuple(n for n in flaky if n not in steady)
+            failing += steady
         broken = tuple(n for n in failing if n not in preexisting)
         return RegressionCheck(len(outcomes), broken, tuple(failures[n] for n in broken if n in failures),
-                               flaky, preexisting, scope)
+                               flaky, preexisting, scope, intermittent=tuple(intermittent))
 
 
 def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:

@@ -7,19 +7,39 @@ capture, and what changed since in what decides what runs (config/seal.py).
 - :func:`harness_changed`: what changed in the seal, each named; a non-empty answer stops
   the iteration with ``harness_changed`` (never ``success``).
 - :func:`fresh_seal`: the seal ``selfheal reopen --new-seal`` (a person at a terminal) records.
+- :func:`passing_without_the_code`: a new seal is no more than a capture would be: taken only
+  where the failing tests still fail on the captured code under what is there now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import filecmp
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.config.seal import NOTHING_LOADED, Loaded, harness_changes, judging_changes, replaced_code, reseal
+from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.analysis.rules import rules_for_run
+from pytest_selfheal.config.seal import (
+    NOTHING_LOADED,
+    Loaded,
+    harness_changes,
+    judging_changes,
+    replaced_code,
+    reseal,
+    sha256,
+)
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
-from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.errors import RefusedError, SelfhealError
+from pytest_selfheal.loop.invocation import start_dir
+from pytest_selfheal.loop.regression import BASE_ARGV, REGRESSION_SELECTION, Runner, captured_code
+from pytest_selfheal.loop.verify import observe, run_selection, trusted_options
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.store import judging
@@ -88,6 +108,7 @@ def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: Effec
     if seal is not None:
         judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
                        _context_of(store, incident_id))
+        judging.forget_stop(root, incident_id)
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
@@ -98,4 +119,88 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
     return reseal(incident.seal, root, judging=judging_values(effective))
 
 
-__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config"]
+# --------------------------------------------------------------------------- a new seal is a capture's trust
+
+# Folders whose files never take part in a test run of the project: tools', caches, environments.
+_NOT_THE_PROJECT = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
+
+
+def _files(tree: Path, skip: Path) -> Iterator[str]:
+    """The project's files below ``tree`` (relative POSIX paths), outside hidden folders,
+    caches, environments and the reports root ``skip``."""
+    for folder, dirs, names in os.walk(tree):
+        here = Path(folder)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _NOT_THE_PROJECT
+                   and (here / d).resolve() != skip and not (here / d / "pyvenv.cfg").exists()]
+        for name in names:
+            if (here / name).is_file():
+                yield (here / name).relative_to(tree).as_posix()
+
+
+def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], skip: Path, dirty: bool) -> None:
+    """Make ``base`` (the capture's commit) the captured code under what is in ``tree`` now:
+    every file but the code under repair as it is now (added, changed, deleted), the code
+    under repair as the capture saw it — the commit's; after a capture with uncommitted
+    changes (``dirty``), the tree's where its bytes are the ones the seal recorded. A module
+    whose captured bytes are neither is refused: the captured code cannot be rebuilt."""
+    harness = set(sealed)
+    recorded = incident.seal.test_aware if incident.seal is not None and dirty else {}
+
+    def is_code(rel: str) -> bool:
+        return rel.endswith(".py") and not is_test_file(rel) and rel not in harness
+
+    now = set(_files(tree, skip))
+    for rel in sorted(now | set(_files(base, skip))):
+        source, target = tree / rel, base / rel
+        if is_code(rel):
+            captured = recorded.get(rel, "").split(" ", 1)[0]
+            if not captured or (target.is_file() and sha256(target.read_bytes()) == captured):
+                continue  # the commit's (a module the capture did not run: the commit's too)
+            if rel in now and sha256(source.read_bytes()) == captured:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                continue
+            raise RefusedError(f"no new seal: the captured code of {rel} cannot be rebuilt (changed since a "
+                               "capture that held uncommitted changes)")
+        if rel not in now:
+            target.unlink()
+        elif not target.is_file() or not filecmp.cmp(source, target, shallow=False):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig, *,
+                             runner: Runner = run_selection) -> dict[str, str]:
+    """The incident's failing tests (with their outcome) that do not fail on the captured code under what is in
+    ``root`` now besides the code under repair (tests, conftests, configuration, data, this
+    process's environment): the change alone passes them, so a new seal would accept a cheat.
+    A new seal is no more than a fresh capture would be, which happens only on failing tests.
+    ``RefusedError`` when the captured code cannot be rebuilt (no commit recorded, no git)."""
+    try:
+        context = store.read_context(incident.incident_id)
+    except SelfhealError:
+        context = None
+    commit = context.git.commit if context is not None and context.git is not None else None
+    dirty = context is None or context.git is None or context.git.dirty is not False
+    plan = _plan_of(store, incident.incident_id)
+    selection = list(dict.fromkeys(n for action in (plan.actions if plan else ()) for n in action.nodeids))
+    selection = selection or list(incident.nodeids)
+    settings = effective.settings.verification
+    with tempfile.TemporaryDirectory(prefix="selfheal-new-seal-") as tmp, \
+            captured_code(root, commit, Path(tmp)) as base:
+        if base is None:
+            raise RefusedError("no new seal: the captured code cannot be checked out (no git commit recorded at "
+                               "the capture), so the failing tests cannot be run on it")
+        now = fresh_seal(incident, root, effective)
+        _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve(), dirty)
+        ran = runner([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
+                     junit_path=Path(tmp) / "new_seal.xml", timeout_seconds=float(settings.timeout_seconds),
+                     invocation_dir=start_dir(base, incident.invocation_dir),
+                     selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION))
+        outcomes, _ = observe(ran, selection, rules=rules_for_run(effective.settings.classification_rules, ()),
+                              redactor=effective.redactor)
+    return {n: outcomes.get(n, OUTCOME_MISSING) for n in selection if outcomes.get(n) not in FAILING_OUTCOMES}
+
+
+__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config",
+           "passing_without_the_code"]

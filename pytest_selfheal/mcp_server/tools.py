@@ -351,6 +351,7 @@ class Project:
         from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
         from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
         from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
+        from pytest_selfheal.store.judging import RECORDS_GONE
 
         verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
@@ -406,6 +407,12 @@ class Project:
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
+            gone = next((line for line in plugin_lines if RECORDS_GONE in line and "-> STOP" not in line), "")
+            if gone:  # a stop kept outside the project whose records are gone (store/judging.py)
+                return verdict_of(decision=RunDecision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
+                                  iteration=iteration, status="escalated", stopped_because=why,
+                                  summary=f"{gone.strip().removeprefix('selfheal: ')}: this green run is not a pass",
+                                  next="stop here and report to the user")
             bucket, _ = store.locate(incident_id)
             return verdict_of(decision=RunDecision.STOP, stop_reason=ALREADY_STOPPED, incident_id=incident_id,
                         iteration=iteration, status=store.read_status(incident_id), bucket=bucket,

@@ -17,6 +17,7 @@ test ran, the session end (:mod:`.finish`) records the next iteration of an open
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Generator
@@ -36,6 +37,7 @@ from pytest_selfheal.names import (
     archive_dir,
     global_config_path,
     project_config_paths,
+    remembered_stops,
 )
 
 if TYPE_CHECKING:
@@ -123,23 +125,41 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     from pytest_selfheal.errors import SelfhealError
 
     overrides: list[Override] = []
+    addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
     for dest, key in _FLAG_KEYS.items():
         value = config.getoption(dest)
         if value is None:
             continue
+        flag = "--" + dest.replace("_", "-")
+        given = _invoker_values(config, flag)
+        project = not given or given[-1] != value  # the last one wins: pytest puts addopts first
         if dest == "selfheal_dir":
             # A path given on the command line is relative to where pytest was invoked.
             value = str(Path(config.invocation_params.dir, value))
-        flag = "--" + dest.replace("_", "-")
-        overrides.append(Override(key, value, flag))
+        overrides.append(Override(key, value, addopts.format(flag) if project else flag, project=project))
+    given = _invoker_values(config, "--selfheal-set")
     for text in config.getoption("selfheal_set") or []:
-        overrides.append(parse_override(text, "--selfheal-set"))
+        project = text not in given
+        override = parse_override(text, addopts.format("--selfheal-set") if project else "--selfheal-set")
+        overrides.append(Override(override.key, override.value, override.origin, project=project))
     ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
     try:
         return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
     except SelfhealError as exc:
         raise pytest.UsageError(f"selfheal: {exc}") from None
 
+
+
+def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
+    """The values the invoker gave ``flag``, on its command line or in ``PYTEST_ADDOPTS``; one
+    the pytest ini's ``addopts`` alone gives is the project's (its paths stay inside it)."""
+    try:
+        words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
+    except ValueError:  # pytest read it already; a quote it could not read is no value here
+        words = list(config.invocation_params.args)
+    return [word.partition("=")[2] if word.startswith(f"{flag}=") else words[index + 1]
+            for index, word in enumerate(words)
+            if word.startswith(f"{flag}=") or (word == flag and index + 1 < len(words))]
 
 
 def _crash_message(report: Any) -> str:
@@ -549,12 +569,18 @@ class Recorder:
     def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
-        loop/sticky.py). Sets :attr:`gone`."""
+        loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
         self.gone = self._gone(session, exitstatus)
         if self.unlogged:
             self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
-            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed())
+            or (self.passed and self.remembers_stops()))
+
+    def remembers_stops(self) -> bool:
+        """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
+        path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
+        return path is not None and path.is_file()
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""

@@ -43,6 +43,7 @@ from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import atomic_write_text, project_path
 
 if TYPE_CHECKING:
@@ -139,6 +140,9 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         remaining, continued = _attach_to_stopped(recorder, remaining, failures, git, exitstatus,
                                                   None if options_problem else options, iterated)
         still_open += continued
+    if not remaining and not still_open and recorder.passed and recorder.remembers_stops():
+        recorder.lines.extend((ESSENTIAL, line) for line in forgotten_stop_lines(
+            Path(recorder.config.rootpath), recorder.reports_root))
     if remaining and still_open:
         # One incident at a time: new failures wait in the attempt until the open one closes.
         recorder.lines.append((SUMMARY,
@@ -188,6 +192,15 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         recorder.lines.extend((SUMMARY if index == 0 else DETAIL, line) for index, line in enumerate(lines))
     recorder.lines.extend((SUMMARY, Line(f"warning: {w}", Tone.WARN)) for w in warnings)
     _write_report(recorder)
+
+
+def forgotten_stop_lines(project_root: Path, reports_root: Path) -> list[str]:
+    """A green run over a not-a-fix stop whose incident's records are gone: that stop again,
+    never a pass (store/judging.py)."""
+    return [line for stop in judging.forgotten_stops(project_root, reports_root) for line in (
+        Line(judging.forgotten_line(stop), Tone.BAD),
+        f"selfheal: incident {stop.incident_id} stopped {stop.stop_reason} ({stop.detail}); {judging.RECORDS_GONE}: "
+        "kept outside the project, the stop stands (docs/loop.md)")]
 
 
 def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[str]) -> list[Failure]:

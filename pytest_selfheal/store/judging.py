@@ -10,6 +10,12 @@ keyed by the reports root and the incident (a copy of the project is judged apar
 :func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
 makes them good again: the edit is remembered until a person takes a new seal
 (:func:`accept`, ``selfheal reopen --new-seal``).
+
+A stop that says the tests pass but it is not a fix (:data:`NOT_A_FIX`) is kept there too,
+keyed by the project root (:func:`remember_stop`), until a success over its tests or a new
+seal: a green run whose reports root no longer holds that incident stopped
+(deleted, pruned, moved, renamed, another ``reports_dir``) is that stop again, never a pass
+(:func:`forgotten_stops`, which every green verdict goes through: the plugin's session end).
 """
 
 from __future__ import annotations
@@ -17,16 +23,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.errors import StoreIOError
-from pytest_selfheal.names import state_dir
+from pytest_selfheal.names import INBOX_DIR, archive_dir, remembered_stops, state_dir
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.ids import is_incident_id
 
 RECORDS_EDITED = "the incident's records were edited outside selfheal"
 _INCIDENT_KEYS = ("seal", "test_digests", "nodeids", "tdd_nodeids", "pytest_options", "invocation_dir", "rootdir")
@@ -123,4 +132,85 @@ def edited(reports_root: Path, incident: Incident, plan: Optional[Plan], context
     return plan is not None and kept.get("plan") not in (None, plan_digest(plan))
 
 
-__all__ = ["RECORDS_EDITED", "accept", "context_digest", "edited", "incident_digest", "plan_digest", "remember"]
+# The stops whose selection may pass: the judge said it is not a fix.
+NOT_A_FIX = (StopReason.HARNESS_CHANGED, StopReason.TESTS_EDITED, StopReason.UNVERIFIED_FAILURES,
+             StopReason.REGRESSION)
+RECORDS_GONE = "its records are gone from the reports root (deleted or moved outside selfheal)"
+
+
+@dataclass(frozen=True)
+class RememberedStop:
+    """A not-a-fix stop as kept outside the project."""
+
+    incident_id: str
+    stop_reason: str
+    detail: str  # what the stop named (the changed files, the edited tests…)
+    iteration: int
+    max_iterations: int
+    nodeids: tuple[str, ...] = ()  # its selection: a later incident's success over all of it forgets it too
+
+
+def _stops_file(project_root: Path) -> Optional[Path]:
+    return remembered_stops(os.environ, os.path.realpath(project_root))
+
+
+def remembered(project_root: Path) -> list[RememberedStop]:
+    """The not-a-fix stops kept for ``project_root``."""
+    path = _stops_file(project_root)
+    doc = (_read(path) if path is not None else None) or {}
+    out = []
+    for incident_id, entry in sorted(doc.items()):
+        try:
+            out.append(RememberedStop(incident_id, str(entry["stop_reason"]), str(entry.get("detail", "")),
+                                      int(entry["iteration"]), int(entry["max_iterations"]),
+                                      tuple(str(n) for n in entry.get("nodeids", ()))))
+        except (KeyError, TypeError, ValueError):
+            continue  # an entry not of selfheal's writing is no stop
+    return out
+
+
+def remember_stop(project_root: Path, stop: RememberedStop) -> None:
+    """Keep ``stop`` when it is not a fix. A success forgets the incident's stop, and any other
+    whose whole selection it verified under its own seal (a new capture after the old one was deleted)."""
+    path = _stops_file(project_root)
+    if path is None or (stop.stop_reason not in NOT_A_FIX and stop.stop_reason != StopReason.SUCCESS):
+        return
+    doc = _read(path) or {}
+    if stop.stop_reason == StopReason.SUCCESS:
+        verified = set(stop.nodeids)
+        kept = {key: entry for key, entry in doc.items() if key != stop.incident_id and not (
+            isinstance(entry, dict) and entry.get("nodeids") and verified.issuperset(entry["nodeids"]))}
+        if kept == doc:
+            return
+        doc = kept
+    else:
+        doc[stop.incident_id] = {"stop_reason": stop.stop_reason, "detail": stop.detail[:300],
+                                 "iteration": stop.iteration, "max_iterations": stop.max_iterations,
+                                 "nodeids": list(stop.nodeids[:1000])}
+    _write(path, doc)
+
+
+def forget_stop(project_root: Path, incident_id: str) -> None:
+    """A person took a new seal: the incident's stop is judged again from its records."""
+    remember_stop(project_root, RememberedStop(incident_id, StopReason.SUCCESS, "", 0, 0))
+
+
+def forgotten_stops(project_root: Path, reports_root: Path) -> list[RememberedStop]:
+    """The kept not-a-fix stops of ``project_root`` whose incident ``reports_root`` no longer
+    holds as stopped or open (in ``error_inbox/`` or the escalated archive): a green run then is
+    that stop, never a pass."""
+    stops = [stop for stop in remembered(project_root) if is_incident_id(stop.incident_id)]
+    held = [reports_root / INBOX_DIR, reports_root / archive_dir(IncidentStatus.ESCALATED)]
+    return [stop for stop in stops if not any((folder / stop.incident_id).is_dir() for folder in held)]
+
+
+def forgotten_line(stop: RememberedStop) -> str:
+    """The status line of a green run that is a forgotten stop (the already-stopped grammar,
+    loop/sticky.py ``parse_already_stopped``)."""
+    return (f"selfheal: incident {stop.incident_id} iteration {stop.iteration} of {stop.max_iterations}: "
+            f"this run's tests already stopped ({stop.stop_reason}), {RECORDS_GONE} -> STOP already_stopped")
+
+
+__all__ = ["NOT_A_FIX", "RECORDS_EDITED", "RECORDS_GONE", "RememberedStop", "accept", "context_digest", "edited",
+           "forget_stop", "forgotten_line", "forgotten_stops", "incident_digest", "plan_digest", "remember",
+           "remember_stop", "remembered"]

@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timedelta, timezone
 
-from pytest_selfheal.cli.commands._common import add_dir_argument, parse_days, print_json, store_from_args
+from pytest_selfheal.cli.commands._common import (
+    add_dir_argument,
+    parse_days,
+    print_json,
+    project_root,
+    store_from_args,
+)
 from pytest_selfheal.loop.resume import parse_stamp
 from pytest_selfheal.records.summary import IncidentSummary
+from pytest_selfheal.store import judging
 from pytest_selfheal.store.reader import INBOX
 
 NAME = "prune"
@@ -32,10 +39,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         store.finish_prunes()
     pruned: list[IncidentSummary] = []
+    # A stop that said the tests pass but it is not a fix outlives the age (store/judging.py).
+    kept = {stop.incident_id: stop.stop_reason for stop in judging.remembered(project_root())}
     for row in store.list_incidents():
         # Archiving stamps updated_at: the age of an archived incident is the time since then.
         archived_at = parse_stamp(row.updated_at) or parse_stamp(row.created_at)
         if row.bucket == INBOX or archived_at is None or archived_at > cutoff:
+            continue
+        if row.incident_id in kept:
+            if not args.json:
+                print(f"kept {row.incident_id}: it stopped {kept[row.incident_id]}, which stands until it succeeds "
+                      "or a person takes a new seal")
             continue
         if not args.dry_run:
             store.prune(row.incident_id)

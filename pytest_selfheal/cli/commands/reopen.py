@@ -1,7 +1,8 @@
 """``selfheal reopen ID``: bring an archived incident back to the inbox, status ``planned``.
 
 A reopen gives a budget, never a new seal: the capture's seal judges the reopened incident.
-``--new-seal`` also accepts what changed since (a person at a terminal, asked to confirm)."""
+``--new-seal`` also accepts what changed since (a person at a terminal, asked to confirm), and
+only where a capture could be: the failing tests still fail on the captured code under it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from pytest_selfheal.cli.commands._common import (
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.attempts import reopen_incident
-from pytest_selfheal.loop.seal_check import harness_changed, take_fresh_seal
+from pytest_selfheal.loop.regression import short_name
+from pytest_selfheal.loop.seal_check import harness_changed, passing_without_the_code, take_fresh_seal
 from pytest_selfheal.names import archived_path
+from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.repair.approval import ask_on_stderr, is_interactive
 
 NAME = "reopen"
@@ -61,13 +64,22 @@ def confirm_new_seal(incident_id: str, changes: list[str], environ: Mapping[str,
 
 def run(args: argparse.Namespace) -> int:
     """Reopen the incident; an open (inbox) incident exits 5, unknown ids 4, bad ids 2; a
-    new seal not confirmed at a terminal exits 5 before anything moves."""
+    new seal not confirmed at a terminal, or over a change under which the captured code
+    passes the failing tests, exits 5 before anything moves."""
     project = project_root()
     effective = load_config(project)
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
     if args.new_seal:
-        confirm_new_seal(incident_id, harness_changed(store.read_incident(incident_id), project, store=store))
+        incident = store.read_incident(incident_id)
+        confirm_new_seal(incident_id, harness_changed(incident, project, store=store))
+        # Whoever confirmed it: a change that passes the failing tests by itself is never accepted.
+        passing = passing_without_the_code(store, incident, project, effective)
+        if passing:
+            named = first_few([f"`{short_name(n)}` ({outcome})" for n, outcome in passing.items()])
+            raise RefusedError(f"no new seal: the failing test(s) {named} do not fail on the captured code with what "
+                               "changed since: "
+                               "the change passes them by itself, not a fix of the code")
     bucket, previous, after = reopen_incident(store, incident_id)
     if args.new_seal:
         take_fresh_seal(store, incident_id, project, effective)
