@@ -15,17 +15,13 @@ One label per failure, first that holds wins (docs/history.md):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
-from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.vocab import TriageLabel
-
-if TYPE_CHECKING:
-    from pytest_selfheal.records.report import TriageEntry
 
 TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 
@@ -92,26 +88,6 @@ def triage_headline(labels: Sequence[str], base_branch: str, passed_on_rerun: in
     return ", ".join(parts) if parts else "no failures"
 
 
-def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> list[TriageEntry]:
-    """The report's ``triage`` of one incident: each captured failure's recorded triage
-    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
-    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
-    # Imported here: the report's records are the report's; a loop iteration that records
-    # its history and triages never builds one.
-    from pytest_selfheal.records.report import TriageEntry
-
-    entries: list[TriageEntry] = []
-    for failure in failures:
-        recorded = failure.triage
-        if recorded is None or recorded.label not in TRIAGE_LABELS:
-            continue
-        nodeid = failure.nodeid or failure.test
-        if nodeid in flaky and recorded.label != TriageLabel.QUARANTINED:
-            recorded = replace(recorded, label=TriageLabel.FLAKY, detail=RERUN_DETAIL)
-        entries.append(TriageEntry(nodeid, failure.fingerprint, failure.failure_type, recorded))
-    return entries
-
-
 def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
     """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages
     (its ``triage_summary``); None when there are none."""
@@ -130,7 +106,6 @@ __all__ = [
     "TRIAGE_FIELDS",
     "TRIAGE_LABELS",
     "Triage",
-    "report_triage",
     "rerun_count",
     "triage_failure",
     "triage_headline",

@@ -29,6 +29,7 @@ import pytest
 from pytest_selfheal.names import (
     CI_RUN_ENV,
     DEFAULT_REPORTS_DIR,
+    FLAG_KEYS,
     INBOX_DIR,
     INCIDENT_PREFIX,
     INI_KEYS,
@@ -45,20 +46,12 @@ if TYPE_CHECKING:
     from pytest_selfheal.capture.spectrum import SpectrumHook
     from pytest_selfheal.config.settings import EffectiveConfig
     from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.recorder.loop_side import LoopSide
     from pytest_selfheal.records.incident import RootCause
-    from pytest_selfheal.records.vocab import Tone
     from pytest_selfheal.redact import Redactor
     from pytest_selfheal.report.data import IncidentRun
-    from pytest_selfheal.store.root import Store
 
 
-# Flags of the plugin and the config key each one overrides (None: not a config key).
-_FLAG_KEYS = {
-    "selfheal_dir": "reports_dir",
-    "selfheal_report": "report_path",
-    "selfheal_max_iterations": "max_iterations",
-    "selfheal_approve": "repair.approve",
-}
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
 # The outcome pytest-rerunfailures gives the report of a failed run it runs again.
@@ -93,7 +86,7 @@ def has_config(config: pytest.Config) -> bool:
     """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
     ``selfheal_*`` ini option, or a config file (global or project). Without one the
     effective config is the defaults, and the run reads no file to know it."""
-    if any(config.getoption(dest) is not None for dest in _FLAG_KEYS) or config.getoption("selfheal_set"):
+    if any(config.getoption(dest) is not None for dest in FLAG_KEYS) or config.getoption("selfheal_set"):
         return True
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
         return True
@@ -103,43 +96,12 @@ def has_config(config: pytest.Config) -> bool:
     return global_path is None or any(os.path.lexists(path) for path in paths)
 
 
-def _ini_values(config: pytest.Config) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for ini_name in INI_KEYS:
-        value = config.getini(ini_name)
-        if ini_name == "selfheal_config":
-            if value:
-                values[ini_name] = "\n".join(value)
-        elif value not in (None, ""):
-            values[ini_name] = str(value)
-    return values
-
-
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
-    # Imported here: a run without a config to read (has_config) never loads the config modules.
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.config.settings import Override, parse_override
-    from pytest_selfheal.errors import SelfhealError
+    """The effective config for this pytest run (recorder/run_config.py)."""
+    # Imported here: a green run without a config to read (has_config) never loads the config.
+    from pytest_selfheal.recorder import run_config
 
-    overrides: list[Override] = []
-    for dest, key in _FLAG_KEYS.items():
-        value = config.getoption(dest)
-        if value is None:
-            continue
-        if dest == "selfheal_dir":
-            # A path given on the command line is relative to where pytest was invoked.
-            value = str(Path(config.invocation_params.dir, value))
-        flag = "--" + dest.replace("_", "-")
-        overrides.append(Override(key, value, flag))
-    for text in config.getoption("selfheal_set") or []:
-        overrides.append(parse_override(text, "--selfheal-set"))
-    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
-    try:
-        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
-    except SelfhealError as exc:
-        raise pytest.UsageError(f"selfheal: {exc}") from None
-
+    return run_config.load_effective_config(config)
 
 
 def _crash_message(report: Any) -> str:
@@ -214,15 +176,8 @@ class WorkerRootCauseHook(RootCauseHook):
         """Nothing: the wrapper above has resolved it."""
 
 
-# The least pytest verbosity at which a summary line shows: -qq shows only what a script or
-# an agent must see (the incident, each iteration's verdict, the next command), -q adds the
-# headlines, the default adds the details.
-ESSENTIAL = -2
-SUMMARY = -1
-DETAIL = 0
-
-
-# A Tone is its string value (records/vocab.py).
+# The colour of a summary line of each tone (records/vocab.py: a Tone is its string value;
+# pytest drops it under --color=no).
 _MARKUP: dict[str, dict[str, bool]] = {
     "good": {"green": True},
     "bad": {"red": True, "bold": True},
@@ -231,21 +186,8 @@ _MARKUP: dict[str, dict[str, bool]] = {
 }
 
 
-def _markup(tone: Tone) -> dict[str, bool]:
-    """Colour of a summary line of ``tone`` (pytest drops it under --color=no)."""
-    return _MARKUP[tone]
-
-
 # Worst outcome wins when a test has several reports (setup, call, teardown).
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-
-
-def _any_redacted(nodeids: set[str]) -> bool:
-    """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
-    # Imported here: only a run with open incidents watches node ids.
-    from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
-
-    return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
 
 
 class Failed(NamedTuple):
@@ -311,25 +253,22 @@ class Recorder:
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
         self._redactor: Optional[Redactor] = None
+        self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
-        # A run that may be an incident's verdict compiles every module it imports from now
-        # on afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
+        # A run that may be an incident's verdict compiles afresh (LoopSide.fresh_pycache).
         self._pycache: Optional[tuple[Optional[str], str]] = None
         if self.open_incidents or self.has_stopped_incidents():
-            from pytest_selfheal.cleanroom import fresh_pycache  # imported here: a green run compiles nothing afresh
-
-            self._pycache = (sys.pycache_prefix, fresh_pycache(os.environ))
-            sys.pycache_prefix = self._pycache[1]
+            self._pycache = self.loop_side().fresh_pycache()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
-        self.watched_redacted = bool(self.watched) and _any_redacted(self.watched)
+        self.watched_redacted = bool(self.watched) and self.loop_side().any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
-        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
+        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (has_work)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     @pytest.hookimpl
@@ -337,6 +276,15 @@ class Recorder:
         if self._pycache is not None:
             sys.pycache_prefix = self._pycache[0]
             shutil.rmtree(self._pycache[1], ignore_errors=True)
+
+    def loop_side(self) -> LoopSide:
+        """The incidents on disk and the loop (recorder/loop_side.py), loaded on first use."""
+        if self._loop_side is None:
+            # Imported here: only a run with an incident on disk, or --selfheal-loop, loads the loop.
+            from pytest_selfheal.recorder.loop_side import LoopSide
+
+            self._loop_side = LoopSide(self)
+        return self._loop_side
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:
@@ -353,25 +301,13 @@ class Recorder:
             # session): adopting one would let an incident committed to the repository choose
             # what runs under the job's token. The failures are captured as ci's own incident.
             return []
-
-        # Imported here: only an incident in the inbox needs the loop side.
-        from pytest_selfheal.errors import SelfhealError
-        from pytest_selfheal.loop.agent_mode import open_incidents
-
-        try:
-            return open_incidents(self.store())
-        except SelfhealError as exc:
-            self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
-            return []
+        return self.loop_side().open_incidents()
 
     @property
     def effective(self) -> EffectiveConfig:
         """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
         if self._effective is None:
-            # Imported here: only a run with something to record needs the settings.
-            from pytest_selfheal.config.settings import default_config
-
-            self._effective = default_config()
+            self._effective = load_effective_config(self.config)
         return self._effective
 
     @property
@@ -466,74 +402,16 @@ class Recorder:
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
                 self.outcomes[nodeid] = outcome
 
-    def known_id(self, nodeid: str) -> str:
-        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
-        # Imported here: only a run with incidents on disk compares ids with them.
-        from pytest_selfheal.records.redacted import bounded_nodeid
-
-        return self.redactor.redact(bounded_nodeid(nodeid))
-
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
         holding a secret) its redacted form, as stored (docs/redaction.md)."""
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
-            # Imported here: only an open incident whose ids hold a secret needs it.
-            from pytest_selfheal.records.redacted import bounded_nodeid
-
-            redacted = self.redactor.redact(bounded_nodeid(nodeid))
+            redacted = self.loop_side().known_id(nodeid)
             if redacted in self.watched:
                 return redacted
         return None
-
-    def store(self) -> Store:
-        """The store of this run's reports root, redacting with this run's settings; RefusedError
-        when the configured root leads out of the project."""
-        # Imported here: a green run without open incidents never opens the store.
-        from pytest_selfheal.store.fsio import project_path
-        from pytest_selfheal.store.root import Store
-
-        project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
-        return Store(self.reports_root, redactor=self.redactor)
-
-    def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
-        """Open incidents' selected tests this run should have run and has no outcome for
-        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
-        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
-        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
-                or exitstatus == pytest.ExitCode.INTERRUPTED:
-            return set()
-        # Imported here: only a run with open incidents watches node ids.
-        from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
-
-        rootdir = Path(self.config.rootpath)
-        scopes = []
-        for arg in self.config.args:
-            path, _, rest = str(arg).partition("::")
-            scopes.append((Path(os.path.abspath(Path(self.config.invocation_params.dir, path))), rest))
-        gone = set()
-        for nodeid in self.watched - self.outcomes.keys():
-            if is_redacted(nodeid) or TRUNCATED in nodeid:
-                continue  # an id holding a secret cannot be placed
-            path, _, rest = nodeid.partition("::")
-            where = Path(os.path.abspath(rootdir / path))
-            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
-                   or (not inner and scope in where.parents) for scope, inner in scopes):
-                gone.add(nodeid)
-        return gone
-
-    def _stopped_hold_passed(self) -> bool:
-        """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
-        cheap look: the store and the incidents' last attempts, none of the capture side."""
-        # Imported here: only a reports root holding incidents is looked at.
-        from pytest_selfheal.errors import SelfhealError
-        from pytest_selfheal.loop.stopped import holds_passed
-
-        try:
-            return holds_passed(self.store(), Path(self.config.rootpath), self.passed, self.known_id)
-        except SelfhealError:
-            return False
 
     def has_stopped_incidents(self) -> bool:
         """Cheap look before loading the loop side: any escalated or inbox incident at all."""
@@ -550,11 +428,12 @@ class Recorder:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py). Sets :attr:`gone`."""
-        self.gone = self._gone(session, exitstatus)
+        # Open incidents' tests this run should have run and did not (LoopSide.gone).
+        self.gone = self.loop_side().gone(session, exitstatus) if self.open_incidents else set()
         if self.unlogged:
             self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
-            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed()))
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self.loop_side().stopped_hold_passed()))
 
     def loop_requested(self) -> bool:
         """--selfheal-loop, or its ini option."""
@@ -570,9 +449,6 @@ class Recorder:
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:
             return
-        # Imported here: a run with nothing to say shows no line.
-        from pytest_selfheal.records.vocab import tone_of
-
         terminalreporter.section("selfheal", sep="-")
         for line in shown:
-            terminalreporter.write_line(line, **_markup(tone_of(line)))
+            terminalreporter.write_line(line, **_MARKUP[getattr(line, "tone", "plain")])

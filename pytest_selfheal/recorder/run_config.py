@@ -1,0 +1,49 @@
+"""The effective config of a ``pytest --selfheal`` run (edge): the config files, then the
+``selfheal_*`` ini options, then the ``--selfheal-*`` flags. Loaded only when the run has a
+config to read (``recorder.has_config``) or something to record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.names import FLAG_KEYS, INI_KEYS
+
+
+def _ini_values(config: pytest.Config) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for ini_name in INI_KEYS:
+        value = config.getini(ini_name)
+        if ini_name == "selfheal_config":
+            if value:
+                values[ini_name] = "\n".join(value)
+        elif value not in (None, ""):
+            values[ini_name] = str(value)
+    return values
+
+
+def load_effective_config(config: pytest.Config) -> EffectiveConfig:
+    """The effective config for this pytest run (files ← ini ← flags; the defaults when
+    :func:`has_config` found none to read); a bad one is a usage error."""
+    overrides: list[Override] = []
+    for dest, key in FLAG_KEYS.items():
+        value = config.getoption(dest)
+        if value is None:
+            continue
+        if dest == "selfheal_dir":
+            # A path given on the command line is relative to where pytest was invoked.
+            value = str(Path(config.invocation_params.dir, value))
+        flag = "--" + dest.replace("_", "-")
+        overrides.append(Override(key, value, flag))
+    for text in config.getoption("selfheal_set") or []:
+        overrides.append(parse_override(text, "--selfheal-set"))
+    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
+    try:
+        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
