@@ -15,32 +15,45 @@ from types import ModuleType
 from typing import Optional
 
 from pytest_selfheal import __version__
-from pytest_selfheal.cli.commands import (
-    apply,
-    archive,
-    ci,
-    config,
-    demo,
-    fingerprint,
-    flaky,
-    history,
-    junit,
-    loop,
-    mcp,
-    merge,
-    plan,
-    prune,
-    quarantine,
-    reopen,
-    replay,
-    report,
-    show,
-    status,
-    stop_gate,
-)
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
 from pytest_selfheal.gate.agents import Agent, cannot_judge, hook_call, hook_output
 from pytest_selfheal.redact import default_redactor
+
+# A broken install (a command module that fails to load) must still let a stop hook answer:
+# :func:`main` raises the error where it turns every error into the hook's answer.
+_NOT_LOADED: Optional[Exception] = None
+_COMMANDS: dict[str, ModuleType] = {}
+try:
+    from pytest_selfheal.cli.commands import (
+        apply,
+        archive,
+        ci,
+        config,
+        demo,
+        fingerprint,
+        flaky,
+        history,
+        junit,
+        loop,
+        mcp,
+        merge,
+        plan,
+        prune,
+        quarantine,
+        reopen,
+        replay,
+        report,
+        show,
+        status,
+        stop_gate,
+    )
+except Exception as exc:  # any error of a module that does not load: reported by main
+    _NOT_LOADED = exc
+else:
+    _COMMANDS = {module.NAME: module for module in (
+        apply, archive, ci, config, demo, fingerprint, flaky, history, junit, loop, mcp, merge, plan, prune,
+        quarantine, reopen, replay, report, show, status, stop_gate)}
+
 
 DESCRIPTION = (
     "Turn a red pytest run into a bounded, honest repair loop. `pytest --selfheal` captures the "
@@ -49,7 +62,7 @@ DESCRIPTION = (
     "success, max_iterations, repeated_fingerprint, no_progress..."
 )
 # Every command, in the order a newcomer meets them: a new command module is listed here and
-# in :func:`command_module` (tests/test_entry_point.py checks that none is left out).
+# imported above (tests/test_entry_point.py checks that none is left out).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start here", ("demo", "status", "show", "loop", "report")),
     ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
@@ -58,8 +71,6 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Configuration and tools", ("config", "fingerprint")),
 )
 _HELP_WIDTH = 100
-_COMMANDS: dict[str, ModuleType] = {module.NAME: module for module in (
-    apply, archive, ci, config, demo, fingerprint, flaky, history, junit, loop, mcp, merge, plan, prune, quarantine, reopen, replay, report, show, status, stop_gate)}
 
 
 def command_names() -> list[str]:
@@ -136,6 +147,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hook = hook_call(words)
     try:
         # The command is the first word (global options come alone: --help, --version).
+        if _NOT_LOADED is not None:
+            raise _NOT_LOADED
         only = words[0] if words and words[0] in command_names() else None
         args = build_parser(only).parse_args(words)
         return int(args._run(args))

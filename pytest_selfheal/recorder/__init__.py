@@ -244,8 +244,7 @@ class Recorder:
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
         self.incident_id: Optional[str] = None
-        # The incident this run captured, as written: its report needs no read-back (None
-        # once the loop has changed it).
+        # The incident this run captured, as written (or as its loop left it): its report reads no file.
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)

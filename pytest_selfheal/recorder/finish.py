@@ -151,12 +151,11 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         )
         passed_on_rerun = []  # recorded with the capture
         recorder.incident_id = result.incident_id
-        recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
+        recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)  # the report's input, as written
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
         if recorder.loop_requested():
-            recorder.captured = None  # the loop adds attempts and moves it: the report reads it back
-            recorder.loop_side().run_loop(result.incident_id)
+            recorder.captured = recorder.loop_side().run_loop(recorder.captured)
     if passed_on_rerun:
         lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,
                                        passed_on_rerun=passed_on_rerun, counts=counts,

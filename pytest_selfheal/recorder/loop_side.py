@@ -20,9 +20,12 @@ from pytest_selfheal.config.seal import loaded_now
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import agent_mode, sticky
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import holds_passed
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
+from pytest_selfheal.report.data import IncidentRun
+from pytest_selfheal.report.load import incident_run_of
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.store.root import Store, project_store
 
@@ -186,15 +189,20 @@ class LoopSide:
                 out[nodeid] = "passed"
         return out
 
-    def run_loop(self, incident_id: str) -> None:
-        """``--selfheal-loop``: the loop on the incident this run captured."""
+    def run_loop(self, captured: IncidentRun) -> IncidentRun:
+        """``--selfheal-loop``: the loop on the incident this run captured (its records as
+        written); returns them as the loop left them."""
         recorder = self.recorder
+        store = self.store()
+        state = LoopRun.resume(store, captured.incident.incident_id, captured.incident, captured.plan)
         run_incident_loop(
-            self.store(),
-            incident_id,
+            store,
+            state.incident_id,
             effective=recorder.effective,
             cwd=Path(recorder.config.rootpath),
             approve=recorder.effective.settings.repair.approve,
             out=lambda line: recorder.lines.append((SUMMARY, line)),
             pluginmanager=recorder.config.pluginmanager,
+            state=state,
         )
+        return incident_run_of(state)

@@ -11,6 +11,7 @@ from typing import Optional
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
 from pytest_selfheal.loop.messages import plural
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.summary import CORRUPTED
 from pytest_selfheal.report.data import IncidentRun, build_report
@@ -32,6 +33,12 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
     return IncidentRun(incident=incident, plan=plan, attempts=tuple(store.read_attempts(incident_id)),
                        run_result=store.read_run_result(incident_id), bucket=bucket)
+
+
+def incident_run_of(state: LoopRun) -> IncidentRun:
+    """The report's input from a loop's state as the loop left it: no file read again."""
+    return IncidentRun(incident=dataclasses.replace(state.incident, status=state.status), plan=state.plan,
+                       attempts=tuple(state.attempts), run_result=state.run_result, bucket=state.bucket)
 
 
 def read_report(path: Path) -> Report:
