@@ -158,16 +158,6 @@ def root_cause_of(payload: object) -> Optional[RootCause]:
         return None
 
 
-def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:
-    """The reports with secrets removed from their node ids (a parametrize id can hold one),
-    as the junit cases are: every id this run writes or prints is the redacted one."""
-    out = []
-    for report in reports:
-        nodeid = redactor.redact(report.nodeid)
-        out.append(report if nodeid == report.nodeid else replace(report, nodeid=nodeid))
-    return out
-
-
 def store_incident(
     store: Store,
     incident: Incident,
@@ -215,13 +205,13 @@ def analyse_run(
     redactor: Optional[Redactor] = None,
     user_junit: bool = True,
 ) -> list[Failure]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports, with
-    target paths. ``redactor``: the run's (default: built from ``effective``).
+    """Fingerprinted, classified, redacted failures of this run's failing reports (their node
+    ids already redacted, as written), with target paths. ``redactor``: the run's (default:
+    built from ``effective``).
     ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
     that passed on re-run, which it holds as passing tests."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     redactor = redactor or effective.redactor
-    reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
         reports,
         counts=counts,
@@ -262,7 +252,8 @@ def capture_incident(
     passed_on_rerun: Sequence[Failure] = (),
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``
+    (``reports`` and ``tdd_nodeids`` with their node ids redacted, as written).
 
     ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
     ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
@@ -277,8 +268,6 @@ def capture_incident(
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or effective.redactor
-    reports = redact_nodeids(reports, redactor)
-    tdd_nodeids = [redactor.redact(n) for n in tdd_nodeids]
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's

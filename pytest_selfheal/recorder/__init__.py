@@ -22,7 +22,7 @@ import sys
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pytest
 
@@ -104,18 +104,6 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     return run_config.load_effective_config(config)
 
 
-def _crash_message(report: Any) -> str:
-    reprcrash = getattr(report.longrepr, "reprcrash", None)
-    if reprcrash is not None and getattr(reprcrash, "message", None):
-        return str(reprcrash.message)
-    text = str(report.longreprtext or "")
-    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
-    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    if error_lines:
-        return error_lines[-1]
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-
-
 class RootCauseHook:
     """Resolves the root-cause evidence of each failing test while its objects are alive
     (capture/evidence.py), keyed by node id; the first failing phase wins.
@@ -190,36 +178,6 @@ _MARKUP: dict[str, dict[str, bool]] = {
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
-class Failed(NamedTuple):
-    """A failing pytest report reduced to plain data as it happens; the session end redacts
-    its node id and makes it a ``junit.writer.FailedReport`` (recorder/finish.py)."""
-
-    nodeid: str
-    when: str  # setup | call | teardown | collect
-    message: str  # pytest's crash message (reprcrash.message) or a derived one
-    text: str  # the full longrepr text
-    file: Optional[str]
-    line: Optional[int]
-    duration: float
-    root_cause: object  # evidence resolved in an xdist worker: its JSON (ROOT_CAUSE_ATTR), read at session end
-    tdd: bool  # marked @pytest.mark.tdd
-
-
-def _failed(report: Any, when: str) -> Failed:
-    location = getattr(report, "location", None)
-    return Failed(
-        nodeid=report.nodeid,
-        when=when,
-        message=_crash_message(report),
-        text=str(report.longreprtext or ""),
-        file=location[0] if location else None,
-        line=(location[1] + 1) if location and location[1] is not None else None,
-        duration=float(getattr(report, "duration", 0.0) or 0.0),
-        root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
-        tdd="tdd" in getattr(report, "keywords", {}),
-    )
-
-
 class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
@@ -232,14 +190,16 @@ class Recorder:
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
-        self.failed: list[Failed] = []
+        # pytest's failing reports (test and collection reports: ``when`` is their phase), kept as
+        # they are; the session end reads them once (recorder/finish.py).
+        self.failed: list[Any] = []
         # Failed runs a re-run plugin ran again (outcome ``rerun``; one per attempt), and the tests whose
         # current attempt was re-run: a green run without a re-run only tests one empty set.
-        self.reruns: list[Failed] = []
+        self.reruns: list[Any] = []
         self.rerun_attempt: set[str] = set()
         # Failing reports seen at their failure and not logged (yet), with what they say: see
         # pytest_exception_interact.
-        self.unlogged: dict[str, list[tuple[Any, Failed]]] = {}
+        self.unlogged: dict[str, list[Any]] = {}
         self.tests = 0
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
@@ -317,16 +277,16 @@ class Recorder:
         redactor: Redactor = self._redactor
         return redactor
 
-    def _record(self, report: Any, when: str) -> None:
+    def _record(self, report: Any) -> None:
         if self.unlogged:
             self._logged(report)
-        self.failed.append(_failed(report, when))
+        self.failed.append(report)
 
     def _logged(self, report: Any) -> None:
         """A failing report logged after it was seen at its failure: not a hidden run."""
         pending = self.unlogged.get(report.nodeid)
         if pending:
-            pending[:] = [(seen, failed) for seen, failed in pending if seen is not report]
+            pending[:] = [seen for seen in pending if seen is not report]
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
@@ -337,7 +297,7 @@ class Recorder:
         if not isinstance(report, pytest.TestReport) or not report.failed or (
                 last is not None and last.nodeid == report.nodeid and last.when == report.when):
             return
-        self.unlogged.setdefault(report.nodeid, []).append((report, _failed(report, report.when)))
+        self.unlogged.setdefault(report.nodeid, []).append(report)
 
     def _rerun(self, report: pytest.TestReport) -> None:
         """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
@@ -348,14 +308,14 @@ class Recorder:
         if nodeid not in self.rerun_attempt:  # an attempt's first failing phase (a teardown may follow)
             self.rerun_attempt.add(nodeid)
             self.tests -= 1
-            self.reruns.append(_failed(report, report.when))
+            self.reruns.append(report)
 
     def _take_hidden(self) -> None:
         """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
         was logged (it failed in its call) is not counted as a test of its own."""
         for hidden in self.unlogged.values():
-            self.reruns += [failed for _, failed in hidden]
-            self.tests -= sum(1 for _, failed in hidden if failed.when == "call")
+            self.reruns += hidden
+            self.tests -= sum(1 for failed in hidden if failed.when == "call")
         self.unlogged.clear()
 
     def passed_on_rerun(self) -> list[str]:
@@ -368,7 +328,7 @@ class Recorder:
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self._record(report, "collect")
+            self._record(report)  # its phase (when) is "collect"
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -383,7 +343,7 @@ class Recorder:
         elif report.when == "call" and report.passed:
             self.passed.add(report.nodeid)
         if report.failed:
-            self._record(report, report.when)
+            self._record(report)
         elif report.outcome == RERUN_OUTCOME:
             self._rerun(report)
             return

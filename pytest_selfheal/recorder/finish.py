@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
@@ -32,7 +32,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.recorder import Failed, Recorder
+from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
@@ -45,19 +45,37 @@ from pytest_selfheal.store.fsio import atomic_write_text, project_path
 from pytest_selfheal.store.root import project_store
 
 
-def failed_reports(recorder: Recorder, kept: Optional[Sequence[Failed]] = None) -> list[FailedReport]:
-    """The failing reports the run kept (or ``kept``), as every document holds them: the node
-    id redacted (a parametrize id can carry a secret), the failing tests marked ``tdd`` noted
+def _crash_message(report: Any) -> str:
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = str(report.longreprtext or "")
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[FailedReport]:
+    """pytest's failing reports the run kept (or ``kept``) as every document holds them, read
+    once: the node id cut as the junit reader cuts it and redacted (a parametrize id can carry
+    a secret) here, for every document this run writes; the failing tests marked ``tdd`` noted
     on the recorder."""
     redactor = recorder.redactor
     reports: list[FailedReport] = []
-    for failed in recorder.failed if kept is None else kept:
-        nodeid = redactor.redact(bounded_nodeid(failed.nodeid))  # cut as the junit reader cuts it
-        if kept is None and failed.tdd and nodeid not in recorder.tdd_nodeids:
+    for report in recorder.failed if kept is None else kept:
+        nodeid = redactor.redact(bounded_nodeid(report.nodeid))
+        if kept is None and "tdd" in getattr(report, "keywords", {}) and nodeid not in recorder.tdd_nodeids:
             recorder.tdd_nodeids.append(nodeid)
-        reports.append(FailedReport(nodeid=nodeid, when=failed.when, message=failed.message, text=failed.text,
-                                    file=failed.file, line=failed.line, duration=failed.duration,
-                                    root_cause=root_cause_of(failed.root_cause)))
+        location = getattr(report, "location", None)
+        reports.append(FailedReport(
+            nodeid=nodeid, when=report.when, message=_crash_message(report), text=str(report.longreprtext or ""),
+            file=location[0] if location else None,
+            line=(location[1] + 1) if location and location[1] is not None else None,
+            duration=float(getattr(report, "duration", 0.0) or 0.0),
+            # Evidence an xdist worker resolved rides on the report as JSON (recorder.ROOT_CAUSE_ATTR).
+            root_cause=root_cause_of(getattr(report, ROOT_CAUSE_ATTR, None))))
     return reports
 
 
@@ -172,7 +190,7 @@ def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[
     nodeids = set(recorder.passed_on_rerun())
     if not nodeids:
         return []
-    first: dict[str, Failed] = {}
+    first: dict[str, Any] = {}
     for failed in recorder.reruns:
         if failed.nodeid in nodeids:
             first.setdefault(failed.nodeid, failed)
