@@ -1,17 +1,16 @@
-"""The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
+"""The recording side of ``pytest --selfheal`` (edge), registered only when it is on.
 
-During the run it keeps counters, the failing reports and the failed runs a re-run plugin
-ran again, nothing more. pytest marks every
-module of a plugin's distribution for assertion rewriting, so where bytecode is not written
-(``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
-compiled again on every run: a green run imports no module of the package but the plugin,
-this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). So the
-config is read at the start only when there is one to read (a ``--selfheal-*`` flag, a
-``selfheal_*`` ini option, a config file), and everything else is imported inside the
-function that first needs it: a failure, an open incident, ``--selfheal-spectrum``. At
-session end, on the controller only and only when something failed or an open incident's
-test ran, the session end (:mod:`.finish`) records the next iteration of an open incident
-(agent mode) or captures a new incident, optionally runs the loop, and writes the report.
+During the run it keeps counters and pytest's failing reports, nothing more. pytest marks
+every module of a plugin's distribution for assertion rewriting, so where bytecode is not
+written (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module a run imports
+is parsed and compiled again: a green run imports no module of the package but the plugin,
+this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). What
+only some runs need loads when they have it: the config when there is one to read
+(:mod:`.run_config`), the root-cause resolver at a failure, the incidents on disk and the
+loop (:mod:`.loop_side`). At session end, on the controller only and only when something
+failed or an open incident's test ran, the session end (:mod:`.finish`) records the next
+iteration of an open incident (agent mode) or captures a new incident, optionally runs the
+loop, and writes the report.
 """
 
 from __future__ import annotations
