@@ -123,6 +123,7 @@ def test_a_red_capture_and_a_selfheal_loop_read_each_incident_file_at_most_once(
         assert opened.get(name, 0) <= 1, opened
 
 
+@pytest.mark.slow  # a capture and a verification in children: seconds (the red run and the loop above stay by default)
 def test_selfheal_ci_reads_each_incident_file_at_most_once(tmp_path: Path) -> None:
     """The capture, the loop to its stop, then the report, the comment, the history and the
     new-test check, all from the state the loop returns."""
