@@ -31,6 +31,14 @@ INI_KEYS: dict[str, str] = {
     INI_OVERRIDES: "",
 }
 
+# The plugin's flags (their dest) that set a config key, and the key each one sets.
+FLAG_KEYS: dict[str, str] = {
+    "selfheal_dir": "reports_dir",
+    "selfheal_report": "report_path",
+    "selfheal_max_iterations": "max_iterations",
+    "selfheal_approve": "repair.approve",
+}
+
 # --------------------------------------------------------------------------- environment variables
 
 # Set by the loop in the verification runs it starts: the child run stays passive, so a

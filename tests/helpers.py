@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import StoreIOError
+from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
+from pytest_selfheal.junit.writer import FailedReport, junit_message
 from pytest_selfheal.loop.control import KILL_ENV
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
@@ -495,3 +498,18 @@ def build_plan_doc(incident: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]
     absent ``incident_id`` is empty), as the plan's JSON document."""
     record = Incident.from_json({**INCIDENT_REQUIRED, **incident}, "a test incident")
     return build_plan(record, **kwargs).to_json()
+
+
+def as_pytest_writes_it(report: FailedReport, prefix: str = "") -> bytes:
+    """The junit document pytest's junitxml writes for ``report`` (with ElementTree, as it does)."""
+    classname, name = mangle_nodeid(report.nodeid, prefix)
+    case = ET.Element("testcase", classname=classname, name=name, time=f"{report.duration:.3f}")
+    if report.file:
+        case.set("file", xml_escape_visible(report.file))
+    if report.line is not None:
+        case.set("line", str(report.line))
+    result = ET.SubElement(case, report.outcome, message=xml_escape_visible(junit_message(report)))
+    result.text = xml_escape_visible(report.text)
+    suite = ET.Element("testsuite", name="pytest", tests="1")
+    suite.append(case)
+    return ET.tostring(suite, encoding="utf-8")

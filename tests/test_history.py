@@ -21,8 +21,9 @@ from pytest_selfheal.history.event import judge_event
 from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import read_quarantine
-from pytest_selfheal.history.triage import report_triage, triage_failure, triage_headline, triage_summary
+from pytest_selfheal.history.triage import triage_failure, triage_headline, triage_summary
 from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.report.data import report_triage
 
 TODAY = dt.date(2026, 11, 24)
 

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
 import io
-import xml.etree.ElementTree as ET
 
 import pytest
 from _pytest.junitxml import mangle_test_address
-from junitparser import JUnitXml
+from helpers import as_pytest_writes_it
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity, xml_escape_visible
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, build_junit, junit_message
+from pytest_selfheal.junit.writer import FailedReport, junit_case, junit_message
 
 NODEIDS = [
     "tests/test_a.py::test_b",
@@ -41,25 +40,20 @@ def test_messages_follow_pytest_junitxml() -> None:
     assert junit_message(FailedReport(when="collect", **base)) == "collection failure"
 
 
-def test_build_junit_is_parseable_and_escapes_control_chars() -> None:
+def test_the_case_is_what_the_reader_reads_from_pytests_junit() -> None:
     reports = [
-        FailedReport("tests/test_a.py::test_b", "call", "assert 1 == 2\x1b[31m", "E  assert 1 == 2\x00", "tests/test_a.py", 3),
-        FailedReport("tests/test_a.py::test_c", "setup", "RuntimeError: <db> & co", "tb"),
+        FailedReport("tests/test_a.py::test_b", "call", "assert 1 == 2\x1b[31m", "E  assert 1 == 2\x00\r\nE  x\ry",
+                     "tests/test_a.py", 3, 0.12345),
+        FailedReport("tests/test_a.py::TestX::test_c[1]", "setup", "RuntimeError: <db> & co\r\n", "tb\t"),
+        FailedReport("tests/test_a.py::test_d", "teardown", "OSError: gone", "x" * 70_000),
+        FailedReport("tests/test_broken.py", "collect", "SyntaxError", "E   def test_x(:"),
     ]
-    doc = build_junit(reports, tests=10, skipped=1, duration=1.5)
-    root = ET.fromstring(doc)
-    suite = root.find("testsuite")
-    assert suite is not None
-    assert suite.attrib["tests"] == "10"
-    assert suite.attrib["failures"] == "1" and suite.attrib["errors"] == "1"
-    cases = suite.findall("testcase")
-    assert [c.attrib["name"] for c in cases] == ["test_b", "test_c"]
-    failure = cases[0].find("failure")
-    assert failure is not None and failure.attrib["message"] == "assert 1 == 2#x1B[31m"
-    assert failure.text == "E  assert 1 == 2#x00"
-    error = cases[1].find("error")
-    assert error is not None and error.attrib["message"] == 'failed on setup with "RuntimeError: <db> & co"'
-    assert cases[0].attrib["file"] == "tests/test_a.py" and cases[0].attrib["line"] == "3"
+    for report in reports:
+        (read,) = iter_testcases(io.BytesIO(as_pytest_writes_it(report, prefix="pre")))
+        assert junit_case(report, prefix="pre") == read
+    case = junit_case(reports[0])
+    assert (case.outcome, case.message, case.text) == ("failed", "assert 1 == 2#x1B[31m", "E  assert 1 == 2#x00\nE  x\ny")
+    assert junit_case(reports[1]).outcome == "error"
 
 
 def test_escape_keeps_legal_text() -> None:
@@ -78,29 +72,3 @@ def test_escape_replaces_exactly_what_xml_1_0_cannot_carry() -> None:
         assert (escaped == chr(code)) is expected, hex(code)
         if not expected:
             assert escaped == (f"#x{code:02X}" if code <= 0xFF else f"#x{code:04X}")
-
-
-def test_build_junit_reads_back_through_junitparser_and_our_reader() -> None:
-    reports = [
-        FailedReport("tests/test_a.py::TestX::test_b[1]", "call", "", "E  boom", duration=0.12345),
-        FailedReport("tests/test_a.py::test_c", "teardown", "OSError: gone", "tb"),
-    ]
-    doc = build_junit(reports, tests=5, skipped=2, duration=2.0, prefix="pre")
-    suites = list(JUnitXml.fromstring(doc))
-    assert [(s.name, s.tests, s.failures, s.errors, s.skipped, s.time) for s in suites] == [
-        ("pytest", 5, 1, 1, 2, 2.0)
-    ]
-    cases = list(suites[0])
-    assert [(c.classname, c.name, c.time) for c in cases] == [
-        ("pre.tests.test_a.TestX", "test_b[1]", 0.123),
-        ("pre.tests.test_a", "test_c", 0.0),
-    ]
-    first = cases[0].result[0]
-    assert first._tag == "failure" and first.message == "" and first.text == "E  boom"
-    second = cases[1].result[0]
-    assert second._tag == "error" and second.message == 'failed on teardown with "OSError: gone"'
-    read = list(iter_testcases(io.BytesIO(doc)))
-    assert [(c.classname, c.name, c.outcome, c.message, c.text) for c in read] == [
-        ("pre.tests.test_a.TestX", "test_b[1]", "failed", "", "E  boom"),
-        ("pre.tests.test_a", "test_c", "error", 'failed on teardown with "OSError: gone"', "tb"),
-    ]

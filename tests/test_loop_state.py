@@ -123,6 +123,25 @@ def test_a_red_capture_and_a_selfheal_loop_read_each_incident_file_at_most_once(
         assert opened.get(name, 0) <= 1, opened
 
 
+@pytest.mark.slow  # a capture and a verification in children: seconds (the red run and the loop above stay by default)
+def test_selfheal_ci_reads_each_incident_file_at_most_once(tmp_path: Path) -> None:
+    """The capture, the loop to its stop, then the report, the comment, the history and the
+    new-test check, all from the state the loop returns."""
+    project = deterministic_project(tmp_path)
+    event = tmp_path / "event.json"
+    event.write_text("{}")
+    env = {**run_env(), "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push", "GITHUB_EVENT_PATH": str(event),
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "GITHUB_OUTPUT": str(tmp_path / "output.txt"),
+           "GITHUB_REPOSITORY": "octo-org/hello-world", "GITHUB_SHA": "0" * 40}
+    child = subprocess.run([PY, "-c", COUNT_PROCESS_OPENS, "ci", "--no-fail-on-unresolved", "--", "-q", "-p", "pytest_selfheal.plugin"], cwd=project,
+                           capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert "Traceback" not in child.stderr, child.stderr
+    result = json.loads(child.stdout.splitlines()[-1])
+    assert "STOP repeated_fingerprint" in child.stdout, child.stdout
+    for name in ("status.txt", "incident.json", "plan.json"):
+        assert result["opened"].get(name, 0) <= 1, result
+
+
 def test_the_state_in_memory_is_what_the_files_say_after_a_loop(tmp_path: Path, captured: tuple[Path, str]) -> None:
     """Written through: after each iteration and the close-out (archived), the state the
     loop held equals the state read back from the files, and the event log alone tells the

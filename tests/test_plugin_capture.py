@@ -335,6 +335,7 @@ from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
+from pytest_selfheal.store.root import Store
 
 
 def pytest_unconfigure(config):
@@ -342,7 +343,7 @@ def pytest_unconfigure(config):
     # the recorder no longer does), with the recorder's own settings.
     recorder = config.pluginmanager.get_plugin("selfheal-recorder")
     report = build_report(
-        incidents=[load_incident_run(recorder.store(), recorder.incident_id)],
+        incidents=[load_incident_run(Store(recorder.reports_root), recorder.incident_id)],
         effective_config=recorder.effective.values,
         origins=recorder.effective.origins,
         enabled=recorder.effective.settings.enabled,

@@ -6,13 +6,12 @@ classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, Optional
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
@@ -30,14 +29,14 @@ from pytest_selfheal.history.recording import Failing, record_and_triage, run_in
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import rerun_count, triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, build_junit
+from pytest_selfheal.junit.writer import FailedReport, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import FailureEntry, Incident, RootCause, Triage
-from pytest_selfheal.records.models import Failure
+from pytest_selfheal.records.models import Failure, TestCaseResult
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
@@ -80,24 +79,24 @@ def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
 def fingerprint_reports(
     reports: Sequence[FailedReport],
     *,
-    counts: Mapping[str, int],
     rules: Sequence[Rule],
     junit_path: Optional[Path] = None,
     prefix: str = "",
     warnings: Optional[list[str]] = None,
     redactor: Optional[Redactor] = None,
 ) -> list[Failure]:
-    """Fingerprint and classify the failing reports, reading junit like any other runner's.
+    """Fingerprint and classify the failing reports from their junit testcases: the user's
+    ``--junitxml`` (``junit_path``) read like any other runner's, or each report's own.
 
     Secrets are redacted from the junit text *before* fingerprinting, so a signature on
     disk never holds one and its hash is the hash of what is written.
     """
-    source: Union[Path, BinaryIO]
+    read: Iterable[TestCaseResult]
     if junit_path is not None and junit_path.is_file():
-        source = junit_path
+        read = iter_testcases(junit_path, warnings=warnings)
     else:
-        source = io.BytesIO(build_junit(reports, tests=counts.get("tests", 0), skipped=counts.get("skipped", 0), prefix=prefix))
-    cases = redact_cases(iter_testcases(source, warnings=warnings), redactor)
+        read = [junit_case(report, prefix) for report in reports]
+    cases = redact_cases(read, redactor)
     failures = failures_from_cases(cases, extra_rules=rules, warnings=warnings)
     known = {r.nodeid for r in reports}
     failures = attach_nodeids(failures, reports, prefix)
@@ -158,16 +157,6 @@ def root_cause_of(payload: object) -> Optional[RootCause]:
         return None
 
 
-def redact_nodeids(reports: Sequence[FailedReport], redactor: Redactor) -> list[FailedReport]:
-    """The reports with secrets removed from their node ids (a parametrize id can hold one),
-    as the junit cases are: every id this run writes or prints is the redacted one."""
-    out = []
-    for report in reports:
-        nodeid = redactor.redact(report.nodeid)
-        out.append(report if nodeid == report.nodeid else replace(report, nodeid=nodeid))
-    return out
-
-
 def store_incident(
     store: Store,
     incident: Incident,
@@ -215,16 +204,15 @@ def analyse_run(
     redactor: Optional[Redactor] = None,
     user_junit: bool = True,
 ) -> list[Failure]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports, with
-    target paths. ``redactor``: the run's (default: built from ``effective``).
+    """Fingerprinted, classified, redacted failures of this run's failing reports (their node
+    ids already redacted, as written), with target paths. ``redactor``: the run's (default:
+    built from ``effective``).
     ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
     that passed on re-run, which it holds as passing tests."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     redactor = redactor or effective.redactor
-    reports = redact_nodeids(reports, redactor)
     failures = fingerprint_reports(
         reports,
-        counts=counts,
         rules=rules_for_run(effective.settings.classification_rules,
                             parse_hook_rules(hooks.classification_rules(config.pluginmanager))),
         junit_path=Path(xmlpath) if xmlpath else None,
@@ -262,7 +250,8 @@ def capture_incident(
     passed_on_rerun: Sequence[Failure] = (),
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``.
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``
+    (``reports`` and ``tdd_nodeids`` with their node ids redacted, as written).
 
     ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
     ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
@@ -277,8 +266,6 @@ def capture_incident(
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or effective.redactor
-    reports = redact_nodeids(reports, redactor)
-    tdd_nodeids = [redactor.redact(n) for n in tdd_nodeids]
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's

@@ -1,8 +1,7 @@
 """The ``selfheal`` console script.
 
 Each subcommand is a module in ``pytest_selfheal.cli.commands`` exposing ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``, listed in :data:`GROUPS` and imported by
-:func:`command_module` only when it runs. Errors reach the user as one line and an exit code
+``add_arguments(parser)`` and ``run(args) -> int``, listed in :data:`GROUPS`. Errors reach the user as one line and an exit code
 (docs/exit-codes.md), never a traceback.
 """
 
@@ -18,6 +17,43 @@ from typing import Optional
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
 from pytest_selfheal.gate.agents import Agent, cannot_judge, hook_call, hook_output
+from pytest_selfheal.redact import default_redactor
+
+# A broken install (a command module that fails to load) must still let a stop hook answer:
+# :func:`main` raises the error where it turns every error into the hook's answer.
+_NOT_LOADED: Optional[Exception] = None
+_COMMANDS: dict[str, ModuleType] = {}
+try:
+    from pytest_selfheal.cli.commands import (
+        apply,
+        archive,
+        ci,
+        config,
+        demo,
+        fingerprint,
+        flaky,
+        history,
+        junit,
+        loop,
+        mcp,
+        merge,
+        plan,
+        prune,
+        quarantine,
+        reopen,
+        replay,
+        report,
+        show,
+        status,
+        stop_gate,
+    )
+except Exception as exc:  # any error of a module that does not load: reported by main
+    _NOT_LOADED = exc
+else:
+    _COMMANDS = {module.NAME: module for module in (
+        apply, archive, ci, config, demo, fingerprint, flaky, history, junit, loop, mcp, merge, plan, prune,
+        quarantine, reopen, replay, report, show, status, stop_gate)}
+
 
 DESCRIPTION = (
     "Turn a red pytest run into a bounded, honest repair loop. `pytest --selfheal` captures the "
@@ -26,7 +62,7 @@ DESCRIPTION = (
     "success, max_iterations, repeated_fingerprint, no_progress..."
 )
 # Every command, in the order a newcomer meets them: a new command module is listed here and
-# in :func:`command_module` (tests/test_entry_point.py checks that none is left out).
+# imported above (tests/test_entry_point.py checks that none is left out).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start here", ("demo", "status", "show", "loop", "report")),
     ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
@@ -43,97 +79,11 @@ def command_names() -> list[str]:
 
 
 def command_module(name: str) -> ModuleType:
-    """The module of command ``name`` (its ``NAME`` is ``name``); ValueError for no command.
-
-    Imported here, one at a time: a run imports only the command it runs, not the imports of
-    the twenty others (docs/benchmarks.md, "CLI start").
-    """
-    module_name = name.replace("-", "_")
-    if module_name == "apply":
-        from pytest_selfheal.cli.commands import apply
-
-        return apply
-    elif module_name == "archive":
-        from pytest_selfheal.cli.commands import archive
-
-        return archive
-    elif module_name == "ci":
-        from pytest_selfheal.cli.commands import ci
-
-        return ci
-    elif module_name == "config":
-        from pytest_selfheal.cli.commands import config
-
-        return config
-    elif module_name == "demo":
-        from pytest_selfheal.cli.commands import demo
-
-        return demo
-    elif module_name == "fingerprint":
-        from pytest_selfheal.cli.commands import fingerprint
-
-        return fingerprint
-    elif module_name == "flaky":
-        from pytest_selfheal.cli.commands import flaky
-
-        return flaky
-    elif module_name == "history":
-        from pytest_selfheal.cli.commands import history
-
-        return history
-    elif module_name == "junit":
-        from pytest_selfheal.cli.commands import junit
-
-        return junit
-    elif module_name == "loop":
-        from pytest_selfheal.cli.commands import loop
-
-        return loop
-    elif module_name == "mcp":
-        from pytest_selfheal.cli.commands import mcp
-
-        return mcp
-    elif module_name == "merge":
-        from pytest_selfheal.cli.commands import merge
-
-        return merge
-    elif module_name == "plan":
-        from pytest_selfheal.cli.commands import plan
-
-        return plan
-    elif module_name == "prune":
-        from pytest_selfheal.cli.commands import prune
-
-        return prune
-    elif module_name == "quarantine":
-        from pytest_selfheal.cli.commands import quarantine
-
-        return quarantine
-    elif module_name == "reopen":
-        from pytest_selfheal.cli.commands import reopen
-
-        return reopen
-    elif module_name == "replay":
-        from pytest_selfheal.cli.commands import replay
-
-        return replay
-    elif module_name == "report":
-        from pytest_selfheal.cli.commands import report
-
-        return report
-    elif module_name == "show":
-        from pytest_selfheal.cli.commands import show
-
-        return show
-    elif module_name == "status":
-        from pytest_selfheal.cli.commands import status
-
-        return status
-    elif module_name == "stop_gate":
-        from pytest_selfheal.cli.commands import stop_gate
-
-        return stop_gate
-    raise ValueError(f"no selfheal command {name!r}")
+    """The module of command ``name`` (its ``NAME`` is ``name``); ValueError for no command."""
+    try:
+        return _COMMANDS[name.replace("_", "-")]
+    except KeyError:
+        raise ValueError(f"no selfheal command {name!r}") from None
 
 
 def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
@@ -197,6 +147,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hook = hook_call(words)
     try:
         # The command is the first word (global options come alone: --help, --version).
+        if _NOT_LOADED is not None:
+            raise _NOT_LOADED
         only = words[0] if words and words[0] in command_names() else None
         args = build_parser(only).parse_args(words)
         return int(args._run(args))
@@ -218,8 +170,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _let_the_agent_stop(agent: Agent, why: str) -> int:
     """A stop hook's answer when the gate did not start (a bad argument, a broken install)."""
-    from pytest_selfheal.redact import default_redactor
-
     out, err = hook_output(agent, *cannot_judge(agent, f"selfheal stop-gate: {why}"), default_redactor().redact)
     sys.stderr.write(err)
     sys.stdout.write(out)

@@ -212,8 +212,6 @@ class Settings:
         """The typed view of a merge's values (every key present, each already checked)."""
         value = merged.values.__getitem__
         command, rules = value("repair.command"), value("classification.rules")
-        if rules:  # see _check_strings
-            from pytest_selfheal.analysis.rules import rules_from_config
         return cls(
             enabled=value("enabled"),
             max_iterations=value("max_iterations"),
@@ -237,7 +235,7 @@ class Settings:
                 value("repair.allow_binary"),
             ),
             redaction=RedactionSettings(tuple(value("redaction.patterns")), tuple(value("redaction.env_names"))),
-            classification_rules=tuple(rules_from_config(list(rules))) if rules else (),
+            classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else (),
             history=HistorySettings(value("history.enabled"), value("history.base_branch"),
                                     value("history.flaky_rate"), value("history.window_days"),
                                     value("history.quarantine_file")),
@@ -346,22 +344,26 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[s
     return list(value)
 
 
+def _parsed_rules(value: Sequence[Any], where: str) -> list[Rule]:
+    """The configured rules, checked by the one rule validator (hook rules go through it too)."""
+    # Imported here: the rules' module loads the failure records, which a run that reads a
+    # config without rules (a green one) never needs.
+    from pytest_selfheal.analysis.rules import rules_from_config
+
+    return rules_from_config(list(value), where)
+
+
 def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[ClassificationRule]:
-    # The one rule validator is classify's (hook rules go through it too); this adds the origin.
     if not isinstance(value, (list, tuple)):
         raise _type_error(origin, where, spec.expected, value)
     if not value:
         return []
-    from pytest_selfheal.analysis.rules import RULE_KEYS, rule_from_mapping  # see _check_strings
-    rules = []
-    for index, rule in enumerate(value):
-        try:
-            rule_from_mapping(rule, f"{where}[{index}]")
-        except ConfigError as exc:
-            raise config_error(f"{origin}: {exc}") from None
-        # A copy of the checked rule (the hook payload's shape: only known keys pass).
-        rules.append(cast("ClassificationRule", {field: rule[field] for field in RULE_KEYS if field in rule}))
-    return rules
+    try:
+        _parsed_rules(value, where)
+    except ConfigError as exc:
+        raise config_error(f"{origin}: {exc}") from None
+    # A copy of each checked rule (the hook payload's shape: only known keys pass the check).
+    return [cast("ClassificationRule", dict(rule)) for rule in value]
 
 
 def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:

@@ -75,6 +75,7 @@ from pytest_selfheal.history.segment_dir import (
     this_run_segments,
 )
 from pytest_selfheal.history.sources import quarantine_in_force, run_base
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
@@ -84,11 +85,12 @@ from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
-from pytest_selfheal.report.load import load_incident_run, read_report
+from pytest_selfheal.report.load import incident_run_of, read_report
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.run.outcome import exit_code_for
 from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio, judging
+from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store
 
 DEFAULT_REPORT_FILE = "ralf_lite_report.md"
@@ -382,16 +384,19 @@ def run_ci(
     run_seconds = time.monotonic() - started
     captured = captured_incident(store, before, token)
     incident_id = captured.incident_id if captured is not None else None
+    state: Optional[LoopRun] = None
     if captured is not None:
         # The capture ran without the *TOKEN* variables (test_env), so it could not redact
         # their values: this process has them, and redacts the captured files once more.
-        captured = store.redact_again(captured)
+        captured, plan = store.redact_again(captured)
+        # The incident's records, read once: the loop writes through them, the report reads them.
+        state = LoopRun.resume(store, captured.incident_id, captured, plan)
 
     project = find_project_root(here)
     error: Optional[SelfhealError] = None
     loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
-    if incident_id is None:
+    if state is None:
         # Tests that passed only on a re-run: its pytest recorded them under the token's run id.
         verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
             passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
@@ -407,30 +412,29 @@ def run_ci(
         elif verdict.final_status == FinalStatus.ERROR:
             rep.warn(f"pytest exited with code {code}: {describe_pytest_exit(code)}")
     else:
-        bucket, _ = store.locate(incident_id)
-        if bucket == "inbox":
-            rep.say(f"selfheal ci: running the RALF-Lite loop on {incident_id}")
+        if state.bucket == INBOX:
+            rep.say(f"selfheal ci: running the RALF-Lite loop on {state.incident_id}")
             try:
                 loop_result = run_incident_loop(
-                    store, incident_id, effective=effective, cwd=project, pluginmanager=pm,
-                    interactive=False, unattended=True, out=rep.say, env=test_env, shown=True, incident=captured,
+                    store, state.incident_id, effective=effective, cwd=project, pluginmanager=pm,
+                    interactive=False, unattended=True, out=rep.say, env=test_env, shown=True, state=state,
                 )
             except Cancelled:
                 raise
             except SelfhealError as exc:  # reported below, then it decides the exit code
                 error = exc
                 rep.say(f"selfheal: error: {exc}")
-        report = build_report(incidents=[load_incident_run(store, incident_id)],
+        report = build_report(incidents=[incident_run_of(state)],
                               effective_config=effective.values, origins=effective.origins)
         reason = report.stop_reason or (loop_result and loop_result.stop_reason) or STOP_NONE
         final = str(report.final_status or "unknown")
         repair = loop_result.repair if loop_result is not None else None
         if repair is not None and repair.final_patch and (final == FinalStatus.RESOLVED or reason == StopReason.TESTS_EDITED):
             # Fixed in the repair worktree (or green only with tests edited): shown, not in this commit.
-            proposed = read_run_bytes(store, incident_id, repair.final_patch)
+            proposed = read_run_bytes(store, state.incident_id, repair.final_patch)
             if final == FinalStatus.RESOLVED:  # this job's checked-out code still fails
                 final = FinalStatus.FIX_PROPOSED
-        verdict = CiVerdict(final, str(reason), int(report.total_retries or 0), incident_id, code)
+        verdict = CiVerdict(final, str(reason), int(report.total_retries or 0), state.incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else (
         pull_request_number(ctx.event_name, event) if ctx.event_name else None)

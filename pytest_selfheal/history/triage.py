@@ -15,16 +15,12 @@ One label per failure, first that holds wins (docs/history.md):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import FlakeRate, Sighting
-from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.vocab import TriageLabel
-
-if TYPE_CHECKING:
-    from pytest_selfheal.records.report import TriageEntry
 
 TRIAGE_LABELS: tuple[TriageLabel, ...] = tuple(TriageLabel)
 
@@ -85,26 +81,6 @@ def triage_headline(labels: Sequence[str], base_branch: str, passed_on_rerun: in
         elif count:
             parts.append(f"{count} {label}" + (f" on {base_branch}" if label == TriageLabel.KNOWN else ""))
     return ", ".join(parts) if parts else "no failures"
-
-
-def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> list[TriageEntry]:
-    """The report's ``triage`` of one incident: each captured failure's recorded triage
-    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
-    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
-    # Imported here: the report's records are the report's; a loop iteration that records
-    # its history and triages never builds one.
-    from pytest_selfheal.records.report import TriageEntry
-
-    entries: list[TriageEntry] = []
-    for failure in failures:
-        recorded = failure.triage
-        if recorded is None or recorded.label not in TRIAGE_LABELS:
-            continue
-        nodeid = failure.nodeid or failure.test
-        if nodeid in flaky and recorded.label != TriageLabel.QUARANTINED:
-            recorded = replace(recorded, label=TriageLabel.FLAKY, detail=RERUN_DETAIL)
-        entries.append(TriageEntry(nodeid, failure.fingerprint, failure.failure_type, recorded))
-    return entries
 
 
 def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:

@@ -1,30 +1,30 @@
-"""Write a junit document of the failing tests of a pytest run (pure).
+"""The junit testcase of a failing pytest report (pure).
 
-Switching on pytest's own junitxml for every run costs ~10% wall time on large green
-suites, so the plugin records only the failing reports and writes them here, in pytest's
-own junit dialect (same classname/name mangling, same message attributes), so that a
-failure gets the same fingerprint from this document, from ``--junitxml`` and from
-``selfheal fingerprint``. The document is built with junitparser; reading junit is
-``junit/reader.py``'s streaming parser (docs/decisions.md "Dependencies").
+The capture fingerprints a failure from its junit testcase, read like any other runner's,
+so that a failure gets the same fingerprint from the capture, from ``--junitxml`` and from
+``selfheal fingerprint``: :func:`junit_case` is the case the junit reader reads from the
+document pytest's own junitxml writes for the report (same classname/name mangling, same
+message attribute, the same escapes and line ends), built once in memory. Switching on
+pytest's junitxml for every run would cost large green suites about a tenth of their time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, TestCase, TestSuite
-
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
+from pytest_selfheal.junit.reader import MAX_TEXT, text_marker
 from pytest_selfheal.records.incident import RootCause
+from pytest_selfheal.records.models import OUTCOME_ERROR, OUTCOME_FAILED, TestCaseResult
 
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
 
 
 @dataclass(frozen=True)
 class FailedReport:
-    """A failing pytest report reduced to plain data."""
+    """A failing pytest report as the capture reads it once (recorder/finish.py), its node id
+    cut and redacted as every document holds it."""
 
     nodeid: str
     when: str  # setup | call | teardown | collect
@@ -53,56 +53,24 @@ def junit_message(report: FailedReport) -> str:
     return message
 
 
-class PytestTestCase(TestCase):
-    """junitparser's testcase plus the ``file``/``line`` attributes pytest's junitxml writes."""
-
-    file = Attr()
-    line = IntAttr()
-
-
-def _testcase(report: FailedReport, prefix: str) -> PytestTestCase:
+def junit_case(report: FailedReport, prefix: str = "") -> TestCaseResult:
+    """The junit testcase of ``report`` as the junit reader reads it from pytest's junitxml."""
     classname, name = mangle_nodeid(report.nodeid, prefix)
-    case = PytestTestCase(classname=classname, name=name, time=round(report.duration, 3))
-    if report.file:
-        case.file = xml_escape_visible(report.file)
-    if report.line is not None:
-        case.line = report.line
-    result = Failure() if report.outcome == "failure" else Error()
-    result.message = xml_escape_visible(junit_message(report))  # set even when empty, as pytest does
-    result.text = xml_escape_visible(report.text)
-    case.result = [result]
-    return case
-
-
-def build_junit(
-    reports: Sequence[FailedReport],
-    *,
-    tests: int,
-    skipped: int = 0,
-    duration: float = 0.0,
-    prefix: str = "",
-    suite_name: str = "pytest",
-) -> bytes:
-    """A junit document (bytes) with one testcase per failing report plus run counts."""
-    suite = TestSuite(suite_name)
-    # All at once: add_testcase recounts the suite after each case (quadratic).
-    suite.add_testcases([_testcase(report, prefix) for report in reports])
-    # The counts are the run's, not the failing cases'.
-    failures = sum(1 for r in reports if r.outcome == "failure")
-    suite.tests = tests
-    suite.failures = failures
-    suite.errors = len(reports) - failures
-    suite.skipped = skipped
-    suite.time = round(duration, 3)
-    document = JUnitXml()
-    document.add_testsuite(suite)
-    # tostring, not write(file object): that needs junitparser 4. tostring is unannotated there.
-    body: bytes = document.tostring()  # type: ignore[no-untyped-call]
-    return b'<?xml version="1.0" encoding="utf-8"?>\n' + body + b"\n"
+    # An XML parser reads a CR or CRLF of element text as LF; an attribute keeps them (the
+    # writer escapes them as character references).
+    text = xml_escape_visible(report.text).replace("\r\n", "\n").replace("\r", "\n")
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "\n" + text_marker(len(text) - MAX_TEXT)
+    return TestCaseResult(
+        classname=classname, name=name, outcome=OUTCOME_FAILED if report.outcome == "failure" else OUTCOME_ERROR,
+        message=xml_escape_visible(junit_message(report)), text=text,
+        file=xml_escape_visible(report.file) if report.file else None, line=report.line,
+        time=float(f"{report.duration:.3f}"),
+    )
 
 
 __all__: list[str] = [
     "FailedReport",
-    "build_junit",
     "junit_message",
+    "junit_case",
 ]

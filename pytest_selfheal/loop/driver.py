@@ -246,6 +246,7 @@ def run_loop(
     verifier: Verifier = run_selection,
     incident: Optional[Incident] = None,
     shown: bool = False,
+    state: Optional[LoopRun] = None,
 ) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
@@ -261,7 +262,9 @@ def run_loop(
     a failure gets the same type — and fingerprint — as at capture. ``env``: the
     verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
     the two seams the driver talks to (:class:`Verifier`, :class:`Provider`). ``incident``:
-    the record as the caller read it, which the loop state then holds (not read again).
+    the record as the caller read it, which the loop state then holds (not read again);
+    ``state``: the whole state as the caller read it, which the loop writes through, so the
+    caller holds the incident's records as the loop left them.
     ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
     comment), so a loop without a provider localises them too (:func:`localisation.wanted`).
     """
@@ -272,22 +275,28 @@ def run_loop(
     say: Callable[[str], None] = (lambda line: out(printable(line))) if out else (lambda line: None)
     if unattended is None:
         unattended = not (sys.stdin is not None and sys.stdin.isatty())
-    state = CancelState()
-    with loop_lock(store, incident_id), signal_handlers(state):
-        # Read once, under the loop lock: no other loop writes this incident while it runs.
-        run = LoopRun.resume(store, incident_id, incident)
+    cancel = CancelState()
+    with loop_lock(store, incident_id), signal_handlers(cancel):
+        # Read once, under the loop lock: no other loop writes this incident while it runs (a
+        # state the caller holds is read again only if the files moved on without it).
+        if state is None:
+            run = LoopRun.resume(store, incident_id, incident)
+        else:
+            with store.lock():
+                state.refresh()
+            run = state
         _refuse_interrupted_archive(run)
         try:
             return _drive(
                 run, effective=effective, project_root=Path(project_root), provider=provider,
-                approve=approve, unattended=unattended, say=say, state=state, env=env, hook_rules=hook_rules,
+                approve=approve, unattended=unattended, say=say, state=cancel, env=env, hook_rules=hook_rules,
                 verifier=verifier, shown=shown,
             )
         except (Interrupted, KeyboardInterrupt):
-            state.requested = True
+            cancel.requested = True
             _cancel(store, incident_id, effective=effective, project_root=Path(project_root), say=say)
             raise Cancelled(
-                f"cancelled by {state.name}: incident {incident_id} left open, recorded attempts kept; "
+                f"cancelled by {cancel.name}: incident {incident_id} left open, recorded attempts kept; "
                 f"resume with `selfheal loop {incident_id}`"
             ) from None
 

@@ -84,10 +84,11 @@ class LoopRun:
     # ------------------------------------------------------------------ reading
 
     @classmethod
-    def read(cls, store: Store, incident_id: str, incident: Optional[Incident] = None) -> LoopRun:
+    def read(cls, store: Store, incident_id: str, incident: Optional[Incident] = None,
+             plan: Optional[Plan] = None) -> LoopRun:
         """The state from the files of ``incident_id``, each read once (call under the store
-        lock when it is to be acted on). ``incident``: its record as the caller already read
-        it (the loop entry), not read again. Raises like the store (corrupted files: exit 3)."""
+        lock when it is to be acted on). ``incident``, ``plan``: the records as the caller
+        already read them, not read again. Raises like the store (corrupted files: exit 3)."""
         records = read_records(store, incident_id)
         incident = incident or store.read_incident(records.incident_id)
         return cls(
@@ -95,7 +96,8 @@ class LoopRun:
             incident=incident,
             bucket=records.bucket,
             status=records.status,
-            plan=store.read_plan(incident.incident_id) if store.has_plan(incident.incident_id) else None,
+            plan=plan if plan is not None else store.read_plan(incident.incident_id) if store.has_plan(
+                incident.incident_id) else None,
             attempts=records.attempts,
             run_result=records.run_result,
             events=store.read_events(incident.incident_id)[0],
@@ -103,11 +105,12 @@ class LoopRun:
         )
 
     @classmethod
-    def resume(cls, store: Store, incident_id: str, incident: Optional[Incident] = None) -> LoopRun:
+    def resume(cls, store: Store, incident_id: str, incident: Optional[Incident] = None,
+               plan: Optional[Plan] = None) -> LoopRun:
         """:meth:`read` under the store lock, then, for an open incident, the events a kill
         lost appended (:meth:`recover_events`)."""
         with store.lock():
-            run = cls.read(store, incident_id, incident)
+            run = cls.read(store, incident_id, incident, plan)
             if run.bucket == INBOX:
                 run.recover_events()
             return run

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
+from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import FailureEntry
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
@@ -209,8 +210,6 @@ def incident_head(view: IncidentView) -> str:
 
 def plan_block(view: IncidentView) -> str:
     """The plan's summary, actions and verification commands (each command cut)."""
-    from pytest_selfheal.plan.build import readable_command  # the plan's code: only when a plan is shown
-
     plan = view.plan
     if plan is None:
         return "## Plan\nnone yet"

@@ -22,9 +22,19 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from pytest_selfheal import hooks, process
+from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
+from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
+from pytest_selfheal.loop.messages import changed_summary, unverified_summary, unverified_tests
+from pytest_selfheal.loop.policy import FLAKY
+from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
+from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
+from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
     fit,
@@ -40,16 +50,20 @@ from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
+from pytest_selfheal.repair.apply import apply_proposed, proposed_patch
+from pytest_selfheal.report.incident_view import incident_view
+from pytest_selfheal.report.load import build_from_store, select_ids
+from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
+from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.run.pytest_run import describe_pytest_exit, pytest_argv, snapshot
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.judging import RECORDS_GONE
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     from pytest_selfheal.records.incident_view import IncidentView
     from pytest_selfheal.repair.apply import ProposedPatch
     from pytest_selfheal.run.pytest_run import Snapshot
-
-# What a tool runs (the loop, pytest, the report, the patch) is imported when the tool is
-# called, not when the server starts: a client's first calls wait for `initialize`.
 
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified
@@ -195,10 +209,6 @@ class Project:
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
         """The RALF Lite Loop Report of one incident (default: the latest)."""
-        from pytest_selfheal import hooks
-        from pytest_selfheal.report.load import build_from_store, select_ids
-        from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
-
         effective = self.effective()
         store = self.store(effective)
         ids = select_ids(store, incident_id, every=False)
@@ -215,9 +225,6 @@ class Project:
 
     def loop(self, incident_id: str) -> ToolResult:
         """The verify-only loop of one incident, to its stop."""
-        from pytest_selfheal import hooks
-        from pytest_selfheal.run.entry import run_incident_loop
-
         self.require_project()
         effective = self.effective()
         store = self.store(effective)
@@ -239,8 +246,6 @@ class Project:
 
     def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
                      replayed: Sequence[str] = ()) -> None:
-        from pytest_selfheal.loop.verify import check_command
-
         for word in selection:
             if not word or word.startswith("-"):
                 raise UsageError(f"selection entries are node ids or paths, got {word!r} (options go in pytest_args)")
@@ -281,11 +286,6 @@ class Project:
         ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``);
         ``cancel``: set from another thread, it stops pytest's whole process group.
         """
-        from pytest_selfheal import process
-        from pytest_selfheal.cleanroom import fresh_bytecode
-        from pytest_selfheal.loop.agent_mode import open_incidents
-        from pytest_selfheal.run.pytest_run import describe_pytest_exit, pytest_argv, snapshot
-
         self.require_project()
         replayed: list[str] = list(trusted)
         waiting = open_incidents(store)
@@ -345,14 +345,6 @@ class Project:
 
     def _verdict(self, effective: EffectiveConfig, store: Store, code: Optional[int], counts: dict[str, int],
                  after: Snapshot, captured: list[str], iterated: list[str], plugin_lines: list[str]) -> RunVerdict:
-        from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
-        from pytest_selfheal.loop.messages import changed_summary
-        from pytest_selfheal.loop.policy import FLAKY
-        from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
-        from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
-        from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
-        from pytest_selfheal.store.judging import RECORDS_GONE
-
         verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
@@ -454,9 +446,6 @@ class Project:
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
     def _next(self, verdict: RunVerdict, store: Store) -> str:
-        from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
-        from pytest_selfheal.report.load import build_from_store
-
         if verdict.decision is RunDecision.CONTINUE:
             last = store.read_attempts(str(verdict.incident_id))[-1]
             missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
@@ -495,8 +484,6 @@ class Project:
 
     def proposed(self, incident_id: str) -> ProposedPatch:
         """The incident's proposed patch, checked against the working tree (nothing changes)."""
-        from pytest_selfheal.repair.apply import proposed_patch
-
         effective = self.effective()
         store = self.store(effective)
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
@@ -518,8 +505,6 @@ class Project:
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         """Apply a patch the user approved."""
-        from pytest_selfheal.repair.apply import apply_proposed
-
         apply_proposed(self.store(), proposed)
         partial = "" if proposed.verified else f" (the patch is {proposed.verdict})"
         return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "
@@ -530,8 +515,6 @@ def current_view(store: Store, incident_id: str) -> IncidentView:
     """The incident view with its failures as they are now: after an attempt, the groups keep
     the plan's root causes but hold only the tests still failing, with their latest messages
     and fingerprints (an agent must not chase the capture's stale messages)."""
-    from pytest_selfheal.report.incident_view import incident_view
-
     view = incident_view(store, incident_id)
     if not view.attempts:
         return view

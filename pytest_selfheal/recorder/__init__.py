@@ -1,35 +1,34 @@
-"""The recording side of ``pytest --selfheal`` (edge), loaded only when it is on.
+"""The recording side of ``pytest --selfheal`` (edge), registered only when it is on.
 
-During the run it keeps counters, the failing reports and the failed runs a re-run plugin
-ran again, nothing more. pytest marks every
-module of a plugin's distribution for assertion rewriting, so where bytecode is not written
-(``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module imported is parsed and
-compiled again on every run: a green run imports no module of the package but the plugin,
-this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). So the
-config is read at the start only when there is one to read (a ``--selfheal-*`` flag, a
-``selfheal_*`` ini option, a config file), and everything else is imported inside the
-function that first needs it: a failure, an open incident, ``--selfheal-spectrum``. At
-session end, on the controller only and only when something failed or an open incident's
-test ran, the session end (:mod:`.finish`) records the next iteration of an open incident
-(agent mode) or captures a new incident, optionally runs the loop, and writes the report.
+During the run it keeps counters and pytest's failing reports, nothing more. pytest marks
+every module of a plugin's distribution for assertion rewriting, so where bytecode is not
+written (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module a run imports
+is parsed and compiled again: a green run imports no module of the package but the plugin,
+this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). What
+only some runs need loads when they have it: the config when there is one to read
+(:mod:`.run_config`), the root-cause resolver at a failure, the incidents on disk and the
+loop (:mod:`.loop_side`). At session end, on the controller only and only when something
+failed or an open incident's test ran, the session end (:mod:`.finish`) records the next
+iteration of an open incident (agent mode) or captures a new incident, optionally runs the
+loop, and writes the report.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 from collections.abc import Generator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pytest
 
 from pytest_selfheal.names import (
     CI_RUN_ENV,
     DEFAULT_REPORTS_DIR,
+    FLAG_KEYS,
     INBOX_DIR,
     INCIDENT_PREFIX,
     INI_KEYS,
@@ -47,20 +46,12 @@ if TYPE_CHECKING:
     from pytest_selfheal.capture.spectrum import SpectrumHook
     from pytest_selfheal.config.settings import EffectiveConfig
     from pytest_selfheal.loop.agent_mode import OpenIncident
+    from pytest_selfheal.recorder.loop_side import LoopSide
     from pytest_selfheal.records.incident import RootCause
-    from pytest_selfheal.records.vocab import Tone
     from pytest_selfheal.redact import Redactor
     from pytest_selfheal.report.data import IncidentRun
-    from pytest_selfheal.store.root import Store
 
 
-# Flags of the plugin and the config key each one overrides (None: not a config key).
-_FLAG_KEYS = {
-    "selfheal_dir": "reports_dir",
-    "selfheal_report": "report_path",
-    "selfheal_max_iterations": "max_iterations",
-    "selfheal_approve": "repair.approve",
-}
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
 # The outcome pytest-rerunfailures gives the report of a failed run it runs again.
@@ -95,7 +86,7 @@ def has_config(config: pytest.Config) -> bool:
     """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
     ``selfheal_*`` ini option, or a config file (global or project). Without one the
     effective config is the defaults, and the run reads no file to know it."""
-    if any(config.getoption(dest) is not None for dest in _FLAG_KEYS) or config.getoption("selfheal_set"):
+    if any(config.getoption(dest) is not None for dest in FLAG_KEYS) or config.getoption("selfheal_set"):
         return True
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
         return True
@@ -105,73 +96,12 @@ def has_config(config: pytest.Config) -> bool:
     return global_path is None or any(os.path.lexists(path) for path in paths)
 
 
-def _ini_values(config: pytest.Config) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for ini_name in INI_KEYS:
-        value = config.getini(ini_name)
-        if ini_name == "selfheal_config":
-            if value:
-                values[ini_name] = "\n".join(value)
-        elif value not in (None, ""):
-            values[ini_name] = str(value)
-    return values
-
-
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
-    # Imported here: a run without a config to read (has_config) never loads the config modules.
-    from pytest_selfheal.config.files import load_config
-    from pytest_selfheal.config.settings import Override, parse_override
-    from pytest_selfheal.errors import SelfhealError
+    """The effective config for this pytest run (recorder/run_config.py)."""
+    # Imported here: a green run without a config to read (has_config) never loads the config.
+    from pytest_selfheal.recorder import run_config
 
-    overrides: list[Override] = []
-    addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
-    for dest, key in _FLAG_KEYS.items():
-        value = config.getoption(dest)
-        if value is None:
-            continue
-        flag = "--" + dest.replace("_", "-")
-        given = _invoker_values(config, flag)
-        project = not given or given[-1] != value  # the last one wins: pytest puts addopts first
-        if dest == "selfheal_dir":
-            # A path given on the command line is relative to where pytest was invoked.
-            value = str(Path(config.invocation_params.dir, value))
-        overrides.append(Override(key, value, addopts.format(flag) if project else flag, project=project))
-    given = _invoker_values(config, "--selfheal-set")
-    for text in config.getoption("selfheal_set") or []:
-        project = text not in given
-        override = parse_override(text, addopts.format("--selfheal-set") if project else "--selfheal-set")
-        overrides.append(Override(override.key, override.value, override.origin, project=project))
-    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
-    try:
-        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
-    except SelfhealError as exc:
-        raise pytest.UsageError(f"selfheal: {exc}") from None
-
-
-
-def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
-    """The values the invoker gave ``flag``, on its command line or in ``PYTEST_ADDOPTS``; one
-    the pytest ini's ``addopts`` alone gives is the project's (its paths stay inside it)."""
-    try:
-        words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
-    except ValueError:  # pytest read it already; a quote it could not read is no value here
-        words = list(config.invocation_params.args)
-    return [word.partition("=")[2] if word.startswith(f"{flag}=") else words[index + 1]
-            for index, word in enumerate(words)
-            if word.startswith(f"{flag}=") or (word == flag and index + 1 < len(words))]
-
-
-def _crash_message(report: Any) -> str:
-    reprcrash = getattr(report.longrepr, "reprcrash", None)
-    if reprcrash is not None and getattr(reprcrash, "message", None):
-        return str(reprcrash.message)
-    text = str(report.longreprtext or "")
-    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
-    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    if error_lines:
-        return error_lines[-1]
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return run_config.load_effective_config(config)
 
 
 class RootCauseHook:
@@ -234,15 +164,8 @@ class WorkerRootCauseHook(RootCauseHook):
         """Nothing: the wrapper above has resolved it."""
 
 
-# The least pytest verbosity at which a summary line shows: -qq shows only what a script or
-# an agent must see (the incident, each iteration's verdict, the next command), -q adds the
-# headlines, the default adds the details.
-ESSENTIAL = -2
-SUMMARY = -1
-DETAIL = 0
-
-
-# A Tone is its string value (records/vocab.py).
+# The colour of a summary line of each tone (records/vocab.py: a Tone is its string value;
+# pytest drops it under --color=no).
 _MARKUP: dict[str, dict[str, bool]] = {
     "good": {"green": True},
     "bad": {"red": True, "bold": True},
@@ -251,51 +174,8 @@ _MARKUP: dict[str, dict[str, bool]] = {
 }
 
 
-def _markup(tone: Tone) -> dict[str, bool]:
-    """Colour of a summary line of ``tone`` (pytest drops it under --color=no)."""
-    return _MARKUP[tone]
-
-
 # Worst outcome wins when a test has several reports (setup, call, teardown).
 _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-
-
-def _any_redacted(nodeids: set[str]) -> bool:
-    """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
-    # Imported here: only a run with open incidents watches node ids.
-    from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
-
-    return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
-
-
-class Failed(NamedTuple):
-    """A failing pytest report reduced to plain data as it happens; the session end redacts
-    its node id and makes it a ``junit.writer.FailedReport`` (recorder/finish.py)."""
-
-    nodeid: str
-    when: str  # setup | call | teardown | collect
-    message: str  # pytest's crash message (reprcrash.message) or a derived one
-    text: str  # the full longrepr text
-    file: Optional[str]
-    line: Optional[int]
-    duration: float
-    root_cause: object  # evidence resolved in an xdist worker: its JSON (ROOT_CAUSE_ATTR), read at session end
-    tdd: bool  # marked @pytest.mark.tdd
-
-
-def _failed(report: Any, when: str) -> Failed:
-    location = getattr(report, "location", None)
-    return Failed(
-        nodeid=report.nodeid,
-        when=when,
-        message=_crash_message(report),
-        text=str(report.longreprtext or ""),
-        file=location[0] if location else None,
-        line=(location[1] + 1) if location and location[1] is not None else None,
-        duration=float(getattr(report, "duration", 0.0) or 0.0),
-        root_cause=getattr(report, ROOT_CAUSE_ATTR, None),
-        tdd="tdd" in getattr(report, "keywords", {}),
-    )
 
 
 class Recorder:
@@ -310,20 +190,21 @@ class Recorder:
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
-        self.failed: list[Failed] = []
+        # pytest's failing reports (test and collection reports: ``when`` is their phase), kept as
+        # they are; the session end reads them once (recorder/finish.py).
+        self.failed: list[Any] = []
         # Failed runs a re-run plugin ran again (outcome ``rerun``; one per attempt), and the tests whose
         # current attempt was re-run: a green run without a re-run only tests one empty set.
-        self.reruns: list[Failed] = []
+        self.reruns: list[Any] = []
         self.rerun_attempt: set[str] = set()
         # Failing reports seen at their failure and not logged (yet), with what they say: see
         # pytest_exception_interact.
-        self.unlogged: dict[str, list[tuple[Any, Failed]]] = {}
+        self.unlogged: dict[str, list[Any]] = {}
         self.tests = 0
         self.skipped = 0
         self.lines: list[tuple[int, str]] = []  # the terminal summary section: (least verbosity, line)
         self.incident_id: Optional[str] = None
-        # The incident this run captured, as written: its report needs no read-back (None
-        # once the loop has changed it).
+        # The incident this run captured, as written (or as its loop left it): its report reads no file.
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
@@ -331,25 +212,22 @@ class Recorder:
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
         self._redactor: Optional[Redactor] = None
+        self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
-        # A run that may be an incident's verdict compiles every module it imports from now
-        # on afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
+        # A run that may be an incident's verdict compiles afresh (LoopSide.fresh_pycache).
         self._pycache: Optional[tuple[Optional[str], str]] = None
         if self.open_incidents or self.has_stopped_incidents():
-            from pytest_selfheal.cleanroom import fresh_pycache  # imported here: a green run compiles nothing afresh
-
-            self._pycache = (sys.pycache_prefix, fresh_pycache(os.environ))
-            sys.pycache_prefix = self._pycache[1]
+            self._pycache = self.loop_side().fresh_pycache()
         # Outcomes are tracked only for tests an open incident verifies: a dict lookup per report.
         self.watched: set[str] = {n for i in self.open_incidents for n in i.selection}
         # Only then is a report's id redacted to be looked up (one redact per report).
-        self.watched_redacted = bool(self.watched) and _any_redacted(self.watched)
+        self.watched_redacted = bool(self.watched) and self.loop_side().any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
         # Every test that passed or skipped: a stopped incident continued after a code change
         # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
-        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
+        self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (has_work)
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     @pytest.hookimpl
@@ -357,6 +235,15 @@ class Recorder:
         if self._pycache is not None:
             sys.pycache_prefix = self._pycache[0]
             shutil.rmtree(self._pycache[1], ignore_errors=True)
+
+    def loop_side(self) -> LoopSide:
+        """The incidents on disk and the loop (recorder/loop_side.py), loaded on first use."""
+        if self._loop_side is None:
+            # Imported here: only a run with an incident on disk, or --selfheal-loop, loads the loop.
+            from pytest_selfheal.recorder.loop_side import LoopSide
+
+            self._loop_side = LoopSide(self)
+        return self._loop_side
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:
@@ -373,25 +260,13 @@ class Recorder:
             # session): adopting one would let an incident committed to the repository choose
             # what runs under the job's token. The failures are captured as ci's own incident.
             return []
-
-        # Imported here: only an incident in the inbox needs the loop side.
-        from pytest_selfheal.errors import SelfhealError
-        from pytest_selfheal.loop.agent_mode import open_incidents
-
-        try:
-            return open_incidents(self.store())
-        except SelfhealError as exc:
-            self.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
-            return []
+        return self.loop_side().open_incidents()
 
     @property
     def effective(self) -> EffectiveConfig:
         """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
         if self._effective is None:
-            # Imported here: only a run with something to record needs the settings.
-            from pytest_selfheal.config.settings import default_config
-
-            self._effective = default_config()
+            self._effective = load_effective_config(self.config)
         return self._effective
 
     @property
@@ -402,16 +277,16 @@ class Recorder:
         redactor: Redactor = self._redactor
         return redactor
 
-    def _record(self, report: Any, when: str) -> None:
+    def _record(self, report: Any) -> None:
         if self.unlogged:
             self._logged(report)
-        self.failed.append(_failed(report, when))
+        self.failed.append(report)
 
     def _logged(self, report: Any) -> None:
         """A failing report logged after it was seen at its failure: not a hidden run."""
         pending = self.unlogged.get(report.nodeid)
         if pending:
-            pending[:] = [(seen, failed) for seen, failed in pending if seen is not report]
+            pending[:] = [seen for seen in pending if seen is not report]
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
@@ -422,7 +297,7 @@ class Recorder:
         if not isinstance(report, pytest.TestReport) or not report.failed or (
                 last is not None and last.nodeid == report.nodeid and last.when == report.when):
             return
-        self.unlogged.setdefault(report.nodeid, []).append((report, _failed(report, report.when)))
+        self.unlogged.setdefault(report.nodeid, []).append(report)
 
     def _rerun(self, report: pytest.TestReport) -> None:
         """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
@@ -433,14 +308,14 @@ class Recorder:
         if nodeid not in self.rerun_attempt:  # an attempt's first failing phase (a teardown may follow)
             self.rerun_attempt.add(nodeid)
             self.tests -= 1
-            self.reruns.append(_failed(report, report.when))
+            self.reruns.append(report)
 
     def _take_hidden(self) -> None:
         """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
         was logged (it failed in its call) is not counted as a test of its own."""
         for hidden in self.unlogged.values():
-            self.reruns += [failed for _, failed in hidden]
-            self.tests -= sum(1 for _, failed in hidden if failed.when == "call")
+            self.reruns += hidden
+            self.tests -= sum(1 for failed in hidden if failed.when == "call")
         self.unlogged.clear()
 
     def passed_on_rerun(self) -> list[str]:
@@ -453,7 +328,7 @@ class Recorder:
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self._record(report, "collect")
+            self._record(report)  # its phase (when) is "collect"
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -468,7 +343,7 @@ class Recorder:
         elif report.when == "call" and report.passed:
             self.passed.add(report.nodeid)
         if report.failed:
-            self._record(report, report.when)
+            self._record(report)
         elif report.outcome == RERUN_OUTCOME:
             self._rerun(report)
             return
@@ -486,74 +361,16 @@ class Recorder:
             if previous is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[previous]:
                 self.outcomes[nodeid] = outcome
 
-    def known_id(self, nodeid: str) -> str:
-        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
-        # Imported here: only a run with incidents on disk compares ids with them.
-        from pytest_selfheal.records.redacted import bounded_nodeid
-
-        return self.redactor.redact(bounded_nodeid(nodeid))
-
     def _watched_id(self, nodeid: str) -> Optional[str]:
         """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
         holding a secret) its redacted form, as stored (docs/redaction.md)."""
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
-            # Imported here: only an open incident whose ids hold a secret needs it.
-            from pytest_selfheal.records.redacted import bounded_nodeid
-
-            redacted = self.redactor.redact(bounded_nodeid(nodeid))
+            redacted = self.loop_side().known_id(nodeid)
             if redacted in self.watched:
                 return redacted
         return None
-
-    def store(self) -> Store:
-        """The store of this run's reports root, redacting with this run's settings; RefusedError
-        when the configured root leads out of the project."""
-        # Imported here: a green run without open incidents never opens the store.
-        from pytest_selfheal.store.fsio import project_path
-        from pytest_selfheal.store.root import Store
-
-        project_path(self.config.rootpath, self.effective.settings.reports_dir, "reports_dir")
-        return Store(self.reports_root, redactor=self.redactor)
-
-    def _gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
-        """Open incidents' selected tests this run should have run and has no outcome for
-        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
-        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
-        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
-                or exitstatus == pytest.ExitCode.INTERRUPTED:
-            return set()
-        # Imported here: only a run with open incidents watches node ids.
-        from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
-
-        rootdir = Path(self.config.rootpath)
-        scopes = []
-        for arg in self.config.args:
-            path, _, rest = str(arg).partition("::")
-            scopes.append((Path(os.path.abspath(Path(self.config.invocation_params.dir, path))), rest))
-        gone = set()
-        for nodeid in self.watched - self.outcomes.keys():
-            if is_redacted(nodeid) or TRUNCATED in nodeid:
-                continue  # an id holding a secret cannot be placed
-            path, _, rest = nodeid.partition("::")
-            where = Path(os.path.abspath(rootdir / path))
-            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
-                   or (not inner and scope in where.parents) for scope, inner in scopes):
-                gone.add(nodeid)
-        return gone
-
-    def _stopped_hold_passed(self) -> bool:
-        """May a stopped incident hold a test this green run passed (loop/sticky.py)? Its
-        cheap look: the store and the incidents' last attempts, none of the capture side."""
-        # Imported here: only a reports root holding incidents is looked at.
-        from pytest_selfheal.errors import SelfhealError
-        from pytest_selfheal.loop.stopped import holds_passed
-
-        try:
-            return holds_passed(self.store(), Path(self.config.rootpath), self.passed, self.known_id)
-        except SelfhealError:
-            return False
 
     def has_stopped_incidents(self) -> bool:
         """Cheap look before loading the loop side: any escalated or inbox incident at all."""
@@ -570,11 +387,12 @@ class Recorder:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
-        self.gone = self._gone(session, exitstatus)
+        # Open incidents' tests this run should have run and did not (LoopSide.gone).
+        self.gone = self.loop_side().gone(session, exitstatus) if self.open_incidents else set()
         if self.unlogged:
             self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
-            self.passed and not self.ci_run and self.has_stopped_incidents() and self._stopped_hold_passed())
+            self.passed and not self.ci_run and self.has_stopped_incidents() and self.loop_side().stopped_hold_passed())
             or (self.passed and self.remembers_stops()))
 
     def remembers_stops(self) -> bool:
@@ -596,9 +414,6 @@ class Recorder:
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:
             return
-        # Imported here: a run with nothing to say shows no line.
-        from pytest_selfheal.records.vocab import tone_of
-
         terminalreporter.section("selfheal", sep="-")
         for line in shown:
-            terminalreporter.write_line(line, **_markup(tone_of(line)))
+            terminalreporter.write_line(line, **_MARKUP[getattr(line, "tone", "plain")])

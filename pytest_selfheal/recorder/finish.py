@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.options import capture_options
@@ -29,40 +29,56 @@ from pytest_selfheal.capture.run import (
 from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
-from pytest_selfheal.recorder import DETAIL, ESSENTIAL, SUMMARY, Failed, Recorder
+from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
-from pytest_selfheal.records.vocab import Line, Tone
+from pytest_selfheal.records.vocab import DETAIL, ESSENTIAL, SUMMARY, Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import atomic_write_text, project_path
-
-if TYPE_CHECKING:
-    from pytest_selfheal.loop.agent_mode import OpenIncident
+from pytest_selfheal.store.root import project_store
 
 
-def failed_reports(recorder: Recorder, kept: Optional[Sequence[Failed]] = None) -> list[FailedReport]:
-    """The failing reports the run kept (or ``kept``), as every document holds them: the node
-    id redacted (a parametrize id can carry a secret), the failing tests marked ``tdd`` noted
+def _crash_message(report: Any) -> str:
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = str(report.longreprtext or "")
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[FailedReport]:
+    """pytest's failing reports the run kept (or ``kept``) as every document holds them, read
+    once: the node id cut as the junit reader cuts it and redacted (a parametrize id can carry
+    a secret) here, for every document this run writes; the failing tests marked ``tdd`` noted
     on the recorder."""
     redactor = recorder.redactor
     reports: list[FailedReport] = []
-    for failed in recorder.failed if kept is None else kept:
-        nodeid = redactor.redact(bounded_nodeid(failed.nodeid))  # cut as the junit reader cuts it
-        if kept is None and failed.tdd and nodeid not in recorder.tdd_nodeids:
+    for report in recorder.failed if kept is None else kept:
+        nodeid = redactor.redact(bounded_nodeid(report.nodeid))
+        if kept is None and "tdd" in getattr(report, "keywords", {}) and nodeid not in recorder.tdd_nodeids:
             recorder.tdd_nodeids.append(nodeid)
-        reports.append(FailedReport(nodeid=nodeid, when=failed.when, message=failed.message, text=failed.text,
-                                    file=failed.file, line=failed.line, duration=failed.duration,
-                                    root_cause=root_cause_of(failed.root_cause)))
+        location = getattr(report, "location", None)
+        reports.append(FailedReport(
+            nodeid=nodeid, when=report.when, message=_crash_message(report), text=str(report.longreprtext or ""),
+            file=location[0] if location else None,
+            line=(location[1] + 1) if location and location[1] is not None else None,
+            duration=float(getattr(report, "duration", 0.0) or 0.0),
+            # Evidence an xdist worker resolved rides on the report as JSON (recorder.ROOT_CAUSE_ATTR).
+            root_cause=root_cause_of(getattr(report, ROOT_CAUSE_ATTR, None))))
     return reports
 
 
@@ -114,31 +130,14 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     # The run's replayable options: compared by agent mode, recorded by a capture.
     options, options_problem = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
-        # Imported here: a run that only captures never loads the loop side.
-        from pytest_selfheal.loop.agent_mode import record_agent_attempts
-
-        agent = record_agent_attempts(
-            store=recorder.store(),
-            effective=recorder.effective,
-            incidents=recorder.open_incidents,
-            outcomes=recorder.outcomes,
-            failures=failures,
-            project_root=Path(recorder.config.rootpath),
-            reports_root=recorder.reports_root,
-            invocation=list(recorder.config.invocation_params.args),
-            started_at=recorder.started_at,
-            exit_code=exitstatus,
-            run_options=None if options_problem else options,
-            run_dir=invocation_dir(recorder.config),
-            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
-            gone=recorder.gone,
-        )
+        agent = recorder.loop_side().record_attempts(failures, exitstatus, None if options_problem else options,
+                                                     invocation_dir(recorder.config))
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
     if (remaining or recorder.passed) and not still_open and not recorder.ci_run and recorder.has_stopped_incidents():
-        remaining, continued = _attach_to_stopped(recorder, remaining, failures, git, exitstatus,
-                                                  None if options_problem else options, iterated)
+        remaining, continued = recorder.loop_side().attach_to_stopped(remaining, failures, git, exitstatus,
+                                                                      None if options_problem else options, iterated)
         still_open += continued
     if not remaining and not still_open and recorder.passed and recorder.remembers_stops():
         recorder.lines.extend((ESSENTIAL, line) for line in forgotten_stop_lines(
@@ -172,18 +171,19 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             unverified=max(0, unverified),
             seal=run_seal(recorder, [p for f in remaining for p in f.target_paths]),
             passed_on_rerun=passed_on_rerun,
-            reruns=Counter(recorder.known_id(r.nodeid) for r in recorder.reruns),
+            reruns=Counter(recorder.redactor.redact(bounded_nodeid(r.nodeid)) for r in recorder.reruns),
         )
         passed_on_rerun = []  # recorded with the capture
         recorder.incident_id = result.incident_id
-        recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)
+        recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)  # the report's input, as written
         if recorder.spectrum is not None and recorder.spectrum.passed:  # the regression check's reach
-            recorder.store().write_run_file(result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
+            project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor).write_run_file(
+                result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
                 passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
         if recorder.loop_requested():
-            _run_loop(recorder, result.incident_id)
+            recorder.captured = recorder.loop_side().run_loop(recorder.captured)
     if passed_on_rerun:
         lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,
                                        passed_on_rerun=passed_on_rerun, counts=counts,
@@ -209,7 +209,7 @@ def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[
     nodeids = set(recorder.passed_on_rerun())
     if not nodeids:
         return []
-    first: dict[str, Failed] = {}
+    first: dict[str, Any] = {}
     for failed in recorder.reruns:
         if failed.nodeid in nodeids:
             first.setdefault(failed.nodeid, failed)
@@ -234,116 +234,9 @@ def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
                      loaded=loaded_now(config.pluginmanager.get_plugins()))
 
 
-def _attach_to_stopped(
-    recorder: Recorder, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
-    run_options: Optional[list[str]], iterated: list[str],
-) -> tuple[list[Any], list[str]]:
-    """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-    incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
-    already_stopped; changed → that incident's next iteration. Returns the failures left to
-    capture and the incidents still open."""
-    # Imported here: a run that only captures never loads the loop side.
-    from pytest_selfheal.loop import agent_mode, sticky
-
-    store = recorder.store()
-    stopped = sticky.stopped_incidents(store)
-    if not stopped:
-        return remaining, []
-    root = Path(recorder.config.rootpath)
-    diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
-    matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
-    matches += sticky.match_green(
-        stopped, sticky.as_known(stopped, recorder.passed, recorder.known_id), {f.nodeid for f in failures if f.nodeid},
-        diff,
-        sticky.tests_changed(store, root),
-        taken={m.incident.incident_id for m in matches} | set(iterated))
-    still_open: list[str] = []
-    max_iterations = recorder.effective.settings.max_iterations
-    for match in matches:
-        incident_id = match.incident.incident_id
-        if match.attachment is sticky.Attachment.NOT_COLLECTED:
-            try:
-                options = agent_mode.recorded_options(store.read_incident(incident_id))
-            except SelfhealError:
-                options = None
-            recorder.lines.append((ESSENTIAL, sticky.not_collected_line(
-                match, sticky.as_known(stopped, recorder.skipped_ids, recorder.known_id), options)))
-            continue
-        if match.attachment is sticky.Attachment.CONTINUED:
-            # Like with like: a run with other options, or from another directory, is no
-            # iteration of it, and leaves it stopped.
-            captured = store.read_incident(incident_id)
-            unlike = agent_mode.not_an_iteration(incident_id, agent_mode.recorded_options(captured),
-                                                 captured.invocation_dir or "", run_options,
-                                                 invocation_dir(recorder.config))
-            if unlike is not None:
-                recorder.lines.append((ESSENTIAL, unlike))
-                continue
-        sticky.record_attached(store, match, diff)
-        if match.attachment is sticky.Attachment.ALREADY_STOPPED:
-            recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
-            recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
-            continue
-        sticky.continue_stopped(store, match)
-        at = len(recorder.lines)
-        resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
-        outcomes = _outcomes_of(recorder, resumed, failures)
-        agent = agent_mode.record_agent_attempts(
-            store=store, effective=recorder.effective, incidents=resumed, outcomes=outcomes, failures=failures,
-            project_root=root, reports_root=recorder.reports_root,
-            invocation=list(recorder.config.invocation_params.args),
-            started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
-        )
-        recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
-        # A narrower run that passes is continued, not counted (loop/agent_mode.py).
-        recorder.lines.insert(at, (SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
-                                            "and the code changed since: " + ("this run is its next iteration"
-                                            if incident_id in agent.touched else "it continues")))
-        still_open += agent.still_open
-        recorder.outcomes.update(outcomes)
-        recorder.open_incidents += resumed
-    return rest, still_open
-
-
-def _outcomes_of(recorder: Recorder, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
-    """This run's outcome of each test the incidents select (a test it did not run: absent)."""
-    failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
-    passed, skipped = recorder.passed, recorder.skipped_ids
-    if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
-        passed = {recorder.redactor.redact(bounded_nodeid(n)) for n in passed}
-        skipped = {recorder.redactor.redact(bounded_nodeid(n)) for n in skipped}
-    out: dict[str, str] = {}
-    for nodeid in (n for i in incidents for n in i.selection):
-        if nodeid in failed:
-            out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
-        elif nodeid in skipped:
-            out[nodeid] = "skipped"
-        elif nodeid in passed:
-            out[nodeid] = "passed"
-    return out
-
-
-def _run_loop(recorder: Recorder, incident_id: str) -> None:
-    approve = recorder.effective.settings.repair.approve
-    recorder.captured = None  # the loop adds attempts and moves it: the report reads it back
-    # Imported here: only --selfheal-loop runs the loop.
-    from pytest_selfheal.run.entry import run_incident_loop
-
-    run_incident_loop(
-        recorder.store(),
-        incident_id,
-        effective=recorder.effective,
-        cwd=Path(recorder.config.rootpath),
-        approve=approve,
-        out=lambda line: recorder.lines.append((SUMMARY, line)),
-        pluginmanager=recorder.config.pluginmanager,
-    )
-
-
 def _write_report(recorder: Recorder) -> None:
     """The compact report in the terminal; the full markdown to report_path when set."""
-    store = recorder.store()
+    store = project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor)
     ids = [i for i in [recorder.incident_id] if i] + [
         i.incident_id for i in recorder.open_incidents if i.incident_id in recorder.outcomes_incidents()
     ]

@@ -130,6 +130,14 @@ class Line(str):
         return line
 
 
+# The least pytest verbosity at which a line of the plugin's summary shows: -qq shows only what
+# a script or an agent must see (the incident, each iteration's verdict, the next command), -q
+# adds the headlines, the default adds the details.
+ESSENTIAL = -2
+SUMMARY = -1
+DETAIL = 0
+
+
 # How many names a one-line list shows before it counts the rest.
 FIRST_FEW = 5
 

@@ -24,6 +24,7 @@ from pytest_selfheal.loop import driver as loop
 from pytest_selfheal.loop.codepath import redirect_to_worktree
 from pytest_selfheal.loop.policy import REPAIR_DIFF, reopened_after
 from pytest_selfheal.loop.resume import split_runs
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.repair import WorktreeRecord
@@ -91,6 +92,7 @@ def repair_loop(
     hook_rules: Optional[Sequence[Rule]] = None,
     unattended: Optional[bool] = None,
     incident: Optional[Incident] = None,
+    state: Optional[LoopRun] = None,
 ) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree.
 
@@ -123,9 +125,11 @@ def repair_loop(
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
             store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
-            incident = incident or store.read_incident(incident_id)
-            accepted = _accepted_patch(store.read_attempts(incident_id), reopened_after(incident))
-            if accepted is not None and store.read_status(incident_id) == "running":
+            incident = state.incident if state is not None else incident or store.read_incident(incident_id)
+            attempts = state.attempts if state is not None else store.read_attempts(incident_id)
+            accepted = _accepted_patch(attempts, reopened_after(incident))
+            status = state.status if state is not None else store.read_status(incident_id) if accepted else None
+            if accepted is not None and status == "running":
                 data = read_run_bytes(store, incident_id, accepted)
                 if data:
                     verdict = check_patch(wt.path, data)
@@ -148,9 +152,10 @@ def repair_loop(
             result = loop.run_loop(
                 store, incident_id, effective=effective, project_root=wt.project_root, provider=session,
                 approve=approve, out=say, env=redirect.env, hook_rules=rules, unattended=unattended,
-                incident=incident,
+                incident=incident, state=state,
             )
-            return _close_out(store, incident_id, result, wt=wt, session=session, approver=approver, say=say)
+            return _close_out(store, incident_id, result, wt=wt, session=session, approver=approver, say=say,
+                              state=state)
         finally:
             wt.remove()
             for warning in wt.warnings:
@@ -174,8 +179,9 @@ def _close_out(
     session: RepairSession,
     approver: Approver,
     say: Say,
+    state: Optional[LoopRun] = None,
 ) -> LoopResult:
-    """final.patch, approval, apply; the ``repair`` block of the run result."""
+    """final.patch, approval, apply; the ``repair`` block of the run result (also in ``state``)."""
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
@@ -254,7 +260,10 @@ def _close_out(
         final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files), message=message,
         provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS,
     )
-    existing = store.read_run_result(incident_id)
+    existing = state.run_result if state is not None else store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
-        store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
+        written = dataclasses.replace(existing, repair=repair)
+        store.write_run_result(incident_id, written)
+        if state is not None:
+            state.run_result = written
     return dataclasses.replace(result, repair=repair)

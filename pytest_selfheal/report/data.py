@@ -14,23 +14,23 @@ files stay stable. Input is assumed to be redacted already.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.history.triage import report_triage
+from pytest_selfheal.history.triage import RERUN_DETAIL, TRIAGE_LABELS
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import FailureEntry, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.report import NewFailure, Report, ReportIncident, ReportIteration, ReportTask
+from pytest_selfheal.records.report import NewFailure, Report, ReportIncident, ReportIteration, ReportTask, TriageEntry
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.tolerant import strs, unique
-from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.records.vocab import StopReason, TriageLabel
 from pytest_selfheal.report.outcome import assemble_report
 
 INBOX = "inbox"
@@ -416,3 +416,19 @@ def build_report(
     runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
     return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
                            origins=resolved, incidents=[_incident_entry(run) for run in runs])
+
+
+def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> list[TriageEntry]:
+    """The report's ``triage`` of one incident: each captured failure's recorded triage
+    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
+    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    entries: list[TriageEntry] = []
+    for failure in failures:
+        recorded = failure.triage
+        if recorded is None or recorded.label not in TRIAGE_LABELS:
+            continue
+        nodeid = failure.nodeid or failure.test
+        if nodeid in flaky and recorded.label != TriageLabel.QUARANTINED:
+            recorded = replace(recorded, label=TriageLabel.FLAKY, detail=RERUN_DETAIL)
+        entries.append(TriageEntry(nodeid, failure.fingerprint, failure.failure_type, recorded))
+    return entries

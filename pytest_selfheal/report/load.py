@@ -12,6 +12,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import InputError, NotFoundError
 from pytest_selfheal.loop.messages import plural
 from pytest_selfheal.loop.policy import result_in_force
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.summary import CORRUPTED
 from pytest_selfheal.report.data import IncidentRun, build_report
@@ -34,6 +35,12 @@ def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
     attempts = store.read_attempts(incident_id)
     run_result = result_in_force(store.read_run_result(incident_id), attempts, incident, incident.status)
     return IncidentRun(incident=incident, plan=plan, attempts=tuple(attempts), run_result=run_result, bucket=bucket)
+
+
+def incident_run_of(state: LoopRun) -> IncidentRun:
+    """The report's input from a loop's state as the loop left it: no file read again."""
+    return IncidentRun(incident=dataclasses.replace(state.incident, status=state.status), plan=state.plan,
+                       attempts=tuple(state.attempts), run_result=state.run_result, bucket=state.bucket)
 
 
 def read_report(path: Path) -> Report:

@@ -20,8 +20,8 @@ from pytest_selfheal import hooks
 from pytest_selfheal.analysis.rules import parse_hook_rules
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.loop.driver import run_loop
+from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import verification_root
-from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.store.root import Store
 
@@ -45,7 +45,7 @@ def run_incident_loop(
     env: Optional[Mapping[str, str]] = None,
     verify_only: bool = False,
     shown: bool = False,
-    incident: Optional[Incident] = None,
+    state: Optional[LoopRun] = None,
 ) -> LoopResult:
     """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
@@ -56,10 +56,12 @@ def run_incident_loop(
     ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
     (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
     ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
-    comment), so a loop without a repair provider ranks them by a spectrum too. ``incident``:
-    its record as the caller already holds it (``selfheal ci``), not read again.
+    comment), so a loop without a repair provider ranks them by a spectrum too. ``state``:
+    the incident's records as the caller already holds them (``selfheal ci``: ``LoopRun.resume``),
+    not read again; the loop writes through it, so afterwards it holds what the files say.
     """
-    incident = incident or store.read_incident(incident_id)  # read once: the loop state holds it from here on
+    # Read once: the loop state holds it from here on.
+    incident = state.incident if state is not None else store.read_incident(incident_id)
     project_root = verification_root(incident, cwd, store.root)
     recorded = incident.rootdir
     if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
@@ -76,11 +78,11 @@ def run_incident_loop(
         result = repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
-            unattended=unattended, incident=incident,
+            unattended=unattended, incident=incident, state=state,
         )
     else:
         result = run_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
-            unattended=unattended, env=env, hook_rules=rules, incident=incident, shown=shown,
+            unattended=unattended, env=env, hook_rules=rules, incident=incident, shown=shown, state=state,
         )
     return result

@@ -362,7 +362,12 @@ class StoreReader:
     def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
         """The one place a store document becomes a record: ``from_json`` checks its types and
         allowed values once (the shipped schemas are generated from the same declaration)."""
-        parsed = record.from_json(fsio.read_json(path), str(path))
+        return self._parsed(record, fsio.read_json(path), path, incident_id)
+
+    @staticmethod
+    def _parsed(record: type[R], doc: object, path: Path, incident_id: str) -> R:
+        """``doc``, read from ``path``, as ``record``, checked to belong to ``incident_id``."""
+        parsed = record.from_json(doc, str(path))
         found = getattr(parsed, "incident_id", incident_id)
         if found != incident_id:
             raise InputError(one_line(f"{path}: incident_id {found!r} does not match {incident_id}"))

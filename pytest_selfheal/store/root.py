@@ -30,6 +30,7 @@ from pytest_selfheal.errors import RefusedError, UsageError
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import IncidentStatus
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
@@ -189,3 +190,10 @@ class Store(StoreWriter):
                     shutil.rmtree(path)
             except OSError as exc:
                 raise fsio.io_error("remove", path, exc) from None
+
+
+def project_store(project_root: Path, reports_dir: str, redactor: Redactor) -> Store:
+    """The store of the reports root ``reports_dir`` of ``project_root``, redacting with
+    ``redactor``; RefusedError when the root leads out of the project."""
+    fsio.project_path(project_root, reports_dir, "reports_dir")
+    return Store(Path(project_root, reports_dir), redactor=redactor)

@@ -469,13 +469,15 @@ class StoreWriter(StoreReader):
         name = SELECTION_FILE if index == 0 else SELECTION_FILE.replace(".", f"_{index + 1}.", 1)
         return self.confined(folder / name)
 
-    def redact_again(self, incident: Incident) -> Incident:
+    def redact_again(self, incident: Incident) -> tuple[Incident, Optional[Plan]]:
         """Apply this store's redactor to an incident written by another process (the
         pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
         cannot redact its value): the record as the caller holds it, then the other inbox
         files, the plan and the attempts (the agent mode records one), each read once and
-        rewritten atomically only when it changes. Returns the incident's record as written."""
+        rewritten atomically only when it changes. Returns the incident's and the plan's
+        records as written (the plan None when there is none)."""
         incident_id = incident.incident_id
+        plan: Optional[Plan] = None
         with self.lock():
             _, folder = self.locate(incident_id)
             doc = incident.to_json()
@@ -494,13 +496,15 @@ class StoreWriter(StoreReader):
                     doc = fsio.parse_json(text, path)
                     clean = self.redactor.redact_obj(doc, written_by_selfheal)
                     new = fsio.dumps_json(clean) if clean != doc else text
+                    if path.name == PLAN_JSON:
+                        plan = self._parsed(Plan, clean, path, incident_id)
                 elif path.suffix == ".jsonl":  # event by event; a torn line as text
                     new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
                 else:
                     new = self.redactor.redact(text)
                 if new != text:
                     fsio.atomic_write_text(self.confined(path), new)
-        return incident
+        return incident, plan
 
     def _redacted_event_line(self, line: str) -> str:
         try:

@@ -17,6 +17,7 @@ from helpers import (
     FULL,
     PY,
     PYTEST_SELFHEAL,
+    as_pytest_writes_it,
     cli,
     git_commit_all,
     incident_ids,
@@ -28,9 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_selfheal.history.quarantine import parse_quarantine
-from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, build_junit
+from pytest_selfheal.junit.writer import FailedReport, junit_case
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store.root import Store
 
@@ -196,12 +196,10 @@ def test_redaction_output_always_encodes_as_utf8(text: str, key: str) -> None:
 
 
 @SETTINGS
-@given(st.text(min_size=1, max_size=60), st.text(max_size=200))
-def test_junit_we_write_is_junit_we_read(name: str, message: str) -> None:
-    nodeid = f"tests/test_{name}.py::test_{name}"
-    document = build_junit([FailedReport(nodeid, "call", message, message, file=f"tests/test_{name}.py")], tests=1)
-    cases = list(iter_testcases(io.BytesIO(document)))
-    assert [(c.classname, c.name) for c in cases] == [mangle_nodeid(nodeid)]
+@given(st.text(min_size=1, max_size=60), st.text(max_size=200), st.sampled_from(["call", "setup", "collect"]))
+def test_the_capture_reads_a_failure_as_the_reader_reads_pytests_junit(name: str, message: str, when: str) -> None:
+    report = FailedReport(f"tests/test_{name}.py::test_{name}", when, message, message, file=f"tests/test_{name}.py")
+    assert list(iter_testcases(io.BytesIO(as_pytest_writes_it(report)))) == [junit_case(report)]
 
 
 @pytest.mark.parametrize("message", ["\x00\x01\x1b[31m" + "é" * 10 + "\ud800",

@@ -182,8 +182,8 @@ def test_the_ci_process_redacts_what_its_token_less_capture_could_not(tmp_path: 
     store = Store(root, redactor=Redactor({"DEPLOY_TOKEN": value}))
     held = Store(root).read_incident(incident_id)
     assert value in json.dumps(held.to_json())
-    redacted = store.redact_again(held)
-    assert value not in json.dumps(redacted.to_json())  # the record the caller holds from here on ...
-    assert redacted == store.read_incident(incident_id)  # ... is the one written
+    redacted, plan = store.redact_again(held)
+    assert value not in json.dumps(redacted.to_json())  # the records the caller holds from here on ...
+    assert (redacted, plan) == (store.read_incident(incident_id), store.read_plan(incident_id))  # ... are those written
     assert _leaks(walk_written(root), [value]) == []  # ... and every file is clean
     assert selfheal(project, "status").returncode == 0  # every file still reads

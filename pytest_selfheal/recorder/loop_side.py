@@ -1,0 +1,230 @@
+"""The recorder's loop side (edge): the incidents on disk a ``pytest --selfheal`` run may be
+an iteration of, and the loop it runs with ``--selfheal-loop``.
+
+The recorder loads it only when its reports root holds an incident (open, or stopped in the
+inbox or the escalated archive) or the loop is asked for: a green run of a project without
+incidents, and a red run that only captures, never import the loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import pytest
+
+from pytest_selfheal.capture.run import invocation_dir
+from pytest_selfheal.cleanroom import fresh_pycache
+from pytest_selfheal.config.seal import loaded_now
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
+from pytest_selfheal.loop import agent_mode, sticky
+from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.stopped import holds_passed
+from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
+from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
+from pytest_selfheal.report.data import IncidentRun
+from pytest_selfheal.report.load import incident_run_of
+from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.store.root import Store, project_store
+
+if TYPE_CHECKING:
+    from pytest_selfheal.recorder import Recorder
+
+
+class LoopSide:
+    """What a run does with the incidents on disk, for ``recorder``."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def store(self) -> Store:
+        """The store of the run's reports root (RefusedError when it leads out of the project)."""
+        return project_store(self.recorder.config.rootpath, self.recorder.effective.settings.reports_dir,
+                             self.recorder.redactor)
+
+    def open_incidents(self) -> list[agent_mode.OpenIncident]:
+        """The open incidents whose tests this run may verify (none readable: a line says why)."""
+        try:
+            return agent_mode.open_incidents(self.store())
+        except SelfhealError as exc:
+            self.recorder.lines.append((ESSENTIAL, f"selfheal: open incidents not read: {exc}"))
+            return []
+
+    def fresh_pycache(self) -> tuple[Optional[str], str]:
+        """A run that may be an incident's verdict compiles every module it imports from now on
+        afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
+        Returns the prefix to restore and the folder to remove."""
+        cache = (sys.pycache_prefix, fresh_pycache(os.environ))
+        sys.pycache_prefix = cache[1]
+        return cache
+
+    def known_id(self, nodeid: str) -> str:
+        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        return self.recorder.redactor.redact(bounded_nodeid(nodeid))
+
+    @staticmethod
+    def any_redacted(nodeids: set[str]) -> bool:
+        """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
+        return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
+
+    def gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
+        """Open incidents' selected tests this run should have run and has no outcome for
+        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
+        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected."""
+        recorder = self.recorder
+        config = recorder.config
+        if config.option.collectonly or session.shouldfail or session.shouldstop \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
+            return set()
+        rootdir = Path(config.rootpath)
+        scopes = []
+        for arg in config.args:
+            path, _, rest = str(arg).partition("::")
+            scopes.append((Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest))
+        gone = set()
+        for nodeid in recorder.watched - recorder.outcomes.keys():
+            if is_redacted(nodeid) or TRUNCATED in nodeid:
+                continue  # an id holding a secret cannot be placed
+            path, _, rest = nodeid.partition("::")
+            where = Path(os.path.abspath(rootdir / path))
+            if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
+                   or (not inner and scope in where.parents) for scope, inner in scopes):
+                gone.add(nodeid)
+        return gone
+
+    def stopped_hold_passed(self) -> bool:
+        """May a stopped incident hold a test this green run passed (loop/sticky.py)?"""
+        try:
+            return holds_passed(self.store(), Path(self.recorder.config.rootpath), self.recorder.passed,
+                                self.known_id)
+        except SelfhealError:
+            return False
+
+    def record_attempts(self, failures: list[Any], exitstatus: int, run_options: Optional[list[str]],
+                        run_dir: str) -> agent_mode.AgentResult:
+        """This run as the next attempt of each open incident whose tests it ran."""
+        recorder = self.recorder
+        return agent_mode.record_agent_attempts(
+            store=self.store(),
+            effective=recorder.effective,
+            incidents=recorder.open_incidents,
+            outcomes=recorder.outcomes,
+            failures=failures,
+            project_root=Path(recorder.config.rootpath),
+            reports_root=recorder.reports_root,
+            invocation=list(recorder.config.invocation_params.args),
+            started_at=recorder.started_at,
+            exit_code=exitstatus,
+            run_options=run_options,
+            run_dir=run_dir,
+            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            gone=recorder.gone,
+        )
+
+    def attach_to_stopped(
+        self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
+        run_options: Optional[list[str]], iterated: list[str],
+    ) -> tuple[list[Any], list[str]]:
+        """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
+        incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
+        already_stopped; changed → that incident's next iteration. Returns the failures left to
+        capture and the incidents still open."""
+        recorder = self.recorder
+        store = self.store()
+        stopped = sticky.stopped_incidents(store)
+        if not stopped:
+            return remaining, []
+        root = Path(recorder.config.rootpath)
+        diff = git.result().diff_hash if git is not None else diff_hash(root, exclude=[recorder.reports_root])
+        matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
+        matches += sticky.match_green(
+            stopped, sticky.as_known(stopped, recorder.passed, self.known_id), {f.nodeid for f in failures if f.nodeid},
+            diff,
+            sticky.tests_changed(store, root),
+            taken={m.incident.incident_id for m in matches} | set(iterated))
+        still_open: list[str] = []
+        max_iterations = recorder.effective.settings.max_iterations
+        for match in matches:
+            incident_id = match.incident.incident_id
+            if match.attachment is sticky.Attachment.NOT_COLLECTED:
+                try:
+                    options = agent_mode.recorded_options(store.read_incident(incident_id))
+                except SelfhealError:
+                    options = None
+                recorder.lines.append((ESSENTIAL, sticky.not_collected_line(
+                    match, sticky.as_known(stopped, recorder.skipped_ids, self.known_id), options)))
+                continue
+            if match.attachment is sticky.Attachment.CONTINUED:
+                # Like with like: a run with other options, or from another directory, is no
+                # iteration of it, and leaves it stopped.
+                captured = store.read_incident(incident_id)
+                unlike = agent_mode.not_an_iteration(incident_id, agent_mode.recorded_options(captured),
+                                                     captured.invocation_dir or "", run_options,
+                                                     invocation_dir(recorder.config))
+                if unlike is not None:
+                    recorder.lines.append((ESSENTIAL, unlike))
+                    continue
+            sticky.record_attached(store, match, diff)
+            if match.attachment is sticky.Attachment.ALREADY_STOPPED:
+                recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
+                recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
+                continue
+            sticky.continue_stopped(store, match)
+            at = len(recorder.lines)
+            resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
+            outcomes = self._outcomes_of(resumed, failures)
+            agent = agent_mode.record_agent_attempts(
+                store=store, effective=recorder.effective, incidents=resumed, outcomes=outcomes, failures=failures,
+                project_root=root, reports_root=recorder.reports_root,
+                invocation=list(recorder.config.invocation_params.args),
+                started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
+                loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            )
+            recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
+            # A narrower run that passes is continued, not counted (loop/agent_mode.py).
+            recorder.lines.insert(at, (SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
+                                                "and the code changed since: " + ("this run is its next iteration"
+                                                if incident_id in agent.touched else "it continues")))
+            still_open += agent.still_open
+            recorder.outcomes.update(outcomes)
+            recorder.open_incidents += resumed
+        return rest, still_open
+
+    def _outcomes_of(self, incidents: list[agent_mode.OpenIncident], failures: list[Any]) -> dict[str, str]:
+        """This run's outcome of each test the incidents select (a test it did not run: absent)."""
+        recorder = self.recorder
+        failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
+        passed, skipped = recorder.passed, recorder.skipped_ids
+        if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
+            passed = {self.known_id(n) for n in passed}
+            skipped = {self.known_id(n) for n in skipped}
+        out: dict[str, str] = {}
+        for nodeid in (n for i in incidents for n in i.selection):
+            if nodeid in failed:
+                out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
+            elif nodeid in skipped:
+                out[nodeid] = "skipped"
+            elif nodeid in passed:
+                out[nodeid] = "passed"
+        return out
+
+    def run_loop(self, captured: IncidentRun) -> IncidentRun:
+        """``--selfheal-loop``: the loop on the incident this run captured (its records as
+        written); returns them as the loop left them."""
+        recorder = self.recorder
+        store = self.store()
+        state = LoopRun.resume(store, captured.incident.incident_id, captured.incident, captured.plan)
+        run_incident_loop(
+            store,
+            state.incident_id,
+            effective=recorder.effective,
+            cwd=Path(recorder.config.rootpath),
+            approve=recorder.effective.settings.repair.approve,
+            out=lambda line: recorder.lines.append((SUMMARY, line)),
+            pluginmanager=recorder.config.pluginmanager,
+            state=state,
+        )
+        return incident_run_of(state)

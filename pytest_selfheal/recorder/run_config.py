@@ -1,0 +1,69 @@
+"""The effective config of a ``pytest --selfheal`` run (edge): the config files, then the
+``selfheal_*`` ini options, then the ``--selfheal-*`` flags. Loaded only when the run has a
+config to read (``recorder.has_config``) or something to record.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pytest_selfheal.config.files import load_config
+from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
+from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.names import FLAG_KEYS, INI_KEYS
+
+
+def _ini_values(config: pytest.Config) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for ini_name in INI_KEYS:
+        value = config.getini(ini_name)
+        if ini_name == "selfheal_config":
+            if value:
+                values[ini_name] = "\n".join(value)
+        elif value not in (None, ""):
+            values[ini_name] = str(value)
+    return values
+
+
+def load_effective_config(config: pytest.Config) -> EffectiveConfig:
+    """The effective config for this pytest run (files ← ini ← flags; the defaults when
+    :func:`has_config` found none to read); a bad one is a usage error."""
+    overrides: list[Override] = []
+    addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
+    for dest, key in FLAG_KEYS.items():
+        value = config.getoption(dest)
+        if value is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        given = _invoker_values(config, flag)
+        project = not given or given[-1] != value  # the last one wins: pytest puts addopts first
+        if dest == "selfheal_dir":
+            # A path given on the command line is relative to where pytest was invoked.
+            value = str(Path(config.invocation_params.dir, value))
+        overrides.append(Override(key, value, addopts.format(flag) if project else flag, project=project))
+    given = _invoker_values(config, "--selfheal-set")
+    for text in config.getoption("selfheal_set") or []:
+        project = text not in given
+        override = parse_override(text, addopts.format("--selfheal-set") if project else "--selfheal-set")
+        overrides.append(Override(override.key, override.value, override.origin, project=project))
+    ini_origin = f"pytest ini ({config.inipath})" if config.inipath else "pytest ini"
+    try:
+        return load_config(config.rootpath, ini=_ini_values(config), overrides=overrides, ini_origin=ini_origin)
+    except SelfhealError as exc:
+        raise pytest.UsageError(f"selfheal: {exc}") from None
+
+
+def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
+    """The values the invoker gave ``flag``, on its command line or in ``PYTEST_ADDOPTS``; one
+    the pytest ini's ``addopts`` alone gives is the project's (its paths stay inside it)."""
+    try:
+        words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
+    except ValueError:  # pytest read it already; a quote it could not read is no value here
+        words = list(config.invocation_params.args)
+    return [word.partition("=")[2] if word.startswith(f"{flag}=") else words[index + 1]
+            for index, word in enumerate(words)
+            if word.startswith(f"{flag}=") or (word == flag and index + 1 < len(words))]
