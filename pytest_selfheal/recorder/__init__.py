@@ -330,6 +330,7 @@ class Recorder:
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (_gone)
+        self.cut_short = False  # -x, --maxfail, Ctrl-C or --collect-only: not every selected test ran
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     @pytest.hookimpl
@@ -501,8 +502,7 @@ class Recorder:
         """Open incidents' selected tests this run should have run and has no outcome for
         (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
         it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected. Empty without an open incident."""
-        if not self.open_incidents or self.config.option.collectonly or session.shouldfail or session.shouldstop \
-                or exitstatus == pytest.ExitCode.INTERRUPTED:
+        if not self.open_incidents or self.cut_short:
             return set()
         # Imported here: only a run with open incidents watches node ids.
         from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
@@ -550,6 +550,8 @@ class Recorder:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py). Sets :attr:`gone`."""
+        self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
+                              or exitstatus == pytest.ExitCode.INTERRUPTED)
         self.gone = self._gone(session, exitstatus)
         if self.unlogged:
             self._take_hidden()

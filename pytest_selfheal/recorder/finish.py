@@ -131,6 +131,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             run_dir=invocation_dir(recorder.config),
             loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
             gone=recorder.gone,
+            ran=None if recorder.cut_short else _every_outcome(recorder, failures),
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
@@ -280,7 +281,8 @@ def _attach_to_stopped(
             project_root=root, reports_root=recorder.reports_root,
             invocation=list(recorder.config.invocation_params.args),
             started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            run_dir=invocation_dir(recorder.config), loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            ran=None if recorder.cut_short else _every_outcome(recorder, failures),
         )
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         # A narrower run that passes is continued, not counted (loop/agent_mode.py).
@@ -295,19 +297,20 @@ def _attach_to_stopped(
 
 def _outcomes_of(recorder: Recorder, incidents: list[OpenIncident], failures: list[Any]) -> dict[str, str]:
     """This run's outcome of each test the incidents select (a test it did not run: absent)."""
-    failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
+    every = _every_outcome(recorder, failures)
+    return {n: every[n] for i in incidents for n in i.selection if n in every}
+
+
+def _every_outcome(recorder: Recorder, failures: Sequence[Failure]) -> dict[str, str]:
+    """This run's outcome of every test it ran, as the incidents know its id: a failure over a
+    skip over a pass (a re-run plugin's last attempt decides, as in pytest's summary)."""
     passed, skipped = recorder.passed, recorder.skipped_ids
     if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
         passed = {recorder.redactor.redact(bounded_nodeid(n)) for n in passed}
         skipped = {recorder.redactor.redact(bounded_nodeid(n)) for n in skipped}
-    out: dict[str, str] = {}
-    for nodeid in (n for i in incidents for n in i.selection):
-        if nodeid in failed:
-            out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
-        elif nodeid in skipped:
-            out[nodeid] = "skipped"
-        elif nodeid in passed:
-            out[nodeid] = "passed"
+    out = dict.fromkeys(passed, "passed")
+    out.update(dict.fromkeys(skipped, "skipped"))
+    out.update((f.nodeid, f.outcome if f.outcome in ("failed", "error") else "failed") for f in failures if f.nodeid)
     return out
 
 
