@@ -409,13 +409,16 @@ def test_agent_mode_the_check_runs_only_the_modules_the_run_did_not_and_names_wh
     assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s) (2 test module(s) " \
         "that import the change; 2 of them by this run itself))" in result.stdout, result.stdout
     assert "-> CONTINUE" in result.stdout and _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
-    # The capture and the run; the check's run of test_invoice.py, the re-run, the captured code.
-    assert _runs(project, "sessions.runs") == 5
+    # The capture and the run; the check's run of test_invoice.py and the re-run (the captured
+    # code runs in a worktree of its own).
+    assert _runs(project, "sessions.runs") == 4
     subprocess.run(["git", "checkout", "calc.py"], cwd=project, check=True)
     subprocess.run([sys.executable, str(tmp_path / "agent.py"), "good", str(project)], check=True)
     result = run_pytest_selfheal(project, "tests/test_calc.py")
     assert "STOP success" in result.stdout, result.stdout
-    assert _runs(project, "sessions.runs") == 7  # the run and the check's run of test_invoice.py
+    assert "the regression check ran 3 test(s) (2 test module(s) that import the change; 2 of them by this run " \
+        "itself): nothing broken" in result.stdout
+    assert _runs(project, "sessions.runs") == 6  # the run and the check's run of test_invoice.py
     assert _runs(project) == 0  # test_unrelated.py: never
 
 
