@@ -26,7 +26,7 @@ from test_mcp import session
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
 from pytest_selfheal.loop.policy import PRECEDENCE, LoopPolicy, Observation
-from pytest_selfheal.loop.regression import affected_test_files, check_regressions, covers, spectrum_reach
+from pytest_selfheal.loop.regression import RunOutcomes, affected_test_files, check_regressions, covers, spectrum_reach
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.stops import stop_facts
@@ -83,9 +83,14 @@ def _capture(project: Path, *args: str) -> str:
     return incident
 
 
-def _runs(project: Path) -> int:
-    marker = project / "unrelated.runs"
-    return len(marker.read_text().splitlines()) if marker.exists() else 0
+# Appends a line at every pytest session in the project: the capture, the run, the check's own runs.
+SESSIONS = ("import pathlib\n\n\ndef pytest_sessionstart(session):\n"
+            "    with open(pathlib.Path(__file__).parent / 'sessions.runs', 'a') as f:\n        f.write('ran\\n')\n")
+
+
+def _runs(project: Path, marker: str = "unrelated.runs") -> int:
+    path = project / marker
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def _attempts(project: Path, incident_id: str) -> list[dict[str, Any]]:
@@ -384,10 +389,10 @@ def test_agent_mode_a_narrow_run_that_passes_mul_but_broke_neighbours_is_not_a_s
     assert _runs(project) == 2  # the capture and the whole run: the check never ran it again
 
 
-def test_a_run_narrower_than_the_capture_that_passes_is_not_yet_checked_and_not_counted(
+def test_a_narrower_passing_run_is_not_yet_checked_and_a_whole_run_is_checked_by_its_own_outcomes(
         pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(calc=CALC, test_calc=FILES["tests/test_calc.py"])
-    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n")
+    pytester.makepyfile(calc=CALC, test_calc=FILES["tests/test_calc.py"], conftest=SESSIONS)
+    (pytester.path / ".gitignore").write_text(".selfheal/\n__pycache__/\n*.runs\n")
     git_commit_all(pytester.path, "project")
     assert pytester.runpytest("--selfheal").ret == 1
     (incident,) = (pytester.path / ".selfheal" / "error_inbox").iterdir()
@@ -399,6 +404,26 @@ def test_a_run_narrower_than_the_capture_that_passes_is_not_yet_checked_and_not_
                                  "counted as an iteration; run pytest --selfheal *"])
     assert "STOP" not in narrow.stdout.str() and not list((pytester.path / ".selfheal").glob("**/attempt_*.json"))
     assert incident.is_dir() and (incident / "status.txt").read_text().strip() == "planned"
+    # The whole run ran every test that can reach the change: the check takes its outcomes.
+    whole = pytester.runpytest("--selfheal")
+    whole.stdout.fnmatch_lines(["*-> STOP success", "*the regression check ran 2 test(s) (1 test module(s) that "
+                                "import the change; 2 of them by this run itself): nothing broken"])
+    assert _runs(pytester.path, "sessions.runs") == 3  # the capture, the narrow and the whole run: no run of its own
+
+
+def test_the_check_runs_only_what_the_run_asking_for_it_did_not() -> None:
+    run = RunOutcomes({"tests/test_calc.py::test_add": "failed", "tests/test_calc.py::test_mul": "passed",
+                       "tests/test_calc.py::test_ok[1]": "skipped", "tests/test_unrelated.py::test_json": "failed"},
+                      ["tests/test_calc.py"])
+    assert run.split(["tests/test_calc.py", "tests/test_invoice.py"], whole=False) == (
+        ["tests/test_invoice.py"], {"tests/test_calc.py::test_add": "failed", "tests/test_calc.py::test_mul": "passed",
+                                    "tests/test_calc.py::test_ok[1]": "skipped"})
+    assert run.split(["tests/test_calc.py"], whole=False)[0] is None
+    assert run.split([], whole=True) == ([], {})  # the capture ran pytest's default selection: wider than this run
+    assert RunOutcomes(run.outcomes, []).split([], whole=True) == (None, dict(run.outcomes))
+    # A module the run ran only part of is run whole by the check.
+    part = RunOutcomes(run.outcomes, ["tests/test_calc.py::test_add"])
+    assert part.split(["tests/test_calc.py"], whole=False) == (["tests/test_calc.py"], {})
 
 
 def test_a_run_covers_the_capture_when_it_selects_all_it_selected() -> None:
@@ -408,6 +433,32 @@ def test_a_run_covers_the_capture_when_it_selects_all_it_selected() -> None:
     assert not covers(["tests/test_calc.py::test_mul"], [])  # the capture ran pytest's default selection
     assert not covers(["tests/test_calc.py"], ["tests/test_calc.py", "tests/test_invoice.py"])
     assert not covers(["tests/test_calc"], ["tests/test_calc.py"])
+
+
+@pytest.mark.slow
+def test_agent_mode_the_check_runs_only_the_modules_the_run_did_not_and_names_what_the_run_broke(
+        tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", {**FILES, "conftest.py": SESSIONS}, ini=INI,
+                           gitignore=GITIGNORE + "*.runs\n")
+    incident_id = _capture(project, "tests/test_calc.py")
+    (tmp_path / "agent.py").write_text(AGENT)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "bad", str(project)], check=True)
+    # test_add failed in the run itself; test_invoice.py, which the run did not run, the check runs.
+    result = run_pytest_selfheal(project, "tests/test_calc.py")
+    assert "fixed `test_mul`; broke `test_add`, `test_total` (the regression check ran 3 test(s) (2 test module(s) " \
+        "that import the change; 2 of them by this run itself))" in result.stdout, result.stdout
+    assert "-> CONTINUE" in result.stdout and _attempts(project, incident_id)[-1]["regressions"] == list(BROKEN)
+    # The capture and the run; the check's run of test_invoice.py and the re-run (the captured
+    # code runs in a worktree of its own).
+    assert _runs(project, "sessions.runs") == 4
+    subprocess.run(["git", "checkout", "calc.py"], cwd=project, check=True)
+    subprocess.run([sys.executable, str(tmp_path / "agent.py"), "good", str(project)], check=True)
+    result = run_pytest_selfheal(project, "tests/test_calc.py")
+    assert "STOP success" in result.stdout, result.stdout
+    assert "the regression check ran 3 test(s) (2 test module(s) that import the change; 2 of them by this run " \
+        "itself): nothing broken" in result.stdout
+    assert _runs(project, "sessions.runs") == 6  # the run and the check's run of test_invoice.py
+    assert _runs(project) == 0  # test_unrelated.py: never
 
 
 @pytest.mark.slow
@@ -492,10 +543,11 @@ def test_a_capture_with_uncommitted_changes_is_not_compared_with_its_commit(tmp_
 
 @pytest.mark.slow
 def test_a_change_that_breaks_a_neighbour_every_second_run_is_not_a_success(tmp_path: Path) -> None:
-    """A counter in a file the change writes at import: the check's run fails, the re-run alone
-    passes, the re-run as the check ran fails again: not flaky, the change's."""
+    """A counter in a file the change writes at import: the run fails, the re-run alone passes,
+    the re-run as the check ran fails again: not flaky, the change's."""
     project = _project(tmp_path)
     _capture(project)
+    (project / "n.runs").write_text("1")
     calc = project / "calc.py"
     calc.write_text(calc.read_text().replace("a * b - 1", "a * b").replace(
         "def _scale(x):\n    return x\n", "import pathlib as _p\n_C = _p.Path('n.runs')\n"
@@ -635,8 +687,8 @@ def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_pat
     calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
                     "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
     result = run_pytest_selfheal(project)
-    assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command))" \
-        in result.stdout, result.stdout
+    assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command; " \
+        "4 of them by this run itself))" in result.stdout, result.stdout
     assert "STOP success" not in result.stdout
 
 

@@ -31,7 +31,14 @@ from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
 from pytest_selfheal.loop.messages import naming_changes
-from pytest_selfheal.loop.regression import NOT_YET_CHECKED, check_incident, narrower_than_capture, passes
+from pytest_selfheal.loop.regression import (
+    NOT_YET_CHECKED,
+    RunOutcomes,
+    capture_words,
+    check_incident,
+    narrower_than_capture,
+    passes,
+)
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import run_selection
@@ -143,6 +150,7 @@ def record_agent_attempts(
     run_dir: Optional[str] = None,
     loaded: Optional[Loaded] = None,
     gone: Collection[str] = (),
+    ran: Optional[Mapping[str, str]] = None,
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
 
@@ -157,7 +165,8 @@ def record_agent_attempts(
     changed stops the iteration with ``harness_changed``.
     ``gone``: selected tests this run should have run (its paths cover them, it was not cut
     short) and has no outcome for: recorded ``missing``, and they make the run an iteration
-    even when no other selected test ran.
+    even when no other selected test ran. ``ran``: every test this run ran and its outcome (None:
+    something cut it short): the regression check takes them as they are instead of running them.
     """
     result = AgentResult()
     here = project_root.resolve()
@@ -176,6 +185,8 @@ def record_agent_attempts(
     finished = format_ts()
     by_nodeid = {f.nodeid: f for f in failures if f.nodeid}
     command = shlex.join(["python", "-m", "pytest", *invocation])
+    this_run = None if ran is None else RunOutcomes(
+        ran, capture_words(invocation, str(project_root / (run_dir or "")), project_root))
     for incident in touched:
         selection = set(incident.selection)
         unlike = not_an_iteration(incident.incident_id, incident.options, incident.invocation_dir, run_options,
@@ -226,7 +237,7 @@ def record_agent_attempts(
         # A passing selection: the tests the change can reach run before it can be a success.
         regression = None if incident.captured is None else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
-            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()))
+            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run)
         outcome = record_iteration(
             LoopRun.resume(store, incident.incident_id),
             effective=judged,

@@ -15,6 +15,8 @@ the captured code: the repair's worktree leaves the user's tree as the capture s
 otherwise the capture's commit, checked out once in a detached worktree. One that passes its
 re-runs is flaky only when it is intermittent on the captured code too (a failure in
 :data:`CAPTURED_RERUNS` runs there); else the change made it intermittent: broken.
+A test the run asking for the check already ran (:class:`RunOutcomes`) is judged by that run's
+outcome, never run again: only the failing ones go through the re-runs.
 """
 
 from __future__ import annotations
@@ -87,14 +89,16 @@ class RegressionCheck:
     scope: str = ""  # what ran: "3 test modules that import the change", "the capture's whole command"
     timed_out: bool = False  # the check hit verification.regression_budget_seconds: nothing is known
     intermittent: tuple[str, ...] = ()  # of ``broken``: how each one the change made intermittent ran
+    from_run: int = 0  # of ``ran``, the tests judged by the outcome the run asking for the check gave them
 
     def ran_text(self) -> str:
         """``the regression check ran 12 test(s) (3 test module(s) that import the change)``, and
         what it did not blame on the change (failing on the captured code too, flaky)."""
+        scope = f"{self.scope}; {self.from_run} of them by this run itself" if self.from_run else self.scope
         notes = [f"{len(self.preexisting)} failing on the captured code too"] if self.preexisting else []
         notes += [f"{len(self.flaky)} flaky (passed on a re-run)"] if self.flaky else []
         notes += list(self.intermittent[:3])
-        return f"the regression check ran {self.ran} test(s) ({self.scope})" + "".join(f"; {n}" for n in notes)
+        return f"the regression check ran {self.ran} test(s) ({scope})" + "".join(f"; {n}" for n in notes)
 
     def summary(self) -> str:
         """:meth:`ran_text` and what it found: ``...: broke test_add, test_total`` / ``nothing broken``."""
@@ -396,6 +400,29 @@ def nodeid_of(case: models.TestCaseResult, root: Path) -> str:
 
 
 @dataclass(frozen=True)
+class RunOutcomes:
+    """The run that asks for the check, when it ran on the code the verdict is about (it is the
+    iteration's verification) and nothing cut it short: the outcome of every test it ran (node id
+    -> ``passed``, ``failed``, ``error``, ``skipped``: a skip counts as it would in the check's own
+    run) and its selection words (rootdir-relative; none: pytest's default selection)."""
+
+    outcomes: Mapping[str, str]
+    words: Sequence[str]
+
+    def split(self, words: Sequence[str], whole: bool) -> tuple[Optional[list[str]], dict[str, str]]:
+        """The check's selection ``words`` (``whole``: the capture's whole command, where none is
+        pytest's default selection) split into the words this run did not run, for the check's
+        own run (None: nothing left), and this run's outcome of every test under the ones it did."""
+        if whole:
+            return (None, self._under(words)) if covers(self.words, words) else (list(words), {})
+        done = [w for w in words if covers(self.words, [w])]
+        return [w for w in words if w not in done] or None, self._under(done) if done else {}
+
+    def _under(self, words: Sequence[str]) -> dict[str, str]:
+        return {n: o for n, o in self.outcomes.items() if not words or covers(words, [n])}
+
+
+@dataclass(frozen=True)
 class _Ran:
     outcomes: dict[str, str]  # node id -> outcome
     failures: dict[str, models.Failure]  # node id -> failure
@@ -473,6 +500,7 @@ def check_regressions(
     redactor: Optional[Redactor] = None,
     skip: Collection[Path] = (),
     spectrum: Mapping[str, Collection[FunctionKey]] = {},
+    this_run: Optional[RunOutcomes] = None,
 ) -> Optional[RegressionCheck]:
     """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
 
@@ -484,7 +512,8 @@ def check_regressions(
     repair works in a worktree), else the commit is checked out — when ``clean_capture``: a
     capture with uncommitted changes saw other code than its commit, so a failure counts.
     ``spectrum``: the functions each passing test ran on the captured code (node id → keys),
-    where one was recorded: a test that entered a changed function runs too.
+    where one was recorded: a test that entered a changed function runs too. ``this_run``: the
+    run asking for the check, whose outcomes stand for the tests it ran (only the rest run).
     """
     if mode == OFF:
         return None
@@ -512,7 +541,9 @@ def check_regressions(
     else:
         scope, words = f"{len(files)} test module(s) that import the change", sorted({*files, *ran_it})
         scope += f", {len(ran_it)} whose recorded spectrum ran it" if ran_it else ""
-    outcomes: dict[str, str] = {}
+    child, outcomes = (words if files is None or words else None, {}) if this_run is None \
+        else this_run.split(words, whole=files is None)
+    from_run = len(outcomes)
     failures: dict[str, models.Failure] = {}
 
     def run(argv_words: Sequence[str], cwd: Path, name: str, scratch: Path) -> _Ran:
@@ -525,15 +556,15 @@ def check_regressions(
 
     with tempfile.TemporaryDirectory(prefix="selfheal-regression-") as tmp:
         scratch = Path(tmp)
-        if files is None or words:
-            ran = run(words, tree, "check", scratch)
+        if child is not None:
+            ran = run(child, tree, "check", scratch)
             if ran.timed_out:
-                return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
             outcomes.update(ran.outcomes)
             failures.update(ran.failures)
         candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
         if not candidates:
-            return RegressionCheck(len(outcomes), scope=scope)
+            return RegressionCheck(len(outcomes), scope=scope, from_run=from_run)
         # Fails again? A pass on the re-run is a flaky test's, never the change's fault. A test
         # that passes alone runs again as the check ran it: beside the modules a change patches
         # (``json.loads = …``) it can fail every time.
@@ -542,7 +573,7 @@ def check_regressions(
         for selection in (candidates, words):
             again = run(selection, tree, "rerun", scratch)
             if again.timed_out:
-                return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
             failures.update(again.failures)
             flaky = tuple(n for n in flaky if again.outcomes.get(n) == models.OUTCOME_PASSED)
             runs += 1
@@ -555,7 +586,7 @@ def check_regressions(
             if base is not None and failing:
                 before = run(failing, base, "captured", scratch)
                 if before.timed_out:
-                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
                 preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
             # A pass on a re-run makes a test flaky only if the captured code fails it too, now
             # and then: a change can make a stable neighbour fail one run in three.
@@ -565,7 +596,7 @@ def check_regressions(
                     break
                 before = run(steady, base, f"captured_{index}", scratch)
                 if before.timed_out:
-                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True)
+                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
                 steady = [n for n in steady if before.outcomes.get(n) not in models.FAILING_OUTCOMES]
             on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code" if base is not None
                            else "the captured code could not be run")
@@ -575,7 +606,7 @@ def check_regressions(
             failing += steady
         broken = tuple(n for n in failing if n not in preexisting)
         return RegressionCheck(len(outcomes), broken, tuple(failures[n] for n in broken if n in failures),
-                               flaky, preexisting, scope, intermittent=tuple(intermittent))
+                               flaky, preexisting, scope, intermittent=tuple(intermittent), from_run=from_run)
 
 
 def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:
@@ -609,11 +640,13 @@ def check_incident(
     captured_tree: Optional[Path] = None,
     env: Optional[Mapping[str, str]] = None,
     rules: Sequence[Rule] = (),
+    this_run: Optional[RunOutcomes] = None,
 ) -> Optional[RegressionCheck]:
     """:func:`check_regressions` of ``incident`` with its recorded capture (commit, command,
     options, where it ran) and the keys that judge it, when the iteration's selection
     (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
-    driver and agent mode call before every iteration can be a ``success``."""
+    driver and agent mode call before every iteration can be a ``success``; agent mode passes
+    ``this_run``, the pytest run that is the iteration."""
     settings = effective.settings.verification
     if settings.regression == OFF or not passes(outcomes, failed):
         return None
@@ -627,7 +660,7 @@ def check_incident(
         budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
             incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
-        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE),
+        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE), this_run=this_run,
     )
 
 
@@ -681,6 +714,6 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         yield path
 
 
-__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "affected_test_files", "captured_code",
+__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "RunOutcomes", "affected_test_files", "captured_code",
            "capture_words", "changed_files", "check_incident", "check_regressions", "covers", "is_test_file",
            "narrower_than_capture", "nodeid_of", "passes", "passing_spectrum_of", "regression_line", "spectrum_reach", "regression_words", "short_name"]

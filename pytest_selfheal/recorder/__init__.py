@@ -228,6 +228,7 @@ class Recorder:
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (has_work)
+        self.cut_short = False  # -x, --maxfail, Ctrl-C or --collect-only: not every selected test ran
         self.tdd_nodeids: list[str] = []  # failing tests marked @pytest.mark.tdd (apply_to.tdd_tasks)
 
     @pytest.hookimpl
@@ -387,6 +388,8 @@ class Recorder:
         """Whether the session end has anything to record: a failure, a test an open incident
         verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
         loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
+        self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
+                              or exitstatus == pytest.ExitCode.INTERRUPTED)
         # Open incidents' tests this run should have run and did not (LoopSide.gone).
         self.gone = self.loop_side().gone(session, exitstatus) if self.open_incidents else set()
         if self.unlogged:

@@ -76,8 +76,7 @@ class LoopSide:
         it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected."""
         recorder = self.recorder
         config = recorder.config
-        if config.option.collectonly or session.shouldfail or session.shouldstop \
-                or exitstatus == pytest.ExitCode.INTERRUPTED:
+        if recorder.cut_short:
             return set()
         rootdir = Path(config.rootpath)
         scopes = []
@@ -122,6 +121,7 @@ class LoopSide:
             run_dir=run_dir,
             loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
             gone=recorder.gone,
+            ran=None if recorder.cut_short else self.every_outcome(failures),
         )
 
     def attach_to_stopped(
@@ -181,7 +181,8 @@ class LoopSide:
                 project_root=root, reports_root=recorder.reports_root,
                 invocation=list(recorder.config.invocation_params.args),
                 started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-                loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+                run_dir=invocation_dir(recorder.config), loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+                ran=None if recorder.cut_short else self.every_outcome(failures),
             )
             recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
             # A narrower run that passes is continued, not counted (loop/agent_mode.py).
@@ -195,20 +196,20 @@ class LoopSide:
 
     def _outcomes_of(self, incidents: list[agent_mode.OpenIncident], failures: list[Any]) -> dict[str, str]:
         """This run's outcome of each test the incidents select (a test it did not run: absent)."""
+        every = self.every_outcome(failures)
+        return {n: every[n] for i in incidents for n in i.selection if n in every}
+
+    def every_outcome(self, failures: list[Any]) -> dict[str, str]:
+        """This run's outcome of every test it ran, as the incidents know its id: a failure over a
+        skip over a pass (a re-run plugin's last attempt decides, as in pytest's summary)."""
         recorder = self.recorder
-        failed = {f.nodeid: f.outcome for f in failures if f.nodeid}
         passed, skipped = recorder.passed, recorder.skipped_ids
         if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
             passed = {self.known_id(n) for n in passed}
             skipped = {self.known_id(n) for n in skipped}
-        out: dict[str, str] = {}
-        for nodeid in (n for i in incidents for n in i.selection):
-            if nodeid in failed:
-                out[nodeid] = failed[nodeid] if failed[nodeid] in ("failed", "error") else "failed"
-            elif nodeid in skipped:
-                out[nodeid] = "skipped"
-            elif nodeid in passed:
-                out[nodeid] = "passed"
+        out = dict.fromkeys(passed, "passed")
+        out.update(dict.fromkeys(skipped, "skipped"))
+        out.update((f.nodeid, f.outcome if f.outcome in ("failed", "error") else "failed") for f in failures if f.nodeid)
         return out
 
     def run_loop(self, captured: IncidentRun) -> IncidentRun:
