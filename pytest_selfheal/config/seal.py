@@ -73,7 +73,7 @@ _CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_get
 _CONTEXT_NAMES = frozenset({"__file__", "__cached__", "__spec__", "__loader__"})
 _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
                "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
-               "Path": frozenset({"cwd"}), "pathlib": frozenset({"Path"}),
+               "Path": frozenset({"cwd"}),
                "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
@@ -96,6 +96,8 @@ def _reads_context(node: ast.AST) -> bool:
             return True
         if isinstance(owner, ast.Name):
             return owner.id in _CONTEXT_MODULES or node.attr in _CONTEXT_OF.get(owner.id, ())
+        if isinstance(owner, ast.Attribute):  # ``pathlib.Path.cwd``: judged by the owner's own name
+            return node.attr in _CONTEXT_OF.get(owner.attr, ())
         return isinstance(owner, ast.Call) and any(node.attr in names for names in _CONTEXT_OF.values())
     if isinstance(node, ast.Name):
         return node.id in _CONTEXT_NAMES
