@@ -26,6 +26,9 @@ hash covers everything a code change can touch in the repository containing the 
 
 The reports root (``.selfheal/`` by default) usually lives inside the tree and changes
 at every iteration: it is excluded explicitly by pathspec (and should be in .gitignore).
+So is every file in a hidden folder (``.claude/``, ``.cursor/``, ``.vscode/``, ``.github/``):
+a coding agent's or an editor's settings, where pytest collects nothing and which the seal
+and the regression check do not read as code either.
 A ``git status`` first tells whether there is any change or untracked file at all: on a
 clean tree neither listing runs.
 """
@@ -88,6 +91,10 @@ JUNK_PATHSPECS: tuple[str, ...] = (
     ":(exclude,glob)**/*.py[co]",
     ":(exclude,glob)**/.pytest_cache/**",
 )
+
+
+# Files in a hidden folder, at any depth: no code under test (see the module docstring).
+_HIDDEN_FOLDERS = ":(exclude,glob)**/.*/**"
 
 
 def _exclude_specs(top: Path, exclude: Sequence[Path]) -> list[str]:
@@ -274,7 +281,7 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
 
 
 def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path]) -> Optional[str]:
-    specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS]
+    specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS, _HIDDEN_FOLDERS]
     base = ["HEAD"] if status.head else ["--cached"]
     try:
         # Nothing changed or untracked anywhere: the pathspec-limited commands would print nothing.

@@ -98,6 +98,8 @@ def test_a_stubborn_agent_gets_the_digest_then_the_stop(red: Path) -> None:
     # The second, the code unchanged again, is let through with the loop's STOP.
     answers = gate_answers(debug)
     assert len(answers) == 2 and '"decision": "block"' in answers[0].replace("\\", ""), answers
+    # The hook's own settings (.claude/settings.json, written after the capture) are no code change.
+    assert "fingerprint same, progress no" in answers[0], answers
     assert "systemMessage" in answers[1] and "selfheal: STOP " in answers[1] and "tests passed" not in debug, answers
     assert len(model.requests) == 2
 

@@ -620,5 +620,26 @@ def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_pa
             assert (verdict["decision"], verdict["status"]) == ("STOP", "passed"), verdict
             assert (f"incident {incident_id} stopped (repeated_fingerprint); of the tests it failed, 1 not collected "
                     "by this run (calc.py::calc.add): this run reaches no verdict on it") in verdict["summary"]
+            # The stopped capture's own option is trusted as in verification: the doctest runs again.
+            again = await client.call_tool("run_tests", {"pytest_args": ["--doctest-modules"]})
+            assert not again.is_error and (again.structured_content or {})["counts"] == {"passed": 2}, text_of(again)
 
     anyio.run(scenario)
+
+
+def test_run_tests_trusts_the_options_a_capture_recorded(pytester: pytest.Pytester) -> None:
+    """An option the capture ran with (``--doctest-modules``) passes run_tests' argument check as
+    it passes every verification run's; with no capture recording it, it is refused."""
+    from pytest_selfheal.errors import RefusedError
+    from pytest_selfheal.loop.verify import check_command
+    from pytest_selfheal.mcp_server.tools import captures_options
+    from pytest_selfheal.store.root import Store
+
+    store = Store(pytester.path / ".selfheal")
+    argv = ["python", "-m", "pytest", "-q", "--doctest-modules"]
+    with pytest.raises(RefusedError, match="'--doctest-modules' is not a safe verification option"):
+        check_command(argv, root=pytester.path, trusted=captures_options(store))
+    pytester.makepyfile(calc='def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n')
+    assert pytester.runpytest("--selfheal", "--doctest-modules").ret == 1
+    assert captures_options(store) == ["--doctest-modules"]
+    check_command(argv, root=pytester.path, trusted=captures_options(store))

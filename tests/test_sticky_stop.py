@@ -130,6 +130,18 @@ def test_a_comment_only_edit_is_no_code_change(stopped: pytest.Pytester) -> None
     assert len(_attempts(stopped, earlier)) == 1
 
 
+def test_an_agents_own_settings_are_no_code_change(stopped: pytest.Pytester) -> None:
+    """The stop hook's install (``.claude/settings.json``) and other tools' hidden folders
+    are no code under test: the stop stays (a real change counts: the test below)."""
+    (earlier,) = _ids(stopped, "escalated")
+    assert cli("stop-gate", "install", "claude", cwd=stopped.path).returncode == 0
+    (stopped.path / ".cursor").mkdir()
+    (stopped.path / ".cursor" / "rules.md").write_text("fix the code\n")
+    out = stopped.runpytest("--selfheal").stdout.str()
+    found = ALREADY.search(out)
+    assert found and found.group(1) == earlier and "progress yes" not in out, out
+
+
 def test_the_budget_is_not_fresh_after_a_code_change(stopped: pytest.Pytester) -> None:
     (earlier,) = _ids(stopped, "escalated")
     stopped.makepyfile(mod="ONE = 1\n" + BUGGY)

@@ -308,6 +308,14 @@ def test_diff_hash_tracks_edits_untracked_files_and_commits_but_not_the_reports_
     reports.mkdir()
     (reports / "attempt_01.json").write_text("{}")
     assert diff_hash(project, exclude=[reports]) == clean  # the reports root is excluded
+    # An agent's or an editor's settings (hidden folders, tracked or not, at any depth) are no code.
+    for folder in (".claude", ".cursor", "src/.vscode"):
+        (project / folder).mkdir()
+        (project / folder / "settings.json").write_text("{}")
+    (project / ".github").mkdir()
+    (project / ".github" / "ci.yml").write_text("on: push\n")
+    git.Repo(project).git.add(".github")
+    assert diff_hash(project, exclude=[reports]) == clean
     (project / "src" / "mod.py").write_text("X = 2\n")
     edited = diff_hash(project, exclude=[reports])
     assert edited not in (None, clean)

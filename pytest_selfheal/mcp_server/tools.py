@@ -75,6 +75,21 @@ _SUMMARY = re.compile(r"\bin \d+(?:\.\d+)?s\b")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b")
 
 
+def captures_options(store: Store) -> list[str]:
+    """The options recorded by the captures of every incident a run may be the next iteration
+    of (open or stopped): trusted in ``run_tests`` as in every verification run."""
+    from pytest_selfheal.loop.agent_mode import open_incidents, recorded_options
+    from pytest_selfheal.loop.sticky import stopped_incidents
+
+    words = [word for incident in open_incidents(store) for word in incident.options or ()]
+    for stopped in stopped_incidents(store):
+        try:
+            words += recorded_options(store.read_incident(stopped.incident_id)) or []
+        except SelfhealError:
+            continue  # an unreadable incident recorded nothing to trust
+    return words
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """A tool's answer: text for the model, and (run_tests) the verdict as structured data."""
@@ -287,11 +302,10 @@ class Project:
         ``cancel``: set from another thread, it stops pytest's whole process group.
         """
         self.require_project()
-        replayed: list[str] = list(trusted)
         waiting = open_incidents(store)
+        replayed = [*trusted, *captures_options(store)]
         if pytest_args is None:
-            replayed = list(waiting[-1].options or []) if waiting else []
-            pytest_args = replayed
+            pytest_args = list(waiting[-1].options or []) if waiting else []
         elif waiting and waiting[-1].options is None and any(word.startswith("-") for word in pytest_args):
             # Agent mode compares a run's options with the capture's; with none recorded it
             # cannot, and would count a run with other options as the next iteration.
