@@ -156,7 +156,7 @@ def test_localisation_benchmark_prints_the_regressions_apart(tmp_path: Path) -> 
     out = run_benchmark("localisation/run.py", ["--corpus", "regressions", "--projects", "boltons", "--limit", "1",
                                                 "--modes", "previous,evidence"], tmp_path,
                         env={**os.environ, "SELFHEAL_LOCALISATION_CACHE": str(tmp_path / "cache")})
-    assert "1 faults kept of 1 tried (boltons (regressions) 1)" in out, out
+    assert "1 faults kept of 1 tried (boltons 24.0.0->24.1.0 (regressions) 1)" in out, out
     assert "regressions: 1 faults (boltons 1)" in out and "mutants:" not in out
     assert "| evidence | 1 | 100% | 100% |" in out and "| fauxpy | not run |" in out
 

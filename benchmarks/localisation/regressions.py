@@ -8,7 +8,8 @@ of the test files that hold the fixing tests, run on N's code; its answer is the
 
 Where N has several of a release's bugs, each bug is its own case: the other bugs' tests
 are deselected, so exactly one bug's tests fail. N+1's tests of new features (a parameter
-N lacks) fail on N for no bug: they are deselected too (``features``). Both sdists are
+N lacks) fail on N for no bug: they are deselected too (``features``), as are tests whose fix
+is not in a function (a keyword table, a module-level pattern). Both sdists are
 downloaded once to the cache beside the mutants' projects; no third-party code is committed.
 """
 
@@ -38,7 +39,7 @@ class Release(NamedTuple):
     bugs: tuple[Bug, ...]
     exclude: str = ""  # FauxPy's ``--exclude``
     options: tuple[str, ...] = ()
-    features: tuple[str, ...] = ()  # N+1's tests of what N does not have (deselected)
+    features: tuple[str, ...] = ()  # N+1's tests failing on N for no case's bug (deselected)
 
 
 _DATEUTIL_TESTS = ("dateutil/test/test_isoparser.py", "dateutil/test/test_parser.py", "dateutil/test/test_tz.py")
@@ -48,6 +49,11 @@ _MORE_FEATURES = tuple(f"tests/test_more.py::{t}" for t in (
     "SetPartitionsTests::test_max_size", "SetPartitionsTests::test_min_size", "SampleTests::test_counts",
     "SampleTests::test_counts_all", "SampleTests::test_strict"))
 _SPECIFIERS = "tests/test_specifiers.py::TestSpecifier::"
+_SRC = ("-o", "pythonpath=src", "-p", "no:warnings")
+_JINJA_313 = ("tests/test_ext.py", "tests/test_filters.py", "tests/test_inheritance.py")
+_JINJA_315 = ("tests/test_compile.py", "tests/test_filters.py", "tests/test_loader.py", "tests/test_regression.py",
+              "tests/test_utils.py")
+_CLICK_814 = ("tests/test_defaults.py", "tests/test_formatting.py", "tests/test_utils.py")
 
 RELEASES: list[Release] = [
     # Its pytest configuration turns warnings into errors, and pytest 9 warns at its collection.
@@ -96,6 +102,95 @@ RELEASES: list[Release] = [
             options=("--noconftest",), bugs=(
                 Bug(("tests/test_typeutils.py::test_sentinel_copy",), (("boltons/typeutils.py", "make_sentinel"),),
                     "a sentinel's copy was another object"),
+            )),
+    Release("jinja2", "3.1.2", "3.1.3", _JINJA_313, _JINJA_313, "src", options=_SRC, bugs=(
+        Bug(("tests/test_ext.py::TestInternationalization::test_nested_trans_error",
+             "tests/test_ext.py::TestInternationalization::test_trans_block_error"),
+            (("src/jinja2/ext.py", "InternationalizationExtension._parse_block"),),
+            "a tag nested in {% trans %} gave an unhelpful error"),
+        Bug(("tests/test_filters.py::TestFilter::test_xmlattr_key_with_spaces",),
+            (("src/jinja2/filters.py", "do_xmlattr"),), "xmlattr accepted keys with spaces"),
+        Bug(("tests/test_inheritance.py::TestInheritance::test_invalid_required",),
+            (("src/jinja2/parser.py", "Parser.parse_block"),), "a required block with content was accepted"),
+    )),
+    Release("jinja2", "3.1.4", "3.1.5", _JINJA_315, _JINJA_315, "src", options=_SRC,
+            features=("tests/test_compile.py::test_top_level_set_vars_unpacking_deterministic",
+                      "tests/test_compile.py::test_loop_set_vars_unpacking_deterministic",
+                      "tests/test_compile.py::test_block_set_vars_unpacking_deterministic",
+                      "tests/test_utils.py::test_pickle_missing", "tests/test_utils.py::test_copy_missing"), bugs=(
+                Bug(("tests/test_compile.py::test_undefined_import_curly_name",),
+                    (("src/jinja2/compiler.py", "CodeGenerator.visit_FromImport"),),
+                    "a template name with braces broke an undefined import's message"),
+                Bug(("tests/test_filters.py::TestFilter::test_int[1e10000-0]",),
+                    (("src/jinja2/filters.py", "do_int"),), "the int filter overflowed on a huge float string"),
+                Bug(("tests/test_loader.py::TestFileSystemLoader::test_error_includes_paths",),
+                    (("src/jinja2/loaders.py", "FileSystemLoader.get_source"),),
+                    "a missing template's error did not name the searched paths"),
+                Bug(("tests/test_loader.py::test_package_loader_no_dir",),
+                    (("src/jinja2/loaders.py", "PackageLoader.__init__"),),
+                    "PackageLoader of a missing folder gave an unclear error"),
+                Bug(("tests/test_regression.py::TestBug::test_pass_context_with_select",),
+                    (("src/jinja2/filters.py", "prepare_select_or_reject"),),
+                    "select with a pass_context test failed"),
+                Bug(("tests/test_regression.py::test_load_parameter_when_set_in_all_if_branches",),
+                    (("src/jinja2/idtracking.py", "Symbols.branch_update"),),
+                    "a macro parameter set in every if branch was read as undefined"),
+                Bug(("tests/test_utils.py::TestEscapeUrlizeTarget::test_urlize_mail_mastodon",),
+                    (("src/jinja2/utils.py", "urlize"),), "urlize linked a Mastodon handle as an email"),
+            )),
+    Release("sqlparse", "0.4.3", "0.4.4", ("tests/test_regressions.py",), ("tests/test_regressions.py",), "sqlparse",
+            bugs=(
+                Bug(("tests/test_regressions.py::test_comment_between_cte_clauses_issue632",),
+                    (("sqlparse/sql.py", "Statement.get_type"),), "a comment between CTEs hid the statement's type"),
+            )),
+    Release("sqlparse", "0.4.4", "0.5.0", ("tests/test_regressions.py", "tests/test_split.py"),
+            ("tests/test_regressions.py", "tests/test_split.py"), "sqlparse",
+            features=("tests/test_regressions.py::test_primary_key_issue740",
+                      "tests/test_regressions.py::test_max_recursion",
+                      "tests/test_split.py::test_split_strip_semicolon"), bugs=(
+                Bug(("tests/test_regressions.py::test_copy_issue672",),
+                    (("sqlparse/tokens.py", "_TokenType.__getattr__"),), "a token type could not be copied"),
+                Bug(("tests/test_split.py::test_split_go",),
+                    (("sqlparse/engine/statement_splitter.py", "StatementSplitter.process"),),
+                    "GO with a count did not end a statement"),
+            )),
+    Release("sqlparse", "0.5.0", "0.5.1", ("tests/test_format.py",), ("tests/test_format.py",), "sqlparse",
+            features=("tests/test_format.py::TestFormat::test_strip_comments_multi",
+                      "tests/test_format.py::TestFormat::test_strip_comments_preserves_whitespace",
+                      "tests/test_format.py::test_compact"), bugs=(
+                Bug(("tests/test_format.py::test_strip_ws_removes_trailing_ws_in_groups",),
+                    (("sqlparse/filters/others.py", "StripWhitespaceFilter._stripws_parenthesis"),),
+                    "strip_whitespace left trailing space in a parenthesis"),
+            )),
+    Release("sqlparse", "0.5.1", "0.5.2", ("tests/test_format.py",), ("tests/test_format.py",), "sqlparse", bugs=(
+        Bug(("tests/test_format.py::TestFormat::test_strip_comments_preserves_hint",),
+            (("sqlparse/filters/others.py", "StripCommentsFilter._process"),), "strip_comments dropped optimizer hints"),
+    )),
+    Release("marshmallow", "3.19.0", "3.20.0", ("tests/test_deserialization.py",), ("tests/test_deserialization.py",),
+            "src", options=_SRC, features=("tests/test_deserialization.py::TestValidation::test_nested_partial_default",),
+            bugs=(
+                Bug(("tests/test_deserialization.py::TestFieldDeserialization::test_oversized_timestamp_field_deserialization",),
+                    (("src/marshmallow/utils.py", "from_timestamp"),),
+                    "an oversized timestamp raised OverflowError, not a validation error"),
+            )),
+    Release("marshmallow", "3.21.0", "3.21.1", ("tests/test_schema.py",), ("tests/test_schema.py",), "src",
+            options=_SRC, bugs=(
+                Bug(("tests/test_schema.py::test_fields_must_be_declared_as_instances",),
+                    (("src/marshmallow/schema.py", "Schema._bind_field"),),
+                    "a field declared as a class gave an unclear error"),
+            )),
+    Release("click", "8.1.3", "8.1.4", _CLICK_814, _CLICK_814, "src", options=_SRC,
+            features=("tests/test_utils.py::test_filename_formatting",), bugs=(
+                Bug(("tests/test_defaults.py::test_multiple_flag_default",),
+                    (("src/click/core.py", "Option.__init__"),), "a multiple flag's default was not a tuple"),
+                Bug(("tests/test_formatting.py::test_truncating_docstring_no_help",),
+                    (("src/click/core.py", "Command.format_help_text"),),
+                    "a docstring's truncation marker shown without help"),
+                Bug(("tests/test_utils.py::test_echo_no_streams",),
+                    (("src/click/utils.py", "echo"),), "echo failed when there is no stdout"),
+                Bug(("tests/test_utils.py::test_detect_program_name",),
+                    (("src/click/utils.py", "_detect_program_name"),),
+                    "python -m of a module beside its package named the wrong program"),
             )),
 ]
 

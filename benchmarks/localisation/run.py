@@ -243,7 +243,7 @@ def _mutant_case(mutant: Mutant, source: Optional[Path], tests: tuple[str, ...],
 
 
 def regression_cases(only: Sequence[str] = ()) -> list[tuple[str, list[Case]]]:
-    """The real regressions by project, in declaration order."""
+    """The real regressions by release (each its own job), in declaration order."""
     out: dict[str, list[Case]] = {}
     for found in regressions.cases():
         release = found.release
@@ -251,7 +251,7 @@ def regression_cases(only: Sequence[str] = ()) -> list[tuple[str, list[Case]]]:
             continue
         deselect = [arg for node in found.deselected() for arg in ("--deselect", node)]
         label = f"{release.old}->{release.new} {', '.join(f for _, f in found.bug.functions)} ({found.bug.note})"
-        out.setdefault(release.project, []).append(Case(
+        out.setdefault(f"{release.project} {release.old}->{release.new}", []).append(Case(
             release.project, "regressions", found.bug.functions, found.key, found.stem, label, release.tests,
             (*release.options, *deselect), release.src, release.exclude, regression=found))
     return [(f"{name} (regressions)", todo) for name, todo in out.items()]
@@ -385,7 +385,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     todo = regression_cases(only) if args.corpus in ("regressions", "all") else []
     if args.corpus != "regressions":
         todo += mutant_cases(args.corpus, only)
-    jobs = [(name, cases, options) for name, cases in todo]
+    # The regressions first, then within each kind the longest job first (none starts last).
+    jobs = sorted([(name, cases, options) for name, cases in todo],
+                  key=lambda job: (any(c.kind == "mutants" for c in job[1]), -len(job[1])))
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
             results = pool.map(run_project, jobs, chunksize=1)
