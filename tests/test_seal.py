@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
+from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
 from pytest_selfheal.records.context import GitContext, RunContext
@@ -96,7 +97,16 @@ def test_forged_bytecode_of_an_unchanged_test_is_never_what_runs(suite: pytest.P
     assert "STOP success" not in out
 
 
-def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: pytest.Pytester) -> None:
+def test_a_verification_reads_only_bytecode_it_compiles_itself(tmp_path: Path) -> None:
+    """Its bytecode cache starts empty, links to no cache kept between runs (where a forged
+    ``.pyc`` of installed code could wait) and is gone after it."""
+    with fresh_bytecode({"PATH": "x"}, tmp_path) as first, fresh_bytecode({}, tmp_path) as second:
+        cache = Path(first["PYTHONPYCACHEPREFIX"])
+        assert first["PATH"] == "x" and list(cache.iterdir()) == [] and cache != Path(second["PYTHONPYCACHEPREFIX"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_test_helper_weakened_after_the_capture_is_tests_edited(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(calc=CALC)
     tests = pytester.mkdir("tests")
     (tests / "checks.py").write_text("def check(got, want):\n    assert got == want\n")
@@ -107,7 +117,29 @@ def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: p
     assert pytester.runpytest("--selfheal").ret == 1
     (tests / "checks.py").write_text("def check(got, want):\n    pass\n")
     out = pytester.runpytest("--selfheal").stdout.str()
-    assert "-> STOP harness_changed (tests/checks.py changed since the capture)" in out, out
+    assert "-> STOP tests_edited (tests/checks.py changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("where", ["tests/data/expected.txt", "expected.txt"])
+def test_test_data_edited_after_the_capture_is_tests_edited(pytester: pytest.Pytester, where: str) -> None:
+    """The expected value is read from a file, in a test folder or not; what the run wrote is
+    no test data (``out.txt``), nor is the code under repair a traceback reads."""
+    pytester.makepyfile(calc=CALC)
+    (pytester.path / where).parent.mkdir(parents=True, exist_ok=True)
+    (pytester.path / where).write_text("3\n")
+    tests = pytester.mkdir("suite")
+    (tests / "test_calc.py").write_text(
+        f"import pathlib\nfrom calc import add\n\n\ndef test_add():\n    pathlib.Path('out.txt').write_text('x')\n"
+        f"    assert str(add(1, 2)) == pathlib.Path({where!r}).read_text().strip()\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    (incident_id,) = _inbox(pytester.path)
+    seal = json.loads((pytester.path / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())["seal"]
+    assert list(seal["data"]) == [where], seal["data"]
+    (pytester.path / where).write_text("-1\n")  # the cheat: the expected value follows the bug
+    out = pytester.runpytest("--selfheal").stdout.str()
+    assert f"-> STOP tests_edited ({where} changed since the capture)" in out, out
     assert "STOP success" not in out
 
 
@@ -298,10 +330,8 @@ def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:
 
 def test_a_reopen_keeps_the_seal_and_a_new_seal_needs_a_person_at_a_terminal(suite: pytest.Pytester) -> None:
     (incident_id,) = _inbox(suite.path)
-    conftest = suite.path / "suite" / "helpers_conftest"
-    conftest.mkdir()
-    (conftest / "conftest.py").write_text("# a new conftest under the rootdir\n")
-    stop = "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed"
+    (suite.path / "tox.ini").write_text("[pytest]\nconsole_output_style = classic\n")
+    stop = "-> STOP harness_changed (tox.ini, tox.ini: console_output_style changed"
     assert stop in suite.runpytest("--selfheal").stdout.str()
     assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a budget, not a new seal
     suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
@@ -424,23 +454,31 @@ def test_the_gates_own_arguments_edited_after_the_capture_do_not_apply(tmp_path:
 
 def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
     root = tmp_path
-    (root / "tests").mkdir()
-    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
-    (root / "lib.py").write_text("def f():\n    return 1\n")
+    for name, text in {"tests/test_a.py": "def test_a():\n    pass\n", "pytest.ini": "[pytest]\naddopts = -q\n",
+                       "lib.py": "def f():\n    return 1\n", "data.txt": "1", "tests/data/x.json": "{}",
+                       ".git/HEAD": "ref", "pyproject.toml": "", "out.txt": ""}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
     env = {"PYTEST_ADDOPTS": "-x"}
+    # What the tests read: test data, the code under repair (a traceback), version control, a config file.
+    read = Loaded(read_files=tuple(str(root / n) for n in ("data.txt", "tests/data/x.json", "lib.py", ".git/HEAD",
+                                                           "pyproject.toml", "tests/test_a.py", "missing.txt")))
     seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
-                     extra_code=["lib.py"], environ=env, path=[])
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == []
+                     extra_code=["lib.py"], environ=env, path=[], loaded=read)
+    assert list(seal.data) == ["data.txt", "tests/data/x.json"]
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == ([], [])
     (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
+    (root / ".git" / "HEAD").write_text("ref2")
     (root / "tests" / "__init__.py").write_text("")
+    (root / "tests" / "data" / "x.json").unlink()  # a test data file gone is a change
+    (root / "data.txt").write_text("2")
     (root / "pytest.ini").write_text("[pytest]\naddopts = -q -p cheat\n")
     (root / "tox.ini").write_text("[pytest]\nxfail_strict = false\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     now = reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])
-    assert harness_changes(seal, now, root) == [
-        "tests/__init__.py", "pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict",
-        "PYTEST_ADDOPTS"]
+    assert harness_changes(seal, now, root) == (
+        ["tests/__init__.py", "data.txt", "tests/data/x.json"],
+        ["pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict", "PYTEST_ADDOPTS"])
 
 
 def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

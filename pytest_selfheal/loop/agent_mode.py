@@ -22,7 +22,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.analysis.testfiles import changed
-from pytest_selfheal.config.seal import Loaded
+from pytest_selfheal.config.seal import Changes, Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
@@ -193,8 +193,10 @@ def record_agent_attempts(
         judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
         if edited_keys:
             result.lines.append(edited_keys)
-        changed_harness = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
-                                           loaded=loaded) if incident.captured else [])
+        changes = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
+                                   loaded=loaded) if incident.captured else Changes([], []))
+        # Tests, conftests, test data edited since the capture: a pass with them is never `success`.
+        edited = [*dict.fromkeys([*changed(project_root, incident.test_digests), *changes.tests])]
         # A passing selection: the tests the change can reach run before it can be a success.
         regression = None if incident.captured is None else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
@@ -213,13 +215,13 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
             not_run=not_run,
-            # Tests, conftests edited since the capture: a pass with them is never `success`.
-            tests_edited=changed(project_root, incident.test_digests),
-            harness_changed=changed_harness,
+            tests_edited=edited,
+            harness_changed=changes.harness,
             regression=regression,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
-        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changed_harness))
+        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changes.harness,
+                                           edited))
         if outcome.attempt is not None and outcome.attempt.repair is not None \
                 and outcome.attempt.repair.message == AGENT_UNCHANGED:
             result.lines.append(

@@ -335,7 +335,7 @@ def record_iteration(
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
             repair = agent_unchanged()
-        edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
+        edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args, effective)
     incident_id = incident_id_from_args(store, args)
     if args.new_seal:
-        confirm_new_seal(incident_id, harness_changed(store.read_incident(incident_id), project, store=store))
+        changes = harness_changed(store.read_incident(incident_id), project, store=store)
+        confirm_new_seal(incident_id, [*changes.harness, *changes.tests])
     bucket, previous, after = reopen_incident(store, incident_id)
     if args.new_seal:
         take_fresh_seal(store, incident_id, project, effective)
