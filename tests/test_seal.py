@@ -456,15 +456,17 @@ def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
     root = tmp_path
     for name, text in {"tests/test_a.py": "def test_a():\n    pass\n", "pytest.ini": "[pytest]\naddopts = -q\n",
                        "lib.py": "def f():\n    return 1\n", "data.txt": "1", "tests/data/x.json": "{}",
-                       ".git/HEAD": "ref", "pyproject.toml": "", "out.txt": ""}.items():
+                       ".git/HEAD": "ref", "pyproject.toml": "", "pkg/__init__.py": "", "pkg/table.json": "{}"}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     env = {"PYTEST_ADDOPTS": "-x"}
-    # What the tests read: test data, the code under repair (a traceback), version control, a config file.
+    # What the tests read: test data; the code under repair (a traceback) and its package data,
+    # version control, a config file are not.
     read = Loaded(read_files=tuple(str(root / n) for n in ("data.txt", "tests/data/x.json", "lib.py", ".git/HEAD",
-                                                           "pyproject.toml", "tests/test_a.py", "missing.txt")))
+                                                           "pyproject.toml", "tests/test_a.py", "missing.txt",
+                                                           "pkg/table.json")))
     seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
-                     extra_code=["lib.py"], environ=env, path=[], loaded=read)
+                     extra_code=["lib.py", "pkg/__init__.py"], environ=env, path=[], loaded=read)
     assert list(seal.data) == ["data.txt", "tests/data/x.json"]
     assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == ([], [])
     (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
@@ -642,3 +644,121 @@ def test_in_a_second_environment_an_edited_plugin_and_forged_bytecode_are_never_
     (project / "calc.py").write_text(CALC + "# tried something\n")
     forged = run()
     assert forged.returncode == 1 and "STOP success" not in forged.stdout, forged.stdout
+
+
+# --------------------------------------------------------------------------- each cheat on each surface
+
+# A project whose test checks through a helper against a data file; each cheat makes it pass
+# without fixing `calc` (`root`: where the code is, a repair worktree for a provider;
+# `project`: where the records are). The agent-mode surface has its own tests above.
+SURFACE = {"calc/__init__.py": CALC, "tests/helpers.py": "def check(got, want):\n    assert got == want\n",
+           "tests/expected.txt": "3\n",
+           "tests/test_calc.py": "import pathlib\nfrom calc import add\nfrom helpers import check\n\n\ndef test_add():\n"
+                                 "    check(add(1, 2), int(pathlib.Path(__file__).with_name('expected.txt').read_text()))\n"}
+SURFACE_INI = "pythonpath = . tests\n"
+CHEATS: dict[str, tuple[str, str]] = {
+    "forged-bytecode": ("""
+import importlib.util, marshal, pytest
+test = root / "tests" / "test_calc.py"
+header = importlib.util.MAGIC_NUMBER + b"\\3\\0\\0\\0" + importlib.util.source_hash(test.read_bytes())[:8]
+(test.parent / "__pycache__").mkdir(exist_ok=True)
+name = f"test_calc.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+(test.parent / "__pycache__" / name).write_bytes(header + marshal.dumps(compile("def test_add():\\n    pass\\n",
+                                                                                str(test), "exec")))
+(root / "calc" / "__init__.py").write_text((root / "calc" / "__init__.py").read_text() + "# tidied\\n")
+""", ""),
+    "test-aware-folder": (f"""
+(root / "calc" / "testing").mkdir()
+(root / "calc" / "testing" / "__init__.py").write_text("")
+(root / "calc" / "testing" / "guard.py").write_text({GUARD!r})
+(root / "calc" / "__init__.py").write_text("from calc.testing.guard import UNDER\\n\\n\\ndef add(a, b):\\n"
+                                           "    return a + b if UNDER else a - b\\n")
+""", "calc/testing/guard.py:3 reads the process context"),
+    "weakened-helper": ("""
+(root / "tests" / "helpers.py").write_text("def check(got, want):\\n    pass\\n")
+""", "tests/helpers.py"),
+    "plugin-named-like-selfheal": (f"""
+(root / "pytest_selfheal_extra.py").write_text({PASSING_PLUGIN!r})
+(root / "pytest.ini").write_text((root / "pytest.ini").read_text() + "addopts = -p pytest_selfheal_extra\\n")
+""", "pytest.ini: addopts"),
+    "selfheal-signal": ("""
+(root / "calc" / "__init__.py").write_text("import os\\n\\n\\ndef add(a, b):\\n"
+                                           "    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\\n")
+""", "calc/__init__.py:5 reads the process context"),
+    "records-edited": ("""
+(root / "calc" / "__init__.py").write_text("def add(a, b):\\n    return a + b\\n")  # even an honest fix now
+for path in (project / ".selfheal" / "error_inbox").glob("*/incident.json"):
+    doc = json.loads(path.read_text())
+    doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+    path.write_text(json.dumps(doc))
+""", "the incident's records were edited outside selfheal"),
+    "test-data": ("""
+(root / "tests" / "expected.txt").write_text("-1\\n")
+""", "tests/expected.txt"),
+}
+# Runs a cheat: argv root, project, cheat name.
+CHEAT_RUNNER = ("import json, pathlib, sys\nroot, project = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+                "exec(json.loads(pathlib.Path(sys.argv[4]).read_text())[sys.argv[3]])\n")
+
+
+def _cheat(tmp_path: Path, root: Path, project: Path, name: str) -> None:
+    _cheat_files(tmp_path)
+    subprocess.run([PY, str(tmp_path / "cheat.py"), str(root), str(project), name, str(tmp_path / "cheats.json")],
+                   check=True, timeout=60)
+
+
+def _cheat_files(tmp_path: Path) -> list[str]:
+    (tmp_path / "cheat.py").write_text(CHEAT_RUNNER)
+    (tmp_path / "cheats.json").write_text(json.dumps({name: code for name, (code, _) in CHEATS.items()}))
+    return [PY, str(tmp_path / "cheat.py")]
+
+
+def _surface_project(tmp_path: Path) -> Path:
+    project = make_project(tmp_path / "proj", SURFACE, ini=SURFACE_INI)
+    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
+    return project
+
+
+@pytest.mark.slow  # a capture and a gate run per cheat: the default tier keeps the agent-mode runs
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_at_the_gate_no_cheat_is_tests_passed(tmp_path: Path, cheat: str) -> None:
+    project = _surface_project(tmp_path)
+    assert run_pytest_selfheal(project).returncode == 1
+    _cheat(tmp_path, project, project, cheat)
+    message = _gate(project)
+    assert "tests passed" not in message and "success" not in message, message
+    assert CHEATS[cheat][1] in message, message
+
+
+@pytest.mark.slow  # an MCP server per cheat
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_mcp_run_tests_is_never_success_for_a_cheat(tmp_path: Path, cheat: str) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    project = _surface_project(tmp_path)
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
+                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert first["captured"], first
+            _cheat(tmp_path, project, project, cheat)
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert verdict.get("stop_reason") != "success", verdict
+            assert CHEATS[cheat][1] in verdict["summary"], verdict
+
+    anyio.run(scenario)
+
+
+@pytest.mark.slow  # a repair worktree and a verification per cheat
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_repair_provider_cheat_is_never_success(tmp_path: Path, cheat: str) -> None:
+    project = _surface_project(tmp_path)
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    command = json.dumps([*_cheat_files(tmp_path), "{worktree}", str(project), cheat, str(tmp_path / "cheats.json")])
+    code, out, err = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=project, env=run_env())
+    assert "STOP success" not in out + err, out + err

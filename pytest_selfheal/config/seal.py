@@ -443,17 +443,23 @@ _NOT_DATA = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".
                        ".ruff_cache", ".tox", ".nox", *_INSTALLED_DIRS})
 
 
-def _data(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> list[str]:
-    """The test data of what ``loaded`` read: rootdir-relative files that are no module of
-    the code under repair (a non-test ``.py``: linecache reads it for a traceback), no
-    config file, nothing ``sealed`` already, outside ``.git``, caches and environments."""
+def _data(rootdir: Path, loaded: Loaded, sealed: Iterable[str], code: Iterable[str]) -> list[str]:
+    """The test data of what ``loaded`` read: rootdir-relative files that are not the code
+    under repair (a non-test ``.py``, which a traceback reads, or a file in a package of
+    ``code``: its package data), no config file, nothing ``sealed`` already, outside
+    ``.git``, caches and environments."""
     skip = set(sealed)
+    packages = {folder for folder in map(posixpath.dirname, code) if folder}
     found = set()
     for path in loaded.read_files:
         rel = _project_module(rootdir, path)
         if rel is None or rel in skip or posixpath.basename(rel) in PYTEST_CONFIG_FILES:
             continue
-        if rel.endswith((".py", ".pyc")) and not is_test_file(rel) or not _NOT_DATA.isdisjoint(rel.split("/")[:-1]):
+        folders = rel.split("/")[:-1]
+        if not is_test_file(rel) and (rel.endswith((".py", ".pyc")) or any(
+                "/".join(folders[:i]) in packages for i in range(1, len(folders) + 1))):
+            continue  # the code under repair's
+        if not _NOT_DATA.isdisjoint(folders):
             continue
         if os.path.isfile(path):
             found.add(rel)
@@ -493,7 +499,7 @@ def take_seal(
     return Seal(
         files=files,
         modules={name: hasher.digest(str(rootdir / name)) for name in modules},
-        data={name: hasher.digest(str(rootdir / name)) for name in _data(rootdir, loaded, [*files, *modules])},
+        data={name: hasher.digest(str(rootdir / name)) for name in _data(rootdir, loaded, [*files, *modules], code)},
         pytest_config=_config(rootdir, _folders(tests), inifile, hasher),
         environment=_environment(os.environ if environ is None else environ),
         startup=_startup(hasher, sys.path if path is None else path),

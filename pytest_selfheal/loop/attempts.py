@@ -345,7 +345,7 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=bool(edited), harness_changed=tuple(harness_changed),
+            tests_edited=tuple(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
             # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.

@@ -106,6 +106,7 @@ def stop_message(
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
         "changes": changed_summary(cur.harness_changed if cur is not None else ()),
+        "edited": changed_summary(cur.tests_edited if cur is not None else ()),
         "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]) if cur is not None else "",
     }
     return stop_facts(reason).message.format_map(values)

@@ -85,8 +85,8 @@ STOPS: Mapping[str, StopFacts] = {
     ),
     StopReason.TESTS_EDITED: StopFacts(
         _ESCALATED,
-        "All selected tests pass at iteration {iteration}, but only with test files edited "
-        "(ralf_lite.repair.allow_test_edits): a person must review the test diff; not resolved.",
+        "All selected tests pass at iteration {iteration}, but only with test files edited ({edited}): "
+        "a person must review the test diff; not resolved.",
         (
             ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
             ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",
