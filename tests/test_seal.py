@@ -121,10 +121,15 @@ def test_a_test_helper_weakened_after_the_capture_is_tests_edited(pytester: pyte
     assert "STOP success" not in out
 
 
-@pytest.mark.parametrize("where", ["tests/data/expected.txt", "expected.txt"])
-def test_test_data_edited_after_the_capture_is_tests_edited(pytester: pytest.Pytester, where: str) -> None:
-    """The expected value is read from a file, in a test folder or not; what the run wrote is
-    no test data (``out.txt``), nor is the code under repair a traceback reads."""
+@pytest.mark.parametrize("where,args", [("tests/data/expected.txt", ()),
+                                        pytest.param("expected.txt", (), marks=pytest.mark.slow),
+                                        pytest.param("expected.txt", ("-n", "1"), marks=pytest.mark.slow)],
+                         ids=["test-folder", "rootdir", "xdist-worker"])
+def test_test_data_edited_after_the_capture_is_tests_edited(pytester: pytest.Pytester, where: str,
+                                                            args: tuple[str, ...]) -> None:
+    """The expected value is read from a file, in a test folder or not, in this process or an
+    xdist worker; what the run wrote is no test data (``out.txt``), nor is the code under
+    repair a traceback reads."""
     pytester.makepyfile(calc=CALC)
     (pytester.path / where).parent.mkdir(parents=True, exist_ok=True)
     (pytester.path / where).write_text("3\n")
@@ -132,13 +137,13 @@ def test_test_data_edited_after_the_capture_is_tests_edited(pytester: pytest.Pyt
     (tests / "test_calc.py").write_text(
         f"import pathlib\nfrom calc import add\n\n\ndef test_add():\n    pathlib.Path('out.txt').write_text('x')\n"
         f"    assert str(add(1, 2)) == pathlib.Path({where!r}).read_text().strip()\n")
-    pytester.syspathinsert()
-    assert pytester.runpytest("--selfheal").ret == 1
+    pytester.makeini("[pytest]\npythonpath = .\n")  # xdist workers import calc too
+    assert pytester.runpytest("--selfheal", *args).ret == 1
     (incident_id,) = _inbox(pytester.path)
     seal = json.loads((pytester.path / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())["seal"]
     assert list(seal["data"]) == [where], seal["data"]
     (pytester.path / where).write_text("-1\n")  # the cheat: the expected value follows the bug
-    out = pytester.runpytest("--selfheal").stdout.str()
+    out = pytester.runpytest("--selfheal", *args).stdout.str()
     assert f"-> STOP tests_edited ({where} changed since the capture)" in out, out
     assert "STOP success" not in out
 
@@ -559,38 +564,6 @@ def test_at_the_gate_test_aware_code_in_testing_is_never_tests_passed_nor_after_
     assert cli("reopen", incident_id, cwd=project).returncode == 0  # what a dishonest agent runs
     again = _gate(project)
     assert "tests passed" not in again and "harness_changed" in again, again
-
-
-@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
-def test_mcp_run_tests_never_passes_edited_records_or_forged_bytecode(tmp_path: Path) -> None:
-    pytest.importorskip("mcp")
-    import anyio
-    from mcp import Client, StdioServerParameters
-
-    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
-    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
-    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
-                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
-
-    async def scenario() -> None:
-        async with Client(params, read_timeout_seconds=300) as client:
-            first = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert first["captured"], first
-            _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
-            (project / "calc.py").write_text(CALC + "# tried something\n")
-            forged = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert forged["stop_reason"] != "success" and forged["decision"] == "CONTINUE", forged
-            (incident_id,) = _inbox(project)
-            path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
-            doc = json.loads(path.read_text())
-            doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
-            path.write_text(json.dumps(doc))
-            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")  # even an honest fix now
-            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
-            assert "the incident's records were edited outside selfheal" in verdict["summary"], verdict
-
-    anyio.run(scenario)
 
 
 # A repair provider: writes calc.py into the worktree it is given (argv: worktree, body).
