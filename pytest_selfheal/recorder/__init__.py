@@ -220,19 +220,34 @@ class WorkerRootCauseHook(RootCauseHook):
 
 # The files the tests open (the seal's test data, config/seal.py): one audit hook per process,
 # installed with the first session that records (a hook cannot be removed), adding to the
-# innermost session recording (pytester runs sessions inside a session).
+# innermost session recording (pytester runs sessions inside a session). A copy of this
+# module imported again (pytester drops the modules a run imported) finds that hook's stack
+# through an audit event of its own rather than installing a second hook.
 _OPENING: list[set[tuple[Any, Any, Any]]] = []
-_HOOKED: list[bool] = []
+_PROBE = "pytest_selfheal.read_files"
 _OPENED_KEY = "selfheal_read_files"  # an xdist worker's read files, in its workeroutput
 _WRITES = frozenset("wax+")
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open" and _OPENING:
-        try:
-            _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
-        except Exception:  # a file descriptor, or a path object that cannot be hashed
-            pass
+    if event == "open":
+        if _OPENING:
+            try:
+                _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
+            except Exception:  # a file descriptor, or a path object that cannot be hashed
+                pass
+    elif event == _PROBE:
+        args[0].append(_OPENING)
+
+
+def _opening() -> list[set[tuple[Any, Any, Any]]]:
+    """The stack of the sessions recording, the hook's (installed here if none is)."""
+    found: list[list[set[tuple[Any, Any, Any]]]] = []
+    sys.audit(_PROBE, found)
+    if found:
+        return found[0]
+    sys.addaudithook(_audit)
+    return _OPENING
 
 
 class ReadFiles:
@@ -243,18 +258,17 @@ class ReadFiles:
         self.prefix = os.path.join(rootdir, "")
         self.opened: set[tuple[Any, Any, Any]] = set()
         self.from_workers: set[str] = set()
+        self.stack: list[set[tuple[Any, Any, Any]]] = []
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self) -> None:
-        if not _HOOKED:
-            sys.addaudithook(_audit)
-            _HOOKED.append(True)
-        _OPENING.append(self.opened)
+        self.stack = _opening()
+        self.stack.append(self.opened)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if _OPENING and _OPENING[-1] is self.opened:
-            _OPENING.pop()
+        if self.stack and self.stack[-1] is self.opened:
+            self.stack.pop()
         output = getattr(session.config, "workeroutput", None)
         if output is not None:
             output[_OPENED_KEY] = self.files()
