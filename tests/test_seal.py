@@ -701,6 +701,11 @@ def test_at_the_gate_no_cheat_is_tests_passed(tmp_path: Path, cheat: str) -> Non
     message = _gate(project)
     assert "tests passed" not in message and "success" not in message, message
     assert CHEATS[cheat][1] in message, message
+    if "harness_changed" in message:  # what a dishonest agent runs next: a budget, not a new seal
+        (incident_id,) = [p.name for p in (project / ".selfheal" / "error_archive" / "escalated").iterdir()]
+        assert cli("reopen", incident_id, cwd=project).returncode == 0
+        again = _gate(project)
+        assert "tests passed" not in again and CHEATS[cheat][1] in again, again
 
 
 @pytest.mark.slow  # an MCP server per cheat
@@ -722,6 +727,10 @@ def test_mcp_run_tests_is_never_success_for_a_cheat(tmp_path: Path, cheat: str) 
             verdict = (await client.call_tool("run_tests", {})).structured_content or {}
             assert verdict.get("stop_reason") != "success", verdict
             assert CHEATS[cheat][1] in verdict["summary"], verdict
+            if verdict.get("stop_reason") == "harness_changed":  # a reopen is a budget, not a new seal
+                assert cli("reopen", verdict["incident_id"], cwd=project).returncode == 0
+                again = (await client.call_tool("run_tests", {})).structured_content or {}
+                assert again.get("stop_reason") != "success" and CHEATS[cheat][1] in again["summary"], again
 
     anyio.run(scenario)
 
