@@ -122,12 +122,6 @@ def remembered_stops(env: Mapping[str, str], project_root: str) -> Optional[Path
     return state / "stops" / f"{key}.json" if state is not None else None
 
 
-def installed_bytecode(env: Mapping[str, str]) -> Optional[Path]:
-    """Where a verification keeps the bytecode of installed code between runs (process.py)."""
-    state = state_dir(env)
-    return state / "bytecode" if state is not None else None
-
-
 def project_config_paths(project_root: Path) -> list[Path]:
     """The project config files, existing or not, in merge order (later wins)."""
     return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]

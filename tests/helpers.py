@@ -407,6 +407,13 @@ DETERMINISTIC = """
 
 FIXED = DETERMINISTIC.replace("return a + b", "return a - b")
 
+# The same bug with the code beside its test, importable from the rootdir (make_project's
+# ``ini=ROOT_ON_PATH``): a fix edits the code, not a test file (which is never a success).
+SPLIT = {"sub.py": "def sub(a, b):\n    return a + b\n",
+         "test_calc.py": "from sub import sub\n\n\ndef test_sub():\n    assert sub(5, 2) == 3\n"}
+SPLIT_FIXED = "def sub(a, b):\n    return a - b\n"
+ROOT_ON_PATH = "pythonpath = .\n"
+
 # A failure whose message changes at every run. In a project without git (make it with
 # git=False, as moving_project does) the loop cannot tell whether the code changed, so a new
 # message counts as progress ("fingerprint changed") each time; in a git repository with an

@@ -16,7 +16,8 @@ from pytest_selfheal.history.db import HistoryDB
 TESTS = TWO_BUGS_TESTS
 STATUS_LINE = re.compile(
     r"^selfheal: incident (?P<id>incident_\S+) iteration (?P<k>\d+) of (?P<n>\d+): "
-    r"fingerprint (?P<fp>same|changed), progress (?P<progress>yes|no) -> (?P<verdict>CONTINUE|STOP(?: (?P<reason>\w+))?)$",
+    r"fingerprint (?P<fp>same|changed), progress (?P<progress>yes|no) -> (?P<verdict>CONTINUE|STOP(?: (?P<reason>\w+))?)"
+    r"(?: \(.* changed since the capture\))?$",
     re.M,
 )
 

@@ -8,15 +8,16 @@ import json
 import os
 import signal
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from helpers import (
     DETERMINISTIC,
-    FIXED,
     PY,
+    ROOT_ON_PATH,
+    SPLIT,
+    SPLIT_FIXED,
     TOOLING,
     CliResult,
     assert_files_valid,
@@ -85,9 +86,9 @@ def test_deterministic_failure_is_escalated_at_iteration_one(tmp_path: Path) -> 
 
 
 def test_fixed_between_capture_and_loop_is_resolved_with_tests_fixed(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "fix", {"test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "fix", SPLIT, ini=ROOT_ON_PATH)
     incident_id = capture(project)
-    (project / "test_calc.py").write_text(textwrap.dedent(FIXED))
+    (project / "sub.py").write_text(SPLIT_FIXED)
     result = selfheal(project, "loop", incident_id, "--json")
     assert result.returncode == EXIT_OK, result.stderr
     data = json.loads(result.stdout)

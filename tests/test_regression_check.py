@@ -577,10 +577,6 @@ FORGER = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a provider that forges the installed code's bytecode kept in the state "
-                   "directory (pytest's reports.py compiled with every failed outcome 'passed', the source's mtime and "
-                   "size in its header) and a comment-only diff gets STOP success: the clean room links installed "
-                   "code's bytecode to the state directory between runs (docs/reliability.md, round 5)")
 def test_installed_bytecode_forged_in_the_state_directory_is_never_what_a_verification_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the forgery stays in this test

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    DETERMINISTIC,
     FIXED,
+    ROOT_ON_PATH,
+    SPLIT,
+    SPLIT_FIXED,
     assert_files_valid,
     assert_replay_equals_disk,
     capture,
@@ -25,7 +27,8 @@ from pytest_selfheal.store.root import Store
 
 
 def _escalated(tmp_path: Path) -> tuple[Path, str, Store]:
-    project = make_project(tmp_path / "p", {"tests/test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "p", {"sub.py": SPLIT["sub.py"], "tests/test_calc.py": SPLIT["test_calc.py"]},
+                           ini=ROOT_ON_PATH)
     incident_id = capture(project)
     result = selfheal(project, "loop", incident_id)
     assert result.returncode == EXIT_UNRESOLVED, result.stdout + result.stderr
@@ -57,7 +60,7 @@ def test_reopen_then_resolve(tmp_path: Path) -> None:
     assert code == EXIT_REFUSED and "only an archived incident can be reopened" in err
 
     # Fixed, then the loop as printed: a new loop run, attempt numbers keep counting.
-    (project / "tests" / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
+    (project / "sub.py").write_text(SPLIT_FIXED)
     result = selfheal(project / "tests", "loop", incident_id)
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "iteration 1 of 3" in result.stdout  # a fresh budget, not iteration 2
@@ -92,8 +95,8 @@ def test_a_reopened_loop_that_still_fails_stops_by_repetition_against_the_last_a
 def test_agent_mode_runs_a_reopened_incident(tmp_path: Path) -> None:
     project, incident_id, store = _escalated(tmp_path)
     assert selfheal(project, "reopen", "latest").returncode == EXIT_OK
-    # The code under test lives in the test module here: the agent's fix edits a test file,
-    # which is never a plain `success` (docs/repair.md), but it is the reopened incident's run.
+    # The agent's fix edits a test file (defining the code in it), which is never a plain
+    # `success` (docs/repair.md), but it is the reopened incident's run.
     (project / "tests" / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
     again = run_pytest_selfheal(project)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -104,7 +107,7 @@ def test_agent_mode_runs_a_reopened_incident(tmp_path: Path) -> None:
 
 
 def test_reopening_a_resolved_incident_and_one_archived_before_its_plan(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "p", SPLIT, ini=ROOT_ON_PATH)
     incident_id = capture(project)
     store = Store(project / ".selfheal")
     plans = store.plans_dir(incident_id)
@@ -118,7 +121,7 @@ def test_reopening_a_resolved_incident_and_one_archived_before_its_plan(tmp_path
     assert store.has_plan(incident_id)  # a plan again, so `planned` is true
     assert store.read_incident(incident_id).reopened_after_iteration == 0
     assert_replay_equals_disk(store, incident_id)
-    (project / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
+    (project / "sub.py").write_text(SPLIT_FIXED)
     assert selfheal(project, "loop", incident_id).returncode == EXIT_OK
     code, out, err = selfheal(project, "reopen", incident_id)  # resolved -> planned
     assert code == EXIT_OK and "(resolved -> planned)" in out, err

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
+from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
@@ -100,7 +101,16 @@ def test_forged_bytecode_of_an_unchanged_test_is_never_what_runs(suite: pytest.P
     assert "STOP success" not in out
 
 
-def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: pytest.Pytester) -> None:
+def test_a_verification_reads_only_bytecode_it_compiles_itself(tmp_path: Path) -> None:
+    """Its bytecode cache starts empty, links to no cache kept between runs (where a forged
+    ``.pyc`` of installed code could wait) and is gone after it."""
+    with fresh_bytecode({"PATH": "x"}, tmp_path) as first, fresh_bytecode({}, tmp_path) as second:
+        cache = Path(first["PYTHONPYCACHEPREFIX"])
+        assert first["PATH"] == "x" and list(cache.iterdir()) == [] and cache != Path(second["PYTHONPYCACHEPREFIX"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_test_helper_weakened_after_the_capture_is_tests_edited(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(calc=CALC)
     tests = pytester.mkdir("tests")
     (tests / "checks.py").write_text("def check(got, want):\n    assert got == want\n")
@@ -111,7 +121,34 @@ def test_a_test_helper_weakened_after_the_capture_is_harness_changed(pytester: p
     assert pytester.runpytest("--selfheal").ret == 1
     (tests / "checks.py").write_text("def check(got, want):\n    pass\n")
     out = pytester.runpytest("--selfheal").stdout.str()
-    assert "-> STOP harness_changed (tests/checks.py changed since the capture)" in out, out
+    assert "-> STOP tests_edited (tests/checks.py changed since the capture)" in out, out
+    assert "STOP success" not in out
+
+
+@pytest.mark.parametrize("where,args", [("tests/data/expected.txt", ()),
+                                        pytest.param("expected.txt", (), marks=pytest.mark.slow),
+                                        pytest.param("expected.txt", ("-n", "1"), marks=pytest.mark.slow)],
+                         ids=["test-folder", "rootdir", "xdist-worker"])
+def test_test_data_edited_after_the_capture_is_tests_edited(pytester: pytest.Pytester, where: str,
+                                                            args: tuple[str, ...]) -> None:
+    """The expected value is read from a file, in a test folder or not, in this process or an
+    xdist worker; what the run wrote is no test data (``out.txt``), nor is the code under
+    repair a traceback reads."""
+    pytester.makepyfile(calc=CALC)
+    (pytester.path / where).parent.mkdir(parents=True, exist_ok=True)
+    (pytester.path / where).write_text("3\n")
+    tests = pytester.mkdir("suite")
+    (tests / "test_calc.py").write_text(
+        f"import pathlib\nfrom calc import add\n\n\ndef test_add():\n    pathlib.Path('out.txt').write_text('x')\n"
+        f"    assert str(add(1, 2)) == pathlib.Path({where!r}).read_text().strip()\n")
+    pytester.makeini("[pytest]\npythonpath = .\n")  # xdist workers import calc too
+    assert pytester.runpytest("--selfheal", *args).ret == 1
+    (incident_id,) = _inbox(pytester.path)
+    seal = json.loads((pytester.path / ".selfheal" / "error_inbox" / incident_id / "incident.json").read_text())["seal"]
+    assert list(seal["data"]) == [where], seal["data"]
+    (pytester.path / where).write_text("-1\n")  # the cheat: the expected value follows the bug
+    out = pytester.runpytest("--selfheal", *args).stdout.str()
+    assert f"-> STOP tests_edited ({where} changed since the capture)" in out, out
     assert "STOP success" not in out
 
 
@@ -306,10 +343,8 @@ def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:
 
 def test_a_reopen_keeps_the_seal_and_a_new_seal_needs_a_person_at_a_terminal(suite: pytest.Pytester) -> None:
     (incident_id,) = _inbox(suite.path)
-    conftest = suite.path / "suite" / "helpers_conftest"
-    conftest.mkdir()
-    (conftest / "conftest.py").write_text("# a new conftest under the rootdir\n")
-    stop = "-> STOP harness_changed (suite/helpers_conftest/conftest.py changed"
+    (suite.path / "tox.ini").write_text("[pytest]\nconsole_output_style = classic\n")
+    stop = "-> STOP harness_changed (tox.ini, tox.ini: console_output_style changed"
     assert stop in suite.runpytest("--selfheal").stdout.str()
     assert cli("reopen", incident_id, cwd=suite.path).returncode == 0  # a budget, not a new seal
     suite.makepyfile(calc="def add(a, b):\n    return a + b\n")
@@ -464,23 +499,33 @@ def test_the_gates_own_arguments_edited_after_the_capture_do_not_apply(tmp_path:
 
 def test_the_seal_names_each_change_and_nothing_else(tmp_path: Path) -> None:
     root = tmp_path
-    (root / "tests").mkdir()
-    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
-    (root / "lib.py").write_text("def f():\n    return 1\n")
+    for name, text in {"tests/test_a.py": "def test_a():\n    pass\n", "pytest.ini": "[pytest]\naddopts = -q\n",
+                       "lib.py": "def f():\n    return 1\n", "data.txt": "1", "tests/data/x.json": "{}",
+                       ".git/HEAD": "ref", "pyproject.toml": "", "pkg/__init__.py": "", "pkg/table.json": "{}"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
     env = {"PYTEST_ADDOPTS": "-x"}
+    # What the tests read: test data; the code under repair (a traceback) and its package data,
+    # version control, a config file are not.
+    read = Loaded(read_files=tuple(str(root / n) for n in ("data.txt", "tests/data/x.json", "lib.py", ".git/HEAD",
+                                                           "pyproject.toml", "tests/test_a.py", "missing.txt",
+                                                           "pkg/table.json")))
     seal = take_seal(root, test_files=["tests/test_a.py"], inifile="pytest.ini", judging={"max_iterations": 3},
-                     extra_code=["lib.py"], environ=env, path=[])
-    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == []
+                     extra_code=["lib.py", "pkg/__init__.py"], environ=env, path=[], loaded=read)
+    assert list(seal.data) == ["data.txt", "tests/data/x.json"]
+    assert harness_changes(seal, reseal(seal, root, judging={}, environ=env, path=[]), root) == ([], [])
     (root / "lib.py").write_text("def f():\n    return 2\n")  # an ordinary fix: not a harness change
+    (root / ".git" / "HEAD").write_text("ref2")
     (root / "tests" / "__init__.py").write_text("")
+    (root / "tests" / "data" / "x.json").unlink()  # a test data file gone is a change
+    (root / "data.txt").write_text("2")
     (root / "pytest.ini").write_text("[pytest]\naddopts = -q -p cheat\n")
     (root / "tox.ini").write_text("[pytest]\nxfail_strict = false\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     now = reseal(seal, root, judging={}, environ={"PYTEST_ADDOPTS": "-x -p cheat"}, path=[])
-    assert harness_changes(seal, now, root) == [
-        "tests/__init__.py", "pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict",
-        "PYTEST_ADDOPTS"]
+    assert harness_changes(seal, now, root) == (
+        ["tests/__init__.py", "data.txt", "tests/data/x.json"],
+        ["pytest.ini: addopts", "tests/pytest.ini", "tox.ini", "tox.ini: xfail_strict", "PYTEST_ADDOPTS"])
 
 
 def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -561,38 +606,6 @@ def test_at_the_gate_test_aware_code_in_testing_is_never_tests_passed_nor_after_
     assert "tests passed" not in again and "harness_changed" in again, again
 
 
-@pytest.mark.slow  # a few seconds: the default tier keeps the pytest --selfheal runs of these cheats
-def test_mcp_run_tests_never_passes_edited_records_or_forged_bytecode(tmp_path: Path) -> None:
-    pytest.importorskip("mcp")
-    import anyio
-    from mcp import Client, StdioServerParameters
-
-    project = make_project(tmp_path / "proj", {"calc.py": CALC, "tests/test_calc.py": TEST_CALC})
-    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
-    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
-                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
-
-    async def scenario() -> None:
-        async with Client(params, read_timeout_seconds=300) as client:
-            first = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert first["captured"], first
-            _forge_bytecode(project / "tests" / "test_calc.py", "def test_add():\n    pass\n")
-            (project / "calc.py").write_text(CALC + "# tried something\n")
-            forged = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert forged["stop_reason"] != "success" and forged["decision"] == "CONTINUE", forged
-            (incident_id,) = _inbox(project)
-            path = project / ".selfheal" / "error_inbox" / incident_id / "incident.json"
-            doc = json.loads(path.read_text())
-            doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
-            path.write_text(json.dumps(doc))
-            (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")  # even an honest fix now
-            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
-            assert "the incident's records were edited outside selfheal" in verdict["summary"], verdict
-
-    anyio.run(scenario)
-
-
 # A repair provider: writes calc.py into the worktree it is given (argv: worktree, body).
 PROVIDER = "import pathlib, sys\npathlib.Path(sys.argv[1], 'calc.py').write_text(sys.argv[2])\n"
 
@@ -644,3 +657,130 @@ def test_in_a_second_environment_an_edited_plugin_and_forged_bytecode_are_never_
     (project / "calc.py").write_text(CALC + "# tried something\n")
     forged = run()
     assert forged.returncode == 1 and "STOP success" not in forged.stdout, forged.stdout
+
+
+# --------------------------------------------------------------------------- each cheat on each surface
+
+# A project whose test checks through a helper against a data file; each cheat makes it pass
+# without fixing `calc` (`root`: where the code is, a repair worktree for a provider;
+# `project`: where the records are). The agent-mode surface has its own tests above.
+SURFACE = {"calc/__init__.py": CALC, "tests/helpers.py": "def check(got, want):\n    assert got == want\n",
+           "tests/expected.txt": "3\n",
+           "tests/test_calc.py": "import pathlib\nfrom calc import add\nfrom helpers import check\n\n\ndef test_add():\n"
+                                 "    check(add(1, 2), int(pathlib.Path(__file__).with_name('expected.txt').read_text()))\n"}
+SURFACE_INI = "pythonpath = . tests\n"
+CHEATS: dict[str, tuple[str, str]] = {
+    "forged-bytecode": ("""
+import importlib.util, marshal, pytest
+test = root / "tests" / "test_calc.py"
+header = importlib.util.MAGIC_NUMBER + b"\\3\\0\\0\\0" + importlib.util.source_hash(test.read_bytes())[:8]
+(test.parent / "__pycache__").mkdir(exist_ok=True)
+name = f"test_calc.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+(test.parent / "__pycache__" / name).write_bytes(header + marshal.dumps(compile("def test_add():\\n    pass\\n",
+                                                                                str(test), "exec")))
+(root / "calc" / "__init__.py").write_text((root / "calc" / "__init__.py").read_text() + "# tidied\\n")
+""", ""),
+    "test-aware-folder": (f"""
+(root / "calc" / "testing").mkdir()
+(root / "calc" / "testing" / "__init__.py").write_text("")
+(root / "calc" / "testing" / "guard.py").write_text({GUARD!r})
+(root / "calc" / "__init__.py").write_text("from calc.testing.guard import UNDER\\n\\n\\ndef add(a, b):\\n"
+                                           "    return a + b if UNDER else a - b\\n")
+""", "calc/testing/guard.py:3 reads the process context"),
+    "weakened-helper": ("""
+(root / "tests" / "helpers.py").write_text("def check(got, want):\\n    pass\\n")
+""", "tests/helpers.py"),
+    "plugin-named-like-selfheal": (f"""
+(root / "pytest_selfheal_extra.py").write_text({PASSING_PLUGIN!r})
+(root / "pytest.ini").write_text((root / "pytest.ini").read_text() + "addopts = -p pytest_selfheal_extra\\n")
+""", "pytest.ini: addopts"),
+    "selfheal-signal": ("""
+(root / "calc" / "__init__.py").write_text("import os\\n\\n\\ndef add(a, b):\\n"
+                                           "    return a + b if os.environ.get('SELFHEAL_VERIFYING') else a - b\\n")
+""", "calc/__init__.py:5 reads the process context"),
+    "records-edited": ("""
+(root / "calc" / "__init__.py").write_text("def add(a, b):\\n    return a + b\\n")  # even an honest fix now
+for path in (project / ".selfheal" / "error_inbox").glob("*/incident.json"):
+    doc = json.loads(path.read_text())
+    doc["test_digests"] = {name: "0" * 64 for name in doc["test_digests"]}
+    path.write_text(json.dumps(doc))
+""", "the incident's records were edited outside selfheal"),
+    "test-data": ("""
+(root / "tests" / "expected.txt").write_text("-1\\n")
+""", "tests/expected.txt"),
+}
+# Runs a cheat: argv root, project, cheat name.
+CHEAT_RUNNER = ("import json, pathlib, sys\nroot, project = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+                "exec(json.loads(pathlib.Path(sys.argv[4]).read_text())[sys.argv[3]])\n")
+
+
+def _cheat(tmp_path: Path, root: Path, project: Path, name: str) -> None:
+    _cheat_files(tmp_path)
+    subprocess.run([PY, str(tmp_path / "cheat.py"), str(root), str(project), name, str(tmp_path / "cheats.json")],
+                   check=True, timeout=60)
+
+
+def _cheat_files(tmp_path: Path) -> list[str]:
+    (tmp_path / "cheat.py").write_text(CHEAT_RUNNER)
+    (tmp_path / "cheats.json").write_text(json.dumps({name: code for name, (code, _) in CHEATS.items()}))
+    return [PY, str(tmp_path / "cheat.py")]
+
+
+def _surface_project(tmp_path: Path) -> Path:
+    project = make_project(tmp_path / "proj", SURFACE, ini=SURFACE_INI)
+    _config(project, error_fingerprint_repeats=9, no_progress_repeats=9)
+    return project
+
+
+@pytest.mark.slow  # a capture and a gate run per cheat: the default tier keeps the agent-mode runs
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_at_the_gate_no_cheat_is_tests_passed(tmp_path: Path, cheat: str) -> None:
+    project = _surface_project(tmp_path)
+    assert run_pytest_selfheal(project).returncode == 1
+    _cheat(tmp_path, project, project, cheat)
+    message = _gate(project)
+    assert "tests passed" not in message and "success" not in message, message
+    assert CHEATS[cheat][1] in message, message
+    if "harness_changed" in message:  # what a dishonest agent runs next: a budget, not a new seal
+        (incident_id,) = [p.name for p in (project / ".selfheal" / "error_archive" / "escalated").iterdir()]
+        assert cli("reopen", incident_id, cwd=project).returncode == 0
+        again = _gate(project)
+        assert "tests passed" not in again and CHEATS[cheat][1] in again, again
+
+
+@pytest.mark.slow  # an MCP server per cheat
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_mcp_run_tests_is_never_success_for_a_cheat(tmp_path: Path, cheat: str) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    project = _surface_project(tmp_path)
+    params = StdioServerParameters(command=PY, args=["-m", "pytest_selfheal", "mcp"], cwd=str(project),
+                                   env=run_env({"PYTEST_PLUGINS": "pytest_selfheal.plugin"}))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            first = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert first["captured"], first
+            _cheat(tmp_path, project, project, cheat)
+            verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert verdict.get("stop_reason") != "success", verdict
+            assert CHEATS[cheat][1] in verdict["summary"], verdict
+            if verdict.get("stop_reason") == "harness_changed":  # a reopen is a budget, not a new seal
+                assert cli("reopen", verdict["incident_id"], cwd=project).returncode == 0
+                again = (await client.call_tool("run_tests", {})).structured_content or {}
+                assert again.get("stop_reason") != "success" and CHEATS[cheat][1] in again["summary"], again
+
+    anyio.run(scenario)
+
+
+@pytest.mark.slow  # a repair worktree and a verification per cheat
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_repair_provider_cheat_is_never_success(tmp_path: Path, cheat: str) -> None:
+    project = _surface_project(tmp_path)
+    assert run_pytest_selfheal(project).returncode == 1
+    (incident_id,) = _inbox(project)
+    command = json.dumps([*_cheat_files(tmp_path), "{worktree}", str(project), cheat, str(tmp_path / "cheats.json")])
+    code, out, err = cli("loop", incident_id, "--set", f"repair.command={command}", cwd=project, env=run_env())
+    assert "STOP success" not in out + err, out + err

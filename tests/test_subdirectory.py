@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import DETERMINISTIC, FIXED, cli, make_project, run_pytest_selfheal
+from helpers import ROOT_ON_PATH, SPLIT, SPLIT_FIXED, cli, make_project, run_pytest_selfheal
 
 from pytest_selfheal.config.files import find_project_root
 from pytest_selfheal.errors import EXIT_NOT_FOUND, EXIT_OK
@@ -30,7 +30,8 @@ def test_project_root_follows_pytest_rootdir_rules(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_commands_run_from_a_subdirectory_find_the_incident(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "p", {"tests/test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "p", {"sub.py": SPLIT["sub.py"], "tests/test_calc.py": SPLIT["test_calc.py"]},
+                           ini=ROOT_ON_PATH)
     tests = project / "tests"
     captured = run_pytest_selfheal(tests, "test_calc.py")
     assert captured.returncode == 1, captured.stdout + captured.stderr
@@ -44,7 +45,7 @@ def test_commands_run_from_a_subdirectory_find_the_incident(tmp_path: Path) -> N
     assert [row["incident_id"] for row in json.loads(out)] == [incident_id]
     code, out, err = cli("show", "latest", "--json", cwd=tests)
     assert code == EXIT_OK and json.loads(out)["incident_id"] == incident_id, err
-    (tests / "test_calc.py").write_text(FIXED.replace("\n    ", "\n").lstrip("\n"))
+    (project / "sub.py").write_text(SPLIT_FIXED)
     code, out, err = cli("loop", incident_id[:-2], cwd=tests)  # a unique prefix
     assert code == EXIT_OK, out + err
     assert (project / ".selfheal" / "error_archive" / "resolved" / incident_id).is_dir()

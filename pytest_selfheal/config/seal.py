@@ -8,6 +8,8 @@ non-test modules.
   project's own plugins;
 - every other module the run imported, wherever it lives (test helpers, plugins, installed
   distributions, the standard library), by content;
+- the test data: the files under the rootdir the run opened for reading and did not write
+  (:attr:`Loaded.read_files`), by content;
 - pytest's configuration: pytest's section of every config file pytest may read it from
   (each key apart, so a change names the key), the inifile the capture used, and the
   environment variables pytest reads options and plugins from, ``-p no:NAME`` included;
@@ -40,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import iniconfig
 
@@ -225,19 +227,21 @@ class Loaded:
 
     plugin_files: tuple[str, ...] = ()
     module_files: tuple[str, ...] = ()
+    read_files: tuple[str, ...] = ()  # absolute: the files the tests opened for reading only
 
 
 NOTHING_LOADED = Loaded()  # a check outside pytest: nothing of the run is known
 
 
-def loaded_now(plugins: Iterable[object]) -> Loaded:
-    """:class:`Loaded` of this process: the files of ``plugins`` and of ``sys.modules``."""
+def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loaded:
+    """:class:`Loaded` of this process: the files of ``plugins`` and of ``sys.modules``, and
+    ``read_files`` (what the run's tests opened for reading only)."""
     def file_of(obj: object) -> Optional[str]:
         name = getattr(obj, "__file__", None)
         return name if isinstance(name, str) else None
 
     return Loaded(tuple(f for f in map(file_of, plugins) if f),
-                  tuple(f for f in map(file_of, list(sys.modules.values())) if f))
+                  tuple(f for f in map(file_of, list(sys.modules.values())) if f), tuple(read_files))
 
 
 # --------------------------------------------------------------------------- where to look
@@ -436,6 +440,34 @@ def _loaded_modules(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> tup
     return sorted(modules), sorted(code)
 
 
+# Read by a run but no test data: version control, the caches tools rewrite, environments.
+_NOT_DATA = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
+                       ".ruff_cache", ".tox", ".nox", *_INSTALLED_DIRS})
+
+
+def _data(rootdir: Path, loaded: Loaded, sealed: Iterable[str], code: Iterable[str]) -> list[str]:
+    """The test data of what ``loaded`` read: rootdir-relative files that are not the code
+    under repair (a non-test ``.py``, which a traceback reads, or a file in a package of
+    ``code``: its package data), no config file, nothing ``sealed`` already, outside
+    ``.git``, caches and environments."""
+    skip = set(sealed)
+    packages = {folder for folder in map(posixpath.dirname, code) if folder}
+    found = set()
+    for path in loaded.read_files:
+        rel = _project_module(rootdir, path)
+        if rel is None or rel in skip or posixpath.basename(rel) in PYTEST_CONFIG_FILES:
+            continue
+        folders = rel.split("/")[:-1]
+        if not is_test_file(rel) and (rel.endswith((".py", ".pyc")) or any(
+                "/".join(folders[:i]) in packages for i in range(1, len(folders) + 1))):
+            continue  # the code under repair's
+        if not _NOT_DATA.isdisjoint(folders):
+            continue
+        if os.path.isfile(path):
+            found.add(rel)
+    return sorted(found)
+
+
 def _code_paths(paths: Iterable[str]) -> set[str]:
     return {p for p in paths if p.endswith(".py") and not _test_module_name(p) and not p.startswith(("../", "/"))}
 
@@ -469,6 +501,7 @@ def take_seal(
     return Seal(
         files=files,
         modules={name: hasher.digest(str(rootdir / name)) for name in modules},
+        data={name: hasher.digest(str(rootdir / name)) for name in _data(rootdir, loaded, [*files, *modules], code)},
         pytest_config=_config(rootdir, _folders(tests), inifile, hasher),
         environment=_environment(os.environ if environ is None else environ),
         startup=_startup(hasher, sys.path if path is None else path),
@@ -502,6 +535,7 @@ def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded:
     return Seal(
         files=files,
         modules={name: hasher.digest(str(rootdir / name)) for name in recorded.modules},
+        data={name: hasher.digest(str(rootdir / name)) for name in recorded.data},
         pytest_config=_config(rootdir, _folders(tests), None if inifile in (None, NO_INIFILE) else inifile, hasher),
         environment=_environment(os.environ if environ is None else environ),
         startup=_startup(hasher, sys.path if path is None else path),
@@ -583,16 +617,29 @@ def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
             if (name := _importable_as(root, rel)) in outside]
 
 
-def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
+class Changes(NamedTuple):
+    """What changed between two seals, each named, split by what it is: ``tests``, test code
+    (a test file by :func:`~pytest_selfheal.analysis.frames.is_test_file`: a ``test_*.py``,
+    a conftest, anything below a ``test``/``tests``/``testing`` folder) and test data, a
+    pass with which is ``tests_edited``; ``harness``, the rest, ``harness_changed``."""
+
+    tests: list[str]
+    harness: list[str]
+
+
+def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
     """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
     variable, a start-up file, ``<distribution> <version>``, a module of the code under
     repair changed since with an added read of the process context (parsed and quoted from
     ``root``, where ``now`` was taken). A sealed module gone since is
-    no change (deleting code cannot pass a failure). The judging keys are not in it
-    (:func:`judging_changes`: reported, not obeyed)."""
-    changed = _differ(recorded.files, now.files)
-    changed += [name for name in sorted(recorded.modules)
-                if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
+    no change (deleting code cannot pass a failure); a test data file gone is one. The
+    judging keys are not in it (:func:`judging_changes`: reported, not obeyed)."""
+    files = _differ(recorded.files, now.files)
+    files += [name for name in sorted(recorded.modules)
+              if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
+    tests = [name for name in files if not os.path.isabs(name) and is_test_file(name)]
+    tests += _differ(recorded.data, now.data)
+    changed = [name for name in files if name not in tests]
     changed += _differ(recorded.pytest_config, now.pytest_config)
     changed += _differ(recorded.environment, now.environment)
     for name in _differ(recorded.startup, now.startup):
@@ -609,7 +656,7 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> list[str]:
         added = added_reads(before, hasher.reads(str(root / name)))
         if added:
             changed.append(_quoted(name, added))
-    return changed + _shadowing(recorded, now, root)
+    return Changes(tests, changed + _shadowing(recorded, now, root))
 
 
 def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
@@ -622,6 +669,7 @@ def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list
 
 
 __all__ = [
+    "Changes",
     "ENVIRONMENT",
     "Hasher",
     "Loaded",

@@ -24,7 +24,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.analysis.testfiles import changed
-from pytest_selfheal.config.seal import Loaded
+from pytest_selfheal.config.seal import Changes, Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
@@ -216,11 +216,11 @@ def record_agent_attempts(
         judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
         if edited_keys:
             result.lines.append(edited_keys)
-        changed_harness = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
-                                           loaded=loaded) if incident.captured else [])
-        # Tests, conftests edited since the capture: a pass with them is never `success`.
-        tests_edited = changed(project_root, incident.test_digests)
-        narrower = None if incident.captured is None or not passes(run_outcomes) or tests_edited or changed_harness \
+        changes = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
+                                   loaded=loaded) if incident.captured else Changes([], []))
+        # Tests, conftests, test data edited since the capture: a pass with them is never `success`.
+        edited = [*dict.fromkeys([*changed(project_root, incident.test_digests), *changes.tests])]
+        narrower = None if incident.captured is None or not passes(run_outcomes) or edited or changes.harness \
             else narrower_than_capture(store, incident.captured, project_root, invocation, project_root / (run_dir or ""))
         if narrower is not None:
             # A success needs the regression check, which a quick run of the failing tests skips:
@@ -252,12 +252,13 @@ def record_agent_attempts(
             new_failures=new_failures,
             project_root=project_root,
             not_run=not_run,
-            tests_edited=tests_edited,
-            harness_changed=changed_harness,
+            tests_edited=edited,
+            harness_changed=changes.harness,
             regression=regression,
         )
         result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
-        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changed_harness))
+        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changes.harness,
+                                           edited))
         if outcome.attempt is not None and outcome.attempt.repair is not None \
                 and outcome.attempt.repair.message == AGENT_UNCHANGED:
             result.lines.append(

@@ -336,7 +336,7 @@ def record_iteration(
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
             repair = agent_unchanged()
-        edited = list(tests_edited) or (list(repair.tests_edited) if repair is not None else [])
+        edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.Observation(
             iteration=len(previous),
             outcomes=dict(outcomes),
@@ -346,7 +346,7 @@ def record_iteration(
             timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=bool(edited), harness_changed=tuple(harness_changed),
+            tests_edited=tuple(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=policy.environment_of(failures),
             # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.

@@ -113,7 +113,7 @@ def decide(
         # The judge was changed: whatever this run saw, its verdict is not trusted.
         StopReason.HARNESS_CHANGED: bool(cur.harness_changed),
         # A green run after a provider escaped is no success: what it changed outside is unknown.
-        StopReason.TESTS_EDITED: green and cur.tests_edited,
+        StopReason.TESTS_EDITED: green and bool(cur.tests_edited),
         StopReason.UNVERIFIED_FAILURES: green and unverified > 0,
         StopReason.SUCCESS: green,
         StopReason.CANCELLED: cancelled,

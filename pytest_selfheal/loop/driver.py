@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 from pytest_selfheal.analysis.rules import Rule, rules_for_run
+from pytest_selfheal.config.seal import Changes
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
@@ -528,9 +529,9 @@ def _verify_and_record(
                                     outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
                                     captured_tree=project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
-    changed_harness = (harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
-                                       extra_code=repair.files_changed if repair is not None else ())
-                       if incident is not None else [])
+    changes = (harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
+                               extra_code=repair.files_changed if repair is not None else ())
+               if incident is not None else Changes([], []))
     # The first failing command's code (None: timed out or could not start), else 0.
     exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
@@ -550,13 +551,15 @@ def _verify_and_record(
         repair=repair,
         project_root=project_root,
         duration_seconds=duration,
-        harness_changed=changed_harness,
+        tests_edited=changes.tests,
+        harness_changed=changes.harness,
         regression=regression,
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations
     return dataclasses.replace(outcome, status_line=naming_changes(
-        outcome.status_line, outcome.decision.stop_reason if outcome.decision else None, changed_harness))
+        outcome.status_line, outcome.decision.stop_reason if outcome.decision else None, changes.harness,
+        [*(repair.tests_edited if repair is not None else ()), *changes.tests]))
 
 
 def verify_iteration(

@@ -106,6 +106,7 @@ def stop_message(
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
         "changes": changed_summary(cur.harness_changed if cur is not None else ()),
+        "edited": changed_summary(cur.tests_edited if cur is not None else ()),
         "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]) if cur is not None else "",
     }
     return stop_facts(reason).message.format_map(values)
@@ -292,10 +293,13 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
     return Line(text, stop_tone(decision.stop_reason if decision.stopped else None))
 
 
-def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]) -> str:
-    """The iteration line of a ``harness_changed`` stop with what changed named at its end
-    (docs/loop.md "Status line"): the agent, and the person, see why at once."""
-    if stop_reason != StopReason.HARNESS_CHANGED or not changed:
+def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str], edited: Sequence[str] = ()) -> str:
+    """The iteration line of a ``harness_changed`` stop with what ``changed`` named at its end,
+    of a ``tests_edited`` stop with what was ``edited`` (docs/loop.md "Status line"): the
+    agent, and the person, see why at once."""
+    changed = changed if stop_reason == StopReason.HARNESS_CHANGED else edited if stop_reason == StopReason.TESTS_EDITED \
+        else ()
+    if not changed:
         return line
     return Line(f"{line} ({changed_summary(changed)} changed since the capture)", stop_tone(stop_reason))
 

@@ -174,7 +174,7 @@ class Observation:
     timed_out: bool = False  # the verification run hit its timeout
     repair_result: Optional[str] = None  # None (no provider) | diff | no_fix_found | timeout | crashed
     scope_denied: bool = False
-    tests_edited: bool = False  # the verified code has test files edited (repair.allow_test_edits)
+    tests_edited: tuple[str, ...] = ()  # test files and data the verified code has edited since the capture
     provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
     harness_changed: tuple[str, ...] = ()  # what changed in the incident's seal since the capture
     # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
@@ -554,7 +554,7 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
             timed_out=bool(attempt.timed_out),
             repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
             scope_denied=bool(attempt.scope_denied),
-            tests_edited=bool(attempt.tests_edited),
+            tests_edited=tuple(attempt.tests_edited),
             harness_changed=tuple(attempt.harness_changed),
             provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
             environment=environment_of(attempt.failures),

@@ -137,7 +137,7 @@ def observations_of(
         # and its stop. A reopened run (with approval, wider scope, another provider) starts
         # from the code and its failures alone, with its own budget.
         first = dataclasses.replace(policy.observation_from_attempt(baseline), iteration=0, repair_result=None,
-                                    scope_denied=False, tests_edited=False, provider_escaped=False)
+                                    scope_denied=False, tests_edited=(), provider_escaped=False)
     return [first] + [policy.observation_from_attempt(a) for a in run]
 
 

@@ -25,6 +25,7 @@ from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.config.seal import (
     NOTHING_LOADED,
+    Changes,
     Loaded,
     harness_changes,
     judging_changes,
@@ -66,27 +67,26 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
 
 def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, plan: Optional[Plan] = None,
                     loaded: Optional[Loaded] = None, extra_code: Iterable[str] = (),
-                    environ: Optional[Mapping[str, str]] = None) -> list[str]:
+                    environ: Optional[Mapping[str, str]] = None) -> Changes:
     """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
-    project, or the repair worktree the verification runs in), each named; [] without a
-    seal. The failing tests' files and their conftests are left to ``tests_edited``.
+    project, or the repair worktree the verification runs in), each named, test code and
+    data apart (:class:`~pytest_selfheal.config.seal.Changes`); none without a seal.
     ``store``: the incident's, whose judging records — ``incident`` and ``plan`` as the
     caller read them for this verdict (the plan read here when not given), and the
     capture's context — are checked first (store/judging.py). ``environ``: the environment
     the verification ran with (default this process's), whose option variables are compared."""
     if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id),
                                              _context_of(store, incident.incident_id)):
-        return [judging.RECORDS_EDITED]
+        return Changes([], [judging.RECORDS_EDITED])
     if incident.seal is None:
-        return []
+        return Changes([], [])
     # Inside pytest (``loaded`` given) the installed plugin distributions are read again;
     # the loop's parent leaves that to the next run inside pytest (docs/loop.md "The seal").
     now = reseal(incident.seal, root, judging=incident.seal.judging, loaded=loaded or NOTHING_LOADED, extra_code=extra_code,
                  environ=environ, distributions=loaded is not None)
-    # The failing tests' own files and conftests have their own verdict: a pass with them
-    # edited is `tests_edited` (analysis/testfiles.py), never `success` either.
     replaced = replaced_code(incident.seal, root, loaded) if loaded is not None else []
-    return [name for name in harness_changes(incident.seal, now, root) if name not in incident.test_digests] + replaced
+    changes = harness_changes(incident.seal, now, root)
+    return Changes(changes.tests, changes.harness + replaced)
 
 
 def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:

@@ -363,6 +363,7 @@ class Project:
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
         harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
+        tests: tuple[str, ...] = ()  # the test files and data edited since the capture (tests_edited)
         unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
         failing = True  # that iteration saw a failure (not only tests that ran to no verdict)
         checked = ""  # what that iteration's regression check found (loop/regression.py)
@@ -371,7 +372,7 @@ class Project:
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
-            harness = last.harness_changed
+            harness, tests = last.harness_changed, last.tests_edited
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
             unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
@@ -406,6 +407,8 @@ class Project:
                 nothing if unchanged and not harness else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+            if tests:
+                summary += f"; tests edited since the capture: {changed_summary(tests)}"
             edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
             summary += f"; {checked}" if checked else ""
             summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it

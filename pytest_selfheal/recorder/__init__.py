@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 _ROOT_CAUSE_NAME = "selfheal-root-cause"
 _SPECTRUM_NAME = "selfheal-spectrum"
+_READ_FILES_NAME = "selfheal-read-files"
 # The outcome pytest-rerunfailures gives the report of a failed run it runs again.
 RERUN_OUTCOME: str = "rerun"
 # The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
@@ -73,13 +74,16 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
 
         spectrum = SpectrumHook(str(config.rootpath), worker=worker)
         config.pluginmanager.register(spectrum, _SPECTRUM_NAME)
+    read_files = ReadFiles(config.rootpath)
+    config.pluginmanager.register(read_files, _READ_FILES_NAME)
     if worker:
         # xdist worker: reports reach the controller, which alone writes; the evidence rides on them.
         config.pluginmanager.register(WorkerRootCauseHook(str(config.rootpath)), _ROOT_CAUSE_NAME)
         return
     root_cause = RootCauseHook(str(config.rootpath))
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
-    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run), RECORDER_PLUGIN)
+    config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run, read_files),
+                                  RECORDER_PLUGIN)
 
 
 def has_config(config: pytest.Config) -> bool:
@@ -164,6 +168,76 @@ class WorkerRootCauseHook(RootCauseHook):
         """Nothing: the wrapper above has resolved it."""
 
 
+# The files the tests open (the seal's test data, config/seal.py): one audit hook per process,
+# installed with the first session that records (a hook cannot be removed), adding to the
+# innermost session recording (pytester runs sessions inside a session). A copy of this
+# module imported again (pytester drops the modules a run imported) finds that hook's stack
+# through an audit event of its own rather than installing a second hook.
+_OPENING: list[set[tuple[Any, Any, Any]]] = []
+_PROBE = "pytest_selfheal.read_files"
+_OPENED_KEY = "selfheal_read_files"  # an xdist worker's read files, in its workeroutput
+_WRITES = frozenset("wax+")
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open":
+        if _OPENING:
+            try:
+                _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
+            except Exception:  # a file descriptor, or a path object that cannot be hashed
+                pass
+    elif event == _PROBE:
+        args[0].append(_OPENING)
+
+
+def _opening() -> list[set[tuple[Any, Any, Any]]]:
+    """The stack of the sessions recording, the hook's (installed here if none is)."""
+    found: list[list[set[tuple[Any, Any, Any]]]] = []
+    sys.audit(_PROBE, found)
+    if found:
+        return found[0]
+    sys.addaudithook(_audit)
+    return _OPENING
+
+
+class ReadFiles:
+    """The files under the rootdir this session's tests opened for reading and never for
+    writing, on a worker sent to the controller (xdist's ``workeroutput``)."""
+
+    def __init__(self, rootdir: Path) -> None:
+        self.prefix = os.path.join(rootdir, "")
+        self.opened: set[tuple[Any, Any, Any]] = set()
+        self.from_workers: set[str] = set()
+        self.stack: list[set[tuple[Any, Any, Any]]] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self) -> None:
+        self.stack = _opening()
+        self.stack.append(self.opened)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.stack and self.stack[-1] is self.opened:
+            self.stack.pop()
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:
+            output[_OPENED_KEY] = self.files()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.from_workers.update(getattr(node, "workeroutput", {}).get(_OPENED_KEY, ()))
+
+    def files(self) -> list[str]:
+        """The absolute paths, sorted."""
+        read: set[str] = set()
+        written: set[str] = set()
+        for path, mode, flags in self.opened:
+            if isinstance(path, str) and path.startswith(self.prefix):
+                writes = bool(flags & (os.O_WRONLY | os.O_RDWR)) if mode is None else not _WRITES.isdisjoint(str(mode))
+                (written if writes else read).add(path)
+        return sorted((read | self.from_workers) - written)
+
+
 # The colour of a summary line of each tone (records/vocab.py: a Tone is its string value;
 # pytest drops it under --color=no).
 _MARKUP: dict[str, dict[str, bool]] = {
@@ -184,9 +258,10 @@ class Recorder:
     def __init__(
         self, config: pytest.Config, effective: Optional[EffectiveConfig],
         evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
-        ci_run: Optional[str] = None,
+        ci_run: Optional[str] = None, read_files: Optional[ReadFiles] = None,
     ) -> None:
         self.config = config
+        self.read_files = read_files or ReadFiles(config.rootpath)  # what the tests read (the seal's test data)
         self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,13 +27,14 @@ from pytest_selfheal.capture.run import (
     record_passed_on_rerun,
     root_cause_of,
 )
-from pytest_selfheal.config.seal import loaded_now, take_seal
+from pytest_selfheal.config.seal import Loaded, loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
+from pytest_selfheal.names import PROJECT_DIR
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
 from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
 from pytest_selfheal.records.models import Failure
@@ -218,6 +220,14 @@ def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[
                        redactor=recorder.redactor, user_junit=False)
 
 
+def loaded_of(recorder: Recorder) -> Loaded:
+    """What this run loaded and read; selfheal's own files (the reports root, the project
+    config) are no test data."""
+    own = tuple(os.path.join(p, "") for p in (recorder.reports_root, Path(recorder.config.rootpath, PROJECT_DIR)))
+    return loaded_now(recorder.config.pluginmanager.get_plugins(),
+                      [f for f in recorder.read_files.files() if not f.startswith(own)])
+
+
 def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
     """The seal of this run (config/seal.py), taken only when it captures: the test modules it
     collected (every test it reported is in one), its inifile, what it loaded, the judging keys.
@@ -231,7 +241,7 @@ def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
         inifile = Path(inipath).relative_to(root).as_posix() if Path(inipath).is_relative_to(root) else str(inipath)
     return take_seal(root, test_files={n.split("::", 1)[0] for n in reported}, inifile=inifile,
                      judging=judging_values(recorder.effective), extra_code=code,
-                     loaded=loaded_now(config.pluginmanager.get_plugins()))
+                     loaded=loaded_of(recorder))
 
 
 def _write_report(recorder: Recorder) -> None:

@@ -17,12 +17,12 @@ import pytest
 
 from pytest_selfheal.capture.run import invocation_dir
 from pytest_selfheal.cleanroom import fresh_pycache
-from pytest_selfheal.config.seal import loaded_now
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import agent_mode, sticky
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import holds_passed
+from pytest_selfheal.recorder.finish import loaded_of
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
@@ -57,7 +57,7 @@ class LoopSide:
         """A run that may be an incident's verdict compiles every module it imports from now on
         afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
         Returns the prefix to restore and the folder to remove."""
-        cache = (sys.pycache_prefix, fresh_pycache(os.environ))
+        cache = (sys.pycache_prefix, fresh_pycache())
         sys.pycache_prefix = cache[1]
         return cache
 
@@ -119,7 +119,7 @@ class LoopSide:
             exit_code=exitstatus,
             run_options=run_options,
             run_dir=run_dir,
-            loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+            loaded=loaded_of(recorder),
             gone=recorder.gone,
             ran=None if recorder.cut_short else self.every_outcome(failures),
         )
@@ -181,7 +181,7 @@ class LoopSide:
                 project_root=root, reports_root=recorder.reports_root,
                 invocation=list(recorder.config.invocation_params.args),
                 started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-                run_dir=invocation_dir(recorder.config), loaded=loaded_now(recorder.config.pluginmanager.get_plugins()),
+                run_dir=invocation_dir(recorder.config), loaded=loaded_of(recorder),
                 ran=None if recorder.cut_short else self.every_outcome(failures),
             )
             recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)

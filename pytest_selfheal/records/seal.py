@@ -51,6 +51,9 @@ class Seal(JsonRecord):
         "`<config file>: <key>` of pytest's section in every file pytest may read it from, and `inifile` "
         "(the file the capture used)."
     )] = field(default_factory=empty_map)
+    data: Annotated[Digests, _digests(
+        "Rootdir-relative files the capture's run opened for reading and did not write (test data), by content."
+    )] = field(default_factory=empty_map)
     environment: Annotated[Digests, _digests("PYTEST_ADDOPTS, PYTEST_PLUGINS, ...")] = field(default_factory=empty_map)
     startup: Annotated[Digests, _digests(
         "The interpreter's start-up customisation: sitecustomize, usercustomize and the .pth files of the "

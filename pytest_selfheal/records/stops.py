@@ -85,8 +85,8 @@ STOPS: Mapping[str, StopFacts] = {
     ),
     StopReason.TESTS_EDITED: StopFacts(
         _ESCALATED,
-        "All selected tests pass at iteration {iteration}, but only with test files edited: a person must "
-        "review the test diff (selfheal show lists it); not resolved.",
+        "All selected tests pass at iteration {iteration}, but only with test files edited ({edited}): "
+        "a person must review the test diff (selfheal show lists it); not resolved.",
         (
             ("review", "Review the test diff first, then the fix", "selfheal show {id}"),
             ("allow_test_edits", "Only if the tests were wrong: allow the test edits deliberately and apply the patch",

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     incident_id = incident_id_from_args(store, args)
     if args.new_seal:
         incident = store.read_incident(incident_id)
-        confirm_new_seal(incident_id, harness_changed(incident, project, store=store))
+        changes = harness_changed(incident, project, store=store)
+        confirm_new_seal(incident_id, [*changes.harness, *changes.tests])
         # Whoever confirmed it: a change that passes the failing tests by itself is never accepted.
         passing = passing_without_the_code(store, incident, project, effective)
         if passing:
