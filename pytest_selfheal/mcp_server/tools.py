@@ -27,13 +27,13 @@ from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
-from pytest_selfheal.loop.agent_mode import open_incidents
+from pytest_selfheal.loop.agent_mode import open_incidents, recorded_options
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
 from pytest_selfheal.loop.messages import changed_summary, unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
-from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped, stopped_incidents
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
@@ -78,9 +78,6 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|desel
 def captures_options(store: Store) -> list[str]:
     """The options recorded by the captures of every incident a run may be the next iteration
     of (open or stopped): trusted in ``run_tests`` as in every verification run."""
-    from pytest_selfheal.loop.agent_mode import open_incidents, recorded_options
-    from pytest_selfheal.loop.sticky import stopped_incidents
-
     words = [word for incident in open_incidents(store) for word in incident.options or ()]
     for stopped in stopped_incidents(store):
         try:

@@ -32,6 +32,7 @@ from pytest_selfheal.names import (
     INBOX_DIR,
     INCIDENT_PREFIX,
     INI_KEYS,
+    PROJECT_DIR,
     RECORDER_PLUGIN,
     archive_dir,
     global_config_path,
@@ -311,6 +312,12 @@ class Recorder:
         if self._pycache is not None:
             sys.pycache_prefix = self._pycache[0]
             shutil.rmtree(self._pycache[1], ignore_errors=True)
+
+    def test_data_read(self) -> list[str]:
+        """The files under the rootdir this run's tests read (the seal's test data), selfheal's
+        own (the reports root, the project config) left out."""
+        own = tuple(os.path.join(p, "") for p in (self.reports_root, Path(self.config.rootpath, PROJECT_DIR)))
+        return [f for f in self.read_files.files() if not f.startswith(own)]
 
     def loop_side(self) -> LoopSide:
         """The incidents on disk and the loop (recorder/loop_side.py), loaded on first use."""

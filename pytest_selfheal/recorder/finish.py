@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -34,7 +33,6 @@ from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.junit.writer import FailedReport
-from pytest_selfheal.names import PROJECT_DIR
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
 from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
 from pytest_selfheal.records.models import Failure
@@ -221,11 +219,8 @@ def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[
 
 
 def loaded_of(recorder: Recorder) -> Loaded:
-    """What this run loaded and read; selfheal's own files (the reports root, the project
-    config) are no test data."""
-    own = tuple(os.path.join(p, "") for p in (recorder.reports_root, Path(recorder.config.rootpath, PROJECT_DIR)))
-    return loaded_now(recorder.config.pluginmanager.get_plugins(),
-                      [f for f in recorder.read_files.files() if not f.startswith(own)])
+    """What this run loaded and read (the seal's modules and test data)."""
+    return loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read())
 
 
 def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:

@@ -17,12 +17,12 @@ import pytest
 
 from pytest_selfheal.capture.run import invocation_dir
 from pytest_selfheal.cleanroom import fresh_pycache
+from pytest_selfheal.config.seal import loaded_now
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import agent_mode, sticky
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import holds_passed
-from pytest_selfheal.recorder.finish import loaded_of
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
@@ -119,7 +119,7 @@ class LoopSide:
             exit_code=exitstatus,
             run_options=run_options,
             run_dir=run_dir,
-            loaded=loaded_of(recorder),
+            loaded=loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read()),
             gone=recorder.gone,
             ran=None if recorder.cut_short else self.every_outcome(failures),
         )
@@ -181,7 +181,7 @@ class LoopSide:
                 project_root=root, reports_root=recorder.reports_root,
                 invocation=list(recorder.config.invocation_params.args),
                 started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-                run_dir=invocation_dir(recorder.config), loaded=loaded_of(recorder),
+                run_dir=invocation_dir(recorder.config), loaded=loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read()),
                 ran=None if recorder.cut_short else self.every_outcome(failures),
             )
             recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
