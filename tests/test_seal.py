@@ -10,6 +10,7 @@ import marshal
 import os
 import subprocess
 import sys
+import sysconfig
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,13 +102,34 @@ def test_forged_bytecode_of_an_unchanged_test_is_never_what_runs(suite: pytest.P
     assert "STOP success" not in out
 
 
-def test_a_verification_reads_only_bytecode_it_compiles_itself(tmp_path: Path) -> None:
-    """Its bytecode cache starts empty, links to no cache kept between runs (where a forged
-    ``.pyc`` of installed code could wait) and is gone after it."""
-    with fresh_bytecode({"PATH": "x"}, tmp_path) as first, fresh_bytecode({}, tmp_path) as second:
+def test_a_verification_reads_only_bytecode_selfheal_compiled_itself(tmp_path: Path) -> None:
+    """Installed code's bytecode is kept between runs only as selfheal compiled it from the
+    source, each file with its digest: what a run wrote is never kept, and a file forged or
+    added in the kept cache is removed before the next run reads it."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    installed = Path(sysconfig.get_path("stdlib"), "colorsys.py")  # a module of installed code
+    rel = Path(*installed.parent.parts[1:], f"colorsys.{sys.implementation.cache_tag}.pyc")
+    project = tmp_path / "proj" / "calc.py"
+    project.parent.mkdir()
+    project.write_text("x = 1\n")
+    with fresh_bytecode(env, tmp_path) as first:
         cache = Path(first["PYTHONPYCACHEPREFIX"])
-        assert first["PATH"] == "x" and list(cache.iterdir()) == [] and cache != Path(second["PYTHONPYCACHEPREFIX"])
-    assert list(tmp_path.iterdir()) == []
+        assert list(cache.iterdir()) == []  # nothing kept yet
+        for source in (installed, project):  # the run compiles both; its own files are not kept
+            target = cache / Path(*source.parent.parts[1:]) / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(b"the run's own bytes")
+    kept = tmp_path / "state" / "pytest-selfheal" / "bytecode"
+    assert (kept / rel).read_bytes() != b"the run's own bytes"  # compiled again, from the source
+    assert [p.name for p in kept.rglob("*.pyc")] == [rel.name]  # the project's code: never kept
+    with fresh_bytecode(env, tmp_path) as second:
+        assert (Path(second["PYTHONPYCACHEPREFIX"]) / rel).read_bytes() == (kept / rel).read_bytes()
+    (kept / rel).write_bytes(b"forged")
+    (kept / rel).with_name("forged.pyc").write_bytes(b"planted")
+    with fresh_bytecode(env, tmp_path) as third:
+        assert list(Path(third["PYTHONPYCACHEPREFIX"]).rglob("*.pyc")) == []
+    assert not (kept / rel).exists() and not (kept / rel).with_name("forged.pyc").exists()
+    assert [p for p in tmp_path.iterdir() if p.name.startswith("pycache-")] == []
 
 
 def test_a_test_helper_weakened_after_the_capture_is_tests_edited(pytester: pytest.Pytester) -> None:
