@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
-from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.seal_check import passing_without_the_code
+from pytest_selfheal.process import fresh_bytecode
 from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.seal import Seal

@@ -30,7 +30,6 @@ from typing import Optional
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
@@ -43,7 +42,7 @@ from pytest_selfheal.names import (
     SELECTION_PLUGIN,
     VERIFYING_ENV,
 )
-from pytest_selfheal.process import KILL_GRACE_SECONDS, read_tail
+from pytest_selfheal.process import KILL_GRACE_SECONDS, fresh_bytecode, read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
@@ -262,7 +261,7 @@ def run_selection(
 
     ``--junitxml=<junit_path>`` is appended (a later option wins over the user's
     ``addopts``), ``SELFHEAL_VERIFYING=1`` is set (the plugin takes it out of the tests'
-    sight), the child compiles every module afresh (:func:`~pytest_selfheal.cleanroom.fresh_bytecode`), gets its own process group
+    sight), the child compiles every module afresh (:func:`~pytest_selfheal.process.fresh_bytecode`), gets its own process group
     and stdin from /dev/null, and its output goes to ``<junit_path>.out``. On timeout the
     whole group is stopped (SIGTERM, SIGKILL after ``kill_grace``) and ``timed_out`` is
     True. An exception while waiting (Ctrl-C, SIGTERM turned into an exception by the

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks, process
-from pytest_selfheal.cleanroom import fresh_bytecode
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
@@ -46,6 +45,7 @@ from pytest_selfheal.mcp_server.digest import (
     verdict_lines,
 )
 from pytest_selfheal.names import archive_dir
+from pytest_selfheal.process import fresh_bytecode
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.vocab import FinalStatus
