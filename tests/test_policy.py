@@ -84,10 +84,10 @@ STOP_CASES: list[tuple[str, LoopPolicy, list[Observation], dict[str, Any], str, 
     # (name, policy, observations, decide kwargs, stop reason, final status, iteration)
     ("disabled", LoopPolicy(enabled=False), [fail(0)], {}, "disabled", None, 0),
     ("success_flaky", DEFAULT, [fail(0), green(1)], {}, "success", "resolved", 1),
-    ("tests_edited", DEFAULT, [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)], {},
+    ("tests_edited", DEFAULT, [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=("tests/test_calc.py",))], {},
      "tests_edited", "escalated", 1),
     # A pass with tests edited and the seal broken: the judge changed, that comes first.
-    ("harness_changed", DEFAULT, [fail(0), green(1, diff="d1", tests_edited=True, harness_changed=("tests/__init__.py",))],
+    ("harness_changed", DEFAULT, [fail(0), green(1, diff="d1", tests_edited=("tests/test_calc.py",), harness_changed=("tests/__init__.py",))],
      {}, "harness_changed", "escalated", 1),
     ("unverified_failures", DEFAULT, [fail(0), green(1)], {"unverified": 1}, "unverified_failures", "escalated", 1),
     ("cancelled", DEFAULT, [fail(0)], {"cancelled": True}, "cancelled", None, 0),
@@ -979,7 +979,7 @@ def test_lines_that_list_node_ids_are_bounded() -> None:
 def test_every_printed_option_exists_for_this_incident() -> None:
     # An option that applies a patch is offered only when a repair proposed one: an agent's
     # test edit in the working tree has no final.patch to apply.
-    observations = [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=True)]
+    observations = [fail(0), green(1, diff="d1", repair_result="diff", tests_edited=("tests/test_calc.py",))]
     decision = decide(DEFAULT, observations)
     commands = {proposed: [o["command"] for o in decision_point(decision, observations, DEFAULT, incident_id="i1",
                                                                  patch_proposed=proposed).to_json()["options"]]

@@ -494,7 +494,10 @@ def take_seal(
     ``extra_code``: more rootdir-relative modules whose context reads are recorded (the
     failures' target paths: an xdist controller imports none of the code under test)."""
     hasher = hasher or Hasher()
-    tests = sorted({posixpath.normpath(t) for t in test_files if t.endswith(".py") and not t.startswith(("../", "/"))})
+    # A module of the code under test collected for its doctests (``--doctest-modules``) is
+    # code under repair; its docstrings are test code, judged by the incident's test digests.
+    tests = sorted({posixpath.normpath(t) for t in test_files
+                    if t.endswith(".py") and not t.startswith(("../", "/")) and is_test_file(t)})
     files = _files(rootdir, tests, _project_plugins(rootdir, loaded), hasher)
     modules, loaded_code = _loaded_modules(rootdir, loaded, files)
     code = sorted(set(loaded_code) | _code_paths(extra_code))

@@ -38,6 +38,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
     "seen",  # "same failure", or "no verdict (<the tests without one>)"
     "changes",  # what changed since the capture, named (harness_changed)
+    "edited",  # the test files and data edited since the capture, named (tests_edited)
     "broken",  # the tests the change broke, named (regression)
 )
 
