@@ -647,20 +647,20 @@ def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_it
 @pytest.mark.slow
 @pytest.mark.parametrize("forget", ["prune", "delete"])
 def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget: str) -> None:
-    """After `harness_changed`, the cheat's green run with the incident gone is that stop again,
+    """After `tests_edited`, the cheat's green run with the incident gone is that stop again,
     in the plugin and in the stop gate (its stdin and stdout), never "tests passed"."""
     project = _project(tmp_path)
     incident_id = _capture(project)
     (project / "tests" / "__init__.py").write_text("import calc\ncalc.mul = lambda a, b: a * b\n")
-    assert "STOP harness_changed (tests/__init__.py" in run_pytest_selfheal(project).stdout
+    assert "STOP tests_edited (tests/__init__.py" in run_pytest_selfheal(project).stdout
     if forget == "prune":
         pruned = cli("prune", "--older-than", "0", cwd=project)
-        assert f"kept {incident_id}: it stopped harness_changed" in pruned.stdout, pruned.stdout
+        assert f"kept {incident_id}: it stopped tests_edited" in pruned.stdout, pruned.stdout
         shutil.rmtree(project / ".selfheal" / "error_archive")
     else:
         shutil.rmtree(project / ".selfheal")
     out = run_pytest_selfheal(project).stdout
-    assert f"incident {incident_id} stopped harness_changed (tests/__init__.py" in out and "-> STOP already_stopped" in out
+    assert f"incident {incident_id} stopped tests_edited (tests/__init__.py" in out and "-> STOP already_stopped" in out
     payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
     done = subprocess.run([sys.executable, "-m", "pytest_selfheal", "stop-gate", "claude"], cwd=project,
                           input=json.dumps(payload).encode(), capture_output=True, timeout=300,
@@ -697,6 +697,7 @@ def test_a_change_that_breaks_a_neighbour_one_run_in_three_is_not_a_success(tmp_
         "def _scale(x):\n    return x\n", "import pathlib as _p\n_C = _p.Path('n.runs')\n"
         "_N = int(_C.read_text()) if _C.exists() else 0\n_C.write_text(str(_N + 1))\n\n\n"
         "def _scale(x):\n    return x + (1 if _N % 3 == 1 else 0)\n"))
+    (project / "n.runs").write_text("1")  # the agent's run is the one in three that fails
     result = run_pytest_selfheal(project)
     assert "became intermittent under the change: failed 1 of 3, passed 3 of 3 on the captured code" in result.stdout
     assert "STOP success" not in result.stdout, result.stdout

@@ -508,6 +508,9 @@ def test_the_gates_own_arguments_edited_after_the_capture_do_not_apply(tmp_path:
             break
     assert _inbox(project) == []
     _config(project, gate={"pytest_args": ["--deselect", "test_calc.py::test_add"]})
+    # Another wrong try at the code (a config edit alone is no code change): the gate's run is
+    # the incident's next iteration, judged by the capture's keys.
+    (project / "calc.py").write_text("def add(a, b):\n    return a * b\n")
     payload = {"session_id": "s", "cwd": str(project), "hook_event_name": "Stop", "stop_hook_active": False}
     done = subprocess.run([PY, "-m", "pytest_selfheal", "stop-gate", "claude"], input=json.dumps(payload).encode(),
                           cwd=project, capture_output=True, timeout=300,
@@ -591,7 +594,7 @@ def test_mcp_run_tests_names_the_changed_harness_and_never_says_success(tmp_path
             assert "config key max_iterations changed since the capture: not applied" in again["summary"], again
             (project / "tests" / "__init__.py").write_text(PATCH)  # the cheat: the test now passes
             verdict = (await client.call_tool("run_tests", {})).structured_content or {}
-            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "harness_changed"), verdict
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "tests_edited"), verdict
             assert "tests/__init__.py" in verdict["summary"], verdict
 
     anyio.run(scenario)

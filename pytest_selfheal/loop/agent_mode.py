@@ -98,17 +98,21 @@ def recorded_options(incident: Incident) -> Optional[list[str]]:
     return list(incident.pytest_options) if recorded else None
 
 
+# What a run that is no iteration of an incident says (the MCP verdict and the gate read it).
+NOT_AN_ITERATION = "this run is not counted as an iteration"
+
+
 def not_an_iteration(incident_id: str, options: Optional[Sequence[str]], capture_dir: str,
                      run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
     """Why this run is not an iteration of the incident (like with like: the capture's
     options, from the capture's directory), or None. ``None`` options or ``run_dir``: unknown,
     not compared."""
     if run_options is not None and options is not None and list(run_options) != list(options):
-        return (f"selfheal: incident {incident_id}: this run is not counted as an iteration: its options "
+        return (f"selfheal: incident {incident_id}: {NOT_AN_ITERATION}: its options "
                 f"({shlex.join(run_options) or 'none'}) differ from the capture's "
                 f"({shlex.join(options) or 'none'}); run pytest --selfheal with the capture's options")
     if run_dir is not None and run_dir != capture_dir:
-        return (f"selfheal: incident {incident_id}: this run is not counted as an iteration: it ran from "
+        return (f"selfheal: incident {incident_id}: {NOT_AN_ITERATION}: it ran from "
                 f"{run_dir or '.'}/, the capture from {capture_dir or '.'}/ (relative to the rootdir); "
                 "run pytest --selfheal from there")
     return None

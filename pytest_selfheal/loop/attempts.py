@@ -539,9 +539,10 @@ def finalize(
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             run.write_run_result(RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
-        harness = attempts[-1].harness_changed if attempts else ()
+        # What the stop named: the harness changed, or the tests edited.
+        named = (attempts[-1].harness_changed or attempts[-1].tests_edited) if attempts else ()
         judging.remember_stop(project_root, judging.RememberedStop(
-            incident_id, reason, messages.changed_summary(harness) if harness else decision.message or "", last,
+            incident_id, reason, messages.changed_summary(named) if named else decision.message or "", last,
             pol.max_iterations, tuple(attempts[-1].outcomes) if attempts else ()))
         records = ev.since_last_reopen(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):

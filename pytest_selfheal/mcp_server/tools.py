@@ -26,7 +26,7 @@ from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
 from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
-from pytest_selfheal.loop.agent_mode import open_incidents, recorded_options
+from pytest_selfheal.loop.agent_mode import NOT_AN_ITERATION, open_incidents, recorded_options
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
 from pytest_selfheal.loop.messages import changed_summary, unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
@@ -428,16 +428,18 @@ class Project:
                         next=f"stop here and report to the user; the loop goes on only after a code change or "
                              f"`selfheal reopen {incident_id}` (the user's decision)")
         open_ids = [i for i, (bucket, _status, _attempts) in after.items() if bucket == "inbox"]
-        if code == 0 and not open_ids:
+        # A run that decided nothing for an incident (narrower than its capture, or not like
+        # it): said, never "passed", for the tests may pass only by what made it no iteration.
+        undecided = next((line.strip().removeprefix("selfheal: ") for line in plugin_lines
+                          if NOT_YET_CHECKED in line or NOT_AN_ITERATION in line), "")
+        if code == 0 and not open_ids and not undecided:
             # A stopped incident whose failing tests this run did not run: said, not judged.
             unseen = "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines if NO_VERDICT in line)
             return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
                         summary="all selected tests passed and no incident is open" + unseen, next="nothing to fix")
-        unchecked = next((line.strip().removeprefix("selfheal: ") for line in plugin_lines
-                          if NOT_YET_CHECKED in line), "")
-        if unchecked:
+        if undecided:
             return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
-                              summary=unchecked, next="call run_tests with no selection: that run checks what "
+                              summary=undecided, next="call run_tests with no selection: that run checks what "
                               "the change broke and is the incident's next iteration")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
         return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import capture, cli, make_project, run_env, selfheal
+from helpers import ROOT_ON_PATH, SPLIT, SPLIT_FIXED, capture, cli, make_project, run_env, selfheal
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_UNRESOLVED, RefusedError
 from pytest_selfheal.loop.argcheck import check_arguments
@@ -32,12 +32,12 @@ from .conftest import DETERMINISTIC, one_error_line
 
 @pytest.mark.slow  # a few seconds: the default tier keeps faster tests of this surface
 def test_a_resolved_incident_reopened_after_a_regression_is_verified_not_success(tmp_path: Path) -> None:
-    project = make_project(tmp_path / "p", {"test_calc.py": DETERMINISTIC})
+    project = make_project(tmp_path / "p", SPLIT, ini=ROOT_ON_PATH)
     incident_id = capture(project)
-    buggy = (project / "test_calc.py").read_text()
-    (project / "test_calc.py").write_text(buggy.replace("return a + b", "return a - b"))
+    buggy = (project / "sub.py").read_text()
+    (project / "sub.py").write_text(SPLIT_FIXED)
     assert selfheal(project, "loop", incident_id).returncode == 0
-    (project / "test_calc.py").write_text(buggy)  # the bug is back
+    (project / "sub.py").write_text(buggy)  # the bug is back
     again = selfheal(project, "loop", incident_id, "--reopen")
     assert again.returncode == EXIT_UNRESOLVED, again.stdout + again.stderr
     assert "STOP success" not in again.stdout and "running python -m pytest" in again.stdout
