@@ -440,7 +440,9 @@ class Project:
         if undecided:
             return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                               summary=undecided, next="call run_tests with no selection: that run checks what "
-                              "the change broke and is the incident's next iteration")
+                              "the change broke and is the incident's next iteration" if NOT_YET_CHECKED in undecided
+                              else "run the incident's tests as its capture did (the summary says how); this run "
+                              "decided nothing")
         # Only here the plugin's own lines say more than the verdict: why nothing was recorded.
         return verdict_of(decision=RunDecision.CONTINUE, stop_reason=None, status="not_counted",
                     plugin_lines=tuple(plugin_lines),
