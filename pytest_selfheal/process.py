@@ -608,10 +608,10 @@ _MANIFEST = "trusted.json"  # {path inside the cache: sha256}, what selfheal com
 _TAG = f".{sys.implementation.cache_tag}.pyc"  # another interpreter's (or pytest's rewritten) bytecode is never kept
 
 
-def _installed_roots() -> list[str]:
-    """The folders of installed code, as paths inside a bytecode cache (no leading ``/``)."""
+def _installed_roots() -> tuple[str, ...]:
+    """The folders of installed code, as POSIX paths inside a bytecode cache (no leading ``/``)."""
     folders = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return sorted(os.path.join(*Path(f).parts[1:], "") for f in folders if f and os.path.isabs(f))
+    return tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))
 
 
 def _shared(env: Mapping[str, str]) -> Optional[Path]:
@@ -623,15 +623,19 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _trusted(shared: Path) -> dict[str, str]:
-    """The shared cache's files whose digest is the one recorded when selfheal compiled them;
-    every other file in it is removed."""
+def _recorded(shared: Path) -> dict[str, str]:
+    """The digests recorded when selfheal compiled the shared cache's files (not checked)."""
     try:
         recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        recorded = {}
-    if not isinstance(recorded, dict):
-        recorded = {}
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _trusted(shared: Path) -> dict[str, str]:
+    """The shared cache's files whose digest is the one recorded when selfheal compiled them;
+    every other file in it is removed."""
+    recorded = _recorded(shared)
     kept: dict[str, str] = {}
     for path in shared.rglob("*.pyc"):
         rel = path.relative_to(shared).as_posix()
@@ -678,11 +682,13 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     roots = _installed_roots()
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        kept = _trusted(shared)
+        # The recorded digests, unchecked: the run that reads the cache next checks each file
+        # (the run before this one just did).
+        kept = _recorded(shared)
         added = False
         for path in cache.rglob(f"*{_TAG}"):
             rel = path.relative_to(cache).as_posix()
-            if rel in kept or not rel.startswith(tuple(r.replace(os.sep, "/") for r in roots)):
+            if rel in kept or not rel.startswith(roots):
                 continue
             source = Path("/", *Path(rel).parent.parts, path.name[: -len(_TAG)] + ".py")
             try:
