@@ -180,6 +180,14 @@ def _flat(value: Any) -> str:
     return " ".join(str("-" if value is None else value).split())
 
 
+def _shown(text: str, shown: int, total: int, rest: str) -> list[tuple[str, object]]:
+    """A bounded diff's rows: its lines, then what was left out (``rest`` says where it is)."""
+    rows: list[tuple[str, object]] = [("", _Code(f"  {line}")) for line in text.splitlines()]
+    if shown < total:
+        rows.append(("", f"(first {shown} of {total} lines{rest})"))
+    return rows
+
+
 def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: Optional[TestEdits] = None) -> str:
     """An :class:`IncidentView` (its proposed ``patch``, its test ``edits``) as readable ``label  value`` lines."""
     incident = view.incident
@@ -244,16 +252,12 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
         tests = (f"; edits test files: {', '.join(patch.test_files)} (shown first: review them before any apply)"
                  if patch.test_files else "")
         rows.append(("patch", f"{patch.path} ({state}){tests}"))
-        rows.extend(("", _Code(f"  {line}")) for line in patch.text.splitlines())
-        if patch.shown_lines < patch.total_lines:
-            rows.append(("", f"(first {patch.shown_lines} of {patch.total_lines} lines; the whole patch: {patch.path})"))
+        rows += _shown(patch.text, patch.shown_lines, patch.total_lines, f"; the whole patch: {patch.path}")
     if edits is not None:
         unknown = (f"; not in git as captured (see git diff): {', '.join(edits.not_in_git)}"
                    if edits.not_in_git else "")
         rows.append(("test edits", f"{', '.join(edits.files)} changed since the capture{unknown}"))
-        rows.extend(("", _Code(f"  {line}")) for line in edits.text.splitlines())
-        if edits.shown_lines < edits.total_lines:
-            rows.append(("", f"(first {edits.shown_lines} of {edits.total_lines} lines: git diff shows the rest)"))
+        rows += _shown(edits.text, edits.shown_lines, edits.total_lines, ": git diff shows the rest")
     rows.append(("events", view.events))
     for warning in view.warnings:
         rows.append(("warning", warning))
