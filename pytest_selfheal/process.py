@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import py_compile
@@ -599,12 +598,12 @@ __all__ = [
 # child, :func:`fresh_pycache` for this process): a ``.pyc`` left in a ``__pycache__``
 # folder is never what runs. Installed code (the standard library, site-packages) would be
 # compiled again by every run, so its bytecode is kept in the state directory — but only
-# bytecode selfheal compiled there itself from the source, each file with its digest
-# (:func:`keep_installed`); a file whose digest differs, or that none was recorded for, is
+# bytecode selfheal compiled there itself from the source, each file with its signature
+# (:func:`keep_installed`); a file whose signature differs, or that none was recorded for, is
 # removed before a run reads the cache (:func:`_trusted`). Whatever a run itself wrote into its
 # cache is thrown away with it.
 
-_MANIFEST = "trusted.json"  # {path inside the cache: sha256}, what selfheal compiled itself
+_MANIFEST = "trusted.json"  # {path inside the cache: signature}, what selfheal compiled itself
 _TAG = f".{sys.implementation.cache_tag}.pyc"  # another interpreter's (or pytest's rewritten) bytecode is never kept
 
 
@@ -619,12 +618,25 @@ def _shared(env: Mapping[str, str]) -> Optional[Path]:
     return state / "bytecode" if state is not None else None
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _signature(path: str) -> str:
+    """What a file was when selfheal compiled it: its inode, size and modification time. A
+    file written again has another inode (Python writes bytecode to a new file renamed into
+    place) or another time; the state directory is selfheal's own, like the records' digests."""
+    stat = os.stat(path)
+    return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _bytecode_files(root: str, suffix: str = ".pyc") -> Iterator[str]:
+    """The POSIX paths, inside ``root``, of its bytecode files (plain strings: a cache holds
+    about a thousand of them, walked before every run)."""
+    for folder, _dirs, files in os.walk(root):
+        inside = os.path.relpath(folder, root)
+        prefix = "" if inside == "." else inside.replace(os.sep, "/") + "/"
+        yield from (prefix + name for name in files if name.endswith(suffix))
 
 
 def _recorded(shared: Path) -> dict[str, str]:
-    """The digests recorded when selfheal compiled the shared cache's files (not checked)."""
+    """The signatures recorded when selfheal compiled the shared cache's files (not checked)."""
     try:
         recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -632,20 +644,41 @@ def _recorded(shared: Path) -> dict[str, str]:
     return recorded if isinstance(recorded, dict) else {}
 
 
+@contextlib.contextmanager
+def _one_at_a_time(shared: Path) -> Iterator[None]:
+    """Hold the shared cache alone: runs on one machine that read and rewrite its manifest at
+    the same time would drop each other's files."""
+    with open(shared / ".lock", "a") as handle:
+        if sys.platform != "win32":
+            import fcntl  # POSIX only, as this branch is
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def _trusted(shared: Path) -> dict[str, str]:
-    """The shared cache's files whose digest is the one recorded when selfheal compiled them;
-    every other file in it is removed."""
+    """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
+    with _one_at_a_time(shared):
+        return _checked(shared)
+
+
+def _checked(shared: Path) -> dict[str, str]:
     recorded = _recorded(shared)
     kept: dict[str, str] = {}
-    for path in shared.rglob("*.pyc"):
-        rel = path.relative_to(shared).as_posix()
+    for rel in _bytecode_files(str(shared)):
+        path = os.path.join(shared, rel)
         try:
-            if recorded.get(rel) == _digest(path):
+            if recorded.get(rel) == _signature(path):
                 kept[rel] = recorded[rel]
                 continue
-            path.unlink()
+            os.unlink(path)
         except OSError:
             continue
+    if kept != recorded:  # what was removed is compiled again after the next run
+        try:
+            _write_manifest(shared, kept)
+        except OSError:
+            pass
     return kept
 
 
@@ -656,21 +689,38 @@ def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
     os.replace(temp, shared / _MANIFEST)
 
 
+def _link(source: str, target: str) -> None:
+    """``target`` as a hard link to ``source`` (a copy across file systems). Python writes
+    bytecode to a new file renamed into place, so a run's writes replace its link and never
+    reach the shared file; one altered in place fails the next run's check (:func:`_trusted`)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
-    """A new bytecode cache folder (the caller removes it) holding a copy of the installed
-    code's bytecode selfheal compiled itself (the state directory of ``env``)."""
-    cache = Path(tempfile.mkdtemp(prefix="pycache-", dir=inside))
+    """A new bytecode cache folder (the caller removes it) holding the installed code's
+    bytecode selfheal compiled itself (the state directory of ``env``)."""
+    cache = tempfile.mkdtemp(prefix="pycache-", dir=inside)
     shared = _shared(env)
     if shared is None or not shared.is_dir():
-        return str(cache)
-    for rel in _trusted(shared):
+        return cache
+    try:
+        trusted = _trusted(shared)
+    except OSError:
+        return cache  # compiled afresh: slower, never wrong
+    made: set[str] = set()
+    for rel in trusted:
+        folder = os.path.join(cache, os.path.dirname(rel))
         try:
-            target = cache / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(shared / rel, target)  # a copy: what the run writes never reaches the shared cache
+            if folder not in made:
+                os.makedirs(folder, exist_ok=True)
+                made.add(folder)
+            _link(os.path.join(shared, rel), os.path.join(cache, rel))
         except OSError:
             continue  # compiled afresh: slower, never wrong
-    return str(cache)
+    return cache
 
 
 def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
@@ -682,23 +732,23 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     roots = _installed_roots()
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        # The recorded digests, unchecked: the run that reads the cache next checks each file
-        # (the run before this one just did).
-        kept = _recorded(shared)
-        added = False
-        for path in cache.rglob(f"*{_TAG}"):
-            rel = path.relative_to(cache).as_posix()
-            if rel in kept or not rel.startswith(roots):
-                continue
-            source = Path("/", *Path(rel).parent.parts, path.name[: -len(_TAG)] + ".py")
-            try:
-                py_compile.compile(str(source), cfile=str(shared / rel), doraise=True)
-                kept[rel] = _digest(shared / rel)
-            except (OSError, py_compile.PyCompileError, ValueError):
-                continue  # compiled afresh by each run: slower, never wrong
-            added = True
-        if added:
-            _write_manifest(shared, kept)
+        with _one_at_a_time(shared):
+            # The recorded signatures, unchecked: the run that reads the cache next checks each
+            # file (the run before this one just did).
+            kept = _recorded(shared)
+            added = False
+            for rel in _bytecode_files(str(cache), _TAG):
+                if rel in kept or not rel.startswith(roots):
+                    continue
+                target = os.path.join(shared, rel)
+                try:
+                    py_compile.compile("/" + rel[: -len(_TAG)] + ".py", cfile=target, doraise=True)
+                    kept[rel] = _signature(target)
+                except (OSError, py_compile.PyCompileError, ValueError):
+                    continue  # compiled afresh by each run: slower, never wrong
+                added = True
+            if added:
+                _write_manifest(shared, kept)
     except OSError:
         return  # the next run compiles afresh: slower, never wrong
 

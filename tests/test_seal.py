@@ -123,12 +123,22 @@ def test_a_verification_reads_only_bytecode_selfheal_compiled_itself(tmp_path: P
     assert (kept / rel).read_bytes() != b"the run's own bytes"  # compiled again, from the source
     assert [p.name for p in kept.rglob("*.pyc")] == [rel.name]  # the project's code: never kept
     with fresh_bytecode(env, tmp_path) as second:
-        assert (Path(second["PYTHONPYCACHEPREFIX"]) / rel).read_bytes() == (kept / rel).read_bytes()
+        given = Path(second["PYTHONPYCACHEPREFIX"]) / rel
+        assert given.read_bytes() == (kept / rel).read_bytes()
+        given.with_name("new.pyc").write_bytes(b"the run's own bytes")  # as Python writes bytecode
+        os.replace(given.with_name("new.pyc"), given)
+    assert (kept / rel).read_bytes() != b"the run's own bytes"
     (kept / rel).write_bytes(b"forged")
     (kept / rel).with_name("forged.pyc").write_bytes(b"planted")
     with fresh_bytecode(env, tmp_path) as third:
-        assert list(Path(third["PYTHONPYCACHEPREFIX"]).rglob("*.pyc")) == []
-    assert not (kept / rel).exists() and not (kept / rel).with_name("forged.pyc").exists()
+        cache = Path(third["PYTHONPYCACHEPREFIX"])
+        assert list(cache.rglob("*.pyc")) == []
+        assert not (kept / rel).exists() and not (kept / rel).with_name("forged.pyc").exists()
+        (cache / rel).parent.mkdir(parents=True)
+        (cache / rel).write_bytes(b"the run's own bytes")  # the run compiles it again...
+    with fresh_bytecode(env, tmp_path) as fourth:  # ...so selfheal does, from the source
+        assert (Path(fourth["PYTHONPYCACHEPREFIX"]) / rel).read_bytes() == (kept / rel).read_bytes()
+    assert (kept / rel).read_bytes() != b"the run's own bytes"
     assert [p for p in tmp_path.iterdir() if p.name.startswith("pycache-")] == []
 
 
