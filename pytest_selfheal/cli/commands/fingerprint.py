@@ -25,7 +25,6 @@ HELP = "fingerprint and classify the failing testcases of junit XML files (any r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments: one or more junit files and ``--json``."""
     parser.add_argument("files", nargs="+", metavar="FILE", help="junit XML file(s)")
     parser.add_argument(
         "--json",

@@ -20,7 +20,6 @@ HELP = "add, remove or list quarantined tests and fingerprints (.selfheal-quaran
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``add|remove|list`` with ``--test``/``--fingerprint``, ``--reason``, ``--expires``, ``--owner``."""
     parser.add_argument("action", choices=("add", "remove", "list"))
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--test", metavar="NODEID", help="the test to (un)quarantine")

@@ -13,13 +13,11 @@ from typing import Any, Optional
 
 from pytest_selfheal.analysis.testfiles import MISSING, changed, is_recorded, patch_test_files, tests_first
 from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
+    add_incident_arguments,
+    incident_from_args,
     print_json,
     project_redactor,
     project_root,
-    store_from_args,
 )
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
@@ -164,10 +162,7 @@ def _in_the_tree(store: Store, incident_id: str) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true", help="print the incident as JSON")
-    add_dir_argument(parser)
+    add_incident_arguments(parser, "print the incident as JSON")
 
 
 class _Code(str):
@@ -267,8 +262,8 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
 
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
-    store = store_from_args(args)
-    view = incident_view(store, incident_id_from_args(store, args))
+    store, incident_id = incident_from_args(args)
+    view = incident_view(store, incident_id)
     patch = shown_patch(store, view)
     edits = test_edits(store, view)
     if args.json:
