@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import astuple
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,7 @@ from pytest_selfheal.history.records import (
     OUTCOMES,
     PASSED_ON_RERUN,
     QUARANTINED,
+    RUN_FIELDS,
     FlakeRate,
     RunInfo,
     Sighting,
@@ -71,8 +73,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE refused_segments (name TEXT PRIMARY KEY, reason TEXT NOT NULL) WITHOUT ROWID"),
 }
 
-_RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
-                "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
+# RunInfo's fields in order (its commit is the column commit_sha): a row is a RunInfo(*row).
+_RUN_COLUMNS = tuple("commit_sha" if name == "commit" else name for name in RUN_FIELDS)
 # Fingerprints per sightings query: SQLite before 3.32 allows 999 parameters in a statement.
 _SIGHTINGS_CHUNK = 500
 
@@ -201,8 +203,7 @@ class HistoryDB:
                 cursor = self._db.execute(
                     f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) "
                     f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
-                    (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
-                     run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run, run.repository),
+                    astuple(run),
                 )
                 if cursor.rowcount == 1:
                     added += 1
@@ -239,7 +240,7 @@ class HistoryDB:
         rows = self._db.execute(
             f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at DESC, id DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [(_run_info(row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
+        return [(RunInfo(*row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
 
     def _outcomes_of(self, run_id: int) -> list[TestOutcome]:
         return [
@@ -256,7 +257,7 @@ class HistoryDB:
         """Every run with its outcomes, oldest first."""
         rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
         for row in rows:
-            yield _run_info(row[1:]), self._outcomes_of(int(row[0]))
+            yield RunInfo(*row[1:]), self._outcomes_of(int(row[0]))
 
     def sightings(self, fingerprints: Iterable[str], branch: str,
                   repository: Optional[str] = None) -> dict[str, Sighting]:
@@ -311,19 +312,4 @@ class HistoryDB:
             (value, limit),
         ).fetchall()
         width = len(_RUN_COLUMNS)
-        return [(_run_info(row[:width]), TestOutcome(*row[width:])) for row in rows]
-
-
-def _run_info(row: Sequence[object]) -> RunInfo:
-    (run_key, recorded_at, kind, incident_id, iteration, commit, branch, workflow, job, run_id, tests_run,
-     repository) = row
-    return RunInfo(
-        run_key=str(run_key), recorded_at=str(recorded_at), kind=str(kind),
-        incident_id=None if incident_id is None else str(incident_id),
-        iteration=None if iteration is None else int(str(iteration)),
-        commit=None if commit is None else str(commit), branch=None if branch is None else str(branch),
-        ci_workflow=None if workflow is None else str(workflow), ci_job=None if job is None else str(job),
-        ci_run_id=None if run_id is None else str(run_id),
-        tests_run=None if tests_run is None else int(str(tests_run)),
-        repository=None if repository is None else str(repository),
-    )
+        return [(RunInfo(*row[:width]), TestOutcome(*row[width:])) for row in rows]

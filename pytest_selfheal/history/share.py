@@ -29,9 +29,9 @@ import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional, TypeVar
 
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
@@ -87,7 +87,6 @@ class PushResult:
     pushed: int
     already: int
     attempts: int
-    commit: Optional[str]
     problems: tuple[str, ...] = ()
 
 
@@ -109,35 +108,30 @@ class CompactResult:
 
     replaced: int
     runs: int
-    commit: Optional[str]
 
 
-class _Entry:
+class _Entry(NamedTuple):
     """One segment file of the shared tree (``size``: the blob's, as git lists it)."""
 
-    __slots__ = ("blob", "name", "path", "size")
+    name: str
+    blob: str
+    path: str
+    size: int
 
-    def __init__(self, name: str, blob: str, path: str, size: int = 0) -> None:
-        self.name, self.blob, self.path, self.size = name, blob, path, size
 
-
+@dataclass
 class _Tree:
     """The shared tree of one commit: its segments by name, and the names compactions replaced."""
 
-    __slots__ = ("replaced", "segments")
-
-    def __init__(self) -> None:
-        self.segments: dict[str, _Entry] = {}
-        self.replaced: set[str] = set()
+    segments: dict[str, _Entry] = field(default_factory=dict)
+    replaced: set[str] = field(default_factory=set)
 
 
-class _Repo:
+class _Repo(NamedTuple):
     """Where git works, and the environment every command there gets (a token's, or none)."""
 
-    __slots__ = ("env", "path")
-
-    def __init__(self, path: Path, env: Optional[Mapping[str, str]] = None) -> None:
-        self.path, self.env = path, dict(env or {})
+    path: Path
+    env: Mapping[str, str] = {}
 
 
 def token_env(token: str) -> dict[str, str]:
@@ -315,9 +309,22 @@ def _push(root: _Repo, remote: str, ref: str, commit: str) -> bool:
     return True
 
 
-def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
-    # Jittered exponential backoff: writers that collided do not collide again in step.
-    sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+_T = TypeVar("_T")
+
+
+def _update(repo: _Repo, remote: str, ref: str, attempts: int, sleep: Callable[[float], None], gave_up: str,
+            step: Callable[[Optional[str], _Tree, int], tuple[Optional[str], _T]]) -> _T:
+    """Fetch ``ref``, let ``step`` make a commit on it (None: nothing to do) and push that; on a
+    lost race, again after a jittered exponential backoff (writers that collided do not collide
+    again in step), up to ``attempts`` times. ``step``'s result is the answer."""
+    for attempt in range(1, attempts + 1):
+        parent = _fetch(repo, remote, ref)
+        commit, result = step(parent, _tree(repo, parent), attempt)
+        if commit is None or _push(repo, remote, ref, commit):
+            return result
+        if attempt < attempts:
+            sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up{gave_up}")
 
 
 def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
@@ -330,30 +337,12 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     pushed (a line in ``problems``). ``auth``: :func:`token_env` of a token (git then works
     in a scratch repository)."""
     local, problems = _pushable(reports_root, only)
-    with _repository(project_root, auth) as repo:
-        result = _push_from(repo, local, remote, ref, attempts, sleep)
-    return replace(result, problems=tuple(problems))
-
-
-def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], list[str]]:
-    found = local_segments(reports_root)
-    problems = [f"{name}: no such history segment here; not pushed" for name in sorted(set(only or ()) - set(found))]
-    wanted = sorted(found if only is None else set(only) & set(found))
-    accepted, refused = read_segment_files([found[name] for name in wanted])
-    problems += [line.replace("; skipped", "; not pushed") for _, line in refused]
-    return {name: found[name] for name, _ in accepted}, problems
-
-
-def _push_from(repo: _Repo, local: Mapping[str, Path], remote: str, ref: str, attempts: int,
-               sleep: Callable[[float], None]) -> PushResult:
     blobs: dict[str, str] = {}
-    for attempt in range(1, attempts + 1):
-        parent = _fetch(repo, remote, ref)
-        tree = _tree(repo, parent)
-        known = set(tree.segments) | tree.replaced
-        missing = sorted(name for name in local if name not in known)
+
+    def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], PushResult]:
+        missing = sorted(name for name in local if name not in tree.segments and name not in tree.replaced)
         if not missing:
-            return PushResult(0, len(local), attempt, parent)
+            return None, PushResult(0, len(local), attempt, problems)
         unwritten = [name for name in missing if name not in blobs]
         if unwritten:
             written = _git(repo, ["hash-object", "-w", "--stdin-paths"],
@@ -362,12 +351,20 @@ def _push_from(repo: _Repo, local: Mapping[str, Path], remote: str, ref: str, at
             blobs.update(zip(unwritten, (b.decode() for b in written)))
         commit = _commit(repo, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
                          f"selfheal history: {len(missing)} segment(s)")
-        if _push(repo, remote, ref, commit):
-            return PushResult(len(missing), len(local) - len(missing), attempt, commit)
-        if attempt < attempts:
-            _backoff(attempt, sleep)
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up after {attempts} attempts "
-                             "(the segments are still here: push again)")
+        return commit, PushResult(len(missing), len(local) - len(missing), attempt, problems)
+
+    with _repository(project_root, auth) as repo:
+        return _update(repo, remote, ref, attempts, sleep,
+                       f" after {attempts} attempts (the segments are still here: push again)", step)
+
+
+def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], tuple[str, ...]]:
+    found = local_segments(reports_root)
+    problems = [f"{name}: no such history segment here; not pushed" for name in sorted(set(only or ()) - set(found))]
+    wanted = sorted(found if only is None else set(only) & set(found))
+    accepted, refused = read_segment_files([found[name] for name in wanted])
+    problems += [line.replace("; skipped", "; not pushed") for _, line in refused]
+    return {name: found[name] for name, _ in accepted}, tuple(problems)
 
 
 def _recorded(reports_root: Path) -> set[str]:
@@ -434,20 +431,12 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one
     compacted segment (every run kept once), and push it; on a lost race, again."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
-    with _repository(project_root, auth) as repo:
-        return _compact_in(repo, cutoff, older_than_days, remote, ref, attempts, sleep)
 
-
-def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote: str, ref: str, attempts: int,
-                sleep: Callable[[float], None]) -> CompactResult:
-    for attempt in range(1, attempts + 1):
-        parent = _fetch(repo, remote, ref)
-        tree = _tree(repo, parent)
-        entries = sorted(tree.segments.values(), key=lambda e: e.path)
-        decoded, _ = _decode_all(repo, entries)
+    def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:
+        decoded, _ = _decode_all(repo, sorted(tree.segments.values(), key=lambda e: e.path))
         old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
         if len(old) < 2:
-            return CompactResult(0, sum(len(s.runs) for _, s in old), parent)
+            return None, CompactResult(0, sum(len(s.runs) for _, s in old))
         merged = compact(old)
         data = encode(merged)
         blob = _git(repo, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
@@ -456,8 +445,7 @@ def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote
         commit = _commit(repo, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
                          [tree.segments[name] for name, _ in old],
                          f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
-        if _push(repo, remote, ref, commit):
-            return CompactResult(len(old), len(merged.runs), commit)
-        if attempt < attempts:
-            _backoff(attempt, sleep)
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up compacting after {attempts} attempts")
+        return commit, CompactResult(len(old), len(merged.runs))
+
+    with _repository(project_root, auth) as repo:
+        return _update(repo, remote, ref, attempts, sleep, f" compacting after {attempts} attempts", step)
