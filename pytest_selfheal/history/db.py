@@ -1,19 +1,16 @@
 """The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
 
-One schema with a version (``PRAGMA user_version``) and forward migrations; WAL journal
-and a busy timeout, so concurrent runs on one root (``pytest --selfheal -n 2``'s
-controller, parallel CI jobs on a shared root) wait for each other instead of failing.
-A database that is corrupted, foreign (another application's file, recognised by
-``PRAGMA application_id``), newer than this version, or a symlink is
-:class:`HistoryUnavailable`: one line, and the caller goes on without history — the
-incident files never depend on it.
+A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on
+one root wait for each other instead of failing. A database that is corrupted, foreign,
+newer than this version, or a symlink is :class:`HistoryUnavailable`: one line, and the
+caller goes on without history — the incident files never depend on it.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import astuple
 from pathlib import Path
 from typing import Optional
@@ -94,15 +91,9 @@ class HistoryDB:
         self._db = connection
         self.path = path
 
-    # ------------------------------------------------------------------ opening
-
     @classmethod
     def open(cls, reports_root: Path, *, create: bool = True) -> HistoryDB:
-        """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``.
-
-        Raises :class:`HistoryUnavailable` for a corrupted, foreign, newer or symlinked
-        file, or one that cannot be opened; ``create=False`` and no file: also unavailable.
-        """
+        """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``."""
         return cls.open_file(Path(reports_root) / HISTORY_FILE, create=create)
 
     @classmethod
@@ -169,7 +160,6 @@ class HistoryDB:
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
-        """Close the connection."""
         self._db.close()
 
     def __enter__(self) -> HistoryDB:
@@ -178,19 +168,15 @@ class HistoryDB:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ writing
-
     def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
-        """Record one run and its outcomes in one transaction; False when ``run.run_key`` was
-        recorded before (nothing changes: recording is idempotent). ``segment``: the name of
-        the segment the run was written to."""
+        """Record one run and its outcomes (from the segment ``segment``); False when its
+        ``run_key`` was recorded before: recording is idempotent."""
         return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
     def import_runs(self, items: Iterable[tuple[RunInfo, Sequence[TestOutcome]]], *,
                     segments: Iterable[str] = ()) -> int:
-        """Record many runs in one transaction (a pull of the shared history: thousands of
-        runs, one commit); how many were new. A ``run_key`` recorded before is skipped.
-        ``segments``: the names of the segments these runs came from, recorded with them."""
+        """Record many runs (from the segments ``segments``) in one transaction; how many were
+        new. A ``run_key`` recorded before is skipped."""
         batch = list(items)
         for _, outcomes in batch:
             for item in outcomes:
@@ -235,29 +221,16 @@ class HistoryDB:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
         return self.import_runs(other.runs())
 
-    def recent_runs(self, limit: int) -> list[tuple[RunInfo, list[TestOutcome]]]:
-        """The newest ``limit`` runs with their outcomes, newest first."""
-        rows = self._db.execute(
-            f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at DESC, id DESC LIMIT ?", (limit,)
-        ).fetchall()
-        return [(RunInfo(*row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
+    def runs(self, *, newest: Optional[int] = None) -> list[tuple[RunInfo, list[TestOutcome]]]:
+        """Every run with its outcomes, oldest first; ``newest``: the newest N only, newest first."""
+        order = "DESC" if newest is not None else "ASC"
+        rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at {order}, "
+                                f"id {order} LIMIT ?", (-1 if newest is None else newest,)).fetchall()
+        return [(RunInfo(*row[1:]), self._outcomes_of(row[0])) for row in rows]
 
     def _outcomes_of(self, run_id: int) -> list[TestOutcome]:
-        return [
-            TestOutcome(nodeid, outcome, fingerprint, failure_class)
-            for nodeid, outcome, fingerprint, failure_class in self._db.execute(
-                "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid",
-                (run_id,),
-            )
-        ]
-
-    # ------------------------------------------------------------------ reading
-
-    def runs(self) -> Iterator[tuple[RunInfo, list[TestOutcome]]]:
-        """Every run with its outcomes, oldest first."""
-        rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
-        for row in rows:
-            yield RunInfo(*row[1:]), self._outcomes_of(int(row[0]))
+        return [TestOutcome(*row) for row in self._db.execute(
+            "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid", (run_id,))]
 
     def sightings(self, fingerprints: Iterable[str], branch: str,
                   repository: Optional[str] = None) -> dict[str, Sighting]:

@@ -122,17 +122,12 @@ def replaced_path(name: str) -> str:
 def name_of_path(path: str) -> Optional[tuple[str, str]]:
     """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
     (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
-    parts = path.split("/")
-    if len(parts) == 3 and parts[0] == REPLACED_DIR and is_segment_name(parts[2]) and parts[1] == parts[2][:2]:
-        return parts[2], REPLACED_DIR
-    stem = parts[-1][:-len(SEGMENT_SUFFIX)] if parts[-1].endswith(SEGMENT_SUFFIX) else ""
-    if not is_segment_name(stem):
+    name = path.rsplit("/", 1)[-1].removesuffix(SEGMENT_SUFFIX)
+    if not is_segment_name(name):
         return None
-    if len(parts) == 2 and parts[0] == COMPACTED_DIR:
-        return stem, COMPACTED_DIR
-    if len(parts) == 3 and parts[0] == SEGMENTS_DIR and parts[1] == stem[:2]:
-        return stem, SEGMENTS_DIR
-    return None
+    made = {REPLACED_DIR: replaced_path(name), COMPACTED_DIR: tree_path(name, compacted=True),
+            SEGMENTS_DIR: tree_path(name, compacted=False)}
+    return next(((name, folder) for folder, there in made.items() if there == path), None)
 
 
 def _optional_str(value: object, what: str) -> Optional[str]:

@@ -135,9 +135,8 @@ class _Repo(NamedTuple):
 
 
 def token_env(token: str) -> dict[str, str]:
-    """The environment that makes git send ``token`` to an https remote (basic auth as
-    ``x-access-token``, what GitHub takes for an Actions token), as configuration in the
-    environment only, and read no global or system git configuration."""
+    """The environment that makes git send ``token`` to an https remote (as GitHub takes an
+    Actions token) and read no global or system git configuration."""
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode("ascii")
     return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "1",
             "GIT_CONFIG_KEY_0": "http.extraheader", "GIT_CONFIG_VALUE_0": f"AUTHORIZATION: basic {basic}"}
@@ -242,37 +241,27 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
     return contents
 
 
-def _batches(entries: Sequence[_Entry]) -> Iterator[list[_Entry]]:
-    """``entries`` in runs of at most :data:`READ_BATCH_BYTES` together (one entry alone may reach
-    :data:`MAX_SEGMENT_BYTES`): what one ``cat-file`` holds in memory at once."""
-    batch: list[_Entry] = []
-    size = 0
-    for entry in entries:
-        if batch and size + entry.size > READ_BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-        batch.append(entry)
-        size += entry.size
-    if batch:
-        yield batch
-
-
 def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
     """``(segments, refused)`` of shared ``entries``, taken as untrusted input: a blob over
     :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread; the others must be
-    named by the hash of their bytes and plausible (``segments.accept``). ``refused``:
-    ``(name, the one line why)``."""
+    named by the hash of their bytes and plausible (``segments.accept``), and are read in
+    batches of at most :data:`READ_BATCH_BYTES`. ``refused``: ``(name, the one line why)``."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)
-    readable = []
+    batches: list[list[_Entry]] = [[]]
+    size = 0
     for entry in entries:
         if entry.size > MAX_SEGMENT_BYTES:
             refused.append((entry.name, f"{entry.path}: {entry.size:,} bytes, over the bound of "
                                         f"{MAX_SEGMENT_BYTES:,}; not read, skipped"))
-        else:
-            readable.append(entry)
-    for batch in _batches(readable):
+            continue
+        if batches[-1] and size + entry.size > READ_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(entry)
+        size += entry.size
+    for batch in batches:
         for entry, data in zip(batch, _read_blobs(root, [e.blob for e in batch])):
             try:
                 segments.append((entry.name, accept(entry.name, data, now=now)))
@@ -376,39 +365,29 @@ def _recorded(reports_root: Path) -> set[str]:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def rebuild(reports_root: Path, segments: Sequence[tuple[str, Segment]],
-            refused: Sequence[tuple[str, str]] = ()) -> tuple[int, int]:
-    """Record every run of ``segments`` (with their names) in the database, one
-    transaction, and remember the ``refused`` ``(name, why)`` (never read again); ``(runs, added)``."""
-    items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]
-    try:
-        with HistoryDB.open(reports_root) as db:
-            db.refuse_segments(refused)
-            added = db.import_runs(items, segments=[name for name, _ in segments])
-    except HistoryUnavailable as exc:
-        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
-    return len(items), added
-
-
 def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
-    """Fetch the remote's ``ref`` and rebuild the database from its segments and this
-    machine's own: only the segments it does not hold yet are read (a pull after a restored
-    cache reads what is new since). Every segment is untrusted input (``segments.accept``): one
-    refused is one line in ``problems`` once, remembered, and never read again. ``auth``: as
-    for :func:`push`."""
+    """Fetch the remote's ``ref`` and record the runs of its segments and this machine's own in
+    the database, one transaction: only the segments it does not hold yet are read (a pull after
+    a restored cache reads what is new since). A segment refused is one line in ``problems``
+    once, remembered, and never read again. ``auth``: as for :func:`push`."""
     with _repository(project_root, auth) as repo:
         commit = _fetch(repo, remote, ref)
         done = _recorded(reports_root)
         tree = _tree(repo, commit)
-        fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
-        shared, refused = _decode_all(repo, fresh)
-    local = [path for name, path in sorted(local_segments(reports_root).items())
-             if name not in done and name not in tree.segments]
-    mine, local_refused = read_segment_files(local)
-    runs, added = rebuild(reports_root, shared + mine, refused + local_refused)
-    return PullResult(len(shared) + len(mine), runs, added, commit,
-                      tuple(line for _, line in refused + local_refused))
+        shared, refused = _decode_all(repo, [entry for name, entry in sorted(tree.segments.items())
+                                             if name not in done])
+    mine, local_refused = read_segment_files([path for name, path in sorted(local_segments(reports_root).items())
+                                              if name not in done and name not in tree.segments])
+    named, refused = shared + mine, refused + local_refused
+    items = [(item.run, item.outcomes) for _, segment in named for item in segment.runs]
+    try:
+        with HistoryDB.open(reports_root) as db:
+            db.refuse_segments(refused)
+            added = db.import_runs(items, segments=[name for name, _ in named])
+    except HistoryUnavailable as exc:
+        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
+    return PullResult(len(named), len(items), added, commit, tuple(line for _, line in refused))
 
 
 def _older(segment: Segment, cutoff: dt.datetime) -> bool:

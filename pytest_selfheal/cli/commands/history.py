@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with HistoryDB.open(store.root, create=False) as db:
             if args.test is None and args.fingerprint is None:
-                return _print_recent(db.recent_runs(args.limit), args.json, redactor)
+                return _print_recent(db.runs(newest=args.limit), args.json, redactor)
             rows = db.history_of(nodeid=args.test, fingerprint=args.fingerprint, limit=args.limit)
     except HistoryUnavailable as exc:
         raise NotFoundError(str(exc)) from None
