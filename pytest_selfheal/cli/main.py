@@ -1,8 +1,8 @@
 """The ``selfheal`` console script.
 
-Each subcommand is a module in ``pytest_selfheal.cli.commands`` exposing ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``, listed in :data:`GROUPS`. Errors reach the user as one line and an exit code
-(docs/exit-codes.md), never a traceback.
+Each command is a module of ``pytest_selfheal.cli.commands`` with ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. Errors reach the user as one line and an
+exit code (docs/exit-codes.md), never a traceback.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The shared history: segments on a dedicated ref of the project's own git remote (edge: git).
 
-``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
-``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
-whose tree is every segment (``segments/ab/<name>.segment``, ``compacted/<name>.segment``) and
-an empty marker per segment a compaction replaced (``replaced/ab/<name>``).
-Segments are separate, content-addressed files, so two writers never conflict: a push
-that loses the race (the remote moved since the fetch) fetches again, adds its segments
-on top of the new commit and pushes again. ``selfheal history pull`` fetches the ref and
-rebuilds the local database from its segments and this machine's own; recording is keyed
-by ``run_key``, so a run seen twice counts once. ``selfheal history compact`` merges old
-segments into one, keeping every run.
+``refs/selfheal/history`` is a ref no user checks out; its one commit's tree holds every
+segment and an empty marker per segment a compaction replaced. Segments are separate,
+content-addressed files, so two writers never conflict: a push that loses the race fetches
+again, adds its segments on top and pushes again; a run seen twice counts once (``run_key``).
 
-Only git and the remote's own credentials: every command goes through
-:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). Only merged code
-writes: push and compact refuse on every event that tests code not merged yet
-(``history/event.py``). Every segment read, shared or local, is untrusted input: named by
-the hash of its bytes, within bounds, plausible (``segments.accept``); a blob is never read
-past :data:`~pytest_selfheal.history.segments.MAX_SEGMENT_BYTES`.
+Only git and the remote's own credentials, no shell, no user hook. Only merged code writes
+(``history/event.py``). Every segment read, shared or local, is untrusted input: named by the
+hash of its bytes, within bounds, plausible (``segments.accept``); a blob over the bound is
+never read.
 """
 
 from __future__ import annotations
