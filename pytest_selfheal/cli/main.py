@@ -1,8 +1,8 @@
 """The ``selfheal`` console script.
 
-Each subcommand is a module in ``pytest_selfheal.cli.commands`` exposing ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``, listed in :data:`GROUPS`. Errors reach the user as one line and an exit code
-(docs/exit-codes.md), never a traceback.
+Each command is a module of ``pytest_selfheal.cli.commands`` with ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. Errors reach the user as one line and an
+exit code (docs/exit-codes.md), never a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Optional
+from typing import NoReturn, Optional
 
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
@@ -86,13 +86,6 @@ def command_module(name: str) -> ModuleType:
         raise ValueError(f"no selfheal command {name!r}") from None
 
 
-def _command_modules(only: Optional[str] = None) -> list[ModuleType]:
-    names = [only] if only is not None else command_names()
-    return [m for m in map(command_module, names) if hasattr(m, "NAME") and hasattr(m, "run")]
-
-
-
-
 def command_overview(helps: dict[str, str]) -> str:
     """The grouped list of commands with their one-line help (``selfheal --help``'s body)."""
     width = max(map(len, helps), default=8) + 2
@@ -116,14 +109,14 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose errors are a UsageError: one line and our usage code (a stop hook's: its
     fail-open answer)."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser, one subparser per discovered command (``only``: that one alone,
     so that running a command imports no other)."""
-    modules = _command_modules(only)
+    modules = [command_module(name) for name in ([only] if only is not None else command_names())]
     parser = _Parser(prog="selfheal", description=textwrap.fill(DESCRIPTION, _HELP_WIDTH),
                      formatter_class=argparse.RawDescriptionHelpFormatter,
                      epilog=command_overview({m.NAME: m.HELP for m in modules}) if only is None else None)

@@ -1,19 +1,17 @@
 """The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
 
-One schema with a version (``PRAGMA user_version``) and forward migrations; WAL journal
-and a busy timeout, so concurrent runs on one root (``pytest --selfheal -n 2``'s
-controller, parallel CI jobs on a shared root) wait for each other instead of failing.
-A database that is corrupted, foreign (another application's file, recognised by
-``PRAGMA application_id``), newer than this version, or a symlink is
-:class:`HistoryUnavailable`: one line, and the caller goes on without history — the
-incident files never depend on it.
+A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on
+one root wait for each other instead of failing. A database that is corrupted, foreign,
+newer than this version, or a symlink is :class:`HistoryUnavailable`: one line, and the
+caller goes on without history — the incident files never depend on it.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +21,7 @@ from pytest_selfheal.history.records import (
     OUTCOMES,
     PASSED_ON_RERUN,
     QUARANTINED,
+    RUN_FIELDS,
     FlakeRate,
     RunInfo,
     Sighting,
@@ -71,8 +70,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE refused_segments (name TEXT PRIMARY KEY, reason TEXT NOT NULL) WITHOUT ROWID"),
 }
 
-_RUN_COLUMNS = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit_sha", "branch",
-                "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
+# RunInfo's fields in order (its commit is the column commit_sha): a row is a RunInfo(*row).
+_RUN_COLUMNS = tuple("commit_sha" if name == "commit" else name for name in RUN_FIELDS)
 # Fingerprints per sightings query: SQLite before 3.32 allows 999 parameters in a statement.
 _SIGHTINGS_CHUNK = 500
 
@@ -92,15 +91,9 @@ class HistoryDB:
         self._db = connection
         self.path = path
 
-    # ------------------------------------------------------------------ opening
-
     @classmethod
     def open(cls, reports_root: Path, *, create: bool = True) -> HistoryDB:
-        """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``.
-
-        Raises :class:`HistoryUnavailable` for a corrupted, foreign, newer or symlinked
-        file, or one that cannot be opened; ``create=False`` and no file: also unavailable.
-        """
+        """Open (and with ``create``, create or migrate) ``reports_root/history.sqlite3``."""
         return cls.open_file(Path(reports_root) / HISTORY_FILE, create=create)
 
     @classmethod
@@ -167,7 +160,6 @@ class HistoryDB:
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
-        """Close the connection."""
         self._db.close()
 
     def __enter__(self) -> HistoryDB:
@@ -176,19 +168,15 @@ class HistoryDB:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ writing
-
     def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
-        """Record one run and its outcomes in one transaction; False when ``run.run_key`` was
-        recorded before (nothing changes: recording is idempotent). ``segment``: the name of
-        the segment the run was written to."""
+        """Record one run and its outcomes (from the segment ``segment``); False when its
+        ``run_key`` was recorded before: recording is idempotent."""
         return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
     def import_runs(self, items: Iterable[tuple[RunInfo, Sequence[TestOutcome]]], *,
                     segments: Iterable[str] = ()) -> int:
-        """Record many runs in one transaction (a pull of the shared history: thousands of
-        runs, one commit); how many were new. A ``run_key`` recorded before is skipped.
-        ``segments``: the names of the segments these runs came from, recorded with them."""
+        """Record many runs (from the segments ``segments``) in one transaction; how many were
+        new. A ``run_key`` recorded before is skipped."""
         batch = list(items)
         for _, outcomes in batch:
             for item in outcomes:
@@ -201,8 +189,7 @@ class HistoryDB:
                 cursor = self._db.execute(
                     f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) "
                     f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
-                    (run.run_key, run.recorded_at, run.kind, run.incident_id, run.iteration, run.commit, run.branch,
-                     run.ci_workflow, run.ci_job, run.ci_run_id, run.tests_run, run.repository),
+                    astuple(run),
                 )
                 if cursor.rowcount == 1:
                     added += 1
@@ -234,29 +221,16 @@ class HistoryDB:
         """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
         return self.import_runs(other.runs())
 
-    def recent_runs(self, limit: int) -> list[tuple[RunInfo, list[TestOutcome]]]:
-        """The newest ``limit`` runs with their outcomes, newest first."""
-        rows = self._db.execute(
-            f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at DESC, id DESC LIMIT ?", (limit,)
-        ).fetchall()
-        return [(_run_info(row[1:]), self._outcomes_of(int(row[0]))) for row in rows]
+    def runs(self, *, newest: Optional[int] = None) -> list[tuple[RunInfo, list[TestOutcome]]]:
+        """Every run with its outcomes, oldest first; ``newest``: the newest N only, newest first."""
+        order = "DESC" if newest is not None else "ASC"
+        rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at {order}, "
+                                f"id {order} LIMIT ?", (-1 if newest is None else newest,)).fetchall()
+        return [(RunInfo(*row[1:]), self._outcomes_of(row[0])) for row in rows]
 
     def _outcomes_of(self, run_id: int) -> list[TestOutcome]:
-        return [
-            TestOutcome(nodeid, outcome, fingerprint, failure_class)
-            for nodeid, outcome, fingerprint, failure_class in self._db.execute(
-                "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid",
-                (run_id,),
-            )
-        ]
-
-    # ------------------------------------------------------------------ reading
-
-    def runs(self) -> Iterator[tuple[RunInfo, list[TestOutcome]]]:
-        """Every run with its outcomes, oldest first."""
-        rows = self._db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY recorded_at, id").fetchall()
-        for row in rows:
-            yield _run_info(row[1:]), self._outcomes_of(int(row[0]))
+        return [TestOutcome(*row) for row in self._db.execute(
+            "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid", (run_id,))]
 
     def sightings(self, fingerprints: Iterable[str], branch: str,
                   repository: Optional[str] = None) -> dict[str, Sighting]:
@@ -311,19 +285,4 @@ class HistoryDB:
             (value, limit),
         ).fetchall()
         width = len(_RUN_COLUMNS)
-        return [(_run_info(row[:width]), TestOutcome(*row[width:])) for row in rows]
-
-
-def _run_info(row: Sequence[object]) -> RunInfo:
-    (run_key, recorded_at, kind, incident_id, iteration, commit, branch, workflow, job, run_id, tests_run,
-     repository) = row
-    return RunInfo(
-        run_key=str(run_key), recorded_at=str(recorded_at), kind=str(kind),
-        incident_id=None if incident_id is None else str(incident_id),
-        iteration=None if iteration is None else int(str(iteration)),
-        commit=None if commit is None else str(commit), branch=None if branch is None else str(branch),
-        ci_workflow=None if workflow is None else str(workflow), ci_job=None if job is None else str(job),
-        ci_run_id=None if run_id is None else str(run_id),
-        tests_run=None if tests_run is None else int(str(tests_run)),
-        repository=None if repository is None else str(repository),
-    )
+        return [(RunInfo(*row[:width]), TestOutcome(*row[width:])) for row in rows]

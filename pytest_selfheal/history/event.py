@@ -1,26 +1,15 @@
 """What the CI event lets the code under test control (edge: the environment, git).
 
 Every Actions event is judged once, by what the code being tested can reach: an event that
-tests code not merged yet (a pull request, the merge queue, a push to another branch than
-the default one, a manual run on another branch, anything not known to be merged) reads its
-quarantine list at a *base revision* the tested code cannot change, counts a failure as
-known only when it was seen on the base repository's own branch, and never writes the
-shared history. Where no base revision can be found, the run fails closed: no quarantine
-list applies, and it says so in one line.
+tests code not merged yet reads its quarantine list at a *base revision* the tested code
+cannot change (``pull_request.base.sha``, ``merge_group.base_sha``, else the default
+branch's tip as the checkout fetched it), counts a failure as known only when it was seen on
+the base repository's own branch, and never writes the shared history. Where no base
+revision can be found, the run fails closed: no quarantine list applies, and it says so.
 
-Merged code is a push to the default branch, a ``schedule`` (GitHub runs it on the default
-branch) or a ``workflow_dispatch`` on the default branch. The default branch comes from the
-event payload (``repository.default_branch``), never from the repository's own config, which
-the tested code may have changed. Outside Actions nothing is judged: a run on a developer's
-machine reads its own working tree.
-
-The base revision of each unmerged event:
-
-- ``pull_request*``: ``pull_request.base.sha``;
-- ``merge_group``: ``merge_group.base_sha``;
-- anything else (a push to another branch, a manual run elsewhere, ``issue_comment``, ...):
-  the tip of the default branch as the checkout fetched it (``refs/remotes/origin/<default>``,
-  resolved before the tests run).
+Merged code is a ``schedule``, or a push or manual run on the default branch, which comes
+from the event payload, never from the repository's config the tested code may have changed.
+Outside Actions nothing is judged: a run on a developer's machine reads its own working tree.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Record a run in the history and triage its failures (edge: the database, git, the environment).
 
-The one entry every surface calls (the capture, each loop iteration, an agent-mode run):
-read the quarantine list (from the base revision for an event that tests code not merged
-yet: ``history/event.py``), look up the base repository's branch's sightings and the flake rates *before* this run is added (a failure never makes
-itself known), record the run (its segment, then the database), and return one
-:class:`~pytest_selfheal.history.triage.Triage`
-per failing test. Any history problem is a warning line; the caller goes on without it.
+The one entry every surface calls: read the quarantine list, look up the base branch's
+sightings *before* this run is added (a failure never makes itself known), record the run
+(its segment, then the database), and triage each failing test. Any history problem is a
+warning line; the caller goes on without it.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.event import head_repository
-from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.quarantine import matching_entry
 from pytest_selfheal.history.segment_dir import segments_dir, write_segment
 from pytest_selfheal.history.segments import single_run
 from pytest_selfheal.history.sources import actions_event, quarantine_in_force, run_base
@@ -62,10 +60,9 @@ class Failing:
 
 @dataclass
 class HistoryResult:
-    """What recording gave: the triage of each failing test, the quarantine in force, warnings."""
+    """What recording gave: the triage of each failing test, warnings."""
 
     triage: dict[str, Triage] = field(default_factory=dict)
-    quarantine: list[QuarantineEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     base_branch: str = "main"
     unavailable: Optional[str] = None  # the database's one line when it could not be used (also in warnings)
@@ -83,9 +80,8 @@ def run_info(
     now: Optional[dt.datetime] = None,
     git: Optional[GitContext] = None,
 ) -> hr.RunInfo:
-    """The run's record: time, commit and branch (the Actions variables, else ``git`` — the
-    caller's git context when it has one — else git itself), the repository that branch is
-    of (a fork's for a fork's pull request), CI ids."""
+    """The run's record: time, commit and branch (the Actions variables, else the caller's
+    ``git`` context, else git itself), the repository of that branch, CI ids."""
     source = os.environ if env is None else env
     if git is None:
         git = git_context(project_root) or GitContext()
@@ -123,14 +119,13 @@ def record_and_triage(
         return HistoryResult(base_branch=settings.base_branch)
     base = run_base(source, project_root, settings.base_branch, event)
     result = HistoryResult(base_branch=base.branch)
-    result.quarantine, warnings = quarantine_in_force(project_root, settings.quarantine_file, source, base=base)
-    result.warnings.extend(warnings)
+    quarantine, result.warnings = quarantine_in_force(project_root, settings.quarantine_file, source, base=base)
     rerun = set(passed_on_rerun)
     outcomes: list[hr.TestOutcome] = []
     for item in failing:
         if item.nodeid in rerun:
             outcome = hr.PASSED_ON_RERUN
-        elif matching_entry(result.quarantine, nodeid=item.nodeid, fingerprint=item.fingerprint) is not None:
+        elif matching_entry(quarantine, nodeid=item.nodeid, fingerprint=item.fingerprint) is not None:
             outcome = hr.QUARANTINED
         else:
             outcome = hr.FAILED
@@ -159,6 +154,6 @@ def record_and_triage(
     for item in failing:
         result.triage[item.nodeid] = triage_failure(
             item.nodeid, item.fingerprint, base_branch=result.base_branch, sightings=sightings, flake_rates=rates,
-            passed_on_rerun=passed_on_rerun, quarantine=result.quarantine, flaky_rate=settings.flaky_rate,
+            passed_on_rerun=passed_on_rerun, quarantine=quarantine, flaky_rate=settings.flaky_rate,
         )
     return result

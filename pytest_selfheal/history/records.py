@@ -8,7 +8,7 @@ the same redacted failures as the incident files.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 # The outcome of one test in one recorded run.
@@ -69,6 +69,9 @@ class RunInfo:
     tests_run: Optional[int] = None
     #: The repository (owner/name) whose branch this is: a fork's ``main`` is not the base's.
     repository: Optional[str] = None
+
+
+RUN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunInfo))
 
 
 @dataclass(frozen=True)

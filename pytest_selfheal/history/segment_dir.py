@@ -32,7 +32,6 @@ from pytest_selfheal.store.fsio import atomic_write_bytes, confine, ensure_dir
 SEGMENTS_FOLDER = "history-segments"
 
 
-
 def segments_dir(reports_root: Path) -> Path:
     """Where this machine's segments live."""
     return Path(reports_root) / SEGMENTS_FOLDER
@@ -66,31 +65,22 @@ def local_segments(reports_root: Path) -> dict[str, Path]:
     return found
 
 
-def read_segment_file(path: Path, *, now: Optional[dt.datetime] = None) -> Segment:
-    """The segment in ``path``, taken as untrusted input (a test could have written the file):
-    read at most :data:`MAX_SEGMENT_BYTES` + 1 bytes, its name the hash of its bytes, its runs
-    plausible (:func:`~pytest_selfheal.history.segments.accept`). :class:`SegmentError` otherwise."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_SEGMENT_BYTES + 1)
-    except OSError as exc:
-        raise SegmentError(f"cannot read ({exc.strerror})") from None
-    return accept(path.name[:-len(SEGMENT_SUFFIX)], data, now=now)
-
-
 def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
-    """``(segments with their names, refused)`` of local segment files; ``refused``: ``(name,
-    the one line why)`` of each file that cannot be read or is not a plausible segment, left in
-    place (never deleted) and skipped."""
+    """``(segments with their names, refused)`` of local segment files, each taken as untrusted
+    input (a test could have written it): at most :data:`MAX_SEGMENT_BYTES` + 1 bytes read, named
+    by the hash of its bytes, plausible (``segments.accept``). ``refused``: ``(name, the one line
+    why)`` of each file skipped (left in place, never deleted)."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)
     for path in paths:
         name = path.name[:-len(SEGMENT_SUFFIX)]
         try:
-            segments.append((name, read_segment_file(path, now=now)))
-        except SegmentError as exc:
-            refused.append((name, f"{path}: not a readable history segment ({exc}); skipped"))
+            with open(path, "rb") as handle:
+                segments.append((name, accept(name, handle.read(MAX_SEGMENT_BYTES + 1), now=now)))
+        except (OSError, SegmentError) as exc:
+            why = f"cannot read ({exc.strerror})" if isinstance(exc, OSError) else exc
+            refused.append((name, f"{path}: not a readable history segment ({why}); skipped"))
     return segments, refused
 
 

@@ -18,11 +18,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.history.records import (
     COMMIT_SHA,
     OUTCOMES,
+    RUN_FIELDS,
     RUN_KINDS,
     RunInfo,
     TestOutcome,
@@ -49,13 +50,10 @@ MAX_SEGMENT_BYTES = 16 * 1024 * 1024
 MAX_RUNS = 100_000
 MAX_OUTCOMES = 25_000  # the junit reader keeps 10,000 failing tests; a re-run adds their passes
 MAX_TEXT = 8192  # a node id is cut at 4,096 characters (records/redacted.py)
-MAX_ITERATION = 100_000
-MAX_TESTS_RUN = 100_000_000
+# The bounds of the integer fields of a run; every other field is an optional bounded string.
+_INT_BOUNDS = {"iteration": 100_000, "tests_run": 100_000_000}
 #: How far a run may seem to be in the future (another machine's clock).
 CLOCK_SKEW = dt.timedelta(minutes=10)
-
-_RUN_FIELDS: tuple[str, ...] = ("run_key", "recorded_at", "kind", "incident_id", "iteration", "commit", "branch",
-                                "ci_workflow", "ci_job", "ci_run_id", "tests_run", "repository")
 
 
 class SegmentError(ValueError):
@@ -90,7 +88,7 @@ def encode(segment: Segment) -> bytes:
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "runs": [
-            {"run": {name: getattr(item.run, name) for name in _RUN_FIELDS},
+            {"run": {name: getattr(item.run, name) for name in RUN_FIELDS},
              "outcomes": [[o.nodeid, o.outcome, o.fingerprint, o.failure_class] for o in item.outcomes]}
             for item in segment.runs
         ],
@@ -124,17 +122,12 @@ def replaced_path(name: str) -> str:
 def name_of_path(path: str) -> Optional[tuple[str, str]]:
     """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
     (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
-    parts = path.split("/")
-    if len(parts) == 3 and parts[0] == REPLACED_DIR and is_segment_name(parts[2]) and parts[1] == parts[2][:2]:
-        return parts[2], REPLACED_DIR
-    stem = parts[-1][:-len(SEGMENT_SUFFIX)] if parts[-1].endswith(SEGMENT_SUFFIX) else ""
-    if not is_segment_name(stem):
+    name = path.rsplit("/", 1)[-1].removesuffix(SEGMENT_SUFFIX)
+    if not is_segment_name(name):
         return None
-    if len(parts) == 2 and parts[0] == COMPACTED_DIR:
-        return stem, COMPACTED_DIR
-    if len(parts) == 3 and parts[0] == SEGMENTS_DIR and parts[1] == stem[:2]:
-        return stem, SEGMENTS_DIR
-    return None
+    made = {REPLACED_DIR: replaced_path(name), COMPACTED_DIR: tree_path(name, compacted=True),
+            SEGMENTS_DIR: tree_path(name, compacted=False)}
+    return next(((name, folder) for folder, there in made.items() if there == path), None)
 
 
 def _optional_str(value: object, what: str) -> Optional[str]:
@@ -165,25 +158,23 @@ def _when(text: str, now: Optional[dt.datetime]) -> None:
 def _run(data: object, now: Optional[dt.datetime]) -> RunInfo:
     if not isinstance(data, Mapping):
         raise SegmentError("a run is not an object")
-    # Checked in _RUN_FIELDS order (the first bad field is the one named).
-    run_key, recorded_at, kind, incident_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[:4])
-    iteration = _optional_int(data.get("iteration"), "run.iteration", MAX_ITERATION)
-    commit, branch, ci_workflow, ci_job, ci_run_id = (_optional_str(data.get(n), f"run.{n}") for n in _RUN_FIELDS[5:10])
-    tests_run = _optional_int(data.get("tests_run"), "run.tests_run", MAX_TESTS_RUN)
-    repository = _optional_str(data.get("repository"), "run.repository")
-    if not run_key or not recorded_at or not kind:
+    # Checked in RUN_FIELDS order (the first bad field is the one named).
+    values: dict[str, Any] = {
+        name: _optional_int(data.get(name), f"run.{name}", _INT_BOUNDS[name]) if name in _INT_BOUNDS
+        else _optional_str(data.get(name), f"run.{name}") for name in RUN_FIELDS}
+    if not values["run_key"] or not values["recorded_at"] or not values["kind"]:
         raise SegmentError("a run without run_key, recorded_at or kind")
-    if kind not in RUN_KINDS:
-        raise SegmentError(f"run.kind {kind[:40]!r} is not one of {', '.join(RUN_KINDS)}")
-    _when(recorded_at, now)
-    if commit is not None and not COMMIT_SHA.match(commit):
+    run = RunInfo(**values)
+    if run.kind not in RUN_KINDS:
+        raise SegmentError(f"run.kind {run.kind[:40]!r} is not one of {', '.join(RUN_KINDS)}")
+    _when(run.recorded_at, now)
+    if run.commit is not None and not COMMIT_SHA.match(run.commit):
         raise SegmentError("run.commit: not a commit id")
-    if branch is not None and not plausible_ref_name(branch):
-        raise SegmentError(f"run.branch {branch[:40]!r} is not a branch name")
-    if repository is not None and not plausible_repository(repository):
-        raise SegmentError(f"run.repository {repository[:40]!r} is not owner/name")
-    return RunInfo(run_key, recorded_at, kind, incident_id, iteration, commit, branch, ci_workflow, ci_job,
-                   ci_run_id, tests_run, repository)
+    if run.branch is not None and not plausible_ref_name(run.branch):
+        raise SegmentError(f"run.branch {run.branch[:40]!r} is not a branch name")
+    if run.repository is not None and not plausible_repository(run.repository):
+        raise SegmentError(f"run.repository {run.repository[:40]!r} is not owner/name")
+    return run
 
 
 def _outcome(data: object) -> TestOutcome:

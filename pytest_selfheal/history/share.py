@@ -1,22 +1,14 @@
 """The shared history: segments on a dedicated ref of the project's own git remote (edge: git).
 
-``selfheal history push`` adds this machine's segments (``history/segment_dir.py``) to
-``refs/selfheal/history`` of the remote — a ref no user checks out, holding one commit
-whose tree is every segment (``segments/ab/<name>.segment``, ``compacted/<name>.segment``) and
-an empty marker per segment a compaction replaced (``replaced/ab/<name>``).
-Segments are separate, content-addressed files, so two writers never conflict: a push
-that loses the race (the remote moved since the fetch) fetches again, adds its segments
-on top of the new commit and pushes again. ``selfheal history pull`` fetches the ref and
-rebuilds the local database from its segments and this machine's own; recording is keyed
-by ``run_key``, so a run seen twice counts once. ``selfheal history compact`` merges old
-segments into one, keeping every run.
+``refs/selfheal/history`` is a ref no user checks out; its one commit's tree holds every
+segment and an empty marker per segment a compaction replaced. Segments are separate,
+content-addressed files, so two writers never conflict: a push that loses the race fetches
+again, adds its segments on top and pushes again; a run seen twice counts once (``run_key``).
 
-Only git and the remote's own credentials: every command goes through
-:func:`pytest_selfheal.gitrepo.run_git` (argv, no shell, no user hook). Only merged code
-writes: push and compact refuse on every event that tests code not merged yet
-(``history/event.py``). Every segment read, shared or local, is untrusted input: named by
-the hash of its bytes, within bounds, plausible (``segments.accept``); a blob is never read
-past :data:`~pytest_selfheal.history.segments.MAX_SEGMENT_BYTES`.
+Only git and the remote's own credentials, no shell, no user hook. Only merged code writes
+(``history/event.py``). Every segment read, shared or local, is untrusted input: named by the
+hash of its bytes, within bounds, plausible (``segments.accept``); a blob over the bound is
+never read.
 """
 
 from __future__ import annotations
@@ -29,9 +21,9 @@ import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional, TypeVar
 
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
@@ -87,7 +79,6 @@ class PushResult:
     pushed: int
     already: int
     attempts: int
-    commit: Optional[str]
     problems: tuple[str, ...] = ()
 
 
@@ -109,41 +100,35 @@ class CompactResult:
 
     replaced: int
     runs: int
-    commit: Optional[str]
 
 
-class _Entry:
+class _Entry(NamedTuple):
     """One segment file of the shared tree (``size``: the blob's, as git lists it)."""
 
-    __slots__ = ("blob", "name", "path", "size")
+    name: str
+    blob: str
+    path: str
+    size: int
 
-    def __init__(self, name: str, blob: str, path: str, size: int = 0) -> None:
-        self.name, self.blob, self.path, self.size = name, blob, path, size
 
-
+@dataclass
 class _Tree:
     """The shared tree of one commit: its segments by name, and the names compactions replaced."""
 
-    __slots__ = ("replaced", "segments")
-
-    def __init__(self) -> None:
-        self.segments: dict[str, _Entry] = {}
-        self.replaced: set[str] = set()
+    segments: dict[str, _Entry] = field(default_factory=dict)
+    replaced: set[str] = field(default_factory=set)
 
 
-class _Repo:
+class _Repo(NamedTuple):
     """Where git works, and the environment every command there gets (a token's, or none)."""
 
-    __slots__ = ("env", "path")
-
-    def __init__(self, path: Path, env: Optional[Mapping[str, str]] = None) -> None:
-        self.path, self.env = path, dict(env or {})
+    path: Path
+    env: Mapping[str, str] = {}
 
 
 def token_env(token: str) -> dict[str, str]:
-    """The environment that makes git send ``token`` to an https remote (basic auth as
-    ``x-access-token``, what GitHub takes for an Actions token), as configuration in the
-    environment only, and read no global or system git configuration."""
+    """The environment that makes git send ``token`` to an https remote (as GitHub takes an
+    Actions token) and read no global or system git configuration."""
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode("ascii")
     return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "1",
             "GIT_CONFIG_KEY_0": "http.extraheader", "GIT_CONFIG_VALUE_0": f"AUTHORIZATION: basic {basic}"}
@@ -248,37 +233,27 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
     return contents
 
 
-def _batches(entries: Sequence[_Entry]) -> Iterator[list[_Entry]]:
-    """``entries`` in runs of at most :data:`READ_BATCH_BYTES` together (one entry alone may reach
-    :data:`MAX_SEGMENT_BYTES`): what one ``cat-file`` holds in memory at once."""
-    batch: list[_Entry] = []
-    size = 0
-    for entry in entries:
-        if batch and size + entry.size > READ_BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-        batch.append(entry)
-        size += entry.size
-    if batch:
-        yield batch
-
-
 def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
     """``(segments, refused)`` of shared ``entries``, taken as untrusted input: a blob over
     :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread; the others must be
-    named by the hash of their bytes and plausible (``segments.accept``). ``refused``:
-    ``(name, the one line why)``."""
+    named by the hash of their bytes and plausible (``segments.accept``), and are read in
+    batches of at most :data:`READ_BATCH_BYTES`. ``refused``: ``(name, the one line why)``."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)
-    readable = []
+    batches: list[list[_Entry]] = [[]]
+    size = 0
     for entry in entries:
         if entry.size > MAX_SEGMENT_BYTES:
             refused.append((entry.name, f"{entry.path}: {entry.size:,} bytes, over the bound of "
                                         f"{MAX_SEGMENT_BYTES:,}; not read, skipped"))
-        else:
-            readable.append(entry)
-    for batch in _batches(readable):
+            continue
+        if batches[-1] and size + entry.size > READ_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(entry)
+        size += entry.size
+    for batch in batches:
         for entry, data in zip(batch, _read_blobs(root, [e.blob for e in batch])):
             try:
                 segments.append((entry.name, accept(entry.name, data, now=now)))
@@ -315,9 +290,22 @@ def _push(root: _Repo, remote: str, ref: str, commit: str) -> bool:
     return True
 
 
-def _backoff(attempt: int, sleep: Callable[[float], None]) -> None:
-    # Jittered exponential backoff: writers that collided do not collide again in step.
-    sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+_T = TypeVar("_T")
+
+
+def _update(repo: _Repo, remote: str, ref: str, attempts: int, sleep: Callable[[float], None], gave_up: str,
+            step: Callable[[Optional[str], _Tree, int], tuple[Optional[str], _T]]) -> _T:
+    """Fetch ``ref``, let ``step`` make a commit on it (None: nothing to do) and push that; on a
+    lost race, again after a jittered exponential backoff (writers that collided do not collide
+    again in step), up to ``attempts`` times. ``step``'s result is the answer."""
+    for attempt in range(1, attempts + 1):
+        parent = _fetch(repo, remote, ref)
+        commit, result = step(parent, _tree(repo, parent), attempt)
+        if commit is None or _push(repo, remote, ref, commit):
+            return result
+        if attempt < attempts:
+            sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
+    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up{gave_up}")
 
 
 def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
@@ -330,30 +318,12 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     pushed (a line in ``problems``). ``auth``: :func:`token_env` of a token (git then works
     in a scratch repository)."""
     local, problems = _pushable(reports_root, only)
-    with _repository(project_root, auth) as repo:
-        result = _push_from(repo, local, remote, ref, attempts, sleep)
-    return replace(result, problems=tuple(problems))
-
-
-def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], list[str]]:
-    found = local_segments(reports_root)
-    problems = [f"{name}: no such history segment here; not pushed" for name in sorted(set(only or ()) - set(found))]
-    wanted = sorted(found if only is None else set(only) & set(found))
-    accepted, refused = read_segment_files([found[name] for name in wanted])
-    problems += [line.replace("; skipped", "; not pushed") for _, line in refused]
-    return {name: found[name] for name, _ in accepted}, problems
-
-
-def _push_from(repo: _Repo, local: Mapping[str, Path], remote: str, ref: str, attempts: int,
-               sleep: Callable[[float], None]) -> PushResult:
     blobs: dict[str, str] = {}
-    for attempt in range(1, attempts + 1):
-        parent = _fetch(repo, remote, ref)
-        tree = _tree(repo, parent)
-        known = set(tree.segments) | tree.replaced
-        missing = sorted(name for name in local if name not in known)
+
+    def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], PushResult]:
+        missing = sorted(name for name in local if name not in tree.segments and name not in tree.replaced)
         if not missing:
-            return PushResult(0, len(local), attempt, parent)
+            return None, PushResult(0, len(local), attempt, problems)
         unwritten = [name for name in missing if name not in blobs]
         if unwritten:
             written = _git(repo, ["hash-object", "-w", "--stdin-paths"],
@@ -362,12 +332,20 @@ def _push_from(repo: _Repo, local: Mapping[str, Path], remote: str, ref: str, at
             blobs.update(zip(unwritten, (b.decode() for b in written)))
         commit = _commit(repo, parent, [(blobs[n], tree_path(n, compacted=False)) for n in missing], [],
                          f"selfheal history: {len(missing)} segment(s)")
-        if _push(repo, remote, ref, commit):
-            return PushResult(len(missing), len(local) - len(missing), attempt, commit)
-        if attempt < attempts:
-            _backoff(attempt, sleep)
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up after {attempts} attempts "
-                             "(the segments are still here: push again)")
+        return commit, PushResult(len(missing), len(local) - len(missing), attempt, problems)
+
+    with _repository(project_root, auth) as repo:
+        return _update(repo, remote, ref, attempts, sleep,
+                       f" after {attempts} attempts (the segments are still here: push again)", step)
+
+
+def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], tuple[str, ...]]:
+    found = local_segments(reports_root)
+    problems = [f"{name}: no such history segment here; not pushed" for name in sorted(set(only or ()) - set(found))]
+    wanted = sorted(found if only is None else set(only) & set(found))
+    accepted, refused = read_segment_files([found[name] for name in wanted])
+    problems += [line.replace("; skipped", "; not pushed") for _, line in refused]
+    return {name: found[name] for name, _ in accepted}, tuple(problems)
 
 
 def _recorded(reports_root: Path) -> set[str]:
@@ -379,39 +357,29 @@ def _recorded(reports_root: Path) -> set[str]:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def rebuild(reports_root: Path, segments: Sequence[tuple[str, Segment]],
-            refused: Sequence[tuple[str, str]] = ()) -> tuple[int, int]:
-    """Record every run of ``segments`` (with their names) in the database, one
-    transaction, and remember the ``refused`` ``(name, why)`` (never read again); ``(runs, added)``."""
-    items = [(item.run, item.outcomes) for _, segment in segments for item in segment.runs]
-    try:
-        with HistoryDB.open(reports_root) as db:
-            db.refuse_segments(refused)
-            added = db.import_runs(items, segments=[name for name, _ in segments])
-    except HistoryUnavailable as exc:
-        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
-    return len(items), added
-
-
 def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
-    """Fetch the remote's ``ref`` and rebuild the database from its segments and this
-    machine's own: only the segments it does not hold yet are read (a pull after a restored
-    cache reads what is new since). Every segment is untrusted input (``segments.accept``): one
-    refused is one line in ``problems`` once, remembered, and never read again. ``auth``: as
-    for :func:`push`."""
+    """Fetch the remote's ``ref`` and record the runs of its segments and this machine's own in
+    the database, one transaction: only the segments it does not hold yet are read (a pull after
+    a restored cache reads what is new since). A segment refused is one line in ``problems``
+    once, remembered, and never read again. ``auth``: as for :func:`push`."""
     with _repository(project_root, auth) as repo:
         commit = _fetch(repo, remote, ref)
         done = _recorded(reports_root)
         tree = _tree(repo, commit)
-        fresh = [entry for name, entry in sorted(tree.segments.items()) if name not in done]
-        shared, refused = _decode_all(repo, fresh)
-    local = [path for name, path in sorted(local_segments(reports_root).items())
-             if name not in done and name not in tree.segments]
-    mine, local_refused = read_segment_files(local)
-    runs, added = rebuild(reports_root, shared + mine, refused + local_refused)
-    return PullResult(len(shared) + len(mine), runs, added, commit,
-                      tuple(line for _, line in refused + local_refused))
+        shared, refused = _decode_all(repo, [entry for name, entry in sorted(tree.segments.items())
+                                             if name not in done])
+    mine, local_refused = read_segment_files([path for name, path in sorted(local_segments(reports_root).items())
+                                              if name not in done and name not in tree.segments])
+    named, refused = shared + mine, refused + local_refused
+    items = [(item.run, item.outcomes) for _, segment in named for item in segment.runs]
+    try:
+        with HistoryDB.open(reports_root) as db:
+            db.refuse_segments(refused)
+            added = db.import_runs(items, segments=[name for name, _ in named])
+    except HistoryUnavailable as exc:
+        raise SharedHistoryError(str(exc).replace("; continuing without history", "")) from None
+    return PullResult(len(named), len(items), added, commit, tuple(line for _, line in refused))
 
 
 def _older(segment: Segment, cutoff: dt.datetime) -> bool:
@@ -434,20 +402,12 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one
     compacted segment (every run kept once), and push it; on a lost race, again."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
-    with _repository(project_root, auth) as repo:
-        return _compact_in(repo, cutoff, older_than_days, remote, ref, attempts, sleep)
 
-
-def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote: str, ref: str, attempts: int,
-                sleep: Callable[[float], None]) -> CompactResult:
-    for attempt in range(1, attempts + 1):
-        parent = _fetch(repo, remote, ref)
-        tree = _tree(repo, parent)
-        entries = sorted(tree.segments.values(), key=lambda e: e.path)
-        decoded, _ = _decode_all(repo, entries)
+    def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:
+        decoded, _ = _decode_all(repo, sorted(tree.segments.values(), key=lambda e: e.path))
         old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
         if len(old) < 2:
-            return CompactResult(0, sum(len(s.runs) for _, s in old), parent)
+            return None, CompactResult(0, sum(len(s.runs) for _, s in old))
         merged = compact(old)
         data = encode(merged)
         blob = _git(repo, ["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
@@ -456,8 +416,7 @@ def _compact_in(repo: _Repo, cutoff: dt.datetime, older_than_days: float, remote
         commit = _commit(repo, parent, [(blob, tree_path(segment_name(data), compacted=True)), *markers],
                          [tree.segments[name] for name, _ in old],
                          f"selfheal history: compact {len(old)} segment(s) older than {older_than_days:g} days")
-        if _push(repo, remote, ref, commit):
-            return CompactResult(len(old), len(merged.runs), commit)
-        if attempt < attempts:
-            _backoff(attempt, sleep)
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up compacting after {attempts} attempts")
+        return commit, CompactResult(len(old), len(merged.runs))
+
+    with _repository(project_root, auth) as repo:
+        return _update(repo, remote, ref, attempts, sleep, f" compacting after {attempts} attempts", step)

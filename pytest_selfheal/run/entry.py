@@ -1,11 +1,7 @@
-"""The loop entry: run the RALF-Lite loop on one incident, for every surface (edge).
-
-``pytest --selfheal --selfheal-loop``, ``selfheal loop``, ``selfheal ci`` and the MCP server
-all call :func:`run_incident_loop`. With a repair provider (``repair.command`` or a
-``pytest_selfheal_repair`` hook implementation) the loop runs in an isolated git worktree
-(repair/); without one it is verify-only (loop/). Either way the verification runs get the
-hook classification rules, so they fingerprint a failure exactly like the capture did.
-"""
+"""The loop entry every surface calls (edge): with a repair provider the loop runs in an
+isolated git worktree (repair/), without one it is verify-only (loop/). Either way the
+verification runs get the hook classification rules, so they fingerprint a failure exactly
+like the capture did."""
 
 from __future__ import annotations
 
@@ -49,16 +45,12 @@ def run_incident_loop(
 ) -> LoopResult:
     """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
-    ``cwd`` is the project root computed by the caller; the verification runs there (or in
-    the capture's rootdir when that lies inside it: :func:`verification_root`).
-    ``interactive`` (asking for approval on the terminal) and ``unattended`` default to
-    whether stdin is a terminal; ``env`` is the test processes' environment (default
-    ``os.environ``). ``verify_only`` runs no repair provider even when one is configured
-    (the MCP server's ``loop`` tool: the agent calling it is the one that repairs).
-    ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
-    comment), so a loop without a repair provider ranks them by a spectrum too. ``state``:
-    the incident's records as the caller already holds them (``selfheal ci``: ``LoopRun.resume``),
-    not read again; the loop writes through it, so afterwards it holds what the files say.
+    ``cwd``: the project root; the verification runs there, or in the capture's rootdir when
+    that lies inside it. ``interactive`` and ``unattended`` default to whether stdin is a
+    terminal. ``verify_only`` runs no repair provider even when one is configured (the MCP
+    ``loop`` tool: the agent calling it is the one that repairs). ``shown``: the caller shows
+    the plan's suspects afterwards, so a verify-only loop ranks them too. ``state``: the
+    incident's records as the caller holds them, not read again; the loop writes through it.
     """
     # Read once: the loop state holds it from here on.
     incident = state.incident if state is not None else store.read_incident(incident_id)
@@ -75,14 +67,12 @@ def run_incident_loop(
         # approval) is never loaded by a verify-only loop, the common case (docs/benchmarks.md).
         from pytest_selfheal.repair.session import repair_loop
 
-        result = repair_loop(
+        return repair_loop(
             store, incident_id, effective=effective, project_root=project_root, approve=approve,
             interactive=interactive, pluginmanager=pluginmanager, out=out, env=env, hook_rules=rules,
             unattended=unattended, incident=incident, state=state,
         )
-    else:
-        result = run_loop(
-            store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
-            unattended=unattended, env=env, hook_rules=rules, incident=incident, shown=shown, state=state,
-        )
-    return result
+    return run_loop(
+        store, incident_id, effective=effective, project_root=project_root, approve=approve, out=out,
+        unattended=unattended, env=env, hook_rules=rules, incident=incident, shown=shown, state=state,
+    )

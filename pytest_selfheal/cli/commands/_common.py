@@ -16,41 +16,40 @@ from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
+ID_HELP = "incident id (incident_YYYYMMDD_HHMMSS_<run>), a unique prefix of one, or `latest`"
+
 
 def print_json(data: Any, redactor: Optional[Redactor] = None) -> None:
-    """Print ``data`` as indented, key-sorted JSON on stdout, secrets redacted (keys and values)
-    by ``redactor``, else the project's (:func:`project_redactor`)."""
+    """Print ``data`` as indented, key-sorted JSON on stdout, keys and values redacted by
+    ``redactor``, else the project's."""
     redactor = redactor or project_redactor()
     text = json.dumps(redactor.redact_obj(data), indent=2, sort_keys=True, ensure_ascii=False)
     sys.stdout.write(text + "\n")
 
 
 def project_redactor() -> Redactor:
-    """The redactor of the project seen from here: its ``redaction`` settings and the environment
-    (``EffectiveConfig.redactor``); the built-in defaults alone when its config cannot be read."""
+    """The redactor of the project seen from here; the built-in defaults when its config cannot be read."""
     try:
         return load_config(project_root()).redactor
     except SelfhealError:
         return default_redactor()
 
 
-# --- reports root (--dir) -------------------------------------------------------------
-
-
 def add_dir_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--dir DIR``: the reports root (default: ``reports_dir`` under the project root)."""
-    parser.add_argument(
-        "--dir",
-        metavar="DIR",
-        default=None,
-        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the project root: "
-             "the directory pytest takes as rootdir from here)",
-    )
+    parser.add_argument("--dir", metavar="DIR", default=None,
+                        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the project "
+                             "root: the directory pytest takes as rootdir from here)")
+
+
+def add_incident_arguments(parser: argparse.ArgumentParser, json_help: str = "print the result as JSON") -> None:
+    """``ID``, ``--json`` and ``--dir``: what every command on one incident takes."""
+    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
+    parser.add_argument("--json", action="store_true", help=json_help)
+    add_dir_argument(parser)
 
 
 def project_root() -> Path:
-    """The project root seen from the current directory, by pytest's rootdir rules
-    (:func:`~pytest_selfheal.config.files.find_project_root`)."""
+    """The project root seen from the current directory, by pytest's rootdir rules."""
     return find_project_root(Path.cwd())
 
 
@@ -81,9 +80,7 @@ def parse_days(text: str, flag: str, *, zero_ok: bool) -> float:
     return days
 
 
-ID_HELP = "incident id (incident_YYYYMMDD_HHMMSS_<run>), a unique prefix of one, or `latest`"
-
-
-def incident_id_from_args(store: Store, args: argparse.Namespace) -> str:
-    """The incident the ``ID`` argument names: a full id, ``latest`` or a unique prefix."""
-    return store.resolve_id(str(args.incident_id))
+def incident_from_args(args: argparse.Namespace, effective: Optional[EffectiveConfig] = None) -> tuple[Store, str]:
+    """The store and the incident the ``ID`` argument names: a full id, ``latest`` or a unique prefix."""
+    store = store_from_args(args, effective)
+    return store, store.resolve_id(str(args.incident_id))

@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    project_root,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, RefusedError
 from pytest_selfheal.repair.apply import apply_proposed, proposed_patch
@@ -24,15 +17,12 @@ HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.pat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--yes] [--allow-test-edits] [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
+    add_incident_arguments(parser)
     parser.add_argument("--yes", action="store_true",
                         help="apply without asking (needed when there is no terminal to ask on)")
     parser.add_argument("--allow-test-edits", action="store_true",
                         help="apply a patch that edits tests, conftest or fixtures (repair.allow_test_edits); "
                              "without it such a patch is refused, whatever the approval")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
     test edits without ``repair.allow_test_edits``)."""
     root = project_root()
     effective = load_config(root)
-    store = store_from_args(args, effective)  # --dir, else the configured reports_dir of the project
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args, effective)
     proposed = proposed_patch(store, incident_id, root,  # unknown id or no patch: 4
                               allow_binary=effective.settings.repair.allow_binary,
                               allow_test_edits=effective.settings.repair.allow_test_edits or bool(args.allow_test_edits))

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS
 
 NAME = "archive"
@@ -18,8 +12,7 @@ HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID --as resolved|escalated [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
+    add_incident_arguments(parser)
     parser.add_argument(
         "--as",
         dest="bucket",
@@ -27,14 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=tuple(bucket.value for bucket in ARCHIVE_BUCKETS),
         help="archive bucket; resolved is only allowed from status running (docs/store.md)",
     )
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Archive the incident; refused transitions exit 5, unknown ids 4, bad ids 2."""
-    store = store_from_args(args)
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args)
     previous = store.read_status(incident_id)
     destination = store.archive(incident_id, args.bucket)
     relative = destination.relative_to(store.root).as_posix()

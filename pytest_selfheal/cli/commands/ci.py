@@ -22,26 +22,26 @@ NAME = "ci"
 HELP = "run pytest --selfheal, the loop and the report, and comment on the pull request (what the Action runs)"
 
 
+# The on/off flags, by their CiOptions field (their defaults are CiOptions').
+_SWITCHES = {
+    "comment": "post/update the sticky PR comment on pull request events (default: on)",
+    "fail_on_unresolved": "exit 1 when the loop did not resolve the failure (default: on)",
+    "pass_on_proposed_fix": "exit 0 when a repair provider's fix is only proposed (default: off: the code that "
+                            "was checked out still fails, so the job fails)",
+    "fail_on_new_flaky": "on a pull request, exit 1 when a test it adds or changes passes and fails on "
+                         "re-runs (default: on; the re-runs: the new_tests keys)",
+    "fail_on_new_unchecked": "on a pull request, exit 1 when a test it adds or changes could not be re-run its "
+                             "count (the budget spent, a refused re-run), so it was not checked (default: on)",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[--dir DIR] [--set KEY=VALUE...] [--[no-]comment] [--[no-]fail-on-unresolved]
-    [--[no-]pass-on-proposed-fix] [--[no-]fail-on-new-flaky] [--[no-]fail-on-new-unchecked] [--report-name NAME] [--report-path PATH] [--json] [--action-inputs]
-    [--comment-from REPORT.json] [--pr N] [--expected-head-sha SHA] [-- PYTEST_ARGS...]``."""
     add_dir_argument(parser)
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                         help="override a ralf_lite key (repeatable); also passed to pytest as --selfheal-set")
-    parser.add_argument("--comment", action=argparse.BooleanOptionalAction, default=None,
-                        help="post/update the sticky PR comment on pull request events (default: on)")
-    parser.add_argument("--fail-on-unresolved", action=argparse.BooleanOptionalAction, default=None,
-                        help="exit 1 when the loop did not resolve the failure (default: on)")
-    parser.add_argument("--pass-on-proposed-fix", action=argparse.BooleanOptionalAction, default=None,
-                        help="exit 0 when a repair provider's fix is only proposed (default: off: the code that "
-                             "was checked out still fails, so the job fails)")
-    parser.add_argument("--fail-on-new-flaky", action=argparse.BooleanOptionalAction, default=None,
-                        help="on a pull request, exit 1 when a test it adds or changes passes and fails on "
-                             "re-runs (default: on; the re-runs: the new_tests keys)")
-    parser.add_argument("--fail-on-new-unchecked", action=argparse.BooleanOptionalAction, default=None,
-                        help="on a pull request, exit 1 when a test it adds or changes could not be re-run its "
-                             "count (the budget spent, a refused re-run), so it was not checked (default: on)")
+    for name, text in _SWITCHES.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=None,
+                            help=text)
     parser.add_argument("--report-name", metavar="NAME", default=None,
                         help="name of the sticky comment (one comment per PR and name; default: default)")
     parser.add_argument("--report-path", metavar="PATH", default=None,
@@ -73,9 +73,7 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
     given = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
     if args.pr is not None and args.pr <= 0:
         raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
-    flags = {"comment": args.comment, "fail_on_unresolved": args.fail_on_unresolved,
-             "pass_on_proposed_fix": args.pass_on_proposed_fix, "fail_on_new_flaky": args.fail_on_new_flaky,
-             "fail_on_new_unchecked": args.fail_on_new_unchecked, "report_name": args.report_name,
+    flags = {**{name: getattr(args, name) for name in _SWITCHES}, "report_name": args.report_name,
              "comment_from": Path(args.comment_from) if args.comment_from else None, "pull_request": args.pr,
              "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None}
     options = CiOptions(**{**given, **{key: value for key, value in flags.items() if value is not None}})

@@ -20,7 +20,6 @@ _MAX_ALIGN = 60
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``selfheal config``."""
     parser.add_argument("--show-origin", action="store_true",
                         help="one line per key with the file or flag its value came from")
     parser.add_argument("--json", action="store_true",

@@ -8,7 +8,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 from pytest_selfheal import process
 from pytest_selfheal.errors import UsageError
@@ -26,28 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dest", metavar="DIR", help="where to create the demo project (default: a new temp dir)")
 
 
-def make_demo_project(dest: Path) -> Path:
-    """Copy the demo files into ``dest`` and commit them in a fresh git repository."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for item in DEMO_SOURCE.iterdir():
-        if item.is_file():
-            shutil.copy2(item, dest / item.name)
-    init_repo(dest, "demo project")
-    return dest
-
-
 def _step(title: str) -> None:
     sys.stdout.write(f"\n=== {title}\n")
     sys.stdout.flush()
 
 
-def _run(args: list[str], cwd: Path) -> int:
-    shown = " ".join(args)
-    sys.stdout.write(f"$ {shown}\n")
+def _run(args: list[str], cwd: Path) -> None:
+    """Show ``args`` and run them (``pytest``: this Python's; ``selfheal``: this package), echoing their output."""
+    sys.stdout.write(f"$ {' '.join(args)}\n")
     sys.stdout.flush()
-    argv = [sys.executable, "-m", "pytest", *args[1:]] if args[0] == "pytest" else [sys.executable, "-m", "pytest_selfheal", *args[1:]]
-    result = process.run(argv, cwd=cwd, on_line=_echo)
-    return result.exit_code if result.exit_code is not None else 1
+    module = "pytest" if args[0] == "pytest" else "pytest_selfheal"
+    process.run([sys.executable, "-m", module, *args[1:]], cwd=cwd, on_line=_echo)
 
 
 def _echo(line: bytes) -> None:
@@ -55,26 +43,26 @@ def _echo(line: bytes) -> None:
     sys.stdout.flush()
 
 
-def _newest_inbox_incident(project: Path) -> Optional[str]:
-    inbox = project / DEFAULT_REPORTS_DIR / INBOX_DIR
-    ids = sorted(p.name for p in inbox.glob(f"{INCIDENT_PREFIX}*")) if inbox.is_dir() else []
-    return ids[-1] if ids else None
-
-
 def run(args: argparse.Namespace) -> int:
-    dest = Path(args.dest) if args.dest else Path(tempfile.mkdtemp(prefix="selfheal-demo-"))
-    if dest.exists() and any(dest.iterdir()):
-        raise UsageError(f"{dest}: demo destination must be empty or absent")
-    project = make_demo_project(dest)
+    project = Path(args.dest) if args.dest else Path(tempfile.mkdtemp(prefix="selfheal-demo-"))
+    if project.exists() and any(project.iterdir()):
+        raise UsageError(f"{project}: demo destination must be empty or absent")
+    project.mkdir(parents=True, exist_ok=True)
+    for item in DEMO_SOURCE.iterdir():
+        if item.is_file():
+            shutil.copy2(item, project / item.name)
+    init_repo(project, "demo project")
     sys.stdout.write(f"demo project: {project} (calc.add has a real bug; test_flaky times out on its first run)\n")
 
     _step("1. a red run is captured as an incident, fingerprinted, with a plan")
     _run(["pytest", "--selfheal", "-q", "-p", "no:randomly"], project)
-    first = _newest_inbox_incident(project)
-    if first is None:
+    inbox = project / DEFAULT_REPORTS_DIR / INBOX_DIR
+    captured = sorted(p.name for p in inbox.glob(f"{INCIDENT_PREFIX}*")) if inbox.is_dir() else []
+    if not captured:
         raise UsageError("the demo run captured nothing; is pytest-selfheal installed in this Python?")
 
     _step("2. the verify-only loop: the flaky test passes on re-run, the real bug repeats -> hard stop")
+    first = captured[-1]
     _run(["selfheal", "loop", first], project)
 
     _step("3. running again does not reset the stop: the same failure, the same code -> STOP already_stopped")

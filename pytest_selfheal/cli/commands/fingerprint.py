@@ -25,7 +25,6 @@ HELP = "fingerprint and classify the failing testcases of junit XML files (any r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments: one or more junit files and ``--json``."""
     parser.add_argument("files", nargs="+", metavar="FILE", help="junit XML file(s)")
     parser.add_argument(
         "--json",
@@ -68,11 +67,8 @@ class FingerprintRow(NamedTuple):
 def collect(
     files: list[str], warnings: list[str], errors: list[str], rules: Sequence[Rule] = ()
 ) -> list[FingerprintRow]:
-    """Failures of every file; bad files go to ``errors``.
-
-    ``rules``: extra classification rules, tried before the built-in ones. This is the
-    whole work of the command minus config and printing (the benchmark times it).
-    """
+    """Failures of every file, classified by ``rules`` before the built-in ones; bad files go
+    to ``errors``. The whole work of the command but config and printing (the benchmark times it)."""
     rows: list[FingerprintRow] = []
     for name in files:
         try:
@@ -85,12 +81,8 @@ def collect(
 
 
 def write_json(rows: Sequence[FingerprintRow], out: IO[str]) -> None:
-    """A JSON list with one object per line.
-
-    Not ``_common.print_json``: json's indenting encoder is pure Python and builds the
-    whole text at once; one C-encoded line per failure is several times faster on
-    10,000 failures and still valid, diff-friendly JSON.
-    """
+    """A JSON list with one object per line: json's indenting encoder is pure Python and builds
+    the whole text at once; one C-encoded line per failure is still valid, diff-friendly JSON."""
     out.write("[\n")
     last = len(rows) - 1
     for index, row in enumerate(rows):
@@ -108,13 +100,12 @@ def run(args: argparse.Namespace) -> int:
         rules = list(load_config(project_root()).settings.classification_rules)
     warnings: list[str] = []
     errors: list[str] = []
-    files: list[str] = list(args.files)
-    rows = collect(files, warnings, errors, rules)
+    rows = collect(args.files, warnings, errors, rules)
     for warning in warnings:
         sys.stderr.write(f"selfheal: warning: {warning}\n")
     for error in errors:
         sys.stderr.write(f"selfheal: error: {error}\n")
-    if len(errors) < len(files):
+    if len(errors) < len(args.files):
         # Something was read: print it, even when another file was bad.
         if args.json:
             write_json(rows, sys.stdout)

@@ -16,7 +16,6 @@ HELP = "tests ranked by flake rate over a window, with their counts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[--window DAYS] [--json] [--dir DIR]``."""
     parser.add_argument("--window", metavar="DAYS", default=None,
                         help="look back this many days (default: history.window_days, 30)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")

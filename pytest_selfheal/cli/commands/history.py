@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Optional
 
 from pytest_selfheal.cli.commands._common import (
@@ -36,11 +37,11 @@ from pytest_selfheal.redact import Redactor
 NAME = "history"
 HELP = "the recent runs, one test's or failure's outcomes; push|pull|compact the shared history (git remote)"
 ACTIONS = ("push", "pull", "compact")
+# The options of some actions only.
+_ONLY_FOR = {"older_than": ("compact",), "token_env": ACTIONS, "segments": ("push",)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[push|pull|compact] [--test NODEID | --fingerprint FP | --path] [--limit N] [--json] [--remote R]
-    [--older-than DAYS] [--dir DIR]``."""
     parser.add_argument("action", nargs="?", choices=ACTIONS,
                         help="push: add this machine's segments to the remote's refs/selfheal/history; pull: fetch "
                              "it and rebuild the local history; compact: merge the shared segments older than "
@@ -74,16 +75,13 @@ def run(args: argparse.Namespace) -> int:
     update the remote."""
     if args.limit < 1:
         raise UsageError(f"--limit: expected an integer >= 1, got {args.limit}")
+    for dest, actions in _ONLY_FOR.items():
+        if getattr(args, dest) is not None and args.action not in actions:
+            raise UsageError(f"--{dest.replace('_', '-')} is for `selfheal history {'|'.join(actions)}`")
     if args.action is not None:
         if args.test is not None or args.fingerprint is not None or args.path:
             raise UsageError(f"history {args.action}: --test, --fingerprint and --path are for reading the history")
         return _share(args)
-    if args.older_than is not None:
-        raise UsageError("--older-than is for `selfheal history compact`")
-    if args.token_env is not None:
-        raise UsageError("--token-env is for `selfheal history push|pull|compact`")
-    if args.segments is not None:
-        raise UsageError("--segments is for `selfheal history push`")
     if args.path:
         effective = load_config(project_root())
         path = str((store_from_args(args, effective).root / HISTORY_FILE).absolute())
@@ -92,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
         print(path if effective.settings.history.enabled else "")
         return 0
     # The config is loaded once: its redactor also redacts the --json output.
-    config = None if getattr(args, "dir", None) else load_config(project_root())
+    config = None if args.dir else load_config(project_root())
     store = store_from_args(args, config)
     redactor = config.redactor if config is not None else None
     try:
         with HistoryDB.open(store.root, create=False) as db:
             if args.test is None and args.fingerprint is None:
-                return _print_recent(db.recent_runs(args.limit), args.json, redactor)
+                return _print_recent(db.runs(newest=args.limit), args.json, redactor)
             rows = db.history_of(nodeid=args.test, fingerprint=args.fingerprint, limit=args.limit)
     except HistoryUnavailable as exc:
         raise NotFoundError(str(exc)) from None
@@ -106,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
         print_json([
             {"recorded_at": run_info.recorded_at, "kind": run_info.kind, "incident_id": run_info.incident_id,
              "iteration": run_info.iteration, "commit": run_info.commit, "branch": run_info.branch,
-             "ci_run_id": run_info.ci_run_id, "nodeid": outcome.nodeid, "outcome": outcome.outcome,
-             "fingerprint": outcome.fingerprint, "failure_class": outcome.failure_class}
+             "ci_run_id": run_info.ci_run_id, **asdict(outcome)}
             for run_info, outcome in rows
         ], redactor)
         return 0
@@ -132,8 +129,7 @@ def _print_recent(
             {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
              "workflow": r.ci_workflow, "ci_run_id": r.ci_run_id, "incident_id": r.incident_id,
              "iteration": r.iteration, "tests_run": r.tests_run,
-             "outcomes": [{"nodeid": o.nodeid, "outcome": o.outcome, "fingerprint": o.fingerprint,
-                           "failure_class": o.failure_class} for o in outcomes]}
+             "outcomes": [asdict(o) for o in outcomes]}
             for r, outcomes in runs
         ], redactor)
         return 0
@@ -166,11 +162,7 @@ def _share(args: argparse.Namespace) -> int:
             # git works in a scratch repository then: it has no remote names, only URLs.
             raise UsageError(f"--token-env: --remote must be a URL, not the remote name {shown!r}")
         auth = token_env(token.strip())
-    if args.segments is not None and args.action != "push":
-        raise UsageError("--segments is for `selfheal history push`")
     if args.action == "pull":
-        if args.older_than is not None:
-            raise UsageError("--older-than is for `selfheal history compact`")
         pulled = pull(project, root, remote=remote, auth=auth)
         for line in pulled.problems:
             print(f"selfheal: warning: {line}", file=sys.stderr)
@@ -180,8 +172,6 @@ def _share(args: argparse.Namespace) -> int:
         return 0
     refuse_unless_merged(os.environ, args.action, project)
     if args.action == "push":
-        if args.older_than is not None:
-            raise UsageError("--older-than is for `selfheal history compact`")
         only = _segment_names(args.segments)
         if only is not None and not only:
             print("no segment of this run to push")
@@ -193,7 +183,9 @@ def _share(args: argparse.Namespace) -> int:
         print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
               f"({pushed.already} already there)")
         return 0
-    days = _older_than(args.older_than)
+    if args.older_than is None:
+        raise UsageError("history compact: give --older-than DAYS")
+    days = parse_days(args.older_than, "--older-than", zero_ok=True)
     done = compact_shared(project, older_than_days=days, remote=remote, auth=auth)
     if not done.replaced:
         print(f"nothing to compact on {shown} {HISTORY_REF}: fewer than 2 segments older than {days:g} days")
@@ -212,9 +204,3 @@ def _segment_names(text: Optional[str]) -> Optional[list[str]]:
     if bad:
         raise UsageError(f"--segments: {bad[0][:80]!r} is not a history segment name")
     return names
-
-
-def _older_than(text: Optional[str]) -> float:
-    if text is None:
-        raise UsageError("history compact: give --older-than DAYS")
-    return parse_days(text, "--older-than", zero_ok=True)

@@ -20,7 +20,6 @@ HELP = "write an incident's tests as junit XML, tests that passed on re-run with
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[ID] --output PATH [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", nargs="?",
                         help="incident id, a unique prefix of one, or `latest` (default: the latest incident)")
     parser.add_argument("--output", "-o", metavar="PATH", required=True, help="where to write the junit XML")

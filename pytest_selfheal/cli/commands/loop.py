@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    project_root,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import Override, parse_override
 from pytest_selfheal.hooks import cli_plugin_manager
@@ -28,11 +21,7 @@ HELP = ("run or resume the RALF-Lite loop of an incident: re-run its verificatio
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR] [--approve] [--allow-test-edits] [--reopen] [--set KEY=VALUE]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true",
-                        help="print the run result as JSON on stdout (progress lines go to stderr)")
-    add_dir_argument(parser)
+    add_incident_arguments(parser, "print the run result as JSON on stdout (progress lines go to stderr)")
     parser.add_argument("--approve", action="store_true",
                         help="approve up front: unattended loops (apply_to.autonomous_plans: false) and "
                              "applying a repair provider's patch")
@@ -52,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_test_edits:
         overrides.append(Override("repair.allow_test_edits", True, "--allow-test-edits"))
     effective = load_config(project, overrides=overrides)
-    store = store_from_args(args, effective)
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args, effective)
     store.locate(incident_id)  # unknown id: exit 4 before anything runs
 
     def progress(line: str) -> None:

@@ -17,7 +17,6 @@ INSTALL_HINT = "selfheal mcp needs the optional extra (Python 3.10+): pip instal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[--root DIR] [--set KEY=VALUE]``."""
     parser.add_argument("--root", metavar="DIR", default=None,
                         help="the project to serve (default: the current directory); pytest runs there")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],

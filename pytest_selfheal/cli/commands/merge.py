@@ -19,8 +19,6 @@ HELP = "merge the JSON reports of several jobs (e.g. a CI matrix) into one repor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``REPORT.json... [--name NAME...] [--history FILE...] [--dir DIR] [--format md|json] [--json] [--output PATH]
-    [--headline]``."""
     parser.add_argument("reports", metavar="REPORT.json", nargs="*",
                         help="reports written by `selfheal report --format json` (one per shard)")
     parser.add_argument("--history", metavar="FILE", nargs="+", action="extend", default=[],

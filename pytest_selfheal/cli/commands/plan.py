@@ -6,14 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    project_root,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import printable
 from pytest_selfheal.loop.localise import localise_plan
@@ -29,15 +22,12 @@ HELP = ("print the remediation plan of an incident (--force: regenerate it from 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--force] [--localise] [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
+    add_incident_arguments(parser, "print plan.json instead of plan.md")
     parser.add_argument("--force", action="store_true",
                         help="regenerate plan.json and plan.md from incident.json (revision 1; status unchanged)")
     parser.add_argument("--localise", action="store_true",
                         help="before printing, rank the suspects by a coverage spectrum as the loop does for a "
                              "repair provider: runs the failing tests' files once (before the first iteration only)")
-    parser.add_argument("--json", action="store_true", help="print plan.json instead of plan.md")
-    add_dir_argument(parser)
 
 
 def _say(line: str) -> None:
@@ -48,8 +38,7 @@ def run(args: argparse.Namespace) -> int:
     """Print (or regenerate and print) the plan; bad id 2, corrupted files 3, unknown id / no plan 4."""
     project = project_root() if args.localise else None
     effective = load_config(project) if project is not None else None
-    store = store_from_args(args, effective)
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args, effective)
     store.locate(incident_id)
     if args.force:
         with store.lock():

@@ -24,7 +24,6 @@ DEFAULT_DAYS = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[--older-than DAYS] [--dry-run] [--json] [--dir DIR]``."""
     parser.add_argument("--older-than", metavar="DAYS", default=str(DEFAULT_DAYS),
                         help=f"age since the incident was archived, in days (default {DEFAULT_DAYS:g}; 0: every archived one)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from pathlib import Path
-from typing import Optional
 
 from pytest_selfheal.cli.commands._common import print_json, project_root
 from pytest_selfheal.config.files import load_config
@@ -20,7 +18,6 @@ HELP = "add, remove or list quarantined tests and fingerprints (.selfheal-quaran
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``add|remove|list`` with ``--test``/``--fingerprint``, ``--reason``, ``--expires``, ``--owner``."""
     parser.add_argument("action", choices=("add", "remove", "list"))
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--test", metavar="NODEID", help="the test to (un)quarantine")
@@ -32,21 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="list: print the entries as JSON")
 
 
-def _file(project: Path) -> tuple[Path, str]:
-    relative = load_config(project).settings.history.quarantine_file
-    return quarantine_path(project, relative), relative
-
-
-def _read(path: Path) -> Optional[str]:
-    return fsio.read_text(path) if path.is_file() else None
-
-
 def run(args: argparse.Namespace) -> int:
     """0 done; 2 bad arguments, a bad file or a bad config; 4 nothing to remove; 5 the configured
     file is not a real file inside the project (add, remove)."""
     project = project_root()
+    relative = load_config(project).settings.history.quarantine_file
     if args.action == "list":
-        relative = load_config(project).settings.history.quarantine_file
         entries, warnings = read_quarantine(project, relative, revision=args.revision)
         for warning in warnings:
             print(f"selfheal: warning: {warning}", file=sys.stderr)
@@ -61,31 +49,27 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.test is None and args.fingerprint is None:
         raise UsageError(f"quarantine {args.action}: give --test NODEID or --fingerprint FP")
-    path, relative = _file(project)
-    if args.action == "add":
-        if not args.reason or not args.reason.strip():
-            raise UsageError("quarantine add: --reason is required")
-        expires = None
-        if args.expires is not None:
-            try:
-                expires = dt.date.fromisoformat(args.expires).isoformat()
-            except ValueError:
-                raise UsageError(f"--expires: expected a date YYYY-MM-DD, got {args.expires!r}") from None
-        entry = QuarantineEntry(reason=args.reason.strip(), test=args.test, fingerprint=args.fingerprint,
-                                expires=expires, owner=args.owner)
-        try:
-            text = add_entry(_read(path), entry)
-        except ValueError as exc:
-            raise UsageError(f"{relative}: {exc}; fix the file first") from None
-        fsio.atomic_write_text(path, text)
-        print(f"quarantined {'test ' + args.test if args.test else 'fingerprint ' + args.fingerprint} in {relative}")
-        return 0
+    if args.action == "add" and (not args.reason or not args.reason.strip()):
+        raise UsageError("quarantine add: --reason is required")
     try:
-        text, removed = remove_entries(_read(path) or "", test=args.test, fingerprint=args.fingerprint)
+        given = args.expires if args.action == "add" else None
+        expires = dt.date.fromisoformat(given).isoformat() if given is not None else None
+    except ValueError:
+        raise UsageError(f"--expires: expected a date YYYY-MM-DD, got {args.expires!r}") from None
+    path = quarantine_path(project, relative)
+    text = fsio.read_text(path) if path.is_file() else None
+    try:
+        if args.action == "add":
+            text = add_entry(text, QuarantineEntry(reason=args.reason.strip(), test=args.test,
+                                                   fingerprint=args.fingerprint, expires=expires, owner=args.owner))
+            said = f"quarantined {'test ' + args.test if args.test else 'fingerprint ' + args.fingerprint} in {relative}"
+        else:
+            text, removed = remove_entries(text or "", test=args.test, fingerprint=args.fingerprint)
+            if not removed:
+                raise NotFoundError(f"{relative}: no entry for {args.test or args.fingerprint}")
+            said = f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {relative}"
     except ValueError as exc:
         raise UsageError(f"{relative}: {exc}; fix the file first") from None
-    if not removed:
-        raise NotFoundError(f"{relative}: no entry for {args.test or args.fingerprint}")
     fsio.atomic_write_text(path, text)
-    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {relative}")
+    print(said)
     return 0

@@ -10,14 +10,7 @@ import argparse
 import os
 from collections.abc import Mapping
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    project_root,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.attempts import reopen_incident
@@ -33,13 +26,10 @@ HELP = ("move an archived (resolved or escalated) incident back to error_inbox/ 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_incident_arguments(parser)
     parser.add_argument("--new-seal", action="store_true",
                         help="also take a new seal of what is there now, accepting what changed since the capture "
                              "(asks for a yes at a terminal; refused without one and under a coding agent)")
-    add_dir_argument(parser)
 
 # Set in the environment of the coding agents' shells: a seal is never theirs to take.
 AGENT_VARIABLES = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CODEX_SANDBOX", "CURSOR_AGENT", "GEMINI_CLI")
@@ -68,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
     passes the failing tests, exits 5 before anything moves."""
     project = project_root()
     effective = load_config(project)
-    store = store_from_args(args, effective)
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args, effective)
     if args.new_seal:
         incident = store.read_incident(incident_id)
         changes = harness_changed(incident, project, store=store)

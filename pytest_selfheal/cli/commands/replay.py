@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
-    print_json,
-    store_from_args,
-)
+from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.records.loop_state import LoopState
@@ -21,11 +15,7 @@ HELP = "rebuild the loop state from the incident's events alone and check it equ
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true",
-                        help="print {replayed, disk, equal, differences, warnings} as JSON")
-    add_dir_argument(parser)
+    add_incident_arguments(parser, "print {replayed, disk, equal, differences, warnings} as JSON")
 
 
 def format_state(state: LoopState) -> list[str]:
@@ -50,8 +40,7 @@ def format_state(state: LoopState) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Replay; 0 when it equals the disk state, 3 when it differs (or files are corrupted)."""
-    store = store_from_args(args)
-    incident_id = incident_id_from_args(store, args)
+    store, incident_id = incident_from_args(args)
     events, warnings = store.read_events(incident_id)
     replayed = replay(events)
     disk = state_from_disk(store, incident_id)

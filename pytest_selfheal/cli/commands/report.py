@@ -40,7 +40,6 @@ def add_format_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[ID] [--all] [--format md|json] [--json] [--output PATH] [--headline] [--dir DIR]``."""
     parser.add_argument("incident_id", metavar="ID", nargs="?",
                         help="incident id, a unique prefix of one, or `latest` (default: the newest readable incident by the time in its id)")
     parser.add_argument("--all", action="store_true", help="one report over every incident of the reports root")

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.testfiles import MISSING, changed, is_recorded, patch_test_files, tests_first
 from pytest_selfheal.cli.commands._common import (
-    ID_HELP,
-    add_dir_argument,
-    incident_id_from_args,
+    add_incident_arguments,
+    incident_from_args,
     print_json,
     project_redactor,
     project_root,
-    store_from_args,
 )
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
@@ -54,8 +52,7 @@ class ShownPatch:
 
     def to_json(self) -> dict[str, object]:
         """What ``show --json`` adds as ``proposed_patch``."""
-        return {"path": self.path, "applied": self.applied, "test_files": list(self.test_files), "text": self.text,
-                "total_lines": self.total_lines, "shown_lines": self.shown_lines}
+        return {key: value for key, value in asdict(self).items() if key != "undone"}
 
 
 def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
@@ -65,17 +62,15 @@ def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
     if not data or not data.strip():
         return None
     text = tests_first(project_redactor().redact(data.decode("utf-8", errors="replace")))
-    lines, shown = _bounded(text)
     repair = view.run_result.repair if view.run_result is not None else None
     path = (store.runs_dir(view.incident_id) / FINAL_PATCH).relative_to(store.root).as_posix()
     recorded = bool(repair is not None and repair.applied)
     applied = recorded and _in_the_tree(store, view.incident_id)
-    return ShownPatch(path, applied, tuple(patch_test_files(text)), "\n".join(shown), len(lines), len(shown),
-                      undone=recorded and not applied)
+    return ShownPatch(path, applied, tuple(patch_test_files(text)), *_bounded(text), undone=recorded and not applied)
 
 
-def _bounded(text: str) -> tuple[list[str], list[str]]:
-    """``(all lines, the lines shown)``: at most PATCH_LINES lines and PATCH_CHARS characters."""
+def _bounded(text: str) -> tuple[str, int, int]:
+    """``(text shown, its lines, lines shown)``: at most PATCH_LINES lines and PATCH_CHARS characters."""
     lines = text.splitlines()
     shown: list[str] = []
     size = 0
@@ -84,7 +79,7 @@ def _bounded(text: str) -> tuple[list[str], list[str]]:
         if size > PATCH_CHARS:
             break
         shown.append(line)
-    return lines, shown
+    return "\n".join(shown), len(lines), len(shown)
 
 
 @dataclass(frozen=True)
@@ -99,16 +94,10 @@ class TestEdits:
     shown_lines: int
     not_in_git: tuple[str, ...]  # edited, but git does not hold their captured content
 
-    def to_json(self) -> dict[str, object]:
-        """What ``show --json`` adds as ``test_edits``."""
-        return {"files": list(self.files), "text": self.text, "total_lines": self.total_lines,
-                "shown_lines": self.shown_lines, "not_in_git": list(self.not_in_git)}
-
 
 def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
     """The test files (``test_digests``) that differ now from the capture, with a diff against
-    the captured content where git has it (the capture's commit, when that file there is what
-    the capture recorded); None when none differs."""
+    the captured content where git has it; None when none differs."""
     recorded = dict(view.incident.test_digests)
     root = Path(view.incident.rootdir) if view.incident.rootdir else project_root()
     if not root.is_dir():  # captured elsewhere (a CI run's records): nothing here to compare
@@ -135,8 +124,7 @@ def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
         sections.append("".join(difflib.unified_diff(
             before.splitlines(keepends=True), after.splitlines(keepends=True),
             f"a/{path} (capture)", "/dev/null" if not (root / path).exists() else f"b/{path} (now)")))
-    lines, shown = _bounded(project_redactor().redact("".join(sections)))
-    return TestEdits(tuple(edited), "\n".join(shown), len(lines), len(shown), tuple(unknown))
+    return TestEdits(tuple(edited), *_bounded(project_redactor().redact("".join(sections))), tuple(unknown))
 
 
 def _captured(root: Path, commit: Optional[str], path: str, recorded: str) -> Optional[str]:
@@ -164,10 +152,7 @@ def _in_the_tree(store: Store, incident_id: str) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ID [--json] [--dir DIR]``."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true", help="print the incident as JSON")
-    add_dir_argument(parser)
+    add_incident_arguments(parser, "print the incident as JSON")
 
 
 class _Code(str):
@@ -267,13 +252,13 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
 
 def run(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
-    store = store_from_args(args)
-    view = incident_view(store, incident_id_from_args(store, args))
+    store, incident_id = incident_from_args(args)
+    view = incident_view(store, incident_id)
     patch = shown_patch(store, view)
     edits = test_edits(store, view)
     if args.json:
         print_json({**view.to_json(), "proposed_patch": patch.to_json() if patch is not None else None,
-                    "test_edits": edits.to_json() if edits is not None else None})
+                    "test_edits": asdict(edits) if edits is not None else None})
     else:
         print(format_text(view, patch, edits))
     return 0

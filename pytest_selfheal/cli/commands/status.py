@@ -16,7 +16,6 @@ _SIGNATURE_WIDTH = 90
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[--json] [--dir DIR]``."""
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     add_dir_argument(parser)
 

@@ -21,7 +21,6 @@ AGENTS = [agent.value for agent in Agent]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``claude | cursor | install AGENT [--user] [--command CMD]``."""
     sub = parser.add_subparsers(dest="gate_command", metavar="AGENT|install")
     sub.required = True
     for agent in Agent:
