@@ -1,31 +1,14 @@
 """Repair providers between loop iterations (edge: subprocesses, git; docs/repair.md).
 
-A *repair provider* changes code in an isolated git worktree before each verification
-run of the loop. Two kinds, asked in this order:
+A provider changes code in the isolated worktree before each verification: first the
+``pytest_selfheal_repair`` hooks (the first answer wins, ``None`` declines), else
+``repair.command``, an argv list (never a shell string) run in the worktree with its own
+process group and a timeout, its output kept redacted in ``repair_XX.log``.
 
-1. **hooks**: implementations of ``pytest_selfheal_repair(request)`` (hookspecs.py) —
-   from a conftest/plugin under pytest, or, for the ``selfheal`` CLI, from modules
-   registered under the entry-point group ``pytest_selfheal``. The first implementation
-   that returns a result wins; ``None`` declines.
-2. **a command**: ``ralf_lite.repair.command``, an argv list from config (never a string
-   for a shell) with ``{prompt_file}``, ``{incident_id}``, ``{worktree}``,
-   ``{iteration}`` substituted per argument; run in the worktree through
-   :func:`pytest_selfheal.process.run` (own process group, stdin from /dev/null, killed
-   with its whole group after ``repair.timeout_seconds``), its output kept in
-   ``error_runs/<id>/repair_XX.log`` (redacted).
-
-One call gives one result (``attempt_XX.json`` ``repair``)::
-
-    {provider: "hook:<name>" | "command:<argv0>",
-     result: "diff" | "no_fix_found" | "timeout" | "crashed",
-     files_changed, patch ("attempt_XX.patch" | null), scope_denied, out_of_scope,
-     exit_code, duration_seconds, message, actions_applied, prompt, log, worktree}
-
-The result is decided from the worktree, not from what the provider claims: the diff of
-the worktree against its state before the call (empty → ``no_fix_found``). A provider
-that timed out, crashed or gave up is rolled back, and so is a diff touching files out
-of scope that nobody approved (``scope_denied``) — the next verification always sees
-exactly the accepted state. :class:`RepairSession` is the provider the loop calls.
+The result is decided from the worktree, not from what the provider claims: its diff
+against the state before the call (empty: ``no_fix_found``). A provider that timed out,
+crashed or gave up is rolled back, and so is a diff out of scope that nobody approved:
+the next verification always sees exactly the accepted state.
 """
 
 from __future__ import annotations
@@ -56,10 +39,9 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.records.vocab import StopReason, first_few
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -82,12 +64,8 @@ TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
 Say = Callable[[str], None]
 
 
-# --------------------------------------------------------------------------- the command
-
-
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
-    """Replace ``{prompt_file}``, ``{incident_id}``, ``{worktree}``, ``{iteration}`` inside each
-    argument; any other brace text is kept literally (``{"a": 1}`` survives)."""
+    """Replace the :data:`PLACEHOLDERS` inside each argument; other brace text stays (``{"a": 1}``)."""
     argv = []
     for arg in template:
         text = str(arg)
@@ -99,16 +77,12 @@ def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
 
 
 def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[str, str]:
-    """The provider's environment: ``base`` (default ``os.environ``; agents need their API
-    keys) minus the git-locating variables, plus ``SELFHEAL_VERIFYING=1`` (pytest runs the
-    agent starts stay passive: no incident, no attempt of their own) and ``extra``."""
+    """``base`` (agents need their API keys) without the git-locating variables, plus ``extra``
+    and ``SELFHEAL_VERIFYING=1``: pytest runs the agent starts record no incident of their own."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in GIT_LOCATING_ENV}
     env[VERIFYING_ENV] = "1"
     env.update(extra)
     return env
-
-
-# --------------------------------------------------------------------------- one repair call
 
 
 @dataclass
@@ -124,18 +98,7 @@ class _Call:
 
 
 def _records(store: Store, incident_id: str) -> dict[str, Path]:
-    """The incident's records by their name under the reports root (``repair/escape.py``)."""
     return {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
-
-
-def _listed(names: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
-
-
-def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> list[Any]:
-    """The current failures as JSON, for the hook request: the latest attempt's, else the capture's."""
-    return [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)]
 
 
 @contextmanager
@@ -150,13 +113,8 @@ def _chdir(path: Path) -> Iterator[None]:
 
 
 class RepairSession:
-    """The loop's provider for one run: holds the worktree, asks hooks then the command,
-    inspects the diff, checks the scope, records patches and events.
-
-    Called by :func:`loop.run_loop` before each verification with keyword arguments
-    ``incident_id, iteration, store, plan, last_attempt, observations``; returns the repair
-    dict (with ``worktree``, where the loop verifies).
-    """
+    """The loop's provider for one run: asks hooks then the command, inspects the worktree's
+    diff, checks the scope, records patches and events."""
 
     def __init__(
         self,
@@ -188,8 +146,6 @@ class RepairSession:
         self.not_redirected: list[str] = []
         self.policy = LoopPolicy.from_settings(settings)
         self.results: list[RepairBlock] = []
-
-    # -- the provider seam
 
     def __call__(
         self,
@@ -250,14 +206,14 @@ class RepairSession:
             prompt=prompt,
             prompt_file=prompt_file,
             plan=plan,
-            failures=_failures_for_request(incident, attempts),
+            failures=[f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)],
         )
         escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id),
                                             self.wt.carried))
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
-            call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
+            call.message = f"the provider changed your working tree or .git outside its worktree: {first_few(escaped, 10)}"
         result = self._inspect(iteration, call, before, plan, targets, globs)
         if escaped:
             key = StopReason.PROVIDER_ESCAPED.value
@@ -288,8 +244,6 @@ class RepairSession:
         if self.command:
             return f"command:{os.path.basename(self.command[0])}"
         return "none"
-
-    # -- providers
 
     def _log_tail(self) -> str:
         try:
@@ -384,11 +338,8 @@ class RepairSession:
                          one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
         return _Call(name, "done", 0, run.duration_seconds, "", log_name(iteration))
 
-    # -- the worktree after the call
-
     def _tests_edited(self, tree: str) -> list[str]:
-        """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
-        user's state: what a verification of that tree passes with."""
+        """The test files ``tree`` changes against the user's state: what its verification passes with."""
         return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if is_test_file(f)]
 
     def _inspect(
@@ -478,8 +429,8 @@ _REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
-    """Plan actions whose target paths the diff touched; every action when none is named
-    (a diff within the extra globs still works on the whole plan)."""
+    """Plan actions whose target paths the diff touched; all when none (a diff within the globs
+    still works on the whole plan)."""
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]
