@@ -34,10 +34,6 @@ class Installed:
     command: str
 
 
-def settings_path(agent: Agent, base: Path) -> Path:
-    return base / SETTINGS_FILES[agent]
-
-
 def selfheal_program() -> list[str]:
     """The ``selfheal`` running now as an absolute argv (this console script, this environment's,
     else ``python -m pytest_selfheal``)."""
@@ -76,7 +72,7 @@ def _check_no_link(base: Path, path: Path) -> bool:
 
 def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "") -> Installed:
     """Add the stop hook running ``command`` (default: this ``selfheal``) to ``agent``'s settings file under ``base``."""
-    path = settings_path(agent, base)
+    path = base / SETTINGS_FILES[agent]
     existing = None
     if _check_no_link(base, path):
         try:
@@ -100,4 +96,4 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
     return Installed(path, change, command)
 
 
-__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program", "settings_path"]
+__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, TextIO
 
 
@@ -36,34 +36,20 @@ def ask_on_stderr(question: str) -> str:
     return line.rstrip("\r\n")
 
 
-@dataclass(frozen=True)
-class Asked:
-    """One approval question and its answer."""
-
-    question: str
-    answer: bool
-    how: str  # approved up front | no terminal and no approval | interactive
-
-
 @dataclass
 class Approver:
     """Answers approval questions (``approved``: given up front; ``interactive``: a human may be
-    asked through ``input_fn``), keeping every question and answer."""
+    asked through ``input_fn``)."""
 
     approved: bool = False
     interactive: bool = False
     input_fn: Callable[[str], str] = ask_on_stderr
     out: Optional[TextIO] = None  # where details are shown before a question (default stderr)
-    asked: list[Asked] = field(default_factory=list)
 
     def confirm(self, question: str, *, details: str = "") -> bool:
         """Yes when approved up front, or a human typed y/yes; no otherwise (also on EOF)."""
-        if self.approved:
-            self.asked.append(Asked(question, True, "approved up front"))
-            return True
-        if not self.interactive:
-            self.asked.append(Asked(question, False, "no terminal and no approval"))
-            return False
+        if self.approved or not self.interactive:
+            return self.approved
         stream = self.out if self.out is not None else sys.stderr
         if details:
             stream.write(details.rstrip("\n") + "\n")
@@ -72,9 +58,7 @@ class Approver:
             answer = self.input_fn(f"{question} [y/N] ")
         except (EOFError, OSError):
             answer = ""
-        ok = answer.strip().lower() in ("y", "yes")
-        self.asked.append(Asked(question, ok, "interactive"))
-        return ok
+        return answer.strip().lower() in ("y", "yes")
 
     @property
     def how(self) -> str:

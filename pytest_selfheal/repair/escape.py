@@ -44,12 +44,6 @@ def _git(top: Path, args: Sequence[str]) -> bytes:
         return f"error: {exc.first_line}".encode()
 
 
-def _common_dir(top: Path) -> Path:
-    raw = _git(top, ["rev-parse", "--git-common-dir"]).decode("utf-8", "surrogateescape").strip()
-    path = Path(raw)
-    return path if path.is_absolute() else (top / path)
-
-
 def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None,
                carried: Sequence[str] = ()) -> dict[str, str]:
     """The fingerprint of the user's repository at ``top``, ``exclude`` (the reports root the
@@ -67,7 +61,7 @@ def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Pa
             name = record[3:].decode("utf-8", "surrogateescape")
             entries[name] = record[:2].decode("ascii", "replace") + _digest_file(top / name)
     entries["index"] = hashlib.sha256(_git(top, ["ls-files", "--stage", "-z"])).hexdigest()
-    git_dir = _common_dir(top)
+    git_dir = top / _git(top, ["rev-parse", "--git-common-dir"]).decode("utf-8", "surrogateescape").strip()
     head = _git(top, ["rev-parse", "HEAD"]) + b"|" + _git(top, ["symbolic-ref", "-q", "HEAD"])
     entries["HEAD"] = hashlib.sha256(head).hexdigest()
     for name in ("config", "config.worktree"):

@@ -73,31 +73,23 @@ def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
     return found
 
 
-def _numstat(top: Path, patch: bytes) -> tuple[list[str], list[str]]:
-    out = run_git(top, ["apply", "--numstat", "-z"], stdin=patch)
-    files: list[str] = []
-    binary: list[str] = []
-    for entry in out.split(b"\0"):
-        if not entry:
-            continue
-        added, _, rest = entry.partition(b"\t")
-        _deleted, _, name = rest.partition(b"\t")
-        path = name.decode("utf-8", errors="replace")
-        if path and path not in files:
-            files.append(path)
-        if added == b"-" and path not in binary:
-            binary.append(path)
-    return files, binary
-
-
 def summarise(top: Path, patch: bytes) -> PatchSummary:
     """The :class:`PatchSummary` of ``patch`` as git reads it against the tree at ``top``;
     a patch git cannot read is a RefusedError (5), one line."""
     try:
-        files, binary = _numstat(top, patch)
+        numstat = run_git(top, ["apply", "--numstat", "-z"], stdin=patch)
         summary = run_git(top, ["apply", "--summary"], stdin=patch).decode("utf-8", errors="replace")
     except GitFailed as exc:
         raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
+    files: dict[str, None] = {}
+    binary: dict[str, None] = {}
+    for entry in filter(None, numstat.split(b"\0")):
+        added, _, rest = entry.partition(b"\t")
+        path = rest.partition(b"\t")[2].decode("utf-8", errors="replace")
+        if path:
+            files[path] = None
+        if added == b"-":
+            binary[path] = None
     notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
     tests = [f for f in files if is_test_file(f)] + patch_test_files(patch.decode("utf-8", errors="replace"))
     return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)), tuple(dict.fromkeys(tests)))

@@ -36,9 +36,7 @@ def _fence(text: str, info: str = "") -> str:
 
 def _code(text: str) -> str:
     """Inline code that survives backticks in ``text``."""
-    if "`" not in text:
-        return f"`{text}`"
-    return f"`` {text} ``"
+    return f"`{text}`" if "`" not in text else f"`` {text} ``"
 
 
 def _capture_outcomes(incident: Incident) -> dict[str, str]:

@@ -67,8 +67,7 @@ Say = Callable[[str], None]
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Replace the :data:`PLACEHOLDERS` inside each argument; other brace text stays (``{"a": 1}``)."""
     argv = []
-    for arg in template:
-        text = str(arg)
+    for text in template:
         for name in PLACEHOLDERS:
             if name in values:
                 text = text.replace("{" + name + "}", values[name])
@@ -139,7 +138,7 @@ class RepairSession:
         settings = effective.settings
         self.redactor: Redactor = effective.redactor
         self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
-        self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
+        self.timeout = float(settings.repair.timeout_seconds)
         self.globs: list[str] = list(settings.repair.allowed_paths)
         self.allow_test_edits = settings.repair.allow_test_edits
         # Import locations of the user's tree the verification could not point at the worktree.
@@ -320,23 +319,19 @@ class RepairSession:
             else f"\n[exit code {run.exit_code}]\n" if run.started else f"\n[cannot start: {run.error}]\n"
         )
         redacted = self.redactor.redact(header + text + trailer)
-        self.store.write_run_file(self.incident_id, log_name(iteration), redacted)
-        try:
-            raw.unlink()
-        except OSError:
-            pass
-        tail = self.redactor.redact(text[-TAIL_CHARS:]).strip()
+        log = log_name(iteration)
+        self.store.write_run_file(self.incident_id, log, redacted)
+        raw.unlink(missing_ok=True)
         if run.timed_out:
             return _Call(name, "timeout", None, run.duration_seconds,
-                         f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log_name(iteration))
+                         f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log)
         if not run.started:
-            return _Call(name, "crashed", None, run.duration_seconds,
-                         one_line(f"cannot start {argv[0]}: {run.error}"), log_name(iteration))
+            return _Call(name, "crashed", None, run.duration_seconds, one_line(f"cannot start {argv[0]}: {run.error}"), log)
         if run.exit_code != 0:
-            last = tail.splitlines()[-1] if tail else ""
+            last = (self.redactor.redact(text[-TAIL_CHARS:]).strip().splitlines() or [""])[-1]
             return _Call(name, "crashed", run.exit_code, run.duration_seconds,
-                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
-        return _Call(name, "done", 0, run.duration_seconds, "", log_name(iteration))
+                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log)
+        return _Call(name, "done", 0, run.duration_seconds, "", log)
 
     def _tests_edited(self, tree: str) -> list[str]:
         """The test files ``tree`` changes against the user's state: what its verification passes with."""

@@ -66,12 +66,10 @@ def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Opt
 
 def _remove_stale(store: Store, incident_id: str) -> None:
     path = store.runs_dir(incident_id) / WORKTREE_RECORD
-    if not path.exists():
-        return
     try:
         record = WorktreeRecord.from_json(fsio.read_json(path), str(path))
     except SelfhealError:
-        return  # unreadable: nothing known to remove
+        return  # none, or unreadable: nothing known to remove
     remove_recorded(record)
 
 

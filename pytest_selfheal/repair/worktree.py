@@ -55,23 +55,28 @@ def _git_path(cwd: Path, name: str, hooks_dir: Optional[Path] = None) -> Path:
     return path if path.is_absolute() else (cwd / path)
 
 
+def _write_tree(cwd: Path, index: Path, excludes: Sequence[str], hooks_dir: Optional[Path]) -> str:
+    """Everything in the working tree at ``cwd`` added to ``index``, written as a tree."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    run_git(cwd, ["add", "-A", "--", ".", *excludes], env=env, hooks_dir=hooks_dir)
+    return run_git(cwd, ["write-tree"], env=env, hooks_dir=hooks_dir).decode().strip()
+
+
 def snapshot_tree(
     top: Path, scratch: Path, excludes: Sequence[str], *, hooks_dir: Optional[Path] = None
 ) -> str:
     """The git tree of the working tree at ``top`` as it is now, written through a copy of the
     index (for its stat cache) in the private directory ``scratch``."""
     index = scratch / f"index.{os.getpid()}.{os.urandom(4).hex()}"
-    env = {"GIT_INDEX_FILE": str(index)}
     try:
         with contextlib.suppress(OSError):  # no index yet, or unreadable: git builds one from scratch
             shutil.copyfile(_git_path(top, "index", hooks_dir), index)
         try:
-            run_git(top, ["add", "-A", "--", ".", *excludes], env=env, hooks_dir=hooks_dir)
+            return _write_tree(top, index, excludes, hooks_dir)
         except GitFailed:
             # A copied index git cannot use (split index, odd extensions): start empty.
             index.unlink(missing_ok=True)
-            run_git(top, ["add", "-A", "--", ".", *excludes], env=env, hooks_dir=hooks_dir)
-        return run_git(top, ["write-tree"], env=env, hooks_dir=hooks_dir).decode().strip()
+            return _write_tree(top, index, excludes, hooks_dir)
     finally:
         for leftover in (index, index.with_name(index.name + ".lock")):
             leftover.unlink(missing_ok=True)
@@ -110,9 +115,7 @@ class Worktree:
         It starts from an index of the ``base`` tree, not from ``HEAD``'s: an ignored file of
         the user's state (staged with ``git add -f``) stays in every snapshot unless the
         provider deletes it, so no patch deletes it. Carried ignored files are in no index."""
-        env = {"GIT_INDEX_FILE": str(self.snapshot_index)}
-        self.git(["add", "-A", "--", ".", *self.excludes], env=env)
-        return self.git(["write-tree"], env=env).decode().strip()
+        return _write_tree(self.path, self.snapshot_index, self.excludes, self.scratch / "hooks")
 
     def reset_head(self) -> None:
         """Undo commits a provider made (files stay): ``git diff HEAD`` keeps meaning "vs the user's HEAD"."""
@@ -277,9 +280,5 @@ def remove_recorded(record: WorktreeRecord) -> None:
         inside = scratch_path.resolve().parent == tmp and scratch_path.name.startswith("selfheal-")
     except OSError:
         return
-    if not inside or Path(path).resolve().parent != scratch_path.resolve():
-        return
-    if not Path(repo).is_dir():
-        shutil.rmtree(scratch_path, ignore_errors=True)
-        return
-    remove_worktree(Path(repo), Path(path), scratch_path)
+    if inside and Path(path).resolve().parent == scratch_path.resolve():
+        remove_worktree(Path(repo), Path(path), scratch_path)
