@@ -141,13 +141,12 @@ class CiResult:
     comment: Optional[CommentResult] = None
     warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
-    new_tests: Optional[NewTestsCheck] = None
     #: The history segments the action's history-push step shares (only for merged code).
     history_segments: list[str] = field(default_factory=list)
 
     @property
     def new_flaky_tests(self) -> list[str]:
-        return list(self.new_tests.flaky) if self.new_tests is not None else []
+        return list(self.verdict.new_tests.flaky) if self.verdict.new_tests is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
@@ -244,7 +243,6 @@ def _publish(
     ctx: ActionsContext,
     env: Mapping[str, str],
     options: CiOptions,
-    info: CiVerdict,
     rep: _Reporter,
 ) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
@@ -255,6 +253,7 @@ def _publish(
     if not options.comment:
         return
     # A green run only updates an existing comment: no noise on green PRs.
+    info = result.verdict
     unchecked = bool(info.new_tests and info.new_tests.unchecked)
     create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests) or unchecked
     result.comment = post_comment(
@@ -421,8 +420,7 @@ def run_ci(
         rep.say(f"selfheal ci: {len(new_tests.unchecked)} new or changed test(s) unchecked (not re-run their "
                 "count): the job fails (fail-on-new-unchecked: false only reports them)")
         exit_code = EXIT_UNRESOLVED
-    result = CiResult(exit_code, verdict, markdown, pull_request=number,
-                      error=str(error) if error else None, new_tests=new_tests)
+    result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
     if base.shares and effective.settings.history.enabled:
         try:
             result.history_segments = this_run_segments(
@@ -431,7 +429,7 @@ def run_ci(
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
-    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    _publish(result, ctx=ctx, env=source, options=options, rep=rep)
     result.warnings = rep.warnings
     rep.say(f"selfheal ci: {verdict.final_status} — stop reason {verdict.stop_reason} "
             f"({verdict.iterations} iteration(s)); exit code {exit_code}"
@@ -466,7 +464,7 @@ def comment_from_report(
                       report_json_path=path, pull_request=number)
     if result.report_path is not None and not result.report_path.is_file():
         result.report_path = None
-    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    _publish(result, ctx=ctx, env=source, options=options, rep=rep)
     result.warnings = rep.warnings
     return result
 

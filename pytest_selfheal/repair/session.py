@@ -179,7 +179,8 @@ def _close_out(
             incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final", diffId=FINAL_PATCH,
             patch=FINAL_PATCH, files_changed=files, final=True,
         )
-        if session.redactor.redact(patch.decode("utf-8", errors="replace")) != patch.decode("utf-8", errors="replace"):
+        text = patch.decode("utf-8", errors="replace")
+        if session.redactor.redact(text) != text:
             say(f"selfheal: warning: {path} contains text that looks like a secret; patches are kept unredacted "
                 "so that they apply — review it before sharing")
         suggested = apply_command(store, incident_id)
@@ -211,7 +212,7 @@ def _close_out(
                 command = suggested
                 message = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
                 say(f"selfheal: {message}; it stays proposed in {path}")
-            elif approver.confirm(question, details=session.redactor.redact(patch.decode("utf-8", errors="replace"))):
+            elif approver.confirm(question, details=session.redactor.redact(text)):
                 try:
                     apply_patch(wt.repo_top, patch)
                 except SelfhealError as exc:
