@@ -509,7 +509,7 @@ def test_captured_incident_is_the_new_one_holding_this_runs_token(tmp_path: Path
     store.create_incident(base, log_tail="", context=RunContext())  # no token: a plain local capture
     assert ci.captured_incident(store, before, "mine") == store.read_incident(mine)
     assert ci.captured_incident(store, before, "theirs") == store.read_incident(theirs)
-    assert old != mine and len(ci.new_run_token()) == 32
+    assert old != mine
 
 
 def test_child_env_withholds_the_token_and_argv_pins_the_root(tmp_path: Path) -> None:

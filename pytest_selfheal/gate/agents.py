@@ -1,14 +1,10 @@
 """What the coding agents hand a stop hook and what they take back (pure; docs/agents.md).
 
-Claude Code runs the ``Stop`` hooks of ``.claude/settings.json``: the payload on stdin has
-``session_id``, ``cwd`` and ``stop_hook_active`` (true while the turn goes on because a stop
-hook blocked); the answer ``{"decision": "block", "reason": …}`` makes the agent continue
-with the reason as its instruction, ``{"systemMessage": …}`` is shown to the user.
-Cursor runs the ``stop`` hooks of ``.cursor/hooks.json``: the payload has
-``conversation_id``, ``workspace_roots``, ``status`` (``completed``, ``aborted``, ``error``)
-and ``loop_count`` (follow-ups already sent); ``{"followup_message": …}`` is sent as the
-next user message, and nothing else of the answer reaches the user: what the gate says to
-the person goes to stderr, which Cursor shows in its hooks output.
+Claude Code (``Stop`` hooks of ``.claude/settings.json``) sends ``session_id``, ``cwd`` and
+``stop_hook_active``, and continues on ``{"decision": "block", "reason": …}``. Cursor
+(``stop`` hooks of ``.cursor/hooks.json``) sends ``conversation_id``, ``workspace_roots``,
+``status`` and ``loop_count``, and sends ``{"followup_message": …}`` as the next user
+message; nothing else of its answer reaches the person, so the gate tells them on stderr.
 """
 
 from __future__ import annotations
@@ -29,8 +25,6 @@ MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is no
 
 
 class Agent(str, Enum):
-    """The agents whose stop hook ``selfheal stop-gate`` answers."""
-
     CLAUDE = "claude"
     CURSOR = "cursor"
 
@@ -49,8 +43,7 @@ class HookPayload:
 
 @dataclass(frozen=True)
 class GateAnswer:
-    """The gate's answer: ``block`` (the agent must continue, ``message`` says with what) or
-    let it stop (``message``, when not empty, says why to the user)."""
+    """``block``: the agent must continue with ``message``; else it stops (``message`` tells the person why)."""
 
     block: bool
     message: str = ""
@@ -65,8 +58,7 @@ def _field(data: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
 
 
 def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
-    """The payload ``raw`` (the hook's stdin) of ``agent``; InputError with one line when it is
-    not a JSON object of the agent's shape."""
+    """The hook's stdin ``raw``; an InputError (one line) when it is not a payload of ``agent``."""
     if len(raw) > MAX_PAYLOAD_BYTES:
         raise InputError(f"hook payload: more than {MAX_PAYLOAD_BYTES} bytes")
     try:
@@ -88,7 +80,7 @@ def parse_payload(agent: Agent, raw: bytes) -> HookPayload:
 
 
 def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:
-    """The JSON the agent reads on the hook's stdout (exit code 0 either way)."""
+    """The JSON the agent reads on the hook's stdout."""
     if agent is Agent.CLAUDE:
         if answer.block:
             return {"decision": "block", "reason": answer.message}
@@ -97,37 +89,29 @@ def answer_json(agent: Agent, answer: GateAnswer) -> dict[str, str]:
 
 
 def hook_output(agent: Agent, answer: GateAnswer, lines: Sequence[str], redact: Callable[[str], str]) -> tuple[str, str]:
-    """What the hook writes: the answer the agent reads (stdout) and the lines for the person
-    (stderr), each passed through ``redact``."""
+    """What the hook writes, redacted: the answer (stdout) and the lines for the person (stderr)."""
     shown = answer_json(agent, answer)
     out = json.dumps({key: redact(value) for key, value in shown.items()}, ensure_ascii=False) + "\n"
     return out, "".join(redact(line) + "\n" for line in lines)
 
 
 def cannot_judge(agent: Agent, why: str) -> tuple[GateAnswer, list[str]]:
-    """Fail open, visibly: let the agent stop and tell the person why (in the answer for
-    Claude Code, on stderr, which Cursor shows in its hooks output)."""
+    """Fail open, visibly: let the agent stop and tell the person why."""
     line = f"selfheal: the stop gate could not judge the tests, so it let the agent stop: {one_line(why, 600)}"
     return GateAnswer(False, line), [f"selfheal: error: stop-gate {agent.value}: {one_line(why, 600)}; "
                                      "letting the agent stop"]
 
 
 def hook_call(words: Sequence[str]) -> Optional[Agent]:
-    """The agent a ``selfheal stop-gate WORD …`` command line answers as a hook (not
-    ``install``, not ``--help``): Claude Code for a word that names no agent, since its answer
-    shape is the one that shows the person a line (Cursor ignores the unknown key); None when
-    the line is no hook call."""
+    """The agent a ``selfheal stop-gate WORD …`` command line answers as a hook, or None (``install``,
+    ``--help``). A word that names no agent answers as Claude Code: that shape shows the person a
+    line, and Cursor ignores the unknown key."""
     if words[:1] != ["stop-gate"] or words[1:2] == ["install"] or {"-h", "--help"} & set(words):
         return None
     return Agent.CURSOR if words[1:2] == [Agent.CURSOR.value] else Agent.CLAUDE
 
 
-# --------------------------------------------------------------------------- settings files
-
-
 def hook_argv(agent: Agent, program: Sequence[str]) -> list[str]:
-    """The argv of the installed hook: ``program`` (the ``selfheal`` console script, or
-    ``python -m pytest_selfheal``) then ``stop-gate <agent>``."""
     return [*program, "stop-gate", agent.value]
 
 
@@ -141,10 +125,8 @@ def _argv(command: Any) -> Optional[list[str]]:
 
 
 def is_gate_command(command: Any, agent: Agent) -> bool:
-    """Whether ``command`` (a hook's command line) runs exactly ``selfheal stop-gate <agent>``:
-    a program named ``selfheal`` or ``python -m pytest_selfheal``, then those two words and
-    nothing else. A command that merely mentions them (``curl …|sh # selfheal stop-gate
-    claude``) is someone else's."""
+    """Whether the hook command line ``command`` runs exactly ``selfheal stop-gate <agent>`` (or
+    ``python -m pytest_selfheal …``); one that merely mentions them is someone else's."""
     argv = _argv(command)
     if not argv or argv[-2:] != ["stop-gate", agent.value]:
         return False
@@ -167,8 +149,6 @@ def _list(value: Any, where: str) -> list[Any]:
 
 
 class Change(str, Enum):
-    """What an install does to the settings file."""
-
     NONE = "none"  # the hook is there, running this command
     ADDED = "added"
     UPDATED = "updated"  # the gate's own hook now runs this command (another selfheal before), or its timeout was short
@@ -200,10 +180,9 @@ def _at_least(value: Any, seconds: int) -> bool:
 
 def merged_settings(agent: Agent, existing: Optional[Any], command: str,
                     timeout_seconds: int) -> tuple[dict[str, Any], Change]:
-    """``existing`` (the parsed settings file, None when there is none) with the gate's stop
-    hook running ``command``, and what changed. Every other key and hook is kept as it is;
-    the gate's own hook (:func:`is_gate_command`) is pointed at ``command``, never doubled.
-    InputError when the file's shape is not the agent's (nothing is written then)."""
+    """The parsed settings file ``existing`` with the gate's stop hook running ``command`` (its own
+    hook repointed, never doubled; everything else kept), and what changed. InputError when
+    the file's shape is not the agent's."""
     settings = _object(copy.deepcopy(existing) if existing is not None else {}, "the settings file")
     hooks = _object(settings.setdefault("hooks", {}), "hooks")
     if agent is Agent.CLAUDE:

@@ -1,16 +1,9 @@
-"""``selfheal stop-gate install claude|cursor``: write the gate's stop hook into the agent's
-settings file (edge; docs/agents.md). The file is the user's and is merged, never replaced:
-
-- written only where it belongs: under the project root (or the home directory with
-  ``--user``), never through a symbolic link (a committed ``.claude`` link to ``../../.claude``
-  would reach the user's own settings; a linked ``settings.json`` would be replaced by a file);
-- every byte of meaning kept: numbers as written, no key given twice, no value that cannot be
-  written back (gate/jsontext.py); the user's other keys and hooks stay, a second install
-  changes nothing;
-- the hook runs the ``selfheal`` this install was run from, by its absolute path: the agent's
-  ``PATH`` need not hold the project's environment.
-
-A file that cannot be kept whole is left untouched with one line saying why.
+"""``selfheal stop-gate install claude|cursor``: merge the gate's stop hook into the agent's
+settings file (edge; docs/agents.md). The file is the user's: it is written only under the
+project root (or home with ``--user``) and never through a symbolic link (a committed
+``.claude`` link could reach the user's own settings); every byte of meaning is kept
+(gate/jsontext.py), or nothing is written. The hook runs this ``selfheal`` by its absolute
+path: the agent's ``PATH`` need not hold the project's environment.
 """
 
 from __future__ import annotations
@@ -36,21 +29,14 @@ _SCRIPT_NAMES = ("selfheal", "selfheal.exe")
 
 @dataclass(frozen=True)
 class Installed:
-    """What an install did: the settings file, what changed, the command the hook runs."""
-
     path: Path
     change: Change
     command: str
 
 
-def settings_path(agent: Agent, base: Path) -> Path:
-    """The agent's settings file under ``base`` (the project root, or the home directory)."""
-    return base / SETTINGS_FILES[agent]
-
-
 def selfheal_program() -> list[str]:
-    """The ``selfheal`` running now, as an absolute argv: the console script this process was
-    started as, else the one of this interpreter's environment, else ``python -m pytest_selfheal``."""
+    """The ``selfheal`` running now as an absolute argv (this console script, this environment's,
+    else ``python -m pytest_selfheal``)."""
     started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     candidates = [started] if started is not None and started.name in _SCRIPT_NAMES else []
     scripts = sysconfig.get_path("scripts")
@@ -63,8 +49,8 @@ def selfheal_program() -> list[str]:
 
 
 def _check_no_link(base: Path, path: Path) -> bool:
-    """Whether ``path`` exists as a regular file; RefusedError when any entry below ``base``
-    down to it is a symbolic link (the write would land wherever it points)."""
+    """Whether ``path`` exists as a regular file; RefusedError when an entry from ``base`` down to it
+    is a symbolic link."""
     current = base
     for part in path.relative_to(base).parts:
         current = current / part
@@ -85,9 +71,8 @@ def _check_no_link(base: Path, path: Path) -> bool:
 
 
 def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "") -> Installed:
-    """Add the stop hook to ``agent``'s settings file under ``base`` (created when missing).
-    ``command``: the hook's command line (default: this ``selfheal``, by its absolute path)."""
-    path = settings_path(agent, base)
+    """Add the stop hook running ``command`` (default: this ``selfheal``) to ``agent``'s settings file under ``base``."""
+    path = base / SETTINGS_FILES[agent]
     existing = None
     if _check_no_link(base, path):
         try:
@@ -111,4 +96,4 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
     return Installed(path, change, command)
 
 
-__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program", "settings_path"]
+__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program"]

@@ -1,11 +1,8 @@
 """A JSON file someone else owns, read and written back without changing its meaning (pure).
 
-An agent's settings file is the user's: its numbers are kept as they are written (``1e400``
-stays ``1e400``, never ``Infinity``; ``12345678901234567890.0`` keeps its digits) because each
-number is held as its source text, and what cannot be written back as it was read is refused
-with one line (``InputError``) instead of being changed: nesting deeper than :data:`MAX_DEPTH`, a key given twice in one object (the
-last one would silently win and the others, a ``PreToolUse`` guard, be lost), ``NaN`` or
-``Infinity`` (not JSON), a lone UTF-16 surrogate escape (``"\\ud800"``: no character to write).
+Numbers are held as their source text (``1e400`` stays ``1e400``), and what cannot be
+written back as read is refused with one line instead of changed: a key given twice (the
+last would silently win), ``NaN``, a lone surrogate escape, nesting deeper than :data:`MAX_DEPTH`.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ def _check_text(value: str) -> None:
 
 
 def loads(text: str) -> Any:
-    """The JSON value of ``text``: objects as dicts (a key twice is refused), numbers as
-    :class:`Number`, strings checked writable. ``InputError`` (one line) otherwise."""
+    """The JSON value of ``text``, numbers as :class:`Number`; ``InputError`` (one line) otherwise."""
     try:
         value = json.loads(text, object_pairs_hook=_pairs, parse_float=Number, parse_int=Number,
                            parse_constant=_no_constant)

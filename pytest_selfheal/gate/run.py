@@ -1,25 +1,13 @@
-"""The stop gate's decision (edge; docs/agents.md): run the tests the way the MCP ``run_tests``
-tool does, and answer the agent from the verdict.
+"""The stop gate's decision (edge; docs/agents.md): run the tests as the MCP ``run_tests`` tool
+does and answer the agent from the verdict.
 
-- CONTINUE: block (Claude Code) or send a follow-up (Cursor) with the bounded digest, unless
-  the gate has already blocked ``max_iterations`` times in a row: then let the agent stop.
-- STOP, whatever the reason (``success``, ``repeated_fingerprint``, ``max_iterations``, reasons
-  added later…) or a green run: let the agent stop and say why.
-- The first answer of a chain (the agent stops on its own) on red tests with budget left
-  sends the agent back even when the run stopped by repetition (``repeated_fingerprint``,
-  ``no_progress``, ``no_fix_found``, or ``already_stopped`` for one of them): whatever the
-  agent ran before, it gets one chance to change the code; that change continues the incident.
-- A Cursor turn that did not complete (``status`` ``aborted``, ``error``): run nothing, let it stop.
-- Anything else (a payload that is not one, a directory that is not a project, a bad config, a
-  test run that cannot start, that the plugin did not record, or that passes
-  ``gate.timeout_seconds``): let the agent stop, and tell the person why in one line
-  (Claude Code's ``systemMessage``; Cursor's hooks output, stderr). A gate fails open: it must
-  never trap the agent, nor block because it could not judge.
-
-Claude Code tells the hook only that it goes on because of a stop hook (``stop_hook_active``),
-not how many times; the gate counts its blocks of each session in
-``<reports root>/gate/claude-<hash of the session id>.json``. Cursor counts for us
-(``loop_count``).
+CONTINUE blocks (Claude Code) or sends a follow-up (Cursor), unless the gate has already
+blocked ``max_iterations`` times in a row. Any STOP or a green run lets the agent stop and
+says why, except the first answer of a chain on red tests with budget left after a stop by
+repetition: whatever the agent ran before, it gets one chance to change the code. A gate
+fails open: whatever it cannot judge lets the agent stop with one line saying why.
+Claude Code does not say how often a stop hook blocked, so the gate counts per session in
+``<reports root>/gate/``; Cursor counts for us (``loop_count``).
 """
 
 from __future__ import annotations
@@ -42,7 +30,6 @@ from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
@@ -93,13 +80,6 @@ CONTINUE_NEXT = ("fix the code at the target paths of the root-cause groups, nev
                  "your turn again: the stop gate re-runs the tests and lets you stop when they pass or the loop stops")
 
 
-def _digest(project: Project, store: Store, verdict: RunVerdict, limit: int, redactor: Redactor) -> str:
-    open_id = verdict.incident_id
-    shown = replace(verdict, next=CONTINUE_NEXT)
-    more = f"`selfheal show {open_id}` prints the whole digest" if open_id else "`selfheal status` lists them"
-    return project.verdict_result(store, shown, limit, redactor=redactor, structured=False, more=more).text
-
-
 def _judging_incident(store: Store) -> tuple[bool, Optional[Incident]]:
     """``(an incident is open, the incident whose capture judges this stop)``: the open one,
     else the newest that stopped without success (its stop sticks until a reopen)."""
@@ -119,29 +99,28 @@ SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopR
 
 
 def send_back_once(verdict: RunVerdict, payload: HookPayload) -> bool:
-    """The gate's first answer (the agent stops on its own: Claude Code's ``stop_hook_active``
-    false, Cursor's ``loop_count`` 0) on red tests with budget left, whatever the verdict's stop."""
+    """The gate's first answer of a chain, on red tests with budget left after a stop by repetition."""
     if payload.continued or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
         return False
-    reason = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
     red = any(kind in ("failed", "error", "errors") and number for kind, number in verdict.counts)
-    return red and reason in SEND_BACK_ONCE and verdict.iteration < verdict.max_iterations
+    return red and _stopped_by(verdict) in SEND_BACK_ONCE and verdict.iteration < verdict.max_iterations
+
+
+def _stopped_by(verdict: RunVerdict) -> Optional[str]:
+    return verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
 
 
 def _sent_back(verdict: RunVerdict) -> RunVerdict:
-    why = verdict.stopped_because if verdict.stop_reason == ALREADY_STOPPED else verdict.stop_reason
     left = verdict.max_iterations - int(verdict.iteration or 0)
     return replace(verdict, decision=RunDecision.CONTINUE, summary=(
-        f"incident {verdict.incident_id} stopped ({why}) with {left} of {verdict.max_iterations} iteration(s) "
+        f"incident {verdict.incident_id} stopped ({_stopped_by(verdict)}) with {left} of {verdict.max_iterations} iteration(s) "
         "left and the tests still fail: nothing you ran changed the code enough; change it, and the next run "
         "continues the incident"))
 
 
 def decide(project: Project, payload: HookPayload) -> GateAnswer:
-    """Run the tests and answer from the verdict (a SelfhealError when they cannot be run).
-
-    The gate's own keys (``gate.pytest_args``, ``gate.timeout_seconds``) and the budget are
-    those in force when the judging incident was captured; a later edit is named, not obeyed."""
+    """Run the tests and answer from the verdict; the gate's keys and budget are those in force
+    when the judging incident was captured (a later edit is named, not obeyed)."""
     effective = project.effective()
     store = project.store(effective)
     is_open, judging = _judging_incident(store)
@@ -169,25 +148,22 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
             f"(max_iterations {settings.max_iterations}), and the tests still fail: {verdict.summary}",
             gate.max_chars)))
     _remember(store, payload, blocks + 1)
-    return GateAnswer(True, _digest(project, store, verdict, int(gate.max_chars), redactor))
-
-
-def _directory(payload: HookPayload, env: Mapping[str, str], cwd: Path) -> Path:
-    # The payload's directory first; Claude Code also names the project in the environment.
-    named = payload.directory or env.get("CLAUDE_PROJECT_DIR") or ""
-    return (cwd / named).resolve() if named else cwd.resolve()
+    more = (f"`selfheal show {verdict.incident_id}` prints the whole digest" if verdict.incident_id
+            else "`selfheal status` lists them")
+    return GateAnswer(True, project.verdict_result(store, replace(verdict, next=CONTINUE_NEXT), int(gate.max_chars),
+                                                   redactor=redactor, structured=False, more=more).text)
 
 
 def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
               cwd: Optional[Path] = None) -> tuple[GateAnswer, list[str]]:
-    """The answer to one stop hook call and the lines for stderr. Never raises a SelfhealError:
-    whatever goes wrong lets the agent stop, with one line saying why."""
+    """The answer to one stop hook call and the lines for stderr; whatever goes wrong lets the agent stop."""
     try:
         payload = parse_payload(agent, raw)
         if payload.status not in (None, "completed"):
             return GateAnswer(False), [f"selfheal: stop-gate {agent.value}: the turn ended {payload.status}, "
                                        "not completed: no tests run; letting the agent stop"]
-        directory = _directory(payload, env, cwd or Path.cwd())
+        # The payload's directory first; Claude Code also names the project in the environment.
+        directory = ((cwd or Path.cwd()) / (payload.directory or env.get("CLAUDE_PROJECT_DIR") or "")).resolve()
         if not directory.is_dir():
             raise SelfhealError(f"{directory}: not a directory")
         if not is_project(directory):

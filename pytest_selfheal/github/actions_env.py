@@ -1,10 +1,5 @@
-"""The GitHub Actions environment: step summary, step outputs, event payload, annotations.
-
-An edge module (files and stdout). Everything here is a no-op outside Actions: the file
-paths come from ``GITHUB_STEP_SUMMARY`` / ``GITHUB_OUTPUT`` / ``GITHUB_EVENT_PATH`` and a
-missing variable means "not in Actions", never an error. docs/github.md describes the
-variables read.
-"""
+"""The GitHub Actions environment: step summary, step outputs, event payload, annotations
+(edge; docs/github.md). A missing variable means "not in Actions", never an error."""
 
 from __future__ import annotations
 
@@ -19,7 +14,6 @@ from typing import IO, Any, Optional
 from pytest_selfheal.history.event import PULL_REQUEST_EVENTS
 from pytest_selfheal.history.sources import read_actions_event
 
-#: GitHub's size limit for the step summary of one step (bytes, after appending).
 STEP_SUMMARY_LIMIT = 1024 * 1024
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -29,36 +23,18 @@ DEFAULT_SERVER_URL = "https://github.com"
 _OUTPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-# --- workflow commands ------------------------------------------------------------------------
-
-
 def escape_data(message: str) -> str:
     """Escape a workflow command's message like actions/toolkit does (% CR LF)."""
     return message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def _command(name: str, message: str, stream: Optional[IO[str]]) -> None:
+def warning(message: str, *, stream: Optional[IO[str]] = None) -> None:
+    """Print a ``::warning::`` workflow command (a yellow annotation on the run)."""
     out = stream if stream is not None else sys.stdout
     # Workflow commands are read from stdout, one per line: the escaping keeps a multi-line
     # message (or one containing "::") from injecting further commands.
-    out.write(f"::{name}::{escape_data(message)}\n")
+    out.write(f"::warning::{escape_data(message)}\n")
     out.flush()
-
-
-def warning(message: str, *, stream: Optional[IO[str]] = None) -> None:
-    """Print a ``::warning::`` workflow command (a yellow annotation on the run)."""
-    _command("warning", message, stream)
-
-
-# --- step summary -----------------------------------------------------------------------------
-
-
-def _truncate_note(over: int, full_report: Optional[str]) -> str:
-    where = full_report or "the selfheal report artifact"
-    return (
-        f"\n> Report truncated: {over:,} bytes over GitHub's 1 MiB step summary limit. "
-        f"Full report: {where}\n"
-    )
 
 
 def _cut_at_line(data: bytes, budget: int) -> bytes:
@@ -74,18 +50,9 @@ def _cut_at_line(data: bytes, budget: int) -> bytes:
     return head.decode("utf-8", errors="ignore").encode("utf-8")
 
 
-def _open_fence(text: bytes) -> bool:
-    """Whether ``text`` ends inside a ``` code fence (the note would render as code)."""
-    fences = sum(1 for line in text.split(b"\n") if line.lstrip().startswith(b"```"))
-    return fences % 2 == 1
-
-
 def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Optional[str] = None) -> Optional[str]:
-    """``markdown`` cut to fit the step summary after ``existing_size`` bytes already there.
-
-    Returns the text to append (possibly truncated at a line boundary, with a note saying by
-    how much and where the full report is), or None when not even the note fits. Pure.
-    """
+    """``markdown`` cut at a line boundary to fit the step summary after ``existing_size`` bytes,
+    with a note saying by how much and where the full report is; None when not even that fits."""
     if not markdown.endswith("\n"):
         markdown += "\n"
     data = markdown.encode("utf-8")
@@ -93,13 +60,14 @@ def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Opti
     if len(data) <= available:
         return markdown
     over = len(data) - available
-    note = _truncate_note(over, full_report).encode("utf-8")
+    note = (f"\n> Report truncated: {over:,} bytes over GitHub's 1 MiB step summary limit. "
+            f"Full report: {full_report or 'the selfheal report artifact'}\n").encode()
     closer = b"```\n"
     budget = available - len(note) - len(closer)
     if budget <= 0:
         return None
     kept = _cut_at_line(data, budget)
-    if _open_fence(kept):
+    if sum(1 for line in kept.split(b"\n") if line.lstrip().startswith(b"```")) % 2:  # the note would be code
         if not kept.endswith(b"\n"):
             kept += b"\n"
         kept += closer
@@ -113,14 +81,8 @@ def write_step_summary(
     full_report: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> bool:
-    """Append ``markdown`` to the job summary, within GitHub's 1 MiB per-step limit.
-
-    ``path`` defaults to ``$GITHUB_STEP_SUMMARY``; the size already in the file counts
-    towards the limit. When it does not fit, the text is cut at a line boundary and ends
-    with ``> Report truncated: N bytes over GitHub's 1 MiB step summary limit. Full report:
-    <full_report>``. Returns whether anything was written (False outside Actions, when the
-    file cannot be written -- a ``::warning::`` is printed then -- or when nothing fits).
-    """
+    """Append ``markdown`` to the job summary (``path``, default ``$GITHUB_STEP_SUMMARY``) within
+    GitHub's 1 MiB per-step limit; whether anything was written (a ``::warning::`` when not)."""
     source = os.environ if env is None else env
     target = path if path is not None else source.get("GITHUB_STEP_SUMMARY")
     if not target:
@@ -148,19 +110,11 @@ def _append(target: str, text: str, what: str) -> bool:
     return True
 
 
-# --- step outputs -----------------------------------------------------------------------------
-
-
 def format_outputs(
     outputs: Mapping[str, str], *, delimiter_factory: Optional[Callable[[], str]] = None
 ) -> str:
-    """The ``$GITHUB_OUTPUT`` text for ``outputs``, each value in heredoc form.
-
-    ``name<<ghadelimiter_<uuid>`` / value / delimiter: multi-line values are safe, and so are
-    values that try to inject (``\\nname=evil`` or a fake delimiter): the delimiter is random
-    and checked against the value. Names must match ``[A-Za-z_][A-Za-z0-9_-]*``
-    (ValueError otherwise). Pure apart from the random delimiter.
-    """
+    """The ``$GITHUB_OUTPUT`` text for ``outputs`` in heredoc form, with a random delimiter checked
+    against the value: multi-line values and ones that try to inject (``\\nname=evil``) are safe."""
     make: Callable[[], str] = delimiter_factory or (lambda: f"ghadelimiter_{uuid.uuid4()}")
     parts: list[str] = []
     for name, value in outputs.items():
@@ -180,11 +134,7 @@ def write_outputs(
     path: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> bool:
-    """Append step outputs to ``$GITHUB_OUTPUT`` (or ``path``) in heredoc form.
-
-    Returns whether they were written (False outside Actions or when the file cannot be
-    written; a ``::warning::`` is printed then). Invalid names raise ValueError.
-    """
+    """Append step outputs to ``$GITHUB_OUTPUT`` (or ``path``); whether they were written."""
     text = format_outputs(outputs)
     source = os.environ if env is None else env
     target = path if path is not None else source.get("GITHUB_OUTPUT")
@@ -193,15 +143,9 @@ def write_outputs(
     return _append(target, text, "the step outputs")
 
 
-# --- event payload ----------------------------------------------------------------------------
-
-
 def read_event(path: Optional[str]) -> dict[str, Any]:
-    """The webhook payload of the triggering event at ``path`` (``$GITHUB_EVENT_PATH``), or ``{}``.
-
-    Tolerant: no path -> ``{}``; a missing, unreadable or invalid file -> ``{}`` and a
-    ``::warning::`` (the caller goes on without a PR number).
-    """
+    """The event payload at ``path`` (``$GITHUB_EVENT_PATH``); ``{}`` without one, and with a
+    ``::warning::`` for a missing or invalid file (the caller goes on without a PR number)."""
     if not path:
         return {}
     payload, problem = read_actions_event(path)
@@ -212,14 +156,9 @@ def read_event(path: Optional[str]) -> dict[str, Any]:
 
 def _as_number(value: Any) -> Optional[int]:
     # bool is an int subclass; a PR number is a positive int (a string digit is tolerated).
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, str) and value.isdigit():
-        number = int(value)
-        return number if number > 0 else None
-    return None
+    number = value if isinstance(value, int) and not isinstance(value, bool) else (
+        int(value) if isinstance(value, str) and value.isdigit() else 0)
+    return number if number > 0 else None
 
 
 def _get(mapping: Any, key: str) -> Any:
@@ -227,40 +166,21 @@ def _get(mapping: Any, key: str) -> Any:
 
 
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:
-    """The number of the pull request the event is about, or None.
-
-    - ``pull_request``, ``pull_request_target`` (and ``pull_request_review[_comment]``):
-      ``event["pull_request"]["number"]``, else ``event["number"]``;
-    - ``workflow_run``: ``event["workflow_run"]["pull_requests"][0]["number"]`` when present
-      (GitHub leaves that list empty for PRs from forks);
-    - ``issue_comment``: ``event["issue"]["number"]`` when the issue is a pull request;
-    - anything else: None.
-    """
+    """The number of the pull request the event is about, or None (``workflow_run`` names none
+    for a fork's pull request)."""
     if event_name in PULL_REQUEST_EVENTS:
         number = _as_number(_get(_get(event, "pull_request"), "number"))
         return number if number is not None else _as_number(_get(event, "number"))
     if event_name == "workflow_run":
         prs = _get(_get(event, "workflow_run"), "pull_requests")
-        if isinstance(prs, list) and prs:
-            return _as_number(_get(prs[0], "number"))
-        return None
-    if event_name == "issue_comment":
-        issue = _get(event, "issue")
-        if _get(issue, "pull_request"):
-            return _as_number(_get(issue, "number"))
-        return None
-    return None
-
-
-# --- context ----------------------------------------------------------------------------------
+        return _as_number(_get(prs[0], "number")) if isinstance(prs, list) and prs else None
+    issue = _get(event, "issue")
+    return _as_number(_get(issue, "number")) if event_name == "issue_comment" and _get(issue, "pull_request") else None
 
 
 @dataclass(frozen=True)
 class ActionsContext:
-    """The standard Actions environment variables ``selfheal ci`` reads.
-
-    ``token`` is excluded from ``repr`` so the context can be logged.
-    """
+    """The standard Actions environment variables ``selfheal ci`` reads (no token in the ``repr``)."""
 
     api_url: str = DEFAULT_API_URL
     server_url: str = DEFAULT_SERVER_URL
@@ -279,8 +199,7 @@ class ActionsContext:
         source = os.environ if env is None else env
 
         def get(name: str) -> Optional[str]:
-            value = source.get(name)
-            return value if value else None
+            return source.get(name) or None
 
         return cls(
             api_url=(get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
@@ -297,7 +216,7 @@ class ActionsContext:
 
     @property
     def run_url(self) -> Optional[str]:
-        """Link to this workflow run, or None when repository or run id is unknown."""
+        """Link to this workflow run, or None."""
         if not self.repository or not self.run_id:
             return None
         url = f"{self.server_url}/{self.repository}/actions/runs/{self.run_id}"
@@ -306,9 +225,7 @@ class ActionsContext:
         return url
 
     def event(self) -> dict[str, Any]:
-        """The event payload (:func:`read_event` on ``event_path``; ``{}`` when absent)."""
         return read_event(self.event_path)
 
     def pull_request_number(self) -> Optional[int]:
-        """The PR this run is about (:func:`pull_request_number` on the payload), or None."""
-        return pull_request_number(self.event_name, self.event()) if self.event_name else None
+        return pull_request_number(self.event_name, self.event())

@@ -1,15 +1,10 @@
 """``selfheal ci``: the orchestration the GitHub Action runs (docs/action.md).
 
-pytest --selfheal (subprocess) → the incident it captured → the RALF-Lite loop (in
-process) → the report (files, job summary, step outputs) → the sticky PR comment.
-
-Also the *comment-only* mode (``--comment-from REPORT.json``) for the trusted half of the
-fork-PR recipe: it renders an already written report JSON and posts it, running no code
-from the pull request.
-
-Everything reads its environment from the ``env`` mapping it is given (default
-``os.environ``), so the whole flow can be driven in-process by tests. The options and the
-action's inputs are in :mod:`.ci_inputs`, the verdict and its markdown in :mod:`.ci_verdict`.
+pytest --selfheal (subprocess) → the incident it captured → the loop (in process) → the
+report (files, job summary, step outputs) → the sticky PR comment. The comment-only mode
+(``--comment-from REPORT.json``) posts an already written report and runs no code of the
+pull request: the trusted half of the fork-PR recipe. The environment is read from the
+``env`` mapping given, so tests drive the whole flow in process.
 """
 
 from __future__ import annotations
@@ -56,12 +51,9 @@ from pytest_selfheal.github.ci_verdict import (
     verdict_without_incident,
 )
 from pytest_selfheal.github.client import (
-    ACTIONS_BOT_LOGIN,
     CommentResult,
     GitHubClient,
     GitHubError,
-    find_sticky_comment,
-    marker,
     upsert_sticky_comment,
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
@@ -80,7 +72,6 @@ from pytest_selfheal.loop.stopped import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.run_result import LoopResult
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.repair.patches import read_run_bytes
@@ -98,14 +89,9 @@ DEFAULT_REPORT_FILE = "ralf_lite_report.md"
 Say = Callable[[str], None]
 
 
-# --------------------------------------------------------------------------- running
-
-
 def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream: IO[str]) -> int:
-    """Run pytest through :func:`pytest_selfheal.process.run` (argv list, no shell, its own
-    process group, gone when we are), copying its output to ``stream`` line by line as it
-    comes. An interpreter that cannot start is told on ``stream`` and gives
-    :data:`CANNOT_START` (like a shell's "command not found"): an error verdict, exit 7."""
+    """Run pytest (argv list, no shell, its own process group), copying its output to ``stream``
+    as it comes; an interpreter that cannot start gives :data:`CANNOT_START` (an error verdict)."""
     buffer = getattr(stream, "buffer", None)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two pieces
 
@@ -126,18 +112,10 @@ def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream
     return result.exit_code
 
 
-def new_run_token() -> str:
-    """A fresh random token for one ``selfheal ci`` run (``SELFHEAL_CI_RUN`` of its pytest child)."""
-    return secrets.token_hex(16)
-
-
 def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[Incident]:
-    """The incident this run's pytest captured: among the incidents that appeared during it,
-    the one whose incident.json holds ``ci_run == token``; else None. An incident committed
-    to the repository, or captured by another ``selfheal ci`` on the same root at the same
-    time, never holds this run's token, so it is never looped here. (Under ci the plugin's
-    agent-in-the-loop mode adopts no open incident: recorder/.) The record read is the one
-    this run holds from here on."""
+    """The incident this run's pytest captured: a new one holding ``ci_run == token`` (one
+    committed to the repository, or captured by another ``selfheal ci`` on the same root,
+    never holds it), else None."""
     for incident_id in reversed(store.incident_ids()):  # newest first
         if incident_id in before:
             continue
@@ -148,9 +126,6 @@ def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[In
         if incident.ci_run == token:
             return incident
     return None
-
-
-# --------------------------------------------------------------------------- result
 
 
 @dataclass
@@ -166,15 +141,12 @@ class CiResult:
     comment: Optional[CommentResult] = None
     warnings: list[str] = field(default_factory=list)
     error: Optional[str] = None
-    new_tests: Optional[NewTestsCheck] = None
-    #: The history segments this run recorded, when its event tests merged code (what the
-    #: action's history-push step shares); empty otherwise.
+    #: The history segments the action's history-push step shares (only for merged code).
     history_segments: list[str] = field(default_factory=list)
 
     @property
     def new_flaky_tests(self) -> list[str]:
-        """The node ids of the new tests found flaky (empty when none or not checked)."""
-        return list(self.new_tests.flaky) if self.new_tests is not None else []
+        return list(self.verdict.new_tests.flaky) if self.verdict.new_tests is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
@@ -199,7 +171,6 @@ class CiResult:
         }
 
     def outputs(self) -> dict[str, str]:
-        """The step outputs (names as in action.yml): :data:`OUTPUTS` of :meth:`to_dict` as text."""
         facts = self.to_dict()
         return {key.replace("_", "-"): _output_text(key, facts[key]) for key in OUTPUTS}
 
@@ -239,12 +210,16 @@ class _Reporter:
             self.say(f"selfheal: warning: {message}")
 
 
-def _resolve(path: Path, cwd: Path) -> Path:
-    return path if path.is_absolute() else cwd / path
-
-
-def _load(options: CiOptions, cwd: Path, env: Mapping[str, str]) -> EffectiveConfig:
-    return load_config(cwd, env=env, overrides=[parse_override(text, origin) for text, origin in options.overrides])
+def _start(options: CiOptions, cwd: Optional[Path], env: Optional[Mapping[str, str]],
+           stream: Optional[IO[str]]) -> tuple[Mapping[str, str], Path, ActionsContext, _Reporter, EffectiveConfig]:
+    """What both modes start from: the environment, the working directory, the Actions context,
+    the reporter and the effective config."""
+    source: Mapping[str, str] = os.environ if env is None else env
+    here = Path.cwd() if cwd is None else Path(cwd)
+    ctx = ActionsContext.from_env(source)
+    rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
+    overrides = [parse_override(text, origin) for text, origin in options.overrides]
+    return source, here, ctx, rep, load_config(here, env=source, overrides=overrides)
 
 
 def _write_report_files(
@@ -268,19 +243,17 @@ def _publish(
     ctx: ActionsContext,
     env: Mapping[str, str],
     options: CiOptions,
-    info: CiVerdict,
     rep: _Reporter,
 ) -> None:
-    """Job summary, step outputs (not with ``post_only``), then the PR comment (each failure
-    a warning, never fatal)."""
+    """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
     if not options.post_only:
         full = str(result.report_path) if result.report_path else None
         write_step_summary(result.markdown, full_report=full, env=env)
         write_outputs(result.outputs(), env=env)
     if not options.comment:
         return
-    # A green run (nothing failed, no flaky new test) only updates an existing comment: no
-    # noise on green PRs.
+    # A green run only updates an existing comment: no noise on green PRs.
+    info = result.verdict
     unchecked = bool(info.new_tests and info.new_tests.unchecked)
     create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests) or unchecked
     result.comment = post_comment(
@@ -289,29 +262,11 @@ def _publish(
     )
 
 
-def _quarantine_exit(report: Report, effective: EffectiveConfig, project: Path,
-                     env: Mapping[str, str], base: RunBase, rep: _Reporter, exit_code: int) -> int:
-    """EXIT_OK when every test still failing is quarantined by the list in force (the base
-    revision's for an event that tests code not merged yet: a PR cannot quarantine its own
-    failure; none where no base was found), else ``exit_code``. Expired or malformed entries
-    are warnings naming their line."""
-    history = effective.settings.history
-    quarantine, warnings = quarantine_in_force(project, history.quarantine_file, env, base=base)
-    for line in warnings:
-        rep.warn(line)
-    covered = only_quarantined(report, quarantine)
-    if not covered:
-        return exit_code
-    rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
-            "they do not fail the job")
-    return EXIT_OK
-
-
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
                      run_seconds: float, captured: Optional[Incident], token: str, rep: _Reporter) -> NewTestsCheck:
-    """The check of the pull request's new tests for flakiness (github/new_tests.py); a flaky
-    one is recorded in the history as a test that failed and passed on the same code."""
+    """The check of the pull request's new tests; a flaky one is recorded in the history as a
+    test that failed and passed on the same code."""
     failures = captured.failures if captured is not None else ()
     main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
     check = check_new_tests(NewTestsRun(project, base, options.pytest_args, run_seconds,
@@ -341,22 +296,14 @@ def run_ci(
 ) -> CiResult:
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
 
-    Raises ConfigError/UsageError (2) before anything runs on a bad config or option or a
-    ``pytest_selfheal`` plugin that fails to load, InputError (3) for a corrupted reports root,
-    Cancelled (130) on Ctrl-C/SIGTERM during the loop. A loop error (e.g. a verification
-    command refused, 5) is reported (summary, outputs, comment) and then decides the exit
-    code. Comment failures, and a failing report-section hook (the report is then
-    published without hook sections), are warnings.
+    Raises ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted
+    reports root, Cancelled (130) during the loop. A loop error is reported, then decides
+    the exit code; comment failures and a failing report-section hook are warnings.
     """
-    source: Mapping[str, str] = os.environ if env is None else env
-    here = Path.cwd() if cwd is None else Path(cwd)
-    out = stream if stream is not None else sys.stdout
-    ctx = ActionsContext.from_env(source)
+    source, here, ctx, rep, effective = _start(options, cwd, env, stream)
     # Read before the tests run: a PR's conftest could rewrite $GITHUB_EVENT_PATH (another base
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
     event = ctx.event()
-    rep = _Reporter(out, ctx.in_actions)
-    effective = _load(options, here, source)
     redactor = effective.redactor
     # Judged before the tests run too: the base revision (a branch tip the tests could move),
     # the base repository, whether this run may share its history.
@@ -364,9 +311,9 @@ def run_ci(
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
-    root = (_resolve(options.reports_dir, here) if options.reports_dir
-            else fsio.project_path(here, effective.settings.reports_dir, "reports_dir"))
-    md_path = _resolve(options.report_path, here) if options.report_path else root / DEFAULT_REPORT_FILE
+    root = here / options.reports_dir if options.reports_dir else fsio.project_path(
+        here, effective.settings.reports_dir, "reports_dir")
+    md_path = here / options.report_path if options.report_path else root / DEFAULT_REPORT_FILE
     if md_path.suffix == ".json":
         raise UsageError(f"--report-path {md_path}: give the markdown path; the JSON is written beside it")
     store = Store(root, redactor=redactor)
@@ -375,12 +322,12 @@ def run_ci(
     # The test processes get no token (process.child_environment: every *TOKEN* variable).
     test_env = process.child_environment(source)
     # What this run captures holds the run token; only the capturing pytest gets it.
-    token = new_run_token()
+    token = secrets.token_hex(16)
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
     rep.say(redactor.redact(f"selfheal ci: running python {shlex.join(argv[1:])}"))
     started = time.monotonic()
-    code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=out)
+    code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=rep.stream)
     run_seconds = time.monotonic() - started
     captured = captured_incident(store, before, token)
     incident_id = captured.incident_id if captured is not None else None
@@ -436,8 +383,7 @@ def run_ci(
                 final = FinalStatus.FIX_PROPOSED
         verdict = CiVerdict(final, str(reason), int(report.total_retries or 0), state.incident_id, code)
 
-    number = options.pull_request if options.pull_request is not None else (
-        pull_request_number(ctx.event_name, event) if ctx.event_name else None)
+    number = options.pull_request if options.pull_request is not None else pull_request_number(ctx.event_name, event)
     new_tests = _check_new_tests(options, effective, store, project, source, event, base, test_env, run_seconds,
                                  captured, token, rep)
     info = dataclasses.replace(located(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
@@ -457,7 +403,15 @@ def run_ci(
                                   pytest_exit_code=verdict.pytest_exit_code,
                                   pass_on_proposed_fix=options.pass_on_proposed_fix)
     if incident_id is not None and exit_code == EXIT_UNRESOLVED:
-        exit_code = _quarantine_exit(report, effective, here, source, base, rep, exit_code)
+        # The list in force is the base revision's for code not merged yet: a PR cannot quarantine its own failure.
+        quarantine, warnings = quarantine_in_force(here, effective.settings.history.quarantine_file, source, base=base)
+        for line in warnings:
+            rep.warn(line)
+        covered = only_quarantined(report, quarantine)
+        if covered:
+            rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
+                    "they do not fail the job")
+            exit_code = EXIT_OK
     if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
         rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
                 "(fail-on-new-flaky: false only reports them)")
@@ -466,8 +420,7 @@ def run_ci(
         rep.say(f"selfheal ci: {len(new_tests.unchecked)} new or changed test(s) unchecked (not re-run their "
                 "count): the job fails (fail-on-new-unchecked: false only reports them)")
         exit_code = EXIT_UNRESOLVED
-    result = CiResult(exit_code, verdict, markdown, pull_request=number,
-                      error=str(error) if error else None, new_tests=new_tests)
+    result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
     if base.shares and effective.settings.history.enabled:
         try:
             result.history_segments = this_run_segments(
@@ -476,7 +429,7 @@ def run_ci(
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
-    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    _publish(result, ctx=ctx, env=source, options=options, rep=rep)
     result.warnings = rep.warnings
     rep.say(f"selfheal ci: {verdict.final_status} — stop reason {verdict.stop_reason} "
             f"({verdict.iterations} iteration(s)); exit code {exit_code}"
@@ -491,22 +444,13 @@ def comment_from_report(
     env: Optional[Mapping[str, str]] = None,
     stream: Optional[IO[str]] = None,
 ) -> CiResult:
-    """Comment-only mode: render ``options.comment_from`` (a report JSON written by
-    ``selfheal ci`` or ``selfheal merge --json``), append it to the job summary, write the
-    outputs and post the sticky comment. Runs no test and no code from the report's
-    project, and calls no hook (so no report-section hook adds to the comment): for the
-    trusted ``workflow_run`` half of the fork-PR recipe.
-
-    Exit code 0 (the tests' verdict was the other workflow's job); 3/4 for a bad or
-    missing report file, 2 for bad options.
-    """
+    """Comment-only mode: post ``options.comment_from`` (a report JSON of ``selfheal ci`` or
+    ``selfheal merge --json``) to the job summary, outputs and sticky comment. Runs no test,
+    no code of the report's project and no hook. Exit 0; 3/4 for a bad or missing report."""
     assert options.comment_from is not None
-    source: Mapping[str, str] = os.environ if env is None else env
-    here = Path.cwd() if cwd is None else Path(cwd)
-    ctx = ActionsContext.from_env(source)
-    rep = _Reporter(stream if stream is not None else sys.stdout, ctx.in_actions)
-    redactor = _load(options, here, source).redactor
-    path = _resolve(options.comment_from, here)
+    source, here, ctx, rep, effective = _start(options, cwd, env, stream)
+    redactor = effective.redactor
+    path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
     number = options.pull_request or info.pull_request or ctx.pull_request_number()
@@ -520,12 +464,9 @@ def comment_from_report(
                       report_json_path=path, pull_request=number)
     if result.report_path is not None and not result.report_path.is_file():
         result.report_path = None
-    _publish(result, ctx=ctx, env=source, options=options, info=info, rep=rep)
+    _publish(result, ctx=ctx, env=source, options=options, rep=rep)
     result.warnings = rep.warnings
     return result
-
-
-# --------------------------------------------------------------------------- comment
 
 
 def post_comment(
@@ -539,14 +480,9 @@ def post_comment(
     warn: Say,
     say: Say,
 ) -> Optional[CommentResult]:
-    """Create or update the sticky comment on PR ``number``; never raises for GitHub trouble.
-
-    No PR number: nothing (a warning when the event is a pull request one, whose payload
-    should have had it). No token or repository, 401/403/404/422, 5xx, connection errors,
-    a PR whose head is not ``expected_head_sha``: a warning, no comment. ``create=False``
-    (a green run) only updates an existing comment, so green PRs get no new noise while a
-    stale failure comment is turned into "passed".
-    """
+    """Create or update the sticky comment on PR ``number``; GitHub trouble, a missing token or
+    a PR whose head is not ``expected_head_sha`` is a warning, never raised. ``create=False``
+    only updates an existing comment (a stale failure comment turns into "passed")."""
     if number is None:
         if ctx.event_name in PULL_REQUEST_EVENTS:
             warn(f"No pull request number in the {ctx.event_name} event payload: not commenting; "
@@ -569,13 +505,7 @@ def post_comment(
                 warn(f"PR #{number}'s head is {head or 'unknown'}, not {expected_head_sha}: not commenting "
                      "(the report belongs to another commit; a newer run will comment).")
                 return CommentResult("skipped", warning="head sha mismatch")
-        author: Optional[str] = None
-        if not create:
-            author = client.get_authenticated_login() or ACTIONS_BOT_LOGIN
-            if find_sticky_comment(client, number, marker(name), author) is None:
-                say(f"selfheal ci: PR #{number}: passed, no earlier report comment to update: no comment")
-                return CommentResult("skipped")
-        result = upsert_sticky_comment(client, number, body, name=name, author=author)
+        result = upsert_sticky_comment(client, number, body, name=name, create=create)
     except GitHubError as exc:
         warn(f"Could not post the report comment on PR #{number}: {exc}; the report is in the job summary.")
         return None
@@ -584,6 +514,8 @@ def post_comment(
         return None
     if result.warning:
         warn(result.warning)
+    elif result.action == "skipped":
+        say(f"selfheal ci: PR #{number}: passed, no earlier report comment to update: no comment")
     else:
         say(f"selfheal ci: PR #{number}: report comment {result.action}" + (f" ({result.url})" if result.url else ""))
     return result

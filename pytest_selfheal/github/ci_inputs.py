@@ -11,7 +11,6 @@ import json
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,10 +18,6 @@ from pytest_selfheal.errors import UsageError
 from pytest_selfheal.history.records import COMMIT_SHA
 
 DEFAULT_REPORT_NAME = "default"
-
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
 
 @dataclass
 class CiOptions:
@@ -54,39 +49,34 @@ class CiOptions:
     working_directory: Optional[Path] = None
 
 
+# Every parser takes an input's text and its name (``pytest-args``) for the one-line error.
+
+
 def parse_bool(text: str, name: str) -> bool:
-    """``true``/``false`` (also yes/no, on/off, 1/0, any case) of an action input; else UsageError."""
+    """``true``/``false`` (also yes/no, on/off, 1/0, any case); else UsageError."""
     word = text.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
+    if word in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return word in ("true", "yes", "on", "1")
     raise UsageError(f"{name}: expected true or false, got {json.dumps(text)}")
 
 
-def parse_pytest_args(text: str, name: str = "pytest-args") -> list[str]:
-    """Split ``text`` like a POSIX shell would (quotes, backslashes) -- but never run a shell:
-    ``$(...)``, ``;``, ``|`` stay literal characters of the arguments."""
+def parse_pytest_args(text: str, name: str) -> list[str]:
+    """Split ``text`` like a POSIX shell would -- but never run a shell: ``$(...)``, ``;``, ``|``
+    stay literal characters of the arguments."""
     try:
         return shlex.split(text, comments=False, posix=True)
     except ValueError as exc:
         raise UsageError(f"{name}: cannot split {json.dumps(text)}: {exc}") from None
 
 
-def parse_config_lines(text: str, origin: str = "config input") -> list[tuple[str, str]]:
+def parse_config_lines(text: str, name: str) -> list[tuple[str, str]]:
     """Newline-separated ``KEY=VALUE`` overrides; blank lines and ``#`` comments are skipped."""
-    out: list[tuple[str, str]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        out.append((line, f"{origin} line {number}"))
-    return out
+    lines = [(number, raw.strip()) for number, raw in enumerate(text.splitlines(), start=1)]
+    return [(line, f"{name} input line {number}") for number, line in lines if line and not line.startswith("#")]
 
 
-def parse_repair_command(text: str, name: str = "repair-command") -> str:
-    """A JSON argv list (``["aider", "--yes", "--message-file", "{prompt_file}"]``) as a
-    ``repair.command=...`` override text. Anything else is a UsageError: a command line
+def parse_repair_command(text: str, name: str) -> list[tuple[str, str]]:
+    """A JSON argv list (``["aider", "--yes"]``) as a ``repair.command`` override: a command line
     string would invite shell-quoting mistakes, and no shell ever runs it."""
     try:
         value = json.loads(text)
@@ -95,7 +85,7 @@ def parse_repair_command(text: str, name: str = "repair-command") -> str:
     if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
         raise UsageError(f'{name}: expected a JSON list of strings such as ["aider", "--yes"], '
                          f"got {json.dumps(text[:200])}")
-    return "repair.command=" + json.dumps(value)
+    return [("repair.command=" + json.dumps(value), f"{name} input")]
 
 
 def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
@@ -106,13 +96,14 @@ def parse_sha(text: str, name: str = "--expected-head-sha") -> str:
     return sha
 
 
-def parse_new_test_reruns(text: str, name: str = "new-test-reruns") -> str:
-    """The re-runs of new tests as a config override text: ``0`` switches the check off."""
+def parse_new_test_reruns(text: str, name: str) -> list[tuple[str, str]]:
+    """The re-runs of new tests as a config override: ``0`` switches the check off."""
     value = text.strip()
     if not value.isdigit() or len(value) > 6:
         raise UsageError(f"{name}: expected a whole number of re-runs (0 switches the check off), "
                          f"got {json.dumps(text[:80])}")
-    return "new_tests.enabled=false" if int(value) == 0 else f"new_tests.reruns={int(value)}"
+    override = "new_tests.enabled=false" if int(value) == 0 else f"new_tests.reruns={int(value)}"
+    return [(override, f"{name} input")]
 
 
 def _positive_int(text: str, name: str) -> int:
@@ -122,41 +113,41 @@ def _positive_int(text: str, name: str) -> int:
     return int(value)
 
 
-def _overrides(parse: Callable[[str], str], origin: str) -> Callable[[str], list[tuple[str, str]]]:
-    return lambda text: [(parse(text), origin)]
-
-
-def _path(text: str) -> Path:
+def _path(text: str, name: str) -> Path:
     return Path(text.strip())
+
+
+def _text(text: str, name: str) -> str:
+    return text.strip()
 
 
 # The action's inputs as action.yml passes them: the variable, the CiOptions field it gives
 # (the override inputs add up, in this order) and its parser.
-ACTION_INPUTS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
+ACTION_INPUTS: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("INPUT_PYTEST_ARGS", "pytest_args", parse_pytest_args),
     ("INPUT_WORKING_DIRECTORY", "working_directory", _path),
     ("INPUT_CONFIG", "overrides", parse_config_lines),
-    ("INPUT_REPAIR_COMMAND", "overrides", _overrides(parse_repair_command, "repair-command input")),
-    ("INPUT_NEW_TEST_RERUNS", "overrides", _overrides(parse_new_test_reruns, "new-test-reruns input")),
-    ("INPUT_COMMENT", "comment", partial(parse_bool, name="comment")),
-    ("INPUT_FAIL_ON_UNRESOLVED", "fail_on_unresolved", partial(parse_bool, name="fail-on-unresolved")),
-    ("INPUT_PASS_ON_PROPOSED_FIX", "pass_on_proposed_fix", partial(parse_bool, name="pass-on-proposed-fix")),
-    ("INPUT_FAIL_ON_NEW_FLAKY", "fail_on_new_flaky", partial(parse_bool, name="fail-on-new-flaky")),
-    ("INPUT_FAIL_ON_NEW_UNCHECKED", "fail_on_new_unchecked", partial(parse_bool, name="fail-on-new-unchecked")),
-    ("INPUT_REPORT_NAME", "report_name", str.strip),
+    ("INPUT_REPAIR_COMMAND", "overrides", parse_repair_command),
+    ("INPUT_NEW_TEST_RERUNS", "overrides", parse_new_test_reruns),
+    ("INPUT_COMMENT", "comment", parse_bool),
+    ("INPUT_FAIL_ON_UNRESOLVED", "fail_on_unresolved", parse_bool),
+    ("INPUT_PASS_ON_PROPOSED_FIX", "pass_on_proposed_fix", parse_bool),
+    ("INPUT_FAIL_ON_NEW_FLAKY", "fail_on_new_flaky", parse_bool),
+    ("INPUT_FAIL_ON_NEW_UNCHECKED", "fail_on_new_unchecked", parse_bool),
+    ("INPUT_REPORT_NAME", "report_name", _text),
     ("INPUT_COMMENT_FROM", "comment_from", _path),
-    ("INPUT_PULL_REQUEST_NUMBER", "pull_request", partial(_positive_int, name="pull-request-number")),
-    ("INPUT_EXPECTED_HEAD_SHA", "expected_head_sha", partial(parse_sha, name="expected-head-sha")),
+    ("INPUT_PULL_REQUEST_NUMBER", "pull_request", _positive_int),
+    ("INPUT_EXPECTED_HEAD_SHA", "expected_head_sha", parse_sha),
 )
 
 
 def action_inputs(env: Mapping[str, str]) -> dict[str, Any]:
-    """The :class:`CiOptions` fields the set ``INPUT_*`` variables give, parsed (an input
-    that is empty is not set). Bad values raise UsageError naming the input (exit 2)."""
+    """The :class:`CiOptions` fields the set ``INPUT_*`` variables give, parsed (an empty input is
+    not set). Bad values raise UsageError naming the input (exit 2)."""
     given: dict[str, Any] = {}
-    for variable, name, parse in ACTION_INPUTS:
+    for variable, field_name, parse in ACTION_INPUTS:
         text = env.get(variable)
         if text is not None and text.strip():
-            value = parse(text)
-            given[name] = [*given.get(name, ()), *value] if name == "overrides" else value
+            value = parse(text, variable.removeprefix("INPUT_").lower().replace("_", "-"))
+            given[field_name] = [*given.get(field_name, ()), *value] if field_name == "overrides" else value
     return given

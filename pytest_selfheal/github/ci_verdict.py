@@ -1,9 +1,5 @@
-"""The verdict of one ``selfheal ci`` run and its markdown: headline, report, footer.
-
-Pure: the verdict (:class:`~pytest_selfheal.records.ci.CiVerdict`, also the ``ci`` block of
-the report JSON) is placed at its run (:func:`located`) or, read back from an untrusted
-artifact, checked field by field (:func:`sanitize_ci_info`).
-"""
+"""The verdict of one ``selfheal ci`` run and its markdown (pure). A verdict read back from an
+untrusted artifact is checked field by field (:func:`sanitize_ci_info`)."""
 
 from __future__ import annotations
 
@@ -49,8 +45,7 @@ def verdict_without_incident(pytest_exit_code: int) -> CiVerdict:
 
 def located(verdict: CiVerdict, *, pull_request: Optional[int], head_sha: Optional[str],
             run_url: Optional[str]) -> CiVerdict:
-    """``verdict`` with where it ran, checked: the pull request, the head commit (a full sha
-    or None) and the run's URL (a plain http(s) URL or None)."""
+    """``verdict`` with where it ran; a head sha or URL that does not fit is dropped."""
     return dataclasses.replace(verdict, pull_request=pull_request,
                                head_sha=head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
                                run_url=normalised_url(run_url))
@@ -84,34 +79,31 @@ def _opt_int(value: Any) -> Optional[int]:
 
 
 def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
-    """The ``ci`` block of a report JSON read from elsewhere (an artifact: untrusted), with
-    every field checked; fields that do not fit are replaced from the report or dropped."""
+    """The ``ci`` block of an untrusted report JSON; a field that does not fit is replaced from
+    the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
-    final = given.get("final_status")
-    reason = given.get("stop_reason")
     iterations = _opt_int(given.get("iterations"))
     pr = _opt_int(given.get("pull_request"))
     incident = given.get("incident_id")
     sha = given.get("head_sha")
-    url = given.get("run_url")
-    report_final = report.final_status
-    report_reason = report.stop_reason
     return CiVerdict(
-        final_status=final if isinstance(final, str) and _STATUS_WORD.match(final)
-        else (str(report_final) if isinstance(report_final, str) and _STATUS_WORD.match(report_final) else "unknown"),
-        stop_reason=reason if isinstance(reason, str) and _STATUS_WORD.match(reason)
-        else (str(report_reason) if isinstance(report_reason, str) and _STATUS_WORD.match(report_reason)
-              else STOP_NONE),
+        final_status=_word(given.get("final_status"), report.final_status, "unknown"),
+        stop_reason=_word(given.get("stop_reason"), report.stop_reason, STOP_NONE),
         iterations=iterations if iterations is not None and iterations >= 0
         else int(_opt_int(report.total_retries) or 0),
         incident_id=incident if is_incident_id(incident) else None,
         pytest_exit_code=_opt_int(given.get("pytest_exit_code")),
         pull_request=pr if pr is not None and pr > 0 else None,
         head_sha=sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
-        run_url=normalised_url(url),
+        run_url=normalised_url(given.get("run_url")),
         new_tests=sanitize_new_tests(given.get("new_tests")),
         passed_on_rerun=_nodeids(given.get("passed_on_rerun")),
     )
+
+
+def _word(*candidates: Any) -> str:
+    """The first candidate that is a status word (the last one always is)."""
+    return str(next(value for value in candidates if isinstance(value, str) and _STATUS_WORD.match(value)))
 
 
 MAX_NEW_TESTS = 500  # new or changed tests (or re-run passes) kept from an artifact's ``ci`` block
@@ -124,12 +116,11 @@ def _count(value: Any) -> int:
 
 
 def _nodeids(data: Any) -> tuple[str, ...]:
-    """Node ids of an untrusted list: strings only, each cut, at most MAX_NEW_TESTS of them."""
     return tuple(n[:500] for n in data if isinstance(n, str))[:MAX_NEW_TESTS] if isinstance(data, list) else ()
 
 
 def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
-    """The ``new_tests`` block of an untrusted ``ci`` block, every field checked (None when absent)."""
+    """The ``new_tests`` block of an untrusted ``ci`` block (None when absent)."""
     if not isinstance(data, Mapping):
         return None
     tests: list[NewTestResult] = []
@@ -151,7 +142,6 @@ NEW_TESTS_SHOWN = 20  # tests named per label in the summary and the comment
 
 
 def _listed(tests: Sequence[NewTestResult], label: str, lines: list[str], consequence: str, detail: str) -> None:
-    """The flaky or unchecked ones: a bold line, then one bounded list item per test."""
     chosen = [t for t in tests if t.label == label]
     if not chosen:
         return
@@ -169,9 +159,7 @@ def _listed(tests: Sequence[NewTestResult], label: str, lines: list[str], conseq
 
 
 def new_tests_section(check: NewTestsCheck) -> str:
-    """``### New tests checked for flakiness``: the flaky ones first (passed / failed and the
-    first failure's message), then the unchecked ones (not re-run their count), then the
-    checked ones, each list bounded; then the note."""
+    """``### New tests checked for flakiness``: the flaky, the unchecked, the checked, the note."""
     lines = ["### New tests checked for flakiness", ""]
     _listed(check.tests, NEW_FLAKY, lines,
             "this fails the job" if check.fails_job else "reported only (`fail-on-new-flaky: false`)",
@@ -193,12 +181,8 @@ def new_tests_section(check: NewTestsCheck) -> str:
 
 
 def ci_headline(report: Report, info: CiVerdict) -> str:
-    """The first line of the job summary and the PR comment: stop reason and final status.
-
-    The report's own headline (``render_headline``) when the loop stopped and the report
-    agrees with ``info``; otherwise the same shape built from ``info``:
-    ``**selfheal: passed — stop reason `none`** (pytest passed: …)``.
-    """
+    """The first line of the job summary and the PR comment: the report's own headline when it
+    agrees with ``info``, else the same shape built from ``info``."""
     if report.incidents and report.stop_reason == info.stop_reason and report.final_status == info.final_status:
         return render_headline(report)
     status = text(info.final_status, 60)
@@ -235,9 +219,8 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
 
 
 def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
-    """``{node id: fingerprint}`` of every test still failing when the loop stopped: the
-    capture's failures and the loop's new ones, by their latest outcome (a test no
-    iteration re-ran is still failing), without the fixed and the flaky ones."""
+    """``{node id: fingerprint}`` of every test still failing when the loop stopped, by its latest
+    outcome (one no iteration re-ran still fails), neither fixed nor flaky."""
     failing: dict[str, Optional[str]] = {}
     for entry in report.incidents:
         fingerprints: dict[str, Optional[str]] = dict.fromkeys(entry.capture_tests)
@@ -255,8 +238,7 @@ def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
 
 
 def only_quarantined(report: Report, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
-    """``{node id: reason}`` when every test still failing is covered by ``quarantine`` (the
-    base revision's list: then they do not fail the ``selfheal ci`` job); ``{}`` otherwise."""
+    """``{node id: reason}`` when ``quarantine`` covers every test still failing, else ``{}``."""
     covered: dict[str, str] = {}
     for nodeid, fingerprint in unresolved_failures(report).items():
         entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
@@ -274,10 +256,8 @@ def render_ci_markdown(
     pm: Optional[pluggy.PluginManager] = None,
     proposed_patch: Optional[bytes] = None,
 ) -> str:
-    """The headline, a blank line, the check of new tests (on a pull request), then the report (without its own headline, plus the
-    sections of the report-section hooks of ``pm``); ``error`` (a loop error) is added as a
-    last section. ``proposed_patch``: a fix that is only proposed, shown right after the
-    headline (bounded, in an inert fence). A failing section hook is a ``ConfigError``."""
+    """The headline, the check of new tests, a fix only proposed, the report with the sections of
+    ``pm``'s hooks (a failing one is a ``ConfigError``), and a loop ``error``."""
     body = f"{ci_headline(report, info)}\n\n"
     if info.new_tests is not None:
         body += new_tests_section(info.new_tests)
@@ -293,8 +273,7 @@ PATCH_LIMIT = 20_000  # characters of a proposed patch shown in the summary and 
 
 
 def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
-    """``### Proposed fix``: the patch in a diff fence longer than any backtick run inside it
-    (so nothing in it renders as markdown), cut to ``limit`` characters with a note."""
+    """``### Proposed fix``: the patch in an inert diff fence, cut to ``limit`` characters."""
     text = tests_first(patch.decode("utf-8", errors="replace"))
     note = ""
     if len(text) > limit:
@@ -306,7 +285,7 @@ def proposed_fix_section(patch: bytes, limit: int = PATCH_LIMIT) -> str:
 
 
 def comment_footer(info: CiVerdict) -> str:
-    """A small last line for the PR comment: the workflow run and the commit (checked values only)."""
+    """The PR comment's last line: the workflow run and the commit."""
     parts = []
     if info.run_url:
         parts.append(f"[workflow run]({info.run_url})")

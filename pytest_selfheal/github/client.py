@@ -1,13 +1,7 @@
-"""GitHub REST client (stdlib HTTP) and the sticky PR comment.
+"""GitHub REST client (stdlib HTTP) and the sticky PR comment (edge; docs/github.md).
 
-An edge module: the only place that talks to GitHub. docs/github.md describes the comment,
-the limits and the permissions.
-
-Security rules kept here:
-
-- the token is sent only to the origin of ``api_url`` (scheme, host and port): pagination
-  links and redirects to anywhere else are not followed;
-- the token never appears in an exception message, a log record or a ``repr``.
+The token is sent only to the origin of ``api_url`` (pagination links and redirects
+elsewhere are not followed) and never appears in an exception, a log record or a ``repr``.
 """
 
 from __future__ import annotations
@@ -30,16 +24,14 @@ from pytest_selfheal.records.ci import IssueComment
 
 log = logging.getLogger(__name__)
 
-#: GitHub's limit for an issue/PR comment body (characters).
-MAX_COMMENT_CHARS = 65536
+MAX_COMMENT_CHARS = 65536  # GitHub's limit for a comment body
 #: The author of comments made with the Actions ``GITHUB_TOKEN``.
 ACTIONS_BOT_LOGIN = "github-actions[bot]"
 
 API_VERSION = "2022-11-28"
 ACCEPT = "application/vnd.github+json"
 PER_PAGE = 100
-# Bounds: a comment list of 100 pages is 10,000 comments; a response body above this is
-# not something GitHub sends for the endpoints used here.
+# Bounds far above what GitHub sends for the endpoints used here.
 MAX_PAGES = 100
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 _MAX_MESSAGE_CHARS = 300
@@ -50,8 +42,7 @@ _LINK = re.compile(r"<([^>]*)>\s*;\s*rel=\"?([^\";,]*)\"?")
 
 
 class GitHubError(SelfhealError):
-    """A GitHub API call failed: HTTP ``status`` (0 for a connection error) and a one-line
-    message that never contains the token."""
+    """A GitHub API call failed: HTTP ``status`` (0: no connection), one line, never the token."""
 
     exit_code = EXIT_IO
 
@@ -61,8 +52,6 @@ class GitHubError(SelfhealError):
         #: GitHub's own ``message`` field (e.g. "Resource not accessible by integration").
         self.api_message = api_message
 
-
-# --- HTTP ---------------------------------------------------------------------------------------
 
 _Origin = tuple[str, str, int]
 
@@ -111,32 +100,14 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
 
 
 def _next_link(header: Optional[str]) -> Optional[str]:
-    """The ``rel="next"`` URL of a ``Link`` header, or None."""
-    if not header:
-        return None
-    for m in _LINK.finditer(header):
-        if "next" in m.group(2).split():
-            return m.group(1)
-    return None
+    return next((m.group(1) for m in _LINK.finditer(header or "") if "next" in m.group(2).split()), None)
 
 
 class GitHubClient:
-    """A small GitHub REST client: JSON in and out, ``GitHubError`` on failure.
+    """A small GitHub REST client for ``repository`` (``owner/name``): JSON in and out,
+    ``GitHubError`` on failure."""
 
-    ``repository`` is ``owner/name``. Requests carry ``Accept: application/vnd.github+json``,
-    ``X-GitHub-Api-Version: 2022-11-28`` and, when ``token`` is set,
-    ``Authorization: Bearer <token>``.
-    """
-
-    def __init__(
-        self,
-        api_url: str,
-        token: Optional[str],
-        repository: str,
-        *,
-        timeout: float = 20.0,
-        user_agent: str = "pytest-selfheal",
-    ) -> None:
+    def __init__(self, api_url: str, token: Optional[str], repository: str, *, timeout: float = 20.0) -> None:
         base = (api_url or "").rstrip("/")
         origin = _origin(base)
         if origin is None:
@@ -146,7 +117,6 @@ class GitHubClient:
         self.api_url = base
         self.repository = repository
         self.timeout = timeout
-        self.user_agent = user_agent
         self._token = token or None
         self._origin = origin
         self._base_path = urllib.parse.urlsplit(base).path
@@ -158,15 +128,12 @@ class GitHubClient:
         auth = "token set" if self._token else "no token"
         return f"GitHubClient({self.api_url!r}, {self.repository!r}, {auth})"
 
-    # -- plumbing
-
     def _repo_path(self) -> str:
         owner, name = self.repository.split("/", 1)
         return f"/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}"
 
     def same_origin(self, url: str) -> bool:
-        """Whether ``url`` is on the API's origin and under its base path (the only place
-        the token may be sent)."""
+        """Whether ``url`` is under the API's origin and base path: the only place the token goes."""
         if _origin(url) != self._origin:
             return False
         path = urllib.parse.urlsplit(url).path
@@ -203,11 +170,8 @@ class GitHubClient:
         )
 
     def request(self, method: str, path: str, body: Optional[Mapping[str, str]] = None) -> tuple[int, HTTPMessage, Any]:
-        """One API call; ``path`` is relative to ``api_url`` or an absolute same-origin URL.
-
-        Returns ``(status, headers, decoded JSON or None)``; raises GitHubError on an HTTP
-        error status, a connection failure or a response that is not JSON.
-        """
+        """One API call (``path`` relative to ``api_url``, or a same-origin URL): ``(status,
+        headers, JSON or None)``; GitHubError on an error status, no connection or no JSON."""
         url = path if "://" in path else self.api_url + path
         if not self.same_origin(url):
             # Last line of defence: the token is never sent anywhere else.
@@ -217,7 +181,7 @@ class GitHubClient:
         headers = {
             "Accept": ACCEPT,
             "X-GitHub-Api-Version": API_VERSION,
-            "User-Agent": self.user_agent,
+            "User-Agent": "pytest-selfheal",
         }
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -252,14 +216,9 @@ class GitHubClient:
         except (UnicodeDecodeError, ValueError):
             raise GitHubError(status, f"GitHub API {method} {shown}: the response is not JSON") from None
 
-    # -- endpoints
-
     def get_authenticated_login(self) -> Optional[str]:
-        """The login of the token's user (``GET /user``), or None when the token cannot say.
-
-        The Actions ``GITHUB_TOKEN`` gets 403 "Resource not accessible by integration" here:
-        its comments are authored by ``github-actions[bot]``.
-        """
+        """The login of the token's user, or None when the token cannot say (the Actions
+        ``GITHUB_TOKEN`` gets 403 here: its comments are by ``github-actions[bot]``)."""
         if not self._token:
             return None
         try:
@@ -272,18 +231,14 @@ class GitHubClient:
         return login if isinstance(login, str) and login else None
 
     def pull_request_head_sha(self, number: int) -> Optional[str]:
-        """The head commit of pull request ``number`` (``GET /pulls/N``), or None when the payload lacks it."""
         _, _, data = self.request("GET", f"{self._repo_path()}/pulls/{int(number)}")
         head = data.get("head") if isinstance(data, dict) else None
         sha = head.get("sha") if isinstance(head, dict) else None
         return sha if isinstance(sha, str) else None
 
     def list_issue_comments(self, number: int) -> Iterator[IssueComment]:
-        """Every comment of issue/PR ``number``, oldest first, across all pages.
-
-        Follows ``Link: rel="next"`` only within the API's origin (a link elsewhere ends the
-        listing with a logged warning), at most MAX_PAGES pages, never the same URL twice.
-        """
+        """Every comment of issue/PR ``number``, oldest first, across at most MAX_PAGES pages,
+        following ``rel="next"`` only within the API's origin and never to the same URL twice."""
         url: Optional[str] = f"{self.api_url}{self._repo_path()}/issues/{int(number)}/comments?per_page={PER_PAGE}"
         seen = set()
         pages = 0
@@ -307,42 +262,29 @@ class GitHubClient:
             url = nxt
 
     def create_issue_comment(self, number: int, body: str) -> IssueComment:
-        """POST a new comment on issue/PR ``number``; returns the created comment."""
         _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
         return IssueComment.from_json(data)
 
     def update_issue_comment(self, comment_id: int, body: str) -> IssueComment:
-        """PATCH the body of comment ``comment_id``; returns the updated comment."""
         _, _, data = self.request("PATCH", f"{self._repo_path()}/issues/comments/{int(comment_id)}", {"body": body})
         return IssueComment.from_json(data)
 
 
-# --- the sticky comment -------------------------------------------------------------------------
-
-
 def marker(name: str = "default") -> str:
-    """The hidden HTML comment that identifies our report comment, one per report ``name``
-    (several jobs can each keep their own). The name is reduced to ``[A-Za-z0-9._-]``
-    (at most 64 characters) so it cannot close the HTML comment."""
+    """The hidden HTML comment that marks our report comment, one per report ``name``, which is
+    reduced to ``[A-Za-z0-9._-]`` so it cannot close the HTML comment."""
     clean = _MARKER_NAME_BAD.sub("-", name or "").strip("-.")[:64] or "default"
     return f"<!-- pytest-selfheal:report:{clean} -->"
 
 
-def _truncation_note(over: int, limit: int) -> str:
-    where = "GitHub's 65,536 limit" if limit == MAX_COMMENT_CHARS else f"the {limit:,}-character budget"
-    return f"\n\n> …report truncated ({over:,} characters over {where}); full report in the job summary / artifact\n"
-
-
 def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
-    """``body`` cut to at most ``limit`` characters, ending with a truncation note.
-
-    Keeps the first lines (cut at a line boundary), the hidden marker (re-added on top when
-    it would be cut away), and closes an open code fence or ``<details>`` so the note renders
-    as text. Unchanged when it already fits. Pure.
-    """
+    """``body`` cut at a line boundary to at most ``limit`` characters, keeping the marker and
+    closing an open code fence or ``<details>`` so the truncation note renders as text."""
     if len(body) <= limit:
         return body
-    note = _truncation_note(len(body) - limit, limit)
+    where = "GitHub's 65,536 limit" if limit == MAX_COMMENT_CHARS else f"the {limit:,}-character budget"
+    note = (f"\n\n> …report truncated ({len(body) - limit:,} characters over {where}); full report in the job "
+            "summary / artifact\n")
     found = _ANY_MARKER.search(body)
     tag = found.group(0) if found else ""
     slack = 64  # room for the closers below
@@ -363,7 +305,7 @@ def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
 
 
 def _fit_in_bytes(body: str) -> str:
-    """A body that fits even if GitHub counts bytes rather than characters (used after a 422)."""
+    """A body that fits even if GitHub counts bytes, not characters (after a 422)."""
     budget = MAX_COMMENT_CHARS - 2048
     while True:
         text = fit_comment(body, budget)
@@ -374,8 +316,6 @@ def _fit_in_bytes(body: str) -> str:
 
 @dataclass(frozen=True)
 class CommentResult:
-    """What :func:`upsert_sticky_comment` did."""
-
     action: str  # "created" | "updated" | "skipped"
     comment_id: Optional[int] = None
     warning: Optional[str] = None
@@ -383,11 +323,8 @@ class CommentResult:
 
 
 def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[IssueComment]:
-    """The oldest comment on ``number`` containing ``tag`` and written by ``author``.
-
-    Other users' comments that quote the marker are ignored, so nobody can make us edit (or
-    hide) a comment that is not ours.
-    """
+    """The oldest comment on ``number`` holding ``tag`` and written by ``author``: nobody can make
+    us edit a comment that is not ours by quoting the marker."""
     wanted = author.lower()
     for comment in client.list_issue_comments(number):
         if comment.body is not None and tag in comment.body and comment.author.lower() == wanted and comment.id is not None:
@@ -420,18 +357,13 @@ def upsert_sticky_comment(
     *,
     name: str = "default",
     author: Optional[str] = None,
+    create: bool = True,
 ) -> CommentResult:
-    """Create or update the one report comment on PR ``number``.
+    """Create (unless not ``create``) or update the one report comment on PR ``number``, found by
+    its :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
 
-    The comment is found by its hidden :func:`marker` (added on top of ``body`` if absent)
-    **and** its author: ``author``, else the token's login from ``GET /user``, else
-    ``github-actions[bot]`` (the Actions ``GITHUB_TOKEN`` cannot read ``/user``). Found
-    across all pages -> PATCH; not found -> POST. Bodies over 65,536 characters are
-    truncated with a note.
-
-    Never raises for 403/404 (a fork PR's read-only token, no access, no such PR) or a body
-    GitHub still refuses (422 after one harder truncation): returns action ``"skipped"``
-    with a warning. Other HTTP and connection errors raise GitHubError.
+    403/404 (a fork PR's read-only token, no access) and a body GitHub still refuses after
+    one harder truncation give ``"skipped"`` with a warning; other errors raise GitHubError.
     """
     tag = marker(name)
     if tag not in body:
@@ -447,6 +379,8 @@ def upsert_sticky_comment(
         if exc.status in (403, 404):
             return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_http_reason(exc)}){tail}")
         raise
+    if existing is None and not create:
+        return CommentResult("skipped")
 
     def outcome(action: str, comment: IssueComment) -> CommentResult:
         return CommentResult(action, comment.id, None, comment.html_url)

@@ -1,23 +1,12 @@
 """New tests are checked for flakiness before they merge (edge: git, the verification runner).
 
 A flaky test is cheapest to catch on the pull request that adds it. On a pull request,
-``selfheal ci`` finds the tests the pull request **adds or changes**: the node ids pytest
-collects on it and not on its base revision (checked out beside the project in a temporary
-git worktree; parametrisations and tests bound by assignment included), and the tests of
-the changed test modules whose lines, decorators included, differ from the base. It re-runs
-just those ``new_tests.reruns`` more times, each time in another order drawn from one
-recorded seed, within a time budget (``new_tests.max_share`` of the job's own test run, at
-least :data:`BUDGET_FLOOR_SECONDS`, at most ``new_tests.max_seconds``). A test that passed
-and failed on the same code is ``flaky (new)``; one that failed every time is an ordinary
-failure (the loop has it already); one that passed every time is listed as checked; one
-that was not re-run its count (the budget spent, a refused or broken re-run) is
-``unchecked`` — not a pass.
-
-The collections and re-runs go through the loop's own verification checks and process
-runner (an allowlisted argv, checked arguments, no shell, no token, redacted output) and
-are never attempts of an incident. Unchanged tests never run for this. Without a base
-revision in the clone (a shallow checkout, an event that is not a pull request) one line
-says what was not checked; a side that does not collect is one line and a fallback.
+``selfheal ci`` finds the tests it adds or changes (collected on it and not on its base
+revision, or whose lines, decorators included, changed) and re-runs just those
+``new_tests.reruns`` times, each in another order drawn from one recorded seed, within a
+time budget. One that passed and failed on the same code is ``flaky (new)``; one not re-run
+its count is ``unchecked``, not a pass. The runs go through the loop's verification checks
+(allowlisted argv, no shell, no token, redacted output) and are never attempts of an incident.
 """
 
 from __future__ import annotations
@@ -41,6 +30,7 @@ from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import SAFE_VALUED
+from pytest_selfheal.loop.regression import is_test_file
 from pytest_selfheal.loop.verify import check_command, resolve_argv, run_selection
 from pytest_selfheal.records import models
 from pytest_selfheal.records.ci import NewTestResult, NewTestsCheck
@@ -65,9 +55,6 @@ Span = tuple[int, int]
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
-# --------------------------------------------------------------------------- finding them (pure)
-
-
 def _span(node: Union[FunctionNode, ast.ClassDef]) -> Span:
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     return first, node.end_lineno or node.lineno
@@ -78,11 +65,9 @@ def _overlaps(span: Span, ranges: Sequence[Span]) -> bool:
 
 
 def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
-    """The tests of one test module that ``ranges`` (changed lines, 1-based, inclusive)
-    touch, as node-id suffixes: ``test_f``, ``TestC::test_m``, or ``TestC`` when a line of
-    the class outside its test methods changed (its line, decorators, attributes, fixtures,
-    helpers: every test of the class depends on them). Module-level code is not a test.
-    ``SyntaxError`` when the module does not parse."""
+    """The tests of one module that ``ranges`` (changed lines, 1-based, inclusive) touch, as
+    node-id suffixes: ``test_f``, ``TestC::test_m``, or ``TestC`` when a line of the class
+    outside its test methods changed (every test of the class depends on it)."""
     names: list[str] = []
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
@@ -103,8 +88,7 @@ def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
 
 
 def rerun_options(pytest_args: Sequence[str]) -> list[str]:
-    """The job's pytest arguments without their selections (paths, node ids): the options
-    every re-run of the new tests keeps, so they run as the job's own run did."""
+    """The job's pytest arguments without their selections: the re-runs run as the job's own did."""
     kept: list[str] = []
     expects_value = False
     for word in pytest_args:
@@ -119,9 +103,7 @@ def rerun_options(pytest_args: Sequence[str]) -> list[str]:
 
 
 def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> float:
-    """The re-runs' time budget: ``max_share`` of the job's test run but at least
-    :data:`BUDGET_FLOOR_SECONDS` (a small suite's new tests are re-run their count too), at
-    most ``max_seconds``."""
+    """``max_share`` of the job's test run, within :data:`BUDGET_FLOOR_SECONDS` and ``max_seconds``."""
     return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
@@ -147,23 +129,13 @@ class _Tally:
 
 
 def _matches(prefix: str, case: models.TestCaseResult) -> Optional[str]:
-    """The node id of ``case`` when it is a test of ``prefix`` (the node id of a function, a
-    method or a whole class), else None."""
+    """The node id of ``case`` when it is a test of ``prefix`` (a function, method or class)."""
     classname, name = mangle_nodeid(prefix)
     if case.classname == classname and (case.name == name or case.name.startswith(name + "[")):
         return prefix + case.name[len(name):]  # the test itself, or one of its parametrisations
     if case.classname == (f"{classname}.{name}" if classname else name):
         return f"{prefix}::{case.name}"  # a method of the class
     return None
-
-
-def is_test_module(path: str) -> bool:
-    """pytest's default ``python_files``: ``test_*.py`` and ``*_test.py``."""
-    name = path.rsplit("/", 1)[-1]
-    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
-
-
-# --------------------------------------------------------------------------- the check (edge)
 
 
 @dataclass
@@ -179,12 +151,11 @@ class NewTestsRun:
 
 
 def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]]) -> tuple[list[str], list[str]]:
-    """``(node-id prefixes of the tests whose lines changed, warnings)``: the test functions
-    and classes of the changed test modules that ``ranges`` touch."""
+    """``(node-id prefixes of the tests whose lines changed, warnings)``."""
     prefixes: list[str] = []
     warnings: list[str] = []
     for path in sorted(ranges):
-        if not is_test_module(path):
+        if not is_test_file(path):
             continue
         file = project_root / path
         try:
@@ -209,15 +180,20 @@ def _unparametrised(nodeid: str) -> str:
     return nodeid[:bracket] if bracket >= 0 and nodeid.endswith("]") else nodeid
 
 
+def _checked_pytest(run: NewTestsRun, effective: EffectiveConfig, root: Path, lead: Sequence[str],
+                    selections: Sequence[str]) -> list[str]:
+    """``python -m pytest`` with the job's options, checked as a verification command (RefusedError)."""
+    verification = effective.settings.verification
+    argv = ["python", "-m", "pytest", *lead, "-p", "no:cacheprovider", *rerun_options(run.pytest_args),
+            *verification.args, *selections]
+    check_command(argv, allowlist=verification.allowlist, root=root, trusted=[*run.pytest_args, *verification.args])
+    return argv
+
+
 def collected(root: Path, effective: EffectiveConfig, run: NewTestsRun, timeout: float) -> tuple[Optional[list[str]], str]:
-    """The node ids pytest collects in ``root`` with the job's options (``--collect-only``,
-    through the verification runner's checks and process runner), or ``(None, why not)``."""
-    settings = effective.settings
-    argv = ["python", "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
-            *rerun_options(run.pytest_args), *settings.verification.args]
+    """The node ids pytest collects in ``root`` with the job's options, or ``(None, why not)``."""
     try:
-        check_command(argv, allowlist=settings.verification.allowlist, root=root,
-                      trusted=[*run.pytest_args, *settings.verification.args])
+        argv = _checked_pytest(run, effective, root, ["--collect-only"], [])
     except RefusedError as exc:
         return None, str(exc)
     lines: list[str] = []
@@ -250,11 +226,9 @@ def collected(root: Path, effective: EffectiveConfig, run: NewTestsRun, timeout:
 
 
 def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, say: Say) -> list[str]:
-    """The tests the pull request adds or changes: the node ids pytest collects on it and
-    not on ``base`` (a checkout of it beside the project), and those of its tests whose
-    lines changed. When the base does not collect, every test of a changed test module
-    counts as new; when the pull request does not, the tests whose lines changed. Each
-    fallback is one line through ``say``. Raises :class:`GitFailed` for the diff."""
+    """The tests the pull request adds or changes (module doc). When the base does not collect,
+    every test of a changed test module counts; when the pull request does not, the tests
+    whose lines changed; each fallback one line. :class:`GitFailed` for the diff."""
     ranges = changed_lines(run.project_root, base)
     prefixes, warnings = changed_in_place(run.project_root, ranges)
     for line in warnings:
@@ -281,8 +255,8 @@ def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, s
 
 
 def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -> NewTestsCheck:
-    """Find the tests a pull request adds or changes and re-run them (module doc); one line
-    per step through ``say``. Never raises for what it cannot do: the returned note says it."""
+    """Find the tests a pull request adds or changes and re-run them; never raises for what it
+    cannot do: the note says it."""
     settings = effective.settings.new_tests
     if not settings.enabled:
         return NewTestsCheck("new tests not checked: new_tests.enabled is false")
@@ -330,7 +304,6 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
            budget: float) -> tuple[dict[str, _Tally], int, Optional[str]]:
     """The re-runs: ``(tallies by node id, re-runs done, why they ended early or None)``."""
     settings = effective.settings
-    options = [*rerun_options(run.pytest_args), *settings.verification.args]
     selections = list(dict.fromkeys(_unparametrised(t) for t in targets))
     rng = random.Random(seed)
     tallies: dict[str, _Tally] = {}
@@ -344,10 +317,8 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
                 return tallies, done, None
             order = list(selections)
             rng.shuffle(order)
-            argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", *options, *order]
             try:
-                check_command(argv, allowlist=settings.verification.allowlist, root=run.project_root,
-                              trusted=[*run.pytest_args, *settings.verification.args])
+                argv = _checked_pytest(run, effective, run.project_root, [], order)
             except RefusedError as exc:
                 return tallies, done, f"not re-run: {exc}"
             junit = Path(scratch) / f"rerun-{index + 1}.xml"
@@ -374,7 +345,6 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
 
 
 def summary_line(check: NewTestsCheck) -> str:
-    """The one terminal line of the check's result."""
     flaky, unchecked = check.flaky, check.unchecked
     if flaky:
         return f"selfheal ci: flaky (new): {first_few(flaky, 3)} — {check.note}"

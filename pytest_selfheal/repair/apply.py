@@ -1,9 +1,8 @@
-"""Applying an incident's proposed patch (``error_runs/ID/final.patch``) to the working tree (edge).
+"""Applying an incident's proposed patch (``final.patch``) to the working tree (edge).
 
-The one home of the step, whoever asked: ``selfheal apply`` confirms on the terminal (or
-``--yes``), the MCP server's ``apply`` tool through the client's elicitation. Approval is
-the caller's job and happens between :func:`proposed_patch` and :func:`apply_proposed`;
-nothing here applies a patch on its own.
+The one home of the step for ``selfheal apply`` and the MCP ``apply`` tool. Approval is the
+caller's job, between :func:`proposed_patch` and :func:`apply_proposed`: nothing here
+applies a patch on its own.
 """
 
 from __future__ import annotations
@@ -50,14 +49,11 @@ class ProposedPatch:
 
     @property
     def files(self) -> list[str]:
-        """Every file the patch writes, in order."""
         return list(self.summary.files)
 
     @property
     def question(self) -> str:
-        """The one question a human approves or declines: every file the patch writes, its
-        creations, deletions, renames, mode changes, symlinks and binary files, and whether
-        the loop verified it."""
+        """The one question a human answers: everything the patch writes, and whether it was verified."""
         return (f"Apply {FINAL_PATCH} of {self.incident_id} ({self.summary.text()}) to {self.working_tree}? "
                 f"The patch is {self.verdict}.")
 
@@ -65,12 +61,10 @@ class ProposedPatch:
 def proposed_patch(
     store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False, allow_test_edits: bool = False
 ) -> ProposedPatch:
-    """The proposed patch of ``incident_id``, checked: unknown id or no patch is a
-    NotFoundError (4); a patch that does not apply cleanly, no git repository, a symlink
-    pointing out of the repository, a binary change without ``allow_binary``
-    (``repair.allow_binary``) or an edit of tests, conftests or fixtures without
-    ``allow_test_edits`` (``repair.allow_test_edits``: approval never covers test edits),
-    a RefusedError (5). Nothing is changed."""
+    """The proposed patch of ``incident_id``, checked, nothing changed: no patch is a NotFoundError
+    (4); one that does not apply cleanly, a symlink out of the repository, a binary change
+    without ``allow_binary`` or a test edit without ``allow_test_edits`` (approval never covers
+    test edits) a RefusedError (5)."""
     incident = store.read_incident(incident_id)
     patch = read_run_bytes(store, incident_id, FINAL_PATCH)
     where = store.runs_dir(incident_id) / FINAL_PATCH
@@ -102,11 +96,8 @@ def proposed_patch(
 
 
 def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
-    """Apply an approved ``proposed`` patch and note it in ``run_result.json``'s ``repair`` block.
-
-    ``apply_patch`` checks the tree again (it may have changed while a human was asked): a
-    conflict is a RefusedError (5) and nothing is changed.
-    """
+    """Apply an approved patch (checked again: the tree may have changed while a human was
+    asked) and note it in ``run_result.json``'s ``repair`` block."""
     with isolated_git_env():
         apply_patch(proposed.working_tree, proposed.patch)
     _record_applied(store, proposed.incident_id, proposed.working_tree)

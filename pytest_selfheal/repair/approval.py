@@ -1,26 +1,17 @@
-"""Approval policy: who may say yes to a repair's diff (docs/repair.md "Approval").
+"""Who may say yes to a repair's diff (docs/repair.md "Approval").
 
-Seed non-negotiables: never auto-apply a diff, never expand scope without approval.
-Approval comes from exactly one of:
-
-1. **up front**: ``selfheal loop ID --approve``, ``pytest --selfheal-approve`` or config
-   ``ralf_lite.repair.approve: true`` (all three land in the effective config's
-   ``repair.approve`` or the ``approve`` argument);
-2. **interactively**: a yes typed at a terminal (stdin *and* stdout are TTYs).
-
-Without either the answer is no — a CI job or an agent piping the output never gets an
-implicit yes. Questions go to stderr (stdout may carry JSON). The input function is
-injectable so tests never need a real terminal.
+A diff is never applied, nor the scope widened, without approval: given up front
+(``--approve``, ``--selfheal-approve``, ``repair.approve: true``) or typed at a terminal
+(stdin *and* stdout are TTYs). Otherwise the answer is no: a CI job or an agent piping the
+output never gets an implicit yes. Questions go to stderr (stdout may carry JSON).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, TextIO
-
-YES_WORDS = frozenset({"y", "yes"})
 
 
 def _stream_is_tty(stream: Any) -> bool:
@@ -32,16 +23,11 @@ def _stream_is_tty(stream: Any) -> bool:
 
 def is_interactive(stdin: Any = None, stdout: Any = None) -> bool:
     """True when a human can answer: both stdin and stdout are terminals."""
-    return _stream_is_tty(sys.stdin if stdin is None else stdin) and _stream_is_tty(
-        sys.stdout if stdout is None else stdout
-    )
+    return _stream_is_tty(stdin or sys.stdin) and _stream_is_tty(stdout or sys.stdout)
 
 
 def ask_on_stderr(question: str) -> str:
-    """Ask on stderr, read one line from stdin (EOF → ``EOFError``).
-
-    stderr, not stdout: ``selfheal loop --json`` keeps stdout for its JSON document.
-    """
+    """Ask on stderr, read one line from stdin (EOF → ``EOFError``)."""
     sys.stderr.write(question)
     sys.stderr.flush()
     line = sys.stdin.readline()
@@ -50,37 +36,20 @@ def ask_on_stderr(question: str) -> str:
     return line.rstrip("\r\n")
 
 
-@dataclass(frozen=True)
-class Asked:
-    """One approval question and its answer."""
-
-    question: str
-    answer: bool
-    how: str  # approved up front | no terminal and no approval | interactive
-
-
 @dataclass
 class Approver:
-    """Answers approval questions; records every question and answer (for the report).
-
-    ``approved``: approval given up front (every question answers yes without asking).
-    ``interactive``: a human may be asked through ``input_fn``.
-    """
+    """Answers approval questions (``approved``: given up front; ``interactive``: a human may be
+    asked through ``input_fn``)."""
 
     approved: bool = False
     interactive: bool = False
     input_fn: Callable[[str], str] = ask_on_stderr
     out: Optional[TextIO] = None  # where details are shown before a question (default stderr)
-    asked: list[Asked] = field(default_factory=list)
 
     def confirm(self, question: str, *, details: str = "") -> bool:
         """Yes when approved up front, or a human typed y/yes; no otherwise (also on EOF)."""
-        if self.approved:
-            self.asked.append(Asked(question, True, "approved up front"))
-            return True
-        if not self.interactive:
-            self.asked.append(Asked(question, False, "no terminal and no approval"))
-            return False
+        if self.approved or not self.interactive:
+            return self.approved
         stream = self.out if self.out is not None else sys.stderr
         if details:
             stream.write(details.rstrip("\n") + "\n")
@@ -89,13 +58,10 @@ class Approver:
             answer = self.input_fn(f"{question} [y/N] ")
         except (EOFError, OSError):
             answer = ""
-        ok = answer.strip().lower() in YES_WORDS
-        self.asked.append(Asked(question, ok, "interactive"))
-        return ok
+        return answer.strip().lower() in ("y", "yes")
 
     @property
     def how(self) -> str:
-        """How approval would be given: ``approved`` | ``interactive`` | ``none`` (for messages)."""
         if self.approved:
             return "approved"
         return "interactive" if self.interactive else "none"
@@ -109,12 +75,8 @@ def approver_from(
     input_fn: Optional[Callable[[str], str]] = None,
     out: Optional[TextIO] = None,
 ) -> Approver:
-    """The approver for one run.
-
-    ``approve``: the command-line flag; ``config_approve``: ``repair.approve`` from the
-    effective config (only a real ``True`` counts); ``interactive``: None = detect
-    (both stdin and stdout are terminals).
-    """
+    """The approver for one run: ``approve`` (the flag) or ``config_approve`` (``repair.approve``,
+    only a real ``True``); ``interactive`` None detects terminals."""
     return Approver(
         approved=bool(approve) or config_approve is True,
         interactive=is_interactive() if interactive is None else bool(interactive),

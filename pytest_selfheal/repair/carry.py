@@ -1,27 +1,12 @@
-"""The files git does not track that a repair worktree carries (edge: git, files; docs/repair.md
-"Isolation").
+"""The ignored files a repair worktree carries (edge: git, files; docs/repair.md "Isolation").
 
-A worktree made from git holds only what git knows. Projects also need files git ignores:
-``_version.py`` written by setuptools-scm / hatch-vcs at install time and imported by the
-package, compiled gettext catalogues (``.mo``), data the tests read, in-place build outputs.
-Without them ``import pkg`` fails in the worktree (a ``tooling_env`` stop that no fix can
-clear) or the tests skip. So :func:`carry_ignored` copies the user's ignored files into the
-worktree, with three limits:
-
-* never environments, caches or build trees: a directory named in :data:`SKIPPED_DIRS`,
-  one holding ``pyvenv.cfg`` (a virtual environment under any name), ``*.egg-info`` /
-  ``*.dist-info`` (the user's install metadata: a second copy would register entry points
-  twice), byte code, and the excluded paths (the reports root);
-* bounded: at most :data:`MAX_FILES` files and :data:`MAX_BYTES` bytes, smallest first (a
-  generated ``_version.py`` always fits; a big ignored data set is what gets left out), a
-  warning says how much was left out;
-* they never flow back: they stay ignored in the worktree (same ``.gitignore`` files), so
-  no snapshot takes them and no patch creates, changes or deletes them;
-* never a link: an ignored symbolic link is carried as a copy of what it points to when that
-  is inside the project (a linked directory as a copy of its files), or not at all. A live
-  link would let the provider write wherever it points (an ``ssh`` link to ``~/.ssh``) from
-  inside its worktree; the escape check (repair/escape.py) also watches the user's side of
-  every carried file.
+A worktree holds only what git tracks, but a project may import or read files git ignores
+(a generated ``_version.py``, ``.mo`` catalogues, test data): without them the worktree
+stops on ``tooling_env`` or skips tests. So they are copied in, bounded (smallest first),
+never environments, caches, build trees or install metadata (a second ``*.dist-info`` would
+register entry points twice). They stay ignored there, so no patch holds them; and a link
+is carried as a copy of what it points to inside the project, never as a live link (the
+provider could write through it, to ``~/.ssh`` say).
 """
 
 from __future__ import annotations
@@ -53,7 +38,7 @@ _MAX_SEEN = 100_000
 
 @dataclass(frozen=True)
 class Carried:
-    """What :func:`carry_ignored` copied: repository-relative POSIX paths, and how much did not fit."""
+    """The repository-relative paths copied, and how much did not fit."""
 
     paths: tuple[str, ...]
     left_out: int
@@ -117,22 +102,20 @@ def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
 
 
 def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
-    """The size and path of the regular file the ignored file ``rel`` is copied from: itself,
-    or what its links point to inside the project; None for anything else (a link leading
-    out, a dangling link, a FIFO)."""
+    """The size and path of the regular file ``rel`` is copied from (itself, or what its links
+    point to inside the project); None for a link leading out, a dangling link, a FIFO."""
     source = real_source(top, rel, prefixes)
     try:
         info = source.stat() if source is not None else None
     except OSError:
         return None
-    return (info.st_size, source) if info is not None and source is not None and stat.S_ISREG(info.st_mode) else None
+    return (info.st_size, source) if source is not None and info is not None and stat.S_ISREG(info.st_mode) else None
 
 
 def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
                   max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Carried:
-    """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``
-    (a worktree of the same repository), smallest first within the bounds; a file that
-    already exists in ``dest`` is never overwritten (git's checkout wins)."""
+    """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``,
+    smallest first within the bounds; git's checkout wins over a carried file."""
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
     sized = [(found[0], rel, found[1]) for rel in ignored_files(top, exclude)
              if (found := _sized_source(top, rel, prefixes)) is not None]

@@ -1,15 +1,7 @@
-"""What a patch does, taken from the whole patch, before anyone approves it (edge: git;
-docs/repair.md "What the approval question names").
-
-The approval question of a repair (``selfheal loop``, ``selfheal apply``, the MCP ``apply``
-tool) names every file the patch writes, as ``git apply`` itself reads the patch: git-style
-sections and plain unified hunks alike (``git apply --numstat -z``), with git's own summary
-of creations, deletions, renames and mode changes (``git apply --summary``), the binary
-files, and each symlink with its target. Two kinds are refused before the question:
-
-- a symlink whose target leaves the repository (a source file turned into a link to
-  ``/etc/passwd`` reads or writes there through every later open);
-- a binary change, unless ``repair.allow_binary`` is true (nobody can review it in a diff).
+"""What a patch does, read from the whole patch as ``git apply`` reads it, before anyone
+approves it (edge: git; docs/repair.md "What the approval question names"). Refused before
+the question: a symlink whose target leaves the repository (every later open would reach
+it) and, unless ``repair.allow_binary``, a binary change (nobody can review it).
 """
 
 from __future__ import annotations
@@ -24,15 +16,12 @@ from pytest_selfheal.analysis.testfiles import patch_test_files
 from pytest_selfheal.errors import RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.loop.argcheck import inside_root
-from pytest_selfheal.repair.worktree import with_patch_file
 
 SYMLINK_MODE = "120000"
 
 
 @dataclass(frozen=True)
 class PatchSummary:
-    """Every file a patch writes and what happens to it."""
-
     files: tuple[str, ...]  # every path git would write, in patch order, each once
     notes: tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
     binary: tuple[str, ...]  # paths whose change is binary
@@ -53,8 +42,7 @@ class PatchSummary:
 
 
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
-    """``(link, target)`` of every git section that creates a symlink or turns a file into one:
-    ``new file mode 120000`` / ``new mode 120000``; the target is the section's added line."""
+    """``(link, target)`` of every git section that makes a symlink; the target is its added line."""
     found: list[tuple[str, Optional[str]]] = []
     link: Optional[str] = None
     header_path = ""
@@ -85,40 +73,26 @@ def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
     return found
 
 
-def _numstat(top: Path, file: Path) -> tuple[list[str], list[str]]:
-    out = run_git(top, ["apply", "--numstat", "-z", "--", str(file)])
-    files: list[str] = []
-    binary: list[str] = []
-    for entry in out.split(b"\0"):
-        if not entry:
-            continue
-        added, _, rest = entry.partition(b"\t")
-        _deleted, _, name = rest.partition(b"\t")
-        path = name.decode("utf-8", errors="replace")
-        if path and path not in files:
-            files.append(path)
-        if added == b"-" and path not in binary:
-            binary.append(path)
-    return files, binary
-
-
 def summarise(top: Path, patch: bytes) -> PatchSummary:
     """The :class:`PatchSummary` of ``patch`` as git reads it against the tree at ``top``;
     a patch git cannot read is a RefusedError (5), one line."""
-
-    def go(file: Path) -> PatchSummary:
-        try:
-            files, binary = _numstat(top, file)
-            summary = run_git(top, ["apply", "--summary", "--", str(file)]).decode("utf-8", errors="replace")
-        except GitFailed as exc:
-            raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
-        notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
-        tests = [f for f in files if is_test_file(f)] + patch_test_files(patch.decode("utf-8", errors="replace"))
-        return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)),
-                            tuple(dict.fromkeys(tests)))
-
-    result: PatchSummary = with_patch_file(patch, go)
-    return result
+    try:
+        numstat = run_git(top, ["apply", "--numstat", "-z"], stdin=patch)
+        summary = run_git(top, ["apply", "--summary"], stdin=patch).decode("utf-8", errors="replace")
+    except GitFailed as exc:
+        raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
+    files: dict[str, None] = {}
+    binary: dict[str, None] = {}
+    for entry in filter(None, numstat.split(b"\0")):
+        added, _, rest = entry.partition(b"\t")
+        path = rest.partition(b"\t")[2].decode("utf-8", errors="replace")
+        if path:
+            files[path] = None
+        if added == b"-":
+            binary[path] = None
+    notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
+    tests = [f for f in files if is_test_file(f)] + patch_test_files(patch.decode("utf-8", errors="replace"))
+    return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)), tuple(dict.fromkeys(tests)))
 
 
 def _target_inside(top: Path, link: str, target: Optional[str]) -> bool:
@@ -129,8 +103,7 @@ def _target_inside(top: Path, link: str, target: Optional[str]) -> bool:
 
 
 def refusal(summary: PatchSummary, top: Path, *, allow_binary: bool) -> Optional[str]:
-    """Why the patch is refused before any question, or None: a symlink whose target leaves
-    ``top`` (or cannot be read), a binary change without ``repair.allow_binary``."""
+    """Why the patch is refused before any question, or None."""
     outside = [f"{link} -> {target}" for link, target in summary.symlinks if not _target_inside(top, link, target)]
     if outside:
         return f"the patch makes a symlink pointing outside the repository ({', '.join(outside)})"

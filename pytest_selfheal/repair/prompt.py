@@ -1,11 +1,8 @@
 """The repair prompt, built from structured data only (pure; docs/repair.md "The prompt").
 
-Seed rule (self-healing retry spec): retry prompts are generated from structured gate
-outputs — the failing tests with their fingerprint and class, the failing output tail,
-the plan's actions and target paths, the delta since the previous attempt and the
-constraints. Nothing here reads files or the clock: the same inputs give the same
-prompt, byte for byte. Redacting the log tail is the caller's job (the caller also
-redacts the finished prompt before writing it to disk).
+The failing tests with their fingerprint and class, the output tail, the plan, the delta
+since the previous attempt and the constraints: the same inputs give the same prompt, byte
+for byte. The caller redacts the log tail and the finished prompt.
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
+from pytest_selfheal.errors import one_line
 from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
 from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.plan.markdown import fence
@@ -24,15 +22,9 @@ from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.records.vocab import EvidenceKind, first_few
 
 MAX_FAILURES_LISTED = 20
-MAX_MESSAGE_CHARS = 300
 MAX_LOG_TAIL_CHARS = 12000
 # The actions whose top suspect's code the prompt shows (the first, largest groups).
 MAX_EXCERPTS = 3
-
-
-def _one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def _fence(text: str, info: str = "") -> str:
@@ -44,14 +36,7 @@ def _fence(text: str, info: str = "") -> str:
 
 def _code(text: str) -> str:
     """Inline code that survives backticks in ``text``."""
-    if "`" not in text:
-        return f"`{text}`"
-    return f"`` {text} ``"
-
-
-def _failures_of(incident: Incident, attempts: Sequence[Attempt]) -> Sequence[FailureEntry]:
-    """The current failures: the latest attempt's, else the incident's (the capture)."""
-    return attempts[-1].failures if attempts else incident.failures
+    return f"`{text}`" if "`" not in text else f"`` {text} ``"
 
 
 def _capture_outcomes(incident: Incident) -> dict[str, str]:
@@ -70,7 +55,7 @@ def _fingerprints_of(record: Union[Incident, Attempt]) -> tuple[str, ...]:
 
 
 def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> list[str]:
-    failures = _failures_of(incident, attempts)
+    failures: Sequence[FailureEntry] = attempts[-1].failures if attempts else incident.failures
     where = f"attempt {attempts[-1].iteration}" if attempts else "the captured run"
     lines = ["## Failing tests", ""]
     unverified = unverified_tests(attempts[-1].outcomes) if attempts else []
@@ -96,9 +81,9 @@ def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> list[st
         kind = f"{ftype}, {failure.failure_class}" if failure.failure_class else ftype
         lines.append(f"- {_code(test)} — {kind}, fingerprint {_code(failure.fingerprint or '?')}")
         if failure.signature:
-            lines.append(f"  - signature: {_code(_one_line(failure.signature))}")
+            lines.append(f"  - signature: {_code(one_line(failure.signature))}")
         if failure.message:
-            lines.append(f"  - message: {_code(_one_line(failure.message))}")
+            lines.append(f"  - message: {_code(one_line(failure.message))}")
     if len(failures) > MAX_FAILURES_LISTED:
         lines.append(f"- … and {len(failures) - MAX_FAILURES_LISTED} more")
     return lines
@@ -117,7 +102,7 @@ def _log_section(log_tail: str, source: str) -> list[str]:
 
 def _where_lines(action: PlanAction, with_code: bool) -> list[str]:
     """Where the action's top suspect is, and the code around it (plan/suspects.py)."""
-    lines = [f"  - {_one_line(line, 500)}" for line in where_lines(action)]
+    lines = [f"  - {one_line(line, 500)}" for line in where_lines(action)]
     for code, whose in ((action.excerpt, "the top suspect"), (action.also_excerpt, "its equal")):
         if code is not None and with_code:
             lines.append(f"  - code around {whose}:")
@@ -128,18 +113,18 @@ def _where_lines(action: PlanAction, with_code: bool) -> list[str]:
 def _plan_section(plan: Plan) -> list[str]:
     lines = ["## Plan", ""]
     if plan.summary:
-        lines.extend([_one_line(plan.summary, 1000), ""])
+        lines.extend([one_line(plan.summary, 1000), ""])
     if plan.root_cause_hypotheses:
         lines.append("Root-cause hypotheses:")
         for hyp in plan.root_cause_hypotheses:
-            lines.append(f"- {hyp.id or '?'} ({hyp.confidence or '?'}): {_one_line(hyp.reason, 500)}")
+            lines.append(f"- {hyp.id or '?'} ({hyp.confidence or '?'}): {one_line(hyp.reason, 500)}")
         lines.append("")
     if not plan.actions:
         lines.append("The plan has no actions.")
         return lines
     lines.append("Actions:")
     for index, action in enumerate(plan.actions):
-        lines.append(f"- {action.id or '?'}: {_one_line(action.title, 500)}")
+        lines.append(f"- {action.id or '?'}: {one_line(action.title, 500)}")
         if action.target_paths:
             lines.append("  - target paths (the code to fix): " + ", ".join(_code(p) for p in action.target_paths))
         cause = action.root_cause
@@ -161,7 +146,7 @@ def _listed(nodeids: Sequence[str]) -> str:
 def _repair_lines(repair: Optional[RepairBlock]) -> list[str]:
     if repair is None:
         return ["- no repair ran before it (a plain re-run of the verification)"]
-    note = f" ({_one_line(repair.message, 200)})" if repair.message else ""
+    note = f" ({one_line(repair.message, 200)})" if repair.message else ""
     lines = [
         f"- repair result: {repair.result or '?'}{note}",
         "- files changed: " + (", ".join(_code(f) for f in repair.files_changed) if repair.files_changed else "none"),
@@ -262,14 +247,8 @@ def build_prompt(
     remaining_budget: Optional[int],
     log_tail_source: Optional[str] = None,
 ) -> str:
-    """The repair prompt (markdown) for ``iteration``.
-
-    ``attempts`` are the recorded attempts so far (oldest first),
-    ``log_tail`` the latest failing output (already redacted), ``allowed_paths`` the
-    scope (target paths then globs), ``remaining_budget`` the iterations left after this
-    one (None: not shown), ``log_tail_source`` where the tail comes from (shown above it).
-    The records' types were checked when the store read them.
-    """
+    """The repair prompt (markdown) for ``iteration``: ``attempts`` oldest first, ``log_tail``
+    already redacted, ``allowed_paths`` the scope (target paths then globs)."""
     incident_id = incident.incident_id or "(unknown incident)"
     header = [
         f"# Repair request: incident {incident_id}, iteration {iteration} of {max_iterations}",

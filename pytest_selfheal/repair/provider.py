@@ -1,31 +1,14 @@
 """Repair providers between loop iterations (edge: subprocesses, git; docs/repair.md).
 
-A *repair provider* changes code in an isolated git worktree before each verification
-run of the loop. Two kinds, asked in this order:
+A provider changes code in the isolated worktree before each verification: first the
+``pytest_selfheal_repair`` hooks (the first answer wins, ``None`` declines), else
+``repair.command``, an argv list (never a shell string) run in the worktree with its own
+process group and a timeout, its output kept redacted in ``repair_XX.log``.
 
-1. **hooks**: implementations of ``pytest_selfheal_repair(request)`` (hookspecs.py) —
-   from a conftest/plugin under pytest, or, for the ``selfheal`` CLI, from modules
-   registered under the entry-point group ``pytest_selfheal``. The first implementation
-   that returns a result wins; ``None`` declines.
-2. **a command**: ``ralf_lite.repair.command``, an argv list from config (never a string
-   for a shell) with ``{prompt_file}``, ``{incident_id}``, ``{worktree}``,
-   ``{iteration}`` substituted per argument; run in the worktree through
-   :func:`pytest_selfheal.process.run` (own process group, stdin from /dev/null, killed
-   with its whole group after ``repair.timeout_seconds``), its output kept in
-   ``error_runs/<id>/repair_XX.log`` (redacted).
-
-One call gives one result (``attempt_XX.json`` ``repair``)::
-
-    {provider: "hook:<name>" | "command:<argv0>",
-     result: "diff" | "no_fix_found" | "timeout" | "crashed",
-     files_changed, patch ("attempt_XX.patch" | null), scope_denied, out_of_scope,
-     exit_code, duration_seconds, message, actions_applied, prompt, log, worktree}
-
-The result is decided from the worktree, not from what the provider claims: the diff of
-the worktree against its state before the call (empty → ``no_fix_found``). A provider
-that timed out, crashed or gave up is rolled back, and so is a diff touching files out
-of scope that nobody approved (``scope_denied``) — the next verification always sees
-exactly the accepted state. :class:`RepairSession` is the provider the loop calls.
+The result is decided from the worktree, not from what the provider claims: its diff
+against the state before the call (empty: ``no_fix_found``). A provider that timed out,
+crashed or gave up is rolled back, and so is a diff out of scope that nobody approved:
+the next verification always sees exactly the accepted state.
 """
 
 from __future__ import annotations
@@ -56,10 +39,9 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.verify import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.records.vocab import StopReason, first_few
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.repair import scope
 from pytest_selfheal.repair.approval import Approver
@@ -82,15 +64,10 @@ TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
 Say = Callable[[str], None]
 
 
-# --------------------------------------------------------------------------- the command
-
-
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
-    """Replace ``{prompt_file}``, ``{incident_id}``, ``{worktree}``, ``{iteration}`` inside each
-    argument; any other brace text is kept literally (``{"a": 1}`` survives)."""
+    """Replace the :data:`PLACEHOLDERS` inside each argument; other brace text stays (``{"a": 1}``)."""
     argv = []
-    for arg in template:
-        text = str(arg)
+    for text in template:
         for name in PLACEHOLDERS:
             if name in values:
                 text = text.replace("{" + name + "}", values[name])
@@ -99,16 +76,12 @@ def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
 
 
 def command_env(base: Optional[Mapping[str, str]] = None, **extra: str) -> dict[str, str]:
-    """The provider's environment: ``base`` (default ``os.environ``; agents need their API
-    keys) minus the git-locating variables, plus ``SELFHEAL_VERIFYING=1`` (pytest runs the
-    agent starts stay passive: no incident, no attempt of their own) and ``extra``."""
+    """``base`` (agents need their API keys) without the git-locating variables, plus ``extra``
+    and ``SELFHEAL_VERIFYING=1``: pytest runs the agent starts record no incident of their own."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in GIT_LOCATING_ENV}
     env[VERIFYING_ENV] = "1"
     env.update(extra)
     return env
-
-
-# --------------------------------------------------------------------------- one repair call
 
 
 @dataclass
@@ -124,18 +97,7 @@ class _Call:
 
 
 def _records(store: Store, incident_id: str) -> dict[str, Path]:
-    """The incident's records by their name under the reports root (``repair/escape.py``)."""
     return {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
-
-
-def _listed(names: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
-
-
-def _failures_for_request(incident: Incident, attempts: Sequence[Attempt]) -> list[Any]:
-    """The current failures as JSON, for the hook request: the latest attempt's, else the capture's."""
-    return [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)]
 
 
 @contextmanager
@@ -150,13 +112,8 @@ def _chdir(path: Path) -> Iterator[None]:
 
 
 class RepairSession:
-    """The loop's provider for one run: holds the worktree, asks hooks then the command,
-    inspects the diff, checks the scope, records patches and events.
-
-    Called by :func:`loop.run_loop` before each verification with keyword arguments
-    ``incident_id, iteration, store, plan, last_attempt, observations``; returns the repair
-    dict (with ``worktree``, where the loop verifies).
-    """
+    """The loop's provider for one run: asks hooks then the command, inspects the worktree's
+    diff, checks the scope, records patches and events."""
 
     def __init__(
         self,
@@ -181,15 +138,13 @@ class RepairSession:
         settings = effective.settings
         self.redactor: Redactor = effective.redactor
         self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
-        self.timeout: Optional[float] = float(settings.repair.timeout_seconds)
+        self.timeout = float(settings.repair.timeout_seconds)
         self.globs: list[str] = list(settings.repair.allowed_paths)
         self.allow_test_edits = settings.repair.allow_test_edits
         # Import locations of the user's tree the verification could not point at the worktree.
         self.not_redirected: list[str] = []
         self.policy = LoopPolicy.from_settings(settings)
         self.results: list[RepairBlock] = []
-
-    # -- the provider seam
 
     def __call__(
         self,
@@ -250,14 +205,14 @@ class RepairSession:
             prompt=prompt,
             prompt_file=prompt_file,
             plan=plan,
-            failures=_failures_for_request(incident, attempts),
+            failures=[f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)],
         )
         escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id),
                                             self.wt.carried))
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
-            call.message = f"the provider changed your working tree or .git outside its worktree: {_listed(escaped)}"
+            call.message = f"the provider changed your working tree or .git outside its worktree: {first_few(escaped, 10)}"
         result = self._inspect(iteration, call, before, plan, targets, globs)
         if escaped:
             key = StopReason.PROVIDER_ESCAPED.value
@@ -288,8 +243,6 @@ class RepairSession:
         if self.command:
             return f"command:{os.path.basename(self.command[0])}"
         return "none"
-
-    # -- providers
 
     def _log_tail(self) -> str:
         try:
@@ -366,29 +319,22 @@ class RepairSession:
             else f"\n[exit code {run.exit_code}]\n" if run.started else f"\n[cannot start: {run.error}]\n"
         )
         redacted = self.redactor.redact(header + text + trailer)
-        self.store.write_run_file(self.incident_id, log_name(iteration), redacted)
-        try:
-            raw.unlink()
-        except OSError:
-            pass
-        tail = self.redactor.redact(text[-TAIL_CHARS:]).strip()
+        log = log_name(iteration)
+        self.store.write_run_file(self.incident_id, log, redacted)
+        raw.unlink(missing_ok=True)
         if run.timed_out:
             return _Call(name, "timeout", None, run.duration_seconds,
-                         f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log_name(iteration))
+                         f"the repair command exceeded repair.timeout_seconds ({self.timeout:g} s)", log)
         if not run.started:
-            return _Call(name, "crashed", None, run.duration_seconds,
-                         one_line(f"cannot start {argv[0]}: {run.error}"), log_name(iteration))
+            return _Call(name, "crashed", None, run.duration_seconds, one_line(f"cannot start {argv[0]}: {run.error}"), log)
         if run.exit_code != 0:
-            last = tail.splitlines()[-1] if tail else ""
+            last = (self.redactor.redact(text[-TAIL_CHARS:]).strip().splitlines() or [""])[-1]
             return _Call(name, "crashed", run.exit_code, run.duration_seconds,
-                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log_name(iteration))
-        return _Call(name, "done", 0, run.duration_seconds, "", log_name(iteration))
-
-    # -- the worktree after the call
+                         one_line(f"exit code {run.exit_code}" + (f": {last}" if last else "")), log)
+        return _Call(name, "done", 0, run.duration_seconds, "", log)
 
     def _tests_edited(self, tree: str) -> list[str]:
-        """Test files (tests, conftest, fixtures) the worktree's ``tree`` changes against the
-        user's state: what a verification of that tree passes with."""
+        """The test files ``tree`` changes against the user's state: what its verification passes with."""
         return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if is_test_file(f)]
 
     def _inspect(
@@ -478,8 +424,8 @@ _REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
-    """Plan actions whose target paths the diff touched; every action when none is named
-    (a diff within the extra globs still works on the whole plan)."""
+    """Plan actions whose target paths the diff touched; all when none (a diff within the globs
+    still works on the whole plan)."""
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]

@@ -1,10 +1,8 @@
 """One repair run: the loop with a provider in an isolated worktree (edge: git; docs/repair.md).
 
-:func:`repair_loop` wraps :func:`loop.run_loop` with a git worktree holding the user's
-state (replaying the latest accepted attempt patch on resume), the provider
-(:class:`pytest_selfheal.repair.provider.RepairSession`), and the close-out: the final
-patch (the worktree vs the user's state) and the approval to apply it to the user's
-working tree. The worktree is removed whatever happens, Ctrl-C included.
+:func:`repair_loop` wraps the loop with a worktree of the user's state (replaying the last
+accepted patch on resume), the provider, and the close-out: the final patch and the
+approval to apply it. The worktree is removed whatever happens, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -68,12 +66,10 @@ def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Opt
 
 def _remove_stale(store: Store, incident_id: str) -> None:
     path = store.runs_dir(incident_id) / WORKTREE_RECORD
-    if not path.exists():
-        return
     try:
         record = WorktreeRecord.from_json(fsio.read_json(path), str(path))
     except SelfhealError:
-        return  # unreadable: nothing known to remove
+        return  # none, or unreadable: nothing known to remove
     remove_recorded(record)
 
 
@@ -94,24 +90,10 @@ def repair_loop(
     incident: Optional[Incident] = None,
     state: Optional[LoopRun] = None,
 ) -> LoopResult:
-    """Run (or resume) the loop with a repair provider in an isolated worktree.
-
-    1. create a worktree of the repository containing ``project_root`` holding the user's
-       current state (``RefusedError``, exit 5, outside git); on resume the latest
-       accepted attempt patch is replayed into it;
-    2. :func:`loop.run_loop` with ``project_root`` = the worktree and the provider;
-    3. write ``final.patch`` (the worktree vs the user's state); when the incident is
-       resolved and approval is given (``approve``, ``repair.approve``, an interactive
-       yes) apply it to the user's working tree (checked first; a conflict leaves it
-       proposed); otherwise print ``selfheal apply ID``;
-    4. remove the worktree — also on failure and Ctrl-C.
-
-    ``interactive``: None = detect (stdin and stdout are terminals). ``hook_rules``: extra
-    classification rules for the verification runs (None: asked from ``pluginmanager``'s
-    ``pytest_selfheal_classification_rules``, so they classify like the capture). The run result gets
-    ``repair: {final_patch, applied, apply_command, files_changed, message, provider_calls}``,
-    also written into ``run_result.json`` when the loop wrote one.
-    """
+    """Run (or resume) the loop with a repair provider in an isolated worktree (``RefusedError``
+    outside git), write ``final.patch`` and, when the incident is resolved and approved, apply
+    it to the user's working tree; else say ``selfheal apply ID``. ``hook_rules`` None asks
+    ``pluginmanager``, so verification runs classify like the capture."""
     incident_id = validate_incident_id(incident_id)
     say: Say = out or (lambda line: None)
     pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()
@@ -181,7 +163,7 @@ def _close_out(
     say: Say,
     state: Optional[LoopRun] = None,
 ) -> LoopResult:
-    """final.patch, approval, apply; the ``repair`` block of the run result (also in ``state``)."""
+    """final.patch, approval, apply; the run result's ``repair`` block."""
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
@@ -197,7 +179,8 @@ def _close_out(
             incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final", diffId=FINAL_PATCH,
             patch=FINAL_PATCH, files_changed=files, final=True,
         )
-        if session.redactor.redact(patch.decode("utf-8", errors="replace")) != patch.decode("utf-8", errors="replace"):
+        text = patch.decode("utf-8", errors="replace")
+        if session.redactor.redact(text) != text:
             say(f"selfheal: warning: {path} contains text that looks like a secret; patches are kept unredacted "
                 "so that they apply — review it before sharing")
         suggested = apply_command(store, incident_id)
@@ -229,7 +212,7 @@ def _close_out(
                 command = suggested
                 message = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
                 say(f"selfheal: {message}; it stays proposed in {path}")
-            elif approver.confirm(question, details=session.redactor.redact(patch.decode("utf-8", errors="replace"))):
+            elif approver.confirm(question, details=session.redactor.redact(text)):
                 try:
                     apply_patch(wt.repo_top, patch)
                 except SelfhealError as exc:
