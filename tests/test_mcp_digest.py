@@ -32,7 +32,7 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.redact import default_redactor
@@ -258,7 +258,7 @@ def _view(sizes: list[int]) -> IncidentView:
         ids = tuple(f"tests/test_{index}.py::test_case[{n}]" for n in range(size))
         causes.append(CauseGroup(action=f"A{index + 1}", evidence="frame", path=f"pkg/m{index}.py", name=f"f{index}",
                                  signature=None, nodeids=ids))
-        failures += [FailureEntry(nodeid=i, message=f"AssertionError: {'x' * 80} {i}", fingerprint="abc") for i in ids]
+        failures += [Failure(nodeid=i, message=f"AssertionError: {'x' * 80} {i}", fingerprint="abc") for i in ids]
     incident = Incident(step="collection", failure_class="test", message="", error_signature="", failures=tuple(failures))
     return IncidentView(incident_id="incident_x", status="new", bucket="inbox", path="inbox/incident_x",
                         incident=incident, root_causes=tuple(causes), plan=None, attempts=(), run_result=None,

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.plan.build import readable_command
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.stops import progress_words
@@ -129,14 +129,14 @@ def _first_lines(block: str, size: int) -> str:
 # --------------------------------------------------------------------------- one incident
 
 
-def _failures_by_id(failures: Sequence[FailureEntry]) -> dict[str, FailureEntry]:
-    found: dict[str, FailureEntry] = {}
+def _failures_by_id(failures: Sequence[Failure]) -> dict[str, Failure]:
+    found: dict[str, Failure] = {}
     for entry in failures:
         found.setdefault(entry.nodeid or entry.test or "", entry)
     return found
 
 
-def _triage_counts(entries: Sequence[FailureEntry]) -> str:
+def _triage_counts(entries: Sequence[Failure]) -> str:
     labels = Counter(str((entry.triage.label if entry.triage is not None else "") or "untriaged") for entry in entries)
     return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -148,7 +148,7 @@ def code_line(text: str, limit: int) -> str:
     return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
 
 
-def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str, FailureEntry],
+def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str, Failure],
                 full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
     first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Optional
 
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.jsondoc import (
     JsonRecord,
     checked,
@@ -93,8 +93,8 @@ class Attempt(JsonRecord):
     stop_reason: Annotated[Optional[str], nullable(checked(string, enum=StopReason))] = None
     # {nodeid: outcome}
     outcomes: Annotated[Mapping[str, str], object_of(checked(string, enum=OUTCOMES))] = field(default_factory=empty_map)
-    failures: tuple[FailureEntry, ...] = ()  # of the selection
-    new_failures: tuple[FailureEntry, ...] = ()  # outside the incident's selection
+    failures: tuple[Failure, ...] = ()  # of the selection
+    new_failures: tuple[Failure, ...] = ()  # outside the incident's selection
     fingerprint_changed: Optional[bool] = None
     progress: Optional[bool] = None
     progress_reasons: tuple[str, ...] = ()

@@ -18,7 +18,7 @@ from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.plan.suspects import where_lines
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.records.vocab import EvidenceKind, first_few
@@ -49,7 +49,7 @@ def _code(text: str) -> str:
     return f"`` {text} ``"
 
 
-def _failures_of(incident: Incident, attempts: Sequence[Attempt]) -> Sequence[FailureEntry]:
+def _failures_of(incident: Incident, attempts: Sequence[Attempt]) -> Sequence[Failure]:
     """The current failures: the latest attempt's, else the incident's (the capture)."""
     return attempts[-1].failures if attempts else incident.failures
 
