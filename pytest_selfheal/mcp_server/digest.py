@@ -17,8 +17,9 @@ from typing import Any, Optional
 from pytest_selfheal.errors import printable
 from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import Failure
-from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
+from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import first_few
 
@@ -148,23 +149,23 @@ def code_line(text: str, limit: int) -> str:
     return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
 
 
-def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str, Failure],
+def group_block(index: int, total: int, cause: PlanAction, failures: Mapping[str, Failure],
                 full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
     first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""
     scale = FULL_SCALE if full else 1
     nodeids = list(cause.nodeids)
     entries = [failures[n] for n in nodeids if n in failures]
-    where = f"{cause.path}::{cause.name}" if cause.path and cause.name else (
-        cause.path or one_line(cause.signature, 120))
-    head = f"{cause.action}: " if cause.action else ""
+    key = cause.key
+    where = f"{key.path}::{key.name}" if key.path and key.name else (key.path or one_line(cause.signature, 120))
+    head = f"{cause.id}: " if cause.id else ""
     lines = [f"## Root cause {index} of {total}: {head}{where} "
-             f"(evidence: {cause.evidence or 'fingerprint'}), {len(nodeids)} failing test(s)"]
+             f"(evidence: {key.evidence}), {len(nodeids)} failing test(s)"]
     where_line = cause.where_line()
     if where_line:  # the top suspect (and its equal) and a few lines of their code (plan/suspects.py)
         lines.append(one_line(where_line, 400))
         for code in (cause.excerpt, cause.also_excerpt):
-            lines.extend(f"  {code_line(line, 200)}" for line in (code or ())[:8])
+            lines.extend(f"  {code_line(line, 200)}" for line in (code.numbered() if code else ())[:8])
     targets = list(cause.target_paths)
     if targets:
         lines.append(f"target paths (fix here): {first_few(targets, PATHS_PER_GROUP * scale)}")
@@ -236,7 +237,7 @@ def attempts_block(view: IncidentView) -> str:
     return "\n".join(lines)
 
 
-def ranked_causes(view: IncidentView) -> list[CauseGroup]:
+def ranked_causes(view: IncidentView) -> list[PlanAction]:
     """The root-cause groups of a view, largest first (ties keep the plan's order): group N of
     the digest, of ``show`` and of its paging is the N-th of this list."""
     return sorted(view.root_causes, key=lambda cause: -len(cause.nodeids))

@@ -126,6 +126,27 @@ class PlanAction(JsonRecord):
         Excerpt.parse, description="A few lines of code around also_where's line."
     )] = None
 
+    @property
+    def key(self) -> GroupKey:
+        """The evidence that grouped its failures (a plan without it grouped by fingerprint)."""
+        return self.root_cause or GroupKey(EvidenceKind.FINGERPRINT)
+
+    def suspect_lines(self) -> tuple[str, ...]:
+        """Its suspects as ``name (path:line, evidence, score)``."""
+        return tuple(f"{s.name} ({s.where}, {s.evidence}, {s.score:.2f})" for s in self.suspects)
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The suspect lines after the top one and its equal."""
+        return self.suspect_lines()[2 if self.also_where else 1:]
+
+    def where_line(self) -> Optional[str]:
+        """``where: path:line`` (both, when two suspects are equals) and the assertion's line."""
+        if not self.where:
+            return None
+        both = f"{self.where} or {self.also_where}, equal suspects: check both" if self.also_where else self.where
+        return f"where: {both}" + (f" (assertion {self.assertion})" if self.assertion else "")
+
 
 @dataclass(frozen=True)
 class ReplanEntry(JsonRecord):

@@ -205,16 +205,18 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
     if "failures" in (incident.keys or ("failures",)):
         rows.append(("failures", f"{len(incident.failures)} in {len(view.root_causes)} root cause(s)"))
     for cause in view.root_causes[:_SHOWN_GROUPS]:
-        where = f"{cause.path}::{cause.name}" if cause.path else cause.signature or "-"
-        head = f"{cause.action}: " if cause.action else ""
+        key = cause.key
+        where = f"{key.path}::{key.name}" if key.path else cause.signature or "-"
+        head = f"{cause.id}: " if cause.id else ""
         tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
-        rows.append(("", f"{head}{where} ({cause.evidence}), {tests}"))
+        rows.append(("", f"{head}{where} ({key.evidence}), {tests}"))
         where_line = cause.where_line()
         if where_line:
             rows.append(("", f"- {where_line}"))
         if cause.others:
             rows.append(("", f"- other suspects: {'; '.join(cause.others)}"))
-        rows.extend(("", _Code(f"  {line}")) for line in (*(cause.excerpt or ()), *(cause.also_excerpt or ())))
+        rows.extend(("", _Code(f"  {line}")) for code in (cause.excerpt, cause.also_excerpt) if code
+                    for line in code.numbered())
         if cause.target_paths:
             rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
         if cause.test_paths:
