@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import (
-    JsonRecord,
-)
+from pytest_selfheal.records.jsondoc import JsonRecord
 
 
 @dataclass(frozen=True)

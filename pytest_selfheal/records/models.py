@@ -62,12 +62,3 @@ class Classification:
     transient: bool
     failure_class: FailureClass
     rule: str = ""  # name of the rule that matched, for explanations
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """A failure's stable identity across reruns and machines."""
-
-    signature: str  # "<failure_type> | <test> | <normalised message>"
-    fingerprint: str  # short stable hash of the signature
-    scheme: int  # version of the normalisation scheme that produced it

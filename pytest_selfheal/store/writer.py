@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -30,7 +30,7 @@ from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, judging
-from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, utc, validate_incident_id
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
     ATTEMPT_RE,
@@ -78,7 +78,7 @@ class StoreWriter(StoreReader):
     ) -> None:
         super().__init__(root)
         self.lock_timeout = lock_timeout
-        self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
+        self._clock: Callable[[], datetime] = clock or utc
         self.redactor: Redactor = redactor if redactor is not None else default_redactor()
 
     def _clean(self, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class StoreWriter(StoreReader):
     # ------------------------------------------------------------------ time, lock
 
     def _now(self) -> datetime:
-        return _utc(self._clock())
+        return utc(self._clock())
 
     def lock(self, timeout: Optional[float] = None) -> fsio.FileLock:
         """The store's inter-process lock, taken by every mutating method; re-entrant, so a
@@ -138,7 +138,7 @@ class StoreWriter(StoreReader):
         capture's report need not read them. A record that does not fit its schema, or an
         unknown event name, is a bug of the caller (``ValueError``).
         """
-        moment = self._now() if now is None else _utc(now)
+        moment = self._now() if now is None else utc(now)
         new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
@@ -470,10 +470,6 @@ class StoreWriter(StoreReader):
 
 # The fields of a new incident that the store fills (a record built by the capture leaves them empty).
 _STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
 def _incident_of(doc: object, what: str) -> Incident:
