@@ -215,7 +215,7 @@ def plan_block(view: IncidentView) -> str:
     if plan is None:
         return "## Plan\nnone yet"
     lines = ["## Plan", one_line(plan.summary, 400)]
-    lines += [f"- {action_id}: {one_line(title, 300)}" for action_id, title in plan.actions]
+    lines += [f"- {action.id}: {one_line(action.title, 300)}" for action in plan.actions]
     commands = list(plan.verification_commands)
     lines += [f"verify: {one_line(readable_command(c), 300)}" for c in commands[:3]]
     if len(commands) > 3:

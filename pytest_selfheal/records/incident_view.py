@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from pytest_selfheal.names import PLANS_DIR
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.plan import PlanAction
+from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.records.run_result import RunResult
 
 
@@ -39,23 +40,6 @@ def cause_json(action: PlanAction) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
-class PlanSummary:
-    """The plan as the view shows it: summary, action ids and titles, verification commands."""
-
-    generated_at: str
-    summary: str
-    actions: tuple[tuple[str, str], ...]
-    verification_commands: tuple[str, ...]
-    path: str
-
-    def to_json(self) -> dict[str, object]:
-        """The plan summary as ``selfheal show --json`` prints it."""
-        return {"generated_at": self.generated_at, "summary": self.summary,
-                "actions": [{"id": i, "title": t} for i, t in self.actions],
-                "verification_commands": list(self.verification_commands), "path": self.path}
-
-
-@dataclass(frozen=True)
 class IncidentView:
     """One incident with its groups, plan, attempts and run result (``now``: the MCP's note
     on the latest attempt, see ``mcp_server.tools.current_view``)."""
@@ -66,7 +50,7 @@ class IncidentView:
     path: str
     incident: Incident
     root_causes: tuple[PlanAction, ...]  # a computed group (no plan yet) has no id
-    plan: Optional[PlanSummary]
+    plan: Optional[Plan]
     attempts: tuple[Attempt, ...]
     run_result: Optional[RunResult]
     events: int
@@ -82,7 +66,10 @@ class IncidentView:
             "path": self.path,
             "incident": self.incident.to_json(),
             "root_causes": [cause_json(cause) for cause in self.root_causes],
-            "plan": self.plan.to_json() if self.plan is not None else None,
+            "plan": None if self.plan is None else {
+                "generated_at": self.plan.generated_at, "summary": self.plan.summary,
+                "actions": [{"id": a.id, "title": a.title} for a in self.plan.actions],
+                "verification_commands": list(self.plan.verification_commands), "path": f"{PLANS_DIR}/{self.incident_id}"},
             "attempts": len(self.attempts),
             "attempt_results": [
                 {

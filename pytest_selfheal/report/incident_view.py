@@ -10,7 +10,7 @@ from typing import Optional
 from pytest_selfheal.loop.policy import result_in_force
 from pytest_selfheal.plan.build import group_failures
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.incident_view import IncidentView, PlanSummary
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.store.root import Store
 
@@ -33,21 +33,12 @@ def incident_view(store: Store, incident_id: str) -> IncidentView:
     bucket, folder = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)
-    plan: Optional[PlanSummary] = None
-    doc: Optional[Plan] = None
-    if store.has_plan(incident_id):
-        doc = store.read_plan(incident_id)
-        plan = PlanSummary(
-            generated_at=doc.generated_at, summary=doc.summary,
-            actions=tuple((a.id, a.title) for a in doc.actions),
-            verification_commands=tuple(doc.verification_commands),
-            path=store.plans_dir(incident_id).relative_to(store.root).as_posix(),
-        )
+    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
     attempts = store.read_attempts(incident_id)
     events, warnings = store.read_events(incident_id)
     return IncidentView(
         incident_id=incident_id, status=status, bucket=bucket, path=folder.relative_to(store.root).as_posix(),
-        incident=incident, root_causes=root_causes(incident, doc), plan=plan, attempts=tuple(attempts),
+        incident=incident, root_causes=root_causes(incident, plan), plan=plan, attempts=tuple(attempts),
         run_result=result_in_force(store.read_run_result(incident_id), attempts, incident, status),
         events=len(events), warnings=tuple(warnings),
     )

@@ -230,8 +230,8 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
         rows.append(("plan", "none"))
     else:
         rows.append(("plan", f"{plan.summary} ({len(plan.actions)} actions, {len(plan.verification_commands)} verification commands)"))
-        for action_id, title in plan.actions[:_SHOWN_GROUPS]:
-            rows.append(("", f"{action_id}: {title}"))
+        for action in plan.actions[:_SHOWN_GROUPS]:
+            rows.append(("", f"{action.id}: {action.title}"))
         if len(plan.actions) > _SHOWN_GROUPS:
             rows.append(("", f"... and {len(plan.actions) - _SHOWN_GROUPS:,} more action(s) (plan.md, plan.json)"))
     rows.append(("attempts", len(view.attempts)))
