@@ -1,7 +1,5 @@
-"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision`` (docs/store.md). Pure.
-
-``RecordedDecision`` is the loop's whole decision as written by ``Decision.to_dict``
-(``loop/policy.py``); ``run_result.json`` carries the same shape.
+"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision``
+(the loop's whole decision, which ``run_result.json`` carries too) (docs/store.md). Pure.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``plan.json`` as a record: ``Plan`` with its ``Hypothesis`` and ``PlanAction`` lists (docs/store.md). Pure.
-
-Contract fields first; the extensions are those ``plan/build.py`` writes: ``revision``,
-per action ``fingerprint``, ``fingerprints``, ``signature``, ``failure_type``, ``nodeids``,
-``test_paths``, ``root_cause``, ``where``, ``assertion``, ``suspects``, ``excerpt``,
-per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summary``,
-``replan_history`` and ``replanned_at_iteration``.
+"""``plan.json`` as a record: ``Plan`` with its ``Hypothesis`` and ``PlanAction`` lists
+(docs/store.md): the contract fields first, then the extensions ``plan/build.py`` writes. Pure.
 """
 
 from __future__ import annotations
@@ -63,7 +58,6 @@ class SuspectEntry(JsonRecord):
 
     @property
     def where(self) -> str:
-        """``path:line`` (the path alone without a line)."""
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
@@ -128,7 +122,7 @@ class PlanAction(JsonRecord):
 
     @property
     def key(self) -> GroupKey:
-        """The evidence that grouped its failures (a plan without it grouped by fingerprint)."""
+        """The evidence that grouped its failures (an older plan's: by fingerprint)."""
         return self.root_cause or GroupKey(EvidenceKind.FINGERPRINT)
 
     def suspect_lines(self) -> tuple[str, ...]:

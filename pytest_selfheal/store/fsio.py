@@ -24,6 +24,11 @@ from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import InputError, RefusedError, StoreIOError, one_line
 
+if sys.platform == "win32":
+    import msvcrt
+else:
+    import fcntl
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 # Opening a file that may exist: never through a symbolic link (0 where the OS has no such flag).
@@ -297,20 +302,26 @@ def _holder_for(path: Path) -> _Holder:
         return holder
 
 
-def _try_lock(fd: int) -> bool:
-    """One non-blocking attempt at the OS lock; False when another process holds it."""
-    if sys.platform == "win32":
-        import msvcrt
+if sys.platform == "win32":
 
+    def _try_lock(fd: int) -> bool:
+        """One non-blocking attempt at the OS lock; False when another process holds it."""
         try:
             os.lseek(fd, 0, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError:
             return False
         return True
-    else:
-        import fcntl
 
+    def _unlock(fd: int) -> None:
+        with suppress(OSError):
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+
+    def _try_lock(fd: int) -> bool:
+        """One non-blocking attempt at the OS lock; False when another process holds it."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -319,19 +330,7 @@ def _try_lock(fd: int) -> bool:
             raise
         return True
 
-
-def _unlock(fd: int) -> None:
-    if sys.platform == "win32":
-        import msvcrt
-
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-        except OSError:
-            pass
-    else:
-        import fcntl
-
+    def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 

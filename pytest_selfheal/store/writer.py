@@ -142,10 +142,9 @@ class StoreWriter(StoreReader):
         new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
-        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
-        # data fails before anything touches the disk.
+        # Serialised up front (_new_incident checked the incident): unserialisable data fails
+        # before anything touches the disk.
         context_text = fsio.dumps_json(self._clean(context.to_json()))
-        texts = {new.incident_id: fsio.dumps_json((replace(new, status=IncidentStatus.PLANNED) if plan is not None else new).to_json())}
         for event in events:
             ev.encode_event(event)
 
@@ -156,24 +155,19 @@ class StoreWriter(StoreReader):
                 incident_id = new.incident_id
                 # A plan folder without its incident (a capture killed between its two renames)
                 # keeps its id: a new plan never lands in it.
-                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
-                    if explicit_id:
-                        raise RefusedError(f"incident {incident_id} already exists")
-                    new = replace(new, incident_id=self._next_candidate(moment, run))
-                    continue
+                free = not self._taken(incident_id) and not (plan is not None and self.plans_dir(incident_id).exists())
                 log, final, plan_text = list(events), new, None
-                if plan is not None:
+                if free and plan is not None:
                     plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
                                                           text=partial(self._text, "plan"), redact=self.redactor.redact)
                     final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
-                text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
-                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                if free and self._build_and_publish(inbox, final, log_tail, context_text, log):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
                     judging.remember(self.root, incident_id, incident=final, plan=written_plan,
                                      context=RunContext.from_json(json.loads(context_text), "context.json"))
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
-                        # parses the same record back from ``text``.
+                        # parses the same record back from incident.json.
                         published(final, written_plan)
                     return incident_id
                 if explicit_id:
@@ -231,8 +225,6 @@ class StoreWriter(StoreReader):
         log_tail: str,
         context_text: str,
         events: Sequence[Event],
-        *,
-        text: str,
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken."""
         incident_id = incident.incident_id
@@ -258,7 +250,7 @@ class StoreWriter(StoreReader):
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
             for name, content in (
-                (INCIDENT_JSON, text),
+                (INCIDENT_JSON, fsio.dumps_json(incident.to_json())),
                 (STATUS_TXT, f"{incident.status}\n"),
                 (LOG_TAIL_TXT, log_tail),
                 (CONTEXT_JSON, context_text),
