@@ -102,12 +102,9 @@ def project_path(project_root: PathLike, value: str, what: str) -> Path:
     raise RefusedError(one_line(f"refusing {what} {value}: it leads out of the project {base} (to {real})"))
 
 
-def _reason(exc: OSError) -> str:
-    return exc.strerror or (errno.errorcode.get(exc.errno or 0, "") if exc.errno else "") or str(exc)
-
-
 def io_error(action: str, path: PathLike, exc: OSError) -> StoreIOError:
-    return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {_reason(exc)}"))
+    reason = exc.strerror or (errno.errorcode.get(exc.errno or 0, "") if exc.errno else "") or str(exc)
+    return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {reason}"))
 
 
 def ensure_dir(path: PathLike) -> Path:
@@ -294,12 +291,8 @@ _REGISTRY_GUARD = threading.Lock()
 
 def _holder_for(path: Path) -> _Holder:
     # Keyed by pid too: a forked child must not believe it holds its parent's lock.
-    key = (os.getpid(), os.path.abspath(os.fspath(path)))
     with _REGISTRY_GUARD:
-        holder = _REGISTRY.get(key)
-        if holder is None:
-            holder = _REGISTRY[key] = _Holder()
-        return holder
+        return _REGISTRY.setdefault((os.getpid(), os.path.abspath(os.fspath(path))), _Holder())
 
 
 if sys.platform == "win32":

@@ -49,7 +49,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import validate, written_by_selfheal
-from pytest_selfheal.store.states import STATUSES, check_transition
+from pytest_selfheal.store.states import check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
 Published = Callable[[Incident, Optional[Plan]], None]
@@ -150,12 +150,14 @@ class StoreWriter(StoreReader):
 
         with self.lock():
             inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
-            self._remove_stale_builds(inbox)
+            for build in inbox.glob(f"{_BUILD_PREFIX}*"):  # under the lock: a crash's leftover
+                shutil.rmtree(build, ignore_errors=True)
             for _ in range(_CREATE_RETRIES):
                 incident_id = new.incident_id
                 # A plan folder without its incident (a capture killed between its two renames)
                 # keeps its id: a new plan never lands in it.
-                free = not self._taken(incident_id) and not (plan is not None and self.plans_dir(incident_id).exists())
+                taken = any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
+                free = not taken and not (plan is not None and self.plans_dir(incident_id).exists())
                 log, final, plan_text = list(events), new, None
                 if free and plan is not None:
                     plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
@@ -203,20 +205,6 @@ class StoreWriter(StoreReader):
         # Same second, new random token (kept within the 40-character limit of <run>).
         token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
         return new_incident_id(moment, token)
-
-    def _taken(self, incident_id: str) -> bool:
-        return any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
-
-    @staticmethod
-    def _remove_stale_builds(inbox: Path) -> None:
-        # Under the lock nobody else is building, so any build folder is a crash leftover.
-        try:
-            names = os.listdir(inbox)
-        except OSError as exc:
-            raise fsio.io_error("list", inbox, exc) from None
-        for name in names:
-            if name.startswith(_BUILD_PREFIX):
-                shutil.rmtree(inbox / name, ignore_errors=True)
 
     def _build_and_publish(
         self,
@@ -298,8 +286,6 @@ class StoreWriter(StoreReader):
         """Move the incident to status ``new`` if the table allows it from ``status.txt``
         (``RefusedError`` otherwise, nothing changed); returns the record written. ``held``:
         ``(status.txt, record)`` as the caller's state holds them, not read again."""
-        if new not in STATUSES:
-            raise ValueError(f"unknown incident status {new!r} (expected one of {', '.join(STATUSES)})")
         clash = sorted({"from", "to"} & set(event_data))
         if clash:
             raise ValueError(f"status_changed data must not set {', '.join(clash)}")
