@@ -102,10 +102,9 @@ def accept(reports_root: Path, incident: Incident, plan: Optional[Plan], context
 
 
 def edited(reports_root: Path, incident: Incident, plan: Optional[Plan], context: Optional[RunContext]) -> bool:
-    """Whether ``incident``'s (and ``plan``'s, ``context``'s: None when it cannot be read)
-    judging records differ from what the store last wrote, or ever did since the capture. No
-    kept digest (captured before selfheal kept them, elsewhere, or in a copy or a move of the
-    project): nothing to compare."""
+    """Whether the judging records differ from what the store last wrote, or ever did since the
+    capture (``context`` None: it cannot be read). Without kept digests (a copy or a move of
+    the project) there is nothing to compare."""
     path = _record_path(reports_root, incident.incident_id)
     kept = _read(path) if path is not None else None
     if kept is None:
@@ -141,7 +140,6 @@ def _stops_file(project_root: Path) -> Optional[Path]:
 
 
 def remembered(project_root: Path) -> list[RememberedStop]:
-    """The not-a-fix stops kept for ``project_root``."""
     path = _stops_file(project_root)
     doc = (_read(path) if path is not None else None) or {}
     out = []

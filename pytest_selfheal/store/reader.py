@@ -1,9 +1,5 @@
-"""The read side of the incident store: where everything is under the reports root, and
-reading and listing incidents (docs/store.md).
-
-:class:`StoreReader` never writes and never takes the lock: every file it reads was
-written atomically, so it never sees a partial one. :class:`~pytest_selfheal.store.root.Store`
-adds the writes and the status transitions on top of it.
+"""The read side of the incident store (docs/store.md): it never writes and never takes the
+lock, since every file it reads was written atomically.
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ class StoreReader:
         self.lock_path = self.root / LOCK_FILE  # taken by every mutating operation
 
     def bucket_dir(self, bucket: str) -> Path:
-        """The folder holding incident folders of ``bucket`` (inbox, resolved, escalated)."""
         if bucket == INBOX:
             return self.inbox_dir
         if bucket in ARCHIVE_BUCKETS:
@@ -98,11 +93,7 @@ class StoreReader:
     # ------------------------------------------------------------------ locate
 
     def locate(self, incident_id: str) -> tuple[str, Path]:
-        """``(bucket, folder)`` of an incident; bucket is inbox, resolved or escalated.
-
-        Raises ``UsageError`` for a malformed id, ``NotFoundError`` when no bucket has it,
-        ``InputError`` when two buckets do (a hand-made copy).
-        """
+        """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
         incident_id = validate_incident_id(incident_id)
         found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
         found = [(bucket, path) for bucket, path in found if path.is_dir()]
@@ -114,7 +105,6 @@ class StoreReader:
         return found[0]
 
     def exists(self, incident_id: str) -> bool:
-        """True when the incident is in any bucket."""
         try:
             self.locate(incident_id)
         except NotFoundError:
@@ -122,7 +112,6 @@ class StoreReader:
         return True
 
     def incident_dir(self, incident_id: str) -> Path:
-        """The incident's folder, wherever it is (inbox or archive)."""
         return self.locate(incident_id)[1]
 
     def _listed(self) -> Iterator[tuple[str, Path, str]]:
@@ -206,7 +195,6 @@ class StoreReader:
     # ------------------------------------------------------------------ plans
 
     def has_plan(self, incident_id: str) -> bool:
-        """True when ``error_plans/<id>/plan.json`` exists."""
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
 
     def _plan_file(self, incident_id: str, name: str) -> Path:
@@ -251,7 +239,6 @@ class StoreReader:
         return result
 
     def count_attempts(self, incident_id: str) -> int:
-        """How many ``attempt_XX.json`` files exist (no parsing)."""
         return len(self._attempt_files(incident_id))
 
     def read_run_result(self, incident_id: str) -> Optional[RunResult]:
@@ -262,11 +249,8 @@ class StoreReader:
     # ------------------------------------------------------------------ listing
 
     def list_incidents(self) -> list[IncidentSummary]:
-        """Summaries of every incident in every bucket, oldest first (by ``created_at``, then id).
-
-        An unreadable incident is listed with status ``corrupted`` and its ``error`` instead
-        of failing the whole listing. A missing root lists nothing.
-        """
+        """Summaries of every incident, oldest first; an unreadable one is listed ``corrupted``
+        with its ``error`` instead of failing the whole listing."""
         if self.root.exists() and not self.root.is_dir():
             raise InputError(f"{self.root}: the reports root is not a directory")
         rows = [self._summary(bucket, folder, name) for bucket, folder, name in self._listed() if folder.is_dir()]
@@ -293,7 +277,6 @@ class StoreReader:
 
     @staticmethod
     def _parsed(record: type[R], doc: object, path: Path, incident_id: str) -> R:
-        """``doc``, read from ``path``, as ``record``, checked to belong to ``incident_id``."""
         parsed = record.from_json(doc, str(path))
         found = getattr(parsed, "incident_id", incident_id)
         if found != incident_id:
