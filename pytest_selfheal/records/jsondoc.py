@@ -43,11 +43,8 @@ FingerprintsEntry = Union[tuple[str, ...], str, None]
 
 
 class FieldError(Exception):
-    """One bad value: ``path`` is the dotted field path (``""``: the document), ``problem`` what is wrong.
-
-    ``expected`` is set for a wrong type (the JSON type names that would do), so a
-    nullable field can add ``or null`` to the message.
-    """
+    """One bad value at the dotted field ``path``; ``expected`` (the JSON types that would do)
+    lets a nullable field add ``or null`` to the message."""
 
     def __init__(self, path: str, problem: str, expected: str = "", options: tuple[Any, ...] = ()) -> None:
         super().__init__(f"field {path}: {problem}" if path else problem)
@@ -358,9 +355,7 @@ OPTIONAL = _Presence.OPTIONAL
 
 
 def parser_for(kind: Any) -> Parser:
-    """The parser of a field's type: ``str``, ``int``, ``float``, ``bool``, ``Any``, a record,
-    an ``Enum``, ``Optional[X]`` (null or X: a key may be null or absent alike),
-    ``tuple[X, ...]`` (an array) and ``Mapping[str, X]`` (an object)."""
+    """The parser of a field's type (``Optional[X]``: a key may be null or absent alike)."""
     simple = {str: string, int: integer, float: number, bool: boolean, Any: any_value}.get(kind)
     if simple is not None:
         return simple
@@ -388,14 +383,11 @@ def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
 
 @dataclass(frozen=True)
 class JsonRecord:
-    """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
+    """Base of the on-disk records; subclasses declare ``KIND`` (the word in messages).
 
-    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages) and one
-    attribute per JSON key (:func:`fields_of`); ``keys`` and ``extra`` (module docstring) are
-    this base's, keyword-only.
-    A record built in code (``keys`` None) writes its required fields, then every other
-    field that differs from its default, then ``extra``. A field changed with
-    ``dataclasses.replace`` that the document did not have is written after the read keys.
+    A record built in code (``keys`` None) writes its required fields, then every other field
+    that differs from its default, then ``extra``; a field changed with ``dataclasses.replace``
+    that the document did not have is written after the read keys.
     """
 
     KIND: ClassVar[str] = "document"
