@@ -14,7 +14,7 @@ from test_plan import INCIDENT_ID, NOW, failure, incident
 from pytest_selfheal.plan.build import DONE_CRITERIA, readable_command, verification_argv
 from pytest_selfheal.plan.groups import group_by_root_cause, selected_by
 from pytest_selfheal.plan.markdown import MAX_PLAN_MD_BYTES, render_plan_md
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair.scope import allowed_paths, out_of_scope
 
@@ -72,7 +72,7 @@ def test_a_frame_groups_whatever_the_message_and_a_call_of_its_function_joins_it
         with_evidence(failure("tests/test_s.py::test_peek", "assert 1 == 2"), calls=[ref("src/stack.py", "Stack")]),
         with_evidence(failure("tests/test_q.py::test_q", "assert 1 == 2"), calls=[ref("src/queue.py", "Queue")]),
     ]
-    entries = [FailureEntry.from_json(f, "failure") for f in failures]
+    entries = [Failure.from_json(f, "failure") for f in failures]
     groups = group_by_root_cause(entries, lambda f: f.message)
     assert [(g.evidence, g.path, g.name, len(g.members)) for g in groups] == [
         ("frame", "src/stack.py", "Stack.pop", 3),
@@ -115,7 +115,7 @@ def test_failures_without_evidence_fall_back_to_type_and_message() -> None:
 def test_evidence_in_test_files_is_no_evidence() -> None:
     item = with_evidence(failure("tests/test_a.py::test_1", "boom"), frame=ref("tests/conftest.py", "fx", 3),
                          calls=[ref("tests/helpers.py", "make")])
-    [group] = group_by_root_cause([FailureEntry.from_json(item, "failure")], lambda f: f.message)
+    [group] = group_by_root_cause([Failure.from_json(item, "failure")], lambda f: f.message)
     assert group.evidence == "fingerprint"
 
 

@@ -22,7 +22,7 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.sources import read_quarantine
 from pytest_selfheal.history.triage import triage_failure, triage_headline, triage_summary
-from pytest_selfheal.records.incident import FailureEntry, Triage
+from pytest_selfheal.records.incident import Failure, Triage
 from pytest_selfheal.report.data import report_triage
 
 TODAY = dt.date(2026, 11, 24)
@@ -199,12 +199,12 @@ def test_triage_labels_and_their_precedence(tmp_path: Path) -> None:
 
 
 def test_the_report_triage_turns_a_rerun_pass_flaky_but_a_quarantine_wins() -> None:
-    def failure(name: str, label: str) -> FailureEntry:
-        return FailureEntry.from_json(
+    def failure(name: str, label: str) -> Failure:
+        return Failure.from_json(
             {"nodeid": f"t.py::{name}", "fingerprint": f"fp{name}", "failure_type": "TEST_ASSERTION",
              "triage": {"label": label, "detail": f"{label} detail", "base_branch": "main", "odd": [1]}}, "f")
     entries = report_triage([failure("a", "new"), failure("b", "quarantined"), failure("c", "known"),
-                             FailureEntry(nodeid="t.py::d"), failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
+                             Failure(nodeid="t.py::d"), failure("e", "bogus")], flaky=["t.py::a", "t.py::b"])
     docs = [e.to_json() for e in entries]
     assert [(e["nodeid"], e["label"], e["detail"]) for e in docs] == [
         ("t.py::a", "flaky", "failed, then passed on re-run with no code change"),

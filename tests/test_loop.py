@@ -275,7 +275,7 @@ def _failure(nodeid: str, fingerprint: str, failure_type: str = "TEST_ASSERTION"
     return Failure(test=nodeid.replace(".py", "").replace("/", "."), fingerprint=fingerprint,
                    signature=f"{failure_type} | {nodeid} | boom {fingerprint}", scheme=1, failure_type=failure_type,
                    code_fixable=True, transient=False, failure_class="deterministic", message="boom",
-                   nodeid=nodeid)
+                   outcome="failed", nodeid=nodeid)
 
 
 def test_record_iteration_agent_mode_sees_a_code_change_and_resolves(tmp_path: Path) -> None:

@@ -24,7 +24,6 @@ from pytest_selfheal.loop.attempts import record_iteration
 from pytest_selfheal.loop.replay import disk_state, state_from_disk
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.records.models import Failure
 from pytest_selfheal.store.root import Store
 
 # Judging keys of the capture under which one iteration only continues: nothing is archived.
@@ -154,7 +153,7 @@ def test_the_state_in_memory_is_what_the_files_say_after_a_loop(tmp_path: Path, 
     common = dict(effective=judged, mode="verify", verification_commands=[], project_root=project)
     # The captured failure seen again, the code unchanged: the loop continues (the capture never stops it).
     seen_again = record_iteration(
-        run, outcomes={nodeid: "failed"}, failures=[Failure.from_entry(run.incident.failures[0])],
+        run, outcomes={nodeid: "failed"}, failures=[run.incident.failures[0]],
         diff_hash=run.capture_hash, started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:00:01+00:00",
         exit_code=1, **common,
     )

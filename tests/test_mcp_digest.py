@@ -32,9 +32,10 @@ from pytest_selfheal.mcp_server.digest import (
     structured_size,
     verdict_lines,
 )
-from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
+from pytest_selfheal.records.incident import Failure, Incident
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
+from pytest_selfheal.records.plan import GroupKey, PlanAction
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.repair.apply import ProposedPatch
 from pytest_selfheal.repair.patch_summary import PatchSummary
@@ -256,9 +257,9 @@ def _view(sizes: list[int]) -> IncidentView:
     causes, failures = [], []
     for index, size in enumerate(sizes):
         ids = tuple(f"tests/test_{index}.py::test_case[{n}]" for n in range(size))
-        causes.append(CauseGroup(action=f"A{index + 1}", evidence="frame", path=f"pkg/m{index}.py", name=f"f{index}",
-                                 signature=None, nodeids=ids))
-        failures += [FailureEntry(nodeid=i, message=f"AssertionError: {'x' * 80} {i}", fingerprint="abc") for i in ids]
+        causes.append(PlanAction(id=f"A{index + 1}", title="", priority="", risk="", target_paths=(), verification=(),
+                                 root_cause=GroupKey("frame", f"pkg/m{index}.py", f"f{index}"), nodeids=ids))
+        failures += [Failure(nodeid=i, message=f"AssertionError: {'x' * 80} {i}", fingerprint="abc") for i in ids]
     incident = Incident(step="collection", failure_class="test", message="", error_signature="", failures=tuple(failures))
     return IncidentView(incident_id="incident_x", status="new", bucket="inbox", path="inbox/incident_x",
                         incident=incident, root_causes=tuple(causes), plan=None, attempts=(), run_result=None,

@@ -22,7 +22,7 @@ from pytest_selfheal.plan.build import (
     verification_argv,
 )
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,10 +242,10 @@ def test_normalised_message_cuts_the_test_exactly() -> None:
     f = failure("t.py::a | b", "x | y")
     f["test"] = "t::a | b"
     f["signature"] = "TEST_ASSERTION | t::a | b | x | y"
-    assert normalised_message(FailureEntry.from_json(f, "f")) == "x | y"
-    assert normalised_message(FailureEntry(signature="A | t | m | n")) == "m | n"
-    assert normalised_message(FailureEntry(message="raw")) == "raw"
-    both = [FailureEntry.from_json(failure(n, "m"), "f") for n in ("t.py::a", "t.py::b")]
+    assert normalised_message(Failure.from_json(f, "f")) == "x | y"
+    assert normalised_message(Failure(signature="A | t | m | n")) == "m | n"
+    assert normalised_message(Failure(message="raw")) == "raw"
+    both = [Failure.from_json(failure(n, "m"), "f") for n in ("t.py::a", "t.py::b")]
     assert len(group_failures(both)) == 1
 
 

@@ -25,7 +25,7 @@ from pytest_selfheal.plan.build import replan
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlock
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.git import GitContext
-from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident, RootCause
+from pytest_selfheal.records.incident import CodeRef, Failure, Incident, RootCause
 from pytest_selfheal.records.jsondoc import JsonRecord, fields_of
 from pytest_selfheal.records.plan import Excerpt, GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry, SuspectEntry
 from pytest_selfheal.records.run_result import (
@@ -43,7 +43,7 @@ TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"
 RECORDS: dict[str, type[JsonRecord]] = {"incident": Incident, "plan": Plan, "attempt": Attempt, "run_result": RunResult}
 ALL_RECORDS: tuple[type[JsonRecord], ...] = (
-    Incident, FailureEntry, RootCause, CodeRef, Plan, PlanAction, GroupKey, SuspectEntry, Excerpt, Hypothesis,
+    Incident, Failure, RootCause, CodeRef, Plan, PlanAction, GroupKey, SuspectEntry, Excerpt, Hypothesis,
     ReplanEntry, Attempt,
     RepairBlock, RecordedDecision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
 )  # fmt: skip
@@ -326,7 +326,7 @@ def test_replace_writes_a_new_field_after_the_read_keys() -> None:
 
 
 def test_record_built_in_code_writes_required_then_set_fields() -> None:
-    entry = FailureEntry(test="t::x", fingerprint="abc", nodeid=None)
+    entry = Failure(test="t::x", fingerprint="abc", nodeid=None)
     assert entry.to_json() == {"test": "t::x", "fingerprint": "abc"}
     event = Event(event="status_changed", ts="2026-11-23T22:00:00.000001+00:00", extra=(("from", "new"), ("to", "planned")))
     assert event.to_json() == {"event": "status_changed", "ts": "2026-11-23T22:00:00.000001+00:00", "from": "new", "to": "planned"}
@@ -496,7 +496,7 @@ def test_equality_hash_and_repr_ignore_the_read_key_order() -> None:
     assert ref == CodeRef(path="src/a.py", name="f", line=3, extra=(("more", (1,)),))
     assert ref != CodeRef(path="src/a.py", name="f", line=3)
     assert repr(ref) == "CodeRef(extra=(('more', (1,)),), path='src/a.py', name='f', line=3, bases=(), score=None)"
-    entry = FailureEntry(nodeid="t::x", root_cause=RootCause(frame=ref))
+    entry = Failure(nodeid="t::x", root_cause=RootCause(frame=ref))
     assert entry == dataclasses.replace(entry) and hash(entry) == hash(dataclasses.replace(entry))
     assert len({entry, dataclasses.replace(entry, keys=("nodeid",))}) == 1
     with pytest.raises(dataclasses.FrozenInstanceError):

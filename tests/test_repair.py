@@ -29,7 +29,7 @@ from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
@@ -68,7 +68,7 @@ def new_incident(store: Store, log_tail: str = "E   assert -1 == 5\n") -> tuple[
             message="assert -1 == 5",
             error_signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
             failures=(
-                FailureEntry(nodeid="test_calc.py::test_add", test="test_calc::test_add", fingerprint="fp1",
+                Failure(nodeid="test_calc.py::test_add", test="test_calc::test_add", fingerprint="fp1",
                              signature="TEST_ASSERTION | test_calc::test_add | assert -1 == 5",
                              failure_type="TEST_ASSERTION", failure_class="deterministic", message="assert -1 == 5",
                              target_paths=("calc.py",)),

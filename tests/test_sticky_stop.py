@@ -291,7 +291,7 @@ def test_an_already_stopped_line_says_code_unchanged_only_when_it_is() -> None:
     waiting = sticky.StoppedIncident("incident_1", "error_inbox", "plan_proposed", "replan_requested", 2,
                                      frozenset({"f"}), "h", remaining=1)
     failure = Failure(test="t", fingerprint="f", signature="s", scheme=1, failure_type="TEST_ASSERTION",
-                      code_fixable=True, transient=False, failure_class="deterministic", message="m")
+                      code_fixable=True, transient=False, failure_class="deterministic", message="m", outcome="failed")
     matches, _ = sticky.match_stopped([waiting], [failure], "h2")
     line = sticky.already_stopped_line(matches[0], 3)
     assert "code unchanged" not in line and "its proposed plan waits -> STOP already_stopped" in line, line

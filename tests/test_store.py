@@ -23,7 +23,7 @@ from schema_check import assert_file_valid
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
@@ -40,7 +40,7 @@ def incident_data(**extra: Any) -> Incident:
         "failure_class": "deterministic",
         "message": "assert 1 == 2",
         "error_signature": "TEST_ASSERTION | tests.test_a::test_x | assert 1 == 2",
-        "failures": (FailureEntry(nodeid="tests/test_a.py::test_x", fingerprint="ab12", failure_type="TEST_ASSERTION"),),
+        "failures": (Failure(nodeid="tests/test_a.py::test_x", fingerprint="ab12", failure_type="TEST_ASSERTION"),),
     }
     data.update(extra)
     return Incident(**data)

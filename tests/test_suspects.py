@@ -33,7 +33,7 @@ from pytest_selfheal.plan.suspects import (
     spectrum_evidence,
     spectrum_scores,
 )
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.plan import Excerpt, Plan
 from pytest_selfheal.records.vocab import EvidenceKind
 from pytest_selfheal.repair.prompt import build_prompt
@@ -81,7 +81,7 @@ def failure(nodeid: str, message: str, **evidence: Any) -> dict[str, Any]:
 
 def grouped(failures: list[dict[str, Any]]) -> list[Any]:
     """``group_by_root_cause`` of failure documents, keyed by message when they have no evidence."""
-    return group_by_root_cause([FailureEntry.from_json(f, "failure") for f in failures], lambda f: f.message)
+    return group_by_root_cause([Failure.from_json(f, "failure") for f in failures], lambda f: f.message)
 
 
 # The cheap evidence of the same fault: popitem frames under __setitem__, and tests that only
@@ -164,7 +164,7 @@ def test_a_function_the_evidence_names_keeps_its_score_past_the_kept_few() -> No
         covered[f"p{n}"] = {parse, *(h for i, h in enumerate(helpers) if i != n % 6)}
     spectrum = spectrum_evidence(covered, {"f"}, {f"p{n}" for n in range(60)})
     assert ("p.py", "parser.parse") not in [(r.path, r.name) for r in spectrum.top["f"]]
-    entry = FailureEntry.from_json(failure("f", "TypeError", frame=ref("p.py", "parser.parse", 12)), "failure")
+    entry = Failure.from_json(failure("f", "TypeError", frame=ref("p.py", "parser.parse", 12)), "failure")
     refs = spectrum.for_failure("f", entry.root_cause)
     assert [r.name for r in refs][:5] == [r.name for r in spectrum.top["f"]]
     assert (refs[-1].name, refs[-1].line, refs[-1].score) == ("parser.parse", 10, round(1 / 61 ** 0.5, 3))
@@ -406,7 +406,7 @@ def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
     assert all(refs[0].name == "Cache.__setitem__" for refs in spectrum.top.values())
     assert ("caches.py", "Cache.__missing__") in {key[:2] for key in spectrum.scores}
     first = next(iter(spectrum.top))
-    entry = FailureEntry.from_json(failure(first, "boom", frame=ref("caches.py", "x", 1)), "failure")
+    entry = Failure.from_json(failure(first, "boom", frame=ref("caches.py", "x", 1)), "failure")
     (merged,) = with_spectra([entry], spectrum)
     assert merged.root_cause is not None and merged.root_cause.frame is not None
     assert merged.root_cause.spectrum == spectrum.top[first]

@@ -54,7 +54,7 @@ import regressions
 from corpus import Mutant
 
 from pytest_selfheal.plan.groups import group_by_root_cause
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 
 MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"],
          "localised": ["--selfheal", "--selfheal-set", "max_iterations=1"]}
@@ -321,7 +321,7 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
                     incident = json.loads(incidents[0].read_text()) if incidents else {"failures": []}
-                    failures = [FailureEntry.from_json(f, "failure") for f in incident["failures"]]
+                    failures = [Failure.from_json(f, "failure") for f in incident["failures"]]
                     groups = group_by_root_cause(failures, lambda f: f.signature)
                     old = score(case, [(g.path, g.name) for g in groups])
                     detail["previous"] = {"actions": len(groups), "top1": old[0], "top3": old[1],

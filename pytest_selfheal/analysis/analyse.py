@@ -18,6 +18,7 @@ from pytest_selfheal.analysis.doctests import is_doctest_line
 from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, signature_and_hash
 from pytest_selfheal.junit.reader import Source, latest_failing, map_failing
 from pytest_selfheal.records import models
+from pytest_selfheal.records.incident import CAPTURED_KEYS
 
 MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
 
@@ -49,6 +50,7 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
         message=line[:MAX_MESSAGE],
         outcome=case.outcome,
         nodeid=None,
+        keys=CAPTURED_KEYS,
     )
     return failure, classification
 

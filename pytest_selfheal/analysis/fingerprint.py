@@ -528,15 +528,16 @@ def _normalise_cached(text: str) -> str:
 
 def fingerprint(
     case: models.TestCaseResult, failure_type: str, *, line: Optional[str] = None
-) -> models.Fingerprint:
-    """Fingerprint one failing testcase classified as ``failure_type``.
+) -> models.Failure:
+    """One failing testcase classified as ``failure_type``, with its identity: its signature,
+    fingerprint and scheme.
 
     ``line`` may pass the already computed :func:`first_stable_line` of ``case``.
     """
     if line is None:
         line = first_stable_line(case)
     signature, digest = signature_and_hash(failure_type, case.test, line)
-    return models.Fingerprint(signature=signature, fingerprint=digest, scheme=SCHEME)
+    return models.Failure(test=case.test, signature=signature, fingerprint=digest, scheme=SCHEME, failure_type=failure_type)
 
 
 def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:

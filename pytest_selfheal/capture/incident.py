@@ -27,7 +27,7 @@ def attach_nodeids(
         if nodeid is not None and when.get(nodeid) == "collect":
             out.append(replace(failure, nodeid=nodeid, outcome="error"))
         else:
-            out.append(replace(failure, nodeid=nodeid))  # not to_dict(): asdict deep-copies
+            out.append(replace(failure, nodeid=nodeid))
     return out
 
 
@@ -65,7 +65,7 @@ def build_incident(
         fingerprint=first.fingerprint,
         fingerprints=tuple(sorted({f.fingerprint for f in failures})),
         nodeids=tuple(f.nodeid or f.test for f in failures),
-        failures=tuple(f.to_entry() for f in failures),
+        failures=tuple(failures),
         counts=MappingProxyType(dict(counts)),
         rootdir=rootdir,
         run_id=run_id or "",

@@ -35,8 +35,8 @@ from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import GitContext
-from pytest_selfheal.records.incident import FailureEntry, Incident, RootCause, Triage
-from pytest_selfheal.records.models import Failure, TestCaseResult
+from pytest_selfheal.records.incident import Failure, Incident, RootCause, Triage
+from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
@@ -138,11 +138,11 @@ def with_target_paths(
             imports_of[test_file] = local_imports(test_file, rootdir)
         extra = [test_file] + imports_of[test_file] if test_file else []
         paths = target_paths(text_by_nodeid.get(nodeid, ""), repo_root, extra=extra, base=base)
-        out.append(replace(failure, target_paths=paths, root_cause=evidence.get(nodeid)))
+        out.append(replace(failure, target_paths=tuple(paths), root_cause=evidence.get(nodeid)))
     # A generated, git-ignored file (``_version.py``) is never the code to fix: one git call.
     skip = ignored(rootdir, sorted({p for f in out for p in f.target_paths}))
     if skip:
-        out = [replace(f, target_paths=[p for p in f.target_paths if p not in skip]) for f in out]
+        out = [replace(f, target_paths=tuple(p for p in f.target_paths if p not in skip)) for f in out]
     return out
 
 
@@ -223,7 +223,7 @@ def analyse_run(
     return with_target_paths(failures, reports, Path(config.rootpath), invocation_dir(config))
 
 
-def _triaged(entry: FailureEntry, triage: Triage) -> FailureEntry:
+def _triaged(entry: Failure, triage: Triage) -> Failure:
     """``entry`` with its triage; a failure the history calls flaky is classed transient
     (not deterministic), so its class, its triage and `selfheal flaky` say the same."""
     if triage.label == TriageLabel.FLAKY and entry.failure_class == FailureClass.DETERMINISTIC:
@@ -285,7 +285,7 @@ def capture_incident(
     incident = replace(
         incident,
         failures=entries,
-        passed_on_rerun=_triaged_entries([f.to_entry() for f in passed_on_rerun], history.triage),
+        passed_on_rerun=_triaged_entries(passed_on_rerun, history.triage),
         failure_class=entries[0].failure_class or incident.failure_class if entries else incident.failure_class,
         diff_hash=snapshot.diff_hash,
         test_digests=MappingProxyType(digests(rootdir, test_code_paths(f.nodeid or "" for f in failures))),
@@ -352,7 +352,7 @@ def record_passed_on_rerun(
             *failure_lines(passed_on_rerun, history.triage)]
 
 
-def _triaged_entries(entries: Sequence[FailureEntry], triage: Mapping[str, Triage]) -> tuple[FailureEntry, ...]:
+def _triaged_entries(entries: Sequence[Failure], triage: Mapping[str, Triage]) -> tuple[Failure, ...]:
     return tuple(_triaged(entry, triage[key]) if key in triage else entry
                  for entry in entries for key in [str(entry.nodeid or entry.test)])
 

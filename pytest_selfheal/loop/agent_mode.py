@@ -85,7 +85,7 @@ def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[s
     else:
         records = incident.failures
         outcomes = {r.nodeid: r.outcome or OUTCOME_FAILED for r in records if r.nodeid}
-    return outcomes, {r.nodeid: Failure.from_entry(r) for r in records if r.nodeid}
+    return outcomes, {r.nodeid: r for r in records if r.nodeid}
 
 
 def recorded_options(incident: Incident) -> Optional[list[str]]:

@@ -46,8 +46,8 @@ from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import FailureEntry, Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED, Failure
+from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure, Incident
+from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
@@ -96,15 +96,14 @@ def agent_unchanged() -> RepairBlock:
                                   "message": AGENT_UNCHANGED}, "repair")
 
 
-_NOT_AN_ATTEMPTS = ("target_paths", "root_cause")
+_NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
 
 
-def _failure_entry(failure: Failure) -> FailureEntry:
-    """The failure as an attempt records it: without its target paths and the capture's
-    grouping evidence (agent mode has it), which are the incident's."""
-    entry = failure.to_entry()
-    keys = tuple(k for k in entry.keys or () if k not in _NOT_AN_ATTEMPTS)
-    return dataclasses.replace(entry, target_paths=(), root_cause=None, keys=keys)
+def _failure_entry(failure: Failure) -> Failure:
+    """The failure as an attempt records it: without its target paths, the capture's
+    grouping evidence and its triage (carried from the incident), which are the incident's."""
+    keys = tuple(k for k in failure.keys or CAPTURED_KEYS if k not in _NOT_AN_ATTEMPTS)
+    return dataclasses.replace(failure, target_paths=(), root_cause=None, triage=None, keys=keys)
 
 
 def _attempt_document(

@@ -475,7 +475,7 @@ def _unchanged_since(
     if previous.diff_hash is None or diff_hash(cwd, exclude=[store.root]) != previous.diff_hash:
         return None
     entries = run[-1].failures if run else incident.failures
-    return dict(previous.outcomes), [Failure.from_entry(entry) for entry in entries]
+    return dict(previous.outcomes), list(entries)
 
 
 def _verify_and_record(

@@ -37,7 +37,7 @@ from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, Spectrum, passing_spectrum
-from pytest_selfheal.records.incident import CodeRef, FailureEntry, Incident
+from pytest_selfheal.records.incident import CodeRef, Failure, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
@@ -118,7 +118,7 @@ def unrecorded_reason(path: Path, timed_out: bool, exit_code: Optional[int], tim
     return str(reason) if isinstance(reason, str) and reason else "its spectrum does not parse"
 
 
-def with_spectra(failures: Sequence[FailureEntry], spectrum: Spectrum) -> tuple[FailureEntry, ...]:
+def with_spectra(failures: Sequence[Failure], spectrum: Spectrum) -> tuple[Failure, ...]:
     """``failures`` with the localisation run's spectrum in the ``root_cause`` of each it ranked."""
     return tuple(replace(f, root_cause=spectrum.root_cause(f.nodeid, f.root_cause)) for f in failures)
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
@@ -39,7 +39,6 @@ from pytest_selfheal.records.models import (
     OUTCOME_SKIPPED,
     TIMEOUT,
     TOOLING_ENV,
-    Failure,
 )
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.stops import stop_facts
@@ -525,7 +524,7 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
     return Observation(0, outcomes, fingerprints, types, diff_hash, environment=environment_of(incident.failures))
 
 
-def environment_of(failures: Sequence[Union[Failure, FailureEntry]]) -> Optional[str]:
+def environment_of(failures: Sequence[Failure]) -> Optional[str]:
     """``"message (test)"`` of the first TOOLING_ENV failure (a missing module, a command
     not found), or None: what a ``tooling_env`` stop names as its cause."""
     for failure in failures:

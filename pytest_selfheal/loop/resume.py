@@ -25,7 +25,7 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, RecordedDecision
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus, StopReason
@@ -215,7 +215,7 @@ def _recorded(attempt: Attempt, key: str) -> Any:
     return getattr(decision, key)
 
 
-def _failure_key(failure: FailureEntry, key: str) -> Any:
+def _failure_key(failure: Failure, key: str) -> Any:
     """``fingerprint`` / ``failure_type`` of a recorded failure, None when the file lacks it."""
     return getattr(failure, key) if failure.keys is None or key in failure.keys else None
 

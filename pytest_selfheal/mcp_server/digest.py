@@ -16,9 +16,10 @@ from typing import Any, Optional
 
 from pytest_selfheal.errors import printable
 from pytest_selfheal.plan.build import readable_command
-from pytest_selfheal.records.incident import FailureEntry
-from pytest_selfheal.records.incident_view import CauseGroup, IncidentView
+from pytest_selfheal.records.incident import Failure
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
+from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import first_few
 
@@ -129,14 +130,14 @@ def _first_lines(block: str, size: int) -> str:
 # --------------------------------------------------------------------------- one incident
 
 
-def _failures_by_id(failures: Sequence[FailureEntry]) -> dict[str, FailureEntry]:
-    found: dict[str, FailureEntry] = {}
+def _failures_by_id(failures: Sequence[Failure]) -> dict[str, Failure]:
+    found: dict[str, Failure] = {}
     for entry in failures:
         found.setdefault(entry.nodeid or entry.test or "", entry)
     return found
 
 
-def _triage_counts(entries: Sequence[FailureEntry]) -> str:
+def _triage_counts(entries: Sequence[Failure]) -> str:
     labels = Counter(str((entry.triage.label if entry.triage is not None else "") or "untriaged") for entry in entries)
     return ", ".join(f"{count} {label}" for label, count in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -148,23 +149,23 @@ def code_line(text: str, limit: int) -> str:
     return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
 
 
-def group_block(index: int, total: int, cause: CauseGroup, failures: Mapping[str, FailureEntry],
+def group_block(index: int, total: int, cause: PlanAction, failures: Mapping[str, Failure],
                 full: bool = False) -> str:
     """One root-cause group: where it points, its tests, fingerprints, class, triage and the
     first line of each distinct failure (``full``: many more of each, for ``show`` of one group)."""
     scale = FULL_SCALE if full else 1
     nodeids = list(cause.nodeids)
     entries = [failures[n] for n in nodeids if n in failures]
-    where = f"{cause.path}::{cause.name}" if cause.path and cause.name else (
-        cause.path or one_line(cause.signature, 120))
-    head = f"{cause.action}: " if cause.action else ""
+    key = cause.key
+    where = f"{key.path}::{key.name}" if key.path and key.name else (key.path or one_line(cause.signature, 120))
+    head = f"{cause.id}: " if cause.id else ""
     lines = [f"## Root cause {index} of {total}: {head}{where} "
-             f"(evidence: {cause.evidence or 'fingerprint'}), {len(nodeids)} failing test(s)"]
+             f"(evidence: {key.evidence}), {len(nodeids)} failing test(s)"]
     where_line = cause.where_line()
     if where_line:  # the top suspect (and its equal) and a few lines of their code (plan/suspects.py)
         lines.append(one_line(where_line, 400))
         for code in (cause.excerpt, cause.also_excerpt):
-            lines.extend(f"  {code_line(line, 200)}" for line in (code or ())[:8])
+            lines.extend(f"  {code_line(line, 200)}" for line in (code.numbered() if code else ())[:8])
     targets = list(cause.target_paths)
     if targets:
         lines.append(f"target paths (fix here): {first_few(targets, PATHS_PER_GROUP * scale)}")
@@ -214,7 +215,7 @@ def plan_block(view: IncidentView) -> str:
     if plan is None:
         return "## Plan\nnone yet"
     lines = ["## Plan", one_line(plan.summary, 400)]
-    lines += [f"- {action_id}: {one_line(title, 300)}" for action_id, title in plan.actions]
+    lines += [f"- {action.id}: {one_line(action.title, 300)}" for action in plan.actions]
     commands = list(plan.verification_commands)
     lines += [f"verify: {one_line(readable_command(c), 300)}" for c in commands[:3]]
     if len(commands) > 3:
@@ -236,7 +237,7 @@ def attempts_block(view: IncidentView) -> str:
     return "\n".join(lines)
 
 
-def ranked_causes(view: IncidentView) -> list[CauseGroup]:
+def ranked_causes(view: IncidentView) -> list[PlanAction]:
     """The root-cause groups of a view, largest first (ties keep the plan's order): group N of
     the digest, of ``show`` and of its paging is the N-th of this list."""
     return sorted(view.root_causes, key=lambda cause: -len(cause.nodeids))

@@ -40,7 +40,7 @@ from pytest_selfheal.plan.groups import (
 )
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.models import (
     BUILD_COMPILE,
     DOCTEST_MISMATCH,
@@ -111,13 +111,13 @@ def _type_info(failure_type: str) -> tuple[str, str, str]:
     return _TYPE_INFO.get(failure_type, _TYPE_INFO[UNKNOWN])
 
 
-def _failures(incident: Incident) -> tuple[FailureEntry, ...]:
+def _failures(incident: Incident) -> tuple[Failure, ...]:
     """The incident's failures; an incident without a list gets one from its top-level fields."""
     if incident.failures:
         return incident.failures
     step = incident.step
     return (
-        FailureEntry(
+        Failure(
             nodeid=step if step and step != _STEP_COLLECTION else None,
             test=step if step != _STEP_COLLECTION else "",
             fingerprint=incident.fingerprint or _short_hash(incident.error_signature),
@@ -131,7 +131,7 @@ def _failures(incident: Incident) -> tuple[FailureEntry, ...]:
     )
 
 
-def _failure_type(failure: FailureEntry) -> str:
+def _failure_type(failure: Failure) -> str:
     return failure.failure_type or UNKNOWN
 
 
@@ -139,14 +139,14 @@ def _failure_type(failure: FailureEntry) -> str:
 _XDIST_WORKER = re.compile(r"gw\d+")
 
 
-def _selection(failure: FailureEntry) -> Optional[str]:
+def _selection(failure: Failure) -> Optional[str]:
     """The pytest selection of a failure: its node id, else its junit test identity; none for
     an error an xdist worker reports under its own name (``gw1``: not a test to re-run)."""
     selection = failure.nodeid or failure.test or None
     return None if selection is not None and _XDIST_WORKER.fullmatch(selection) else selection
 
 
-def normalised_message(failure: FailureEntry) -> str:
+def normalised_message(failure: Failure) -> str:
     """The failure's signature without the test part: ``<normalised message>``.
 
     Signatures read ``<type> | <test> | <normalised message>``. The known test
@@ -166,14 +166,14 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_GROUP_HASH_LEN]
 
 
-def group_failures(failures: Sequence[FailureEntry]) -> list[Group]:
+def group_failures(failures: Sequence[Failure]) -> list[Group]:
     """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
     failure type and normalised message; merged where their top suspect is one function, the
     largest first (plan/suspects.py)."""
     return [r.group for r in rank_failures(failures)]
 
 
-def rank_failures(failures: Sequence[FailureEntry]) -> list[RankedGroup]:
+def rank_failures(failures: Sequence[Failure]) -> list[RankedGroup]:
     """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
     return rank_groups(group_by_root_cause(failures, lambda f: (_failure_type(f), normalised_message(f))))
 
@@ -193,7 +193,7 @@ def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
-def _priority(members: Sequence[FailureEntry]) -> str:
+def _priority(members: Sequence[Failure]) -> str:
     first = members[0]
     if first.failure_type == TOOLING_ENV or first.failure_class == FAILURE_CLASS_ENVIRONMENT:
         return "P2"  # environment: not fixable by code changes
@@ -280,7 +280,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     )
 
 
-def _raised(failure: FailureEntry) -> Optional[tuple[str, str]]:
+def _raised(failure: Failure) -> Optional[tuple[str, str]]:
     """The title's verb and place for a failure that raised an exception (not an assertion's):
     ``Fix the TypeError`` and ``raised in json/decoder.py:355 (JSONDecoder.raw_decode) from
     parse in mod.py`` (a library's frame, then the project's that called it)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
-from pytest_selfheal.records.incident import CodeRef, FailureEntry
+from pytest_selfheal.records.incident import CodeRef, Failure
 from pytest_selfheal.records.plan import GroupKey
 from pytest_selfheal.records.redacted import runnable_nodeid
 from pytest_selfheal.records.vocab import EvidenceKind
@@ -40,7 +40,7 @@ class Group:
     evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
-    members: tuple[FailureEntry, ...] = ()
+    members: tuple[Failure, ...] = ()
 
     def key(self) -> GroupKey:
         """The action's ``root_cause`` in ``plan.json``."""
@@ -53,12 +53,12 @@ def _ref(ref: Optional[CodeRef]) -> Optional[Definition]:
     return ref.path, ref.name
 
 
-def frame_of(failure: FailureEntry) -> Optional[Definition]:
+def frame_of(failure: Failure) -> Optional[Definition]:
     """The failure's innermost project frame outside the tests, from its ``root_cause``."""
     return _ref(failure.root_cause.frame) if failure.root_cause is not None else None
 
 
-def calls_of(failure: FailureEntry) -> list[Definition]:
+def calls_of(failure: Failure) -> list[Definition]:
     """The project definitions the failing test calls, from its ``root_cause``."""
     out: list[Definition] = []
     for item in failure.root_cause.calls if failure.root_cause is not None else ():
@@ -74,7 +74,7 @@ def _explains(frame: Definition, call: Definition) -> bool:
 
 
 def group_by_root_cause(
-    failures: Sequence[FailureEntry], fingerprint_key: Callable[[FailureEntry], Hashable]
+    failures: Sequence[Failure], fingerprint_key: Callable[[Failure], Hashable]
 ) -> list[Group]:
     """The failures in root-cause groups, in order of each group's first failure.
 
@@ -115,7 +115,7 @@ def group_by_root_cause(
             key = (EvidenceKind.FINGERPRINT, fingerprint_key(failure))
             groups.setdefault(key, Group(EvidenceKind.FINGERPRINT, None, None))
         assigned.append(key)
-    members: dict[tuple[Hashable, ...], list[FailureEntry]] = {}
+    members: dict[tuple[Hashable, ...], list[Failure]] = {}
     for failure, key in zip(failures, assigned):
         members.setdefault(key, []).append(failure)
     # In order of each group's first failure, not of its first frame.

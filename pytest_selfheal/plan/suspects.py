@@ -29,7 +29,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Definition, Group
-from pytest_selfheal.records.incident import CodeRef, FailureEntry, RootCause
+from pytest_selfheal.records.incident import CodeRef, Failure, RootCause
 from pytest_selfheal.records.plan import Excerpt, PlanAction, SuspectEntry
 from pytest_selfheal.records.vocab import EvidenceKind
 
@@ -138,7 +138,7 @@ def _names_line(ref: CodeRef) -> bool:
     return ref.line is not None or (ref.keys is not None and "line" in ref.keys)
 
 
-def votes_of(failure: FailureEntry, methods: Mapping[Definition, list[Definition]]) -> list[Vote]:
+def votes_of(failure: Failure, methods: Mapping[Definition, list[Definition]]) -> list[Vote]:
     """The functions ``failure``'s evidence names, each once with its most direct kind.
 
     ``methods`` maps a class to the functions of it that some failure's traceback names
@@ -188,7 +188,7 @@ def _definition(text: str) -> Definition:
     return path, name
 
 
-def _traceback_methods(failures: Iterable[FailureEntry]) -> dict[Definition, list[Definition]]:
+def _traceback_methods(failures: Iterable[Failure]) -> dict[Definition, list[Definition]]:
     """Class → the methods of it that some failure's traceback (frame or stack) names."""
     out: dict[Definition, list[Definition]] = {}
     for failure in failures:
@@ -406,7 +406,7 @@ def excerpt(path: str, lines: Sequence[str], line: int) -> Optional[Excerpt]:
     return Excerpt(path, start, line, cut)
 
 
-def test_line_of(members: Sequence[FailureEntry]) -> Optional[str]:
+def test_line_of(members: Sequence[Failure]) -> Optional[str]:
     """``path:line`` of the first failure's last test-file line (its assertion), or None."""
     for member in members:
         where = member.root_cause.test_line if member.root_cause is not None else None

@@ -1,7 +1,5 @@
-"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision`` (docs/store.md). Pure.
-
-``RecordedDecision`` is the loop's whole decision as written by ``Decision.to_dict``
-(``loop/policy.py``); ``run_result.json`` carries the same shape.
+"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision``
+(the loop's whole decision, which ``run_result.json`` carries too) (docs/store.md). Pure.
 """
 
 from __future__ import annotations
@@ -10,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Optional
 
-from pytest_selfheal.records.incident import FailureEntry
+from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.jsondoc import (
     JsonRecord,
     checked,
@@ -93,8 +91,8 @@ class Attempt(JsonRecord):
     stop_reason: Annotated[Optional[str], nullable(checked(string, enum=StopReason))] = None
     # {nodeid: outcome}
     outcomes: Annotated[Mapping[str, str], object_of(checked(string, enum=OUTCOMES))] = field(default_factory=empty_map)
-    failures: tuple[FailureEntry, ...] = ()  # of the selection
-    new_failures: tuple[FailureEntry, ...] = ()  # outside the incident's selection
+    failures: tuple[Failure, ...] = ()  # of the selection
+    new_failures: tuple[Failure, ...] = ()  # outside the incident's selection
     fingerprint_changed: Optional[bool] = None
     progress: Optional[bool] = None
     progress_reasons: tuple[str, ...] = ()

@@ -1,12 +1,8 @@
 """The records of ``selfheal ci`` at its GitHub seam. Pure.
 
-:class:`CiVerdict`, what one ``selfheal ci`` run concluded: the step outputs, the headline,
-the exit code and the ``ci`` block of a report JSON all read it. Built by ``github/ci.py``
-(``github/ci_verdict.verdict_without_incident`` when nothing was captured), or read back from
-an untrusted artifact by ``sanitize_ci_info`` (every field checked there); written by
-:meth:`CiVerdict.to_json`, its one JSON boundary.
-:class:`IssueComment`, a PR comment of the GitHub API: read by :meth:`IssueComment.from_json`,
-the one place the client looks inside a comment's JSON.
+:class:`CiVerdict` is what one run concluded: the step outputs, the headline, the exit code
+and the ``ci`` block of a report JSON all read it. :class:`IssueComment` is the one place the
+client looks inside a comment's JSON.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ class NewTestResult:
 
     @property
     def label(self) -> str:
-        """``flaky (new)``, ``unchecked``, ``failing`` or ``checked``."""
         if self.passed and self.failed:
             return NEW_FLAKY
         if self.reruns < max(self.planned, 1):
@@ -46,21 +41,16 @@ class NewTestResult:
         return NEW_FAILING if self.failed else NEW_STABLE
 
     def to_json(self) -> dict[str, Any]:
-        """As stored in the ``ci.new_tests`` block of the report JSON: every field."""
         return dataclass_json(self)
 
 
 @dataclass(frozen=True)
 class NewTestsCheck:
-    """What the check of new tests for flakiness did on one ``selfheal ci`` run: ``note`` is
-    its one line (what was checked, or why nothing was), ``tests`` every new or changed test
-    with its outcomes, ``seed`` the re-run order's seed (replayable), ``not_rerun`` how many
-    of the planned re-runs the time budget cut. A flaky test fails the job unless
-    ``fails_job`` is false, an unchecked one unless ``unchecked_fails_job`` is."""
+    """What the check of new tests for flakiness did on one ``selfheal ci`` run."""
 
-    note: str
+    note: str  # its one line: what was checked, or why nothing was
     tests: tuple[NewTestResult, ...] = ()
-    seed: Optional[int] = None
+    seed: Optional[int] = None  # of the re-run order: replayable
     reruns: int = 0  # the re-runs done
     not_rerun: int = 0  # planned re-runs left out for lack of time
     fails_job: bool = False  # a flaky new test fails the job (the action's fail-on-new-flaky)
@@ -68,21 +58,17 @@ class NewTestsCheck:
 
     @property
     def flaky(self) -> tuple[str, ...]:
-        """The node ids labelled ``flaky (new)``."""
         return tuple(t.nodeid for t in self.tests if t.label == NEW_FLAKY)
 
     @property
     def unchecked(self) -> tuple[str, ...]:
-        """The node ids labelled ``unchecked``: not re-run their count."""
         return tuple(t.nodeid for t in self.tests if t.label == NEW_UNCHECKED)
 
     @property
     def fails(self) -> bool:
-        """Whether what the check found fails the job (by the two switches)."""
         return bool((self.flaky and self.fails_job) or (self.unchecked and self.unchecked_fails_job))
 
     def to_json(self) -> dict[str, Any]:
-        """As stored in the ``ci`` block of the report JSON (``new_tests``): every field."""
         return dataclass_json(self)
 
 
@@ -114,8 +100,8 @@ class CiVerdict:
 
 @dataclass(frozen=True)
 class IssueComment:
-    """A comment of an issue or PR as the API returns it: its id, body, author and page URL
-    (each None, or ``""`` for the author, when the payload lacks it or has another type)."""
+    """A comment of an issue or PR as the API returns it (each field None, or ``""`` for the
+    author, when the payload lacks it or has another type)."""
 
     id: Optional[int]
     body: Optional[str]
@@ -124,7 +110,6 @@ class IssueComment:
 
     @classmethod
     def from_json(cls, data: object) -> IssueComment:
-        """The comment in an API payload (anything: a payload that is not an object is empty)."""
         fields = data if isinstance(data, dict) else {}
         cid, body, url, user = fields.get("id"), fields.get("body"), fields.get("html_url"), fields.get("user")
         login = user.get("login") if isinstance(user, dict) else None

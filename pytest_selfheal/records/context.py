@@ -1,8 +1,7 @@
 """``error_inbox/<id>/context.json`` as a record: ``RunContext`` with its ``GitContext`` (docs/store.md). Pure.
 
-What the capture knew about the run: the git state, versions, platform, CI metadata.
-Informative only (a missing or unreadable one never blocks the loop), so every field is
-optional; the capture writes all of them, in :data:`tuple(f.key for f in fields_of(RunContext))`, ``null`` when unknown.
+What the capture knew about the run. Informative only (a missing or unreadable one never
+blocks the loop), so every field is optional.
 """
 
 from __future__ import annotations
@@ -12,10 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from pytest_selfheal.records.git import GitContext
-from pytest_selfheal.records.jsondoc import (
-    JsonRecord,
-    empty_map,
-)
+from pytest_selfheal.records.jsondoc import JsonRecord, empty_map
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,7 @@
 """One line of ``audit_tail.jsonl`` as a record: ``Event`` (docs/store.md, ``store/events.py``). Pure.
 
-``{"ts": ..., "event": <name>, "incident_id": ..., ...data}``: the three reserved keys
-are typed fields; everything else is the event's data, kept in ``extra`` in line order
-(the lines are written with sorted keys, so the reserved keys sit between data keys;
-``keys`` keeps that order). Only ``event`` is required, as in ``parse_events``, which
-skips a line without it with a warning: a reader turns this record's ``InputError`` into
-such a warning rather than failing the whole log.
+The three reserved keys are typed fields; the rest is the event's data, kept in ``extra``.
+Only ``event`` is required: a reader skips a line without it with a warning.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ class Event(JsonRecord):
         return {key: plain_json(value) for key, value in self.extra}
 
     def get(self, key: str, default: Any = None) -> Any:
-        """One data value as plain JSON, or ``default`` (the lookup readers do on event dicts today)."""
+        """One data value as plain JSON, or ``default``."""
         for name, value in self.extra:
             if name == key:
                 return plain_json(value)

@@ -1,7 +1,5 @@
-"""The git part of an incident's ``context.json`` as a record: ``GitContext`` (docs/store.md). Pure.
-
-``gitrepo.git_snapshot`` builds it; the capture writes its ``to_json`` into ``context.json``.
-"""
+"""The git part of an incident's ``context.json`` as a record: ``GitContext`` (built by
+``gitrepo.git_snapshot``). Pure."""
 
 from __future__ import annotations
 

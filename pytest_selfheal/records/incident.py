@@ -1,8 +1,8 @@
-"""``incident.json`` as a record: ``Incident`` with its ``FailureEntry`` list (docs/store.md). Pure.
+"""``incident.json`` as a record: ``Incident`` with its ``Failure`` list (docs/store.md). Pure.
 
-``FailureEntry`` is also the shape of an attempt's ``failures`` and ``new_failures``
-(there without ``outcome``, ``scheme``, ``code_fixable``, ``transient``,
-``failure_class``, ``message``, ``target_paths`` and ``root_cause``: absent keys stay absent).
+``Failure`` is the one record of a failing test: the analysis builds it, the plan and the
+loop read it, an incident and an attempt write it (an attempt's without ``target_paths``
+and ``root_cause``; an older file's may lack any key: absent keys stay absent).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class Triage(JsonRecord):
 
 
 @dataclass(frozen=True)
-class FailureEntry(JsonRecord):
-    """One failing test as recorded in an incident or an attempt (every key optional)."""
+class Failure(JsonRecord):
+    """One failing test: its identity, fingerprint, classification and evidence (every key optional)."""
 
     KIND: ClassVar[str] = "failure"
 
@@ -118,7 +118,10 @@ class FailureEntry(JsonRecord):
     triage: Optional[Triage] = None  # capture only: new, known, flaky or quarantined
 
 
-failure_entries = array_of(FailureEntry.parse)
+# The keys a failure the analysis builds writes, in this order, null node id and empty target
+# paths included; its root cause and triage, once set, follow.
+CAPTURED_KEYS = ("test", "fingerprint", "signature", "scheme", "failure_type", "code_fixable", "transient",
+                 "failure_class", "message", "outcome", "nodeid", "target_paths")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,10 +145,10 @@ class Incident(JsonRecord):
     failure_class: str
     message: str
     error_signature: str  # the first failure's signature (not its fingerprint)
-    failures: tuple[FailureEntry, ...] = ()
+    failures: tuple[Failure, ...] = ()
     # Tests the captured run saw fail and then pass on a re-run (a re-run plugin): flaky,
     # recorded with the failures' triage, never in the selection.
-    passed_on_rerun: tuple[FailureEntry, ...] = ()
+    passed_on_rerun: tuple[Failure, ...] = ()
     fingerprints: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
     rootdir: Optional[str] = None

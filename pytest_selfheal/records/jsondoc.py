@@ -43,11 +43,8 @@ FingerprintsEntry = Union[tuple[str, ...], str, None]
 
 
 class FieldError(Exception):
-    """One bad value: ``path`` is the dotted field path (``""``: the document), ``problem`` what is wrong.
-
-    ``expected`` is set for a wrong type (the JSON type names that would do), so a
-    nullable field can add ``or null`` to the message.
-    """
+    """One bad value at the dotted field ``path``; ``expected`` (the JSON types that would do)
+    lets a nullable field add ``or null`` to the message."""
 
     def __init__(self, path: str, problem: str, expected: str = "", options: tuple[Any, ...] = ()) -> None:
         super().__init__(f"field {path}: {problem}" if path else problem)
@@ -64,7 +61,7 @@ def not_one_of(path: str, value: Any, options: tuple[Any, ...]) -> FieldError:
 
 
 def type_name(value: Any) -> str:
-    """The JSON type name of ``value`` (``null``, ``boolean``, ``integer`` …), for messages."""
+    """The JSON type name of ``value``, for messages."""
     if value is None:
         return "null"
     for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
@@ -74,7 +71,6 @@ def type_name(value: Any) -> str:
 
 
 def child(path: str, key: str) -> str:
-    """The path of ``key`` inside the object at ``path`` (``""`` is the document)."""
     return f"{path}.{key}" if path else key
 
 
@@ -146,7 +142,6 @@ def dataclass_json(record: Any) -> JsonObject:
 
 @partial(_declares, schema=lambda: {"type": "string"})
 def string(value: Any, path: str) -> str:
-    """A string."""
     if not isinstance(value, str):
         raise _expected(path, "string", value)
     return value
@@ -154,7 +149,7 @@ def string(value: Any, path: str) -> str:
 
 @partial(_declares, schema=lambda: {"type": "integer"})
 def integer(value: Any, path: str) -> int:
-    """An integer (not a boolean); an integral float counts, as in JSON Schema."""
+    """An integer; an integral float counts, as in JSON Schema."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _expected(path, "integer", value)
     if isinstance(value, float):
@@ -166,7 +161,6 @@ def integer(value: Any, path: str) -> int:
 
 @partial(_declares, schema=lambda: {"type": "number"})
 def number(value: Any, path: str) -> float:
-    """A number (integer or float, not a boolean), kept as written."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _expected(path, "number", value)
     return value
@@ -174,7 +168,6 @@ def number(value: Any, path: str) -> float:
 
 @partial(_declares, schema=lambda: {"type": "boolean"})
 def boolean(value: Any, path: str) -> bool:
-    """``true`` or ``false``."""
     if not isinstance(value, bool):
         raise _expected(path, "boolean", value)
     return value
@@ -182,7 +175,6 @@ def boolean(value: Any, path: str) -> bool:
 
 @partial(_declares, schema=lambda: {"type": "object"})
 def json_object(value: Any, path: str) -> FrozenObject:
-    """Any object, frozen (its content is not checked)."""
     if not isinstance(value, dict):
         raise _expected(path, "object", value)
     return cast(FrozenObject, freeze(value))
@@ -190,7 +182,6 @@ def json_object(value: Any, path: str) -> FrozenObject:
 
 @partial(_declares, schema=lambda: {"type": "array"})
 def json_array(value: Any, path: str) -> tuple[Any, ...]:
-    """Any array, frozen (its items are not checked)."""
     if not isinstance(value, list):
         raise _expected(path, "array", value)
     return cast("tuple[Any, ...]", freeze(value))
@@ -198,7 +189,6 @@ def json_array(value: Any, path: str) -> tuple[Any, ...]:
 
 @partial(_declares, schema=dict)
 def any_value(value: Any, path: str) -> Any:
-    """Any JSON value, frozen."""
     return freeze(value)
 
 
@@ -229,7 +219,6 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
 
 
 def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
-    """An array whose every item ``parse`` accepts, as a tuple."""
 
     def parse_array(value: Any, path: str) -> tuple[T, ...]:
         if not isinstance(value, list):
@@ -240,7 +229,6 @@ def array_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ..
 
 
 def object_of(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Mapping[str, T]]:
-    """An object whose every value ``parse`` accepts, as a read-only mapping (order kept)."""
 
     def parse_object(value: Any, path: str) -> Mapping[str, T]:
         if not isinstance(value, dict):
@@ -367,9 +355,7 @@ OPTIONAL = _Presence.OPTIONAL
 
 
 def parser_for(kind: Any) -> Parser:
-    """The parser of a field's type: ``str``, ``int``, ``float``, ``bool``, ``Any``, a record,
-    an ``Enum``, ``Optional[X]`` (null or X: a key may be null or absent alike),
-    ``tuple[X, ...]`` (an array) and ``Mapping[str, X]`` (an object)."""
+    """The parser of a field's type (``Optional[X]``: a key may be null or absent alike)."""
     simple = {str: string, int: integer, float: number, bool: boolean, Any: any_value}.get(kind)
     if simple is not None:
         return simple
@@ -397,14 +383,11 @@ def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
 
 @dataclass(frozen=True)
 class JsonRecord:
-    """Base of the on-disk records: ``from_json`` checks types once, ``to_json`` writes the document back.
+    """Base of the on-disk records; subclasses declare ``KIND`` (the word in messages).
 
-    Subclasses are frozen dataclasses that declare ``KIND`` (the word in messages) and one
-    attribute per JSON key (:func:`fields_of`); ``keys`` and ``extra`` (module docstring) are
-    this base's, keyword-only.
-    A record built in code (``keys`` None) writes its required fields, then every other
-    field that differs from its default, then ``extra``. A field changed with
-    ``dataclasses.replace`` that the document did not have is written after the read keys.
+    A record built in code (``keys`` None) writes its required fields, then every other field
+    that differs from its default, then ``extra``; a field changed with ``dataclasses.replace``
+    that the document did not have is written after the read keys.
     """
 
     KIND: ClassVar[str] = "document"
@@ -414,7 +397,6 @@ class JsonRecord:
 
     @classmethod
     def schema(cls) -> Schema:
-        """The JSON Schema of this record's object (its fields; other keys are allowed)."""
         out: Schema = {"type": "object"}
         fields = fields_of(cls)
         required = [field.key for field in fields if field.required]
@@ -426,10 +408,7 @@ class JsonRecord:
 
     @classmethod
     def from_json(cls: type[R], doc: Any, where: str) -> R:
-        """The record of ``doc`` (a decoded JSON document read from ``where``).
-
-        Raises ``InputError``: ``<where>: invalid <kind>: field <path>: <problem>``.
-        """
+        """The record of ``doc`` read from ``where``, else ``InputError``: ``<where>: invalid <kind>: field <path>: <problem>``."""
         try:
             return cls.parse(doc, "")
         except FieldError as exc:
@@ -437,10 +416,7 @@ class JsonRecord:
 
     @classmethod
     def parse(cls: type[R], doc: Any, path: str) -> R:
-        """The record of the object ``doc`` found at ``path``; ``FieldError`` for a bad value.
-
-        Usable as the parser of a nested record field.
-        """
+        """The record of the object ``doc`` found at ``path`` (a nested field's parser)."""
         if not isinstance(doc, dict):
             raise _expected(path, "object", doc)
         shape = _shape(cls)
@@ -460,7 +436,7 @@ class JsonRecord:
         return build(**values, keys=tuple(doc), extra=tuple(extra))
 
     def to_json(self) -> JsonObject:
-        """The JSON document (a fresh dict): the read keys in their order, values as read."""
+        """The JSON document (a fresh dict): the read keys in their order, then new ones."""
         shape = _shape(type(self))
         known = shape.known
         extras = dict(self.extra)
@@ -481,7 +457,6 @@ class JsonRecord:
         return doc
 
     def get_extra(self, key: str, default: Any = None) -> Any:
-        """The frozen value of an unknown key, or ``default``."""
         return dict(self.extra).get(key, default)
 
 
@@ -509,15 +484,15 @@ class _Shape:
         self.known = {field.key: (field.name, field.parse) for field in fields}
         self.required = tuple(field.key for field in fields if field.required)
         # Compared with, never handed out: a factory's value (an empty mapping or list) is made once.
-        self.defaults = _defaults(cls)
+        self.defaults = field_defaults(cls)
 
 
 # One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
 _shape = cast("Callable[[type[JsonRecord]], _Shape]", cache(_Shape))
 
 
-def _defaults(cls: type) -> dict[str, object]:
-    """Each dataclass field's default (a fresh one from a factory); fields without one left out."""
+def field_defaults(cls: type) -> dict[str, object]:
+    """Each dataclass field's default (a factory's made once); fields without one left out."""
     defaults: dict[str, object] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         if f.default is not dataclasses.MISSING:
@@ -528,5 +503,4 @@ def _defaults(cls: type) -> dict[str, object]:
 
 
 def empty_map() -> FrozenObject:
-    """A fresh empty read-only mapping: the default of an absent object field."""
     return MappingProxyType({})

@@ -1,9 +1,7 @@
-"""The loop state ``selfheal replay`` compares, as records: ``LoopState`` with its
-``ReplayIteration`` and ``ReplayStop`` entries (docs/loop.md "Replay"). Pure.
+"""The loop state ``selfheal replay`` compares, as records (docs/loop.md "Replay"). Pure.
 
-Built in code, never read from a file: ``to_json`` is what ``selfheal replay --json``
-prints. Values the event log holds as read (an iteration number, a result) stay as read,
-since a hand-edited log may hold anything.
+Built in code, never read from a file. Values the event log holds stay as read (``Any``):
+a hand-edited log may hold anything.
 """
 
 from __future__ import annotations
@@ -11,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import (
-    JsonRecord,
-)
+from pytest_selfheal.records.jsondoc import JsonRecord
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,7 @@
 """The verdict of the MCP ``run_tests`` tool (and of the stop gate, which runs it). Pure.
 
-:class:`RunVerdict` is built by ``mcp_server/tools.Project.run_verdict`` from what one
-``pytest --selfheal`` run recorded; the tool's text reads its fields, and
 :meth:`RunVerdict.to_json` is the tool's structured content (docs/mcp.md "The verdict"),
-its one JSON boundary, with the keys in the order the tool has always sent them.
+with the keys in the order the tool has always sent them.
 """
 
 from __future__ import annotations
@@ -37,12 +35,8 @@ class ClosedRun:
 class RunVerdict:
     """What one test run means for the agent: the decision, why, the incident it is about.
 
-    ``status`` is ``captured``, the incident's status, ``passed`` or ``not_counted``; the
-    optional fields are None when the run does not say (``tests_fixed`` and ``flaky``: not
-    an iteration; ``bucket``: no incident; ``stopped_because``: not ``STOP already_stopped``).
-    ``plugin_lines`` (the plugin's own lines, when they say why nothing was recorded) go in
-    the text only. A field's ``doc`` metadata is its description in the tool's output schema
-    (``mcp_server/server.py`` builds that schema from these fields).
+    The optional fields are None when the run does not say; ``plugin_lines`` go in the text
+    only. A field's ``doc`` metadata is its description in the tool's output schema.
     """
 
     decision: RunDecision = field(metadata={"doc": "CONTINUE: fix and run again; STOP: stop trying"})

@@ -1,10 +1,5 @@
-"""``plan.json`` as a record: ``Plan`` with its ``Hypothesis`` and ``PlanAction`` lists (docs/store.md). Pure.
-
-Contract fields first; the extensions are those ``plan/build.py`` writes: ``revision``,
-per action ``fingerprint``, ``fingerprints``, ``signature``, ``failure_type``, ``nodeids``,
-``test_paths``, ``root_cause``, ``where``, ``assertion``, ``suspects``, ``excerpt``,
-per hypothesis ``actions`` and ``failure_type``, and after a replan ``base_summary``,
-``replan_history`` and ``replanned_at_iteration``.
+"""``plan.json`` as a record: ``Plan`` with its ``Hypothesis`` and ``PlanAction`` lists
+(docs/store.md): the contract fields first, then the extensions ``plan/build.py`` writes. Pure.
 """
 
 from __future__ import annotations
@@ -63,7 +58,6 @@ class SuspectEntry(JsonRecord):
 
     @property
     def where(self) -> str:
-        """``path:line`` (the path alone without a line)."""
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
@@ -125,6 +119,27 @@ class PlanAction(JsonRecord):
     also_excerpt: Annotated[Optional[Excerpt], checked(
         Excerpt.parse, description="A few lines of code around also_where's line."
     )] = None
+
+    @property
+    def key(self) -> GroupKey:
+        """The evidence that grouped its failures (an older plan's: by fingerprint)."""
+        return self.root_cause or GroupKey(EvidenceKind.FINGERPRINT)
+
+    def suspect_lines(self) -> tuple[str, ...]:
+        """Its suspects as ``name (path:line, evidence, score)``."""
+        return tuple(f"{s.name} ({s.where}, {s.evidence}, {s.score:.2f})" for s in self.suspects)
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The suspect lines after the top one and its equal."""
+        return self.suspect_lines()[2 if self.also_where else 1:]
+
+    def where_line(self) -> Optional[str]:
+        """``where: path:line`` (both, when two suspects are equals) and the assertion's line."""
+        if not self.where:
+            return None
+        both = f"{self.where} or {self.also_where}, equal suspects: check both" if self.also_where else self.where
+        return f"where: {both}" + (f" (assertion {self.assertion})" if self.assertion else "")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,6 @@
-"""The redaction and truncation markers of node ids, and what such an id still selects (pure;
-docs/redaction.md).
-
-The one home of the markers: ``pytest_selfheal.redact`` writes the redaction ones; the junit
-reader and writer and the recorder cut a test name over :data:`MAX_NAME` characters (a
-parametrize id of 200 KB) with :data:`TRUNCATED`. The plan and the loop read them to run such a
-test through its nearest selectable parent.
+"""The redaction and truncation markers of node ids, and what such an id still selects
+(pure; docs/redaction.md): the plan and the loop run such a test through its nearest
+selectable parent.
 """
 
 from __future__ import annotations
@@ -53,14 +49,9 @@ def _unselectable(text: str) -> bool:
 
 
 def runnable_nodeid(nodeid: str) -> Optional[str]:
-    """What pytest can select for ``nodeid`` once it was redacted or cut (docs/redaction.md).
-
-    A node id without a marker is itself. A redacted or cut one cannot be selected any more
-    (pytest knows the real id only): the nearest selectable parent is, the test without its
-    parametrize id (``test_db.py::test_url[...]`` -> ``test_db.py::test_url``, which runs
-    every parameter, the marked one included), else a marker-free ``::`` prefix (the class,
-    the file). None when even the file part holds a marker.
-    """
+    """What pytest can select for ``nodeid`` once it was redacted or cut: itself without a
+    marker, else its nearest selectable parent (the test without its parametrize id, which runs
+    every parameter, else the class or the file); None when even the file part holds a marker."""
     if not _unselectable(nodeid):
         return nodeid
     bracket = nodeid.find("[")

@@ -1,15 +1,9 @@
-"""The report (``selfheal report``) as records: one model from the build to every rendering.
+"""The report (``selfheal report``) as records: one model from the build to every rendering. Pure.
 
-A report is one set of records: ``report.data`` builds :class:`ReportIncident` (→
-:class:`ReportTask`, :class:`ReportIteration`, :class:`TriageEntry`, :class:`NewFailure`,
-the run result's ``DecisionPoint``) and ``report.outcome`` puts them in a :class:`Report`
-with the plan-level fields; ``report.merge`` unites reports into one, adding :class:`Shard`
-and :class:`ConfigDifference`. Each record writes its JSON (``to_json``) and reads it back
-tolerantly (``from_json``: a value of the wrong type reads as its default, one odd entry
-never stops a report). A report JSON read back from a file is checked first
-(:meth:`Report.read`: the keys and types of docs/report.md "Validation"); the keys a record
-does not know (a newer version's, the ``ci`` block of ``selfheal ci``) are kept as read in
-its ``extra`` and written back, so a merge carries them. Pure.
+Each record writes its JSON (``to_json``) and reads it back tolerantly (``from_json``: a value
+of the wrong type reads as its default, so one odd entry never stops a report). A report read
+from a file is checked first (:meth:`Report.read`); the keys a record does not know (a newer
+version's, the ``ci`` block of ``selfheal ci``) are kept in ``extra`` so a merge carries them.
 """
 
 from __future__ import annotations
@@ -17,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar, Union
+from functools import cache
+from typing import Any, ClassVar, Optional, TypeVar, Union, cast
 
 from pytest_selfheal.errors import InputError, one_line
 from pytest_selfheal.records.incident import Triage
@@ -34,6 +29,7 @@ from pytest_selfheal.records.jsondoc import (
     child,
     dataclass_json,
     empty_map,
+    field_defaults,
     fields_of,
     freeze,
     integer,
@@ -60,17 +56,14 @@ def _required(**parsers: Parser) -> tuple[Field, ...]:
 
 @dataclass(frozen=True)
 class _ReadBack:
-    """A report record as a file holds it. Its fields are its JSON keys: :meth:`from_json`
-    reads each by its type, tolerantly (:func:`_read`), :meth:`to_json` writes each, then
-    ``extra``. ``CHECKED`` are the keys its JSON must have (``required``) and the types they
-    must have when present (docs/report.md "Validation"); ``WRITTEN`` the keys its ``to_json``
-    writes that are not fields; ``OMITTED`` the fields written only when not None."""
+    """A report record: its fields are its JSON keys. ``CHECKED``: the keys its JSON must have
+    and the types they must have when present (docs/report.md "Validation"); ``WRITTEN``: keys
+    written that are not fields; ``OMITTED``: fields written only when not None."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = ()
     WRITTEN: ClassVar[tuple[str, ...]] = ()
     OMITTED: ClassVar[tuple[str, ...]] = ()
 
-    # The keys of a newer version (or the ``ci`` block of ``selfheal ci``), as read.
     extra: FrozenObject = field(default_factory=empty_map, kw_only=True)
 
     @classmethod
@@ -90,8 +83,7 @@ class _ReadBack:
 
     @classmethod
     def from_json(cls: type[B], data: Mapping[str, object]) -> B:
-        """The record of a report JSON, read tolerantly: a value of the wrong type reads as
-        None or empty, an absent key as the field's default; unknown keys go to ``extra``."""
+        """The record of a report JSON, read tolerantly; unknown keys go to ``extra``."""
         values: dict[str, Any] = {}
         for name, (kind, default) in _fields(cls).items():
             if name in data or default is dataclasses.MISSING:
@@ -101,25 +93,22 @@ class _ReadBack:
         return cls(**values, extra=freeze(extra) if extra else empty_map())
 
     def to_json(self) -> dict[str, object]:
-        """The record's object in the report JSON."""
         doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
                and (value is not None or key not in self.OMITTED)}
         return {**doc, **plain_json(self.extra)}
 
 
 B = TypeVar("B", bound=_ReadBack)
-_FIELDS: dict[type, dict[str, tuple[Any, Any]]] = {}
 
 
-def _fields(cls: type) -> dict[str, tuple[Any, Any]]:
-    """``{field: (type, default)}`` of a report record (``extra`` aside; a factory's default made once)."""
-    found = _FIELDS.get(cls)
-    if found is None:
-        hints = typing.get_type_hints(cls)
-        found = _FIELDS[cls] = {
-            f.name: (hints[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+def _record_fields(cls: type) -> dict[str, tuple[Any, Any]]:
+    """``{field: (type, default)}`` of a report record, ``extra`` aside."""
+    hints, defaults = typing.get_type_hints(cls), field_defaults(cls)
+    return {f.name: (hints[f.name], defaults.get(f.name, dataclasses.MISSING))
             for f in dataclasses.fields(cls) if f.name != "extra"}
-    return found
+
+
+_fields = cast("Callable[[type], dict[str, tuple[Any, Any]]]", cache(_record_fields))  # once per class
 
 
 def _read(kind: Any, value: object, *, required: bool = False) -> Any:
@@ -188,8 +177,7 @@ def _decision_point(data: Mapping[str, object]) -> DecisionPoint:
 
 @dataclass(frozen=True)
 class ReportIteration(_ReadBack):
-    """One verification of an incident as the report JSON lists it (``incidents[].iterations``):
-    built by ``report.data`` from an attempt, or read back tolerantly by :meth:`from_json`."""
+    """One verification of an incident (``incidents[].iterations``)."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = (Field("outcomes", json_object),)
 
@@ -213,9 +201,7 @@ class ReportIteration(_ReadBack):
 
 @dataclass(frozen=True)
 class ReportTask(_ReadBack):
-    """One plan action of an incident in the report JSON: its attempts and where it stopped.
-    Built by ``report.data`` from the plan and the iterations, or read back tolerantly by
-    :meth:`from_json`."""
+    """One plan action of an incident: its attempts and where it stopped."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = _required(task=any_value, attempts=integer, stop_reason=any_value)
 
@@ -243,8 +229,7 @@ class ReportTask(_ReadBack):
 
 @dataclass(frozen=True)
 class NewFailure(_ReadBack):
-    """A failure outside the incident's selection, first seen in ``iteration`` (built by
-    ``report.data``; read back tolerantly by :meth:`from_json`, ``iteration`` as read)."""
+    """A failure outside the incident's selection, first seen in ``iteration`` (as read)."""
 
     nodeid: Optional[str]
     fingerprint: Optional[str]
@@ -273,16 +258,13 @@ class TriageEntry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> TriageEntry:
-        """The entry of a report JSON, read tolerantly: the identity as a string or None, the
-        triage's label and detail as strings (``""`` when not one), each other field of
-        :class:`Triage` as its type or None."""
+        """The entry of a report JSON, read tolerantly (each field as its type, else empty)."""
         evidence = {spec.name: _lenient(spec, data.get(spec.key)) for spec in fields_of(Triage) if not spec.required}
         return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
                    failure_type=opt_str(data.get("failure_type")),
                    triage=Triage(as_str(data.get("label")), as_str(data.get("detail")), **evidence))
 
     def to_json(self) -> dict[str, object]:
-        """The entry's object: the identity, then the triage's known fields that are set."""
         doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,
                                   "nodeid": self.nodeid}
         for spec in fields_of(Triage):
@@ -294,13 +276,9 @@ class TriageEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class ReportIncident(_ReadBack):
-    """One incident of the report JSON (docs/report.md "JSON"): built by ``report.data``, or
-    read back tolerantly by :meth:`from_json` (a value of the wrong type reads as its default,
-    so that one odd entry never stops a report from rendering).
-
-    ``run_config``, ``handoff`` and ``repair`` are JSON copied from the run result (their keys
-    are the user's or another stage's); ``same_error_repeats`` is as read.
-    """
+    """One incident of the report JSON (docs/report.md "JSON"). ``run_config``, ``handoff``
+    and ``repair`` are JSON copied from the run result (their keys are the user's or another
+    stage's)."""
 
     # The keys the merge and the renderer rely on.
     CHECKED: ClassVar[tuple[Field, ...]] = _required(
@@ -343,12 +321,10 @@ class ReportIncident(_ReadBack):
 
     @property
     def capture_fingerprints(self) -> tuple[str, ...]:
-        """The failing fingerprints of the capture (iteration 0)."""
         return self.fingerprints_per_iteration[0] if self.fingerprints_per_iteration else ()
 
     @property
     def next_action(self) -> Optional[str]:
-        """The handoff's recommended next action, when it has one."""
         return _text(self.handoff.get("recommended_next_action"))
 
     @property
@@ -359,8 +335,7 @@ class ReportIncident(_ReadBack):
 
 @dataclass(frozen=True)
 class Shard(_ReadBack):
-    """One shard of a merged report as ``report.merge`` writes it (``shards[]``), or as read
-    back tolerantly by :meth:`from_json`."""
+    """One shard of a merged report (``shards[]``)."""
 
     name: str
     incidents: tuple[str, ...] = ()  # the incidents the merge took from it
@@ -381,10 +356,8 @@ class ConfigDifference(_ReadBack):
 
 @dataclass(frozen=True)
 class Report(_ReadBack):
-    """A whole report (docs/report.md "JSON"): its config and their origins, its incidents and
-    the plan-level fields derived from them (``report.outcome.assemble_report``); or the
-    records of a report JSON, read tolerantly by :meth:`from_json` (checked first by
-    :meth:`read` when it comes from a file)."""
+    """A whole report (docs/report.md "JSON"): its config, its incidents and the plan-level
+    fields derived from them."""
 
     CHECKED: ClassVar[tuple[Field, ...]] = _required(
         schema_version=integer, title=any_value, enabled=boolean, effective_config=json_object, origins=json_object,
@@ -407,7 +380,6 @@ class Report(_ReadBack):
     shards: tuple[Shard, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        """The report JSON (docs/report.md "JSON"): what ``selfheal report --json`` prints."""
         return {"schema_version": REPORT_SCHEMA_VERSION, "title": REPORT_TITLE, **super().to_json()}
 
     @property
@@ -417,10 +389,8 @@ class Report(_ReadBack):
 
     @classmethod
     def read(cls, data: Any, source: str = "report") -> Report:
-        """The records of a report JSON read back from ``source`` (a file, a shard) if this
-        version can render and merge it: ``schema_version`` gated, then the keys and types of
-        docs/report.md "Validation" checked; else ``InputError`` naming ``source`` and the
-        first bad field, in one line."""
+        """The records of a report JSON read from ``source`` (a file, a shard) if this version can
+        render and merge it, else a one-line ``InputError`` naming ``source`` and the first bad field."""
         if not isinstance(data, dict):
             raise InputError(f"{source}: expected a JSON object (a report from selfheal report --format json)")
         version = data.get("schema_version")
@@ -432,7 +402,6 @@ class Report(_ReadBack):
         except FieldError as exc:
             raise InputError(one_line(f"{source}: invalid report: {exc}")) from None
         return cls.from_json(data)
-
 
 
 # The report as its callers hold it: the records, or its JSON (the ``selfheal ci`` document).

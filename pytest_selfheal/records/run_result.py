@@ -130,9 +130,8 @@ class RunResult(JsonRecord):
 
 @dataclass(frozen=True)
 class LoopResult(RunResult):
-    """What :func:`pytest_selfheal.run.entry.run_incident_loop` returns: the run result of
-    the stop, or for a stop that decided nothing (``disabled``, ``cancelled``) the same
-    shape with ``final_status`` None, never written to disk."""
+    """What ``run_incident_loop`` returns: the run result, ``final_status`` None for a stop that
+    decided nothing (``disabled``, ``cancelled``); never written to disk."""
 
     KIND: ClassVar[str] = "loop result"
 

@@ -1,10 +1,5 @@
-"""The shipped JSON Schemas (``pytest_selfheal/schemas/``), generated from the record declarations.
-
-Each record's fields (types, ``checked`` allowed values, descriptions) are the one
-source: ``from_json`` checks it, ``document_schema`` states it for users.
-``scripts/regen_schemas.py`` writes the files; tests/test_schemas.py checks they match.
-Pure: no I/O.
-"""
+"""The shipped JSON Schemas (``pytest_selfheal/schemas/``), generated from the record
+declarations that ``from_json`` checks, so the two never disagree. Pure."""
 
 from __future__ import annotations
 
@@ -32,7 +27,6 @@ DOCUMENTS: dict[str, tuple[type[JsonRecord], str, str]] = {
 
 
 def document_schema(kind: str) -> Schema:
-    """The JSON Schema document of ``kind`` (``incident``, ``plan``, ``attempt``, ``run_result``)."""
     record, title, description = DOCUMENTS[kind]
     head: Schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -44,5 +38,4 @@ def document_schema(kind: str) -> Schema:
 
 
 def schema_text(kind: str) -> str:
-    """The text of ``schemas/<kind>.schema.json``."""
     return json.dumps(document_schema(kind), indent=2, ensure_ascii=False) + "\n"

@@ -1,10 +1,8 @@
 """The seal of an incident (``incident.json`` ``seal``): what decides what runs and how a
-result is judged, as it was at capture (analysis/seal.py takes and compares it). Pure.
+result is judged, as it was at capture. Pure.
 
 Every map is ``{name: digest}``: a file's sha256 (``missing`` when it does not exist), a
-setting's sha256 (``unset``), a distribution's version. ``judging`` holds the values of the
-judging ``ralf_lite`` keys in force at capture: they judge the incident until a person
-takes a new seal (``selfheal reopen --new-seal``).
+setting's sha256 (``unset``), a distribution's version.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ Digests = Mapping[str, str]
 
 
 def _digests(description: str) -> Parser:
-    """A ``{name: digest}`` map, with what it holds for the schema."""
     return checked(object_of(string), description=description)
 
 

@@ -1,11 +1,6 @@
-"""The facts of each stop reason, in one table (pure): the final status it gives the
-incident, the tone of its terminal line, the sentence of the stop, the options of its
-decision point and the recommended next action. Adding a stop reason is one row here (and
-its place in the loop's precedence).
-
-The sentence is a ``str.format`` template over the named values of one stop
-(:data:`MESSAGE_FIELDS`, filled in by ``loop/messages.stop_message``); ``{id}`` in an
-option's command and in the next action is the incident id.
+"""The facts of each stop reason, in one table (pure): adding a stop reason is one row here
+(and its place in the loop's precedence). The sentence is a ``str.format`` template over
+:data:`MESSAGE_FIELDS`; ``{id}`` in a command is the incident id.
 """
 
 from __future__ import annotations
@@ -284,18 +279,14 @@ PROGRESS_NOTES: Mapping[str, str] = {
 
 
 def progress_words(fingerprint_changed: Optional[bool], progress: Optional[bool], reasons: tuple[str, ...] = ()) -> str:
-    """``fingerprint same, progress no (flaky)``: the one wording of an iteration's progress.
-
-    "fingerprint same" is the loop's judgement (the failure seen before, counted as a
-    repeat), not a byte comparison: a new message with the code unchanged is the same
-    failure (docs/loop.md "Progress")."""
+    """``fingerprint same, progress no (flaky)``: the one wording of an iteration's progress
+    ("same" is the loop's judgement, not a byte comparison: docs/loop.md "Progress")."""
     note = next((f" ({PROGRESS_NOTES[r]})" for r in reasons if r in PROGRESS_NOTES), "") if not progress else ""
     return (f"fingerprint {'changed' if fingerprint_changed else 'same'}, "
             f"progress {'yes' if progress else 'no'}{note}")
 
 
 def stop_facts(stop_reason: str) -> StopFacts:
-    """The row of ``stop_reason``; ``ValueError`` for a name that is no stop reason."""
     try:
         return STOPS[stop_reason]
     except KeyError:

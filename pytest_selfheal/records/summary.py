@@ -1,8 +1,4 @@
-"""One row of ``Store.list_incidents()``: ``IncidentSummary`` (docs/store.md). Pure.
-
-Its JSON (``to_json``) is what ``selfheal status --json`` prints: every field in this
-order, ``null`` when unknown, and ``error`` only for a corrupted incident.
-"""
+"""One row of ``Store.list_incidents()``, as ``selfheal status --json`` prints it. Pure."""
 
 from __future__ import annotations
 
@@ -34,5 +30,4 @@ class IncidentSummary(JsonRecord):
 
     @property
     def corrupted(self) -> bool:
-        """True when the incident's files could not be read (``error`` says why)."""
         return self.status == CORRUPTED

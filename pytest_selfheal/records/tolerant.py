@@ -8,17 +8,14 @@ from typing import Any, Optional
 
 
 def as_str(value: Any, default: str = "") -> str:
-    """``value`` if it is a string, else ``default``."""
     return value if isinstance(value, str) else default
 
 
 def opt_str(value: Any) -> Optional[str]:
-    """``value`` if it is a string, else None."""
     return value if isinstance(value, str) else None
 
 
 def as_int(value: Any, default: int = 0) -> int:
-    """``value`` if it is an int (not a bool), else ``default``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
@@ -33,5 +30,4 @@ def strs(value: Any) -> list[str]:
 
 
 def unique(items: Iterable[str]) -> list[str]:
-    """``items`` without repeats, in first-seen order."""
     return list(dict.fromkeys(items))

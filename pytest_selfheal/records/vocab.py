@@ -1,10 +1,7 @@
 """The closed vocabularies of the records, each declared once as a string-valued ``Enum``. Pure.
 
-A member *is* its string (``FinalStatus.RESOLVED == "resolved"``, same hash), so JSON
-written from a member is byte-identical to JSON written from the string, and a value read
-back from a file compares equal to its member. Text built from a member always shows its
-value (``str()`` and ``format()`` give ``"resolved"`` on every supported Python; 3.12 changed
-what a plain ``(str, Enum)`` formats to), and code that builds text uses ``.value``.
+A member *is* its string, so JSON written from a member is the JSON of the string, and a
+value read back from a file compares equal to its member.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ class TextEnum(str, Enum):
 
 
 class FinalStatus(TextEnum):
-    """How a run ended: the loop's own three, then the outcomes of ``selfheal ci`` without a loop."""
+    """How a run ended: the loop's own three, then ``selfheal ci``'s without a loop."""
 
     RESOLVED = "resolved"
     ESCALATED = "escalated"
@@ -150,7 +147,6 @@ def first_few(names: Sequence[str], limit: int = FIRST_FEW) -> str:
 
 
 def tone_of(line: str) -> Tone:
-    """The tone a line was built with (:data:`Tone.PLAIN` for plain text)."""
     return line.tone if isinstance(line, Line) else Tone.PLAIN
 
 

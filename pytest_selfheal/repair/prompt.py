@@ -16,7 +16,7 @@ from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.plan.suspects import where_lines
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan, PlanAction
 from pytest_selfheal.records.vocab import EvidenceKind, first_few
@@ -55,7 +55,7 @@ def _fingerprints_of(record: Union[Incident, Attempt]) -> tuple[str, ...]:
 
 
 def _failing_section(incident: Incident, attempts: Sequence[Attempt]) -> list[str]:
-    failures: Sequence[FailureEntry] = attempts[-1].failures if attempts else incident.failures
+    failures: Sequence[Failure] = attempts[-1].failures if attempts else incident.failures
     where = f"attempt {attempts[-1].iteration}" if attempts else "the captured run"
     lines = ["## Failing tests", ""]
     unverified = unverified_tests(attempts[-1].outcomes) if attempts else []

@@ -23,7 +23,7 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import RERUN_DETAIL, TRIAGE_LABELS
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
@@ -249,7 +249,7 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
         return f"Investigate manually: selfheal show {incident_id}"
 
 
-def _failure_id(failure: FailureEntry) -> Optional[str]:
+def _failure_id(failure: Failure) -> Optional[str]:
     """A failure's selection: its pytest node id, else its runner-independent test identity."""
     return failure.nodeid or failure.test or None
 
@@ -418,7 +418,7 @@ def build_report(
                            origins=resolved, incidents=[_incident_entry(run) for run in runs])
 
 
-def report_triage(failures: Sequence[FailureEntry], flaky: Collection[str]) -> list[TriageEntry]:
+def report_triage(failures: Sequence[Failure], flaky: Collection[str]) -> list[TriageEntry]:
     """The report's ``triage`` of one incident: each captured failure's recorded triage
     (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
     re-run with no code change (``flaky``: node ids) — a quarantine still wins."""

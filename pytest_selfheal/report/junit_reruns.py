@@ -15,11 +15,11 @@ from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt
-from pytest_selfheal.records.incident import FailureEntry, Incident
+from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
 
 
-def _signature_message(failure: FailureEntry) -> str:
+def _signature_message(failure: Failure) -> str:
     # An attempt keeps the signature "TYPE | test | first line": the message is its last part.
     if failure.message:
         return failure.message
@@ -27,7 +27,7 @@ def _signature_message(failure: FailureEntry) -> str:
     return signature.split(" | ", 2)[-1] if " | " in signature else signature
 
 
-def _failed_run(failure: FailureEntry) -> FailedRun:
+def _failed_run(failure: Failure) -> FailedRun:
     message = _signature_message(failure)
     fingerprint = failure.fingerprint
     text = f"{message}\n(selfheal fingerprint {fingerprint})" if fingerprint else message

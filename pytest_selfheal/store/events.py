@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.event import Event
+from pytest_selfheal.store.ids import utc
 
 INCIDENT_CAPTURED = "incident_captured"
 FAILURE_CLASSIFIED = "failure_classified"
@@ -55,18 +56,12 @@ RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:
     """ISO-8601 in UTC with an explicit ``+00:00`` offset (a naive datetime is taken as UTC)."""
-    if moment is None:
-        moment = datetime.now(timezone.utc)
-    elif moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec=timespec)
+    return utc(moment).isoformat(timespec=timespec)
 
 
 def pending(name: str, data: Optional[Mapping[str, object]] = None) -> Event:
-    """An event to log: its name and data, without the ``ts`` and ``incident_id`` the store
-    stamps on it when it writes it (``create_incident(events=…)``, ``append_events``). An
-    unknown ``name`` or a data key that shadows ``ts``/``event``/``incident_id`` is a
-    programming error: ``ValueError``."""
+    """An event to log, without the ``ts`` and ``incident_id`` the store stamps on it when it
+    writes it. An unknown ``name`` or a reserved data key is a bug of the caller (``ValueError``)."""
     if name not in EVENT_NAMES:
         raise ValueError(f"unknown event name {name!r} (expected one of {', '.join(EVENT_NAMES)})")
     payload = dict(data or {})
@@ -89,13 +84,11 @@ def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]
 
 
 def encode_event(event: Event) -> str:
-    """The single-line JSON text of ``event`` (no trailing newline)."""
     return encode_line(event.to_json())
 
 
 def encode_line(doc: object) -> str:
-    """One JSON line of the log, keys sorted (no trailing newline)."""
-    # json.dumps escapes newlines inside strings, so the result is always one line.
+    """One JSON line of the log (json.dumps escapes newlines inside strings), keys sorted."""
     return json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
@@ -107,12 +100,8 @@ def since_last_reopen(events: list[Event]) -> list[Event]:
 
 
 def parse_events(text: str, source: str = "audit_tail.jsonl") -> tuple[list[Event], list[str]]:
-    """Parse a JSONL event log into ``(events, warnings)``; never raises for bad content.
-
-    A torn last line (a writer killed mid-append), any other undecodable line and a line
-    whose :class:`Event` does not parse are skipped and reported in ``warnings``, each
-    naming the line number.
-    """
+    """``(events, warnings)`` of a JSONL event log: a torn last line (a writer killed
+    mid-append) or any other bad line is skipped and named in ``warnings``, never raised."""
     events: list[Event] = []
     warnings: list[str] = []
     lines = text.split("\n")

@@ -1,21 +1,10 @@
 """Crash-safe file primitives for the reports root (docs/store.md).
 
-- ``atomic_write_text`` / ``atomic_write_json``: temp file in the same directory, flush +
-  fsync, ``os.replace``, fsync of the directory. A reader sees the old file or the new
-  one, never a partial one; on failure the temp file is removed and the old content stays.
-- ``write_new_bytes``: create + fsync only, for a private build folder that its writer
-  fsyncs once and renames into place (one folder fsync for all its files).
-- ``append_line`` / ``append_lines``: one ``O_APPEND`` write + fsync, for the append-only event logs.
-- ``read_json``: every way a JSON file can be bad becomes one ``InputError`` line.
-- ``project_path``: a configured path resolved whole (every link on its way) inside the project.
-- ``confine``: the check that a write stays under the reports root — no symbolic link
-  between the root and the file (``RefusedError``, exit 5); files are also opened with
-  ``O_NOFOLLOW`` where they may already exist (appends, locks).
-- ``FileLock``: an inter-process lock (``fcntl.flock`` on POSIX, ``msvcrt`` on Windows),
-  re-entrant inside one process so nested store operations never deadlock.
-
-Every ``OSError`` met while writing becomes ``StoreIOError`` naming the path and the
-operating system's reason (disk full, read-only file system, permission denied).
+A reader sees a file's old content or its new one, never a partial one (temp file, fsync,
+rename, directory fsync); a write never leaves the reports root through a symbolic link
+(``confine``, ``O_NOFOLLOW``); the store's lock is re-entrant within a process, so nested
+store operations never deadlock. Every ``OSError`` met while writing becomes a one-line
+``StoreIOError`` naming the path and the operating system's reason.
 """
 
 from __future__ import annotations
@@ -28,19 +17,19 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import InputError, RefusedError, StoreIOError, one_line
 
+if sys.platform == "win32":
+    import msvcrt
+else:
+    import fcntl
+
 PathLike = Union[str, "os.PathLike[str]"]
-
-# Temp files start with a dot and end with ".tmp" so that no reader ever takes one for a
-# real file (they never end in ".json").
-TEMP_SUFFIX = ".tmp"
-
 
 # Opening a file that may exist: never through a symbolic link (0 where the OS has no such flag).
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -113,17 +102,12 @@ def project_path(project_root: PathLike, value: str, what: str) -> Path:
     raise RefusedError(one_line(f"refusing {what} {value}: it leads out of the project {base} (to {real})"))
 
 
-def _reason(exc: OSError) -> str:
-    return exc.strerror or (errno.errorcode.get(exc.errno or 0, "") if exc.errno else "") or str(exc)
-
-
 def io_error(action: str, path: PathLike, exc: OSError) -> StoreIOError:
-    """A one-line ``StoreIOError`` for ``exc`` met while doing ``action`` on ``path``."""
-    return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {_reason(exc)}"))
+    reason = exc.strerror or (errno.errorcode.get(exc.errno or 0, "") if exc.errno else "") or str(exc)
+    return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {reason}"))
 
 
 def ensure_dir(path: PathLike) -> Path:
-    """Create ``path`` and its parents if missing; OSError becomes ``StoreIOError``."""
     target = Path(path)
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -133,7 +117,7 @@ def ensure_dir(path: PathLike) -> Path:
 
 
 def fsync_dir(path: PathLike) -> None:
-    """Flush a directory entry change (a rename) to disk; a no-op where unsupported."""
+    """Flush a rename to disk, where the platform can."""
     if sys.platform == "win32":  # directories cannot be opened for fsync on Windows
         return
     try:
@@ -159,17 +143,6 @@ def move(source: Path, destination: Path) -> None:
     fsync_dir(destination.parent)
 
 
-def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def _create_synced(path: Path, data: bytes) -> None:
     """Create ``path`` (``O_EXCL``), write ``data``, fsync, close; OSError propagates."""
     # 0o666 & ~umask, like a plain open(): a temp from mkstemp would be 0600.
@@ -185,13 +158,8 @@ def _create_synced(path: Path, data: bytes) -> None:
 
 
 def write_new_bytes(path: PathLike, data: bytes) -> None:
-    """Create ``path`` with ``data``, fsynced: no temp file, no rename, no folder fsync.
-
-    Only for a folder no reader looks into until it is complete (an incident's build
-    folder): its writer fsyncs the folder once, after the last file, and renames it into
-    place (``Store.create_incident``). An existing ``path`` is an error; ``OSError``
-    becomes ``StoreIOError``.
-    """
+    """Create ``path`` with ``data``, fsynced, without temp file or folder fsync: only in a
+    build folder that its writer fsyncs once and renames into place."""
     target = Path(path)
     try:
         _create_synced(target, data)
@@ -202,16 +170,16 @@ def write_new_bytes(path: PathLike, data: bytes) -> None:
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (temp file + fsync + rename + dir fsync)."""
     target = Path(path)
-    tmp = _temp_path(target)
+    # A dot name ending in .tmp: no reader takes it for a record.
+    tmp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         _create_synced(tmp, data)
         os.replace(tmp, target)
-    except OSError as exc:
-        _remove_quietly(tmp)
-        raise io_error("write", target, exc) from None
-    except BaseException:
-        # KeyboardInterrupt and friends: no stray temp file, old content intact.
-        _remove_quietly(tmp)
+    except BaseException as exc:  # KeyboardInterrupt too: no stray temp file, old content intact
+        with suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise io_error("write", target, exc) from None
         raise
     fsync_dir(target.parent)
 
@@ -222,35 +190,25 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 
 
 def dumps_json(data: Any) -> str:
-    """The canonical JSON text of every file we write: sorted keys, indent 2, newline.
-
-    NaN/Infinity are refused (``ValueError``): they are not JSON.
-    """
+    """The canonical JSON text of every file we write (NaN and Infinity refused: not JSON)."""
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def atomic_write_json(path: PathLike, data: Any) -> None:
-    """Replace ``path`` with ``data`` as canonical JSON, atomically.
-
-    Serialisation happens before any file is touched, so unserialisable data
-    (a programming error, ``TypeError``/``ValueError``) leaves nothing behind.
-    """
+    """Replace ``path`` with ``data`` as canonical JSON, serialised before any file is touched."""
     atomic_write_text(path, dumps_json(data))
 
 
 def append_line(path: PathLike, line: str) -> None:
-    """Append one line to ``path`` with a single ``O_APPEND`` write, then fsync (see append_lines)."""
+    """Append one line to ``path`` (``append_lines``)."""
     append_lines(path, [line])
 
 
 def append_lines(path: PathLike, lines: Sequence[str]) -> None:
     """Append ``lines`` to ``path`` with a single ``O_APPEND`` write, then one fsync.
 
-    If the file does not end with a newline (a previous writer was killed mid-append),
-    a newline is written first so the torn fragment stays on its own line and the new
-    lines stay whole. A kill mid-write leaves at most one torn last line, as for one
-    line; the batch's earlier lines are whole. Callers that share a file hold the store
-    lock.
+    After a writer killed mid-append, a newline is written first, so the torn fragment stays
+    on its own line and the new lines stay whole.
     """
     if any("\n" in line or "\r" in line for line in lines):
         raise ValueError("append_line: the line must not contain a newline")
@@ -282,7 +240,7 @@ def append_lines(path: PathLike, lines: Sequence[str]) -> None:
 
 
 def read_text(path: PathLike) -> str:
-    """Read a UTF-8 text file: missing or undecodable → ``InputError``, other OSError → ``StoreIOError``."""
+    """A UTF-8 text file: missing or undecodable → ``InputError``, other OSError → ``StoreIOError``."""
     target = Path(path)
     try:
         raw = target.read_bytes()
@@ -299,12 +257,11 @@ def read_text(path: PathLike) -> str:
 
 
 def read_json(path: PathLike) -> Any:
-    """Parse a JSON file; missing, empty, truncated or invalid JSON → one-line ``InputError``."""
     return parse_json(read_text(path), path)
 
 
 def parse_json(text: str, path: PathLike) -> Any:
-    """Parse the JSON text read from ``path``; empty, truncated or invalid → one-line ``InputError``."""
+    """The JSON text read from ``path``, parsed; empty, truncated or invalid → one-line ``InputError``."""
     target = Path(path)
     if not text.strip():
         raise InputError(one_line(f"{target}: corrupted JSON (empty file)"))
@@ -334,28 +291,30 @@ _REGISTRY_GUARD = threading.Lock()
 
 def _holder_for(path: Path) -> _Holder:
     # Keyed by pid too: a forked child must not believe it holds its parent's lock.
-    key = (os.getpid(), os.path.abspath(os.fspath(path)))
     with _REGISTRY_GUARD:
-        holder = _REGISTRY.get(key)
-        if holder is None:
-            holder = _REGISTRY[key] = _Holder()
-        return holder
+        return _REGISTRY.setdefault((os.getpid(), os.path.abspath(os.fspath(path))), _Holder())
 
 
-def _try_lock(fd: int) -> bool:
-    """One non-blocking attempt at the OS lock; False when another process holds it."""
-    if sys.platform == "win32":
-        import msvcrt
+if sys.platform == "win32":
 
+    def _try_lock(fd: int) -> bool:
+        """One non-blocking attempt at the OS lock; False when another process holds it."""
         try:
             os.lseek(fd, 0, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError:
             return False
         return True
-    else:
-        import fcntl
 
+    def _unlock(fd: int) -> None:
+        with suppress(OSError):
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+
+    def _try_lock(fd: int) -> bool:
+        """One non-blocking attempt at the OS lock; False when another process holds it."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -364,29 +323,13 @@ def _try_lock(fd: int) -> bool:
             raise
         return True
 
-
-def _unlock(fd: int) -> None:
-    if sys.platform == "win32":
-        import msvcrt
-
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-        except OSError:
-            pass
-    else:
-        import fcntl
-
+    def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 class FileLock:
-    """Exclusive inter-process lock on ``path`` (created if missing).
-
-    Re-entrant within a process (threads of one process are serialised too), so a caller
-    may hold the store lock around several store operations that each lock again.
-    Waiting longer than ``timeout`` seconds raises ``StoreIOError``.
-    """
+    """Exclusive inter-process lock on ``path``, re-entrant within a process (its threads are
+    serialised too); waiting longer than ``timeout`` seconds raises ``StoreIOError``."""
 
     def __init__(self, path: PathLike, timeout: float = 30.0, poll_interval: float = 0.01) -> None:
         self.path = Path(path)
@@ -396,15 +339,10 @@ class FileLock:
         self._depth = 0
 
     def _timed_out(self) -> StoreIOError:
-        return StoreIOError(
-            one_line(
-                f"timed out after {self.timeout:g}s waiting for the lock {self.path} "
-                "(another selfheal process is using this reports root)"
-            )
-        )
+        return StoreIOError(one_line(f"timed out after {self.timeout:g}s waiting for the lock {self.path} "
+                                     "(another selfheal process is using this reports root)"))
 
     def acquire(self) -> None:
-        """Take the lock, waiting up to ``timeout`` seconds."""
         deadline = time.monotonic() + max(self.timeout, 0.0)
         holder = _holder_for(self.path)
         if not holder.rlock.acquire(timeout=max(self.timeout, 0.0)):
@@ -461,10 +399,5 @@ class FileLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

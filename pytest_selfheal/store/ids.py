@@ -23,10 +23,10 @@ MAX_RUN_TOKEN = 40
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+", re.ASCII)
 
 
-def _utc(now: Optional[datetime]) -> datetime:
+def utc(now: Optional[datetime] = None) -> datetime:
+    """``now`` (default: the current time) in UTC; a naive datetime is taken to be UTC already."""
     if now is None:
         return datetime.now(timezone.utc)
-    # A naive datetime is taken to be UTC already.
     return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
 
 
@@ -36,40 +36,36 @@ def new_run_token() -> str:
 
 
 def safe_run_token(run: str) -> str:
-    """Make a caller-supplied run token safe: unsafe characters become ``-``, bounded length."""
+    """A caller's run token made safe for a path: unsafe characters become ``-``, bounded length."""
     token = _UNSAFE.sub("-", run).strip("-")[:MAX_RUN_TOKEN]
     return token or new_run_token()
 
 
 def new_incident_id(now: Optional[datetime] = None, run: Optional[str] = None) -> str:
     """A fresh incident id for ``now`` (UTC), with ``run`` (made safe) or a random token."""
-    stamp = _utc(now).strftime("%Y%m%d_%H%M%S")
+    stamp = utc(now).strftime("%Y%m%d_%H%M%S")
     token = safe_run_token(run) if run is not None else new_run_token()
     return f"{INCIDENT_PREFIX}{stamp}_{token}"
 
 
 def new_run_id(now: Optional[datetime] = None) -> str:
     """A run id: ``run_YYYYMMDD_HHMMSS_ffffff`` (UTC)."""
-    return "run_" + _utc(now).strftime("%Y%m%d_%H%M%S_%f")
+    return "run_" + utc(now).strftime("%Y%m%d_%H%M%S_%f")
 
 
 def is_incident_id(text: object) -> bool:
-    """True when ``text`` is a well-formed incident id."""
     return isinstance(text, str) and INCIDENT_ID_RE.fullmatch(text) is not None
 
 
 def validate_incident_id(text: object) -> str:
-    """Return ``text`` if it is a well-formed incident id, else raise a one-line ``UsageError``."""
-    if is_incident_id(text):
-        assert isinstance(text, str)
+    """``text`` if it is a well-formed incident id, else a one-line ``UsageError``."""
+    if isinstance(text, str) and is_incident_id(text):
         return text
     shown = repr(text)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    raise UsageError(
-        f"invalid incident id {shown}: expected incident_YYYYMMDD_HHMMSS_<run> "
-        "with <run> of 1-40 characters A-Z a-z 0-9 _ -"
-    )
+    raise UsageError(f"invalid incident id {shown}: expected incident_YYYYMMDD_HHMMSS_<run> "
+                     "with <run> of 1-40 characters A-Z a-z 0-9 _ -")
 
 
 LATEST = "latest"
@@ -80,15 +76,9 @@ _PREFIX_RE = re.compile(
 
 
 def resolve_incident_ref(text: object, known: Iterable[str]) -> str:
-    """The incident id a user's reference names, among the ``known`` ids (pure).
-
-    ``latest`` is the newest known id (ids sort by their UTC creation time); a known id is
-    itself; other text that begins a well-formed id is a unique prefix of one known id (a shortened id is still
-    well-formed, so a prefix is tried before the text is taken as an unknown full id,
-    which the store then reports as not found). No match is ``NotFoundError`` (exit 4),
-    two or more ``UsageError`` naming them, malformed text the ``validate_incident_id``
-    error.
-    """
+    """The incident id a user's reference names among the ``known`` ids: ``latest`` (the
+    newest: ids sort by creation time), an id, or a unique prefix of one. A shortened id is
+    still well-formed, so a prefix is tried before the text is taken as an unknown full id."""
     if not isinstance(text, str) or not _PREFIX_RE.fullmatch(text):
         return validate_incident_id(text)  # raises the one-line usage error
     ids = sorted(set(known))

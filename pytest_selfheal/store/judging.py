@@ -1,21 +1,15 @@
 """The incidents' judging records, kept tamper-evident (edge: the user's state directory).
 
-What judges an incident — its seal (judging keys included), the test digests, the node ids
-and options of its capture, the plan's verification selection and the capture's context
-(its commit and command) — lives in the project tree (``incident.json``, ``plan.json``,
-``context.json``), where anything running there can edit it. Each time the store writes one
-of them, the digest of its judging part is kept outside the
-project, in ``$XDG_STATE_HOME/pytest-selfheal/records/`` (``~/.local/state`` without it),
-keyed by the reports root and the incident (a copy of the project is judged apart);
-:func:`edited` compares them before a verdict. A write of selfheal over records edited outside it never
-makes them good again: the edit is remembered until a person takes a new seal
-(:func:`accept`, ``selfheal reopen --new-seal``).
+What judges an incident (its seal, test digests, capture's node ids and options, the plan's
+selection, the capture's context) lives in the project tree, where anything running there can
+edit it. So each time the store writes one, the digest of its judging part is kept outside the
+project (``$XDG_STATE_HOME/pytest-selfheal/records/``, keyed by reports root and incident), and
+:func:`edited` compares them before a verdict. An edit is remembered until a person takes a
+new seal (:func:`accept`): a later write of selfheal never makes the records good again.
 
-A stop that says the tests pass but it is not a fix (:data:`NOT_A_FIX`) is kept there too,
-keyed by the project root (:func:`remember_stop`), until a success over its tests or a new
-seal: a green run whose reports root no longer holds that incident stopped
-(deleted, pruned, moved, renamed, another ``reports_dir``) is that stop again, never a pass
-(:func:`forgotten_stops`, which every green verdict goes through: the plugin's session end).
+A stop that says the tests pass but is not a fix (:data:`NOT_A_FIX`) is kept there too, keyed
+by the project root, until a success over its tests or a new seal: a green run whose reports
+root no longer holds that incident stopped is that stop again, never a pass (:func:`forgotten_stops`).
 """
 
 from __future__ import annotations
@@ -46,21 +40,19 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(plain_json(value), sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def incident_digest(incident: Incident) -> str:
-    """The digest of ``incident``'s judging fields."""
-    doc = incident.to_json()
-    return _digest({key: doc.get(key) for key in _INCIDENT_KEYS})
-
-
-def context_digest(context: RunContext) -> str:
-    """The digest of ``context.json``: the capture's commit, command and folder judge too
-    (the regression check's changed files, captured code and whole command)."""
-    return _digest(context.to_json())
-
-
-def plan_digest(plan: Plan) -> str:
-    """The digest of ``plan``'s verification selection: each action's node ids and commands."""
-    return _digest([{key: action.get(key) for key in _ACTION_KEYS} for action in plan.to_json().get("actions", [])])
+def _digests(incident: Optional[Incident] = None, plan: Optional[Plan] = None,
+             context: Optional[RunContext] = None) -> dict[str, str]:
+    """The digest of the judging part of each record given: the incident's judging fields, each
+    plan action's selection, the whole context (its commit and command judge the regression check)."""
+    out = {}
+    if incident is not None:
+        doc = incident.to_json()
+        out["incident"] = _digest({key: doc.get(key) for key in _INCIDENT_KEYS})
+    if plan is not None:
+        out["plan"] = _digest([{key: action.get(key) for key in _ACTION_KEYS} for action in plan.to_json().get("actions", [])])
+    if context is not None:
+        out["context"] = _digest(context.to_json())
+    return out
 
 
 def _record_path(reports_root: Path, incident_id: str) -> Optional[Path]:
@@ -96,15 +88,9 @@ def remember(reports_root: Path, incident_id: str, *, incident: Optional[Inciden
     if path is None:
         return
     doc = _read(path) or {}
-    if (before is not None and doc.get("incident") not in (None, incident_digest(before))) or (
-            plan_before is not None and doc.get("plan") not in (None, plan_digest(plan_before))):
+    if any(doc.get(key) not in (None, digest) for key, digest in _digests(before, plan_before).items()):
         doc["edited"] = True
-    if incident is not None:
-        doc["incident"] = incident_digest(incident)
-    if plan is not None:
-        doc["plan"] = plan_digest(plan)
-    if context is not None:
-        doc["context"] = context_digest(context)
+    doc.update(_digests(incident, plan, context))
     _write(path, doc)
 
 
@@ -112,24 +98,23 @@ def accept(reports_root: Path, incident: Incident, plan: Optional[Plan], context
     """A person took a new seal: the records as they are now are the incident's."""
     path = _record_path(reports_root, incident.incident_id)
     if path is not None:
-        _write(path, {"incident": incident_digest(incident), **({"plan": plan_digest(plan)} if plan else {}),
-                      **({"context": context_digest(context)} if context else {})})
+        _write(path, _digests(incident, plan, context))
 
 
 def edited(reports_root: Path, incident: Incident, plan: Optional[Plan], context: Optional[RunContext]) -> bool:
-    """Whether ``incident``'s (and ``plan``'s, ``context``'s: None when it cannot be read)
-    judging records differ from what the store last wrote, or ever did since the capture. No
-    kept digest (captured before selfheal kept them, elsewhere, or in a copy or a move of the
-    project): nothing to compare."""
+    """Whether the judging records differ from what the store last wrote, or ever did since the
+    capture (``context`` None: it cannot be read). Without kept digests (a copy or a move of
+    the project) there is nothing to compare."""
     path = _record_path(reports_root, incident.incident_id)
     kept = _read(path) if path is not None else None
     if kept is None:
         return False
-    if kept.get("edited") or kept.get("incident") not in (None, incident_digest(incident)):
+    now = _digests(incident, plan, context)
+    if kept.get("edited") or kept.get("incident") not in (None, now["incident"]):
         return True
-    if "context" in kept and (context is None or kept["context"] != context_digest(context)):
+    if "context" in kept and kept["context"] != now.get("context"):
         return True
-    return plan is not None and kept.get("plan") not in (None, plan_digest(plan))
+    return plan is not None and kept.get("plan") not in (None, now["plan"])
 
 
 # The stops whose selection may pass: the judge said it is not a fix.
@@ -155,7 +140,6 @@ def _stops_file(project_root: Path) -> Optional[Path]:
 
 
 def remembered(project_root: Path) -> list[RememberedStop]:
-    """The not-a-fix stops kept for ``project_root``."""
     path = _stops_file(project_root)
     doc = (_read(path) if path is not None else None) or {}
     out = []
@@ -210,7 +194,3 @@ def forgotten_line(stop: RememberedStop) -> str:
     return (f"selfheal: incident {stop.incident_id} iteration {stop.iteration} of {stop.max_iterations}: "
             f"this run's tests already stopped ({stop.stop_reason}), {RECORDS_GONE} -> STOP already_stopped")
 
-
-__all__ = ["NOT_A_FIX", "RECORDS_EDITED", "RECORDS_GONE", "RememberedStop", "accept", "context_digest", "edited",
-           "forget_stop", "forgotten_line", "forgotten_stops", "incident_digest", "plan_digest", "remember",
-           "remember_stop", "remembered"]

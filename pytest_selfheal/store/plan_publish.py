@@ -1,9 +1,8 @@
 """A capture's plan, published with its new incident in one step (edge: files, docs/store.md).
 
 ``Store.create_incident(plan=…)`` calls :func:`publish_plan` under the store lock, once the
-incident's id is chosen and before the incident folder itself is renamed into place: the
-incident then appears already ``planned``, with its plan, in 11 fsyncs instead of the 17 of
-create + write_plan + append_event + set_status (docs/benchmarks.md).
+incident's id is chosen and before the incident folder is renamed into place: the incident
+appears already ``planned``, with its plan, in fewer fsyncs than four separate writes.
 """
 
 from __future__ import annotations
@@ -42,18 +41,12 @@ def publish_plan(
     text: Callable[[Plan, str], str],
     redact: Callable[[str], str],
 ) -> tuple[list[Event], str]:
-    """Build ``error_plans/<id>/`` for the new ``incident`` and rename it into place.
+    """Build ``error_plans/<id>/`` for the new ``incident`` and rename it into place; returns
+    the plan's two events for the incident's log and the text of ``plan.json``.
 
-    Returns the plan's two events for the incident's log (``plan_generated``,
-    ``status_changed`` new → planned; the incident is then published ``planned``) and the
-    text of the ``plan.json`` written. Nobody
-    reads the plan of an incident that does not exist yet, so the plan folder is built like
-    the incident's: files written in place and fsynced, one folder fsync, one rename. A
-    plan that does not fit the schema is a programming error (``ValueError``), raised
-    before anything is written; ``OSError`` becomes ``StoreIOError``. ``text`` and
-    ``redact``: the writer's text of a plan for an incident (redacted and checked, what
-    ``write_plan`` writes) and its redaction of a text; ``plans_root`` is already confined
-    to the reports root.
+    Nobody reads the plan of an incident that does not exist yet, so its folder is built like
+    the incident's: files fsynced in place, one folder fsync, one rename. ``text``: the
+    writer's text of a plan (redacted, checked); ``redact``: its redaction of a text.
     """
     incident_id = incident.incident_id
     target = plans_root / validate_incident_id(incident_id)

@@ -1,17 +1,14 @@
-"""The read side of the incident store: where everything is under the reports root, and
-reading and listing incidents (docs/store.md).
-
-:class:`StoreReader` never writes and never takes the lock: every file it reads was
-written atomically, so it never sees a partial one. :class:`~pytest_selfheal.store.root.Store`
-adds the writes and the status transitions on top of it.
+"""The read side of the incident store (docs/store.md): it never writes and never takes the
+lock, since every file it reads was written atomically.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional, TypeVar, Union, overload
+from typing import Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
@@ -49,68 +46,25 @@ RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
 R = TypeVar("R", bound=JsonRecord)
 
 
-
 def attempt_filename(iteration: int) -> str:
     """``attempt_01.json`` for iteration 1 (three digits from iteration 100 on)."""
     return f"attempt_{iteration:02d}.json"
-
-
-
-class _UnderRoot:
-    """A fixed folder or file under the reports root, read as a property of the store.
-
-    Every such path has one shape -- ``root / name [/ name]`` -- so they are declared once
-    each, as ``inbox_dir = _UnderRoot(INBOX_DIR)``, instead of one property method apiece.
-    """
-
-    def __init__(self, *parts: str) -> None:
-        self.parts = parts
-
-    @overload
-    def __get__(self, store: None, owner: type) -> _UnderRoot: ...
-
-    @overload
-    def __get__(self, store: StoreReader, owner: type) -> Path: ...
-
-    def __get__(self, store: Optional[StoreReader], owner: type) -> Union[_UnderRoot, Path]:
-        if store is None:
-            return self
-        return store.root.joinpath(*self.parts)
-
-    def __set__(self, store: StoreReader, value: Any) -> None:
-        raise AttributeError("the store's paths are fixed by its root")
 
 
 class StoreReader:
     """Reads the incident store under one reports root (``.selfheal/`` by default)."""
 
     def __init__(self, root: Union[str, os.PathLike[str]]) -> None:
-        self._root = Path(root)
-
-    # ------------------------------------------------------------------ paths
-
-    @property
-    def root(self) -> Path:
-        """The reports root."""
-        return self._root
-
-    #: ``error_inbox/``: unresolved incidents.
-    inbox_dir = _UnderRoot(INBOX_DIR)
-    #: ``error_plans/``.
-    plans_root = _UnderRoot(PLANS_DIR)
-    #: ``error_runs/``.
-    runs_root = _UnderRoot(RUNS_DIR)
-    #: ``error_archive/``.
-    archive_root = _UnderRoot(ARCHIVE_DIR)
-    #: ``error_archive/resolved/``.
-    resolved_dir = _UnderRoot(ARCHIVE_DIR, "resolved")
-    #: ``error_archive/escalated/``.
-    escalated_dir = _UnderRoot(ARCHIVE_DIR, "escalated")
-    #: The lock file every mutating operation takes.
-    lock_path = _UnderRoot(LOCK_FILE)
+        self.root = Path(root)
+        self.inbox_dir = self.root / INBOX_DIR  # unresolved incidents
+        self.plans_root = self.root / PLANS_DIR
+        self.runs_root = self.root / RUNS_DIR
+        self.archive_root = self.root / ARCHIVE_DIR
+        self.resolved_dir = self.archive_root / "resolved"
+        self.escalated_dir = self.archive_root / "escalated"
+        self.lock_path = self.root / LOCK_FILE  # taken by every mutating operation
 
     def bucket_dir(self, bucket: str) -> Path:
-        """The folder holding incident folders of ``bucket`` (inbox, resolved, escalated)."""
         if bucket == INBOX:
             return self.inbox_dir
         if bucket in ARCHIVE_BUCKETS:
@@ -134,31 +88,23 @@ class StoreReader:
         return [path for path in paths if path.is_file()]
 
     def _relative(self, path: Path) -> str:
-        try:
-            return path.relative_to(self._root).as_posix()
-        except ValueError:  # pragma: no cover - every path we build is under the root
-            return str(path)
+        return path.relative_to(self.root).as_posix()
 
     # ------------------------------------------------------------------ locate
 
     def locate(self, incident_id: str) -> tuple[str, Path]:
-        """``(bucket, folder)`` of an incident; bucket is inbox, resolved or escalated.
-
-        Raises ``UsageError`` for a malformed id, ``NotFoundError`` when no bucket has it,
-        ``InputError`` when two buckets do (a hand-made copy).
-        """
+        """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
         incident_id = validate_incident_id(incident_id)
         found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
         found = [(bucket, path) for bucket, path in found if path.is_dir()]
         if not found:
-            raise NotFoundError(f"no incident {incident_id} in {self._root}")
+            raise NotFoundError(f"no incident {incident_id} in {self.root}")
         if len(found) > 1:
             places = " and ".join(self._relative(path) for _, path in found)
             raise InputError(f"incident {incident_id} exists twice ({places}); remove the stale copy")
         return found[0]
 
     def exists(self, incident_id: str) -> bool:
-        """True when the incident is in any bucket."""
         try:
             self.locate(incident_id)
         except NotFoundError:
@@ -166,21 +112,24 @@ class StoreReader:
         return True
 
     def incident_dir(self, incident_id: str) -> Path:
-        """The incident's folder, wherever it is (inbox or archive)."""
         return self.locate(incident_id)[1]
 
-    def incident_ids(self) -> list[str]:
-        """The ids of every incident folder in every bucket, sorted (no file is read)."""
-        found: list[str] = []
+    def _listed(self) -> Iterator[tuple[str, Path, str]]:
+        """``(bucket, folder, id)`` of each name in a bucket that is an incident id (build
+        folders ``.tmp_*`` and temp files are not); a missing bucket has none."""
         for bucket in BUCKETS:
+            base = self.bucket_dir(bucket)
             try:
-                names = os.listdir(self.bucket_dir(bucket))
+                names = sorted(os.listdir(base))
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as exc:
-                raise fsio.io_error("list", self.bucket_dir(bucket), exc) from None
-            found.extend(name for name in names if is_incident_id(name))
-        return sorted(set(found))
+                raise fsio.io_error("list", base, exc) from None
+            yield from ((bucket, base / name, name) for name in names if is_incident_id(name))
+
+    def incident_ids(self) -> list[str]:
+        """The ids of every incident folder in every bucket, sorted (no file is read)."""
+        return sorted({incident_id for _, _, incident_id in self._listed()})
 
     def resolve_id(self, reference: str) -> str:
         """The full id of a user's reference: an id, ``latest`` or a unique prefix
@@ -209,28 +158,20 @@ class StoreReader:
         return status
 
     def read_incident(self, incident_id: str) -> Incident:
-        """``incident.json``, schema-validated and parsed (``InputError`` naming file and field otherwise).
-
-        ``status.txt`` is the authoritative status; see ``read_status``.
-        """
+        """``incident.json``, parsed (``InputError`` naming file and field otherwise); its
+        status is a copy, ``status.txt``'s is authoritative."""
         incident_id = validate_incident_id(incident_id)
-        _, folder = self.locate(incident_id)
-        return self._read_incident_at(folder, incident_id)
+        return self._read_incident_at(self.locate(incident_id)[1], incident_id)
 
     def read_status(self, incident_id: str) -> str:
         """The status in ``status.txt`` (the authoritative one)."""
-        _, folder = self.locate(incident_id)
-        return self._read_status_at(folder)
+        return self._read_status_at(self.locate(incident_id)[1])
 
     def read_log_tail(self, incident_id: str) -> str:
-        """``log_tail.txt``."""
-        _, folder = self.locate(incident_id)
-        return fsio.read_text(folder / LOG_TAIL_TXT)
+        return fsio.read_text(self.incident_dir(incident_id) / LOG_TAIL_TXT)
 
     def read_context(self, incident_id: str) -> RunContext:
-        """``context.json``, parsed (``InputError`` naming file and field otherwise)."""
-        _, folder = self.locate(incident_id)
-        path = folder / CONTEXT_JSON
+        path = self.incident_dir(incident_id) / CONTEXT_JSON
         return RunContext.from_json(fsio.read_json(path), str(path))
 
     # ------------------------------------------------------------------ events
@@ -238,8 +179,7 @@ class StoreReader:
     def read_events(self, incident_id: str) -> tuple[list[Event], list[str]]:
         """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
         skipped and reported, never raised."""
-        _, folder = self.locate(incident_id)
-        return self._read_events_at(folder)
+        return self._read_events_at(self.locate(incident_id)[1])
 
     @staticmethod
     def _read_events_at(folder: Path) -> tuple[list[Event], list[str]]:
@@ -252,27 +192,24 @@ class StoreReader:
             raise fsio.io_error("read", path, exc) from None
         return ev.parse_events(raw.decode("utf-8", errors="replace"), str(path))
 
-
     # ------------------------------------------------------------------ plans
 
     def has_plan(self, incident_id: str) -> bool:
-        """True when ``error_plans/<id>/plan.json`` exists."""
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
 
-    def read_plan(self, incident_id: str) -> Plan:
-        """``plan.json``, schema-validated and parsed; ``NotFoundError`` when there is none."""
-        path = self.plans_dir(incident_id) / PLAN_JSON
+    def _plan_file(self, incident_id: str, name: str) -> Path:
+        path = self.plans_dir(incident_id) / name
         if not path.exists():
             raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return self._read_record(Plan, path, incident_id)
+        return path
+
+    def read_plan(self, incident_id: str) -> Plan:
+        """``plan.json``, parsed; ``NotFoundError`` when there is none."""
+        return self._read_record(Plan, self._plan_file(incident_id, PLAN_JSON), incident_id)
 
     def read_plan_md(self, incident_id: str) -> str:
         """``plan.md``; ``NotFoundError`` when there is none."""
-        path = self.plans_dir(incident_id) / PLAN_MD
-        if not path.exists():
-            raise NotFoundError(f"no plan for incident {incident_id} (expected {self._relative(path)})")
-        return fsio.read_text(path)
-
+        return fsio.read_text(self._plan_file(incident_id, PLAN_MD))
 
     # ------------------------------------------------------------------ runs
 
@@ -284,12 +221,7 @@ class StoreReader:
             return []
         except OSError as exc:
             raise fsio.io_error("list", folder, exc) from None
-        found = []
-        for name in names:
-            match = ATTEMPT_RE.fullmatch(name)
-            if match:
-                found.append((int(match.group(1)), folder / name))
-        return sorted(found)
+        return sorted((int(m.group(1)), folder / name) for name in names for m in [ATTEMPT_RE.fullmatch(name)] if m)
 
     def next_attempt_number(self, incident_id: str) -> int:
         """1 + the highest attempt number on disk (by file name), 1 when there is none."""
@@ -297,7 +229,7 @@ class StoreReader:
         return files[-1][0] + 1 if files else 1
 
     def read_attempts(self, incident_id: str) -> list[Attempt]:
-        """Every ``attempt_XX.json``, schema-validated and parsed, sorted by iteration (``InputError`` naming a bad file)."""
+        """Every ``attempt_XX.json``, parsed, sorted by iteration (``InputError`` naming a bad file)."""
         result = []
         for number, path in self._attempt_files(incident_id):
             attempt = self._read_record(Attempt, path, incident_id)
@@ -307,41 +239,21 @@ class StoreReader:
         return result
 
     def count_attempts(self, incident_id: str) -> int:
-        """How many ``attempt_XX.json`` files exist (no parsing)."""
         return len(self._attempt_files(incident_id))
 
     def read_run_result(self, incident_id: str) -> Optional[RunResult]:
-        """``run_result.json`` schema-validated and parsed, or None when the loop has not finished yet."""
+        """``run_result.json`` parsed, or None when the loop has not finished yet."""
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
-        if not path.exists():
-            return None
-        return self._read_record(RunResult, path, incident_id)
+        return self._read_record(RunResult, path, incident_id) if path.exists() else None
 
     # ------------------------------------------------------------------ listing
 
     def list_incidents(self) -> list[IncidentSummary]:
-        """Summaries of every incident in every bucket, oldest first (by ``created_at``, then id).
-
-        An unreadable incident is listed with status ``corrupted`` and its ``error`` instead
-        of failing the whole listing. A missing root lists nothing.
-        """
-        if self._root.exists() and not self._root.is_dir():
-            raise InputError(f"{self._root}: the reports root is not a directory")
-        rows: list[IncidentSummary] = []
-        for bucket in BUCKETS:
-            base = self.bucket_dir(bucket)
-            try:
-                names = sorted(os.listdir(base))
-            except FileNotFoundError:
-                continue
-            except NotADirectoryError:
-                continue
-            except OSError as exc:
-                raise fsio.io_error("list", base, exc) from None
-            for name in names:
-                # Skips build folders (.tmp_*), temp files and anything else that is not an id.
-                if is_incident_id(name) and (base / name).is_dir():
-                    rows.append(self._summary(bucket, base / name, name))
+        """Summaries of every incident, oldest first; an unreadable one is listed ``corrupted``
+        with its ``error`` instead of failing the whole listing."""
+        if self.root.exists() and not self.root.is_dir():
+            raise InputError(f"{self.root}: the reports root is not a directory")
+        rows = [self._summary(bucket, folder, name) for bucket, folder, name in self._listed() if folder.is_dir()]
         rows.sort(key=lambda row: (row.created_at or _id_time(row.incident_id), row.incident_id))
         return rows
 
@@ -360,13 +272,11 @@ class StoreReader:
     # ------------------------------------------------------------------ helpers
 
     def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
-        """The one place a store document becomes a record: ``from_json`` checks its types and
-        allowed values once (the shipped schemas are generated from the same declaration)."""
+        """The one place a store document becomes a record (``from_json`` checks it once)."""
         return self._parsed(record, fsio.read_json(path), path, incident_id)
 
     @staticmethod
     def _parsed(record: type[R], doc: object, path: Path, incident_id: str) -> R:
-        """``doc``, read from ``path``, as ``record``, checked to belong to ``incident_id``."""
         parsed = record.from_json(doc, str(path))
         found = getattr(parsed, "incident_id", incident_id)
         if found != incident_id:

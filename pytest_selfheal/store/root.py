@@ -8,14 +8,11 @@ error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox fo
 .lock                        serialises every mutating operation of concurrent processes
 ```
 
-Rules kept here: ids are validated before touching a path; every JSON file is written
-atomically; ``status.txt`` is the authoritative status and changes only through the table
-in ``states.py``; an incident appears in the inbox complete or not at all; archiving moves
-the inbox folder with one rename, so there are never two copies. Readers never take the
-lock and never see a partial file: the read side (paths, reading, listing) is
-:class:`~pytest_selfheal.store.reader.StoreReader`; the writes and the status transitions are
-:class:`~pytest_selfheal.store.writer.StoreWriter`'s; :class:`Store` adds the moves of whole
-incident folders (archive, reopen, prune).
+Ids are validated before touching a path; every file is written atomically; ``status.txt``
+is the authoritative status and changes only through the table in ``states.py``; an incident
+appears complete or not at all; a move of an incident folder is one rename, so there are
+never two copies. Readers never take the lock (``StoreReader``); ``StoreWriter`` writes;
+:class:`Store` adds the moves of whole incident folders (archive, reopen, prune).
 """
 
 from __future__ import annotations
@@ -34,10 +31,7 @@ from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import is_incident_id
-from pytest_selfheal.store.reader import (
-    INBOX,
-    STATUS_TXT,
-)
+from pytest_selfheal.store.reader import INBOX, STATUS_TXT
 from pytest_selfheal.store.states import ARCHIVE_BUCKETS, check_transition
 from pytest_selfheal.store.writer import StoreWriter
 
@@ -46,24 +40,15 @@ PRUNING_PREFIX = ".pruning_"
 
 
 class Store(StoreWriter):
-    """The incident store under one reports root (``.selfheal/`` by default): reads
-    (:class:`~pytest_selfheal.store.reader.StoreReader`), writes
-    (:class:`~pytest_selfheal.store.writer.StoreWriter`) and the moves of whole incidents.
-    """
+    """The incident store under one reports root (``.selfheal/`` by default)."""
 
     # ------------------------------------------------------------------ archive
 
     def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
-        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/`` (one rename).
-
-        First the status moves to ``bucket`` through the table (``RefusedError`` and no
-        change if not allowed), then ``incident_archived`` is appended, then the folder is
-        renamed. An already archived incident is refused. An inbox incident whose status
-        already equals ``bucket`` (a previous archive interrupted before its rename) is
-        simply moved, adding only the events that are missing. ``error_plans/<id>`` and
-        ``error_runs/<id>`` stay where they are. Returns the new folder. ``held``:
-        ``(status.txt, record)`` as the caller's state holds them, not read again.
-        """
+        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status first
+        (through the table), then ``incident_archived``, then one rename. An incident whose
+        status already is ``bucket`` (an archive killed before its rename) is moved, adding
+        only the missing events. ``held``: ``(status.txt, record)`` as the caller holds them."""
         if bucket not in ARCHIVE_BUCKETS:
             raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
         with self.locked(incident_id) as (incident_id, where, folder):
@@ -94,20 +79,14 @@ class Store(StoreWriter):
     # ------------------------------------------------------------------ reopen
 
     def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
-        """Move an archived incident back to ``error_inbox/`` with status ``planned``.
+        """Move an archived incident back to ``error_inbox/`` as ``planned``, its next loop run
+        starting after its last attempt (``reopened_after_iteration``); the files change in the
+        archive folder, then one rename. A reopen killed before its rename is completed.
+        Returns ``(bucket it came from, status it had, the last attempt)``.
 
-        In the archive folder: ``incident.json`` gets ``status: planned`` and
-        ``reopened_after_iteration`` (the last attempt number: the next loop run starts
-        after it, docs/loop.md "Reopen"), ``status.txt`` becomes ``planned``, then
-        ``status_changed`` and ``incident_reopened`` are appended; then one rename moves the
-        folder into the inbox. An archived incident whose status is already ``planned`` (a
-        reopen killed before its rename) is simply moved, adding only the missing events.
-        An inbox incident is refused (``RefusedError``). Returns ``(bucket it came from,
-        status it had, reopened_after_iteration)``.
-
-        ``continue_run``: a run saw the stopped failures again with the code changed
-        (loop/sticky.py): ``resumed_after_iteration`` is written instead, so the old stop
-        is history but the loop run — its budget and counters — goes on.
+        ``continue_run``: a run saw the stopped failures again with the code changed:
+        ``resumed_after_iteration`` instead, so the old stop is history but the loop run (its
+        budget and counters) goes on.
         """
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
@@ -148,14 +127,9 @@ class Store(StoreWriter):
     # ------------------------------------------------------------------ prune
 
     def prune(self, incident_id: str) -> None:
-        """Delete an archived incident: its folder, ``error_plans/<id>/`` and ``error_runs/<id>/``.
-
-        An incident in the inbox is refused (``RefusedError``): only closed work is removed.
-        The archive folder is first renamed to ``error_archive/.pruning_<id>`` (the incident
-        disappears in one step), then the plan and run folders and that folder are removed;
-        a prune killed half-way is completed by the next one. Symlinks are removed, never
-        followed.
-        """
+        """Delete an archived incident with its plan and run folders. Its folder is first
+        renamed (the incident disappears in one step); a prune killed half-way is completed
+        by the next one. Symbolic links are removed, never followed."""
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open ({INBOX_DIR}); archive it before pruning")
@@ -193,7 +167,6 @@ class Store(StoreWriter):
 
 
 def project_store(project_root: Path, reports_dir: str, redactor: Redactor) -> Store:
-    """The store of the reports root ``reports_dir`` of ``project_root``, redacting with
-    ``redactor``; RefusedError when the root leads out of the project."""
+    """The store of ``reports_dir``; ``RefusedError`` when it leads out of the project."""
     fsio.project_path(project_root, reports_dir, "reports_dir")
     return Store(Path(project_root, reports_dir), redactor=redactor)

@@ -1,9 +1,5 @@
-"""The JSON Schemas that ship in ``pytest_selfheal/schemas/``, and the store's check of a document.
-
-The schemas are generated from the record declarations (``records/schema_gen.py``); the
-one check is the record's own parser (``from_json``), which ``validate`` names by kind. tests/test_schemas.py checks that ``jsonschema`` (a test-only
-dependency) agrees with it on the shipped files.
-"""
+"""The store's check of a document by kind, and the words of the shipped JSON Schemas
+(generated from the record declarations, ``records/schema_gen.py``) that redaction keeps."""
 
 from __future__ import annotations
 
@@ -56,15 +52,13 @@ _OWN_VALUE = re.compile(
 
 
 def written_by_selfheal(text: str) -> bool:
-    """True for a string the package itself wrote into a document: a schema's property name
-    or enum word (:func:`vocabulary`), an incident id, a timestamp. Redaction leaves these
-    alone (``Redactor.redact_obj``'s ``keep``)."""
+    """Whether ``text`` is the package's own word in a document (a schema's property name or
+    enum word, an incident id, a timestamp): redaction leaves it alone."""
     return text in vocabulary() or _OWN_VALUE.fullmatch(text) is not None
 
 
 def validate(kind: str, doc: Any) -> list[str]:
-    """The first violation of the ``kind`` record's declaration by ``doc`` (``"field <path>: <problem>"``),
-    as a list: empty when valid."""
+    """The first violation of the ``kind`` record's declaration by ``doc``, as a list: empty when valid."""
     schema_filename(kind)
     try:
         DOCUMENTS[kind][0].parse(doc, "")

@@ -1,10 +1,8 @@
 """The project's source lines, read for the code excerpt of a plan's top suspects (edge: files).
 
-The plan is pure (plan/build.py takes a reader of lines); this is the reader every plan builder passes it: the capture, ``selfheal plan --force`` and a
-plan recovered by the loop. It reads only regular files below the run's ``rootdir`` (a
-symlink or ``..`` leading out of it reads nothing), at most :data:`MAX_SOURCE_BYTES` each,
-once per file. The excerpt is what the file holds when the plan is built: for a capture,
-the code that failed.
+The plan is pure (plan/build.py takes a reader of lines); this is the reader every plan
+builder passes it. It reads only regular files below the run's ``rootdir`` (a symlink or
+``..`` leading out of it reads nothing), each once.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Incident status transitions (pure; the table is documented in docs/store.md).
 
-Contract state model: ``new -> planned -> running -> resolved | escalated``, plus
-``plan_proposed`` after an automatic replan (``running -> plan_proposed -> planned``).
-Every allowed move is listed explicitly below; everything else — including a move to the
-same status — is refused.
+Every allowed move is listed below; everything else, a move to the same status included,
+is refused.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -29,7 +30,7 @@ from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, judging
-from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, validate_incident_id
+from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, utc, validate_incident_id
 from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
     ATTEMPT_RE,
@@ -48,7 +49,7 @@ from pytest_selfheal.store.reader import (
     attempt_filename,
 )
 from pytest_selfheal.store.schema import validate, written_by_selfheal
-from pytest_selfheal.store.states import STATUSES, check_transition
+from pytest_selfheal.store.states import check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
 Published = Callable[[Incident, Optional[Plan]], None]
@@ -59,15 +60,12 @@ _CREATE_RETRIES = 50
 
 
 class StoreWriter(StoreReader):
-    """The writes of the incident store under one reports root: incidents, status
-    transitions, events, plans, attempts and run files (:class:`~pytest_selfheal.store.root.Store`
-    adds the moves: archive, reopen, prune).
+    """The writes of the incident store: incidents, status transitions, events, plans,
+    attempts and run files.
 
-    The one writer of the reports root is also the redaction boundary: every
-    document (keys and values), event and text file goes through ``redactor`` on its way
-    to disk; only patches are written raw (they must apply). ``redactor`` defaults to the
-    built-in kinds and the environment's secret-named variables; callers holding the
-    settings pass theirs (``redaction.patterns``, ``env_names``).
+    The one writer of the reports root is also the redaction boundary: every document (keys
+    and values), event and text file goes through ``redactor`` on its way to disk; only
+    patches are written raw (they must apply). Callers holding the settings pass theirs.
     """
 
     def __init__(
@@ -80,7 +78,7 @@ class StoreWriter(StoreReader):
     ) -> None:
         super().__init__(root)
         self.lock_timeout = lock_timeout
-        self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(timezone.utc))
+        self._clock: Callable[[], datetime] = clock or utc
         self.redactor: Redactor = redactor if redactor is not None else default_redactor()
 
     def _clean(self, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,16 +91,12 @@ class StoreWriter(StoreReader):
     # ------------------------------------------------------------------ time, lock
 
     def _now(self) -> datetime:
-        moment = self._clock()
-        return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+        return utc(self._clock())
 
     def lock(self, timeout: Optional[float] = None) -> fsio.FileLock:
-        """The store's inter-process lock (``root/.lock``), as a context manager.
-
-        Every mutating method takes it; callers may hold it around a read-modify-write
-        sequence too (it is re-entrant within a process). Creates the root if missing.
-        """
-        fsio.ensure_dir(self._root)
+        """The store's inter-process lock, taken by every mutating method; re-entrant, so a
+        caller may hold it around a read-modify-write sequence too."""
+        fsio.ensure_dir(self.root)
         return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
 
     @contextmanager
@@ -116,10 +110,8 @@ class StoreWriter(StoreReader):
             yield incident_id, bucket, folder
 
     def confined(self, path: Path) -> Path:
-        """``path`` once checked to be a write that stays under the reports root: no symbolic
-        link between the root and it (``fsio.confine``; ``RefusedError``, exit 5). Every
-        writer of the store calls it before touching a file or folder."""
-        return fsio.confine(self._root, path)
+        """``path``, checked before any write to stay under the reports root (``fsio.confine``)."""
+        return fsio.confine(self.root, path)
 
     # ------------------------------------------------------------------ create
 
@@ -137,58 +129,47 @@ class StoreWriter(StoreReader):
     ) -> str:
         """Write a new incident into ``error_inbox/`` and return its id.
 
-        ``incident``: the capture's record; the store fills its empty ``incident_id``,
-        ``created_at``, ``updated_at``, ``year``, ``month``, ``ym`` and ``run_id`` (its
-        ``status`` must be ``new``). The folder is built under
-        a temporary name (with the ``incident_captured`` event already in its log) and
-        renamed into place, so a half-made incident never appears. ``events``: more
-        events of the capture (its ``failure_classified`` lines, :func:`~pytest_selfheal.store.events.pending`), logged
-        after ``incident_captured`` in the same build, not as a later append and fsync.
-        Data that does not fit the incident schema, or an unknown event name, is a
-        programming error (``ValueError``). Everything is redacted on the way (the class doc).
-
-        ``plan``: the capture's plan, built from the incident with its final id: the incident
-        is then published already ``planned`` with it (:func:`~pytest_selfheal.store.plan_publish.publish_plan`).
-        ``published``: called once the incident is in place with the records of ``incident.json``
-        and ``plan.json`` (None without ``plan``) as a reader parses them from the files just
-        written, so that the capture's report need not read them back.
+        The store fills the record's empty identity and time fields (``_STORE_FILLED``). The
+        folder is built under a temporary name and renamed into place, so a half-made incident
+        never appears; ``events`` (the capture's) are logged in the same build, after
+        ``incident_captured``. ``plan``: built from the incident with its final id, published
+        with it (the incident then ``planned``). ``published``: given the records of
+        ``incident.json`` and ``plan.json`` as a reader parses them back, so that the
+        capture's report need not read them. A record that does not fit its schema, or an
+        unknown event name, is a bug of the caller (``ValueError``).
         """
-        moment = self._now() if now is None else (now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc))
+        moment = self._now() if now is None else utc(now)
         new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
         events = self._clean_events(events)
-        # Serialise up front (once: the build reuses the text while the id stays): unserialisable
-        # data fails before anything touches the disk.
+        # Serialised up front (_new_incident checked the incident): unserialisable data fails
+        # before anything touches the disk.
         context_text = fsio.dumps_json(self._clean(context.to_json()))
-        texts = {new.incident_id: fsio.dumps_json((replace(new, status=IncidentStatus.PLANNED) if plan is not None else new).to_json())}
         for event in events:
             ev.encode_event(event)
 
         with self.lock():
             inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
-            self._remove_stale_builds(inbox)
+            for build in inbox.glob(f"{_BUILD_PREFIX}*"):  # under the lock: a crash's leftover
+                shutil.rmtree(build, ignore_errors=True)
             for _ in range(_CREATE_RETRIES):
                 incident_id = new.incident_id
                 # A plan folder without its incident (a capture killed between its two renames)
                 # keeps its id: a new plan never lands in it.
-                if self._taken(incident_id) or (plan is not None and self.plans_dir(incident_id).exists()):
-                    if explicit_id:
-                        raise RefusedError(f"incident {incident_id} already exists")
-                    new = replace(new, incident_id=self._next_candidate(moment, run))
-                    continue
+                taken = any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
+                free = not taken and not (plan is not None and self.plans_dir(incident_id).exists())
                 log, final, plan_text = list(events), new, None
-                if plan is not None:
+                if free and plan is not None:
                     plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
-                                                          text=self._plan_text, redact=self.redactor.redact)
+                                                          text=partial(self._text, "plan"), redact=self.redactor.redact)
                     final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
-                text = texts.get(incident_id) or fsio.dumps_json(final.to_json())
-                if self._build_and_publish(inbox, final, log_tail, context_text, log, text=text):
+                if free and self._build_and_publish(inbox, final, log_tail, context_text, log):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
-                    judging.remember(self._root, incident_id, incident=final, plan=written_plan,
+                    judging.remember(self.root, incident_id, incident=final, plan=written_plan,
                                      context=RunContext.from_json(json.loads(context_text), "context.json"))
                     if published is not None:
                         # ``final`` was parsed from its document with its keys sorted: a reader
-                        # parses the same record back from ``text``.
+                        # parses the same record back from incident.json.
                         published(final, written_plan)
                     return incident_id
                 if explicit_id:
@@ -197,9 +178,8 @@ class StoreWriter(StoreReader):
         raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
 
     def _new_incident(self, incident: Incident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
-        """The new incident as it is published: redacted, with the fields the store fills set
-        where the record left them empty, checked once (``ValueError``); and whether the
-        caller gave its id."""
+        """The new incident as published (redacted, the store's fields filled), and whether
+        the caller gave its id."""
         doc = self._clean({key: value for key, value in incident.to_json().items()
                            if not (key in _STORE_FILLED and value in ("", 0))})
         if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
@@ -226,20 +206,6 @@ class StoreWriter(StoreReader):
         token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
         return new_incident_id(moment, token)
 
-    def _taken(self, incident_id: str) -> bool:
-        return any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
-
-    @staticmethod
-    def _remove_stale_builds(inbox: Path) -> None:
-        # Under the lock nobody else is building, so any build folder is a crash leftover.
-        try:
-            names = os.listdir(inbox)
-        except OSError as exc:
-            raise fsio.io_error("list", inbox, exc) from None
-        for name in names:
-            if name.startswith(_BUILD_PREFIX):
-                shutil.rmtree(inbox / name, ignore_errors=True)
-
     def _build_and_publish(
         self,
         inbox: Path,
@@ -247,11 +213,8 @@ class StoreWriter(StoreReader):
         log_tail: str,
         context_text: str,
         events: Sequence[Event],
-        *,
-        text: str,
     ) -> bool:
-        """Build the five files under a temp name and rename into place; False if the id got taken.
-        ``text``: incident.json's text."""
+        """Build the five files under a temp name and rename into place; False if the id got taken."""
         incident_id = incident.incident_id
         build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
         try:
@@ -275,7 +238,7 @@ class StoreWriter(StoreReader):
             # Nobody reads a build folder: each file is written in place and fsynced, and
             # the folder is fsynced once before the rename publishes it (not once per file).
             for name, content in (
-                (INCIDENT_JSON, text),
+                (INCIDENT_JSON, fsio.dumps_json(incident.to_json())),
                 (STATUS_TXT, f"{incident.status}\n"),
                 (LOG_TAIL_TXT, log_tail),
                 (CONTEXT_JSON, context_text),
@@ -304,13 +267,8 @@ class StoreWriter(StoreReader):
     # ------------------------------------------------------------------ status
 
     def update_incident(self, incident_id: str, /, *, held: Optional[Incident] = None, **fields: Any) -> Incident:
-        """Set top-level fields of ``incident.json`` (e.g. more ``failures``); returns the new record.
-
-        ``incident_id``, ``status`` (use ``set_status``) and ``created_at`` cannot be changed
-        this way; ``updated_at`` is refreshed. The result must fit the schema (``ValueError``).
-        ``held``: the record as the caller's state holds it (a loop run), changed instead of
-        the file read again.
-        """
+        """Set top-level fields of ``incident.json``; returns the new record. ``held``: the
+        record as the caller's state holds it, changed instead of the file read again."""
         fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
         if fixed:
             raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
@@ -325,17 +283,9 @@ class StoreWriter(StoreReader):
 
     def set_status(self, incident_id: str, new: str, /, *, held: Optional[tuple[str, Incident]] = None,
                    **event_data: Any) -> Incident:
-        """Move the incident to status ``new`` if the table allows it from ``status.txt``;
-        returns the record written.
-
-        Writes ``incident.json`` (status, updated_at) and then ``status.txt`` — each
-        atomically; ``status.txt`` is the commit point — and appends ``status_changed``
-        ``{from, to, ...event_data}``. A refused move raises ``RefusedError`` and changes
-        nothing; an archived incident's status is final. ``held``: ``(status.txt, record)``
-        as the caller's state holds them (a loop run under its lock), not read again.
-        """
-        if new not in STATUSES:
-            raise ValueError(f"unknown incident status {new!r} (expected one of {', '.join(STATUSES)})")
+        """Move the incident to status ``new`` if the table allows it from ``status.txt``
+        (``RefusedError`` otherwise, nothing changed); returns the record written. ``held``:
+        ``(status.txt, record)`` as the caller's state holds them, not read again."""
         clash = sorted({"from", "to"} & set(event_data))
         if clash:
             raise ValueError(f"status_changed data must not set {', '.join(clash)}")
@@ -347,9 +297,8 @@ class StoreWriter(StoreReader):
             return self._write_status(folder, incident, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
 
     def _write_status(self, folder: Path, incident: Incident, current: str, new: str, changed: Event) -> Incident:
-        """Move to ``new``: ``incident.json``, then ``status.txt`` (the commit point), then the
-        ``status_changed`` event, whose data ``changed`` adds to (a :func:`~pytest_selfheal.store.events.pending` event).
-        Returns the record written."""
+        """``incident.json``, then ``status.txt`` (the commit point), then ``status_changed``
+        with the data of ``changed``."""
         written = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
         self._write_incident(folder, written, incident)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
@@ -358,9 +307,8 @@ class StoreWriter(StoreReader):
         return written
 
     def _write_incident(self, folder: Path, incident: Incident, before: Incident) -> None:
-        """Rewrite ``incident.json`` (atomically) with a record read from it (``before``) and changed."""
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
-        judging.remember(self._root, incident.incident_id, incident=incident, before=before)
+        judging.remember(self.root, incident.incident_id, incident=incident, before=before)
 
     # ------------------------------------------------------------------ events
 
@@ -370,19 +318,11 @@ class StoreWriter(StoreReader):
         return record
 
     def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
-        """Append one event to the incident's ``audit_tail.jsonl`` (wherever the incident is).
-
-        Unknown event names are a programming error (``ValueError``). Returns the record.
-        """
+        """Append one event to the incident's ``audit_tail.jsonl``; returns the record."""
         return self.append_events(incident_id, [ev.pending(name, data)])[0]
 
     def append_events(self, incident_id: str, events: Sequence[Event]) -> list[Event]:
-        """Append several events (:func:`~pytest_selfheal.store.events.pending`) in order, as one write and one fsync.
-
-        For a burst of events of one step (a capture's ``failure_classified`` lines): the
-        same records as one ``append_event`` each, at one fsync. Unknown names are a
-        ``ValueError`` before anything is written (:func:`~pytest_selfheal.store.events.pending`). Returns the records.
-        """
+        """Append several events in order as one write and one fsync; returns the records."""
         incident_id = validate_incident_id(incident_id)
         events = self._clean_events(events)  # each checked again: before taking the lock
         self.locate(incident_id)
@@ -395,87 +335,65 @@ class StoreWriter(StoreReader):
     # ------------------------------------------------------------------ plans
 
     def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
-        """Write ``error_plans/<id>/plan.md`` then ``plan.json`` (both atomic); returns plan.json's path.
-
-        The plan must fit the schema and name this incident (``ValueError``). The caller
-        appends ``plan_generated`` and moves the status.
-        """
+        """Write ``plan.md`` then ``plan.json``; returns plan.json's path. The caller appends
+        ``plan_generated`` and moves the status."""
         incident_id = validate_incident_id(incident_id)
-        text = self._plan_text(plan, incident_id)
+        text = self._text("plan", plan, incident_id)
         plan_md = self.redactor.redact(plan_md)
         with self.locked(incident_id):
             folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
             fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
             before = self.read_plan(incident_id) if (folder / PLAN_JSON).exists() else None
             fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
-            judging.remember(self._root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
+            judging.remember(self.root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
                              plan_before=before)
             return folder / PLAN_JSON
 
     # ------------------------------------------------------------------ runs
 
     def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
-        """Write ``error_runs/<id>/attempt_XX.json`` (XX from ``attempt.iteration``).
-
-        Refuses (``RefusedError``) to overwrite an existing attempt, so a resumed loop
-        never duplicates or rewrites history. Must fit the schema (``ValueError``).
-        """
+        """Write ``error_runs/<id>/attempt_XX.json``, never over an existing one
+        (``RefusedError``): a resumed loop never rewrites history."""
         incident_id = validate_incident_id(incident_id)
-        text = self._text("attempt", attempt, incident_id)
-        iteration = attempt.iteration
-        with self.locked(incident_id):
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            path = self.confined(folder / attempt_filename(iteration))
-            if path.exists():
-                raise RefusedError(
-                    f"{self._relative(path)} already exists; the next attempt of {incident_id} "
-                    f"is {self.next_attempt_number(incident_id)}"
-                )
-            fsio.atomic_write_text(path, text)
-            return path
+        return self._write_run(incident_id, attempt_filename(attempt.iteration),
+                               self._text("attempt", attempt, incident_id), new=True)
 
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
-        """Write (or replace) ``error_runs/<id>/run_result.json``; must fit the schema (``ValueError``)."""
+        """Write (or replace) ``error_runs/<id>/run_result.json``."""
         incident_id = validate_incident_id(incident_id)
-        text = self._text("run_result", result, incident_id)
-        with self.locked(incident_id):
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_text(self.confined(folder / RUN_RESULT_JSON), text)
-            return folder / RUN_RESULT_JSON
+        return self._write_run(incident_id, RUN_RESULT_JSON, self._text("run_result", result, incident_id))
 
     def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
-        """Atomically write another file into ``error_runs/<id>/`` (e.g. ``repair_01.log``).
-
-        ``name`` is a plain file name (no separators, not starting with a dot); the
-        contract's JSON files have their own writers and are refused here. ``text`` is
-        redacted unless ``raw`` (patches only: a redacted patch no longer applies).
-        """
+        """Write another file into ``error_runs/<id>/`` (``repair_01.log``), redacted unless
+        ``raw`` (patches only: a redacted patch no longer applies)."""
         text = text if raw else self.redactor.redact(text)
         incident_id = validate_incident_id(incident_id)
         if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
             raise ValueError(f"unsafe run file name {name!r}")
         if name == RUN_RESULT_JSON or ATTEMPT_RE.fullmatch(name):
             raise ValueError(f"{name} has its own writer")
+        return self._write_run(incident_id, name, text)
+
+    def _write_run(self, incident_id: str, name: str, text: str, *, new: bool = False) -> Path:
         with self.locked(incident_id):
-            folder = fsio.ensure_dir(self.confined(self.runs_dir(incident_id)))
-            fsio.atomic_write_text(self.confined(folder / name), text)
-            return folder / name
+            path = self.confined(fsio.ensure_dir(self.confined(self.runs_dir(incident_id))) / name)
+            if new and path.exists():
+                raise RefusedError(f"{self._relative(path)} already exists; the next attempt of {incident_id} "
+                                   f"is {self.next_attempt_number(incident_id)}")
+            fsio.atomic_write_text(path, text)
+            return path
 
     def selection_file(self, incident_id: str, index: int = 0) -> Path:
-        """Where verification command ``index`` hands a long selection to its pytest child
-        (loop/verify.py): ``error_runs/<id>/selection.json``, ``selection_2.json``… for more
-        commands; the folder is created, the path confined to the reports root."""
+        """Where verification command ``index`` hands a long selection to its pytest child:
+        ``error_runs/<id>/selection.json``, ``selection_2.json``…"""
         folder = fsio.ensure_dir(self.confined(self.runs_dir(validate_incident_id(incident_id))))
         name = SELECTION_FILE if index == 0 else SELECTION_FILE.replace(".", f"_{index + 1}.", 1)
         return self.confined(folder / name)
 
     def redact_again(self, incident: Incident) -> tuple[Incident, Optional[Plan]]:
-        """Apply this store's redactor to an incident written by another process (the
-        pytest child of ``selfheal ci``, which never sees a ``*TOKEN*`` variable and so
-        cannot redact its value): the record as the caller holds it, then the other inbox
-        files, the plan and the attempts (the agent mode records one), each read once and
-        rewritten atomically only when it changes. Returns the incident's and the plan's
-        records as written (the plan None when there is none)."""
+        """Apply this store's redactor to an incident another process wrote (the pytest child of
+        ``selfheal ci`` never sees a ``*TOKEN*`` variable, so cannot redact its value): each
+        file read once, rewritten only when it changes. Returns the incident and plan as written."""
         incident_id = incident.incident_id
         plan: Optional[Plan] = None
         with self.lock():
@@ -517,9 +435,8 @@ class StoreWriter(StoreReader):
     # ------------------------------------------------------------------ helpers
 
     def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
-        """The text a record is written as: its JSON redacted, checked once against the ``kind``
-        declaration and to name ``incident_id`` (``ValueError`` otherwise: a bug of the caller),
-        serialised (unserialisable values fail here, before any file is touched)."""
+        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
+        (``ValueError``: a bug of the caller), serialised before any file is touched."""
         doc = self._clean(record.to_json())
         problems = validate(kind, doc)
         if problems:
@@ -528,16 +445,13 @@ class StoreWriter(StoreReader):
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
         return fsio.dumps_json(doc)
 
-    def _plan_text(self, plan: Plan, incident_id: str) -> str:
-        return self._text("plan", plan, incident_id)
-
 
 # The fields of a new incident that the store fills (a record built by the capture leaves them empty).
 _STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
 
 
 def _incident_of(doc: object, what: str) -> Incident:
-    """The record of an incident document the store built, checked once (``ValueError``: a bug of the caller)."""
+    """An incident document the store built, checked (``ValueError``: a bug of the caller)."""
     try:
         return Incident.parse(doc, "")
     except FieldError as exc:

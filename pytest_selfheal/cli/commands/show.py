@@ -190,16 +190,18 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
     if "failures" in (incident.keys or ("failures",)):
         rows.append(("failures", f"{len(incident.failures)} in {len(view.root_causes)} root cause(s)"))
     for cause in view.root_causes[:_SHOWN_GROUPS]:
-        where = f"{cause.path}::{cause.name}" if cause.path else cause.signature or "-"
-        head = f"{cause.action}: " if cause.action else ""
+        key = cause.key
+        where = f"{key.path}::{key.name}" if key.path else cause.signature or "-"
+        head = f"{cause.id}: " if cause.id else ""
         tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
-        rows.append(("", f"{head}{where} ({cause.evidence}), {tests}"))
+        rows.append(("", f"{head}{where} ({key.evidence}), {tests}"))
         where_line = cause.where_line()
         if where_line:
             rows.append(("", f"- {where_line}"))
         if cause.others:
             rows.append(("", f"- other suspects: {'; '.join(cause.others)}"))
-        rows.extend(("", _Code(f"  {line}")) for line in (*(cause.excerpt or ()), *(cause.also_excerpt or ())))
+        rows.extend(("", _Code(f"  {line}")) for code in (cause.excerpt, cause.also_excerpt) if code
+                    for line in code.numbered())
         if cause.target_paths:
             rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
         if cause.test_paths:
@@ -213,8 +215,8 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
         rows.append(("plan", "none"))
     else:
         rows.append(("plan", f"{plan.summary} ({len(plan.actions)} actions, {len(plan.verification_commands)} verification commands)"))
-        for action_id, title in plan.actions[:_SHOWN_GROUPS]:
-            rows.append(("", f"{action_id}: {title}"))
+        for action in plan.actions[:_SHOWN_GROUPS]:
+            rows.append(("", f"{action.id}: {action.title}"))
         if len(plan.actions) > _SHOWN_GROUPS:
             rows.append(("", f"... and {len(plan.actions) - _SHOWN_GROUPS:,} more action(s) (plan.md, plan.json)"))
     rows.append(("attempts", len(view.attempts)))
