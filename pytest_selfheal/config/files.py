@@ -169,9 +169,9 @@ def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:
     return {key: _ini_text(key, value) for key, value in options.items() if key.startswith("selfheal")}
 
 
-def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
-    """The ``selfheal*`` options of pytest's section in ``path`` (as ini text); None when the
-    file holds no pytest section."""
+def pytest_section(path: Path, text: str) -> Optional[dict[str, Any]]:
+    """pytest's section of its config file ``path``, values as the file gives them; None when
+    the file holds none (``pytest.ini`` counts even when empty, as pytest counts it)."""
     name = path.name
     if name.endswith(".toml"):
         try:
@@ -180,22 +180,22 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
             raise config_error(f"{path}: invalid TOML: {exc}") from None
         if name != "pyproject.toml":
             table = document.get("pytest", {})
-            return _selfheal_options(table) if isinstance(table, dict) else {}
+            return table if isinstance(table, dict) else {}
         tool = document.get("tool", {})
         pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
         if not isinstance(pytest_table, dict):
             return None
-        native = {k: v for k, v in pytest_table.items() if k != "ini_options"}
-        section = native or pytest_table.get("ini_options")
-        return _selfheal_options(section) if isinstance(section, dict) else None
+        # pytest refuses a file with both: the native table, else the ini-style one.
+        section = {k: v for k, v in pytest_table.items() if k != "ini_options"} or pytest_table.get("ini_options")
+        return section if isinstance(section, dict) else None
     try:
         ini = iniconfig.IniConfig(str(path), data=text)
     except iniconfig.ParseError as exc:
         raise config_error(f"{path}: invalid ini file at line {exc.lineno + 1}: {exc.msg}") from None
     section_name = "tool:pytest" if name == "setup.cfg" else "pytest"
     if section_name in ini.sections:
-        return _selfheal_options(dict(ini[section_name].items()))
-    return {} if name in ("pytest.ini", ".pytest.ini") else None  # these count even if empty
+        return dict(ini[section_name].items())
+    return {} if name in ("pytest.ini", ".pytest.ini") else None
 
 
 def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]:
@@ -212,9 +212,9 @@ def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]
         text = _read_text(path)
         if text is None:
             continue
-        options = _parse_pytest_config(path, text)
-        if options is not None:
-            return path, options
+        section = pytest_section(path, text)
+        if section is not None:
+            return path, _selfheal_options(section)
     return None
 
 

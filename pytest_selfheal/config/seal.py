@@ -39,16 +39,15 @@ import site
 import sys
 import sysconfig
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
-
-import iniconfig
+from typing import Any, NamedTuple, Optional, TypeVar, cast
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.testfiles import MISSING
-from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, toml_loads
+from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, pytest_section
+from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.seal import Seal
 
@@ -60,6 +59,7 @@ NO_INIFILE = "none"
 ENVIRONMENT: tuple[str, ...] = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 STARTUP_MODULES: tuple[str, ...] = ("sitecustomize", "usercustomize")
 TEST_AWARE = "reads the process context"
+_T = TypeVar("_T")
 
 # Directories no conftest walk enters: pytest's default norecursedirs, caches, environments.
 _SKIP_DIRS = frozenset({"_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}", "__pycache__",
@@ -163,61 +163,36 @@ def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[i
 
 @dataclass
 class Hasher:
-    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of its sha256
-    (and, for the code under repair, of its context reads). Never kept across
-    runs: an mtime can lie."""
+    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of what is
+    derived from its bytes (its sha256, its context reads). Never kept across runs: an
+    mtime can lie."""
 
-    _digests: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-    _reads: dict[str, tuple[int, int, tuple[tuple[int, str], ...]]] = field(default_factory=dict)
-    _records: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    _cache: dict[tuple[str, Callable[[bytes], Any]], tuple[int, int, Any]] = field(default_factory=dict)
 
-    @staticmethod
-    def _read(path: str) -> Optional[tuple[int, int, bytes]]:
+    def _derived(self, path: str, derive: Callable[[bytes], _T], unreadable: _T) -> _T:
+        known = self._cache.get((path, derive))
         try:
             st = os.stat(path)
+            if known is not None and known[:2] == (st.st_size, st.st_mtime_ns):
+                return cast(_T, known[2])
             with open(path, "rb") as handle:
-                return st.st_size, st.st_mtime_ns, handle.read()
+                value = derive(handle.read())
         except OSError:  # missing, a directory, unreadable
-            return None
-
-    @staticmethod
-    def _stat(path: str) -> Optional[tuple[int, int]]:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
+            return unreadable
+        self._cache[(path, derive)] = (st.st_size, st.st_mtime_ns, value)
+        return value
 
     def digest(self, path: str) -> str:
         """sha256 of the file's bytes; ``missing`` when it does not exist or cannot be read."""
-        known = self._digests.get(path)
-        if known is not None and known[:2] == self._stat(path):
-            return known[2]
-        read = self._read(path)
-        if read is None:
-            return MISSING
-        self._digests[path] = (read[0], read[1], sha256(read[2]))
-        return self._digests[path][2]
+        return self._derived(path, sha256, MISSING)
 
     def record(self, path: str) -> str:
         """The file's :func:`code_record` ("" when it cannot be read)."""
-        known = self._records.get(path)
-        if known is None or known[:2] != self._stat(path):
-            read = self._read(path)
-            if read is None:
-                return ""
-            known = self._records[path] = (read[0], read[1], code_record(read[2]))
-        return known[2]
+        return self._derived(path, code_record, "")
 
     def reads(self, path: str) -> tuple[tuple[int, str], ...]:
         """The file's reads of the process context (:func:`context_reads`)."""
-        known = self._reads.get(path)
-        if known is None or known[:2] != self._stat(path):
-            read = self._read(path)
-            if read is None:
-                return ()
-            known = self._reads[path] = (read[0], read[1], context_reads(read[2]))
-        return known[2]
+        return self._derived(path, context_reads, ())
 
 
 @dataclass(frozen=True)
@@ -282,25 +257,6 @@ def _conftests(rootdir: Path) -> list[str]:
     return found
 
 
-def pytest_section(path: Path, text: str) -> Optional[dict[str, str]]:
-    """pytest's section of the config file ``path`` as ``{key: value text}``; None when the
-    file holds none (``pytest.ini`` counts even when empty, as pytest counts it)."""
-    name = path.name
-    if name.endswith(".toml"):
-        document = toml_loads(text)
-        if name == "pyproject.toml":
-            tool = document.get("tool", {})
-            table = tool.get("pytest") if isinstance(tool, dict) else None
-        else:
-            table = document.get("pytest", {})
-        return {k: repr(v) for k, v in table.items()} if isinstance(table, dict) else None
-    ini = iniconfig.IniConfig(str(path), data=text)
-    section = "tool:pytest" if name == "setup.cfg" else "pytest"
-    if section in ini.sections:
-        return dict(ini[section].items())
-    return {} if name in ("pytest.ini", ".pytest.ini") else None
-
-
 def _config(rootdir: Path, folders: Iterable[str], inifile: Optional[str], hasher: Hasher) -> dict[str, str]:
     out: dict[str, str] = {INIFILE: inifile or NO_INIFILE}
     places = [Path(rootdir, folder) for folder in folders]
@@ -314,14 +270,15 @@ def _config(rootdir: Path, folders: Iterable[str], inifile: Optional[str], hashe
                 continue
             try:
                 section = pytest_section(path, path.read_text(encoding="utf-8", errors="replace"))
-            except (ValueError, RecursionError, iniconfig.ParseError):
+            except ConfigError:
                 out[shown] = "unreadable " + hasher.digest(str(path))  # pytest refuses it: any change counts
                 continue
             if section is None:
                 continue
             out[shown] = "pytest section"
             for key, value in section.items():
-                out[f"{shown}: {key}"] = sha256(value.encode("utf-8", "surrogatepass"))
+                text = repr(value) if name.endswith(".toml") else str(value)
+                out[f"{shown}: {key}"] = sha256(text.encode("utf-8", "surrogatepass"))
     return out
 
 
@@ -359,21 +316,15 @@ def _distributions() -> dict[str, str]:
     # the loop's parent process never imports importlib.metadata (docs/benchmarks.md).
     import importlib.metadata
 
-    out = {"pytest": _version("pytest")}
+    try:
+        out = {"pytest": importlib.metadata.version("pytest")}
+    except importlib.metadata.PackageNotFoundError:
+        out = {"pytest": MISSING}
     for entry in importlib.metadata.entry_points(group="pytest11"):
         dist = entry.dist
         if dist is not None:
             out[dist.name] = dist.version
     return out
-
-
-def _version(name: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return MISSING
 
 
 def _environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -670,21 +621,3 @@ def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list
 
     return sorted(key for key in set(recorded) | set(now) if text(recorded, key) != text(now, key))
 
-
-__all__ = [
-    "Changes",
-    "ENVIRONMENT",
-    "Hasher",
-    "Loaded",
-    "TEST_AWARE",
-    "added_reads",
-    "context_reads",
-    "code_record",
-    "harness_changes",
-    "judging_changes",
-    "loaded_now",
-    "pytest_section",
-    "replaced_code",
-    "reseal",
-    "take_seal",
-]

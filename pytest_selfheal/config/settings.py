@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from pytest_selfheal.config.keys import (
     ARGV,
@@ -208,51 +208,21 @@ class Settings:
     gate: GateSettings = GateSettings()
 
     @classmethod
-    def from_layer(cls, merged: ConfigLayer) -> Settings:
+    def from_values(cls, values: Mapping[str, Any]) -> Settings:
         """The typed view of a merge's values (every key present, each already checked)."""
-        value = merged.values.__getitem__
-        command, rules = value("repair.command"), value("classification.rules")
-        return cls(
-            enabled=value("enabled"),
-            max_iterations=value("max_iterations"),
-            error_fingerprint_repeats=value("error_fingerprint_repeats"),
-            no_progress_repeats=value("no_progress_repeats"),
-            apply_to=ApplyToSettings(value("apply_to.auto_tasks"), value("apply_to.autonomous_plans"),
-                                     value("apply_to.tdd_tasks")),
-            max_runtime_minutes=value("max_runtime_minutes"),
-            auto_replan_on_no_progress=value("auto_replan_on_no_progress"),
-            reports_dir=value("reports_dir"),
-            report_path=value("report_path"),
-            log_tail_lines=value("log_tail_lines"),
-            verification=VerificationSettings(tuple(value("verification.allowlist")), value("verification.timeout_seconds"),
-                tuple(value("verification.args")), value("verification.localise"), value("verification.regression")),
-            repair=RepairSettings(
-                tuple(command) if command else None,
-                value("repair.timeout_seconds"),
-                tuple(value("repair.allowed_paths")),
-                value("repair.approve"),
-                value("repair.allow_test_edits"),
-                value("repair.allow_binary"),
-            ),
-            redaction=RedactionSettings(tuple(value("redaction.patterns")), tuple(value("redaction.env_names"))),
-            classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else (),
-            history=HistorySettings(value("history.enabled"), value("history.base_branch"),
-                                    value("history.flaky_rate"), value("history.window_days"),
-                                    value("history.quarantine_file")),
-            new_tests=NewTestsSettings(value("new_tests.enabled"), value("new_tests.reruns"),
-                                       value("new_tests.max_seconds"), value("new_tests.max_share"),
-                                       value("new_tests.seed")),
-            mcp=McpSettings(value("mcp.max_chars")),
-            gate=GateSettings(tuple(value("gate.pytest_args")), value("gate.timeout_seconds"),
-                              value("gate.max_chars")),
-        )
+        def typed(key: str) -> Any:
+            value = values[key]
+            return tuple(value) if isinstance(value, list) else value
 
-
-class KeyOrigin(TypedDict):
-    """A key's value and where it came from, as ``selfheal config --show-origin --json`` prints it."""
-
-    value: Any
-    origin: str
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.default):  # a group: its keys are its fields
+                group: Any = type(f.default)
+                fields[f.name] = group(**{g.name: typed(f"{f.name}.{g.name}") for g in dataclasses.fields(group)})
+            elif f.name != "classification_rules":
+                fields[f.name] = typed(f.name)
+        rules = values["classification.rules"]
+        return cls(**fields, classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else ())
 
 
 @dataclass(frozen=True)
@@ -299,7 +269,7 @@ class EffectiveConfig:
         """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
         return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
 
-    def with_origins(self) -> dict[str, KeyOrigin]:
+    def with_origins(self) -> dict[str, dict[str, Any]]:
         """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
         return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
                 for key, value, origin in self.leaves()}
@@ -543,7 +513,7 @@ def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
         for dotted, value in layer.values.items():
             values[dotted] = copy.deepcopy(value)  # the result's lists are its own
             origins[dotted] = layer.origin
-    settings = Settings.from_layer(ConfigLayer("merged", values))
+    settings = Settings.from_values(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings)
 
 
@@ -595,7 +565,7 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
             continue
         if values[key] != effective.get(key):
             origins[key] = origin
-    settings = Settings.from_layer(ConfigLayer("merged", values))
+    settings = Settings.from_values(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
 
 
