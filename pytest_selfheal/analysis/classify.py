@@ -20,10 +20,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
-from pytest_selfheal.analysis.rules import FAILURE_CLASSES as FAILURE_CLASSES
-from pytest_selfheal.analysis.rules import TYPE_DEFAULTS as TYPE_DEFAULTS
 from pytest_selfheal.analysis.rules import Rule as Rule
-from pytest_selfheal.analysis.rules import compiled as compiled
 from pytest_selfheal.records import models
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
@@ -334,13 +331,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
 )
 
-UNKNOWN_CLASSIFICATION = models.Classification(
-    failure_type=models.UNKNOWN,
-    code_fixable=TYPE_DEFAULTS[models.UNKNOWN][0],
-    transient=TYPE_DEFAULTS[models.UNKNOWN][1],
-    failure_class=TYPE_DEFAULTS[models.UNKNOWN][2],
-    rule="",
-)
+UNKNOWN_CLASSIFICATION = Rule("", "", models.UNKNOWN).result
 
 
 def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
@@ -399,12 +390,8 @@ def classify(
     *,
     headline: Optional[str] = None,
 ) -> models.Classification:
-    """Classify one failing testcase: the first rule that matches (see module docstring).
-
-    ``extra_rules`` are tried before :data:`DEFAULT_RULES`. ``headline`` may pass the
-    already computed :func:`fingerprint.first_stable_line` to save recomputing it.
-    Nothing matching gives UNKNOWN (not code-fixable, deterministic).
-    """
+    """The classification of the first rule that matches (module docstring), UNKNOWN when
+    none does. ``headline``: the case's :func:`first_stable_line`, when already computed."""
     if headline is None:
         headline = first_stable_line(case)
     message = case.message[:MAX_MESSAGE]

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from re import Match, Pattern
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Union
 
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models
@@ -524,19 +524,6 @@ def normalise(text: str) -> str:
 def _normalise_cached(text: str) -> str:
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
-
-
-def fingerprint(
-    case: models.TestCaseResult, failure_type: str, *, line: Optional[str] = None
-) -> models.Fingerprint:
-    """Fingerprint one failing testcase classified as ``failure_type``.
-
-    ``line`` may pass the already computed :func:`first_stable_line` of ``case``.
-    """
-    if line is None:
-        line = first_stable_line(case)
-    signature, digest = signature_and_hash(failure_type, case.test, line)
-    return models.Fingerprint(signature=signature, fingerprint=digest, scheme=SCHEME)
 
 
 def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:

@@ -79,10 +79,6 @@ class Rule:
         """
         return compiled(self.pattern)
 
-    def classification(self) -> models.Classification:
-        """The classification this rule gives when it matches."""
-        return self.result
-
     def _classification(self) -> models.Classification:
         fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
         if self.code_fixable is not None:
@@ -102,25 +98,26 @@ class Rule:
         )
 
 
-RULE_KEYS = {
-    "name": str,
-    "pattern": str,
-    "failure_type": str,
-    "code_fixable": bool,
-    "transient": bool,
-    "failure_class": str,
-    "keywords": list,
+# Each key of a rule object: its type and what an error says was expected.
+RULE_KEYS: dict[str, tuple[type, str]] = {
+    "name": (str, "a non-empty string"),
+    "pattern": (str, "a regular expression"),
+    "failure_type": (str, "one of " + ", ".join(FAILURE_TYPES)),
+    "code_fixable": (bool, "a boolean (true or false)"),
+    "transient": (bool, "a boolean (true or false)"),
+    "failure_class": (str, "one of " + ", ".join(FAILURE_CLASSES)),
+    "keywords": (list, "a list of non-empty strings"),
 }
-_REQUIRED_KEYS = ("name", "pattern", "failure_type")
-_EXPECTED = {
-    "name": "a non-empty string",
-    "pattern": "a regular expression",
-    "failure_type": "one of " + ", ".join(FAILURE_TYPES),
-    "code_fixable": "a boolean (true or false)",
-    "transient": "a boolean (true or false)",
-    "failure_class": "one of " + ", ".join(FAILURE_CLASSES),
-    "keywords": "a list of non-empty strings",
-}
+
+
+def _valid(key: str, value: Any) -> bool:
+    kind = RULE_KEYS[key][0]
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        return False
+    if key == "keywords":
+        return all(isinstance(k, str) and k for k in value)
+    choices = {"failure_type": TYPE_DEFAULTS, "failure_class": FAILURE_CLASSES}.get(key)
+    return bool(value) if key == "name" else choices is None or value in choices
 
 
 # A pattern is searched in every failure's text: one longer than this, or with more variable
@@ -216,13 +213,8 @@ def regex_problem(pattern: str) -> Optional[str]:
 
 
 def rule_from_mapping(entry: Any, at: str) -> Rule:
-    """The one validator of a classification rule, from config or from a hook.
-
-    ``entry`` is ``{name, pattern, failure_type, code_fixable?, transient?,
-    failure_class?, keywords?}``. Raises :class:`errors.ConfigError` naming ``at`` and the
-    key for a missing or unknown key, a wrong type, an empty name, an unknown failure type
-    or class, or a pattern that is not a valid regular expression.
-    """
+    """The one validator of a classification rule (:data:`RULE_KEYS`), from config or from a
+    hook; ConfigError naming ``at`` and the key."""
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
     for key in entry:
@@ -231,28 +223,12 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
             close = difflib.get_close_matches(str(key), list(RULE_KEYS), n=1)
             hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(RULE_KEYS)}"
             raise ConfigError(f"{at}.{key}: unknown key; {hint}")
-    for key in _REQUIRED_KEYS:
+    for key in ("name", "pattern", "failure_type"):
         if key not in entry:
             raise ConfigError(f"{at}: missing required key {key!r}")
     for key, value in entry.items():
-        expected = RULE_KEYS[key]
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{at}.{key}: expected {_EXPECTED[key]}, got {describe_value(value)}")
-    if not entry["name"]:
-        raise ConfigError(f"{at}.name: expected {_EXPECTED['name']}, got {describe_value(entry['name'])}")
-    if entry["failure_type"] not in TYPE_DEFAULTS:
-        raise ConfigError(
-            f"{at}.failure_type: expected one of {', '.join(FAILURE_TYPES)}, "
-            f"got {describe_value(entry['failure_type'])}"
-        )
-    if "failure_class" in entry and entry["failure_class"] not in FAILURE_CLASSES:
-        raise ConfigError(
-            f"{at}.failure_class: expected one of {', '.join(FAILURE_CLASSES)}, "
-            f"got {describe_value(entry['failure_class'])}"
-        )
-    keywords = entry.get("keywords", [])
-    if not all(isinstance(k, str) and k for k in keywords):
-        raise ConfigError(f"{at}.keywords: expected {_EXPECTED['keywords']}")
+        if not _valid(key, value):
+            raise ConfigError(f"{at}.{key}: expected {RULE_KEYS[key][1]}, got {describe_value(value)}")
     problem = regex_problem(entry["pattern"])
     if problem is not None:
         raise ConfigError(
@@ -265,7 +241,7 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         code_fixable=entry.get("code_fixable"),
         transient=entry.get("transient"),
         failure_class=entry.get("failure_class"),
-        keywords=tuple(k.lower() for k in keywords),
+        keywords=tuple(k.lower() for k in entry.get("keywords", [])),
     )
 
 

@@ -103,8 +103,6 @@ class ConfigLayer:
 
 @dataclass(frozen=True)
 class ApplyToSettings:
-    """``apply_to``: which failures the loop applies to."""
-
     auto_tasks: bool = True
     autonomous_plans: bool = True
     tdd_tasks: bool = False
@@ -112,8 +110,6 @@ class ApplyToSettings:
 
 @dataclass(frozen=True)
 class VerificationSettings:
-    """``verification``: how the loop re-runs the failing tests."""
-
     allowlist: tuple[str, ...] = ("pytest",)
     timeout_seconds: float = 900
     args: tuple[str, ...] = ()
@@ -123,8 +119,6 @@ class VerificationSettings:
 
 @dataclass(frozen=True)
 class RepairSettings:
-    """``repair``: the repair provider called between iterations."""
-
     command: Optional[tuple[str, ...]] = None
     timeout_seconds: float = 600
     allowed_paths: tuple[str, ...] = ()
@@ -135,16 +129,12 @@ class RepairSettings:
 
 @dataclass(frozen=True)
 class RedactionSettings:
-    """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
-
     patterns: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
 @dataclass(frozen=True)
 class HistorySettings:
-    """``history``: the failure history and triage."""
-
     enabled: bool = True
     base_branch: str = "main"
     flaky_rate: float = 0.1
@@ -154,8 +144,6 @@ class HistorySettings:
 
 @dataclass(frozen=True)
 class NewTestsSettings:
-    """``new_tests``: the check of a pull request's new tests for flakiness (``selfheal ci``)."""
-
     enabled: bool = True
     reruns: int = 5
     max_seconds: float = 120
@@ -165,15 +153,11 @@ class NewTestsSettings:
 
 @dataclass(frozen=True)
 class McpSettings:
-    """``mcp``: the MCP server (``selfheal mcp``)."""
-
     max_chars: int = 8000
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
-
     pytest_args: tuple[str, ...] = ()
     timeout_seconds: float = 300
     max_chars: int = 4000
@@ -181,12 +165,9 @@ class GateSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
-
-    Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
-    ``settings.apply_to.tdd_tasks``); ``classification_rules`` are the configured rules,
-    validated and compiled. The defaults equal the built-in defaults (a test checks it).
-    """
+    """The effective ``ralf_lite`` config as typed values: each field (a group's field) is the
+    key of its name, ``classification_rules`` the configured rules compiled. The defaults
+    equal the built-in defaults (a test checks it)."""
 
     enabled: bool = True
     max_iterations: int = 3
@@ -238,22 +219,15 @@ class EffectiveConfig:
 
     @cached_property
     def redactor(self) -> Redactor:
-        """The run's one redactor: ``redaction`` settings and the environment, built on first use.
-
-        Everything a run writes or posts is redacted by it (store, report, CLI output, MCP,
-        PR comment). The redact module is loaded then: a green run never imports it.
-        """
+        """The run's one redactor, built on first use: a green run never imports the redact module."""
         # Imported here: merging the config does no I/O, and reading the environment is I/O.
         from pytest_selfheal.redact import default_redactor
 
         return default_redactor(self.settings.redaction, env=self.environ)
 
     def get(self, dotted: str) -> Any:
-        """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).
-
-        A leading ``ralf_lite.`` is allowed. Containers are returned as copies. Raises
-        ``KeyError`` for a key that is not in the schema.
-        """
+        """A copy of the value at ``dotted`` (a leaf or a group, ``ralf_lite.`` allowed in front);
+        KeyError for a key not in the schema."""
         node: Any = self.values
         for part in _strip_root(dotted).split("."):
             if not isinstance(node, dict) or part not in node:
@@ -265,14 +239,10 @@ class EffectiveConfig:
         """``{"ralf_lite": values}``, as the config files spell it."""
         return {ROOT_KEY: copy.deepcopy(self.values)}
 
-    def leaves(self) -> list[tuple[str, Any, str]]:
-        """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
-        return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
-
     def with_origins(self) -> dict[str, dict[str, Any]]:
-        """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
-        return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
-                for key, value, origin in self.leaves()}
+        """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key, sorted."""
+        return {f"{ROOT_KEY}.{key}": {"value": self.get(key), "origin": self.origins[key]}
+                for key in sorted(self.origins)}
 
 
 # --- errors -------------------------------------------------------------------------
