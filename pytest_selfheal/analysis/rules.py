@@ -116,8 +116,9 @@ def _valid(key: str, value: Any) -> bool:
         return False
     if key == "keywords":
         return all(isinstance(k, str) and k for k in value)
-    choices = {"failure_type": TYPE_DEFAULTS, "failure_class": FAILURE_CLASSES}.get(key)
-    return bool(value) if key == "name" else choices is None or value in choices
+    if key in ("failure_type", "failure_class"):
+        return value in (TYPE_DEFAULTS if key == "failure_type" else FAILURE_CLASSES)
+    return bool(value) or key != "name"
 
 
 # A pattern is searched in every failure's text: one longer than this, or with more variable
