@@ -114,7 +114,7 @@ def _valid(key: str, value: Any) -> bool:
     kind = RULE_KEYS[key][0]
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         return False
-    if key == "keywords":
+    if isinstance(value, list):  # keywords
         return all(isinstance(k, str) and k for k in value)
     if key in ("failure_type", "failure_class"):
         return value in (TYPE_DEFAULTS if key == "failure_type" else FAILURE_CLASSES)
