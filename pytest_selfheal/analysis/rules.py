@@ -42,13 +42,8 @@ def compiled(pattern: str) -> Pattern[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
-
-    ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
-    ``(?i)`` for case-insensitive). ``None`` flags take the failure type's defaults
-    (:data:`TYPE_DEFAULTS`); a rule with ``transient=True`` and no ``failure_class``
-    gets ``transient``.
-    """
+    """One classification rule: if ``pattern`` matches (``re.MULTILINE``), the failure is
+    ``failure_type``; ``None`` flags take the type's defaults (:data:`TYPE_DEFAULTS`)."""
 
     name: str
     pattern: str
@@ -71,12 +66,7 @@ class Rule:
 
     @property
     def regex(self) -> Pattern[str]:
-        """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
-
-        Most rules never get past their keywords, and compiling all the default rules
-        up front cost every failing ``pytest --selfheal`` run. Patterns from config
-        and hooks are compiled when validated (``rules.regex_problem``).
-        """
+        """The compiled pattern, on first use: most rules never get past their keywords."""
         return compiled(self.pattern)
 
     def _classification(self) -> models.Classification:
@@ -260,10 +250,6 @@ def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
 
 
 def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Rule] = ()) -> list[Rule]:
-    """The extra rules of a run: hook-provided first (:func:`parse_hook_rules`), then the
-    configured ones (``Settings.classification_rules``, validated by the config merge).
-
-    Capture and every verification run build their rules here, so one failure gets one
-    type (and one fingerprint) on every surface.
-    """
+    """The extra rules of a run, hook-provided first: capture and every verification build
+    them here, so one failure gets one type (and one fingerprint) on every surface."""
     return [*hooked, *configured]

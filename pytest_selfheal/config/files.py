@@ -111,11 +111,8 @@ def _parse_yaml(path: Path, text: str) -> Any:
 
 
 def read_config_section(path: Path) -> Optional[Any]:
-    """The ``ralf_lite`` value of a JSON or YAML config file (by suffix), unchecked.
-
-    None when the file does not exist, has no ``ralf_lite`` key, or it is null (a YAML
-    ``ralf_lite:`` whose keys are all commented out). Other top-level keys are ignored.
-    """
+    """The ``ralf_lite`` value of a JSON or YAML config file, unchecked; None when there is
+    none (a YAML ``ralf_lite:`` whose keys are all commented out is null)."""
     text = _read_text(path)
     if text is None:
         return None
@@ -199,14 +196,8 @@ def pytest_section(path: Path, text: str) -> Optional[dict[str, Any]]:
 
 
 def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]:
-    """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options.
-
-    Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
-    pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
-    (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
-    tomli (declared below 3.11), ini files with iniconfig. Lists come back one item per line for
-    ``selfheal_config`` and as a JSON list otherwise.
-    """
+    """The config file pytest would use in ``project_root`` and its ``selfheal*`` options as
+    ini text."""
     for name in PYTEST_CONFIG_FILES:
         path = Path(project_root, name)
         text = _read_text(path)
@@ -219,14 +210,9 @@ def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]
 
 
 def find_project_root(start: Path) -> Path:
-    """The directory pytest takes as its rootdir when run in ``start`` without arguments.
-
-    pytest's rules, in order: the nearest ancestor (``start`` included) with a pytest
-    config file (:data:`PYTEST_CONFIG_FILES` holding a pytest section; ``pytest.ini``
-    always counts); else the nearest with a ``setup.py``; else the nearest with a
-    ``pyproject.toml``; else ``start``. The ``selfheal`` commands use it so that they find
-    the reports root ``pytest --selfheal`` wrote from any subdirectory of the project.
-    """
+    """The directory pytest takes as its rootdir when run in ``start`` without arguments, by
+    pytest's rules: the ``selfheal`` commands find the reports root ``pytest --selfheal``
+    wrote from any subdirectory of the project."""
     start = Path(start).resolve()
     chain = [start, *start.parents]
     for folder in chain:
@@ -258,13 +244,9 @@ def load_config(
     overrides: Sequence[Override] = (),
     ini_origin: Optional[str] = None,
 ) -> EffectiveConfig:
-    """The effective config: defaults ← global ← project ← pytest ini ← overrides.
-
-    ``ini=None``: read the pytest config file in ``project_root`` (the ``selfheal``
-    command); the plugin passes the values it got from ``config.getini`` instead, and
-    may name their file with ``ini_origin`` (default ``"pytest ini"``).
-    Every file is read and every value checked before returning; ConfigError otherwise.
-    """
+    """The effective config: defaults ← global ← project ← pytest ini ← overrides, every value
+    checked. ``ini=None`` reads the pytest config file in ``project_root`` (the ``selfheal``
+    command); the plugin passes what ``config.getini`` gave it."""
     file_layers = read_file_layers(Path(project_root), env)
     if ini is None:
         found = find_pytest_ini(Path(project_root))

@@ -74,11 +74,8 @@ IniValue = Union[str, Sequence[str], None]
 
 @dataclass(frozen=True)
 class Override:
-    """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``).
-
-    ``value`` is text to coerce to the key's type (what :func:`parse_override` gives) or an
-    already typed value (what the plugin passes for ``--selfheal-approve``), checked strictly.
-    """
+    """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``): ``value``
+    is text to coerce to the key's type, or a typed value (``--selfheal-approve``)."""
 
     key: str
     value: Any
@@ -411,10 +408,8 @@ def _coerce_text(spec: KeySpec, text: str) -> Any:
 
 
 def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = None) -> Iterator[tuple[str, Any]]:
-    """One override as ``(dotted leaf, value)`` pairs: coerced from text if text, then checked.
-
-    ``label`` names the key in errors when the user wrote something else (an ini name).
-    """
+    """One override as checked ``(dotted leaf, value)`` pairs; ``label`` names the key in
+    errors when the user wrote something else (an ini name)."""
     dotted = _known_key(origin, key)
     where = label or f"{ROOT_KEY}.{dotted}"
     if dotted in GROUPS:
@@ -435,10 +430,7 @@ def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = N
 
 
 def parse_override(text: str, origin: str) -> Override:
-    """``"a.b=value"`` to an Override (value kept as text); ConfigError on a bad form or key.
-
-    A leading ``ralf_lite.`` on the key is allowed and dropped.
-    """
+    """``"a.b=value"`` to an Override (value kept as text); ConfigError on a bad form or key."""
     key, sep, value = text.partition("=")
     if not sep or not _KEY_TEXT.fullmatch(key.strip()):
         raise config_error(f"{origin}: expected KEY=VALUE with a dotted ralf_lite key "
@@ -452,11 +444,8 @@ def override_layers(overrides: Sequence[Override]) -> list[ConfigLayer]:
 
 
 def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[ConfigLayer]:
-    """The pytest ini options as checked layers: named options first, then ``selfheal_config``.
-
-    Unset and empty values are skipped; names that are not config keys (``selfheal``,
-    ``selfheal_loop``… which belong to the plugin) are ignored.
-    """
+    """The pytest ini options as checked layers: named options first, then ``selfheal_config``;
+    the plugin's own options (``selfheal``, ``selfheal_loop``…) are not config keys."""
     leaves: list[tuple[str, Any]] = []
     for name, dotted in INI_KEYS.items():
         value = ini.get(name)

@@ -76,11 +76,8 @@ def _explains(frame: Definition, call: Definition) -> bool:
 def group_by_root_cause(
     failures: Sequence[FailureEntry], fingerprint_key: Callable[[FailureEntry], Hashable]
 ) -> list[Group]:
-    """The failures in root-cause groups, in order of each group's first failure.
-
-    ``fingerprint_key(failure)`` gives the key of a failure without evidence (its type and
-    normalised message).
-    """
+    """The failures in root-cause groups, in order of each group's first failure;
+    ``fingerprint_key`` groups the failures without evidence."""
     groups: dict[tuple[Hashable, ...], Group] = {}
     assigned: list[tuple[Hashable, ...]] = []
     frames: dict[Definition, tuple[Hashable, ...]] = {}

@@ -7,6 +7,7 @@ The rules are in docs/loop.md "The plan".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pytest_selfheal.plan.build import plan_revision, readable_command, shorten
@@ -25,10 +26,7 @@ def _cell(value: object) -> str:
 
 def fence(text: str) -> str:
     """A code fence longer than any backtick run inside ``text``, so nothing in it can close it."""
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
 
 
@@ -82,12 +80,8 @@ class _Bounded:
 
 
 def render_plan_md(plan: Plan) -> str:
-    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
-
-    Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
-    tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
-    holds them all).
-    """
+    """``plan.md``, bounded at any size (:data:`MAX_PLAN_MD_BYTES`): actions that do not fit are
+    counted, not shown (plan.json holds them all)."""
     lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
     meta = f"Generated {plan.generated_at}"
     revision = plan_revision(plan)

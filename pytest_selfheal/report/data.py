@@ -42,11 +42,8 @@ RUN_RESULT_ORIGIN = "run_result.json"
 
 @dataclass(frozen=True)
 class IncidentRun:
-    """One incident's records as read from the store: the input of :func:`build_report`.
-
-    ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
-    ``incident.status`` should carry the authoritative status (``status.txt``).
-    """
+    """One incident's records, the input of :func:`build_report`; ``incident.status`` is the
+    authoritative status (``status.txt``), ``bucket`` the folder it is in."""
 
     incident: Incident
     plan: Optional[Plan] = None
@@ -99,12 +96,8 @@ def _resolve_config(
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report's config (every ralf_lite key present) and the origin of every leaf.
-
-    The given config wins; without one, the first recorded ``run_result.effective_config``
-    (origin ``run_result.json``); else the built-in defaults. Missing keys are filled
-    from the defaults (origin ``default``).
-    """
+    """The report's config (every key present, missing ones from the defaults) and the origin
+    of every leaf: the given config, else the first one a run_result.json recorded."""
     given: Optional[Mapping[str, object]] = None
     given_origin: Optional[str] = None
     if effective_config is not None:
@@ -160,12 +153,7 @@ def _iteration_entry(attempt: Attempt) -> ReportIteration:
 
 def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
     """``(attempts, index of the iteration it passed at, or None)`` of one plan action
-    (docs/report.md "Task attempts").
-
-    An iteration counts when it verified any of the action's node ids, until every one of
-    them has passed (its latest outcome). Without node ids or per-test outcomes, every
-    iteration counts and ``verification_passed`` decides.
-    """
+    (docs/report.md "Task attempts")."""
     latest: dict[str, str] = {}
     count = 0
     for index, iteration in enumerate(iterations):
@@ -396,24 +384,14 @@ def build_report(
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> Report:
-    """The report of ``incidents`` (its JSON's fields: docs/report.md "JSON").
-
-    ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
-    ``{"ralf_lite": ...}`` form is accepted too) and ``origins`` its ``{dotted key:
-    origin}``. ``enabled`` is False when selfheal itself is off; the report says
-    ``Enabled: false`` also when ``ralf_lite.enabled`` is false. Incidents are sorted by
-    ``created_at`` then id; a repeated id is kept once (the first).
-    """
+    """The report of ``incidents`` (docs/report.md "JSON"), sorted by ``created_at`` then id, a
+    repeated id kept once. ``effective_config``: the ralf_lite mapping (bare or in the files'
+    ``{"ralf_lite": ...}`` form); ``enabled``: False when selfheal itself is off."""
     values, resolved = _resolve_config(effective_config, origins, incidents)
-    runs: list[IncidentRun] = []
-    seen: set[str] = set()
+    first: dict[str, IncidentRun] = {}
     for run in incidents:
-        incident_id = run.incident.incident_id
-        if incident_id in seen:
-            continue
-        seen.add(incident_id)
-        runs.append(run)
-    runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
+        first.setdefault(run.incident.incident_id, run)
+    runs = sorted(first.values(), key=lambda r: (r.incident.created_at, r.incident.incident_id))
     return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
                            origins=resolved, incidents=[_incident_entry(run) for run in runs])
 

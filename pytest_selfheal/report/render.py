@@ -144,10 +144,7 @@ def _sub(report: Report, entry: ReportIncident) -> list[str]:
 
 
 def render_headline(report: ReportInput) -> str:
-    """The one status line put *before* the report heading for PR comments and job summaries.
-
-    ``**selfheal: escalated — stop reason `repeated_fingerprint`** (incident_…, 2 iterations)``
-    """
+    """The one status line put before the report heading for PR comments and job summaries."""
     records = as_report(report)
     incidents = records.incidents
     if not incidents:
@@ -519,13 +516,8 @@ def render_markdown(
     mermaid: bool = True,
 ) -> str:
     """The report as markdown: the head GSD plan summaries paste unchanged, then details.
-
-    ``headline=True`` (PR comment, job summary) puts one status line *before* the
-    ``## RALF Lite Loop Report`` heading, so the pasteable section stays unchanged.
-    ``extra_sections`` (``[{title, markdown}]``, e.g. from the
-    ``pytest_selfheal_report_sections`` hook) are appended as ``### title`` sections;
-    their markdown is the hook's own and is inserted as given.
-    """
+    ``headline``: the status line before the heading (PR comment, job summary);
+    ``extra_sections``: a hook's ``[{title, markdown}]``, inserted as given."""
     records = as_report(report)
     lines: list[str] = [render_headline(records), ""] if headline else []
     lines += _head(records)

@@ -22,11 +22,8 @@ HOOK_NAME = "pytest_selfheal_report_sections"
 
 
 def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The sections the hooks of ``pm`` add to ``report`` (none without ``pm``).
-
-    A hook that raises, or returns anything but ``{"title": str, "markdown": str}``
-    mappings, is a one-line ``ConfigError`` (exit 2) naming its plugin where it can.
-    """
+    """The sections the hooks of ``pm`` add to ``report``; a hook that raises or returns
+    anything else is a one-line ConfigError naming its plugin where it can."""
     try:
         sections = hooks.report_sections(pm, report)
     except Exception as exc:  # a third-party hook: report it in one line, never a traceback
