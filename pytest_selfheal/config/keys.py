@@ -248,8 +248,9 @@ def nest(flat: Mapping[str, object]) -> dict[str, Any]:
     return nested
 
 
-DEFAULTS = nest({spec.key: spec.default for spec in SCHEMA})
-"""The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
+def strip_root(key: str) -> str:
+    """``key`` without a leading ``ralf_lite.``."""
+    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
 
 
 # --- shapes ---------------------------------------------------------------------------

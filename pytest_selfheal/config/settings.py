@@ -52,6 +52,7 @@ from pytest_selfheal.config.keys import (
     KeySpec,
     nest,
     outside_project,
+    strip_root,
     text_problem,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
@@ -226,7 +227,7 @@ class EffectiveConfig:
         """A copy of the value at ``dotted`` (a leaf or a group, ``ralf_lite.`` allowed in front);
         KeyError for a key not in the schema."""
         node: Any = self.values
-        for part in _strip_root(dotted).split("."):
+        for part in strip_root(dotted).split("."):
             if not isinstance(node, dict) or part not in node:
                 raise KeyError(dotted)
             node = node[part]
@@ -355,13 +356,9 @@ def _flatten(origin: str, data: object, prefix: str = "") -> Iterator[tuple[str,
 # --- text coercion (ini options and command-line overrides) -------------------------
 
 
-def _strip_root(key: str) -> str:
-    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
-
-
 def _known_key(origin: str, key: str) -> str:
     """``key`` without a leading ``ralf_lite.``, if it names a leaf or an object; else ConfigError."""
-    dotted = _strip_root(key.strip())
+    dotted = strip_root(key.strip())
     if dotted not in SPECS and dotted not in GROUPS:
         group = dotted.split(".")[0]
         # Inside a known object, suggest its own keys rather than the object itself.

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
+from pytest_selfheal.config.keys import DEFAULT_ORIGIN, GROUPS, ROOT_KEY, SCHEMA, nest, strip_root
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import RERUN_DETAIL, TRIAGE_LABELS
 from pytest_selfheal.loop import messages, policy
@@ -60,17 +60,6 @@ def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
     return config
 
 
-def _deep_merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
-    merged: dict[str, object] = copy.deepcopy(dict(base))
-    for key, value in top.items():
-        current = merged.get(key)
-        if isinstance(value, Mapping) and isinstance(current, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
     flat: dict[str, object] = {}
@@ -84,10 +73,6 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
     return flat
 
 
-def _strip_root(key: str) -> str:
-    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
-
-
 # --------------------------------------------------------------------------- build
 
 
@@ -98,27 +83,17 @@ def _resolve_config(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The report's config (every key present, missing ones from the defaults) and the origin
     of every leaf: the given config, else the first one a run_result.json recorded."""
-    given: Optional[Mapping[str, object]] = None
-    given_origin: Optional[str] = None
-    if effective_config is not None:
-        given = _unwrap_config(effective_config)
-    else:
-        for run in runs:
-            if run.run_result is not None and _recorded(run.run_result, "effective_config"):
-                given, given_origin = _unwrap_config(plain_json(run.run_result.effective_config)), RUN_RESULT_ORIGIN
-                break
-    values = _deep_merge(DEFAULTS, given or {})
-    named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
-    given_keys = set(flatten_config(given or {}))
-    resolved: dict[str, str] = {}
-    for key in flatten_config(values):
-        if key in named:
-            resolved[key] = named[key]
-        elif given_origin is not None and key in given_keys:
-            resolved[key] = given_origin
-        else:
-            resolved[key] = DEFAULT_ORIGIN
-    return values, resolved
+    given, given_origin = effective_config, DEFAULT_ORIGIN
+    if given is None:
+        recorded = [run.run_result.effective_config for run in runs
+                    if run.run_result is not None and _recorded(run.run_result, "effective_config")]
+        given, given_origin = (plain_json(recorded[0]), RUN_RESULT_ORIGIN) if recorded else ({}, DEFAULT_ORIGIN)
+    # An empty group sets no key: the defaults' keys under it stay.
+    flat = {k: v for k, v in flatten_config(_unwrap_config(given)).items() if v != {} or k not in GROUPS}
+    values = {**{spec.key: spec.default for spec in SCHEMA}, **flat}
+    named = {strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
+    resolved = {key: named.get(key, given_origin if key in flat else DEFAULT_ORIGIN) for key in sorted(values)}
+    return copy.deepcopy(nest(values)), resolved
 
 
 def _recorded(record: JsonRecord, key: str) -> bool:
