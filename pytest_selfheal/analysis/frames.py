@@ -1,17 +1,10 @@
 """Repo-relative target paths from traceback text (pure: no filesystem access).
 
-The plan's ``target_paths`` are the files a failure's traceback points at
-*inside the repository*: where a fix most likely goes. Recognised references:
-
-- Python tracebacks: ``File "/abs/or/rel/path.py", line 3, in func``
-- pytest's short form: ``tests/test_x.py:12: in test_x`` / ``src/x.py:3: AssertionError``
-- jest/node stacks: ``at fn (/repo/src/x.js:12:5)`` / ``at /repo/src/x.js:12:5``
-- go test output: ``    x_test.go:12: message``
-
-Paths are normalised with ``posixpath`` (backslashes become ``/``), relative ones are
-taken relative to the repository root; anything outside it (``..`` escapes, other
-absolute paths) and anything in an installed-packages or virtualenv directory is dropped.
-Existence is *not* checked: the frames describe the run that failed.
+The plan's ``target_paths`` are the files a failure's traceback points at inside the
+repository (Python tracebacks, pytest's short form, jest/node stacks, go test output):
+where a fix most likely goes. Anything outside the repository or in an installed-packages
+or virtualenv directory is dropped; existence is not checked (the frames describe the run
+that failed).
 """
 
 from __future__ import annotations

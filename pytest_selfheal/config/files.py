@@ -1,14 +1,9 @@
-"""Finding and reading the config files (edge: file I/O; the merge itself is in config.py).
+"""Finding and reading the config files (edge: file I/O; the merge is settings.py's).
 
-- global: ``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``
-- project: ``<root>/.planning/config.yml``, ``config.yaml``, ``config.json`` (read in that
-  order, later wins: when both YAML and JSON exist, JSON wins)
-- pytest ini: the first of pytest's own config files in ``<root>`` that holds a pytest
-  section, ``selfheal*`` options only.
-
-Only the ``ralf_lite`` key of the JSON/YAML files is ours; every other top-level key
-belongs to other tools sharing the file and is never looked at. Every file is read,
-parsed and checked before anything is returned: a bad one raises ConfigError (one line).
+The global file, the project's ``.planning/config.{yml,yaml,json}`` (JSON wins) and the
+``selfheal*`` options of the pytest config file pytest would use (docs/configuration.md).
+Only the ``ralf_lite`` key of the JSON/YAML files is ours; the rest belongs to other tools
+sharing the file. Every file is read and checked before anything is returned.
 """
 
 from __future__ import annotations

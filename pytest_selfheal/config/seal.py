@@ -204,14 +204,10 @@ def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loa
 
 def _relative(rootdir: Path, path: str) -> Optional[str]:
     """``path`` rootdir-relative, or None outside it or in an environment or hidden folder."""
-    absolute = os.path.abspath(path)
-    if not absolute.startswith(os.path.join(rootdir, "")):
-        return None  # most of sys.modules: told apart without making a Path of each
-    rel = Path(absolute).relative_to(rootdir)
-    parts = rel.parts
-    if not parts or any(p.startswith(".") or p in _SKIP_DIRS for p in parts[:-1]):
+    rel = _project_module(rootdir, path)
+    if rel is None or any(part.startswith(".") or part in _SKIP_DIRS for part in rel.split("/")[:-1]):
         return None
-    return rel.as_posix()
+    return rel
 
 
 def _folders(test_files: Iterable[str]) -> list[str]:

@@ -1,23 +1,11 @@
-"""The effective configuration (docs/configuration.md): validation, deep merge, typed settings.
+"""The effective configuration (docs/configuration.md): validation, merge, typed settings.
 
-Pure: no file I/O here (``config/files.py`` finds and reads the files; ``config/keys.py``
-holds the table of keys). Layers, later wins:
-
-1. built-in defaults (origin ``"default"``),
-2. the global file, 3. the project file(s) (origin: the file path),
-4. pytest ini options ``selfheal_*`` (origin ``"pytest ini (<path>)"``),
-5. command-line overrides ``dotted.key=value`` (origin: the flag, e.g. ``"--set"``).
-
-Objects (``apply_to``, ``repair``…) merge key by key; every other value, lists included,
-is a leaf that a later layer replaces whole. The origin of every leaf is kept.
-
-Values from files are checked strictly (``"4"`` is not an integer, ``true`` is not an
-integer). Values that arrive as *text* (ini options, ``--set``) are first coerced to the
-key's type: ``int("4")``, ``true/false/yes/no/on/off/1/0`` for booleans, YAML flow syntax
-for lists and objects, ``shlex.split`` for ``repair.command``.
-
-The merge validates every value once; :class:`Settings` is the typed view built from the
-result, once per :class:`EffectiveConfig`. Code reads settings, never the raw mapping.
+Pure (``config/files.py`` reads the files, ``config/keys.py`` holds the keys). Layers, later
+wins: defaults, the global file, the project files, pytest ini options, command-line
+overrides; groups merge key by key, every other value is a leaf a later layer replaces
+whole, and the origin of every leaf is kept. Values from files are checked strictly (``"4"``
+is not an integer); text (ini options, ``--set``) is first coerced to the key's type.
+Code reads the typed :class:`Settings`, never the raw mapping.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The ``## RALF Lite Loop Report`` data: the report of an incident's records.
+"""The ``## RALF Lite Loop Report`` data: the report of incidents' records (pure).
 
-Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
-``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report's
-records, a ``records.report.Report`` (``build_report``; ``Report.read`` reads one back from
-a file); ``report.merge`` unites reports and ``report.render`` turns a report into markdown
-and terminal lines. Every field and rule is
-documented in docs/report.md; keep the two in step.
-
-Everything is deterministic (sorted, no timestamps but those in the data) so golden
-files stay stable. Input is assumed to be redacted already.
+``build_report`` turns the records the store reads (:class:`IncidentRun`) into a
+``records.report.Report``; every field and rule is documented in docs/report.md, keep the
+two in step. Deterministic (no timestamps but those in the data), so golden files stay
+stable; the input is redacted already.
 """
 
 from __future__ import annotations

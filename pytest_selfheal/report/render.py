@@ -1,13 +1,7 @@
-"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines.
+"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure).
 
-Pure: no file I/O, no clock. The input is the report JSON of ``report.data`` (or
-``report.merge``); the output is its markdown (``render_markdown``), the one status line
-for PR comments and job summaries (``render_headline``) and a few lines for pytest's
-terminal summary (``render_terminal``). The layout is documented in docs/report.md; keep
-the two in step.
-
-Everything rendered is deterministic so golden files stay stable. The report is assumed
-to be redacted already; the caller applies the redactor to the final text too.
+The layout is documented in docs/report.md; keep the two in step. Deterministic, so golden
+files stay stable; the report is redacted already, and the caller redacts the text too.
 """
 
 from __future__ import annotations

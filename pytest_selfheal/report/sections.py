@@ -1,9 +1,7 @@
 """The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge).
 
-Every surface that renders the markdown report (the plugin's ``--selfheal-report`` file,
-``selfheal report``, ``selfheal merge``, ``selfheal ci``) calls :func:`report_markdown`, so
-a hook's sections appear everywhere the report does (docs/hooks.md). It calls plugins,
-so it is not part of the pure core; ``report.render`` stays pure.
+Every surface that renders the markdown report calls :func:`report_markdown`, so a hook's
+sections appear everywhere the report does (docs/hooks.md); ``report.render`` stays pure.
 """
 
 from __future__ import annotations
