@@ -149,11 +149,9 @@ def _ini_text(name: str, value: object) -> str:
     """A TOML value as the text an ini file would hold, keeping list items apart."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        if name == INI_OVERRIDES:
-            return "\n".join(str(item) for item in value)
-        return json.dumps(value, default=str)  # a flow list: config.py parses it as YAML
-    return json.dumps(value, default=str)  # true/false, numbers
+    if isinstance(value, list) and name == INI_OVERRIDES:
+        return "\n".join(str(item) for item in value)
+    return json.dumps(value, default=str)  # true/false, numbers, a flow list (parsed as YAML)
 
 
 def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:

@@ -253,10 +253,6 @@ def _unknown_key(origin: str, where: str, key: str, known: Sequence[str]) -> Con
 # --- strict validation (values as the files give them) ------------------------------
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # True is not an integer
-
-
 def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
     if (problem := text_problem(spec, value)) is not None:
         raise config_error(f"{origin}: {where}: {problem}")
@@ -306,8 +302,9 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
     if kind == BOOL:
         ok = isinstance(value, bool)
     elif kind in (INT, NUMBER):  # a count is >= 1, a duration or share > 0; each at most its key's most
-        # No float() on ints: a huge int would overflow instead of being a plain "no".
-        number = _is_int(value) or (kind == NUMBER and isinstance(value, float) and math.isfinite(value))
+        # True is not an integer; no float() on ints: a huge int would overflow, not be a plain "no".
+        number = (isinstance(value, int) and not isinstance(value, bool)) or (
+            kind == NUMBER and isinstance(value, float) and math.isfinite(value))
         ok = number and value > 0 and (spec.most is None or value <= spec.most)
     else:  # STRING, or an empty ARGV list
         ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)

@@ -152,14 +152,14 @@ def render_headline(report: ReportInput) -> str:
     elif flaky:
         details.append(plural(flaky, "flaky test"))
     status = text(records.final_status or "unknown", 60)
-    reason = records.stop_reason
-    if reason:
-        verdict = f"{status} — stop reason {code(reason, 60)}"
-    elif not any(e.loops_used for e in incidents):
-        verdict = f"{status} — loop not run yet"
-    else:
-        verdict = f"{status} — loop not finished"
-    return f"**selfheal: {verdict}** ({', '.join(details)})"
+    return f"**selfheal: {status} — {_verdict(records, code(records.stop_reason or '', 60))}** ({', '.join(details)})"
+
+
+def _verdict(report: Report, reason: str) -> str:
+    """``stop reason <reason>``, or why there is none yet."""
+    if report.stop_reason:
+        return f"stop reason {reason}"
+    return "loop not finished" if report.total_retries else "loop not run yet"
 
 
 def _head(report: Report) -> list[str]:
@@ -550,8 +550,7 @@ def render_terminal(report: ReportInput) -> list[str]:
     incidents = records.incidents
     if not incidents:
         return [f"{REPORT_TITLE}: no incidents"]
-    reason = records.stop_reason
-    verdict = f"stop reason {reason}" if reason else "loop not finished" if records.total_retries else "loop not run yet"
+    verdict = _verdict(records, records.stop_reason or "")
     retries = records.total_retries
     lines = [
         f"{REPORT_TITLE}: {records.final_status}, {verdict} ({plural(len(incidents), 'incident')}, "
