@@ -57,28 +57,6 @@ def _size(lines: list[str]) -> int:
     return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
 
 
-class _Bounded:
-    """The lines of plan.md and their running size: a block is appended only while the plan
-    stays under the budget (the size kept, not recounted from the top for each block)."""
-
-    def __init__(self, lines: list[str], budget: int) -> None:
-        self.lines, self.budget, self.size = lines, budget, _size(lines)
-
-    def within(self, block: list[str]) -> bool:
-        """Append ``block`` when the plan stays under the budget with it."""
-        size = self.size + _size(block)
-        if size > self.budget:
-            return False
-        self.lines.extend(block)
-        self.size = size
-        return True
-
-    def append(self, line: str) -> None:
-        """Append ``line`` whatever the budget (it has been set aside in it)."""
-        self.lines.append(line)
-        self.size += _size([line])
-
-
 def render_plan_md(plan: Plan) -> str:
     """``plan.md``, bounded at any size (:data:`MAX_PLAN_MD_BYTES`): actions that do not fit are
     counted, not shown (plan.json holds them all)."""
@@ -110,7 +88,17 @@ def render_plan_md(plan: Plan) -> str:
         "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
         "|----|----------|------|-------|--------------|------------|-------|",
     ]
-    bounded = _Bounded(lines, budget)
+    size = _size(lines)  # kept running, not recounted from the top for each block
+
+    def within(block: list[str], always: bool = False) -> bool:
+        """Append ``block`` when the plan stays under the budget with it (or ``always``)."""
+        nonlocal size
+        if size + _size(block) > budget and not always:
+            return False
+        lines.extend(block)
+        size += _size(block)
+        return True
+
     shown = 0
     for action in actions[:_MD_MAX_ROWS]:
         row = "| " + " | ".join(
@@ -125,11 +113,11 @@ def render_plan_md(plan: Plan) -> str:
                 _listed(action.nodeids, 3),
             )
         ) + " |"
-        if not bounded.within([row]):
+        if not within([row]):
             break
         shown += 1
     if shown < len(actions):
-        bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
+        within([f"\n… {len(actions) - shown} more actions: see plan.json"], always=True)
     detailed = 0
     for action in actions[:shown]:
         block = ["", f"### {action.id}: {action.title}", ""]
@@ -139,7 +127,7 @@ def render_plan_md(plan: Plan) -> str:
         block += _where_md(action)
         for command in action.verification:
             block += _code_block(readable_command(command))
-        if not bounded.within(block):
+        if not within(block):
             break
         detailed += 1
     if detailed < len(actions):
