@@ -488,14 +488,20 @@ def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
     by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
     ahead of the project's): the tests ran other code than the project's."""
     tops = {_importable_as(rootdir, rel): rel for rel in recorded.code}
-    roots = _import_roots()
-    replaced: dict[str, str] = {}
-    for path in loaded.module_files:
-        if _project_module(rootdir, path) is None:
-            name = _top_name(os.path.abspath(path), roots)
-            if name in tops:
-                replaced.setdefault(tops[name], path)
+    outside = _outside_names(path for path in loaded.module_files if _project_module(rootdir, path) is None)
+    replaced = {tops[name]: path for name, path in outside.items() if name in tops}
     return [f"{rel} (this run imported {path} instead)" for rel, path in sorted(replaced.items())]
+
+
+def _outside_names(paths: Iterable[str]) -> dict[str, str]:
+    """The top-level names modules outside the project are imported by, each with its first path."""
+    roots = _import_roots()
+    names: dict[str, str] = {}
+    for path in paths:
+        name = _top_name(os.path.abspath(path), roots)
+        if name:
+            names.setdefault(name, path)
+    return names
 
 
 def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
@@ -522,14 +528,7 @@ def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
     the capture loaded from outside the project (``fractions.py`` beside the tests, where the
     test's expected value came from the standard library's): it replaces that module."""
     added = sorted(set(now.code) - set(recorded.code))
-    if not added:
-        return []
-    roots = _import_roots()
-    outside: dict[str, str] = {}
-    for path in recorded.modules:
-        name = _top_name(path, roots) if os.path.isabs(path) else None
-        if name:
-            outside.setdefault(name, path)
+    outside = _outside_names(path for path in recorded.modules if os.path.isabs(path)) if added else {}
     return [f"{rel} (named like {outside[name]})" for rel in added
             if (name := _importable_as(root, rel)) in outside]
 
