@@ -151,7 +151,7 @@ def selfheal_in_process(path: Path) -> int:
     from pytest_selfheal.cli.commands.fingerprint import collect, write_json
 
     # Every timed run starts cold, like the CLI process does.
-    fingerprint._normalise_cached.cache_clear()
+    fingerprint.normalise.cache_clear()
     classify._default_headline_match.cache_clear()
     rows = collect([str(path)], [], [])
     with open(os.devnull, "w", encoding="utf-8") as sink:

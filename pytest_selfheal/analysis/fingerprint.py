@@ -497,16 +497,12 @@ def _is_literal(text: str, start: int) -> bool:
     return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")
 
 
-def normalise(text: str) -> str:
-    """``text`` with everything that varies between runs and machines replaced by placeholders
-    (docs/fingerprints.md); idempotent."""
-    return _normalise_cached(text)
-
-
 # Pure, and failures repeat (one broken fixture fails a hundred tests the same way):
 # a bounded memo saves the regex work for every repeat.
 @functools.lru_cache(maxsize=4096)
-def _normalise_cached(text: str) -> str:
+def normalise(text: str) -> str:
+    """``text`` with everything that varies between runs and machines replaced by placeholders
+    (docs/fingerprints.md); idempotent."""
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
 
