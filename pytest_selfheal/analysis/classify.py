@@ -336,17 +336,9 @@ UNKNOWN_CLASSIFICATION = Rule("", "", models.UNKNOWN).result
 
 def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
     lowered = haystack.lower()
-    for rule in rules:
-        if rule.keywords:
-            # Cheap substring pre-check: most rules are ruled out without a regex.
-            for keyword in rule.keywords:
-                if keyword in lowered:
-                    break
-            else:
-                continue
-        if rule.regex.search(haystack):
-            return rule
-    return None
+    # Cheap substring pre-check: most rules are ruled out without a regex.
+    return next((rule for rule in rules if (not rule.keywords or any(k in lowered for k in rule.keywords))
+                 and rule.regex.search(haystack)), None)
 
 
 # The keywords of the default rules, checked once per text rather than once per rule,
@@ -377,11 +369,8 @@ _default_headline_match = functools.lru_cache(maxsize=4096)(_default_match)
 
 
 def _match(extra_rules: Sequence[Rule], haystack: str, *, headline: bool) -> Optional[Rule]:
-    if extra_rules:
-        rule = _first_match(extra_rules, haystack)
-        if rule is not None:
-            return rule
-    return _default_headline_match(haystack) if headline else _default_match(haystack)
+    rule = _first_match(extra_rules, haystack) if extra_rules else None
+    return rule or (_default_headline_match(haystack) if headline else _default_match(haystack))
 
 
 def classify(

@@ -320,11 +320,6 @@ def _builtin_pass(text: str) -> str:
     return text
 
 
-def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in patterns)
-
-
 def _is_redactable_env_value(value: str) -> bool:
     if len(value) < MIN_ENV_VALUE_LENGTH or not value.strip():
         return False
@@ -377,7 +372,8 @@ class Redactor:
         secrets = {
             v
             for k, v in env.items()
-            if isinstance(v, str) and _env_name_matches(k, self.env_names) and _is_redactable_env_value(v)
+            if isinstance(v, str) and _is_redactable_env_value(v)
+            and any(fnmatch.fnmatchcase(k.upper(), name.upper()) for name in self.env_names)
         }
         # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
         values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}

@@ -238,10 +238,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     has_flaky = rr is not None and _recorded(rr, "flaky_tests")
     has_fixed = rr is not None and _recorded(rr, "tests_fixed")
     observations = _observations(run) if not (has_flaky and has_fixed) else []
-    flaky = list(rr.flaky_tests) if rr is not None and has_flaky else (
-        policy.flaky_tests(observations) if observations else [])
-    fixed = list(rr.tests_fixed) if rr is not None and has_fixed else (
-        policy.fixed_tests(observations) if observations else [])
+    flaky = list(rr.flaky_tests) if rr is not None and has_flaky else policy.flaky_tests(observations)
+    fixed = list(rr.tests_fixed) if rr is not None and has_fixed else policy.fixed_tests(observations)
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
     # And so is one the captured run itself saw pass on a re-run (a re-run plugin).
