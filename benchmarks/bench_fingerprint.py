@@ -147,10 +147,12 @@ def baseline_in_process(path: Path) -> int:
 
 def selfheal_in_process(path: Path) -> int:
     """The CLI's own function path: read, analyse, JSON-encode (what ``--json`` prints)."""
-    from pytest_selfheal.analysis.analyse import clear_caches
+    from pytest_selfheal.analysis import classify, fingerprint
     from pytest_selfheal.cli.commands.fingerprint import collect, write_json
 
-    clear_caches()  # every timed run starts cold, like the CLI process does
+    # Every timed run starts cold, like the CLI process does.
+    fingerprint.normalise.cache_clear()
+    classify._default_headline_match.cache_clear()
     rows = collect([str(path)], [], [])
     with open(os.devnull, "w", encoding="utf-8") as sink:
         write_json(rows, sink)

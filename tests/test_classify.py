@@ -10,11 +10,10 @@ import pytest
 
 from pytest_selfheal.analysis.classify import (
     DEFAULT_RULES,
-    TYPE_DEFAULTS,
     Rule,
     classify,
 )
-from pytest_selfheal.analysis.rules import rules_from_config
+from pytest_selfheal.analysis.rules import TYPE_DEFAULTS, rules_from_config
 from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records import models
@@ -172,7 +171,7 @@ def test_rules_from_config() -> None:
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "failure_class": "weird"}],
          "classification.rules[0].failure_class: expected one of deterministic, transient, environment, got \"weird\""),
         ([{"name": "x", "pattern": "x", "failure_type": "LINT", "keywords": [""]}],
-         "classification.rules[0].keywords: expected a list of non-empty strings"),
+         "classification.rules[0].keywords: expected a list of non-empty strings, got a list"),
     ],
 )
 def test_rules_from_config_errors(rules: object, message: str) -> None:
@@ -274,5 +273,5 @@ def test_keywords_never_hide_a_match(case: models.TestCaseResult, failure_type: 
 
 
 def test_the_default_rules_give_every_failure_type_but_unknown() -> None:
-    assert {r.classification().failure_type for r in DEFAULT_RULES} == set(FAILURE_TYPES) - {models.UNKNOWN}
-    assert all(r.classification().rule == r.name for r in DEFAULT_RULES)
+    assert {r.result.failure_type for r in DEFAULT_RULES} == set(FAILURE_TYPES) - {models.UNKNOWN}
+    assert all(r.result.rule == r.name for r in DEFAULT_RULES)

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.analysis.fingerprint import SCHEME, fingerprint, first_stable_line, normalise
+from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, normalise, signature_and_hash
 from pytest_selfheal.records import models
+from pytest_selfheal.records.incident import Failure
 
 
 def tc(
@@ -160,6 +161,11 @@ def test_different_messages_stay_different(first: str, second: str) -> None:
 
 
 # -- signature and hash ---------------------------------------------------------------------
+
+
+def fingerprint(case: models.TestCaseResult, failure_type: str) -> Failure:
+    signature, digest = signature_and_hash(failure_type, case.test, first_stable_line(case))
+    return Failure(test=case.test, signature=signature, fingerprint=digest, scheme=SCHEME, failure_type=failure_type)
 
 
 def test_fingerprint_signature_hash_and_scheme() -> None:

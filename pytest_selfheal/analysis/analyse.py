@@ -7,12 +7,9 @@ fingerprinted (``fingerprint``) as soon as it is read.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
-from typing import Optional, Union
+from typing import Optional
 
-from pytest_selfheal.analysis import classify as classify_module
-from pytest_selfheal.analysis import fingerprint as fingerprint_module
 from pytest_selfheal.analysis.classify import Rule, classify
 from pytest_selfheal.analysis.doctests import is_doctest_line
 from pytest_selfheal.analysis.fingerprint import SCHEME, first_stable_line, signature_and_hash
@@ -23,13 +20,6 @@ from pytest_selfheal.records.incident import CAPTURED_KEYS
 MAX_MESSAGE = 500  # characters of the first stable line kept as Failure.message
 
 Analysed = tuple[models.Failure, models.Classification]
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-def clear_caches() -> None:
-    """Forget the memos of normalisation and classification (benchmarks, tests)."""
-    fingerprint_module._normalise_cached.cache_clear()
-    classify_module._default_headline_match.cache_clear()
 
 
 def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) -> Analysed:
@@ -58,11 +48,8 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
 def analyse_junit(
     source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[list[str]] = None
 ) -> list[Analysed]:
-    """(Failure, Classification) of each failing testcase of one junit file.
-
-    Reruns are de-duplicated (the last record wins); order is first appearance. Raises
-    :class:`errors.InputError` when the file cannot be read as junit XML.
-    """
+    """(Failure, Classification) of each failing testcase of one junit file, reruns
+    de-duplicated (the last record wins); InputError when it is no junit XML."""
     return map_failing(source, lambda case: analyse_case(case, extra_rules), warnings=warnings)
 
 
@@ -71,15 +58,10 @@ def failures_from_cases(
     extra_rules: Sequence[Rule] = (),
     warnings: Optional[list[str]] = None,
 ) -> list[models.Failure]:
-    """The failing (failed or error) testcases as Failures, in order of first appearance,
-    failing doctests after every other failure.
-
-    The first failure is the one an incident, an attempt and the terminal lead with (its
-    signature): a doctest that shows the same bug as a code failure must not be it.
-    Reruns of one test identity are de-duplicated, the last record winning (a test that
-    passed on rerun is not a failure). ``nodeid`` is left None: only the plugin knows it.
-    Failing tests beyond the per-document limit are counted in a ``warnings`` line.
-    """
+    """The failing testcases as Failures, reruns de-duplicated (the last record wins), in
+    order of first appearance but failing doctests last: the first failure is the one an
+    incident leads with, and a doctest showing the same bug as a code failure must not be it.
+    ``nodeid`` is left None: only the plugin knows it."""
     failures = [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
     return sorted(failures, key=lambda f: is_doctest_line(f.message))  # stable
 

@@ -20,10 +20,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.doctests import DOCTEST_MARK
 from pytest_selfheal.analysis.fingerprint import first_stable_line
-from pytest_selfheal.analysis.rules import FAILURE_CLASSES as FAILURE_CLASSES
-from pytest_selfheal.analysis.rules import TYPE_DEFAULTS as TYPE_DEFAULTS
 from pytest_selfheal.analysis.rules import Rule as Rule
-from pytest_selfheal.analysis.rules import compiled as compiled
 from pytest_selfheal.records import models
 
 TEXT_HEAD = 16 * 1024  # characters of the failure text searched by the second tier
@@ -334,28 +331,14 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
 )
 
-UNKNOWN_CLASSIFICATION = models.Classification(
-    failure_type=models.UNKNOWN,
-    code_fixable=TYPE_DEFAULTS[models.UNKNOWN][0],
-    transient=TYPE_DEFAULTS[models.UNKNOWN][1],
-    failure_class=TYPE_DEFAULTS[models.UNKNOWN][2],
-    rule="",
-)
+UNKNOWN_CLASSIFICATION = Rule("", "", models.UNKNOWN).result
 
 
 def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
     lowered = haystack.lower()
-    for rule in rules:
-        if rule.keywords:
-            # Cheap substring pre-check: most rules are ruled out without a regex.
-            for keyword in rule.keywords:
-                if keyword in lowered:
-                    break
-            else:
-                continue
-        if rule.regex.search(haystack):
-            return rule
-    return None
+    # Cheap substring pre-check: most rules are ruled out without a regex.
+    return next((rule for rule in rules if (not rule.keywords or any(k in lowered for k in rule.keywords))
+                 and rule.regex.search(haystack)), None)
 
 
 # The keywords of the default rules, checked once per text rather than once per rule,
@@ -386,11 +369,8 @@ _default_headline_match = functools.lru_cache(maxsize=4096)(_default_match)
 
 
 def _match(extra_rules: Sequence[Rule], haystack: str, *, headline: bool) -> Optional[Rule]:
-    if extra_rules:
-        rule = _first_match(extra_rules, haystack)
-        if rule is not None:
-            return rule
-    return _default_headline_match(haystack) if headline else _default_match(haystack)
+    rule = _first_match(extra_rules, haystack) if extra_rules else None
+    return rule or (_default_headline_match(haystack) if headline else _default_match(haystack))
 
 
 def classify(
@@ -399,12 +379,8 @@ def classify(
     *,
     headline: Optional[str] = None,
 ) -> models.Classification:
-    """Classify one failing testcase: the first rule that matches (see module docstring).
-
-    ``extra_rules`` are tried before :data:`DEFAULT_RULES`. ``headline`` may pass the
-    already computed :func:`fingerprint.first_stable_line` to save recomputing it.
-    Nothing matching gives UNKNOWN (not code-fixable, deterministic).
-    """
+    """The classification of the first rule that matches (module docstring), UNKNOWN when
+    none does. ``headline``: the case's :func:`first_stable_line`, when already computed."""
     if headline is None:
         headline = first_stable_line(case)
     message = case.message[:MAX_MESSAGE]

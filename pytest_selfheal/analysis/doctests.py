@@ -1,23 +1,11 @@
 """Doctest failures as first-class failures (docs/fingerprints.md "Doctests"). Pure: no I/O.
 
-pytest reports a failing doctest without an exception line: its junit ``message`` is the
-numbered source listing (``011 Twice n.`` … ``013     >>> double(3)``), then
-``Expected:`` / ``Got:`` blocks, then ``path:LINE: DocTestFailure``; an example that
-raises ends with ``UNEXPECTED EXCEPTION: …`` and ``path:LINE: UnexpectedException``. The
-first line of that is a line of the docstring, or a fence (`` ```pycon``), which said nothing
-and made a different fingerprint whenever the docstring above the example moved.
-
-:func:`doctest_line` turns such a report into the one line that names the failure:
-
-* a mismatch: ``DocTestFailure: >>> double(3) expected: 6 got: 4`` (multi-line outputs
-  joined with `` \\n ``), classified ``DOCTEST_MISMATCH`` (docs/fingerprints.md);
-* an unexpected exception: the exception's last traceback line with the example,
-  ``ZeroDivisionError: division by zero (doctest >>> ratio(1, 0))``, classified like any
-  exception.
-
-:func:`strip_worker_header` drops the ``[gw1] linux -- Python 3.11.4 /usr/bin/python3``
-line pytest-xdist puts in front of a report, so a failure has one fingerprint with and
-without ``-n``.
+pytest reports a failing doctest without an exception line: the numbered source listing,
+``Expected:``/``Got:`` blocks (or ``UNEXPECTED EXCEPTION:`` and a traceback), then
+``path:LINE: DocTestFailure``. Its first line said nothing and changed whenever the
+docstring above the example moved; :func:`doctest_line` gives the one line that names the
+failure instead. :func:`strip_worker_header` drops pytest-xdist's ``[gw1] … -- Python …``
+line, so a failure has one fingerprint with and without ``-n``.
 """
 
 from __future__ import annotations

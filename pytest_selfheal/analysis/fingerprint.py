@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from re import Match, Pattern
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Union
 
 from pytest_selfheal.analysis.doctests import doctest_line, strip_worker_header
 from pytest_selfheal.records import models
@@ -111,22 +111,10 @@ def _text_line(text: str, exc_type: str) -> str:
 
 
 def first_stable_line(case: models.TestCaseResult) -> str:
-    """The one line that identifies a failure, before normalisation.
-
-    1. The message's first line, prefixed with the exception type when the message does
-       not already start with it (pytest's ``failed on setup with "…"`` is unwrapped).
-    2. For an empty or generic message (go's ``Failed``, pytest's ``collection
-       failure``…), the line of the failure text that names the failure: pytest's last
-       ``E   SomeError: …`` line; the line starting with the exception type; a Python
-       traceback's final exception line; go's ``x_test.go:N: …`` log line; the first
-       error-looking line (``Error``, ``error:``, ``FAIL``, ``panic:``, ``assert``,
-       ``expected``, ``Timeout``); the first non-empty line.
-    3. The bare exception type.
-
-    A doctest report (no exception line: a numbered listing, ``Expected:``/``Got:``) gives
-    the failing example with what was expected and got (:mod:`.doctests`), and a
-    pytest-xdist worker line in front of a message (``[gw1] linux -- Python …``) is dropped.
-    """
+    """The one line that identifies a failure, before normalisation (docs/fingerprints.md):
+    the message's first line with its exception type; for a generic message, the line of the
+    failure text that names the failure; else the bare exception type. A doctest report gives
+    its failing example (:mod:`.doctests`)."""
     doctest = doctest_line(case.message) or doctest_line(case.text[:TEXT_SCAN])
     if doctest is not None:
         return doctest
@@ -509,35 +497,14 @@ def _is_literal(text: str, start: int) -> bool:
     return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")
 
 
-def normalise(text: str) -> str:
-    """Replace everything that varies between runs and machines with placeholders.
-
-    Whitespace is collapsed, then each rule of docs/fingerprints.md is applied once, in
-    order. Never raises; idempotent: ``normalise(normalise(s)) == normalise(s)``.
-    """
-    return _normalise_cached(text)
-
-
 # Pure, and failures repeat (one broken fixture fails a hundred tests the same way):
 # a bounded memo saves the regex work for every repeat.
 @functools.lru_cache(maxsize=4096)
-def _normalise_cached(text: str) -> str:
+def normalise(text: str) -> str:
+    """``text`` with everything that varies between runs and machines replaced by placeholders
+    (docs/fingerprints.md); idempotent."""
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
-
-
-def fingerprint(
-    case: models.TestCaseResult, failure_type: str, *, line: Optional[str] = None
-) -> models.Failure:
-    """One failing testcase classified as ``failure_type``, with its identity: its signature,
-    fingerprint and scheme.
-
-    ``line`` may pass the already computed :func:`first_stable_line` of ``case``.
-    """
-    if line is None:
-        line = first_stable_line(case)
-    signature, digest = signature_and_hash(failure_type, case.test, line)
-    return models.Failure(test=case.test, signature=signature, fingerprint=digest, scheme=SCHEME, failure_type=failure_type)
 
 
 def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:

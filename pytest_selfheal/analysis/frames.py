@@ -1,17 +1,10 @@
 """Repo-relative target paths from traceback text (pure: no filesystem access).
 
-The plan's ``target_paths`` are the files a failure's traceback points at
-*inside the repository*: where a fix most likely goes. Recognised references:
-
-- Python tracebacks: ``File "/abs/or/rel/path.py", line 3, in func``
-- pytest's short form: ``tests/test_x.py:12: in test_x`` / ``src/x.py:3: AssertionError``
-- jest/node stacks: ``at fn (/repo/src/x.js:12:5)`` / ``at /repo/src/x.js:12:5``
-- go test output: ``    x_test.go:12: message``
-
-Paths are normalised with ``posixpath`` (backslashes become ``/``), relative ones are
-taken relative to the repository root; anything outside it (``..`` escapes, other
-absolute paths) and anything in an installed-packages or virtualenv directory is dropped.
-Existence is *not* checked: the frames describe the run that failed.
+The plan's ``target_paths`` are the files a failure's traceback points at inside the
+repository (Python tracebacks, pytest's short form, jest/node stacks, go test output):
+where a fix most likely goes. Anything outside the repository or in an installed-packages
+or virtualenv directory is dropped; existence is not checked (the frames describe the run
+that failed).
 """
 
 from __future__ import annotations
@@ -75,11 +68,8 @@ def _is_absolute(path: str) -> bool:
 
 
 def repo_relative(path: str, repo_root: str) -> Optional[str]:
-    """``path`` as a repo-relative POSIX path, or None when it is outside ``repo_root``.
-
-    Relative paths are taken relative to ``repo_root``. Installed-package, virtualenv and
-    cache directories count as outside.
-    """
+    """``path`` as a repo-relative POSIX path, or None outside ``repo_root`` (installed
+    packages, virtualenvs and caches count as outside)."""
     path = _posix(path.strip())
     if not path or path.startswith("<"):  # <string>, <frozen importlib._bootstrap>
         return None
@@ -107,14 +97,8 @@ def frame_paths(text: str) -> Iterator[str]:
 
 
 def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> list[str]:
-    """Repo-relative POSIX paths of the traceback frames in ``text`` inside ``repo_root``.
-
-    Order of first appearance, each path once; ``extra`` paths (e.g. the test file of the
-    node id, the junit ``file`` attribute) go through the same filter and come after the
-    frames. ``base``: the directory pytest ran from, relative to ``repo_root`` — pytest
-    prints a frame's path relative to it, so ``test_cli.py`` run from ``test/`` is
-    ``test/test_cli.py`` (one spelling per file).
-    """
+    """Repo-relative paths of the traceback frames in ``text``, then of ``extra``, each once.
+    ``base``: the directory pytest ran from, which its frames' paths are relative to."""
     seen: list[str] = []
     frames = [posixpath.join(base, p) if base and not _is_absolute(_posix(p)) else p for p in frame_paths(text)]
     for raw in frames + list(extra):

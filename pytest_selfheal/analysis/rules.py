@@ -42,13 +42,8 @@ def compiled(pattern: str) -> Pattern[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One classification rule: if ``pattern`` matches, the failure is ``failure_type``.
-
-    ``pattern`` is a Python regular expression searched with ``re.MULTILINE`` (use
-    ``(?i)`` for case-insensitive). ``None`` flags take the failure type's defaults
-    (:data:`TYPE_DEFAULTS`); a rule with ``transient=True`` and no ``failure_class``
-    gets ``transient``.
-    """
+    """One classification rule: if ``pattern`` matches (``re.MULTILINE``), the failure is
+    ``failure_type``; ``None`` flags take the type's defaults (:data:`TYPE_DEFAULTS`)."""
 
     name: str
     pattern: str
@@ -71,17 +66,8 @@ class Rule:
 
     @property
     def regex(self) -> Pattern[str]:
-        """The compiled pattern, compiled on first use (memoised by :func:`compiled`).
-
-        Most rules never get past their keywords, and compiling all the default rules
-        up front cost every failing ``pytest --selfheal`` run. Patterns from config
-        and hooks are compiled when validated (``rules.regex_problem``).
-        """
+        """The compiled pattern, on first use: most rules never get past their keywords."""
         return compiled(self.pattern)
-
-    def classification(self) -> models.Classification:
-        """The classification this rule gives when it matches."""
-        return self.result
 
     def _classification(self) -> models.Classification:
         fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
@@ -102,25 +88,27 @@ class Rule:
         )
 
 
-RULE_KEYS = {
-    "name": str,
-    "pattern": str,
-    "failure_type": str,
-    "code_fixable": bool,
-    "transient": bool,
-    "failure_class": str,
-    "keywords": list,
+# Each key of a rule object: its type and what an error says was expected.
+RULE_KEYS: dict[str, tuple[type, str]] = {
+    "name": (str, "a non-empty string"),
+    "pattern": (str, "a regular expression"),
+    "failure_type": (str, "one of " + ", ".join(FAILURE_TYPES)),
+    "code_fixable": (bool, "a boolean (true or false)"),
+    "transient": (bool, "a boolean (true or false)"),
+    "failure_class": (str, "one of " + ", ".join(FAILURE_CLASSES)),
+    "keywords": (list, "a list of non-empty strings"),
 }
-_REQUIRED_KEYS = ("name", "pattern", "failure_type")
-_EXPECTED = {
-    "name": "a non-empty string",
-    "pattern": "a regular expression",
-    "failure_type": "one of " + ", ".join(FAILURE_TYPES),
-    "code_fixable": "a boolean (true or false)",
-    "transient": "a boolean (true or false)",
-    "failure_class": "one of " + ", ".join(FAILURE_CLASSES),
-    "keywords": "a list of non-empty strings",
-}
+
+
+def _valid(key: str, value: Any) -> bool:
+    kind = RULE_KEYS[key][0]
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        return False
+    if isinstance(value, list):  # keywords
+        return all(isinstance(k, str) and k for k in value)
+    if key in ("failure_type", "failure_class"):
+        return value in (TYPE_DEFAULTS if key == "failure_type" else FAILURE_CLASSES)
+    return bool(value) or key != "name"
 
 
 # A pattern is searched in every failure's text: one longer than this, or with more variable
@@ -216,13 +204,8 @@ def regex_problem(pattern: str) -> Optional[str]:
 
 
 def rule_from_mapping(entry: Any, at: str) -> Rule:
-    """The one validator of a classification rule, from config or from a hook.
-
-    ``entry`` is ``{name, pattern, failure_type, code_fixable?, transient?,
-    failure_class?, keywords?}``. Raises :class:`errors.ConfigError` naming ``at`` and the
-    key for a missing or unknown key, a wrong type, an empty name, an unknown failure type
-    or class, or a pattern that is not a valid regular expression.
-    """
+    """The one validator of a classification rule (:data:`RULE_KEYS`), from config or from a
+    hook; ConfigError naming ``at`` and the key."""
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
     for key in entry:
@@ -231,28 +214,12 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
             close = difflib.get_close_matches(str(key), list(RULE_KEYS), n=1)
             hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(RULE_KEYS)}"
             raise ConfigError(f"{at}.{key}: unknown key; {hint}")
-    for key in _REQUIRED_KEYS:
+    for key in ("name", "pattern", "failure_type"):
         if key not in entry:
             raise ConfigError(f"{at}: missing required key {key!r}")
     for key, value in entry.items():
-        expected = RULE_KEYS[key]
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{at}.{key}: expected {_EXPECTED[key]}, got {describe_value(value)}")
-    if not entry["name"]:
-        raise ConfigError(f"{at}.name: expected {_EXPECTED['name']}, got {describe_value(entry['name'])}")
-    if entry["failure_type"] not in TYPE_DEFAULTS:
-        raise ConfigError(
-            f"{at}.failure_type: expected one of {', '.join(FAILURE_TYPES)}, "
-            f"got {describe_value(entry['failure_type'])}"
-        )
-    if "failure_class" in entry and entry["failure_class"] not in FAILURE_CLASSES:
-        raise ConfigError(
-            f"{at}.failure_class: expected one of {', '.join(FAILURE_CLASSES)}, "
-            f"got {describe_value(entry['failure_class'])}"
-        )
-    keywords = entry.get("keywords", [])
-    if not all(isinstance(k, str) and k for k in keywords):
-        raise ConfigError(f"{at}.keywords: expected {_EXPECTED['keywords']}")
+        if not _valid(key, value):
+            raise ConfigError(f"{at}.{key}: expected {RULE_KEYS[key][1]}, got {describe_value(value)}")
     problem = regex_problem(entry["pattern"])
     if problem is not None:
         raise ConfigError(
@@ -265,7 +232,7 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         code_fixable=entry.get("code_fixable"),
         transient=entry.get("transient"),
         failure_class=entry.get("failure_class"),
-        keywords=tuple(k.lower() for k in keywords),
+        keywords=tuple(k.lower() for k in entry.get("keywords", [])),
     )
 
 
@@ -283,10 +250,6 @@ def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
 
 
 def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Rule] = ()) -> list[Rule]:
-    """The extra rules of a run: hook-provided first (:func:`parse_hook_rules`), then the
-    configured ones (``Settings.classification_rules``, validated by the config merge).
-
-    Capture and every verification run build their rules here, so one failure gets one
-    type (and one fingerprint) on every surface.
-    """
+    """The extra rules of a run, hook-provided first: capture and every verification build
+    them here, so one failure gets one type (and one fingerprint) on every surface."""
     return [*hooked, *configured]

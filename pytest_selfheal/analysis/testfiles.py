@@ -1,12 +1,9 @@
 """The test code a failure depends on, and its digests (edge: reads files).
 
-A failing test's own file and every ``conftest.py`` between it and the rootdir: when they
-change, a later pass may be a weakened test rather than a fix. The capture records their
-digests (``incident.json`` ``test_digests``); the agent-in-the-loop mode compares, so a run
-that passes only because those files changed stops with ``tests_edited``, never ``success``.
-A doctest collected from a module of the code under test (``--doctest-modules``) is that
-module's docstrings, not the module: its digest (``doctests:`` and a hex) covers only them,
-so fixing the code there is a code change, while editing an example is a test edit.
+A failing test's file and the conftests above it: when they change, a later pass may be a
+weakened test rather than a fix (``tests_edited``). A doctest collected from a module of the
+code under test is that module's docstrings, so its digest (``doctests:``) covers only them:
+fixing the code there is a code change, editing an example a test edit.
 """
 
 from __future__ import annotations

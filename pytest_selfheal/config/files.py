@@ -1,14 +1,9 @@
-"""Finding and reading the config files (edge: file I/O; the merge itself is in config.py).
+"""Finding and reading the config files (edge: file I/O; the merge is settings.py's).
 
-- global: ``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``
-- project: ``<root>/.planning/config.yml``, ``config.yaml``, ``config.json`` (read in that
-  order, later wins: when both YAML and JSON exist, JSON wins)
-- pytest ini: the first of pytest's own config files in ``<root>`` that holds a pytest
-  section, ``selfheal*`` options only.
-
-Only the ``ralf_lite`` key of the JSON/YAML files is ours; every other top-level key
-belongs to other tools sharing the file and is never looked at. Every file is read,
-parsed and checked before anything is returned: a bad one raises ConfigError (one line).
+The global file, the project's ``.planning/config.{yml,yaml,json}`` (JSON wins) and the
+``selfheal*`` options of the pytest config file pytest would use (docs/configuration.md).
+Only the ``ralf_lite`` key of the JSON/YAML files is ours; the rest belongs to other tools
+sharing the file. Every file is read and checked before anything is returned.
 """
 
 from __future__ import annotations
@@ -111,11 +106,8 @@ def _parse_yaml(path: Path, text: str) -> Any:
 
 
 def read_config_section(path: Path) -> Optional[Any]:
-    """The ``ralf_lite`` value of a JSON or YAML config file (by suffix), unchecked.
-
-    None when the file does not exist, has no ``ralf_lite`` key, or it is null (a YAML
-    ``ralf_lite:`` whose keys are all commented out). Other top-level keys are ignored.
-    """
+    """The ``ralf_lite`` value of a JSON or YAML config file, unchecked; None when there is
+    none (a YAML ``ralf_lite:`` whose keys are all commented out is null)."""
     text = _read_text(path)
     if text is None:
         return None
@@ -157,11 +149,9 @@ def _ini_text(name: str, value: object) -> str:
     """A TOML value as the text an ini file would hold, keeping list items apart."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        if name == INI_OVERRIDES:
-            return "\n".join(str(item) for item in value)
-        return json.dumps(value, default=str)  # a flow list: config.py parses it as YAML
-    return json.dumps(value, default=str)  # true/false, numbers
+    if isinstance(value, list) and name == INI_OVERRIDES:
+        return "\n".join(str(item) for item in value)
+    return json.dumps(value, default=str)  # true/false, numbers, a flow list (parsed as YAML)
 
 
 def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:
@@ -169,9 +159,9 @@ def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:
     return {key: _ini_text(key, value) for key, value in options.items() if key.startswith("selfheal")}
 
 
-def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
-    """The ``selfheal*`` options of pytest's section in ``path`` (as ini text); None when the
-    file holds no pytest section."""
+def pytest_section(path: Path, text: str) -> Optional[dict[str, Any]]:
+    """pytest's section of its config file ``path``, values as the file gives them; None when
+    the file holds none (``pytest.ini`` counts even when empty, as pytest counts it)."""
     name = path.name
     if name.endswith(".toml"):
         try:
@@ -180,53 +170,42 @@ def _parse_pytest_config(path: Path, text: str) -> Optional[dict[str, str]]:
             raise config_error(f"{path}: invalid TOML: {exc}") from None
         if name != "pyproject.toml":
             table = document.get("pytest", {})
-            return _selfheal_options(table) if isinstance(table, dict) else {}
+            return table if isinstance(table, dict) else {}
         tool = document.get("tool", {})
         pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
         if not isinstance(pytest_table, dict):
             return None
-        native = {k: v for k, v in pytest_table.items() if k != "ini_options"}
-        section = native or pytest_table.get("ini_options")
-        return _selfheal_options(section) if isinstance(section, dict) else None
+        # pytest refuses a file with both: the native table, else the ini-style one.
+        section = {k: v for k, v in pytest_table.items() if k != "ini_options"} or pytest_table.get("ini_options")
+        return section if isinstance(section, dict) else None
     try:
         ini = iniconfig.IniConfig(str(path), data=text)
     except iniconfig.ParseError as exc:
         raise config_error(f"{path}: invalid ini file at line {exc.lineno + 1}: {exc.msg}") from None
     section_name = "tool:pytest" if name == "setup.cfg" else "pytest"
     if section_name in ini.sections:
-        return _selfheal_options(dict(ini[section_name].items()))
-    return {} if name in ("pytest.ini", ".pytest.ini") else None  # these count even if empty
+        return dict(ini[section_name].items())
+    return {} if name in ("pytest.ini", ".pytest.ini") else None
 
 
 def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]:
-    """The pytest config file pytest would use in ``project_root`` and its ``selfheal*`` options.
-
-    Searched like pytest does: pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
-    pyproject.toml (``[tool.pytest]`` or ``[tool.pytest.ini_options]``), tox.ini
-    (``[pytest]``), setup.cfg (``[tool:pytest]``). TOML is read with tomllib (3.11+) or
-    tomli (declared below 3.11), ini files with iniconfig. Lists come back one item per line for
-    ``selfheal_config`` and as a JSON list otherwise.
-    """
+    """The config file pytest would use in ``project_root`` and its ``selfheal*`` options as
+    ini text."""
     for name in PYTEST_CONFIG_FILES:
         path = Path(project_root, name)
         text = _read_text(path)
         if text is None:
             continue
-        options = _parse_pytest_config(path, text)
-        if options is not None:
-            return path, options
+        section = pytest_section(path, text)
+        if section is not None:
+            return path, _selfheal_options(section)
     return None
 
 
 def find_project_root(start: Path) -> Path:
-    """The directory pytest takes as its rootdir when run in ``start`` without arguments.
-
-    pytest's rules, in order: the nearest ancestor (``start`` included) with a pytest
-    config file (:data:`PYTEST_CONFIG_FILES` holding a pytest section; ``pytest.ini``
-    always counts); else the nearest with a ``setup.py``; else the nearest with a
-    ``pyproject.toml``; else ``start``. The ``selfheal`` commands use it so that they find
-    the reports root ``pytest --selfheal`` wrote from any subdirectory of the project.
-    """
+    """The directory pytest takes as its rootdir when run in ``start`` without arguments, by
+    pytest's rules: the ``selfheal`` commands find the reports root ``pytest --selfheal``
+    wrote from any subdirectory of the project."""
     start = Path(start).resolve()
     chain = [start, *start.parents]
     for folder in chain:
@@ -258,13 +237,9 @@ def load_config(
     overrides: Sequence[Override] = (),
     ini_origin: Optional[str] = None,
 ) -> EffectiveConfig:
-    """The effective config: defaults ← global ← project ← pytest ini ← overrides.
-
-    ``ini=None``: read the pytest config file in ``project_root`` (the ``selfheal``
-    command); the plugin passes the values it got from ``config.getini`` instead, and
-    may name their file with ``ini_origin`` (default ``"pytest ini"``).
-    Every file is read and every value checked before returning; ConfigError otherwise.
-    """
+    """The effective config: defaults ← global ← project ← pytest ini ← overrides, every value
+    checked. ``ini=None`` reads the pytest config file in ``project_root`` (the ``selfheal``
+    command); the plugin passes what ``config.getini`` gave it."""
     file_layers = read_file_layers(Path(project_root), env)
     if ini is None:
         found = find_pytest_ini(Path(project_root))

@@ -40,29 +40,17 @@ MAX_ITEMS = 1000
 MAX_TEXT = 4096
 DAY_SECONDS = 86_400
 
-# What an error message says was expected, per kind.
-_EXPECTED = {
-    BOOL: "a boolean (true or false)",
-    INT: "an integer >= 1",
-    NUMBER: "a number > 0",
-    STRING: "a non-empty string",
-    STRINGS: "a list of strings",
-    REGEXES: "a list of regular expressions",
-    ARGV: "a non-empty list of strings",
-    RULES: "a list of rule objects {name, pattern, failure_type, code_fixable, transient, "
-           "failure_class}",
-}
-
-# The type column of the reference table, per kind.
-_TYPE_NAMES = {
-    BOOL: "bool",
-    INT: "int ≥ 1",
-    NUMBER: "number > 0",
-    STRING: "string",
-    STRINGS: "list of strings",
-    REGEXES: "list of regexes",
-    ARGV: "list of strings (argv)",
-    RULES: "list of rules",
+# Per kind: what an error message says was expected, and the reference table's type column.
+_KIND_TEXT = {
+    BOOL: ("a boolean (true or false)", "bool"),
+    INT: ("an integer >= 1", "int ≥ 1"),
+    NUMBER: ("a number > 0", "number > 0"),
+    STRING: ("a non-empty string", "string"),
+    STRINGS: ("a list of strings", "list of strings"),
+    REGEXES: ("a list of regular expressions", "list of regexes"),
+    ARGV: ("a non-empty list of strings", "list of strings (argv)"),
+    RULES: ("a list of rule objects {name, pattern, failure_type, code_fixable, transient, failure_class}",
+            "list of rules"),
 }
 
 
@@ -91,7 +79,7 @@ class KeySpec:
         if self.most is not None and self.kind == INT:
             text = f"an integer from 1 to {_number(self.most)}"
         else:
-            text = _EXPECTED[self.kind] + (f" and <= {_number(self.most)}" if self.most is not None else "")
+            text = _KIND_TEXT[self.kind][0] + (f" and <= {_number(self.most)}" if self.most is not None else "")
         return text + (" or null" if self.nullable else "")
 
     @property
@@ -102,7 +90,7 @@ class KeySpec:
         if self.most is not None:
             text = f"int 1–{_number(self.most)}" if self.kind == INT else f"number > 0, ≤ {_number(self.most)}"
         else:
-            text = _TYPE_NAMES[self.kind]
+            text = _KIND_TEXT[self.kind][1]
         return text + (" or null" if self.nullable else "")
 
 
@@ -248,8 +236,9 @@ def nest(flat: Mapping[str, object]) -> dict[str, Any]:
     return nested
 
 
-DEFAULTS = nest({spec.key: spec.default for spec in SCHEMA})
-"""The built-in ``ralf_lite`` mapping. Shared: ``copy.deepcopy`` it before changing anything."""
+def strip_root(key: str) -> str:
+    """``key`` without a leading ``ralf_lite.``."""
+    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
 
 
 # --- shapes ---------------------------------------------------------------------------

@@ -1,30 +1,15 @@
 """The seal (edge: reads files and the interpreter's state): what decides what runs and how
 a result is judged, taken when an incident is captured and compared at every verification.
 Between a capture and a verdict only the code under repair may change: the project's
-non-test modules.
+non-test modules. Sealed: the test files, conftests and project plugins; every other
+module the run imported, by content; the test data the run read; pytest's configuration
+(each key apart, so a change names the key) and the environment it reads options from;
+the interpreter's start-up files; pytest's and the pytest11 plugins' distributions; and the
+code under repair's reads of the process context (:func:`context_reads`), so that a read
+added since the capture is flagged, quoted.
 
-- the files: the collected test modules, the ``__init__.py`` and ``conftest.py`` of every
-  package between them and the rootdir, every ``conftest.py`` under the rootdir, and the
-  project's own plugins;
-- every other module the run imported, wherever it lives (test helpers, plugins, installed
-  distributions, the standard library), by content;
-- the test data: the files under the rootdir the run opened for reading and did not write
-  (:attr:`Loaded.read_files`), by content;
-- pytest's configuration: pytest's section of every config file pytest may read it from
-  (each key apart, so a change names the key), the inifile the capture used, and the
-  environment variables pytest reads options and plugins from, ``-p no:NAME`` included;
-- the interpreter's start-up customisation: ``sitecustomize`` / ``usercustomize`` where they
-  resolve on ``sys.path``, and the ``.pth`` files of the site directories;
-- the installed distributions that can act on a run: pytest itself and every distribution
-  that registers a ``pytest11`` plugin, with their versions;
-- the code under repair's reads of the process context (:func:`context_reads`: the
-  environment, ``sys.modules``, ``sys.argv``, the call stack, ``__file__``, the working
-  directory, the names pytest and selfheal): a read added since the capture is flagged,
-  quoted.
-
-Cheap by design: a file's content is hashed once per run (:class:`Hasher`, stat first: size
-and mtime_ns key the run's cache; across runs only content hashes are compared), and a run
-with nothing to judge (green, no incident open) never takes a seal (recorder/finish.py).
+A file's content is hashed once per run (:class:`Hasher`), and a run with nothing to judge
+(green, no incident open) never takes a seal (recorder/finish.py).
 """
 
 from __future__ import annotations
@@ -39,16 +24,15 @@ import site
 import sys
 import sysconfig
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
-
-import iniconfig
+from typing import Any, NamedTuple, Optional, TypeVar, cast
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.testfiles import MISSING
-from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, toml_loads
+from pytest_selfheal.config.files import PYTEST_CONFIG_FILES, pytest_section
+from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.seal import Seal
 
@@ -60,6 +44,7 @@ NO_INIFILE = "none"
 ENVIRONMENT: tuple[str, ...] = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 STARTUP_MODULES: tuple[str, ...] = ("sitecustomize", "usercustomize")
 TEST_AWARE = "reads the process context"
+_T = TypeVar("_T")
 
 # Directories no conftest walk enters: pytest's default norecursedirs, caches, environments.
 _SKIP_DIRS = frozenset({"_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}", "__pycache__",
@@ -87,7 +72,6 @@ _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|trac
 
 
 def sha256(data: bytes) -> str:
-    """The hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -115,10 +99,9 @@ def _reads_context(node: ast.AST) -> bool:
 
 
 def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
-    """The lines of a module's source that read the process context — the environment,
-    ``sys.modules``, ``sys.argv``, the call stack, its own ``__file__``, the
-    working directory, a string naming pytest or selfheal — as ``(line number, stripped
-    line)``, from its syntax tree (docstrings left out). A file Python cannot parse: ()."""
+    """``(line number, stripped line)`` of each line of a module that reads the process
+    context (the environment, ``sys.modules``, the call stack, ``__file__``, the working
+    directory, a string naming pytest or selfheal); docstrings left out, () when unparsable."""
     if not _CONTEXT_LINE.search(data.lower()):
         return ()
     try:
@@ -138,9 +121,9 @@ def _line_key(text: str) -> str:
 
 
 def code_record(data: bytes) -> str:
-    """What a seal records of a module of the code under repair: its sha256, then the short
-    sha256 of each stripped line that could read the process context (:data:`_CONTEXT_LINE`),
-    sorted. Found without parsing: the module is parsed only when it changed since."""
+    """A module of the code under repair as sealed: its sha256, then the short sha256 of each
+    line that could read the process context, sorted. Found without parsing: the module is
+    parsed only when it changed since."""
     lowered = data.lower()  # one pass over the file: far fewer matches than lines
     starts = {lowered.rfind(b"\n", 0, m.start()) + 1 for m in _CONTEXT_LINE.finditer(lowered)}
     lines = (data[start:end if (end := data.find(b"\n", start)) >= 0 else len(data)] for start in starts)
@@ -163,67 +146,41 @@ def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[i
 
 @dataclass
 class Hasher:
-    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of its sha256
-    (and, for the code under repair, of its context reads). Never kept across
-    runs: an mtime can lie."""
+    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of what is
+    derived from its bytes (its sha256, its context reads). Never kept across runs: an
+    mtime can lie."""
 
-    _digests: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-    _reads: dict[str, tuple[int, int, tuple[tuple[int, str], ...]]] = field(default_factory=dict)
-    _records: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    _cache: dict[tuple[str, Callable[[bytes], Any]], tuple[int, int, Any]] = field(default_factory=dict)
 
-    @staticmethod
-    def _read(path: str) -> Optional[tuple[int, int, bytes]]:
+    def _derived(self, path: str, derive: Callable[[bytes], _T], unreadable: _T) -> _T:
+        known = self._cache.get((path, derive))
         try:
             st = os.stat(path)
+            if known is not None and known[:2] == (st.st_size, st.st_mtime_ns):
+                return cast(_T, known[2])
             with open(path, "rb") as handle:
-                return st.st_size, st.st_mtime_ns, handle.read()
+                value = derive(handle.read())
         except OSError:  # missing, a directory, unreadable
-            return None
-
-    @staticmethod
-    def _stat(path: str) -> Optional[tuple[int, int]]:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
+            return unreadable
+        self._cache[(path, derive)] = (st.st_size, st.st_mtime_ns, value)
+        return value
 
     def digest(self, path: str) -> str:
         """sha256 of the file's bytes; ``missing`` when it does not exist or cannot be read."""
-        known = self._digests.get(path)
-        if known is not None and known[:2] == self._stat(path):
-            return known[2]
-        read = self._read(path)
-        if read is None:
-            return MISSING
-        self._digests[path] = (read[0], read[1], sha256(read[2]))
-        return self._digests[path][2]
+        return self._derived(path, sha256, MISSING)
 
     def record(self, path: str) -> str:
         """The file's :func:`code_record` ("" when it cannot be read)."""
-        known = self._records.get(path)
-        if known is None or known[:2] != self._stat(path):
-            read = self._read(path)
-            if read is None:
-                return ""
-            known = self._records[path] = (read[0], read[1], code_record(read[2]))
-        return known[2]
+        return self._derived(path, code_record, "")
 
     def reads(self, path: str) -> tuple[tuple[int, str], ...]:
         """The file's reads of the process context (:func:`context_reads`)."""
-        known = self._reads.get(path)
-        if known is None or known[:2] != self._stat(path):
-            read = self._read(path)
-            if read is None:
-                return ()
-            known = self._reads[path] = (read[0], read[1], context_reads(read[2]))
-        return known[2]
+        return self._derived(path, context_reads, ())
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """What the run in this process loaded (only known inside pytest): plugin module files
-    (``config.pluginmanager.get_plugins()``) and every imported module's file."""
+    """The files of what the run in this process loaded (only known inside pytest)."""
 
     plugin_files: tuple[str, ...] = ()
     module_files: tuple[str, ...] = ()
@@ -234,8 +191,6 @@ NOTHING_LOADED = Loaded()  # a check outside pytest: nothing of the run is known
 
 
 def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loaded:
-    """:class:`Loaded` of this process: the files of ``plugins`` and of ``sys.modules``, and
-    ``read_files`` (what the run's tests opened for reading only)."""
     def file_of(obj: object) -> Optional[str]:
         name = getattr(obj, "__file__", None)
         return name if isinstance(name, str) else None
@@ -248,20 +203,14 @@ def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loa
 
 
 def _relative(rootdir: Path, path: str) -> Optional[str]:
-    """``path`` as a rootdir-relative POSIX path, or None outside the rootdir (or in an
-    environment or a hidden directory inside it)."""
-    absolute = os.path.abspath(path)
-    if not absolute.startswith(os.path.join(rootdir, "")):
-        return None  # most of sys.modules: told apart without making a Path of each
-    rel = Path(absolute).relative_to(rootdir)
-    parts = rel.parts
-    if not parts or any(p.startswith(".") or p in _SKIP_DIRS for p in parts[:-1]):
+    """``path`` rootdir-relative, or None outside it or in an environment or hidden folder."""
+    rel = _project_module(rootdir, path)
+    if rel is None or any(part.startswith(".") or part in _SKIP_DIRS for part in rel.split("/")[:-1]):
         return None
-    return rel.as_posix()
+    return rel
 
 
 def _folders(test_files: Iterable[str]) -> list[str]:
-    """Every folder from the test files' up to the rootdir ("" is the rootdir), sorted."""
     found = {""}
     for path in test_files:
         folder = posixpath.dirname(path)
@@ -272,7 +221,6 @@ def _folders(test_files: Iterable[str]) -> list[str]:
 
 
 def _conftests(rootdir: Path) -> list[str]:
-    """Every ``conftest.py`` under the rootdir, outside environments, caches and hidden folders."""
     found = []
     for folder, dirs, files in os.walk(rootdir):
         dirs[:] = [d for d in dirs if not (d.startswith(".") or d.endswith(".egg") or d in _SKIP_DIRS
@@ -280,25 +228,6 @@ def _conftests(rootdir: Path) -> list[str]:
         if "conftest.py" in files:
             found.append(Path(folder, "conftest.py").relative_to(rootdir).as_posix())
     return found
-
-
-def pytest_section(path: Path, text: str) -> Optional[dict[str, str]]:
-    """pytest's section of the config file ``path`` as ``{key: value text}``; None when the
-    file holds none (``pytest.ini`` counts even when empty, as pytest counts it)."""
-    name = path.name
-    if name.endswith(".toml"):
-        document = toml_loads(text)
-        if name == "pyproject.toml":
-            tool = document.get("tool", {})
-            table = tool.get("pytest") if isinstance(tool, dict) else None
-        else:
-            table = document.get("pytest", {})
-        return {k: repr(v) for k, v in table.items()} if isinstance(table, dict) else None
-    ini = iniconfig.IniConfig(str(path), data=text)
-    section = "tool:pytest" if name == "setup.cfg" else "pytest"
-    if section in ini.sections:
-        return dict(ini[section].items())
-    return {} if name in ("pytest.ini", ".pytest.ini") else None
 
 
 def _config(rootdir: Path, folders: Iterable[str], inifile: Optional[str], hasher: Hasher) -> dict[str, str]:
@@ -314,14 +243,15 @@ def _config(rootdir: Path, folders: Iterable[str], inifile: Optional[str], hashe
                 continue
             try:
                 section = pytest_section(path, path.read_text(encoding="utf-8", errors="replace"))
-            except (ValueError, RecursionError, iniconfig.ParseError):
+            except ConfigError:
                 out[shown] = "unreadable " + hasher.digest(str(path))  # pytest refuses it: any change counts
                 continue
             if section is None:
                 continue
             out[shown] = "pytest section"
             for key, value in section.items():
-                out[f"{shown}: {key}"] = sha256(value.encode("utf-8", "surrogatepass"))
+                text = repr(value) if name.endswith(".toml") else str(value)
+                out[f"{shown}: {key}"] = sha256(text.encode("utf-8", "surrogatepass"))
     return out
 
 
@@ -359,21 +289,15 @@ def _distributions() -> dict[str, str]:
     # the loop's parent process never imports importlib.metadata (docs/benchmarks.md).
     import importlib.metadata
 
-    out = {"pytest": _version("pytest")}
+    try:
+        out = {"pytest": importlib.metadata.version("pytest")}
+    except importlib.metadata.PackageNotFoundError:
+        out = {"pytest": MISSING}
     for entry in importlib.metadata.entry_points(group="pytest11"):
         dist = entry.dist
         if dist is not None:
             out[dist.name] = dist.version
     return out
-
-
-def _version(name: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return MISSING
 
 
 def _environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -405,8 +329,8 @@ def _project_plugins(rootdir: Path, loaded: Loaded) -> list[str]:
 
 
 def _project_module(rootdir: Path, path: str) -> Optional[str]:
-    """``path`` rootdir-relative when it is one of the project's modules, in whichever folder
-    (hidden, ``build/``, ``testing/``); None outside the rootdir or in an environment in it."""
+    """``path`` rootdir-relative when it is a project module, in whichever folder; None
+    outside the rootdir or in an environment in it."""
     absolute = os.path.abspath(path)
     prefix = os.path.join(rootdir, "")
     if not absolute.startswith(prefix):
@@ -421,9 +345,9 @@ def _test_module_name(rel: str) -> bool:
 
 
 def _loaded_modules(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``(modules, code)`` of what the run loaded besides ``sealed``: the files sealed by
-    content (the project's test code rootdir-relative, everything outside the project
-    absolute) and the code under repair (the project's other ``.py`` modules)."""
+    """``(modules, code)`` of what the run loaded besides ``sealed``: what is sealed by
+    content (test code rootdir-relative, anything outside the project absolute), and the
+    code under repair."""
     skip = set(sealed)
     modules: set[str] = set()
     code: set[str] = set()
@@ -446,10 +370,9 @@ _NOT_DATA = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".
 
 
 def _data(rootdir: Path, loaded: Loaded, sealed: Iterable[str], code: Iterable[str]) -> list[str]:
-    """The test data of what ``loaded`` read: rootdir-relative files that are not the code
-    under repair (a non-test ``.py``, which a traceback reads, or a file in a package of
-    ``code``: its package data), no config file, nothing ``sealed`` already, outside
-    ``.git``, caches and environments."""
+    """The test data ``loaded`` read: project files that are not the code under repair (a
+    non-test ``.py``, which a traceback reads, or its package data), no config file,
+    nothing ``sealed`` already, outside version control, caches and environments."""
     skip = set(sealed)
     packages = {folder for folder in map(posixpath.dirname, code) if folder}
     found = set()
@@ -488,11 +411,9 @@ def take_seal(
     path: Optional[Sequence[str]] = None,
     hasher: Optional[Hasher] = None,
 ) -> Seal:
-    """The seal of a run in ``rootdir`` whose collected test modules are ``test_files``
-    (rootdir-relative), with ``inifile`` (rootdir-relative, or absolute outside it) and the
-    ``judging`` ralf_lite keys. ``loaded``: what the run loaded (inside pytest);
-    ``extra_code``: more rootdir-relative modules whose context reads are recorded (the
-    failures' target paths: an xdist controller imports none of the code under test)."""
+    """The seal of a run in ``rootdir`` that collected ``test_files``. ``extra_code``: more
+    modules whose context reads are recorded (the failures' target paths: an xdist
+    controller imports none of the code under test)."""
     hasher = hasher or Hasher()
     # A module of the code under test collected for its doctests (``--doctest-modules``) is
     # code under repair; its docstrings are test code, judged by the incident's test digests.
@@ -519,11 +440,7 @@ def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded:
            extra_code: Iterable[str] = (), environ: Optional[Mapping[str, str]] = None,
            path: Optional[Sequence[str]] = None, distributions: bool = True) -> Seal:
     """The seal now of what ``recorded`` sealed, in ``rootdir`` (the project, or a repair
-    worktree): its files and modules hashed again (with the conftests and plugins that
-    appeared since), the same configuration places, start-up files and distributions; the
-    context reads of the code it checked, of ``extra_code`` (rootdir-relative, e.g. a
-    repair's changed files) and of every project module ``loaded`` holds that the capture
-    did not seal (a module new since, in whichever folder).
+    worktree), with the conftests, plugins and project modules new since.
     ``distributions``: False keeps the recorded ones (a check outside pytest: the loop's parent)."""
     hasher = Hasher()
     tests = [name for name in recorded.files if is_test_file(name)]
@@ -561,7 +478,6 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
 
 
 def _import_roots() -> list[str]:
-    """The folders modules are imported from (``sys.path``, the interpreter's), longest first."""
     return sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
         sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
         key=len, reverse=True)
@@ -572,19 +488,23 @@ def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
     by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
     ahead of the project's): the tests ran other code than the project's."""
     tops = {_importable_as(rootdir, rel): rel for rel in recorded.code}
-    roots = _import_roots()
-    replaced: dict[str, str] = {}
-    for path in loaded.module_files:
-        if _project_module(rootdir, path) is None:
-            name = _top_name(os.path.abspath(path), roots)
-            if name in tops:
-                replaced.setdefault(tops[name], path)
+    outside = _outside_names(path for path in loaded.module_files if _project_module(rootdir, path) is None)
+    replaced = {tops[name]: path for name, path in outside.items() if name in tops}
     return [f"{rel} (this run imported {path} instead)" for rel, path in sorted(replaced.items())]
 
 
+def _outside_names(paths: Iterable[str]) -> dict[str, str]:
+    """The top-level names modules outside the project are imported by, each with its first path."""
+    roots = _import_roots()
+    names: dict[str, str] = {}
+    for path in paths:
+        name = _top_name(os.path.abspath(path), roots)
+        if name:
+            names.setdefault(name, path)
+    return names
+
+
 def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
-    """The top-level module name ``path`` (absolute) is imported by below the first of
-    ``roots`` (longest first) holding it."""
     for entry in roots:
         if path.startswith(entry):
             first = path[len(entry):].split(os.sep, 1)[0]
@@ -608,35 +528,24 @@ def _shadowing(recorded: Seal, now: Seal, root: Path) -> list[str]:
     the capture loaded from outside the project (``fractions.py`` beside the tests, where the
     test's expected value came from the standard library's): it replaces that module."""
     added = sorted(set(now.code) - set(recorded.code))
-    if not added:
-        return []
-    roots = _import_roots()
-    outside: dict[str, str] = {}
-    for path in recorded.modules:
-        name = _top_name(path, roots) if os.path.isabs(path) else None
-        if name:
-            outside.setdefault(name, path)
+    outside = _outside_names(path for path in recorded.modules if os.path.isabs(path)) if added else {}
     return [f"{rel} (named like {outside[name]})" for rel in added
             if (name := _importable_as(root, rel)) in outside]
 
 
 class Changes(NamedTuple):
-    """What changed between two seals, each named, split by what it is: ``tests``, test code
-    (a test file by :func:`~pytest_selfheal.analysis.frames.is_test_file`: a ``test_*.py``,
-    a conftest, anything below a ``test``/``tests``/``testing`` folder) and test data, a
-    pass with which is ``tests_edited``; ``harness``, the rest, ``harness_changed``."""
+    """What changed between two seals: ``tests``, test code and test data (a pass with them is
+    ``tests_edited``), and ``harness``, the rest (``harness_changed``)."""
 
     tests: list[str]
     harness: list[str]
 
 
 def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
-    """What changed between two seals, each named: a file path, ``<config file>: <key>``, a
-    variable, a start-up file, ``<distribution> <version>``, a module of the code under
-    repair changed since with an added read of the process context (parsed and quoted from
-    ``root``, where ``now`` was taken). A sealed module gone since is
-    no change (deleting code cannot pass a failure); a test data file gone is one. The
-    judging keys are not in it (:func:`judging_changes`: reported, not obeyed)."""
+    """What changed between two seals, each named (a path, ``<config file>: <key>``, a
+    variable, ``<distribution> <old> -> <new>``, a quoted read of the process context added
+    to the code under repair). A sealed module gone since is no change (deleting code cannot
+    pass a failure); a test data file gone is one. Judging keys: :func:`judging_changes`."""
     files = _differ(recorded.files, now.files)
     files += [name for name in sorted(recorded.modules)
               if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
@@ -670,21 +579,3 @@ def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list
 
     return sorted(key for key in set(recorded) | set(now) if text(recorded, key) != text(now, key))
 
-
-__all__ = [
-    "Changes",
-    "ENVIRONMENT",
-    "Hasher",
-    "Loaded",
-    "TEST_AWARE",
-    "added_reads",
-    "context_reads",
-    "code_record",
-    "harness_changes",
-    "judging_changes",
-    "loaded_now",
-    "pytest_section",
-    "replaced_code",
-    "reseal",
-    "take_seal",
-]

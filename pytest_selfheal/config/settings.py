@@ -1,23 +1,11 @@
-"""The effective configuration (docs/configuration.md): validation, deep merge, typed settings.
+"""The effective configuration (docs/configuration.md): validation, merge, typed settings.
 
-Pure: no file I/O here (``config/files.py`` finds and reads the files; ``config/keys.py``
-holds the table of keys). Layers, later wins:
-
-1. built-in defaults (origin ``"default"``),
-2. the global file, 3. the project file(s) (origin: the file path),
-4. pytest ini options ``selfheal_*`` (origin ``"pytest ini (<path>)"``),
-5. command-line overrides ``dotted.key=value`` (origin: the flag, e.g. ``"--set"``).
-
-Objects (``apply_to``, ``repair``…) merge key by key; every other value, lists included,
-is a leaf that a later layer replaces whole. The origin of every leaf is kept.
-
-Values from files are checked strictly (``"4"`` is not an integer, ``true`` is not an
-integer). Values that arrive as *text* (ini options, ``--set``) are first coerced to the
-key's type: ``int("4")``, ``true/false/yes/no/on/off/1/0`` for booleans, YAML flow syntax
-for lists and objects, ``shlex.split`` for ``repair.command``.
-
-The merge validates every value once; :class:`Settings` is the typed view built from the
-result, once per :class:`EffectiveConfig`. Code reads settings, never the raw mapping.
+Pure (``config/files.py`` reads the files, ``config/keys.py`` holds the keys). Layers, later
+wins: defaults, the global file, the project files, pytest ini options, command-line
+overrides; groups merge key by key, every other value is a leaf a later layer replaces
+whole, and the origin of every leaf is kept. Values from files are checked strictly (``"4"``
+is not an integer); text (ini options, ``--set``) is first coerced to the key's type.
+Code reads the typed :class:`Settings`, never the raw mapping.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from pytest_selfheal.config.keys import (
     ARGV,
@@ -52,6 +40,7 @@ from pytest_selfheal.config.keys import (
     KeySpec,
     nest,
     outside_project,
+    strip_root,
     text_problem,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
@@ -74,11 +63,8 @@ IniValue = Union[str, Sequence[str], None]
 
 @dataclass(frozen=True)
 class Override:
-    """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``).
-
-    ``value`` is text to coerce to the key's type (what :func:`parse_override` gives) or an
-    already typed value (what the plugin passes for ``--selfheal-approve``), checked strictly.
-    """
+    """One ``dotted.key=value`` override (layer 5, or a line of ``selfheal_config``): ``value``
+    is text to coerce to the key's type, or a typed value (``--selfheal-approve``)."""
 
     key: str
     value: Any
@@ -103,8 +89,6 @@ class ConfigLayer:
 
 @dataclass(frozen=True)
 class ApplyToSettings:
-    """``apply_to``: which failures the loop applies to."""
-
     auto_tasks: bool = True
     autonomous_plans: bool = True
     tdd_tasks: bool = False
@@ -112,8 +96,6 @@ class ApplyToSettings:
 
 @dataclass(frozen=True)
 class VerificationSettings:
-    """``verification``: how the loop re-runs the failing tests."""
-
     allowlist: tuple[str, ...] = ("pytest",)
     timeout_seconds: float = 900
     args: tuple[str, ...] = ()
@@ -123,8 +105,6 @@ class VerificationSettings:
 
 @dataclass(frozen=True)
 class RepairSettings:
-    """``repair``: the repair provider called between iterations."""
-
     command: Optional[tuple[str, ...]] = None
     timeout_seconds: float = 600
     allowed_paths: tuple[str, ...] = ()
@@ -135,16 +115,12 @@ class RepairSettings:
 
 @dataclass(frozen=True)
 class RedactionSettings:
-    """``redaction``: extra patterns and environment-name globs (the four defaults always apply)."""
-
     patterns: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
 
 
 @dataclass(frozen=True)
 class HistorySettings:
-    """``history``: the failure history and triage."""
-
     enabled: bool = True
     base_branch: str = "main"
     flaky_rate: float = 0.1
@@ -154,8 +130,6 @@ class HistorySettings:
 
 @dataclass(frozen=True)
 class NewTestsSettings:
-    """``new_tests``: the check of a pull request's new tests for flakiness (``selfheal ci``)."""
-
     enabled: bool = True
     reruns: int = 5
     max_seconds: float = 120
@@ -165,15 +139,11 @@ class NewTestsSettings:
 
 @dataclass(frozen=True)
 class McpSettings:
-    """``mcp``: the MCP server (``selfheal mcp``)."""
-
     max_chars: int = 8000
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    """``gate``: the stop gates of coding agents (``selfheal stop-gate``)."""
-
     pytest_args: tuple[str, ...] = ()
     timeout_seconds: float = 300
     max_chars: int = 4000
@@ -181,12 +151,9 @@ class GateSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective ``ralf_lite`` config as typed values, built once from the checked merge.
-
-    Every field is a key of ``config/keys.py`` (``apply_to.tdd_tasks`` is
-    ``settings.apply_to.tdd_tasks``); ``classification_rules`` are the configured rules,
-    validated and compiled. The defaults equal the built-in defaults (a test checks it).
-    """
+    """The effective ``ralf_lite`` config as typed values: each field (a group's field) is the
+    key of its name, ``classification_rules`` the configured rules compiled. The defaults
+    equal the built-in defaults (a test checks it)."""
 
     enabled: bool = True
     max_iterations: int = 3
@@ -208,51 +175,21 @@ class Settings:
     gate: GateSettings = GateSettings()
 
     @classmethod
-    def from_layer(cls, merged: ConfigLayer) -> Settings:
+    def from_values(cls, values: Mapping[str, Any]) -> Settings:
         """The typed view of a merge's values (every key present, each already checked)."""
-        value = merged.values.__getitem__
-        command, rules = value("repair.command"), value("classification.rules")
-        return cls(
-            enabled=value("enabled"),
-            max_iterations=value("max_iterations"),
-            error_fingerprint_repeats=value("error_fingerprint_repeats"),
-            no_progress_repeats=value("no_progress_repeats"),
-            apply_to=ApplyToSettings(value("apply_to.auto_tasks"), value("apply_to.autonomous_plans"),
-                                     value("apply_to.tdd_tasks")),
-            max_runtime_minutes=value("max_runtime_minutes"),
-            auto_replan_on_no_progress=value("auto_replan_on_no_progress"),
-            reports_dir=value("reports_dir"),
-            report_path=value("report_path"),
-            log_tail_lines=value("log_tail_lines"),
-            verification=VerificationSettings(tuple(value("verification.allowlist")), value("verification.timeout_seconds"),
-                tuple(value("verification.args")), value("verification.localise"), value("verification.regression")),
-            repair=RepairSettings(
-                tuple(command) if command else None,
-                value("repair.timeout_seconds"),
-                tuple(value("repair.allowed_paths")),
-                value("repair.approve"),
-                value("repair.allow_test_edits"),
-                value("repair.allow_binary"),
-            ),
-            redaction=RedactionSettings(tuple(value("redaction.patterns")), tuple(value("redaction.env_names"))),
-            classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else (),
-            history=HistorySettings(value("history.enabled"), value("history.base_branch"),
-                                    value("history.flaky_rate"), value("history.window_days"),
-                                    value("history.quarantine_file")),
-            new_tests=NewTestsSettings(value("new_tests.enabled"), value("new_tests.reruns"),
-                                       value("new_tests.max_seconds"), value("new_tests.max_share"),
-                                       value("new_tests.seed")),
-            mcp=McpSettings(value("mcp.max_chars")),
-            gate=GateSettings(tuple(value("gate.pytest_args")), value("gate.timeout_seconds"),
-                              value("gate.max_chars")),
-        )
+        def typed(key: str) -> Any:
+            value = values[key]
+            return tuple(value) if isinstance(value, list) else value
 
-
-class KeyOrigin(TypedDict):
-    """A key's value and where it came from, as ``selfheal config --show-origin --json`` prints it."""
-
-    value: Any
-    origin: str
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.default):  # a group: its keys are its fields
+                group: Any = type(f.default)
+                fields[f.name] = group(**{g.name: typed(f"{f.name}.{g.name}") for g in dataclasses.fields(group)})
+            elif f.name != "classification_rules":
+                fields[f.name] = typed(f.name)
+        rules = values["classification.rules"]
+        return cls(**fields, classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else ())
 
 
 @dataclass(frozen=True)
@@ -268,24 +205,17 @@ class EffectiveConfig:
 
     @cached_property
     def redactor(self) -> Redactor:
-        """The run's one redactor: ``redaction`` settings and the environment, built on first use.
-
-        Everything a run writes or posts is redacted by it (store, report, CLI output, MCP,
-        PR comment). The redact module is loaded then: a green run never imports it.
-        """
+        """The run's one redactor, built on first use: a green run never imports the redact module."""
         # Imported here: merging the config does no I/O, and reading the environment is I/O.
         from pytest_selfheal.redact import default_redactor
 
         return default_redactor(self.settings.redaction, env=self.environ)
 
     def get(self, dotted: str) -> Any:
-        """The value at ``dotted`` (``"max_iterations"``, ``"apply_to.tdd_tasks"``, ``"repair"``).
-
-        A leading ``ralf_lite.`` is allowed. Containers are returned as copies. Raises
-        ``KeyError`` for a key that is not in the schema.
-        """
+        """A copy of the value at ``dotted`` (a leaf or a group, ``ralf_lite.`` allowed in front);
+        KeyError for a key not in the schema."""
         node: Any = self.values
-        for part in _strip_root(dotted).split("."):
+        for part in strip_root(dotted).split("."):
             if not isinstance(node, dict) or part not in node:
                 raise KeyError(dotted)
             node = node[part]
@@ -295,14 +225,10 @@ class EffectiveConfig:
         """``{"ralf_lite": values}``, as the config files spell it."""
         return {ROOT_KEY: copy.deepcopy(self.values)}
 
-    def leaves(self) -> list[tuple[str, Any, str]]:
-        """``(dotted key, value, origin)`` for every leaf key, sorted by key."""
-        return [(key, self.get(key), self.origins[key]) for key in sorted(self.origins)]
-
-    def with_origins(self) -> dict[str, KeyOrigin]:
-        """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key."""
-        return {f"{ROOT_KEY}.{key}": {"value": value, "origin": origin}
-                for key, value, origin in self.leaves()}
+    def with_origins(self) -> dict[str, dict[str, Any]]:
+        """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key, sorted."""
+        return {f"{ROOT_KEY}.{key}": {"value": self.get(key), "origin": self.origins[key]}
+                for key in sorted(self.origins)}
 
 
 # --- errors -------------------------------------------------------------------------
@@ -325,10 +251,6 @@ def _unknown_key(origin: str, where: str, key: str, known: Sequence[str]) -> Con
 
 
 # --- strict validation (values as the files give them) ------------------------------
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # True is not an integer
 
 
 def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
@@ -380,8 +302,9 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
     if kind == BOOL:
         ok = isinstance(value, bool)
     elif kind in (INT, NUMBER):  # a count is >= 1, a duration or share > 0; each at most its key's most
-        # No float() on ints: a huge int would overflow instead of being a plain "no".
-        number = _is_int(value) or (kind == NUMBER and isinstance(value, float) and math.isfinite(value))
+        # True is not an integer; no float() on ints: a huge int would overflow, not be a plain "no".
+        number = (isinstance(value, int) and not isinstance(value, bool)) or (
+            kind == NUMBER and isinstance(value, float) and math.isfinite(value))
         ok = number and value > 0 and (spec.most is None or value <= spec.most)
     else:  # STRING, or an empty ARGV list
         ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)
@@ -418,13 +341,9 @@ def _flatten(origin: str, data: object, prefix: str = "") -> Iterator[tuple[str,
 # --- text coercion (ini options and command-line overrides) -------------------------
 
 
-def _strip_root(key: str) -> str:
-    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
-
-
 def _known_key(origin: str, key: str) -> str:
     """``key`` without a leading ``ralf_lite.``, if it names a leaf or an object; else ConfigError."""
-    dotted = _strip_root(key.strip())
+    dotted = strip_root(key.strip())
     if dotted not in SPECS and dotted not in GROUPS:
         group = dotted.split(".")[0]
         # Inside a known object, suggest its own keys rather than the object itself.
@@ -471,10 +390,8 @@ def _coerce_text(spec: KeySpec, text: str) -> Any:
 
 
 def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = None) -> Iterator[tuple[str, Any]]:
-    """One override as ``(dotted leaf, value)`` pairs: coerced from text if text, then checked.
-
-    ``label`` names the key in errors when the user wrote something else (an ini name).
-    """
+    """One override as checked ``(dotted leaf, value)`` pairs; ``label`` names the key in
+    errors when the user wrote something else (an ini name)."""
     dotted = _known_key(origin, key)
     where = label or f"{ROOT_KEY}.{dotted}"
     if dotted in GROUPS:
@@ -495,10 +412,7 @@ def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = N
 
 
 def parse_override(text: str, origin: str) -> Override:
-    """``"a.b=value"`` to an Override (value kept as text); ConfigError on a bad form or key.
-
-    A leading ``ralf_lite.`` on the key is allowed and dropped.
-    """
+    """``"a.b=value"`` to an Override (value kept as text); ConfigError on a bad form or key."""
     key, sep, value = text.partition("=")
     if not sep or not _KEY_TEXT.fullmatch(key.strip()):
         raise config_error(f"{origin}: expected KEY=VALUE with a dotted ralf_lite key "
@@ -512,11 +426,8 @@ def override_layers(overrides: Sequence[Override]) -> list[ConfigLayer]:
 
 
 def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[ConfigLayer]:
-    """The pytest ini options as checked layers: named options first, then ``selfheal_config``.
-
-    Unset and empty values are skipped; names that are not config keys (``selfheal``,
-    ``selfheal_loop``… which belong to the plugin) are ignored.
-    """
+    """The pytest ini options as checked layers: named options first, then ``selfheal_config``;
+    the plugin's own options (``selfheal``, ``selfheal_loop``…) are not config keys."""
     leaves: list[tuple[str, Any]] = []
     for name, dotted in INI_KEYS.items():
         value = ini.get(name)
@@ -543,7 +454,7 @@ def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
         for dotted, value in layer.values.items():
             values[dotted] = copy.deepcopy(value)  # the result's lists are its own
             origins[dotted] = layer.origin
-    settings = Settings.from_layer(ConfigLayer("merged", values))
+    settings = Settings.from_values(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings)
 
 
@@ -595,7 +506,7 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
             continue
         if values[key] != effective.get(key):
             origins[key] = origin
-    settings = Settings.from_layer(ConfigLayer("merged", values))
+    settings = Settings.from_values(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
 
 

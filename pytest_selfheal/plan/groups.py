@@ -1,21 +1,9 @@
-"""Failures grouped by root cause, and selections that stay readable (pure).
+"""Failures grouped by root cause (pure; docs/loop.md "The plan").
 
-One plan action per *root cause*, not per message. A failure's evidence (``root_cause`` in
-``incident.json``, resolved at capture: docs/store.md) decides its group, in this order:
-
-1. **frame** — the innermost traceback frame in the project outside the test files: every
-   failure raised in (or through) ``core.py::add`` is one group, whatever its message;
-2. **calls** — the project definitions the test calls. A failure whose calls include the
-   function of a frame group joins it (the same bug, seen as a wrong return value instead
-   of an exception); otherwise it joins the group of its definition that the most failing
-   tests call (ties: the test's own order) — the likely culprit of an off-by-one that fails
-   161 tests calling ``paginate`` beside various helpers;
-3. **fingerprint** — no evidence (a collection error, another runner's junit): failures
-   with the same failure type and normalised message, as before.
-
-A selection is every failing node id, however many: the plan's commands hold them all and
-the loop runs exactly them (a long one through a selection file, loop/verify.py); plan.md
-shows a short form.
+One plan action per root cause, not per message. A failure's evidence (``root_cause`` in
+``incident.json``) decides its group: the innermost project frame outside the tests; else
+the project definitions the test calls (joining a frame group of the same function, or the
+definition the most failing tests call); else its failure type and normalised message.
 """
 
 from __future__ import annotations
@@ -76,11 +64,8 @@ def _explains(frame: Definition, call: Definition) -> bool:
 def group_by_root_cause(
     failures: Sequence[Failure], fingerprint_key: Callable[[Failure], Hashable]
 ) -> list[Group]:
-    """The failures in root-cause groups, in order of each group's first failure.
-
-    ``fingerprint_key(failure)`` gives the key of a failure without evidence (its type and
-    normalised message).
-    """
+    """The failures in root-cause groups, in order of each group's first failure;
+    ``fingerprint_key`` groups the failures without evidence."""
     groups: dict[tuple[Hashable, ...], Group] = {}
     assigned: list[tuple[Hashable, ...]] = []
     frames: dict[Definition, tuple[Hashable, ...]] = {}

@@ -7,6 +7,7 @@ The rules are in docs/loop.md "The plan".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pytest_selfheal.plan.build import plan_revision, readable_command, shorten
@@ -25,10 +26,7 @@ def _cell(value: object) -> str:
 
 def fence(text: str) -> str:
     """A code fence longer than any backtick run inside ``text``, so nothing in it can close it."""
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
 
 
@@ -59,35 +57,9 @@ def _size(lines: list[str]) -> int:
     return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
 
 
-class _Bounded:
-    """The lines of plan.md and their running size: a block is appended only while the plan
-    stays under the budget (the size kept, not recounted from the top for each block)."""
-
-    def __init__(self, lines: list[str], budget: int) -> None:
-        self.lines, self.budget, self.size = lines, budget, _size(lines)
-
-    def within(self, block: list[str]) -> bool:
-        """Append ``block`` when the plan stays under the budget with it."""
-        size = self.size + _size(block)
-        if size > self.budget:
-            return False
-        self.lines.extend(block)
-        self.size = size
-        return True
-
-    def append(self, line: str) -> None:
-        """Append ``line`` whatever the budget (it has been set aside in it)."""
-        self.lines.append(line)
-        self.size += _size([line])
-
-
 def render_plan_md(plan: Plan) -> str:
-    """``plan.md``: title, summary, hypotheses, an actions table, commands, done criteria.
-
-    Bounded at any size (:data:`MAX_PLAN_MD_BYTES`): a table cell lists a few paths and
-    tests, then "… N more"; actions that do not fit are counted, not shown (plan.json
-    holds them all).
-    """
+    """``plan.md``, bounded at any size (:data:`MAX_PLAN_MD_BYTES`): actions that do not fit are
+    counted, not shown (plan.json holds them all)."""
     lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
     meta = f"Generated {plan.generated_at}"
     revision = plan_revision(plan)
@@ -116,7 +88,17 @@ def render_plan_md(plan: Plan) -> str:
         "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
         "|----|----------|------|-------|--------------|------------|-------|",
     ]
-    bounded = _Bounded(lines, budget)
+    size = _size(lines)  # kept running, not recounted from the top for each block
+
+    def within(block: list[str], always: bool = False) -> bool:
+        """Append ``block`` when the plan stays under the budget with it (or ``always``)."""
+        nonlocal size
+        if size + _size(block) > budget and not always:
+            return False
+        lines.extend(block)
+        size += _size(block)
+        return True
+
     shown = 0
     for action in actions[:_MD_MAX_ROWS]:
         row = "| " + " | ".join(
@@ -131,11 +113,11 @@ def render_plan_md(plan: Plan) -> str:
                 _listed(action.nodeids, 3),
             )
         ) + " |"
-        if not bounded.within([row]):
+        if not within([row]):
             break
         shown += 1
     if shown < len(actions):
-        bounded.append(f"\n… {len(actions) - shown} more actions: see plan.json")
+        within([f"\n… {len(actions) - shown} more actions: see plan.json"], always=True)
     detailed = 0
     for action in actions[:shown]:
         block = ["", f"### {action.id}: {action.title}", ""]
@@ -145,7 +127,7 @@ def render_plan_md(plan: Plan) -> str:
         block += _where_md(action)
         for command in action.verification:
             block += _code_block(readable_command(command))
-        if not bounded.within(block):
+        if not within(block):
             break
         detailed += 1
     if detailed < len(actions):

@@ -1,32 +1,15 @@
-"""Secrets redaction: everything written to disk or posted goes through here.
+"""Secrets redaction: everything written to disk or posted goes through here (pure).
 
-Pure: no I/O. A :class:`Redactor` is built once (from the config and the environment) and
-then applied to log tails, context, prompts, reports, the job summary and the PR comment.
-docs/redaction.md lists every pattern.
+A :class:`Redactor` is built once from the config and the environment; docs/redaction.md
+lists what it replaces with ``[REDACTED]``: token formats, the value after a label (the
+label kept), URL passwords, the values of environment variables named like secrets, and
+the user's ``redaction.patterns``. Over-redaction is the safe direction: no pattern needs a
+word boundary on its left.
 
-What is replaced with ``[REDACTED]``:
-
-- well-known token formats (GitHub, AWS key ids, Slack, JWTs, PEM private key blocks, ...);
-- the value after a label: ``Authorization: Bearer <x>``, ``password=<x>``,
-  ``"api_key": "<x>"``, ``secret: <x>`` (the label is kept so the text still reads);
-- the password of URL credentials: ``https://user:<x>@host`` -> ``https://user:***@host``;
-- the values (>= 4 characters) of environment variables whose names match ``env_names``
-  (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*`` by default, case-insensitive);
-- matches of the user's own ``redaction.patterns``.
-
-Speed (10 MB logs): Python's ``re`` is fast only when a pattern starts with a literal, so
-the token formats are several small passes, each skipped unless its literal occurs at all.
-The case-insensitive labels (``Authorization``, ``password``...) are matched on a
-lower-cased copy of the text (same length, same indexes) with a case-sensitive pattern,
-several times faster than ``(?i)``. Every repetition is bounded or over a character class
-that cannot overlap what follows, so hostile input cannot trigger catastrophic backtracking.
-
-No pattern needs a word boundary on its left: a secret glued to other text is still found
-(over-redaction is the safe direction).
-
-Idempotent: ``redact(redact(x)) == redact(x)``. Replacing a secret can create a new match
-next to the marker (``ABCDpassword=x`` with ``ABCD`` an env value), so :meth:`Redactor.redact`
-repeats the passes until the text no longer changes (bounded).
+Logs run to megabytes: each pass is skipped unless its literal occurs, labels are matched
+on a lower-cased copy of the same length, and every repetition is bounded, so hostile input
+cannot backtrack catastrophically. Replacing a secret can create a new match next to the
+marker, so :meth:`Redactor.redact` repeats the passes until a fixpoint: it is idempotent.
 """
 
 from __future__ import annotations
@@ -199,14 +182,8 @@ BUILTIN_KINDS: tuple[str, ...] = (
 ) + tuple(dict.fromkeys(kind.kind for kind in TOKEN_KINDS))
 
 def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> int:
-    """Where the redaction of a value must end.
-
-    A value can swallow the start of another label: in ``PASSWD=DB_PASSWORD='x'`` the
-    unquoted value of ``PASSWD`` is ``DB_PASSWORD=``, and ``'x'`` would be left bare. A label
-    that starts inside the value and ends past it extends the redaction over its own value.
-    Only the last _MAX_LABEL_SPAN characters of the value can hold such a label, which keeps
-    this linear.
-    """
+    """Where the redaction of a value must end: past the value of a label that starts inside
+    it (in ``PASSWD=DB_PASSWORD='x'`` the value ``DB_PASSWORD=`` would leave ``'x'`` bare)."""
     while True:
         for inner in _LABEL_TRIGGER().finditer(folded, max(value_start, end - _MAX_LABEL_SPAN), end):
             nested = _LABELS().match(folded, inner.start())
@@ -343,11 +320,6 @@ def _builtin_pass(text: str) -> str:
     return text
 
 
-def _env_name_matches(name: str, patterns: Sequence[str]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in patterns)
-
-
 def _is_redactable_env_value(value: str) -> bool:
     if len(value) < MIN_ENV_VALUE_LENGTH or not value.strip():
         return False
@@ -370,34 +342,24 @@ def escape_surrogates(text: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-class _CustomPattern:
-    """A user pattern: with capturing groups only the first group is replaced (keeps a label
-    matched for context), otherwise the whole match."""
+def _custom_sub(regex: re.Pattern[str], text: str) -> str:
+    """A user pattern's matches redacted; with groups only the first group's (a label may be
+    matched for context)."""
+    if regex.groups == 0:
+        return regex.sub(REDACTED, text)
 
-    def __init__(self, regex: re.Pattern[str]) -> None:
-        self.regex = regex
+    def repl(m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return m.group(0)
+        whole, base = m.group(0), m.start(0)
+        return whole[: m.start(1) - base] + REDACTED + whole[m.end(1) - base :]
 
-    def sub(self, text: str) -> str:
-        if self.regex.groups == 0:
-            return self.regex.sub(REDACTED, text)
-
-        def repl(m: re.Match[str]) -> str:
-            if m.group(1) is None:
-                return m.group(0)
-            base = m.start(0)
-            whole = m.group(0)
-            return whole[: m.start(1) - base] + REDACTED + whole[m.end(1) - base :]
-
-        return self.regex.sub(repl, text)
+    return regex.sub(repl, text)
 
 
 class Redactor:
-    """Replaces secrets in text with ``[REDACTED]`` (see the module docstring for what).
-
-    ``env`` supplies the values to hide: every variable whose name matches one of
-    ``env_names`` (fnmatch, case-insensitive) and whose value has at least 4 characters.
-    ``patterns`` are extra regular expressions (invalid ones raise :class:`ConfigError`).
-    """
+    """Replaces secrets in text with ``[REDACTED]``: those of the module docstring, the values
+    of the ``env`` variables named like one of ``env_names``, the matches of ``patterns``."""
 
     def __init__(
         self,
@@ -410,7 +372,8 @@ class Redactor:
         secrets = {
             v
             for k, v in env.items()
-            if isinstance(v, str) and _env_name_matches(k, self.env_names) and _is_redactable_env_value(v)
+            if isinstance(v, str) and _is_redactable_env_value(v)
+            and any(fnmatch.fnmatchcase(k.upper(), name.upper()) for name in self.env_names)
         }
         # Also as written out: JSON/repr-escaped (a value holding \\ or "), base64.
         values = {form for form in written_forms(secrets) if _is_redactable_env_value(form)}
@@ -418,7 +381,7 @@ class Redactor:
         self._env_values: tuple[str, ...] = tuple(sorted(values, key=lambda v: (-len(v), v)))
         self._env_regex_cache: dict[tuple[str, ...], re.Pattern[str]] = {}
         self._memo: dict[str, str] = {}
-        custom: list[_CustomPattern] = []
+        custom: list[re.Pattern[str]] = []
         for raw in patterns:
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"redaction.patterns: expected a non-empty regular expression, got {raw!r}")
@@ -427,10 +390,10 @@ class Redactor:
                 # set") would print two lines of Python on stderr of every command.
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    custom.append(_CustomPattern(re.compile(raw)))
+                    custom.append(re.compile(raw))
             except re.error as exc:
                 raise ConfigError(f"redaction.patterns: invalid regular expression {raw!r}: {exc}") from None
-        self._custom: tuple[_CustomPattern, ...] = tuple(custom)
+        self._custom = tuple(custom)
 
     def _env_pass(self, text: str) -> str:
         # Only the values present in this text go into the alternation: a substring test is a
@@ -449,8 +412,8 @@ class Redactor:
         # Built-ins first, then env values: "password=<env value>" keeps its label, and an
         # env value that happens to be a label word cannot hide the secret behind it.
         text = _builtin_pass(text)
-        for custom in self._custom:
-            text = custom.sub(text)
+        for regex in self._custom:
+            text = _custom_sub(regex, text)
         return self._env_pass(text)
 
     def redact(self, text: str) -> str:
@@ -479,9 +442,7 @@ class Redactor:
             text = new
         return text
 
-    def __call__(self, text: str) -> str:
-        """Same as :meth:`redact`, so a redactor can be passed where a function is expected."""
-        return self.redact(text)
+    __call__ = redact  # a redactor can be passed where a function is expected
 
     def _redact_key(self, key: str) -> str:
         # A key that is an identifier is a field name (`incident_id`, `GITHUB_TOKEN`), not
@@ -493,14 +454,9 @@ class Redactor:
         return self.redact(key)
 
     def redact_obj(self, obj: Any, keep: Callable[[str], bool] = lambda text: False) -> Any:
-        """Redact every string inside ``obj``: dict keys and values, list/tuple items, recursively.
-
-        Keys too: node ids are keys (``outcomes``), and a parametrize id can hold
-        a secret. Two keys that redact to the same text merge, the later value winning.
-        ``keep``: whole strings left as they are (the package's own field names, enum
-        words and ids: the store passes :func:`pytest_selfheal.store.schema.written_by_selfheal`). Other values are returned
-        unchanged. Returns new containers, never mutates ``obj``.
-        """
+        """A copy of ``obj`` with every string redacted, dict keys too (node ids are keys, and a
+        parametrize id can hold a secret); ``keep``: strings left as they are (the store's
+        own field names and words)."""
         if isinstance(obj, str):
             return obj if keep(obj) else self.redact(obj)
         if isinstance(obj, dict):
@@ -524,13 +480,8 @@ class RedactionSection(Protocol):
 
 
 def default_redactor(section: Optional[RedactionSection] = None, env: Optional[Mapping[str, str]] = None) -> Redactor:
-    """Build the redactor from the ``redaction`` settings and the environment.
-
-    ``section`` is ``Settings.redaction`` (checked by the config merge): extra patterns,
-    and environment-name globs that *add to* the defaults ``*TOKEN*``, ``*SECRET*``,
-    ``*PASSWORD*``, ``*KEY*``, which cannot be removed. ``env`` defaults to ``os.environ``
-    read at call time.
-    """
+    """The redactor of the ``redaction`` settings (whose env-name globs add to the defaults,
+    which always apply) and the environment (``os.environ`` by default)."""
     patterns: Sequence[str] = section.patterns if section is not None else ()
     extra_names: Sequence[str] = section.env_names if section is not None else ()
     names: list[str] = list(DEFAULT_ENV_NAMES)

@@ -1,14 +1,9 @@
-"""The ``## RALF Lite Loop Report`` data: the report of an incident's records.
+"""The ``## RALF Lite Loop Report`` data: the report of incidents' records (pure).
 
-Pure: no file I/O, no clock. The input is the records the store reads (``Incident``,
-``Plan``, ``Attempt``, ``RunResult``) in :class:`IncidentRun`; the output is the report's
-records, a ``records.report.Report`` (``build_report``; ``Report.read`` reads one back from
-a file); ``report.merge`` unites reports and ``report.render`` turns a report into markdown
-and terminal lines. Every field and rule is
-documented in docs/report.md; keep the two in step.
-
-Everything is deterministic (sorted, no timestamps but those in the data) so golden
-files stay stable. Input is assumed to be redacted already.
+``build_report`` turns the records the store reads (:class:`IncidentRun`) into a
+``records.report.Report``; every field and rule is documented in docs/report.md, keep the
+two in step. Deterministic (no timestamps but those in the data), so golden files stay
+stable; the input is redacted already.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from pytest_selfheal.config.keys import DEFAULT_ORIGIN, DEFAULTS, ROOT_KEY
+from pytest_selfheal.config.keys import DEFAULT_ORIGIN, GROUPS, ROOT_KEY, SCHEMA, nest, strip_root
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.history.triage import RERUN_DETAIL, TRIAGE_LABELS
 from pytest_selfheal.loop import messages, policy
@@ -42,11 +37,8 @@ RUN_RESULT_ORIGIN = "run_result.json"
 
 @dataclass(frozen=True)
 class IncidentRun:
-    """One incident's records as read from the store: the input of :func:`build_report`.
-
-    ``bucket`` is where the incident folder is: ``inbox``, ``resolved`` or ``escalated``.
-    ``incident.status`` should carry the authoritative status (``status.txt``).
-    """
+    """One incident's records, the input of :func:`build_report`; ``incident.status`` is the
+    authoritative status (``status.txt``), ``bucket`` the folder it is in."""
 
     incident: Incident
     plan: Optional[Plan] = None
@@ -63,17 +55,6 @@ def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
     return config
 
 
-def _deep_merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
-    merged: dict[str, object] = copy.deepcopy(dict(base))
-    for key, value in top.items():
-        current = merged.get(key)
-        if isinstance(value, Mapping) and isinstance(current, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
     flat: dict[str, object] = {}
@@ -87,10 +68,6 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
     return flat
 
 
-def _strip_root(key: str) -> str:
-    return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
-
-
 # --------------------------------------------------------------------------- build
 
 
@@ -99,33 +76,19 @@ def _resolve_config(
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report's config (every ralf_lite key present) and the origin of every leaf.
-
-    The given config wins; without one, the first recorded ``run_result.effective_config``
-    (origin ``run_result.json``); else the built-in defaults. Missing keys are filled
-    from the defaults (origin ``default``).
-    """
-    given: Optional[Mapping[str, object]] = None
-    given_origin: Optional[str] = None
-    if effective_config is not None:
-        given = _unwrap_config(effective_config)
-    else:
-        for run in runs:
-            if run.run_result is not None and _recorded(run.run_result, "effective_config"):
-                given, given_origin = _unwrap_config(plain_json(run.run_result.effective_config)), RUN_RESULT_ORIGIN
-                break
-    values = _deep_merge(DEFAULTS, given or {})
-    named = {_strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
-    given_keys = set(flatten_config(given or {}))
-    resolved: dict[str, str] = {}
-    for key in flatten_config(values):
-        if key in named:
-            resolved[key] = named[key]
-        elif given_origin is not None and key in given_keys:
-            resolved[key] = given_origin
-        else:
-            resolved[key] = DEFAULT_ORIGIN
-    return values, resolved
+    """The report's config (every key present, missing ones from the defaults) and the origin
+    of every leaf: the given config, else the first one a run_result.json recorded."""
+    given, given_origin = effective_config, DEFAULT_ORIGIN
+    if given is None:
+        recorded = [run.run_result.effective_config for run in runs
+                    if run.run_result is not None and _recorded(run.run_result, "effective_config")]
+        given, given_origin = (plain_json(recorded[0]), RUN_RESULT_ORIGIN) if recorded else ({}, DEFAULT_ORIGIN)
+    # An empty group sets no key: the defaults' keys under it stay.
+    flat = {k: v for k, v in flatten_config(_unwrap_config(given)).items() if v != {} or k not in GROUPS}
+    values = {**{spec.key: spec.default for spec in SCHEMA}, **flat}
+    named = {strip_root(str(k)): str(v) for k, v in (origins or {}).items()}
+    resolved = {key: named.get(key, given_origin if key in flat else DEFAULT_ORIGIN) for key in sorted(values)}
+    return copy.deepcopy(nest(values)), resolved
 
 
 def _recorded(record: JsonRecord, key: str) -> bool:
@@ -160,12 +123,7 @@ def _iteration_entry(attempt: Attempt) -> ReportIteration:
 
 def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
     """``(attempts, index of the iteration it passed at, or None)`` of one plan action
-    (docs/report.md "Task attempts").
-
-    An iteration counts when it verified any of the action's node ids, until every one of
-    them has passed (its latest outcome). Without node ids or per-test outcomes, every
-    iteration counts and ``verification_passed`` decides.
-    """
+    (docs/report.md "Task attempts")."""
     latest: dict[str, str] = {}
     count = 0
     for index, iteration in enumerate(iterations):
@@ -280,10 +238,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     has_flaky = rr is not None and _recorded(rr, "flaky_tests")
     has_fixed = rr is not None and _recorded(rr, "tests_fixed")
     observations = _observations(run) if not (has_flaky and has_fixed) else []
-    flaky = list(rr.flaky_tests) if rr is not None and has_flaky else (
-        policy.flaky_tests(observations) if observations else [])
-    fixed = list(rr.tests_fixed) if rr is not None and has_fixed else (
-        policy.fixed_tests(observations) if observations else [])
+    flaky = list(rr.flaky_tests) if rr is not None and has_flaky else policy.flaky_tests(observations)
+    fixed = list(rr.tests_fixed) if rr is not None and has_fixed else policy.fixed_tests(observations)
     # A test that passed on re-run with no code change was not fixed: it is flaky.
     tests_fixed = [t for t in unique(fixed) if t not in flaky]
     # And so is one the captured run itself saw pass on a re-run (a re-run plugin).
@@ -396,24 +352,14 @@ def build_report(
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> Report:
-    """The report of ``incidents`` (its JSON's fields: docs/report.md "JSON").
-
-    ``effective_config`` is the ralf_lite mapping (``EffectiveConfig.values``; the files'
-    ``{"ralf_lite": ...}`` form is accepted too) and ``origins`` its ``{dotted key:
-    origin}``. ``enabled`` is False when selfheal itself is off; the report says
-    ``Enabled: false`` also when ``ralf_lite.enabled`` is false. Incidents are sorted by
-    ``created_at`` then id; a repeated id is kept once (the first).
-    """
+    """The report of ``incidents`` (docs/report.md "JSON"), sorted by ``created_at`` then id, a
+    repeated id kept once. ``effective_config``: the ralf_lite mapping (bare or in the files'
+    ``{"ralf_lite": ...}`` form); ``enabled``: False when selfheal itself is off."""
     values, resolved = _resolve_config(effective_config, origins, incidents)
-    runs: list[IncidentRun] = []
-    seen: set[str] = set()
+    first: dict[str, IncidentRun] = {}
     for run in incidents:
-        incident_id = run.incident.incident_id
-        if incident_id in seen:
-            continue
-        seen.add(incident_id)
-        runs.append(run)
-    runs.sort(key=lambda r: (r.incident.created_at, r.incident.incident_id))
+        first.setdefault(run.incident.incident_id, run)
+    runs = sorted(first.values(), key=lambda r: (r.incident.created_at, r.incident.incident_id))
     return assemble_report(enabled=bool(enabled) and values.get("enabled") is not False, effective_config=values,
                            origins=resolved, incidents=[_incident_entry(run) for run in runs])
 

@@ -1,9 +1,5 @@
-"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure).
-
-Each test the incident captured becomes one case: its failed runs (the capture, then every
-attempt where it failed), its outcome at the latest run that ran it, and whether it is
-flaky (failed, then passed with no code change in between: ``policy.flaky_tests``); and each
-test the captured run passed only on a re-run, flaky.
+"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure):
+each captured test's failed runs, its latest outcome and whether it is flaky.
 """
 
 from __future__ import annotations

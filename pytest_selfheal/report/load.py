@@ -25,10 +25,7 @@ MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 def load_incident_run(store: Store, incident_id: str) -> IncidentRun:
-    """One incident's files as the report's input; store errors (2/3/4) propagate.
-
-    The status comes from ``status.txt`` (the authoritative one), not ``incident.json``.
-    """
+    """One incident's files as the report's input, its status from ``status.txt``."""
     bucket, _ = store.locate(incident_id)
     incident = dataclasses.replace(store.read_incident(incident_id), status=store.read_status(incident_id))
     plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
@@ -62,12 +59,8 @@ def _id_order(incident_id: str) -> tuple[str, str]:
 
 
 def latest_incident(store: Store) -> tuple[Optional[str], str]:
-    """The incident a person means by "the latest", and one line saying which it is.
-
-    The newest by the time in its id (what the store wrote, unlike a ``created_at`` that a
-    copy or an edit may change), among the readable incidents: a folder that is not a valid
-    incident never wins while a valid one exists. The line is empty with one incident at most.
-    """
+    """The incident a person means by "the latest", and a line saying which it is: the newest
+    readable one by the time in its id (which, unlike ``created_at``, no copy or edit changes)."""
     rows = store.list_incidents()
     valid = [row for row in rows if row.status != CORRUPTED] or rows
     if not valid:

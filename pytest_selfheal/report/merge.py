@@ -23,24 +23,17 @@ def _flat(config: Mapping[str, object]) -> dict[str, object]:
 
 
 def merge_reports(reports: Sequence[Report], *, names: Optional[Sequence[str]] = None) -> Report:
-    """One report from several shard reports (e.g. the jobs of a CI matrix).
-
-    Incidents are concatenated in shard order, a repeated incident id kept once (the
-    first); counts and the plan-level stop reason are derived again from the result (the
-    same worst rule). The effective config is the first shard's; keys whose value differs
-    in another shard are listed per shard in ``config_differences``. ``names`` label the
-    shards (default ``shard 1``, ``shard 2``…).
-    """
+    """One report from several shard reports (docs/report.md "Merging"); ``names`` label the
+    shards (default ``shard 1``, ``shard 2``…)."""
     if not reports:
         raise UsageError("nothing to merge: give at least one report")
     labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]
     if len(labels) != len(reports):
         raise UsageError(f"{len(labels)} names for {len(reports)} reports: give one --name per report")
-    checked = list(reports)
-    first = checked[0]
+    first = reports[0]
     base = _flat(first.effective_config)
     differences: list[ConfigDifference] = []
-    for label, shard in zip(labels, checked):
+    for label, shard in zip(labels, reports):
         # A merged report merged again keeps the differences it already knew about.
         differences += [replace(known, shard=f"{label} / {known.shard}") for known in shard.config_differences]
         if shard is first:
@@ -57,7 +50,7 @@ def merge_reports(reports: Sequence[Report], *, names: Optional[Sequence[str]] =
     incidents: list[ReportIncident] = []
     seen: set[str] = set()
     shards: list[Shard] = []
-    for label, shard in zip(labels, checked):
+    for label, shard in zip(labels, reports):
         ids: list[str] = []
         duplicates: list[str] = []
         for entry in shard.incidents:

@@ -64,16 +64,9 @@ def _severity(entry: ReportIncident) -> tuple[int, int]:
 
 
 def deciding_incident(incidents: Sequence[ReportIncident]) -> Optional[ReportIncident]:
-    """The incident whose outcome is the plan's: the "worst" one (docs/report.md).
-
-    Worst first by outcome (escalated, replan_requested, not finished, resolved), then by
-    stop reason in the loop's precedence (success last), then report order.
-    """
-    best: Optional[ReportIncident] = None
-    for entry in incidents:
-        if best is None or _severity(entry) < _severity(best):
-            best = entry
-    return best
+    """The incident whose outcome is the plan's: the "worst" one by outcome, then stop reason,
+    then report order (docs/report.md)."""
+    return min(incidents, key=_severity, default=None)
 
 
 def assemble_report(

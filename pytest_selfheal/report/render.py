@@ -1,13 +1,7 @@
-"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines.
+"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure).
 
-Pure: no file I/O, no clock. The input is the report JSON of ``report.data`` (or
-``report.merge``); the output is its markdown (``render_markdown``), the one status line
-for PR comments and job summaries (``render_headline``) and a few lines for pytest's
-terminal summary (``render_terminal``). The layout is documented in docs/report.md; keep
-the two in step.
-
-Everything rendered is deterministic so golden files stay stable. The report is assumed
-to be redacted already; the caller applies the redactor to the final text too.
+The layout is documented in docs/report.md; keep the two in step. Deterministic, so golden
+files stay stable; the report is redacted already, and the caller redacts the text too.
 """
 
 from __future__ import annotations
@@ -144,10 +138,7 @@ def _sub(report: Report, entry: ReportIncident) -> list[str]:
 
 
 def render_headline(report: ReportInput) -> str:
-    """The one status line put *before* the report heading for PR comments and job summaries.
-
-    ``**selfheal: escalated — stop reason `repeated_fingerprint`** (incident_…, 2 iterations)``
-    """
+    """The one status line put before the report heading for PR comments and job summaries."""
     records = as_report(report)
     incidents = records.incidents
     if not incidents:
@@ -161,14 +152,14 @@ def render_headline(report: ReportInput) -> str:
     elif flaky:
         details.append(plural(flaky, "flaky test"))
     status = text(records.final_status or "unknown", 60)
-    reason = records.stop_reason
-    if reason:
-        verdict = f"{status} — stop reason {code(reason, 60)}"
-    elif not any(e.loops_used for e in incidents):
-        verdict = f"{status} — loop not run yet"
-    else:
-        verdict = f"{status} — loop not finished"
-    return f"**selfheal: {verdict}** ({', '.join(details)})"
+    return f"**selfheal: {status} — {_verdict(records, code(records.stop_reason or '', 60))}** ({', '.join(details)})"
+
+
+def _verdict(report: Report, reason: str) -> str:
+    """``stop reason <reason>``, or why there is none yet."""
+    if report.stop_reason:
+        return f"stop reason {reason}"
+    return "loop not finished" if report.total_retries else "loop not run yet"
 
 
 def _head(report: Report) -> list[str]:
@@ -519,13 +510,8 @@ def render_markdown(
     mermaid: bool = True,
 ) -> str:
     """The report as markdown: the head GSD plan summaries paste unchanged, then details.
-
-    ``headline=True`` (PR comment, job summary) puts one status line *before* the
-    ``## RALF Lite Loop Report`` heading, so the pasteable section stays unchanged.
-    ``extra_sections`` (``[{title, markdown}]``, e.g. from the
-    ``pytest_selfheal_report_sections`` hook) are appended as ``### title`` sections;
-    their markdown is the hook's own and is inserted as given.
-    """
+    ``headline``: the status line before the heading (PR comment, job summary);
+    ``extra_sections``: a hook's ``[{title, markdown}]``, inserted as given."""
     records = as_report(report)
     lines: list[str] = [render_headline(records), ""] if headline else []
     lines += _head(records)
@@ -564,8 +550,7 @@ def render_terminal(report: ReportInput) -> list[str]:
     incidents = records.incidents
     if not incidents:
         return [f"{REPORT_TITLE}: no incidents"]
-    reason = records.stop_reason
-    verdict = f"stop reason {reason}" if reason else "loop not finished" if records.total_retries else "loop not run yet"
+    verdict = _verdict(records, records.stop_reason or "")
     retries = records.total_retries
     lines = [
         f"{REPORT_TITLE}: {records.final_status}, {verdict} ({plural(len(incidents), 'incident')}, "

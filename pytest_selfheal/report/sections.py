@@ -1,9 +1,7 @@
 """The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge).
 
-Every surface that renders the markdown report (the plugin's ``--selfheal-report`` file,
-``selfheal report``, ``selfheal merge``, ``selfheal ci``) calls :func:`report_markdown`, so
-a hook's sections appear everywhere the report does (docs/hooks.md). It calls plugins,
-so it is not part of the pure core; ``report.render`` stays pure.
+Every surface that renders the markdown report calls :func:`report_markdown`, so a hook's
+sections appear everywhere the report does (docs/hooks.md); ``report.render`` stays pure.
 """
 
 from __future__ import annotations
@@ -22,11 +20,8 @@ HOOK_NAME = "pytest_selfheal_report_sections"
 
 
 def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The sections the hooks of ``pm`` add to ``report`` (none without ``pm``).
-
-    A hook that raises, or returns anything but ``{"title": str, "markdown": str}``
-    mappings, is a one-line ``ConfigError`` (exit 2) naming its plugin where it can.
-    """
+    """The sections the hooks of ``pm`` add to ``report``; a hook that raises or returns
+    anything else is a one-line ConfigError naming its plugin where it can."""
     try:
         sections = hooks.report_sections(pm, report)
     except Exception as exc:  # a third-party hook: report it in one line, never a traceback
