@@ -238,8 +238,9 @@ def record_agent_attempts(
             result.covered.update(selection)
             result.still_open.append(incident.incident_id)
             continue
-        # A passing selection: the tests the change can reach run before it can be a success.
-        regression = None if incident.captured is None else check_incident(
+        # A passing selection: the tests the change can reach run before it can be a success
+        # (a changed harness never is one).
+        regression = None if incident.captured is None or changes.harness else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
             outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run)
         outcome = record_iteration(

@@ -524,14 +524,19 @@ def _verify_and_record(
             duration += ran.duration_seconds
             timed_out = timed_out or ran.timed_out
             codes.append(ran.exit_code)
-    with state.interruptible():  # a passing selection: the tests the change can reach run before a success
-        regression = check_incident(run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
-                                    outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
-                                    captured_tree=project_root if repair is not None else None)
-    tree_hash = hasher.result().diff_hash
     changes = (harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
                                extra_code=repair.files_changed if repair is not None else ())
                if incident is not None else Changes([], []))
+    # A changed harness always stops and never as a success: no regression check for it. Edited
+    # tests are checked: a broken neighbour keeps the repair going, which may still undo the edit.
+    regression = None
+    if not changes.harness:
+        with state.interruptible():  # a passing selection: the tests the change can reach run before a success
+            regression = check_incident(
+                run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
+                failed=bool(failures) or timed_out, env=env, rules=rules,
+                captured_tree=project_root if repair is not None else None)
+    tree_hash = hasher.result().diff_hash
     # The first failing command's code (None: timed out or could not start), else 0.
     exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
