@@ -306,20 +306,3 @@ def check_arguments(
     groups = frozenset(option_groups(trusted))
     _check_words(words, root, _Trust(False, groups), shown=shown or " ".join(words)[:200],
                  pytest_runner=pytest_runner)
-
-
-__all__ = [
-    "ArgumentRefused",
-    "NEVER_REPLAYED",
-    "PATH_INI_KEYS",
-    "PYTEST_RUNNERS",
-    "SAFE_FLAGS",
-    "SAFE_VALUED",
-    "check_arguments",
-    "inside_root",
-    "installed_plugins",
-    "judge",
-    "option_groups",
-    "path_problem",
-    "plugin_problem",
-]

@@ -592,9 +592,3 @@ def _replan(run: LoopRun, last: int) -> None:
             actions=[a.id for a in plan.actions],
         )
     run.set_status(IncidentStatus.PLANNED, reason="replan", iteration=last)
-
-
-__all__ = [
-    "AGENT_MODE", "AGENT_UNCHANGED", "IterationOutcome", "agent_unchanged", "agent_status_line", "build_run_result",
-    "ensure_plan", "finalize", "record_iteration", "reopen_incident", "require_inbox", "start_running",
-]

@@ -100,6 +100,3 @@ def redirect_to_worktree(
         rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         result.env["PYTHONPATH"] = os.pathsep.join(result.redirected + rest)
     return result
-
-
-__all__ = ["Redirection", "finder_paths", "redirect_to_worktree", "site_dirs"]

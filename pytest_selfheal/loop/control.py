@@ -139,15 +139,3 @@ def signal_handlers(state: CancelState) -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-
-
-__all__ = [
-    "KILL_ENV",
-    "KILL_STEPS",
-    "LOOP_LOCK_FILE",
-    "CancelState",
-    "Interrupted",
-    "kill_point",
-    "loop_lock",
-    "signal_handlers",
-]

@@ -171,6 +171,3 @@ def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observ
             break
         count += 1
     return count
-
-
-__all__ = ["KNOWN_FLAKY_LABELS", "decide", "known_flaky", "only_known_flaky"]

@@ -610,6 +610,3 @@ def _final_line(incident_id: str, result: LoopResult) -> str:
     return Line(f"selfheal: incident {incident_id} {final or 'open'}: stop_reason "
                 f"{result.stop_reason} after {result.loops_used} iteration(s){where}{verdict}",
                 final_tone(final))
-
-
-__all__ = ["Provider", "Verifier", "check_commands", "run_loop", "selection_nodeids", "verify_iteration"]

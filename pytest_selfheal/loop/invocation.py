@@ -44,6 +44,3 @@ def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip
             continue
         out[index] = Path(os.path.relpath(rootdir / path, start)).as_posix() + word[len(path):]
     return out
-
-
-__all__ = ["from_invocation_dir", "start_dir"]

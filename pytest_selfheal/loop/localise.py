@@ -195,6 +195,3 @@ def localise_plan(
             say(f"selfheal: incident {incident_id}: not localised: {why}")
             return plan
         return localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
-
-
-__all__ = ["localise", "localise_plan", "read_spectrum", "unrecorded_reason", "wanted", "why_not", "with_spectra"]

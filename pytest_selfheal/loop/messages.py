@@ -338,23 +338,3 @@ def unverified_line(incident_id: str, outcomes: Mapping[str, str], not_run: Coll
         return None
     return (f"selfheal: incident {incident_id}: {unverified_summary(groups)}: verified nothing for them "
             "(not fixed, not the same failure)")
-
-
-__all__ = [
-    "command_shown",
-    "continue_message",
-    "decision_point",
-    "handoff",
-    "plural",
-    "recommended_next_action",
-    "iteration_prefix",
-    "naming_changes",
-    "next_action_after_repair",
-    "repair_line",
-    "status_line",
-    "stop_message",
-    "UNVERIFIED",
-    "unverified_line",
-    "unverified_summary",
-    "unverified_tests",
-]

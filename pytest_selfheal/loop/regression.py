@@ -712,8 +712,3 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         return
     with captured_code(tree, commit, scratch) as path:
         yield path
-
-
-__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "RunOutcomes", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "covers", "is_test_file",
-           "narrower_than_capture", "nodeid_of", "passes", "passing_spectrum_of", "regression_line", "spectrum_reach", "regression_words", "short_name"]

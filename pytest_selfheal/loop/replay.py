@@ -174,6 +174,3 @@ def differences(replayed: LoopState, disk: LoopState) -> list[str]:
         if events.get(key) != files.get(key):
             lines.append(f"{key}: events say {events.get(key)!r}, files say {files.get(key)!r}")
     return lines
-
-
-__all__ = ["COMPARED_KEYS", "differences", "disk_state", "replay", "state_from_disk"]

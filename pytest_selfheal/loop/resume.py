@@ -267,20 +267,3 @@ def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
         error_signature=attempt.error_signature,
         same_error_repeats=repeats,
     )
-
-
-__all__ = [
-    "capture_diff_hash",
-    "capture_hash_on_disk",
-    "has_event",
-    "minutes_between",
-    "observations_of",
-    "parse_stamp",
-    "pending_stop",
-    "repeated_failure_event",
-    "run_started",
-    "split_runs",
-    "stamp",
-    "utcnow",
-    "verification_event",
-]

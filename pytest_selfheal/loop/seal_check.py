@@ -200,7 +200,3 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
         outcomes, _ = observe(ran, selection, rules=rules_for_run(effective.settings.classification_rules, ()),
                               redactor=effective.redactor)
     return {n: outcomes.get(n, OUTCOME_MISSING) for n in selection if outcomes.get(n) not in FAILING_OUTCOMES}
-
-
-__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config",
-           "passing_without_the_code"]

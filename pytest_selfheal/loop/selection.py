@@ -52,6 +52,3 @@ def loop_selection(
     elif not keep:
         refused = "every failing test is excluded by ralf_lite.apply_to (auto_tasks/tdd_tasks)"
     return LoopSelection(tuple(keep), tuple(excluded), refused)
-
-
-__all__ = ["LoopSelection", "loop_selection"]

@@ -233,6 +233,3 @@ def _logged_status(records: list[Event]) -> Optional[str]:
         elif record.event == ev.STATUS_CHANGED and isinstance(record.get("to"), str):
             status = str(record.get("to"))
     return status
-
-
-__all__ = ["LoopRun", "RunRecords", "read_records"]

@@ -206,9 +206,3 @@ def holds_passed(store: Store, rootdir: Path, passed: Collection[str], redact: C
     stopped = stopped_incidents(store)
     return bool(stopped) and bool(match_green(stopped, as_known(stopped, passed, redact), (), None,
                                               tests_changed(store, rootdir)))
-
-
-__all__ = [
-    "ALREADY_STOPPED", "STOPPED_LIMIT", "Attachment", "StickyMatch", "StoppedIncident", "as_known", "holds_passed",
-    "match_green", "stopped_incidents", "tests_changed",
-]
