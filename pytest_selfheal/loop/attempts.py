@@ -80,67 +80,6 @@ def _failure_entry(failure: Failure) -> FailureEntry:
     return dataclasses.replace(entry, target_paths=(), root_cause=None, keys=keys)
 
 
-def _attempt_document(
-    incident_id: str,
-    iteration: int,
-    *,
-    observation: policy.Observation,
-    decision: policy.Decision,
-    failures: Sequence[Failure],
-    new_failures: Sequence[Failure],
-    started_at: str,
-    finished_at: str,
-    mode: str,
-    verification_commands: Sequence[str],
-    exit_code: Optional[int],
-    duration_seconds: Optional[float],
-    repair: Optional[RepairBlock],
-    not_run: Sequence[str] = (),
-    tests_edited: Sequence[str] = (),
-    regression_tests_run: Optional[int] = None,
-) -> Attempt:
-    if duration_seconds is None:
-        start, end = parse_stamp(started_at), parse_stamp(finished_at)
-        duration_seconds = minutes_between(start, end) * 60.0
-    # Built as the JSON document, so the file keeps its key order (null values included).
-    doc = {
-        "incident_id": incident_id,
-        "iteration": iteration,
-        "started_at": started_at,
-        "finished_at": finished_at,
-        "actions_applied": list(repair.actions_applied) if repair is not None else [],
-        "verification_commands": list(verification_commands),
-        "verification_passed": policy.is_success(observation),
-        "result": decision.action,
-        "error_signature": failures[0].signature if failures else None,
-        "mode": mode,
-        "stop_reason": decision.stop_reason,
-        "outcomes": dict(observation.outcomes),
-        "failures": [_failure_entry(f).to_json() for f in failures],
-        "new_failures": [_failure_entry(f).to_json() for f in new_failures],
-        "fingerprint_changed": decision.progress.fingerprint_changed,
-        "progress": decision.progress.progress,
-        "progress_reasons": list(decision.progress.reasons),
-        "tests_fixed": list(decision.progress.tests_fixed),
-        "diff_hash": observation.diff_hash,
-        "exit_code": exit_code,
-        "duration_seconds": round(max(0.0, duration_seconds), 3),
-        "timed_out": observation.timed_out,
-        "repair": repair.to_json() if repair is not None else None,
-        "scope_denied": observation.scope_denied,
-        "same_error_repeats": decision.same_error_repeats,
-        "decision": decision.to_record().to_json(),
-    }
-    for key, names in (("not_run", not_run), ("tests_edited", tests_edited), ("harness_changed", observation.harness_changed)):
-        if names:
-            doc[key] = list(names)
-    if regression_tests_run is not None:
-        doc["regression_tests_run"] = regression_tests_run
-    if regression_tests_run is not None or observation.regressions:
-        doc["regressions"] = list(observation.regressions)
-    return Attempt.from_json(doc, attempt_filename(iteration))
-
-
 # --------------------------------------------------------------------------- plan + status
 
 
@@ -309,24 +248,45 @@ def record_iteration(
                           unverified=incident.unverified_failures)
         iteration = run.next_iteration
         start_running(run, iteration=iteration)
-        attempt = _attempt_document(
-            incident_id,
-            iteration,
-            observation=observation,
-            decision=decision,
-            failures=failures,
-            new_failures=new_failures,
-            started_at=started_at,
-            finished_at=finished_at,
-            mode=mode,
-            verification_commands=verification_commands,
-            exit_code=exit_code,
-            duration_seconds=duration_seconds,
-            repair=repair,
-            not_run=not_run,
-            tests_edited=edited,
-            regression_tests_run=regression.ran if regression is not None else None,
-        )
+        if duration_seconds is None:
+            duration_seconds = minutes_between(parse_stamp(started_at), parse_stamp(finished_at)) * 60.0
+        # Built as the JSON document, so the file keeps its key order (null values included).
+        doc = {
+            "incident_id": incident_id,
+            "iteration": iteration,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "actions_applied": list(repair.actions_applied) if repair is not None else [],
+            "verification_commands": list(verification_commands),
+            "verification_passed": policy.is_success(observation),
+            "result": decision.action,
+            "error_signature": failures[0].signature if failures else None,
+            "mode": mode,
+            "stop_reason": decision.stop_reason,
+            "outcomes": dict(observation.outcomes),
+            "failures": [_failure_entry(f).to_json() for f in failures],
+            "new_failures": [_failure_entry(f).to_json() for f in new_failures],
+            "fingerprint_changed": decision.progress.fingerprint_changed,
+            "progress": decision.progress.progress,
+            "progress_reasons": list(decision.progress.reasons),
+            "tests_fixed": list(decision.progress.tests_fixed),
+            "diff_hash": observation.diff_hash,
+            "exit_code": exit_code,
+            "duration_seconds": round(max(0.0, duration_seconds), 3),
+            "timed_out": observation.timed_out,
+            "repair": repair.to_json() if repair is not None else None,
+            "scope_denied": observation.scope_denied,
+            "same_error_repeats": decision.same_error_repeats,
+            "decision": decision.to_record().to_json(),
+        }
+        for key, names in (("not_run", not_run), ("tests_edited", edited), ("harness_changed", observation.harness_changed)):
+            if names:
+                doc[key] = list(names)
+        if regression is not None:
+            doc["regression_tests_run"] = regression.ran
+        if regression is not None or observation.regressions:
+            doc["regressions"] = list(observation.regressions)
+        attempt = Attempt.from_json(doc, attempt_filename(iteration))
         run.write_attempt(attempt)
         kill_point("record:after_attempt")
         run.append_event(ev.VERIFICATION_FINISHED, **verification_event(attempt).data)

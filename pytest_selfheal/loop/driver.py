@@ -191,11 +191,6 @@ def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: E
             raise
 
 
-def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
-    baseline = policy.Progress(False, (policy.BASELINE,), False, ())
-    return policy.Decision(policy.ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
-
-
 # --------------------------------------------------------------------------- the loop
 
 
@@ -267,7 +262,7 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
-            decision = _open_stop_decision(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
+            decision = policy.Decision.open_stop(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
         finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
     say(status_line(decision, pol, incident_id=incident_id))
 
@@ -319,7 +314,7 @@ def _drive(
     )
     if selection.refused is not None:
         iteration = len(run.split()[1])
-        decision = _open_stop_decision(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
+        decision = policy.Decision.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(run, decision, effective=effective, project_root=project_root)
         say(status_line(decision, pol, incident_id=incident_id))
         return result

@@ -196,6 +196,12 @@ class Decision:
     def stopped(self) -> bool:
         return self.action == ACTION_STOP
 
+    @classmethod
+    def open_stop(cls, reason: str, message: str, iteration: int) -> Decision:
+        """A stop decided before any run was compared, which leaves the incident open."""
+        baseline = Progress(False, (BASELINE,), False, ())
+        return cls(ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
+
     def to_record(self) -> RecordedDecision:
         return RecordedDecision(
             action=self.action,

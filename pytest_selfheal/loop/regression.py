@@ -599,7 +599,7 @@ def check_incident(
     settings = effective.settings.verification
     if settings.regression == OFF or not passes(outcomes, failed):
         return None
-    context = _context(store, incident)
+    context = read_context(store, incident.incident_id)
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
@@ -625,11 +625,11 @@ def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
         return {}
 
 
-def _context(store: Store, incident: Incident) -> Optional[RunContext]:
+def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
     try:
-        return store.read_context(incident.incident_id)
+        return store.read_context(incident_id)
     except SelfhealError:
-        return None
+        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
@@ -645,7 +645,7 @@ def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args
                           run_dir: Path) -> Optional[list[str]]:
     """The capture's selection words when a run of ``run_args`` from ``run_dir`` does not run
     them all (its passing selection is not yet checked for regressions), else None."""
-    context = _context(store, incident)
+    context = read_context(store, incident.incident_id)
     if context is None:
         return None
     capture = capture_words(context.invocation_args, context.cwd, tree)
