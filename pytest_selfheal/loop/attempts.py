@@ -132,22 +132,14 @@ def require_inbox(store: Store, incident_id: str) -> None:
 # --------------------------------------------------------------------------- record
 
 
-def _record_history(
-    store: Store,
-    incident_id: str,
-    iteration: int,
-    *,
-    effective: EffectiveConfig,
-    incident: Incident,
-    attempts: Sequence[Attempt],
-    observations: Sequence[policy.Observation],
-    failures: Sequence[Failure],
-    mode: str,
-    project_root: Path,
-) -> list[str]:
-    """Record this iteration in the failure history (docs/history.md); the warning, if any.
-    A test passing again with no code change is ``passed_on_rerun``, with the fingerprint it
-    failed with. Keyed by incident and iteration: a resumed close-out never records it twice."""
+def _record_history(run: LoopRun, observations: Sequence[policy.Observation], failures: Sequence[Failure], *,
+                    effective: EffectiveConfig, mode: str, project_root: Path) -> list[str]:
+    """Record the attempt just written in the failure history (docs/history.md); the warning,
+    if any. A test passing again with no code change is ``passed_on_rerun``, with the
+    fingerprint it failed with. Keyed by incident and iteration: never recorded twice."""
+    incident_id, incident = run.incident_id, run.incident
+    *attempts, written = run.attempts
+    iteration = written.iteration
     fingerprints: dict[str, str] = {}
     for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
         for failure in failures_seen:
@@ -163,7 +155,7 @@ def _record_history(
     failing += [Failing(n, fingerprints[n]) for n in rerun]
     kind = AGENT if mode == "agent" else LOOP
     result = record_and_triage(
-        store.root, effective.settings.history,
+        run.store.root, effective.settings.history,
         run_info(run_key=f"{kind}:{incident_id}:{iteration}", kind=kind, project_root=project_root,
                  incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
         failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
@@ -219,7 +211,6 @@ def record_iteration(
             line = messages.status_line(waiting, pol, incident_id=incident_id)
             return IterationOutcome(None, waiting, True, line, result)
         incident = run.incident
-        attempts = list(run.attempts)
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
             repair = RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
@@ -242,7 +233,7 @@ def record_iteration(
                          else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()),
         )
         observations = previous + [observation]
-        first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
+        first_start = run_started(run.attempts, run.reopened) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
                           unverified=incident.unverified_failures)
@@ -291,10 +282,8 @@ def record_iteration(
         kill_point("record:after_attempt")
         run.append_event(ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
         kill_point("record:after_verification_event")
-        history_warnings = _record_history(
-            store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
-            observations=observations, failures=failures, mode=mode, project_root=project_root,
-        )
+        history_warnings = _record_history(run, observations, failures, effective=effective, mode=mode,
+                                           project_root=project_root)
         if decision.same_error_repeats >= 2:
             run.append_event(ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data)
         line = messages.status_line(decision, pol, incident_id=incident_id)
@@ -316,13 +305,6 @@ def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -
     if not run:
         return 0.0
     return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
-
-
-def _failure_signature(incident: Incident, attempts: Sequence[Attempt]) -> Optional[str]:
-    for attempt in reversed(attempts):
-        if attempt.error_signature:
-            return attempt.error_signature
-    return incident.error_signature or None
 
 
 def _redact_config(redactor: Any, value: Any) -> Any:
@@ -410,7 +392,8 @@ def finalize(
             observations=observations,
             attempts=attempts,
             pol=pol,
-            failure_signature=_failure_signature(incident, attempts),
+            failure_signature=next((a.error_signature for a in reversed(attempts) if a.error_signature),
+                                   incident.error_signature or None),
             effective=effective,
             reopened=policy.reopened_after(incident),
         )

@@ -23,18 +23,17 @@ from typing import Optional
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import InputError, SelfhealError
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.loop.verify import VerificationRun, read_cases
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
-from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store.root import Store
 
 AFFECTED = "affected"
@@ -495,10 +494,7 @@ def check_regressions(
                      invocation_dir=start, selection_file=selection_file)
         if ran.timed_out:
             return _Ran({}, {}, True)
-        try:
-            cases = dedupe(redact_cases(iter_testcases(junit), redactor)) if junit.is_file() else []
-        except InputError:
-            cases = []
+        cases = read_cases(junit, redactor)
         by_test = {case.test: nodeid_of(case, cwd) for case in cases}
         found = {by_test.get(f.test, f.test): f for f in failures_from_cases(cases, extra_rules=rules)}
         return _Ran({by_test[case.test]: case.outcome for case in cases},

@@ -292,6 +292,14 @@ def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
 # --------------------------------------------------------------------------- observing
 
 
+def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCaseResult]:
+    """The redacted testcases of a verification's junit; none when it is missing or unusable."""
+    try:
+        return dedupe(redact_cases(iter_testcases(junit), redactor)) if junit.is_file() else []
+    except InputError:
+        return []
+
+
 def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
     """The node id of a junit identity ``classname::name``, a ``junit_prefix`` tolerated."""
     if test in by_identity:
@@ -361,19 +369,11 @@ def observe(
     *,
     rules: Sequence[Rule] = (),
     redactor: Optional[Redactor] = None,
-    warnings: Optional[list[str]] = None,
 ) -> tuple[dict[str, str], list[models.Failure]]:
     """Outcomes per node id and the failures of one verification run. Without a usable
     junit, every selected node id is ``missing`` and ONE synthetic failure stands for the run."""
     outcomes: dict[str, str] = {}
-    cases: list[models.TestCaseResult] = []
-    if not run.timed_out and run.junit_path.is_file():
-        try:
-            cases = dedupe(redact_cases(iter_testcases(run.junit_path, warnings=warnings), redactor))
-        except InputError as exc:
-            if warnings is not None:
-                warnings.append(str(exc))
-            cases = []
+    cases = [] if run.timed_out else read_cases(run.junit_path, redactor)
     tail = redactor.redact(run.output_tail) if redactor is not None else run.output_tail
     collect_only = any(word in _COLLECT_ONLY for word in run.argv)
     if collect_only and run.exit_code == 0 and not any(c.outcome in models.FAILING_OUTCOMES for c in cases):
