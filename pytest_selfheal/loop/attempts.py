@@ -55,11 +55,14 @@ class IterationOutcome:
 
     attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
     decision: policy.Decision
-    closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
-    run_result: Optional[LoopResult] = None  # when closed
+    run_result: Optional[LoopResult] = None  # the loop stopped and was closed out
     warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
     notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
+
+    @property
+    def closed(self) -> bool:
+        return self.run_result is not None
 
 
 # --------------------------------------------------------------------------- attempt
@@ -207,9 +210,8 @@ def record_iteration(
         run.refresh()
         waiting = run.pending()
         if waiting is not None:
-            result = finalize(run, waiting, effective=effective, project_root=project_root)
-            line = messages.status_line(waiting, pol, incident_id=incident_id)
-            return IterationOutcome(None, waiting, True, line, result)
+            return IterationOutcome(None, waiting, messages.status_line(waiting, pol, incident_id=incident_id),
+                                    finalize(run, waiting, effective=effective, project_root=project_root))
         incident = run.incident
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
@@ -291,10 +293,9 @@ def record_iteration(
         notes = [unverified] if unverified else []
         if regression is not None:
             notes.append(regression_line(incident_id, decision.progress.tests_fixed, regression))
-        if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
-        result = finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
-        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
+        closed = finalize(run, decision, effective=effective, observations=observations, project_root=project_root) \
+            if decision.stopped else None
+        return IterationOutcome(attempt, decision, line, closed, warnings=history_warnings, notes=notes)
 
 
 # --------------------------------------------------------------------------- finalize

@@ -377,8 +377,7 @@ def _drive(
         say(outcome.status_line)
         for note in outcome.notes:
             say(note)
-        if outcome.closed:
-            assert outcome.run_result is not None
+        if outcome.run_result is not None:
             say(_final_line(incident_id, outcome.run_result))
             return outcome.run_result
 

@@ -85,11 +85,6 @@ class RegressionCheck:
         notes += list(self.intermittent[:3])
         return f"the regression check ran {self.ran} test(s) ({scope})" + "".join(f"; {n}" for n in notes)
 
-    def summary(self) -> str:
-        if self.timed_out:
-            return f"{self.ran_text()}: it hit its time budget (verification.regression_budget_seconds)"
-        found = f"broke {_named(self.broken)}" if self.broken else "nothing broken"
-        return f"{self.ran_text()}: {found}"
 
 
 def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
@@ -117,7 +112,8 @@ def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionChe
     if check.broken:
         head = (f"fixed {_named(fixed)}; " if fixed else "the selection passes; ") + f"broke {_named(check.broken)}"
         return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
-    return f"selfheal: incident {incident_id}: {check.summary()}"
+    found = "it hit its time budget (verification.regression_budget_seconds)" if check.timed_out else "nothing broken"
+    return f"selfheal: incident {incident_id}: {check.ran_text()}: {found}"
 
 
 # --------------------------------------------------------------------------- what the change touched
@@ -228,15 +224,16 @@ def _whole_name(root: Path, rel: str) -> str:
     return ".".join(parts[top:])
 
 
-def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
+def project_files(root: Path, skip: Collection[Path], ignored: Collection[str] = _SKIPPED_DIRS) -> Iterator[str]:
+    """The files below ``root`` (relative POSIX paths), outside hidden folders, environments,
+    folders named in ``ignored`` and the ``skip`` folders."""
     skipped = {p.resolve() for p in skip}
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ignored
                          and (here / d).resolve() not in skipped and not (here / d / "pyvenv.cfg").exists())
         for name in sorted(files):
-            if name.endswith(".py"):
-                yield (here / name).relative_to(root).as_posix()
+            yield (here / name).relative_to(root).as_posix()
 
 
 def is_test_file(rel: str) -> bool:
@@ -265,7 +262,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
     acting: set[str] = set()  # defines fixtures or hooks
     patching: set[str] = set()  # assigns to another module's attributes
     strings: dict[str, set[str]] = {}
-    for rel in _python_files(root, skip):
+    for rel in (f for f in project_files(root, skip) if f.endswith(".py")):
         for name in _module_names(rel):
             by_name.setdefault(name, set()).add(rel)
         by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)

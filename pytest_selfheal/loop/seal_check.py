@@ -6,10 +6,9 @@ runs (config/seal.py), and a new seal, which is no more than a capture would be.
 from __future__ import annotations
 
 import filecmp
-import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -28,7 +27,14 @@ from pytest_selfheal.config.seal import (
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.regression import BASE_ARGV, REGRESSION_SELECTION, Runner, captured_code, read_context
+from pytest_selfheal.loop.regression import (
+    BASE_ARGV,
+    REGRESSION_SELECTION,
+    Runner,
+    captured_code,
+    project_files,
+    read_context,
+)
 from pytest_selfheal.loop.verify import observe, run_selection, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
@@ -102,15 +108,8 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
 _NOT_THE_PROJECT = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 
 
-def _files(tree: Path, skip: Path) -> Iterator[str]:
-    """The project's files below ``tree``, outside hidden folders, caches, environments and ``skip``."""
-    for folder, dirs, names in os.walk(tree):
-        here = Path(folder)
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _NOT_THE_PROJECT
-                   and (here / d).resolve() != skip and not (here / d / "pyvenv.cfg").exists()]
-        for name in names:
-            if (here / name).is_file():
-                yield (here / name).relative_to(tree).as_posix()
+def _files(tree: Path, skip: Path) -> set[str]:
+    return {rel for rel in project_files(tree, [skip], _NOT_THE_PROJECT) if (tree / rel).is_file()}
 
 
 def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], skip: Path, dirty: bool) -> None:
@@ -123,8 +122,8 @@ def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], 
     def is_code(rel: str) -> bool:
         return rel.endswith(".py") and not is_test_file(rel) and rel not in harness
 
-    now = set(_files(tree, skip))
-    for rel in sorted(now | set(_files(base, skip))):
+    now = _files(tree, skip)
+    for rel in sorted(now | _files(base, skip)):
         source, target = tree / rel, base / rel
         if is_code(rel):
             captured = recorded.get(rel, "").split(" ", 1)[0]
