@@ -28,9 +28,10 @@ from helpers import (
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop import policy
-from pytest_selfheal.loop.attempts import agent_status_line, finalize, record_iteration
+from pytest_selfheal.loop.attempts import finalize, record_iteration
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
+from pytest_selfheal.loop.messages import status_line
 from pytest_selfheal.loop.resume import pending_stop, split_runs
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import VerificationRun
@@ -94,16 +95,16 @@ def test_pending_stop_prefers_the_newest_record() -> None:
     assert pending_stop(replan, None, "plan_proposed") is not None
 
 
-def test_agent_status_line_grammar() -> None:
+def test_status_line_grammar() -> None:
     progress = policy.Progress(False, (), False, ())
     stop = policy.Decision("stop", "repeated_fingerprint", "escalated", progress, 2, 2, False, "m", 1)
-    line = agent_status_line("incident_20260101_000000_ab", stop, 1, 3)
+    line = status_line(stop, policy.LoopPolicy(max_iterations=3), incident_id="incident_20260101_000000_ab")
     assert line == (
         "selfheal: incident incident_20260101_000000_ab iteration 1 of 3: "
         "fingerprint same, progress no -> STOP repeated_fingerprint"
     )
     go = policy.Decision("continue", None, None, policy.Progress(True, ("tests_fixed",), True, ("t",)), 0, 0, False, "m", 2)
-    assert agent_status_line("incident_20260101_000000_ab", go, 2, 3).endswith(
+    assert status_line(go, policy.LoopPolicy(max_iterations=3), incident_id="incident_20260101_000000_ab").endswith(
         "iteration 2 of 3: fingerprint changed, progress yes -> CONTINUE"
     )
 

@@ -677,7 +677,6 @@ def test_status_line_is_parseable() -> None:
 
 def test_policy_defaults_from_default_settings() -> None:
     assert LoopPolicy.from_settings(default_config().settings) == LoopPolicy()
-    assert LoopPolicy().summary() == "max_iterations=3, error_fingerprint_repeats=2, no_progress_repeats=2"
 
 
 def test_policy_from_full_config_ignores_other_keys() -> None:

@@ -645,6 +645,25 @@ def test_a_person_still_takes_a_new_seal_over_a_change_that_passes_nothing_by_it
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["loop", "pytest"])
+def test_a_harness_changed_stop_runs_no_regression_check(tmp_path: Path, how: str) -> None:
+    """The stop can never be a success: the tests the change reaches are not run for it."""
+    project = _project(tmp_path)
+    (project / "tests" / "conftest.py").write_text(SESSIONS)
+    git_commit_all(project)
+    incident_id = _capture(project)
+    with (project / "pytest.ini").open("a") as ini:
+        ini.write("markers =\n    slow: a slow test\n")
+    (project / "calc.py").write_text(CALC.replace("a * b - 1", "a * b"))
+    before = _runs(project, "tests/sessions.runs")
+    result = cli("loop", incident_id, cwd=project) if how == "loop" else run_pytest_selfheal(project)
+    assert "STOP harness_changed (pytest.ini: markers" in result.stdout, result.stdout + result.stderr
+    assert "regression check" not in result.stdout
+    assert "regression_tests_run" not in _attempts(project, incident_id)[-1]
+    assert _runs(project, "tests/sessions.runs") == before + 1  # the verification alone
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("forget", ["prune", "delete"])
 def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget: str) -> None:
     """After `tests_edited`, the cheat's green run with the incident gone is that stop again,

@@ -1,16 +1,10 @@
 """Agent-in-the-loop: a ``pytest --selfheal`` run is the next iteration of an open incident.
 
-An AI agent (or a person) edits code and runs pytest again; when that run executes any of
-an open incident's verification tests, it is recorded as the incident's next attempt
-(mode ``agent``) and the loop decides — the one-line status tells the agent CONTINUE or
-STOP. Tests of the selection that this run did not execute keep their last known outcome
-and fingerprint (listed in the attempt's ``not_run``), so running a subset never looks
-like a fix. A selected test that this run should have run and did not (deleted, renamed,
-deselected, ``-k``-ed away: ``gone``) is ``missing``: not verified, and the run still counts.
-A run with the code unchanged since the previous iteration is an iteration with nothing
-tried (loop/attempts.py): the first says so and continues, the second in a row stops.
-A passing selection is a success only after the regression check, which a run selecting at
-least what the capture did runs; a narrower one says it is not yet checked and is not counted.
+When an agent's (or a person's) run executes any of an open incident's verification tests,
+it is recorded as the next attempt (mode ``agent``) and the loop decides. Selected tests
+this run did not execute keep their last known outcome, so running a subset never looks
+like a fix; one it should have run and did not is ``missing``. A run narrower than the
+capture cannot have the regression check, so its passing selection is not counted.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.rules import rules_for_run
 from pytest_selfheal.analysis.testfiles import changed
-from pytest_selfheal.config.seal import Changes, Loaded
+from pytest_selfheal.config.seal import Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
@@ -57,15 +51,19 @@ OPEN_STATUSES = ("planned", "running")
 class OpenIncident:
     """An incident in the inbox whose loop has not stopped, with its verification selection."""
 
-    incident_id: str
+    captured: Incident  # incident.json: its seal, judging keys and test code
+    plan: Plan  # plan.json as read: its selection's records are checked (store/judging.py)
     selection: list[str]
     last_outcomes: dict[str, str]
     last_failures: dict[str, Failure]  # nodeid -> last known failure
-    options: Optional[list[str]] = None  # the capture's replayed pytest options (None: not recorded)
-    test_digests: dict[str, str] = field(default_factory=dict)  # the capture's test code (analysis/testfiles.py)
-    invocation_dir: str = ""  # where the capture ran pytest, relative to the rootdir ("" the rootdir)
-    captured: Optional[Incident] = None  # incident.json: its seal and judging keys (loop/seal_check.py)
-    plan: Optional[Plan] = None  # plan.json as read: its selection's records are checked (store/judging.py)
+
+    @property
+    def incident_id(self) -> str:
+        return self.captured.incident_id
+
+    @property
+    def options(self) -> Optional[list[str]]:
+        return recorded_options(self.captured)
 
 
 @dataclass
@@ -89,11 +87,8 @@ def _last_known(incident: Incident, attempts: Sequence[Attempt]) -> tuple[dict[s
 
 
 def recorded_options(incident: Incident) -> Optional[list[str]]:
-    """The capture's replayed pytest options; None when the capture did not record them.
-
-    An incident captured before options were recorded has none to compare. No options is
-    no key (a default is not written), so a sealed incident, captured by a version that
-    records them, has its options recorded: none."""
+    """The capture's replayed pytest options; None when the capture did not record them (no
+    options is no key, so a sealed incident, from a version that records them, has none)."""
     recorded = "pytest_options" in (incident.keys or ()) or incident.seal is not None
     return list(incident.pytest_options) if recorded else None
 
@@ -105,8 +100,7 @@ NOT_AN_ITERATION = "this run is not counted as an iteration"
 def not_an_iteration(incident_id: str, options: Optional[Sequence[str]], capture_dir: str,
                      run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
     """Why this run is not an iteration of the incident (like with like: the capture's
-    options, from the capture's directory), or None. ``None`` options or ``run_dir``: unknown,
-    not compared."""
+    options, from the capture's directory), or None; None options or ``run_dir`` are unknown."""
     if run_options is not None and options is not None and list(run_options) != list(options):
         return (f"selfheal: incident {incident_id}: {NOT_AN_ITERATION}: its options "
                 f"({shlex.join(run_options) or 'none'}) differ from the capture's "
@@ -133,8 +127,7 @@ def open_incidents(store: Store) -> list[OpenIncident]:
         except SelfhealError:
             continue  # a corrupted incident is shown by `selfheal status`; it cannot be an iteration
         if selection:
-            found.append(OpenIncident(incident_id, selection, outcomes, failures, recorded_options(incident),
-                                      dict(incident.test_digests), incident.invocation_dir or "", incident, plan))
+            found.append(OpenIncident(incident, plan, selection, outcomes, failures))
     return found
 
 
@@ -158,19 +151,11 @@ def record_agent_attempts(
 ) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
 
-    Like with like: when ``run_options`` (this run's behaviour-changing options,
-    capture/options.py; None: unknown) differ from the options the incident was captured
-    with, the run is not an iteration of that incident — one line says which options to
-    use — and its failures of the selection wait (they are not a new incident either).
-    The same holds for ``run_dir`` (where this run started, relative to the rootdir; None:
-    unknown): tests that read files relative to the working directory are only comparable
-    from the capture's directory. Each incident is judged by the keys in force at its capture,
-    and its seal is compared (``loaded``: what this process loaded, config/seal.py): what
-    changed stops the iteration with ``harness_changed``.
-    ``gone``: selected tests this run should have run (its paths cover them, it was not cut
-    short) and has no outcome for: recorded ``missing``, and they make the run an iteration
-    even when no other selected test ran. ``ran``: every test this run ran and its outcome (None:
-    something cut it short): the regression check takes them as they are instead of running them.
+    A run with other ``run_options`` or from another ``run_dir`` than the capture's is no
+    iteration (one line says how to run it). ``loaded``: what this process loaded, for the
+    seal. ``gone``: selected tests this run should have run and has no outcome for (recorded
+    ``missing``). ``ran``: every test this run ran (None: cut short), which the regression
+    check takes as they are.
     """
     result = AgentResult()
     here = project_root.resolve()
@@ -178,7 +163,7 @@ def record_agent_attempts(
     def of_this_project(incident: OpenIncident) -> bool:
         # A reports root shared by several projects: a test of another project's incident is
         # not gone because this project's run did not run it.
-        rootdir = incident.captured.rootdir if incident.captured is not None else None
+        rootdir = incident.captured.rootdir
         return not rootdir or Path(rootdir).resolve() == here
 
     touched = [i for i in incidents
@@ -193,8 +178,8 @@ def record_agent_attempts(
         ran, capture_words(invocation, str(project_root / (run_dir or "")), project_root))
     for incident in touched:
         selection = set(incident.selection)
-        unlike = not_an_iteration(incident.incident_id, incident.options, incident.invocation_dir, run_options,
-                                  run_dir)
+        unlike = not_an_iteration(incident.incident_id, incident.options, incident.captured.invocation_dir or "",
+                                  run_options, run_dir)
         if unlike is not None:
             result.lines.append(unlike)
             result.covered.update(selection)
@@ -217,14 +202,13 @@ def record_agent_attempts(
         # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
         # over above and listed, so they are never counted as run, gone or passed.
         not_run = [n for n in incident.selection if n not in outcomes and n not in gone]
-        judged, edited_keys = judged_config(effective, incident.captured) if incident.captured else (effective, None)
+        judged, edited_keys = judged_config(effective, incident.captured)
         if edited_keys:
             result.lines.append(edited_keys)
-        changes = (harness_changed(incident.captured, project_root, store=store, plan=incident.plan,
-                                   loaded=loaded) if incident.captured else Changes([], []))
+        changes = harness_changed(incident.captured, project_root, store=store, plan=incident.plan, loaded=loaded)
         # Tests, conftests, test data edited since the capture: a pass with them is never `success`.
-        edited = [*dict.fromkeys([*changed(project_root, incident.test_digests), *changes.tests])]
-        narrower = None if incident.captured is None or not passes(run_outcomes) or edited or changes.harness \
+        edited = [*dict.fromkeys([*changed(project_root, dict(incident.captured.test_digests)), *changes.tests])]
+        narrower = None if not passes(run_outcomes) or edited or changes.harness \
             else narrower_than_capture(store, incident.captured, project_root, invocation, project_root / (run_dir or ""))
         if narrower is not None:
             # A success needs the regression check, which a quick run of the failing tests skips:
@@ -238,8 +222,9 @@ def record_agent_attempts(
             result.covered.update(selection)
             result.still_open.append(incident.incident_id)
             continue
-        # A passing selection: the tests the change can reach run before it can be a success.
-        regression = None if incident.captured is None else check_incident(
+        # A passing selection: the tests the change can reach run before it can be a success
+        # (a changed harness never is one).
+        regression = None if changes.harness else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
             outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run)
         outcome = record_iteration(

@@ -1,26 +1,11 @@
 """The arguments of a verification command, judged by their value (edge: resolves paths,
 reads the installed distributions' entry points; docs/loop.md "What a verification run executes").
 
-One check for every option wherever it comes from: a plan command, the options incident.json
-says the capture recorded, ``verification.args`` from the config, ``--set`` on the command
-line, the MCP ``run_tests`` arguments. Every word goes through :func:`check_arguments`:
-
-- ``@FILE`` anywhere is refused: pytest reads more options from it (``fromfile_prefix_chars``),
-  options this check would never see;
-- a selection (a node id or a path) must resolve inside the project root;
-- ``--rootdir``, ``--basetemp`` (pytest deletes it), ``--confcutdir``, ``--junitxml``,
-  ``--debug``, ``--pyargs``, ``--report-log``, ``--selfheal-selection-file`` are refused
-  from every source: the loop sets them itself, and only the live process's own argv (agent
-  mode, which runs nothing of ours) may carry them;
-- ``-p``, ``-o`` and ``-c`` are judged by their value from every source: ``-p no:NAME`` only
-  disables, ``-p NAME`` loads only a plugin installed in the environment (a ``pytest11``
-  entry point or one of pytest's own), ``-o KEY=VALUE`` only with a value that cannot name a
-  path outside the root (``addopts`` is checked word by word; ``~`` and ``$VAR``, which pytest
-  expands in ``cache_dir``, are refused in path values), ``-c FILE`` only inside the root;
-- a few options that only select, print or stop early are safe from any source
-  (:data:`SAFE_FLAGS`, :data:`SAFE_VALUED`);
-- any other option only when it was recorded (``trusted``: the capture's options and
-  ``verification.args``) with the same value, and that value names no path outside the root.
+One check for every option wherever it comes from (a plan, the capture's recorded options,
+``verification.args``, ``--set``, MCP): selections inside the root; no ``@FILE`` (options
+this check would never see); the options the loop sets itself never replayed; ``-p``, ``-o``
+and ``-c`` judged by their value; a few options that only select, print or stop early safe;
+any other only as recorded, with a value naming no path outside the root.
 """
 
 from __future__ import annotations
@@ -80,8 +65,7 @@ class ArgumentRefused(RefusedError):
 
 
 def inside_root(word: str, root: Path) -> bool:
-    """True when the path part of a selection word (``path::name[param]`` or a path) resolves
-    inside ``root``: no absolute path elsewhere, no ``..`` escape, no symlink leading out."""
+    """The path part of a selection word resolves inside ``root`` (symlinks followed)."""
     path = word.split("::", 1)[0]
     if not path or "\x00" in path:
         return False
@@ -94,8 +78,7 @@ def inside_root(word: str, root: Path) -> bool:
 
 
 def option_groups(tokens: Sequence[str]) -> list[tuple[str, Optional[str]]]:
-    """``(option, value)`` pairs of an options-only word list (incident.json ``pytest_options``,
-    ``verification.args``): ``--name=value`` splits at ``=``; a word that does not start with
+    """``(option, value)`` pairs of an options-only word list: a word that does not start with
     ``-`` is the value of the option before it."""
     groups: list[tuple[str, Optional[str]]] = []
     for token in tokens:
@@ -113,8 +96,7 @@ def option_groups(tokens: Sequence[str]) -> list[tuple[str, Optional[str]]]:
 
 @functools.lru_cache(maxsize=1)
 def installed_plugins() -> frozenset[str]:
-    """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, its module and
-    the module's packages (``xdist``, ``xdist.plugin``)."""
+    """The names ``-p NAME`` may load: every ``pytest11`` entry point's name, module and packages."""
     names: set[str] = set()
     for entry in importlib.metadata.entry_points(group="pytest11"):
         names.add(entry.name)
@@ -134,8 +116,7 @@ def _builtin_plugin(name: str) -> bool:
 
 
 def plugin_problem(value: str) -> Optional[str]:
-    """Why ``-p value`` is refused, or None: ``no:NAME`` only disables; a plugin name must be
-    installed in the environment (never a module of the project or a path)."""
+    """Why ``-p value`` is refused (a plugin not installed in the environment), or None."""
     if value.startswith("no:"):
         return None if len(value) > 3 and "/" not in value and "\\" not in value else "an empty or path-like 'no:' name"
     if value in installed_plugins() or _builtin_plugin(value):
@@ -144,8 +125,7 @@ def plugin_problem(value: str) -> Optional[str]:
 
 
 def _path_pieces(value: str) -> list[str]:
-    """The parts of an option value that look like paths: split at blanks, ``,``, ``;``, ``=``
-    and (outside URLs) ``:`` (``html:/abs/report``); a piece is path-like when it holds a slash."""
+    """The parts of an option value that look like paths (``html:/abs/report``)."""
     pieces: list[str] = []
     for chunk in value.replace(",", " ").replace(";", " ").replace("=", " ").split():
         if "://" in chunk:
@@ -155,8 +135,7 @@ def _path_pieces(value: str) -> list[str]:
 
 
 def _expands(piece: str) -> bool:
-    """pytest expands ``~`` and ``$VAR`` in some path values (``cache_dir``): such a value
-    names whatever the environment says, never a path this check can resolve."""
+    """pytest expands ``~`` and ``$VAR`` in some path values: no path this check can resolve."""
     return piece.startswith("~") or "$" in piece
 
 
@@ -192,8 +171,7 @@ def _ini_problem(value: str, root: Path, trusted: bool) -> Optional[str]:
 
 
 def judge(option: str, value: Optional[str], root: Path, trusted: bool = False) -> Optional[str]:
-    """Why ``option value`` is refused from any source, or None (the value-judged options:
-    ``-p``, ``-o``, ``-c`` and the ones never replayed)."""
+    """Why a value-judged or never-replayed ``option value`` is refused, or None."""
     if option in NEVER_REPLAYED:  # pytest refuses abbreviations (allow_abbrev=False): the name is exact
         return f"{option} is set by the loop itself and never replayed"
     if value is None:
@@ -219,8 +197,7 @@ class _Trust:
 
 
 def _split(words: Sequence[str], index: int) -> tuple[str, Optional[str], int]:
-    """``(option, value, words used)`` at ``words[index]``, for the options whose value we know
-    how to find (the value-judged and safe ones); others are ``(word, None, 1)``."""
+    """``(option, value, words used)`` at ``words[index]`` (a value only where we know how to find it)."""
     word = words[index]
     following = words[index + 1] if index + 1 < len(words) else None
     if word.startswith("--"):
@@ -299,27 +276,8 @@ def _check_words(words: Sequence[str], root: Path, trust: _Trust, *, shown: str,
 def check_arguments(
     words: Sequence[str], *, root: Path, trusted: Sequence[str] = (), pytest_runner: bool = True, shown: str = ""
 ) -> None:
-    """Refuse (``RefusedError``, one line, exit 5) any argument of a verification command (the
-    words after the runner) that this module's rules do not accept. ``trusted``: the recorded
-    options (incident.json ``pytest_options``, ``verification.args``); another runner than
-    pytest gets selections and recorded options only."""
+    """Refuse (``RefusedError``, exit 5) any word after the runner these rules do not accept;
+    another runner than pytest gets selections and ``trusted`` options only."""
     groups = frozenset(option_groups(trusted))
     _check_words(words, root, _Trust(False, groups), shown=shown or " ".join(words)[:200],
                  pytest_runner=pytest_runner)
-
-
-__all__ = [
-    "ArgumentRefused",
-    "NEVER_REPLAYED",
-    "PATH_INI_KEYS",
-    "PYTEST_RUNNERS",
-    "SAFE_FLAGS",
-    "SAFE_VALUED",
-    "check_arguments",
-    "inside_root",
-    "installed_plugins",
-    "judge",
-    "option_groups",
-    "path_problem",
-    "plugin_problem",
-]

@@ -1,19 +1,9 @@
 """The loop's records: one iteration recorded (``attempt_XX.json`` + its events) and the close-out of a stop.
 
-- :func:`record_iteration` (used by the driver and by the agent-in-the-loop mode): under
-  the store lock, decides over the observations of the loop state (:class:`~pytest_selfheal.loop.state.LoopRun`)
-  plus this one, writes the next ``attempt_XX.json`` (never twice: ``Store.write_attempt``
-  refuses to overwrite) and its events through the state, and on a stop calls :func:`finalize`.
-- **Every stop is recorded before it is acted on**: the attempt that stops carries
-  ``result: "stop"`` and its whole decision, so a resume after a kill anywhere in
-  :func:`finalize` completes the *same* stop (``run_result.json`` from
-  :func:`build_run_result`, the events, the archive or the replan) without duplicating
-  files or events.
-- The plan and status steps the records need (:func:`ensure_plan`, :func:`start_running`,
-  :func:`require_inbox`) and the status line for agents (:func:`agent_status_line`).
-
-The store lock is only held around these short read-decide-write steps, so captures of
-other incidents on the same root proceed.
+Every stop is recorded before it is acted on: the attempt that stops carries its whole
+decision, so a resume after a kill anywhere in :func:`finalize` completes the *same* stop
+without duplicating files or events. The store lock is held only around these short
+read-decide-write steps, so captures of other incidents on the same root proceed.
 """
 
 from __future__ import annotations
@@ -65,21 +55,14 @@ class IterationOutcome:
 
     attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
     decision: policy.Decision
-    closed: bool  # the loop stopped and was closed out (run_result written, archived/replanned)
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
-    run_result: Optional[LoopResult] = None  # when closed
+    run_result: Optional[LoopResult] = None  # the loop stopped and was closed out
     warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
     notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
 
-
-def agent_status_line(incident_id: str, decision: policy.Decision, iteration: int, max_iterations: int) -> str:
-    """ONE parseable line for agents and humans (grammar in docs/loop.md "Status line").
-
-    ``selfheal: incident <id> iteration <k> of <N>: fingerprint same|changed, progress
-    yes|no -> CONTINUE`` or ``... -> STOP <stop_reason>``.
-    """
-    shown = dataclasses.replace(decision, iteration=iteration)
-    return messages.status_line(shown, policy.LoopPolicy(max_iterations=max_iterations), incident_id=incident_id)
+    @property
+    def closed(self) -> bool:
+        return self.run_result is not None
 
 
 # --------------------------------------------------------------------------- attempt
@@ -88,12 +71,6 @@ AGENT_MODE = "agent"
 # The repair block of an agent-mode run with the code unchanged since the previous one: the
 # agent, as the provider, tried nothing (docs/loop.md "An unchanged run is no attempt").
 AGENT_UNCHANGED = "nothing changed since the last run (the same diff hash): an iteration with nothing tried"
-
-
-def agent_unchanged() -> RepairBlock:
-    """The repair block of an unchanged agent-mode run: provider ``agent``, no fix found."""
-    return RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
-                                  "message": AGENT_UNCHANGED}, "repair")
 
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
@@ -106,67 +83,6 @@ def _failure_entry(failure: Failure) -> Failure:
     return dataclasses.replace(failure, target_paths=(), root_cause=None, triage=None, keys=keys)
 
 
-def _attempt_document(
-    incident_id: str,
-    iteration: int,
-    *,
-    observation: policy.Observation,
-    decision: policy.Decision,
-    failures: Sequence[Failure],
-    new_failures: Sequence[Failure],
-    started_at: str,
-    finished_at: str,
-    mode: str,
-    verification_commands: Sequence[str],
-    exit_code: Optional[int],
-    duration_seconds: Optional[float],
-    repair: Optional[RepairBlock],
-    not_run: Sequence[str] = (),
-    tests_edited: Sequence[str] = (),
-    regression_tests_run: Optional[int] = None,
-) -> Attempt:
-    if duration_seconds is None:
-        start, end = parse_stamp(started_at), parse_stamp(finished_at)
-        duration_seconds = minutes_between(start, end) * 60.0
-    # Built as the JSON document, so the file keeps its key order (null values included).
-    doc = {
-        "incident_id": incident_id,
-        "iteration": iteration,
-        "started_at": started_at,
-        "finished_at": finished_at,
-        "actions_applied": list(repair.actions_applied) if repair is not None else [],
-        "verification_commands": list(verification_commands),
-        "verification_passed": policy.is_success(observation),
-        "result": decision.action,
-        "error_signature": failures[0].signature if failures else None,
-        "mode": mode,
-        "stop_reason": decision.stop_reason,
-        "outcomes": dict(observation.outcomes),
-        "failures": [_failure_entry(f).to_json() for f in failures],
-        "new_failures": [_failure_entry(f).to_json() for f in new_failures],
-        "fingerprint_changed": decision.progress.fingerprint_changed,
-        "progress": decision.progress.progress,
-        "progress_reasons": list(decision.progress.reasons),
-        "tests_fixed": list(decision.progress.tests_fixed),
-        "diff_hash": observation.diff_hash,
-        "exit_code": exit_code,
-        "duration_seconds": round(max(0.0, duration_seconds), 3),
-        "timed_out": observation.timed_out,
-        "repair": repair.to_json() if repair is not None else None,
-        "scope_denied": observation.scope_denied,
-        "same_error_repeats": decision.same_error_repeats,
-        "decision": decision.to_record().to_json(),
-    }
-    for key, names in (("not_run", not_run), ("tests_edited", tests_edited), ("harness_changed", observation.harness_changed)):
-        if names:
-            doc[key] = list(names)
-    if regression_tests_run is not None:
-        doc["regression_tests_run"] = regression_tests_run
-    if regression_tests_run is not None or observation.regressions:
-        doc["regressions"] = list(observation.regressions)
-    return Attempt.from_json(doc, attempt_filename(iteration))
-
-
 # --------------------------------------------------------------------------- plan + status
 
 
@@ -176,8 +92,7 @@ def _plan_of(incident: Incident) -> Plan:
 
 
 def ensure_plan(run: LoopRun) -> Plan:
-    """The incident's plan, generated if missing (a capture killed before writing it);
-    moves ``new → planned``. Call under the store lock."""
+    """The incident's plan, generated if a killed capture left none; ``new → planned``."""
     plan = run.plan
     if plan is None:
         plan = _plan_of(run.incident)
@@ -189,10 +104,8 @@ def ensure_plan(run: LoopRun) -> Plan:
 
 
 def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
-    """``selfheal reopen``: an archived incident back to the inbox as ``planned``
-    (:meth:`Store.reopen`), its plan generated first if it was archived before it had one.
-    ``continue_run``: its loop run goes on (a code change after a stop, loop/sticky.py).
-    Returns ``(bucket it came from, status it had, reopened_after_iteration)``."""
+    """``selfheal reopen`` (:meth:`Store.reopen`), its plan generated first if it was archived
+    before it had one. ``continue_run``: its loop run goes on (a code change after a stop)."""
     with store.lock():
         if not store.has_plan(incident_id):  # archived before it had one: only the plan is missing
             plan = _plan_of(store.read_incident(incident_id))
@@ -202,8 +115,7 @@ def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = Fals
 
 
 def start_running(run: LoopRun, **data: Any) -> None:
-    """Move the incident to ``running`` (through ``planned``; ``data`` goes with the
-    ``status_changed`` event); a running incident stays as it is. Call under the store lock."""
+    """Move the incident to ``running`` through ``planned`` (``data`` goes with the event)."""
     if run.status == IncidentStatus.NEW:
         ensure_plan(run)
     elif run.status == IncidentStatus.PLAN_PROPOSED:
@@ -223,26 +135,14 @@ def require_inbox(store: Store, incident_id: str) -> None:
 # --------------------------------------------------------------------------- record
 
 
-def _record_history(
-    store: Store,
-    incident_id: str,
-    iteration: int,
-    *,
-    effective: EffectiveConfig,
-    incident: Incident,
-    attempts: Sequence[Attempt],
-    observations: Sequence[policy.Observation],
-    failures: Sequence[Failure],
-    mode: str,
-    project_root: Path,
-) -> list[str]:
-    """Record this iteration in the failure history (docs/history.md); the warning, if any.
-
-    Its failures as ``failed`` (or ``quarantined``); a test that failed before and passes
-    now with no code change as ``passed_on_rerun`` (with the fingerprint it failed with);
-    one that passes after a code change as ``passed``. Keyed by incident and iteration, so
-    a resumed close-out never records it twice.
-    """
+def _record_history(run: LoopRun, observations: Sequence[policy.Observation], failures: Sequence[Failure], *,
+                    effective: EffectiveConfig, mode: str, project_root: Path) -> list[str]:
+    """Record the attempt just written in the failure history (docs/history.md); the warning,
+    if any. A test passing again with no code change is ``passed_on_rerun``, with the
+    fingerprint it failed with. Keyed by incident and iteration: never recorded twice."""
+    incident_id, incident = run.incident_id, run.incident
+    *attempts, written = run.attempts
+    iteration = written.iteration
     fingerprints: dict[str, str] = {}
     for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
         for failure in failures_seen:
@@ -258,7 +158,7 @@ def _record_history(
     failing += [Failing(n, fingerprints[n]) for n in rerun]
     kind = AGENT if mode == "agent" else LOOP
     result = record_and_triage(
-        store.root, effective.settings.history,
+        run.store.root, effective.settings.history,
         run_info(run_key=f"{kind}:{incident_id}:{iteration}", kind=kind, project_root=project_root,
                  incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
         failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
@@ -290,31 +190,14 @@ def record_iteration(
     harness_changed: Sequence[str] = (),
     regression: Optional[RegressionCheck] = None,
 ) -> IterationOutcome:
-    """Record one verification as the incident's next attempt, decide, and close if it stops.
+    """Record one verification as the incident's next attempt, decide, and close if it stops
+    (a pending stop is completed instead, nothing new recorded).
 
-    Under the store lock: completes a pending stop instead if there is one (nothing new is
-    recorded then); otherwise moves ``planned → running`` if needed, decides over the
-    observations of ``run`` (the loop state, read again only when the files moved on
-    without it: :meth:`LoopRun.refresh`) plus this one, writes ``attempt_XX.json`` (the next free number),
-    appends ``verification_finished`` (and ``repeated_failure_detected`` when the same
-    failure was seen at least twice in a row), and on a stop calls :func:`finalize`.
-
-    ``failures`` must already be redacted (verify.observe does it). ``repair`` is the
-    provider's result as parsed by the driver (a ``RepairBlock``: provider, result,
-    files_changed, patch, scope_denied, actions_applied …) or None. ``mode`` is ``verify``, ``agent`` or ``repair``.
-    ``not_run``: selected tests this run did not execute (agent mode: ``-x``, a subset),
-    whose ``outcomes`` are their last known ones; recorded as the attempt's ``not_run``.
-    ``tests_edited``: test files changed since the capture (agent mode; a repair's come in
-    ``repair.tests_edited``). Raises ``RefusedError`` for an archived incident.
-
-    An unchanged run is no attempt: in agent mode, a run whose known diff hash equals the
-    previous observation's records the agent as a provider that produced no fix
-    (:data:`AGENT_UNCHANGED`), so the first such run continues while the budget lasts and
-    the second in a row stops ``no_fix_found``.
-
-    ``regression``: the regression check of a selection that passed (loop/regression.py):
-    the tests it found broken join this attempt's outcomes and failures (never a ``success``),
-    and a check that hit its budget makes the iteration a timed-out one.
+    ``failures`` are already redacted. ``not_run``: selected tests this run did not execute
+    (agent mode: ``-x``, a subset), whose ``outcomes`` are their last known ones. An
+    unchanged agent-mode run is no attempt: the agent is recorded as a provider that found
+    no fix, so the second in a row stops ``no_fix_found``. The tests ``regression`` found
+    broken join this attempt's outcomes and failures: never a ``success``.
     """
     store, incident_id = run.store, run.incident_id
     if regression is not None:
@@ -327,14 +210,13 @@ def record_iteration(
         run.refresh()
         waiting = run.pending()
         if waiting is not None:
-            result = finalize(run, waiting, effective=effective, project_root=project_root)
-            line = agent_status_line(incident_id, waiting, waiting.iteration, pol.max_iterations)
-            return IterationOutcome(None, waiting, True, line, result)
+            return IterationOutcome(None, waiting, messages.status_line(waiting, pol, incident_id=incident_id),
+                                    finalize(run, waiting, effective=effective, project_root=project_root))
         incident = run.incident
-        attempts = list(run.attempts)
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
-            repair = agent_unchanged()
+            repair = RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
+                                            "message": AGENT_UNCHANGED}, "repair")
         edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.Observation(
             iteration=len(previous),
@@ -353,49 +235,67 @@ def record_iteration(
                          else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()),
         )
         observations = previous + [observation]
-        first_start = run_started(attempts, policy.reopened_after(incident)) or parse_stamp(started_at)
+        first_start = run_started(run.attempts, run.reopened) or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
                           unverified=incident.unverified_failures)
         iteration = run.next_iteration
         start_running(run, iteration=iteration)
-        attempt = _attempt_document(
-            incident_id,
-            iteration,
-            observation=observation,
-            decision=decision,
-            failures=failures,
-            new_failures=new_failures,
-            started_at=started_at,
-            finished_at=finished_at,
-            mode=mode,
-            verification_commands=verification_commands,
-            exit_code=exit_code,
-            duration_seconds=duration_seconds,
-            repair=repair,
-            not_run=not_run,
-            tests_edited=edited,
-            regression_tests_run=regression.ran if regression is not None else None,
-        )
+        if duration_seconds is None:
+            duration_seconds = minutes_between(parse_stamp(started_at), parse_stamp(finished_at)) * 60.0
+        # Built as the JSON document, so the file keeps its key order (null values included).
+        doc = {
+            "incident_id": incident_id,
+            "iteration": iteration,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "actions_applied": list(repair.actions_applied) if repair is not None else [],
+            "verification_commands": list(verification_commands),
+            "verification_passed": policy.is_success(observation),
+            "result": decision.action,
+            "error_signature": failures[0].signature if failures else None,
+            "mode": mode,
+            "stop_reason": decision.stop_reason,
+            "outcomes": dict(observation.outcomes),
+            "failures": [_failure_entry(f).to_json() for f in failures],
+            "new_failures": [_failure_entry(f).to_json() for f in new_failures],
+            "fingerprint_changed": decision.progress.fingerprint_changed,
+            "progress": decision.progress.progress,
+            "progress_reasons": list(decision.progress.reasons),
+            "tests_fixed": list(decision.progress.tests_fixed),
+            "diff_hash": observation.diff_hash,
+            "exit_code": exit_code,
+            "duration_seconds": round(max(0.0, duration_seconds), 3),
+            "timed_out": observation.timed_out,
+            "repair": repair.to_json() if repair is not None else None,
+            "scope_denied": observation.scope_denied,
+            "same_error_repeats": decision.same_error_repeats,
+            "decision": decision.to_record().to_json(),
+        }
+        for key, names in (("not_run", not_run), ("tests_edited", edited), ("harness_changed", observation.harness_changed)):
+            if names:
+                doc[key] = list(names)
+        if regression is not None:
+            doc["regression_tests_run"] = regression.ran
+        if regression is not None or observation.regressions:
+            doc["regressions"] = list(observation.regressions)
+        attempt = Attempt.from_json(doc, attempt_filename(iteration))
         run.write_attempt(attempt)
         kill_point("record:after_attempt")
         run.append_event(ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
         kill_point("record:after_verification_event")
-        history_warnings = _record_history(
-            store, incident_id, iteration, effective=effective, incident=incident, attempts=attempts,
-            observations=observations, failures=failures, mode=mode, project_root=project_root,
-        )
+        history_warnings = _record_history(run, observations, failures, effective=effective, mode=mode,
+                                           project_root=project_root)
         if decision.same_error_repeats >= 2:
             run.append_event(ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data)
-        line = agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations)
+        line = messages.status_line(decision, pol, incident_id=incident_id)
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
         if regression is not None:
             notes.append(regression_line(incident_id, decision.progress.tests_fixed, regression))
-        if not decision.stopped:
-            return IterationOutcome(attempt, decision, False, line, warnings=history_warnings, notes=notes)
-        result = finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
-        return IterationOutcome(attempt, decision, True, line, result, warnings=history_warnings, notes=notes)
+        closed = finalize(run, decision, effective=effective, observations=observations, project_root=project_root) \
+            if decision.stopped else None
+        return IterationOutcome(attempt, decision, line, closed, warnings=history_warnings, notes=notes)
 
 
 # --------------------------------------------------------------------------- finalize
@@ -406,13 +306,6 @@ def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -
     if not run:
         return 0.0
     return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
-
-
-def _failure_signature(incident: Incident, attempts: Sequence[Attempt]) -> Optional[str]:
-    for attempt in reversed(attempts):
-        if attempt.error_signature:
-            return attempt.error_signature
-    return incident.error_signature or None
 
 
 def _redact_config(redactor: Any, value: Any) -> Any:
@@ -445,11 +338,7 @@ def build_run_result(
     effective: EffectiveConfig,
     reopened: Optional[int] = None,
 ) -> LoopResult:
-    """``run_result.json`` for a stop (pure): contract fields + the extensions of docs/architecture.md.
-
-    Deterministic for a given stop and attempts (runtime from the attempts' timestamps),
-    so a resumed close-out writes the same document.
-    """
+    """``run_result.json`` for a stop (pure): deterministic, so a resumed close-out writes the same document."""
     final = policy.final_status_of(decision.stop_reason)
     archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     proposed = any(attempt.repair is not None and attempt.repair.patch for attempt in attempts)
@@ -485,22 +374,9 @@ def finalize(
     observations: Optional[Sequence[policy.Observation]] = None,
     project_root: Path,
 ) -> LoopResult:
-    """Close the loop for ``decision`` (a stop); returns the run result. Idempotent.
-
-    - resolved/escalated: ``run_result.json``, ``decision_point_needed`` + ``loop_stopped``,
-      then ``Store.archive`` (status move + ``incident_archived`` + one rename);
-    - ``replan_requested``: ``run_result.json`` (``archived_to: null``), the events,
-      ``running → plan_proposed``, the plan regenerated with ``plan.replan`` (``plan_generated``
-      with ``replan: true``), ``plan_proposed → planned``; nothing archived;
-    - ``cancelled`` / ``disabled``: only the two events (always appended: each is a new
-      stop); nothing else changes, the incident stays open and resumable. The returned
-      result has ``final_status`` None and is not written.
-
-    Every step checks what is already done (the run result of this stop, each event of
-    this stop — keyed by the last attempt number and the stop reason —, the status, the
-    plan's ``replanned_at_iteration``), so a resume after a kill at any point completes it
-    without duplicates. ``observations`` default to the ones of ``run``.
-    """
+    """Close the loop for ``decision`` (a stop): archive it, or replan, or (``cancelled``,
+    ``disabled``) only log the stop, leaving the incident open. Idempotent: every step checks
+    what is already done, so a resume after a kill completes it without duplicates."""
     if not decision.stopped or decision.stop_reason is None:
         raise ValueError("finalize() needs a decision that stops the loop")
     reason = decision.stop_reason
@@ -517,7 +393,8 @@ def finalize(
             observations=observations,
             attempts=attempts,
             pol=pol,
-            failure_signature=_failure_signature(incident, attempts),
+            failure_signature=next((a.error_signature for a in reversed(attempts) if a.error_signature),
+                                   incident.error_signature or None),
             effective=effective,
             reopened=policy.reopened_after(incident),
         )
@@ -591,9 +468,3 @@ def _replan(run: LoopRun, last: int) -> None:
             actions=[a.id for a in plan.actions],
         )
     run.set_status(IncidentStatus.PLANNED, reason="replan", iteration=last)
-
-
-__all__ = [
-    "AGENT_MODE", "AGENT_UNCHANGED", "IterationOutcome", "agent_unchanged", "agent_status_line", "build_run_result",
-    "ensure_plan", "finalize", "record_iteration", "reopen_incident", "require_inbox", "start_running",
-]

@@ -1,13 +1,9 @@
 """In a repair worktree, the code under test is the worktree's (docs/repair.md "Editable installs").
 
-A project installed with ``pip install -e .`` (setuptools, hatchling, pdm, flit) or run with
-``PYTHONPATH``/``sys.path`` entries inside it imports the *user's* tree from anywhere, so a
-verification run in the repair worktree would test the user's unchanged code and call a
-correct fix a failure. Every import location inside the project — ``sys.path`` entries
-(``.pth`` files put them there), ``PYTHONPATH`` entries, and the package paths of
-setuptools' editable finders (``__editable___*_finder.py``) — is mapped to the same place
-in the worktree and put first on the verification's ``PYTHONPATH``, ahead of the ``.pth``
-entries and of the finders, which Python consults after ``PYTHONPATH``.
+An editable install or a ``PYTHONPATH`` entry inside the project imports the *user's* tree
+from anywhere, so a verification in the worktree would test the unchanged code. Every import
+location inside the project is mapped to the worktree and put first on ``PYTHONPATH``, which
+Python consults before ``.pth`` entries and editable finders.
 """
 
 from __future__ import annotations
@@ -43,8 +39,7 @@ def _inside(path: Path, root: Path) -> Optional[Path]:
 
 
 def finder_paths(site_dirs: Iterable[str]) -> list[str]:
-    """The package locations of setuptools' editable finders in ``site_dirs``: for each
-    mapped package ``/p/src/pkg``, its parent ``/p/src`` (what an import path needs)."""
+    """The import paths of setuptools' editable finders' packages in ``site_dirs``."""
     found: list[str] = []
     for folder in site_dirs:
         for finder in sorted(Path(folder).glob(_FINDER_GLOB)) if Path(folder).is_dir() else []:
@@ -73,13 +68,8 @@ def redirect_to_worktree(
     path_entries: Optional[Sequence[str]] = None,
     finders: Optional[Sequence[str]] = None,
 ) -> Redirection:
-    """``env`` with every import location inside ``project_root`` redirected to ``worktree``.
-
-    ``path_entries`` default to this interpreter's ``sys.path`` (the verification child runs
-    the same interpreter, so the same ``.pth`` entries); ``finders`` to the editable
-    finders' package paths in its site folders. A location whose twin does not exist in the
-    worktree (an untracked folder) is reported in ``missing``: the caller says so.
-    """
+    """``env`` with every import location inside ``project_root`` redirected to ``worktree``;
+    one with no twin there (an untracked folder) is reported in ``missing``."""
     root = project_root.resolve()
     entries = list(sys.path if path_entries is None else path_entries)
     entries += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -100,6 +90,3 @@ def redirect_to_worktree(
         rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         result.env["PYTHONPATH"] = os.pathsep.join(result.redirected + rest)
     return result
-
-
-__all__ = ["Redirection", "finder_paths", "redirect_to_worktree", "site_dirs"]

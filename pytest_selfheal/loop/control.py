@@ -1,16 +1,4 @@
-"""Loop control: the per-incident loop lock, Ctrl-C/SIGTERM handling and the test-only kill points.
-
-- :func:`loop_lock` (``error_runs/<id>/.loop.lock``, taken without waiting) keeps two loops
-  of one incident from interleaving for the whole run.
-- :class:`CancelState` defers a signal while a record is written and raises
-  :class:`Interrupted` at once inside an interruptible section (a verification run, a
-  repair provider call); :func:`signal_handlers` installs it for the loop's duration.
-- :func:`kill_point` SIGKILLs the process at a named step when ``SELFHEAL_TEST_KILL_AT``
-  names it (tests/test_crash_safety.py; never set outside tests).
-
-Used by the driver (:mod:`pytest_selfheal.loop.driver`) and the records it writes
-(:mod:`pytest_selfheal.loop.attempts`).
-"""
+"""Loop control: the per-incident loop lock, Ctrl-C/SIGTERM handling and the test-only kill points."""
 
 from __future__ import annotations
 
@@ -54,11 +42,8 @@ def kill_point(step: str) -> None:
 
 @contextmanager
 def loop_lock(store: Store, incident_id: str) -> Iterator[None]:
-    """The per-incident loop lock (``error_runs/<id>/.loop.lock``), taken without waiting.
-
-    Held → ``RefusedError`` ("a loop is already running for <id>", exit 5). The OS drops
-    it when the process dies, so a killed loop never blocks the next one.
-    """
+    """The per-incident loop lock, taken without waiting (held: ``RefusedError``, exit 5).
+    The OS drops it when the process dies, so a killed loop never blocks the next one."""
     folder = fsio.ensure_dir(store.confined(store.runs_dir(incident_id)))
     lock = fsio.FileLock(store.confined(folder / LOOP_LOCK_FILE), timeout=0.0)
     try:
@@ -78,13 +63,8 @@ class Interrupted(BaseException):
 
 
 class CancelState:
-    """Ctrl-C / SIGTERM bookkeeping: signals are *deferred* except inside :meth:`interruptible`.
-
-    Deferred, a signal only sets :attr:`requested` (recording an attempt or closing the
-    loop is never cut in half); inside an interruptible section (a verification run, a
-    repair provider call) it raises at once, and the ``finally`` of ``run_selection``
-    kills the child's process group.
-    """
+    """Ctrl-C / SIGTERM bookkeeping: signals are *deferred* (recording an attempt is never cut
+    in half) except inside :meth:`interruptible` (a verification run, a repair call)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -92,7 +72,6 @@ class CancelState:
         self._open = 0
 
     def handler(self, signum: int, frame: Optional[FrameType]) -> None:
-        """The signal handler: record the signal; raise :class:`Interrupted` inside an interruptible section."""
         first = not self.requested
         self.requested = True
         self.signum = signum
@@ -101,13 +80,11 @@ class CancelState:
             raise Interrupted()
 
     def check(self) -> None:
-        """Raise when a signal arrived while deferred."""
         if self.requested:
             raise Interrupted()
 
     @contextmanager
     def interruptible(self) -> Iterator[None]:
-        """A section a signal may cut short (raises at once when one is already pending)."""
         self.check()
         self._open += 1
         try:
@@ -117,7 +94,6 @@ class CancelState:
 
     @property
     def name(self) -> str:
-        """The received signal's name (``SIGTERM``), ``interrupt`` for a KeyboardInterrupt."""
         if self.signum is None:
             return "interrupt"
         try:
@@ -128,7 +104,6 @@ class CancelState:
 
 @contextmanager
 def signal_handlers(state: CancelState) -> Iterator[None]:
-    """Route SIGINT (and SIGTERM where it exists) to ``state`` while inside; restore the old handlers after."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
@@ -139,15 +114,3 @@ def signal_handlers(state: CancelState) -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-
-
-__all__ = [
-    "KILL_ENV",
-    "KILL_STEPS",
-    "LOOP_LOCK_FILE",
-    "CancelState",
-    "Interrupted",
-    "kill_point",
-    "loop_lock",
-    "signal_handlers",
-]

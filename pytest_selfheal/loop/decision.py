@@ -1,9 +1,5 @@
-"""The RALF-Lite decision: continue or stop after the latest observation (pure).
-
-The rules and their precedence are written down in ``docs/loop.md``; keep the two in
-step. The vocabulary, the config and the observation predicates are in
-:mod:`pytest_selfheal.loop.policy`; the sentences in :mod:`pytest_selfheal.loop.messages`.
-"""
+"""The RALF-Lite decision: continue or stop after the latest observation (pure; the rules and
+their precedence are in ``docs/loop.md``: keep the two in step)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
     ACTION_CONTINUE,
     ACTION_STOP,
-    BASELINE,
     HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
@@ -43,7 +38,6 @@ KNOWN_FLAKY_LABELS: tuple[TriageLabel, ...] = (TriageLabel.FLAKY, TriageLabel.QU
 
 
 def known_flaky(incident: Incident) -> frozenset[str]:
-    """Node ids the capture's triage labelled flaky or quarantined (the failure history)."""
     out = set()
     for failure in incident.failures:
         if failure.triage is not None and failure.triage.label in KNOWN_FLAKY_LABELS:
@@ -52,7 +46,6 @@ def known_flaky(incident: Incident) -> frozenset[str]:
 
 
 def only_known_flaky(observation: Observation, flaky: Collection[str]) -> bool:
-    """Every test failing in ``observation`` is known flaky: its repeat proves nothing."""
     failing = failing_tests(observation)
     return bool(failing) and all(n in flaky for n in failing)
 
@@ -68,24 +61,16 @@ def decide(
 ) -> Decision:
     """Continue or stop after the latest observation, with exactly one stop reason.
 
-    ``observations[0]`` is the capture, ``observations[1:]`` the verification iterations
-    so far. ``elapsed_minutes`` is the loop's runtime so far; ``cancelled`` is True when a
-    Ctrl-C/SIGTERM arrived (the interrupted iteration is not in ``observations``).
-    ``known_flaky``: node ids the failure history calls flaky (:func:`policy.known_flaky`):
-    when only they still fail, seeing them fail again is not evidence of a deterministic
-    failure, so the repeat and no-progress stops wait (the budget still ends it).
-    ``unverified``: failures the capture counted but could not keep (its cap): a green
-    selection then stops ``unverified_failures``, never ``success``. Every
-    rule and the precedence between them are in docs/loop.md.
+    ``known_flaky``: when only they still fail, a repeat is no evidence of a deterministic
+    failure, so the repeat and no-progress stops wait. ``unverified``: failures the capture
+    could not keep: a green selection then stops ``unverified_failures``, never ``success``.
     """
     if not observations:
         # Only "nothing may run" answers are possible before the capture exists.
         if policy.enabled and not cancelled:
             raise ValueError("decide() needs at least the capture observation")
         reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
-        message = stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes)
-        baseline = Progress(False, (BASELINE,), False, ())
-        return Decision(ACTION_STOP, reason, None, baseline, 0, 0, False, message, 0, (reason,))
+        return Decision.open_stop(reason, stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes), 0)
 
     cur = observations[-1]
     iteration = len(observations) - 1
@@ -171,6 +156,3 @@ def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observ
             break
         count += 1
     return count
-
-
-__all__ = ["KNOWN_FLAKY_LABELS", "decide", "known_flaky", "only_known_flaky"]

@@ -1,23 +1,9 @@
 """The RALF-Lite loop driver: run (or resume) the loop of one incident until it stops (docs/loop.md).
 
-One iteration = *(repair) → verify → observe → record → decide*. The decision itself is
-:func:`~pytest_selfheal.loop.decision.decide` (pure); this module prepares the plan's verification selections
-(allowlist, excluded quarantined tests), runs them (:mod:`verify`), calls the repair
-provider, and hands each observation to :func:`records.record_iteration`, which records
-it and closes the loop on a stop. The loop state (:class:`~pytest_selfheal.loop.state.LoopRun`)
-is read once when a run starts and updated in memory as each attempt is written; the
-run is decided once before its first iteration and then once per iteration, when its
-attempt is recorded. All of it is resumable, because the state is the files' (:mod:`state`):
-an iteration killed before its attempt was written was never recorded and simply runs
-again; a recorded stop is completed, never re-decided.
-
-:func:`run_loop` holds the per-incident loop lock for the whole run and turns
-Ctrl-C/SIGTERM into a recorded ``cancelled`` stop (:mod:`control`);
-:func:`verify_iteration` runs one iteration without either, for embedding.
-
-Used by the loop entry (``pytest_selfheal.run.entry``: ``selfheal loop``, ``pytest --selfheal
---selfheal-loop``, ``selfheal ci``), by the repair session and — for
-:func:`selection_nodeids` — by the plugin's agent-in-the-loop mode.
+One iteration = *(repair) → verify → observe → record → decide*. The loop state is read
+once when a run starts and updated in memory as each attempt is written. It is resumable
+because the state is the files': an iteration killed before its attempt was written simply
+runs again; a recorded stop is completed, never re-decided.
 """
 
 from __future__ import annotations
@@ -31,7 +17,6 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 from pytest_selfheal.analysis.rules import Rule, rules_for_run
-from pytest_selfheal.config.seal import Changes
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import Cancelled, InputError, RefusedError, printable
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
@@ -39,7 +24,6 @@ from pytest_selfheal.loop import localise as localisation
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import (
     IterationOutcome,
-    agent_status_line,
     ensure_plan,
     finalize,
     record_iteration,
@@ -49,7 +33,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record
+from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record, status_line
 from pytest_selfheal.loop.regression import check_incident
 from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
@@ -81,10 +65,8 @@ from pytest_selfheal.store.states import TERMINAL
 
 
 class Verifier(Protocol):
-    """Runs one verification command (an argv list, never a shell) with its junit XML at
-    ``junit_path``, and says what it did. :func:`verify.run_selection` in production; the
-    driver observes the junit it leaves, so a verifier is all a test needs to fake a run.
-    ``selection_file``: where a long selection is handed to the child (under the reports root)."""
+    """Runs one verification command with its junit XML at ``junit_path``
+    (:func:`verify.run_selection` in production; all a test needs to fake a run)."""
 
     def __call__(
         self,
@@ -100,9 +82,8 @@ class Verifier(Protocol):
 
 
 class Provider(Protocol):
-    """A repair provider, called before each verification of a run (docs/loop.md): None
-    (no repair: the iteration only verifies) or its :class:`RepairBlock`, whose ``worktree`` is
-    where the verification then runs. :class:`repair.provider.RepairSession` in production."""
+    """A repair provider, called before each verification: None (the iteration only
+    verifies) or its :class:`RepairBlock`, whose ``worktree`` the verification then runs in."""
 
     def __call__(
         self,
@@ -118,8 +99,7 @@ class Provider(Protocol):
 
 def _refuse_interrupted_archive(run: LoopRun) -> None:
     """An inbox incident with a final status and no recorded stop is a half-done ``selfheal
-    archive`` (killed between its status change and its move): looping it would verify an
-    incident someone already closed. A stop the loop itself recorded is completed instead."""
+    archive``: looping it would verify an incident someone already closed."""
     status, incident_id = run.status, run.incident_id
     if status not in TERMINAL or run.pending() is not None:
         return
@@ -133,10 +113,8 @@ def _refuse_interrupted_archive(run: LoopRun) -> None:
 
 
 def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> list[str]:
-    """The node ids the verification commands select: the plan's action node ids that
-    appear in the commands (every one, in the commands the plan writes), or whose test file
-    does (a command naming files: written by hand, or by an older plan), else the command
-    words holding ``::``."""
+    """The node ids the verification commands select: the plan's node ids the commands name
+    (or whose file they name), else the command words holding ``::``."""
     words = {word for argv in argvs for word in argv}
     candidates = list(dict.fromkeys(nodeid for action in plan.actions for nodeid in action.nodeids))
     if not candidates:
@@ -148,9 +126,8 @@ def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[s
 
 
 def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str]) -> list[list[str]]:
-    """Drop excluded node ids from the commands; a command left with no node id at all is
-    dropped too (it would run the whole suite). An excluded test selected through its file
-    (a command naming files) is deselected with ``--deselect``."""
+    """Drop excluded node ids from the commands (``--deselect`` one selected through its file);
+    a command left with no node id is dropped too: it would run the whole suite."""
     if not excluded:
         return [list(a) for a in argvs]
     gone = set(excluded)
@@ -167,33 +144,12 @@ def _exclude_from_argvs(argvs: Sequence[Sequence[str]], excluded: Sequence[str])
 
 
 def _command_text(argv: Sequence[str]) -> str:
-    """The command as shown and recorded: a long selection shortened (plan/build.py)."""
+    """The command as shown and recorded: a long selection shortened."""
     return readable_command(" ".join(shlex.quote(a) for a in argv))
 
 
-def _refuse_command(run: LoopRun, argv: Sequence[str], exc: RefusedError) -> None:
-    """Log a refused verification command: one ``decision_point_needed`` (nothing ran)."""
-    incident_id = run.incident_id
-    command = _command_text(argv)
-    options = (
-        option_record("regenerate_plan", "Regenerate the plan from the incident", f"selfheal plan {incident_id} --force"),
-        option_record("allowlist", "Add the runner to ralf_lite.verification.allowlist (only if you trust it)", None),
-        option_record("stop", "Give up and archive as escalated", f"selfheal archive {incident_id} --as escalated"),
-    )
-    # Its context is the refused command alone (no iteration ran).
-    context = DecisionContext(keys=("command",), extra=(("command", command),))
-    point = DecisionPoint(
-        reason="verification_command_refused", message=exc.message, options=options, context=context,
-        keys=("reason", "message", "options", "context"),
-    )
-    run.append_event(
-        ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message, decision_point=point.to_json()
-    )
-
-
 def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> list[list[str]]:
-    """The plan's commands as argv lists, each followed by :func:`trusted_options`; a plan
-    without any command is unusable (``InputError``, exit 3)."""
+    """The plan's commands as argv lists, each followed by :func:`trusted_options`."""
     incident_id = incident.incident_id
     argvs = verification_argv(plan)
     if not argvs:
@@ -205,28 +161,34 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
     return [argv + trusted for argv in argvs]
 
 
-def check_commands(
-    run: LoopRun,
-    argvs: Sequence[Sequence[str]],
-    *,
-    effective: EffectiveConfig,
-    project_root: Path,
-) -> None:
-    """Every command through :func:`~pytest_selfheal.loop.verify.check_command` before the
-    first runs; a refused one is logged (one ``decision_point_needed``) and raised."""
+def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: EffectiveConfig,
+                   project_root: Path) -> None:
+    """Every command through :func:`check_command` before the first runs; a refused one is
+    logged (one ``decision_point_needed``: nothing ran) and raised."""
     trusted = trusted_options(run.incident, effective)
+    incident_id = run.incident_id
     for argv in argvs:
         try:
             check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
                           trusted=trusted)
         except RefusedError as exc:
-            _refuse_command(run, argv, exc)
+            command = _command_text(argv)
+            options = (
+                option_record("regenerate_plan", "Regenerate the plan from the incident",
+                              f"selfheal plan {incident_id} --force"),
+                option_record("allowlist", "Add the runner to ralf_lite.verification.allowlist (only if you trust it)",
+                              None),
+                option_record("stop", "Give up and archive as escalated",
+                              f"selfheal archive {incident_id} --as escalated"),
+            )
+            point = DecisionPoint(
+                reason="verification_command_refused", message=exc.message, options=options,
+                context=DecisionContext(keys=("command",), extra=(("command", command),)),
+                keys=("reason", "message", "options", "context"),
+            )
+            run.append_event(ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message,
+                             decision_point=point.to_json())
             raise
-
-
-def _open_stop_decision(reason: str, message: str, iteration: int) -> policy.Decision:
-    baseline = policy.Progress(False, (policy.BASELINE,), False, ())
-    return policy.Decision(policy.ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
 
 
 # --------------------------------------------------------------------------- the loop
@@ -251,23 +213,12 @@ def run_loop(
 ) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
-    Resumes from disk: completes a pending stop, else continues at the next attempt
-    number. Refuses (``RefusedError``, exit 5) an archived incident, a second loop on the
-    same incident, and verification commands that are not allowlisted (logged, never
-    run). Ctrl-C/SIGTERM kills the running verification's process group, records
-    ``cancelled`` (events only, the incident stays ``running`` and resumable) and raises
-    ``Cancelled`` (exit 130). ``unattended`` (default: stdin is not a TTY) and
-    ``approve`` feed ``apply_to.autonomous_plans``. For ``disabled`` stops the returned
-    result has ``final_status`` None and is not written to disk. ``hook_rules``: extra
-    classification rules from ``pytest_selfheal_classification_rules`` (inside pytest), so
-    a failure gets the same type — and fingerprint — as at capture. ``env``: the
-    verification's environment (default ``os.environ``). ``verifier`` and ``provider`` are
-    the two seams the driver talks to (:class:`Verifier`, :class:`Provider`). ``incident``:
-    the record as the caller read it, which the loop state then holds (not read again);
-    ``state``: the whole state as the caller read it, which the loop writes through, so the
-    caller holds the incident's records as the loop left them.
-    ``shown``: the caller shows the plan's suspects after the loop (the MCP digest, a PR
-    comment), so a loop without a provider localises them too (:func:`localisation.wanted`).
+    Refuses (``RefusedError``, exit 5) an archived incident, a second loop on it and commands
+    that are not allowlisted. Ctrl-C/SIGTERM records ``cancelled`` (the incident stays open)
+    and raises ``Cancelled``. ``hook_rules``: the classification rules of pytest hooks, so a
+    failure gets the fingerprint it had at capture. ``incident`` / ``state``: the records as
+    the caller read them (not read again; the caller sees them as the loop left them).
+    ``shown``: the caller shows the plan's suspects after the loop, so they are localised.
     """
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -311,9 +262,9 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
-            decision = _open_stop_decision(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
+            decision = policy.Decision.open_stop(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
         finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
-    say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
+    say(status_line(decision, pol, incident_id=incident_id))
 
 
 def _drive(
@@ -340,7 +291,7 @@ def _drive(
 
     def close(decision: policy.Decision) -> LoopResult:
         result = finalize(run, decision, effective=effective, project_root=project_root)
-        say(agent_status_line(incident_id, decision, decision.iteration, pol.max_iterations))
+        say(status_line(decision, pol, incident_id=incident_id))
         say(_final_line(incident_id, result))
         return result
 
@@ -363,15 +314,13 @@ def _drive(
     )
     if selection.refused is not None:
         iteration = len(run.split()[1])
-        decision = _open_stop_decision(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
+        decision = policy.Decision.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(run, decision, effective=effective, project_root=project_root)
-        say(agent_status_line(incident_id, decision, iteration, pol.max_iterations))
+        say(status_line(decision, pol, incident_id=incident_id))
         return result
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
     check_commands(run, argvs, effective=effective, project_root=project_root)
-    commands = [_command_text(a) for a in argvs]
-    timeout = effective.settings.verification.timeout_seconds
 
     with store.lock():
         start_running(run, reason="loop")
@@ -399,8 +348,8 @@ def _drive(
                 )
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         prefix = iteration_prefix(incident_id, len(observations), pol.max_iterations)
-        known = _unchanged_since(store, incident, this_run if this_run or baseline is None else None, observations,
-                                 repair, verify_cwd)
+        known = _unchanged_since(run, this_run if this_run or baseline is None else None, observations, repair,
+                                 verify_cwd)
         if known is not None:
             # The code is the one the last run verified: running it again would only repeat that run.
             # Named by the last run that verified: an iteration that skipped its run verified nothing.
@@ -420,18 +369,15 @@ def _drive(
                 + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
             kill_point("iteration:before_verify")
             outcome = _verify_and_record(
-                run, argvs=argvs, commands=commands, nodeids=nodeids, cwd=verify_cwd,
-                timeout=timeout, effective=effective, project_root=project_root, repair=repair, state=state,
-                env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules, verifier=verifier,
-                invocation_dir=start_dir(verify_cwd, incident.invocation_dir), incident=incident,
+                run, argvs=argvs, nodeids=nodeids, cwd=verify_cwd, effective=effective, project_root=project_root,
+                repair=repair, state=state, env=env, hook_rules=hook_rules, verifier=verifier,
             )
         for warning in outcome.warnings:
             say(f"selfheal: warning: {warning}")
         say(outcome.status_line)
         for note in outcome.notes:
             say(note)
-        if outcome.closed:
-            assert outcome.run_result is not None
+        if outcome.run_result is not None:
             say(_final_line(incident_id, outcome.run_result))
             return outcome.run_result
 
@@ -455,26 +401,21 @@ def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[pol
 
 
 def _unchanged_since(
-    store: Store,
-    incident: Incident,
-    run: Optional[Sequence[Attempt]],
+    run: LoopRun,
+    attempts: Optional[Sequence[Attempt]],
     observations: Sequence[policy.Observation],
     repair: Optional[RepairBlock],
     cwd: Path,
 ) -> Optional[tuple[dict[str, str], list[Failure]]]:
     """The last known outcomes and failures when a repair call left the code exactly as the
-    previous observation of this run saw it (rolled back: a crash, a timeout, a provider
-    that gave up, a scope denial, an escape; or nothing changed), else None: verify.
-
-    ``run``: the attempts of this loop run, None when it starts from an earlier run's last
-    attempt (a reopen or a replan says that verdict may no longer hold: its first iteration
-    verifies). The tree's diff hash must equal the previous one (known on both sides)."""
-    if run is None or repair is None or (repair.result == policy.REPAIR_DIFF and not repair.scope_denied):
+    previous observation saw it (rolled back, or nothing changed), else None: verify.
+    ``attempts``: this loop run's, None after a reopen or a replan (its first iteration verifies)."""
+    if attempts is None or repair is None or (repair.result == policy.REPAIR_DIFF and not repair.scope_denied):
         return None
     previous = observations[-1]
-    if previous.diff_hash is None or diff_hash(cwd, exclude=[store.root]) != previous.diff_hash:
+    if previous.diff_hash is None or diff_hash(cwd, exclude=[run.store.root]) != previous.diff_hash:
         return None
-    entries = run[-1].failures if run else incident.failures
+    entries = attempts[-1].failures if attempts else run.incident.failures
     return dict(previous.outcomes), list(entries)
 
 
@@ -482,27 +423,22 @@ def _verify_and_record(
     run: LoopRun,
     *,
     argvs: Sequence[Sequence[str]],
-    commands: Sequence[str],
     nodeids: Sequence[str],
     cwd: Path,
-    timeout: Optional[float],
     effective: EffectiveConfig,
     project_root: Path,
     repair: Optional[RepairBlock],
     state: CancelState,
     env: Optional[Mapping[str, str]],
-    mode: str,
-    hook_rules: Sequence[Rule] = (),
-    verifier: Verifier = run_selection,
-    invocation_dir: Optional[Path] = None,
-    incident: Optional[Incident] = None,
+    hook_rules: Sequence[Rule],
+    verifier: Verifier,
 ) -> IterationOutcome:
-    """One iteration: the diff hash (in a thread, while the tests run), every verification
-    command, observe, then :func:`record_iteration` with signals deferred. ``invocation_dir``:
-    where the capture ran pytest (inside ``cwd``), where the commands start. ``incident``:
-    its seal is compared in ``cwd`` (what changed stops the iteration ``harness_changed``)."""
+    """One iteration in ``cwd``: the diff hash (in a thread, while the tests run), every
+    verification command, observe, the seal and the regression check, then :func:`record_iteration`."""
     settings = effective.settings
     redactor = effective.redactor
+    incident = run.incident
+    invocation_dir = start_dir(cwd, incident.invocation_dir)
     rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
@@ -515,7 +451,7 @@ def _verify_and_record(
         for index, argv in enumerate(argvs):
             with state.interruptible():
                 ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=timeout, env=env, invocation_dir=invocation_dir,
+                               timeout_seconds=settings.verification.timeout_seconds, env=env, invocation_dir=invocation_dir,
                                selection_file=run.store.selection_file(run.incident_id, index))
             got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=redactor)
@@ -524,14 +460,18 @@ def _verify_and_record(
             duration += ran.duration_seconds
             timed_out = timed_out or ran.timed_out
             codes.append(ran.exit_code)
-    with state.interruptible():  # a passing selection: the tests the change can reach run before a success
-        regression = check_incident(run.store, incident or run.incident, effective=effective, tree=cwd, runner=verifier,
-                                    outcomes=outcomes, failed=bool(failures) or timed_out, env=env, rules=rules,
-                                    captured_tree=project_root if repair is not None else None)
+    changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
+                              extra_code=repair.files_changed if repair is not None else ())
+    # A changed harness always stops and never as a success: no regression check for it. Edited
+    # tests are checked: a broken neighbour keeps the repair going, which may still undo the edit.
+    regression = None
+    if not changes.harness:
+        with state.interruptible():  # a passing selection: the tests the change can reach run before a success
+            regression = check_incident(
+                run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
+                failed=bool(failures) or timed_out, env=env, rules=rules,
+                captured_tree=project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
-    changes = (harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
-                               extra_code=repair.files_changed if repair is not None else ())
-               if incident is not None else Changes([], []))
     # The first failing command's code (None: timed out or could not start), else 0.
     exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
@@ -544,8 +484,8 @@ def _verify_and_record(
         diff_hash=tree_hash,
         started_at=stamp(started),
         finished_at=stamp(finished),
-        mode=mode,
-        verification_commands=commands,
+        mode="repair" if repair is not None else "verify",
+        verification_commands=[_command_text(a) for a in argvs],
         exit_code=exit_code,
         timed_out=timed_out,
         repair=repair,
@@ -573,11 +513,8 @@ def verify_iteration(
     hook_rules: Sequence[Rule] = (),
     verifier: Verifier = run_selection,
 ) -> IterationOutcome:
-    """Run ONE iteration now — the plan's verification selections, observe, record,
-    decide (closing the loop if it stops) — without the loop around it: no loop lock, no
-    signal handling, no pre-checks. For embedding (the plugin, benchmarks); ``run_loop``
-    is the full driver. Not-allowlisted commands raise ``RefusedError``, nothing runs.
-    """
+    """Run ONE iteration now, without the loop lock, signal handling or pre-checks (for
+    embedding: benchmarks); :func:`run_loop` is the full driver."""
     run = LoopRun.resume(store, incident_id)
     plan = run.require_plan()
     incident = run.incident
@@ -585,11 +522,8 @@ def verify_iteration(
     argvs = _plan_argvs(plan, incident, effective)
     check_commands(run, argvs, effective=effective, project_root=project_root)
     return _verify_and_record(
-        run, argvs=argvs, commands=[_command_text(a) for a in argvs],
-        nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root,
-        timeout=effective.settings.verification.timeout_seconds, effective=effective, project_root=project_root,
-        repair=repair, state=CancelState(), env=env, mode="repair" if repair is not None else "verify", hook_rules=hook_rules,
-        verifier=verifier, invocation_dir=start_dir(project_root, incident.invocation_dir), incident=incident,
+        run, argvs=argvs, nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root, effective=effective,
+        project_root=project_root, repair=repair, state=CancelState(), env=env, hook_rules=hook_rules, verifier=verifier,
     )
 
 
@@ -605,6 +539,3 @@ def _final_line(incident_id: str, result: LoopResult) -> str:
     return Line(f"selfheal: incident {incident_id} {final or 'open'}: stop_reason "
                 f"{result.stop_reason} after {result.loops_used} iteration(s){where}{verdict}",
                 final_tone(final))
-
-
-__all__ = ["Provider", "Verifier", "check_commands", "run_loop", "selection_nodeids", "verify_iteration"]

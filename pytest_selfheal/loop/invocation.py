@@ -1,13 +1,5 @@
-"""The directory a capture ran pytest from, for the verification runs (docs/loop.md
-"Verification fidelity").
-
-Tests that read files relative to the working directory (``open("data/x.txt")``) pass or
-fail depending on where pytest starts. The capture records that directory relative to the
-rootdir (``incident.json`` ``invocation_dir``); every verification run starts there again
-(:func:`start_dir`), in the user's tree or the repair worktree alike, with the plan's
-rootdir-relative selections rewritten relative to it (:func:`from_invocation_dir`), since
-pytest reads its arguments relative to the working directory.
-"""
+"""The directory a capture ran pytest from, where every verification starts again: tests that
+read relative paths pass or fail depending on it (docs/loop.md "Verification fidelity")."""
 
 from __future__ import annotations
 
@@ -33,9 +25,8 @@ def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
 
 
 def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> list[str]:
-    """``argv`` with every word that names a path under ``rootdir`` (a selection
-    ``path[::name]``, a path given to an option) made relative to ``start``; the first
-    ``skip`` words (the runner: ``python -m pytest``), options and other words are kept."""
+    """``argv`` with every word after the first ``skip`` that names a path under ``rootdir``
+    made relative to ``start``."""
     out = list(argv)
     for index in range(skip, len(out)):
         word = out[index]
@@ -44,6 +35,3 @@ def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip
             continue
         out[index] = Path(os.path.relpath(rootdir / path, start)).as_posix() + word[len(path):]
     return out
-
-
-__all__ = ["from_invocation_dir", "start_dir"]

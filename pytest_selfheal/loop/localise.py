@@ -1,16 +1,10 @@
 """Localisation for a reader: the plan's suspects ranked by a coverage spectrum (edge).
 
-A capture without ``--selfheal-spectrum`` sees only the failing tests, so it cannot tell a
-symptom every failing test reaches from the cause the passing tests never run. When the
-ranking will be read (a repair provider's prompt, the MCP digest, a PR comment, ``selfheal
-plan ID --localise``) and before the incident's first iteration (``verification.localise``,
-on by default), the failing tests' files run once (the failing tests and their passing
-neighbours: a cost that grows with the failures, never with the suite) as a passive run
-recording what each test runs (capture/localise.py); each failing test's most suspicious
-functions go to its ``root_cause`` ``spectrum`` and the plan is rebuilt from them
-(docs/loop.md "The plan"). A verify-only loop localises nothing. The run is not an
-iteration and judges nothing; a run that cannot localise (refused, timed out, nothing
-recorded) leaves the plan as it was and says why.
+A capture sees only the failing tests, so it cannot tell a symptom every failing test
+reaches from the cause the passing tests never run. When the ranking will be read, before
+the first iteration, the failing tests' files run once, recording what each test runs
+(capture/localise.py), and the plan is rebuilt from the most suspicious functions. The run
+judges nothing; one that cannot localise leaves the plan as it was and says why.
 """
 
 from __future__ import annotations
@@ -49,11 +43,7 @@ _NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
 def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Optional[str]:
-    """Why the incident's plan is not to be localised, or None: it is localised before the
-    first iteration, on a capture with no spectrum yet and a passing test (a spectrum of
-    failing tests alone says nothing the capture's evidence does not). Root-cause evidence
-    is not needed: a failure the capture could not trace to project code (an assertion raised
-    while handling the project's exception) is what the spectrum ranks best."""
+    """Why the incident's plan is not to be localised, or None."""
     failures = incident.failures
     counts = incident.counts
     passed = counts.get("tests", 1) - counts.get("failed", 0) - counts.get("skipped", 0) - counts.get("errors", 0)
@@ -70,13 +60,11 @@ def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Op
 
 def wanted(incident: Incident, effective: EffectiveConfig, attempts: int, *, read: bool) -> bool:
     """Whether the loop localises before its next iteration: only when the ranking will be
-    ``read`` (a repair provider's prompt, the MCP digest, a PR comment; a verify-only loop
-    runs its failing tests and nothing else), and :func:`why_not` finds no reason against."""
+    ``read`` (a verify-only loop runs its failing tests and nothing else)."""
     return read and why_not(incident, effective, attempts) is None
 
 
 def _files(incident: Incident, root: Path) -> list[str]:
-    """The test files of the incident's failing tests that exist below ``root``."""
     out: list[str] = []
     for failure in incident.failures:
         path = selection_file(failure.nodeid) if failure.nodeid else None
@@ -89,8 +77,7 @@ _NOTHING = Spectrum({}, {})
 
 
 def read_spectrum(path: Path) -> Spectrum:
-    """The spectrum a localisation run wrote (capture/localise.py); empty when the file is
-    missing or does not parse."""
+    """The spectrum a localisation run wrote; empty when missing or unreadable."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         top = {str(n): tuple(CodeRef.from_json(r, "spectrum") for r in refs) for n, refs in doc["spectrum"].items()}
@@ -179,10 +166,7 @@ def localise_plan(
     store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
     say: Callable[[str], None], env: Optional[Mapping[str, str]] = None,
 ) -> Plan:
-    """Rank the suspects of ``incident_id``'s plan by a spectrum now, for a reader
-    (``selfheal plan ID --localise``), as the loop does before its first iteration; the plan
-    as it was, and why, when it is not to be localised. Refuses like the loop (an archived
-    incident, a running loop: exit 5)."""
+    """``selfheal plan ID --localise``: rank the plan's suspects now, as the loop would; refuses like the loop."""
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
     with loop_lock(store, incident_id):
@@ -195,6 +179,3 @@ def localise_plan(
             say(f"selfheal: incident {incident_id}: not localised: {why}")
             return plan
         return localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
-
-
-__all__ = ["localise", "localise_plan", "read_spectrum", "unrecorded_reason", "wanted", "why_not", "with_spectra"]

@@ -32,7 +32,6 @@ from pytest_selfheal.records.vocab import FIRST_FEW, FinalStatus, Line, StopReas
 
 
 def plural(n: int, word: str) -> str:
-    """``1 iteration``, ``2 iterations``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
@@ -44,7 +43,6 @@ def continue_message(
     retry: bool,
     no_fixes: int,
 ) -> str:
-    """The sentence of a decision that continues (``Iteration 2 made progress ...``)."""
     left = policy.max_iterations - iteration
     if retry:
         return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
@@ -113,9 +111,7 @@ def stop_message(
 
 
 def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation]) -> str:
-    """What a repeat's fingerprint is, when it is not simply the capture's first failure's:
-    the capture's is named (it passed since, or still fails beside it), and a fingerprint not
-    seen before (an unstable message) says so."""
+    """What a repeat's fingerprint is, when it is not simply the capture's first failure's."""
     if fingerprint is None or len(evidence) < 2:
         return ""
     if fingerprint not in evidence[-2].fingerprint_set:
@@ -130,17 +126,15 @@ def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation
 # --------------------------------------------------------------------------- stop artefacts
 
 def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[str] = None) -> str:
-    """One sentence telling a human (or agent) what to do after this stop reason; the
-    commands in it name ``incident_id`` (``ID`` when None) and work as printed."""
+    """What to do after this stop reason, with commands that work as printed."""
     if stop_reason is None:
         return "Continue the loop: run the next iteration."
     return stop_facts(stop_reason).next_action.format(id=incident_id or "ID")
 
 
 def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
-    """What to do once a repair changed something, or None (the stop reason's own action
-    fits): a fix applied is reviewed, tested and committed; a fix proposed is reviewed and
-    applied; a partial patch is there to review. Never "nothing to do" after a repair."""
+    """What to do once a repair changed something (never "nothing to do"), or None: the stop
+    reason's own action fits."""
     if repair is None or not repair.final_patch:
         return None
     files = first_few(repair.files_changed)
@@ -160,9 +154,8 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
 
 
 def command_shown(argv: Sequence[str], limit: int = FIRST_FEW) -> str:
-    """A verification command as its ``running`` line shows it: quoted, its first few test
-    ids and a count of the rest (``... test_b.py::t (+9,995 more test ids) -p no:x``); the
-    attempt records the whole command."""
+    """A verification command as its ``running`` line shows it: its first few test ids and a
+    count of the rest (the attempt records the whole command)."""
     ids = [i for i, arg in enumerate(argv) if "::" in arg and not arg.startswith("-")]
     hidden = set(ids[limit:])
     words = [shlex.quote(arg) for i, arg in enumerate(argv) if i not in hidden]
@@ -172,9 +165,7 @@ def command_shown(argv: Sequence[str], limit: int = FIRST_FEW) -> str:
 
 
 def repair_line(result: RepairBlock) -> str:
-    """What one repair call did, for its progress line and the report: the result, the files,
-    and why nothing is kept (a crash's exit code and last line, a timeout, a scope denial) or
-    which out-of-scope files approval let in."""
+    """What one repair call did, and why nothing is kept or what approval let in."""
     shown = f" ({first_few(result.files_changed)})" if result.files_changed else ""
     if result.get_extra(StopReason.PROVIDER_ESCAPED):  # recorded as a crash (rolled back), it is no crash
         return f"escaped its worktree{shown}: {result.message or 'no message'} — rolled back"
@@ -188,8 +179,7 @@ def repair_line(result: RepairBlock) -> str:
 
 
 def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str, str, Optional[str]]:
-    """An option of a stop that archives the incident (resolved/escalated): the loop runs
-    again only through a reopen, and "keep it escalated" has nothing left to run."""
+    """An option of a stop that archives the incident: the loop runs again only through a reopen."""
     if command == "selfheal archive {id} --as escalated":
         return oid, "Keep the incident escalated (it is archived already: nothing to run)", None
     if command == "selfheal loop {id}":
@@ -207,14 +197,8 @@ def decision_point(
     pending_scope_files: Sequence[str] = (),
     patch_proposed: bool = True,
 ) -> DecisionPoint:
-    """The decision point written at every stop: ``{reason, message, options, context}``.
-
-    ``options`` are context-aware per stop reason: ``{id, label, command}`` (``command``
-    is a suggested shell line for a human, None when there is none; after a stop that
-    archives the incident, a loop command reopens it first; one that applies a patch only
-    when a repair proposed one: ``patch_proposed``). Raises ``ValueError`` for a decision
-    that continues.
-    """
+    """The decision point written at every stop: its options per stop reason (one that
+    applies a patch only when a repair proposed one: ``patch_proposed``)."""
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
@@ -241,7 +225,6 @@ def decision_point(
 
 
 def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
-    """One option of a decision point, written with all three keys (``command`` null when none)."""
     return DecisionOption(id=oid, label=label, command=command, keys=_OPTION_KEYS)
 
 
@@ -257,11 +240,7 @@ def handoff(
     decision: Decision,
     incident_id: Optional[str] = None,
 ) -> Handoff:
-    """The structured handoff written at every stop: what was tried and what is left.
-
-    ``fingerprints_per_iteration[i]`` lists the failing fingerprints of iteration ``i``
-    (0 = the capture). ``fixed`` lists the tests that failed and now pass.
-    """
+    """The structured handoff written at every stop: what was tried and what is left."""
     return Handoff(
         iterations=max(0, len(observations) - 1),
         stop_reason=decision.stop_reason,
@@ -274,17 +253,13 @@ def handoff(
 
 
 def iteration_prefix(incident_id: Optional[str], iteration: int, max_iterations: int) -> str:
-    """``selfheal: incident <id> iteration 2 of 3`` — how each line about one iteration of a
-    loop run begins: its repair, its verification command, its status line."""
+    """``selfheal: incident <id> iteration 2 of 3``: how each line about one iteration begins."""
     who = f"incident {incident_id} " if incident_id else ""
     return f"selfheal: {who}iteration {iteration} of {max_iterations}"
 
 
 def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional[str] = None) -> str:
-    """One machine-parseable line for the terminal (the agent-in-the-loop mode).
-
-    ``selfheal: incident <id> iteration 2 of 3: fingerprint same, progress no -> STOP repeated_fingerprint``
-    """
+    """ONE parseable line per iteration (grammar in docs/loop.md "Status line")."""
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
     words = progress_words(decision.progress.fingerprint_changed, decision.progress.progress, decision.progress.reasons)
     if decision.stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
@@ -294,9 +269,7 @@ def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional
 
 
 def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str], edited: Sequence[str] = ()) -> str:
-    """The iteration line of a ``harness_changed`` stop with what ``changed`` named at its end,
-    of a ``tests_edited`` stop with what was ``edited`` (docs/loop.md "Status line"): the
-    agent, and the person, see why at once."""
+    """The iteration line of a ``harness_changed`` or ``tests_edited`` stop with what changed at its end."""
     changed = changed if stop_reason == StopReason.HARNESS_CHANGED else edited if stop_reason == StopReason.TESTS_EDITED \
         else ()
     if not changed:
@@ -314,10 +287,8 @@ UNVERIFIED: tuple[tuple[str, str], ...] = (
 
 
 def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> list[tuple[str, list[str]]]:
-    """``(label, node ids)`` of the selected tests a verification ran to no verdict: skipped
-    (an xfail too), or absent from its results (deselected, not collected). ``not_run``
-    (the agent mode's tests that a subset or ``-x`` left out) are not counted: they keep
-    their last outcome."""
+    """``(label, node ids)`` of the selected tests a verification ran to no verdict (skipped,
+    or absent); ``not_run`` keep their last outcome."""
     found: list[tuple[str, list[str]]] = []
     for outcome, label in UNVERIFIED:
         nodeids = [n for n, o in outcomes.items() if o == outcome and n not in not_run]
@@ -332,29 +303,8 @@ def unverified_summary(groups: Sequence[tuple[str, Sequence[str]]], limit: int =
 
 
 def unverified_line(incident_id: str, outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> Optional[str]:
-    """The line printed after the status line when selected tests ran to no verdict, or None."""
     groups = unverified_tests(outcomes, not_run)
     if not groups:
         return None
     return (f"selfheal: incident {incident_id}: {unverified_summary(groups)}: verified nothing for them "
             "(not fixed, not the same failure)")
-
-
-__all__ = [
-    "command_shown",
-    "continue_message",
-    "decision_point",
-    "handoff",
-    "plural",
-    "recommended_next_action",
-    "iteration_prefix",
-    "naming_changes",
-    "next_action_after_repair",
-    "repair_line",
-    "status_line",
-    "stop_message",
-    "UNVERIFIED",
-    "unverified_line",
-    "unverified_summary",
-    "unverified_tests",
-]

@@ -1,22 +1,9 @@
-"""The RALF-Lite loop policy: its vocabulary, config, observations and their predicates.
+"""The RALF-Lite loop policy: its vocabulary, config, observations and their predicates (pure,
+so a replay of the recorded observations reaches the same decisions; rules in ``docs/loop.md``).
 
-One iteration of the loop is *verify -> observe -> decide -> repair*. The driver runs the
-verification selections, turns what it saw into an :class:`Observation`, and asks
-:func:`pytest_selfheal.loop.decision.decide` whether to continue (its sentences and stop
-artefacts are in :mod:`pytest_selfheal.loop.messages`). Everything here is pure: no
-files, no clock, no subprocesses, so a replay of the recorded observations reaches
-exactly the same decisions. The rules are written down in ``docs/loop.md``;
-keep the two in step.
-
-Conventions:
-
-- ``observations[0]`` is the **capture** (iteration 0: the failing run that created the
-  incident); ``observations[1:]`` are the verification iterations 1, 2, ...
-- The capture counts as the first sighting of its failure, so a deterministic failure
-  re-run once without a change is already "seen twice".
-- A timed-out iteration and an iteration whose repair produced no diff carry no new
-  evidence about the code: they are *transparent* to the progress, repeat and
-  no-progress counters (they have counters of their own).
+``observations[0]`` is the capture, the first sighting of its failure. A timed-out iteration
+and one whose repair produced no diff carry no new evidence about the code: they are
+transparent to the progress, repeat and no-progress counters.
 """
 
 from __future__ import annotations
@@ -32,7 +19,6 @@ from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
     FAILING_OUTCOMES,
-    OUTCOME_ERROR,
     OUTCOME_FAILED,
     OUTCOME_MISSING,
     OUTCOME_PASSED,
@@ -43,8 +29,6 @@ from pytest_selfheal.records.models import (
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.stops import stop_facts
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
-
-# --------------------------------------------------------------------------- constants
 
 # When several stop conditions hold in one iteration the first in this order wins
 # (docs/loop.md "Precedence"): nothing runs when disabled; a green run is never reported
@@ -79,8 +63,6 @@ REPAIR_TIMEOUT = "timeout"
 REPAIR_CRASHED = "crashed"
 REPAIR_RESULTS: tuple[str, ...] = (REPAIR_DIFF, REPAIR_NO_FIX_FOUND, REPAIR_TIMEOUT, REPAIR_CRASHED)
 
-OUTCOMES: tuple[str, ...] = (OUTCOME_PASSED, OUTCOME_FAILED, OUTCOME_ERROR, OUTCOME_SKIPPED, OUTCOME_MISSING)
-
 # A timed-out iteration is retried once; the second consecutive timeout stops the loop.
 TIMEOUT_LIMIT = 2
 # A provider that produced no diff (or crashed) gets one more chance; the second in a row stops.
@@ -111,17 +93,11 @@ NOT_VERIFIED = "not_verified"
 # Not judged: what runs or judges the tests changed since the capture (harness_changed).
 HARNESS_CHANGED = "harness_changed"
 
-# --------------------------------------------------------------------------- data
-
 
 @dataclass(frozen=True)
 class LoopPolicy:
-    """The loop-relevant part of the effective ``ralf_lite`` config.
-
-    The first six fields are the ones :func:`decide` uses; the ``apply_to`` flags are
-    used by :func:`loop_selection` (which failing tests the loop may touch, and whether it
-    may run unattended).
-    """
+    """The loop-relevant part of the effective ``ralf_lite`` config (the ``apply_to`` flags
+    are :func:`loop_selection`'s)."""
 
     enabled: bool = True
     max_iterations: int = DEFAULT_MAX_ITERATIONS
@@ -135,7 +111,6 @@ class LoopPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopPolicy:
-        """The loop-relevant fields of the typed settings (checked once, by the config merge)."""
         return cls(
             enabled=settings.enabled,
             max_iterations=settings.max_iterations,
@@ -148,22 +123,11 @@ class LoopPolicy:
             tdd_tasks=settings.apply_to.tdd_tasks,
         )
 
-    def summary(self) -> str:
-        """``max_iterations=3, error_fingerprint_repeats=2, no_progress_repeats=2`` (report head)."""
-        return (
-            f"max_iterations={self.max_iterations}, "
-            f"error_fingerprint_repeats={self.error_fingerprint_repeats}, "
-            f"no_progress_repeats={self.no_progress_repeats}"
-        )
-
 
 @dataclass(frozen=True)
 class Observation:
-    """What one iteration observed; the driver records one per attempt.
-
-    ``iteration`` 0 is the capture. ``fingerprints`` and ``failure_types`` describe the
-    failing tests of this run in order (the first is the primary failure).
-    """
+    """What one iteration observed (0: the capture); one per attempt. ``fingerprints`` and
+    ``failure_types``: one per failure, in order."""
 
     iteration: int
     outcomes: Mapping[str, str]  # nodeid -> passed|failed|error|skipped|missing
@@ -193,8 +157,7 @@ class Observation:
             raise ValueError(f"unknown repair_result {self.repair_result!r}")
 
     @property
-    def fingerprint_set(self) -> frozenset[str]:
-        """The failing tests' fingerprints as a set (the unit of repetition)."""
+    def fingerprint_set(self) -> frozenset[str]:  # the unit of repetition
         return frozenset(self.fingerprints)
 
     @property
@@ -230,11 +193,15 @@ class Decision:
 
     @property
     def stopped(self) -> bool:
-        """True when the loop must stop."""
         return self.action == ACTION_STOP
 
+    @classmethod
+    def open_stop(cls, reason: str, message: str, iteration: int) -> Decision:
+        """A stop decided before any run was compared, which leaves the incident open."""
+        baseline = Progress(False, (BASELINE,), False, ())
+        return cls(ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
+
     def to_record(self) -> RecordedDecision:
-        """The decision as recorded in attempt_XX.json, run_result.json and events (every key written)."""
         return RecordedDecision(
             action=self.action,
             stop_reason=self.stop_reason,
@@ -256,13 +223,9 @@ class Decision:
 _DECISION_KEYS = tuple(f.key for f in fields_of(RecordedDecision))
 
 
-# --------------------------------------------------------------------------- observation helpers
-
-
 def is_success(observation: Observation) -> bool:
-    """True when every selected test *passed*: none failed, went missing, or was skipped
-    (a skip or an xfail of a test that failed at capture verified nothing — an agent that
-    adds ``@pytest.mark.skip`` has not fixed it), and the run did not hit its timeout."""
+    """Every selected test *passed* in time: a skip or an xfail verified nothing (an agent
+    that adds ``@pytest.mark.skip`` has not fixed it)."""
     outcomes = list(observation.outcomes.values())
     return (
         not observation.timed_out
@@ -273,11 +236,8 @@ def is_success(observation: Observation) -> bool:
 
 
 def is_timeout(observation: Observation) -> bool:
-    """True when the iteration timed out: the verification, the repair, or every failure is a TIMEOUT.
-
-    A TIMEOUT failure beside other failures does not void the observation: the others are
-    still evidence (a flaky timeout next to a real bug must not delay the repeat stop).
-    """
+    """The verification or the repair timed out, or every failure is a TIMEOUT (beside other
+    failures, a flaky timeout must not delay the repeat stop)."""
     return (
         observation.timed_out
         or observation.repair_result == REPAIR_TIMEOUT
@@ -286,12 +246,10 @@ def is_timeout(observation: Observation) -> bool:
 
 
 def is_no_fix(observation: Observation) -> bool:
-    """True when the repair provider produced no diff (or crashed) in this iteration."""
     return observation.repair_result in (REPAIR_NO_FIX_FOUND, REPAIR_CRASHED) and not is_timeout(observation)
 
 
 def is_evidence(observation: Observation) -> bool:
-    """True when the observation says something new about the code (see module docstring)."""
     return not is_timeout(observation) and not is_no_fix(observation)
 
 
@@ -306,7 +264,6 @@ def code_unchanged(prev: Observation, cur: Observation) -> bool:
 
 
 def failing_tests(observation: Observation) -> frozenset[str]:
-    """The node ids that failed or errored in ``observation``."""
     return frozenset(n for n, outcome in observation.outcomes.items() if outcome in FAILING_OUTCOMES)
 
 
@@ -337,14 +294,8 @@ def flaky_change(prev: Observation, cur: Observation) -> bool:
 
 
 def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
-    """The progress signal of ``cur`` compared with ``prev``.
-
-    Progress = a test failing (or missing) in ``prev`` passes in ``cur``, or ``cur`` has a
-    failure fingerprint that ``prev`` did not have (a different, downstream error), or the
-    working-tree diff hash changed. ``prev`` None (the baseline) is never progress. An
-    iteration that timed out or whose repair produced no diff is never progress either:
-    it carries no new evidence.
-    """
+    """The progress of ``cur`` over ``prev``: a test fixed, a new fingerprint (a different,
+    downstream error), or the code changed. An iteration without new evidence is none."""
     if is_timeout(cur):
         return Progress(False, ("timeout",), False, ())
     if is_no_fix(cur):
@@ -385,11 +336,8 @@ def _only_no_verdict(prev: Observation, cur: Observation, fixed: Sequence[str]) 
 
 
 def same_error_repeats(observations: Sequence[Observation]) -> int:
-    """Consecutive sightings of the latest evidence's fingerprint set, capture included.
-
-    0 when the latest evidence has no failure. Transparent observations (timeouts, empty
-    repairs) neither extend nor break the run of sightings.
-    """
+    """Consecutive sightings of the latest evidence's fingerprint set, capture included
+    (0 when it has no failure)."""
     evidence = [o for o in observations if is_evidence(o)]
     if not evidence or not evidence[-1].fingerprints:
         return 0
@@ -405,11 +353,8 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
 
 
 def no_progress_streak(observations: Sequence[Observation]) -> int:
-    """Consecutive no-progress iterations ending at the latest evidence.
-
-    The first evidence (normally the capture: nothing has been tried yet) counts as one
-    no-progress iteration, so a failure re-run unchanged once has a streak of 2.
-    """
+    """Consecutive no-progress iterations ending at the latest evidence; the first evidence
+    (nothing tried yet) counts as one."""
     evidence = [o for o in observations if is_evidence(o)]
     if not evidence:
         return 0
@@ -423,11 +368,8 @@ def no_progress_streak(observations: Sequence[Observation]) -> int:
 
 
 def flaky_tests(observations: Sequence[Observation]) -> list[str]:
-    """Tests that failed and later passed with no code change in between.
-
-    "No code change" = no repair produced a diff in between and no two consecutive
-    known diff hashes differ. Order of first failure; each node id once.
-    """
+    """Tests that failed and later passed with no code change in between (no repair diff,
+    no two consecutive known diff hashes differ)."""
     flaky: list[str] = []
     for i, first in enumerate(observations):
         for nodeid, outcome in first.outcomes.items():
@@ -456,36 +398,29 @@ def fixed_tests(observations: Sequence[Observation]) -> list[str]:
     return [n for n in ever_failed if latest.get(n) == OUTCOME_PASSED]
 
 
-# --------------------------------------------------------------------------- final status
-
-
 def reopened_after(incident: Incident) -> Optional[int]:
-    """The attempt number after which ``selfheal reopen`` started a new loop run
-    (``incident.json``'s ``reopened_after_iteration``), or None when never reopened."""
+    """The attempt after which ``selfheal reopen`` started a new loop run, or None."""
     value = incident.reopened_after_iteration
     return value if value is not None and value >= 0 else None
 
 
 def stop_history_after(incident: Incident) -> Optional[int]:
-    """The attempt up to which a recorded stop is history: the later of a reopen
-    (``reopened_after_iteration``) and a resume after a code change
-    (``resumed_after_iteration``, which keeps the loop run going), or None."""
+    """The attempt up to which a recorded stop is history: the later of a reopen and a resume
+    after a code change (which keeps the loop run going), or None."""
     values = [v for v in (incident.reopened_after_iteration, incident.resumed_after_iteration) if v is not None and v >= 0]
     return max(values) if values else None
 
 
 def stop_is_history(reopened: Optional[int], last_iteration: int, status: Optional[str]) -> bool:
-    """True when the incident was reopened after attempt ``reopened`` and has not stopped
-    since: no attempt after it and not closed again. A stop recorded up to that attempt
-    (``run_result.json``, the last attempt) is then history, neither in force nor pending."""
+    """The incident was reopened after attempt ``reopened`` and has not stopped since: a stop
+    recorded up to it is history, neither in force nor pending."""
     return reopened is not None and last_iteration <= reopened and status not in (FinalStatus.RESOLVED, FinalStatus.ESCALATED)
 
 
 def result_in_force(result: Optional[RunResult], attempts: Sequence[Attempt], incident: Incident,
                     status: Optional[str]) -> Optional[RunResult]:
-    """``run_result.json`` when it is the incident's verdict now, else None: a stop before
-    a later attempt, or before a reopen or a code change that continued the loop run, is
-    history (every surface that shows a verdict reads it through here)."""
+    """``run_result.json`` when it is the incident's verdict now, else None (a stop before a
+    later attempt, a reopen or a continued run is history); every surface reads it here."""
     last = attempts[-1].iteration if attempts else 0
     stale = result is not None and result.iteration is not None and result.iteration != last
     if result is None or stale or stop_is_history(stop_history_after(incident), last, status):
@@ -494,24 +429,13 @@ def result_in_force(result: Optional[RunResult], attempts: Sequence[Attempt], in
 
 
 def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
-    """resolved / escalated / replan_requested for a stop reason; None when the incident stays open.
-
-    :func:`decide`, the driver's run result and the event replay all call it; the mapping
-    is the stop reason's row of ``records/stops.py``.
-    """
+    """resolved / escalated / replan_requested for a stop reason; None when the incident stays open."""
     return None if stop_reason is None else stop_facts(stop_reason).final_status
 
 
-# --------------------------------------------------------------------------- from disk
-
-
 def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) -> Observation:
-    """Observation 0 from ``incident.json``: its failures, as the first sighting.
-
-    ``diff_hash`` is the working-tree diff hash at capture time (None when unknown). The
-    record's types were checked when it was read; a failure without a test identity or a
-    fingerprint cannot be compared, so it is refused (``InputError``).
-    """
+    """Observation 0 from ``incident.json``; a failure without a test identity or a
+    fingerprint cannot be compared (``InputError``)."""
     outcomes: dict[str, str] = {}
     for index, failure in enumerate(incident.failures):
         nodeid = failure.nodeid or failure.test
@@ -536,10 +460,8 @@ def environment_of(failures: Sequence[Failure]) -> Optional[str]:
 
 
 def observation_from_attempt(attempt: Attempt) -> Observation:
-    """Rebuild the observation recorded in an ``attempt_XX.json`` (for resume and replay).
-
-    The record's types were checked when it was read; a failure without a fingerprint
-    cannot be compared, so it is refused (``InputError``)."""
+    """The observation recorded in an ``attempt_XX.json`` (``InputError`` for a failure
+    without a fingerprint)."""
     for index, failure in enumerate(attempt.failures):
         if not failure.fingerprint:
             raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")

@@ -1,22 +1,9 @@
 """The regression check before every ``success`` (edge: files, git, subprocesses; docs/loop.md
-"The regression check").
+"The regression check" has the rules).
 
-Once an iteration's selection passes, the tests that can reach the changed code run
-(``verification.regression``): ``affected`` — the test modules that import a changed
-module, directly or through other project modules, found statically from the imports
-(:func:`affected_test_files`); where that cannot be known (a changed conftest, plugin,
-configuration or data file, a module nothing imports by name, a test that reaches a
-module importing by a computed name) the capture's whole command; and, where a spectrum was
-recorded, the tests that entered a changed function (:func:`spectrum_reach`) — or ``full``, or ``off``.
-
-A failing test is the change's fault only when it is not the incident's (the capture's
-failures and the selection are not re-judged here), fails again on a re-run and passes on
-the captured code: the repair's worktree leaves the user's tree as the capture saw it;
-otherwise the capture's commit, checked out once in a detached worktree. One that passes its
-re-runs is flaky only when it is intermittent on the captured code too (a failure in
-:data:`CAPTURED_RERUNS` runs there); else the change made it intermittent: broken.
-A test the run asking for the check already ran (:class:`RunOutcomes`) is judged by that run's
-outcome, never run again: only the failing ones go through the re-runs.
+A failing test is the change's fault only when it is not the incident's, fails again on a
+re-run and passes on the captured code; one that passes its re-runs is flaky only when it is
+intermittent on the captured code too, else the change made it intermittent: broken.
 """
 
 from __future__ import annotations
@@ -36,18 +23,17 @@ from typing import Optional
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import InputError, SelfhealError
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.verify import VerificationRun
+from pytest_selfheal.loop.verify import VerificationRun, read_cases
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
-from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store.root import Store
 
 AFFECTED = "affected"
@@ -92,25 +78,17 @@ class RegressionCheck:
     from_run: int = 0  # of ``ran``, the tests judged by the outcome the run asking for the check gave them
 
     def ran_text(self) -> str:
-        """``the regression check ran 12 test(s) (3 test module(s) that import the change)``, and
-        what it did not blame on the change (failing on the captured code too, flaky)."""
+        """What the check ran, and what it did not blame on the change."""
         scope = f"{self.scope}; {self.from_run} of them by this run itself" if self.from_run else self.scope
         notes = [f"{len(self.preexisting)} failing on the captured code too"] if self.preexisting else []
         notes += [f"{len(self.flaky)} flaky (passed on a re-run)"] if self.flaky else []
         notes += list(self.intermittent[:3])
         return f"the regression check ran {self.ran} test(s) ({scope})" + "".join(f"; {n}" for n in notes)
 
-    def summary(self) -> str:
-        """:meth:`ran_text` and what it found: ``...: broke test_add, test_total`` / ``nothing broken``."""
-        if self.timed_out:
-            return f"{self.ran_text()}: it hit its time budget (verification.regression_budget_seconds)"
-        found = f"broke {_named(self.broken)}" if self.broken else "nothing broken"
-        return f"{self.ran_text()}: {found}"
 
 
 def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
-    """An attempt's regression check in words for the MCP verdict and the gate: ``fixed `test_mul`;
-    broke `test_add`, `test_total` (the regression check ran 3 test(s))``; "" when none ran."""
+    """An attempt's regression check in words for the MCP verdict and the gate; "" when none ran."""
     if tests_run is None:
         return ""
     if not broken:
@@ -130,20 +108,20 @@ def short_name(nodeid: str) -> str:
 
 
 def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
-    """``selfheal: incident <id>: fixed `test_mul`; broke `test_add`, `test_total` (the regression
-    check ran 5 test(s) ...)``: what the repair fixed and what it broke, in one line."""
+    """What the repair fixed and what it broke, in one line."""
     if check.broken:
         head = (f"fixed {_named(fixed)}; " if fixed else "the selection passes; ") + f"broke {_named(check.broken)}"
         return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
-    return f"selfheal: incident {incident_id}: {check.summary()}"
+    found = "it hit its time budget (verification.regression_budget_seconds)" if check.timed_out else "nothing broken"
+    return f"selfheal: incident {incident_id}: {check.ran_text()}: {found}"
 
 
 # --------------------------------------------------------------------------- what the change touched
 
 
 def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
-    """The files of ``tree`` (relative POSIX paths, only below it) that differ from ``commit``,
-    untracked ones included; None when git cannot say (no repository, no commit)."""
+    """The files below ``tree`` that differ from ``commit``, untracked ones included; None
+    when git cannot say."""
     if not commit:
         return None
     try:
@@ -169,24 +147,19 @@ def _module_names(rel: str) -> list[str]:
 
 @dataclass(frozen=True)
 class _Refs:
-    """What a module refers to (each dotted prefix too: ``a.b.c`` runs ``a`` and ``a.b``),
-    whether it imports by a computed name, and whether it acts on tests that do not import
-    it (defines fixtures or ``pytest_*`` hooks: a conftest, a plugin), or on every module of
-    the process (patches another module)."""
+    """What a module refers to (each dotted prefix too: ``a.b.c`` runs ``a`` and ``a.b``)."""
 
     names: set[str]
     words: set[str]  # dotted words of its strings
-    dynamic: bool
-    acts_on_tests: bool
+    dynamic: bool  # imports by a computed name
+    acts_on_tests: bool  # defines fixtures or ``pytest_*`` hooks: acts on tests that do not import it
     patches: bool  # assigns to another module's attribute: acts on code that never imports it
 
 
 def _imports(rel: str, source: bytes) -> Optional[_Refs]:
-    """The names a module refers to; None when it does not parse. An import refers to a
-    module, and so does a dotted word of a string that is a module's whole name
-    (``importorskip("calc")``, ``run_module``, ``spec_from_file_location(…, "calc.py")``,
-    ``-c "import calc"``, ``mock.patch("calc.mul")``): code is reached by name in more ways
-    than ``import``; a bare word (``"version"``) names no submodule."""
+    """The names a module refers to; None when it does not parse. A dotted word of a string
+    counts too (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by
+    name in more ways than ``import``."""
     try:
         tree = ast.parse(source, rel)
     except (SyntaxError, ValueError):
@@ -251,15 +224,16 @@ def _whole_name(root: Path, rel: str) -> str:
     return ".".join(parts[top:])
 
 
-def _python_files(root: Path, skip: Collection[Path]) -> Iterator[str]:
+def project_files(root: Path, skip: Collection[Path], ignored: Collection[str] = _SKIPPED_DIRS) -> Iterator[str]:
+    """The files below ``root`` (relative POSIX paths), outside hidden folders, environments,
+    folders named in ``ignored`` and the ``skip`` folders."""
     skipped = {p.resolve() for p in skip}
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ignored
                          and (here / d).resolve() not in skipped and not (here / d / "pyvenv.cfg").exists())
         for name in sorted(files):
-            if name.endswith(".py"):
-                yield (here / name).relative_to(root).as_posix()
+            yield (here / name).relative_to(root).as_posix()
 
 
 def is_test_file(rel: str) -> bool:
@@ -270,12 +244,8 @@ def is_test_file(rel: str) -> bool:
 
 def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[Path] = ()) -> Optional[list[str]]:
     """The test files below ``root`` that can reach a changed file through the imports, or
-    None when that cannot be known (the capture's whole command runs then): a changed
-    conftest, pytest configuration or non-Python file (documentation aside), or a changed
-    module no project module imports by name (a plugin, one imported at run time).
-
-    A test file that does not parse, or that reaches a module importing by a computed name,
-    can reach anything: it is affected by any change to a project module."""
+    None when that cannot be known (the capture's whole command runs then). A test file
+    that does not parse, or reaches a module importing by a computed name, can reach anything."""
     code: list[str] = []
     for rel in changed:
         name = rel.rsplit("/", 1)[-1]
@@ -292,7 +262,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
     acting: set[str] = set()  # defines fixtures or hooks
     patching: set[str] = set()  # assigns to another module's attributes
     strings: dict[str, set[str]] = {}
-    for rel in _python_files(root, skip):
+    for rel in (f for f in project_files(root, skip) if f.endswith(".py")):
         for name in _module_names(rel):
             by_name.setdefault(name, set()).add(rel)
         by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)
@@ -350,8 +320,7 @@ _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? ", re.M)
 
 def _touched_functions(tree: Path, commit: str, rel: str) -> Optional[set[int]]:
     """The ``def`` lines of the captured ``rel``'s functions the change touched; None when any
-    function of it may behave otherwise (a change at module level or in a class body) or that
-    cannot be known (a file git cannot show or that does not parse)."""
+    function of it may behave otherwise (a change outside functions) or that cannot be known."""
     try:
         module = ast.parse(run_git(tree, ["show", f"{commit}:./{rel}"]), rel)
         diff = run_git(tree, ["diff", "-U0", "--no-renames", "--no-ext-diff", commit, "--", rel])
@@ -371,10 +340,9 @@ def _touched_functions(tree: Path, commit: str, rel: str) -> Optional[set[int]]:
 
 def spectrum_reach(tree: Path, commit: Optional[str], changed: Sequence[str],
                    spectrum: Mapping[str, Collection[FunctionKey]], *, by_function: bool = True) -> set[str]:
-    """The test files of the tests whose recorded spectrum (the functions each ran on the
-    captured code) entered a function the change touched: what reaches the change at run time
-    only (a module loaded from a path or a name in data). ``by_function`` False: any function of
-    a changed file (the capture saw other code than its commit)."""
+    """The test files of the tests whose recorded spectrum entered a function the change
+    touched: what reaches it at run time only. ``by_function`` False: any function of a
+    changed file (the capture saw other code than its commit)."""
     paths = {key[0] for keys in spectrum.values() for key in keys} & {c for c in changed if c.endswith(".py")}
     if not commit or not paths:
         return set()
@@ -389,8 +357,7 @@ def spectrum_reach(tree: Path, commit: Optional[str], changed: Sequence[str],
 
 
 def nodeid_of(case: models.TestCaseResult, root: Path) -> str:
-    """The node id of a junit testcase (``tests.test_calc`` + ``test_add`` →
-    ``tests/test_calc.py::test_add``): the longest prefix of its classname that is a file."""
+    """The node id of a junit testcase: the longest prefix of its classname that is a file."""
     parts = case.classname.split(".") if case.classname else []
     for cut in range(len(parts), 0, -1):
         path = "/".join(parts[:cut]) + ".py"
@@ -401,18 +368,15 @@ def nodeid_of(case: models.TestCaseResult, root: Path) -> str:
 
 @dataclass(frozen=True)
 class RunOutcomes:
-    """The run that asks for the check, when it ran on the code the verdict is about (it is the
-    iteration's verification) and nothing cut it short: the outcome of every test it ran (node id
-    -> ``passed``, ``failed``, ``error``, ``skipped``: a skip counts as it would in the check's own
-    run) and its selection words (rootdir-relative; none: pytest's default selection)."""
+    """The run asking for the check, when it is the iteration's verification and nothing cut
+    it short: the outcome of every test it ran, and its selection words (none: pytest's default)."""
 
     outcomes: Mapping[str, str]
     words: Sequence[str]
 
     def split(self, words: Sequence[str], whole: bool) -> tuple[Optional[list[str]], dict[str, str]]:
-        """The check's selection ``words`` (``whole``: the capture's whole command, where none is
-        pytest's default selection) split into the words this run did not run, for the check's
-        own run (None: nothing left), and this run's outcome of every test under the ones it did."""
+        """The check's selection ``words`` (``whole``: the capture's whole command) split into the
+        words this run did not run (None: nothing left) and this run's outcomes under the rest."""
         if whole:
             return (None, self._under(words)) if covers(self.words, words) else (list(words), {})
         done = [w for w in words if covers(self.words, [w])]
@@ -429,31 +393,10 @@ class _Ran:
     timed_out: bool
 
 
-def _run(runner: Runner, argv: Sequence[str], *, cwd: Path, scratch: Path, name: str,
-         timeout: float, env: Optional[Mapping[str, str]], invocation_dir: Optional[Path],
-         selection_file: Optional[Path], rules: Sequence[Rule], redactor: Optional[Redactor]) -> _Ran:
-    junit = scratch / f"{name}.xml"
-    ran = runner(list(argv), cwd=cwd, junit_path=junit, timeout_seconds=max(1.0, timeout), env=env,
-                 invocation_dir=invocation_dir, selection_file=selection_file)
-    if ran.timed_out:
-        return _Ran({}, {}, True)
-    try:
-        cases = dedupe(redact_cases(iter_testcases(junit), redactor)) if junit.is_file() else []
-    except InputError:
-        cases = []
-    outcomes = {nodeid_of(case, cwd): case.outcome for case in cases}
-    by_test = {case.test: nodeid_of(case, cwd) for case in cases}
-    failures = {}
-    for failure in failures_from_cases(cases, extra_rules=rules):
-        nodeid = by_test.get(failure.test, failure.test)
-        failures[nodeid] = replace(failure, nodeid=nodeid)
-    return _Ran(outcomes, failures, False)
-
-
 @contextmanager
 def captured_code(tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
     """The capture's commit checked out in a detached worktree (no hook runs), at the place
-    of ``tree`` in it; None when it cannot be (no repository, no commit). Removed after."""
+    of ``tree`` in it; None when it cannot be. Removed after."""
     if not commit:
         yield None
         return
@@ -504,24 +447,16 @@ def check_regressions(
 ) -> Optional[RegressionCheck]:
     """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
 
-    ``base_argv``: the runner (``python -m pytest -q``); ``trusted``: the capture's options
-    and ``verification.args``, appended like to every verification command; ``whole_command``:
-    the capture's selection words (rootdir-relative; empty: pytest's own ``testpaths``).
-    ``selection``: the plan's node ids, judged by the iteration itself. ``commit``: the
-    capture's; ``captured_tree``: where the captured code already is (the user's tree while a
-    repair works in a worktree), else the commit is checked out — when ``clean_capture``: a
-    capture with uncommitted changes saw other code than its commit, so a failure counts.
-    ``spectrum``: the functions each passing test ran on the captured code (node id → keys),
-    where one was recorded: a test that entered a changed function runs too. ``this_run``: the
-    run asking for the check, whose outcomes stand for the tests it ran (only the rest run).
+    ``trusted``: appended like to every verification command; ``whole_command``: the
+    capture's selection words; ``selection``: judged by the iteration itself.
+    ``captured_tree``: where the captured code already is (the user's tree while a repair
+    works in a worktree), else ``commit`` is checked out when ``clean_capture`` (a dirty
+    capture saw other code than its commit). ``this_run``: the run asking for the check,
+    whose outcomes stand for the tests it ran.
     """
     if mode == OFF:
         return None
     started = time.monotonic()
-
-    def left() -> float:
-        return budget_seconds - (time.monotonic() - started)
-
     known = set(selection) | set(incident.nodeids) | {f.nodeid or f.test for f in incident.failures}
     known_identities = {"::".join(p for p in mangle_nodeid(n) if p) for n in known}
 
@@ -550,16 +485,27 @@ def check_regressions(
         start = invocation_dir
         if invocation_dir is not None and cwd != tree:
             start = cwd / Path(invocation_dir).resolve().relative_to(Path(tree).resolve())
-        return _run(runner, [*base_argv, *argv_words, *trusted], cwd=cwd, scratch=scratch, name=name,
-                    timeout=left(), env=env, invocation_dir=start, selection_file=selection_file,
-                    rules=rules, redactor=redactor)
+        junit = scratch / f"{name}.xml"
+        ran = runner([*base_argv, *argv_words, *trusted], cwd=cwd, junit_path=junit,
+                     timeout_seconds=max(1.0, budget_seconds - (time.monotonic() - started)), env=env,
+                     invocation_dir=start, selection_file=selection_file)
+        if ran.timed_out:
+            return _Ran({}, {}, True)
+        cases = read_cases(junit, redactor)
+        by_test = {case.test: nodeid_of(case, cwd) for case in cases}
+        found = {by_test.get(f.test, f.test): f for f in failures_from_cases(cases, extra_rules=rules)}
+        return _Ran({by_test[case.test]: case.outcome for case in cases},
+                    {nodeid: replace(f, nodeid=nodeid) for nodeid, f in found.items()}, False)
+
+    def out_of_time() -> RegressionCheck:
+        return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
 
     with tempfile.TemporaryDirectory(prefix="selfheal-regression-") as tmp:
         scratch = Path(tmp)
         if child is not None:
             ran = run(child, tree, "check", scratch)
             if ran.timed_out:
-                return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+                return out_of_time()
             outcomes.update(ran.outcomes)
             failures.update(ran.failures)
         candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
@@ -573,7 +519,7 @@ def check_regressions(
         for selection in (candidates, words):
             again = run(selection, tree, "rerun", scratch)
             if again.timed_out:
-                return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+                return out_of_time()
             failures.update(again.failures)
             flaky = tuple(n for n in flaky if again.outcomes.get(n) == models.OUTCOME_PASSED)
             runs += 1
@@ -586,7 +532,7 @@ def check_regressions(
             if base is not None and failing:
                 before = run(failing, base, "captured", scratch)
                 if before.timed_out:
-                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+                    return out_of_time()
                 preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
             # A pass on a re-run makes a test flaky only if the captured code fails it too, now
             # and then: a change can make a stable neighbour fail one run in three.
@@ -596,7 +542,7 @@ def check_regressions(
                     break
                 before = run(steady, base, f"captured_{index}", scratch)
                 if before.timed_out:
-                    return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+                    return out_of_time()
                 steady = [n for n in steady if before.outcomes.get(n) not in models.FAILING_OUTCOMES]
             on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code" if base is not None
                            else "the captured code could not be run")
@@ -610,8 +556,7 @@ def check_regressions(
 
 
 def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:
-    """The capture's selection words (its paths and node ids that exist, made relative to the
-    rootdir): the capture's whole command; empty when it named none (pytest's ``testpaths``)."""
+    """The capture's existing paths and node ids, rootdir-relative: its whole command."""
     start = Path(cwd) if cwd else rootdir
     words = []
     for word in invocation_args:
@@ -642,15 +587,12 @@ def check_incident(
     rules: Sequence[Rule] = (),
     this_run: Optional[RunOutcomes] = None,
 ) -> Optional[RegressionCheck]:
-    """:func:`check_regressions` of ``incident`` with its recorded capture (commit, command,
-    options, where it ran) and the keys that judge it, when the iteration's selection
-    (``outcomes``; ``failed``: a failure or a timeout besides) passes; else None. What the
-    driver and agent mode call before every iteration can be a ``success``; agent mode passes
-    ``this_run``, the pytest run that is the iteration."""
+    """:func:`check_regressions` of ``incident`` with its recorded capture and the keys that
+    judge it, when the iteration's selection passes (``failed``: a failure or a timeout besides)."""
     settings = effective.settings.verification
     if settings.regression == OFF or not passes(outcomes, failed):
         return None
-    context = _context(store, incident)
+    context = read_context(store, incident.incident_id)
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
@@ -665,29 +607,27 @@ def check_incident(
 
 
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
-    """Every test of a selection passed (``failed``: a failure or a timeout besides): the
-    iteration is a candidate ``success``, and the regression check decides."""
+    """Every test of a selection passed: a candidate ``success``, for the regression check to decide."""
     return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
 
 
 def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
-    """The passing tests' spectrum written at ``path`` (plan/suspects.py); empty without one."""
     try:
         return read_passing_spectrum(path.read_text(encoding="utf-8"))
     except OSError:
         return {}
 
 
-def _context(store: Store, incident: Incident) -> Optional[RunContext]:
+def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
     try:
-        return store.read_context(incident.incident_id)
+        return store.read_context(incident_id)
     except SelfhealError:
-        return None
+        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
-    """Whether a run of ``run_words`` runs every test the capture's words select (both
-    rootdir-relative; none: pytest's default selection, the widest a run has)."""
+    """Whether a run of ``run_words`` runs every test the capture's words select (none:
+    pytest's default selection, the widest a run has)."""
     if not run_words or any(w in ("", ".") for w in run_words):
         return True
     return bool(capture) and all(
@@ -696,9 +636,9 @@ def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
 
 def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args: Sequence[str],
                           run_dir: Path) -> Optional[list[str]]:
-    """The capture's selection words when a run of ``run_args`` started in ``run_dir`` does not
-    run them all (its passing selection is not yet checked for regressions); None when it does."""
-    context = _context(store, incident)
+    """The capture's selection words when a run of ``run_args`` from ``run_dir`` does not run
+    them all (its passing selection is not yet checked for regressions), else None."""
+    context = read_context(store, incident.incident_id)
     if context is None:
         return None
     capture = capture_words(context.invocation_args, context.cwd, tree)
@@ -712,8 +652,3 @@ def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], 
         return
     with captured_code(tree, commit, scratch) as path:
         yield path
-
-
-__all__ = ["AFFECTED", "FULL", "NOT_YET_CHECKED", "OFF", "RegressionCheck", "RunOutcomes", "affected_test_files", "captured_code",
-           "capture_words", "changed_files", "check_incident", "check_regressions", "covers", "is_test_file",
-           "narrower_than_capture", "nodeid_of", "passes", "passing_spectrum_of", "regression_line", "spectrum_reach", "regression_words", "short_name"]

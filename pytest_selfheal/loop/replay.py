@@ -1,21 +1,6 @@
-"""Rebuild the loop state from the event log alone, and the same state from the files.
-
-:func:`replay` is pure: events in, state out. :func:`state_from_disk` builds the same
-shape from ``status.txt``, the attempts, ``run_result.json`` and where the incident
-folder is. ``selfheal replay ID`` compares the two: equal means the event log tells the
-whole story of the files.
-
-The compared state (docs/loop.md "Replay")::
-
-    {incident_id, status, bucket, iterations: [{iteration, verification_passed,
-     fingerprints, result, stop_reason}], stop_reason, final_status, archived_to}
-
-``stop_reason`` is the stop *in force*: the closing record (``run_result.json`` / the
-last ``loop_stopped`` event with a final status) when it belongs to the latest iteration,
-else the latest iteration's own stop, else None; a stop at or before the attempt after which
-``selfheal reopen`` reopened the incident is not in force until the incident is closed again. ``cancelled`` and ``disabled`` stops
-leave the incident open and are not in force; the replay lists every stop the log holds
-under ``loop_stops`` (events only, not compared).
+"""Rebuild the loop state from the event log alone (:func:`replay`, pure), and the same state
+from the files (:func:`state_from_disk`): ``selfheal replay ID`` compares the two (docs/loop.md
+"Replay"); equal means the event log tells the whole story of the files.
 """
 
 from __future__ import annotations
@@ -93,16 +78,8 @@ def _state(
 
 
 def replay(events: Sequence[Event]) -> LoopState:
-    """The loop state rebuilt from the events alone (pure).
-
-    Status follows ``incident_captured`` then every ``status_changed``; the bucket and
-    ``archived_to`` come from ``incident_archived`` (``incident_reopened`` puts them back
-    to the inbox and drops the closing record); one iteration per
-    ``verification_finished`` (the last record of an iteration number wins, sorted by
-    number); the closing record is the last ``loop_stopped`` with a final status.
-    Unknown events are ignored. Also returns ``loop_stops`` (every ``loop_stopped``:
-    ``{iteration, stop_reason, final_status}``), which is not part of the comparison.
-    """
+    """The loop state rebuilt from the events alone; ``loop_stops`` lists every stop the log
+    holds (not compared). The last record of an iteration number wins."""
     incident_id: Optional[str] = None
     status: Optional[str] = None
     bucket = INBOX
@@ -140,9 +117,7 @@ def replay(events: Sequence[Event]) -> LoopState:
 
 
 def state_from_disk(store: Store, incident_id: str) -> LoopState:
-    """The same state built from the files, as the loop reads them (:func:`~pytest_selfheal.loop.state.read_records`):
-    ``status.txt``, the attempts, ``run_result.json`` and the bucket the incident folder is
-    in. Raises like the store (corrupted files: exit 3)."""
+    """The same state built from the files, as the loop reads them."""
     records = read_records(store, incident_id)
     try:
         reopened = stop_history_after(store.read_incident(records.incident_id))
@@ -174,6 +149,3 @@ def differences(replayed: LoopState, disk: LoopState) -> list[str]:
         if events.get(key) != files.get(key):
             lines.append(f"{key}: events say {events.get(key)!r}, files say {files.get(key)!r}")
     return lines
-
-
-__all__ = ["COMPARED_KEYS", "differences", "disk_state", "replay", "state_from_disk"]

@@ -1,16 +1,5 @@
-"""What the loop derives from its records, pure (docs/loop.md): the pieces of the loop state.
-
-:class:`~pytest_selfheal.loop.state.LoopRun` reads the files once and holds them; these
-functions turn what it holds into what the loop decides on:
-
-- the loop runs (:func:`split_runs`) and their observations (:func:`observations_of`),
-  with the capture's diff hash (:func:`capture_diff_hash`, :func:`capture_hash_on_disk`);
-- a recorded stop whose close-out has not completed (:func:`pending_stop`), rebuilt as
-  the same :class:`policy.Decision`;
-- the event data an attempt implies (:func:`verification_event`,
-  :func:`repeated_failure_event`), for the log and for its recovery after a kill;
-- the timestamps of the records (:func:`stamp`, :func:`parse_stamp`, :func:`minutes_between`).
-"""
+"""What the loop derives from the records :class:`~pytest_selfheal.loop.state.LoopRun` holds:
+its runs, observations, a pending stop, the events an attempt implies, and the timestamps."""
 
 from __future__ import annotations
 
@@ -36,7 +25,6 @@ from pytest_selfheal.store.root import Store
 
 
 def utcnow() -> datetime:
-    """Now, in UTC."""
     return datetime.now(timezone.utc)
 
 
@@ -46,7 +34,7 @@ def stamp(moment: datetime) -> str:
 
 
 def parse_stamp(text: Any) -> Optional[datetime]:
-    """A recorded timestamp as an aware datetime (naive ones are UTC); None when absent or invalid."""
+    """A recorded timestamp as an aware datetime (naive ones are UTC); None when invalid."""
     if not isinstance(text, str):
         return None
     try:
@@ -69,14 +57,9 @@ def minutes_between(start: Optional[datetime], end: Optional[datetime]) -> float
 def split_runs(
     attempts: Sequence[Attempt], reopened: Optional[int] = None
 ) -> tuple[Optional[Attempt], list[Attempt]]:
-    """``(baseline attempt or None, attempts of the current loop run)``.
-
-    A ``replan_requested`` stop ends a loop run, and so does a reopen (``reopened``: the
-    attempt number ``selfheal reopen`` recorded, see :func:`policy.reopened_after`): the next run
-    starts afresh — its own iteration budget, repeat and no-progress counters — with the
-    last attempt of the previous run as its baseline (observation 0) instead of the
-    capture (the capture itself when the incident was reopened before any attempt).
-    """
+    """``(baseline attempt or None, attempts of the current loop run)``. A ``replan_requested``
+    stop or a reopen after attempt ``reopened`` ends a loop run: the next starts afresh, with
+    the previous run's last attempt as its baseline instead of the capture."""
     boundary = -1
     for index, attempt in enumerate(attempts):
         if attempt.result == policy.ACTION_STOP and attempt.stop_reason == StopReason.REPLAN_REQUESTED:
@@ -89,12 +72,8 @@ def split_runs(
 
 
 def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) -> Optional[str]:
-    """The working-tree diff hash at capture time, or None when unknown.
-
-    ``incident.json``'s ``diff_hash`` when the capture recorded it; otherwise, when
-    ``context.json`` says the tree was clean at a known commit, the hash of a clean tree
-    at that commit (gitrepo.clean_tree_hash); otherwise unknown.
-    """
+    """The working-tree diff hash at capture time: recorded, or a clean tree's at the
+    commit ``context.json`` names; None when unknown."""
     if incident.diff_hash:
         return incident.diff_hash
     commit = context.git.clean_commit if context is not None and context.git is not None else None
@@ -102,9 +81,8 @@ def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) 
 
 
 def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
-    """:func:`capture_diff_hash` of the incident, reading ``context.json`` only when
-    ``incident.json`` has no diff hash (a missing or bad one never blocks the loop: it is
-    informative only)."""
+    """:func:`capture_diff_hash`, reading ``context.json`` only when needed (a bad one never
+    blocks the loop)."""
     if incident.diff_hash:
         return incident.diff_hash
     try:
@@ -120,13 +98,8 @@ def observations_of(
     *,
     capture_hash: Optional[str] = None,
 ) -> list[policy.Observation]:
-    """The observations of the current loop run: observation 0, then one per attempt.
-
-    Observation 0 is the capture (the incident's failures, ``capture_hash`` as its diff
-    hash — default: ``incident.json``'s ``diff_hash``) for the first run, or the last
-    attempt of the previous run after a ``replan_requested`` stop or a reopen (see
-    :func:`split_runs`), without its repair call's verdict.
-    """
+    """The observations of the current loop run: the capture (or the previous run's last
+    attempt, without its repair call's verdict), then one per attempt."""
     baseline, run = split_runs(attempts, policy.reopened_after(incident))
     if baseline is None:
         diff = capture_hash if capture_hash is not None else incident.diff_hash or None
@@ -142,14 +115,12 @@ def observations_of(
 
 
 def run_started(attempts: Sequence[Attempt], reopened: Optional[int] = None) -> Optional[datetime]:
-    """When the current loop run's first attempt started; None before its first attempt
-    (``reopened``: as for :func:`split_runs`)."""
+    """When the current loop run's first attempt started; None before it."""
     _, run = split_runs(attempts, reopened)
     return parse_stamp(run[0].started_at) if run else None
 
 
 def _decision_from_record(data: RecordedDecision) -> policy.Decision:
-    """Rebuild a recorded :class:`policy.Decision` (``Decision.to_dict()`` form)."""
     reason = data.stop_reason
     progress = policy.Progress(
         bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed
@@ -175,16 +146,9 @@ def pending_stop(
     replanned_at: Optional[int] = None,
     reopened: Optional[int] = None,
 ) -> Optional[policy.Decision]:
-    """A recorded stop whose close-out has not completed, or None.
-
-    The most recent record wins: ``run_result.json`` when it belongs to the latest attempt
-    (its ``iteration`` equals the last attempt number, 0 when there is none), else the last
-    attempt when it says ``stop``. A ``replan_requested`` stop is complete once the status
-    is back to ``planned``, or the plan says it was regenerated for this stop
-    (``replanned_at``: the plan's ``replanned_at_iteration``) and a new run has moved the
-    status on; a resolved/escalated stop is complete once archived (callers only ask for
-    inbox incidents); a stop at or before ``reopened`` (:func:`reopened_after`) is history.
-    """
+    """A recorded stop whose close-out has not completed, or None. The most recent record
+    wins (``run_result.json`` of the latest attempt, else that attempt). A replan is complete
+    once back to ``planned``, or regenerated (``replanned_at``) with the status moved on."""
     last = attempts[-1].iteration if attempts else 0
     if policy.stop_is_history(reopened, last, status):
         return None  # the stop before `selfheal reopen`: the new loop run has not stopped yet
@@ -207,8 +171,7 @@ def pending_stop(
 
 
 def _recorded(attempt: Attempt, key: str) -> Any:
-    """A key of the attempt's recorded decision, None when the decision or the key is absent
-    (the event data say ``null`` then, as they always have)."""
+    """A key of the attempt's recorded decision, None when absent."""
     decision = attempt.decision
     if decision is None or decision.keys is not None and key not in decision.keys:
         return None
@@ -221,7 +184,6 @@ def _failure_key(failure: Failure, key: str) -> Any:
 
 
 def _event(name: str, **data: Any) -> Event:
-    """An event built in code (``append_event`` writes ``event.data`` with its time and id)."""
     return Event(event=name, extra=tuple((key, freeze(value)) for key, value in data.items()))
 
 
@@ -254,12 +216,10 @@ def verification_event(attempt: Attempt) -> Event:
 
 
 def has_event(records: Sequence[Event], name: str, **match: Any) -> bool:
-    """True when ``records`` hold an event ``name`` whose data equal every ``match``."""
     return any(r.event == name and all(r.get(k) == v for k, v in match.items()) for r in records)
 
 
 def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
-    """The ``repeated_failure_detected`` event of an attempt that saw its failure ``repeats`` times in a row."""
     return _event(
         ev.REPEATED_FAILURE_DETECTED,
         iteration=attempt.iteration,
@@ -267,20 +227,3 @@ def repeated_failure_event(attempt: Attempt, repeats: int) -> Event:
         error_signature=attempt.error_signature,
         same_error_repeats=repeats,
     )
-
-
-__all__ = [
-    "capture_diff_hash",
-    "capture_hash_on_disk",
-    "has_event",
-    "minutes_between",
-    "observations_of",
-    "parse_stamp",
-    "pending_stop",
-    "repeated_failure_event",
-    "run_started",
-    "split_runs",
-    "stamp",
-    "utcnow",
-    "verification_event",
-]

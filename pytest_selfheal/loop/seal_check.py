@@ -1,23 +1,14 @@
 """An open incident's seal at each verification (edge): the judging keys in force at its
-capture, and what changed since in what decides what runs (config/seal.py).
-
-- :func:`judged_config`: the effective config with the incident's judging keys (thresholds,
-  budget, gate and verification arguments, ``enabled``) as they were at capture, and the one
-  line that reports a later edit: reported, never obeyed (a reopen keeps them too).
-- :func:`harness_changed`: what changed in the seal, each named; a non-empty answer stops
-  the iteration with ``harness_changed`` (never ``success``).
-- :func:`fresh_seal`: the seal ``selfheal reopen --new-seal`` (a person at a terminal) records.
-- :func:`passing_without_the_code`: a new seal is no more than a capture would be: taken only
-  where the failing tests still fail on the captured code under what is there now.
+capture (a later edit is reported, never obeyed), what changed since in what decides what
+runs (config/seal.py), and a new seal, which is no more than a capture would be.
 """
 
 from __future__ import annotations
 
 import filecmp
-import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -34,11 +25,17 @@ from pytest_selfheal.config.seal import (
     sha256,
 )
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
-from pytest_selfheal.errors import RefusedError, SelfhealError
+from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.regression import BASE_ARGV, REGRESSION_SELECTION, Runner, captured_code
+from pytest_selfheal.loop.regression import (
+    BASE_ARGV,
+    REGRESSION_SELECTION,
+    Runner,
+    captured_code,
+    project_files,
+    read_context,
+)
 from pytest_selfheal.loop.verify import observe, run_selection, trusted_options
-from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
@@ -68,15 +65,11 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
 def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, plan: Optional[Plan] = None,
                     loaded: Optional[Loaded] = None, extra_code: Iterable[str] = (),
                     environ: Optional[Mapping[str, str]] = None) -> Changes:
-    """What changed since ``incident``'s capture in what decides what runs, in ``root`` (the
-    project, or the repair worktree the verification runs in), each named, test code and
-    data apart (:class:`~pytest_selfheal.config.seal.Changes`); none without a seal.
-    ``store``: the incident's, whose judging records — ``incident`` and ``plan`` as the
-    caller read them for this verdict (the plan read here when not given), and the
-    capture's context — are checked first (store/judging.py). ``environ``: the environment
-    the verification ran with (default this process's), whose option variables are compared."""
+    """What changed since ``incident``'s capture in what decides what runs, in ``root``, each
+    named, test code and data apart. ``store``: the incident's, whose judging records are
+    checked first. ``environ``: the verification's environment, whose option variables count."""
     if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id),
-                                             _context_of(store, incident.incident_id)):
+                                             read_context(store, incident.incident_id)):
         return Changes([], [judging.RECORDS_EDITED])
     if incident.seal is None:
         return Changes([], [])
@@ -93,27 +86,17 @@ def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
     return store.read_plan(incident_id) if store.has_plan(incident_id) else None
 
 
-def _context_of(store: Store, incident_id: str) -> Optional[RunContext]:
-    try:
-        return store.read_context(incident_id)
-    except SelfhealError:
-        return None  # gone or unreadable: compared with the kept digest, an edit
-
-
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
-    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the
-    incident's seal taken again in ``root`` with today's judging keys; what changed before
-    is accepted from now on. Nothing for an incident captured without a seal."""
+    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the seal
+    taken again in ``root`` with today's judging keys."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
         judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
-                       _context_of(store, incident_id))
+                       read_context(store, incident_id))
         judging.forget_stop(root, incident_id)
 
 
 def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Optional[Seal]:
-    """The seal of what ``incident``'s seal covers as it is now, with today's judging keys
-    (``selfheal reopen --new-seal``); None for an incident captured without one."""
     if incident.seal is None:
         return None
     return reseal(incident.seal, root, judging=judging_values(effective))
@@ -125,32 +108,22 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
 _NOT_THE_PROJECT = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 
 
-def _files(tree: Path, skip: Path) -> Iterator[str]:
-    """The project's files below ``tree`` (relative POSIX paths), outside hidden folders,
-    caches, environments and the reports root ``skip``."""
-    for folder, dirs, names in os.walk(tree):
-        here = Path(folder)
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _NOT_THE_PROJECT
-                   and (here / d).resolve() != skip and not (here / d / "pyvenv.cfg").exists()]
-        for name in names:
-            if (here / name).is_file():
-                yield (here / name).relative_to(tree).as_posix()
+def _files(tree: Path, skip: Path) -> set[str]:
+    return {rel for rel in project_files(tree, [skip], _NOT_THE_PROJECT) if (tree / rel).is_file()}
 
 
 def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], skip: Path, dirty: bool) -> None:
     """Make ``base`` (the capture's commit) the captured code under what is in ``tree`` now:
-    every file but the code under repair as it is now (added, changed, deleted), the code
-    under repair as the capture saw it — the commit's; after a capture with uncommitted
-    changes (``dirty``), the tree's where its bytes are the ones the seal recorded. A module
-    whose captured bytes are neither is refused: the captured code cannot be rebuilt."""
+    every file as it is now but the code under repair, which is as the capture saw it (after
+    a ``dirty`` capture, the seal's recorded bytes; a module that has neither is refused)."""
     harness = set(sealed)
     recorded = incident.seal.test_aware if incident.seal is not None and dirty else {}
 
     def is_code(rel: str) -> bool:
         return rel.endswith(".py") and not is_test_file(rel) and rel not in harness
 
-    now = set(_files(tree, skip))
-    for rel in sorted(now | set(_files(base, skip))):
+    now = _files(tree, skip)
+    for rel in sorted(now | _files(base, skip)):
         source, target = tree / rel, base / rel
         if is_code(rel):
             captured = recorded.get(rel, "").split(" ", 1)[0]
@@ -171,15 +144,10 @@ def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], 
 
 def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig, *,
                              runner: Runner = run_selection) -> dict[str, str]:
-    """The incident's failing tests (with their outcome) that do not fail on the captured code under what is in
-    ``root`` now besides the code under repair (tests, conftests, configuration, data, this
-    process's environment): the change alone passes them, so a new seal would accept a cheat.
-    A new seal is no more than a fresh capture would be, which happens only on failing tests.
-    ``RefusedError`` when the captured code cannot be rebuilt (no commit recorded, no git)."""
-    try:
-        context = store.read_context(incident.incident_id)
-    except SelfhealError:
-        context = None
+    """The incident's failing tests (with their outcome) that do not fail on the captured code
+    under what is in ``root`` now: a new seal would accept a cheat, as no capture would.
+    ``RefusedError`` when the captured code cannot be rebuilt."""
+    context = read_context(store, incident.incident_id)
     commit = context.git.commit if context is not None and context.git is not None else None
     dirty = context is None or context.git is None or context.git.dirty is not False
     plan = _plan_of(store, incident.incident_id)
@@ -200,7 +168,3 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
         outcomes, _ = observe(ran, selection, rules=rules_for_run(effective.settings.classification_rules, ()),
                               redactor=effective.redactor)
     return {n: outcomes.get(n, OUTCOME_MISSING) for n in selection if outcomes.get(n) not in FAILING_OUTCOMES}
-
-
-__all__ = ["NOT_APPLIED", "fresh_seal", "take_fresh_seal", "harness_changed", "judged_config",
-           "passing_without_the_code"]

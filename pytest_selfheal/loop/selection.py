@@ -1,8 +1,4 @@
-"""Which failing tests the loop may touch, from ``enabled`` and ``apply_to`` (pure).
-
-``apply_to`` of the ``ralf_lite`` config decides which failing tests are looped (``auto_tasks``,
-``tdd_tasks``) and whether an unattended loop may run at all (``autonomous_plans``).
-"""
+"""Which failing tests the loop may touch, from ``enabled`` and ``apply_to`` (pure)."""
 
 from __future__ import annotations
 
@@ -30,14 +26,8 @@ def loop_selection(
     unattended: bool = False,
     approved: bool = False,
 ) -> LoopSelection:
-    """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids.
-
-    - ``tdd_tasks``: tests marked ``@pytest.mark.tdd`` (``tdd_nodeids``) are looped only
-      when true (a red-first test is expected to fail until the feature exists).
-    - ``auto_tasks``: every other failing test is looped only when true.
-    - ``autonomous_plans``: when false, the loop refuses to run ``unattended`` (``selfheal
-      loop``/``selfheal ci`` without a TTY) unless ``approved`` (``--approve``).
-    """
+    """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
+    is expected to fail until its feature exists)."""
     tdd = set(tdd_nodeids)
     keep: list[str] = []
     excluded: list[str] = []
@@ -52,6 +42,3 @@ def loop_selection(
     elif not keep:
         refused = "every failing test is excluded by ralf_lite.apply_to (auto_tasks/tdd_tasks)"
     return LoopSelection(tuple(keep), tuple(excluded), refused)
-
-
-__all__ = ["LoopSelection", "loop_selection"]

@@ -1,25 +1,11 @@
 """A stop that sticks: a run whose failures an incident that already stopped holds (edge).
 
-A verdict is about a failure set and a code state, not about a run. When the failures a
-``pytest --selfheal`` run would capture are held (by fingerprint) by an incident that
-stopped without success, they are not a new incident with a fresh budget:
-
-- with the code under test unchanged since that stop (the same known diff hash), the
-  verdict is ``STOP already_stopped``, naming the earlier incident and why it stopped;
-  nothing new is captured, and the earlier incident gets a ``capture_attached`` event;
-- with the code changed (or no git to tell), the run continues that incident — reopened
-  in place, its loop run and budget going on — as its next iteration.
-
-A run that *passes* a stopped incident's tests has no fingerprint to match, yet may be the
-same verdict: an incident that stopped on a green run that was not a success (a test edited:
-``tests_edited``; any later stop of that kind) stays attached to its selection's node ids.
-Its tests passing again with the code unchanged is ``STOP already_stopped`` again; with the
-code changed (a commit too), the run is its next iteration, judged by every rule (a test
-still weakened stops ``tests_edited`` again). The same holds for an incident that stopped
-red whose test code changed since its capture: a pass then is judged, never a plain green.
-
-:func:`match_stopped` and :func:`match_green` (loop/stopped.py, with the candidates'
-reading: a green run's cheap look) are the pure rules.
+A verdict is about a failure set and a code state, not about a run: failures an incident
+that stopped without success holds are no new incident with a fresh budget. With the code
+unchanged since that stop the verdict is ``STOP already_stopped``; with it changed, the run
+is that incident's next iteration. A green run can be the same verdict: an incident that
+stopped green (``tests_edited``), or red with its test code changed since, stays attached to
+its tests (:func:`match_green`, in loop/stopped.py with the green run's cheap look).
 """
 
 from __future__ import annotations
@@ -59,14 +45,9 @@ def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT) -> list[StoppedI
 def match_stopped(
     stopped: Sequence[StoppedIncident], failures: Sequence[Failure], diff_hash: Optional[str]
 ) -> tuple[list[StickyMatch], list[Failure]]:
-    """``(matches, failures no stopped incident holds)`` (pure).
-
-    Each failure goes to the newest stopped incident (``stopped`` is newest first) whose
-    last failure set holds its fingerprint. A match is :attr:`Attachment.ALREADY_STOPPED`
-    when the code is known to be the same as at that incident's last sighting (equal,
-    known diff hashes) or the incident waits for its proposed plan (a replan is a person's
-    step); otherwise it is :attr:`Attachment.CONTINUED`.
-    """
+    """``(matches, failures no stopped incident holds)`` (pure). Each failure goes to the
+    newest incident holding its fingerprint; it stays stopped with the code known to be the
+    same, or while the incident waits for its proposed plan (a replan is a person's step)."""
     held: dict[str, list[Failure]] = {}
     rest: list[Failure] = []
     for failure in failures:
@@ -91,10 +72,8 @@ def match_stopped(
 
 
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
-    """The parseable status line of an already-stopped run (the grammar of the iteration
-    line, docs/loop.md "Status line"); :func:`parse_already_stopped` reads it back.
-    ``max_iterations``: today's, shown only when the stopped run did not record its own
-    (the capture's judging key, which a later config edit does not change)."""
+    """The parseable status line of an already-stopped run (:func:`parse_already_stopped`
+    reads it back); ``max_iterations``: today's, when the stopped run did not record its own."""
     stopped = match.incident
     if stopped.max_iterations is not None:
         max_iterations = stopped.max_iterations
@@ -112,8 +91,7 @@ NO_VERDICT = "this run reaches no verdict on it"
 
 
 def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Optional[Sequence[str]]) -> str:
-    """A run that did not run the tests a stopped incident failed: no verdict, and why.
-    ``skipped``: this run's skipped tests; ``options``: the capture's (None: not recorded)."""
+    """A run that did not run the tests a stopped incident failed: no verdict, and why."""
     stopped = match.incident
     gone = [n for n in match.absent if n not in skipped]
     said = [f"{len(gone)} not collected by this run ({_some(gone)})"] if gone else []
@@ -146,8 +124,7 @@ _LINE = re.compile(r"^selfheal: incident (\S+) iteration (\d+) of \d+: .* alread
 
 
 def parse_already_stopped(lines: Sequence[str]) -> Optional[tuple[str, int, str]]:
-    """``(incident id, its last iteration, why it stopped)`` of the first already-stopped
-    line among ``lines`` (the plugin's terminal section), or None."""
+    """``(incident id, its last iteration, why it stopped)`` of the first already-stopped line, or None."""
     for line in lines:
         found = _LINE.match(line.strip())
         if found:
@@ -156,8 +133,7 @@ def parse_already_stopped(lines: Sequence[str]) -> Optional[tuple[str, int, str]
 
 
 def continue_stopped(store: Store, match: StickyMatch) -> None:
-    """Bring a stopped incident whose code changed back to the inbox with its loop run going
-    on (no fresh budget: ``resumed_after_iteration``); an inbox one is left as it is."""
+    """Bring a stopped incident whose code changed back to the inbox, its loop run going on."""
     if match.incident.bucket != INBOX:
         reopen_incident(store, match.incident.incident_id, continue_run=True)
 

@@ -1,10 +1,5 @@
 """The incidents that stopped without success, as a run compares itself with them (edge:
-reads the store; none of the loop side, so a green run can take this look cheaply).
-
-:func:`stopped_incidents` reads the candidates; :func:`match_green` is the rule for a run
-that passes a stopped incident's tests (the rules of a stop that sticks: loop/sticky.py);
-:func:`holds_passed` is a green run's look, before it loads anything more.
-"""
+reads the store; none of the loop side, so a green run can take this look cheaply)."""
 
 from __future__ import annotations
 
@@ -60,8 +55,7 @@ class StoppedIncident:
 
     @property
     def exhausted(self) -> bool:
-        """Its loop run used its whole budget: a code change has no iteration to continue it with."""
-        return self.remaining == 0
+            return self.remaining == 0
 
 
 @dataclass(frozen=True)
@@ -80,19 +74,11 @@ def match_green(
     stopped: Sequence[StoppedIncident], passed: Collection[str], failing: Collection[str], diff_hash: Optional[str],
     tests_changed: Callable[[StoppedIncident], Sequence[str]], taken: Collection[str] = (),
 ) -> list[StickyMatch]:
-    """The stopped incidents whose tests this run passed and none failed (pure but for
-    ``tests_changed``, asked only of a red stop: its test files changed since the capture).
-
-    Each test goes to the newest incident holding it; ``taken``: incidents already matched
-    by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
-    with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
-    red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
-    a weakened test), else not matched (a fix after the stop is a plain green run). A match
-    whose earlier failing tests this run did not run (not collected: other options, other
-    paths; skipped) is :attr:`Attachment.NOT_COLLECTED`: a run that did not see them reaches
-    no verdict on them. A failing test missing from a file this run ran, or from a test file
-    edited since the capture, is a test edit, judged as such (never "not collected").
-    """
+    """The stopped incidents whose tests this run passed and none failed, each test going to
+    the newest holding it (``taken``: already matched by failures). One that stopped red
+    matches only when its test code changed (a pass then may be a weakened test); a fix after
+    the stop is a plain green run. A match whose failing tests this run did not run reaches
+    no verdict (``NOT_COLLECTED``), unless their file ran or was edited: a test edit."""
     ran = {n.split("::", 1)[0] for n in itertools.chain(passed, failing)}
     claimed: set[str] = set()
     matches = []
@@ -120,7 +106,6 @@ def match_green(
 
 
 def _candidate_ids(store: Store) -> list[tuple[str, str]]:
-    """``(bucket, id)`` of the inbox and escalated-archive folders, newest first."""
     found: list[tuple[str, str]] = []
     for bucket in (INBOX, IncidentStatus.ESCALATED):
         try:
@@ -135,12 +120,9 @@ def _candidate_ids(store: Store) -> list[tuple[str, str]]:
 def stopped_incidents(store: Store, limit: int = STOPPED_LIMIT, *,
                       capture_hash: Optional[Callable[[Store, str, Incident], Optional[str]]] = None,
                       ) -> list[StoppedIncident]:
-    """The newest ``limit`` incidents that stopped without success, newest first: escalated
-    (archived) ones and inbox ones waiting for a proposed plan. An unreadable one is skipped
-    (``selfheal status`` shows it). ``capture_hash``: the capture's diff hash of an incident
-    stopped before any attempt (``loop.resume.capture_hash_on_disk``, the loop side); without
-    it, the look of a green run (:func:`holds_passed`): only incidents with an attempt, their
-    ``incident.json`` not read."""
+    """The newest ``limit`` incidents that stopped without success (escalated, or waiting for
+    a proposed plan), newest first. Without ``capture_hash`` (the green run's look) only those
+    with an attempt, their ``incident.json`` not read."""
     out: list[StoppedIncident] = []
     for bucket, incident_id in _candidate_ids(store):
         if len(out) >= limit:
@@ -193,22 +175,14 @@ def tests_changed(store: Store, rootdir: Path) -> Callable[[StoppedIncident], Se
 
 def as_known(stopped: Sequence[StoppedIncident], passed: Collection[str],
              redact: Callable[[str], str]) -> Collection[str]:
-    """``passed`` as the incidents know their tests: redacted (``redact``) only when one of
-    them holds a redacted or cut id (a secret in a parametrize id; docs/redaction.md)."""
+    """``passed`` as the incidents know their tests: redacted only when one holds a redacted or cut id."""
     if any(is_redacted(n) or TRUNCATED in n for s in stopped for n in s.nodeids):
         return {redact(n) for n in passed}
     return passed
 
 
 def holds_passed(store: Store, rootdir: Path, passed: Collection[str], redact: Callable[[str], str]) -> bool:
-    """A green run's cheap look: may a stopped incident hold tests it passed? (Then the run
-    goes on to the session end's whole look, recorder/finish.py.)"""
+    """A green run's cheap look: may a stopped incident hold tests it passed?"""
     stopped = stopped_incidents(store)
     return bool(stopped) and bool(match_green(stopped, as_known(stopped, passed, redact), (), None,
                                               tests_changed(store, rootdir)))
-
-
-__all__ = [
-    "ALREADY_STOPPED", "STOPPED_LIMIT", "Attachment", "StickyMatch", "StoppedIncident", "as_known", "holds_passed",
-    "match_green", "stopped_incidents", "tests_changed",
-]

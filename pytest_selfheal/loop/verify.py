@@ -1,18 +1,6 @@
-"""Running the plan's verification selections (edge: subprocesses; docs/loop.md "What a verification run executes").
-
-One verification run = one argv list from ``plan.json``'s ``verification_commands``:
-
-1. :func:`check_allowed` — only allowlisted runners (``verification.allowlist``, default
-   ``["pytest"]``) run; anything else, or anything that looks like shell code, is refused
-   (``RefusedError``, exit 5) and never executed.
-2. :func:`run_selection` — the argv through :func:`pytest_selfheal.process.run` (no
-   shell, its own process group, output to a file, a timeout that kills the whole group,
-   the child dies with selfheal), ``--junitxml`` pointing at a file of ours and ``SELFHEAL_VERIFYING=1`` in
-   the environment so the plugin inside the child stays passive; a long selection reaches
-   the child through a selection file under the reports root (:func:`through_selection_file`).
-3. :func:`observe` — the junit read back into per-node-id outcomes and fingerprinted,
-   classified failures (secrets redacted before fingerprinting, as at capture).
-"""
+"""Running the plan's verification selections (edge: subprocesses; docs/loop.md "What a
+verification run executes"): :func:`check_command` refuses what is not allowlisted,
+:func:`run_selection` runs one command, :func:`observe` reads its junit back."""
 
 from __future__ import annotations
 
@@ -34,7 +22,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
-from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root, option_groups
+from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments
 from pytest_selfheal.loop.invocation import from_invocation_dir
 from pytest_selfheal.names import (
     SELECTION_FORMAT,
@@ -47,9 +35,6 @@ from pytest_selfheal.records import models
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store import fsio
-
-# The environment variable the child pytest sees: the plugin does nothing when it is set,
-# so a verification run never captures an incident of its own.
 
 DEFAULT_ALLOWLIST: tuple[str, ...] = ("pytest",)
 
@@ -91,8 +76,7 @@ class VerificationRun:
 
 def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
     """The capture's own pytest options and ``verification.args``, appended to every command
-    (like with like: docs/loop.md "Verification fidelity"). They come from the user's own
-    invocation and config, so the argument allowlist trusts them (:func:`check_command`)."""
+    (like with like); they are the user's own, so the argument allowlist trusts them."""
     return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
@@ -110,29 +94,28 @@ def _is_python(name: str) -> bool:
     return base in _PYTHON_NAMES or (base.startswith("python") and base[6:].replace(".", "").isdigit())
 
 
-def runner_name(argv: Sequence[str]) -> str:
-    """The name the allowlist is checked against: ``python -m <module>`` → the module,
-    anything else → the executable's basename (``/usr/bin/pytest`` → ``pytest``)."""
-    if not argv:
-        return ""
-    head = _basename(argv[0])
+def _runner(argv: Sequence[str]) -> tuple[str, int]:
+    """The name the allowlist checks (``python -m <module>`` → the module, else the
+    executable's basename) and how many words name it (3, 2 for ``python -mpytest``, or 1)."""
+    head = _basename(argv[0]) if argv else ""
     if _is_python(head) and len(argv) >= 3 and argv[1] == "-m":
-        return argv[2]
+        return argv[2], 3
     if _is_python(head) and len(argv) >= 2 and argv[1].startswith("-m") and len(argv[1]) > 2:
-        return argv[1][2:]  # python -mpytest
-    return head
+        return argv[1][2:], 2
+    return head, 1
+
+
+def runner_name(argv: Sequence[str]) -> str:
+    return _runner(argv)[0]
+
+
+def runner_length(argv: Sequence[str]) -> int:
+    return _runner(argv)[1]
 
 
 def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWLIST) -> None:
-    """Refuse (``RefusedError``, one line) a command that is not an allowlisted runner.
-
-    Only the runner: :func:`check_command` (the one check every surface goes through) also
-    checks the arguments. Nothing is ever run through a shell, so shell metacharacters
-    inside arguments are harmless; still, a command holding shell operators as separate
-    words (``;``, ``&&``, ``|``, ``>``…), ``$(`` or backticks anywhere, or any
-    metacharacter in the executable position was written for a shell (a hand-edited
-    ``plan.json``) and is refused too — defence in depth.
-    """
+    """Refuse (``RefusedError``) a command that is not an allowlisted runner. Nothing runs
+    through a shell, but a command written for one (a hand-edited ``plan.json``) is refused too."""
     shown = _shown(argv)
     if not argv:
         raise RefusedError("refusing an empty verification command")
@@ -167,16 +150,6 @@ def _shown(argv: Sequence[str]) -> str:
     return shown if len(shown) <= 200 else shown[:197] + "..."
 
 
-def runner_length(argv: Sequence[str]) -> int:
-    """How many words name the runner: 3 for ``python -m pytest``, 2 for ``python -mpytest``, else 1."""
-    if len(argv) >= 2 and _is_python(_basename(argv[0])):
-        if argv[1] == "-m" and len(argv) >= 3:
-            return 3
-        if argv[1].startswith("-m") and len(argv[1]) > 2:
-            return 2
-    return 1
-
-
 def check_command(
     argv: Sequence[str],
     *,
@@ -184,25 +157,16 @@ def check_command(
     root: Path,
     trusted: Sequence[str] = (),
 ) -> None:
-    """THE check of a verification command, for every surface (docs/loop.md "What a
-    verification run executes"): an allowlisted runner (:func:`check_allowed`) **and**
-    allowlisted arguments. ``RefusedError`` (one line, exit 5) otherwise; nothing runs.
-
-    The arguments (every word after the runner) through
-    :func:`~pytest_selfheal.loop.argcheck.check_arguments`: selections inside ``root``, no
-    ``@file``, ``-p``/``-o``/``-c`` judged by their value, other options safe ones or recorded
-    in ``trusted`` (the capture's options and ``verification.args``) with a value naming no
-    path outside the root.
-    """
+    """THE check of a verification command, for every surface: an allowlisted runner and
+    allowlisted arguments (:mod:`.argcheck`); ``RefusedError`` (exit 5) otherwise."""
     check_allowed(argv, allowlist)
     check_arguments(argv[runner_length(argv):], root=root, trusted=trusted,
                     pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
 
 
 def resolve_argv(argv: Sequence[str]) -> list[str]:
-    """``python`` (a bare interpreter name) → ``sys.executable``: the interpreter running
-    selfheal, which has the project's pytest and this plugin installed. Other bare names
-    are resolved by :func:`pytest_selfheal.process.run` (absolute PATH entries only)."""
+    """``python`` (a bare interpreter name) → ``sys.executable``, which has the project's
+    pytest and this plugin installed."""
     out = list(argv)
     if out and "/" not in out[0] and "\\" not in out[0] and _is_python(_basename(out[0])):
         out[0] = sys.executable
@@ -213,10 +177,8 @@ def resolve_argv(argv: Sequence[str]) -> list[str]:
 
 
 def selection_words(argv: Sequence[str]) -> tuple[int, int]:
-    """The ``[start, end)`` range of the selection words of a pytest command: the words that
-    follow the runner and its value-less flags (``-q``), up to the first option. Nothing can
-    read them as an option's value, so they may move anywhere pytest takes positional words.
-    An empty range for another runner, or when an option that may take a value comes first."""
+    """The ``[start, end)`` range of a pytest command's selection words: after the runner and
+    its value-less flags, up to the first option (no option can read them as its value)."""
     start = runner_length(argv)
     if runner_name(argv) not in PYTEST_RUNNERS:
         return start, start
@@ -229,10 +191,8 @@ def selection_words(argv: Sequence[str]) -> tuple[int, int]:
 
 
 def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
-    """``argv`` with a long selection (:data:`MAX_ARGV_SELECTION`) moved into the selection
-    file ``path`` (atomic, through store/fsio.py; under the reports root, where the caller
-    chose it): in its place, the plugin that puts it back in the child and the file's name
-    (pytest_selfheal/selection.py). A short selection, or none, leaves ``argv`` as it is."""
+    """``argv`` with a long selection moved into the selection file ``path``, which the
+    plugin of pytest_selfheal/selection.py puts back in the child; a short one stays."""
     start, end = selection_words(argv)
     words = list(argv[start:end])
     if len(words) <= MAX_ARGV_SELECTION and sum(len(w) + 1 for w in words) <= MAX_ARGV_SELECTION_CHARS:
@@ -252,23 +212,12 @@ def run_selection(
     invocation_dir: Optional[Path] = None,
     selection_file: Optional[Path] = None,
 ) -> VerificationRun:
-    """Run one verification command and wait for it (argv list, never a shell).
+    """Run one verification command (never through a shell) and wait for it.
 
-    ``cwd`` is the rootdir (node ids are relative to it); ``invocation_dir``, when given, a
-    directory inside it that the capture ran pytest from: the command starts there (tests
-    that read files relative to the working directory see the same one) and its
-    rootdir-relative selections are rewritten relative to it (:mod:`.invocation`).
-
-    ``--junitxml=<junit_path>`` is appended (a later option wins over the user's
-    ``addopts``), ``SELFHEAL_VERIFYING=1`` is set (the plugin takes it out of the tests'
-    sight), the child compiles every module afresh (:func:`~pytest_selfheal.process.fresh_bytecode`), gets its own process group
-    and stdin from /dev/null, and its output goes to ``<junit_path>.out``. On timeout the
-    whole group is stopped (SIGTERM, SIGKILL after ``kill_grace``) and ``timed_out`` is
-    True. An exception while waiting (Ctrl-C, SIGTERM turned into an exception by the
-    loop) also stops the group before it propagates, so no child outlives the loop; what
-    the leader leaves behind in its group is killed when it exits.
-    The allowlist is the caller's job (:func:`check_allowed`).
-    """
+    ``cwd`` is the rootdir; ``invocation_dir``, a folder inside it the capture ran pytest
+    from, is where the command starts (tests reading relative paths see the same folder).
+    ``VERIFYING_ENV`` keeps the child's plugin passive; every module is compiled afresh, and
+    the output goes to ``<junit_path>.out``. The allowlist is the caller's job."""
     # --rootdir pins node ids to the directory they were captured in: without it, an ini file
     # below the capture's rootdir (pkg/pytest.ini) would move the rootdir and the ids with it.
     start = cwd
@@ -300,7 +249,6 @@ VERIFY_DIR_PREFIX = "selfheal-verify-"
 
 
 def verify_dir_prefix() -> str:
-    """``selfheal-verify-<pid>-``: the prefix of this process's verification temp folders."""
     return f"{VERIFY_DIR_PREFIX}{os.getpid()}-"
 
 
@@ -315,9 +263,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
-    """Remove the verification temp folders a killed loop left (``selfheal-verify-<pid>-*``
-    in the temp directory): only ours (a real folder, not a link, owned by our user) and
-    only stale (their pid is dead). Returns what was removed; never raises."""
+    """Remove the verification temp folders a killed loop left: only ours (a real folder
+    owned by our user) whose pid is dead. Returns what was removed; never raises."""
     base = Path(tempfile.gettempdir() if tmp is None else tmp)
     removed: list[Path] = []
     try:
@@ -345,14 +292,16 @@ def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
 # --------------------------------------------------------------------------- observing
 
 
-def _identity_map(nodeids: Sequence[str]) -> dict[str, str]:
-    return nodeid_by_identity(list(nodeids))
+def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCaseResult]:
+    """The redacted testcases of a verification's junit; none when it is missing or unusable."""
+    try:
+        return dedupe(redact_cases(iter_testcases(junit), redactor)) if junit.is_file() else []
+    except InputError:
+        return []
 
 
 def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
-    """The node id of a junit identity ``classname::name``; tolerates a ``junit_prefix``
-    (``prefix.tests.test_a::t`` matches ``tests/test_a.py::t``) by dropping leading
-    classname components until one matches."""
+    """The node id of a junit identity ``classname::name``, a ``junit_prefix`` tolerated."""
     if test in by_identity:
         return by_identity[test]
     classname, sep, name = test.rpartition("::")
@@ -367,12 +316,8 @@ def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
 
 
 def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> str:
-    """The outcome of a selection that names a collector (a file, a class): the worst of the
-    testcases inside it (error > failed > passed > skipped), ``missing`` when none ran.
-
-    ``tests/test_a.py::TestX`` covers the cases whose classname is ``tests.test_a.TestX``
-    or below it; a collection error of the file itself is the case ``tests.test_a``.
-    """
+    """The outcome of a selection naming a collector (a file, a class): the worst of the
+    testcases inside it (error > failed > passed > skipped), ``missing`` when none ran."""
     classname, name = mangle_nodeid(nodeid)
     dotted = f"{classname}.{name}" if classname else name
     inside = [
@@ -387,36 +332,23 @@ def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> s
     return models.OUTCOME_MISSING
 
 
-def last_line(text: str) -> str:
-    """The last non-empty line of ``text`` (stripped), or ""."""
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def usage_error_line(text: str) -> Optional[str]:
-    """pytest's first ``ERROR: …`` line (a usage error: a node id not found, a bad option),
-    which says more than the last line (``(no match in any of [<Module …>])``)."""
-    return next((line.strip() for line in text.splitlines() if line.startswith("ERROR: ")), None)
+def _telling_line(text: str) -> str:
+    """pytest's first ``ERROR: …`` line (a usage error says more there than in its last
+    line), else the last non-empty line, or ""."""
+    lines = text.splitlines()
+    return next((line.strip() for line in lines if line.startswith("ERROR: ")), None) \
+        or next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_type: str = "") -> models.Failure:
-    """One failure standing for a run that produced no junit (crash, usage error, timeout,
-    missing interpreter), classified like any other so ``No module named pytest`` is
-    TOOLING_ENV. Its test identity is the fixed ``verification`` so it repeats stably."""
-    # `python -m pytest` without pytest prints "No module named pytest" (no quotes, unlike
-    # the ModuleNotFoundError of an import): the runner's environment is broken.
-    # A run that could not start at all (process.run's "<argv0>: cannot start: <why>": a 200 KB
-    # node id is over the kernel's limit for one argument) is the environment too, never a
-    # failure that "repeats".
+    """One failure standing for a run that produced no junit, classified like any other;
+    its fixed test identity makes it repeat stably."""
+    # A runner missing, a run that could not start, or a selection pytest refused: the
+    # environment, never a failure that "repeats".
     runner_rules = (
         Rule("verification_runner_missing", r"No module named \S", models.TOOLING_ENV, keywords=("no module named",)),
         Rule("verification_cannot_start", r": cannot start: ", models.TOOLING_ENV, keywords=("cannot start",)),
-        # pytest refuses the whole run when one selected node id names nothing: nothing was
-        # verified, so the loop stops instead of reading a changed message as progress.
         Rule("verification_not_found", r"^ERROR: not found: ", models.TOOLING_ENV, keywords=("error: not found",)),
-        # The selection file selfheal wrote could not be read in the child (pytest_selfheal/selection.py).
         Rule("verification_selection_file", r"^ERROR: selfheal: the verification's selection file",
              models.TOOLING_ENV, keywords=("selection file",)),
     )
@@ -437,46 +369,24 @@ def observe(
     *,
     rules: Sequence[Rule] = (),
     redactor: Optional[Redactor] = None,
-    warnings: Optional[list[str]] = None,
 ) -> tuple[dict[str, str], list[models.Failure]]:
-    """Outcomes per node id and the failures of one verification run.
-
-    Testcases are mapped back to node ids through pytest's junit name mangling; a failing
-    testcase outside the selection keeps its junit identity as key (a passing or skipped
-    one is left out: it ran only because a command naming its file selected it). Selected node ids
-    absent from the junit are ``missing``. When the run produced no usable junit
-    (timeout, crash, usage error, interpreter or runner not found) every selected node id
-    is ``missing`` and ONE synthetic failure is built from the output's last non-empty
-    line (a timeout gives a TIMEOUT failure).
-    """
+    """Outcomes per node id and the failures of one verification run. Without a usable
+    junit, every selected node id is ``missing`` and ONE synthetic failure stands for the run."""
     outcomes: dict[str, str] = {}
-    cases: list[models.TestCaseResult] = []
-    if not run.timed_out and run.junit_path.is_file():
-        try:
-            cases = dedupe(redact_cases(iter_testcases(run.junit_path, warnings=warnings), redactor))
-        except InputError as exc:
-            if warnings is not None:
-                warnings.append(str(exc))
-            cases = []
+    cases = [] if run.timed_out else read_cases(run.junit_path, redactor)
     tail = redactor.redact(run.output_tail) if redactor is not None else run.output_tail
     collect_only = any(word in _COLLECT_ONLY for word in run.argv)
     if collect_only and run.exit_code == 0 and not any(c.outcome in models.FAILING_OUTCOMES for c in cases):
         # A clean collection is the verification of a plan without node ids.
         return {COLLECTION_KEY: models.OUTCOME_PASSED}, []
     if not cases:
-        for nodeid in selection_nodeids:
-            outcomes[nodeid] = models.OUTCOME_MISSING
         if run.timed_out:
-            failure = synthetic_failure(
-                "TimeoutExpired: the verification run exceeded its timeout",
-                tail,
-                rules,
-                exc_type="TimeoutExpired",
-            )
+            failure = synthetic_failure("TimeoutExpired: the verification run exceeded its timeout", tail, rules,
+                                        exc_type="TimeoutExpired")
         else:
-            failure = synthetic_failure(usage_error_line(tail) or last_line(tail), tail, rules)
-        return outcomes, [failure]
-    by_identity = _identity_map(selection_nodeids)
+            failure = synthetic_failure(_telling_line(tail), tail, rules)
+        return dict.fromkeys(selection_nodeids, models.OUTCOME_MISSING), [failure]
+    by_identity = nodeid_by_identity(list(selection_nodeids))
     for case in cases:
         mapped = nodeid_for(case.test, by_identity)
         # A test outside the selection ran because its file was selected (a command naming
@@ -494,12 +404,9 @@ def observe(
 
 
 def verification_root(incident: Incident, project_root: Path, reports_root: Optional[Path] = None) -> Path:
-    """Where the verification commands run: a root computed here, never a place
-    incident.json chooses. The incident's recorded ``rootdir`` (node ids are relative to
-    it) is used only when, resolved, it is ``project_root`` (pytest's rootdir rules from
-    here, or the plugin's own rootdir) or the folder holding ``reports_root``, or lies
-    inside one of them; otherwise ``project_root``. A hand-edited ``rootdir`` cannot move
-    the run elsewhere."""
+    """Where the verification commands run: the incident's recorded ``rootdir`` only when it
+    is, or lies inside, ``project_root`` or the folder holding ``reports_root``; otherwise
+    ``project_root``, so a hand-edited ``rootdir`` cannot move the run elsewhere."""
     base = Path(project_root).resolve()
     rootdir = incident.rootdir
     if not rootdir:
@@ -513,27 +420,3 @@ def verification_root(incident: Incident, project_root: Path, reports_root: Opti
         return recorded
     return base
 
-
-__all__ = [
-    "COLLECTION_KEY",
-    "DEFAULT_ALLOWLIST",
-    "VERIFYING_ENV",
-    "VerificationRun",
-    "check_allowed",
-    "remove_stale_verify_dirs",
-    "verify_dir_prefix",
-    "check_command",
-    "inside_root",
-    "option_groups",
-    "last_line",
-    "nodeid_for",
-    "observe",
-    "redact_cases",
-    "resolve_argv",
-    "run_selection",
-    "runner_name",
-    "selection_words",
-    "synthetic_failure",
-    "through_selection_file",
-    "verification_root",
-]

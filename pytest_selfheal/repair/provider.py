@@ -36,7 +36,7 @@ from pytest_selfheal.loop.policy import (
     REPAIR_TIMEOUT,
     LoopPolicy,
 )
-from pytest_selfheal.loop.verify import VERIFYING_ENV
+from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.jsondoc import freeze
