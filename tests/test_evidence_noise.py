@@ -231,3 +231,91 @@ def test_an_exception_class_s_methods_are_not_suspects_and_need_no_evidence(
     for refs in spectrum.top.values():
         names = [r.name for r in refs]
         assert names[0] == "_until" and not any(n.startswith("LexError.") for n in names), names
+
+
+# A template renderer whose tag error is worded badly. render() words every error on its way
+# out (_locate); _number falls back to _word on a ValueError it handles itself; a missing
+# name's KeyError becomes a TemplateError in _convert.
+TEMPLATE = '''
+class TemplateError(Exception):
+    pass
+
+
+def _number(text):
+    try:
+        return int(text)
+    except ValueError:
+        return _word(text)
+
+
+def _word(text):
+    return len(text)
+
+
+def _parse(text):
+    if text.startswith("{"):
+        raise TemplateError("bad tag")  # the bug: the message should name the tag
+    if text.startswith("$"):
+        return {}[text[1:]]
+    return _number(text)
+
+
+def _locate(text, exc):
+    exc.args = (f"{exc.args[0]} in {text!r}",)
+
+
+def _convert(name):
+    raise TemplateError(f"no name {name}")
+
+
+def render(text):
+    try:
+        return _parse(text)
+    except TemplateError as exc:
+        _locate(text, exc)
+        raise
+    except KeyError as exc:
+        _convert(exc.args[0])
+'''
+
+TEMPLATE_TESTS = '''
+import pytest
+from template import TemplateError, render
+
+def test_tag_is_named():
+    with pytest.raises(TemplateError) as caught:
+        render("{x}")
+    assert "tag x" in str(caught.value)
+
+def test_tag_renders():
+    assert render("{y}") == "y"
+
+def test_number():
+    assert render("12") == 12
+
+def test_word():
+    assert render("ab") == 2
+
+def test_missing_name():
+    with pytest.raises(TemplateError, match="no name"):
+        render("$k")
+'''
+
+
+def test_what_only_delivers_an_error_the_tests_saw_is_not_evidence(pytester: pytest.Pytester) -> None:
+    """_locate runs only while an error leaves the project for a test (caught there, or
+    failing it): not in the failing tests' spectrum nor in the passing ones'. _word, run
+    while handling an error the project keeps, and _convert, which raises the error the test
+    sees, are evidence like any call."""
+    pytester.makepyfile(template=TEMPLATE, test_template=TEMPLATE_TESTS)
+    result = pytester.runpytest("--selfheal", "--selfheal-spectrum", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2, passed=3)
+    (incident,) = (pytester.path / ".selfheal" / "error_inbox").glob("*/incident.json")
+    for failure in json.loads(incident.read_text())["failures"]:
+        names = [s["name"] for s in failure["root_cause"]["spectrum"]]
+        assert names[0] == "_parse" and "_locate" not in names, names
+    (passing,) = (pytester.path / ".selfheal" / "error_runs").glob("*/spectrum.json")
+    ran = {test.rsplit("::", 1)[-1]: {name for _, name, _ in keys}
+           for test, keys in json.loads(passing.read_text())["tests"].items()}
+    assert ran["test_word"] == {"render", "_parse", "_number", "_word"}
+    assert ran["test_missing_name"] == {"render", "_parse", "_convert"}

@@ -204,6 +204,16 @@ def test_with_one_failing_test_the_function_that_raised_leads() -> None:
     assert [s.name for s in both.suspects] == ["merge_sorted", "_merge_sorted_binary"]
 
 
+def test_with_one_failing_test_a_raise_the_spectrum_left_out_does_not_lead() -> None:
+    """A renderer's error handler re-raises the parser's error, so the traceback's innermost
+    project frame is the handler; the spectrum left it out (it ran only to deliver the
+    error), and its own ranking stands: the parser first."""
+    spectrum = [{**ref("r.py", "parse_tag", 40), "score": 0.707}, {**ref("r.py", "render", 10), "score": 0.5}]
+    raised = dict(frame=ref("r.py", "handle_error", 80), stack=[ref("r.py", "render", 12)])
+    (only,) = rank_groups(grouped([failure("a.py::test_tag", "RenderError", spectrum=spectrum, **raised)]))
+    assert [s.name for s in only.suspects][:2] == ["parse_tag", "render"]
+
+
 def test_an_excerpt_is_bounded_and_marks_the_line() -> None:
     lines = [f"line {n}" for n in range(1, 11)] + ["x" * 500]
     assert excerpt("m.py", lines, 1) == Excerpt("m.py", 1, 1, ("line 1", "line 2", "line 3"))

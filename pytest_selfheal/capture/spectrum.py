@@ -15,10 +15,12 @@ why (:attr:`SpectrumHook.unrecorded`).
 
 Calls made only to explain a failure are not evidence: once assertion rewriting starts
 formatting a failed ``assert`` (its ``repr`` of each operand, its comparison explanation),
-or unittest's ``assertEqual`` its message, nothing is recorded until that code returns, so ``Version.__repr__`` never outranks the
-helper that computed the wrong value. A function is keyed by the line of its ``def`` (not
-its first decorator's), and a generator expression or comprehension by the function it is
-written in. A class body is never a key, also a class made inside a function (it runs
+or unittest's ``assertEqual`` its message, nothing is recorded until that code returns, so
+``Version.__repr__`` never outranks the helper that computed the wrong value; nor are those
+made only while handling an exception the project let out to a test (the failure, or one a
+test caught) or one it was raised from: they deliver the error (jinja2 rewriting its
+traceback). A function is keyed by the line of its ``def`` (not its first decorator's), and
+a generator expression or comprehension by the function it is written in. A class body is never a key, also a class made inside a function (it runs
 each time the function does): the suspect is the function or a method. Neither is a method
 of an exception class: it builds or words the failure (``LexerError.__str__`` run by every
 failing test that prints the error), the suspect is the code that raised it.
@@ -94,6 +96,8 @@ class SpectrumHook:
         self.unrecorded: Optional[str] = None  # why some test's phase was not recorded
         self._keys: dict[types.CodeType, Optional[FunctionKey]] = {}
         self._current: Optional[set[FunctionKey]] = None
+        # Functions of the phase entered only while an exception was being handled, with it.
+        self._handling: dict[FunctionKey, BaseException] = {}
         self._reporting = 0  # assertion-explaining frames open: their calls are not evidence
         self._tool: Optional[int] = None  # the sys.monitoring tool id held (Python 3.12+)
 
@@ -127,9 +131,47 @@ class SpectrumHook:
                 monitoring.set_local_events(self._tool, code, sum(_LEAVE_EVENTS + _BACK_EVENTS))
         if key is _REPORTING:
             self._reporting += 1
-        elif key is not None and self._current is not None and not self._reporting:
-            self._current.add(key)
+        elif key is not None and self._current is not None and not self._reporting and key not in self._current:
+            handled = sys.exc_info()[1]
+            if handled is None:
+                self._current.add(key)
+                self._handling.pop(key, None)
+            else:
+                self._handling.setdefault(key, handled)
         return key
+
+    def _settle(self, failure: Optional[BaseException]) -> None:
+        """Add the functions entered while handling an exception to the phase's, but those
+        handling one the project let out (the phase's failure, one a test caught: its
+        traceback reaches a test file) or one such an exception was raised from: they ran
+        after the fault showed, to word or deliver the error (jinja2 rewriting its
+        traceback), not to cause it. The function that raised it (its innermost frame) stays."""
+        assert self._current is not None
+        delivered: list[BaseException] = []
+        raisers: set[Optional[FunctionKey]] = set()
+        for exc in (failure, *self._handling.values()):
+            if exc is None or any(exc is e for e in delivered) or (exc is not failure and not self._reached_tests(exc)):
+                continue
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            raisers.add(self._keys.get(tb.tb_frame.f_code) if tb is not None else None)
+            while exc is not None and all(exc is not e for e in delivered):
+                delivered.append(exc)
+                exc = exc.__cause__ or exc.__context__
+        self._current.update(k for k, handled in self._handling.items()
+                             if k in raisers or all(handled is not e for e in delivered))
+        self._handling.clear()
+
+    def _reached_tests(self, exc: BaseException) -> bool:
+        """Whether ``exc`` was let out to a test's (or a fixture's) code."""
+        tb = exc.__traceback__
+        while tb is not None:
+            rel = self.resolver.relative(tb.tb_frame.f_code.co_filename)
+            if rel is not None and is_test_file(rel):
+                return True
+            tb = tb.tb_next
+        return False
 
     # ------------------------------------------------------------------ before Python 3.12
 
@@ -150,7 +192,8 @@ class SpectrumHook:
             return monitoring.DISABLE  # between phases: pytest's machinery, re-enabled per test
         here = inspect.currentframe()
         key = self._entered(code, here.f_back if here is not None else None)
-        return None if key is _REPORTING or self._reporting else monitoring.DISABLE
+        # Entered while handling an exception: reported again until entered otherwise.
+        return None if key is _REPORTING or self._reporting or key in self._handling else monitoring.DISABLE
 
     def _back(self, code: types.CodeType, offset: int, *rest: Any) -> None:
         # PY_RESUME of an assertion-explaining frame (a generator's).
@@ -187,25 +230,26 @@ class SpectrumHook:
 
     # ------------------------------------------------------------------ phases
 
-    def _phase(self, item: pytest.Item, first: bool = False) -> Generator[None, None, None]:
+    def _phase(self, item: pytest.Item, first: bool = False) -> Generator[None, Any, Any]:
         why = self._begin(first)
         if why is not None:
             self.unrecorded = why
-            yield
-            return
+            return (yield)
         self._current = self.covered.setdefault(item.nodeid, set())
         self._reporting = 0
-        if _MONITORING:
-            try:
-                yield
-            finally:
-                self._current = None
-            return
-        sys.setprofile(self._profile)
+        self._handling.clear()
+        if not _MONITORING:
+            sys.setprofile(self._profile)
+        failure: Optional[BaseException] = None
         try:
-            yield
+            return (yield)
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
-            sys.setprofile(None)
+            if not _MONITORING:
+                sys.setprofile(None)
+            self._settle(failure)
             self._current = None
 
     def _begin(self, first: bool) -> Optional[str]:
@@ -220,17 +264,17 @@ class SpectrumHook:
             monitoring.restart_events()  # what the last test disabled reports again, once
         return None
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
-        yield from self._phase(item, first=True)
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        return (yield from self._phase(item, first=True))
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        yield from self._phase(item)
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        return (yield from self._phase(item))
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
-        yield from self._phase(item)
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        return (yield from self._phase(item))
 
     # ------------------------------------------------------------------ outcomes
 

@@ -340,7 +340,7 @@ def rank_groups(groups: Sequence[Group]) -> list[RankedGroup]:
         # wrapper no other test calls over the helper that raised), so the function that
         # raised counts as the spectrum's best and leads.
         raised = next((v.definition for v in votes[0] if v.kind is EvidenceKind.FRAME), None)
-        if raised is not None:
+        if raised in measured:  # not one the spectrum left out, which only re-raised the error
             measured[raised] = max(measured.values())
     # With a spectrum, it decides and the evidence makes a tenth of the score: enough to
     # tip close calls, and to lead where the spectrum cannot tell the functions apart (one
