@@ -330,6 +330,50 @@ def test_an_unchanged_run_is_no_attempt_and_a_weakened_test_stays_stopped(tmp_pa
     anyio.run(scenario)
 
 
+# `selfheal mcp` with an audit hook that notes which of the package's modules were loaded
+# when the operations' module (tools.py) was imported.
+LOAD_PROBE = """
+import sys
+from pathlib import Path
+
+marker = Path(sys.argv[1])
+
+
+def hook(event, args):
+    if event == "import" and args[0] == "pytest_selfheal.mcp_server.tools" and not marker.exists():
+        marker.write_text(" ".join(sorted(m for m in sys.modules if m.startswith("pytest_selfheal"))))
+
+
+sys.addaudithook(hook)
+from pytest_selfheal.cli.main import main
+
+sys.exit(main(["mcp"]))
+"""
+
+
+def test_initialize_and_the_tool_list_are_answered_before_the_operations_load(tmp_path: Path) -> None:
+    """The server answers ``initialize`` and ``tools/list`` with the SDK and its own module:
+    the operations (pytest runs, the store, the loop) and the other commands' modules load at
+    the first tool call (docs/benchmarks.md, MCP start)."""
+    project = make_project(tmp_path / "proj", CALC)
+    marker = tmp_path / "operations-loaded"
+    params = StdioServerParameters(command=PY, args=["-c", LOAD_PROBE, str(marker)], cwd=str(project),
+                                   env=_server_env())
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            assert len((await client.list_tools()).tools) == 6
+            assert not marker.exists()
+            listed = await client.call_tool("status", {})
+            assert not listed.is_error and text_of(listed).startswith("no incidents"), text_of(listed)
+            loaded = marker.read_text().split()  # what was loaded before the operations
+            assert "pytest_selfheal.mcp_server.server" in loaded
+            assert [m for m in loaded if m.startswith(("pytest_selfheal.cli.table", "pytest_selfheal.store",
+                                                       "pytest_selfheal.run", "pytest_selfheal.loop"))] == []
+
+    anyio.run(scenario)
+
+
 def test_a_broken_config_is_every_tools_one_line_answer(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {**CALC, ".planning/config.json": '{"ralf_lite": {"max_iterations": 0}}'})
 
