@@ -644,22 +644,29 @@ def test_fit_keeps_whole_blocks_in_order() -> None:
         "[cut: 2 group(s) left out to stay under 200 characters; call show]"
 
 
-@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure test in the default tier
-def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_path: Path) -> None:
-    doctested = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
-    tests = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    project = make_project(tmp_path / "proj", {"calc.py": doctested, "test_calc.py": tests})
+DOCTESTED = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
+DOCTESTED_TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
 
-    # Captured at the user's terminal with an option the MCP server does not pass.
+
+def doctested_incident(tmp_path: Path) -> tuple[Path, str]:
+    """A project whose bug fails a test and a doctest, captured at the user's terminal with an
+    option the MCP server does not pass (``--doctest-modules``): the project and the incident."""
+    project = make_project(tmp_path / "proj", {"calc.py": DOCTESTED, "test_calc.py": DOCTESTED_TESTS})
     assert run_pytest_selfheal(project, "--doctest-modules").returncode == 1
     (incident_id,) = incident_ids(project / ".selfheal")
+    return project, incident_id
+
+
+@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure test in the default tier
+def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_path: Path) -> None:
+    project, incident_id = doctested_incident(tmp_path)
 
     async def scenario() -> None:
         async with session(project) as client:
             looped = text_of(await client.call_tool("loop", {"incident_id": incident_id}))
             assert looped.startswith("STOP repeated_fingerprint"), looped
-            (project / "calc.py").write_text(doctested.replace("a - b", "a + b"))
-            (project / "test_calc.py").write_text("# edited\n" + tests)
+            (project / "calc.py").write_text(DOCTESTED.replace("a - b", "a + b"))
+            (project / "test_calc.py").write_text("# edited\n" + DOCTESTED_TESTS)
             verdict = (await client.call_tool("run_tests", {})).structured_content or {}
             assert (verdict["decision"], verdict["status"]) == ("STOP", "passed"), verdict
             assert (f"incident {incident_id} stopped (repeated_fingerprint); of the tests it failed, 1 not collected "
@@ -669,6 +676,31 @@ def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_pa
             assert not again.is_error and (again.structured_content or {})["counts"] == {"passed": 2}, text_of(again)
 
     anyio.run(scenario)
+
+
+@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure tests in the default tier
+def test_a_green_run_says_a_stopped_incidents_failing_tests_pass_now(tmp_path: Path) -> None:
+    project, incident_id = doctested_incident(tmp_path)
+    said = (f"incident {incident_id} stopped (no_fix_found); the 2 test(s) it failed (calc.py::calc.add, "
+            "test_calc.py::test_add) pass in this run, which is no iteration of it: the run passes and the "
+            "incident stays escalated")
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            for _ in range(2):  # nothing changed twice: the empty-diff stop
+                verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "no_fix_found"), verdict
+            (project / "calc.py").write_text(DOCTESTED.replace("a - b", "a + b"))
+            fixed = await client.call_tool("run_tests", {"pytest_args": ["--doctest-modules"]})
+            verdict = fixed.structured_content or {}
+            assert (verdict["decision"], verdict["status"], verdict["counts"]) == ("STOP", "passed", {"passed": 2})
+            assert said in verdict["summary"], verdict["summary"]
+
+    anyio.run(scenario)
+    # pytest --selfheal says the same of the same run; the incident stays as its stop left it.
+    again = run_pytest_selfheal(project, "--doctest-modules")
+    assert again.returncode == 0 and said in again.stdout, again.stdout
+    assert (project / ".selfheal" / "error_archive" / "escalated" / incident_id).is_dir()
 
 
 def test_run_tests_trusts_the_options_a_capture_recorded(pytester: pytest.Pytester) -> None:

@@ -37,6 +37,9 @@ class Attachment(str, Enum):
     ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
     CONTINUED = "continued"  # code changed: the incident's next iteration
     NOT_COLLECTED = "not_collected"  # a test it failed did not run: no verdict, nothing changes
+    # A red stop, its test code unchanged, every test it failed passing: a plain green run,
+    # said, for the incident stays stopped (a fix after a stop is no iteration of it).
+    PASSED_AFTER_STOP = "passed_after_stop"
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def match_green(
     by their failures. An incident that stopped green is :attr:`Attachment.ALREADY_STOPPED`
     with the code known to be the same, else :attr:`Attachment.CONTINUED`; one that stopped
     red is :attr:`Attachment.CONTINUED` only when its test code changed (a pass then may be
-    a weakened test), else not matched (a fix after the stop is a plain green run). A match
+    a weakened test), else :attr:`Attachment.PASSED_AFTER_STOP` when every test it failed
+    passed (a fix after the stop is a plain green run), else not matched. A match
     whose earlier failing tests this run did not run (not collected: other options, other
     paths; skipped) is :attr:`Attachment.NOT_COLLECTED`: a run that did not see them reaches
     no verdict on them. A failing test missing from a file this run ran, or from a test file
@@ -109,11 +113,13 @@ def match_green(
         elif edited := tests_changed(incident):
             attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
-            continue
+            attachment = Attachment.PASSED_AFTER_STOP
         absent = tuple(sorted(n for n in incident.failing if n not in passed
                               and n.split("::", 1)[0] not in ran and n.split("::", 1)[0] not in edited))
         if absent:
             attachment = Attachment.NOT_COLLECTED
+        elif attachment is Attachment.PASSED_AFTER_STOP and not incident.failing <= set(passed):
+            continue  # some of its failing tests deselected: nothing to say of it
         matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged,
                                    absent=absent))
     return matches
