@@ -181,3 +181,8 @@ def test_new_tests_benchmark_prints_the_ratio_of_the_check(tmp_path: Path) -> No
                         tmp_path)
     assert "suite: 40 tests" in out and "ratio check on / off: median" in out
     assert "2 new or changed test(s) re-run 5 of 5 time(s)" in out
+
+
+def test_mcp_start_benchmark_prints_its_ratio(tmp_path: Path) -> None:
+    out = run_benchmark("bench_mcp_start.py", ["--repeat", "1"], tmp_path)
+    assert "MCP start (1 interleaved pairs, wall medians): selfheal mcp to its tool list" in out and "ratio" in out

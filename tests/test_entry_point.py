@@ -188,20 +188,20 @@ def test_a_green_run_with_a_config_to_read_loads_the_config_alone(tmp_path: Path
                       "pytest_selfheal.recorder", "pytest_selfheal.recorder.run_config"]
 
 
-# What `selfheal mcp` needs before it answers `initialize`, and what only a tool call needs.
+# What the MCP server's operations load at its first tool call (tests/test_mcp.py: not before).
 MCP_START_PROBE = """
 import sys
 from pathlib import Path
-from pytest_selfheal.cli.commands import mcp
-mcp.Project(Path.cwd())
+from pytest_selfheal.mcp_server.tools import Project
+Project(Path.cwd())
 print(" ".join(sorted(sys.modules)))
 """
 ONLY_FOR_A_TOOL_CALL = ("pytest", "_pytest")
 
 
-def test_selfheal_mcp_starts_without_what_only_a_tool_call_needs(tmp_path: Path) -> None:
-    """A client's first calls wait for ``initialize``: the server's start does not import pytest,
-    which only its ``run_tests`` runs, in a child (docs/benchmarks.md, "MCP start")."""
+def test_the_mcp_servers_operations_load_without_pytest(tmp_path: Path) -> None:
+    """The MCP server's first tool call loads its operations, not pytest, which only its
+    ``run_tests`` runs, in a child (docs/benchmarks.md, "MCP start")."""
     done = subprocess.run([PY, "-c", MCP_START_PROBE], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env=run_env(), stdin=subprocess.DEVNULL)
     modules = done.stdout.split()

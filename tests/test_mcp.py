@@ -330,6 +330,50 @@ def test_an_unchanged_run_is_no_attempt_and_a_weakened_test_stays_stopped(tmp_pa
     anyio.run(scenario)
 
 
+# `selfheal mcp` with an audit hook that notes which of the package's modules were loaded
+# when the operations' module (tools.py) was imported.
+LOAD_PROBE = """
+import sys
+from pathlib import Path
+
+marker = Path(sys.argv[1])
+
+
+def hook(event, args):
+    if event == "import" and args[0] == "pytest_selfheal.mcp_server.tools" and not marker.exists():
+        marker.write_text(" ".join(sorted(m for m in sys.modules if m.startswith("pytest_selfheal"))))
+
+
+sys.addaudithook(hook)
+from pytest_selfheal.cli.main import main
+
+sys.exit(main(["mcp"]))
+"""
+
+
+def test_initialize_and_the_tool_list_are_answered_before_the_operations_load(tmp_path: Path) -> None:
+    """The server answers ``initialize`` and ``tools/list`` with the SDK and its own module:
+    the operations (pytest runs, the store, the loop) and the other commands' modules load at
+    the first tool call (docs/benchmarks.md, MCP start)."""
+    project = make_project(tmp_path / "proj", CALC)
+    marker = tmp_path / "operations-loaded"
+    params = StdioServerParameters(command=PY, args=["-c", LOAD_PROBE, str(marker)], cwd=str(project),
+                                   env=_server_env())
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            assert len((await client.list_tools()).tools) == 6
+            assert not marker.exists()
+            listed = await client.call_tool("status", {})
+            assert not listed.is_error and text_of(listed).startswith("no incidents"), text_of(listed)
+            loaded = marker.read_text().split()  # what was loaded before the operations
+            assert "pytest_selfheal.mcp_server.server" in loaded
+            assert [m for m in loaded if m.startswith(("pytest_selfheal.cli.table", "pytest_selfheal.store",
+                                                       "pytest_selfheal.run", "pytest_selfheal.loop"))] == []
+
+    anyio.run(scenario)
+
+
 def test_a_broken_config_is_every_tools_one_line_answer(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", {**CALC, ".planning/config.json": '{"ralf_lite": {"max_iterations": 0}}'})
 
@@ -600,22 +644,29 @@ def test_fit_keeps_whole_blocks_in_order() -> None:
         "[cut: 2 group(s) left out to stay under 200 characters; call show]"
 
 
-@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure test in the default tier
-def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_path: Path) -> None:
-    doctested = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
-    tests = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
-    project = make_project(tmp_path / "proj", {"calc.py": doctested, "test_calc.py": tests})
+DOCTESTED = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'
+DOCTESTED_TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
 
-    # Captured at the user's terminal with an option the MCP server does not pass.
+
+def doctested_incident(tmp_path: Path) -> tuple[Path, str]:
+    """A project whose bug fails a test and a doctest, captured at the user's terminal with an
+    option the MCP server does not pass (``--doctest-modules``): the project and the incident."""
+    project = make_project(tmp_path / "proj", {"calc.py": DOCTESTED, "test_calc.py": DOCTESTED_TESTS})
     assert run_pytest_selfheal(project, "--doctest-modules").returncode == 1
     (incident_id,) = incident_ids(project / ".selfheal")
+    return project, incident_id
+
+
+@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure test in the default tier
+def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_path: Path) -> None:
+    project, incident_id = doctested_incident(tmp_path)
 
     async def scenario() -> None:
         async with session(project) as client:
             looped = text_of(await client.call_tool("loop", {"incident_id": incident_id}))
             assert looped.startswith("STOP repeated_fingerprint"), looped
-            (project / "calc.py").write_text(doctested.replace("a - b", "a + b"))
-            (project / "test_calc.py").write_text("# edited\n" + tests)
+            (project / "calc.py").write_text(DOCTESTED.replace("a - b", "a + b"))
+            (project / "test_calc.py").write_text("# edited\n" + DOCTESTED_TESTS)
             verdict = (await client.call_tool("run_tests", {})).structured_content or {}
             assert (verdict["decision"], verdict["status"]) == ("STOP", "passed"), verdict
             assert (f"incident {incident_id} stopped (repeated_fingerprint); of the tests it failed, 1 not collected "
@@ -625,6 +676,31 @@ def test_a_run_that_did_not_run_a_stopped_incidents_failing_tests_says_so(tmp_pa
             assert not again.is_error and (again.structured_content or {})["counts"] == {"passed": 2}, text_of(again)
 
     anyio.run(scenario)
+
+
+@pytest.mark.slow  # five runs: tests/test_sticky_stop.py keeps the rule's pure tests in the default tier
+def test_a_green_run_says_a_stopped_incidents_failing_tests_pass_now(tmp_path: Path) -> None:
+    project, incident_id = doctested_incident(tmp_path)
+    said = (f"incident {incident_id} stopped (no_fix_found); the 2 test(s) it failed (calc.py::calc.add, "
+            "test_calc.py::test_add) pass in this run, which is no iteration of it: the run passes and the "
+            "incident stays escalated")
+
+    async def scenario() -> None:
+        async with session(project) as client:
+            for _ in range(2):  # nothing changed twice: the empty-diff stop
+                verdict = (await client.call_tool("run_tests", {})).structured_content or {}
+            assert (verdict["decision"], verdict["stop_reason"]) == ("STOP", "no_fix_found"), verdict
+            (project / "calc.py").write_text(DOCTESTED.replace("a - b", "a + b"))
+            fixed = await client.call_tool("run_tests", {"pytest_args": ["--doctest-modules"]})
+            verdict = fixed.structured_content or {}
+            assert (verdict["decision"], verdict["status"], verdict["counts"]) == ("STOP", "passed", {"passed": 2})
+            assert said in verdict["summary"], verdict["summary"]
+
+    anyio.run(scenario)
+    # pytest --selfheal says the same of the same run; the incident stays as its stop left it.
+    again = run_pytest_selfheal(project, "--doctest-modules")
+    assert again.returncode == 0 and said in again.stdout, again.stdout
+    assert (project / ".selfheal" / "error_archive" / "escalated" / incident_id).is_dir()
 
 
 def test_run_tests_trusts_the_options_a_capture_recorded(pytester: pytest.Pytester) -> None:

@@ -341,8 +341,10 @@ def test_fit_by_value_shortens_the_least_valuable_first_and_keeps_the_essentials
 
 
 def test_the_output_schema_is_the_verdict_records_json() -> None:
-    from pytest_selfheal.mcp_server.server import Verdict
+    from pytest_selfheal.mcp_server.server import verdict_model
     from pytest_selfheal.records.mcp import ClosedRun
+
+    Verdict = verdict_model()
 
     every = RunVerdict(RunDecision.STOP, "already_stopped", "escalated", "s", "n", 1, (("failed", 2),), 5,
                        incident_id="i1", iteration=2, captured="i2", fingerprint_changed=False, progress=False,

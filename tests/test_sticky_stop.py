@@ -283,6 +283,17 @@ def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
     # Every failing test ran and passed: the match is what it was (a changed test: its next iteration).
     (ran,) = sticky.match_green([stopped("u.py::b")], {"t.py::a", "u.py::b"}, (), "h2", edited)
     assert ran.attachment is sticky.Attachment.CONTINUED
+    # Its test code unchanged (a fix after the stop): every failing test passing is said, a
+    # failing test not run is no verdict, one deselected from a file that ran is nothing.
+    unchanged = lambda _: []  # noqa: E731
+    (fixed,) = sticky.match_green([stopped("u.py::b")], {"t.py::a", "u.py::b"}, (), "h2", unchanged)
+    assert fixed.attachment is sticky.Attachment.PASSED_AFTER_STOP
+    assert sticky.passed_after_stop_line(fixed) == (
+        "selfheal: incident incident_1 stopped (no_fix_found); the 1 test(s) it failed (u.py::b) pass in this run, "
+        "which is no iteration of it: the run passes and the incident stays escalated")
+    (unseen,) = sticky.match_green([stopped("mod.py::mod.add")], {"t.py::a"}, (), "h2", unchanged)
+    assert unseen.attachment is sticky.Attachment.NOT_COLLECTED
+    assert sticky.match_green([stopped("t.py::b")], {"t.py::a"}, (), "h2", unchanged) == []
 
 
 def test_an_already_stopped_line_says_code_unchanged_only_when_it_is() -> None:

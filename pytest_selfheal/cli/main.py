@@ -15,44 +15,13 @@ from types import ModuleType
 from typing import NoReturn, Optional
 
 from pytest_selfheal import __version__
+from pytest_selfheal.cli.commands import mcp
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
 from pytest_selfheal.gate.agents import Agent, cannot_judge, hook_call, hook_output
 from pytest_selfheal.redact import default_redactor
 
-# A broken install (a command module that fails to load) must still let a stop hook answer:
-# :func:`main` raises the error where it turns every error into the hook's answer.
-_NOT_LOADED: Optional[Exception] = None
+# Every other command module, by name, once a command needs them (:func:`_commands`).
 _COMMANDS: dict[str, ModuleType] = {}
-try:
-    from pytest_selfheal.cli.commands import (
-        apply,
-        archive,
-        ci,
-        config,
-        demo,
-        fingerprint,
-        flaky,
-        history,
-        junit,
-        loop,
-        mcp,
-        merge,
-        plan,
-        prune,
-        quarantine,
-        reopen,
-        replay,
-        report,
-        show,
-        status,
-        stop_gate,
-    )
-except Exception as exc:  # any error of a module that does not load: reported by main
-    _NOT_LOADED = exc
-else:
-    _COMMANDS = {module.NAME: module for module in (
-        apply, archive, ci, config, demo, fingerprint, flaky, history, junit, loop, mcp, merge, plan, prune,
-        quarantine, reopen, replay, report, show, status, stop_gate)}
 
 
 DESCRIPTION = (
@@ -62,7 +31,7 @@ DESCRIPTION = (
     "success, max_iterations, repeated_fingerprint, no_progress..."
 )
 # Every command, in the order a newcomer meets them: a new command module is listed here and
-# imported above (tests/test_entry_point.py checks that none is left out).
+# imported in cli/table.py (tests/test_entry_point.py checks that none is left out).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start here", ("demo", "status", "show", "loop", "report")),
     ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
@@ -78,10 +47,23 @@ def command_names() -> list[str]:
     return sorted(name for _, names in GROUPS for name in names)
 
 
+def _commands() -> dict[str, ModuleType]:
+    if not _COMMANDS:
+        # Imported at the first need: `selfheal mcp` serves without the other commands' modules,
+        # so that it answers its client's first request sooner (docs/benchmarks.md, MCP start).
+        from pytest_selfheal.cli import table
+
+        _COMMANDS.update(table.COMMANDS)
+    return _COMMANDS
+
+
 def command_module(name: str) -> ModuleType:
     """The module of command ``name`` (its ``NAME`` is ``name``); ValueError for no command."""
+    name = name.replace("_", "-")
+    if name == mcp.NAME:
+        return mcp
     try:
-        return _COMMANDS[name.replace("_", "-")]
+        return _commands()[name]
     except KeyError:
         raise ValueError(f"no selfheal command {name!r}") from None
 
@@ -139,9 +121,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # bug included: to Claude Code, exit 2 or a traceback would mean "block".
     hook = hook_call(words)
     try:
-        # The command is the first word (global options come alone: --help, --version).
-        if _NOT_LOADED is not None:
-            raise _NOT_LOADED
+        # The command is the first word (global options come alone: --help, --version). A
+        # command module that does not load (a broken install) raises here, where a stop hook
+        # still answers.
         only = words[0] if words and words[0] in command_names() else None
         args = build_parser(only).parse_args(words)
         return int(args._run(args))

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.errors import describe_value
 from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS
+
+if TYPE_CHECKING:
+    from pytest_selfheal.analysis.rules import Rule
 
 ROOT_KEY = "ralf_lite"
 DEFAULT_ORIGIN = "default"
@@ -292,6 +295,16 @@ def _short_c(word: str) -> bool:
     return word.startswith("-") and not word.startswith("--") and letters.startswith("c")
 
 
+def rule_checks() -> tuple[Callable[[str], Optional[str]], Callable[[Any, str], list[Rule]]]:
+    """``(regex_problem, rules_from_config)`` of ``analysis/rules``: the one validator of a
+    regular expression and of the configured rules."""
+    # Imported here: the rules' module loads the failure records, which a run that only reads
+    # the config (a green one) must not parse and compile.
+    from pytest_selfheal.analysis.rules import regex_problem, rules_from_config
+
+    return regex_problem, rules_from_config
+
+
 def text_problem(spec: KeySpec, item: str) -> Optional[str]:
     """Why one string value (or one item of a list) of ``spec`` is refused, or None: a NUL, a
     length over :data:`MAX_TEXT`, a regular expression that does not compile or costs too much
@@ -301,11 +314,7 @@ def text_problem(spec: KeySpec, item: str) -> Optional[str]:
     if len(item) > MAX_TEXT:
         return f"longer than {MAX_TEXT} characters"
     if spec.kind == REGEXES:
-        # Imported here: the rules' module loads the failure records, which a run that only
-        # reads the config (a green one) must not parse and compile.
-        from pytest_selfheal.analysis.rules import regex_problem
-
-        problem = regex_problem(item)
+        problem = rule_checks()[0](item)
         return f"expected a valid regular expression, got {describe_value(item)}: {problem}" if problem else None
     problem = shape_problem(spec, item)
     return f"refusing {describe_value(item)}: {problem}" if problem is not None else None

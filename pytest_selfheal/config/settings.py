@@ -40,6 +40,7 @@ from pytest_selfheal.config.keys import (
     KeySpec,
     nest,
     outside_project,
+    rule_checks,
     strip_root,
     text_problem,
 )
@@ -268,11 +269,7 @@ def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[s
 
 def _parsed_rules(value: Sequence[Any], where: str) -> list[Rule]:
     """The configured rules, checked by the one rule validator (hook rules go through it too)."""
-    # Imported here: the rules' module loads the failure records, which a run that reads a
-    # config without rules (a green one) never needs.
-    from pytest_selfheal.analysis.rules import rules_from_config
-
-    return rules_from_config(list(value), where)
+    return rule_checks()[1](list(value), where)
 
 
 def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[ClassificationRule]:

@@ -102,6 +102,19 @@ def not_collected_line(match: StickyMatch, skipped: Collection[str], options: Op
                 f"{' and '.join(said)}: {NO_VERDICT} ({how})", Tone.WARN)
 
 
+PASSED_AFTER_STOP = "pass in this run, which is no iteration of it"
+
+
+def passed_after_stop_line(match: StickyMatch) -> str:
+    """A run that passed every test a stopped incident failed, its test code unchanged: a
+    plain green run, and the incident stays as its stop left it."""
+    stopped = match.incident
+    failed = sorted(stopped.failing)
+    return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); the {len(failed)} "
+                f"test(s) it failed ({_some(failed)}) {PASSED_AFTER_STOP}: the run passes and the incident stays "
+                f"{stopped.status}", Tone.PLAIN)
+
+
 def _some(nodeids: Sequence[str]) -> str:
     return ", ".join(nodeids[:3]) + (f" and {len(nodeids) - 3} more" if len(nodeids) > 3 else "")
 
@@ -150,6 +163,7 @@ def record_attached(store: Store, match: StickyMatch, diff_hash: Optional[str]) 
 
 __all__ = [
     "ALREADY_STOPPED", "NO_VERDICT", "Attachment", "StickyMatch", "StoppedIncident", "already_stopped_line", "as_known",
-    "continue_stopped", "match_green", "match_stopped", "next_step", "not_collected_line", "parse_already_stopped", "record_attached",
+    "continue_stopped", "match_green", "match_stopped", "next_step", "not_collected_line", "parse_already_stopped",
+    "PASSED_AFTER_STOP", "passed_after_stop_line", "record_attached",
     "stopped_incidents", "tests_changed",
 ]

@@ -32,6 +32,9 @@ class Attachment(str, Enum):
     ALREADY_STOPPED = ALREADY_STOPPED  # code unchanged: STOP again, nothing captured
     CONTINUED = "continued"  # code changed: the incident's next iteration
     NOT_COLLECTED = "not_collected"  # a test it failed did not run: no verdict, nothing changes
+    # A red stop, its test code unchanged, every test it failed passing: a plain green run,
+    # said, for the incident stays stopped (a fix after a stop is no iteration of it).
+    PASSED_AFTER_STOP = "passed_after_stop"
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,10 @@ def match_green(
 ) -> list[StickyMatch]:
     """The stopped incidents whose tests this run passed and none failed, each test going to
     the newest holding it (``taken``: already matched by failures). One that stopped red
-    matches only when its test code changed (a pass then may be a weakened test); a fix after
-    the stop is a plain green run. A match whose failing tests this run did not run reaches
-    no verdict (``NOT_COLLECTED``), unless their file ran or was edited: a test edit."""
+    matches only when its test code changed (a pass then may be a weakened test), else as
+    passed after the stop when every test it failed passed (no iteration of it). A match whose
+    failing tests this run did not run reaches no verdict (``NOT_COLLECTED``), unless their
+    file ran or was edited: a test edit."""
     ran = {n.split("::", 1)[0] for n in itertools.chain(passed, failing)}
     claimed: set[str] = set()
     matches = []
@@ -95,11 +99,13 @@ def match_green(
         elif edited := tests_changed(incident):
             attachment = Attachment.ALREADY_STOPPED if incident.exhausted else Attachment.CONTINUED
         else:
-            continue
+            attachment = Attachment.PASSED_AFTER_STOP
         absent = tuple(sorted(n for n in incident.failing if n not in passed
                               and n.split("::", 1)[0] not in ran and n.split("::", 1)[0] not in edited))
         if absent:
             attachment = Attachment.NOT_COLLECTED
+        elif attachment is Attachment.PASSED_AFTER_STOP and not incident.failing <= set(passed):
+            continue  # some of its failing tests deselected: nothing to say of it
         matches.append(StickyMatch(incident, (), attachment, tuple(passed_now), code_changed=not unchanged,
                                    absent=absent))
     return matches

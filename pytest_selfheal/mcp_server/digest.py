@@ -18,7 +18,7 @@ from pytest_selfheal.errors import printable
 from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.incident_view import IncidentView
-from pytest_selfheal.records.mcp import RunDecision, RunVerdict
+from pytest_selfheal.records.mcp import DIGEST, RunDecision, RunVerdict
 from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import first_few
@@ -336,11 +336,6 @@ def structured_size(data: Optional[dict[str, Any]]) -> int:
 ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "iteration", "max_iterations")
 
 
-DIGEST = "digest"  # the structured key of the root-cause groups
-DIGEST_DOC = ("the open incident's root-cause groups, largest first, as the show tool writes them: where to fix "
-              "(target paths), the failing tests, the first line of each failure; a last entry says what was left out")
-
-
 def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] = (), *, text_chars: int = 0,
                     more: str = "") -> dict[str, Any]:
     """The verdict's structured part: the verdict whole when it fits in half of ``max_chars``,
@@ -371,8 +366,6 @@ def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
 
 
 __all__ = [
-    "DIGEST",
-    "DIGEST_DOC",
     "bounded_verdict",
     "fit",
     "fit_by_value",

@@ -1,39 +1,37 @@
 """``selfheal mcp``: the tools of :mod:`pytest_selfheal.mcp_server.tools` served over stdio with
 the official ``mcp`` SDK (the optional extra ``pytest-selfheal[mcp]``; docs/mcp.md).
 
-This module is the only one that imports the SDK; ``cli/commands/mcp.py`` loads it only when
-the command runs and the extra is installed.
+This module is the only one that imports the SDK, and only inside its functions: every
+``selfheal`` command imports it (the mcp command's), and the SDK costs more than the rest of
+a start. The operations (:class:`~pytest_selfheal.mcp_server.tools.Project`: pytest runs, the
+store, the loop) load at the first call that needs them, so that ``initialize`` and the tool
+list are answered with the SDK and this module alone.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
-# registration, and `apply`'s names a resolver local to build_server.
+# registration, and they name classes imported inside build_server.
 
 import asyncio
 import dataclasses
 import threading
 import typing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
 
-from mcp.server import MCPServer
-from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from mcp.types import Resource as MCPResource
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-
 from pytest_selfheal import __version__
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.mcp_server.digest import DIGEST, DIGEST_DOC
-from pytest_selfheal.mcp_server.tools import Project, ToolResult
-from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
+from pytest_selfheal.records.mcp import DIGEST, DIGEST_DOC, ClosedRun, RunDecision, RunVerdict
 
 if TYPE_CHECKING:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver import Context
+    from mcp.types import CallToolResult
+    from pydantic import BaseModel, ValidationError
+
+    from pytest_selfheal.mcp_server.tools import Project
     from pytest_selfheal.repair.apply import ProposedPatch
 
 INSTRUCTIONS = """\
@@ -47,12 +45,6 @@ the user with the report. Never edit or skip the failing tests to make them pass
 needs the user's approval, asked through this client."""
 
 _T = TypeVar("_T")
-
-
-class Approval(BaseModel):
-    """The one answer ``apply`` asks the user for."""
-
-    approve: bool = Field(description="true: apply the proposed patch to your working tree")
 
 
 def _json_type(annotation: Any) -> Any:
@@ -71,10 +63,12 @@ def _json_type(annotation: Any) -> Any:
     return annotation
 
 
-def _verdict_model() -> type[BaseModel]:
+def verdict_model() -> "type[BaseModel]":
     """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict"),
     built from :class:`RunVerdict`'s fields: only the decision is required, since under a small
     ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+    from pydantic import ConfigDict, Field, create_model
+
     hints = typing.get_type_hints(RunVerdict)
     fields: dict[str, Any] = {}
     for spec in dataclasses.fields(RunVerdict):
@@ -93,9 +87,6 @@ def _verdict_model() -> type[BaseModel]:
         "``mcp.max_chars`` only the first keys are sent (the text has the rest)."), **fields)
 
 
-Verdict = _verdict_model()
-
-
 class _AlreadyApplied:
     """Resolver outcome: nothing to ask, the patch is in the tree already."""
 
@@ -107,76 +98,28 @@ class _CannotAsk:
     """Resolver outcome: the client declared no elicitation, so nobody can approve."""
 
 
-def _validation_line(exc: ValidationError) -> str:
+def _validation_line(exc: "ValidationError") -> str:
     parts = [f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()]
     return "bad arguments: " + "; ".join(parts)
 
 
-class SelfhealMCPServer(MCPServer[Any]):
-    """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
-    validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
-    <message>``) and whose resource list names the project's incidents."""
+def _result(text: str, data: Optional[dict[str, Any]] = None) -> "CallToolResult":
+    from mcp.types import CallToolResult, TextContent
 
-    def __init__(self, project: Project) -> None:
-        super().__init__("selfheal", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
-        self.project = project
-
-    async def list_resources(self) -> list[MCPResource]:
-        try:
-            ids = self.project.incident_ids()
-        except SelfhealError:
-            ids = []  # a broken reports root: the tools say why, the list is just empty
-        return await super().list_resources() + [
-            MCPResource(uri=f"selfheal://{kind}/{incident_id}", name=f"{kind} {incident_id}",
-                        mime_type="text/markdown", description=description)
-            for incident_id in ids
-            for kind, description in (("incident", "digest of the incident (as the show tool)"),
-                                      ("report", "RALF Lite Loop Report (as the report tool)"))
-        ]
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Optional[Context[Any, Any]] = None
-    ) -> Union[CallToolResult, InputRequiredResult]:
-        # The SDK's argument models ignore unknown names: `run_tests {"args": [...]}` would run
-        # the whole suite, silently. A misspelt argument is refused, naming the known ones.
-        tool = next((t for t in await self.list_tools() if t.name == name), None)
-        known = sorted((tool.input_schema or {}).get("properties", {})) if tool is not None else []
-        unknown = sorted(set(arguments) - set(known)) if tool is not None else []
-        if unknown:
-            raise ToolError(self.project.error_line(
-                f"{name}: bad arguments: unknown {', '.join(unknown)} (known: {', '.join(known) or 'none'})"))
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ValidationError):
-                message = _validation_line(cause)
-            else:
-                message = str(exc).removeprefix(f"Error executing tool {name}: ")
-            raise ToolError(self.project.error_line(f"{name}: {message}")) from None
-
-
-def _result(result: ToolResult) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=result.text)], structured_content=result.data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def _guarded(call: Callable[[], _T]) -> _T:
     """Run one operation; a selfheal error becomes a tool error with its one line."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
     try:
         return call()
     except SelfhealError as exc:
         raise ToolError(str(exc)) from None  # made one bounded, redacted line by call_tool
 
 
-def _resource(project: Project, call: Callable[[], ToolResult]) -> str:
-    """A resource's text; a selfheal error becomes a resource error of one bounded, redacted line."""
-    try:
-        return call().text
-    except SelfhealError as exc:
-        raise ResourceError(project.error_line(str(exc))) from None
-
-
-async def _adopt_roots(project: Project, ctx: Context[Any, Any]) -> None:
+async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
     """Started outside a project: serve the first root the client names that is one (MCP
     roots, asked once per call until one is found; a client without them keeps the refusal)."""
     if project.confirmed:
@@ -196,9 +139,88 @@ async def _adopt_roots(project: Project, ctx: Context[Any, Any]) -> None:
             return
 
 
-def build_server(project: Project) -> SelfhealMCPServer:
-    """The MCP server of ``project``: six tools and two resource templates."""
-    app = SelfhealMCPServer(project)
+def operations(directory: Path, overrides: Sequence[str], confirmed: bool) -> "Callable[[], Project]":
+    """The project's operations, made at the first call of the function returned (once,
+    whichever thread asks first): the modules they need load then."""
+    made: list[Project] = []
+    making = threading.Lock()
+
+    def project() -> "Project":
+        with making:
+            if not made:
+                from pytest_selfheal.mcp_server.tools import Project
+
+                made.append(Project(directory, overrides, confirmed=confirmed))
+            return made[0]
+
+    return project
+
+
+def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
+    """The MCP server of the project ``project()`` serves: six tools and two resource
+    templates (``operations`` makes ``project``: nothing of it loads before a call)."""
+    from mcp.server import MCPServer
+    from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+    from mcp.server.mcpserver.resolve import Elicit, Resolve
+    from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+    from mcp.types import Resource as MCPResource
+    from pydantic import BaseModel, Field, ValidationError
+
+    class Approval(BaseModel):
+        """The one answer ``apply`` asks the user for."""
+
+        approve: bool = Field(description="true: apply the proposed patch to your working tree")
+
+    class SelfhealMCPServer(MCPServer[Any]):
+        """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
+        validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
+        <message>``) and whose resource list names the project's incidents."""
+
+        async def list_resources(self) -> list[MCPResource]:
+            try:
+                ids = project().incident_ids()
+            except SelfhealError:
+                ids = []  # a broken reports root: the tools say why, the list is just empty
+            return await super().list_resources() + [
+                MCPResource(uri=f"selfheal://{kind}/{incident_id}", name=f"{kind} {incident_id}",
+                            mime_type="text/markdown", description=description)
+                for incident_id in ids
+                for kind, description in (("incident", "digest of the incident (as the show tool)"),
+                                          ("report", "RALF Lite Loop Report (as the report tool)"))
+            ]
+
+        async def call_tool(
+            self, name: str, arguments: dict[str, Any], context: Optional[Context[Any, Any]] = None
+        ) -> Union[CallToolResult, InputRequiredResult]:
+            # The SDK's argument models ignore unknown names: `run_tests {"args": [...]}` would run
+            # the whole suite, silently. A misspelt argument is refused, naming the known ones.
+            tool = next((t for t in await self.list_tools() if t.name == name), None)
+            known = sorted((tool.input_schema or {}).get("properties", {})) if tool is not None else []
+            unknown = sorted(set(arguments) - set(known)) if tool is not None else []
+            if unknown:
+                raise ToolError(project().error_line(
+                    f"{name}: bad arguments: unknown {', '.join(unknown)} (known: {', '.join(known) or 'none'})"))
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError):
+                    message = _validation_line(cause)
+                else:
+                    message = str(exc).removeprefix(f"Error executing tool {name}: ")
+                raise ToolError(project().error_line(f"{name}: {message}")) from None
+
+    def resource(call: "Callable[[Project], str]") -> str:
+        """A resource's text; a selfheal error becomes a resource error of one bounded, redacted line."""
+        try:
+            return call(project())
+        except SelfhealError as exc:
+            raise ResourceError(project().error_line(str(exc))) from None
+
+    app = SelfhealMCPServer("selfheal", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    Verdict = verdict_model()
     # Tools that run tests or change files run one at a time (the SDK runs each call in a thread).
     changing = threading.Lock()
     # Hints for clients that decide what to confirm: reading the reports root changes nothing;
@@ -215,12 +237,13 @@ def build_server(project: Project) -> SelfhealMCPServer:
         is its next iteration (with the options it was captured with). Returns the verdict:
         CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
         progress, counts, and a digest of the failures grouped by root cause (largest first)."""
-        await _adopt_roots(project, ctx)
+        await _adopt_roots(project(), ctx)
         cancel = threading.Event()
 
         def call() -> CallToolResult:
             with changing:
-                return _result(_guarded(lambda: project.run_tests(selection or [], pytest_args, cancel)))
+                done = _guarded(lambda: project().run_tests(selection or [], pytest_args, cancel))
+                return _result(done.text, done.data)
 
         try:
             # An executor future is abandoned on cancel (the SDK's own worker threads are waited
@@ -233,7 +256,7 @@ def build_server(project: Project) -> SelfhealMCPServer:
     @app.tool(annotations=reads)
     def status() -> CallToolResult:
         """List the incidents of this project, newest first: id, status, bucket, attempts, signature."""
-        return _result(_guarded(project.status))
+        return _result(_guarded(lambda: project().status()).text)
 
     @app.tool(annotations=reads)
     def show(incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> CallToolResult:
@@ -242,33 +265,33 @@ def build_server(project: Project) -> SelfhealMCPServer:
         fingerprints, class, triage, the first line of each distinct failure, the plan and the
         attempts. `group` (1, 2, ...): that root-cause group, every failing test with its first
         line, page by page; `offset`: the first test of the page (the page's last line names the next)."""
-        return _result(_guarded(lambda: project.show(incident_id, group, offset)))
+        return _result(_guarded(lambda: project().show(incident_id, group, offset)).text)
 
     @app.tool(annotations=runs)
     async def loop(ctx: Context[Any, Any], incident_id: str) -> CallToolResult:
         """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
         tests; flaky ones that pass resolve it) and return the result."""
-        await _adopt_roots(project, ctx)
+        await _adopt_roots(project(), ctx)
 
         def call() -> CallToolResult:
             with changing:
-                return _result(_guarded(lambda: project.loop(incident_id)))
+                return _result(_guarded(lambda: project().loop(incident_id)).text)
 
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:
         """The RALF Lite Loop Report (markdown) of one incident, the latest by default."""
-        return _result(_guarded(lambda: project.report(incident_id)))
+        return _result(_guarded(lambda: project().report(incident_id)).text)
 
     def ask_approval(incident_id: str, ctx: Context[Any, Any]) -> Union[Elicit[Approval], _AlreadyApplied, _CannotAsk]:
-        proposed = _guarded(lambda: project.proposed(incident_id))
+        proposed = _guarded(lambda: project().proposed(incident_id))
         if proposed.already_applied:
             return _AlreadyApplied(proposed)
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return _CannotAsk()
-        return Elicit(_guarded(lambda: project.approval_question(proposed)), Approval)
+        return Elicit(_guarded(lambda: project().approval_question(proposed)), Approval)
 
     @app.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
     def apply(
@@ -279,26 +302,25 @@ def build_server(project: Project) -> SelfhealMCPServer:
         ask is refused."""
         answer = approval.data if isinstance(approval, AcceptedElicitation) else None
         if isinstance(answer, _AlreadyApplied):
-            return _result(ToolResult(f"nothing to do: final.patch of {answer.proposed.incident_id} is already "
-                                      f"applied to {answer.proposed.working_tree}"))
+            return _result(f"nothing to do: final.patch of {answer.proposed.incident_id} is already "
+                           f"applied to {answer.proposed.working_tree}")
         if isinstance(answer, _CannotAsk):
-            resolved = _guarded(lambda: project.proposed(incident_id)).incident_id
+            resolved = _guarded(lambda: project().proposed(incident_id)).incident_id
             raise ToolError(f"not applied: this client cannot ask the user to approve (no elicitation); "
                             f"the user can apply it by hand: selfheal apply {resolved}")
         if not (isinstance(answer, Approval) and answer.approve):
-            return _result(ToolResult("not applied: the user did not approve; the working tree is unchanged"))
+            return _result("not applied: the user did not approve; the working tree is unchanged")
         with changing:
-            return _result(_guarded(lambda: project.apply(project.proposed(incident_id))))
+            return _result(_guarded(lambda: project().apply(project().proposed(incident_id))).text)
 
     @app.resource("selfheal://incident/{incident_id}", mime_type="text/markdown")
     def incident_resource(incident_id: str) -> str:
         """The bounded digest of one incident (as the show tool)."""
-        return _resource(project, lambda: project.show(incident_id))
+        return resource(lambda served: served.show(incident_id).text)
 
     @app.resource("selfheal://report/{incident_id}", mime_type="text/markdown")
     def report_resource(incident_id: str) -> str:
         """The RALF Lite Loop Report of one incident (as the report tool)."""
-        return _resource(project, lambda: project.report(incident_id))
+        return resource(lambda served: served.report(incident_id).text)
 
     return app
-

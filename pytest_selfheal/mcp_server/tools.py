@@ -32,7 +32,13 @@ from pytest_selfheal.loop.messages import changed_summary, unverified_summary, u
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
-from pytest_selfheal.loop.sticky import ALREADY_STOPPED, NO_VERDICT, parse_already_stopped, stopped_incidents
+from pytest_selfheal.loop.sticky import (
+    ALREADY_STOPPED,
+    NO_VERDICT,
+    PASSED_AFTER_STOP,
+    parse_already_stopped,
+    stopped_incidents,
+)
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
@@ -433,8 +439,9 @@ class Project:
         undecided = next((line.strip().removeprefix("selfheal: ") for line in plugin_lines
                           if NOT_YET_CHECKED in line or NOT_AN_ITERATION in line), "")
         if code == 0 and not open_ids and not undecided:
-            # A stopped incident whose failing tests this run did not run: said, not judged.
-            unseen = "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines if NO_VERDICT in line)
+            # A stopped incident whose failing tests this run did not run, or passed: said, its stop kept.
+            unseen = "".join(f"; {line.strip().removeprefix('selfheal: ')}" for line in plugin_lines
+                             if NO_VERDICT in line or PASSED_AFTER_STOP in line)
             return verdict_of(decision=RunDecision.STOP, stop_reason="none", status="passed",
                         summary="all selected tests passed and no incident is open" + unseen, next="nothing to fix")
         if undecided:

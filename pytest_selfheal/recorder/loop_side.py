@@ -157,6 +157,9 @@ class LoopSide:
                 recorder.lines.append((ESSENTIAL, sticky.not_collected_line(
                     match, sticky.as_known(stopped, recorder.skipped_ids, self.known_id), options)))
                 continue
+            if match.attachment is sticky.Attachment.PASSED_AFTER_STOP:
+                recorder.lines.append((ESSENTIAL, sticky.passed_after_stop_line(match)))
+                continue
             if match.attachment is sticky.Attachment.CONTINUED:
                 # Like with like: a run with other options, or from another directory, is no
                 # iteration of it, and leaves it stopped.

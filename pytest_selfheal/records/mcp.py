@@ -13,6 +13,10 @@ from typing import Any, Optional
 
 from pytest_selfheal.records.vocab import TextEnum
 
+DIGEST = "digest"  # the structured key of the open incident's root-cause groups (mcp_server/digest.py)
+DIGEST_DOC = ("the open incident's root-cause groups, largest first, as the show tool writes them: where to fix "
+              "(target paths), the failing tests, the first line of each failure; a last entry says what was left out")
+
 
 class RunDecision(TextEnum):
     """What the agent does next: fix and run again, or stop trying."""

@@ -7,8 +7,9 @@ import importlib.util
 from pathlib import Path
 
 from pytest_selfheal.config.files import is_project
+from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import UsageError
-from pytest_selfheal.mcp_server.tools import Project
+from pytest_selfheal.mcp_server.server import build_server, operations
 
 NAME = "mcp"
 HELP = "serve run_tests, status, show, loop, report and apply to a coding agent over MCP (stdio)"
@@ -31,13 +32,12 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.root) if args.root else Path.cwd()
     if not directory.is_dir():
         raise UsageError(f"--root {directory}: not a directory")
+    for text in args.overrides:
+        parse_override(text, "--set")  # a bad one: exit 2 now
     # Outside a project (clients start servers in / or $HOME) tests run only in a root the
     # client names; --root is the user's word that the directory is the project.
-    project = Project(directory, args.overrides, confirmed=bool(args.root) or is_project(directory.resolve()))
+    confirmed = bool(args.root) or is_project(directory.resolve())
     # A bad config file does not stop the server: the config is read at every call, so every
     # tool answers with its one-line error until it is fixed (a client shows no start-up error).
-    # Imported only now: the server module imports the SDK, an optional and heavy extra.
-    from pytest_selfheal.mcp_server.server import build_server
-
-    build_server(project).run("stdio")
+    build_server(operations(directory, args.overrides, confirmed)).run("stdio")
     return 0
