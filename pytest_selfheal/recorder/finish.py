@@ -39,7 +39,6 @@ from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import DETAIL, ESSENTIAL, SUMMARY, Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
-from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
@@ -239,7 +238,6 @@ def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
 
 def _write_report(recorder: Recorder) -> None:
     """The compact report in the terminal; the full markdown to report_path when set."""
-    store = project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor)
     ids = [i for i in [recorder.incident_id] if i] + [
         i.incident_id for i in recorder.open_incidents if i.incident_id in recorder.outcomes_incidents()
     ]
@@ -247,7 +245,7 @@ def _write_report(recorder: Recorder) -> None:
         return
     captured = recorder.captured
     report = build_report(
-        incidents=[captured if captured is not None and i == recorder.incident_id else load_incident_run(store, i)
+        incidents=[captured if captured is not None and i == recorder.incident_id else recorder.loop_side().incident_run(i)
                    for i in dict.fromkeys(ids)],
         effective_config=recorder.effective.values,
         origins=recorder.effective.origins,
